@@ -1,0 +1,1 @@
+"""fitting: filled in by later issues (see ../shared/docs/ARCHITECTURE.md)."""

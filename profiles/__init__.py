@@ -1,0 +1,1 @@
+"""profiles: filled in by later issues (see ../shared/docs/ARCHITECTURE.md)."""

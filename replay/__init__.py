@@ -1,0 +1,1 @@
+"""replay: filled in by later issues (see ../shared/docs/ARCHITECTURE.md)."""

@@ -1,0 +1,166 @@
+"""The canonical trace itself, as Parquet, CSV or JSONL (CONTRACT.md, trace v1).
+
+Read lazily with polars scans, so memory stays bounded on inputs larger than
+RAM. Values are read as text and cast without failing; a value that does not
+cast (``"abc"`` for ``turn``) gives its row a reason and validation rejects the
+program. A JSONL file with a line that is not JSON is read again line by line so
+that only that line is rejected.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+
+from ttlctl.ingest.base import Parsed, iter_jsonl, streaming
+from ttlctl.ingest.errors import RejectSink
+from ttlctl.trace.schema import (
+    REASON,
+    REQUIRED,
+    SOURCE_FILE,
+    SOURCE_RECORD,
+    all_columns,
+)
+
+PARQUET_MAGIC = b"PAR1"
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+CSV_SUFFIXES = (".csv",)
+
+
+class CanonicalReader:
+    name = "canonical"
+    aliases: Sequence[str] = ()
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        if head.startswith(PARQUET_MAGIC):
+            return _has_required(pl.read_parquet_schema(path).keys())
+        text = head.decode("utf-8", "replace")
+        first = text.lstrip().split("\n", 1)[0].strip()
+        if path.suffix.lower() in CSV_SUFFIXES or (first and not first.startswith("{")):
+            return _has_required(c.strip().strip('"') for c in first.split(","))
+        if first.startswith("{"):
+            try:
+                obj = json.loads(first)
+            except json.JSONDecodeError:
+                return False
+            return isinstance(obj, dict) and _has_required(obj.keys())
+        return False
+
+    def read(self, path: Path, sink: RejectSink) -> Parsed:
+        head = path.open("rb").read(4)
+        if not head:
+            sink.reject(path, None, "empty file")
+            return Parsed(pl.LazyFrame(), records=1)
+        if head == PARQUET_MAGIC:
+            frame = pl.scan_parquet(path).with_row_index("_row", offset=1)
+            record = pl.format("row {}", pl.col("_row"))
+        elif path.suffix.lower() in CSV_SUFFIXES or not head.lstrip().startswith(b"{"):
+            frame = pl.scan_csv(path, infer_schema=False).with_row_index("_row", offset=2)
+            record = pl.format("line {}", pl.col("_row"))
+        else:
+            return _read_jsonl(path, sink)
+        return _finish(frame, record, path)
+
+
+def _has_required(names: object) -> bool:
+    have = set(names)  # type: ignore[call-overload]
+    return all(col in have for col in REQUIRED)
+
+
+def _text_schema() -> dict[str, pl.DataType]:
+    return {name: pl.String() for name in all_columns()}
+
+
+def _read_jsonl(path: Path, sink: RejectSink) -> Parsed:
+    try:
+        if streaming(path.stat().st_size):
+            frame = pl.scan_ndjson(path, schema=_text_schema())
+            frame.select(pl.len()).collect()  # a malformed line surfaces here, not at write
+        else:
+            frame = pl.read_ndjson(path, schema=_text_schema()).lazy()
+    except pl.exceptions.PolarsError:
+        return _read_jsonl_slow(path, sink)
+    return _finish(
+        frame.with_row_index("_row", offset=1), pl.format("line {}", pl.col("_row")), path
+    )
+
+
+def _read_jsonl_slow(path: Path, sink: RejectSink) -> Parsed:
+    """Line-by-line fallback: reject lines that are not JSON objects, keep the rest."""
+    rows: list[dict[str, str | None]] = []
+    names = list(all_columns())
+    for lineno, obj in iter_jsonl(path, sink):
+        row: dict[str, str | None] = {n: _as_text(obj.get(n)) for n in names}
+        row["_row"] = str(lineno)
+        rows.append(row)
+    frame = pl.DataFrame(rows, schema={**_text_schema(), "_row": pl.String()}, orient="row")
+    parsed = _finish(frame.lazy(), pl.format("line {}", pl.col("_row")), path)
+    return Parsed(parsed.frame, records=_count_lines(path))
+
+
+def _count_lines(path: Path) -> int:
+    """Non-blank lines: the records of a JSONL file."""
+    with path.open("rb") as fh:
+        return sum(1 for line in fh if line.strip())
+
+
+def _as_text(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _finish(frame: pl.LazyFrame, record: pl.Expr, path: Path) -> Parsed:
+    names = set(frame.collect_schema().names())
+    missing = [col for col in REQUIRED if col not in names]
+    if missing:
+        raise ValueError(f"missing column(s) {', '.join(missing)}")
+    casts: list[pl.Expr] = []
+    reasons: list[tuple[pl.Expr, str]] = []
+    for name, dtype in all_columns().items():
+        if name not in names:
+            continue
+        raw = pl.col(name).cast(pl.String)
+        if dtype == pl.Boolean():
+            lowered = raw.str.to_lowercase().str.strip_chars()
+            value = (
+                pl.when(lowered.is_in(["true", "1", "1.0"]))
+                .then(True)
+                .when(lowered.is_in(["false", "0", "0.0"]))
+                .then(False)
+                .otherwise(None)
+            )
+        elif dtype.is_integer():
+            as_float = raw.str.strip_chars().cast(pl.Float64, strict=False)
+            whole = as_float.is_finite() & (as_float == as_float.floor())
+            value = pl.when(whole).then(as_float).otherwise(None).cast(dtype, strict=False)
+        elif dtype.is_float():
+            value = raw.str.strip_chars().cast(pl.Float64, strict=False)
+        else:
+            value = raw
+        bad = raw.is_not_null() & (raw.str.strip_chars() != "") & value.is_null()
+        reasons.append((bad, f"invalid {name}"))
+        casts.append(value.alias(name))
+    reason: pl.Expr = pl.lit(None, dtype=pl.String)
+    for cond, text in reversed(reasons):
+        reason = (
+            pl.when(cond)
+            .then(pl.format("{}: {}", pl.lit(text), pl.col(text.split(" ", 1)[1]).cast(pl.String)))
+            .otherwise(reason)
+        )
+    out = frame.with_columns(
+        reason.alias(REASON),
+        record.alias(SOURCE_RECORD),
+        pl.lit(str(path)).alias(SOURCE_FILE),
+    ).with_columns(casts)
+    return Parsed(out, records=None)
+
+
+READER = CanonicalReader()

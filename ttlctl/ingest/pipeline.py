@@ -1,0 +1,190 @@
+"""``ttlctl ingest``: files in native formats -> one canonical trace (Parquet)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from ttlctl.ingest import registry, validate
+from ttlctl.ingest.base import Parsed, Reader, streaming
+from ttlctl.ingest.errors import IngestError, RejectSink
+from ttlctl.trace import io as trace_io
+from ttlctl.trace.schema import SOURCE_COLUMNS, SOURCE_FILE, SOURCE_RECORD, conform
+
+#: Files in a directory that are documentation, not logs: listed as skipped, never read.
+NOT_LOGS = ("license", "licence", "readme", "notice", "copying", "authors")
+NOT_LOG_SUFFIXES = (".md", ".rst", ".txt", ".html", ".py", ".sh")
+
+ProgressFn = Callable[[Path, int, int], None]
+
+
+@dataclass
+class FileReport:
+    path: str
+    format: str
+    #: input records seen; None where the reader counts one per row (canonical)
+    records: int | None
+
+
+@dataclass
+class IngestReport:
+    output: str
+    files: list[FileReport] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    records: int = 0
+    rows: int = 0
+    rejected: int = 0
+    rejects_path: str | None = None
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    streamed: bool = False
+
+    def formats(self) -> dict[str, int]:
+        return dict(Counter(f.format for f in self.files))
+
+
+def expand(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
+    """(files to read, documentation files skipped) for the given files and directories."""
+    files: list[Path] = []
+    skipped: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            for child in sorted(p for p in path.rglob("*") if p.is_file()):
+                rel_parts = child.relative_to(path).parts
+                if any(part.startswith(".") for part in rel_parts):
+                    continue
+                if _is_doc(child):
+                    skipped.append(child)
+                else:
+                    files.append(child)
+        elif path.exists():
+            files.append(path)
+        else:
+            raise IngestError(path, None, "no such file or directory")
+    return files, skipped
+
+
+def _is_doc(path: Path) -> bool:
+    name = path.name.lower()
+    return name.startswith(NOT_LOGS) or name.endswith(NOT_LOG_SUFFIXES)
+
+
+def rejects_path_for(output: Path) -> Path:
+    return output.with_name(output.name + ".rejects.jsonl")
+
+
+def ingest(
+    paths: Iterable[Path],
+    output: Path,
+    fmt: str = "auto",
+    skip_bad: bool = False,
+    progress: ProgressFn | None = None,
+) -> IngestReport:
+    """Read every file, validate, write the canonical trace to ``output``.
+
+    Without ``skip_bad`` the first bad record raises :class:`IngestError` and
+    nothing is written. With it, bad records go to ``<output>.rejects.jsonl``.
+    """
+    files, skipped = expand(paths)
+    report = IngestReport(output=str(output), skipped=[str(p) for p in skipped])
+    if not files:
+        raise IngestError(", ".join(str(p) for p in paths) or ".", None, "no log files to ingest")
+    fixed = None if fmt == "auto" else registry.get(fmt)
+
+    rejects_path = rejects_path_for(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    stream = rejects_path.open("w", encoding="utf-8") if skip_bad else None
+    sink = RejectSink(skip_bad=skip_bad, stream=stream)
+    try:
+        parsed: list[tuple[Parsed, bool]] = []
+        total_bytes = 0
+        for index, path in enumerate(files):
+            if progress is not None:
+                progress(path, index, len(files))
+            reader = fixed or registry.detect(path)
+            if reader is None:
+                sink.reject(path, None, "unrecognised format: not a log ttlctl can read "
+                            "(name one with --format)")
+                report.files.append(FileReport(str(path), "unrecognised", 1))
+                continue
+            one = _read_one(reader, path, sink)
+            report.files.append(FileReport(str(path), reader.name, one.records))
+            parsed.append((one, one.absolute_time))
+            total_bytes += path.stat().st_size
+        if progress is not None:
+            progress(files[-1], len(files), len(files))
+
+        report.streamed = streaming(total_bytes)
+        read_rejects = sink.count
+        rows, rejected_rows = _validate_and_write(
+            parsed, output, sink, streaming=report.streamed
+        )
+        report.rows = rows
+        # every record is a row written, a row rejected, or a record rejected on reading
+        report.records = rows + rejected_rows + read_rejects
+    finally:
+        if stream is not None:
+            stream.close()
+    report.rejected = sink.count
+    report.rejected_by_reason = dict(sink.by_reason)
+    report.rejects_path = str(rejects_path) if skip_bad else None
+    return report
+
+
+def _read_one(reader: Reader, path: Path, sink: RejectSink) -> Parsed:
+    try:
+        return reader.read(path, sink)
+    except IngestError:
+        raise
+    except (OSError, pl.exceptions.PolarsError, ValueError) as exc:
+        # A reader that could not make sense of the file as a whole.
+        sink.reject(path, None, f"unreadable as {reader.name}: {_one_line(exc)}")
+        return Parsed(frame=pl.LazyFrame(), records=1)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _combine(parsed: list[tuple[Parsed, bool]]) -> pl.LazyFrame:
+    frames = []
+    for one, absolute in parsed:
+        if not one.frame.collect_schema().names():
+            continue
+        frames.append(conform(one.frame).with_columns(pl.lit(absolute).alias("_abs")))
+    if not frames:
+        return conform(pl.LazyFrame()).with_columns(pl.lit(False).alias("_abs")).clear()
+    frame = pl.concat(frames, how="vertical")
+    origin = pl.col("arrival_s").filter(pl.col("_abs")).min()
+    return frame.with_columns(
+        pl.when(pl.col("_abs"))
+        .then(pl.col("arrival_s") - origin)
+        .otherwise(pl.col("arrival_s"))
+        .alias("arrival_s")
+    ).drop("_abs")
+
+
+def _validate_and_write(
+    parsed: list[tuple[Parsed, bool]], output: Path, sink: RejectSink, *, streaming: bool
+) -> tuple[int, int]:
+    """Check all rows, send the bad ones to ``sink``, write the rest: (written, rejected)."""
+    frame = _combine(parsed)
+    checked = validate.check(frame)
+    engine = "streaming" if streaming else "auto"
+    if not streaming:
+        checked = checked.collect().lazy()
+    good, rejected = validate.split(checked)
+    bad = rejected.collect(engine=engine)
+    if bad.height:
+        first_reason = bad.filter(~pl.col("reason").str.starts_with("rejected with its program"))
+        head = (first_reason if first_reason.height else bad).row(0, named=True)
+        if not sink.skip_bad:
+            raise IngestError(head[SOURCE_FILE], head[SOURCE_RECORD], head["reason"])
+        for row in bad.iter_rows(named=True):
+            sink.reject(row[SOURCE_FILE], row[SOURCE_RECORD], row["reason"])
+    written = trace_io.write(good.drop(*SOURCE_COLUMNS), output, streaming=streaming)
+    return written, bad.height

@@ -1,0 +1,46 @@
+"""Reading and writing canonical trace files (Parquet; CSV and JSONL accepted on input)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import polars as pl
+
+from ttlctl.trace.schema import PARQUET_METADATA, conform
+
+
+def write(frame: pl.LazyFrame, output: Path, *, streaming: bool = False) -> int:
+    """Write ``frame`` (canonical columns) to ``output`` atomically; return the row count.
+
+    The file appears complete or not at all: it is written beside the target and
+    renamed into place.
+    """
+    output.parent.mkdir(parents=True, exist_ok=True)
+    frame = conform(frame, keep_source=False)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        if streaming:
+            frame.sink_parquet(tmp, metadata=PARQUET_METADATA, engine="streaming")
+            rows = pl.scan_parquet(tmp).select(pl.len()).collect().item()
+        else:
+            data = frame.collect()
+            data.write_parquet(tmp, metadata=PARQUET_METADATA)
+            rows = data.height
+        os.replace(tmp, output)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return int(rows)
+
+
+def scan(path: Path) -> pl.LazyFrame:
+    """A canonical trace written by :func:`write` (or any Parquet with its columns)."""
+    return conform(pl.scan_parquet(path), keep_source=False)
+
+
+def read(path: Path) -> pl.DataFrame:
+    return scan(path).collect()

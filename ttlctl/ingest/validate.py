@@ -135,13 +135,14 @@ def check(frame: pl.LazyFrame) -> pl.LazyFrame:
 def split(checked: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """(good rows, rejected rows with a reason each) from :func:`check`'s output."""
     good = checked.filter(~pl.col("_bad_program")).drop(REASON, "_bad_program")
+    bad = checked.filter(pl.col("_bad_program"))
     first_bad = (
-        pl.col(SOURCE_RECORD)
-        .filter(pl.col(REASON).is_not_null())
-        .first()
-        .over("program_id")
+        bad.filter(pl.col(REASON).is_not_null())
+        .group_by("program_id", maintain_order=True)
+        .agg(pl.col(SOURCE_RECORD).first().alias("_first_bad"))
     )
-    rejected = checked.filter(pl.col("_bad_program")).select(
+    rejected = bad.join(first_bad, on="program_id", how="left", nulls_equal=True,
+                        maintain_order="left").select(
         SOURCE_FILE,
         SOURCE_RECORD,
         pl.coalesce(
@@ -149,7 +150,7 @@ def split(checked: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
             pl.format(
                 "rejected with its program: {} has a bad record ({})",
                 pl.col("program_id"),
-                first_bad,
+                pl.col("_first_bad"),
             ),
         ).alias("reason"),
         "program_id",

@@ -1,0 +1,185 @@
+"""The canonical reader and the common validation, on hand-made traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from ttlctl.cli import app
+from ttlctl.ingest.errors import IngestError
+from ttlctl.ingest.pipeline import ingest
+from ttlctl.trace import io as trace_io
+from ttlctl.trace.schema import COLUMNS
+
+
+def _call(program: str, turn: int, **extra: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "program_id": program,
+        "turn": turn,
+        "arrival_s": float(turn) * 10.0,
+        "input_tokens": 100 * (turn + 1),
+        "output_tokens": 10,
+    }
+    row.update(extra)
+    return row
+
+
+def _good_rows() -> list[dict[str, Any]]:
+    return [
+        _call("a", 0, tool="bash", tool_s=1.5, gap_s=2.0),
+        _call("a", 1, tool="grep", tool_s=0.2, gap_s=0.3),
+        _call("a", 2),
+        _call("b", 0, tool="read", tool_s=4.0),
+        _call("b", 1),
+    ]
+
+
+def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_jsonl_round_trip(tmp_path: Path) -> None:
+    src = _jsonl(tmp_path / "t.jsonl", _good_rows())
+    report = ingest([src], tmp_path / "out.parquet")
+    trace = trace_io.read(tmp_path / "out.parquet")
+    assert report.rows == 5 and report.records == 5 and report.rejected == 0
+    assert trace.schema == pl.Schema({**COLUMNS, "parent_program_id": pl.String()})
+    assert trace["program_id"].to_list() == ["a", "a", "a", "b", "b"]
+    assert trace["is_last"].to_list() == [False, False, True, False, True]
+    assert trace.filter(pl.col("program_id") == "a")["tool_s"].to_list() == [1.5, 0.2, None]
+
+
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])
+def test_csv_and_parquet_inputs(tmp_path: Path, suffix: str) -> None:
+    frame = pl.DataFrame(_good_rows())
+    src = tmp_path / f"t.{suffix}"
+    if suffix == "csv":
+        frame.write_csv(src)
+    else:
+        frame.write_parquet(src)
+    report = ingest([src], tmp_path / "out.parquet", fmt="auto")
+    assert report.files[0].format == "canonical"
+    assert report.rows == 5
+    out = trace_io.read(tmp_path / "out.parquet")
+    assert out["input_tokens"].sum() == frame["input_tokens"].sum()
+
+
+def test_shuffled_rows_are_sorted_by_program_and_turn(tmp_path: Path) -> None:
+    rows = _good_rows()
+    src = _jsonl(tmp_path / "t.jsonl", [rows[i] for i in (4, 2, 0, 3, 1)])
+    ingest([src], tmp_path / "out.parquet")
+    out = trace_io.read(tmp_path / "out.parquet")
+    assert list(zip(out["program_id"], out["turn"], strict=True)) == [
+        ("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)
+    ]
+
+
+BAD_CASES = [
+    ("duplicate", _call("a", 1), "duplicate (program, turn)"),
+    ("gap", _call("a", 4), "missing turn"),
+    ("negative tool_s", _call("a", 2, tool="x", tool_s=-1.0), "negative tool_s"),
+    ("non-numeric tokens", _call("a", 2, input_tokens="lots"), "invalid input_tokens"),
+    ("fractional tokens", _call("a", 2, output_tokens=1.5), "invalid output_tokens"),
+    ("gap shorter than tool", _call("a", 2, tool="x", tool_s=5.0, gap_s=1.0),
+     "gap_s shorter than tool_s"),
+    ("out of order", _call("a", 2, arrival_s=1.0), "out-of-order turns"),
+    ("reuse too large", _call("a", 2, reused_tokens=10**6), "reused_tokens exceeds"),
+]
+
+
+@pytest.mark.parametrize(("label", "bad", "reason"), BAD_CASES, ids=[c[0] for c in BAD_CASES])
+def test_bad_rows_strict_and_skip(tmp_path: Path, label: str, bad: dict[str, Any],
+                                  reason: str) -> None:
+    rows = _good_rows()
+    rows[2] = bad
+    src = _jsonl(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "out.parquet"
+    with pytest.raises(IngestError) as info:
+        ingest([src], out)
+    assert str(src) in str(info.value) and "line 3" in str(info.value)
+    assert reason in str(info.value)
+    assert not out.exists(), "strict mode must write nothing"
+
+    report = ingest([src], out, skip_bad=True)
+    trace = trace_io.read(out)
+    # program a is rejected whole (3 rows), program b survives
+    assert trace["program_id"].unique().to_list() == ["b"]
+    assert report.rejected == 3 and report.rows == 2
+    assert report.records == report.rows + report.rejected
+    lines = [json.loads(x) for x in Path(report.rejects_path or "").read_text().splitlines()]
+    assert len(lines) == 3
+    assert any(reason in x["reason"] for x in lines)
+    assert all(x["file"] == str(src) for x in lines)
+
+
+def test_truncated_jsonl_line_is_rejected_alone(tmp_path: Path) -> None:
+    rows = _good_rows()
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    text += '{"program_id": "c", "turn": 0, "input_'  # cut mid-record
+    src = tmp_path / "t.jsonl"
+    src.write_text(text)
+    with pytest.raises(IngestError, match="line 6: malformed JSON"):
+        ingest([src], tmp_path / "out.parquet")
+    report = ingest([src], tmp_path / "out.parquet", skip_bad=True)
+    assert report.rows == 5 and report.rejected == 1 and report.records == 6
+
+
+def test_missing_required_column_is_a_clear_error(tmp_path: Path) -> None:
+    src = tmp_path / "t.csv"
+    pl.DataFrame({"program_id": ["a"], "turn": [0], "input_tokens": [1]}).write_csv(src)
+    with pytest.raises(IngestError, match="output_tokens"):
+        ingest([src], tmp_path / "o.parquet", fmt="canonical")
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\x01\x02garbage\xff" * 20, b"not a trace\n"])
+def test_garbage_files(tmp_path: Path, content: bytes) -> None:
+    src = tmp_path / "junk.jsonl"
+    src.write_bytes(content)
+    with pytest.raises(IngestError) as info:
+        ingest([src], tmp_path / "o.parquet")
+    assert str(src) in str(info.value)
+    report = ingest([src], tmp_path / "o.parquet", skip_bad=True)
+    assert report.rows == 0 and report.rejected == 1
+
+
+def test_streaming_path_matches_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [_call(f"p{p}", t) for p in range(50) for t in range(7)]
+    rows[40]["tool_s"] = -3.0  # one bad program
+    src = _jsonl(tmp_path / "t.jsonl", rows)
+    mem = ingest([src], tmp_path / "mem.parquet", skip_bad=True)
+    monkeypatch.setenv("TTLCTL_STREAMING_BYTES", "1")
+    streamed = ingest([src], tmp_path / "stream.parquet", skip_bad=True)
+    assert streamed.streamed and not mem.streamed
+    assert (streamed.rows, streamed.rejected) == (mem.rows, mem.rejected) == (343, 7)
+    a = trace_io.read(tmp_path / "mem.parquet")
+    b = trace_io.read(tmp_path / "stream.parquet").sort(["program_id", "turn"])
+    assert a.equals(b)
+
+
+def test_cli_ingest_json_and_errors(tmp_path: Path) -> None:
+    src = _jsonl(tmp_path / "t.jsonl", _good_rows())
+    runner = CliRunner()
+    res = runner.invoke(app, ["ingest", str(src), "-o", str(tmp_path / "o.parquet"), "--json"])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.stdout)
+    assert payload["summary"]["programs"] == 2 and payload["summary"]["calls"] == 5
+    assert payload["summary"]["tools"]["distinct"] == 3
+
+    bad = _jsonl(tmp_path / "bad.jsonl", [*_good_rows(), _call("b", 1)])
+    res = runner.invoke(app, ["ingest", str(bad), "-o", str(tmp_path / "o2.parquet")])
+    assert res.exit_code == 2
+    assert "bad.jsonl" in res.output and "duplicate" in res.output
+    assert "Traceback" not in res.output
+
+    res = runner.invoke(app, ["ingest", str(src), "-o", str(tmp_path / "o3.parquet"),
+                              "--format", "nonsense"])
+    assert res.exit_code == 2 and "unknown format" in res.output
+
+    res = runner.invoke(app, ["ingest", str(tmp_path / "nope.jsonl"), "-o", "x.parquet"])
+    assert res.exit_code == 2 and "no such file" in res.output

@@ -173,15 +173,13 @@ def _validate_and_write(
 ) -> tuple[int, int]:
     """Check all rows, send the bad ones to ``sink``, write the rest: (written, rejected)."""
     frame = _combine(parsed)
-    checked = validate.check(frame)
     engine = "streaming" if streaming else "auto"
+    checked = validate.check(frame if streaming else frame.collect())
     if not streaming:
         checked = checked.collect().lazy()
-    good, rejected = validate.split(checked)
-    bad = rejected.collect(engine=engine)
+    good, bad = validate.split(checked, engine=engine)
     if bad.height:
-        first_reason = bad.filter(~pl.col("reason").str.starts_with("rejected with its program"))
-        head = (first_reason if first_reason.height else bad).row(0, named=True)
+        head = bad.sort(validate.RANK, maintain_order=True).row(0, named=True)
         if not sink.skip_bad:
             raise IngestError(head[SOURCE_FILE], head[SOURCE_RECORD], head["reason"])
         for row in bad.iter_rows(named=True):

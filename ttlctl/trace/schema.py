@@ -44,6 +44,8 @@ NOT_NULL: Final = ("program_id", "turn", "input_tokens", "output_tokens", "is_la
 SOURCE_FILE: Final = "_file"
 SOURCE_RECORD: Final = "_record"
 SOURCE_COLUMNS: Final = (SOURCE_FILE, SOURCE_RECORD)
+#: Line number of a row whose ``_record`` is null ("line N"), for fast readers.
+SOURCE_ROW: Final = "_row"
 #: Set by a reader on a row whose record was bad (validation rejects its program).
 REASON: Final = "_reason"
 
@@ -83,4 +85,8 @@ def conform(frame: pl.LazyFrame, keep_source: bool = True) -> pl.LazyFrame:
                 exprs.append(pl.col(name).cast(pl.String))
             else:
                 exprs.append(pl.lit(None, dtype=pl.String).alias(name))
+        if SOURCE_ROW in present:
+            exprs.append(pl.col(SOURCE_ROW).cast(pl.Int64))
+        else:
+            exprs.append(pl.lit(None, dtype=pl.Int64).alias(SOURCE_ROW))
     return frame.select(exprs)

@@ -22,6 +22,7 @@ from ttlctl.trace.schema import (
     REQUIRED,
     SOURCE_FILE,
     SOURCE_RECORD,
+    SOURCE_ROW,
     all_columns,
 )
 
@@ -75,10 +76,21 @@ def _text_schema() -> dict[str, pl.DataType]:
 
 
 def _read_jsonl(path: Path, sink: RejectSink) -> Parsed:
+    """Typed read first (fast); any value of the wrong type sends the file to the text path."""
+    big = streaming(path.stat().st_size)
     try:
-        if streaming(path.stat().st_size):
+        if big:
+            typed = pl.scan_ndjson(path, schema=all_columns())
+            typed.select(pl.len()).collect()  # a bad value surfaces here, not at write time
+        else:
+            typed = pl.read_ndjson(path, schema=all_columns()).lazy()
+        return _finish_typed(typed, path)
+    except pl.exceptions.PolarsError:
+        pass
+    try:
+        if big:
             frame = pl.scan_ndjson(path, schema=_text_schema())
-            frame.select(pl.len()).collect()  # a malformed line surfaces here, not at write
+            frame.select(pl.len()).collect()
         else:
             frame = pl.read_ndjson(path, schema=_text_schema()).lazy()
     except pl.exceptions.PolarsError:
@@ -86,6 +98,18 @@ def _read_jsonl(path: Path, sink: RejectSink) -> Parsed:
     return _finish(
         frame.with_row_index("_row", offset=1), pl.format("line {}", pl.col("_row")), path
     )
+
+
+def _finish_typed(frame: pl.LazyFrame, path: Path) -> Parsed:
+    """A file whose values all had the right types: only bookkeeping columns to add."""
+    names = set(frame.collect_schema().names())
+    missing = [col for col in REQUIRED if col not in names]
+    if missing:
+        raise ValueError(f"missing column(s) {', '.join(missing)}")
+    out = frame.with_row_index(SOURCE_ROW, offset=1).with_columns(
+        pl.lit(str(path)).alias(SOURCE_FILE)
+    )
+    return Parsed(out, records=None)
 
 
 def _read_jsonl_slow(path: Path, sink: RejectSink) -> Parsed:

@@ -1,0 +1,103 @@
+"""Ingest throughput: canonical JSONL of N calls, against a bare ``polars.read_ndjson``.
+
+Both are measured in the same run on the same file, so the ratio is what to read:
+the machine is shared and noisy. Goal (issue 2): 1M calls in under 10 s, within 2x
+of the bare read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from ttlctl.ingest.pipeline import ingest
+
+
+def make_trace(path: Path, calls: int, seed: int = 0) -> None:
+    """A canonical JSONL with ``calls`` rows in programs of 1..40 calls."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 41, size=calls // 10 + 1)
+    ends = np.cumsum(lengths)
+    lengths = lengths[: np.searchsorted(ends, calls) + 1]
+    lengths[-1] -= int(lengths.sum() - calls)
+    lengths = lengths[lengths > 0]
+    program = np.repeat(np.arange(len(lengths)), lengths)
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    turn = np.arange(calls) - starts
+    last = turn == np.repeat(lengths - 1, lengths)
+    tools = np.array(["bash", "grep", "pytest", "read_file", "edit", "search"])
+    start = rng.uniform(0, 3600, len(lengths))
+    frame = (
+        pl.DataFrame(
+            {
+                "program_id": pl.Series([f"prog-{p}" for p in program]),
+                "turn": turn.astype(np.int32),
+                "input_tokens": rng.integers(1_000, 100_000, calls),
+                "output_tokens": rng.integers(10, 2_000, calls),
+                "tool": tools[rng.integers(0, len(tools), calls)],
+                "tool_s": np.round(rng.lognormal(0.0, 1.2, calls), 3),
+                "llm_s": np.round(rng.lognormal(0.0, 0.5, calls), 3),
+                "start": np.repeat(start, lengths),
+                "is_last": last,
+            }
+        )
+        .with_columns(gap_s=(pl.col("tool_s") + pl.lit(rng.exponential(0.2, calls))).round(3))
+        .with_columns(
+            arrival_s=(
+                pl.col("start")
+                + (pl.col("llm_s") + pl.col("gap_s")).cum_sum().over("program_id")
+                - (pl.col("llm_s") + pl.col("gap_s"))
+            ).round(3),
+            tool=pl.when(pl.col("is_last")).then(None).otherwise(pl.col("tool")),
+            tool_s=pl.when(pl.col("is_last")).then(None).otherwise(pl.col("tool_s")),
+            gap_s=pl.when(pl.col("is_last")).then(None).otherwise(pl.col("gap_s")),
+        )
+        .select("program_id", "turn", "arrival_s", "input_tokens", "output_tokens", "tool",
+                "tool_s", "gap_s", "llm_s", "is_last")
+    )
+    frame.write_ndjson(path)
+
+
+def timed(fn: object) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    fn()  # type: ignore[operator]
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "trace.jsonl"
+        make_trace(src, args.calls)
+        size_mb = src.stat().st_size / 1e6
+        base, ours = [], []
+        for _ in range(args.repeat):
+            base.append(timed(lambda: pl.read_ndjson(src)))
+            report = None
+
+            def run() -> None:
+                nonlocal report
+                report = ingest([src], Path(tmp) / "out.parquet")
+
+            ours.append(timed(run))
+        assert report is not None and report.rows == args.calls, report
+        b, o = min(base), min(ours)
+        print(f"ingest: {args.calls:,} calls, {size_mb:.0f} MB canonical JSONL (best of {args.repeat})")
+        print(f"  polars.read_ndjson   {b:6.2f} s  {args.calls / b:12,.0f} calls/s  (baseline)")
+        print(f"  ttlctl ingest        {o:6.2f} s  {args.calls / o:12,.0f} calls/s")
+        print(f"  ratio ingest/read    {o / b:6.2f}x   (goal: <= 2x; 1M calls < 10 s: "
+              f"{'yes' if o * 1_000_000 / args.calls < 10 else 'no'})")
+
+
+if __name__ == "__main__":
+    main()

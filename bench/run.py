@@ -1,0 +1,16 @@
+"""``make bench``: every benchmark, each printing ratios against a baseline from the same run."""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+BENCHES = ["ingest_bench.py"]
+
+if __name__ == "__main__":
+    here = Path(__file__).parent
+    for name in BENCHES:
+        print(f"== {name}", flush=True)
+        sys.argv = [name]
+        runpy.run_path(str(here / name), run_name="__main__")

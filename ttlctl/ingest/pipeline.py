@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -14,6 +16,11 @@ from ttlctl.ingest.base import Parsed, Reader, streaming
 from ttlctl.ingest.errors import IngestError, RejectSink
 from ttlctl.trace import io as trace_io
 from ttlctl.trace.schema import SOURCE_COLUMNS, SOURCE_FILE, SOURCE_RECORD, conform
+
+#: Rows of input checked in memory at once when streaming (override TTLCTL_BUCKET_BYTES).
+DEFAULT_BUCKET_BYTES = 256 * 1024**2
+#: Rough in-memory size of a row over its compressed Parquet size.
+PARQUET_EXPANSION = 6
 
 #: Files in a directory that are documentation, not logs: listed as skipped, never read.
 NOT_LOGS = ("license", "licence", "readme", "notice", "copying", "authors")
@@ -151,21 +158,22 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _combine(parsed: list[tuple[Parsed, bool]]) -> pl.LazyFrame:
-    frames = []
-    for one, absolute in parsed:
-        if not one.frame.collect_schema().names():
-            continue
-        frames.append(conform(one.frame).with_columns(pl.lit(absolute).alias("_abs")))
+    """All files' rows in one frame, wall clocks rebased to the earliest absolute arrival."""
+    relative = [conform(p.frame) for p, absolute in parsed if not absolute and _has_rows(p)]
+    absolute = [conform(p.frame) for p, absolute in parsed if absolute and _has_rows(p)]
+    if absolute:
+        origin = pl.concat([f.select(pl.col("arrival_s").min()) for f in absolute]).min()
+        start = origin.collect().item()
+        shift = pl.col("arrival_s") - (start if start is not None else 0.0)
+        absolute = [f.with_columns(shift.alias("arrival_s")) for f in absolute]
+    frames = relative + absolute
     if not frames:
-        return conform(pl.LazyFrame()).with_columns(pl.lit(False).alias("_abs")).clear()
-    frame = pl.concat(frames, how="vertical")
-    origin = pl.col("arrival_s").filter(pl.col("_abs")).min()
-    return frame.with_columns(
-        pl.when(pl.col("_abs"))
-        .then(pl.col("arrival_s") - origin)
-        .otherwise(pl.col("arrival_s"))
-        .alias("arrival_s")
-    ).drop("_abs")
+        return conform(pl.LazyFrame()).clear()
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
+
+
+def _has_rows(one: Parsed) -> bool:
+    return bool(one.frame.collect_schema().names())
 
 
 def _validate_and_write(
@@ -173,16 +181,48 @@ def _validate_and_write(
 ) -> tuple[int, int]:
     """Check all rows, send the bad ones to ``sink``, write the rest: (written, rejected)."""
     frame = _combine(parsed)
-    engine = "streaming" if streaming else "auto"
-    checked = validate.check(frame if streaming else frame.collect())
-    if not streaming:
-        checked = checked.collect().lazy()
-    good, bad = validate.split(checked, engine=engine)
-    if bad.height:
-        head = bad.sort(validate.RANK, maintain_order=True).row(0, named=True)
-        if not sink.skip_bad:
-            raise IngestError(head[SOURCE_FILE], head[SOURCE_RECORD], head["reason"])
-        for row in bad.iter_rows(named=True):
-            sink.reject(row[SOURCE_FILE], row[SOURCE_RECORD], row["reason"])
-    written = trace_io.write(good.drop(*SOURCE_COLUMNS), output, streaming=streaming)
+    if streaming:
+        return _validate_in_buckets(frame, output, sink)
+    good, bad = validate.split(validate.check(frame.collect()).collect().lazy())
+    _report(bad, sink)
+    written = trace_io.write(good.drop(*SOURCE_COLUMNS), output)
     return written, bad.height
+
+
+def _report(bad: pl.DataFrame, sink: RejectSink) -> None:
+    """Strict: raise on the bad row closest to the root cause. Lenient: reject each."""
+    if not bad.height:
+        return
+    head = bad.sort(validate.RANK, maintain_order=True).row(0, named=True)
+    if not sink.skip_bad:
+        raise IngestError(head[SOURCE_FILE], head[SOURCE_RECORD], head["reason"])
+    for row in bad.iter_rows(named=True):
+        sink.reject(row[SOURCE_FILE], row[SOURCE_RECORD], row["reason"])
+
+
+def _validate_in_buckets(frame: pl.LazyFrame, output: Path, sink: RejectSink) -> tuple[int, int]:
+    """Out-of-core check: hash-partition rows by program, check each bucket in memory.
+
+    Every program lands whole in one bucket, so the program rules hold per bucket;
+    memory is bounded by the largest bucket, not by the input.
+    """
+    budget = int(os.environ.get("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES))
+    with tempfile.TemporaryDirectory(prefix=".ttlctl-ingest-", dir=output.parent) as tmp:
+        root = Path(tmp)
+        spilled = root / "rows.parquet"
+        frame.sink_parquet(spilled, engine="streaming")
+        size = spilled.stat().st_size * PARQUET_EXPANSION
+        buckets = max(1, -(-size // budget))
+        parts = root / "parts"
+        parts.mkdir()
+        rejected = 0
+        source = pl.scan_parquet(spilled)
+        key = pl.col("program_id").hash(seed=0) % buckets
+        for bucket in range(buckets):
+            rows = source.filter(key == bucket).collect(engine="streaming")
+            good, bad = validate.split(validate.check(rows).collect().lazy())
+            _report(bad, sink)
+            rejected += bad.height
+            good.drop(*SOURCE_COLUMNS).collect().write_parquet(parts / f"{bucket:05d}.parquet")
+        written = trace_io.write(pl.scan_parquet(parts / "*.parquet"), output, streaming=True)
+    return written, rejected

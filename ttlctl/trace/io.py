@@ -30,6 +30,9 @@ def write(frame: pl.LazyFrame, output: Path, *, streaming: bool = False) -> int:
             data = frame.collect()
             data.write_parquet(tmp, metadata=PARQUET_METADATA)
             rows = data.height
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
         os.replace(tmp, output)
     except BaseException:
         tmp.unlink(missing_ok=True)

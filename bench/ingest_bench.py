@@ -58,8 +58,18 @@ def make_trace(path: Path, calls: int, seed: int = 0) -> None:
             tool_s=pl.when(pl.col("is_last")).then(None).otherwise(pl.col("tool_s")),
             gap_s=pl.when(pl.col("is_last")).then(None).otherwise(pl.col("gap_s")),
         )
-        .select("program_id", "turn", "arrival_s", "input_tokens", "output_tokens", "tool",
-                "tool_s", "gap_s", "llm_s", "is_last")
+        .select(
+            "program_id",
+            "turn",
+            "arrival_s",
+            "input_tokens",
+            "output_tokens",
+            "tool",
+            "tool_s",
+            "gap_s",
+            "llm_s",
+            "is_last",
+        )
     )
     frame.write_ndjson(path)
 
@@ -92,11 +102,16 @@ def main() -> None:
             ours.append(timed(run))
         assert report is not None and report.rows == args.calls, report
         b, o = min(base), min(ours)
-        print(f"ingest: {args.calls:,} calls, {size_mb:.0f} MB canonical JSONL (best of {args.repeat})")
+        print(
+            f"ingest: {args.calls:,} calls, {size_mb:.0f} MB canonical JSONL "
+            f"(best of {args.repeat})"
+        )
         print(f"  polars.read_ndjson   {b:6.2f} s  {args.calls / b:12,.0f} calls/s  (baseline)")
         print(f"  ttlctl ingest        {o:6.2f} s  {args.calls / o:12,.0f} calls/s")
-        print(f"  ratio ingest/read    {o / b:6.2f}x   (goal: <= 2x; 1M calls < 10 s: "
-              f"{'yes' if o * 1_000_000 / args.calls < 10 else 'no'})")
+        print(
+            f"  ratio ingest/read    {o / b:6.2f}x   (goal: <= 2x; 1M calls < 10 s: "
+            f"{'yes' if o * 1_000_000 / args.calls < 10 else 'no'})"
+        )
 
 
 PEAK_SCRIPT = r"""
@@ -124,7 +139,10 @@ def peak_anon_mb(src: Path, out: Path, env: dict[str, str]) -> int:
 
     res = subprocess.run(
         [sys.executable, "-c", PEAK_SCRIPT, str(src), str(out)],
-        env={**os.environ, **env}, capture_output=True, text=True, check=True,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return int(res.stdout.strip().splitlines()[-1])
 
@@ -147,7 +165,9 @@ def memory(calls: int) -> None:
         print(f"memory: peak anonymous RSS at {calls:,} and {4 * calls:,} calls")
         for label, a, b in rows:
             print(f"  {label:10s} {a:6d} MiB  {b:6d} MiB   growth {b / a:4.2f}x")
-        print("  (bounded memory: the streaming path's growth stays near 1x while the input grows 4x)")
+        print(
+            "  (bounded memory: the streaming path's growth stays near 1x while the input grows 4x)"
+        )
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ def samples() -> Path:
 def shared_traces() -> Path:
     path = shared_traces_dir()
     if not path.is_dir():
-        pytest.skip(f"real traces not found at {path} (a user's clone has none; "
-                    "set TTLCTL_SHARED_TRACES to run these tests)")
+        pytest.skip(
+            f"real traces not found at {path} (a user's clone has none; "
+            "set TTLCTL_SHARED_TRACES to run these tests)"
+        )
     return path

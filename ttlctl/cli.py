@@ -97,7 +97,9 @@ def ingest(
     paths: Annotated[
         list[Path], typer.Argument(help="Log files or directories (read recursively).")
     ],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Canonical trace to write (Parquet).")],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Canonical trace to write (Parquet).")
+    ],
     fmt: Annotated[
         str,
         typer.Option(

@@ -76,7 +76,11 @@ def test_shuffled_rows_are_sorted_by_program_and_turn(tmp_path: Path) -> None:
     ingest([src], tmp_path / "out.parquet")
     out = trace_io.read(tmp_path / "out.parquet")
     assert list(zip(out["program_id"], out["turn"], strict=True)) == [
-        ("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)
+        ("a", 0),
+        ("a", 1),
+        ("a", 2),
+        ("b", 0),
+        ("b", 1),
     ]
 
 
@@ -86,16 +90,20 @@ BAD_CASES = [
     ("negative tool_s", _call("a", 2, tool="x", tool_s=-1.0), "negative tool_s"),
     ("non-numeric tokens", _call("a", 2, input_tokens="lots"), "invalid input_tokens"),
     ("fractional tokens", _call("a", 2, output_tokens=1.5), "invalid output_tokens"),
-    ("gap shorter than tool", _call("a", 2, tool="x", tool_s=5.0, gap_s=1.0),
-     "gap_s shorter than tool_s"),
+    (
+        "gap shorter than tool",
+        _call("a", 2, tool="x", tool_s=5.0, gap_s=1.0),
+        "gap_s shorter than tool_s",
+    ),
     ("out of order", _call("a", 2, arrival_s=1.0), "out-of-order turns"),
     ("reuse too large", _call("a", 2, reused_tokens=10**6), "reused_tokens exceeds"),
 ]
 
 
 @pytest.mark.parametrize(("label", "bad", "reason"), BAD_CASES, ids=[c[0] for c in BAD_CASES])
-def test_bad_rows_strict_and_skip(tmp_path: Path, label: str, bad: dict[str, Any],
-                                  reason: str) -> None:
+def test_bad_rows_strict_and_skip(
+    tmp_path: Path, label: str, bad: dict[str, Any], reason: str
+) -> None:
     rows = _good_rows()
     rows[2] = bad
     src = _jsonl(tmp_path / "t.jsonl", rows)
@@ -177,8 +185,9 @@ def test_cli_ingest_json_and_errors(tmp_path: Path) -> None:
     assert "bad.jsonl" in res.output and "duplicate" in res.output
     assert "Traceback" not in res.output
 
-    res = runner.invoke(app, ["ingest", str(src), "-o", str(tmp_path / "o3.parquet"),
-                              "--format", "nonsense"])
+    res = runner.invoke(
+        app, ["ingest", str(src), "-o", str(tmp_path / "o3.parquet"), "--format", "nonsense"]
+    )
     assert res.exit_code == 2 and "unknown format" in res.output
 
     res = runner.invoke(app, ["ingest", str(tmp_path / "nope.jsonl"), "-o", "x.parquet"])

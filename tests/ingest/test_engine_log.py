@@ -16,7 +16,9 @@ from ttlctl.trace import io as trace_io
 T0 = 1_764_000_000.0
 
 
-def _req(rid: str, program: str | None, arrival: float, finish: float, **extra: Any) -> dict[str, Any]:
+def _req(
+    rid: str, program: str | None, arrival: float, finish: float, **extra: Any
+) -> dict[str, Any]:
     row: dict[str, Any] = {
         "schema": SCHEMA,
         "request_id": rid,

@@ -1,4 +1,4 @@
-"""Random corruptions of every format's sample: a valid trace, a clean error, or rejects that add up.
+"""Random corruptions of every sample: a valid trace, a clean error, or rejects that add up.
 
 For each file shipped in ``samples/<format>/`` (real logs) and ``tests/data/<format>/``
 (hand-made), hypothesis applies text-level corruptions (truncation, flipped bytes,
@@ -49,7 +49,9 @@ def _corpus() -> list[Path]:
 
 CORPUS = _corpus()
 NUMBER = re.compile(rb"(?<=[:\[,] )-?\d+(?:\.\d+)?|(?<=[:\[,])-?\d+(?:\.\d+)?")
-KEY_VALUE = re.compile(rb'"[A-Za-z_]+"\s*:\s*(?:"[^"\\]{0,40}"|-?\d+(?:\.\d+)?|null|true|false)\s*,?')
+KEY_VALUE = re.compile(
+    rb'"[A-Za-z_]+"\s*:\s*(?:"[^"\\]{0,40}"|-?\d+(?:\.\d+)?|null|true|false)\s*,?'
+)
 GARBAGE = [b"-5", b'"abc"', b"null", b"1e400", b"-0.5", b"[]", b"{}", b'""', b"99999999999"]
 
 
@@ -57,8 +59,16 @@ GARBAGE = [b"-5", b'"abc"', b"null", b"1e400", b"-0.5", b"[]", b"{}", b'""', b"9
 def corruption(draw: st.DrawFn, data: bytes) -> bytes:
     kind = draw(
         st.sampled_from(
-            ["truncate", "flip", "drop_line", "dup_line", "swap_lines", "number", "drop_key",
-             "insert_garbage"]
+            [
+                "truncate",
+                "flip",
+                "drop_line",
+                "dup_line",
+                "swap_lines",
+                "number",
+                "drop_key",
+                "insert_garbage",
+            ]
         )
     )
     if kind == "truncate":
@@ -90,7 +100,7 @@ def corruption(draw: st.DrawFn, data: bytes) -> bytes:
         return data[: len(data) // 2]
     m = matches[draw(st.integers(0, len(matches) - 1))]
     repl = draw(st.sampled_from(GARBAGE)) if kind == "number" else b""
-    return data[: m.start()] + repl + data[m.end():]
+    return data[: m.start()] + repl + data[m.end() :]
 
 
 def _check(path: Path, out_dir: Path) -> None:

@@ -14,6 +14,7 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -212,7 +213,7 @@ def chain_gaps(rows: list[dict[str, Any]], end_key: str = "_end_s") -> None:
     ``gap_s`` keep it; a negative difference (clock rounding, overlapping calls)
     becomes 0.0 and is kept only where both clocks exist.
     """
-    for this, nxt in zip(rows, rows[1:], strict=False):
+    for this, nxt in pairwise(rows):
         if this.get("gap_s") is not None:
             continue
         end = this.get(end_key)

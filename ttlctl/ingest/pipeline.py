@@ -113,8 +113,11 @@ def ingest(
                 progress(path, index, len(files))
             reader = fixed or registry.detect(path)
             if reader is None:
-                sink.reject(path, None, "unrecognised format: not a log ttlctl can read "
-                            "(name one with --format)")
+                sink.reject(
+                    path,
+                    None,
+                    "unrecognised format: not a log ttlctl can read (name one with --format)",
+                )
                 report.files.append(FileReport(str(path), "unrecognised", 1))
                 continue
             one = _read_one(reader, path, sink)
@@ -126,9 +129,7 @@ def ingest(
 
         report.streamed = streaming(total_bytes)
         read_rejects = sink.count
-        rows, rejected_rows = _validate_and_write(
-            parsed, output, sink, streaming=report.streamed
-        )
+        rows, rejected_rows = _validate_and_write(parsed, output, sink, streaming=report.streamed)
         report.rows = rows
         # every record is a row written, a row rejected, or a record rejected on reading
         report.records = rows + rejected_rows + read_rejects

@@ -27,7 +27,7 @@ CODE = "_code"
 RANK = "_rank"
 
 _PROG = pl.col("program_id")
-_SAME = (_PROG == _PROG.shift(1)).fill_null(False)
+_SAME = (_PROG.shift(1) == _PROG).fill_null(False)
 _PREV_TURN = pl.col("_prev_turn")
 _PREV_ARRIVAL = pl.col("_prev_arrival")
 _LAST = pl.col("_last")
@@ -54,12 +54,18 @@ def _value_rules() -> list[Rule]:
         Rule(neg("turn"), pl.format("negative turn: {}", pl.col("turn")), 1),
         Rule(pl.col("input_tokens").is_null(), msg("missing input_tokens"), 1),
         Rule(pl.col("output_tokens").is_null(), msg("missing output_tokens"), 1),
-        Rule(neg("input_tokens"), pl.format("negative input_tokens: {}", pl.col("input_tokens")), 1),
         Rule(
-            neg("output_tokens"), pl.format("negative output_tokens: {}", pl.col("output_tokens")), 1
+            neg("input_tokens"), pl.format("negative input_tokens: {}", pl.col("input_tokens")), 1
         ),
         Rule(
-            neg("reused_tokens"), pl.format("negative reused_tokens: {}", pl.col("reused_tokens")), 1
+            neg("output_tokens"),
+            pl.format("negative output_tokens: {}", pl.col("output_tokens")),
+            1,
+        ),
+        Rule(
+            neg("reused_tokens"),
+            pl.format("negative reused_tokens: {}", pl.col("reused_tokens")),
+            1,
         ),
         Rule(
             pl.col("reused_tokens") > pl.col("input_tokens"),
@@ -72,7 +78,9 @@ def _value_rules() -> list[Rule]:
         ),
     ]
     for name in ("arrival_s", "tool_s", "gap_s", "llm_s"):
-        rules.append(Rule(~pl.col(name).is_finite(), pl.format(f"non-finite {name}: {{}}", pl.col(name)), 1))
+        rules.append(
+            Rule(~pl.col(name).is_finite(), pl.format(f"non-finite {name}: {{}}", pl.col(name)), 1)
+        )
         rules.append(Rule(neg(name), pl.format(f"negative {name}: {{}}", pl.col(name)), 1))
     rules.append(
         Rule(
@@ -124,7 +132,11 @@ def _program_rules() -> list[Rule]:
             ),
             2,
         ),
-        Rule(_LAST & pl.col("tool").is_not_null(), pl.lit("tool named after the program's last call"), 2),
+        Rule(
+            _LAST & pl.col("tool").is_not_null(),
+            pl.lit("tool named after the program's last call"),
+            2,
+        ),
     ]
 
 
@@ -159,7 +171,7 @@ def check(frame: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     annotated = ordered.with_columns(
         pl.col("turn").shift(1).alias("_prev_turn"),
         pl.col("arrival_s").forward_fill().shift(1).alias("_prev_arrival"),
-        (_PROG != _PROG.shift(-1)).fill_null(True).alias("_last"),
+        (_PROG.shift(-1) != _PROG).fill_null(True).alias("_last"),
     )
     code: pl.Expr = pl.lit(0, dtype=pl.Int16)
     for number in range(len(RULES), 0, -1):
@@ -180,29 +192,31 @@ def _messages(bad: pl.LazyFrame) -> pl.LazyFrame:
     return bad.with_columns(text.alias(REASON), rank.cast(pl.Int8).alias(RANK))
 
 
-def split(
-    checked: pl.LazyFrame, *, engine: str = "auto"
-) -> tuple[pl.LazyFrame, pl.DataFrame]:
+def split(checked: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.DataFrame]:
     """(good rows, rejected rows with ``reason``) from :func:`check`'s output.
 
     The rejected rows are collected (they are few, or the input is bad anyway);
     the good rows stay lazy so that they can be streamed to the output.
     """
     flagged = checked.filter(pl.col(CODE) != 0)
-    bad_programs = flagged.select("program_id").unique().collect(engine=engine)["program_id"]
+    bad_programs = flagged.select("program_id").unique().collect()["program_id"]
     in_bad = pl.col("program_id").is_in(bad_programs.implode(), nulls_equal=True)
     helpers = ["_prev_turn", "_prev_arrival", "_last", CODE, SOURCE_ROW]
     good = checked.filter(~in_bad).drop(*helpers, REASON)
     if bad_programs.len() == 0:
         return good, pl.DataFrame(
-            schema={SOURCE_FILE: pl.String, SOURCE_RECORD: pl.String, "reason": pl.String,
-                    "program_id": pl.String, "turn": pl.Int32, RANK: pl.Int8}
+            schema={
+                SOURCE_FILE: pl.String,
+                SOURCE_RECORD: pl.String,
+                "reason": pl.String,
+                "program_id": pl.String,
+                "turn": pl.Int32,
+                RANK: pl.Int8,
+            }
         )
     # messages are formatted in memory: few rows, and polars 2.1's streaming engine
     # panics on string-valued when/then chains
-    rows = _messages(checked.filter(in_bad).collect(engine=engine).lazy()).collect(
-        engine="in-memory"
-    )
+    rows = _messages(checked.filter(in_bad)).collect(engine="in-memory")
     rows = rows.with_columns(
         pl.coalesce(pl.col(SOURCE_RECORD), pl.format("line {}", pl.col(SOURCE_ROW)))
     )

@@ -35,10 +35,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
-
-import polars as pl
 
 from ttlctl.ingest.base import (
     Parsed,
@@ -68,7 +67,9 @@ class EngineLogReader:
             records += 1
             record = f"line {lineno}"
             if obj.get("schema") != SCHEMA:
-                sink.reject(path, record, f"not an engine-log record: schema is {obj.get('schema')!r}")
+                sink.reject(
+                    path, record, f"not an engine-log record: schema is {obj.get('schema')!r}"
+                )
                 continue
             request_id = obj.get("request_id")
             program = obj.get("program_id")
@@ -84,7 +85,7 @@ class EngineLogReader:
             for turn, row in enumerate(calls):
                 row["program_id"] = program
                 row["turn"] = turn
-            for this, nxt in zip(calls, calls[1:], strict=False):
+            for this, nxt in pairwise(calls):
                 if this.get("_finish") is not None and nxt.get("arrival_s") is not None:
                     this["gap_s"] = max(0.0, nxt["arrival_s"] - this["_finish"])
             for row in calls:

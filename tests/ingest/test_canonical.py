@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -192,3 +193,20 @@ def test_cli_ingest_json_and_errors(tmp_path: Path) -> None:
 
     res = runner.invoke(app, ["ingest", str(tmp_path / "nope.jsonl"), "-o", "x.parquet"])
     assert res.exit_code == 2 and "no such file" in res.output
+
+
+def test_load_json_names_truncation_and_deep_nesting(tmp_path: Path) -> None:
+    from ttlctl.ingest.base import load_json
+    from ttlctl.ingest.errors import RejectSink
+
+    cut = tmp_path / "cut.json"
+    cut.write_text('{"requests": [{"t": "0.0", "in": "12')  # cut inside a string
+    with pytest.raises(IngestError, match="truncated JSON"):
+        load_json(cut, RejectSink(skip_bad=False))
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    stream = io.StringIO()
+    sink = RejectSink(skip_bad=True, stream=stream)
+    assert load_json(deep, sink) is None
+    assert sink.count == 1
+    assert json.loads(stream.getvalue())["reason"] == "malformed JSON: nesting too deep"

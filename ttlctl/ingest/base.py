@@ -99,8 +99,13 @@ def load_json(path: Path, sink: RejectSink) -> Any | None:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        what = "truncated JSON" if exc.pos >= len(text.rstrip()) - 1 else "malformed JSON"
+        # a complete document ends with its closing bracket; one cut short does not
+        tail = text.rstrip()[-1:]
+        what = "malformed JSON" if tail in ("}", "]") else "truncated JSON"
         sink.reject(path, f"line {exc.lineno} column {exc.colno}", f"{what}: {exc.msg}")
+        return None
+    except RecursionError:
+        sink.reject(path, None, "malformed JSON: nesting too deep")
         return None
 
 
@@ -119,6 +124,9 @@ def iter_jsonl(path: Path, sink: RejectSink) -> Iterator[tuple[int, dict[str, An
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             sink.reject(path, f"line {lineno}", f"malformed JSON: {exc.msg}", raw=line)
+            continue
+        except RecursionError:
+            sink.reject(path, f"line {lineno}", "malformed JSON: nesting too deep")
             continue
         if not isinstance(obj, dict):
             sink.reject(path, f"line {lineno}", "not a JSON object", raw=line)

@@ -120,7 +120,9 @@ def ingest(
                 )
                 report.files.append(FileReport(str(path), "unrecognised", 1))
                 continue
+            before = sink.count
             one = _read_one(reader, path, sink)
+            _check_accounting(reader, path, one, sink.count - before)
             report.files.append(FileReport(str(path), reader.name, one.records))
             parsed.append((one, one.absolute_time))
             total_bytes += path.stat().st_size
@@ -151,6 +153,18 @@ def _read_one(reader: Reader, path: Path, sink: RejectSink) -> Parsed:
         # A reader that could not make sense of the file as a whole.
         sink.reject(path, None, f"unreadable as {reader.name}: {_one_line(exc)}")
         return Parsed(frame=pl.LazyFrame(), records=1)
+
+
+def _check_accounting(reader: Reader, path: Path, one: Parsed, rejected: int) -> None:
+    """A reader must account for every record it saw: as a row or as a reject."""
+    if one.records is None:
+        return
+    rows = one.frame.select(pl.len()).collect().item() if _has_rows(one) else 0
+    if one.records != rows + rejected:
+        raise RuntimeError(
+            f"ttlctl bug: the {reader.name} reader saw {one.records} records in {path} "
+            f"but produced {rows} rows and {rejected} rejects; please report this"
+        )
 
 
 def _one_line(exc: BaseException) -> str:

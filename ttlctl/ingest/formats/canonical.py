@@ -116,19 +116,14 @@ def _read_jsonl_slow(path: Path, sink: RejectSink) -> Parsed:
     """Line-by-line fallback: reject lines that are not JSON objects, keep the rest."""
     rows: list[dict[str, str | None]] = []
     names = list(all_columns())
+    before = sink.count  # lines (or the whole file) that iter_jsonl rejects
     for lineno, obj in iter_jsonl(path, sink):
         row: dict[str, str | None] = {n: _as_text(obj.get(n)) for n in names}
         row["_row"] = str(lineno)
         rows.append(row)
     frame = pl.DataFrame(rows, schema={**_text_schema(), "_row": pl.String()}, orient="row")
     parsed = _finish(frame.lazy(), pl.format("line {}", pl.col("_row")), path)
-    return Parsed(parsed.frame, records=_count_lines(path))
-
-
-def _count_lines(path: Path) -> int:
-    """Non-blank lines: the records of a JSONL file."""
-    with path.open("rb") as fh:
-        return sum(1 for line in fh if line.strip())
+    return Parsed(parsed.frame, records=len(rows) + sink.count - before)
 
 
 def _as_text(value: object) -> str | None:

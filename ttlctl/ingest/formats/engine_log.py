@@ -62,9 +62,9 @@ class EngineLogReader:
 
     def read(self, path: Path, sink: RejectSink) -> Parsed:
         programs: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        records = 0
+        before = sink.count  # lines iter_jsonl rejects (not JSON) are records too
+        rows_made = 0
         for lineno, obj in iter_jsonl(path, sink):
-            records += 1
             record = f"line {lineno}"
             if obj.get("schema") != SCHEMA:
                 sink.reject(
@@ -79,6 +79,7 @@ class EngineLogReader:
                     continue
                 program = f"request:{request_id}"
             programs[str(program)].append(_row(obj, record, lineno))
+            rows_made += 1
         rows: list[dict[str, Any]] = []
         for program, calls in programs.items():
             calls.sort(key=lambda r: (r["_sort"], r["_line"]))
@@ -95,6 +96,7 @@ class EngineLogReader:
                 # the log ends while the program waits on a tool: keep the call, not the tool
                 calls[-1]["tool"] = None
             rows.extend(calls)
+        records = rows_made + sink.count - before
         return Parsed(frame_from_rows(rows, path), records=records, absolute_time=True)
 
 

@@ -1,26 +1,565 @@
-"""Placeholder reader for the litellm format (being written)."""
+"""LiteLLM request logs (JSONL, one line per LLM call), e.g. tau2-bench sessions.
+
+Each line is one call with ``timestamp`` (ISO 8601, µs, absolute clock),
+``status``, ``model``, ``prompt_tokens``, ``completion_tokens`` (numbers or
+numeric strings), ``request`` and ``response``. ``request`` and ``response`` may
+be JSON objects or Python ``repr`` strings holding object reprs such as
+``ChatCompletionMessageToolCall(function=Function(arguments='…', name='x'))``
+that neither JSON nor :func:`ast.literal_eval` can read; a small tolerant parser
+(:func:`parse_repr`, Python's tokenizer plus a recursive-descent reader that turns
+``Name(k=v, …)`` into ``{"__type__": "Name", "k": v}``) reads them, and a regex
+over the raw text is the last resort for tool names.
+
+Mapping (one row per line, in file order):
+
+- ``program_id``: the file stem (one session per file); a line carrying a
+  top-level ``session_id`` / ``litellm_session_id`` is grouped under that id
+  instead. ``trace_id`` differs on every line, so it is not a session.
+- ``turn``: position of the line within its program (0-based).
+- ``arrival_s``: ``timestamp`` as epoch seconds (``absolute_time``; naive
+  timestamps are taken as UTC). The log does not say whether it is stamped when
+  the call is sent or when it returns (``response.created``, 1 s resolution,
+  always falls in the same second), so it is used as the call's arrival.
+- ``input_tokens`` / ``output_tokens``: ``prompt_tokens`` / ``completion_tokens``
+  (falling back to ``response.usage``); missing or non-numeric makes the line bad.
+- ``reused_tokens``: 0 when this call's message history does not continue the
+  previous call's (the history was reset, e.g. after the probe below); else null
+  (the canonical default: previous prompt + output, capped at this input).
+- ``tool``: what happened between this call and the next, read from the NEXT
+  request's messages. When the next history extends this one and the messages
+  added end with ``tool`` results, the tool is the name of the first
+  ``tool_calls`` entry of the assistant message added (this call's own answer),
+  matched by ``tool_call_id``, falling back to the tool calls in this call's
+  ``response``, else ``"unknown"``. Several parallel tool calls: the log has no
+  per-tool duration, so the first one is named (the rule shared with the
+  tracelab and trtllm-scaffolding readers is "the longest-running tool, the
+  first one when durations are unknown"). Null when the next call follows a
+  user message (a user pause), when the history was reset, when the next
+  request could not be read and this response asked for no tool, and on the
+  last call.
+- ``tool_s``: null (LiteLLM records no tool duration); ``llm_s``: null (no
+  latency field).
+- ``gap_s``: next ``timestamp`` − this ``timestamp``, an UPPER BOUND on the idle
+  time: it also contains one call's LLM latency (this call's if timestamps are
+  taken at send time, the next call's if at completion). Null on the last call,
+  and where a timestamp is missing or the clock goes backwards (validation then
+  rejects the program for out-of-order arrivals).
+- ``is_last``: left to validation.
+
+The first line of each tau2 file is a tiny ``"hi"`` probe (one user message,
+no tools, ``max_tokens`` 1, ``finish_reason='length'``) that the harness sends
+to check the model before the agent starts. It is not part of the agent's
+conversation (the next call's history does not start with it), but it is real
+traffic of the same session, sent about 2 s before the agent's first call. It
+is kept as turn 0 of the program so that no record is dropped and replay sends
+what the server saw; the call after it gets ``reused_tokens = 0`` (no shared
+prefix) and the probe's ``tool`` is null (the next call follows a user message).
+
+``status`` other than ``"success"``: the line is still an LLM call that reached
+the server, so it is kept as a row with the tokens it reports (a retry that
+resends the same history then gets ``tool`` null).
+
+Bad input: a line that is not JSON makes a row with a reason (its program, the
+file, is known), so the whole program is rejected rather than left with a hole;
+a file whose lines carry none of ``request`` / ``prompt_tokens`` is rejected as
+not a LiteLLM log.
+"""
 
 from __future__ import annotations
 
+import ast
+import io
+import json
+import re
+import tokenize
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.base import Parsed
+from ttlctl.ingest.base import (
+    Parsed,
+    RecordError,
+    frame_from_rows,
+    read_text,
+    tokens,
+)
 from ttlctl.ingest.errors import RejectSink
 
+_SESSION_KEYS = ("session_id", "litellm_session_id")
+_TOOL_ROLES = ("tool", "function")
 
-class _Reader:
+
+class LiteLLMReader:
     name = "litellm"
     aliases: Sequence[str] = ()
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        return False
+        text = head.lstrip()
+        if not text.startswith(b"{"):
+            return False
+        first = text.split(b"\n", 1)[0]
+        if b'"program_id"' in first or b'"round_index"' in first or b'"hash_ids"' in first:
+            return False
+        return b'"request"' in first and b'"prompt_tokens"' in first
 
     def read(self, path: Path, sink: RejectSink) -> Parsed:
-        sink.reject(path, None, "not implemented")
-        return Parsed(pl.LazyFrame(), records=1)
+        text = read_text(path, sink)
+        if text is None:
+            return Parsed(pl.LazyFrame(), records=1)
+        lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+        objs: list[tuple[int, dict[str, Any] | None, str | None]] = []
+        for lineno, line in lines:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                objs.append((lineno, None, f"malformed JSON: {exc.msg}"))
+                continue
+            if not isinstance(obj, dict):
+                objs.append((lineno, None, "not a JSON object"))
+                continue
+            objs.append((lineno, obj, None))
+        if not any(o is not None and ("request" in o or "prompt_tokens" in o) for _, o, _ in objs):
+            sink.reject(path, None, "not a LiteLLM log: no line has request or prompt_tokens",
+                        records=max(1, len(objs)))
+            return Parsed(pl.LazyFrame(), records=max(1, len(objs)))
+
+        programs: dict[str, list[_Call]] = {}
+        for lineno, obj, reason in objs:
+            program = path.stem
+            if obj is not None:
+                for key in _SESSION_KEYS:
+                    if isinstance(obj.get(key), str) and obj[key]:
+                        program = obj[key]
+                        break
+            calls = programs.setdefault(program, [])
+            calls.append(_Call.parse(program, len(calls), lineno, obj, reason))
+
+        rows: list[dict[str, Any]] = []
+        for calls in programs.values():
+            _link(calls)
+            rows.extend(call.row for call in calls)
+        return Parsed(frame_from_rows(rows, path), records=len(objs), absolute_time=True)
 
 
-READER = _Reader()
+# ---------------------------------------------------------------- one call
+
+
+class _Call:
+    """One line: its row plus what the next line needs to know about it."""
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.row = row
+        self.messages: list[Any] | None = None
+        self.response_tools: list[str] = []
+
+    @classmethod
+    def parse(
+        cls, program: str, turn: int, lineno: int, obj: dict[str, Any] | None, reason: str | None
+    ) -> _Call:
+        call = cls({"program_id": program, "turn": turn, "_record": f"line {lineno}"})
+        if obj is None:
+            call.row["_reason"] = reason
+            return call
+        try:
+            call._fill(obj)
+        except RecordError as exc:
+            call.row["_reason"] = str(exc)
+        return call
+
+    def _fill(self, obj: dict[str, Any]) -> None:
+        response = as_object(obj.get("response"))
+        usage = response.get("usage") if isinstance(response, dict) else None
+        usage = as_object(usage) if usage is not None else None
+        usage = usage if isinstance(usage, dict) else {}
+        prompt = obj.get("prompt_tokens", usage.get("prompt_tokens"))
+        completion = obj.get("completion_tokens", usage.get("completion_tokens"))
+        self.row["input_tokens"] = tokens(prompt, "prompt_tokens")
+        self.row["output_tokens"] = tokens(completion, "completion_tokens")
+        stamp = obj.get("timestamp")
+        self.row["arrival_s"] = None if stamp in (None, "") else epoch(stamp, "timestamp")
+        request = as_object(obj.get("request"))
+        if isinstance(request, dict):
+            messages = request.get("messages")
+            if isinstance(messages, str):
+                messages = as_object(messages)
+            if isinstance(messages, list):
+                self.messages = [as_object(m) if isinstance(m, str) else m for m in messages]
+        self.response_tools = response_tool_names(response, obj.get("response"))
+
+
+def _link(calls: list[_Call]) -> None:
+    """Fill tool, gap_s and reused_tokens of each call from the one after it."""
+    for this, nxt in pairwise(calls):
+        if "_reason" in this.row or "_reason" in nxt.row:
+            continue
+        t0, t1 = this.row.get("arrival_s"), nxt.row.get("arrival_s")
+        if t0 is not None and t1 is not None and t1 >= t0:
+            this.row["gap_s"] = t1 - t0
+        before, after = this.messages, nxt.messages
+        if before is None or after is None:
+            # History unreadable: fall back to what this call's response asked for.
+            this.row["tool"] = this.response_tools[0] if this.response_tools else None
+            continue
+        if [_fingerprint(m) for m in after[: len(before)]] != [_fingerprint(m) for m in before]:
+            nxt.row["reused_tokens"] = 0  # a new conversation: nothing shared
+            continue
+        added = after[len(before):]
+        if not added or _role(added[-1]) not in _TOOL_ROLES:
+            continue  # a user message (or a retry) comes before the next call
+        this.row["tool"] = _tool_after(added, this.response_tools)
+
+
+def _tool_after(added: list[Any], response_tools: list[str]) -> str:
+    ids: dict[str, str] = {}
+    ordered: list[str] = []
+    for msg in added:
+        if _role(msg) == "assistant" and isinstance(msg, dict):
+            for call_id, name in _tool_calls(msg.get("tool_calls")):
+                if name:
+                    ordered.append(name)
+                    if call_id:
+                        ids[call_id] = name
+    for msg in added:
+        if _role(msg) in _TOOL_ROLES and isinstance(msg, dict):
+            name = ids.get(str(msg.get("tool_call_id")))
+            if name is None and isinstance(msg.get("name"), str) and msg["name"]:
+                name = msg["name"]
+            if name:
+                return name
+    if ordered:
+        return ordered[0]
+    return response_tools[0] if response_tools else "unknown"
+
+
+def _role(msg: Any) -> str | None:
+    if isinstance(msg, dict):
+        role = msg.get("role")
+        return role if isinstance(role, str) else None
+    return None
+
+
+def _fingerprint(msg: Any) -> tuple[str | None, str, str | None]:
+    """What identifies a message across requests, whatever form its objects take."""
+    if not isinstance(msg, dict):
+        return (None, str(msg), None)
+    content = msg.get("content")
+    call_id = msg.get("tool_call_id")
+    return (
+        _role(msg),
+        content if isinstance(content, str) else json.dumps(content, sort_keys=True, default=str),
+        None if call_id is None else str(call_id),
+    )
+
+
+def _tool_calls(value: Any) -> list[tuple[str | None, str | None]]:
+    """(id, function name) of each entry of a ``tool_calls`` list in any form."""
+    if isinstance(value, str):
+        value = as_object(value)
+    if not isinstance(value, list):
+        return []
+    out: list[tuple[str | None, str | None]] = []
+    for item in value:
+        if isinstance(item, str):
+            item = as_object(item)
+        if not isinstance(item, dict):
+            continue
+        fn = item.get("function")
+        if isinstance(fn, str):
+            fn = as_object(fn)
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if name is None:
+            name = item.get("name")
+        call_id = item.get("id")
+        out.append(
+            (None if call_id is None else str(call_id), name if isinstance(name, str) else None)
+        )
+    return out
+
+
+_FUNCTION_NAME = re.compile(
+    r"Function\(arguments=(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|None),\s*name='([^'\\]+)'"
+)
+
+
+def response_tool_names(response: Any, raw: Any) -> list[str]:
+    """Names of the tool calls a response asked for, in order."""
+    names: list[str] = []
+
+    def walk(node: Any, depth: int) -> None:
+        if depth > 12:
+            return
+        if isinstance(node, str) and _LOOKS_LIKE_REPR.match(node):
+            node = as_object(node)
+        if isinstance(node, dict):
+            if "tool_calls" in node:
+                names.extend(n for _, n in _tool_calls(node["tool_calls"]) if n)
+                return
+            for value in node.values():
+                walk(value, depth + 1)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, depth + 1)
+
+    if response is not None:
+        walk(response, 0)
+    if not names and raw is not None:
+        text = raw if isinstance(raw, str) else json.dumps(raw, default=str)
+        names = _FUNCTION_NAME.findall(text)
+    return names
+
+
+_LOOKS_LIKE_REPR = re.compile(r"\s*(?:[A-Za-z_][\w.]*\(|\{|\[)")
+
+
+# ---------------------------------------------------------------- values
+
+
+def epoch(value: Any, field: str) -> float:
+    """Epoch seconds from an ISO 8601 string (naive: UTC) or a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str):
+        raise RecordError(f"bad {field}: {value!r}"[:120])
+    try:
+        stamp = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise RecordError(f"bad {field}: {value!r}"[:120]) from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()
+
+
+def as_object(value: Any) -> Any:
+    """A dict/list from a dict/list, JSON text or Python repr text; else None."""
+    if value is None or isinstance(value, (dict, list)):
+        return value
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        pass
+    try:
+        return parse_repr(text)
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------- tolerant repr parser
+
+_SKIP = {
+    tokenize.NL,
+    tokenize.NEWLINE,
+    tokenize.COMMENT,
+    tokenize.INDENT,
+    tokenize.DEDENT,
+    tokenize.ENDMARKER,
+}
+_CONSTANTS: dict[str, Any] = {
+    "True": True,
+    "False": False,
+    "None": None,
+    "inf": float("inf"),
+    "nan": float("nan"),
+}
+
+
+def parse_repr(text: str) -> Any:
+    """Read a Python repr that may contain object reprs; ValueError when it cannot.
+
+    ``Name(a, k=v)`` becomes ``{"__type__": "Name", "k": v, "__args__": [a]}``,
+    ``<… object at 0x…>`` becomes its text, tuples and sets become lists.
+    """
+    try:
+        toks = [
+            t
+            for t in tokenize.generate_tokens(io.StringIO(text.strip()).readline)
+            if t.type not in _SKIP
+        ]
+    except (tokenize.TokenError, SyntaxError) as exc:
+        raise ValueError(f"cannot tokenize: {exc}") from None
+    for tok in toks:
+        if tok.type == tokenize.ERRORTOKEN and not tok.string.isspace():
+            raise ValueError(f"unexpected {tok.string!r}")
+    toks = [t for t in toks if t.type != tokenize.ERRORTOKEN]
+    parser = _ReprParser(toks)
+    try:
+        value = parser.value()
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    if parser.pos != len(toks):
+        raise ValueError(f"trailing text at {toks[parser.pos].string!r}")
+    return value
+
+
+class _ReprParser:
+    def __init__(self, toks: list[tokenize.TokenInfo]) -> None:
+        self.toks = toks
+        self.pos = 0
+
+    def peek(self) -> tokenize.TokenInfo | None:
+        return self.toks[self.pos] if self.pos < len(self.toks) else None
+
+    def take(self) -> tokenize.TokenInfo:
+        tok = self.peek()
+        if tok is None:
+            raise ValueError("unexpected end")
+        self.pos += 1
+        return tok
+
+    def is_op(self, op: str) -> bool:
+        tok = self.peek()
+        return tok is not None and tok.type == tokenize.OP and tok.string == op
+
+    def expect(self, op: str) -> None:
+        if not self.is_op(op):
+            tok = self.peek()
+            raise ValueError(f"expected {op!r}, got {tok.string if tok else 'end'!r}")
+        self.pos += 1
+
+    def value(self) -> Any:
+        tok = self.take()
+        if tok.type == tokenize.STRING:
+            parts = [_string(tok.string)]
+            while (nxt := self.peek()) is not None and nxt.type == tokenize.STRING:
+                parts.append(_string(self.take().string))
+            return "".join(parts)
+        if tok.type == tokenize.NUMBER:
+            return _literal(tok.string)
+        if tok.type == tokenize.OP:
+            return self._op_value(tok.string)
+        if tok.type == tokenize.NAME:
+            name = tok.string
+            while self.is_op(".") and (nxt := self._peek_at(1)) and nxt.type == tokenize.NAME:
+                self.pos += 1
+                name += "." + self.take().string
+            if self.is_op("("):
+                self.pos += 1
+                return self._call(name)
+            return _CONSTANTS.get(name, name)
+        raise ValueError(f"unexpected {tok.string!r}")
+
+    def _peek_at(self, offset: int) -> tokenize.TokenInfo | None:
+        index = self.pos + offset
+        return self.toks[index] if index < len(self.toks) else None
+
+    def _op_value(self, op: str) -> Any:
+        if op in ("-", "+"):
+            number = self.value()
+            if not isinstance(number, (int, float)):
+                raise ValueError("sign before a non-number")
+            return -number if op == "-" else number
+        if op == "[":
+            return self._items("]")
+        if op == "(":
+            items = self._items(")")
+            return items
+        if op == "{":
+            return self._brace()
+        if op == "<":
+            depth, parts = 1, ["<"]
+            while depth:
+                tok = self.take()
+                depth += tok.string == "<"
+                depth -= tok.string == ">"
+                parts.append(tok.string)
+            return " ".join(parts)
+        if op == "...":
+            return None
+        raise ValueError(f"unexpected {op!r}")
+
+    def _items(self, close: str) -> list[Any]:
+        out: list[Any] = []
+        while not self.is_op(close):
+            out.append(self.value())
+            if not self.is_op(close):
+                self.expect(",")
+        self.pos += 1
+        return out
+
+    def _brace(self) -> Any:
+        if self.is_op("}"):
+            self.pos += 1
+            return {}
+        first = self.value()
+        if not self.is_op(":"):
+            rest = [first]
+            while not self.is_op("}"):
+                self.expect(",")
+                if self.is_op("}"):
+                    break
+                rest.append(self.value())
+            self.pos += 1
+            return rest
+        out: dict[Any, Any] = {}
+        key = first
+        while True:
+            self.expect(":")
+            out[_hashable(key)] = self.value()
+            if self.is_op("}"):
+                break
+            self.expect(",")
+            if self.is_op("}"):
+                break
+            key = self.value()
+        self.pos += 1
+        return out
+
+    def _call(self, name: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"__type__": name}
+        args: list[Any] = []
+        while not self.is_op(")"):
+            tok, nxt = self.peek(), self._peek_at(1)
+            if (
+                tok is not None
+                and tok.type == tokenize.NAME
+                and nxt is not None
+                and nxt.type == tokenize.OP
+                and nxt.string == "="
+            ):
+                self.pos += 2
+                out[tok.string] = self.value()
+            else:
+                args.append(self.value())
+            if not self.is_op(")"):
+                self.expect(",")
+        self.pos += 1
+        if args:
+            out["__args__"] = args
+        return out
+
+
+def _string(token: str) -> str:
+    value = ast.literal_eval(token)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _literal(token: str) -> Any:
+    try:
+        return ast.literal_eval(token)
+    except (ValueError, SyntaxError):
+        raise ValueError(f"bad number {token!r}") from None
+
+
+def _hashable(key: Any) -> Any:
+    try:
+        hash(key)
+    except TypeError:
+        return json.dumps(key, default=str)
+    return key
+
+
+READER = LiteLLMReader()

@@ -1,0 +1,266 @@
+"""The trtllm-scaffolding reader: TensorRT-LLM scaffolding execution traces.
+
+Expected values are computed here from the raw JSON with plain Python, never
+copied from the reader's output. These traces carry no timestamps, so there is
+no out-of-order clock to test; ordering comes from the event list itself.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from ttlctl.cli import app
+from ttlctl.ingest.errors import IngestError
+from ttlctl.ingest.pipeline import ingest
+from ttlctl.trace import io as trace_io
+
+FORMAT = "trtllm-scaffolding"
+SAMPLE = "django__django-16801.trace.json"
+
+
+# ---------------------------------------------------------------- independent oracle
+
+
+def _expected(paths: list[Path]) -> dict[str, dict[str, list[Any]]]:
+    """Per trace (root branch, one conversation, as in the shipped files)."""
+    out: dict[str, dict[str, list[Any]]] = {}
+    for path in paths:
+        doc = json.loads(path.read_text())
+        events = doc["events"]
+        assert all(not e.get("branch_path") for e in events)
+        cols: dict[str, list[Any]] = {"input": [], "output": [], "tool": [], "tool_s": []}
+        for i, e in enumerate(events):
+            if e["event_type"] != "message" or e["role"] != "assistant":
+                continue
+            cols["input"].append(e["prompt_tokens"])
+            cols["output"].append(e["completion_tokens"])
+            tools = []
+            for f in events[i + 1:]:
+                if f["event_type"] == "message" and f["role"] == "assistant":
+                    break
+                if f["event_type"] == "tool_call":
+                    tools.append(f)
+            if tools:
+                longest = max(tools, key=lambda t: t["duration_ms"])
+                cols["tool"].append(longest["tool_name"])
+                cols["tool_s"].append(sum(t["duration_ms"] for t in tools) / 1000)
+            else:
+                cols["tool"].append(None)
+                cols["tool_s"].append(None)
+        cols["tool"][-1] = None  # nothing follows the last call
+        cols["tool_s"][-1] = None
+        out[doc["trace_id"]] = cols
+    return out
+
+
+def _check(trace: pl.DataFrame, exp: dict[str, dict[str, list[Any]]]) -> None:
+    assert trace["program_id"].n_unique() == len(exp)
+    assert trace.height == sum(len(c["input"]) for c in exp.values())
+    assert trace["input_tokens"].sum() == sum(sum(c["input"]) for c in exp.values())
+    assert trace["output_tokens"].sum() == sum(sum(c["output"]) for c in exp.values())
+    for program, cols in exp.items():
+        rows = trace.filter(pl.col("program_id") == program).sort("turn")
+        n = len(cols["input"])
+        assert rows["turn"].to_list() == list(range(n))
+        assert rows["tool"].to_list() == cols["tool"]
+        got = rows["tool_s"].to_list()
+        assert [g is None for g in got] == [w is None for w in cols["tool_s"]]
+        assert [g for g in got if g is not None] == pytest.approx(
+            [w for w in cols["tool_s"] if w is not None]
+        )
+        assert rows["gap_s"].to_list() == got  # gap_s = tool_s when a tool ran
+        assert rows["arrival_s"].to_list() == [0.0] + [None] * (n - 1)
+        assert rows["parent_program_id"].null_count() == n
+        # reuse: previous prompt + previous (non-reasoning) output, capped
+        reused = rows["reused_tokens"].to_list()
+        assert reused[0] is None
+        for i in range(1, n):
+            assert reused[i] == min(cols["input"][i], cols["input"][i - 1] + cols["output"][i - 1])
+
+
+# ---------------------------------------------------------------- real data
+
+
+def test_sample(samples: Path, tmp_path: Path) -> None:
+    src = samples / FORMAT / SAMPLE
+    report = ingest([src], tmp_path / "t.parquet", fmt="auto")
+    assert report.files[0].format == FORMAT
+    assert report.rejected == 0
+    trace = trace_io.read(tmp_path / "t.parquet")
+    exp = _expected([src])
+    _check(trace, exp)
+    doc = json.loads(src.read_text())
+    assert trace["program_id"][0] == doc["trace_id"]
+    # the job ends with complete_task after the last call: not a tool of any row
+    assert doc["events"][-1]["tool_name"] == "complete_task"
+    assert "complete_task" not in trace["tool"].drop_nulls().to_list()
+
+
+def test_shared_traces(shared_traces: Path, tmp_path: Path) -> None:
+    folder = shared_traces / "trtllm-scaffolding"
+    files = sorted(folder.glob("*.json"))
+    assert files
+    report = ingest([folder], tmp_path / "t.parquet", fmt=FORMAT)
+    assert report.rejected == 0
+    _check(trace_io.read(tmp_path / "t.parquet"), _expected(files))
+
+
+# ---------------------------------------------------------------- branches, parallel tools
+
+
+def _msg(role: str, path: list[int], conv: int, **extra: Any) -> dict[str, Any]:
+    return {"event_type": "message", "branch_path": path, "conversation_id": conv,
+            "role": role, **extra}
+
+
+def _call(path: list[int], conv: int, prompt: int, out: int = 10, **extra: Any) -> dict[str, Any]:
+    return _msg("assistant", path, conv, prompt_tokens=prompt, completion_tokens=out, **extra)
+
+
+def _tool(path: list[int], name: str, ms: Any) -> dict[str, Any]:
+    return {"event_type": "tool_call", "branch_path": path, "tool_name": name, "duration_ms": ms}
+
+
+def _job() -> dict[str, Any]:
+    return {"trace_id": "job", "events": [
+        _msg("system", [], 0, tokens=100),
+        _call([], 0, 120, reasoning_tokens=4),
+        # two tools dispatched together, then one more: max(0.1, 0.3) + 0.2
+        {"event_type": "parallel_start", "branch_path": [], "children": [
+            _tool([], "grep", 100.0), _tool([], "fetch", 300.0)]},
+        _tool([], "shell", 200.0),
+        _call([], 0, 400),
+        {"event_type": "parallel_start", "branch_path": [], "num_branches": 2},
+        _msg("system", [0], 0, tokens=50),
+        _call([0], 0, 60),
+        _tool([0], "search", 1500.0),
+        _call([0], 0, 90),
+        _tool([0], "complete", 1.0),
+        _call([1], 0, 70),
+        {"event_type": "parallel_end", "branch_path": []},
+        _call([], 0, 500, llm_duration_ms=2500.0),  # full traces time each call
+        _call([], 1, 80),  # a second root conversation (e.g. a summariser)
+    ]}
+
+
+def test_branches_and_parallel_tools(tmp_path: Path) -> None:
+    src = tmp_path / "job.trace.json"
+    src.write_text(json.dumps(_job()))
+    report = ingest([src], tmp_path / "t.parquet", fmt="auto")
+    assert report.files[0].format == FORMAT
+    assert report.records == report.rows == 7
+    trace = trace_io.read(tmp_path / "t.parquet")
+    by = {p: trace.filter(pl.col("program_id") == p).sort("turn")
+          for p in trace["program_id"].unique().to_list()}
+    assert sorted(by) == ["job", "job/b0/c0", "job/b1/c0", "job/c1"]
+    root = by["job"]
+    assert root["tool"].to_list() == ["fetch", None, None]  # the longest of the three
+    assert root["tool_s"].to_list()[0] == pytest.approx(0.5)
+    assert root["gap_s"].to_list()[0] == pytest.approx(0.5)
+    assert root["reused_tokens"].to_list() == [None, 120 + 10 - 4, 400 + 10]
+    assert root["llm_s"].to_list() == [None, None, 2.5]
+    sub = by["job/b0/c0"]
+    assert sub["tool"].to_list() == ["search", None]
+    assert sub["tool_s"].to_list()[0] == pytest.approx(1.5)
+    assert sub["parent_program_id"].to_list() == ["job", "job"]
+    assert by["job/b1/c0"]["parent_program_id"].to_list() == ["job"]
+    assert by["job/c1"]["parent_program_id"].to_list() == [None]
+    assert trace.filter(pl.col("turn") == 0)["arrival_s"].to_list() == [0.0] * 4
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _bad_file(tmp_path: Path, case: str, samples: Path) -> Path:
+    doc = json.loads((samples / FORMAT / SAMPLE).read_text())
+    doc["trace_id"] = "bad"
+    path = tmp_path / f"{case}.trace.json"
+    events = doc["events"]
+    if case == "truncated":
+        text = json.dumps(doc, indent=2)
+        path.write_text(text[: len(text) // 2])
+        return path
+    if case == "wrong-format":
+        shutil.copy(samples / "tracelab" / "round_trace.jsonl", path)
+        return path
+    if case == "wrong-shape":
+        path.write_text(json.dumps({"trace_id": "x", "requests": []}))
+        return path
+    if case == "empty":
+        path.write_text("")
+        return path
+    if case == "binary":
+        path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00" * 30)
+        return path
+    if case == "missing-tokens":
+        del events[5]["prompt_tokens"]
+    elif case == "non-numeric-tokens":
+        events[5]["completion_tokens"] = "many"
+    elif case == "negative-duration":
+        events[6]["duration_ms"] = -3.0
+    elif case == "non-numeric-duration":
+        events[6]["duration_ms"] = "fast"
+    elif case == "no-calls":
+        doc["events"] = [e for e in events if e.get("role") != "assistant"]
+    else:
+        raise AssertionError(case)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+BAD = {
+    "truncated": (None, "truncated JSON"),
+    "wrong-format": (None, "malformed JSON"),
+    "wrong-shape": (None, "not a TensorRT-LLM scaffolding trace"),
+    "empty": (None, "empty file"),
+    "binary": (None, "binary data"),
+    "missing-tokens": ("events[5]", "missing prompt_tokens"),
+    "non-numeric-tokens": ("events[5]", "non-numeric completion_tokens"),
+    "negative-duration": ("events[5]", "negative duration_ms"),
+    "non-numeric-duration": ("events[5]", "non-numeric duration_ms"),
+    "no-calls": (None, "no assistant messages"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input(case: str, tmp_path: Path, samples: Path) -> None:
+    bad = _bad_file(tmp_path, case, samples)
+    good = samples / FORMAT / SAMPLE
+    record, reason = BAD[case]
+    with pytest.raises(IngestError) as info:
+        ingest([bad, good], tmp_path / "strict.parquet", fmt=FORMAT)
+    assert info.value.file == str(bad)
+    if record is not None:
+        assert info.value.record == record
+    assert reason in info.value.reason
+    assert not (tmp_path / "strict.parquet").exists()
+
+    report = ingest([bad, good], tmp_path / "t.parquet", fmt=FORMAT, skip_bad=True)
+    assert report.records == report.rows + report.rejected
+    assert report.rejected >= 1
+    trace = trace_io.read(tmp_path / "t.parquet")
+    good_id = json.loads(good.read_text())["trace_id"]
+    assert trace["program_id"].unique().to_list() == [good_id]
+    rejects = [json.loads(x) for x in Path(report.rejects_path or "").read_text().splitlines()]
+    assert sum(r["records"] for r in rejects) == report.rejected
+    assert all(r["file"] == str(bad) for r in rejects)
+
+
+def test_cli(samples: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "t.parquet"
+    src = samples / FORMAT / SAMPLE
+    result = runner.invoke(app, ["ingest", str(src), "-o", str(out), "--format", FORMAT])
+    assert result.exit_code == 0, result.output
+    assert trace_io.read(out).height == 4
+    bad = _bad_file(tmp_path, "negative-duration", samples)
+    result = runner.invoke(app, ["ingest", str(bad), "-o", str(out), "--format", FORMAT])
+    assert result.exit_code == 2
+    assert bad.name in result.output

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ttlctl import __version__
+from ttlctl import __version__, bundle_cli
+from ttlctl.clikit import err, out, user_errors
 
 app = typer.Typer(
     name="ttlctl",
@@ -23,40 +22,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
-
-
-class UserError(Exception):
-    """Bad input or arguments: printed as one line, exit code 2."""
-
-
-def fail(message: str) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
-    raise typer.Exit(2)
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn the library's input errors into one line on stderr and exit code 2."""
-    from ttlctl.ingest.errors import IngestError
-    from ttlctl.ingest.registry import UnknownFormat
-
-    try:
-        yield
-    except (IngestError, UnknownFormat, UserError) as exc:
-        fail(_escape(str(exc)))
-    except PermissionError as exc:
-        fail(_escape(f"{exc.filename}: permission denied"))
-    except IsADirectoryError as exc:
-        fail(_escape(f"{exc.filename}: is a directory"))
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
+app.add_typer(bundle_cli.app, name="bundle")
 
 
 def _version(value: bool) -> None:
@@ -142,6 +108,54 @@ def ingest(
         return
     render.ingest_report(err, report)
     render.trace_summary(out, summary, title=output.name)
+
+
+@app.command()
+def fit(
+    trace: Annotated[Path, typer.Argument(help="Canonical trace (Parquet) from `ttlctl ingest`.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="fit.json to write.")],
+    min_samples: Annotated[
+        int, typer.Option(help="K: records a tool needs before its own CDF is trusted.")
+    ] = 100,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write one PNG per tool (CDF, exponential fit) here.")
+    ] = None,
+    abandon_s: Annotated[
+        float, typer.Option(help="Pauses longer than this are abandoned programs, not tools.")
+    ] = 3600.0,
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for η's interval.")] = 1000,
+    seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the fit as JSON on stdout.")
+    ] = False,
+) -> None:
+    """Fit per-tool pause CDFs (compressed to ≤ 1,024 points), exponential fits, and η."""
+    from fitting.fit import FitConfig, fit_trace
+    from ttlctl import render
+    from ttlctl.clikit import UserError
+    from ttlctl.jsonio import write_atomic as write_json
+
+    with user_errors():
+        try:
+            config = FitConfig(
+                min_samples=min_samples, abandon_s=abandon_s, bootstrap=bootstrap, seed=seed
+            )
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        with err.status("fitting…"):
+            doc = fit_trace(trace, config)
+        write_json(doc, output)
+        plots = []
+        if plot is not None:
+            from fitting.plots import plot_fit
+
+            with err.status("plotting…"):
+                plots = plot_fit(doc, plot)
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        return
+    render.fit_table(out, doc)
+    err.print(f"wrote {output}" + (f" and {len(plots)} plot(s) in {plot}" if plot else ""))
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
-from ttlctl.trace.schema import PARQUET_METADATA, conform
+from ttlctl.trace.schema import PARQUET_METADATA, REQUIRED, conform
 
 
 def write(frame: pl.LazyFrame, output: Path, *, streaming: bool = False) -> int:
@@ -40,8 +40,27 @@ def write(frame: pl.LazyFrame, output: Path, *, streaming: bool = False) -> int:
     return int(rows)
 
 
+class TraceError(ValueError):
+    """A file that is not a readable canonical trace; the message names it."""
+
+
 def scan(path: Path) -> pl.LazyFrame:
     """A canonical trace written by :func:`write` (or any Parquet with its columns)."""
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file")
+    with path.open("rb") as fh:
+        magic = fh.read(4)
+    if magic != b"PAR1":
+        raise TraceError(
+            f"{path}: not a Parquet trace (make one with `ttlctl ingest {path} -o trace.parquet`)"
+        )
+    try:
+        names = set(pl.read_parquet_schema(path))
+    except pl.exceptions.PolarsError as exc:
+        raise TraceError(f"{path}: unreadable Parquet ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in REQUIRED if c not in names]
+    if missing:
+        raise TraceError(f"{path}: not a canonical trace: missing column(s) {', '.join(missing)}")
     return conform(pl.scan_parquet(path), keep_source=False)
 
 

@@ -1,0 +1,134 @@
+"""``ttlctl fit``: a canonical trace → per-tool pause distributions, the global one, and η.
+
+The pause that follows a call is its ``tool_s`` when the log measured the tool,
+else its ``gap_s`` (what an engine sees: next arrival − this finish). Only calls
+followed by a tool count (``tool`` not null); pauses longer than ``abandon_s``
+are abandoned programs, not durations, and are counted apart. Each tool's
+samples give an empirical CDF (compressed to ≤ 1,024 points, see
+:mod:`fitting.cdf`) and a maximum-likelihood exponential fit; η comes from the
+programs' lengths (:mod:`fitting.eta`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from fitting import cdf as cdf_mod
+from fitting import eta as eta_mod
+
+FIT_SCHEMA = "ttlctl.fit/1"
+
+
+@dataclass(frozen=True, slots=True)
+class FitConfig:
+    min_samples: int = 100
+    abandon_s: float = 3600.0
+    bootstrap: int = 1000
+    seed: int = 0
+    max_points: int = cdf_mod.MAX_POINTS
+
+    def __post_init__(self) -> None:
+        if self.min_samples < 0 or self.abandon_s <= 0 or self.bootstrap < 0:
+            raise ValueError("min_samples >= 0, abandon_s > 0, bootstrap >= 0")
+        if self.max_points < 2:
+            raise ValueError("max_points >= 2")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def pauses(trace: pl.LazyFrame) -> pl.DataFrame:
+    """One row per call followed by a named tool: ``tool``, ``pause_s``, ``measured``."""
+    return (
+        trace.filter(pl.col("tool").is_not_null())
+        .select(
+            "tool",
+            pl.coalesce("tool_s", "gap_s").alias("pause_s"),
+            pl.col("tool_s").is_not_null().alias("measured"),
+        )
+        .filter(pl.col("pause_s").is_not_null())
+        .collect()
+    )
+
+
+def _percentile(values: np.ndarray[Any, Any], q: float) -> float | None:
+    needed = max(1, round(100 / (100 - q)))
+    return float(np.quantile(values, q / 100)) if values.size >= needed else None
+
+
+def describe(samples: np.ndarray[Any, Any], config: FitConfig, measured: int) -> dict[str, Any]:
+    """Statistics, the compressed CDF and the exponential fit of one set of pauses."""
+    full = cdf_mod.empirical(samples)
+    small = cdf_mod.compress(full, config.max_points)
+    exp = cdf_mod.exponential_fit(samples)
+    return {
+        "n": int(samples.size),
+        "measured": int(measured),
+        "mean_s": float(samples.mean()) if samples.size else None,
+        "p50_s": _percentile(samples, 50),
+        "p90_s": _percentile(samples, 90),
+        "p99_s": _percentile(samples, 99),
+        "max_s": float(samples.max()) if samples.size else None,
+        "trusted": bool(samples.size > config.min_samples),
+        "cdf": small.to_json(),
+        "cdf_ks_from_full": cdf_mod.ks_distance(full, small),
+        "exponential": exp.to_json() if exp else None,
+    }
+
+
+def fit_trace(path: Path, config: FitConfig | None = None) -> dict[str, Any]:
+    """The fit document of a canonical trace file (see CONTRACT.md, ``ttlctl fit``)."""
+    from ttlctl import __version__
+    from ttlctl.trace import io as trace_io
+
+    config = config or FitConfig()
+    trace = trace_io.scan(path)
+    data = pauses(trace)
+    abandoned = data.filter(pl.col("pause_s") > config.abandon_s)
+    kept = data.filter(pl.col("pause_s") <= config.abandon_s)
+
+    tools: dict[str, Any] = {}
+    for (name,), group in sorted(kept.group_by("tool"), key=lambda kv: str(kv[0][0])):
+        values = group["pause_s"].to_numpy().astype(np.float64)
+        tools[str(name)] = describe(values, config, int(group["measured"].sum()))
+    everything = kept["pause_s"].to_numpy().astype(np.float64)
+    lengths = trace.group_by("program_id").len().collect()["len"].to_numpy()
+    eta = eta_mod.estimate(lengths, bootstrap=config.bootstrap, seed=config.seed)
+    calls = trace.select(pl.len()).collect().item()
+    return {
+        "schema": FIT_SCHEMA,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "ttlctl_version": __version__,
+        "config": {
+            "min_samples": config.min_samples,
+            "abandon_s": config.abandon_s,
+            "bootstrap": config.bootstrap,
+            "seed": config.seed,
+            "max_points": config.max_points,
+            "compression_ks_bound": cdf_mod.compression_bound(config.max_points),
+        },
+        "input": {
+            "path": str(path),
+            "sha256": file_sha256(path),
+            "programs": int(lengths.size),
+            "calls": int(calls),
+            "pauses": int(data.height),
+            "abandoned_pauses": int(abandoned.height),
+        },
+        "k": config.min_samples,
+        "eta": eta.to_json(),
+        "global": describe(everything, config, int(kept["measured"].sum())),
+        "tools": tools,
+    }

@@ -1,0 +1,297 @@
+"""The TTL policy: "how long do I keep this finished request's KV?", offline and online.
+
+τ* = argmax over τ of P(τ, f)·B − τ with B = T·η + PrefillReload(context)
+(METHOD.md). P is the empirical CDF of tool f's pauses when f has more than K
+records, the CDF of all tools when it has not, and Exp(1) (τ = ln B, η = 1) while
+the policy has seen at most K records in all.
+
+:class:`TTLPolicy` is one object for both sides: the simulator and the vLLM
+scheduler plugin feed it the same events (a pause observed, a queueing delay
+observed, a program finished) and ask it the same question. It starts from the
+bundle's fit as a prior, keeps a bounded history per tool, and rebuilds a tool's
+hull after every ``refresh_every`` new samples, one tool per event, so no call
+does more than O(history) work. It reads no clock and sees only what an engine
+sees. Standard library only: the engine process imports it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fitting import hull as hull_mod
+from fitting.eta import DEFAULT_ETA, EtaSums
+
+VALVES = ("head", "stall-only")
+
+SOURCE_TOOL = "tool"
+SOURCE_GLOBAL = "global"
+SOURCE_COLD = "cold-start"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyParams:
+    """The knobs of the policy; written verbatim into every bundle."""
+
+    #: η, the weight of the out-of-order cost (tuned by replay)
+    eta: float = DEFAULT_ETA
+    #: learn η online from finished programs (else keep ``eta``)
+    learn_eta: bool = False
+    #: records needed before a CDF is trusted (cold start below)
+    k: int = 100
+    #: queueing delays averaged for T
+    t_window: int = 100
+    #: how pins yield to waiting work: ``head`` (paper) or ``stall-only``
+    valve: str = "head"
+    #: largest fraction of the KV cache pins may hold
+    pin_cap: float = 1.0
+    #: a fixed τ during cold start instead of ln B (None: ln B)
+    cold_start_ttl_s: float | None = None
+    #: online samples kept per tool (and for the global CDF)
+    history_cap: int = 1024
+    #: the prior counts as at most this many samples, so new data can move it
+    prior_weight_cap: int = 1024
+    #: new samples of a tool before its hull is rebuilt
+    refresh_every: int = 32
+    #: a pause longer than this is an abandoned program, not a tool duration
+    abandon_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.eta) or not -1.0 <= self.eta <= 1.0:
+            raise ValueError(f"eta must be in [-1, 1], got {self.eta}")
+        if self.k < 0 or self.t_window < 1 or self.history_cap < 1 or self.refresh_every < 1:
+            raise ValueError("k >= 0, t_window, history_cap and refresh_every >= 1")
+        if self.valve not in VALVES:
+            raise ValueError(f"valve must be one of {', '.join(VALVES)}, got {self.valve!r}")
+        if not 0.0 < self.pin_cap <= 1.0:
+            raise ValueError(f"pin_cap must be in (0, 1], got {self.pin_cap}")
+        if self.cold_start_ttl_s is not None and not self.cold_start_ttl_s >= 0:
+            raise ValueError("cold_start_ttl_s must be >= 0")
+        if self.prior_weight_cap < 0 or self.abandon_s <= 0:
+            raise ValueError("prior_weight_cap >= 0 and abandon_s > 0")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> PolicyParams:
+        known = {f for f in PolicyParams.__dataclass_fields__}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown policy parameter(s): {', '.join(sorted(unknown))}")
+        return PolicyParams(**dict(data))
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    ttl_s: float
+    source: str
+    benefit_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ttl_s": self.ttl_s, "source": self.source, "benefit_s": self.benefit_s}
+
+
+@dataclass(frozen=True, slots=True)
+class Prior:
+    """A step CDF from the fit: points (x, p) standing for ``n`` samples."""
+
+    x: tuple[float, ...]
+    p: tuple[float, ...]
+    n: int
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Prior:
+        return Prior(tuple(map(float, data["x"])), tuple(map(float, data["p"])), int(data["n"]))
+
+
+@dataclass(slots=True)
+class _Durations:
+    """One tool's (or all tools') prior plus recent observations, and its cached hull."""
+
+    prior: Prior | None
+    prior_weight: float
+    recent: deque[float]
+    hull: hull_mod.Hull = hull_mod.EMPTY
+    pending: int = 0
+    observed: int = 0
+
+    @property
+    def records(self) -> int:
+        return (self.prior.n if self.prior else 0) + self.observed
+
+    def rebuild(self) -> None:
+        weights: dict[float, float] = {}
+        if self.prior is not None and self.prior.n > 0 and self.prior_weight > 0:
+            last = 0.0
+            for x, p in zip(self.prior.x, self.prior.p, strict=True):
+                weights[x] = weights.get(x, 0.0) + (p - last) * self.prior_weight
+                last = p
+        for x in self.recent:
+            weights[x] = weights.get(x, 0.0) + 1.0
+        total = sum(weights.values())
+        if total <= 0:
+            self.hull = hull_mod.EMPTY
+        else:
+            xs = sorted(weights)
+            acc = 0.0
+            ps: list[float] = []
+            for x in xs:
+                acc += weights[x]
+                ps.append(acc / total)
+            ps[-1] = 1.0
+            self.hull = hull_mod.build(xs, ps)
+        self.pending = 0
+
+
+@dataclass(slots=True)
+class TTLPolicy:
+    """The online TTL policy (see the module docstring)."""
+
+    params: PolicyParams
+    #: PrefillReload(context tokens, offload?) in seconds, from the profile
+    rebuild_s: Callable[[float, bool], float]
+    tools: dict[str, _Durations] = field(default_factory=dict)
+    everything: _Durations | None = None
+    delays: deque[float] = field(default_factory=deque)
+    delay_sum: float = 0.0
+    eta_sums: EtaSums = field(default_factory=EtaSums)
+    _dirty: deque[str] = field(default_factory=deque)
+
+    @staticmethod
+    def create(
+        params: PolicyParams,
+        rebuild_s: Callable[[float, bool], float],
+        tool_priors: Mapping[str, Prior] | None = None,
+        global_prior: Prior | None = None,
+    ) -> TTLPolicy:
+        policy = TTLPolicy(params=params, rebuild_s=rebuild_s)
+        policy.delays = deque(maxlen=params.t_window)
+        policy.everything = policy._new(global_prior)
+        for name, prior in (tool_priors or {}).items():
+            policy.tools[name] = policy._new(prior)
+        return policy
+
+    def _new(self, prior: Prior | None) -> _Durations:
+        weight = 0.0
+        if prior is not None and prior.n > 0:
+            weight = float(min(prior.n, self.params.prior_weight_cap))
+        d = _Durations(prior, weight, deque(maxlen=self.params.history_cap))
+        d.rebuild()
+        return d
+
+    # ------------------------------------------------------------ what it learns
+
+    def observe_pause(self, tool: str | None, seconds: float) -> bool:
+        """A program came back ``seconds`` after its call finished, having run ``tool``.
+
+        Returns False (and learns nothing) for an unknown tool, a non-finite or
+        negative pause, or one longer than ``abandon_s`` (an abandoned program).
+        """
+        if tool is None or not math.isfinite(seconds) or seconds < 0:
+            return False
+        if seconds > self.params.abandon_s:
+            return False
+        assert self.everything is not None
+        durations = self.tools.get(tool)
+        if durations is None:
+            durations = self.tools[tool] = self._new(None)
+        for d, name in ((durations, tool), (self.everything, "")):
+            d.recent.append(seconds)
+            d.observed += 1
+            d.pending += 1
+            if d.pending >= self.params.refresh_every and name not in self._dirty:
+                self._dirty.append(name)
+        # an event dirties at most two hulls: rebuilding two keeps the queue from growing
+        self._refresh_one()
+        self._refresh_one()
+        return True
+
+    def observe_queue_delay(self, seconds: float) -> None:
+        """The queueing delay an evicted program suffered when it came back (feeds T)."""
+        if not math.isfinite(seconds) or seconds < 0:
+            return
+        if len(self.delays) == self.delays.maxlen:
+            self.delay_sum -= self.delays[0]
+        self.delays.append(seconds)
+        self.delay_sum += seconds
+
+    def observe_program_end(self, n_calls: int) -> None:
+        self.eta_sums.add(n_calls)
+
+    def _refresh_one(self) -> None:
+        """Rebuild at most one stale hull (bounded work per event)."""
+        if not self._dirty:
+            return
+        name = self._dirty.popleft()
+        target = self.everything if name == "" else self.tools.get(name)
+        if target is not None:
+            target.rebuild()
+
+    # ------------------------------------------------------------ what it answers
+
+    @property
+    def queue_delay_s(self) -> float:
+        """T: the mean of the recent queueing delays (0 before any)."""
+        return max(0.0, self.delay_sum / len(self.delays)) if self.delays else 0.0
+
+    @property
+    def eta(self) -> float:
+        if self.params.learn_eta:
+            learned = self.eta_sums.eta()
+            if learned is not None:
+                return max(-1.0, min(1.0, learned))
+        return self.params.eta
+
+    @property
+    def records(self) -> int:
+        return self.everything.records if self.everything else 0
+
+    def benefit(
+        self, context_tokens: float, offload: bool = False, eta: float | None = None
+    ) -> float:
+        """B = T·η + PrefillReload(context), in seconds."""
+        e = self.eta if eta is None else eta
+        return self.queue_delay_s * e + self.rebuild_s(context_tokens, offload)
+
+    def decide(
+        self,
+        tool: str | None,
+        context_tokens: float,
+        offload: bool = False,
+        queue_delay_s: float | None = None,
+    ) -> Decision:
+        """τ* for a request that just finished with ``context_tokens`` of KV.
+
+        ``queue_delay_s`` overrides T (for what-if queries); by default the
+        policy's own running mean is used.
+        """
+        t = self.queue_delay_s if queue_delay_s is None else queue_delay_s
+        if self.records <= self.params.k:
+            benefit = t * 1.0 + self.rebuild_s(context_tokens, offload)  # η = 1 in cold start
+            if self.params.cold_start_ttl_s is not None:
+                return Decision(self.params.cold_start_ttl_s, SOURCE_COLD, benefit)
+            return Decision(hull_mod.cold_start(benefit), SOURCE_COLD, benefit)
+        benefit = t * self.eta + self.rebuild_s(context_tokens, offload)
+        durations = self.tools.get(tool) if tool is not None else None
+        if durations is not None and durations.records > self.params.k:
+            tau, _ = hull_mod.best(durations.hull, benefit)
+            return Decision(tau, SOURCE_TOOL, benefit)
+        assert self.everything is not None
+        tau, _ = hull_mod.best(self.everything.hull, benefit)
+        return Decision(tau, SOURCE_GLOBAL, benefit)
+
+    def refresh_all(self) -> None:
+        """Rebuild every stale hull now (for tests and between replays)."""
+        while self._dirty:
+            self._refresh_one()
+
+
+def priors_from_fit(fit: Mapping[str, Any]) -> tuple[dict[str, Prior], Prior | None]:
+    """The per-tool and global priors stored in a fit document."""
+    tools = {name: Prior.from_json(t["cdf"]) for name, t in fit.get("tools", {}).items()}
+    g = fit.get("global")
+    return tools, (Prior.from_json(g["cdf"]) if g else None)

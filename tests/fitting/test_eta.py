@@ -1,0 +1,64 @@
+"""η on synthetic programs: fixed length ≈ 1, geometric ≈ 0, heavy-tailed < 0."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fitting.eta import EtaSums, estimate
+
+
+def _pairs_eta(lengths: np.ndarray) -> float:
+    """Reference: build every (k, N−k) pair explicitly and correlate them."""
+    ks, rest = [], []
+    for n in lengths:
+        for k in range(1, int(n)):
+            ks.append(k)
+            rest.append(int(n) - k)
+    return -float(np.corrcoef(ks, rest)[0, 1])
+
+
+def test_fixed_length_gives_one() -> None:
+    est = estimate(np.full(500, 11))
+    assert est.value == pytest.approx(1.0)
+    assert est.ci_low == pytest.approx(1.0) and est.ci_high == pytest.approx(1.0)
+
+
+def test_geometric_gives_about_zero() -> None:
+    rng = np.random.default_rng(1)
+    est = estimate(rng.geometric(0.1, 20_000))
+    assert abs(est.value or 9) < 0.05
+    assert est.ci_low is not None and est.ci_high is not None
+    assert est.ci_low < 0.0 < est.ci_high or abs(est.value or 9) < 0.02
+
+
+def test_heavy_tail_gives_negative() -> None:
+    rng = np.random.default_rng(2)
+    lengths = np.ceil(rng.pareto(1.2, 5_000) * 3 + 1).astype(int)
+    est = estimate(lengths)
+    assert est.value is not None and est.value < -0.2
+    assert est.ci_high is not None and est.ci_high < 0
+
+
+def test_closed_form_matches_explicit_pairs_and_online_sums() -> None:
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 40, 300)
+    reference = _pairs_eta(lengths)
+    assert estimate(lengths, bootstrap=0).value == pytest.approx(reference, abs=1e-12)
+    online = EtaSums()
+    for n in lengths:
+        online.add(int(n))
+    assert online.eta() == pytest.approx(reference, abs=1e-12)
+
+
+def test_undefined_cases() -> None:
+    assert estimate([]).value is None
+    assert estimate([1, 1, 1]).value is None  # no decision points
+    assert estimate([2, 2, 2]).value is None  # every pair is (1, 1)
+
+
+def test_bootstrap_is_seeded() -> None:
+    lengths = np.random.default_rng(4).integers(2, 30, 200)
+    a, b = estimate(lengths, seed=7), estimate(lengths, seed=7)
+    assert (a.ci_low, a.ci_high) == (b.ci_low, b.ci_high)
+    assert a.ci_low is not None and a.ci_low <= (a.value or 0) <= (a.ci_high or 0)

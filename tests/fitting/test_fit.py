@@ -1,0 +1,119 @@
+"""`ttlctl fit` on a synthetic trace whose truth is known, and on the shipped samples."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from ttlctl.cli import app
+from ttlctl.trace import io as trace_io
+
+
+def test_fit_counts_and_statistics(synthetic_trace: Path, fit_doc: dict[str, Any]) -> None:
+    trace = trace_io.read(synthetic_trace)
+    timed = trace.filter(pl.col("tool").is_not_null())
+    assert fit_doc["input"]["calls"] == trace.height
+    assert fit_doc["input"]["programs"] == trace["program_id"].n_unique()
+    assert fit_doc["global"]["n"] == timed.height
+    for name in ("grep", "pytest", "web"):
+        values = timed.filter(pl.col("tool") == name)["tool_s"]
+        entry = fit_doc["tools"][name]
+        assert entry["n"] == values.len() == entry["measured"]
+        assert entry["p50_s"] == pytest.approx(values.quantile(0.5, "linear"))
+        assert entry["trusted"] == (values.len() > 100)
+        assert entry["cdf"]["p"][-1] == 1.0
+        assert entry["cdf"]["x"][-1] == pytest.approx(values.max())
+    # pytest durations are lognormal(1.5, 0.6): mean e^(1.5+0.18) ≈ 5.37 s
+    assert fit_doc["tools"]["pytest"]["exponential"]["mean_s"] == pytest.approx(5.37, rel=0.15)
+    assert not fit_doc["tools"]["web"]["trusted"]
+    assert fit_doc["eta"]["value"] is not None and -1 <= fit_doc["eta"]["value"] <= 1
+
+
+def test_gap_used_when_tool_time_missing_and_abandoned_set_aside(tmp_path: Path) -> None:
+    from fitting.fit import FitConfig, fit_trace
+
+    rows = [
+        {
+            "program_id": "a",
+            "turn": 0,
+            "arrival_s": 0.0,
+            "input_tokens": 10,
+            "output_tokens": 1,
+            "tool": "x",
+            "tool_s": None,
+            "gap_s": 2.5,
+        },
+        {
+            "program_id": "a",
+            "turn": 1,
+            "arrival_s": 3.0,
+            "input_tokens": 10,
+            "output_tokens": 1,
+            "tool": "x",
+            "tool_s": 1.0,
+            "gap_s": 1.2,
+        },
+        {
+            "program_id": "a",
+            "turn": 2,
+            "arrival_s": 5.0,
+            "input_tokens": 10,
+            "output_tokens": 1,
+            "tool": "x",
+            "tool_s": None,
+            "gap_s": 7200.0,
+        },
+        {"program_id": "a", "turn": 3, "arrival_s": 7300.0, "input_tokens": 10, "output_tokens": 1},
+    ]
+    path = tmp_path / "t.parquet"
+    trace_io.write(pl.DataFrame(rows).lazy(), path)
+    doc = fit_trace(path, FitConfig(bootstrap=0))
+    assert doc["tools"]["x"]["cdf"]["x"] == [1.0, 2.5]
+    assert doc["tools"]["x"]["measured"] == 1
+    assert doc["input"]["abandoned_pauses"] == 1
+
+
+def test_fit_cli_writes_json_and_plots(synthetic_trace: Path, tmp_path: Path) -> None:
+    out, plots = tmp_path / "fit.json", tmp_path / "plots"
+    res = CliRunner().invoke(
+        app,
+        ["fit", str(synthetic_trace), "-o", str(out), "--plot", str(plots), "--bootstrap", "50"],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert set(doc["tools"]) == {"grep", "pytest", "web"}
+    pngs = sorted(p.name for p in plots.iterdir())
+    assert pngs == ["global.png", "grep.png", "pytest.png", "web.png"]
+    assert all((plots / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in pngs)
+
+
+def test_fit_cli_refuses_a_non_trace(tmp_path: Path) -> None:
+    bogus = tmp_path / "x.parquet"
+    bogus.write_text("hello")
+    res = CliRunner().invoke(app, ["fit", str(bogus), "-o", str(tmp_path / "f.json")])
+    assert res.exit_code == 2 and "not a Parquet trace" in res.output
+    pl.DataFrame({"a": [1]}).write_parquet(bogus)
+    res = CliRunner().invoke(app, ["fit", str(bogus), "-o", str(tmp_path / "f.json")])
+    assert res.exit_code == 2 and "missing column" in res.output
+    res = CliRunner().invoke(app, ["fit", str(bogus), "-o", "f.json", "--min-samples", "-3"])
+    assert res.exit_code == 2
+
+
+def test_plot_names_from_untrusted_tools(tmp_path: Path) -> None:
+    from fitting.plots import plot_fit
+
+    entry = {
+        "n": 3,
+        "cdf": {"n": 3, "x": [1.0, 2.0], "p": [0.5, 1.0]},
+        "exponential": None,
+        "trusted": False,
+    }
+    fit = {"global": entry, "tools": {"../../etc/passwd": entry, "$\\frac{a}{b}$ <b>": entry}}
+    paths = plot_fit(fit, tmp_path / "p")
+    assert all(p.parent == tmp_path / "p" for p in paths)
+    assert len(paths) == 3

@@ -1,0 +1,141 @@
+"""The online TTL policy: cold start, fallbacks, learning, bounded state."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fitting import hull
+from fitting.policy import (
+    SOURCE_COLD,
+    SOURCE_GLOBAL,
+    SOURCE_TOOL,
+    PolicyParams,
+    Prior,
+    TTLPolicy,
+)
+
+
+def rebuild(tokens: float, offload: bool) -> float:
+    """1 ms per 1k tokens prefilled, a tenth of that reloaded."""
+    return tokens / 1e6 / (10 if offload else 1)
+
+
+def prior(samples: list[float]) -> Prior:
+    from fitting.cdf import empirical
+
+    c = empirical(samples)
+    return Prior(c.x, c.p, c.n)
+
+
+def test_cold_start_uses_ln_b_with_eta_one() -> None:
+    policy = TTLPolicy.create(PolicyParams(eta=-0.5, k=100), rebuild)
+    policy.observe_queue_delay(4.0)
+    d = policy.decide("grep", 20_000)
+    assert d.source == SOURCE_COLD
+    assert d.benefit_s == pytest.approx(4.0 * 1.0 + 0.02)  # η = 1 in cold start
+    assert d.ttl_s == pytest.approx(math.log(4.02))
+    fixed = TTLPolicy.create(PolicyParams(k=100, cold_start_ttl_s=0.25), rebuild)
+    assert fixed.decide("x", 1000).ttl_s == 0.25
+
+
+def test_tool_then_global_fallback() -> None:
+    rng = np.random.default_rng(0)
+    tools = {"grep": prior(list(rng.uniform(0.1, 0.3, 500))), "rare": prior([100.0] * 5)}
+    everything = prior(list(rng.uniform(0.1, 0.3, 500)) + [100.0] * 5)
+    policy = TTLPolicy.create(PolicyParams(k=100), rebuild, tools, everything)
+    assert policy.decide("grep", 1e6).source == SOURCE_TOOL
+    assert policy.decide("rare", 1e6).source == SOURCE_GLOBAL  # 5 records ≤ K
+    assert policy.decide(None, 1e6).source == SOURCE_GLOBAL
+    assert policy.decide("never-seen", 1e6).source == SOURCE_GLOBAL
+    # B = 1 s: grep returns within 0.3 s, so keep it about that long
+    assert 0.25 < policy.decide("grep", 1e6).ttl_s <= 0.3
+    assert policy.decide("grep", 1e3).ttl_s == 0.0  # B = 1 ms: never worth it
+
+
+def test_online_samples_move_the_decision() -> None:
+    params = PolicyParams(k=10, refresh_every=8, prior_weight_cap=50)
+    policy = TTLPolicy.create(params, rebuild, {"t": prior([30.0] * 200)}, prior([30.0] * 200))
+    assert policy.decide("t", 5e6).ttl_s == 0.0  # 30 s pauses, B = 5 s
+    for _ in range(400):
+        policy.observe_pause("t", 0.4)
+    policy.refresh_all()
+    assert policy.decide("t", 5e6).ttl_s == pytest.approx(0.4)
+
+
+def test_decision_equals_brute_force_on_prior_plus_history() -> None:
+    rng = np.random.default_rng(5)
+    base = list(np.round(rng.lognormal(0, 1, 300), 2))
+    params = PolicyParams(k=10, refresh_every=1, prior_weight_cap=300, history_cap=64)
+    policy = TTLPolicy.create(params, rebuild, {"t": prior(base)}, prior(base))
+    seen = list(np.round(rng.lognormal(1, 0.5, 200), 2))
+    for s in seen:
+        policy.observe_pause("t", float(s))
+    policy.refresh_all()
+    # independent reference: weighted CDF of the prior (300) and the last 64 samples
+    weights: dict[float, float] = {}
+    for v in base:
+        weights[float(v)] = weights.get(float(v), 0) + 1.0
+    for v in seen[-64:]:
+        weights[float(v)] = weights.get(float(v), 0) + 1.0
+    xs = sorted(weights)
+    ps = list(np.cumsum([weights[x] for x in xs]) / sum(weights.values()))
+    for tokens in (1e5, 1e6, 3e6, 1e7):
+        benefit = rebuild(tokens, False)
+        _, ref_value = hull.brute_force(xs, ps, benefit)
+        d = policy.decide("t", tokens)
+        got = ps[xs.index(d.ttl_s)] * benefit - d.ttl_s if d.ttl_s else 0.0
+        assert got == pytest.approx(ref_value, abs=1e-9)
+
+
+def test_state_stays_bounded() -> None:
+    params = PolicyParams(k=5, history_cap=100, refresh_every=1, t_window=10)
+    policy = TTLPolicy.create(params, rebuild)
+    rng = np.random.default_rng(1)
+    for i in range(20_000):
+        policy.observe_pause(f"tool{i % 50}", float(rng.exponential(2.0)))
+        policy.observe_queue_delay(float(i))
+    assert all(len(d.recent) <= 100 for d in policy.tools.values())
+    assert policy.everything is not None and len(policy.everything.recent) <= 100
+    assert len(policy._dirty) <= 51
+    assert len(policy.delays) == 10
+    assert policy.queue_delay_s == pytest.approx(np.mean(np.arange(19_990, 20_000)))
+
+
+def test_what_it_refuses_to_learn() -> None:
+    policy = TTLPolicy.create(PolicyParams(abandon_s=600), rebuild)
+    assert not policy.observe_pause("t", 4000.0)  # an abandoned program
+    assert not policy.observe_pause("t", -1.0)
+    assert not policy.observe_pause("t", float("nan"))
+    assert not policy.observe_pause(None, 1.0)
+    assert policy.records == 0
+    policy.observe_queue_delay(float("inf"))
+    assert policy.queue_delay_s == 0.0
+
+
+def test_eta_learned_online_when_asked() -> None:
+    fixed = TTLPolicy.create(PolicyParams(eta=0.3), rebuild)
+    learn = TTLPolicy.create(PolicyParams(eta=0.3, learn_eta=True), rebuild)
+    for p in (fixed, learn):
+        for _ in range(50):
+            p.observe_program_end(8)
+    assert fixed.eta == 0.3
+    assert learn.eta == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"eta": 2.0}, {"valve": "sometimes"}, {"pin_cap": 0.0}, {"k": -1}, {"t_window": 0}],
+)
+def test_params_validate(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        PolicyParams(**bad)  # type: ignore[arg-type]
+
+
+def test_params_round_trip_and_reject_unknown() -> None:
+    p = PolicyParams(eta=0.2, valve="stall-only", pin_cap=0.5)
+    assert PolicyParams.from_json(p.to_json()) == p
+    with pytest.raises(ValueError, match="unknown policy parameter"):
+        PolicyParams.from_json({**p.to_json(), "secret": 1})

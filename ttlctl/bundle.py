@@ -1,0 +1,200 @@
+"""The policy bundle: one JSON document a vLLM scheduler plugin loads at runtime.
+
+Fields (CONTRACT.md): ``schema_version``, ``created``, ``ttlctl_version``, ``fit``
+(per-tool CDFs, global CDF, η), ``profile`` (what rebuilding a context costs),
+``policy`` (η, K, T window, valve, pin cap …), ``provenance`` (input hashes,
+tuning summary) and ``sha256``: the SHA-256 of the canonical JSON of every other
+field (keys sorted, no spaces, UTF-8). Any edit, truncation or schema mismatch
+is caught by :func:`verify`.
+
+Standard library only (with :mod:`fitting.policy` and :mod:`profiles.schema`):
+the engine process imports this module, so it must not pull in numpy, polars
+or torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from fitting.policy import PolicyParams, TTLPolicy, priors_from_fit
+from profiles import schema as profile_schema
+from ttlctl.jsonio import write_atomic
+
+SCHEMA_VERSION = 1
+FIT_SCHEMA = "ttlctl.fit/1"
+MAX_CDF_POINTS = 1024
+REQUIRED = (
+    "schema_version",
+    "created",
+    "ttlctl_version",
+    "fit",
+    "profile",
+    "policy",
+    "provenance",
+    "sha256",
+)
+
+
+class BundleError(ValueError):
+    """A bundle that must not be used; the message says why (one line)."""
+
+
+def canonical_bytes(doc: Mapping[str, Any]) -> bytes:
+    """The bytes the checksum covers: every field but ``sha256``, canonical JSON."""
+    body = {k: v for k, v in doc.items() if k != "sha256"}
+    return json.dumps(
+        body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def seal(doc: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in doc.items() if k != "sha256"}
+    out["sha256"] = hashlib.sha256(canonical_bytes(out)).hexdigest()
+    return out
+
+
+def build(
+    fit: Mapping[str, Any],
+    profile: Mapping[str, Any],
+    params: PolicyParams,
+    *,
+    created: str,
+    ttlctl_version: str,
+    provenance: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A sealed bundle; raises :class:`BundleError` if the parts do not check."""
+    doc = seal(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "created": created,
+            "ttlctl_version": ttlctl_version,
+            "fit": dict(fit),
+            "profile": dict(profile),
+            "policy": params.to_json(),
+            "provenance": dict(provenance or {}),
+        }
+    )
+    verify(doc)
+    return doc
+
+
+def write(doc: Mapping[str, Any], path: Path) -> None:
+    """Write atomically: the file is whole or absent, never half-written."""
+    write_atomic(doc, path)
+
+
+def read(path: Path) -> dict[str, Any]:
+    """Load and verify; :class:`BundleError` names the file and the problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BundleError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{path}: cannot read: {exc}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BundleError(
+            f"{path}: line {exc.lineno}: not valid JSON ({exc.msg}); truncated or edited?"
+        ) from None
+    try:
+        verify(doc)
+    except BundleError as exc:
+        raise BundleError(f"{path}: {exc}") from None
+    return dict(doc)
+
+
+def verify(doc: Any) -> None:
+    """Raise :class:`BundleError` on any damage, edit, foreign document or bad content."""
+    if not isinstance(doc, dict):
+        raise BundleError("not a ttlctl bundle (not a JSON object)")
+    missing = [k for k in REQUIRED if k not in doc]
+    if missing:
+        raise BundleError(f"not a ttlctl bundle: missing {', '.join(missing)}")
+    if doc["schema_version"] != SCHEMA_VERSION:
+        raise BundleError(
+            f"bundle schema_version {doc['schema_version']!r} is not supported "
+            f"(this ttlctl reads {SCHEMA_VERSION})"
+        )
+    try:
+        expected = hashlib.sha256(canonical_bytes(doc)).hexdigest()
+    except (TypeError, ValueError) as exc:
+        raise BundleError(f"content cannot be checksummed: {exc}") from None
+    if doc["sha256"] != expected:
+        raise BundleError(
+            "checksum mismatch: the bundle was edited or damaged after it was written"
+        )
+    _check_fit(doc["fit"])
+    try:
+        profile_schema.from_json(doc["profile"], "profile")
+        PolicyParams.from_json(doc["policy"])
+    except (ValueError, TypeError) as exc:
+        raise BundleError(str(exc)) from None
+    if not isinstance(doc["provenance"], dict):
+        raise BundleError("provenance must be an object")
+
+
+def _check_fit(fit: Any) -> None:
+    if not isinstance(fit, dict) or fit.get("schema") != FIT_SCHEMA:
+        raise BundleError(f"fit: schema is not {FIT_SCHEMA!r}")
+    tools = fit.get("tools")
+    if not isinstance(tools, dict):
+        raise BundleError("fit: tools must be an object")
+    entries = [(f"tools[{name!r}]", t) for name, t in tools.items()]
+    if fit.get("global") is not None:
+        entries.append(("global", fit["global"]))
+    for where, entry in entries:
+        cdf = entry.get("cdf") if isinstance(entry, dict) else None
+        if not isinstance(cdf, dict):
+            raise BundleError(f"fit.{where}: missing cdf")
+        _check_cdf(cdf, f"fit.{where}.cdf")
+
+
+def _check_cdf(cdf: Mapping[str, Any], where: str) -> None:
+    x, p, n = cdf.get("x"), cdf.get("p"), cdf.get("n")
+    if not isinstance(x, list) or not isinstance(p, list) or not isinstance(n, int):
+        raise BundleError(f"{where}: needs lists x, p and an integer n")
+    if len(x) != len(p) or len(x) > MAX_CDF_POINTS:
+        raise BundleError(f"{where}: x and p must have the same length, at most {MAX_CDF_POINTS}")
+    if (n == 0) != (len(x) == 0) or n < 0:
+        raise BundleError(f"{where}: n must be positive exactly when there are points")
+    values = [*x, *p]
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+        raise BundleError(f"{where}: non-numeric or non-finite value")
+    if any(b <= a for a, b in pairwise(x)) or (x and x[0] < 0):
+        raise BundleError(f"{where}: x must be non-negative and strictly increasing")
+    if any(b <= a for a, b in pairwise(p)) or (p and (p[0] <= 0 or p[-1] != 1)):
+        raise BundleError(f"{where}: p must increase strictly to 1")
+
+
+def policy_from(doc: Mapping[str, Any]) -> TTLPolicy:
+    """The online policy a verified bundle describes."""
+    params = PolicyParams.from_json(doc["policy"])
+    profile = profile_schema.from_json(doc["profile"])
+    tools, everything = priors_from_fit(doc["fit"])
+    return TTLPolicy.create(params, profile.rebuild_s, tools, everything)
+
+
+def load_policy(
+    path: Path | str | None, warn: Callable[[str], None]
+) -> tuple[TTLPolicy | None, dict[str, Any] | None]:
+    """Engine side: the bundle's policy, or (None, None) = "no pin" after one warning.
+
+    Never raises: a missing, damaged or foreign bundle must leave the engine
+    serving as stock vLLM.
+    """
+    if path is None or str(path) == "":
+        warn("ttlctl: no bundle given (TTLCTL_BUNDLE unset): serving as stock vLLM, no pins")
+        return None, None
+    try:
+        doc = read(Path(path))
+        return policy_from(doc), doc
+    except (BundleError, ValueError, KeyError, TypeError) as exc:
+        warn(f"ttlctl: bundle refused, serving as stock vLLM with no pins: {exc}")
+        return None, None

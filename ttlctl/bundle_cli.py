@@ -1,0 +1,140 @@
+"""``ttlctl bundle build|inspect|verify|query``: thin commands over :mod:`ttlctl.bundle`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ttlctl import __version__
+from ttlctl.clikit import UserError, err, fail, out, user_errors
+
+app = typer.Typer(help="Build, inspect, verify and query policy bundles.", no_args_is_help=True)
+
+CONTEXTS = (1_000, 8_000, 32_000, 128_000)
+
+
+@app.command()
+def build(
+    fit: Annotated[Path, typer.Option("--fit", help="fit.json from `ttlctl fit`.")],
+    profile: Annotated[
+        str, typer.Option("--profile", help="profile.json, or a shipped profile name.")
+    ],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Bundle to write.")],
+    eta: Annotated[
+        float | None, typer.Option("--eta", help="η; default: the fit's estimate (1 if none).")
+    ] = None,
+    k: Annotated[
+        int | None, typer.Option("--k", help="Records before a CDF is trusted; default: fit's.")
+    ] = None,
+    t_window: Annotated[int, typer.Option(help="Queueing delays averaged for T.")] = 100,
+    valve: Annotated[str, typer.Option(help="Pressure valve: head or stall-only.")] = "head",
+    pin_cap: Annotated[float, typer.Option(help="Largest fraction of KV pins may hold.")] = 1.0,
+    cold_start_ttl: Annotated[
+        float | None, typer.Option(help="Fixed τ (s) during cold start instead of ln B.")
+    ] = None,
+    learn_eta: Annotated[bool, typer.Option(help="Let the engine re-estimate η online.")] = False,
+) -> None:
+    """Combine a fit, a profile and the policy's parameters into one sealed bundle."""
+    from fitting.policy import PolicyParams
+    from profiles.shipped import resolve
+    from ttlctl import bundle
+
+    with user_errors():
+        fit_doc = _read_json(fit)
+        prof, prof_path = resolve(profile)
+        fitted = (fit_doc.get("eta") or {}).get("value")
+        if eta is None:
+            eta = max(-1.0, min(1.0, fitted)) if fitted is not None else 1.0
+        try:
+            params = PolicyParams(
+                eta=eta,
+                k=k if k is not None else int(fit_doc.get("k", 100)),
+                t_window=t_window,
+                valve=valve,
+                pin_cap=pin_cap,
+                cold_start_ttl_s=cold_start_ttl,
+                learn_eta=learn_eta,
+            )
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        from fitting.fit import file_sha256
+
+        doc = bundle.build(
+            fit_doc,
+            prof.to_json(),
+            params,
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
+            ttlctl_version=__version__,
+            provenance={
+                "fit": {"path": str(fit), "sha256": file_sha256(fit)},
+                "profile": {"path": str(prof_path), "sha256": file_sha256(prof_path)},
+                "trace": fit_doc.get("input", {}),
+                "eta_fitted": fitted,
+            },
+        )
+        bundle.write(doc, output)
+    err.print(f"wrote {output} (sha256 {doc['sha256'][:12]}…, {len(fit_doc['tools'])} tools)")
+
+
+@app.command()
+def verify(path: Annotated[Path, typer.Argument(help="Bundle to check.")]) -> None:
+    """Exit 0 if the bundle is intact and readable by this ttlctl, 2 on any damage."""
+    from ttlctl import bundle
+
+    with user_errors():
+        doc = bundle.read(path)
+    out.print(f"{path}: ok (schema {doc['schema_version']}, sha256 {doc['sha256']})")
+
+
+@app.command()
+def inspect(
+    path: Annotated[Path, typer.Argument(help="Bundle to show.")],
+    queue_delay: Annotated[float, typer.Option(help="T (s) assumed for the τ* columns.")] = 0.0,
+    offload: Annotated[bool, typer.Option(help="Price a miss as a reload, not a prefill.")] = False,
+) -> None:
+    """A readable table: tools, samples, median, p90, and τ* at 1k/8k/32k/128k tokens."""
+    from ttlctl import bundle, render
+
+    with user_errors():
+        doc = bundle.read(path)
+        policy = bundle.policy_from(doc)
+    render.bundle_table(out, doc, policy, CONTEXTS, queue_delay, offload)
+
+
+@app.command()
+def query(
+    path: Annotated[Path, typer.Argument(help="Bundle.")],
+    tool: Annotated[str, typer.Option("--tool", help="Tool the agent is about to call.")],
+    context_tokens: Annotated[int, typer.Option("--context-tokens", help="KV tokens held.")],
+    queue_delay: Annotated[
+        float | None, typer.Option("--queue-delay", help="T (s); default 0 (no history).")
+    ] = None,
+    offload: Annotated[bool, typer.Option("--offload", help="A host tier holds the KV.")] = False,
+) -> None:
+    """Print {"ttl_s", "source", "benefit_s"}: how long to keep this request's KV."""
+    from ttlctl import bundle
+
+    with user_errors():
+        if context_tokens < 0:
+            raise typer.BadParameter("--context-tokens must be >= 0")
+        doc = bundle.read(path)
+        policy = bundle.policy_from(doc)
+        decision = policy.decide(tool, context_tokens, offload=offload, queue_delay_s=queue_delay)
+    sys.stdout.write(json.dumps(decision.to_json()) + "\n")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        fail(f"{path}: no such file")
+    except json.JSONDecodeError as exc:
+        fail(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})")
+    if not isinstance(data, dict):
+        fail(f"{path}: not a JSON object")
+    return data

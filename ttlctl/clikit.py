@@ -1,0 +1,52 @@
+"""What every command shares: the two consoles, and user errors as one line with exit 2."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+#: results for people (tables); machine output is written to sys.stdout directly
+out = Console(soft_wrap=True)
+#: progress, notes and errors
+err = Console(stderr=True, soft_wrap=True)
+
+#: tables written to a file or a pipe are not squeezed to 80 columns
+PIPE_WIDTH = 140
+for _console in (out, err):
+    if not _console.is_terminal:
+        _console.width = PIPE_WIDTH
+
+
+class UserError(Exception):
+    """Bad input or arguments: printed as one line, exit code 2."""
+
+
+def fail(message: str) -> NoReturn:
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    raise typer.Exit(2)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn the library's input errors into one line on stderr and exit code 2."""
+    from profiles.schema import ProfileError
+    from ttlctl.bundle import BundleError
+    from ttlctl.ingest.errors import IngestError
+    from ttlctl.ingest.registry import UnknownFormat
+    from ttlctl.trace.io import TraceError
+
+    try:
+        yield
+    except (IngestError, UnknownFormat, UserError, BundleError, ProfileError, TraceError) as exc:
+        fail(str(exc))
+    except PermissionError as exc:
+        fail(f"{exc.filename}: permission denied")
+    except IsADirectoryError as exc:
+        fail(f"{exc.filename}: is a directory")
+    except FileNotFoundError as exc:
+        fail(f"{exc.filename}: no such file")

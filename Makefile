@@ -19,6 +19,9 @@ test: install
 
 demo: install
 	$(BIN)/ttlctl ingest samples -o $(DEMO)/trace.parquet
+	$(BIN)/ttlctl fit $(DEMO)/trace.parquet -o $(DEMO)/fit.json --plot $(DEMO)/plots
+	$(BIN)/ttlctl bundle build --fit $(DEMO)/fit.json --profile llama-3.1-8b-h100 -o $(DEMO)/bundle.json
+	$(BIN)/ttlctl bundle inspect $(DEMO)/bundle.json --queue-delay 2
 
 bench: install
 	$(BIN)/python bench/run.py

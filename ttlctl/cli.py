@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ttlctl import __version__, bundle_cli
+from ttlctl import __version__, bundle_cli, profile_cli
 from ttlctl.clikit import err, out, user_errors
 
 app = typer.Typer(
@@ -23,6 +23,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(bundle_cli.app, name="bundle")
+app.command("profile")(profile_cli.profile)
 
 
 def _version(value: bool) -> None:

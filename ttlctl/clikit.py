@@ -34,6 +34,7 @@ def fail(message: str) -> NoReturn:
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Turn the library's input errors into one line on stderr and exit code 2."""
+    from profiles.models import ModelConfigError
     from profiles.schema import ProfileError
     from ttlctl.bundle import BundleError
     from ttlctl.ingest.errors import IngestError
@@ -42,7 +43,15 @@ def user_errors() -> Iterator[None]:
 
     try:
         yield
-    except (IngestError, UnknownFormat, UserError, BundleError, ProfileError, TraceError) as exc:
+    except (
+        IngestError,
+        UnknownFormat,
+        UserError,
+        BundleError,
+        ProfileError,
+        TraceError,
+        ModelConfigError,
+    ) as exc:
         fail(str(exc))
     except PermissionError as exc:
         fail(f"{exc.filename}: permission denied")

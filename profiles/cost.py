@@ -1,0 +1,89 @@
+"""The cost model the simulator steps with: prefill, decode step and reload times.
+
+A :class:`CostModel` answers three questions about one engine step; the
+simulator's step time is their sum (a batch mixes prefill chunks and decodes, as
+vLLM's chunked prefill does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from profiles.schema import Profile
+
+
+class CostModel(Protocol):
+    def prefill_s(self, context: int, chunk: int) -> float:
+        """Time to prefill ``chunk`` new tokens on top of ``context`` tokens already in KV."""
+        ...
+
+    def decode_s(self, seqs: int, kv_tokens: int) -> float:
+        """One decode step for ``seqs`` sequences holding ``kv_tokens`` of KV in all."""
+        ...
+
+    def reload_s(self, tokens: int) -> float:
+        """Bringing ``tokens`` of KV back from the host tier."""
+        ...
+
+    def step_s(self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int) -> float:
+        """A whole step: prefill ``chunks`` (context, chunk) plus ``seqs`` decodes."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileCostModel:
+    """Costs from a :class:`~profiles.schema.Profile`.
+
+    Prefilling ``chunk`` tokens after ``context`` costs the quadratic's increment,
+    ``b·chunk + q·((context + chunk)² − context²)`` (attention of the new tokens
+    over everything before them), plus the fixed ``a`` once per step.
+    """
+
+    profile: Profile
+
+    def prefill_s(self, context: int, chunk: int) -> float:
+        p = self.profile.prefill
+        end = context + chunk
+        return p.b * chunk + p.q * (end * end - context * context)
+
+    def decode_s(self, seqs: int, kv_tokens: int) -> float:
+        if seqs <= 0:
+            return 0.0
+        d = self.profile.decode
+        return d.step_s + d.per_seq_s * seqs + d.per_kv_token_s * kv_tokens
+
+    def reload_s(self, tokens: int) -> float:
+        return self.profile.reload_s(tokens)
+
+    def step_s(self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int) -> float:
+        prefill = sum(self.prefill_s(c, n) for c, n in chunks)
+        fixed = self.profile.prefill.a if chunks else 0.0
+        decode = self.decode_s(seqs, kv_tokens)
+        if chunks and seqs == 0:
+            # a prefill-only step still reads the weights once
+            decode = self.profile.decode.step_s
+        return fixed + prefill + decode
+
+
+@dataclass(frozen=True, slots=True)
+class ConstantCostModel:
+    """Fixed per-token costs: enough to start a simulator, and easy to reason about in tests."""
+
+    prefill_per_token_s: float = 1e-4
+    decode_step_s: float = 0.02
+    reload_per_token_s: float = 1e-6
+
+    def prefill_s(self, context: int, chunk: int) -> float:
+        return self.prefill_per_token_s * chunk
+
+    def decode_s(self, seqs: int, kv_tokens: int) -> float:
+        return self.decode_step_s if seqs > 0 else 0.0
+
+    def reload_s(self, tokens: int) -> float:
+        return self.reload_per_token_s * tokens
+
+    def step_s(self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int) -> float:
+        return sum(self.prefill_s(c, n) for c, n in chunks) + (
+            self.decode_step_s if (seqs or chunks) else 0.0
+        )

@@ -1,0 +1,75 @@
+"""Fits used by profiling: prefill time as a quadratic in context, decode step as linear.
+
+Both are non-negative least squares on relative error (each point weighted by
+1/its time), so short contexts count as much as long ones and no coefficient
+goes negative (a negative term would predict negative times somewhere).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import nnls
+
+
+@dataclass(frozen=True, slots=True)
+class QuadraticFit:
+    a: float
+    b: float
+    q: float
+    rmse_s: float
+    max_rel_error: float
+
+    def __call__(self, tokens: float) -> float:
+        return self.a + self.b * tokens + self.q * tokens * tokens
+
+
+def fit_quadratic(tokens: Sequence[float], seconds: Sequence[float]) -> QuadraticFit:
+    """``seconds ≈ a + b·tokens + q·tokens²`` with a, b, q ≥ 0."""
+    c = np.asarray(tokens, dtype=np.float64)
+    y = np.asarray(seconds, dtype=np.float64)
+    if c.size < 3 or c.size != y.size:
+        raise ValueError("a quadratic needs at least 3 (tokens, seconds) points")
+    if np.any(y <= 0) or not np.all(np.isfinite(y)):
+        raise ValueError("timings must be positive and finite")
+    scale = np.array([1.0, c.max(), c.max() ** 2])  # condition the columns
+    design = np.stack([np.ones_like(c), c, c * c], axis=1) / scale
+    weights = 1.0 / y
+    coef, _ = nnls(design * weights[:, None], y * weights)
+    a, b, q = coef / scale
+    pred = a + b * c + q * c * c
+    return QuadraticFit(
+        float(a),
+        float(b),
+        float(q),
+        float(np.sqrt(np.mean((pred - y) ** 2))),
+        float(np.max(np.abs(pred - y) / y)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeFit:
+    step_s: float
+    per_seq_s: float
+    per_kv_token_s: float
+    max_rel_error: float
+
+
+def fit_decode(
+    seqs: Sequence[float], kv_tokens: Sequence[float], seconds: Sequence[float]
+) -> DecodeFit:
+    """``seconds ≈ step + per_seq·seqs + per_kv_token·kv_tokens``, all ≥ 0."""
+    s = np.asarray(seqs, dtype=np.float64)
+    k = np.asarray(kv_tokens, dtype=np.float64)
+    y = np.asarray(seconds, dtype=np.float64)
+    if y.size < 3:
+        raise ValueError("the decode model needs at least 3 timings")
+    scale = np.array([1.0, max(s.max(), 1.0), max(k.max(), 1.0)])
+    design = np.stack([np.ones_like(s), s, k], axis=1) / scale
+    weights = 1.0 / y
+    coef, _ = nnls(design * weights[:, None], y * weights)
+    c0, c1, c2 = coef / scale
+    pred = c0 + c1 * s + c2 * k
+    return DecodeFit(float(c0), float(c1), float(c2), float(np.max(np.abs(pred - y) / y)))

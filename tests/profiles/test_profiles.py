@@ -1,0 +1,133 @@
+"""Profile maths and files that need no device: fits, KV sizes, round trips, cost model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from profiles import fitmath, models, roofline, shipped
+from profiles.cost import ConstantCostModel, ProfileCostModel
+from profiles.schema import ProfileError, from_json, load
+from ttlctl.cli import app
+
+
+def test_quadratic_fit_recovers_known_coefficients() -> None:
+    rng = np.random.default_rng(0)
+    a, b, q = 0.004, 2e-5, 3e-10
+    tokens = np.array([1024, 2048, 4096, 8192, 16384, 32768, 65536])
+    exact = a + b * tokens + q * tokens**2
+    fit = fitmath.fit_quadratic(tokens, exact)
+    assert (fit.a, fit.b, fit.q) == pytest.approx((a, b, q), rel=1e-6)
+    noisy = exact * rng.normal(1.0, 0.01, tokens.size)
+    fit = fitmath.fit_quadratic(tokens, noisy)
+    assert fit.b == pytest.approx(b, rel=0.1) and fit.q == pytest.approx(q, rel=0.1)
+    assert fit.max_rel_error < 0.05
+
+
+def test_quadratic_fit_never_goes_negative() -> None:
+    # concave timings (a saturating device) must not yield a negative q
+    tokens = [100, 200, 400, 800, 1600]
+    fit = fitmath.fit_quadratic(tokens, [0.01, 0.015, 0.02, 0.024, 0.027])
+    assert fit.a >= 0 and fit.b >= 0 and fit.q >= 0
+    with pytest.raises(ValueError):
+        fitmath.fit_quadratic([1, 2], [0.1, 0.2])
+    with pytest.raises(ValueError):
+        fitmath.fit_quadratic([1, 2, 3], [0.1, -0.2, 0.3])
+
+
+def test_decode_fit_recovers_linear_model() -> None:
+    seqs = np.array([1, 1, 4, 4, 16, 16])
+    kv = seqs * np.array([128, 1024, 128, 1024, 128, 1024])
+    t = 0.005 + 1e-4 * seqs + 2e-8 * kv
+    fit = fitmath.fit_decode(seqs, kv, t)
+    assert (fit.step_s, fit.per_seq_s, fit.per_kv_token_s) == pytest.approx((0.005, 1e-4, 2e-8), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("preset", "expected"),
+    [
+        ("llama-3.1-8b", 2 * 32 * 8 * 128 * 2),  # 128 KiB per token
+        ("llama-3.1-70b", 2 * 80 * 8 * 128 * 2),
+        ("qwen3-8b", 2 * 36 * 8 * 128 * 2),
+        ("tiny", 2 * 2 * 2 * 64 * 2),
+        ("tiny-55m", 2 * 8 * 2 * 192 * 2),
+    ],
+)
+def test_kv_bytes_per_token(preset: str, expected: int) -> None:
+    _, config = models.load_config(preset)
+    assert models.kv_bytes_per_token(config) == expected
+    assert models.kv_bytes_per_token(config, "float32") == expected * 2
+
+
+def test_kv_bytes_from_a_config_file_without_head_dim(tmp_path: Path) -> None:
+    config = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "torch_dtype": "float16"}  # no GQA, no head_dim: 4096/32 = 128
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    _, loaded = models.load_config(tmp_path)
+    assert models.kv_bytes_per_token(loaded) == 2 * 32 * 32 * 128 * 2
+    with pytest.raises(models.ModelConfigError):
+        models.load_config(tmp_path / "nope")
+
+
+def test_every_shipped_profile_loads_and_round_trips() -> None:
+    names = shipped.names()
+    assert len(names) == len(roofline.MODELS) * len(roofline.DEVICES)
+    for name in names:
+        p = load(shipped.DATA / f"{name}.json")
+        assert from_json(json.loads(json.dumps(p.to_json()))) == p
+        assert p.source["kind"] == "roofline"
+        grid = [p.prefill_s(c) for c in (1e3, 8e3, 32e3, 128e3)]
+        assert grid == sorted(grid) and grid[0] > 0
+
+
+def test_roofline_orders_devices_sensibly() -> None:
+    m = roofline.MODELS["Llama-3.1-8B"]
+    a100, h100, b200 = (roofline.profile(m, roofline.DEVICES[d]) for d in ("A100", "H100", "B200"))
+    assert a100.prefill_s(32768) > h100.prefill_s(32768) > b200.prefill_s(32768)
+    assert h100.kv_bytes_per_token == 131072
+    # reload is far cheaper than prefill at long context: the reason offload matters
+    assert h100.reload_s(32768) < h100.prefill_s(32768) / 10
+
+
+def test_profile_errors_name_the_problem(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    path.write_text("{")
+    with pytest.raises(ProfileError, match="not valid JSON"):
+        load(path)
+    good = load(shipped.DATA / "llama-3.1-8b-h100.json").to_json()
+    with pytest.raises(ProfileError, match="schema"):
+        from_json({**good, "schema": "other"})
+    broken = json.loads(json.dumps(good))
+    del broken["prefill"]["q"]
+    with pytest.raises(ProfileError, match="missing or invalid field"):
+        from_json(broken)
+
+
+def test_cost_model_chunks_add_up() -> None:
+    p = load(shipped.DATA / "llama-3.1-8b-h100.json")
+    cost = ProfileCostModel(p)
+    whole = cost.prefill_s(0, 8192)
+    parts = sum(cost.prefill_s(c, 2048) for c in (0, 2048, 4096, 6144))
+    assert parts == pytest.approx(whole, rel=1e-12)  # chunking conserves work
+    assert whole + p.prefill.a == pytest.approx(p.prefill_s(8192))
+    assert cost.prefill_s(30000, 2048) > cost.prefill_s(0, 2048)  # later chunks attend to more
+    assert cost.step_s([], 0, 0) == 0.0
+    assert cost.step_s([(0, 512)], 8, 8000) > cost.decode_s(8, 8000)
+    const = ConstantCostModel()
+    assert const.step_s([(0, 100)], 0, 0) == pytest.approx(100 * 1e-4 + 0.02)
+
+
+def test_cli_profile_list_and_errors(tmp_path: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(app, ["profile", "--list"])
+    assert res.exit_code == 0 and "llama-3.1-8b-h100" in res.output and "roofline" in res.output
+    res = runner.invoke(app, ["profile", "-o", str(tmp_path / "p.json"), "--model", "nope"])
+    assert res.exit_code == 2 and "no such config.json or preset" in res.output
+    res = runner.invoke(app, ["profile", "-o", str(tmp_path / "p.json"), "--contexts", "1,x"])
+    assert res.exit_code == 2 and "--contexts" in res.output
+    res = runner.invoke(app, ["profile"])
+    assert res.exit_code == 2

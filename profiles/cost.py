@@ -26,6 +26,10 @@ class CostModel(Protocol):
         """Bringing ``tokens`` of KV back from the host tier."""
         ...
 
+    def decode_run_s(self, seqs: int, kv_tokens: int, steps: int) -> float:
+        """``steps`` decode steps in a row, the KV growing by ``seqs`` tokens each."""
+        ...
+
     def step_s(self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int) -> float:
         """A whole step: prefill ``chunks`` (context, chunk) plus ``seqs`` decodes."""
         ...
@@ -56,6 +60,14 @@ class ProfileCostModel:
     def reload_s(self, tokens: int) -> float:
         return self.profile.reload_s(tokens)
 
+    def decode_run_s(self, seqs: int, kv_tokens: int, steps: int) -> float:
+        if seqs <= 0 or steps <= 0:
+            return 0.0
+        d = self.profile.decode
+        # Σ_{i<steps} (step + per_seq·seqs + per_kv·(kv + i·seqs)), in closed form
+        kv_sum = steps * kv_tokens + seqs * steps * (steps - 1) / 2
+        return steps * (d.step_s + d.per_seq_s * seqs) + d.per_kv_token_s * kv_sum
+
     def step_s(self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int) -> float:
         prefill = sum(self.prefill_s(c, n) for c, n in chunks)
         fixed = self.profile.prefill.a if chunks else 0.0
@@ -82,6 +94,9 @@ class ConstantCostModel:
 
     def reload_s(self, tokens: int) -> float:
         return self.reload_per_token_s * tokens
+
+    def decode_run_s(self, seqs: int, kv_tokens: int, steps: int) -> float:
+        return self.decode_step_s * steps if seqs > 0 and steps > 0 else 0.0
 
     def step_s(self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int) -> float:
         return sum(self.prefill_s(c, n) for c, n in chunks) + (

@@ -1,0 +1,463 @@
+"""vLLM 0.32's v1 scheduler step, over the block pool of :mod:`replay.kv`.
+
+One :meth:`Engine.step` is ``schedule → run → postprocess``:
+
+- schedule (``vllm/v1/core/sched/scheduler.py``): running requests first, each
+  asking for its remaining prefill (chunked to the token budget) or one decode
+  token; when blocks run out, the tail of the running list is preempted (its
+  blocks freed, its progress recomputed later) until the request fits. Then, only
+  if nothing was preempted in this step, waiting requests in the policy's order
+  while the budget, ``max_num_seqs`` and memory allow; the first that does not
+  fit stops admission (head-of-line). Admission reuses the longest cached prefix
+  (capped at ``num_tokens − 1``).
+- run: the step's duration from the cost model (prefill chunks, decodes, and any
+  reload from the offload tier).
+- postprocess: each request whose scheduled tokens complete its KV samples one
+  token; a request with all its output tokens finishes and the policy decides
+  whether its blocks are freed or pinned for a TTL.
+
+When a step is decode-only and nothing can change before some request finishes,
+an event arrives or a block would run short, the following decode steps are
+taken together (the trick of splitwise-sim); ``fast=False`` takes them one by one
+and the tests check both give the same results.
+
+Policies (``replay/policies``) see only what an engine sees: requests with their
+program id, tool tag and lengths, the queue, the pins. Never a pause's length or
+how many calls a program has left.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from profiles.cost import CostModel
+from replay.kv import BlockPool, KVPool, RunPool
+
+if TYPE_CHECKING:
+    from replay.offload import OffloadTier
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    kv_tokens: int = 600_000
+    block_size: int = 16
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    max_model_len: int = 131_072
+    #: "runs" (fast) or "blocks" (the per-block reference)
+    pool: str = "runs"
+    #: take runs of decode-only steps in one event
+    fast: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kv_tokens < self.block_size or self.block_size <= 0:
+            raise ValueError("kv_tokens must hold at least one block")
+        if self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
+            raise ValueError("max_num_batched_tokens and max_num_seqs must be positive")
+        if self.pool not in ("runs", "blocks"):
+            raise ValueError("pool must be 'runs' or 'blocks'")
+
+    @property
+    def num_blocks(self) -> int:
+        return self.kv_tokens // self.block_size
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    rid: int
+    program: str
+    turn: int
+    arrival: float
+    #: first arrival of the request's program (program-level FCFS)
+    program_start: float
+    prompt: int
+    output: int
+    #: prompt tokens that repeat the program's previous stream (prompt + output)
+    reusable: int
+    tool: str | None
+    is_last: bool
+    #: tokens in the request's stream: prompt + tokens sampled so far
+    num_tokens: int = 0
+    #: tokens whose KV is computed
+    computed: int = 0
+    generated: int = 0
+    blocks: int = 0
+    hit_tokens: int = 0
+    loaded_tokens: int = 0
+    preempted: bool = False
+    preemptions: int = 0
+    preempt_seq: int = 0
+    admitted: float | None = None
+    first_token: float | None = None
+    finish: float | None = None
+
+    def __post_init__(self) -> None:
+        self.num_tokens = self.prompt
+
+
+@dataclass(slots=True)
+class Pin:
+    program: str
+    expiry: float
+    blocks: int
+    created: float
+    program_start: float
+
+
+class Policy(Protocol):
+    """What a scheduling and retention policy answers (see ``replay/policies``)."""
+
+    name: str
+
+    def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
+        """Waiting-queue order: smaller first."""
+        ...
+
+    def on_arrival(self, req: Request, engine: Engine, now: float) -> None: ...
+
+    def on_admit(self, req: Request, engine: Engine, now: float) -> None: ...
+
+    def ttl_on_finish(self, req: Request, engine: Engine, now: float) -> float:
+        """Seconds to keep the finished request's KV pinned (0: free it now)."""
+        ...
+
+    def valve(self, engine: Engine, head: Request, now: float, stalled: bool) -> None:
+        """The head cannot be admitted for lack of memory: release pins (or not)."""
+        ...
+
+
+@dataclass(slots=True)
+class Stats:
+    steps: int = 0
+    preemptions: int = 0
+    prompt_tokens: int = 0
+    hit_tokens: int = 0
+    loaded_tokens: int = 0
+    pinned_block_seconds: float = 0.0
+    pins_made: int = 0
+    pins_hit: int = 0
+    pins_expired: int = 0
+    pins_released: int = 0
+    busy_s: float = 0.0
+
+
+@dataclass(slots=True)
+class Engine:
+    config: EngineConfig
+    cost: CostModel
+    policy: Policy
+    offload: OffloadTier | None = None
+    pool: KVPool = field(init=False)
+    running: list[Request] = field(default_factory=list)
+    waiting: list[Request] = field(default_factory=list)
+    pins: dict[str, Pin] = field(default_factory=dict)
+    pinned_blocks: int = 0
+    stats: Stats = field(default_factory=Stats)
+    _waiting_dirty: bool = False
+    _preempt_counter: int = 0
+    #: program -> its request in the waiting queue (one at a time per program)
+    waiting_programs: dict[str, Request] = field(default_factory=dict)
+    #: program -> full (hashed) blocks among its pinned blocks
+    _pin_full: dict[str, int] = field(default_factory=dict)
+    #: pins made since the driver last looked (it schedules their expiry events)
+    new_pins: list[Pin] = field(default_factory=list)
+    #: simulated time up to which pinned memory has been integrated
+    clock: float = 0.0
+
+    def __post_init__(self) -> None:
+        cls = RunPool if self.config.pool == "runs" else BlockPool
+        self.pool = cls(self.config.num_blocks, self.config.block_size)
+
+    # ------------------------------------------------------------ queue
+
+    def add(self, req: Request, now: float) -> None:
+        self.policy.on_arrival(req, self, now)
+        self.waiting.append(req)
+        self.waiting_programs[req.program] = req
+        self._waiting_dirty = True
+
+    def touch_order(self) -> None:
+        """Something a policy's key depends on changed: re-sort before the next use."""
+        self._waiting_dirty = True
+
+    def _sorted_waiting(self) -> list[Request]:
+        if self._waiting_dirty:
+            self.waiting.sort(key=lambda r: self.policy.key(r, self))
+            self._waiting_dirty = False
+        return self.waiting
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    # ------------------------------------------------------------ pins
+
+    def tick(self, now: float) -> None:
+        """Integrate pinned memory up to ``now`` (call before any pin changes)."""
+        if now > self.clock:
+            self.stats.pinned_block_seconds += self.pinned_blocks * (now - self.clock)
+            self.clock = now
+
+    def pin(self, req: Request, ttl: float, now: float) -> None:
+        pin = Pin(req.program, now + ttl, req.blocks, now, req.program_start)
+        self.pins[req.program] = pin
+        self.new_pins.append(pin)
+        self.pinned_blocks += req.blocks
+        self.stats.pins_made += 1
+        self.touch_order()
+
+    def release_pin(self, program: str, *, pressure: bool) -> None:
+        pin = self.pins.pop(program)
+        self.pinned_blocks -= pin.blocks
+        self.pool.release(program, self._full_blocks_of_pin(program))
+        if pressure:
+            self.stats.pins_released += 1
+        else:
+            self.stats.pins_expired += 1
+        self.touch_order()
+
+    def _full_blocks_of_pin(self, program: str) -> int:
+        return self._pin_full.pop(program, 0)
+
+    def expire_pins(self, now: float) -> None:
+        """Release pins whose time is up, unless their program's next call is waiting."""
+        for program in [p for p, pin in self.pins.items() if pin.expiry <= now]:
+            if program not in self.waiting_programs:
+                self.release_pin(program, pressure=False)
+
+    def next_expiry(self) -> float:
+        return min((p.expiry for p in self.pins.values()), default=math.inf)
+
+    # ------------------------------------------------------------ step
+
+    def step(self, now: float, horizon: float) -> tuple[float, list[Request]]:
+        """One engine step from ``now`` (plus merged decode steps up to ``horizon``).
+
+        Returns (duration, finished requests). A duration of 0 means nothing could run.
+        """
+        self.tick(now)
+        self.expire_pins(now)
+        bs = self.config.block_size
+        budget = self.config.max_num_batched_tokens
+        scheduled: list[tuple[Request, int, int]] = []  # (req, new tokens, context before)
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            new = min(req.num_tokens - req.computed, budget)
+            need = -(-(req.computed + new) // bs) - req.blocks
+            while need > self.pool.free_blocks:
+                victim = self.running.pop()
+                self._preempt(victim, now)
+                preempted = True
+                if victim is req:
+                    break
+            else:
+                if need > 0:
+                    self.pool.grow(req.program, need)
+                    req.blocks += need
+                scheduled.append((req, new, req.computed))
+                budget -= new
+                i += 1
+                continue
+            break
+
+        reload_s = 0.0
+        blocked_head = False
+        if not preempted:
+            waiting = self._sorted_waiting()
+            while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+                head = waiting[0]
+                admitted = self._try_admit(head, budget, now)
+                if admitted is None:
+                    self.policy.valve(self, head, now, stalled=not self.running and not scheduled)
+                    admitted = self._try_admit(head, budget, now)
+                if admitted is None:
+                    blocked_head = True
+                    break
+                new, loaded_s = admitted
+                waiting.pop(0)
+                del self.waiting_programs[head.program]
+                self.running.append(head)
+                scheduled.append((head, new, head.computed))
+                budget -= new
+                reload_s += loaded_s
+            else:
+                blocked_head = bool(waiting)
+
+        if not scheduled:
+            return 0.0, []
+        chunks = [(ctx, n) for r, n, ctx in scheduled if r.num_tokens - ctx > 1 or ctx < r.prompt]
+        decodes = [r for r, n, ctx in scheduled if not (r.num_tokens - ctx > 1 or ctx < r.prompt)]
+        kv = sum(r.computed for r in decodes)
+        duration = self.cost.step_s(chunks, len(decodes), kv) + reload_s
+        end = now + duration
+        self.stats.busy_s += duration
+        self.tick(end)
+        finished = self._advance(scheduled, end, now)
+        steps = 1
+        if (
+            self.config.fast
+            and not preempted
+            and not finished
+            and not chunks
+            and (not self.waiting or blocked_head)
+        ):
+            extra, extra_s = self._merge_decodes(end, horizon)
+            if extra:
+                duration += extra_s
+                steps += extra
+        self.stats.steps += steps
+        return duration, finished
+
+    def _plan(self, req: Request, budget: int) -> tuple[int, int, int, int]:
+        """(hit blocks, tokens loaded from offload, new tokens, new blocks) to admit ``req``."""
+        bs = self.config.block_size
+        if req.program in self.pins:
+            cached = self._pin_full.get(req.program, 0)  # a partial last block never hits
+        else:
+            cached = self.pool.cached_prefix(req.program)
+        reusable = req.num_tokens if req.preemptions else req.reusable
+        hit_blocks = min(cached, reusable // bs, (req.num_tokens - 1) // bs)
+        hit = hit_blocks * bs
+        loaded = 0
+        if self.offload is not None:
+            loaded = max(0, self.offload.prefix(req.program, reusable, req.num_tokens - 1) - hit)
+        new = max(1, min(req.num_tokens - hit - loaded, budget))
+        need = -(-(hit + loaded + new) // bs) - hit_blocks
+        return hit_blocks, loaded, new, need
+
+    def fits(self, req: Request, budget: int | None = None) -> bool:
+        """Whether ``req`` could be admitted now (memory only)."""
+        hit_blocks, _, _, need = self._plan(req, budget or self.config.max_num_batched_tokens)
+        return self.pool.room_for(req.program, hit_blocks, need)
+
+    def _try_admit(self, req: Request, budget: int, now: float) -> tuple[int, float] | None:
+        bs = self.config.block_size
+        hit_blocks, loaded, new, need = self._plan(req, budget)
+        hit = hit_blocks * bs
+        if not self.pool.room_for(req.program, hit_blocks, need):
+            return None
+        if req.program in self.pins:
+            pin = self.pins.pop(req.program)
+            self.pinned_blocks -= pin.blocks
+            self._pin_full.pop(req.program, None)
+            self.stats.pins_hit += 1
+            self.touch_order()
+        self.pool.admit(req.program, hit_blocks, need)
+        req.blocks = hit_blocks + need
+        if req.admitted is None:
+            req.admitted = now
+            req.hit_tokens = hit
+            req.loaded_tokens = loaded
+            self.stats.prompt_tokens += req.prompt
+            self.stats.hit_tokens += min(hit, req.prompt)
+            self.stats.loaded_tokens += loaded
+            self.policy.on_admit(req, self, now)
+        req.computed = hit + loaded
+        req.preempted = False
+        loaded_s = self.offload.reload_s(loaded) if (self.offload and loaded) else 0.0
+        return new, loaded_s
+
+    def _preempt(self, req: Request, now: float) -> None:
+        """Recompute preemption: free the blocks (they stay cached), requeue at the front."""
+        bs = self.config.block_size
+        self.pool.release(req.program, req.computed // bs)
+        req.blocks = 0
+        req.computed = 0
+        req.preempted = True
+        req.preemptions += 1
+        self._preempt_counter += 1
+        req.preempt_seq = self._preempt_counter
+        self.stats.preemptions += 1
+        self.waiting.append(req)
+        self.waiting_programs[req.program] = req
+        self._waiting_dirty = True
+
+    def _advance(
+        self, scheduled: list[tuple[Request, int, int]], end: float, now: float
+    ) -> list[Request]:
+        finished: list[Request] = []
+        for req, new, _ in scheduled:
+            req.computed += new
+            if req.computed < req.num_tokens:
+                continue  # a prefill chunk that did not reach the end
+            req.generated += 1
+            if req.first_token is None:
+                req.first_token = end
+            if req.generated >= req.output:
+                finished.append(req)
+            else:
+                req.num_tokens += 1
+        for req in finished:
+            self._finish(req, end)
+        return finished
+
+    def _finish(self, req: Request, now: float) -> None:
+        req.finish = now
+        self.running.remove(req)
+        full = req.computed // self.config.block_size
+        if self.offload is not None:
+            self.offload.store(req.program, full * self.config.block_size)
+        ttl = self.policy.ttl_on_finish(req, self, now)
+        if ttl > 0:
+            self._pin_full[req.program] = full
+            self.pin(req, ttl, now)
+        else:
+            self.pool.release(req.program, full)
+        req.blocks = 0
+
+    def _merge_decodes(self, now: float, horizon: float) -> tuple[int, float]:
+        """Take the coming decode-only steps together; returns (steps, seconds)."""
+        reqs = self.running
+        if not reqs:
+            return 0, 0.0
+        bs = self.config.block_size
+        steps = min(r.output - r.generated for r in reqs) - 1  # stop before a finish
+        if steps <= 0:
+            return 0, 0.0
+        free = self.pool.free_blocks
+
+        def blocks_needed(k: int) -> int:
+            return sum(max(0, -(-(r.computed + k) // bs) - r.blocks) for r in reqs)
+
+        if blocks_needed(steps) > free:
+            lo, hi = 0, steps
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if blocks_needed(mid) <= free:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            steps = lo
+        if steps <= 0:
+            return 0, 0.0
+        seqs = len(reqs)
+        kv0 = sum(r.computed for r in reqs)
+        # cut at the horizon (next arrival or pin expiry): whole steps that end before it
+        total = self.cost.decode_run_s(seqs, kv0, steps)
+        if now + total > horizon:
+            lo, hi = 0, steps
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if now + self.cost.decode_run_s(seqs, kv0, mid) <= horizon:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            steps = lo
+            if steps <= 0:
+                return 0, 0.0
+            total = self.cost.decode_run_s(seqs, kv0, steps)
+        for r in reqs:
+            need = max(0, -(-(r.computed + steps) // bs) - r.blocks)
+            if need:
+                self.pool.grow(r.program, need)
+                r.blocks += need
+            r.computed += steps
+            r.generated += steps
+            r.num_tokens += steps
+        self.stats.busy_s += total
+        self.tick(now + total)
+        return steps, total

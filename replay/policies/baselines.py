@@ -1,0 +1,124 @@
+"""Baselines from the literature: InferCept and Autellix (METHOD.md, "Baselines")."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from replay.engine import Engine, Request
+from replay.policies.base import apply_valve, fcfs_key, under_cap
+
+
+@dataclass(slots=True)
+class InferCept:
+    """Preserve a paused request's KV while that wastes less memory-time than
+    recomputing it would: TTL ≈ Tfwd(C)·(C + C_other)/(2C), request-level FCFS.
+
+    C is the request's context, C_other the context of the other running
+    requests (their wait is the recompute's cost), Tfwd the prefill time of C.
+    With an offload tier the KV also survives on the host (write-through), so a
+    discard costs a reload, not a prefill.
+    """
+
+    name: str = "infercept"
+    pin_cap: float = 1.0
+
+    def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
+        return fcfs_key(req)
+
+    def on_arrival(self, req: Request, engine: Engine, now: float) -> None:
+        pass
+
+    def on_admit(self, req: Request, engine: Engine, now: float) -> None:
+        pass
+
+    def ttl_on_finish(self, req: Request, engine: Engine, now: float) -> float:
+        if req.is_last or not under_cap(engine, req, self.pin_cap):
+            return 0.0
+        context = max(1, req.computed)
+        others = sum(r.computed for r in engine.running if r is not req)
+        if engine.offload is not None:
+            forward = engine.cost.reload_s(context)
+        else:
+            forward = engine.cost.prefill_s(0, context)
+        return forward * (context + others) / (2 * context)
+
+    def valve(self, engine: Engine, head: Request, now: float, stalled: bool) -> None:
+        apply_valve("head", engine, head, stalled)
+
+
+@dataclass(slots=True)
+class Autellix:
+    """Program-level least attained service: multi-level queues by the tokens a
+    program has been served so far, with anti-starvation; nothing is retained."""
+
+    name: str = "autellix"
+    #: service (tokens) of the first queue level; each next level doubles it
+    base_tokens: float = 8192.0
+    levels: int = 8
+    #: a request waiting longer than this goes to the top queue
+    starvation_s: float = 60.0
+    _service: dict[str, float] = field(default_factory=dict)
+    _now: float = 0.0
+
+    def _level(self, program: str) -> int:
+        served = self._service.get(program, 0.0)
+        if served < self.base_tokens:
+            return 0
+        return min(self.levels - 1, 1 + int(math.log2(served / self.base_tokens)))
+
+    def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
+        level = 0 if self._now - req.arrival > self.starvation_s else self._level(req.program)
+        return (0.0 if req.preempted else 1.0, float(level), req.program_start, req.arrival)
+
+    def on_arrival(self, req: Request, engine: Engine, now: float) -> None:
+        self._now = now
+
+    def on_admit(self, req: Request, engine: Engine, now: float) -> None:
+        self._now = now
+        engine.touch_order()  # waiting times moved on: starvation may promote someone
+
+    def ttl_on_finish(self, req: Request, engine: Engine, now: float) -> float:
+        self._now = now
+        served = (req.prompt - req.hit_tokens) + req.output
+        self._service[req.program] = self._service.get(req.program, 0.0) + served
+        if req.is_last:
+            self._service.pop(req.program, None)
+        engine.touch_order()
+        return 0.0
+
+    def valve(self, engine: Engine, head: Request, now: float, stalled: bool) -> None:
+        pass
+
+
+@dataclass(slots=True)
+class Oracle:
+    """EVALUATION ONLY: reads each pause's true length and whether a call is the
+    last, and pins exactly when keeping the context pays: when the pause is
+    shorter than rebuilding it would take. Stall-only valve."""
+
+    pauses: dict[tuple[str, int], float]
+    name: str = "oracle"
+    valve_name: str = "stall-only"
+
+    def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
+        pinned = 0.0 if req.program in engine.pins else 1.0
+        return (0.0 if req.preempted else 1.0, pinned, req.program_start, req.arrival)
+
+    def on_arrival(self, req: Request, engine: Engine, now: float) -> None:
+        pass
+
+    def on_admit(self, req: Request, engine: Engine, now: float) -> None:
+        pass
+
+    def ttl_on_finish(self, req: Request, engine: Engine, now: float) -> float:
+        pause = self.pauses.get((req.program, req.turn))
+        if req.is_last or pause is None:
+            return 0.0
+        rebuild = engine.cost.prefill_s(0, req.computed)
+        if engine.offload is not None:
+            rebuild = min(rebuild, engine.cost.reload_s(req.computed))
+        return pause + 1e-6 if pause < rebuild else 0.0
+
+    def valve(self, engine: Engine, head: Request, now: float, stalled: bool) -> None:
+        apply_valve(self.valve_name, engine, head, stalled)

@@ -1,0 +1,83 @@
+"""Policies by name, built fresh for each replay (no state survives between runs)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from replay.engine import Policy
+
+#: the comparison table's order: ablation ladder, baselines, bounds
+NAMES = (
+    "vllm",
+    "program-fcfs",
+    "static-ttl",
+    "continuum",
+    "infercept",
+    "autellix",
+    "oracle",
+    "unlimited-kv",
+)
+#: evaluation only: they read what no engine can know, or have memory no engine has
+BOUNDS = ("oracle", "unlimited-kv")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    name: str
+    #: the bundle (for continuum); None: a cold-start policy with default parameters
+    bundle: dict[str, Any] | None = None
+    ttl_s: float = 2.0
+    valve: str | None = None
+    pin_cap: float | None = None
+
+
+def make(
+    spec: PolicySpec,
+    pauses: dict[tuple[str, int], float],
+    rebuild_s: Callable[[float, bool], float],
+) -> Policy:
+    """A fresh policy object. ``pauses`` (true pauses) reach only the oracle;
+    ``rebuild_s`` prices a miss for a continuum policy that has no bundle."""
+    from replay.policies.baselines import Autellix, InferCept, Oracle
+    from replay.policies.continuum import Continuum
+    from replay.policies.simple import VLLM, ProgramFCFS, StaticTTL
+
+    name = spec.name
+    if name in ("vllm", "unlimited-kv"):
+        return VLLM(name=name)
+    if name == "program-fcfs":
+        return ProgramFCFS()
+    if name == "static-ttl":
+        return StaticTTL(
+            ttl_s=spec.ttl_s,
+            valve_name=spec.valve or "head",
+            pin_cap=spec.pin_cap if spec.pin_cap is not None else 1.0,
+        )
+    if name == "continuum":
+        ttl, params = _ttl_policy(spec.bundle, rebuild_s)
+        return Continuum(
+            ttl,
+            valve_name=spec.valve or params.valve,
+            pin_cap=spec.pin_cap if spec.pin_cap is not None else params.pin_cap,
+        )
+    if name == "infercept":
+        return InferCept()
+    if name == "autellix":
+        return Autellix()
+    if name == "oracle":
+        return Oracle(pauses=pauses, valve_name=spec.valve or "stall-only")
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(NAMES)} or all")
+
+
+def _ttl_policy(
+    bundle: dict[str, Any] | None, rebuild_s: Callable[[float, bool], float]
+) -> tuple[Any, Any]:
+    from fitting.policy import PolicyParams, TTLPolicy
+    from ttlctl import bundle as bundle_mod
+
+    if bundle is None:  # no fit: the cold-start policy, learning online
+        params = PolicyParams()
+        return TTLPolicy.create(params, rebuild_s), params
+    return bundle_mod.policy_from(bundle), PolicyParams.from_json(bundle["policy"])

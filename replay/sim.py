@@ -1,0 +1,233 @@
+"""The replay: agent programs in closed loop against the simulated engine.
+
+Events are ordered by (time, kind, sequence): a program's next call arrives at
+its previous call's simulated finish plus the recorded pause. The engine steps
+whenever it has work; new arrivals are picked up at the next step, as vLLM
+picks up requests between steps. Deterministic for a seed; reads no clock
+(``wall_s`` is measured by the caller, outside the simulation).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from profiles.cost import CostModel
+from replay.engine import Engine, EngineConfig, Policy, Request
+from replay.offload import OffloadTier
+from replay.workload import Call, Program, Workload
+
+ARRIVAL = 0
+PIN_EXPIRY = 1
+
+
+class SimulationError(RuntimeError):
+    """The simulation broke an invariant or could not make progress (a bug)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayConfig:
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    #: closed population: keep this many programs running (None: trace or jps starts)
+    concurrency: int | None = None
+    offload_tokens: int = 0
+    #: clip a call's prompt to fit the model length and the KV cache instead of rejecting it
+    truncate: bool = False
+    #: check invariants after every step (slower)
+    check: bool = False
+
+
+@dataclass(slots=True)
+class ProgramRun:
+    program: Program
+    start: float
+    next_turn: int = 0
+    first_arrival: float | None = None
+    last_finish: float | None = None
+    done: bool = False
+    cut_short: bool = False
+
+
+@dataclass(slots=True)
+class CallRecord:
+    program: str
+    turn: int
+    arrival: float
+    admitted: float
+    first_token: float
+    finish: float
+    prompt: int
+    output: int
+    hit_tokens: int
+    preemptions: int
+
+
+@dataclass(slots=True)
+class Outcome:
+    calls: list[CallRecord]
+    programs: list[ProgramRun]
+    rejected_calls: int
+    truncated_calls: int
+    engine: Engine
+    end: float
+
+
+def _fits(call: Call, config: ReplayConfig) -> tuple[Call | None, bool]:
+    """The call as the engine will see it: as is, truncated, or None (rejected)."""
+    e = config.engine
+    limit = min(e.max_model_len, e.num_blocks * e.block_size)
+    if call.input_tokens + call.output_tokens <= limit:
+        return call, False
+    if not config.truncate or call.output_tokens >= limit:
+        return None, False
+    keep = limit - call.output_tokens
+    return (
+        Call(keep, call.output_tokens, min(call.reused_tokens, keep), call.tool, call.pause_s),
+        True,
+    )
+
+
+def simulate(workload: Workload, policy: Policy, cost: CostModel, config: ReplayConfig) -> Outcome:
+    offload = (
+        OffloadTier(config.offload_tokens, cost, config.engine.block_size)
+        if config.offload_tokens > 0
+        else None
+    )
+    engine = Engine(config.engine, cost, policy, offload)
+    events: list[tuple[float, int, int, Any]] = []
+    seq = 0
+
+    def push(time: float, kind: int, payload: Any) -> None:
+        nonlocal seq
+        heapq.heappush(events, (time, kind, seq, payload))
+        seq += 1
+
+    runs: list[ProgramRun] = [ProgramRun(p, p.start_s) for p in workload.programs]
+    pending = list(runs)
+    if config.concurrency is not None:
+        for run in pending[: config.concurrency]:
+            run.start = 0.0
+            push(0.0, ARRIVAL, run)
+        pending = pending[config.concurrency :]
+    else:
+        for run in runs:
+            push(run.start, ARRIVAL, run)
+        pending = []
+
+    records: list[CallRecord] = []
+    rejected = truncated = 0
+    rid = 0
+    now = 0.0
+    requests: dict[int, tuple[ProgramRun, Request]] = {}
+
+    def arrive(run: ProgramRun, at: float) -> None:
+        nonlocal rid, rejected, truncated
+        turn = run.next_turn
+        call, clipped = _fits(run.program.calls[turn], config)
+        if call is None:
+            # the engine refuses it (longer than the model or the cache): the agent stops
+            rejected += len(run.program.calls) - turn
+            run.cut_short = True
+            end_program(run, at)
+            return
+        truncated += clipped
+        if run.first_arrival is None:
+            run.first_arrival = at
+        req = Request(
+            rid=rid,
+            program=run.program.program_id,
+            turn=turn,
+            arrival=at,
+            program_start=run.first_arrival,
+            prompt=call.input_tokens,
+            output=call.output_tokens,
+            reusable=call.reused_tokens if turn else 0,
+            tool=call.tool,
+            is_last=turn == len(run.program.calls) - 1,
+        )
+        requests[rid] = (run, req)
+        rid += 1
+        engine.add(req, at)
+
+    def end_program(run: ProgramRun, at: float) -> None:
+        run.done = True
+        if pending:
+            nxt = pending.pop(0)
+            nxt.start = at
+            push(at, ARRIVAL, nxt)
+
+    while True:
+        while events and events[0][0] <= now:
+            _, kind, _, payload = heapq.heappop(events)
+            engine.tick(now)
+            if kind == ARRIVAL:
+                arrive(payload, now)
+            else:
+                engine.expire_pins(now)
+        if engine.idle:
+            if not events:
+                break
+            now = max(now, events[0][0])
+            continue
+        horizon = min(events[0][0] if events else math.inf, engine.next_expiry())
+        duration, finished = engine.step(now, horizon)
+        if duration <= 0:
+            # nothing could run (the head does not fit): wait for something to change
+            if horizon == math.inf:
+                head = engine.waiting[0] if engine.waiting else None
+                raise SimulationError(
+                    f"engine stalled at t={now:.3f} s: {len(engine.waiting)} waiting "
+                    f"(head {head.program if head else '-'} turn {head.turn if head else '-'}), "
+                    "nothing running and nothing left to happen"
+                )
+            now = max(now, horizon)
+            engine.tick(now)
+            engine.expire_pins(now)
+            continue
+        now += duration
+        for req in finished:
+            run, _ = requests.pop(req.rid)
+            assert req.admitted is not None and req.first_token is not None
+            records.append(
+                CallRecord(
+                    req.program,
+                    req.turn,
+                    req.arrival,
+                    req.admitted,
+                    req.first_token,
+                    now,
+                    req.prompt,
+                    req.output,
+                    req.hit_tokens,
+                    req.preemptions,
+                )
+            )
+            run.last_finish = now
+            run.next_turn += 1
+            if run.next_turn < len(run.program.calls):
+                push(now + run.program.calls[req.turn].pause_s, ARRIVAL, run)
+            else:
+                end_program(run, now)
+        for pin in engine.new_pins:
+            push(pin.expiry, PIN_EXPIRY, pin.program)
+        engine.new_pins.clear()
+        if config.check:
+            _check(engine, now)
+    engine.tick(now)
+    return Outcome(records, runs, rejected, truncated, engine, now)
+
+
+def _check(engine: Engine, now: float) -> None:
+    pool: Any = engine.pool
+    pool.check()
+    held = sum(r.blocks for r in engine.running) + engine.pinned_blocks
+    if held + pool.free_blocks != engine.config.num_blocks:
+        raise SimulationError(
+            f"blocks not conserved at t={now}: running+pinned {held} + free "
+            f"{pool.free_blocks} != {engine.config.num_blocks}"
+        )
+    for req in engine.running:
+        if req.admitted is not None and req.admitted < req.arrival:
+            raise SimulationError(f"request {req.rid} ran before it arrived")

@@ -52,9 +52,7 @@ def run_one(
         cfg = replace(
             cfg,
             engine=replace(
-                cfg.engine,
-                kv_tokens=max(cfg.engine.kv_tokens, unlimited_kv_tokens(work, cfg)),
-                max_num_seqs=max(cfg.engine.max_num_seqs, len(work.programs)),
+                cfg.engine, kv_tokens=max(cfg.engine.kv_tokens, unlimited_kv_tokens(work, cfg))
             ),
         )
 

@@ -95,21 +95,30 @@ class Autellix:
 class Oracle:
     """EVALUATION ONLY: reads each pause's true length and whether a call is the
     last, and pins exactly when keeping the context pays: when the pause is
-    shorter than rebuilding it would take. Stall-only valve."""
+    shorter than what losing the context would cost (rebuilding it, plus the mean
+    queueing delay that returning programs without a pin have suffered so far).
+    Stall-only valve by default (the best in METHOD.md's reference model)."""
 
     pauses: dict[tuple[str, int], float]
     name: str = "oracle"
     valve_name: str = "stall-only"
+    _delays: list[float] = field(default_factory=list)
+    _unpinned: set[int] = field(default_factory=set)
 
     def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
         pinned = 0.0 if req.program in engine.pins else 1.0
         return (0.0 if req.preempted else 1.0, pinned, req.program_start, req.arrival)
 
     def on_arrival(self, req: Request, engine: Engine, now: float) -> None:
-        pass
+        if req.turn and req.program not in engine.pins:
+            self._unpinned.add(req.rid)
 
     def on_admit(self, req: Request, engine: Engine, now: float) -> None:
-        pass
+        if req.rid in self._unpinned:
+            self._unpinned.discard(req.rid)
+            self._delays.append(now - req.arrival)
+            if len(self._delays) > 100:
+                del self._delays[0]
 
     def ttl_on_finish(self, req: Request, engine: Engine, now: float) -> float:
         pause = self.pauses.get((req.program, req.turn))
@@ -118,7 +127,8 @@ class Oracle:
         rebuild = engine.cost.prefill_s(0, req.computed)
         if engine.offload is not None:
             rebuild = min(rebuild, engine.cost.reload_s(req.computed))
-        return pause + 1e-6 if pause < rebuild else 0.0
+        queueing = sum(self._delays) / len(self._delays) if self._delays else 0.0
+        return pause + 1e-6 if pause < rebuild + queueing else 0.0
 
     def valve(self, engine: Engine, head: Request, now: float, stalled: bool) -> None:
         apply_valve(self.valve_name, engine, head, stalled)

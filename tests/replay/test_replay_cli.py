@@ -1,0 +1,198 @@
+"""`ttlctl replay` end to end, and the messy cases of real traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from ttlctl.cli import app
+from ttlctl.trace import io as trace_io
+
+
+def _trace(path: Path, programs: list[list[dict[str, Any]]]) -> Path:
+    rows = []
+    for p, calls in enumerate(programs):
+        for t, c in enumerate(calls):
+            rows.append(
+                {
+                    "program_id": f"p{p}",
+                    "turn": t,
+                    "arrival_s": float(p) if t == 0 else None,
+                    "input_tokens": c["input"],
+                    "output_tokens": c.get("output", 50),
+                    "tool": None if t == len(calls) - 1 else "bash",
+                    "tool_s": None if t == len(calls) - 1 else c.get("pause", 1.0),
+                    "gap_s": None if t == len(calls) - 1 else c.get("pause", 1.0),
+                    "is_last": t == len(calls) - 1,
+                }
+            )
+    trace_io.write(pl.DataFrame(rows).lazy(), path)
+    return path
+
+
+def _growing(
+    n: int, start: int = 1000, step: int = 800, pause: float = 1.0
+) -> list[dict[str, Any]]:
+    return [{"input": start + step * i, "pause": pause} for i in range(n)]
+
+
+def test_replay_all_policies_json(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "t.parquet", [_growing(6) for _ in range(12)])
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(
+        app,
+        [
+            "replay",
+            str(trace),
+            "--policy",
+            "all",
+            "--kv-tokens",
+            "20000",
+            "--json",
+            str(out),
+            "--check",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    names = [r["policy"] for r in doc["results"]]
+    assert names == [
+        "vllm",
+        "program-fcfs",
+        "static-ttl",
+        "continuum",
+        "infercept",
+        "autellix",
+        "oracle",
+        "unlimited-kv",
+    ]
+    keys = {
+        "policy",
+        "programs",
+        "llm_calls",
+        "jct_mean_s",
+        "jct_p50_s",
+        "jct_p95_s",
+        "jct_p99_s",
+        "makespan_s",
+        "throughput_programs_per_s",
+        "ttft_mean_s",
+        "prefix_hit_rate",
+        "preemptions",
+        "pinned_token_seconds",
+        "wall_s",
+        "sim_calls_per_s",
+        "gap_closed",
+    }
+    for r in doc["results"]:
+        assert keys <= set(r)
+        assert r["programs"] == 12 and r["llm_calls"] == 72
+        assert r["jct_p99_s"] is None  # 12 programs: too few for a p99
+    by = {r["policy"]: r for r in doc["results"]}
+    assert by["unlimited-kv"]["preemptions"] == 0
+    assert by["vllm"]["gap_closed"] == 0.0 and by["unlimited-kv"]["gap_closed"] == 1.0
+    assert doc["trace"]["sha256"] and doc["config"]["engine"]["kv_tokens"] == 20000
+    assert "continuum" in res.output and "gap closed" in res.output
+
+
+def test_same_seed_same_bytes(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "t.parquet", [_growing(5) for _ in range(10)])
+    outputs = []
+    for i, seed in enumerate((3, 3, 4)):
+        out = tmp_path / f"r{i}.json"
+        res = CliRunner().invoke(
+            app,
+            [
+                "replay",
+                str(trace),
+                "--policy",
+                "vllm,continuum",
+                "--jps",
+                "0.5",
+                "--seed",
+                str(seed),
+                "--kv-tokens",
+                "15000",
+                "--no-timing",
+                "--json",
+                str(out),
+            ],
+        )
+        assert res.exit_code == 0, res.output
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1]
+    assert outputs[0] != outputs[2]
+
+
+def test_too_long_calls_are_rejected_with_a_count_or_truncated(tmp_path: Path) -> None:
+    programs = [_growing(3), [{"input": 500}, {"input": 50_000}, {"input": 51_000}]]
+    trace = _trace(tmp_path / "t.parquet", programs)
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(
+        app, ["replay", str(trace), "--policy", "vllm", "--kv-tokens", "16000", "--json", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    r = json.loads(out.read_text())["results"][0]
+    assert r["rejected_calls"] == 2 and r["programs_cut_short"] == 1
+    assert r["llm_calls"] == 4 and r["programs"] == 1
+    assert "2 of 6 calls rejected" in res.output
+    res = CliRunner().invoke(
+        app,
+        [
+            "replay",
+            str(trace),
+            "--policy",
+            "vllm",
+            "--kv-tokens",
+            "16000",
+            "--truncate",
+            "--json",
+            str(out),
+        ],
+    )
+    r = json.loads(out.read_text())["results"][0]
+    assert r["rejected_calls"] == 0 and r["truncated_calls"] == 2 and r["llm_calls"] == 6
+
+
+def test_long_programs_and_no_pauses(tmp_path: Path) -> None:
+    long_one = [{"input": 200 + 10 * i, "output": 5, "pause": 0.0} for i in range(2000)]
+    trace = _trace(tmp_path / "t.parquet", [long_one, _growing(4, pause=0.0)])
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(
+        app,
+        [
+            "replay",
+            str(trace),
+            "--policy",
+            "vllm,continuum",
+            "--kv-tokens",
+            "40000",
+            "--json",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    for r in json.loads(out.read_text())["results"]:
+        assert r["llm_calls"] == 2004 and r["programs"] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "nope"], "unknown policy"),
+        (["--policy", "vllm", "--jps", "1", "--concurrency", "2"], "not both"),
+        (["--policy", "vllm", "--valve", "sometimes"], "--valve"),
+        (["--policy", "vllm", "--kv-tokens", "3"], "kv_tokens"),
+        (["--policy", "continuum", "--bundle", "missing.json"], "no such file"),
+    ],
+)
+def test_bad_arguments(tmp_path: Path, args: list[str], message: str) -> None:
+    trace = _trace(tmp_path / "t.parquet", [_growing(2)])
+    res = CliRunner().invoke(app, ["replay", str(trace), *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.output

@@ -13,13 +13,20 @@ from ttlctl.cli import app
 from ttlctl.trace import io as trace_io
 
 FOLDERS = [
-    "claude-code", "mini-swe-agent", "swe-agent", "litellm", "mooncake", "tracelab",
+    "claude-code",
+    "mini-swe-agent",
+    "swe-agent",
+    "litellm",
+    "mooncake",
+    "tracelab",
     "trtllm-scaffolding",
 ]
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
-def test_fit_and_bundle_every_shared_trace(shared_traces: Path, tmp_path: Path, folder: str) -> None:
+def test_fit_and_bundle_every_shared_trace(
+    shared_traces: Path, tmp_path: Path, folder: str
+) -> None:
     runner = CliRunner()
     trace = tmp_path / "trace.parquet"
     res = runner.invoke(app, ["ingest", str(shared_traces / folder), "-o", str(trace)])
@@ -31,9 +38,11 @@ def test_fit_and_bundle_every_shared_trace(shared_traces: Path, tmp_path: Path, 
 
     # independent count of the pauses the fit should have used
     frame = trace_io.read(trace)
-    pauses = frame.filter(pl.col("tool").is_not_null()).select(
-        pl.coalesce("tool_s", "gap_s").alias("pause")
-    ).drop_nulls()
+    pauses = (
+        frame.filter(pl.col("tool").is_not_null())
+        .select(pl.coalesce("tool_s", "gap_s").alias("pause"))
+        .drop_nulls()
+    )
     kept = pauses.filter(pl.col("pause") <= 3600.0)
     assert doc["input"]["calls"] == frame.height
     assert doc["global"]["n"] == kept.height
@@ -42,8 +51,19 @@ def test_fit_and_bundle_every_shared_trace(shared_traces: Path, tmp_path: Path, 
     assert all(len(t["cdf"]["x"]) <= 1024 for t in doc["tools"].values())
 
     bundle_path = tmp_path / "bundle.json"
-    res = runner.invoke(app, ["bundle", "build", "--fit", str(fit), "--profile",
-                              "llama-3.1-8b-h100", "-o", str(bundle_path)])
+    res = runner.invoke(
+        app,
+        [
+            "bundle",
+            "build",
+            "--fit",
+            str(fit),
+            "--profile",
+            "llama-3.1-8b-h100",
+            "-o",
+            str(bundle_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["bundle", "inspect", str(bundle_path), "--queue-delay", "2"])
     assert res.exit_code == 0, res.output

@@ -44,7 +44,9 @@ def test_decode_fit_recovers_linear_model() -> None:
     kv = seqs * np.array([128, 1024, 128, 1024, 128, 1024])
     t = 0.005 + 1e-4 * seqs + 2e-8 * kv
     fit = fitmath.fit_decode(seqs, kv, t)
-    assert (fit.step_s, fit.per_seq_s, fit.per_kv_token_s) == pytest.approx((0.005, 1e-4, 2e-8), rel=1e-6)
+    assert (fit.step_s, fit.per_seq_s, fit.per_kv_token_s) == pytest.approx(
+        (0.005, 1e-4, 2e-8), rel=1e-6
+    )
 
 
 @pytest.mark.parametrize(
@@ -64,8 +66,12 @@ def test_kv_bytes_per_token(preset: str, expected: int) -> None:
 
 
 def test_kv_bytes_from_a_config_file_without_head_dim(tmp_path: Path) -> None:
-    config = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-              "torch_dtype": "float16"}  # no GQA, no head_dim: 4096/32 = 128
+    config = {
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "torch_dtype": "float16",
+    }  # no GQA, no head_dim: 4096/32 = 128
     (tmp_path / "config.json").write_text(json.dumps(config))
     _, loaded = models.load_config(tmp_path)
     assert models.kv_bytes_per_token(loaded) == 2 * 32 * 32 * 128 * 2

@@ -142,7 +142,8 @@ def _show(doc: dict[str, object]) -> None:
         )
     out.print(table)
     out.print(
-        f"KV {p.kv_bytes_per_token:,} B/token; reload {p.reload.bandwidth_bytes_per_s / 1e9:.1f} GB/s "
+        f"KV {p.kv_bytes_per_token:,} B/token; "
+        f"reload {p.reload.bandwidth_bytes_per_s / 1e9:.1f} GB/s "
         f"+ {p.reload.latency_s * 1e6:.0f} µs; decode step {p.decode.step_s * 1000:.2f} ms "
         f"+ {p.decode.per_seq_s * 1e6:.1f} µs/seq + {p.decode.per_kv_token_s * 1e9:.2f} ns/KV token"
     )

@@ -30,6 +30,7 @@ VALVES = ("head", "stall-only")
 SOURCE_TOOL = "tool"
 SOURCE_GLOBAL = "global"
 SOURCE_COLD = "cold-start"
+SOURCE_OFF = "disabled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,8 @@ class PolicyParams:
     refresh_every: int = 32
     #: a pause longer than this is an abandoned program, not a tool duration
     abandon_s: float = 3600.0
+    #: False: never pin (program-level scheduling only) — the tuner's safe fallback
+    pins: bool = True
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.eta) or not -1.0 <= self.eta <= 1.0:
@@ -270,6 +273,8 @@ class TTLPolicy:
         policy's own running mean is used.
         """
         t = self.queue_delay_s if queue_delay_s is None else queue_delay_s
+        if not self.params.pins:
+            return Decision(0.0, SOURCE_OFF, t * self.eta + self.rebuild_s(context_tokens, offload))
         if self.records <= self.params.k:
             benefit = t * 1.0 + self.rebuild_s(context_tokens, offload)  # η = 1 in cold start
             if self.params.cold_start_ttl_s is not None:

@@ -165,6 +165,9 @@ class Engine:
     new_pins: list[Pin] = field(default_factory=list)
     #: simulated time up to which pinned memory has been integrated
     clock: float = 0.0
+    #: (time, pinned blocks) at each change seen by :meth:`tick`
+    timeline: list[tuple[float, int]] = field(default_factory=list)
+    _last_sampled: int = 0
 
     def __post_init__(self) -> None:
         cls = RunPool if self.config.pool == "runs" else BlockPool
@@ -199,6 +202,9 @@ class Engine:
         if now > self.clock:
             self.stats.pinned_block_seconds += self.pinned_blocks * (now - self.clock)
             self.clock = now
+        if self.pinned_blocks != self._last_sampled:
+            self.timeline.append((now, self.pinned_blocks))
+            self._last_sampled = self.pinned_blocks
 
     def pin(self, req: Request, ttl: float, now: float) -> None:
         pin = Pin(req.program, now + ttl, req.blocks, now, req.program_start)

@@ -56,7 +56,26 @@ def summarize(outcome: Outcome, policy: str) -> dict[str, Any]:
         },
         "engine_steps": stats.steps,
         "engine_busy_s": stats.busy_s,
+        "pinned_timeline": timeline(outcome, bs),
     }
+
+
+def timeline(outcome: Outcome, block_size: int, points: int = 400) -> dict[str, list[float]]:
+    """Pinned KV tokens over time, as a step function downsampled to ≤ ``points``
+    (each kept sample is the maximum over its slice, so peaks survive)."""
+    samples = outcome.engine.timeline
+    if not samples:
+        return {"t_s": [], "pinned_tokens": []}
+    stride = max(1, -(-len(samples) // points))
+    t: list[float] = []
+    v: list[float] = []
+    for i in range(0, len(samples), stride):
+        chunk = samples[i : i + stride]
+        t.append(chunk[0][0])
+        v.append(max(b for _, b in chunk) * block_size)
+    t.append(outcome.end)
+    v.append(samples[-1][1] * block_size)
+    return {"t_s": t, "pinned_tokens": v}
 
 
 def gap_closed(

@@ -139,3 +139,9 @@ def test_params_round_trip_and_reject_unknown() -> None:
     assert PolicyParams.from_json(p.to_json()) == p
     with pytest.raises(ValueError, match="unknown policy parameter"):
         PolicyParams.from_json({**p.to_json(), "secret": 1})
+
+
+def test_disabled_policy_never_pins() -> None:
+    policy = TTLPolicy.create(PolicyParams(pins=False), rebuild, {"t": prior([0.1] * 500)})
+    d = policy.decide("t", 1e7)
+    assert d.ttl_s == 0.0 and d.source == "disabled" and d.benefit_s > 0

@@ -40,17 +40,26 @@ def build(x: Sequence[float], p: Sequence[float]) -> Hull:
     """Hull of a step CDF given by strictly increasing x ≥ 0 and p in (0, 1]."""
     if not x:
         return EMPTY
-    p0 = p[0] if x[0] == 0.0 else 0.0
-    points = [(0.0, p0)] + [(float(a), float(b)) for a, b in zip(x, p, strict=True) if a > 0.0]
-    hull: list[tuple[float, float]] = []
-    for point in points:
-        while len(hull) >= 2 and _not_right_turn(hull[-2], hull[-1], point):
-            hull.pop()
-        hull.append(point)
-    xs = tuple(v[0] for v in hull)
-    ps = tuple(v[1] for v in hull)
-    neg = tuple(-(ps[i + 1] - ps[i]) / (xs[i + 1] - xs[i]) for i in range(len(xs) - 1))
-    return Hull(xs, ps, neg)
+    if len(x) != len(p):
+        raise ValueError("x and p differ in length")
+    hx = [0.0]
+    hp = [p[0] if x[0] == 0.0 else 0.0]
+    for a, b in zip(x, p, strict=True):
+        if a <= 0.0:
+            continue
+        # pop while the last vertex lies on or below the chord from the one before it
+        # to (a, b): the monotone-chain test of _not_right_turn, inlined (hot loop)
+        while len(hx) >= 2:
+            ax, ay, bx, by = hx[-2], hp[-2], hx[-1], hp[-1]
+            if (bx - ax) * (b - ay) - (by - ay) * (a - ax) >= 0.0:
+                hx.pop()
+                hp.pop()
+            else:
+                break
+        hx.append(float(a))
+        hp.append(float(b))
+    neg = tuple(-(hp[i + 1] - hp[i]) / (hx[i + 1] - hx[i]) for i in range(len(hx) - 1))
+    return Hull(tuple(hx), tuple(hp), neg)
 
 
 def _not_right_turn(a: tuple[float, float], b: tuple[float, float], c: tuple[float, float]) -> bool:

@@ -16,6 +16,7 @@ sees. Standard library only: the engine process imports it.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -56,7 +57,7 @@ class PolicyParams:
     #: the prior counts as at most this many samples, so new data can move it
     prior_weight_cap: int = 1024
     #: new samples of a tool before its hull is rebuilt
-    refresh_every: int = 32
+    refresh_every: int = 64
     #: a pause longer than this is an abandoned program, not a tool duration
     abandon_s: float = 3600.0
     #: False: never pin (program-level scheduling only) — the tuner's safe fallback
@@ -121,33 +122,47 @@ class _Durations:
     hull: hull_mod.Hull = hull_mod.EMPTY
     pending: int = 0
     observed: int = 0
+    prior_points: list[tuple[float, float]] | None = None
 
     @property
     def records(self) -> int:
         return (self.prior.n if self.prior else 0) + self.observed
 
     def rebuild(self) -> None:
-        weights: dict[float, float] = {}
-        if self.prior is not None and self.prior.n > 0 and self.prior_weight > 0:
-            last = 0.0
-            for x, p in zip(self.prior.x, self.prior.p, strict=True):
-                weights[x] = weights.get(x, 0.0) + (p - last) * self.prior_weight
-                last = p
-        for x in self.recent:
-            weights[x] = weights.get(x, 0.0) + 1.0
-        total = sum(weights.values())
+        """Merge the prior (as weighted points) with the recent samples; rebuild the hull."""
+        if self.prior_points is None:
+            self.prior_points = self._prior_points()
+        merged = heapq.merge(self.prior_points, ((x, 1.0) for x in sorted(self.recent)))
+        xs: list[float] = []
+        ws: list[float] = []
+        for x, w in merged:
+            if xs and xs[-1] == x:
+                ws[-1] += w
+            else:
+                xs.append(x)
+                ws.append(w)
+        total = sum(ws)
         if total <= 0:
             self.hull = hull_mod.EMPTY
         else:
-            xs = sorted(weights)
             acc = 0.0
             ps: list[float] = []
-            for x in xs:
-                acc += weights[x]
+            for w in ws:
+                acc += w
                 ps.append(acc / total)
             ps[-1] = 1.0
             self.hull = hull_mod.build(xs, ps)
         self.pending = 0
+
+    def _prior_points(self) -> list[tuple[float, float]]:
+        if self.prior is None or self.prior.n <= 0 or self.prior_weight <= 0:
+            return []
+        points: list[tuple[float, float]] = []
+        last = 0.0
+        for x, p in zip(self.prior.x, self.prior.p, strict=True):
+            points.append((x, (p - last) * self.prior_weight))
+            last = p
+        return points
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from profiles.cost import CostModel
+from replay.decoders import DecodeSet
 from replay.kv import BlockPool, KVPool, RunPool
 
 if TYPE_CHECKING:
@@ -92,6 +93,13 @@ class Request:
     admitted: float | None = None
     first_token: float | None = None
     finish: float | None = None
+    #: order of entry into the running list (the list stays sorted by it)
+    run_seq: int = 0
+    #: in the aggregated decode set (its token counts are then kept there)
+    dec: bool = False
+    d0: int = 0
+    c0: int = 0
+    g0: int = 0
 
     def __post_init__(self) -> None:
         self.num_tokens = self.prompt
@@ -168,10 +176,19 @@ class Engine:
     #: (time, pinned blocks) at each change seen by :meth:`tick`
     timeline: list[tuple[float, int]] = field(default_factory=list)
     _last_sampled: int = 0
+    decoders: DecodeSet = field(init=False)
+    _run_counter: int = 0
+    _blocked_head: bool = False
 
     def __post_init__(self) -> None:
         cls = RunPool if self.config.pool == "runs" else BlockPool
         self.pool = cls(self.config.num_blocks, self.config.block_size)
+        self.decoders = DecodeSet(self.config.block_size)
+
+    def context_tokens(self, req: Request) -> int:
+        """The request's computed tokens now (a policy may ask about running requests)."""
+        self.decoders.sync(req)
+        return req.computed
 
     # ------------------------------------------------------------ queue
 
@@ -243,6 +260,136 @@ class Engine:
 
         Returns (duration, finished requests). A duration of 0 means nothing could run.
         """
+        if not self.config.fast:
+            duration, finished, _ = self._step_reference(now)
+            return duration, finished
+        result = self._step_fast(now)
+        if result is None:  # a step the aggregate cannot take exactly: go request by request
+            self.decoders.clear()
+            duration, finished, _ = self._step_reference(now)
+            for r in self.running:
+                if r.computed >= r.prompt and r.num_tokens - r.computed == 1:
+                    self.decoders.join(r)
+            return duration, finished
+        duration, finished, merge = result
+        if merge:
+            extra, extra_s = self._merge_decodes(now + duration, horizon)
+            duration += extra_s
+            self.stats.steps += extra
+        return duration, finished
+
+    def _enter_running(self, req: Request) -> None:
+        self._run_counter += 1
+        req.run_seq = self._run_counter
+        self.running.append(req)
+
+    def _step_fast(self, now: float) -> tuple[float, list[Request], bool] | None:
+        """The same step with the decoding requests taken together; None when it would
+        preempt or when the token budget runs out before the end of the running list
+        (the request-by-request path then takes the step)."""
+        self.tick(now)
+        self.expire_pins(now)
+        bs = self.config.block_size
+        budget = self.config.max_num_batched_tokens
+        prefills: list[tuple[Request, int, int, int]] = []
+        need_total = 0
+        for r in self.running:
+            if budget <= 0:
+                return None
+            if r.dec:
+                budget -= 1
+                continue
+            new = min(r.num_tokens - r.computed, budget)
+            need = max(0, -(-(r.computed + new) // bs) - r.blocks)
+            prefills.append((r, new, r.computed, need))
+            need_total += need
+            budget -= new
+        dec = self.decoders
+        due: list[Request] = []
+        while True:
+            due_r = dec.pop_block_due(dec.D + 1)
+            if due_r is None:
+                break
+            due.append(due_r)
+        if need_total + len(due) > self.pool.free_blocks:
+            for r in due:
+                dec.push_back(r)
+            return None
+        for r, _, _, need in prefills:
+            if need:
+                self.pool.grow(r.program, need)
+                r.blocks += need
+        for r in due:
+            self.pool.grow(r.program, 1)
+            dec.block_granted(r)
+
+        reload_s = 0.0
+        blocked_head = False
+        waiting = self._sorted_waiting()
+        while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            head = waiting[0]
+            admitted = self._try_admit(head, budget, now)
+            if admitted is None:
+                stalled = not self.running and not prefills
+                self.policy.valve(self, head, now, stalled=stalled)
+                admitted = self._try_admit(head, budget, now)
+            if admitted is None:
+                blocked_head = True
+                break
+            new, loaded_s = admitted
+            waiting.pop(0)
+            del self.waiting_programs[head.program]
+            self._enter_running(head)
+            prefills.append((head, new, head.computed, 0))
+            budget -= new
+            reload_s += loaded_s
+        else:
+            blocked_head = bool(waiting)
+
+        if not prefills and not len(dec):
+            return 0.0, [], False
+        chunks: list[tuple[int, int]] = []
+        decodes = len(dec)
+        kv = dec.kv_tokens()
+        for r, new, ctx, _ in prefills:
+            if r.num_tokens - ctx > 1 or ctx < r.prompt:
+                chunks.append((ctx, new))
+            else:
+                decodes += 1
+                kv += ctx
+        duration = self.cost.step_s(chunks, decodes, kv) + reload_s
+        end = now + duration
+        self.stats.busy_s += duration
+        self.stats.steps += 1
+        self.tick(end)
+        dec.D += 1
+        finished: list[Request] = []
+        for r, new, _, _ in prefills:
+            r.computed += new
+            if r.computed < r.num_tokens:
+                continue
+            r.generated += 1
+            if r.first_token is None:
+                r.first_token = end
+            if r.generated >= r.output:
+                finished.append(r)
+            else:
+                r.num_tokens += 1
+                dec.join(r)
+        for r in dec.pop_finished():
+            dec.leave(r)
+            finished.append(r)
+        finished.sort(key=lambda r: r.run_seq)
+        for r in finished:
+            self._finish(r, end)
+        merge = not finished and not chunks and (not self.waiting or blocked_head)
+        return duration, finished, merge
+
+    def _step_reference(self, now: float) -> tuple[float, list[Request], bool]:
+        """One step, request by request, as vLLM's loop runs it (the reference path).
+
+        Returns (duration, finished, preempted).
+        """
         self.tick(now)
         self.expire_pins(now)
         bs = self.config.block_size
@@ -286,15 +433,16 @@ class Engine:
                 new, loaded_s = admitted
                 waiting.pop(0)
                 del self.waiting_programs[head.program]
-                self.running.append(head)
+                self._enter_running(head)
                 scheduled.append((head, new, head.computed))
                 budget -= new
                 reload_s += loaded_s
             else:
                 blocked_head = bool(waiting)
 
+        self._blocked_head = blocked_head
         if not scheduled:
-            return 0.0, []
+            return 0.0, [], preempted
         chunks = [(ctx, n) for r, n, ctx in scheduled if r.num_tokens - ctx > 1 or ctx < r.prompt]
         decodes = [r for r, n, ctx in scheduled if not (r.num_tokens - ctx > 1 or ctx < r.prompt)]
         kv = sum(r.computed for r in decodes)
@@ -303,20 +451,8 @@ class Engine:
         self.stats.busy_s += duration
         self.tick(end)
         finished = self._advance(scheduled, end, now)
-        steps = 1
-        if (
-            self.config.fast
-            and not preempted
-            and not finished
-            and not chunks
-            and (not self.waiting or blocked_head)
-        ):
-            extra, extra_s = self._merge_decodes(end, horizon)
-            if extra:
-                duration += extra_s
-                steps += extra
-        self.stats.steps += steps
-        return duration, finished
+        self.stats.steps += 1
+        return duration, finished, preempted
 
     def _plan(self, req: Request, budget: int) -> tuple[int, int, int, int]:
         """(hit blocks, tokens loaded from offload, new tokens, new blocks) to admit ``req``."""
@@ -416,35 +552,23 @@ class Engine:
         req.blocks = 0
 
     def _merge_decodes(self, now: float, horizon: float) -> tuple[int, float]:
-        """Take the coming decode-only steps together; returns (steps, seconds)."""
-        reqs = self.running
-        if not reqs:
+        """Take the coming decode-only steps together; returns (steps, seconds).
+
+        Stops before the first finish, before the horizon (the next arrival or pin
+        expiry), and before a step whose block needs the pool cannot meet.
+        """
+        dec = self.decoders
+        if not len(dec) or len(dec) != len(self.running):
             return 0, 0.0
-        bs = self.config.block_size
-        steps = min(r.output - r.generated for r in reqs) - 1  # stop before a finish
+        first_finish = dec.next_finish()
+        if first_finish is None:
+            return 0, 0.0
+        steps = first_finish - dec.D - 1
         if steps <= 0:
             return 0, 0.0
-        free = self.pool.free_blocks
-
-        def blocks_needed(k: int) -> int:
-            return sum(max(0, -(-(r.computed + k) // bs) - r.blocks) for r in reqs)
-
-        if blocks_needed(steps) > free:
-            lo, hi = 0, steps
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if blocks_needed(mid) <= free:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            steps = lo
-        if steps <= 0:
-            return 0, 0.0
-        seqs = len(reqs)
-        kv0 = sum(r.computed for r in reqs)
-        # cut at the horizon (next arrival or pin expiry): whole steps that end before it
-        total = self.cost.decode_run_s(seqs, kv0, steps)
-        if now + total > horizon:
+        seqs = len(dec)
+        kv0 = dec.kv_tokens()
+        if now + self.cost.decode_run_s(seqs, kv0, steps) > horizon:
             lo, hi = 0, steps
             while lo < hi:
                 mid = (lo + hi + 1) // 2
@@ -453,17 +577,21 @@ class Engine:
                 else:
                     hi = mid - 1
             steps = lo
-            if steps <= 0:
-                return 0, 0.0
-            total = self.cost.decode_run_s(seqs, kv0, steps)
-        for r in reqs:
-            need = max(0, -(-(r.computed + steps) // bs) - r.blocks)
-            if need:
-                self.pool.grow(r.program, need)
-                r.blocks += need
-            r.computed += steps
-            r.generated += steps
-            r.num_tokens += steps
+        # grant the blocks the steps need, in step order; stop where the pool runs dry
+        while steps > 0:
+            r = dec.pop_block_due(dec.D + steps)
+            if r is None:
+                break
+            if self.pool.free_blocks == 0:
+                dec.push_back(r)
+                steps = dec.block_step(r) - dec.D
+                break
+            self.pool.grow(r.program, 1)
+            dec.block_granted(r)
+        if steps <= 0:
+            return 0, 0.0
+        total = self.cost.decode_run_s(seqs, kv0, steps)
+        dec.D += steps
         self.stats.busy_s += total
         self.tick(now + total)
         return steps, total

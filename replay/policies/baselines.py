@@ -36,7 +36,7 @@ class InferCept:
         if req.is_last or not under_cap(engine, req, self.pin_cap):
             return 0.0
         context = max(1, req.computed)
-        others = sum(r.computed for r in engine.running if r is not req)
+        others = sum(engine.context_tokens(r) for r in engine.running if r is not req)
         if engine.offload is not None:
             forward = engine.cost.reload_s(context)
         else:

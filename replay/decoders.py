@@ -120,6 +120,7 @@ class DecodeSet:
                 return None
             heapq.heappop(self._blocks)
             return r
+        return None
 
     def next_block_step(self) -> int | None:
         while self._blocks:

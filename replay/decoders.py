@@ -100,7 +100,7 @@ class DecodeSet:
 
     def pop_finished(self) -> list[Request]:
         """Members whose last token was sampled by the steps taken (D reached)."""
-        done = []
+        done: list[Request] = []
         while True:
             at = self.next_finish()
             if at is None or at > self.D:

@@ -120,13 +120,17 @@ class RunPool:
         return self._runs[rid].hi if rid is not None else 0
 
     def room_for(self, program: str, hit: int, new: int) -> bool:
-        from_free = hit if not self._held.get(program) else 0
-        return new <= self._free - from_free
+        held = self._held.get(program, 0)
+        if held:  # a handover gives back the pinned blocks past the hit first
+            return new <= self._free + max(0, held - hit)
+        return new <= self._free - hit
 
     def admit(self, program: str, hit: int, new: int) -> None:
+        held = self._held.get(program, 0)
+        if held and hit > held:
+            raise ValueError(f"hit {hit} beyond the {held} blocks held for {program}")
         if not self.room_for(program, hit, new):
             raise OutOfBlocks(program)
-        held = self._held.get(program, 0)
         if held:
             # a pin handed over: keep [0, hit), free the rest of the old stream
             if hit < held:
@@ -235,13 +239,17 @@ class BlockPool:
         return n
 
     def room_for(self, program: str, hit: int, new: int) -> bool:
-        from_free = hit if not self._owned.get(program) else 0
-        return new <= len(self._queue) - from_free
+        owned = self._owned.get(program)
+        if owned:  # a handover gives back the pinned blocks past the hit first
+            return new <= len(self._queue) + max(0, len(owned) - hit)
+        return new <= len(self._queue) - hit
 
     def admit(self, program: str, hit: int, new: int) -> None:
+        owned = self._owned.get(program)
+        if owned and hit > len(owned):
+            raise ValueError(f"hit {hit} beyond the {len(owned)} blocks held for {program}")
         if not self.room_for(program, hit, new):
             raise OutOfBlocks(program)
-        owned = self._owned.get(program)
         if owned:
             keep, drop = owned[:hit], owned[hit:]
             for b in reversed(drop):  # past the divergence: no longer part of the stream
@@ -281,6 +289,9 @@ class BlockPool:
             key = (program, i)
             self._hash[blocks[i]] = key
             self._by_hash[key] = blocks[i]
+        for b in blocks[full:]:  # not full now: whatever hash a hit left on it is stale
+            if b in self._hash:
+                self._unhash(b)
         for b in reversed(blocks):  # tail blocks nearest the head: evicted first
             self._queue[b] = None
 

@@ -175,14 +175,23 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
         duration, finished = engine.step(now, horizon)
         if duration <= 0:
             # nothing could run (the head does not fit): wait for something to change
-            if horizon == math.inf:
+            wake = events[0][0] if events else math.inf
+            expiry = engine.next_expiry()
+            if now < expiry < wake:
+                wake = expiry
+            if wake == math.inf:
+                if engine.pins:
+                    # only pins kept for waiting follow-ups hold the memory: a stall
+                    for program in sorted(engine.pins):
+                        engine.release_pin(program, pressure=True)
+                    continue
                 head = engine.waiting[0] if engine.waiting else None
                 raise SimulationError(
                     f"engine stalled at t={now:.3f} s: {len(engine.waiting)} waiting "
                     f"(head {head.program if head else '-'} turn {head.turn if head else '-'}), "
                     "nothing running and nothing left to happen"
                 )
-            now = max(now, horizon)
+            now = wake
             engine.tick(now)
             engine.expire_pins(now)
             continue

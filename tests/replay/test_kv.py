@@ -1,0 +1,394 @@
+"""Golden cases for the KV block pools, ported from vLLM's prefix-caching tests.
+
+The scenarios of ``tests/v1/core/test_prefix_caching.py`` (prefill then hit,
+eviction order, touched blocks survive the allocation that follows, ...) restated
+for agent programs: a program's next call repeats its previous stream, so "a
+request that shares a prefix" becomes "the program's next call". Every case runs
+against both pools (:class:`RunPool`, the fast one, and :class:`BlockPool`, the
+per-block reference), and a hypothesis test drives both with the same random
+operations and compares everything they report after every one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from profiles.cost import ConstantCostModel
+from replay.engine import Engine, EngineConfig, Request
+from replay.kv import BlockPool, OutOfBlocks, RunPool
+from replay.policies.simple import VLLM
+
+POOLS = [RunPool, BlockPool]
+
+pool_classes = pytest.mark.parametrize("cls", POOLS, ids=lambda c: c.__name__)
+
+
+def conserved(pool: RunPool | BlockPool, programs: list[str]) -> None:
+    pool.check()
+    assert pool.free_blocks + sum(pool.held(p) for p in programs) == pool.num_blocks
+
+
+# ------------------------------------------------------------------ prefill and hits
+
+
+def _request(rid: int, program: str, turn: int, prompt: int, reusable: int) -> Request:
+    return Request(rid, program, turn, 0.0, 0.0, prompt, 1, reusable, None, False)
+
+
+def _serve(engine: Engine, req: Request) -> None:
+    """Run ``req`` alone to its finish."""
+    engine.add(req, 0.0)
+    now = 0.0
+    while req.finish is None:
+        duration, _ = engine.step(now, float("inf"))
+        assert duration > 0
+        now += duration
+
+
+@pytest.mark.parametrize("pool", ["runs", "blocks"])
+def test_follow_up_hits_every_full_block_not_the_partial_one(pool: str) -> None:
+    """vLLM test_prefill: 3 full blocks + 7 tokens cached; the next request over the
+    same 3 blocks + 5 other tokens hits the 3 full blocks (48 tokens), nothing more."""
+    config = EngineConfig(kv_tokens=16 * 11, block_size=16, pool=pool)
+    engine = Engine(config, ConstantCostModel(), VLLM())
+    first = _request(0, "p", 0, prompt=55, reusable=0)
+    _serve(engine, first)
+    assert first.hit_tokens == 0
+    assert engine.pool.cached_prefix("p") == 3  # the partial 4th block is not cached
+    # the next call repeats the 55 + 1 tokens of the stream and adds 5
+    second = _request(1, "p", 1, prompt=61, reusable=56)
+    _serve(engine, second)
+    assert second.hit_tokens == 48
+    engine.pool.check()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("pool", ["runs", "blocks"])
+def test_hit_is_capped_at_num_tokens_minus_one(pool: str) -> None:
+    """A block-aligned prompt whose every block is cached still recomputes its last
+    block: the hit stops at num_tokens − 1 (vLLM's get_computed_blocks)."""
+    config = EngineConfig(kv_tokens=16 * 11, block_size=16, pool=pool)
+    engine = Engine(config, ConstantCostModel(), VLLM())
+    _serve(engine, _request(0, "p", 0, prompt=48, reusable=0))
+    assert engine.pool.cached_prefix("p") == 3
+    again = _request(1, "p", 1, prompt=48, reusable=48)  # the same 3 blocks again
+    _serve(engine, again)
+    assert again.hit_tokens == 32
+    # one token more and all three blocks hit
+    longer = _request(2, "p", 2, prompt=49, reusable=48)
+    _serve(engine, longer)
+    assert longer.hit_tokens == 48
+
+
+@pytest.mark.parametrize("pool", ["runs", "blocks"])
+def test_hit_is_capped_by_what_the_prompt_repeats(pool: str) -> None:
+    """A call that repeats only part of the previous stream hits only that part."""
+    config = EngineConfig(kv_tokens=16 * 11, block_size=16, pool=pool)
+    engine = Engine(config, ConstantCostModel(), VLLM())
+    _serve(engine, _request(0, "p", 0, prompt=80, reusable=0))
+    assert engine.pool.cached_prefix("p") == 5
+    diverged = _request(1, "p", 1, prompt=100, reusable=40)  # 2.5 blocks repeated
+    _serve(engine, diverged)
+    assert diverged.hit_tokens == 32
+
+
+# ------------------------------------------------------------------ eviction order
+
+
+@pool_classes
+def test_eviction_order_lru_and_tail_first(cls: type) -> None:
+    """vLLM test_evict: A holds 5 full blocks + a partial, B 3 full; A is freed, then
+    B. Free blocks are handed out: the never-used block, A's partial block, A's
+    blocks from its tail to its head, then B's from its tail to its head."""
+    pool = cls(10, 16)
+    pool.admit("A", 0, 6)
+    pool.admit("B", 0, 3)
+    assert pool.free_blocks == 1
+    pool.release("A", 5)
+    pool.release("B", 3)
+    assert pool.free_blocks == 10
+    assert (pool.cached_prefix("A"), pool.cached_prefix("B")) == (5, 3)
+
+    seen = []
+    pool.admit("C", 0, 1)
+    seen.append((pool.cached_prefix("A"), pool.cached_prefix("B"), pool.evicted_blocks()))
+    for _ in range(9):
+        pool.grow("C", 1)
+        seen.append((pool.cached_prefix("A"), pool.cached_prefix("B"), pool.evicted_blocks()))
+    assert seen == [
+        (5, 3, 0),  # the block nobody used yet
+        (5, 3, 0),  # A's partial block: anonymous, evicts nothing
+        (4, 3, 1),
+        (3, 3, 2),
+        (2, 3, 3),
+        (1, 3, 4),
+        (0, 3, 5),  # A is gone before B loses anything: freed earlier, evicted earlier
+        (0, 2, 6),
+        (0, 1, 7),
+        (0, 0, 8),
+    ]
+    assert pool.free_blocks == 0
+    with pytest.raises(OutOfBlocks):
+        pool.grow("C", 1)
+    conserved(pool, ["A", "B", "C"])
+
+
+@pool_classes
+def test_touching_a_prefix_takes_new_blocks_from_the_lru_head(cls: type) -> None:
+    """vLLM test_evict, end: a request over A's first 2 blocks touches them and takes
+    its new block from the head of the free list (the never-used block): 7 free."""
+    pool = cls(10, 16)
+    pool.admit("A", 0, 6)
+    pool.admit("B", 0, 3)
+    pool.release("A", 5)
+    pool.release("B", 3)
+    pool.admit("A", 2, 1)
+    assert pool.free_blocks == 7
+    assert pool.held("A") == 3
+    assert pool.evicted_blocks() == 0
+    assert pool.cached_prefix("B") == 3
+    conserved(pool, ["A", "B"])
+
+
+@pool_classes
+def test_hit_blocks_are_not_evicted_by_the_same_admit(cls: type) -> None:
+    """vLLM test_computed_blocks_not_evicted: two free cached blocks, A's at the LRU
+    head. A's next call hits its block and needs one more: that one must come from
+    B's block, not from the block being hit."""
+    pool = cls(2, 16)
+    pool.admit("A", 0, 1)
+    pool.release("A", 1)
+    pool.admit("B", 0, 1)
+    pool.release("B", 1)
+    assert pool.room_for("A", 1, 1)
+    assert not pool.room_for("A", 1, 2)  # the hit block is not also a free block
+    pool.admit("A", 1, 1)
+    assert pool.held("A") == 2
+    assert pool.cached_prefix("B") == 0
+    assert pool.evicted_blocks() == 1
+    pool.release("A", 2)
+    assert pool.cached_prefix("A") == 2
+    conserved(pool, ["A", "B"])
+
+
+@pool_classes
+def test_hash_is_dropped_when_a_cached_block_is_reused(cls: type) -> None:
+    """vLLM test_hash_block_correct_reuse: a cached block handed out to another
+    request loses its identity; releasing that request's partial block caches nothing."""
+    pool = cls(1, 16)
+    pool.admit("A", 0, 1)
+    pool.release("A", 1)
+    pool.admit("B", 0, 1)
+    pool.release("B", 0)  # a partial block
+    assert pool.cached_prefix("A") == 0
+    assert pool.cached_prefix("B") == 0
+    assert pool.evicted_blocks() == 1
+
+
+# ------------------------------------------------------------------ divergence and pins
+
+
+@pool_classes
+def test_divergence_makes_the_rest_unhittable(cls: type) -> None:
+    """A call that reuses fewer blocks than are cached: the blocks past the hit stay
+    in the free list but no longer belong to the stream (not hittable, and handing
+    them out later is not an eviction)."""
+    pool = cls(8, 16)
+    pool.admit("A", 0, 5)
+    pool.release("A", 5)
+    pool.admit("A", 2, 0)
+    assert pool.free_blocks == 6
+    pool.release("A", 2)
+    assert pool.cached_prefix("A") == 2
+    assert pool.free_blocks == 8
+    # everything but A's two blocks goes before any eviction
+    pool.admit("B", 0, 6)
+    assert pool.evicted_blocks() == 0
+    assert pool.cached_prefix("A") == 2
+    pool.grow("B", 1)
+    assert (pool.cached_prefix("A"), pool.evicted_blocks()) == (1, 1)
+    conserved(pool, ["A", "B"])
+
+
+@pool_classes
+def test_divergence_with_nothing_reused_drops_the_whole_stream(cls: type) -> None:
+    pool = cls(4, 16)
+    pool.admit("A", 0, 3)
+    pool.release("A", 3)
+    pool.admit("A", 0, 1)
+    pool.release("A", 0)
+    assert pool.cached_prefix("A") == 0
+    pool.admit("B", 0, 4)
+    assert pool.evicted_blocks() == 0
+
+
+@pool_classes
+def test_pinned_program_is_handed_over_on_admit(cls: type) -> None:
+    """A pin keeps the blocks held (release deferred). The program's next call takes
+    them over without touching the free list; blocks past its hit go back to it."""
+    pool = cls(10, 16)
+    pool.admit("A", 0, 4)  # 3 full blocks + a partial one, then pinned: not released
+    pool.admit("B", 0, 3)
+    assert pool.free_blocks == 3
+    assert pool.cached_prefix("A") == 4  # held blocks are what a handover can keep
+    # the hit does not come out of the free list, unlike an unpinned program's
+    assert pool.room_for("A", 4, 3)
+    assert not pool.room_for("A", 4, 4)
+    pool.admit("A", 3, 2)  # keep 3, the partial 4th goes back as an anonymous block
+    assert pool.held("A") == 5
+    assert pool.free_blocks == 2
+    assert pool.evicted_blocks() == 0
+    pool.release("A", 5)
+    pool.release("B", 3)
+    assert (pool.cached_prefix("A"), pool.cached_prefix("B")) == (5, 3)
+    conserved(pool, ["A", "B"])
+
+
+@pool_classes
+def test_unpinned_hit_comes_out_of_the_free_list(cls: type) -> None:
+    pool = cls(10, 16)
+    pool.admit("A", 0, 4)
+    pool.release("A", 3)
+    pool.admit("B", 0, 3)
+    assert pool.free_blocks == 7
+    assert pool.room_for("A", 3, 4)
+    assert not pool.room_for("A", 3, 5)
+
+
+@pool_classes
+def test_admit_beyond_the_cache_raises(cls: type) -> None:
+    pool = cls(4, 16)
+    with pytest.raises((ValueError, KeyError)):
+        pool.admit("A", 1, 0)
+    pool.admit("A", 0, 2)
+    pool.release("A", 2)
+    with pytest.raises(OutOfBlocks):
+        pool.admit("B", 0, 5)
+
+
+@pool_classes
+def test_handover_beyond_the_pinned_blocks_raises(cls: type) -> None:
+    pool = cls(10, 16)
+    pool.admit("A", 0, 2)
+    with pytest.raises(ValueError):
+        pool.admit("A", 3, 0)
+
+
+@pool_classes
+def test_release_caches_only_the_first_full_blocks(cls: type) -> None:
+    """The interface: release(p, full) caches the first ``full`` blocks, the rest are
+    anonymous. Here 3 of the 4 hit blocks are released as not full (the engine never
+    releases fewer full blocks than it hit, so its replays are not affected)."""
+    pool = cls(10, 16)
+    pool.admit("A", 0, 4)
+    pool.release("A", 4)
+    pool.admit("A", 3, 1)
+    pool.release("A", 1)
+    assert pool.cached_prefix("A") == 1
+    pool.admit("B", 0, 10)
+    assert pool.evicted_blocks() == 1
+
+
+# ------------------------------------------------------------------ property: both pools agree
+
+PROGRAMS = ["a", "b", "c", "d"]
+NUM_BLOCKS = 12
+
+#: each step: which of the valid actions, two numbers that pick its arguments, a flag
+steps = st.lists(
+    st.tuples(st.integers(0, 63), st.integers(0, 1 << 16), st.integers(0, 1 << 16), st.booleans()),
+    min_size=5,
+    max_size=60,
+)
+
+
+@dataclass
+class Model:
+    """What the engine knows of each program: running or pinned (held, not running),
+    each with the hit it was last admitted with; or neither."""
+
+    running: dict[str, int] = field(default_factory=dict)
+    pinned: dict[str, int] = field(default_factory=dict)
+
+    def actions(self) -> list[tuple[str, str]]:
+        out = [("admit", p) for p in PROGRAMS if p not in self.running]
+        for p in self.running:
+            out += [("grow", p), ("finish", p), ("preempt", p)]
+        out += [("release_pin", p) for p in self.pinned]
+        return out
+
+
+def _compare(fast: RunPool, ref: BlockPool) -> None:
+    fast.check()
+    ref.check()
+    assert fast.free_blocks == ref.free_blocks
+    assert fast.evicted_blocks() == ref.evicted_blocks()
+    for p in PROGRAMS:
+        assert fast.held(p) == ref.held(p), p
+        assert fast.cached_prefix(p) == ref.cached_prefix(p), p
+    assert fast.free_blocks + sum(fast.held(p) for p in PROGRAMS) == NUM_BLOCKS
+
+
+def _apply(fast: RunPool, ref: BlockPool, model: Model, step: tuple[int, int, int, bool]) -> None:
+    choice, x, y, flag = step
+    actions = model.actions()
+    kind, p = actions[choice % len(actions)]
+    if kind == "admit":
+        hit = x % (fast.cached_prefix(p) + 1)
+        # mostly a few blocks, sometimes as many as could be free
+        new = y % (fast.free_blocks + 2) if flag else y % 4
+        room = fast.room_for(p, hit, new)
+        assert room == ref.room_for(p, hit, new)
+        if not room:
+            for pool in (fast, ref):
+                with pytest.raises(OutOfBlocks):
+                    pool.admit(p, hit, new)
+            return
+        fast.admit(p, hit, new)
+        ref.admit(p, hit, new)
+        model.pinned.pop(p, None)
+        model.running[p] = hit
+    elif kind == "grow":
+        new = x % (fast.free_blocks + 1) if flag else x % 3
+        if new > fast.free_blocks:
+            return
+        fast.grow(p, new)
+        ref.grow(p, new)
+    elif kind == "finish" and flag:
+        model.pinned[p] = model.running.pop(p)  # blocks stay held: released or handed over
+    else:  # finish and free, preempt, or release a pin
+        hit = model.running.pop(p) if p in model.running else model.pinned.pop(p)
+        full = hit + x % (fast.held(p) - hit + 1)
+        fast.release(p, full)
+        ref.release(p, full)
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(steps)
+def test_run_pool_equals_block_pool(sequence: list[tuple[int, int, int, bool]]) -> None:
+    """Random engine-like operations on both pools give the same free count, held
+    blocks, cached prefixes and evictions after every one, and conserve blocks.
+
+    A release caches at least the blocks the program was admitted with (a request's
+    computed tokens never fall below its hit), as the engine's releases do; see
+    test_release_caches_only_the_first_full_blocks for a release below the hit."""
+    fast, ref = RunPool(NUM_BLOCKS, 4), BlockPool(NUM_BLOCKS, 4)
+    model = Model()
+    for step in sequence:
+        _apply(fast, ref, model, step)
+        _compare(fast, ref)
+
+
+@pool_classes
+def test_room_for_a_handover_counts_the_blocks_it_gives_back(cls: type) -> None:
+    """A pinned program holding 1 full and 1 partial block in a 5-block pool: its next
+    call keeps the full block and needs 4 more. Admitting frees the partial block
+    first, so the 4 fit (3 free + 1 given back)."""
+    pool = cls(5, 4)
+    pool.admit("P", 0, 2)
+    assert pool.room_for("P", 1, 4)
+    pool.admit("P", 1, 4)
+    assert (pool.held("P"), pool.free_blocks) == (5, 0)

@@ -305,7 +305,7 @@ def test_pin_keeps_the_prefix_across_a_pause() -> None:
 
 
 class Stuck(Exception):
-    pass
+    """The simulation made no progress."""
 
 
 @pytest.mark.parametrize("pool", ["runs", "blocks"])
@@ -314,7 +314,9 @@ def test_handover_that_needs_the_pins_partial_block(
 ) -> None:
     """5 blocks of 4 tokens. P's first call (6 tokens) is pinned: 1 full block + 1
     partial. Its next call (19 + 1 tokens: the whole cache) keeps the full block and
-    needs 4 more; handing over frees the partial one, so it fits exactly."""
+    needs 4 more; handing over frees the partial one, so it fits exactly.
+    Regression: it never fitted, the valve spares the head's own pin, and once the
+    pin's expiry had passed simulate() spun forever (guarded here by a step limit)."""
     steps = 0
     original = Engine.step
 

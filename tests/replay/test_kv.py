@@ -271,6 +271,7 @@ def test_admit_beyond_the_cache_raises(cls: type) -> None:
 
 @pool_classes
 def test_handover_beyond_the_pinned_blocks_raises(cls: type) -> None:
+    """Regression: RunPool booked blocks that did not exist, BlockPool kept only held."""
     pool = cls(10, 16)
     pool.admit("A", 0, 2)
     with pytest.raises(ValueError):
@@ -281,7 +282,8 @@ def test_handover_beyond_the_pinned_blocks_raises(cls: type) -> None:
 def test_release_caches_only_the_first_full_blocks(cls: type) -> None:
     """The interface: release(p, full) caches the first ``full`` blocks, the rest are
     anonymous. Here 3 of the 4 hit blocks are released as not full (the engine never
-    releases fewer full blocks than it hit, so its replays are not affected)."""
+    releases fewer full blocks than it hit). Regression: BlockPool kept the stale
+    hashes of blocks 1–2 and reported a cached prefix of 3."""
     pool = cls(10, 16)
     pool.admit("A", 0, 4)
     pool.release("A", 4)
@@ -307,11 +309,11 @@ steps = st.lists(
 
 @dataclass
 class Model:
-    """What the engine knows of each program: running or pinned (held, not running),
-    each with the hit it was last admitted with; or neither."""
+    """What the engine knows of each program: running, pinned (held, not running) or
+    neither."""
 
-    running: dict[str, int] = field(default_factory=dict)
-    pinned: dict[str, int] = field(default_factory=dict)
+    running: set[str] = field(default_factory=set)
+    pinned: set[str] = field(default_factory=set)
 
     def actions(self) -> list[tuple[str, str]]:
         out = [("admit", p) for p in PROGRAMS if p not in self.running]
@@ -349,8 +351,8 @@ def _apply(fast: RunPool, ref: BlockPool, model: Model, step: tuple[int, int, in
             return
         fast.admit(p, hit, new)
         ref.admit(p, hit, new)
-        model.pinned.pop(p, None)
-        model.running[p] = hit
+        model.pinned.discard(p)
+        model.running.add(p)
     elif kind == "grow":
         new = x % (fast.free_blocks + 1) if flag else x % 3
         if new > fast.free_blocks:
@@ -358,10 +360,12 @@ def _apply(fast: RunPool, ref: BlockPool, model: Model, step: tuple[int, int, in
         fast.grow(p, new)
         ref.grow(p, new)
     elif kind == "finish" and flag:
-        model.pinned[p] = model.running.pop(p)  # blocks stay held: released or handed over
-    else:  # finish and free, preempt, or release a pin
-        hit = model.running.pop(p) if p in model.running else model.pinned.pop(p)
-        full = hit + x % (fast.held(p) - hit + 1)
+        model.running.remove(p)
+        model.pinned.add(p)  # blocks stay held: released later or handed over
+    else:  # finish and free, preempt, or release a pin: any number of full blocks
+        model.running.discard(p)
+        model.pinned.discard(p)
+        full = x % (fast.held(p) + 1)
         fast.release(p, full)
         ref.release(p, full)
 
@@ -370,11 +374,8 @@ def _apply(fast: RunPool, ref: BlockPool, model: Model, step: tuple[int, int, in
 @given(steps)
 def test_run_pool_equals_block_pool(sequence: list[tuple[int, int, int, bool]]) -> None:
     """Random engine-like operations on both pools give the same free count, held
-    blocks, cached prefixes and evictions after every one, and conserve blocks.
-
-    A release caches at least the blocks the program was admitted with (a request's
-    computed tokens never fall below its hit), as the engine's releases do; see
-    test_release_caches_only_the_first_full_blocks for a release below the hit."""
+    blocks, cached prefixes and evictions after every one, and conserve blocks
+    (releases cache any number of full blocks up to the held ones, below the hit too)."""
     fast, ref = RunPool(NUM_BLOCKS, 4), BlockPool(NUM_BLOCKS, 4)
     model = Model()
     for step in sequence:
@@ -386,7 +387,7 @@ def test_run_pool_equals_block_pool(sequence: list[tuple[int, int, int, bool]]) 
 def test_room_for_a_handover_counts_the_blocks_it_gives_back(cls: type) -> None:
     """A pinned program holding 1 full and 1 partial block in a 5-block pool: its next
     call keeps the full block and needs 4 more. Admitting frees the partial block
-    first, so the 4 fit (3 free + 1 given back)."""
+    first, so the 4 fit (3 free + 1 given back). Regression: room_for refused it."""
     pool = cls(5, 4)
     pool.admit("P", 0, 2)
     assert pool.room_for("P", 1, 4)

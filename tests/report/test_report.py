@@ -1,0 +1,135 @@
+"""The report page: its sections, its plots, and what it says about missing inputs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tests.report.conftest import tune_doc
+from tests.report.pages import SECTIONS, check_png, parse, png_bytes
+from ttlctl import report_cli
+from ttlctl.report import MAX_TOOL_PLOTS, ReportError, build_report
+
+
+def test_all_sections_and_plots(sample_run: Path, sample_page: str) -> None:
+    page = parse(sample_page)
+    assert page.section_ids == list(SECTIONS)
+    assert "could not be drawn" not in sample_page
+    assert "not in this run" not in sample_page
+    imgs = page.all("img")
+    fit = json.loads((sample_run / "fit.json").read_text(encoding="utf-8"))
+    tool_plots = min(len(fit["tools"]), MAX_TOOL_PLOTS)
+    # per-tool CDFs, τ* vs context, JCT, pins over time, tuning history, importance
+    assert len(imgs) == tool_plots + 5
+    for attrs in imgs:
+        check_png(png_bytes(attrs["src"]))
+        assert attrs.get("alt")
+    assert f"{len(fit['tools']) - MAX_TOOL_PLOTS} less frequent tool(s) not plotted" in sample_page
+    for name in ("continuum", "oracle", "unlimited-kv", "gap closed", "τ* @ 128k"):
+        assert name in sample_page
+    # the recorded provenance matches the run's own files
+    assert ">no<" not in sample_page.split('id="trace"')[0]
+
+
+def test_page_is_self_contained(sample_page: str) -> None:
+    lowered = sample_page.lower()
+    for needle in ("http://", "https://", "<script", "<link", "url(", "@import", "<iframe"):
+        assert needle not in lowered
+    page = parse(sample_page)
+    for attrs in page.all("a"):
+        assert str(attrs.get("href")).startswith("#")
+    assert all(str(a.get("src")).startswith("data:image/png;base64,") for a in page.all("img"))
+
+
+def test_only_a_fit(tmp_path: Path, sample_run: Path) -> None:
+    shutil.copy(sample_run / "fit.json", tmp_path / "fit.json")
+    text = build_report(tmp_path)
+    page = parse(text)
+    assert page.section_ids == list(SECTIONS)
+    for missing in ("trace.parquet", "bundle.json", "replay.json", "tune.json"):
+        assert f"not in this run: no {missing}" in text
+    assert "could not be drawn" not in text
+    assert len(page.all("img")) == MAX_TOOL_PLOTS  # CDFs, without τ* markers
+
+
+def test_bundle_alone_brings_its_fit(tmp_path: Path, sample_run: Path) -> None:
+    shutil.copy(sample_run / "bundle.json", tmp_path / "bundle.json")
+    text = build_report(tmp_path)
+    assert "From bundle.json (its fit)." in text
+    assert len(parse(text).all("img")) == MAX_TOOL_PLOTS + 1  # CDFs and τ* vs context
+    assert "could not be drawn" not in text
+
+
+def test_damaged_inputs_are_notes(tmp_path: Path, sample_run: Path) -> None:
+    doc = json.loads((sample_run / "bundle.json").read_text(encoding="utf-8"))
+    doc["policy"]["eta"] = 0.5
+    (tmp_path / "bundle.json").write_text(json.dumps(doc), encoding="utf-8")
+    (tmp_path / "replay.json").write_text('{"results": [', encoding="utf-8")
+    (tmp_path / "trace.parquet").write_text("not parquet", encoding="utf-8")
+    text = build_report(tmp_path)
+    assert "unreadable: " in text and "checksum mismatch" in text
+    assert "not a Parquet trace" in text
+    assert "not in this run: no usable bundle.json" in text
+    assert "could not be drawn" not in text
+
+
+@pytest.mark.parametrize(
+    "tune",
+    [
+        {},
+        {"trials": [], "importance": None},
+        {"trials": [{"value": "x"}, 3, {"number": 1, "value": 2.5}], "best": None},
+        {"trials": [{"number": 0, "value": 1.0, "state": "PRUNED"}], "importance": {"a": "b"}},
+        tune_doc(),
+    ],
+)
+def test_tune_shapes(tmp_path: Path, tune: dict[str, object]) -> None:
+    (tmp_path / "tune.json").write_text(json.dumps(tune), encoding="utf-8")
+    text = build_report(tmp_path)
+    assert "could not be drawn" not in text
+    assert 'id="tune"' in text
+
+
+def test_nothing_to_report(tmp_path: Path) -> None:
+    with pytest.raises(ReportError, match="no such directory"):
+        build_report(tmp_path / "absent")
+    with pytest.raises(ReportError, match="nothing to report"):
+        build_report(tmp_path)
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    app.command()(report_cli.report)
+    return app
+
+
+def test_cli_writes_the_page(tmp_path: Path, sample_run: Path) -> None:
+    shutil.copy(sample_run / "replay.json", tmp_path / "replay.json")
+    out = tmp_path / "out" / "report.html"
+    res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "not in this run: trace.parquet" in res.output
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert [p.name for p in out.parent.iterdir()] == ["report.html"]  # no temp file left
+
+
+@pytest.mark.parametrize("case", ["absent", "empty", "file", "output-is-dir"])
+def test_cli_errors_are_one_line(tmp_path: Path, sample_run: Path, case: str) -> None:
+    run, out = tmp_path / "run", tmp_path / "r.html"
+    if case == "empty":
+        run.mkdir()
+    elif case == "file":
+        run.write_text("x", encoding="utf-8")
+    elif case == "output-is-dir":
+        run.mkdir()
+        shutil.copy(sample_run / "replay.json", run / "replay.json")
+        out = tmp_path
+    res = CliRunner().invoke(_app(), [str(run), "-o", str(out)])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("error: ") and res.output.count("\n") == 1
+    assert not (tmp_path / "r.html").exists()

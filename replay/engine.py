@@ -95,6 +95,8 @@ class Request:
     finish: float | None = None
     #: order of entry into the running list (the list stays sorted by it)
     run_seq: int = 0
+    #: the policy's waiting-queue key, kept while the request waits
+    qkey: tuple[float, ...] = ()
     #: in the aggregated decode set (its token counts are then kept there)
     dec: bool = False
     d0: int = 0
@@ -103,6 +105,10 @@ class Request:
 
     def __post_init__(self) -> None:
         self.num_tokens = self.prompt
+
+
+def _qkey(req: Request) -> tuple[float, ...]:
+    return req.qkey
 
 
 @dataclass(slots=True)
@@ -177,6 +183,8 @@ class Engine:
     timeline: list[tuple[float, int]] = field(default_factory=list)
     _last_sampled: int = 0
     decoders: DecodeSet = field(init=False)
+    #: running requests not in the decode set, in running order
+    _prefilling: list[Request] = field(default_factory=list)
     _run_counter: int = 0
     _blocked_head: bool = False
 
@@ -194,17 +202,30 @@ class Engine:
 
     def add(self, req: Request, now: float) -> None:
         self.policy.on_arrival(req, self, now)
+        self._enqueue(req)
+
+    def _enqueue(self, req: Request) -> None:
         self.waiting.append(req)
         self.waiting_programs[req.program] = req
+        req.qkey = self.policy.key(req, self)
         self._waiting_dirty = True
 
-    def touch_order(self) -> None:
-        """Something a policy's key depends on changed: re-sort before the next use."""
-        self._waiting_dirty = True
+    def touch_order(self, program: str | None = None) -> None:
+        """Something a policy's key depends on changed (for ``program``'s waiting request,
+        or for everyone): re-key and re-sort before the next use."""
+        if program is None:
+            for r in self.waiting:
+                r.qkey = self.policy.key(r, self)
+            self._waiting_dirty = True
+        else:
+            req = self.waiting_programs.get(program)
+            if req is not None:
+                req.qkey = self.policy.key(req, self)
+                self._waiting_dirty = True
 
     def _sorted_waiting(self) -> list[Request]:
         if self._waiting_dirty:
-            self.waiting.sort(key=lambda r: self.policy.key(r, self))
+            self.waiting.sort(key=_qkey)
             self._waiting_dirty = False
         return self.waiting
 
@@ -229,7 +250,7 @@ class Engine:
         self.new_pins.append(pin)
         self.pinned_blocks += req.blocks
         self.stats.pins_made += 1
-        self.touch_order()
+        self.touch_order(req.program)
 
     def release_pin(self, program: str, *, pressure: bool) -> None:
         pin = self.pins.pop(program)
@@ -239,7 +260,7 @@ class Engine:
             self.stats.pins_released += 1
         else:
             self.stats.pins_expired += 1
-        self.touch_order()
+        self.touch_order(program)
 
     def _full_blocks_of_pin(self, program: str) -> int:
         return self._pin_full.pop(program, 0)
@@ -251,7 +272,11 @@ class Engine:
                 self.release_pin(program, pressure=False)
 
     def next_expiry(self) -> float:
-        return min((p.expiry for p in self.pins.values()), default=math.inf)
+        """The next time a pin can expire (pins kept for a waiting follow-up do not count)."""
+        waiting = self.waiting_programs
+        return min(
+            (p.expiry for p in self.pins.values() if p.program not in waiting), default=math.inf
+        )
 
     # ------------------------------------------------------------ step
 
@@ -270,6 +295,7 @@ class Engine:
             for r in self.running:
                 if r.computed >= r.prompt and r.num_tokens - r.computed == 1:
                     self.decoders.join(r)
+            self._prefilling = [r for r in self.running if not r.dec]
             return duration, finished
         duration, finished, merge = result
         if merge:
@@ -282,6 +308,7 @@ class Engine:
         self._run_counter += 1
         req.run_seq = self._run_counter
         self.running.append(req)
+        self._prefilling.append(req)
 
     def _step_fast(self, now: float) -> tuple[float, list[Request], bool] | None:
         """The same step with the decoding requests taken together; None when it would
@@ -293,18 +320,28 @@ class Engine:
         budget = self.config.max_num_batched_tokens
         prefills: list[tuple[Request, int, int, int]] = []
         need_total = 0
-        for r in self.running:
-            if budget <= 0:
-                return None
-            if r.dec:
-                budget -= 1
-                continue
-            new = min(r.num_tokens - r.computed, budget)
-            need = max(0, -(-(r.computed + new) // bs) - r.blocks)
-            prefills.append((r, new, r.computed, need))
-            need_total += need
-            budget -= new
         dec = self.decoders
+        demand = sum(r.num_tokens - r.computed for r in self._prefilling)
+        if len(dec) + demand <= budget:
+            # every running request gets all it asks for: no need to walk the list
+            for r in self._prefilling:
+                new = r.num_tokens - r.computed
+                need = max(0, -(-(r.computed + new) // bs) - r.blocks)
+                prefills.append((r, new, r.computed, need))
+                need_total += need
+            budget -= len(dec) + demand
+        else:
+            for r in self.running:
+                if budget <= 0:
+                    return None
+                if r.dec:
+                    budget -= 1
+                    continue
+                new = min(r.num_tokens - r.computed, budget)
+                need = max(0, -(-(r.computed + new) // bs) - r.blocks)
+                prefills.append((r, new, r.computed, need))
+                need_total += need
+                budget -= new
         due: list[Request] = []
         while True:
             due_r = dec.pop_block_due(dec.D + 1)
@@ -319,9 +356,10 @@ class Engine:
             if need:
                 self.pool.grow(r.program, need)
                 r.blocks += need
-        for r in due:
-            self.pool.grow(r.program, 1)
-            dec.block_granted(r)
+        if due:
+            self.pool.grow_each([r.program for r in due])
+            for r in due:
+                dec.block_granted(r)
 
         reload_s = 0.0
         blocked_head = False
@@ -329,10 +367,12 @@ class Engine:
         while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             head = waiting[0]
             admitted = self._try_admit(head, budget, now)
-            if admitted is None:
+            if admitted is None and self.pins:
                 stalled = not self.running and not prefills
+                before = len(self.pins)
                 self.policy.valve(self, head, now, stalled=stalled)
-                admitted = self._try_admit(head, budget, now)
+                if len(self.pins) != before:
+                    admitted = self._try_admit(head, budget, now)
             if admitted is None:
                 blocked_head = True
                 break
@@ -376,6 +416,7 @@ class Engine:
             else:
                 r.num_tokens += 1
                 dec.join(r)
+                self._prefilling.remove(r)
         for r in dec.pop_finished():
             dec.leave(r)
             finished.append(r)
@@ -424,9 +465,11 @@ class Engine:
             while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
                 head = waiting[0]
                 admitted = self._try_admit(head, budget, now)
-                if admitted is None:
+                if admitted is None and self.pins:
+                    before = len(self.pins)
                     self.policy.valve(self, head, now, stalled=not self.running and not scheduled)
-                    admitted = self._try_admit(head, budget, now)
+                    if len(self.pins) != before:
+                        admitted = self._try_admit(head, budget, now)
                 if admitted is None:
                     blocked_head = True
                     break
@@ -487,7 +530,6 @@ class Engine:
             self.pinned_blocks -= pin.blocks
             self._pin_full.pop(req.program, None)
             self.stats.pins_hit += 1
-            self.touch_order()
         self.pool.admit(req.program, hit_blocks, need)
         req.blocks = hit_blocks + need
         if req.admitted is None:
@@ -506,6 +548,8 @@ class Engine:
     def _preempt(self, req: Request, now: float) -> None:
         """Recompute preemption: free the blocks (they stay cached), requeue at the front."""
         bs = self.config.block_size
+        if req in self._prefilling:
+            self._prefilling.remove(req)
         self.pool.release(req.program, req.computed // bs)
         req.blocks = 0
         req.computed = 0
@@ -514,9 +558,7 @@ class Engine:
         self._preempt_counter += 1
         req.preempt_seq = self._preempt_counter
         self.stats.preemptions += 1
-        self.waiting.append(req)
-        self.waiting_programs[req.program] = req
-        self._waiting_dirty = True
+        self._enqueue(req)
 
     def _advance(
         self, scheduled: list[tuple[Request, int, int]], end: float, now: float
@@ -540,6 +582,8 @@ class Engine:
     def _finish(self, req: Request, now: float) -> None:
         req.finish = now
         self.running.remove(req)
+        if not req.dec and req in self._prefilling:
+            self._prefilling.remove(req)
         full = req.computed // self.config.block_size
         if self.offload is not None:
             self.offload.store(req.program, full * self.config.block_size)
@@ -558,7 +602,7 @@ class Engine:
         expiry), and before a step whose block needs the pool cannot meet.
         """
         dec = self.decoders
-        if not len(dec) or len(dec) != len(self.running):
+        if horizon <= now or not len(dec) or len(dec) != len(self.running):
             return 0, 0.0
         first_finish = dec.next_finish()
         if first_finish is None:

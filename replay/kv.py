@@ -63,6 +63,10 @@ class KVPool(Protocol):
         """``new`` more blocks for the program's running request."""
         ...
 
+    def grow_each(self, programs: list[str]) -> None:
+        """One more block for each of ``programs`` (in that order)."""
+        ...
+
     def release(self, program: str, full: int) -> None:
         """Free every held block: the first ``full`` are cached (hashed), the rest
         (a partial last block) are anonymous."""
@@ -157,6 +161,14 @@ class RunPool:
             raise OutOfBlocks(program)
         self._take(new)
         self._held[program] = self._held.get(program, 0) + new
+
+    def grow_each(self, programs: list[str]) -> None:
+        if len(programs) > self._free:
+            raise OutOfBlocks(programs[0])
+        self._take(len(programs))
+        held = self._held
+        for program in programs:
+            held[program] = held.get(program, 0) + 1
 
     def release(self, program: str, full: int) -> None:
         held = self._held.pop(program, 0)
@@ -281,6 +293,12 @@ class BlockPool:
                 self._unhash(b)
                 self._evicted += 1
             blocks.append(b)
+
+    def grow_each(self, programs: list[str]) -> None:
+        if len(programs) > len(self._queue):
+            raise OutOfBlocks(programs[0])
+        for program in programs:
+            self.grow(program, 1)
 
     def release(self, program: str, full: int) -> None:
         blocks = self._owned.pop(program, [])

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ttlctl import __version__, bundle_cli, profile_cli, replay_cli, report_cli
+from ttlctl import __version__, bundle_cli, profile_cli, replay_cli, report_cli, synth_cli
 from ttlctl.clikit import err, out, user_errors
 
 app = typer.Typer(
@@ -26,6 +26,7 @@ app.add_typer(bundle_cli.app, name="bundle")
 app.command("profile")(profile_cli.profile)
 app.command("replay")(replay_cli.replay)
 app.command("report")(report_cli.report)
+app.command("synth")(synth_cli.synth)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,236 @@
+"""Replay speed and memory: 1,000 SWE-bench-like programs under vLLM and Continuum.
+
+The workload is ``replay.synth.synth("swe-bench", 1000, seed)`` (the paper's 10.9 ± 2.1
+turns, 70k ± 20k tokens per program), replayed with ``replay.run.run_one`` on the
+Llama-3.1-8B/H100 profile, 600k KV tokens, a closed population of 64 programs.
+
+Every figure is read against a baseline measured in the same run (the machine is
+shared and noisy); nothing here asserts on speed:
+
+- speed: simulated LLM calls per wall-second of ``simulate`` (one core), fast
+  simulator (``EngineConfig(fast=True)``: runs of decode-only steps taken as one
+  event) against the same simulator stepping one decode token at a time
+  (``fast=False``), as a ratio; both must give the same results.
+- memory: peak RSS (``ru_maxrss``) of a fresh process that builds the workload and
+  replays it, against a fresh process that only builds the workload.
+
+Goals (issue): at least 10,000 simulated calls per second, peak memory under 2 GB.
+``--profile PATH`` also writes cProfile's top functions of the fast runs to PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import json
+import pstats
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from profiles.cost import ProfileCostModel
+from profiles.shipped import resolve
+from replay.engine import EngineConfig
+from replay.policies import PolicySpec
+from replay.run import Timing, run_one
+from replay.sim import ReplayConfig
+from replay.synth import synth
+from replay.workload import Workload, from_frame
+
+CALLS_PER_S_GOAL = 10_000
+MEMORY_GOAL_MB = 2_048
+PROFILE = "llama-3.1-8b-h100"
+KV_TOKENS = 600_000
+CONCURRENCY = 64
+POLICIES = {
+    "vllm": PolicySpec("vllm"),
+    "continuum": PolicySpec("continuum", valve="stall-only"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    programs: int
+    seed: int
+
+
+def workload(setup: Setup, first: int | None = None) -> Workload:
+    frame = synth("swe-bench", setup.programs, setup.seed)
+    work = from_frame(frame)
+    if first is not None and first < len(work.programs):
+        work = Workload(work.programs[:first])  # deterministic: the first N by program id
+    return work
+
+
+def replay(work: Workload, policy: str, fast: bool) -> dict[str, Any]:
+    cost = ProfileCostModel(resolve(PROFILE)[0])
+    config = ReplayConfig(engine=EngineConfig(kv_tokens=KV_TOKENS, fast=fast))
+    gc.collect()
+    return run_one(work, POLICIES[policy], cost, config, Timing(concurrency=CONCURRENCY))
+
+
+def max_rss_mb() -> float:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 1024 / (1024 if sys.platform == "darwin" else 1)  # bytes on macOS, KiB on Linux
+
+
+# ---------------------------------------------------------------- memory (fresh processes)
+
+
+def child(setup: Setup, policy: str | None) -> None:
+    """Run in a fresh process: build the workload, replay it (unless None), print peak RSS."""
+    work = workload(setup)
+    if policy is not None:
+        replay(work, policy, fast=True)
+    print(json.dumps({"max_rss_mb": max_rss_mb()}))
+
+
+def peak_mb(setup: Setup, policy: str | None) -> float:
+    res = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--programs",
+            str(setup.programs),
+            "--seed",
+            str(setup.seed),
+            "--child",
+            policy or "-",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(json.loads(res.stdout.strip().splitlines()[-1])["max_rss_mb"])
+
+
+# ---------------------------------------------------------------- main
+
+
+def same_results(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    keys = ("llm_calls", "preemptions", "pins", "rejected_calls")
+    if any(a[k] != b[k] for k in keys):
+        return False
+    x, y = a["jct_mean_s"], b["jct_mean_s"]
+    return x == y or (x is not None and y is not None and abs(x - y) <= 1e-9 * abs(y))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--programs", type=int, default=1_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--baseline-programs",
+        type=int,
+        default=None,
+        help="replay only the first N programs one token at a time (default: all)",
+    )
+    parser.add_argument("--repeat", type=int, default=2, help="timed runs per case (best of)")
+    parser.add_argument("--profile", type=Path, default=None, help="write cProfile tops here")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    setup = Setup(args.programs, args.seed)
+    if args.child is not None:
+        child(setup, None if args.child == "-" else args.child)
+        return
+
+    start = time.perf_counter()
+    work = workload(setup)
+    build_s = time.perf_counter() - start
+    calls = work.calls
+    prompt_tokens = sum(c.input_tokens for p in work.programs for c in p.calls)
+    finals = [p.calls[-1].input_tokens for p in work.programs]
+    print(
+        f"replay: {len(work.programs):,} swe-bench programs (synth seed {args.seed}), "
+        f"{calls:,} calls, {prompt_tokens / 1e6:.1f}M prompt tokens over all calls "
+        f"({sum(finals) / 1e6:.1f}M in the programs' final contexts, mean "
+        f"{sum(finals) / len(finals) / 1e3:.1f}k); built in {build_s:.2f} s"
+    )
+    print(
+        f"  {PROFILE}, {KV_TOKENS:,} KV tokens, concurrency {CONCURRENCY}; "
+        f"calls/s = simulated calls per wall-second of simulate() (one core, best of "
+        f"{args.repeat})"
+    )
+    base_work = work
+    if args.baseline_programs is not None and args.baseline_programs < len(work.programs):
+        base_work = workload(setup, args.baseline_programs)
+        print(
+            f"  per-token baseline on the first {len(base_work.programs):,} programs "
+            f"({base_work.calls:,} calls) only: its calls/s is a rate on that subset, "
+            "and the results check is skipped"
+        )
+
+    header = (
+        f"  {'policy':10s} {'simulator':10s} {'wall s':>8s} {'calls/s':>9s} {'steps':>9s}"
+        f" {'JCT mean s':>11s} {'preempt':>8s}"
+    )
+    print(header)
+    for policy in POLICIES:
+        rows = {}
+        for label, fast, wl in (("per-token", False, base_work), ("fast", True, work)):
+            best: dict[str, Any] | None = None
+            for _ in range(args.repeat):
+                r = replay(wl, policy, fast)
+                if best is None or r["wall_s"] < best["wall_s"]:
+                    best = r
+            assert best is not None
+            rows[label] = best
+            print(
+                f"  {policy:10s} {label:10s} {best['wall_s']:8.2f} {best['sim_calls_per_s']:9,.0f}"
+                f" {best['engine_steps']:9,d} {best['jct_mean_s']:11.1f} {best['preemptions']:8,d}"
+                + ("  (baseline)" if not fast else "")
+            )
+        fast_r, slow_r = rows["fast"], rows["per-token"]
+        speedup = fast_r["sim_calls_per_s"] / slow_r["sim_calls_per_s"]
+        same = (
+            "skipped (subset)"
+            if base_work is not work
+            else ("yes" if same_results(fast_r, slow_r) else "NO")
+        )
+        print(
+            f"  {policy:10s} speedup fast/per-token {speedup:5.2f}x"
+            f"   same results: {same}"
+            f"   goal >= {CALLS_PER_S_GOAL:,} calls/s: "
+            f"{'yes' if fast_r['sim_calls_per_s'] >= CALLS_PER_S_GOAL else 'NO'}"
+        )
+
+    base_mb = peak_mb(setup, None)
+    print(
+        f"memory: peak RSS of a fresh process (ru_maxrss), fast simulator; "
+        f"this process so far {max_rss_mb():,.0f} MB"
+    )
+    print(f"  {'workload only':22s} {base_mb:7,.0f} MB  (baseline)")
+    for policy in POLICIES:
+        mb = peak_mb(setup, policy)
+        print(
+            f"  {'workload + ' + policy:22s} {mb:7,.0f} MB  {mb / base_mb:5.2f}x"
+            f"  (+{mb - base_mb:,.0f} MB; goal < {MEMORY_GOAL_MB:,} MB: "
+            f"{'yes' if mb < MEMORY_GOAL_MB else 'NO'})"
+        )
+
+    if args.profile is not None:
+        write_profile(work, args.profile)
+        print(f"profile: cProfile of the fast runs written to {args.profile}")
+
+
+def write_profile(work: Workload, path: Path) -> None:
+    text = io.StringIO()
+    for policy in POLICIES:
+        prof = cProfile.Profile()
+        prof.enable()
+        replay(work, policy, fast=True)
+        prof.disable()
+        for sort in ("cumulative", "tottime"):
+            text.write(f"==== {policy} (fast), top 15 by {sort}\n")
+            pstats.Stats(prof, stream=text).sort_stats(sort).print_stats(15)
+    path.write_text(text.getvalue())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""The plugin's vLLM-free parts: bookkeeping stays bounded, pins expire, bundles reload."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fitting.policy import PolicyParams, TTLPolicy
+from tests.engine.conftest import write_bundle
+from ttlctl.engine import compat, tags
+from ttlctl.engine.enginelog import EngineLog, Record
+from ttlctl.engine.metrics import Counters
+from ttlctl.engine.programs import ProgramBook
+from ttlctl.engine.retention import ABORTED, OK, Retention
+from ttlctl.engine.watch import BundleWatcher
+
+
+def policy(**params: Any) -> TTLPolicy:
+    return TTLPolicy.create(PolicyParams(**params), lambda tokens, offload: 0.01)
+
+
+class Pool:
+    """Stands in for vLLM's block pool: counts references handed back."""
+
+    def __init__(self) -> None:
+        self.freed = 0
+
+    def free(self, blocks: Any) -> None:
+        self.freed += len(blocks)
+
+
+def retention(
+    pol: TTLPolicy | None, capacity: int = 1000, cap: int = 100_000
+) -> tuple[Retention, Pool]:
+    pool = Pool()
+    r = Retention(
+        pol,
+        free=pool.free,
+        capacity_blocks=capacity,
+        program_cap=cap,
+        counters=Counters(export=False),
+    )
+    return r, pool
+
+
+def test_tags_from_xargs_and_session() -> None:
+    assert tags.parse({"program_id": "p", "tool": "bash", "is_last": "1"}) == tags.Tags(
+        "p", "bash", True
+    )
+    assert tags.parse({"is_last": 0}, session_id="s").program == "s"
+    assert tags.parse({"program_id": 7}).program == "7"
+    assert tags.parse(None) == tags.Tags(None, None, None)
+    assert tags.parse({"is_last": "false"}).is_last is False
+    assert tags.parse({"is_last": "maybe"}).is_last is None
+
+
+def test_version_check() -> None:
+    compat.check("0.32.0")
+    compat.check("0.32.5rc1")
+    with pytest.raises(compat.UnsupportedVLLM, match=r"0\.33\.0"):
+        compat.check("0.33.0", mode="")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compat.check("0.31.2", mode="warn")
+    assert len(caught) == 1 and "0.31.2" in str(caught[0].message)
+
+
+def test_program_book_is_bounded_by_cap_and_idle_time() -> None:
+    book = ProgramBook(cap=1000, idle_s=60.0)
+    for i in range(5000):
+        book.arrive(f"p{i}", now=i * 0.001)
+        book.finish(f"p{i}", now=i * 0.001, tool="bash")
+    assert len(book) == 1000 and book.dropped == 4000
+    assert "p4999" in book and "p0" not in book
+    book.arrive("late", now=1000.0)  # everyone else idle for > 60 s
+    assert len(book) == 1
+    book.end("late")
+    assert len(book) == 0
+
+
+def test_pause_and_queue_delay_are_learned_like_the_simulator() -> None:
+    pol = policy(cold_start_ttl_s=5.0, k=0)
+    r, _ = retention(pol)
+    r.arrive("a1", tags.Tags("A", "grep", None), now=0.0)
+    assert r.finish("a1", OK, 1000, now=1.0) == 5.0
+    r.forget("a1")  # not pinned: the program comes back without a pin
+    r.arrive("a2", tags.Tags("A", "grep", None), now=3.5)
+    assert list(pol.tools["grep"].recent) == [2.5]
+    r.admitted("a2", now=4.0, cached_tokens=0)
+    assert pol.queue_delay_s == pytest.approx(0.5)
+    r.arrive("a3", tags.Tags("A", None, True), now=5.0)  # wait: a2 never finished
+    r.finish("a2", OK, 10, now=6.0)
+    r.finish("a3", OK, 10, now=7.0)
+    assert pol.eta_sums.programs == 1  # the program ended (is_last), 3 calls
+    assert "A" not in r.book
+
+
+def test_thousands_of_programs_leave_no_pin_past_ttl_and_bounded_state() -> None:
+    r, pool = retention(policy(cold_start_ttl_s=2.0), capacity=10**9, cap=1000)
+    for i in range(5000):
+        rid, t = f"r{i}", i * 0.001
+        r.arrive(rid, tags.Tags(f"p{i}", "bash", None), now=t)
+        ttl = r.finish(rid, OK, 500, now=t)
+        assert ttl == 2.0
+        assert r.pin(rid, [object()] * 4, ttl, now=t)
+        r.forget(rid)
+    assert len(r.pins) == 5000 and r.pins.blocks == 20000 and not r.live
+    assert len(r.book) == 1000  # the program cap
+    assert r.expire(now=4.0, waiting=lambda program: False) == 2001  # expiry t + 2 <= 4
+    r.expire(now=7.1, waiting=lambda program: False)
+    assert len(r.pins) == 0 and r.pins.blocks == 0 and pool.freed == 20000
+    assert r.counters.expired == 5000 and r.counters.pinned_blocks == 0
+    assert len(r.pins._heap) <= 64
+
+
+def test_expiry_waits_for_a_waiting_follow_up_and_handover_counts_a_hit() -> None:
+    r, pool = retention(policy(cold_start_ttl_s=1.0))
+    r.arrive("a", tags.Tags("A", "t", None), now=0.0)
+    r.pin("a", [1, 2, 3], r.finish("a", OK, 96, now=0.0), now=0.0)
+    r.forget("a")
+    r.arrive("b", tags.Tags("A", "t", None), now=0.5)
+    assert r.expire(now=2.0, waiting=lambda p: p == "A") == 0 and "A" in r.pins
+    r.admitted("b", now=2.5, cached_tokens=64)
+    assert "A" not in r.pins and r.counters.hit == 1 and pool.freed == 3
+
+
+def test_aborts_never_pin_and_release_the_programs_pin() -> None:
+    r, _ = retention(policy(cold_start_ttl_s=10.0))
+    r.arrive("a", tags.Tags("A", "t", None), now=0.0)
+    r.pin("a", [1], r.finish("a", OK, 32, now=0.0), now=0.0)
+    r.forget("a")
+    r.arrive("b", tags.Tags("A", "t", None), now=1.0)
+    assert r.finish("b", ABORTED, 32, now=1.5) == 0.0
+    assert "A" not in r.pins and r.counters.dropped == 1
+
+
+def test_pin_cap_and_pins_off() -> None:
+    r, _ = retention(policy(cold_start_ttl_s=10.0, pin_cap=0.5), capacity=10)
+    for i, n in enumerate((4, 2)):
+        r.arrive(f"r{i}", tags.Tags(f"p{i}", None, None), now=0.0)
+        ttl = r.finish(f"r{i}", OK, 32, now=0.0)
+        assert r.pin(f"r{i}", [0] * n, ttl, now=0.0) is (i == 0)
+    assert r.counters.refused == 1 and r.pins.blocks == 4
+    off, _ = retention(policy(cold_start_ttl_s=10.0, pins=False))
+    off.arrive("x", tags.Tags("X", None, None), now=0.0)
+    assert off.finish("x", OK, 32, now=0.0) == 0.0
+
+
+def test_valve_order_latest_program_first_and_stall_only() -> None:
+    r, _ = retention(policy(cold_start_ttl_s=10.0))
+    for i, name in enumerate(["old", "mid", "new", "head"]):
+        r.arrive(name, tags.Tags(name, None, None), now=float(i))
+        r.pin(name, [i], r.finish(name, OK, 32, now=float(i)), now=float(i))
+    assert list(r.valve_order("head", stalled=False)) == ["new", "mid", "old"]
+    assert list(r.valve_order("head", stalled=True)) == ["new", "mid", "old", "head"]
+    r.policy = policy(cold_start_ttl_s=10.0, valve="stall-only")
+    assert list(r.valve_order("head", stalled=False)) == []
+    assert next(r.valve_order("head", stalled=True)) == "new"
+
+
+def test_watcher_reloads_keeps_policy_on_damage_and_warns_once(tmp_path: Path) -> None:
+    path = write_bundle(tmp_path / "b.json", cold_start_ttl_s=3.0)
+    warned: list[str] = []
+    w = BundleWatcher.from_env(
+        {"TTLCTL_BUNDLE": str(path), "TTLCTL_BUNDLE_CHECK_S": "5"}, warned.append, lambda m: None
+    )
+    assert w.policy is not None and w.policy.params.cold_start_ttl_s == 3.0 and not warned
+    first = w.policy
+    path.write_text(path.read_text()[:-40])  # truncated
+    assert not w.poll(now=100.0) and w.policy is first and len(warned) == 1
+    assert not w.poll(now=100.1)  # checked at most every 5 s
+    assert not w.poll(now=106.0) and len(warned) == 1  # same damaged file: no second warning
+    write_bundle(path, cold_start_ttl_s=7.0)
+    assert w.poll(now=112.0) and w.policy.params.cold_start_ttl_s == 7.0 and w.reloads == 1
+
+
+def test_no_or_damaged_bundle_at_start_warns_once(tmp_path: Path) -> None:
+    warned: list[str] = []
+    w = BundleWatcher.from_env({}, warned.append, lambda m: None)
+    assert w.policy is None and len(warned) == 1 and "no bundle" in warned[0]
+    assert not w.poll(now=1e9)
+    bad = tmp_path / "bad.json"
+    doc = json.loads(write_bundle(bad, cold_start_ttl_s=3.0).read_text())
+    doc["policy"]["eta"] = 0.25
+    bad.write_text(json.dumps(doc))
+    warned.clear()
+    w = BundleWatcher.from_env({"TTLCTL_BUNDLE": str(bad)}, warned.append, lambda m: None)
+    assert w.policy is None and len(warned) == 1 and "checksum" in warned[0]
+    assert not w.poll(now=1e9) and len(warned) == 1
+
+
+def test_engine_log_survives_io_errors(tmp_path: Path) -> None:
+    warned: list[str] = []
+    log = EngineLog(str(tmp_path), warned.append)  # a directory: every open fails
+    rec = Record("r", "p", None, None, 1.0, None, 2.0, 10, 1, None, "length", 0.0)
+    for _ in range(3):
+        log.write(rec)
+    assert log.errors == 3 and len(warned) == 1
+    good = EngineLog(str(tmp_path / "log.jsonl"), warned.append)
+    good.write(rec)
+    line = json.loads((tmp_path / "log.jsonl").read_text())
+    assert line["schema"] == "ttlctl.engine-log/1" and line["ttl_s"] == 0.0
+    assert os.path.getsize(tmp_path / "log.jsonl") > 0  # flushed, not buffered
+
+
+def test_async_variant_is_chosen_under_async_scheduling() -> None:
+    from types import SimpleNamespace
+
+    pytest.importorskip("vllm")
+
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+    from ttlctl.engine import TTLAsyncScheduler, TTLScheduler
+
+    config = SimpleNamespace(scheduler_config=SimpleNamespace(async_scheduling=True))
+    made = TTLScheduler.__new__(TTLScheduler, vllm_config=config)
+    assert type(made) is TTLAsyncScheduler and isinstance(made, AsyncScheduler)
+    sync = SimpleNamespace(scheduler_config=SimpleNamespace(async_scheduling=False))
+    assert type(TTLScheduler.__new__(TTLScheduler, vllm_config=sync)) is TTLScheduler
+    mro = TTLAsyncScheduler.__mro__
+    assert mro.index(TTLScheduler) < mro.index(AsyncScheduler)
+
+
+def test_program_queue_orders_by_the_priority_tuple_and_freezes_within_a_step() -> None:
+    pytest.importorskip("vllm")
+    from ttlctl.engine.queue import ProgramQueue
+
+    pinned = {"late"}
+    start = {"early": 0.0, "mid": 1.0, "late": 2.0}
+
+    def key(r: Any) -> tuple[float, ...]:
+        return (
+            0.0 if r.preempted else 1.0,
+            0.0 if r.program in pinned else 1.0,
+            start[r.program],
+            r.arrival,
+        )
+
+    @dataclass(eq=False)  # hashed by identity, like vLLM's Request
+    class Req:
+        program: str
+        arrival: float
+        preempted: bool = False
+
+    def req(program: str, arrival: float, preempted: bool = False) -> Any:
+        return Req(program, arrival, preempted)
+
+    q = ProgramQueue(key, lambda r: r.program)  # type: ignore[attr-defined]
+    a, b, c = req("mid", 5.0), req("early", 6.0), req("late", 7.0)
+    for r in (a, b, c):
+        q.add_request(r)
+    assert list(q) == [c, b, a] and q.has_program("mid")
+    pinned.clear()
+    q.touch()  # a pin was released while vLLM's waiting loop runs: the order holds
+    assert q.peek_request() is c and q.pop_request() is c
+    q.refresh()  # the next step
+    assert list(q) == [b, a]
+    p = req("mid", 9.0, preempted=True)
+    q.prepend_request(p)
+    assert q.peek_request() is p
+    q.remove_requests([p, a])
+    assert list(q) == [b] and not q.has_program("mid") and len(q) == 1

@@ -1,0 +1,39 @@
+"""ttlctl's vLLM scheduler plugin: KV-cache time-to-live pins inside a real engine.
+
+Load it with ``--scheduler-cls ttlctl.engine.TTLScheduler`` (in process:
+``LLM(..., scheduler_cls=TTLScheduler)``) and ``TTLCTL_BUNDLE=bundle.json``;
+``TTLCTL_LOG=engine.jsonl`` appends the engine log (schema
+``ttlctl.engine-log/1``). The rules are those of METHOD.md and of the simulator's
+``continuum`` policy (``replay/policies/continuum.py``); the maths is
+:class:`fitting.policy.TTLPolicy`.
+
+One concept per module:
+
+- :mod:`.compat`: the vLLM version this plugin is written against (0.32.x);
+- :mod:`.tags`: what a request says about itself (``vllm_xargs``, session id);
+- :mod:`.programs`: bounded per-program bookkeeping (first arrival, last finish);
+- :mod:`.pins`: the pins (blocks held past a finish, with an expiry);
+- :mod:`.retention`: the rules (learn, decide, pin, expire, hand over, valve);
+- :mod:`.queue`: the waiting queue in the priority-tuple order;
+- :mod:`.watch`: the bundle, reloaded when its file changes;
+- :mod:`.enginelog`: the per-request log;
+- :mod:`.metrics`: the counters (attributes and Prometheus);
+- :mod:`.scheduler`: the glue: vLLM's ``Scheduler`` hooks.
+
+``TTLScheduler`` and ``TTLAsyncScheduler`` are imported lazily so that the
+vLLM-free parts (and their tests) do not import vLLM.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["TTLAsyncScheduler", "TTLScheduler"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from ttlctl.engine import scheduler
+
+        return getattr(scheduler, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

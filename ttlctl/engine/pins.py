@@ -1,0 +1,102 @@
+"""The pins: a finished request's KV blocks kept referenced until an expiry.
+
+A pin is what vLLM's own deferred free does (``Scheduler._free_request_blocks``:
+``KVCacheManager.pop_blocks_for_free`` now, ``BlockPool.free_blocks`` later) plus
+an expiry. While a pin holds its blocks' references, ``BlockPool.get_new_blocks``
+cannot evict them and a prefix hit finds them; releasing a pin hands the blocks
+back to the pool's LRU free list, still hashed. At most one pin per program.
+
+This table knows nothing of vLLM: blocks are opaque and ``free`` returns them.
+Expiries sit in a heap (lazy deletion), so finding the pins that expired is
+O(log n) per pin.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Pin:
+    program: str
+    blocks: Sequence[Any]
+    expiry: float
+    created: float
+    #: first arrival of the program (the valve releases the latest programs first)
+    program_start: float
+    ttl_s: float
+    seq: int = 0
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.blocks)
+
+
+@dataclass(slots=True)
+class PinTable:
+    #: returns a pin's blocks to the pool (``BlockPool.free_blocks(reversed(blocks))``)
+    free: Callable[[Sequence[Any]], None]
+    pins: dict[str, Pin] = field(default_factory=dict)
+    #: blocks referenced by pins now (a block shared by two pins counts twice)
+    blocks: int = 0
+    _heap: list[tuple[float, int, str]] = field(default_factory=list)
+    _seq: Iterator[int] = field(default_factory=itertools.count)
+
+    def __len__(self) -> int:
+        return len(self.pins)
+
+    def __contains__(self, program: object) -> bool:
+        return program in self.pins
+
+    def get(self, program: str) -> Pin | None:
+        return self.pins.get(program)
+
+    def add(self, pin: Pin) -> None:
+        if pin.program in self.pins:
+            raise ValueError(f"program {pin.program!r} already holds a pin")
+        pin.seq = next(self._seq)
+        self.pins[pin.program] = pin
+        self.blocks += pin.n_blocks
+        heapq.heappush(self._heap, (pin.expiry, pin.seq, pin.program))
+
+    def release(self, program: str) -> Pin | None:
+        """Drop the program's pin and return its blocks to the pool."""
+        pin = self.pins.pop(program, None)
+        if pin is None:
+            return None
+        self.blocks -= pin.n_blocks
+        self.free(pin.blocks)
+        if len(self._heap) > 2 * len(self.pins) + 64:  # keep the lazy heap bounded
+            self._heap = [(p.expiry, p.seq, p.program) for p in self.pins.values()]
+            heapq.heapify(self._heap)
+        return pin
+
+    def due(self, now: float) -> list[Pin]:
+        """Pins whose expiry is at or before ``now`` (still held: the caller decides)."""
+        out: list[Pin] = []
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, seq, program = heapq.heappop(heap)
+            pin = self.pins.get(program)
+            if pin is not None and pin.seq == seq:
+                out.append(pin)
+        return out
+
+    def keep(self, pin: Pin) -> None:
+        """An expired pin stays (its program's next call waits): look at it again later."""
+        if self.pins.get(pin.program) is pin:
+            heapq.heappush(self._heap, (pin.expiry, pin.seq, pin.program))
+
+    def next_expiry(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def by_latest_program(self, exclude: str | None = None) -> list[Pin]:
+        """Pins in the valve's order: latest program arrival first."""
+        return sorted(
+            (p for p in self.pins.values() if p.program != exclude),
+            key=lambda p: (-p.program_start, p.program),
+        )

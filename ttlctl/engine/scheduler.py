@@ -1,0 +1,329 @@
+"""The glue: vLLM 0.32's ``Scheduler`` with KV-cache TTL pins.
+
+``--scheduler-cls ttlctl.engine.TTLScheduler`` (or ``LLM(scheduler_cls=TTLScheduler)``).
+When vLLM runs with async scheduling, ``TTLScheduler`` builds a
+:class:`TTLAsyncScheduler` (the same hooks over vLLM's ``AsyncScheduler``), so the
+plugin does not turn async scheduling off. The rules are in
+:mod:`ttlctl.engine.retention`; this module only maps vLLM's events onto them.
+Hooks (``vllm/v1/core/sched/scheduler.py`` and ``kv_cache_manager.py`` of 0.32.0):
+
+- ``schedule`` (~591): first poll the bundle file and release expired pins;
+- ``add_request`` (~2616): record the arrival (pause learned, program FCFS key),
+  after expiring pins (an idle engine does not step, so pins that expired while
+  it was idle go at the next arrival);
+- ``KVCacheManager.allocate_slots``, wrapped on the instance: the waiting path
+  (~1256) calls it with the prefix hit from ``_get_local_prefix_cache_hit``
+  (~558) while the pinned blocks still hold their references, so nothing can
+  evict them; a success is the admission: the pin is released (handed over)
+  right after ``touch`` took the new request's references. A failure is the
+  valve's cue: release pins in the valve's order and retry. The running path
+  (~778) is left alone (vLLM preempts, like the simulator);
+- ``_free_request`` (~2714, every finish, aborts included via
+  ``finish_requests`` ~2649): learn, decide τ, write the engine log;
+- ``_free_blocks`` (~2746): pin instead of free: ``pop_blocks_for_free``
+  (~651) keeps the references, ``BlockPool.free_blocks`` returns them later,
+  exactly vLLM's deferred-free path (``_free_request_blocks`` ~2766);
+- ``Scheduler.waiting`` (~223) is a :class:`~ttlctl.engine.queue.ProgramQueue`
+  while a policy is loaded;
+- ``reset_prefix_cache`` (~2840): pins are released first (a reset needs every
+  block free).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ttlctl.engine import compat
+
+VLLM_VERSION = compat.check_installed()
+
+from vllm.logger import init_logger  # noqa: E402
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
+from vllm.v1.core.sched.request_queue import SchedulingPolicy  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
+
+from ttlctl.engine import tags as tags_mod  # noqa: E402
+from ttlctl.engine.enginelog import ENV_LOG, EngineLog, Record  # noqa: E402
+from ttlctl.engine.metrics import Counters  # noqa: E402
+from ttlctl.engine.programs import DEFAULT_CAP  # noqa: E402
+from ttlctl.engine.queue import ProgramQueue  # noqa: E402
+from ttlctl.engine.retention import ABORTED, FAILED, OK, Retention  # noqa: E402
+from ttlctl.engine.watch import BundleWatcher  # noqa: E402
+
+logger = init_logger("vllm.ttlctl.engine")
+
+ENV_PROGRAM_CAP = "TTLCTL_MAX_PROGRAMS"
+
+_OK = {
+    RequestStatus.FINISHED_STOPPED,
+    RequestStatus.FINISHED_LENGTH_CAPPED,
+    RequestStatus.FINISHED_REPETITION,
+}
+_ADMITTING = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
+
+def _how(status: RequestStatus) -> str:
+    if status in _OK:
+        return OK
+    if status == RequestStatus.FINISHED_ABORTED:
+        return ABORTED
+    return FAILED
+
+
+class TTLMixin:
+    """The hooks; mixed in front of vLLM's ``Scheduler`` or ``AsyncScheduler``."""
+
+    # attributes of vLLM's Scheduler this mixin uses (for the type checker)
+    kv_cache_manager: Any
+    cache_config: Any
+    running: list[Request]
+    waiting: Any
+    requests: dict[str, Request]
+    policy: SchedulingPolicy
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._ttl_setup()
+
+    # ------------------------------------------------------------ setup
+
+    def _ttl_setup(self) -> None:
+        env = os.environ
+        #: every warning the plugin logged (tests count them)
+        self.ttl_warnings: list[str] = []
+        self.ttl_clock = time.monotonic
+        self.ttl_watcher = BundleWatcher.from_env(env, self._ttl_warn, self._ttl_info)
+        pool = self.kv_cache_manager.block_pool
+        caching = bool(self.cache_config.enable_prefix_caching)
+        try:
+            program_cap = int(env.get(ENV_PROGRAM_CAP, DEFAULT_CAP))
+        except ValueError:
+            program_cap = DEFAULT_CAP
+        self.ttl = Retention(
+            self.ttl_watcher.policy,
+            free=self._ttl_free_pinned,
+            capacity_blocks=int(pool.num_gpu_blocks) - 1,  # the null block never holds KV
+            caching=caching,
+            program_cap=max(1, program_cap),
+            counters=Counters(),
+            on_pins_changed=self._ttl_pins_changed,
+        )
+        if not caching and self.ttl.policy is not None and self.ttl.policy.params.pins:
+            self._ttl_warn("ttlctl: prefix caching is off, so pins cannot help: none are made")
+        log_path = env.get(ENV_LOG) or None
+        self.ttl_log = EngineLog(log_path, self._ttl_warn) if log_path else None
+        self._ttl_pin_ttl: dict[str, float] = {}
+        self._ttl_awaiting_first: dict[str, Request] = {}
+        self._ttl_queue: ProgramQueue | None = None
+        if self.ttl.policy is not None:
+            self._ttl_install_queue()
+        # the admission hook: vLLM's waiting path calls kv_cache_manager.allocate_slots
+        self._ttl_allocate = self.kv_cache_manager.allocate_slots
+        self.kv_cache_manager.allocate_slots = self._ttl_allocate_slots
+        self._ttl_info(
+            f"ttlctl: {type(self).__name__} on vLLM {VLLM_VERSION}, "
+            f"{self.ttl.capacity_blocks} KV blocks, engine log {log_path or 'off'}"
+        )
+
+    def _ttl_warn(self, message: str) -> None:
+        self.ttl_warnings.append(message)
+        logger.warning("%s", message)
+
+    def _ttl_info(self, message: str) -> None:
+        logger.info("%s", message)
+
+    def _ttl_install_queue(self) -> None:
+        queue = ProgramQueue(self._ttl_key, self._ttl_program_of)
+        for request in self.waiting:
+            queue.add_request(request)
+        self.waiting = queue
+        self._ttl_queue = queue
+
+    # ------------------------------------------------------------ queue order
+
+    def _ttl_program_of(self, request: Request) -> str | None:
+        live = self.ttl.live.get(request.request_id)
+        return live.tags.program if live is not None else None
+
+    def _ttl_key(self, request: Request) -> tuple[float, ...]:
+        preempted = 0.0 if request.status == RequestStatus.PREEMPTED else 1.0
+        priority = float(request.priority) if self.policy == SchedulingPolicy.PRIORITY else 0.0
+        live = self.ttl.live.get(request.request_id)
+        if live is None:
+            return (preempted, priority, 1.0, math.inf, math.inf, 0.0)
+        program = live.tags.program
+        pinned = 0.0 if program is not None and program in self.ttl.pins else 1.0
+        return (preempted, priority, pinned, live.program_start, live.arrival, float(live.seq))
+
+    def _ttl_pins_changed(self) -> None:
+        if self._ttl_queue is not None:
+            self._ttl_queue.touch()
+
+    def _ttl_waiting(self, program: str) -> bool:
+        return self._ttl_queue is not None and self._ttl_queue.has_program(program)
+
+    # ------------------------------------------------------------ step start
+
+    def _ttl_tick(self, now: float) -> None:
+        if self.ttl_watcher.poll(now):
+            self.ttl.policy = self.ttl_watcher.policy
+            if self._ttl_queue is None:
+                self._ttl_install_queue()
+        if self.ttl.pins:
+            self.ttl.expire(now, self._ttl_waiting)
+        if self._ttl_queue is not None:
+            self._ttl_queue.refresh()
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        self._ttl_tick(self.ttl_clock())
+        return super().schedule(*args, **kwargs)  # type: ignore[misc]
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id not in self.requests:  # not a streaming-input update
+            now = self.ttl_clock()
+            self._ttl_tick(now)
+            self.ttl.arrive(request.request_id, tags_mod.of_request(request), now)
+        super().add_request(request)  # type: ignore[misc]
+
+    # ------------------------------------------------------------ admission and the valve
+
+    def _ttl_allocate_slots(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        blocks = self._ttl_allocate(request, *args, **kwargs)
+        if request.status not in _ADMITTING:
+            return blocks  # a running request growing: vLLM preempts if it must
+        if blocks is None and self.ttl.pins:
+            live = self.ttl.live.get(request.request_id)
+            head = live.tags.program if live is not None else None
+            for program in self.ttl.valve_order(head, stalled=not self.running):
+                self.ttl.release(program, "released")
+                blocks = self._ttl_allocate(request, *args, **kwargs)
+                if blocks is not None:
+                    break
+        if blocks is not None:
+            self._ttl_admitted(request, kwargs)
+        return blocks
+
+    def _ttl_admitted(self, request: Request, kwargs: dict[str, Any]) -> None:
+        cached = None
+        if request.num_preemptions <= 0:
+            stats = request.prefill_stats
+            cached = (
+                int(stats.num_cached_tokens)
+                if stats is not None
+                else int(kwargs.get("num_new_computed_tokens", 0))
+            )
+        live = self.ttl.live.get(request.request_id)
+        first = live is not None and not live.admitted
+        self.ttl.admitted(request.request_id, self.ttl_clock(), cached)
+        if first and self.ttl_log is not None:
+            self._ttl_awaiting_first[request.request_id] = request
+
+    # ------------------------------------------------------------ first tokens (engine log)
+
+    def update_from_output(self, *args: Any, **kwargs: Any) -> Any:
+        outputs = super().update_from_output(*args, **kwargs)  # type: ignore[misc]
+        if self._ttl_awaiting_first:
+            now = time.time()
+            for request_id, request in list(self._ttl_awaiting_first.items()):
+                if request.num_output_tokens > 0 or request.is_finished():
+                    del self._ttl_awaiting_first[request_id]
+                    live = self.ttl.live.get(request_id)
+                    if live is not None and live.first_token_unix_s is None:
+                        live.first_token_unix_s = now
+        return outputs
+
+    # ------------------------------------------------------------ finish: pin or free
+
+    def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        request_id = request.request_id
+        how = _how(request.status)
+        ttl = self.ttl.finish(request_id, how, int(request.num_computed_tokens), self.ttl_clock())
+        if ttl > 0:
+            self._ttl_pin_ttl[request_id] = ttl
+        try:
+            return super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._ttl_pin_ttl.pop(request_id, None)  # a delayed free is not pinned
+            self._ttl_awaiting_first.pop(request_id, None)
+            live = self.ttl.forget(request_id)
+            if self.ttl_log is not None and live is not None:
+                self._ttl_write_log(request, live)
+
+    def _free_blocks(self, request: Request) -> None:
+        ttl = self._ttl_pin_ttl.pop(request.request_id, 0.0)
+        if ttl > 0 and self._request_blocks_can_be_freed(request):  # type: ignore[attr-defined]
+            blocks = self.kv_cache_manager.pop_blocks_for_free(request)
+            if not self.ttl.pin(request.request_id, blocks, ttl, self.ttl_clock()):
+                self._ttl_free_pinned(blocks)
+            del self.requests[request.request_id]
+            return
+        super()._free_blocks(request)  # type: ignore[misc]
+
+    def _ttl_free_pinned(self, blocks: Sequence[Any]) -> None:
+        # tail blocks first to be evicted, as in Scheduler._drain_deferred_frees
+        self.kv_cache_manager.block_pool.free_blocks(reversed(blocks))
+
+    def _ttl_write_log(self, request: Request, live: Any) -> None:
+        assert self.ttl_log is not None
+        now = time.time()
+        first = live.first_token_unix_s
+        if first is None and request.num_output_tokens > 0:
+            first = now  # first token and finish in the same step
+        reason = request.get_finished_reason()
+        self.ttl_log.write(
+            Record(
+                request_id=request.request_id,
+                program_id=live.tags.program,
+                tool=live.tags.tool,
+                is_last=live.tags.is_last,
+                arrival_unix_s=float(request.arrival_time),
+                first_token_unix_s=first,
+                finish_unix_s=max(now, float(request.arrival_time)),
+                prompt_tokens=int(request.num_prompt_tokens),
+                output_tokens=int(request.num_output_tokens),
+                cached_tokens=live.cached_tokens,
+                finish_reason=str(reason) if reason is not None else request.status.name.lower(),
+                ttl_s=live.ttl_s,
+            )
+        )
+
+    # ------------------------------------------------------------ the rest
+
+    def reset_prefix_cache(self, *args: Any, **kwargs: Any) -> bool:
+        self.ttl.release_all("dropped")
+        return bool(super().reset_prefix_cache(*args, **kwargs))  # type: ignore[misc]
+
+    def shutdown(self) -> None:
+        if self.ttl_log is not None:
+            self.ttl_log.close()
+        super().shutdown()  # type: ignore[misc]
+
+    def ttl_stats(self) -> dict[str, int]:
+        """Pins made, hit, expired, released, dropped, refused; blocks and programs pinned now."""
+        return self.ttl.counters.snapshot()
+
+
+class TTLScheduler(TTLMixin, Scheduler):
+    """vLLM's scheduler with TTL pins (builds a :class:`TTLAsyncScheduler` under async
+    scheduling)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TTLScheduler:
+        target: type[TTLScheduler] = cls
+        if cls is TTLScheduler:
+            config = kwargs.get("vllm_config", args[0] if args else None)
+            sched_config = getattr(config, "scheduler_config", None)
+            if getattr(sched_config, "async_scheduling", False):
+                target = TTLAsyncScheduler
+        return object.__new__(target)
+
+
+class TTLAsyncScheduler(TTLScheduler, AsyncScheduler):
+    """The same hooks over vLLM's ``AsyncScheduler`` (MRO: the mixin, then AsyncScheduler)."""
+
+
+__all__ = ["VLLM_VERSION", "TTLAsyncScheduler", "TTLMixin", "TTLScheduler"]

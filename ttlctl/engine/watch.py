@@ -1,0 +1,100 @@
+"""The bundle the engine serves with, reloaded when its file changes.
+
+``TTLCTL_BUNDLE`` names the file. At start it is read with
+:func:`ttlctl.bundle.load_policy`, which never raises: no bundle, or a damaged
+one, means stock vLLM and one warning. Afterwards :meth:`BundleWatcher.poll`
+looks at the file's modification time, size and inode at most every ``every_s``
+seconds (one ``stat`` call) and reloads when they change. A damaged new file
+keeps the policy in force and warns once per change; a good one replaces it
+(the new policy starts from the new bundle's fit; what the old one learned
+online is dropped with it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fitting.policy import TTLPolicy
+from ttlctl.bundle import load_policy
+
+ENV_BUNDLE = "TTLCTL_BUNDLE"
+ENV_EVERY = "TTLCTL_BUNDLE_CHECK_S"
+DEFAULT_EVERY_S = 2.0
+
+
+def _signature(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+@dataclass(slots=True)
+class BundleWatcher:
+    path: str | None
+    warn: Callable[[str], None]
+    info: Callable[[str], None]
+    every_s: float = DEFAULT_EVERY_S
+    policy: TTLPolicy | None = None
+    doc: dict[str, Any] | None = None
+    #: how many times a new file replaced the policy
+    reloads: int = 0
+    _signature: tuple[int, int, int] | None = None
+    _next_check: float = field(default=float("-inf"))
+
+    @staticmethod
+    def from_env(
+        env: dict[str, str] | os._Environ[str],
+        warn: Callable[[str], None],
+        info: Callable[[str], None],
+    ) -> BundleWatcher:
+        path = env.get(ENV_BUNDLE) or None
+        try:
+            every = float(env.get(ENV_EVERY, DEFAULT_EVERY_S))
+        except ValueError:
+            every = DEFAULT_EVERY_S
+        watcher = BundleWatcher(path, warn, info, every_s=max(0.0, every))
+        watcher.load_initial()
+        return watcher
+
+    def load_initial(self) -> None:
+        if self.path is not None:
+            self._signature = _signature(self.path)
+        self.policy, self.doc = load_policy(self.path, self.warn)
+        if self.policy is not None:
+            self.info(f"ttlctl: serving with bundle {self.path} ({self._describe()})")
+
+    def _describe(self) -> str:
+        if self.policy is None:
+            return "none"
+        p = self.policy.params
+        pins = "pins" if p.pins else "no pins"
+        return f"{pins}, valve {p.valve}, pin cap {p.pin_cap:g}, eta {p.eta:g}"
+
+    def poll(self, now: float) -> bool:
+        """Reload if the file changed (checked at most every ``every_s``); True if reloaded."""
+        if self.path is None or now < self._next_check:
+            return False
+        self._next_check = now + self.every_s
+        signature = _signature(self.path)
+        if signature == self._signature:
+            return False
+        self._signature = signature
+        if signature is None:
+            self.warn(f"ttlctl: bundle {self.path} disappeared; keeping the policy in force")
+            return False
+        messages: list[str] = []
+        policy, doc = load_policy(self.path, messages.append)
+        if policy is None:
+            kept = "the policy in force" if self.policy is not None else "stock vLLM"
+            reason = messages[0] if messages else "unreadable"
+            self.warn(f"ttlctl: new bundle refused, keeping {kept}: {reason}")
+            return False
+        self.policy, self.doc = policy, doc
+        self.reloads += 1
+        self.info(f"ttlctl: bundle {self.path} reloaded ({self._describe()})")
+        return True

@@ -12,7 +12,15 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ttlctl import __version__, bundle_cli, profile_cli, replay_cli, report_cli, synth_cli
+from ttlctl import (
+    __version__,
+    bundle_cli,
+    profile_cli,
+    replay_cli,
+    report_cli,
+    synth_cli,
+    tune_cli,
+)
 from ttlctl.clikit import err, out, user_errors
 
 app = typer.Typer(
@@ -27,6 +35,7 @@ app.command("profile")(profile_cli.profile)
 app.command("replay")(replay_cli.replay)
 app.command("report")(report_cli.report)
 app.command("synth")(synth_cli.synth)
+app.command("tune")(tune_cli.tune)
 
 
 def _version(value: bool) -> None:

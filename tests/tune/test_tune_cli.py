@@ -1,0 +1,129 @@
+"""`ttlctl tune` end to end (the command is mounted on a local app here; ttlctl.cli
+registers the same function)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from ttlctl import bundle, tune_cli
+
+from .conftest import KV_TOKENS, PROFILE
+
+app = typer.Typer()
+app.command("tune")(tune_cli.tune)
+app.command("noop")(lambda: None)  # two commands: typer keeps "tune" as a subcommand
+
+
+def _args(inputs: dict[str, Any], out: Path, *extra: str) -> list[str]:
+    return [
+        "tune",
+        str(inputs["trace"]),
+        "--fit",
+        str(inputs["fit"]),
+        "--profile",
+        PROFILE,
+        "--concurrency",
+        "6",
+        "--concurrency",
+        "12",
+        "--kv-tokens",
+        str(KV_TOKENS),
+        "--trials",
+        "6",
+        "--holdout-seeds",
+        "2",
+        "-o",
+        str(out),
+        *extra,
+    ]
+
+
+def test_tune_writes_bundle_summary_and_commands(
+    tune_inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    out = tmp_path / "out" / "bundle.json"
+    res = CliRunner().invoke(app, _args(tune_inputs, out))
+    assert res.exit_code == 0, res.output
+    doc = bundle.read(out)
+    tuning = doc["provenance"]["tuning"]
+    assert tuning["guard"]["shipped"] == "tuned"
+    assert doc["policy"] == tuning["best"]["policy"]
+    assert doc["provenance"]["trace"]["sha256"] and doc["provenance"]["fit"]["sha256"]
+    name = tuning["study"]["name"]
+    assert name.startswith("ttlctl-tune-")
+    summary = json.loads((out.parent / "tune.json").read_text())
+    assert summary["bundle"]["sha256"] == doc["sha256"]
+    assert len(summary["trials"]) == 6
+    assert {"number", "params", "value", "state"} <= set(summary["trials"][0])
+    db = out.parent / "bundle.optuna.db"
+    assert db.exists()
+    assert f"optuna-dashboard sqlite:///{db.resolve()}" in res.output
+    assert f"optuna best-trial --study-name {name} --storage sqlite:///" in res.output
+    assert "paper default" in res.output and "held-back" in res.output
+    # the printed command is the one Optuna's CLI understands
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{db.resolve()}")
+    assert study.metric_names == ["jct_mean_s"]
+    assert study.user_attrs["ttlctl.provenance"]["inputs"]["trace"]["sha256"]
+    # the same command again resumes the same (finished) study: nothing new runs
+    again = CliRunner().invoke(app, _args(tune_inputs, out))
+    assert again.exit_code == 0, again.output
+    assert json.loads((out.parent / "tune.json").read_text())["ran_now"] == 0
+    with sqlite3.connect(db) as con:
+        assert con.execute("select count(*) from trials").fetchone() == (6,)
+
+
+def test_guard_ships_a_never_pin_bundle_unless_forced(
+    tune_inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """With memory for everyone, pins change nothing: the tuned policy only ties stock
+    vLLM, which is not a win, so the bundle written never pins."""
+    out = tmp_path / "b.json"
+    args = _args(tune_inputs, out, "--storage", str(tmp_path / "j.log"))
+    args[args.index("--kv-tokens") + 1] = "10000000"
+    args[args.index("--trials") + 1] = "3"
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "does NOT beat stock vLLM" in res.output
+    assert "--storage-class JournalFileBackend" in res.output
+    doc = bundle.read(out)
+    assert doc["policy"]["pins"] is False
+    assert doc["provenance"]["tuning"]["guard"]["shipped"] == "never-pin"
+    forced = CliRunner().invoke(app, [*args, "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert bundle.read(out)["policy"]["pins"] is True
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("--fit", "missing.json"), "missing.json: no such file"),
+        (("--storage", "STORAGE_DB"), "is a SQLite database"),
+        (("--storage", "postgresql+psycopg2://u:hunter2@127.0.0.1:1/x"), "cannot open"),
+        (("--trials", "0"), "must be >= 1"),
+        (("--jps", "-1"), "must be positive"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(
+    tune_inputs: dict[str, Any], tmp_path: Path, change: tuple[str, str], message: str
+) -> None:
+    db = tmp_path / "s.db"
+    optuna.create_study(storage=f"sqlite:///{db}")
+    args = _args(tune_inputs, tmp_path / "b.json")
+    flag, value = change
+    value = str(db) if value == "STORAGE_DB" else value
+    if flag in args:
+        args[args.index(flag) + 1] = value
+    else:
+        args += [flag, value]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert "Traceback" not in res.output and "hunter2" not in res.output

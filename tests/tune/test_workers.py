@@ -1,0 +1,66 @@
+"""Two worker processes on one study: a journal file, and a real PostgreSQL server.
+
+Each check: the study ends with exactly the trials asked for, numbered 0 … N−1, none
+lost (every one finished) and none duplicated (the enqueued defaults ran once), and
+both workers ran some. The PostgreSQL test needs TTLCTL_TEST_POSTGRES_URL (.ci/run
+installs and starts Debian's PostgreSQL and sets it); without it, it skips.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from replay.tune import Storage, TuneContext, first_trials, tune
+
+TRIALS = 10
+
+
+def _two_workers(ctx: TuneContext, storage: Storage, name: str) -> dict[str, Any]:
+    summary = tune(
+        ctx,
+        storage=storage,
+        study_name=name,
+        trials=TRIALS,
+        workers=2,
+        seed=5,
+        holdout_seeds=(100,),
+    )
+    trials = optuna.load_study(study_name=name, storage=storage.open()).get_trials()
+    assert [t.number for t in trials] == list(range(TRIALS))
+    assert all(
+        t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        for t in trials
+    )
+    assert len({t._trial_id for t in trials}) == TRIALS
+    workers = {t.user_attrs["worker"] for t in trials}
+    assert len(workers) == 2, workers
+    for values in first_trials(ctx.eta_fitted):
+        assert sum(t.params == values for t in trials) == 1
+    assert summary["ran_now"] == TRIALS
+    assert summary["counts"]["complete"] + summary["counts"]["pruned"] == TRIALS
+    return summary
+
+
+def test_two_workers_on_a_journal_file(tune_inputs: dict[str, Any], tmp_path: Path) -> None:
+    _two_workers(tune_inputs["ctx"], Storage(str(tmp_path / "journal.log")), "journal-study")
+
+
+def test_two_workers_on_postgresql(tune_inputs: dict[str, Any]) -> None:
+    url = os.environ.get("TTLCTL_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip(
+            "TTLCTL_TEST_POSTGRES_URL is not set: no PostgreSQL server to test against "
+            "(.ci/run installs and starts one; see README, 'Tuning on several machines')"
+        )
+    storage = Storage(url, heartbeat_s=5)
+    name = f"ttlctl-test-{uuid.uuid4().hex[:12]}"
+    try:
+        _two_workers(tune_inputs["ctx"], storage, name)
+    finally:
+        optuna.delete_study(study_name=name, storage=storage.open())

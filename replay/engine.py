@@ -361,30 +361,8 @@ class Engine:
             for r in due:
                 dec.block_granted(r)
 
-        reload_s = 0.0
-        blocked_head = False
-        waiting = self._sorted_waiting()
-        while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            head = waiting[0]
-            admitted = self._try_admit(head, budget, now)
-            if admitted is None and self.pins:
-                stalled = not self.running and not prefills
-                before = len(self.pins)
-                self.policy.valve(self, head, now, stalled=stalled)
-                if len(self.pins) != before:
-                    admitted = self._try_admit(head, budget, now)
-            if admitted is None:
-                blocked_head = True
-                break
-            new, loaded_s = admitted
-            waiting.pop(0)
-            del self.waiting_programs[head.program]
-            self._enter_running(head)
-            prefills.append((head, new, head.computed, 0))
-            budget -= new
-            reload_s += loaded_s
-        else:
-            blocked_head = bool(waiting)
+        admitted, reload_s, blocked_head = self._admit_waiting(budget, now, not prefills)
+        prefills.extend((r, new, ctx, 0) for r, new, ctx in admitted)
 
         if not prefills and not len(dec):
             return 0.0, [], False
@@ -461,27 +439,8 @@ class Engine:
         reload_s = 0.0
         blocked_head = False
         if not preempted:
-            waiting = self._sorted_waiting()
-            while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-                head = waiting[0]
-                admitted = self._try_admit(head, budget, now)
-                if admitted is None and self.pins:
-                    before = len(self.pins)
-                    self.policy.valve(self, head, now, stalled=not self.running and not scheduled)
-                    if len(self.pins) != before:
-                        admitted = self._try_admit(head, budget, now)
-                if admitted is None:
-                    blocked_head = True
-                    break
-                new, loaded_s = admitted
-                waiting.pop(0)
-                del self.waiting_programs[head.program]
-                self._enter_running(head)
-                scheduled.append((head, new, head.computed))
-                budget -= new
-                reload_s += loaded_s
-            else:
-                blocked_head = bool(waiting)
+            admitted, reload_s, blocked_head = self._admit_waiting(budget, now, not scheduled)
+            scheduled.extend(admitted)
 
         self._blocked_head = blocked_head
         if not scheduled:
@@ -496,6 +455,38 @@ class Engine:
         finished = self._advance(scheduled, end, now)
         self.stats.steps += 1
         return duration, finished, preempted
+
+    def _admit_waiting(
+        self, budget: int, now: float, nothing_scheduled: bool
+    ) -> tuple[list[tuple[Request, int, int]], float, bool]:
+        """Admit waiting requests in the policy's order while budget, seats and memory
+        allow; the first that does not fit (after the valve) stops admission.
+
+        Returns ((request, new tokens, context before) admitted, reload seconds, whether
+        a waiting head was left blocked).
+        """
+        admitted: list[tuple[Request, int, int]] = []
+        reload_s = 0.0
+        waiting = self._sorted_waiting()
+        while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            head = waiting[0]
+            plan = self._try_admit(head, budget, now)
+            if plan is None and self.pins:
+                stalled = not self.running and nothing_scheduled
+                before = len(self.pins)
+                self.policy.valve(self, head, now, stalled=stalled)
+                if len(self.pins) != before:
+                    plan = self._try_admit(head, budget, now)
+            if plan is None:
+                return admitted, reload_s, True
+            new, loaded_s = plan
+            waiting.pop(0)
+            del self.waiting_programs[head.program]
+            self._enter_running(head)
+            admitted.append((head, new, head.computed))
+            budget -= new
+            reload_s += loaded_s
+        return admitted, reload_s, bool(waiting)
 
     def _plan(self, req: Request, budget: int) -> tuple[int, int, int, int]:
         """(hit blocks, tokens loaded from offload, new tokens, new blocks) to admit ``req``."""

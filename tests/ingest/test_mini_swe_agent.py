@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from tests.ingest.badinput import assert_strict_errors
 from ttlctl.cli import app
 from ttlctl.ingest.base import head_bytes
 from ttlctl.ingest.errors import IngestError
@@ -306,14 +307,7 @@ def _bad_cases(tmp_path: Path, samples: Path) -> dict[str, tuple[Path, str, str 
 
 
 def test_bad_input_strict(tmp_path: Path, samples: Path) -> None:
-    for name, (path, reason, record) in _bad_cases(tmp_path, samples).items():
-        with pytest.raises(IngestError) as err:
-            ingest([path], tmp_path / "strict.parquet", fmt=FORMAT)
-        message = str(err.value)
-        assert str(path) in message, name
-        assert reason in message, (name, message)
-        if record is not None:
-            assert err.value.record == record, (name, message)
+    assert_strict_errors(_bad_cases(tmp_path, samples), FORMAT, tmp_path)
 
 
 def test_bad_input_skip_bad(tmp_path: Path, samples: Path) -> None:

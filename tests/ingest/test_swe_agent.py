@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import pytest
 from typer.testing import CliRunner
 
+from tests.ingest.badinput import assert_strict_errors
 from ttlctl.cli import app
 from ttlctl.ingest.base import head_bytes
-from ttlctl.ingest.errors import IngestError
 from ttlctl.ingest.formats.mini_swe_agent import READER as MINI_READER
 from ttlctl.ingest.formats.swe_agent import READER
 from ttlctl.ingest.pipeline import ingest
@@ -277,14 +276,7 @@ def _bad_cases(tmp_path: Path, samples: Path) -> dict[str, tuple[Path, str, str 
 
 
 def test_bad_input_strict(tmp_path: Path, samples: Path) -> None:
-    for name, (path, reason, record) in _bad_cases(tmp_path, samples).items():
-        with pytest.raises(IngestError) as err:
-            ingest([path], tmp_path / "strict.parquet", fmt=FORMAT)
-        message = str(err.value)
-        assert str(path) in message, name
-        assert reason in message, (name, message)
-        if record is not None:
-            assert err.value.record == record, (name, message)
+    assert_strict_errors(_bad_cases(tmp_path, samples), FORMAT, tmp_path)
 
 
 def test_bad_input_skip_bad(tmp_path: Path, samples: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 from typer.testing import CliRunner
 
-from tests.ingest.badinput import assert_strict_errors
+from tests.ingest.badinput import assert_strict_errors, read_rejects
 from ttlctl.cli import app
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.trace import io as trace_io
@@ -299,12 +299,6 @@ def test_bad_input_strict(tmp_path: Path, samples: Path) -> None:
     assert_strict_errors(_bad_cases(tmp_path, samples), FORMAT, tmp_path)
 
 
-def _rejects(path: str | None) -> list[dict[str, Any]]:
-    assert path is not None
-    with Path(path).open() as fh:
-        return [json.loads(line) for line in fh]
-
-
 def test_bad_input_skip_bad(tmp_path: Path, samples: Path) -> None:
     good = _good(tmp_path)
     for name, (path, reason, _record) in _bad_cases(tmp_path, samples).items():
@@ -315,7 +309,7 @@ def test_bad_input_skip_bad(tmp_path: Path, samples: Path) -> None:
         trace = trace_io.read(out)
         assert "good" in trace["program_id"].to_list(), name
         assert report.rows == trace.height
-        rejects = _rejects(report.rejects_path)
+        rejects = read_rejects(report.rejects_path)
         assert sum(r["records"] for r in rejects) == report.rejected
         assert any(reason in r["reason"] for r in rejects), (name, rejects)
         if path.name in ("noin.json", "nnout.json", "neg.json", "order.json"):

@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 from typer.testing import CliRunner
 
-from tests.ingest.badinput import assert_strict_errors
+from tests.ingest.badinput import assert_strict_errors, read_rejects
 from ttlctl.cli import app
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.trace import io as trace_io
@@ -326,12 +326,6 @@ def test_bad_input_strict(tmp_path: Path, samples: Path) -> None:
     assert_strict_errors(_bad_cases(tmp_path, samples), FORMAT, tmp_path)
 
 
-def _rejects(path: str | None) -> list[dict[str, Any]]:
-    assert path is not None
-    with Path(path).open() as fh:
-        return [json.loads(line) for line in fh]
-
-
 def test_bad_input_skip_bad(tmp_path: Path, samples: Path) -> None:
     good = _write(tmp_path / "good.jsonl", [_line(0, 1000, [1, 2]), _line(10, 1600, [1, 2, 3])])
     for name, (path, reason, _record) in _bad_cases(tmp_path, samples).items():
@@ -342,7 +336,7 @@ def test_bad_input_skip_bad(tmp_path: Path, samples: Path) -> None:
         trace = trace_io.read(out)
         assert trace.height == report.rows
         assert trace.filter(pl.col("program_id").str.starts_with("good-")).height == 2, name
-        rejects = _rejects(report.rejects_path)
+        rejects = read_rejects(report.rejects_path)
         assert sum(r["records"] for r in rejects) == report.rejected
         assert any(reason in r["reason"] for r in rejects), (name, rejects)
     # a bad line of an inferred program is rejected alone; the other lines stay

@@ -28,8 +28,11 @@ class DecodeSet:
     members: dict[int, Request] = field(default_factory=dict)
     _sum_c0: int = 0
     _sum_d0: int = 0
-    _finish: list[tuple[int, int]] = field(default_factory=list)
-    _blocks: list[tuple[int, int]] = field(default_factory=list)
+    #: heap entries are (D, rid, membership epoch): an entry from an earlier membership
+    #: of the same request (it left, was preempted, joined again) is stale
+    _finish: list[tuple[int, int, int]] = field(default_factory=list)
+    _blocks: list[tuple[int, int, int]] = field(default_factory=list)
+    _epoch: int = 0
 
     def __len__(self) -> int:
         return len(self.members)
@@ -37,11 +40,13 @@ class DecodeSet:
     def join(self, r: Request) -> None:
         r.dec = True
         r.d0, r.c0, r.g0 = self.D, r.computed, r.generated
+        self._epoch += 1
+        r.epoch = self._epoch
         self.members[r.rid] = r
         self._sum_c0 += r.c0
         self._sum_d0 += r.d0
-        heapq.heappush(self._finish, (self._finish_at(r), r.rid))
-        heapq.heappush(self._blocks, (self._block_at(r), r.rid))
+        heapq.heappush(self._finish, (self._finish_at(r), r.rid, r.epoch))
+        heapq.heappush(self._blocks, (self._block_at(r), r.rid, r.epoch))
 
     def sync(self, r: Request) -> None:
         """Write the request's current token counts back to it."""
@@ -91,9 +96,9 @@ class DecodeSet:
     def next_finish(self) -> int | None:
         """The D at which the first member finishes (its last token is sampled)."""
         while self._finish:
-            at, rid = self._finish[0]
+            at, rid, epoch = self._finish[0]
             r = self.members.get(rid)
-            if r is not None and at == self._finish_at(r):
+            if r is not None and r.epoch == epoch and at == self._finish_at(r):
                 return at
             heapq.heappop(self._finish)
         return None
@@ -105,15 +110,15 @@ class DecodeSet:
             at = self.next_finish()
             if at is None or at > self.D:
                 return done
-            _, rid = heapq.heappop(self._finish)
+            _, rid, _ = heapq.heappop(self._finish)
             done.append(self.members[rid])
 
     def pop_block_due(self, before: int) -> Request | None:
         """A member needing a new block in a step that starts before ``before``."""
         while self._blocks:
-            at, rid = self._blocks[0]
+            at, rid, epoch = self._blocks[0]
             r = self.members.get(rid)
-            if r is None or at != self._block_at(r):
+            if r is None or r.epoch != epoch or at != self._block_at(r):
                 heapq.heappop(self._blocks)
                 continue
             if at >= before:
@@ -124,9 +129,9 @@ class DecodeSet:
 
     def next_block_step(self) -> int | None:
         while self._blocks:
-            at, rid = self._blocks[0]
+            at, rid, epoch = self._blocks[0]
             r = self.members.get(rid)
-            if r is not None and at == self._block_at(r):
+            if r is not None and r.epoch == epoch and at == self._block_at(r):
                 return at
             heapq.heappop(self._blocks)
         return None
@@ -134,7 +139,7 @@ class DecodeSet:
     def block_granted(self, r: Request) -> None:
         """``r`` got one more block: schedule its next boundary."""
         r.blocks += 1
-        heapq.heappush(self._blocks, (self._block_at(r), r.rid))
+        heapq.heappush(self._blocks, (self._block_at(r), r.rid, r.epoch))
 
     def push_back(self, r: Request) -> None:
-        heapq.heappush(self._blocks, (self._block_at(r), r.rid))
+        heapq.heappush(self._blocks, (self._block_at(r), r.rid, r.epoch))

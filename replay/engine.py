@@ -102,6 +102,7 @@ class Request:
     d0: int = 0
     c0: int = 0
     g0: int = 0
+    epoch: int = 0
 
     def __post_init__(self) -> None:
         self.num_tokens = self.prompt
@@ -348,21 +349,23 @@ class Engine:
             if due_r is None:
                 break
             due.append(due_r)
+        preempted = False
         if need_total + len(due) > self.pool.free_blocks:
-            for r in due:
-                dec.push_back(r)
-            return None
-        for r, _, _, need in prefills:
-            if need:
-                self.pool.grow(r.program, need)
+            prefills, due = self._preempt_until_fits(prefills, due, now)
+            preempted = True
+        wants = [(r.program, need) for r, _, _, need in prefills if need]
+        wants.extend((r.program, 1) for r in due)
+        if wants:
+            self.pool.grow_batch(wants)
+            for r, _, _, need in prefills:
                 r.blocks += need
-        if due:
-            self.pool.grow_each([r.program for r in due])
             for r in due:
                 dec.block_granted(r)
 
-        admitted, reload_s, blocked_head = self._admit_waiting(budget, now, not prefills)
-        prefills.extend((r, new, ctx, 0) for r, new, ctx in admitted)
+        reload_s, blocked_head = 0.0, False
+        if not preempted:  # vLLM admits nothing in a step that preempted
+            admitted, reload_s, blocked_head = self._admit_waiting(budget, now, not prefills)
+            prefills.extend((r, new, ctx, 0) for r, new, ctx in admitted)
 
         if not prefills and not len(dec):
             return 0.0, [], False
@@ -401,8 +404,50 @@ class Engine:
         finished.sort(key=lambda r: r.run_seq)
         for r in finished:
             self._finish(r, end)
-        merge = not finished and not chunks and (not self.waiting or blocked_head)
+        merge = not preempted and not finished and not chunks and (not self.waiting or blocked_head)
         return duration, finished, merge
+
+    def _preempt_until_fits(
+        self,
+        prefills: list[tuple[Request, int, int, int]],
+        due: list[Request],
+        now: float,
+    ) -> tuple[list[tuple[Request, int, int, int]], list[Request]]:
+        """vLLM's running loop when blocks run short, with the needs known up front.
+
+        Walk the requests that need blocks in running order; while one's need exceeds
+        what is free, preempt the tail of the running list (recompute). A request that
+        preempts itself ends the walk (everything after it was the tail, already gone).
+        Allocation order does not change which blocks are evicted (frees go to the tail
+        of the free list, allocations come from its head), so the blocks are granted in
+        one batch afterwards. Returns the prefills and due decoders still scheduled.
+        """
+        dec = self.decoders
+        needy: list[tuple[int, Request, int]] = [(r.run_seq, r, n) for r, _, _, n in prefills if n]
+        needy.extend((r.run_seq, r, 1) for r in due)
+        needy.sort(key=lambda item: item[0])
+        gone: set[int] = set()
+        free = self.pool.free_blocks
+        for _, r, need in needy:
+            if r.rid in gone:
+                continue
+            while need > free:
+                victim = self.running.pop()
+                gone.add(victim.rid)
+                if victim.dec:
+                    dec.leave(victim)
+                free += victim.blocks
+                self._preempt(victim, now)
+                if victim is r:
+                    break
+            else:
+                free -= need
+                continue
+            break
+        # victims always come from the tail, after the request being served, so none of
+        # them had been counted as served; what remains is scheduled as planned
+        kept_prefills = [item for item in prefills if item[0].rid not in gone]
+        return kept_prefills, [r for r in due if r.rid not in gone]
 
     def _step_reference(self, now: float) -> tuple[float, list[Request], bool]:
         """One step, request by request, as vLLM's loop runs it (the reference path).

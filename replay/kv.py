@@ -67,6 +67,10 @@ class KVPool(Protocol):
         """One more block for each of ``programs`` (in that order)."""
         ...
 
+    def grow_batch(self, wants: list[tuple[str, int]]) -> None:
+        """``n`` more blocks for each (program, n), in that order."""
+        ...
+
     def release(self, program: str, full: int) -> None:
         """Free every held block: the first ``full`` are cached (hashed), the rest
         (a partial last block) are anonymous."""
@@ -169,6 +173,15 @@ class RunPool:
         held = self._held
         for program in programs:
             held[program] = held.get(program, 0) + 1
+
+    def grow_batch(self, wants: list[tuple[str, int]]) -> None:
+        total = sum(n for _, n in wants)
+        if total > self._free:
+            raise OutOfBlocks(wants[0][0])
+        self._take(total)
+        held = self._held
+        for program, n in wants:
+            held[program] = held.get(program, 0) + n
 
     def release(self, program: str, full: int) -> None:
         held = self._held.pop(program, 0)
@@ -299,6 +312,12 @@ class BlockPool:
             raise OutOfBlocks(programs[0])
         for program in programs:
             self.grow(program, 1)
+
+    def grow_batch(self, wants: list[tuple[str, int]]) -> None:
+        if sum(n for _, n in wants) > len(self._queue):
+            raise OutOfBlocks(wants[0][0])
+        for program, n in wants:
+            self.grow(program, n)
 
     def release(self, program: str, full: int) -> None:
         blocks = self._owned.pop(program, [])

@@ -18,8 +18,10 @@ from ttlctl import (
     profile_cli,
     replay_cli,
     report_cli,
+    serve_cli,
     synth_cli,
     tune_cli,
+    validate_cli,
 )
 from ttlctl.clikit import err, out, user_errors
 
@@ -36,6 +38,8 @@ app.command("replay")(replay_cli.replay)
 app.command("report")(report_cli.report)
 app.command("synth")(synth_cli.synth)
 app.command("tune")(tune_cli.tune)
+app.command("serve", context_settings=serve_cli.CONTEXT_SETTINGS)(serve_cli.serve)
+app.command("validate", context_settings=validate_cli.CONTEXT_SETTINGS)(validate_cli.validate)
 
 
 def _version(value: bool) -> None:

@@ -67,12 +67,40 @@ def replay(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the results as JSON here ('-': stdout).")
     ] = None,
+    live: Annotated[
+        str | None,
+        typer.Option(
+            help="Drive the vLLM server at this URL instead of the simulator; one --policy "
+            "names what it runs (vllm: stock; continuum: `ttlctl serve` with a bundle)."
+        ),
+    ] = None,
+    idle_gap_cap: Annotated[
+        float | None,
+        typer.Option(
+            "--trace-idle-gap-cap-seconds", help="Cap every recorded pause (AIPerf's flag)."
+        ),
+    ] = None,
+    save_result: Annotated[
+        bool,
+        typer.Option(
+            "--save-result",
+            help="With --live: write vLLM's benchmark result JSON, and per-call records "
+            "shaped like AIPerf's profile_export.jsonl next to it.",
+        ),
+    ] = False,
+    result_dir: Annotated[
+        Path | None, typer.Option(help="Folder of --save-result (default: here).")
+    ] = None,
+    label: Annotated[
+        str | None, typer.Option(help="Prefix of --save-result's file (default: ttlctl-POLICY).")
+    ] = None,
 ) -> None:
     """Replay the trace's programs in closed loop (next call = finish + recorded pause)."""
     from fitting.fit import file_sha256
     from profiles.cost import ProfileCostModel
     from profiles.shipped import resolve
     from replay.engine import EngineConfig
+    from replay.live import LiveError, cap_pauses, live_results
     from replay.policies import PolicySpec
     from replay.run import Timing, expand, run_all
     from replay.sim import ReplayConfig, SimulationError
@@ -107,7 +135,7 @@ def replay(
             raise UserError("--pin-cap must be in (0, 1]")
         bundle_doc = bundle_mod.read(bundle) if bundle is not None else None
         prof, prof_path = resolve(profile)
-        workload = load(trace)
+        workload = cap_pauses(load(trace), idle_gap_cap)
         if not workload.programs:
             raise UserError(f"{trace}: no programs to replay")
         config = ReplayConfig(
@@ -121,18 +149,37 @@ def replay(
             def progress(name: str, done: int, total: int) -> None:
                 status.update(f"replaying: {name} ({done + 1}/{total})")
 
+            def live_progress(done: int, total: int) -> None:
+                status.update(f"replaying live: {done}/{total} calls")
+
             try:
-                results = run_all(
-                    workload,
-                    specs,
-                    ProfileCostModel(prof),
-                    config,
-                    Timing(jps=jps, concurrency=concurrency, seed=seed),
-                    timed=not no_timing,
-                    progress=progress,
-                )
+                if live is not None:
+                    results = live_results(
+                        live,
+                        workload,
+                        names,
+                        jps=jps,
+                        concurrency=concurrency,
+                        seed=seed,
+                        save_result=save_result,
+                        result_dir=result_dir,
+                        label=label,
+                        progress=live_progress,
+                    )
+                else:
+                    results = run_all(
+                        workload,
+                        specs,
+                        ProfileCostModel(prof),
+                        config,
+                        Timing(jps=jps, concurrency=concurrency, seed=seed),
+                        timed=not no_timing,
+                        progress=progress,
+                    )
             except SimulationError as exc:
                 raise UserError(f"simulation failed: {exc}") from None
+            except LiveError as exc:
+                raise UserError(str(exc)) from None
         doc: dict[str, Any] = {
             "ttlctl_version": __version__,
             "trace": {
@@ -159,6 +206,8 @@ def replay(
                 "valve": valve,
                 "pin_cap": pin_cap,
                 "static_ttl_s": ttl,
+                "live": live,
+                "trace_idle_gap_cap_seconds": idle_gap_cap,
             },
             "results": results,
         }
@@ -204,8 +253,8 @@ def show(results: list[dict[str, Any]], calls: int) -> None:
             _f(r["jct_p95_s"], ".2f"),
             _f(r["ttft_mean_s"], ".3f"),
             "—" if r["prefix_hit_rate"] is None else f"{r['prefix_hit_rate']:.0%}",
-            f"{r['preemptions']:,}",
-            f"{r['pinned_token_seconds']:,.0f}",
+            _f(r["preemptions"], ","),
+            _f(r["pinned_token_seconds"], ",.0f"),
             "—" if r.get("gap_closed") is None else f"{r['gap_closed']:.0%}",
             _f(r.get("sim_calls_per_s"), ",.0f"),
         )

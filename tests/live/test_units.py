@@ -1,0 +1,393 @@
+"""The parts of serve, live replay and validate that need no vLLM server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from replay import live, validate
+from replay.live import CallRecord, ProgramRecord, ServerInfo
+from replay.run import Timing
+from replay.workload import Call, Program, Workload
+from tests.engine.conftest import write_bundle
+from ttlctl import serve_cli, validate_cli
+from ttlctl.clikit import UserError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _app(command: Callable[..., None], settings: dict[str, Any]) -> typer.Typer:
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command(context_settings=settings)(command)
+    return app
+
+
+def _info(**kw: object) -> ServerInfo:
+    base: dict[str, object] = dict(
+        url="http://127.0.0.1:1",
+        model="m",
+        max_model_len=2048,
+        block_size=32,
+        kv_tokens=8192,
+        num_gpu_blocks=256,
+        version="0.32.0",
+        prefix_caching=True,
+        ttl_metrics=False,
+    )
+    base.update(kw)
+    return ServerInfo(**base)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- serve
+
+
+def test_serve_command_is_the_module_with_the_scheduler_and_extra_args_last() -> None:
+    cmd = serve_cli.build_command(
+        "/models/m", host="127.0.0.1", port=8123, extra=["--max-model-len", "4096", "--port=9"]
+    )
+    assert cmd[:5] == [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/models/m",
+    ]
+    assert cmd[5:11] == [
+        "--scheduler-cls", "ttlctl.engine.TTLScheduler", "--host", "127.0.0.1", "--port", "8123",
+    ]  # fmt: skip
+    assert cmd[11:] == ["--max-model-len", "4096", "--port=9"]  # verbatim, last wins in vLLM
+    assert "--host" not in serve_cli.build_command("m", port=1)
+
+
+@pytest.mark.parametrize("flag", ["--model", "--scheduler-cls", "--scheduler-cls=x.Y"])
+def test_serve_refuses_the_flags_it_sets(flag: str) -> None:
+    with pytest.raises(UserError, match="set by ttlctl serve"):
+        serve_cli.build_command("m", extra=[flag, "x"])
+
+
+def test_serve_environment(tmp_path: Path) -> None:
+    env = serve_cli.build_environment(
+        {"PATH": "/bin", "TTLCTL_BUNDLE": "/old"},
+        bundle=Path("b.json"),
+        log=Path("e.jsonl"),
+        dev_mode=True,
+        metrics_dir=tmp_path,
+    )
+    assert env["PATH"] == "/bin"
+    assert env["TTLCTL_BUNDLE"] == str(Path("b.json").resolve())
+    assert env["TTLCTL_LOG"] == str(Path("e.jsonl").resolve())
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == str(tmp_path)
+    plain = serve_cli.build_environment({"TTLCTL_BUNDLE": "/old"}, bundle=None)
+    assert "TTLCTL_BUNDLE" not in plain and "VLLM_SERVER_DEV_MODE" not in plain
+
+
+def test_serve_cli_prints_the_command_and_checks_the_bundle(tmp_path: Path) -> None:
+    app = _app(serve_cli.serve, serve_cli.CONTEXT_SETTINGS)
+    good = write_bundle(tmp_path / "bundle.json", cold_start_ttl_s=5.0)
+    runner = CliRunner()
+    res = runner.invoke(
+        app,
+        ["model-dir", "--bundle", str(good), "--port", "8001", "--dev-mode", "--print-command",
+         "--", "--max-model-len", "2048", "--block-size", "32"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    line = res.stdout.strip()
+    assert line.startswith(f"TTLCTL_BUNDLE={good.resolve()} VLLM_SERVER_DEV_MODE=1 ")
+    assert line.endswith(
+        "-m vllm.entrypoints.openai.api_server --model model-dir --scheduler-cls "
+        "ttlctl.engine.TTLScheduler --port 8001 --max-model-len 2048 --block-size 32"
+    )
+
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text(good.read_text()[:100])
+    res = runner.invoke(app, ["model-dir", "--bundle", str(damaged), "--print-command"])
+    assert res.exit_code == 2
+    assert "damaged.json" in res.stderr and "--allow-stock" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and res.stdout == ""
+
+    res = runner.invoke(app, ["model-dir", "--print-command"])
+    assert res.exit_code == 2 and "no --bundle given" in res.stderr
+
+    res = runner.invoke(app, ["m", "--bundle", str(damaged), "--allow-stock", "--print-command"])
+    assert res.exit_code == 0 and "serving as stock vLLM" in res.stderr
+    assert "--scheduler-cls ttlctl.engine.TTLScheduler" in res.stdout
+
+    res = runner.invoke(app, ["--help"])
+    assert res.exit_code == 0 and "--allow-stock" in res.stdout
+
+
+def test_run_server_returns_the_exit_status() -> None:
+    assert (
+        serve_cli.run_server([sys.executable, "-c", "raise SystemExit(3)"], dict(os.environ)) == 3
+    )
+    kill_self = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    assert serve_cli.run_server([sys.executable, "-c", kill_self], dict(os.environ)) == 143
+
+
+def test_run_server_forwards_sigterm_to_the_server() -> None:
+    child = (
+        "import signal, sys, time; "
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7)); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    parent = (
+        "import os, sys; from ttlctl.serve_cli import run_server; "
+        f"sys.exit(run_server([sys.executable, '-c', {child!r}], dict(os.environ)))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", parent],
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"ready"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 7
+    assert time.monotonic() - t0 < 10
+
+
+# ----------------------------------------------------------------------------- live
+
+
+def test_parse_metrics_sums_label_sets_and_skips_comments() -> None:
+    text = (
+        "# HELP vllm:prefix_cache_hits_total Hits\n"
+        "# TYPE vllm:prefix_cache_hits_total counter\n"
+        'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 96.0\n'
+        'vllm:prefix_cache_hits_total{engine="1",model_name="m"} 4.0\n'
+        "ttlctl:pins_made_total 3.0\n"
+        "ttlctl:pinned_blocks 5\n"
+        'vllm:cache_config_info{block_size="32",num_gpu_blocks="64"} 1.0\n'
+        "weird NaN\n"
+    )
+    values = live.parse_metrics(text)
+    assert values["vllm:prefix_cache_hits_total"] == 100.0
+    assert values["ttlctl:pins_made_total"] == 3.0 and "weird" not in values
+    assert live.metric_labels(text, "vllm:cache_config_info")["num_gpu_blocks"] == "64"
+    c = live.counters(values)
+    assert c["prefix_cache_hits"] == 100.0 and c["pins_made"] == 3.0
+    assert c["preemptions"] is None and c["pins_hit"] is None
+
+
+def test_clip_keeps_the_output_and_shortens_the_prompt() -> None:
+    assert live.clip(Call(100, 10, 0, None, 0.0), 2048) == (100, 10, False)
+    assert live.clip(Call(2100, 10, 0, None, 0.0), 2048) == (2038, 10, True)
+    assert live.clip(Call(100, 3000, 0, None, 0.0), 2048) == (100, 1024, True)
+    assert live.clip(Call(5000, 10, 0, None, 0.0), None) == (5000, 10, False)
+    assert _info(kv_tokens=1024).token_limit() == 1024
+    assert _info(max_model_len=None, kv_tokens=None).token_limit() is None
+
+
+def test_cap_pauses_and_first_programs() -> None:
+    calls = (Call(10, 1, 0, "bash", 30.0), Call(20, 1, 11, None, 0.0))
+    w = Workload(tuple(Program(f"p{i}", float(i), calls) for i in range(3)))
+    capped = live.cap_pauses(w, 5.0)
+    assert [c.pause_s for c in capped.programs[0].calls] == [5.0, 0.0]
+    assert live.cap_pauses(w, None) is w
+    assert [p.program_id for p in live.first_programs(w, 2).programs] == ["p0", "p1"]
+    assert live.first_programs(w, None) is w
+
+
+def _records() -> tuple[list[CallRecord], list[ProgramRecord]]:
+    a0 = CallRecord("a", 0, "bash", False, 1_000_000_000, 10.0, end_s=10.5, first_token_s=10.1)
+    a0.chunk_s = [10.1, 10.3, 10.5]
+    a0.prompt_tokens, a0.output_tokens, a0.cached_tokens = 100, 5, 0
+    a1 = CallRecord("a", 1, None, True, 2_000_000_000, 11.0, end_s=11.2, first_token_s=11.05)
+    a1.chunk_s = [11.05, 11.2]
+    a1.prompt_tokens, a1.output_tokens, a1.cached_tokens = 200, 5, 96
+    b0 = CallRecord("b", 0, "bash", False, 1_500_000_000, 10.5, error="HTTP 400", http_status=400)
+    b0.prompt_tokens = 50
+    programs = [
+        ProgramRecord("a", 2, first_send_s=10.0, last_finish_s=11.2, done=True),
+        ProgramRecord("b", 2, first_send_s=10.5, cut_short=True),
+    ]
+    return [a0, a1, b0], programs
+
+
+def test_summarize_has_the_simulators_keys_from_server_counters() -> None:
+    records, programs = _records()
+    before = live.counters({live.QUERIES: 10.0, live.HITS: 0.0, live.PREEMPTIONS: 1.0})
+    after = live.counters({live.QUERIES: 310.0, live.HITS: 96.0, live.PREEMPTIONS: 3.0})
+    samples = [(0.0, {live.PINNED_BLOCKS: 2.0}), (1.0, {live.PINNED_BLOCKS: 4.0}), (3.0, {})]
+    r = live.summarize(
+        "vllm", records, programs, _info(), before, after, samples, wall_s=2.0, reset=True
+    )
+    assert (r["programs"], r["programs_cut_short"], r["llm_calls"], r["rejected_calls"]) == (
+        1, 1, 2, 1,
+    )  # fmt: skip
+    assert r["jct_mean_s"] == pytest.approx(1.2) and r["jct_p95_s"] is None
+    assert r["ttft_mean_s"] == pytest.approx((0.1 + 0.05) / 2)
+    assert r["prefix_hit_rate"] == pytest.approx(96 / 300)
+    assert r["preemptions"] == 2
+    assert r["pinned_token_seconds"] == pytest.approx(2 * 32 * 1.0)  # the last sample has none
+    assert r["server"]["client_hit_rate"] == pytest.approx(96 / 300)
+    assert r["server"]["errors"] == ["HTTP 400"]
+    sim_keys = {
+        "policy", "programs", "llm_calls", "jct_mean_s", "jct_p50_s", "jct_p95_s", "jct_p99_s",
+        "makespan_s", "throughput_programs_per_s", "ttft_mean_s", "prefix_hit_rate",
+        "preemptions", "pinned_token_seconds", "wall_s", "sim_calls_per_s",
+    }  # fmt: skip
+    assert sim_keys <= set(r)
+
+
+def test_benchmark_result_and_aiperf_records(tmp_path: Path) -> None:
+    records, _ = _records()
+    result = {"policy": "vllm", "jct_mean_s": 1.2, "config": {"jps": None, "concurrency": 4}}
+    doc = live.benchmark_result(result, records, _info(), "lbl")
+    assert (doc["num_prompts"], doc["completed"], doc["failed"]) == (3, 2, 1)
+    assert doc["total_input_tokens"] == 300 and doc["total_output_tokens"] == 10
+    assert doc["duration"] == pytest.approx(11.2 - 10.0)
+    assert doc["mean_ttft_ms"] == pytest.approx(75.0)
+    assert doc["mean_e2el_ms"] == pytest.approx(350.0)
+    assert doc["mean_tpot_ms"] == pytest.approx(((0.4 / 4) + (0.15 / 4)) / 2 * 1000)
+    assert doc["p99_itl_ms"] > 0 and doc["request_rate"] == "inf"
+    assert doc["ttlctl"]["jct_mean_s"] == 1.2
+    name = live._result_name(doc, Timing(concurrency=4))
+    assert name.startswith("lbl-trace-concurrency4-m-") and name.endswith(".json")
+
+    path = tmp_path / "records.jsonl"
+    live.write_records(path, records, "vllm")
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [(x["metadata"]["conversation_id"], x["metadata"]["turn_index"]) for x in lines] == [
+        ("a", 0), ("b", 0), ("a", 1),
+    ]  # fmt: skip
+    first = lines[0]
+    assert first["metadata"]["request_start_ns"] == 1_000_000_000
+    assert first["metadata"]["request_end_ns"] == 1_500_000_000
+    assert first["metrics"]["time_to_first_token"] == {"value": pytest.approx(100.0), "unit": "ms"}
+    assert first["metrics"]["inter_chunk_latency"]["value"] == pytest.approx([200.0, 200.0])
+    assert first["error"] is None and first["ttlctl"]["tool"] == "bash"
+    assert lines[1]["error"]["code"] == 400 and lines[1]["metrics"] == {
+        "error_isl": {"value": 50, "unit": "tokens"}
+    }
+    assert lines[2]["metrics"]["cached_tokens"]["value"] == 96
+
+
+def test_live_results_wants_one_policy() -> None:
+    w = Workload((Program("p", 0.0, (Call(10, 1, 0, None, 0.0),)),))
+    with pytest.raises(live.LiveError, match="one --policy"):
+        live.live_results("http://127.0.0.1:1", w, ["vllm", "continuum"])
+
+
+def test_an_unreachable_server_is_one_line() -> None:
+    from tests.vllm_server import free_port
+
+    w = Workload((Program("p", 0.0, (Call(10, 1, 0, None, 0.0),)),))
+    with pytest.raises(live.LiveError, match="connection refused") as exc:
+        live.run_live(f"127.0.0.1:{free_port()}/v1", w, "vllm")
+    assert "\n" not in str(exc.value)
+
+
+# ----------------------------------------------------------------------------- validate
+
+
+def test_server_command_per_policy() -> None:
+    base = validate.base_command("/m", ["--max-model-len", "2048"])
+    stock = validate.server_command(base, "vllm", 9001)
+    assert stock[:5] == [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/m",
+    ]
+    assert "--scheduler-cls" not in stock
+    assert stock[-5:] == ["--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", "9001"]
+    ttl = validate.server_command([*base, "--enable-prompt-tokens-details"], "continuum", 9002)
+    assert ttl.count("--enable-prompt-tokens-details") == 1
+    assert ttl[-2:] == ["--scheduler-cls", "ttlctl.engine.TTLScheduler"]
+    with pytest.raises(validate.ValidateError, match="scheduler-cls"):
+        validate.server_command([*base, "--scheduler-cls", "x.Y"], "vllm", 1)
+
+
+def test_server_environment(tmp_path: Path) -> None:
+    bundle = tmp_path / "b.json"
+    env = validate.server_environment({"TTLCTL_BUNDLE": "/x"}, "vllm", bundle, tmp_path)
+    assert "TTLCTL_BUNDLE" not in env and env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert Path(env["PROMETHEUS_MULTIPROC_DIR"]).is_dir()
+    env = validate.server_environment({}, "continuum", bundle, tmp_path)
+    assert env["TTLCTL_BUNDLE"] == str(bundle.resolve())
+    assert env["PROMETHEUS_MULTIPROC_DIR"] != str(tmp_path / "vllm-prometheus")
+
+
+def test_sim_engine_config_is_sized_like_the_server() -> None:
+    e = validate.sim_engine_config(
+        _info(), kv_tokens=None, max_num_seqs=128, max_num_batched_tokens=2048
+    )
+    assert (e.kv_tokens, e.block_size, e.max_model_len) == (255 * 32, 32, 2048)
+    assert (e.max_num_seqs, e.max_num_batched_tokens) == (128, 2048)
+    e = validate.sim_engine_config(
+        _info(), kv_tokens=4096, max_num_seqs=8, max_num_batched_tokens=512
+    )
+    assert e.kv_tokens == 4096
+    with pytest.raises(validate.ValidateError, match="cache_config_info"):
+        validate.sim_engine_config(
+            _info(num_gpu_blocks=None, kv_tokens=None),
+            kv_tokens=None,
+            max_num_seqs=1,
+            max_num_batched_tokens=1,
+        )
+
+
+def test_compare_and_rankings() -> None:
+    sim = {"jct_mean_s": 11.0, "jct_p95_s": None, "ttft_mean_s": 0.5, "prefix_hit_rate": 0.6,
+           "preemptions": 3}  # fmt: skip
+    real = {"jct_mean_s": 10.0, "jct_p95_s": 20.0, "ttft_mean_s": 1.0, "prefix_hit_rate": 0.5,
+            "preemptions": 5}  # fmt: skip
+    rows = {r["metric"]: r for r in validate.compare(sim, real)}
+    assert rows["jct_mean_s"]["error"] == pytest.approx(0.1)
+    assert rows["jct_p95_s"]["error"] is None
+    assert rows["ttft_mean_s"]["error"] == pytest.approx(-0.5)
+    assert rows["prefix_hit_rate"]["error"] == pytest.approx(10.0)
+    assert rows["preemptions"]["error"] == -2.0
+
+    def r(**jct: float) -> dict[str, dict[str, float]]:
+        return {k: {"jct_mean_s": v} for k, v in jct.items()}
+
+    assert validate.ranking(r(vllm=2.0, continuum=1.0)) == [["continuum"], ["vllm"]]
+    assert validate.ranking(r(vllm=1.01, continuum=1.0)) == [["continuum", "vllm"]]
+    assert validate.ranking({"vllm": {"jct_mean_s": None}}) is None
+    a, b, tie = [["continuum"], ["vllm"]], [["vllm"], ["continuum"]], [["continuum", "vllm"]]
+    assert validate.same_ranking(a, a) is True
+    assert validate.same_ranking(a, b) is False
+    assert validate.same_ranking(a, tie) is True
+    assert validate.same_ranking(None, a) is None
+
+
+def test_validate_cli_argument_errors(tmp_path: Path) -> None:
+    from tests.live.traces import agent_trace
+
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    app = _app(validate_cli.validate, validate_cli.CONTEXT_SETTINGS)
+    runner = CliRunner()
+    cases = [
+        ([str(trace)], "no server for vllm, continuum"),
+        ([str(trace), "--url", "vllm"], "--url takes POLICY=URL"),
+        ([str(trace), "--jps", "1", "--concurrency", "2", "--model", "m"], "not both"),
+        ([str(trace), "--model", "m", "--engine-cmd", "x"], "not both"),
+        (
+            [str(trace), "--policy", "oracle", "--model", "m"],
+            "validate compares vllm and continuum",
+        ),
+        ([str(trace), "--", "--max-model-len", "8"], "need --model or --engine-cmd"),
+        ([str(tmp_path / "missing.parquet"), "--model", "m"], "no such file"),
+    ]
+    for args, message in cases:
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert message in res.stderr, (args, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1

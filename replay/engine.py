@@ -51,6 +51,9 @@ class EngineConfig:
     pool: str = "runs"
     #: take runs of decode-only steps in one event
     fast: bool = True
+    #: admit a waiting request only if its whole prompt fits (vLLM 0.32's
+    #: ``scheduler_reserve_full_isl``, on by default), not just its first chunk
+    reserve_full_prompt: bool = True
 
     def __post_init__(self) -> None:
         if self.kv_tokens < self.block_size or self.block_size <= 0:
@@ -533,8 +536,13 @@ class Engine:
             reload_s += loaded_s
         return admitted, reload_s, bool(waiting)
 
-    def _plan(self, req: Request, budget: int) -> tuple[int, int, int, int]:
-        """(hit blocks, tokens loaded from offload, new tokens, new blocks) to admit ``req``."""
+    def _plan(self, req: Request, budget: int) -> tuple[int, int, int, int, int]:
+        """(hit blocks, tokens loaded from offload, new tokens, new blocks, blocks that must
+        be free) to admit ``req``.
+
+        vLLM 0.32 admits a waiting request only if its whole prompt fits
+        (``scheduler_reserve_full_isl``, on by default), not just its first chunk.
+        """
         bs = self.config.block_size
         if req.program in self.pins:
             cached = self._pin_full.get(req.program, 0)  # a partial last block never hits
@@ -548,18 +556,23 @@ class Engine:
             loaded = max(0, self.offload.prefix(req.program, reusable, req.num_tokens - 1) - hit)
         new = max(1, min(req.num_tokens - hit - loaded, budget))
         need = -(-(hit + loaded + new) // bs) - hit_blocks
-        return hit_blocks, loaded, new, need
+        must_fit = need
+        if self.config.reserve_full_prompt:
+            must_fit = max(need, -(-req.num_tokens // bs) - hit_blocks)
+        return hit_blocks, loaded, new, need, must_fit
 
     def fits(self, req: Request, budget: int | None = None) -> bool:
         """Whether ``req`` could be admitted now (memory only)."""
-        hit_blocks, _, _, need = self._plan(req, budget or self.config.max_num_batched_tokens)
-        return self.pool.room_for(req.program, hit_blocks, need)
+        hit_blocks, _, _, _, must_fit = self._plan(
+            req, budget or self.config.max_num_batched_tokens
+        )
+        return self.pool.room_for(req.program, hit_blocks, must_fit)
 
     def _try_admit(self, req: Request, budget: int, now: float) -> tuple[int, float] | None:
         bs = self.config.block_size
-        hit_blocks, loaded, new, need = self._plan(req, budget)
+        hit_blocks, loaded, new, need, must_fit = self._plan(req, budget)
         hit = hit_blocks * bs
-        if not self.pool.room_for(req.program, hit_blocks, need):
+        if not self.pool.room_for(req.program, hit_blocks, must_fit):
             return None
         if req.program in self.pins:
             pin = self.pins.pop(req.program)

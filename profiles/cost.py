@@ -7,6 +7,7 @@ vLLM's chunked prefill does).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,6 +29,10 @@ class CostModel(Protocol):
 
     def decode_run_s(self, seqs: int, kv_tokens: int, steps: int) -> float:
         """``steps`` decode steps in a row, the KV growing by ``seqs`` tokens each."""
+        ...
+
+    def decode_steps_within(self, seqs: int, kv_tokens: int, seconds: float) -> int | None:
+        """Most whole decode steps that fit in ``seconds`` (None: no closed form)."""
         ...
 
     def step_s(self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int) -> float:
@@ -68,6 +73,18 @@ class ProfileCostModel:
         kv_sum = steps * kv_tokens + seqs * steps * (steps - 1) / 2
         return steps * (d.step_s + d.per_seq_s * seqs) + d.per_kv_token_s * kv_sum
 
+    def decode_steps_within(self, seqs: int, kv_tokens: int, seconds: float) -> int | None:
+        if seqs <= 0 or seconds <= 0:
+            return 0
+        d = self.profile.decode
+        # decode_run_s(k) = A·k² + B·k with A = c·seqs/2, B = step + per_seq·seqs + c·(kv − seqs/2)
+        a = d.per_kv_token_s * seqs / 2
+        b = d.step_s + d.per_seq_s * seqs + d.per_kv_token_s * (kv_tokens - seqs / 2)
+        if a <= 0:
+            return int(seconds // b) if b > 0 else None
+        k = (-b + math.sqrt(b * b + 4 * a * seconds)) / (2 * a)
+        return max(0, int(k))
+
     def step_s(self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int) -> float:
         prefill = sum(self.prefill_s(c, n) for c, n in chunks)
         fixed = self.profile.prefill.a if chunks else 0.0
@@ -97,6 +114,11 @@ class ConstantCostModel:
 
     def decode_run_s(self, seqs: int, kv_tokens: int, steps: int) -> float:
         return self.decode_step_s * steps if seqs > 0 and steps > 0 else 0.0
+
+    def decode_steps_within(self, seqs: int, kv_tokens: int, seconds: float) -> int | None:
+        if seqs <= 0 or seconds <= 0:
+            return 0
+        return int(seconds // self.decode_step_s)
 
     def step_s(self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int) -> float:
         return sum(self.prefill_s(c, n) for c, n in chunks) + (

@@ -663,6 +663,12 @@ class Engine:
         kv0 = dec.kv_tokens()
         if now + self.cost.decode_run_s(seqs, kv0, steps) > horizon:
             lo, hi = 0, steps
+            guess = self.cost.decode_steps_within(seqs, kv0, horizon - now)
+            if guess is not None:
+                # a closed form: narrow the search to its neighbourhood (rounding)
+                lo, hi = max(0, min(steps, guess) - 2), min(steps, guess + 2)
+                if lo and now + self.cost.decode_run_s(seqs, kv0, lo) > horizon:
+                    lo, hi = 0, lo  # the guess was off: search below it
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 if now + self.cost.decode_run_s(seqs, kv0, mid) <= horizon:
@@ -671,16 +677,22 @@ class Engine:
                     hi = mid - 1
             steps = lo
         # grant the blocks the steps need, in step order; stop where the pool runs dry
+        # (the pool hands them out in one batch: only the count matters to it)
+        free = self.pool.free_blocks
+        granted: list[str] = []
         while steps > 0:
             r = dec.pop_block_due(dec.D + steps)
             if r is None:
                 break
-            if self.pool.free_blocks == 0:
+            if free == 0:
                 dec.push_back(r)
                 steps = dec.block_step(r) - dec.D
                 break
-            self.pool.grow(r.program, 1)
+            free -= 1
+            granted.append(r.program)
             dec.block_granted(r)
+        if granted:
+            self.pool.grow_each(granted)
         if steps <= 0:
             return 0, 0.0
         total = self.cost.decode_run_s(seqs, kv0, steps)

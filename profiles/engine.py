@@ -46,6 +46,7 @@ from typing import Any
 
 from profiles.fitmath import fit_decode, fit_quadratic
 from profiles.models import kv_bytes_per_token as config_kv_bytes_per_token
+from profiles.prom import int_label, metric_labels, normalise_url
 from profiles.schema import Decode, Prefill, Profile, Reload
 
 #: host-to-device reload used when nothing better is known (PCIe 4.0 x16-class link)
@@ -208,31 +209,6 @@ class _Client:
         return _Stream(start, tuple(arrivals), cached)
 
 
-def _normalise_url(url: str) -> str:
-    url = url.strip().rstrip("/")
-    if "://" not in url:
-        url = "http://" + url
-    if url.endswith("/v1"):
-        url = url[: -len("/v1")]
-    return url
-
-
-def _metric_labels(metrics: str, name: str) -> dict[str, str]:
-    for line in metrics.splitlines():
-        if line.startswith(name + "{"):
-            body = line[len(name) + 1 : line.rfind("}")]
-            return dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', body))
-    return {}
-
-
-def _int_label(labels: dict[str, str], key: str) -> int | None:
-    try:
-        value = int(float(labels[key]))
-    except (KeyError, ValueError):
-        return None
-    return value if value > 0 else None
-
-
 def _profile_name(model_id: str) -> str:
     ident = model_id.rstrip("/")
     if ident.startswith(("/", ".", "~")):  # a local path: its last component
@@ -277,7 +253,7 @@ def measure_engine(
         raise ValueError("repeats must be at least 1")
     if output_tokens < 4:
         raise ValueError("output_tokens must be at least 4 (decode needs token gaps)")
-    url = _normalise_url(url)
+    url = normalise_url(url)
     client = _Client(url, timeout_s)
     report: Progress = progress or (lambda phase, done, total: None)
 
@@ -303,11 +279,11 @@ def measure_engine(
         metrics = client.text("/metrics")
     except ValueError:
         metrics = ""
-    cache_info = _metric_labels(metrics, "vllm:cache_config_info")
-    kv_capacity = _int_label(cache_info, "kv_cache_size_tokens")
+    cache_info = metric_labels(metrics, "vllm:cache_config_info")
+    kv_capacity = int_label(cache_info, "kv_cache_size_tokens")
     if kv_capacity is None:
-        blocks = _int_label(cache_info, "num_gpu_blocks")
-        block_size = _int_label(cache_info, "block_size")
+        blocks = int_label(cache_info, "num_gpu_blocks")
+        block_size = int_label(cache_info, "block_size")
         kv_capacity = blocks * block_size if blocks and block_size else None
 
     # --- KV bytes per token (fail before spending time measuring) ------------
@@ -315,7 +291,7 @@ def measure_engine(
         kv_bytes = config_kv_bytes_per_token(model_config)
         kv_from = "model config"
     else:
-        memory = _int_label(cache_info, "kv_cache_memory_bytes")
+        memory = int_label(cache_info, "kv_cache_memory_bytes")
         if memory is None or kv_capacity is None:
             raise ValueError(
                 f"{url}: the server does not tell its KV bytes per token; "

@@ -54,6 +54,9 @@ from typing import Any
 
 import numpy as np
 
+from profiles.prom import int_label
+from profiles.prom import metric_labels as metric_labels
+from profiles.prom import normalise_url as normalise_url
 from replay.metrics import _pct as sim_pct
 from replay.run import Timing, prepare
 from replay.workload import Call, Program, Workload
@@ -78,15 +81,6 @@ class LiveError(ValueError):
 
 
 # --------------------------------------------------------------------------- HTTP
-
-
-def normalise_url(url: str) -> str:
-    url = url.strip().rstrip("/")
-    if "://" not in url:
-        url = "http://" + url
-    if url.endswith("/v1"):
-        url = url[: -len("/v1")]
-    return url
 
 
 def _http_detail(exc: urllib.error.HTTPError) -> str:
@@ -170,23 +164,6 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
-def metric_labels(text: str, name: str) -> dict[str, str]:
-    """The labels of the first sample of ``name`` (e.g. ``vllm:cache_config_info``)."""
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            body = line[len(name) + 1 : line.rfind("}")]
-            return dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', body))
-    return {}
-
-
-def _int_label(labels: dict[str, str], key: str) -> int | None:
-    try:
-        value = int(float(labels[key]))
-    except (KeyError, ValueError):
-        return None
-    return value if value > 0 else None
-
-
 def counters(values: dict[str, float]) -> dict[str, float | None]:
     """The counters a run reports deltas of (None: the server does not have it)."""
     out: dict[str, float | None] = {
@@ -254,9 +231,9 @@ def probe(url: str, timeout_s: float = 30.0) -> ServerInfo:
     except LiveError:
         text = ""
     info = metric_labels(text, "vllm:cache_config_info")
-    blocks = _int_label(info, "num_gpu_blocks")
-    block_size = _int_label(info, "block_size")
-    kv = _int_label(info, "kv_cache_size_tokens")
+    blocks = int_label(info, "num_gpu_blocks")
+    block_size = int_label(info, "block_size")
+    kv = int_label(info, "kv_cache_size_tokens")
     if kv is None and blocks and block_size:
         kv = blocks * block_size
     caching = info.get("enable_prefix_caching")

@@ -1,8 +1,11 @@
-"""``ttlctl tune``: an Optuna study over the TTL policy's knobs, by replay (replay/tune.py)."""
+"""``ttlctl tune``: an Optuna study over the TTL policy's knobs, by replay (replay/tune.py):
+in the simulator (the fast default) or, with ``--live URL --live-bundle PATH``, against a
+vLLM server running the TTL scheduler."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +19,8 @@ from ttlctl.clikit import UserError, err, fail, out, user_errors
 
 #: held-back seeds start here (tuning seeds are 0 … --seeds − 1)
 HOLDOUT_BASE = 1000
+#: the plugin's TTLCTL_BUNDLE_CHECK_S default (ttlctl/engine/watch.py)
+DEFAULT_CHECK_S = 2.0
 
 
 def tune(
@@ -105,6 +110,54 @@ def tune(
             "worker died is failed after twice that and retried."
         ),
     ] = 60,
+    live: Annotated[
+        str | None,
+        typer.Option(
+            help="Run each trial as a short live replay against the vLLM server at this URL "
+            "(`ttlctl serve`: the TTL scheduler) instead of the simulator. Needs --live-bundle.",
+            rich_help_panel="Live tuning",
+        ),
+    ] = None,
+    live_bundle: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --live: the bundle file the server was started with (TTLCTL_BUNDLE, "
+            "`ttlctl serve --bundle`). Each trial's bundle is written over it (the plugin "
+            "reloads it); at the end it holds the bundle written to -o.",
+            rich_help_panel="Live tuning",
+        ),
+    ] = None,
+    live_programs: Annotated[
+        int,
+        typer.Option(
+            help="With --live: programs of each live run (the trace's first N); the held-back "
+            "comparison replays the next N.",
+            rich_help_panel="Live tuning",
+        ),
+    ] = 8,
+    live_check_s: Annotated[
+        float,
+        typer.Option(
+            help="With --live: the server's TTLCTL_BUNDLE_CHECK_S. After writing a bundle the "
+            "tuner waits max(2 × this, 2 s) and sends one request, whose arrival makes the "
+            "plugin load it.",
+            rich_help_panel="Live tuning",
+        ),
+    ] = DEFAULT_CHECK_S,
+    live_timeout: Annotated[
+        float,
+        typer.Option(
+            help="With --live: seconds one live run may take (then it counts as failed).",
+            rich_help_panel="Live tuning",
+        ),
+    ] = 900.0,
+    idle_gap_cap: Annotated[
+        float | None,
+        typer.Option(
+            "--trace-idle-gap-cap-seconds",
+            help="Cap every recorded pause (AIPerf's flag), as `ttlctl replay` does.",
+        ),
+    ] = None,
 ) -> None:
     """Tune η, K, the T window, the pressure valve, the pin cap and a cold-start override
     by replay (objective: mean JCT), then write the best bundle.
@@ -115,6 +168,13 @@ def tune(
     best policy, the defaults, a never-pin policy and stock vLLM are replayed on
     held-back seeds; if the best policy does not beat stock vLLM there, the bundle
     written never pins (program FCFS only) unless --force.
+
+    With --live URL --live-bundle PATH each load × seed of a trial is one live run of
+    --live-programs programs against the server, after the trial's bundle was written to
+    PATH and reloaded by the plugin; one trial at a time, no pruning. The held-back
+    comparison replays the tuned, default and never-pin bundles live on the next
+    programs; the never-pin bundle is the baseline there (the server runs the TTL
+    scheduler, so stock vLLM is not measured). PATH ends up holding the bundle written.
     """
     import optuna
 
@@ -122,6 +182,7 @@ def tune(
     from profiles.shipped import resolve
     from replay import tune as tuner
     from replay.engine import EngineConfig
+    from replay.live import cap_pauses, print_warning
     from replay.run import Timing
     from replay.sim import ReplayConfig
     from replay.workload import load
@@ -137,19 +198,37 @@ def tune(
             raise UserError("--heartbeat must be >= 1")
         if any(j <= 0 for j in jps or []) or any(c <= 0 for c in concurrency or []):
             raise UserError("--jps and --concurrency must be positive")
+        check_live(live, live_bundle, workers, live_programs, live_check_s, live_timeout)
+        if idle_gap_cap is not None and idle_gap_cap < 0:
+            raise UserError("--trace-idle-gap-cap-seconds must be >= 0")
         fit_doc = _read_json(fit)
         prof, prof_path = resolve(profile)
-        workload = load(trace)
+        workload = cap_pauses(load(trace), idle_gap_cap)
         if not workload.programs:
             raise UserError(f"{trace}: no programs to replay")
         loads = [Timing(jps=j) for j in jps or []] + [
             Timing(concurrency=c) for c in concurrency or []
         ]
+        if not loads and live is not None:
+            # one live load: half the programs of a run kept live
+            loads = [Timing(concurrency=max(1, min(live_programs, len(workload.programs)) // 2))]
         if not loads:
             n = len(workload.programs)
             levels = sorted({max(1, min(64, n // 4)), max(1, min(64, n // 2))})
             loads = [Timing(concurrency=c) for c in levels]
         try:
+            target = None
+            if live is not None:
+                assert live_bundle is not None
+                target = tuner.LiveTarget(
+                    url=live,
+                    bundle=live_bundle,
+                    programs=live_programs,
+                    check_s=live_check_s,
+                    timeout_s=live_timeout,
+                    ttlctl_version=__version__,
+                    warn=once(print_warning),
+                )
             ctx = tuner.TuneContext(
                 workload=workload,
                 fit=fit_doc,
@@ -162,6 +241,8 @@ def tune(
                 loads=tuple(loads),
                 seeds=tuple(range(seeds)),
                 p95_max_s=p95_max,
+                live=target,
+                idle_gap_cap_s=idle_gap_cap,
             )
         except ValueError as exc:
             raise UserError(str(exc)) from None
@@ -182,6 +263,13 @@ def tune(
             f"{workers} worker(s), {len(loads)} load(s) × {seeds} seed(s) per trial",
             highlight=False,
         )
+        if target is not None:
+            err.print(
+                f"live: each replay is one run of {live_programs} program(s) against "
+                f"{escape(live or '')}, after its bundle is written to {escape(str(live_bundle))} "
+                f"(then {target.wait_s:g} s and one request, so the plugin has loaded it)",
+                highlight=False,
+            )
         progress = Progress(
             TextColumn("[bold]tuning"),
             BarColumn(),
@@ -226,6 +314,8 @@ def tune(
             },
         )
         bundle_mod.write(doc, output)
+        if live_bundle is not None and live_bundle.resolve() != output.resolve():
+            bundle_mod.write(doc, live_bundle)  # the server serves it from its next request on
         summary_file = summary or tuner.summary_path(output)
         write_atomic(
             {**result, "bundle": {"path": str(output), "sha256": doc["sha256"]}, "inputs": sources},
@@ -233,6 +323,12 @@ def tune(
         )
     show(result)
     err.print(f"wrote {output} (sha256 {doc['sha256'][:12]}…) and {summary_file}", highlight=False)
+    if live_bundle is not None:
+        err.print(
+            f"the server's bundle {live_bundle} now holds it too "
+            f"({result['shipped']['which']}; loaded from the server's next request on)",
+            highlight=False,
+        )
     err.print("look at the study with:", highlight=False)
     err.print(f"  {result['commands']['dashboard']}", highlight=False, markup=False)
     err.print(f"  {result['commands']['best_trial']}", highlight=False, markup=False)
@@ -241,22 +337,41 @@ def tune(
 def show(result: dict[str, Any]) -> None:
     held = result["held_back"]
     counts = result["counts"]
-    table = Table(title=f"held-back seeds {held['seeds']}: mean JCT (never used in tuning)")
-    for col in ("policy", "JCT mean (s)", "JCT p95 (s)", "vs vLLM"):
+    is_live = result.get("mode") == "live"
+    if is_live:
+        title = (
+            f"live, held-back programs ({len(held.get('programs', []))}), seeds "
+            f"{held['seeds']}: mean JCT (never used in tuning)"
+        )
+        base, base_col = "never_pin", "vs never pin"
+    else:
+        title = f"held-back seeds {held['seeds']}: mean JCT (never used in tuning)"
+        base, base_col = "vllm", "vs vLLM"
+    table = Table(title=title)
+    for col in ("policy", "JCT mean (s)", "JCT p95 (s)", base_col):
         table.add_column(col, justify="left" if col == "policy" else "right")
-    vllm = held["vllm_jct_mean_s"]
+    reference = held[f"{base}_jct_mean_s"]
     labels = {
         "vllm": "vllm (stock)",
         "default": "paper default",
-        "never_pin": "never pin (program FCFS)",
+        "never_pin": "never pin (program FCFS)" + (": the live baseline" if is_live else ""),
         "tuned": f"tuned (trial {result['best']['number']})",
     }
     for key, label in labels.items():
+        if f"{key}_jct_mean_s" not in held:
+            continue
         mean, p95 = held[f"{key}_jct_mean_s"], held[f"{key}_jct_p95_s"]
         table.add_row(
-            label, f"{mean:.2f}", "—" if p95 is None else f"{p95:.2f}", f"{vllm / mean:.2f}x"
+            label, f"{mean:.2f}", "—" if p95 is None else f"{p95:.2f}", f"{reference / mean:.2f}x"
         )
     out.print(table)
+    if is_live:
+        out.print(escape(result["live"]["baseline_note"]), highlight=False)
+        values = ", ".join(
+            f"#{t['number']} {t['value']:.2f} s" if t["value"] is not None else f"#{t['number']} —"
+            for t in result["trials"]
+        )
+        out.print(f"live trials (mean JCT): {values}", highlight=False)
     sem = held["diff_sem_vs_default_s"]
     noise = "" if sem is None else f" ± {sem:.2f}"
     out.print(
@@ -274,8 +389,50 @@ def show(result: dict[str, Any]) -> None:
         top = ", ".join(f"{k} {v:.2f}" for k, v in list(result["importance"].items())[:4])
         out.print(f"importance: {top}", highlight=False)
     g = result["guard"]
-    style = "green" if g["beats_vllm"] else "bold yellow"
+    style = "green" if g.get("beats_baseline", g["beats_vllm"]) else "bold yellow"
     out.print(f"[{style}]{escape(g['message'])}[/]", highlight=False)
+
+
+def check_live(
+    live: str | None,
+    bundle: Path | None,
+    workers: int,
+    programs: int,
+    check_s: float,
+    timeout_s: float,
+) -> None:
+    """The live options' rules, each refusal one line."""
+    if live is None:
+        if bundle is not None:
+            raise UserError("--live-bundle goes with --live URL (the server that reloads it)")
+        return
+    if bundle is None:
+        raise UserError(
+            "--live needs --live-bundle PATH: the bundle file the server was started with "
+            "(TTLCTL_BUNDLE, `ttlctl serve --bundle`), which each trial overwrites"
+        )
+    if not bundle.is_file():
+        raise UserError(
+            f"{bundle}: no such file: --live-bundle is the bundle the server was started with"
+        )
+    if workers != 1:
+        raise UserError("--live runs one trial at a time (one server): --workers must be 1")
+    if programs < 1:
+        raise UserError("--live-programs must be >= 1")
+    if not check_s >= 0 or not timeout_s > 0:
+        raise UserError("--live-check-s must be >= 0 and --live-timeout positive")
+
+
+def once(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say`` each distinct message once (a live study repeats the same server warnings)."""
+    seen: set[str] = set()
+
+    def emit(message: str) -> None:
+        if message not in seen:
+            seen.add(message)
+            say(message)
+
+    return emit
 
 
 def _read_json(path: Path) -> dict[str, Any]:

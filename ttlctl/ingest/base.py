@@ -14,6 +14,7 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Protocol
@@ -182,6 +183,21 @@ def tokens(value: Any, field: str, *, required: bool = True) -> int | None:
     if out is not None and out < 0:
         raise RecordError(f"negative {field}: {_short(value)}")
     return out
+
+
+def epoch(value: Any, field: str) -> float:
+    """Epoch seconds from an ISO 8601 string (naive: UTC) or a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str):
+        raise RecordError(f"bad {field}: {value!r}"[:120])
+    try:
+        stamp = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise RecordError(f"bad {field}: {value!r}"[:120]) from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -73,7 +73,6 @@ import json
 import re
 import tokenize
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -83,6 +82,7 @@ import polars as pl
 from ttlctl.ingest.base import (
     Parsed,
     RecordError,
+    epoch,
     frame_from_rows,
     read_text,
     tokens,
@@ -123,8 +123,12 @@ class LiteLLMReader:
                 continue
             objs.append((lineno, obj, None))
         if not any(o is not None and ("request" in o or "prompt_tokens" in o) for _, o, _ in objs):
-            sink.reject(path, None, "not a LiteLLM log: no line has request or prompt_tokens",
-                        records=max(1, len(objs)))
+            sink.reject(
+                path,
+                None,
+                "not a LiteLLM log: no line has request or prompt_tokens",
+                records=max(1, len(objs)),
+            )
             return Parsed(pl.LazyFrame(), records=max(1, len(objs)))
 
         programs: dict[str, list[_Call]] = {}
@@ -207,7 +211,7 @@ def _link(calls: list[_Call]) -> None:
         if [_fingerprint(m) for m in after[: len(before)]] != [_fingerprint(m) for m in before]:
             nxt.row["reused_tokens"] = 0  # a new conversation: nothing shared
             continue
-        added = after[len(before):]
+        added = after[len(before) :]
         if not added or _role(added[-1]) not in _TOOL_ROLES:
             continue  # a user message (or a retry) comes before the next call
         this.row["tool"] = _tool_after(added, this.response_tools)
@@ -316,21 +320,6 @@ _LOOKS_LIKE_REPR = re.compile(r"\s*(?:[A-Za-z_][\w.]*\(|\{|\[)")
 
 
 # ---------------------------------------------------------------- values
-
-
-def epoch(value: Any, field: str) -> float:
-    """Epoch seconds from an ISO 8601 string (naive: UTC) or a number."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, str):
-        raise RecordError(f"bad {field}: {value!r}"[:120])
-    try:
-        stamp = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise RecordError(f"bad {field}: {value!r}"[:120]) from None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return stamp.timestamp()
 
 
 def as_object(value: Any) -> Any:

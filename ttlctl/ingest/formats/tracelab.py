@@ -62,6 +62,7 @@ from ttlctl.ingest.base import (
     Parsed,
     RecordError,
     duration,
+    epoch,
     frame_from_rows,
     integer,
     read_text,
@@ -104,10 +105,15 @@ class TraceLabReader:
             else:
                 lines.append((lineno, None, "not a JSON object"))
                 raw_lines[lineno] = line
-        if not any(o is not None and ("round_index" in o or "timing_events" in o)
-                   for _, o, _ in lines):
-            sink.reject(path, None, "not a TraceLab round trace: no line has round_index "
-                        "or timing_events", records=max(1, len(lines)))
+        if not any(
+            o is not None and ("round_index" in o or "timing_events" in o) for _, o, _ in lines
+        ):
+            sink.reject(
+                path,
+                None,
+                "not a TraceLab round trace: no line has round_index or timing_events",
+                records=max(1, len(lines)),
+            )
             return Parsed(pl.LazyFrame(), records=max(1, len(lines)))
         sessions: dict[str, list[dict[str, Any]]] = {}
         for lineno, obj, broken in lines:
@@ -176,8 +182,9 @@ def _fill(row: dict[str, Any], obj: dict[str, Any]) -> None:
             )
         row["llm_s"] = end - arrival
     row["_inputs"] = [
-        e.get("event_type") for e in events if isinstance(e, dict)
-        and e.get("event_type") in INPUT_EVENTS
+        e.get("event_type")
+        for e in events
+        if isinstance(e, dict) and e.get("event_type") in INPUT_EVENTS
     ]
 
     tools = obj.get("tools") or []
@@ -240,8 +247,10 @@ def _tools(tools: list[Any]) -> tuple[str, float | None]:
             ends.append(t1)
         else:
             complete = False
-        seconds = latency_ms / 1000.0 if latency_ms is not None else (
-            t1 - t0 if t0 is not None and t1 is not None else None
+        seconds = (
+            latency_ms / 1000.0
+            if latency_ms is not None
+            else (t1 - t0 if t0 is not None and t1 is not None else None)
         )
         if seconds is not None:
             latencies.append(seconds)
@@ -278,21 +287,6 @@ def _link(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         row.pop("_end_s", None)
         row.pop("_inputs", None)
-
-
-def epoch(value: Any, field: str) -> float:
-    """Epoch seconds from an ISO 8601 string (naive: UTC) or a number."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, str):
-        raise RecordError(f"bad {field}: {value!r}"[:120])
-    try:
-        stamp = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise RecordError(f"bad {field}: {value!r}"[:120]) from None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return stamp.timestamp()
 
 
 def _iso(t: float) -> str:

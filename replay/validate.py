@@ -29,17 +29,12 @@ prices each step is measured from the first server with
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,6 +43,7 @@ from typing import Any
 
 from profiles.schema import Profile
 from replay.live import LiveError, ServerInfo, cap_pauses, first_programs, probe, run_live
+from replay.process import free_port, stop_group, wait_healthy
 from replay.run import Timing
 from replay.workload import Workload
 
@@ -82,12 +78,6 @@ class ValidateError(ValueError):
 # --------------------------------------------------------------------------- servers
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def base_command(model: str, extra: Sequence[str] = (), python: str | None = None) -> list[str]:
     """``python -m vllm.entrypoints.openai.api_server --model MODEL <extra>``."""
     return [python or sys.executable, "-m", SERVER_MODULE, "--model", model, *extra]
@@ -108,16 +98,6 @@ def server_command(base: Sequence[str], policy: str, port: int) -> list[str]:
     if policy == "continuum":
         cmd += ["--scheduler-cls", SCHEDULER_CLS]
     return cmd
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass
@@ -156,25 +136,9 @@ class ManagedServer:
 
     def _wait(self, deadline: float) -> None:
         assert self._proc is not None
-        while True:
-            code = self._proc.poll()
-            if code is not None:
-                raise ValidateError(
-                    f"the server exited with code {code} before it was ready "
-                    f"(log: {self.log_path}): {self.log_tail()}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2.0) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise ValidateError(
-                    f"the server was not healthy after {self.startup_timeout_s:.0f} s "
-                    f"(log: {self.log_path}): {self.log_tail()}"
-                )
-            time.sleep(0.5)
+        problem = wait_healthy(self._proc, self.url, deadline)
+        if problem is not None:
+            raise ValidateError(f"the server {problem} (log: {self.log_path}): {self.log_tail()}")
 
     def log_tail(self) -> str:
         try:
@@ -185,21 +149,8 @@ class ManagedServer:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        pgid = proc.pid
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=self.stop_grace_s)
-        deadline = time.monotonic() + self.stop_grace_s
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _group_alive(pgid) or proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5.0)
+        if proc is not None:
+            stop_group(proc, self.stop_grace_s)
 
     def __enter__(self) -> ManagedServer:
         return self

@@ -25,8 +25,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -38,6 +36,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from replay.process import free_port, group_alive, stop_group, wait_healthy
 
 #: special tokens of the tiny tokenizer (ids 0, 1, 2)
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
@@ -127,36 +127,8 @@ def build_tiny_model(dir: Path, preset: str = "tiny", seed: int = 0) -> Path:
     return dir
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any live (non-zombie) process is left in process group ``pgid``."""
-    proc = Path("/proc")
-    if not proc.is_dir():  # not Linux: ask the kernel (zombies count as alive)
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
+#: kept under the old name for the tests that check a server's group is gone
+_group_alive = group_alive
 
 
 class VLLMServerError(RuntimeError):
@@ -281,25 +253,11 @@ class VLLMServer:
 
     def _wait_healthy(self, deadline: float) -> None:
         assert self._proc is not None
-        while True:
-            code = self._proc.poll()
-            if code is not None:
-                raise VLLMServerError(
-                    f"vLLM server exited with code {code} before it was ready "
-                    f"(log: {self.log_path}):\n{self.log_tail()}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2.0) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise VLLMServerError(
-                    f"vLLM server not healthy after {self.startup_timeout_s:.0f} s "
-                    f"(log: {self.log_path}):\n{self.log_tail()}"
-                )
-            time.sleep(0.5)
+        problem = wait_healthy(self._proc, self.url, deadline)
+        if problem is not None:
+            raise VLLMServerError(
+                f"vLLM server {problem} (log: {self.log_path}):\n{self.log_tail()}"
+            )
 
     def stop(self) -> None:
         """Stop the whole process group: SIGTERM, then SIGKILL after ``stop_grace_s``."""
@@ -308,23 +266,7 @@ class VLLMServer:
             return
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
-        pgid = proc.pid  # start_new_session: the leader's pid is the group id
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_grace_s
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=self.stop_grace_s)
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _group_alive(pgid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-            kill_deadline = time.monotonic() + 5.0
-            while _group_alive(pgid) and time.monotonic() < kill_deadline:
-                time.sleep(0.05)
-        if proc.poll() is None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5.0)
+        stop_group(proc, self.stop_grace_s)
 
     def __enter__(self) -> VLLMServer:
         return self.start()

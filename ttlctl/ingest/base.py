@@ -110,6 +110,18 @@ def load_json(path: Path, sink: RejectSink) -> Any | None:
         return None
 
 
+def load_json_object(path: Path, sink: RejectSink, what: str) -> dict[str, Any] | None:
+    """Like :func:`load_json` for a document that must be an object; a file holding
+    anything else is rejected as "not a ``what``"."""
+    doc = load_json(path, sink)
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        sink.reject(path, None, f"not a {what}: top level is a {type(doc).__name__}, not an object")
+        return None
+    return doc
+
+
 def iter_jsonl(path: Path, sink: RejectSink) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (line number, object) for each JSON-object line; reject the others.
 

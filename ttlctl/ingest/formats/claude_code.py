@@ -57,7 +57,7 @@ from ttlctl.ingest.base import (
     duration,
     frame_from_rows,
     integer,
-    load_json,
+    load_json_object,
     number,
     tokens,
 )
@@ -83,12 +83,8 @@ class ClaudeCodeReader:
         return any(key in head for key in _CALL_KEYS)
 
     def read(self, path: Path, sink: RejectSink) -> Parsed:
-        doc = load_json(path, sink)
+        doc = load_json_object(path, sink, "claude-code trace")
         if doc is None:
-            return Parsed(pl.LazyFrame(), records=1)
-        if not isinstance(doc, dict):
-            sink.reject(path, None, f"not a claude-code trace: top level is a "
-                        f"{type(doc).__name__}, not an object")
             return Parsed(pl.LazyFrame(), records=1)
         requests = doc.get("requests")
         if not isinstance(requests, list):

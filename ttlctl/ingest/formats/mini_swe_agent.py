@@ -59,7 +59,14 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.base import Parsed, RecordError, frame_from_rows, load_json, number, tokens
+from ttlctl.ingest.base import (
+    Parsed,
+    RecordError,
+    frame_from_rows,
+    load_json_object,
+    number,
+    tokens,
+)
 from ttlctl.ingest.errors import RejectSink
 
 #: Blocks mini-swe-agent executes: v1 ```bash, v2 text mode ```mswea_bash_command.
@@ -93,12 +100,8 @@ class MiniSweAgentReader:
         )
 
     def read(self, path: Path, sink: RejectSink) -> Parsed:
-        doc = load_json(path, sink)
+        doc = load_json_object(path, sink, "mini-swe-agent trajectory")
         if doc is None:
-            return Parsed(pl.LazyFrame(), records=1)
-        if not isinstance(doc, dict):
-            sink.reject(path, None, f"not a mini-swe-agent trajectory: top level is a "
-                        f"{type(doc).__name__}, not an object")
             return Parsed(pl.LazyFrame(), records=1)
         messages = doc.get("messages")
         if not isinstance(messages, list):

@@ -69,7 +69,7 @@ from ttlctl.ingest.base import (
     RecordError,
     duration,
     frame_from_rows,
-    load_json,
+    load_json_object,
     tokens,
 )
 from ttlctl.ingest.errors import RejectSink
@@ -98,12 +98,9 @@ class SweAgentReader:
         return path.suffix == ".traj" or any(marker in head for marker in _SWE_MARKERS)
 
     def read(self, path: Path, sink: RejectSink) -> Parsed:
-        doc = load_json(path, sink)
+        doc = load_json_object(path, sink, "swe-agent trajectory")
         if doc is None:
             return Parsed(pl.LazyFrame(), records=1)
-        if not isinstance(doc, dict):
-            return _reject(path, sink, "not a swe-agent trajectory: top level is a "
-                           f"{type(doc).__name__}, not an object")
         steps = doc.get("trajectory")
         history = doc.get("history")
         if steps is not None and not isinstance(steps, list):

@@ -106,6 +106,9 @@ class Request:
     c0: int = 0
     g0: int = 0
     epoch: int = 0
+    #: arrival order of the program's first call: breaks ties between programs
+    #: that started at the same instant, as a real engine sees them one after another
+    program_seq: int = 0
 
     def __post_init__(self) -> None:
         self.num_tokens = self.prompt
@@ -122,6 +125,7 @@ class Pin:
     blocks: int
     created: float
     program_start: float
+    program_seq: int = 0
 
 
 class Policy(Protocol):
@@ -249,7 +253,7 @@ class Engine:
             self._last_sampled = self.pinned_blocks
 
     def pin(self, req: Request, ttl: float, now: float) -> None:
-        pin = Pin(req.program, now + ttl, req.blocks, now, req.program_start)
+        pin = Pin(req.program, now + ttl, req.blocks, now, req.program_start, req.program_seq)
         self.pins[req.program] = pin
         self.new_pins.append(pin)
         self.pinned_blocks += req.blocks

@@ -45,6 +45,8 @@ class ProgramRun:
     start: float
     next_turn: int = 0
     first_arrival: float | None = None
+    #: the request id of the program's first call (its arrival order)
+    first_rid: int = 0
     last_finish: float | None = None
     done: bool = False
     cut_short: bool = False
@@ -135,6 +137,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
         truncated += clipped
         if run.first_arrival is None:
             run.first_arrival = at
+            run.first_rid = rid
         req = Request(
             rid=rid,
             program=run.program.program_id,
@@ -146,6 +149,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
             reusable=call.reused_tokens if turn else 0,
             tool=call.tool,
             is_last=turn == len(run.program.calls) - 1,
+            program_seq=run.first_rid,
         )
         requests[rid] = (run, req)
         rid += 1

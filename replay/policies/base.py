@@ -16,14 +16,21 @@ def program_key(req: Request, engine: Engine, *, pin_first: bool) -> tuple[float
     """The priority tuple of METHOD.md: preempted, then (optionally) a live pin, then
     the program's first arrival."""
     pinned = 0.0 if (pin_first and req.program in engine.pins) else 1.0
-    return (0.0 if req.preempted else 1.0, pinned, req.program_start, req.arrival, float(req.rid))
+    return (
+        0.0 if req.preempted else 1.0,
+        pinned,
+        req.program_start,
+        float(req.program_seq),
+        req.arrival,
+        float(req.rid),
+    )
 
 
 def release_until_fits(engine: Engine, head: Request) -> None:
     """Release pins, latest program arrival first, until the head fits (or none are left)."""
     order = sorted(
         (p for p in engine.pins.values() if p.program != head.program),
-        key=lambda p: (-p.program_start, p.program),
+        key=lambda p: (-p.program_start, -p.program_seq, p.program),
     )
     for pin in order:
         if engine.fits(head):

@@ -69,7 +69,13 @@ class Autellix:
 
     def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
         level = 0 if self._now - req.arrival > self.starvation_s else self._level(req.program)
-        return (0.0 if req.preempted else 1.0, float(level), req.program_start, req.arrival)
+        return (
+            0.0 if req.preempted else 1.0,
+            float(level),
+            req.program_start,
+            float(req.program_seq),
+            req.arrival,
+        )
 
     def on_arrival(self, req: Request, engine: Engine, now: float) -> None:
         self._now = now
@@ -107,7 +113,13 @@ class Oracle:
 
     def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
         pinned = 0.0 if req.program in engine.pins else 1.0
-        return (0.0 if req.preempted else 1.0, pinned, req.program_start, req.arrival)
+        return (
+            0.0 if req.preempted else 1.0,
+            pinned,
+            req.program_start,
+            float(req.program_seq),
+            req.arrival,
+        )
 
     def on_arrival(self, req: Request, engine: Engine, now: float) -> None:
         if req.turn and req.program not in engine.pins:

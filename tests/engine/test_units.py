@@ -164,6 +164,22 @@ def test_valve_order_latest_program_first_and_stall_only() -> None:
     assert next(r.valve_order("head", stalled=True)) == "new"
 
 
+def test_programs_that_start_at_the_same_instant_keep_their_arrival_order() -> None:
+    """Ties in program start (same clock reading) are broken by arrival order, as in
+    the simulator: the valve releases the later arrival first, whatever the names,
+    and a follow-up carries its program's first arrival order (the queue key)."""
+    r, _ = retention(policy(cold_start_ttl_s=10.0))
+    for name in ["zeta", "alpha"]:  # zeta arrives first; names sort the other way
+        r.arrive(name, tags.Tags(name, None, None), now=0.0)
+        r.pin(name, [0], r.finish(name, OK, 32, now=0.0), now=0.0)
+        r.forget(name)
+    assert list(r.valve_order(None, stalled=False)) == ["alpha", "zeta"]
+    first = r.arrive("zeta-1", tags.Tags("zeta", None, None), now=1.0)
+    second = r.arrive("alpha-1", tags.Tags("alpha", None, None), now=1.0)
+    assert first.program_start == second.program_start == 0.0
+    assert first.program_seq < second.program_seq < first.seq
+
+
 def test_watcher_reloads_keeps_policy_on_damage_and_warns_once(tmp_path: Path) -> None:
     path = write_bundle(tmp_path / "b.json", cold_start_ttl_s=3.0)
     warned: list[str] = []

@@ -261,6 +261,34 @@ def test_fcfs_by_request_or_by_program(pool: str, policy: type, first: str) -> N
     assert d.step() == {first: 10}
 
 
+@pytest.mark.parametrize(
+    ("name", "order"),
+    [
+        ("vllm", ["A0", "B0", "C0", "A1", "B1", "C1"]),
+        ("program-fcfs", ["A0", "A1", "B0", "B1", "C0", "C1"]),
+        ("continuum", ["A0", "A1", "B0", "B1", "C0", "C1"]),
+    ],
+)
+def test_programs_started_together_are_ordered_by_first_arrival(
+    name: str, order: list[str]
+) -> None:
+    """Three programs start at the same instant (a client that opens them all at
+    once). A real engine still receives their first calls one after another, so
+    program-level FCFS has a strict order: A's follow-up goes before B's and C's
+    first calls. (Ordering ties by the request's arrival instead, as the simulator
+    once did, makes program-fcfs behave exactly like vllm here.)"""
+    workload = Workload(
+        tuple(
+            Program(p, 0.0, (Call(8, 2, 0, "t", 0.0), Call(12, 2, 10, None, 0.0)))
+            for p in "ABC"
+        )
+    )
+    cfg = ReplayConfig(engine=EngineConfig(kv_tokens=64, block_size=4, max_num_seqs=1), check=True)
+    policy = make(PolicySpec(name), {}, lambda t, o: 0.0)
+    out = simulate(workload, policy, ConstantCostModel(), cfg)
+    assert [f"{c.program}{c.turn}" for c in sorted(out.calls, key=lambda c: c.finish)] == order
+
+
 @pools
 @pytest.mark.parametrize("policy", [VLLM, ProgramFCFS])
 def test_preempted_requests_go_first(pool: str, policy: type) -> None:

@@ -30,6 +30,8 @@ class Pin:
     program_start: float
     ttl_s: float
     seq: int = 0
+    #: arrival order of the program's first call (ties in program_start)
+    program_seq: int = 0
 
     @property
     def n_blocks(self) -> int:
@@ -98,5 +100,5 @@ class PinTable:
         """Pins in the valve's order: latest program arrival first."""
         return sorted(
             (p for p in self.pins.values() if p.program != exclude),
-            key=lambda p: (-p.program_start, p.program),
+            key=lambda p: (-p.program_start, -p.program_seq, p.program),
         )

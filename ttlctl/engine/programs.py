@@ -21,6 +21,8 @@ DEFAULT_CAP = 100_000
 class Program:
     #: arrival of the first call seen (monotonic seconds)
     start: float
+    #: arrival order of that first call (breaks ties in ``start``)
+    seq: int = 0
     #: calls that arrived so far
     calls: int = 0
     #: when the last call finished and the tool the client said comes next
@@ -56,19 +58,20 @@ class ProgramBook:
     def get(self, program: str) -> Program | None:
         return self._programs.get(program)
 
-    def _touch(self, program: str, now: float) -> Program:
+    def _touch(self, program: str, now: float, seq: int = 0) -> Program:
         entry = self._programs.get(program)
         if entry is None:
-            entry = self._programs[program] = Program(start=now)
+            entry = self._programs[program] = Program(start=now, seq=seq)
         else:
             self._programs.move_to_end(program)
         entry.seen = now
         return entry
 
-    def arrive(self, program: str, now: float) -> Arrival:
-        """A call of ``program`` arrived: returns its entry and the previous finish."""
+    def arrive(self, program: str, now: float, seq: int = 0) -> Arrival:
+        """A call of ``program`` arrived (``seq``: its arrival order): returns its entry
+        and the previous finish."""
         self.prune(now)
-        entry = self._touch(program, now)
+        entry = self._touch(program, now, seq)
         entry.calls += 1
         previous = None
         if entry.last_finish is not None:

@@ -55,6 +55,8 @@ class Live:
     arrival: float
     program_start: float
     seq: int
+    #: arrival order of the program's first call (ties in program_start)
+    program_seq: int = 0
     #: its program's previous call finished and no pin was alive at this arrival
     returned_unpinned: bool = False
     admitted: bool = False
@@ -109,10 +111,12 @@ class Retention:
     def arrive(self, request_id: str, tags: Tags, now: float) -> Live:
         """A request arrived (``Scheduler.add_request``)."""
         program = tags.program
-        live = Live(tags=tags, arrival=now, program_start=now, seq=next(self._seq))
+        seq = next(self._seq)
+        live = Live(tags=tags, arrival=now, program_start=now, seq=seq, program_seq=seq)
         if program is not None:
-            arrival = self.book.arrive(program, now)
+            arrival = self.book.arrive(program, now, seq)
             live.program_start = arrival.program.start
+            live.program_seq = arrival.program.seq
             if arrival.previous is not None:
                 finished_at, tool = arrival.previous
                 if self._policy is not None:
@@ -193,6 +197,7 @@ class Retention:
                 expiry=now + ttl_s,
                 created=now,
                 program_start=live.program_start,
+                program_seq=live.program_seq,
                 ttl_s=ttl_s,
             )
         )

@@ -155,10 +155,18 @@ class TTLMixin:
         priority = float(request.priority) if self.policy == SchedulingPolicy.PRIORITY else 0.0
         live = self.ttl.live.get(request.request_id)
         if live is None:
-            return (preempted, priority, 1.0, math.inf, math.inf, 0.0)
+            return (preempted, priority, 1.0, math.inf, math.inf, math.inf, 0.0)
         program = live.tags.program
         pinned = 0.0 if program is not None and program in self.ttl.pins else 1.0
-        return (preempted, priority, pinned, live.program_start, live.arrival, float(live.seq))
+        return (
+            preempted,
+            priority,
+            pinned,
+            live.program_start,
+            float(live.program_seq),
+            live.arrival,
+            float(live.seq),
+        )
 
     def _ttl_pins_changed(self) -> None:
         if self._ttl_queue is not None:

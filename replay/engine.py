@@ -109,6 +109,9 @@ class Request:
     #: arrival order of the program's first call: breaks ties between programs
     #: that started at the same instant, as a real engine sees them one after another
     program_seq: int = 0
+    #: when the client sent it (``arrival`` is when the scheduler saw it: the next
+    #: step boundary); None: at ``arrival``
+    sent: float | None = None
 
     def __post_init__(self) -> None:
         self.num_tokens = self.prompt

@@ -1,9 +1,12 @@
 """The replay: agent programs in closed loop against the simulated engine.
 
-Events are ordered by (time, kind, sequence): a program's next call arrives at
+Events are ordered by (time, kind, sequence): a program's next call is sent at
 its previous call's simulated finish plus the recorded pause. The engine steps
-whenever it has work; new arrivals are picked up at the next step, as vLLM
-picks up requests between steps. Deterministic for a seed; reads no clock
+whenever it has work; a call sent during a step reaches the scheduler at the
+step's end, as vLLM's engine core takes new requests between steps. The call's
+latencies (TTFT, queueing, JCT) count from when it was sent, as a client and
+vLLM's own ``arrival_time`` do; the scheduler and the policy see it when it
+reaches them. Deterministic for a seed; reads no clock
 (``wall_s`` is measured by the caller, outside the simulation).
 """
 
@@ -44,7 +47,10 @@ class ProgramRun:
     program: Program
     start: float
     next_turn: int = 0
+    #: when the program's first call was sent (its JCT counts from here)
     first_arrival: float | None = None
+    #: when that call reached the scheduler (the key of program-level FCFS)
+    program_start: float | None = None
     #: the request id of the program's first call (its arrival order)
     first_rid: int = 0
     last_finish: float | None = None
@@ -56,6 +62,7 @@ class ProgramRun:
 class CallRecord:
     program: str
     turn: int
+    #: when the call was sent (vLLM's arrival_time)
     arrival: float
     admitted: float
     first_token: float
@@ -124,7 +131,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
     now = 0.0
     requests: dict[int, tuple[ProgramRun, Request]] = {}
 
-    def arrive(run: ProgramRun, at: float) -> None:
+    def arrive(run: ProgramRun, at: float, sent: float) -> None:
         nonlocal rid, rejected, truncated
         turn = run.next_turn
         call, clipped = _fits(run.program.calls[turn], config)
@@ -135,21 +142,23 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
             end_program(run, at)
             return
         truncated += clipped
-        if run.first_arrival is None:
-            run.first_arrival = at
+        if run.program_start is None:
+            run.first_arrival = sent
+            run.program_start = at
             run.first_rid = rid
         req = Request(
             rid=rid,
             program=run.program.program_id,
             turn=turn,
             arrival=at,
-            program_start=run.first_arrival,
+            program_start=run.program_start,
             prompt=call.input_tokens,
             output=call.output_tokens,
             reusable=call.reused_tokens if turn else 0,
             tool=call.tool,
             is_last=turn == len(run.program.calls) - 1,
             program_seq=run.first_rid,
+            sent=sent,
         )
         requests[rid] = (run, req)
         rid += 1
@@ -164,10 +173,10 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
 
     while True:
         while events and events[0][0] <= now:
-            _, kind, _, payload = heapq.heappop(events)
+            sent, kind, _, payload = heapq.heappop(events)
             engine.tick(now)
             if kind == ARRIVAL:
-                arrive(payload, now)
+                arrive(payload, now, sent)
             else:
                 engine.expire_pins(now)
         if engine.idle:
@@ -207,7 +216,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
                 CallRecord(
                     req.program,
                     req.turn,
-                    req.arrival,
+                    req.arrival if req.sent is None else req.sent,
                     req.admitted,
                     req.first_token,
                     now,

@@ -182,8 +182,9 @@ def test_outcome_invariants(seed: int, name: str) -> None:
         if calls:
             assert calls[0].arrival >= by_id[program.program_id].start_s
         for prev, c in itertools.pairwise(calls):
-            # closed loop: the next call leaves the client only after the pause
-            assert c.arrival >= prev.finish + program.calls[prev.turn].pause_s
+            # closed loop: the next call leaves the client exactly one pause after the
+            # previous one finished (it reaches the scheduler at the next step boundary)
+            assert c.arrival == prev.finish + program.calls[prev.turn].pause_s
         for c in calls:
             assert c.arrival <= c.admitted <= c.first_token <= c.finish
             assert 0 <= c.hit_tokens < c.prompt or c.prompt == 0

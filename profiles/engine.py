@@ -10,11 +10,16 @@ What a live server can tell from outside, timed on the client:
   (:func:`profiles.fitmath.fit_quadratic`). TTFT includes the HTTP round trip
   and the step that samples the first token: what a user waits for when a
   context is rebuilt.
-- decode: the time per output token (TPOT, after the first two tokens) of
-  streamed requests (``ignore_eos``, ``max_tokens=output_tokens``), median over
-  streams and repeats, at two or three KV lengths, alone and a few at a time
-  (threads started together), fitted as ``step + per_seq·seqs + per_kv_token·kv``
-  (:func:`profiles.fitmath.fit_decode`, ``kv`` the batch's KV tokens).
+- decode: the time per output token of streamed requests (``ignore_eos``,
+  ``max_tokens=output_tokens``) at two or three KV lengths, alone and a few at a
+  time (threads started together), fitted as ``step + per_seq·seqs +
+  per_kv_token·kv`` (:func:`profiles.fitmath.fit_decode`, ``kv`` the batch's KV
+  tokens). Each prompt is first sent alone with ``max_tokens=1`` so that its KV
+  is in the prefix cache: the batch then prefills only its last partial block,
+  in one step, and decodes together. The pace is read only over the window in
+  which every request of the batch is past its second token, so no peer's
+  prefill is counted as decode time (without both, a batch of long prompts
+  on a slow device times the peers' prefills: 90 ms "steps" instead of 20).
 - reload: NOT measured. A server exposes no host-to-device copy, so the profile
   carries a labelled default (:data:`DEFAULT_RELOAD`), and ``source`` says so.
 
@@ -56,7 +61,7 @@ CONTEXT_MARGIN = 16
 #: smallest default context (powers of two from here up)
 MIN_DEFAULT_CONTEXT = 128
 #: concurrent sequences of the batched decode measurements
-DECODE_CONCURRENCY = (1, 4)
+DECODE_CONCURRENCY = (1, 4, 8)
 #: share of the server's KV capacity a decode batch may fill
 KV_FILL = 0.9
 
@@ -89,6 +94,19 @@ class _Stream:
         if first is None or first == len(self.arrivals) - 1:
             return None
         (t0, n0), (t1, n1) = self.arrivals[first], self.arrivals[-1]
+        return (t1 - t0) / (n1 - n0)
+
+    def reached(self, tokens: int) -> float | None:
+        """When the stream had ``tokens`` output tokens (None: it never did)."""
+        return next((t for t, n in self.arrivals if n >= tokens), None)
+
+    def pace_between(self, start: float, end: float) -> float | None:
+        """Mean time per output token over the chunks that arrived in [start, end]
+        (None: fewer than two such chunks)."""
+        inside = [(t, n) for t, n in self.arrivals if start <= t <= end]
+        if len(inside) < 2 or inside[-1][1] == inside[0][1]:
+            return None
+        (t0, n0), (t1, n1) = inside[0], inside[-1]
         return (t1 - t0) / (n1 - n0)
 
 
@@ -406,6 +424,8 @@ def measure_engine(
         for _ in range(repeats):
             reset_prefix_cache()
             batch = [body(kv_len, output_tokens) for _ in range(seqs)]
+            for b in batch:  # cache each prompt: the batch then prefills one step only
+                client.stream({**b, "max_tokens": 1, "min_tokens": 1})
             tpots.extend(_decode_batch(client, batch))
             done += 1
             report("decode", done, total)
@@ -440,8 +460,9 @@ def measure_engine(
             "kv_capacity_tokens": kv_capacity,
             "prefill_timing": "client-side TTFT of streamed /v1/completions (max_tokens=1), "
             "median of repeats; includes the HTTP round trip and the first sampled token",
-            "decode_timing": "client-side time per output token after the first two "
-            "of streamed requests, median over streams and repeats; "
+            "decode_timing": "client-side time per output token of streamed requests "
+            "whose prompts were cached first, over the window in which every request of "
+            "the batch is past its second token; median over streams and repeats; "
             "kv_tokens = seqs × (context + output_tokens/2)",
             "prefix_cache_reset": reset_ok,
             "max_cached_tokens_seen": cached_max,
@@ -509,5 +530,19 @@ def _decode_batch(client: _Client, bodies: list[dict[str, Any]]) -> list[float]:
     else:
         with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
             streams = list(pool.map(one, bodies))
-    tpots = [s.tpot_s() for s in streams]
-    return [t for t in tpots if t is not None]
+    if len(streams) == 1:
+        tpot = streams[0].tpot_s()
+        return [] if tpot is None else [tpot]
+    return _batch_paces(streams)
+
+
+def _batch_paces(streams: Sequence[_Stream]) -> list[float]:
+    """Each stream's time per token while every stream of the batch decodes: from the
+    moment the last of them has its second token to the moment the first one ends."""
+    seconds = [s.reached(2) for s in streams]
+    if any(t is None for t in seconds):
+        return []
+    start = max(t for t in seconds if t is not None)
+    end = min(s.arrivals[-1][0] for s in streams)
+    paces = [s.pace_between(start, end) for s in streams]
+    return [p for p in paces if p is not None]

@@ -25,6 +25,13 @@ size and ``max_model_len``; ``max_num_seqs`` and ``max_num_batched_tokens`` come
 from the caller (vLLM's CPU server defaults: 128 and 2,048). The profile that
 prices each step is measured from the first server with
 :func:`profiles.engine.measure_engine` unless one is given.
+
+A live run is one draw of a noisy system: when calls arrive a few milliseconds
+apart the cache evicts differently, and under contention the prefix-hit rate of
+the same trace moved by up to 9 points between runs here. ``repeats`` runs each
+policy that many times, each in a fresh server (so the TTL scheduler starts from
+the bundle again, as the simulator does), and compares the simulator with the
+mean of the runs; the rows also carry the runs' range.
 """
 
 from __future__ import annotations
@@ -160,11 +167,16 @@ class ManagedServer:
 
 
 def server_environment(
-    base: Mapping[str, str], policy: str, bundle: Path | None, work_dir: Path
+    base: Mapping[str, str],
+    policy: str,
+    bundle: Path | None,
+    work_dir: Path,
+    tag: str = "",
 ) -> dict[str, str]:
-    """Environment of ``policy``'s server: dev mode, its own metrics folder, the bundle."""
+    """Environment of ``policy``'s server: dev mode, its own metrics folder, the bundle
+    (``tag`` names one of several runs' files)."""
     env = dict(base)
-    prom = work_dir / f"{policy}-prometheus"
+    prom = work_dir / f"{policy}{tag}-prometheus"
     prom.mkdir(parents=True, exist_ok=True)
     for stale in prom.glob("*.db"):
         stale.unlink()
@@ -178,7 +190,7 @@ def server_environment(
     env.pop("TTLCTL_BUNDLE", None)
     if policy == "continuum" and bundle is not None:
         env["TTLCTL_BUNDLE"] = str(bundle.resolve())
-        env["TTLCTL_LOG"] = str((work_dir / "continuum-engine.jsonl").resolve())
+        env["TTLCTL_LOG"] = str((work_dir / f"continuum{tag}-engine.jsonl").resolve())
     return env
 
 
@@ -215,8 +227,10 @@ def sim_engine_config(
 
 
 def compare(sim: Mapping[str, Any], live: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per compared metric: simulated, live, and the error."""
+    """One row per compared metric: simulated, live (the mean of the live runs), the
+    error, and the live runs' range (``live_range``: [min, max], None for one run)."""
     rows = []
+    spread = live.get("live_range") or {}
     for key, label, kind in COMPARED:
         s, v = sim.get(key), live.get(key)
         error: float | None = None
@@ -228,9 +242,39 @@ def compare(sim: Mapping[str, Any], live: Mapping[str, Any]) -> list[dict[str, A
             else:
                 error = float(s - v)
         rows.append(
-            {"metric": key, "label": label, "kind": kind, "sim": s, "live": v, "error": error}
+            {
+                "metric": key,
+                "label": label,
+                "kind": kind,
+                "sim": s,
+                "live": v,
+                "error": error,
+                "live_range": spread.get(key),
+            }
         )
     return rows
+
+
+def merge_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several live runs of one policy as one result: the compared metrics are the
+    runs' means (None if any run lacks one), ``live_range`` their [min, max], and
+    ``runs`` the runs themselves. One run is returned as it is."""
+    if len(runs) == 1:
+        return dict(runs[0])
+    merged = dict(runs[0])
+    spread: dict[str, list[float] | None] = {}
+    for key, _, _ in COMPARED:
+        values = [r.get(key) for r in runs]
+        if any(v is None for v in values):
+            merged[key], spread[key] = None, None
+            continue
+        nums = [float(v) for v in values]  # type: ignore[arg-type]
+        merged[key] = sum(nums) / len(nums)
+        spread[key] = [min(nums), max(nums)]
+    merged["live_range"] = spread
+    merged["runs"] = [dict(r) for r in runs]
+    merged["repeats"] = len(runs)
+    return merged
 
 
 def ranking(
@@ -315,6 +359,7 @@ def validate(
     idle_gap_cap_s: float | None = None,
     timeout_s: float = 1800.0,
     work_dir: Path | None = None,
+    repeats: int = 1,
     profile_repeats: int = 2,
     save_result: bool = False,
     result_dir: Path | None = None,
@@ -346,6 +391,8 @@ def validate(
             f"got {', '.join(unknown) or 'none'}"
         )
     names.sort(key=LIVE_POLICIES.index)
+    if repeats < 1:
+        raise ValidateError(f"repeats must be at least 1, not {repeats}")
     missing = [p for p in names if p not in sources.urls]
     if missing and sources.base_cmd is None:
         raise ValidateError(
@@ -361,15 +408,22 @@ def validate(
     bundle_path = bundle
     profile_source = "given" if profile is not None else None
 
-    live: dict[str, dict[str, Any]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
     infos: dict[str, ServerInfo] = {}
     servers: dict[str, dict[str, Any]] = {}
-    for name in names:
+    for name, rep in [(n, r) for n in names for r in range(repeats)]:
         server: ManagedServer | None = None
+        tag = f"-{rep + 1}" if repeats > 1 else ""
+        which = f"{name} (run {rep + 1} of {repeats})" if repeats > 1 else name
         try:
             if name in sources.urls:
                 url = sources.urls[name]
                 servers[name] = {"url": url, "started_by_validate": False}
+                if rep == 1 and name == "continuum" and warn is not None:
+                    warn(
+                        "continuum: repeated runs on a server validate did not start: its "
+                        "TTL scheduler keeps what it learned in the earlier runs"
+                    )
             else:
                 if name == "continuum" and bundle_path is None:
                     if profile is None:
@@ -384,19 +438,25 @@ def validate(
                 cmd = server_command(sources.base_cmd, name, port)
                 server = ManagedServer(
                     cmd,
-                    server_environment(sources.env or os.environ, name, bundle_path, work_dir),
-                    work_dir / f"{name}-server.log",
+                    server_environment(
+                        sources.env or os.environ, name, bundle_path, work_dir, tag
+                    ),
+                    work_dir / f"{name}{tag}-server.log",
                     startup_timeout_s=sources.startup_timeout_s,
                 )
-                say(f"{name}: starting a server ({shlex.join(cmd[:6])} …)")
+                say(f"{which}: starting a server ({shlex.join(cmd[:6])} …)")
                 url = server.start(port)
-                servers[name] = {
+                started = {
                     "url": url,
                     "started_by_validate": True,
                     "command": cmd,
                     "log": str(server.log_path),
                     "ready_s": server.ready_s,
                 }
+                if rep == 0:
+                    servers[name] = started
+                else:
+                    servers[name].setdefault("more_runs", []).append(started)
             info = probe(url)
             infos[name] = info
             if profile is None:
@@ -405,23 +465,26 @@ def validate(
                     info.url, repeats=profile_repeats, output_tokens=16, timeout_s=120.0
                 )
                 profile_source = f"measured from {name} at {info.url}"
-            say(f"{name}: live replay of {len(work.programs)} programs ({work.calls} calls)")
-            live[name] = run_live(
-                info.url,
-                work,
-                name,
-                timing=timing,
-                seed=seed,
-                timeout_s=timeout_s,
-                save_result=save_result,
-                result_dir=result_dir or work_dir,
-                label=f"{label}-{name}" if label else None,
-                warn=warn,
+            say(f"{which}: live replay of {len(work.programs)} programs ({work.calls} calls)")
+            runs.setdefault(name, []).append(
+                run_live(
+                    info.url,
+                    work,
+                    name,
+                    timing=timing,
+                    seed=seed,
+                    timeout_s=timeout_s,
+                    save_result=save_result,
+                    result_dir=result_dir or work_dir,
+                    label=f"{label}-{name}{tag}" if label else None,
+                    warn=warn,
+                )
             )
         finally:
             if server is not None:
-                say(f"{name}: stopping the server")
+                say(f"{which}: stopping the server")
                 server.stop()
+    live = {name: merge_runs(runs[name]) for name in names}
 
     first = infos[names[0]]
     for name, info in infos.items():
@@ -489,6 +552,7 @@ def validate(
             "seed": seed,
             "max_programs": max_programs,
             "idle_gap_cap_s": idle_gap_cap_s,
+            "repeats": repeats,
         },
     }
 
@@ -501,6 +565,7 @@ __all__ = [
     "ValidateError",
     "base_command",
     "compare",
+    "merge_runs",
     "ranking",
     "same_ranking",
     "server_command",

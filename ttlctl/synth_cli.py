@@ -24,23 +24,36 @@ def synth(
         Path, typer.Option("-o", "--output", help="Canonical trace to write (Parquet).")
     ],
     seed: Annotated[int, typer.Option("--seed", help="Seed (same seed, same trace).")] = 0,
+    max_context: Annotated[
+        int | None,
+        typer.Option(
+            "--max-context",
+            help="Scale each program's tokens so its largest call fits in this many tokens "
+            "(small models and small KV caches, e.g. 1900 for a 2,048-token window).",
+        ),
+    ] = None,
 ) -> None:
     """Draw agent programs with the Continuum paper's per-program statistics.
 
     Program starts are left to the replay (--jps or --concurrency): every program's
     first call arrives at 0.
     """
+    from replay.synth import fit_context
     from replay.synth import synth as draw
     from ttlctl.trace import io as trace_io
 
     with user_errors():
         try:
             frame = draw(workload, programs, seed)
+            if max_context is not None:
+                frame = fit_context(frame, max_context)
         except ValueError as exc:
             raise UserError(str(exc)) from None
         rows = trace_io.write(frame.lazy(), output)
+    scaled = f", scaled to {max_context:,} tokens" if max_context is not None else ""
     out.print(
-        f"wrote {rows:,} calls of {programs:,} {workload} programs (seed {seed}) to {output}",
+        f"wrote {rows:,} calls of {programs:,} {workload} programs (seed {seed}{scaled}) "
+        f"to {output}",
         highlight=False,
         markup=False,
     )

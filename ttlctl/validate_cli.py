@@ -70,6 +70,13 @@ def validate(
         typer.Option(help="Profile for the simulator (default: measured from the first server)."),
     ] = None,
     programs: Annotated[int, typer.Option(help="Replay the trace's first N programs.")] = 8,
+    repeats: Annotated[
+        int,
+        typer.Option(
+            help="Live runs per policy, each in a fresh server; the simulator is compared "
+            "with their mean, and the table shows their range."
+        ),
+    ] = 1,
     kv_tokens: Annotated[
         int | None,
         typer.Option(help="Simulated KV tokens (default: the server's, from /metrics)."),
@@ -142,6 +149,8 @@ def validate(
             raise UserError("--concurrency must be positive")
         if programs < 1:
             raise UserError("--programs must be at least 1")
+        if repeats < 1:
+            raise UserError("--repeats must be at least 1")
         if engine_cmd is not None and model is not None:
             raise UserError("give --engine-cmd or --model, not both")
         if extra and engine_cmd is None and model is None:
@@ -177,6 +186,7 @@ def validate(
                     timing=Timing(jps=jps, concurrency=concurrency, seed=seed),
                     seed=seed,
                     max_programs=programs,
+                    repeats=repeats,
                     idle_gap_cap_s=idle_gap_cap,
                     timeout_s=timeout,
                     work_dir=work_dir,
@@ -219,21 +229,39 @@ def _error(kind: str, e: Any) -> str:
     return f"{e:+,.0f}"
 
 
+def _range(kind: str, metric: str, span: Any) -> str:
+    if not span:
+        return "—"
+    return f"{_value(kind, metric, span[0])} – {_value(kind, metric, span[1])}"
+
+
 def show(doc: dict[str, Any]) -> None:
+    repeats = int(doc.get("config", {}).get("repeats") or 1)
+    runs = f", {repeats} live runs per policy" if repeats > 1 else ""
     table = Table(
         title=f"validate: simulator vs live, {doc['programs']} programs, {doc['calls']} calls"
+        + runs
     )
-    for col in ("metric", "policy", "simulated", "live", "error (sim − live)"):
+    live_col = "live (mean)" if repeats > 1 else "live"
+    cols = ["metric", "policy", "simulated", live_col, "error (sim − live)"]
+    if repeats > 1:
+        cols.append("live range")
+    for col in cols:
         table.add_column(col, justify="left" if col in ("metric", "policy") else "right")
     for i, (key, label, kind) in enumerate(_compared()):
         for name in doc["policies"]:
             row = next(r for r in doc["rows"][name] if r["metric"] == key)
-            table.add_row(
+            cells = [
                 label if name == doc["policies"][0] else "",
                 name,
                 _value(kind, key, row["sim"]),
                 _value(kind, key, row["live"]),
                 _error(kind, row["error"]),
+            ]
+            if repeats > 1:
+                cells.append(_range(kind, key, row.get("live_range")))
+            table.add_row(
+                *cells,
                 end_section=name == doc["policies"][-1] and i < len(_compared()) - 1,
             )
     out.print(table)

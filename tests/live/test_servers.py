@@ -190,6 +190,7 @@ def test_validate_two_running_servers(servers: Servers, tmp_path: Path) -> None:
             "--url", f"continuum={servers.ttl.url}",
             "--bundle", str(servers.ttl.bundle),
             "--programs", "6",
+            "--repeats", "2",
             "--work-dir", str(tmp_path / "work"),
             "--json", str(out),
         ],
@@ -209,6 +210,12 @@ def test_validate_two_running_servers(servers: Servers, tmp_path: Path) -> None:
         assert rows["jct_mean_s"]["error"] is not None
         assert rows["prefix_hit_rate"]["error"] is not None
         assert doc["live"][name]["programs"] == 6
+        # two live runs: the row holds their mean and range
+        assert doc["live"][name]["repeats"] == 2 and len(doc["live"][name]["runs"]) == 2
+        low, high = rows["jct_mean_s"]["live_range"]
+        assert low <= rows["jct_mean_s"]["live"] <= high
+    # a server validate did not start cannot be fresh for the second run: said so
+    assert "keeps what it learned" in res.output
     assert doc["profile"]["source"].startswith("measured from vllm")
     assert doc["engine"]["kv_tokens"] == 8192 - BLOCK and doc["engine"]["block_size"] == BLOCK
     assert doc["ranking"]["same"] in (True, False)

@@ -368,6 +368,43 @@ def test_compare_and_rankings() -> None:
     assert validate.same_ranking(None, a) is None
 
 
+def test_repeated_live_runs_merge_into_means_and_ranges(capsys: pytest.CaptureFixture[str]) -> None:
+    """--repeats: the simulator is compared with the mean of the live runs; each row
+    carries the runs' range; a metric missing from one run is missing from the mean."""
+    runs = [
+        {"jct_mean_s": 10.0, "jct_p95_s": None, "ttft_mean_s": 1.0, "prefix_hit_rate": 0.25,
+         "preemptions": 0, "programs": 8},
+        {"jct_mean_s": 14.0, "jct_p95_s": 20.0, "ttft_mean_s": 2.0, "prefix_hit_rate": 0.35,
+         "preemptions": 2, "programs": 8},
+    ]  # fmt: skip
+    one = validate.merge_runs(runs[:1])
+    assert one == runs[0] and "live_range" not in one
+    merged = validate.merge_runs(runs)
+    assert merged["jct_mean_s"] == pytest.approx(12.0)
+    assert merged["prefix_hit_rate"] == pytest.approx(0.30)
+    assert merged["jct_p95_s"] is None and merged["live_range"]["jct_p95_s"] is None
+    assert merged["live_range"]["prefix_hit_rate"] == [0.25, 0.35]
+    assert merged["repeats"] == 2 and merged["runs"] == runs and merged["programs"] == 8
+    sim = {"jct_mean_s": 13.2, "jct_p95_s": None, "ttft_mean_s": 1.5, "prefix_hit_rate": 0.33,
+           "preemptions": 1}  # fmt: skip
+    rows = {r["metric"]: r for r in validate.compare(sim, merged)}
+    assert rows["jct_mean_s"]["error"] == pytest.approx(0.1)
+    assert rows["prefix_hit_rate"]["error"] == pytest.approx(3.0)
+    assert rows["jct_mean_s"]["live_range"] == [10.0, 14.0]
+    assert validate.compare(sim, runs[0])[0]["live_range"] is None
+
+    doc = {
+        "programs": 8, "calls": 85, "policies": ["vllm"], "rows": {"vllm": list(rows.values())},
+        "ranking": {"same": True, "sim": [["vllm"]], "live": [["vllm"]], "tie_within": 0.02},
+        "goals": {"vllm": {"jct_within_10pct": True, "hit_rate_within_5_points": True}},
+        "profile": {"source": "given"}, "work_dir": "w", "config": {"repeats": 2},
+    }  # fmt: skip
+    validate_cli.show(doc)
+    shown = capsys.readouterr().out
+    assert "2 live runs per policy" in shown and "live range" in shown
+    assert "10.000 s – 14.000 s" in shown and "25.0% – 35.0%" in shown
+
+
 def test_validate_cli_argument_errors(tmp_path: Path) -> None:
     from tests.live.traces import agent_trace
 
@@ -385,6 +422,7 @@ def test_validate_cli_argument_errors(tmp_path: Path) -> None:
         ),
         ([str(trace), "--", "--max-model-len", "8"], "need --model or --engine-cmd"),
         ([str(tmp_path / "missing.parquet"), "--model", "m"], "no such file"),
+        ([str(trace), "--model", "m", "--repeats", "0"], "--repeats must be at least 1"),
     ]
     for args, message in cases:
         res = runner.invoke(app, args)

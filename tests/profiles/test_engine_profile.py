@@ -195,3 +195,18 @@ def test_stub_without_kv_size_asks_for_model(stub: tuple[str, type[_Stub]]) -> N
     with pytest.raises(ValueError, match="--model") as info:
         measure_engine(url, contexts=[64, 128, 256])
     assert url in str(info.value)
+
+
+def test_batch_pace_leaves_out_the_peers_prefill() -> None:
+    """A starts decoding while B still prefills (2 s); then both decode at 20 ms a
+    token. The whole-stream pace of A would count B's prefill (~0.5 s a token); the
+    batch pace reads only the window in which both decode."""
+    from profiles.engine import _batch_paces, _Stream
+
+    a = _Stream(0.0, ((0.1, 1), (0.2, 2), (2.2, 3), (2.22, 4), (2.24, 5), (2.26, 6)), None)
+    b = _Stream(0.0, ((2.2, 1), (2.22, 2), (2.24, 3), (2.26, 4), (2.28, 5)), None)
+    assert a.tpot_s() == pytest.approx(0.515)
+    assert _batch_paces([a, b]) == [pytest.approx(0.02), pytest.approx(0.02)]
+    # no window in which both decode: no figure rather than a wrong one
+    c = _Stream(0.0, ((3.0, 1), (3.1, 2), (3.2, 3)), None)
+    assert _batch_paces([a, c]) == []

@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from replay.synth import WORKLOADS, solved_tools, synth, turns_distribution
+from replay.synth import WORKLOADS, fit_context, solved_tools, synth, turns_distribution
 from replay.workload import from_frame
 from ttlctl import synth_cli
 from ttlctl.ingest.pipeline import ingest
@@ -161,3 +161,50 @@ def test_cli(tmp_path: Path) -> None:
     assert res.output.strip().count("\n") == 0 and "Traceback" not in res.output
     res = runner.invoke(_app(), ["synth", "--workload", "bfcl", "--programs", "0", "-o", str(out)])
     assert res.exit_code == 2 and "at least 1" in res.output
+
+
+@pytest.mark.parametrize("limit", [1900, 600])
+def test_fit_context_scales_programs_into_a_small_window(tmp_path: Path, limit: int) -> None:
+    """--max-context: every call fits, programs that already fit are unchanged, pauses
+    and tools are kept, outputs keep a few tokens, and the trace stays valid."""
+    frame = synth("swe-bench", 40, 3)
+    # one program that already fits: a program's first and last calls, made small
+    first = frame.filter(pl.col("program_id") == frame["program_id"][0])
+    small = first.filter((pl.col("turn") == 0) | pl.col("is_last")).with_columns(
+        turn=pl.Series([0, 1]).cast(first["turn"].dtype),
+        input_tokens=pl.Series([100, 150]),
+        output_tokens=pl.Series([10, 2]),
+        reused_tokens=pl.Series([0, 110]),
+        program_id=pl.lit("fits"),
+    )
+    frame = pl.concat([frame, small.select(frame.columns)]).sort("program_id", "turn")
+    scaled = fit_context(frame, limit)
+    assert scaled.columns == frame.columns and scaled.height == frame.height
+    assert (scaled["input_tokens"] + scaled["output_tokens"]).max() <= limit
+    assert scaled.filter(pl.col("program_id") != "fits")["output_tokens"].min() >= 4
+    assert scaled.filter(pl.col("program_id") == "fits").equals(
+        frame.filter(pl.col("program_id") == "fits")
+    )
+    for col in ("tool_s", "gap_s", "tool", "turn", "is_last"):
+        assert scaled[col].equals(frame[col]), col
+    # the largest call of a scaled program comes close to the window
+    peaks = scaled.group_by("program_id").agg(
+        (pl.col("input_tokens") + pl.col("output_tokens")).max()
+    )
+    assert peaks.filter(pl.col("program_id") != "fits")["input_tokens"].min() >= limit * 0.97
+    src = tmp_path / "scaled.parquet"
+    trace_io.write(scaled.lazy(), src)
+    report = ingest([src], tmp_path / "back.parquet", fmt="canonical")  # strict
+    assert report.rows == scaled.height and report.rejected == 0
+    with pytest.raises(ValueError, match="above 4"):
+        fit_context(frame, 4)
+
+
+def test_cli_max_context(tmp_path: Path) -> None:
+    out = tmp_path / "t.parquet"
+    args = ["synth", "--workload", "swe-bench", "--programs", "8", "--max-context", "1900"]
+    res = CliRunner().invoke(_app(), [*args, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "scaled to 1,900 tokens" in res.stdout
+    written = trace_io.read(out).sort("program_id", "turn")
+    assert written.select(list(COLUMNS)).equals(fit_context(synth("swe-bench", 8, 0), 1900))

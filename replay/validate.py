@@ -360,6 +360,7 @@ def validate(
     timeout_s: float = 1800.0,
     work_dir: Path | None = None,
     repeats: int = 1,
+    model_config: dict[str, Any] | None = None,
     profile_repeats: int = 2,
     save_result: bool = False,
     result_dir: Path | None = None,
@@ -371,8 +372,10 @@ def validate(
 
     Returns ``{"rows": {policy: [...]}, "sim": {...}, "live": {...}, "ranking":
     {...}, "goals": {...}, "profile": ..., "engine": ..., "servers": ...}``.
-    Raises :class:`ValidateError` (bad arguments, a server that does not start)
-    or :class:`replay.live.LiveError` (a server that cannot be used).
+    ``model_config`` (the served model's config.json, when known) gives the profile
+    its KV bytes per token and the vocabulary of its random prompts. Raises
+    :class:`ValidateError` (bad arguments, a server that does not start or cannot
+    be profiled) or :class:`replay.live.LiveError` (a server that cannot be used).
     """
     from profiles.cost import ProfileCostModel
     from profiles.engine import measure_engine
@@ -461,9 +464,16 @@ def validate(
             infos[name] = info
             if profile is None:
                 say(f"{name}: measuring the server's profile")
-                profile = measure_engine(
-                    info.url, repeats=profile_repeats, output_tokens=16, timeout_s=120.0
-                )
+                try:
+                    profile = measure_engine(
+                        info.url,
+                        model_config=model_config,
+                        repeats=profile_repeats,
+                        output_tokens=16,
+                        timeout_s=120.0,
+                    )
+                except ValueError as exc:
+                    raise ValidateError(f"profiling {name}'s server: {exc}") from None
                 profile_source = f"measured from {name} at {info.url}"
             say(f"{which}: live replay of {len(work.programs)} programs ({work.calls} calls)")
             runs.setdefault(name, []).append(

@@ -159,8 +159,10 @@ def validate(
                 "--model or --engine-cmd"
             )
         base: list[str] | None = None
+        model_config: dict[str, Any] | None = None
         if model is not None:
             base = base_command(model, extra)
+            model_config = _local_config(model)
         elif engine_cmd is not None:
             base = shlex.split(engine_cmd) + extra
             if not base:
@@ -187,6 +189,7 @@ def validate(
                     seed=seed,
                     max_programs=programs,
                     repeats=repeats,
+                    model_config=model_config,
                     idle_gap_cap_s=idle_gap_cap,
                     timeout_s=timeout,
                     work_dir=work_dir,
@@ -207,6 +210,18 @@ def validate(
     show(doc)
     if json_out is not None:
         err.print(f"wrote {json_out}")
+
+
+def _local_config(model: str) -> dict[str, Any] | None:
+    """The config.json of a model given as a local folder (None: a hub name, or none)."""
+    path = Path(model) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not a readable JSON config ({exc})") from None
+    return doc if isinstance(doc, dict) else None
 
 
 def _value(kind: str, metric: str, v: Any) -> str:

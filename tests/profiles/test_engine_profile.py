@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -210,3 +211,31 @@ def test_batch_pace_leaves_out_the_peers_prefill() -> None:
     # no window in which both decode: no figure rather than a wrong one
     c = _Stream(0.0, ((3.0, 1), (3.1, 2), (3.2, 3)), None)
     assert _batch_paces([a, c]) == []
+
+
+def test_validate_on_a_server_that_cannot_be_profiled_is_one_line(
+    stub: tuple[str, type[_Stub]], tmp_path: Path
+) -> None:
+    """ttlctl validate measures the profile from the server: a server that streams no
+    tokens is a one-line error naming it (exit 2), not a traceback."""
+    import typer
+    from typer.testing import CliRunner
+
+    from tests.live.traces import agent_trace
+    from ttlctl import validate_cli
+
+    url, handler = stub
+    handler.tokens = 0
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command(context_settings=validate_cli.CONTEXT_SETTINGS)(validate_cli.validate)
+
+    @app.command("noop")
+    def _noop() -> None:
+        pass
+
+    res = CliRunner().invoke(app, ["validate", str(trace), "--url", f"vllm={url}", "--policy",
+                                   "vllm", "--work-dir", str(tmp_path / "w")])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "profiling vllm's server" in res.stderr and url in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.output

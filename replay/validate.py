@@ -373,7 +373,8 @@ def validate(
     Returns ``{"rows": {policy: [...]}, "sim": {...}, "live": {...}, "ranking":
     {...}, "goals": {...}, "profile": ..., "engine": ..., "servers": ...}``.
     ``model_config`` (the served model's config.json, when known) gives the profile
-    its KV bytes per token and the vocabulary of its random prompts. Raises
+    its KV bytes per token and the profile and the live runs the vocabulary of their
+    random prompts. Raises
     :class:`ValidateError` (bad arguments, a server that does not start or cannot
     be profiled) or :class:`replay.live.LiveError` (a server that cannot be used).
     """
@@ -411,6 +412,8 @@ def validate(
     bundle_path = bundle
     profile_source = "given" if profile is not None else None
 
+    vocab = (model_config or {}).get("vocab_size")
+    vocab_size = int(vocab) if isinstance(vocab, int) and vocab > 0 else None
     runs: dict[str, list[dict[str, Any]]] = {}
     infos: dict[str, ServerInfo] = {}
     servers: dict[str, dict[str, Any]] = {}
@@ -487,6 +490,7 @@ def validate(
                     save_result=save_result,
                     result_dir=result_dir or work_dir,
                     label=f"{label}-{name}{tag}" if label else None,
+                    vocab_size=vocab_size,
                     warn=warn,
                 )
             )

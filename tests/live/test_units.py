@@ -409,6 +409,9 @@ def test_validate_cli_argument_errors(tmp_path: Path) -> None:
     from tests.live.traces import agent_trace
 
     trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    bad_model = tmp_path / "model"  # a local model folder whose config is damaged
+    bad_model.mkdir()
+    (bad_model / "config.json").write_text("{")
     app = _app(validate_cli.validate, validate_cli.CONTEXT_SETTINGS)
     runner = CliRunner()
     cases = [
@@ -423,6 +426,7 @@ def test_validate_cli_argument_errors(tmp_path: Path) -> None:
         ([str(trace), "--", "--max-model-len", "8"], "need --model or --engine-cmd"),
         ([str(tmp_path / "missing.parquet"), "--model", "m"], "no such file"),
         ([str(trace), "--model", "m", "--repeats", "0"], "--repeats must be at least 1"),
+        ([str(trace), "--model", str(bad_model)], "config.json: not a readable JSON config"),
     ]
     for args, message in cases:
         res = runner.invoke(app, args)

@@ -28,8 +28,8 @@ prices each step is measured from the first server with
 
 A live run is one draw of a noisy system: when calls arrive a few milliseconds
 apart the cache evicts differently, and under contention the prefix-hit rate of
-the same trace moved by up to 9 points between runs here. ``repeats`` runs each
-policy that many times, each in a fresh server (so the TTL scheduler starts from
+the same trace ranged from 25% to 36% across seven runs here. ``repeats`` runs
+each policy that many times, each in a fresh server (so the TTL scheduler starts from
 the bundle again, as the simulator does), and compares the simulator with the
 mean of the runs; the rows also carry the runs' range.
 """

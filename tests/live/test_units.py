@@ -433,3 +433,29 @@ def test_validate_cli_argument_errors(tmp_path: Path) -> None:
         assert res.exit_code == 2, (args, res.output)
         assert message in res.stderr, (args, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_gpu_live_check_writes_a_servable_model_folder_without_weights(tmp_path: Path) -> None:
+    """bench/gpu_live_check.py serves a real-size config with --load-format dummy: the
+    folder holds the preset's config and a tokenizer that knows every id of its
+    vocabulary (the live replay sends random ids and reads them back)."""
+    import importlib.util
+
+    from transformers import AutoTokenizer
+
+    from profiles.models import PRESETS
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "gpu_live_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_live_check", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    folder = module.write_model(tmp_path / "model", "tiny")
+    config = json.loads((folder / "config.json").read_text())
+    vocab = PRESETS["tiny"]["vocab_size"]
+    assert config["vocab_size"] == vocab and config["architectures"] == ["LlamaForCausalLM"]
+    assert not list(folder.glob("*.safetensors"))
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    assert len(tok) == vocab and tok.eos_token_id == config["eos_token_id"] == 1
+    ids = [3, vocab // 2, vocab - 1]
+    assert tok(tok.decode(ids), add_special_tokens=False)["input_ids"] == ids

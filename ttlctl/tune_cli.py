@@ -1,4 +1,4 @@
-"""``ttlctl tune``: an Optuna study over the TTL policy's knobs, by replay (replay/tune.py):
+"""``ttlctl tune``: an Optuna study over the TTL policy's knobs, by replay (replay/tune/):
 in the simulator (the fast default) or, with ``--live URL --live-bundle PATH``, against a
 vLLM server running the TTL scheduler."""
 

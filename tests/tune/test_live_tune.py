@@ -116,7 +116,7 @@ def test_live_tune_swaps_each_trials_bundle_in(
         )
         return run_live(*args, **kwargs)
 
-    monkeypatch.setattr("replay.tune.run_live", checked_run_live)
+    monkeypatch.setattr("replay.tune.live.run_live", checked_run_live)
     out = tmp_path / "out" / "bundle.json"
     args = [
         "tune", str(inputs["trace"]),

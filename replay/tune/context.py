@@ -1,0 +1,209 @@
+"""What a trial replays: the tuner's errors, the live target, :class:`TuneContext` (every
+setting the objective needs, as plain data) and the helpers that replay one load × seed
+in the simulator."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fitting.policy import PolicyParams
+from profiles import schema as profile_schema
+from profiles.cost import ProfileCostModel
+from replay.policies import PolicySpec
+from replay.run import Timing, run_one
+from replay.sim import ReplayConfig
+from replay.workload import Workload
+
+#: bump when the search space or the objective changes meaning (part of the study name)
+SEARCH_SPACE = "ttlctl.tune.space/1"
+
+
+class TuneError(ValueError):
+    """Bad settings, an unusable storage or a study that cannot give an answer (one line)."""
+
+
+class IncompleteRun(TuneError):
+    """A live run in which a call failed or a program was cut short: the trial fails
+    (and the study goes on); on the held-back programs the whole run stops."""
+
+
+# ---------------------------------------------------------------- live mode
+
+
+#: the live baseline: the server runs the TTL scheduler, so stock vLLM is not measured
+LIVE_BASELINE_NOTE = (
+    "live mode: the server runs ttlctl's TTL scheduler, so stock vLLM is not measured; "
+    "the baseline is the never-pin bundle (pins=False: program FCFS, no pins)"
+)
+#: how the tuner knows the server serves the bundle it wrote (see :func:`swap`)
+LIVE_RELOAD_RULE = (
+    "no reload counter on /metrics: after each write, wait max(2 x check_s, 2 s), then "
+    "send one untagged request, whose arrival makes the plugin look at the file"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveTarget:
+    """A vLLM server running the TTL scheduler, and the bundle file it reloads."""
+
+    url: str
+    #: the file the server was started with as TTLCTL_BUNDLE (``ttlctl serve --bundle``)
+    bundle: Path
+    #: programs each live run replays: the trace's programs [offset, offset + programs)
+    programs: int = 8
+    offset: int = 0
+    #: the server's TTLCTL_BUNDLE_CHECK_S (the plugin's default: 2 s)
+    check_s: float = 2.0
+    #: one live run stops after this (programs still running are cut short)
+    timeout_s: float = 900.0
+    ttlctl_version: str = "unknown"
+    #: the served model's name (filled in by :func:`tune` from ``/v1/models``)
+    model: str | None = None
+    #: each warning of a live run (None: :func:`warnings.warn`)
+    warn: Callable[[str], None] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.programs < 1 or self.offset < 0:
+            raise TuneError("--live-programs must be at least 1")
+        if not self.check_s >= 0 or not self.timeout_s > 0:
+            raise TuneError("the bundle check interval must be >= 0 and the run timeout > 0")
+
+    @property
+    def wait_s(self) -> float:
+        """Seconds between writing a bundle and the request that makes the plugin load it."""
+        return max(2.0 * self.check_s, 2.0)
+
+    def subset(self, workload: Workload) -> Workload:
+        return Workload(workload.programs[self.offset : self.offset + self.programs])
+
+    def held_back(self) -> LiveTarget:
+        """The next programs of the trace: the held-back comparison's."""
+        return replace(self, offset=self.offset + self.programs)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"mode": "live", "programs": self.programs, "offset": self.offset}
+
+
+# ---------------------------------------------------------------- what a trial replays
+
+
+@dataclass(frozen=True, slots=True)
+class TuneContext:
+    """Everything the objective needs, as plain data (picklable for worker processes)."""
+
+    workload: Workload
+    #: the fit document (its CDFs are the policy's prior; its η the default trial's)
+    fit: Mapping[str, Any]
+    #: the profile document that prices every step and every miss
+    profile: Mapping[str, Any]
+    config: ReplayConfig = field(default_factory=ReplayConfig)
+    #: program starts: each a Timing with ``jps`` or ``concurrency`` (its seed is ignored)
+    loads: tuple[Timing, ...] = (Timing(concurrency=8),)
+    #: every load is replayed with each of these seeds
+    seeds: tuple[int, ...] = (0, 1)
+    #: a constraint: the replays' mean p95 JCT must stay at or under this (None: none)
+    p95_max_s: float | None = None
+    #: replay against this server instead of the simulator (None: the simulator)
+    live: LiveTarget | None = None
+    #: every recorded pause was capped at this (only recorded: the caller capped them)
+    idle_gap_cap_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.workload.programs:
+            raise TuneError("the trace has no programs to replay")
+        if self.live is not None and not self.live.subset(self.workload).programs:
+            raise TuneError(
+                f"the trace has {len(self.workload.programs)} programs: none left for a "
+                f"live run from program {self.live.offset}"
+            )
+        if not self.loads:
+            raise TuneError("give at least one load (--jps or --concurrency)")
+        for load in self.loads:
+            if (load.jps is None) == (load.concurrency is None):
+                raise TuneError("each load needs exactly one of jps and concurrency")
+            if (load.jps is not None and not load.jps > 0) or (
+                load.concurrency is not None and load.concurrency < 1
+            ):
+                raise TuneError("jps and concurrency must be positive")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise TuneError("seeds must be a non-empty list without repeats")
+        if self.p95_max_s is not None:
+            if not self.p95_max_s > 0:
+                raise TuneError("the p95 limit must be positive")
+            if len(self.replayed().programs) < 20:
+                raise TuneError(
+                    "a p95 limit needs at least 20 programs in the trace"
+                    + (" (live: in --live-programs)" if self.live is not None else "")
+                )
+
+    @property
+    def eta_fitted(self) -> float:
+        value = (self.fit.get("eta") or {}).get("value")
+        if value is None or not math.isfinite(value):
+            return 1.0
+        return max(-1.0, min(1.0, float(value)))
+
+    def replayed(self) -> Workload:
+        """The programs one replay runs: all of them, or a live run's subset."""
+        return self.workload if self.live is None else self.live.subset(self.workload)
+
+    def replays(self) -> list[Timing]:
+        """Seed-major: every load with the first seed, then every load with the next."""
+        return [replace(load, seed=s) for s in self.seeds for load in self.loads]
+
+    def cost(self) -> ProfileCostModel:
+        return ProfileCostModel(profile_schema.from_json(dict(self.profile)))
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What the objective's values depend on, besides the inputs' content."""
+        engine = self.config.engine
+        out: dict[str, Any] = {
+            "space": SEARCH_SPACE,
+            "loads": [load_json(t) for t in self.loads],
+            "seeds": list(self.seeds),
+            "p95_max_s": self.p95_max_s,
+            "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
+            "offload_tokens": self.config.offload_tokens,
+            "truncate": self.config.truncate,
+        }
+        # only when set, so the simulator's studies keep their names and fingerprints
+        if self.idle_gap_cap_s is not None:
+            out["idle_gap_cap_s"] = self.idle_gap_cap_s
+        if self.live is not None:
+            out["live"] = self.live.fingerprint()
+        return out
+
+
+def load_json(timing: Timing) -> dict[str, Any]:
+    return {"jps": timing.jps} if timing.jps is not None else {"concurrency": timing.concurrency}
+
+
+def shuffled(workload: Workload, seed: int) -> Workload:
+    """The workload with its programs in a seeded order (who starts first)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x7E57]))
+    order = rng.permutation(len(workload.programs))
+    return Workload(tuple(workload.programs[i] for i in order))
+
+
+def replay_once(ctx: TuneContext, spec: PolicySpec, timing: Timing) -> dict[str, Any]:
+    result = run_one(
+        shuffled(ctx.workload, timing.seed), spec, ctx.cost(), ctx.config, timing, timed=False
+    )
+    if result["jct_mean_s"] is None:
+        raise TuneError(
+            f"no program finished in the replay ({load_json(timing)}, seed {timing.seed}): "
+            "are the calls longer than the KV cache? (try a larger --kv-tokens or --truncate)"
+        )
+    return result
+
+
+def continuum(ctx: TuneContext, params: PolicyParams) -> PolicySpec:
+    """The TTL policy as the engine would run it from a bundle with these parameters."""
+    doc = {"fit": dict(ctx.fit), "profile": dict(ctx.profile), "policy": params.to_json()}
+    return PolicySpec("continuum", bundle=doc)

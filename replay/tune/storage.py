@@ -1,0 +1,116 @@
+"""Where the study lives: :class:`Storage` (an Optuna URL or a journal file, opened by
+each worker for itself) and the default storage and study name."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from replay.tune.context import TuneContext, TuneError
+
+
+@dataclass(frozen=True, slots=True)
+class Storage:
+    """An Optuna storage every worker opens for itself: a URL or a journal-file path."""
+
+    target: str
+    #: seconds between a running trial's heartbeats (RDB storages)
+    heartbeat_s: int = 60
+    #: a trial whose heartbeat is older than this is failed (None: 2 × heartbeat)
+    grace_s: int | None = None
+    #: times a trial failed that way is retried
+    max_retry: int = 2
+
+    @property
+    def is_url(self) -> bool:
+        return "://" in self.target
+
+    def open(self) -> optuna.storages.BaseStorage:
+        if not self.is_url:
+            return self._journal()
+        kwargs: dict[str, Any] = {"pool_pre_ping": True}
+        if self.target.startswith("sqlite"):
+            kwargs = {"connect_args": {"timeout": 60}}
+            database = self.target.split(":///", 1)[-1].split("?", 1)[0]
+            if database and database != ":memory:":
+                Path(database).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.8
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    self.target,
+                    engine_kwargs=kwargs,
+                    heartbeat_interval=self.heartbeat_s,
+                    grace_period=self.grace_s,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                        max_retry=self.max_retry
+                    ),
+                )
+        except ImportError as exc:
+            raise TuneError(f"storage {self.shown()}: missing driver ({exc})") from None
+        except Exception as exc:  # sqlalchemy's errors: bad URL, refused, auth, ...
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise TuneError(f"storage {self.shown()}: cannot open ({first})") from None
+
+    def _journal(self) -> optuna.storages.BaseStorage:
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        path = Path(self.target)
+        if path.is_dir():
+            raise TuneError(f"{path}: is a directory, not a journal file")
+        if path.is_file():
+            with path.open("rb") as fh:
+                if fh.read(16) == b"SQLite format 3\x00":
+                    raise TuneError(
+                        f"{path}: is a SQLite database, not a journal file; "
+                        f"pass it as a URL: sqlite:///{path.resolve()}"
+                    )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(str(path)))
+
+    def shown(self) -> str:
+        """The target with any password hidden."""
+        if not self.is_url:
+            return self.target
+        try:
+            from sqlalchemy.engine import make_url
+
+            return make_url(self.target).render_as_string(hide_password=True)
+        except Exception:
+            return self.target.split("://", 1)[0] + "://…"
+
+    def commands(self, study: str) -> dict[str, str]:
+        """The commands Optuna users know, for this storage and study."""
+        if self.is_url:
+            shown = self.shown()
+            return {
+                "dashboard": f"optuna-dashboard {shown}",
+                "best_trial": f"optuna best-trial --study-name {study} --storage {shown} -f json",
+            }
+        path = Path(self.target).resolve()
+        return {
+            "dashboard": f"optuna-dashboard {path}",
+            "best_trial": f"optuna best-trial --study-name {study} --storage {path} "
+            "--storage-class JournalFileBackend -f json",
+        }
+
+
+def default_storage(output: Path) -> str:
+    """A SQLite file next to the bundle (absolute, so the printed commands work anywhere)."""
+    return f"sqlite:///{output.resolve().parent / (output.stem + '.optuna.db')}"
+
+
+def default_study_name(ctx: TuneContext, inputs: Mapping[str, str]) -> str:
+    """Deterministic from the inputs' hashes and the objective's settings."""
+    return "ttlctl-tune-" + _digest({"inputs": dict(inputs), "objective": ctx.fingerprint()})[:16]
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()

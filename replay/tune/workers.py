@@ -1,0 +1,185 @@
+"""Running trials: the sampler and pruner, trials in this process or in worker processes
+(``spawn``) that share one storage, and :func:`open_study` (create or resume a study)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.trial import TrialState
+
+from replay.sim import SimulationError
+from replay.tune.context import IncompleteRun, TuneContext, TuneError
+from replay.tune.space import first_trials, objective
+from replay.tune.storage import Storage, _digest
+
+METRIC = "jct_mean_s"
+#: trials that end (pruned ones too) count toward ``--trials``
+DONE = (TrialState.COMPLETE, TrialState.PRUNED)
+_OBJECTIVE_ATTR = "ttlctl.objective"
+_PROVENANCE_ATTR = "ttlctl.provenance"
+
+
+def worker_seed(seed: int, index: int) -> int:
+    """Worker 0 samples with ``seed`` itself; the others with seeds drawn from
+    (seed, index), so no two workers of any machines with distinct seeds share one."""
+    if index == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+
+
+def sampler(seed: int, trials: int) -> optuna.samplers.TPESampler:
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(3, min(10, trials // 4)))
+
+
+def pruner(ctx: TuneContext) -> optuna.pruners.BasePruner:
+    """Steps are seeds: a trial is stopped after a seed's pass over every load when its
+    mean so far is worse than the median of finished trials' at the same point.
+    Live trials are never pruned (a live run is one noisy sample; they are few)."""
+    if ctx.live is not None:
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=0)
+
+
+def run_trials(
+    study: optuna.Study,
+    ctx: TuneContext,
+    n: int,
+    total: int,
+    worker: str,
+    on_trial: Callable[[], None] | None = None,
+) -> None:
+    """Run up to ``n`` trials here; stop early once the study has ``total`` finished ones."""
+
+    def run(trial: optuna.Trial) -> float:
+        trial.set_user_attr("worker", worker)
+        return objective(trial, ctx)
+
+    callbacks: list[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] = [
+        optuna.study.MaxTrialsCallback(total, states=DONE)
+    ]
+    if on_trial is not None:
+        callbacks.append(lambda _s, _t: on_trial())
+    study.optimize(run, n_trials=n, catch=(SimulationError, IncompleteRun), callbacks=callbacks)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerJob:
+    ctx: TuneContext
+    storage: Storage
+    study: str
+    index: int
+    trials: int
+    total: int
+    seed: int
+    verbosity: int
+
+
+def worker_main(job: WorkerJob) -> None:
+    """One worker process: open the shared study and run its share of trials."""
+    optuna.logging.set_verbosity(job.verbosity)
+    study = optuna.load_study(
+        study_name=job.study,
+        storage=job.storage.open(),
+        sampler=sampler(worker_seed(job.seed, job.index), job.total),
+        pruner=pruner(job.ctx),
+    )
+    run_trials(study, job.ctx, job.trials, job.total, _worker_name(job.index))
+
+
+def _worker_name(index: int) -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{index}"
+
+
+def _finished(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=DONE))
+
+
+def run_workers(
+    study: optuna.Study,
+    ctx: TuneContext,
+    storage: Storage,
+    n: int,
+    total: int,
+    workers: int,
+    seed: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> None:
+    """Run ``n`` trials of ``study`` in ``workers`` processes (``spawn``), each opening
+    the storage itself and running its share; ``progress`` is polled meanwhile."""
+    shares = [n // workers + (i < n % workers) for i in range(workers)]
+    verbosity = optuna.logging.get_verbosity()
+    jobs = [
+        WorkerJob(ctx, storage, study.study_name, i, k, total, seed, verbosity)
+        for i, k in enumerate(shares)
+        if k > 0
+    ]
+    mp = multiprocessing.get_context("spawn")
+    procs = [
+        mp.Process(target=worker_main, args=(job,), name=f"ttlctl-tune-{job.index}") for job in jobs
+    ]
+    started = []
+    try:
+        for proc in procs:
+            proc.start()
+            started.append(proc)
+        while any(proc.is_alive() for proc in started):
+            if progress is not None:
+                progress(_finished(study), total)
+            for proc in started:
+                proc.join(timeout=0.5 / len(started))
+    except BaseException:
+        for proc in started:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in started:
+            proc.join()
+        raise
+    bad = [(job.index, p.exitcode) for job, p in zip(jobs, procs, strict=True) if p.exitcode != 0]
+    if bad:
+        index, code = bad[0]
+        raise TuneError(f"worker {index} exited with code {code} (its error is printed above)")
+
+
+def open_study(
+    ctx: TuneContext,
+    storage: Storage,
+    name: str,
+    *,
+    seed: int,
+    trials: int,
+    inputs: Mapping[str, str],
+    provenance: Mapping[str, Any],
+) -> optuna.Study:
+    """Create or resume the named study; refuse one made for other inputs or settings."""
+    fingerprint = {"inputs": dict(inputs), **ctx.fingerprint()}
+    study = optuna.create_study(
+        storage=storage.open(),
+        study_name=name,
+        direction="minimize",
+        load_if_exists=True,
+        sampler=sampler(seed, trials),
+        pruner=pruner(ctx),
+    )
+    stored = study.user_attrs.get(_OBJECTIVE_ATTR)
+    if stored is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([METRIC])
+        study.set_user_attr(_OBJECTIVE_ATTR, fingerprint)
+        study.set_user_attr(_PROVENANCE_ATTR, dict(provenance))
+    elif _digest(stored) != _digest(fingerprint):
+        raise TuneError(
+            f"study {name!r} in {storage.shown()} was made for other inputs or settings "
+            "(trace, fit, profile, loads, seeds, KV size or p95 limit); pick another --study"
+        )
+    for values in first_trials(ctx.eta_fitted):
+        study.enqueue_trial(values, skip_if_exists=True)
+    return study

@@ -11,15 +11,16 @@ What a live server can tell from outside, timed on the client:
   and the step that samples the first token: what a user waits for when a
   context is rebuilt.
 - decode: the time per output token of streamed requests (``ignore_eos``,
-  ``max_tokens=output_tokens``) at two or three KV lengths, alone and a few at a
-  time (threads started together), fitted as ``step + per_seq·seqs +
-  per_kv_token·kv`` (:func:`profiles.fitmath.fit_decode`, ``kv`` the batch's KV
-  tokens). Each prompt is first sent alone with ``max_tokens=1`` so that its KV
-  is in the prefix cache: the batch then prefills only its last partial block,
-  in one step, and decodes together. The pace is read only over the window in
-  which every request of the batch is past its second token, so no peer's
-  prefill is counted as decode time (without both, a batch of long prompts
-  on a slow device times the peers' prefills: 90 ms "steps" instead of 20).
+  ``output_tokens`` tokens, at least :data:`DECODE_MIN_TOKENS`) at two or three
+  KV lengths, alone and a few at a time (threads started together), fitted as
+  ``step + per_seq·seqs + per_kv_token·kv`` (:func:`profiles.fitmath.fit_decode`,
+  ``kv`` the batch's KV tokens). Each prompt is first sent alone with
+  ``max_tokens=1`` so that its KV is in the prefix cache: the batch then
+  prefills only its last partial block, in one step, and decodes together. The
+  pace is read only over the window in which every request of the batch is past
+  its second token, so no peer's prefill is counted as decode time (without
+  both, a batch of long prompts on a slow device times the peers' prefills:
+  90 ms "steps" instead of 20).
 - reload: NOT measured. A server exposes no host-to-device copy, so the profile
   carries a labelled default (:data:`DEFAULT_RELOAD`), and ``source`` says so.
 
@@ -62,6 +63,9 @@ CONTEXT_MARGIN = 16
 MIN_DEFAULT_CONTEXT = 128
 #: concurrent sequences of the batched decode measurements
 DECODE_CONCURRENCY = (1, 4, 8)
+#: fewest tokens a decode measurement generates: enough for a window in which a
+#: whole batch decodes (its streams reach the client a few milliseconds apart)
+DECODE_MIN_TOKENS = 16
 #: share of the server's KV capacity a decode batch may fill
 KV_FILL = 0.9
 
@@ -415,7 +419,8 @@ def measure_engine(
     prefill = Prefill(qfit.a, qfit.b, qfit.q, points, qfit.rmse_s)
 
     # --- decode ------------------------------------------------------------------
-    plan = _decode_plan(ctxs, output_tokens, max_model_len, kv_capacity)
+    dec_out = max(output_tokens, DECODE_MIN_TOKENS)
+    plan = _decode_plan(ctxs, dec_out, max_model_len, kv_capacity)
     dec_points: list[tuple[int, int, float]] = []
     total = len(plan) * repeats
     done = 0
@@ -423,7 +428,7 @@ def measure_engine(
         tpots: list[float] = []
         for _ in range(repeats):
             reset_prefix_cache()
-            batch = [body(kv_len, output_tokens) for _ in range(seqs)]
+            batch = [body(kv_len, dec_out) for _ in range(seqs)]
             for b in batch:  # cache each prompt: the batch then prefills one step only
                 client.stream({**b, "max_tokens": 1, "min_tokens": 1})
             tpots.extend(_decode_batch(client, batch))
@@ -431,7 +436,7 @@ def measure_engine(
             report("decode", done, total)
         if not tpots:
             raise ValueError(f"{url}: too few tokens streamed to time decode steps")
-        kv_tokens = seqs * (kv_len + output_tokens // 2)
+        kv_tokens = seqs * (kv_len + dec_out // 2)
         dec_points.append((seqs, kv_tokens, statistics.median(tpots)))
     dfit = fit_decode(
         [p[0] for p in dec_points], [p[1] for p in dec_points], [p[2] for p in dec_points]
@@ -456,6 +461,7 @@ def measure_engine(
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "repeats": repeats,
             "output_tokens": output_tokens,
+            "decode_output_tokens": dec_out,
             "kv_bytes_per_token_from": kv_from,
             "kv_capacity_tokens": kv_capacity,
             "prefill_timing": "client-side TTFT of streamed /v1/completions (max_tokens=1), "
@@ -463,7 +469,7 @@ def measure_engine(
             "decode_timing": "client-side time per output token of streamed requests "
             "whose prompts were cached first, over the window in which every request of "
             "the batch is past its second token; median over streams and repeats; "
-            "kv_tokens = seqs × (context + output_tokens/2)",
+            "kv_tokens = seqs × (context + decode_output_tokens/2)",
             "prefix_cache_reset": reset_ok,
             "max_cached_tokens_seen": cached_max,
             "reload": "not measured: default",

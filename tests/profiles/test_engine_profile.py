@@ -155,10 +155,16 @@ class _Stub(BaseHTTPRequestHandler):
         self.wfile.write(b"data: [DONE]\n\n")
 
 
+class _StubServer(ThreadingHTTPServer):
+    # a decode batch opens 8 connections at once: the default listen backlog (5)
+    # would delay some by a SYN retry (1 s), which no real server's backlog does
+    request_queue_size = 64
+
+
 @pytest.fixture
 def stub() -> Iterator[tuple[str, type[_Stub]]]:
     handler = type("Handler", (_Stub,), {})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _StubServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:

@@ -424,6 +424,7 @@ def measure_engine(
     dec_points: list[tuple[int, int, float]] = []
     total = len(plan) * repeats
     done = 0
+    no_window = 0
     for seqs, kv_len in plan:
         tpots: list[float] = []
         for _ in range(repeats):
@@ -431,7 +432,9 @@ def measure_engine(
             batch = [body(kv_len, dec_out) for _ in range(seqs)]
             for b in batch:  # cache each prompt: the batch then prefills one step only
                 client.stream({**b, "max_tokens": 1, "min_tokens": 1})
-            tpots.extend(_decode_batch(client, batch))
+            paces, windowed = _decode_batch(client, batch)
+            tpots.extend(paces)
+            no_window += not windowed
             done += 1
             report("decode", done, total)
         if not tpots:
@@ -462,13 +465,16 @@ def measure_engine(
             "repeats": repeats,
             "output_tokens": output_tokens,
             "decode_output_tokens": dec_out,
+            "decode_batches_without_common_window": no_window,
             "kv_bytes_per_token_from": kv_from,
             "kv_capacity_tokens": kv_capacity,
             "prefill_timing": "client-side TTFT of streamed /v1/completions (max_tokens=1), "
             "median of repeats; includes the HTTP round trip and the first sampled token",
             "decode_timing": "client-side time per output token of streamed requests "
             "whose prompts were cached first, over the window in which every request of "
-            "the batch is past its second token; median over streams and repeats; "
+            "the batch is past its second token (each stream's pace after its second "
+            "token when the streams never overlap: decode_batches_without_common_window); "
+            "median over streams and repeats; "
             "kv_tokens = seqs × (context + decode_output_tokens/2)",
             "prefix_cache_reset": reset_ok,
             "max_cached_tokens_seen": cached_max,
@@ -523,8 +529,12 @@ def _decode_plan(
     return plan
 
 
-def _decode_batch(client: _Client, bodies: list[dict[str, Any]]) -> list[float]:
-    """Start the requests together; each stream's time per output token."""
+def _decode_batch(client: _Client, bodies: list[dict[str, Any]]) -> tuple[list[float], bool]:
+    """Start the requests together; each stream's time per output token, and whether
+    they were read over a window in which the whole batch decodes (False: the
+    streams never overlapped token by token — a frontend that delivers tokens in
+    bursts, on an engine much faster than it — so each stream's whole pace after
+    its first two tokens is used; its prompt was cached, so no peer's prefill)."""
     barrier = threading.Barrier(len(bodies))
 
     def one(body: dict[str, Any]) -> _Stream:
@@ -536,10 +546,17 @@ def _decode_batch(client: _Client, bodies: list[dict[str, Any]]) -> list[float]:
     else:
         with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
             streams = list(pool.map(one, bodies))
-    if len(streams) == 1:
-        tpot = streams[0].tpot_s()
-        return [] if tpot is None else [tpot]
-    return _batch_paces(streams)
+    return _paces(streams)
+
+
+def _paces(streams: Sequence[_Stream]) -> tuple[list[float], bool]:
+    """See :func:`_decode_batch`: the batch window's paces, else each whole stream's."""
+    if len(streams) > 1:
+        paces = _batch_paces(streams)
+        if paces:
+            return paces, True
+    whole = [s.tpot_s() for s in streams]
+    return [t for t in whole if t is not None], len(streams) == 1
 
 
 def _batch_paces(streams: Sequence[_Stream]) -> list[float]:

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from replay.engine import Engine, Request
-from replay.policies.base import apply_valve, fcfs_key, under_cap
+from replay.policies.base import apply_valve, fcfs_key, program_key, under_cap
 
 
 @dataclass(slots=True)
@@ -112,14 +112,7 @@ class Oracle:
     _unpinned: set[int] = field(default_factory=set)
 
     def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
-        pinned = 0.0 if req.program in engine.pins else 1.0
-        return (
-            0.0 if req.preempted else 1.0,
-            pinned,
-            req.program_start,
-            float(req.program_seq),
-            req.arrival,
-        )
+        return program_key(req, engine, pin_first=True)
 
     def on_arrival(self, req: Request, engine: Engine, now: float) -> None:
         if req.turn and req.program not in engine.pins:

@@ -82,14 +82,7 @@ def objective(trial: optuna.trial.BaseTrial, ctx: TuneContext) -> float:
         if step < len(ctx.seeds) - 1 and trial.should_prune():
             raise optuna.TrialPruned(f"pruned after {step + 1} of {len(ctx.seeds)} seeds")
     trial.set_user_attr("jct_mean_s_by_replay", jcts)
-    if all(p is not None for p in p95s):
-        p95 = float(np.mean([p for p in p95s if p is not None]))
-        trial.set_user_attr("jct_p95_s", p95)
-        if ctx.p95_max_s is not None:
-            trial.set_constraint("jct_p95_s", p95 - ctx.p95_max_s)
-    elif ctx.p95_max_s is not None:
-        raise TuneError("too few programs finished for a p95 JCT (needs 20)")
-    return float(np.mean(jcts))
+    return _score(trial, ctx, jcts, p95s)
 
 
 def live_objective(trial: optuna.trial.BaseTrial, ctx: TuneContext) -> float:
@@ -112,6 +105,17 @@ def live_objective(trial: optuna.trial.BaseTrial, ctx: TuneContext) -> float:
             trial.report(float(np.mean(jcts)), (i + 1) // per_seed - 1)
     trial.set_user_attr("jct_mean_s_by_replay", jcts)
     trial.set_user_attr("live_runs", runs)
+    return _score(trial, ctx, jcts, p95s)
+
+
+def _score(
+    trial: optuna.trial.BaseTrial,
+    ctx: TuneContext,
+    jcts: list[float],
+    p95s: list[float | None],
+) -> float:
+    """The trial's value (mean of the replays' mean JCT), its p95 JCT as a user
+    attribute, and the p95 constraint when one is set."""
     if all(p is not None for p in p95s):
         p95 = float(np.mean([p for p in p95s if p is not None]))
         trial.set_user_attr("jct_p95_s", p95)

@@ -115,17 +115,34 @@ def query(
         float | None, typer.Option("--queue-delay", help="T (s); default 0 (no history).")
     ] = None,
     offload: Annotated[bool, typer.Option("--offload", help="A host tier holds the KV.")] = False,
+    as_engine: Annotated[
+        str | None,
+        typer.Option(
+            "--as",
+            help="Print the answer as another engine's per-request retention hint: dynamo "
+            "(nvext.cache_control), sglang (retention_seconds) or trtllm "
+            "(kv_cache_retention_config); {} when τ* is 0.",
+        ),
+    ] = None,
 ) -> None:
     """Print {"ttl_s", "source", "benefit_s"}: how long to keep this request's KV."""
-    from ttlctl import bundle
+    from ttlctl import bundle, hints
 
     with user_errors():
         if context_tokens < 0:
             raise typer.BadParameter("--context-tokens must be >= 0")
+        if as_engine is not None and as_engine not in hints.SHAPES:
+            try:
+                hints.shape(as_engine, 0.0)
+            except ValueError as exc:
+                raise UserError(str(exc)) from None
         doc = bundle.read(path)
         policy = bundle.policy_from(doc)
         decision = policy.decide(tool, context_tokens, offload=offload, queue_delay_s=queue_delay)
-    sys.stdout.write(json.dumps(decision.to_json()) + "\n")
+        answer = (
+            decision.to_json() if as_engine is None else hints.shape(as_engine, decision.ttl_s)
+        )
+    sys.stdout.write(json.dumps(answer) + "\n")
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +151,23 @@ def test_cli_build_inspect_verify_query(fit_doc: dict[str, Any], tmp_path: Path)
     answer = json.loads(res.stdout)
     assert set(answer) == {"ttl_s", "source", "benefit_s"}
     assert answer["source"] == "tool" and 0.05 <= answer["ttl_s"] <= 0.4
+
+    # the same answer as other engines' retention hints
+    query = ["bundle", "query", str(out), "--tool", "grep", "--context-tokens", "32000"]
+    hinted = {}
+    for engine in ("dynamo", "sglang", "trtllm"):
+        res = runner.invoke(app, [*query, "--as", engine])
+        assert res.exit_code == 0, res.output
+        hinted[engine] = json.loads(res.stdout)
+    assert hinted["dynamo"] == {"nvext": {"cache_control": {"type": "ephemeral", "ttl": "1s"}}}
+    assert hinted["sglang"] == {"retention_seconds": round(answer["ttl_s"], 3)}
+    trt = hinted["trtllm"]["kv_cache_retention_config"]
+    assert trt["decode_duration_ms"] == math.ceil(answer["ttl_s"] * 1000)
+    assert trt["token_range_retention_configs"][0]["token_start"] == 0
+    res = runner.invoke(app, [*query, "--as", "lmcache"])
+    assert res.exit_code == 2 and "--as lmcache: no per-request retention field" in res.stderr
+    res = runner.invoke(app, [*query, "--as", "nginx"])
+    assert res.exit_code == 2 and "--as takes dynamo, sglang, trtllm" in res.stderr
 
     out.write_text(out.read_text().replace('"stall-only"', '"head"'))
     res = runner.invoke(app, ["bundle", "verify", str(out)])

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from profiles import sse
 from profiles.fitmath import fit_decode, fit_quadratic
 from profiles.models import kv_bytes_per_token as config_kv_bytes_per_token
 from profiles.prom import int_label, metric_labels, normalise_url
@@ -191,26 +192,7 @@ class _Client:
         count = 0
         try:
             with resp:
-                for raw in resp:
-                    now = time.perf_counter()
-                    line = raw.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        break
-                    try:
-                        chunk = json.loads(payload)
-                    except json.JSONDecodeError:
-                        raise ValueError(
-                            f"{self.url}: {path} streamed something that is not JSON"
-                        ) from None
-                    if isinstance(chunk, dict) and "error" in chunk:
-                        err = chunk["error"]
-                        msg = err.get("message", err) if isinstance(err, dict) else err
-                        raise ValueError(
-                            f"{self.url}: {path} failed: {' '.join(str(msg).split())[:200]}"
-                        )
+                for now, chunk in sse.chunks(resp):
                     usage = chunk.get("usage") or {}
                     details = usage.get("prompt_tokens_details") or {}
                     if details.get("cached_tokens") is not None:
@@ -223,6 +205,8 @@ class _Client:
                     if new > count:
                         count = new
                         arrivals.append((now, count))
+        except sse.StreamError as exc:
+            raise ValueError(f"{self.url}: {path} {exc}") from None
         except OSError as exc:
             raise self._fail(path, exc) from None
         if not arrivals:

@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from profiles import sse
 from profiles.prom import int_label
 from profiles.prom import metric_labels as metric_labels
 from profiles.prom import normalise_url as normalise_url
@@ -500,26 +501,9 @@ class _Run:
         return record, prompt + generated
 
     def _read_stream(self, resp: Any, record: CallRecord, generated: list[int]) -> None:
-        for raw in resp:
-            now = time.perf_counter()
+        for now, chunk in sse.chunks(resp, error_chars=300):
             if self.stop.is_set() or now > self.deadline:
                 raise _Stopped
-            line = raw.strip()
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                break
-            try:
-                chunk = json.loads(payload)
-            except json.JSONDecodeError:
-                raise ValueError("streamed something that is not JSON") from None
-            if not isinstance(chunk, dict):
-                continue
-            if "error" in chunk:
-                err = chunk["error"]
-                msg = err.get("message", err) if isinstance(err, dict) else err
-                raise ValueError(f"failed: {' '.join(str(msg).split())[:300]}")
             usage = chunk.get("usage") or {}
             if usage:
                 details = usage.get("prompt_tokens_details") or {}

@@ -155,6 +155,15 @@ def head_bytes(path: Path) -> bytes:
 # ---------------------------------------------------------------- field coercion
 
 
+def first_object_line(head: bytes) -> bytes | None:
+    """The first line of a file's head when it opens a JSON object (JSONL sniffing),
+    else None."""
+    text = head.lstrip()
+    if not text.startswith(b"{"):
+        return None
+    return text.split(b"\n", 1)[0]
+
+
 def number(value: Any, field: str, *, required: bool = True) -> float | None:
     """A finite float from a number or numeric string; RecordError otherwise."""
     if value is None or (isinstance(value, str) and value.strip() == ""):

@@ -42,6 +42,7 @@ from typing import Any
 from ttlctl.ingest.base import (
     Parsed,
     RecordError,
+    first_object_line,
     frame_from_rows,
     iter_jsonl,
     number,
@@ -57,8 +58,8 @@ class EngineLogReader:
     aliases: Sequence[str] = ()
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        first = head.lstrip().split(b"\n", 1)[0]
-        return first.startswith(b"{") and SCHEMA.encode() in first
+        first = first_object_line(head)
+        return first is not None and SCHEMA.encode() in first
 
     def read(self, path: Path, sink: RejectSink) -> Parsed:
         programs: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -83,6 +83,7 @@ from ttlctl.ingest.base import (
     Parsed,
     RecordError,
     epoch,
+    first_object_line,
     frame_from_rows,
     read_text,
     tokens,
@@ -98,10 +99,9 @@ class LiteLLMReader:
     aliases: Sequence[str] = ()
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        text = head.lstrip()
-        if not text.startswith(b"{"):
+        first = first_object_line(head)
+        if first is None:
             return False
-        first = text.split(b"\n", 1)[0]
         if b'"program_id"' in first or b'"round_index"' in first or b'"hash_ids"' in first:
             return False
         return b'"request"' in first and b'"prompt_tokens"' in first

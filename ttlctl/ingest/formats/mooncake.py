@@ -65,6 +65,7 @@ from ttlctl.ingest.base import (
     Parsed,
     RecordError,
     duration,
+    first_object_line,
     frame_from_rows,
     iter_jsonl,
     number,
@@ -100,10 +101,9 @@ class MooncakeReader:
     aliases: Sequence[str] = ()
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        text = head.lstrip()
-        if not text.startswith(b"{"):
+        first = first_object_line(head)
+        if first is None:
             return False
-        first = text.split(b"\n", 1)[0]
         return b'"input_length"' in first and (
             b'"hash_ids"' in first or b'"output_length"' in first
         )

@@ -63,6 +63,7 @@ from ttlctl.ingest.base import (
     RecordError,
     duration,
     epoch,
+    first_object_line,
     frame_from_rows,
     integer,
     read_text,
@@ -79,10 +80,9 @@ class TraceLabReader:
     aliases: Sequence[str] = ()
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        text = head.lstrip()
-        if not text.startswith(b"{"):
+        first = first_object_line(head)
+        if first is None:
             return False
-        first = text.split(b"\n", 1)[0]
         return b'"round_index"' in first and b'"timing_events"' in first
 
     def read(self, path: Path, sink: RejectSink) -> Parsed:

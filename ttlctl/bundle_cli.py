@@ -6,12 +6,12 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from ttlctl import __version__
-from ttlctl.clikit import UserError, err, fail, out, user_errors
+from ttlctl.clikit import UserError, err, out, read_json_object, user_errors
 
 app = typer.Typer(help="Build, inspect, verify and query policy bundles.", no_args_is_help=True)
 
@@ -45,7 +45,7 @@ def build(
     from ttlctl import bundle
 
     with user_errors():
-        fit_doc = _read_json(fit)
+        fit_doc = read_json_object(fit)
         prof, prof_path = resolve(profile)
         fitted = (fit_doc.get("eta") or {}).get("value")
         if eta is None:
@@ -144,14 +144,3 @@ def query(
         )
     sys.stdout.write(json.dumps(answer) + "\n")
 
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        fail(f"{path}: no such file")
-    except json.JSONDecodeError as exc:
-        fail(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})")
-    if not isinstance(data, dict):
-        fail(f"{path}: not a JSON object")
-    return data

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -59,3 +61,16 @@ def user_errors() -> Iterator[None]:
         fail(f"{exc.filename}: is a directory")
     except FileNotFoundError as exc:
         fail(f"{exc.filename}: no such file")
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON file that must hold an object (a fit, a summary); else one line, exit 2."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        fail(f"{path}: no such file")
+    except json.JSONDecodeError as exc:
+        fail(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})")
+    if not isinstance(data, dict):
+        fail(f"{path}: not a JSON object")
+    return data

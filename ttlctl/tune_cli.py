@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ttlctl.clikit import UserError, err, fail, out, user_errors
+from ttlctl.clikit import UserError, err, out, read_json_object, user_errors
 
 #: held-back seeds start here (tuning seeds are 0 … --seeds − 1)
 HOLDOUT_BASE = 1000
@@ -201,7 +201,7 @@ def tune(
         check_live(live, live_bundle, workers, live_programs, live_check_s, live_timeout)
         if idle_gap_cap is not None and idle_gap_cap < 0:
             raise UserError("--trace-idle-gap-cap-seconds must be >= 0")
-        fit_doc = _read_json(fit)
+        fit_doc = read_json_object(fit)
         prof, prof_path = resolve(profile)
         workload = cap_pauses(load(trace), idle_gap_cap)
         if not workload.programs:
@@ -434,14 +434,3 @@ def once(say: Callable[[str], None]) -> Callable[[str], None]:
 
     return emit
 
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        fail(f"{path}: no such file")
-    except json.JSONDecodeError as exc:
-        fail(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})")
-    if not isinstance(data, dict):
-        fail(f"{path}: not a JSON object")
-    return data

@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -28,6 +27,7 @@ from typing import Annotated, Any
 
 import typer
 
+from replay.process import group_alive, stop_group
 from ttlctl.clikit import UserError, err, user_errors
 
 SCHEDULER_CLS = "ttlctl.engine.TTLScheduler"
@@ -109,16 +109,6 @@ def check_bundle(bundle: Path | None, allow_stock: bool) -> str | None:
     return f"{problem}: serving as stock vLLM (no pins), as --allow-stock asks"
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def run_server(cmd: list[str], env: dict[str, str], grace_s: float = GRACE_S) -> int:
     """Run the server in its own process group; forward signals; its exit status.
 
@@ -143,14 +133,8 @@ def run_server(cmd: list[str], env: dict[str, str], grace_s: float = GRACE_S) ->
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        if _group_alive(pgid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGTERM)
-            deadline = time.monotonic() + grace_s
-            while _group_alive(pgid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
+        if group_alive(pgid):  # what the server left behind in its group
+            stop_group(proc, grace_s)
     if code < 0:  # killed by a signal: the shell's convention
         return 128 - code
     return code

@@ -6,11 +6,12 @@ import math
 from dataclasses import dataclass, field
 
 from replay.engine import Engine, Request
-from replay.policies.base import apply_valve, fcfs_key, program_key, under_cap
+from replay.policies.base import apply_valve, program_key, under_cap
+from replay.policies.simple import VLLM
 
 
 @dataclass(slots=True)
-class InferCept:
+class InferCept(VLLM):
     """Preserve a paused request's KV while that wastes less memory-time than
     recomputing it would: TTL ≈ Tfwd(C)·(C + C_other)/(2C), request-level FCFS.
 
@@ -22,15 +23,6 @@ class InferCept:
 
     name: str = "infercept"
     pin_cap: float = 1.0
-
-    def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
-        return fcfs_key(req)
-
-    def on_arrival(self, req: Request, engine: Engine, now: float) -> None:
-        pass
-
-    def on_admit(self, req: Request, engine: Engine, now: float) -> None:
-        pass
 
     def ttl_on_finish(self, req: Request, engine: Engine, now: float) -> float:
         if req.is_last or not under_cap(engine, req, self.pin_cap):

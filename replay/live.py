@@ -45,7 +45,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -706,13 +706,15 @@ def run_live(
     base = min(p.start_s for p in work.programs)
     with _Sampler(url, sample_every_s) as sampler:
         if timing.concurrency is not None:
-            _closed_loop(state, work.programs, programs, timing.concurrency, t0)
+            closed = [(p, None, r) for p, r in zip(work.programs, programs, strict=True)]
+            _drain(state, closed, min(timing.concurrency, len(closed)))
         else:
             jobs = [
                 (p, t0 + (p.start_s - base), r)
                 for p, r in zip(work.programs, programs, strict=True)
             ]
-            _open_loop(state, jobs, min(max_live, len(jobs)))
+            jobs.sort(key=lambda j: j[1])
+            _drain(state, jobs, min(max_live, len(jobs)))
     wall = time.perf_counter() - t0
     after = counters(parse_metrics(_get_text(url, "/metrics")))
     state.warnings[:0] = run_warnings
@@ -756,30 +758,12 @@ def run_live(
     return result
 
 
-def _closed_loop(
-    state: _Run, work: Sequence[Program], records: list[ProgramRecord], n: int, t0: float
+def _drain(
+    state: _Run, jobs: Sequence[tuple[Program, float | None, ProgramRecord]], workers: int
 ) -> None:
-    """``n`` programs live at once; a new one starts when one ends."""
-    it: Iterator[tuple[Program, ProgramRecord]] = iter(zip(work, records, strict=True))
-    lock = threading.Lock()
-
-    def worker() -> None:
-        while not state.stop.is_set():
-            with lock:
-                nxt = next(it, None)
-            if nxt is None:
-                return
-            state.program(nxt[0], time.perf_counter(), nxt[1])
-
-    _join(state, [worker] * min(n, len(work)))
-    for r in records:  # never started: the run was stopped
-        if not r.done and r.first_send_s is None:
-            r.cut_short = True
-
-
-def _open_loop(state: _Run, jobs: list[tuple[Program, float, ProgramRecord]], workers: int) -> None:
-    """Each program starts at its time; at most ``workers`` run at once."""
-    jobs = sorted(jobs, key=lambda j: j[1])
+    """Run the programs in order, at most ``workers`` at once; each starts at its time,
+    or as soon as a worker is free (None: a closed population, a new program when one
+    ends)."""
     it = iter(jobs)
     lock = threading.Lock()
 
@@ -789,10 +773,11 @@ def _open_loop(state: _Run, jobs: list[tuple[Program, float, ProgramRecord]], wo
                 nxt = next(it, None)
             if nxt is None:
                 return
-            state.program(nxt[0], nxt[1], nxt[2])
+            program, start, record = nxt
+            state.program(program, time.perf_counter() if start is None else start, record)
 
     _join(state, [worker] * workers)
-    for _, _, r in jobs:
+    for _, _, r in jobs:  # never started: the run was stopped
         if not r.done and r.first_send_s is None:
             r.cut_short = True
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from ttlctl import (
     __version__,
@@ -23,7 +23,7 @@ from ttlctl import (
     tune_cli,
     validate_cli,
 )
-from ttlctl.clikit import err, out, user_errors
+from ttlctl.clikit import err, out, progress_bar, user_errors
 
 app = typer.Typer(
     name="ttlctl",
@@ -58,15 +58,7 @@ def _root(
 
 
 def _file_progress() -> tuple[Progress, Callable[[Path, int, int], None]]:
-    progress = Progress(
-        TextColumn("[bold]reading"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-        console=err,
-        transient=True,
-    )
+    progress = progress_bar("reading")
     task = progress.add_task("", total=None)
 
     def update(path: Path, done: int, total: int) -> None:

@@ -11,6 +11,13 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 #: results for people (tables); machine output is written to sys.stdout directly
 out = Console(soft_wrap=True)
@@ -74,3 +81,16 @@ def read_json_object(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         fail(f"{path}: not a JSON object")
     return data
+
+
+def progress_bar(label: str) -> Progress:
+    """The commands' progress bar on stderr: label, bar, n of total, elapsed, detail."""
+    return Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=err,
+        transient=True,
+    )

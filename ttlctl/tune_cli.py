@@ -12,10 +12,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ttlctl.clikit import UserError, err, out, read_json_object, user_errors
+from ttlctl.clikit import UserError, err, out, progress_bar, read_json_object, user_errors
 
 #: held-back seeds start here (tuning seeds are 0 … --seeds − 1)
 HOLDOUT_BASE = 1000
@@ -270,15 +269,7 @@ def tune(
                 f"(then {target.wait_s:g} s and one request, so the plugin has loaded it)",
                 highlight=False,
             )
-        progress = Progress(
-            TextColumn("[bold]tuning"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.description}"),
-            console=err,
-            transient=True,
-        )
+        progress = progress_bar("tuning")
         task = progress.add_task("trials", total=trials)
         try:
             with progress:

@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from ttlctl.ingest.errors import IngestError
-from ttlctl.ingest.pipeline import ingest
+from ttlctl.ingest.pipeline import IngestReport, ingest
+from ttlctl.trace import io as trace_io
 
 #: name -> (bad file, expected reason text, expected record locator or None)
 Cases = dict[str, tuple[Path, str, str | None]]
@@ -31,3 +33,30 @@ def read_rejects(path: str | None) -> list[dict[str, Any]]:
     assert path is not None
     with Path(path).open() as fh:
         return [json.loads(line) for line in fh]
+
+
+def assert_strict_error(
+    paths: list[Path], bad: Path, fmt: str, out: Path, record: str | None, reason: str
+) -> None:
+    """Strict ingest of ``paths`` fails on ``bad`` with the record and reason, writing nothing."""
+    with pytest.raises(IngestError) as info:
+        ingest(paths, out, fmt=fmt)
+    assert info.value.file == str(bad)
+    if record is not None:
+        assert info.value.record == record
+    assert reason in info.value.reason
+    assert not out.exists()
+
+
+def ingest_skipping_bad(
+    paths: list[Path], out: Path, fmt: str, label: str = ""
+) -> tuple[IngestReport, pl.DataFrame, list[dict[str, Any]]]:
+    """--skip-bad ingest with what every format must show: something rejected, every
+    record either written or rejected, and the rejects file accounting for each
+    rejected record. Returns the report, the trace written and the rejects."""
+    report = ingest(paths, out, fmt=fmt, skip_bad=True)
+    assert report.rejected >= 1, label
+    assert report.records == report.rows + report.rejected, label
+    rejects = read_rejects(report.rejects_path)
+    assert sum(r["records"] for r in rejects) == report.rejected, label
+    return report, trace_io.read(out), rejects

@@ -258,10 +258,11 @@ def compare(sim: Mapping[str, Any], live: Mapping[str, Any]) -> list[dict[str, A
 def merge_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Several live runs of one policy as one result: the compared metrics are the
     runs' means (None if any run lacks one), ``live_range`` their [min, max], and
-    ``runs`` the runs themselves. One run is returned as it is."""
+    ``runs`` the runs themselves; of the other keys only those equal in every run
+    (the policy, the programs, …) are kept at the top. One run is returned as it is."""
     if len(runs) == 1:
         return dict(runs[0])
-    merged = dict(runs[0])
+    merged = {k: v for k, v in runs[0].items() if all(r.get(k) == v for r in runs[1:])}
     spread: dict[str, list[float] | None] = {}
     for key, _, _ in COMPARED:
         values = [r.get(key) for r in runs]

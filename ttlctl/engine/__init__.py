@@ -9,7 +9,9 @@ Load it with ``--scheduler-cls ttlctl.engine.TTLScheduler`` (in process:
 
 One concept per module:
 
-- :mod:`.compat`: the vLLM version this plugin is written against (0.32.x);
+- :mod:`.compat`: the vLLM versions this plugin is written against (0.32.x and
+  0.33.x), and the import-time check of the hooks it uses;
+- :mod:`.hooks`: those hooks, as data (which class, which name, how it is used);
 - :mod:`.tags`: what a request says about itself (``vllm_xargs``, session id);
 - :mod:`.programs`: bounded per-program bookkeeping (first arrival, last finish);
 - :mod:`.pins`: the pins (blocks held past a finish, with an expiry);

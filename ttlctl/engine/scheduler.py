@@ -1,32 +1,41 @@
-"""The glue: vLLM 0.32's ``Scheduler`` with KV-cache TTL pins.
+"""The glue: vLLM 0.32's and 0.33's ``Scheduler`` with KV-cache TTL pins.
 
 ``--scheduler-cls ttlctl.engine.TTLScheduler`` (or ``LLM(scheduler_cls=TTLScheduler)``).
 When vLLM runs with async scheduling, ``TTLScheduler`` builds a
 :class:`TTLAsyncScheduler` (the same hooks over vLLM's ``AsyncScheduler``), so the
 plugin does not turn async scheduling off. The rules are in
 :mod:`ttlctl.engine.retention`; this module only maps vLLM's events onto them.
-Hooks (``vllm/v1/core/sched/scheduler.py`` and ``kv_cache_manager.py`` of 0.32.0):
+Hooks, as ``file:line`` of 0.32.0 / 0.33.0 (``vllm/v1/core/sched/scheduler.py``
+unless named; ``tests/tools/vllm_hooks.py SRC`` prints them for a source tree,
+and :mod:`ttlctl.engine.hooks` lists every name the plugin relies on):
 
-- ``schedule`` (~591): first poll the bundle file and release expired pins;
-- ``add_request`` (~2616): record the arrival (pause learned, program FCFS key),
-  after expiring pins (an idle engine does not step, so pins that expired while
-  it was idle go at the next arrival);
+- ``schedule`` (591 / 699): first poll the bundle file and release expired pins;
+- ``add_request`` (2616 / 2931): record the arrival (pause learned, program FCFS
+  key), after expiring pins (an idle engine does not step, so pins that expired
+  while it was idle go at the next arrival);
 - ``KVCacheManager.allocate_slots``, wrapped on the instance: the waiting path
-  (~1256) calls it with the prefix hit from ``_get_local_prefix_cache_hit``
-  (~558) while the pinned blocks still hold their references, so nothing can
+  (1256 / 1435) calls it with the prefix hit from ``_get_local_prefix_cache_hit``
+  (558 / 664) while the pinned blocks still hold their references, so nothing can
   evict them; a success is the admission: the pin is released (handed over)
   right after ``touch`` took the new request's references. A failure is the
   valve's cue: release pins in the valve's order and retry. The running path
-  (~778) is left alone (vLLM preempts, like the simulator);
-- ``_free_request`` (~2714, every finish, aborts included via
-  ``finish_requests`` ~2649): learn, decide τ, write the engine log;
-- ``_free_blocks`` (~2746): pin instead of free: ``pop_blocks_for_free``
-  (~651) keeps the references, ``BlockPool.free_blocks`` returns them later,
-  exactly vLLM's deferred-free path (``_free_request_blocks`` ~2766);
-- ``Scheduler.waiting`` (~223) is a :class:`~ttlctl.engine.queue.ProgramQueue`
-  while a policy is loaded;
-- ``reset_prefix_cache`` (~2840): pins are released first (a reset needs every
-  block free).
+  (778 / 914) is left alone (vLLM preempts, like the simulator). The wrapper
+  tells the paths apart by the request's status, not its place in the queue: a
+  waiting request granted 0 tokens (encoder budget, MTP lookahead) ends admission
+  in 0.32 (1217) and is requeued in 0.33 (1394), so 0.33 may call it for the
+  requests behind such a head, with the same arguments;
+- ``_free_request`` (2714 / 3031, every finish, aborts included via
+  ``finish_requests`` 2649 / 2964): learn, decide τ, write the engine log;
+- ``_free_blocks`` (2746 / 3064): pin instead of free: ``pop_blocks_for_free``
+  (``kv_cache_manager.py`` 651 / 660) keeps the references,
+  ``BlockPool.free_blocks`` returns them later, exactly vLLM's deferred-free path
+  (``_free_request_blocks`` 2766 / 3084); 0.33's ``pop_blocks_for_free`` leaves
+  out leading null blocks (a sliding window's skipped prefix), so a pin there
+  holds only blocks with KV;
+- ``Scheduler.waiting`` (223 / 232) is a :class:`~ttlctl.engine.queue.ProgramQueue`
+  while a policy is loaded (both versions make the same queue calls);
+- ``reset_prefix_cache`` (2840 / 3184): pins are released first (a reset needs
+  every block free).
 """
 
 from __future__ import annotations

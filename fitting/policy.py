@@ -1,17 +1,30 @@
 """The TTL policy: "how long do I keep this finished request's KV?", offline and online.
 
-τ* = argmax over τ of P(τ, f)·B − τ with B = T·η + PrefillReload(context)
-(METHOD.md). P is the empirical CDF of tool f's pauses when f has more than K
-records, the CDF of all tools when it has not, and Exp(1) (τ = ln B, η = 1) while
-the policy has seen at most K records in all.
+τ* = argmax over τ of P(τ, f)·B − τ with B = T·η + PrefillReload(context) (the
+method). A CDF is trusted when it has more than K records (prior plus observed),
+and the ladder is:
+
+- at most K records in all: cold start, durations ~ Exp(1) and η = 1, so τ = ln B
+  (or ``cold_start_ttl_s``);
+- otherwise, tool f with more than K records: f's CDF;
+- otherwise the CDF of all tools.
 
 :class:`TTLPolicy` is one object for both sides: the simulator and the vLLM
 scheduler plugin feed it the same events (a pause observed, a queueing delay
 observed, a program finished) and ask it the same question. It starts from the
-bundle's fit as a prior, keeps a bounded history per tool, and rebuilds a tool's
-hull after every ``refresh_every`` new samples, one tool per event, so no call
-does more than O(history) work. It reads no clock and sees only what an engine
-sees. Standard library only: the engine process imports it.
+bundle's fit as a prior and keeps a bounded history per tool and for all tools.
+
+Each CDF's hull is built when the CDF becomes trusted (at creation when its prior
+has more than K records, else the moment an observation takes it past K), so the
+first decision it makes uses every record it holds. After that it is rebuilt
+whenever the samples it has not seen reach ``min(refresh_every, the records it was
+built from)``: a trusted hull misses fewer than ``refresh_every`` samples and fewer
+than half of its records. An untrusted CDF is never built (no decision reads it). A
+pause touches two CDFs (its tool's and all tools'), so an event rebuilds at most two
+hulls, each in O(prior points + ``history_cap``) work; amortised, a CDF is rebuilt
+once per ``refresh_every`` samples, plus at most log2(``refresh_every``) times while
+it has fewer records than that. It reads no clock and sees only what an engine sees.
+Standard library only: the engine process imports it.
 """
 
 from __future__ import annotations
@@ -42,7 +55,7 @@ class PolicyParams:
     eta: float = DEFAULT_ETA
     #: learn η online from finished programs (else keep ``eta``)
     learn_eta: bool = False
-    #: records needed before a CDF is trusted (cold start below)
+    #: K: a CDF is trusted once it has more than K records; at most K in all is cold start
     k: int = 100
     #: queueing delays averaged for T
     t_window: int = 100
@@ -56,7 +69,7 @@ class PolicyParams:
     history_cap: int = 1024
     #: the prior counts as at most this many samples, so new data can move it
     prior_weight_cap: int = 1024
-    #: new samples of a tool before its hull is rebuilt
+    #: a trusted hull is rebuilt once it misses this many samples (or as many as it has)
     refresh_every: int = 64
     #: a pause longer than this is an abandoned program, not a tool duration
     abandon_s: float = 3600.0
@@ -120,13 +133,23 @@ class _Durations:
     prior_weight: float
     recent: deque[float]
     hull: hull_mod.Hull = hull_mod.EMPTY
-    pending: int = 0
     observed: int = 0
+    #: the records the hull was built from (0: never built)
+    built: int = 0
     prior_points: list[tuple[float, float]] | None = None
 
     @property
     def records(self) -> int:
         return (self.prior.n if self.prior else 0) + self.observed
+
+    def add(self, seconds: float, k: int, refresh_every: int) -> None:
+        """Record one sample; rebuild the hull when the CDF becomes trusted or has
+        missed ``min(refresh_every, built)`` samples since its last build."""
+        self.recent.append(seconds)
+        self.observed += 1
+        records = self.records
+        if records > k and records - self.built >= min(refresh_every, self.built):
+            self.rebuild()
 
     def rebuild(self) -> None:
         """Merge the prior (as weighted points) with the recent samples; rebuild the hull."""
@@ -152,7 +175,7 @@ class _Durations:
                 ps.append(acc / total)
             ps[-1] = 1.0
             self.hull = hull_mod.build(xs, ps)
-        self.pending = 0
+        self.built = self.records
 
     def _prior_points(self) -> list[tuple[float, float]]:
         if self.prior is None or self.prior.n <= 0 or self.prior_weight <= 0:
@@ -177,7 +200,6 @@ class TTLPolicy:
     delays: deque[float] = field(default_factory=deque)
     delay_sum: float = 0.0
     eta_sums: EtaSums = field(default_factory=EtaSums)
-    _dirty: deque[str] = field(default_factory=deque)
 
     @staticmethod
     def create(
@@ -198,7 +220,8 @@ class TTLPolicy:
         if prior is not None and prior.n > 0:
             weight = float(min(prior.n, self.params.prior_weight_cap))
         d = _Durations(prior, weight, deque(maxlen=self.params.history_cap))
-        d.rebuild()
+        if d.records > self.params.k:  # trusted from the start: built now
+            d.rebuild()
         return d
 
     # ------------------------------------------------------------ what it learns
@@ -217,15 +240,9 @@ class TTLPolicy:
         durations = self.tools.get(tool)
         if durations is None:
             durations = self.tools[tool] = self._new(None)
-        for d, name in ((durations, tool), (self.everything, "")):
-            d.recent.append(seconds)
-            d.observed += 1
-            d.pending += 1
-            if d.pending >= self.params.refresh_every and name not in self._dirty:
-                self._dirty.append(name)
-        # an event dirties at most two hulls: rebuilding two keeps the queue from growing
-        self._refresh_one()
-        self._refresh_one()
+        k, every = self.params.k, self.params.refresh_every
+        durations.add(seconds, k, every)  # at most one rebuild each: two per event
+        self.everything.add(seconds, k, every)
         return True
 
     def observe_queue_delay(self, seconds: float) -> None:
@@ -239,15 +256,6 @@ class TTLPolicy:
 
     def observe_program_end(self, n_calls: int) -> None:
         self.eta_sums.add(n_calls)
-
-    def _refresh_one(self) -> None:
-        """Rebuild at most one stale hull (bounded work per event)."""
-        if not self._dirty:
-            return
-        name = self._dirty.popleft()
-        target = self.everything if name == "" else self.tools.get(name)
-        if target is not None:
-            target.rebuild()
 
     # ------------------------------------------------------------ what it answers
 
@@ -305,9 +313,11 @@ class TTLPolicy:
         return Decision(tau, SOURCE_GLOBAL, benefit)
 
     def refresh_all(self) -> None:
-        """Rebuild every stale hull now (for tests and between replays)."""
-        while self._dirty:
-            self._refresh_one()
+        """Rebuild every trusted hull that misses samples (for tests and between replays)."""
+        assert self.everything is not None
+        for d in (*self.tools.values(), self.everything):
+            if d.records > self.params.k and d.built != d.records:
+                d.rebuild()
 
 
 def priors_from_fit(fit: Mapping[str, Any]) -> tuple[dict[str, Prior], Prior | None]:

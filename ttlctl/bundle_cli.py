@@ -29,7 +29,8 @@ def build(
         float | None, typer.Option("--eta", help="η; default: the fit's estimate (1 if none).")
     ] = None,
     k: Annotated[
-        int | None, typer.Option("--k", help="Records before a CDF is trusted; default: fit's.")
+        int | None,
+        typer.Option("--k", help="K: a CDF with more than K records is trusted; default: fit's."),
     ] = None,
     t_window: Annotated[int, typer.Option(help="Queueing delays averaged for T.")] = 100,
     valve: Annotated[str, typer.Option(help="Pressure valve: head or stall-only.")] = "head",

@@ -124,7 +124,7 @@ def fit(
     trace: Annotated[Path, typer.Argument(help="Canonical trace (Parquet) from `ttlctl ingest`.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="fit.json to write.")],
     min_samples: Annotated[
-        int, typer.Option(help="K: records a tool needs before its own CDF is trusted.")
+        int, typer.Option(help="K: a tool's own CDF is trusted with more than K records.")
     ] = 100,
     plot: Annotated[
         Path | None, typer.Option(help="Write one PNG per tool (CDF, exponential fit) here.")

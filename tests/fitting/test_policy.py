@@ -99,7 +99,9 @@ def test_state_stays_bounded() -> None:
         policy.observe_queue_delay(float(i))
     assert all(len(d.recent) <= 100 for d in policy.tools.values())
     assert policy.everything is not None and len(policy.everything.recent) <= 100
-    assert len(policy._dirty) <= 51
+    # refresh_every = 1: every trusted hull is built from every record it holds
+    trusted = [d for d in (*policy.tools.values(), policy.everything) if d.records > 5]
+    assert trusted and all(d.built == d.records for d in trusted)
     assert len(policy.delays) == 10
     assert policy.queue_delay_s == pytest.approx(np.mean(np.arange(19_990, 20_000)))
 

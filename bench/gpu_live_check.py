@@ -119,7 +119,7 @@ def main() -> int:
     if args.cpu:
         engine_args += ["--dtype", "bfloat16", "--enforce-eager", "--block-size", "32"]
     cmd = [
-        sys.executable, "-m", "ttlctl.validate_cli", str(trace),
+        sys.executable, "-m", "ttlctl.cli", "validate", str(trace),
         "--programs", str(args.programs),
         "--trace-idle-gap-cap-seconds", str(args.pause_cap),
         "--model", str(model),

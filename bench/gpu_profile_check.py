@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profiles.measure import measure
+from profiles.measure_torch import measure
 from profiles.models import PRESETS
 from profiles.schema import load
 

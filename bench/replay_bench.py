@@ -1,7 +1,7 @@
 """Replay speed and memory: 1,000 SWE-bench-like programs under vLLM and Continuum.
 
 The workload is ``replay.synth.synth("swe-bench", 1000, seed)`` (the paper's 10.9 ± 2.1
-turns, 70k ± 20k tokens per program), replayed with ``replay.run.run_one`` on the
+turns, 70k ± 20k tokens per program), replayed with ``replay.policy_runs.run_one`` on the
 Llama-3.1-8B/H100 profile, 600k KV tokens, a closed population of 64 programs.
 
 Every figure is read against a baseline measured in the same run (the machine is
@@ -36,9 +36,9 @@ from typing import Any
 
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
-from replay.engine import EngineConfig
 from replay.policies import PolicySpec
-from replay.run import Timing, run_one
+from replay.policy_runs import Timing, run_one
+from replay.scheduler import EngineConfig
 from replay.sim import ReplayConfig
 from replay.synth import synth
 from replay.workload import Workload, from_frame

@@ -25,8 +25,8 @@ from optuna.trial import TrialState
 from fitting.fit import FitConfig, fit_trace
 from profiles.shipped import resolve
 from replay import tune as tuner
-from replay.engine import EngineConfig
-from replay.run import Timing
+from replay.policy_runs import Timing
+from replay.scheduler import EngineConfig
 from replay.sim import ReplayConfig
 from replay.synth import synth
 from replay.workload import load

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from replay.engine import Request
+    from replay.scheduler import Request
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ during it (KV usage, waiting requests, ``ttlctl:pinned_blocks``). The prefix
 cache is reset first (``POST /reset_prefix_cache``, which needs
 ``VLLM_SERVER_DEV_MODE=1``; one warning when absent).
 
-:func:`run_live` returns the simulator's result keys (``replay/metrics.py``),
+:func:`run_live` returns the simulator's result keys (``replay/figures.py``),
 ``prefix_hit_rate`` and ``preemptions`` from the server's own counters, with the
 server-side extras under ``"server"``; it can also write vLLM's benchmark
 result JSON (``vllm bench serve --save-result``) and per-call records shaped
@@ -54,13 +54,13 @@ from typing import Any
 
 import numpy as np
 
-from profiles import sse
-from profiles.prom import int_label
-from profiles.prom import metric_labels as metric_labels
-from profiles.prom import normalise_url as normalise_url
-from replay.metrics import _pct as sim_pct
-from replay.run import Timing, prepare
+from replay.figures import _pct as sim_pct
+from replay.policy_runs import Timing, prepare
 from replay.workload import Call, Program, Workload
+from ttlctl.server import sse
+from ttlctl.server.prom import int_label
+from ttlctl.server.prom import metric_labels as metric_labels
+from ttlctl.server.prom import normalise_url as normalise_url
 
 #: the server's counters read before and after a run
 QUERIES = "vllm:prefix_cache_queries_total"
@@ -567,7 +567,7 @@ def print_warning(message: str) -> None:
     """A warning as one line on the CLI's stderr console."""
     from rich.markup import escape
 
-    from ttlctl.clikit import err
+    from ttlctl.cli.kit import err
 
     err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
 
@@ -631,7 +631,7 @@ def run_live(
     """Replay ``workload`` against the vLLM server at ``url``; the simulator's result keys.
 
     ``timing``: the trace's start times (default), Poisson ``jps`` or a closed
-    population of ``concurrency`` programs (:class:`replay.run.Timing`).
+    population of ``concurrency`` programs (:class:`replay.policy_runs.Timing`).
     ``policy_label`` names the result (the policy lives in the server: stock vLLM,
     or the TTLScheduler with a bundle). ``max_programs`` keeps the first programs;
     ``idle_gap_cap_s`` caps every pause. At most ``max_live`` programs run at
@@ -825,7 +825,7 @@ def summarize(
     reset: bool,
     warnings_: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The simulator's result keys (``replay.metrics.summarize``) from a live run."""
+    """The simulator's result keys (``replay.figures.summarize``) from a live run."""
     finished = [
         p
         for p in programs

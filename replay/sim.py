@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profiles.cost import CostModel
-from replay.engine import Engine, EngineConfig, Policy, Request
 from replay.offload import OffloadTier
+from replay.scheduler import Engine, EngineConfig, Policy, Request
 from replay.workload import Call, Program, Workload
 
 ARRIVAL = 0

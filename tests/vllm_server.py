@@ -37,7 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from replay.process import free_port, group_alive, stop_group, wait_healthy
+from ttlctl.server.process import free_port, group_alive, stop_group, wait_healthy
 
 #: special tokens of the tiny tokenizer (ids 0, 1, 2)
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"

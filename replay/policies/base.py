@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from replay.engine import Engine, Request
+from replay.scheduler import Engine, Request
 
 
 def fcfs_key(req: Request) -> tuple[float, ...]:

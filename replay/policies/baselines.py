@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from replay.engine import Engine, Request
 from replay.policies.base import apply_valve, program_key, under_cap
 from replay.policies.simple import VLLM
+from replay.scheduler import Engine, Request
 
 
 @dataclass(slots=True)

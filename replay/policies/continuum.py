@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fitting.policy import TTLPolicy
-from replay.engine import Engine, Request
 from replay.policies.base import apply_valve, program_key, under_cap
+from replay.scheduler import Engine, Request
 
 
 @dataclass(slots=True)

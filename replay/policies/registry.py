@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from replay.engine import Policy
+from replay.scheduler import Policy
 
 #: the comparison table's order: ablation ladder, baselines, bounds
 NAMES = (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replay.engine import Engine, Request
 from replay.policies.base import apply_valve, fcfs_key, program_key, under_cap
+from replay.scheduler import Engine, Request
 
 
 @dataclass(slots=True)

@@ -36,11 +36,11 @@ guard compares with, because the server runs the TTL scheduler and stock vLLM is
 measured there.
 
 The package, one concept a file: :mod:`~replay.tune.context` (errors, the live target,
-:class:`TuneContext` and one simulated replay), :mod:`~replay.tune.live` (live replays and
+:class:`TuneContext` and one simulated replay), :mod:`~replay.tune.live_trial` (live replays and
 the bundle swap), :mod:`~replay.tune.space` (the search space and the objective),
 :mod:`~replay.tune.storage` (the study's storage and name), :mod:`~replay.tune.workers`
 (running trials, worker processes, opening the study), :mod:`~replay.tune.judge`
-(held-back judgement and the guard) and :mod:`~replay.tune.run` (:func:`tune`, its
+(held-back judgement and the guard) and :mod:`~replay.tune.study` (:func:`tune`, its
 summary and outputs). Everything public is re-exported here.
 """
 
@@ -61,16 +61,7 @@ from replay.tune.context import (
     shuffled,
 )
 from replay.tune.judge import guard, held_back, held_back_live, paired
-from replay.tune.live import candidate_bundle, live_replay, probe_request, swap
-from replay.tune.run import (
-    SUMMARY_SCHEMA,
-    importances,
-    live_doc,
-    provenance_of,
-    summary_doc,
-    summary_path,
-    tune,
-)
+from replay.tune.live_trial import candidate_bundle, live_replay, probe_request, swap
 from replay.tune.space import (
     COLD_START,
     PAPER_K,
@@ -83,6 +74,15 @@ from replay.tune.space import (
     suggest,
 )
 from replay.tune.storage import Storage, default_storage, default_study_name
+from replay.tune.study import (
+    SUMMARY_SCHEMA,
+    importances,
+    live_doc,
+    provenance_of,
+    summary_doc,
+    summary_path,
+    tune,
+)
 from replay.tune.workers import (
     DONE,
     METRIC,

@@ -16,7 +16,7 @@ from fitting.policy import PolicyParams
 from profiles import schema as profile_schema
 from profiles.cost import ProfileCostModel
 from replay.policies import PolicySpec
-from replay.run import Timing, run_one
+from replay.policy_runs import Timing, run_one
 from replay.sim import ReplayConfig
 from replay.workload import Workload
 

@@ -13,7 +13,7 @@ import numpy as np
 from fitting.policy import PolicyParams
 from replay.policies import PolicySpec
 from replay.tune.context import LIVE_BASELINE_NOTE, TuneContext, continuum, load_json, replay_once
-from replay.tune.live import _live_brief, live_replay
+from replay.tune.live_trial import _live_brief, live_replay
 
 
 def held_back(

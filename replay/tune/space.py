@@ -11,7 +11,7 @@ import optuna
 
 from fitting.policy import VALVES, PolicyParams
 from replay.tune.context import TuneContext, TuneError, continuum, replay_once
-from replay.tune.live import _live_brief, live_replay
+from replay.tune.live_trial import _live_brief, live_replay
 
 PAPER_K = 100
 PAPER_T_WINDOW = 100

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import json
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -20,34 +19,17 @@ from typing import Any
 
 import pytest
 
-from fitting.policy import PolicyParams
+from tests.bundles import write_bundle as write_bundle
 from tests.vllm_server import build_tiny_model
-from ttlctl import bundle
 
 if importlib.util.find_spec("vllm") is None:  # an install without the engine extra
     collect_ignore = ["test_live.py", "test_pressure.py", "test_server.py", "test_stock.py"]
 
 REPO = Path(__file__).resolve().parents[2]
-PROFILE = REPO / "profiles" / "data" / "tiny-cpu.json"
-EMPTY_FIT: dict[str, Any] = {"schema": "ttlctl.fit/1", "tools": {}, "global": None}
 KV_BYTES = 2 * 1024 * 1024
 BLOCK = 32
 CAPACITY_TOKENS = 2048
 VOCAB = 4096
-
-
-def write_bundle(path: Path, **params: Any) -> Path:
-    """A sealed bundle with an empty fit (cold start) and the tiny CPU profile."""
-    doc = bundle.build(
-        EMPTY_FIT,
-        json.loads(PROFILE.read_text()),
-        PolicyParams(**params),
-        created="2026-11-29T00:00:00+00:00",
-        ttlctl_version="test",
-        provenance={"test": True},
-    )
-    bundle.write(doc, path)
-    return path
 
 
 @pytest.fixture(scope="session")

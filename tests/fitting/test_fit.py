@@ -105,7 +105,7 @@ def test_fit_cli_refuses_a_non_trace(tmp_path: Path) -> None:
 
 
 def test_plot_names_from_untrusted_tools(tmp_path: Path) -> None:
-    from fitting.plots import plot_fit
+    from ttlctl.plots import plot_fit
 
     entry = {
         "n": 3,

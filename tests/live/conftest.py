@@ -2,9 +2,9 @@
 
 ``test_servers.py`` shares one pair of servers for the module, started together
 (a start takes 20–35 s on two cores): a stock vLLM started the way ``ttlctl
-validate`` starts one (:class:`replay.validate.ManagedServer`), and a
+validate`` starts one (:class:`replay.crosscheck.ManagedServer`), and a
 TTLScheduler server started through ``ttlctl serve`` (``python -m
-ttlctl.serve_cli``), which the module's last test stops with SIGTERM. Both have
+ttlctl.cli serve``), which the module's last test stops with SIGTERM. Both have
 8 MiB of KV (8,192 tokens of the tiny model: ample for the traces here),
 ``max_model_len`` 2,048 and blocks of 32. Without vLLM installed the server tests
 are not collected; ``test_units.py`` needs none.
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from replay.validate import ManagedServer, base_command, free_port, server_command
-from replay.validate import server_environment as validate_environment
-from tests.engine.conftest import write_bundle
+from replay.crosscheck import ManagedServer, base_command, free_port, server_command
+from replay.crosscheck import server_environment as validate_environment
+from tests.bundles import write_bundle
 
 if importlib.util.find_spec("vllm") is None:  # an install without the engine extra
     collect_ignore = ["test_servers.py"]
@@ -128,7 +128,7 @@ def servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     serve_log = work / "serve.log"
     engine_log = work / "engine.jsonl"
     cmd = [
-        sys.executable, "-m", "ttlctl.serve_cli", str(tiny_model),
+        sys.executable, "-m", "ttlctl.cli", "serve", str(tiny_model),
         "--bundle", str(bundle),
         "--host", "127.0.0.1",
         "--port", str(port),

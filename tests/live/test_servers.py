@@ -24,13 +24,13 @@ from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
 from replay.live import run_live
 from replay.policies import PolicySpec
-from replay.run import Timing, run_one
+from replay.policy_runs import Timing, run_one
 from replay.sim import ReplayConfig
 from replay.workload import Call, Program, Workload, load
 from tests.live.conftest import Servers, children, healthy
 from tests.live.traces import agent_trace
 from tests.vllm_server import _group_alive
-from ttlctl import validate_cli
+from ttlctl.cli import validate as validate_cli
 
 BLOCK = 32
 OUTPUT = 40  # more than a block: a hit past the previous prompt proves its output was repeated

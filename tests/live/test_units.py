@@ -16,13 +16,15 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from replay import live, validate
+from replay import crosscheck as validate
+from replay import live
 from replay.live import CallRecord, ProgramRecord, ServerInfo
-from replay.run import Timing
+from replay.policy_runs import Timing
 from replay.workload import Call, Program, Workload
-from tests.engine.conftest import write_bundle
-from ttlctl import serve_cli, validate_cli
-from ttlctl.clikit import UserError
+from tests.bundles import write_bundle
+from ttlctl.cli import serve as serve_cli
+from ttlctl.cli import validate as validate_cli
+from ttlctl.cli.kit import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -143,7 +145,7 @@ def test_run_server_forwards_sigterm_to_the_server() -> None:
         "print('ready', flush=True); time.sleep(60)"
     )
     parent = (
-        "import os, sys; from ttlctl.serve_cli import run_server; "
+        "import os, sys; from ttlctl.cli.serve import run_server; "
         f"sys.exit(run_server([sys.executable, '-c', {child!r}], dict(os.environ)))"
     )
     proc = subprocess.Popen(

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from profiles.engine import measure_engine
+from profiles.measure_server import measure_engine
 from profiles.models import PRESETS, kv_bytes_per_token
 from profiles.schema import from_json
 from tests.vllm_server import VLLMServer, free_port
@@ -208,7 +208,7 @@ def test_batch_pace_leaves_out_the_peers_prefill() -> None:
     """A starts decoding while B still prefills (2 s); then both decode at 20 ms a
     token. The whole-stream pace of A would count B's prefill (~0.5 s a token); the
     batch pace reads only the window in which both decode."""
-    from profiles.engine import _batch_paces, _paces, _Stream
+    from profiles.measure_server import _batch_paces, _paces, _Stream
 
     a = _Stream(0.0, ((0.1, 1), (0.2, 2), (2.2, 3), (2.22, 4), (2.24, 5), (2.26, 6)), None)
     b = _Stream(0.0, ((2.2, 1), (2.22, 2), (2.24, 3), (2.26, 4), (2.28, 5)), None)
@@ -236,7 +236,7 @@ def test_validate_on_a_server_that_cannot_be_profiled_is_one_line(
     from typer.testing import CliRunner
 
     from tests.live.traces import agent_trace
-    from ttlctl import validate_cli
+    from ttlctl.cli import validate as validate_cli
 
     url, handler = stub
     handler.tokens = 0

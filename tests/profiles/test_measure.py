@@ -1,4 +1,4 @@
-"""`ttlctl profile` measurements (profiles/measure.py) on the CPU with the tiny model.
+"""`ttlctl profile` measurements (profiles/measure_torch.py) on the CPU with the tiny model.
 
 The tiny preset (2 layers, 4096 vocabulary) is built locally with random weights;
 one measurement over 64..1024 tokens takes a few seconds and is shared by the
@@ -21,8 +21,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from profiles import measure as measure_mod
-from profiles.measure import MeasureError, default_contexts, fit_reload, measure
+from profiles import measure_torch as measure_mod
+from profiles.measure_torch import MeasureError, default_contexts, fit_reload, measure
 from profiles.models import PRESETS
 from profiles.schema import Profile, from_json
 
@@ -173,7 +173,7 @@ def test_fit_reload_recovers_latency_and_bandwidth() -> None:
 
 
 def test_import_is_cheap() -> None:
-    code = "import sys, profiles.measure; print('torch' in sys.modules)"
+    code = "import sys, profiles.measure_torch; print('torch' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     ).stdout

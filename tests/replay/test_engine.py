@@ -1,4 +1,4 @@
-"""Golden cases for :class:`replay.engine.Engine`, ported from vLLM's scheduler tests.
+"""Golden cases for :class:`replay.scheduler.Engine`, ported from vLLM's scheduler tests.
 
 The scenarios of ``tests/v1/core/test_scheduler.py`` (token budget and chunked
 prefill, ``max_num_seqs``, preemption of the running tail and its recompute,
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from profiles.cost import ConstantCostModel
-from replay.engine import Engine, EngineConfig, Request
 from replay.policies import PolicySpec, make
 from replay.policies.simple import VLLM, ProgramFCFS
+from replay.scheduler import Engine, EngineConfig, Request
 from replay.sim import ReplayConfig, simulate
 from replay.workload import Call, Program, Workload
 

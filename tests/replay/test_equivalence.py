@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from profiles.cost import ConstantCostModel
-from replay.engine import Engine, EngineConfig, Request
 from replay.policies import NAMES, PolicySpec, make
-from replay.run import Timing, prepare, run_all, run_one, unlimited_kv_tokens
+from replay.policy_runs import Timing, prepare, run_all, run_one, unlimited_kv_tokens
+from replay.scheduler import Engine, EngineConfig, Request
 from replay.sim import Outcome, ReplayConfig, simulate
 from replay.workload import Call, Program, Workload
 
@@ -260,7 +260,7 @@ def test_only_the_oracle_reads_pauses_in_the_source() -> None:
             assert all(scope == ".make" for scope, _ in uses), uses
         else:
             assert uses == [], (path.name, uses)
-    assert _names_in(REPO / "replay" / "engine.py") == []
+    assert _names_in(REPO / "replay" / "scheduler.py") == []
     assert not [f.name for f in fields(Request) if "pause" in f.name]
 
 

@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profiles.cost import ConstantCostModel
-from replay.engine import Engine, EngineConfig, Request
 from replay.kv import BlockPool, OutOfBlocks, RunPool
 from replay.policies.simple import VLLM
+from replay.scheduler import Engine, EngineConfig, Request
 
 POOLS = [RunPool, BlockPool]
 

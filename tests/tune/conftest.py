@@ -11,8 +11,8 @@ import pytest
 
 from fitting.fit import FitConfig, fit_trace
 from profiles.shipped import resolve
-from replay.engine import EngineConfig
-from replay.run import Timing
+from replay.policy_runs import Timing
+from replay.scheduler import EngineConfig
 from replay.sim import ReplayConfig
 from replay.tune import TuneContext
 from replay.workload import load

@@ -25,7 +25,9 @@ from fitting.fit import FitConfig, fit_trace
 from fitting.policy import PolicyParams
 from replay.live import run_live
 from tests.live.traces import agent_trace
-from ttlctl import bundle, bundle_cli, tune_cli
+from ttlctl import bundle
+from ttlctl.cli import bundle as bundle_cli
+from ttlctl.cli import tune as tune_cli
 
 app = typer.Typer()
 app.command("tune")(tune_cli.tune)
@@ -116,7 +118,7 @@ def test_live_tune_swaps_each_trials_bundle_in(
         )
         return run_live(*args, **kwargs)
 
-    monkeypatch.setattr("replay.tune.live.run_live", checked_run_live)
+    monkeypatch.setattr("replay.tune.live_trial.run_live", checked_run_live)
     out = tmp_path / "out" / "bundle.json"
     args = [
         "tune", str(inputs["trace"]),

@@ -12,7 +12,7 @@ import pytest
 from optuna.trial import FixedTrial
 
 from fitting.policy import PolicyParams
-from replay.run import Timing, run_one
+from replay.policy_runs import Timing, run_one
 from replay.tune import (
     Storage,
     TuneContext,

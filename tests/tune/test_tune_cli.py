@@ -13,7 +13,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from ttlctl import bundle, tune_cli
+from ttlctl import bundle
+from ttlctl.cli import tune as tune_cli
 
 from .conftest import KV_TOKENS, PROFILE
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from ttlctl.ingest import registry, validate
+from ttlctl.ingest import registry, rules
 from ttlctl.ingest.base import Parsed, Reader, streaming
 from ttlctl.ingest.errors import IngestError, RejectSink
 from ttlctl.trace import io as trace_io
@@ -198,7 +198,7 @@ def _validate_and_write(
     frame = _combine(parsed)
     if streaming:
         return _validate_in_buckets(frame, output, sink)
-    good, bad = validate.split(validate.check(frame.collect()).collect().lazy())
+    good, bad = rules.split(rules.check(frame.collect()).collect().lazy())
     _report(bad, sink)
     written = trace_io.write(good.drop(*SOURCE_COLUMNS), output)
     return written, bad.height
@@ -208,7 +208,7 @@ def _report(bad: pl.DataFrame, sink: RejectSink) -> None:
     """Strict: raise on the bad row closest to the root cause. Lenient: reject each."""
     if not bad.height:
         return
-    head = bad.sort(validate.RANK, maintain_order=True).row(0, named=True)
+    head = bad.sort(rules.RANK, maintain_order=True).row(0, named=True)
     if not sink.skip_bad:
         raise IngestError(head[SOURCE_FILE], head[SOURCE_RECORD], head["reason"])
     for row in bad.iter_rows(named=True):
@@ -235,7 +235,7 @@ def _validate_in_buckets(frame: pl.LazyFrame, output: Path, sink: RejectSink) ->
         key = pl.col("program_id").hash(seed=0) % buckets
         for bucket in range(buckets):
             rows = source.filter(key == bucket).collect(engine="streaming")
-            good, bad = validate.split(validate.check(rows).collect().lazy())
+            good, bad = rules.split(rules.check(rows).collect().lazy())
             _report(bad, sink)
             rejected += bad.height
             good.drop(*SOURCE_COLUMNS).collect().write_parquet(parts / f"{bucket:05d}.parquet")

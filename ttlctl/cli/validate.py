@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ttlctl.clikit import UserError, err, out, user_errors
+from ttlctl.cli.kit import UserError, err, out, user_errors
 
 #: register with ``app.command("validate", context_settings=CONTEXT_SETTINGS)``: the
 #: arguments after ``--`` go to the servers validate starts
@@ -132,10 +132,10 @@ def validate(
     prefix-hit rate within 5 points, the same ranking.
     """
     from profiles.shipped import resolve
+    from replay.crosscheck import Sources, ValidateError, base_command
+    from replay.crosscheck import validate as run_validate
     from replay.live import LiveError, print_warning
-    from replay.run import Timing
-    from replay.validate import Sources, ValidateError, base_command
-    from replay.validate import validate as run_validate
+    from replay.policy_runs import Timing
     from replay.workload import load
     from ttlctl.jsonio import write_atomic
 
@@ -306,17 +306,6 @@ def _order(groups: list[list[str]] | None) -> str:
 
 
 def _compared() -> tuple[tuple[str, str, str], ...]:
-    from replay.validate import COMPARED
+    from replay.crosscheck import COMPARED
 
     return COMPARED
-
-
-def main() -> None:
-    """``python -m ttlctl.validate_cli`` (before the command is registered in ``ttlctl``)."""
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command(context_settings=CONTEXT_SETTINGS)(validate)
-    app()
-
-
-if __name__ == "__main__":
-    main()

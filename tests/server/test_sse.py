@@ -1,4 +1,4 @@
-"""profiles/sse.py: the chunks of a streamed completion, shared by the profiler and live replay."""
+"""ttlctl/server/sse.py: the chunks of a streamed completion (profiler and live replay)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from profiles.sse import StreamError, chunks
+from ttlctl.server.sse import StreamError, chunks
 
 
 def test_chunks_until_done_with_the_arrival_time_of_each_line() -> None:

@@ -14,7 +14,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ttlctl.clikit import UserError, err, out, progress_bar, read_json_object, user_errors
+from ttlctl.cli.kit import UserError, err, out, progress_bar, read_json_object, user_errors
 
 #: held-back seeds start here (tuning seeds are 0 … --seeds − 1)
 HOLDOUT_BASE = 1000
@@ -180,9 +180,9 @@ def tune(
     from fitting.fit import file_sha256
     from profiles.shipped import resolve
     from replay import tune as tuner
-    from replay.engine import EngineConfig
     from replay.live import cap_pauses, print_warning
-    from replay.run import Timing
+    from replay.policy_runs import Timing
+    from replay.scheduler import EngineConfig
     from replay.sim import ReplayConfig
     from replay.workload import load
     from ttlctl import __version__

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from ttlctl import __version__
-from ttlctl.clikit import UserError, err, out, read_json_object, user_errors
+from ttlctl.cli.kit import UserError, err, out, read_json_object, user_errors
 
 app = typer.Typer(help="Build, inspect, verify and query policy bundles.", no_args_is_help=True)
 
@@ -98,7 +98,8 @@ def inspect(
     offload: Annotated[bool, typer.Option(help="Price a miss as a reload, not a prefill.")] = False,
 ) -> None:
     """A readable table: tools, samples, median, p90, and τ* at 1k/8k/32k/128k tokens."""
-    from ttlctl import bundle, render
+    from ttlctl import bundle
+    from ttlctl.cli import render
 
     with user_errors():
         doc = bundle.read(path)

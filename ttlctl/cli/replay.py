@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ttlctl.clikit import UserError, err, out, user_errors
+from ttlctl.cli.kit import UserError, err, out, user_errors
 
 
 def replay(
@@ -99,10 +99,10 @@ def replay(
     from fitting.fit import file_sha256
     from profiles.cost import ProfileCostModel
     from profiles.shipped import resolve
-    from replay.engine import EngineConfig
     from replay.live import LiveError, cap_pauses, live_results
     from replay.policies import PolicySpec
-    from replay.run import Timing, expand, run_all
+    from replay.policy_runs import Timing, expand, run_all
+    from replay.scheduler import EngineConfig
     from replay.sim import ReplayConfig, SimulationError
     from replay.workload import load
     from ttlctl import __version__

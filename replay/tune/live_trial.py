@@ -13,7 +13,7 @@ from typing import Any
 
 from fitting.policy import PolicyParams
 from replay.live import LOW_IDS, LiveError, run_live
-from replay.run import Timing
+from replay.policy_runs import Timing
 from replay.tune.context import (
     IncompleteRun,
     LiveTarget,
@@ -66,7 +66,7 @@ def probe_request(live: LiveTarget, timeout_s: float = 300.0) -> None:
 def swap(ctx: TuneContext, params: PolicyParams, label: str) -> dict[str, Any]:
     """Write the candidate bundle over the server's and return once the server serves it.
 
-    The observable: none on the wire. ``ttlctl/engine/metrics.py`` exports only the pin
+    The observable: none on the wire. ``ttlctl/engine/counters.py`` exports only the pin
     series; the watcher's reload count (``BundleWatcher.reloads``) stays inside the
     engine process and the server only logs the reload. So this relies on the plugin's
     rule instead (``ttlctl/engine/watch.py``, ``scheduler.py``): it looks at the file's

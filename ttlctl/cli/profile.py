@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ttlctl.clikit import UserError, err, out, user_errors
+from ttlctl.cli.kit import UserError, err, out, user_errors
 
 
 def _list() -> None:
@@ -85,7 +85,7 @@ def profile(
 
             try:
                 if engine is not None:
-                    from profiles.engine import measure_engine
+                    from profiles.measure_server import measure_engine
 
                     result = measure_engine(
                         engine,
@@ -95,7 +95,7 @@ def profile(
                         progress=progress,
                     )
                 else:
-                    from profiles.measure import measure
+                    from profiles.measure_torch import measure
 
                     result = measure(
                         name,

@@ -1,7 +1,7 @@
 """Simulator against a real server: the same trace, the same policies, the errors per metric.
 
 ``ttlctl validate`` replays one small trace twice per policy: in the simulator
-(``replay.run.run_one``) and live against a vLLM server (:func:`replay.live.run_live`),
+(``replay.policy_runs.run_one``) and live against a vLLM server (:func:`replay.live.run_live`),
 then compares mean and p95 JCT, mean TTFT, the prefix-hit rate and preemptions,
 and whether the policies rank the same. The policy lives in the server process,
 so each policy needs its own server:
@@ -24,7 +24,7 @@ The simulator is sized like the server: KV tokens from ``vllm:cache_config_info`
 size and ``max_model_len``; ``max_num_seqs`` and ``max_num_batched_tokens`` come
 from the caller (vLLM's CPU server defaults: 128 and 2,048). The profile that
 prices each step is measured from the first server with
-:func:`profiles.engine.measure_engine` unless one is given.
+:func:`profiles.measure_server.measure_engine` unless one is given.
 
 A live run is one draw of a noisy system: when calls arrive a few milliseconds
 apart the cache evicts differently, and under contention the prefix-hit rate of
@@ -50,9 +50,9 @@ from typing import Any
 
 from profiles.schema import Profile
 from replay.live import LiveError, ServerInfo, cap_pauses, first_programs, probe, run_live
-from replay.process import free_port, stop_group, wait_healthy
-from replay.run import Timing
+from replay.policy_runs import Timing
 from replay.workload import Workload
+from ttlctl.server.process import free_port, stop_group, wait_healthy
 
 SCHEDULER_CLS = "ttlctl.engine.TTLScheduler"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -204,8 +204,8 @@ def sim_engine_config(
     max_num_seqs: int,
     max_num_batched_tokens: int,
 ) -> Any:
-    """The simulator's :class:`~replay.engine.EngineConfig` sized like the server."""
-    from replay.engine import EngineConfig
+    """The simulator's :class:`~replay.scheduler.EngineConfig` sized like the server."""
+    from replay.scheduler import EngineConfig
 
     block = info.block_size or 16
     if kv_tokens is None:
@@ -380,9 +380,9 @@ def validate(
     be profiled) or :class:`replay.live.LiveError` (a server that cannot be used).
     """
     from profiles.cost import ProfileCostModel
-    from profiles.engine import measure_engine
+    from profiles.measure_server import measure_engine
     from replay.policies import PolicySpec
-    from replay.run import run_one
+    from replay.policy_runs import run_one
     from replay.sim import ReplayConfig
     from ttlctl import bundle as bundle_mod
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ttlctl.clikit import UserError, out, user_errors
+from ttlctl.cli.kit import UserError, out, user_errors
 
 
 def synth(

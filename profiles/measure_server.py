@@ -50,11 +50,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from profiles import sse
 from profiles.fitmath import fit_decode, fit_quadratic
 from profiles.models import kv_bytes_per_token as config_kv_bytes_per_token
-from profiles.prom import int_label, metric_labels, normalise_url
 from profiles.schema import Decode, Prefill, Profile, Reload
+from ttlctl.server import sse
+from ttlctl.server.prom import int_label, metric_labels, normalise_url
 
 #: host-to-device reload used when nothing better is known (PCIe 4.0 x16-class link)
 DEFAULT_RELOAD = Reload(bandwidth_bytes_per_s=25e9, latency_s=50e-6)

@@ -27,8 +27,8 @@ from typing import Annotated, Any
 
 import typer
 
-from replay.process import group_alive, stop_group
-from ttlctl.clikit import UserError, err, user_errors
+from ttlctl.cli.kit import UserError, err, user_errors
+from ttlctl.server.process import group_alive, stop_group
 
 SCHEDULER_CLS = "ttlctl.engine.TTLScheduler"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -248,14 +248,3 @@ def serve(
             shutil.rmtree(own_dir, ignore_errors=True)
     if code:
         raise typer.Exit(code)
-
-
-def main() -> None:
-    """``python -m ttlctl.serve_cli`` (before the command is registered in ``ttlctl``)."""
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command(context_settings=CONTEXT_SETTINGS)(serve)
-    app()
-
-
-if __name__ == "__main__":
-    main()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from profiles.cost import CostModel
-from replay import metrics
+from replay import figures
 from replay.policies import BOUNDS, NAMES, PolicySpec, make
 from replay.sim import ReplayConfig, simulate
 from replay.workload import Workload, poisson_starts, retimed
@@ -63,7 +63,7 @@ def run_one(
     start = time.perf_counter()
     outcome = simulate(work, policy, cost, cfg)
     wall = time.perf_counter() - start
-    result = metrics.summarize(outcome, spec.name)
+    result = figures.summarize(outcome, spec.name)
     result["evaluation_only"] = spec.name in BOUNDS
     result["wall_s"] = wall if timed else None
     result["sim_calls_per_s"] = (len(outcome.calls) / wall if wall > 0 else None) if timed else None
@@ -89,7 +89,7 @@ def run_all(
     by_name = {r["policy"]: r for r in results}
     if "vllm" in by_name and "unlimited-kv" in by_name:
         for r in results:
-            r["gap_closed"] = metrics.gap_closed(r, by_name["vllm"], by_name["unlimited-kv"])
+            r["gap_closed"] = figures.gap_closed(r, by_name["vllm"], by_name["unlimited-kv"])
     if progress is not None:
         progress("done", len(specs), len(specs))
     return results

@@ -447,7 +447,7 @@ def measure(
         "kind": "measured",
         "device_kind": kind,
         "cpu_profile": not cuda,
-        "how": "profiles/measure.py",
+        "how": "profiles/measure_torch.py",
         "torch": torch.__version__,
         "transformers": str(transformers.__version__),
         "dtype": dtype_name,

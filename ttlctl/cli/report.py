@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ttlctl.clikit import UserError, err, user_errors
+from ttlctl.cli.kit import UserError, err, user_errors
 
 
 def report(

@@ -2,7 +2,7 @@
 
 vLLM streams one ``data: {json}`` line per chunk and ends with ``data: [DONE]``;
 a failure mid-stream is a chunk with an ``error`` key. Used by the engine
-profiler (:mod:`profiles.engine`) and the live replay (:mod:`replay.live`).
+profiler (:mod:`profiles.measure_server`) and the live replay (:mod:`replay.live`).
 """
 
 from __future__ import annotations

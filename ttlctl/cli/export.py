@@ -1,0 +1,35 @@
+"""``ttlctl export``: a canonical trace → Mooncake JSONL for other replayers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ttlctl.cli.kit import err, user_errors
+
+
+def export(
+    trace: Annotated[Path, typer.Argument(help="Canonical trace (Parquet).")],
+    to: Annotated[str, typer.Option("--to", help="mooncake or agentic-mooncake.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="JSONL to write.")],
+    block_size: Annotated[
+        int, typer.Option(help="Tokens per hash_ids block (Mooncake 512, Weka 64).")
+    ] = 512,
+) -> None:
+    """Write the trace as Mooncake JSONL (or Dynamo's agentic Mooncake) for other replayers."""
+    from ttlctl import export as export_mod
+    from ttlctl.cli.kit import UserError
+    from ttlctl.trace import io as trace_io
+
+    with user_errors():
+        frame = trace_io.read(trace)
+        try:
+            lines = export_mod.rows(frame, to, block_size)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        export_mod.write(lines, output)
+    err.print(f"wrote {len(lines):,} calls to {output} ({to}, {block_size}-token blocks)")
+
+

@@ -50,7 +50,7 @@ from typing import Any
 
 from profiles.schema import Profile
 from replay.live import LiveError, ServerInfo, cap_pauses, first_programs, probe, run_live
-from replay.policy_runs import Timing
+from replay.policy_runs import Load
 from replay.workload import Workload
 from ttlctl.server.process import free_port, stop_group, wait_healthy
 
@@ -204,8 +204,8 @@ def sim_engine_config(
     max_num_seqs: int,
     max_num_batched_tokens: int,
 ) -> Any:
-    """The simulator's :class:`~replay.scheduler.EngineConfig` sized like the server."""
-    from replay.scheduler import EngineConfig
+    """The simulator's :class:`~replay.scheduler.SimSchedulerConfig` sized like the server."""
+    from replay.scheduler import SimSchedulerConfig
 
     block = info.block_size or 16
     if kv_tokens is None:
@@ -217,7 +217,7 @@ def sim_engine_config(
             raise ValidateError(
                 f"{info.url}: /metrics has no vllm:cache_config_info; give the KV size (kv_tokens)"
             )
-    return EngineConfig(
+    return SimSchedulerConfig(
         kv_tokens=kv_tokens,
         block_size=block,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -354,7 +354,7 @@ def validate(
     kv_tokens: int | None = None,
     max_num_seqs: int = CPU_MAX_NUM_SEQS,
     max_num_batched_tokens: int = CPU_MAX_NUM_BATCHED_TOKENS,
-    timing: Timing | None = None,
+    timing: Load | None = None,
     seed: int = 0,
     max_programs: int | None = 8,
     idle_gap_cap_s: float | None = None,
@@ -387,7 +387,7 @@ def validate(
     from ttlctl import bundle as bundle_mod
 
     say: Progress = progress or (lambda message: None)
-    timing = timing or Timing()
+    timing = timing or Load()
     names = list(dict.fromkeys(policies))
     unknown = [p for p in names if p not in LIVE_POLICIES]
     if unknown or not names:

@@ -55,8 +55,8 @@ from typing import Any
 import numpy as np
 
 from replay.figures import _pct as sim_pct
-from replay.policy_runs import Timing, prepare
-from replay.workload import Call, Program, Workload
+from replay.policy_runs import Load, prepare
+from replay.workload import AgentProgram, Call, Workload
 from ttlctl.server import sse
 from ttlctl.server.prom import int_label
 from ttlctl.server.prom import metric_labels as metric_labels
@@ -322,7 +322,7 @@ def clip(call: Call, limit: int | None) -> tuple[int, int, bool]:
 
 
 @dataclass(slots=True)
-class CallRecord:
+class LiveCallRecord:
     program_id: str
     turn: int
     tool: str | None
@@ -384,7 +384,7 @@ class ProgramRecord:
 
 
 @dataclass
-class _Run:
+class _LiveRun:
     url: str
     info: ServerInfo
     pool: list[int]
@@ -396,7 +396,7 @@ class _Run:
     progress: Progress | None
     total_calls: int
     lock: threading.Lock = field(default_factory=threading.Lock)
-    records: list[CallRecord] = field(default_factory=list)
+    records: list[LiveCallRecord] = field(default_factory=list)
     done_calls: int = 0
     warned: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
@@ -414,7 +414,7 @@ class _Run:
         rng = random.Random(f"{self.seed}:{self.nonce}:{program}:{turn}")
         return [self.pool[rng.randrange(len(self.pool))] for _ in range(n)]
 
-    def finished(self, record: CallRecord) -> None:
+    def finished(self, record: LiveCallRecord) -> None:
         with self.lock:
             self.records.append(record)
             self.done_calls += 1
@@ -424,7 +424,9 @@ class _Run:
 
     # -- one call ------------------------------------------------------------
 
-    def send(self, program: Program, turn: int, stream: list[int]) -> tuple[CallRecord, list[int]]:
+    def send(
+        self, program: AgentProgram, turn: int, stream: list[int]
+    ) -> tuple[LiveCallRecord, list[int]]:
         """Send call ``turn`` of ``program``; (its record, the token ids it generated)."""
         call = program.calls[turn]
         inp, out, clipped = clip(call, self.info.token_limit())
@@ -446,7 +448,7 @@ class _Run:
             "return_token_ids": True,
             "vllm_xargs": xargs,
         }
-        record = CallRecord(
+        record = LiveCallRecord(
             program_id=program.program_id,
             turn=turn,
             tool=call.tool,
@@ -500,7 +502,7 @@ class _Run:
         self.finished(record)
         return record, prompt + generated
 
-    def _read_stream(self, resp: Any, record: CallRecord, generated: list[int]) -> None:
+    def _read_stream(self, resp: Any, record: LiveCallRecord, generated: list[int]) -> None:
         for now, chunk in sse.chunks(resp, error_chars=300):
             if self.stop.is_set() or now > self.deadline:
                 raise _Stopped
@@ -526,7 +528,7 @@ class _Run:
 
     # -- one program -----------------------------------------------------------
 
-    def program(self, program: Program, start_at: float, result: ProgramRecord) -> None:
+    def program(self, program: AgentProgram, start_at: float, result: ProgramRecord) -> None:
         delay = start_at - time.perf_counter()
         if delay > 0 and self.stop.wait(delay):
             result.cut_short = True
@@ -610,7 +612,7 @@ def run_live(
     workload: Workload,
     policy_label: str,
     *,
-    timing: Timing | None = None,
+    timing: Load | None = None,
     seed: int = 0,
     max_programs: int | None = None,
     idle_gap_cap_s: float | None = None,
@@ -631,7 +633,7 @@ def run_live(
     """Replay ``workload`` against the vLLM server at ``url``; the simulator's result keys.
 
     ``timing``: the trace's start times (default), Poisson ``jps`` or a closed
-    population of ``concurrency`` programs (:class:`replay.policy_runs.Timing`).
+    population of ``concurrency`` programs (:class:`replay.policy_runs.Load`).
     ``policy_label`` names the result (the policy lives in the server: stock vLLM,
     or the TTLScheduler with a bundle). ``max_programs`` keeps the first programs;
     ``idle_gap_cap_s`` caps every pause. At most ``max_live`` programs run at
@@ -647,7 +649,7 @@ def run_live(
     given once to ``warn`` (default: :func:`warnings.warn`) and kept under
     ``server.warnings``. Raises :class:`LiveError` when the server cannot be used.
     """
-    timing = timing or Timing()
+    timing = timing or Load()
     if timeout_s <= 0 or request_timeout_s <= 0 or max_live < 1:
         raise ValueError("timeout_s, request_timeout_s and max_live must be positive")
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
@@ -689,7 +691,7 @@ def run_live(
     before = counters(parse_metrics(before_text))
     stop = threading.Event()
     t0 = time.perf_counter()
-    state = _Run(
+    state = _LiveRun(
         url=url,
         info=info,
         pool=pool,
@@ -759,7 +761,7 @@ def run_live(
 
 
 def _drain(
-    state: _Run, jobs: Sequence[tuple[Program, float | None, ProgramRecord]], workers: int
+    state: _LiveRun, jobs: Sequence[tuple[AgentProgram, float | None, ProgramRecord]], workers: int
 ) -> None:
     """Run the programs in order, at most ``workers`` at once; each starts at its time,
     or as soon as a worker is free (None: a closed population, a new program when one
@@ -782,7 +784,7 @@ def _drain(
             r.cut_short = True
 
 
-def _join(state: _Run, targets: list[Callable[[], None]]) -> None:
+def _join(state: _LiveRun, targets: list[Callable[[], None]]) -> None:
     """Run the workers; stop them at the deadline or on Ctrl-C (re-raised)."""
     pool = ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="ttlctl-live")
     futures = [pool.submit(t) for t in targets]
@@ -814,7 +816,7 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def summarize(
     policy: str,
-    records: Sequence[CallRecord],
+    records: Sequence[LiveCallRecord],
     programs: Sequence[ProgramRecord],
     info: ServerInfo,
     before: dict[str, float | None],
@@ -949,7 +951,7 @@ def _stats_ms(values: Sequence[float], name: str) -> dict[str, float | None]:
 
 
 def benchmark_result(
-    result: dict[str, Any], records: Sequence[CallRecord], info: ServerInfo, label: str
+    result: dict[str, Any], records: Sequence[LiveCallRecord], info: ServerInfo, label: str
 ) -> dict[str, Any]:
     """vLLM's benchmark result JSON (``vllm bench serve --save-result``); ours under ``ttlctl``."""
     ok = [r for r in records if r.ok]
@@ -993,7 +995,7 @@ def benchmark_result(
     return doc
 
 
-def _result_name(doc: dict[str, Any], timing: Timing) -> str:
+def _result_name(doc: dict[str, Any], timing: Load) -> str:
     """vLLM's file name: ``{label}-{rate}qps[-concurrencyN]-{model}-{date}.json``."""
     rate = f"{timing.jps:g}jps" if timing.jps is not None else "trace"
     conc = f"-concurrency{timing.concurrency}" if timing.concurrency is not None else ""
@@ -1001,7 +1003,7 @@ def _result_name(doc: dict[str, Any], timing: Timing) -> str:
     return f"{doc['label']}-{rate}{conc}-{model}-{doc['date']}.json"
 
 
-def aiperf_record(record: CallRecord, session_num: int, policy: str) -> dict[str, Any]:
+def aiperf_record(record: LiveCallRecord, session_num: int, policy: str) -> dict[str, Any]:
     """One call as a line of AIPerf's ``profile_export.jsonl``."""
 
     def ms(seconds: float | None) -> float | None:
@@ -1072,7 +1074,7 @@ def aiperf_record(record: CallRecord, session_num: int, policy: str) -> dict[str
     return {"metadata": metadata, "metrics": metrics, "error": None, "ttlctl": extra}
 
 
-def write_records(path: Path, records: Sequence[CallRecord], policy: str) -> None:
+def write_records(path: Path, records: Sequence[LiveCallRecord], policy: str) -> None:
     """Per-call records (AIPerf's ``profile_export.jsonl`` shape), in send order."""
     ordered = sorted(records, key=lambda r: r.start_ns)
     sessions: dict[str, int] = {}
@@ -1123,7 +1125,7 @@ def live_results(
             url,
             workload,
             names[0],
-            timing=Timing(jps=jps, concurrency=concurrency, seed=seed),
+            timing=Load(jps=jps, concurrency=concurrency, seed=seed),
             seed=seed,
             idle_gap_cap_s=idle_gap_cap_s,
             timeout_s=timeout_s,

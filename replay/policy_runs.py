@@ -15,7 +15,7 @@ from replay.workload import Workload, poisson_starts, retimed
 
 
 @dataclass(frozen=True, slots=True)
-class Timing:
+class Load:
     """How programs start: the trace's arrivals, Poisson ``jps``, or ``concurrency``."""
 
     jps: float | None = None
@@ -23,7 +23,7 @@ class Timing:
     seed: int = 0
 
 
-def prepare(workload: Workload, timing: Timing) -> Workload:
+def prepare(workload: Workload, timing: Load) -> Workload:
     if timing.jps is not None:
         return retimed(workload, poisson_starts(len(workload.programs), timing.jps, timing.seed))
     return workload
@@ -41,7 +41,7 @@ def run_one(
     spec: PolicySpec,
     cost: CostModel,
     config: ReplayConfig,
-    timing: Timing,
+    timing: Load,
     *,
     timed: bool = True,
 ) -> dict[str, Any]:
@@ -75,7 +75,7 @@ def run_all(
     specs: Sequence[PolicySpec],
     cost: CostModel,
     config: ReplayConfig,
-    timing: Timing,
+    timing: Load,
     *,
     timed: bool = True,
     progress: Callable[[str, int, int], None] | None = None,

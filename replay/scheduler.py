@@ -1,6 +1,6 @@
 """vLLM 0.32's v1 scheduler step, over the block pool of :mod:`replay.kv`.
 
-One :meth:`Engine.step` is ``schedule → run → postprocess``:
+One :meth:`SimScheduler.step` is ``schedule → run → postprocess``:
 
 - schedule (``vllm/v1/core/sched/scheduler.py``): running requests first, each
   asking for its remaining prefill (chunked to the token budget) or one decode
@@ -30,18 +30,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from profiles.cost import CostModel
 from replay.decoders import DecodeSet
 from replay.kv import BlockPool, KVPool, RunPool
-
-if TYPE_CHECKING:
-    from replay.offload import OffloadTier
+from replay.offload import OffloadTier
+from replay.request import SimRequest
 
 
 @dataclass(frozen=True, slots=True)
-class EngineConfig:
+class SimSchedulerConfig:
     kv_tokens: int = 600_000
     block_size: int = 16
     max_num_batched_tokens: int = 8192
@@ -68,61 +67,12 @@ class EngineConfig:
         return self.kv_tokens // self.block_size
 
 
-@dataclass(slots=True, eq=False)
-class Request:
-    rid: int
-    program: str
-    turn: int
-    arrival: float
-    #: first arrival of the request's program (program-level FCFS)
-    program_start: float
-    prompt: int
-    output: int
-    #: prompt tokens that repeat the program's previous stream (prompt + output)
-    reusable: int
-    tool: str | None
-    is_last: bool
-    #: tokens in the request's stream: prompt + tokens sampled so far
-    num_tokens: int = 0
-    #: tokens whose KV is computed
-    computed: int = 0
-    generated: int = 0
-    blocks: int = 0
-    hit_tokens: int = 0
-    loaded_tokens: int = 0
-    preempted: bool = False
-    preemptions: int = 0
-    preempt_seq: int = 0
-    admitted: float | None = None
-    first_token: float | None = None
-    finish: float | None = None
-    #: order of entry into the running list (the list stays sorted by it)
-    run_seq: int = 0
-    #: the policy's waiting-queue key, kept while the request waits
-    qkey: tuple[float, ...] = ()
-    #: in the aggregated decode set (its token counts are then kept there)
-    dec: bool = False
-    d0: int = 0
-    c0: int = 0
-    g0: int = 0
-    epoch: int = 0
-    #: arrival order of the program's first call: breaks ties between programs
-    #: that started at the same instant, as a real engine sees them one after another
-    program_seq: int = 0
-    #: when the client sent it (``arrival`` is when the scheduler saw it: the next
-    #: step boundary); None: at ``arrival``
-    sent: float | None = None
-
-    def __post_init__(self) -> None:
-        self.num_tokens = self.prompt
-
-
-def _qkey(req: Request) -> tuple[float, ...]:
+def _qkey(req: SimRequest) -> tuple[float, ...]:
     return req.qkey
 
 
 @dataclass(slots=True)
-class Pin:
+class SimPin:
     program: str
     expiry: float
     blocks: int
@@ -136,19 +86,19 @@ class Policy(Protocol):
 
     name: str
 
-    def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
+    def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
         """Waiting-queue order: smaller first."""
         ...
 
-    def on_arrival(self, req: Request, engine: Engine, now: float) -> None: ...
+    def on_arrival(self, req: SimRequest, engine: SimScheduler, now: float) -> None: ...
 
-    def on_admit(self, req: Request, engine: Engine, now: float) -> None: ...
+    def on_admit(self, req: SimRequest, engine: SimScheduler, now: float) -> None: ...
 
-    def ttl_on_finish(self, req: Request, engine: Engine, now: float) -> float:
+    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
         """Seconds to keep the finished request's KV pinned (0: free it now)."""
         ...
 
-    def valve(self, engine: Engine, head: Request, now: float, stalled: bool) -> None:
+    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
         """The head cannot be admitted for lack of memory: release pins (or not)."""
         ...
 
@@ -169,25 +119,25 @@ class Stats:
 
 
 @dataclass(slots=True)
-class Engine:
-    config: EngineConfig
+class SimScheduler:
+    config: SimSchedulerConfig
     cost: CostModel
     policy: Policy
     offload: OffloadTier | None = None
     pool: KVPool = field(init=False)
-    running: list[Request] = field(default_factory=list)
-    waiting: list[Request] = field(default_factory=list)
-    pins: dict[str, Pin] = field(default_factory=dict)
+    running: list[SimRequest] = field(default_factory=list)
+    waiting: list[SimRequest] = field(default_factory=list)
+    pins: dict[str, SimPin] = field(default_factory=dict)
     pinned_blocks: int = 0
     stats: Stats = field(default_factory=Stats)
     _waiting_dirty: bool = False
     _preempt_counter: int = 0
     #: program -> its request in the waiting queue (one at a time per program)
-    waiting_programs: dict[str, Request] = field(default_factory=dict)
+    waiting_programs: dict[str, SimRequest] = field(default_factory=dict)
     #: program -> full (hashed) blocks among its pinned blocks
     _pin_full: dict[str, int] = field(default_factory=dict)
     #: pins made since the driver last looked (it schedules their expiry events)
-    new_pins: list[Pin] = field(default_factory=list)
+    new_pins: list[SimPin] = field(default_factory=list)
     #: simulated time up to which pinned memory has been integrated
     clock: float = 0.0
     #: (time, pinned blocks) at each change seen by :meth:`tick`
@@ -195,7 +145,7 @@ class Engine:
     _last_sampled: int = 0
     decoders: DecodeSet = field(init=False)
     #: running requests not in the decode set, in running order
-    _prefilling: list[Request] = field(default_factory=list)
+    _prefilling: list[SimRequest] = field(default_factory=list)
     _run_counter: int = 0
     _blocked_head: bool = False
 
@@ -204,18 +154,18 @@ class Engine:
         self.pool = cls(self.config.num_blocks, self.config.block_size)
         self.decoders = DecodeSet(self.config.block_size)
 
-    def context_tokens(self, req: Request) -> int:
+    def context_tokens(self, req: SimRequest) -> int:
         """The request's computed tokens now (a policy may ask about running requests)."""
         self.decoders.sync(req)
         return req.computed
 
     # ------------------------------------------------------------ queue
 
-    def add(self, req: Request, now: float) -> None:
+    def add(self, req: SimRequest, now: float) -> None:
         self.policy.on_arrival(req, self, now)
         self._enqueue(req)
 
-    def _enqueue(self, req: Request) -> None:
+    def _enqueue(self, req: SimRequest) -> None:
         self.waiting.append(req)
         self.waiting_programs[req.program] = req
         req.qkey = self.policy.key(req, self)
@@ -234,7 +184,7 @@ class Engine:
                 req.qkey = self.policy.key(req, self)
                 self._waiting_dirty = True
 
-    def _sorted_waiting(self) -> list[Request]:
+    def _sorted_waiting(self) -> list[SimRequest]:
         if self._waiting_dirty:
             self.waiting.sort(key=_qkey)
             self._waiting_dirty = False
@@ -255,8 +205,8 @@ class Engine:
             self.timeline.append((now, self.pinned_blocks))
             self._last_sampled = self.pinned_blocks
 
-    def pin(self, req: Request, ttl: float, now: float) -> None:
-        pin = Pin(req.program, now + ttl, req.blocks, now, req.program_start, req.program_seq)
+    def pin(self, req: SimRequest, ttl: float, now: float) -> None:
+        pin = SimPin(req.program, now + ttl, req.blocks, now, req.program_start, req.program_seq)
         self.pins[req.program] = pin
         self.new_pins.append(pin)
         self.pinned_blocks += req.blocks
@@ -291,7 +241,7 @@ class Engine:
 
     # ------------------------------------------------------------ step
 
-    def step(self, now: float, horizon: float) -> tuple[float, list[Request]]:
+    def step(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
         """One engine step from ``now`` (plus merged decode steps up to ``horizon``).
 
         Returns (duration, finished requests). A duration of 0 means nothing could run.
@@ -315,13 +265,13 @@ class Engine:
             self.stats.steps += extra
         return duration, finished
 
-    def _enter_running(self, req: Request) -> None:
+    def _enter_running(self, req: SimRequest) -> None:
         self._run_counter += 1
         req.run_seq = self._run_counter
         self.running.append(req)
         self._prefilling.append(req)
 
-    def _step_fast(self, now: float) -> tuple[float, list[Request], bool] | None:
+    def _step_fast(self, now: float) -> tuple[float, list[SimRequest], bool] | None:
         """The same step with the decoding requests taken together; None when it would
         preempt or when the token budget runs out before the end of the running list
         (the request-by-request path then takes the step)."""
@@ -329,7 +279,7 @@ class Engine:
         self.expire_pins(now)
         bs = self.config.block_size
         budget = self.config.max_num_batched_tokens
-        prefills: list[tuple[Request, int, int, int]] = []
+        prefills: list[tuple[SimRequest, int, int, int]] = []
         need_total = 0
         dec = self.decoders
         demand = sum(r.num_tokens - r.computed for r in self._prefilling)
@@ -353,7 +303,7 @@ class Engine:
                 prefills.append((r, new, r.computed, need))
                 need_total += need
                 budget -= new
-        due: list[Request] = []
+        due: list[SimRequest] = []
         while True:
             due_r = dec.pop_block_due(dec.D + 1)
             if due_r is None:
@@ -394,7 +344,7 @@ class Engine:
         self.stats.steps += 1
         self.tick(end)
         dec.D += 1
-        finished: list[Request] = []
+        finished: list[SimRequest] = []
         for r, new, _, _ in prefills:
             r.computed += new
             if r.computed < r.num_tokens:
@@ -419,10 +369,10 @@ class Engine:
 
     def _preempt_until_fits(
         self,
-        prefills: list[tuple[Request, int, int, int]],
-        due: list[Request],
+        prefills: list[tuple[SimRequest, int, int, int]],
+        due: list[SimRequest],
         now: float,
-    ) -> tuple[list[tuple[Request, int, int, int]], list[Request]]:
+    ) -> tuple[list[tuple[SimRequest, int, int, int]], list[SimRequest]]:
         """vLLM's running loop when blocks run short, with the needs known up front.
 
         Walk the requests that need blocks in running order; while one's need exceeds
@@ -433,7 +383,9 @@ class Engine:
         one batch afterwards. Returns the prefills and due decoders still scheduled.
         """
         dec = self.decoders
-        needy: list[tuple[int, Request, int]] = [(r.run_seq, r, n) for r, _, _, n in prefills if n]
+        needy: list[tuple[int, SimRequest, int]] = [
+            (r.run_seq, r, n) for r, _, _, n in prefills if n
+        ]
         needy.extend((r.run_seq, r, 1) for r in due)
         needy.sort(key=lambda item: item[0])
         gone: set[int] = set()
@@ -459,7 +411,7 @@ class Engine:
         kept_prefills = [item for item in prefills if item[0].rid not in gone]
         return kept_prefills, [r for r in due if r.rid not in gone]
 
-    def _step_reference(self, now: float) -> tuple[float, list[Request], bool]:
+    def _step_reference(self, now: float) -> tuple[float, list[SimRequest], bool]:
         """One step, request by request, as vLLM's loop runs it (the reference path).
 
         Returns (duration, finished, preempted).
@@ -468,7 +420,7 @@ class Engine:
         self.expire_pins(now)
         bs = self.config.block_size
         budget = self.config.max_num_batched_tokens
-        scheduled: list[tuple[Request, int, int]] = []  # (req, new tokens, context before)
+        scheduled: list[tuple[SimRequest, int, int]] = []  # (req, new tokens, context before)
         preempted = False
         i = 0
         while i < len(self.running) and budget > 0:
@@ -513,14 +465,14 @@ class Engine:
 
     def _admit_waiting(
         self, budget: int, now: float, nothing_scheduled: bool
-    ) -> tuple[list[tuple[Request, int, int]], float, bool]:
+    ) -> tuple[list[tuple[SimRequest, int, int]], float, bool]:
         """Admit waiting requests in the policy's order while budget, seats and memory
         allow; the first that does not fit (after the valve) stops admission.
 
         Returns ((request, new tokens, context before) admitted, reload seconds, whether
         a waiting head was left blocked).
         """
-        admitted: list[tuple[Request, int, int]] = []
+        admitted: list[tuple[SimRequest, int, int]] = []
         reload_s = 0.0
         waiting = self._sorted_waiting()
         while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
@@ -543,7 +495,7 @@ class Engine:
             reload_s += loaded_s
         return admitted, reload_s, bool(waiting)
 
-    def _plan(self, req: Request, budget: int) -> tuple[int, int, int, int, int]:
+    def _plan(self, req: SimRequest, budget: int) -> tuple[int, int, int, int, int]:
         """(hit blocks, tokens loaded from offload, new tokens, new blocks, blocks that must
         be free) to admit ``req``.
 
@@ -568,14 +520,14 @@ class Engine:
             must_fit = max(need, -(-req.num_tokens // bs) - hit_blocks)
         return hit_blocks, loaded, new, need, must_fit
 
-    def fits(self, req: Request, budget: int | None = None) -> bool:
+    def fits(self, req: SimRequest, budget: int | None = None) -> bool:
         """Whether ``req`` could be admitted now (memory only)."""
         hit_blocks, _, _, _, must_fit = self._plan(
             req, budget or self.config.max_num_batched_tokens
         )
         return self.pool.room_for(req.program, hit_blocks, must_fit)
 
-    def _try_admit(self, req: Request, budget: int, now: float) -> tuple[int, float] | None:
+    def _try_admit(self, req: SimRequest, budget: int, now: float) -> tuple[int, float] | None:
         bs = self.config.block_size
         hit_blocks, loaded, new, need, must_fit = self._plan(req, budget)
         hit = hit_blocks * bs
@@ -601,7 +553,7 @@ class Engine:
         loaded_s = self.offload.reload_s(loaded) if (self.offload and loaded) else 0.0
         return new, loaded_s
 
-    def _preempt(self, req: Request, now: float) -> None:
+    def _preempt(self, req: SimRequest, now: float) -> None:
         """Recompute preemption: free the blocks (they stay cached), requeue at the front."""
         bs = self.config.block_size
         if req in self._prefilling:
@@ -617,9 +569,9 @@ class Engine:
         self._enqueue(req)
 
     def _advance(
-        self, scheduled: list[tuple[Request, int, int]], end: float, now: float
-    ) -> list[Request]:
-        finished: list[Request] = []
+        self, scheduled: list[tuple[SimRequest, int, int]], end: float, now: float
+    ) -> list[SimRequest]:
+        finished: list[SimRequest] = []
         for req, new, _ in scheduled:
             req.computed += new
             if req.computed < req.num_tokens:
@@ -635,7 +587,7 @@ class Engine:
             self._finish(req, end)
         return finished
 
-    def _finish(self, req: Request, now: float) -> None:
+    def _finish(self, req: SimRequest, now: float) -> None:
         req.finish = now
         self.running.remove(req)
         if not req.dec and req in self._prefilling:

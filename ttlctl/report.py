@@ -160,7 +160,7 @@ def _tokens(n: float) -> str:
 
 
 @dataclass
-class _Run:
+class _RunInputs:
     root: Path
     paths: dict[str, Path] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
@@ -190,7 +190,7 @@ def _json(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _load(root: Path) -> _Run:
+def _load(root: Path) -> _RunInputs:
     from ttlctl import bundle as bundle_mod
     from ttlctl.trace import io as trace_io
 
@@ -198,7 +198,7 @@ def _load(root: Path) -> _Run:
         raise ReportError(f"{root}: no such directory")
     if not root.is_dir():
         raise ReportError(f"{root}: not a directory")
-    run = _Run(root)
+    run = _RunInputs(root)
     run.paths = {name: root / name for name in FILES if (root / name).is_file()}
     if not run.paths:
         raise ReportError(f"{root}: none of {', '.join(FILES)}; nothing to report")
@@ -227,7 +227,7 @@ def _load(root: Path) -> _Run:
 # ---------------------------------------------------------------- sections
 
 
-def _inputs(run: _Run) -> str:
+def _inputs(run: _RunInputs) -> str:
     from fitting.fit import file_sha256
     from ttlctl import __version__
 
@@ -278,7 +278,7 @@ def _inputs(run: _Run) -> str:
     return "".join(parts)
 
 
-def _trace(run: _Run) -> str:
+def _trace(run: _RunInputs) -> str:
     import polars as pl
 
     from ttlctl.trace.summary import summarize
@@ -343,11 +343,11 @@ def _ranked_tools(fit: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return sorted(entries, key=lambda kv: (-int(kv[1].get("n") or 0), kv[0]))
 
 
-def _decide(run: _Run, tool: str | None, context: float, t: float) -> Any:
+def _decide(run: _RunInputs, tool: str | None, context: float, t: float) -> Any:
     return run.policy.decide(tool, context, queue_delay_s=t)
 
 
-def _cdfs(run: _Run) -> str:
+def _cdfs(run: _RunInputs) -> str:
     if run.fit is None:
         return _absent("fit.json (nor a bundle.json with its fit)")
     fit, t_ref = run.fit, run.queue_delay_s
@@ -448,7 +448,7 @@ def _cdfs(run: _Run) -> str:
     return "".join(parts)
 
 
-def _tau(run: _Run) -> str:
+def _tau(run: _RunInputs) -> str:
     if run.policy is None:
         return _absent("bundle.json" if "bundle.json" not in run.problems else "usable bundle.json")
     t_ref = run.queue_delay_s
@@ -498,12 +498,12 @@ def _tau(run: _Run) -> str:
     return "".join(parts)
 
 
-def _results(run: _Run) -> list[dict[str, Any]]:
+def _results(run: _RunInputs) -> list[dict[str, Any]]:
     results = (run.replay or {}).get("results") or []
     return [r for r in results if isinstance(r, dict)]
 
 
-def _jct(run: _Run) -> str:
+def _jct(run: _RunInputs) -> str:
     if run.replay is None:
         return _absent("replay.json")
     results = _results(run)
@@ -568,7 +568,7 @@ def _jct(run: _Run) -> str:
     return "".join(parts)
 
 
-def _pinned(run: _Run) -> str:
+def _pinned(run: _RunInputs) -> str:
     if run.replay is None:
         return _absent("replay.json")
     lines, idle = [], []
@@ -612,7 +612,7 @@ def _pinned(run: _Run) -> str:
     return "".join(parts)
 
 
-def _tune(run: _Run) -> str:
+def _tune(run: _RunInputs) -> str:
     if run.tune is None:
         return _absent("tune.json")
     tune = run.tune
@@ -678,7 +678,7 @@ def _tune(run: _Run) -> str:
     return "".join(parts)
 
 
-SECTIONS: tuple[tuple[str, str, Callable[[_Run], str]], ...] = (
+SECTIONS: tuple[tuple[str, str, Callable[[_RunInputs], str]], ...] = (
     ("inputs", "Inputs", _inputs),
     ("trace", "Trace", _trace),
     ("cdfs", "Pause CDFs per tool", _cdfs),

@@ -16,7 +16,7 @@ from fitting.policy import PolicyParams
 from profiles import schema as profile_schema
 from profiles.cost import ProfileCostModel
 from replay.policies import PolicySpec
-from replay.policy_runs import Timing, run_one
+from replay.policy_runs import Load, run_one
 from replay.sim import ReplayConfig
 from replay.workload import Workload
 
@@ -103,8 +103,8 @@ class TuneContext:
     #: the profile document that prices every step and every miss
     profile: Mapping[str, Any]
     config: ReplayConfig = field(default_factory=ReplayConfig)
-    #: program starts: each a Timing with ``jps`` or ``concurrency`` (its seed is ignored)
-    loads: tuple[Timing, ...] = (Timing(concurrency=8),)
+    #: program starts: each a Load with ``jps`` or ``concurrency`` (its seed is ignored)
+    loads: tuple[Load, ...] = (Load(concurrency=8),)
     #: every load is replayed with each of these seeds
     seeds: tuple[int, ...] = (0, 1)
     #: a constraint: the replays' mean p95 JCT must stay at or under this (None: none)
@@ -153,7 +153,7 @@ class TuneContext:
         """The programs one replay runs: all of them, or a live run's subset."""
         return self.workload if self.live is None else self.live.subset(self.workload)
 
-    def replays(self) -> list[Timing]:
+    def replays(self) -> list[Load]:
         """Seed-major: every load with the first seed, then every load with the next."""
         return [replace(load, seed=s) for s in self.seeds for load in self.loads]
 
@@ -180,7 +180,7 @@ class TuneContext:
         return out
 
 
-def load_json(timing: Timing) -> dict[str, Any]:
+def load_json(timing: Load) -> dict[str, Any]:
     return {"jps": timing.jps} if timing.jps is not None else {"concurrency": timing.concurrency}
 
 
@@ -191,7 +191,7 @@ def shuffled(workload: Workload, seed: int) -> Workload:
     return Workload(tuple(workload.programs[i] for i in order))
 
 
-def replay_once(ctx: TuneContext, spec: PolicySpec, timing: Timing) -> dict[str, Any]:
+def replay_once(ctx: TuneContext, spec: PolicySpec, timing: Load) -> dict[str, Any]:
     result = run_one(
         shuffled(ctx.workload, timing.seed), spec, ctx.cost(), ctx.config, timing, timed=False
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 from fitting.policy import PolicyParams
 from replay.live import LOW_IDS, LiveError, run_live
-from replay.policy_runs import Timing
+from replay.policy_runs import Load
 from replay.tune.context import (
     IncompleteRun,
     LiveTarget,
@@ -94,7 +94,7 @@ def swap(ctx: TuneContext, params: PolicyParams, label: str) -> dict[str, Any]:
 
 
 def live_replay(
-    ctx: TuneContext, params: PolicyParams, timing: Timing, label: str
+    ctx: TuneContext, params: PolicyParams, timing: Load, label: str
 ) -> dict[str, Any]:
     """Swap ``params``'s bundle in, then one live run of ``ctx``'s programs (in ``timing``'s
     seeded order); the simulator's result keys, and ``bundle_loaded`` (what :func:`swap` saw)."""

@@ -24,9 +24,9 @@ from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
 from replay.live import run_live
 from replay.policies import PolicySpec
-from replay.policy_runs import Timing, run_one
+from replay.policy_runs import Load, run_one
 from replay.sim import ReplayConfig
-from replay.workload import Call, Program, Workload, load
+from replay.workload import AgentProgram, Call, Workload, load
 from tests.live.conftest import Servers, children, healthy
 from tests.live.traces import agent_trace
 from tests.vllm_server import _group_alive
@@ -39,7 +39,7 @@ OUTPUT = 40  # more than a block: a hit past the previous prompt proves its outp
 def simulator_keys(workload: Workload) -> set[str]:
     profile, _ = resolve("tiny-cpu")
     result = run_one(
-        workload, PolicySpec("vllm"), ProfileCostModel(profile), ReplayConfig(), Timing()
+        workload, PolicySpec("vllm"), ProfileCostModel(profile), ReplayConfig(), Load()
     )
     return set(result)
 
@@ -131,7 +131,7 @@ def test_run_live_on_the_ttl_server_pins(servers: Servers, tmp_path: Path) -> No
 
 def test_run_live_clips_calls_longer_than_the_model(servers: Servers) -> None:
     calls = (Call(2100, 8, 0, "bash", 0.1), Call(2300, 8, 2108, None, 0.0))
-    workload = Workload((Program("long", 0.0, calls),))
+    workload = Workload((AgentProgram("long", 0.0, calls),))
     result = run_live(servers.stock.url, workload, "vllm")
     assert result["truncated_calls"] == 2
     assert (result["llm_calls"], result["rejected_calls"], result["programs"]) == (2, 0, 1)
@@ -144,7 +144,7 @@ def test_run_live_stops_by_itself(servers: Servers) -> None:
         Call(200, 4, 104, "bash", 30.0),
         Call(300, 4, 204, None, 0),
     )
-    workload = Workload((Program("slow", 0.0, calls),))
+    workload = Workload((AgentProgram("slow", 0.0, calls),))
     t0 = time.monotonic()
     result = run_live(servers.stock.url, workload, "vllm", timeout_s=2.0)
     assert time.monotonic() - t0 < 10.0
@@ -161,7 +161,7 @@ def test_run_live_concurrency_bounds_live_programs(servers: Servers, tmp_path: P
         servers.stock.url,
         workload,
         "vllm",
-        timing=Timing(concurrency=2),
+        timing=Load(concurrency=2),
         records_path=tmp_path / "r.jsonl",
     )
     assert (result["programs"], result["llm_calls"]) == (4, 8)

@@ -11,8 +11,8 @@ import pytest
 
 from fitting.fit import FitConfig, fit_trace
 from profiles.shipped import resolve
-from replay.policy_runs import Timing
-from replay.scheduler import EngineConfig
+from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.tune import TuneContext
 from replay.workload import load
@@ -72,8 +72,8 @@ def tune_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         workload=load(trace),
         fit=fit_doc,
         profile=profile.to_json(),
-        config=ReplayConfig(engine=EngineConfig(kv_tokens=KV_TOKENS)),
-        loads=(Timing(concurrency=6), Timing(concurrency=12)),
+        config=ReplayConfig(engine=SimSchedulerConfig(kv_tokens=KV_TOKENS)),
+        loads=(Load(concurrency=6), Load(concurrency=12)),
         seeds=(0, 1),
     )
     return {"root": root, "trace": trace, "fit": fit_path, "ctx": ctx}

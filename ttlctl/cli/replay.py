@@ -101,8 +101,8 @@ def replay(
     from profiles.shipped import resolve
     from replay.live import LiveError, cap_pauses, live_results
     from replay.policies import PolicySpec
-    from replay.policy_runs import Timing, expand, run_all
-    from replay.scheduler import EngineConfig
+    from replay.policy_runs import Load, expand, run_all
+    from replay.scheduler import SimSchedulerConfig
     from replay.sim import ReplayConfig, SimulationError
     from replay.workload import load
     from ttlctl import __version__
@@ -119,7 +119,7 @@ def replay(
         names = [n.strip() for p in policy for n in p.split(",") if n.strip()]
         try:
             names = expand(names)
-            engine = EngineConfig(
+            engine = SimSchedulerConfig(
                 kv_tokens=kv_tokens,
                 block_size=block_size,
                 max_num_batched_tokens=max_num_batched_tokens,
@@ -172,7 +172,7 @@ def replay(
                         specs,
                         ProfileCostModel(prof),
                         config,
-                        Timing(jps=jps, concurrency=concurrency, seed=seed),
+                        Load(jps=jps, concurrency=concurrency, seed=seed),
                         timed=not no_timing,
                         progress=progress,
                     )

@@ -181,8 +181,8 @@ def tune(
     from profiles.shipped import resolve
     from replay import tune as tuner
     from replay.live import cap_pauses, print_warning
-    from replay.policy_runs import Timing
-    from replay.scheduler import EngineConfig
+    from replay.policy_runs import Load
+    from replay.scheduler import SimSchedulerConfig
     from replay.sim import ReplayConfig
     from replay.workload import load
     from ttlctl import __version__
@@ -205,16 +205,16 @@ def tune(
         workload = cap_pauses(load(trace), idle_gap_cap)
         if not workload.programs:
             raise UserError(f"{trace}: no programs to replay")
-        loads = [Timing(jps=j) for j in jps or []] + [
-            Timing(concurrency=c) for c in concurrency or []
+        loads = [Load(jps=j) for j in jps or []] + [
+            Load(concurrency=c) for c in concurrency or []
         ]
         if not loads and live is not None:
             # one live load: half the programs of a run kept live
-            loads = [Timing(concurrency=max(1, min(live_programs, len(workload.programs)) // 2))]
+            loads = [Load(concurrency=max(1, min(live_programs, len(workload.programs)) // 2))]
         if not loads:
             n = len(workload.programs)
             levels = sorted({max(1, min(64, n // 4)), max(1, min(64, n // 2))})
-            loads = [Timing(concurrency=c) for c in levels]
+            loads = [Load(concurrency=c) for c in levels]
         try:
             target = None
             if live is not None:
@@ -233,7 +233,7 @@ def tune(
                 fit=fit_doc,
                 profile=prof.to_json(),
                 config=ReplayConfig(
-                    engine=EngineConfig(kv_tokens=kv_tokens),
+                    engine=SimSchedulerConfig(kv_tokens=kv_tokens),
                     offload_tokens=offload_tokens,
                     truncate=truncate,
                 ),

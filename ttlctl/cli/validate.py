@@ -135,7 +135,7 @@ def validate(
     from replay.crosscheck import Sources, ValidateError, base_command
     from replay.crosscheck import validate as run_validate
     from replay.live import LiveError, print_warning
-    from replay.policy_runs import Timing
+    from replay.policy_runs import Load
     from replay.workload import load
     from ttlctl.jsonio import write_atomic
 
@@ -185,7 +185,7 @@ def validate(
                     kv_tokens=kv_tokens,
                     max_num_seqs=max_num_seqs,
                     max_num_batched_tokens=max_num_batched_tokens,
-                    timing=Timing(jps=jps, concurrency=concurrency, seed=seed),
+                    timing=Load(jps=jps, concurrency=concurrency, seed=seed),
                     seed=seed,
                     max_programs=programs,
                     repeats=repeats,

@@ -1,4 +1,4 @@
-"""Golden cases for :class:`replay.scheduler.Engine`, ported from vLLM's scheduler tests.
+"""Golden cases for :class:`replay.scheduler.SimScheduler`, ported from vLLM's scheduler tests.
 
 The scenarios of ``tests/v1/core/test_scheduler.py`` (token budget and chunked
 prefill, ``max_num_seqs``, preemption of the running tail and its recompute,
@@ -16,9 +16,10 @@ import pytest
 from profiles.cost import ConstantCostModel
 from replay.policies import PolicySpec, make
 from replay.policies.simple import VLLM, ProgramFCFS
-from replay.scheduler import Engine, EngineConfig, Request
+from replay.request import SimRequest
+from replay.scheduler import SimScheduler, SimSchedulerConfig
 from replay.sim import ReplayConfig, simulate
-from replay.workload import Call, Program, Workload
+from replay.workload import AgentProgram, Call, Workload
 
 INF = float("inf")
 
@@ -34,9 +35,9 @@ def request(
     arrival: float = 0.0,
     program_start: float | None = None,
     turn: int = 0,
-) -> Request:
+) -> SimRequest:
     start = arrival if program_start is None else program_start
-    return Request(rid, program, turn, arrival, start, prompt, output, 0, None, True)
+    return SimRequest(rid, program, turn, arrival, start, prompt, output, 0, None, True)
 
 
 class AdmitLog:
@@ -57,14 +58,14 @@ class AdmitLog:
 class Driver:
     """Steps an engine by hand and reports what each step scheduled."""
 
-    def __init__(self, config: EngineConfig, policy: Any = None) -> None:
-        self.engine = Engine(config, ConstantCostModel(), policy or VLLM())
+    def __init__(self, config: SimSchedulerConfig, policy: Any = None) -> None:
+        self.engine = SimScheduler(config, ConstantCostModel(), policy or VLLM())
         self.log = AdmitLog(self.engine.pool)
         self.engine.pool = self.log  # type: ignore[assignment]
         self.now = 0.0
-        self.requests: dict[str, Request] = {}
+        self.requests: dict[str, SimRequest] = {}
 
-    def add(self, req: Request) -> Request:
+    def add(self, req: SimRequest) -> SimRequest:
         self.requests[req.program] = req
         self.engine.add(req, self.now)
         return req
@@ -98,8 +99,8 @@ class Driver:
         return [r.program for r in self.engine._sorted_waiting()]
 
 
-def config(pool: str, **kw: Any) -> EngineConfig:
-    return EngineConfig(pool=pool, fast=False, **kw)
+def config(pool: str, **kw: Any) -> SimSchedulerConfig:
+    return SimSchedulerConfig(pool=pool, fast=False, **kw)
 
 
 # ------------------------------------------------------------------ token budget
@@ -279,11 +280,13 @@ def test_programs_started_together_are_ordered_by_first_arrival(
     once did, makes program-fcfs behave exactly like vllm here.)"""
     workload = Workload(
         tuple(
-            Program(p, 0.0, (Call(8, 2, 0, "t", 0.0), Call(12, 2, 10, None, 0.0)))
+            AgentProgram(p, 0.0, (Call(8, 2, 0, "t", 0.0), Call(12, 2, 10, None, 0.0)))
             for p in "ABC"
         )
     )
-    cfg = ReplayConfig(engine=EngineConfig(kv_tokens=64, block_size=4, max_num_seqs=1), check=True)
+    cfg = ReplayConfig(
+        engine=SimSchedulerConfig(kv_tokens=64, block_size=4, max_num_seqs=1), check=True
+    )
     policy = make(PolicySpec(name), {}, lambda t, o: 0.0)
     out = simulate(workload, policy, ConstantCostModel(), cfg)
     assert [f"{c.program}{c.turn}" for c in sorted(out.calls, key=lambda c: c.finish)] == order
@@ -315,12 +318,12 @@ def test_pin_keeps_the_prefix_across_a_pause() -> None:
     freed blocks, and P's next call is handed its 5 blocks (20 tokens)."""
     workload = Workload(
         (
-            Program("P", 0.0, (Call(20, 1, 0, "t", 1.0), Call(25, 1, 21, None, 0.0))),
-            Program("Q", 0.2, (Call(19, 1, 0, None, 0.0),)),
-            Program("R", 0.5, (Call(19, 1, 0, None, 0.0),)),
+            AgentProgram("P", 0.0, (Call(20, 1, 0, "t", 1.0), Call(25, 1, 21, None, 0.0))),
+            AgentProgram("Q", 0.2, (Call(19, 1, 0, None, 0.0),)),
+            AgentProgram("R", 0.5, (Call(19, 1, 0, None, 0.0),)),
         )
     )
-    cfg = ReplayConfig(engine=EngineConfig(kv_tokens=40, block_size=4), check=True)
+    cfg = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=40, block_size=4), check=True)
     hits = {}
     for name in ("vllm", "static-ttl"):
         policy = make(PolicySpec(name, ttl_s=2.0), {}, lambda t, o: 0.0)
@@ -346,18 +349,20 @@ def test_handover_that_needs_the_pins_partial_block(
     Regression: it never fitted, the valve spares the head's own pin, and once the
     pin's expiry had passed simulate() spun forever (guarded here by a step limit)."""
     steps = 0
-    original = Engine.step
+    original = SimScheduler.step
 
-    def guarded(self: Engine, now: float, horizon: float) -> Any:
+    def guarded(self: SimScheduler, now: float, horizon: float) -> Any:
         nonlocal steps
         steps += 1
         if steps > 10_000:
             raise Stuck(f"no progress at t={now}")
         return original(self, now, horizon)
 
-    monkeypatch.setattr(Engine, "step", guarded)
-    workload = Workload((Program("P", 0.0, (Call(6, 1, 0, "t", 0.1), Call(19, 1, 7, None, 0.0))),))
-    cfg = ReplayConfig(engine=EngineConfig(kv_tokens=20, block_size=4, pool=pool), check=True)
+    monkeypatch.setattr(SimScheduler, "step", guarded)
+    workload = Workload(
+        (AgentProgram("P", 0.0, (Call(6, 1, 0, "t", 0.1), Call(19, 1, 7, None, 0.0))),)
+    )
+    cfg = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=20, block_size=4, pool=pool), check=True)
     policy = make(PolicySpec("static-ttl", ttl_s=2.0), {}, lambda t, o: 0.0)
     out = simulate(workload, policy, ConstantCostModel(), cfg)
     assert [(c.turn, c.hit_tokens) for c in out.calls] == [(0, 0), (1, 4)]

@@ -22,6 +22,7 @@ import polars as pl
 
 from fitting import cdf as cdf_mod
 from fitting import eta as eta_mod
+from ttlctl.errors import ConfigError
 
 FIT_SCHEMA = "ttlctl.fit/1"
 
@@ -36,9 +37,9 @@ class FitConfig:
 
     def __post_init__(self) -> None:
         if self.min_samples < 0 or self.abandon_s <= 0 or self.bootstrap < 0:
-            raise ValueError("min_samples >= 0, abandon_s > 0, bootstrap >= 0")
+            raise ConfigError("min_samples >= 0, abandon_s > 0, bootstrap >= 0")
         if self.max_points < 2:
-            raise ValueError("max_points >= 2")
+            raise ConfigError("max_points >= 2")
 
 
 def file_sha256(path: Path) -> str:

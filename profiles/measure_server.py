@@ -26,10 +26,11 @@ What a live server can tell from outside, timed on the client:
 
 KV bytes per token come from the model config (``--model``) when given, else
 from the server's ``vllm:cache_config_info`` metric (``kv_cache_memory_bytes /
-kv_cache_size_tokens``); with neither, :class:`ValueError` asks for ``--model``.
+kv_cache_size_tokens``); with neither, :class:`ServerMeasureError` asks for ``--model``.
 
 Standard library only for HTTP (``urllib``). Every failure to talk to the
-server is a :class:`ValueError` with a one-line message naming the URL.
+server is a :class:`ServerMeasureError` (a ``ValueError``) with a one-line message naming
+the URL.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from typing import Any
 from profiles.fitmath import fit_decode, fit_quadratic
 from profiles.models import kv_bytes_per_token as config_kv_bytes_per_token
 from profiles.schema import Decode, Prefill, Profile, Reload
+from ttlctl.errors import TtlctlError
 from ttlctl.server import sse
 from ttlctl.server.prom import int_label, metric_labels, normalise_url
 
@@ -115,7 +117,11 @@ class _Stream:
         return (t1 - t0) / (n1 - n0)
 
 
-class EngineHTTPError(ValueError):
+class ServerMeasureError(TtlctlError, ValueError):
+    """The server cannot be measured as asked: one line naming the URL."""
+
+
+class EngineHTTPError(ServerMeasureError):
     """The server answered with an HTTP error status (``status``)."""
 
     def __init__(self, message: str, status: int) -> None:
@@ -124,13 +130,13 @@ class EngineHTTPError(ValueError):
 
 
 class _Client:
-    """JSON over HTTP to one server; every failure becomes a one-line ValueError."""
+    """JSON over HTTP to one server; every failure becomes a one-line ServerMeasureError."""
 
     def __init__(self, url: str, timeout_s: float) -> None:
         self.url = url
         self.timeout_s = timeout_s
 
-    def _fail(self, path: str, exc: BaseException) -> ValueError:
+    def _fail(self, path: str, exc: BaseException) -> ServerMeasureError:
         if isinstance(exc, urllib.error.HTTPError):
             detail = ""
             try:
@@ -147,11 +153,15 @@ class _Client:
             )
         reason: object = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         if isinstance(reason, ConnectionRefusedError):
-            return ValueError(f"{self.url}: connection refused (is a vLLM server running there?)")
+            return ServerMeasureError(
+                f"{self.url}: connection refused (is a vLLM server running there?)"
+            )
         if isinstance(reason, TimeoutError | socket.timeout):
-            return ValueError(f"{self.url}: no answer from {path} within {self.timeout_s:g} s")
+            return ServerMeasureError(
+                f"{self.url}: no answer from {path} within {self.timeout_s:g} s"
+            )
         text = " ".join(str(reason).split()) or type(reason).__name__
-        return ValueError(f"{self.url}: cannot talk to the server ({text})")
+        return ServerMeasureError(f"{self.url}: cannot talk to the server ({text})")
 
     def _open(self, path: str, body: Any | None, method: str) -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -180,7 +190,7 @@ class _Client:
         try:
             return json.loads(text) if text.strip() else None
         except json.JSONDecodeError:
-            raise ValueError(f"{self.url}: {path} did not answer JSON") from None
+            raise ServerMeasureError(f"{self.url}: {path} did not answer JSON") from None
 
     def stream(self, body: dict[str, Any]) -> _Stream:
         """POST a streamed /v1/completions and time each chunk that carries tokens."""
@@ -206,12 +216,14 @@ class _Client:
                         count = new
                         arrivals.append((now, count))
         except sse.StreamError as exc:
-            raise ValueError(f"{self.url}: {path} {exc}") from None
+            raise ServerMeasureError(f"{self.url}: {path} {exc}") from None
         except OSError as exc:
             raise self._fail(path, exc) from None
         if not arrivals:
             n = len(body.get("prompt") or ())
-            raise ValueError(f"{self.url}: the server returned no tokens for a {n}-token prompt")
+            raise ServerMeasureError(
+                f"{self.url}: the server returned no tokens for a {n}-token prompt"
+            )
         return _Stream(start, tuple(arrivals), cached)
 
 
@@ -252,13 +264,13 @@ def measure_engine(
     KV bytes per token and the vocabulary for random prompts. ``contexts``
     default to powers of two from 128 up to ``max_model_len − output_tokens −
     16``. ``progress(phase, done, total)`` is called as measurements finish
-    (phases ``"prefill"`` and ``"decode"``). Raises :class:`ValueError` with a
+    (phases ``"prefill"`` and ``"decode"``). Raises :class:`ServerMeasureError` with a
     one-line message naming the URL when the server cannot be used.
     """
     if repeats < 1:
-        raise ValueError("repeats must be at least 1")
+        raise ServerMeasureError("repeats must be at least 1")
     if output_tokens < 4:
-        raise ValueError("output_tokens must be at least 4 (decode needs token gaps)")
+        raise ServerMeasureError("output_tokens must be at least 4 (decode needs token gaps)")
     url = normalise_url(url)
     client = _Client(url, timeout_s)
     report: Progress = progress or (lambda phase, done, total: None)
@@ -267,7 +279,7 @@ def measure_engine(
     models = client.json("/v1/models")
     entries = models.get("data") if isinstance(models, dict) else None
     if not entries or not isinstance(entries[0], dict) or "id" not in entries[0]:
-        raise ValueError(f"{url}: /v1/models lists no model")
+        raise ServerMeasureError(f"{url}: /v1/models lists no model")
     model_id = str(entries[0]["id"])
     reported = entries[0].get("max_model_len")
     if isinstance(reported, int) and reported > 0:
@@ -299,7 +311,7 @@ def measure_engine(
     else:
         memory = int_label(cache_info, "kv_cache_memory_bytes")
         if memory is None or kv_capacity is None:
-            raise ValueError(
+            raise ServerMeasureError(
                 f"{url}: the server does not tell its KV bytes per token; "
                 "pass the model's config with --model"
             )
@@ -312,7 +324,7 @@ def measure_engine(
         limit = min(limit, kv_capacity - output_tokens - CONTEXT_MARGIN)
     if contexts is None:
         if max_model_len <= 0:
-            raise ValueError(
+            raise ServerMeasureError(
                 f"{url}: the server does not report max_model_len; pass contexts or --model"
             )
         ctxs = default_contexts(limit)
@@ -320,19 +332,19 @@ def measure_engine(
         ctxs = sorted({int(c) for c in contexts})
         for c in ctxs:
             if c < 1:
-                raise ValueError(f"{url}: context lengths must be positive, got {c}")
+                raise ServerMeasureError(f"{url}: context lengths must be positive, got {c}")
             if max_model_len > 0 and c + output_tokens > max_model_len:
-                raise ValueError(
+                raise ServerMeasureError(
                     f"{url}: context {c} + {output_tokens} output tokens does not fit "
                     f"max_model_len {max_model_len}"
                 )
             if kv_capacity is not None and c + output_tokens > kv_capacity:
-                raise ValueError(
+                raise ServerMeasureError(
                     f"{url}: context {c} + {output_tokens} output tokens does not fit "
                     f"the server's KV cache ({kv_capacity} tokens)"
                 )
     if len(ctxs) < 3:
-        raise ValueError(
+        raise ServerMeasureError(
             f"{url}: need at least 3 context lengths to fit prefill, got {ctxs} "
             f"(max_model_len {max_model_len})"
         )
@@ -422,7 +434,7 @@ def measure_engine(
             done += 1
             report("decode", done, total)
         if not tpots:
-            raise ValueError(f"{url}: too few tokens streamed to time decode steps")
+            raise ServerMeasureError(f"{url}: too few tokens streamed to time decode steps")
         kv_tokens = seqs * (kv_len + dec_out // 2)
         dec_points.append((seqs, kv_tokens, statistics.median(tpots)))
     dfit = fit_decode(
@@ -486,7 +498,7 @@ def _token_pool(client: _Client, model_id: str) -> list[int]:
     tokens = data.get("tokens") if isinstance(data, dict) else None
     pool = sorted({int(t) for t in tokens or ()})
     if len(pool) < 32:
-        raise ValueError(
+        raise ServerMeasureError(
             f"{client.url}: cannot find enough token ids for random prompts; "
             "pass the model's config with --model"
         )

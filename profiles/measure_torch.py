@@ -44,6 +44,7 @@ from scipy.optimize import nnls
 
 from profiles import fitmath, models
 from profiles.schema import Decode, Prefill, Profile, Reload
+from ttlctl.errors import TtlctlError
 
 #: share of the available memory the weights may take before we refuse
 WEIGHTS_MEMORY_SHARE = 0.5
@@ -66,7 +67,7 @@ TORCH_DTYPES = ("bfloat16", "float16", "float32")
 Progress = Callable[[str, int, int], None]
 
 
-class MeasureError(ValueError):
+class MeasureError(TtlctlError, ValueError):
     """The measurement cannot run as asked; the message says why and what to do."""
 
 

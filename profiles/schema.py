@@ -21,10 +21,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ttlctl.errors import TtlctlError
+
 SCHEMA = "ttlctl.profile/1"
 
 
-class ProfileError(ValueError):
+class ProfileError(TtlctlError, ValueError):
     """A profile that cannot be used; the message names what is wrong."""
 
 

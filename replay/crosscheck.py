@@ -52,6 +52,7 @@ from profiles.schema import Profile
 from replay.live import LiveError, ServerInfo, cap_pauses, first_programs, probe, run_live
 from replay.policy_runs import Load
 from replay.workload import Workload
+from ttlctl.errors import TtlctlError
 from ttlctl.server.process import free_port, stop_group, wait_healthy
 
 SCHEDULER_CLS = "ttlctl.engine.TTLScheduler"
@@ -78,7 +79,7 @@ COMPARED = (
 Progress = Callable[[str], None]
 
 
-class ValidateError(ValueError):
+class ValidateError(TtlctlError, ValueError):
     """Bad arguments, or a server that would not start: one line."""
 
 

@@ -57,6 +57,7 @@ import numpy as np
 from replay.figures import _pct as sim_pct
 from replay.policy_runs import Load, prepare
 from replay.workload import AgentProgram, Call, Workload
+from ttlctl.errors import TtlctlError
 from ttlctl.server import sse
 from ttlctl.server.prom import int_label
 from ttlctl.server.prom import metric_labels as metric_labels
@@ -77,7 +78,7 @@ LOW_IDS = 3
 Progress = Callable[[int, int], None]
 
 
-class LiveError(ValueError):
+class LiveError(TtlctlError, ValueError):
     """The server cannot be used (unreachable, no model, bad answer): one line, naming the URL."""
 
 

@@ -12,6 +12,7 @@ from replay import figures
 from replay.policies import BOUNDS, NAMES, PolicySpec, make
 from replay.sim import ReplayConfig, simulate
 from replay.workload import Workload, poisson_starts, retimed
+from ttlctl.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,5 +101,5 @@ def expand(names: Sequence[str]) -> list[str]:
         return list(NAMES)
     unknown = [n for n in names if n not in NAMES]
     if unknown:
-        raise ValueError(f"unknown policy {unknown[0]!r}; choose from {', '.join(NAMES)} or all")
+        raise ConfigError(f"unknown policy {unknown[0]!r}; choose from {', '.join(NAMES)} or all")
     return list(names)

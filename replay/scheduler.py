@@ -37,6 +37,7 @@ from replay.decoders import DecodeSet
 from replay.kv import BlockPool, KVPool, RunPool
 from replay.offload import OffloadTier
 from replay.request import SimRequest
+from ttlctl.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +57,11 @@ class SimSchedulerConfig:
 
     def __post_init__(self) -> None:
         if self.kv_tokens < self.block_size or self.block_size <= 0:
-            raise ValueError("kv_tokens must hold at least one block")
+            raise ConfigError("kv_tokens must hold at least one block")
         if self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
-            raise ValueError("max_num_batched_tokens and max_num_seqs must be positive")
+            raise ConfigError("max_num_batched_tokens and max_num_seqs must be positive")
         if self.pool not in ("runs", "blocks"):
-            raise ValueError("pool must be 'runs' or 'blocks'")
+            raise ConfigError("pool must be 'runs' or 'blocks'")
 
     @property
     def num_blocks(self) -> int:

@@ -91,6 +91,7 @@ from functools import cache
 import numpy as np
 import polars as pl
 
+from ttlctl.errors import ConfigError
 from ttlctl.trace.schema import COLUMNS
 
 #: smallest tool result (tokens) a call adds to the next prompt
@@ -238,11 +239,11 @@ def synth(workload: str, programs: int, seed: int) -> pl.DataFrame:
     as a canonical trace, sorted by program and turn. Deterministic for a seed."""
     spec = WORKLOADS.get(workload)
     if spec is None:
-        raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
+        raise ConfigError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
     if programs < 1:
-        raise ValueError(f"programs must be at least 1, not {programs}")
+        raise ConfigError(f"programs must be at least 1, not {programs}")
     if seed < 0:
-        raise ValueError(f"seed must be non-negative, not {seed}")
+        raise ConfigError(f"seed must be non-negative, not {seed}")
     rng = np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(workload.encode())]))
     tools = solved_tools(spec)
 
@@ -341,7 +342,7 @@ def fit_context(frame: pl.DataFrame, limit: int, min_output: int = 4) -> pl.Data
     decode steps), and its reused prefix never exceeds its prompt or the previous
     call's prompt + output, so the trace stays valid."""
     if limit <= min_output:
-        raise ValueError(f"max context must be above {min_output} tokens, not {limit}")
+        raise ConfigError(f"max context must be above {min_output} tokens, not {limit}")
     tokens = ("input_tokens", "output_tokens", "reused_tokens")
     total = pl.col("input_tokens") + pl.col("output_tokens")
     work = frame.sort("program_id", "turn").with_columns(

@@ -24,6 +24,7 @@ from typing import Any
 
 from fitting.policy import PolicyParams, TTLPolicy, priors_from_fit
 from profiles import schema as profile_schema
+from ttlctl.errors import TtlctlError
 from ttlctl.jsonio import write_atomic
 
 SCHEMA_VERSION = 1
@@ -41,7 +42,7 @@ REQUIRED = (
 )
 
 
-class BundleError(ValueError):
+class BundleError(TtlctlError, ValueError):
     """A bundle that must not be used; the message says why (one line)."""
 
 

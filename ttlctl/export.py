@@ -23,14 +23,16 @@ from typing import Any
 
 import polars as pl
 
+from ttlctl.errors import ConfigError
+
 FORMATS = ("mooncake", "agentic-mooncake")
 
 
 def rows(trace: pl.DataFrame, fmt: str, block_size: int = 512) -> list[dict[str, Any]]:
     if fmt not in FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; choose {' or '.join(FORMATS)}")
+        raise ConfigError(f"unknown export format {fmt!r}; choose {' or '.join(FORMATS)}")
     if block_size <= 0:
-        raise ValueError("block size must be positive")
+        raise ConfigError("block size must be positive")
     out: list[dict[str, Any]] = []
     next_id = 0
     frame = trace.sort(["program_id", "turn"])

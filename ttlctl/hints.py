@@ -25,6 +25,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ttlctl.errors import ConfigError
+
 #: TensorRT-LLM's highest block priority (its default is 35)
 TRTLLM_PRIORITY = 100
 
@@ -76,7 +78,7 @@ def shape(engine: str, ttl_s: float) -> dict[str, Any]:
     if fn is None:
         why = NOT_BUILT.get(engine)
         choices = ", ".join(SHAPES)
-        raise ValueError(
+        raise ConfigError(
             f"--as {engine}: {why}" if why else f"--as takes {choices}, not {engine!r}"
         )
     return fn(ttl_s)

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from ttlctl.errors import TtlctlError
+
 FILES = ("trace.parquet", "fit.json", "bundle.json", "replay.json", "tune.json")
 MAX_TOOL_PLOTS = 12
 MAX_ROWS = 50
@@ -57,7 +59,7 @@ img{max-width:100%;height:auto;border:1px solid #eee}
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 
-class ReportError(ValueError):
+class ReportError(TtlctlError, ValueError):
     """No report can be made (no such directory, or nothing in it); one line."""
 
 

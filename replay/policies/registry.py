@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replay.scheduler import Policy
+from ttlctl.errors import ConfigError
 
 #: the comparison table's order: ablation ladder, baselines, bounds
 NAMES = (
@@ -68,7 +69,7 @@ def make(
         return Autellix()
     if name == "oracle":
         return Oracle(pauses=pauses, valve_name=spec.valve or "stall-only")
-    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(NAMES)} or all")
+    raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(NAMES)} or all")
 
 
 def _ttl_policy(

@@ -19,12 +19,13 @@ from replay.policies import PolicySpec
 from replay.policy_runs import Load, run_one
 from replay.sim import ReplayConfig
 from replay.workload import Workload
+from ttlctl.errors import TtlctlError
 
 #: bump when the search space or the objective changes meaning (part of the study name)
 SEARCH_SPACE = "ttlctl.tune.space/1"
 
 
-class TuneError(ValueError):
+class TuneError(TtlctlError, ValueError):
     """Bad settings, an unusable storage or a study that cannot give an answer (one line)."""
 
 

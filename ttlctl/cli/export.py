@@ -20,15 +20,11 @@ def export(
 ) -> None:
     """Write the trace as Mooncake JSONL (or Dynamo's agentic Mooncake) for other replayers."""
     from ttlctl import export as export_mod
-    from ttlctl.cli.kit import UserError
     from ttlctl.trace import io as trace_io
 
     with user_errors():
         frame = trace_io.read(trace)
-        try:
-            lines = export_mod.rows(frame, to, block_size)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
+        lines = export_mod.rows(frame, to, block_size)
         export_mod.write(lines, output)
     err.print(f"wrote {len(lines):,} calls to {output} ({to}, {block_size}-token blocks)")
 

@@ -33,16 +33,12 @@ def fit(
     """Fit per-tool pause CDFs (compressed to ≤ 1,024 points), exponential fits, and η."""
     from fitting.fit import FitConfig, fit_trace
     from ttlctl.cli import render
-    from ttlctl.cli.kit import UserError
     from ttlctl.jsonio import write_atomic as write_json
 
     with user_errors():
-        try:
-            config = FitConfig(
-                min_samples=min_samples, abandon_s=abandon_s, bootstrap=bootstrap, seed=seed
-            )
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
+        config = FitConfig(
+            min_samples=min_samples, abandon_s=abandon_s, bootstrap=bootstrap, seed=seed
+        )
         with err.status("fitting…"):
             doc = fit_trace(trace, config)
         write_json(doc, output)

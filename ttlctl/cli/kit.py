@@ -19,6 +19,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from ttlctl.errors import TtlctlError
+
 #: results for people (tables); machine output is written to sys.stdout directly
 out = Console(soft_wrap=True)
 #: progress, notes and errors
@@ -31,8 +33,8 @@ for _console in (out, err):
         _console.width = PIPE_WIDTH
 
 
-class UserError(Exception):
-    """Bad input or arguments: printed as one line, exit code 2."""
+class UserError(TtlctlError):
+    """Bad arguments the command itself finds: printed as one line, exit code 2."""
 
 
 def fail(message: str) -> NoReturn:
@@ -42,25 +44,12 @@ def fail(message: str) -> NoReturn:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn the library's input errors into one line on stderr and exit code 2."""
-    from profiles.models import ModelConfigError
-    from profiles.schema import ProfileError
-    from ttlctl.bundle import BundleError
-    from ttlctl.ingest.errors import IngestError
-    from ttlctl.ingest.registry import UnknownFormat
-    from ttlctl.trace.io import TraceError
-
+    """The one place a user's error becomes one line on stderr and exit code 2: every
+    :class:`~ttlctl.errors.TtlctlError` (the libraries' and :class:`UserError`), and a
+    file that is missing, unreadable or a directory."""
     try:
         yield
-    except (
-        IngestError,
-        UnknownFormat,
-        UserError,
-        BundleError,
-        ProfileError,
-        TraceError,
-        ModelConfigError,
-    ) as exc:
+    except TtlctlError as exc:
         fail(str(exc))
     except PermissionError as exc:
         fail(f"{exc.filename}: permission denied")

@@ -69,15 +69,12 @@ def profile(
         return
     if output is None:
         raise typer.BadParameter("-o/--output is required (or use --list)")
-    from profiles.models import ModelConfigError, load_config
+    from profiles.models import load_config
     from ttlctl.jsonio import write_atomic
 
     with user_errors():
         grid = _grid(contexts)
-        try:
-            name, config = load_config(model)
-        except ModelConfigError as exc:
-            raise UserError(str(exc)) from None
+        name, config = load_config(model)
         with err.status("profiling…") as status:
 
             def progress(stage: str, done: int, total: int) -> None:
@@ -106,7 +103,7 @@ def profile(
                         repeats=repeats,
                         progress=progress,
                     )
-            except ValueError as exc:
+            except ValueError as exc:  # torch, transformers or a fit refused the model or grid
                 raise UserError(str(exc)) from None
         write_atomic(result.to_json(), output)
     _show(result.to_json())

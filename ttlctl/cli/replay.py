@@ -99,7 +99,7 @@ def replay(
     from fitting.fit import file_sha256
     from profiles.cost import ProfileCostModel
     from profiles.shipped import resolve
-    from replay.live import LiveError, cap_pauses, live_results
+    from replay.live import cap_pauses, live_results
     from replay.policies import PolicySpec
     from replay.policy_runs import Load, expand, run_all
     from replay.scheduler import SimSchedulerConfig
@@ -117,18 +117,15 @@ def replay(
         if concurrency is not None and concurrency <= 0:
             raise UserError("--concurrency must be positive")
         names = [n.strip() for p in policy for n in p.split(",") if n.strip()]
-        try:
-            names = expand(names)
-            engine = SimSchedulerConfig(
-                kv_tokens=kv_tokens,
-                block_size=block_size,
-                max_num_batched_tokens=max_num_batched_tokens,
-                max_num_seqs=max_num_seqs,
-                max_model_len=max_model_len,
-                fast=not per_token,
-            )
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
+        names = expand(names)
+        engine = SimSchedulerConfig(
+            kv_tokens=kv_tokens,
+            block_size=block_size,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+            fast=not per_token,
+        )
         if valve is not None and valve not in ("head", "stall-only"):
             raise UserError(f"--valve must be head or stall-only, got {valve!r}")
         if pin_cap is not None and not 0 < pin_cap <= 1:
@@ -176,10 +173,8 @@ def replay(
                         timed=not no_timing,
                         progress=progress,
                     )
-            except SimulationError as exc:
+            except SimulationError as exc:  # an invariant broke: say so, in one line
                 raise UserError(f"simulation failed: {exc}") from None
-            except LiveError as exc:
-                raise UserError(str(exc)) from None
         doc: dict[str, Any] = {
             "ttlctl_version": __version__,
             "trace": {

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ttlctl.cli.kit import UserError, err, user_errors
+from ttlctl.cli.kit import err, user_errors
 
 
 def report(
@@ -28,11 +28,8 @@ def report(
     from ttlctl import report as report_mod
 
     with user_errors():
-        try:
-            with err.status("building the report…"):
-                page = report_mod.build_report(run_dir)
-        except report_mod.ReportError as exc:
-            raise UserError(str(exc)) from None
+        with err.status("building the report…"):
+            page = report_mod.build_report(run_dir)
         report_mod.write_html(page, output)
     missing = [name for name in report_mod.FILES if not (run_dir / name).is_file()]
     note = f" (not in this run: {', '.join(missing)})" if missing else ""

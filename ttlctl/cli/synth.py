@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ttlctl.cli.kit import UserError, out, user_errors
+from ttlctl.cli.kit import out, user_errors
 
 
 def synth(
@@ -43,12 +43,9 @@ def synth(
     from ttlctl.trace import io as trace_io
 
     with user_errors():
-        try:
-            frame = draw(workload, programs, seed)
-            if max_context is not None:
-                frame = fit_context(frame, max_context)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
+        frame = draw(workload, programs, seed)
+        if max_context is not None:
+            frame = fit_context(frame, max_context)
         rows = trace_io.write(frame.lazy(), output)
     scaled = f", scaled to {max_context:,} tokens" if max_context is not None else ""
     out.print(

@@ -215,36 +215,33 @@ def tune(
             n = len(workload.programs)
             levels = sorted({max(1, min(64, n // 4)), max(1, min(64, n // 2))})
             loads = [Load(concurrency=c) for c in levels]
-        try:
-            target = None
-            if live is not None:
-                assert live_bundle is not None
-                target = tuner.LiveTarget(
-                    url=live,
-                    bundle=live_bundle,
-                    programs=live_programs,
-                    check_s=live_check_s,
-                    timeout_s=live_timeout,
-                    ttlctl_version=__version__,
-                    warn=once(print_warning),
-                )
-            ctx = tuner.TuneContext(
-                workload=workload,
-                fit=fit_doc,
-                profile=prof.to_json(),
-                config=ReplayConfig(
-                    engine=SimSchedulerConfig(kv_tokens=kv_tokens),
-                    offload_tokens=offload_tokens,
-                    truncate=truncate,
-                ),
-                loads=tuple(loads),
-                seeds=tuple(range(seeds)),
-                p95_max_s=p95_max,
-                live=target,
-                idle_gap_cap_s=idle_gap_cap,
+        target = None
+        if live is not None:
+            assert live_bundle is not None
+            target = tuner.LiveTarget(
+                url=live,
+                bundle=live_bundle,
+                programs=live_programs,
+                check_s=live_check_s,
+                timeout_s=live_timeout,
+                ttlctl_version=__version__,
+                warn=once(print_warning),
             )
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
+        ctx = tuner.TuneContext(
+            workload=workload,
+            fit=fit_doc,
+            profile=prof.to_json(),
+            config=ReplayConfig(
+                engine=SimSchedulerConfig(kv_tokens=kv_tokens),
+                offload_tokens=offload_tokens,
+                truncate=truncate,
+            ),
+            loads=tuple(loads),
+            seeds=tuple(range(seeds)),
+            p95_max_s=p95_max,
+            live=target,
+            idle_gap_cap_s=idle_gap_cap,
+        )
         inputs = {
             "trace": file_sha256(trace),
             "fit": file_sha256(fit),
@@ -271,24 +268,21 @@ def tune(
             )
         progress = progress_bar("tuning")
         task = progress.add_task("trials", total=trials)
-        try:
-            with progress:
-                result = tuner.tune(
-                    ctx,
-                    storage=store,
-                    study_name=name,
-                    trials=trials,
-                    workers=workers,
-                    seed=seed,
-                    holdout_seeds=tuple(range(HOLDOUT_BASE, HOLDOUT_BASE + holdout_seeds)),
-                    force=force,
-                    inputs=inputs,
-                    provenance={"inputs": sources, "ttlctl_version": __version__},
-                    progress=lambda done, total: progress.update(task, completed=done),
-                    stage=lambda text: progress.update(task, description=text),
-                )
-        except tuner.TuneError as exc:
-            raise UserError(str(exc)) from None
+        with progress:
+            result = tuner.tune(
+                ctx,
+                storage=store,
+                study_name=name,
+                trials=trials,
+                workers=workers,
+                seed=seed,
+                holdout_seeds=tuple(range(HOLDOUT_BASE, HOLDOUT_BASE + holdout_seeds)),
+                force=force,
+                inputs=inputs,
+                provenance={"inputs": sources, "ttlctl_version": __version__},
+                progress=lambda done, total: progress.update(task, completed=done),
+                stage=lambda text: progress.update(task, description=text),
+            )
         from fitting.policy import PolicyParams
 
         doc = bundle_mod.build(

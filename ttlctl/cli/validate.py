@@ -132,9 +132,9 @@ def validate(
     prefix-hit rate within 5 points, the same ranking.
     """
     from profiles.shipped import resolve
-    from replay.crosscheck import Sources, ValidateError, base_command
+    from replay.crosscheck import Sources, base_command
     from replay.crosscheck import validate as run_validate
-    from replay.live import LiveError, print_warning
+    from replay.live import print_warning
     from replay.policy_runs import Load
     from replay.workload import load
     from ttlctl.jsonio import write_atomic
@@ -175,32 +175,29 @@ def validate(
             raise UserError(f"{trace}: no programs to replay")
         sources = Sources(urls=_urls(url or []), base_cmd=base, startup_timeout_s=startup_timeout)
         with err.status("validating…") as status:
-            try:
-                doc = run_validate(
-                    workload,
-                    sources,
-                    policies=names,
-                    bundle=bundle,
-                    profile=prof,
-                    kv_tokens=kv_tokens,
-                    max_num_seqs=max_num_seqs,
-                    max_num_batched_tokens=max_num_batched_tokens,
-                    timing=Load(jps=jps, concurrency=concurrency, seed=seed),
-                    seed=seed,
-                    max_programs=programs,
-                    repeats=repeats,
-                    model_config=model_config,
-                    idle_gap_cap_s=idle_gap_cap,
-                    timeout_s=timeout,
-                    work_dir=work_dir,
-                    save_result=save_result,
-                    result_dir=result_dir,
-                    label=label,
-                    progress=lambda message: status.update(f"validating: {message}"),
-                    warn=print_warning,
-                )
-            except (ValidateError, LiveError) as exc:
-                raise UserError(str(exc)) from None
+            doc = run_validate(
+                workload,
+                sources,
+                policies=names,
+                bundle=bundle,
+                profile=prof,
+                kv_tokens=kv_tokens,
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
+                timing=Load(jps=jps, concurrency=concurrency, seed=seed),
+                seed=seed,
+                max_programs=programs,
+                repeats=repeats,
+                model_config=model_config,
+                idle_gap_cap_s=idle_gap_cap,
+                timeout_s=timeout,
+                work_dir=work_dir,
+                save_result=save_result,
+                result_dir=result_dir,
+                label=label,
+                progress=lambda message: status.update(f"validating: {message}"),
+                warn=print_warning,
+            )
         doc["trace"] = str(trace)
         if json_out is not None:
             if str(json_out) == "-":

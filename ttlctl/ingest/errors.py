@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from ttlctl.errors import TtlctlError
 
-class IngestError(Exception):
+
+class IngestError(TtlctlError):
     """A user-facing input error: one line naming the file and the record."""
 
     def __init__(self, file: str | Path, record: str | None, reason: str) -> None:

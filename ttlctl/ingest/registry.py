@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from ttlctl.errors import TtlctlError
 from ttlctl.ingest.base import Reader, head_bytes
 
 #: ``--format`` name -> module under ttlctl.ingest.formats (each defines READER).
@@ -24,8 +25,8 @@ MODULES: dict[str, str] = {
 ALIASES: dict[str, str] = {"weka": "claude-code"}
 
 
-class UnknownFormat(ValueError):
-    pass
+class UnknownFormat(TtlctlError, ValueError):
+    """An ingest format no reader has."""
 
 
 def names() -> list[str]:

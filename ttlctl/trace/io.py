@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
+from ttlctl.errors import TtlctlError
 from ttlctl.trace.schema import PARQUET_METADATA, REQUIRED, conform
 
 
@@ -40,7 +41,7 @@ def write(frame: pl.LazyFrame, output: Path, *, streaming: bool = False) -> int:
     return int(rows)
 
 
-class TraceError(ValueError):
+class TraceError(TtlctlError, ValueError):
     """A file that is not a readable canonical trace; the message names it."""
 
 

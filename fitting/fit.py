@@ -11,7 +11,6 @@ programs' lengths (:mod:`fitting.eta`).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,14 +39,6 @@ class FitConfig:
             raise ConfigError("min_samples >= 0, abandon_s > 0, bootstrap >= 0")
         if self.max_points < 2:
             raise ConfigError("max_points >= 2")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def pauses(trace: pl.LazyFrame) -> pl.DataFrame:
@@ -92,6 +83,7 @@ def describe(samples: np.ndarray[Any, Any], config: FitConfig, measured: int) ->
 def fit_trace(path: Path, config: FitConfig | None = None) -> dict[str, Any]:
     """The fit document of a canonical trace file (see CONTRACT.md, ``ttlctl fit``)."""
     from ttlctl import __version__
+    from ttlctl.jsonio import file_sha256
     from ttlctl.trace import io as trace_io
 
     config = config or FitConfig()

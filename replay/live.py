@@ -58,6 +58,7 @@ from replay.figures import _pct as sim_pct
 from replay.policy_runs import Load, prepare
 from replay.workload import AgentProgram, Call, Workload
 from ttlctl.errors import TtlctlError
+from ttlctl.jsonio import write_atomic, write_json
 from ttlctl.server import sse
 from ttlctl.server.prom import int_label
 from ttlctl.server.prom import metric_labels as metric_labels
@@ -750,7 +751,7 @@ def run_live(
         name = result_filename or _result_name(doc, timing)
         path = Path(result_dir or ".") / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_json(path, doc)
+        write_json(doc, path)
         files["result"] = str(path)
         if records_path is None:
             records_path = path.with_suffix(".profile_export.jsonl")
@@ -1079,19 +1080,11 @@ def write_records(path: Path, records: Sequence[LiveCallRecord], policy: str) ->
     """Per-call records (AIPerf's ``profile_export.jsonl`` shape), in send order."""
     ordered = sorted(records, key=lambda r: r.start_ns)
     sessions: dict[str, int] = {}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for r in ordered:
-            num = sessions.setdefault(r.program_id, len(sessions))
-            fh.write(json.dumps(aiperf_record(r, num, policy)) + "\n")
-    tmp.replace(path)
-
-
-def _write_json(path: Path, doc: dict[str, Any]) -> None:
-    from ttlctl.jsonio import write_atomic
-
-    write_atomic(doc, path)
+    lines = []
+    for r in ordered:
+        num = sessions.setdefault(r.program_id, len(sessions))
+        lines.append(json.dumps(aiperf_record(r, num, policy)) + "\n")
+    write_atomic("".join(lines), path)
 
 
 def live_results(

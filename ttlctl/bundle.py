@@ -25,7 +25,7 @@ from typing import Any
 from fitting.policy import PolicyParams, TTLPolicy, priors_from_fit
 from profiles import schema as profile_schema
 from ttlctl.errors import TtlctlError
-from ttlctl.jsonio import write_atomic
+from ttlctl.jsonio import write_json
 
 SCHEMA_VERSION = 1
 FIT_SCHEMA = "ttlctl.fit/1"
@@ -87,7 +87,7 @@ def build(
 
 def write(doc: Mapping[str, Any], path: Path) -> None:
     """Write atomically: the file is whole or absent, never half-written."""
-    write_atomic(doc, path)
+    write_json(doc, path)
 
 
 def read(path: Path) -> dict[str, Any]:

@@ -21,9 +21,7 @@ import html
 import io
 import json
 import math
-import os
 import re
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ttlctl.errors import TtlctlError
+from ttlctl.jsonio import write_atomic
 
 FILES = ("trace.parquet", "fit.json", "bundle.json", "replay.json", "tune.json")
 MAX_TOOL_PLOTS = 12
@@ -230,8 +229,8 @@ def _load(root: Path) -> _RunInputs:
 
 
 def _inputs(run: _RunInputs) -> str:
-    from fitting.fit import file_sha256
     from ttlctl import __version__
+    from ttlctl.jsonio import file_sha256
 
     hashes: dict[str, str] = {}
     rows: list[tuple[Any, ...]] = []
@@ -719,17 +718,4 @@ def write_html(text: str, path: Path) -> None:
     """Write the page atomically: the file is whole or absent, never half-written."""
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(text, path)

@@ -3,8 +3,8 @@ held-back seeds), the summary it returns (``tune.json``) and where that summary 
 
 from __future__ import annotations
 
+import contextlib
 import math
-import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +27,7 @@ from replay.tune.judge import guard, held_back, held_back_live
 from replay.tune.space import paper_defaults, params_of
 from replay.tune.storage import Storage
 from replay.tune.workers import METRIC, _finished, _worker_name, open_study, run_trials, run_workers
+from ttlctl.jsonio import write_atomic
 
 SUMMARY_SCHEMA = "ttlctl.tune/1"
 
@@ -114,12 +115,8 @@ def _say(live: LiveTarget, message: str) -> None:
 
 def _put_back(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (a failed study leaves the server's bundle)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.restore")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        write_atomic(data, path)
 
 
 def _tune(

@@ -12,6 +12,7 @@ import typer
 
 from ttlctl import __version__
 from ttlctl.cli.kit import UserError, err, out, read_json_object, user_errors
+from ttlctl.jsonio import file_sha256
 
 app = typer.Typer(help="Build, inspect, verify and query policy bundles.", no_args_is_help=True)
 
@@ -62,8 +63,6 @@ def build(
             )
         except ValueError as exc:
             raise UserError(str(exc)) from None
-        from fitting.fit import file_sha256
-
         doc = bundle.build(
             fit_doc,
             prof.to_json(),

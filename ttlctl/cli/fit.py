@@ -33,7 +33,7 @@ def fit(
     """Fit per-tool pause CDFs (compressed to ≤ 1,024 points), exponential fits, and η."""
     from fitting.fit import FitConfig, fit_trace
     from ttlctl.cli import render
-    from ttlctl.jsonio import write_atomic as write_json
+    from ttlctl.jsonio import write_json
 
     with user_errors():
         config = FitConfig(

@@ -70,7 +70,7 @@ def profile(
     if output is None:
         raise typer.BadParameter("-o/--output is required (or use --list)")
     from profiles.models import load_config
-    from ttlctl.jsonio import write_atomic
+    from ttlctl.jsonio import write_json
 
     with user_errors():
         grid = _grid(contexts)
@@ -105,7 +105,7 @@ def profile(
                     )
             except ValueError as exc:  # torch, transformers or a fit refused the model or grid
                 raise UserError(str(exc)) from None
-        write_atomic(result.to_json(), output)
+        write_json(result.to_json(), output)
     _show(result.to_json())
     err.print(f"wrote {output}")
 

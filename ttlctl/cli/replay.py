@@ -96,7 +96,6 @@ def replay(
     ] = None,
 ) -> None:
     """Replay the trace's programs in closed loop (next call = finish + recorded pause)."""
-    from fitting.fit import file_sha256
     from profiles.cost import ProfileCostModel
     from profiles.shipped import resolve
     from replay.live import cap_pauses, live_results
@@ -107,7 +106,7 @@ def replay(
     from replay.workload import load
     from ttlctl import __version__
     from ttlctl import bundle as bundle_mod
-    from ttlctl.jsonio import write_atomic
+    from ttlctl.jsonio import file_sha256, write_json
 
     with user_errors():
         if jps is not None and concurrency is not None:
@@ -210,7 +209,7 @@ def replay(
             if str(json_out) == "-":
                 sys.stdout.write(json.dumps(doc, indent=1, sort_keys=True) + "\n")
                 return
-            write_atomic(doc, json_out)
+            write_json(doc, json_out)
     show(results, workload.calls)
     if json_out is not None:
         err.print(f"wrote {json_out}")

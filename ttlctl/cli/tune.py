@@ -177,7 +177,6 @@ def tune(
     """
     import optuna
 
-    from fitting.fit import file_sha256
     from profiles.shipped import resolve
     from replay import tune as tuner
     from replay.live import cap_pauses, print_warning
@@ -187,7 +186,7 @@ def tune(
     from replay.workload import load
     from ttlctl import __version__
     from ttlctl import bundle as bundle_mod
-    from ttlctl.jsonio import write_atomic
+    from ttlctl.jsonio import file_sha256, write_json
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
@@ -302,7 +301,7 @@ def tune(
         if live_bundle is not None and live_bundle.resolve() != output.resolve():
             bundle_mod.write(doc, live_bundle)  # the server serves it from its next request on
         summary_file = summary or tuner.summary_path(output)
-        write_atomic(
+        write_json(
             {**result, "bundle": {"path": str(output), "sha256": doc["sha256"]}, "inputs": sources},
             summary_file,
         )

@@ -137,7 +137,7 @@ def validate(
     from replay.live import print_warning
     from replay.policy_runs import Load
     from replay.workload import load
-    from ttlctl.jsonio import write_atomic
+    from ttlctl.jsonio import write_json
 
     extra = list(ctx.args)
     with user_errors():
@@ -203,7 +203,7 @@ def validate(
             if str(json_out) == "-":
                 sys.stdout.write(json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
                 return
-            write_atomic(json.loads(json.dumps(doc, default=str)), json_out)
+            write_json(json.loads(json.dumps(doc, default=str)), json_out)
     show(doc)
     if json_out is not None:
         err.print(f"wrote {json_out}")

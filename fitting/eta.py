@@ -15,6 +15,7 @@ vectorised :func:`estimate` with a bootstrap interval (numpy; offline).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,5 +123,11 @@ def estimate(lengths: Any, *, bootstrap: int = 1000, seed: int = 0) -> EtaEstima
 
 
 def clamp(value: float) -> float:
-    """η is a correlation: keep it in [−1, 1] against rounding."""
+    """η is a correlation: keep it in [−1, 1] against rounding (not finite: the default)."""
     return max(-1.0, min(1.0, value)) if math.isfinite(value) else DEFAULT_ETA
+
+
+def from_fit(fit: Mapping[str, Any]) -> float:
+    """The η a fit document estimated, clamped; :data:`DEFAULT_ETA` when it has none."""
+    value = (fit.get("eta") or {}).get("value")
+    return DEFAULT_ETA if value is None else clamp(float(value))

@@ -21,6 +21,7 @@ import polars as pl
 
 from fitting import cdf as cdf_mod
 from fitting import eta as eta_mod
+from fitting.percentile import percentile
 from ttlctl.errors import ConfigError
 
 FIT_SCHEMA = "ttlctl.fit/1"
@@ -55,11 +56,6 @@ def pauses(trace: pl.LazyFrame) -> pl.DataFrame:
     )
 
 
-def _percentile(values: np.ndarray[Any, Any], q: float) -> float | None:
-    needed = max(1, round(100 / (100 - q)))
-    return float(np.quantile(values, q / 100)) if values.size >= needed else None
-
-
 def describe(samples: np.ndarray[Any, Any], config: FitConfig, measured: int) -> dict[str, Any]:
     """Statistics, the compressed CDF and the exponential fit of one set of pauses."""
     full = cdf_mod.empirical(samples)
@@ -69,9 +65,9 @@ def describe(samples: np.ndarray[Any, Any], config: FitConfig, measured: int) ->
         "n": int(samples.size),
         "measured": int(measured),
         "mean_s": float(samples.mean()) if samples.size else None,
-        "p50_s": _percentile(samples, 50),
-        "p90_s": _percentile(samples, 90),
-        "p99_s": _percentile(samples, 99),
+        "p50_s": percentile(samples, 50),
+        "p90_s": percentile(samples, 90),
+        "p99_s": percentile(samples, 99),
         "max_s": float(samples.max()) if samples.size else None,
         "trusted": bool(samples.size > config.min_samples),
         "cdf": small.to_json(),

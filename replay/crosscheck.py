@@ -44,14 +44,15 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fitting.policy import PolicyParams
 from profiles.schema import Profile
 from replay.live import LiveError, ServerInfo, cap_pauses, first_programs, probe, run_live
 from replay.policy_runs import Load
 from replay.workload import Workload
+from ttlctl import bundle as bundle_mod
 from ttlctl.errors import TtlctlError
 from ttlctl.server.process import free_port, stop_group, wait_healthy
 
@@ -319,17 +320,11 @@ def same_ranking(a: list[list[str]] | None, b: list[list[str]] | None) -> bool |
 
 def cold_start_bundle(profile_doc: dict[str, Any], path: Path) -> dict[str, Any]:
     """A bundle with no fit (cold start), the default policy and ``profile_doc``."""
-    from fitting.policy import PolicyParams
-    from ttlctl import __version__
-    from ttlctl import bundle as bundle_mod
-
-    doc = bundle_mod.build(
-        {"schema": bundle_mod.FIT_SCHEMA, "tools": {}, "global": None},
+    doc = bundle_mod.assemble(
+        bundle_mod.empty_fit(),
         profile_doc,
         PolicyParams(),
-        created=datetime.now(UTC).isoformat(timespec="seconds"),
-        ttlctl_version=__version__,
-        provenance={"made_by": "ttlctl validate (cold start: no fit)"},
+        {"made_by": "ttlctl validate (cold start: no fit)"},
     )
     bundle_mod.write(doc, path)
     return doc

@@ -6,13 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from fitting.percentile import percentile
 from replay.sim import Outcome
-
-
-def _pct(values: np.ndarray[Any, Any], p: float) -> float | None:
-    """The p-th percentile, or None when there are too few samples for it."""
-    needed = max(1, round(100 / (100 - p)))
-    return float(np.percentile(values, p)) if values.size >= needed else None
 
 
 def summarize(outcome: Outcome, policy: str) -> dict[str, Any]:
@@ -36,13 +31,13 @@ def summarize(outcome: Outcome, policy: str) -> dict[str, Any]:
         "rejected_calls": outcome.rejected_calls,
         "truncated_calls": outcome.truncated_calls,
         "jct_mean_s": float(jct.mean()) if jct.size else None,
-        "jct_p50_s": _pct(jct, 50),
-        "jct_p95_s": _pct(jct, 95),
-        "jct_p99_s": _pct(jct, 99),
+        "jct_p50_s": percentile(jct, 50),
+        "jct_p95_s": percentile(jct, 95),
+        "jct_p99_s": percentile(jct, 99),
         "makespan_s": makespan,
         "throughput_programs_per_s": len(finished) / makespan if makespan > 0 else None,
         "ttft_mean_s": float(ttft.mean()) if ttft.size else None,
-        "ttft_p95_s": _pct(ttft, 95),
+        "ttft_p95_s": percentile(ttft, 95),
         "queue_mean_s": float(queue.mean()) if queue.size else None,
         "prefix_hit_rate": stats.hit_tokens / stats.prompt_tokens if stats.prompt_tokens else None,
         "offload_loaded_tokens": stats.loaded_tokens,

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from replay.figures import _pct as sim_pct
+from fitting.percentile import percentile
 from replay.policy_runs import Load, prepare
 from replay.workload import AgentProgram, Call, Workload
 from ttlctl.errors import TtlctlError
@@ -807,11 +807,6 @@ def _join(state: _LiveRun, targets: list[Callable[[], None]]) -> None:
 # --------------------------------------------------------------------------- figures
 
 
-def _pct(values: Sequence[float], p: float) -> float | None:
-    """The p-th percentile, or None with too few samples (the simulator's rule)."""
-    return sim_pct(np.asarray(values, dtype=float), p)
-
-
 def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
@@ -867,13 +862,13 @@ def summarize(
         "rejected_calls": sum(1 for r in records if not r.ok),
         "truncated_calls": sum(1 for r in records if r.clipped),
         "jct_mean_s": _mean(jct),
-        "jct_p50_s": _pct(jct, 50),
-        "jct_p95_s": _pct(jct, 95),
-        "jct_p99_s": _pct(jct, 99),
+        "jct_p50_s": percentile(jct, 50),
+        "jct_p95_s": percentile(jct, 95),
+        "jct_p99_s": percentile(jct, 99),
         "makespan_s": makespan,
         "throughput_programs_per_s": len(finished) / makespan if makespan > 0 else None,
         "ttft_mean_s": _mean(ttft),
-        "ttft_p95_s": _pct(ttft, 95),
+        "ttft_p95_s": percentile(ttft, 95),
         "queue_mean_s": None,
         "prefix_hit_rate": hits / queries if queries and hits is not None else None,
         "offload_loaded_tokens": None,

@@ -18,12 +18,14 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from fitting.policy import PolicyParams, TTLPolicy, priors_from_fit
 from profiles import schema as profile_schema
+from ttlctl import __version__
 from ttlctl.errors import TtlctlError
 from ttlctl.jsonio import write_json
 
@@ -83,6 +85,30 @@ def build(
     )
     verify(doc)
     return doc
+
+
+def assemble(
+    fit: Mapping[str, Any],
+    profile: Mapping[str, Any],
+    params: PolicyParams,
+    provenance: Mapping[str, Any],
+) -> dict[str, Any]:
+    """A sealed bundle made now by this ttlctl: :func:`build` stamped with the time
+    (UTC, seconds) and ``ttlctl.__version__``. Every command that writes a bundle
+    (``bundle build``, ``tune``, a live trial, ``validate``'s cold start) calls this."""
+    return build(
+        fit,
+        profile,
+        params,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        ttlctl_version=__version__,
+        provenance=provenance,
+    )
+
+
+def empty_fit() -> dict[str, Any]:
+    """The fit of a bundle that has none: the policy starts cold and learns online."""
+    return {"schema": FIT_SCHEMA, "tools": {}, "global": None}
 
 
 def write(doc: Mapping[str, Any], path: Path) -> None:

@@ -4,7 +4,6 @@ in the simulator."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from fitting.eta import from_fit as eta_from_fit
 from fitting.policy import PolicyParams
 from profiles import schema as profile_schema
 from profiles.cost import ProfileCostModel
@@ -63,7 +63,6 @@ class LiveTarget:
     check_s: float = 2.0
     #: one live run stops after this (programs still running are cut short)
     timeout_s: float = 900.0
-    ttlctl_version: str = "unknown"
     #: the served model's name (filled in by :func:`tune` from ``/v1/models``)
     model: str | None = None
     #: each warning of a live run (None: :func:`warnings.warn`)
@@ -145,10 +144,7 @@ class TuneContext:
 
     @property
     def eta_fitted(self) -> float:
-        value = (self.fit.get("eta") or {}).get("value")
-        if value is None or not math.isfinite(value):
-            return 1.0
-        return max(-1.0, min(1.0, float(value)))
+        return eta_from_fit(self.fit)
 
     def replayed(self) -> Workload:
         """The programs one replay runs: all of them, or a live run's subset."""

@@ -22,22 +22,13 @@ from replay.tune.context import (
     load_json,
     shuffled,
 )
+from ttlctl import bundle as bundle_mod
 
 
 def candidate_bundle(ctx: TuneContext, params: PolicyParams, label: str) -> dict[str, Any]:
     """The sealed bundle a live run serves ``params`` with."""
-    from datetime import UTC, datetime
-
-    from ttlctl import bundle as bundle_mod
-
-    assert ctx.live is not None
-    return bundle_mod.build(
-        ctx.fit,
-        ctx.profile,
-        params,
-        created=datetime.now(UTC).isoformat(timespec="seconds"),
-        ttlctl_version=ctx.live.ttlctl_version,
-        provenance={"tuning": {"live_candidate": label}},
+    return bundle_mod.assemble(
+        ctx.fit, ctx.profile, params, {"tuning": {"live_candidate": label}}
     )
 
 
@@ -76,8 +67,6 @@ def swap(ctx: TuneContext, params: PolicyParams, label: str) -> dict[str, Any]:
     load it, before that request and everything after it is scheduled. A server started
     with a larger TTLCTL_BUNDLE_CHECK_S than ``check_s`` breaks this: give it.
     """
-    from ttlctl import bundle as bundle_mod
-
     live = ctx.live
     assert live is not None
     doc = candidate_bundle(ctx, params, label)

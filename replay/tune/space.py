@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import optuna
 
+from fitting.eta import clamp
 from fitting.policy import VALVES, PolicyParams
 from replay.tune.context import TuneContext, TuneError, continuum, replay_once
 from replay.tune.live_trial import _live_brief, live_replay
@@ -38,7 +39,7 @@ def suggest(trial: optuna.trial.BaseTrial) -> PolicyParams:
 def paper_defaults(eta: float) -> dict[str, Any]:
     """The first trial: the paper's policy with the fit's η."""
     return {
-        "eta": max(-1.0, min(1.0, eta)),
+        "eta": clamp(eta),
         "k": PAPER_K,
         "t_window": PAPER_T_WINDOW,
         "valve": "head",

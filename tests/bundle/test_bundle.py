@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +200,17 @@ def test_ttl_grows_with_context(bundle_file: Path) -> None:
     for tool in ("grep", "pytest", None):
         ttls = [policy.decide(tool, c).ttl_s for c in (1_000, 8_000, 32_000, 128_000, 512_000)]
         assert ttls == sorted(ttls)
+
+
+def test_assemble_stamps_now_and_this_version(fit_doc: dict[str, Any]) -> None:
+    import ttlctl
+
+    prof, _ = resolve("llama-3.1-8b-h100")
+    doc = bundle.assemble(fit_doc, prof.to_json(), PolicyParams(k=7), {"by": "test"})
+    bundle.verify(doc)
+    assert doc["ttlctl_version"] == ttlctl.__version__
+    assert doc["policy"]["k"] == 7 and doc["provenance"] == {"by": "test"}
+    created = datetime.fromisoformat(doc["created"])
+    assert abs((datetime.now(UTC) - created).total_seconds()) < 60
+    cold = bundle.assemble(bundle.empty_fit(), prof.to_json(), PolicyParams(), {})
+    assert cold["fit"]["tools"] == {} and bundle.policy_from(cold) is not None

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ttlctl import __version__
 from ttlctl.cli.kit import UserError, err, out, read_json_object, user_errors
 from ttlctl.jsonio import file_sha256
 
@@ -41,6 +39,7 @@ def build(
     learn_eta: Annotated[bool, typer.Option(help="Let the engine re-estimate η online.")] = False,
 ) -> None:
     """Combine a fit, a profile and the policy's parameters into one sealed bundle."""
+    from fitting.eta import from_fit as eta_from_fit
     from fitting.policy import PolicyParams
     from profiles.shipped import resolve
     from ttlctl import bundle
@@ -50,7 +49,7 @@ def build(
         prof, prof_path = resolve(profile)
         fitted = (fit_doc.get("eta") or {}).get("value")
         if eta is None:
-            eta = max(-1.0, min(1.0, fitted)) if fitted is not None else 1.0
+            eta = eta_from_fit(fit_doc)
         try:
             params = PolicyParams(
                 eta=eta,
@@ -63,13 +62,11 @@ def build(
             )
         except ValueError as exc:
             raise UserError(str(exc)) from None
-        doc = bundle.build(
+        doc = bundle.assemble(
             fit_doc,
             prof.to_json(),
             params,
-            created=datetime.now(UTC).isoformat(timespec="seconds"),
-            ttlctl_version=__version__,
-            provenance={
+            {
                 "fit": {"path": str(fit), "sha256": file_sha256(fit)},
                 "profile": {"path": str(prof_path), "sha256": file_sha256(prof_path)},
                 "trace": fit_doc.get("input", {}),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -223,7 +222,6 @@ def tune(
                 programs=live_programs,
                 check_s=live_check_s,
                 timeout_s=live_timeout,
-                ttlctl_version=__version__,
                 warn=once(print_warning),
             )
         ctx = tuner.TuneContext(
@@ -284,13 +282,11 @@ def tune(
             )
         from fitting.policy import PolicyParams
 
-        doc = bundle_mod.build(
+        doc = bundle_mod.assemble(
             fit_doc,
             prof.to_json(),
             PolicyParams.from_json(result["shipped"]["policy"]),
-            created=datetime.now(UTC).isoformat(timespec="seconds"),
-            ttlctl_version=__version__,
-            provenance={
+            {
                 **sources,
                 "trace_fitted": fit_doc.get("input", {}),
                 "eta_fitted": (fit_doc.get("eta") or {}).get("value"),

@@ -39,7 +39,7 @@ def demo_context(root: Path, programs: int, seed: int) -> tuner.TuneContext:
     profile, _ = resolve("llama-3.1-8b-h100")
     return tuner.TuneContext(
         workload=load(trace),
-        fit=fit_trace(trace, FitConfig(bootstrap=200, seed=seed)),
+        fit=fit_trace(trace_io.scan(trace), FitConfig(bootstrap=200, seed=seed)),
         profile=profile.to_json(),
         config=ReplayConfig(engine=SimSchedulerConfig(kv_tokens=600_000)),
         loads=(Load(concurrency=16), Load(concurrency=32)),

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy import stats
 
 MAX_POINTS = 1024
 
@@ -149,8 +150,6 @@ class ExpFit:
 
 def exponential_fit(samples: ArrayLike) -> ExpFit | None:
     """Fit Exp(rate) with scipy; None for no samples or all-zero samples."""
-    from scipy import stats
-
     values = np.asarray(samples, dtype=np.float64)
     if values.size == 0 or float(values.mean()) <= 0:
         return None

@@ -258,7 +258,7 @@ class _Bench:
 
 
 def _hf_config(config: dict[str, Any]) -> Any:
-    import transformers
+    import transformers  # heavy (2 s): only when a model is built
 
     kwargs = {
         k: v
@@ -307,7 +307,7 @@ def measure(
     the device is missing, the weights would not fit in half its memory, or the
     arguments cannot give a fit.
     """
-    import torch
+    import torch  # heavy and optional: importing this module stays cheap
 
     report: Progress = progress or (lambda stage, done, total: None)
     if repeats < 1:
@@ -343,7 +343,7 @@ def measure(
         )
 
     # -- build the model (random weights, seeded) ---------------------------------------
-    import transformers
+    import transformers  # heavy (2 s): only when a model is built
 
     hf_config = _hf_config(config)
     torch.manual_seed(seed)

@@ -48,9 +48,14 @@ from pathlib import Path
 from typing import Any
 
 from fitting.policy import PolicyParams
+from profiles.cost import ProfileCostModel
+from profiles.measure_server import measure_engine
 from profiles.schema import Profile
 from replay.live import LiveError, ServerInfo, cap_pauses, first_programs, probe, run_live
-from replay.policy_runs import Load
+from replay.policies import PolicySpec
+from replay.policy_runs import Load, run_one
+from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 from ttlctl.errors import TtlctlError
@@ -207,8 +212,6 @@ def sim_engine_config(
     max_num_batched_tokens: int,
 ) -> Any:
     """The simulator's :class:`~replay.scheduler.SimSchedulerConfig` sized like the server."""
-    from replay.scheduler import SimSchedulerConfig
-
     block = info.block_size or 16
     if kv_tokens is None:
         if info.num_gpu_blocks:
@@ -375,13 +378,6 @@ def validate(
     :class:`ValidateError` (bad arguments, a server that does not start or cannot
     be profiled) or :class:`replay.live.LiveError` (a server that cannot be used).
     """
-    from profiles.cost import ProfileCostModel
-    from profiles.measure_server import measure_engine
-    from replay.policies import PolicySpec
-    from replay.policy_runs import run_one
-    from replay.sim import ReplayConfig
-    from ttlctl import bundle as bundle_mod
-
     say: Progress = progress or (lambda message: None)
     timing = timing or Load()
     names = list(dict.fromkeys(policies))

@@ -567,15 +567,6 @@ def _emit(warn: Callable[[str], None] | None, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def print_warning(message: str) -> None:
-    """A warning as one line on the CLI's stderr console."""
-    from rich.markup import escape
-
-    from ttlctl.cli.kit import err
-
-    err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
-
-
 class _Sampler:
     """Samples ``/metrics`` gauges every ``every_s`` seconds in a thread."""
 
@@ -1096,7 +1087,7 @@ def live_results(
     result_dir: Path | None = None,
     label: str | None = None,
     progress: Progress | None = None,
-    warn: Callable[[str], None] | None = print_warning,
+    warn: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """``ttlctl replay --live URL``: the one policy the server runs, as a list of results.
 

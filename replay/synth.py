@@ -90,6 +90,7 @@ from functools import cache
 
 import numpy as np
 import polars as pl
+from scipy.optimize import root
 
 from ttlctl.errors import ConfigError
 from ttlctl.trace.schema import COLUMNS
@@ -207,8 +208,6 @@ def solved_tools(spec: Spec) -> tuple[Tool, ...]:
 def turns_distribution(mean: float, sd: float, low: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """(support, probabilities) of the discretised normal on ``[low, ⌈mean + 8 sd⌉]``
     whose mean and sd are exactly ``mean`` and ``sd``."""
-    from scipy.optimize import root
-
     support = np.arange(low, math.ceil(mean + 8 * sd) + 1)
 
     def probs(x: np.ndarray) -> np.ndarray:

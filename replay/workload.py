@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from ttlctl.trace import io as trace_io
+
 
 @dataclass(frozen=True, slots=True)
 class Call:
@@ -77,8 +79,6 @@ def from_frame(frame: pl.DataFrame) -> Workload:
 
 
 def load(path: Path) -> Workload:
-    from ttlctl.trace import io as trace_io
-
     return from_frame(trace_io.read(path))
 
 

@@ -82,4 +82,4 @@ def synthetic_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def fit_doc(synthetic_trace: Path) -> dict[str, object]:
     from fitting.fit import FitConfig, fit_trace
 
-    return fit_trace(synthetic_trace, FitConfig(bootstrap=200))
+    return fit_trace(trace_io.scan(synthetic_trace), FitConfig(bootstrap=200))

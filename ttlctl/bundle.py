@@ -23,6 +23,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from fitting import FIT_SCHEMA
 from fitting.policy import PolicyParams, TTLPolicy, priors_from_fit
 from profiles import schema as profile_schema
 from ttlctl import __version__
@@ -30,7 +31,6 @@ from ttlctl.errors import TtlctlError
 from ttlctl.jsonio import write_json
 
 SCHEMA_VERSION = 1
-FIT_SCHEMA = "ttlctl.fit/1"
 MAX_CDF_POINTS = 1024
 REQUIRED = (
     "schema_version",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ def _safe(name: str) -> str:
     return cleaned[:80]
 
 
-def _step(ax: Any, cdf: dict[str, Any], **kw: Any) -> None:
+def step(ax: Any, cdf: Mapping[str, Any], **kw: Any) -> None:
+    """A compressed CDF (``x``, ``p``) as a right-continuous step from (0, 0)."""
     x = np.r_[0.0, np.asarray(cdf["x"], dtype=float)]
     p = np.r_[0.0, np.asarray(cdf["p"], dtype=float)]
     ax.step(x, p, where="post", **kw)
@@ -23,6 +25,7 @@ def _step(ax: Any, cdf: dict[str, Any], **kw: Any) -> None:
 
 def plot_fit(fit: dict[str, Any], out_dir: Path) -> list[Path]:
     """Write ``<tool>.png`` per tool (and ``global.png``); returns the paths."""
+    # pyplot and its Agg backend only when plots are drawn (importing this module is light)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -37,7 +40,7 @@ def plot_fit(fit: dict[str, Any], out_dir: Path) -> list[Path]:
         if entry["n"] == 0:
             continue
         fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
-        _step(ax, entry["cdf"], color="C0", lw=1.8, label=f"empirical (n={entry['n']:,})")
+        step(ax, entry["cdf"], color="C0", lw=1.8, label=f"empirical (n={entry['n']:,})")
         exp = entry.get("exponential")
         upper = max(float(entry["cdf"]["x"][-1]), 1e-3)
         if exp:
@@ -50,7 +53,7 @@ def plot_fit(fit: dict[str, Any], out_dir: Path) -> list[Path]:
                 label=f"Exp fit (mean {exp['mean_s']:.3g} s, KS {exp['ks']:.2f})",
             )
         if name != "global" and everything["n"]:
-            _step(ax, everything["cdf"], color="0.6", lw=1.0, label="all tools")
+            step(ax, everything["cdf"], color="0.6", lw=1.0, label="all tools")
         ax.set_xscale("symlog", linthresh=max(upper / 1000, 1e-3))
         ax.set_xlim(0, upper)
         ax.set_ylim(0, 1.02)

@@ -29,9 +29,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter
 
+from ttlctl import __version__
+from ttlctl import bundle as bundle_mod
 from ttlctl.errors import TtlctlError
-from ttlctl.jsonio import write_atomic
+from ttlctl.jsonio import file_sha256, write_atomic
+from ttlctl.plots import step
+from ttlctl.trace import io as trace_io
+from ttlctl.trace.summary import summarize
 
 FILES = ("trace.parquet", "fit.json", "bundle.json", "replay.json", "tune.json")
 MAX_TOOL_PLOTS = 12
@@ -130,8 +139,6 @@ def _absent(name: str) -> str:
 
 
 def _figure(width: float, height: float) -> Any:
-    from matplotlib.figure import Figure
-
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
@@ -145,12 +152,6 @@ def _img(fig: Any, alt: str) -> str:
         f'<img src="data:image/png;base64,{data}" width="{width}" height="{height}" '
         f'alt="{_e(alt)}" title="{_e(alt)}">'
     )
-
-
-def _step(ax: Any, cdf: Mapping[str, Any], **kw: Any) -> None:
-    x = np.r_[0.0, np.asarray(cdf["x"], dtype=float)]
-    p = np.r_[0.0, np.asarray(cdf["p"], dtype=float)]
-    ax.step(x, p, where="post", **kw)
 
 
 def _tokens(n: float) -> str:
@@ -192,9 +193,6 @@ def _json(path: Path) -> dict[str, Any]:
 
 
 def _load(root: Path) -> _RunInputs:
-    from ttlctl import bundle as bundle_mod
-    from ttlctl.trace import io as trace_io
-
     if not root.exists():
         raise ReportError(f"{root}: no such directory")
     if not root.is_dir():
@@ -229,9 +227,6 @@ def _load(root: Path) -> _RunInputs:
 
 
 def _inputs(run: _RunInputs) -> str:
-    from ttlctl import __version__
-    from ttlctl.jsonio import file_sha256
-
     hashes: dict[str, str] = {}
     rows: list[tuple[Any, ...]] = []
     for name in FILES:
@@ -280,10 +275,6 @@ def _inputs(run: _RunInputs) -> str:
 
 
 def _trace(run: _RunInputs) -> str:
-    import polars as pl
-
-    from ttlctl.trace.summary import summarize
-
     if run.trace is None:
         return _absent("trace.parquet")
     frame = run.trace
@@ -377,7 +368,7 @@ def _cdfs(run: _RunInputs) -> str:
             continue
         fig = _figure(3.8, 2.9)
         ax = fig.subplots()
-        _step(ax, cdf, color="C0", lw=1.8, label=f"empirical (n={_num(entry.get('n'))})")
+        step(ax, cdf, color="C0", lw=1.8, label=f"empirical (n={_num(entry.get('n'))})")
         upper = max(float(cdf["x"][-1]), 1e-3)
         exp = entry.get("exponential")
         if isinstance(exp, dict) and _is_num(exp.get("rate")):
@@ -390,7 +381,7 @@ def _cdfs(run: _RunInputs) -> str:
                 label=f"Exp fit (mean {_num(exp.get('mean_s'))} s, KS {_num(exp.get('ks'))})",
             )
         if everything and (everything.get("cdf") or {}).get("x"):
-            _step(ax, everything["cdf"], color="0.65", lw=1.0, label="all tools")
+            step(ax, everything["cdf"], color="0.65", lw=1.0, label="all tools")
         if run.policy is not None:
             for colour, context in zip(colours, MARKER_CONTEXTS, strict=True):
                 d = _decide(run, name, context, t_ref)
@@ -516,8 +507,6 @@ def _jct(run: _RunInputs) -> str:
     xs = np.arange(len(results))
     means = [float(r["jct_mean_s"]) if _is_num(r.get("jct_mean_s")) else 0.0 for r in results]
     bound = [bool(r.get("evaluation_only")) for r in results]
-    from matplotlib.patches import Patch
-
     ax.bar(xs, means, color=["#cfcfcf" if b else "C0" for b in bound], label="mean")
     hatched = [(x, m) for x, m, b in zip(xs, means, bound, strict=True) if b]
     if hatched:
@@ -585,8 +574,6 @@ def _pinned(run: _RunInputs) -> str:
     if lines:
         span = max(float(t.max()) for _, t, _ in lines)
         unit, div = ("h", 3600.0) if span > 7200 else ("s", 1.0)
-        from matplotlib.ticker import FuncFormatter
-
         fig = _figure(9.0, 3.8)
         ax = fig.subplots()
         for i, (name, t, v) in enumerate(lines):

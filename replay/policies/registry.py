@@ -6,7 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fitting.policy import PolicyParams, TTLPolicy
+from replay.policies.baselines import Autellix, InferCept, Oracle
+from replay.policies.continuum import Continuum
+from replay.policies.simple import VLLM, ProgramFCFS, StaticTTL
 from replay.scheduler import Policy
+from ttlctl import bundle as bundle_mod
 from ttlctl.errors import ConfigError
 
 #: the comparison table's order: ablation ladder, baselines, bounds
@@ -41,10 +46,6 @@ def make(
 ) -> Policy:
     """A fresh policy object. ``pauses`` (true pauses) reach only the oracle;
     ``rebuild_s`` prices a miss for a continuum policy that has no bundle."""
-    from replay.policies.baselines import Autellix, InferCept, Oracle
-    from replay.policies.continuum import Continuum
-    from replay.policies.simple import VLLM, ProgramFCFS, StaticTTL
-
     name = spec.name
     if name in ("vllm", "unlimited-kv"):
         return VLLM(name=name)
@@ -74,10 +75,7 @@ def make(
 
 def _ttl_policy(
     bundle: dict[str, Any] | None, rebuild_s: Callable[[float, bool], float]
-) -> tuple[Any, Any]:
-    from fitting.policy import PolicyParams, TTLPolicy
-    from ttlctl import bundle as bundle_mod
-
+) -> tuple[TTLPolicy, PolicyParams]:
     if bundle is None:  # no fit: the cold-start policy, learning online
         params = PolicyParams()
         return TTLPolicy.create(params, rebuild_s), params

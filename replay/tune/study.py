@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.importance import get_param_importances
 from optuna.trial import TrialState
 
 from replay.live import LiveError, ServerInfo, probe
@@ -284,8 +285,6 @@ def live_doc(ctx: TuneContext, server: ServerInfo | None) -> dict[str, Any]:
 
 def importances(study: optuna.Study) -> dict[str, float] | None:
     """Optuna's default evaluator (PED-ANOVA in Optuna 5: deterministic, no scikit-learn)."""
-    from optuna.importance import get_param_importances
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "few trials in some regimes" and the like

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fitting.eta import DEFAULT_ETA, EtaSums, clamp, estimate, from_fit
+from fitting.eta import DEFAULT_ETA, EtaSums, clamp, from_fit
+from fitting.eta_bootstrap import estimate
 
 
 def _pairs_eta(lengths: np.ndarray) -> float:

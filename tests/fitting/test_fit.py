@@ -72,7 +72,7 @@ def test_gap_used_when_tool_time_missing_and_abandoned_set_aside(tmp_path: Path)
     ]
     path = tmp_path / "t.parquet"
     trace_io.write(pl.DataFrame(rows).lazy(), path)
-    doc = fit_trace(path, FitConfig(bootstrap=0))
+    doc = fit_trace(trace_io.scan(path), FitConfig(bootstrap=0))
     assert doc["tools"]["x"]["cdf"]["x"] == [1.0, 2.5]
     assert doc["tools"]["x"]["measured"] == 1
     assert doc["input"]["abandoned_pauses"] == 1

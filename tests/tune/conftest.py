@@ -64,7 +64,7 @@ def tune_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     root = tmp_path_factory.mktemp("tune")
     trace = write_trace(root / "trace.parquet")
-    fit_doc = fit_trace(trace, FitConfig(min_samples=10, bootstrap=50))
+    fit_doc = fit_trace(trace_io.scan(trace), FitConfig(min_samples=10, bootstrap=50))
     fit_path = root / "fit.json"
     fit_path.write_text(json.dumps(fit_doc))
     profile, _ = resolve(PROFILE)

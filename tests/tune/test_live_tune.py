@@ -28,6 +28,7 @@ from tests.live.traces import agent_trace
 from ttlctl import bundle
 from ttlctl.cli import bundle as bundle_cli
 from ttlctl.cli import tune as tune_cli
+from ttlctl.trace import io as trace_io
 
 app = typer.Typer()
 app.command("tune")(tune_cli.tune)
@@ -44,7 +45,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     and the bundle file the server starts with (the paper's defaults)."""
     root = tmp_path_factory.mktemp("live-tune")
     trace = agent_trace(root / "trace.parquet", programs=PROGRAMS, calls=3, pause_s=(0.2, 0.5))
-    fit_doc = fit_trace(trace, FitConfig(min_samples=2, bootstrap=0))
+    fit_doc = fit_trace(trace_io.scan(trace), FitConfig(min_samples=2, bootstrap=0))
     fit = root / "fit.json"
     fit.write_text(json.dumps(fit_doc))
     from profiles.shipped import resolve

@@ -9,6 +9,11 @@ from typing import Annotated
 
 import typer
 
+from fitting.eta import from_fit as eta_from_fit
+from fitting.policy import PolicyParams
+from profiles.shipped import resolve
+from ttlctl import bundle, hints
+from ttlctl.cli import render
 from ttlctl.cli.kit import UserError, err, out, read_json_object, user_errors
 from ttlctl.jsonio import file_sha256
 
@@ -39,11 +44,6 @@ def build(
     learn_eta: Annotated[bool, typer.Option(help="Let the engine re-estimate η online.")] = False,
 ) -> None:
     """Combine a fit, a profile and the policy's parameters into one sealed bundle."""
-    from fitting.eta import from_fit as eta_from_fit
-    from fitting.policy import PolicyParams
-    from profiles.shipped import resolve
-    from ttlctl import bundle
-
     with user_errors():
         fit_doc = read_json_object(fit)
         prof, prof_path = resolve(profile)
@@ -80,8 +80,6 @@ def build(
 @app.command()
 def verify(path: Annotated[Path, typer.Argument(help="Bundle to check.")]) -> None:
     """Exit 0 if the bundle is intact and readable by this ttlctl, 2 on any damage."""
-    from ttlctl import bundle
-
     with user_errors():
         doc = bundle.read(path)
     out.print(f"{path}: ok (schema {doc['schema_version']}, sha256 {doc['sha256']})")
@@ -94,9 +92,6 @@ def inspect(
     offload: Annotated[bool, typer.Option(help="Price a miss as a reload, not a prefill.")] = False,
 ) -> None:
     """A readable table: tools, samples, median, p90, and τ* at 1k/8k/32k/128k tokens."""
-    from ttlctl import bundle
-    from ttlctl.cli import render
-
     with user_errors():
         doc = bundle.read(path)
         policy = bundle.policy_from(doc)
@@ -123,8 +118,6 @@ def query(
     ] = None,
 ) -> None:
     """Print {"ttl_s", "source", "benefit_s"}: how long to keep this request's KV."""
-    from ttlctl import bundle, hints
-
     with user_errors():
         if context_tokens < 0:
             raise typer.BadParameter("--context-tokens must be >= 0")

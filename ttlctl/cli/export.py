@@ -19,6 +19,7 @@ def export(
     ] = 512,
 ) -> None:
     """Write the trace as Mooncake JSONL (or Dynamo's agentic Mooncake) for other replayers."""
+    # imported when the command runs: `ttlctl --help` and the light commands stay light
     from ttlctl import export as export_mod
     from ttlctl.trace import io as trace_io
 

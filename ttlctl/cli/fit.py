@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from ttlctl import __version__
 from ttlctl.cli.kit import err, out, user_errors
+from ttlctl.jsonio import file_sha256, write_json
 
 
 def fit(
@@ -31,20 +34,28 @@ def fit(
     ] = False,
 ) -> None:
     """Fit per-tool pause CDFs (compressed to ≤ 1,024 points), exponential fits, and η."""
+    # imported when the command runs: `ttlctl --help` and the light commands stay light
     from fitting.fit import FitConfig, fit_trace
     from ttlctl.cli import render
-    from ttlctl.jsonio import write_json
+    from ttlctl.trace import io as trace_io
 
     with user_errors():
         config = FitConfig(
             min_samples=min_samples, abandon_s=abandon_s, bootstrap=bootstrap, seed=seed
         )
+        frame = trace_io.scan(trace)
         with err.status("fitting…"):
-            doc = fit_trace(trace, config)
+            doc = fit_trace(
+                frame,
+                config,
+                source={"path": str(trace), "sha256": file_sha256(trace)},
+                created=datetime.now(UTC).isoformat(timespec="seconds"),
+                ttlctl_version=__version__,
+            )
         write_json(doc, output)
         plots = []
         if plot is not None:
-            from ttlctl.plots import plot_fit
+            from ttlctl.plots import plot_fit  # matplotlib: only when plots are asked for
 
             with err.status("plotting…"):
                 plots = plot_fit(doc, plot)

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import Progress
 
+from ttlctl.cli import render
 from ttlctl.cli.kit import err, out, progress_bar, user_errors
 
 
@@ -58,7 +59,7 @@ def ingest(
     Without --skip-bad the first bad record stops the run: exit 2, naming the file and
     record, and nothing is written.
     """
-    from ttlctl.cli import render
+    # imported when the command runs: `ttlctl --help` and the light commands stay light
     from ttlctl.ingest.pipeline import ingest as run_ingest
     from ttlctl.trace import io as trace_io
     from ttlctl.trace.summary import summarize

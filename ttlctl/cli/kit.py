@@ -59,6 +59,11 @@ def user_errors() -> Iterator[None]:
         fail(f"{exc.filename}: no such file")
 
 
+def print_warning(message: str) -> None:
+    """A library's warning as one line on stderr (the libraries take a ``warn`` callback)."""
+    err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
+
+
 def read_json_object(path: Path) -> dict[str, Any]:
     """A JSON file that must hold an object (a fit, a summary); else one line, exit 2."""
     try:

@@ -10,12 +10,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from profiles import shipped
+from profiles.models import load_config
+from profiles.schema import from_json, load
 from ttlctl.cli.kit import UserError, err, out, user_errors
+from ttlctl.jsonio import write_json
 
 
 def _list() -> None:
-    from profiles import shipped
-    from profiles.schema import load
 
     table = Table(title=f"shipped profiles ({shipped.DATA})")
     for col in ("name", "model", "device", "source", "KV B/token", "prefill 8k", "prefill 32k"):
@@ -69,9 +71,6 @@ def profile(
         return
     if output is None:
         raise typer.BadParameter("-o/--output is required (or use --list)")
-    from profiles.models import load_config
-    from ttlctl.jsonio import write_json
-
     with user_errors():
         grid = _grid(contexts)
         name, config = load_config(model)
@@ -82,7 +81,7 @@ def profile(
 
             try:
                 if engine is not None:
-                    from profiles.measure_server import measure_engine
+                    from profiles.measure_server import measure_engine  # numpy, scipy: on use
 
                     result = measure_engine(
                         engine,
@@ -92,7 +91,7 @@ def profile(
                         progress=progress,
                     )
                 else:
-                    from profiles.measure_torch import measure
+                    from profiles.measure_torch import measure  # numpy, scipy, torch: on use
 
                     result = measure(
                         name,
@@ -126,8 +125,6 @@ def _show(doc: dict[str, object]) -> None:
     if not out.is_terminal:
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
-    from profiles.schema import from_json
-
     p = from_json(doc)
     table = Table(title=f"{p.name}: {p.model} on {p.device} ({p.source.get('kind')})")
     table.add_column("context", justify="right")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from ttlctl.ingest.pipeline import IngestReport
+if TYPE_CHECKING:  # a type only: rendering needs no polars
+    from ttlctl.ingest.pipeline import IngestReport
 
 
 def _num(value: Any, digits: int = 2) -> str:
@@ -72,8 +74,6 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
 
 
 def _escape(text: str) -> str:
-    from rich.markup import escape
-
     return escape(text)
 
 

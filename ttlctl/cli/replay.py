@@ -10,7 +10,12 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ttlctl.cli.kit import UserError, err, out, user_errors
+from profiles.cost import ProfileCostModel
+from profiles.shipped import resolve
+from ttlctl import __version__
+from ttlctl import bundle as bundle_mod
+from ttlctl.cli.kit import UserError, err, out, print_warning, user_errors
+from ttlctl.jsonio import file_sha256, write_json
 
 
 def replay(
@@ -96,17 +101,13 @@ def replay(
     ] = None,
 ) -> None:
     """Replay the trace's programs in closed loop (next call = finish + recorded pause)."""
-    from profiles.cost import ProfileCostModel
-    from profiles.shipped import resolve
+    # imported when the command runs: `ttlctl --help` and the light commands stay light
     from replay.live import cap_pauses, live_results
     from replay.policies import PolicySpec
     from replay.policy_runs import Load, expand, run_all
     from replay.scheduler import SimSchedulerConfig
     from replay.sim import ReplayConfig, SimulationError
     from replay.workload import load
-    from ttlctl import __version__
-    from ttlctl import bundle as bundle_mod
-    from ttlctl.jsonio import file_sha256, write_json
 
     with user_errors():
         if jps is not None and concurrency is not None:
@@ -161,6 +162,7 @@ def replay(
                         result_dir=result_dir,
                         label=label,
                         progress=live_progress,
+                        warn=print_warning,
                     )
                 else:
                     results = run_all(

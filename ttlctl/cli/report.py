@@ -25,6 +25,7 @@ def report(
     The page is self-contained (plots embedded, no script, nothing loaded from the
     network); every missing input is a note in the page.
     """
+    # imported when the command runs: `ttlctl --help` and the light commands stay light
     from ttlctl import report as report_mod
 
     with user_errors():

@@ -27,6 +27,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ttlctl.bundle import BundleError, read
 from ttlctl.cli.kit import UserError, err, user_errors
 from ttlctl.server.process import group_alive, stop_group
 
@@ -94,8 +95,6 @@ def build_environment(
 
 def check_bundle(bundle: Path | None, allow_stock: bool) -> str | None:
     """None when the bundle is sound; else a warning (with ``allow_stock``) or UserError."""
-    from ttlctl.bundle import BundleError, read
-
     if bundle is None:
         problem = "no --bundle given"
     else:

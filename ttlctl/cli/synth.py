@@ -38,6 +38,7 @@ def synth(
     Program starts are left to the replay (--jps or --concurrency): every program's
     first call arrives at 0.
     """
+    # imported when the command runs: `ttlctl --help` and the light commands stay light
     from replay.synth import fit_context
     from replay.synth import synth as draw
     from ttlctl.trace import io as trace_io

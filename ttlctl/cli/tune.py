@@ -13,7 +13,20 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ttlctl.cli.kit import UserError, err, out, progress_bar, read_json_object, user_errors
+from fitting.policy import PolicyParams
+from profiles.shipped import resolve
+from ttlctl import __version__
+from ttlctl import bundle as bundle_mod
+from ttlctl.cli.kit import (
+    UserError,
+    err,
+    out,
+    print_warning,
+    progress_bar,
+    read_json_object,
+    user_errors,
+)
+from ttlctl.jsonio import file_sha256, write_json
 
 #: held-back seeds start here (tuning seeds are 0 … --seeds − 1)
 HOLDOUT_BASE = 1000
@@ -174,18 +187,15 @@ def tune(
     programs; the never-pin bundle is the baseline there (the server runs the TTL
     scheduler, so stock vLLM is not measured). PATH ends up holding the bundle written.
     """
+    # imported when the command runs: `ttlctl --help` and the light commands stay light
     import optuna
 
-    from profiles.shipped import resolve
     from replay import tune as tuner
-    from replay.live import cap_pauses, print_warning
+    from replay.live import cap_pauses
     from replay.policy_runs import Load
     from replay.scheduler import SimSchedulerConfig
     from replay.sim import ReplayConfig
     from replay.workload import load
-    from ttlctl import __version__
-    from ttlctl import bundle as bundle_mod
-    from ttlctl.jsonio import file_sha256, write_json
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
@@ -280,8 +290,6 @@ def tune(
                 progress=lambda done, total: progress.update(task, completed=done),
                 stage=lambda text: progress.update(task, description=text),
             )
-        from fitting.policy import PolicyParams
-
         doc = bundle_mod.assemble(
             fit_doc,
             prof.to_json(),

@@ -11,7 +11,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ttlctl.cli.kit import UserError, err, out, user_errors
+from profiles.shipped import resolve
+from ttlctl.cli.kit import UserError, err, out, print_warning, user_errors
+from ttlctl.jsonio import write_json
 
 #: register with ``app.command("validate", context_settings=CONTEXT_SETTINGS)``: the
 #: arguments after ``--`` go to the servers validate starts
@@ -131,13 +133,11 @@ def validate(
     priced by a profile measured from it. Goals (reported): mean JCT within 10%,
     prefix-hit rate within 5 points, the same ranking.
     """
-    from profiles.shipped import resolve
+    # imported when the command runs: `ttlctl --help` and the light commands stay light
     from replay.crosscheck import Sources, base_command
     from replay.crosscheck import validate as run_validate
-    from replay.live import print_warning
     from replay.policy_runs import Load
     from replay.workload import load
-    from ttlctl.jsonio import write_json
 
     extra = list(ctx.args)
     with user_errors():
@@ -248,6 +248,9 @@ def _range(kind: str, metric: str, span: Any) -> str:
 
 
 def show(doc: dict[str, Any]) -> None:
+    # imported when the table is shown: `ttlctl --help` and the light commands stay light
+    from replay.crosscheck import COMPARED
+
     repeats = int(doc.get("config", {}).get("repeats") or 1)
     runs = f", {repeats} live runs per policy" if repeats > 1 else ""
     table = Table(
@@ -260,7 +263,7 @@ def show(doc: dict[str, Any]) -> None:
         cols.append("live range")
     for col in cols:
         table.add_column(col, justify="left" if col in ("metric", "policy") else "right")
-    for i, (key, label, kind) in enumerate(_compared()):
+    for i, (key, label, kind) in enumerate(COMPARED):
         for name in doc["policies"]:
             row = next(r for r in doc["rows"][name] if r["metric"] == key)
             cells = [
@@ -274,7 +277,7 @@ def show(doc: dict[str, Any]) -> None:
                 cells.append(_range(kind, key, row.get("live_range")))
             table.add_row(
                 *cells,
-                end_section=name == doc["policies"][-1] and i < len(_compared()) - 1,
+                end_section=name == doc["policies"][-1] and i < len(COMPARED) - 1,
             )
     out.print(table)
     rank = doc["ranking"]
@@ -300,9 +303,3 @@ def show(doc: dict[str, Any]) -> None:
 
 def _order(groups: list[list[str]] | None) -> str:
     return "?" if groups is None else " < ".join(" ≈ ".join(g) for g in groups)
-
-
-def _compared() -> tuple[tuple[str, str, str], ...]:
-    from replay.crosscheck import COMPARED
-
-    return COMPARED

@@ -38,9 +38,11 @@ demo: install
 bench: install
 	$(BIN)/python bench/run.py
 
+# ruff, mypy --strict, and the layer contracts of pyproject.toml (docs/architecture.md)
 lint: install
 	$(BIN)/ruff check ttlctl fitting replay profiles tests bench
 	$(BIN)/mypy ttlctl fitting replay profiles
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache

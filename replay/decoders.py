@@ -125,15 +125,6 @@ class DecodeSet:
             return r
         return None
 
-    def next_block_step(self) -> int | None:
-        while self._blocks:
-            at, rid, epoch = self._blocks[0]
-            r = self.members.get(rid)
-            if r is not None and r.epoch == epoch and at == self._block_at(r):
-                return at
-            heapq.heappop(self._blocks)
-        return None
-
     def block_granted(self, r: SimRequest) -> None:
         """``r`` got one more block: schedule its next boundary."""
         r.blocks += 1

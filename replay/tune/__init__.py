@@ -46,7 +46,6 @@ summary and outputs). Everything public is re-exported here.
 
 from __future__ import annotations
 
-from replay.live import run_live
 from replay.tune.context import (
     LIVE_BASELINE_NOTE,
     LIVE_RELOAD_RULE,
@@ -134,7 +133,6 @@ __all__ = [
     "provenance_of",
     "pruner",
     "replay_once",
-    "run_live",
     "run_trials",
     "run_workers",
     "sampler",

@@ -115,7 +115,7 @@ def live_replay(
     return result
 
 
-def _live_brief(result: Mapping[str, Any]) -> dict[str, Any]:
+def live_brief(result: Mapping[str, Any]) -> dict[str, Any]:
     """What a trial keeps of each live run."""
     keep = ("programs", "llm_calls", "jct_p95_s", "prefix_hit_rate", "preemptions", "pins")
     return {k: result.get(k) for k in keep} | {

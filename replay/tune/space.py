@@ -12,7 +12,7 @@ import optuna
 from fitting.eta import clamp
 from fitting.policy import VALVES, PolicyParams
 from replay.tune.context import TuneContext, TuneError, continuum, replay_once
-from replay.tune.live_trial import _live_brief, live_replay
+from replay.tune.live_trial import live_brief, live_replay
 
 PAPER_K = 100
 PAPER_T_WINDOW = 100
@@ -101,7 +101,7 @@ def live_objective(trial: optuna.trial.BaseTrial, ctx: TuneContext) -> float:
         result = live_replay(ctx, params, timing, label)
         jcts.append(float(result["jct_mean_s"]))
         p95s.append(result["jct_p95_s"])
-        runs.append(_live_brief(result))
+        runs.append(live_brief(result))
         if not (i + 1) % per_seed:
             trial.report(float(np.mean(jcts)), (i + 1) // per_seed - 1)
     trial.set_user_attr("jct_mean_s_by_replay", jcts)

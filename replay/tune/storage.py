@@ -107,8 +107,9 @@ def default_storage(output: Path) -> str:
 
 def default_study_name(ctx: TuneContext, inputs: Mapping[str, str]) -> str:
     """Deterministic from the inputs' hashes and the objective's settings."""
-    return "ttlctl-tune-" + _digest({"inputs": dict(inputs), "objective": ctx.fingerprint()})[:16]
+    return "ttlctl-tune-" + digest({"inputs": dict(inputs), "objective": ctx.fingerprint()})[:16]
 
 
-def _digest(data: Any) -> str:
+def digest(data: Any) -> str:
+    """SHA-256 of ``data``'s canonical JSON (keys sorted): names and compares settings."""
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()

@@ -27,7 +27,14 @@ from replay.tune.context import (
 from replay.tune.judge import guard, held_back, held_back_live
 from replay.tune.space import paper_defaults, params_of
 from replay.tune.storage import Storage
-from replay.tune.workers import METRIC, _finished, _worker_name, open_study, run_trials, run_workers
+from replay.tune.workers import (
+    METRIC,
+    finished_trials,
+    open_study,
+    run_trials,
+    run_workers,
+    worker_name,
+)
 from ttlctl.jsonio import write_atomic
 
 SUMMARY_SCHEMA = "ttlctl.tune/1"
@@ -145,10 +152,10 @@ def _tune(
         inputs=inputs,
         provenance=provenance,
     )
-    todo = max(0, trials - _finished(study))
+    todo = max(0, trials - finished_trials(study))
     started = time.perf_counter()
     if todo and workers == 1:
-        done = [_finished(study)]
+        done = [finished_trials(study)]
 
         def tick() -> None:
             done[0] += 1
@@ -157,11 +164,11 @@ def _tune(
 
         if progress is not None:
             progress(done[0], trials)
-        run_trials(study, ctx, todo, trials, _worker_name(0), tick)
+        run_trials(study, ctx, todo, trials, worker_name(0), tick)
     elif todo:
         run_workers(study, ctx, storage, todo, trials, workers, seed, progress)
     if progress is not None:
-        progress(_finished(study), trials)
+        progress(finished_trials(study), trials)
     elapsed = time.perf_counter() - started
     if stage is not None:
         stage("replaying held-back programs live" if ctx.live else "replaying held-back seeds")

@@ -29,8 +29,8 @@ from replay.sim import ReplayConfig
 from replay.workload import AgentProgram, Call, Workload, load
 from tests.live.conftest import Servers, children, healthy
 from tests.live.traces import agent_trace
-from tests.vllm_server import _group_alive
 from ttlctl.cli import validate as validate_cli
+from ttlctl.server.process import group_alive
 
 BLOCK = 32
 OUTPUT = 40  # more than a block: a hit past the previous prompt proves its output was repeated
@@ -233,7 +233,7 @@ def test_serve_stops_with_its_server_on_sigterm(servers: Servers) -> None:
     code = served.proc.wait(timeout=60)
     assert code in (0, 128 + signal.SIGTERM), code
     deadline = time.monotonic() + 15
-    while _group_alive(group) and time.monotonic() < deadline:
+    while group_alive(group) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _group_alive(group)
+    assert not group_alive(group)
     assert not healthy(served.url)

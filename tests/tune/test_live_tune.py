@@ -71,7 +71,8 @@ def server(inputs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) ->
         import vllm  # noqa: F401
     except ImportError as exc:
         pytest.skip(f"vLLM is not installed (import vllm: {exc}): no live server to tune against")
-    from tests.vllm_server import VLLMServer, _group_alive, build_tiny_model
+    from tests.vllm_server import VLLMServer, build_tiny_model
+    from ttlctl.server.process import group_alive
 
     work = tmp_path_factory.mktemp("live-tune-server")
     model = build_tiny_model(tmp_path_factory.mktemp("live-tune-model") / "tiny")
@@ -91,7 +92,7 @@ def server(inputs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) ->
     with srv:
         pgid = srv.pid  # the server leads its own process group
         yield srv
-    assert pgid is not None and not _group_alive(pgid)  # API server, engine core: all stopped
+    assert pgid is not None and not group_alive(pgid)  # API server, engine core: all stopped
 
 
 def describe(policy: dict[str, Any]) -> str:

@@ -15,7 +15,6 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import pairwise
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -248,24 +247,3 @@ def frame_from_rows(rows: list[dict[str, Any]], path: Path) -> pl.LazyFrame:
             columns[name].append(row.get(name))
     frame = pl.DataFrame(columns, schema=schema)
     return frame.lazy().with_columns(pl.lit(str(path)).alias(SOURCE_FILE))
-
-
-def chain_gaps(rows: list[dict[str, Any]], end_key: str = "_end_s") -> None:
-    """Fill ``gap_s`` from arrivals: next arrival minus this call's end.
-
-    Rows are one program's calls in turn order; each may hold ``arrival_s`` and an
-    end time under ``end_key`` (arrival + latency). Rows that already have a
-    ``gap_s`` keep it; a negative difference (clock rounding, overlapping calls)
-    becomes 0.0 and is kept only where both clocks exist.
-    """
-    for this, nxt in pairwise(rows):
-        if this.get("gap_s") is not None:
-            continue
-        end = this.get(end_key)
-        if end is None:
-            end = this.get("arrival_s")
-        if end is None or nxt.get("arrival_s") is None:
-            continue
-        this["gap_s"] = max(0.0, nxt["arrival_s"] - end)
-    for row in rows:
-        row.pop(end_key, None)

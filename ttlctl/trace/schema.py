@@ -37,9 +37,6 @@ EXTRA_COLUMNS: Final[dict[str, pl.DataType]] = {
 #: Columns a canonical input must carry (the others may be absent: filled with null).
 REQUIRED: Final = ("program_id", "turn", "input_tokens", "output_tokens")
 
-#: Columns that must never be null in a valid trace.
-NOT_NULL: Final = ("program_id", "turn", "input_tokens", "output_tokens", "is_last")
-
 #: Bookkeeping columns used during ingest to name where each row came from.
 SOURCE_FILE: Final = "_file"
 SOURCE_RECORD: Final = "_record"

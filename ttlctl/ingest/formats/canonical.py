@@ -27,7 +27,6 @@ from ttlctl.trace.schema import (
 )
 
 PARQUET_MAGIC = b"PAR1"
-JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 CSV_SUFFIXES = (".csv",)
 
 

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from profiles.fitmath import fit_decode, fit_quadratic
+from profiles.fitmath import default_contexts, fit_decode, fit_quadratic
 from profiles.models import kv_bytes_per_token as config_kv_bytes_per_token
 from profiles.schema import Decode, Prefill, Profile, Reload
 from ttlctl.errors import TtlctlError
@@ -62,8 +62,6 @@ from ttlctl.server.prom import int_label, metric_labels, normalise_url
 DEFAULT_RELOAD = Reload(bandwidth_bytes_per_s=25e9, latency_s=50e-6)
 #: tokens kept free below ``max_model_len`` beside the generated ones
 CONTEXT_MARGIN = 16
-#: smallest default context (powers of two from here up)
-MIN_DEFAULT_CONTEXT = 128
 #: concurrent sequences of the batched decode measurements
 DECODE_CONCURRENCY = (1, 4, 8)
 #: fewest tokens a decode measurement generates: enough for a window in which a
@@ -235,18 +233,6 @@ def _profile_name(model_id: str) -> str:
     return f"engine-{ident or 'model'}"
 
 
-def default_contexts(limit: int) -> list[int]:
-    """Powers of two from 128 up to ``limit``, plus ``limit`` itself when well above the last."""
-    out: list[int] = []
-    c = MIN_DEFAULT_CONTEXT
-    while c <= limit:
-        out.append(c)
-        c *= 2
-    if out and limit >= out[-1] * 5 // 4:
-        out.append(limit)
-    return out
-
-
 def measure_engine(
     url: str,
     *,
@@ -262,8 +248,8 @@ def measure_engine(
     ``url`` is the server's base URL (``http://host:port``, a trailing ``/v1`` is
     accepted). ``model_config`` (a Hugging Face ``config.json`` as a dict) gives
     KV bytes per token and the vocabulary for random prompts. ``contexts``
-    default to powers of two from 128 up to ``max_model_len − output_tokens −
-    16``. ``progress(phase, done, total)`` is called as measurements finish
+    default to :func:`profiles.fitmath.default_contexts` up to ``max_model_len −
+    output_tokens − 16``. ``progress(phase, done, total)`` is called as measurements finish
     (phases ``"prefill"`` and ``"decode"``). Raises :class:`ServerMeasureError` with a
     one-line message naming the URL when the server cannot be used.
     """

@@ -43,6 +43,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from profiles import fitmath, models
+from profiles.fitmath import default_contexts
 from profiles.schema import Decode, Prefill, Profile, Reload
 from ttlctl.errors import TtlctlError
 
@@ -61,7 +62,6 @@ RELOAD_REPEATS = 5
 #: quick measurements repeat until they fill this many seconds (median of many beats noise)
 MIN_TIMING_S = 0.25
 MAX_RUNS = 100
-MIN_CONTEXT = 16
 TORCH_DTYPES = ("bfloat16", "float16", "float32")
 
 Progress = Callable[[str, int, int], None]
@@ -73,17 +73,6 @@ class MeasureError(TtlctlError, ValueError):
 
 def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
-
-
-def default_contexts(limit: int) -> list[int]:
-    """Powers of two from 1024 up to ``limit``; smaller ones added for short models (≥ 4 points)."""
-    grid = [c for c in (1024 << i for i in range(32)) if c <= limit]
-    low = 512
-    while len(grid) < 4 and low >= MIN_CONTEXT:
-        if low <= limit:
-            grid.insert(0, low)
-        low //= 2
-    return grid
 
 
 def _resolve_contexts(

@@ -22,7 +22,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from profiles import measure_torch as measure_mod
-from profiles.measure_torch import MeasureError, default_contexts, fit_reload, measure
+from profiles.fitmath import default_contexts
+from profiles.measure_torch import MeasureError, fit_reload, measure
 from profiles.models import PRESETS
 from profiles.schema import Profile, from_json
 

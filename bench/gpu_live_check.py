@@ -1,4 +1,4 @@
-"""The prepared GPU check of issue 7: a real-size model with random weights served by
+"""The prepared GPU check of the live path: a real-size model with random weights served by
 vLLM with the TTL scheduler, and an agent trace replayed live under ``vllm`` and
 ``continuum`` against the simulator (``ttlctl validate``).
 

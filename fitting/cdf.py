@@ -2,7 +2,7 @@
 
 A CDF is kept as two parallel tuples: durations ``x`` (strictly increasing, ≥ 0)
 and ``p`` = the fraction of samples ≤ x (strictly increasing, last = 1). That
-step function is all the TTL decision needs (METHOD.md: the optimum is 0 or an
+step function is all the TTL decision needs (docs/method.md: the optimum is 0 or an
 observed duration).
 
 Compression keeps at most ``MAX_POINTS`` points of the step function, chosen

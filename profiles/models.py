@@ -65,7 +65,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rope_theta": 1e6,
         "rms_norm_eps": 1e-6,
     },
-    # the test models of ../shared/docs/VLLM_CPU.md (built locally, random weights)
+    # the tests' small models (built locally, random weights)
     "tiny": {
         **_LLAMA,
         "hidden_size": 256,

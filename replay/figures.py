@@ -1,4 +1,4 @@
-"""Per-policy figures of a replay, under the names of CONTRACT.md."""
+"""Per-policy figures of a replay: the result keys ``ttlctl replay --json`` writes."""
 
 from __future__ import annotations
 

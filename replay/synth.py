@@ -1,7 +1,7 @@
 """Synthetic agent workloads with the per-program statistics the Continuum paper reports.
 
-The paper's own traces were never published; it reports, per program (METHOD.md,
-``../shared/traces/README.md``):
+The paper's own traces were never published; it reports, per program
+(docs/method.md):
 
 =========== ============== ========================= ==========================
 workload    turns          tool time per call        tokens per program

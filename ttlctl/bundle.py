@@ -1,6 +1,6 @@
 """The policy bundle: one JSON document a vLLM scheduler plugin loads at runtime.
 
-Fields (CONTRACT.md): ``schema_version``, ``created``, ``ttlctl_version``, ``fit``
+Fields (docs/bundle.md): ``schema_version``, ``created``, ``ttlctl_version``, ``fit``
 (per-tool CDFs, global CDF, η), ``profile`` (what rebuilding a context costs),
 ``policy`` (η, K, T window, valve, pin cap …), ``provenance`` (input hashes,
 tuning summary) and ``sha256``: the SHA-256 of the canonical JSON of every other

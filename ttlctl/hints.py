@@ -2,7 +2,7 @@
 
 Engines converge on "keep this request's KV for a while" hints supplied by the
 client, and none of them computes the duration: ``ttlctl bundle query --as``
-answers in their shape (ECOSYSTEM.md, "Where a TTL goes after ttlctl"). Each
+answers in their shape (docs/deploy.md). Each
 function returns the JSON fragment to merge into that engine's request; τ = 0
 ("do not keep it") returns ``{}`` — no hint, the engine's default.
 

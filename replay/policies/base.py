@@ -14,7 +14,7 @@ def fcfs_key(req: SimRequest) -> tuple[float, ...]:
 
 
 def program_key(req: SimRequest, engine: SimScheduler, *, pin_first: bool) -> tuple[float, ...]:
-    """The priority tuple of METHOD.md: preempted, then (optionally) a live pin, then
+    """The priority tuple of docs/method.md: preempted, then (optionally) a live pin, then
     the program's first arrival."""
     pinned = 0.0 if (pin_first and req.program in engine.pins) else 1.0
     return (

@@ -1,4 +1,4 @@
-"""Baselines from the literature: InferCept and Autellix (METHOD.md, "Baselines")."""
+"""Baselines from the literature: InferCept and Autellix (docs/method.md, "Baselines")."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ class Oracle:
     last, and pins exactly when keeping the context pays: when the pause is
     shorter than what losing the context would cost (rebuilding it, plus the mean
     queueing delay that returning programs without a pin have suffered so far).
-    Stall-only valve by default (the best in METHOD.md's reference model)."""
+    Stall-only valve by default (the best in the reference model of docs/method.md)."""
 
     pauses: dict[tuple[str, int], float]
     name: str = "oracle"

@@ -33,7 +33,7 @@ class VLLM:
 
 @dataclass(slots=True)
 class ProgramFCFS(VLLM):
-    """Programs served in the order they started (METHOD.md), nothing pinned."""
+    """Programs served in the order they started (docs/method.md), nothing pinned."""
 
     name: str = "program-fcfs"
 

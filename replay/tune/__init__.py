@@ -6,9 +6,9 @@ seed of a :class:`TuneContext`; the objective is the mean of the replays' mean J
 (optionally with a p95 constraint). The running mean is reported after each seed's
 pass over the loads, so a median pruner stops trials already worse than most others.
 
-Optuna habits (STYLE.md, ECOSYSTEM.md): seeded TPE, the paper's defaults (η from the
+Optuna habits (docs/tuning.md): seeded TPE, the paper's defaults (η from the
 fit, K = 100, T window 100, head valve, no cap, τ = ln B in cold start) enqueued as
-the first trial (the same with the stall-only valve second: METHOD.md), :func:`objective`
+the first trial (the same with the stall-only valve second: docs/method.md), :func:`objective`
 pure enough for ``optuna.trial.FixedTrial``,
 parallel trials in processes (``spawn``) that share one storage: any Optuna URL
 (SQLite, PostgreSQL, ...) or a journal-file path. RDB storages get heartbeats and a

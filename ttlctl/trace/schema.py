@@ -1,7 +1,7 @@
 """The canonical trace (trace v1): one row per LLM call.
 
 This module is the single place that names the columns and their types
-(see CONTRACT.md, "Canonical trace"). Every reader conforms to it and every
+(docs/trace-format.md). Every reader conforms to it and every
 writer writes it.
 """
 

@@ -1,4 +1,4 @@
-"""The canonical trace itself, as Parquet, CSV or JSONL (CONTRACT.md, trace v1).
+"""The canonical trace itself, as Parquet, CSV or JSONL (docs/trace-format.md, trace v1).
 
 Read lazily with polars scans, so memory stays bounded on inputs larger than
 RAM. Values are read as text and cast without failing; a value that does not

@@ -83,3 +83,11 @@ def fit_doc(synthetic_trace: Path) -> dict[str, object]:
     from fitting.fit import FitConfig, fit_trace
 
     return fit_trace(trace_io.scan(synthetic_trace), FitConfig(bootstrap=200))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``tiny`` preset as a servable model folder (tokenizer, random bf16 weights)."""
+    from tests.vllm_server import build_tiny_model  # torch and transformers: only when asked
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "tiny")

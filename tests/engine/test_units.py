@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from fitting.policy import PolicyParams, TTLPolicy
-from tests.engine.conftest import write_bundle
+from tests.bundles import write_bundle
 from ttlctl.engine import compat, tags
 from ttlctl.engine.counters import Counters
 from ttlctl.engine.enginelog import EngineLog, Record

@@ -27,7 +27,7 @@ from replay.policies import PolicySpec
 from replay.policy_runs import Load, run_one
 from replay.sim import ReplayConfig
 from replay.workload import AgentProgram, Call, Workload, load
-from tests.live.conftest import Servers, children, healthy
+from tests.live.servers import Servers, children, healthy
 from tests.live.traces import agent_trace
 from ttlctl.cli import validate as validate_cli
 from ttlctl.server.process import group_alive

@@ -13,10 +13,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from tests.tune.inputs import KV_TOKENS, PROFILE
 from ttlctl import bundle
 from ttlctl.cli import tune as tune_cli
-
-from .conftest import KV_TOKENS, PROFILE
 
 app = typer.Typer()
 app.command("tune")(tune_cli.tune)

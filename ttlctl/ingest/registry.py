@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from ttlctl.errors import TtlctlError
 from ttlctl.ingest.base import Reader, head_bytes
+from ttlctl.ingest.formats import (
+    canonical,
+    claude_code,
+    engine_log,
+    litellm,
+    mini_swe_agent,
+    mooncake,
+    swe_agent,
+    tracelab,
+    trtllm_scaffolding,
+)
 
-#: ``--format`` name -> module under ttlctl.ingest.formats (each defines READER).
-#: Detection tries them in this order; the canonical format goes first.
-MODULES: dict[str, str] = {
-    "canonical": "canonical",
-    "engine-log": "engine_log",
-    "claude-code": "claude_code",
-    "mini-swe-agent": "mini_swe_agent",
-    "swe-agent": "swe_agent",
-    "litellm": "litellm",
-    "mooncake": "mooncake",
-    "tracelab": "tracelab",
-    "trtllm-scaffolding": "trtllm_scaffolding",
+#: ``--format`` name -> its reader. Detection tries them in this order; the canonical
+#: format goes first.
+READERS: dict[str, Reader] = {
+    "canonical": canonical.READER,
+    "engine-log": engine_log.READER,
+    "claude-code": claude_code.READER,
+    "mini-swe-agent": mini_swe_agent.READER,
+    "swe-agent": swe_agent.READER,
+    "litellm": litellm.READER,
+    "mooncake": mooncake.READER,
+    "tracelab": tracelab.READER,
+    "trtllm-scaffolding": trtllm_scaffolding.READER,
 }
 
 ALIASES: dict[str, str] = {"weka": "claude-code"}
@@ -30,23 +40,20 @@ class UnknownFormat(TtlctlError, ValueError):
 
 
 def names() -> list[str]:
-    return ["auto", *MODULES, *ALIASES]
+    return ["auto", *READERS, *ALIASES]
 
 
 def get(name: str) -> Reader:
     key = ALIASES.get(name, name)
-    if key not in MODULES:
+    if key not in READERS:
         raise UnknownFormat(f"unknown format {name!r}; choose one of: {', '.join(names())}")
-    module = importlib.import_module(f"ttlctl.ingest.formats.{MODULES[key]}")
-    reader: Reader = module.READER
-    return reader
+    return READERS[key]
 
 
 def detect(path: Path) -> Reader | None:
     """The reader whose ``sniff`` accepts the file's first bytes, or None."""
     head = head_bytes(path)
-    for name in MODULES:
-        reader = get(name)
+    for reader in READERS.values():
         if reader.sniff(path, head):
             return reader
     return None

@@ -12,7 +12,7 @@ bfcl        6.3 ± 2.3      1,923 ± 2,133 ms          93k ± 69k
 
 :func:`synth` draws programs that reproduce those means and standard deviations
 (in expectation; ``tests/replay/test_synth.py`` checks samples of 2,000 programs),
-as a canonical trace (``ttlctl.trace.schema.COLUMNS``, one row per LLM call).
+as a canonical trace (``ttlctl.trace.columns.COLUMNS``, one row per LLM call).
 
 Distributions, per program (all seeded by ``numpy.random.SeedSequence([seed, crc32(workload)])``):
 
@@ -93,7 +93,7 @@ import polars as pl
 from scipy.optimize import root
 
 from ttlctl.errors import ConfigError
-from ttlctl.trace.schema import COLUMNS
+from ttlctl.trace.columns import COLUMNS
 
 #: smallest tool result (tokens) a call adds to the next prompt
 MIN_RESULT_TOKENS = 16

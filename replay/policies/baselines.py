@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from replay.policies.base import apply_valve, program_key, under_cap
+from replay.policies.common import apply_valve, program_key, under_cap
 from replay.policies.simple import VLLM
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler

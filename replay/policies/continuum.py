@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fitting.policy import TTLPolicy
-from replay.policies.base import apply_valve, program_key, under_cap
+from replay.policies.common import apply_valve, program_key, under_cap
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replay.policies.base import apply_valve, fcfs_key, program_key, under_cap
+from replay.policies.common import apply_valve, fcfs_key, program_key, under_cap
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
 

@@ -14,7 +14,7 @@ from replay.workload import from_frame
 from ttlctl.cli import synth as synth_cli
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.trace import io as trace_io
-from ttlctl.trace.schema import COLUMNS
+from ttlctl.trace.columns import COLUMNS
 
 #: the Continuum paper's figures (../shared/traces/README.md), written out here on purpose:
 #: (turns mean, sd), (tool time mean, sd in s), (tokens per program mean, sd)

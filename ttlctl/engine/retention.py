@@ -1,7 +1,7 @@
 """The rules of the TTL scheduler, free of vLLM: learn, decide, pin, expire, hand over, yield.
 
 The same rules as the simulator's ``continuum`` policy
-(``replay/policies/continuum.py`` with ``replay/policies/base.py`` and the pin
+(``replay/policies/continuum.py`` with ``replay/policies/common.py`` and the pin
 handling of ``replay/scheduler.py``), fed by the scheduler glue with what vLLM
 sees, so that what was tuned in replay is what runs:
 

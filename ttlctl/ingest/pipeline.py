@@ -11,11 +11,11 @@ from pathlib import Path
 
 import polars as pl
 
-from ttlctl.ingest import registry, rules
-from ttlctl.ingest.base import Parsed, Reader, streaming
-from ttlctl.ingest.errors import IngestError, RejectSink
+from ttlctl.ingest import lookup, rules
+from ttlctl.ingest.reader import Parsed, Reader, streaming
+from ttlctl.ingest.rejects import IngestError, RejectSink
 from ttlctl.trace import io as trace_io
-from ttlctl.trace.schema import SOURCE_COLUMNS, SOURCE_FILE, SOURCE_RECORD, conform
+from ttlctl.trace.columns import SOURCE_COLUMNS, SOURCE_FILE, SOURCE_RECORD, conform
 
 #: Rows of input checked in memory at once when streaming (override TTLCTL_BUCKET_BYTES).
 DEFAULT_BUCKET_BYTES = 256 * 1024**2
@@ -99,7 +99,7 @@ def ingest(
     report = IngestReport(output=str(output), skipped=[str(p) for p in skipped])
     if not files:
         raise IngestError(", ".join(str(p) for p in paths) or ".", None, "no log files to ingest")
-    fixed = None if fmt == "auto" else registry.get(fmt)
+    fixed = None if fmt == "auto" else lookup.get(fmt)
 
     rejects_path = rejects_path_for(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +111,7 @@ def ingest(
         for index, path in enumerate(files):
             if progress is not None:
                 progress(path, index, len(files))
-            reader = fixed or registry.detect(path)
+            reader = fixed or lookup.detect(path)
             if reader is None:
                 sink.reject(
                     path,

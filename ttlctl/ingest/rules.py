@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from ttlctl.trace.schema import REASON, SOURCE_FILE, SOURCE_RECORD, SOURCE_ROW
+from ttlctl.trace.columns import REASON, SOURCE_FILE, SOURCE_RECORD, SOURCE_ROW
 
 #: Slack allowed between a recorded gap and the tool time inside it (clock rounding).
 GAP_TOLERANCE_S = 1e-3

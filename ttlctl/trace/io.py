@@ -8,7 +8,7 @@ import polars as pl
 
 from ttlctl.errors import TtlctlError
 from ttlctl.jsonio import replacing
-from ttlctl.trace.schema import PARQUET_METADATA, REQUIRED, conform
+from ttlctl.trace.columns import PARQUET_METADATA, REQUIRED, conform
 
 
 def write(frame: pl.LazyFrame, output: Path, *, streaming: bool = False) -> int:

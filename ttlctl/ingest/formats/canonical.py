@@ -15,9 +15,9 @@ from pathlib import Path
 
 import polars as pl
 
-from ttlctl.ingest.base import Parsed, iter_jsonl, streaming
-from ttlctl.ingest.errors import RejectSink
-from ttlctl.trace.schema import (
+from ttlctl.ingest.reader import Parsed, iter_jsonl, streaming
+from ttlctl.ingest.rejects import RejectSink
+from ttlctl.trace.columns import (
     REASON,
     REQUIRED,
     SOURCE_FILE,

@@ -3,7 +3,7 @@
 A reader (one module per format in :mod:`ttlctl.ingest.formats`) turns one file
 into canonical rows plus the two bookkeeping columns ``_file`` and ``_record``
 (where the row came from, for error messages). Records it cannot turn into a row
-go to the :class:`~ttlctl.ingest.errors.RejectSink` with a reason; the common
+go to the :class:`~ttlctl.ingest.rejects.RejectSink` with a reason; the common
 validation (:mod:`ttlctl.ingest.rules`) checks the rows it did produce.
 """
 
@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from ttlctl.ingest.errors import RejectSink
-from ttlctl.trace.schema import REASON, SOURCE_FILE, SOURCE_RECORD, all_columns
+from ttlctl.ingest.rejects import RejectSink
+from ttlctl.trace.columns import REASON, SOURCE_FILE, SOURCE_RECORD, all_columns
 
 #: Bytes read from the start of a file to detect its format.
 SNIFF_BYTES = 64 * 1024

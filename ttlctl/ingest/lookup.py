@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ttlctl.errors import TtlctlError
-from ttlctl.ingest.base import Reader, head_bytes
 from ttlctl.ingest.formats import (
     canonical,
     claude_code,
@@ -17,6 +16,7 @@ from ttlctl.ingest.formats import (
     tracelab,
     trtllm_scaffolding,
 )
+from ttlctl.ingest.reader import Reader, head_bytes
 
 #: ``--format`` name -> its reader. Detection tries them in this order; the canonical
 #: format goes first.

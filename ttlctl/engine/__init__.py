@@ -33,7 +33,7 @@ __all__ = ["TTLAsyncScheduler", "TTLScheduler"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from ttlctl.engine import scheduler
+        from ttlctl.engine import scheduler  # imports vLLM: only when the scheduler is used
 
         return getattr(scheduler, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

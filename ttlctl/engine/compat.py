@@ -42,7 +42,7 @@ def check(version: str, mode: str | None = None) -> None:
 
 def check_installed() -> str:
     """Check the installed vLLM; returns its version."""
-    import vllm
+    import vllm  # only when checked: this module imports without vLLM
 
     version = str(getattr(vllm, "__version__", "unknown"))
     check(version)

@@ -47,7 +47,7 @@ def _prometheus() -> dict[str, Any] | None:
         if _series is not None:
             return _series
         try:
-            from prometheus_client import Counter, Gauge
+            from prometheus_client import Counter, Gauge  # vLLM's: only when metrics are made
         except ImportError:  # pragma: no cover - vLLM depends on it
             return None
         series: dict[str, Any] = {}

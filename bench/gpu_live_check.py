@@ -1,4 +1,4 @@
-"""The prepared GPU check of issue 7: a real-size model with random weights served by
+"""The prepared GPU check of the live path: a real-size model with random weights served by
 vLLM with the TTL scheduler, and an agent trace replayed live under ``vllm`` and
 ``continuum`` against the simulator (``ttlctl validate``).
 
@@ -119,7 +119,7 @@ def main() -> int:
     if args.cpu:
         engine_args += ["--dtype", "bfloat16", "--enforce-eager", "--block-size", "32"]
     cmd = [
-        sys.executable, "-m", "ttlctl.validate_cli", str(trace),
+        sys.executable, "-m", "ttlctl.cli", "validate", str(trace),
         "--programs", str(args.programs),
         "--trace-idle-gap-cap-seconds", str(args.pause_cap),
         "--model", str(model),

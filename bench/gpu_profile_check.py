@@ -1,4 +1,4 @@
-"""The prepared GPU check of issue 4: measure Llama-3.1-8B (random weights) on CUDA and
+"""The prepared GPU check of the profiler: measure Llama-3.1-8B (random weights) on CUDA and
 compare it with the shipped H200 roofline profile.
 
 Run on a GPU machine from the repo root (needs torch, transformers, scipy, numpy; no
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profiles.measure import measure
+from profiles.measure_torch import measure
 from profiles.models import PRESETS
 from profiles.schema import load
 

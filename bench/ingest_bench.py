@@ -1,7 +1,7 @@
 """Ingest throughput: canonical JSONL of N calls, against a bare ``polars.read_ndjson``.
 
 Both are measured in the same run on the same file, so the ratio is what to read:
-the machine is shared and noisy. Goal (issue 2): 1M calls in under 10 s, within 2x
+the machine is shared and noisy. Goal: 1M calls in under 10 s, within 2x
 of the bare read.
 """
 

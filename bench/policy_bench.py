@@ -38,6 +38,7 @@ from fitting import hull as hull_mod
 from fitting.fit import fit_trace
 from fitting.policy import PolicyParams, Prior, TTLPolicy
 from ttlctl.ingest.pipeline import ingest
+from ttlctl.trace import io as trace_io
 
 P99_GOAL_US = 5.0
 SPEEDUP_GOAL = 100.0
@@ -209,7 +210,7 @@ def fit_throughput(calls: int, repeat: int) -> None:
         doc: dict[str, Any] = {}
         for _ in range(repeat):
             base.append(timed(lambda: bare_read_and_sort(out))[0])
-            seconds, doc = timed(lambda: fit_trace(out))
+            seconds, doc = timed(lambda: fit_trace(trace_io.scan(out)))
             ours.append(seconds)
         assert doc["input"]["calls"] == calls, doc["input"]
         b, o = min(base), min(ours)

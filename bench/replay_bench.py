@@ -1,14 +1,14 @@
 """Replay speed and memory: 1,000 SWE-bench-like programs under vLLM and Continuum.
 
 The workload is ``replay.synth.synth("swe-bench", 1000, seed)`` (the paper's 10.9 ± 2.1
-turns, 70k ± 20k tokens per program), replayed with ``replay.run.run_one`` on the
+turns, 70k ± 20k tokens per program), replayed with ``replay.policy_runs.run_one`` on the
 Llama-3.1-8B/H100 profile, 600k KV tokens, a closed population of 64 programs.
 
 Every figure is read against a baseline measured in the same run (the machine is
 shared and noisy); nothing here asserts on speed:
 
 - speed: simulated LLM calls per wall-second of ``simulate`` (one core), fast
-  simulator (``EngineConfig(fast=True)``: runs of decode-only steps taken as one
+  simulator (``SimSchedulerConfig(fast=True)``: runs of decode-only steps taken as one
   event) against the same simulator stepping one decode token at a time
   (``fast=False``), as a ratio; both must give the same results.
 - memory: peak RSS (``ru_maxrss``) of a fresh process that builds the workload and
@@ -36,9 +36,9 @@ from typing import Any
 
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
-from replay.engine import EngineConfig
 from replay.policies import PolicySpec
-from replay.run import Timing, run_one
+from replay.policy_runs import Load, run_one
+from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.synth import synth
 from replay.workload import Workload, from_frame
@@ -70,9 +70,9 @@ def workload(setup: Setup, first: int | None = None) -> Workload:
 
 def replay(work: Workload, policy: str, fast: bool) -> dict[str, Any]:
     cost = ProfileCostModel(resolve(PROFILE)[0])
-    config = ReplayConfig(engine=EngineConfig(kv_tokens=KV_TOKENS, fast=fast))
+    config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=KV_TOKENS, fast=fast))
     gc.collect()
-    return run_one(work, POLICIES[policy], cost, config, Timing(concurrency=CONCURRENCY))
+    return run_one(work, POLICIES[policy], cost, config, Load(concurrency=CONCURRENCY))
 
 
 def max_rss_mb() -> float:

@@ -25,8 +25,8 @@ from optuna.trial import TrialState
 from fitting.fit import FitConfig, fit_trace
 from profiles.shipped import resolve
 from replay import tune as tuner
-from replay.engine import EngineConfig
-from replay.run import Timing
+from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.synth import synth
 from replay.workload import load
@@ -39,10 +39,10 @@ def demo_context(root: Path, programs: int, seed: int) -> tuner.TuneContext:
     profile, _ = resolve("llama-3.1-8b-h100")
     return tuner.TuneContext(
         workload=load(trace),
-        fit=fit_trace(trace, FitConfig(bootstrap=200, seed=seed)),
+        fit=fit_trace(trace_io.scan(trace), FitConfig(bootstrap=200, seed=seed)),
         profile=profile.to_json(),
-        config=ReplayConfig(engine=EngineConfig(kv_tokens=600_000)),
-        loads=(Timing(concurrency=16), Timing(concurrency=32)),
+        config=ReplayConfig(engine=SimSchedulerConfig(kv_tokens=600_000)),
+        loads=(Load(concurrency=16), Load(concurrency=32)),
         seeds=(0, 1),
     )
 

@@ -2,7 +2,7 @@
 
 A CDF is kept as two parallel tuples: durations ``x`` (strictly increasing, ≥ 0)
 and ``p`` = the fraction of samples ≤ x (strictly increasing, last = 1). That
-step function is all the TTL decision needs (METHOD.md: the optimum is 0 or an
+step function is all the TTL decision needs (docs/method.md: the optimum is 0 or an
 observed duration).
 
 Compression keeps at most ``MAX_POINTS`` points of the step function, chosen
@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy import stats
 
 MAX_POINTS = 1024
 
@@ -149,8 +150,6 @@ class ExpFit:
 
 def exponential_fit(samples: ArrayLike) -> ExpFit | None:
     """Fit Exp(rate) with scipy; None for no samples or all-zero samples."""
-    from scipy import stats
-
     values = np.asarray(samples, dtype=np.float64)
     if values.size == 0 or float(values.mean()) <= 0:
         return None

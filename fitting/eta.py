@@ -8,13 +8,15 @@ decision point; when every pair is the same (all programs of length 2) the
 correlation is undefined and η is None.
 
 The per-program sums have closed forms, so an estimate needs only five running
-sums: :class:`EtaSums` (standard library; the engine updates it online) and the
-vectorised :func:`estimate` with a bootstrap interval (numpy; offline).
+sums: :class:`EtaSums` (the engine updates it online). This module is standard
+library only (the engine imports it); the vectorised offline estimate with a
+bootstrap interval is :func:`fitting.eta_bootstrap.estimate` (numpy).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,63 +66,12 @@ class EtaSums:
         return eta_from_sums(self.n, self.s1, self.s2, self.sxy)
 
 
-@dataclass(frozen=True, slots=True)
-class EtaEstimate:
-    value: float | None
-    ci_low: float | None
-    ci_high: float | None
-    programs: int
-    pairs: int
-    bootstrap: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "value": self.value,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
-            "confidence": 0.95,
-            "programs": self.programs,
-            "pairs": self.pairs,
-            "bootstrap": self.bootstrap,
-        }
-
-
-def estimate(lengths: Any, *, bootstrap: int = 1000, seed: int = 0) -> EtaEstimate:
-    """η over programs of the given lengths, with a 95% percentile bootstrap interval.
-
-    Programs are resampled with replacement; the number of resamples shrinks for
-    very many programs so that the work stays under ~2·10⁷ gathers.
-    """
-    import numpy as np
-
-    n_calls = np.asarray(lengths, dtype=np.int64)
-    m = np.clip(n_calls - 1, 0, None).astype(np.float64)
-    s1 = m * (m + 1) / 2
-    s2 = m * (m + 1) * (2 * m + 1) / 6
-    sxy = n_calls * s1 - s2
-    value = eta_from_sums(m.sum(), s1.sum(), s2.sum(), sxy.sum())
-    programs = int(n_calls.size)
-    if value is None or programs < 2 or bootstrap <= 0:
-        return EtaEstimate(value, None, None, programs, int(m.sum()), 0)
-    reps = int(min(bootstrap, max(200, 20_000_000 // programs)))
-    rng = np.random.default_rng(seed)
-    stats = np.stack([m, s1, s2, sxy])
-    draws = np.empty(reps)
-    chunk = max(1, 5_000_000 // programs)
-    for start in range(0, reps, chunk):
-        stop = min(reps, start + chunk)
-        idx = rng.integers(0, programs, size=(stop - start, programs))
-        sums = stats[:, idx].sum(axis=2)  # (4, chunk)
-        var = sums[0] * sums[2] - sums[1] ** 2
-        with np.errstate(divide="ignore", invalid="ignore"):
-            draws[start:stop] = -(sums[0] * sums[3] - sums[1] ** 2) / var
-    finite = draws[np.isfinite(draws)]
-    if finite.size == 0:
-        return EtaEstimate(value, None, None, programs, int(m.sum()), reps)
-    low, high = np.quantile(finite, [0.025, 0.975])
-    return EtaEstimate(value, float(low), float(high), programs, int(m.sum()), reps)
-
-
 def clamp(value: float) -> float:
-    """η is a correlation: keep it in [−1, 1] against rounding."""
+    """η is a correlation: keep it in [−1, 1] against rounding (not finite: the default)."""
     return max(-1.0, min(1.0, value)) if math.isfinite(value) else DEFAULT_ETA
+
+
+def from_fit(fit: Mapping[str, Any]) -> float:
+    """The η a fit document estimated, clamped; :data:`DEFAULT_ETA` when it has none."""
+    value = (fit.get("eta") or {}).get("value")
+    return DEFAULT_ETA if value is None else clamp(float(value))

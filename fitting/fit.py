@@ -6,24 +6,23 @@ followed by a tool count (``tool`` not null); pauses longer than ``abandon_s``
 are abandoned programs, not durations, and are counted apart. Each tool's
 samples give an empirical CDF (compressed to ≤ 1,024 points, see
 :mod:`fitting.cdf`) and a maximum-likelihood exponential fit; η comes from the
-programs' lengths (:mod:`fitting.eta`).
+programs' lengths (:mod:`fitting.eta_bootstrap`).
 """
 
 from __future__ import annotations
 
-import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from fitting import FIT_SCHEMA
 from fitting import cdf as cdf_mod
-from fitting import eta as eta_mod
-
-FIT_SCHEMA = "ttlctl.fit/1"
+from fitting.eta_bootstrap import estimate as estimate_eta
+from fitting.percentile import percentile
+from ttlctl.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,17 +35,9 @@ class FitConfig:
 
     def __post_init__(self) -> None:
         if self.min_samples < 0 or self.abandon_s <= 0 or self.bootstrap < 0:
-            raise ValueError("min_samples >= 0, abandon_s > 0, bootstrap >= 0")
+            raise ConfigError("min_samples >= 0, abandon_s > 0, bootstrap >= 0")
         if self.max_points < 2:
-            raise ValueError("max_points >= 2")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+            raise ConfigError("max_points >= 2")
 
 
 def pauses(trace: pl.LazyFrame) -> pl.DataFrame:
@@ -63,11 +54,6 @@ def pauses(trace: pl.LazyFrame) -> pl.DataFrame:
     )
 
 
-def _percentile(values: np.ndarray[Any, Any], q: float) -> float | None:
-    needed = max(1, round(100 / (100 - q)))
-    return float(np.quantile(values, q / 100)) if values.size >= needed else None
-
-
 def describe(samples: np.ndarray[Any, Any], config: FitConfig, measured: int) -> dict[str, Any]:
     """Statistics, the compressed CDF and the exponential fit of one set of pauses."""
     full = cdf_mod.empirical(samples)
@@ -77,9 +63,9 @@ def describe(samples: np.ndarray[Any, Any], config: FitConfig, measured: int) ->
         "n": int(samples.size),
         "measured": int(measured),
         "mean_s": float(samples.mean()) if samples.size else None,
-        "p50_s": _percentile(samples, 50),
-        "p90_s": _percentile(samples, 90),
-        "p99_s": _percentile(samples, 99),
+        "p50_s": percentile(samples, 50),
+        "p90_s": percentile(samples, 90),
+        "p99_s": percentile(samples, 99),
         "max_s": float(samples.max()) if samples.size else None,
         "trusted": bool(samples.size > config.min_samples),
         "cdf": small.to_json(),
@@ -88,13 +74,22 @@ def describe(samples: np.ndarray[Any, Any], config: FitConfig, measured: int) ->
     }
 
 
-def fit_trace(path: Path, config: FitConfig | None = None) -> dict[str, Any]:
-    """The fit document of a canonical trace file (see CONTRACT.md, ``ttlctl fit``)."""
-    from ttlctl import __version__
-    from ttlctl.trace import io as trace_io
+def fit_trace(
+    trace: pl.LazyFrame | pl.DataFrame,
+    config: FitConfig | None = None,
+    *,
+    source: Mapping[str, Any] | None = None,
+    created: str | None = None,
+    ttlctl_version: str | None = None,
+) -> dict[str, Any]:
+    """The fit document of a canonical trace (``ttlctl fit``; docs/method.md).
 
+    ``source`` (the trace file's ``path`` and ``sha256``), ``created`` and
+    ``ttlctl_version`` are written as given: this module reads no file and no clock.
+    """
     config = config or FitConfig()
-    trace = trace_io.scan(path)
+    trace = trace.lazy()
+    source = source or {}
     data = pauses(trace)
     abandoned = data.filter(pl.col("pause_s") > config.abandon_s)
     kept = data.filter(pl.col("pause_s") <= config.abandon_s)
@@ -105,12 +100,12 @@ def fit_trace(path: Path, config: FitConfig | None = None) -> dict[str, Any]:
         tools[str(name)] = describe(values, config, int(group["measured"].sum()))
     everything = kept["pause_s"].to_numpy().astype(np.float64)
     lengths = trace.group_by("program_id").len().collect()["len"].to_numpy()
-    eta = eta_mod.estimate(lengths, bootstrap=config.bootstrap, seed=config.seed)
+    eta = estimate_eta(lengths, bootstrap=config.bootstrap, seed=config.seed)
     calls = trace.select(pl.len()).collect().item()
     return {
         "schema": FIT_SCHEMA,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "ttlctl_version": __version__,
+        "created": created,
+        "ttlctl_version": ttlctl_version,
         "config": {
             "min_samples": config.min_samples,
             "abandon_s": config.abandon_s,
@@ -120,8 +115,8 @@ def fit_trace(path: Path, config: FitConfig | None = None) -> dict[str, Any]:
             "compression_ks_bound": cdf_mod.compression_bound(config.max_points),
         },
         "input": {
-            "path": str(path),
-            "sha256": file_sha256(path),
+            "path": source.get("path"),
+            "sha256": source.get("sha256"),
             "programs": int(lengths.size),
             "calls": int(calls),
             "pauses": int(data.height),

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fitting import hull as hull_mod
-from fitting.eta import DEFAULT_ETA, EtaSums
+from fitting.eta import DEFAULT_ETA, EtaSums, clamp
 
 VALVES = ("head", "stall-only")
 
@@ -269,7 +269,7 @@ class TTLPolicy:
         if self.params.learn_eta:
             learned = self.eta_sums.eta()
             if learned is not None:
-                return max(-1.0, min(1.0, learned))
+                return clamp(learned)
         return self.params.eta
 
     @property

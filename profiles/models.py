@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ttlctl.errors import TtlctlError
+
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "float8_e4m3fn": 1}
 
 _LLAMA = {
@@ -63,7 +65,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rope_theta": 1e6,
         "rms_norm_eps": 1e-6,
     },
-    # the test models of ../shared/docs/VLLM_CPU.md (built locally, random weights)
+    # the tests' small models (built locally, random weights)
     "tiny": {
         **_LLAMA,
         "hidden_size": 256,
@@ -91,7 +93,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(TtlctlError, ValueError):
     pass
 
 

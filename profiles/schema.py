@@ -21,10 +21,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ttlctl.errors import TtlctlError
+
 SCHEMA = "ttlctl.profile/1"
 
 
-class ProfileError(ValueError):
+class ProfileError(TtlctlError, ValueError):
     """A profile that cannot be used; the message names what is wrong."""
 
 
@@ -74,7 +76,7 @@ class Profile:
         return r.latency_s + tokens * self.kv_bytes_per_token / r.bandwidth_bytes_per_s
 
     def rebuild_s(self, tokens: float, offload: bool) -> float:
-        """PrefillReload of METHOD.md: reload when a host tier holds the KV, else prefill."""
+        """PrefillReload of docs/method.md: reload when a host tier holds the KV, else prefill."""
         return self.reload_s(tokens) if offload else self.prefill_s(tokens)
 
     def to_json(self) -> dict[str, Any]:

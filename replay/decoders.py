@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from replay.engine import Request
+from replay.request import SimRequest
 
 
 @dataclass(slots=True)
 class DecodeSet:
     block_size: int
     D: int = 0
-    members: dict[int, Request] = field(default_factory=dict)
+    members: dict[int, SimRequest] = field(default_factory=dict)
     _sum_c0: int = 0
     _sum_d0: int = 0
     #: heap entries are (D, rid, membership epoch): an entry from an earlier membership
@@ -37,7 +35,7 @@ class DecodeSet:
     def __len__(self) -> int:
         return len(self.members)
 
-    def join(self, r: Request) -> None:
+    def join(self, r: SimRequest) -> None:
         r.dec = True
         r.d0, r.c0, r.g0 = self.D, r.computed, r.generated
         self._epoch += 1
@@ -48,7 +46,7 @@ class DecodeSet:
         heapq.heappush(self._finish, (self._finish_at(r), r.rid, r.epoch))
         heapq.heappush(self._blocks, (self._block_at(r), r.rid, r.epoch))
 
-    def sync(self, r: Request) -> None:
+    def sync(self, r: SimRequest) -> None:
         """Write the request's current token counts back to it."""
         if not r.dec:
             return
@@ -63,14 +61,14 @@ class DecodeSet:
         r.generated = r.g0
         r.num_tokens = r.computed + 1
 
-    def leave(self, r: Request) -> None:
+    def leave(self, r: SimRequest) -> None:
         self.sync(r)
         r.dec = False
         del self.members[r.rid]
         self._sum_c0 -= r.c0
         self._sum_d0 -= r.d0
 
-    def clear(self) -> list[Request]:
+    def clear(self) -> list[SimRequest]:
         """Sync and drop every member (heaps too); returns them."""
         out = list(self.members.values())
         for r in out:
@@ -83,14 +81,14 @@ class DecodeSet:
         """Computed tokens of all members now."""
         return self._sum_c0 + len(self.members) * self.D - self._sum_d0
 
-    def _finish_at(self, r: Request) -> int:
+    def _finish_at(self, r: SimRequest) -> int:
         return r.d0 + r.output - r.g0
 
-    def block_step(self, r: Request) -> int:
+    def block_step(self, r: SimRequest) -> int:
         """The D of the step in which ``r`` needs its next block."""
         return self._block_at(r)
 
-    def _block_at(self, r: Request) -> int:
+    def _block_at(self, r: SimRequest) -> int:
         return r.d0 + r.blocks * self.block_size - r.c0
 
     def next_finish(self) -> int | None:
@@ -103,9 +101,9 @@ class DecodeSet:
             heapq.heappop(self._finish)
         return None
 
-    def pop_finished(self) -> list[Request]:
+    def pop_finished(self) -> list[SimRequest]:
         """Members whose last token was sampled by the steps taken (D reached)."""
-        done: list[Request] = []
+        done: list[SimRequest] = []
         while True:
             at = self.next_finish()
             if at is None or at > self.D:
@@ -113,7 +111,7 @@ class DecodeSet:
             _, rid, _ = heapq.heappop(self._finish)
             done.append(self.members[rid])
 
-    def pop_block_due(self, before: int) -> Request | None:
+    def pop_block_due(self, before: int) -> SimRequest | None:
         """A member needing a new block in a step that starts before ``before``."""
         while self._blocks:
             at, rid, epoch = self._blocks[0]
@@ -127,19 +125,10 @@ class DecodeSet:
             return r
         return None
 
-    def next_block_step(self) -> int | None:
-        while self._blocks:
-            at, rid, epoch = self._blocks[0]
-            r = self.members.get(rid)
-            if r is not None and r.epoch == epoch and at == self._block_at(r):
-                return at
-            heapq.heappop(self._blocks)
-        return None
-
-    def block_granted(self, r: Request) -> None:
+    def block_granted(self, r: SimRequest) -> None:
         """``r`` got one more block: schedule its next boundary."""
         r.blocks += 1
         heapq.heappush(self._blocks, (self._block_at(r), r.rid, r.epoch))
 
-    def push_back(self, r: Request) -> None:
+    def push_back(self, r: SimRequest) -> None:
         heapq.heappush(self._blocks, (self._block_at(r), r.rid, r.epoch))

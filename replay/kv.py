@@ -85,7 +85,7 @@ class KVPool(Protocol):
 
 
 @dataclass(slots=True)
-class _Run:
+class _BlockRun:
     owner: str | None  # program whose cached prefix [0, hi) this is; None: anonymous
     lo: int
     hi: int
@@ -101,7 +101,7 @@ class RunPool:
 
     num_blocks: int
     block_size: int
-    _runs: OrderedDict[int, _Run] = field(default_factory=OrderedDict)
+    _runs: OrderedDict[int, _BlockRun] = field(default_factory=OrderedDict)
     _free: int = 0
     _next_id: int = 0
     _cached: dict[str, int] = field(default_factory=dict)  # program -> run id
@@ -199,7 +199,7 @@ class RunPool:
     def _append(self, owner: str | None, lo: int, hi: int) -> int:
         rid = self._next_id
         self._next_id += 1
-        self._runs[rid] = _Run(owner, lo, hi)
+        self._runs[rid] = _BlockRun(owner, lo, hi)
         self._free += hi - lo
         return rid
 

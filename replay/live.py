@@ -22,7 +22,7 @@ during it (KV usage, waiting requests, ``ttlctl:pinned_blocks``). The prefix
 cache is reset first (``POST /reset_prefix_cache``, which needs
 ``VLLM_SERVER_DEV_MODE=1``; one warning when absent).
 
-:func:`run_live` returns the simulator's result keys (``replay/metrics.py``),
+:func:`run_live` returns the simulator's result keys (``replay/figures.py``),
 ``prefix_hit_rate`` and ``preemptions`` from the server's own counters, with the
 server-side extras under ``"server"``; it can also write vLLM's benchmark
 result JSON (``vllm bench serve --save-result``) and per-call records shaped
@@ -54,13 +54,15 @@ from typing import Any
 
 import numpy as np
 
-from profiles import sse
-from profiles.prom import int_label
-from profiles.prom import metric_labels as metric_labels
-from profiles.prom import normalise_url as normalise_url
-from replay.metrics import _pct as sim_pct
-from replay.run import Timing, prepare
-from replay.workload import Call, Program, Workload
+from fitting.percentile import percentile
+from replay.policy_runs import Load, prepare
+from replay.workload import AgentProgram, Call, Workload
+from ttlctl.errors import TtlctlError
+from ttlctl.jsonio import write_atomic, write_json
+from ttlctl.server import sse
+from ttlctl.server.prom import int_label
+from ttlctl.server.prom import metric_labels as metric_labels
+from ttlctl.server.prom import normalise_url as normalise_url
 
 #: the server's counters read before and after a run
 QUERIES = "vllm:prefix_cache_queries_total"
@@ -77,7 +79,7 @@ LOW_IDS = 3
 Progress = Callable[[int, int], None]
 
 
-class LiveError(ValueError):
+class LiveError(TtlctlError, ValueError):
     """The server cannot be used (unreachable, no model, bad answer): one line, naming the URL."""
 
 
@@ -322,7 +324,7 @@ def clip(call: Call, limit: int | None) -> tuple[int, int, bool]:
 
 
 @dataclass(slots=True)
-class CallRecord:
+class LiveCallRecord:
     program_id: str
     turn: int
     tool: str | None
@@ -384,7 +386,7 @@ class ProgramRecord:
 
 
 @dataclass
-class _Run:
+class _LiveRun:
     url: str
     info: ServerInfo
     pool: list[int]
@@ -396,7 +398,7 @@ class _Run:
     progress: Progress | None
     total_calls: int
     lock: threading.Lock = field(default_factory=threading.Lock)
-    records: list[CallRecord] = field(default_factory=list)
+    records: list[LiveCallRecord] = field(default_factory=list)
     done_calls: int = 0
     warned: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
@@ -414,7 +416,7 @@ class _Run:
         rng = random.Random(f"{self.seed}:{self.nonce}:{program}:{turn}")
         return [self.pool[rng.randrange(len(self.pool))] for _ in range(n)]
 
-    def finished(self, record: CallRecord) -> None:
+    def finished(self, record: LiveCallRecord) -> None:
         with self.lock:
             self.records.append(record)
             self.done_calls += 1
@@ -424,7 +426,9 @@ class _Run:
 
     # -- one call ------------------------------------------------------------
 
-    def send(self, program: Program, turn: int, stream: list[int]) -> tuple[CallRecord, list[int]]:
+    def send(
+        self, program: AgentProgram, turn: int, stream: list[int]
+    ) -> tuple[LiveCallRecord, list[int]]:
         """Send call ``turn`` of ``program``; (its record, the token ids it generated)."""
         call = program.calls[turn]
         inp, out, clipped = clip(call, self.info.token_limit())
@@ -446,7 +450,7 @@ class _Run:
             "return_token_ids": True,
             "vllm_xargs": xargs,
         }
-        record = CallRecord(
+        record = LiveCallRecord(
             program_id=program.program_id,
             turn=turn,
             tool=call.tool,
@@ -500,7 +504,7 @@ class _Run:
         self.finished(record)
         return record, prompt + generated
 
-    def _read_stream(self, resp: Any, record: CallRecord, generated: list[int]) -> None:
+    def _read_stream(self, resp: Any, record: LiveCallRecord, generated: list[int]) -> None:
         for now, chunk in sse.chunks(resp, error_chars=300):
             if self.stop.is_set() or now > self.deadline:
                 raise _Stopped
@@ -526,7 +530,7 @@ class _Run:
 
     # -- one program -----------------------------------------------------------
 
-    def program(self, program: Program, start_at: float, result: ProgramRecord) -> None:
+    def program(self, program: AgentProgram, start_at: float, result: ProgramRecord) -> None:
         delay = start_at - time.perf_counter()
         if delay > 0 and self.stop.wait(delay):
             result.cut_short = True
@@ -561,15 +565,6 @@ def _emit(warn: Callable[[str], None] | None, message: str) -> None:
         warn(message)
     else:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def print_warning(message: str) -> None:
-    """A warning as one line on the CLI's stderr console."""
-    from rich.markup import escape
-
-    from ttlctl.clikit import err
-
-    err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
 
 
 class _Sampler:
@@ -610,7 +605,7 @@ def run_live(
     workload: Workload,
     policy_label: str,
     *,
-    timing: Timing | None = None,
+    timing: Load | None = None,
     seed: int = 0,
     max_programs: int | None = None,
     idle_gap_cap_s: float | None = None,
@@ -631,7 +626,7 @@ def run_live(
     """Replay ``workload`` against the vLLM server at ``url``; the simulator's result keys.
 
     ``timing``: the trace's start times (default), Poisson ``jps`` or a closed
-    population of ``concurrency`` programs (:class:`replay.run.Timing`).
+    population of ``concurrency`` programs (:class:`replay.policy_runs.Load`).
     ``policy_label`` names the result (the policy lives in the server: stock vLLM,
     or the TTLScheduler with a bundle). ``max_programs`` keeps the first programs;
     ``idle_gap_cap_s`` caps every pause. At most ``max_live`` programs run at
@@ -647,7 +642,7 @@ def run_live(
     given once to ``warn`` (default: :func:`warnings.warn`) and kept under
     ``server.warnings``. Raises :class:`LiveError` when the server cannot be used.
     """
-    timing = timing or Timing()
+    timing = timing or Load()
     if timeout_s <= 0 or request_timeout_s <= 0 or max_live < 1:
         raise ValueError("timeout_s, request_timeout_s and max_live must be positive")
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
@@ -689,7 +684,7 @@ def run_live(
     before = counters(parse_metrics(before_text))
     stop = threading.Event()
     t0 = time.perf_counter()
-    state = _Run(
+    state = _LiveRun(
         url=url,
         info=info,
         pool=pool,
@@ -747,7 +742,7 @@ def run_live(
         name = result_filename or _result_name(doc, timing)
         path = Path(result_dir or ".") / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_json(path, doc)
+        write_json(doc, path)
         files["result"] = str(path)
         if records_path is None:
             records_path = path.with_suffix(".profile_export.jsonl")
@@ -759,7 +754,7 @@ def run_live(
 
 
 def _drain(
-    state: _Run, jobs: Sequence[tuple[Program, float | None, ProgramRecord]], workers: int
+    state: _LiveRun, jobs: Sequence[tuple[AgentProgram, float | None, ProgramRecord]], workers: int
 ) -> None:
     """Run the programs in order, at most ``workers`` at once; each starts at its time,
     or as soon as a worker is free (None: a closed population, a new program when one
@@ -782,7 +777,7 @@ def _drain(
             r.cut_short = True
 
 
-def _join(state: _Run, targets: list[Callable[[], None]]) -> None:
+def _join(state: _LiveRun, targets: list[Callable[[], None]]) -> None:
     """Run the workers; stop them at the deadline or on Ctrl-C (re-raised)."""
     pool = ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="ttlctl-live")
     futures = [pool.submit(t) for t in targets]
@@ -803,18 +798,13 @@ def _join(state: _Run, targets: list[Callable[[], None]]) -> None:
 # --------------------------------------------------------------------------- figures
 
 
-def _pct(values: Sequence[float], p: float) -> float | None:
-    """The p-th percentile, or None with too few samples (the simulator's rule)."""
-    return sim_pct(np.asarray(values, dtype=float), p)
-
-
 def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
 def summarize(
     policy: str,
-    records: Sequence[CallRecord],
+    records: Sequence[LiveCallRecord],
     programs: Sequence[ProgramRecord],
     info: ServerInfo,
     before: dict[str, float | None],
@@ -825,7 +815,7 @@ def summarize(
     reset: bool,
     warnings_: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The simulator's result keys (``replay.metrics.summarize``) from a live run."""
+    """The simulator's result keys (``replay.figures.summarize``) from a live run."""
     finished = [
         p
         for p in programs
@@ -863,13 +853,13 @@ def summarize(
         "rejected_calls": sum(1 for r in records if not r.ok),
         "truncated_calls": sum(1 for r in records if r.clipped),
         "jct_mean_s": _mean(jct),
-        "jct_p50_s": _pct(jct, 50),
-        "jct_p95_s": _pct(jct, 95),
-        "jct_p99_s": _pct(jct, 99),
+        "jct_p50_s": percentile(jct, 50),
+        "jct_p95_s": percentile(jct, 95),
+        "jct_p99_s": percentile(jct, 99),
         "makespan_s": makespan,
         "throughput_programs_per_s": len(finished) / makespan if makespan > 0 else None,
         "ttft_mean_s": _mean(ttft),
-        "ttft_p95_s": _pct(ttft, 95),
+        "ttft_p95_s": percentile(ttft, 95),
         "queue_mean_s": None,
         "prefix_hit_rate": hits / queries if queries and hits is not None else None,
         "offload_loaded_tokens": None,
@@ -949,7 +939,7 @@ def _stats_ms(values: Sequence[float], name: str) -> dict[str, float | None]:
 
 
 def benchmark_result(
-    result: dict[str, Any], records: Sequence[CallRecord], info: ServerInfo, label: str
+    result: dict[str, Any], records: Sequence[LiveCallRecord], info: ServerInfo, label: str
 ) -> dict[str, Any]:
     """vLLM's benchmark result JSON (``vllm bench serve --save-result``); ours under ``ttlctl``."""
     ok = [r for r in records if r.ok]
@@ -993,7 +983,7 @@ def benchmark_result(
     return doc
 
 
-def _result_name(doc: dict[str, Any], timing: Timing) -> str:
+def _result_name(doc: dict[str, Any], timing: Load) -> str:
     """vLLM's file name: ``{label}-{rate}qps[-concurrencyN]-{model}-{date}.json``."""
     rate = f"{timing.jps:g}jps" if timing.jps is not None else "trace"
     conc = f"-concurrency{timing.concurrency}" if timing.concurrency is not None else ""
@@ -1001,7 +991,7 @@ def _result_name(doc: dict[str, Any], timing: Timing) -> str:
     return f"{doc['label']}-{rate}{conc}-{model}-{doc['date']}.json"
 
 
-def aiperf_record(record: CallRecord, session_num: int, policy: str) -> dict[str, Any]:
+def aiperf_record(record: LiveCallRecord, session_num: int, policy: str) -> dict[str, Any]:
     """One call as a line of AIPerf's ``profile_export.jsonl``."""
 
     def ms(seconds: float | None) -> float | None:
@@ -1072,23 +1062,15 @@ def aiperf_record(record: CallRecord, session_num: int, policy: str) -> dict[str
     return {"metadata": metadata, "metrics": metrics, "error": None, "ttlctl": extra}
 
 
-def write_records(path: Path, records: Sequence[CallRecord], policy: str) -> None:
+def write_records(path: Path, records: Sequence[LiveCallRecord], policy: str) -> None:
     """Per-call records (AIPerf's ``profile_export.jsonl`` shape), in send order."""
     ordered = sorted(records, key=lambda r: r.start_ns)
     sessions: dict[str, int] = {}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for r in ordered:
-            num = sessions.setdefault(r.program_id, len(sessions))
-            fh.write(json.dumps(aiperf_record(r, num, policy)) + "\n")
-    tmp.replace(path)
-
-
-def _write_json(path: Path, doc: dict[str, Any]) -> None:
-    from ttlctl.jsonio import write_atomic
-
-    write_atomic(doc, path)
+    lines = []
+    for r in ordered:
+        num = sessions.setdefault(r.program_id, len(sessions))
+        lines.append(json.dumps(aiperf_record(r, num, policy)) + "\n")
+    write_atomic("".join(lines), path)
 
 
 def live_results(
@@ -1105,7 +1087,7 @@ def live_results(
     result_dir: Path | None = None,
     label: str | None = None,
     progress: Progress | None = None,
-    warn: Callable[[str], None] | None = print_warning,
+    warn: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """``ttlctl replay --live URL``: the one policy the server runs, as a list of results.
 
@@ -1123,7 +1105,7 @@ def live_results(
             url,
             workload,
             names[0],
-            timing=Timing(jps=jps, concurrency=concurrency, seed=seed),
+            timing=Load(jps=jps, concurrency=concurrency, seed=seed),
             seed=seed,
             idle_gap_cap_s=idle_gap_cap_s,
             timeout_s=timeout_s,

@@ -44,6 +44,3 @@ class OffloadTier:
     def reload_s(self, tokens: int) -> float:
         return self.cost.reload_s(tokens)
 
-    @property
-    def used_tokens(self) -> int:
-        return self._used

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profiles.cost import CostModel
-from replay.engine import Engine, EngineConfig, Policy, Request
 from replay.offload import OffloadTier
-from replay.workload import Call, Program, Workload
+from replay.request import SimRequest
+from replay.scheduler import Policy, SimScheduler, SimSchedulerConfig
+from replay.workload import AgentProgram, Call, Workload
 
 ARRIVAL = 0
 PIN_EXPIRY = 1
@@ -32,7 +33,7 @@ class SimulationError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class ReplayConfig:
-    engine: EngineConfig = field(default_factory=EngineConfig)
+    engine: SimSchedulerConfig = field(default_factory=SimSchedulerConfig)
     #: closed population: keep this many programs running (None: trace or jps starts)
     concurrency: int | None = None
     offload_tokens: int = 0
@@ -44,7 +45,7 @@ class ReplayConfig:
 
 @dataclass(slots=True)
 class ProgramRun:
-    program: Program
+    program: AgentProgram
     start: float
     next_turn: int = 0
     #: when the program's first call was sent (its JCT counts from here)
@@ -59,7 +60,7 @@ class ProgramRun:
 
 
 @dataclass(slots=True)
-class CallRecord:
+class SimCallRecord:
     program: str
     turn: int
     #: when the call was sent (vLLM's arrival_time)
@@ -75,11 +76,11 @@ class CallRecord:
 
 @dataclass(slots=True)
 class Outcome:
-    calls: list[CallRecord]
+    calls: list[SimCallRecord]
     programs: list[ProgramRun]
     rejected_calls: int
     truncated_calls: int
-    engine: Engine
+    engine: SimScheduler
     end: float
 
 
@@ -104,7 +105,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
         if config.offload_tokens > 0
         else None
     )
-    engine = Engine(config.engine, cost, policy, offload)
+    engine = SimScheduler(config.engine, cost, policy, offload)
     events: list[tuple[float, int, int, Any]] = []
     seq = 0
 
@@ -125,11 +126,11 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
             push(run.start, ARRIVAL, run)
         pending = []
 
-    records: list[CallRecord] = []
+    records: list[SimCallRecord] = []
     rejected = truncated = 0
     rid = 0
     now = 0.0
-    requests: dict[int, tuple[ProgramRun, Request]] = {}
+    requests: dict[int, tuple[ProgramRun, SimRequest]] = {}
 
     def arrive(run: ProgramRun, at: float, sent: float) -> None:
         nonlocal rid, rejected, truncated
@@ -146,7 +147,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
             run.first_arrival = sent
             run.program_start = at
             run.first_rid = rid
-        req = Request(
+        req = SimRequest(
             rid=rid,
             program=run.program.program_id,
             turn=turn,
@@ -213,7 +214,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
             run, _ = requests.pop(req.rid)
             assert req.admitted is not None and req.first_token is not None
             records.append(
-                CallRecord(
+                SimCallRecord(
                     req.program,
                     req.turn,
                     req.arrival if req.sent is None else req.sent,
@@ -241,7 +242,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
     return Outcome(records, runs, rejected, truncated, engine, now)
 
 
-def _check(engine: Engine, now: float) -> None:
+def _check(engine: SimScheduler, now: float) -> None:
     pool: Any = engine.pool
     pool.check()
     held = sum(r.blocks for r in engine.running) + engine.pinned_blocks

@@ -1,7 +1,7 @@
 """Synthetic agent workloads with the per-program statistics the Continuum paper reports.
 
-The paper's own traces were never published; it reports, per program (METHOD.md,
-``../shared/traces/README.md``):
+The paper's own traces were never published; it reports, per program
+(docs/method.md):
 
 =========== ============== ========================= ==========================
 workload    turns          tool time per call        tokens per program
@@ -12,7 +12,7 @@ bfcl        6.3 ± 2.3      1,923 ± 2,133 ms          93k ± 69k
 
 :func:`synth` draws programs that reproduce those means and standard deviations
 (in expectation; ``tests/replay/test_synth.py`` checks samples of 2,000 programs),
-as a canonical trace (``ttlctl.trace.schema.COLUMNS``, one row per LLM call).
+as a canonical trace (``ttlctl.trace.columns.COLUMNS``, one row per LLM call).
 
 Distributions, per program (all seeded by ``numpy.random.SeedSequence([seed, crc32(workload)])``):
 
@@ -90,8 +90,10 @@ from functools import cache
 
 import numpy as np
 import polars as pl
+from scipy.optimize import root
 
-from ttlctl.trace.schema import COLUMNS
+from ttlctl.errors import ConfigError
+from ttlctl.trace.columns import COLUMNS
 
 #: smallest tool result (tokens) a call adds to the next prompt
 MIN_RESULT_TOKENS = 16
@@ -206,8 +208,6 @@ def solved_tools(spec: Spec) -> tuple[Tool, ...]:
 def turns_distribution(mean: float, sd: float, low: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """(support, probabilities) of the discretised normal on ``[low, ⌈mean + 8 sd⌉]``
     whose mean and sd are exactly ``mean`` and ``sd``."""
-    from scipy.optimize import root
-
     support = np.arange(low, math.ceil(mean + 8 * sd) + 1)
 
     def probs(x: np.ndarray) -> np.ndarray:
@@ -238,11 +238,11 @@ def synth(workload: str, programs: int, seed: int) -> pl.DataFrame:
     as a canonical trace, sorted by program and turn. Deterministic for a seed."""
     spec = WORKLOADS.get(workload)
     if spec is None:
-        raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
+        raise ConfigError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
     if programs < 1:
-        raise ValueError(f"programs must be at least 1, not {programs}")
+        raise ConfigError(f"programs must be at least 1, not {programs}")
     if seed < 0:
-        raise ValueError(f"seed must be non-negative, not {seed}")
+        raise ConfigError(f"seed must be non-negative, not {seed}")
     rng = np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(workload.encode())]))
     tools = solved_tools(spec)
 
@@ -341,7 +341,7 @@ def fit_context(frame: pl.DataFrame, limit: int, min_output: int = 4) -> pl.Data
     decode steps), and its reused prefix never exceeds its prompt or the previous
     call's prompt + output, so the trace stays valid."""
     if limit <= min_output:
-        raise ValueError(f"max context must be above {min_output} tokens, not {limit}")
+        raise ConfigError(f"max context must be above {min_output} tokens, not {limit}")
     tokens = ("input_tokens", "output_tokens", "reused_tokens")
     total = pl.col("input_tokens") + pl.col("output_tokens")
     work = frame.sort("program_id", "turn").with_columns(

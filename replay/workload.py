@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from ttlctl.trace import io as trace_io
+
 
 @dataclass(frozen=True, slots=True)
 class Call:
@@ -32,7 +34,7 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
-class Program:
+class AgentProgram:
     program_id: str
     #: first arrival, from the trace (re-timed by the replay options)
     start_s: float
@@ -41,7 +43,7 @@ class Program:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    programs: tuple[Program, ...]
+    programs: tuple[AgentProgram, ...]
 
     @property
     def calls(self) -> int:
@@ -51,7 +53,7 @@ class Workload:
 def from_frame(frame: pl.DataFrame) -> Workload:
     """Programs from canonical rows (sorted by program, turn)."""
     frame = frame.sort(["program_id", "turn"])
-    programs: list[Program] = []
+    programs: list[AgentProgram] = []
     for (pid,), rows in frame.group_by("program_id", maintain_order=True):
         calls: list[Call] = []
         prev_total = 0
@@ -71,14 +73,12 @@ def from_frame(frame: pl.DataFrame) -> Workload:
                 )
             )
             prev_total = int(r["input_tokens"]) + int(r["output_tokens"])
-        programs.append(Program(str(pid), float(start or 0.0), tuple(calls)))
+        programs.append(AgentProgram(str(pid), float(start or 0.0), tuple(calls)))
     programs.sort(key=lambda p: (p.start_s, p.program_id))
     return Workload(tuple(programs))
 
 
 def load(path: Path) -> Workload:
-    from ttlctl.trace import io as trace_io
-
     return from_frame(trace_io.read(path))
 
 
@@ -91,7 +91,7 @@ def poisson_starts(n: int, jps: float, seed: int) -> list[float]:
 def retimed(workload: Workload, starts: list[float]) -> Workload:
     return Workload(
         tuple(
-            Program(p.program_id, s, p.calls)
+            AgentProgram(p.program_id, s, p.calls)
             for p, s in zip(workload.programs, starts, strict=True)
         )
     )

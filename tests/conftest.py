@@ -1,11 +1,16 @@
-"""Shared fixtures: where the repo's samples and the real traces in ../shared live."""
+"""Shared fixtures: where the repo's samples and the real traces in ../shared live, and a
+fitted synthetic trace (two trusted tools and one rare one) built once per test session."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import numpy as np
+import polars as pl
 import pytest
+
+from ttlctl.trace import io as trace_io
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "samples"
@@ -31,3 +36,58 @@ def shared_traces() -> Path:
             "set TTLCTL_SHARED_TRACES to run these tests)"
         )
     return path
+
+
+def make_trace(path: Path, programs: int = 150, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for p in range(programs):
+        n = int(rng.integers(2, 12))
+        t = float(p)
+        for turn in range(n):
+            last = turn == n - 1
+            tool = None if last else str(rng.choice(["grep", "pytest", "web"], p=[0.6, 0.38, 0.02]))
+            tool_s = None
+            if tool == "grep":
+                tool_s = float(np.round(rng.uniform(0.05, 0.4), 3))
+            elif tool == "pytest":
+                tool_s = float(np.round(rng.lognormal(1.5, 0.6), 3))
+            elif tool == "web":
+                tool_s = float(np.round(rng.uniform(5, 20), 3))
+            rows.append(
+                {
+                    "program_id": f"p{p}",
+                    "turn": turn,
+                    "arrival_s": t,
+                    "input_tokens": 2000 + 1500 * turn,
+                    "output_tokens": 100,
+                    "tool": tool,
+                    "tool_s": tool_s,
+                    "gap_s": None if tool_s is None else tool_s + 0.01,
+                    "llm_s": 0.5,
+                    "is_last": last,
+                }
+            )
+            t += 0.5 + (tool_s or 0) + 0.01
+    trace_io.write(pl.DataFrame(rows).lazy(), path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def synthetic_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_trace(tmp_path_factory.mktemp("trace") / "trace.parquet")
+
+
+@pytest.fixture(scope="session")
+def fit_doc(synthetic_trace: Path) -> dict[str, object]:
+    from fitting.fit import FitConfig, fit_trace
+
+    return fit_trace(trace_io.scan(synthetic_trace), FitConfig(bootstrap=200))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``tiny`` preset as a servable model folder (tokenizer, random bf16 weights)."""
+    from tests.vllm_server import build_tiny_model  # torch and transformers: only when asked
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "tiny")

@@ -37,7 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from replay.process import free_port, group_alive, stop_group, wait_healthy
+from ttlctl.server.process import free_port, stop_group, wait_healthy
 
 #: special tokens of the tiny tokenizer (ids 0, 1, 2)
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
@@ -125,10 +125,6 @@ def build_tiny_model(dir: Path, preset: str = "tiny", seed: int = 0) -> Path:
     model.save_pretrained(dir)
     marker.write_text(f"{preset} {seed}\n")
     return dir
-
-
-#: kept under the old name for the tests that check a server's group is gone
-_group_alive = group_alive
 
 
 class VLLMServerError(RuntimeError):

@@ -1,6 +1,6 @@
 """The policy bundle: one JSON document a vLLM scheduler plugin loads at runtime.
 
-Fields (CONTRACT.md): ``schema_version``, ``created``, ``ttlctl_version``, ``fit``
+Fields (docs/bundle.md): ``schema_version``, ``created``, ``ttlctl_version``, ``fit``
 (per-tool CDFs, global CDF, η), ``profile`` (what rebuilding a context costs),
 ``policy`` (η, K, T window, valve, pin cap …), ``provenance`` (input hashes,
 tuning summary) and ``sha256``: the SHA-256 of the canonical JSON of every other
@@ -18,16 +18,19 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from fitting import FIT_SCHEMA
 from fitting.policy import PolicyParams, TTLPolicy, priors_from_fit
 from profiles import schema as profile_schema
-from ttlctl.jsonio import write_atomic
+from ttlctl import __version__
+from ttlctl.errors import TtlctlError
+from ttlctl.jsonio import write_json
 
 SCHEMA_VERSION = 1
-FIT_SCHEMA = "ttlctl.fit/1"
 MAX_CDF_POINTS = 1024
 REQUIRED = (
     "schema_version",
@@ -41,7 +44,7 @@ REQUIRED = (
 )
 
 
-class BundleError(ValueError):
+class BundleError(TtlctlError, ValueError):
     """A bundle that must not be used; the message says why (one line)."""
 
 
@@ -84,9 +87,33 @@ def build(
     return doc
 
 
+def assemble(
+    fit: Mapping[str, Any],
+    profile: Mapping[str, Any],
+    params: PolicyParams,
+    provenance: Mapping[str, Any],
+) -> dict[str, Any]:
+    """A sealed bundle made now by this ttlctl: :func:`build` stamped with the time
+    (UTC, seconds) and ``ttlctl.__version__``. Every command that writes a bundle
+    (``bundle build``, ``tune``, a live trial, ``validate``'s cold start) calls this."""
+    return build(
+        fit,
+        profile,
+        params,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        ttlctl_version=__version__,
+        provenance=provenance,
+    )
+
+
+def empty_fit() -> dict[str, Any]:
+    """The fit of a bundle that has none: the policy starts cold and learns online."""
+    return {"schema": FIT_SCHEMA, "tools": {}, "global": None}
+
+
 def write(doc: Mapping[str, Any], path: Path) -> None:
     """Write atomically: the file is whole or absent, never half-written."""
-    write_atomic(doc, path)
+    write_json(doc, path)
 
 
 def read(path: Path) -> dict[str, Any]:

@@ -23,14 +23,17 @@ from typing import Any
 
 import polars as pl
 
+from ttlctl.errors import ConfigError
+from ttlctl.jsonio import write_atomic
+
 FORMATS = ("mooncake", "agentic-mooncake")
 
 
 def rows(trace: pl.DataFrame, fmt: str, block_size: int = 512) -> list[dict[str, Any]]:
     if fmt not in FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; choose {' or '.join(FORMATS)}")
+        raise ConfigError(f"unknown export format {fmt!r}; choose {' or '.join(FORMATS)}")
     if block_size <= 0:
-        raise ValueError("block size must be positive")
+        raise ConfigError("block size must be positive")
     out: list[dict[str, Any]] = []
     next_id = 0
     frame = trace.sort(["program_id", "turn"])
@@ -90,17 +93,5 @@ def rows(trace: pl.DataFrame, fmt: str, block_size: int = 512) -> list[dict[str,
 
 
 def write(lines: list[dict[str, Any]], path: Path) -> None:
-    """Write atomically (a temporary file beside the target, then renamed)."""
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for line in lines:
-                fh.write(json.dumps(line, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write the JSONL atomically: the file is whole or absent, never half-written."""
+    write_atomic("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), path)

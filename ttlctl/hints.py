@@ -2,7 +2,7 @@
 
 Engines converge on "keep this request's KV for a while" hints supplied by the
 client, and none of them computes the duration: ``ttlctl bundle query --as``
-answers in their shape (ECOSYSTEM.md, "Where a TTL goes after ttlctl"). Each
+answers in their shape (docs/deploy.md). Each
 function returns the JSON fragment to merge into that engine's request; τ = 0
 ("do not keep it") returns ``{}`` — no hint, the engine's default.
 
@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from typing import Any
+
+from ttlctl.errors import ConfigError
 
 #: TensorRT-LLM's highest block priority (its default is 35)
 TRTLLM_PRIORITY = 100
@@ -76,7 +78,7 @@ def shape(engine: str, ttl_s: float) -> dict[str, Any]:
     if fn is None:
         why = NOT_BUILT.get(engine)
         choices = ", ".join(SHAPES)
-        raise ValueError(
+        raise ConfigError(
             f"--as {engine}: {why}" if why else f"--as takes {choices}, not {engine!r}"
         )
     return fn(ttl_s)

@@ -1,28 +1,68 @@
-"""Atomic JSON writes (standard library only: the engine side imports it)."""
+"""Files on disk: atomic writes, JSON documents and file hashes.
+
+Every file ttlctl writes whole (a trace, a fit, a bundle, a replay result, a report,
+an export) goes through :func:`replacing`: it is written to a fresh temporary file
+beside the target (a unique name, so two writers never share one), flushed to disk,
+given the usual file mode and renamed over the target. A reader sees the old file
+or the new one, never half of one; a failed write leaves no temporary file behind.
+
+Standard library only: the engine side imports it (through :mod:`ttlctl.bundle`).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 
-def write_atomic(doc: Any, path: Path) -> None:
-    """Write ``doc`` as JSON: the file is whole or absent, never half-written."""
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write; renamed over ``path`` on a clean exit.
+
+    Whoever writes the temporary file must have closed it when the block ends; it is
+    then synced to disk and renamed. On an exception it is removed and ``path`` is
+    left as it was.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
-            fh.flush()
+        yield tmp
+        with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def write_atomic(data: str | bytes, path: Path) -> None:
+    """Write ``data`` (text as UTF-8): the file is whole or absent, never half-written."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    with replacing(path) as tmp:
+        tmp.write_bytes(raw)
+
+
+def write_json(doc: Any, path: Path) -> None:
+    """Write ``doc`` as JSON (keys sorted, one-space indent, UTF-8, no NaN), atomically."""
+    text = json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    write_atomic(text + "\n", path)
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

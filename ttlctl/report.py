@@ -21,9 +21,7 @@ import html
 import io
 import json
 import math
-import os
 import re
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +29,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter
+
+from ttlctl import __version__
+from ttlctl import bundle as bundle_mod
+from ttlctl.errors import TtlctlError
+from ttlctl.jsonio import file_sha256, write_atomic
+from ttlctl.plots import step
+from ttlctl.trace import io as trace_io
+from ttlctl.trace.summary import summarize
 
 FILES = ("trace.parquet", "fit.json", "bundle.json", "replay.json", "tune.json")
 MAX_TOOL_PLOTS = 12
@@ -57,7 +67,7 @@ img{max-width:100%;height:auto;border:1px solid #eee}
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 
-class ReportError(ValueError):
+class ReportError(TtlctlError, ValueError):
     """No report can be made (no such directory, or nothing in it); one line."""
 
 
@@ -129,8 +139,6 @@ def _absent(name: str) -> str:
 
 
 def _figure(width: float, height: float) -> Any:
-    from matplotlib.figure import Figure
-
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
@@ -146,12 +154,6 @@ def _img(fig: Any, alt: str) -> str:
     )
 
 
-def _step(ax: Any, cdf: Mapping[str, Any], **kw: Any) -> None:
-    x = np.r_[0.0, np.asarray(cdf["x"], dtype=float)]
-    p = np.r_[0.0, np.asarray(cdf["p"], dtype=float)]
-    ax.step(x, p, where="post", **kw)
-
-
 def _tokens(n: float) -> str:
     return f"{n / 1000:g}k" if n >= 1000 else f"{n:g}"
 
@@ -160,7 +162,7 @@ def _tokens(n: float) -> str:
 
 
 @dataclass
-class _Run:
+class _RunInputs:
     root: Path
     paths: dict[str, Path] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
@@ -190,15 +192,12 @@ def _json(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _load(root: Path) -> _Run:
-    from ttlctl import bundle as bundle_mod
-    from ttlctl.trace import io as trace_io
-
+def _load(root: Path) -> _RunInputs:
     if not root.exists():
         raise ReportError(f"{root}: no such directory")
     if not root.is_dir():
         raise ReportError(f"{root}: not a directory")
-    run = _Run(root)
+    run = _RunInputs(root)
     run.paths = {name: root / name for name in FILES if (root / name).is_file()}
     if not run.paths:
         raise ReportError(f"{root}: none of {', '.join(FILES)}; nothing to report")
@@ -227,10 +226,7 @@ def _load(root: Path) -> _Run:
 # ---------------------------------------------------------------- sections
 
 
-def _inputs(run: _Run) -> str:
-    from fitting.fit import file_sha256
-    from ttlctl import __version__
-
+def _inputs(run: _RunInputs) -> str:
     hashes: dict[str, str] = {}
     rows: list[tuple[Any, ...]] = []
     for name in FILES:
@@ -278,11 +274,7 @@ def _inputs(run: _Run) -> str:
     return "".join(parts)
 
 
-def _trace(run: _Run) -> str:
-    import polars as pl
-
-    from ttlctl.trace.summary import summarize
-
+def _trace(run: _RunInputs) -> str:
     if run.trace is None:
         return _absent("trace.parquet")
     frame = run.trace
@@ -343,11 +335,11 @@ def _ranked_tools(fit: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return sorted(entries, key=lambda kv: (-int(kv[1].get("n") or 0), kv[0]))
 
 
-def _decide(run: _Run, tool: str | None, context: float, t: float) -> Any:
+def _decide(run: _RunInputs, tool: str | None, context: float, t: float) -> Any:
     return run.policy.decide(tool, context, queue_delay_s=t)
 
 
-def _cdfs(run: _Run) -> str:
+def _cdfs(run: _RunInputs) -> str:
     if run.fit is None:
         return _absent("fit.json (nor a bundle.json with its fit)")
     fit, t_ref = run.fit, run.queue_delay_s
@@ -376,7 +368,7 @@ def _cdfs(run: _Run) -> str:
             continue
         fig = _figure(3.8, 2.9)
         ax = fig.subplots()
-        _step(ax, cdf, color="C0", lw=1.8, label=f"empirical (n={_num(entry.get('n'))})")
+        step(ax, cdf, color="C0", lw=1.8, label=f"empirical (n={_num(entry.get('n'))})")
         upper = max(float(cdf["x"][-1]), 1e-3)
         exp = entry.get("exponential")
         if isinstance(exp, dict) and _is_num(exp.get("rate")):
@@ -389,7 +381,7 @@ def _cdfs(run: _Run) -> str:
                 label=f"Exp fit (mean {_num(exp.get('mean_s'))} s, KS {_num(exp.get('ks'))})",
             )
         if everything and (everything.get("cdf") or {}).get("x"):
-            _step(ax, everything["cdf"], color="0.65", lw=1.0, label="all tools")
+            step(ax, everything["cdf"], color="0.65", lw=1.0, label="all tools")
         if run.policy is not None:
             for colour, context in zip(colours, MARKER_CONTEXTS, strict=True):
                 d = _decide(run, name, context, t_ref)
@@ -448,7 +440,7 @@ def _cdfs(run: _Run) -> str:
     return "".join(parts)
 
 
-def _tau(run: _Run) -> str:
+def _tau(run: _RunInputs) -> str:
     if run.policy is None:
         return _absent("bundle.json" if "bundle.json" not in run.problems else "usable bundle.json")
     t_ref = run.queue_delay_s
@@ -498,12 +490,12 @@ def _tau(run: _Run) -> str:
     return "".join(parts)
 
 
-def _results(run: _Run) -> list[dict[str, Any]]:
+def _results(run: _RunInputs) -> list[dict[str, Any]]:
     results = (run.replay or {}).get("results") or []
     return [r for r in results if isinstance(r, dict)]
 
 
-def _jct(run: _Run) -> str:
+def _jct(run: _RunInputs) -> str:
     if run.replay is None:
         return _absent("replay.json")
     results = _results(run)
@@ -515,8 +507,6 @@ def _jct(run: _Run) -> str:
     xs = np.arange(len(results))
     means = [float(r["jct_mean_s"]) if _is_num(r.get("jct_mean_s")) else 0.0 for r in results]
     bound = [bool(r.get("evaluation_only")) for r in results]
-    from matplotlib.patches import Patch
-
     ax.bar(xs, means, color=["#cfcfcf" if b else "C0" for b in bound], label="mean")
     hatched = [(x, m) for x, m, b in zip(xs, means, bound, strict=True) if b]
     if hatched:
@@ -568,7 +558,7 @@ def _jct(run: _Run) -> str:
     return "".join(parts)
 
 
-def _pinned(run: _Run) -> str:
+def _pinned(run: _RunInputs) -> str:
     if run.replay is None:
         return _absent("replay.json")
     lines, idle = [], []
@@ -584,8 +574,6 @@ def _pinned(run: _Run) -> str:
     if lines:
         span = max(float(t.max()) for _, t, _ in lines)
         unit, div = ("h", 3600.0) if span > 7200 else ("s", 1.0)
-        from matplotlib.ticker import FuncFormatter
-
         fig = _figure(9.0, 3.8)
         ax = fig.subplots()
         for i, (name, t, v) in enumerate(lines):
@@ -612,7 +600,7 @@ def _pinned(run: _Run) -> str:
     return "".join(parts)
 
 
-def _tune(run: _Run) -> str:
+def _tune(run: _RunInputs) -> str:
     if run.tune is None:
         return _absent("tune.json")
     tune = run.tune
@@ -678,7 +666,7 @@ def _tune(run: _Run) -> str:
     return "".join(parts)
 
 
-SECTIONS: tuple[tuple[str, str, Callable[[_Run], str]], ...] = (
+SECTIONS: tuple[tuple[str, str, Callable[[_RunInputs], str]], ...] = (
     ("inputs", "Inputs", _inputs),
     ("trace", "Trace", _trace),
     ("cdfs", "Pause CDFs per tool", _cdfs),
@@ -717,17 +705,4 @@ def write_html(text: str, path: Path) -> None:
     """Write the page atomically: the file is whole or absent, never half-written."""
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(text, path)

@@ -1,4 +1,4 @@
-"""Scheduling and retention policies behind one interface (:class:`replay.engine.Policy`).
+"""Scheduling and retention policies behind one interface (:class:`replay.scheduler.Policy`).
 
 ``make(name, ...)`` builds one by name; ``NAMES`` lists them in the order of the
 comparison table (the ablation ladder first, then the baselines, then the two

@@ -1,13 +1,14 @@
-"""Baselines from the literature: InferCept and Autellix (METHOD.md, "Baselines")."""
+"""Baselines from the literature: InferCept and Autellix (docs/method.md, "Baselines")."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from replay.engine import Engine, Request
-from replay.policies.base import apply_valve, program_key, under_cap
+from replay.policies.common import apply_valve, program_key, under_cap
 from replay.policies.simple import VLLM
+from replay.request import SimRequest
+from replay.scheduler import SimScheduler
 
 
 @dataclass(slots=True)
@@ -24,7 +25,7 @@ class InferCept(VLLM):
     name: str = "infercept"
     pin_cap: float = 1.0
 
-    def ttl_on_finish(self, req: Request, engine: Engine, now: float) -> float:
+    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
         if req.is_last or not under_cap(engine, req, self.pin_cap):
             return 0.0
         context = max(1, req.computed)
@@ -35,7 +36,7 @@ class InferCept(VLLM):
             forward = engine.cost.prefill_s(0, context)
         return forward * (context + others) / (2 * context)
 
-    def valve(self, engine: Engine, head: Request, now: float, stalled: bool) -> None:
+    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
         apply_valve("head", engine, head, stalled)
 
 
@@ -59,7 +60,7 @@ class Autellix:
             return 0
         return min(self.levels - 1, 1 + int(math.log2(served / self.base_tokens)))
 
-    def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
+    def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
         level = 0 if self._now - req.arrival > self.starvation_s else self._level(req.program)
         return (
             0.0 if req.preempted else 1.0,
@@ -69,14 +70,14 @@ class Autellix:
             req.arrival,
         )
 
-    def on_arrival(self, req: Request, engine: Engine, now: float) -> None:
+    def on_arrival(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
         self._now = now
 
-    def on_admit(self, req: Request, engine: Engine, now: float) -> None:
+    def on_admit(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
         self._now = now
         engine.touch_order()  # waiting times moved on: starvation may promote someone
 
-    def ttl_on_finish(self, req: Request, engine: Engine, now: float) -> float:
+    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
         self._now = now
         served = (req.prompt - req.hit_tokens) + req.output
         self._service[req.program] = self._service.get(req.program, 0.0) + served
@@ -85,7 +86,7 @@ class Autellix:
         engine.touch_order()
         return 0.0
 
-    def valve(self, engine: Engine, head: Request, now: float, stalled: bool) -> None:
+    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
         pass
 
 
@@ -95,7 +96,7 @@ class Oracle:
     last, and pins exactly when keeping the context pays: when the pause is
     shorter than what losing the context would cost (rebuilding it, plus the mean
     queueing delay that returning programs without a pin have suffered so far).
-    Stall-only valve by default (the best in METHOD.md's reference model)."""
+    Stall-only valve by default (the best in the reference model of docs/method.md)."""
 
     pauses: dict[tuple[str, int], float]
     name: str = "oracle"
@@ -103,21 +104,21 @@ class Oracle:
     _delays: list[float] = field(default_factory=list)
     _unpinned: set[int] = field(default_factory=set)
 
-    def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
+    def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
         return program_key(req, engine, pin_first=True)
 
-    def on_arrival(self, req: Request, engine: Engine, now: float) -> None:
+    def on_arrival(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
         if req.turn and req.program not in engine.pins:
             self._unpinned.add(req.rid)
 
-    def on_admit(self, req: Request, engine: Engine, now: float) -> None:
+    def on_admit(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
         if req.rid in self._unpinned:
             self._unpinned.discard(req.rid)
             self._delays.append(now - req.arrival)
             if len(self._delays) > 100:
                 del self._delays[0]
 
-    def ttl_on_finish(self, req: Request, engine: Engine, now: float) -> float:
+    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
         pause = self.pauses.get((req.program, req.turn))
         if req.is_last or pause is None:
             return 0.0
@@ -127,5 +128,5 @@ class Oracle:
         queueing = sum(self._delays) / len(self._delays) if self._delays else 0.0
         return pause + 1e-6 if pause < rebuild + queueing else 0.0
 
-    def valve(self, engine: Engine, head: Request, now: float, stalled: bool) -> None:
+    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
         apply_valve(self.valve_name, engine, head, stalled)

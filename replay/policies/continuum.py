@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fitting.policy import TTLPolicy
-from replay.engine import Engine, Request
-from replay.policies.base import apply_valve, program_key, under_cap
+from replay.policies.common import apply_valve, program_key, under_cap
+from replay.request import SimRequest
+from replay.scheduler import SimScheduler
 
 
 @dataclass(slots=True)
@@ -24,10 +25,10 @@ class Continuum:
     _last_finish: dict[str, tuple[float, str | None]] = field(default_factory=dict)
     _evicted: set[int] = field(default_factory=set)
 
-    def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
+    def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
         return program_key(req, engine, pin_first=True)
 
-    def on_arrival(self, req: Request, engine: Engine, now: float) -> None:
+    def on_arrival(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
         last = self._last_finish.pop(req.program, None)
         if last is not None:
             finished_at, tool = last
@@ -35,12 +36,12 @@ class Continuum:
             if req.program not in engine.pins:
                 self._evicted.add(req.rid)
 
-    def on_admit(self, req: Request, engine: Engine, now: float) -> None:
+    def on_admit(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
         if req.rid in self._evicted:
             self._evicted.discard(req.rid)
             self.ttl.observe_queue_delay(now - req.arrival)
 
-    def ttl_on_finish(self, req: Request, engine: Engine, now: float) -> float:
+    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
         if req.is_last:
             self.ttl.observe_program_end(req.turn + 1)
             return 0.0
@@ -50,5 +51,5 @@ class Continuum:
             return 0.0
         return decision.ttl_s
 
-    def valve(self, engine: Engine, head: Request, now: float, stalled: bool) -> None:
+    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
         apply_valve(self.valve_name, engine, head, stalled)

@@ -6,7 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from replay.engine import Policy
+from fitting.policy import PolicyParams, TTLPolicy
+from replay.policies.baselines import Autellix, InferCept, Oracle
+from replay.policies.continuum import Continuum
+from replay.policies.simple import VLLM, ProgramFCFS, StaticTTL
+from replay.scheduler import Policy
+from ttlctl import bundle as bundle_mod
+from ttlctl.errors import ConfigError
 
 #: the comparison table's order: ablation ladder, baselines, bounds
 NAMES = (
@@ -40,10 +46,6 @@ def make(
 ) -> Policy:
     """A fresh policy object. ``pauses`` (true pauses) reach only the oracle;
     ``rebuild_s`` prices a miss for a continuum policy that has no bundle."""
-    from replay.policies.baselines import Autellix, InferCept, Oracle
-    from replay.policies.continuum import Continuum
-    from replay.policies.simple import VLLM, ProgramFCFS, StaticTTL
-
     name = spec.name
     if name in ("vllm", "unlimited-kv"):
         return VLLM(name=name)
@@ -68,15 +70,12 @@ def make(
         return Autellix()
     if name == "oracle":
         return Oracle(pauses=pauses, valve_name=spec.valve or "stall-only")
-    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(NAMES)} or all")
+    raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(NAMES)} or all")
 
 
 def _ttl_policy(
     bundle: dict[str, Any] | None, rebuild_s: Callable[[float, bool], float]
-) -> tuple[Any, Any]:
-    from fitting.policy import PolicyParams, TTLPolicy
-    from ttlctl import bundle as bundle_mod
-
+) -> tuple[TTLPolicy, PolicyParams]:
     if bundle is None:  # no fit: the cold-start policy, learning online
         params = PolicyParams()
         return TTLPolicy.create(params, rebuild_s), params

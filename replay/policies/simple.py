@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replay.engine import Engine, Request
-from replay.policies.base import apply_valve, fcfs_key, program_key, under_cap
+from replay.policies.common import apply_valve, fcfs_key, program_key, under_cap
+from replay.request import SimRequest
+from replay.scheduler import SimScheduler
 
 
 @dataclass(slots=True)
@@ -14,29 +15,29 @@ class VLLM:
 
     name: str = "vllm"
 
-    def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
+    def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
         return fcfs_key(req)
 
-    def on_arrival(self, req: Request, engine: Engine, now: float) -> None:
+    def on_arrival(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
         pass
 
-    def on_admit(self, req: Request, engine: Engine, now: float) -> None:
+    def on_admit(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
         pass
 
-    def ttl_on_finish(self, req: Request, engine: Engine, now: float) -> float:
+    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
         return 0.0
 
-    def valve(self, engine: Engine, head: Request, now: float, stalled: bool) -> None:
+    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
         pass
 
 
 @dataclass(slots=True)
 class ProgramFCFS(VLLM):
-    """Programs served in the order they started (METHOD.md), nothing pinned."""
+    """Programs served in the order they started (docs/method.md), nothing pinned."""
 
     name: str = "program-fcfs"
 
-    def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
+    def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
         return program_key(req, engine, pin_first=False)
 
 
@@ -49,13 +50,13 @@ class StaticTTL(VLLM):
     pin_cap: float = 1.0
     name: str = "static-ttl"
 
-    def key(self, req: Request, engine: Engine) -> tuple[float, ...]:
+    def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
         return program_key(req, engine, pin_first=True)
 
-    def ttl_on_finish(self, req: Request, engine: Engine, now: float) -> float:
+    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
         if req.is_last or not under_cap(engine, req, self.pin_cap):
             return 0.0
         return self.ttl_s
 
-    def valve(self, engine: Engine, head: Request, now: float, stalled: bool) -> None:
+    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
         apply_valve(self.valve_name, engine, head, stalled)

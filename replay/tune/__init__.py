@@ -6,9 +6,9 @@ seed of a :class:`TuneContext`; the objective is the mean of the replays' mean J
 (optionally with a p95 constraint). The running mean is reported after each seed's
 pass over the loads, so a median pruner stops trials already worse than most others.
 
-Optuna habits (STYLE.md, ECOSYSTEM.md): seeded TPE, the paper's defaults (η from the
+Optuna habits (docs/tuning.md): seeded TPE, the paper's defaults (η from the
 fit, K = 100, T window 100, head valve, no cap, τ = ln B in cold start) enqueued as
-the first trial (the same with the stall-only valve second: METHOD.md), :func:`objective`
+the first trial (the same with the stall-only valve second: docs/method.md), :func:`objective`
 pure enough for ``optuna.trial.FixedTrial``,
 parallel trials in processes (``spawn``) that share one storage: any Optuna URL
 (SQLite, PostgreSQL, ...) or a journal-file path. RDB storages get heartbeats and a
@@ -36,17 +36,16 @@ guard compares with, because the server runs the TTL scheduler and stock vLLM is
 measured there.
 
 The package, one concept a file: :mod:`~replay.tune.context` (errors, the live target,
-:class:`TuneContext` and one simulated replay), :mod:`~replay.tune.live` (live replays and
+:class:`TuneContext` and one simulated replay), :mod:`~replay.tune.live_trial` (live replays and
 the bundle swap), :mod:`~replay.tune.space` (the search space and the objective),
 :mod:`~replay.tune.storage` (the study's storage and name), :mod:`~replay.tune.workers`
 (running trials, worker processes, opening the study), :mod:`~replay.tune.judge`
-(held-back judgement and the guard) and :mod:`~replay.tune.run` (:func:`tune`, its
+(held-back judgement and the guard) and :mod:`~replay.tune.study` (:func:`tune`, its
 summary and outputs). Everything public is re-exported here.
 """
 
 from __future__ import annotations
 
-from replay.live import run_live
 from replay.tune.context import (
     LIVE_BASELINE_NOTE,
     LIVE_RELOAD_RULE,
@@ -61,16 +60,7 @@ from replay.tune.context import (
     shuffled,
 )
 from replay.tune.judge import guard, held_back, held_back_live, paired
-from replay.tune.live import candidate_bundle, live_replay, probe_request, swap
-from replay.tune.run import (
-    SUMMARY_SCHEMA,
-    importances,
-    live_doc,
-    provenance_of,
-    summary_doc,
-    summary_path,
-    tune,
-)
+from replay.tune.live_trial import candidate_bundle, live_replay, probe_request, swap
 from replay.tune.space import (
     COLD_START,
     PAPER_K,
@@ -83,6 +73,15 @@ from replay.tune.space import (
     suggest,
 )
 from replay.tune.storage import Storage, default_storage, default_study_name
+from replay.tune.study import (
+    SUMMARY_SCHEMA,
+    importances,
+    live_doc,
+    provenance_of,
+    summary_doc,
+    summary_path,
+    tune,
+)
 from replay.tune.workers import (
     DONE,
     METRIC,
@@ -134,7 +133,6 @@ __all__ = [
     "provenance_of",
     "pruner",
     "replay_once",
-    "run_live",
     "run_trials",
     "run_workers",
     "sampler",

@@ -4,7 +4,6 @@ in the simulator."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,19 +11,21 @@ from typing import Any
 
 import numpy as np
 
+from fitting.eta import from_fit as eta_from_fit
 from fitting.policy import PolicyParams
 from profiles import schema as profile_schema
 from profiles.cost import ProfileCostModel
 from replay.policies import PolicySpec
-from replay.run import Timing, run_one
+from replay.policy_runs import Load, run_one
 from replay.sim import ReplayConfig
 from replay.workload import Workload
+from ttlctl.errors import TtlctlError
 
 #: bump when the search space or the objective changes meaning (part of the study name)
 SEARCH_SPACE = "ttlctl.tune.space/1"
 
 
-class TuneError(ValueError):
+class TuneError(TtlctlError, ValueError):
     """Bad settings, an unusable storage or a study that cannot give an answer (one line)."""
 
 
@@ -62,7 +63,6 @@ class LiveTarget:
     check_s: float = 2.0
     #: one live run stops after this (programs still running are cut short)
     timeout_s: float = 900.0
-    ttlctl_version: str = "unknown"
     #: the served model's name (filled in by :func:`tune` from ``/v1/models``)
     model: str | None = None
     #: each warning of a live run (None: :func:`warnings.warn`)
@@ -103,8 +103,8 @@ class TuneContext:
     #: the profile document that prices every step and every miss
     profile: Mapping[str, Any]
     config: ReplayConfig = field(default_factory=ReplayConfig)
-    #: program starts: each a Timing with ``jps`` or ``concurrency`` (its seed is ignored)
-    loads: tuple[Timing, ...] = (Timing(concurrency=8),)
+    #: program starts: each a Load with ``jps`` or ``concurrency`` (its seed is ignored)
+    loads: tuple[Load, ...] = (Load(concurrency=8),)
     #: every load is replayed with each of these seeds
     seeds: tuple[int, ...] = (0, 1)
     #: a constraint: the replays' mean p95 JCT must stay at or under this (None: none)
@@ -144,16 +144,13 @@ class TuneContext:
 
     @property
     def eta_fitted(self) -> float:
-        value = (self.fit.get("eta") or {}).get("value")
-        if value is None or not math.isfinite(value):
-            return 1.0
-        return max(-1.0, min(1.0, float(value)))
+        return eta_from_fit(self.fit)
 
     def replayed(self) -> Workload:
         """The programs one replay runs: all of them, or a live run's subset."""
         return self.workload if self.live is None else self.live.subset(self.workload)
 
-    def replays(self) -> list[Timing]:
+    def replays(self) -> list[Load]:
         """Seed-major: every load with the first seed, then every load with the next."""
         return [replace(load, seed=s) for s in self.seeds for load in self.loads]
 
@@ -180,7 +177,7 @@ class TuneContext:
         return out
 
 
-def load_json(timing: Timing) -> dict[str, Any]:
+def load_json(timing: Load) -> dict[str, Any]:
     return {"jps": timing.jps} if timing.jps is not None else {"concurrency": timing.concurrency}
 
 
@@ -191,7 +188,7 @@ def shuffled(workload: Workload, seed: int) -> Workload:
     return Workload(tuple(workload.programs[i] for i in order))
 
 
-def replay_once(ctx: TuneContext, spec: PolicySpec, timing: Timing) -> dict[str, Any]:
+def replay_once(ctx: TuneContext, spec: PolicySpec, timing: Load) -> dict[str, Any]:
     result = run_one(
         shuffled(ctx.workload, timing.seed), spec, ctx.cost(), ctx.config, timing, timed=False
     )

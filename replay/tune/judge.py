@@ -13,7 +13,7 @@ import numpy as np
 from fitting.policy import PolicyParams
 from replay.policies import PolicySpec
 from replay.tune.context import LIVE_BASELINE_NOTE, TuneContext, continuum, load_json, replay_once
-from replay.tune.live import _live_brief, live_replay
+from replay.tune.live_trial import live_brief, live_replay
 
 
 def held_back(
@@ -46,7 +46,7 @@ def held_back_live(
             r = live_replay(ctx, params, timing, f"held-back {name}")
             by[name].append(float(r["jct_mean_s"]))
             p95[name].append(r["jct_p95_s"])
-            runs[name].append(_live_brief(r))
+            runs[name].append(live_brief(r))
     out = _held_figures(ctx, by, p95, ("default", "never-pin"), "never-pin")
     out["note"] = LIVE_BASELINE_NOTE
     out["live_runs"] = runs

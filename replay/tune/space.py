@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import optuna
 
+from fitting.eta import clamp
 from fitting.policy import VALVES, PolicyParams
 from replay.tune.context import TuneContext, TuneError, continuum, replay_once
-from replay.tune.live import _live_brief, live_replay
+from replay.tune.live_trial import live_brief, live_replay
 
 PAPER_K = 100
 PAPER_T_WINDOW = 100
@@ -38,7 +39,7 @@ def suggest(trial: optuna.trial.BaseTrial) -> PolicyParams:
 def paper_defaults(eta: float) -> dict[str, Any]:
     """The first trial: the paper's policy with the fit's η."""
     return {
-        "eta": max(-1.0, min(1.0, eta)),
+        "eta": clamp(eta),
         "k": PAPER_K,
         "t_window": PAPER_T_WINDOW,
         "valve": "head",
@@ -100,7 +101,7 @@ def live_objective(trial: optuna.trial.BaseTrial, ctx: TuneContext) -> float:
         result = live_replay(ctx, params, timing, label)
         jcts.append(float(result["jct_mean_s"]))
         p95s.append(result["jct_p95_s"])
-        runs.append(_live_brief(result))
+        runs.append(live_brief(result))
         if not (i + 1) % per_seed:
             trial.report(float(np.mean(jcts)), (i + 1) // per_seed - 1)
     trial.set_user_attr("jct_mean_s_by_replay", jcts)

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages.journal import JournalFileBackend, JournalStorage
+from sqlalchemy.engine import make_url
 
 from replay.tune.context import TuneContext, TuneError
 
@@ -60,8 +62,6 @@ class Storage:
             raise TuneError(f"storage {self.shown()}: cannot open ({first})") from None
 
     def _journal(self) -> optuna.storages.BaseStorage:
-        from optuna.storages.journal import JournalFileBackend, JournalStorage
-
         path = Path(self.target)
         if path.is_dir():
             raise TuneError(f"{path}: is a directory, not a journal file")
@@ -80,8 +80,6 @@ class Storage:
         if not self.is_url:
             return self.target
         try:
-            from sqlalchemy.engine import make_url
-
             return make_url(self.target).render_as_string(hide_password=True)
         except Exception:
             return self.target.split("://", 1)[0] + "://…"
@@ -109,8 +107,9 @@ def default_storage(output: Path) -> str:
 
 def default_study_name(ctx: TuneContext, inputs: Mapping[str, str]) -> str:
     """Deterministic from the inputs' hashes and the objective's settings."""
-    return "ttlctl-tune-" + _digest({"inputs": dict(inputs), "objective": ctx.fingerprint()})[:16]
+    return "ttlctl-tune-" + digest({"inputs": dict(inputs), "objective": ctx.fingerprint()})[:16]
 
 
-def _digest(data: Any) -> str:
+def digest(data: Any) -> str:
+    """SHA-256 of ``data``'s canonical JSON (keys sorted): names and compares settings."""
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()

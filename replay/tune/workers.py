@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 from replay.sim import SimulationError
 from replay.tune.context import IncompleteRun, TuneContext, TuneError
 from replay.tune.space import first_trials, objective
-from replay.tune.storage import Storage, _digest
+from replay.tune.storage import Storage, digest
 
 METRIC = "jct_mean_s"
 #: trials that end (pruned ones too) count toward ``--trials``
@@ -91,14 +91,16 @@ def worker_main(job: WorkerJob) -> None:
         sampler=sampler(worker_seed(job.seed, job.index), job.total),
         pruner=pruner(job.ctx),
     )
-    run_trials(study, job.ctx, job.trials, job.total, _worker_name(job.index))
+    run_trials(study, job.ctx, job.trials, job.total, worker_name(job.index))
 
 
-def _worker_name(index: int) -> str:
+def worker_name(index: int) -> str:
+    """A worker's name in the study: host, process and index."""
     return f"{socket.gethostname()}:{os.getpid()}:{index}"
 
 
-def _finished(study: optuna.Study) -> int:
+def finished_trials(study: optuna.Study) -> int:
+    """Trials of the study that count toward ``--trials`` (complete or pruned)."""
     return len(study.get_trials(deepcopy=False, states=DONE))
 
 
@@ -132,7 +134,7 @@ def run_workers(
             started.append(proc)
         while any(proc.is_alive() for proc in started):
             if progress is not None:
-                progress(_finished(study), total)
+                progress(finished_trials(study), total)
             for proc in started:
                 proc.join(timeout=0.5 / len(started))
     except BaseException:
@@ -175,7 +177,7 @@ def open_study(
             study.set_metric_names([METRIC])
         study.set_user_attr(_OBJECTIVE_ATTR, fingerprint)
         study.set_user_attr(_PROVENANCE_ATTR, dict(provenance))
-    elif _digest(stored) != _digest(fingerprint):
+    elif digest(stored) != digest(fingerprint):
         raise TuneError(
             f"study {name!r} in {storage.shown()} was made for other inputs or settings "
             "(trace, fit, profile, loads, seeds, KV size or p95 limit); pick another --study"

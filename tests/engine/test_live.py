@@ -19,7 +19,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from tests.engine.conftest import CAPACITY_TOKENS, Engine, make_engine, write_bundle
+from tests.bundles import write_bundle
+from tests.engine.harness import CAPACITY_TOKENS, Engine, make_engine
 from ttlctl.engine.enginelog import EngineLog
 from ttlctl.engine.queue import ProgramQueue
 from ttlctl.ingest.pipeline import ingest

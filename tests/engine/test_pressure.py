@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.engine.conftest import Engine, make_engine, write_bundle
+from tests.bundles import write_bundle
+from tests.engine.harness import Engine, make_engine
 
 PROGRAMS, TURNS = 16, 4
 BOUND_S = 60.0  # generous: the workload takes a few seconds on two CPU cores

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.engine.conftest import write_bundle
+from tests.bundles import write_bundle
 from tests.vllm_server import VLLMServer
 from ttlctl.engine import compat
 

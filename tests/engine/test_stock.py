@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from vllm.v1.core.sched.request_queue import FCFSRequestQueue
 
-from tests.engine.conftest import CAPACITY_TOKENS, Engine, make_engine, write_bundle
+from tests.bundles import write_bundle
+from tests.engine.harness import CAPACITY_TOKENS, Engine, make_engine
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from fitting.policy import PolicyParams, TTLPolicy
-from tests.engine.conftest import write_bundle
+from tests.bundles import write_bundle
 from ttlctl.engine import tags
+from ttlctl.engine.counters import Counters
 from ttlctl.engine.enginelog import EngineLog, Record
-from ttlctl.engine.metrics import Counters
 from ttlctl.engine.programs import ProgramBook
 from ttlctl.engine.retention import ABORTED, OK, Retention
 from ttlctl.engine.watch import BundleWatcher

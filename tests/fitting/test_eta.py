@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fitting.eta import EtaSums, estimate
+from fitting.eta import DEFAULT_ETA, EtaSums, clamp, from_fit
+from fitting.eta_bootstrap import estimate
 
 
 def _pairs_eta(lengths: np.ndarray) -> float:
@@ -62,3 +63,11 @@ def test_bootstrap_is_seeded() -> None:
     a, b = estimate(lengths, seed=7), estimate(lengths, seed=7)
     assert (a.ci_low, a.ci_high) == (b.ci_low, b.ci_high)
     assert a.ci_low is not None and a.ci_low <= (a.value or 0) <= (a.ci_high or 0)
+
+
+def test_clamp_and_the_eta_of_a_fit() -> None:
+    assert [clamp(v) for v in (-3.0, -0.5, 0.25, 1.5)] == [-1.0, -0.5, 0.25, 1.0]
+    assert clamp(float("nan")) == DEFAULT_ETA
+    assert from_fit({"eta": {"value": 1.2}}) == 1.0
+    assert from_fit({"eta": {"value": -0.3}}) == -0.3
+    assert from_fit({"eta": {"value": None}}) == from_fit({}) == DEFAULT_ETA

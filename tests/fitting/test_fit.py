@@ -72,7 +72,7 @@ def test_gap_used_when_tool_time_missing_and_abandoned_set_aside(tmp_path: Path)
     ]
     path = tmp_path / "t.parquet"
     trace_io.write(pl.DataFrame(rows).lazy(), path)
-    doc = fit_trace(path, FitConfig(bootstrap=0))
+    doc = fit_trace(trace_io.scan(path), FitConfig(bootstrap=0))
     assert doc["tools"]["x"]["cdf"]["x"] == [1.0, 2.5]
     assert doc["tools"]["x"]["measured"] == 1
     assert doc["input"]["abandoned_pauses"] == 1
@@ -105,7 +105,7 @@ def test_fit_cli_refuses_a_non_trace(tmp_path: Path) -> None:
 
 
 def test_plot_names_from_untrusted_tools(tmp_path: Path) -> None:
-    from fitting.plots import plot_fit
+    from ttlctl.plots import plot_fit
 
     entry = {
         "n": 3,

@@ -9,8 +9,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from ttlctl.ingest.errors import IngestError
 from ttlctl.ingest.pipeline import IngestReport, ingest
+from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io
 
 #: name -> (bad file, expected reason text, expected record locator or None)

@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from ttlctl.cli import app
-from ttlctl.ingest.errors import IngestError
 from ttlctl.ingest.pipeline import ingest
+from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io
-from ttlctl.trace.schema import COLUMNS
+from ttlctl.trace.columns import COLUMNS
 
 
 def _call(program: str, turn: int, **extra: Any) -> dict[str, Any]:
@@ -196,8 +196,8 @@ def test_cli_ingest_json_and_errors(tmp_path: Path) -> None:
 
 
 def test_load_json_names_truncation_and_deep_nesting(tmp_path: Path) -> None:
-    from ttlctl.ingest.base import load_json
-    from ttlctl.ingest.errors import RejectSink
+    from ttlctl.ingest.reader import load_json
+    from ttlctl.ingest.rejects import RejectSink
 
     cut = tmp_path / "cut.json"
     cut.write_text('{"requests": [{"t": "0.0", "in": "12')  # cut inside a string

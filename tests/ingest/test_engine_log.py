@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from ttlctl.ingest.errors import IngestError
 from ttlctl.ingest.formats.engine_log import SCHEMA
 from ttlctl.ingest.pipeline import ingest
+from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io
 
 T0 = 1_764_000_000.0

@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 
 from tests.ingest.badinput import assert_strict_errors, ingest_skipping_bad
 from ttlctl.cli import app
-from ttlctl.ingest.base import head_bytes
 from ttlctl.ingest.formats.mini_swe_agent import READER as MINI_READER
 from ttlctl.ingest.formats.swe_agent import READER
 from ttlctl.ingest.pipeline import ingest
+from ttlctl.ingest.reader import head_bytes
 from ttlctl.trace import io as trace_io
 
 FORMAT = "swe-agent"

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from tests.ingest.badinput import assert_strict_error, ingest_skipping_bad
 from ttlctl.cli import app
-from ttlctl.ingest.errors import IngestError
 from ttlctl.ingest.pipeline import ingest
+from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io
 
 FORMAT = "tracelab"

@@ -2,9 +2,9 @@
 
 ``test_servers.py`` shares one pair of servers for the module, started together
 (a start takes 20–35 s on two cores): a stock vLLM started the way ``ttlctl
-validate`` starts one (:class:`replay.validate.ManagedServer`), and a
+validate`` starts one (:class:`replay.crosscheck.ManagedServer`), and a
 TTLScheduler server started through ``ttlctl serve`` (``python -m
-ttlctl.serve_cli``), which the module's last test stops with SIGTERM. Both have
+ttlctl.cli serve``), which the module's last test stops with SIGTERM. Both have
 8 MiB of KV (8,192 tokens of the tiny model: ample for the traces here),
 ``max_model_len`` 2,048 and blocks of 32. Without vLLM installed the server tests
 are not collected; ``test_units.py`` needs none.
@@ -19,104 +19,19 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from replay.validate import ManagedServer, base_command, free_port, server_command
-from replay.validate import server_environment as validate_environment
-from tests.engine.conftest import write_bundle
+from replay.crosscheck import ManagedServer, base_command, server_command
+from replay.crosscheck import server_environment as validate_environment
+from tests.bundles import write_bundle
+from tests.live.servers import FLAGS, Served, Servers, children, healthy, server_env
+from ttlctl.server.process import free_port
 
 if importlib.util.find_spec("vllm") is None:  # an install without the engine extra
     collect_ignore = ["test_servers.py"]
-
-REPO = Path(__file__).resolve().parents[2]
-MODEL_NAME = "tiny"
-FLAGS = [
-    "--served-model-name", MODEL_NAME,
-    "--dtype", "bfloat16",
-    "--enforce-eager",
-    "--block-size", "32",
-    "--enable-prefix-caching",
-    "--enable-prompt-tokens-details",
-    "--kv-cache-memory-bytes", "8M",
-    "--max-model-len", "2048",
-]  # fmt: skip
-
-
-def server_env(work: Path) -> dict[str, str]:
-    """Loopback only, offline, caches under ``work``; no ttlctl variables inherited."""
-    env = dict(os.environ)
-    for key in (
-        "TTLCTL_BUNDLE",
-        "TTLCTL_LOG",
-        "VLLM_ENABLE_V1_MULTIPROCESSING",
-        "PROMETHEUS_MULTIPROC_DIR",
-    ):
-        env.pop(key, None)
-    env.update(
-        VLLM_CACHE_ROOT=str(work / "vllm-cache"),
-        VLLM_HOST_IP="127.0.0.1",
-        VLLM_NO_USAGE_STATS="1",
-        DO_NOT_TRACK="1",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        PYTHONUNBUFFERED="1",
-        PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
-    )
-    return env
-
-
-def children(pid: int) -> list[int]:
-    """Live child processes of ``pid`` (Linux /proc)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) >= 2 and int(fields[1]) == pid and fields[0] not in ("Z", "X"):
-            out.append(int(entry.name))
-    return out
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2.0) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-@dataclass
-class Served:
-    """A server started by ``ttlctl serve``."""
-
-    proc: subprocess.Popen[bytes]
-    url: str
-    bundle: Path
-    engine_log: Path
-    log: Path
-
-
-@dataclass
-class Servers:
-    stock: ManagedServer
-    ttl: Served
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.vllm_server import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("live-model") / "tiny")
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +43,7 @@ def servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     serve_log = work / "serve.log"
     engine_log = work / "engine.jsonl"
     cmd = [
-        sys.executable, "-m", "ttlctl.serve_cli", str(tiny_model),
+        sys.executable, "-m", "ttlctl.cli", "serve", str(tiny_model),
         "--bundle", str(bundle),
         "--host", "127.0.0.1",
         "--port", str(port),

@@ -25,14 +25,14 @@ from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
 from replay.live import run_live
 from replay.policies import PolicySpec
-from replay.run import Timing, run_one
+from replay.policy_runs import Load, run_one
 from replay.sim import ReplayConfig
-from replay.workload import Call, Program, Workload, load
-from tests.live.conftest import Servers, children, healthy
+from replay.workload import AgentProgram, Call, Workload, load
+from tests.live.servers import Servers, children, healthy
 from tests.live.traces import agent_trace
-from tests.vllm_server import _group_alive
-from ttlctl import validate_cli
+from ttlctl.cli import validate as validate_cli
 from ttlctl.engine import compat
+from ttlctl.server.process import group_alive
 
 BLOCK = 32
 OUTPUT = 40  # more than a block: a hit past the previous prompt proves its output was repeated
@@ -41,7 +41,7 @@ OUTPUT = 40  # more than a block: a hit past the previous prompt proves its outp
 def simulator_keys(workload: Workload) -> set[str]:
     profile, _ = resolve("tiny-cpu")
     result = run_one(
-        workload, PolicySpec("vllm"), ProfileCostModel(profile), ReplayConfig(), Timing()
+        workload, PolicySpec("vllm"), ProfileCostModel(profile), ReplayConfig(), Load()
     )
     return set(result)
 
@@ -133,7 +133,7 @@ def test_run_live_on_the_ttl_server_pins(servers: Servers, tmp_path: Path) -> No
 
 def test_run_live_clips_calls_longer_than_the_model(servers: Servers) -> None:
     calls = (Call(2100, 8, 0, "bash", 0.1), Call(2300, 8, 2108, None, 0.0))
-    workload = Workload((Program("long", 0.0, calls),))
+    workload = Workload((AgentProgram("long", 0.0, calls),))
     result = run_live(servers.stock.url, workload, "vllm")
     assert result["truncated_calls"] == 2
     assert (result["llm_calls"], result["rejected_calls"], result["programs"]) == (2, 0, 1)
@@ -146,7 +146,7 @@ def test_run_live_stops_by_itself(servers: Servers) -> None:
         Call(200, 4, 104, "bash", 30.0),
         Call(300, 4, 204, None, 0),
     )
-    workload = Workload((Program("slow", 0.0, calls),))
+    workload = Workload((AgentProgram("slow", 0.0, calls),))
     t0 = time.monotonic()
     result = run_live(servers.stock.url, workload, "vllm", timeout_s=2.0)
     assert time.monotonic() - t0 < 10.0
@@ -163,7 +163,7 @@ def test_run_live_concurrency_bounds_live_programs(servers: Servers, tmp_path: P
         servers.stock.url,
         workload,
         "vllm",
-        timing=Timing(concurrency=2),
+        timing=Load(concurrency=2),
         records_path=tmp_path / "r.jsonl",
     )
     assert (result["programs"], result["llm_calls"]) == (4, 8)
@@ -236,7 +236,7 @@ def test_serve_stops_with_its_server_on_sigterm(servers: Servers) -> None:
     code = served.proc.wait(timeout=60)
     assert code in (0, 128 + signal.SIGTERM), code
     deadline = time.monotonic() + 15
-    while _group_alive(group) and time.monotonic() < deadline:
+    while group_alive(group) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _group_alive(group)
+    assert not group_alive(group)
     assert not healthy(served.url)

@@ -16,13 +16,15 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from replay import live, validate
-from replay.live import CallRecord, ProgramRecord, ServerInfo
-from replay.run import Timing
-from replay.workload import Call, Program, Workload
-from tests.engine.conftest import write_bundle
-from ttlctl import serve_cli, validate_cli
-from ttlctl.clikit import UserError
+from replay import crosscheck as validate
+from replay import live
+from replay.live import LiveCallRecord, ProgramRecord, ServerInfo
+from replay.policy_runs import Load
+from replay.workload import AgentProgram, Call, Workload
+from tests.bundles import write_bundle
+from ttlctl.cli import serve as serve_cli
+from ttlctl.cli import validate as validate_cli
+from ttlctl.cli.kit import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -143,7 +145,7 @@ def test_run_server_forwards_sigterm_to_the_server() -> None:
         "print('ready', flush=True); time.sleep(60)"
     )
     parent = (
-        "import os, sys; from ttlctl.serve_cli import run_server; "
+        "import os, sys; from ttlctl.cli.serve import run_server; "
         f"sys.exit(run_server([sys.executable, '-c', {child!r}], dict(os.environ)))"
     )
     proc = subprocess.Popen(
@@ -194,7 +196,7 @@ def test_clip_keeps_the_output_and_shortens_the_prompt() -> None:
 
 def test_cap_pauses_and_first_programs() -> None:
     calls = (Call(10, 1, 0, "bash", 30.0), Call(20, 1, 11, None, 0.0))
-    w = Workload(tuple(Program(f"p{i}", float(i), calls) for i in range(3)))
+    w = Workload(tuple(AgentProgram(f"p{i}", float(i), calls) for i in range(3)))
     capped = live.cap_pauses(w, 5.0)
     assert [c.pause_s for c in capped.programs[0].calls] == [5.0, 0.0]
     assert live.cap_pauses(w, None) is w
@@ -202,14 +204,16 @@ def test_cap_pauses_and_first_programs() -> None:
     assert live.first_programs(w, None) is w
 
 
-def _records() -> tuple[list[CallRecord], list[ProgramRecord]]:
-    a0 = CallRecord("a", 0, "bash", False, 1_000_000_000, 10.0, end_s=10.5, first_token_s=10.1)
+def _records() -> tuple[list[LiveCallRecord], list[ProgramRecord]]:
+    a0 = LiveCallRecord("a", 0, "bash", False, 1_000_000_000, 10.0, end_s=10.5, first_token_s=10.1)
     a0.chunk_s = [10.1, 10.3, 10.5]
     a0.prompt_tokens, a0.output_tokens, a0.cached_tokens = 100, 5, 0
-    a1 = CallRecord("a", 1, None, True, 2_000_000_000, 11.0, end_s=11.2, first_token_s=11.05)
+    a1 = LiveCallRecord("a", 1, None, True, 2_000_000_000, 11.0, end_s=11.2, first_token_s=11.05)
     a1.chunk_s = [11.05, 11.2]
     a1.prompt_tokens, a1.output_tokens, a1.cached_tokens = 200, 5, 96
-    b0 = CallRecord("b", 0, "bash", False, 1_500_000_000, 10.5, error="HTTP 400", http_status=400)
+    b0 = LiveCallRecord(
+        "b", 0, "bash", False, 1_500_000_000, 10.5, error="HTTP 400", http_status=400
+    )
     b0.prompt_tokens = 50
     programs = [
         ProgramRecord("a", 2, first_send_s=10.0, last_finish_s=11.2, done=True),
@@ -256,7 +260,7 @@ def test_benchmark_result_and_aiperf_records(tmp_path: Path) -> None:
     assert doc["mean_tpot_ms"] == pytest.approx(((0.4 / 4) + (0.15 / 4)) / 2 * 1000)
     assert doc["p99_itl_ms"] > 0 and doc["request_rate"] == "inf"
     assert doc["ttlctl"]["jct_mean_s"] == 1.2
-    name = live._result_name(doc, Timing(concurrency=4))
+    name = live._result_name(doc, Load(concurrency=4))
     assert name.startswith("lbl-trace-concurrency4-m-") and name.endswith(".json")
 
     path = tmp_path / "records.jsonl"
@@ -278,7 +282,7 @@ def test_benchmark_result_and_aiperf_records(tmp_path: Path) -> None:
 
 
 def test_live_results_wants_one_policy() -> None:
-    w = Workload((Program("p", 0.0, (Call(10, 1, 0, None, 0.0),)),))
+    w = Workload((AgentProgram("p", 0.0, (Call(10, 1, 0, None, 0.0),)),))
     with pytest.raises(live.LiveError, match="one --policy"):
         live.live_results("http://127.0.0.1:1", w, ["vllm", "continuum"])
 
@@ -286,7 +290,7 @@ def test_live_results_wants_one_policy() -> None:
 def test_an_unreachable_server_is_one_line() -> None:
     from tests.vllm_server import free_port
 
-    w = Workload((Program("p", 0.0, (Call(10, 1, 0, None, 0.0),)),))
+    w = Workload((AgentProgram("p", 0.0, (Call(10, 1, 0, None, 0.0),)),))
     with pytest.raises(live.LiveError, match="connection refused") as exc:
         live.run_live(f"127.0.0.1:{free_port()}/v1", w, "vllm")
     assert "\n" not in str(exc.value)

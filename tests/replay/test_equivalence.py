@@ -20,16 +20,17 @@ import numpy as np
 import pytest
 
 from profiles.cost import ConstantCostModel
-from replay.engine import Engine, EngineConfig, Request
 from replay.policies import NAMES, PolicySpec, make
-from replay.run import Timing, prepare, run_all, run_one, unlimited_kv_tokens
+from replay.policy_runs import Load, prepare, run_all, run_one, unlimited_kv_tokens
+from replay.request import SimRequest
+from replay.scheduler import SimScheduler, SimSchedulerConfig
 from replay.sim import Outcome, ReplayConfig, simulate
-from replay.workload import Call, Program, Workload
+from replay.workload import AgentProgram, Call, Workload
 
 REPO = Path(__file__).resolve().parents[2]
 COST = ConstantCostModel()
 SEEDS = [0, 1, 2]
-ENGINE = EngineConfig(
+ENGINE = SimSchedulerConfig(
     kv_tokens=16 * 150, block_size=16, max_num_batched_tokens=512, max_num_seqs=16
 )
 CONFIG = ReplayConfig(engine=ENGINE, check=True)
@@ -51,16 +52,16 @@ def workload(seed: int) -> Workload:
             tool = str(rng.choice(["bash", "edit", "grep"]))
             calls.append(Call(prompt, output, reused, tool, float(rng.exponential(0.5))))
             stream = prompt + output
-        programs.append(Program(f"p{p:02d}", float(rng.uniform(0, 2)), tuple(calls)))
+        programs.append(AgentProgram(f"p{p:02d}", float(rng.uniform(0, 2)), tuple(calls)))
     if seed == 1:
         too_long = Call(ENGINE.kv_tokens + 10, 5, 200, None, 0.0)
         first = Call(200, 5, 0, "bash", 0.3)
-        programs.append(Program("huge", 0.5, (first, too_long, first)))
+        programs.append(AgentProgram("huge", 0.5, (first, too_long, first)))
     return Workload(tuple(programs))
 
 
-def timing(seed: int) -> Timing:
-    return Timing(jps=4.0, seed=seed)
+def timing(seed: int) -> Load:
+    return Load(jps=4.0, seed=seed)
 
 
 def engine_config(config: ReplayConfig, **changes: Any) -> ReplayConfig:
@@ -126,13 +127,13 @@ def test_same_seed_same_bytes_other_seed_other_bytes() -> None:
     specs = [PolicySpec(n) for n in NAMES]
     w = workload(0)
 
-    def dump(t: Timing) -> str:
+    def dump(t: Load) -> str:
         results = run_all(w, specs, COST, CONFIG, t, timed=False)
         return json.dumps(results, sort_keys=True)
 
-    first = dump(Timing(jps=4.0, seed=0))
-    assert dump(Timing(jps=4.0, seed=0)) == first
-    assert dump(Timing(jps=4.0, seed=1)) != first
+    first = dump(Load(jps=4.0, seed=0))
+    assert dump(Load(jps=4.0, seed=0)) == first
+    assert dump(Load(jps=4.0, seed=1)) != first
 
 
 # ------------------------------------------------------------------ invariants
@@ -260,8 +261,8 @@ def test_only_the_oracle_reads_pauses_in_the_source() -> None:
             assert all(scope == ".make" for scope, _ in uses), uses
         else:
             assert uses == [], (path.name, uses)
-    assert _names_in(REPO / "replay" / "engine.py") == []
-    assert not [f.name for f in fields(Request) if "pause" in f.name]
+    assert _names_in(REPO / "replay" / "scheduler.py") == []
+    assert not [f.name for f in fields(SimRequest) if "pause" in f.name]
 
 
 def _reaches(root: Any, target: Any, limit: int = 200_000) -> bool:
@@ -311,8 +312,9 @@ def test_policies_never_hold_or_receive_pauses(name: str) -> None:
     assert _reaches(policy, pauses) == (name == "oracle")
     spy = Spy(policy)
     out = simulate(work, spy, COST, config)  # type: ignore[arg-type]
-    assert all(issubclass(t, Request | Engine | float | bool) for t in spy.types), spy.types
-    assert Request in spy.types and Engine in spy.types
+    allowed = SimRequest | SimScheduler | float | bool
+    assert all(issubclass(t, allowed) for t in spy.types), spy.types
+    assert SimRequest in spy.types and SimScheduler in spy.types
     engine = out.engine
     engine.policy = None  # type: ignore[assignment]
     assert not _reaches(engine, pauses)

@@ -18,9 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profiles.cost import ConstantCostModel
-from replay.engine import Engine, EngineConfig, Request
 from replay.kv import BlockPool, OutOfBlocks, RunPool
 from replay.policies.simple import VLLM
+from replay.request import SimRequest
+from replay.scheduler import SimScheduler, SimSchedulerConfig
 
 POOLS = [RunPool, BlockPool]
 
@@ -35,11 +36,11 @@ def conserved(pool: RunPool | BlockPool, programs: list[str]) -> None:
 # ------------------------------------------------------------------ prefill and hits
 
 
-def _request(rid: int, program: str, turn: int, prompt: int, reusable: int) -> Request:
-    return Request(rid, program, turn, 0.0, 0.0, prompt, 1, reusable, None, False)
+def _request(rid: int, program: str, turn: int, prompt: int, reusable: int) -> SimRequest:
+    return SimRequest(rid, program, turn, 0.0, 0.0, prompt, 1, reusable, None, False)
 
 
-def _serve(engine: Engine, req: Request) -> None:
+def _serve(engine: SimScheduler, req: SimRequest) -> None:
     """Run ``req`` alone to its finish."""
     engine.add(req, 0.0)
     now = 0.0
@@ -53,8 +54,8 @@ def _serve(engine: Engine, req: Request) -> None:
 def test_follow_up_hits_every_full_block_not_the_partial_one(pool: str) -> None:
     """vLLM test_prefill: 3 full blocks + 7 tokens cached; the next request over the
     same 3 blocks + 5 other tokens hits the 3 full blocks (48 tokens), nothing more."""
-    config = EngineConfig(kv_tokens=16 * 11, block_size=16, pool=pool)
-    engine = Engine(config, ConstantCostModel(), VLLM())
+    config = SimSchedulerConfig(kv_tokens=16 * 11, block_size=16, pool=pool)
+    engine = SimScheduler(config, ConstantCostModel(), VLLM())
     first = _request(0, "p", 0, prompt=55, reusable=0)
     _serve(engine, first)
     assert first.hit_tokens == 0
@@ -70,8 +71,8 @@ def test_follow_up_hits_every_full_block_not_the_partial_one(pool: str) -> None:
 def test_hit_is_capped_at_num_tokens_minus_one(pool: str) -> None:
     """A block-aligned prompt whose every block is cached still recomputes its last
     block: the hit stops at num_tokens − 1 (vLLM's get_computed_blocks)."""
-    config = EngineConfig(kv_tokens=16 * 11, block_size=16, pool=pool)
-    engine = Engine(config, ConstantCostModel(), VLLM())
+    config = SimSchedulerConfig(kv_tokens=16 * 11, block_size=16, pool=pool)
+    engine = SimScheduler(config, ConstantCostModel(), VLLM())
     _serve(engine, _request(0, "p", 0, prompt=48, reusable=0))
     assert engine.pool.cached_prefix("p") == 3
     again = _request(1, "p", 1, prompt=48, reusable=48)  # the same 3 blocks again
@@ -86,8 +87,8 @@ def test_hit_is_capped_at_num_tokens_minus_one(pool: str) -> None:
 @pytest.mark.parametrize("pool", ["runs", "blocks"])
 def test_hit_is_capped_by_what_the_prompt_repeats(pool: str) -> None:
     """A call that repeats only part of the previous stream hits only that part."""
-    config = EngineConfig(kv_tokens=16 * 11, block_size=16, pool=pool)
-    engine = Engine(config, ConstantCostModel(), VLLM())
+    config = SimSchedulerConfig(kv_tokens=16 * 11, block_size=16, pool=pool)
+    engine = SimScheduler(config, ConstantCostModel(), VLLM())
     _serve(engine, _request(0, "p", 0, prompt=80, reusable=0))
     assert engine.pool.cached_prefix("p") == 5
     diverged = _request(1, "p", 1, prompt=100, reusable=40)  # 2.5 blocks repeated

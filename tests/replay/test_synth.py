@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 
 from replay.synth import WORKLOADS, fit_context, solved_tools, synth, turns_distribution
 from replay.workload import from_frame
-from ttlctl import synth_cli
+from ttlctl.cli import synth as synth_cli
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.trace import io as trace_io
-from ttlctl.trace.schema import COLUMNS
+from ttlctl.trace.columns import COLUMNS
 
 #: the Continuum paper's figures (../shared/traces/README.md), written out here on purpose:
 #: (turns mean, sd), (tool time mean, sd in s), (tokens per program mean, sd)

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from tests.report.conftest import EVIL_PROGRAM, EVIL_TOOL
 from tests.report.pages import SECTIONS, check_png, parse, png_bytes
+from tests.report.runs import EVIL_PROGRAM, EVIL_TOOL
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 FLAGS = (

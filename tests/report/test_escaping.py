@@ -5,7 +5,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from tests.report.conftest import (
+from tests.report.pages import SECTIONS, check_png, parse, png_bytes
+from tests.report.runs import (
     EVIL_DIR,
     EVIL_PARAM,
     EVIL_POLICY,
@@ -13,7 +14,6 @@ from tests.report.conftest import (
     EVIL_TOOL,
     MATH_TOOL,
 )
-from tests.report.pages import SECTIONS, check_png, parse, png_bytes
 
 #: every tag the page may contain
 ALLOWED_TAGS = {

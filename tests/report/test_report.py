@@ -10,9 +10,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tests.report.conftest import tune_doc
 from tests.report.pages import SECTIONS, check_png, parse, png_bytes
-from ttlctl import report_cli
+from tests.report.runs import tune_doc
+from ttlctl.cli import report as report_cli
 from ttlctl.report import MAX_TOOL_PLOTS, ReportError, build_report
 
 

@@ -25,7 +25,10 @@ from fitting.fit import FitConfig, fit_trace
 from fitting.policy import PolicyParams
 from replay.live import run_live
 from tests.live.traces import agent_trace
-from ttlctl import bundle, bundle_cli, tune_cli
+from ttlctl import bundle
+from ttlctl.cli import bundle as bundle_cli
+from ttlctl.cli import tune as tune_cli
+from ttlctl.trace import io as trace_io
 
 app = typer.Typer()
 app.command("tune")(tune_cli.tune)
@@ -42,7 +45,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     and the bundle file the server starts with (the paper's defaults)."""
     root = tmp_path_factory.mktemp("live-tune")
     trace = agent_trace(root / "trace.parquet", programs=PROGRAMS, calls=3, pause_s=(0.2, 0.5))
-    fit_doc = fit_trace(trace, FitConfig(min_samples=2, bootstrap=0))
+    fit_doc = fit_trace(trace_io.scan(trace), FitConfig(min_samples=2, bootstrap=0))
     fit = root / "fit.json"
     fit.write_text(json.dumps(fit_doc))
     from profiles.shipped import resolve
@@ -68,7 +71,8 @@ def server(inputs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) ->
         import vllm  # noqa: F401
     except ImportError as exc:
         pytest.skip(f"vLLM is not installed (import vllm: {exc}): no live server to tune against")
-    from tests.vllm_server import VLLMServer, _group_alive, build_tiny_model
+    from tests.vllm_server import VLLMServer, build_tiny_model
+    from ttlctl.server.process import group_alive
 
     work = tmp_path_factory.mktemp("live-tune-server")
     model = build_tiny_model(tmp_path_factory.mktemp("live-tune-model") / "tiny")
@@ -88,7 +92,7 @@ def server(inputs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) ->
     with srv:
         pgid = srv.pid  # the server leads its own process group
         yield srv
-    assert pgid is not None and not _group_alive(pgid)  # API server, engine core: all stopped
+    assert pgid is not None and not group_alive(pgid)  # API server, engine core: all stopped
 
 
 def describe(policy: dict[str, Any]) -> str:
@@ -116,7 +120,7 @@ def test_live_tune_swaps_each_trials_bundle_in(
         )
         return run_live(*args, **kwargs)
 
-    monkeypatch.setattr("replay.tune.live.run_live", checked_run_live)
+    monkeypatch.setattr("replay.tune.live_trial.run_live", checked_run_live)
     out = tmp_path / "out" / "bundle.json"
     args = [
         "tune", str(inputs["trace"]),

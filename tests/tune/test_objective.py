@@ -12,7 +12,7 @@ import pytest
 from optuna.trial import FixedTrial
 
 from fitting.policy import PolicyParams
-from replay.run import Timing, run_one
+from replay.policy_runs import Load, run_one
 from replay.tune import (
     Storage,
     TuneContext,
@@ -130,9 +130,9 @@ def test_context_checks(tune_inputs: dict[str, Any]) -> None:
     with pytest.raises(TuneError, match="at least one load"):
         replace(ctx, loads=())
     with pytest.raises(TuneError, match="exactly one"):
-        replace(ctx, loads=(Timing(jps=1.0, concurrency=2),))
+        replace(ctx, loads=(Load(jps=1.0, concurrency=2),))
     with pytest.raises(TuneError, match="exactly one"):
-        replace(ctx, loads=(Timing(),))
+        replace(ctx, loads=(Load(),))
     with pytest.raises(TuneError, match="repeats"):
         replace(ctx, seeds=(1, 1))
     with pytest.raises(TuneError, match="positive"):

@@ -13,9 +13,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from ttlctl import bundle, tune_cli
-
-from .conftest import KV_TOKENS, PROFILE
+from tests.tune.inputs import KV_TOKENS, PROFILE
+from ttlctl import bundle
+from ttlctl.cli import tune as tune_cli
 
 app = typer.Typer()
 app.command("tune")(tune_cli.tune)

@@ -3,7 +3,7 @@
 Load it with ``--scheduler-cls ttlctl.engine.TTLScheduler`` (in process:
 ``LLM(..., scheduler_cls=TTLScheduler)``) and ``TTLCTL_BUNDLE=bundle.json``;
 ``TTLCTL_LOG=engine.jsonl`` appends the engine log (schema
-``ttlctl.engine-log/1``). The rules are those of METHOD.md and of the simulator's
+``ttlctl.engine-log/1``). The rules are those of docs/method.md and of the simulator's
 ``continuum`` policy (``replay/policies/continuum.py``); the maths is
 :class:`fitting.policy.TTLPolicy`.
 
@@ -35,7 +35,7 @@ __all__ = ["TTLAsyncScheduler", "TTLScheduler"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from ttlctl.engine import scheduler
+        from ttlctl.engine import scheduler  # imports vLLM: only when the scheduler is used
 
         return getattr(scheduler, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""vLLM's waiting queue in the order of METHOD.md's priority tuple.
+"""vLLM's waiting queue in the order of the priority tuple of docs/method.md.
 
 vLLM (0.32 and 0.33 alike) keeps waiting requests in a ``RequestQueue``
 (``vllm/v1/core/sched/request_queue.py``): a deque for FCFS (preempted requests

@@ -1,8 +1,8 @@
 """The rules of the TTL scheduler, free of vLLM: learn, decide, pin, expire, hand over, yield.
 
 The same rules as the simulator's ``continuum`` policy
-(``replay/policies/continuum.py`` with ``replay/policies/base.py`` and the pin
-handling of ``replay/engine.py``), fed by the scheduler glue with what vLLM
+(``replay/policies/continuum.py`` with ``replay/policies/common.py`` and the pin
+handling of ``replay/scheduler.py``), fed by the scheduler glue with what vLLM
 sees, so that what was tuned in replay is what runs:
 
 - arrival of a program's call: the pause since its previous call finished is
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fitting.policy import TTLPolicy
-from ttlctl.engine.metrics import Counters
+from ttlctl.engine.counters import Counters
 from ttlctl.engine.pins import Pin, PinTable
 from ttlctl.engine.programs import DEFAULT_CAP, ProgramBook
 from ttlctl.engine.tags import Tags

@@ -57,8 +57,8 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
 from ttlctl.engine import tags as tags_mod  # noqa: E402
+from ttlctl.engine.counters import Counters  # noqa: E402
 from ttlctl.engine.enginelog import ENV_LOG, EngineLog, Record  # noqa: E402
-from ttlctl.engine.metrics import Counters  # noqa: E402
 from ttlctl.engine.programs import DEFAULT_CAP  # noqa: E402
 from ttlctl.engine.queue import ProgramQueue  # noqa: E402
 from ttlctl.engine.retention import ABORTED, FAILED, OK, Retention  # noqa: E402

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import polars as pl
 
-from ttlctl.ingest import registry, validate
-from ttlctl.ingest.base import Parsed, Reader, streaming
-from ttlctl.ingest.errors import IngestError, RejectSink
+from ttlctl.ingest import lookup, rules
+from ttlctl.ingest.reader import Parsed, Reader, streaming
+from ttlctl.ingest.rejects import IngestError, RejectSink
 from ttlctl.trace import io as trace_io
-from ttlctl.trace.schema import SOURCE_COLUMNS, SOURCE_FILE, SOURCE_RECORD, conform
+from ttlctl.trace.columns import SOURCE_COLUMNS, SOURCE_FILE, SOURCE_RECORD, conform
 
 #: Rows of input checked in memory at once when streaming (override TTLCTL_BUCKET_BYTES).
 DEFAULT_BUCKET_BYTES = 256 * 1024**2
@@ -99,7 +99,7 @@ def ingest(
     report = IngestReport(output=str(output), skipped=[str(p) for p in skipped])
     if not files:
         raise IngestError(", ".join(str(p) for p in paths) or ".", None, "no log files to ingest")
-    fixed = None if fmt == "auto" else registry.get(fmt)
+    fixed = None if fmt == "auto" else lookup.get(fmt)
 
     rejects_path = rejects_path_for(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +111,7 @@ def ingest(
         for index, path in enumerate(files):
             if progress is not None:
                 progress(path, index, len(files))
-            reader = fixed or registry.detect(path)
+            reader = fixed or lookup.detect(path)
             if reader is None:
                 sink.reject(
                     path,
@@ -198,7 +198,7 @@ def _validate_and_write(
     frame = _combine(parsed)
     if streaming:
         return _validate_in_buckets(frame, output, sink)
-    good, bad = validate.split(validate.check(frame.collect()).collect().lazy())
+    good, bad = rules.split(rules.check(frame.collect()).collect().lazy())
     _report(bad, sink)
     written = trace_io.write(good.drop(*SOURCE_COLUMNS), output)
     return written, bad.height
@@ -208,7 +208,7 @@ def _report(bad: pl.DataFrame, sink: RejectSink) -> None:
     """Strict: raise on the bad row closest to the root cause. Lenient: reject each."""
     if not bad.height:
         return
-    head = bad.sort(validate.RANK, maintain_order=True).row(0, named=True)
+    head = bad.sort(rules.RANK, maintain_order=True).row(0, named=True)
     if not sink.skip_bad:
         raise IngestError(head[SOURCE_FILE], head[SOURCE_RECORD], head["reason"])
     for row in bad.iter_rows(named=True):
@@ -235,7 +235,7 @@ def _validate_in_buckets(frame: pl.LazyFrame, output: Path, sink: RejectSink) ->
         key = pl.col("program_id").hash(seed=0) % buckets
         for bucket in range(buckets):
             rows = source.filter(key == bucket).collect(engine="streaming")
-            good, bad = validate.split(validate.check(rows).collect().lazy())
+            good, bad = rules.split(rules.check(rows).collect().lazy())
             _report(bad, sink)
             rejected += bad.height
             good.drop(*SOURCE_COLUMNS).collect().write_parquet(parts / f"{bucket:05d}.parquet")

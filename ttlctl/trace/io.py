@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import polars as pl
 
-from ttlctl.trace.schema import PARQUET_METADATA, REQUIRED, conform
+from ttlctl.errors import TtlctlError
+from ttlctl.jsonio import replacing
+from ttlctl.trace.columns import PARQUET_METADATA, REQUIRED, conform
 
 
 def write(frame: pl.LazyFrame, output: Path, *, streaming: bool = False) -> int:
@@ -17,12 +17,8 @@ def write(frame: pl.LazyFrame, output: Path, *, streaming: bool = False) -> int:
     The file appears complete or not at all: it is written beside the target and
     renamed into place.
     """
-    output.parent.mkdir(parents=True, exist_ok=True)
     frame = conform(frame, keep_source=False)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with replacing(output) as tmp:
         if streaming:
             frame.sink_parquet(tmp, metadata=PARQUET_METADATA, engine="streaming")
             rows = pl.scan_parquet(tmp).select(pl.len()).collect().item()
@@ -30,17 +26,10 @@ def write(frame: pl.LazyFrame, output: Path, *, streaming: bool = False) -> int:
             data = frame.collect()
             data.write_parquet(tmp, metadata=PARQUET_METADATA)
             rows = data.height
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
-        os.replace(tmp, output)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return int(rows)
 
 
-class TraceError(ValueError):
+class TraceError(TtlctlError, ValueError):
     """A file that is not a readable canonical trace; the message names it."""
 
 

@@ -6,25 +6,18 @@ from typing import Any
 
 import polars as pl
 
+from fitting.percentile import percentile
+
 PERCENTILES = (50, 90, 99)
-
-
-def _min_samples(p: int) -> int:
-    """Fewest samples for which the p-th percentile means something (p99 needs 100)."""
-    return max(1, round(100 / (100 - p)))
 
 
 def percentiles(values: pl.Series) -> dict[str, Any]:
     """``{"count": n, "p50": x, "p90": y, "p99": z}``; null where samples are too few."""
     clean = values.drop_nulls().cast(pl.Float64)
     out: dict[str, Any] = {"count": clean.len()}
+    samples = clean.to_numpy()
     for p in PERCENTILES:
-        key = f"p{p}"
-        if clean.len() >= _min_samples(p):
-            q = clean.quantile(p / 100, interpolation="linear")
-            out[key] = None if q is None else float(q)
-        else:
-            out[key] = None
+        out[f"p{p}"] = percentile(samples, p)
     out["mean"] = float(clean.mean()) if clean.len() else None  # type: ignore[arg-type]
     return out
 

@@ -1,4 +1,4 @@
-"""The canonical trace itself, as Parquet, CSV or JSONL (CONTRACT.md, trace v1).
+"""The canonical trace itself, as Parquet, CSV or JSONL (docs/trace-format.md, trace v1).
 
 Read lazily with polars scans, so memory stays bounded on inputs larger than
 RAM. Values are read as text and cast without failing; a value that does not
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import polars as pl
 
-from ttlctl.ingest.base import Parsed, iter_jsonl, streaming
-from ttlctl.ingest.errors import RejectSink
-from ttlctl.trace.schema import (
+from ttlctl.ingest.reader import Parsed, iter_jsonl, streaming
+from ttlctl.ingest.rejects import RejectSink
+from ttlctl.trace.columns import (
     REASON,
     REQUIRED,
     SOURCE_FILE,
@@ -27,7 +27,6 @@ from ttlctl.trace.schema import (
 )
 
 PARQUET_MAGIC = b"PAR1"
-JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 CSV_SUFFIXES = (".csv",)
 
 

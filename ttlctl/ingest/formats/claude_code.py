@@ -51,7 +51,7 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.base import (
+from ttlctl.ingest.reader import (
     Parsed,
     RecordError,
     duration,
@@ -61,7 +61,7 @@ from ttlctl.ingest.base import (
     number,
     tokens,
 )
-from ttlctl.ingest.errors import RejectSink
+from ttlctl.ingest.rejects import RejectSink
 
 DEFAULT_BLOCK_SIZE = 64
 SUBAGENT = "subagent"

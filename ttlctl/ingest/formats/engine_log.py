@@ -39,7 +39,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from ttlctl.ingest.base import (
+from ttlctl.ingest.reader import (
     Parsed,
     RecordError,
     first_object_line,
@@ -48,7 +48,7 @@ from ttlctl.ingest.base import (
     number,
     tokens,
 )
-from ttlctl.ingest.errors import RejectSink
+from ttlctl.ingest.rejects import RejectSink
 
 SCHEMA = "ttlctl.engine-log/1"
 

@@ -79,7 +79,7 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.base import (
+from ttlctl.ingest.reader import (
     Parsed,
     RecordError,
     epoch,
@@ -88,7 +88,7 @@ from ttlctl.ingest.base import (
     read_text,
     tokens,
 )
-from ttlctl.ingest.errors import RejectSink
+from ttlctl.ingest.rejects import RejectSink
 
 _SESSION_KEYS = ("session_id", "litellm_session_id")
 _TOOL_ROLES = ("tool", "function")

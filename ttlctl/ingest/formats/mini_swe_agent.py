@@ -59,7 +59,7 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.base import (
+from ttlctl.ingest.reader import (
     Parsed,
     RecordError,
     frame_from_rows,
@@ -67,7 +67,7 @@ from ttlctl.ingest.base import (
     number,
     tokens,
 )
-from ttlctl.ingest.errors import RejectSink
+from ttlctl.ingest.rejects import RejectSink
 
 #: Blocks mini-swe-agent executes: v1 ```bash, v2 text mode ```mswea_bash_command.
 DEFAULT_ACTION_RE = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.DOTALL)

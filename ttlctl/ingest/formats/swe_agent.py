@@ -64,7 +64,8 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.base import (
+from ttlctl.ingest.formats.mini_swe_agent import first_program
+from ttlctl.ingest.reader import (
     Parsed,
     RecordError,
     duration,
@@ -72,8 +73,7 @@ from ttlctl.ingest.base import (
     load_json_object,
     tokens,
 )
-from ttlctl.ingest.errors import RejectSink
-from ttlctl.ingest.formats.mini_swe_agent import first_program
+from ttlctl.ingest.rejects import RejectSink
 
 #: Characters per token of the raw estimate.
 CHARS_PER_TOKEN = 4

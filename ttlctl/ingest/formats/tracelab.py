@@ -58,7 +58,7 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.base import (
+from ttlctl.ingest.reader import (
     Parsed,
     RecordError,
     duration,
@@ -69,7 +69,7 @@ from ttlctl.ingest.base import (
     read_text,
     tokens,
 )
-from ttlctl.ingest.errors import RejectSink
+from ttlctl.ingest.rejects import RejectSink
 
 INPUT_EVENTS = ("user_message", "tool_result")
 ASSISTANT_EVENTS = ("reasoning", "text", "tool_call", "usage_report")

@@ -65,7 +65,7 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.base import (
+from ttlctl.ingest.reader import (
     Parsed,
     RecordError,
     duration,
@@ -73,7 +73,7 @@ from ttlctl.ingest.base import (
     load_json,
     tokens,
 )
-from ttlctl.ingest.errors import RejectSink
+from ttlctl.ingest.rejects import RejectSink
 
 _EVENTS_KEY = re.compile(rb'"events"\s*:\s*\[')
 

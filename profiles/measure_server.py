@@ -1,0 +1,553 @@
+"""Profile a running vLLM server through its OpenAI-compatible HTTP API (`ttlctl profile --engine`).
+
+What a live server can tell from outside, timed on the client:
+
+- prefill: time to first token (TTFT) of a streamed ``/v1/completions`` request
+  whose prompt is ``c`` fresh random token ids (no prefix-cache hit possible;
+  ``POST /reset_prefix_cache`` is also called between measurements when the
+  server has it, i.e. ``VLLM_SERVER_DEV_MODE=1``), ``max_tokens=1``; the median
+  of ``repeats`` per context, fitted as ``a + b·c + q·c²``
+  (:func:`profiles.fitmath.fit_quadratic`). TTFT includes the HTTP round trip
+  and the step that samples the first token: what a user waits for when a
+  context is rebuilt.
+- decode: the time per output token of streamed requests (``ignore_eos``,
+  ``output_tokens`` tokens, at least :data:`DECODE_MIN_TOKENS`) at two or three
+  KV lengths, alone and a few at a time (threads started together), fitted as
+  ``step + per_seq·seqs + per_kv_token·kv`` (:func:`profiles.fitmath.fit_decode`,
+  ``kv`` the batch's KV tokens). Each prompt is first sent alone with
+  ``max_tokens=1`` so that its KV is in the prefix cache: the batch then
+  prefills only its last partial block, in one step, and decodes together. The
+  pace is read only over the window in which every request of the batch is past
+  its second token, so no peer's prefill is counted as decode time (without
+  both, a batch of long prompts on a slow device times the peers' prefills:
+  90 ms "steps" instead of 20).
+- reload: NOT measured. A server exposes no host-to-device copy, so the profile
+  carries a labelled default (:data:`DEFAULT_RELOAD`), and ``source`` says so.
+
+KV bytes per token come from the model config (``--model``) when given, else
+from the server's ``vllm:cache_config_info`` metric (``kv_cache_memory_bytes /
+kv_cache_size_tokens``); with neither, :class:`ServerMeasureError` asks for ``--model``.
+
+Standard library only for HTTP (``urllib``). Every failure to talk to the
+server is a :class:`ServerMeasureError` (a ``ValueError``) with a one-line message naming
+the URL.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import socket
+import statistics
+import threading
+import time
+import urllib.error
+import urllib.request
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from profiles.fitmath import default_contexts, fit_decode, fit_quadratic
+from profiles.models import kv_bytes_per_token as config_kv_bytes_per_token
+from profiles.schema import Decode, Prefill, Profile, Reload
+from ttlctl.errors import TtlctlError
+from ttlctl.server import sse
+from ttlctl.server.prom import int_label, metric_labels, normalise_url
+
+#: host-to-device reload used when nothing better is known (PCIe 4.0 x16-class link)
+DEFAULT_RELOAD = Reload(bandwidth_bytes_per_s=25e9, latency_s=50e-6)
+#: tokens kept free below ``max_model_len`` beside the generated ones
+CONTEXT_MARGIN = 16
+#: concurrent sequences of the batched decode measurements
+DECODE_CONCURRENCY = (1, 4, 8)
+#: fewest tokens a decode measurement generates: enough for a window in which a
+#: whole batch decodes (its streams reach the client a few milliseconds apart)
+DECODE_MIN_TOKENS = 16
+#: share of the server's KV capacity a decode batch may fill
+KV_FILL = 0.9
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Stream:
+    """One streamed completion: when each token arrived and what the server counted."""
+
+    start: float
+    #: (perf_counter seconds, cumulative completion tokens) per chunk carrying tokens
+    arrivals: tuple[tuple[float, int], ...]
+    cached_tokens: int | None
+
+    @property
+    def ttft_s(self) -> float:
+        return self.arrivals[0][0] - self.start
+
+    def tpot_s(self, skip: int = 1) -> float | None:
+        """Mean time per output token after the first ``1 + skip`` tokens (None: too few).
+
+        A total over many tokens, not a median of gaps: the frontend delivers
+        tokens in bursts when it falls behind (the engine keeps stepping), so
+        single gaps are sometimes near zero and sometimes a stall; their sum
+        is the engine's pace. ``skip`` drops the first gaps, which may hold a
+        peer's prefill when several requests start together.
+        """
+        first = next((i for i, (_, n) in enumerate(self.arrivals) if n >= 1 + skip), None)
+        if first is None or first == len(self.arrivals) - 1:
+            return None
+        (t0, n0), (t1, n1) = self.arrivals[first], self.arrivals[-1]
+        return (t1 - t0) / (n1 - n0)
+
+    def reached(self, tokens: int) -> float | None:
+        """When the stream had ``tokens`` output tokens (None: it never did)."""
+        return next((t for t, n in self.arrivals if n >= tokens), None)
+
+    def pace_between(self, start: float, end: float) -> float | None:
+        """Mean time per output token over the chunks that arrived in [start, end]
+        (None: fewer than two such chunks)."""
+        inside = [(t, n) for t, n in self.arrivals if start <= t <= end]
+        if len(inside) < 2 or inside[-1][1] == inside[0][1]:
+            return None
+        (t0, n0), (t1, n1) = inside[0], inside[-1]
+        return (t1 - t0) / (n1 - n0)
+
+
+class ServerMeasureError(TtlctlError, ValueError):
+    """The server cannot be measured as asked: one line naming the URL."""
+
+
+class EngineHTTPError(ServerMeasureError):
+    """The server answered with an HTTP error status (``status``)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Client:
+    """JSON over HTTP to one server; every failure becomes a one-line ServerMeasureError."""
+
+    def __init__(self, url: str, timeout_s: float) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+
+    def _fail(self, path: str, exc: BaseException) -> ServerMeasureError:
+        if isinstance(exc, urllib.error.HTTPError):
+            detail = ""
+            try:
+                body = exc.read().decode("utf-8", "replace")
+                data = json.loads(body)
+                err = data.get("error", data) if isinstance(data, dict) else data
+                detail = str(err.get("message", err) if isinstance(err, dict) else err)
+            except Exception:
+                detail = exc.reason if isinstance(exc.reason, str) else ""
+            detail = " ".join(detail.split())[:200]
+            return EngineHTTPError(
+                f"{self.url}: HTTP {exc.code} from {path}" + (f": {detail}" if detail else ""),
+                exc.code,
+            )
+        reason: object = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        if isinstance(reason, ConnectionRefusedError):
+            return ServerMeasureError(
+                f"{self.url}: connection refused (is a vLLM server running there?)"
+            )
+        if isinstance(reason, TimeoutError | socket.timeout):
+            return ServerMeasureError(
+                f"{self.url}: no answer from {path} within {self.timeout_s:g} s"
+            )
+        text = " ".join(str(reason).split()) or type(reason).__name__
+        return ServerMeasureError(f"{self.url}: cannot talk to the server ({text})")
+
+    def _open(self, path: str, body: Any | None, method: str) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"} if data is not None else {},
+        )
+        try:
+            return urllib.request.urlopen(req, timeout=self.timeout_s)
+        except (urllib.error.URLError, OSError) as exc:
+            raise self._fail(path, exc) from None
+
+    def text(self, path: str, body: Any | None = None, method: str = "GET") -> str:
+        resp = self._open(path, body, method)
+        try:
+            with resp:
+                raw: bytes = resp.read()
+        except OSError as exc:
+            raise self._fail(path, exc) from None
+        return raw.decode("utf-8", "replace")
+
+    def json(self, path: str, body: Any | None = None, method: str = "GET") -> Any:
+        text = self.text(path, body, method)
+        try:
+            return json.loads(text) if text.strip() else None
+        except json.JSONDecodeError:
+            raise ServerMeasureError(f"{self.url}: {path} did not answer JSON") from None
+
+    def stream(self, body: dict[str, Any]) -> _Stream:
+        """POST a streamed /v1/completions and time each chunk that carries tokens."""
+        path = "/v1/completions"
+        start = time.perf_counter()
+        resp = self._open(path, body, "POST")
+        arrivals: list[tuple[float, int]] = []
+        cached: int | None = None
+        count = 0
+        try:
+            with resp:
+                for now, chunk in sse.chunks(resp):
+                    usage = chunk.get("usage") or {}
+                    details = usage.get("prompt_tokens_details") or {}
+                    if details.get("cached_tokens") is not None:
+                        cached = int(details["cached_tokens"])
+                    if not chunk.get("choices"):
+                        continue
+                    # continuous usage stats count tokens exactly; else one token a chunk
+                    seen = usage.get("completion_tokens")
+                    new = int(seen) if isinstance(seen, int) else count + 1
+                    if new > count:
+                        count = new
+                        arrivals.append((now, count))
+        except sse.StreamError as exc:
+            raise ServerMeasureError(f"{self.url}: {path} {exc}") from None
+        except OSError as exc:
+            raise self._fail(path, exc) from None
+        if not arrivals:
+            n = len(body.get("prompt") or ())
+            raise ServerMeasureError(
+                f"{self.url}: the server returned no tokens for a {n}-token prompt"
+            )
+        return _Stream(start, tuple(arrivals), cached)
+
+
+def _profile_name(model_id: str) -> str:
+    ident = model_id.rstrip("/")
+    if ident.startswith(("/", ".", "~")):  # a local path: its last component
+        ident = ident.rsplit("/", 1)[-1]
+    ident = re.sub(r"[^a-z0-9._-]+", "-", ident.lower()).strip("-")
+    return f"engine-{ident or 'model'}"
+
+
+def measure_engine(
+    url: str,
+    *,
+    model_config: dict[str, Any] | None = None,
+    contexts: Sequence[int] | None = None,
+    repeats: int = 3,
+    output_tokens: int = 32,
+    timeout_s: float = 60.0,
+    progress: Progress | None = None,
+) -> Profile:
+    """Measure a running vLLM server's prefill and decode costs into a :class:`Profile`.
+
+    ``url`` is the server's base URL (``http://host:port``, a trailing ``/v1`` is
+    accepted). ``model_config`` (a Hugging Face ``config.json`` as a dict) gives
+    KV bytes per token and the vocabulary for random prompts. ``contexts``
+    default to :func:`profiles.fitmath.default_contexts` up to ``max_model_len −
+    output_tokens − 16``. ``progress(phase, done, total)`` is called as measurements finish
+    (phases ``"prefill"`` and ``"decode"``). Raises :class:`ServerMeasureError` with a
+    one-line message naming the URL when the server cannot be used.
+    """
+    if repeats < 1:
+        raise ServerMeasureError("repeats must be at least 1")
+    if output_tokens < 4:
+        raise ServerMeasureError("output_tokens must be at least 4 (decode needs token gaps)")
+    url = normalise_url(url)
+    client = _Client(url, timeout_s)
+    report: Progress = progress or (lambda phase, done, total: None)
+
+    # --- what the server is ------------------------------------------------
+    models = client.json("/v1/models")
+    entries = models.get("data") if isinstance(models, dict) else None
+    if not entries or not isinstance(entries[0], dict) or "id" not in entries[0]:
+        raise ServerMeasureError(f"{url}: /v1/models lists no model")
+    model_id = str(entries[0]["id"])
+    reported = entries[0].get("max_model_len")
+    if isinstance(reported, int) and reported > 0:
+        max_model_len = reported
+    elif model_config is not None:
+        max_model_len = int(model_config.get("max_position_embeddings") or 0)
+    else:
+        max_model_len = 0
+    try:
+        version = client.json("/version")
+        server_version = str(version.get("version")) if isinstance(version, dict) else None
+    except ValueError:
+        server_version = None
+    try:
+        metrics = client.text("/metrics")
+    except ValueError:
+        metrics = ""
+    cache_info = metric_labels(metrics, "vllm:cache_config_info")
+    kv_capacity = int_label(cache_info, "kv_cache_size_tokens")
+    if kv_capacity is None:
+        blocks = int_label(cache_info, "num_gpu_blocks")
+        block_size = int_label(cache_info, "block_size")
+        kv_capacity = blocks * block_size if blocks and block_size else None
+
+    # --- KV bytes per token (fail before spending time measuring) ------------
+    if model_config is not None:
+        kv_bytes = config_kv_bytes_per_token(model_config)
+        kv_from = "model config"
+    else:
+        memory = int_label(cache_info, "kv_cache_memory_bytes")
+        if memory is None or kv_capacity is None:
+            raise ServerMeasureError(
+                f"{url}: the server does not tell its KV bytes per token; "
+                "pass the model's config with --model"
+            )
+        kv_bytes = memory // kv_capacity
+        kv_from = "server metrics: kv_cache_memory_bytes / kv_cache_size_tokens"
+
+    # --- contexts -------------------------------------------------------------
+    limit = (max_model_len or 0) - output_tokens - CONTEXT_MARGIN
+    if kv_capacity is not None:
+        limit = min(limit, kv_capacity - output_tokens - CONTEXT_MARGIN)
+    if contexts is None:
+        if max_model_len <= 0:
+            raise ServerMeasureError(
+                f"{url}: the server does not report max_model_len; pass contexts or --model"
+            )
+        ctxs = default_contexts(limit)
+    else:
+        ctxs = sorted({int(c) for c in contexts})
+        for c in ctxs:
+            if c < 1:
+                raise ServerMeasureError(f"{url}: context lengths must be positive, got {c}")
+            if max_model_len > 0 and c + output_tokens > max_model_len:
+                raise ServerMeasureError(
+                    f"{url}: context {c} + {output_tokens} output tokens does not fit "
+                    f"max_model_len {max_model_len}"
+                )
+            if kv_capacity is not None and c + output_tokens > kv_capacity:
+                raise ServerMeasureError(
+                    f"{url}: context {c} + {output_tokens} output tokens does not fit "
+                    f"the server's KV cache ({kv_capacity} tokens)"
+                )
+    if len(ctxs) < 3:
+        raise ServerMeasureError(
+            f"{url}: need at least 3 context lengths to fit prefill, got {ctxs} "
+            f"(max_model_len {max_model_len})"
+        )
+
+    # --- prompts made of fresh random token ids --------------------------------
+    rng = random.Random()
+    vocab_size = int(model_config.get("vocab_size") or 0) if model_config else 0
+    if vocab_size > 0:
+
+        def prompt(n: int) -> list[int]:
+            return [rng.randrange(vocab_size) for _ in range(n)]
+
+    else:
+        pool = _token_pool(client, model_id)
+
+        def prompt(n: int) -> list[int]:
+            return [rng.choice(pool) for _ in range(n)]
+
+    def body(n: int, max_tokens: int) -> dict[str, Any]:
+        return {
+            "model": model_id,
+            "prompt": prompt(n),
+            "max_tokens": max_tokens,
+            "min_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+
+    reset_ok = True
+
+    def reset_prefix_cache() -> None:
+        nonlocal reset_ok
+        if not reset_ok:
+            return
+        try:
+            client.text("/reset_prefix_cache", body=None, method="POST")
+        except EngineHTTPError as exc:
+            if exc.status not in (404, 405):
+                raise
+            reset_ok = False
+            warnings.warn(
+                f"{url}: POST /reset_prefix_cache is not available (start the server with "
+                "VLLM_SERVER_DEV_MODE=1); relying on fresh random prompts alone to avoid "
+                "prefix-cache hits",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    # --- prefill -----------------------------------------------------------------
+    client.stream(body(min(ctxs), 2))  # warm-up: first requests pay one-off costs
+    client.stream(body(max(ctxs), 2))
+    ttfts: dict[int, list[float]] = {c: [] for c in ctxs}
+    cached_max = 0
+    total = len(ctxs) * repeats
+    done = 0
+    for _ in range(repeats):  # round robin: drift spreads over all contexts alike
+        for c in ctxs:
+            reset_prefix_cache()
+            s = client.stream(body(c, 1))
+            ttfts[c].append(s.ttft_s)
+            cached_max = max(cached_max, s.cached_tokens or 0)
+            done += 1
+            report("prefill", done, total)
+    points = tuple((c, statistics.median(ttfts[c])) for c in ctxs)
+    qfit = fit_quadratic([c for c, _ in points], [s for _, s in points])
+    prefill = Prefill(qfit.a, qfit.b, qfit.q, points, qfit.rmse_s)
+
+    # --- decode ------------------------------------------------------------------
+    dec_out = max(output_tokens, DECODE_MIN_TOKENS)
+    plan = _decode_plan(ctxs, dec_out, max_model_len, kv_capacity)
+    dec_points: list[tuple[int, int, float]] = []
+    total = len(plan) * repeats
+    done = 0
+    no_window = 0
+    for seqs, kv_len in plan:
+        tpots: list[float] = []
+        for _ in range(repeats):
+            reset_prefix_cache()
+            batch = [body(kv_len, dec_out) for _ in range(seqs)]
+            for b in batch:  # cache each prompt: the batch then prefills one step only
+                client.stream({**b, "max_tokens": 1, "min_tokens": 1})
+            paces, windowed = _decode_batch(client, batch)
+            tpots.extend(paces)
+            no_window += not windowed
+            done += 1
+            report("decode", done, total)
+        if not tpots:
+            raise ServerMeasureError(f"{url}: too few tokens streamed to time decode steps")
+        kv_tokens = seqs * (kv_len + dec_out // 2)
+        dec_points.append((seqs, kv_tokens, statistics.median(tpots)))
+    dfit = fit_decode(
+        [p[0] for p in dec_points], [p[1] for p in dec_points], [p[2] for p in dec_points]
+    )
+    decode = Decode(dfit.step_s, dfit.per_seq_s, dfit.per_kv_token_s)
+
+    max_context = max_model_len if max_model_len > 0 else max(ctxs)
+    return Profile(
+        name=_profile_name(model_id),
+        device=f"vllm server at {url}",
+        model=model_id,
+        kv_bytes_per_token=kv_bytes,
+        max_context=max_context,
+        prefill=prefill,
+        reload=DEFAULT_RELOAD,
+        decode=decode,
+        source={
+            "kind": "measured",
+            "via": "engine",
+            "url": url,
+            "server_version": server_version,
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "repeats": repeats,
+            "output_tokens": output_tokens,
+            "decode_output_tokens": dec_out,
+            "decode_batches_without_common_window": no_window,
+            "kv_bytes_per_token_from": kv_from,
+            "kv_capacity_tokens": kv_capacity,
+            "prefill_timing": "client-side TTFT of streamed /v1/completions (max_tokens=1), "
+            "median of repeats; includes the HTTP round trip and the first sampled token",
+            "decode_timing": "client-side time per output token of streamed requests "
+            "whose prompts were cached first, over the window in which every request of "
+            "the batch is past its second token (each stream's pace after its second "
+            "token when the streams never overlap: decode_batches_without_common_window); "
+            "median over streams and repeats; "
+            "kv_tokens = seqs × (context + decode_output_tokens/2)",
+            "prefix_cache_reset": reset_ok,
+            "max_cached_tokens_seen": cached_max,
+            "reload": "not measured: default",
+            "reload_default": {
+                "bandwidth_bytes_per_s": DEFAULT_RELOAD.bandwidth_bytes_per_s,
+                "latency_s": DEFAULT_RELOAD.latency_s,
+                "why": "a live server exposes no host-to-device copy to time",
+            },
+            "fit": {
+                "prefill": {"rmse_s": qfit.rmse_s, "max_rel_error": qfit.max_rel_error},
+                "decode": {
+                    "max_rel_error": dfit.max_rel_error,
+                    "points": [list(p) for p in dec_points],
+                },
+            },
+        },
+    )
+
+
+def _token_pool(client: _Client, model_id: str) -> list[int]:
+    """Valid token ids of an unknown vocabulary, from the server's own /tokenize."""
+    text = (__doc__ or "") + " 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    data = client.json("/tokenize", {"model": model_id, "prompt": text}, method="POST")
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    pool = sorted({int(t) for t in tokens or ()})
+    if len(pool) < 32:
+        raise ServerMeasureError(
+            f"{client.url}: cannot find enough token ids for random prompts; "
+            "pass the model's config with --model"
+        )
+    return pool
+
+
+def _decode_plan(
+    ctxs: Sequence[int], output_tokens: int, max_model_len: int, kv_capacity: int | None
+) -> list[tuple[int, int]]:
+    """(concurrent sequences, context tokens each) of the decode measurements."""
+    short, long = min(ctxs), max(ctxs)
+    mid = (short + long) // 2
+    lengths = sorted({short, mid, long})
+    per_seq_cap = max_model_len - output_tokens if max_model_len > 0 else long
+    plan: list[tuple[int, int]] = []
+    for seqs in DECODE_CONCURRENCY:
+        chosen = lengths if seqs == 1 else [short, long]
+        for length in chosen:
+            kv_len = min(length, per_seq_cap)
+            if kv_capacity is not None:
+                kv_len = min(kv_len, int(kv_capacity * KV_FILL) // seqs - output_tokens)
+            if kv_len >= 16 and (seqs, kv_len) not in plan:
+                plan.append((seqs, kv_len))
+    return plan
+
+
+def _decode_batch(client: _Client, bodies: list[dict[str, Any]]) -> tuple[list[float], bool]:
+    """Start the requests together; each stream's time per output token, and whether
+    they were read over a window in which the whole batch decodes (False: the
+    streams never overlapped token by token — a frontend that delivers tokens in
+    bursts, on an engine much faster than it — so each stream's whole pace after
+    its first two tokens is used; its prompt was cached, so no peer's prefill)."""
+    barrier = threading.Barrier(len(bodies))
+
+    def one(body: dict[str, Any]) -> _Stream:
+        barrier.wait(timeout=client.timeout_s)
+        return client.stream(body)
+
+    if len(bodies) == 1:
+        streams = [client.stream(bodies[0])]
+    else:
+        with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
+            streams = list(pool.map(one, bodies))
+    return _paces(streams)
+
+
+def _paces(streams: Sequence[_Stream]) -> tuple[list[float], bool]:
+    """See :func:`_decode_batch`: the batch window's paces, else each whole stream's."""
+    if len(streams) > 1:
+        paces = _batch_paces(streams)
+        if paces:
+            return paces, True
+    whole = [s.tpot_s() for s in streams]
+    return [t for t in whole if t is not None], len(streams) == 1
+
+
+def _batch_paces(streams: Sequence[_Stream]) -> list[float]:
+    """Each stream's time per token while every stream of the batch decodes: from the
+    moment the last of them has its second token to the moment the first one ends."""
+    seconds = [s.reached(2) for s in streams]
+    if any(t is None for t in seconds):
+        return []
+    start = max(t for t in seconds if t is not None)
+    end = min(s.arrivals[-1][0] for s in streams)
+    paces = [s.pace_between(start, end) for s in streams]
+    return [p for p in paces if p is not None]

@@ -1,0 +1,518 @@
+"""Measured profiles: time a model built from its ``config.json`` on this machine.
+
+``ttlctl profile`` calls :func:`measure`. The model is built locally from the
+Hugging Face config with random weights (there is no model hub; profiling times
+the shapes, not the values), then:
+
+- **prefill**: one forward pass over ``c`` random tokens (``use_cache=True``,
+  logits for the last token only, as a serving engine computes them) at each
+  context of a grid (powers of two from 1k up to the model's limit, smaller ones
+  added for short models), fitted by :func:`profiles.fitmath.fit_quadratic`;
+- **decode**: single-token steps on top of the KV cache a batched prefill left,
+  for a few (batch, KV length) pairs, fitted by :func:`profiles.fitmath.fit_decode`;
+- **reload**: host-to-device copies of KV-sized buffers from pinned host memory
+  (on a CPU, where there is no host tier, a plain memory copy; ``source`` says
+  so), fitted as ``latency + bytes / bandwidth``.
+
+Every timing is the median of at least ``repeats`` runs after a warm-up; quick
+ones are repeated until they fill :data:`MIN_TIMING_S`, so that other processes
+on a shared machine move the median little. ``progress(stage, done, total)`` is
+called with the stages ``build``, ``prefill``, ``decode`` and ``reload``.
+
+The profile's ``max_context`` is the model's limit (``max_position_embeddings``);
+``max_context=`` only bounds the measured grid, which ``prefill.points`` keeps.
+The result is a :class:`~profiles.schema.Profile` whose ``source`` records how
+it was measured (``kind: measured``, ``cpu_profile`` on a CPU, the points and
+fit errors). torch and transformers are imported inside :func:`measure` so
+importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import nnls
+
+from profiles import fitmath, models
+from profiles.fitmath import default_contexts
+from profiles.schema import Decode, Prefill, Profile, Reload
+from ttlctl.errors import TtlctlError
+
+#: share of the available memory the weights may take before we refuse
+WEIGHTS_MEMORY_SHARE = 0.5
+#: share of what is left after the weights that one measurement may use
+WORK_MEMORY_SHARE = 0.5
+DECODE_BATCHES_CUDA = (1, 4, 16)
+DECODE_BATCHES_CPU = (1, 4, 16)
+#: on a CPU, batch × KV length of one decode measurement is capped (prefilling it takes time)
+DECODE_CPU_TOKENS = 8192
+DECODE_STEPS = 5
+DECODE_MAX_STEPS = 32
+RELOAD_TOKENS = (16, 1024, 8192, 32768)
+RELOAD_REPEATS = 5
+#: quick measurements repeat until they fill this many seconds (median of many beats noise)
+MIN_TIMING_S = 0.25
+MAX_RUNS = 100
+TORCH_DTYPES = ("bfloat16", "float16", "float32")
+
+Progress = Callable[[str, int, int], None]
+
+
+class MeasureError(TtlctlError, ValueError):
+    """The measurement cannot run as asked; the message says why and what to do."""
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def _resolve_contexts(
+    contexts: Sequence[int] | None, model_limit: int, max_context: int | None
+) -> list[int]:
+    limit = model_limit if max_context is None else min(model_limit, int(max_context))
+    if limit < 1:
+        raise MeasureError(f"max_context must be positive, got {max_context}")
+    if contexts is None:
+        grid = default_contexts(limit)
+    else:
+        grid = sorted({int(c) for c in contexts})
+        if any(c < 1 for c in grid):
+            raise MeasureError(f"contexts must be positive token counts, got {list(contexts)}")
+        over = [c for c in grid if c > limit]
+        if over:
+            raise MeasureError(
+                f"contexts {over} exceed the limit of {limit} tokens "
+                f"(model max_position_embeddings {model_limit}"
+                + (f", max_context {max_context})" if max_context is not None else ")")
+            )
+    if len(grid) < 3:
+        raise MeasureError(
+            f"the prefill quadratic needs at least 3 distinct contexts, got {grid} "
+            f"(limit {limit} tokens)"
+        )
+    return grid
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def _host_available_bytes() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def fit_reload(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[float, float, float]:
+    """``seconds ≈ latency + bytes / bandwidth`` (non-negative, relative error).
+
+    Returns (bandwidth bytes/s, latency s, max relative error).
+    """
+    x = np.asarray(nbytes, dtype=np.float64)
+    y = np.asarray(seconds, dtype=np.float64)
+    if x.size < 2 or x.size != y.size or np.any(y <= 0):
+        raise ValueError("the reload model needs at least 2 positive timings")
+    scale = np.array([1.0, x.max()])
+    design = np.stack([np.ones_like(x), x], axis=1) / scale
+    w = 1.0 / y
+    coef, _ = nnls(design * w[:, None], y * w)
+    latency, per_byte = (coef / scale).tolist()
+    if per_byte <= 0.0:  # every copy took the same time: bound the bandwidth by the largest
+        per_byte = float(y[np.argmax(x)] / x.max())
+        latency = 0.0
+    pred = latency + per_byte * x
+    return 1.0 / per_byte, float(latency), float(np.max(np.abs(pred - y) / y))
+
+
+def _timed(
+    fn: Callable[[], Any],
+    sync: Callable[[], None],
+    least: int,
+    most: int = MAX_RUNS,
+) -> tuple[float, int]:
+    """(median seconds, runs) of ``fn`` over at least ``least`` runs.
+
+    Quick runs are repeated until they fill :data:`MIN_TIMING_S` (at most
+    ``most``): a median over many is robust to the noise of other processes.
+    """
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < least or (time.perf_counter() - start < MIN_TIMING_S and len(times) < most):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return _median(times), len(times)
+
+
+class _Bench:
+    """The model under test and how to time it on its device."""
+
+    def __init__(self, torch: Any, model: Any, dev: Any, repeats: int, seed: int) -> None:
+        self.torch = torch
+        self.model = model
+        self.dev = dev
+        self.cuda = dev.type == "cuda"
+        self.repeats = repeats
+        self.vocab = int(model.config.vocab_size)
+        self.gen = torch.Generator(device=dev).manual_seed(seed)
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize(self.dev)
+
+    def release(self) -> None:
+        if self.cuda:
+            self.torch.cuda.empty_cache()
+
+    def ids(self, batch: int, tokens: int) -> Any:
+        return self.torch.randint(
+            0, self.vocab, (batch, tokens), generator=self.gen, device=self.dev
+        )
+
+    def forward(self, input_ids: Any, past: Any = None) -> Any:
+        # logits for the last position only, as a serving engine computes them
+        return self.model(
+            input_ids=input_ids, past_key_values=past, use_cache=True, logits_to_keep=1
+        )
+
+    def prefill(self, tokens: int) -> float:
+        """Median seconds of a prefill of ``tokens`` random tokens (after a warm-up)."""
+        prompt = self.ids(1, tokens)
+        self.forward(prompt)
+        seconds, _ = _timed(partial(self.forward, prompt), self.sync, self.repeats)
+        return seconds
+
+    def decode(self, batch: int, kv: int) -> tuple[float, float]:
+        """(mean KV length timed, median seconds) of one decode step of ``batch`` sequences.
+
+        Each step appends a token to the cache (transformers' DynamicCache grows in
+        place), so the KV length reported is the mean over the timed steps.
+        """
+        prompt = self.ids(batch, kv)
+        past = self.forward(prompt).past_key_values
+        nxt = prompt[:, -1:]
+        del prompt
+        self.forward(nxt, past)  # warm-up step
+        before = int(past.get_seq_length())
+        seconds, runs = _timed(
+            partial(self.forward, nxt, past),
+            self.sync,
+            max(self.repeats, DECODE_STEPS),
+            DECODE_MAX_STEPS,
+        )
+        after = int(past.get_seq_length())
+        if after != before + runs:  # a cache that does not grow in place: count the steps
+            after = before + runs
+        return (before + after + 1) / 2, seconds
+
+    def copy(self, nbytes: int) -> float:
+        """Median seconds of copying ``nbytes`` from (pinned, on CUDA) host memory to the device."""
+        torch = self.torch
+        src = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.cuda)
+        src.fill_(1)
+        dst = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
+        copy = partial(dst.copy_, src, non_blocking=self.cuda)
+        copy()  # warm-up: page faults, pinning
+        self.sync()
+        seconds, _ = _timed(copy, self.sync, max(self.repeats, RELOAD_REPEATS))
+        return max(seconds, 1e-9)
+
+
+def _hf_config(config: dict[str, Any]) -> Any:
+    import transformers  # heavy (2 s): only when a model is built
+
+    kwargs = {
+        k: v
+        for k, v in config.items()
+        if k
+        not in (
+            "model_type",
+            "torch_dtype",
+            "dtype",
+            "_name_or_path",
+            "transformers_version",
+            "auto_map",
+            "quantization_config",
+        )
+    }
+    model_type = config.get("model_type")
+    if not model_type:
+        archs = " ".join(config.get("architectures") or [])
+        if "Llama" in archs:
+            model_type = "llama"
+        else:
+            raise MeasureError("config.json has no model_type (and is not Llama-shaped)")
+    try:
+        return transformers.AutoConfig.for_model(str(model_type), **kwargs)
+    except (ValueError, KeyError) as exc:
+        raise MeasureError(f"transformers cannot build model_type {model_type!r}: {exc}") from None
+
+
+def measure(
+    name: str,
+    config: dict[str, Any],
+    *,
+    device: str = "auto",
+    contexts: Sequence[int] | None = None,
+    max_context: int | None = None,
+    repeats: int = 3,
+    dtype: str | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> Profile:
+    """Measure prefill, decode and reload of ``config``'s model on ``device``.
+
+    ``device`` is ``auto`` (CUDA when torch sees a GPU, else the CPU), ``cpu``,
+    ``cuda`` or ``cuda:N``. Each timing is the median of at least ``repeats``
+    runs after a warm-up. Raises :class:`MeasureError` (a ``ValueError``) when
+    the device is missing, the weights would not fit in half its memory, or the
+    arguments cannot give a fit.
+    """
+    import torch  # heavy and optional: importing this module stays cheap
+
+    report: Progress = progress or (lambda stage, done, total: None)
+    if repeats < 1:
+        raise MeasureError(f"repeats must be at least 1, got {repeats}")
+
+    # -- device and dtype -------------------------------------------------------------
+    dev = _resolve_device(torch, device)
+    cuda = dev.type == "cuda"
+    kind = "cuda" if cuda else "cpu"
+    if dtype is None:
+        dtype_name = "bfloat16" if cuda or _cpu_bf16_works(torch) else "float32"
+    else:
+        dtype_name = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype)
+        if dtype_name not in TORCH_DTYPES:
+            raise MeasureError(f"dtype {dtype!r}: expected one of {', '.join(TORCH_DTYPES)}")
+    elem = models.DTYPE_BYTES[dtype_name]
+
+    model_limit = models.max_context(config)
+    grid = _resolve_contexts(contexts, model_limit, max_context)
+    kv_bytes = models.kv_bytes_per_token(config, dtype_name)
+
+    # -- will the weights fit? ----------------------------------------------------------
+    n_params = models.parameters(config)
+    weight_bytes = n_params * elem
+    available = _free_bytes(torch, dev)
+    if available > 0 and weight_bytes > WEIGHTS_MEMORY_SHARE * available:
+        where = torch.cuda.get_device_name(dev) if cuda else "host memory"
+        raise MeasureError(
+            f"{name}: about {_gb(weight_bytes)} of {dtype_name} weights "
+            f"({n_params / 1e9:.2f} B parameters) exceeds {WEIGHTS_MEMORY_SHARE:.0%} of the "
+            f"{_gb(available)} available on {kind} ({where}); measure it on a bigger device "
+            "or use a shipped roofline profile"
+        )
+
+    # -- build the model (random weights, seeded) ---------------------------------------
+    import transformers  # heavy (2 s): only when a model is built
+
+    hf_config = _hf_config(config)
+    torch.manual_seed(seed)
+    if cuda:
+        torch.cuda.manual_seed_all(seed)
+    report("build", 0, 1)
+    with torch.device(dev):
+        model = transformers.AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
+            hf_config, dtype=getattr(torch, dtype_name)
+        )
+    model.eval()
+    report("build", 1, 1)
+    attention = str(getattr(model.config, "_attn_implementation", None) or "default")
+    bench = _Bench(torch, model, dev, repeats, seed)
+    del model
+    work_budget = WORK_MEMORY_SHARE * (_free_bytes(torch, dev) or available)
+    hidden = int(config["hidden_size"])
+    inter = int(config.get("intermediate_size") or 4 * hidden)
+    heads = int(config["num_attention_heads"])
+
+    def prefill_bytes(tokens: int, longest: int) -> float:
+        """A generous estimate of one prefill's peak memory (KV, activations, CPU scores)."""
+        act = tokens * (kv_bytes + (8 * hidden + 3 * inter) * elem)
+        scores = 0 if cuda else 4 * heads * longest * tokens  # CPU SDPA may materialise them
+        return float(act + scores)
+
+    oom: tuple[type[BaseException], ...] = (torch.OutOfMemoryError, MemoryError)
+    notes: dict[str, Any] = {}
+    try:
+        with torch.inference_mode():
+            # -- prefill ------------------------------------------------------------------
+            points: list[tuple[int, float]] = []
+            report("prefill", 0, len(grid))
+            for i, c in enumerate(grid):
+                if prefill_bytes(c, c) > work_budget:
+                    notes["prefill_stopped"] = f"{c} tokens would not fit in memory"
+                    break
+                try:
+                    points.append((c, bench.prefill(c)))
+                except oom:
+                    notes["prefill_stopped"] = f"out of memory at {c} tokens"
+                    break
+                finally:
+                    bench.release()
+                report("prefill", i + 1, len(grid))
+            if len(points) < 3:
+                raise MeasureError(
+                    f"{name}: only {len(points)} prefill point(s) measured "
+                    f"({notes.get('prefill_stopped', '')}); give smaller contexts"
+                )
+            quad = fitmath.fit_quadratic([p[0] for p in points], [p[1] for p in points])
+
+            # -- decode -------------------------------------------------------------------
+            kv_small = points[0][0]
+            room = model_limit - DECODE_MAX_STEPS - 2  # decode steps append tokens
+            kv_mid = max(kv_small, min(points[-1][0], 8 * kv_small, room))
+            pairs = [
+                (b, kv)
+                for b in (DECODE_BATCHES_CUDA if cuda else DECODE_BATCHES_CPU)
+                for kv in sorted({kv_small, kv_mid})
+                if (cuda or b * kv <= DECODE_CPU_TOKENS)
+                and prefill_bytes(b * kv, kv) <= work_budget
+            ]
+            dpoints: list[tuple[int, float, float]] = []
+            report("decode", 0, len(pairs))
+            for j, (b, kv) in enumerate(pairs):
+                try:
+                    mean_kv, seconds = bench.decode(b, kv)
+                    dpoints.append((b, mean_kv, seconds))
+                except oom:
+                    notes.setdefault("decode_skipped", []).append([b, kv])
+                finally:
+                    bench.release()
+                report("decode", j + 1, len(pairs))
+            if len(dpoints) < 3:
+                raise MeasureError(f"{name}: only {len(dpoints)} decode point(s) measured")
+            dfit = fitmath.fit_decode(
+                [p[0] for p in dpoints], [p[0] * p[1] for p in dpoints], [p[2] for p in dpoints]
+            )
+    finally:
+        bench.model = None  # free the weights before the copies
+        bench.release()
+
+    # -- reload -------------------------------------------------------------------------
+    host = _host_available_bytes() or available
+    cap = 0.1 * min(host, _free_bytes(torch, dev)) if cuda else 0.05 * host
+    sizes = [t * kv_bytes for t in RELOAD_TOKENS if t * kv_bytes <= cap] or [kv_bytes]
+    rpoints: list[tuple[int, float]] = []
+    report("reload", 0, len(sizes))
+    for k, nbytes in enumerate(sizes):
+        rpoints.append((nbytes, bench.copy(nbytes)))
+        bench.release()
+        report("reload", k + 1, len(sizes))
+    if len(rpoints) == 1:
+        bandwidth, latency, reload_err = rpoints[0][0] / rpoints[0][1], 0.0, 0.0
+    else:
+        bandwidth, latency, reload_err = fit_reload(
+            [p[0] for p in rpoints], [p[1] for p in rpoints]
+        )
+
+    source: dict[str, Any] = {
+        "kind": "measured",
+        "device_kind": kind,
+        "cpu_profile": not cuda,
+        "how": "profiles/measure_torch.py",
+        "torch": torch.__version__,
+        "transformers": str(transformers.__version__),
+        "dtype": dtype_name,
+        "repeats": repeats,
+        "threads": torch.get_num_threads(),
+        "seed": seed,
+        "weights": "random (built locally from config.json)",
+        "parameters": n_params,
+        "attention": attention,
+        "reload": (
+            "cuda: pinned host to device copy, one contiguous buffer"
+            if cuda
+            else "cpu: memory copy, no host tier"
+        ),
+        "decode_points": [[b, kv, s] for b, kv, s in dpoints],
+        "reload_points": [[n, s] for n, s in rpoints],
+        "fit": {
+            "prefill_max_rel_error": quad.max_rel_error,
+            "decode_max_rel_error": dfit.max_rel_error,
+            "reload_max_rel_error": reload_err,
+        },
+        **notes,
+    }
+    for v in (quad.a, quad.b, quad.q, bandwidth, latency):
+        if not math.isfinite(v):
+            raise MeasureError(f"{name}: the fit gave a non-finite coefficient ({v})")
+    return Profile(
+        name=f"{name}-{kind}",
+        device=torch.cuda.get_device_name(dev) if cuda else _cpu_name(),
+        model=name,
+        kv_bytes_per_token=kv_bytes,
+        max_context=model_limit,
+        prefill=Prefill(quad.a, quad.b, quad.q, tuple(points), quad.rmse_s),
+        reload=Reload(float(bandwidth), float(latency)),
+        decode=Decode(dfit.step_s, dfit.per_seq_s, dfit.per_kv_token_s),
+        source=source,
+    )
+
+
+def _resolve_device(torch: Any, device: str) -> Any:
+    want = device.strip().lower()
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cpu":
+        return torch.device("cpu")
+    if not want.startswith("cuda"):
+        raise MeasureError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise MeasureError(
+            f"--device {device}: torch {torch.__version__} sees no CUDA GPU "
+            "(torch.cuda.is_available() is False); use --device cpu for a CPU profile"
+        )
+    try:
+        dev = torch.device(want)
+    except RuntimeError:
+        raise MeasureError(f"--device {device}: expected auto, cpu, cuda or cuda:N") from None
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    if dev.index >= torch.cuda.device_count():
+        raise MeasureError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) here")
+    return dev
+
+
+def _free_bytes(torch: Any, dev: Any) -> int:
+    if dev.type == "cuda":
+        return int(torch.cuda.mem_get_info(dev)[0])
+    return _host_available_bytes()
+
+
+def _cpu_bf16_works(torch: Any) -> bool:
+    """Whether bfloat16 matmuls, softmax and SDPA run (and give finite numbers) on this CPU."""
+    try:
+        x = torch.ones(4, 8, 16, dtype=torch.bfloat16)
+        y = torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)
+        z = torch.softmax(y @ x.transpose(-1, -2), dim=-1)
+        return bool(torch.isfinite(z).all())
+    except (RuntimeError, TypeError):
+        return False

@@ -1,0 +1,105 @@
+"""Replay one workload under several policies: the library behind ``ttlctl replay``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from profiles.cost import CostModel
+from replay import figures
+from replay.policies import BOUNDS, NAMES, PolicySpec, make
+from replay.sim import ReplayConfig, simulate
+from replay.workload import Workload, poisson_starts, retimed
+from ttlctl.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """How programs start: the trace's arrivals, Poisson ``jps``, or ``concurrency``."""
+
+    jps: float | None = None
+    concurrency: int | None = None
+    seed: int = 0
+
+
+def prepare(workload: Workload, timing: Load) -> Workload:
+    if timing.jps is not None:
+        return retimed(workload, poisson_starts(len(workload.programs), timing.jps, timing.seed))
+    return workload
+
+
+def unlimited_kv_tokens(workload: Workload, config: ReplayConfig) -> int:
+    """Memory for every program's largest context at once (nothing is ever evicted)."""
+    need = sum(max(c.input_tokens + c.output_tokens for c in p.calls) for p in workload.programs)
+    bs = config.engine.block_size
+    return (need // bs + 2 * len(workload.programs) + 16) * bs
+
+
+def run_one(
+    workload: Workload,
+    spec: PolicySpec,
+    cost: CostModel,
+    config: ReplayConfig,
+    timing: Load,
+    *,
+    timed: bool = True,
+) -> dict[str, Any]:
+    work = prepare(workload, timing)
+    pauses = {(p.program_id, i): c.pause_s for p in work.programs for i, c in enumerate(p.calls)}
+    cfg = replace(config, concurrency=timing.concurrency)
+    if spec.name == "unlimited-kv":
+        cfg = replace(
+            cfg,
+            engine=replace(
+                cfg.engine, kv_tokens=max(cfg.engine.kv_tokens, unlimited_kv_tokens(work, cfg))
+            ),
+        )
+
+    def rebuild(tokens: float, offload: bool) -> float:
+        return cost.reload_s(int(tokens)) if offload else cost.prefill_s(0, int(tokens))
+
+    policy = make(spec, pauses, rebuild)
+    start = time.perf_counter()
+    outcome = simulate(work, policy, cost, cfg)
+    wall = time.perf_counter() - start
+    result = figures.summarize(outcome, spec.name)
+    result["evaluation_only"] = spec.name in BOUNDS
+    result["wall_s"] = wall if timed else None
+    result["sim_calls_per_s"] = (len(outcome.calls) / wall if wall > 0 else None) if timed else None
+    return result
+
+
+def run_all(
+    workload: Workload,
+    specs: Sequence[PolicySpec],
+    cost: CostModel,
+    config: ReplayConfig,
+    timing: Load,
+    *,
+    timed: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Every policy on the same workload; adds ``gap_closed`` when both bounds ran."""
+    results = []
+    for i, spec in enumerate(specs):
+        if progress is not None:
+            progress(spec.name, i, len(specs))
+        results.append(run_one(workload, spec, cost, config, timing, timed=timed))
+    by_name = {r["policy"]: r for r in results}
+    if "vllm" in by_name and "unlimited-kv" in by_name:
+        for r in results:
+            r["gap_closed"] = figures.gap_closed(r, by_name["vllm"], by_name["unlimited-kv"])
+    if progress is not None:
+        progress("done", len(specs), len(specs))
+    return results
+
+
+def expand(names: Sequence[str]) -> list[str]:
+    if list(names) == ["all"]:
+        return list(NAMES)
+    unknown = [n for n in names if n not in NAMES]
+    if unknown:
+        raise ConfigError(f"unknown policy {unknown[0]!r}; choose from {', '.join(NAMES)} or all")
+    return list(names)

@@ -1,0 +1,62 @@
+"""One request as the simulated scheduler sees it: lengths, progress and timestamps.
+
+A request is one LLM call of an agent program. It carries what an engine knows
+(program id, turn, the tool tag the client sent, prompt and output lengths, how
+much of the prompt repeats the program's previous stream) and the scheduler's
+bookkeeping (tokens computed and generated, blocks held, preemptions, when it was
+admitted, produced its first token and finished). Never a pause's length or how
+many calls the program has left: the policies read requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True, eq=False)
+class SimRequest:
+    rid: int
+    program: str
+    turn: int
+    arrival: float
+    #: first arrival of the request's program (program-level FCFS)
+    program_start: float
+    prompt: int
+    output: int
+    #: prompt tokens that repeat the program's previous stream (prompt + output)
+    reusable: int
+    tool: str | None
+    is_last: bool
+    #: tokens in the request's stream: prompt + tokens sampled so far
+    num_tokens: int = 0
+    #: tokens whose KV is computed
+    computed: int = 0
+    generated: int = 0
+    blocks: int = 0
+    hit_tokens: int = 0
+    loaded_tokens: int = 0
+    preempted: bool = False
+    preemptions: int = 0
+    preempt_seq: int = 0
+    admitted: float | None = None
+    first_token: float | None = None
+    finish: float | None = None
+    #: order of entry into the running list (the list stays sorted by it)
+    run_seq: int = 0
+    #: the policy's waiting-queue key, kept while the request waits
+    qkey: tuple[float, ...] = ()
+    #: in the aggregated decode set (its token counts are then kept there)
+    dec: bool = False
+    d0: int = 0
+    c0: int = 0
+    g0: int = 0
+    epoch: int = 0
+    #: arrival order of the program's first call: breaks ties between programs
+    #: that started at the same instant, as a real engine sees them one after another
+    program_seq: int = 0
+    #: when the client sent it (``arrival`` is when the scheduler saw it: the next
+    #: step boundary); None: at ``arrival``
+    sent: float | None = None
+
+    def __post_init__(self) -> None:
+        self.num_tokens = self.prompt

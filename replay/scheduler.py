@@ -1,0 +1,662 @@
+"""vLLM 0.32's v1 scheduler step, over the block pool of :mod:`replay.kv`.
+
+One :meth:`SimScheduler.step` is ``schedule → run → postprocess``:
+
+- schedule (``vllm/v1/core/sched/scheduler.py``): running requests first, each
+  asking for its remaining prefill (chunked to the token budget) or one decode
+  token; when blocks run out, the tail of the running list is preempted (its
+  blocks freed, its progress recomputed later) until the request fits. Then, only
+  if nothing was preempted in this step, waiting requests in the policy's order
+  while the budget, ``max_num_seqs`` and memory allow; the first that does not
+  fit stops admission (head-of-line). Admission reuses the longest cached prefix
+  (capped at ``num_tokens − 1``).
+- run: the step's duration from the cost model (prefill chunks, decodes, and any
+  reload from the offload tier).
+- postprocess: each request whose scheduled tokens complete its KV samples one
+  token; a request with all its output tokens finishes and the policy decides
+  whether its blocks are freed or pinned for a TTL.
+
+When a step is decode-only and nothing can change before some request finishes,
+an event arrives or a block would run short, the following decode steps are
+taken together (the trick of splitwise-sim); ``fast=False`` takes them one by one
+and the tests check both give the same results.
+
+Policies (``replay/policies``) see only what an engine sees: requests with their
+program id, tool tag and lengths, the queue, the pins. Never a pause's length or
+how many calls a program has left.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from profiles.cost import CostModel
+from replay.decoders import DecodeSet
+from replay.kv import BlockPool, KVPool, RunPool
+from replay.offload import OffloadTier
+from replay.request import SimRequest
+from ttlctl.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class SimSchedulerConfig:
+    kv_tokens: int = 600_000
+    block_size: int = 16
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    max_model_len: int = 131_072
+    #: "runs" (fast) or "blocks" (the per-block reference)
+    pool: str = "runs"
+    #: take runs of decode-only steps in one event
+    fast: bool = True
+    #: admit a waiting request only if its whole prompt fits (vLLM 0.32's
+    #: ``scheduler_reserve_full_isl``, on by default), not just its first chunk
+    reserve_full_prompt: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kv_tokens < self.block_size or self.block_size <= 0:
+            raise ConfigError("kv_tokens must hold at least one block")
+        if self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
+            raise ConfigError("max_num_batched_tokens and max_num_seqs must be positive")
+        if self.pool not in ("runs", "blocks"):
+            raise ConfigError("pool must be 'runs' or 'blocks'")
+
+    @property
+    def num_blocks(self) -> int:
+        return self.kv_tokens // self.block_size
+
+
+def _qkey(req: SimRequest) -> tuple[float, ...]:
+    return req.qkey
+
+
+@dataclass(slots=True)
+class SimPin:
+    program: str
+    expiry: float
+    blocks: int
+    created: float
+    program_start: float
+    program_seq: int = 0
+
+
+class Policy(Protocol):
+    """What a scheduling and retention policy answers (see ``replay/policies``)."""
+
+    name: str
+
+    def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
+        """Waiting-queue order: smaller first."""
+        ...
+
+    def on_arrival(self, req: SimRequest, engine: SimScheduler, now: float) -> None: ...
+
+    def on_admit(self, req: SimRequest, engine: SimScheduler, now: float) -> None: ...
+
+    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
+        """Seconds to keep the finished request's KV pinned (0: free it now)."""
+        ...
+
+    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
+        """The head cannot be admitted for lack of memory: release pins (or not)."""
+        ...
+
+
+@dataclass(slots=True)
+class Stats:
+    steps: int = 0
+    preemptions: int = 0
+    prompt_tokens: int = 0
+    hit_tokens: int = 0
+    loaded_tokens: int = 0
+    pinned_block_seconds: float = 0.0
+    pins_made: int = 0
+    pins_hit: int = 0
+    pins_expired: int = 0
+    pins_released: int = 0
+    busy_s: float = 0.0
+
+
+@dataclass(slots=True)
+class SimScheduler:
+    config: SimSchedulerConfig
+    cost: CostModel
+    policy: Policy
+    offload: OffloadTier | None = None
+    pool: KVPool = field(init=False)
+    running: list[SimRequest] = field(default_factory=list)
+    waiting: list[SimRequest] = field(default_factory=list)
+    pins: dict[str, SimPin] = field(default_factory=dict)
+    pinned_blocks: int = 0
+    stats: Stats = field(default_factory=Stats)
+    _waiting_dirty: bool = False
+    _preempt_counter: int = 0
+    #: program -> its request in the waiting queue (one at a time per program)
+    waiting_programs: dict[str, SimRequest] = field(default_factory=dict)
+    #: program -> full (hashed) blocks among its pinned blocks
+    _pin_full: dict[str, int] = field(default_factory=dict)
+    #: pins made since the driver last looked (it schedules their expiry events)
+    new_pins: list[SimPin] = field(default_factory=list)
+    #: simulated time up to which pinned memory has been integrated
+    clock: float = 0.0
+    #: (time, pinned blocks) at each change seen by :meth:`tick`
+    timeline: list[tuple[float, int]] = field(default_factory=list)
+    _last_sampled: int = 0
+    decoders: DecodeSet = field(init=False)
+    #: running requests not in the decode set, in running order
+    _prefilling: list[SimRequest] = field(default_factory=list)
+    _run_counter: int = 0
+    _blocked_head: bool = False
+
+    def __post_init__(self) -> None:
+        cls = RunPool if self.config.pool == "runs" else BlockPool
+        self.pool = cls(self.config.num_blocks, self.config.block_size)
+        self.decoders = DecodeSet(self.config.block_size)
+
+    def context_tokens(self, req: SimRequest) -> int:
+        """The request's computed tokens now (a policy may ask about running requests)."""
+        self.decoders.sync(req)
+        return req.computed
+
+    # ------------------------------------------------------------ queue
+
+    def add(self, req: SimRequest, now: float) -> None:
+        self.policy.on_arrival(req, self, now)
+        self._enqueue(req)
+
+    def _enqueue(self, req: SimRequest) -> None:
+        self.waiting.append(req)
+        self.waiting_programs[req.program] = req
+        req.qkey = self.policy.key(req, self)
+        self._waiting_dirty = True
+
+    def touch_order(self, program: str | None = None) -> None:
+        """Something a policy's key depends on changed (for ``program``'s waiting request,
+        or for everyone): re-key and re-sort before the next use."""
+        if program is None:
+            for r in self.waiting:
+                r.qkey = self.policy.key(r, self)
+            self._waiting_dirty = True
+        else:
+            req = self.waiting_programs.get(program)
+            if req is not None:
+                req.qkey = self.policy.key(req, self)
+                self._waiting_dirty = True
+
+    def _sorted_waiting(self) -> list[SimRequest]:
+        if self._waiting_dirty:
+            self.waiting.sort(key=_qkey)
+            self._waiting_dirty = False
+        return self.waiting
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    # ------------------------------------------------------------ pins
+
+    def tick(self, now: float) -> None:
+        """Integrate pinned memory up to ``now`` (call before any pin changes)."""
+        if now > self.clock:
+            self.stats.pinned_block_seconds += self.pinned_blocks * (now - self.clock)
+            self.clock = now
+        if self.pinned_blocks != self._last_sampled:
+            self.timeline.append((now, self.pinned_blocks))
+            self._last_sampled = self.pinned_blocks
+
+    def pin(self, req: SimRequest, ttl: float, now: float) -> None:
+        pin = SimPin(req.program, now + ttl, req.blocks, now, req.program_start, req.program_seq)
+        self.pins[req.program] = pin
+        self.new_pins.append(pin)
+        self.pinned_blocks += req.blocks
+        self.stats.pins_made += 1
+        self.touch_order(req.program)
+
+    def release_pin(self, program: str, *, pressure: bool) -> None:
+        pin = self.pins.pop(program)
+        self.pinned_blocks -= pin.blocks
+        self.pool.release(program, self._full_blocks_of_pin(program))
+        if pressure:
+            self.stats.pins_released += 1
+        else:
+            self.stats.pins_expired += 1
+        self.touch_order(program)
+
+    def _full_blocks_of_pin(self, program: str) -> int:
+        return self._pin_full.pop(program, 0)
+
+    def expire_pins(self, now: float) -> None:
+        """Release pins whose time is up, unless their program's next call is waiting."""
+        for program in [p for p, pin in self.pins.items() if pin.expiry <= now]:
+            if program not in self.waiting_programs:
+                self.release_pin(program, pressure=False)
+
+    def next_expiry(self) -> float:
+        """The next time a pin can expire (pins kept for a waiting follow-up do not count)."""
+        waiting = self.waiting_programs
+        return min(
+            (p.expiry for p in self.pins.values() if p.program not in waiting), default=math.inf
+        )
+
+    # ------------------------------------------------------------ step
+
+    def step(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
+        """One engine step from ``now`` (plus merged decode steps up to ``horizon``).
+
+        Returns (duration, finished requests). A duration of 0 means nothing could run.
+        """
+        if not self.config.fast:
+            duration, finished, _ = self._step_reference(now)
+            return duration, finished
+        result = self._step_fast(now)
+        if result is None:  # a step the aggregate cannot take exactly: go request by request
+            self.decoders.clear()
+            duration, finished, _ = self._step_reference(now)
+            for r in self.running:
+                if r.computed >= r.prompt and r.num_tokens - r.computed == 1:
+                    self.decoders.join(r)
+            self._prefilling = [r for r in self.running if not r.dec]
+            return duration, finished
+        duration, finished, merge = result
+        if merge:
+            extra, extra_s = self._merge_decodes(now + duration, horizon)
+            duration += extra_s
+            self.stats.steps += extra
+        return duration, finished
+
+    def _enter_running(self, req: SimRequest) -> None:
+        self._run_counter += 1
+        req.run_seq = self._run_counter
+        self.running.append(req)
+        self._prefilling.append(req)
+
+    def _step_fast(self, now: float) -> tuple[float, list[SimRequest], bool] | None:
+        """The same step with the decoding requests taken together; None when it would
+        preempt or when the token budget runs out before the end of the running list
+        (the request-by-request path then takes the step)."""
+        self.tick(now)
+        self.expire_pins(now)
+        bs = self.config.block_size
+        budget = self.config.max_num_batched_tokens
+        prefills: list[tuple[SimRequest, int, int, int]] = []
+        need_total = 0
+        dec = self.decoders
+        demand = sum(r.num_tokens - r.computed for r in self._prefilling)
+        if len(dec) + demand <= budget:
+            # every running request gets all it asks for: no need to walk the list
+            for r in self._prefilling:
+                new = r.num_tokens - r.computed
+                need = max(0, -(-(r.computed + new) // bs) - r.blocks)
+                prefills.append((r, new, r.computed, need))
+                need_total += need
+            budget -= len(dec) + demand
+        else:
+            for r in self.running:
+                if budget <= 0:
+                    return None
+                if r.dec:
+                    budget -= 1
+                    continue
+                new = min(r.num_tokens - r.computed, budget)
+                need = max(0, -(-(r.computed + new) // bs) - r.blocks)
+                prefills.append((r, new, r.computed, need))
+                need_total += need
+                budget -= new
+        due: list[SimRequest] = []
+        while True:
+            due_r = dec.pop_block_due(dec.D + 1)
+            if due_r is None:
+                break
+            due.append(due_r)
+        preempted = False
+        if need_total + len(due) > self.pool.free_blocks:
+            prefills, due = self._preempt_until_fits(prefills, due, now)
+            preempted = True
+        wants = [(r.program, need) for r, _, _, need in prefills if need]
+        wants.extend((r.program, 1) for r in due)
+        if wants:
+            self.pool.grow_batch(wants)
+            for r, _, _, need in prefills:
+                r.blocks += need
+            for r in due:
+                dec.block_granted(r)
+
+        reload_s, blocked_head = 0.0, False
+        if not preempted:  # vLLM admits nothing in a step that preempted
+            admitted, reload_s, blocked_head = self._admit_waiting(budget, now, not prefills)
+            prefills.extend((r, new, ctx, 0) for r, new, ctx in admitted)
+
+        if not prefills and not len(dec):
+            return 0.0, [], False
+        chunks: list[tuple[int, int]] = []
+        decodes = len(dec)
+        kv = dec.kv_tokens()
+        for r, new, ctx, _ in prefills:
+            if r.num_tokens - ctx > 1 or ctx < r.prompt:
+                chunks.append((ctx, new))
+            else:
+                decodes += 1
+                kv += ctx
+        duration = self.cost.step_s(chunks, decodes, kv) + reload_s
+        end = now + duration
+        self.stats.busy_s += duration
+        self.stats.steps += 1
+        self.tick(end)
+        dec.D += 1
+        finished: list[SimRequest] = []
+        for r, new, _, _ in prefills:
+            r.computed += new
+            if r.computed < r.num_tokens:
+                continue
+            r.generated += 1
+            if r.first_token is None:
+                r.first_token = end
+            if r.generated >= r.output:
+                finished.append(r)
+            else:
+                r.num_tokens += 1
+                dec.join(r)
+                self._prefilling.remove(r)
+        for r in dec.pop_finished():
+            dec.leave(r)
+            finished.append(r)
+        finished.sort(key=lambda r: r.run_seq)
+        for r in finished:
+            self._finish(r, end)
+        merge = not preempted and not finished and not chunks and (not self.waiting or blocked_head)
+        return duration, finished, merge
+
+    def _preempt_until_fits(
+        self,
+        prefills: list[tuple[SimRequest, int, int, int]],
+        due: list[SimRequest],
+        now: float,
+    ) -> tuple[list[tuple[SimRequest, int, int, int]], list[SimRequest]]:
+        """vLLM's running loop when blocks run short, with the needs known up front.
+
+        Walk the requests that need blocks in running order; while one's need exceeds
+        what is free, preempt the tail of the running list (recompute). A request that
+        preempts itself ends the walk (everything after it was the tail, already gone).
+        Allocation order does not change which blocks are evicted (frees go to the tail
+        of the free list, allocations come from its head), so the blocks are granted in
+        one batch afterwards. Returns the prefills and due decoders still scheduled.
+        """
+        dec = self.decoders
+        needy: list[tuple[int, SimRequest, int]] = [
+            (r.run_seq, r, n) for r, _, _, n in prefills if n
+        ]
+        needy.extend((r.run_seq, r, 1) for r in due)
+        needy.sort(key=lambda item: item[0])
+        gone: set[int] = set()
+        free = self.pool.free_blocks
+        for _, r, need in needy:
+            if r.rid in gone:
+                continue
+            while need > free:
+                victim = self.running.pop()
+                gone.add(victim.rid)
+                if victim.dec:
+                    dec.leave(victim)
+                free += victim.blocks
+                self._preempt(victim, now)
+                if victim is r:
+                    break
+            else:
+                free -= need
+                continue
+            break
+        # victims always come from the tail, after the request being served, so none of
+        # them had been counted as served; what remains is scheduled as planned
+        kept_prefills = [item for item in prefills if item[0].rid not in gone]
+        return kept_prefills, [r for r in due if r.rid not in gone]
+
+    def _step_reference(self, now: float) -> tuple[float, list[SimRequest], bool]:
+        """One step, request by request, as vLLM's loop runs it (the reference path).
+
+        Returns (duration, finished, preempted).
+        """
+        self.tick(now)
+        self.expire_pins(now)
+        bs = self.config.block_size
+        budget = self.config.max_num_batched_tokens
+        scheduled: list[tuple[SimRequest, int, int]] = []  # (req, new tokens, context before)
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            new = min(req.num_tokens - req.computed, budget)
+            need = -(-(req.computed + new) // bs) - req.blocks
+            while need > self.pool.free_blocks:
+                victim = self.running.pop()
+                self._preempt(victim, now)
+                preempted = True
+                if victim is req:
+                    break
+            else:
+                if need > 0:
+                    self.pool.grow(req.program, need)
+                    req.blocks += need
+                scheduled.append((req, new, req.computed))
+                budget -= new
+                i += 1
+                continue
+            break
+
+        reload_s = 0.0
+        blocked_head = False
+        if not preempted:
+            admitted, reload_s, blocked_head = self._admit_waiting(budget, now, not scheduled)
+            scheduled.extend(admitted)
+
+        self._blocked_head = blocked_head
+        if not scheduled:
+            return 0.0, [], preempted
+        chunks = [(ctx, n) for r, n, ctx in scheduled if r.num_tokens - ctx > 1 or ctx < r.prompt]
+        decodes = [r for r, n, ctx in scheduled if not (r.num_tokens - ctx > 1 or ctx < r.prompt)]
+        kv = sum(r.computed for r in decodes)
+        duration = self.cost.step_s(chunks, len(decodes), kv) + reload_s
+        end = now + duration
+        self.stats.busy_s += duration
+        self.tick(end)
+        finished = self._advance(scheduled, end, now)
+        self.stats.steps += 1
+        return duration, finished, preempted
+
+    def _admit_waiting(
+        self, budget: int, now: float, nothing_scheduled: bool
+    ) -> tuple[list[tuple[SimRequest, int, int]], float, bool]:
+        """Admit waiting requests in the policy's order while budget, seats and memory
+        allow; the first that does not fit (after the valve) stops admission.
+
+        Returns ((request, new tokens, context before) admitted, reload seconds, whether
+        a waiting head was left blocked).
+        """
+        admitted: list[tuple[SimRequest, int, int]] = []
+        reload_s = 0.0
+        waiting = self._sorted_waiting()
+        while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            head = waiting[0]
+            plan = self._try_admit(head, budget, now)
+            if plan is None and self.pins:
+                stalled = not self.running and nothing_scheduled
+                before = len(self.pins)
+                self.policy.valve(self, head, now, stalled=stalled)
+                if len(self.pins) != before:
+                    plan = self._try_admit(head, budget, now)
+            if plan is None:
+                return admitted, reload_s, True
+            new, loaded_s = plan
+            waiting.pop(0)
+            del self.waiting_programs[head.program]
+            self._enter_running(head)
+            admitted.append((head, new, head.computed))
+            budget -= new
+            reload_s += loaded_s
+        return admitted, reload_s, bool(waiting)
+
+    def _plan(self, req: SimRequest, budget: int) -> tuple[int, int, int, int, int]:
+        """(hit blocks, tokens loaded from offload, new tokens, new blocks, blocks that must
+        be free) to admit ``req``.
+
+        vLLM 0.32 admits a waiting request only if its whole prompt fits
+        (``scheduler_reserve_full_isl``, on by default), not just its first chunk.
+        """
+        bs = self.config.block_size
+        if req.program in self.pins:
+            cached = self._pin_full.get(req.program, 0)  # a partial last block never hits
+        else:
+            cached = self.pool.cached_prefix(req.program)
+        reusable = req.num_tokens if req.preemptions else req.reusable
+        hit_blocks = min(cached, reusable // bs, (req.num_tokens - 1) // bs)
+        hit = hit_blocks * bs
+        loaded = 0
+        if self.offload is not None:
+            loaded = max(0, self.offload.prefix(req.program, reusable, req.num_tokens - 1) - hit)
+        new = max(1, min(req.num_tokens - hit - loaded, budget))
+        need = -(-(hit + loaded + new) // bs) - hit_blocks
+        must_fit = need
+        if self.config.reserve_full_prompt:
+            must_fit = max(need, -(-req.num_tokens // bs) - hit_blocks)
+        return hit_blocks, loaded, new, need, must_fit
+
+    def fits(self, req: SimRequest, budget: int | None = None) -> bool:
+        """Whether ``req`` could be admitted now (memory only)."""
+        hit_blocks, _, _, _, must_fit = self._plan(
+            req, budget or self.config.max_num_batched_tokens
+        )
+        return self.pool.room_for(req.program, hit_blocks, must_fit)
+
+    def _try_admit(self, req: SimRequest, budget: int, now: float) -> tuple[int, float] | None:
+        bs = self.config.block_size
+        hit_blocks, loaded, new, need, must_fit = self._plan(req, budget)
+        hit = hit_blocks * bs
+        if not self.pool.room_for(req.program, hit_blocks, must_fit):
+            return None
+        if req.program in self.pins:
+            pin = self.pins.pop(req.program)
+            self.pinned_blocks -= pin.blocks
+            self._pin_full.pop(req.program, None)
+            self.stats.pins_hit += 1
+        self.pool.admit(req.program, hit_blocks, need)
+        req.blocks = hit_blocks + need
+        if req.admitted is None:
+            req.admitted = now
+            req.hit_tokens = hit
+            req.loaded_tokens = loaded
+            self.stats.prompt_tokens += req.prompt
+            self.stats.hit_tokens += min(hit, req.prompt)
+            self.stats.loaded_tokens += loaded
+            self.policy.on_admit(req, self, now)
+        req.computed = hit + loaded
+        req.preempted = False
+        loaded_s = self.offload.reload_s(loaded) if (self.offload and loaded) else 0.0
+        return new, loaded_s
+
+    def _preempt(self, req: SimRequest, now: float) -> None:
+        """Recompute preemption: free the blocks (they stay cached), requeue at the front."""
+        bs = self.config.block_size
+        if req in self._prefilling:
+            self._prefilling.remove(req)
+        self.pool.release(req.program, req.computed // bs)
+        req.blocks = 0
+        req.computed = 0
+        req.preempted = True
+        req.preemptions += 1
+        self._preempt_counter += 1
+        req.preempt_seq = self._preempt_counter
+        self.stats.preemptions += 1
+        self._enqueue(req)
+
+    def _advance(
+        self, scheduled: list[tuple[SimRequest, int, int]], end: float, now: float
+    ) -> list[SimRequest]:
+        finished: list[SimRequest] = []
+        for req, new, _ in scheduled:
+            req.computed += new
+            if req.computed < req.num_tokens:
+                continue  # a prefill chunk that did not reach the end
+            req.generated += 1
+            if req.first_token is None:
+                req.first_token = end
+            if req.generated >= req.output:
+                finished.append(req)
+            else:
+                req.num_tokens += 1
+        for req in finished:
+            self._finish(req, end)
+        return finished
+
+    def _finish(self, req: SimRequest, now: float) -> None:
+        req.finish = now
+        self.running.remove(req)
+        if not req.dec and req in self._prefilling:
+            self._prefilling.remove(req)
+        full = req.computed // self.config.block_size
+        if self.offload is not None:
+            self.offload.store(req.program, full * self.config.block_size)
+        ttl = self.policy.ttl_on_finish(req, self, now)
+        if ttl > 0:
+            self._pin_full[req.program] = full
+            self.pin(req, ttl, now)
+        else:
+            self.pool.release(req.program, full)
+        req.blocks = 0
+
+    def _merge_decodes(self, now: float, horizon: float) -> tuple[int, float]:
+        """Take the coming decode-only steps together; returns (steps, seconds).
+
+        Stops before the first finish, before the horizon (the next arrival or pin
+        expiry), and before a step whose block needs the pool cannot meet.
+        """
+        dec = self.decoders
+        if horizon <= now or not len(dec) or len(dec) != len(self.running):
+            return 0, 0.0
+        first_finish = dec.next_finish()
+        if first_finish is None:
+            return 0, 0.0
+        steps = first_finish - dec.D - 1
+        if steps <= 0:
+            return 0, 0.0
+        seqs = len(dec)
+        kv0 = dec.kv_tokens()
+        if now + self.cost.decode_run_s(seqs, kv0, steps) > horizon:
+            lo, hi = 0, steps
+            guess = self.cost.decode_steps_within(seqs, kv0, horizon - now)
+            if guess is not None:
+                # a closed form: narrow the search to its neighbourhood (rounding)
+                lo, hi = max(0, min(steps, guess) - 2), min(steps, guess + 2)
+                if lo and now + self.cost.decode_run_s(seqs, kv0, lo) > horizon:
+                    lo, hi = 0, lo  # the guess was off: search below it
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if now + self.cost.decode_run_s(seqs, kv0, mid) <= horizon:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            steps = lo
+        # grant the blocks the steps need, in step order; stop where the pool runs dry
+        # (the pool hands them out in one batch: only the count matters to it)
+        free = self.pool.free_blocks
+        granted: list[str] = []
+        while steps > 0:
+            r = dec.pop_block_due(dec.D + steps)
+            if r is None:
+                break
+            if free == 0:
+                dec.push_back(r)
+                steps = dec.block_step(r) - dec.D
+                break
+            free -= 1
+            granted.append(r.program)
+            dec.block_granted(r)
+        if granted:
+            self.pool.grow_each(granted)
+        if steps <= 0:
+            return 0, 0.0
+        total = self.cost.decode_run_s(seqs, kv0, steps)
+        dec.D += steps
+        self.stats.busy_s += total
+        self.tick(now + total)
+        return steps, total

@@ -1,0 +1,216 @@
+"""The bundle: sealed, verified, refused when damaged, and light enough for the engine."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from fitting.policy import PolicyParams
+from profiles.shipped import resolve
+from ttlctl import bundle
+from ttlctl.cli import app
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def bundle_file(fit_doc: dict[str, Any], tmp_path: Path) -> Path:
+    profile, _ = resolve("llama-3.1-8b-h100")
+    doc = bundle.build(
+        fit_doc,
+        profile.to_json(),
+        PolicyParams(eta=0.5, valve="stall-only"),
+        created="2026-11-29T00:00:00+00:00",
+        ttlctl_version="test",
+        provenance={"test": True},
+    )
+    path = tmp_path / "bundle.json"
+    bundle.write(doc, path)
+    return path
+
+
+def test_round_trip_and_checksum(bundle_file: Path) -> None:
+    doc = bundle.read(bundle_file)
+    assert doc["schema_version"] == bundle.SCHEMA_VERSION
+    assert doc["policy"]["valve"] == "stall-only" and doc["policy"]["eta"] == 0.5
+    assert doc["sha256"] == bundle.seal(doc)["sha256"]
+    policy = bundle.policy_from(doc)
+    assert policy.decide("grep", 32_000).source == "tool"
+
+
+def test_every_single_edit_is_caught(bundle_file: Path, tmp_path: Path) -> None:
+    text = bundle_file.read_text()
+    doc = json.loads(text)
+    damaged = tmp_path / "d.json"
+    # change one value anywhere: a number in a CDF, the eta, a tool name
+    edits = [
+        ('"eta": 0.5', '"eta": 0.6'),
+        ('"valve": "stall-only"', '"valve": "head"'),
+        ('"grep"', '"grap"'),
+    ]
+    for old, new in edits:
+        assert old in text, old
+        damaged.write_text(text.replace(old, new, 1))
+        with pytest.raises(bundle.BundleError, match="checksum mismatch"):
+            bundle.read(damaged)
+    for cut in (10, len(text) // 2, len(text) - 3):
+        damaged.write_text(text[:cut])
+        with pytest.raises(bundle.BundleError, match="not valid JSON"):
+            bundle.read(damaged)
+    damaged.write_text(json.dumps({"hello": "world"}))
+    with pytest.raises(bundle.BundleError, match="not a ttlctl bundle"):
+        bundle.read(damaged)
+    doc2 = bundle.seal({**doc, "schema_version": 99})
+    damaged.write_text(json.dumps(doc2))
+    with pytest.raises(bundle.BundleError, match="schema_version 99 is not supported"):
+        bundle.read(damaged)
+
+
+def test_resealed_but_invalid_content_is_refused(bundle_file: Path) -> None:
+    doc = bundle.read(bundle_file)
+    bad_cdf = json.loads(json.dumps(doc))
+    bad_cdf["fit"]["tools"]["grep"]["cdf"]["p"][0] = 2.0
+    with pytest.raises(bundle.BundleError, match="p must increase"):
+        bundle.verify(bundle.seal(bad_cdf))
+    bad_policy = json.loads(json.dumps(doc))
+    bad_policy["policy"]["pin_cap"] = 7
+    with pytest.raises(bundle.BundleError, match="pin_cap"):
+        bundle.verify(bundle.seal(bad_policy))
+
+
+def test_engine_reader_falls_back_to_no_pin(bundle_file: Path, tmp_path: Path) -> None:
+    warnings: list[str] = []
+    policy, doc = bundle.load_policy(bundle_file, warnings.append)
+    assert policy is not None and doc is not None and warnings == []
+    broken = tmp_path / "broken.json"
+    broken.write_text(bundle_file.read_text()[:-40])
+    for path in (broken, tmp_path / "missing.json", None):
+        warnings.clear()
+        policy, doc = bundle.load_policy(path, warnings.append)
+        assert policy is None and doc is None
+        assert len(warnings) == 1 and "stock vLLM" in warnings[0]
+
+
+def test_runtime_reader_imports_nothing_heavy(bundle_file: Path) -> None:
+    code = (
+        "import sys\n"
+        "from ttlctl import bundle\n"
+        f"p, _ = bundle.load_policy({str(bundle_file)!r}, print)\n"
+        "assert p is not None\n"
+        "p.decide('grep', 8000)\n"
+        "heavy = [m for m in ('numpy', 'polars', 'scipy', 'torch', 'matplotlib', 'typer', 'rich')"
+        " if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_cli_build_inspect_verify_query(fit_doc: dict[str, Any], tmp_path: Path) -> None:
+    fit_path = tmp_path / "fit.json"
+    fit_path.write_text(json.dumps(fit_doc))
+    out = tmp_path / "b.json"
+    runner = CliRunner()
+    res = runner.invoke(
+        app,
+        [
+            "bundle",
+            "build",
+            "--fit",
+            str(fit_path),
+            "--profile",
+            "llama-3.1-8b-h100",
+            "-o",
+            str(out),
+            "--valve",
+            "stall-only",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["policy"]["eta"] == pytest.approx(max(-1, min(1, fit_doc["eta"]["value"])))
+    assert doc["provenance"]["trace"]["sha256"] == fit_doc["input"]["sha256"]
+
+    res = runner.invoke(app, ["bundle", "verify", str(out)])
+    assert res.exit_code == 0 and "ok" in res.output
+    res = runner.invoke(app, ["bundle", "inspect", str(out)])
+    assert res.exit_code == 0 and "grep" in res.output and "τ* @128k" in res.output
+
+    res = runner.invoke(
+        app, ["bundle", "query", str(out), "--tool", "grep", "--context-tokens", "32000"]
+    )
+    assert res.exit_code == 0, res.output
+    answer = json.loads(res.stdout)
+    assert set(answer) == {"ttl_s", "source", "benefit_s"}
+    assert answer["source"] == "tool" and 0.05 <= answer["ttl_s"] <= 0.4
+
+    # the same answer as other engines' retention hints
+    query = ["bundle", "query", str(out), "--tool", "grep", "--context-tokens", "32000"]
+    hinted = {}
+    for engine in ("dynamo", "sglang", "trtllm"):
+        res = runner.invoke(app, [*query, "--as", engine])
+        assert res.exit_code == 0, res.output
+        hinted[engine] = json.loads(res.stdout)
+    assert hinted["dynamo"] == {"nvext": {"cache_control": {"type": "ephemeral", "ttl": "1s"}}}
+    assert hinted["sglang"] == {"retention_seconds": round(answer["ttl_s"], 3)}
+    trt = hinted["trtllm"]["kv_cache_retention_config"]
+    assert trt["decode_duration_ms"] == math.ceil(answer["ttl_s"] * 1000)
+    assert trt["token_range_retention_configs"][0]["token_start"] == 0
+    res = runner.invoke(app, [*query, "--as", "lmcache"])
+    assert res.exit_code == 2 and "--as lmcache: no per-request retention field" in res.stderr
+    res = runner.invoke(app, [*query, "--as", "nginx"])
+    assert res.exit_code == 2 and "--as takes dynamo, sglang, trtllm" in res.stderr
+
+    out.write_text(out.read_text().replace('"stall-only"', '"head"'))
+    res = runner.invoke(app, ["bundle", "verify", str(out)])
+    assert res.exit_code == 2 and "checksum mismatch" in res.output
+    res = runner.invoke(
+        app, ["bundle", "build", "--fit", str(fit_path), "--profile", "nope", "-o", str(out)]
+    )
+    assert res.exit_code == 2 and "no such profile" in res.output
+    res = runner.invoke(
+        app,
+        [
+            "bundle",
+            "build",
+            "--fit",
+            str(fit_path),
+            "--profile",
+            "llama-3.1-8b-h100",
+            "-o",
+            str(out),
+            "--valve",
+            "sometimes",
+        ],
+    )
+    assert res.exit_code == 2 and "valve" in res.output
+
+
+def test_ttl_grows_with_context(bundle_file: Path) -> None:
+    policy = bundle.policy_from(bundle.read(bundle_file))
+    for tool in ("grep", "pytest", None):
+        ttls = [policy.decide(tool, c).ttl_s for c in (1_000, 8_000, 32_000, 128_000, 512_000)]
+        assert ttls == sorted(ttls)
+
+
+def test_assemble_stamps_now_and_this_version(fit_doc: dict[str, Any]) -> None:
+    import ttlctl
+
+    prof, _ = resolve("llama-3.1-8b-h100")
+    doc = bundle.assemble(fit_doc, prof.to_json(), PolicyParams(k=7), {"by": "test"})
+    bundle.verify(doc)
+    assert doc["ttlctl_version"] == ttlctl.__version__
+    assert doc["policy"]["k"] == 7 and doc["provenance"] == {"by": "test"}
+    created = datetime.fromisoformat(doc["created"])
+    assert abs((datetime.now(UTC) - created).total_seconds()) < 60
+    cold = bundle.assemble(bundle.empty_fit(), prof.to_json(), PolicyParams(), {})
+    assert cold["fit"]["tools"] == {} and bundle.policy_from(cold) is not None

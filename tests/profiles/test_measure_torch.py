@@ -1,0 +1,181 @@
+"""`ttlctl profile` measurements (profiles/measure_torch.py) on the CPU with the tiny model.
+
+The tiny preset (2 layers, 4096 vocabulary) is built locally with random weights;
+one measurement over 64..1024 tokens takes a few seconds and is shared by the
+tests of this module. Timings themselves are noisy on a shared machine, so the
+tests check the shape of the profile (what was measured, signs, monotonicity,
+the JSON round trip), not the speeds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from profiles import measure_torch as measure_mod
+from profiles.fitmath import default_contexts
+from profiles.measure_torch import MeasureError, fit_reload, measure
+from profiles.models import PRESETS
+from profiles.schema import Profile, from_json
+
+REPO = Path(__file__).resolve().parents[2]
+GRID = [64, 128, 256, 512, 1024]
+Calls = list[tuple[str, int, int]]
+
+
+@pytest.fixture(scope="module")
+def measured() -> tuple[Profile, Calls]:
+    calls: Calls = []
+    profile = measure(
+        "tiny",
+        PRESETS["tiny"],
+        device="cpu",
+        contexts=GRID,
+        repeats=2,
+        progress=lambda stage, done, total: calls.append((stage, done, total)),
+    )
+    return profile, calls
+
+
+def test_round_trips_through_json(measured: tuple[Profile, Calls]) -> None:
+    profile, _ = measured
+    again = from_json(json.loads(json.dumps(profile.to_json())))
+    assert again == profile
+
+
+def test_marked_as_a_measured_cpu_profile(measured: tuple[Profile, Calls]) -> None:
+    profile, _ = measured
+    src = profile.source
+    assert src["kind"] == "measured"
+    assert src["cpu_profile"] is True
+    assert src["device_kind"] == "cpu"
+    assert src["dtype"] in ("bfloat16", "float32")
+    assert src["repeats"] == 2
+    assert isinstance(src["threads"], int) and src["threads"] >= 1
+    assert "no host tier" in src["reload"]
+    assert profile.name == "tiny-cpu"
+    assert profile.model == "tiny"
+    assert profile.device
+    assert profile.max_context == PRESETS["tiny"]["max_position_embeddings"]
+    for key in ("prefill_max_rel_error", "decode_max_rel_error"):
+        assert math.isfinite(src["fit"][key]) and src["fit"][key] >= 0
+
+
+def test_kv_bytes_per_token_is_the_formula(measured: tuple[Profile, Calls]) -> None:
+    profile, _ = measured
+    cfg = PRESETS["tiny"]
+    elem = {"bfloat16": 2, "float32": 4}[profile.source["dtype"]]
+    expected = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * cfg["head_dim"] * elem
+    assert profile.kv_bytes_per_token == expected
+
+
+def test_prefill_points_and_fit(measured: tuple[Profile, Calls]) -> None:
+    profile, _ = measured
+    pre = profile.prefill
+    assert [c for c, _ in pre.points] == GRID
+    assert all(s > 0 and math.isfinite(s) for _, s in pre.points)
+    assert min(pre.a, pre.b, pre.q) >= 0
+    assert pre.rmse_s is not None and pre.rmse_s >= 0
+    predicted = [pre.seconds(c) for c in GRID]
+    assert all(x <= y for x, y in itertools.pairwise(predicted))
+    assert predicted[-1] > 0
+
+
+def test_decode_and_reload(measured: tuple[Profile, Calls]) -> None:
+    profile, _ = measured
+    dec = profile.decode
+    for v in (dec.step_s, dec.per_seq_s, dec.per_kv_token_s):
+        assert math.isfinite(v) and v >= 0
+    assert dec.step_s + dec.per_seq_s + dec.per_kv_token_s > 0
+    points = profile.source["decode_points"]
+    assert len(points) >= 3 and all(s > 0 for _, _, s in points)
+    assert profile.reload.bandwidth_bytes_per_s > 0
+    assert profile.reload.latency_s >= 0
+    assert all(n > 0 and s > 0 for n, s in profile.source["reload_points"])
+
+
+def test_progress_reports_every_stage(measured: tuple[Profile, Calls]) -> None:
+    _, calls = measured
+    stages = [stage for stage, _, _ in calls]
+    for stage in ("prefill", "decode", "reload"):
+        assert stage in stages
+        last = [c for c in calls if c[0] == stage][-1]
+        assert last[1] == last[2]
+    assert ("prefill", len(GRID), len(GRID)) in calls
+
+
+def test_auto_picks_the_cpu_and_dtype_is_honoured() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("auto would pick the GPU here")
+    profile = measure(
+        "tiny", PRESETS["tiny"], device="auto", contexts=[16, 32, 64], repeats=1, dtype="float32"
+    )
+    assert profile.source["device_kind"] == "cpu" and profile.name == "tiny-cpu"
+    assert profile.source["dtype"] == "float32"
+    assert profile.kv_bytes_per_token == 2 * 2 * 2 * 64 * 4
+
+
+def test_refuses_a_model_too_big_for_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    # pretend 16 GB is available, so the test never tries to build a 70B model anywhere
+    monkeypatch.setattr(measure_mod, "_host_available_bytes", lambda: 16_000_000_000)
+    with pytest.raises(ValueError, match=r"141\.\d GB.*16\.0 GB"):
+        measure("llama-3.1-70b", PRESETS["llama-3.1-70b"], device="cpu")
+
+
+def test_cuda_without_a_gpu_is_a_clear_error() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(MeasureError, match="no CUDA GPU"):
+        measure("tiny", PRESETS["tiny"], device="cuda", contexts=GRID)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"contexts": [64, 128]}, "at least 3"),
+        ({"contexts": [64, 128, 4096]}, "exceed"),
+        ({"contexts": [64, 128, 256], "max_context": 128}, "exceed"),
+        ({"device": "tpu"}, "expected auto, cpu"),
+        ({"dtype": "int8"}, "dtype"),
+        ({"repeats": 0}, "repeats"),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        measure("tiny", PRESETS["tiny"], **kwargs)  # type: ignore[arg-type]
+
+
+def test_default_contexts() -> None:
+    assert default_contexts(2048) == [256, 512, 1024, 2048]
+    assert default_contexts(131072) == [1024 << i for i in range(8)]
+    assert default_contexts(40960)[-1] == 32768
+
+
+def test_fit_reload_recovers_latency_and_bandwidth() -> None:
+    sizes = [1e4, 1e6, 1e7, 1e8]
+    seconds = [20e-6 + n / 25e9 for n in sizes]
+    bandwidth, latency, err = fit_reload(sizes, seconds)
+    assert bandwidth == pytest.approx(25e9, rel=1e-6)
+    assert latency == pytest.approx(20e-6, rel=1e-6)
+    assert err < 1e-6
+
+
+def test_import_is_cheap() -> None:
+    code = "import sys, profiles.measure_torch; print('torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout
+    assert out.strip() == "False"

@@ -1,0 +1,134 @@
+"""``ttlctl bundle build|inspect|verify|query``: thin commands over :mod:`ttlctl.bundle`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fitting.eta import from_fit as eta_from_fit
+from fitting.policy import PolicyParams
+from profiles.shipped import resolve
+from ttlctl import bundle, hints
+from ttlctl.cli import render
+from ttlctl.cli.kit import UserError, err, out, read_json_object, user_errors
+from ttlctl.jsonio import file_sha256
+
+app = typer.Typer(help="Build, inspect, verify and query policy bundles.", no_args_is_help=True)
+
+CONTEXTS = (1_000, 8_000, 32_000, 128_000)
+
+
+@app.command()
+def build(
+    fit: Annotated[Path, typer.Option("--fit", help="fit.json from `ttlctl fit`.")],
+    profile: Annotated[
+        str, typer.Option("--profile", help="profile.json, or a shipped profile name.")
+    ],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Bundle to write.")],
+    eta: Annotated[
+        float | None, typer.Option("--eta", help="η; default: the fit's estimate (1 if none).")
+    ] = None,
+    k: Annotated[
+        int | None,
+        typer.Option("--k", help="K: a CDF with more than K records is trusted; default: fit's."),
+    ] = None,
+    t_window: Annotated[int, typer.Option(help="Queueing delays averaged for T.")] = 100,
+    valve: Annotated[str, typer.Option(help="Pressure valve: head or stall-only.")] = "head",
+    pin_cap: Annotated[float, typer.Option(help="Largest fraction of KV pins may hold.")] = 1.0,
+    cold_start_ttl: Annotated[
+        float | None, typer.Option(help="Fixed τ (s) during cold start instead of ln B.")
+    ] = None,
+    learn_eta: Annotated[bool, typer.Option(help="Let the engine re-estimate η online.")] = False,
+) -> None:
+    """Combine a fit, a profile and the policy's parameters into one sealed bundle."""
+    with user_errors():
+        fit_doc = read_json_object(fit)
+        prof, prof_path = resolve(profile)
+        fitted = (fit_doc.get("eta") or {}).get("value")
+        if eta is None:
+            eta = eta_from_fit(fit_doc)
+        try:
+            params = PolicyParams(
+                eta=eta,
+                k=k if k is not None else int(fit_doc.get("k", 100)),
+                t_window=t_window,
+                valve=valve,
+                pin_cap=pin_cap,
+                cold_start_ttl_s=cold_start_ttl,
+                learn_eta=learn_eta,
+            )
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        doc = bundle.assemble(
+            fit_doc,
+            prof.to_json(),
+            params,
+            {
+                "fit": {"path": str(fit), "sha256": file_sha256(fit)},
+                "profile": {"path": str(prof_path), "sha256": file_sha256(prof_path)},
+                "trace": fit_doc.get("input", {}),
+                "eta_fitted": fitted,
+            },
+        )
+        bundle.write(doc, output)
+    err.print(f"wrote {output} (sha256 {doc['sha256'][:12]}…, {len(fit_doc['tools'])} tools)")
+
+
+@app.command()
+def verify(path: Annotated[Path, typer.Argument(help="Bundle to check.")]) -> None:
+    """Exit 0 if the bundle is intact and readable by this ttlctl, 2 on any damage."""
+    with user_errors():
+        doc = bundle.read(path)
+    out.print(f"{path}: ok (schema {doc['schema_version']}, sha256 {doc['sha256']})")
+
+
+@app.command()
+def inspect(
+    path: Annotated[Path, typer.Argument(help="Bundle to show.")],
+    queue_delay: Annotated[float, typer.Option(help="T (s) assumed for the τ* columns.")] = 0.0,
+    offload: Annotated[bool, typer.Option(help="Price a miss as a reload, not a prefill.")] = False,
+) -> None:
+    """A readable table: tools, samples, median, p90, and τ* at 1k/8k/32k/128k tokens."""
+    with user_errors():
+        doc = bundle.read(path)
+        policy = bundle.policy_from(doc)
+    render.bundle_table(out, doc, policy, CONTEXTS, queue_delay, offload)
+
+
+@app.command()
+def query(
+    path: Annotated[Path, typer.Argument(help="Bundle.")],
+    tool: Annotated[str, typer.Option("--tool", help="Tool the agent is about to call.")],
+    context_tokens: Annotated[int, typer.Option("--context-tokens", help="KV tokens held.")],
+    queue_delay: Annotated[
+        float | None, typer.Option("--queue-delay", help="T (s); default 0 (no history).")
+    ] = None,
+    offload: Annotated[bool, typer.Option("--offload", help="A host tier holds the KV.")] = False,
+    as_engine: Annotated[
+        str | None,
+        typer.Option(
+            "--as",
+            help="Print the answer as another engine's per-request retention hint: dynamo "
+            "(nvext.cache_control), sglang (retention_seconds) or trtllm "
+            "(kv_cache_retention_config); {} when τ* is 0.",
+        ),
+    ] = None,
+) -> None:
+    """Print {"ttl_s", "source", "benefit_s"}: how long to keep this request's KV."""
+    with user_errors():
+        if context_tokens < 0:
+            raise typer.BadParameter("--context-tokens must be >= 0")
+        if as_engine is not None:
+            hints.shape(as_engine, 0.0)  # an engine without a hint shape: refused, one line
+        doc = bundle.read(path)
+        policy = bundle.policy_from(doc)
+        decision = policy.decide(tool, context_tokens, offload=offload, queue_delay_s=queue_delay)
+        answer = (
+            decision.to_json() if as_engine is None else hints.shape(as_engine, decision.ttl_s)
+        )
+    sys.stdout.write(json.dumps(answer) + "\n")
+

@@ -1,0 +1,68 @@
+"""``ttlctl fit``: a canonical trace → per-tool pause CDFs, exponential fits and η."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ttlctl import __version__
+from ttlctl.cli.kit import err, out, user_errors
+from ttlctl.jsonio import file_sha256, write_json
+
+
+def fit(
+    trace: Annotated[Path, typer.Argument(help="Canonical trace (Parquet) from `ttlctl ingest`.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="fit.json to write.")],
+    min_samples: Annotated[
+        int, typer.Option(help="K: a tool's own CDF is trusted with more than K records.")
+    ] = 100,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write one PNG per tool (CDF, exponential fit) here.")
+    ] = None,
+    abandon_s: Annotated[
+        float, typer.Option(help="Pauses longer than this are abandoned programs, not tools.")
+    ] = 3600.0,
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for η's interval.")] = 1000,
+    seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the fit as JSON on stdout.")
+    ] = False,
+) -> None:
+    """Fit per-tool pause CDFs (compressed to ≤ 1,024 points), exponential fits, and η."""
+    # imported when the command runs: `ttlctl --help` and the light commands stay light
+    from fitting.fit import FitConfig, fit_trace
+    from ttlctl.cli import render
+    from ttlctl.trace import io as trace_io
+
+    with user_errors():
+        config = FitConfig(
+            min_samples=min_samples, abandon_s=abandon_s, bootstrap=bootstrap, seed=seed
+        )
+        frame = trace_io.scan(trace)
+        with err.status("fitting…"):
+            doc = fit_trace(
+                frame,
+                config,
+                source={"path": str(trace), "sha256": file_sha256(trace)},
+                created=datetime.now(UTC).isoformat(timespec="seconds"),
+                ttlctl_version=__version__,
+            )
+        write_json(doc, output)
+        plots = []
+        if plot is not None:
+            from ttlctl.plots import plot_fit  # matplotlib: only when plots are asked for
+
+            with err.status("plotting…"):
+                plots = plot_fit(doc, plot)
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        return
+    render.fit_table(out, doc)
+    err.print(f"wrote {output}" + (f" and {len(plots)} plot(s) in {plot}" if plot else ""))
+
+

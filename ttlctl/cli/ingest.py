@@ -1,0 +1,79 @@
+"""``ttlctl ingest``: agent logs → one canonical trace, and its summary."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import Progress
+
+from ttlctl.cli import render
+from ttlctl.cli.kit import err, out, progress_bar, user_errors
+
+
+def _file_progress() -> tuple[Progress, Callable[[Path, int, int], None]]:
+    progress = progress_bar("reading")
+    task = progress.add_task("", total=None)
+
+    def update(path: Path, done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total, description=path.name)
+
+    return progress, update
+
+
+def ingest(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Log files or directories (read recursively).")
+    ],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Canonical trace to write (Parquet).")
+    ],
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="Input format: auto (detect per file), canonical, engine-log, claude-code "
+            "(alias weka), mini-swe-agent, swe-agent, litellm, mooncake, tracelab, "
+            "trtllm-scaffolding.",
+        ),
+    ] = "auto",
+    skip_bad: Annotated[
+        bool,
+        typer.Option(
+            "--skip-bad",
+            help="Write bad records to <output>.rejects.jsonl with a reason and go on, "
+            "instead of stopping at the first one.",
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the summary as JSON on stdout (nothing else).")
+    ] = False,
+) -> None:
+    """Read agent logs into one canonical trace (one row per LLM call) and summarise it.
+
+    Without --skip-bad the first bad record stops the run: exit 2, naming the file and
+    record, and nothing is written.
+    """
+    # imported when the command runs: `ttlctl --help` and the light commands stay light
+    from ttlctl.ingest.pipeline import ingest as run_ingest
+    from ttlctl.trace import io as trace_io
+    from ttlctl.trace.summary import summarize
+
+    with user_errors():
+        progress, update = _file_progress()
+        with progress:
+            report = run_ingest(paths, output, fmt=fmt, skip_bad=skip_bad, progress=update)
+        summary = summarize(trace_io.scan(output))
+    if as_json:
+        payload: dict[str, Any] = {"ingest": asdict(report), "summary": summary}
+        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+        return
+    render.ingest_report(err, report)
+    render.trace_summary(out, summary, title=output.name)
+
+

@@ -1,0 +1,143 @@
+"""``ttlctl profile``: measure (torch or a live vLLM server) or list the shipped profiles."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from profiles import shipped
+from profiles.models import load_config
+from profiles.schema import from_json, load
+from ttlctl.cli.kit import UserError, err, out, user_errors
+from ttlctl.jsonio import write_json
+
+
+def _list() -> None:
+
+    table = Table(title=f"shipped profiles ({shipped.DATA})")
+    for col in ("name", "model", "device", "source", "KV B/token", "prefill 8k", "prefill 32k"):
+        table.add_column(col, justify="right" if col.startswith(("KV", "prefill")) else "left")
+    for name in shipped.names():
+        p = load(shipped.DATA / f"{name}.json")
+        table.add_row(
+            name,
+            p.model,
+            p.device,
+            str(p.source.get("kind", "?")),
+            f"{p.kv_bytes_per_token:,}",
+            f"{p.prefill_s(8192):.3f} s",
+            f"{p.prefill_s(32768):.3f} s",
+        )
+    out.print(table)
+    out.print("use one with --profile NAME; measure your own with `ttlctl profile -o profile.json`")
+
+
+def profile(
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="profile.json to write.")
+    ] = None,
+    device: Annotated[
+        str, typer.Option(help="auto (cuda when torch sees a GPU), cpu or cuda.")
+    ] = "auto",
+    model: Annotated[
+        str,
+        typer.Option(
+            help="A HF config.json (or its folder) or a preset: "
+            "tiny, tiny-55m, llama-3.1-8b, llama-3.1-70b, qwen3-8b."
+        ),
+    ] = "tiny",
+    engine: Annotated[
+        str | None, typer.Option(help="Profile a running vLLM server at this URL instead.")
+    ] = None,
+    contexts: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated context lengths (default: 1k, 2k, 4k … limit)."),
+    ] = None,
+    max_context: Annotated[int | None, typer.Option(help="Largest context to time.")] = None,
+    repeats: Annotated[int, typer.Option(help="Timed runs per point (median kept).")] = 3,
+    list_: Annotated[
+        bool, typer.Option("--list", help="Show the shipped profiles and exit.")
+    ] = False,
+) -> None:
+    """Measure what prefill, reload and a decode step cost on this device (or a live server)."""
+    if list_:
+        with user_errors():
+            _list()
+        return
+    if output is None:
+        raise typer.BadParameter("-o/--output is required (or use --list)")
+    with user_errors():
+        grid = _grid(contexts)
+        name, config = load_config(model)
+        with err.status("profiling…") as status:
+
+            def progress(stage: str, done: int, total: int) -> None:
+                status.update(f"profiling: {stage} {done}/{total}")
+
+            try:
+                if engine is not None:
+                    from profiles.measure_server import measure_engine  # numpy, scipy: on use
+
+                    result = measure_engine(
+                        engine,
+                        model_config=config,
+                        contexts=grid,
+                        repeats=repeats,
+                        progress=progress,
+                    )
+                else:
+                    from profiles.measure_torch import measure  # numpy, scipy, torch: on use
+
+                    result = measure(
+                        name,
+                        config,
+                        device=device,
+                        contexts=grid,
+                        max_context=max_context,
+                        repeats=repeats,
+                        progress=progress,
+                    )
+            except ValueError as exc:  # torch, transformers or a fit refused the model or grid
+                raise UserError(str(exc)) from None
+        write_json(result.to_json(), output)
+    _show(result.to_json())
+    err.print(f"wrote {output}")
+
+
+def _grid(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise UserError(f"--contexts: not a comma-separated list of integers: {text!r}") from None
+    if len(values) < 3 or values[0] <= 0:
+        raise UserError("--contexts needs at least 3 positive lengths (a quadratic is fitted)")
+    return values
+
+
+def _show(doc: dict[str, object]) -> None:
+    if not out.is_terminal:
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        return
+    p = from_json(doc)
+    table = Table(title=f"{p.name}: {p.model} on {p.device} ({p.source.get('kind')})")
+    table.add_column("context", justify="right")
+    table.add_column("measured", justify="right")
+    table.add_column("fit", justify="right")
+    for tokens, seconds in p.prefill.points:
+        table.add_row(
+            f"{tokens:,}", f"{seconds * 1000:.2f} ms", f"{p.prefill_s(tokens) * 1000:.2f} ms"
+        )
+    out.print(table)
+    out.print(
+        f"KV {p.kv_bytes_per_token:,} B/token; "
+        f"reload {p.reload.bandwidth_bytes_per_s / 1e9:.1f} GB/s "
+        f"+ {p.reload.latency_s * 1e6:.0f} µs; decode step {p.decode.step_s * 1000:.2f} ms "
+        f"+ {p.decode.per_seq_s * 1e6:.1f} µs/seq + {p.decode.per_kv_token_s * 1e9:.2f} ns/KV token"
+    )

@@ -1,0 +1,21 @@
+"""The errors a user can act on, under one base class.
+
+A :class:`TtlctlError` is bad input, a bad argument or setting, or a server that
+cannot be used; its message is one line for the user, naming the file and
+record, the value or the URL. ``ttlctl`` prints it and exits with status 2, in
+one place (:func:`ttlctl.cli.kit.user_errors`). Anything else that escapes a
+command is a bug and keeps its traceback.
+
+Nothing is imported here, so every layer may derive its errors from this module
+(it sits below ``fitting`` and ``profiles``).
+"""
+
+from __future__ import annotations
+
+
+class TtlctlError(Exception):
+    """Bad input, arguments or settings, or an unusable server: a one-line message."""
+
+
+class ConfigError(TtlctlError, ValueError):
+    """A setting out of range or unknown; the message names it."""

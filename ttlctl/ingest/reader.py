@@ -1,0 +1,249 @@
+"""What every log-format reader shares: its interface and the helpers to read raw records.
+
+A reader (one module per format in :mod:`ttlctl.ingest.formats`) turns one file
+into canonical rows plus the two bookkeeping columns ``_file`` and ``_record``
+(where the row came from, for error messages). Records it cannot turn into a row
+go to the :class:`~ttlctl.ingest.rejects.RejectSink` with a reason; the common
+validation (:mod:`ttlctl.ingest.rules`) checks the rows it did produce.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import polars as pl
+
+from ttlctl.ingest.rejects import RejectSink
+from ttlctl.trace.columns import REASON, SOURCE_FILE, SOURCE_RECORD, all_columns
+
+#: Bytes read from the start of a file to detect its format.
+SNIFF_BYTES = 64 * 1024
+
+#: Above this many input bytes, canonical inputs are scanned and checked by polars'
+#: streaming engine instead of in memory (override with TTLCTL_STREAMING_BYTES).
+DEFAULT_STREAMING_BYTES = 2 * 1024**3
+
+
+def streaming(size_bytes: int) -> bool:
+    """Whether an input of this size is processed out of core."""
+    limit = int(os.environ.get("TTLCTL_STREAMING_BYTES", DEFAULT_STREAMING_BYTES))
+    return size_bytes > limit
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """One file's rows.
+
+    ``records`` counts the input records the reader saw (rows produced plus
+    records it rejected), so that ``rows + rejects == records`` can be checked;
+    None means "one per row of ``frame``" (counted when the frame is collected).
+    ``absolute_time`` says that ``arrival_s`` is a wall clock (epoch seconds) to be
+    rebased to the trace's start; otherwise it is already relative.
+    """
+
+    frame: pl.LazyFrame
+    records: int | None
+    absolute_time: bool = False
+
+
+class Reader(Protocol):
+    #: the ``--format`` name
+    name: str
+    #: other names accepted for ``--format``
+    aliases: Sequence[str]
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        """True when ``head`` (the file's first bytes) looks like this format."""
+        ...
+
+    def read(self, path: Path, sink: RejectSink) -> Parsed:
+        """Read ``path``; send records that cannot become rows to ``sink``."""
+        ...
+
+
+class RecordError(ValueError):
+    """A record that cannot become a row; the message is the reject reason."""
+
+
+# ---------------------------------------------------------------- raw input
+
+
+def read_text(path: Path, sink: RejectSink) -> str | None:
+    """The file's text, or None after rejecting an empty or binary file."""
+    data = path.read_bytes()
+    if not data.strip():
+        sink.reject(path, None, "empty file", records=1)
+        return None
+    if b"\x00" in data[:SNIFF_BYTES]:
+        sink.reject(path, None, "binary data, not a text log", records=1, raw=data[:200])
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        sink.reject(path, f"byte {exc.start}", "not UTF-8 text", records=1)
+        return None
+
+
+def load_json(path: Path, sink: RejectSink) -> Any | None:
+    """Parse a whole-file JSON document, or reject the file with where it broke."""
+    text = read_text(path, sink)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        # a complete document ends with its closing bracket; one cut short does not
+        tail = text.rstrip()[-1:]
+        what = "malformed JSON" if tail in ("}", "]") else "truncated JSON"
+        sink.reject(path, f"line {exc.lineno} column {exc.colno}", f"{what}: {exc.msg}")
+        return None
+    except RecursionError:
+        sink.reject(path, None, "malformed JSON: nesting too deep")
+        return None
+
+
+def load_json_object(path: Path, sink: RejectSink, what: str) -> dict[str, Any] | None:
+    """Like :func:`load_json` for a document that must be an object; a file holding
+    anything else is rejected as "not a ``what``"."""
+    doc = load_json(path, sink)
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        sink.reject(path, None, f"not a {what}: top level is a {type(doc).__name__}, not an object")
+        return None
+    return doc
+
+
+def iter_jsonl(path: Path, sink: RejectSink) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, object) for each JSON-object line; reject the others.
+
+    Blank lines are not records and are passed over.
+    """
+    text = read_text(path, sink)
+    if text is None:
+        return
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            sink.reject(path, f"line {lineno}", f"malformed JSON: {exc.msg}", raw=line)
+            continue
+        except RecursionError:
+            sink.reject(path, f"line {lineno}", "malformed JSON: nesting too deep")
+            continue
+        if not isinstance(obj, dict):
+            sink.reject(path, f"line {lineno}", "not a JSON object", raw=line)
+            continue
+        yield lineno, obj
+
+
+def head_bytes(path: Path) -> bytes:
+    with path.open("rb") as fh:
+        return fh.read(SNIFF_BYTES)
+
+
+# ---------------------------------------------------------------- field coercion
+
+
+def first_object_line(head: bytes) -> bytes | None:
+    """The first line of a file's head when it opens a JSON object (JSONL sniffing),
+    else None."""
+    text = head.lstrip()
+    if not text.startswith(b"{"):
+        return None
+    return text.split(b"\n", 1)[0]
+
+
+def number(value: Any, field: str, *, required: bool = True) -> float | None:
+    """A finite float from a number or numeric string; RecordError otherwise."""
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        if required:
+            raise RecordError(f"missing {field}")
+        return None
+    if isinstance(value, bool):
+        raise RecordError(f"non-numeric {field}: {value!r}")
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise RecordError(f"non-numeric {field}: {_short(value)}") from None
+    if not math.isfinite(out):
+        raise RecordError(f"non-finite {field}: {_short(value)}")
+    return out
+
+
+def integer(value: Any, field: str, *, required: bool = True) -> int | None:
+    """A whole number from an int, integral float or numeric string."""
+    out = number(value, field, required=required)
+    if out is None:
+        return None
+    if out != int(out):
+        raise RecordError(f"non-integer {field}: {_short(value)}")
+    return int(out)
+
+
+def duration(value: Any, field: str, *, required: bool = False) -> float | None:
+    """A non-negative number of seconds."""
+    out = number(value, field, required=required)
+    if out is not None and out < 0:
+        raise RecordError(f"negative {field}: {_short(value)}")
+    return out
+
+
+def tokens(value: Any, field: str, *, required: bool = True) -> int | None:
+    out = integer(value, field, required=required)
+    if out is not None and out < 0:
+        raise RecordError(f"negative {field}: {_short(value)}")
+    return out
+
+
+def epoch(value: Any, field: str) -> float:
+    """Epoch seconds from an ISO 8601 string (naive: UTC) or a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str):
+        raise RecordError(f"bad {field}: {value!r}"[:120])
+    try:
+        stamp = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise RecordError(f"bad {field}: {value!r}"[:120]) from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+# ---------------------------------------------------------------- rows -> frame
+
+
+def frame_from_rows(rows: list[dict[str, Any]], path: Path) -> pl.LazyFrame:
+    """Canonical frame from python rows (each may carry ``_record`` and ``_reason``).
+
+    Columns a row leaves out are null. ``_file`` is set to ``path``. A row whose
+    record was bad but whose program is known carries ``_reason`` (and at least
+    ``program_id`` and ``turn``): validation then rejects its whole program, so no
+    program comes out with a hole in it.
+    """
+    schema: dict[str, pl.DataType] = {
+        **all_columns(),
+        SOURCE_RECORD: pl.String(),
+        REASON: pl.String(),
+    }
+    columns: dict[str, list[Any]] = {name: [] for name in schema}
+    for row in rows:
+        for name in schema:
+            columns[name].append(row.get(name))
+    frame = pl.DataFrame(columns, schema=schema)
+    return frame.lazy().with_columns(pl.lit(str(path)).alias(SOURCE_FILE))

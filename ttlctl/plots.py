@@ -1,0 +1,75 @@
+"""PNG plots of a fit: each tool's CDF with its exponential fit, beside the global CDF."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _safe(name: str) -> str:
+    """A file name from an untrusted tool name."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "tool"
+    return cleaned[:80]
+
+
+def step(ax: Any, cdf: Mapping[str, Any], **kw: Any) -> None:
+    """A compressed CDF (``x``, ``p``) as a right-continuous step from (0, 0)."""
+    x = np.r_[0.0, np.asarray(cdf["x"], dtype=float)]
+    p = np.r_[0.0, np.asarray(cdf["p"], dtype=float)]
+    ax.step(x, p, where="post", **kw)
+
+
+def plot_fit(fit: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Write ``<tool>.png`` per tool (and ``global.png``); returns the paths."""
+    # pyplot and its Agg backend only when plots are drawn (importing this module is light)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    everything = fit["global"]
+    entries = [("global", everything), *sorted(fit["tools"].items())]
+    written: list[Path] = []
+    used: set[str] = set()
+    for name, entry in entries:
+        if entry["n"] == 0:
+            continue
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+        step(ax, entry["cdf"], color="C0", lw=1.8, label=f"empirical (n={entry['n']:,})")
+        exp = entry.get("exponential")
+        upper = max(float(entry["cdf"]["x"][-1]), 1e-3)
+        if exp:
+            grid = np.linspace(0.0, upper, 400)
+            ax.plot(
+                grid,
+                1 - np.exp(-exp["rate"] * grid),
+                color="C1",
+                ls="--",
+                label=f"Exp fit (mean {exp['mean_s']:.3g} s, KS {exp['ks']:.2f})",
+            )
+        if name != "global" and everything["n"]:
+            step(ax, everything["cdf"], color="0.6", lw=1.0, label="all tools")
+        ax.set_xscale("symlog", linthresh=max(upper / 1000, 1e-3))
+        ax.set_xlim(0, upper)
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("pause after the call (s)")
+        ax.set_ylabel("P(pause ≤ τ)")
+        trusted = "" if entry.get("trusted", True) else " — below K: the policy uses all tools"
+        ax.set_title(name.replace("$", r"\$") + trusted, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        stem = _safe(name)
+        while stem in used:
+            stem += "_"
+        used.add(stem)
+        path = out_dir / f"{stem}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written

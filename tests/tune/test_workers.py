@@ -56,7 +56,7 @@ def test_two_workers_on_postgresql(tune_inputs: dict[str, Any]) -> None:
     if not url:
         pytest.skip(
             "TTLCTL_TEST_POSTGRES_URL is not set: no PostgreSQL server to test against "
-            "(.ci/run installs and starts one; see docs/tuning.md)"
+            "(.ci/run installs and starts one; see docs/tuning.md, 'Tuning on several machines')"
         )
     storage = Storage(url, heartbeat_s=5)
     name = f"ttlctl-test-{uuid.uuid4().hex[:12]}"

@@ -99,7 +99,8 @@ def fit_trace(
         values = group["pause_s"].to_numpy().astype(np.float64)
         tools[str(name)] = describe(values, config, int(group["measured"].sum()))
     everything = kept["pause_s"].to_numpy().astype(np.float64)
-    lengths = trace.group_by("program_id").len().collect()["len"].to_numpy()
+    # in program order: the bootstrap resamples by index, so the same seed must see the same list
+    lengths = trace.group_by("program_id").len().sort("program_id").collect()["len"].to_numpy()
     eta = estimate_eta(lengths, bootstrap=config.bootstrap, seed=config.seed)
     calls = trace.select(pl.len()).collect().item()
     return {

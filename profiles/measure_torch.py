@@ -1,8 +1,12 @@
-"""Measured profiles: time a model built from its ``config.json`` on this machine.
+"""Eager-torch profiles: time Hugging Face transformers on this machine (NOT vLLM).
 
-``ttlctl profile`` calls :func:`measure`. The model is built locally from the
-Hugging Face config with random weights (there is no model hub; profiling times
-the shapes, not the values), then:
+``ttlctl profile --torch`` calls :func:`measure`. This is not the engine the
+replay prices (transformers in eager mode: each decode step concatenates the
+whole KV cache, no CUDA graphs, per-layer Python launches); the profile's
+``source.engine`` says so. ``ttlctl profile`` measures through vLLM
+(:mod:`profiles.measure_vllm`). The model is built locally from the Hugging Face
+config with random weights (there is no model hub; profiling times the shapes,
+not the values), then:
 
 - **prefill**: one forward pass over ``c`` random tokens (``use_cache=True``,
   logits for the last token only, as a serving engine computes them) at each
@@ -10,9 +14,8 @@ the shapes, not the values), then:
   added for short models), fitted by :func:`profiles.fitmath.fit_quadratic`;
 - **decode**: single-token steps on top of the KV cache a batched prefill left,
   for a few (batch, KV length) pairs, fitted by :func:`profiles.fitmath.fit_decode`;
-- **reload**: host-to-device copies of KV-sized buffers from pinned host memory
-  (on a CPU, where there is no host tier, a plain memory copy; ``source`` says
-  so), fitted as ``latency + bytes / bandwidth``.
+- **reload**: host-to-device copies of KV-sized buffers
+  (:func:`profiles.reload_copy.measure_reload`).
 
 Every timing is the median of at least ``repeats`` runs after a warm-up; quick
 ones are repeated until they fill :data:`MIN_TIMING_S`, so that other processes
@@ -30,21 +33,18 @@ importing this module stays cheap.
 from __future__ import annotations
 
 import math
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
-
-import numpy as np
-from scipy.optimize import nnls
 
 from profiles import fitmath, models
 from profiles.fitmath import default_contexts
-from profiles.schema import Decode, Prefill, Profile, Reload
+from profiles.host import available_bytes as _host_available_bytes
+from profiles.host import cpu_name as _cpu_name
+from profiles.reload_copy import measure_reload
+from profiles.schema import Decode, Prefill, Profile
 from ttlctl.errors import TtlctlError
 
 #: share of the available memory the weights may take before we refuse
@@ -57,8 +57,6 @@ DECODE_BATCHES_CPU = (1, 4, 16)
 DECODE_CPU_TOKENS = 8192
 DECODE_STEPS = 5
 DECODE_MAX_STEPS = 32
-RELOAD_TOKENS = (16, 1024, 8192, 32768)
-RELOAD_REPEATS = 5
 #: quick measurements repeat until they fill this many seconds (median of many beats noise)
 MIN_TIMING_S = 0.25
 MAX_RUNS = 100
@@ -102,52 +100,8 @@ def _resolve_contexts(
     return grid
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
-
-
-def _host_available_bytes() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
 def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
-
-
-def fit_reload(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[float, float, float]:
-    """``seconds ≈ latency + bytes / bandwidth`` (non-negative, relative error).
-
-    Returns (bandwidth bytes/s, latency s, max relative error).
-    """
-    x = np.asarray(nbytes, dtype=np.float64)
-    y = np.asarray(seconds, dtype=np.float64)
-    if x.size < 2 or x.size != y.size or np.any(y <= 0):
-        raise ValueError("the reload model needs at least 2 positive timings")
-    scale = np.array([1.0, x.max()])
-    design = np.stack([np.ones_like(x), x], axis=1) / scale
-    w = 1.0 / y
-    coef, _ = nnls(design * w[:, None], y * w)
-    latency, per_byte = (coef / scale).tolist()
-    if per_byte <= 0.0:  # every copy took the same time: bound the bandwidth by the largest
-        per_byte = float(y[np.argmax(x)] / x.max())
-        latency = 0.0
-    pred = latency + per_byte * x
-    return 1.0 / per_byte, float(latency), float(np.max(np.abs(pred - y) / y))
 
 
 def _timed(
@@ -232,18 +186,6 @@ class _Bench:
         if after != before + runs:  # a cache that does not grow in place: count the steps
             after = before + runs
         return (before + after + 1) / 2, seconds
-
-    def copy(self, nbytes: int) -> float:
-        """Median seconds of copying ``nbytes`` from (pinned, on CUDA) host memory to the device."""
-        torch = self.torch
-        src = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.cuda)
-        src.fill_(1)
-        dst = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
-        copy = partial(dst.copy_, src, non_blocking=self.cuda)
-        copy()  # warm-up: page faults, pinning
-        self.sync()
-        seconds, _ = _timed(copy, self.sync, max(self.repeats, RELOAD_REPEATS))
-        return max(seconds, 1e-9)
 
 
 def _hf_config(config: dict[str, Any]) -> Any:
@@ -417,24 +359,13 @@ def measure(
         bench.release()
 
     # -- reload -------------------------------------------------------------------------
-    host = _host_available_bytes() or available
-    cap = 0.1 * min(host, _free_bytes(torch, dev)) if cuda else 0.05 * host
-    sizes = [t * kv_bytes for t in RELOAD_TOKENS if t * kv_bytes <= cap] or [kv_bytes]
-    rpoints: list[tuple[int, float]] = []
-    report("reload", 0, len(sizes))
-    for k, nbytes in enumerate(sizes):
-        rpoints.append((nbytes, bench.copy(nbytes)))
-        bench.release()
-        report("reload", k + 1, len(sizes))
-    if len(rpoints) == 1:
-        bandwidth, latency, reload_err = rpoints[0][0] / rpoints[0][1], 0.0, 0.0
-    else:
-        bandwidth, latency, reload_err = fit_reload(
-            [p[0] for p in rpoints], [p[1] for p in rpoints]
-        )
+    reload, reload_notes = measure_reload(torch, dev, kv_bytes, repeats, report)
 
     source: dict[str, Any] = {
         "kind": "measured",
+        "engine": "torch-eager",
+        "not_vllm": "Hugging Face transformers in eager torch, not the vLLM engine the "
+        "replay prices (ttlctl profile without --torch measures through vLLM)",
         "device_kind": kind,
         "cpu_profile": not cuda,
         "how": "profiles/measure_torch.py",
@@ -447,21 +378,17 @@ def measure(
         "weights": "random (built locally from config.json)",
         "parameters": n_params,
         "attention": attention,
-        "reload": (
-            "cuda: pinned host to device copy, one contiguous buffer"
-            if cuda
-            else "cpu: memory copy, no host tier"
-        ),
+        "reload": reload_notes["reload"],
         "decode_points": [[b, kv, s] for b, kv, s in dpoints],
-        "reload_points": [[n, s] for n, s in rpoints],
+        "reload_points": reload_notes["reload_points"],
         "fit": {
             "prefill_max_rel_error": quad.max_rel_error,
             "decode_max_rel_error": dfit.max_rel_error,
-            "reload_max_rel_error": reload_err,
+            "reload_max_rel_error": reload_notes["reload_max_rel_error"],
         },
         **notes,
     }
-    for v in (quad.a, quad.b, quad.q, bandwidth, latency):
+    for v in (quad.a, quad.b, quad.q, reload.bandwidth_bytes_per_s, reload.latency_s):
         if not math.isfinite(v):
             raise MeasureError(f"{name}: the fit gave a non-finite coefficient ({v})")
     return Profile(
@@ -471,7 +398,7 @@ def measure(
         kv_bytes_per_token=kv_bytes,
         max_context=model_limit,
         prefill=Prefill(quad.a, quad.b, quad.q, tuple(points), quad.rmse_s),
-        reload=Reload(float(bandwidth), float(latency)),
+        reload=reload,
         decode=Decode(dfit.step_s, dfit.per_seq_s, dfit.per_kv_token_s),
         source=source,
     )

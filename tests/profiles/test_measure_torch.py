@@ -1,4 +1,5 @@
-"""`ttlctl profile` measurements (profiles/measure_torch.py) on the CPU with the tiny model.
+"""`ttlctl profile --torch` measurements (profiles/measure_torch.py, eager torch, not vLLM) on the
+CPU with the tiny model.
 
 The tiny preset (2 layers, 4096 vocabulary) is built locally with random weights;
 one measurement over 64..1024 tokens takes a few seconds and is shared by the
@@ -17,15 +18,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from profiles import measure_torch as measure_mod
 from profiles.fitmath import default_contexts
-from profiles.measure_torch import MeasureError, fit_reload, measure
+from profiles.measure_torch import MeasureError, measure
 from profiles.models import PRESETS
+from profiles.reload_copy import fit_reload
 from profiles.schema import Profile, from_json
+from ttlctl.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 GRID = [64, 128, 256, 512, 1024]
@@ -56,6 +60,7 @@ def test_marked_as_a_measured_cpu_profile(measured: tuple[Profile, Calls]) -> No
     profile, _ = measured
     src = profile.source
     assert src["kind"] == "measured"
+    assert src["engine"] == "torch-eager" and "not the vLLM engine" in src["not_vllm"]
     assert src["cpu_profile"] is True
     assert src["device_kind"] == "cpu"
     assert src["dtype"] in ("bfloat16", "float32")
@@ -179,3 +184,12 @@ def test_import_is_cheap() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     ).stdout
     assert out.strip() == "False"
+
+
+def test_cli_times_eager_torch_only_when_asked_and_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    args = ["profile", "--torch", "-o", str(out), "--device", "cpu", "--contexts", "16,32,64"]
+    res = CliRunner().invoke(app, [*args, "--repeats", "1"])
+    assert res.exit_code == 0, res.output
+    src = json.loads(out.read_text())["source"]
+    assert src["engine"] == "torch-eager" and "not the vLLM engine" in src["not_vllm"]

@@ -1,4 +1,5 @@
-"""``ttlctl profile``: measure (torch or a live vLLM server) or list the shipped profiles."""
+"""``ttlctl profile``: measure through vLLM (in process, or a live server) or list the shipped
+profiles; ``--torch`` keeps the old eager-torch timing, labelled as not vLLM."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rich.table import Table
 from profiles import shipped
 from profiles.models import load_config
 from profiles.schema import from_json, load
-from ttlctl.cli.kit import UserError, err, out, user_errors
+from ttlctl.cli.kit import UserError, err, out, progress_bar, user_errors
 from ttlctl.jsonio import write_json
 
 
@@ -42,7 +43,7 @@ def profile(
         Path | None, typer.Option("-o", "--output", help="profile.json to write.")
     ] = None,
     device: Annotated[
-        str, typer.Option(help="auto (cuda when torch sees a GPU), cpu or cuda.")
+        str, typer.Option(help="auto (what the installed vLLM runs on), cpu or cuda.")
     ] = "auto",
     model: Annotated[
         str,
@@ -60,11 +61,37 @@ def profile(
     ] = None,
     max_context: Annotated[int | None, typer.Option(help="Largest context to time.")] = None,
     repeats: Annotated[int, typer.Option(help="Timed runs per point (median kept).")] = 3,
+    max_num_batched_tokens: Annotated[
+        int, typer.Option(help="vLLM's step budget: longer prefills are chunked (as in replay).")
+    ] = 8192,
+    block_size: Annotated[
+        int | None, typer.Option(help="vLLM KV block size (default: vLLM's for the device).")
+    ] = None,
+    enforce_eager: Annotated[
+        bool | None,
+        typer.Option(
+            "--enforce-eager/--cuda-graphs",
+            help="vLLM without or with CUDA graphs / torch.compile (default: eager on a CPU, "
+            "graphs on a GPU).",
+        ),
+    ] = None,
+    dtype: Annotated[
+        str | None, typer.Option(help="bfloat16, float16 or float32 (default: the config's).")
+    ] = None,
+    torch_eager: Annotated[
+        bool,
+        typer.Option(
+            "--torch",
+            help="Time Hugging Face transformers in eager torch instead (NOT the vLLM engine "
+            "the replay prices; the profile says so).",
+        ),
+    ] = False,
     list_: Annotated[
         bool, typer.Option("--list", help="Show the shipped profiles and exit.")
     ] = False,
 ) -> None:
-    """Measure what prefill, reload and a decode step cost on this device (or a live server)."""
+    """Measure what prefill, reload and a decode step cost through vLLM on this device (or a
+    live vLLM server)."""
     if list_:
         with user_errors():
             _list()
@@ -74,10 +101,12 @@ def profile(
     with user_errors():
         grid = _grid(contexts)
         name, config = load_config(model)
-        with err.status("profiling…") as status:
+        bar = progress_bar("profiling")
+        task = bar.add_task("", total=None)
+        with bar:
 
             def progress(stage: str, done: int, total: int) -> None:
-                status.update(f"profiling: {stage} {done}/{total}")
+                bar.update(task, description=stage, completed=done, total=total)
 
             try:
                 if engine is not None:
@@ -90,7 +119,7 @@ def profile(
                         repeats=repeats,
                         progress=progress,
                     )
-                else:
+                elif torch_eager:
                     from profiles.measure_torch import measure  # numpy, scipy, torch: on use
 
                     result = measure(
@@ -100,6 +129,24 @@ def profile(
                         contexts=grid,
                         max_context=max_context,
                         repeats=repeats,
+                        dtype=dtype,
+                        progress=progress,
+                    )
+                else:
+                    from profiles.measure_vllm import measure_vllm  # vLLM, torch: on use
+
+                    result = measure_vllm(
+                        name,
+                        config,
+                        device=device,
+                        contexts=grid,
+                        max_context=max_context,
+                        repeats=repeats,
+                        dtype=dtype,
+                        block_size=block_size,
+                        max_num_batched_tokens=max_num_batched_tokens,
+                        enforce_eager=enforce_eager,
+                        where=model,
                         progress=progress,
                     )
             except ValueError as exc:  # torch, transformers or a fit refused the model or grid
@@ -126,14 +173,22 @@ def _show(doc: dict[str, object]) -> None:
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
     p = from_json(doc)
-    table = Table(title=f"{p.name}: {p.model} on {p.device} ({p.source.get('kind')})")
+    src = p.source
+    how = " ".join(str(src[k]) for k in ("engine", "vllm") if k in src)
+    how = f"{src.get('kind')}, {how}" if how else str(src.get("kind"))
+    table = Table(title=f"{p.name}: {p.model} on {p.device} ({how})")
     table.add_column("context", justify="right")
     table.add_column("measured", justify="right")
-    table.add_column("fit", justify="right")
+    chunk = (p.source.get("flags") or {}).get("max_num_batched_tokens")
+    table.add_column("priced by replay" if chunk else "fit", justify="right")
     for tokens, seconds in p.prefill.points:
-        table.add_row(
-            f"{tokens:,}", f"{seconds * 1000:.2f} ms", f"{p.prefill_s(tokens) * 1000:.2f} ms"
-        )
+        if chunk:
+            from profiles.measure_vllm import priced_prefill_s  # vLLM, torch: on use
+
+            fit = priced_prefill_s(p, tokens, int(chunk))
+        else:
+            fit = p.prefill_s(tokens)
+        table.add_row(f"{tokens:,}", f"{seconds * 1000:.2f} ms", f"{fit * 1000:.2f} ms")
     out.print(table)
     out.print(
         f"KV {p.kv_bytes_per_token:,} B/token; "

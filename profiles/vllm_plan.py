@@ -1,0 +1,200 @@
+"""What a vLLM profile measures, and whether it fits: contexts, decode points, engine sizes.
+
+Pure (no vLLM, no torch): :func:`make_plan` turns the arguments of
+:func:`profiles.measure_vllm.measure_vllm` and the memory available into a
+:class:`Plan` (the prefill contexts, the decode (batch, context) points, the
+engine's ``max_model_len`` and a KV cache sized to hold them), or refuses with a
+one-line :class:`VllmMeasureError` before any engine is started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from profiles import models
+
+#: the replay's default step budget (``ttlctl replay --max-num-batched-tokens``)
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+#: weights plus KV cache may take this share of the memory available
+MEMORY_SHARE = 0.6
+DECODE_BATCHES = {"cpu": (1, 4, 16), "cuda": (1, 8, 32)}
+#: batch × context of one decode point is capped (the batch is prefilled first)
+DECODE_TOKENS_CAP = {"cpu": 8192, "cuda": 131072}
+DECODE_WARM_STEPS = 2
+DECODE_STEPS = 16
+#: untimed steps of spare room: sequences decode while their batch's peers prefill
+DECODE_SPARE_STEPS = 8
+#: the KV cache is sized in units of this many tokens per sequence (any block size ≤ it)
+KV_GRANULE = 256
+#: headroom on the KV cache beyond what the measurements hold
+KV_MARGIN = 1.25
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+class VllmMeasureError(ValueError):
+    """The measurement cannot run as asked; the message (one line) says why."""
+
+
+def default_contexts(limit: int) -> list[int]:
+    """Powers of two from 1024 up to ``limit`` (smaller ones added for short models, so
+    that there are at least 4), plus ``limit`` itself when well above the last."""
+    grid = [c for c in (1024 << i for i in range(32)) if c <= limit]
+    low = 512
+    while len(grid) < 4 and low >= 16:
+        if low <= limit:
+            grid.insert(0, low)
+        low //= 2
+    if grid and limit >= grid[-1] * 5 // 4:
+        grid.append(limit)
+    return grid
+
+
+def decode_tokens(batch: int, context: int, budget: int) -> int:
+    """Most tokens one sequence of a decode point generates: the first of a batch decode
+    while the others prefill (a step per ``budget`` tokens of prompts, one a sequence,
+    some spare), then the warm-up and timed steps; none may finish before the last."""
+    prefill_steps = -(-batch * context // budget) + batch + DECODE_SPARE_STEPS
+    return prefill_steps + DECODE_WARM_STEPS + DECODE_STEPS + 2
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    kind: str
+    dtype: str
+    enforce_eager: bool
+    contexts: tuple[int, ...]
+    #: (batch, context) of each decode point
+    decode: tuple[tuple[int, int], ...]
+    max_model_len: int
+    max_num_batched_tokens: int
+    block_size: int | None
+    kv_cache_bytes: int
+    kv_bytes_config: int
+    parameters: int
+
+    def engine_args(self, model: str, seed: int) -> dict[str, Any]:
+        """vLLM ``EngineArgs`` of the measurement (random weights, no tokenizer)."""
+        return {
+            "model": model,
+            "load_format": "dummy",
+            "skip_tokenizer_init": True,
+            "dtype": self.dtype,
+            "max_model_len": self.max_model_len,
+            "block_size": self.block_size,
+            "enable_prefix_caching": True,
+            "enable_chunked_prefill": True,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": max(256, *(b for b, _ in self.decode)),
+            "kv_cache_memory_bytes": self.kv_cache_bytes,
+            "enforce_eager": self.enforce_eager,
+            "async_scheduling": False,
+            "seed": seed,
+            "disable_log_stats": True,
+        }
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def _grid(
+    contexts: Sequence[int] | None, model_limit: int, max_context: int | None, where: str
+) -> list[int]:
+    # a prompt leaves one token of the model's length for the token it samples
+    limit = model_limit - 1 if max_context is None else min(model_limit - 1, int(max_context))
+    if limit < 16:
+        raise VllmMeasureError(f"{where}: a context limit of {limit} tokens is too short to time")
+    grid = default_contexts(limit) if contexts is None else sorted({int(c) for c in contexts})
+    if any(c < 1 for c in grid):
+        raise VllmMeasureError(f"contexts must be positive token counts, got {grid}")
+    if grid and grid[-1] > limit:
+        raise VllmMeasureError(
+            f"contexts {[c for c in grid if c > limit]} exceed the limit of {limit} tokens "
+            f"(the model's {model_limit} less the sampled token"
+            + (f", or max_context {max_context})" if max_context is not None else ")")
+        )
+    if len(grid) < 3:
+        raise VllmMeasureError(
+            f"the prefill quadratic needs at least 3 distinct contexts, got {grid}"
+        )
+    return grid
+
+
+def make_plan(
+    config: dict[str, Any],
+    kind: str,
+    free_bytes: int,
+    *,
+    where: str,
+    contexts: Sequence[int] | None = None,
+    max_context: int | None = None,
+    dtype: str | None = None,
+    block_size: int | None = None,
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    enforce_eager: bool | None = None,
+    decode_batches: Sequence[int] | None = None,
+) -> Plan:
+    """The measurement of ``config``'s model on ``kind`` (``cpu``/``cuda``) with
+    ``free_bytes`` available (0: unknown, not checked)."""
+    budget = int(max_num_batched_tokens)
+    if budget < 16:
+        raise VllmMeasureError(f"max_num_batched_tokens must be at least 16, got {budget}")
+    dtype_name = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(
+        dtype or "", dtype or str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
+    )
+    if dtype_name not in DTYPES:
+        raise VllmMeasureError(f"dtype {dtype_name!r}: expected one of {', '.join(DTYPES)}")
+    model_limit = models.max_context(config)
+    grid = _grid(contexts, model_limit, max_context, where)
+
+    # decode at a short and a mid context; each sequence needs room for what it generates
+    batches = tuple(decode_batches or DECODE_BATCHES[kind])
+    wanted = sorted({grid[0], max(grid[0], min(8 * grid[0], grid[-1]))})
+    reach = max(c + decode_tokens(b, c, budget) for b in batches for c in wanted)
+    max_model_len = min(model_limit, max(grid[-1] + 1, reach))
+    decode: list[tuple[int, int]] = []
+    for b in batches:
+        for want in wanted:
+            c = min(want, max_model_len - decode_tokens(b, want, budget))
+            if c >= 16 and b * c <= DECODE_TOKENS_CAP[kind] and (b, c) not in decode:
+                decode.append((b, c))
+    if len(decode) < 3:
+        raise VllmMeasureError(
+            f"{where}: only {len(decode)} decode points fit; give longer contexts"
+        )
+
+    granule = max(KV_GRANULE, block_size or 0)
+
+    def held(tokens: int) -> int:
+        return -(-tokens // granule) * granule
+
+    kv_tokens = max(
+        [held(max_model_len)] + [b * held(c + decode_tokens(b, c, budget)) for b, c in decode]
+    )
+    kv_config = models.kv_bytes_per_token(config, dtype_name)
+    kv_cache_bytes = int(kv_tokens * kv_config * KV_MARGIN) + 2 * granule * kv_config
+
+    n_params = models.parameters(config)
+    weights = n_params * models.DTYPE_BYTES[dtype_name]
+    if free_bytes > 0 and weights + kv_cache_bytes > MEMORY_SHARE * free_bytes:
+        raise VllmMeasureError(
+            f"{where}: about {_gb(weights)} of {dtype_name} weights ({n_params / 1e9:.2f} B "
+            f"parameters) and {_gb(kv_cache_bytes)} of KV cache exceed {MEMORY_SHARE:.0%} of "
+            f"the {_gb(free_bytes)} available on {kind}; measure it on a bigger device or use "
+            "a shipped roofline profile"
+        )
+    return Plan(
+        kind=kind,
+        dtype=dtype_name,
+        enforce_eager=(kind == "cpu") if enforce_eager is None else bool(enforce_eager),
+        contexts=tuple(grid),
+        decode=tuple(decode),
+        max_model_len=max_model_len,
+        max_num_batched_tokens=budget,
+        block_size=block_size,
+        kv_cache_bytes=kv_cache_bytes,
+        kv_bytes_config=kv_config,
+        parameters=n_params,
+    )

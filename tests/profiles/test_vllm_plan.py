@@ -1,0 +1,122 @@
+"""A profile measured in vLLM engine steps, without vLLM: the plan, the step fit, the price."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from profiles import fitmath, models
+from profiles.cost import ProfileCostModel
+from profiles.measure_vllm import priced_prefill_s
+from profiles.schema import Decode, Prefill, Profile, Reload
+from profiles.vllm_plan import VllmMeasureError, decode_tokens, default_contexts, make_plan
+from ttlctl.cli import app
+
+REPO = Path(__file__).resolve().parents[2]
+A, B, Q, STEP = 0.003, 2e-5, 3e-10, 0.006
+
+
+def _chunks(tokens: int, chunk: int) -> list[tuple[int, int]]:
+    return [(done, min(chunk, tokens - done)) for done in range(0, tokens, chunk)]
+
+
+def test_step_fit_recovers_the_quadratic_from_chunked_steps() -> None:
+    steps = [s for c in (1024, 4096, 16384, 32768) for s in _chunks(c, 8192)]
+    seconds = [STEP + A + B * n + Q * ((c + n) ** 2 - c**2) for c, n in steps]
+    fit = fitmath.fit_prefill_steps(
+        [c for c, _ in steps], [n for _, n in steps], seconds, fixed_s=STEP
+    )
+    assert (fit.a, fit.b, fit.q) == pytest.approx((A, B, Q), rel=1e-6)
+    assert fit.max_rel_error < 1e-9 and fit.rmse_s < 1e-12
+    # without the fixed part, the intercept takes it
+    alone = fitmath.fit_prefill_steps([c for c, _ in steps], [n for _, n in steps], seconds)
+    assert alone.a == pytest.approx(A + STEP, rel=1e-6)
+
+
+def test_step_fit_never_goes_negative_and_refuses_too_few() -> None:
+    fit = fitmath.fit_prefill_steps(
+        [0, 0, 0, 0], [100, 200, 400, 800], [0.01, 0.011, 0.012, 0.013], 0.02
+    )
+    assert min(fit.a, fit.b, fit.q) >= 0
+    with pytest.raises(ValueError):
+        fitmath.fit_prefill_steps([0, 0], [1, 2], [0.1, 0.2])
+    with pytest.raises(ValueError):
+        fitmath.fit_prefill_steps([0, 0, 0], [1, 0, 2], [0.1, 0.2, 0.3])
+
+
+def test_priced_prefill_is_what_the_replay_charges() -> None:
+    profile = Profile(
+        "p", "d", "m", 1024, 65536, Prefill(A, B, Q), Reload(1e10, 0.0), Decode(STEP, 1e-4, 1e-8)
+    )
+    cost = ProfileCostModel(profile)
+    # one step: the quadratic plus the decode step's fixed part (a prefill-only step)
+    assert priced_prefill_s(profile, 4096, 8192) == pytest.approx(profile.prefill_s(4096) + STEP)
+    # several steps: each pays a and step_s; the b and q terms add up to the whole
+    expected = sum(cost.step_s([chunk], 0, 0) for chunk in _chunks(20000, 8192))
+    assert priced_prefill_s(profile, 20000, 8192) == pytest.approx(expected)
+    assert expected == pytest.approx(3 * (A + STEP) + B * 20000 + Q * 20000**2)
+
+
+def test_default_contexts_leave_room_and_reach_the_limit() -> None:
+    assert default_contexts(2047) == [128, 256, 512, 1024, 2047]
+    assert default_contexts(131071) == [1024 << i for i in range(7)] + [131071]
+    assert default_contexts(40960)[-2:] == [32768, 40960]
+    assert default_contexts(1100) == [128, 256, 512, 1024]
+
+
+def test_plan_sizes_the_engine_to_what_it_measures() -> None:
+    config = models.PRESETS["llama-3.1-8b"]
+    plan = make_plan(config, "cuda", 0, where="8b", max_context=32768)
+    assert plan.contexts == (1024, 2048, 4096, 8192, 16384, 32768)
+    assert plan.enforce_eager is False and plan.dtype == "bfloat16"
+    assert plan.max_model_len > 32768
+    kv = models.kv_bytes_per_token(config)
+    budget = plan.max_num_batched_tokens
+    for b, c in plan.decode:  # every sequence fits its model length, every batch the cache
+        top = c + decode_tokens(b, c, budget)
+        assert top <= plan.max_model_len
+        assert b * top * kv <= plan.kv_cache_bytes
+    assert {b for b, _ in plan.decode} == {1, 8, 32}
+    assert plan.max_model_len * kv <= plan.kv_cache_bytes
+    args = plan.engine_args("/m", 0)
+    assert args["load_format"] == "dummy" and args["skip_tokenizer_init"] is True
+    assert args["async_scheduling"] is False and args["enforce_eager"] is False
+
+
+def test_plan_refuses_with_one_line() -> None:
+    tiny = models.PRESETS["tiny"]
+    cases = [
+        ({"contexts": [64, 128]}, "at least 3"),
+        ({"contexts": [64, 128, 2048]}, "exceed the limit of 2047"),
+        ({"contexts": [64, 128, 256], "max_context": 128}, "exceed"),
+        ({"dtype": "int8"}, "dtype"),
+        ({"max_num_batched_tokens": 8}, "max_num_batched_tokens"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(VllmMeasureError, match=message) as err:
+            make_plan(tiny, "cpu", 0, where="tiny", **kwargs)  # type: ignore[arg-type]
+        assert "\n" not in str(err.value)
+    with pytest.raises(VllmMeasureError, match=r"141\.\d GB .* 16\.0 GB available on cpu"):
+        make_plan(models.PRESETS["llama-3.1-70b"], "cpu", 16_000_000_000, where="70b")
+
+
+def test_import_is_cheap() -> None:
+    code = "import sys, profiles.measure_vllm; print('torch' in sys.modules, 'vllm' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_without_vllm_the_cli_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "vllm.platforms", None)  # as if vLLM were not installed
+    res = CliRunner().invoke(app, ["profile", "-o", str(tmp_path / "p.json"), "--device", "cpu"])
+    assert res.exit_code == 2
+    (line,) = res.output.strip().splitlines()
+    assert "vLLM is not installed" in line and "--torch" in line

@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
-from replay.sim import Outcome
+from replay.sim import CallRecord, ProgramRun
+
+
+class Replayed(Protocol):
+    """What the figures are read from: :class:`replay.sim.Outcome` (the fast backend)
+    or the vLLM backend's outcome. ``engine`` has ``stats`` (``replay.engine.Stats``),
+    ``config.block_size`` and ``timeline`` ((time, pinned blocks) at each change)."""
+
+    @property
+    def calls(self) -> Sequence[CallRecord]: ...
+    @property
+    def programs(self) -> Sequence[ProgramRun]: ...
+    @property
+    def rejected_calls(self) -> int: ...
+    @property
+    def truncated_calls(self) -> int: ...
+    @property
+    def end(self) -> float: ...
+    @property
+    def engine(self) -> Any: ...
 
 
 def _pct(values: np.ndarray[Any, Any], p: float) -> float | None:
@@ -15,7 +35,7 @@ def _pct(values: np.ndarray[Any, Any], p: float) -> float | None:
     return float(np.percentile(values, p)) if values.size >= needed else None
 
 
-def summarize(outcome: Outcome, policy: str) -> dict[str, Any]:
+def summarize(outcome: Replayed, policy: str) -> dict[str, Any]:
     finished = [
         r for r in outcome.programs if r.done and not r.cut_short and r.last_finish is not None
     ]
@@ -60,7 +80,7 @@ def summarize(outcome: Outcome, policy: str) -> dict[str, Any]:
     }
 
 
-def timeline(outcome: Outcome, block_size: int, points: int = 400) -> dict[str, list[float]]:
+def timeline(outcome: Replayed, block_size: int, points: int = 400) -> dict[str, list[float]]:
     """Pinned KV tokens over time, as a step function downsampled to ≤ ``points``
     (each kept sample is the maximum over its slice, so peaks survive)."""
     samples = outcome.engine.timeline

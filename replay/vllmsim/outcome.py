@@ -1,0 +1,69 @@
+"""What a vLLM-backend replay leaves: per-call records, per-program runs, engine figures.
+
+:class:`Outcome` has the attributes :func:`replay.metrics.summarize` reads from the
+fast backend's outcome, so both give the same figures under the same names. Each
+call also keeps what a differential comparison with the fast backend needs: the
+step it was admitted in, its prefix hit (vLLM's ``num_cached_tokens``), its
+preemptions and its finish time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from replay.vllmsim.shared import CallRecord, EngineConfig, ProgramRun, Stats
+
+
+@dataclass(slots=True)
+class VllmCall(CallRecord):
+    """A finished call (times in virtual seconds; ``arrival`` is when it was sent).
+
+    ``hit_tokens`` is vLLM's ``num_cached_tokens`` of the call's first admission;
+    ``admitted_step`` and ``finish_step`` count the steps that computed something
+    (0-based, in the order vLLM scheduled them)."""
+
+    request_id: str = ""
+    #: when the scheduler first saw it (the step boundary after it was sent)
+    reached: float = 0.0
+    admitted_step: int = -1
+    finish_step: int = -1
+
+
+@dataclass(slots=True)
+class EngineFigures:
+    """The engine-wide figures, in the fast backend's ``Engine`` shape."""
+
+    config: EngineConfig
+    stats: Stats = field(default_factory=Stats)
+    #: (time, pinned blocks) at each change
+    timeline: list[tuple[float, int]] = field(default_factory=list)
+    #: the plugin's counters at the end (empty for vLLM's own scheduler)
+    plugin_counters: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Timings:
+    """Wall seconds of each ``schedule()`` and ``update_from_output()`` call (when asked)."""
+
+    schedule_s: list[float] = field(default_factory=list)
+    update_s: list[float] = field(default_factory=list)
+    #: the virtual price of each scheduled step, in ``schedule_s``'s order (0: empty)
+    step_s: list[float] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Outcome:
+    calls: list[VllmCall]
+    programs: list[ProgramRun]
+    rejected_calls: int
+    truncated_calls: int
+    engine: EngineFigures
+    end: float
+    #: calls aborted by the caller (their programs stop there)
+    aborted_calls: int = 0
+    async_scheduling: bool = False
+    vllm_version: str = ""
+    scheduler: str = ""
+    timings: Timings | None = None
+    #: wall seconds of the closed loop (vLLM's setup excluded)
+    wall_s: float = 0.0

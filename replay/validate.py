@@ -368,8 +368,13 @@ def validate(
     label: str | None = None,
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
+    backend: str = "fast",
+    async_scheduling: bool = False,
 ) -> dict[str, Any]:
     """Run ``workload`` (its first ``max_programs``) in the simulator and live, per policy.
+
+    ``backend``: the simulator (``fast``, or ``vllm``: vLLM's own scheduler in
+    process, see :mod:`replay.vllmsim`), with ``async_scheduling`` on the latter.
 
     Returns ``{"rows": {policy: [...]}, "sim": {...}, "live": {...}, "ranking":
     {...}, "goals": {...}, "profile": ..., "engine": ..., "servers": ...}``.
@@ -382,8 +387,8 @@ def validate(
     from profiles.cost import ProfileCostModel
     from profiles.engine import measure_engine
     from replay.policies import PolicySpec
-    from replay.run import run_one
     from replay.sim import ReplayConfig
+    from replay.vllmsim.backend import runner
     from ttlctl import bundle as bundle_mod
 
     say: Progress = progress or (lambda message: None)
@@ -523,6 +528,7 @@ def validate(
     assert profile is not None  # measured on the first server at the latest
     cost = ProfileCostModel(profile)
     sim: dict[str, dict[str, Any]] = {}
+    run_one = runner(backend, async_scheduling=async_scheduling)
     for name in names:
         say(f"{name}: simulating")
         spec = PolicySpec(name, bundle=bundle_doc if name == "continuum" else None)
@@ -568,6 +574,8 @@ def validate(
             "max_programs": max_programs,
             "idle_gap_cap_s": idle_gap_cap_s,
             "repeats": repeats,
+            "backend": backend,
+            "async_scheduling": async_scheduling,
         },
     }
 

@@ -94,6 +94,22 @@ def replay(
     label: Annotated[
         str | None, typer.Option(help="Prefix of --save-result's file (default: ttlctl-POLICY).")
     ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="Simulator: fast (ttlctl's) or vllm (the installed vLLM's own scheduler and "
+            "KV cache manager, in process; vllm, program-fcfs, static-ttl, continuum, "
+            "unlimited-kv)."
+        ),
+    ] = "fast",
+    async_scheduling: Annotated[
+        bool,
+        typer.Option(
+            "--async-scheduling",
+            help="With --backend vllm: vLLM's async scheduling (step N+1 is scheduled "
+            "before step N's output is applied).",
+        ),
+    ] = False,
 ) -> None:
     """Replay the trace's programs in closed loop (next call = finish + recorded pause)."""
     from fitting.fit import file_sha256
@@ -104,6 +120,7 @@ def replay(
     from replay.policies import PolicySpec
     from replay.run import Timing, expand, run_all
     from replay.sim import ReplayConfig, SimulationError
+    from replay.vllmsim.backend import UNMAPPED, BackendError, check_request, runner
     from replay.workload import load
     from ttlctl import __version__
     from ttlctl import bundle as bundle_mod
@@ -117,8 +134,11 @@ def replay(
         if concurrency is not None and concurrency <= 0:
             raise UserError("--concurrency must be positive")
         names = [n.strip() for p in policy for n in p.split(",") if n.strip()]
+        every = names == ["all"]
         try:
             names = expand(names)
+            if every and backend == "vllm":  # all: the policies vLLM's scheduler runs
+                names = [n for n in names if n not in UNMAPPED]
             engine = EngineConfig(
                 kv_tokens=kv_tokens,
                 block_size=block_size,
@@ -133,6 +153,16 @@ def replay(
             raise UserError(f"--valve must be head or stall-only, got {valve!r}")
         if pin_cap is not None and not 0 < pin_cap <= 1:
             raise UserError("--pin-cap must be in (0, 1]")
+        try:
+            vllm_version = check_request(
+                backend,
+                names,
+                async_scheduling=async_scheduling,
+                offload_tokens=offload_tokens,
+                fast_only={"--live": live is not None, "--check": check, "--per-token": per_token},
+            )
+        except BackendError as exc:
+            raise UserError(str(exc)) from None
         bundle_doc = bundle_mod.read(bundle) if bundle is not None else None
         prof, prof_path = resolve(profile)
         workload = cap_pauses(load(trace), idle_gap_cap)
@@ -175,13 +205,19 @@ def replay(
                         Timing(jps=jps, concurrency=concurrency, seed=seed),
                         timed=not no_timing,
                         progress=progress,
+                        runner=runner(backend, async_scheduling=async_scheduling),
                     )
             except SimulationError as exc:
                 raise UserError(f"simulation failed: {exc}") from None
+            except BackendError as exc:
+                raise UserError(str(exc)) from None
             except LiveError as exc:
                 raise UserError(str(exc)) from None
         doc: dict[str, Any] = {
             "ttlctl_version": __version__,
+            "backend": None if live is not None else backend,
+            "vllm_version": vllm_version,
+            "async_scheduling": async_scheduling,
             "trace": {
                 "path": str(trace),
                 "sha256": file_sha256(trace),

@@ -157,6 +157,14 @@ def tune(
             help="Cap every recorded pause (AIPerf's flag), as `ttlctl replay` does.",
         ),
     ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(help="Simulator: fast (ttlctl's) or vllm (vLLM's scheduler, in process)."),
+    ] = "fast",
+    async_scheduling: Annotated[
+        bool,
+        typer.Option("--async-scheduling", help="With --backend vllm: vLLM's async scheduling."),
+    ] = False,
 ) -> None:
     """Tune η, K, the T window, the pressure valve, the pin cap and a cold-start override
     by replay (objective: mean JCT), then write the best bundle.
@@ -184,6 +192,7 @@ def tune(
     from replay.live import cap_pauses, print_warning
     from replay.run import Timing
     from replay.sim import ReplayConfig
+    from replay.vllmsim.backend import BackendError, check_request
     from replay.workload import load
     from ttlctl import __version__
     from ttlctl import bundle as bundle_mod
@@ -200,6 +209,16 @@ def tune(
         check_live(live, live_bundle, workers, live_programs, live_check_s, live_timeout)
         if idle_gap_cap is not None and idle_gap_cap < 0:
             raise UserError("--trace-idle-gap-cap-seconds must be >= 0")
+        try:
+            check_request(
+                backend,
+                ("vllm", "program-fcfs", "continuum"),
+                async_scheduling=async_scheduling,
+                offload_tokens=offload_tokens,
+                fast_only={"--live": live is not None},
+            )
+        except BackendError as exc:
+            raise UserError(str(exc)) from None
         fit_doc = read_json_object(fit)
         prof, prof_path = resolve(profile)
         workload = cap_pauses(load(trace), idle_gap_cap)
@@ -242,6 +261,8 @@ def tune(
                 p95_max_s=p95_max,
                 live=target,
                 idle_gap_cap_s=idle_gap_cap,
+                backend=backend,
+                async_scheduling=async_scheduling,
             )
         except ValueError as exc:
             raise UserError(str(exc)) from None

@@ -122,6 +122,14 @@ def validate(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the comparison as JSON here ('-': stdout).")
     ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(help="Simulated side: fast (ttlctl's) or vllm (vLLM's scheduler in process)."),
+    ] = "fast",
+    async_scheduling: Annotated[
+        bool,
+        typer.Option("--async-scheduling", help="With --backend vllm: vLLM's async scheduling."),
+    ] = False,
 ) -> None:
     """Replay a small trace in the simulator and against real servers; print the errors.
 
@@ -136,6 +144,7 @@ def validate(
     from replay.run import Timing
     from replay.validate import Sources, ValidateError, base_command
     from replay.validate import validate as run_validate
+    from replay.vllmsim.backend import BackendError, check_request
     from replay.workload import load
     from ttlctl.jsonio import write_atomic
 
@@ -169,6 +178,10 @@ def validate(
                 raise UserError("--engine-cmd is empty")
         names = [n.strip() for p in (policy or ["vllm,continuum"]) for n in p.split(",")]
         names = [n for n in names if n]
+        try:
+            check_request(backend, names, async_scheduling=async_scheduling)
+        except BackendError as exc:
+            raise UserError(str(exc)) from None
         prof = resolve(profile)[0] if profile is not None else None
         workload = load(trace)
         if not workload.programs:
@@ -198,8 +211,10 @@ def validate(
                     label=label,
                     progress=lambda message: status.update(f"validating: {message}"),
                     warn=print_warning,
+                    backend=backend,
+                    async_scheduling=async_scheduling,
                 )
-            except (ValidateError, LiveError) as exc:
+            except (ValidateError, LiveError, BackendError) as exc:
                 raise UserError(str(exc)) from None
         doc["trace"] = str(trace)
         if json_out is not None:

@@ -16,8 +16,9 @@ from fitting.policy import PolicyParams
 from profiles import schema as profile_schema
 from profiles.cost import ProfileCostModel
 from replay.policies import PolicySpec
-from replay.run import Timing, run_one
+from replay.run import Timing
 from replay.sim import ReplayConfig
+from replay.vllmsim.backend import runner
 from replay.workload import Workload
 
 #: bump when the search space or the objective changes meaning (part of the study name)
@@ -113,6 +114,9 @@ class TuneContext:
     live: LiveTarget | None = None
     #: every recorded pause was capped at this (only recorded: the caller capped them)
     idle_gap_cap_s: float | None = None
+    #: the simulator: ``fast`` or ``vllm`` (vLLM's own scheduler, ``replay.vllmsim``)
+    backend: str = "fast"
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         if not self.workload.programs:
@@ -175,6 +179,9 @@ class TuneContext:
         # only when set, so the simulator's studies keep their names and fingerprints
         if self.idle_gap_cap_s is not None:
             out["idle_gap_cap_s"] = self.idle_gap_cap_s
+        if self.backend != "fast":
+            out["backend"] = self.backend
+            out["async_scheduling"] = self.async_scheduling
         if self.live is not None:
             out["live"] = self.live.fingerprint()
         return out
@@ -192,6 +199,7 @@ def shuffled(workload: Workload, seed: int) -> Workload:
 
 
 def replay_once(ctx: TuneContext, spec: PolicySpec, timing: Timing) -> dict[str, Any]:
+    run_one = runner(ctx.backend, async_scheduling=ctx.async_scheduling)
     result = run_one(
         shuffled(ctx.workload, timing.seed), spec, ctx.cost(), ctx.config, timing, timed=False
     )

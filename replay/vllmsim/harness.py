@@ -22,7 +22,7 @@ Order of calls, as ``EngineCoreProc``'s busy loop and ``EngineCore`` make them
 Latencies count from the send (vLLM's ``arrival_time``); the scheduler (and the
 plugin) see a call when it reaches them. The plugin's clock (``ttl_clock``) is
 this virtual clock; nothing here reads a wall clock except to measure how long
-``schedule()`` and ``update_from_output()`` take, when asked.
+``schedule()`` and ``update_from_output()`` take, when asked (``timed``).
 """
 
 from __future__ import annotations
@@ -107,6 +107,9 @@ class Harness:
         self.untagged_last = untagged_last
         self.observer = observer
         self.timings = Timings() if timed else None
+        self._lookup_s = 0.0
+        if timed:
+            self._time_lookups()
         self.depth = 2 if async_scheduling else 1
         self.now = 0.0
         self.figures = EngineFigures(config.engine)
@@ -128,6 +131,21 @@ class Harness:
 
     def clock(self) -> float:
         return self.now
+
+    def _time_lookups(self) -> None:
+        """Measure vLLM's prefix-cache lookups (wrapped on the instance, as the plugin wraps
+        ``allocate_slots``); only when timing is asked for."""
+        manager = self.scheduler.kv_cache_manager
+        lookup = manager.get_computed_blocks
+
+        def timed_lookup(request: Request) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return lookup(request)
+            finally:
+                self._lookup_s += time.perf_counter() - t0
+
+        manager.get_computed_blocks = timed_lookup
 
     # ------------------------------------------------------------ events
 
@@ -239,9 +257,12 @@ class Harness:
     def _schedule(self) -> _Queued:
         timings = self.timings
         if timings is not None:
-            t0 = time.perf_counter()
+            self._lookup_s = 0.0
+            c0, t0 = time.thread_time(), time.perf_counter()
             output = self.scheduler.schedule()
             timings.schedule_s.append(time.perf_counter() - t0)
+            timings.schedule_cpu_s.append(time.thread_time() - c0)
+            timings.lookup_s.append(self._lookup_s)
         else:
             output = self.scheduler.schedule()
         self._observe_pins()
@@ -272,9 +293,10 @@ class Harness:
     def _update(self, queued: _Queued) -> None:
         timings = self.timings
         if timings is not None:
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             outputs = self.scheduler.update_from_output(queued.output, queued.step.output)
             timings.update_s.append(time.perf_counter() - t0)
+            timings.update_cpu_s.append(time.thread_time() - c0)
         else:
             outputs = self.scheduler.update_from_output(queued.output, queued.step.output)
         self._observe_pins()

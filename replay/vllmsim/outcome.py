@@ -43,11 +43,16 @@ class EngineFigures:
 
 @dataclass(slots=True)
 class Timings:
-    """Wall seconds of each ``schedule()`` and ``update_from_output()`` call (when asked)."""
+    """Per step (when asked): wall and CPU seconds of ``schedule()`` and of
+    ``update_from_output()``, the wall seconds ``schedule()`` spent in vLLM's prefix-cache
+    lookup of waiting requests (``KVCacheManager.get_computed_blocks``), and the step's
+    virtual price (0: an empty step)."""
 
     schedule_s: list[float] = field(default_factory=list)
     update_s: list[float] = field(default_factory=list)
-    #: the virtual price of each scheduled step, in ``schedule_s``'s order (0: empty)
+    schedule_cpu_s: list[float] = field(default_factory=list)
+    update_cpu_s: list[float] = field(default_factory=list)
+    lookup_s: list[float] = field(default_factory=list)
     step_s: list[float] = field(default_factory=list)
 
 

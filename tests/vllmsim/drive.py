@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm.sampling_params import SamplingParams
+from vllm.v1.request import Request
+
 from fitting.policy import PolicyParams
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
@@ -56,9 +59,6 @@ class Driver:
         return self.built.scheduler
 
     def add(self, rid: str, program: str, prompt: int, output: int, *, last: bool = False) -> None:
-        from vllm.sampling_params import SamplingParams
-        from vllm.v1.request import Request
-
         ids = list(range(self._next_id, self._next_id + prompt))
         self._next_id += prompt
         self.calls[rid] = _Outputs(list(range(self._next_id, self._next_id + output)))

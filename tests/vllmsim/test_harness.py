@@ -33,7 +33,7 @@ def _fast(work: Workload, spec: PolicySpec, config: ReplayConfig) -> Any:
     return simulate(work, make(spec, {}, rebuild), COST, config)
 
 
-@pytest.mark.parametrize("policy", ["vllm", "program-fcfs", "continuum"])
+@pytest.mark.parametrize("policy", ["vllm", "program-fcfs", "static-ttl", "continuum"])
 def test_with_ample_memory_every_call_is_as_in_the_fast_backend(swe: Workload, policy: str) -> None:
     """Nothing is evicted or preempted: vLLM's scheduler, the stand-in executor and the
     virtual clock give each call the fast backend's admission, first token, finish and

@@ -13,6 +13,10 @@ shared and noisy); nothing here asserts on speed:
   (``fast=False``), as a ratio; both must give the same results.
 - memory: peak RSS (``ru_maxrss``) of a fresh process that builds the workload and
   replays it, against a fresh process that only builds the workload.
+- the vLLM backend (``--backend vllm``: vLLM's own scheduler and KV cache manager in
+  process, ``replay.vllmsim``) beside the fast one, on the first ``--vllm-programs``
+  programs only (it steps every decode token through vLLM's Python scheduler: the
+  whole workload would take an hour), with the calls/s of both on that subset.
 
 Goals (issue): at least 10,000 simulated calls per second, peak memory under 2 GB.
 ``--profile PATH`` also writes cProfile's top functions of the fast runs to PATH.
@@ -133,6 +137,12 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=2, help="timed runs per case (best of)")
     parser.add_argument("--profile", type=Path, default=None, help="write cProfile tops here")
+    parser.add_argument(
+        "--vllm-programs",
+        type=int,
+        default=48,
+        help="programs the vLLM backend replays (0: skip it)",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     setup = Setup(args.programs, args.seed)
@@ -214,9 +224,46 @@ def main() -> None:
             f"{'yes' if mb < MEMORY_GOAL_MB else 'NO'})"
         )
 
+    if args.vllm_programs > 0:
+        vllm_backend(workload(setup, args.vllm_programs))
+
     if args.profile is not None:
         write_profile(work, args.profile)
         print(f"profile: cProfile of the fast runs written to {args.profile}")
+
+
+def vllm_backend(work: Workload) -> None:
+    """Calls/s of the vLLM backend beside the fast backend's, on the same (small) workload."""
+    from replay.vllmsim.backend import runner, vllm_version  # lazy: imports vLLM and torch
+
+    cost = ProfileCostModel(resolve(PROFILE)[0])
+    config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=KV_TOKENS))
+    timing = Load(concurrency=CONCURRENCY)
+    print(
+        f"vllm backend (vLLM {vllm_version()}'s own scheduler in process, sync) on the first "
+        f"{len(work.programs)} programs ({work.calls:,} calls); calls/s of the closed loop"
+    )
+    print(
+        f"  {'policy':10s} {'backend':8s} {'wall s':>8s} {'calls/s':>9s} {'steps':>9s}"
+        f" {'JCT mean s':>11s} {'preempt':>8s} {'hits':>5s}"
+    )
+    for policy, spec in POLICIES.items():
+        fast: dict[str, Any] | None = None
+        for backend in ("fast", "vllm"):
+            gc.collect()
+            r = runner(backend)(work, spec, cost, config, timing)
+            fast = fast or r
+            note = (
+                "  (baseline)"
+                if r is fast
+                else f"  {r['sim_calls_per_s'] / fast['sim_calls_per_s']:.4f}x"
+            )
+            print(
+                f"  {policy:10s} {backend:8s} {r['wall_s']:8.2f} {r['sim_calls_per_s']:9,.1f}"
+                f" {r['engine_steps']:9,d} {r['jct_mean_s']:11.1f} {r['preemptions']:8,d}"
+                f" {r['prefix_hit_rate']:5.0%}" + note,
+                flush=True,
+            )
 
 
 def write_profile(work: Workload, path: Path) -> None:

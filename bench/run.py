@@ -6,7 +6,13 @@ import runpy
 import sys
 from pathlib import Path
 
-BENCHES = ["ingest_bench.py", "policy_bench.py", "replay_bench.py", "tune_bench.py"]
+BENCHES = [
+    "ingest_bench.py",
+    "policy_bench.py",
+    "replay_bench.py",
+    "sched_overhead_bench.py",
+    "tune_bench.py",
+]
 
 if __name__ == "__main__":
     here = Path(__file__).parent

@@ -53,9 +53,10 @@ from profiles.measure_server import measure_engine
 from profiles.schema import Profile
 from replay.live import LiveError, ServerInfo, cap_pauses, first_programs, probe, run_live
 from replay.policies import PolicySpec
-from replay.policy_runs import Load, run_one
+from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
+from replay.vllmsim.backend import runner
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 from ttlctl.errors import TtlctlError
@@ -367,8 +368,13 @@ def validate(
     label: str | None = None,
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
+    backend: str = "fast",
+    async_scheduling: bool = False,
 ) -> dict[str, Any]:
     """Run ``workload`` (its first ``max_programs``) in the simulator and live, per policy.
+
+    ``backend``: the simulator (``fast``, or ``vllm``: vLLM's own scheduler in
+    process, see :mod:`replay.vllmsim`), with ``async_scheduling`` on the latter.
 
     Returns ``{"rows": {policy: [...]}, "sim": {...}, "live": {...}, "ranking":
     {...}, "goals": {...}, "profile": ..., "engine": ..., "servers": ...}``.
@@ -515,6 +521,7 @@ def validate(
     assert profile is not None  # measured on the first server at the latest
     cost = ProfileCostModel(profile)
     sim: dict[str, dict[str, Any]] = {}
+    run_one = runner(backend, async_scheduling=async_scheduling)
     for name in names:
         say(f"{name}: simulating")
         spec = PolicySpec(name, bundle=bundle_doc if name == "continuum" else None)
@@ -560,6 +567,8 @@ def validate(
             "max_programs": max_programs,
             "idle_gap_cap_s": idle_gap_cap_s,
             "repeats": repeats,
+            "backend": backend,
+            "async_scheduling": async_scheduling,
         },
     }
 

@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from fitting.percentile import percentile
-from replay.sim import Outcome
+from replay.sim import ProgramRun, SimCallRecord
 
 
-def summarize(outcome: Outcome, policy: str) -> dict[str, Any]:
+class Replayed(Protocol):
+    """What the figures are read from: :class:`replay.sim.Outcome` (the fast backend)
+    or the vLLM backend's outcome. ``engine`` has ``stats`` (``replay.scheduler.Stats``),
+    ``config.block_size`` and ``timeline`` ((time, pinned blocks) at each change)."""
+
+    @property
+    def calls(self) -> Sequence[SimCallRecord]: ...
+    @property
+    def programs(self) -> Sequence[ProgramRun]: ...
+    @property
+    def rejected_calls(self) -> int: ...
+    @property
+    def truncated_calls(self) -> int: ...
+    @property
+    def end(self) -> float: ...
+    @property
+    def engine(self) -> Any: ...
+
+
+def summarize(outcome: Replayed, policy: str) -> dict[str, Any]:
     finished = [
         r for r in outcome.programs if r.done and not r.cut_short and r.last_finish is not None
     ]
@@ -55,7 +75,7 @@ def summarize(outcome: Outcome, policy: str) -> dict[str, Any]:
     }
 
 
-def timeline(outcome: Outcome, block_size: int, points: int = 400) -> dict[str, list[float]]:
+def timeline(outcome: Replayed, block_size: int, points: int = 400) -> dict[str, list[float]]:
     """Pinned KV tokens over time, as a step function downsampled to ≤ ``points``
     (each kept sample is the maximum over its slice, so peaks survive)."""
     samples = outcome.engine.timeline

@@ -80,13 +80,18 @@ def run_all(
     *,
     timed: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
+    runner: Callable[..., dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every policy on the same workload; adds ``gap_closed`` when both bounds ran."""
+    """Every policy on the same workload; adds ``gap_closed`` when both bounds ran.
+
+    ``runner``: replays one policy (default :func:`run_one`, the fast backend; see
+    ``replay.vllmsim.backend.runner``)."""
+    one = runner or run_one
     results = []
     for i, spec in enumerate(specs):
         if progress is not None:
             progress(spec.name, i, len(specs))
-        results.append(run_one(workload, spec, cost, config, timing, timed=timed))
+        results.append(one(workload, spec, cost, config, timing, timed=timed))
     by_name = {r["policy"]: r for r in results}
     if "vllm" in by_name and "unlimited-kv" in by_name:
         for r in results:

@@ -84,7 +84,7 @@ class Outcome:
     end: float
 
 
-def _fits(call: Call, config: ReplayConfig) -> tuple[Call | None, bool]:
+def fits_engine(call: Call, config: ReplayConfig) -> tuple[Call | None, bool]:
     """The call as the engine will see it: as is, truncated, or None (rejected)."""
     e = config.engine
     limit = min(e.max_model_len, e.num_blocks * e.block_size)
@@ -135,7 +135,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
     def arrive(run: ProgramRun, at: float, sent: float) -> None:
         nonlocal rid, rejected, truncated
         turn = run.next_turn
-        call, clipped = _fits(run.program.calls[turn], config)
+        call, clipped = fits_engine(run.program.calls[turn], config)
         if call is None:
             # the engine refuses it (longer than the model or the cache): the agent stops
             rejected += len(run.program.calls) - turn

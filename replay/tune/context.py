@@ -16,8 +16,9 @@ from fitting.policy import PolicyParams
 from profiles import schema as profile_schema
 from profiles.cost import ProfileCostModel
 from replay.policies import PolicySpec
-from replay.policy_runs import Load, run_one
+from replay.policy_runs import Load
 from replay.sim import ReplayConfig
+from replay.vllmsim.backend import runner
 from replay.workload import Workload
 from ttlctl.errors import TtlctlError
 
@@ -113,6 +114,9 @@ class TuneContext:
     live: LiveTarget | None = None
     #: every recorded pause was capped at this (only recorded: the caller capped them)
     idle_gap_cap_s: float | None = None
+    #: the simulator: ``fast`` or ``vllm`` (vLLM's own scheduler, ``replay.vllmsim``)
+    backend: str = "fast"
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         if not self.workload.programs:
@@ -172,6 +176,9 @@ class TuneContext:
         # only when set, so the simulator's studies keep their names and fingerprints
         if self.idle_gap_cap_s is not None:
             out["idle_gap_cap_s"] = self.idle_gap_cap_s
+        if self.backend != "fast":
+            out["backend"] = self.backend
+            out["async_scheduling"] = self.async_scheduling
         if self.live is not None:
             out["live"] = self.live.fingerprint()
         return out
@@ -189,6 +196,7 @@ def shuffled(workload: Workload, seed: int) -> Workload:
 
 
 def replay_once(ctx: TuneContext, spec: PolicySpec, timing: Load) -> dict[str, Any]:
+    run_one = runner(ctx.backend, async_scheduling=ctx.async_scheduling)
     result = run_one(
         shuffled(ctx.workload, timing.seed), spec, ctx.cost(), ctx.config, timing, timed=False
     )

@@ -99,6 +99,22 @@ def replay(
     label: Annotated[
         str | None, typer.Option(help="Prefix of --save-result's file (default: ttlctl-POLICY).")
     ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="Simulator: fast (ttlctl's) or vllm (the installed vLLM's own scheduler and "
+            "KV cache manager, in process; vllm, program-fcfs, static-ttl, continuum, "
+            "unlimited-kv)."
+        ),
+    ] = "fast",
+    async_scheduling: Annotated[
+        bool,
+        typer.Option(
+            "--async-scheduling",
+            help="With --backend vllm: vLLM's async scheduling (step N+1 is scheduled "
+            "before step N's output is applied).",
+        ),
+    ] = False,
 ) -> None:
     """Replay the trace's programs in closed loop (next call = finish + recorded pause)."""
     # imported when the command runs: `ttlctl --help` and the light commands stay light
@@ -107,6 +123,7 @@ def replay(
     from replay.policy_runs import Load, expand, run_all
     from replay.scheduler import SimSchedulerConfig
     from replay.sim import ReplayConfig, SimulationError
+    from replay.vllmsim.backend import UNMAPPED, check_request, runner
     from replay.workload import load
 
     with user_errors():
@@ -117,7 +134,10 @@ def replay(
         if concurrency is not None and concurrency <= 0:
             raise UserError("--concurrency must be positive")
         names = [n.strip() for p in policy for n in p.split(",") if n.strip()]
+        every = names == ["all"]
         names = expand(names)
+        if every and backend == "vllm":  # all: the policies vLLM's scheduler runs
+            names = [n for n in names if n not in UNMAPPED]
         engine = SimSchedulerConfig(
             kv_tokens=kv_tokens,
             block_size=block_size,
@@ -130,6 +150,13 @@ def replay(
             raise UserError(f"--valve must be head or stall-only, got {valve!r}")
         if pin_cap is not None and not 0 < pin_cap <= 1:
             raise UserError("--pin-cap must be in (0, 1]")
+        vllm_version = check_request(
+            backend,
+            names,
+            async_scheduling=async_scheduling,
+            offload_tokens=offload_tokens,
+            fast_only={"--live": live is not None, "--check": check, "--per-token": per_token},
+        )
         bundle_doc = bundle_mod.read(bundle) if bundle is not None else None
         prof, prof_path = resolve(profile)
         workload = cap_pauses(load(trace), idle_gap_cap)
@@ -173,11 +200,15 @@ def replay(
                         Load(jps=jps, concurrency=concurrency, seed=seed),
                         timed=not no_timing,
                         progress=progress,
+                        runner=runner(backend, async_scheduling=async_scheduling),
                     )
             except SimulationError as exc:  # an invariant broke: say so, in one line
                 raise UserError(f"simulation failed: {exc}") from None
         doc: dict[str, Any] = {
             "ttlctl_version": __version__,
+            "backend": None if live is not None else backend,
+            "vllm_version": vllm_version,
+            "async_scheduling": async_scheduling,
             "trace": {
                 "path": str(trace),
                 "sha256": file_sha256(trace),

@@ -169,6 +169,14 @@ def tune(
             help="Cap every recorded pause (AIPerf's flag), as `ttlctl replay` does.",
         ),
     ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(help="Simulator: fast (ttlctl's) or vllm (vLLM's scheduler, in process)."),
+    ] = "fast",
+    async_scheduling: Annotated[
+        bool,
+        typer.Option("--async-scheduling", help="With --backend vllm: vLLM's async scheduling."),
+    ] = False,
 ) -> None:
     """Tune η, K, the T window, the pressure valve, the pin cap and a cold-start override
     by replay (objective: mean JCT), then write the best bundle.
@@ -195,6 +203,7 @@ def tune(
     from replay.policy_runs import Load
     from replay.scheduler import SimSchedulerConfig
     from replay.sim import ReplayConfig
+    from replay.vllmsim.backend import check_request
     from replay.workload import load
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -208,6 +217,13 @@ def tune(
         check_live(live, live_bundle, workers, live_programs, live_check_s, live_timeout)
         if idle_gap_cap is not None and idle_gap_cap < 0:
             raise UserError("--trace-idle-gap-cap-seconds must be >= 0")
+        check_request(
+            backend,
+            ("vllm", "program-fcfs", "continuum"),
+            async_scheduling=async_scheduling,
+            offload_tokens=offload_tokens,
+            fast_only={"--live": live is not None},
+        )
         fit_doc = read_json_object(fit)
         prof, prof_path = resolve(profile)
         workload = cap_pauses(load(trace), idle_gap_cap)
@@ -248,6 +264,8 @@ def tune(
             p95_max_s=p95_max,
             live=target,
             idle_gap_cap_s=idle_gap_cap,
+            backend=backend,
+            async_scheduling=async_scheduling,
         )
         inputs = {
             "trace": file_sha256(trace),

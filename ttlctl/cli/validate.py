@@ -124,6 +124,14 @@ def validate(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the comparison as JSON here ('-': stdout).")
     ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(help="Simulated side: fast (ttlctl's) or vllm (vLLM's scheduler in process)."),
+    ] = "fast",
+    async_scheduling: Annotated[
+        bool,
+        typer.Option("--async-scheduling", help="With --backend vllm: vLLM's async scheduling."),
+    ] = False,
 ) -> None:
     """Replay a small trace in the simulator and against real servers; print the errors.
 
@@ -137,6 +145,7 @@ def validate(
     from replay.crosscheck import Sources, base_command
     from replay.crosscheck import validate as run_validate
     from replay.policy_runs import Load
+    from replay.vllmsim.backend import check_request
     from replay.workload import load
 
     extra = list(ctx.args)
@@ -169,6 +178,7 @@ def validate(
                 raise UserError("--engine-cmd is empty")
         names = [n.strip() for p in (policy or ["vllm,continuum"]) for n in p.split(",")]
         names = [n for n in names if n]
+        check_request(backend, names, async_scheduling=async_scheduling)
         prof = resolve(profile)[0] if profile is not None else None
         workload = load(trace)
         if not workload.programs:
@@ -197,6 +207,8 @@ def validate(
                 label=label,
                 progress=lambda message: status.update(f"validating: {message}"),
                 warn=print_warning,
+                backend=backend,
+                async_scheduling=async_scheduling,
             )
         doc["trace"] = str(trace)
         if json_out is not None:

@@ -18,7 +18,11 @@ that loop peeks at the head, allocates its blocks (which may release pins: the
 handover, the valve) and then pops, and the popped request must be the one it
 peeked. The list is re-sorted lazily on the next look (timsort on an almost
 sorted list). It also counts waiting requests
-per program (the expiry rule asks "has this program a request waiting?").
+per program (the expiry rule asks "has this program a request waiting?"), under the
+program the request had when it entered: vLLM may forget a request before it takes it
+out of the queue (under async scheduling a preempted request that stops on stale
+output goes through ``_free_request`` before ``waiting.remove_requests``), and the
+count must still come down.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ class ProgramQueue(RequestQueue):
         #: keys changed since the last refresh (applied at the next step start)
         self._stale = False
         self._programs: Counter[str] = Counter()
+        #: the program each queued request was counted under
+        self._owner: dict[Request, str] = {}
 
     # -- bookkeeping -------------------------------------------------------
 
@@ -63,11 +69,18 @@ class ProgramQueue(RequestQueue):
             self._dirty = False
         return self._items
 
-    def _count(self, request: Request, n: int) -> None:
+    def _enter(self, request: Request) -> None:
         program = self._program_of(request)
+        if program is None or request in self._owner:
+            return
+        self._owner[request] = program
+        self._programs[program] += 1
+
+    def _leave(self, request: Request) -> None:
+        program = self._owner.pop(request, None)
         if program is None:
             return
-        count = self._programs[program] + n
+        count = self._programs[program] - 1
         if count > 0:
             self._programs[program] = count
         else:
@@ -80,7 +93,7 @@ class ProgramQueue(RequestQueue):
 
     def add_request(self, request: Request) -> None:
         self._items.append(request)
-        self._count(request, 1)
+        self._enter(request)
         self._dirty = True
 
     def pop_request(self) -> Request:
@@ -88,7 +101,7 @@ class ProgramQueue(RequestQueue):
         if not items:
             raise IndexError("pop from an empty queue")
         request = items.pop()
-        self._count(request, -1)
+        self._leave(request)
         return request
 
     def peek_request(self) -> Request:
@@ -106,7 +119,7 @@ class ProgramQueue(RequestQueue):
 
     def remove_request(self, request: Request) -> None:
         self._items.remove(request)
-        self._count(request, -1)
+        self._leave(request)
 
     def remove_requests(self, requests: Iterable[Request]) -> None:
         gone = requests if isinstance(requests, set) else set(requests)
@@ -115,7 +128,7 @@ class ProgramQueue(RequestQueue):
         kept: list[Request] = []
         for request in self._items:
             if request in gone:
-                self._count(request, -1)
+                self._leave(request)
             else:
                 kept.append(request)
         self._items = kept

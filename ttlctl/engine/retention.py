@@ -179,9 +179,13 @@ class Retention:
         return ttl if math.isfinite(ttl) and ttl > 0 else 0.0
 
     def pin(self, request_id: str, blocks: Sequence[Any], ttl_s: float, now: float) -> bool:
-        """Hold ``blocks`` for ``ttl_s``; False (the caller frees them) over the pin cap."""
+        """Hold ``blocks`` for ``ttl_s``; False (the caller frees them) over the pin cap, and
+        when there is nothing to hold (a request preempted before it stopped on stale output
+        under async scheduling: its blocks went back at the preemption)."""
         live = self.live.get(request_id)
         if live is None or live.tags.program is None or ttl_s <= 0 or self._policy is None:
+            return False
+        if not blocks:
             return False
         program = live.tags.program
         if program in self.pins:  # two calls of one program in flight: the latest wins

@@ -1,0 +1,130 @@
+"""``--backend fast|vllm``: which simulator a replay runs, and what the vLLM one accepts.
+
+Light on purpose: it names the backends and checks a request for one without
+importing vLLM (``import vllm`` pulls in torch: seconds). The vLLM backend itself
+(:mod:`replay.vllmsim.run`) is imported only when it runs.
+
+Policies on the vLLM backend: ``vllm`` and ``unlimited-kv`` run vLLM's stock
+scheduler; ``program-fcfs``, ``static-ttl`` and ``continuum`` run ttlctl's
+``TTLScheduler`` with a bundle that says the policy (pins off; a fixed τ; the
+given or a cold-start bundle). ``infercept``, ``autellix`` and ``oracle`` have no
+such mapping (:data:`UNMAPPED` says why) and are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from profiles.cost import CostModel
+from replay.policies import PolicySpec
+from replay.policy_runs import Load, run_one
+from replay.sim import ReplayConfig
+from replay.workload import Workload
+from ttlctl.errors import TtlctlError
+
+BACKENDS = ("fast", "vllm")
+#: policy -> the scheduler class the vLLM backend runs it on
+MAPPED = {
+    "vllm": "vLLM's Scheduler",
+    "program-fcfs": "TTLScheduler, bundle with pins off",
+    "static-ttl": "TTLScheduler, bundle with a fixed TTL",
+    "continuum": "TTLScheduler, the bundle (or a cold-start one)",
+    "unlimited-kv": "vLLM's Scheduler with memory for every context",
+}
+#: policy -> why no vLLM scheduler runs it
+UNMAPPED = {
+    "infercept": "its TTL reads the running batch's contexts at each pause; no bundle says that",
+    "autellix": "its queue is least-attained-service per program; vLLM's and the plugin's "
+    "orders are FCFS",
+    "oracle": "it reads the true pauses, which no engine sees",
+}
+
+
+class BackendError(TtlctlError, ValueError):
+    """A backend that cannot run what was asked (one line, for the user)."""
+
+
+class RunOne(Protocol):
+    """One policy on one workload: the result record of ``ttlctl replay --json``."""
+
+    def __call__(
+        self,
+        workload: Workload,
+        spec: PolicySpec,
+        cost: CostModel,
+        config: ReplayConfig,
+        timing: Load,
+        *,
+        timed: bool = True,
+    ) -> dict[str, Any]: ...
+
+
+def vllm_version() -> str:
+    """The installed vLLM's version; :class:`BackendError` in one line when it is missing."""
+    try:
+        import vllm  # lazy: torch and vLLM take seconds to import, the fast path never needs them
+    except ImportError as exc:
+        raise BackendError(
+            f"--backend vllm needs vLLM installed (make install, or pip install "
+            f"'ttlctl[engine-cpu]'): {exc}"
+        ) from None
+    return str(getattr(vllm, "__version__", "unknown"))
+
+
+def check(
+    backend: str,
+    policies: Iterable[str],
+    *,
+    async_scheduling: bool = False,
+    offload_tokens: int = 0,
+) -> None:
+    """Raise :class:`BackendError` unless ``backend`` can run every policy as asked."""
+    if backend not in BACKENDS:
+        raise BackendError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "fast":
+        if async_scheduling:
+            raise BackendError(
+                "--async-scheduling needs --backend vllm (the fast simulator schedules "
+                "synchronously)"
+            )
+        return
+    for name in policies:
+        if name in UNMAPPED:
+            raise BackendError(
+                f"policy {name} does not map onto vLLM's scheduler ({UNMAPPED[name]}); "
+                f"--backend vllm runs {', '.join(MAPPED)}"
+            )
+    if offload_tokens > 0:
+        raise BackendError("--backend vllm has no offload tier: leave --offload-tokens at 0")
+    vllm_version()
+
+
+def check_request(
+    backend: str,
+    policies: Iterable[str],
+    *,
+    async_scheduling: bool = False,
+    offload_tokens: int = 0,
+    fast_only: Mapping[str, bool] | None = None,
+) -> str | None:
+    """:func:`check`, and no option that only the fast backend has (``fast_only``: option
+    name -> given); returns the vLLM version for ``--backend vllm``, else None."""
+    check(backend, policies, async_scheduling=async_scheduling, offload_tokens=offload_tokens)
+    if backend == "fast":
+        return None
+    given = [name for name, on in (fast_only or {}).items() if on]
+    if given:
+        raise BackendError(f"{given[0]} is the fast backend's: leave it out with --backend vllm")
+    return vllm_version()
+
+
+def runner(backend: str, *, async_scheduling: bool = False) -> RunOne:
+    """The function that replays one policy on ``backend``."""
+    if backend == "fast":
+        return run_one
+    check(backend, (), async_scheduling=async_scheduling)
+    # lazy: the vLLM backend imports vLLM (and torch); the fast path must not
+    from replay.vllmsim.run import VllmRunner
+
+    return VllmRunner(async_scheduling=async_scheduling)

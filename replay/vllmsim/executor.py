@@ -1,0 +1,85 @@
+"""The stand-in for vLLM's model executor: what a step computes, samples and costs.
+
+For each request vLLM scheduled, the step computes ``n`` tokens on top of the
+``c`` it had (``Request.num_computed_tokens`` already counts the step: the
+scheduler advances it in ``_update_after_schedule``). A request samples one token
+when the step reaches the end of its known tokens (``not is_prefill_chunk``, as
+vLLM sets it); the sampled token is the call's next output token, at output index
+``c + n − num_prompt_tokens``, the same id on every path (a stale output after a
+preemption included). Requests that do not sample get no token, as a model
+runner returns for a partial prefill.
+
+The step's price is the fast backend's cost model on the same classification:
+a decode is one token computed past the prompt that samples (its KV context
+``c``); anything else is a prefill chunk ``(c, n)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.outputs import ModelRunnerOutput
+
+from profiles.cost import CostModel
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    output: ModelRunnerOutput
+    #: (context before, tokens) of each prefill chunk
+    chunks: list[tuple[int, int]]
+    decodes: int
+    #: KV context of the decodes
+    kv_tokens: int
+
+    def seconds(self, cost: CostModel) -> float:
+        if not self.chunks and not self.decodes:
+            return 0.0
+        return cost.step_s(self.chunks, self.decodes, self.kv_tokens)
+
+
+class HasOutputs(Protocol):
+    #: the call's output token ids
+    outputs: list[int]
+
+
+def execute(
+    scheduled: SchedulerOutput,
+    requests: Mapping[str, Any],
+    calls: Mapping[str, HasOutputs],
+    filler: int,
+) -> Step:
+    """What the model would return for ``scheduled`` (``requests``: vLLM's, by id;
+    ``calls``: each request's output token ids; ``filler``: the id for a position
+    past them, which vLLM never keeps)."""
+    req_ids: list[str] = []
+    sampled: list[list[int]] = []
+    chunks: list[tuple[int, int]] = []
+    decodes = kv = 0
+    for req_id, n in scheduled.num_scheduled_tokens.items():
+        request = requests[req_id]
+        after = int(request.num_computed_tokens)
+        before = after - n
+        samples = not request.is_prefill_chunk
+        prompt = int(request.num_prompt_tokens)
+        if samples and n == 1 and before >= prompt:
+            decodes += 1
+            kv += before
+        else:
+            chunks.append((before, n))
+        req_ids.append(req_id)
+        if samples:
+            ids = calls[req_id].outputs
+            index = after - prompt
+            sampled.append([ids[index] if 0 <= index < len(ids) else filler])
+        else:
+            sampled.append([])
+    output = ModelRunnerOutput(
+        req_ids=req_ids,
+        req_id_to_index={r: i for i, r in enumerate(req_ids)},
+        sampled_token_ids=sampled,
+    )
+    return Step(output, chunks, decodes, kv)

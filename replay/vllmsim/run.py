@@ -1,0 +1,120 @@
+"""One policy on one workload through vLLM's own scheduler: the vLLM backend's entry point.
+
+:func:`run` returns the :class:`~replay.vllmsim.outcome.Outcome` with every call's
+record (admitted step, prefix hit, preemptions, finish); :class:`VllmRunner` is the
+``run_one`` of ``ttlctl replay --backend vllm`` (the fast backend's result record,
+from the same :func:`replay.figures.summarize`, plus what names the backend).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from profiles.cost import CostModel
+from replay.figures import summarize
+from replay.policies import BOUNDS, PolicySpec
+from replay.policy_runs import Load, prepare, unlimited_kv_tokens
+from replay.sim import ReplayConfig
+from replay.vllmsim.backend import check, vllm_version
+from replay.vllmsim.build import build, quiet_vllm
+from replay.vllmsim.bundles import bundle_for
+from replay.vllmsim.harness import Harness, Observer
+from replay.vllmsim.outcome import Outcome
+from replay.workload import Workload
+from ttlctl import bundle as bundle_mod
+
+
+def run(
+    workload: Workload,
+    spec: PolicySpec,
+    cost: CostModel,
+    config: ReplayConfig,
+    timing: Load,
+    *,
+    async_scheduling: bool = False,
+    untagged_last: frozenset[str] = frozenset(),
+    observer: Observer | None = None,
+    timed_calls: bool = False,
+) -> Outcome:
+    """Replay ``workload`` under ``spec`` on vLLM's scheduler (see :mod:`replay.vllmsim`).
+
+    ``untagged_last``: programs whose last call does not say it is the last (the
+    plugin may pin it, and the program never comes back); ``observer``: called after
+    every ``schedule()`` and ``update_from_output()``; ``timed_calls``: measure the
+    wall time of each of those calls (``Outcome.timings``).
+    """
+    check(
+        "vllm",
+        [spec.name],
+        async_scheduling=async_scheduling,
+        offload_tokens=config.offload_tokens,
+    )
+    work = prepare(workload, timing)
+    cfg = replace(config, concurrency=timing.concurrency)
+    if spec.name == "unlimited-kv":
+        engine = cfg.engine
+        kv = max(engine.kv_tokens, unlimited_kv_tokens(work, cfg))
+        cfg = replace(cfg, engine=replace(engine, kv_tokens=kv))
+    doc = bundle_for(spec, cost)
+    with tempfile.TemporaryDirectory(prefix="ttlctl-vllmsim-") as folder, quiet_vllm():
+        path = None
+        if doc is not None:
+            path = Path(folder) / "bundle.json"
+            bundle_mod.write(doc, path)
+        built = build(cfg.engine, async_scheduling=async_scheduling, bundle=path)
+        harness = Harness(
+            built,
+            work,
+            cost,
+            cfg,
+            async_scheduling=async_scheduling,
+            plugin=doc is not None,
+            untagged_last=untagged_last,
+            observer=observer,
+            timed=timed_calls,
+        )
+        start = time.perf_counter()
+        outcome = harness.run()
+        outcome.wall_s = time.perf_counter() - start
+    outcome.vllm_version = vllm_version()
+    return outcome
+
+
+@dataclass(frozen=True, slots=True)
+class VllmRunner:
+    """``run_one`` for ``--backend vllm``: the result record of one policy."""
+
+    async_scheduling: bool = False
+
+    def __call__(
+        self,
+        workload: Workload,
+        spec: PolicySpec,
+        cost: CostModel,
+        config: ReplayConfig,
+        timing: Load,
+        *,
+        timed: bool = True,
+    ) -> dict[str, Any]:
+        outcome = run(workload, spec, cost, config, timing, async_scheduling=self.async_scheduling)
+        return record(outcome, spec.name, timed=timed)
+
+
+def record(outcome: Outcome, policy: str, *, timed: bool = True) -> dict[str, Any]:
+    """The fast backend's result record for ``outcome``, plus the backend's names."""
+    result = summarize(outcome, policy)
+    result["evaluation_only"] = policy in BOUNDS
+    wall = outcome.wall_s
+    result["wall_s"] = wall if timed else None
+    calls = len(outcome.calls)
+    result["sim_calls_per_s"] = (calls / wall if wall > 0 else None) if timed else None
+    result["backend"] = "vllm"
+    result["async_scheduling"] = outcome.async_scheduling
+    result["scheduler"] = outcome.scheduler
+    result["aborted_calls"] = outcome.aborted_calls
+    result["plugin_counters"] = dict(outcome.engine.plugin_counters)
+    return result

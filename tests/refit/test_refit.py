@@ -166,12 +166,12 @@ def test_a_damaged_served_bundle_is_one_line_and_exit_2(
     served.write_text(json.dumps(doc))
     before = served.read_bytes()
     result = run("refit", world["today"], "--bundle", served)
-    assert result.exit_code == 2
-    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and str(served) in lines[0] and "checksum mismatch" in lines[0]
     assert served.read_bytes() == before
     missing = run("refit", world["today"], "--bundle", tmp_path / "none.json")
-    assert missing.exit_code == 2 and "none.json: no such file" in missing.output
+    assert missing.exit_code == 2 and "none.json: no such file" in missing.stderr
 
 
 def test_a_bad_log_is_one_line_naming_file_and_line(
@@ -186,8 +186,8 @@ def test_a_bad_log_is_one_line_naming_file_and_line(
     bad.write_text("\n".join(lines) + "\n")
     before = listing(served.parent)
     result = run("refit", bad, "--bundle", served, *LOAD)
-    assert result.exit_code == 2
-    assert result.output.strip().splitlines() == [
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
         f"error: {bad}: line 7: non-numeric prompt_tokens: 'lots'"
     ]
     assert listing(served.parent) == before

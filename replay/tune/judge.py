@@ -221,7 +221,7 @@ def _guard_refit(held: Mapping[str, Any], force: bool) -> dict[str, Any]:
         )
     else:
         shipped = "old"
-        tie = ", a tie: the new fit changes no decision that matters on this load"
+        tie = ", a tie: the two bundles replay alike on this load"
         message = (
             f"{what} does NOT beat the bundle in service on the held-back seeds ({figures}"
             f"{tie if new == old else ''}): the bundle in service is kept; pass --force to "

@@ -24,6 +24,7 @@ from replay.refit_settings import RefitSettings, fit_config, replay_settings
 from tests.refit.logs import cut, engine_lines, swe_trace, write_log
 from ttlctl import bundle
 from ttlctl.cli import app
+from ttlctl.cli import refit as refit_cli
 from ttlctl.jsonio import file_sha256
 
 PROGRAMS = 60
@@ -229,6 +230,19 @@ def test_refit_on_the_shipped_engine_log_sample(tmp_path: Path) -> None:
     assert rows["bash"]["new"]["n"] == rows["bash"]["old"]["n"] == 6
     assert report["replay"]["loads"] == [{"concurrency": 2}]  # 1.57 programs running at once
     assert report["replay"]["settings_from"] == "defaults"
+
+
+def test_many_tools_are_cut_short_on_the_console(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    served = served_from(SAMPLE, tmp_path / "srv")
+    report = json.loads(run("refit", SAMPLE, "--bundle", served, "--json").stdout)
+    one = report["tools"][0]
+    report["tools"] = [dict(one, tool=f"tool-{i:02d}") for i in range(30)] + report["tools"][-1:]
+    refit_cli.show(report)
+    text = capsys.readouterr().out
+    assert "tool-19" in text and "tool-20" not in text and "(any other tool)" in text
+    assert "10 more tool(s) with fewer pauses: --json lists them all" in text
 
 
 def test_the_served_file_changing_during_the_refit_writes_nothing(

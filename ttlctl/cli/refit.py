@@ -15,6 +15,9 @@ from rich.table import Table
 from ttlctl.cli.kit import UserError, err, out, user_errors
 from ttlctl.cli.render import secs
 
+#: tools shown in the tables (most pauses first); --json has them all
+SHOWN_TOOLS = 20
+
 
 def refit(
     logs: Annotated[
@@ -196,8 +199,15 @@ def show(report: dict[str, Any]) -> None:
         f"(the policy keeps η {fit['policy_eta']:.3f})",
         highlight=False,
     )
-    _pauses(report["tools"])
-    _taus(report["tools"], report["contexts"], report["queue_delay_s"])
+    rows = report["tools"]
+    shown = rows[:SHOWN_TOOLS] + rows[-1:] if len(rows) > SHOWN_TOOLS + 1 else rows
+    _pauses(shown)
+    _taus(shown, report["contexts"], report["queue_delay_s"])
+    if len(shown) < len(rows):
+        out.print(
+            f"{len(rows) - len(shown):,} more tool(s) with fewer pauses: --json lists them all",
+            highlight=False,
+        )
     _jct(report)
     _verdict(report)
 

@@ -46,12 +46,12 @@ from replay.workload import from_frame
 from ttlctl import __version__
 from ttlctl import bundle as bundle_mod
 from ttlctl.errors import TtlctlError
-from ttlctl.ingest.pipeline import IngestReport, ingest
-from ttlctl.jsonio import file_sha256
+from ttlctl.ingest.pipeline import IngestReport, ingest, rejects_path_for
+from ttlctl.jsonio import file_sha256, write_atomic
 from ttlctl.trace import io as trace_io
 
 REFIT_SCHEMA = "ttlctl.refit/1"
-#: rejected records shown in the report (all of them are in the rejects file with --trace)
+#: rejected records shown in the report (all of them are in the rejects file)
 REJECTS_SHOWN = 5
 #: the provenance keys of the served bundle that still describe the new one
 CARRIED = ("tuning", "profile")
@@ -81,7 +81,8 @@ def refit(
         report = ingest(paths, trace_path, fmt=settings.fmt, skip_bad=settings.skip_bad)
         rejects = _first_rejects(report)
         frame = trace_io.read(trace_path)
-    brief = _ingest_brief(report, frame, kept=settings.trace is not None)
+        kept_rejects = _keep_rejects(report, settings, bundle_path, dry_run)
+    brief = _ingest_brief(report, frame, settings.trace, kept_rejects)
     if frame.height == 0:
         raise RefitError(f"{_names(paths)}: no calls left to refit from (all rejected)")
     logs = [{"path": f.path, "sha256": file_sha256(Path(f.path))} for f in report.files]
@@ -199,8 +200,27 @@ def _log_source(logs: Sequence[Mapping[str, str]]) -> dict[str, str]:
     return {"path": ", ".join(log["path"] for log in logs), "sha256": digest}
 
 
-def _ingest_brief(report: IngestReport, frame: pl.DataFrame, *, kept: bool) -> dict[str, Any]:
-    """The ingest's counts; the rejects file only when it is kept (beside a kept trace)."""
+def _keep_rejects(
+    report: IngestReport, settings: RefitSettings, bundle_path: Path, dry_run: bool
+) -> Path | None:
+    """Where the rejects of ``--skip-bad`` are kept: beside the trace given with ``--trace``
+    (where ingest wrote them), else beside the served bundle (``<bundle>.rejects.jsonl``,
+    replaced by each refit); none in a dry run without ``--trace`` (it writes no file)."""
+    if report.rejects_path is None:
+        return None
+    if settings.trace is not None:
+        return Path(report.rejects_path)
+    if dry_run:
+        return None
+    kept = rejects_path_for(bundle_path)
+    write_atomic(Path(report.rejects_path).read_bytes(), kept)
+    return kept
+
+
+def _ingest_brief(
+    report: IngestReport, frame: pl.DataFrame, trace: Path | None, rejects: Path | None
+) -> dict[str, Any]:
+    """The ingest's counts, and the files kept: the trace (``--trace``) and the rejects."""
     return {
         "files": len(report.files),
         "formats": report.formats(),
@@ -210,8 +230,8 @@ def _ingest_brief(report: IngestReport, frame: pl.DataFrame, *, kept: bool) -> d
         "in_flight": report.in_flight,
         "rejected": report.rejected,
         "rejected_by_reason": report.rejected_by_reason,
-        "rejects_path": report.rejects_path if kept else None,
-        "trace": report.output if kept else None,
+        "rejects_path": None if rejects is None else str(rejects),
+        "trace": None if trace is None else str(trace),
     }
 
 

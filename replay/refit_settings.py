@@ -39,6 +39,7 @@ class RefitSettings:
     fmt: str = "auto"
     skip_bad: bool = False
     #: keep the ingested trace here (its rejects beside it with ``skip_bad``); None: temporary
+    #: (the rejects then go beside the served bundle)
     trace: Path | None = None
     #: program starts for the replays; empty: :func:`default_load`
     loads: tuple[Load, ...] = ()

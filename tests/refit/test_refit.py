@@ -201,8 +201,14 @@ def test_a_bad_log_is_one_line_naming_file_and_line(
     assert ingest["rejected"] > 2 and ingest["rejected_by_reason"]["malformed JSON"] == 1
     assert ingest["records"] == ingest["calls"] + ingest["rejected"] == len(lines)
     assert ingest["rejects_shown"] and all(r["file"] == str(bad) for r in ingest["rejects_shown"])
-    assert ingest["rejects_path"] is None  # the trace was temporary: counts and examples only
+    assert ingest["rejects_path"] is None  # a dry run writes no file: counts and examples only
     assert listing(served.parent) == before
+    # not a dry run: every reject is kept beside the served bundle
+    kept_run = run("refit", bad, "--bundle", served, *LOAD, "--skip-bad", "--json")
+    assert kept_run.exit_code == 0, kept_run.output
+    beside = served.with_name("bundle.json.rejects.jsonl")
+    assert json.loads(kept_run.stdout)["ingest"]["rejects_path"] == str(beside)
+    assert len(beside.read_text().splitlines()) == ingest["rejected"]
     # --trace keeps the ingested trace and, beside it, every reject
     kept = tmp_path / "kept" / "trace.parquet"
     with_trace = run(

@@ -53,7 +53,9 @@ def refit(
         bool,
         typer.Option(
             "--skip-bad",
-            help="Leave bad records out (counted by reason) instead of stopping at the first.",
+            help="Leave bad records out instead of stopping at the first: counted by reason, "
+            "the first shown, all in BUNDLE.rejects.jsonl (beside --trace's file with --trace; "
+            "none with --dry-run).",
         ),
     ] = False,
     trace: Annotated[

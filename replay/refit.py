@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
@@ -47,7 +48,7 @@ from ttlctl import __version__
 from ttlctl import bundle as bundle_mod
 from ttlctl.errors import TtlctlError
 from ttlctl.ingest.pipeline import IngestReport, ingest, rejects_path_for
-from ttlctl.jsonio import file_sha256, write_atomic
+from ttlctl.jsonio import file_sha256, replacing
 from ttlctl.trace import io as trace_io
 
 REFIT_SCHEMA = "ttlctl.refit/1"
@@ -73,7 +74,7 @@ def refit(
     """Refit, judge, and (unless ``dry_run``) write the new bundle over ``bundle_path`` (or
     to ``output``) when the guard says so. Returns the report (schema ``ttlctl.refit/1``)."""
     say = stage or (lambda _text: None)
-    served_bytes = file_sha256(bundle_path)  # first: a change after it is caught below
+    served_sha = file_sha256(bundle_path)  # first: a change after it is caught below
     old = bundle_mod.read(bundle_path)
     say("reading the log")
     with tempfile.TemporaryDirectory(prefix="ttlctl-refit-") as tmp:
@@ -141,7 +142,7 @@ def refit(
     }
     new = bundle_mod.assemble(fit, old["profile"], params, provenance)
     target = output or bundle_path
-    action = _apply(new, verdict, target, bundle_path, served_bytes, dry_run)
+    action = _apply(new, verdict, target, bundle_path, served_sha, dry_run)
     return {
         "schema": REFIT_SCHEMA,
         "bundle": {"path": str(bundle_path), "sha256": old["sha256"]},
@@ -172,7 +173,7 @@ def _apply(
     verdict: Mapping[str, Any],
     target: Path,
     served: Path,
-    served_bytes: str,
+    served_sha: str,
     dry_run: bool,
 ) -> str:
     """Write the new bundle when the guard ships it: ``replaced``, ``written`` (to -o),
@@ -182,7 +183,7 @@ def _apply(
     replacing = target.resolve() == served.resolve()
     if dry_run:
         return "would replace" if replacing else "would write"
-    if replacing and file_sha256(served) != served_bytes:
+    if replacing and file_sha256(served) != served_sha:
         raise RefitError(
             f"{served}: the served bundle changed while the refit ran; nothing written "
             "(run the refit again)"
@@ -213,7 +214,8 @@ def _keep_rejects(
     if dry_run:
         return None
     kept = rejects_path_for(bundle_path)
-    write_atomic(Path(report.rejects_path).read_bytes(), kept)
+    with replacing(kept) as tmp:
+        shutil.copyfile(report.rejects_path, tmp)
     return kept
 
 

@@ -179,7 +179,7 @@ def refit(
 def show(report: dict[str, Any]) -> None:
     """The report for people: what was read, what changed, the replays and the verdict."""
     ing = report["ingest"]
-    flight = f", {ing['in_flight']:,} still in flight" if ing["in_flight"] else ""
+    flight = f", {ing['in_flight']:,} program(s) still in flight" if ing["in_flight"] else ""
     rejected = f", {ing['rejected']:,} record(s) rejected" if ing["rejected"] else ""
     out.print(
         f"log: {ing['records']:,} records → {ing['programs']:,} programs, {ing['calls']:,} calls"
@@ -195,10 +195,10 @@ def show(report: dict[str, Any]) -> None:
         out.print(f"  all rejects: {escape(ing['rejects_path'])}", highlight=False)
     fit = report["fit"]
     cfg = fit["config"]
+    etas = f"{_num(fit['old']['eta'], '.3f')} → {_num(fit['new']['eta'], '.3f')}"
     out.print(
-        f"fit: K {cfg['min_samples']}, abandon after {cfg['abandon_s']:g} s (as the bundle's "
-        f"fit); η fitted {_num(fit['old']['eta'], '.3f')} → {_num(fit['new']['eta'], '.3f')} "
-        f"(the policy keeps η {fit['policy_eta']:.3f})",
+        f"fit: K {cfg['min_samples']}, abandon after {cfg['abandon_s']:g} s (the served bundle's "
+        f"fit settings); η fitted {etas} (the policy keeps η {fit['policy_eta']:.3f})",
         highlight=False,
     )
     rows = report["tools"]

@@ -220,8 +220,19 @@ def load_policy(
         warn("ttlctl: no bundle given (TTLCTL_BUNDLE unset): serving as stock vLLM, no pins")
         return None, None
     try:
-        doc = read(Path(path))
-        return policy_from(doc), doc
-    except (BundleError, ValueError, KeyError, TypeError) as exc:
+        return open_policy(Path(path))
+    except BundleError as exc:
         warn(f"ttlctl: bundle refused, serving as stock vLLM with no pins: {exc}")
         return None, None
+
+
+def open_policy(path: Path) -> tuple[TTLPolicy, dict[str, Any]]:
+    """The policy of the bundle at ``path`` and the bundle; :class:`BundleError` (naming
+    the file) for anything that keeps it from being served."""
+    try:
+        doc = read(path)
+        return policy_from(doc), doc
+    except BundleError:
+        raise
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BundleError(f"{path}: {exc}") from None

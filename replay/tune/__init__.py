@@ -59,7 +59,15 @@ from replay.tune.context import (
     replay_once,
     shuffled,
 )
-from replay.tune.judge import guard, held_back, held_back_live, paired
+from replay.tune.judge import (
+    beats,
+    guard,
+    held_back,
+    held_back_live,
+    held_figures,
+    paired,
+    replay_held_back,
+)
 from replay.tune.live_trial import candidate_bundle, live_replay, probe_request, swap
 from replay.tune.space import (
     COLD_START,
@@ -111,6 +119,7 @@ __all__ = [
     "TuneContext",
     "TuneError",
     "WorkerJob",
+    "beats",
     "candidate_bundle",
     "continuum",
     "default_storage",
@@ -119,6 +128,7 @@ __all__ = [
     "guard",
     "held_back",
     "held_back_live",
+    "held_figures",
     "importances",
     "live_doc",
     "live_objective",
@@ -132,6 +142,7 @@ __all__ = [
     "probe_request",
     "provenance_of",
     "pruner",
+    "replay_held_back",
     "replay_once",
     "run_trials",
     "run_workers",

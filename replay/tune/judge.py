@@ -1,6 +1,7 @@
 """Held-back judgement: the tuned policy, the paper's defaults, the never-pin policy (and,
 in the simulator, stock vLLM) replayed on seeds or programs no trial saw, and the guard
-that decides which policy is shipped."""
+that decides which policy is shipped. ``ttlctl refit`` is judged here too: the refitted
+bundle against the bundle in service (``guard(..., baseline="old")``), by the same rule."""
 
 from __future__ import annotations
 
@@ -22,6 +23,15 @@ def held_back(
     """Each policy (and stock vLLM) on ``ctx``'s seeds: flat figures (``<name>_jct_mean_s``,
     ``gain_vs_default`` …, as a report shows them) and each replay's mean JCT by policy."""
     specs = {name: continuum(ctx, p) for name, p in policies.items()} | {"vllm": PolicySpec("vllm")}
+    by, p95 = replay_held_back(ctx, specs)
+    return held_figures(ctx, by, p95, ("default", "vllm"), "vllm"), by
+
+
+def replay_held_back(
+    ctx: TuneContext, specs: Mapping[str, PolicySpec]
+) -> tuple[dict[str, list[float]], dict[str, list[float | None]]]:
+    """Each policy on every load × seed of ``ctx`` in the simulator: each replay's mean
+    JCT and its p95, by policy name."""
     by: dict[str, list[float]] = {name: [] for name in specs}
     p95: dict[str, list[float | None]] = {name: [] for name in specs}
     for timing in ctx.replays():
@@ -29,7 +39,7 @@ def held_back(
             r = replay_once(ctx, spec, timing)
             by[name].append(float(r["jct_mean_s"]))
             p95[name].append(r["jct_p95_s"])
-    return _held_figures(ctx, by, p95, ("default", "vllm"), "vllm"), by
+    return by, p95
 
 
 def held_back_live(
@@ -47,19 +57,23 @@ def held_back_live(
             by[name].append(float(r["jct_mean_s"]))
             p95[name].append(r["jct_p95_s"])
             runs[name].append(live_brief(r))
-    out = _held_figures(ctx, by, p95, ("default", "never-pin"), "never-pin")
+    out = held_figures(ctx, by, p95, ("default", "never-pin"), "never-pin")
     out["note"] = LIVE_BASELINE_NOTE
     out["live_runs"] = runs
     return out, by
 
 
-def _held_figures(
+def held_figures(
     ctx: TuneContext,
     by: Mapping[str, Sequence[float]],
     p95: Mapping[str, Sequence[float | None]],
     compare: Sequence[str],
     baseline: str,
+    candidate: str = "tuned",
 ) -> dict[str, Any]:
+    """Flat figures of the held-back replays: ``<name>_jct_mean_s`` and ``_p95_s`` for each
+    policy, and ``gain_vs_<other>`` (with the paired difference and its noise) of
+    ``candidate`` against each policy in ``compare``."""
     out: dict[str, Any] = {
         "seeds": list(ctx.seeds),
         "loads": [load_json(t) for t in ctx.loads],
@@ -75,8 +89,8 @@ def _held_figures(
         out[f"{key}_jct_p95_s"] = float(np.mean(known)) if len(known) == len(p95[name]) else None
     for name in compare:
         other = name.replace("-", "_")
-        if "tuned" in by and name in by:
-            p = paired(by["tuned"], by[name])
+        if candidate in by and name in by:
+            p = paired(by[candidate], by[name])
             out[f"gain_vs_{other}"] = p["gain"]
             out[f"diff_vs_{other}_s"] = p["diff_s"]  # tuned − other, per replay
             out[f"diff_sem_vs_{other}_s"] = p["diff_sem_s"]
@@ -97,16 +111,28 @@ def paired(tuned: Sequence[float], other: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def beats(held: Mapping[str, Any], candidate: str, baseline: str) -> bool:
+    """The guard's one rule: ``candidate`` beats ``baseline`` when its mean JCT over the
+    held-back replays is strictly lower (a tie does not)."""
+    mine = held[f"{candidate.replace('-', '_')}_jct_mean_s"]
+    theirs = held[f"{baseline.replace('-', '_')}_jct_mean_s"]
+    return bool(mine < theirs)
+
+
 def guard(held: Mapping[str, Any], force: bool, baseline: str = "vllm") -> dict[str, Any]:
     """Ship the tuned policy only if it beats the baseline on the held-back seeds: stock
     vLLM (simulator), or in live mode the never-pin bundle (``baseline="never-pin"``:
-    the server runs the TTL scheduler, so stock vLLM is not measured there)."""
+    the server runs the TTL scheduler, so stock vLLM is not measured there). With
+    ``baseline="old"`` (``ttlctl refit``): the refitted bundle (``new``) replaces the
+    bundle in service (``old``) only if it beats it."""
     if baseline == "never-pin":
         return _guard_live(held, force)
+    if baseline == "old":
+        return _guard_refit(held, force)
     tuned, vllm, never = (held[f"{n}_jct_mean_s"] for n in ("tuned", "vllm", "never_pin"))
-    beats = tuned < vllm
-    never_beats = never < vllm
-    if beats:
+    tuned_beats = beats(held, "tuned", "vllm")
+    never_beats = beats(held, "never-pin", "vllm")
+    if tuned_beats:
         shipped = "tuned"
         message = (
             f"the tuned policy beats stock vLLM on the held-back seeds: mean JCT {tuned:.2f} s "
@@ -132,10 +158,10 @@ def guard(held: Mapping[str, Any], force: bool, baseline: str = "vllm") -> dict[
         )
     return {
         "baseline": "vllm",
-        "beats_baseline": beats,
-        "beats_vllm": beats,
+        "beats_baseline": tuned_beats,
+        "beats_vllm": tuned_beats,
         "never_pin_beats_vllm": never_beats,
-        "forced": bool(force and not beats),
+        "forced": bool(force and not tuned_beats),
         "shipped": shipped,
         "message": message,
     }
@@ -143,10 +169,10 @@ def guard(held: Mapping[str, Any], force: bool, baseline: str = "vllm") -> dict[
 
 def _guard_live(held: Mapping[str, Any], force: bool) -> dict[str, Any]:
     tuned, never = held["tuned_jct_mean_s"], held["never_pin_jct_mean_s"]
-    beats = tuned < never
+    tuned_beats = beats(held, "tuned", "never-pin")
     what = "the never-pin bundle (program FCFS, no pins; the live baseline)"
     figures = f"mean JCT {tuned:.2f} s vs {never:.2f} s"
-    if beats:
+    if tuned_beats:
         shipped = "tuned"
         message = (
             f"the tuned policy beats {what} on the held-back programs: {figures} "
@@ -167,10 +193,47 @@ def _guard_live(held: Mapping[str, Any], force: bool) -> dict[str, Any]:
     message += ". Stock vLLM was not measured (the server runs the TTL scheduler)"
     return {
         "baseline": "never-pin",
-        "beats_baseline": beats,
+        "beats_baseline": tuned_beats,
         "beats_vllm": None,
         "never_pin_beats_vllm": None,
-        "forced": bool(force and not beats),
+        "forced": bool(force and not tuned_beats),
+        "shipped": shipped,
+        "message": message,
+    }
+
+
+def _guard_refit(held: Mapping[str, Any], force: bool) -> dict[str, Any]:
+    new, old, vllm = (held[f"{n}_jct_mean_s"] for n in ("new", "old", "vllm"))
+    new_beats = beats(held, "new", "old")
+    what = "the refitted bundle"
+    figures = f"mean JCT {new:.2f} s vs {old:.2f} s"
+    if new_beats:
+        shipped = "new"
+        message = (
+            f"{what} beats the bundle in service on the held-back seeds: {figures} "
+            f"({old / new:.3f}x)"
+        )
+    elif force:
+        shipped = "new"
+        message = (
+            f"{what} does NOT beat the bundle in service on the held-back seeds ({figures}); "
+            "replacing it anyway, as asked (--force)"
+        )
+    else:
+        shipped = "old"
+        tie = ", a tie: the two bundles replay alike on this load"
+        message = (
+            f"{what} does NOT beat the bundle in service on the held-back seeds ({figures}"
+            f"{tie if new == old else ''}): the bundle in service is kept; pass --force to "
+            "replace it anyway"
+        )
+    return {
+        "baseline": "old",
+        "beats_baseline": new_beats,
+        "beats_vllm": beats(held, "new", "vllm"),
+        "old_beats_vllm": beats(held, "old", "vllm"),
+        "vllm_jct_mean_s": vllm,
+        "forced": bool(force and not new_beats),
         "shipped": shipped,
         "message": message,
     }

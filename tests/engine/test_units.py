@@ -178,6 +178,12 @@ def test_watcher_reloads_keeps_policy_on_damage_and_warns_once(tmp_path: Path) -
     first = w.policy
     path.write_text(path.read_text()[:-40])  # truncated
     assert not w.poll(now=100.0) and w.policy is first and len(warned) == 1
+    # one line: what was refused, what is kept, the file and why (not the start-up message)
+    assert warned[0].startswith(
+        f"ttlctl: new bundle refused, keeping the policy in force: {path}: line "
+    )
+    assert "\n" not in warned[0] and warned[0].count("ttlctl:") == 1
+    assert "stock vLLM" not in warned[0]
     assert not w.poll(now=100.1)  # checked at most every 5 s
     assert not w.poll(now=106.0) and len(warned) == 1  # same damaged file: no second warning
     write_bundle(path, cold_start_ttl_s=7.0)

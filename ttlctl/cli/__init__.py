@@ -18,6 +18,7 @@ from ttlctl.cli import (
     fit,
     ingest,
     profile,
+    refit,
     replay,
     report,
     serve,
@@ -42,6 +43,7 @@ app.command("synth")(synth.synth)
 app.command("tune")(tune.tune)
 app.command("serve", context_settings=serve.CONTEXT_SETTINGS)(serve.serve)
 app.command("validate", context_settings=validate.CONTEXT_SETTINGS)(validate.validate)
+app.command("refit")(refit.refit)
 app.command("ingest")(ingest.ingest)
 app.command("fit")(fit.fit)
 app.command("export")(export.export)

@@ -87,6 +87,11 @@ def ingest_report(console: Console, report: IngestReport) -> None:
     console.print(
         f"{report.records:,} records → {report.rows:,} calls written to {report.output}{mode}"
     )
+    if report.in_flight:
+        console.print(
+            f"{report.in_flight:,} program(s) still in flight when the log was read: kept up to "
+            "their last logged call (its tool and pause unknown)"
+        )
     if report.rejects_path is not None:
         console.print(
             f"[bold yellow]{report.rejected:,} record(s) rejected[/] → {report.rejects_path}"
@@ -97,7 +102,7 @@ def ingest_report(console: Console, report: IngestReport) -> None:
             console.print(f"  {count:>8,}  {_escape(reason)}")
 
 
-def _secs(value: float | None) -> str:
+def secs(value: float | None) -> str:
     if value is None:
         return "—"
     if value == 0:
@@ -149,10 +154,10 @@ def fit_table(console: Console, fit: dict[str, Any]) -> None:
             _escape(name),
             f"{entry['n']:,}",
             f"{entry['measured']:,}",
-            _secs(entry["p50_s"]),
-            _secs(entry["p90_s"]),
-            _secs(entry["p99_s"]),
-            _secs(exp.get("mean_s")),
+            secs(entry["p50_s"]),
+            secs(entry["p90_s"]),
+            secs(entry["p99_s"]),
+            secs(exp.get("mean_s")),
             f"{exp['ks']:.2f}" if exp else "—",
             f"{len(entry['cdf']['x']):,}",
             style=style,
@@ -198,9 +203,9 @@ def bundle_table(
         table.add_row(
             _escape(name),
             f"{entry['n']:,}",
-            _secs(entry.get("p50_s")),
-            _secs(entry.get("p90_s")),
-            *[_secs(d.ttl_s) for d in decisions],
+            secs(entry.get("p50_s")),
+            secs(entry.get("p90_s")),
+            *[secs(d.ttl_s) for d in decisions],
             decisions[-1].source,
         )
     g = fit.get("global") or {"n": 0}
@@ -210,15 +215,15 @@ def bundle_table(
     table.add_row(
         "(any other tool)",
         f"{g['n']:,}",
-        _secs(g.get("p50_s")),
-        _secs(g.get("p90_s")),
-        *[_secs(d.ttl_s) for d in decisions],
+        secs(g.get("p50_s")),
+        secs(g.get("p90_s")),
+        *[secs(d.ttl_s) for d in decisions],
         decisions[-1].source,
         style="italic",
     )
     console.print(table)
     benefit = ", ".join(
-        f"{c // 1000}k: {_secs(policy.benefit(c, offload, policy.eta) + queue_delay * 0)}"
+        f"{c // 1000}k: {secs(policy.benefit(c, offload, policy.eta) + queue_delay * 0)}"
         for c in contexts
     )
     console.print(f"benefit B of a kept context (rebuild cost + T·η): {benefit}")

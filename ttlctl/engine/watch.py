@@ -15,10 +15,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fitting.policy import TTLPolicy
-from ttlctl.bundle import load_policy
+from ttlctl.bundle import BundleError, load_policy, open_policy
 
 ENV_BUNDLE = "TTLCTL_BUNDLE"
 ENV_EVERY = "TTLCTL_BUNDLE_CHECK_S"
@@ -87,12 +88,11 @@ class BundleWatcher:
         if signature is None:
             self.warn(f"ttlctl: bundle {self.path} disappeared; keeping the policy in force")
             return False
-        messages: list[str] = []
-        policy, doc = load_policy(self.path, messages.append)
-        if policy is None:
+        try:
+            policy, doc = open_policy(Path(self.path))
+        except BundleError as exc:
             kept = "the policy in force" if self.policy is not None else "stock vLLM"
-            reason = messages[0] if messages else "unreadable"
-            self.warn(f"ttlctl: new bundle refused, keeping {kept}: {reason}")
+            self.warn(f"ttlctl: new bundle refused, keeping {kept}: {exc}")
             return False
         self.policy, self.doc = policy, doc
         self.reloads += 1

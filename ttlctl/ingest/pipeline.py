@@ -35,6 +35,8 @@ class FileReport:
     format: str
     #: input records seen; None where the reader counts one per row (canonical)
     records: int | None
+    #: programs still running when the log was read, ended at their last logged call
+    in_flight: int = 0
 
 
 @dataclass
@@ -48,6 +50,9 @@ class IngestReport:
     rejects_path: str | None = None
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     streamed: bool = False
+    #: programs still running when the log was read (engine logs), kept up to their
+    #: last logged call; counted here, not rejected
+    in_flight: int = 0
 
     def formats(self) -> dict[str, int]:
         return dict(Counter(f.format for f in self.files))
@@ -123,7 +128,8 @@ def ingest(
             before = sink.count
             one = _read_one(reader, path, sink)
             _check_accounting(reader, path, one, sink.count - before)
-            report.files.append(FileReport(str(path), reader.name, one.records))
+            report.files.append(FileReport(str(path), reader.name, one.records, one.in_flight))
+            report.in_flight += one.in_flight
             parsed.append((one, one.absolute_time))
             total_bytes += path.stat().st_size
         if progress is not None:

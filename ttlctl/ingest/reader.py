@@ -45,12 +45,14 @@ class Parsed:
     records it rejected), so that ``rows + rejects == records`` can be checked;
     None means "one per row of ``frame``" (counted when the frame is collected).
     ``absolute_time`` says that ``arrival_s`` is a wall clock (epoch seconds) to be
-    rebased to the trace's start; otherwise it is already relative.
+    rebased to the trace's start; otherwise it is already relative. ``in_flight``
+    counts programs the log cut short, ended at their last logged call (engine logs).
     """
 
     frame: pl.LazyFrame
     records: int | None
     absolute_time: bool = False
+    in_flight: int = 0
 
 
 class Reader(Protocol):

@@ -29,6 +29,16 @@ turns; ``arrival_s`` is ``arrival_unix_s`` (absolute clock, rebased by ingest);
 when a client overlaps its calls; ``tool_s`` is null (an engine cannot see tool
 time, only the gap); ``reused_tokens`` is null (the cache hit is not the shared
 prefix: a hit depends on what survived in memory).
+
+Programs in flight: a log read while the engine serves holds programs that have not
+ended. A tagged program whose last logged call is not tagged ``is_last`` (the tag is
+false, or absent) is taken as in flight when the log was read: its last logged call
+becomes the last row of the program in the trace (``is_last`` true) and its trailing
+``tool`` and pause are dropped, being unknown. Such programs are counted
+(:attr:`Parsed.in_flight`, the ingest report's ``in_flight``), not rejected; their calls
+so far count as a whole program (the fit's η sees them shorter than they will be). A
+client that never sends ``is_last: 1`` makes every tagged program count here. Untagged
+one-call programs (``request:<request_id>``) are not counted.
 """
 
 from __future__ import annotations
@@ -51,6 +61,8 @@ from ttlctl.ingest.reader import (
 from ttlctl.ingest.rejects import RejectSink
 
 SCHEMA = "ttlctl.engine-log/1"
+#: the program id of an untagged request: ``request:<request_id>``
+UNTAGGED = "request:"
 
 
 class EngineLogReader:
@@ -78,10 +90,11 @@ class EngineLogReader:
                 if request_id in (None, ""):
                     sink.reject(path, record, "missing request_id and program_id")
                     continue
-                program = f"request:{request_id}"
+                program = f"{UNTAGGED}{request_id}"
             programs[str(program)].append(_row(obj, record, lineno))
             rows_made += 1
         rows: list[dict[str, Any]] = []
+        in_flight = 0
         for program, calls in programs.items():
             calls.sort(key=lambda r: (r["_sort"], r["_line"]))
             for turn, row in enumerate(calls):
@@ -93,12 +106,26 @@ class EngineLogReader:
             for row in calls:
                 for key in ("_sort", "_line", "_finish"):
                     row.pop(key, None)
-            if calls and calls[-1].get("tool") is not None and calls[-1].get("is_last") is None:
-                # the log ends while the program waits on a tool: keep the call, not the tool
-                calls[-1]["tool"] = None
+            in_flight += _close_in_flight(program, calls)
             rows.extend(calls)
         records = rows_made + sink.count - before
-        return Parsed(frame_from_rows(rows, path), records=records, absolute_time=True)
+        return Parsed(
+            frame_from_rows(rows, path), records=records, absolute_time=True, in_flight=in_flight
+        )
+
+
+def _close_in_flight(program: str, calls: list[dict[str, Any]]) -> int:
+    """End a program the log cut short at its last logged call; 1 if it was in flight.
+
+    A program with a bad record is left alone: validation rejects it whole.
+    """
+    last = calls[-1]
+    if last.get("is_last") is True or any("_reason" in row for row in calls):
+        return 0
+    last["is_last"] = True
+    last["tool"] = None  # the tool it waits on, and the pause after it, are unknown
+    last.pop("gap_s", None)
+    return 0 if program.startswith(UNTAGGED) else 1
 
 
 def _row(obj: dict[str, Any], record: str, lineno: int) -> dict[str, Any]:

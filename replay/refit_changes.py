@@ -1,0 +1,61 @@
+"""What a refit changes, as plain data: each tool's pauses and τ* under the served bundle
+and the refitted one, and the replayed JCT of each (``ttlctl refit``'s report)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ttlctl import bundle as bundle_mod
+
+#: the context lengths (tokens) of the τ* columns, as ``ttlctl bundle inspect`` shows them
+CONTEXTS = (1_000, 8_000, 32_000, 128_000)
+#: the policies of the replays, in the report's order
+POLICIES = ("old", "new", "vllm")
+
+
+def tool_changes(
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    contexts: Sequence[int] = CONTEXTS,
+    queue_delay_s: float = 0.0,
+) -> list[dict[str, Any]]:
+    """One row per tool of either fit (most samples in the new fit first), then the row of
+    any other tool (``tool`` None: the all-tools CDF): the pause count, p50 and p90 and
+    whether the policy trusts the tool's CDF, and τ* (s) at each context length with
+    where it came from, under each bundle. A miss is priced as a prefill (what the
+    engine does) and T is ``queue_delay_s`` (0: a fresh engine's)."""
+    policies = {"old": bundle_mod.policy_from(old), "new": bundle_mod.policy_from(new)}
+    fits = {"old": old["fit"], "new": new["fit"]}
+    names = set(fits["old"]["tools"]) | set(fits["new"]["tools"])
+
+    def weight(name: str) -> tuple[int, int, str]:
+        counts = [fits[w]["tools"].get(name, {}).get("n", 0) for w in ("new", "old")]
+        return (-counts[0], -counts[1], name)
+
+    rows = []
+    for name in [*sorted(names, key=weight), None]:
+        row: dict[str, Any] = {"tool": name}
+        for which, fit in fits.items():
+            entry = fit["tools"].get(name) if name is not None else fit.get("global")
+            decisions = [
+                policies[which].decide(name, c, offload=False, queue_delay_s=queue_delay_s)
+                for c in contexts
+            ]
+            row[which] = {
+                "n": entry["n"] if entry else 0,
+                "p50_s": entry.get("p50_s") if entry else None,
+                "p90_s": entry.get("p90_s") if entry else None,
+                "tau_s": [d.ttl_s for d in decisions],
+                "tau_source": [d.source for d in decisions],
+            }
+        rows.append(row)
+    return rows
+
+
+def jct_table(held: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Mean JCT and p95 (s) over the held-back replays, for old, new and stock vLLM."""
+    return {
+        name: {"mean_s": held[f"{name}_jct_mean_s"], "p95_s": held[f"{name}_jct_p95_s"]}
+        for name in POLICIES
+    }

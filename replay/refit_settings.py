@@ -1,0 +1,121 @@
+"""What ``ttlctl refit`` fits and replays with: the options given, else what the bundle in
+service records, else the defaults.
+
+- the fit: the settings recorded in the served bundle's fit (K, ``abandon_s``, bootstrap,
+  seed, CDF points); a bundle without a fit (cold start) gives K and ``abandon_s`` from
+  its policy (:func:`fit_config`);
+- the loads: those given, else one closed population of the log's mean concurrency
+  (:func:`default_load`);
+- the simulated engine (KV size and the rest), offload tier and truncation: those given,
+  else as the served bundle's last refit or its ``tune`` study recorded them, else the
+  simulator's defaults (:func:`replay_settings`);
+- the seeds: held-back seeds numbered as ``ttlctl tune`` numbers its own (1000, 1001, …).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from fitting.fit import FitConfig
+from fitting.policy import PolicyParams
+from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig
+from replay.workload import Workload
+
+#: held-back seeds, as ``ttlctl tune`` numbers them (its trials use 0, 1, …)
+HELD_BACK_FROM = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class RefitSettings:
+    """How to read the log and how to replay it; None: from the served bundle or defaults."""
+
+    fmt: str = "auto"
+    skip_bad: bool = False
+    #: keep the ingested trace here (its rejects beside it with ``skip_bad``); None: temporary
+    #: (the rejects then go beside the served bundle)
+    trace: Path | None = None
+    #: program starts for the replays; empty: :func:`default_load`
+    loads: tuple[Load, ...] = ()
+    seeds: tuple[int, ...] = (HELD_BACK_FROM, HELD_BACK_FROM + 1, HELD_BACK_FROM + 2)
+    kv_tokens: int | None = None
+    offload_tokens: int | None = None
+    truncate: bool | None = None
+    #: T (s) assumed for the τ* columns of the report (0: a fresh engine's)
+    queue_delay_s: float = 0.0
+    #: replace even when the new bundle does not beat the served one
+    force: bool = False
+
+
+def fit_config(doc: Mapping[str, Any]) -> FitConfig:
+    """The settings the served bundle's fit was made with; for a bundle without a fit
+    (cold start), its policy's K and ``abandon_s`` and the defaults."""
+    recorded = (doc.get("fit") or {}).get("config")
+    known = {f.name for f in fields(FitConfig)}
+    if isinstance(recorded, dict) and recorded:
+        return FitConfig(**{k: v for k, v in recorded.items() if k in known})
+    params = PolicyParams.from_json(doc["policy"])
+    return FitConfig(min_samples=params.k, abandon_s=params.abandon_s)
+
+
+def replay_settings(doc: Mapping[str, Any], settings: RefitSettings) -> tuple[ReplayConfig, str]:
+    """The simulated engine of the replays, and where its settings came from: the options
+    given, else the served bundle's last refit or its tuning study, else the defaults."""
+    provenance = doc.get("provenance") or {}
+    recorded: Mapping[str, Any] = {}
+    source = "defaults"
+    for where, found in (
+        ("the bundle's last refit", (provenance.get("refit") or {}).get("replay")),
+        ("the bundle's tuning", (provenance.get("tuning") or {}).get("objective")),
+    ):
+        if isinstance(found, dict) and isinstance(found.get("engine"), dict):
+            recorded, source = found, where
+            break
+    known = {f.name for f in fields(SimSchedulerConfig)}
+    engine = SimSchedulerConfig(
+        **{k: v for k, v in recorded.get("engine", {}).items() if k in known}
+    )
+    if settings.kv_tokens is not None:
+        engine = replace(engine, kv_tokens=settings.kv_tokens)
+    config = ReplayConfig(
+        engine=engine,
+        offload_tokens=_given(settings.offload_tokens, recorded.get("offload_tokens"), 0),
+        truncate=bool(_given(settings.truncate, recorded.get("truncate"), False)),
+    )
+    return config, source
+
+
+def _given(value: Any, recorded: Any, default: Any) -> Any:
+    return value if value is not None else recorded if recorded is not None else default
+
+
+def default_load(frame: pl.DataFrame, workload: Workload) -> tuple[list[Load], str]:
+    """One closed population: the log's mean concurrency (programs in flight, averaged over
+    the log's span, from each program's first arrival to its last finish), rounded, at
+    least 1. A trace without every arrival and call time: a quarter of its programs (at
+    most 64), the smaller of ``ttlctl tune``'s default loads."""
+    n = len(workload.programs)
+    timed = frame.select(
+        pl.col("arrival_s").is_not_null().all() & pl.col("llm_s").is_not_null().all()
+    ).item()
+    if timed and frame.height:
+        spans = frame.group_by("program_id").agg(
+            pl.col("arrival_s").min().alias("start"),
+            (pl.col("arrival_s") + pl.col("llm_s")).max().alias("end"),
+        )
+        start, end = spans["start"].min(), spans["end"].max()
+        busy = float((spans["end"] - spans["start"]).sum())
+        if isinstance(start, float) and isinstance(end, float) and end > start:
+            mean = busy / (end - start)
+            level = max(1, min(n, round(mean)))
+            return [Load(concurrency=level)], (
+                f"the log's mean concurrency, {mean:.2f} programs running at once"
+            )
+    level = max(1, min(64, n // 4))
+    return [Load(concurrency=level)], "a quarter of the programs (the trace has no call times)"

@@ -1,0 +1,289 @@
+"""`ttlctl refit` end to end: real ingest, fit, bundle and simulator, no mocks.
+
+The served bundle was fitted on last month's log, when the tools ran 20 times faster; today's
+log (the same kind of programs, read while some are still running) has the pauses as they are
+now. Refitting on it must win in replay and replace the bundle; refitting a bundle on the very
+log it was fitted from changes nothing and keeps it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from replay.policy_runs import Load
+from replay.refit import RefitError, refit
+from replay.refit_settings import RefitSettings, fit_config, replay_settings
+from tests.refit.logs import cut, engine_lines, swe_trace, write_log
+from ttlctl import bundle
+from ttlctl.cli import app
+from ttlctl.cli import refit as refit_cli
+from ttlctl.jsonio import file_sha256
+
+PROGRAMS = 60
+#: last month's tools were this much faster than today's
+STALE = 0.05
+#: a contended load, given on the command line
+LOAD = ["--concurrency", "12", "--kv-tokens", "300000", "--truncate"]
+PROFILE = "llama-3.1-8b-h100"
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "engine-log" / "engine.jsonl"
+
+
+def run(*args: str) -> Any:
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def served_from(log: Path, folder: Path, *build: str) -> Path:
+    """The bundle in service, made the user's way: ingest, fit, bundle build."""
+    folder.mkdir(parents=True, exist_ok=True)
+    trace, fit, out = folder / "trace.parquet", folder / "fit.json", folder / "bundle.json"
+    for args in (
+        ("ingest", log, "-o", trace),
+        ("fit", trace, "-o", fit),
+        ("bundle", "build", "--fit", fit, "--profile", PROFILE, "-o", out, *build),
+    ):
+        result = run(*args)
+        assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("refit")
+    now = swe_trace(PROGRAMS, seed=1)
+    stale = now.with_columns(pl.col("tool_s") * STALE, pl.col("gap_s") * STALE)
+    last_month = write_log(root / "last-month.jsonl", engine_lines(stale))
+    lines = engine_lines(now)
+    # read while the last programs still run: cut 30 s before the last call finishes
+    today = write_log(root / "today.jsonl", cut(lines, lines[-1]["finish_unix_s"] - 30.0))
+    stale_bundle = served_from(last_month, root / "stale", "--valve", "stall-only")
+    fresh_bundle = served_from(today, root / "fresh", "--valve", "stall-only")
+    return {"root": root, "today": today, "stale": stale_bundle, "fresh": fresh_bundle}
+
+
+def copy_of(path: Path, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy2(path, folder / "bundle.json"))
+
+
+def listing(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_better_fit_replaces_the_served_bundle_atomically(
+    world: dict[str, Path], tmp_path: Path
+) -> None:
+    served = copy_of(world["stale"], tmp_path / "srv")
+    old = bundle.read(served)
+    old_bytes = served.read_bytes()
+    before = os.stat(served)
+    with served.open("rb") as reader:  # a reader that has the file open keeps the old bytes
+        result = run("refit", world["today"], "--bundle", served, *LOAD, "--json")
+        assert result.exit_code == 0, result.output
+        assert reader.read() == old_bytes
+    report = json.loads(result.stdout)
+    assert report["action"] == "replaced" and report["guard"]["shipped"] == "new"
+    jct = report["jct"]
+    assert jct["new"]["mean_s"] < 0.95 * jct["old"]["mean_s"]  # clearly better
+    assert jct["new"]["mean_s"] < jct["vllm"]["mean_s"]
+    # replaced by a rename (a new inode), nothing left beside it
+    assert os.stat(served).st_ino != before.st_ino
+    assert sorted(p.name for p in served.parent.iterdir()) == ["bundle.json"]
+    verified = run("bundle", "verify", served)
+    assert verified.exit_code == 0 and "ok" in verified.output
+    new = bundle.read(served)
+    assert new["sha256"] == report["new_bundle_sha256"] != old["sha256"]
+    assert new["policy"] == old["policy"] and new["profile"] == old["profile"]
+    assert new["fit"]["config"] == old["fit"]["config"]  # the served fit's settings
+    assert new["fit"] != old["fit"]
+    refit_doc = new["provenance"]["refit"]
+    assert refit_doc["previous_bundle"] == {"path": str(served), "sha256": old["sha256"]}
+    assert refit_doc["logs"] == [
+        {"path": str(world["today"]), "sha256": file_sha256(world["today"])}
+    ]
+    assert new["fit"]["input"]["sha256"] == file_sha256(world["today"])
+    assert refit_doc["guard"]["shipped"] == "new"
+    # the log was read while programs ran: they are counted, not rejected
+    ingest = report["ingest"]
+    assert ingest["in_flight"] > 0 and ingest["rejected"] == 0
+    assert ingest["calls"] == len(world["today"].read_text().splitlines())
+    # what changed: today's pauses are 20x last month's
+    rows = {row["tool"]: row for row in report["tools"]}
+    bash = rows["bash"]
+    assert bash["new"]["p50_s"] == pytest.approx(bash["old"]["p50_s"] / STALE, rel=0.25)
+    assert len(bash["new"]["tau_s"]) == len(report["contexts"]) == 4
+    assert bash["new"]["tau_s"] != bash["old"]["tau_s"]
+    assert rows[None]["new"]["n"] == new["fit"]["global"]["n"]
+
+
+def test_the_served_bundle_is_kept_when_the_new_one_is_no_better(
+    world: dict[str, Path], tmp_path: Path
+) -> None:
+    # the served bundle was fitted on this very log: the refit changes no decision (a tie)
+    served = copy_of(world["fresh"], tmp_path / "srv")
+    before = listing(served.parent)
+    result = run("refit", world["today"], "--bundle", served, *LOAD)
+    assert result.exit_code == 0, result.output
+    assert listing(served.parent) == before  # byte-identical, nothing beside it
+    assert "a tie" in result.stdout and "the bundle in service is kept" in result.stdout
+    assert f"kept: {served} is unchanged" in result.stdout
+    for title in ("pause after each call", "τ* by context length", "replayed JCT"):
+        assert title in result.stdout
+    as_json = json.loads(run("refit", world["today"], "--bundle", served, *LOAD, "--json").stdout)
+    assert as_json["action"] == "kept" and not as_json["guard"]["beats_baseline"]
+    assert as_json["jct"]["new"]["mean_s"] == as_json["jct"]["old"]["mean_s"]
+    assert listing(served.parent) == before
+
+
+def test_dry_run_and_output_elsewhere(world: dict[str, Path], tmp_path: Path) -> None:
+    served = copy_of(world["stale"], tmp_path / "srv")
+    elsewhere = tmp_path / "staged" / "next.json"
+    before = listing(served.parent)
+    for extra, action in (((), "would replace"), (("-o", elsewhere), "would write")):
+        result = run("refit", world["today"], "--bundle", served, *LOAD, "--dry-run", *extra)
+        assert result.exit_code == 0, result.output
+        assert f"dry run: {action}" in result.stdout and "nothing written" in result.stdout
+        assert listing(served.parent) == before and not elsewhere.parent.exists()
+    result = run("refit", world["today"], "--bundle", served, *LOAD, "-o", elsewhere, "--json")
+    assert json.loads(result.stdout)["action"] == "written"
+    assert listing(served.parent) == before  # -o: the served bundle is left alone
+    written = bundle.read(elsewhere)
+    assert written["provenance"]["refit"]["previous_bundle"]["path"] == str(served)
+
+
+def test_a_damaged_served_bundle_is_one_line_and_exit_2(
+    world: dict[str, Path], tmp_path: Path
+) -> None:
+    served = copy_of(world["stale"], tmp_path / "srv")
+    doc = json.loads(served.read_text())
+    doc["policy"]["eta"] = 0.5  # edited by hand: the checksum no longer holds
+    served.write_text(json.dumps(doc))
+    before = served.read_bytes()
+    result = run("refit", world["today"], "--bundle", served)
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(served) in lines[0] and "checksum mismatch" in lines[0]
+    assert served.read_bytes() == before
+    missing = run("refit", world["today"], "--bundle", tmp_path / "none.json")
+    assert missing.exit_code == 2 and "none.json: no such file" in missing.stderr
+
+
+def test_a_bad_log_is_one_line_naming_file_and_line(
+    world: dict[str, Path], tmp_path: Path
+) -> None:
+    served = copy_of(world["stale"], tmp_path / "srv")
+    lines = world["today"].read_text().splitlines()
+    record = json.loads(lines[6])
+    record["prompt_tokens"] = "lots"
+    lines[6] = json.dumps(record)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    before = listing(served.parent)
+    result = run("refit", bad, "--bundle", served, *LOAD)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"error: {bad}: line 7: non-numeric prompt_tokens: 'lots'"
+    ]
+    assert listing(served.parent) == before
+    lines.insert(10, "{not json")
+    bad.write_text("\n".join(lines) + "\n")
+    # --skip-bad: the bad records (and the rest of line 7's program) are left out, counted
+    skipped = run("refit", bad, "--bundle", served, *LOAD, "--skip-bad", "--dry-run", "--json")
+    assert skipped.exit_code == 0, skipped.output
+    ingest = json.loads(skipped.stdout)["ingest"]
+    assert ingest["rejected"] > 2 and ingest["rejected_by_reason"]["malformed JSON"] == 1
+    assert ingest["records"] == ingest["calls"] + ingest["rejected"] == len(lines)
+    assert ingest["rejects_shown"] and all(r["file"] == str(bad) for r in ingest["rejects_shown"])
+    assert ingest["rejects_path"] is None  # a dry run writes no file: counts and examples only
+    assert listing(served.parent) == before
+    # not a dry run: every reject is kept beside the served bundle
+    kept_run = run("refit", bad, "--bundle", served, *LOAD, "--skip-bad", "--json")
+    assert kept_run.exit_code == 0, kept_run.output
+    beside = served.with_name("bundle.json.rejects.jsonl")
+    assert json.loads(kept_run.stdout)["ingest"]["rejects_path"] == str(beside)
+    assert len(beside.read_text().splitlines()) == ingest["rejected"]
+    # --trace keeps the ingested trace and, beside it, every reject
+    kept = tmp_path / "kept" / "trace.parquet"
+    with_trace = run(
+        "refit", bad, "--bundle", served, *LOAD, "--skip-bad", "--dry-run", "--trace", kept
+    )
+    assert with_trace.exit_code == 0, with_trace.output
+    rejects = kept.with_name("trace.parquet.rejects.jsonl")
+    assert kept.is_file() and f"all rejects: {rejects}" in with_trace.stdout
+    assert len(rejects.read_text().splitlines()) == ingest["rejected"]
+
+
+def test_refit_on_the_shipped_engine_log_sample(tmp_path: Path) -> None:
+    served = served_from(SAMPLE, tmp_path / "srv")
+    before = listing(served.parent)
+    result = run("refit", SAMPLE, "--bundle", served)
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "log: 19 records → 5 programs, 19 calls" in text
+    assert "the log's mean concurrency" in text and "served bundle" in text
+    report = json.loads(run("refit", SAMPLE, "--bundle", served, "--json").stdout)
+    assert report["action"] == "kept" and listing(served.parent) == before
+    assert report["ingest"]["in_flight"] == 0
+    rows = {row["tool"]: row for row in report["tools"]}
+    assert set(rows) == {"bash", "grep", "pytest", None}
+    assert rows["bash"]["new"]["n"] == rows["bash"]["old"]["n"] == 6
+    assert report["replay"]["loads"] == [{"concurrency": 2}]  # 1.57 programs running at once
+    assert report["replay"]["settings_from"] == "defaults"
+
+
+def test_many_tools_are_cut_short_on_the_console(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    served = served_from(SAMPLE, tmp_path / "srv")
+    report = json.loads(run("refit", SAMPLE, "--bundle", served, "--json").stdout)
+    one = report["tools"][0]
+    report["tools"] = [dict(one, tool=f"tool-{i:02d}") for i in range(30)] + report["tools"][-1:]
+    refit_cli.show(report)
+    text = capsys.readouterr().out
+    assert "tool-19" in text and "tool-20" not in text and "(any other tool)" in text
+    assert "10 more tool(s) with fewer pauses: --json lists them all" in text
+
+
+def test_the_served_file_changing_during_the_refit_writes_nothing(
+    world: dict[str, Path], tmp_path: Path
+) -> None:
+    served = copy_of(world["stale"], tmp_path / "srv")
+    other = world["fresh"].read_bytes()
+
+    def meanwhile(text: str) -> None:
+        if text.startswith("replaying"):
+            served.write_bytes(other)  # another writer (a tune, a second refit) got there
+
+    settings = RefitSettings(
+        loads=(Load(concurrency=12),), kv_tokens=300_000, truncate=True, seeds=(1000,)
+    )
+    with pytest.raises(RefitError, match="changed while the refit ran; nothing written"):
+        refit([world["today"]], served, settings, stage=meanwhile)
+    assert served.read_bytes() == other
+
+
+def test_settings_come_from_the_served_bundle(world: dict[str, Path]) -> None:
+    doc = bundle.read(world["stale"])
+    assert fit_config(doc).min_samples == doc["fit"]["config"]["min_samples"]
+    tuned = dict(doc)
+    tuned["provenance"] = {
+        "tuning": {"objective": {"engine": {"kv_tokens": 123_456}, "truncate": True}}
+    }
+    config, source = replay_settings(tuned, RefitSettings())
+    assert (config.engine.kv_tokens, config.truncate, source) == (
+        123_456,
+        True,
+        "the bundle's tuning",
+    )
+    config, _ = replay_settings(tuned, RefitSettings(kv_tokens=50_000, truncate=False))
+    assert (config.engine.kv_tokens, config.truncate) == (50_000, False)
+    cold = dict(doc, fit=bundle.empty_fit(), policy=dict(doc["policy"], k=7))
+    assert fit_config(cold).min_samples == 7
+

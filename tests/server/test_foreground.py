@@ -15,10 +15,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_run_foreground_returns_the_exit_status() -> None:
+    before = signal.getsignal(signal.SIGTERM)  # a session's server may hold it already
     assert run_foreground([sys.executable, "-c", "raise SystemExit(3)"], dict(os.environ)) == 3
     kill_self = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
     assert run_foreground([sys.executable, "-c", kill_self], dict(os.environ)) == 143
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # put back
+    assert signal.getsignal(signal.SIGTERM) == before  # put back
 
 
 def test_run_foreground_forwards_sigterm_to_the_server() -> None:

@@ -25,5 +25,9 @@ Running one (serve, validate, the tests' servers):
 - :mod:`~ttlctl.server.signals`: SIGTERM and SIGHUP as an exception while a server is
   owned, so that no server outlives the command that started it.
 
-Standard library only.
+Code that runs an engine in process (its workers in child processes) can use the same
+pieces: ``with signals.held():`` makes SIGTERM unwind its stack as Ctrl-C does, so its
+shutdown runs; :func:`~ttlctl.server.process.launch`,
+:func:`~ttlctl.server.process.group_members` and
+:func:`~ttlctl.server.process.stop_group` work for any command. Standard library only.
 """

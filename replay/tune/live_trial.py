@@ -4,15 +4,12 @@ serve it (:func:`swap`), then one live run of the trial's programs
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
 from fitting.policy import PolicyParams
-from replay.live import LOW_IDS, LiveError, run_live
+from replay.live import run_live
 from replay.policy_runs import Load
 from replay.tune.context import (
     IncompleteRun,
@@ -23,13 +20,14 @@ from replay.tune.context import (
     shuffled,
 )
 from ttlctl import bundle as bundle_mod
+from ttlctl.server import client
+from ttlctl.server.client import ServerError
+from ttlctl.server.vocab import LOW_IDS
 
 
 def candidate_bundle(ctx: TuneContext, params: PolicyParams, label: str) -> dict[str, Any]:
     """The sealed bundle a live run serves ``params`` with."""
-    return bundle_mod.assemble(
-        ctx.fit, ctx.profile, params, {"tuning": {"live_candidate": label}}
-    )
+    return bundle_mod.assemble(ctx.fit, ctx.profile, params, {"tuning": {"live_candidate": label}})
 
 
 def probe_request(live: LiveTarget, timeout_s: float = 300.0) -> None:
@@ -41,17 +39,10 @@ def probe_request(live: LiveTarget, timeout_s: float = 300.0) -> None:
         "temperature": 0.0,
     }
     url = live.url  # normalised by tune() (from probe())
-    req = urllib.request.Request(
-        url + "/v1/completions",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            resp.read()
-    except (urllib.error.URLError, OSError) as exc:
-        raise TuneError(f"{url}: the request after a bundle swap failed ({exc})") from None
+        client.text(url, "/v1/completions", body, method="POST", timeout_s=timeout_s)
+    except ServerError as exc:
+        raise TuneError(f"the request after a bundle swap failed: {exc}") from None
 
 
 def swap(ctx: TuneContext, params: PolicyParams, label: str) -> dict[str, Any]:
@@ -82,9 +73,7 @@ def swap(ctx: TuneContext, params: PolicyParams, label: str) -> dict[str, Any]:
     }
 
 
-def live_replay(
-    ctx: TuneContext, params: PolicyParams, timing: Load, label: str
-) -> dict[str, Any]:
+def live_replay(ctx: TuneContext, params: PolicyParams, timing: Load, label: str) -> dict[str, Any]:
     """Swap ``params``'s bundle in, then one live run of ``ctx``'s programs (in ``timing``'s
     seeded order); the simulator's result keys, and ``bundle_loaded`` (what :func:`swap` saw)."""
     live = ctx.live
@@ -100,7 +89,7 @@ def live_replay(
             timeout_s=live.timeout_s,
             warn=live.warn,
         )
-    except LiveError as exc:
+    except ServerError as exc:
         raise TuneError(str(exc)) from None
     where = f"live run of {label} ({load_json(timing)}, seed {timing.seed})"
     if result["rejected_calls"] or result["programs_cut_short"]:

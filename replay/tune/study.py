@@ -16,7 +16,6 @@ import optuna
 from optuna.importance import get_param_importances
 from optuna.trial import TrialState
 
-from replay.live import LiveError, ServerInfo, probe
 from replay.tune.context import (
     LIVE_BASELINE_NOTE,
     LIVE_RELOAD_RULE,
@@ -36,6 +35,9 @@ from replay.tune.workers import (
     worker_name,
 )
 from ttlctl.jsonio import write_atomic
+from ttlctl.server import signals
+from ttlctl.server.client import ServerError
+from ttlctl.server.facts import ServerInfo, probe
 
 SUMMARY_SCHEMA = "ttlctl.tune/1"
 
@@ -98,7 +100,7 @@ def tune(
         ) from None
     try:
         info = probe(live.url)
-    except LiveError as exc:
+    except ServerError as exc:
         raise TuneError(str(exc)) from None
     if not info.ttl_metrics:
         _say(
@@ -108,7 +110,8 @@ def tune(
         )
     ctx = replace(ctx, live=replace(live, url=info.url, model=info.model))
     try:
-        return _tune(ctx, workers=1, server=info, **run)
+        with signals.held():  # SIGTERM and SIGHUP unwind too, so the bundle is put back
+            return _tune(ctx, workers=1, server=info, **run)
     except BaseException:
         _put_back(live.bundle, original)  # the server goes back to what it served before
         raise

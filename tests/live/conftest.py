@@ -2,7 +2,8 @@
 
 ``test_servers.py`` shares one pair of servers for the module, started together
 (a start takes 20–35 s on two cores): a stock vLLM started the way ``ttlctl
-validate`` starts one (:class:`replay.crosscheck.ManagedServer`), and a
+validate`` starts one (:mod:`replay.validation.servers`, an
+:class:`ttlctl.server.owned.OwnedServer`), and a
 TTLScheduler server started through ``ttlctl serve`` (``python -m
 ttlctl.cli serve``), which the module's last test stops with SIGTERM. Both have
 8 MiB of KV (8,192 tokens of the tiny model: ample for the traces here),
@@ -24,14 +25,16 @@ from pathlib import Path
 
 import pytest
 
-from replay.crosscheck import ManagedServer, base_command, server_command
-from replay.crosscheck import server_environment as validate_environment
+from replay.validation import server_command
+from replay.validation import server_environment as validate_environment
 from tests.bundles import write_bundle
 from tests.live.servers import FLAGS, Served, Servers, children, healthy, server_env
+from ttlctl.server.command import base_command
+from ttlctl.server.owned import OwnedServer
 from ttlctl.server.process import free_port
 
 if importlib.util.find_spec("vllm") is None:  # an install without the engine extra
-    collect_ignore = ["test_servers.py"]
+    collect_ignore = ["test_servers.py", "test_strays.py"]
 
 
 @pytest.fixture(scope="module")
@@ -57,14 +60,15 @@ def servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         )
     served = Served(proc, f"http://127.0.0.1:{port}", bundle, engine_log, serve_log)
     stock_port = free_port()
-    stock = ManagedServer(
+    stock = OwnedServer(
         server_command(base_command(str(tiny_model), FLAGS), "vllm", stock_port),
         validate_environment(env, "vllm", None, work),
         work / "stock.log",
+        f"http://127.0.0.1:{stock_port}",
         startup_timeout_s=240.0,
     )
     try:
-        stock.start(stock_port)  # meanwhile the TTL server starts too
+        stock.start()  # meanwhile the TTL server starts too
         deadline = time.monotonic() + 240.0
         while not healthy(served.url):
             if proc.poll() is not None or time.monotonic() > deadline:

@@ -9,7 +9,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from replay.crosscheck import ManagedServer
+from ttlctl.server.owned import OwnedServer
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_NAME = "tiny"
@@ -85,5 +85,5 @@ class Served:
 
 @dataclass
 class Servers:
-    stock: ManagedServer
+    stock: OwnedServer
     ttl: Served

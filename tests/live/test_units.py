@@ -1,13 +1,10 @@
-"""The parts of serve, live replay and validate that need no vLLM server."""
+"""The parts of serve, live replay and validate that need no vLLM server (the pure
+statistics of validate: test_validation_stats.py; the door: tests/server)."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,15 +13,18 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from replay import crosscheck as validate
 from replay import live
-from replay.live import LiveCallRecord, ProgramRecord, ServerInfo
+from replay import validation as validate
+from replay.live import LiveCallRecord, ProgramRecord
 from replay.policy_runs import Load
 from replay.workload import AgentProgram, Call, Workload
 from tests.bundles import write_bundle
 from ttlctl.cli import serve as serve_cli
 from ttlctl.cli import validate as validate_cli
-from ttlctl.cli.kit import UserError
+from ttlctl.server import prom
+from ttlctl.server.client import ServerError
+from ttlctl.server.command import CommandError, base_command
+from ttlctl.server.facts import ServerInfo
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,25 +74,8 @@ def test_serve_command_is_the_module_with_the_scheduler_and_extra_args_last() ->
 
 @pytest.mark.parametrize("flag", ["--model", "--scheduler-cls", "--scheduler-cls=x.Y"])
 def test_serve_refuses_the_flags_it_sets(flag: str) -> None:
-    with pytest.raises(UserError, match="set by ttlctl serve"):
+    with pytest.raises(CommandError, match="set by ttlctl serve"):
         serve_cli.build_command("m", extra=[flag, "x"])
-
-
-def test_serve_environment(tmp_path: Path) -> None:
-    env = serve_cli.build_environment(
-        {"PATH": "/bin", "TTLCTL_BUNDLE": "/old"},
-        bundle=Path("b.json"),
-        log=Path("e.jsonl"),
-        dev_mode=True,
-        metrics_dir=tmp_path,
-    )
-    assert env["PATH"] == "/bin"
-    assert env["TTLCTL_BUNDLE"] == str(Path("b.json").resolve())
-    assert env["TTLCTL_LOG"] == str(Path("e.jsonl").resolve())
-    assert env["VLLM_SERVER_DEV_MODE"] == "1"
-    assert env["PROMETHEUS_MULTIPROC_DIR"] == str(tmp_path)
-    plain = serve_cli.build_environment({"TTLCTL_BUNDLE": "/old"}, bundle=None)
-    assert "TTLCTL_BUNDLE" not in plain and "VLLM_SERVER_DEV_MODE" not in plain
 
 
 def test_serve_cli_prints_the_command_and_checks_the_bundle(tmp_path: Path) -> None:
@@ -130,59 +113,7 @@ def test_serve_cli_prints_the_command_and_checks_the_bundle(tmp_path: Path) -> N
     assert res.exit_code == 0 and "--allow-stock" in res.stdout
 
 
-def test_run_server_returns_the_exit_status() -> None:
-    assert (
-        serve_cli.run_server([sys.executable, "-c", "raise SystemExit(3)"], dict(os.environ)) == 3
-    )
-    kill_self = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
-    assert serve_cli.run_server([sys.executable, "-c", kill_self], dict(os.environ)) == 143
-
-
-def test_run_server_forwards_sigterm_to_the_server() -> None:
-    child = (
-        "import signal, sys, time; "
-        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7)); "
-        "print('ready', flush=True); time.sleep(60)"
-    )
-    parent = (
-        "import os, sys; from ttlctl.cli.serve import run_server; "
-        f"sys.exit(run_server([sys.executable, '-c', {child!r}], dict(os.environ)))"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", parent],
-        stdout=subprocess.PIPE,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == b"ready"
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=20) == 7
-    assert time.monotonic() - t0 < 10
-
-
 # ----------------------------------------------------------------------------- live
-
-
-def test_parse_metrics_sums_label_sets_and_skips_comments() -> None:
-    text = (
-        "# HELP vllm:prefix_cache_hits_total Hits\n"
-        "# TYPE vllm:prefix_cache_hits_total counter\n"
-        'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 96.0\n'
-        'vllm:prefix_cache_hits_total{engine="1",model_name="m"} 4.0\n'
-        "ttlctl:pins_made_total 3.0\n"
-        "ttlctl:pinned_blocks 5\n"
-        'vllm:cache_config_info{block_size="32",num_gpu_blocks="64"} 1.0\n'
-        "weird NaN\n"
-    )
-    values = live.parse_metrics(text)
-    assert values["vllm:prefix_cache_hits_total"] == 100.0
-    assert values["ttlctl:pins_made_total"] == 3.0 and "weird" not in values
-    assert live.metric_labels(text, "vllm:cache_config_info")["num_gpu_blocks"] == "64"
-    c = live.counters(values)
-    assert c["prefix_cache_hits"] == 100.0 and c["pins_made"] == 3.0
-    assert c["preemptions"] is None and c["pins_hit"] is None
 
 
 def test_clip_keeps_the_output_and_shortens_the_prompt() -> None:
@@ -224,9 +155,9 @@ def _records() -> tuple[list[LiveCallRecord], list[ProgramRecord]]:
 
 def test_summarize_has_the_simulators_keys_from_server_counters() -> None:
     records, programs = _records()
-    before = live.counters({live.QUERIES: 10.0, live.HITS: 0.0, live.PREEMPTIONS: 1.0})
-    after = live.counters({live.QUERIES: 310.0, live.HITS: 96.0, live.PREEMPTIONS: 3.0})
-    samples = [(0.0, {live.PINNED_BLOCKS: 2.0}), (1.0, {live.PINNED_BLOCKS: 4.0}), (3.0, {})]
+    before = prom.counters({prom.QUERIES: 10.0, prom.HITS: 0.0, prom.PREEMPTIONS: 1.0})
+    after = prom.counters({prom.QUERIES: 310.0, prom.HITS: 96.0, prom.PREEMPTIONS: 3.0})
+    samples = [(0.0, {prom.PINNED_BLOCKS: 2.0}), (1.0, {prom.PINNED_BLOCKS: 4.0}), (3.0, {})]
     r = live.summarize(
         "vllm", records, programs, _info(), before, after, samples, wall_s=2.0, reset=True
     )
@@ -260,7 +191,7 @@ def test_benchmark_result_and_aiperf_records(tmp_path: Path) -> None:
     assert doc["mean_tpot_ms"] == pytest.approx(((0.4 / 4) + (0.15 / 4)) / 2 * 1000)
     assert doc["p99_itl_ms"] > 0 and doc["request_rate"] == "inf"
     assert doc["ttlctl"]["jct_mean_s"] == 1.2
-    name = live._result_name(doc, Load(concurrency=4))
+    name = live.result_name(doc, Load(concurrency=4))
     assert name.startswith("lbl-trace-concurrency4-m-") and name.endswith(".json")
 
     path = tmp_path / "records.jsonl"
@@ -291,7 +222,7 @@ def test_an_unreachable_server_is_one_line() -> None:
     from tests.vllm_server import free_port
 
     w = Workload((AgentProgram("p", 0.0, (Call(10, 1, 0, None, 0.0),)),))
-    with pytest.raises(live.LiveError, match="connection refused") as exc:
+    with pytest.raises(ServerError, match="connection refused") as exc:
         live.run_live(f"127.0.0.1:{free_port()}/v1", w, "vllm")
     assert "\n" not in str(exc.value)
 
@@ -300,7 +231,7 @@ def test_an_unreachable_server_is_one_line() -> None:
 
 
 def test_server_command_per_policy() -> None:
-    base = validate.base_command("/m", ["--max-model-len", "2048"])
+    base = base_command("/m", ["--max-model-len", "2048"])
     stock = validate.server_command(base, "vllm", 9001)
     assert stock[:5] == [
         sys.executable,
@@ -313,8 +244,10 @@ def test_server_command_per_policy() -> None:
     assert stock[-5:] == ["--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", "9001"]
     ttl = validate.server_command([*base, "--enable-prompt-tokens-details"], "continuum", 9002)
     assert ttl.count("--enable-prompt-tokens-details") == 1
-    assert ttl[-2:] == ["--scheduler-cls", "ttlctl.engine.TTLScheduler"]
-    with pytest.raises(validate.ValidateError, match="scheduler-cls"):
+    assert ttl[-6:] == [
+        "--scheduler-cls", "ttlctl.engine.TTLScheduler", "--host", "127.0.0.1", "--port", "9002",
+    ]  # fmt: skip
+    with pytest.raises(CommandError, match="scheduler-cls is set by validate"):
         validate.server_command([*base, "--scheduler-cls", "x.Y"], "vllm", 1)
 
 
@@ -345,71 +278,6 @@ def test_sim_engine_config_is_sized_like_the_server() -> None:
             max_num_seqs=1,
             max_num_batched_tokens=1,
         )
-
-
-def test_compare_and_rankings() -> None:
-    sim = {"jct_mean_s": 11.0, "jct_p95_s": None, "ttft_mean_s": 0.5, "prefix_hit_rate": 0.6,
-           "preemptions": 3}  # fmt: skip
-    real = {"jct_mean_s": 10.0, "jct_p95_s": 20.0, "ttft_mean_s": 1.0, "prefix_hit_rate": 0.5,
-            "preemptions": 5}  # fmt: skip
-    rows = {r["metric"]: r for r in validate.compare(sim, real)}
-    assert rows["jct_mean_s"]["error"] == pytest.approx(0.1)
-    assert rows["jct_p95_s"]["error"] is None
-    assert rows["ttft_mean_s"]["error"] == pytest.approx(-0.5)
-    assert rows["prefix_hit_rate"]["error"] == pytest.approx(10.0)
-    assert rows["preemptions"]["error"] == -2.0
-
-    def r(**jct: float) -> dict[str, dict[str, float]]:
-        return {k: {"jct_mean_s": v} for k, v in jct.items()}
-
-    assert validate.ranking(r(vllm=2.0, continuum=1.0)) == [["continuum"], ["vllm"]]
-    assert validate.ranking(r(vllm=1.01, continuum=1.0)) == [["continuum", "vllm"]]
-    assert validate.ranking({"vllm": {"jct_mean_s": None}}) is None
-    a, b, tie = [["continuum"], ["vllm"]], [["vllm"], ["continuum"]], [["continuum", "vllm"]]
-    assert validate.same_ranking(a, a) is True
-    assert validate.same_ranking(a, b) is False
-    assert validate.same_ranking(a, tie) is True
-    assert validate.same_ranking(None, a) is None
-
-
-def test_repeated_live_runs_merge_into_means_and_ranges(capsys: pytest.CaptureFixture[str]) -> None:
-    """--repeats: the simulator is compared with the mean of the live runs; each row
-    carries the runs' range; a metric missing from one run is missing from the mean."""
-    runs = [
-        {"jct_mean_s": 10.0, "jct_p95_s": None, "ttft_mean_s": 1.0, "prefix_hit_rate": 0.25,
-         "preemptions": 0, "programs": 8},
-        {"jct_mean_s": 14.0, "jct_p95_s": 20.0, "ttft_mean_s": 2.0, "prefix_hit_rate": 0.35,
-         "preemptions": 2, "programs": 8},
-    ]  # fmt: skip
-    one = validate.merge_runs(runs[:1])
-    assert one == runs[0] and "live_range" not in one
-    merged = validate.merge_runs(runs)
-    assert merged["jct_mean_s"] == pytest.approx(12.0)
-    assert merged["prefix_hit_rate"] == pytest.approx(0.30)
-    assert merged["jct_p95_s"] is None and merged["live_range"]["jct_p95_s"] is None
-    assert merged["live_range"]["prefix_hit_rate"] == [0.25, 0.35]
-    assert merged["repeats"] == 2 and merged["runs"] == runs and merged["programs"] == 8
-    # a per-run figure that is not averaged is not passed off as the runs' figure
-    varied = [{**r, "makespan_s": 60.0 + i} for i, r in enumerate(runs)]
-    assert "makespan_s" not in validate.merge_runs(varied)
-    sim = {"jct_mean_s": 13.2, "jct_p95_s": None, "ttft_mean_s": 1.5, "prefix_hit_rate": 0.33,
-           "preemptions": 1}  # fmt: skip
-    rows = {r["metric"]: r for r in validate.compare(sim, merged)}
-    assert rows["jct_mean_s"]["error"] == pytest.approx(0.1)
-    assert rows["prefix_hit_rate"]["error"] == pytest.approx(3.0)
-    assert rows["jct_mean_s"]["live_range"] == [10.0, 14.0]
-    assert validate.compare(sim, runs[0])[0]["live_range"] is None
-
-    doc = {
-        "programs": 8, "calls": 85, "policies": ["vllm"], "rows": {"vllm": list(rows.values())},
-        "ranking": {"same": True, "sim": [["vllm"]], "live": [["vllm"]], "tie_within": 0.02},
-        "goals": {"vllm": {"jct_within_10pct": True, "hit_rate_within_5_points": True}},
-        "profile": {"source": "given"}, "work_dir": "w", "config": {"repeats": 2},
-    }  # fmt: skip
-    validate_cli.show(doc)
-    shown = capsys.readouterr().out
-    assert "2 live runs per policy" in shown and "live range" in shown
-    assert "10.000 s – 14.000 s" in shown and "25.0% – 35.0%" in shown
 
 
 def test_validate_cli_argument_errors(tmp_path: Path) -> None:

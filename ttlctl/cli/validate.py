@@ -142,11 +142,12 @@ def validate(
     prefix-hit rate within 5 points, the same ranking.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
-    from replay.crosscheck import Sources, base_command
-    from replay.crosscheck import validate as run_validate
     from replay.policy_runs import Load
+    from replay.validation import Sources
+    from replay.validation import validate as run_validate
     from replay.vllmsim.backend import check_request
     from replay.workload import load
+    from ttlctl.server.command import base_command
 
     extra = list(ctx.args)
     with user_errors():
@@ -261,7 +262,7 @@ def _range(kind: str, metric: str, span: Any) -> str:
 
 def show(doc: dict[str, Any]) -> None:
     # imported when the table is shown: `ttlctl --help` and the light commands stay light
-    from replay.crosscheck import COMPARED
+    from replay.validation import COMPARED
 
     repeats = int(doc.get("config", {}).get("repeats") or 1)
     runs = f", {repeats} live runs per policy" if repeats > 1 else ""

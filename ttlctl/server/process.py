@@ -1,4 +1,13 @@
-"""Starting and stopping a server process we own (a vLLM server, for live runs and tests)."""
+"""A server's processes: launched in a session of their own, found by group, stopped together.
+
+vLLM's OpenAI server is several processes: the API server, its EngineCore child (and
+on CPU a worker under that), a multiprocessing resource tracker. :func:`launch` starts
+the command with ``start_new_session`` (``setsid``), so the API server leads a new
+process group that every one of them inherits, and keeps even when re-parented after
+its parent died. :func:`group_members` finds them by that group (``/proc``), and
+:func:`stop_group` stops them all: SIGTERM to the group, a grace period, then SIGKILL
+to whatever is left, also when it is interrupted while it waits.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +19,11 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+#: seconds the group gets to go after SIGKILL
+KILL_WAIT_S = 5.0
 
 
 def free_port() -> int:
@@ -20,17 +33,49 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether any live (non-zombie) process is left in process group ``pgid``."""
+def launch(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    log: Path | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` as the leader of a new session (its pid is its group's id).
+
+    With ``log`` its output goes there and it reads nothing; without, it shares this
+    process's terminal (``ttlctl serve``).
+    """
+    if log is None:
+        return subprocess.Popen(list(command), env=dict(env), cwd=cwd, start_new_session=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            list(command),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+        )
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (non-zombie) processes of process group ``pgid``, re-parented ones too.
+
+    Off Linux (no ``/proc``) the kernel is asked whether the group has any process at
+    all, and the answer is ``[pgid]`` or nothing.
+    """
     proc = Path("/proc")
-    if not proc.is_dir():  # not Linux: ask the kernel (zombies count as alive)
+    if not proc.is_dir():
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
-            return False
+            return []
         except PermissionError:
-            return True
-        return True
+            return [pgid]
+        return [pgid]
+    members = []
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -41,8 +86,44 @@ def group_alive(pgid: int) -> bool:
         # "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses
         fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
+            members.append(int(entry.name))
+    return members
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any live (non-zombie) process is left in process group ``pgid``."""
+    return bool(group_members(pgid))
+
+
+def signal_group(pgid: int, signum: int) -> None:
+    """Send ``signum`` to every process of group ``pgid`` (none left: nothing happens)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _wait_gone(pgid: int, deadline: float) -> None:
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """Stop a process started by :func:`launch` and its whole group: SIGTERM, then
+    SIGKILL to whatever is left after ``grace_s`` (at once if the wait is interrupted,
+    by Ctrl-C or another signal's exception)."""
+    pgid = proc.pid  # a session leader's pid is its group's id
+    deadline = time.monotonic() + grace_s
+    try:
+        signal_group(pgid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+        _wait_gone(pgid, deadline)
+    finally:
+        if group_alive(pgid):
+            signal_group(pgid, signal.SIGKILL)
+            _wait_gone(pgid, time.monotonic() + KILL_WAIT_S)
+        if proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=KILL_WAIT_S)
 
 
 def wait_healthy(proc: subprocess.Popen[bytes], url: str, deadline: float) -> str | None:
@@ -60,25 +141,3 @@ def wait_healthy(proc: subprocess.Popen[bytes], url: str, deadline: float) -> st
         if time.monotonic() > deadline:
             return "not healthy before its start-up deadline"
         time.sleep(0.5)
-
-
-def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """Stop a process started with ``start_new_session``: SIGTERM its whole group, then
-    SIGKILL whatever is left after ``grace_s``."""
-    pgid = proc.pid  # start_new_session: the leader's pid is the group id
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace_s)
-    while group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if group_alive(pgid):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-        kill_deadline = time.monotonic() + 5.0
-        while group_alive(pgid) and time.monotonic() < kill_deadline:
-            time.sleep(0.05)
-    if proc.poll() is None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5.0)

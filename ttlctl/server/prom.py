@@ -1,20 +1,53 @@
-"""Small helpers for talking to a vLLM server: its URL, and its Prometheus text."""
+"""A server's ``/metrics`` (Prometheus text): the series, their labels, counters and deltas.
+
+vLLM exports its prefix-cache and preemption counters there; the TTL scheduler adds
+``ttlctl:pins_*`` (through Prometheus multiprocess mode). A live run reads the
+counters before and after (:func:`counters`, :func:`delta`) and samples the gauges
+(:data:`GAUGES`) during it.
+"""
 
 from __future__ import annotations
 
+import math
 import re
 
+#: the counters a run reports the change of
+QUERIES = "vllm:prefix_cache_queries_total"
+HITS = "vllm:prefix_cache_hits_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
+#: the TTL scheduler's counters: ``ttlctl:pins_<name>_total``
+PIN_COUNTERS = ("made", "hit", "expired", "released", "dropped", "refused")
+#: gauges sampled during a run
+PINNED_BLOCKS = "ttlctl:pinned_blocks"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+WAITING = "vllm:num_requests_waiting"
+GAUGES = (PINNED_BLOCKS, KV_USAGE, WAITING)
+#: the series whose labels describe the KV cache (block size, blocks, bytes, tokens)
+CACHE_INFO = "vllm:cache_config_info"
+#: present on a server that runs the TTL scheduler
+TTL_SERIES = "ttlctl:pins_made_total"
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def normalise_url(url: str) -> str:
-    """``host:port``, ``http://host:port/`` or ``…/v1`` → ``http://host:port``."""
-    url = url.strip().rstrip("/")
-    if "://" not in url:
-        url = "http://" + url
-    if url.endswith("/v1"):
-        url = url[: -len("/v1")]
-    return url
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text: each series name → the sum of its samples over all label sets."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        if math.isnan(value):
+            continue
+        out[m.group(1)] = out.get(m.group(1), 0.0) + value
+    return out
 
 
 def metric_labels(text: str, name: str) -> dict[str, str]:
@@ -33,3 +66,26 @@ def int_label(labels: dict[str, str], key: str) -> int | None:
     except (KeyError, ValueError):
         return None
     return value if value > 0 else None
+
+
+def counters(values: dict[str, float]) -> dict[str, float | None]:
+    """The counters a run reports deltas of (None: the server does not have it)."""
+    out: dict[str, float | None] = {
+        "prefix_cache_queries": values.get(QUERIES),
+        "prefix_cache_hits": values.get(HITS),
+        "preemptions": values.get(PREEMPTIONS),
+    }
+    for name in PIN_COUNTERS:
+        out[f"pins_{name}"] = values.get(f"ttlctl:pins_{name}_total")
+    return out
+
+
+def delta(
+    before: dict[str, float | None], after: dict[str, float | None]
+) -> dict[str, float | None]:
+    """``after − before`` per counter (None where either side lacks it)."""
+    out: dict[str, float | None] = {}
+    for key, b in before.items():
+        a = after.get(key)
+        out[key] = None if a is None or b is None else a - b
+    return out

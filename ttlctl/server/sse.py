@@ -1,8 +1,10 @@
-"""The chunks of a streamed OpenAI-compatible completion (server-sent events).
+"""Streamed OpenAI-compatible completions (server-sent events): the chunks, as they arrive.
 
 vLLM streams one ``data: {json}`` line per chunk and ends with ``data: [DONE]``;
-a failure mid-stream is a chunk with an ``error`` key. Used by the engine
-profiler (:mod:`profiles.measure_server`) and the live replay (:mod:`replay.live`).
+a failure mid-stream is a chunk with an ``error`` key. :func:`chunks` reads them from
+any lines; :func:`stream` sends the request and reads its answer, every failure a
+one-line :class:`~ttlctl.server.client.ServerError`. Used by the engine profiler
+(:mod:`profiles.measure_server`) and the live replay (:mod:`replay.live`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+from ttlctl.server import client
 
 
 class StreamError(ValueError):
@@ -48,3 +52,29 @@ def chunks(
             msg = err.get("message", err) if isinstance(err, dict) else err
             raise StreamError(f"failed: {' '.join(str(msg).split())[:error_chars]}")
         yield now, chunk
+
+
+def stream(
+    url: str,
+    path: str,
+    body: dict[str, Any],
+    *,
+    timeout_s: float,
+    headers: dict[str, str] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Iterator[tuple[float, dict[str, Any]]]:
+    """POST ``body`` to ``url + path`` and yield (arrival time, chunk) as :func:`chunks` does.
+
+    Raises :class:`~ttlctl.server.client.ServerError` (an HTTP error status:
+    :class:`~ttlctl.server.client.HTTPStatusError`) when the request or the stream
+    fails. Closing the generator early (``break``, an exception in the caller's
+    loop) closes the connection.
+    """
+    resp = client.open_url(url, path, body, method="POST", timeout_s=timeout_s, headers=headers)
+    try:
+        with resp:
+            yield from chunks(resp, error_chars=client.DETAIL_CHARS, clock=clock)
+    except StreamError as exc:
+        raise client.ServerError(f"{url}: {path} {exc}") from None
+    except client.TRANSPORT_ERRORS as exc:
+        raise client.failure(url, path, exc, timeout_s) from None

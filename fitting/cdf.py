@@ -20,11 +20,12 @@ This module uses numpy and scipy (the offline side). The engine-side maths in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
+
+from fitting.fit_doc import CdfDoc, ExponentialDoc
 
 MAX_POINTS = 1024
 
@@ -55,11 +56,11 @@ class CDF:
         i = int(np.searchsorted(np.asarray(self.x), tau, side="right"))
         return 0.0 if i == 0 else float(self.p[i - 1])
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CdfDoc:
         return {"n": self.n, "x": list(self.x), "p": list(self.p)}
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> CDF:
+    def from_json(data: CdfDoc) -> CDF:
         return CDF(tuple(map(float, data["x"])), tuple(map(float, data["p"])), int(data["n"]))
 
 
@@ -139,7 +140,7 @@ class ExpFit:
     ks: float  # Kolmogorov–Smirnov statistic against the samples
     ks_pvalue: float
 
-    def to_json(self) -> dict[str, float]:
+    def to_json(self) -> ExponentialDoc:
         return {
             "rate": self.rate,
             "mean_s": self.mean_s,

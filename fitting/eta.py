@@ -16,9 +16,9 @@ bootstrap interval is :func:`fitting.eta_bootstrap.estimate` (numpy).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from fitting.fit_doc import FitDoc
 
 #: Used where η cannot be estimated (no data): the paper's cold-start assumption.
 DEFAULT_ETA = 1.0
@@ -71,7 +71,13 @@ def clamp(value: float) -> float:
     return max(-1.0, min(1.0, value)) if math.isfinite(value) else DEFAULT_ETA
 
 
-def from_fit(fit: Mapping[str, Any]) -> float:
+def fitted(fit: FitDoc) -> float | None:
+    """The η a fit document estimated, as written; None when it has none."""
+    eta = fit.get("eta")
+    return eta.get("value") if eta else None
+
+
+def from_fit(fit: FitDoc) -> float:
     """The η a fit document estimated, clamped; :data:`DEFAULT_ETA` when it has none."""
-    value = (fit.get("eta") or {}).get("value")
+    value = fitted(fit)
     return DEFAULT_ETA if value is None else clamp(float(value))

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from fitting.eta import eta_from_sums
+from fitting.fit_doc import EtaDoc
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +24,7 @@ class EtaEstimate:
     pairs: int
     bootstrap: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> EtaDoc:
         return {
             "value": self.value,
             "ci_low": self.ci_low,

@@ -11,7 +11,6 @@ programs' lengths (:mod:`fitting.eta_bootstrap`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +20,7 @@ import polars as pl
 from fitting import FIT_SCHEMA
 from fitting import cdf as cdf_mod
 from fitting.eta_bootstrap import estimate as estimate_eta
+from fitting.fit_doc import FitDoc, FitSource, ToolFit
 from fitting.percentile import percentile
 from ttlctl.errors import ConfigError
 
@@ -54,7 +54,7 @@ def pauses(trace: pl.LazyFrame) -> pl.DataFrame:
     )
 
 
-def describe(samples: np.ndarray[Any, Any], config: FitConfig, measured: int) -> dict[str, Any]:
+def describe(samples: np.ndarray[Any, Any], config: FitConfig, measured: int) -> ToolFit:
     """Statistics, the compressed CDF and the exponential fit of one set of pauses."""
     full = cdf_mod.empirical(samples)
     small = cdf_mod.compress(full, config.max_points)
@@ -78,10 +78,10 @@ def fit_trace(
     trace: pl.LazyFrame | pl.DataFrame,
     config: FitConfig | None = None,
     *,
-    source: Mapping[str, Any] | None = None,
+    source: FitSource | None = None,
     created: str | None = None,
     ttlctl_version: str | None = None,
-) -> dict[str, Any]:
+) -> FitDoc:
     """The fit document of a canonical trace (``ttlctl fit``; docs/method.md).
 
     ``source`` (the trace file's ``path`` and ``sha256``), ``created`` and
@@ -89,12 +89,11 @@ def fit_trace(
     """
     config = config or FitConfig()
     trace = trace.lazy()
-    source = source or {}
     data = pauses(trace)
     abandoned = data.filter(pl.col("pause_s") > config.abandon_s)
     kept = data.filter(pl.col("pause_s") <= config.abandon_s)
 
-    tools: dict[str, Any] = {}
+    tools: dict[str, ToolFit] = {}
     for (name,), group in sorted(kept.group_by("tool"), key=lambda kv: str(kv[0][0])):
         values = group["pause_s"].to_numpy().astype(np.float64)
         tools[str(name)] = describe(values, config, int(group["measured"].sum()))
@@ -116,8 +115,8 @@ def fit_trace(
             "compression_ks_bound": cdf_mod.compression_bound(config.max_points),
         },
         "input": {
-            "path": source.get("path"),
-            "sha256": source.get("sha256"),
+            "path": None if source is None else source["path"],
+            "sha256": None if source is None else source["sha256"],
             "programs": int(lengths.size),
             "calls": int(calls),
             "pauses": int(data.height),

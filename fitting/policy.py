@@ -33,11 +33,12 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 from fitting import hull as hull_mod
 from fitting.eta import DEFAULT_ETA, EtaSums, clamp
+from fitting.fit_doc import CdfDoc, FitDoc
 
 VALVES = ("head", "stall-only")
 
@@ -45,6 +46,31 @@ SOURCE_TOOL = "tool"
 SOURCE_GLOBAL = "global"
 SOURCE_COLD = "cold-start"
 SOURCE_OFF = "disabled"
+
+
+class PolicyDoc(TypedDict):
+    """:class:`PolicyParams` as a bundle's ``policy`` holds it (every field, by name)."""
+
+    eta: float
+    learn_eta: bool
+    k: int
+    t_window: int
+    valve: str
+    pin_cap: float
+    cold_start_ttl_s: float | None
+    history_cap: int
+    prior_weight_cap: int
+    refresh_every: int
+    abandon_s: float
+    pins: bool
+
+
+class DecisionDoc(TypedDict):
+    """A :class:`Decision` as ``ttlctl bundle query`` prints it."""
+
+    ttl_s: float
+    source: str
+    benefit_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +116,21 @@ class PolicyParams:
         if self.prior_weight_cap < 0 or self.abandon_s <= 0:
             raise ValueError("prior_weight_cap >= 0 and abandon_s > 0")
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> PolicyDoc:
+        return {
+            "eta": self.eta,
+            "learn_eta": self.learn_eta,
+            "k": self.k,
+            "t_window": self.t_window,
+            "valve": self.valve,
+            "pin_cap": self.pin_cap,
+            "cold_start_ttl_s": self.cold_start_ttl_s,
+            "history_cap": self.history_cap,
+            "prior_weight_cap": self.prior_weight_cap,
+            "refresh_every": self.refresh_every,
+            "abandon_s": self.abandon_s,
+            "pins": self.pins,
+        }
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> PolicyParams:
@@ -108,7 +147,7 @@ class Decision:
     source: str
     benefit_s: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> DecisionDoc:
         return {"ttl_s": self.ttl_s, "source": self.source, "benefit_s": self.benefit_s}
 
 
@@ -121,7 +160,7 @@ class Prior:
     n: int
 
     @staticmethod
-    def from_json(data: Mapping[str, Any]) -> Prior:
+    def from_json(data: CdfDoc) -> Prior:
         return Prior(tuple(map(float, data["x"])), tuple(map(float, data["p"])), int(data["n"]))
 
 
@@ -320,7 +359,7 @@ class TTLPolicy:
                 d.rebuild()
 
 
-def priors_from_fit(fit: Mapping[str, Any]) -> tuple[dict[str, Prior], Prior | None]:
+def priors_from_fit(fit: FitDoc) -> tuple[dict[str, Prior], Prior | None]:
     """The per-tool and global priors stored in a fit document."""
     tools = {name: Prior.from_json(t["cdf"]) for name, t in fit.get("tools", {}).items()}
     g = fit.get("global")

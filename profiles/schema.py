@@ -15,11 +15,12 @@ process reads the profile inside the policy bundle.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ttlctl.errors import TtlctlError
 
@@ -28,6 +29,44 @@ SCHEMA = "ttlctl.profile/1"
 
 class ProfileError(TtlctlError, ValueError):
     """A profile that cannot be used; the message names what is wrong."""
+
+
+class PrefillDoc(TypedDict):
+    a: float
+    b: float
+    q: float
+    #: [context tokens, seconds] pairs the quadratic was fitted on
+    points: list[list[float]]
+    rmse_s: float | None
+
+
+class ReloadDoc(TypedDict):
+    bandwidth_bytes_per_s: float
+    latency_s: float
+
+
+class DecodeDoc(TypedDict):
+    step_s: float
+    per_seq_s: float
+    per_kv_token_s: float
+
+
+class ProfileDoc(TypedDict):
+    """A profile as it is written (``profile.json``, a bundle's ``profile``):
+    :meth:`Profile.to_json`; :func:`from_json` reads it back, checked."""
+
+    schema: str
+    name: str
+    device: str
+    model: str
+    kv_bytes_per_token: int
+    max_context: int
+    prefill: PrefillDoc
+    reload: ReloadDoc
+    decode: DecodeDoc
+    #: how it was obtained: ``kind`` (measured, roofline, published …) and what the
+    #: profiler recorded (free-form: each profiler writes its own keys)
+    source: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +118,33 @@ class Profile:
         """PrefillReload of docs/method.md: reload when a host tier holds the KV, else prefill."""
         return self.reload_s(tokens) if offload else self.prefill_s(tokens)
 
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["prefill"]["points"] = [list(p) for p in self.prefill.points]
-        return {"schema": SCHEMA, **data}
+    def to_json(self) -> ProfileDoc:
+        pre, rel, dec = self.prefill, self.reload, self.decode
+        return {
+            "schema": SCHEMA,
+            "name": self.name,
+            "device": self.device,
+            "model": self.model,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "max_context": self.max_context,
+            "prefill": {
+                "a": pre.a,
+                "b": pre.b,
+                "q": pre.q,
+                "points": [list(p) for p in pre.points],
+                "rmse_s": pre.rmse_s,
+            },
+            "reload": {
+                "bandwidth_bytes_per_s": rel.bandwidth_bytes_per_s,
+                "latency_s": rel.latency_s,
+            },
+            "decode": {
+                "step_s": dec.step_s,
+                "per_seq_s": dec.per_seq_s,
+                "per_kv_token_s": dec.per_kv_token_s,
+            },
+            "source": copy.deepcopy(self.source),
+        }
 
 
 def from_json(data: Any, where: str = "profile") -> Profile:

@@ -1,14 +1,130 @@
-"""Per-policy figures of a replay: the result keys ``ttlctl replay --json`` writes."""
+"""Per-policy figures of a replay, and the replay document ``ttlctl replay --json`` writes.
+
+:class:`ReplayDoc` is ``replay.json``; each of its ``results`` is a :class:`PolicyResult`:
+the figures :func:`summarize` reads from a replay's outcome (:class:`ReplayFigures`),
+with what the runner adds. A live run (``replay --live``) writes the same keys, with
+None where a server does not tell (queueing, engine steps, offload).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict
 
 import numpy as np
 
 from fitting.percentile import percentile
 from replay.sim import ProgramRun, SimCallRecord
+from ttlctl.jsonio import FileRef
+
+
+class PinCounts(TypedDict):
+    made: int
+    hit: int
+    expired: int
+    released_under_pressure: int
+    #: a live run's plugin counters only
+    dropped: NotRequired[int]
+    refused: NotRequired[int]
+
+
+class PinnedTimeline(TypedDict):
+    """KV tokens held by pins over time (a step function, downsampled)."""
+
+    t_s: list[float]
+    pinned_tokens: list[float]
+
+
+class PolicyResult(TypedDict):
+    """One policy's entry of ``replay.json``'s ``results`` (:func:`summarize`).
+    Percentiles are None with too few programs (:func:`fitting.percentile.percentile`)."""
+
+    policy: str
+    #: programs that finished (not cut short)
+    programs: int
+    programs_cut_short: int
+    llm_calls: int
+    rejected_calls: int
+    truncated_calls: int
+    jct_mean_s: float | None
+    jct_p50_s: float | None
+    jct_p95_s: float | None
+    jct_p99_s: float | None
+    makespan_s: float
+    throughput_programs_per_s: float | None
+    ttft_mean_s: float | None
+    ttft_p95_s: float | None
+    queue_mean_s: float | None
+    prefix_hit_rate: float | None
+    offload_loaded_tokens: int | None
+    preemptions: int | None
+    pinned_token_seconds: float | None
+    pins: PinCounts | None
+    engine_steps: int | None
+    engine_busy_s: float | None
+    pinned_timeline: PinnedTimeline
+    #: a bound no engine can reach (oracle, unlimited KV)
+    evaluation_only: bool
+    #: wall time of the replay and simulated calls per second (None: ``--no-timing``)
+    wall_s: float | None
+    sim_calls_per_s: float | None
+    #: share of the vLLM → unlimited-KV mean-JCT gap closed (when both ran)
+    gap_closed: NotRequired[float | None]
+    #: ``--backend vllm``: the backend, its scheduling, scheduler class, aborted calls
+    #: and the plugin's counters
+    backend: NotRequired[str]
+    async_scheduling: NotRequired[bool]
+    scheduler: NotRequired[str]
+    aborted_calls: NotRequired[int]
+    plugin_counters: NotRequired[dict[str, int]]
+    #: ``--live``: True, and what the server said (counters, errors, warnings)
+    live: NotRequired[bool]
+    server: NotRequired[dict[str, Any]]
+
+
+class TraceRef(TypedDict):
+    path: str
+    sha256: str
+    programs: int
+    calls: int
+
+
+class ProfileRef(TypedDict):
+    name: str
+    path: str
+    sha256: str
+
+
+class ReplaySettings(TypedDict):
+    """``replay.json``'s ``config``: the options the replay ran with."""
+
+    #: the simulated engine (``replay.scheduler.SimSchedulerConfig``, field by field)
+    engine: dict[str, Any]
+    offload_tokens: int
+    jps: float | None
+    concurrency: int | None
+    seed: int
+    truncate: bool
+    valve: str | None
+    pin_cap: float | None
+    static_ttl_s: float
+    live: str | None
+    trace_idle_gap_cap_seconds: float | None
+
+
+class ReplayDoc(TypedDict):
+    """``ttlctl replay --json``: what was replayed, how, and each policy's result."""
+
+    ttlctl_version: str
+    #: fast or vllm (None: a live run)
+    backend: str | None
+    vllm_version: str | None
+    async_scheduling: bool
+    trace: TraceRef
+    profile: ProfileRef
+    bundle: FileRef | None
+    config: ReplaySettings
+    results: list[PolicyResult]
 
 
 class Replayed(Protocol):
@@ -30,7 +146,10 @@ class Replayed(Protocol):
     def engine(self) -> Any: ...
 
 
-def summarize(outcome: Replayed, policy: str) -> dict[str, Any]:
+def summarize(
+    outcome: Replayed, policy: str, *, evaluation_only: bool, wall_s: float | None
+) -> PolicyResult:
+    """The result of ``policy``'s replay; ``wall_s``: its wall time (None: not timed)."""
     finished = [
         r for r in outcome.programs if r.done and not r.cut_short and r.last_finish is not None
     ]
@@ -72,10 +191,13 @@ def summarize(outcome: Replayed, policy: str) -> dict[str, Any]:
         "engine_steps": stats.steps,
         "engine_busy_s": stats.busy_s,
         "pinned_timeline": timeline(outcome, bs),
+        "evaluation_only": evaluation_only,
+        "wall_s": wall_s,
+        "sim_calls_per_s": None if not wall_s else len(calls) / wall_s,
     }
 
 
-def timeline(outcome: Replayed, block_size: int, points: int = 400) -> dict[str, list[float]]:
+def timeline(outcome: Replayed, block_size: int, points: int = 400) -> PinnedTimeline:
     """Pinned KV tokens over time, as a step function downsampled to ≤ ``points``
     (each kept sample is the maximum over its slice, so peaks survive)."""
     samples = outcome.engine.timeline
@@ -93,9 +215,7 @@ def timeline(outcome: Replayed, block_size: int, points: int = 400) -> dict[str,
     return {"t_s": t, "pinned_tokens": v}
 
 
-def gap_closed(
-    result: dict[str, Any], vllm: dict[str, Any], unlimited: dict[str, Any]
-) -> float | None:
+def gap_closed(result: PolicyResult, vllm: PolicyResult, unlimited: PolicyResult) -> float | None:
     """Share of the mean-JCT gap from vLLM to unlimited KV that a policy closes."""
     a, b, x = vllm.get("jct_mean_s"), unlimited.get("jct_mean_s"), result.get("jct_mean_s")
     if a is None or b is None or x is None or abs(a - b) < 1e-12:

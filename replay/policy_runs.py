@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from profiles.cost import CostModel
 from replay import figures
+from replay.figures import PolicyResult
 from replay.policies import BOUNDS, NAMES, PolicySpec, make
 from replay.sim import ReplayConfig, simulate
 from replay.workload import Workload, poisson_starts, retimed
@@ -45,7 +45,7 @@ def run_one(
     timing: Load,
     *,
     timed: bool = True,
-) -> dict[str, Any]:
+) -> PolicyResult:
     work = prepare(workload, timing)
     pauses = {(p.program_id, i): c.pause_s for p in work.programs for i, c in enumerate(p.calls)}
     cfg = replace(config, concurrency=timing.concurrency)
@@ -64,11 +64,9 @@ def run_one(
     start = time.perf_counter()
     outcome = simulate(work, policy, cost, cfg)
     wall = time.perf_counter() - start
-    result = figures.summarize(outcome, spec.name)
-    result["evaluation_only"] = spec.name in BOUNDS
-    result["wall_s"] = wall if timed else None
-    result["sim_calls_per_s"] = (len(outcome.calls) / wall if wall > 0 else None) if timed else None
-    return result
+    return figures.summarize(
+        outcome, spec.name, evaluation_only=spec.name in BOUNDS, wall_s=wall if timed else None
+    )
 
 
 def run_all(
@@ -80,8 +78,8 @@ def run_all(
     *,
     timed: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
-    runner: Callable[..., dict[str, Any]] | None = None,
-) -> list[dict[str, Any]]:
+    runner: Callable[..., PolicyResult] | None = None,
+) -> list[PolicyResult]:
     """Every policy on the same workload; adds ``gap_closed`` when both bounds ran.
 
     ``runner``: replays one policy (default :func:`run_one`, the fast backend; see

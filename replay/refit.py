@@ -37,6 +37,7 @@ from typing import Any
 import polars as pl
 
 from fitting.fit import fit_trace
+from fitting.fit_doc import FitDoc, FitSource
 from fitting.policy import PolicyParams
 from replay.policies import PolicySpec
 from replay.refit_changes import CONTEXTS, jct_table, tool_changes
@@ -48,14 +49,12 @@ from ttlctl import __version__
 from ttlctl import bundle as bundle_mod
 from ttlctl.errors import TtlctlError
 from ttlctl.ingest.pipeline import IngestReport, ingest, rejects_path_for
-from ttlctl.jsonio import file_sha256, replacing
+from ttlctl.jsonio import FileRef, file_sha256, replacing
 from ttlctl.trace import io as trace_io
 
 REFIT_SCHEMA = "ttlctl.refit/1"
 #: rejected records shown in the report (all of them are in the rejects file)
 REJECTS_SHOWN = 5
-#: the provenance keys of the served bundle that still describe the new one
-CARRIED = ("tuning", "profile")
 
 
 class RefitError(TtlctlError, ValueError):
@@ -86,7 +85,9 @@ def refit(
     brief = _ingest_brief(report, frame, settings.trace, kept_rejects)
     if frame.height == 0:
         raise RefitError(f"{_names(paths)}: no calls left to refit from (all rejected)")
-    logs = [{"path": f.path, "sha256": file_sha256(Path(f.path))} for f in report.files]
+    logs: list[FileRef] = [
+        {"path": f.path, "sha256": file_sha256(Path(f.path))} for f in report.files
+    ]
     config = fit_config(old)
     say("fitting")
     fit = fit_trace(
@@ -97,7 +98,11 @@ def refit(
         ttlctl_version=__version__,
     )
     params = PolicyParams.from_json(old["policy"])
-    draft = {"fit": fit, "profile": old["profile"], "policy": params.to_json()}
+    draft: bundle_mod.BundleParts = {
+        "fit": fit,
+        "profile": old["profile"],
+        "policy": params.to_json(),
+    }
     workload = from_frame(frame)
     replay_config, recorded_from = replay_settings(old, settings)
     loads, load_note = (
@@ -129,17 +134,16 @@ def refit(
         "truncate": replay_config.truncate,
         "settings_from": recorded_from,
     }
-    provenance = {key: old["provenance"][key] for key in CARRIED if key in old["provenance"]} | {
-        "refit": {
-            "previous_bundle": {"path": str(bundle_path), "sha256": old["sha256"]},
-            "logs": logs,
-            "ingest": brief,
-            "replay": replay_doc,
-            "held_back": held,
-            "guard": verdict,
-        },
-        "ttlctl_version": __version__,
+    provenance = _carried(old["provenance"])
+    provenance["refit"] = {
+        "previous_bundle": {"path": str(bundle_path), "sha256": old["sha256"]},
+        "logs": logs,
+        "ingest": brief,
+        "replay": replay_doc,
+        "held_back": held,
+        "guard": verdict,
     }
+    provenance["ttlctl_version"] = __version__
     new = bundle_mod.assemble(fit, old["profile"], params, provenance)
     target = output or bundle_path
     action = _apply(new, verdict, target, bundle_path, served_sha, dry_run)
@@ -168,8 +172,19 @@ def refit(
     }
 
 
+def _carried(old: bundle_mod.Provenance) -> bundle_mod.Provenance:
+    """What the served bundle's provenance says that still describes the new one: its
+    tuning study and its profile file."""
+    kept: bundle_mod.Provenance = {}
+    if "tuning" in old:
+        kept["tuning"] = old["tuning"]
+    if "profile" in old:
+        kept["profile"] = old["profile"]
+    return kept
+
+
 def _apply(
-    new: Mapping[str, Any],
+    new: bundle_mod.Bundle,
     verdict: Mapping[str, Any],
     target: Path,
     served: Path,
@@ -192,7 +207,7 @@ def _apply(
     return "replaced" if replacing else "written"
 
 
-def _log_source(logs: Sequence[Mapping[str, str]]) -> dict[str, str]:
+def _log_source(logs: Sequence[FileRef]) -> FitSource:
     """The fit's ``input``: the log file and its SHA-256; for several files, their paths
     and the SHA-256 of their SHA-256s (hex, in the order read)."""
     if len(logs) == 1:
@@ -252,13 +267,13 @@ def _first_rejects(report: IngestReport) -> list[dict[str, Any]]:
     return shown
 
 
-def _fit_brief(fit: Mapping[str, Any]) -> dict[str, Any]:
-    inp = fit.get("input") or {}
+def _fit_brief(fit: FitDoc) -> dict[str, Any]:
+    inp, eta = fit.get("input"), fit.get("eta")
     return {
-        "programs": inp.get("programs"),
-        "calls": inp.get("calls"),
-        "pauses": inp.get("pauses"),
-        "eta": (fit.get("eta") or {}).get("value"),
+        "programs": inp.get("programs") if inp else None,
+        "calls": inp.get("calls") if inp else None,
+        "pauses": inp.get("pauses") if inp else None,
+        "eta": eta.get("value") if eta else None,
         "k": fit.get("k"),
     }
 

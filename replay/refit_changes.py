@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fitting.fit_doc import ToolFit
 from ttlctl import bundle as bundle_mod
 
 #: the context lengths (tokens) of the τ* columns, as ``ttlctl bundle inspect`` shows them
@@ -15,8 +16,8 @@ POLICIES = ("old", "new", "vllm")
 
 
 def tool_changes(
-    old: Mapping[str, Any],
-    new: Mapping[str, Any],
+    old: bundle_mod.Bundle,
+    new: bundle_mod.Bundle,
     contexts: Sequence[int] = CONTEXTS,
     queue_delay_s: float = 0.0,
 ) -> list[dict[str, Any]]:
@@ -30,7 +31,7 @@ def tool_changes(
     names = set(fits["old"]["tools"]) | set(fits["new"]["tools"])
 
     def weight(name: str) -> tuple[int, int, str]:
-        counts = [fits[w]["tools"].get(name, {}).get("n", 0) for w in ("new", "old")]
+        counts = [_n(fits[w]["tools"].get(name)) for w in ("new", "old")]
         return (-counts[0], -counts[1], name)
 
     rows = []
@@ -51,6 +52,10 @@ def tool_changes(
             }
         rows.append(row)
     return rows
+
+
+def _n(entry: ToolFit | None) -> int:
+    return entry["n"] if entry else 0
 
 
 def jct_table(held: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:

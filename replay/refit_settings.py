@@ -27,6 +27,7 @@ from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.workload import Workload
+from ttlctl.bundle import Bundle
 
 #: held-back seeds, as ``ttlctl tune`` numbers them (its trials use 0, 1, …)
 HELD_BACK_FROM = 1000
@@ -53,21 +54,22 @@ class RefitSettings:
     force: bool = False
 
 
-def fit_config(doc: Mapping[str, Any]) -> FitConfig:
+def fit_config(doc: Bundle) -> FitConfig:
     """The settings the served bundle's fit was made with; for a bundle without a fit
     (cold start), its policy's K and ``abandon_s`` and the defaults."""
-    recorded = (doc.get("fit") or {}).get("config")
+    recorded = doc["fit"].get("config")
     known = {f.name for f in fields(FitConfig)}
     if isinstance(recorded, dict) and recorded:
-        return FitConfig(**{k: v for k, v in recorded.items() if k in known})
+        given: dict[str, Any] = {k: v for k, v in recorded.items() if k in known}
+        return FitConfig(**given)
     params = PolicyParams.from_json(doc["policy"])
     return FitConfig(min_samples=params.k, abandon_s=params.abandon_s)
 
 
-def replay_settings(doc: Mapping[str, Any], settings: RefitSettings) -> tuple[ReplayConfig, str]:
+def replay_settings(doc: Bundle, settings: RefitSettings) -> tuple[ReplayConfig, str]:
     """The simulated engine of the replays, and where its settings came from: the options
     given, else the served bundle's last refit or its tuning study, else the defaults."""
-    provenance = doc.get("provenance") or {}
+    provenance = doc["provenance"]
     recorded: Mapping[str, Any] = {}
     source = "defaults"
     for where, found in (

@@ -21,14 +21,16 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from fitting import FIT_SCHEMA
-from fitting.policy import PolicyParams, TTLPolicy, priors_from_fit
+from fitting.fit_doc import FitDoc, FitInput
+from fitting.policy import PolicyDoc, PolicyParams, TTLPolicy, priors_from_fit
 from profiles import schema as profile_schema
+from profiles.schema import ProfileDoc
 from ttlctl import __version__
 from ttlctl.errors import TtlctlError
-from ttlctl.jsonio import write_json
+from ttlctl.jsonio import FileRef, write_json
 
 SCHEMA_VERSION = 1
 MAX_CDF_POINTS = 1024
@@ -48,6 +50,53 @@ class BundleError(TtlctlError, ValueError):
     """A bundle that must not be used; the message says why (one line)."""
 
 
+class BundleParts(TypedDict):
+    """What a policy is made from: the fit, the profile and the policy's parameters
+    (:func:`policy_from`; a replay's ``continuum`` runs from these alone)."""
+
+    fit: FitDoc
+    profile: ProfileDoc
+    policy: PolicyDoc
+
+
+class Provenance(TypedDict, total=False):
+    """What a bundle was made from. Each maker writes the keys it knows (a reader must
+    expect any of them to be absent, and keys of other makers to be present)."""
+
+    #: ``bundle build``, ``tune``: the fit and the profile files
+    fit: FileRef
+    profile: FileRef
+    #: ``bundle build``: the fit's ``input`` ({} if it has none); ``tune``: the trace file
+    trace: FitInput | FileRef | Mapping[str, object]
+    #: ``tune``: the fit's ``input`` ({} if it has none)
+    trace_fitted: FitInput | Mapping[str, object]
+    #: the η the fit estimated (the policy's may differ)
+    eta_fitted: float | None
+    #: ``tune``: the study (``replay.tune.provenance_of``: tune.json without its trials)
+    tuning: dict[str, Any]
+    #: ``refit``: the bundle it replaced, the logs, the replays and the guard's verdict
+    refit: dict[str, Any]
+    ttlctl_version: str
+    #: a bundle made for a run (``replay --backend vllm``, ``validate``'s cold start)
+    made_by: str
+
+
+class BundleBody(BundleParts):
+    """A bundle without its checksum: what :data:`Bundle`'s ``sha256`` covers."""
+
+    schema_version: int
+    created: str
+    ttlctl_version: str
+    provenance: Provenance
+
+
+class Bundle(BundleBody):
+    """The bundle document (``bundle.json``), sealed: ``sha256`` of the canonical JSON of
+    every other field (:func:`canonical_bytes`)."""
+
+    sha256: str
+
+
 def canonical_bytes(doc: Mapping[str, Any]) -> bytes:
     """The bytes the checksum covers: every field but ``sha256``, canonical JSON."""
     body = {k: v for k, v in doc.items() if k != "sha256"}
@@ -56,43 +105,49 @@ def canonical_bytes(doc: Mapping[str, Any]) -> bytes:
     ).encode("utf-8")
 
 
+def checksum(doc: Mapping[str, Any]) -> str:
+    """The ``sha256`` a sealed ``doc`` carries (hex)."""
+    return hashlib.sha256(canonical_bytes(doc)).hexdigest()
+
+
 def seal(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Any document with ``sha256`` set to :func:`checksum` (what :func:`build` seals
+    with; it does not check the document, so a test can seal a damaged one)."""
     out = {k: v for k, v in doc.items() if k != "sha256"}
-    out["sha256"] = hashlib.sha256(canonical_bytes(out)).hexdigest()
+    out["sha256"] = checksum(out)
     return out
 
 
 def build(
-    fit: Mapping[str, Any],
-    profile: Mapping[str, Any],
+    fit: FitDoc,
+    profile: ProfileDoc,
     params: PolicyParams,
     *,
     created: str,
     ttlctl_version: str,
-    provenance: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    provenance: Provenance | None = None,
+) -> Bundle:
     """A sealed bundle; raises :class:`BundleError` if the parts do not check."""
-    doc = seal(
-        {
-            "schema_version": SCHEMA_VERSION,
-            "created": created,
-            "ttlctl_version": ttlctl_version,
-            "fit": dict(fit),
-            "profile": dict(profile),
-            "policy": params.to_json(),
-            "provenance": dict(provenance or {}),
-        }
-    )
+    body: BundleBody = {
+        "schema_version": SCHEMA_VERSION,
+        "created": created,
+        "ttlctl_version": ttlctl_version,
+        "fit": fit.copy(),
+        "profile": profile.copy(),
+        "policy": params.to_json(),
+        "provenance": (provenance or {}).copy(),
+    }
+    doc: Bundle = {**body, "sha256": checksum(body)}
     verify(doc)
     return doc
 
 
 def assemble(
-    fit: Mapping[str, Any],
-    profile: Mapping[str, Any],
+    fit: FitDoc,
+    profile: ProfileDoc,
     params: PolicyParams,
-    provenance: Mapping[str, Any],
-) -> dict[str, Any]:
+    provenance: Provenance,
+) -> Bundle:
     """A sealed bundle made now by this ttlctl: :func:`build` stamped with the time
     (UTC, seconds) and ``ttlctl.__version__``. Every command that writes a bundle
     (``bundle build``, ``tune``, a live trial, ``validate``'s cold start) calls this."""
@@ -106,23 +161,23 @@ def assemble(
     )
 
 
-def empty_fit() -> dict[str, Any]:
+def empty_fit() -> FitDoc:
     """The fit of a bundle that has none: the policy starts cold and learns online."""
     return {"schema": FIT_SCHEMA, "tools": {}, "global": None}
 
 
-def cold_start(profile: Mapping[str, Any], made_by: str) -> dict[str, Any]:
+def cold_start(profile: ProfileDoc, made_by: str) -> Bundle:
     """A sealed bundle with no fit (the policy starts cold and learns online), the
     default policy and ``profile``; ``made_by`` says who made it and why."""
     return assemble(empty_fit(), profile, PolicyParams(), {"made_by": made_by})
 
 
-def write(doc: Mapping[str, Any], path: Path) -> None:
+def write(doc: Bundle, path: Path) -> None:
     """Write atomically: the file is whole or absent, never half-written."""
     write_json(doc, path)
 
 
-def read(path: Path) -> dict[str, Any]:
+def read(path: Path) -> Bundle:
     """Load and verify; :class:`BundleError` names the file and the problem."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -140,7 +195,27 @@ def read(path: Path) -> dict[str, Any]:
         verify(doc)
     except BundleError as exc:
         raise BundleError(f"{path}: {exc}") from None
-    return dict(doc)
+    return cast(Bundle, doc)  # verified: the keys, the checksum, the fit, profile and policy
+
+
+def read_fit(path: Path) -> FitDoc:
+    """A fit document (``ttlctl fit``'s ``fit.json``) to build a bundle from, its CDFs
+    checked as a bundle's are; :class:`BundleError` names the file and the problem."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BundleError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{path}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(doc, dict):
+        raise BundleError(f"{path}: not a JSON object")
+    try:
+        _check_fit(doc)
+    except BundleError as exc:
+        raise BundleError(f"{path}: {exc}") from None
+    return cast(FitDoc, doc)  # checked: the schema, and every CDF
 
 
 def verify(doc: Any) -> None:
@@ -156,7 +231,7 @@ def verify(doc: Any) -> None:
             f"(this ttlctl reads {SCHEMA_VERSION})"
         )
     try:
-        expected = hashlib.sha256(canonical_bytes(doc)).hexdigest()
+        expected = checksum(doc)
     except (TypeError, ValueError) as exc:
         raise BundleError(f"content cannot be checksummed: {exc}") from None
     if doc["sha256"] != expected:
@@ -206,7 +281,7 @@ def _check_cdf(cdf: Mapping[str, Any], where: str) -> None:
         raise BundleError(f"{where}: p must increase strictly to 1")
 
 
-def policy_from(doc: Mapping[str, Any]) -> TTLPolicy:
+def policy_from(doc: BundleParts) -> TTLPolicy:
     """The online policy a verified bundle describes."""
     params = PolicyParams.from_json(doc["policy"])
     profile = profile_schema.from_json(doc["profile"])
@@ -216,7 +291,7 @@ def policy_from(doc: Mapping[str, Any]) -> TTLPolicy:
 
 def load_policy(
     path: Path | str | None, warn: Callable[[str], None]
-) -> tuple[TTLPolicy | None, dict[str, Any] | None]:
+) -> tuple[TTLPolicy | None, Bundle | None]:
     """Engine side: the bundle's policy, or (None, None) = "no pin" after one warning.
 
     Never raises: a missing, damaged or foreign bundle must leave the engine
@@ -232,7 +307,7 @@ def load_policy(
         return None, None
 
 
-def open_policy(path: Path) -> tuple[TTLPolicy, dict[str, Any]]:
+def open_policy(path: Path) -> tuple[TTLPolicy, Bundle]:
     """The policy of the bundle at ``path`` and the bundle; :class:`BundleError` (naming
     the file) for anything that keeps it from being served."""
     try:

@@ -18,7 +18,14 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
+
+
+class FileRef(TypedDict):
+    """A file a document was made from, as documents record it: its path and SHA-256."""
+
+    path: str
+    sha256: str
 
 
 @contextmanager

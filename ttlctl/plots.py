@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from fitting.fit_doc import CdfDoc, FitDoc
 
 
 def _safe(name: str) -> str:
@@ -16,14 +17,14 @@ def _safe(name: str) -> str:
     return cleaned[:80]
 
 
-def step(ax: Any, cdf: Mapping[str, Any], **kw: Any) -> None:
+def step(ax: Any, cdf: CdfDoc, **kw: Any) -> None:
     """A compressed CDF (``x``, ``p``) as a right-continuous step from (0, 0)."""
     x = np.r_[0.0, np.asarray(cdf["x"], dtype=float)]
     p = np.r_[0.0, np.asarray(cdf["p"], dtype=float)]
     ax.step(x, p, where="post", **kw)
 
 
-def plot_fit(fit: dict[str, Any], out_dir: Path) -> list[Path]:
+def plot_fit(fit: FitDoc, out_dir: Path) -> list[Path]:
     """Write ``<tool>.png`` per tool (and ``global.png``); returns the paths."""
     # pyplot and its Agg backend only when plots are drawn (importing this module is light)
     import matplotlib
@@ -32,8 +33,9 @@ def plot_fit(fit: dict[str, Any], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    everything = fit["global"]
-    entries = [("global", everything), *sorted(fit["tools"].items())]
+    everything = fit["global"]  # None only in a bundle's empty fit
+    head = [("global", everything)] if everything is not None else []
+    entries = [*head, *sorted(fit["tools"].items())]
     written: list[Path] = []
     used: set[str] = set()
     for name, entry in entries:
@@ -52,7 +54,7 @@ def plot_fit(fit: dict[str, Any], out_dir: Path) -> list[Path]:
                 ls="--",
                 label=f"Exp fit (mean {exp['mean_s']:.3g} s, KS {exp['ks']:.2f})",
             )
-        if name != "global" and everything["n"]:
+        if name != "global" and everything is not None and everything["n"]:
             step(ax, everything["cdf"], color="0.6", lw=1.0, label="all tools")
         ax.set_xscale("symlog", linthresh=max(upper / 1000, 1e-3))
         ax.set_xlim(0, upper)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from fitting.policy import PolicyParams, TTLPolicy
 from replay.policies.baselines import Autellix, InferCept, Oracle
@@ -33,7 +32,7 @@ BOUNDS = ("oracle", "unlimited-kv")
 class PolicySpec:
     name: str
     #: the bundle (for continuum); None: a cold-start policy with default parameters
-    bundle: dict[str, Any] | None = None
+    bundle: bundle_mod.BundleParts | None = None
     ttl_s: float = 2.0
     valve: str | None = None
     pin_cap: float | None = None
@@ -74,7 +73,7 @@ def make(
 
 
 def _ttl_policy(
-    bundle: dict[str, Any] | None, rebuild_s: Callable[[float, bool], float]
+    bundle: bundle_mod.BundleParts | None, rebuild_s: Callable[[float, bool], float]
 ) -> tuple[TTLPolicy, PolicyParams]:
     if bundle is None:  # no fit: the cold-start policy, learning online
         params = PolicyParams()

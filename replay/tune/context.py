@@ -4,7 +4,7 @@ in the simulator."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -12,14 +12,18 @@ from typing import Any
 import numpy as np
 
 from fitting.eta import from_fit as eta_from_fit
+from fitting.fit_doc import FitDoc
 from fitting.policy import PolicyParams
 from profiles import schema as profile_schema
 from profiles.cost import ProfileCostModel
+from profiles.schema import ProfileDoc
+from replay.figures import PolicyResult
 from replay.policies import PolicySpec
 from replay.policy_runs import Load
 from replay.sim import ReplayConfig
 from replay.vllmsim.backend import runner
 from replay.workload import Workload
+from ttlctl.bundle import BundleParts
 from ttlctl.errors import TtlctlError
 
 #: bump when the search space or the objective changes meaning (part of the study name)
@@ -100,9 +104,9 @@ class TuneContext:
 
     workload: Workload
     #: the fit document (its CDFs are the policy's prior; its η the default trial's)
-    fit: Mapping[str, Any]
+    fit: FitDoc
     #: the profile document that prices every step and every miss
-    profile: Mapping[str, Any]
+    profile: ProfileDoc
     config: ReplayConfig = field(default_factory=ReplayConfig)
     #: program starts: each a Load with ``jps`` or ``concurrency`` (its seed is ignored)
     loads: tuple[Load, ...] = (Load(concurrency=8),)
@@ -159,7 +163,7 @@ class TuneContext:
         return [replace(load, seed=s) for s in self.seeds for load in self.loads]
 
     def cost(self) -> ProfileCostModel:
-        return ProfileCostModel(profile_schema.from_json(dict(self.profile)))
+        return ProfileCostModel(profile_schema.from_json(self.profile))
 
     def fingerprint(self) -> dict[str, Any]:
         """What the objective's values depend on, besides the inputs' content."""
@@ -195,7 +199,7 @@ def shuffled(workload: Workload, seed: int) -> Workload:
     return Workload(tuple(workload.programs[i] for i in order))
 
 
-def replay_once(ctx: TuneContext, spec: PolicySpec, timing: Load) -> dict[str, Any]:
+def replay_once(ctx: TuneContext, spec: PolicySpec, timing: Load) -> PolicyResult:
     run_one = runner(ctx.backend, async_scheduling=ctx.async_scheduling)
     result = run_one(
         shuffled(ctx.workload, timing.seed), spec, ctx.cost(), ctx.config, timing, timed=False
@@ -208,7 +212,20 @@ def replay_once(ctx: TuneContext, spec: PolicySpec, timing: Load) -> dict[str, A
     return result
 
 
+def jct_mean(result: PolicyResult) -> float:
+    """A replay's mean JCT (:func:`replay_once` and the live runs refuse a replay in
+    which no program finished)."""
+    value = result["jct_mean_s"]
+    if value is None:
+        raise TuneError(f"{result['policy']}: no program finished in the replay")
+    return value
+
+
 def continuum(ctx: TuneContext, params: PolicyParams) -> PolicySpec:
     """The TTL policy as the engine would run it from a bundle with these parameters."""
-    doc = {"fit": dict(ctx.fit), "profile": dict(ctx.profile), "policy": params.to_json()}
-    return PolicySpec("continuum", bundle=doc)
+    parts: BundleParts = {
+        "fit": ctx.fit.copy(),
+        "profile": ctx.profile.copy(),
+        "policy": params.to_json(),
+    }
+    return PolicySpec("continuum", bundle=parts)

@@ -13,7 +13,14 @@ import numpy as np
 
 from fitting.policy import PolicyParams
 from replay.policies import PolicySpec
-from replay.tune.context import LIVE_BASELINE_NOTE, TuneContext, continuum, load_json, replay_once
+from replay.tune.context import (
+    LIVE_BASELINE_NOTE,
+    TuneContext,
+    continuum,
+    jct_mean,
+    load_json,
+    replay_once,
+)
 from replay.tune.live_trial import live_brief, live_replay
 
 
@@ -37,7 +44,7 @@ def replay_held_back(
     for timing in ctx.replays():
         for name, spec in specs.items():
             r = replay_once(ctx, spec, timing)
-            by[name].append(float(r["jct_mean_s"]))
+            by[name].append(jct_mean(r))
             p95[name].append(r["jct_p95_s"])
     return by, p95
 

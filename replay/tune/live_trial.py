@@ -25,7 +25,7 @@ from ttlctl.server.client import ServerError
 from ttlctl.server.vocab import LOW_IDS
 
 
-def candidate_bundle(ctx: TuneContext, params: PolicyParams, label: str) -> dict[str, Any]:
+def candidate_bundle(ctx: TuneContext, params: PolicyParams, label: str) -> bundle_mod.Bundle:
     """The sealed bundle a live run serves ``params`` with."""
     return bundle_mod.assemble(ctx.fit, ctx.profile, params, {"tuning": {"live_candidate": label}})
 

@@ -11,7 +11,7 @@ import optuna
 
 from fitting.eta import clamp
 from fitting.policy import VALVES, PolicyParams
-from replay.tune.context import TuneContext, TuneError, continuum, replay_once
+from replay.tune.context import TuneContext, TuneError, continuum, jct_mean, replay_once
 from replay.tune.live_trial import live_brief, live_replay
 
 PAPER_K = 100
@@ -73,7 +73,7 @@ def objective(trial: optuna.trial.BaseTrial, ctx: TuneContext) -> float:
     per_seed = len(ctx.loads)
     for i, timing in enumerate(replays):
         result = replay_once(ctx, spec, timing)
-        jcts.append(float(result["jct_mean_s"]))
+        jcts.append(jct_mean(result))
         p95s.append(result["jct_p95_s"])
         if (i + 1) % per_seed:
             continue

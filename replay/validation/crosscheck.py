@@ -19,6 +19,7 @@ from typing import Any
 from profiles.cost import ProfileCostModel
 from profiles.measure_server import measure_engine
 from profiles.schema import Profile
+from replay.figures import PolicyResult
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policies import PolicySpec
 from replay.policy_runs import Load
@@ -71,7 +72,7 @@ class _Session:
     #: the simulated side: ``fast``, or ``vllm`` (vLLM's own scheduler in process)
     backend: str = "fast"
     async_scheduling: bool = False
-    bundle_doc: dict[str, Any] | None = None
+    bundle_doc: bundle_mod.Bundle | None = None
     profile_source: str | None = None
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     infos: dict[str, ServerInfo] = field(default_factory=dict)
@@ -282,12 +283,12 @@ def validate(
 
 def _simulate(
     session: _Session, names: Sequence[str], engine: SimSchedulerConfig
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, PolicyResult]:
     """Each policy in the simulator, priced by the session's profile."""
     assert session.profile is not None  # measured on the first server at the latest
     config = ReplayConfig(engine=engine, truncate=True)
     cost = ProfileCostModel(session.profile)
-    sim: dict[str, dict[str, Any]] = {}
+    sim: dict[str, PolicyResult] = {}
     run_one = runner(session.backend, async_scheduling=session.async_scheduling)
     for name in names:
         session.say(f"{name}: simulating")
@@ -299,7 +300,7 @@ def _simulate(
 def _document(
     session: _Session,
     names: list[str],
-    sim: dict[str, dict[str, Any]],
+    sim: dict[str, PolicyResult],
     live: dict[str, dict[str, Any]],
     engine: SimSchedulerConfig,
 ) -> dict[str, Any]:

@@ -14,9 +14,10 @@ such mapping (:data:`UNMAPPED` says why) and are refused.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from profiles.cost import CostModel
+from replay.figures import PolicyResult
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, run_one
 from replay.sim import ReplayConfig
@@ -57,7 +58,7 @@ class RunOne(Protocol):
         timing: Load,
         *,
         timed: bool = True,
-    ) -> dict[str, Any]: ...
+    ) -> PolicyResult: ...
 
 
 def vllm_version() -> str:

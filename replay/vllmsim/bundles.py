@@ -18,12 +18,12 @@ plugin reads them from a file (``TTLCTL_BUNDLE``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
+from fitting.fit_doc import FitDoc
 from fitting.policy import PolicyParams
 from profiles.cost import CostModel, ProfileCostModel
+from profiles.schema import ProfileDoc
 from replay.policies import PolicySpec
 from replay.vllmsim.backend import BackendError
 from ttlctl import __version__
@@ -35,15 +35,13 @@ CREATED = "1970-01-01T00:00:00+00:00"
 NEVER = 2**62
 
 
-def _profile(cost: CostModel, name: str) -> dict[str, Any]:
+def _profile(cost: CostModel, name: str) -> ProfileDoc:
     if not isinstance(cost, ProfileCostModel):
         raise BackendError(f"--backend vllm runs {name} from a profile-priced cost model")
     return cost.profile.to_json()
 
 
-def _seal(
-    fit: Mapping[str, Any], profile: Mapping[str, Any], params: PolicyParams, policy: str
-) -> dict[str, Any]:
+def _seal(fit: FitDoc, profile: ProfileDoc, params: PolicyParams, policy: str) -> bundle_mod.Bundle:
     return bundle_mod.build(
         fit,
         profile,
@@ -54,7 +52,7 @@ def _seal(
     )
 
 
-def bundle_for(spec: PolicySpec, cost: CostModel) -> dict[str, Any] | None:
+def bundle_for(spec: PolicySpec, cost: CostModel) -> bundle_mod.Bundle | None:
     """The sealed bundle ``TTLScheduler`` runs ``spec`` with; None: vLLM's own scheduler."""
     name = spec.name
     if name in ("vllm", "unlimited-kv"):
@@ -72,8 +70,8 @@ def bundle_for(spec: PolicySpec, cost: CostModel) -> dict[str, Any] | None:
     if name == "continuum":
         if spec.bundle is None:
             profile = _profile(cost, name)
-            profile["prefill"] = dict(profile["prefill"], a=0.0)
-            fit: Mapping[str, Any] = bundle_mod.empty_fit()
+            profile["prefill"] = {**profile["prefill"], "a": 0.0}
+            fit = bundle_mod.empty_fit()
             params = PolicyParams()
         else:
             fit, profile = spec.bundle["fit"], spec.bundle["profile"]

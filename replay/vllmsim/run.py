@@ -12,10 +12,9 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from profiles.cost import CostModel
-from replay.figures import summarize
+from replay.figures import PolicyResult, summarize
 from replay.policies import BOUNDS, PolicySpec
 from replay.policy_runs import Load, prepare, unlimited_kv_tokens
 from replay.sim import ReplayConfig
@@ -99,19 +98,15 @@ class VllmRunner:
         timing: Load,
         *,
         timed: bool = True,
-    ) -> dict[str, Any]:
+    ) -> PolicyResult:
         outcome = run(workload, spec, cost, config, timing, async_scheduling=self.async_scheduling)
         return record(outcome, spec.name, timed=timed)
 
 
-def record(outcome: Outcome, policy: str, *, timed: bool = True) -> dict[str, Any]:
+def record(outcome: Outcome, policy: str, *, timed: bool = True) -> PolicyResult:
     """The fast backend's result record for ``outcome``, plus the backend's names."""
-    result = summarize(outcome, policy)
-    result["evaluation_only"] = policy in BOUNDS
-    wall = outcome.wall_s
-    result["wall_s"] = wall if timed else None
-    calls = len(outcome.calls)
-    result["sim_calls_per_s"] = (calls / wall if wall > 0 else None) if timed else None
+    wall_s = outcome.wall_s if timed else None
+    result = summarize(outcome, policy, evaluation_only=policy in BOUNDS, wall_s=wall_s)
     result["backend"] = "vllm"
     result["async_scheduling"] = outcome.async_scheduling
     result["scheduler"] = outcome.scheduler

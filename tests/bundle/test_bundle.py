@@ -214,3 +214,31 @@ def test_assemble_stamps_now_and_this_version(fit_doc: dict[str, Any]) -> None:
     assert abs((datetime.now(UTC) - created).total_seconds()) < 60
     cold = bundle.assemble(bundle.empty_fit(), prof.to_json(), PolicyParams(), {})
     assert cold["fit"]["tools"] == {} and bundle.policy_from(cold) is not None
+
+
+def test_bundle_build_writes_a_bundle_doc(fit_doc: dict[str, Any], tmp_path: Path) -> None:
+    from tests.documents import conforms
+
+    fit_path, out = tmp_path / "fit.json", tmp_path / "b.json"
+    fit_path.write_text(json.dumps(fit_doc))
+    build = ["bundle", "build", "--fit", str(fit_path), "--profile", "llama-3.1-8b-h100"]
+    res = CliRunner().invoke(app, [*build, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    conforms(doc, bundle.Bundle)
+    assert set(doc) == set(bundle.REQUIRED) == set(bundle.Bundle.__annotations__)
+    assert set(doc["provenance"]) == {"fit", "profile", "trace", "eta_fitted"}
+    assert doc["sha256"] == bundle.checksum(doc)
+
+
+def test_bundle_build_refuses_a_fit_that_is_not_one(tmp_path: Path) -> None:
+    bad = tmp_path / "fit.json"
+    bad.write_text(json.dumps({"schema": "ttlctl.fit/1", "tools": {"grep": {"n": 3}}}))
+    build = ["bundle", "build", "--fit", str(bad), "--profile", "llama-3.1-8b-h100"]
+    res = CliRunner().invoke(app, [*build, "-o", str(tmp_path / "b.json")])
+    assert res.exit_code == 2
+    assert f"{bad}: fit.tools['grep']: missing cdf" in res.stderr
+    bad.write_text("[1, 2]")
+    res = CliRunner().invoke(app, [*build, "-o", str(tmp_path / "b.json")])
+    assert res.exit_code == 2 and f"{bad}: not a JSON object" in res.stderr
+    assert not (tmp_path / "b.json").exists()

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from profiles import fitmath, models, roofline, shipped
 from profiles.cost import ConstantCostModel, ProfileCostModel
-from profiles.schema import ProfileError, from_json, load
+from profiles.schema import ProfileDoc, ProfileError, from_json, load
+from tests.documents import conforms
 from ttlctl.cli import app
 
 
@@ -85,8 +86,11 @@ def test_every_shipped_profile_loads_and_round_trips() -> None:
     assert len(rooflines) == len(roofline.MODELS) * len(roofline.DEVICES)
     assert "tiny-cpu" in names  # the measured CPU profile of the test model
     for name in names:
-        p = load(shipped.DATA / f"{name}.json")
+        path = shipped.DATA / f"{name}.json"
+        p = load(path)
         assert from_json(json.loads(json.dumps(p.to_json()))) == p
+        conforms(p.to_json(), ProfileDoc)
+        assert json.loads(path.read_text()) == p.to_json()  # what is written is read back
         assert p.source["kind"] in ("roofline", "measured")
         grid = [p.prefill_s(c) for c in (1e3, 8e3, 32e3, 128e3)]
         assert grid == sorted(grid) and grid[0] > 0

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from replay.policy_runs import Load
 from replay.refit import RefitError, refit
 from replay.refit_settings import RefitSettings, fit_config, replay_settings
+from tests.documents import conforms
 from tests.refit.logs import cut, engine_lines, swe_trace, write_log
 from ttlctl import bundle
 from ttlctl.cli import app
@@ -99,6 +100,7 @@ def test_a_better_fit_replaces_the_served_bundle_atomically(
     verified = run("bundle", "verify", served)
     assert verified.exit_code == 0 and "ok" in verified.output
     new = bundle.read(served)
+    conforms(new, bundle.Bundle)
     assert new["sha256"] == report["new_bundle_sha256"] != old["sha256"]
     assert new["policy"] == old["policy"] and new["profile"] == old["profile"]
     assert new["fit"]["config"] == old["fit"]["config"]  # the served fit's settings

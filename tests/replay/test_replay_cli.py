@@ -10,6 +10,8 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from replay.figures import ReplayDoc
+from tests.documents import conforms
 from ttlctl.cli import app
 from ttlctl.trace import io as trace_io
 
@@ -60,6 +62,7 @@ def test_replay_all_policies_json(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
+    conforms(doc, ReplayDoc)
     names = [r["policy"] for r in doc["results"]]
     assert names == [
         "vllm",

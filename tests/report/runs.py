@@ -82,3 +82,35 @@ def evil_trace(path: Path) -> None:
                 }
             )
     trace_io.write(pl.DataFrame(rows).lazy(), path)
+
+
+def skewed_replay() -> dict[str, Any]:
+    """A replay.json whose JCT tails are long: each policy's p99 is 20 times its mean
+    (a few programs run for an hour while most take a few minutes)."""
+    means = {
+        "vllm": 196.4,
+        "program-fcfs": 195.0,
+        "static-ttl": 194.8,
+        "continuum": 171.2,
+        "infercept": 190.3,
+        "autellix": 188.9,
+        "oracle": 160.5,
+        "unlimited-kv": 150.1,
+    }
+    results = []
+    for name, mean in means.items():
+        results.append(
+            {
+                "policy": name,
+                "evaluation_only": name in ("oracle", "unlimited-kv"),
+                "jct_mean_s": mean,
+                "jct_p50_s": 0.55 * mean,
+                "jct_p95_s": 6.0 * mean,
+                "jct_p99_s": 20.0 * mean,
+                "prefix_hit_rate": 0.8,
+                "preemptions": 12,
+                "pinned_token_seconds": 1.0e6,
+                "gap_closed": (means["vllm"] - mean) / (means["vllm"] - means["unlimited-kv"]),
+            }
+        )
+    return {"results": results, "config": {"concurrency": 64}}

@@ -13,6 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from tests.documents import conforms
 from tests.tune.inputs import KV_TOKENS, PROFILE
 from ttlctl import bundle
 from ttlctl.cli import tune as tune_cli
@@ -53,6 +54,7 @@ def test_tune_writes_bundle_summary_and_commands(
     res = CliRunner().invoke(app, _args(tune_inputs, out))
     assert res.exit_code == 0, res.output
     doc = bundle.read(out)
+    conforms(doc, bundle.Bundle)
     tuning = doc["provenance"]["tuning"]
     assert tuning["guard"]["shipped"] == "tuned"
     assert doc["policy"] == tuning["best"]["policy"]

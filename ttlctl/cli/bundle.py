@@ -9,12 +9,13 @@ from typing import Annotated
 
 import typer
 
+from fitting.eta import fitted as eta_fitted
 from fitting.eta import from_fit as eta_from_fit
 from fitting.policy import PolicyParams
 from profiles.shipped import resolve
 from ttlctl import bundle, hints
 from ttlctl.cli import render
-from ttlctl.cli.kit import UserError, err, out, read_json_object, user_errors
+from ttlctl.cli.kit import UserError, err, out, user_errors
 from ttlctl.jsonio import file_sha256
 
 app = typer.Typer(help="Build, inspect, verify and query policy bundles.", no_args_is_help=True)
@@ -46,9 +47,9 @@ def build(
 ) -> None:
     """Combine a fit, a profile and the policy's parameters into one sealed bundle."""
     with user_errors():
-        fit_doc = read_json_object(fit)
+        fit_doc = bundle.read_fit(fit)
         prof, prof_path = resolve(profile)
-        fitted = (fit_doc.get("eta") or {}).get("value")
+        fitted = eta_fitted(fit_doc)
         if eta is None:
             eta = eta_from_fit(fit_doc)
         try:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -62,19 +60,6 @@ def user_errors() -> Iterator[None]:
 def print_warning(message: str) -> None:
     """A library's warning as one line on stderr (the libraries take a ``warn`` callback)."""
     err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
-
-
-def read_json_object(path: Path) -> dict[str, Any]:
-    """A JSON file that must hold an object (a fit, a summary); else one line, exit 2."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        fail(f"{path}: no such file")
-    except json.JSONDecodeError as exc:
-        fail(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})")
-    if not isinstance(data, dict):
-        fail(f"{path}: not a JSON object")
-    return data
 
 
 def progress_bar(label: str) -> Progress:

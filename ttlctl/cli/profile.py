@@ -13,7 +13,7 @@ from rich.table import Table
 
 from profiles import shipped
 from profiles.models import load_config
-from profiles.schema import from_json, load
+from profiles.schema import ProfileDoc, from_json, load
 from ttlctl.cli.kit import UserError, err, out, progress_bar, user_errors
 from ttlctl.jsonio import write_json
 
@@ -168,7 +168,7 @@ def _grid(text: str | None) -> list[int] | None:
     return values
 
 
-def _show(doc: dict[str, object]) -> None:
+def _show(doc: ProfileDoc) -> None:
     if not out.is_terminal:
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return

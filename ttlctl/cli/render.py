@@ -8,7 +8,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-if TYPE_CHECKING:  # a type only: rendering needs no polars
+if TYPE_CHECKING:  # types only: rendering needs no polars
+    from fitting.fit_doc import FitDoc
+    from fitting.policy import TTLPolicy
+    from ttlctl.bundle import Bundle
     from ttlctl.ingest.pipeline import IngestReport
 
 
@@ -112,7 +115,7 @@ def secs(value: float | None) -> str:
     return f"{value:.2f} s" if value < 100 else f"{value:,.0f} s"
 
 
-def fit_table(console: Console, fit: dict[str, Any]) -> None:
+def fit_table(console: Console, fit: FitDoc) -> None:
     eta = fit["eta"]
     inp = fit["input"]
     ci = (
@@ -143,12 +146,13 @@ def fit_table(console: Console, fit: dict[str, Any]) -> None:
         ("CDF pts", "right"),
     ):
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    everything = fit["global"]  # None only in a bundle's empty fit
     rows = [
-        ("(all tools)", fit["global"]),
+        *([("(all tools)", everything)] if everything is not None else []),
         *sorted(fit["tools"].items(), key=lambda kv: -kv[1]["n"]),
     ]
     for name, entry in rows:
-        exp = entry.get("exponential") or {}
+        exp = entry.get("exponential")
         style = None if entry.get("trusted", True) else "dim"
         table.add_row(
             _escape(name),
@@ -157,7 +161,7 @@ def fit_table(console: Console, fit: dict[str, Any]) -> None:
             secs(entry["p50_s"]),
             secs(entry["p90_s"]),
             secs(entry["p99_s"]),
-            secs(exp.get("mean_s")),
+            secs(exp["mean_s"] if exp else None),
             f"{exp['ks']:.2f}" if exp else "—",
             f"{len(entry['cdf']['x']):,}",
             style=style,
@@ -168,8 +172,8 @@ def fit_table(console: Console, fit: dict[str, Any]) -> None:
 
 def bundle_table(
     console: Console,
-    doc: dict[str, Any],
-    policy: Any,
+    doc: Bundle,
+    policy: TTLPolicy,
     contexts: tuple[int, ...],
     queue_delay: float,
     offload: bool,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.table import Table
@@ -16,6 +16,9 @@ from ttlctl import __version__
 from ttlctl import bundle as bundle_mod
 from ttlctl.cli.kit import UserError, err, out, print_warning, user_errors
 from ttlctl.jsonio import file_sha256, write_json
+
+if TYPE_CHECKING:  # types only: the replay libraries are imported when the command runs
+    from replay.figures import PolicyResult, ReplayDoc
 
 
 def replay(
@@ -176,20 +179,25 @@ def replay(
             def live_progress(done: int, total: int) -> None:
                 status.update(f"replaying live: {done}/{total} calls")
 
+            results: list[PolicyResult]
             try:
                 if live is not None:
-                    results = live_results(
-                        live,
-                        workload,
-                        names,
-                        jps=jps,
-                        concurrency=concurrency,
-                        seed=seed,
-                        save_result=save_result,
-                        result_dir=result_dir,
-                        label=label,
-                        progress=live_progress,
-                        warn=print_warning,
+                    # the live side writes the same keys (replay/live.py), untyped for now
+                    results = cast(
+                        "list[PolicyResult]",
+                        live_results(
+                            live,
+                            workload,
+                            names,
+                            jps=jps,
+                            concurrency=concurrency,
+                            seed=seed,
+                            save_result=save_result,
+                            result_dir=result_dir,
+                            label=label,
+                            progress=live_progress,
+                            warn=print_warning,
+                        ),
                     )
                 else:
                     results = run_all(
@@ -204,7 +212,7 @@ def replay(
                     )
             except SimulationError as exc:  # an invariant broke: say so, in one line
                 raise UserError(f"simulation failed: {exc}") from None
-        doc: dict[str, Any] = {
+        doc: ReplayDoc = {
             "ttlctl_version": __version__,
             "backend": None if live is not None else backend,
             "vllm_version": vllm_version,
@@ -221,8 +229,8 @@ def replay(
                 "sha256": file_sha256(prof_path),
             },
             "bundle": None
-            if bundle is None
-            else {"path": str(bundle), "sha256": bundle_doc["sha256"]},  # type: ignore[index]
+            if bundle is None or bundle_doc is None
+            else {"path": str(bundle), "sha256": bundle_doc["sha256"]},
             "config": {
                 "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
                 "offload_tokens": offload_tokens,
@@ -252,7 +260,7 @@ def _f(value: Any, fmt: str) -> str:
     return "—" if value is None else format(value, fmt)
 
 
-def show(results: list[dict[str, Any]], calls: int) -> None:
+def show(results: list[PolicyResult], calls: int) -> None:
     table = Table(title="replay: mean JCT and the share of the vLLM → unlimited-KV gap closed")
     for col in (
         "policy",

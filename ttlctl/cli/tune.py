@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from fitting.eta import fitted as eta_fitted
 from fitting.policy import PolicyParams
 from profiles.shipped import resolve
 from ttlctl import __version__
@@ -23,7 +24,6 @@ from ttlctl.cli.kit import (
     out,
     print_warning,
     progress_bar,
-    read_json_object,
     user_errors,
 )
 from ttlctl.jsonio import file_sha256, write_json
@@ -224,7 +224,7 @@ def tune(
             offload_tokens=offload_tokens,
             fast_only={"--live": live is not None},
         )
-        fit_doc = read_json_object(fit)
+        fit_doc = bundle_mod.read_fit(fit)
         prof, prof_path = resolve(profile)
         workload = cap_pauses(load(trace), idle_gap_cap)
         if not workload.programs:
@@ -274,7 +274,7 @@ def tune(
         }
         name = study or tuner.default_study_name(ctx, inputs)
         store = tuner.Storage(storage or tuner.default_storage(output), heartbeat_s=heartbeat)
-        sources = {
+        sources: bundle_mod.Provenance = {
             "trace": {"path": str(trace), "sha256": inputs["trace"]},
             "fit": {"path": str(fit), "sha256": inputs["fit"]},
             "profile": {"path": str(prof_path), "sha256": inputs["profile"]},
@@ -315,7 +315,7 @@ def tune(
             {
                 **sources,
                 "trace_fitted": fit_doc.get("input", {}),
-                "eta_fitted": (fit_doc.get("eta") or {}).get("value"),
+                "eta_fitted": eta_fitted(fit_doc),
                 "tuning": tuner.provenance_of(result),
             },
         )

@@ -16,10 +16,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from fitting.policy import TTLPolicy
-from ttlctl.bundle import BundleError, load_policy, open_policy
+from ttlctl.bundle import Bundle, BundleError, load_policy, open_policy
 
 ENV_BUNDLE = "TTLCTL_BUNDLE"
 ENV_EVERY = "TTLCTL_BUNDLE_CHECK_S"
@@ -41,7 +40,7 @@ class BundleWatcher:
     info: Callable[[str], None]
     every_s: float = DEFAULT_EVERY_S
     policy: TTLPolicy | None = None
-    doc: dict[str, Any] | None = None
+    doc: Bundle | None = None
     #: how many times a new file replaced the policy
     reloads: int = 0
     _signature: tuple[int, int, int] | None = None

@@ -1,0 +1,127 @@
+"""The run directory as the report reads it: which of its files are there, each one loaded
+(a damaged file is a problem the page shows, not an error), and what the sections ask of
+them (the policy's τ*, the replay's results, the tools by sample count)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import polars as pl
+
+from fitting.fit_doc import FitDoc, ToolFit
+from fitting.policy import Decision, TTLPolicy
+from replay.figures import PolicyResult, ReplayDoc
+from ttlctl import bundle as bundle_mod
+from ttlctl.errors import TtlctlError
+from ttlctl.report.markup import is_num
+from ttlctl.trace import io as trace_io
+
+#: what a run directory may hold, in the order the page lists them
+FILES = ("trace.parquet", "fit.json", "bundle.json", "replay.json", "tune.json")
+#: the most frequent tools get a plot (and their own τ* curve)
+MAX_TOOL_PLOTS = 12
+
+
+class ReportError(TtlctlError, ValueError):
+    """No report can be made (no such directory, or nothing in it); one line."""
+
+
+@dataclass
+class RunInputs:
+    """What a run directory holds; None where a file is absent or unreadable (its
+    problem in ``problems``, by file name)."""
+
+    root: Path
+    paths: dict[str, Path] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+    trace: pl.DataFrame | None = None
+    fit: FitDoc | None = None
+    #: where the fit came from: fit.json, or the bundle's own fit
+    fit_source: str = "fit.json"
+    bundle: bundle_mod.Bundle | None = None
+    policy: TTLPolicy | None = None
+    replay: ReplayDoc | None = None
+    #: tune.json (``ttlctl tune``'s summary), read as it is
+    tune: dict[str, Any] | None = None
+
+    @property
+    def queue_delay_s(self) -> float:
+        """T for the τ* shown: continuum's mean queueing delay in the replay, else 0."""
+        for r in self.results():
+            if r.get("policy") == "continuum":
+                value = r.get("queue_mean_s")
+                if value is not None and is_num(value) and math.isfinite(value) and value >= 0:
+                    return float(value)
+        return 0.0
+
+    def results(self) -> list[PolicyResult]:
+        """The replay's results (the entries that are objects: a replay.json may be edited)."""
+        results = (self.replay.get("results") if self.replay is not None else None) or []
+        return [r for r in results if _is_object(r)]
+
+    def decide(self, tool: str | None, context: float, t: float) -> Decision:
+        """The bundle's τ* for ``tool`` at ``context`` tokens with T = ``t``, no offload."""
+        assert self.policy is not None
+        return self.policy.decide(tool, context, queue_delay_s=t)
+
+
+def _is_object(value: object) -> bool:
+    return isinstance(value, dict)
+
+
+def ranked_tools(fit: FitDoc) -> list[tuple[str, ToolFit]]:
+    """The fit's tools, most pauses first (then by name)."""
+    tools = fit.get("tools") or {}
+    entries = [(str(k), v) for k, v in tools.items() if isinstance(v, dict)]
+    return sorted(entries, key=lambda kv: (-int(kv[1].get("n") or 0), kv[0]))
+
+
+def _object(path: Path) -> dict[str, Any]:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    return doc
+
+
+def _read(run: RunInputs, name: str, path: Path) -> None:
+    if name == "trace.parquet":
+        run.trace = trace_io.read(path)
+    elif name == "fit.json":
+        run.fit = bundle_mod.read_fit(path)
+    elif name == "bundle.json":
+        run.bundle = bundle_mod.read(path)
+    elif name == "replay.json":
+        # as `ttlctl replay --json` writes it; the sections read it defensively
+        run.replay = cast(ReplayDoc, _object(path))
+    elif name == "tune.json":
+        run.tune = _object(path)
+
+
+def load(root: Path) -> RunInputs:
+    """Read every file of :data:`FILES` found in ``root``; :class:`ReportError` when
+    ``root`` is not a directory or holds none of them."""
+    if not root.exists():
+        raise ReportError(f"{root}: no such directory")
+    if not root.is_dir():
+        raise ReportError(f"{root}: not a directory")
+    run = RunInputs(root)
+    run.paths = {name: root / name for name in FILES if (root / name).is_file()}
+    if not run.paths:
+        raise ReportError(f"{root}: none of {', '.join(FILES)}; nothing to report")
+    for name, path in run.paths.items():
+        try:
+            _read(run, name, path)
+        except Exception as exc:  # a damaged input is a note in the page, not a crash
+            run.problems[name] = (str(exc).splitlines() or [type(exc).__name__])[0]
+    if run.bundle is not None:
+        try:
+            run.policy = bundle_mod.policy_from(run.bundle)
+        except Exception as exc:
+            run.problems["bundle.json"] = f"no policy: {exc}"
+        if run.fit is None and isinstance(run.bundle.get("fit"), dict):
+            run.fit, run.fit_source = run.bundle["fit"], "bundle.json (its fit)"
+    return run

@@ -1,0 +1,85 @@
+"""The "Tuning history and parameter importance" section, from ``tune.json``: each
+trial's value with the best so far, the parameters' importance, the best trial and the
+held-back evaluation. Read defensively: any key may be missing or odd."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ttlctl.report.markup import absent, e, is_num, kv, note
+from ttlctl.report.png import figure, img, label
+from ttlctl.report.rundir import RunInputs
+
+
+def _history(trials: list[dict[str, Any]], maximize: bool) -> str:
+    done = [
+        (int(t["number"]) if is_num(t.get("number")) else i, float(t["value"]))
+        for i, t in enumerate(trials)
+        if is_num(t.get("value"))
+        and math.isfinite(t["value"])
+        and str(t.get("state", "COMPLETE")).upper() == "COMPLETE"
+    ]
+    if not done:
+        return note("No completed trial with a value.")
+    done.sort()
+    nums = [n for n, _ in done]
+    vals = [v for _, v in done]
+    best = np.maximum.accumulate(vals) if maximize else np.minimum.accumulate(vals)
+    fig = figure(6.5, 3.6)
+    ax = fig.subplots()
+    ax.scatter(nums, vals, s=14, color="C0", label="trial value")
+    ax.step(nums, best, where="post", color="C3", lw=1.6, label="best so far")
+    ax.set_xlabel("trial")
+    ax.set_ylabel("objective (mean JCT, s)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return img(fig, "Optuna optimisation history")
+
+
+def _importance(importance: Any) -> str:
+    pairs = (
+        sorted(
+            ((str(k), float(v)) for k, v in importance.items() if is_num(v)),
+            key=lambda kv: kv[1],
+        )
+        if isinstance(importance, dict)
+        else []
+    )
+    if not pairs:
+        return note("Parameter importance: not in this run (not computed).")
+    fig = figure(6.5, 0.8 + 0.35 * len(pairs))
+    ax = fig.subplots()
+    ax.barh([label(k, 32) for k, _ in pairs], [v for _, v in pairs], color="C2")
+    ax.set_xlabel("importance")
+    ax.grid(axis="x", alpha=0.3)
+    return img(fig, "parameter importance")
+
+
+def section(run: RunInputs) -> str:
+    if run.tune is None:
+        return absent("tune.json")
+    tune = run.tune
+    trials = [t for t in tune.get("trials") or [] if isinstance(t, dict)]
+    maximize = str(tune.get("direction", "minimize")).lower().startswith("max")
+    states: dict[str, int] = {}
+    for t in trials:
+        states[str(t.get("state", "?"))] = states.get(str(t.get("state", "?")), 0) + 1
+    parts = [
+        f"<p>{len(trials)} trial(s) ({e(', '.join(f'{k}: {v}' for k, v in states.items()))}); "
+        f"objective {'maximised' if maximize else 'minimised'}.</p>",
+        _history(trials, maximize),
+        _importance(tune.get("importance")),
+    ]
+    best_doc = tune.get("best")
+    if isinstance(best_doc, dict):
+        flat = {k: v for k, v in best_doc.items() if k != "params"}
+        if isinstance(best_doc.get("params"), dict):
+            flat.update({f"params.{k}": v for k, v in best_doc["params"].items()})
+        parts.append("<p>Best trial:</p>" + kv(flat))
+    held = tune.get("held_back")
+    if isinstance(held, dict):
+        parts.append("<p>Held-back evaluation:</p>" + kv(held))
+    return "".join(parts)

@@ -34,7 +34,16 @@ demo: install
 	$(BIN)/ttlctl replay $(DEMO)/trace.parquet --policy all --bundle $(DEMO)/bundle.json \
 		--concurrency 16 --kv-tokens 300000 --truncate --json $(DEMO)/replay.json
 	$(BIN)/ttlctl report $(DEMO) -o $(DEMO)/report.html
-	@echo "demo: open $(DEMO)/report.html"
+	# the same steps on a contended load: 200 SWE-like programs, 32 at a time, 600k KV tokens
+	$(BIN)/ttlctl synth --workload swe-bench --programs 200 --seed 0 -o $(DEMO)/contended/trace.parquet
+	$(BIN)/ttlctl fit $(DEMO)/contended/trace.parquet -o $(DEMO)/contended/fit.json
+	$(BIN)/ttlctl bundle build --fit $(DEMO)/contended/fit.json --profile llama-3.1-8b-h100 \
+		-o $(DEMO)/contended/bundle.json
+	$(BIN)/ttlctl replay $(DEMO)/contended/trace.parquet --policy vllm --policy program-fcfs \
+		--policy continuum --policy unlimited-kv --bundle $(DEMO)/contended/bundle.json \
+		--concurrency 32 --kv-tokens 600000 --json $(DEMO)/contended/replay.json
+	$(BIN)/ttlctl report $(DEMO)/contended -o $(DEMO)/contended/report.html
+	@echo "demo: open $(DEMO)/report.html (the shipped logs) and $(DEMO)/contended/report.html (a contended load)"
 
 bench: install
 	$(BIN)/python bench/run.py

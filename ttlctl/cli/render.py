@@ -49,9 +49,11 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
     _pct_row(head, "llm_s (call latency)", summary["llm_s"])
     console.print(head)
     tok = summary["tokens"]
-    console.print(
-        f"tokens: input {tok['input']:,}  output {tok['output']:,}  reused {tok['reused']:,}"
+    unknown = tok.get("reused_unknown_calls", 0)
+    reused = f"reused {tok['reused']:,}" + (
+        f" (not recorded for {unknown:,} calls: previous input + output assumed)" if unknown else ""
     )
+    console.print(f"tokens: input {tok['input']:,}  output {tok['output']:,}  {reused}")
     tools = summary["tools"]
     if tools["distinct"]:
         table = Table(

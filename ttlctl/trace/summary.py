@@ -53,7 +53,10 @@ def summarize(trace: pl.LazyFrame, top_tools: int = 15) -> dict[str, Any]:
         "tokens": {
             "input": int(frame["input_tokens"].sum()),
             "output": int(frame["output_tokens"].sum()),
+            # over the calls whose reader knows it; null means "the default applies"
+            # (previous input + output), not 0 — those calls are counted apart
             "reused": int(frame["reused_tokens"].sum()),
+            "reused_unknown_calls": int(frame["reused_tokens"].null_count()),
             "input_per_call": percentiles(frame["input_tokens"]),
             "output_per_call": percentiles(frame["output_tokens"]),
         },

@@ -39,6 +39,8 @@ class SimRequest:
     preemptions: int = 0
     preempt_seq: int = 0
     admitted: float | None = None
+    #: index of the engine step it was first admitted in (steps that computed something)
+    admitted_step: int = -1
     first_token: float | None = None
     finish: float | None = None
     #: order of entry into the running list (the list stays sorted by it)

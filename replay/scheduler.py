@@ -543,6 +543,7 @@ class SimScheduler:
         req.blocks = hit_blocks + need
         if req.admitted is None:
             req.admitted = now
+            req.admitted_step = self.stats.steps
             req.hit_tokens = hit
             req.loaded_tokens = loaded
             self.stats.prompt_tokens += req.prompt

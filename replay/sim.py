@@ -72,6 +72,11 @@ class SimCallRecord:
     output: int
     hit_tokens: int
     preemptions: int
+    #: the engine step the call was first admitted in and the one it finished in (0-based,
+    #: counting the steps that computed something; a merged run of decode steps counts
+    #: each of its steps), as the vLLM backend counts vLLM's steps
+    admitted_step: int = -1
+    finish_step: int = -1
 
 
 @dataclass(slots=True)
@@ -225,6 +230,8 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
                     req.output,
                     req.hit_tokens,
                     req.preemptions,
+                    req.admitted_step,
+                    engine.stats.steps - 1,
                 )
             )
             run.last_finish = now

@@ -135,8 +135,6 @@ class SimScheduler:
     _preempt_counter: int = 0
     #: program -> its request in the waiting queue (one at a time per program)
     waiting_programs: dict[str, SimRequest] = field(default_factory=dict)
-    #: program -> full (hashed) blocks among its pinned blocks
-    _pin_full: dict[str, int] = field(default_factory=dict)
     #: pins made since the driver last looked (it schedules their expiry events)
     new_pins: list[SimPin] = field(default_factory=list)
     #: simulated time up to which pinned memory has been integrated
@@ -217,15 +215,12 @@ class SimScheduler:
     def release_pin(self, program: str, *, pressure: bool) -> None:
         pin = self.pins.pop(program)
         self.pinned_blocks -= pin.blocks
-        self.pool.release(program, self._full_blocks_of_pin(program))
+        self.pool.unpin(program)
         if pressure:
             self.stats.pins_released += 1
         else:
             self.stats.pins_expired += 1
         self.touch_order(program)
-
-    def _full_blocks_of_pin(self, program: str) -> int:
-        return self._pin_full.pop(program, 0)
 
     def expire_pins(self, now: float) -> None:
         """Release pins whose time is up, unless their program's next call is waiting."""
@@ -379,9 +374,12 @@ class SimScheduler:
         Walk the requests that need blocks in running order; while one's need exceeds
         what is free, preempt the tail of the running list (recompute). A request that
         preempts itself ends the walk (everything after it was the tail, already gone).
-        Allocation order does not change which blocks are evicted (frees go to the tail
-        of the free list, allocations come from its head), so the blocks are granted in
-        one batch afterwards. Returns the prefills and due decoders still scheduled.
+        The blocks are granted in one batch afterwards: allocations come from the head of
+        the free list, a victim's cached blocks go to its tail and its partial block to its
+        head, where the request that preempted it takes it first (it needs at least as
+        many blocks as the victims freed partial ones), so the same cached blocks are
+        evicted as when vLLM interleaves. Returns the prefills and due decoders still
+        scheduled.
         """
         dec = self.decoders
         needy: list[tuple[int, SimRequest, int]] = [
@@ -504,10 +502,7 @@ class SimScheduler:
         (``scheduler_reserve_full_isl``, on by default), not just its first chunk.
         """
         bs = self.config.block_size
-        if req.program in self.pins:
-            cached = self._pin_full.get(req.program, 0)  # a partial last block never hits
-        else:
-            cached = self.pool.cached_prefix(req.program)
+        cached = self.pool.cached_prefix(req.program)  # full blocks: a partial one never hits
         reusable = req.num_tokens if req.preemptions else req.reusable
         hit_blocks = min(cached, reusable // bs, (req.num_tokens - 1) // bs)
         hit = hit_blocks * bs
@@ -534,12 +529,13 @@ class SimScheduler:
         hit = hit_blocks * bs
         if not self.pool.room_for(req.program, hit_blocks, must_fit):
             return None
+        # allocated while the program's pin still holds its blocks; handed over after
+        self.pool.admit(req.program, hit_blocks, need)
         if req.program in self.pins:
             pin = self.pins.pop(req.program)
             self.pinned_blocks -= pin.blocks
-            self._pin_full.pop(req.program, None)
+            self.pool.unpin(req.program)
             self.stats.pins_hit += 1
-        self.pool.admit(req.program, hit_blocks, need)
         req.blocks = hit_blocks + need
         if req.admitted is None:
             req.admitted = now
@@ -599,7 +595,7 @@ class SimScheduler:
             self.offload.store(req.program, full * self.config.block_size)
         ttl = self.policy.ttl_on_finish(req, self, now)
         if ttl > 0:
-            self._pin_full[req.program] = full
+            self.pool.pin(req.program, full)
             self.pin(req, ttl, now)
         else:
             self.pool.release(req.program, full)

@@ -27,12 +27,15 @@ def program_key(req: SimRequest, engine: SimScheduler, *, pin_first: bool) -> tu
     )
 
 
-def release_until_fits(engine: SimScheduler, head: SimRequest) -> None:
-    """Release pins, latest program arrival first, until the head fits (or none are left)."""
+def release_until_fits(engine: SimScheduler, head: SimRequest, stalled: bool) -> None:
+    """Release pins, latest program arrival first, until the head fits (or none are left);
+    the head's own pin last, and only when nothing runs."""
     order = sorted(
         (p for p in engine.pins.values() if p.program != head.program),
         key=lambda p: (-p.program_start, -p.program_seq, p.program),
     )
+    if stalled and head.program in engine.pins:
+        order.append(engine.pins[head.program])
     for pin in order:
         if engine.fits(head):
             return
@@ -43,7 +46,7 @@ def apply_valve(valve: str, engine: SimScheduler, head: SimRequest, stalled: boo
     """``head``: free pins whenever the head cannot be admitted; ``stall-only``: only
     when the engine would otherwise have nothing to run."""
     if valve == "head" or (valve == "stall-only" and stalled):
-        release_until_fits(engine, head)
+        release_until_fits(engine, head, stalled)
 
 
 def under_cap(engine: SimScheduler, req: SimRequest, pin_cap: float) -> bool:

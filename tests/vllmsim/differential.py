@@ -30,7 +30,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from profiles.cost import CostModel
+from fitting.policy import PolicyParams
+from profiles.cost import CostModel, ProfileCostModel
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, simulate_one
 from replay.scheduler import SimSchedulerConfig
@@ -38,6 +39,7 @@ from replay.sim import Outcome, ReplayConfig
 from replay.vllmsim.outcome import Outcome as VllmOutcome
 from replay.vllmsim.run import run
 from replay.workload import AgentProgram, Call, Workload
+from ttlctl import bundle as bundle_mod
 
 #: relative tolerance of times (float summation order, see the module docstring)
 REL_TIME = 1e-9
@@ -66,9 +68,26 @@ class Case:
         return (
             f"{self.spec.name} valve={self.spec.valve} cap={self.spec.pin_cap} "
             f"ttl={self.spec.ttl_s} bundle={self.bundle} | blocks={e.num_blocks} "
-            f"bs={e.block_size} budget={e.max_num_batched_tokens} seqs={e.max_num_seqs} | "
+            f"bs={e.block_size} budget={e.max_num_batched_tokens} seqs={e.max_num_seqs} "
+            f"reserve={e.reserve_full_prompt} | "
             f"{self.load} | starts={[p.start_s for p in self.workload.programs]} calls={calls}"
         )
+
+
+def continuum_bundles(
+    fit: Mapping[str, Any], cost: ProfileCostModel
+) -> dict[str, dict[str, Any] | None]:
+    """Continuum's bundles: none (cold start, learning online) and one fitted on ``fit``
+    (the test session's synthetic trace: tools grep, pytest, web), priced by ``cost``."""
+    fitted = bundle_mod.build(
+        fit,
+        cost.profile.to_json(),
+        PolicyParams(),
+        created="1970-01-01T00:00:00+00:00",
+        ttlctl_version="test",
+        provenance={"test": True},
+    )
+    return {"cold": None, "fitted": fitted}
 
 
 # ---------------------------------------------------------------------- strategies
@@ -91,7 +110,7 @@ def programs(draw: st.DrawFn, max_programs: int = 6, max_turns: int = 5) -> list
             else:
                 reused = stream
             new = 0 if (how == "exact" and reused) else draw(st.integers(1, 160))
-            output = draw(st.integers(1, 24))
+            output = draw(st.one_of(st.integers(1, 24), st.integers(24, 80)))
             tool = draw(st.sampled_from(TOOLS))
             calls.append(Call(reused + new, output, reused, tool, draw(st.sampled_from(PAUSES))))
             stream = reused + new + output
@@ -122,6 +141,8 @@ def engines(draw: st.DrawFn, work: Workload) -> SimSchedulerConfig:
         max_num_batched_tokens=budget,
         max_num_seqs=seqs,
         max_model_len=4096,
+        # vLLM's scheduler_reserve_full_isl off: admission on the first chunk, preemptions
+        reserve_full_prompt=draw(st.sampled_from([True, True, False])),
     )
 
 
@@ -133,22 +154,40 @@ loads = st.one_of(
 
 
 @st.composite
-def specs(draw: st.DrawFn, bundles: Mapping[str, dict[str, Any]]) -> tuple[PolicySpec, str]:
-    name = draw(st.sampled_from(["vllm", "program-fcfs", "static-ttl", "continuum"]))
+def specs(
+    draw: st.DrawFn, bundles: Mapping[str, dict[str, Any] | None], pins_only: bool = False
+) -> tuple[PolicySpec, str]:
+    names = ["static-ttl", "continuum"]
+    name = draw(st.sampled_from(names if pins_only else ["vllm", "program-fcfs", *names]))
     if name in ("vllm", "program-fcfs"):
         return PolicySpec(name), "-"
     valve = draw(st.sampled_from(["head", "stall-only"]))
     cap = draw(st.sampled_from([None, None, 0.5, 0.2]))
     if name == "static-ttl":
-        ttl = draw(st.sampled_from([0.05, 0.5, 3.0]))
+        ttl = draw(st.sampled_from([0.05, 0.5, 3.0, 30.0]))
         return PolicySpec(name, ttl_s=ttl, valve=valve, pin_cap=cap), "-"
     which = draw(st.sampled_from(sorted(bundles)))
     return PolicySpec(name, bundle=bundles[which], valve=valve, pin_cap=cap), which
 
 
 @st.composite
-def cases(draw: st.DrawFn, bundles: Mapping[str, dict[str, Any]]) -> Case:
-    """``bundles``: name -> bundle for continuum (a cold-start one is None)."""
+def cases(
+    draw: st.DrawFn, bundles: Mapping[str, dict[str, Any] | None], pressure: bool = False
+) -> Case:
+    """``bundles``: name -> bundle for continuum (a cold-start one is None). One case in
+    three (every case with ``pressure``) is under pressure: more programs, all at once, a
+    policy that pins, and a cache that holds a few of their contexts at most."""
+    if pressure or draw(st.integers(0, 2)) == 0:
+        work = Workload(tuple(draw(programs(max_programs=8, max_turns=6))))
+        work = Workload(tuple(replace(p, start_s=0.0) for p in work.programs))
+        engine = draw(engines(work))
+        largest = max(c.input_tokens + c.output_tokens for p in work.programs for c in p.calls)
+        per_call = -(-largest // engine.block_size)
+        blocks = draw(st.integers(per_call, 2 * per_call + 2))
+        engine = replace(engine, kv_tokens=blocks * engine.block_size)
+        spec, which = draw(specs(bundles, pins_only=True))
+        load = draw(st.sampled_from([Load(), Load(concurrency=3), Load(concurrency=6)]))
+        return Case(work, ReplayConfig(engine=engine), load, spec, which)
     work = Workload(tuple(draw(programs())))
     engine = draw(engines(work))
     spec, which = draw(specs(bundles))

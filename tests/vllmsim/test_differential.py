@@ -27,7 +27,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fitting.policy import PolicyParams
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
 from replay.policies import PolicySpec
@@ -35,8 +34,15 @@ from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.workload import load as load_workload
-from tests.vllmsim.differential import Case, Tally, cases, compare, run_both, shared_slice
-from ttlctl import bundle as bundle_mod
+from tests.vllmsim.differential import (
+    Case,
+    Tally,
+    cases,
+    compare,
+    continuum_bundles,
+    run_both,
+    shared_slice,
+)
 from ttlctl.ingest.pipeline import ingest
 
 COST = ProfileCostModel(resolve("llama-3.1-8b-h100")[0])
@@ -47,17 +53,7 @@ ASYNC = os.environ.get("TTLCTL_DIFF_ASYNC") == "1"
 
 @pytest.fixture(scope="module")
 def bundles(fit_doc: dict[str, Any]) -> dict[str, Any]:
-    """Continuum's bundles: none (cold start, learning online) and one fitted on the
-    session's synthetic trace (tools grep, pytest, web), priced by the same profile."""
-    fitted = bundle_mod.build(
-        fit_doc,
-        COST.profile.to_json(),
-        PolicyParams(),
-        created="1970-01-01T00:00:00+00:00",
-        ttlctl_version="test",
-        provenance={"test": True},
-    )
-    return {"cold": None, "fitted": fitted}
+    return continuum_bundles(fit_doc, COST)
 
 
 def check(case: Case, tally: Tally | None = None) -> None:
@@ -103,9 +99,7 @@ SLICES = {
 
 @pytest.mark.parametrize("policy", ["vllm", "continuum"])
 @pytest.mark.parametrize("folder", sorted(SLICES))
-def test_shared_trace_slices(
-    shared_traces: Path, tmp_path: Path, folder: str, policy: str
-) -> None:
+def test_shared_trace_slices(shared_traces: Path, tmp_path: Path, folder: str, policy: str) -> None:
     files, programs, calls = SLICES[folder]
     paths = sorted(p for p in (shared_traces / folder).iterdir() if p.is_file())[:files]
     trace = tmp_path / "trace.parquet"

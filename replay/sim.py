@@ -188,7 +188,10 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
             now = max(now, events[0][0])
             continue
         horizon = min(events[0][0] if events else math.inf, engine.next_expiry())
+        preempted = engine.stats.preemptions
         duration, finished = engine.step(now, horizon)
+        if duration <= 0 and engine.stats.preemptions > preempted:
+            continue  # a step that only preempted: vLLM's engine core schedules again at once
         if duration <= 0:
             # nothing could run (the head does not fit): vLLM's engine core keeps stepping,
             # so the next thing that can change that is a send or a pin's expiry

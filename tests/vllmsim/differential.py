@@ -219,6 +219,8 @@ class Diff:
     metric: str
     fast: Any
     vllm: Any
+    #: when the call was sent (for ``finish``: its latency is ``fast - sent``)
+    sent: float = 0.0
 
 
 def _pins(outcome: Outcome | VllmOutcome) -> tuple[int, int, int, int]:
@@ -237,7 +239,7 @@ def compare(fast: Outcome, ours: VllmOutcome) -> tuple[int, list[Diff]]:
             u, v = getattr(x, m), getattr(y, m)
             same = math.isclose(u, v, rel_tol=REL_TIME, abs_tol=1e-12) if m == "finish" else u == v
             if not same:
-                diffs.append(Diff(k, m, u, v))
+                diffs.append(Diff(k, m, u, v, x.arrival))
     if _pins(fast) != _pins(ours):
         diffs.append(Diff(("*", -1), "pins", _pins(fast), _pins(ours)))
     return len(a.keys() & b.keys()), diffs
@@ -258,6 +260,12 @@ class Tally:
     examples: list[str] = field(default_factory=list)
     #: cases in which vLLM preempted, pinned, ... (what the cases exercised)
     seen: dict[str, int] = field(default_factory=dict)
+    #: metric -> "vLLM minus fast" -> calls, for the step and count metrics that differ
+    shifts: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: the largest relative difference of a call's latency (send to finish), vLLM's
+    #: against the fast backend's, over the calls whose finish differs
+    latency_rel_max: float = 0.0
+    latency_rel_sum: float = 0.0
 
     def add(
         self, case: Case, calls: int, diffs: list[Diff], ours: VllmOutcome | None = None
@@ -275,6 +283,14 @@ class Tally:
         for d in diffs:
             self.differing[d.metric] = self.differing.get(d.metric, 0) + 1
             seen.add(d.metric)
+            if d.metric == "finish":
+                rel = abs(d.vllm - d.fast) / max(d.fast - d.sent, 1e-12)
+                self.latency_rel_max = max(self.latency_rel_max, rel)
+                self.latency_rel_sum += rel
+            elif d.metric in ("admitted_step", "finish_step", "preemptions", "hit_tokens"):
+                by = self.shifts.setdefault(d.metric, {})
+                key = f"{d.vllm - d.fast:+d}"
+                by[key] = by.get(key, 0) + 1
         for m in seen:
             self.cases_differing[m] = self.cases_differing.get(m, 0) + 1
         if len(self.examples) < 20:
@@ -290,6 +306,13 @@ class Tally:
             into = doc.setdefault(key, {})
             for m, n in getattr(self, key).items():
                 into[m] = into.get(m, 0) + n
+        shifts = doc.setdefault("shifts", {})
+        for m, by in self.shifts.items():
+            into = shifts.setdefault(m, {})
+            for k, n in by.items():
+                into[k] = into.get(k, 0) + n
+        doc["latency_rel_max"] = max(doc.get("latency_rel_max", 0.0), self.latency_rel_max)
+        doc["latency_rel_sum"] = doc.get("latency_rel_sum", 0.0) + self.latency_rel_sum
         doc["examples"] = (doc.get("examples", []) + self.examples)[:40]
         path.write_text(json.dumps(doc, indent=1))
 

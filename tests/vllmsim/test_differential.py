@@ -10,7 +10,8 @@ simulator matches vLLM") has the figures of a large run.
 
 Knobs (environment):
 
-- ``TTLCTL_DIFF_EXAMPLES``: random cases (default 40, derandomized);
+- ``TTLCTL_DIFF_EXAMPLES``: random cases (default 40, derandomized; a quarter as many
+  again under pressure);
 - ``TTLCTL_DIFF_REPORT=FILE``: measure instead of assert: every case runs and the
   agreement per metric is added to the JSON tally in FILE;
 - ``TTLCTL_DIFF_ASYNC=1``: vLLM with async scheduling (measured, not modelled: vLLM
@@ -67,11 +68,15 @@ def check(case: Case, tally: Tally | None = None) -> None:
 
 
 @pytest.mark.skipif(ASYNC and not REPORT, reason="async is measured (TTLCTL_DIFF_REPORT)")
-def test_random_workloads_call_by_call(bundles: dict[str, Any]) -> None:
+@pytest.mark.parametrize("pressure", [False, True], ids=["mixed", "pressure"])
+def test_random_workloads_call_by_call(bundles: dict[str, Any], pressure: bool) -> None:
+    """Mixed cases (one in three under pressure), and cases all under pressure (every
+    program at once, a policy that pins, a cache that holds a few contexts: preemptions,
+    evictions of pinned programs' blocks, the valve)."""
     tally = Tally() if REPORT else None
 
     @settings(
-        max_examples=EXAMPLES,
+        max_examples=EXAMPLES if not pressure else max(1, EXAMPLES // 4),
         derandomize=True,
         deadline=None,
         database=None,
@@ -79,7 +84,7 @@ def test_random_workloads_call_by_call(bundles: dict[str, Any]) -> None:
     )
     @given(st.data())
     def one(data: st.DataObject) -> None:
-        check(data.draw(cases(bundles)), tally)
+        check(data.draw(cases(bundles, pressure=pressure)), tally)
 
     one()
     if tally is not None and REPORT:
@@ -97,9 +102,20 @@ SLICES = {
 }
 
 
-@pytest.mark.parametrize("policy", ["vllm", "continuum"])
+#: (policy, valve): the stock scheduler, program FCFS, continuum (cold start) with both valves
+POLICIES = [
+    ("vllm", None),
+    ("program-fcfs", None),
+    ("continuum", "stall-only"),
+    ("continuum", "head"),
+]
+
+
+@pytest.mark.parametrize(("policy", "valve"), POLICIES, ids=[f"{p}-{v}" for p, v in POLICIES])
 @pytest.mark.parametrize("folder", sorted(SLICES))
-def test_shared_trace_slices(shared_traces: Path, tmp_path: Path, folder: str, policy: str) -> None:
+def test_shared_trace_slices(
+    shared_traces: Path, tmp_path: Path, folder: str, policy: str, valve: str | None
+) -> None:
     files, programs, calls = SLICES[folder]
     paths = sorted(p for p in (shared_traces / folder).iterdir() if p.is_file())[:files]
     trace = tmp_path / "trace.parquet"
@@ -113,7 +129,7 @@ def test_shared_trace_slices(shared_traces: Path, tmp_path: Path, folder: str, p
         max_num_batched_tokens=2048,
         max_model_len=max(4096, largest + 64),
     )
-    spec = PolicySpec(policy, valve="stall-only" if policy == "continuum" else None)
+    spec = PolicySpec(policy, valve=valve)
     case = Case(work, ReplayConfig(engine=engine), Load(concurrency=programs), spec)
     tally = Tally() if REPORT else None
     check(case, tally)

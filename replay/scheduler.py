@@ -113,6 +113,9 @@ class Stats:
     pins_expired: int = 0
     pins_released: int = 0
     busy_s: float = 0.0
+    #: the longest single step so far (a call sent during a step reaches the scheduler
+    #: at its end: at most this long after it was sent)
+    longest_step_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -352,6 +355,8 @@ class SimScheduler:
                 kv += ctx
         duration = self.cost.step_s(chunks, decodes, kv) + reload_s
         end = now + duration
+        if duration > self.stats.longest_step_s:
+            self.stats.longest_step_s = duration
         self.stats.busy_s += duration
         self.stats.steps += 1
         self.tick(end)
@@ -472,6 +477,8 @@ class SimScheduler:
         kv = sum(r.computed for r in decodes)
         duration = self.cost.step_s(chunks, len(decodes), kv) + reload_s
         end = now + duration
+        if duration > self.stats.longest_step_s:
+            self.stats.longest_step_s = duration
         self.stats.busy_s += duration
         self.tick(end)
         finished = self._advance(scheduled, end, now)

@@ -164,4 +164,8 @@ class Oracle:
         if engine.offload is not None:
             rebuild = min(rebuild, engine.cost.reload_s(context_tokens))
         queueing = sum(self._delays) / len(self._delays) if self._delays else 0.0
-        return pause + 1e-6 if pause < rebuild + queueing else 0.0
+        if pause >= rebuild + queueing:
+            return 0.0
+        # the call reaches the scheduler at the end of the step in progress when it is sent
+        # (pins expire at step starts and arrivals, before the arrival): hold past that
+        return pause + engine.stats.longest_step_s + 1e-6

@@ -96,3 +96,22 @@ def test_a_step_that_only_preempts_is_followed_by_another_at_once() -> None:
     stats = out.engine.stats
     assert calls[("B", 0)].preemptions == 1 and stats.pins_released == 1
     assert calls[("B", 0)].finish < 10.0
+
+
+def test_the_oracle_holds_its_pin_until_the_call_reaches_the_scheduler() -> None:
+    """A's follow-up is sent 5 ms after A finishes, while B's 20 ms decode step runs; it
+    reaches the scheduler at that step's end, and pins expire (at arrivals) before the
+    arrival is seen. The oracle pins (5 ms is far below A's 80 ms rebuild) for the pause
+    plus the longest step so far, so the pin is handed over, not expired. Regression: a
+    pin of the bare pause expired 15 ms before its call arrived."""
+    a = AgentProgram("A", 0.0, (Call(800, 1, 0, "t", 0.005), Call(820, 1, 801, None, 0.0)))
+    b = AgentProgram("B", 0.0, (Call(16, 200, 0, None, 0.0),))
+    work = Workload((a, b))
+    pauses = {(p.program_id, i): c.pause_s for p in work.programs for i, c in enumerate(p.calls)}
+    oracle = make(PolicySpec("oracle"), pauses, lambda t, o: 0.0)
+    cfg = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=16 * 200, block_size=16), check=True)
+    out = simulate(work, oracle, COST, cfg)
+    calls = {(c.program, c.turn): c for c in out.calls}
+    assert calls[("A", 1)].arrival - calls[("A", 0)].finish == pytest.approx(0.005)
+    stats = out.engine.stats
+    assert (stats.pins_made, stats.pins_hit, stats.pins_expired) == (1, 1, 0)

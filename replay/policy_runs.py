@@ -10,7 +10,7 @@ from profiles.cost import CostModel
 from replay import figures
 from replay.figures import PolicyResult
 from replay.policies import BOUNDS, NAMES, PolicySpec, make
-from replay.sim import ReplayConfig, simulate
+from replay.sim import Outcome, ReplayConfig, simulate
 from replay.workload import Workload, poisson_starts, retimed
 from ttlctl.errors import ConfigError
 
@@ -37,15 +37,15 @@ def unlimited_kv_tokens(workload: Workload, config: ReplayConfig) -> int:
     return (need // bs + 2 * len(workload.programs) + 16) * bs
 
 
-def run_one(
+def simulate_one(
     workload: Workload,
     spec: PolicySpec,
     cost: CostModel,
     config: ReplayConfig,
     timing: Load,
-    *,
-    timed: bool = True,
-) -> PolicyResult:
+) -> tuple[Outcome, float]:
+    """The fast backend's outcome of one policy (per-call records included) and the wall
+    seconds ``simulate`` took."""
     work = prepare(workload, timing)
     pauses = {(p.program_id, i): c.pause_s for p in work.programs for i, c in enumerate(p.calls)}
     cfg = replace(config, concurrency=timing.concurrency)
@@ -63,7 +63,20 @@ def run_one(
     policy = make(spec, pauses, rebuild)
     start = time.perf_counter()
     outcome = simulate(work, policy, cost, cfg)
-    wall = time.perf_counter() - start
+    return outcome, time.perf_counter() - start
+
+
+def run_one(
+    workload: Workload,
+    spec: PolicySpec,
+    cost: CostModel,
+    config: ReplayConfig,
+    timing: Load,
+    *,
+    timed: bool = True,
+) -> PolicyResult:
+    """One policy's replay on the fast backend, as ``replay --json`` reports it."""
+    outcome, wall = simulate_one(workload, spec, cost, config, timing)
     return figures.summarize(
         outcome, spec.name, evaluation_only=spec.name in BOUNDS, wall_s=wall if timed else None
     )

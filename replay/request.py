@@ -6,11 +6,20 @@ much of the prompt repeats the program's previous stream) and the scheduler's
 bookkeeping (tokens computed and generated, blocks held, preemptions, when it was
 admitted, produced its first token and finished). Never a pause's length or how
 many calls the program has left: the policies read requests.
+
+Invariants (checked by ``--check`` replays, ``replay.sim``): ``computed`` ≤
+``num_tokens`` = ``prompt`` + tokens sampled so far (``generated``, while it runs;
+at finish ``computed`` = ``prompt + output − 1``: the last sampled token is never
+computed); a running request holds ``blocks`` = ⌈``computed`` / block size⌉ blocks
+or one more (its next step's), a waiting one none; ``hit_tokens`` is a multiple
+of the block size below ``prompt``; arrival ≤ admitted ≤ first token ≤ finish.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ttlctl.engine.calls import Live
 
 
 @dataclass(slots=True, eq=False)
@@ -39,6 +48,8 @@ class SimRequest:
     preemptions: int = 0
     preempt_seq: int = 0
     admitted: float | None = None
+    #: index of the engine step it was first admitted in (steps that computed something)
+    admitted_step: int = -1
     first_token: float | None = None
     finish: float | None = None
     #: order of entry into the running list (the list stays sorted by it)
@@ -57,6 +68,9 @@ class SimRequest:
     #: when the client sent it (``arrival`` is when the scheduler saw it: the next
     #: step boundary); None: at ``arrival``
     sent: float | None = None
+    #: what the pin rules keep about it from arrival to finish (policies that pin or
+    #: order by program; None otherwise)
+    live: Live | None = None
 
     def __post_init__(self) -> None:
         self.num_tokens = self.prompt

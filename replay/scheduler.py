@@ -13,8 +13,13 @@ One :meth:`SimScheduler.step` is ``schedule → run → postprocess``:
 - run: the step's duration from the cost model (prefill chunks, decodes, and any
   reload from the offload tier).
 - postprocess: each request whose scheduled tokens complete its KV samples one
-  token; a request with all its output tokens finishes and the policy decides
-  whether its blocks are freed or pinned for a TTL.
+  token; a request with all its output tokens finishes and its blocks are freed or
+  pinned for a TTL.
+
+Pins follow the vLLM plugin's own rules (:class:`ttlctl.engine.retention.Retention`,
+through :mod:`replay.pinning`): expiry at each step start and each arrival, the
+handover after the admitted call's blocks are allocated, the valve's order, the cap;
+a policy only says where τ comes from.
 
 When a step is decode-only and nothing can change before some request finishes,
 an event arrives or a block would run short, the following decode steps are
@@ -36,7 +41,9 @@ from profiles.cost import CostModel
 from replay.decoders import DecodeSet
 from replay.kv import BlockPool, KVPool, RunPool
 from replay.offload import OffloadTier
+from replay.pinning import Pinning
 from replay.request import SimRequest
+from ttlctl.engine.source import TauSource
 from ttlctl.errors import ConfigError
 
 
@@ -72,16 +79,6 @@ def _qkey(req: SimRequest) -> tuple[float, ...]:
     return req.qkey
 
 
-@dataclass(slots=True)
-class SimPin:
-    program: str
-    expiry: float
-    blocks: int
-    created: float
-    program_start: float
-    program_seq: int = 0
-
-
 class Policy(Protocol):
     """What a scheduling and retention policy answers (see ``replay/policies``)."""
 
@@ -95,12 +92,11 @@ class Policy(Protocol):
 
     def on_admit(self, req: SimRequest, engine: SimScheduler, now: float) -> None: ...
 
-    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
-        """Seconds to keep the finished request's KV pinned (0: free it now)."""
-        ...
+    def on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> None: ...
 
-    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
-        """The head cannot be admitted for lack of memory: release pins (or not)."""
+    def tau_source(self, engine: SimScheduler) -> TauSource | None:
+        """Where the pin rules (:mod:`replay.pinning`) get τ, the valve and the pin cap;
+        None: no program book and nothing pinned (the policy orders by itself)."""
         ...
 
 
@@ -117,10 +113,25 @@ class Stats:
     pins_expired: int = 0
     pins_released: int = 0
     busy_s: float = 0.0
+    #: the longest single step so far (a call sent during a step reaches the scheduler
+    #: at its end: at most this long after it was sent)
+    longest_step_s: float = 0.0
 
 
 @dataclass(slots=True)
 class SimScheduler:
+    """vLLM's scheduler over the block pool, for one replay.
+
+    Invariants (checked after every step of a ``--check`` replay, ``replay.sim``):
+    blocks are conserved (free + held by running requests + held by pins = the pool's
+    blocks); ``running`` is in ``run_seq`` order and every running request holds its
+    blocks, a waiting one none; ``waiting_programs`` maps each program with a waiting
+    request to it (one per program: calls of a program are sequential); the decode set
+    holds exactly the running requests past their prompt with one token to compute;
+    pins are the pin rules' (``pinning``), at most one per program, and a pinned
+    program has no running request; ``clock`` never goes back.
+    """
+
     config: SimSchedulerConfig
     cost: CostModel
     policy: Policy
@@ -128,17 +139,13 @@ class SimScheduler:
     pool: KVPool = field(init=False)
     running: list[SimRequest] = field(default_factory=list)
     waiting: list[SimRequest] = field(default_factory=list)
-    pins: dict[str, SimPin] = field(default_factory=dict)
-    pinned_blocks: int = 0
+    #: the pin rules (None: the policy pins nothing and orders by itself)
+    pinning: Pinning | None = field(init=False, default=None)
     stats: Stats = field(default_factory=Stats)
     _waiting_dirty: bool = False
     _preempt_counter: int = 0
     #: program -> its request in the waiting queue (one at a time per program)
     waiting_programs: dict[str, SimRequest] = field(default_factory=dict)
-    #: program -> full (hashed) blocks among its pinned blocks
-    _pin_full: dict[str, int] = field(default_factory=dict)
-    #: pins made since the driver last looked (it schedules their expiry events)
-    new_pins: list[SimPin] = field(default_factory=list)
     #: simulated time up to which pinned memory has been integrated
     clock: float = 0.0
     #: (time, pinned blocks) at each change seen by :meth:`tick`
@@ -154,6 +161,9 @@ class SimScheduler:
         cls = RunPool if self.config.pool == "runs" else BlockPool
         self.pool = cls(self.config.num_blocks, self.config.block_size)
         self.decoders = DecodeSet(self.config.block_size)
+        source = self.policy.tau_source(self)
+        if source is not None:
+            self.pinning = Pinning(source, self.pool, self.touch_order)
 
     def context_tokens(self, req: SimRequest) -> int:
         """The request's computed tokens now (a policy may ask about running requests)."""
@@ -163,6 +173,9 @@ class SimScheduler:
     # ------------------------------------------------------------ queue
 
     def add(self, req: SimRequest, now: float) -> None:
+        """A call reaches the scheduler (call :meth:`tick` first)."""
+        if self.pinning is not None:
+            self.pinning.arrive(req, now, self.waiting_programs.__contains__)
         self.policy.on_arrival(req, self, now)
         self._enqueue(req)
 
@@ -171,6 +184,12 @@ class SimScheduler:
         self.waiting_programs[req.program] = req
         req.qkey = self.policy.key(req, self)
         self._waiting_dirty = True
+
+    def _dequeue_head(self, head: SimRequest) -> None:
+        self.waiting.pop(0)
+        del self.waiting_programs[head.program]
+        if self.pinning is not None:
+            self.pinning.retention.unpark(head.program)
 
     def touch_order(self, program: str | None = None) -> None:
         """Something a policy's key depends on changed (for ``program``'s waiting request,
@@ -197,48 +216,43 @@ class SimScheduler:
 
     # ------------------------------------------------------------ pins
 
+    @property
+    def pinned_blocks(self) -> int:
+        return self.pinning.pinned_blocks if self.pinning is not None else 0
+
     def tick(self, now: float) -> None:
         """Integrate pinned memory up to ``now`` (call before any pin changes)."""
+        pinned = self.pinning.pinned_blocks if self.pinning is not None else 0
         if now > self.clock:
-            self.stats.pinned_block_seconds += self.pinned_blocks * (now - self.clock)
+            self.stats.pinned_block_seconds += pinned * (now - self.clock)
             self.clock = now
-        if self.pinned_blocks != self._last_sampled:
-            self.timeline.append((now, self.pinned_blocks))
-            self._last_sampled = self.pinned_blocks
-
-    def pin(self, req: SimRequest, ttl: float, now: float) -> None:
-        pin = SimPin(req.program, now + ttl, req.blocks, now, req.program_start, req.program_seq)
-        self.pins[req.program] = pin
-        self.new_pins.append(pin)
-        self.pinned_blocks += req.blocks
-        self.stats.pins_made += 1
-        self.touch_order(req.program)
-
-    def release_pin(self, program: str, *, pressure: bool) -> None:
-        pin = self.pins.pop(program)
-        self.pinned_blocks -= pin.blocks
-        self.pool.release(program, self._full_blocks_of_pin(program))
-        if pressure:
-            self.stats.pins_released += 1
-        else:
-            self.stats.pins_expired += 1
-        self.touch_order(program)
-
-    def _full_blocks_of_pin(self, program: str) -> int:
-        return self._pin_full.pop(program, 0)
+        if pinned != self._last_sampled:
+            self.timeline.append((now, pinned))
+            self._last_sampled = pinned
 
     def expire_pins(self, now: float) -> None:
-        """Release pins whose time is up, unless their program's next call is waiting."""
-        for program in [p for p, pin in self.pins.items() if pin.expiry <= now]:
-            if program not in self.waiting_programs:
-                self.release_pin(program, pressure=False)
+        """A step starts: pins whose time is up go, unless their program's call waits."""
+        if self.pinning is not None:
+            self.pinning.step_starts(now, self.waiting_programs.__contains__)
 
     def next_expiry(self) -> float:
-        """The next time a pin can expire (pins kept for a waiting follow-up do not count)."""
-        waiting = self.waiting_programs
-        return min(
-            (p.expiry for p in self.pins.values() if p.program not in waiting), default=math.inf
-        )
+        """The next time a pin can expire (pins parked for a waiting call do not count)."""
+        if self.pinning is None:
+            return math.inf
+        at = self.pinning.retention.next_expiry()
+        return math.inf if at is None else at
+
+    def pin_counters(self) -> None:
+        """Copy the pin rules' counters into :attr:`stats`."""
+        if self.pinning is not None:
+            c = self.pinning.retention.counters
+            s = self.stats
+            s.pins_made, s.pins_hit, s.pins_expired, s.pins_released = (
+                c.made,
+                c.hit,
+                c.expired,
+                c.released,
+            )
 
     # ------------------------------------------------------------ step
 
@@ -325,7 +339,7 @@ class SimScheduler:
 
         reload_s, blocked_head = 0.0, False
         if not preempted:  # vLLM admits nothing in a step that preempted
-            admitted, reload_s, blocked_head = self._admit_waiting(budget, now, not prefills)
+            admitted, reload_s, blocked_head = self._admit_waiting(budget, now)
             prefills.extend((r, new, ctx, 0) for r, new, ctx in admitted)
 
         if not prefills and not len(dec):
@@ -341,6 +355,8 @@ class SimScheduler:
                 kv += ctx
         duration = self.cost.step_s(chunks, decodes, kv) + reload_s
         end = now + duration
+        if duration > self.stats.longest_step_s:
+            self.stats.longest_step_s = duration
         self.stats.busy_s += duration
         self.stats.steps += 1
         self.tick(end)
@@ -379,9 +395,12 @@ class SimScheduler:
         Walk the requests that need blocks in running order; while one's need exceeds
         what is free, preempt the tail of the running list (recompute). A request that
         preempts itself ends the walk (everything after it was the tail, already gone).
-        Allocation order does not change which blocks are evicted (frees go to the tail
-        of the free list, allocations come from its head), so the blocks are granted in
-        one batch afterwards. Returns the prefills and due decoders still scheduled.
+        The blocks are granted in one batch afterwards: allocations come from the head of
+        the free list, a victim's cached blocks go to its tail and its partial block to its
+        head, where the request that preempted it takes it first (it needs at least as
+        many blocks as the victims freed partial ones), so the same cached blocks are
+        evicted as when vLLM interleaves. Returns the prefills and due decoders still
+        scheduled.
         """
         dec = self.decoders
         needy: list[tuple[int, SimRequest, int]] = [
@@ -447,7 +466,7 @@ class SimScheduler:
         reload_s = 0.0
         blocked_head = False
         if not preempted:
-            admitted, reload_s, blocked_head = self._admit_waiting(budget, now, not scheduled)
+            admitted, reload_s, blocked_head = self._admit_waiting(budget, now)
             scheduled.extend(admitted)
 
         self._blocked_head = blocked_head
@@ -458,6 +477,8 @@ class SimScheduler:
         kv = sum(r.computed for r in decodes)
         duration = self.cost.step_s(chunks, len(decodes), kv) + reload_s
         end = now + duration
+        if duration > self.stats.longest_step_s:
+            self.stats.longest_step_s = duration
         self.stats.busy_s += duration
         self.tick(end)
         finished = self._advance(scheduled, end, now)
@@ -465,10 +486,12 @@ class SimScheduler:
         return duration, finished, preempted
 
     def _admit_waiting(
-        self, budget: int, now: float, nothing_scheduled: bool
+        self, budget: int, now: float
     ) -> tuple[list[tuple[SimRequest, int, int]], float, bool]:
         """Admit waiting requests in the policy's order while budget, seats and memory
-        allow; the first that does not fit (after the valve) stops admission.
+        allow; the first that does not fit (after the valve, which releases pins in the
+        pin rules' order, retrying after each, when pins hold blocks: with the ``head``
+        valve always, with ``stall-only`` only when nothing runs) stops admission.
 
         Returns ((request, new tokens, context before) admitted, reload seconds, whether
         a waiting head was left blocked).
@@ -479,17 +502,16 @@ class SimScheduler:
         while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             head = waiting[0]
             plan = self._try_admit(head, budget, now)
-            if plan is None and self.pins:
-                stalled = not self.running and nothing_scheduled
-                before = len(self.pins)
-                self.policy.valve(self, head, now, stalled=stalled)
-                if len(self.pins) != before:
+            if plan is None and self.pinning is not None and self.pinning.retention.pins:
+                # the valve: release pins one at a time, retrying after each
+                for _ in self.pinning.valve(head, stalled=not self.running):
                     plan = self._try_admit(head, budget, now)
+                    if plan is not None:
+                        break
             if plan is None:
                 return admitted, reload_s, True
             new, loaded_s = plan
-            waiting.pop(0)
-            del self.waiting_programs[head.program]
+            self._dequeue_head(head)
             self._enter_running(head)
             admitted.append((head, new, head.computed))
             budget -= new
@@ -504,10 +526,7 @@ class SimScheduler:
         (``scheduler_reserve_full_isl``, on by default), not just its first chunk.
         """
         bs = self.config.block_size
-        if req.program in self.pins:
-            cached = self._pin_full.get(req.program, 0)  # a partial last block never hits
-        else:
-            cached = self.pool.cached_prefix(req.program)
+        cached = self.pool.cached_prefix(req.program)  # full blocks: a partial one never hits
         reusable = req.num_tokens if req.preemptions else req.reusable
         hit_blocks = min(cached, reusable // bs, (req.num_tokens - 1) // bs)
         hit = hit_blocks * bs
@@ -534,15 +553,14 @@ class SimScheduler:
         hit = hit_blocks * bs
         if not self.pool.room_for(req.program, hit_blocks, must_fit):
             return None
-        if req.program in self.pins:
-            pin = self.pins.pop(req.program)
-            self.pinned_blocks -= pin.blocks
-            self._pin_full.pop(req.program, None)
-            self.stats.pins_hit += 1
+        # allocated while the program's pin still holds its blocks; handed over after
         self.pool.admit(req.program, hit_blocks, need)
         req.blocks = hit_blocks + need
+        if self.pinning is not None:
+            self.pinning.admitted(req, now)
         if req.admitted is None:
             req.admitted = now
+            req.admitted_step = self.stats.steps
             req.hit_tokens = hit
             req.loaded_tokens = loaded
             self.stats.prompt_tokens += req.prompt
@@ -596,10 +614,9 @@ class SimScheduler:
         full = req.computed // self.config.block_size
         if self.offload is not None:
             self.offload.store(req.program, full * self.config.block_size)
-        ttl = self.policy.ttl_on_finish(req, self, now)
-        if ttl > 0:
-            self._pin_full[req.program] = full
-            self.pin(req, ttl, now)
+        self.policy.on_finish(req, self, now)
+        if self.pinning is not None:
+            self.pinning.finish(req, full, now)
         else:
             self.pool.release(req.program, full)
         req.blocks = 0

@@ -24,7 +24,6 @@ from replay.scheduler import Policy, SimScheduler, SimSchedulerConfig
 from replay.workload import AgentProgram, Call, Workload
 
 ARRIVAL = 0
-PIN_EXPIRY = 1
 
 
 class SimulationError(RuntimeError):
@@ -72,6 +71,11 @@ class SimCallRecord:
     output: int
     hit_tokens: int
     preemptions: int
+    #: the engine step the call was first admitted in and the one it finished in (0-based,
+    #: counting the steps that computed something; a merged run of decode steps counts
+    #: each of its steps), as the vLLM backend counts vLLM's steps
+    admitted_step: int = -1
+    finish_step: int = -1
 
 
 @dataclass(slots=True)
@@ -174,31 +178,25 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
 
     while True:
         while events and events[0][0] <= now:
-            sent, kind, _, payload = heapq.heappop(events)
+            sent, _, _, payload = heapq.heappop(events)
             engine.tick(now)
-            if kind == ARRIVAL:
-                arrive(payload, now, sent)
-            else:
-                engine.expire_pins(now)
+            arrive(payload, now, sent)  # pins expire first, as vLLM's add_request does
         if engine.idle:
+            # an idle engine does not step: its pins stay until the next arrival
             if not events:
                 break
             now = max(now, events[0][0])
             continue
         horizon = min(events[0][0] if events else math.inf, engine.next_expiry())
+        preempted = engine.stats.preemptions
         duration, finished = engine.step(now, horizon)
+        if duration <= 0 and engine.stats.preemptions > preempted:
+            continue  # a step that only preempted: vLLM's engine core schedules again at once
         if duration <= 0:
-            # nothing could run (the head does not fit): wait for something to change
-            wake = events[0][0] if events else math.inf
-            expiry = engine.next_expiry()
-            if now < expiry < wake:
-                wake = expiry
-            if wake == math.inf:
-                if engine.pins:
-                    # only pins kept for waiting follow-ups hold the memory: a stall
-                    for program in sorted(engine.pins):
-                        engine.release_pin(program, pressure=True)
-                    continue
+            # nothing could run (the head does not fit): vLLM's engine core keeps stepping,
+            # so the next thing that can change that is a send or a pin's expiry
+            wake = min(events[0][0] if events else math.inf, engine.next_expiry())
+            if wake <= now or wake == math.inf:
                 head = engine.waiting[0] if engine.waiting else None
                 raise SimulationError(
                     f"engine stalled at t={now:.3f} s: {len(engine.waiting)} waiting "
@@ -207,7 +205,6 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
                 )
             now = wake
             engine.tick(now)
-            engine.expire_pins(now)
             continue
         now += duration
         for req in finished:
@@ -225,6 +222,8 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
                     req.output,
                     req.hit_tokens,
                     req.preemptions,
+                    req.admitted_step,
+                    engine.stats.steps - 1,
                 )
             )
             run.last_finish = now
@@ -233,24 +232,61 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
                 push(now + run.program.calls[req.turn].pause_s, ARRIVAL, run)
             else:
                 end_program(run, now)
-        for pin in engine.new_pins:
-            push(pin.expiry, PIN_EXPIRY, pin.program)
-        engine.new_pins.clear()
         if config.check:
             _check(engine, now)
     engine.tick(now)
+    engine.pin_counters()
     return Outcome(records, runs, rejected, truncated, engine, now)
 
 
 def _check(engine: SimScheduler, now: float) -> None:
+    """The invariants stated on :class:`SimScheduler`, :class:`SimRequest`, the pool and
+    the pin rules (``--check``)."""
+
+    def fail(what: str) -> None:
+        raise SimulationError(f"invariant broken at t={now}: {what}")
+
     pool: Any = engine.pool
     pool.check()
+    bs = engine.config.block_size
+    for req in engine.running:
+        engine.decoders.sync(req)
     held = sum(r.blocks for r in engine.running) + engine.pinned_blocks
     if held + pool.free_blocks != engine.config.num_blocks:
-        raise SimulationError(
-            f"blocks not conserved at t={now}: running+pinned {held} + free "
-            f"{pool.free_blocks} != {engine.config.num_blocks}"
+        fail(
+            f"blocks not conserved: running+pinned {held} + free {pool.free_blocks} "
+            f"!= {engine.config.num_blocks}"
         )
+    seqs = [r.run_seq for r in engine.running]
+    if seqs != sorted(seqs):
+        fail("the running list is out of order")
+    if engine.clock > now + 1e-9 * max(1.0, now):  # the same sums, in another order
+        fail(f"the engine's clock {engine.clock} ran ahead of the replay's")
+    decoding = {
+        r.rid
+        for r in engine.running
+        if r.computed >= r.prompt and r.num_tokens - r.computed == 1
+    }
+    if engine.config.fast and set(engine.decoders.members) != decoding:
+        fail("the decode set is not the running requests with one token to compute")
     for req in engine.running:
         if req.admitted is not None and req.admitted < req.arrival:
-            raise SimulationError(f"request {req.rid} ran before it arrived")
+            fail(f"request {req.rid} ran before it arrived")
+        if not req.computed <= req.num_tokens or -(-req.computed // bs) > req.blocks:
+            fail(f"request {req.rid}: {req.computed} computed, {req.blocks} blocks")
+        if req.hit_tokens % bs or (req.hit_tokens and req.hit_tokens >= req.prompt):
+            fail(f"request {req.rid} hit {req.hit_tokens} of {req.prompt}")
+    for req in engine.waiting:
+        if req.blocks:
+            fail(f"waiting request {req.rid} holds {req.blocks} blocks")
+        if engine.waiting_programs.get(req.program) is not req:
+            fail(f"waiting request {req.rid} is not its program's")
+    if len(engine.waiting_programs) != len(engine.waiting):
+        fail("waiting_programs does not match the queue")
+    if engine.pinning is not None:
+        retention = engine.pinning.retention
+        retention.check()
+        running = {r.program for r in engine.running}
+        pinned = set(retention.pins.pins)
+        if running & pinned:
+            fail(f"pinned programs run: {sorted(running & pinned)}")

@@ -1,43 +1,58 @@
-"""Baselines from the literature: InferCept and Autellix (docs/method.md, "Baselines")."""
+"""Baselines from the literature: InferCept and Autellix (docs/method.md, "Baselines"),
+and the evaluation-only oracle. InferCept and the oracle pin through the same pin rules
+as every TTL policy (:mod:`replay.pinning`); each is its own τ source."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from replay.policies.common import apply_valve, program_key, under_cap
+from fitting.policy import PolicyParams
+from replay.policies.common import Observes, program_key, rules
 from replay.policies.simple import VLLM
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
+from ttlctl.engine.calls import Live
+from ttlctl.engine.source import TauSource
 
 
 @dataclass(slots=True)
-class InferCept(VLLM):
+class InferCept(VLLM, Observes):
     """Preserve a paused request's KV while that wastes less memory-time than
     recomputing it would: TTL ≈ Tfwd(C)·(C + C_other)/(2C), request-level FCFS.
 
     C is the request's context, C_other the context of the other running
     requests (their wait is the recompute's cost), Tfwd the prefill time of C.
     With an offload tier the KV also survives on the host (write-through), so a
-    discard costs a reload, not a prefill.
+    discard costs a reload, not a prefill. The head valve, no pin cap.
     """
 
     name: str = "infercept"
     pin_cap: float = 1.0
+    _rules: PolicyParams | None = None
+    _engine: SimScheduler | None = None
 
-    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
-        if req.is_last or not under_cap(engine, req, self.pin_cap):
-            return 0.0
-        context = max(1, req.computed)
+    def tau_source(self, engine: SimScheduler) -> TauSource | None:
+        self._rules = rules("head", self.pin_cap)
+        self._engine = engine
+        return self
+
+    @property
+    def params(self) -> PolicyParams:
+        assert self._rules is not None
+        return self._rules
+
+    def tau(self, live: Live, context_tokens: int) -> float:
+        engine = self._engine
+        assert engine is not None and isinstance(live.request, SimRequest)
+        req = live.request
+        context = max(1, context_tokens)
         others = sum(engine.context_tokens(r) for r in engine.running if r is not req)
         if engine.offload is not None:
             forward = engine.cost.reload_s(context)
         else:
             forward = engine.cost.prefill_s(0, context)
         return forward * (context + others) / (2 * context)
-
-    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
-        apply_valve("head", engine, head, stalled)
 
 
 @dataclass(slots=True)
@@ -77,17 +92,16 @@ class Autellix:
         self._now = now
         engine.touch_order()  # waiting times moved on: starvation may promote someone
 
-    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
+    def on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
         self._now = now
         served = (req.prompt - req.hit_tokens) + req.output
         self._service[req.program] = self._service.get(req.program, 0.0) + served
         if req.is_last:
             self._service.pop(req.program, None)
         engine.touch_order()
-        return 0.0
 
-    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
-        pass
+    def tau_source(self, engine: SimScheduler) -> TauSource | None:
+        return None
 
 
 @dataclass(slots=True)
@@ -102,31 +116,56 @@ class Oracle:
     name: str = "oracle"
     valve_name: str = "stall-only"
     _delays: list[float] = field(default_factory=list)
-    _unpinned: set[int] = field(default_factory=set)
+    _rules: PolicyParams | None = None
+    _engine: SimScheduler | None = None
 
     def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
-        return program_key(req, engine, pin_first=True)
+        return program_key(req, engine)
 
     def on_arrival(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
-        if req.turn and req.program not in engine.pins:
-            self._unpinned.add(req.rid)
+        pass
 
     def on_admit(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
-        if req.rid in self._unpinned:
-            self._unpinned.discard(req.rid)
-            self._delays.append(now - req.arrival)
-            if len(self._delays) > 100:
-                del self._delays[0]
+        pass
 
-    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
+    def on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
+        pass
+
+    def tau_source(self, engine: SimScheduler) -> TauSource | None:
+        self._rules = rules(self.valve_name)
+        self._engine = engine
+        return self
+
+    @property
+    def params(self) -> PolicyParams:
+        assert self._rules is not None
+        return self._rules
+
+    def observe_pause(self, tool: str | None, seconds: float) -> object:
+        return None
+
+    def observe_queue_delay(self, seconds: float) -> None:
+        """A program that came back without a pin waited this long to be admitted."""
+        self._delays.append(seconds)
+        if len(self._delays) > 100:
+            del self._delays[0]
+
+    def observe_program_end(self, n_calls: int) -> None:
+        pass
+
+    def tau(self, live: Live, context_tokens: int) -> float:
+        engine = self._engine
+        assert engine is not None and isinstance(live.request, SimRequest)
+        req = live.request
         pause = self.pauses.get((req.program, req.turn))
-        if req.is_last or pause is None:
+        if pause is None:
             return 0.0
-        rebuild = engine.cost.prefill_s(0, req.computed)
+        rebuild = engine.cost.prefill_s(0, context_tokens)
         if engine.offload is not None:
-            rebuild = min(rebuild, engine.cost.reload_s(req.computed))
+            rebuild = min(rebuild, engine.cost.reload_s(context_tokens))
         queueing = sum(self._delays) / len(self._delays) if self._delays else 0.0
-        return pause + 1e-6 if pause < rebuild + queueing else 0.0
-
-    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
-        apply_valve(self.valve_name, engine, head, stalled)
+        if pause >= rebuild + queueing:
+            return 0.0
+        # the call reaches the scheduler at the end of the step in progress when it is sent
+        # (pins expire at step starts and arrivals, before the arrival): hold past that
+        return pause + engine.stats.longest_step_s + 1e-6

@@ -1,7 +1,8 @@
-"""What the policies share: queue keys and the pressure valve over pins."""
+"""What the policies share: the queue keys and the rule parameters of their τ sources."""
 
 from __future__ import annotations
 
+from fitting.policy import PolicyParams
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
 
@@ -13,39 +14,29 @@ def fcfs_key(req: SimRequest) -> tuple[float, ...]:
     return (1.0, req.arrival, float(req.rid))
 
 
-def program_key(req: SimRequest, engine: SimScheduler, *, pin_first: bool) -> tuple[float, ...]:
-    """The priority tuple of docs/method.md: preempted, then (optionally) a live pin, then
-    the program's first arrival."""
-    pinned = 0.0 if (pin_first and req.program in engine.pins) else 1.0
-    return (
-        0.0 if req.preempted else 1.0,
-        pinned,
-        req.program_start,
-        float(req.program_seq),
-        req.arrival,
-        float(req.rid),
-    )
+def program_key(req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
+    """The plugin's queue order (:meth:`ttlctl.engine.retention.Retention.key`): preempted,
+    a live pin of the program, the program's first arrival (from the program book), the
+    request's arrival."""
+    assert engine.pinning is not None, "a program-ordered policy has a τ source"
+    return engine.pinning.key(req)
 
 
-def release_until_fits(engine: SimScheduler, head: SimRequest) -> None:
-    """Release pins, latest program arrival first, until the head fits (or none are left)."""
-    order = sorted(
-        (p for p in engine.pins.values() if p.program != head.program),
-        key=lambda p: (-p.program_start, -p.program_seq, p.program),
-    )
-    for pin in order:
-        if engine.fits(head):
-            return
-        engine.release_pin(pin.program, pressure=True)
+def rules(valve: str = "head", pin_cap: float = 1.0, pins: bool = True) -> PolicyParams:
+    """The parameters the pin rules read from a τ source that is not a bundle's policy."""
+    return PolicyParams(valve=valve, pin_cap=pin_cap, pins=pins)
 
 
-def apply_valve(valve: str, engine: SimScheduler, head: SimRequest, stalled: bool) -> None:
-    """``head``: free pins whenever the head cannot be admitted; ``stall-only``: only
-    when the engine would otherwise have nothing to run."""
-    if valve == "head" or (valve == "stall-only" and stalled):
-        release_until_fits(engine, head)
+class Observes:
+    """A τ source that learns nothing from the events (static TTL, InferCept)."""
 
+    __slots__ = ()
 
-def under_cap(engine: SimScheduler, req: SimRequest, pin_cap: float) -> bool:
-    """Whether pinning ``req`` keeps pins within ``pin_cap`` of the KV cache."""
-    return engine.pinned_blocks + req.blocks <= pin_cap * engine.config.num_blocks
+    def observe_pause(self, tool: str | None, seconds: float) -> object:
+        return None
+
+    def observe_queue_delay(self, seconds: float) -> None:
+        pass
+
+    def observe_program_end(self, n_calls: int) -> None:
+        pass

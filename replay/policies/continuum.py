@@ -1,19 +1,21 @@
 """CacheTTL (Continuum): τ* from the bundle's policy, program-level scheduling, the valve.
 
-The decision is made by :class:`fitting.policy.TTLPolicy`, the same object the
-vLLM scheduler plugin uses, fed the same events: a pause observed when a program
-comes back (next arrival − previous finish, with the tool the client tagged), the
-queueing delay of a program that came back without a pin (T), a program's end.
+The decision is made by :class:`fitting.policy.TTLPolicy`, the same object the vLLM
+scheduler plugin uses, as the same τ source (:class:`ttlctl.engine.source.PolicySource`)
+of the same pin rules, fed the same events: a pause observed when a program comes back
+(next arrival − previous finish, with the tool the client tagged), the queueing delay
+of a program that came back without a pin (T), a program's end.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 from fitting.policy import TTLPolicy
-from replay.policies.common import apply_valve, program_key, under_cap
+from replay.policies.common import program_key
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
+from ttlctl.engine.source import PolicySource, TauSource
 
 
 @dataclass(slots=True)
@@ -22,34 +24,21 @@ class Continuum:
     valve_name: str = "head"
     pin_cap: float = 1.0
     name: str = "continuum"
-    _last_finish: dict[str, tuple[float, str | None]] = field(default_factory=dict)
-    _evicted: set[int] = field(default_factory=set)
 
     def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
-        return program_key(req, engine, pin_first=True)
+        return program_key(req, engine)
 
     def on_arrival(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
-        last = self._last_finish.pop(req.program, None)
-        if last is not None:
-            finished_at, tool = last
-            self.ttl.observe_pause(tool, now - finished_at)
-            if req.program not in engine.pins:
-                self._evicted.add(req.rid)
+        pass
 
     def on_admit(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
-        if req.rid in self._evicted:
-            self._evicted.discard(req.rid)
-            self.ttl.observe_queue_delay(now - req.arrival)
+        pass
 
-    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
-        if req.is_last:
-            self.ttl.observe_program_end(req.turn + 1)
-            return 0.0
-        self._last_finish[req.program] = (now, req.tool)
-        decision = self.ttl.decide(req.tool, req.computed, offload=engine.offload is not None)
-        if decision.ttl_s <= 0 or not under_cap(engine, req, self.pin_cap):
-            return 0.0
-        return decision.ttl_s
+    def on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
+        pass
 
-    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
-        apply_valve(self.valve_name, engine, head, stalled)
+    def tau_source(self, engine: SimScheduler) -> TauSource | None:
+        # the valve and the pin cap asked for replace the bundle's, as a server's bundle
+        # is rebuilt with them (replay.vllmsim.bundles)
+        self.ttl.params = replace(self.ttl.params, valve=self.valve_name, pin_cap=self.pin_cap)
+        return PolicySource(self.ttl, offload=engine.offload is not None)

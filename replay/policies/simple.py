@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from replay.policies.common import apply_valve, fcfs_key, program_key, under_cap
+from fitting.policy import PolicyParams
+from replay.policies.common import Observes, fcfs_key, program_key, rules
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
+from ttlctl.engine.calls import Live
+from ttlctl.engine.source import TauSource
 
 
 @dataclass(slots=True)
@@ -24,39 +27,56 @@ class VLLM:
     def on_admit(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
         pass
 
-    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
-        return 0.0
-
-    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
+    def on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
         pass
 
+    def tau_source(self, engine: SimScheduler) -> TauSource | None:
+        return None
+
 
 @dataclass(slots=True)
-class ProgramFCFS(VLLM):
-    """Programs served in the order they started (docs/method.md), nothing pinned."""
+class ProgramFCFS(VLLM, Observes):
+    """Programs served in the order they started (docs/method.md), nothing pinned: the
+    plugin with pins off (its program book gives the order)."""
 
     name: str = "program-fcfs"
+    _rules: PolicyParams = field(default_factory=lambda: rules(pins=False))
 
     def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
-        return program_key(req, engine, pin_first=False)
+        return program_key(req, engine)
+
+    def tau_source(self, engine: SimScheduler) -> TauSource | None:
+        return self
+
+    @property
+    def params(self) -> PolicyParams:
+        return self._rules
+
+    def tau(self, live: Live, context_tokens: int) -> float:
+        return 0.0
 
 
 @dataclass(slots=True)
-class StaticTTL(VLLM):
+class StaticTTL(VLLM, Observes):
     """Program FCFS and the same fixed TTL after every call but the last."""
 
     ttl_s: float = 2.0
     valve_name: str = "head"
     pin_cap: float = 1.0
     name: str = "static-ttl"
+    _rules: PolicyParams | None = None
 
     def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
-        return program_key(req, engine, pin_first=True)
+        return program_key(req, engine)
 
-    def ttl_on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> float:
-        if req.is_last or not under_cap(engine, req, self.pin_cap):
-            return 0.0
+    def tau_source(self, engine: SimScheduler) -> TauSource | None:
+        self._rules = rules(self.valve_name, self.pin_cap)
+        return self
+
+    @property
+    def params(self) -> PolicyParams:
+        assert self._rules is not None
+        return self._rules
+
+    def tau(self, live: Live, context_tokens: int) -> float:
         return self.ttl_s
-
-    def valve(self, engine: SimScheduler, head: SimRequest, now: float, stalled: bool) -> None:
-        apply_valve(self.valve_name, engine, head, stalled)

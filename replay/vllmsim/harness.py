@@ -17,7 +17,9 @@ Order of calls, as ``EngineCoreProc``'s busy loop and ``EngineCore`` make them
 - an engine with no requests does not step (``has_requests()`` is false): the
   clock jumps to the next send. An engine whose step scheduled nothing, with
   nothing in flight, would spin; the clock jumps to the next send or the next pin
-  expiry, the only things that can change what it schedules.
+  expiry, the only things that can change what it schedules. A step that scheduled
+  nothing but preempted a request (the only running one, preempting itself) did
+  change it: the next step follows at once.
 
 Latencies count from the send (vLLM's ``arrival_time``); the scheduler (and the
 plugin) see a call when it reaches them. The plugin's clock (``ttl_clock``) is
@@ -385,8 +387,11 @@ class Harness:
             done = queue.pop()
             self.now = max(self.now, done.end)
             self._update(done)
+            # a step that scheduled nothing and preempted nothing changed nothing: wait for
+            # what can (one that only preempted is followed by another step at once)
             empty = done.output.total_num_scheduled_tokens == 0
-            if empty and sched.has_requests() and all(q.index < 0 for q in queue):
+            idle = empty and not done.output.preempted_req_ids
+            if idle and sched.has_requests() and all(q.index < 0 for q in queue):
                 self._wait()
         self._observe_pins()
         if self.plugin:

@@ -26,8 +26,6 @@ class VllmCall(SimCallRecord):
     request_id: str = ""
     #: when the scheduler first saw it (the step boundary after it was sent)
     reached: float = 0.0
-    admitted_step: int = -1
-    finish_step: int = -1
 
 
 @dataclass(slots=True)

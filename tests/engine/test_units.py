@@ -17,6 +17,7 @@ from ttlctl.engine.counters import Counters
 from ttlctl.engine.enginelog import EngineLog, Record
 from ttlctl.engine.programs import ProgramBook
 from ttlctl.engine.retention import ABORTED, OK, Retention
+from ttlctl.engine.source import PolicySource
 from ttlctl.engine.watch import BundleWatcher
 
 
@@ -39,7 +40,7 @@ def retention(
 ) -> tuple[Retention, Pool]:
     pool = Pool()
     r = Retention(
-        pol,
+        PolicySource(pol) if pol is not None else None,
         free=pool.free,
         capacity_blocks=capacity,
         program_cap=cap,
@@ -105,6 +106,7 @@ def test_thousands_of_programs_leave_no_pin_past_ttl_and_bounded_state() -> None
     assert len(r.pins) == 0 and r.pins.blocks == 0 and pool.freed == 20000
     assert r.counters.expired == 5000 and r.counters.pinned_blocks == 0
     assert len(r.pins._heap) <= 64
+    r.check()
 
 
 def test_expiry_waits_for_a_waiting_follow_up_and_handover_counts_a_hit() -> None:
@@ -116,6 +118,50 @@ def test_expiry_waits_for_a_waiting_follow_up_and_handover_counts_a_hit() -> Non
     assert r.expire(now=2.0, waiting=lambda p: p == "A") == 0 and "A" in r.pins
     r.admitted("b", now=2.5, cached_tokens=64)
     assert "A" not in r.pins and r.counters.hit == 1 and pool.freed == 3
+
+
+def test_a_parked_pin_goes_at_the_next_expiry_once_its_programs_call_left() -> None:
+    """A pin past its expiry whose program's call waits is parked (off the expiry heap:
+    it costs nothing per step and does not count as the next expiry); when the call
+    leaves the queue without being admitted (an abort, a stop on stale output) the pin
+    is due again and goes at the next expiry."""
+    r, pool = retention(policy(cold_start_ttl_s=1.0))
+    for name in ("A", "B"):
+        r.arrive(name, tags.Tags(name, "t", None), now=0.0)
+        r.pin(name, [1, 2], r.finish(name, OK, 64, now=0.0), now=0.0 if name == "A" else 0.5)
+        r.forget(name)
+    r.arrive("a2", tags.Tags("A", "t", None), now=0.2)
+    waiting = {"A"}
+    assert r.expire(now=1.2, waiting=waiting.__contains__) == 0
+    assert r.next_expiry() == 1.5  # B's; A's is parked
+    r.check()
+    assert r.expire(now=3.0, waiting=waiting.__contains__) == 1  # B expires, A stays
+    assert "A" in r.pins and r.next_expiry() is None
+    waiting.clear()
+    r.unpark("A")
+    assert r.next_expiry() == 1.0
+    assert r.expire(now=3.1, waiting=waiting.__contains__) == 1
+    assert not r.pins and pool.freed == 4 and r.counters.expired == 2
+    r.check()
+
+
+def test_the_queue_key_is_the_rules_order() -> None:
+    """Preempted first, then the vLLM priority, a live pin, the program's first arrival and
+    its order, the call's arrival and its order; an unknown call last among its peers."""
+    r, _ = retention(policy(cold_start_ttl_s=10.0))
+    r.arrive("p1", tags.Tags("P", "t", None), now=0.0)
+    r.pin("p1", [1], r.finish("p1", OK, 32, now=0.0), now=0.0)
+    r.forget("p1")
+    q = r.arrive("q", tags.Tags("Q", None, None), now=1.0)
+    p = r.arrive("p2", tags.Tags("P", None, None), now=2.0)
+    assert r.key(p, preempted=False) < r.key(q, preempted=False)  # pinned first
+    assert r.key(q, preempted=True) < r.key(p, preempted=False)
+    assert r.key(q, preempted=False, priority=-1.0) < r.key(p, preempted=False)
+    r.release("P", "expired")
+    # no pin either way: P's program started first, although Q's call arrived first
+    assert (p.program_start, q.program_start) == (0.0, 1.0) and p.arrival > q.arrival
+    assert r.key(p, preempted=False) < r.key(q, preempted=False)
+    assert r.key(None, preempted=False) > r.key(q, preempted=False)
 
 
 def test_aborts_never_pin_and_release_the_programs_pin() -> None:

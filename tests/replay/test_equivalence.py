@@ -306,7 +306,8 @@ class Spy:
 def test_policies_never_hold_or_receive_pauses(name: str) -> None:
     """At run time: only the oracle's object can reach the true pauses; every policy
     is called with requests, the engine, times and flags, and nothing else; the
-    engine itself cannot reach the pauses."""
+    engine itself cannot reach the pauses (the pin rules hold the policy's τ source,
+    which is the oracle's own object: detached with the policy)."""
     work, pauses, config = prepared(0, name)
     policy = make(PolicySpec(name), pauses, _rebuild)
     assert _reaches(policy, pauses) == (name == "oracle")
@@ -317,4 +318,6 @@ def test_policies_never_hold_or_receive_pauses(name: str) -> None:
     assert SimRequest in spy.types and SimScheduler in spy.types
     engine = out.engine
     engine.policy = None  # type: ignore[assignment]
+    if engine.pinning is not None:
+        engine.pinning.retention.source = None
     assert not _reaches(engine, pauses)

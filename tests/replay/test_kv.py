@@ -99,17 +99,52 @@ def test_hit_is_capped_by_what_the_prompt_repeats(pool: str) -> None:
 # ------------------------------------------------------------------ eviction order
 
 
+#: (cached prefix of A, of B, evictions) after each of 10 blocks handed out, by free order
+EVICTION_ORDER = {
+    # free list: A's partial block, the never-used block, A4..A0, B2..B0
+    "A then B": [
+        (5, 3, 0),
+        (5, 3, 0),
+        (4, 3, 1),
+        (3, 3, 2),
+        (2, 3, 3),
+        (1, 3, 4),
+        (0, 3, 5),  # A is gone before B loses anything: freed earlier, evicted earlier
+        (0, 2, 6),
+        (0, 1, 7),
+        (0, 0, 8),
+    ],
+    # free list: A's partial block, the never-used block, B2..B0, A4..A0. Appending A's
+    # partial block to the tail instead would evict B's last block at the second block.
+    "B then A": [
+        (5, 3, 0),
+        (5, 3, 0),
+        (5, 2, 1),
+        (5, 1, 2),
+        (5, 0, 3),
+        (4, 0, 4),
+        (3, 0, 5),
+        (2, 0, 6),
+        (1, 0, 7),
+        (0, 0, 8),
+    ],
+}
+
+
+@pytest.mark.parametrize("order", sorted(EVICTION_ORDER))
 @pool_classes
-def test_eviction_order_lru_and_tail_first(cls: type) -> None:
-    """vLLM test_evict: A holds 5 full blocks + a partial, B 3 full; A is freed, then
-    B. Free blocks are handed out: the never-used block, A's partial block, A's
-    blocks from its tail to its head, then B's from its tail to its head."""
+def test_eviction_order_lru_tail_first_partial_block_reused_first(cls: type, order: str) -> None:
+    """vLLM test_evict: A holds 5 full blocks + a partial, B 3 full; both are freed, in
+    either order. Cached blocks go to the tail of the free list (a request's last block
+    first), the partial block (no hash) to its head: the partial block is handed out
+    first, then the never-used block, then the cached blocks in the order they were
+    freed. (``tests/vllmsim/test_block_pool.py`` checks the same on vLLM's BlockPool.)"""
     pool = cls(10, 16)
     pool.admit("A", 0, 6)
     pool.admit("B", 0, 3)
     assert pool.free_blocks == 1
-    pool.release("A", 5)
-    pool.release("B", 3)
+    for program in order.split(" then "):
+        pool.release(program, 5 if program == "A" else 3)
     assert pool.free_blocks == 10
     assert (pool.cached_prefix("A"), pool.cached_prefix("B")) == (5, 3)
 
@@ -119,22 +154,28 @@ def test_eviction_order_lru_and_tail_first(cls: type) -> None:
     for _ in range(9):
         pool.grow("C", 1)
         seen.append((pool.cached_prefix("A"), pool.cached_prefix("B"), pool.evicted_blocks()))
-    assert seen == [
-        (5, 3, 0),  # the block nobody used yet
-        (5, 3, 0),  # A's partial block: anonymous, evicts nothing
-        (4, 3, 1),
-        (3, 3, 2),
-        (2, 3, 3),
-        (1, 3, 4),
-        (0, 3, 5),  # A is gone before B loses anything: freed earlier, evicted earlier
-        (0, 2, 6),
-        (0, 1, 7),
-        (0, 0, 8),
-    ]
+    assert seen == EVICTION_ORDER[order]
     assert pool.free_blocks == 0
     with pytest.raises(OutOfBlocks):
         pool.grow("C", 1)
     conserved(pool, ["A", "B", "C"])
+
+
+@pool_classes
+def test_a_preempted_requests_partial_block_is_reused_before_cached_blocks(cls: type) -> None:
+    """C's cached block sits in the free list when A is preempted with 2 full blocks and a
+    partial one: A's partial block goes to the head (no hash), its full blocks to the tail.
+    The next two blocks handed out are the partial one and the never-used one: C keeps
+    its block (appending the partial block to the tail would have evicted it)."""
+    pool = cls(5, 16)
+    pool.admit("C", 0, 1)
+    pool.release("C", 1)
+    pool.admit("A", 0, 3)
+    pool.release("A", 2)  # preempted: 2 computed full blocks, 1 partial
+    pool.admit("B", 0, 2)
+    assert (pool.cached_prefix("A"), pool.cached_prefix("C"), pool.evicted_blocks()) == (2, 1, 0)
+    pool.grow("B", 1)
+    assert (pool.cached_prefix("A"), pool.cached_prefix("C"), pool.evicted_blocks()) == (2, 0, 1)
 
 
 @pool_classes
@@ -228,24 +269,49 @@ def test_divergence_with_nothing_reused_drops_the_whole_stream(cls: type) -> Non
 
 @pool_classes
 def test_pinned_program_is_handed_over_on_admit(cls: type) -> None:
-    """A pin keeps the blocks held (release deferred). The program's next call takes
-    them over without touching the free list; blocks past its hit go back to it."""
+    """A pin keeps the blocks referenced (release deferred). The program's next call
+    shares the pinned blocks of its hit (nothing leaves the free list for them) and takes
+    its new blocks from the free list while the pin still holds the rest: the pin's
+    blocks are not free. Unpinning then frees what the call did not take."""
     pool = cls(10, 16)
-    pool.admit("A", 0, 4)  # 3 full blocks + a partial one, then pinned: not released
+    pool.admit("A", 0, 4)
+    pool.pin("A", 3)  # 3 full blocks + a partial one
     pool.admit("B", 0, 3)
     assert pool.free_blocks == 3
-    assert pool.cached_prefix("A") == 4  # held blocks are what a handover can keep
-    # the hit does not come out of the free list, unlike an unpinned program's
-    assert pool.room_for("A", 4, 3)
-    assert not pool.room_for("A", 4, 4)
-    pool.admit("A", 3, 2)  # keep 3, the partial 4th goes back as an anonymous block
-    assert pool.held("A") == 5
-    assert pool.free_blocks == 2
+    assert pool.cached_prefix("A") == 3  # the pin's full blocks: a partial one never hits
+    assert pool.room_for("A", 3, 3)
+    assert not pool.room_for("A", 3, 4)  # the partial block is not free until unpinned
+    pool.admit("A", 3, 2)
+    assert (pool.free_blocks, pool.held("A")) == (1, 6)
+    pool.unpin("A")  # the partial block goes back
+    assert (pool.free_blocks, pool.held("A")) == (2, 5)
     assert pool.evicted_blocks() == 0
     pool.release("A", 5)
     pool.release("B", 3)
     assert (pool.cached_prefix("A"), pool.cached_prefix("B")) == (5, 3)
     conserved(pool, ["A", "B"])
+
+
+@pool_classes
+def test_handover_frees_the_blocks_past_the_hit_after_allocating(cls: type) -> None:
+    """The pin's partial block goes to the head of the free list only after the next
+    call's new blocks were taken (vLLM allocates, then the plugin releases the pin): the
+    allocation evicts the cached block at the head instead of reusing the partial one."""
+    pool = cls(5, 16)
+    pool.admit("B", 0, 1)
+    pool.release("B", 1)
+    pool.admit("A", 0, 2)
+    pool.admit("C", 0, 2)
+    pool.pin("A", 1)
+    pool.release("C", 2)
+    # free list: B0, C1, C0; A's pin holds its full block A0 and its partial block A1
+    assert (pool.free_blocks, pool.cached_prefix("B")) == (3, 1)
+    pool.admit("A", 1, 1)  # the new block is B0: B is evicted
+    assert (pool.cached_prefix("B"), pool.evicted_blocks()) == (0, 1)
+    pool.unpin("A")  # A1 goes to the head: the next block handed out, evicting nothing
+    pool.grow("A", 1)
+    assert (pool.cached_prefix("C"), pool.evicted_blocks()) == (2, 1)
+    conserved(pool, ["A", "B", "C"])
 
 
 @pool_classes
@@ -275,6 +341,7 @@ def test_handover_beyond_the_pinned_blocks_raises(cls: type) -> None:
     """Regression: RunPool booked blocks that did not exist, BlockPool kept only held."""
     pool = cls(10, 16)
     pool.admit("A", 0, 2)
+    pool.pin("A", 2)
     with pytest.raises(ValueError):
         pool.admit("A", 3, 0)
 
@@ -318,9 +385,9 @@ class Model:
 
     def actions(self) -> list[tuple[str, str]]:
         out = [("admit", p) for p in PROGRAMS if p not in self.running]
-        for p in self.running:
+        for p in sorted(self.running):
             out += [("grow", p), ("finish", p), ("preempt", p)]
-        out += [("release_pin", p) for p in self.pinned]
+        out += [("release_pin", p) for p in sorted(self.pinned)]
         return out
 
 
@@ -352,7 +419,11 @@ def _apply(fast: RunPool, ref: BlockPool, model: Model, step: tuple[int, int, in
             return
         fast.admit(p, hit, new)
         ref.admit(p, hit, new)
-        model.pinned.discard(p)
+        if p in model.pinned:  # a handover: the pin goes once the call has its blocks
+            _compare(fast, ref)
+            fast.unpin(p)
+            ref.unpin(p)
+            model.pinned.discard(p)
         model.running.add(p)
     elif kind == "grow":
         new = x % (fast.free_blocks + 1) if flag else x % 3
@@ -360,12 +431,18 @@ def _apply(fast: RunPool, ref: BlockPool, model: Model, step: tuple[int, int, in
             return
         fast.grow(p, new)
         ref.grow(p, new)
-    elif kind == "finish" and flag:
+    elif kind == "finish" and flag:  # pinned: released later or handed over
         model.running.remove(p)
-        model.pinned.add(p)  # blocks stay held: released later or handed over
-    else:  # finish and free, preempt, or release a pin: any number of full blocks
-        model.running.discard(p)
+        model.pinned.add(p)
+        full = x % (fast.held(p) + 1)
+        fast.pin(p, full)
+        ref.pin(p, full)
+    elif kind == "release_pin":
         model.pinned.discard(p)
+        fast.unpin(p)
+        ref.unpin(p)
+    else:  # finish and free, or preempt: any number of full blocks
+        model.running.discard(p)
         full = x % (fast.held(p) + 1)
         fast.release(p, full)
         ref.release(p, full)
@@ -385,12 +462,17 @@ def test_run_pool_equals_block_pool(sequence: list[tuple[int, int, int, bool]]) 
 
 
 @pool_classes
-def test_room_for_a_handover_counts_the_blocks_it_gives_back(cls: type) -> None:
-    """A pinned program holding 1 full and 1 partial block in a 5-block pool: its next
-    call keeps the full block and needs 4 more. Admitting frees the partial block
-    first, so the 4 fit (3 free + 1 given back). Regression: room_for refused it."""
+def test_room_for_a_handover_does_not_count_the_pins_blocks(cls: type) -> None:
+    """A pinned program holding 1 full and 1 partial block in a 5-block pool: its next call
+    keeps the full block and needs 4 more, but only 3 are free while the pin holds the
+    partial one (vLLM's allocate_slots runs before the pin is released). Once the pin is
+    released (the valve, when nothing runs) the hit block is evictable again and counts
+    among the blocks to allocate: 1 + 4 of 5 free, the partial block taken first."""
     pool = cls(5, 4)
     pool.admit("P", 0, 2)
+    pool.pin("P", 1)
+    assert not pool.room_for("P", 1, 4)
+    pool.unpin("P")
     assert pool.room_for("P", 1, 4)
     pool.admit("P", 1, 4)
-    assert (pool.held("P"), pool.free_blocks) == (5, 0)
+    assert (pool.held("P"), pool.free_blocks, pool.evicted_blocks()) == (5, 0, 0)

@@ -9,6 +9,10 @@ import importlib.util
 
 if importlib.util.find_spec("vllm") is None:  # an install without the engine extra
     collect_ignore = [
+        "test_block_pool.py",
+        "vllm_pool.py",
+        "test_differential.py",
+        "differential.py",
         "test_async_plugin.py",
         "test_harness.py",
         "test_stress.py",

@@ -6,9 +6,11 @@ an expiry. While a pin holds its blocks' references, ``BlockPool.get_new_blocks`
 cannot evict them and a prefix hit finds them; releasing a pin hands the blocks
 back to the pool's LRU free list, still hashed. At most one pin per program.
 
-This table knows nothing of vLLM: blocks are opaque and ``free`` returns them.
-Expiries sit in a heap (lazy deletion), so finding the pins that expired is
-O(log n) per pin.
+This table knows nothing of vLLM: blocks are opaque and ``free`` returns them (the
+simulator's blocks are a count). Expiries sit in a heap (lazy deletion), so finding
+the pins that expired is O(log n) per pin. A pin past its expiry whose program has a
+call waiting is parked off the heap until that call leaves the queue
+(:meth:`PinTable.unpark`), so a long wait costs nothing per step.
 """
 
 from __future__ import annotations
@@ -40,6 +42,14 @@ class Pin:
 
 @dataclass(slots=True)
 class PinTable:
+    """The pins, at most one per program.
+
+    Invariants (:meth:`check`): ``blocks`` is the sum of the pins' blocks; every pin is
+    either parked (past its expiry, its program's call waiting) or has a heap entry
+    with its expiry and sequence number; the heap holds at most ``2·pins + 64``
+    entries (stale ones are dropped lazily).
+    """
+
     #: returns a pin's blocks to the pool (``BlockPool.free_blocks(reversed(blocks))``)
     free: Callable[[Sequence[Any]], None]
     pins: dict[str, Pin] = field(default_factory=dict)
@@ -47,6 +57,8 @@ class PinTable:
     blocks: int = 0
     _heap: list[tuple[float, int, str]] = field(default_factory=list)
     _seq: Iterator[int] = field(default_factory=itertools.count)
+    #: programs whose pin is parked
+    _parked: set[str] = field(default_factory=set)
 
     def __len__(self) -> int:
         return len(self.pins)
@@ -71,9 +83,14 @@ class PinTable:
         if pin is None:
             return None
         self.blocks -= pin.n_blocks
+        self._parked.discard(program)
         self.free(pin.blocks)
         if len(self._heap) > 2 * len(self.pins) + 64:  # keep the lazy heap bounded
-            self._heap = [(p.expiry, p.seq, p.program) for p in self.pins.values()]
+            self._heap = [
+                (p.expiry, p.seq, p.program)
+                for p in self.pins.values()
+                if p.program not in self._parked
+            ]
             heapq.heapify(self._heap)
         return pin
 
@@ -84,17 +101,43 @@ class PinTable:
         while heap and heap[0][0] <= now:
             _, seq, program = heapq.heappop(heap)
             pin = self.pins.get(program)
-            if pin is not None and pin.seq == seq:
+            if pin is not None and pin.seq == seq and program not in self._parked:
                 out.append(pin)
         return out
 
-    def keep(self, pin: Pin) -> None:
-        """An expired pin stays (its program's next call waits): look at it again later."""
+    def park(self, pin: Pin) -> None:
+        """An expired pin stays while its program's next call waits: off the heap until
+        :meth:`unpark`."""
         if self.pins.get(pin.program) is pin:
+            self._parked.add(pin.program)
+
+    def unpark(self, program: str) -> None:
+        """The program has no call waiting any more: its parked pin (if any) is due again."""
+        if program in self._parked:
+            self._parked.discard(program)
+            pin = self.pins[program]
             heapq.heappush(self._heap, (pin.expiry, pin.seq, pin.program))
 
     def next_expiry(self) -> float | None:
-        return self._heap[0][0] if self._heap else None
+        """The earliest expiry of a pin that is not parked (None: none)."""
+        heap = self._heap
+        while heap:
+            _, seq, program = heap[0]
+            pin = self.pins.get(program)
+            if pin is not None and pin.seq == seq and program not in self._parked:
+                return heap[0][0]
+            heapq.heappop(heap)
+        return None
+
+    def check(self) -> None:
+        assert self.blocks == sum(p.n_blocks for p in self.pins.values())
+        assert self._parked <= set(self.pins)
+        live = {(p.expiry, p.seq, p.program) for p in self.pins.values()}
+        queued = set(self._heap) & live
+        for pin in self.pins.values():
+            key = (pin.expiry, pin.seq, pin.program)
+            assert (pin.program in self._parked) != (key in queued), pin.program
+        assert len(self._heap) <= 2 * len(self.pins) + 64
 
     def by_latest_program(self, exclude: str | None = None) -> list[Pin]:
         """Pins in the valve's order: latest program arrival first."""

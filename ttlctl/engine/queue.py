@@ -39,9 +39,13 @@ ProgramOf = Callable[[Request], str | None]
 
 
 class ProgramQueue(RequestQueue):
-    def __init__(self, key: Key, program_of: ProgramOf) -> None:
+    def __init__(
+        self, key: Key, program_of: ProgramOf, on_empty: Callable[[str], None] | None = None
+    ) -> None:
         self._key = key
         self._program_of = program_of
+        #: called with a program whose last waiting request left the queue
+        self._on_empty = on_empty
         #: sorted with the head LAST (pop from the end is O(1))
         self._items: list[Request] = []
         self._dirty = False
@@ -85,6 +89,8 @@ class ProgramQueue(RequestQueue):
             self._programs[program] = count
         else:
             del self._programs[program]
+            if self._on_empty is not None:
+                self._on_empty(program)
 
     def has_program(self, program: str) -> bool:
         return self._programs.get(program, 0) > 0

@@ -1,159 +1,182 @@
-"""The rules of the TTL scheduler, free of vLLM: learn, decide, pin, expire, hand over, yield.
+"""The pin rules, free of vLLM: learn, decide, pin, expire, hand over, yield.
 
-The same rules as the simulator's ``continuum`` policy
-(``replay/policies/continuum.py`` with ``replay/policies/common.py`` and the pin
-handling of ``replay/scheduler.py``), fed by the scheduler glue with what vLLM
-sees, so that what was tuned in replay is what runs:
+One implementation for the vLLM plugin (:mod:`ttlctl.engine.scheduler` maps vLLM's
+events onto it) and for the simulator (``replay/scheduler.py`` maps its own), so that
+what was tuned in replay is what runs. Only where τ comes from differs by policy
+(:class:`~ttlctl.engine.source.TauSource`: the bundle's policy, a constant, the
+oracle's true pauses, InferCept's formula). The rules:
 
-- arrival of a program's call: the pause since its previous call finished is
-  a sample of that call's tool (``TTLPolicy.observe_pause``); a program that
-  comes back without a live pin will report its queueing delay at admission
-  (``observe_queue_delay``, the T of the benefit);
-- finish: the last call (``is_last``) ends the program (``observe_program_end``
-  with its number of calls) and is never pinned; any other call is pinned for
-  τ* = ``TTLPolicy.decide(tool, computed tokens)`` unless τ* is 0, the policy
-  has pins off, or the pin would take pins past ``pin_cap`` of the cache; an
-  aborted call is never pinned and releases its program's pin;
-- at each step start: pins whose expiry passed are released unless their
-  program has a request waiting;
-- admission of a pinned program's call: its prefix hit takes the pinned blocks
-  and the pin is released (handed over);
-- the valve, when the queue head cannot be admitted for lack of blocks:
-  ``head`` releases pins (latest program arrival first, never the head's own)
-  until it fits; ``stall-only`` does so only when nothing is running. When
-  nothing is running and the head still does not fit, the head's own pin goes
-  too (the simulator has no such case; on a real engine it would be a stall).
+- arrival of a program's call: the program book records the program's first arrival
+  (the queue key) and forgets a program idle longer than ``abandon_s``; the pause
+  since the previous call finished is a sample of that call's tool
+  (``observe_pause``); a program that comes back without a live pin will report its
+  queueing delay at admission (``observe_queue_delay``, the T of the benefit);
+- finish: the last call (``is_last``) ends the program (``observe_program_end`` with
+  its number of calls) and is never pinned; any other call is pinned for τ (the
+  source's) unless τ is 0, the source has pins off, or the pin would take pins past
+  ``pin_cap`` of the usable blocks (vLLM's ``num_gpu_blocks − 1``); an aborted call is
+  never pinned and releases its program's pin; two calls of one program in flight:
+  the later finish replaces the earlier pin;
+- expiry, at each step start and at each arrival (an idle engine does not step: its
+  pins stay until the next arrival): pins whose expiry passed are released, unless
+  their program has a call waiting (the pin is parked until that call leaves the
+  queue);
+- admission of a pinned program's call: the call's blocks are allocated while the
+  pin still holds its blocks (the pin's blocks past the hit are not free), then the
+  pin is released: handed over (a hit);
+- the valve, when the queue head cannot be admitted for lack of blocks: ``head``
+  releases pins (latest program arrival first, never the head's own) until it fits;
+  ``stall-only`` does so only when nothing is running. When nothing is running the
+  head's own pin goes last (its blocks stay cached: the head still hits them);
+- the waiting queue's order (:meth:`Retention.key`): preempted first, then the vLLM
+  priority, a call whose program holds a pin, the program's first arrival, its order,
+  the call's arrival, its order.
 
-Per-request state lives from arrival to finish (:meth:`Retention.forget`);
-per-program state is a bounded :class:`~ttlctl.engine.programs.ProgramBook`.
+Per-call state lives from arrival to finish (:meth:`Retention.forget`); per-program
+state is a bounded :class:`~ttlctl.engine.programs.ProgramBook`.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 from fitting.policy import TTLPolicy
+from ttlctl.engine.calls import Live
 from ttlctl.engine.counters import Counters
 from ttlctl.engine.pins import Pin, PinTable
 from ttlctl.engine.programs import DEFAULT_CAP, ProgramBook
+from ttlctl.engine.source import PolicySource, TauSource
 from ttlctl.engine.tags import Tags
 
 #: how a request finished, as far as the rules care
 OK, ABORTED, FAILED = "ok", "aborted", "failed"
 
-
-@dataclass(slots=True)
-class Live:
-    """What the rules keep about a request between its arrival and its finish."""
-
-    tags: Tags
-    #: monotonic seconds
-    arrival: float
-    program_start: float
-    seq: int
-    #: arrival order of the program's first call (ties in program_start)
-    program_seq: int = 0
-    #: its program's previous call finished and no pin was alive at this arrival
-    returned_unpinned: bool = False
-    admitted: bool = False
-    cached_tokens: int | None = None
-    first_token_unix_s: float | None = None
-    #: the pin made at finish (0: none); None when no policy is loaded
-    ttl_s: float | None = None
+__all__ = ["ABORTED", "FAILED", "OK", "Live", "Retention"]
 
 
 class Retention:
+    """The pin rules' state: pins, the program book, calls in flight, counters.
+
+    Invariants (:meth:`check`): at most one pin per program, each of at least one block,
+    holding ``pins.blocks`` blocks in all, never more than ``pin_cap`` of
+    ``capacity_blocks`` when it was made; the counters balance: pins made = hit + expired
+    + released + dropped + pins held now; the program book holds at most
+    ``program_cap`` programs; ``live`` holds only calls between arrival and forget.
+    """
+
     def __init__(
         self,
-        policy: TTLPolicy | None,
+        source: TauSource | None,
         *,
         free: Callable[[Sequence[Any]], None],
         capacity_blocks: int,
         caching: bool = True,
         program_cap: int = DEFAULT_CAP,
         counters: Counters | None = None,
-        on_pins_changed: Callable[[], None] | None = None,
+        on_pins_changed: Callable[[str], None] | None = None,
     ) -> None:
         self.capacity_blocks = max(1, capacity_blocks)
         self.caching = caching
         self.pins = PinTable(free=free)
         self.book = ProgramBook(cap=program_cap)
         self.counters = counters if counters is not None else Counters(export=False)
-        self.live: dict[str, Live] = {}
+        self.live: dict[Hashable, Live] = {}
+        #: called with the program whose pin was made or released
         self.on_pins_changed = on_pins_changed
         self._seq = itertools.count()
-        self._policy: TTLPolicy | None = None
-        self.policy = policy
+        self._source: TauSource | None = None
+        self.source = source
 
-    # ------------------------------------------------------------ policy
+    # ------------------------------------------------------------ the τ source
+
+    @property
+    def source(self) -> TauSource | None:
+        return self._source
+
+    @source.setter
+    def source(self, source: TauSource | None) -> None:
+        self._source = source
+        if source is not None:
+            self.book.idle_s = source.params.abandon_s
 
     @property
     def policy(self) -> TTLPolicy | None:
-        return self._policy
+        """The bundle's policy, when the source is one (the plugin's)."""
+        return self._source.policy if isinstance(self._source, PolicySource) else None
 
     @policy.setter
     def policy(self, policy: TTLPolicy | None) -> None:
-        self._policy = policy
-        if policy is not None:
-            self.book.idle_s = policy.params.abandon_s
+        self.source = PolicySource(policy) if policy is not None else None
 
     @property
     def pinning(self) -> bool:
-        """Whether new pins may be made (a policy with pins on, prefix caching on)."""
-        return self._policy is not None and self._policy.params.pins and self.caching
+        """Whether new pins may be made (a source with pins on, prefix caching on)."""
+        return self._source is not None and self._source.params.pins and self.caching
 
     # ------------------------------------------------------------ events
 
-    def arrive(self, request_id: str, tags: Tags, now: float) -> Live:
-        """A request arrived (``Scheduler.add_request``)."""
+    def arrive(
+        self, request_id: Hashable, tags: Tags, now: float, request: object | None = None
+    ) -> Live:
+        """A call arrived (``Scheduler.add_request``); call :meth:`expire` first."""
         program = tags.program
         seq = next(self._seq)
         live = Live(tags=tags, arrival=now, program_start=now, seq=seq, program_seq=seq)
+        live.request = request
         if program is not None:
             arrival = self.book.arrive(program, now, seq)
             live.program_start = arrival.program.start
             live.program_seq = arrival.program.seq
             if arrival.previous is not None:
                 finished_at, tool = arrival.previous
-                if self._policy is not None:
-                    self._policy.observe_pause(tool, now - finished_at)
+                if self._source is not None:
+                    self._source.observe_pause(tool, now - finished_at)
                 live.returned_unpinned = program not in self.pins
-        if self._policy is not None:
+        if self._source is not None:
             live.ttl_s = 0.0
         self.live[request_id] = live
         return live
 
     def expire(self, now: float, waiting: Callable[[str], bool]) -> int:
-        """Release the pins that expired, unless their program has a request waiting."""
+        """Release the pins that expired, unless their program has a call waiting (then the
+        pin is parked until :meth:`unpark`)."""
         released = 0
         for pin in self.pins.due(now):
             if waiting(pin.program):
-                self.pins.keep(pin)
+                self.pins.park(pin)
             else:
                 self.release(pin.program, "expired")
                 released += 1
         return released
 
-    def admitted(self, request_id: str, now: float, cached_tokens: int | None) -> None:
-        """The request got its blocks (its prefix hit included): hand its program's pin over."""
+    def unpark(self, program: str) -> None:
+        """The program has no call waiting any more (the queue's count came to 0): a pin
+        parked past its expiry goes at the next :meth:`expire`."""
+        self.pins.unpark(program)
+
+    def next_expiry(self) -> float | None:
+        """When the next pin that is not parked expires (None: none)."""
+        return self.pins.next_expiry()
+
+    def admitted(self, request_id: Hashable, now: float, cached_tokens: int | None) -> None:
+        """The call got its blocks (its prefix hit included): hand its program's pin over."""
         live = self.live.get(request_id)
         if live is None:
             return
         if not live.admitted:
             live.admitted = True
             live.cached_tokens = cached_tokens
-            if live.returned_unpinned and self._policy is not None:
-                self._policy.observe_queue_delay(now - live.arrival)
+            if live.returned_unpinned and self._source is not None:
+                self._source.observe_queue_delay(now - live.arrival)
         program = live.tags.program
         if program is not None and program in self.pins:
             self.release(program, "hit")
 
-    def finish(self, request_id: str, how: str, context_tokens: int, now: float) -> float:
-        """The request finished: learn, and return τ to pin it for (0: free its blocks)."""
+    def finish(self, request_id: Hashable, how: str, context_tokens: int, now: float) -> float:
+        """The call finished: learn, and return τ to pin it for (0: free its blocks)."""
         live = self.live.get(request_id)
         if live is None:
             return 0.0
@@ -167,30 +190,30 @@ class Retention:
             return 0.0
         if live.tags.is_last:
             entry = self.book.end(program)
-            if self._policy is not None:
-                self._policy.observe_program_end(entry.calls if entry is not None else 1)
+            if self._source is not None:
+                self._source.observe_program_end(entry.calls if entry is not None else 1)
             self.release(program, "dropped")
             return 0.0
         self.book.finish(program, now, live.tags.tool)
         if not self.pinning:
             return 0.0
-        assert self._policy is not None
-        ttl = self._policy.decide(live.tags.tool, context_tokens).ttl_s
+        assert self._source is not None
+        ttl = self._source.tau(live, context_tokens)
         return ttl if math.isfinite(ttl) and ttl > 0 else 0.0
 
-    def pin(self, request_id: str, blocks: Sequence[Any], ttl_s: float, now: float) -> bool:
+    def pin(self, request_id: Hashable, blocks: Sequence[Any], ttl_s: float, now: float) -> bool:
         """Hold ``blocks`` for ``ttl_s``; False (the caller frees them) over the pin cap, and
         when there is nothing to hold (a request preempted before it stopped on stale output
         under async scheduling: its blocks went back at the preemption)."""
         live = self.live.get(request_id)
-        if live is None or live.tags.program is None or ttl_s <= 0 or self._policy is None:
+        if live is None or live.tags.program is None or ttl_s <= 0 or self._source is None:
             return False
         if not blocks:
             return False
         program = live.tags.program
         if program in self.pins:  # two calls of one program in flight: the latest wins
             self.release(program, "dropped")
-        cap = self._policy.params.pin_cap * self.capacity_blocks
+        cap = self._source.params.pin_cap * self.capacity_blocks
         if self.pins.blocks + len(blocks) > cap:
             self.counters.bump("refused")
             return False
@@ -207,14 +230,15 @@ class Retention:
         )
         live.ttl_s = ttl_s
         self.counters.bump("made")
-        self._changed()
+        self._changed(program)
         return True
 
     def valve_order(self, head_program: str | None, stalled: bool) -> Iterator[str]:
-        """Programs whose pins to release, one at a time, until the head fits."""
-        if not self.pins or self._policy is None:
+        """Programs whose pins to release, one at a time, until the head fits (``stalled``:
+        nothing is running)."""
+        if not self.pins or self._source is None:
             return iter(())
-        if self._policy.params.valve == "stall-only" and not stalled:
+        if self._source.params.valve == "stall-only" and not stalled:
             return iter(())
         order = [p.program for p in self.pins.by_latest_program(exclude=head_program)]
         if stalled and head_program is not None and head_program in self.pins:
@@ -226,7 +250,7 @@ class Retention:
         if self.pins.release(program) is None:
             return False
         self.counters.bump(reason)
-        self._changed()
+        self._changed(program)
         return True
 
     def release_all(self, reason: str = "dropped") -> int:
@@ -235,10 +259,41 @@ class Retention:
             self.release(program, reason)
         return len(programs)
 
-    def forget(self, request_id: str) -> Live | None:
+    def forget(self, request_id: Hashable) -> Live | None:
         return self.live.pop(request_id, None)
 
-    def _changed(self) -> None:
+    # ------------------------------------------------------------ the queue's order
+
+    def key(self, live: Live | None, preempted: bool, priority: float = 0.0) -> tuple[float, ...]:
+        """The waiting queue's order, smallest first: preempted, the vLLM priority, a live
+        pin of the call's program, the program's first arrival and its order, the call's
+        arrival and its order (an untagged or unknown call last among its peers)."""
+        first = 0.0 if preempted else 1.0
+        if live is None:
+            return (first, priority, 1.0, math.inf, math.inf, math.inf, 0.0)
+        program = live.tags.program
+        pinned = 0.0 if program is not None and program in self.pins.pins else 1.0
+        return (
+            first,
+            priority,
+            pinned,
+            live.program_start,
+            float(live.program_seq),
+            live.arrival,
+            float(live.seq),
+        )
+
+    # ------------------------------------------------------------ checks
+
+    def check(self) -> None:
+        """The invariants of the class docstring (tests and ``--check`` replays)."""
+        self.pins.check()
+        assert all(p.n_blocks > 0 for p in self.pins.pins.values())
+        c = self.counters
+        assert c.made == c.hit + c.expired + c.released + c.dropped + len(self.pins)
+        assert len(self.book) <= self.book.cap
+
+    def _changed(self, program: str) -> None:
         self.counters.pinned(self.pins.blocks, len(self.pins))
         if self.on_pins_changed is not None:
-            self.on_pins_changed()
+            self.on_pins_changed(program)

@@ -40,7 +40,6 @@ and :mod:`ttlctl.engine.hooks` lists every name the plugin relies on):
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Sequence
@@ -114,7 +113,7 @@ class TTLMixin:
         except ValueError:
             program_cap = DEFAULT_CAP
         self.ttl = Retention(
-            self.ttl_watcher.policy,
+            None,
             free=self._ttl_free_pinned,
             capacity_blocks=int(pool.num_gpu_blocks) - 1,  # the null block never holds KV
             caching=caching,
@@ -122,6 +121,7 @@ class TTLMixin:
             counters=Counters(),
             on_pins_changed=self._ttl_pins_changed,
         )
+        self.ttl.policy = self.ttl_watcher.policy
         if not caching and self.ttl.policy is not None and self.ttl.policy.params.pins:
             self._ttl_warn("ttlctl: prefix caching is off, so pins cannot help: none are made")
         log_path = env.get(ENV_LOG) or None
@@ -147,7 +147,7 @@ class TTLMixin:
         logger.info("%s", message)
 
     def _ttl_install_queue(self) -> None:
-        queue = ProgramQueue(self._ttl_key, self._ttl_program_of)
+        queue = ProgramQueue(self._ttl_key, self._ttl_program_of, on_empty=self.ttl.unpark)
         for request in self.waiting:
             queue.add_request(request)
         self.waiting = queue
@@ -160,24 +160,11 @@ class TTLMixin:
         return live.tags.program if live is not None else None
 
     def _ttl_key(self, request: Request) -> tuple[float, ...]:
-        preempted = 0.0 if request.status == RequestStatus.PREEMPTED else 1.0
+        preempted = request.status == RequestStatus.PREEMPTED
         priority = float(request.priority) if self.policy == SchedulingPolicy.PRIORITY else 0.0
-        live = self.ttl.live.get(request.request_id)
-        if live is None:
-            return (preempted, priority, 1.0, math.inf, math.inf, math.inf, 0.0)
-        program = live.tags.program
-        pinned = 0.0 if program is not None and program in self.ttl.pins else 1.0
-        return (
-            preempted,
-            priority,
-            pinned,
-            live.program_start,
-            float(live.program_seq),
-            live.arrival,
-            float(live.seq),
-        )
+        return self.ttl.key(self.ttl.live.get(request.request_id), preempted, priority)
 
-    def _ttl_pins_changed(self) -> None:
+    def _ttl_pins_changed(self, program: str) -> None:
         if self._ttl_queue is not None:
             self._ttl_queue.touch()
 

@@ -1,0 +1,350 @@
+"""The fast simulator against vLLM's own scheduler: random small workloads, per-call comparison.
+
+A :class:`Case` is one workload (programs, turns, prompt and output lengths, reuse, pauses),
+one engine (KV blocks from ample to starved, block size, token budget small enough to chunk
+prefills, ``max_num_seqs``), one load (trace starts, a closed population, Poisson starts)
+and one policy spec. :func:`run_both` replays it on both backends; :func:`compare` lists,
+call by call, where they differ:
+
+- ``admitted_step``: the engine step the call was first admitted in (both count the steps
+  that computed something, a merged run of decode steps as its steps);
+- ``finish_step`` and ``finish``: the step it finished in and the virtual time;
+- ``hit_tokens``: its prefix hit at first admission (vLLM's ``num_cached_tokens``);
+- ``preemptions``;
+- ``pins``: the run's pins made, handed over, expired and released under pressure (the
+  plugin's counters on the vLLM side).
+
+Times agree to a relative 1e-9: the fast backend prices a merged run of decode steps in one
+sum, vLLM's harness step by step (the order of float additions). :class:`Tally` counts the
+agreement per metric over many cases (``TTLCTL_DIFF_REPORT``, see ``test_differential.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+
+from fitting.policy import PolicyParams
+from profiles.cost import CostModel, ProfileCostModel
+from replay.policies import PolicySpec
+from replay.policy_runs import Load, simulate_one
+from replay.scheduler import SimSchedulerConfig
+from replay.sim import Outcome, ReplayConfig
+from replay.vllmsim.outcome import Outcome as VllmOutcome
+from replay.vllmsim.run import run
+from replay.workload import AgentProgram, Call, Workload
+from ttlctl import bundle as bundle_mod
+
+#: relative tolerance of times (float summation order, see the module docstring)
+REL_TIME = 1e-9
+METRICS = ("admitted_step", "hit_tokens", "preemptions", "finish_step", "finish")
+TOOLS = ("grep", "pytest", "web", "bash")
+#: 0 and tiny pauses (the follow-up arrives in the same or the next step), pauses around the
+#: TTLs tried, long ones, and one past the program book's abandon_s (an hour)
+PAUSES = (0.0, 0.0005, 0.02, 0.1, 0.3, 0.6, 2.0, 8.0, 40.0, 4000.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    workload: Workload
+    config: ReplayConfig
+    load: Load
+    spec: PolicySpec
+    #: which bundle the spec carries ("cold", "fitted" or "-")
+    bundle: str = "-"
+
+    def describe(self) -> str:
+        e = self.config.engine
+        calls = [
+            [(c.input_tokens, c.output_tokens, c.reused_tokens, c.pause_s) for c in p.calls]
+            for p in self.workload.programs
+        ]
+        return (
+            f"{self.spec.name} valve={self.spec.valve} cap={self.spec.pin_cap} "
+            f"ttl={self.spec.ttl_s} bundle={self.bundle} | blocks={e.num_blocks} "
+            f"bs={e.block_size} budget={e.max_num_batched_tokens} seqs={e.max_num_seqs} "
+            f"reserve={e.reserve_full_prompt} | "
+            f"{self.load} | starts={[p.start_s for p in self.workload.programs]} calls={calls}"
+        )
+
+
+def continuum_bundles(
+    fit: Mapping[str, Any], cost: ProfileCostModel
+) -> dict[str, dict[str, Any] | None]:
+    """Continuum's bundles: none (cold start, learning online) and one fitted on ``fit``
+    (the test session's synthetic trace: tools grep, pytest, web), priced by ``cost``."""
+    fitted = bundle_mod.build(
+        fit,
+        cost.profile.to_json(),
+        PolicyParams(),
+        created="1970-01-01T00:00:00+00:00",
+        ttlctl_version="test",
+        provenance={"test": True},
+    )
+    return {"cold": None, "fitted": fitted}
+
+
+# ---------------------------------------------------------------------- strategies
+
+
+@st.composite
+def programs(draw: st.DrawFn, max_programs: int = 6, max_turns: int = 5) -> list[AgentProgram]:
+    """Programs whose calls repeat all, part or none of the previous stream (prompt +
+    output) and add new tokens; a few repeat it whole with nothing new."""
+    out: list[AgentProgram] = []
+    for p in range(draw(st.integers(1, max_programs))):
+        calls: list[Call] = []
+        stream = 0
+        for _ in range(draw(st.integers(1, max_turns))):
+            how = draw(st.sampled_from(["all", "all", "all", "part", "none", "exact"]))
+            if not stream or how == "none":
+                reused = 0
+            elif how == "part":
+                reused = draw(st.integers(0, stream))
+            else:
+                reused = stream
+            new = 0 if (how == "exact" and reused) else draw(st.integers(1, 160))
+            output = draw(st.one_of(st.integers(1, 24), st.integers(24, 80)))
+            tool = draw(st.sampled_from(TOOLS))
+            calls.append(Call(reused + new, output, reused, tool, draw(st.sampled_from(PAUSES))))
+            stream = reused + new + output
+        start = draw(st.sampled_from([0.0, 0.0, 0.003, 0.05, 0.4]))
+        out.append(AgentProgram(f"p{p}", start, tuple(calls)))
+    return out
+
+
+@st.composite
+def engines(draw: st.DrawFn, work: Workload) -> SimSchedulerConfig:
+    """From starved (a little more than the largest call) to ample."""
+    bs = draw(st.sampled_from([16, 32]))
+    largest = max(c.input_tokens + c.output_tokens for p in work.programs for c in p.calls)
+    per_call = -(-largest // bs)
+    blocks = draw(
+        st.one_of(
+            st.integers(per_call, per_call + 4),
+            st.integers(per_call, 2 * per_call + 4),
+            st.integers(per_call, 3 * per_call + 4),
+            st.integers(per_call, per_call * (len(work.programs) + 1) + 8),
+        )
+    )
+    budget = draw(st.sampled_from([16, 32, 64, 128, 512, 8192]))
+    seqs = min(budget, draw(st.sampled_from([1, 2, 3, 8, 256])))
+    return SimSchedulerConfig(
+        kv_tokens=blocks * bs,
+        block_size=bs,
+        max_num_batched_tokens=budget,
+        max_num_seqs=seqs,
+        max_model_len=4096,
+        # vLLM's scheduler_reserve_full_isl off: admission on the first chunk, preemptions
+        reserve_full_prompt=draw(st.sampled_from([True, True, False])),
+    )
+
+
+loads = st.one_of(
+    st.just(Load()),
+    st.builds(Load, concurrency=st.integers(1, 4)),
+    st.builds(Load, jps=st.sampled_from([2.0, 50.0]), seed=st.integers(0, 9)),
+)
+
+
+@st.composite
+def specs(
+    draw: st.DrawFn, bundles: Mapping[str, dict[str, Any] | None], pins_only: bool = False
+) -> tuple[PolicySpec, str]:
+    names = ["static-ttl", "continuum"]
+    name = draw(st.sampled_from(names if pins_only else ["vllm", "program-fcfs", *names]))
+    if name in ("vllm", "program-fcfs"):
+        return PolicySpec(name), "-"
+    valve = draw(st.sampled_from(["head", "stall-only"]))
+    cap = draw(st.sampled_from([None, None, 0.5, 0.2]))
+    if name == "static-ttl":
+        ttl = draw(st.sampled_from([0.05, 0.5, 3.0, 30.0]))
+        return PolicySpec(name, ttl_s=ttl, valve=valve, pin_cap=cap), "-"
+    which = draw(st.sampled_from(sorted(bundles)))
+    return PolicySpec(name, bundle=bundles[which], valve=valve, pin_cap=cap), which
+
+
+@st.composite
+def cases(
+    draw: st.DrawFn, bundles: Mapping[str, dict[str, Any] | None], pressure: bool = False
+) -> Case:
+    """``bundles``: name -> bundle for continuum (a cold-start one is None). One case in
+    three (every case with ``pressure``) is under pressure: more programs, all at once, a
+    policy that pins, and a cache that holds a few of their contexts at most."""
+    if pressure or draw(st.integers(0, 2)) == 0:
+        work = Workload(tuple(draw(programs(max_programs=8, max_turns=6))))
+        work = Workload(tuple(replace(p, start_s=0.0) for p in work.programs))
+        engine = draw(engines(work))
+        largest = max(c.input_tokens + c.output_tokens for p in work.programs for c in p.calls)
+        per_call = -(-largest // engine.block_size)
+        blocks = draw(st.integers(per_call, 2 * per_call + 2))
+        engine = replace(engine, kv_tokens=blocks * engine.block_size)
+        spec, which = draw(specs(bundles, pins_only=True))
+        load = draw(st.sampled_from([Load(), Load(concurrency=3), Load(concurrency=6)]))
+        return Case(work, ReplayConfig(engine=engine), load, spec, which)
+    work = Workload(tuple(draw(programs())))
+    engine = draw(engines(work))
+    spec, which = draw(specs(bundles))
+    return Case(work, ReplayConfig(engine=engine), draw(loads), spec, which)
+
+
+# ---------------------------------------------------------------------- both backends
+
+
+def run_both(
+    case: Case, cost: CostModel, *, async_scheduling: bool = False
+) -> tuple[Outcome, VllmOutcome]:
+    fast, _ = simulate_one(case.workload, case.spec, cost, case.config, case.load)
+    ours = run(
+        case.workload,
+        case.spec,
+        cost,
+        case.config,
+        case.load,
+        async_scheduling=async_scheduling,
+    )
+    return fast, ours
+
+
+@dataclass(frozen=True, slots=True)
+class Diff:
+    #: (program, turn), or ("*", -1) for a run-wide figure
+    call: tuple[str, int]
+    metric: str
+    fast: Any
+    vllm: Any
+    #: when the call was sent (for ``finish``: its latency is ``fast - sent``)
+    sent: float = 0.0
+
+
+def _pins(outcome: Outcome | VllmOutcome) -> tuple[int, int, int, int]:
+    s = outcome.engine.stats
+    return (s.pins_made, s.pins_hit, s.pins_expired, s.pins_released)
+
+
+def compare(fast: Outcome, ours: VllmOutcome) -> tuple[int, list[Diff]]:
+    """(calls both finished, every difference)."""
+    a = {(c.program, c.turn): c for c in fast.calls}
+    b = {(c.program, c.turn): c for c in ours.calls}
+    diffs = [Diff(k, "calls", k in a, k in b) for k in sorted(a.keys() ^ b.keys())]
+    for k in sorted(a.keys() & b.keys()):
+        x, y = a[k], b[k]
+        for m in METRICS:
+            u, v = getattr(x, m), getattr(y, m)
+            same = math.isclose(u, v, rel_tol=REL_TIME, abs_tol=1e-12) if m == "finish" else u == v
+            if not same:
+                diffs.append(Diff(k, m, u, v, x.arrival))
+    if _pins(fast) != _pins(ours):
+        diffs.append(Diff(("*", -1), "pins", _pins(fast), _pins(ours)))
+    return len(a.keys() & b.keys()), diffs
+
+
+@dataclass
+class Tally:
+    """Agreement per metric over many cases: calls that agree, cases with no difference."""
+
+    cases: int = 0
+    calls: int = 0
+    cases_agreeing: int = 0
+    #: metric -> calls (cases for ``pins`` and ``calls``) that differ
+    differing: dict[str, int] = field(default_factory=dict)
+    #: metric -> cases with at least one difference
+    cases_differing: dict[str, int] = field(default_factory=dict)
+    #: a few differing cases, described
+    examples: list[str] = field(default_factory=list)
+    #: cases in which vLLM preempted, pinned, ... (what the cases exercised)
+    seen: dict[str, int] = field(default_factory=dict)
+    #: metric -> "vLLM minus fast" -> calls, for the step and count metrics that differ
+    shifts: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: the largest relative difference of a call's latency (send to finish), vLLM's
+    #: against the fast backend's, over the calls whose finish differs
+    latency_rel_max: float = 0.0
+    latency_rel_sum: float = 0.0
+
+    def add(
+        self, case: Case, calls: int, diffs: list[Diff], ours: VllmOutcome | None = None
+    ) -> None:
+        self.cases += 1
+        self.calls += calls
+        if ours is not None:
+            for what, n in exercised(case, ours).items():
+                if n:
+                    self.seen[what] = self.seen.get(what, 0) + 1
+        if not diffs:
+            self.cases_agreeing += 1
+            return
+        seen = set()
+        for d in diffs:
+            self.differing[d.metric] = self.differing.get(d.metric, 0) + 1
+            seen.add(d.metric)
+            if d.metric == "finish":
+                rel = abs(d.vllm - d.fast) / max(d.fast - d.sent, 1e-12)
+                self.latency_rel_max = max(self.latency_rel_max, rel)
+                self.latency_rel_sum += rel
+            elif d.metric in ("admitted_step", "finish_step", "preemptions", "hit_tokens"):
+                by = self.shifts.setdefault(d.metric, {})
+                key = f"{d.vllm - d.fast:+d}"
+                by[key] = by.get(key, 0) + 1
+        for m in seen:
+            self.cases_differing[m] = self.cases_differing.get(m, 0) + 1
+        if len(self.examples) < 20:
+            shown = ", ".join(f"{d.call} {d.metric} fast={d.fast} vllm={d.vllm}" for d in diffs[:4])
+            self.examples.append(f"{case.describe()}\n    -> {shown}")
+
+    def merge_into(self, path: Path) -> None:
+        """Add this tally to the one in ``path`` (created if absent)."""
+        doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        for key in ("cases", "calls", "cases_agreeing"):
+            doc[key] = doc.get(key, 0) + getattr(self, key)
+        for key in ("differing", "cases_differing", "seen"):
+            into = doc.setdefault(key, {})
+            for m, n in getattr(self, key).items():
+                into[m] = into.get(m, 0) + n
+        shifts = doc.setdefault("shifts", {})
+        for m, by in self.shifts.items():
+            into = shifts.setdefault(m, {})
+            for k, n in by.items():
+                into[k] = into.get(k, 0) + n
+        doc["latency_rel_max"] = max(doc.get("latency_rel_max", 0.0), self.latency_rel_max)
+        doc["latency_rel_sum"] = doc.get("latency_rel_sum", 0.0) + self.latency_rel_sum
+        doc["examples"] = (doc.get("examples", []) + self.examples)[:40]
+        path.write_text(json.dumps(doc, indent=1))
+
+
+def exercised(case: Case, ours: VllmOutcome) -> dict[str, int]:
+    """What a case made vLLM do (for the tally's coverage)."""
+    s = ours.engine.stats
+    budget = case.config.engine.max_num_batched_tokens
+    return {
+        "preemptions": s.preemptions,
+        "prefix_hits": s.hit_tokens,
+        "chunked_prefill": sum(c.prompt - c.hit_tokens > budget for c in ours.calls),
+        "pins_made": s.pins_made,
+        "pins_hit": s.pins_hit,
+        "pins_expired": s.pins_expired,
+        "pins_released": s.pins_released,
+        "rejected_calls": ours.rejected_calls,
+    }
+
+
+def shared_slice(work: Workload, programs: int, calls: int, max_output: int) -> Workload:
+    """The first ``programs`` programs with their first ``calls`` calls, outputs capped at
+    ``max_output`` tokens (vLLM's scheduler steps every decode token: keep it cheap); a
+    call's reuse is capped by what the capped previous call left."""
+    out = []
+    for p in work.programs[:programs]:
+        kept: list[Call] = []
+        stream = 0
+        for c in p.calls[:calls]:
+            reused = min(c.reused_tokens, stream)
+            call = replace(c, output_tokens=min(c.output_tokens, max_output), reused_tokens=reused)
+            kept.append(call)
+            stream = call.input_tokens + call.output_tokens
+        out.append(AgentProgram(p.program_id, p.start_s, tuple(kept)))
+    return Workload(tuple(out))

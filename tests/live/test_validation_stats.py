@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from replay.validation import stats as validate
-from ttlctl.cli import validate as validate_cli
+from ttlctl.cli import render
+from ttlctl.cli.kit import out
 
 
 def test_compare_and_rankings() -> None:
@@ -67,7 +68,7 @@ def test_repeated_live_runs_merge_into_means_and_ranges(capsys: pytest.CaptureFi
         "goals": {"vllm": {"jct_within_10pct": True, "hit_rate_within_5_points": True}},
         "profile": {"source": "given"}, "work_dir": "w", "config": {"repeats": 2},
     }  # fmt: skip
-    validate_cli.show(doc)
+    render.validate_table(out, doc)
     shown = capsys.readouterr().out
     assert "2 live runs per policy" in shown and "live range" in shown
     assert "10.000 s – 14.000 s" in shown and "25.0% – 35.0%" in shown

@@ -24,8 +24,8 @@ from replay.refit_settings import RefitSettings, fit_config, replay_settings
 from tests.documents import conforms
 from tests.refit.logs import cut, engine_lines, swe_trace, write_log
 from ttlctl import bundle
-from ttlctl.cli import app
-from ttlctl.cli import refit as refit_cli
+from ttlctl.cli import app, render
+from ttlctl.cli.kit import out
 from ttlctl.jsonio import file_sha256
 
 PROGRAMS = 60
@@ -247,7 +247,7 @@ def test_many_tools_are_cut_short_on_the_console(
     report = json.loads(run("refit", SAMPLE, "--bundle", served, "--json").stdout)
     one = report["tools"][0]
     report["tools"] = [dict(one, tool=f"tool-{i:02d}") for i in range(30)] + report["tools"][-1:]
-    refit_cli.show(report)
+    render.refit_report(out, report)
     text = capsys.readouterr().out
     assert "tool-19" in text and "tool-20" not in text and "(any other tool)" in text
     assert "10 more tool(s) with fewer pauses: --json lists them all" in text

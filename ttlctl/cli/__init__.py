@@ -1,15 +1,19 @@
 """The ``ttlctl`` command line: parse, call a library function, print. No logic here.
 
-One module per command (``ingest``, ``fit``, ``profile``, ...; the ``bundle`` group in
-:mod:`ttlctl.cli.bundle`), the shared kit (consoles, user errors) in
-:mod:`ttlctl.cli.kit` and the rich tables in :mod:`ttlctl.cli.render`.
+One module per command, each exposing its command function (the ``bundle`` group: its
+typer app); the options several commands share in :mod:`ttlctl.cli.options`; consoles,
+user errors and ``--json`` output in :mod:`ttlctl.cli.kit`; the tables people read in
+:mod:`ttlctl.cli.render`. :data:`COMMANDS` registers them all, in pipeline order, which
+is also the order of ``ttlctl --help``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from ttlctl import __version__
 from ttlctl.cli import (
@@ -28,25 +32,43 @@ from ttlctl.cli import (
 )
 from ttlctl.cli.kit import out
 
+#: (name, command function or group, click context settings), in pipeline order
+COMMANDS: tuple[tuple[str, Callable[..., Any] | typer.Typer, dict[str, Any] | None], ...] = (
+    ("ingest", ingest.ingest, None),
+    ("fit", fit.fit, None),
+    ("profile", profile.profile, None),
+    ("replay", replay.replay, None),
+    ("tune", tune.tune, None),
+    ("bundle", bundle.app, None),
+    ("serve", serve.serve, serve.CONTEXT_SETTINGS),
+    ("validate", validate.validate, validate.CONTEXT_SETTINGS),
+    ("refit", refit.refit, None),
+    ("report", report.report, None),
+    ("synth", synth.synth, None),
+    ("export", export.export, None),
+)
+
+
+class PipelineOrder(TyperGroup):
+    """Lists the commands in :data:`COMMANDS`' order (typer puts groups last)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:  # typer's own click Context
+        return [name for name, _, _ in COMMANDS if name in self.commands]
+
+
 app = typer.Typer(
     name="ttlctl",
+    cls=PipelineOrder,
     help="Train, tune and apply KV-cache time-to-live policies for LLM agents, from real traces.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.add_typer(bundle.app, name="bundle")
-app.command("profile")(profile.profile)
-app.command("replay")(replay.replay)
-app.command("report")(report.report)
-app.command("synth")(synth.synth)
-app.command("tune")(tune.tune)
-app.command("serve", context_settings=serve.CONTEXT_SETTINGS)(serve.serve)
-app.command("validate", context_settings=validate.CONTEXT_SETTINGS)(validate.validate)
-app.command("refit")(refit.refit)
-app.command("ingest")(ingest.ingest)
-app.command("fit")(fit.fit)
-app.command("export")(export.export)
+for _name, _command, _settings in COMMANDS:
+    if isinstance(_command, typer.Typer):
+        app.add_typer(_command, name=_name)
+    else:
+        app.command(_name, context_settings=_settings)(_command)
 
 
 def _version(value: bool) -> None:

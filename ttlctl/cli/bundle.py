@@ -16,6 +16,7 @@ from profiles.shipped import resolve
 from ttlctl import bundle, hints
 from ttlctl.cli import render
 from ttlctl.cli.kit import UserError, err, out, user_errors
+from ttlctl.cli.options import FitFile, Profile
 from ttlctl.jsonio import file_sha256
 
 app = typer.Typer(help="Build, inspect, verify and query policy bundles.", no_args_is_help=True)
@@ -25,10 +26,8 @@ CONTEXTS = (1_000, 8_000, 32_000, 128_000)
 
 @app.command()
 def build(
-    fit: Annotated[Path, typer.Option("--fit", help="fit.json from `ttlctl fit`.")],
-    profile: Annotated[
-        str, typer.Option("--profile", help="profile.json, or a shipped profile name.")
-    ],
+    fit: FitFile,
+    profile: Profile,
     output: Annotated[Path, typer.Option("-o", "--output", help="Bundle to write.")],
     eta: Annotated[
         float | None, typer.Option("--eta", help="η; default: the fit's estimate (1 if none).")
@@ -128,8 +127,5 @@ def query(
         doc = bundle.read(path)
         policy = bundle.policy_from(doc)
         decision = policy.decide(tool, context_tokens, offload=offload, queue_delay_s=queue_delay)
-        answer = (
-            decision.to_json() if as_engine is None else hints.shape(as_engine, decision.ttl_s)
-        )
+        answer = decision.to_json() if as_engine is None else hints.shape(as_engine, decision.ttl_s)
     sys.stdout.write(json.dumps(answer) + "\n")
-

@@ -28,5 +28,3 @@ def export(
         lines = export_mod.rows(frame, to, block_size)
         export_mod.write(lines, output)
     err.print(f"wrote {len(lines):,} calls to {output} ({to}, {block_size}-token blocks)")
-
-

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from ttlctl import __version__
+from ttlctl.cli import render
 from ttlctl.cli.kit import err, out, user_errors
 from ttlctl.jsonio import file_sha256, write_json
 
@@ -36,7 +37,6 @@ def fit(
     """Fit per-tool pause CDFs (compressed to ≤ 1,024 points), exponential fits, and η."""
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     from fitting.fit import FitConfig, fit_trace
-    from ttlctl.cli import render
     from ttlctl.trace import io as trace_io
 
     with user_errors():
@@ -64,5 +64,3 @@ def fit(
         return
     render.fit_table(out, doc)
     err.print(f"wrote {output}" + (f" and {len(plots)} plot(s) in {plot}" if plot else ""))
-
-

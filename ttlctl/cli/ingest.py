@@ -14,6 +14,7 @@ from rich.progress import Progress
 
 from ttlctl.cli import render
 from ttlctl.cli.kit import err, out, progress_bar, user_errors
+from ttlctl.cli.options import InputFormat
 
 
 def _file_progress() -> tuple[Progress, Callable[[Path, int, int], None]]:
@@ -33,15 +34,7 @@ def ingest(
     output: Annotated[
         Path, typer.Option("-o", "--output", help="Canonical trace to write (Parquet).")
     ],
-    fmt: Annotated[
-        str,
-        typer.Option(
-            "--format",
-            help="Input format: auto (detect per file), canonical, engine-log, claude-code "
-            "(alias weka), mini-swe-agent, swe-agent, litellm, mooncake, tracelab, "
-            "trtllm-scaffolding.",
-        ),
-    ] = "auto",
+    fmt: InputFormat = "auto",
     skip_bad: Annotated[
         bool,
         typer.Option(
@@ -75,5 +68,3 @@ def ingest(
         return
     render.ingest_report(err, report)
     render.trace_summary(out, summary, title=output.name)
-
-

@@ -1,10 +1,14 @@
-"""What every command shares: the two consoles, and user errors as one line with exit 2."""
+"""What every command shares: the two consoles, user errors as one line with exit 2,
+warnings, the progress bar and ``--json`` output."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -18,6 +22,7 @@ from rich.progress import (
 )
 
 from ttlctl.errors import TtlctlError
+from ttlctl.jsonio import write_json
 
 #: results for people (tables); machine output is written to sys.stdout directly
 out = Console(soft_wrap=True)
@@ -73,3 +78,27 @@ def progress_bar(label: str) -> Progress:
         console=err,
         transient=True,
     )
+
+
+def once(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say`` each distinct message once (a live study repeats the same server warnings)."""
+    seen: set[str] = set()
+
+    def emit(message: str) -> None:
+        if message not in seen:
+            seen.add(message)
+            say(message)
+
+    return emit
+
+
+def write_doc(doc: Any, to: Path, *, as_text: bool = False) -> bool:
+    """``--json TO``: the document on stdout when ``TO`` is '-' (True: print nothing else),
+    else written to the file (keys sorted, one-space indent). ``as_text``: values JSON has
+    no type for (paths) written as text."""
+    if str(to) == "-":
+        text = json.dumps(doc, indent=1, sort_keys=True, default=str if as_text else None)
+        sys.stdout.write(text + "\n")
+        return True
+    write_json(json.loads(json.dumps(doc, default=str)) if as_text else doc, to)
+    return False

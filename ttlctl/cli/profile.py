@@ -3,39 +3,15 @@ profiles; ``--torch`` keeps the old eager-torch timing, labelled as not vLLM."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from profiles import shipped
 from profiles.models import load_config
-from profiles.schema import ProfileDoc, from_json, load
+from ttlctl.cli import render
 from ttlctl.cli.kit import UserError, err, out, progress_bar, user_errors
 from ttlctl.jsonio import write_json
-
-
-def _list() -> None:
-
-    table = Table(title=f"shipped profiles ({shipped.DATA})")
-    for col in ("name", "model", "device", "source", "KV B/token", "prefill 8k", "prefill 32k"):
-        table.add_column(col, justify="right" if col.startswith(("KV", "prefill")) else "left")
-    for name in shipped.names():
-        p = load(shipped.DATA / f"{name}.json")
-        table.add_row(
-            name,
-            p.model,
-            p.device,
-            str(p.source.get("kind", "?")),
-            f"{p.kv_bytes_per_token:,}",
-            f"{p.prefill_s(8192):.3f} s",
-            f"{p.prefill_s(32768):.3f} s",
-        )
-    out.print(table)
-    out.print("use one with --profile NAME; measure your own with `ttlctl profile -o profile.json`")
 
 
 def profile(
@@ -94,7 +70,7 @@ def profile(
     live vLLM server)."""
     if list_:
         with user_errors():
-            _list()
+            render.shipped_table(out)
         return
     if output is None:
         raise typer.BadParameter("-o/--output is required (or use --list)")
@@ -152,7 +128,7 @@ def profile(
             except ValueError as exc:  # torch, transformers or a fit refused the model or grid
                 raise UserError(str(exc)) from None
         write_json(result.to_json(), output)
-    _show(result.to_json())
+    render.profile_table(out, result.to_json())
     err.print(f"wrote {output}")
 
 
@@ -166,33 +142,3 @@ def _grid(text: str | None) -> list[int] | None:
     if len(values) < 3 or values[0] <= 0:
         raise UserError("--contexts needs at least 3 positive lengths (a quadratic is fitted)")
     return values
-
-
-def _show(doc: ProfileDoc) -> None:
-    if not out.is_terminal:
-        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
-        return
-    p = from_json(doc)
-    src = p.source
-    how = " ".join(str(src[k]) for k in ("engine", "vllm") if k in src)
-    how = f"{src.get('kind')}, {how}" if how else str(src.get("kind"))
-    table = Table(title=f"{p.name}: {p.model} on {p.device} ({how})")
-    table.add_column("context", justify="right")
-    table.add_column("measured", justify="right")
-    chunk = (p.source.get("flags") or {}).get("max_num_batched_tokens")
-    table.add_column("priced by replay" if chunk else "fit", justify="right")
-    for tokens, seconds in p.prefill.points:
-        if chunk:
-            from profiles.measure_vllm import priced_prefill_s  # vLLM, torch: on use
-
-            fit = priced_prefill_s(p, tokens, int(chunk))
-        else:
-            fit = p.prefill_s(tokens)
-        table.add_row(f"{tokens:,}", f"{seconds * 1000:.2f} ms", f"{fit * 1000:.2f} ms")
-    out.print(table)
-    out.print(
-        f"KV {p.kv_bytes_per_token:,} B/token; "
-        f"reload {p.reload.bandwidth_bytes_per_s / 1e9:.1f} GB/s "
-        f"+ {p.reload.latency_s * 1e6:.0f} µs; decode step {p.decode.step_s * 1000:.2f} ms "
-        f"+ {p.decode.per_seq_s * 1e6:.1f} µs/seq + {p.decode.per_kv_token_s * 1e9:.2f} ns/KV token"
-    )

@@ -4,16 +4,29 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from profiles.shipped import resolve
-from ttlctl.cli.kit import UserError, err, out, print_warning, user_errors
-from ttlctl.jsonio import write_json
+from ttlctl.cli import render
+from ttlctl.cli.kit import UserError, err, out, print_warning, user_errors, write_doc
+from ttlctl.cli.options import (
+    BACKEND,
+    AsyncScheduling,
+    Backend,
+    Concurrency,
+    ContinuumBundle,
+    IdleGapCap,
+    Jps,
+    JsonTo,
+    Label,
+    ResultDir,
+    SaveResult,
+    Seed,
+    Trace,
+)
 
 #: register with ``app.command("validate", context_settings=CONTEXT_SETTINGS)``: the
 #: arguments after ``--`` go to the servers validate starts
@@ -34,7 +47,7 @@ def _urls(items: list[str]) -> dict[str, str]:
 
 def validate(
     ctx: typer.Context,
-    trace: Annotated[Path, typer.Argument(help="Canonical trace (Parquet); keep it small.")],
+    trace: Trace,
     url: Annotated[
         list[str] | None,
         typer.Option(
@@ -59,10 +72,7 @@ def validate(
             "--model MODEL', with the arguments after `--`."
         ),
     ] = None,
-    bundle: Annotated[
-        Path | None,
-        typer.Option(help="Bundle of continuum (default: a cold-start bundle, no fit)."),
-    ] = None,
+    bundle: ContinuumBundle = None,
     policy: Annotated[
         list[str] | None,
         typer.Option("--policy", help="vllm and/or continuum (default: both)."),
@@ -90,20 +100,10 @@ def validate(
         int,
         typer.Option(help="The servers' --max-num-batched-tokens (vLLM's CPU default: 2048)."),
     ] = 2048,
-    jps: Annotated[
-        float | None,
-        typer.Option(help="Programs started per second (Poisson) — not vLLM's per-request rate."),
-    ] = None,
-    concurrency: Annotated[
-        int | None, typer.Option(help="Keep this many programs live (a new one when one ends).")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of arrivals and fresh prompt tokens.")] = 0,
-    idle_gap_cap: Annotated[
-        float | None,
-        typer.Option(
-            "--trace-idle-gap-cap-seconds", help="Cap every recorded pause (AIPerf's flag)."
-        ),
-    ] = None,
+    jps: Jps = None,
+    concurrency: Concurrency = None,
+    seed: Seed = 0,
+    idle_gap_cap: IdleGapCap = None,
     timeout: Annotated[float, typer.Option(help="Seconds a live run may take.")] = 1800.0,
     startup_timeout: Annotated[
         float, typer.Option(help="Seconds a started server may take to become healthy.")
@@ -111,27 +111,12 @@ def validate(
     work_dir: Annotated[
         Path | None, typer.Option(help="Server logs, bundle and results (default: a temp dir).")
     ] = None,
-    save_result: Annotated[
-        bool,
-        typer.Option(
-            "--save-result", help="Write vLLM's benchmark result JSON per live run (+ records)."
-        ),
-    ] = False,
-    result_dir: Annotated[
-        Path | None, typer.Option(help="Folder of --save-result (default: the work dir).")
-    ] = None,
-    label: Annotated[str | None, typer.Option(help="Prefix of the result files.")] = None,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write the comparison as JSON here ('-': stdout).")
-    ] = None,
-    backend: Annotated[
-        str,
-        typer.Option(help="Simulated side: fast (ttlctl's) or vllm (vLLM's scheduler in process)."),
-    ] = "fast",
-    async_scheduling: Annotated[
-        bool,
-        typer.Option("--async-scheduling", help="With --backend vllm: vLLM's async scheduling."),
-    ] = False,
+    save_result: SaveResult = False,
+    result_dir: ResultDir = None,
+    label: Label = None,
+    json_out: JsonTo = None,
+    backend: Backend = BACKEND,
+    async_scheduling: AsyncScheduling = False,
 ) -> None:
     """Replay a small trace in the simulator and against real servers; print the errors.
 
@@ -142,7 +127,7 @@ def validate(
     prefix-hit rate within 5 points, the same ranking.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
-    from replay.policy_runs import Load
+    from replay.loads import one_load
     from replay.validation import Sources
     from replay.validation import validate as run_validate
     from replay.vllmsim.backend import check_request
@@ -151,12 +136,7 @@ def validate(
 
     extra = list(ctx.args)
     with user_errors():
-        if jps is not None and concurrency is not None:
-            raise UserError("give --jps or --concurrency, not both")
-        if jps is not None and jps <= 0:
-            raise UserError("--jps must be positive")
-        if concurrency is not None and concurrency <= 0:
-            raise UserError("--concurrency must be positive")
+        timing = one_load(jps, concurrency, seed)
         if programs < 1:
             raise UserError("--programs must be at least 1")
         if repeats < 1:
@@ -195,7 +175,7 @@ def validate(
                 kv_tokens=kv_tokens,
                 max_num_seqs=max_num_seqs,
                 max_num_batched_tokens=max_num_batched_tokens,
-                timing=Load(jps=jps, concurrency=concurrency, seed=seed),
+                timing=timing,
                 seed=seed,
                 max_programs=programs,
                 repeats=repeats,
@@ -212,12 +192,10 @@ def validate(
                 async_scheduling=async_scheduling,
             )
         doc["trace"] = str(trace)
-        if json_out is not None:
-            if str(json_out) == "-":
-                sys.stdout.write(json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
-                return
-            write_json(json.loads(json.dumps(doc, default=str)), json_out)
-    show(doc)
+        if json_out is not None and write_doc(doc, json_out, as_text=True):
+            return
+    render.validate_table(out, doc)
+    err.print(f"profile: {doc['profile']['source']}; work dir: {doc['work_dir']}", highlight=False)
     if json_out is not None:
         err.print(f"wrote {json_out}")
 
@@ -232,87 +210,3 @@ def _local_config(model: str) -> dict[str, Any] | None:
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: not a readable JSON config ({exc})") from None
     return doc if isinstance(doc, dict) else None
-
-
-def _value(kind: str, metric: str, v: Any) -> str:
-    if v is None:
-        return "—"
-    if metric == "prefix_hit_rate":
-        return f"{v:.1%}"
-    if metric == "preemptions":
-        return f"{v:,.0f}"
-    return f"{v:.3f} s"
-
-
-def _error(kind: str, e: Any) -> str:
-    if e is None:
-        return "—"
-    if kind == "relative":
-        return f"{e:+.1%}"
-    if kind == "points":
-        return f"{e:+.1f} pt"
-    return f"{e:+,.0f}"
-
-
-def _range(kind: str, metric: str, span: Any) -> str:
-    if not span:
-        return "—"
-    return f"{_value(kind, metric, span[0])} – {_value(kind, metric, span[1])}"
-
-
-def show(doc: dict[str, Any]) -> None:
-    # imported when the table is shown: `ttlctl --help` and the light commands stay light
-    from replay.validation import COMPARED
-
-    repeats = int(doc.get("config", {}).get("repeats") or 1)
-    runs = f", {repeats} live runs per policy" if repeats > 1 else ""
-    table = Table(
-        title=f"validate: simulator vs live, {doc['programs']} programs, {doc['calls']} calls"
-        + runs
-    )
-    live_col = "live (mean)" if repeats > 1 else "live"
-    cols = ["metric", "policy", "simulated", live_col, "error (sim − live)"]
-    if repeats > 1:
-        cols.append("live range")
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("metric", "policy") else "right")
-    for i, (key, label, kind) in enumerate(COMPARED):
-        for name in doc["policies"]:
-            row = next(r for r in doc["rows"][name] if r["metric"] == key)
-            cells = [
-                label if name == doc["policies"][0] else "",
-                name,
-                _value(kind, key, row["sim"]),
-                _value(kind, key, row["live"]),
-                _error(kind, row["error"]),
-            ]
-            if repeats > 1:
-                cells.append(_range(kind, key, row.get("live_range")))
-            table.add_row(
-                *cells,
-                end_section=name == doc["policies"][-1] and i < len(COMPARED) - 1,
-            )
-    out.print(table)
-    rank = doc["ranking"]
-    if len(doc["policies"]) > 1:
-        same = {True: "the same", False: "DIFFERENT", None: "unknown"}[rank["same"]]
-        out.print(
-            f"ranking by mean JCT (≈: within {rank['tie_within']:.0%}): simulator "
-            f"{_order(rank['sim'])}, live {_order(rank['live'])}: {same}",
-            highlight=False,
-        )
-    for name, goal in doc["goals"].items():
-        jct = {True: "yes", False: "no", None: "—"}[goal["jct_within_10pct"]]
-        hit = {True: "yes", False: "no", None: "—"}[goal["hit_rate_within_5_points"]]
-        out.print(
-            f"{name}: mean JCT within 10%: {jct}; prefix-hit rate within 5 points: {hit}",
-            highlight=False,
-        )
-    p95 = [r for rows in doc["rows"].values() for r in rows if r["metric"] == "jct_p95_s"]
-    if any(r["sim"] is None or r["live"] is None for r in p95):
-        out.print("p95 JCT needs at least 20 finished programs", highlight=False)
-    err.print(f"profile: {doc['profile']['source']}; work dir: {doc['work_dir']}", highlight=False)
-
-
-def _order(groups: list[list[str]] | None) -> str:
-    return "?" if groups is None else " < ".join(" ≈ ".join(g) for g in groups)

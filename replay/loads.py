@@ -1,0 +1,27 @@
+"""The loads a command is asked for, checked: one load (replay, validate) or a list (tune,
+refit). Each refusal is one :class:`~ttlctl.errors.ConfigError` naming the option."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from replay.policy_runs import Load
+from ttlctl.errors import ConfigError
+
+
+def one_load(jps: float | None, concurrency: int | None, seed: int = 0) -> Load:
+    """Poisson starts at ``jps``, ``concurrency`` programs kept live, or the trace's starts."""
+    if jps is not None and concurrency is not None:
+        raise ConfigError("give --jps or --concurrency, not both")
+    if jps is not None and jps <= 0:
+        raise ConfigError("--jps must be positive")
+    if concurrency is not None and concurrency <= 0:
+        raise ConfigError("--concurrency must be positive")
+    return Load(jps=jps, concurrency=concurrency, seed=seed)
+
+
+def load_list(jps: Sequence[float], concurrency: Sequence[int]) -> tuple[Load, ...]:
+    """One load per ``jps`` then one per ``concurrency`` (empty: the command's default)."""
+    if any(j <= 0 for j in jps) or any(c <= 0 for c in concurrency):
+        raise ConfigError("--jps and --concurrency must be positive")
+    return tuple([Load(jps=j) for j in jps] + [Load(concurrency=c) for c in concurrency])

@@ -1,0 +1,177 @@
+"""One ``ttlctl replay`` run: its settings (:class:`ReplayRequest`) → its document.
+
+:func:`replay_doc` checks the settings, reads the trace, the bundle and the profile,
+replays every policy (in the simulator, or against a live server) and returns the
+:class:`~replay.figures.ReplayDoc` that ``--json`` writes. Every refusal is a
+:class:`~ttlctl.errors.TtlctlError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+from profiles.cost import ProfileCostModel
+from profiles.shipped import resolve
+from replay.figures import PolicyResult, ReplayDoc
+from replay.live import cap_pauses, live_results
+from replay.policies import PolicySpec
+from replay.policy_runs import Load, expand, run_all
+from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig, SimulationError
+from replay.vllmsim.backend import UNMAPPED, check_request, runner
+from replay.workload import load
+from ttlctl import __version__
+from ttlctl import bundle as bundle_mod
+from ttlctl.errors import ConfigError, TtlctlError
+from ttlctl.jsonio import file_sha256
+
+VALVES = ("head", "stall-only")
+
+
+class ReplayFailed(TtlctlError):
+    """The simulator broke one of its invariants (``--check``): said in one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """What ``ttlctl replay`` was asked: the inputs, the policies, the engine, the load."""
+
+    trace: Path
+    #: policy names, comma lists allowed; ["all"] for every one
+    policies: Sequence[str]
+    load: Load
+    engine: SimSchedulerConfig
+    profile: str = "llama-3.1-8b-h100"
+    bundle: Path | None = None
+    offload_tokens: int = 0
+    truncate: bool = False
+    check: bool = False
+    per_token: bool = False
+    valve: str | None = None
+    pin_cap: float | None = None
+    ttl_s: float = 2.0
+    #: measure wall_s and sim_calls_per_s (False: null, byte-identical JSON)
+    timed: bool = True
+    live: str | None = None
+    idle_gap_cap_s: float | None = None
+    save_result: bool = False
+    result_dir: Path | None = None
+    label: str | None = None
+    backend: str = "fast"
+    async_scheduling: bool = False
+
+
+def policy_names(given: Sequence[str], backend: str) -> list[str]:
+    """The policies asked for (comma lists split); ``all`` on the vllm backend: those
+    vLLM's scheduler runs."""
+    names = [n.strip() for p in given for n in p.split(",") if n.strip()]
+    every = names == ["all"]
+    names = expand(names)
+    if every and backend == "vllm":
+        names = [n for n in names if n not in UNMAPPED]
+    return names
+
+
+def replay_doc(
+    req: ReplayRequest,
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
+    live_progress: Callable[[int, int], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> ReplayDoc:
+    """Replay ``req`` and return its document (the results, and what made them)."""
+    names = policy_names(req.policies, req.backend)
+    if req.valve is not None and req.valve not in VALVES:
+        raise ConfigError(f"--valve must be head or stall-only, got {req.valve!r}")
+    if req.pin_cap is not None and not 0 < req.pin_cap <= 1:
+        raise ConfigError("--pin-cap must be in (0, 1]")
+    vllm_version = check_request(
+        req.backend,
+        names,
+        async_scheduling=req.async_scheduling,
+        offload_tokens=req.offload_tokens,
+        fast_only={
+            "--live": req.live is not None,
+            "--check": req.check,
+            "--per-token": req.per_token,
+        },
+    )
+    bundle_doc = bundle_mod.read(req.bundle) if req.bundle is not None else None
+    prof, prof_path = resolve(req.profile)
+    workload = cap_pauses(load(req.trace), req.idle_gap_cap_s)
+    if not workload.programs:
+        raise ConfigError(f"{req.trace}: no programs to replay")
+    config = ReplayConfig(
+        engine=req.engine, offload_tokens=req.offload_tokens, truncate=req.truncate, check=req.check
+    )
+    specs = [
+        PolicySpec(n, bundle=bundle_doc, ttl_s=req.ttl_s, valve=req.valve, pin_cap=req.pin_cap)
+        for n in names
+    ]
+    results: list[PolicyResult]
+    try:
+        if req.live is not None:
+            # the live side writes the same keys (replay/live.py), untyped for now
+            results = cast(
+                "list[PolicyResult]",
+                live_results(
+                    req.live,
+                    workload,
+                    names,
+                    jps=req.load.jps,
+                    concurrency=req.load.concurrency,
+                    seed=req.load.seed,
+                    save_result=req.save_result,
+                    result_dir=req.result_dir,
+                    label=req.label,
+                    progress=live_progress,
+                    warn=warn,
+                ),
+            )
+        else:
+            results = run_all(
+                workload,
+                specs,
+                ProfileCostModel(prof),
+                config,
+                req.load,
+                timed=req.timed,
+                progress=progress,
+                runner=runner(req.backend, async_scheduling=req.async_scheduling),
+            )
+    except SimulationError as exc:  # an invariant broke: say so, in one line
+        raise ReplayFailed(f"simulation failed: {exc}") from None
+    engine = req.engine
+    return {
+        "ttlctl_version": __version__,
+        "backend": None if req.live is not None else req.backend,
+        "vllm_version": vllm_version,
+        "async_scheduling": req.async_scheduling,
+        "trace": {
+            "path": str(req.trace),
+            "sha256": file_sha256(req.trace),
+            "programs": len(workload.programs),
+            "calls": workload.calls,
+        },
+        "profile": {"name": prof.name, "path": str(prof_path), "sha256": file_sha256(prof_path)},
+        "bundle": None
+        if req.bundle is None or bundle_doc is None
+        else {"path": str(req.bundle), "sha256": bundle_doc["sha256"]},
+        "config": {
+            "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
+            "offload_tokens": req.offload_tokens,
+            "jps": req.load.jps,
+            "concurrency": req.load.concurrency,
+            "seed": req.load.seed,
+            "truncate": req.truncate,
+            "valve": req.valve,
+            "pin_cap": req.pin_cap,
+            "static_ttl_s": req.ttl_s,
+            "live": req.live,
+            "trace_idle_gap_cap_seconds": req.idle_gap_cap_s,
+        },
+        "results": results,
+    }

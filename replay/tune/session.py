@@ -1,0 +1,267 @@
+"""One ``ttlctl tune`` run from its settings: checked, prepared, run, its files written.
+
+:func:`prepare` checks a :class:`TuneRequest` (each refusal one :class:`TuneError`
+line), reads the trace, fit and profile, picks the loads (:func:`default_loads`), the
+study's name and storage; :func:`run` runs the study (:func:`replay.tune.study.tune`),
+assembles the bundle it ships (:func:`tuned_bundle`) and writes it and the summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fitting.eta import fitted as eta_fitted
+from fitting.fit_doc import FitDoc
+from fitting.policy import PolicyParams
+from profiles.schema import ProfileDoc
+from profiles.shipped import resolve
+from replay.live import cap_pauses
+from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig
+from replay.tune.context import LiveTarget, TuneContext, TuneError
+from replay.tune.storage import Storage, default_storage, default_study_name
+from replay.tune.study import provenance_of, summary_path, tune
+from replay.vllmsim.backend import check_request
+from replay.workload import load
+from ttlctl import __version__
+from ttlctl import bundle as bundle_mod
+from ttlctl.jsonio import file_sha256, write_json
+
+#: held-back seeds start here (tuning seeds are 0 … seeds − 1)
+HOLDOUT_BASE = 1000
+#: the plugin's TTLCTL_BUNDLE_CHECK_S default (ttlctl/engine/watch.py)
+DEFAULT_CHECK_S = 2.0
+#: the most programs a default load keeps live
+DEFAULT_LOAD_CAP = 64
+
+
+@dataclass(frozen=True, slots=True)
+class TuneRequest:
+    """What ``ttlctl tune`` was asked (the CLI's options, by name)."""
+
+    trace: Path
+    fit: Path
+    profile: str
+    output: Path
+    trials: int = 40
+    loads: tuple[Load, ...] = ()
+    storage: str | None = None
+    study: str | None = None
+    workers: int = 1
+    seed: int = 0
+    seeds: int = 2
+    holdout_seeds: int = 3
+    p95_max_s: float | None = None
+    kv_tokens: int = 600_000
+    offload_tokens: int = 0
+    truncate: bool = False
+    force: bool = False
+    summary: Path | None = None
+    heartbeat_s: int = 60
+    live: str | None = None
+    live_bundle: Path | None = None
+    live_programs: int = 8
+    live_check_s: float = DEFAULT_CHECK_S
+    live_timeout_s: float = 900.0
+    idle_gap_cap_s: float | None = None
+    backend: str = "fast"
+    async_scheduling: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TuneSession:
+    """A checked request with what it read: the study's context, name and storage."""
+
+    request: TuneRequest
+    context: TuneContext
+    fit: FitDoc
+    profile: ProfileDoc
+    study_name: str
+    storage: Storage
+    #: the inputs' SHA-256 (trace, fit, profile)
+    inputs: dict[str, str]
+    sources: bundle_mod.Provenance
+
+
+@dataclass(frozen=True, slots=True)
+class TuneOutcome:
+    """The study's summary, the bundle written and where the summary went."""
+
+    result: dict[str, Any]
+    bundle: bundle_mod.Bundle
+    summary_file: Path
+
+
+def check(req: TuneRequest) -> None:
+    """The options' rules, each refusal one line."""
+    if req.trials < 1 or req.workers < 1 or req.seeds < 1 or req.holdout_seeds < 1:
+        raise TuneError("--trials, --workers, --seeds and --holdout-seeds must be >= 1")
+    if req.heartbeat_s < 1:
+        raise TuneError("--heartbeat must be >= 1")
+    check_live(req)
+    if req.idle_gap_cap_s is not None and req.idle_gap_cap_s < 0:
+        raise TuneError("--trace-idle-gap-cap-seconds must be >= 0")
+
+
+def check_live(req: TuneRequest) -> None:
+    """The live options' rules, each refusal one line."""
+    bundle = req.live_bundle
+    if req.live is None:
+        if bundle is not None:
+            raise TuneError("--live-bundle goes with --live URL (the server that reloads it)")
+        return
+    if bundle is None:
+        raise TuneError(
+            "--live needs --live-bundle PATH: the bundle file the server was started with "
+            "(TTLCTL_BUNDLE, `ttlctl serve --bundle`), which each trial overwrites"
+        )
+    if not bundle.is_file():
+        raise TuneError(
+            f"{bundle}: no such file: --live-bundle is the bundle the server was started with"
+        )
+    if req.workers != 1:
+        raise TuneError("--live runs one trial at a time (one server): --workers must be 1")
+    if req.live_programs < 1:
+        raise TuneError("--live-programs must be >= 1")
+    if not req.live_check_s >= 0 or not req.live_timeout_s > 0:
+        raise TuneError("--live-check-s must be >= 0 and --live-timeout positive")
+
+
+def default_loads(programs: int, live_programs: int | None = None) -> tuple[Load, ...]:
+    """The loads tuned on when none is given: live, half a run's programs kept live;
+    else a quarter and a half of the trace's programs (at most 64) kept live."""
+    if live_programs is not None:
+        return (Load(concurrency=max(1, min(live_programs, programs) // 2)),)
+    levels = sorted(
+        {max(1, min(DEFAULT_LOAD_CAP, programs // 4)), max(1, min(DEFAULT_LOAD_CAP, programs // 2))}
+    )
+    return tuple(Load(concurrency=c) for c in levels)
+
+
+def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> TuneSession:
+    """Check ``req``, read its inputs and name its study (nothing is run or written)."""
+    check(req)
+    check_request(
+        req.backend,
+        ("vllm", "program-fcfs", "continuum"),
+        async_scheduling=req.async_scheduling,
+        offload_tokens=req.offload_tokens,
+        fast_only={"--live": req.live is not None},
+    )
+    fit_doc = bundle_mod.read_fit(req.fit)
+    prof, prof_path = resolve(req.profile)
+    workload = cap_pauses(load(req.trace), req.idle_gap_cap_s)
+    if not workload.programs:
+        raise TuneError(f"{req.trace}: no programs to replay")
+    loads = req.loads or default_loads(
+        len(workload.programs), req.live_programs if req.live is not None else None
+    )
+    target = None
+    if req.live is not None:
+        assert req.live_bundle is not None  # check_live
+        target = LiveTarget(
+            url=req.live,
+            bundle=req.live_bundle,
+            programs=req.live_programs,
+            check_s=req.live_check_s,
+            timeout_s=req.live_timeout_s,
+            warn=warn,
+        )
+    ctx = TuneContext(
+        workload=workload,
+        fit=fit_doc,
+        profile=prof.to_json(),
+        config=ReplayConfig(
+            engine=SimSchedulerConfig(kv_tokens=req.kv_tokens),
+            offload_tokens=req.offload_tokens,
+            truncate=req.truncate,
+        ),
+        loads=tuple(loads),
+        seeds=tuple(range(req.seeds)),
+        p95_max_s=req.p95_max_s,
+        live=target,
+        idle_gap_cap_s=req.idle_gap_cap_s,
+        backend=req.backend,
+        async_scheduling=req.async_scheduling,
+    )
+    inputs = {
+        "trace": file_sha256(req.trace),
+        "fit": file_sha256(req.fit),
+        "profile": file_sha256(prof_path),
+    }
+    sources: bundle_mod.Provenance = {
+        "trace": {"path": str(req.trace), "sha256": inputs["trace"]},
+        "fit": {"path": str(req.fit), "sha256": inputs["fit"]},
+        "profile": {"path": str(prof_path), "sha256": inputs["profile"]},
+    }
+    return TuneSession(
+        request=req,
+        context=ctx,
+        fit=fit_doc,
+        profile=prof.to_json(),
+        study_name=req.study or default_study_name(ctx, inputs),
+        storage=Storage(req.storage or default_storage(req.output), heartbeat_s=req.heartbeat_s),
+        inputs=inputs,
+        sources=sources,
+    )
+
+
+def tuned_bundle(
+    fit: FitDoc, profile: ProfileDoc, result: dict[str, Any], sources: bundle_mod.Provenance
+) -> bundle_mod.Bundle:
+    """The bundle a study ships: the fit, the profile, the policy the guard chose, and
+    where they came from (the inputs, the fit's trace, η fitted, the tuning)."""
+    return bundle_mod.assemble(
+        fit,
+        profile,
+        PolicyParams.from_json(result["shipped"]["policy"]),
+        {
+            **sources,
+            "trace_fitted": fit.get("input", {}),
+            "eta_fitted": eta_fitted(fit),
+            "tuning": provenance_of(result),
+        },
+    )
+
+
+def run(
+    session: TuneSession,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    stage: Callable[[str], None] | None = None,
+) -> TuneOutcome:
+    """Run the study, then write the bundle (-o, and the live server's file) and the summary."""
+    req = session.request
+    holdout: Sequence[int] = tuple(range(HOLDOUT_BASE, HOLDOUT_BASE + req.holdout_seeds))
+    result = tune(
+        session.context,
+        storage=session.storage,
+        study_name=session.study_name,
+        trials=req.trials,
+        workers=req.workers,
+        seed=req.seed,
+        holdout_seeds=holdout,
+        force=req.force,
+        inputs=session.inputs,
+        provenance={"inputs": session.sources, "ttlctl_version": __version__},
+        progress=progress,
+        stage=stage,
+    )
+    doc = tuned_bundle(session.fit, session.profile, result, session.sources)
+    bundle_mod.write(doc, req.output)
+    if req.live_bundle is not None and req.live_bundle.resolve() != req.output.resolve():
+        bundle_mod.write(doc, req.live_bundle)  # the server serves it from its next request on
+    summary_file = req.summary or summary_path(req.output)
+    write_json(
+        {
+            **result,
+            "bundle": {"path": str(req.output), "sha256": doc["sha256"]},
+            "inputs": session.sources,
+        },
+        summary_file,
+    )
+    return TuneOutcome(result=result, bundle=doc, summary_file=summary_file)

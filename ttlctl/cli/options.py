@@ -1,0 +1,143 @@
+"""The options several commands share, declared once: name, help text and default.
+
+A command takes ``kv_tokens: KvTokens = KV_TOKENS``; the same flag means the same thing,
+with the same words, in every command that has it (tests/cli checks it). An option whose
+meaning differs between commands (``--seed`` of tune's sampler, refit's ``--kv-tokens``
+defaulting to the bundle's record) is declared by its command, under its own help.
+The defaults are the libraries' (``replay.scheduler.SimSchedulerConfig``,
+``replay.sim.ReplayConfig``); they are written here as literals so that ``ttlctl --help``
+imports no replay package, and tests/cli checks that they agree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+#: the simulated KV cache (``SimSchedulerConfig.kv_tokens``)
+KV_TOKENS = 600_000
+#: no CPU offload tier (``ReplayConfig.offload_tokens``)
+OFFLOAD_TOKENS = 0
+#: the fast simulator
+BACKEND = "fast"
+
+# ---- the inputs ----------------------------------------------------------------------
+
+Trace = Annotated[
+    Path, typer.Argument(help="Canonical trace (Parquet) from `ttlctl ingest` or `ttlctl synth`.")
+]
+FitFile = Annotated[Path, typer.Option("--fit", help="fit.json from `ttlctl fit`.")]
+Profile = Annotated[
+    str, typer.Option("--profile", help="Profile: a profile.json, or a shipped profile name.")
+]
+ContinuumBundle = Annotated[
+    Path | None,
+    typer.Option("--bundle", help="Policy bundle of continuum (default: a cold start, no fit)."),
+]
+InputFormat = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        help="Input format: auto (detect per file), canonical, engine-log, claude-code "
+        "(alias weka), mini-swe-agent, swe-agent, litellm, mooncake, tracelab, "
+        "trtllm-scaffolding.",
+    ),
+]
+
+# ---- the load: how programs start ----------------------------------------------------
+
+Jps = Annotated[
+    float | None,
+    typer.Option(
+        "--jps", help="Programs started per second (Poisson) — not vLLM's per-request rate."
+    ),
+]
+Concurrency = Annotated[
+    int | None,
+    typer.Option("--concurrency", help="Keep this many programs live (a new one when one ends)."),
+]
+Seed = Annotated[
+    int, typer.Option("--seed", help="Seed of the --jps arrivals and of drawn prompt tokens.")
+]
+JpsLoads = Annotated[
+    list[float] | None,
+    typer.Option(
+        "--jps",
+        help="A load: programs started per second (Poisson; not vLLM's per-request rate). "
+        "Repeat for several.",
+    ),
+]
+ConcurrencyLoads = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--concurrency",
+        help="A load: programs kept live. Repeat for several. Without any --jps or "
+        "--concurrency: the command's default loads (its description says which).",
+    ),
+]
+IdleGapCap = Annotated[
+    float | None,
+    typer.Option("--trace-idle-gap-cap-seconds", help="Cap every recorded pause (AIPerf's flag)."),
+]
+
+# ---- the simulated engine ------------------------------------------------------------
+
+KvTokens = Annotated[int, typer.Option("--kv-tokens", help="KV cache size in tokens.")]
+OffloadTokens = Annotated[
+    int, typer.Option("--offload-tokens", help="CPU offload tier in tokens (0: none).")
+]
+Truncate = Annotated[
+    bool,
+    typer.Option("--truncate", help="Clip prompts that do not fit instead of rejecting the call."),
+]
+Backend = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        help="Simulator: fast (ttlctl's) or vllm (the installed vLLM's own scheduler and "
+        "KV cache manager, in process; vllm, program-fcfs, static-ttl, continuum, "
+        "unlimited-kv).",
+    ),
+]
+AsyncScheduling = Annotated[
+    bool,
+    typer.Option(
+        "--async-scheduling",
+        help="With --backend vllm: vLLM's async scheduling (step N+1 is scheduled "
+        "before step N's output is applied).",
+    ),
+]
+
+# ---- live runs' result files ---------------------------------------------------------
+
+SaveResult = Annotated[
+    bool,
+    typer.Option(
+        "--save-result",
+        help="Live runs: write vLLM's benchmark result JSON per run, and per-call records "
+        "shaped like AIPerf's profile_export.jsonl next to it.",
+    ),
+]
+ResultDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--result-dir", help="Folder of --save-result (default: validate's work dir, else here)."
+    ),
+]
+Label = Annotated[
+    str | None,
+    typer.Option("--label", help="Prefix of --save-result's files (default: ttlctl-POLICY)."),
+]
+
+# ---- outputs ------------------------------------------------------------------------
+
+JsonTo = Annotated[
+    Path | None,
+    typer.Option("--json", help="Write the results as JSON here ('-': stdout)."),
+]
+QueueDelay = Annotated[
+    float,
+    typer.Option("--queue-delay", help="T (s) assumed for the τ* columns (0: a fresh engine's)."),
+]

@@ -1,0 +1,69 @@
+"""A fit: η and each tool's pause distribution."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ttlctl.cli.render.cells import secs
+
+if TYPE_CHECKING:
+    from fitting.fit_doc import FitDoc
+
+
+def fit_table(console: Console, fit: FitDoc) -> None:
+    eta = fit["eta"]
+    inp = fit["input"]
+    ci = (
+        f" (95% CI {eta['ci_low']:.2f} … {eta['ci_high']:.2f})"
+        if eta.get("ci_low") is not None
+        else ""
+    )
+    value = (
+        "undefined (too few distinct program lengths)"
+        if eta["value"] is None
+        else (f"{eta['value']:.3f}")
+    )
+    console.print(
+        f"{inp['programs']:,} programs, {inp['calls']:,} calls, {inp['pauses']:,} tool pauses"
+        f" ({inp['abandoned_pauses']:,} longer than {fit['config']['abandon_s']:g} s set aside)"
+    )
+    console.print(f"η = {value}{ci} over {eta['programs']:,} programs; K = {fit['k']}")
+    table = Table(title="pause after each call, by tool")
+    for col, justify in (
+        ("tool", "left"),
+        ("n", "right"),
+        ("measured", "right"),
+        ("p50", "right"),
+        ("p90", "right"),
+        ("p99", "right"),
+        ("Exp mean", "right"),
+        ("Exp KS", "right"),
+        ("CDF pts", "right"),
+    ):
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    everything = fit["global"]  # None only in a bundle's empty fit
+    rows = [
+        *([("(all tools)", everything)] if everything is not None else []),
+        *sorted(fit["tools"].items(), key=lambda kv: -kv[1]["n"]),
+    ]
+    for name, entry in rows:
+        exp = entry.get("exponential")
+        style = None if entry.get("trusted", True) else "dim"
+        table.add_row(
+            escape(name),
+            f"{entry['n']:,}",
+            f"{entry['measured']:,}",
+            secs(entry["p50_s"]),
+            secs(entry["p90_s"]),
+            secs(entry["p99_s"]),
+            secs(exp["mean_s"] if exp else None),
+            f"{exp['ks']:.2f}" if exp else "—",
+            f"{len(entry['cdf']['x']):,}",
+            style=style,
+        )
+    console.print(table)
+    console.print("[dim]dim rows: at most K samples, the policy uses the all-tools CDF for them[/]")

@@ -1,0 +1,64 @@
+"""Profiles: the shipped ones, and one just measured."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from profiles import shipped
+from profiles.schema import ProfileDoc, from_json, load
+
+
+def shipped_table(console: Console) -> None:
+
+    table = Table(title=f"shipped profiles ({shipped.DATA})")
+    for col in ("name", "model", "device", "source", "KV B/token", "prefill 8k", "prefill 32k"):
+        table.add_column(col, justify="right" if col.startswith(("KV", "prefill")) else "left")
+    for name in shipped.names():
+        p = load(shipped.DATA / f"{name}.json")
+        table.add_row(
+            name,
+            p.model,
+            p.device,
+            str(p.source.get("kind", "?")),
+            f"{p.kv_bytes_per_token:,}",
+            f"{p.prefill_s(8192):.3f} s",
+            f"{p.prefill_s(32768):.3f} s",
+        )
+    console.print(table)
+    console.print(
+        "use one with --profile NAME; measure your own with `ttlctl profile -o profile.json`"
+    )
+
+
+def profile_table(console: Console, doc: ProfileDoc) -> None:
+    if not console.is_terminal:
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        return
+    p = from_json(doc)
+    src = p.source
+    how = " ".join(str(src[k]) for k in ("engine", "vllm") if k in src)
+    how = f"{src.get('kind')}, {how}" if how else str(src.get("kind"))
+    table = Table(title=f"{p.name}: {p.model} on {p.device} ({how})")
+    table.add_column("context", justify="right")
+    table.add_column("measured", justify="right")
+    chunk = (p.source.get("flags") or {}).get("max_num_batched_tokens")
+    table.add_column("priced by replay" if chunk else "fit", justify="right")
+    for tokens, seconds in p.prefill.points:
+        if chunk:
+            from profiles.measure_vllm import priced_prefill_s  # vLLM, torch: on use
+
+            fit = priced_prefill_s(p, tokens, int(chunk))
+        else:
+            fit = p.prefill_s(tokens)
+        table.add_row(f"{tokens:,}", f"{seconds * 1000:.2f} ms", f"{fit * 1000:.2f} ms")
+    console.print(table)
+    console.print(
+        f"KV {p.kv_bytes_per_token:,} B/token; "
+        f"reload {p.reload.bandwidth_bytes_per_s / 1e9:.1f} GB/s "
+        f"+ {p.reload.latency_s * 1e6:.0f} µs; decode step {p.decode.step_s * 1000:.2f} ms "
+        f"+ {p.decode.per_seq_s * 1e6:.1f} µs/seq + {p.decode.per_kv_token_s * 1e9:.2f} ns/KV token"
+    )

@@ -1,0 +1,56 @@
+"""A replay: mean JCT per policy and the share of the vLLM → unlimited-KV gap closed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from ttlctl.cli.render.cells import dash
+
+if TYPE_CHECKING:
+    from replay.figures import PolicyResult
+
+
+def replay_table(console: Console, results: list[PolicyResult], calls: int) -> None:
+    table = Table(title="replay: mean JCT and the share of the vLLM → unlimited-KV gap closed")
+    for col in (
+        "policy",
+        "programs",
+        "calls",
+        "JCT mean",
+        "JCT p50",
+        "JCT p95",
+        "TTFT mean",
+        "prefix hits",
+        "preempt",
+        "pinned tok·s",
+        "gap closed",
+        "sim calls/s",
+    ):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for r in results:
+        name = r["policy"] + (" *" if r.get("evaluation_only") else "")
+        table.add_row(
+            name,
+            f"{r['programs']:,}",
+            f"{r['llm_calls']:,}",
+            dash(r["jct_mean_s"], ".2f"),
+            dash(r["jct_p50_s"], ".2f"),
+            dash(r["jct_p95_s"], ".2f"),
+            dash(r["ttft_mean_s"], ".3f"),
+            "—" if r["prefix_hit_rate"] is None else f"{r['prefix_hit_rate']:.0%}",
+            dash(r["preemptions"], ","),
+            dash(r["pinned_token_seconds"], ",.0f"),
+            "—" if r.get("gap_closed") is None else f"{r['gap_closed']:.0%}",
+            dash(r.get("sim_calls_per_s"), ",.0f"),
+        )
+    console.print(table)
+    console.print("* evaluation only: reads what no engine can know, or has memory no engine has")
+    rejected = max((r["rejected_calls"] for r in results), default=0)
+    if rejected:
+        console.print(
+            f"[yellow]{rejected:,} of {calls:,} calls rejected (longer than the model or "
+            "the KV cache): their programs stop there; --truncate clips them instead[/]"
+        )

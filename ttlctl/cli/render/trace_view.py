@@ -1,0 +1,96 @@
+"""A trace's summary and an ingest's report."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ttlctl.cli.render.cells import num
+
+if TYPE_CHECKING:  # types only: rendering needs no polars
+    from ttlctl.ingest.pipeline import IngestReport
+
+
+def _pct_row(table: Table, label: str, stats: dict[str, Any]) -> None:
+    table.add_row(
+        label,
+        num(stats["count"]),
+        num(stats["p50"]),
+        num(stats["p90"]),
+        num(stats["p99"]),
+        num(stats["mean"]),
+    )
+
+
+def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace") -> None:
+    head = Table(title=f"{title}: {summary['programs']:,} programs, {summary['calls']:,} calls")
+    head.add_column("quantity")
+    for col in ("count", "p50", "p90", "p99", "mean"):
+        head.add_column(col, justify="right")
+    _pct_row(head, "calls per program", summary["calls_per_program"])
+    _pct_row(head, "input tokens per call", summary["tokens"]["input_per_call"])
+    _pct_row(head, "output tokens per call", summary["tokens"]["output_per_call"])
+    _pct_row(head, "tool_s (measured tool time)", summary["tool_s"])
+    _pct_row(head, "gap_s (idle before next call)", summary["gap_s"])
+    _pct_row(head, "llm_s (call latency)", summary["llm_s"])
+    console.print(head)
+    tok = summary["tokens"]
+    unknown = tok.get("reused_unknown_calls", 0)
+    reused = f"reused {tok['reused']:,}" + (
+        f" (not recorded for {unknown:,} calls: previous input + output assumed)" if unknown else ""
+    )
+    console.print(f"tokens: input {tok['input']:,}  output {tok['output']:,}  {reused}")
+    tools = summary["tools"]
+    if tools["distinct"]:
+        table = Table(
+            title=f"tools: {tools['distinct']} distinct, {tools['calls_with_tool']:,} calls"
+        )
+        table.add_column("tool", overflow="fold")
+        table.add_column("calls", justify="right")
+        table.add_column("timed", justify="right")
+        table.add_column("tool_s p50", justify="right")
+        table.add_column("gap_s p50", justify="right")
+        for row in tools["top"]:
+            table.add_row(
+                # markup off: tool names come from untrusted logs
+                _escape(row["tool"]),
+                num(row["calls"]),
+                num(row["timed"]),
+                num(row["tool_s_p50"]),
+                num(row["gap_s_p50"]),
+            )
+        console.print(table)
+    else:
+        console.print("tools: none named in this trace")
+
+
+def _escape(text: str) -> str:
+    return escape(text)
+
+
+def ingest_report(console: Console, report: IngestReport) -> None:
+    formats = ", ".join(f"{name} ×{n}" for name, n in sorted(report.formats().items()))
+    console.print(f"read {len(report.files)} file(s): {formats}")
+    if report.skipped:
+        names = ", ".join(report.skipped[:5]) + (" …" if len(report.skipped) > 5 else "")
+        console.print(f"skipped {len(report.skipped)} documentation file(s): {names}")
+    mode = " (streaming)" if report.streamed else ""
+    console.print(
+        f"{report.records:,} records → {report.rows:,} calls written to {report.output}{mode}"
+    )
+    if report.in_flight:
+        console.print(
+            f"{report.in_flight:,} program(s) still in flight when the log was read: kept up to "
+            "their last logged call (its tool and pause unknown)"
+        )
+    if report.rejects_path is not None:
+        console.print(
+            f"[bold yellow]{report.rejected:,} record(s) rejected[/] → {report.rejects_path}"
+            if report.rejected
+            else f"0 records rejected ({report.rejects_path} is empty)"
+        )
+        for reason, count in sorted(report.rejected_by_reason.items(), key=lambda kv: -kv[1]):
+            console.print(f"  {count:>8,}  {_escape(reason)}")

@@ -1,0 +1,69 @@
+"""A study: the held-back comparison, the trials and the guard's verdict."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+
+def tune_table(console: Console, result: dict[str, Any]) -> None:
+    held = result["held_back"]
+    counts = result["counts"]
+    is_live = result.get("mode") == "live"
+    if is_live:
+        title = (
+            f"live, held-back programs ({len(held.get('programs', []))}), seeds "
+            f"{held['seeds']}: mean JCT (never used in tuning)"
+        )
+        base, base_col = "never_pin", "vs never pin"
+    else:
+        title = f"held-back seeds {held['seeds']}: mean JCT (never used in tuning)"
+        base, base_col = "vllm", "vs vLLM"
+    table = Table(title=title)
+    for col in ("policy", "JCT mean (s)", "JCT p95 (s)", base_col):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    reference = held[f"{base}_jct_mean_s"]
+    labels = {
+        "vllm": "vllm (stock)",
+        "default": "paper default",
+        "never_pin": "never pin (program FCFS)" + (": the live baseline" if is_live else ""),
+        "tuned": f"tuned (trial {result['best']['number']})",
+    }
+    for key, label in labels.items():
+        if f"{key}_jct_mean_s" not in held:
+            continue
+        mean, p95 = held[f"{key}_jct_mean_s"], held[f"{key}_jct_p95_s"]
+        table.add_row(
+            label, f"{mean:.2f}", "—" if p95 is None else f"{p95:.2f}", f"{reference / mean:.2f}x"
+        )
+    console.print(table)
+    if is_live:
+        console.print(escape(result["live"]["baseline_note"]), highlight=False)
+        values = ", ".join(
+            f"#{t['number']} {t['value']:.2f} s" if t["value"] is not None else f"#{t['number']} —"
+            for t in result["trials"]
+        )
+        console.print(f"live trials (mean JCT): {values}", highlight=False)
+    sem = held["diff_sem_vs_default_s"]
+    noise = "" if sem is None else f" ± {sem:.2f}"
+    console.print(
+        f"tuned vs paper default: {held['gain_vs_default']:.3f}x "
+        f"(Δ {held['diff_vs_default_s']:+.2f}{noise} s per replay)",
+        highlight=False,
+    )
+    console.print(
+        f"trials: {counts['complete']} complete, {counts['pruned']} pruned, "
+        f"{counts['fail']} failed; best {json.dumps(result['best']['params'])}",
+        highlight=False,
+        markup=False,
+    )
+    if result["importance"]:
+        top = ", ".join(f"{k} {v:.2f}" for k, v in list(result["importance"].items())[:4])
+        console.print(f"importance: {top}", highlight=False)
+    g = result["guard"]
+    style = "green" if g.get("beats_baseline", g["beats_vllm"]) else "bold yellow"
+    console.print(f"[{style}]{escape(g['message'])}[/]", highlight=False)

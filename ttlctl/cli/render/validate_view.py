@@ -1,0 +1,91 @@
+"""A validation: the simulator against live servers, metric by metric."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _value(kind: str, metric: str, v: Any) -> str:
+    if v is None:
+        return "—"
+    if metric == "prefix_hit_rate":
+        return f"{v:.1%}"
+    if metric == "preemptions":
+        return f"{v:,.0f}"
+    return f"{v:.3f} s"
+
+
+def _error(kind: str, e: Any) -> str:
+    if e is None:
+        return "—"
+    if kind == "relative":
+        return f"{e:+.1%}"
+    if kind == "points":
+        return f"{e:+.1f} pt"
+    return f"{e:+,.0f}"
+
+
+def _range(kind: str, metric: str, span: Any) -> str:
+    if not span:
+        return "—"
+    return f"{_value(kind, metric, span[0])} – {_value(kind, metric, span[1])}"
+
+
+def validate_table(console: Console, doc: dict[str, Any]) -> None:
+    # imported when the table is shown: `ttlctl --help` and the light commands stay light
+    from replay.validation import COMPARED
+
+    repeats = int(doc.get("config", {}).get("repeats") or 1)
+    runs = f", {repeats} live runs per policy" if repeats > 1 else ""
+    table = Table(
+        title=f"validate: simulator vs live, {doc['programs']} programs, {doc['calls']} calls"
+        + runs
+    )
+    live_col = "live (mean)" if repeats > 1 else "live"
+    cols = ["metric", "policy", "simulated", live_col, "error (sim − live)"]
+    if repeats > 1:
+        cols.append("live range")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("metric", "policy") else "right")
+    for i, (key, label, kind) in enumerate(COMPARED):
+        for name in doc["policies"]:
+            row = next(r for r in doc["rows"][name] if r["metric"] == key)
+            cells = [
+                label if name == doc["policies"][0] else "",
+                name,
+                _value(kind, key, row["sim"]),
+                _value(kind, key, row["live"]),
+                _error(kind, row["error"]),
+            ]
+            if repeats > 1:
+                cells.append(_range(kind, key, row.get("live_range")))
+            table.add_row(
+                *cells,
+                end_section=name == doc["policies"][-1] and i < len(COMPARED) - 1,
+            )
+    console.print(table)
+    rank = doc["ranking"]
+    if len(doc["policies"]) > 1:
+        same = {True: "the same", False: "DIFFERENT", None: "unknown"}[rank["same"]]
+        console.print(
+            f"ranking by mean JCT (≈: within {rank['tie_within']:.0%}): simulator "
+            f"{_order(rank['sim'])}, live {_order(rank['live'])}: {same}",
+            highlight=False,
+        )
+    for name, goal in doc["goals"].items():
+        jct = {True: "yes", False: "no", None: "—"}[goal["jct_within_10pct"]]
+        hit = {True: "yes", False: "no", None: "—"}[goal["hit_rate_within_5_points"]]
+        console.print(
+            f"{name}: mean JCT within 10%: {jct}; prefix-hit rate within 5 points: {hit}",
+            highlight=False,
+        )
+    p95 = [r for rows in doc["rows"].values() for r in rows if r["metric"] == "jct_p95_s"]
+    if any(r["sim"] is None or r["live"] is None for r in p95):
+        console.print("p95 JCT needs at least 20 finished programs", highlight=False)
+
+
+def _order(groups: list[list[str]] | None) -> str:
+    return "?" if groups is None else " < ".join(" ≈ ".join(g) for g in groups)

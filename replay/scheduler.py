@@ -156,6 +156,10 @@ class SimScheduler:
     _prefilling: list[SimRequest] = field(default_factory=list)
     _run_counter: int = 0
     _blocked_head: bool = False
+    #: the waiting head that last failed to fit, and the pool's ``changes`` then: until
+    #: the pool makes room or a pin changes, it cannot fit (see :meth:`_admit_waiting`)
+    _stuck: SimRequest | None = None
+    _stuck_changes: int = -1
 
     def __post_init__(self) -> None:
         cls = RunPool if self.config.pool == "runs" else BlockPool
@@ -499,9 +503,13 @@ class SimScheduler:
         admitted: list[tuple[SimRequest, int, int]] = []
         reload_s = 0.0
         waiting = self._sorted_waiting()
+        pool = self.pool
         while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             head = waiting[0]
-            plan = self._try_admit(head, budget, now)
+            if head is self._stuck and pool.changes == self._stuck_changes:
+                plan = None  # nothing made room since it last failed: it fails again
+            else:
+                plan = self._try_admit(head, budget, now)
             if plan is None and self.pinning is not None and self.pinning.retention.pins:
                 # the valve: release pins one at a time, retrying after each
                 for _ in self.pinning.valve(head, stalled=not self.running):
@@ -509,6 +517,11 @@ class SimScheduler:
                     if plan is not None:
                         break
             if plan is None:
+                if self.config.reserve_full_prompt:
+                    # whether the whole prompt fits depends only on the free blocks (fewer
+                    # since: handing blocks out is all that happens without a change) and
+                    # the program's pin (the blocks it could share), not on the budget
+                    self._stuck, self._stuck_changes = head, pool.changes
                 return admitted, reload_s, True
             new, loaded_s = plan
             self._dequeue_head(head)

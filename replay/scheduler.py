@@ -226,7 +226,8 @@ class SimScheduler:
 
     def tick(self, now: float) -> None:
         """Integrate pinned memory up to ``now`` (call before any pin changes)."""
-        pinned = self.pinning.pinned_blocks if self.pinning is not None else 0
+        pinning = self.pinning
+        pinned = pinning.retention.pins.blocks if pinning is not None else 0
         if now > self.clock:
             self.stats.pinned_block_seconds += pinned * (now - self.clock)
             self.clock = now
@@ -301,7 +302,7 @@ class SimScheduler:
         prefills: list[tuple[SimRequest, int, int, int]] = []
         need_total = 0
         dec = self.decoders
-        demand = sum(r.num_tokens - r.computed for r in self._prefilling)
+        demand = sum(r.num_tokens - r.computed for r in self._prefilling) if self._prefilling else 0
         if len(dec) + demand <= budget:
             # every running request gets all it asks for: no need to walk the list
             for r in self._prefilling:
@@ -342,7 +343,7 @@ class SimScheduler:
                 dec.block_granted(r)
 
         reload_s, blocked_head = 0.0, False
-        if not preempted:  # vLLM admits nothing in a step that preempted
+        if not preempted and self.waiting:  # vLLM admits nothing in a step that preempted
             admitted, reload_s, blocked_head = self._admit_waiting(budget, now)
             prefills.extend((r, new, ctx, 0) for r, new, ctx in admitted)
 

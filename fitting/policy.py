@@ -23,7 +23,11 @@ than half of its records. An untrusted CDF is never built (no decision reads it)
 pause touches two CDFs (its tool's and all tools'), so an event rebuilds at most two
 hulls, each in O(prior points + ``history_cap``) work; amortised, a CDF is rebuilt
 once per ``refresh_every`` samples, plus at most log2(``refresh_every``) times while
-it has fewer records than that. It reads no clock and sees only what an engine sees.
+it has fewer records than that. A rebuild keeps a copy of the samples it is due to
+use and builds the hull from them when a decision first reads it: the same hull at
+the same moments, but a CDF no decision reads between two rebuilds (often the CDF of
+all tools, when every tool's own is trusted) costs only the copy. It reads no clock
+and sees only what an engine sees.
 Standard library only: the engine process imports it.
 """
 
@@ -171,15 +175,25 @@ class _Durations:
     prior: Prior | None
     prior_weight: float
     recent: deque[float]
-    hull: hull_mod.Hull = hull_mod.EMPTY
+    _hull: hull_mod.Hull = hull_mod.EMPTY
     observed: int = 0
     #: the records the hull was built from (0: never built)
     built: int = 0
     prior_points: list[tuple[float, float]] | None = None
+    #: the recent samples the hull is due to be built from (None: built)
+    _due: tuple[float, ...] | None = None
 
     @property
     def records(self) -> int:
         return (self.prior.n if self.prior else 0) + self.observed
+
+    @property
+    def hull(self) -> hull_mod.Hull:
+        """The hull of the last rebuild (built now from its samples if not yet)."""
+        if self._due is not None:
+            self._hull = self._build(self._due)
+            self._due = None
+        return self._hull
 
     def add(self, seconds: float, k: int, refresh_every: int) -> None:
         """Record one sample; rebuild the hull when the CDF becomes trusted or has
@@ -191,10 +205,23 @@ class _Durations:
             self.rebuild()
 
     def rebuild(self) -> None:
-        """Merge the prior (as weighted points) with the recent samples; rebuild the hull."""
+        """Rebuild the hull from the prior and the recent samples held now (built when
+        :attr:`hull` is first read)."""
+        self._due = tuple(self.recent)
+        self.built = self.records
+
+    def _build(self, recent: tuple[float, ...]) -> hull_mod.Hull:
+        """Merge the prior (as weighted points) with ``recent``; the hull of the result."""
         if self.prior_points is None:
             self.prior_points = self._prior_points()
-        merged = heapq.merge(self.prior_points, ((x, 1.0) for x in sorted(self.recent)))
+        samples = sorted(recent)
+        if not self.prior_points and len(set(samples)) == len(samples):
+            # distinct samples of weight 1 each: the sums below are the integers, exactly
+            if not samples:
+                return hull_mod.EMPTY
+            total = float(len(samples))
+            return hull_mod.build(samples, [i / total for i in range(1, len(samples) + 1)])
+        merged = heapq.merge(self.prior_points, ((x, 1.0) for x in samples))
         xs: list[float] = []
         ws: list[float] = []
         for x, w in merged:
@@ -205,16 +232,14 @@ class _Durations:
                 ws.append(w)
         total = sum(ws)
         if total <= 0:
-            self.hull = hull_mod.EMPTY
-        else:
-            acc = 0.0
-            ps: list[float] = []
-            for w in ws:
-                acc += w
-                ps.append(acc / total)
-            ps[-1] = 1.0
-            self.hull = hull_mod.build(xs, ps)
-        self.built = self.records
+            return hull_mod.EMPTY
+        acc = 0.0
+        ps: list[float] = []
+        for w in ws:
+            acc += w
+            ps.append(acc / total)
+        ps[-1] = 1.0
+        return hull_mod.build(xs, ps)
 
     def _prior_points(self) -> list[tuple[float, float]]:
         if self.prior is None or self.prior.n <= 0 or self.prior_weight <= 0:

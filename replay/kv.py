@@ -48,6 +48,9 @@ class OutOfBlocks(Exception):
 class KVPool(Protocol):
     block_size: int
     num_blocks: int
+    #: bumped by every call that can make room or change a program's pin (all but the
+    #: ones handing free blocks out: those only take room, and never a pin's blocks)
+    changes: int
 
     @property
     def free_blocks(self) -> int: ...
@@ -149,6 +152,7 @@ class RunPool:
     _held: dict[str, int] = field(default_factory=dict)  # program -> its running request's
     _pins: dict[str, _Pin] = field(default_factory=dict)
     _evicted: int = 0
+    changes: int = 0
 
     def __post_init__(self) -> None:
         if self.num_blocks <= 0 or self.block_size <= 0:
@@ -180,6 +184,7 @@ class RunPool:
         return new <= self._free - hit
 
     def admit(self, program: str, hit: int, new: int) -> None:
+        self.changes += 1
         if not self.room_for(program, hit, new):
             raise OutOfBlocks(program)
         pin = self._pins.get(program)
@@ -227,16 +232,19 @@ class RunPool:
             held[program] = held.get(program, 0) + n
 
     def release(self, program: str, full: int) -> None:
+        self.changes += 1
         held = self._held.pop(program, 0)
         self._free_stream(program, held, min(full, held))
 
     def pin(self, program: str, full: int) -> None:
+        self.changes += 1
         if program in self._pins:
             raise ValueError(f"{program} already holds a pin")
         held = self._held.pop(program, 0)
         self._pins[program] = _Pin(held, min(full, held))
 
     def unpin(self, program: str) -> None:
+        self.changes += 1
         pin = self._pins.pop(program)
         if pin.shared < 0:
             self._free_stream(program, pin.blocks, pin.full)
@@ -326,6 +334,7 @@ class BlockPool:
     #: program -> (its blocks, full, shared)
     _pins: dict[str, tuple[list[int], _Pin]] = field(default_factory=dict)
     _evicted: int = 0
+    changes: int = 0
 
     def __post_init__(self) -> None:
         for b in range(self.num_blocks):
@@ -359,6 +368,7 @@ class BlockPool:
         return new <= len(self._queue) - hit
 
     def admit(self, program: str, hit: int, new: int) -> None:
+        self.changes += 1
         if not self.room_for(program, hit, new):
             raise OutOfBlocks(program)
         if program in self._pins:
@@ -405,16 +415,19 @@ class BlockPool:
             self.grow(program, n)
 
     def release(self, program: str, full: int) -> None:
+        self.changes += 1
         blocks = self._owned.pop(program, [])
         self._free(program, blocks, min(full, len(blocks)), 0)
 
     def pin(self, program: str, full: int) -> None:
+        self.changes += 1
         if program in self._pins:
             raise ValueError(f"{program} already holds a pin")
         blocks = self._owned.pop(program, [])
         self._pins[program] = (blocks, _Pin(len(blocks), min(full, len(blocks))))
 
     def unpin(self, program: str) -> None:
+        self.changes += 1
         blocks, pin = self._pins.pop(program)
         if pin.shared < 0:
             self._free(program, blocks, pin.full, 0)

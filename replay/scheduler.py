@@ -156,6 +156,10 @@ class SimScheduler:
     _prefilling: list[SimRequest] = field(default_factory=list)
     _run_counter: int = 0
     _blocked_head: bool = False
+    #: the waiting head that last failed to fit, and the pool's ``changes`` then: until
+    #: the pool makes room or a pin changes, it cannot fit (see :meth:`_admit_waiting`)
+    _stuck: SimRequest | None = None
+    _stuck_changes: int = -1
 
     def __post_init__(self) -> None:
         cls = RunPool if self.config.pool == "runs" else BlockPool
@@ -222,7 +226,8 @@ class SimScheduler:
 
     def tick(self, now: float) -> None:
         """Integrate pinned memory up to ``now`` (call before any pin changes)."""
-        pinned = self.pinning.pinned_blocks if self.pinning is not None else 0
+        pinning = self.pinning
+        pinned = pinning.retention.pins.blocks if pinning is not None else 0
         if now > self.clock:
             self.stats.pinned_block_seconds += pinned * (now - self.clock)
             self.clock = now
@@ -297,7 +302,7 @@ class SimScheduler:
         prefills: list[tuple[SimRequest, int, int, int]] = []
         need_total = 0
         dec = self.decoders
-        demand = sum(r.num_tokens - r.computed for r in self._prefilling)
+        demand = sum(r.num_tokens - r.computed for r in self._prefilling) if self._prefilling else 0
         if len(dec) + demand <= budget:
             # every running request gets all it asks for: no need to walk the list
             for r in self._prefilling:
@@ -338,7 +343,7 @@ class SimScheduler:
                 dec.block_granted(r)
 
         reload_s, blocked_head = 0.0, False
-        if not preempted:  # vLLM admits nothing in a step that preempted
+        if not preempted and self.waiting:  # vLLM admits nothing in a step that preempted
             admitted, reload_s, blocked_head = self._admit_waiting(budget, now)
             prefills.extend((r, new, ctx, 0) for r, new, ctx in admitted)
 
@@ -499,9 +504,13 @@ class SimScheduler:
         admitted: list[tuple[SimRequest, int, int]] = []
         reload_s = 0.0
         waiting = self._sorted_waiting()
+        pool = self.pool
         while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             head = waiting[0]
-            plan = self._try_admit(head, budget, now)
+            if head is self._stuck and pool.changes == self._stuck_changes:
+                plan = None  # nothing made room since it last failed: it fails again
+            else:
+                plan = self._try_admit(head, budget, now)
             if plan is None and self.pinning is not None and self.pinning.retention.pins:
                 # the valve: release pins one at a time, retrying after each
                 for _ in self.pinning.valve(head, stalled=not self.running):
@@ -509,6 +518,11 @@ class SimScheduler:
                     if plan is not None:
                         break
             if plan is None:
+                if self.config.reserve_full_prompt:
+                    # whether the whole prompt fits depends only on the free blocks (fewer
+                    # since: handing blocks out is all that happens without a change) and
+                    # the program's pin (the blocks it could share), not on the budget
+                    self._stuck, self._stuck_changes = head, pool.changes
                 return admitted, reload_s, True
             new, loaded_s = plan
             self._dequeue_head(head)

@@ -388,3 +388,15 @@ def test_off_on_a_vllm_it_was_not_read_against(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(hitmemo, "_lookup_signature", lambda: ("request", "new_flag"))
     assert "new_flag" in str(why_not(manager(), None))
 
+
+def test_every_vllm_method_it_wraps_is_checked_at_import() -> None:
+    """A vLLM that renames or re-signs one fails ttlctl.engine.compat's check loudly."""
+    from ttlctl.engine import hooks
+
+    table = {(h.owner, h.name): h.use for h in hooks.HOOKS}
+    assert table[("KVCacheManager", "get_computed_blocks")] == hooks.WRAP
+    assert table[("BlockPool", "_remove_cached_block_hashes")] == hooks.OVERRIDE
+    assert table[("BlockPool", "reset_prefix_cache")] == hooks.WRAP
+    assert table[("BlockPool", "get_cached_block")] == hooks.CALL
+    assert table[("KVCacheManager", "create_kv_cache_blocks")] == hooks.CALL
+    assert table[("KVCacheManager", "prefix_cache_lookup_enabled")] == hooks.CALL

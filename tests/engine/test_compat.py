@@ -232,3 +232,41 @@ def test_static_check_on_other_vllm_sources(root: str) -> None:
     assert failures == 0, "\n".join(lines)
     version = lines[0].split()[1]
     assert compat.supported(version), lines[0]
+
+
+def test_static_check_names_a_cache_map_change_the_memo_would_not_see(tmp_path: Path) -> None:
+    """The prefix-hit memo is exact only if the cache map loses entries in one method."""
+    core = tmp_path / "vllm" / "v1" / "core"
+    core.mkdir(parents=True)
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+    pool = """
+class BlockPool:
+    def __init__(self):
+        self.cached_block_hash_to_block = {}
+
+    def get_cached_block(self, h):
+        return self.cached_block_hash_to_block.get_one_block(h)
+
+    def _insert_block_hash(self, h, block):
+        self.cached_block_hash_to_block.insert(h, block)
+
+    def _remove_cached_block_hashes(self, block):
+        return self.cached_block_hash_to_block.pop(block.block_hash, block.block_id)
+"""
+    (core / "block_pool.py").write_text(pool)
+    src = vllm_hooks.Sources(tmp_path)
+    removes, other = vllm_hooks.cache_map_writes(src)
+    assert [w.split()[1:] for w in removes] == [
+        ["BlockPool.__init__", "replaces"],
+        ["BlockPool._remove_cached_block_hashes", "pop"],
+    ]
+    assert other == []
+    evicts = "\n    def evict(self, h, i):\n        self.cached_block_hash_to_block.pop(h, i)\n"
+    (core / "block_pool.py").write_text(pool + evicts)
+    drop = "def drop(pool):\n    pool.cached_block_hash_to_block = None\n"
+    (core / "offload.py").write_text(drop)
+    removes, other = vllm_hooks.cache_map_writes(src)
+    assert other == [
+        "v1/core/block_pool.py:16 BlockPool.evict pop",
+        "v1/core/offload.py:2 drop replaces",
+    ]

@@ -13,7 +13,9 @@ For each source it prints one line per hook of :data:`ttlctl.engine.hooks.HOOKS`
 the abstract-method checks (``RequestQueue`` against ``ProgramQueue``;
 ``SchedulerInterface`` against ``Scheduler``, so the plugin inherits every
 interface method), the call sites the scheduler's docstring cites with their
-``file:line``, and how the waiting loop treats a head granted 0 tokens. Exit
+``file:line``, where the prefix cache's map can lose entries (the prefix-hit
+memo sees only those in ``BlockPool._remove_cached_block_hashes`` and a reset),
+and how the waiting loop treats a head granted 0 tokens. Exit
 status: 0 when everything is found, 1 when something is missing, 2 on bad input.
 """
 
@@ -310,6 +312,67 @@ def zero_token_head(src: Sources) -> list[str]:
     return seen
 
 
+#: the prefix cache's map (block hash -> blocks) and where vLLM may change it without the
+#: prefix-hit memo (``ttlctl.engine.hitmemo``) seeing it: entries are added anywhere in
+#: ``BlockPool`` (an addition never changes a lookup's answer: it goes after), removed
+#: only in ``_remove_cached_block_hashes`` (which the memo wraps), and the map replaced
+#: only when the pool is made or its prefix cache reset (also wrapped)
+CACHE_MAP = "cached_block_hash_to_block"
+MAP_READS = frozenset({"get_one_block", "contain", "__len__"})
+MAP_REMOVES_IN = "BlockPool._remove_cached_block_hashes"
+MAP_ADDS_IN = "BlockPool."
+MAP_REPLACED_IN = frozenset({"BlockPool.__init__", "BlockPool.reset_prefix_cache"})
+
+
+def _scopes(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
+    """Every node with the qualified name of the function (``Class.method``) it is in."""
+
+    def walk(node: ast.AST, scope: str) -> Iterator[tuple[str, ast.AST]]:
+        for child in ast.iter_child_nodes(node):
+            name = getattr(child, "name", None)
+            inner = f"{scope}.{name}".lstrip(".") if isinstance(
+                child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+            ) else scope
+            yield inner, child
+            yield from walk(child, inner)
+
+    yield from walk(tree, "")
+
+
+def cache_map_writes(src: Sources) -> tuple[list[str], list[str]]:
+    """(where the cache map loses entries as the memo expects, where it changes otherwise),
+    over every module of the package that names the map."""
+    expected: list[str] = []
+    other: list[str] = []
+    for path in sorted(src.package.rglob("*.py")):
+        text = path.read_text()
+        if CACHE_MAP not in text:
+            continue
+        where = path.relative_to(src.package).as_posix()
+        in_pool = where == src.relative(hooks.BLOCK_POOL)
+        for scope, node in _scopes(ast.parse(text, str(path))):
+            if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Attribute) and t.attr == CACHE_MAP for t in targets):
+                    ok = in_pool and scope in MAP_REPLACED_IN
+                    (expected if ok else other).append(f"{where}:{node.lineno} {scope} replaces")
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Attribute)
+                and node.func.value.attr == CACHE_MAP
+                and node.func.attr not in MAP_READS
+            ):
+                op = node.func.attr
+                if op == "insert":
+                    ok = in_pool and scope.startswith(MAP_ADDS_IN)
+                else:
+                    ok = in_pool and op == "pop" and scope == MAP_REMOVES_IN
+                if not ok or op != "insert":
+                    (expected if ok else other).append(f"{where}:{node.lineno} {scope} {op}")
+    return expected, other
+
+
 def report(root: Path) -> tuple[list[str], int]:
     """The lines to print for one source folder and the number of failures."""
     src = Sources(root)
@@ -346,11 +409,19 @@ def report(root: Path) -> tuple[list[str], int]:
         what = f"call site {site.function} -> {site.callee}{how} ({site.label})"
         where = f"{src.relative(site.module)}:{','.join(map(str, found))}" if found else ""
         line(bool(found), what, where)
+    removes, other = cache_map_writes(src)
+    what = f"cache map: entries removed only in {MAP_REMOVES_IN} (prefix-hit memo)"
+    if other:
+        what += f"; also {', '.join(other)}"
+    elif not any(w.endswith(" pop") for w in removes):
+        what += "; no removal found"
+    popped = any(w.endswith(" pop") for w in removes)
+    line(popped and not other, what, ", ".join(w.split()[0] for w in removes))
     zero = "; ".join(zero_token_head(src)) or "none found"
     lines.append(
         f"note  waiting loop, request granted 0 tokens: {src.relative(hooks.SCHEDULER)}: {zero}"
     )
-    total = len(hooks.HOOKS) + len(hooks.COMPLETE) + 1 + len(SITES)
+    total = len(hooks.HOOKS) + len(hooks.COMPLETE) + 2 + len(SITES)
     lines.append(f"{total - failures}/{total} found" + (f", {failures} not" if failures else ""))
     return lines, failures
 

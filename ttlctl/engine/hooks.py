@@ -39,6 +39,9 @@ ASYNC_SCHEDULER = "vllm.v1.core.sched.async_scheduler"
 REQUEST_QUEUE = "vllm.v1.core.sched.request_queue"
 KV_CACHE_MANAGER = "vllm.v1.core.kv_cache_manager"
 BLOCK_POOL = "vllm.v1.core.block_pool"
+KV_CACHE_COORDINATOR = "vllm.v1.core.kv_cache_coordinator"
+SINGLE_TYPE_MANAGER = "vllm.v1.core.single_type_kv_cache_manager"
+KV_CACHE_UTILS = "vllm.v1.core.kv_cache_utils"
 REQUEST = "vllm.v1.request"
 SCHEDULER_CONFIG = "vllm.config.scheduler"
 
@@ -93,6 +96,7 @@ HOOKS: tuple[Hook, ...] = (
     *_each(SCHEDULER, WRAP, "Scheduler.schedule(...)", "Scheduler.update_from_output(...)"),
     *_each(SCHEDULER, WRAP, "Scheduler.reset_prefix_cache(...)"),
     _hook(SCHEDULER, WRAP, "Scheduler._free_request(request, ...)"),
+    _hook(SCHEDULER, ATTRIBUTE, "Scheduler.connector"),
     *_each(SCHEDULER, OVERRIDE, "Scheduler.add_request(request)", "Scheduler.shutdown()"),
     _hook(SCHEDULER, OVERRIDE, "Scheduler._free_blocks(request)"),
     _hook(SCHEDULER, CALL, "Scheduler._request_blocks_can_be_freed(request)"),
@@ -110,6 +114,42 @@ HOOKS: tuple[Hook, ...] = (
     _hook(KV_CACHE_MANAGER, ATTRIBUTE, "KVCacheManager.block_pool"),
     _hook(BLOCK_POOL, CALL, "BlockPool.free_blocks(ordered_blocks)"),
     _hook(BLOCK_POOL, ATTRIBUTE, "BlockPool.num_gpu_blocks"),
+    # the prefix-hit memo (ttlctl.engine.hitmemo): the lookup it wraps on the manager,
+    # what it reads to decide it is exact, the pool methods it wraps to see evictions
+    _hook(KV_CACHE_MANAGER, WRAP, "KVCacheManager.get_computed_blocks(request, ...)"),
+    *_each(
+        KV_CACHE_MANAGER,
+        CALL,
+        "KVCacheManager.prefix_cache_lookup_enabled(request)",
+        "KVCacheManager.create_kv_cache_blocks(blocks)",
+    ),
+    *_each(
+        KV_CACHE_MANAGER,
+        ATTRIBUTE,
+        "KVCacheManager.enable_caching",
+        "KVCacheManager.enable_kv_cache_events",
+        "KVCacheManager.coordinator",
+    ),
+    *_each(
+        KV_CACHE_COORDINATOR,
+        ATTRIBUTE,
+        *(
+            f"UnitaryKVCacheCoordinator.{name}"
+            for name in (
+                "single_type_managers",
+                "eagle_group_ids",
+                "dcp_world_size",
+                "pcp_world_size",
+                "block_size",
+            )
+        ),
+    ),
+    _hook(SINGLE_TYPE_MANAGER, ATTRIBUTE, "FullAttentionManager.block_size"),
+    _hook(BLOCK_POOL, OVERRIDE, "BlockPool._remove_cached_block_hashes(block)"),
+    _hook(BLOCK_POOL, WRAP, "BlockPool.reset_prefix_cache(...)"),
+    _hook(BLOCK_POOL, CALL, "BlockPool.get_cached_block(block_hash, kv_cache_group_ids)"),
+    _hook(BLOCK_POOL, ATTRIBUTE, "BlockPool.hash_block_size"),
+    _hook(KV_CACHE_UTILS, ATTRIBUTE, "KVCacheBlock.block_id"),
     # ProgramQueue replaces Scheduler.waiting and implements these
     *_each(
         REQUEST_QUEUE,
@@ -154,6 +194,9 @@ HOOKS: tuple[Hook, ...] = (
                 "num_output_tokens",
                 "sampling_params",
                 "session_id",
+                "block_hashes",
+                "num_tokens",
+                "skip_reading_prefix_cache",
             )
         ),
     ),

@@ -58,6 +58,7 @@ from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from ttlctl.engine import tags as tags_mod  # noqa: E402
 from ttlctl.engine.counters import Counters  # noqa: E402
 from ttlctl.engine.enginelog import ENV_LOG, EngineLog, Record  # noqa: E402
+from ttlctl.engine.hitmemo import HitMemo  # noqa: E402
 from ttlctl.engine.programs import DEFAULT_CAP  # noqa: E402
 from ttlctl.engine.queue import ProgramQueue  # noqa: E402
 from ttlctl.engine.retention import ABORTED, FAILED, OK, Retention  # noqa: E402
@@ -89,6 +90,7 @@ class TTLMixin:
     # attributes of vLLM's Scheduler this mixin uses (for the type checker)
     kv_cache_manager: Any
     cache_config: Any
+    connector: Any
     running: list[Request]
     waiting: Any
     requests: dict[str, Request]
@@ -134,9 +136,12 @@ class TTLMixin:
         # the admission hook: vLLM's waiting path calls kv_cache_manager.allocate_slots
         self._ttl_allocate = self.kv_cache_manager.allocate_slots
         self.kv_cache_manager.allocate_slots = self._ttl_allocate_slots
+        # the waiting path's prefix lookup, remembered while exact (ttlctl.engine.hitmemo)
+        self.ttl_memo, memo_off = HitMemo.install(self.kv_cache_manager, self.connector, env)
         self._ttl_info(
             f"ttlctl: {type(self).__name__} on vLLM {VLLM_VERSION}, "
-            f"{self.ttl.capacity_blocks} KV blocks, engine log {log_path or 'off'}"
+            f"{self.ttl.capacity_blocks} KV blocks, engine log {log_path or 'off'}, "
+            f"prefix-hit memo {'on' if memo_off is None else f'off ({memo_off})'}"
         )
 
     def _ttl_warn(self, message: str) -> None:
@@ -209,6 +214,8 @@ class TTLMixin:
                 if blocks is not None:
                     break
         if blocks is not None:
+            if self.ttl_memo is not None:
+                self.ttl_memo.forget(request.request_id)
             self._ttl_admitted(request, kwargs)
         return blocks
 
@@ -253,6 +260,8 @@ class TTLMixin:
             return super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
         finally:
             self._ttl_pin_ttl.pop(request_id, None)  # a delayed free is not pinned
+            if self.ttl_memo is not None:
+                self.ttl_memo.forget(request_id)
             self._ttl_awaiting_first.pop(request_id, None)
             live = self.ttl.forget(request_id)
             if self.ttl_log is not None and live is not None:

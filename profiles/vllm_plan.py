@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiles import models
+from ttlctl.errors import TtlctlError
 
 #: the replay's default step budget (``ttlctl replay --max-num-batched-tokens``)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
@@ -33,7 +34,7 @@ KV_MARGIN = 1.25
 DTYPES = ("bfloat16", "float16", "float32")
 
 
-class VllmMeasureError(ValueError):
+class VllmMeasureError(TtlctlError, ValueError):
     """The measurement cannot run as asked; the message (one line) says why."""
 
 

@@ -14,6 +14,7 @@ from profiles.cost import ConstantCostModel, ProfileCostModel
 from profiles.schema import ProfileDoc, ProfileError, from_json, load
 from tests.documents import conforms
 from ttlctl.cli import app
+from ttlctl.errors import TtlctlError
 
 
 def test_quadratic_fit_recovers_known_coefficients() -> None:
@@ -143,3 +144,11 @@ def test_cli_profile_list_and_errors(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "--contexts" in res.output
     res = runner.invoke(app, ["profile"])
     assert res.exit_code == 2
+
+
+def test_a_fit_refused_is_a_user_error() -> None:
+    """Too few or unusable timings: a TtlctlError (one line, exit 2 from the CLI)."""
+    with pytest.raises(TtlctlError, match="at least 3"):
+        fitmath.fit_quadratic([1, 2], [0.1, 0.2])
+    with pytest.raises(TtlctlError, match="positive and finite"):
+        fitmath.fit_quadratic([1, 2, 3], [0.1, -0.2, 0.3])

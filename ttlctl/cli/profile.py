@@ -84,49 +84,46 @@ def profile(
             def progress(stage: str, done: int, total: int) -> None:
                 bar.update(task, description=stage, completed=done, total=total)
 
-            try:
-                if engine is not None:
-                    from profiles.measure_server import measure_engine  # numpy, scipy: on use
+            if engine is not None:
+                from profiles.measure_server import measure_engine  # numpy, scipy: on use
 
-                    result = measure_engine(
-                        engine,
-                        model_config=config,
-                        contexts=grid,
-                        repeats=repeats,
-                        progress=progress,
-                    )
-                elif torch_eager:
-                    from profiles.measure_torch import measure  # numpy, scipy, torch: on use
+                result = measure_engine(
+                    engine,
+                    model_config=config,
+                    contexts=grid,
+                    repeats=repeats,
+                    progress=progress,
+                )
+            elif torch_eager:
+                from profiles.measure_torch import measure  # numpy, scipy, torch: on use
 
-                    result = measure(
-                        name,
-                        config,
-                        device=device,
-                        contexts=grid,
-                        max_context=max_context,
-                        repeats=repeats,
-                        dtype=dtype,
-                        progress=progress,
-                    )
-                else:
-                    from profiles.measure_vllm import measure_vllm  # vLLM, torch: on use
+                result = measure(
+                    name,
+                    config,
+                    device=device,
+                    contexts=grid,
+                    max_context=max_context,
+                    repeats=repeats,
+                    dtype=dtype,
+                    progress=progress,
+                )
+            else:
+                from profiles.measure_vllm import measure_vllm  # vLLM, torch: on use
 
-                    result = measure_vllm(
-                        name,
-                        config,
-                        device=device,
-                        contexts=grid,
-                        max_context=max_context,
-                        repeats=repeats,
-                        dtype=dtype,
-                        block_size=block_size,
-                        max_num_batched_tokens=max_num_batched_tokens,
-                        enforce_eager=enforce_eager,
-                        where=model,
-                        progress=progress,
-                    )
-            except ValueError as exc:  # torch, transformers or a fit refused the model or grid
-                raise UserError(str(exc)) from None
+                result = measure_vllm(
+                    name,
+                    config,
+                    device=device,
+                    contexts=grid,
+                    max_context=max_context,
+                    repeats=repeats,
+                    dtype=dtype,
+                    block_size=block_size,
+                    max_num_batched_tokens=max_num_batched_tokens,
+                    enforce_eager=enforce_eager,
+                    where=model,
+                    progress=progress,
+                )
         write_json(result.to_json(), output)
     render.profile_table(out, result.to_json())
     err.print(f"wrote {output}")

@@ -14,6 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import nnls
 
+from ttlctl.errors import TtlctlError
+
+
+class FitMathError(TtlctlError, ValueError):
+    """Too few timings, or timings a fit cannot use: one line."""
+
+
 #: the smallest context a default grid reaches down to
 MIN_CONTEXT = 16
 
@@ -57,9 +64,9 @@ def fit_quadratic(tokens: Sequence[float], seconds: Sequence[float]) -> Quadrati
     c = np.asarray(tokens, dtype=np.float64)
     y = np.asarray(seconds, dtype=np.float64)
     if c.size < 3 or c.size != y.size:
-        raise ValueError("a quadratic needs at least 3 (tokens, seconds) points")
+        raise FitMathError("a quadratic needs at least 3 (tokens, seconds) points")
     if np.any(y <= 0) or not np.all(np.isfinite(y)):
-        raise ValueError("timings must be positive and finite")
+        raise FitMathError("timings must be positive and finite")
     scale = np.array([1.0, c.max(), c.max() ** 2])  # condition the columns
     design = np.stack([np.ones_like(c), c, c * c], axis=1) / scale
     weights = 1.0 / y
@@ -91,7 +98,7 @@ def fit_decode(
     k = np.asarray(kv_tokens, dtype=np.float64)
     y = np.asarray(seconds, dtype=np.float64)
     if y.size < 3:
-        raise ValueError("the decode model needs at least 3 timings")
+        raise FitMathError("the decode model needs at least 3 timings")
     scale = np.array([1.0, max(s.max(), 1.0), max(k.max(), 1.0)])
     design = np.stack([np.ones_like(s), s, k], axis=1) / scale
     weights = 1.0 / y
@@ -120,9 +127,9 @@ def fit_prefill_steps(
     n = np.asarray(chunks, dtype=np.float64)
     y = np.asarray(seconds, dtype=np.float64)
     if y.size < 3 or not (ctx.size == n.size == y.size):
-        raise ValueError("the prefill steps fit needs at least 3 (context, chunk, seconds) steps")
+        raise FitMathError("the prefill steps fit needs at least 3 (context, chunk, seconds) steps")
     if np.any(y <= 0) or not np.all(np.isfinite(y)) or np.any(n <= 0) or np.any(ctx < 0):
-        raise ValueError("steps need positive chunks, non-negative contexts and positive times")
+        raise FitMathError("steps need positive chunks, non-negative contexts and positive times")
     delta = (ctx + n) ** 2 - ctx**2
     scale = np.array([1.0, n.max(), delta.max()])
     design = np.stack([np.ones_like(n), n, delta], axis=1) / scale

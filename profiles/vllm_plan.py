@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiles import models
+from ttlctl.errors import ConfigError, TtlctlError
 
 #: the replay's default step budget (``ttlctl replay --max-num-batched-tokens``)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
@@ -33,8 +34,23 @@ KV_MARGIN = 1.25
 DTYPES = ("bfloat16", "float16", "float32")
 
 
-class VllmMeasureError(ValueError):
+class VllmMeasureError(TtlctlError, ValueError):
     """The measurement cannot run as asked; the message (one line) says why."""
+
+
+def parse_contexts(text: str | None) -> list[int] | None:
+    """``--contexts``: comma-separated lengths, sorted and unique (None: the default grid).
+    A :class:`~ttlctl.errors.ConfigError` when they are not integers, or fewer than 3
+    positive ones (a quadratic is fitted). Every profiler takes this grid."""
+    if text is None:
+        return None
+    try:
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise ConfigError(f"--contexts: not a comma-separated list of integers: {text!r}") from None
+    if len(values) < 3 or values[0] <= 0:
+        raise ConfigError("--contexts needs at least 3 positive lengths (a quadratic is fitted)")
+    return values
 
 
 def default_contexts(limit: int) -> list[int]:

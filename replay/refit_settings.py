@@ -14,7 +14,7 @@ service records, else the defaults.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -23,11 +23,13 @@ import polars as pl
 
 from fitting.fit import FitConfig
 from fitting.policy import PolicyParams
+from replay.loads import load_list
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.workload import Workload
 from ttlctl.bundle import Bundle
+from ttlctl.errors import ConfigError
 
 #: held-back seeds, as ``ttlctl tune`` numbers them (its trials use 0, 1, …)
 HELD_BACK_FROM = 1000
@@ -52,6 +54,44 @@ class RefitSettings:
     queue_delay_s: float = 0.0
     #: replace even when the new bundle does not beat the served one
     force: bool = False
+
+
+def checked_settings(
+    *,
+    fmt: str = "auto",
+    skip_bad: bool = False,
+    trace: Path | None = None,
+    jps: Sequence[float] = (),
+    concurrency: Sequence[int] = (),
+    seeds: int = 3,
+    kv_tokens: int | None = None,
+    offload_tokens: int | None = None,
+    truncate: bool | None = None,
+    queue_delay_s: float = 0.0,
+    force: bool = False,
+) -> RefitSettings:
+    """:class:`RefitSettings` from ``ttlctl refit``'s options (``seeds``: how many held-back
+    seeds); an option out of range is a :class:`~ttlctl.errors.ConfigError` naming it."""
+    if seeds < 1:
+        raise ConfigError("--seeds must be >= 1")
+    if kv_tokens is not None and kv_tokens <= 0:
+        raise ConfigError("--kv-tokens must be positive")
+    if offload_tokens is not None and offload_tokens < 0:
+        raise ConfigError("--offload-tokens must be >= 0")
+    if not queue_delay_s >= 0:
+        raise ConfigError("--queue-delay must be >= 0")
+    return RefitSettings(
+        fmt=fmt,
+        skip_bad=skip_bad,
+        trace=trace,
+        loads=load_list(jps, concurrency),
+        seeds=tuple(range(HELD_BACK_FROM, HELD_BACK_FROM + seeds)),
+        kv_tokens=kv_tokens,
+        offload_tokens=offload_tokens,
+        truncate=truncate,
+        queue_delay_s=queue_delay_s,
+        force=force,
+    )
 
 
 def fit_config(doc: Bundle) -> FitConfig:

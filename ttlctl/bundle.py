@@ -18,19 +18,23 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
 from fitting import FIT_SCHEMA
+from fitting.eta import fitted as eta_fitted
+from fitting.eta import from_fit as eta_from_fit
 from fitting.fit_doc import FitDoc, FitInput
 from fitting.policy import PolicyDoc, PolicyParams, TTLPolicy, priors_from_fit
 from profiles import schema as profile_schema
 from profiles.schema import ProfileDoc
+from profiles.shipped import resolve
 from ttlctl import __version__
 from ttlctl.errors import TtlctlError
-from ttlctl.jsonio import FileRef, write_json
+from ttlctl.jsonio import FileRef, file_sha256, write_json
 
 SCHEMA_VERSION = 1
 MAX_CDF_POINTS = 1024
@@ -158,6 +162,53 @@ def assemble(
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         ttlctl_version=__version__,
         provenance=provenance,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class BuildRequest:
+    """What ``ttlctl bundle build`` was asked: a fit file, a profile (a shipped name or
+    a file) and the policy's knobs (None: the fit's η, clamped, and the fit's K)."""
+
+    fit: Path
+    profile: str
+    eta: float | None = None
+    k: int | None = None
+    t_window: int = 100
+    valve: str = "head"
+    pin_cap: float = 1.0
+    cold_start_ttl_s: float | None = None
+    learn_eta: bool = False
+
+
+def from_files(req: BuildRequest) -> Bundle:
+    """The sealed bundle of a fit file, a profile and the policy's knobs, with the
+    files' hashes as provenance. A bad file or knob is a :class:`BundleError` (the
+    message names the file, or the knob and its range)."""
+    fit_doc = read_fit(req.fit)
+    prof, prof_path = resolve(req.profile)
+    try:
+        params = PolicyParams(
+            eta=eta_from_fit(fit_doc) if req.eta is None else req.eta,
+            k=req.k if req.k is not None else int(fit_doc.get("k", 100)),
+            t_window=req.t_window,
+            valve=req.valve,
+            pin_cap=req.pin_cap,
+            cold_start_ttl_s=req.cold_start_ttl_s,
+            learn_eta=req.learn_eta,
+        )
+    except ValueError as exc:  # PolicyParams states its ranges as ValueErrors
+        raise BundleError(str(exc)) from None
+    return assemble(
+        fit_doc,
+        prof.to_json(),
+        params,
+        {
+            "fit": {"path": str(req.fit), "sha256": file_sha256(req.fit)},
+            "profile": {"path": str(prof_path), "sha256": file_sha256(prof_path)},
+            "trace": fit_doc.get("input", {}),
+            "eta_fitted": eta_fitted(fit_doc),
+        },
     )
 
 

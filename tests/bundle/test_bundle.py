@@ -17,6 +17,7 @@ from fitting.policy import PolicyParams
 from profiles.shipped import resolve
 from ttlctl import bundle
 from ttlctl.cli import app
+from ttlctl.jsonio import file_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -242,3 +243,27 @@ def test_bundle_build_refuses_a_fit_that_is_not_one(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, [*build, "-o", str(tmp_path / "b.json")])
     assert res.exit_code == 2 and f"{bad}: not a JSON object" in res.stderr
     assert not (tmp_path / "b.json").exists()
+
+
+def test_from_files_refuses_a_knob_out_of_range_as_a_bundle_error(
+    fit_doc: dict[str, Any], tmp_path: Path
+) -> None:
+    fit_path = tmp_path / "fit.json"
+    fit_path.write_text(json.dumps(fit_doc))
+    req = bundle.BuildRequest(fit=fit_path, profile="llama-3.1-8b-h100", pin_cap=1.5)
+    with pytest.raises(bundle.BundleError, match=r"^pin_cap must be in \(0, 1\], got 1.5$"):
+        bundle.from_files(req)
+    doc = bundle.from_files(bundle.BuildRequest(fit=fit_path, profile="llama-3.1-8b-h100"))
+    assert doc["policy"]["k"] == fit_doc.get("k", 100)
+    assert doc["provenance"]["fit"] == {"path": str(fit_path), "sha256": file_sha256(fit_path)}
+
+
+def test_bundle_build_says_a_bad_knob_in_one_line(fit_doc: dict[str, Any], tmp_path: Path) -> None:
+    fit_path, out = tmp_path / "fit.json", tmp_path / "b.json"
+    fit_path.write_text(json.dumps(fit_doc))
+    build = ["bundle", "build", "--fit", str(fit_path), "--profile", "llama-3.1-8b-h100"]
+    res = CliRunner().invoke(app, [*build, "-o", str(out), "--valve", "sideways"])
+    assert res.exit_code == 2
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("error: valve must be one of ") and line.endswith("got 'sideways'")
+    assert not out.exists()

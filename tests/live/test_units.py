@@ -21,7 +21,7 @@ from replay.workload import AgentProgram, Call, Workload
 from tests.bundles import write_bundle
 from ttlctl.cli import serve as serve_cli
 from ttlctl.cli import validate as validate_cli
-from ttlctl.server import prom
+from ttlctl.server import prom, serving
 from ttlctl.server.client import ServerError
 from ttlctl.server.command import CommandError, base_command
 from ttlctl.server.facts import ServerInfo
@@ -55,7 +55,7 @@ def _info(**kw: object) -> ServerInfo:
 
 
 def test_serve_command_is_the_module_with_the_scheduler_and_extra_args_last() -> None:
-    cmd = serve_cli.build_command(
+    cmd = serving.build_command(
         "/models/m", host="127.0.0.1", port=8123, extra=["--max-model-len", "4096", "--port=9"]
     )
     assert cmd[:5] == [
@@ -69,13 +69,13 @@ def test_serve_command_is_the_module_with_the_scheduler_and_extra_args_last() ->
         "--scheduler-cls", "ttlctl.engine.TTLScheduler", "--host", "127.0.0.1", "--port", "8123",
     ]  # fmt: skip
     assert cmd[11:] == ["--max-model-len", "4096", "--port=9"]  # verbatim, last wins in vLLM
-    assert "--host" not in serve_cli.build_command("m", port=1)
+    assert "--host" not in serving.build_command("m", port=1)
 
 
 @pytest.mark.parametrize("flag", ["--model", "--scheduler-cls", "--scheduler-cls=x.Y"])
 def test_serve_refuses_the_flags_it_sets(flag: str) -> None:
     with pytest.raises(CommandError, match="set by ttlctl serve"):
-        serve_cli.build_command("m", extra=[flag, "x"])
+        serving.build_command("m", extra=[flag, "x"])
 
 
 def test_serve_cli_prints_the_command_and_checks_the_bundle(tmp_path: Path) -> None:

@@ -12,8 +12,10 @@ from typer.testing import CliRunner
 from profiles import fitmath, models, roofline, shipped
 from profiles.cost import ConstantCostModel, ProfileCostModel
 from profiles.schema import ProfileDoc, ProfileError, from_json, load
+from profiles.vllm_plan import parse_contexts
 from tests.documents import conforms
 from ttlctl.cli import app
+from ttlctl.errors import TtlctlError
 
 
 def test_quadratic_fit_recovers_known_coefficients() -> None:
@@ -143,3 +145,20 @@ def test_cli_profile_list_and_errors(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "--contexts" in res.output
     res = runner.invoke(app, ["profile"])
     assert res.exit_code == 2
+
+
+def test_a_fit_refused_is_a_user_error() -> None:
+    """Too few or unusable timings: a TtlctlError (one line, exit 2 from the CLI)."""
+    with pytest.raises(TtlctlError, match="at least 3"):
+        fitmath.fit_quadratic([1, 2], [0.1, 0.2])
+    with pytest.raises(TtlctlError, match="positive and finite"):
+        fitmath.fit_quadratic([1, 2, 3], [0.1, -0.2, 0.3])
+
+
+def test_contexts_parse_to_a_sorted_grid_or_a_one_line_error() -> None:
+    assert parse_contexts(None) is None
+    assert parse_contexts("4096, 1024,2048,1024,") == [1024, 2048, 4096]
+    with pytest.raises(TtlctlError, match="not a comma-separated list of integers: '1k,2k'"):
+        parse_contexts("1k,2k")
+    with pytest.raises(TtlctlError, match="at least 3 positive lengths"):
+        parse_contexts("0,1,2")

@@ -15,6 +15,7 @@ from profiles.measure_vllm import priced_prefill_s
 from profiles.schema import Decode, Prefill, Profile, Reload
 from profiles.vllm_plan import VllmMeasureError, decode_tokens, default_contexts, make_plan
 from ttlctl.cli import app
+from ttlctl.errors import TtlctlError
 
 REPO = Path(__file__).resolve().parents[2]
 A, B, Q, STEP = 0.003, 2e-5, 3e-10, 0.006
@@ -99,7 +100,7 @@ def test_plan_refuses_with_one_line() -> None:
     for kwargs, message in cases:
         with pytest.raises(VllmMeasureError, match=message) as err:
             make_plan(tiny, "cpu", 0, where="tiny", **kwargs)  # type: ignore[arg-type]
-        assert "\n" not in str(err.value)
+        assert "\n" not in str(err.value) and isinstance(err.value, TtlctlError)
     with pytest.raises(VllmMeasureError, match=r"141\.\d GB .* 16\.0 GB available on cpu"):
         make_plan(models.PRESETS["llama-3.1-70b"], "cpu", 16_000_000_000, where="70b")
 

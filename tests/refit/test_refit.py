@@ -20,12 +20,19 @@ from typer.testing import CliRunner
 
 from replay.policy_runs import Load
 from replay.refit import RefitError, refit
-from replay.refit_settings import RefitSettings, fit_config, replay_settings
+from replay.refit_settings import (
+    HELD_BACK_FROM,
+    RefitSettings,
+    checked_settings,
+    fit_config,
+    replay_settings,
+)
 from tests.documents import conforms
 from tests.refit.logs import cut, engine_lines, swe_trace, write_log
 from ttlctl import bundle
 from ttlctl.cli import app, render
 from ttlctl.cli.kit import out
+from ttlctl.errors import ConfigError
 from ttlctl.jsonio import file_sha256
 
 PROGRAMS = 60
@@ -177,9 +184,7 @@ def test_a_damaged_served_bundle_is_one_line_and_exit_2(
     assert missing.exit_code == 2 and "none.json: no such file" in missing.stderr
 
 
-def test_a_bad_log_is_one_line_naming_file_and_line(
-    world: dict[str, Path], tmp_path: Path
-) -> None:
+def test_a_bad_log_is_one_line_naming_file_and_line(world: dict[str, Path], tmp_path: Path) -> None:
     served = copy_of(world["stale"], tmp_path / "srv")
     lines = world["today"].read_text().splitlines()
     record = json.loads(lines[6])
@@ -289,3 +294,16 @@ def test_settings_come_from_the_served_bundle(world: dict[str, Path]) -> None:
     cold = dict(doc, fit=bundle.empty_fit(), policy=dict(doc["policy"], k=7))
     assert fit_config(cold).min_samples == 7
 
+
+def test_refit_options_out_of_range_are_config_errors_naming_them() -> None:
+    for kwargs, name in (
+        ({"seeds": 0}, "--seeds"),
+        ({"kv_tokens": 0}, "--kv-tokens"),
+        ({"offload_tokens": -1}, "--offload-tokens"),
+        ({"queue_delay_s": float("nan")}, "--queue-delay"),
+        ({"jps": [0.0]}, "--jps"),
+    ):
+        with pytest.raises(ConfigError, match=f"^{name}"):
+            checked_settings(**kwargs)  # type: ignore[arg-type]
+    settings = checked_settings(seeds=2, concurrency=[4])
+    assert settings.seeds == (HELD_BACK_FROM, HELD_BACK_FROM + 1) and len(settings.loads) == 1

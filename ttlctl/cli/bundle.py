@@ -9,15 +9,10 @@ from typing import Annotated
 
 import typer
 
-from fitting.eta import fitted as eta_fitted
-from fitting.eta import from_fit as eta_from_fit
-from fitting.policy import PolicyParams
-from profiles.shipped import resolve
 from ttlctl import bundle, hints
 from ttlctl.cli import render
-from ttlctl.cli.kit import UserError, err, out, user_errors
+from ttlctl.cli.kit import err, out, user_errors
 from ttlctl.cli.options import FitFile, Profile
-from ttlctl.jsonio import file_sha256
 
 app = typer.Typer(help="Build, inspect, verify and query policy bundles.", no_args_is_help=True)
 
@@ -46,36 +41,21 @@ def build(
 ) -> None:
     """Combine a fit, a profile and the policy's parameters into one sealed bundle."""
     with user_errors():
-        fit_doc = bundle.read_fit(fit)
-        prof, prof_path = resolve(profile)
-        fitted = eta_fitted(fit_doc)
-        if eta is None:
-            eta = eta_from_fit(fit_doc)
-        try:
-            params = PolicyParams(
+        doc = bundle.from_files(
+            bundle.BuildRequest(
+                fit=fit,
+                profile=profile,
                 eta=eta,
-                k=k if k is not None else int(fit_doc.get("k", 100)),
+                k=k,
                 t_window=t_window,
                 valve=valve,
                 pin_cap=pin_cap,
                 cold_start_ttl_s=cold_start_ttl,
                 learn_eta=learn_eta,
             )
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
-        doc = bundle.assemble(
-            fit_doc,
-            prof.to_json(),
-            params,
-            {
-                "fit": {"path": str(fit), "sha256": file_sha256(fit)},
-                "profile": {"path": str(prof_path), "sha256": file_sha256(prof_path)},
-                "trace": fit_doc.get("input", {}),
-                "eta_fitted": fitted,
-            },
         )
         bundle.write(doc, output)
-    err.print(f"wrote {output} (sha256 {doc['sha256'][:12]}…, {len(fit_doc['tools'])} tools)")
+    err.print(f"wrote {output} (sha256 {doc['sha256'][:12]}…, {len(doc['fit']['tools'])} tools)")
 
 
 @app.command()

@@ -9,8 +9,9 @@ from typing import Annotated
 import typer
 
 from profiles.models import load_config
+from profiles.vllm_plan import parse_contexts
 from ttlctl.cli import render
-from ttlctl.cli.kit import UserError, err, out, progress_bar, user_errors
+from ttlctl.cli.kit import err, out, progress_bar, user_errors
 from ttlctl.jsonio import write_json
 
 
@@ -75,7 +76,7 @@ def profile(
     if output is None:
         raise typer.BadParameter("-o/--output is required (or use --list)")
     with user_errors():
-        grid = _grid(contexts)
+        grid = parse_contexts(contexts)
         name, config = load_config(model)
         bar = progress_bar("profiling")
         task = bar.add_task("", total=None)
@@ -84,61 +85,46 @@ def profile(
             def progress(stage: str, done: int, total: int) -> None:
                 bar.update(task, description=stage, completed=done, total=total)
 
-            try:
-                if engine is not None:
-                    from profiles.measure_server import measure_engine  # numpy, scipy: on use
+            if engine is not None:
+                from profiles.measure_server import measure_engine  # numpy, scipy: on use
 
-                    result = measure_engine(
-                        engine,
-                        model_config=config,
-                        contexts=grid,
-                        repeats=repeats,
-                        progress=progress,
-                    )
-                elif torch_eager:
-                    from profiles.measure_torch import measure  # numpy, scipy, torch: on use
+                result = measure_engine(
+                    engine,
+                    model_config=config,
+                    contexts=grid,
+                    repeats=repeats,
+                    progress=progress,
+                )
+            elif torch_eager:
+                from profiles.measure_torch import measure  # numpy, scipy, torch: on use
 
-                    result = measure(
-                        name,
-                        config,
-                        device=device,
-                        contexts=grid,
-                        max_context=max_context,
-                        repeats=repeats,
-                        dtype=dtype,
-                        progress=progress,
-                    )
-                else:
-                    from profiles.measure_vllm import measure_vllm  # vLLM, torch: on use
+                result = measure(
+                    name,
+                    config,
+                    device=device,
+                    contexts=grid,
+                    max_context=max_context,
+                    repeats=repeats,
+                    dtype=dtype,
+                    progress=progress,
+                )
+            else:
+                from profiles.measure_vllm import measure_vllm  # vLLM, torch: on use
 
-                    result = measure_vllm(
-                        name,
-                        config,
-                        device=device,
-                        contexts=grid,
-                        max_context=max_context,
-                        repeats=repeats,
-                        dtype=dtype,
-                        block_size=block_size,
-                        max_num_batched_tokens=max_num_batched_tokens,
-                        enforce_eager=enforce_eager,
-                        where=model,
-                        progress=progress,
-                    )
-            except ValueError as exc:  # torch, transformers or a fit refused the model or grid
-                raise UserError(str(exc)) from None
+                result = measure_vllm(
+                    name,
+                    config,
+                    device=device,
+                    contexts=grid,
+                    max_context=max_context,
+                    repeats=repeats,
+                    dtype=dtype,
+                    block_size=block_size,
+                    max_num_batched_tokens=max_num_batched_tokens,
+                    enforce_eager=enforce_eager,
+                    where=model,
+                    progress=progress,
+                )
         write_json(result.to_json(), output)
     render.profile_table(out, result.to_json())
     err.print(f"wrote {output}")
-
-
-def _grid(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        values = sorted({int(v) for v in text.split(",") if v.strip()})
-    except ValueError:
-        raise UserError(f"--contexts: not a comma-separated list of integers: {text!r}") from None
-    if len(values) < 3 or values[0] <= 0:
-        raise UserError("--contexts needs at least 3 positive lengths (a quadratic is fitted)")
-    return values

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import UserError, err, out, user_errors
+from ttlctl.cli.kit import err, out, user_errors
 from ttlctl.cli.options import ConcurrencyLoads, InputFormat, JpsLoads, QueueDelay
 
 
@@ -108,25 +108,17 @@ def refit(
     bundle is not an error: exit 0, with the reason.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
-    from replay.loads import load_list
     from replay.refit import refit as run_refit
-    from replay.refit_settings import HELD_BACK_FROM, RefitSettings
+    from replay.refit_settings import checked_settings
 
     with user_errors():
-        if seeds < 1:
-            raise UserError("--seeds must be >= 1")
-        if kv_tokens is not None and kv_tokens <= 0:
-            raise UserError("--kv-tokens must be positive")
-        if offload_tokens is not None and offload_tokens < 0:
-            raise UserError("--offload-tokens must be >= 0")
-        if not queue_delay >= 0:
-            raise UserError("--queue-delay must be >= 0")
-        settings = RefitSettings(
+        settings = checked_settings(
             fmt=fmt,
             skip_bad=skip_bad,
             trace=trace,
-            loads=load_list(jps or [], concurrency or []),
-            seeds=tuple(range(HELD_BACK_FROM, HELD_BACK_FROM + seeds)),
+            jps=jps or [],
+            concurrency=concurrency or [],
+            seeds=seeds,
             kv_tokens=kv_tokens,
             offload_tokens=offload_tokens,
             truncate=truncate,

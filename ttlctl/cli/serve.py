@@ -12,66 +12,21 @@ unless ``--allow-stock``, which serves as stock vLLM (the engine says so once).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
-import shutil
 import sys
-import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ttlctl.bundle import BundleError, read
-from ttlctl.cli.kit import UserError, err, user_errors
-from ttlctl.server import command
-from ttlctl.server.command import SCHEDULER_CLS
+from ttlctl.cli.kit import err, user_errors
+from ttlctl.server import command, serving
 from ttlctl.server.foreground import run_foreground
 
-#: options ``ttlctl serve`` sets itself; in the forwarded arguments they are refused
-OWN_FLAGS = ("--model", "--scheduler-cls")
 #: register with ``app.command("serve", context_settings=CONTEXT_SETTINGS)``: the
 #: arguments after ``--`` (and unknown options) reach vLLM
 CONTEXT_SETTINGS: dict[str, Any] = {"allow_extra_args": True, "ignore_unknown_options": True}
-
-
-def build_command(
-    model: str,
-    *,
-    host: str | None = None,
-    port: int | None = None,
-    extra: Sequence[str] = (),
-    python: str | None = None,
-    scheduler_cls: str | None = SCHEDULER_CLS,
-) -> list[str]:
-    """The server's command line: ours first, then ``extra`` verbatim (vLLM: last one wins)."""
-    command.refuse(
-        extra, OWN_FLAGS, "ttlctl serve (MODEL and the TTL scheduler)", "the vLLM arguments"
-    )
-    return command.server_command(
-        command.base_command(model, python=python),
-        scheduler_cls=scheduler_cls,
-        host=host,
-        port=port,
-        extra=extra,
-    )
-
-
-def check_bundle(bundle: Path | None, allow_stock: bool) -> str | None:
-    """None when the bundle is sound; else a warning (with ``allow_stock``) or UserError."""
-    if bundle is None:
-        problem = "no --bundle given"
-    else:
-        try:
-            read(bundle)
-            return None
-        except BundleError as exc:
-            problem = f"bundle refused: {exc}"
-    if not allow_stock:
-        raise UserError(f"{problem} (pass --allow-stock to serve as stock vLLM anyway)")
-    return f"{problem}: serving as stock vLLM (no pins), as --allow-stock asks"
 
 
 def serve(
@@ -134,51 +89,25 @@ def serve(
     A missing or damaged bundle is refused (exit 2) unless --allow-stock.
     Clients tag requests with vllm_xargs (program_id, tool, is_last) or X-Session-ID.
     """
-    extra = list(ctx.args)
     with user_errors():
-        warning = check_bundle(bundle, allow_stock)
-        cmd = build_command(model, host=host, port=port, extra=extra)
-        if not print_command and importlib.util.find_spec("vllm") is None:
-            raise UserError(
-                "vLLM is not installed: install the engine extra "
-                "(pip install 'ttlctl[engine-cpu]' on CPU, 'ttlctl[engine]' on a GPU)"
-            )
+        warning = serving.check_bundle(bundle, allow_stock)
+        cmd = serving.build_command(model, host=host, port=port, extra=list(ctx.args))
+        if not print_command:
+            serving.require_vllm()
     if warning:
         err.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    inherited = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    own_dir: Path | None = None
-    chosen = metrics_dir or (Path(inherited) if inherited else None)
-    if chosen is None and not print_command:
-        own_dir = Path(tempfile.mkdtemp(prefix="ttlctl-prom-"))
-        chosen = own_dir
-    if chosen is not None and not print_command:
-        chosen.mkdir(parents=True, exist_ok=True)
-    env = command.server_environment(
-        os.environ,
-        bundle=bundle,
-        log=log,
-        dev_mode=dev_mode,
-        metrics_dir=chosen,
-    )
     if print_command:
-        shown = {
-            k: env[k]
-            for k in (
-                "TTLCTL_BUNDLE",
-                "TTLCTL_LOG",
-                "VLLM_SERVER_DEV_MODE",
-                "PROMETHEUS_MULTIPROC_DIR",
-            )
-            if k in env
-        }
-        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items())
-        sys.stdout.write((assignments + " " if assignments else "") + shlex.join(cmd) + "\n")
+        chosen = serving.chosen_metrics_dir(metrics_dir, os.environ)
+        env = command.server_environment(
+            os.environ, bundle=bundle, log=log, dev_mode=dev_mode, metrics_dir=chosen
+        )
+        sys.stdout.write(serving.shown_command(cmd, env) + "\n")
         return
-    err.print(f"ttlctl serve: {shlex.join(cmd)}", highlight=False, markup=False)
-    try:
+    with serving.metrics_dir(metrics_dir, os.environ) as prom:
+        env = command.server_environment(
+            os.environ, bundle=bundle, log=log, dev_mode=dev_mode, metrics_dir=prom
+        )
+        err.print(f"ttlctl serve: {shlex.join(cmd)}", highlight=False, markup=False)
         code = run_foreground(cmd, env)
-    finally:
-        if own_dir is not None:
-            shutil.rmtree(own_dir, ignore_errors=True)
     if code:
         raise typer.Exit(code)

@@ -1,0 +1,160 @@
+"""One ``ttlctl validate`` run: its settings (:class:`ValidateRequest`) → its document.
+
+:func:`validation_doc` checks the settings (a load, a server per policy from URLs or a
+command, the policies the backend runs), reads the trace and the profile and runs
+:func:`~replay.validation.crosscheck.validate`. Every refusal is a
+:class:`~replay.validation.error.ValidateError` (or another
+:class:`~ttlctl.errors.TtlctlError`) with a one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from profiles.shipped import resolve
+from replay.loads import one_load
+from replay.validation.crosscheck import validate
+from replay.validation.error import ValidateError
+from replay.validation.servers import Sources
+from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS
+from replay.vllmsim.backend import check_request
+from replay.workload import load
+from ttlctl.server.command import base_command
+
+
+@dataclass(frozen=True, slots=True)
+class ValidateRequest:
+    """What ``ttlctl validate`` was asked: the trace, where each policy's server comes
+    from (URLs, or a command: ``engine_cmd``, or ``model`` with ``extra`` vLLM
+    arguments), the simulator's settings and the load."""
+
+    trace: Path
+    #: ``POLICY=URL`` items
+    urls: Sequence[str] = ()
+    engine_cmd: str | None = None
+    model: str | None = None
+    #: the vLLM arguments after ``--``
+    extra: Sequence[str] = ()
+    bundle: Path | None = None
+    #: policy names, comma lists allowed; empty: vllm and continuum
+    policies: Sequence[str] = ()
+    profile: str | None = None
+    programs: int = 8
+    repeats: int = 1
+    kv_tokens: int | None = None
+    max_num_seqs: int = CPU_MAX_NUM_SEQS
+    max_num_batched_tokens: int = CPU_MAX_NUM_BATCHED_TOKENS
+    jps: float | None = None
+    concurrency: int | None = None
+    seed: int = 0
+    idle_gap_cap_s: float | None = None
+    timeout_s: float = 1800.0
+    startup_timeout_s: float = 600.0
+    work_dir: Path | None = None
+    save_result: bool = False
+    result_dir: Path | None = None
+    label: str | None = None
+    backend: str = "fast"
+    async_scheduling: bool = False
+
+
+def parse_urls(items: Sequence[str]) -> dict[str, str]:
+    """``POLICY=URL`` items as {policy: URL}."""
+    urls: dict[str, str] = {}
+    for item in items:
+        name, sep, url = item.partition("=")
+        if not sep or not name.strip() or not url.strip():
+            raise ValidateError(
+                f"--url takes POLICY=URL (e.g. vllm=http://127.0.0.1:8000), got {item!r}"
+            )
+        urls[name.strip()] = url.strip()
+    return urls
+
+
+def local_config(model: str) -> dict[str, Any] | None:
+    """The config.json of a model given as a local folder (None: a hub name, or none)."""
+    path = Path(model) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValidateError(f"{path}: not a readable JSON config ({exc})") from None
+    return doc if isinstance(doc, dict) else None
+
+
+def server_base(req: ValidateRequest) -> tuple[list[str] | None, dict[str, Any] | None]:
+    """The command that starts a server (None: URLs only) and, for a local ``model``
+    folder, its config.json."""
+    if req.engine_cmd is not None and req.model is not None:
+        raise ValidateError("give --engine-cmd or --model, not both")
+    if req.extra and req.engine_cmd is None and req.model is None:
+        raise ValidateError(
+            f"unexpected arguments {shlex.join(req.extra)}: vLLM arguments after `--` need "
+            "--model or --engine-cmd"
+        )
+    if req.model is not None:
+        return base_command(req.model, list(req.extra)), local_config(req.model)
+    if req.engine_cmd is not None:
+        base = shlex.split(req.engine_cmd) + list(req.extra)
+        if not base:
+            raise ValidateError("--engine-cmd is empty")
+        return base, None
+    return None, None
+
+
+def validation_doc(
+    req: ValidateRequest,
+    *,
+    progress: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Check ``req``, run the validation and return its document (with ``trace``)."""
+    timing = one_load(req.jps, req.concurrency, req.seed)
+    if req.programs < 1:
+        raise ValidateError("--programs must be at least 1")
+    if req.repeats < 1:
+        raise ValidateError("--repeats must be at least 1")
+    base, model_config = server_base(req)
+    names = [n.strip() for p in (req.policies or ["vllm,continuum"]) for n in p.split(",")]
+    names = [n for n in names if n]
+    check_request(req.backend, names, async_scheduling=req.async_scheduling)
+    prof = resolve(req.profile)[0] if req.profile is not None else None
+    workload = load(req.trace)
+    if not workload.programs:
+        raise ValidateError(f"{req.trace}: no programs to replay")
+    sources = Sources(
+        urls=parse_urls(req.urls), base_cmd=base, startup_timeout_s=req.startup_timeout_s
+    )
+    doc = validate(
+        workload,
+        sources,
+        policies=names,
+        bundle=req.bundle,
+        profile=prof,
+        kv_tokens=req.kv_tokens,
+        max_num_seqs=req.max_num_seqs,
+        max_num_batched_tokens=req.max_num_batched_tokens,
+        timing=timing,
+        seed=req.seed,
+        max_programs=req.programs,
+        repeats=req.repeats,
+        model_config=model_config,
+        idle_gap_cap_s=req.idle_gap_cap_s,
+        timeout_s=req.timeout_s,
+        work_dir=req.work_dir,
+        save_result=req.save_result,
+        result_dir=req.result_dir,
+        label=req.label,
+        progress=progress,
+        warn=warn,
+        backend=req.backend,
+        async_scheduling=req.async_scheduling,
+    )
+    doc["trace"] = str(req.trace)
+    return doc

@@ -1,0 +1,110 @@
+"""What ``ttlctl serve`` decides before it hands over to vLLM: the command line, the bundle
+check, the Prometheus folder and the line ``--print-command`` shows.
+
+The command is vLLM's OpenAI module with the TTL scheduler (:mod:`ttlctl.server.command`);
+the options serve sets itself are refused among the forwarded vLLM arguments. A bundle
+that is missing or damaged is refused (a :class:`ServeError`) unless stock vLLM is
+allowed, then it is a warning. The scheduler's ``ttlctl:pins_*`` counters reach
+``/metrics`` through ``PROMETHEUS_MULTIPROC_DIR``: the folder given, the environment's,
+or a temporary one removed when the server exits.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from ttlctl.bundle import BundleError, read
+from ttlctl.errors import TtlctlError
+from ttlctl.server import command
+from ttlctl.server.command import SCHEDULER_CLS
+
+#: options ``ttlctl serve`` sets itself; in the forwarded arguments they are refused
+OWN_FLAGS = ("--model", "--scheduler-cls")
+#: the environment ``--print-command`` shows, in this order (when set)
+SHOWN_ENV = ("TTLCTL_BUNDLE", "TTLCTL_LOG", "VLLM_SERVER_DEV_MODE", "PROMETHEUS_MULTIPROC_DIR")
+
+
+class ServeError(TtlctlError):
+    """A server ``ttlctl serve`` will not start as asked: one line."""
+
+
+def build_command(
+    model: str,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    extra: Sequence[str] = (),
+    python: str | None = None,
+    scheduler_cls: str | None = SCHEDULER_CLS,
+) -> list[str]:
+    """The server's command line: ours first, then ``extra`` verbatim (vLLM: last one wins)."""
+    command.refuse(
+        extra, OWN_FLAGS, "ttlctl serve (MODEL and the TTL scheduler)", "the vLLM arguments"
+    )
+    return command.server_command(
+        command.base_command(model, python=python),
+        scheduler_cls=scheduler_cls,
+        host=host,
+        port=port,
+        extra=extra,
+    )
+
+
+def check_bundle(bundle: Path | None, allow_stock: bool) -> str | None:
+    """None when the bundle is sound; else a warning (with ``allow_stock``) or a
+    :class:`ServeError`."""
+    if bundle is None:
+        problem = "no --bundle given"
+    else:
+        try:
+            read(bundle)
+            return None
+        except BundleError as exc:
+            problem = f"bundle refused: {exc}"
+    if not allow_stock:
+        raise ServeError(f"{problem} (pass --allow-stock to serve as stock vLLM anyway)")
+    return f"{problem}: serving as stock vLLM (no pins), as --allow-stock asks"
+
+
+def require_vllm() -> None:
+    """:class:`ServeError` when vLLM is not installed here."""
+    if importlib.util.find_spec("vllm") is None:
+        raise ServeError(
+            "vLLM is not installed: install the engine extra "
+            "(pip install 'ttlctl[engine-cpu]' on CPU, 'ttlctl[engine]' on a GPU)"
+        )
+
+
+def chosen_metrics_dir(given: Path | None, environ: Mapping[str, str]) -> Path | None:
+    """The ``PROMETHEUS_MULTIPROC_DIR`` asked for: ``given``, else the environment's."""
+    inherited = environ.get("PROMETHEUS_MULTIPROC_DIR")
+    return given or (Path(inherited) if inherited else None)
+
+
+@contextmanager
+def metrics_dir(given: Path | None, environ: Mapping[str, str]) -> Iterator[Path]:
+    """The ``PROMETHEUS_MULTIPROC_DIR`` for the server, made: ``given``, else the
+    environment's, else a temporary folder removed when the block ends."""
+    chosen = chosen_metrics_dir(given, environ)
+    if chosen is not None:
+        chosen.mkdir(parents=True, exist_ok=True)
+        yield chosen
+        return
+    own = Path(tempfile.mkdtemp(prefix="ttlctl-prom-"))
+    try:
+        yield own
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
+
+
+def shown_command(cmd: Sequence[str], env: Mapping[str, str]) -> str:
+    """``--print-command``'s line: ttlctl's environment assignments, then the command."""
+    shown = {k: env[k] for k in SHOWN_ENV if k in env}
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items())
+    return (assignments + " " if assignments else "") + shlex.join(cmd)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fitting.policy import TTLPolicy
+from fitting.policy import DEFAULT_VALVE, TTLPolicy
 from replay.policies.common import apply_valve, program_key, under_cap
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
@@ -19,7 +19,7 @@ from replay.scheduler import SimScheduler
 @dataclass(slots=True)
 class Continuum:
     ttl: TTLPolicy
-    valve_name: str = "head"
+    valve_name: str = DEFAULT_VALVE
     pin_cap: float = 1.0
     name: str = "continuum"
     _last_finish: dict[str, tuple[float, str | None]] = field(default_factory=dict)

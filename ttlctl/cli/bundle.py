@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from fitting.eta import from_fit as eta_from_fit
-from fitting.policy import PolicyParams
+from fitting.policy import DEFAULT_VALVE, PolicyParams
 from profiles.shipped import resolve
 from ttlctl import bundle, hints
 from ttlctl.cli import render
@@ -37,7 +37,10 @@ def build(
         typer.Option("--k", help="K: a CDF with more than K records is trusted; default: fit's."),
     ] = None,
     t_window: Annotated[int, typer.Option(help="Queueing delays averaged for T.")] = 100,
-    valve: Annotated[str, typer.Option(help="Pressure valve: head or stall-only.")] = "head",
+    valve: Annotated[
+        str,
+        typer.Option(help="Pressure valve: stall-only (chosen live) or head (the paper's rule)."),
+    ] = DEFAULT_VALVE,
     pin_cap: Annotated[float, typer.Option(help="Largest fraction of KV pins may hold.")] = 1.0,
     cold_start_ttl: Annotated[
         float | None, typer.Option(help="Fixed τ (s) during cold start instead of ln B.")
@@ -127,8 +130,5 @@ def query(
         doc = bundle.read(path)
         policy = bundle.policy_from(doc)
         decision = policy.decide(tool, context_tokens, offload=offload, queue_delay_s=queue_delay)
-        answer = (
-            decision.to_json() if as_engine is None else hints.shape(as_engine, decision.ttl_s)
-        )
+        answer = decision.to_json() if as_engine is None else hints.shape(as_engine, decision.ttl_s)
     sys.stdout.write(json.dumps(answer) + "\n")
-

@@ -3,10 +3,10 @@
 Files are named ``<trace>-<arm>-<tag>.json`` where ``arm`` is ``vllm``, ``head`` or
 ``stall-only`` (the bundle's valve; continuum's runs) and ``tag`` tells the
 invocations apart; one file may hold several runs (``--repeats``). For every trace and
-arm the table gives the simulator's mean JCT and TTFT (the same in every file of a
-cell: the simulator is deterministic) and the live runs' mean and range; then, per
-trace, the live stall-only/head ratios of the runs made side by side (the same tag, in order),
-and whether the two valves' live ranges overlap.
+arm the table gives the simulator's mean JCT, mean TTFT and prefix-hit rate (the same
+in every file of a cell: the simulator is deterministic) and the live runs' mean and
+range; then, per trace, the live stall-only/head ratios of the runs made side by side
+(the same tag, in order), and whether the two valves' live ranges overlap.
 
     python3 bench/valve_table.py DIR [--traces a,b,c]
 """
@@ -23,7 +23,11 @@ from typing import Any
 
 ARMS = ("vllm", "head", "stall-only")
 NAME = re.compile(r"^(?P<trace>[^-]+)-(?P<arm>vllm|head|stall-only)-(?P<tag>[^.]+)\.json$")
-METRICS = (("jct_mean_s", "mean JCT"), ("ttft_mean_s", "mean TTFT"))
+METRICS = (
+    ("jct_mean_s", "mean JCT"),
+    ("ttft_mean_s", "mean TTFT"),
+    ("prefix_hit_rate", "prefix hit rate"),
+)
 
 
 @dataclass
@@ -63,6 +67,12 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+def _fmt(key: str, value: float, unit: bool = True) -> str:
+    if key == "prefix_hit_rate":
+        return f"{100 * value:.1f}" + ("%" if unit else "")
+    return f"{value:.1f}" + (" s" if unit else "")
+
+
 def table(cells: dict[tuple[str, str], Cell], traces: list[str]) -> list[str]:
     lines = [
         "| trace | metric | arm | simulated | live mean | live range | runs |",
@@ -75,10 +85,10 @@ def table(cells: dict[tuple[str, str], Cell], traces: list[str]) -> list[str]:
                 if cell is None:
                     continue
                 values = [r[key] for _, r in cell.runs]
+                low, high = _fmt(key, min(values), unit=False), _fmt(key, max(values))
                 lines.append(
-                    f"| {trace} | {label} | {arm} | {cell.sim[key]:.1f} s | "
-                    f"{_mean(values):.1f} s | {min(values):.1f} – {max(values):.1f} s | "
-                    f"{len(values)} |"
+                    f"| {trace} | {label} | {arm} | {_fmt(key, cell.sim[key])} | "
+                    f"{_fmt(key, _mean(values))} | {low} – {high} | {len(values)} |"
                 )
     return lines
 

@@ -23,10 +23,10 @@ def _module() -> ModuleType:
 
 
 def _doc(policy: str, sim: float, live: list[float]) -> dict[str, Any]:
-    runs = [{"jct_mean_s": j, "ttft_mean_s": j / 10} for j in live]
+    runs = [{"jct_mean_s": j, "ttft_mean_s": j / 10, "prefix_hit_rate": 1 / j} for j in live]
     merged: dict[str, Any] = runs[0] if len(runs) == 1 else {"runs": runs, "jct_mean_s": 0.0}
     return {
-        "sim": {policy: {"jct_mean_s": sim, "ttft_mean_s": sim / 10}},
+        "sim": {policy: {"jct_mean_s": sim, "ttft_mean_s": sim / 10, "prefix_hit_rate": 1 / sim}},
         "live": {policy: merged},
     }
 
@@ -48,6 +48,7 @@ def test_table_means_ranges_and_paired_ratios(tmp_path: Path, capsys: Any) -> No
     assert "| a | mean JCT | vllm | 200.0 s | 220.0 s | 220.0 – 220.0 s | 1 |" in text
     assert "| a | mean JCT | head | 140.0 s | 160.0 s | 150.0 – 170.0 s | 3 |" in text
     assert "| a | mean TTFT | stall-only | 8.4 s | 13.5 s | 12.0 – 15.5 s | 3 |" in text
+    assert "| a | prefix hit rate | vllm | 0.5% | 0.5% | 0.5 – 0.5% | 1 |" in text
     # paired by tag: r1 130/170; r2's runs pair in order within the tag's runs
     assert "stall-only/head mean JCT live 0.84" in text
     assert "simulated 0.60" in text

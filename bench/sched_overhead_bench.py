@@ -41,7 +41,7 @@ PROFILE = "llama-3.1-8b-h100"
 SHARE_GOAL = 0.02
 SCHEDULERS = {
     "stock vLLM": PolicySpec("vllm"),
-    "TTLScheduler": PolicySpec("continuum"),
+    "TTLScheduler": PolicySpec("continuum", valve="head"),
     "TTLScheduler stall": PolicySpec("continuum", valve="stall-only"),
 }
 

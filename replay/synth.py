@@ -339,7 +339,10 @@ def fit_context(frame: pl.DataFrame, limit: int, min_output: int = 4) -> pl.Data
     and small KV caches. Programs that fit are left as they are; pauses and tools
     are kept. A scaled call keeps at least ``min_output`` output tokens (a few
     decode steps), and its reused prefix never exceeds its prompt or the previous
-    call's prompt + output, so the trace stays valid."""
+    call's prompt + output, so the trace stays valid. A null ``reused_tokens`` (the
+    canonical default: the previous call's prompt + output, capped at this prompt)
+    stays null: it means the same of the scaled calls. Works on any canonical trace
+    (``bench/fit_window.py`` applies it to ingested real traces)."""
     if limit <= min_output:
         raise ConfigError(f"max context must be above {min_output} tokens, not {limit}")
     tokens = ("input_tokens", "output_tokens", "reused_tokens")
@@ -357,7 +360,9 @@ def fit_context(frame: pl.DataFrame, limit: int, min_output: int = 4) -> pl.Data
     previous = (pl.col("_in") + pl.col("_out")).shift(1).over("program_id")
     reused = (pl.col("_reused_tokens") * pl.col("_f")).round().cast(pl.Int64)
     work = work.with_columns(
-        _reused=pl.when(pl.col("turn") == 0)
+        _reused=pl.when(pl.col("_reused_tokens").is_null())
+        .then(None)
+        .when(pl.col("turn") == 0)
         .then(pl.min_horizontal(reused, pl.col("_in")))
         .otherwise(pl.min_horizontal(reused, pl.col("_in"), previous))
     )

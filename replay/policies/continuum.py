@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fitting.policy import TTLPolicy
+from fitting.policy import DEFAULT_VALVE, TTLPolicy
 from replay.policies.common import program_key
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
@@ -21,7 +21,7 @@ from ttlctl.engine.source import PolicySource, TauSource
 @dataclass(slots=True)
 class Continuum:
     ttl: TTLPolicy
-    valve_name: str = "head"
+    valve_name: str = DEFAULT_VALVE
     pin_cap: float = 1.0
     name: str = "continuum"
 

@@ -116,6 +116,22 @@ def test_runtime_reader_imports_nothing_heavy(bundle_file: Path) -> None:
     assert res.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_cli_build_default_valve_is_stall_only(fit_doc: dict[str, Any], tmp_path: Path) -> None:
+    """The default valve is stall-only (it won every trace of the live comparison in
+    docs/results.md); --valve head gives the paper's rule."""
+    fit_path = tmp_path / "fit.json"
+    fit_path.write_text(json.dumps(fit_doc))
+    base = ["bundle", "build", "--fit", str(fit_path), "--profile", "llama-3.1-8b-h100"]
+    valves = {}
+    for name, extra in (("default", []), ("head", ["--valve", "head"])):
+        out = tmp_path / f"{name}.json"
+        res = CliRunner().invoke(app, [*base, "-o", str(out), *extra])
+        assert res.exit_code == 0, res.output
+        valves[name] = json.loads(out.read_text())["policy"]["valve"]
+    assert valves == {"default": "stall-only", "head": "head"}
+    assert PolicyParams().valve == "stall-only"
+
+
 def test_cli_build_inspect_verify_query(fit_doc: dict[str, Any], tmp_path: Path) -> None:
     fit_path = tmp_path / "fit.json"
     fit_path.write_text(json.dumps(fit_doc))

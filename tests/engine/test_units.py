@@ -187,7 +187,7 @@ def test_pin_cap_and_pins_off() -> None:
 
 
 def test_valve_order_latest_program_first_and_stall_only() -> None:
-    r, _ = retention(policy(cold_start_ttl_s=10.0))
+    r, _ = retention(policy(cold_start_ttl_s=10.0, valve="head"))
     for i, name in enumerate(["old", "mid", "new", "head"]):
         r.arrive(name, tags.Tags(name, None, None), now=float(i))
         r.pin(name, [i], r.finish(name, OK, 32, now=float(i)), now=float(i))
@@ -202,7 +202,7 @@ def test_programs_that_start_at_the_same_instant_keep_their_arrival_order() -> N
     """Ties in program start (same clock reading) are broken by arrival order, as in
     the simulator: the valve releases the later arrival first, whatever the names,
     and a follow-up carries its program's first arrival order (the queue key)."""
-    r, _ = retention(policy(cold_start_ttl_s=10.0))
+    r, _ = retention(policy(cold_start_ttl_s=10.0, valve="head"))
     for name in ["zeta", "alpha"]:  # zeta arrives first; names sort the other way
         r.arrive(name, tags.Tags(name, None, None), now=0.0)
         r.pin(name, [0], r.finish(name, OK, 32, now=0.0), now=0.0)

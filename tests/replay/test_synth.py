@@ -208,3 +208,46 @@ def test_cli_max_context(tmp_path: Path) -> None:
     assert "scaled to 1,900 tokens" in res.stdout
     written = trace_io.read(out).sort("program_id", "turn")
     assert written.select(list(COLUMNS)).equals(fit_context(synth("swe-bench", 8, 0), 1900))
+
+
+def test_fit_context_keeps_a_null_reused_prefix_null(tmp_path: Path) -> None:
+    """A real trace's null reused_tokens (the canonical default: the previous prompt +
+    output, capped at this prompt) stays null when scaled: turn 0 must not come out
+    claiming a prefix shared with no call. bench/fit_window.py does this to a file."""
+    import subprocess
+    import sys
+
+    frame = pl.DataFrame(
+        {
+            "program_id": ["p", "p", "p", "q"],
+            "turn": [0, 1, 2, 0],
+            "input_tokens": [3000, 5000, 8000, 1000],
+            "output_tokens": [100, 200, 400, 50],
+            "reused_tokens": [None, None, 4000, None],
+            "tool": ["ls", "cat", None, None],
+            "tool_s": [0.5, 1.0, None, None],
+            "gap_s": [0.6, 1.2, None, None],
+            "is_last": [False, False, True, True],
+        }
+    ).with_columns(arrival_s=pl.Series([0.0, None, None, 3.0]))
+    frame = frame.select(c for c in COLUMNS if c in frame.columns)
+    scaled = fit_context(frame, 2000).sort("program_id", "turn")
+    p = scaled.filter(pl.col("program_id") == "p")
+    assert p["reused_tokens"].to_list() == [None, None, 952]  # 4000 x 2000/8400
+    assert (p["input_tokens"] + p["output_tokens"]).max() == 2000
+    assert scaled.filter(pl.col("program_id") == "q").equals(
+        frame.filter(pl.col("program_id") == "q")
+    )
+    src, dst = tmp_path / "real.parquet", tmp_path / "scaled.parquet"
+    trace_io.write(frame.lazy(), src)
+    script = Path(__file__).resolve().parents[2] / "bench" / "fit_window.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(src), "--max-context", "2000", "-o", str(dst)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "wrote 4 calls, scaled to 2,000 tokens" in done.stdout
+    written = trace_io.read(dst).sort("program_id", "turn")
+    assert written.select(scaled.columns).equals(scaled)

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from fitting.policy import DEFAULT_VALVE
 from ttlctl import bundle, hints
 from ttlctl.cli import render
 from ttlctl.cli.kit import err, out, user_errors
@@ -32,7 +33,10 @@ def build(
         typer.Option("--k", help="K: a CDF with more than K records is trusted; default: fit's."),
     ] = None,
     t_window: Annotated[int, typer.Option(help="Queueing delays averaged for T.")] = 100,
-    valve: Annotated[str, typer.Option(help="Pressure valve: head or stall-only.")] = "head",
+    valve: Annotated[
+        str,
+        typer.Option(help="Pressure valve: stall-only (chosen live) or head (the paper's rule)."),
+    ] = DEFAULT_VALVE,
     pin_cap: Annotated[float, typer.Option(help="Largest fraction of KV pins may hold.")] = 1.0,
     cold_start_ttl: Annotated[
         float | None, typer.Option(help="Fixed τ (s) during cold start instead of ln B.")

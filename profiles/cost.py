@@ -124,3 +124,14 @@ class ConstantCostModel:
         return sum(self.prefill_s(c, n) for c, n in chunks) + (
             self.decode_step_s if (seqs or chunks) else 0.0
         )
+
+
+def priced_prefill_s(profile: Profile, tokens: int, chunk: int) -> float:
+    """What the replay charges to prefill ``tokens`` alone in steps of ``chunk`` tokens."""
+    cost = ProfileCostModel(profile)
+    total, done = 0.0, 0
+    while done < tokens:
+        n = min(chunk, tokens - done)
+        total += cost.step_s([(done, n)], 0, 0)
+        done += n
+    return total

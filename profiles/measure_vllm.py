@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles import fitmath, host, models, vllm_plan
-from profiles.cost import ProfileCostModel
+from profiles.cost import priced_prefill_s
 from profiles.reload_copy import measure_reload
 from profiles.schema import Decode, Prefill, Profile, Reload
 from profiles.vllm_plan import (
@@ -63,17 +63,6 @@ __all__ = ["VllmMeasureError", "measure_vllm", "priced_prefill_s"]
 CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 
 Progress = Callable[[str, int, int], None]
-
-
-def priced_prefill_s(profile: Profile, tokens: int, chunk: int) -> float:
-    """What the replay charges to prefill ``tokens`` alone in steps of ``chunk`` tokens."""
-    cost = ProfileCostModel(profile)
-    total, done = 0.0, 0
-    while done < tokens:
-        n = min(chunk, tokens - done)
-        total += cost.step_s([(done, n)], 0, 0)
-        done += n
-    return total
 
 
 def _vllm_version() -> tuple[str, str]:

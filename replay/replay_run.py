@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+from fitting.policy import VALVES
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
 from replay.figures import PolicyResult, ReplayDoc
@@ -27,8 +28,6 @@ from ttlctl import __version__
 from ttlctl import bundle as bundle_mod
 from ttlctl.errors import ConfigError, TtlctlError
 from ttlctl.jsonio import file_sha256
-
-VALVES = ("head", "stall-only")
 
 
 class ReplayFailed(TtlctlError):
@@ -85,7 +84,7 @@ def replay_doc(
     """Replay ``req`` and return its document (the results, and what made them)."""
     names = policy_names(req.policies, req.backend)
     if req.valve is not None and req.valve not in VALVES:
-        raise ConfigError(f"--valve must be head or stall-only, got {req.valve!r}")
+        raise ConfigError(f"--valve must be one of {', '.join(VALVES)}, got {req.valve!r}")
     if req.pin_cap is not None and not 0 < req.pin_cap <= 1:
         raise ConfigError("--pin-cap must be in (0, 1]")
     vllm_version = check_request(
@@ -114,7 +113,7 @@ def replay_doc(
     results: list[PolicyResult]
     try:
         if req.live is not None:
-            # the live side writes the same keys (replay/live.py), untyped for now
+            # the live side (replay.live) writes the same keys as a dict of its own
             results = cast(
                 "list[PolicyResult]",
                 live_results(

@@ -28,7 +28,7 @@ from fitting import FIT_SCHEMA
 from fitting.eta import fitted as eta_fitted
 from fitting.eta import from_fit as eta_from_fit
 from fitting.fit_doc import FitDoc, FitInput
-from fitting.policy import PolicyDoc, PolicyParams, TTLPolicy, priors_from_fit
+from fitting.policy import DEFAULT_VALVE, PolicyDoc, PolicyParams, TTLPolicy, priors_from_fit
 from profiles import schema as profile_schema
 from profiles.schema import ProfileDoc
 from profiles.shipped import resolve
@@ -175,7 +175,7 @@ class BuildRequest:
     eta: float | None = None
     k: int | None = None
     t_window: int = 100
-    valve: str = "head"
+    valve: str = DEFAULT_VALVE
     pin_cap: float = 1.0
     cold_start_ttl_s: float | None = None
     learn_eta: bool = False

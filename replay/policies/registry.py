@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from fitting.policy import PolicyParams, TTLPolicy
 from replay.policies.baselines import Autellix, InferCept, Oracle
 from replay.policies.continuum import Continuum
-from replay.policies.simple import VLLM, ProgramFCFS, StaticTTL
+from replay.policies.simple import STATIC_TTL_VALVE, VLLM, ProgramFCFS, StaticTTL
 from replay.scheduler import Policy
 from ttlctl import bundle as bundle_mod
 from ttlctl.errors import ConfigError
@@ -53,7 +53,7 @@ def make(
     if name == "static-ttl":
         return StaticTTL(
             ttl_s=spec.ttl_s,
-            valve_name=spec.valve or "head",
+            valve_name=spec.valve or STATIC_TTL_VALVE,
             pin_cap=spec.pin_cap if spec.pin_cap is not None else 1.0,
         )
     if name == "continuum":

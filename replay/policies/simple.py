@@ -56,12 +56,16 @@ class ProgramFCFS(VLLM, Observes):
         return 0.0
 
 
+#: static-ttl's valve when none is asked for: the paper's rule, as its baseline ran
+STATIC_TTL_VALVE = "head"
+
+
 @dataclass(slots=True)
 class StaticTTL(VLLM, Observes):
     """Program FCFS and the same fixed TTL after every call but the last."""
 
     ttl_s: float = 2.0
-    valve_name: str = "head"
+    valve_name: str = STATIC_TTL_VALVE
     pin_cap: float = 1.0
     name: str = "static-ttl"
     _rules: PolicyParams | None = None

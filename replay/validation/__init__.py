@@ -28,10 +28,12 @@ each policy that many times, each in a fresh server (so the TTL scheduler starts
 from the bundle again, as the simulator does), and compares the simulator with the
 mean of the runs; the rows also carry the runs' range.
 
-The package, one concept a module: :mod:`~replay.validation.crosscheck` (:func:`validate`),
-:mod:`~replay.validation.servers` (a server per policy), :mod:`~replay.validation.sizing`
-(the simulator sized like the servers), :mod:`~replay.validation.stats` (the pure
-statistics: errors, merged runs, rankings, goals), :mod:`~replay.validation.error`.
+The package, one concept a module: :mod:`~replay.validation.setup` (what the command
+asks: :class:`ValidateRequest`, :func:`validation_doc`), :mod:`~replay.validation.crosscheck`
+(:func:`validate`), :mod:`~replay.validation.servers` (a server per policy),
+:mod:`~replay.validation.sizing` (the simulator sized like the servers),
+:mod:`~replay.validation.stats` (the pure statistics: errors, merged runs, rankings, goals),
+:mod:`~replay.validation.error`.
 """
 
 from replay.validation.crosscheck import validate

@@ -25,6 +25,7 @@ from fitting.policy import PolicyParams
 from profiles.cost import CostModel, ProfileCostModel
 from profiles.schema import ProfileDoc
 from replay.policies import PolicySpec
+from replay.policies.simple import STATIC_TTL_VALVE
 from replay.vllmsim.backend import BackendError
 from ttlctl import __version__
 from ttlctl import bundle as bundle_mod
@@ -63,7 +64,7 @@ def bundle_for(spec: PolicySpec, cost: CostModel) -> bundle_mod.Bundle | None:
         params = PolicyParams(
             k=NEVER,
             cold_start_ttl_s=spec.ttl_s,
-            valve=spec.valve or "head",
+            valve=spec.valve or STATIC_TTL_VALVE,
             pin_cap=spec.pin_cap if spec.pin_cap is not None else 1.0,
         )
         return _seal(bundle_mod.empty_fit(), _profile(cost, name), params, name)

@@ -271,6 +271,7 @@ def test_from_files_refuses_a_knob_out_of_range_as_a_bundle_error(
         bundle.from_files(req)
     doc = bundle.from_files(bundle.BuildRequest(fit=fit_path, profile="llama-3.1-8b-h100"))
     assert doc["policy"]["k"] == fit_doc.get("k", 100)
+    assert doc["policy"]["valve"] == "stall-only"  # the default valve, as `bundle build`'s
     assert doc["provenance"]["fit"] == {"path": str(fit_path), "sha256": file_sha256(fit_path)}
 
 

@@ -180,63 +180,59 @@ def _plugin_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TTLCTL_MAX_PROGRAMS", "4")
 
 
-#: what the memo did over all the random workloads (checked by the last test)
-SEEN: dict[str, int] = {}
+def test_random_tight_workloads_replay_alike_with_and_without_the_memo() -> None:
+    """Random tight workloads replay alike with and without the memo, and the memo was
+    used: not a vacuous comparison. (These small workloads seldom evict a waiting head's
+    hit; the SWE slice below does. A hit extended while its request waits is rare in
+    closed-loop programs: tests/engine/test_hitmemo.py makes it.)"""
+    seen: dict[str, int] = {}
 
-
-@settings(
-    max_examples=30,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(case=cases())
-def test_random_tight_workloads_replay_alike_with_and_without_the_memo(
-    monkeypatch: pytest.MonkeyPatch, case: dict[str, Any]
-) -> None:
-    blocks = int(case["blocks"])
-    spec = PolicySpec(str(case["policy"]), ttl_s=float(case["ttl_s"]), valve=str(case["valve"]))
-    config = ReplayConfig(
-        engine=SimSchedulerConfig(
-            kv_tokens=16 * blocks,
-            block_size=16,
-            max_num_batched_tokens=256,
-            max_num_seqs=8,
-            max_model_len=1024,
-        ),
-        truncate=True,
+    @settings(
+        max_examples=30,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow],
     )
-    concurrency = case["concurrency"]
-    work = workload(case["programs"], align=int(case["align"]))
-    load = Load(concurrency=concurrency if isinstance(concurrency, int) else None)
-    async_scheduling = len(case["programs"]) % 2 == 0
-    runs = [
-        replay(
-            monkeypatch,
-            work,
-            spec,
-            config,
-            load,
-            memo=memo,
-            async_scheduling=async_scheduling,
-            aborts=case["aborts"],
-            untagged=case["untagged"],
+    @given(case=cases())
+    def check(case: dict[str, Any]) -> None:
+        blocks = int(case["blocks"])
+        spec = PolicySpec(str(case["policy"]), ttl_s=float(case["ttl_s"]), valve=str(case["valve"]))
+        config = ReplayConfig(
+            engine=SimSchedulerConfig(
+                kv_tokens=16 * blocks,
+                block_size=16,
+                max_num_batched_tokens=256,
+                max_num_seqs=8,
+                max_model_len=1024,
+            ),
+            truncate=True,
         )
-        for memo in (True, False)
-    ]
-    assert_same(*runs)
-    assert runs[0].memo is not None
-    for key, value in runs[0].memo.items():
-        SEEN[key] = SEEN.get(key, 0) + value
+        concurrency = case["concurrency"]
+        work = workload(case["programs"], align=int(case["align"]))
+        load = Load(concurrency=concurrency if isinstance(concurrency, int) else None)
+        async_scheduling = len(case["programs"]) % 2 == 0
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            runs = [
+                replay(
+                    monkeypatch,
+                    work,
+                    spec,
+                    config,
+                    load,
+                    memo=memo,
+                    async_scheduling=async_scheduling,
+                    aborts=case["aborts"],
+                    untagged=case["untagged"],
+                )
+                for memo in (True, False)
+            ]
+        assert_same(*runs)
+        assert runs[0].memo is not None
+        for key, value in runs[0].memo.items():
+            seen[key] = seen.get(key, 0) + value
 
-
-def test_the_random_workloads_used_the_memo() -> None:
-    """Not a vacuous comparison: memos were reused. (These small workloads seldom evict
-    a waiting head's hit; the SWE slice below does. A hit extended while its request
-    waits is rare in closed-loop programs: tests/engine/test_hitmemo.py makes it.)"""
-    if not SEEN:
-        pytest.skip("runs with the random workloads (same module, before this test)")
-    assert SEEN["reused"] > 0, SEEN
+    check()
+    assert seen.get("reused", 0) > 0, seen
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])

@@ -56,7 +56,12 @@ def replay(
         int, typer.Option(help="Longest request the engine accepts.")
     ] = 131072,
     valve: Annotated[
-        str | None, typer.Option(help="Pressure valve of the TTL policies: head or stall-only.")
+        str | None,
+        typer.Option(
+            help="Pressure valve of the TTL policies, head or stall-only; unset: continuum "
+            "takes its bundle's (stall-only without one), static-ttl head, oracle stall-only; "
+            "infercept always uses head."
+        ),
     ] = None,
     pin_cap: Annotated[
         float | None, typer.Option(help="Largest fraction of KV pins may hold.")

@@ -171,14 +171,14 @@ def tune(
     --jps or --concurrency the loads are a quarter and a half of the trace's programs (at
     most 64) kept live. The paper's defaults (η from the fit, K = 100) are the first trial,
     the same with the stall-only valve the second. Afterwards the
-    best policy, the defaults, a never-pin policy and stock vLLM are replayed on
+    best policy, the paper's defaults, a never-pin policy and stock vLLM are replayed on
     held-back seeds; if the best policy does not beat stock vLLM there, the bundle
     written never pins (program FCFS only) unless --force.
 
     With --live URL --live-bundle PATH each load × seed of a trial is one live run of
     --live-programs programs against the server, after the trial's bundle was written to
     PATH and reloaded by the plugin; one trial at a time, no pruning. The held-back
-    comparison replays the tuned, default and never-pin bundles live on the next
+    comparison replays the tuned, paper-default and never-pin bundles live on the next
     programs; the never-pin bundle is the baseline there (the server runs the TTL
     scheduler, so stock vLLM is not measured). PATH ends up holding the bundle written.
     Without --jps or --concurrency a live study keeps half of --live-programs live.

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from profiles import shipped
+from profiles.cost import priced_prefill_s
 from profiles.schema import ProfileDoc, from_json, load
 
 
@@ -48,12 +49,7 @@ def profile_table(console: Console, doc: ProfileDoc) -> None:
     chunk = (p.source.get("flags") or {}).get("max_num_batched_tokens")
     table.add_column("priced by replay" if chunk else "fit", justify="right")
     for tokens, seconds in p.prefill.points:
-        if chunk:
-            from profiles.measure_vllm import priced_prefill_s  # vLLM, torch: on use
-
-            fit = priced_prefill_s(p, tokens, int(chunk))
-        else:
-            fit = p.prefill_s(tokens)
+        fit = priced_prefill_s(p, tokens, int(chunk)) if chunk else p.prefill_s(tokens)
         table.add_row(f"{tokens:,}", f"{seconds * 1000:.2f} ms", f"{fit * 1000:.2f} ms")
     console.print(table)
     console.print(

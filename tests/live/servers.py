@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ttlctl.server.owned import OwnedServer
+from ttlctl.server.process import live_processes
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_NAME = "tiny"
@@ -50,18 +51,7 @@ def server_env(work: Path) -> dict[str, str]:
 
 def children(pid: int) -> list[int]:
     """Live child processes of ``pid`` (Linux /proc)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) >= 2 and int(fields[1]) == pid and fields[0] not in ("Z", "X"):
-            out.append(int(entry.name))
-    return out
+    return [child for child, ppid, _ in live_processes() if ppid == pid]
 
 
 def healthy(url: str) -> bool:

@@ -19,7 +19,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 #: seconds the group gets to go after SIGKILL
@@ -60,6 +60,21 @@ def launch(
         )
 
 
+def live_processes() -> Iterator[tuple[int, int, int]]:
+    """``(pid, ppid, pgrp)`` of every live (non-zombie) process, from Linux's ``/proc``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) >= 3 and fields[0] not in ("Z", "X"):
+            yield int(entry.name), int(fields[1]), int(fields[2])
+
+
 def group_members(pgid: int) -> list[int]:
     """The live (non-zombie) processes of process group ``pgid``, re-parented ones too.
 
@@ -75,19 +90,7 @@ def group_members(pgid: int) -> list[int]:
         except PermissionError:
             return [pgid]
         return [pgid]
-    members = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
+    return [pid for pid, _, pgrp in live_processes() if pgrp == pgid]
 
 
 def group_alive(pgid: int) -> bool:

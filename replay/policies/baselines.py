@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 
 from fitting.policy import PolicyParams
-from replay.policies.common import Observes, program_key, rules
+from replay.policies.common import NoHooks, Observes, program_key, rules
 from replay.policies.simple import VLLM
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
@@ -105,7 +105,7 @@ class Autellix:
 
 
 @dataclass(slots=True)
-class Oracle:
+class Oracle(NoHooks):
     """EVALUATION ONLY: reads each pause's true length and whether a call is the
     last, and pins exactly when keeping the context pays: when the pause is
     shorter than what losing the context would cost (rebuilding it, plus the mean
@@ -121,15 +121,6 @@ class Oracle:
 
     def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
         return program_key(req, engine)
-
-    def on_arrival(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
-        pass
-
-    def on_admit(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
-        pass
-
-    def on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
-        pass
 
     def tau_source(self, engine: SimScheduler) -> TauSource | None:
         self._rules = rules(self.valve_name)

@@ -27,6 +27,22 @@ def rules(valve: str = "head", pin_cap: float = 1.0, pins: bool = True) -> Polic
     return PolicyParams(valve=valve, pin_cap=pin_cap, pins=pins)
 
 
+class NoHooks:
+    """A policy the engine's events leave unchanged: its hooks do nothing (the pin rules,
+    when it has a τ source, see the events themselves)."""
+
+    __slots__ = ()
+
+    def on_arrival(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
+        pass
+
+    def on_admit(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
+        pass
+
+    def on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
+        pass
+
+
 class Observes:
     """A τ source that learns nothing from the events (static TTL, InferCept)."""
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from fitting.policy import DEFAULT_VALVE, TTLPolicy
-from replay.policies.common import program_key
+from replay.policies.common import NoHooks, program_key
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
 from ttlctl.engine.source import PolicySource, TauSource
 
 
 @dataclass(slots=True)
-class Continuum:
+class Continuum(NoHooks):
     ttl: TTLPolicy
     valve_name: str = DEFAULT_VALVE
     pin_cap: float = 1.0
@@ -27,15 +27,6 @@ class Continuum:
 
     def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
         return program_key(req, engine)
-
-    def on_arrival(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
-        pass
-
-    def on_admit(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
-        pass
-
-    def on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
-        pass
 
     def tau_source(self, engine: SimScheduler) -> TauSource | None:
         # the valve and the pin cap asked for replace the bundle's, as a server's bundle

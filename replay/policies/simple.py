@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fitting.policy import PolicyParams
-from replay.policies.common import Observes, fcfs_key, program_key, rules
+from replay.policies.common import NoHooks, Observes, fcfs_key, program_key, rules
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
 from ttlctl.engine.calls import Live
@@ -13,22 +13,13 @@ from ttlctl.engine.source import TauSource
 
 
 @dataclass(slots=True)
-class VLLM:
+class VLLM(NoHooks):
     """vLLM's default: request-level FCFS, KV freed at finish into the LRU free list."""
 
     name: str = "vllm"
 
     def key(self, req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
         return fcfs_key(req)
-
-    def on_arrival(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
-        pass
-
-    def on_admit(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
-        pass
-
-    def on_finish(self, req: SimRequest, engine: SimScheduler, now: float) -> None:
-        pass
 
     def tau_source(self, engine: SimScheduler) -> TauSource | None:
         return None

@@ -36,6 +36,7 @@ from typing import Any
 
 import polars as pl
 
+from fitting.eta import fitted as eta_fitted
 from fitting.fit import fit_trace
 from fitting.fit_doc import FitDoc, FitSource
 from fitting.policy import PolicyParams
@@ -268,12 +269,12 @@ def _first_rejects(report: IngestReport) -> list[dict[str, Any]]:
 
 
 def _fit_brief(fit: FitDoc) -> dict[str, Any]:
-    inp, eta = fit.get("input"), fit.get("eta")
+    inp = fit.get("input")
     return {
         "programs": inp.get("programs") if inp else None,
         "calls": inp.get("calls") if inp else None,
         "pauses": inp.get("pauses") if inp else None,
-        "eta": eta.get("value") if eta else None,
+        "eta": eta_fitted(fit),
         "k": fit.get("k"),
     }
 

@@ -44,7 +44,7 @@ def tool_changes(
                 for c in contexts
             ]
             row[which] = {
-                "n": entry["n"] if entry else 0,
+                "n": _n(entry),
                 "p50_s": entry.get("p50_s") if entry else None,
                 "p90_s": entry.get("p90_s") if entry else None,
                 "tau_s": [d.ttl_s for d in decisions],

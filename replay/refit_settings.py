@@ -27,6 +27,7 @@ from replay.loads import load_list
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
+from replay.tune.session import default_loads
 from replay.workload import Workload
 from ttlctl.bundle import Bundle
 from ttlctl.errors import ConfigError
@@ -159,5 +160,4 @@ def default_load(frame: pl.DataFrame, workload: Workload) -> tuple[list[Load], s
             return [Load(concurrency=level)], (
                 f"the log's mean concurrency, {mean:.2f} programs running at once"
             )
-    level = max(1, min(64, n // 4))
-    return [Load(concurrency=level)], "a quarter of the programs (the trace has no call times)"
+    return [default_loads(n)[0]], "a quarter of the programs (the trace has no call times)"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from fitting.policy import PolicyParams
+from fitting.policy import DEFAULT_VALVE, PolicyParams
 from replay.policies.common import NoHooks, Observes, program_key, rules
 from replay.policies.simple import VLLM
 from replay.request import SimRequest
@@ -105,7 +105,7 @@ class Autellix:
 
 
 @dataclass(slots=True)
-class Oracle(NoHooks):
+class Oracle(NoHooks, Observes):
     """EVALUATION ONLY: reads each pause's true length and whether a call is the
     last, and pins exactly when keeping the context pays: when the pause is
     shorter than what losing the context would cost (rebuilding it, plus the mean
@@ -114,7 +114,7 @@ class Oracle(NoHooks):
 
     pauses: dict[tuple[str, int], float]
     name: str = "oracle"
-    valve_name: str = "stall-only"
+    valve_name: str = DEFAULT_VALVE
     _delays: list[float] = field(default_factory=list)
     _rules: PolicyParams | None = None
     _engine: SimScheduler | None = None
@@ -132,17 +132,11 @@ class Oracle(NoHooks):
         assert self._rules is not None
         return self._rules
 
-    def observe_pause(self, tool: str | None, seconds: float) -> object:
-        return None
-
     def observe_queue_delay(self, seconds: float) -> None:
         """A program that came back without a pin waited this long to be admitted."""
         self._delays.append(seconds)
         if len(self._delays) > 100:
             del self._delays[0]
-
-    def observe_program_end(self, n_calls: int) -> None:
-        pass
 
     def tau(self, live: Live, context_tokens: int) -> float:
         engine = self._engine

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fitting.policy import PolicyParams, TTLPolicy
+from fitting.policy import DEFAULT_VALVE, PolicyParams, TTLPolicy
 from replay.policies.baselines import Autellix, InferCept, Oracle
 from replay.policies.continuum import Continuum
 from replay.policies.simple import STATIC_TTL_VALVE, VLLM, ProgramFCFS, StaticTTL
@@ -57,25 +57,24 @@ def make(
             pin_cap=spec.pin_cap if spec.pin_cap is not None else 1.0,
         )
     if name == "continuum":
-        ttl, params = _ttl_policy(spec.bundle, rebuild_s)
+        ttl = _ttl_policy(spec.bundle, rebuild_s)
         return Continuum(
             ttl,
-            valve_name=spec.valve or params.valve,
-            pin_cap=spec.pin_cap if spec.pin_cap is not None else params.pin_cap,
+            valve_name=spec.valve or ttl.params.valve,
+            pin_cap=spec.pin_cap if spec.pin_cap is not None else ttl.params.pin_cap,
         )
     if name == "infercept":
         return InferCept()
     if name == "autellix":
         return Autellix()
     if name == "oracle":
-        return Oracle(pauses=pauses, valve_name=spec.valve or "stall-only")
+        return Oracle(pauses=pauses, valve_name=spec.valve or DEFAULT_VALVE)
     raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(NAMES)} or all")
 
 
 def _ttl_policy(
     bundle: bundle_mod.BundleParts | None, rebuild_s: Callable[[float, bool], float]
-) -> tuple[TTLPolicy, PolicyParams]:
+) -> TTLPolicy:
     if bundle is None:  # no fit: the cold-start policy, learning online
-        params = PolicyParams()
-        return TTLPolicy.create(params, rebuild_s), params
-    return bundle_mod.policy_from(bundle), PolicyParams.from_json(bundle["policy"])
+        return TTLPolicy.create(PolicyParams(), rebuild_s)
+    return bundle_mod.policy_from(bundle)

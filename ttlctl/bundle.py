@@ -228,8 +228,9 @@ def write(doc: Bundle, path: Path) -> None:
     write_json(doc, path)
 
 
-def read(path: Path) -> Bundle:
-    """Load and verify; :class:`BundleError` names the file and the problem."""
+def _load_json(path: Path, hint: str = "") -> Any:
+    """The JSON value in ``path``; :class:`BundleError` names the file and the problem
+    (``hint`` follows the message of a file that is not JSON)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -237,11 +238,14 @@ def read(path: Path) -> Bundle:
     except (OSError, UnicodeDecodeError) as exc:
         raise BundleError(f"{path}: cannot read: {exc}") from None
     try:
-        doc = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BundleError(
-            f"{path}: line {exc.lineno}: not valid JSON ({exc.msg}); truncated or edited?"
-        ) from None
+        raise BundleError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg}){hint}") from None
+
+
+def read(path: Path) -> Bundle:
+    """Load and verify; :class:`BundleError` names the file and the problem."""
+    doc = _load_json(path, "; truncated or edited?")
     try:
         verify(doc)
     except BundleError as exc:
@@ -252,14 +256,7 @@ def read(path: Path) -> Bundle:
 def read_fit(path: Path) -> FitDoc:
     """A fit document (``ttlctl fit``'s ``fit.json``) to build a bundle from, its CDFs
     checked as a bundle's are; :class:`BundleError` names the file and the problem."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BundleError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{path}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise BundleError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    doc = _load_json(path)
     if not isinstance(doc, dict):
         raise BundleError(f"{path}: not a JSON object")
     try:

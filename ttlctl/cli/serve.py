@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ttlctl.cli.kit import err, user_errors
+from ttlctl.cli.kit import err, print_warning, user_errors
 from ttlctl.server import command, serving
 from ttlctl.server.foreground import run_foreground
 
@@ -95,7 +95,7 @@ def serve(
         if not print_command:
             serving.require_vllm()
     if warning:
-        err.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        print_warning(warning)
     if print_command:
         chosen = serving.chosen_metrics_dir(metrics_dir, os.environ)
         env = command.server_environment(

@@ -77,8 +77,9 @@ def why_not(manager: Any, connector: Any) -> str | None:
     version = str(getattr(vllm, "__version__", "unknown"))
     if not compat.supported(version):
         return f"written against vLLM {compat.supported_text()}, found {version}"
-    if _lookup_signature() not in LOOKUP_SIGNATURES:
-        return f"KVCacheManager.get_computed_blocks has parameters {_lookup_signature()}"
+    signature = _lookup_signature()
+    if signature not in LOOKUP_SIGNATURES:
+        return f"KVCacheManager.get_computed_blocks has parameters {signature}"
     if connector is not None:
         return "a KV connector is configured"
     if not manager.enable_caching:

@@ -61,16 +61,12 @@ class RunInputs:
     def results(self) -> list[PolicyResult]:
         """The replay's results (the entries that are objects: a replay.json may be edited)."""
         results = (self.replay.get("results") if self.replay is not None else None) or []
-        return [r for r in results if _is_object(r)]
+        return [r for r in results if isinstance(r, dict)]
 
     def decide(self, tool: str | None, context: float, t: float) -> Decision:
         """The bundle's τ* for ``tool`` at ``context`` tokens with T = ``t``, no offload."""
         assert self.policy is not None
         return self.policy.decide(tool, context, queue_delay_s=t)
-
-
-def _is_object(value: object) -> bool:
-    return isinstance(value, dict)
 
 
 def ranked_tools(fit: FitDoc) -> list[tuple[str, ToolFit]]:

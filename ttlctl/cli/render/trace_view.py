@@ -56,7 +56,7 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
         for row in tools["top"]:
             table.add_row(
                 # markup off: tool names come from untrusted logs
-                _escape(row["tool"]),
+                escape(row["tool"]),
                 num(row["calls"]),
                 num(row["timed"]),
                 num(row["tool_s_p50"]),
@@ -65,10 +65,6 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
         console.print(table)
     else:
         console.print("tools: none named in this trace")
-
-
-def _escape(text: str) -> str:
-    return escape(text)
 
 
 def ingest_report(console: Console, report: IngestReport) -> None:
@@ -93,4 +89,4 @@ def ingest_report(console: Console, report: IngestReport) -> None:
             else f"0 records rejected ({report.rejects_path} is empty)"
         )
         for reason, count in sorted(report.rejected_by_reason.items(), key=lambda kv: -kv[1]):
-            console.print(f"  {count:>8,}  {_escape(reason)}")
+            console.print(f"  {count:>8,}  {escape(reason)}")

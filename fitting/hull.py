@@ -78,25 +78,32 @@ def build(x: Sequence[float], p: Sequence[float]) -> Hull:
     top = max(1.0, abs(p[0]), abs(p[-1]))
     margin = _CROSS_REL * 8.0 * float(max(abs(x[0]), abs(x[-1]))) * top + _TINY
     low = -margin
-    for a, b in zip(x, p, strict=True):
+    # the chain's last two vertices live in locals (hot loop): (ax, ay) then (bx, by)
+    ax = ay = 0.0
+    bx, by = hx[0], hp[0]
+    n = 1
+    for a, b in zip(map(float, x), map(float, p), strict=True):
         if a <= 0.0:
             continue
-        a = float(a)
-        b = float(b)
         # pop while the last vertex lies on or below the chord from the one before it
-        # to (a, b): the monotone-chain test, inlined (hot loop), floats where certain
-        while len(hx) >= 2:
-            ax, ay, bx, by = hx[-2], hp[-2], hx[-1], hp[-1]
+        # to (a, b): the monotone-chain test, inlined, floats where certain
+        while n >= 2:
             cross = (bx - ax) * (b - ay) - (by - ay) * (a - ax)
             if cross < low:  # certainly a right turn: the last vertex stays
                 break
             if cross > margin or _not_right_turn(ax, ay, bx, by, a, b):
                 hx.pop()
                 hp.pop()
+                n -= 1
+                bx, by = ax, ay
+                if n >= 2:
+                    ax, ay = hx[-2], hp[-2]
             else:
                 break
         hx.append(a)
         hp.append(b)
+        n += 1
+        ax, ay, bx, by = bx, by, a, b
     neg = [-(hp[i + 1] - hp[i]) / (hx[i + 1] - hx[i]) for i in range(len(hx) - 1)]
     return Hull(tuple(hx), tuple(hp), tuple(neg), _guards(neg))
 

@@ -33,6 +33,7 @@ Standard library only: the engine process imports it.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections import deque
@@ -171,6 +172,13 @@ class Prior:
         return Prior(tuple(map(float, data["x"])), tuple(map(float, data["p"])), int(data["n"]))
 
 
+@functools.lru_cache(maxsize=8)
+def _uniform(n: int) -> tuple[float, ...]:
+    """The step CDF of ``n`` distinct samples: i / n for i = 1..n."""
+    total = float(n)
+    return tuple(i / total for i in range(1, n + 1))
+
+
 @dataclass(slots=True)
 class _Durations:
     """One tool's (or all tools') prior plus recent observations, and its cached hull."""
@@ -222,8 +230,7 @@ class _Durations:
             # distinct samples of weight 1 each: the sums below are the integers, exactly
             if not samples:
                 return hull_mod.EMPTY
-            total = float(len(samples))
-            return hull_mod.build(samples, [i / total for i in range(1, len(samples) + 1)])
+            return hull_mod.build(samples, _uniform(len(samples)))
         merged = heapq.merge(self.prior_points, ((x, 1.0) for x in samples))
         xs: list[float] = []
         ws: list[float] = []

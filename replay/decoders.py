@@ -3,12 +3,20 @@
 Every decode step gives each decoding request one token, so their state is a
 function of one counter ``D`` (decode steps taken): a member that joined at
 ``d0`` with ``c0`` computed tokens has ``c0 + D − d0`` now. Only two things are
-per request: when it next needs a KV block (every ``block_size`` tokens) and when
-it finishes; both wait in heaps. A step then costs O(log n) per block boundary
-and per finish instead of O(n) per step.
+per request, and neither needs a per-step walk:
 
-State is written back to a request (:meth:`DecodeSet.sync`) whenever anyone
-needs to read it: at finish, preemption, or when a policy asks.
+- when it finishes: a heap of finish steps;
+- when it needs a KV block: to run step ``D`` a member holding ``c`` computed
+  tokens needs ⌈(c + 1) / block size⌉ blocks, one more than it holds exactly when
+  ``c`` is a multiple of the block size, that is when ``c0 − d0 + D`` is. Members
+  are kept in buckets by ``(c0 − d0) mod block size`` (their phase), so the members
+  needing a block in step ``D`` are one bucket, and the blocks a run of steps needs
+  is a sum over at most ``block size`` buckets.
+
+The pool hands the members' blocks out by count (:meth:`KVPool.take`); a member's
+own count is written back, and its blocks assigned to its program
+(:meth:`KVPool.assign`), whenever anyone needs to read its state
+(:meth:`DecodeSet.sync`): at finish, preemption, or when a policy asks.
 """
 
 from __future__ import annotations
@@ -16,12 +24,14 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from replay.kv import KVPool
 from replay.request import SimRequest
 
 
 @dataclass(slots=True)
 class DecodeSet:
     block_size: int
+    pool: KVPool
     D: int = 0
     members: dict[int, SimRequest] = field(default_factory=dict)
     _sum_c0: int = 0
@@ -29,13 +39,18 @@ class DecodeSet:
     #: heap entries are (D, rid, membership epoch): an entry from an earlier membership
     #: of the same request (it left, was preempted, joined again) is stale
     _finish: list[tuple[int, int, int]] = field(default_factory=list)
-    _blocks: list[tuple[int, int, int]] = field(default_factory=list)
+    #: members by phase, ``(c0 − d0) mod block_size``
+    _phase: list[dict[int, SimRequest]] = field(init=False)
     _epoch: int = 0
+
+    def __post_init__(self) -> None:
+        self._phase = [{} for _ in range(self.block_size)]
 
     def __len__(self) -> int:
         return len(self.members)
 
     def join(self, r: SimRequest) -> None:
+        """``r`` decodes from now on; it holds ⌈computed / block size⌉ blocks."""
         r.dec = True
         r.d0, r.c0, r.g0 = self.D, r.computed, r.generated
         self._epoch += 1
@@ -44,10 +59,11 @@ class DecodeSet:
         self._sum_c0 += r.c0
         self._sum_d0 += r.d0
         heapq.heappush(self._finish, (self._finish_at(r), r.rid, r.epoch))
-        heapq.heappush(self._blocks, (self._block_at(r), r.rid, r.epoch))
+        self._phase[(r.c0 - r.d0) % self.block_size][r.rid] = r
 
     def sync(self, r: SimRequest) -> None:
-        """Write the request's current token counts back to it."""
+        """Write the request's current token and block counts back to it (its blocks
+        taken since are assigned to its program)."""
         if not r.dec:
             return
         k = self.D - r.d0
@@ -60,21 +76,25 @@ class DecodeSet:
         r.computed = r.c0
         r.generated = r.g0
         r.num_tokens = r.computed + 1
+        blocks = -(-r.c0 // self.block_size)
+        if blocks != r.blocks:
+            self.pool.assign(r.program, blocks - r.blocks)
+            r.blocks = blocks
 
     def leave(self, r: SimRequest) -> None:
         self.sync(r)
         r.dec = False
         del self.members[r.rid]
+        del self._phase[(r.c0 - r.d0) % self.block_size][r.rid]
         self._sum_c0 -= r.c0
         self._sum_d0 -= r.d0
 
     def clear(self) -> list[SimRequest]:
-        """Sync and drop every member (heaps too); returns them."""
+        """Sync and drop every member (the finish heap too); returns them."""
         out = list(self.members.values())
         for r in out:
             self.leave(r)
         self._finish.clear()
-        self._blocks.clear()
         return out
 
     def kv_tokens(self) -> int:
@@ -83,13 +103,6 @@ class DecodeSet:
 
     def _finish_at(self, r: SimRequest) -> int:
         return r.d0 + r.output - r.g0
-
-    def block_step(self, r: SimRequest) -> int:
-        """The D of the step in which ``r`` needs its next block."""
-        return self._block_at(r)
-
-    def _block_at(self, r: SimRequest) -> int:
-        return r.d0 + r.blocks * self.block_size - r.c0
 
     def next_finish(self) -> int | None:
         """The D at which the first member finishes (its last token is sampled)."""
@@ -111,24 +124,27 @@ class DecodeSet:
             _, rid, _ = heapq.heappop(self._finish)
             done.append(self.members[rid])
 
-    def pop_block_due(self, before: int) -> SimRequest | None:
-        """A member needing a new block in a step that starts before ``before``."""
-        while self._blocks:
-            at, rid, epoch = self._blocks[0]
-            r = self.members.get(rid)
-            if r is None or r.epoch != epoch or at != self._block_at(r):
-                heapq.heappop(self._blocks)
-                continue
-            if at >= before:
-                return None
-            heapq.heappop(self._blocks)
-            return r
-        return None
+    def due(self) -> list[SimRequest]:
+        """The members that need one more block to run the next step (step D)."""
+        bucket = self._phase[-self.D % self.block_size]
+        return list(bucket.values()) if bucket else []
 
-    def block_granted(self, r: SimRequest) -> None:
-        """``r`` got one more block: schedule its next boundary."""
-        r.blocks += 1
-        heapq.heappush(self._blocks, (self._block_at(r), r.rid, r.epoch))
-
-    def push_back(self, r: SimRequest) -> None:
-        heapq.heappush(self._blocks, (self._block_at(r), r.rid, r.epoch))
+    def blocks_for(self, steps: int, free: int) -> tuple[int, int]:
+        """(s, blocks): the most steps s ≤ ``steps`` from D on whose block needs ``free``
+        blocks meet, and the blocks those s steps need."""
+        n = len(self.members)
+        bs = self.block_size
+        if not n:
+            return steps, 0
+        # every block_size steps each member needs exactly one block
+        cycles = min(steps // bs, free // n)
+        s, blocks = cycles * bs, cycles * n
+        phase, d = self._phase, self.D + s
+        while s < steps:
+            need = len(phase[-d % bs])
+            if blocks + need > free:
+                break
+            blocks += need
+            s += 1
+            d += 1
+        return s, blocks

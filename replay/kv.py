@@ -81,8 +81,15 @@ class KVPool(Protocol):
         """``new`` more blocks for the program's running request."""
         ...
 
-    def grow_each(self, programs: list[str]) -> None:
-        """One more block for each of ``programs`` (in that order)."""
+    def take(self, new: int) -> None:
+        """``new`` blocks from the free list's head for running requests, each to be
+        :meth:`assign`-ed to its program later (the decode set grows its members' blocks
+        by count; which request holds which block does not matter until it frees them)."""
+        ...
+
+    def assign(self, program: str, n: int) -> None:
+        """``n`` of the blocks handed out by :meth:`take` are the program's running
+        request's."""
         ...
 
     def grow_batch(self, wants: list[tuple[str, int]]) -> None:
@@ -138,7 +145,8 @@ class _BlockRun:
 class RunPool:
     """Free list of runs, head first; a program's cached blocks are one run [0, hi).
 
-    Invariants (:meth:`check`): free + held + pinned-not-shared = ``num_blocks``; every
+    Invariants (:meth:`check`): free + held + pinned-not-shared + taken-not-assigned =
+    ``num_blocks``; every
     run is non-empty; a program's cached run starts at block 0 and is owned by it; a
     program has at most one of: a cached run, a pin not yet shared.
     """
@@ -151,6 +159,8 @@ class RunPool:
     _cached: dict[str, int] = field(default_factory=dict)  # program -> run id
     _held: dict[str, int] = field(default_factory=dict)  # program -> its running request's
     _pins: dict[str, _Pin] = field(default_factory=dict)
+    #: blocks handed out by :meth:`take`, not yet assigned
+    _loose: int = 0
     _evicted: int = 0
     changes: int = 0
 
@@ -214,13 +224,17 @@ class RunPool:
         self._take(new)
         self._held[program] = self._held.get(program, 0) + new
 
-    def grow_each(self, programs: list[str]) -> None:
-        if len(programs) > self._free:
-            raise OutOfBlocks(programs[0])
-        self._take(len(programs))
-        held = self._held
-        for program in programs:
-            held[program] = held.get(program, 0) + 1
+    def take(self, new: int) -> None:
+        if new > self._free:
+            raise OutOfBlocks(f"{new} blocks")
+        self._take(new)
+        self._loose += new
+
+    def assign(self, program: str, n: int) -> None:
+        if n > self._loose:
+            raise ValueError(f"{n} blocks assigned to {program}, {self._loose} taken")
+        self._loose -= n
+        self._held[program] = self._held.get(program, 0) + n
 
     def grow_batch(self, wants: list[tuple[str, int]]) -> None:
         total = sum(n for _, n in wants)
@@ -287,15 +301,18 @@ class RunPool:
     def _take(self, count: int) -> None:
         """Hand out ``count`` blocks from the head (each run from its high end)."""
         self._free -= count
+        runs = self._runs
         while count:
-            rid, run = next(iter(self._runs.items()))
-            n = min(count, run.size)
+            rid = next(iter(runs))
+            run = runs[rid]
+            size = run.hi - run.lo
+            n = count if count < size else size
             run.hi -= n
             count -= n
             if run.owner is not None:
                 self._evicted += n
-            if run.size == 0:
-                del self._runs[rid]
+            if n == size:
+                del runs[rid]
                 if run.owner is not None:
                     self._cached.pop(run.owner, None)
 
@@ -305,7 +322,7 @@ class RunPool:
         assert free == self._free, (free, self._free)
         assert all(r.size > 0 for r in self._runs.values())
         pinned = sum(p.blocks - max(0, p.shared) for p in self._pins.values())
-        assert self._free + sum(self._held.values()) + pinned == self.num_blocks
+        assert self._free + sum(self._held.values()) + pinned + self._loose == self.num_blocks
         for program, rid in self._cached.items():
             run = self._runs[rid]
             assert run.owner == program and run.lo == 0
@@ -322,7 +339,7 @@ class BlockPool:
     """Every block on its own, as vLLM keeps them: the reference for :class:`RunPool`.
 
     Invariants (:meth:`check`): every block is free, held by a running request or by a
-    pin (a shared block counted once), never two of them.
+    pin (a shared block counted once), or taken and not yet assigned, never two of them.
     """
 
     num_blocks: int
@@ -333,6 +350,8 @@ class BlockPool:
     _owned: dict[str, list[int]] = field(default_factory=dict)
     #: program -> (its blocks, full, shared)
     _pins: dict[str, tuple[list[int], _Pin]] = field(default_factory=dict)
+    #: blocks handed out by :meth:`take`, not yet assigned
+    _loose: list[int] = field(default_factory=list)
     _evicted: int = 0
     changes: int = 0
 
@@ -402,11 +421,22 @@ class BlockPool:
                 self._evicted += 1
             blocks.append(b)
 
-    def grow_each(self, programs: list[str]) -> None:
-        if len(programs) > len(self._queue):
-            raise OutOfBlocks(programs[0])
-        for program in programs:
-            self.grow(program, 1)
+    def take(self, new: int) -> None:
+        if new > len(self._queue):
+            raise OutOfBlocks(f"{new} blocks")
+        for _ in range(new):
+            b, _ = self._queue.popitem(last=False)
+            if b in self._hash:
+                self._unhash(b)
+                self._evicted += 1
+            self._loose.append(b)
+
+    def assign(self, program: str, n: int) -> None:
+        if n > len(self._loose):
+            raise ValueError(f"{n} blocks assigned to {program}, {len(self._loose)} taken")
+        blocks = self._owned.setdefault(program, [])
+        for _ in range(n):
+            blocks.append(self._loose.pop())
 
     def grow_batch(self, wants: list[tuple[str, int]]) -> None:
         if sum(n for _, n in wants) > len(self._queue):
@@ -468,5 +498,7 @@ class BlockPool:
     def check(self) -> None:
         owned = {b for v in self._owned.values() for b in v}
         pinned = {b for v, _ in self._pins.values() for b in v}
-        assert len(self._queue) + len(owned | pinned) == self.num_blocks
-        assert not (set(self._queue) & (owned | pinned))
+        loose = set(self._loose)
+        assert len(self._queue) + len(owned | pinned) + len(loose) == self.num_blocks
+        assert not (set(self._queue) & (owned | pinned | loose))
+        assert not (loose & (owned | pinned))

@@ -85,6 +85,12 @@ class Pinning:
         if r.pins:
             r.expire(now, waiting)
         req.live = r.arrive(req.rid, Tags(req.program, req.tool, req.is_last), now, req)
+        pin = r.pins.get(req.program)
+        if pin is not None:
+            # the call waits from now on, and a pin whose program's call waits is parked
+            # when it expires: parking it at once decides nothing differently and keeps
+            # an expiry nobody can observe out of the replay's horizon
+            r.pins.park(pin)
 
     def step_starts(self, now: float, waiting: Callable[[str], bool]) -> None:
         if self.retention.pins:

@@ -11,7 +11,7 @@ Invariants (checked by ``--check`` replays, ``replay.sim``): ``computed`` ≤
 ``num_tokens`` = ``prompt`` + tokens sampled so far (``generated``, while it runs;
 at finish ``computed`` = ``prompt + output − 1``: the last sampled token is never
 computed); a running request holds ``blocks`` = ⌈``computed`` / block size⌉ blocks
-or one more (its next step's), a waiting one none; ``hit_tokens`` is a multiple
+between steps (a step's blocks are allocated at its start), a waiting one none; ``hit_tokens`` is a multiple
 of the block size below ``prompt``; arrival ≤ admitted ≤ first token ≤ finish.
 """
 

@@ -34,7 +34,9 @@ how many calls a program has left.
 from __future__ import annotations
 
 import math
+from bisect import insort
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Protocol
 
 from profiles.cost import CostModel
@@ -75,8 +77,9 @@ class SimSchedulerConfig:
         return self.kv_tokens // self.block_size
 
 
-def _qkey(req: SimRequest) -> tuple[float, ...]:
-    return req.qkey
+#: sort keys, read in C
+_qkey = attrgetter("qkey")
+_run_seq = attrgetter("run_seq")
 
 
 class Policy(Protocol):
@@ -124,7 +127,7 @@ class SimScheduler:
 
     Invariants (checked after every step of a ``--check`` replay, ``replay.sim``):
     blocks are conserved (free + held by running requests + held by pins = the pool's
-    blocks); ``running`` is in ``run_seq`` order and every running request holds its
+    blocks); no two waiting requests share a queue key; ``running`` is in ``run_seq`` order and every running request holds its
     blocks, a waiting one none; ``waiting_programs`` maps each program with a waiting
     request to it (one per program: calls of a program are sequential); the decode set
     holds exactly the running requests past their prompt with one token to compute;
@@ -142,7 +145,11 @@ class SimScheduler:
     #: the pin rules (None: the policy pins nothing and orders by itself)
     pinning: Pinning | None = field(init=False, default=None)
     stats: Stats = field(default_factory=Stats)
+    #: every waiting request's key changed: sort the queue before its next use
     _waiting_dirty: bool = False
+    #: waiting requests added or re-keyed since the queue was last put in order (they
+    #: keep their place until then, as vLLM's queue does within one step)
+    _moved: dict[int, SimRequest] = field(default_factory=dict)
     _preempt_counter: int = 0
     #: program -> its request in the waiting queue (one at a time per program)
     waiting_programs: dict[str, SimRequest] = field(default_factory=dict)
@@ -164,7 +171,7 @@ class SimScheduler:
     def __post_init__(self) -> None:
         cls = RunPool if self.config.pool == "runs" else BlockPool
         self.pool = cls(self.config.num_blocks, self.config.block_size)
-        self.decoders = DecodeSet(self.config.block_size)
+        self.decoders = DecodeSet(self.config.block_size, self.pool)
         source = self.policy.tau_source(self)
         if source is not None:
             self.pinning = Pinning(source, self.pool, self.touch_order)
@@ -187,10 +194,11 @@ class SimScheduler:
         self.waiting.append(req)
         self.waiting_programs[req.program] = req
         req.qkey = self.policy.key(req, self)
-        self._waiting_dirty = True
+        self._moved[req.rid] = req
 
     def _dequeue_head(self, head: SimRequest) -> None:
         self.waiting.pop(0)
+        self._moved.pop(head.rid, None)
         del self.waiting_programs[head.program]
         if self.pinning is not None:
             self.pinning.retention.unpark(head.program)
@@ -206,13 +214,24 @@ class SimScheduler:
             req = self.waiting_programs.get(program)
             if req is not None:
                 req.qkey = self.policy.key(req, self)
-                self._waiting_dirty = True
+                self._moved[req.rid] = req
 
     def _sorted_waiting(self) -> list[SimRequest]:
+        waiting = self.waiting
         if self._waiting_dirty:
-            self.waiting.sort(key=_qkey)
+            waiting.sort(key=_qkey)
             self._waiting_dirty = False
-        return self.waiting
+            self._moved.clear()
+        elif self._moved:
+            # the rest is in order: put the new and re-keyed ones in place (keys are
+            # unique, each ending in an arrival order: as the stable sort would)
+            moved = self._moved.values()
+            for r in moved:
+                waiting.remove(r)
+            for r in moved:
+                insort(waiting, r, key=_qkey)
+            self._moved.clear()
+        return waiting
 
     @property
     def idle(self) -> bool:
@@ -269,7 +288,7 @@ class SimScheduler:
         if not self.config.fast:
             duration, finished, _ = self._step_reference(now)
             return duration, finished
-        result = self._step_fast(now)
+        result = self._step_fast(now, horizon)
         if result is None:  # a step the aggregate cannot take exactly: go request by request
             self.decoders.clear()
             duration, finished, _ = self._step_reference(now)
@@ -280,9 +299,8 @@ class SimScheduler:
             return duration, finished
         duration, finished, merge = result
         if merge:
-            extra, extra_s = self._merge_decodes(now + duration, horizon)
+            extra_s, finished = self._merge_decodes(now + duration, horizon)
             duration += extra_s
-            self.stats.steps += extra
         return duration, finished
 
     def _enter_running(self, req: SimRequest) -> None:
@@ -291,17 +309,25 @@ class SimScheduler:
         self.running.append(req)
         self._prefilling.append(req)
 
-    def _step_fast(self, now: float) -> tuple[float, list[SimRequest], bool] | None:
+    def _step_fast(
+        self, now: float, horizon: float
+    ) -> tuple[float, list[SimRequest], bool] | None:
         """The same step with the decoding requests taken together; None when it would
         preempt or when the token budget runs out before the end of the running list
-        (the request-by-request path then takes the step)."""
+        (the request-by-request path then takes the step). When every running request
+        decodes and the waiting head is known not to fit, the step is the first of a
+        merged run (:meth:`_merge_decodes`)."""
         self.tick(now)
         self.expire_pins(now)
+        dec = self.decoders
+        if not self._prefilling and len(dec) and (not self.waiting or self._head_stays_blocked()):
+            run_s, run_finished = self._merge_decodes(now, horizon)
+            if run_s > 0:
+                return run_s, run_finished, False
         bs = self.config.block_size
         budget = self.config.max_num_batched_tokens
         prefills: list[tuple[SimRequest, int, int, int]] = []
         need_total = 0
-        dec = self.decoders
         demand = sum(r.num_tokens - r.computed for r in self._prefilling) if self._prefilling else 0
         if len(dec) + demand <= budget:
             # every running request gets all it asks for: no need to walk the list
@@ -323,24 +349,19 @@ class SimScheduler:
                 prefills.append((r, new, r.computed, need))
                 need_total += need
                 budget -= new
-        due: list[SimRequest] = []
-        while True:
-            due_r = dec.pop_block_due(dec.D + 1)
-            if due_r is None:
-                break
-            due.append(due_r)
+        due = dec.due()
         preempted = False
         if need_total + len(due) > self.pool.free_blocks:
             prefills, due = self._preempt_until_fits(prefills, due, now)
             preempted = True
-        wants = [(r.program, need) for r, _, _, need in prefills if need]
-        wants.extend((r.program, 1) for r in due)
-        if wants:
-            self.pool.grow_batch(wants)
-            for r, _, _, need in prefills:
-                r.blocks += need
-            for r in due:
-                dec.block_granted(r)
+        if need_total:
+            wants = [(r.program, need) for r, _, _, need in prefills if need]
+            if wants:
+                self.pool.grow_batch(wants)
+                for r, _, _, need in prefills:
+                    r.blocks += need
+        if due:
+            self.pool.take(len(due))
 
         reload_s, blocked_head = 0.0, False
         if not preempted and self.waiting:  # vLLM admits nothing in a step that preempted
@@ -383,7 +404,8 @@ class SimScheduler:
         for r in dec.pop_finished():
             dec.leave(r)
             finished.append(r)
-        finished.sort(key=lambda r: r.run_seq)
+        if len(finished) > 1:
+            finished.sort(key=_run_seq)
         for r in finished:
             self._finish(r, end)
         merge = not preempted and not finished and not chunks and (not self.waiting or blocked_head)
@@ -511,9 +533,14 @@ class SimScheduler:
                 plan = None  # nothing made room since it last failed: it fails again
             else:
                 plan = self._try_admit(head, budget, now)
-            if plan is None and self.pinning is not None and self.pinning.retention.pins:
+            pinning = self.pinning
+            if (
+                plan is None
+                and pinning is not None
+                and pinning.retention.valve_releases(head.program, not self.running)
+            ):
                 # the valve: release pins one at a time, retrying after each
-                for _ in self.pinning.valve(head, stalled=not self.running):
+                for _ in pinning.valve(head, stalled=not self.running):
                     plan = self._try_admit(head, budget, now)
                     if plan is not None:
                         break
@@ -531,6 +558,18 @@ class SimScheduler:
             budget -= new
             reload_s += loaded_s
         return admitted, reload_s, bool(waiting)
+
+    def _head_stays_blocked(self) -> bool:
+        """Whether admission would stop at once: the queue's order is settled, its head
+        failed to fit and nothing made room since, and the valve (something runs) has no
+        pin to release."""
+        if self._waiting_dirty or self._moved or self.pool.changes != self._stuck_changes:
+            return False
+        head = self.waiting[0]
+        if head is not self._stuck:
+            return False
+        pinning = self.pinning
+        return pinning is None or not pinning.retention.valve_releases(head.program, False)
 
     def _plan(self, req: SimRequest, budget: int) -> tuple[int, int, int, int, int]:
         """(hit blocks, tokens loaded from offload, new tokens, new blocks, blocks that must
@@ -635,59 +674,70 @@ class SimScheduler:
             self.pool.release(req.program, full)
         req.blocks = 0
 
-    def _merge_decodes(self, now: float, horizon: float) -> tuple[int, float]:
-        """Take the coming decode-only steps together; returns (steps, seconds).
+    def _merge_decodes(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
+        """Take the coming decode-only steps together; returns (seconds, finished).
 
-        Stops before the first finish, before the horizon (the next arrival or pin
-        expiry), and before a step whose block needs the pool cannot meet.
+        Takes every step that starts before the horizon (the next arrival or pin expiry,
+        which the replay sees between steps), up to and including the first step in which
+        a request finishes (it finishes at the run's end), and stops before a step whose
+        block needs the pool cannot meet. Nothing else can change meanwhile: the waiting
+        head was blocked (the pool only shrinks, and the valve had nothing left to
+        release) or nothing waits, and no step before the last one finishes anything.
         """
         dec = self.decoders
         if horizon <= now or not len(dec) or len(dec) != len(self.running):
-            return 0, 0.0
+            return 0.0, []
         first_finish = dec.next_finish()
         if first_finish is None:
-            return 0, 0.0
-        steps = first_finish - dec.D - 1
+            return 0.0, []
+        steps = first_finish - dec.D
         if steps <= 0:
-            return 0, 0.0
+            return 0.0, []
         seqs = len(dec)
         kv0 = dec.kv_tokens()
-        if now + self.cost.decode_run_s(seqs, kv0, steps) > horizon:
-            lo, hi = 0, steps
-            guess = self.cost.decode_steps_within(seqs, kv0, horizon - now)
+        cost = self.cost
+        # a step that starts before the horizon runs before the event is seen (the replay
+        # takes arrivals between steps), so the run takes every step that starts before it
+        if now + cost.decode_run_s(seqs, kv0, steps - 1) >= horizon:
+            lo, hi = 0, steps - 1
+            guess = cost.decode_steps_within(seqs, kv0, horizon - now)
             if guess is not None:
                 # a closed form: narrow the search to its neighbourhood (rounding)
-                lo, hi = max(0, min(steps, guess) - 2), min(steps, guess + 2)
-                if lo and now + self.cost.decode_run_s(seqs, kv0, lo) > horizon:
+                lo, hi = max(0, min(steps - 1, guess) - 2), min(steps - 1, guess + 2)
+                if lo and now + cost.decode_run_s(seqs, kv0, lo) > horizon:
                     lo, hi = 0, lo  # the guess was off: search below it
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                if now + self.cost.decode_run_s(seqs, kv0, mid) <= horizon:
+                if now + cost.decode_run_s(seqs, kv0, mid) <= horizon:
                     lo = mid
                 else:
                     hi = mid - 1
-            steps = lo
-        # grant the blocks the steps need, in step order; stop where the pool runs dry
-        # (the pool hands them out in one batch: only the count matters to it)
-        free = self.pool.free_blocks
-        granted: list[str] = []
-        while steps > 0:
-            r = dec.pop_block_due(dec.D + steps)
-            if r is None:
-                break
-            if free == 0:
-                dec.push_back(r)
-                steps = dec.block_step(r) - dec.D
-                break
-            free -= 1
-            granted.append(r.program)
-            dec.block_granted(r)
-        if granted:
-            self.pool.grow_each(granted)
+            # lo steps end by the horizon; one more starts before it unless they end on it
+            steps = lo + 1 if now + cost.decode_run_s(seqs, kv0, lo) < horizon else lo
+        # the blocks the steps need; stop before a step whose needs the pool cannot meet
+        # (that step preempts, request by request in running order: the next step's)
+        steps, blocks = dec.blocks_for(steps, self.pool.free_blocks)
         if steps <= 0:
-            return 0, 0.0
-        total = self.cost.decode_run_s(seqs, kv0, steps)
+            return 0.0, []
+        if blocks:
+            self.pool.take(blocks)
+        total = cost.decode_run_s(seqs, kv0, steps)
         dec.D += steps
-        self.stats.busy_s += total
-        self.tick(now + total)
-        return steps, total
+        stats = self.stats
+        stats.steps += steps
+        stats.busy_s += total
+        longest = cost.decode_s(seqs, kv0 + seqs * (steps - 1))  # the run's last step
+        if longest > stats.longest_step_s:
+            stats.longest_step_s = longest
+        end = now + total
+        self.tick(end)
+        if first_finish > dec.D:
+            return total, []
+        finished = dec.pop_finished()
+        for r in finished:
+            dec.leave(r)
+        if len(finished) > 1:
+            finished.sort(key=_run_seq)
+        for r in finished:
+            self._finish(r, end)
+        return total, finished

@@ -272,7 +272,7 @@ def _check(engine: SimScheduler, now: float) -> None:
     for req in engine.running:
         if req.admitted is not None and req.admitted < req.arrival:
             fail(f"request {req.rid} ran before it arrived")
-        if not req.computed <= req.num_tokens or -(-req.computed // bs) > req.blocks:
+        if not req.computed <= req.num_tokens or -(-req.computed // bs) != req.blocks:
             fail(f"request {req.rid}: {req.computed} computed, {req.blocks} blocks")
         if req.hit_tokens % bs or (req.hit_tokens and req.hit_tokens >= req.prompt):
             fail(f"request {req.rid} hit {req.hit_tokens} of {req.prompt}")
@@ -283,6 +283,10 @@ def _check(engine: SimScheduler, now: float) -> None:
             fail(f"waiting request {req.rid} is not its program's")
     if len(engine.waiting_programs) != len(engine.waiting):
         fail("waiting_programs does not match the queue")
+    if len({r.qkey for r in engine.waiting}) != len(engine.waiting):
+        # the queue puts new and re-keyed requests in place one by one (as a stable sort
+        # would only when no two keys tie)
+        fail("two waiting requests share a queue key")
     if engine.pinning is not None:
         retention = engine.pinning.retention
         retention.check()

@@ -382,16 +382,18 @@ class Model:
 
     running: set[str] = field(default_factory=set)
     pinned: set[str] = field(default_factory=set)
+    #: blocks taken for a running program's request (the decode set's way), not assigned
+    loose: dict[str, int] = field(default_factory=dict)
 
     def actions(self) -> list[tuple[str, str]]:
         out = [("admit", p) for p in PROGRAMS if p not in self.running]
         for p in sorted(self.running):
-            out += [("grow", p), ("finish", p), ("preempt", p)]
+            out += [("grow", p), ("take", p), ("finish", p), ("preempt", p)]
         out += [("release_pin", p) for p in sorted(self.pinned)]
         return out
 
 
-def _compare(fast: RunPool, ref: BlockPool) -> None:
+def _compare(fast: RunPool, ref: BlockPool, loose: int = 0) -> None:
     fast.check()
     ref.check()
     assert fast.free_blocks == ref.free_blocks
@@ -399,13 +401,17 @@ def _compare(fast: RunPool, ref: BlockPool) -> None:
     for p in PROGRAMS:
         assert fast.held(p) == ref.held(p), p
         assert fast.cached_prefix(p) == ref.cached_prefix(p), p
-    assert fast.free_blocks + sum(fast.held(p) for p in PROGRAMS) == NUM_BLOCKS
+    assert fast.free_blocks + sum(fast.held(p) for p in PROGRAMS) + loose == NUM_BLOCKS
 
 
 def _apply(fast: RunPool, ref: BlockPool, model: Model, step: tuple[int, int, int, bool]) -> None:
     choice, x, y, flag = step
     actions = model.actions()
     kind, p = actions[choice % len(actions)]
+    if kind in ("finish", "preempt") or (kind == "take" and flag):
+        n = model.loose.pop(p, 0)  # the request's blocks are counted before it frees them
+        fast.assign(p, n)
+        ref.assign(p, n)
     if kind == "admit":
         hit = x % (fast.cached_prefix(p) + 1)
         # mostly a few blocks, sometimes as many as could be free
@@ -420,7 +426,7 @@ def _apply(fast: RunPool, ref: BlockPool, model: Model, step: tuple[int, int, in
         fast.admit(p, hit, new)
         ref.admit(p, hit, new)
         if p in model.pinned:  # a handover: the pin goes once the call has its blocks
-            _compare(fast, ref)
+            _compare(fast, ref, sum(model.loose.values()))
             fast.unpin(p)
             ref.unpin(p)
             model.pinned.discard(p)
@@ -431,6 +437,16 @@ def _apply(fast: RunPool, ref: BlockPool, model: Model, step: tuple[int, int, in
             return
         fast.grow(p, new)
         ref.grow(p, new)
+    elif kind == "take":
+        new = x % (fast.free_blocks + 2) if flag else x % 3
+        if new > fast.free_blocks:
+            for pool in (fast, ref):
+                with pytest.raises(OutOfBlocks):
+                    pool.take(new)
+            return
+        fast.take(new)
+        ref.take(new)
+        model.loose[p] = model.loose.get(p, 0) + new
     elif kind == "finish" and flag:  # pinned: released later or handed over
         model.running.remove(p)
         model.pinned.add(p)
@@ -458,7 +474,7 @@ def test_run_pool_equals_block_pool(sequence: list[tuple[int, int, int, bool]]) 
     model = Model()
     for step in sequence:
         _apply(fast, ref, model, step)
-        _compare(fast, ref)
+        _compare(fast, ref, sum(model.loose.values()))
 
 
 @pool_classes

@@ -106,9 +106,10 @@ class PinTable:
         return out
 
     def park(self, pin: Pin) -> None:
-        """An expired pin stays while its program's next call waits: off the heap until
-        :meth:`unpark`."""
-        if self.pins.get(pin.program) is pin:
+        """A pin whose program's next call waits stays: off the heap until :meth:`unpark`
+        (its heap entry, if not yet popped, goes stale: the pin takes a new number)."""
+        if self.pins.get(pin.program) is pin and pin.program not in self._parked:
+            pin.seq = next(self._seq)
             self._parked.add(pin.program)
 
     def unpark(self, program: str) -> None:

@@ -233,12 +233,18 @@ class Retention:
         self._changed(program)
         return True
 
+    def valve_releases(self, head_program: str | None, stalled: bool) -> bool:
+        """Whether :meth:`valve_order` names any pin (without sorting them)."""
+        if not self.pins or self._source is None:
+            return False
+        if self._source.params.valve == "stall-only" and not stalled:
+            return False
+        return stalled or len(self.pins) > (head_program in self.pins)
+
     def valve_order(self, head_program: str | None, stalled: bool) -> Iterator[str]:
         """Programs whose pins to release, one at a time, until the head fits (``stalled``:
         nothing is running)."""
-        if not self.pins or self._source is None:
-            return iter(())
-        if self._source.params.valve == "stall-only" and not stalled:
+        if not self.valve_releases(head_program, stalled):
             return iter(())
         order = [p.program for p in self.pins.by_latest_program(exclude=head_program)]
         if stalled and head_program is not None and head_program in self.pins:

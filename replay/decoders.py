@@ -41,10 +41,15 @@ class DecodeSet:
     _finish: list[tuple[int, int, int]] = field(default_factory=list)
     #: members by phase, ``(c0 − d0) mod block_size``
     _phase: list[dict[int, SimRequest]] = field(init=False)
+    #: members per phase, twice over and backwards: entry ``block_size − 1 − φ`` (and that
+    #: plus ``block_size``) counts phase φ, so the steps D, D+1, … (phases falling by one
+    #: each) read a contiguous slice
+    _back: list[int] = field(init=False)
     _epoch: int = 0
 
     def __post_init__(self) -> None:
         self._phase = [{} for _ in range(self.block_size)]
+        self._back = [0] * (2 * self.block_size)
 
     def __len__(self) -> int:
         return len(self.members)
@@ -59,7 +64,11 @@ class DecodeSet:
         self._sum_c0 += r.c0
         self._sum_d0 += r.d0
         heapq.heappush(self._finish, (self._finish_at(r), r.rid, r.epoch))
-        self._phase[(r.c0 - r.d0) % self.block_size][r.rid] = r
+        phase = (r.c0 - r.d0) % self.block_size
+        self._phase[phase][r.rid] = r
+        back = self.block_size - 1 - phase
+        self._back[back] += 1
+        self._back[back + self.block_size] += 1
 
     def sync(self, r: SimRequest) -> None:
         """Write the request's current token and block counts back to it (its blocks
@@ -85,7 +94,11 @@ class DecodeSet:
         self.sync(r)
         r.dec = False
         del self.members[r.rid]
-        del self._phase[(r.c0 - r.d0) % self.block_size][r.rid]
+        phase = (r.c0 - r.d0) % self.block_size
+        del self._phase[phase][r.rid]
+        back = self.block_size - 1 - phase
+        self._back[back] -= 1
+        self._back[back + self.block_size] -= 1
         self._sum_c0 -= r.c0
         self._sum_d0 -= r.d0
 
@@ -139,9 +152,15 @@ class DecodeSet:
         # every block_size steps each member needs exactly one block
         cycles = min(steps // bs, free // n)
         s, blocks = cycles * bs, cycles * n
-        phase, d = self._phase, self.D + s
-        while s < steps:
-            need = len(phase[-d % bs])
+        rest = steps - s
+        if rest < bs:  # the remaining steps' needs at once (phases D+s, D+s+1, …)
+            start = bs - 1 - (-(self.D + s) % bs)
+            need = sum(self._back[start : start + rest])
+            if blocks + need <= free:
+                return steps, blocks + need
+        back, d = self._back, self.D + s
+        while s < steps:  # the pool runs dry within the next block_size steps
+            need = back[bs - 1 - (-d % bs)]
             if blocks + need > free:
                 break
             blocks += need

@@ -48,8 +48,11 @@ class OutOfBlocks(Exception):
 class KVPool(Protocol):
     block_size: int
     num_blocks: int
-    #: bumped by every call that can make room or change a program's pin (all but the
-    #: ones handing free blocks out: those only take room, and never a pin's blocks)
+    #: bumped by every call that can let a waiting call fit: those that free blocks
+    #: (release, unpin) or hand a pin over (admit). Not by the ones handing free blocks
+    #: out (they only take room, never a pin's blocks), nor by :meth:`pin`: it keeps a
+    #: finished call's blocks where they were, and only its own program's prefix changes,
+    #: a program that has no call waiting (a program's calls run one at a time)
     changes: int
 
     @property
@@ -251,7 +254,6 @@ class RunPool:
         self._free_stream(program, held, min(full, held))
 
     def pin(self, program: str, full: int) -> None:
-        self.changes += 1
         if program in self._pins:
             raise ValueError(f"{program} already holds a pin")
         held = self._held.pop(program, 0)
@@ -450,7 +452,6 @@ class BlockPool:
         self._free(program, blocks, min(full, len(blocks)), 0)
 
     def pin(self, program: str, full: int) -> None:
-        self.changes += 1
         if program in self._pins:
             raise ValueError(f"{program} already holds a pin")
         blocks = self._owned.pop(program, [])

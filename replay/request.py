@@ -11,8 +11,9 @@ Invariants (checked by ``--check`` replays, ``replay.sim``): ``computed`` ≤
 ``num_tokens`` = ``prompt`` + tokens sampled so far (``generated``, while it runs;
 at finish ``computed`` = ``prompt + output − 1``: the last sampled token is never
 computed); a running request holds ``blocks`` = ⌈``computed`` / block size⌉ blocks
-between steps (a step's blocks are allocated at its start), a waiting one none; ``hit_tokens`` is a multiple
-of the block size below ``prompt``; arrival ≤ admitted ≤ first token ≤ finish.
+between steps (a step's blocks are allocated at its start), a waiting one none;
+``hit_tokens`` is a multiple of the block size below ``prompt``; arrival ≤ admitted ≤
+first token ≤ finish.
 """
 
 from __future__ import annotations

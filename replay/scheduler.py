@@ -45,6 +45,7 @@ from replay.kv import BlockPool, KVPool, RunPool
 from replay.offload import OffloadTier
 from replay.pinning import Pinning
 from replay.request import SimRequest
+from ttlctl.engine.pins import PinTable
 from ttlctl.engine.source import TauSource
 from ttlctl.errors import ConfigError
 
@@ -127,9 +128,10 @@ class SimScheduler:
 
     Invariants (checked after every step of a ``--check`` replay, ``replay.sim``):
     blocks are conserved (free + held by running requests + held by pins = the pool's
-    blocks); no two waiting requests share a queue key; ``running`` is in ``run_seq`` order and every running request holds its
-    blocks, a waiting one none; ``waiting_programs`` maps each program with a waiting
-    request to it (one per program: calls of a program are sequential); the decode set
+    blocks); no two waiting requests share a queue key; ``running`` is in ``run_seq``
+    order and every running request holds its blocks, a waiting one none;
+    ``waiting_programs`` maps each program with a waiting request to it (one per
+    program: calls of a program are sequential); the decode set
     holds exactly the running requests past their prompt with one token to compute;
     pins are the pin rules' (``pinning``), at most one per program, and a pinned
     program has no running request; ``clock`` never goes back.
@@ -144,6 +146,8 @@ class SimScheduler:
     waiting: list[SimRequest] = field(default_factory=list)
     #: the pin rules (None: the policy pins nothing and orders by itself)
     pinning: Pinning | None = field(init=False, default=None)
+    #: the pin rules' table (read on every step)
+    _pins: PinTable | None = field(init=False, default=None)
     stats: Stats = field(default_factory=Stats)
     #: every waiting request's key changed: sort the queue before its next use
     _waiting_dirty: bool = False
@@ -175,6 +179,7 @@ class SimScheduler:
         source = self.policy.tau_source(self)
         if source is not None:
             self.pinning = Pinning(source, self.pool, self.touch_order)
+            self._pins = self.pinning.retention.pins
 
     def context_tokens(self, req: SimRequest) -> int:
         """The request's computed tokens now (a policy may ask about running requests)."""
@@ -245,8 +250,8 @@ class SimScheduler:
 
     def tick(self, now: float) -> None:
         """Integrate pinned memory up to ``now`` (call before any pin changes)."""
-        pinning = self.pinning
-        pinned = pinning.retention.pins.blocks if pinning is not None else 0
+        pins = self._pins
+        pinned = pins.blocks if pins is not None else 0
         if now > self.clock:
             self.stats.pinned_block_seconds += pinned * (now - self.clock)
             self.clock = now
@@ -256,14 +261,15 @@ class SimScheduler:
 
     def expire_pins(self, now: float) -> None:
         """A step starts: pins whose time is up go, unless their program's call waits."""
-        if self.pinning is not None:
+        if self.pinning is not None:  # as the plugin's schedule() does, every step
             self.pinning.step_starts(now, self.waiting_programs.__contains__)
 
     def next_expiry(self) -> float:
         """The next time a pin can expire (pins parked for a waiting call do not count)."""
-        if self.pinning is None:
+        pins = self._pins
+        if pins is None or not pins.pins:
             return math.inf
-        at = self.pinning.retention.next_expiry()
+        at = pins.next_expiry()
         return math.inf if at is None else at
 
     def pin_counters(self) -> None:
@@ -320,7 +326,9 @@ class SimScheduler:
         self.tick(now)
         self.expire_pins(now)
         dec = self.decoders
-        if not self._prefilling and len(dec) and (not self.waiting or self._head_stays_blocked()):
+        decoding = len(dec.members)
+        prefilling = self._prefilling
+        if not prefilling and decoding and (not self.waiting or self._head_stays_blocked()):
             run_s, run_finished = self._merge_decodes(now, horizon)
             if run_s > 0:
                 return run_s, run_finished, False
@@ -328,15 +336,19 @@ class SimScheduler:
         budget = self.config.max_num_batched_tokens
         prefills: list[tuple[SimRequest, int, int, int]] = []
         need_total = 0
-        demand = sum(r.num_tokens - r.computed for r in self._prefilling) if self._prefilling else 0
-        if len(dec) + demand <= budget:
+        demand = 0
+        for r in prefilling:
+            demand += r.num_tokens - r.computed
+        if decoding + demand <= budget:
             # every running request gets all it asks for: no need to walk the list
-            for r in self._prefilling:
+            for r in prefilling:
                 new = r.num_tokens - r.computed
-                need = max(0, -(-(r.computed + new) // bs) - r.blocks)
+                need = -(-(r.computed + new) // bs) - r.blocks
+                if need < 0:
+                    need = 0
                 prefills.append((r, new, r.computed, need))
                 need_total += need
-            budget -= len(dec) + demand
+            budget -= decoding + demand
         else:
             for r in self.running:
                 if budget <= 0:
@@ -368,10 +380,11 @@ class SimScheduler:
             admitted, reload_s, blocked_head = self._admit_waiting(budget, now)
             prefills.extend((r, new, ctx, 0) for r, new, ctx in admitted)
 
-        if not prefills and not len(dec):
+        decoding = len(dec.members)  # fewer if the step preempted some
+        if not prefills and not decoding:
             return 0.0, [], False
         chunks: list[tuple[int, int]] = []
-        decodes = len(dec)
+        decodes = decoding
         kv = dec.kv_tokens()
         for r, new, ctx, _ in prefills:
             if r.num_tokens - ctx > 1 or ctx < r.prompt:
@@ -685,7 +698,8 @@ class SimScheduler:
         release) or nothing waits, and no step before the last one finishes anything.
         """
         dec = self.decoders
-        if horizon <= now or not len(dec) or len(dec) != len(self.running):
+        seqs = len(dec.members)
+        if horizon <= now or not seqs or seqs != len(self.running):
             return 0.0, []
         first_finish = dec.next_finish()
         if first_finish is None:
@@ -693,7 +707,6 @@ class SimScheduler:
         steps = first_finish - dec.D
         if steps <= 0:
             return 0.0, []
-        seqs = len(dec)
         kv0 = dec.kv_tokens()
         cost = self.cost
         # a step that starts before the horizon runs before the event is seen (the replay

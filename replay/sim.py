@@ -176,21 +176,24 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
             nxt.start = at
             push(at, ARRIVAL, nxt)
 
+    step, next_expiry, stats = engine.step, engine.next_expiry, engine.stats
     while True:
         while events and events[0][0] <= now:
             sent, _, _, payload = heapq.heappop(events)
             engine.tick(now)
             arrive(payload, now, sent)  # pins expire first, as vLLM's add_request does
-        if engine.idle:
+        if not engine.running and not engine.waiting:
             # an idle engine does not step: its pins stay until the next arrival
             if not events:
                 break
             now = max(now, events[0][0])
             continue
-        horizon = min(events[0][0] if events else math.inf, engine.next_expiry())
-        preempted = engine.stats.preemptions
-        duration, finished = engine.step(now, horizon)
-        if duration <= 0 and engine.stats.preemptions > preempted:
+        horizon = next_expiry()
+        if events and events[0][0] < horizon:
+            horizon = events[0][0]
+        preempted = stats.preemptions
+        duration, finished = step(now, horizon)
+        if duration <= 0 and stats.preemptions > preempted:
             continue  # a step that only preempted: vLLM's engine core schedules again at once
         if duration <= 0:
             # nothing could run (the head does not fit): vLLM's engine core keeps stepping,

@@ -96,8 +96,8 @@ class ProgramBook:
         """Drop entries idle for longer than ``idle_s`` and any beyond ``cap``."""
         programs = self._programs
         while programs:
-            name, oldest = next(iter(programs.items()))
-            if len(programs) <= self.cap and now - oldest.seen <= self.idle_s:
+            name = next(iter(programs))
+            if len(programs) <= self.cap and now - programs[name].seen <= self.idle_s:
                 break
             del programs[name]
             self.dropped += 1

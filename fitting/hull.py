@@ -30,10 +30,13 @@ Standard library only: the engine process imports this.
 
 from __future__ import annotations
 
+import functools
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import le, mul, sub
 
 #: relative error bound of the floating 2×2 cross product of differences (Shewchuk's
 #: orientation bound (3 + 16ε)ε with ε = 2^-53 is 3.3e-16; a wide margin on it)
@@ -106,6 +109,34 @@ def build(x: Sequence[float], p: Sequence[float]) -> Hull:
         ax, ay, bx, by = bx, by, a, b
     neg = [-(hp[i + 1] - hp[i]) / (hx[i + 1] - hx[i]) for i in range(len(hx) - 1)]
     return Hull(tuple(hx), tuple(hp), tuple(neg), _guards(neg))
+
+
+def build_equal_weights(x: Sequence[float]) -> Hull:
+    """:func:`build` of the step CDF of distinct samples ``x`` (sorted, ≥ 0), each of weight
+    1/n: p_i = i/n as floats.
+
+    The same hull, faster: with equal steps of p, an interior point lies below the chord
+    of its neighbours exactly when the gap before it exceeds the gap after it, and such a
+    point is never a vertex. The gaps are compared in one pass at C speed, and a point is
+    dropped only when its gap before exceeds its gap after by more than every rounding
+    involved (the gaps' own, and that of p_i = i/n, relative n·ε at most); the chain then
+    decides the rest exactly.
+    """
+    n = len(x)
+    p = _equal_steps(n)
+    if n <= 2:
+        return build(x, p)
+    gaps = list(map(sub, x[1:], x[:-1]))
+    slack = 1.0 + (n * 1e-15 + 1e-14)
+    keep = [True, *map(le, gaps[:-1], map(mul, gaps[1:], repeat(slack))), True]
+    return build(list(compress(x, keep)), list(compress(p, keep)))
+
+
+@functools.lru_cache(maxsize=8)
+def _equal_steps(n: int) -> tuple[float, ...]:
+    """p_i = i/n for i = 1..n (a CDF of n samples)."""
+    total = float(n)
+    return tuple(i / total for i in range(1, n + 1))
 
 
 def _guards(neg: list[float]) -> tuple[float, ...]:

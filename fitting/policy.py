@@ -33,12 +33,13 @@ Standard library only: the engine process imports it.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate, repeat
+from operator import truediv
 from typing import Any, TypedDict
 
 from fitting import hull as hull_mod
@@ -172,13 +173,6 @@ class Prior:
         return Prior(tuple(map(float, data["x"])), tuple(map(float, data["p"])), int(data["n"]))
 
 
-@functools.lru_cache(maxsize=8)
-def _uniform(n: int) -> tuple[float, ...]:
-    """The step CDF of ``n`` distinct samples: i / n for i = 1..n."""
-    total = float(n)
-    return tuple(i / total for i in range(1, n + 1))
-
-
 @dataclass(slots=True)
 class _Durations:
     """One tool's (or all tools') prior plus recent observations, and its cached hull."""
@@ -225,12 +219,17 @@ class _Durations:
         """Merge the prior (as weighted points) with ``recent``; the hull of the result."""
         if self.prior_points is None:
             self.prior_points = self._prior_points()
-        samples = sorted(recent)
-        if not self.prior_points and len(set(samples)) == len(samples):
-            # distinct samples of weight 1 each: the sums below are the integers, exactly
-            if not samples:
+        if not self.prior_points:
+            # samples of weight 1 each: the sums below are the integers, exactly
+            if not recent:
                 return hull_mod.EMPTY
-            return hull_mod.build(samples, _uniform(len(samples)))
+            counts = Counter(recent)
+            if len(counts) == len(recent):  # distinct
+                return hull_mod.build_equal_weights(sorted(recent))
+            values = sorted(counts)
+            cum = list(accumulate(map(counts.__getitem__, values)))
+            return hull_mod.build(values, list(map(truediv, cum, repeat(float(cum[-1])))))
+        samples = sorted(recent)
         merged = heapq.merge(self.prior_points, ((x, 1.0) for x in samples))
         xs: list[float] = []
         ws: list[float] = []

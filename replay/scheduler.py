@@ -573,12 +573,12 @@ class SimScheduler:
         return admitted, reload_s, bool(waiting)
 
     def _head_stays_blocked(self) -> bool:
-        """Whether admission would stop at once: the queue's order is settled, its head
-        failed to fit and nothing made room since, and the valve (something runs) has no
-        pin to release."""
-        if self._waiting_dirty or self._moved or self.pool.changes != self._stuck_changes:
+        """Whether admission would stop at once: the queue's head (once in order) failed
+        to fit and nothing made room since, and the valve (something runs) has no pin to
+        release."""
+        if self.pool.changes != self._stuck_changes:
             return False
-        head = self.waiting[0]
+        head = self._sorted_waiting()[0]  # as admission would order the queue first
         if head is not self._stuck:
             return False
         pinning = self.pinning

@@ -196,3 +196,33 @@ def test_floats_decide_away_from_near_ties(monkeypatch: pytest.MonkeyPatch) -> N
         benefit = (h.x[j + 1] - h.x[j]) / (h.p[j + 1] - h.p[j])
         assert hull.best(h, benefit)[0] == exact_argmax(cdf.x, cdf.p, benefit)
     assert calls[0] == len(h.neg_slopes)
+
+
+#: sorted distinct samples: random, arithmetic (every point collinear), nearly arithmetic
+#: (gaps equal but for one rounding), from zero, decimals (rounding in every gap)
+def _samples(kind: str, n: int, rng: random.Random) -> list[float]:
+    if kind == "random":
+        xs = {rng.lognormvariate(0.0, 1.5) for _ in range(n)}
+    elif kind == "arithmetic":
+        xs = {0.5 * i + 0.25 for i in range(1, n + 1)}
+    elif kind == "near":
+        xs = {0.1 * i + rng.choice([0.0, 1e-16, -1e-16]) * i for i in range(1, n + 1)}
+    elif kind == "zero":
+        xs = {0.0} | {round(rng.uniform(0, 3), 1) for _ in range(n)}
+    else:
+        xs = {round(rng.expovariate(1.0), 2) for _ in range(n)}
+    return sorted(x for x in xs if x >= 0.0)
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 300),
+    kind=st.sampled_from(["random", "arithmetic", "near", "zero", "decimal"]),
+)
+def test_the_equal_weight_shortcut_builds_the_same_hull(seed: int, n: int, kind: str) -> None:
+    """``build_equal_weights`` drops points below their neighbours' chord before the chain;
+    the hull (vertices, slopes, guard bands) is :func:`hull.build`'s on p_i = i/n."""
+    xs = _samples(kind, n, random.Random(seed))
+    ps = [i / float(len(xs)) for i in range(1, len(xs) + 1)]
+    assert hull.build_equal_weights(xs) == hull.build(xs, ps)

@@ -223,9 +223,9 @@ class _Durations:
             # samples of weight 1 each: the sums below are the integers, exactly
             if not recent:
                 return hull_mod.EMPTY
-            counts = Counter(recent)
-            if len(counts) == len(recent):  # distinct
+            if len(set(recent)) == len(recent):  # distinct
                 return hull_mod.build_equal_weights(sorted(recent))
+            counts = Counter(recent)
             values = sorted(counts)
             cum = list(accumulate(map(counts.__getitem__, values)))
             return hull_mod.build(values, list(map(truediv, cum, repeat(float(cum[-1])))))

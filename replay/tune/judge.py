@@ -118,12 +118,18 @@ def paired(tuned: Sequence[float], other: Sequence[float]) -> dict[str, Any]:
     }
 
 
+#: simulated times are sums whose order depends on how the decode steps were merged: two
+#: replays that schedule alike agree to this relative precision, not bit for bit
+TIE_REL = 1e-9
+
+
 def beats(held: Mapping[str, Any], candidate: str, baseline: str) -> bool:
     """The guard's one rule: ``candidate`` beats ``baseline`` when its mean JCT over the
-    held-back replays is strictly lower (a tie does not)."""
+    held-back replays is lower (a tie does not, nor a difference within ``TIE_REL``: the
+    same schedule priced in another order)."""
     mine = held[f"{candidate.replace('-', '_')}_jct_mean_s"]
     theirs = held[f"{baseline.replace('-', '_')}_jct_mean_s"]
-    return bool(mine < theirs)
+    return bool(mine < theirs and not math.isclose(mine, theirs, rel_tol=TIE_REL))
 
 
 def guard(held: Mapping[str, Any], force: bool, baseline: str = "vllm") -> dict[str, Any]:

@@ -157,6 +157,10 @@ def test_guard() -> None:
     assert "does NOT beat stock vLLM" in lost["message"] and "--force" in lost["message"]
     tie = guard(_held(100.0, 100.0, 100.0, 100.0), force=False)
     assert tie["shipped"] == "never-pin"  # a tie is not a win
+    # nor the same schedule priced in another order (the last bits of a sum)
+    rounding = guard(_held(100.0 * (1 - 1e-12), 100.0, 100.0, 100.0), force=False)
+    assert rounding["shipped"] == "never-pin" and not rounding["beats_vllm"]
+    assert guard(_held(100.0 * (1 - 1e-6), 100.0, 100.0, 100.0), force=False)["beats_vllm"]
     assert "without a bundle" in tie["message"]  # program FCFS does not win either
     forced = guard(_held(101.0, 90.0, 100.0, 95.0), force=True)
     assert forced["shipped"] == "tuned" and forced["forced"]

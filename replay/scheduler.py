@@ -21,10 +21,13 @@ through :mod:`replay.pinning`): expiry at each step start and each arrival, the
 handover after the admitted call's blocks are allocated, the valve's order, the cap;
 a policy only says where τ comes from.
 
-When a step is decode-only and nothing can change before some request finishes,
-an event arrives or a block would run short, the following decode steps are
-taken together (the trick of splitwise-sim); ``fast=False`` takes them one by one
-and the tests check both give the same results.
+When a step is decode-only and the waiting head cannot be admitted (or nothing
+waits), nothing can change until an event arrives, a request finishes or a block
+runs short: the following decode steps are taken together (the trick of
+splitwise-sim), up to the last one that starts before the next event, including
+the one a request finishes in, and short of one whose blocks the pool cannot give.
+``fast=False`` takes them one by one and the tests check both give the same
+results.
 
 Policies (``replay/policies``) see only what an engine sees: requests with their
 program id, tool tag and lengths, the queue, the pins. Never a pause's length or
@@ -131,9 +134,10 @@ class SimScheduler:
     blocks); no two waiting requests share a queue key; ``running`` is in ``run_seq``
     order and every running request holds its blocks, a waiting one none;
     ``waiting_programs`` maps each program with a waiting request to it (one per
-    program: calls of a program are sequential); the decode set
-    holds exactly the running requests past their prompt with one token to compute;
-    pins are the pin rules' (``pinning``), at most one per program, and a pinned
+    program: calls of a program are sequential); the decode set holds the running
+    requests past their prompt with one token to compute, except one that got there in
+    a chunk of a recomputation (it is still prefilling, and joins after its next
+    step); pins are the pin rules' (``pinning``), at most one per program, and a pinned
     program has no running request; ``clock`` never goes back.
     """
 
@@ -168,7 +172,8 @@ class SimScheduler:
     _run_counter: int = 0
     _blocked_head: bool = False
     #: the waiting head that last failed to fit, and the pool's ``changes`` then: until
-    #: the pool makes room or a pin changes, it cannot fit (see :meth:`_admit_waiting`)
+    #: the pool frees blocks or hands a pin over, it cannot fit (see
+    #: :meth:`_admit_waiting`)
     _stuck: SimRequest | None = None
     _stuck_changes: int = -1
 
@@ -421,7 +426,16 @@ class SimScheduler:
             finished.sort(key=_run_seq)
         for r in finished:
             self._finish(r, end)
-        merge = not preempted and not finished and not chunks and (not self.waiting or blocked_head)
+        # a merged run needs the admission just tried to hold for its steps: the head it
+        # found blocked must still be the head once the queue is in order (the valve or a
+        # policy may have re-keyed waiting requests in this step)
+        settled = not self._moved and not self._waiting_dirty
+        merge = (
+            not preempted
+            and not finished
+            and not chunks
+            and (not self.waiting or (blocked_head and settled))
+        )
         return duration, finished, merge
 
     def _preempt_until_fits(
@@ -739,7 +753,8 @@ class SimScheduler:
         stats = self.stats
         stats.steps += steps
         stats.busy_s += total
-        longest = cost.decode_s(seqs, kv0 + seqs * (steps - 1))  # the run's last step
+        # the longest step of the run is its first or its last (the price is linear in KV)
+        longest = max(cost.decode_s(seqs, kv0), cost.decode_s(seqs, kv0 + seqs * (steps - 1)))
         if longest > stats.longest_step_s:
             stats.longest_step_s = longest
         end = now + total

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from profiles.cost import ConstantCostModel
+from profiles.cost import ConstantCostModel, ProfileCostModel
+from profiles.schema import Decode, Prefill, Profile, Reload
 from replay.policies import NAMES, PolicySpec, make
 from replay.policy_runs import Load, prepare, run_all, run_one, unlimited_kv_tokens
 from replay.request import SimRequest
@@ -106,6 +107,53 @@ def test_merged_decode_steps_give_the_same_results(seed: int, name: str) -> None
     fast = run(seed, name, engine_config(CONFIG, fast=True))
     slow = run(seed, name, engine_config(CONFIG, fast=False))
     assert_close(fast, slow)
+
+
+#: exact arithmetic: every price and pause a multiple of a power of two, so a merged run's
+#: closed-form sum and the step-by-step one are the same number, and a tie (a pin that
+#: expires on a step's start) falls the same way in both modes: they must agree exactly
+DYADIC = ConstantCostModel(
+    prefill_per_token_s=2**-13, decode_step_s=2**-6, reload_per_token_s=2**-20
+)
+#: the same with a decode price that grows with the batch and its KV
+DYADIC_PROFILE = ProfileCostModel(
+    Profile(
+        name="dyadic",
+        device="test",
+        model="test",
+        kv_bytes_per_token=1024,
+        max_context=4096,
+        prefill=Prefill(a=2**-8, b=2**-14, q=2**-30),
+        reload=Reload(bandwidth_bytes_per_s=2.0**40, latency_s=2**-10),
+        decode=Decode(step_s=2**-7, per_seq_s=2**-12, per_kv_token_s=2**-24),
+    )
+)
+
+
+def dyadic(work: Workload) -> Workload:
+    """The workload with its pauses rounded to 1/1024 s."""
+    return Workload(
+        tuple(
+            replace(
+                p, calls=tuple(replace(c, pause_s=round(c.pause_s * 1024) / 1024) for c in p.calls)
+            )
+            for p in work.programs
+        )
+    )
+
+
+@pytest.mark.parametrize("seed", range(3, 13))
+@pytest.mark.parametrize("name", NAMES)
+def test_merged_decode_steps_agree_exactly_in_exact_arithmetic(seed: int, name: str) -> None:
+    """A closed population of 8 (its starts are finishes: exact too), both cost models."""
+    cost = DYADIC if seed % 2 else DYADIC_PROFILE
+    work, load = dyadic(workload(seed)), Load(concurrency=8)
+    spec = PolicySpec(name)
+    for block_size in (16, 4):  # small blocks: more preemptions, recomputation, the valve
+        config = engine_config(CONFIG, block_size=block_size)
+        fast = run_one(work, spec, cost, engine_config(config, fast=True), load, timed=False)
+        slow = run_one(work, spec, cost, engine_config(config, fast=False), load, timed=False)
+        assert fast == slow, block_size
 
 
 def test_workloads_are_contended() -> None:

@@ -45,7 +45,8 @@ class PinTable:
     """The pins, at most one per program.
 
     Invariants (:meth:`check`): ``blocks`` is the sum of the pins' blocks; every pin is
-    either parked (past its expiry, its program's call waiting) or has a heap entry
+    either parked (its program's call waiting: it cannot expire; the plugin parks a pin
+    when it comes due, the simulator as soon as the call arrives) or has a heap entry
     with its expiry and sequence number; the heap holds at most ``2·pins + 64``
     entries (stale ones are dropped lazily).
     """

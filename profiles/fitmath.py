@@ -21,32 +21,6 @@ class FitMathError(TtlctlError, ValueError):
     """Too few timings, or timings a fit cannot use: one line."""
 
 
-#: the smallest context a default grid reaches down to
-MIN_CONTEXT = 16
-
-
-def default_contexts(limit: int) -> list[int]:
-    """The contexts a profiler measures prefill at when none are given, up to ``limit``.
-
-    Powers of two from 1,024 up to ``limit``; for short models, smaller powers of two
-    (down to :data:`MIN_CONTEXT`) until there are four points. Why this grid, for the
-    torch profiler and the server profiler alike: the quadratic fit weighs each point
-    by its relative error, so a geometric grid weighs every scale alike; four points
-    leave one degree of freedom over the three coefficients; and below 1,024 tokens a
-    prefill is mostly fixed cost (kernel launches, or a server's HTTP round trip), which
-    the smallest points already pin down. The largest point is the largest power of
-    two under ``limit``, not ``limit`` itself: the longest prefill is the one most
-    likely to run out of memory, and it costs the most time.
-    """
-    grid = [c for c in (1024 << i for i in range(32)) if c <= limit]
-    low = 512
-    while len(grid) < 4 and low >= MIN_CONTEXT:
-        if low <= limit:
-            grid.insert(0, low)
-        low //= 2
-    return grid
-
-
 @dataclass(frozen=True, slots=True)
 class QuadraticFit:
     a: float

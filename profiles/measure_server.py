@@ -51,7 +51,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from profiles.fitmath import DecodeFit, QuadraticFit, default_contexts, fit_decode, fit_quadratic
+from profiles.fitmath import DecodeFit, QuadraticFit, fit_decode, fit_quadratic
+from profiles.grid import default_contexts
 from profiles.models import kv_bytes_per_token as config_kv_bytes_per_token
 from profiles.schema import Decode, Prefill, Profile, Reload
 from ttlctl.errors import TtlctlError
@@ -289,7 +290,7 @@ def measure_engine(
     ``url`` is the server's base URL (``http://host:port``, a trailing ``/v1`` is
     accepted). ``model_config`` (a Hugging Face ``config.json`` as a dict) gives
     KV bytes per token and the vocabulary for random prompts. ``contexts``
-    default to :func:`profiles.fitmath.default_contexts` up to ``max_model_len −
+    default to :func:`profiles.grid.default_contexts` up to ``max_model_len −
     output_tokens − 16``. ``progress(phase, done, total)`` is called as measurements finish
     (phases ``"prefill"`` and ``"decode"``). Raises :class:`ServerMeasureError` or
     :class:`~ttlctl.server.client.ServerError`, each a one-line message naming the URL,

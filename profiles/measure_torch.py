@@ -40,7 +40,7 @@ from functools import partial
 from typing import Any
 
 from profiles import fitmath, models
-from profiles.fitmath import default_contexts
+from profiles.grid import default_contexts
 from profiles.host import available_bytes as _host_available_bytes
 from profiles.host import cpu_name as _cpu_name
 from profiles.reload_copy import measure_reload

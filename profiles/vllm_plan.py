@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiles import models
+from profiles.grid import default_contexts as contexts_grid
 from ttlctl.errors import ConfigError, TtlctlError
 
 #: the replay's default step budget (``ttlctl replay --max-num-batched-tokens``)
@@ -54,14 +55,10 @@ def parse_contexts(text: str | None) -> list[int] | None:
 
 
 def default_contexts(limit: int) -> list[int]:
-    """Powers of two from 1024 up to ``limit`` (smaller ones added for short models, so
-    that there are at least 4), plus ``limit`` itself when well above the last."""
-    grid = [c for c in (1024 << i for i in range(32)) if c <= limit]
-    low = 512
-    while len(grid) < 4 and low >= 16:
-        if low <= limit:
-            grid.insert(0, low)
-        low //= 2
+    """The profilers' grid (:func:`profiles.grid.default_contexts`), plus ``limit`` itself
+    when well above its last point: the engine profile also measures the longest prefill
+    the model takes."""
+    grid = contexts_grid(limit)
     if grid and limit >= grid[-1] * 5 // 4:
         grid.append(limit)
     return grid

@@ -16,6 +16,7 @@ from typing import Any
 
 from fitting.percentile import percentile
 from replay.live.records import LiveCallRecord, ProgramRecord
+from ttlctl.series import PINNED_BLOCKS
 from ttlctl.server import prom
 from ttlctl.server.facts import ServerInfo
 
@@ -148,7 +149,7 @@ def _server(
 
 def _pinned_token_seconds(samples: Samples, block_size: int | None) -> float | None:
     """∫ pinned tokens dt from the sampled ``ttlctl:pinned_blocks`` gauge (None: no gauge)."""
-    points = [(t, s[prom.PINNED_BLOCKS]) for t, s in samples if prom.PINNED_BLOCKS in s]
+    points = [(t, s[PINNED_BLOCKS]) for t, s in samples if PINNED_BLOCKS in s]
     if not points or not block_size:
         return None
     total = 0.0
@@ -158,7 +159,7 @@ def _pinned_token_seconds(samples: Samples, block_size: int | None) -> float | N
 
 
 def _timeline(samples: Samples, block_size: int | None) -> dict[str, list[float]]:
-    points = [(t, s[prom.PINNED_BLOCKS]) for t, s in samples if prom.PINNED_BLOCKS in s]
+    points = [(t, s[PINNED_BLOCKS]) for t, s in samples if PINNED_BLOCKS in s]
     if not points or not block_size:
         return {"t_s": [], "pinned_tokens": []}
     t0 = points[0][0]

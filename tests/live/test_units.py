@@ -21,6 +21,7 @@ from replay.workload import AgentProgram, Call, Workload
 from tests.bundles import write_bundle
 from ttlctl.cli import serve as serve_cli
 from ttlctl.cli import validate as validate_cli
+from ttlctl.series import PINNED_BLOCKS
 from ttlctl.server import prom, serving
 from ttlctl.server.client import ServerError
 from ttlctl.server.command import CommandError, base_command
@@ -157,7 +158,7 @@ def test_summarize_has_the_simulators_keys_from_server_counters() -> None:
     records, programs = _records()
     before = prom.counters({prom.QUERIES: 10.0, prom.HITS: 0.0, prom.PREEMPTIONS: 1.0})
     after = prom.counters({prom.QUERIES: 310.0, prom.HITS: 96.0, prom.PREEMPTIONS: 3.0})
-    samples = [(0.0, {prom.PINNED_BLOCKS: 2.0}), (1.0, {prom.PINNED_BLOCKS: 4.0}), (3.0, {})]
+    samples = [(0.0, {PINNED_BLOCKS: 2.0}), (1.0, {PINNED_BLOCKS: 4.0}), (3.0, {})]
     r = live.summarize(
         "vllm", records, programs, _info(), before, after, samples, wall_s=2.0, reset=True
     )

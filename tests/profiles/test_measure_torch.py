@@ -24,7 +24,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from profiles import measure_torch as measure_mod
-from profiles.fitmath import default_contexts
+from profiles.grid import default_contexts
 from profiles.measure_torch import MeasureError, measure
 from profiles.models import PRESETS
 from profiles.reload_copy import fit_reload

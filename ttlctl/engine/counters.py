@@ -26,7 +26,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-COUNTERS = ("made", "hit", "expired", "released", "dropped", "refused")
+from ttlctl.series import PIN_COUNTERS, PINNED_BLOCKS, PINNED_PROGRAMS, pin_counter
+
+COUNTERS = PIN_COUNTERS
 _DOC = {
     "made": "Pins made: finished requests whose KV blocks were kept",
     "hit": "Pins handed over to the program's next call",
@@ -53,12 +55,12 @@ def _prometheus() -> dict[str, Any] | None:
         series: dict[str, Any] = {}
         try:
             for name in COUNTERS:
-                series[name] = Counter(f"ttlctl:pins_{name}", _DOC[name])
+                series[name] = Counter(pin_counter(name), _DOC[name])
             series["blocks"] = Gauge(
-                "ttlctl:pinned_blocks", "KV blocks held by pins now", multiprocess_mode="livesum"
+                PINNED_BLOCKS, "KV blocks held by pins now", multiprocess_mode="livesum"
             )
             series["programs"] = Gauge(
-                "ttlctl:pinned_programs", "Programs holding a pin now", multiprocess_mode="livesum"
+                PINNED_PROGRAMS, "Programs holding a pin now", multiprocess_mode="livesum"
             )
         except ValueError:  # already registered by someone else in this process
             return None

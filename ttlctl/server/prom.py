@@ -11,21 +11,20 @@ from __future__ import annotations
 import math
 import re
 
+from ttlctl.series import PIN_COUNTERS, PINNED_BLOCKS, pin_counter_total
+
 #: the counters a run reports the change of
 QUERIES = "vllm:prefix_cache_queries_total"
 HITS = "vllm:prefix_cache_hits_total"
 PREEMPTIONS = "vllm:num_preemptions_total"
-#: the TTL scheduler's counters: ``ttlctl:pins_<name>_total``
-PIN_COUNTERS = ("made", "hit", "expired", "released", "dropped", "refused")
-#: gauges sampled during a run
-PINNED_BLOCKS = "ttlctl:pinned_blocks"
+#: gauges sampled during a run (the TTL scheduler's series: :mod:`ttlctl.series`)
 KV_USAGE = "vllm:kv_cache_usage_perc"
 WAITING = "vllm:num_requests_waiting"
 GAUGES = (PINNED_BLOCKS, KV_USAGE, WAITING)
 #: the series whose labels describe the KV cache (block size, blocks, bytes, tokens)
 CACHE_INFO = "vllm:cache_config_info"
 #: present on a server that runs the TTL scheduler
-TTL_SERIES = "ttlctl:pins_made_total"
+TTL_SERIES = pin_counter_total("made")
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -76,7 +75,7 @@ def counters(values: dict[str, float]) -> dict[str, float | None]:
         "preemptions": values.get(PREEMPTIONS),
     }
     for name in PIN_COUNTERS:
-        out[f"pins_{name}"] = values.get(f"ttlctl:pins_{name}_total")
+        out[f"pins_{name}"] = values.get(pin_counter_total(name))
     return out
 
 

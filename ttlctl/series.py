@@ -1,0 +1,24 @@
+"""The Prometheus series the TTL scheduler exports, by name.
+
+One list for the side that writes them (the engine plugin,
+:mod:`ttlctl.engine.counters`) and the side that reads them from a server's
+``/metrics`` (:mod:`ttlctl.server.prom`). Standard library only.
+"""
+
+from __future__ import annotations
+
+#: the pin counters, ``ttlctl:pins_<name>_total``
+PIN_COUNTERS = ("made", "hit", "expired", "released", "dropped", "refused")
+#: gauges: KV blocks held by pins now, and the programs holding them
+PINNED_BLOCKS = "ttlctl:pinned_blocks"
+PINNED_PROGRAMS = "ttlctl:pinned_programs"
+
+
+def pin_counter(name: str) -> str:
+    """The counter's name as created (``prometheus_client`` adds ``_total``)."""
+    return f"ttlctl:pins_{name}"
+
+
+def pin_counter_total(name: str) -> str:
+    """The counter's series as ``/metrics`` shows it."""
+    return f"{pin_counter(name)}_total"

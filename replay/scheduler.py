@@ -170,7 +170,6 @@ class SimScheduler:
     #: running requests not in the decode set, in running order
     _prefilling: list[SimRequest] = field(default_factory=list)
     _run_counter: int = 0
-    _blocked_head: bool = False
     #: the waiting head that last failed to fit, and the pool's ``changes`` then: until
     #: the pool frees blocks or hands a pin over, it cannot fit (see
     #: :meth:`_admit_waiting`)
@@ -419,13 +418,7 @@ class SimScheduler:
                 r.num_tokens += 1
                 dec.join(r)
                 self._prefilling.remove(r)
-        for r in dec.pop_finished():
-            dec.leave(r)
-            finished.append(r)
-        if len(finished) > 1:
-            finished.sort(key=_run_seq)
-        for r in finished:
-            self._finish(r, end)
+        self._finish_all(finished, end)
         # a merged run needs the admission just tried to hold for its steps: the head it
         # found blocked must still be the head once the queue is in order (the valve or a
         # policy may have re-keyed waiting requests in this step)
@@ -518,12 +511,10 @@ class SimScheduler:
             break
 
         reload_s = 0.0
-        blocked_head = False
         if not preempted:
-            admitted, reload_s, blocked_head = self._admit_waiting(budget, now)
+            admitted, reload_s, _ = self._admit_waiting(budget, now)
             scheduled.extend(admitted)
 
-        self._blocked_head = blocked_head
         if not scheduled:
             return 0.0, [], preempted
         chunks = [(ctx, n) for r, n, ctx in scheduled if r.num_tokens - ctx > 1 or ctx < r.prompt]
@@ -686,6 +677,19 @@ class SimScheduler:
             self._finish(req, end)
         return finished
 
+    def _finish_all(self, finished: list[SimRequest], end: float) -> list[SimRequest]:
+        """Finish ``finished`` and the decoding requests whose last token the steps taken
+        sampled, in running order, at ``end``; returns them all."""
+        dec = self.decoders
+        for r in dec.pop_finished():
+            dec.leave(r)
+            finished.append(r)
+        if len(finished) > 1:
+            finished.sort(key=_run_seq)
+        for r in finished:
+            self._finish(r, end)
+        return finished
+
     def _finish(self, req: SimRequest, now: float) -> None:
         req.finish = now
         self.running.remove(req)
@@ -761,11 +765,4 @@ class SimScheduler:
         self.tick(end)
         if first_finish > dec.D:
             return total, []
-        finished = dec.pop_finished()
-        for r in finished:
-            dec.leave(r)
-        if len(finished) > 1:
-            finished.sort(key=_run_seq)
-        for r in finished:
-            self._finish(r, end)
-        return total, finished
+        return total, self._finish_all([], end)

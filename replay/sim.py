@@ -182,7 +182,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
             sent, _, _, payload = heapq.heappop(events)
             engine.tick(now)
             arrive(payload, now, sent)  # pins expire first, as vLLM's add_request does
-        if not engine.running and not engine.waiting:
+        if engine.idle:
             # an idle engine does not step: its pins stay until the next arrival
             if not events:
                 break

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 import statistics
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -20,6 +19,7 @@ import pytest
 from profiles.measure_server import measure_engine
 from profiles.models import PRESETS, kv_bytes_per_token
 from profiles.schema import from_json
+from tests.http_stub import serving
 from tests.vllm_server import VLLMServer, free_port
 
 CONTEXTS = [64, 128, 256, 512, 1024, 1536]
@@ -157,23 +157,11 @@ class _Stub(BaseHTTPRequestHandler):
         self.wfile.write(b"data: [DONE]\n\n")
 
 
-class _StubServer(ThreadingHTTPServer):
-    # a decode batch opens 8 connections at once: the default listen backlog (5)
-    # would delay some by a SYN retry (1 s), which no real server's backlog does
-    request_queue_size = 64
-
-
 @pytest.fixture
 def stub() -> Iterator[tuple[str, type[_Stub]]]:
     handler = type("Handler", (_Stub,), {})
-    server = _StubServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", handler
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(handler) as url:
+        yield url, handler
 
 
 def test_stub_without_reset_warns_once_and_profiles(stub: tuple[str, type[_Stub]]) -> None:

@@ -7,13 +7,13 @@ one-line errors; the real server is exercised by tests/live and tests/profiles.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import pytest
 
+from tests.http_stub import serving
 from ttlctl.server import client, sse
 from ttlctl.server.cache import reset_prefix_cache
 from ttlctl.server.client import HTTPStatusError, ServerError
@@ -61,14 +61,8 @@ class _Stub(BaseHTTPRequestHandler):
 @pytest.fixture
 def stub() -> Iterator[tuple[str, type[_Stub]]]:
     handler = type("Handler", (_Stub,), {})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", handler
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(handler) as url:
+        yield url, handler
 
 
 def test_normalise_url() -> None:

@@ -18,6 +18,10 @@ from typing import Any
 from vllm.v1.request import RequestStatus
 
 from fitting.policy import PolicyParams
+from replay.policies import PolicySpec
+from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig
 from replay.workload import AgentProgram, Call, Workload
 from tests.vllmsim.drive import write_bundle
 
@@ -104,6 +108,27 @@ class Checker:
         if self.swap_at is not None and self.updates == self.swap_at and self.swap_to:
             write_bundle(Path(harness.scheduler.ttl_watcher.path), self.swap_to)
             self.seen["bundle_written"] += 1
+
+
+def setup(case: dict[str, Any]) -> tuple[Workload, PolicySpec, ReplayConfig, Load]:
+    """A drawn case's workload, policy, engine (16-token blocks, a 256-token budget, 8
+    seats, its ``blocks``) and load (its ``concurrency``, or the recorded starts)."""
+    spec = PolicySpec(str(case["policy"]), ttl_s=float(case["ttl_s"]), valve=str(case["valve"]))
+    config = ReplayConfig(
+        engine=SimSchedulerConfig(
+            kv_tokens=16 * int(case["blocks"]),
+            block_size=16,
+            max_num_batched_tokens=256,
+            max_num_seqs=8,
+            max_model_len=1024,
+        ),
+        truncate=True,
+    )
+    concurrency = case["concurrency"]
+    load = Load(concurrency=concurrency if isinstance(concurrency, int) else None)
+    align = case.get("align", 1)
+    work = workload(case["programs"], align=align if isinstance(align, int) else 1)
+    return work, spec, config, load
 
 
 def check_end(end: float, sched: Any, max_ttl_s: float, programs: int) -> None:

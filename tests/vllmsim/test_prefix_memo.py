@@ -34,7 +34,7 @@ from replay.synth import synth
 from replay.vllmsim.build import Built
 from replay.workload import Workload, from_frame
 from tests.vllmsim.drive import COST
-from tests.vllmsim.stress import Checker, workload
+from tests.vllmsim.stress import Checker, setup
 from tests.vllmsim.test_stress import cases
 from ttlctl.engine.hitmemo import ENV
 
@@ -195,21 +195,7 @@ def test_random_tight_workloads_replay_alike_with_and_without_the_memo() -> None
     )
     @given(case=cases())
     def check(case: dict[str, Any]) -> None:
-        blocks = int(case["blocks"])
-        spec = PolicySpec(str(case["policy"]), ttl_s=float(case["ttl_s"]), valve=str(case["valve"]))
-        config = ReplayConfig(
-            engine=SimSchedulerConfig(
-                kv_tokens=16 * blocks,
-                block_size=16,
-                max_num_batched_tokens=256,
-                max_num_seqs=8,
-                max_model_len=1024,
-            ),
-            truncate=True,
-        )
-        concurrency = case["concurrency"]
-        work = workload(case["programs"], align=int(case["align"]))
-        load = Load(concurrency=concurrency if isinstance(concurrency, int) else None)
+        work, spec, config, load = setup(case)
         async_scheduling = len(case["programs"]) % 2 == 0
         with pytest.MonkeyPatch.context() as monkeypatch:
             runs = [

@@ -17,13 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay.policies import PolicySpec
-from replay.policy_runs import Load
-from replay.scheduler import SimSchedulerConfig
-from replay.sim import ReplayConfig
 from replay.vllmsim.run import run
 from tests.vllmsim.drive import COST, static_params
-from tests.vllmsim.stress import Checker, check_end, workload
+from tests.vllmsim.stress import Checker, check_end, setup
 
 calls = st.lists(
     st.tuples(
@@ -59,29 +55,15 @@ def cases(draw: st.DrawFn) -> dict[str, object]:
 
 def replay(case: dict[str, object], checker: Checker, async_scheduling: bool = True) -> None:
     programs = case["programs"]
-    assert isinstance(programs, list)
-    blocks = case["blocks"]
-    assert isinstance(blocks, int)
+    assert isinstance(programs, list) and isinstance(case["blocks"], int)
     ttl_s = float(case["ttl_s"])  # type: ignore[arg-type]
-    spec = PolicySpec(str(case["policy"]), ttl_s=ttl_s, valve=str(case["valve"]))
-    config = ReplayConfig(
-        engine=SimSchedulerConfig(
-            kv_tokens=16 * blocks,
-            block_size=16,
-            max_num_batched_tokens=256,
-            max_num_seqs=8,
-            max_model_len=1024,
-        ),
-        truncate=True,
-    )
-    concurrency = case["concurrency"]
-    align = case.get("align", 1)
+    work, spec, config, load = setup(case)
     outcome = run(
-        workload(programs, align=align if isinstance(align, int) else 1),
+        work,
         spec,
         COST,
         config,
-        Load(concurrency=concurrency if isinstance(concurrency, int) else None),
+        load,
         async_scheduling=async_scheduling,
         untagged_last=case["untagged"],  # type: ignore[arg-type]
         observer=checker,

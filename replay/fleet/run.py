@@ -1,0 +1,130 @@
+"""One policy's replay on a fleet: the runner ``replay``, ``tune`` and the benches call.
+
+:class:`FleetSpec` is the fleet (replicas, router and its settings, the trace's logged
+replicas for ``as-logged``); :func:`runner` gives the callable that
+:func:`replay.policy_runs.run_all` replays each policy with.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from profiles.cost import CostModel
+from replay.figures import PolicyResult
+from replay.fleet.loop import FleetOutcome, simulate_fleet
+from replay.fleet.metrics import fleet_result
+from replay.fleet.routers import RouterSettings, make_router
+from replay.policies import BOUNDS, PolicySpec, make
+from replay.policy_runs import Load, prepare, unlimited_kv_tokens
+from replay.sim import ReplayConfig
+from replay.workload import Workload
+from ttlctl.errors import ConfigError
+
+#: the trace column naming the replica that served a call (engine logs from a fleet)
+REPLICA_COLUMN = "replica"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSpec:
+    replicas: int
+    router: RouterSettings = field(default_factory=RouterSettings)
+    #: (program, turn) -> the logged replica (``as-logged``)
+    logged: Mapping[tuple[str, int], str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ConfigError(f"--replicas must be at least 1, got {self.replicas}")
+        if self.router.name == "as-logged" and self.logged is None:
+            raise ConfigError("--router as-logged needs the trace's replica column")
+
+    def describe(self) -> dict[str, Any]:
+        """The router, its settings (defaults filled in) and the replicas, for the JSON."""
+        return {
+            "name": self.router.name,
+            "settings": self.router.resolved(),
+            "replicas": self.replicas,
+        }
+
+
+def logged_replicas(trace: Path) -> dict[tuple[str, int], str]:
+    """The trace's ``replica`` column by (program, turn); a one-line error without it."""
+    try:
+        names = pl.read_parquet_schema(trace)
+    except (OSError, pl.exceptions.PolarsError):
+        names = {}
+    if REPLICA_COLUMN not in names:
+        raise ConfigError(
+            f"--router as-logged: {trace} has no {REPLICA_COLUMN!r} column (engine logs "
+            "from a fleet carry one)"
+        )
+    frame = pl.read_parquet(trace, columns=["program_id", "turn", REPLICA_COLUMN])
+    return {
+        (str(pid), int(turn)): str(rep) for pid, turn, rep in frame.iter_rows() if rep is not None
+    }
+
+
+def simulate_fleet_one(
+    workload: Workload,
+    spec: PolicySpec,
+    cost: CostModel,
+    config: ReplayConfig,
+    timing: Load,
+    fleet: FleetSpec,
+) -> tuple[FleetOutcome, Workload, float]:
+    """The fleet's outcome of one policy, the workload as replayed and the wall seconds."""
+    work = prepare(workload, timing)
+    pauses = {(p.program_id, i): c.pause_s for p in work.programs for i, c in enumerate(p.calls)}
+    cfg = replace(config, concurrency=timing.concurrency)
+    if spec.name == "unlimited-kv":
+        cfg = replace(
+            cfg,
+            engine=replace(
+                cfg.engine, kv_tokens=max(cfg.engine.kv_tokens, unlimited_kv_tokens(work, cfg))
+            ),
+        )
+
+    def rebuild(tokens: float, offload: bool) -> float:
+        return cost.reload_s(int(tokens)) if offload else cost.prefill_s(0, int(tokens))
+
+    policies = [make(spec, pauses, rebuild) for _ in range(fleet.replicas)]
+    router = make_router(
+        fleet.router,
+        fleet.replicas,
+        seed=timing.seed,
+        block_size=cfg.engine.block_size,
+        logged_replicas=sorted(set(fleet.logged.values())) if fleet.logged else (),
+    )
+    start = time.perf_counter()
+    outcome = simulate_fleet(work, policies, cost, cfg, router, logged_replicas=fleet.logged)
+    return outcome, work, time.perf_counter() - start
+
+
+def runner(fleet: FleetSpec) -> Callable[..., PolicyResult]:
+    """Replays one policy on ``fleet`` (the signature of :func:`replay.policy_runs.run_one`)."""
+
+    def run(
+        workload: Workload,
+        spec: PolicySpec,
+        cost: CostModel,
+        config: ReplayConfig,
+        timing: Load,
+        *,
+        timed: bool = True,
+    ) -> PolicyResult:
+        outcome, work, wall = simulate_fleet_one(workload, spec, cost, config, timing, fleet)
+        return fleet_result(
+            outcome,
+            work,
+            spec.name,
+            evaluation_only=spec.name in BOUNDS,
+            wall_s=wall if timed else None,
+            router=fleet.describe(),
+        )
+
+    return run

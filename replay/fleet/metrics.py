@@ -20,12 +20,13 @@ It adds, per replica, the same figures for the calls it served, and for the flee
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, TypedDict
+from typing import Any, cast
 
 import numpy as np
 
 from replay.figures import PolicyResult, summarize
 from replay.fleet.loop import FleetOutcome
+from replay.fleet.records import FleetRouter, MissReasons, ReplicaResult
 from replay.scheduler import SimScheduler, SimSchedulerConfig, Stats
 from replay.sim import ProgramRun, SimCallRecord
 from replay.workload import Workload
@@ -37,21 +38,6 @@ MISS_REASONS = (
     "released_by_valve",
     "evicted",
 )
-
-
-class ReplicaResult(TypedDict):
-    replica: int
-    llm_calls: int
-    #: programs whose first call this replica served, and their mean JCT
-    programs_started: int
-    jct_mean_s: float | None
-    ttft_mean_s: float | None
-    prefix_hit_rate: float | None
-    preemptions: int
-    engine_busy_s: float
-    engine_steps: int
-    pins_made: int
-    pinned_token_seconds: float
 
 
 @dataclass(slots=True)
@@ -94,7 +80,7 @@ def together(engines: list[SimScheduler]) -> SimScheduler | _Together:
     return _Together(engines[0].config, stats, timeline)
 
 
-def miss_reasons(outcome: FleetOutcome, workload: Workload) -> dict[str, int]:
+def miss_reasons(outcome: FleetOutcome, workload: Workload) -> MissReasons:
     by_id = {p.program_id: p for p in workload.programs}
     bs = outcome.engines[0].config.block_size
     counts = dict.fromkeys(MISS_REASONS, 0)
@@ -122,7 +108,7 @@ def miss_reasons(outcome: FleetOutcome, workload: Workload) -> dict[str, int]:
         else:
             reason = "released_by_valve"
         counts[reason] += 1
-    return counts
+    return cast(MissReasons, counts)
 
 
 def replica_results(outcome: FleetOutcome) -> list[ReplicaResult]:
@@ -169,7 +155,7 @@ def fleet_result(
     *,
     evaluation_only: bool,
     wall_s: float | None,
-    router: dict[str, Any],
+    router: FleetRouter,
 ) -> PolicyResult:
     """The fleet's record: the single-engine keys over the whole fleet, and the fleet's."""
     merged = _Merged(
@@ -186,17 +172,18 @@ def fleet_result(
     mean_busy = sum(busy) / len(busy)
     made = sum(e.stats.pins_made for e in outcome.engines)
     follow_ups = [route for (_, turn), route in outcome.routes.items() if turn > 0]
-    extra: dict[str, Any] = {
-        "router": router,
-        "replicas": len(outcome.engines),
-        "per_replica": replicas,
-        "load_balance": max(busy) / mean_busy if mean_busy > 0 else None,
-        "pins_wasted": outcome.pins_wasted,
-        "pins_wasted_share": outcome.pins_wasted / made if made else None,
-        "returned_share": sum(r.previous == r.replica for r in follow_ups) / len(follow_ups)
-        if follow_ups
-        else None,
-        "miss_reasons": miss_reasons(outcome, workload),
-    }
-    result.update(extra)  # type: ignore[typeddict-item]
+    result.update(
+        {
+            "router": router,
+            "replicas": len(outcome.engines),
+            "per_replica": replicas,
+            "load_balance": max(busy) / mean_busy if mean_busy > 0 else None,
+            "pins_wasted": outcome.pins_wasted,
+            "pins_wasted_share": outcome.pins_wasted / made if made else None,
+            "returned_share": sum(r.previous == r.replica for r in follow_ups) / len(follow_ups)
+            if follow_ups
+            else None,
+            "miss_reasons": miss_reasons(outcome, workload),
+        }
+    )
     return result

@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -19,6 +18,7 @@ from profiles.cost import CostModel
 from replay.figures import PolicyResult
 from replay.fleet.loop import FleetOutcome, simulate_fleet
 from replay.fleet.metrics import fleet_result
+from replay.fleet.records import FleetRouter
 from replay.fleet.routers import RouterSettings, make_router
 from replay.policies import BOUNDS, PolicySpec, make
 from replay.policy_runs import Load, prepare, unlimited_kv_tokens
@@ -43,7 +43,7 @@ class FleetSpec:
         if self.router.name == "as-logged" and self.logged is None:
             raise ConfigError("--router as-logged needs the trace's replica column")
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> FleetRouter:
         """The router, its settings (defaults filled in) and the replicas, for the JSON."""
         return {
             "name": self.router.name,
@@ -128,3 +128,58 @@ def runner(fleet: FleetSpec) -> Callable[..., PolicyResult]:
         )
 
     return run
+
+
+def router_settings(
+    name: str | None,
+    *,
+    cache_threshold: float | None = None,
+    balance_abs_threshold: int | None = None,
+    balance_rel_threshold: float | None = None,
+    kv_aware_session_affinity_ttl_secs: float | None = None,
+    router_temperature: float | None = None,
+    pin_queue_bound: int | None = None,
+) -> RouterSettings | None:
+    """The router asked for on the command line (None: none named, no router flag given;
+    router flags without ``--router``: vllm-router's default, ``cache-aware``)."""
+    flags = {
+        "cache_threshold": cache_threshold,
+        "balance_abs_threshold": balance_abs_threshold,
+        "balance_rel_threshold": balance_rel_threshold,
+        "kv_aware_session_affinity_ttl_secs": kv_aware_session_affinity_ttl_secs,
+        "router_temperature": router_temperature,
+        "pin_queue_bound": pin_queue_bound,
+    }
+    if name is None and all(v is None for v in flags.values()):
+        return None
+    return RouterSettings(name or "cache-aware", **flags)  # type: ignore[arg-type]
+
+
+def fleet_for(
+    trace: Path,
+    replicas: int | None,
+    router: RouterSettings | None,
+    *,
+    backend: str = "fast",
+    live: bool = False,
+) -> FleetSpec | None:
+    """The fleet a command was asked for (None: one engine, no router), checked."""
+    if replicas is None:
+        if router is not None:
+            raise ConfigError("--router and its settings need --replicas N")
+        return None
+    if replicas < 1:
+        raise ConfigError(f"--replicas must be at least 1, got {replicas}")
+    if backend != "fast":
+        raise ConfigError(
+            "--replicas: a fleet runs on the fast backend only (--backend vllm with "
+            "--replicas is not supported yet)"
+        )
+    if live:
+        raise ConfigError(
+            "--replicas with --live is not supported: start the servers and the router, "
+            "and point --live at the router"
+        )
+    router = router or RouterSettings()
+    logged = logged_replicas(trace) if router.name == "as-logged" else None
+    return FleetSpec(replicas, router, logged)

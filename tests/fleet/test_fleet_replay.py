@@ -46,8 +46,8 @@ def test_one_replica_is_the_single_engine(workload, cost, policy):
         fleet = runner(FleetSpec(1, RouterSettings(name)))(
             workload, spec, cost, CONFIG, LOAD, timed=False
         )
-        assert {k: fleet[k] for k in single} == single, name  # type: ignore[literal-required]
-        assert fleet["replicas"] == 1 and fleet["pins_wasted"] == 0  # type: ignore[typeddict-item]
+        assert {k: fleet[k] for k in single} == single, name
+        assert fleet["replicas"] == 1 and fleet["pins_wasted"] == 0
 
 
 def test_four_replicas_serve_every_call_once(workload, cost):
@@ -56,16 +56,16 @@ def test_four_replicas_serve_every_call_once(workload, cost):
         r = runner(FleetSpec(4, RouterSettings(name)))(
             workload, PolicySpec("continuum"), cost, CONFIG, LOAD, timed=False
         )
-        per = r["per_replica"]  # type: ignore[typeddict-item]
+        per = r["per_replica"]
         assert r["llm_calls"] == calls == sum(p["llm_calls"] for p in per)
-        assert r["load_balance"] >= 1.0  # type: ignore[typeddict-item]
+        assert r["load_balance"] >= 1.0
         assert sum(p["engine_busy_s"] for p in per) == pytest.approx(r["engine_busy_s"])
         if name == "consistent-hash":  # sticky: every follow-up returns, no pin wasted
-            assert r["returned_share"] == 1.0 and r["pins_wasted"] == 0  # type: ignore[typeddict-item]
-            assert r["miss_reasons"]["routed_elsewhere"] == 0  # type: ignore[typeddict-item]
+            assert r["returned_share"] == 1.0 and r["pins_wasted"] == 0
+            assert r["miss_reasons"]["routed_elsewhere"] == 0
         if name == "round-robin":  # about 1 in 4 return: pins go to waste
-            assert r["returned_share"] < 0.5 and r["pins_wasted"] > 0  # type: ignore[typeddict-item]
-            assert r["miss_reasons"]["routed_elsewhere"] > 0  # type: ignore[typeddict-item]
+            assert r["returned_share"] < 0.5 and r["pins_wasted"] > 0
+            assert r["miss_reasons"]["routed_elsewhere"] > 0
 
 
 def test_same_seed_same_fleet(workload, cost):
@@ -91,7 +91,7 @@ def test_as_logged_replays_the_recorded_routing(tmp_path: Path, workload, cost):
         workload, PolicySpec("vllm"), cost, CONFIG, LOAD, timed=False
     )
     # even turns on the second name (sorted: index 1), odd on the first: none returns
-    assert r["returned_share"] == 0.0  # type: ignore[typeddict-item]
+    assert r["returned_share"] == 0.0
     plain = tmp_path / "plain.parquet"
     synth("swe-bench", 4, 3).write_parquet(plain)
     with pytest.raises(ConfigError, match=r"--router as-logged: .* has no 'replica' column"):

@@ -77,3 +77,22 @@ def test_bad_fleet_arguments(trace: Path, args: list[str], message: str) -> None
     assert res.exit_code == 2, res.output
     assert message in res.output
     assert "Traceback" not in res.output
+
+
+def test_report_shows_the_fleet(trace: Path, tmp_path: Path) -> None:
+    from ttlctl.report import build_report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    res = CliRunner().invoke(
+        app,
+        [
+            "replay", str(trace), "--policy", "continuum", "--replicas", "2",
+            "--router", "round-robin", "--concurrency", "6", "--kv-tokens", "200000",
+            "--json", str(run / "replay.json"),
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    page = build_report(run)
+    assert "behind <code>round-robin</code>" in page
+    assert "routed elsewhere" in page and "continuum: per replica" in page

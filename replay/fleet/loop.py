@@ -58,7 +58,8 @@ class CallRoute:
     previous: int | None
     #: the previous call's pin expiry (None: the engine did not pin it)
     previous_pin_expiry: float | None
-    #: that pin was still held when this call reached the same replica
+    #: that pin was still held once this call reached the same replica's scheduler
+    #: (after the pins due then expired)
     pin_held: bool = False
     #: when the call reached its replica's scheduler
     delivered: float | None = None
@@ -266,8 +267,6 @@ def simulate_fleet(
         turn = run.next_turn
         info = routes[(pid, turn)]
         info.delivered = at
-        if info.previous_pin_expiry is not None and info.previous == rep.index:
-            info.pin_held = pin_expiry(engine, pid) is not None
         routed_call = in_flight[pid]
         call, clipped = fits_engine(run.program.calls[turn], config)
         if call is None:
@@ -302,7 +301,9 @@ def simulate_fleet(
         routed[rid] = (run, routed_call)
         last_turn[(pid, rep.index)] = turn
         rid += 1
-        engine.add(req, at)
+        engine.add(req, at)  # expires due pins first, then parks the program's own
+        if info.previous_pin_expiry is not None and info.previous == rep.index:
+            info.pin_held = pin_expiry(engine, pid) is not None
 
     def finish(rep: Replica, req: SimRequest, now: float) -> None:
         run, call = routed.pop(req.rid)

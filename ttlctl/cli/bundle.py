@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from fitting.policy import DEFAULT_VALVE
-from ttlctl import bundle, hints
+from ttlctl import bundle, hints, router_flags
 from ttlctl.cli import render
 from ttlctl.cli.kit import err, out, user_errors
 from ttlctl.cli.options import FitFile, Profile
@@ -86,8 +86,12 @@ def inspect(
 @app.command()
 def query(
     path: Annotated[Path, typer.Argument(help="Bundle.")],
-    tool: Annotated[str, typer.Option("--tool", help="Tool the agent is about to call.")],
-    context_tokens: Annotated[int, typer.Option("--context-tokens", help="KV tokens held.")],
+    tool: Annotated[
+        str | None, typer.Option("--tool", help="Tool the agent is about to call.")
+    ] = None,
+    context_tokens: Annotated[
+        int | None, typer.Option("--context-tokens", help="KV tokens held.")
+    ] = None,
     queue_delay: Annotated[
         float | None, typer.Option("--queue-delay", help="T (s); default 0 (no history).")
     ] = None,
@@ -98,12 +102,22 @@ def query(
             "--as",
             help="Print the answer as another engine's per-request retention hint: dynamo "
             "(nvext.cache_control), sglang (retention_seconds) or trtllm "
-            "(kv_cache_retention_config); {} when τ* is 0.",
+            "(kv_cache_retention_config); {} when τ* is 0. vllm-router: the router flags "
+            "the bundle was tuned with (tune --replicas), no --tool needed.",
         ),
     ] = None,
 ) -> None:
     """Print {"ttl_s", "source", "benefit_s"}: how long to keep this request's KV."""
+    if as_engine == "vllm-router":
+        with user_errors():
+            args = router_flags.vllm_router_args(bundle.router_of(bundle.read(path), path))
+        sys.stdout.write(" ".join(args) + "\n")
+        return
     with user_errors():
+        if tool is None or context_tokens is None:
+            raise typer.BadParameter(
+                "--tool and --context-tokens are needed (but with --as vllm-router)"
+            )
         if context_tokens < 0:
             raise typer.BadParameter("--context-tokens must be >= 0")
         if as_engine is not None:

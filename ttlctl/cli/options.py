@@ -208,3 +208,12 @@ PinQueueBound = Annotated[
         "in flight beyond the least loaded one's (ttlctl's router; 8).",
     ),
 ]
+RouterNames = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--router",
+        help="With --replicas: the router the fleet runs behind (default cache-aware, "
+        "vllm-router's default); repeat it to search the router too. Its settings that "
+        "matter for retention are searched with η, K and the valve.",
+    ),
+]

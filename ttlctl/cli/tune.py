@@ -25,6 +25,8 @@ from ttlctl.cli.options import (
     KvTokens,
     OffloadTokens,
     Profile,
+    Replicas,
+    RouterNames,
     Trace,
     Truncate,
 )
@@ -163,6 +165,8 @@ def tune(
     idle_gap_cap: IdleGapCap = None,
     backend: Backend = BACKEND,
     async_scheduling: AsyncScheduling = False,
+    replicas: Replicas = None,
+    router: RouterNames = None,
 ) -> None:
     """Tune η, K, the T window, the pressure valve, the pin cap and a cold-start override
     by replay (objective: mean JCT), then write the best bundle.
@@ -182,6 +186,13 @@ def tune(
     programs; the never-pin bundle is the baseline there (the server runs the TTL
     scheduler, so stock vLLM is not measured). PATH ends up holding the bundle written.
     Without --jps or --concurrency a live study keeps half of --live-programs live.
+
+    With --replicas N each replay is a fleet of N engines behind --router (default
+    cache-aware); the router's settings that matter for retention (cache-aware's balance
+    thresholds, kv-aware's session-affinity TTL, pin-aware's queue bound; the router
+    itself when --router is repeated) are searched too, the guard compares with stock
+    vLLM behind cache-aware, and the bundle records the router (`ttlctl bundle query B
+    --as vllm-router` prints its flags).
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     import optuna
@@ -219,6 +230,8 @@ def tune(
             idle_gap_cap_s=idle_gap_cap,
             backend=backend,
             async_scheduling=async_scheduling,
+            replicas=replicas,
+            routers=tuple(router or ()),
         )
         session = tuning.prepare(request, warn=once(print_warning))
         _announce(session)

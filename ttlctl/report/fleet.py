@@ -22,7 +22,10 @@ MISSES = (
 def section(run: RunInputs) -> str:
     if run.replay is None:
         return absent("replay.json")
-    results = [r for r in run.results() if isinstance(r.get("router"), dict)]
+    # read defensively: a replay.json may be edited
+    results: list[dict[str, Any]] = [
+        dict(r) for r in run.results() if isinstance(r.get("router"), dict)
+    ]
     if not results:
         return note("One engine, no router (a fleet is `ttlctl replay --replicas N --router R`).")
     router: dict[str, Any] = results[0]["router"]

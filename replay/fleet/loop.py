@@ -77,6 +77,14 @@ class Replica:
     #: True while a step runs (calls routed to it wait for its end)
     busy: bool = False
     inbox: list[tuple[ProgramRun, float]] = field(default_factory=list)
+    #: the requests the running step finishes at its end (applied then, not before: the
+    #: router sees a response end when it ends)
+    pending: list[SimRequest] = field(default_factory=list)
+    #: a run of decode steps waits from this time (None: none): it is taken when a call
+    #: is routed here (up to the call) or at its natural end, whichever comes first
+    deferred_from: float | None = None
+    #: that run's horizon (the next pin expiry)
+    deferred_horizon: float = math.inf
 
 
 @dataclass(slots=True)
@@ -115,6 +123,9 @@ class FleetState:
 
     def load(self, replica: int) -> int:
         return self._load[replica]
+
+    def loads(self) -> list[int]:
+        return self._load
 
     def load_tokens(self, replica: int) -> int:
         return self._load_tokens[replica]
@@ -256,6 +267,10 @@ def simulate_fleet(
         view.sent(target, call)
         in_flight[pid] = call
         rep = replicas[target]
+        if rep.deferred_from is not None:
+            # its waiting run of decode steps stops before this call (as one engine's
+            # stops before its next arrival)
+            run_deferred(rep, min(rep.deferred_horizon, sent))
         rep.inbox.append((run, sent))
         if not rep.busy and (rep.wake is None or rep.wake > sent):
             wake(rep, sent)
@@ -338,8 +353,43 @@ def simulate_fleet(
         else:
             end_program(run, now)
 
+    def took(rep: Replica, start: float, duration: float, finished: list[SimRequest]) -> None:
+        """A step (or a run of decode steps) from ``start`` was taken: its requests finish
+        at its end, when its end event comes."""
+        end = start + duration
+        rep.now = end
+        if config.check:
+            _check(rep.engine, end)
+        rep.pending = finished
+        rep.busy = True
+        wake(rep, end)
+
+    def run_deferred(rep: Replica, horizon: float) -> None:
+        """Take the waiting run of decode steps: every step that starts before ``horizon``."""
+        start = rep.deferred_from
+        assert start is not None
+        rep.deferred_from = None
+        duration, finished = rep.engine.step(start, horizon)
+        if duration <= 0:
+            raise SimulationError(f"replica {rep.index}: a planned run of decode steps did not run")
+        took(rep, start, duration, finished)
+
     def step(rep: Replica, t: float) -> None:
+        """The replica's step event at ``t``."""
         engine = rep.engine
+        if rep.deferred_from is not None:  # its run of decode steps ends undisturbed
+            run_deferred(rep, rep.deferred_horizon)
+            return
+        if rep.pending:
+            # the step ended: its calls finish now; the replica steps again once the calls
+            # sent at this instant are routed (sends come before steps)
+            finished, rep.pending = rep.pending, []
+            for req in finished:
+                finish(rep, req, t)
+            if sends and sends[0][0] <= t:
+                wake(rep, t)
+                return
+        rep.busy = False
         rep.now = max(rep.now, t)
         now = rep.now
         rep.wake = None
@@ -347,10 +397,24 @@ def simulate_fleet(
             engine.tick(now)
             arrive(rep, run, now, sent)  # pins expire first, as vLLM's add_request does
         rep.inbox.clear()
+        if sends and sends[0][0] <= now:
+            # a call refused on arrival ended its program and started the next one now:
+            # route it first (one engine's replay takes it before stepping too)
+            wake(rep, now)
+            return
         while True:
             if engine.idle:
                 return  # an idle engine does not step: its pins stay until the next call
             horizon = engine.next_expiry()
+            end = engine.merge_end(now, horizon)
+            if end is not None:
+                # decode steps only, and nothing can be admitted: wait for a call routed
+                # here (the run then stops before it) or the run's end
+                rep.deferred_from, rep.deferred_horizon = now, horizon
+                wake(rep, end)
+                return
+            # a step, and the decode steps it may run into up to the next send anywhere
+            # (it might come here: one engine's replay stops there too)
             if sends and sends[0][0] < horizon:
                 horizon = sends[0][0]
             preempted = engine.stats.preemptions
@@ -363,14 +427,7 @@ def simulate_fleet(
                 if expiry < math.inf and expiry > now:
                     wake(rep, expiry)
                 return
-            now += duration
-            rep.now = now
-            for req in finished:
-                finish(rep, req, now)
-            if config.check:
-                _check(engine, now)
-            rep.busy = True
-            wake(rep, now)
+            took(rep, now, duration, finished)
             return
 
     while sends or steps:
@@ -382,7 +439,6 @@ def simulate_fleet(
         rep = replicas[index]
         if generation != rep.generation:
             continue  # superseded: a call woke it earlier
-        rep.busy = False
         step(rep, t)
 
     for rep in replicas:

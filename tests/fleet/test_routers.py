@@ -26,17 +26,20 @@ from ttlctl.errors import ConfigError
 class View:
     """A hand-made fleet: loads, prompt tokens in flight, cached tokens, previous replica."""
 
-    loads: list[int]
+    in_flight: list[int]
     tokens_in_flight: list[int] | None = None
     cached: dict[int, int] = field(default_factory=dict)
     previous: dict[str, int] = field(default_factory=dict)
 
     @property
     def replicas(self) -> int:
-        return len(self.loads)
+        return len(self.in_flight)
 
     def load(self, replica: int) -> int:
-        return self.loads[replica]
+        return self.in_flight[replica]
+
+    def loads(self) -> list[int]:
+        return self.in_flight
 
     def load_tokens(self, replica: int) -> int:
         return (self.tokens_in_flight or [0] * self.replicas)[replica]

@@ -10,6 +10,7 @@ replay sends it) and, for the routers that subscribe to them, the engines' KV ev
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,6 +45,10 @@ class FleetView(Protocol):
         ``worker.load()``)."""
         ...
 
+    def loads(self) -> Sequence[int]:
+        """:meth:`load` of every replica, in order."""
+        ...
+
     def load_tokens(self, replica: int) -> int:
         """Prompt tokens of those requests."""
         ...
@@ -72,12 +77,8 @@ class Router(Protocol):
 
 def least_loaded(view: FleetView) -> int:
     """The first replica with the fewest requests in flight (Rust's ``min_by_key``)."""
-    best, best_load = 0, view.load(0)
-    for r in range(1, view.replicas):
-        load = view.load(r)
-        if load < best_load:
-            best, best_load = r, load
-    return best
+    loads = view.loads()
+    return loads.index(min(loads))
 
 
 class Stateless:

@@ -81,7 +81,7 @@ class CacheAware(Stateless):
     tree: PromptTree = field(default_factory=PromptTree)
 
     def imbalanced(self, view: FleetView) -> bool:
-        loads = [view.load(r) for r in range(view.replicas)]
+        loads = view.loads()
         high, low = max(loads), min(loads)
         return high - low > self.balance_abs_threshold and high > low * self.balance_rel_threshold
 

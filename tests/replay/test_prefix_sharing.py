@@ -10,8 +10,10 @@ computed, and the prefix is held once.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from profiles.cost import ConstantCostModel
@@ -19,8 +21,9 @@ from replay.policies import NAMES, PolicySpec, make
 from replay.policy_runs import Load, run_one
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig, simulate
-from replay.workload import AgentProgram, Call, SharedPrefix, Workload
+from replay.workload import AgentProgram, Call, SharedPrefix, Workload, from_frame
 from tests.replay.test_equivalence import assert_close, engine_config
+from ttlctl.trace.columns import conform
 
 COST = ConstantCostModel()
 ENGINE = SimSchedulerConfig(
@@ -100,3 +103,46 @@ def test_sharing_raises_the_hit_rate_under_pressure() -> None:
     with_ = run(3, "vllm", cfg)
     without = run(3, "vllm", cfg, shared=False)
     assert with_["prefix_hit_rate"] > without["prefix_hit_rate"]
+
+
+def test_block_keys_convert_trace_blocks_to_engine_blocks() -> None:
+    """Trace blocks of 24 tokens, engine blocks of 16: each engine block is keyed by the
+    hash of the trace block holding its last token and its end; the program's own blocks
+    follow, up to the prompt's last full block."""
+    call = Call(100, 5, 0, None, 0.0, SharedPrefix((10, 20, 30), 24))
+    assert call.block_keys("p", 16) == (
+        (10, 16),
+        (20, 32),
+        (20, 48),
+        (30, 64),
+        ("p", 4),
+        ("p", 5),
+    )
+    # Mooncake's 512-token blocks: 32 engine blocks of 16 per hash; a prompt ending
+    # inside the prefix has keys for its own full blocks only
+    mooncake = Call(1000, 5, 0, None, 0.0, SharedPrefix((7, 8), 512))
+    keys = mooncake.shared_keys(16)
+    assert len(keys) == 1000 // 16 and keys[31] == (7, 512) and keys[32] == (8, 528)
+    assert mooncake.block_keys("p", 16) == keys
+    # engine blocks larger than the trace's: the last trace block inside each
+    assert Call(200, 5, 0, None, 0.0, SharedPrefix((1, 2, 3), 64)).shared_keys(128) == ((2, 128),)
+    assert Call(50, 5, 0, None, 0.0).block_keys("q", 16) == (("q", 0), ("q", 1), ("q", 2))
+
+
+def test_workload_reads_the_prefix_columns(tmp_path: Path) -> None:
+    frame = pl.DataFrame(
+        {
+            "program_id": ["a", "a", "b"],
+            "turn": [0, 1, 0],
+            "arrival_s": [0.0, None, 1.0],
+            "input_tokens": [100, 200, 50],
+            "output_tokens": [5, 5, 5],
+            "prefix_hashes": [[1, 2], [1, 2], None],
+            "prefix_block_tokens": [32, 32, None],
+        }
+    )
+    work = from_frame(frame.lazy().pipe(conform, keep_source=False).collect())
+    a, b = work.programs
+    assert a.calls[0].prefix == SharedPrefix((1, 2), 32)
+    assert a.calls[0].prefix is a.calls[1].prefix  # one object: its keys are computed once
+    assert b.calls[0].prefix is None

@@ -83,7 +83,7 @@ def _value_rules() -> list[Rule]:
             & (pl.col("prefix_block_tokens").fill_null(0) <= 0),
             pl.format(
                 "prefix_hashes need a positive prefix_block_tokens: {}",
-                pl.col("prefix_block_tokens"),
+                pl.col("prefix_block_tokens").cast(pl.String).fill_null("null"),
             ),
             1,
         )

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -107,12 +107,21 @@ class FleetOutcome:
 class FleetState:
     """The router's view of the fleet (:class:`replay.fleet.routers.base.FleetView`)."""
 
-    __slots__ = ("_engines", "_load", "_load_tokens", "_previous", "_reusable", "replicas")
+    __slots__ = (
+        "_engines",
+        "_load",
+        "_load_tokens",
+        "_previous",
+        "_reusable",
+        "_shared",
+        "replicas",
+    )
 
     def __init__(
         self,
         engines: list[SimScheduler],
         reusable: Callable[[int, RoutedCall], int],
+        shared: Callable[[RoutedCall], tuple[Hashable, ...]],
     ) -> None:
         self._engines = engines
         self.replicas = len(engines)
@@ -120,6 +129,7 @@ class FleetState:
         self._load_tokens = [0] * len(engines)
         self._previous: dict[str, int] = {}
         self._reusable = reusable
+        self._shared = shared
 
     def load(self, replica: int) -> int:
         return self._load[replica]
@@ -133,8 +143,13 @@ class FleetState:
     def cached_tokens(self, replica: int, call: RoutedCall) -> int:
         engine = self._engines[replica]
         bs = engine.config.block_size
-        cached = engine.pool.cached_prefix(call.program) * bs
-        return min(cached, self._reusable(replica, call) // bs * bs)
+        hit = engine.pool.prefix_hit(
+            call.program,
+            self._shared(call),
+            self._reusable(replica, call) // bs,
+            (call.prompt_tokens - 1) // bs,
+        )
+        return hit * bs
 
     def previous_replica(self, program: str) -> int | None:
         return self._previous.get(program)
@@ -176,7 +191,7 @@ def simulate_fleet(
     engines = [r.engine for r in replicas]
     ids = count()
     prompts: dict[str, ProgramPrompts] = {
-        p.program_id: program_prompts(p, ids) for p in workload.programs
+        p.program_id: program_prompts(p, ids, config.engine.block_size) for p in workload.programs
     }
     #: (program, replica) -> the turn whose stream that replica last held
     last_turn: dict[tuple[str, int], int] = {}
@@ -191,7 +206,12 @@ def simulate_fleet(
         return common_prefix(call.prompt, prompts[call.program].streams[turn])
 
     runs_by_program = {p.program_id: p for p in workload.programs}
-    view = FleetState(engines, reusable)
+
+    def shared(call: RoutedCall) -> tuple[Hashable, ...]:
+        """The keys of the call's blocks shared with other programs."""
+        return runs_by_program[call.program].calls[call.turn].shared_keys(config.engine.block_size)
+
+    view = FleetState(engines, reusable, shared)
     sends: list[tuple[float, int, int, ProgramRun]] = []
     steps: list[tuple[float, int, int, int, int]] = []
     seq = 0
@@ -312,6 +332,7 @@ def simulate_fleet(
             is_last=turn == len(run.program.calls) - 1,
             program_seq=run.first_rid,
             sent=sent,
+            shared=call.shared_keys(config.engine.block_size),
         )
         routed[rid] = (run, routed_call)
         last_turn[(pid, rep.index)] = turn

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profiles.cost import CostModel
+from profiles.cost import CostModel, rebuild_pricer
 from replay.figures import PolicyResult
 from replay.fleet.loop import FleetOutcome, simulate_fleet
 from replay.fleet.metrics import fleet_result
@@ -89,9 +89,7 @@ def simulate_fleet_one(
             ),
         )
 
-    def rebuild(tokens: float, offload: bool) -> float:
-        return cost.reload_s(int(tokens)) if offload else cost.prefill_s(0, int(tokens))
-
+    rebuild = rebuild_pricer(cost, cfg.engine.max_num_batched_tokens)
     policies = [make(spec, pauses, rebuild) for _ in range(fleet.replicas)]
     router = make_router(
         fleet.router,

@@ -11,7 +11,7 @@ import pytest
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
 from replay.fleet.routers import ROUTERS, RouterSettings
-from replay.fleet.run import FleetSpec, logged_replicas, runner
+from replay.fleet.run import FleetSpec, logged_replicas, runner, simulate_fleet_one
 from replay.policies import NAMES, PolicySpec
 from replay.policy_runs import Load, run_one
 from replay.scheduler import SimSchedulerConfig
@@ -103,3 +103,30 @@ def test_fleet_refusals():
         FleetSpec(0)
     with pytest.raises(ConfigError, match="--router as-logged needs"):
         FleetSpec(2, RouterSettings("as-logged"))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_shared_prefixes_one_replica_and_a_fleet(seed: int) -> None:
+    """Programs of two products whose prompts start with shared blocks: one replica is the
+    single engine, every policy; on three replicas kv-aware sees the shared blocks that
+    other programs left on a replica (a first call hits there)."""
+    from tests.replay.test_prefix_sharing import CONFIG as SHARED_CONFIG
+    from tests.replay.test_prefix_sharing import COST as SHARED_COST
+    from tests.replay.test_prefix_sharing import workload as shared_workload
+
+    work = shared_workload(seed)
+    load = Load()
+    for policy in ("vllm", "continuum"):
+        spec = PolicySpec(policy)
+        single = run_one(work, spec, SHARED_COST, SHARED_CONFIG, load, timed=False)
+        for name in ("cache-aware", "kv-aware"):
+            fleet = runner(FleetSpec(1, RouterSettings(name)))(
+                work, spec, SHARED_COST, SHARED_CONFIG, load, timed=False
+            )
+            assert {k: fleet[k] for k in single} == single, (policy, name)
+    outcome, _, _ = simulate_fleet_one(
+        work, PolicySpec("vllm"), SHARED_COST, SHARED_CONFIG, load,
+        FleetSpec(3, RouterSettings("kv-aware")),
+    )  # fmt: skip
+    firsts = [c for c in outcome.calls if c.turn == 0 and c.prompt > 64]
+    assert any(c.hit_tokens > 0 for c in firsts)  # a prefix another program computed

@@ -24,6 +24,7 @@ answers whichever tenant its node lists first).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from replay.fleet.prompts import Runs
@@ -37,7 +38,7 @@ class PromptTree:
     A content id always follows the same content (see :mod:`replay.fleet.prompts`), so
     ``{run: {worker: tokens}}`` is a prefix tree folded by its edges."""
 
-    _runs: dict[int, dict[int, int]] = field(default_factory=dict)
+    _runs: dict[Hashable, dict[int, int]] = field(default_factory=dict)
 
     def insert(self, prompt: Runs, worker: int) -> None:
         runs = self._runs

@@ -753,9 +753,9 @@ class SimScheduler:
         one, or a pin is due at ``now``: the step expires it first, and that may let the
         waiting head in). Changes nothing. A fleet replay waits until then unless a call
         is routed to this engine before (:mod:`replay.fleet.loop`)."""
-        if self.next_expiry() <= now:
-            return None
         if self._prefilling or not self.decoders.members:
+            return None
+        if self.next_expiry() <= now:
             return None
         if self.waiting and not self._head_stays_blocked():
             return None

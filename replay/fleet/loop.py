@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from itertools import count
 
 from profiles.cost import CostModel
-from replay.fleet.prompts import ProgramPrompts, common_prefix, program_prompts, tokens
+from replay.fleet.prompts import ProgramPrompts, common_prefix, program_prompts
 from replay.fleet.routers.base import RoutedCall, Router
 from replay.offload import OffloadTier
 from replay.request import SimRequest
@@ -268,12 +268,12 @@ def simulate_fleet(
         nonlocal pins_wasted
         pid = run.program.program_id
         turn = run.next_turn
-        prompt = prompts[pid].prompts[turn]
+        book = prompts[pid]
         call = RoutedCall(
             pid,
             turn,
-            prompt,
-            tokens(prompt),
+            book.prompts[turn],
+            book.sizes[turn],
             None if logged_replicas is None else logged_replicas.get((pid, turn)),
         )
         target = router.route(call, view, sent)

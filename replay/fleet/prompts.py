@@ -33,6 +33,8 @@ class ProgramPrompts:
 
     prompts: tuple[Runs, ...]
     streams: tuple[Runs, ...]
+    #: each prompt's tokens
+    sizes: tuple[int, ...]
 
 
 def truncated(runs: Runs, tokens: int) -> Runs:
@@ -90,7 +92,9 @@ def program_prompts(program: AgentProgram, ids: count[int], block_size: int) -> 
         prompts.append(prompt)
         previous = (*own, (next(ids), call.output_tokens))
         streams.append((*prompt, (previous[-1])))
-    return ProgramPrompts(tuple(prompts), tuple(streams))
+    return ProgramPrompts(
+        tuple(prompts), tuple(streams), tuple(c.input_tokens for c in program.calls)
+    )
 
 
 def tokens(runs: Runs) -> int:

@@ -10,9 +10,9 @@ Figures, each against a baseline from the same run (nothing here asserts on spee
 
 - speed: simulated LLM calls per CPU-second (``time.process_time`` around the replay) of
   the 16-replica fleet over one engine's (goal: at least 80%);
-- memory: peak RSS (``ru_maxrss``) of a fresh process replaying 1, 4 and 16 replicas,
-  less a fresh process that only builds the workload, per replica (goal: linear in the
-  replicas, i.e. about flat per replica).
+- memory: the replay's peak Python allocations (``tracemalloc``, the workload already
+  built) with 1, 4 and 16 replicas, per replica (goal: linear in the replicas); a fresh
+  process's peak RSS (``ru_maxrss``) is printed beside it, for scale.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import json
 import subprocess
 import sys
 import time
+import tracemalloc
 from typing import Any
 
 from profiles.cost import ProfileCostModel
@@ -61,6 +62,16 @@ def replay(work: Workload, replicas: int, router: str) -> dict[str, Any]:
         calls = len(out.calls)
     cpu = time.process_time() - start
     return {"calls": calls, "cpu_s": cpu, "calls_per_cpu_s": calls / cpu}
+
+
+def traced_peak_mb(work: Workload, replicas: int, router: str) -> float:
+    """Peak bytes the replay allocated (tracemalloc), in MB."""
+    tracemalloc.start()
+    try:
+        replay(work, replicas, router)
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
 
 
 def peak_rss_mb(programs: int, replicas: int, router: str) -> float:
@@ -103,15 +114,20 @@ def main() -> None:
         f"fleet / one engine: {ratio:.2f} (goal >= {SPEED_GOAL:.2f}: "
         f"{'met' if ratio >= SPEED_GOAL else 'NOT met'})"
     )
-    base = peak_rss_mb(args.programs, -1, args.router)
     memory = {}
     for n in (1, 4, args.replicas):
-        mb = peak_rss_mb(args.programs, n, args.router)
-        memory[n] = mb
+        memory[n] = traced_peak_mb(work, n, args.router)
+        extra = (memory[n] - memory[1]) / (n - 1) if n > 1 else 0.0
         print(
-            f"peak RSS with {n:>2} replicas: {mb:,.0f} MB ({(mb - base) / n:,.1f} MB per replica "
-            f"above the workload's {base:,.0f} MB)"
+            f"replay peak allocations with {n:>2} replicas: {memory[n]:,.1f} MB "
+            f"({extra:+,.2f} MB per replica beyond the first)"
         )
+    base = peak_rss_mb(args.programs, -1, args.router)
+    rss = peak_rss_mb(args.programs, args.replicas, args.router)
+    print(
+        f"peak RSS of a fresh process: {base:,.0f} MB building the workload, {rss:,.0f} MB "
+        f"replaying it on {args.replicas} replicas"
+    )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(

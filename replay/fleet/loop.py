@@ -400,7 +400,10 @@ def simulate_fleet(
         engine = rep.engine
         if rep.deferred_from is not None:  # its run of decode steps ends undisturbed
             run_deferred(rep, rep.deferred_horizon)
-            return
+            if rep.wake != t:
+                raise SimulationError(f"replica {rep.index}: a run of decode steps moved its end")
+            # it ends now: its calls finish at once (the end event it queued is this one)
+            rep.generation += 1
         if rep.pending:
             # the step ended: its calls finish now; the replica steps again once the calls
             # sent at this instant are routed (sends come before steps)

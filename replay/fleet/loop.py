@@ -9,17 +9,21 @@ kind, sequence), sends before engine steps:
   (:class:`FleetState` is its :class:`~replay.fleet.routers.base.FleetView`); the call
   reaches its replica's scheduler at the replica's next step boundary (at once if the
   replica is idle), as in the single-engine replay;
-- a replica's *step* starts when its previous one ends, takes the calls that reached it,
-  and runs one engine step. A merged run of decode steps stops before the next send
-  anywhere in the fleet (it might be routed to this replica), so with one replica the
-  fleet is the single-engine replay, event for event.
+- a replica's *step* event at a boundary takes the calls that reached it and runs one
+  engine step; the requests the step finishes finish at its *end* event (the router sees
+  a response end when it ends, never before);
+- a replica that has only decode steps to take and nothing it can admit waits: its run of
+  decode steps (:meth:`~replay.scheduler.SimScheduler.merge_end`) is taken when a call is
+  routed to it (every step that starts before the call, as one engine's run stops before
+  its next arrival) or at the run's end. A normal step may still run into decode steps up
+  to the next send anywhere.
 
-A call that lands on a replica other than the one that served its program's previous
-call finds there only what that replica kept of the program's older stream: its reusable
-prefix is the part of its prompt that replica last saw (:mod:`replay.fleet.prompts`).
-Deterministic for a seed; reads no clock.
+So with one replica the fleet is the single-engine replay, event for event (the tests
+compare every figure). A call that lands on a replica other than the one that served its
+program's previous call finds there only what that replica kept of the program's older
+stream: its reusable prefix is the part of its prompt that replica last saw
+(:mod:`replay.fleet.prompts`). Deterministic for a seed; reads no clock.
 """
-
 from __future__ import annotations
 
 import heapq

@@ -75,7 +75,7 @@ def _cold_start(params: PolicyParams, fit: FitDoc, profile: ProfileDoc) -> str:
     everything = fit.get("global")
     pauses = 0 if everything is None else everything["n"]
     how = (
-        f"the fixed {params.cold_start_ttl_s:g} s"
+        f"the fixed {params.cold_start_ttl_s:.1f} s"
         if params.cold_start_ttl_s is not None
         else "ln B"
     )

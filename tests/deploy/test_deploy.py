@@ -279,3 +279,35 @@ def test_the_entrypoint_runs_vllm_with_the_scheduler(tmp_path: Path) -> None:
     script = kit.ENTRYPOINT.read_text()
     for name in ("PROMETHEUS_MULTIPROC_DIR", "TTLCTL_BUNDLE"):
         assert f"${{{name}:={dockerfile_env[name]}}}" in script
+
+
+@pytest.mark.skipif(shutil.which("vllm-router") is None, reason="vllm-router is not installed")
+def test_the_router_answers_its_readiness_probe(tmp_path: Path) -> None:
+    """The probe's path on a real router (no replicas, no service discovery: a cluster's)."""
+    import socket
+    import time
+    import urllib.request
+
+    (router,) = kit.containers("vllm-router")
+    path = router["readinessProbe"]["httpGet"]["path"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = (tmp_path / "router.log").open("w")
+    proc = subprocess.Popen(
+        ["vllm-router", "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=log
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, log.name
+                time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()

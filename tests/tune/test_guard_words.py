@@ -79,7 +79,7 @@ def test_every_tau_from_cold_start_is_said(tune_inputs: dict[str, Any]) -> None:
     assert cold.startswith("every τ* comes from cold start")
     assert f"holds {pauses} pause(s), not more than K = {pauses}" in cold and "ln B" in cold
     fixed = PolicyParams(k=pauses, cold_start_ttl_s=4.0)
-    assert "the fixed 4 s" in caveats(clear, verdict, fixed, fit, profile)[0]
+    assert "the fixed 4.0 s" in caveats(clear, verdict, fixed, fit, profile)[0]
     # a bundle that never pins has no τ* to speak of
     assert caveats(clear, verdict, PolicyParams(k=pauses, pins=False), fit, profile) == []
 

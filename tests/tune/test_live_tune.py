@@ -25,7 +25,7 @@ from fitting.fit import FitConfig, fit_trace
 from fitting.policy import PolicyParams
 from replay.live import run_live
 from tests.live.traces import agent_trace
-from ttlctl import bundle
+from ttlctl import bundle, bundle_history
 from ttlctl.cli import bundle as bundle_cli
 from ttlctl.cli import tune as tune_cli
 from ttlctl.trace import io as trace_io
@@ -106,6 +106,7 @@ def test_live_tune_swaps_each_trials_bundle_in(
     inputs: dict[str, Path], server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     served = inputs["served"]
+    served_before = served.read_bytes()
     marker = f"ttlctl: bundle {served} reloaded ("
     runs: list[dict[str, Any]] = []
 
@@ -182,6 +183,9 @@ def test_live_tune_swaps_each_trials_bundle_in(
     assert verify.exit_code == 0, verify.output
     doc = bundle.read(out)
     assert bundle.read(served) == doc
+    # what the server served before the study (not the last trial's) is kept for a rollback
+    (kept,) = bundle_history.entries(served)
+    assert kept.path.read_bytes() == served_before
     assert doc["provenance"]["tuning"]["mode"] == "live"
     shipped = summary["shipped"]
     assert doc["policy"] == shipped["policy"]

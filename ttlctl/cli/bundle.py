@@ -16,7 +16,9 @@ from ttlctl.cli import render
 from ttlctl.cli.kit import err, out, user_errors
 from ttlctl.cli.options import FitFile, Profile
 
-app = typer.Typer(help="Build, inspect, verify and query policy bundles.", no_args_is_help=True)
+app = typer.Typer(
+    help="Build, inspect, verify, query and roll back policy bundles.", no_args_is_help=True
+)
 
 CONTEXTS = (1_000, 8_000, 32_000, 128_000)
 

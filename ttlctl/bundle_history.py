@@ -75,17 +75,14 @@ def entries(path: Path) -> list[Entry]:
 
 
 def keep(path: Path, previous: bytes | None = None) -> Path | None:
-    """Keep the bundle about to be replaced at ``path`` (its current bytes, or
-    ``previous`` when the caller read them earlier) as the newest history entry, and
-    drop entries beyond :data:`KEEP`. Nothing is kept when there is no file (a first
-    write) or when the newest entry holds the same bytes. Returns the entry written."""
+    """Keep the bundle at ``path`` (its current bytes, or ``previous`` when the caller read
+    them before replacing it) as the newest history entry, and drop entries beyond
+    :data:`KEEP`. Nothing is kept when there is nothing (no file: a first write) or when
+    the newest entry holds the same bytes. Returns the entry."""
     if previous is None:
-        try:
-            previous = path.read_bytes()
-        except FileNotFoundError:
+        previous = current(path)
+        if previous is None:
             return None
-        except OSError as exc:
-            raise BundleError(f"{path}: cannot keep the bundle it replaces: {exc}") from None
     kept = entries(path)
     if kept and kept[-1].path.read_bytes() == previous:
         return kept[-1].path
@@ -94,18 +91,31 @@ def keep(path: Path, previous: bytes | None = None) -> Path | None:
     try:
         write_atomic(previous, entry)
     except OSError as exc:
-        raise BundleError(f"{entry}: cannot keep the bundle being replaced: {exc}") from None
+        raise BundleError(f"{entry}: cannot keep the bundle replaced: {exc}") from None
     for old in entries(path)[:-KEEP]:
         old.path.unlink(missing_ok=True)
     return entry
 
 
+def current(path: Path) -> bytes | None:
+    """The bytes of the file at ``path``; None when there is no file to keep (none, or a
+    folder: writing over it fails with its own message)."""
+    if not path.is_file():
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read the bundle it replaces: {exc}") from None
+
+
 def replace(doc: Bundle, path: Path, previous: bytes | None = None) -> Path | None:
-    """Write ``doc`` over ``path`` atomically after keeping what it replaces (:func:`keep`).
-    Returns the history entry kept (None: nothing was there)."""
-    kept = keep(path, previous)
+    """Write ``doc`` over ``path`` atomically, then keep what it replaced (:func:`keep`:
+    the file's bytes read first, or ``previous``). Returns the history entry (None:
+    nothing was there). A failed write keeps nothing."""
+    if previous is None:
+        previous = current(path)
     bundle.write(doc, path)
-    return kept
+    return None if previous is None else keep(path, previous)
 
 
 def rollback(path: Path) -> Restored:

@@ -114,3 +114,11 @@ def test_bundle_build_over_a_bundle_keeps_it(tmp_path: Path, fit_doc: dict[str, 
     assert run(*build, "--eta", "0.5").exit_code == 0
     (kept,) = bundle_history.entries(out)
     assert kept.path.read_bytes() == first
+
+
+def test_a_folder_in_the_way_is_one_line_and_keeps_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "bundle.json"
+    out.mkdir()
+    with pytest.raises(IsADirectoryError):
+        bundle_history.replace(doc(1.0), out)
+    assert not bundle_history.folder(out).exists()

@@ -4,9 +4,9 @@ One TTLScheduler server for the module (tests/vllm_server.py), started with
 ``TTLCTL_BUNDLE`` pointing at a bundle file the tuner overwrites and
 ``TTLCTL_BUNDLE_CHECK_S=0.5``. The plugin's ``ttlctl:bundle_reloads_total`` counts
 reloads but does not say which bundle, so the check that every live run was served by
-the bundle written for it reads the server's log: right before each run (``run_live`` is wrapped) the log must hold one
-more ``ttlctl: bundle PATH reloaded (...)`` line than before, describing the bundle
-now in the file. The refusals need no server.
+the bundle written for it reads the server's log: right before each run (``run_live`` is
+wrapped) the log must hold one more ``ttlctl: bundle PATH reloaded (...)`` line than
+before, describing the bundle now in the file. The refusals need no server.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ from replay.refit_settings import RefitSettings, default_load, fit_config, repla
 from replay.tune.context import TuneContext, load_json
 from replay.tune.judge import guard, held_figures, replay_held_back
 from replay.workload import from_frame
-from ttlctl import __version__
+from ttlctl import __version__, bundle_history
 from ttlctl import bundle as bundle_mod
 from ttlctl.errors import TtlctlError
 from ttlctl.ingest.pipeline import IngestReport, ingest, rejects_path_for
@@ -147,7 +147,7 @@ def refit(
     provenance["ttlctl_version"] = __version__
     new = bundle_mod.assemble(fit, old["profile"], params, provenance)
     target = output or bundle_path
-    action = _apply(new, verdict, target, bundle_path, served_sha, dry_run)
+    action, kept = _apply(new, verdict, target, bundle_path, served_sha, dry_run)
     return {
         "schema": REFIT_SCHEMA,
         "bundle": {"path": str(bundle_path), "sha256": old["sha256"]},
@@ -169,6 +169,7 @@ def refit(
         "action": action,
         "dry_run": dry_run,
         "target": str(target),
+        "previous_kept": None if kept is None else str(kept),
         "new_bundle_sha256": new["sha256"],
     }
 
@@ -191,21 +192,23 @@ def _apply(
     served: Path,
     served_sha: str,
     dry_run: bool,
-) -> str:
+) -> tuple[str, Path | None]:
     """Write the new bundle when the guard ships it: ``replaced``, ``written`` (to -o),
-    ``kept``, or with ``dry_run`` ``would replace`` / ``would write``."""
+    ``kept``, or with ``dry_run`` ``would replace`` / ``would write``; and where the
+    bundle it replaced was kept (:mod:`ttlctl.bundle_history`), if it replaced one."""
     if verdict["shipped"] != "new":
-        return "kept"
+        return "kept", None
     replacing = target.resolve() == served.resolve()
     if dry_run:
-        return "would replace" if replacing else "would write"
+        return ("would replace" if replacing else "would write"), None
     if replacing and file_sha256(served) != served_sha:
         raise RefitError(
             f"{served}: the served bundle changed while the refit ran; nothing written "
             "(run the refit again)"
         )
-    bundle_mod.write(new, target)  # atomic: the engine reads the old file or the new one
-    return "replaced" if replacing else "written"
+    # atomic: the engine reads the old file or the new one; the old one is kept beside it
+    kept = bundle_history.replace(new, target)
+    return ("replaced" if replacing else "written"), kept
 
 
 def _log_source(logs: Sequence[FileRef]) -> FitSource:

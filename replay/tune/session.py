@@ -8,6 +8,7 @@ assembles the bundle it ships (:func:`tuned_bundle`) and writes it and the summa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from replay.tune.storage import Storage, default_storage, default_study_name
 from replay.tune.study import provenance_of, summary_path, tune
 from replay.vllmsim.backend import check_request
 from replay.workload import load
-from ttlctl import __version__
+from ttlctl import __version__, bundle_history
 from ttlctl import bundle as bundle_mod
 from ttlctl.jsonio import file_sha256, write_json
 
@@ -60,6 +61,7 @@ class TuneRequest:
     offload_tokens: int = 0
     truncate: bool = False
     force: bool = False
+    min_gain: float = 1.0
     summary: Path | None = None
     heartbeat_s: int = 60
     live: str | None = None
@@ -89,11 +91,13 @@ class TuneSession:
 
 @dataclass(frozen=True, slots=True)
 class TuneOutcome:
-    """The study's summary, the bundle written and where the summary went."""
+    """The study's summary, the bundle written, where the summary went, and where the
+    bundle it replaced at -o was kept (None: -o was new)."""
 
     result: dict[str, Any]
     bundle: bundle_mod.Bundle
     summary_file: Path
+    previous_kept: Path | None = None
 
 
 def check(req: TuneRequest) -> None:
@@ -102,6 +106,11 @@ def check(req: TuneRequest) -> None:
         raise TuneError("--trials, --workers, --seeds and --holdout-seeds must be >= 1")
     if req.heartbeat_s < 1:
         raise TuneError("--heartbeat must be >= 1")
+    if not (math.isfinite(req.min_gain) and req.min_gain >= 1.0):
+        raise TuneError(
+            f"--min-gain must be a ratio of at least 1 (1.05: 5% faster than the baseline), "
+            f"not {req.min_gain:g}"
+        )
     check_live(req)
     if req.idle_gap_cap_s is not None and req.idle_gap_cap_s < 0:
         raise TuneError("--trace-idle-gap-cap-seconds must be >= 0")
@@ -237,6 +246,8 @@ def run(
     """Run the study, then write the bundle (-o, and the live server's file) and the summary."""
     req = session.request
     holdout: Sequence[int] = tuple(range(HOLDOUT_BASE, HOLDOUT_BASE + req.holdout_seeds))
+    # what the server served before the trials wrote theirs over it: kept when replaced
+    served = req.live_bundle.read_bytes() if req.live_bundle is not None else None
     result = tune(
         session.context,
         storage=session.storage,
@@ -246,15 +257,20 @@ def run(
         seed=req.seed,
         holdout_seeds=holdout,
         force=req.force,
+        min_gain=req.min_gain,
         inputs=session.inputs,
         provenance={"inputs": session.sources, "ttlctl_version": __version__},
         progress=progress,
         stage=stage,
     )
     doc = tuned_bundle(session.fit, session.profile, result, session.sources)
-    bundle_mod.write(doc, req.output)
-    if req.live_bundle is not None and req.live_bundle.resolve() != req.output.resolve():
-        bundle_mod.write(doc, req.live_bundle)  # the server serves it from its next request on
+    # each file replaced is kept in its history (ttlctl bundle rollback); the live bundle
+    # holds the last trial's bundle now, so what it served before the study is kept
+    live = req.live_bundle
+    live_is_output = live is not None and live.resolve() == req.output.resolve()
+    kept = bundle_history.replace(doc, req.output, served if live_is_output else None)
+    if live is not None and not live_is_output:
+        bundle_history.replace(doc, live, served)  # served from the server's next request on
     summary_file = req.summary or summary_path(req.output)
     write_json(
         {
@@ -264,4 +280,4 @@ def run(
         },
         summary_file,
     )
-    return TuneOutcome(result=result, bundle=doc, summary_file=summary_file)
+    return TuneOutcome(result=result, bundle=doc, summary_file=summary_file, previous_kept=kept)

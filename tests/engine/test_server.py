@@ -94,6 +94,10 @@ def test_server_pins_by_xargs_and_session_header(tiny_model: Path, tmp_path: Pat
         text = server.get("/metrics").decode()
         assert metric(text, "ttlctl:pins_made_total") >= 2
         assert metric(text, "ttlctl:pins_hit_total") >= 2
+        # the bundle's series, through the engine core's multiprocess files too
+        assert metric(text, "ttlctl:bundle_active") == 1
+        assert metric(text, "ttlctl:bundle_reloads_total") == 0
+        assert metric(text, "ttlctl:bundle_refused_total") == 0
         server_log = server.log_path.read_text(errors="replace")
     loaded = re.search(r"TTLScheduler on vLLM (\S+),", server_log)
     assert loaded is not None and compat.supported(loaded.group(1)), server_log[-2000:]

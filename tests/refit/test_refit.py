@@ -29,7 +29,7 @@ from replay.refit_settings import (
 )
 from tests.documents import conforms
 from tests.refit.logs import cut, engine_lines, swe_trace, write_log
-from ttlctl import bundle
+from ttlctl import bundle, bundle_history
 from ttlctl.cli import app, render
 from ttlctl.cli.kit import out
 from ttlctl.errors import ConfigError
@@ -101,9 +101,11 @@ def test_a_better_fit_replaces_the_served_bundle_atomically(
     jct = report["jct"]
     assert jct["new"]["mean_s"] < 0.95 * jct["old"]["mean_s"]  # clearly better
     assert jct["new"]["mean_s"] < jct["vllm"]["mean_s"]
-    # replaced by a rename (a new inode), nothing left beside it
+    # replaced by a rename (a new inode), nothing left beside it but what it replaced
     assert os.stat(served).st_ino != before.st_ino
-    assert sorted(p.name for p in served.parent.iterdir()) == ["bundle.json"]
+    assert sorted(p.name for p in served.parent.iterdir()) == ["bundle.json", "bundle.json.history"]
+    (kept,) = bundle_history.entries(served)
+    assert kept.path.read_bytes() == old_bytes and report["previous_kept"] == str(kept.path)
     verified = run("bundle", "verify", served)
     assert verified.exit_code == 0 and "ok" in verified.output
     new = bundle.read(served)

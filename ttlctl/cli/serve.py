@@ -41,7 +41,10 @@ def serve(
     host: Annotated[
         str | None, typer.Option(help="Address to bind (default: vLLM's, all interfaces).")
     ] = None,
-    port: Annotated[int, typer.Option(help="Port of the OpenAI-compatible API.")] = 8000,
+    port: Annotated[
+        int,
+        typer.Option(help="Port of the OpenAI-compatible API (a --port after -- replaces it)."),
+    ] = 8000,
     log: Annotated[
         Path | None,
         typer.Option(
@@ -97,11 +100,13 @@ def serve(
     if warning:
         print_warning(warning)
     if print_command:
-        chosen = serving.chosen_metrics_dir(metrics_dir, os.environ)
+        chosen, note = serving.printed_metrics_dir(metrics_dir, os.environ)
         env = command.server_environment(
             os.environ, bundle=bundle, log=log, dev_mode=dev_mode, metrics_dir=chosen
         )
         sys.stdout.write(serving.shown_command(cmd, env) + "\n")
+        if note:
+            err.print(f"note: {note}", highlight=False, markup=False)
         return
     with serving.metrics_dir(metrics_dir, os.environ) as prom:
         env = command.server_environment(

@@ -80,6 +80,14 @@ Force = Annotated[
         "seeds (default: ship a bundle that never pins)."
     ),
 ]
+MinGain = Annotated[
+    float,
+    typer.Option(
+        help="Ship the tuned policy only if it beats the baseline (stock vLLM; live: the "
+        "never-pin bundle) by at least this ratio of mean JCT on the held-back seeds "
+        "(1.05: 5% faster). Default 1: any win.",
+    ),
+]
 Summary = Annotated[
     Path | None,
     typer.Option(help="Study summary JSON for reports. Default: tune.json next to -o."),
@@ -153,6 +161,7 @@ def tune(
     offload_tokens: OffloadTokens = OFFLOAD_TOKENS,
     truncate: Truncate = False,
     force: Force = False,
+    min_gain: MinGain = 1.0,
     summary: Summary = None,
     heartbeat: Heartbeat = 60,
     live: Live = None,
@@ -209,6 +218,7 @@ def tune(
             offload_tokens=offload_tokens,
             truncate=truncate,
             force=force,
+            min_gain=min_gain,
             summary=summary,
             heartbeat_s=heartbeat,
             live=live,
@@ -234,6 +244,13 @@ def tune(
     render.tune_table(out, result)
     sha = outcome.bundle["sha256"][:12]
     err.print(f"wrote {output} (sha256 {sha}…) and {outcome.summary_file}", highlight=False)
+    if outcome.previous_kept is not None:
+        err.print(
+            f"the bundle it replaced is kept in {outcome.previous_kept}: "
+            f"`ttlctl bundle rollback {output}` puts it back",
+            highlight=False,
+            markup=False,
+        )
     if live_bundle is not None:
         err.print(
             f"the server's bundle {live_bundle} now holds it too "

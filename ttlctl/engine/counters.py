@@ -17,7 +17,8 @@ Series (all ``ttlctl:`` prefixed): ``pins_made_total``, ``pins_hit_total``
 ``pins_released_total`` (by the valve, under memory pressure),
 ``pins_dropped_total`` (abort, last call, replaced, prefix-cache reset),
 ``pins_refused_total`` (the pin cap), and the gauges ``pinned_blocks`` and
-``pinned_programs``.
+``pinned_programs``. The bundle's series (reloads, refusals, in force or stock) are
+:mod:`ttlctl.engine.bundle_series`'s.
 """
 
 from __future__ import annotations

@@ -56,6 +56,7 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
 from ttlctl.engine import tags as tags_mod  # noqa: E402
+from ttlctl.engine.bundle_series import BundleSeries  # noqa: E402
 from ttlctl.engine.counters import Counters  # noqa: E402
 from ttlctl.engine.enginelog import ENV_LOG, EngineLog, Record  # noqa: E402
 from ttlctl.engine.hitmemo import HitMemo  # noqa: E402
@@ -108,6 +109,8 @@ class TTLMixin:
         self.ttl_warnings: list[str] = []
         self.ttl_clock = time.monotonic
         self.ttl_watcher = BundleWatcher.from_env(env, self._ttl_warn, self._ttl_info)
+        self.ttl_bundle_series = BundleSeries()
+        self.ttl_bundle_series.observe(self.ttl_watcher)
         pool = self.kv_cache_manager.block_pool
         caching = bool(self.cache_config.enable_prefix_caching)
         try:
@@ -183,6 +186,7 @@ class TTLMixin:
             self.ttl.policy = self.ttl_watcher.policy
             if self._ttl_queue is None:
                 self._ttl_install_queue()
+        self.ttl_bundle_series.observe(self.ttl_watcher)
         if self.ttl.pins:
             self.ttl.expire(now, self._ttl_waiting)
         if self._ttl_queue is not None:

@@ -132,6 +132,12 @@ def _verdict(console: Console, report: dict[str, Any]) -> None:
         "kept": f"kept: {escape(report['bundle']['path'])} is unchanged",
     }[action]
     console.print(f"[bold]{said}[/]", highlight=False)
+    if report.get("previous_kept"):
+        console.print(
+            f"the bundle it replaced is kept in {escape(report['previous_kept'])}: "
+            f"`ttlctl bundle rollback {target}` puts it back",
+            highlight=False,
+        )
 
 
 def _tool(row: dict[str, Any]) -> str:

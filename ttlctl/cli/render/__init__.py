@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ttlctl.cli.render.bundle_view import bundle_table
 from ttlctl.cli.render.fit_view import fit_table
-from ttlctl.cli.render.profile_view import profile_table, shipped_table
+from ttlctl.cli.render.profile_view import profile_table, router_calibration, shipped_table
 from ttlctl.cli.render.refit_view import refit_report
 from ttlctl.cli.render.replay_view import replay_table
 from ttlctl.cli.render.trace_view import ingest_report, trace_summary
@@ -22,6 +22,7 @@ __all__ = [
     "profile_table",
     "refit_report",
     "replay_table",
+    "router_calibration",
     "shipped_table",
     "trace_summary",
     "tune_table",

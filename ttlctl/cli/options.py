@@ -161,3 +161,19 @@ DecodeThroughputAlpha = Annotated[
         "(share of decode throughput kept during a prefill; default 0, ttlctl's additive step).",
     ),
 ]
+Replicas = Annotated[
+    int | None,
+    typer.Option(
+        "--replicas",
+        help="A fleet: this many vLLM replicas with vllm-router in front (see --router).",
+    ),
+]
+Routers = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--router",
+        help="vllm-router's --policy for the fleet: cache_aware (its default), round_robin, "
+        "random, power_of_two, consistent_hash, sticky_least_loaded, kv_aware. Repeat for "
+        "several.",
+    ),
+]

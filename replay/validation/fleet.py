@@ -45,7 +45,7 @@ def fleet_row(live: dict[str, Any], order: dict[str, list[str]]) -> dict[str, An
     return {
         "jct_mean_s": live.get("jct_mean_s"),
         "ttft_mean_s": live.get("ttft_mean_s"),
-        "hit_rate": live.get("client_hit_rate"),
+        "hit_rate": (live.get("server") or {}).get("client_hit_rate"),
         "returned_share": arrivals.returned_share(order),
         "calls_per_replica": arrivals.per_replica(order),
         "returned_from": "replica arrivals (ttlctl.server.arrivals)",

@@ -18,12 +18,14 @@ it is there the document says so under ``"sim"`` and the table shows none.
 
 from __future__ import annotations
 
+import json
 import shlex
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from profiles.router_calibration import RouterCalibration
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
 from replay.validation.error import ValidateError
@@ -32,6 +34,13 @@ from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 from ttlctl.server import arrivals
 from ttlctl.server.cache import reset_prefix_cache
+
+#: ``--router`` for vllm-router's own Program scheduling: ``consistent_hash`` underneath
+#: (its documented pairing), Program scheduling on for every call with an ``X-Session-ID``
+#: (``program_scheduling_enable_key: auto``), calibrated from the profile when one is given
+PROGRAM_SCHEDULING = "program_scheduling"
+#: the request-level policy under Program scheduling
+PROGRAM_SCHEDULING_POLICY = "consistent_hash"
 
 #: what the document says while the simulated fleet is not built
 SIM_PENDING = (
@@ -61,6 +70,7 @@ def validate_fleet(
     policies: Sequence[str] = ("vllm",),
     bundle: Path | None = None,
     program_scheduling_json: str | None = None,
+    calibration: RouterCalibration | None = None,
     router_extra: Sequence[str] = (),
     timing: Load | None = None,
     seed: int = 0,
@@ -73,6 +83,10 @@ def validate_fleet(
     warn: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Replay ``workload`` live through a fresh fleet per (policy, router).
+
+    ``program_scheduling_json`` turns the router's Program scheduling on for every router;
+    the router :data:`PROGRAM_SCHEDULING` turns it on for its calls (``calibration``: the
+    profile's coefficients, else the router's reference ones).
 
     Raises :class:`ValidateError` (bad arguments), a
     :class:`~ttlctl.server.router.RouterError` (no ``vllm-router``, or a policy it
@@ -105,6 +119,14 @@ def validate_fleet(
     for name in names:
         for policy in routers:
             tag = f"-{policy}"
+            scheduling = program_scheduling_json
+            request_policy = policy
+            if policy == PROGRAM_SCHEDULING:
+                request_policy = PROGRAM_SCHEDULING_POLICY
+                auto = {"program_scheduling_enable_key": "auto"}
+                scheduling = (
+                    calibration.flag_value(auto) if calibration is not None else json.dumps(auto)
+                )
             made = policy_fleet(
                 sources,
                 name,
@@ -112,8 +134,8 @@ def validate_fleet(
                 work_dir,
                 tag,
                 replicas=replicas,
-                router_policy=policy,
-                program_scheduling_json=program_scheduling_json,
+                router_policy=request_policy,
+                program_scheduling_json=scheduling,
                 router_extra=router_extra,
             )
             fleet = made.fleet

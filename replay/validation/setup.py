@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
 from replay.loads import one_load
 from replay.policy_runs import Load
@@ -191,6 +192,7 @@ def _fleet_doc(
     if not workload.programs:
         raise ValidateError(f"{req.trace}: no programs to replay")
     vocab = (model_config or {}).get("vocab_size")
+    prof = resolve(req.profile)[0] if req.profile is not None else None
     doc = validate_fleet(
         workload,
         Sources(urls=parse_urls(req.urls), base_cmd=base, startup_timeout_s=req.startup_timeout_s),
@@ -198,6 +200,7 @@ def _fleet_doc(
         routers=_names(req.routers, "cache_aware"),
         policies=_names(req.policies, "vllm"),
         bundle=req.bundle,
+        calibration=calibrate(prof) if prof is not None else None,
         timing=timing,
         seed=req.seed,
         max_programs=req.programs,

@@ -173,7 +173,8 @@ Routers = Annotated[
     typer.Option(
         "--router",
         help="vllm-router's --policy for the fleet: cache_aware (its default), round_robin, "
-        "random, power_of_two, consistent_hash, sticky_least_loaded, kv_aware. Repeat for "
-        "several.",
+        "random, power_of_two, consistent_hash, sticky_least_loaded, kv_aware; or "
+        "program_scheduling (its Program scheduling over consistent_hash, calibrated by "
+        "--profile when given). Repeat for several.",
     ),
 ]

@@ -49,6 +49,17 @@ SIM_PENDING = (
 )
 
 
+def router_setup(
+    router: str, calibration: RouterCalibration | None, program_scheduling_json: str | None
+) -> tuple[str, str | None]:
+    """The router's ``--policy`` and ``--program-scheduling-config-json`` for ``router``."""
+    if router != PROGRAM_SCHEDULING:
+        return router, program_scheduling_json
+    auto = {"program_scheduling_enable_key": "auto"}
+    value = calibration.flag_value(auto) if calibration is not None else json.dumps(auto)
+    return PROGRAM_SCHEDULING_POLICY, value
+
+
 def fleet_row(live: dict[str, Any], order: dict[str, list[str]]) -> dict[str, Any]:
     """One router's figures: the live run's means and the replicas' arrivals."""
     return {
@@ -119,14 +130,7 @@ def validate_fleet(
     for name in names:
         for policy in routers:
             tag = f"-{policy}"
-            scheduling = program_scheduling_json
-            request_policy = policy
-            if policy == PROGRAM_SCHEDULING:
-                request_policy = PROGRAM_SCHEDULING_POLICY
-                auto = {"program_scheduling_enable_key": "auto"}
-                scheduling = (
-                    calibration.flag_value(auto) if calibration is not None else json.dumps(auto)
-                )
+            request_policy, scheduling = router_setup(policy, calibration, program_scheduling_json)
             made = policy_fleet(
                 sources,
                 name,

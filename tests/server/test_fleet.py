@@ -172,3 +172,20 @@ def test_validate_without_the_router_is_one_line_and_exit_2(
         app, ["validate", str(trace), "--router", "round_robin", "--model", str(tmp_path)]
     )
     assert res.exit_code == 2 and "--router needs --replicas" in res.stderr
+
+
+def test_program_scheduling_is_consistent_hash_with_the_profiles_calibration() -> None:
+    from profiles import shipped
+    from profiles.router_calibration import calibrate
+    from replay.validation.fleet import router_setup
+
+    assert router_setup("round_robin", None, None) == ("round_robin", None)
+    policy, value = router_setup("program_scheduling", None, None)
+    assert policy == "consistent_hash" and value is not None
+    assert json.loads(value) == {"program_scheduling_enable_key": "auto"}
+    cal = calibrate(shipped.resolve("tiny-cpu")[0])
+    _, value = router_setup("program_scheduling", cal, None)
+    assert value is not None
+    doc = json.loads(value)
+    assert doc["program_scheduling_enable_key"] == "auto"
+    assert doc["decode_throughput_model"] == cal.to_json()["decode_throughput_model"]

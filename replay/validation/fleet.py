@@ -145,6 +145,7 @@ def validate_fleet(
             fleet = made.fleet
             say(f"{name} behind {policy}: starting {replicas} replicas and vllm-router")
             with fleet:
+                groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
                 for url in made.urls.values():
                     reset_prefix_cache(url)
                 say(f"{name} behind {policy}: live replay of {len(work.programs)} programs")
@@ -166,6 +167,8 @@ def validate_fleet(
                 "url": fleet.url,
                 "router_command": shlex.join(fleet.router.command),
                 "router_log": str(fleet.router.log_path),
+                #: the process groups it ran (each one's leader pid), all stopped now
+                "process_groups": groups,
                 "replicas": {
                     r: {"url": made.urls[r], "arrivals": str(made.arrivals[r])} for r in made.urls
                 },

@@ -23,18 +23,18 @@ from tests.live.traces import agent_trace
 from tests.router_bin import router_or_skip
 from ttlctl.server import router
 from ttlctl.server.command import base_command
-from ttlctl.server.process import live_processes
+from ttlctl.server.process import group_alive, live_processes
 
 
-def _ours(work: Path) -> list[int]:
-    """Live processes whose command line names this test's work folder or model."""
+def _serving(model: Path) -> list[int]:
+    """Live processes whose command line names the model (a replica's API server)."""
     found = []
     for pid, _, _ in live_processes():
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if str(work) in cmdline:
+        if str(model) in cmdline:
             found.append(pid)
     return found
 
@@ -69,4 +69,7 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     log = router.plain(Path(fleet["router_log"]).read_text(errors="replace"))
     assert "--enable-program-scheduling" in fleet["router_command"]
     assert not router.reference_calibration_warned(log)
-    assert _ours(work) == []
+    groups = fleet["process_groups"]
+    assert len(groups) == 3  # two replicas and the router, each a process group
+    assert not any(group_alive(g) for g in groups)
+    assert _serving(tiny_model) == []

@@ -10,9 +10,15 @@ under other names and units. The router's formulas, as its source states them
 
 - cold prefill of ``n`` uncached tokens, ``x = n / 1000``:
   ``intercept_seconds + linear_seconds_per_1k_tokens·x
-  + quadratic_seconds_per_1k_tokens_squared·x²`` — the profile's ``a + b·n + q·n²``, so
-  the intercept is ``a`` (s), the linear term ``1000·b`` (s per 1k tokens) and the
-  quadratic ``10⁶·q`` (s per (1k tokens)²); each must be finite and ≥ 0;
+  + quadratic_seconds_per_1k_tokens_squared·x²`` — the profile's price of a rebuild in
+  one step, :meth:`~profiles.schema.Profile.rebuild_prefill_s`
+  ``prefill_fixed_s + b·n + q·n²``, so the intercept is the step's fixed cost
+  (``a``, plus ``decode.step_s`` when the prefill fit leaves the step out), the linear
+  term ``1000·b`` (s per 1k tokens) and the quadratic ``10⁶·q`` (s per (1k tokens)²);
+  each must be finite and ≥ 0. A prompt longer than the engine's step budget is
+  prefilled in several steps, each paying the fixed cost again; the router's quadratic
+  has no place for that, so it prices such a prompt (steps − 1)·intercept lower than
+  the profile does;
 - a miss's impact: ``prefill·(2 − decode_throughput_alpha)``, alpha being the share of
   decode throughput kept while a prefill is mixed into the batch (in [0, 1]). A ttlctl
   profile prices a mixed step as the sum of its decodes and its prefill chunks
@@ -147,7 +153,12 @@ class RouterCalibration:
             else "ttlctl's additive step: a prefill delays every decode by its whole time"
         )
         return [
-            Row("prefill_cost_model.intercept_seconds", p.intercept_seconds, "s", "prefill a"),
+            Row(
+                "prefill_cost_model.intercept_seconds",
+                p.intercept_seconds,
+                "s",
+                "a prefill step's fixed cost: prefill a (+ decode step_s if the fit leaves it out)",
+            ),
             Row(
                 "prefill_cost_model.linear_seconds_per_1k_tokens",
                 p.linear_seconds_per_1k_tokens,
@@ -221,7 +232,7 @@ def calibrate(
     return RouterCalibration(
         profile=name,
         prefill=PrefillCostModel(
-            intercept_seconds=_checked(name, "prefill.a", pre.a),
+            intercept_seconds=_checked(name, "prefill.a", profile.prefill_fixed_s),
             linear_seconds_per_1k_tokens=_checked(name, "prefill.b", pre.b) * TOKENS_PER_UNIT,
             quadratic_seconds_per_1k_tokens_squared=_checked(name, "prefill.q", pre.q)
             * TOKENS_PER_UNIT**2,

@@ -88,7 +88,7 @@ def test_the_router_prices_the_profiles_measured_points_as_the_profile_does(name
     points = profile.prefill.points or tuple((n, 0.0) for n in (1_000, 8_000, 32_000))
     for tokens, _measured in points:
         assert router_prefill_seconds(cfg, tokens) == pytest.approx(
-            profile.prefill_s(tokens), rel=1e-12
+            profile.rebuild_prefill_s(tokens), rel=1e-12
         )
     dec = profile.decode
     for batch, kv_mean, _seconds in profile.source.get("decode_points") or [(4, 2e5, 0.0)]:
@@ -106,6 +106,20 @@ def test_a_measured_profile_is_priced_within_its_fit_error_on_its_measured_point
     errors = [router_prefill_seconds(cfg, n) - s for n, s in profile.prefill.points]
     rmse = math.sqrt(sum(e * e for e in errors) / len(errors))
     assert rmse == pytest.approx(profile.prefill.rmse_s, rel=1e-6)
+
+
+def test_a_fit_without_the_step_gets_the_steps_fixed_cost_in_the_intercept() -> None:
+    profile = shipped.resolve("tiny-cpu")[0]
+    pre = profile.prefill
+    apart = _with(profile, prefill=dataclasses.replace(pre, includes_step=False))
+    cfg = calibrate(apart).to_json()
+    assert cfg["prefill_cost_model"]["intercept_seconds"] == pytest.approx(
+        pre.a + profile.decode.step_s
+    )
+    for tokens in (128, 2048):
+        assert router_prefill_seconds(cfg, tokens) == pytest.approx(
+            apart.rebuild_prefill_s(tokens), rel=1e-12
+        )
 
 
 def test_alpha_is_ttlctls_additive_step_unless_given() -> None:

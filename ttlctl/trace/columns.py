@@ -30,8 +30,13 @@ COLUMNS: Final[dict[str, pl.DataType]] = {
 
 #: Optional columns ttlctl adds beyond the contract; kept when present.
 #: ``parent_program_id`` links a sub-agent's program to the program that spawned it.
+#: ``prefix_hashes`` / ``prefix_block_tokens``: the call's leading prompt blocks that other
+#: programs share (a product's system prompt and tools), as chained block hashes of
+#: ``prefix_block_tokens`` tokens each (docs/trace-format.md, "Shared prefixes").
 EXTRA_COLUMNS: Final[dict[str, pl.DataType]] = {
     "parent_program_id": pl.String(),
+    "prefix_hashes": pl.List(pl.Int64()),
+    "prefix_block_tokens": pl.Int32(),
 }
 
 #: Columns a canonical input must carry (the others may be absent: filled with null).

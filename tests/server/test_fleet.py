@@ -121,8 +121,10 @@ def test_a_router_that_fails_to_start_leaves_nothing_running(tmp_path: Path) -> 
     assert len(pids) == 2 and not any(group_alive(p) for p in pids)
 
 
-def test_sigterm_stops_the_whole_fleet(tmp_path: Path) -> None:
-    """A fleet owner killed with SIGTERM stops its replicas and router on the way out."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_whole_fleet(tmp_path: Path, signum: int) -> None:
+    """A fleet owner stopped by SIGTERM or Ctrl-C stops its replicas and router on the
+    way out."""
     script = tmp_path / "owner.py"
     script.write_text(
         textwrap.dedent(
@@ -144,8 +146,10 @@ def test_sigterm_stops_the_whole_fleet(tmp_path: Path) -> None:
     assert owner.stdout is not None
     pids = json.loads(owner.stdout.readline())
     assert all(group_alive(p) for p in pids)
-    owner.send_signal(signal.SIGTERM)
-    assert owner.wait(timeout=30) == 128 + signal.SIGTERM
+    owner.send_signal(signum)
+    code = owner.wait(timeout=30)
+    # SIGTERM: the shell's status for it; Ctrl-C: Python's KeyboardInterrupt exit
+    assert code == (128 + signal.SIGTERM if signum == signal.SIGTERM else -signal.SIGINT)
     deadline = time.monotonic() + 10
     while any(group_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)

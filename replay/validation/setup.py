@@ -182,8 +182,10 @@ def _fleet_doc(
     warn: Callable[[str], None] | None,
 ) -> dict[str, Any]:
     """``--replicas N --router R``: each policy live through a fleet per router."""
-    if req.replicas is None or req.replicas < 1:
-        raise ValidateError("--router needs --replicas N (at least 1)")
+    if req.replicas is None:
+        raise ValidateError("--router needs --replicas N (the fleet's size)")
+    if req.replicas < 1:
+        raise ValidateError(f"--replicas must be at least 1, not {req.replicas}")
     if req.backend != "fast" or req.async_scheduling or req.repeats != 1:
         raise ValidateError(
             "--replicas runs live only: --backend, --async-scheduling and --repeats do not apply"

@@ -176,6 +176,16 @@ def test_validate_without_the_router_is_one_line_and_exit_2(
         app, ["validate", str(trace), "--router", "round_robin", "--model", str(tmp_path)]
     )
     assert res.exit_code == 2 and "--router needs --replicas" in res.stderr
+    res = CliRunner().invoke(
+        app, ["validate", str(trace), "--replicas", "0", "--model", str(tmp_path)]
+    )
+    assert res.exit_code == 2 and "--replicas must be at least 1, not 0" in res.stderr
+    res = CliRunner().invoke(
+        app,
+        ["validate", str(trace), "--replicas", "2", "--router", "least_load",
+         "--model", str(tmp_path)],
+    )  # fmt: skip
+    assert res.exit_code == 2 and "--router takes cache_aware" in res.stderr
 
 
 def test_program_scheduling_is_consistent_hash_with_the_profiles_calibration() -> None:

@@ -13,7 +13,7 @@ import typer
 from fitting.policy import DEFAULT_VALVE
 from ttlctl import bundle, bundle_history, hints
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, user_errors
+from ttlctl.cli.kit import UserError, err, out, print_warning, user_errors
 from ttlctl.cli.options import FitFile, Profile
 
 app = typer.Typer(
@@ -101,9 +101,17 @@ def query(
             "--as",
             help="Print the answer as another engine's per-request retention hint: dynamo "
             "(nvext.cache_control), sglang (retention_seconds) or trtllm "
-            "(kv_cache_retention_config); {} when τ* is 0.",
+            "(kv_cache_retention_config); {} when τ* is 0. Where the engine clamps the "
+            "duration (Dynamo: 300–3600 s) a warning gives the TTL it will apply.",
         ),
     ] = None,
+    refuse_clamped: Annotated[
+        bool,
+        typer.Option(
+            "--refuse-clamped",
+            help="With --as: exit 2 instead of warning when the engine's clamp changes τ*.",
+        ),
+    ] = False,
 ) -> None:
     """Print {"ttl_s", "source", "benefit_s"}: how long to keep this request's KV."""
     with user_errors():
@@ -115,6 +123,11 @@ def query(
         policy = bundle.policy_from(doc)
         decision = policy.decide(tool, context_tokens, offload=offload, queue_delay_s=queue_delay)
         answer = decision.to_json() if as_engine is None else hints.shape(as_engine, decision.ttl_s)
+        note = None if as_engine is None else hints.clamped(as_engine, decision.ttl_s)
+        if note is not None and refuse_clamped:
+            raise UserError(f"--as {as_engine}: {note}")
+    if note is not None:
+        print_warning(note)
     sys.stdout.write(json.dumps(answer) + "\n")
 
 

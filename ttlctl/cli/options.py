@@ -29,9 +29,9 @@ Trace = Annotated[
     Path, typer.Argument(help="Canonical trace (Parquet) from `ttlctl ingest` or `ttlctl synth`.")
 ]
 FitFile = Annotated[Path, typer.Option("--fit", help="fit.json from `ttlctl fit`.")]
-Profile = Annotated[
-    str, typer.Option("--profile", help="Profile: a profile.json, or a shipped profile name.")
-]
+#: ``--profile``'s help, the same wherever it is taken
+PROFILE_HELP = "Profile: a profile.json, or a shipped profile name."
+Profile = Annotated[str, typer.Option("--profile", help=PROFILE_HELP)]
 ContinuumBundle = Annotated[
     Path | None,
     typer.Option("--bundle", help="Policy bundle of continuum (default: a cold start, no fit)."),
@@ -140,4 +140,41 @@ JsonTo = Annotated[
 QueueDelay = Annotated[
     float,
     typer.Option("--queue-delay", help="T (s) assumed for the τ* columns (0: a fresh engine's)."),
+]
+
+# ---- vLLM's router (vllm-router) ------------------------------------------------------
+
+ProfileToShow = Annotated[str | None, typer.Option("--profile", help=PROFILE_HELP)]
+AsRouter = Annotated[
+    str | None,
+    typer.Option(
+        "--as",
+        help="vllm-router: print the profile as the router's --program-scheduling-config-json "
+        "value (its Program scheduling calibrated; each coefficient explained on stderr).",
+    ),
+]
+DecodeThroughputAlpha = Annotated[
+    float | None,
+    typer.Option(
+        "--decode-throughput-alpha",
+        help="With --as vllm-router: the router's prefill_cost_model.decode_throughput_alpha "
+        "(share of decode throughput kept during a prefill; default 0, ttlctl's additive step).",
+    ),
+]
+Replicas = Annotated[
+    int | None,
+    typer.Option(
+        "--replicas",
+        help="A fleet: this many vLLM replicas with vllm-router in front (see --router).",
+    ),
+]
+Routers = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--router",
+        help="vllm-router's --policy for the fleet: cache_aware (its default), round_robin, "
+        "random, power_of_two, consistent_hash, sticky_least_loaded, kv_aware; or "
+        "program_scheduling (its Program scheduling over consistent_hash, calibrated by "
+        "--profile when given). Repeat for several.",
+    ),
 ]

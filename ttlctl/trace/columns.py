@@ -29,9 +29,11 @@ COLUMNS: Final[dict[str, pl.DataType]] = {
 }
 
 #: Optional columns ttlctl adds beyond the contract; kept when present.
-#: ``parent_program_id`` links a sub-agent's program to the program that spawned it.
+#: ``parent_program_id`` links a sub-agent's program to the program that spawned it;
+#: ``replica`` names the engine that served the call (engine logs of several replicas).
 EXTRA_COLUMNS: Final[dict[str, pl.DataType]] = {
     "parent_program_id": pl.String(),
+    "replica": pl.String(),
 }
 
 #: Columns a canonical input must carry (the others may be absent: filled with null).
@@ -48,6 +50,8 @@ REASON: Final = "_reason"
 
 #: Written into the Parquet file's key-value metadata.
 PARQUET_METADATA: Final = {"ttlctl.trace_version": str(TRACE_VERSION)}
+#: The metadata key of the engines' facts (JSON list; docs/trace-format.md, "Engine facts").
+ENGINES_KEY: Final = "ttlctl.engines"
 
 
 def all_columns() -> dict[str, pl.DataType]:

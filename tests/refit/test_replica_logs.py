@@ -14,9 +14,9 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from tests.refit.test_refit import run, served_from  # noqa: E402
-from tests.vllmsim.drive import Driver, driver, static_params  # noqa: E402
-from ttlctl.trace import io as trace_io  # noqa: E402
+from tests.refit.test_refit import run, served_from
+from tests.vllmsim.drive import Driver, driver, static_params
+from ttlctl.trace import io as trace_io
 
 PROGRAMS, TURNS = 6, 4
 #: each replica's usable KV blocks (of 16 tokens)
@@ -81,9 +81,7 @@ def test_ingest_merges_each_program_across_the_replicas(
     assert sum(e["calls"] for e in engines.values()) == PROGRAMS * TURNS
 
 
-def test_refit_replays_each_replica_at_its_own_size(
-    logs: dict[str, Path], tmp_path: Path
-) -> None:
+def test_refit_replays_each_replica_at_its_own_size(logs: dict[str, Path], tmp_path: Path) -> None:
     served = served_from(logs["r-small"], tmp_path / "srv")
     args = ["refit", *logs.values(), "--bundle", served, "--dry-run", "--seeds", "1"]
     result = run(*args)

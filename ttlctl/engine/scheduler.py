@@ -144,7 +144,8 @@ class TTLMixin:
         self.ttl_memo, memo_off = HitMemo.install(self.kv_cache_manager, self.connector, env)
         self._ttl_info(
             f"ttlctl: {type(self).__name__} on vLLM {VLLM_VERSION}, "
-            f"{self.ttl.capacity_blocks} KV blocks, engine log {log_path or 'off'}, "
+            f"{self.ttl.capacity_blocks} KV blocks, engine log {log_path or 'off'}"
+            f"{f' (replica {self._ttl_replica})' if self._ttl_replica else ''}, "
             f"prefix-hit memo {'on' if memo_off is None else f'off ({memo_off})'}"
         )
 

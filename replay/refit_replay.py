@@ -26,7 +26,7 @@ from profiles.schema import ProfileDoc
 from replay.policies import PolicySpec
 from replay.policy_runs import Load
 from replay.refit_settings import RefitSettings, default_load
-from replay.refit_sizing import Sized, replicas, size
+from replay.refit_sizing import Sized, by_replica, replicas, size
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.tune.context import TuneContext, load_json
@@ -72,9 +72,10 @@ def plan(
         return [_part(frame, sized, settings, base, fit, profile)]
     owner = _owners(frame, names)
     parts = []
-    for name in names:
+    for name, sized in zip(
+        names, by_replica(names, engines, given, base.engine, base_source), strict=True
+    ):
         sub = frame.join(owner.filter(pl.col("_owner") == name), on="program_id", how="semi")
-        sized = size(given, facts.get(name, []), base.engine, base_source, name)
         parts.append(_part(sub, sized, settings, base, fit, profile))
     return parts
 

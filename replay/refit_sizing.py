@@ -113,8 +113,12 @@ def size(
                 f"the replay uses {base_source} for {', '.join(missing)}; give them as the "
                 "server had them"
             )
-        line = f"replay engine{_of(replica)} ({'flags and ' if len(missing) < 5 else ''}"
-        line += f"{base_source}): {shown}"
+        if not missing:
+            line = f"replay engine{_of(replica)} as the flags give it: {shown}"
+        elif len(missing) < len(SIZE_FLAGS):
+            line = f"replay engine{_of(replica)} (the flags given, else {base_source}): {shown}"
+        else:
+            line = f"replay engine{_of(replica)} ({base_source}): {shown}"
     elif from_log:
         line = f"replay sized from the engine log{_of(replica)}: {shown}"
         if any(given.get(k) is not None for k in SIZE_FLAGS):
@@ -127,6 +131,19 @@ def size(
             "replays it scheduling synchronously"
         )
     return Sized(engine, line, replica, tuple(notes), from_log)
+
+
+def by_replica(
+    names: Sequence[str],
+    engines: Sequence[Mapping[str, Any]],
+    given: Mapping[str, int | None],
+    base: SimSchedulerConfig,
+    base_source: str,
+) -> list[Sized]:
+    """One engine per replica named (the trace's ``replica`` column, in the order given:
+    a fleet replay's replica index), each sized by :func:`size` from its own facts."""
+    facts = replicas(engines)
+    return [size(given, facts.get(name, []), base, base_source, name) for name in names]
 
 
 def _of(replica: str | None) -> str:

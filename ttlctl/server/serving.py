@@ -27,7 +27,13 @@ from ttlctl.server.command import SCHEDULER_CLS
 #: options ``ttlctl serve`` sets itself; in the forwarded arguments they are refused
 OWN_FLAGS = ("--model", "--scheduler-cls")
 #: the environment ``--print-command`` shows, in this order (when set)
-SHOWN_ENV = ("TTLCTL_BUNDLE", "TTLCTL_LOG", "VLLM_SERVER_DEV_MODE", "PROMETHEUS_MULTIPROC_DIR")
+SHOWN_ENV = (
+    "TTLCTL_BUNDLE",
+    "TTLCTL_LOG",
+    "TTLCTL_REPLICA",
+    "VLLM_SERVER_DEV_MODE",
+    "PROMETHEUS_MULTIPROC_DIR",
+)
 
 
 class ServeError(TtlctlError):

@@ -16,7 +16,7 @@ from vllm.sampling_params import SamplingParams
 from vllm.v1.request import Request
 
 from replay.vllmsim import build as build_mod
-from tests.vllmsim.drive import Driver, _Outputs, driver, static_params
+from tests.vllmsim.drive import Driver, _Outputs, driver, static_params, write_bundle
 from ttlctl import bundle as bundle_mod
 from ttlctl.engine.programs import DEFAULT_CAP
 
@@ -48,6 +48,15 @@ def test_the_log_starts_with_the_engines_facts(tmp_path: Path) -> None:
     d.update(d.schedule())
     d.update(d.schedule())
     assert [x.get("kind") for x in _lines(log)] == ["engine", None]
+    # a new bundle: the facts are stated again, with its sha256
+    write_bundle(tmp_path / "bundle.json", static_params(9.0))
+    d.now += 60.0  # past the watcher's next look at the file
+    d.sched.schedule()
+    assert d.sched.ttl_watcher.reloads == 1
+    again = _lines(log)[-1]
+    assert again["kind"] == "engine" and again["replica"] == "r-7"
+    assert again["bundle_sha256"] == bundle_mod.read(tmp_path / "bundle.json")["sha256"]
+    assert again["bundle_sha256"] != f["bundle_sha256"] and again["kv_tokens"] == 640
 
 
 def _with_consumer_connector(monkeypatch: pytest.MonkeyPatch, store: Path) -> None:

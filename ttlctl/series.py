@@ -7,8 +7,11 @@ One list for the side that writes them (the engine plugin,
 
 from __future__ import annotations
 
-#: the pin counters, ``ttlctl:pins_<name>_total``
-PIN_COUNTERS = ("made", "hit", "expired", "released", "dropped", "refused")
+#: the pin counters, ``ttlctl:pins_<name>_total``: made, then how each made pin ended (hit,
+#: expired, released by the valve, dropped), then the pins the policy chose but that were
+#: not made (refused by the pin cap; deferred: vLLM defers freeing the blocks, a KV
+#: connector under async scheduling)
+PIN_COUNTERS = ("made", "hit", "expired", "released", "dropped", "refused", "deferred")
 #: gauges: KV blocks held by pins now, and the programs holding them
 PINNED_BLOCKS = "ttlctl:pinned_blocks"
 PINNED_PROGRAMS = "ttlctl:pinned_programs"

@@ -9,8 +9,8 @@ assembles the bundle it ships (:func:`tuned_bundle`) and writes it and the summa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from profiles.schema import ProfileDoc
 from profiles.shipped import resolve
 from replay.live import cap_pauses
 from replay.policy_runs import Load
+from replay.refit_sizing import replicas, size
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.tune.context import LiveTarget, TuneContext, TuneError
@@ -31,6 +32,7 @@ from replay.workload import load
 from ttlctl import __version__, bundle_history
 from ttlctl import bundle as bundle_mod
 from ttlctl.jsonio import file_sha256, write_json
+from ttlctl.trace import io as trace_io
 
 #: held-back seeds start here (tuning seeds are 0 … seeds − 1)
 HOLDOUT_BASE = 1000
@@ -57,7 +59,13 @@ class TuneRequest:
     seeds: int = 2
     holdout_seeds: int = 3
     p95_max_s: float | None = None
-    kv_tokens: int = 600_000
+    #: the engine's size; None: as the trace's engine log states it (one replica), else the
+    #: simulator's default (:class:`~replay.scheduler.SimSchedulerConfig`)
+    kv_tokens: int | None = None
+    block_size: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
     offload_tokens: int = 0
     truncate: bool = False
     force: bool = False
@@ -87,6 +95,8 @@ class TuneSession:
     #: the inputs' SHA-256 (trace, fit, profile)
     inputs: dict[str, str]
     sources: bundle_mod.Provenance
+    #: where the engine's size came from, when the trace's engine log stated it (one line)
+    sizing: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,12 +190,13 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
             timeout_s=req.live_timeout_s,
             warn=warn,
         )
+    engine, sizing = engine_size(req, trace_io.engines(req.trace), warn)
     ctx = TuneContext(
         workload=workload,
         fit=fit_doc,
         profile=prof.to_json(),
         config=ReplayConfig(
-            engine=SimSchedulerConfig(kv_tokens=req.kv_tokens),
+            engine=engine,
             offload_tokens=req.offload_tokens,
             truncate=req.truncate,
         ),
@@ -216,7 +227,40 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         storage=Storage(req.storage or default_storage(req.output), heartbeat_s=req.heartbeat_s),
         inputs=inputs,
         sources=sources,
+        sizing=sizing,
     )
+
+
+def engine_size(
+    req: TuneRequest,
+    engines: Sequence[Mapping[str, Any]],
+    warn: Callable[[str], None] | None = None,
+) -> tuple[SimSchedulerConfig, str | None]:
+    """The simulated engine: the flags given, else (a trace made from the engine log of one
+    replica) the size the log states, else the simulator's defaults; and the line that
+    says where it came from (None: the trace states no size)."""
+    given: dict[str, int | None] = {
+        "kv_tokens": req.kv_tokens,
+        "block_size": req.block_size,
+        "max_num_seqs": req.max_num_seqs,
+        "max_num_batched_tokens": req.max_num_batched_tokens,
+        "max_model_len": req.max_model_len,
+    }
+    base = SimSchedulerConfig()
+    by_replica = replicas(engines)
+    if len(by_replica) != 1:
+        if len(by_replica) > 1 and warn is not None:
+            warn(
+                f"the trace's calls ran on {len(by_replica)} replicas: tune replays one engine, "
+                "sized by the flags (else the defaults), not by the logs"
+            )
+        chosen: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        return replace(base, **chosen), None
+    sized = size(given, next(iter(by_replica.values())), base, "the simulator's defaults")
+    for note in sized.notes:
+        if warn is not None:
+            warn(note)
+    return sized.engine, sized.line
 
 
 def tuned_bundle(

@@ -103,6 +103,11 @@ def test_serve_cli_prints_the_command_and_checks_the_bundle(tmp_path: Path) -> N
         "ttlctl.engine.TTLScheduler --port 8001 --max-model-len 2048 --block-size 32"
     )
 
+    args = ["m", "--bundle", str(good), "--replica", "gpu-3", "--print-command"]
+    named = runner.invoke(app, args)
+    assert named.exit_code == 0, named.output
+    assert f"TTLCTL_BUNDLE={good.resolve()} TTLCTL_REPLICA=gpu-3 " in named.stdout
+
     damaged = tmp_path / "damaged.json"
     damaged.write_text(good.read_text()[:100])
     res = runner.invoke(app, ["model-dir", "--bundle", str(damaged), "--print-command"])

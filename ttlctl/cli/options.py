@@ -18,6 +18,11 @@ import typer
 
 #: the simulated KV cache (``SimSchedulerConfig.kv_tokens``)
 KV_TOKENS = 600_000
+#: the simulated engine's size, as vLLM's flags (``SimSchedulerConfig``)
+BLOCK_SIZE = 16
+MAX_NUM_BATCHED_TOKENS = 8192
+MAX_NUM_SEQS = 256
+MAX_MODEL_LEN = 131_072
 #: no CPU offload tier (``ReplayConfig.offload_tokens``)
 OFFLOAD_TOKENS = 0
 #: the fast simulator
@@ -85,6 +90,26 @@ IdleGapCap = Annotated[
 # ---- the simulated engine ------------------------------------------------------------
 
 KvTokens = Annotated[int, typer.Option("--kv-tokens", help="KV cache size in tokens.")]
+BlockSize = Annotated[
+    int, typer.Option("--block-size", help="KV block size in tokens (vLLM's --block-size).")
+]
+MaxNumBatchedTokens = Annotated[
+    int,
+    typer.Option(
+        "--max-num-batched-tokens",
+        help="Token budget per step (vLLM's --max-num-batched-tokens).",
+    ),
+]
+MaxNumSeqs = Annotated[
+    int,
+    typer.Option("--max-num-seqs", help="Most requests running at once (vLLM's --max-num-seqs)."),
+]
+MaxModelLen = Annotated[
+    int,
+    typer.Option(
+        "--max-model-len", help="Longest request the engine accepts (vLLM's --max-model-len)."
+    ),
+]
 OffloadTokens = Annotated[
     int, typer.Option("--offload-tokens", help="CPU offload tier in tokens (0: none).")
 ]

@@ -29,7 +29,13 @@ OWN_FLAGS = ("--model", "--scheduler-cls")
 #: the ``PROMETHEUS_MULTIPROC_DIR`` ``--print-command`` shows when none is asked for
 PRINTED_METRICS_DIR = Path(tempfile.gettempdir()) / "ttlctl-prom"
 #: the environment ``--print-command`` shows, in this order (when set)
-SHOWN_ENV = ("TTLCTL_BUNDLE", "TTLCTL_LOG", "VLLM_SERVER_DEV_MODE", "PROMETHEUS_MULTIPROC_DIR")
+SHOWN_ENV = (
+    "TTLCTL_BUNDLE",
+    "TTLCTL_LOG",
+    "TTLCTL_REPLICA",
+    "VLLM_SERVER_DEV_MODE",
+    "PROMETHEUS_MULTIPROC_DIR",
+)
 
 
 class ServeError(TtlctlError):

@@ -24,6 +24,7 @@ program's previous call finds there only what that replica kept of the program's
 stream: its reusable prefix is the part of its prompt that replica last saw
 (:mod:`replay.fleet.prompts`). Deterministic for a seed; reads no clock.
 """
+
 from __future__ import annotations
 
 import heapq

@@ -190,6 +190,7 @@ def test_settings_take_the_real_flags_and_refuse_others():
         "balance_abs_threshold": 64,
         "balance_rel_threshold": 1.5,
     }
+    assert RouterSettings("cache_aware").name == "cache-aware"  # vllm-router's spelling
     with pytest.raises(ConfigError, match="--cache-threshold: the round-robin router"):
         RouterSettings("round-robin", cache_threshold=0.5)
     with pytest.raises(ConfigError, match="--router: unknown router 'nope'"):

@@ -79,6 +79,8 @@ class RouterSettings:
     pin_queue_bound: int | None = None
 
     def __post_init__(self) -> None:
+        # vllm-router's own spellings (cache_aware, round_robin, …) name the same routers
+        object.__setattr__(self, "name", self.name.replace("_", "-"))
         if self.name not in ROUTERS:
             raise ConfigError(
                 f"--router: unknown router {self.name!r}; choose from {', '.join(ROUTERS)}"

@@ -12,8 +12,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import polars as pl
-
 from profiles.cost import CostModel, rebuild_pricer
 from replay.figures import PolicyResult
 from replay.fleet.loop import FleetOutcome, simulate_fleet
@@ -25,6 +23,7 @@ from replay.policy_runs import Load, prepare, unlimited_kv_tokens
 from replay.sim import ReplayConfig
 from replay.workload import Workload
 from ttlctl.errors import ConfigError
+from ttlctl.trace import io as trace_io
 
 #: the trace column naming the replica that served a call (engine logs from a fleet)
 REPLICA_COLUMN = "replica"
@@ -53,19 +52,17 @@ class FleetSpec:
 
 
 def logged_replicas(trace: Path) -> dict[tuple[str, int], str]:
-    """The trace's ``replica`` column by (program, turn); a one-line error without it."""
-    try:
-        names = pl.read_parquet_schema(trace)
-    except (OSError, pl.exceptions.PolarsError):
-        names = {}
-    if REPLICA_COLUMN not in names:
+    """The trace's ``replica`` column by (program, turn); a one-line error without one."""
+    frame = trace_io.read(trace)
+    if REPLICA_COLUMN not in frame.columns or frame[REPLICA_COLUMN].null_count() == len(frame):
         raise ConfigError(
             f"--router as-logged: {trace} has no {REPLICA_COLUMN!r} column (engine logs "
             "from a fleet carry one)"
         )
-    frame = pl.read_parquet(trace, columns=["program_id", "turn", REPLICA_COLUMN])
     return {
-        (str(pid), int(turn)): str(rep) for pid, turn, rep in frame.iter_rows() if rep is not None
+        (str(pid), int(turn)): str(rep)
+        for pid, turn, rep in frame.select("program_id", "turn", REPLICA_COLUMN).iter_rows()
+        if rep is not None
     }
 
 

@@ -3,6 +3,7 @@ router); several replicas conserve calls and report where each went."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -130,3 +131,34 @@ def test_shared_prefixes_one_replica_and_a_fleet(seed: int) -> None:
     )  # fmt: skip
     firsts = [c for c in outcome.calls if c.turn == 0 and c.prompt > 64]
     assert any(c.hit_tokens > 0 for c in firsts)  # a prefix another program computed
+
+
+@pytest.mark.parametrize(
+    ("name", "policy"),
+    [
+        ("kv-aware", "vllm"),
+        ("kv-aware", "continuum"),
+        ("round-robin", "vllm"),
+        pytest.param(
+            "round-robin",
+            "continuum",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="open: on this case the fast fleet and the per-token fleet diverge "
+                "(32 of 258 calls, first a decode run of swe-000004 turn 5 priced 2.7 ms "
+                "apart); one engine agrees on the same workload",
+            ),
+        ),
+    ],
+)
+def test_waiting_decode_runs_match_step_by_step(workload, cost, name, policy):
+    """Three replicas: the fleet's waiting runs of decode steps (taken up to the next call
+    routed there) give what stepping one decode token at a time gives."""
+    per_token = replace(CONFIG, engine=replace(CONFIG.engine, fast=False))
+    run = runner(FleetSpec(3, RouterSettings(name)))
+    fast = run(workload, PolicySpec(policy), cost, CONFIG, LOAD, timed=False)
+    slow = run(workload, PolicySpec(policy), cost, per_token, LOAD, timed=False)
+    for key in ("llm_calls", "preemptions", "pins_wasted", "miss_reasons", "pins"):
+        assert fast[key] == slow[key], key
+    for key in ("jct_mean_s", "ttft_mean_s", "prefix_hit_rate", "engine_busy_s"):
+        assert fast[key] == pytest.approx(slow[key], rel=1e-9), key

@@ -15,8 +15,8 @@ kind, sequence), sends before engine steps:
 - a replica that has only decode steps to take and nothing it can admit waits: its run of
   decode steps (:meth:`~replay.scheduler.SimScheduler.merge_end`) is taken when a call is
   routed to it (every step that starts before the call, as one engine's run stops before
-  its next arrival) or at the run's end. A normal step may still run into decode steps up
-  to the next send anywhere.
+  its next arrival) or at the run's end. With one replica a normal step may also run into
+  decode steps up to the next send, as one engine's step does (every send is known then).
 
 So with one replica the fleet is the single-engine replay, event for event (the tests
 compare every figure). A call that lands on a replica other than the one that served its
@@ -442,9 +442,15 @@ def simulate_fleet(
                 rep.deferred_from, rep.deferred_horizon = now, horizon
                 wake(rep, end)
                 return
-            # a step, and the decode steps it may run into up to the next send anywhere
-            # (it might come here: one engine's replay stops there too)
-            if sends and sends[0][0] < horizon:
+            # a step, and the decode steps it may run into up to the next call that can
+            # reach this replica. With one replica that is the next send: every send is
+            # known, as sends are made at this replica's own step ends (one engine's replay
+            # stops there too). With several, a call can come from a finish on another
+            # replica that is not known yet: no run of decode steps is taken here; the
+            # next boundary plans one that waits for the next call routed here.
+            if len(replicas) > 1:
+                horizon = now
+            elif sends and sends[0][0] < horizon:
                 horizon = sends[0][0]
             preempted = engine.stats.preemptions
             duration, finished = engine.step(now, horizon)

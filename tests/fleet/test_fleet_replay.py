@@ -139,21 +139,17 @@ def test_shared_prefixes_one_replica_and_a_fleet(seed: int) -> None:
         ("kv-aware", "vllm"),
         ("kv-aware", "continuum"),
         ("round-robin", "vllm"),
-        pytest.param(
-            "round-robin",
-            "continuum",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: on this case the fast fleet and the per-token fleet diverge "
-                "(32 of 258 calls, first a decode run of swe-000004 turn 5 priced 2.7 ms "
-                "apart); one engine agrees on the same workload",
-            ),
-        ),
+        ("round-robin", "continuum"),
+        ("pin-aware", "continuum"),
+        ("cache-aware", "static-ttl"),
+        ("power-of-two", "program-fcfs"),
     ],
 )
 def test_waiting_decode_runs_match_step_by_step(workload, cost, name, policy):
     """Three replicas: the fleet's waiting runs of decode steps (taken up to the next call
-    routed there) give what stepping one decode token at a time gives."""
+    routed there) give what stepping one decode token at a time gives. (A run taken at once
+    up to the next send known would not: a send made later by a finish on another replica
+    can come before it ends.)"""
     per_token = replace(CONFIG, engine=replace(CONFIG.engine, fast=False))
     run = runner(FleetSpec(3, RouterSettings(name)))
     fast = run(workload, PolicySpec(policy), cost, CONFIG, LOAD, timed=False)

@@ -64,14 +64,23 @@ class SharedPrefix:
         return _shared_keys(self, block_size, prompt_tokens)
 
 
-@lru_cache(maxsize=4096)
 def _shared_keys(prefix: SharedPrefix, block_size: int, prompt_tokens: int) -> tuple[BlockKey, ...]:
     tokens = min(len(prefix.hashes) * prefix.block_tokens, prompt_tokens)
+    return _first_keys(prefix, block_size, tokens // block_size)
+
+
+@lru_cache(maxsize=4096)
+def _first_keys(prefix: SharedPrefix, block_size: int, n: int) -> tuple[BlockKey, ...]:
+    """The first ``n`` keys, one tuple for every call that has them (the pools compare
+    keys by identity first)."""
+    return _all_keys(prefix, block_size)[:n]
+
+
+@lru_cache(maxsize=1024)
+def _all_keys(prefix: SharedPrefix, block_size: int) -> tuple[BlockKey, ...]:
     hashes, bt = prefix.hashes, prefix.block_tokens
-    return tuple(
-        (hashes[(e - 1) // bt], e)
-        for e in range(block_size, tokens // block_size * block_size + 1, block_size)
-    )
+    end = len(hashes) * bt // block_size * block_size
+    return tuple((hashes[(e - 1) // bt], e) for e in range(block_size, end + 1, block_size))
 
 
 @dataclass(frozen=True, slots=True)

@@ -197,7 +197,8 @@ class _BlockRun:
 @dataclass(slots=True)
 class RunPool:
     """Free list of runs, head first; a program's own cached blocks are one run [s, hi)
-    (s: its shared blocks), each cached shared block a run of its own.
+    (s: its shared blocks); the shared copies one request or pin let go of together are
+    one run too (:class:`_Copies`: taken from its high end, a copy hit again leaves a hole).
 
     Invariants (:meth:`check`): free + held + pinned-not-shared + shared blocks referenced
     + taken-not-assigned = ``num_blocks``; every run is non-empty; a program's cached run

@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.table import Table
 
 from profiles import shipped
-from profiles.cost import priced_prefill_s
 from profiles.schema import ProfileDoc, from_json, load
 
 
@@ -46,10 +45,10 @@ def profile_table(console: Console, doc: ProfileDoc) -> None:
     table = Table(title=f"{p.name}: {p.model} on {p.device} ({how})")
     table.add_column("context", justify="right")
     table.add_column("measured", justify="right")
-    chunk = (p.source.get("flags") or {}).get("max_num_batched_tokens")
+    chunk = p.chunk_tokens
     table.add_column("priced by replay" if chunk else "fit", justify="right")
     for tokens, seconds in p.prefill.points:
-        fit = priced_prefill_s(p, tokens, int(chunk)) if chunk else p.prefill_s(tokens)
+        fit = p.rebuild_prefill_s(tokens, chunk)
         table.add_row(f"{tokens:,}", f"{seconds * 1000:.2f} ms", f"{fit * 1000:.2f} ms")
     console.print(table)
     console.print(

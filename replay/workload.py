@@ -44,6 +44,7 @@ import numpy as np
 import polars as pl
 
 from ttlctl.trace import io as trace_io
+from ttlctl.trace.prefix import shared_keys
 
 #: a block of a prompt: ``(trace hash, end token)`` for a shared block, ``(program_id,
 #: index)`` for the program's own (see the module docstring)
@@ -78,9 +79,7 @@ def _first_keys(prefix: SharedPrefix, block_size: int, n: int) -> tuple[BlockKey
 
 @lru_cache(maxsize=1024)
 def _all_keys(prefix: SharedPrefix, block_size: int) -> tuple[BlockKey, ...]:
-    hashes, bt = prefix.hashes, prefix.block_tokens
-    end = len(hashes) * bt // block_size * block_size
-    return tuple((hashes[(e - 1) // bt], e) for e in range(block_size, end + 1, block_size))
+    return shared_keys(prefix.hashes, prefix.block_tokens, block_size)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ import numpy as np
 import polars as pl
 
 from ttlctl.trace import io as trace_io
+from ttlctl.trace.prefix import shared_keys
 
 #: a block of a prompt: ``((trace hash, trace block size), end token)`` for a shared block,
 #: ``(program_id, index)`` for the program's own (see the module docstring)
@@ -66,14 +67,21 @@ class SharedPrefix:
         return _shared_keys(self, block_size, prompt_tokens)
 
 
-@lru_cache(maxsize=4096)
 def _shared_keys(prefix: SharedPrefix, block_size: int, prompt_tokens: int) -> tuple[BlockKey, ...]:
     tokens = min(len(prefix.hashes) * prefix.block_tokens, prompt_tokens)
-    hashes, bt = prefix.hashes, prefix.block_tokens
-    return tuple(
-        ((hashes[(e - 1) // bt], bt), e)
-        for e in range(block_size, tokens // block_size * block_size + 1, block_size)
-    )
+    return _first_keys(prefix, block_size, tokens // block_size)
+
+
+@lru_cache(maxsize=4096)
+def _first_keys(prefix: SharedPrefix, block_size: int, n: int) -> tuple[BlockKey, ...]:
+    """The first ``n`` keys, one tuple for every call that has them (the pools compare
+    keys by identity first)."""
+    return _all_keys(prefix, block_size)[:n]
+
+
+@lru_cache(maxsize=1024)
+def _all_keys(prefix: SharedPrefix, block_size: int) -> tuple[BlockKey, ...]:
+    return shared_keys(prefix.hashes, prefix.block_tokens, block_size)
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,7 +125,8 @@ def test_block_keys_convert_trace_blocks_to_engine_blocks() -> None:
     assert len(keys) == 1000 // 16 and keys[31] == ((7, 512), 512) and keys[32] == ((8, 512), 528)
     assert mooncake.block_keys("p", 16) == keys
     # engine blocks larger than the trace's: the last trace block inside each
-    assert Call(200, 5, 0, None, 0.0, SharedPrefix((1, 2, 3), 64)).shared_keys(128) == (((2, 64), 128),)
+    big = Call(200, 5, 0, None, 0.0, SharedPrefix((1, 2, 3), 64))
+    assert big.shared_keys(128) == (((2, 64), 128),)
     assert Call(50, 5, 0, None, 0.0).block_keys("q", 16) == (("q", 0), ("q", 1), ("q", 2))
     # the same hash at another trace block size is another prefix (two sources ingested
     # together), even where the end tokens agree

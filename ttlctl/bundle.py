@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 from fitting import FIT_SCHEMA
 from fitting.eta import fitted as eta_fitted
@@ -85,6 +85,16 @@ class Provenance(TypedDict, total=False):
     made_by: str
 
 
+class RouterDoc(TypedDict):
+    """The router a bundle was tuned behind (``tune --replicas N``): its ttlctl name
+    (``replay.fleet.routers``), its settings by vllm-router's names with underscores
+    (defaults filled in) and the replicas it routed to."""
+
+    name: str
+    settings: dict[str, float | int | None]
+    replicas: int
+
+
 class BundleBody(BundleParts):
     """A bundle without its checksum: what :data:`Bundle`'s ``sha256`` covers."""
 
@@ -92,6 +102,8 @@ class BundleBody(BundleParts):
     created: str
     ttlctl_version: str
     provenance: Provenance
+    #: optional: the router and settings the policy was tuned behind (old bundles lack it)
+    router: NotRequired[RouterDoc]
 
 
 class Bundle(BundleBody):
@@ -130,6 +142,7 @@ def build(
     created: str,
     ttlctl_version: str,
     provenance: Provenance | None = None,
+    router: RouterDoc | None = None,
 ) -> Bundle:
     """A sealed bundle; raises :class:`BundleError` if the parts do not check."""
     body: BundleBody = {
@@ -141,6 +154,8 @@ def build(
         "policy": params.to_json(),
         "provenance": (provenance or {}).copy(),
     }
+    if router is not None:
+        body["router"] = {**router, "settings": dict(router["settings"])}
     doc: Bundle = {**body, "sha256": checksum(body)}
     verify(doc)
     return doc
@@ -151,6 +166,7 @@ def assemble(
     profile: ProfileDoc,
     params: PolicyParams,
     provenance: Provenance,
+    router: RouterDoc | None = None,
 ) -> Bundle:
     """A sealed bundle made now by this ttlctl: :func:`build` stamped with the time
     (UTC, seconds) and ``ttlctl.__version__``. Every command that writes a bundle
@@ -162,6 +178,7 @@ def assemble(
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         ttlctl_version=__version__,
         provenance=provenance,
+        router=router,
     )
 
 
@@ -294,6 +311,28 @@ def verify(doc: Any) -> None:
         raise BundleError(str(exc)) from None
     if not isinstance(doc["provenance"], dict):
         raise BundleError("provenance must be an object")
+    if "router" in doc:
+        _check_router(doc["router"])
+
+
+def _check_router(router: Any) -> None:
+    """The optional ``router`` section: a name, its settings (numbers or null), replicas."""
+    ok = (
+        isinstance(router, dict)
+        and isinstance(router.get("name"), str)
+        and isinstance(router.get("settings"), dict)
+        and all(
+            isinstance(k, str) and (v is None or isinstance(v, (int, float)))
+            for k, v in router["settings"].items()
+        )
+        and isinstance(router.get("replicas"), int)
+        and not isinstance(router.get("replicas"), bool)
+        and router["replicas"] >= 1
+    )
+    if not ok:
+        raise BundleError(
+            "router must be an object with name (text), settings (numbers) and replicas (>= 1)"
+        )
 
 
 def _check_fit(fit: Any) -> None:
@@ -365,3 +404,14 @@ def open_policy(path: Path) -> tuple[TTLPolicy, Bundle]:
         raise
     except (ValueError, KeyError, TypeError) as exc:
         raise BundleError(f"{path}: {exc}") from None
+
+
+def router_of(doc: Bundle, path: Path | str) -> RouterDoc:
+    """The router section of a bundle; :class:`BundleError` when it has none."""
+    router = doc.get("router")
+    if router is None:
+        raise BundleError(
+            f"{path}: no router section: the bundle was not tuned for a fleet "
+            "(`ttlctl tune --replicas N --router R` records one)"
+        )
+    return router

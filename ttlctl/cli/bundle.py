@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from fitting.policy import DEFAULT_VALVE
-from ttlctl import bundle, bundle_history, hints
+from ttlctl import bundle, bundle_history, hints, router_flags
 from ttlctl.cli import render
 from ttlctl.cli.kit import UserError, err, out, print_warning, user_errors
 from ttlctl.cli.options import FitFile, Profile
@@ -89,8 +89,12 @@ def inspect(
 @app.command()
 def query(
     path: Annotated[Path, typer.Argument(help="Bundle.")],
-    tool: Annotated[str, typer.Option("--tool", help="Tool the agent is about to call.")],
-    context_tokens: Annotated[int, typer.Option("--context-tokens", help="KV tokens held.")],
+    tool: Annotated[
+        str | None, typer.Option("--tool", help="Tool the agent is about to call.")
+    ] = None,
+    context_tokens: Annotated[
+        int | None, typer.Option("--context-tokens", help="KV tokens held.")
+    ] = None,
     queue_delay: Annotated[
         float | None, typer.Option("--queue-delay", help="T (s); default 0 (no history).")
     ] = None,
@@ -102,7 +106,9 @@ def query(
             help="Print the answer as another engine's per-request retention hint: dynamo "
             "(nvext.cache_control), sglang (retention_seconds) or trtllm "
             "(kv_cache_retention_config); {} when τ* is 0. Where the engine clamps the "
-            "duration (Dynamo: 300–3600 s) a warning gives the TTL it will apply.",
+            "duration (Dynamo: 300–3600 s) a warning gives the TTL it will apply. "
+            "vllm-router: the router flags the bundle was tuned with (tune --replicas), "
+            "no --tool needed.",
         ),
     ] = None,
     refuse_clamped: Annotated[
@@ -114,7 +120,16 @@ def query(
     ] = False,
 ) -> None:
     """Print {"ttl_s", "source", "benefit_s"}: how long to keep this request's KV."""
+    if as_engine == "vllm-router":
+        with user_errors():
+            args = router_flags.vllm_router_args(bundle.router_of(bundle.read(path), path))
+        sys.stdout.write(" ".join(args) + "\n")
+        return
     with user_errors():
+        if tool is None or context_tokens is None:
+            raise typer.BadParameter(
+                "--tool and --context-tokens are needed (but with --as vllm-router)"
+            )
         if context_tokens < 0:
             raise typer.BadParameter("--context-tokens must be >= 0")
         if as_engine is not None:

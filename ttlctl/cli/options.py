@@ -203,3 +203,80 @@ Routers = Annotated[
         "--profile when given). Repeat for several.",
     ),
 ]
+
+# ---- a fleet behind a router, simulated (replay --replicas, tune --replicas) -----------
+
+FleetReplicas = Annotated[
+    int | None,
+    typer.Option(
+        "--replicas",
+        help="Replay N engines behind a router, in one event loop (each engine sized by "
+        "the engine flags, as vLLM's flags size each server; --concurrency is the fleet's).",
+    ),
+]
+RouterName = Annotated[
+    str | None,
+    typer.Option(
+        "--router",
+        help="With --replicas: round-robin, random, power-of-two, consistent-hash, "
+        "cache-aware (vllm-router's default), kv-aware, sticky-least-loaded (vllm-router's "
+        "policies; its spellings with underscores too), pin-aware (ttlctl's), as-logged "
+        "(the trace's replica column).",
+    ),
+]
+CacheThreshold = Annotated[
+    float | None,
+    typer.Option(
+        "--cache-threshold",
+        help="cache-aware: prefix match rate above which a request follows its match "
+        "(vllm-router's flag; 0.3).",
+    ),
+]
+BalanceAbsThreshold = Annotated[
+    int | None,
+    typer.Option(
+        "--balance-abs-threshold",
+        help="cache-aware: balance load when max − min in-flight requests exceeds this "
+        "and --balance-rel-threshold holds (vllm-router's flag; 64).",
+    ),
+]
+BalanceRelThreshold = Annotated[
+    float | None,
+    typer.Option(
+        "--balance-rel-threshold",
+        help="cache-aware: ... and max > min × this (vllm-router's flag; 1.5).",
+    ),
+]
+KvAwareSessionAffinityTtlSecs = Annotated[
+    int | None,
+    typer.Option(
+        "--kv-aware-session-affinity-ttl-secs",
+        help="kv-aware: keep a session on its replica while idle at most this long "
+        "(vllm-router's flag; off by default).",
+    ),
+]
+RouterTemperature = Annotated[
+    float | None,
+    typer.Option(
+        "--router-temperature",
+        help="kv-aware: softmax temperature over the costs; 0 takes the lowest "
+        "(vllm-router's flag; 0).",
+    ),
+]
+PinQueueBound = Annotated[
+    int | None,
+    typer.Option(
+        "--pin-queue-bound",
+        help="pin-aware: leave the pin's replica when it has more than this many requests "
+        "in flight beyond the least loaded one's (ttlctl's router; 8).",
+    ),
+]
+RouterNames = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--router",
+        help="With --replicas: the router the fleet runs behind (default cache-aware, "
+        "vllm-router's default); repeat it to search the router too. Its settings that "
+        "matter for retention are searched with η, K and the valve.",
+    ),
+]

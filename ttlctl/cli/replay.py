@@ -18,20 +18,28 @@ from ttlctl.cli.options import (
     OFFLOAD_TOKENS,
     AsyncScheduling,
     Backend,
+    BalanceAbsThreshold,
+    BalanceRelThreshold,
     BlockSize,
+    CacheThreshold,
     Concurrency,
     ContinuumBundle,
+    FleetReplicas,
     IdleGapCap,
     Jps,
     JsonTo,
+    KvAwareSessionAffinityTtlSecs,
     KvTokens,
     Label,
     MaxModelLen,
     MaxNumBatchedTokens,
     MaxNumSeqs,
     OffloadTokens,
+    PinQueueBound,
     Profile,
     ResultDir,
+    RouterName,
+    RouterTemperature,
     SaveResult,
     Seed,
     Trace,
@@ -98,9 +106,18 @@ def replay(
     label: Label = None,
     backend: Backend = BACKEND,
     async_scheduling: AsyncScheduling = False,
+    replicas: FleetReplicas = None,
+    router: RouterName = None,
+    cache_threshold: CacheThreshold = None,
+    balance_abs_threshold: BalanceAbsThreshold = None,
+    balance_rel_threshold: BalanceRelThreshold = None,
+    kv_aware_session_affinity_ttl_secs: KvAwareSessionAffinityTtlSecs = None,
+    router_temperature: RouterTemperature = None,
+    pin_queue_bound: PinQueueBound = None,
 ) -> None:
     """Replay the trace's programs in closed loop (next call = finish + recorded pause)."""
     # imported when the command runs: `ttlctl --help` and the light commands stay light
+    from replay.fleet.run import router_settings
     from replay.loads import one_load
     from replay.replay_run import ReplayRequest, replay_doc
     from replay.scheduler import SimSchedulerConfig
@@ -135,6 +152,16 @@ def replay(
             label=label,
             backend=backend,
             async_scheduling=async_scheduling,
+            replicas=replicas,
+            router=router_settings(
+                router,
+                cache_threshold=cache_threshold,
+                balance_abs_threshold=balance_abs_threshold,
+                balance_rel_threshold=balance_rel_threshold,
+                kv_aware_session_affinity_ttl_secs=kv_aware_session_affinity_ttl_secs,
+                router_temperature=router_temperature,
+                pin_queue_bound=pin_queue_bound,
+            ),
         )
         with err.status("replaying…") as status:
             doc = replay_doc(
@@ -150,5 +177,7 @@ def replay(
         if json_out is not None and write_doc(doc, json_out):
             return
     render.replay_table(out, doc["results"], doc["trace"]["calls"])
+    if doc.get("fleet"):
+        render.fleet_tables(out, doc["results"])
     if json_out is not None:
         err.print(f"wrote {json_out}")

@@ -25,6 +25,7 @@ from ttlctl.cli.options import (
     BlockSize,
     ConcurrencyLoads,
     FitFile,
+    FleetReplicas,
     IdleGapCap,
     JpsLoads,
     KvTokens,
@@ -33,6 +34,7 @@ from ttlctl.cli.options import (
     MaxNumSeqs,
     OffloadTokens,
     Profile,
+    RouterNames,
     Trace,
     Truncate,
 )
@@ -185,6 +187,8 @@ def tune(
     idle_gap_cap: IdleGapCap = None,
     backend: Backend = BACKEND,
     async_scheduling: AsyncScheduling = False,
+    replicas: FleetReplicas = None,
+    router: RouterNames = None,
 ) -> None:
     """Tune η, K, the T window, the pressure valve, the pin cap and a cold-start override
     by replay (objective: mean JCT), then write the best bundle.
@@ -209,6 +213,13 @@ def tune(
     as the log states (KV cache, block size, --max-num-seqs, --max-num-batched-tokens,
     --max-model-len; one line says so); a flag given wins, and one that disagrees with
     the log is reported.
+
+    With --replicas N each replay is a fleet of N engines behind --router (default
+    cache-aware); the router's settings that matter for retention (cache-aware's balance
+    thresholds, kv-aware's session-affinity TTL, pin-aware's queue bound; the router
+    itself when --router is repeated) are searched too, the guard compares with stock
+    vLLM behind cache-aware, and the bundle records the router (`ttlctl bundle query B
+    --as vllm-router` prints its flags).
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     import optuna
@@ -254,6 +265,8 @@ def tune(
             idle_gap_cap_s=idle_gap_cap,
             backend=backend,
             async_scheduling=async_scheduling,
+            replicas=replicas,
+            routers=tuple(router or ()),
         )
         session = tuning.prepare(request, warn=once(print_warning))
         _announce(session)

@@ -35,7 +35,9 @@ class FitConfig:
 
     def __post_init__(self) -> None:
         if self.min_samples < 0 or self.abandon_s <= 0 or self.bootstrap < 0:
-            raise ConfigError("min_samples >= 0, abandon_s > 0, bootstrap >= 0")
+            raise ConfigError(
+                "--min-samples must be >= 0, --abandon-seconds > 0 and --bootstrap >= 0"
+            )
         if self.max_points < 2:
             raise ConfigError("max_points >= 2")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -181,6 +182,18 @@ class BuildRequest:
     learn_eta: bool = False
 
 
+#: the knobs of :class:`BuildRequest` as ``ttlctl bundle build`` spells them
+_FLAG_OF = {
+    "eta": "--eta",
+    "k": "--k",
+    "t_window": "--t-window",
+    "valve": "--valve",
+    "pin_cap": "--pin-cap",
+    "cold_start_ttl_s": "--cold-start-ttl-seconds",
+}
+_KNOB = re.compile(r"\b(?:" + "|".join(_FLAG_OF) + r")\b")
+
+
 def from_files(req: BuildRequest) -> Bundle:
     """The sealed bundle of a fit file, a profile and the policy's knobs, with the
     files' hashes as provenance. A bad file or knob is a :class:`BundleError` (the
@@ -198,7 +211,8 @@ def from_files(req: BuildRequest) -> Bundle:
             learn_eta=req.learn_eta,
         )
     except ValueError as exc:  # PolicyParams states its ranges as ValueErrors
-        raise BundleError(str(exc)) from None
+        said = _KNOB.sub(lambda m: _FLAG_OF[m.group(0)], str(exc))
+        raise BundleError(said) from None
     return assemble(
         fit_doc,
         prof.to_json(),

@@ -65,7 +65,7 @@ def test_fit_and_bundle_every_shared_trace(
         ],
     )
     assert res.exit_code == 0, res.output
-    res = runner.invoke(app, ["bundle", "inspect", str(bundle_path), "--queue-delay", "2"])
+    res = runner.invoke(app, ["bundle", "inspect", str(bundle_path), "--queue-delay-seconds", "2"])
     assert res.exit_code == 0, res.output
     assert "τ* @128k" in res.output
 

@@ -174,7 +174,7 @@ def test_streaming_path_matches_in_memory(tmp_path: Path, monkeypatch: pytest.Mo
 def test_cli_ingest_json_and_errors(tmp_path: Path) -> None:
     src = _jsonl(tmp_path / "t.jsonl", _good_rows())
     runner = CliRunner()
-    res = runner.invoke(app, ["ingest", str(src), "-o", str(tmp_path / "o.parquet"), "--json"])
+    res = runner.invoke(app, ["ingest", str(src), "-o", str(tmp_path / "o.parquet"), "--json", "-"])
     assert res.exit_code == 0, res.output
     payload = json.loads(res.stdout)
     assert payload["summary"]["programs"] == 2 and payload["summary"]["calls"] == 5

@@ -163,6 +163,6 @@ def test_ingest_command_reports_programs_in_flight(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "2 program(s) still in flight" in result.output
     as_json = CliRunner().invoke(
-        app, ["ingest", str(src), "-o", str(tmp_path / "t.parquet"), "--json"]
+        app, ["ingest", str(src), "-o", str(tmp_path / "t.parquet"), "--json", "-"]
     )
     assert json.loads(as_json.stdout)["ingest"]["in_flight"] == 2

@@ -13,7 +13,7 @@ from fitting.policy import DEFAULT_VALVE
 from ttlctl import bundle, hints
 from ttlctl.cli import render
 from ttlctl.cli.kit import err, out, user_errors
-from ttlctl.cli.options import FitFile, Profile
+from ttlctl.cli.options import FitFile, Profile, QueueDelay
 
 app = typer.Typer(help="Build, inspect, verify and query policy bundles.", no_args_is_help=True)
 
@@ -39,7 +39,10 @@ def build(
     ] = DEFAULT_VALVE,
     pin_cap: Annotated[float, typer.Option(help="Largest fraction of KV pins may hold.")] = 1.0,
     cold_start_ttl: Annotated[
-        float | None, typer.Option(help="Fixed τ (s) during cold start instead of ln B.")
+        float | None,
+        typer.Option(
+            "--cold-start-ttl-seconds", help="Fixed τ (s) during cold start instead of ln B."
+        ),
     ] = None,
     learn_eta: Annotated[bool, typer.Option(help="Let the engine re-estimate η online.")] = False,
 ) -> None:
@@ -73,7 +76,7 @@ def verify(path: Annotated[Path, typer.Argument(help="Bundle to check.")]) -> No
 @app.command()
 def inspect(
     path: Annotated[Path, typer.Argument(help="Bundle to show.")],
-    queue_delay: Annotated[float, typer.Option(help="T (s) assumed for the τ* columns.")] = 0.0,
+    queue_delay: QueueDelay = 0.0,
     offload: Annotated[bool, typer.Option(help="Price a miss as a reload, not a prefill.")] = False,
 ) -> None:
     """A readable table: tools, samples, median, p90, and τ* at 1k/8k/32k/128k tokens."""
@@ -89,7 +92,7 @@ def query(
     tool: Annotated[str, typer.Option("--tool", help="Tool the agent is about to call.")],
     context_tokens: Annotated[int, typer.Option("--context-tokens", help="KV tokens held.")],
     queue_delay: Annotated[
-        float | None, typer.Option("--queue-delay", help="T (s); default 0 (no history).")
+        float | None, typer.Option("--queue-delay-seconds", help="T (s); default 0 (no history).")
     ] = None,
     offload: Annotated[bool, typer.Option("--offload", help="A host tier holds the KV.")] = False,
     as_engine: Annotated[

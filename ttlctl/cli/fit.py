@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -12,7 +10,8 @@ import typer
 
 from ttlctl import __version__
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, user_errors
+from ttlctl.cli.kit import err, out, user_errors, write_doc
+from ttlctl.cli.options import JsonTo
 from ttlctl.jsonio import file_sha256, write_json
 
 
@@ -26,13 +25,15 @@ def fit(
         Path | None, typer.Option(help="Write one PNG per tool (CDF, exponential fit) here.")
     ] = None,
     abandon_s: Annotated[
-        float, typer.Option(help="Pauses longer than this are abandoned programs, not tools.")
+        float,
+        typer.Option(
+            "--abandon-seconds",
+            help="Pauses longer than this (s) are abandoned programs, not tools.",
+        ),
     ] = 3600.0,
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for η's interval.")] = 1000,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the fit as JSON on stdout.")
-    ] = False,
+    json_out: JsonTo = None,
 ) -> None:
     """Fit per-tool pause CDFs (compressed to ≤ 1,024 points), exponential fits, and η."""
     # imported when the command runs: `ttlctl --help` and the light commands stay light
@@ -59,8 +60,7 @@ def fit(
 
             with err.status("plotting…"):
                 plots = plot_fit(doc, plot)
-    if as_json:
-        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
-        return
+        if json_out is not None and write_doc(doc, json_out):
+            return
     render.fit_table(out, doc)
     err.print(f"wrote {output}" + (f" and {len(plots)} plot(s) in {plot}" if plot else ""))

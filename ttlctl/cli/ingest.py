@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -13,8 +11,8 @@ import typer
 from rich.progress import Progress
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, progress_bar, user_errors
-from ttlctl.cli.options import InputFormat
+from ttlctl.cli.kit import err, out, progress_bar, user_errors, write_doc
+from ttlctl.cli.options import InputFormat, JsonTo
 
 
 def _file_progress() -> tuple[Progress, Callable[[Path, int, int], None]]:
@@ -43,9 +41,7 @@ def ingest(
             "instead of stopping at the first one.",
         ),
     ] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the summary as JSON on stdout (nothing else).")
-    ] = False,
+    json_out: JsonTo = None,
 ) -> None:
     """Read agent logs into one canonical trace (one row per LLM call) and summarise it.
 
@@ -62,9 +58,10 @@ def ingest(
         with progress:
             report = run_ingest(paths, output, fmt=fmt, skip_bad=skip_bad, progress=update)
         summary = summarize(trace_io.scan(output))
-    if as_json:
+    if json_out is not None:
         payload: dict[str, Any] = {"ingest": asdict(report), "summary": summary}
-        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
-        return
+        with user_errors():
+            if write_doc(payload, json_out, as_text=True):
+                return
     render.ingest_report(err, report)
     render.trace_summary(out, summary, title=output.name)

@@ -11,7 +11,8 @@ import typer
 from profiles.models import load_config
 from profiles.vllm_plan import parse_contexts
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, progress_bar, user_errors
+from ttlctl.cli.kit import err, out, progress_bar, user_errors, write_doc
+from ttlctl.cli.options import MAX_NUM_BATCHED_TOKENS, JsonTo, MaxNumBatchedTokens
 from ttlctl.jsonio import write_json
 
 
@@ -38,9 +39,7 @@ def profile(
     ] = None,
     max_context: Annotated[int | None, typer.Option(help="Largest context to time.")] = None,
     repeats: Annotated[int, typer.Option(help="Timed runs per point (median kept).")] = 3,
-    max_num_batched_tokens: Annotated[
-        int, typer.Option(help="vLLM's step budget: longer prefills are chunked (as in replay).")
-    ] = 8192,
+    max_num_batched_tokens: MaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,
     block_size: Annotated[
         int | None, typer.Option(help="vLLM KV block size (default: vLLM's for the device).")
     ] = None,
@@ -66,6 +65,7 @@ def profile(
     list_: Annotated[
         bool, typer.Option("--list", help="Show the shipped profiles and exit.")
     ] = False,
+    json_out: JsonTo = None,
 ) -> None:
     """Measure what prefill, reload and a decode step cost through vLLM on this device (or a
     live vLLM server)."""
@@ -126,5 +126,7 @@ def profile(
                     progress=progress,
                 )
         write_json(result.to_json(), output)
+        if json_out is not None and write_doc(result.to_json(), json_out):
+            return
     render.profile_table(out, result.to_json())
     err.print(f"wrote {output}")

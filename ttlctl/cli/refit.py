@@ -3,16 +3,14 @@ bundle, swapped in only when it beats the served one in replay (replay/refit.py)
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, user_errors
-from ttlctl.cli.options import ConcurrencyLoads, InputFormat, JpsLoads, QueueDelay
+from ttlctl.cli.kit import err, out, user_errors, write_doc
+from ttlctl.cli.options import ConcurrencyLoads, InputFormat, JpsLoads, JsonTo, QueueDelay
 
 
 def refit(
@@ -90,9 +88,7 @@ def refit(
             "--dry-run", help="Judge and report only: no bundle is written (nor --output)."
         ),
     ] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the report as one JSON document on stdout.")
-    ] = False,
+    json_out: JsonTo = None,
 ) -> None:
     """Refit the served bundle from an engine log; replace it only if the new one is faster.
 
@@ -134,7 +130,6 @@ def refit(
                 dry_run=dry_run,
                 stage=lambda text: status.update(f"refit: {text}"),
             )
-    if as_json:
-        sys.stdout.write(json.dumps(report, indent=1) + "\n")
-        return
+        if json_out is not None and write_doc(report, json_out):
+            return
     render.refit_report(out, report)

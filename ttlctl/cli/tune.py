@@ -71,7 +71,10 @@ HoldoutSeeds = Annotated[
 ]
 P95Max = Annotated[
     float | None,
-    typer.Option(help="Constraint: the replays' mean p95 JCT (s) must stay at or under this."),
+    typer.Option(
+        "--p95-max-seconds",
+        help="Constraint: the replays' mean p95 JCT (s) must stay at or under this.",
+    ),
 ]
 Force = Annotated[
     bool,
@@ -87,8 +90,9 @@ Summary = Annotated[
 Heartbeat = Annotated[
     int,
     typer.Option(
+        "--heartbeat-seconds",
         help="Seconds between a running trial's heartbeats (URL storages); a trial whose "
-        "worker died is failed after twice that and retried."
+        "worker died is failed after twice that and retried.",
     ),
 ]
 Live = Annotated[
@@ -119,6 +123,7 @@ LivePrograms = Annotated[
 LiveCheck = Annotated[
     float,
     typer.Option(
+        "--live-check-seconds",
         help="With --live: the server's TTLCTL_BUNDLE_CHECK_S. After writing a bundle the "
         "tuner waits max(2 × this, 2 s) and sends one request, whose arrival makes the "
         "plugin load it.",
@@ -128,6 +133,7 @@ LiveCheck = Annotated[
 LiveTimeout = Annotated[
     float,
     typer.Option(
+        "--live-timeout-seconds",
         help="With --live: seconds one live run may take (then it counts as failed).",
         rich_help_panel=LIVE,
     ),

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
 from rich.console import Console
 from rich.table import Table
 
 from profiles import shipped
 from profiles.cost import priced_prefill_s
 from profiles.schema import ProfileDoc, from_json, load
+from ttlctl.cli.render.cells import show
 
 
 def shipped_table(console: Console) -> None:
@@ -29,16 +27,13 @@ def shipped_table(console: Console) -> None:
             f"{p.prefill_s(8192):.3f} s",
             f"{p.prefill_s(32768):.3f} s",
         )
-    console.print(table)
+    show(console, table)
     console.print(
         "use one with --profile NAME; measure your own with `ttlctl profile -o profile.json`"
     )
 
 
 def profile_table(console: Console, doc: ProfileDoc) -> None:
-    if not console.is_terminal:
-        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
-        return
     p = from_json(doc)
     src = p.source
     how = " ".join(str(src[k]) for k in ("engine", "vllm") if k in src)
@@ -51,7 +46,7 @@ def profile_table(console: Console, doc: ProfileDoc) -> None:
     for tokens, seconds in p.prefill.points:
         fit = priced_prefill_s(p, tokens, int(chunk)) if chunk else p.prefill_s(tokens)
         table.add_row(f"{tokens:,}", f"{seconds * 1000:.2f} ms", f"{fit * 1000:.2f} ms")
-    console.print(table)
+    show(console, table)
     console.print(
         f"KV {p.kv_bytes_per_token:,} B/token; "
         f"reload {p.reload.bandwidth_bytes_per_s / 1e9:.1f} GB/s "

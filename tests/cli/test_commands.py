@@ -146,6 +146,10 @@ def test_a_json_flag_is_a_path_and_dash_is_stdout() -> None:
         (["fit", "t.parquet"], "'--output'"),
         (["replay", "t.parquet", "--policy", "vllm", "--kv-tokens", "abc"], "--kv-tokens"),
         (["nosuch"], "nosuch"),
+        (["replay", "t.parquet", "--policy", "static-ttl", "--ttl-seconds", "-1"],
+         "--ttl-seconds"),
+        (["replay", "t.parquet", "--policy", "vllm", "--offload-tokens", "-5"], "--offload-tokens"),
+        (["bundle", "inspect", "b.json", "--queue-delay-seconds", "-2"], "--queue-delay-seconds"),
     ],
 )  # fmt: skip
 def test_a_usage_error_is_one_line_naming_the_flag(args: list[str], flag: str) -> None:

@@ -12,7 +12,7 @@ import typer
 from fitting.policy import DEFAULT_VALVE
 from ttlctl import bundle, hints
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, user_errors
+from ttlctl.cli.kit import check_outputs, err, out, user_errors
 from ttlctl.cli.options import FitFile, Profile, QueueDelay
 
 app = typer.Typer(help="Build, inspect, verify and query policy bundles.", no_args_is_help=True)
@@ -48,6 +48,7 @@ def build(
 ) -> None:
     """Combine a fit, a profile and the policy's parameters into one sealed bundle."""
     with user_errors():
+        check_outputs(output)
         doc = bundle.from_files(
             bundle.BuildRequest(
                 fit=fit,
@@ -92,7 +93,8 @@ def query(
     tool: Annotated[str, typer.Option("--tool", help="Tool the agent is about to call.")],
     context_tokens: Annotated[int, typer.Option("--context-tokens", help="KV tokens held.")],
     queue_delay: Annotated[
-        float | None, typer.Option("--queue-delay-seconds", help="T (s); default 0 (no history).")
+        float | None,
+        typer.Option("--queue-delay-seconds", min=0.0, help="T (s); default 0 (no history)."),
     ] = None,
     offload: Annotated[bool, typer.Option("--offload", help="A host tier holds the KV.")] = False,
     as_engine: Annotated[

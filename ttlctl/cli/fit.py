@@ -10,8 +10,8 @@ import typer
 
 from ttlctl import __version__
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, user_errors, write_doc
-from ttlctl.cli.options import JsonTo
+from ttlctl.cli.kit import check_outputs, err, out, user_errors, write_doc
+from ttlctl.cli.options import AllowEmpty, JsonTo
 from ttlctl.jsonio import file_sha256, write_json
 
 
@@ -33,6 +33,7 @@ def fit(
     ] = 3600.0,
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for η's interval.")] = 1000,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
+    allow_empty: AllowEmpty = False,
     json_out: JsonTo = None,
 ) -> None:
     """Fit per-tool pause CDFs (compressed to ≤ 1,024 points), exponential fits, and η."""
@@ -41,6 +42,7 @@ def fit(
     from ttlctl.trace import io as trace_io
 
     with user_errors():
+        check_outputs(output, json_out, folders=(plot,))
         config = FitConfig(
             min_samples=min_samples, abandon_s=abandon_s, bootstrap=bootstrap, seed=seed
         )
@@ -52,14 +54,15 @@ def fit(
                 source={"path": str(trace), "sha256": file_sha256(trace)},
                 created=datetime.now(UTC).isoformat(timespec="seconds"),
                 ttlctl_version=__version__,
+                allow_empty=allow_empty,
             )
-        write_json(doc, output)
         plots = []
         if plot is not None:
             from ttlctl.plots import plot_fit  # matplotlib: only when plots are asked for
 
             with err.status("plotting…"):
                 plots = plot_fit(doc, plot)
+        write_json(doc, output)  # last: a fit.json is there only if all went well
         if json_out is not None and write_doc(doc, json_out):
             return
     render.fit_table(out, doc)

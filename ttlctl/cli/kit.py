@@ -28,7 +28,7 @@ try:  # typer 0.29 on carries its own copy of click, whose errors its commands r
     from typer._click import ClickException as ClickException
 except ImportError:  # pragma: no cover - older typer runs on click itself
     from click import ClickException as ClickException  # type: ignore[assignment,no-redef]
-from ttlctl.jsonio import write_json
+from ttlctl.jsonio import check_folder, check_writable, write_json
 
 #: results for people (tables); machine output is written to sys.stdout directly
 out = Console(soft_wrap=True)
@@ -120,3 +120,14 @@ def usage_line(exc: ClickException) -> str:
         return f"error: {message}"
     path = ctx.command_path
     return f"error: {path}: {message[:1].lower()}{message[1:]} (see `{path} --help`)"
+
+
+def check_outputs(*files: Path | None, folders: tuple[Path | None, ...] = ()) -> None:
+    """Refuse, before the work starts, output files and folders that cannot be written
+    (None: not asked for; '-': stdout). Every command that writes calls it first."""
+    for path in files:
+        if path is not None and str(path) != "-":
+            check_writable(path)
+    for folder in folders:
+        if folder is not None:
+            check_folder(folder)

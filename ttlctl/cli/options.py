@@ -77,6 +77,15 @@ InputFormat = Annotated[
     ),
 ]
 
+AllowEmpty = Annotated[
+    bool,
+    typer.Option(
+        "--allow-empty",
+        help="Accept a result with no calls (an empty input, or every record rejected) "
+        "instead of stopping with an error.",
+    ),
+]
+
 # ---- the load: how programs start ----------------------------------------------------
 
 Jps = Annotated[
@@ -110,34 +119,40 @@ ConcurrencyLoads = Annotated[
 ]
 IdleGapCap = Annotated[
     float | None,
-    typer.Option("--trace-idle-gap-cap-seconds", help="Cap every recorded pause (AIPerf's flag)."),
+    typer.Option(
+        "--trace-idle-gap-cap-seconds", min=0.0, help="Cap every recorded pause (AIPerf's flag)."
+    ),
 ]
 
 # ---- the simulated engine ------------------------------------------------------------
 
-KvTokens = Annotated[int, typer.Option("--kv-tokens", help="KV cache size in tokens.")]
+KvTokens = Annotated[int, typer.Option("--kv-tokens", min=1, help="KV cache size in tokens.")]
 BlockSize = Annotated[
-    int, typer.Option("--block-size", help="KV block size in tokens (vLLM's --block-size).")
+    int,
+    typer.Option("--block-size", min=1, help="KV block size in tokens (vLLM's --block-size)."),
 ]
 MaxNumBatchedTokens = Annotated[
     int,
     typer.Option(
         "--max-num-batched-tokens",
+        min=1,
         help="Token budget of one engine step; longer prefills are chunked (vLLM's flag).",
     ),
 ]
 MaxNumSeqs = Annotated[
     int,
-    typer.Option("--max-num-seqs", help="Most requests running at once (vLLM's flag)."),
+    typer.Option("--max-num-seqs", min=1, help="Most requests running at once (vLLM's flag)."),
 ]
 MaxModelLen = Annotated[
     int,
     typer.Option(
-        "--max-model-len", help="Longest request (tokens) the engine accepts (vLLM's flag)."
+        "--max-model-len",
+        min=1,
+        help="Longest request (tokens) the engine accepts (vLLM's flag).",
     ),
 ]
 OffloadTokens = Annotated[
-    int, typer.Option("--offload-tokens", help="CPU offload tier in tokens (0: none).")
+    int, typer.Option("--offload-tokens", min=0, help="CPU offload tier in tokens (0: none).")
 ]
 Truncate = Annotated[
     bool,
@@ -191,7 +206,9 @@ JsonTo = Annotated[
 QueueDelay = Annotated[
     float,
     typer.Option(
-        "--queue-delay-seconds", help="T (s) assumed for the τ* columns (0: a fresh engine's)."
+        "--queue-delay-seconds",
+        min=0.0,
+        help="T (s) assumed for the τ* columns (0: a fresh engine's).",
     ),
 ]
 

@@ -11,7 +11,7 @@ import typer
 from profiles.models import load_config
 from profiles.vllm_plan import parse_contexts
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, progress_bar, user_errors, write_doc
+from ttlctl.cli.kit import check_outputs, err, out, progress_bar, user_errors, write_doc
 from ttlctl.cli.options import MAX_NUM_BATCHED_TOKENS, JsonTo, MaxNumBatchedTokens
 from ttlctl.jsonio import write_json
 
@@ -37,8 +37,8 @@ def profile(
         str | None,
         typer.Option(help="Comma-separated context lengths (default: 1k, 2k, 4k … limit)."),
     ] = None,
-    max_context: Annotated[int | None, typer.Option(help="Largest context to time.")] = None,
-    repeats: Annotated[int, typer.Option(help="Timed runs per point (median kept).")] = 3,
+    max_context: Annotated[int | None, typer.Option(min=2, help="Largest context to time.")] = None,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per point (median kept).")] = 3,
     max_num_batched_tokens: MaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,
     block_size: Annotated[
         int | None, typer.Option(help="vLLM KV block size (default: vLLM's for the device).")
@@ -76,6 +76,7 @@ def profile(
     if output is None:
         raise typer.BadParameter("-o/--output is required (or use --list)")
     with user_errors():
+        check_outputs(output, json_out)
         grid = parse_contexts(contexts)
         name, config = load_config(model)
         bar = progress_bar("profiling")

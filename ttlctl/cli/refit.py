@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, user_errors, write_doc
+from ttlctl.cli.kit import check_outputs, err, out, user_errors, write_doc
 from ttlctl.cli.options import ConcurrencyLoads, InputFormat, JpsLoads, JsonTo, QueueDelay
 
 
@@ -108,6 +108,7 @@ def refit(
     from replay.refit_settings import checked_settings
 
     with user_errors():
+        check_outputs(None if dry_run else (output or bundle), trace, json_out)
         settings = checked_settings(
             fmt=fmt,
             skip_bad=skip_bad,

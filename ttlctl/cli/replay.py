@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, print_warning, user_errors, write_doc
+from ttlctl.cli.kit import check_outputs, err, out, print_warning, user_errors, write_doc
 from ttlctl.cli.options import (
     BACKEND,
     BLOCK_SIZE,
@@ -72,7 +72,9 @@ def replay(
     pin_cap: Annotated[
         float | None, typer.Option(help="Largest fraction of KV pins may hold.")
     ] = None,
-    ttl: Annotated[float, typer.Option("--ttl-seconds", help="The TTL (s) of static-ttl.")] = 2.0,
+    ttl: Annotated[
+        float, typer.Option("--ttl-seconds", min=0.0, help="The TTL (s) of static-ttl.")
+    ] = 2.0,
     seed: Seed = 0,
     truncate: Truncate = False,
     check: Annotated[
@@ -111,6 +113,7 @@ def replay(
     from replay.scheduler import SimSchedulerConfig
 
     with user_errors():
+        check_outputs(json_out, folders=(result_dir if save_result else None,))
         request = ReplayRequest(
             trace=trace,
             policies=policy,

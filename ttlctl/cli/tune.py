@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, once, out, print_warning, progress_bar, user_errors
+from ttlctl.cli.kit import check_outputs, err, once, out, print_warning, progress_bar, user_errors
 from ttlctl.cli.options import (
     BACKEND,
     KV_TOKENS,
@@ -197,6 +197,7 @@ def tune(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
+        check_outputs(output, summary, live_bundle)
         request = tuning.TuneRequest(
             trace=trace,
             fit=fit,

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, print_warning, user_errors, write_doc
+from ttlctl.cli.kit import check_outputs, err, out, print_warning, user_errors, write_doc
 from ttlctl.cli.options import (
     BACKEND,
     MAX_NUM_BATCHED_TOKENS,
@@ -148,6 +148,7 @@ def validate(
         async_scheduling=async_scheduling,
     )
     with user_errors():
+        check_outputs(json_out, folders=(work_dir, result_dir if save_result else None))
         with err.status("validating…") as status:
             doc = validation_doc(
                 req,

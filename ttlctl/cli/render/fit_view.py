@@ -29,7 +29,9 @@ def fit_table(console: Console, fit: FitDoc) -> None:
     )
     console.print(
         f"{inp['programs']:,} programs, {inp['calls']:,} calls, {inp['pauses']:,} tool pauses"
-        f" ({inp['abandoned_pauses']:,} longer than {fit['config']['abandon_s']:g} s set aside)"
+        " (calls naming a tool with a recorded tool_s or gap_s; "
+        f"{inp['abandoned_pauses']:,} longer than {fit['config']['abandon_s']:g} s set aside)",
+        highlight=False,
     )
     console.print(f"η = {value}{ci} over {eta['programs']:,} programs; K = {fit['k']}")
     table = Table(title="pause after each call, by tool")

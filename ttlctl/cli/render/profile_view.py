@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 
@@ -14,13 +17,24 @@ from ttlctl.cli.render.cells import show
 def shipped_table(console: Console) -> None:
 
     table = Table(title=f"shipped profiles ({shipped.DATA})")
-    for col in ("name", "model", "device", "source", "KV B/token", "prefill 8k", "prefill 32k"):
-        table.add_column(col, justify="right" if col.startswith(("KV", "prefill")) else "left")
+    for col in (
+        "name",
+        "model",
+        "GPUs",
+        "device",
+        "source",
+        "KV B/token",
+        "prefill 8k",
+        "prefill 32k",
+    ):
+        right = col.startswith(("KV", "prefill", "GPUs"))
+        table.add_column(col, justify="right" if right else "left")
     for name in shipped.names():
         p = load(shipped.DATA / f"{name}.json")
         table.add_row(
             name,
             p.model,
+            _gpus(p.device, p.source),
             p.device,
             str(p.source.get("kind", "?")),
             f"{p.kv_bytes_per_token:,}",
@@ -29,8 +43,23 @@ def shipped_table(console: Console) -> None:
         )
     show(console, table)
     console.print(
-        "use one with --profile NAME; measure your own with `ttlctl profile -o profile.json`"
+        "a name says the model and the GPU kind; GPUs: how many the model is served on "
+        "(tensor parallel). Use one with --profile NAME; measure your own with "
+        "`ttlctl profile -o profile.json`",
+        highlight=False,
     )
+
+
+def _gpus(device: str, source: Mapping[str, Any]) -> str:
+    """How many GPUs a profile is served on: its tensor parallelism, else the count its
+    device names ("4x H100": 4, "H100": 1); a CPU's: —."""
+    if source.get("device_kind") == "cpu":
+        return "—"
+    tp = (source.get("assumptions") or {}).get("tensor_parallel")
+    if isinstance(tp, int):
+        return str(tp)
+    count, sep, _ = device.partition("x ")
+    return count if sep and count.isdigit() else "1"
 
 
 def profile_table(console: Console, doc: ProfileDoc) -> None:

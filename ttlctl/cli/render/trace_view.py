@@ -45,12 +45,21 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
     console.print(f"tokens: input {tok['input']:,}  output {tok['output']:,}  {reused}")
     tools = summary["tools"]
     if tools["distinct"]:
+        paused = tools.get("calls_with_pause")
+        fitted = (
+            ""
+            if paused is None
+            else f"; {paused:,} of the calls, of {tools['distinct_with_pause']} tools, have a "
+            "pause (tool_s, else gap_s): what fit fits"
+        )
         table = Table(
             title=f"tools: {tools['distinct']} distinct, {tools['calls_with_tool']:,} calls"
+            + fitted
         )
         table.add_column("tool", overflow="fold")
         table.add_column("calls", justify="right")
         table.add_column("timed", justify="right")
+        table.add_column("paused", justify="right")
         table.add_column("tool_s p50 (s)", justify="right")
         table.add_column("gap_s p50 (s)", justify="right")
         for row in tools["top"]:
@@ -59,6 +68,7 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
                 escape(row["tool"]),
                 num(row["calls"]),
                 num(row["timed"]),
+                num(row.get("paused")),
                 num(row["tool_s_p50"]),
                 num(row["gap_s_p50"]),
             )

@@ -54,6 +54,44 @@ RENAMED: dict[str, dict[str, str]] = {
     },
 }
 
+# ---- how every command reads its flags ----------------------------------------------
+
+
+def finite_floats(param: Any) -> None:
+    """Make a parameter refuse nan and ±inf (``--jps nan`` would never end): its value,
+    or any item of it, once parsed (typer's click objects, whichever click they use)."""
+    parse = param.process_value
+
+    def checked(ctx: Any, value: Any) -> Any:
+        parsed = parse(ctx, value)
+        items = parsed if isinstance(parsed, (list, tuple)) else [parsed]
+        for item in items:
+            if isinstance(item, float) and not math.isfinite(item):
+                raise typer.BadParameter(f"{item} is not a finite number", ctx=ctx, param=param)
+        return parsed
+
+    param.process_value = checked
+
+
+def renamed(args: list[str], warn: Callable[[str], None]) -> list[str]:
+    """``args`` with the old spellings of :data:`RENAMED` flags (of the command they
+    name) rewritten to the new ones, each with a warning; nothing after ``--``."""
+    words = [a for a in args[:2] if not a.startswith("-")]
+    table = RENAMED.get(" ".join(words[:2])) or RENAMED.get(words[0] if words else "", {})
+    if not table:
+        return args
+    result: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return result + args[i:]
+        flag, eq, value = arg.partition("=")
+        if flag in table:
+            warn(f"{flag} is now {table[flag]} (the old spelling goes in a later release)")
+            arg = table[flag] + eq + value
+        result.append(arg)
+    return result
+
+
 # ---- the inputs ----------------------------------------------------------------------
 
 Trace = Annotated[
@@ -211,41 +249,3 @@ QueueDelay = Annotated[
         help="T (s) assumed for the τ* columns (0: a fresh engine's).",
     ),
 ]
-
-
-# ---- how every command reads its flags ----------------------------------------------
-
-
-def finite_floats(param: Any) -> None:
-    """Make a parameter refuse nan and ±inf (``--jps nan`` would never end): its value,
-    or any item of it, once parsed (typer's click objects, whichever click they use)."""
-    parse = param.process_value
-
-    def checked(ctx: Any, value: Any) -> Any:
-        parsed = parse(ctx, value)
-        items = parsed if isinstance(parsed, (list, tuple)) else [parsed]
-        for item in items:
-            if isinstance(item, float) and not math.isfinite(item):
-                raise typer.BadParameter(f"{item} is not a finite number", ctx=ctx, param=param)
-        return parsed
-
-    param.process_value = checked
-
-
-def renamed(args: list[str], warn: Callable[[str], None]) -> list[str]:
-    """``args`` with the old spellings of :data:`RENAMED` flags (of the command they
-    name) rewritten to the new ones, each with a warning; nothing after ``--``."""
-    words = [a for a in args[:2] if not a.startswith("-")]
-    table = RENAMED.get(" ".join(words[:2])) or RENAMED.get(words[0] if words else "", {})
-    if not table:
-        return args
-    result: list[str] = []
-    for i, arg in enumerate(args):
-        if arg == "--":
-            return result + args[i:]
-        flag, eq, value = arg.partition("=")
-        if flag in table:
-            warn(f"{flag} is now {table[flag]} (the old spelling goes in a later release)")
-            arg = table[flag] + eq + value
-        result.append(arg)
-    return result

@@ -194,3 +194,33 @@ def test_a_table_in_a_pipe_keeps_every_number() -> None:
         text = console.export_text()
         assert "3,968,468,123" in text and "12,345,678,901" in text, width
         assert "…" not in text
+
+
+def test_a_table_to_a_pipe_takes_its_width_or_columns() -> None:
+    """Through a real pipe (the consoles are made at import): without COLUMNS a table takes
+    the width it needs; with COLUMNS=60 it wraps names but keeps every number whole."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    cmd = [sys.executable, "-m", "ttlctl.cli", "profile", "--list"]
+    wide = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    narrow = subprocess.run(
+        cmd, env={**env, "COLUMNS": "60"}, capture_output=True, text=True, check=True
+    ).stdout
+    from profiles import shipped
+    from profiles.schema import load
+
+    numbers = []
+    for name in shipped.names():
+        prof = load(shipped.DATA / f"{name}.json")
+        numbers += [f"{prof.kv_bytes_per_token:,}", f"{prof.prefill_s(32768):.3f} s"]
+    for text in (wide, narrow):
+        assert "…" not in text
+        assert all(number in text for number in numbers)
+
+    def table_width(text: str) -> int:
+        return max(len(line) for line in text.splitlines() if line.startswith("┏"))
+
+    assert table_width(narrow) < table_width(wide) and table_width(wide) > 100

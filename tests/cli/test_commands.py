@@ -67,7 +67,7 @@ def test_every_shared_option_reads_the_same_in_every_command() -> None:
         "--save-result": ("replay", "validate"),
         "--result-dir": ("replay", "validate"),
         "--label": ("replay", "validate"),
-        "--json": ("ingest", "fit", "profile", "replay", "validate", "refit"),
+        "--json": ("ingest", "fit", "profile", "replay", "tune", "validate", "refit"),
         "--max-num-batched-tokens": ("profile", "replay", "validate"),
         "--max-num-seqs": ("replay", "validate"),
         "--block-size": ("replay",),

@@ -47,6 +47,7 @@ RENAMED: dict[str, dict[str, str]] = {
         "--live-check-s": "--live-check-seconds",
         "--live-timeout": "--live-timeout-seconds",
         "--p95-max": "--p95-max-seconds",
+        "--summary": "--json",
     },
     "validate": {
         "--timeout": "--timeout-seconds",

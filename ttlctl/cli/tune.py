@@ -4,6 +4,7 @@ vLLM server running the TTL scheduler."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,7 +12,16 @@ import typer
 from rich.markup import escape
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import check_outputs, err, once, out, print_warning, progress_bar, user_errors
+from ttlctl.cli.kit import (
+    check_outputs,
+    err,
+    once,
+    out,
+    print_warning,
+    progress_bar,
+    user_errors,
+    write_doc,
+)
 from ttlctl.cli.options import (
     BACKEND,
     KV_TOKENS,
@@ -22,6 +32,7 @@ from ttlctl.cli.options import (
     FitFile,
     IdleGapCap,
     JpsLoads,
+    JsonTo,
     KvTokens,
     OffloadTokens,
     Profile,
@@ -82,10 +93,6 @@ Force = Annotated[
         help="Ship the tuned policy even if it does not beat stock vLLM on the held-back "
         "seeds (default: ship a bundle that never pins)."
     ),
-]
-Summary = Annotated[
-    Path | None,
-    typer.Option(help="Study summary JSON for reports. Default: tune.json next to -o."),
 ]
 Heartbeat = Annotated[
     int,
@@ -159,7 +166,7 @@ def tune(
     offload_tokens: OffloadTokens = OFFLOAD_TOKENS,
     truncate: Truncate = False,
     force: Force = False,
-    summary: Summary = None,
+    summary: JsonTo = None,
     heartbeat: Heartbeat = 60,
     live: Live = None,
     live_bundle: LiveBundle = None,
@@ -179,7 +186,8 @@ def tune(
     the same with the stall-only valve the second. Afterwards the
     best policy, the paper's defaults, a never-pin policy and stock vLLM are replayed on
     held-back seeds; if the best policy does not beat stock vLLM there, the bundle
-    written never pins (program FCFS only) unless --force.
+    written never pins (program FCFS only) unless --force. The study's summary goes to
+    tune.json next to -o (--json PATH: there; --json -: on stdout instead of the table).
 
     With --live URL --live-bundle PATH each load × seed of a trial is one live run of
     --live-programs programs against the server, after the trial's bundle was written to
@@ -198,6 +206,7 @@ def tune(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
         check_outputs(output, summary, live_bundle)
+        to_stdout = summary is not None and str(summary) == "-"
         request = tuning.TuneRequest(
             trace=trace,
             fit=fit,
@@ -216,7 +225,7 @@ def tune(
             offload_tokens=offload_tokens,
             truncate=truncate,
             force=force,
-            summary=summary,
+            summary=None if to_stdout else summary,
             heartbeat_s=heartbeat,
             live=live,
             live_bundle=live_bundle,
@@ -238,7 +247,10 @@ def tune(
                 stage=lambda text: progress.update(task, description=text),
             )
     result = outcome.result
-    render.tune_table(out, result)
+    if to_stdout:  # the summary as written to tune.json, and nothing else on stdout
+        write_doc(json.loads(outcome.summary_file.read_text(encoding="utf-8")), Path("-"))
+    else:
+        render.tune_table(out, result)
     sha = outcome.bundle["sha256"][:12]
     err.print(f"wrote {output} (sha256 {sha}…) and {outcome.summary_file}", highlight=False)
     if live_bundle is not None:

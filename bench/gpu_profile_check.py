@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from profiles.measure_vllm import measure_vllm, priced_prefill_s  # noqa: E402
+from profiles.measure_vllm import measure_vllm  # noqa: E402
 from profiles.models import PRESETS  # noqa: E402
 from profiles.schema import load  # noqa: E402
 
@@ -62,8 +62,8 @@ def main() -> None:
     chunk = int(src["flags"]["max_num_batched_tokens"])
     print(f"{'context':>8} {'measured s':>11} {'replay s':>9} {'shipped s':>10} {'ratio':>6}")
     for tokens, seconds in measured.prefill.points:
-        ship = shipped.prefill_s(tokens)
-        priced = priced_prefill_s(measured, tokens, chunk)
+        ship = shipped.rebuild_prefill_s(tokens, chunk)
+        priced = measured.rebuild_prefill_s(tokens, chunk)
         print(f"{tokens:>8} {seconds:>11.4f} {priced:>9.4f} {ship:>10.4f} {ship / seconds:>6.2f}")
     for seqs, kv in ((1, grid[0]), (8, 8 * grid[0]), (8, 8 * grid[-1] // 4)):
         m, s = (

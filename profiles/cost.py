@@ -2,13 +2,18 @@
 
 A :class:`CostModel` answers three questions about one engine step; the
 simulator's step time is their sum (a batch mixes prefill chunks and decodes, as
-vLLM's chunked prefill does).
+vLLM's chunked prefill does). It also prices a whole rebuild
+(:meth:`CostModel.rebuild_s`), the one price the baselines, a bundle-less
+continuum and the policy's benefit B use; for a profile it is
+:meth:`profiles.schema.Profile.rebuild_prefill_s`, and the steps the simulator
+charges for that rebuild sum to it exactly.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from profiles.schema import Profile
@@ -16,7 +21,13 @@ from profiles.schema import Profile
 
 class CostModel(Protocol):
     def prefill_s(self, context: int, chunk: int) -> float:
-        """Time to prefill ``chunk`` new tokens on top of ``context`` tokens already in KV."""
+        """What ``chunk`` new tokens on top of ``context`` tokens already in KV add to a
+        step (not the step's fixed cost)."""
+        ...
+
+    def rebuild_s(self, tokens: int, chunk: int) -> float:
+        """Prefilling ``tokens`` from nothing on an idle engine, in prefill-only steps of at
+        most ``chunk`` tokens: the sum of those steps' :meth:`step_s`."""
         ...
 
     def decode_s(self, seqs: int, kv_tokens: int) -> float:
@@ -46,15 +57,24 @@ class ProfileCostModel:
 
     Prefilling ``chunk`` tokens after ``context`` costs the quadratic's increment,
     ``b·chunk + q·((context + chunk)² − context²)`` (attention of the new tokens
-    over everything before them), plus the fixed ``a`` once per step.
+    over everything before them). A step pays its fixed cost once: a step that
+    prefills pays :attr:`Profile.prefill_fixed_s` (``a``, plus ``decode.step_s``
+    when the prefill fit leaves the step out), a decode-only step ``step_s``;
+    decodes in a step that prefills add only their own terms.
     """
 
     profile: Profile
+    #: the fixed cost of a step that prefills (Profile.prefill_fixed_s), kept for step_s
+    _fixed: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_fixed", self.profile.prefill_fixed_s)
 
     def prefill_s(self, context: int, chunk: int) -> float:
-        p = self.profile.prefill
-        end = context + chunk
-        return p.b * chunk + p.q * (end * end - context * context)
+        return self.profile.prefill.tokens_s(context, chunk)
+
+    def rebuild_s(self, tokens: int, chunk: int) -> float:
+        return self.profile.rebuild_prefill_s(tokens, chunk)
 
     def decode_s(self, seqs: int, kv_tokens: int) -> float:
         if seqs <= 0:
@@ -89,14 +109,14 @@ class ProfileCostModel:
         if not chunks:
             return self.decode_s(seqs, kv_tokens)
         p = self.profile.prefill
-        prefill = 0.0
-        for context, chunk in chunks:  # prefill_s, inlined: the simulator's hottest sum
+        total = self._fixed  # the step's fixed cost, once (Profile.prefill_fixed_s)
+        for context, chunk in chunks:  # Prefill.tokens_s, inlined: the simulator's hottest sum
             end = context + chunk
-            prefill += p.b * chunk + p.q * (end * end - context * context)
-        if seqs == 0:
-            # a prefill-only step still reads the weights once
-            return p.a + prefill + self.profile.decode.step_s
-        return p.a + prefill + self.decode_s(seqs, kv_tokens)
+            total += p.b * chunk + p.q * (end * end - context * context)
+        if seqs:
+            d = self.profile.decode
+            total += d.per_seq_s * seqs + d.per_kv_token_s * kv_tokens
+        return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +129,11 @@ class ConstantCostModel:
 
     def prefill_s(self, context: int, chunk: int) -> float:
         return self.prefill_per_token_s * chunk
+
+    def rebuild_s(self, tokens: int, chunk: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        return self.prefill_per_token_s * tokens + self.decode_step_s * -(-tokens // max(1, chunk))
 
     def decode_s(self, seqs: int, kv_tokens: int) -> float:
         return self.decode_step_s if seqs > 0 else 0.0
@@ -130,12 +155,12 @@ class ConstantCostModel:
         )
 
 
-def priced_prefill_s(profile: Profile, tokens: int, chunk: int) -> float:
-    """What the replay charges to prefill ``tokens`` alone in steps of ``chunk`` tokens."""
-    cost = ProfileCostModel(profile)
-    total, done = 0.0, 0
-    while done < tokens:
-        n = min(chunk, tokens - done)
-        total += cost.step_s([(done, n)], 0, 0)
-        done += n
-    return total
+def rebuild_pricer(cost: CostModel, chunk: int) -> Callable[[float, bool], float]:
+    """PrefillReload (docs/method.md) as a policy without a bundle takes it: a reload when
+    a host tier holds the KV, else :meth:`CostModel.rebuild_s` in steps of ``chunk``
+    (the engine's ``max_num_batched_tokens``)."""
+
+    def rebuild(tokens: float, offload: bool) -> float:
+        return cost.reload_s(int(tokens)) if offload else cost.rebuild_s(int(tokens), chunk)
+
+    return rebuild

@@ -341,7 +341,9 @@ def _measure_prefill(
             report("prefill", done, total)
     points = tuple((c, statistics.median(ttfts[c])) for c in ctxs)
     qfit = fit_quadratic([c for c, _ in points], [s for _, s in points])
-    return _Prefill(Prefill(qfit.a, qfit.b, qfit.q, points, qfit.rmse_s), qfit, cached_max)
+    return _Prefill(
+        Prefill(qfit.a, qfit.b, qfit.q, points, qfit.rmse_s, includes_step=True), qfit, cached_max
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -397,7 +397,7 @@ def measure(
         model=name,
         kv_bytes_per_token=kv_bytes,
         max_context=model_limit,
-        prefill=Prefill(quad.a, quad.b, quad.q, tuple(points), quad.rmse_s),
+        prefill=Prefill(quad.a, quad.b, quad.q, tuple(points), quad.rmse_s, includes_step=True),
         reload=reload,
         decode=Decode(dfit.step_s, dfit.per_seq_s, dfit.per_kv_token_s),
         source=source,

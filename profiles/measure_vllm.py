@@ -16,7 +16,9 @@ not the values) and driven step by step (:mod:`profiles.vllm_steps`):
   (:func:`profiles.fitmath.fit_prefill_steps`). ``prefill.points`` keeps each
   context's measured total (its steps summed); ``rmse_s`` and
   ``source.fit.prefill_max_rel_error`` compare those totals with what the
-  replay charges for the same steps (:func:`priced_prefill_s`).
+  replay charges for the same steps
+  (:meth:`~profiles.schema.Profile.rebuild_prefill_s`). The prefill fit is
+  marginal (``prefill.includes_step`` false): a step pays ``decode.step_s`` + ``a``.
 - **decode**: steady decode steps of a few batch sizes at two context lengths,
   the median of ``DECODE_STEPS`` steps each, fitted as ``step + per_seq·seqs
   + per_kv_token·kv_tokens`` (:func:`profiles.fitmath.fit_decode`).
@@ -46,7 +48,6 @@ from pathlib import Path
 from typing import Any
 
 from profiles import fitmath, host, models, vllm_plan
-from profiles.cost import priced_prefill_s
 from profiles.reload_copy import measure_reload
 from profiles.schema import Decode, Prefill, Profile, Reload
 from profiles.vllm_plan import (
@@ -58,7 +59,7 @@ from profiles.vllm_plan import (
 )
 from profiles.vllm_steps import StepError, Stepper, started
 
-__all__ = ["VllmMeasureError", "measure_vllm", "priced_prefill_s"]
+__all__ = ["VllmMeasureError", "measure_vllm"]
 
 CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 
@@ -300,11 +301,11 @@ def _profile(
         model=name,
         kv_bytes_per_token=int(measured["kv_bytes"]),
         max_context=models.max_context(config),
-        prefill=Prefill(qfit.a, qfit.b, qfit.q, tuple(points)),
+        prefill=Prefill(qfit.a, qfit.b, qfit.q, tuple(points), includes_step=False),
         reload=reload,
         decode=decode,
     )
-    priced = [priced_prefill_s(fitted, c, flags["max_num_batched_tokens"]) for c, _ in points]
+    priced = [fitted.rebuild_prefill_s(c, flags["max_num_batched_tokens"]) for c, _ in points]
     errors = [p - s for p, (_, s) in zip(priced, points, strict=True)]
     version, dist = _vllm_version()
     source: dict[str, Any] = {
@@ -356,7 +357,7 @@ def _profile(
         model=name,
         kv_bytes_per_token=fitted.kv_bytes_per_token,
         max_context=fitted.max_context,
-        prefill=Prefill(qfit.a, qfit.b, qfit.q, tuple(points), rmse),
+        prefill=Prefill(qfit.a, qfit.b, qfit.q, tuple(points), rmse, includes_step=False),
         reload=reload,
         decode=decode,
         source=source,

@@ -8,7 +8,8 @@ Model (dense bf16 transformer, tensor parallel over ``tp`` GPUs):
 
 - prefill of c tokens: ``(2·P·c + 2·L·d·c²) / (tp · peak · mfu) + overhead``
   (matmuls over the weights, plus causal attention QKᵀ and AV: 2·L·d·c² FLOPs
-  with d = heads × head_dim);
+  with d = heads × head_dim), a whole prefill-only step (``prefill.includes_step``:
+  the overhead is the step's fixed cost; the replay adds no weight read on top);
 - decode step: weights and KV read from HBM once per step:
   ``weight_bytes/(tp·hbm·eff)`` + ``per_kv_token = kv_bytes/(tp·hbm·eff)`` +
   ``per_seq = 2·P/(tp·peak·mfu)``;
@@ -72,7 +73,14 @@ MODELS = {
             "Llama-3.1-70B", 70.6, 80, 64, 8, 128, 131072, "meta-llama/Llama-3.1-70B config.json"
         ),
         Model(
-            "Gemma-3-12B", 12.2, 48, 16, 8, 256, 131072, "google/gemma-3-12b-it config.json",
+            "Gemma-3-12B",
+            12.2,
+            48,
+            16,
+            8,
+            256,
+            131072,
+            "google/gemma-3-12b-it config.json",
             "5 of 6 layers use a 1,024-token sliding window; counted here as full attention, "
             "so KV bytes and long-context prefill are over-estimated",
         ),
@@ -112,7 +120,7 @@ def profile(model: Model, device: Device) -> Profile:
         model=model.name,
         kv_bytes_per_token=model.kv_bytes_per_token,
         max_context=model.max_context,
-        prefill=Prefill(PREFILL_OVERHEAD_S, b, q, points, 0.0),
+        prefill=Prefill(PREFILL_OVERHEAD_S, b, q, points, 0.0, includes_step=True),
         reload=Reload(device.host_link_gb_s * 1e9 * tp, RELOAD_LATENCY_S),
         decode=Decode(
             step_s=model.params_b * 2e9 / hbm,

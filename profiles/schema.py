@@ -4,13 +4,26 @@ One JSON document (``ttlctl.profile/1``). Standard library only: the engine
 process reads the profile inside the policy bundle.
 
 - ``prefill``: seconds to prefill ``c`` tokens of context, ``a + b·c + q·c²``,
-  with the measured points it was fitted on and the fit's error;
+  with the measured points it was fitted on and the fit's error, and
+  ``includes_step``, what those seconds are: ``true``, a whole prefill-only
+  engine step (``a`` holds the fixed cost every step pays: a forward pass timed
+  alone, a TTFT, a roofline's declared formula); ``false``, what the tokens add
+  to a step on top of ``decode.step_s`` (a fit on engine steps that took the
+  step's fixed cost out first, as ``profiles/measure_vllm.py`` does). A profile
+  written before the field existed reads as ``false`` when its ``source`` holds
+  ``prefill_steps`` (only the vLLM step profiler wrote that), else ``true``;
 - ``reload``: bringing KV back from a host (CPU) tier: ``latency_s +
   c · kv_bytes_per_token / bandwidth_bytes_per_s``;
 - ``decode``: one decode step of a batch: ``step_s + per_seq_s·seqs +
   per_kv_token_s·kv_tokens`` (used by the simulator);
 - ``source``: how it was obtained (``measured``, ``roofline``, ``published``) and
   from what, so that every figure can be traced.
+
+One definition prices a rebuild (:meth:`Profile.rebuild_prefill_s`): ``tokens``
+prefilled from nothing on an idle engine in steps of at most ``chunk`` tokens;
+each step pays the fixed cost once (:attr:`Profile.prefill_fixed_s`) and its
+tokens ``b·n + q·((ctx + n)² − ctx²)``. The policy's benefit B, the baselines and
+the simulator's steps (``profiles/cost.py``) all price from it.
 """
 
 from __future__ import annotations
@@ -38,6 +51,8 @@ class PrefillDoc(TypedDict):
     #: [context tokens, seconds] pairs the quadratic was fitted on
     points: list[list[float]]
     rmse_s: float | None
+    #: true: a + b·c + q·c² is a whole prefill-only step; false: on top of decode.step_s
+    includes_step: bool
 
 
 class ReloadDoc(TypedDict):
@@ -77,9 +92,19 @@ class Prefill:
     #: (context tokens, seconds) the quadratic was fitted on
     points: tuple[tuple[int, float], ...] = ()
     rmse_s: float | None = None
+    #: True: ``seconds(c)`` is a whole prefill-only step (``a`` holds the step's fixed
+    #: cost); False: what ``c`` tokens add to a step on top of ``decode.step_s``
+    includes_step: bool = True
 
     def seconds(self, tokens: float) -> float:
+        """The fitted quadratic at ``tokens`` (what was measured; see ``includes_step``)."""
         return max(0.0, self.a + self.b * tokens + self.q * tokens * tokens)
+
+    def tokens_s(self, context: float, chunk: float) -> float:
+        """What ``chunk`` tokens on top of ``context`` add to a step: ``b·chunk`` plus the
+        quadratic's increment (their attention over everything before them)."""
+        end = context + chunk
+        return self.b * chunk + self.q * (end * end - context * context)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,15 +133,50 @@ class Profile:
     source: dict[str, Any] = field(default_factory=dict)
 
     def prefill_s(self, tokens: float) -> float:
+        """The fitted quadratic at ``tokens``; a rebuild's price is :meth:`rebuild_prefill_s`."""
         return self.prefill.seconds(tokens)
+
+    @property
+    def prefill_fixed_s(self) -> float:
+        """The fixed cost of a step that prefills: ``a``, plus ``decode.step_s`` when the
+        prefill fit does not include the step (``includes_step`` false)."""
+        p = self.prefill
+        return p.a if p.includes_step else p.a + self.decode.step_s
+
+    @property
+    def chunk_tokens(self) -> int | None:
+        """The step budget the profile was measured with (``source.flags``), if recorded."""
+        flags = self.source.get("flags")
+        budget = flags.get("max_num_batched_tokens") if isinstance(flags, dict) else None
+        return budget if isinstance(budget, int) and budget > 0 else None
+
+    def rebuild_prefill_s(self, tokens: float, chunk: int | None = None) -> float:
+        """THE price of a rebuild: prefill ``tokens`` from nothing on an idle engine, in
+        steps of at most ``chunk`` tokens (None: one step).
+
+        Each step pays :attr:`prefill_fixed_s` once and its tokens
+        :meth:`Prefill.tokens_s`; the increments telescope, so the sum is
+        ``steps·fixed + b·tokens + q·tokens²``: chunking adds only the further
+        steps' fixed cost (the attention over earlier chunks is in the increments).
+        The simulator's steps (``profiles/cost.py``) charge exactly this.
+        """
+        if tokens <= 0:
+            return 0.0
+        steps = 1 if chunk is None or chunk <= 0 else -(-math.ceil(tokens) // chunk)
+        p = self.prefill
+        return steps * self.prefill_fixed_s + p.b * tokens + p.q * tokens * tokens
 
     def reload_s(self, tokens: float) -> float:
         r = self.reload
         return r.latency_s + tokens * self.kv_bytes_per_token / r.bandwidth_bytes_per_s
 
-    def rebuild_s(self, tokens: float, offload: bool) -> float:
-        """PrefillReload of docs/method.md: reload when a host tier holds the KV, else prefill."""
-        return self.reload_s(tokens) if offload else self.prefill_s(tokens)
+    def rebuild_s(self, tokens: float, offload: bool, chunk: int | None = None) -> float:
+        """PrefillReload of docs/method.md: reload when a host tier holds the KV, else the
+        prefill's price (:meth:`rebuild_prefill_s`, in steps of ``chunk`` tokens; None:
+        the budget the profile was measured with, or one step when it records none)."""
+        if offload:
+            return self.reload_s(tokens)
+        return self.rebuild_prefill_s(tokens, self.chunk_tokens if chunk is None else chunk)
 
     def to_json(self) -> ProfileDoc:
         pre, rel, dec = self.prefill, self.reload, self.decode
@@ -133,6 +193,7 @@ class Profile:
                 "q": pre.q,
                 "points": [list(p) for p in pre.points],
                 "rmse_s": pre.rmse_s,
+                "includes_step": pre.includes_step,
             },
             "reload": {
                 "bandwidth_bytes_per_s": rel.bandwidth_bytes_per_s,
@@ -157,6 +218,10 @@ def from_json(data: Any, where: str = "profile") -> Profile:
         pre = data["prefill"]
         rel = data["reload"]
         dec = data["decode"]
+        source = dict(data.get("source", {}))
+        includes_step = pre.get("includes_step", "prefill_steps" not in source)
+        if not isinstance(includes_step, bool):
+            raise ProfileError(f"{where}: prefill.includes_step must be true or false")
         profile = Profile(
             name=str(data["name"]),
             device=str(data["device"]),
@@ -169,14 +234,15 @@ def from_json(data: Any, where: str = "profile") -> Profile:
                 float(pre["q"]),
                 tuple((int(t), float(s)) for t, s in pre.get("points", [])),
                 None if pre.get("rmse_s") is None else float(pre["rmse_s"]),
+                includes_step,
             ),
             reload=Reload(float(rel["bandwidth_bytes_per_s"]), float(rel["latency_s"])),
             decode=Decode(
                 float(dec["step_s"]), float(dec["per_seq_s"]), float(dec["per_kv_token_s"])
             ),
-            source=dict(data.get("source", {})),
+            source=source,
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ProfileError(f"{where}: missing or invalid field {exc}") from None
     numbers = [
         profile.prefill.a,

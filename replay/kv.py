@@ -25,9 +25,21 @@ program's consecutive blocks as one entry (fast), and :class:`BlockPool`, which
 keeps every block (the reference the tests compare it, and vLLM's own
 ``BlockPool``, with).
 
+Shared prefixes (:meth:`replay.workload.Call.block_keys`): a call whose prompt starts
+with blocks other programs share passes their keys. Those blocks are kept one by one,
+as vLLM keeps every block: a key may have several cached copies (vLLM does not
+de-duplicate: a request that computes a block another request cached meanwhile caches
+its own copy), a hit takes the oldest copy still cached (``get_one_block``), a copy is
+referenced by every running request and pin that holds it and goes to the free list's
+tail when the last one lets go (a request's shared blocks after its own ones, each in
+reverse: ``free_blocks(reversed(blocks))``). A shared block is cached as soon as it is
+allocated full (:meth:`KVPool.cache_full`, vLLM's ``cache_blocks`` in
+``allocate_slots``), so another program can hit it in the same step. The program's own
+blocks follow its shared ones: they hit only while the call's shared keys are the same
+as when they were cached (in vLLM their hashes chain on the shared ones).
+
 Deliberate differences from vLLM, neither of which changes eviction order or hit
-lengths: a program's chain has one identity per block index (prefix sharing across
-programs, e.g. a common system prompt, is not modelled), and when a new call
+lengths: a program's own chain has one identity per block index, and when a new call
 diverges from the cached stream (fewer reused tokens than cached) the blocks past the
 divergence keep their place in the free list but lose their identity here (vLLM
 keeps a hash nothing will ever match again), so handing them out again is not
@@ -37,8 +49,12 @@ counted as an eviction.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
+
+#: the shared blocks of a call's prompt, in order (``Call.shared_keys``)
+Keys = tuple[Hashable, ...]
 
 
 class OutOfBlocks(Exception):
@@ -67,17 +83,34 @@ class KVPool(Protocol):
         full blocks, or its cached blocks in the free list)."""
         ...
 
-    def room_for(self, program: str, hit: int, new: int) -> bool:
-        """Whether :meth:`admit` with this hit and ``new`` further blocks would succeed:
-        ``new`` blocks must be free, plus the ``hit`` blocks when they sit in the free list
-        (vLLM counts a hit block with no reference as one to allocate); a pin's blocks
-        are not free."""
+    def prefix_hit(self, program: str, keys: Keys, reusable: int, cap: int) -> int:
+        """Blocks a call of ``program`` whose prompt starts with the shared blocks ``keys``
+        hits now: the leading keys any program cached, then, once all are, the program's
+        own cached blocks (cached after the same keys) up to block ``reusable``; at most
+        ``cap``. Without keys: ``min(cached_prefix, reusable, cap)``."""
         ...
 
-    def admit(self, program: str, hit: int, new: int) -> None:
+    def room_for(self, program: str, hit: int, new: int, keys: Keys = ()) -> bool:
+        """Whether :meth:`admit` with this hit and ``new`` further blocks would succeed:
+        ``new`` blocks must be free, plus the ``hit`` blocks that sit in the free list
+        (vLLM counts a hit block with no reference as one to allocate); a pin's blocks
+        and shared blocks another request holds are not free."""
+        ...
+
+    def admit(self, program: str, hit: int, new: int, keys: Keys = ()) -> None:
         """A call of ``program`` enters with the first ``hit`` cached blocks (taken off the
-        free list, or shared with the program's pin) and ``new`` blocks from the free
-        list's head."""
+        free list, or shared with the program's pin or, for shared keys, with whoever holds
+        them) and ``new`` blocks from the free list's head."""
+        ...
+
+    def cache_full(self, program: str, full: int) -> None:
+        """The running request's first ``full`` blocks are full: its shared blocks among
+        them become cached for every program (no-op without shared keys)."""
+        ...
+
+    def overlap(self) -> int:
+        """References to shared blocks beyond the first: ``held`` summed over programs
+        minus this is what they hold."""
         ...
 
     def grow(self, program: str, new: int) -> None:
@@ -122,12 +155,15 @@ class KVPool(Protocol):
 
 @dataclass(slots=True)
 class _Pin:
-    """A pin's blocks in a pool: ``blocks`` of the program's stream, the first ``full``
-    cached; ``shared``: the first blocks its program's next call took (-1: none yet)."""
+    """A pin's blocks in a pool: ``copies``, its shared blocks (the keys ``keys``), then
+    ``blocks`` of the program's own stream, the first ``full`` cached; ``shared``: the
+    first own blocks its program's next call took (-1: none yet)."""
 
     blocks: int
     full: int
     shared: int = -1
+    copies: list[int] = field(default_factory=list)
+    keys: Keys = ()
 
 
 # ---------------------------------------------------------------------- runs
@@ -135,7 +171,9 @@ class _Pin:
 
 @dataclass(slots=True)
 class _BlockRun:
-    owner: str | None  # program whose cached prefix [0, hi) this is; None: anonymous
+    #: program whose own cached blocks [lo, hi) these are; a shared block's copy id (one
+    #: block); None: anonymous
+    owner: str | int | None
     lo: int
     hi: int
 
@@ -146,12 +184,14 @@ class _BlockRun:
 
 @dataclass(slots=True)
 class RunPool:
-    """Free list of runs, head first; a program's cached blocks are one run [0, hi).
+    """Free list of runs, head first; a program's own cached blocks are one run [s, hi)
+    (s: its shared blocks), each cached shared block a run of its own.
 
-    Invariants (:meth:`check`): free + held + pinned-not-shared + taken-not-assigned =
-    ``num_blocks``; every
-    run is non-empty; a program's cached run starts at block 0 and is owned by it; a
-    program has at most one of: a cached run, a pin not yet shared.
+    Invariants (:meth:`check`): free + held + pinned-not-shared + shared blocks referenced
+    + taken-not-assigned = ``num_blocks``; every run is non-empty; a program's cached run
+    starts after its shared keys and is owned by it; a program has at most one of: a
+    cached run, a pin not yet shared; a shared copy is either referenced or in the free
+    list, and is listed under its key.
     """
 
     num_blocks: int
@@ -160,12 +200,25 @@ class RunPool:
     _free: int = 0
     _next_id: int = 0
     _cached: dict[str, int] = field(default_factory=dict)  # program -> run id
-    _held: dict[str, int] = field(default_factory=dict)  # program -> its running request's
+    #: program -> its running request's own blocks (not its shared copies)
+    _held: dict[str, int] = field(default_factory=dict)
     _pins: dict[str, _Pin] = field(default_factory=dict)
     #: blocks handed out by :meth:`take`, not yet assigned
     _loose: int = 0
     _evicted: int = 0
     changes: int = 0
+    # shared blocks
+    _copies: dict[Hashable, dict[int, None]] = field(default_factory=dict)  # key -> copies
+    _copy_key: dict[int, Hashable] = field(default_factory=dict)
+    _copy_ref: dict[int, int] = field(default_factory=dict)  # referenced copies
+    _copy_run: dict[int, int] = field(default_factory=dict)  # free copy -> its run
+    _next_copy: int = 0
+    _overlap: int = 0
+    #: program -> its running request's shared keys and the copies it holds (leading)
+    _keys: dict[str, Keys] = field(default_factory=dict)
+    _kc: dict[str, list[int]] = field(default_factory=dict)
+    #: program -> the shared keys its cached run follows (absent: none)
+    _base: dict[str, Keys] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.num_blocks <= 0 or self.block_size <= 0:
@@ -177,10 +230,10 @@ class RunPool:
         return self._free
 
     def held(self, program: str) -> int:
-        held = self._held.get(program, 0)
+        held = self._held.get(program, 0) + len(self._kc.get(program, ()))
         pin = self._pins.get(program)
         if pin is not None:
-            held += pin.blocks - max(0, pin.shared)
+            held += pin.blocks - max(0, pin.shared) + len(pin.copies)
         return held
 
     def cached_prefix(self, program: str) -> int:
@@ -190,36 +243,99 @@ class RunPool:
         rid = self._cached.get(program)
         return self._runs[rid].hi if rid is not None else 0
 
-    def room_for(self, program: str, hit: int, new: int) -> bool:
+    def prefix_hit(self, program: str, keys: Keys, reusable: int, cap: int) -> int:
+        if not keys:
+            if program in self._base or (program in self._pins and self._pins[program].keys):
+                return 0  # its cached blocks follow shared ones this call does not start with
+            return min(self.cached_prefix(program), reusable, cap)
+        copies = self._copies
+        s = len(keys)
+        n = 0
+        limit = s if s < cap else cap
+        while n < limit and keys[n] in copies:
+            n += 1
+        if n < s:
+            return n
+        own = s
         pin = self._pins.get(program)
+        if pin is not None:
+            if pin.shared < 0 and pin.keys == keys:
+                own = s + pin.full
+        elif self._base.get(program) == keys:
+            own = self._runs[self._cached[program]].hi
+        return min(max(s, min(own, reusable)), cap)
+
+    def room_for(self, program: str, hit: int, new: int, keys: Keys = ()) -> bool:
+        pin = self._pins.get(program)
+        s = len(keys)
+        if s:
+            free_hit = 0
+            copies, free_copies = self._copies, self._copy_run
+            for k in keys[: min(hit, s)]:
+                if next(iter(copies[k])) in free_copies:
+                    free_hit += 1
+            if hit > s and (pin is None or pin.shared >= 0):
+                free_hit += hit - s
+            return new <= self._free - free_hit
         if pin is not None and pin.shared < 0:  # the hit is shared with the pin
             return new <= self._free
         return new <= self._free - hit
 
-    def admit(self, program: str, hit: int, new: int) -> None:
+    def admit(self, program: str, hit: int, new: int, keys: Keys = ()) -> None:
         self.changes += 1
-        if not self.room_for(program, hit, new):
+        if not self.room_for(program, hit, new, keys):
             raise OutOfBlocks(program)
+        s = len(keys)
+        own_hit = hit
+        if s:
+            copies = self._copies
+            kc = [self._ref(next(iter(copies[k]))) for k in keys[: min(hit, s)]]
+            self._keys[program], self._kc[program] = keys, kc
+            own_hit = hit - s if hit > s else 0
         pin = self._pins.get(program)
         if pin is not None:
-            if pin.shared >= 0 or hit > pin.full:
+            if pin.shared >= 0 or own_hit > pin.full:
                 raise ValueError(f"hit {hit} beyond the {pin.full} cached blocks pinned")
-            pin.shared = hit
+            pin.shared = own_hit
         else:
             rid = self._cached.pop(program, None)
+            if s or program in self._base:
+                self._base.pop(program, None)
             if rid is not None:
                 run = self._runs[rid]
-                if hit > run.hi:
+                if own_hit > run.hi - run.lo:
                     raise ValueError(f"hit {hit} beyond cached {run.hi} for {program}")
-                self._free -= hit
-                if hit == run.hi:
+                self._free -= own_hit
+                if own_hit == run.hi - run.lo:
                     del self._runs[rid]
                 else:  # the blocks past the hit no longer match the stream
-                    run.lo, run.owner = hit, None
-            elif hit:
+                    run.lo, run.owner = run.lo + own_hit, None
+            elif own_hit:
                 raise ValueError(f"hit {hit} for {program} with nothing cached")
-        self._held[program] = hit
+        self._held[program] = own_hit
         self.grow(program, new)
+
+    def cache_full(self, program: str, full: int) -> None:
+        keys = self._keys.get(program)
+        if not keys:
+            return
+        kc = self._kc[program]
+        upto = full if full < len(keys) else len(keys)
+        if len(kc) >= upto:
+            return
+        self.changes += 1  # a waiting call may hit them now
+        while len(kc) < upto:
+            cid = self._next_copy
+            self._next_copy += 1
+            key = keys[len(kc)]
+            self._copies.setdefault(key, {})[cid] = None
+            self._copy_key[cid] = key
+            self._copy_ref[cid] = 1
+            kc.append(cid)
+            self._held[program] -= 1  # one of its own blocks becomes the copy
+
+    def overlap(self) -> int:
+        return self._overlap
 
     def grow(self, program: str, new: int) -> None:
         if new > self._free:
@@ -250,44 +366,90 @@ class RunPool:
 
     def release(self, program: str, full: int) -> None:
         self.changes += 1
+        if program in self._keys:  # full blocks are cached (the engine did as it computed)
+            self.cache_full(program, full)
         held = self._held.pop(program, 0)
-        self._free_stream(program, held, min(full, held))
+        kc = self._kc.pop(program, None)
+        if kc is None:
+            self._free_stream(program, held, min(full, held))
+            return
+        keys = self._keys.pop(program)
+        nk = len(kc)
+        self._free_stream(program, held, max(0, min(full - nk, held)), nk, keys)
+        for cid in reversed(kc):
+            self._unref(cid)
 
     def pin(self, program: str, full: int) -> None:
         if program in self._pins:
             raise ValueError(f"{program} already holds a pin")
+        if program in self._keys:
+            self.cache_full(program, full)
         held = self._held.pop(program, 0)
-        self._pins[program] = _Pin(held, min(full, held))
+        kc = self._kc.pop(program, [])
+        keys = self._keys.pop(program, ())
+        nk = len(kc)
+        self._pins[program] = _Pin(held, max(0, min(full - nk, held)), -1, kc, keys)
 
     def unpin(self, program: str) -> None:
         self.changes += 1
         pin = self._pins.pop(program)
+        nk = len(pin.copies)
         if pin.shared < 0:
-            self._free_stream(program, pin.blocks, pin.full)
-            return
-        # what the next call did not take: cached blocks past its hit (they no longer
-        # match its stream) to the tail, the partial block to the head
-        if pin.blocks > pin.full:
-            self._prepend(pin.full, pin.blocks)
-        if pin.full > pin.shared:
-            self._append(None, pin.shared, pin.full)
+            self._free_stream(program, pin.blocks, pin.full, nk, pin.keys)
+        else:
+            # what the next call did not take: cached blocks past its hit (they no longer
+            # match its stream) to the tail, the partial block to the head
+            if pin.blocks > pin.full:
+                self._prepend(nk + pin.full, nk + pin.blocks)
+            if pin.full > pin.shared:
+                self._append(None, nk + pin.shared, nk + pin.full)
+        for cid in reversed(pin.copies):
+            self._unref(cid)
 
     def evicted_blocks(self) -> int:
         return self._evicted
 
     # internals
 
-    def _free_stream(self, program: str, blocks: int, full: int) -> None:
-        """Free blocks [0, blocks) of the program's stream, the first ``full`` cached."""
+    def _free_stream(
+        self, program: str, blocks: int, full: int, lo: int = 0, keys: Keys = ()
+    ) -> None:
+        """Free the program's own blocks [lo, lo + blocks), the first ``full`` cached (after
+        the shared ``keys``)."""
         if blocks > full:
-            self._prepend(full, blocks)  # the partial last block: reused first
+            self._prepend(lo + full, lo + blocks)  # the partial last block: reused first
         if full:
             old = self._cached.pop(program, None)
             if old is not None:  # not the stream any more
                 self._runs[old].owner = None
-            self._cached[program] = self._append(program, 0, full)
+            self._cached[program] = self._append(program, lo, lo + full)
+            if keys:
+                self._base[program] = keys
+            elif program in self._base:
+                del self._base[program]
 
-    def _append(self, owner: str | None, lo: int, hi: int) -> int:
+    def _ref(self, cid: int) -> int:
+        """One more reference to a shared copy (off the free list if it was there)."""
+        ref = self._copy_ref.get(cid)
+        if ref is None:
+            del self._runs[self._copy_run.pop(cid)]
+            self._free -= 1
+            self._copy_ref[cid] = 1
+        else:
+            self._copy_ref[cid] = ref + 1
+            self._overlap += 1
+        return cid
+
+    def _unref(self, cid: int) -> None:
+        ref = self._copy_ref[cid]
+        if ref > 1:
+            self._copy_ref[cid] = ref - 1
+            self._overlap -= 1
+        else:  # the last reference: to the tail, still cached
+            del self._copy_ref[cid]
+            self._copy_run[cid] = self._append(cid, 0, 1)
+
+    def _append(self, owner: str | int | None, lo: int, hi: int) -> int:
         rid = self._next_id
         self._next_id += 1
         self._runs[rid] = _BlockRun(owner, lo, hi)
@@ -311,12 +473,23 @@ class RunPool:
             n = count if count < size else size
             run.hi -= n
             count -= n
-            if run.owner is not None:
+            owner = run.owner
+            if owner is not None:
                 self._evicted += n
             if n == size:
                 del runs[rid]
-                if run.owner is not None:
-                    self._cached.pop(run.owner, None)
+                if owner is None:
+                    continue
+                if owner.__class__ is str:
+                    if self._cached.pop(owner, None) is not None:  # type: ignore[arg-type]
+                        self._base.pop(owner, None)  # type: ignore[arg-type]
+                else:  # a shared copy
+                    del self._copy_run[owner]  # type: ignore[arg-type]
+                    key = self._copy_key.pop(owner)  # type: ignore[arg-type]
+                    left = self._copies[key]
+                    del left[owner]  # type: ignore[arg-type]
+                    if not left:
+                        del self._copies[key]
 
     def check(self) -> None:
         """Block conservation and well-formed runs (see the class docstring)."""
@@ -324,33 +497,62 @@ class RunPool:
         assert free == self._free, (free, self._free)
         assert all(r.size > 0 for r in self._runs.values())
         pinned = sum(p.blocks - max(0, p.shared) for p in self._pins.values())
-        assert self._free + sum(self._held.values()) + pinned + self._loose == self.num_blocks
+        assert (
+            self._free + sum(self._held.values()) + pinned + len(self._copy_ref) + self._loose
+            == self.num_blocks
+        )
         for program, rid in self._cached.items():
             run = self._runs[rid]
-            assert run.owner == program and run.lo == 0
+            assert run.owner == program and run.lo == len(self._base.get(program, ()))
             assert program not in self._pins or self._pins[program].shared >= 0
         for pin in self._pins.values():
             assert 0 <= pin.full <= pin.blocks and pin.shared <= pin.full
+        refs: dict[int, int] = {}
+        for kc in [*self._kc.values(), *(p.copies for p in self._pins.values())]:
+            for cid in kc:
+                refs[cid] = refs.get(cid, 0) + 1
+        assert refs == self._copy_ref, (refs, self._copy_ref)
+        assert self._overlap == sum(r - 1 for r in refs.values())
+        for cid, rid in self._copy_run.items():
+            assert cid not in self._copy_ref and self._runs[rid].owner == cid
+        assert len(self._copy_key) == len(self._copy_ref) + len(self._copy_run)
+        for key, cids in self._copies.items():
+            assert cids and all(self._copy_key[c] == key for c in cids)
 
 
 # ---------------------------------------------------------------------- blocks
+
+
+#: marks a shared block's hash in :class:`BlockPool` (a program's own: ``(program, index)``)
+_SHARED = "\x00shared"
 
 
 @dataclass(slots=True)
 class BlockPool:
     """Every block on its own, as vLLM keeps them: the reference for :class:`RunPool`.
 
-    Invariants (:meth:`check`): every block is free, held by a running request or by a
-    pin (a shared block counted once), or taken and not yet assigned, never two of them.
+    Invariants (:meth:`check`): every block is free, held by running requests or pins
+    (a shared block counted once, however many hold it: ``_ref``), or taken and not yet
+    assigned, never two of them.
     """
 
     num_blocks: int
     block_size: int
     _queue: OrderedDict[int, None] = field(default_factory=OrderedDict)  # free, head first
-    _hash: dict[int, tuple[str, int]] = field(default_factory=dict)  # block -> (program, idx)
-    _by_hash: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: block -> (program, idx) for a program's own, (_SHARED, key) for a shared one
+    _hash: dict[int, tuple[str, Hashable]] = field(default_factory=dict)
+    _by_hash: dict[tuple[str, Hashable], int] = field(default_factory=dict)
+    #: shared key -> its cached blocks, oldest first
+    _shared: dict[Hashable, dict[int, None]] = field(default_factory=dict)
+    #: shared block -> references (running requests and pins holding it)
+    _ref: dict[int, int] = field(default_factory=dict)
+    #: program -> its running request's blocks (its ``_nk`` leading ones shared)
     _owned: dict[str, list[int]] = field(default_factory=dict)
-    #: program -> (its blocks, full, shared)
+    _nk: dict[str, int] = field(default_factory=dict)
+    _keys: dict[str, Keys] = field(default_factory=dict)
+    #: program -> the shared keys its cached own blocks follow
+    _base: dict[str, Keys] = field(default_factory=dict)
+    #: program -> (its own blocks, the pin)
     _pins: dict[str, tuple[list[int], _Pin]] = field(default_factory=dict)
     #: blocks handed out by :meth:`take`, not yet assigned
     _loose: list[int] = field(default_factory=list)
@@ -369,7 +571,7 @@ class BlockPool:
         held = len(self._owned.get(program, ()))
         if program in self._pins:
             blocks, pin = self._pins[program]
-            held += len(blocks) - max(0, pin.shared)
+            held += len(blocks) - max(0, pin.shared) + len(pin.copies)
         return held
 
     def cached_prefix(self, program: str) -> int:
@@ -383,34 +585,99 @@ class BlockPool:
             n += 1
         return n
 
-    def room_for(self, program: str, hit: int, new: int) -> bool:
-        if program in self._pins and self._pins[program][1].shared < 0:
+    def prefix_hit(self, program: str, keys: Keys, reusable: int, cap: int) -> int:
+        s = len(keys)
+        if not s:
+            if program in self._base or (program in self._pins and self._pins[program][1].keys):
+                return 0
+            return min(self.cached_prefix(program), reusable, cap)
+        n = 0
+        while n < min(s, cap) and keys[n] in self._shared:
+            n += 1
+        if n < s:
+            return n
+        own = s
+        if program in self._pins:
+            _, pin = self._pins[program]
+            if pin.shared < 0 and pin.keys == keys:
+                own = s + pin.full
+        elif self._base.get(program) == keys:
+            while (program, own) in self._by_hash:
+                own += 1
+        return min(max(s, min(own, reusable)), cap)
+
+    def room_for(self, program: str, hit: int, new: int, keys: Keys = ()) -> bool:
+        pinned = program in self._pins and self._pins[program][1].shared < 0
+        s = len(keys)
+        if s:
+            free_hit = sum(
+                1 for k in keys[: min(hit, s)] if next(iter(self._shared[k])) in self._queue
+            )
+            if hit > s and not pinned:
+                free_hit += hit - s
+            return new <= len(self._queue) - free_hit
+        if pinned:
             return new <= len(self._queue)
         return new <= len(self._queue) - hit
 
-    def admit(self, program: str, hit: int, new: int) -> None:
+    def admit(self, program: str, hit: int, new: int, keys: Keys = ()) -> None:
         self.changes += 1
-        if not self.room_for(program, hit, new):
+        if not self.room_for(program, hit, new, keys):
             raise OutOfBlocks(program)
+        s = len(keys)
+        blocks = []
+        own_hit = hit
+        if s:
+            for k in keys[: min(hit, s)]:
+                b = next(iter(self._shared[k]))
+                self._queue.pop(b, None)  # touch
+                self._ref[b] = self._ref.get(b, 0) + 1
+                blocks.append(b)
+            own_hit = hit - s if hit > s else 0
+            self._keys[program] = keys
+        self._nk[program] = len(blocks)
         if program in self._pins:
             pinned, pin = self._pins[program]
-            if pin.shared >= 0 or hit > pin.full:
+            if pin.shared >= 0 or own_hit > pin.full:
                 raise ValueError(f"hit {hit} beyond the {pin.full} cached blocks pinned")
-            pin.shared = hit
-            self._owned[program] = pinned[:hit]
+            pin.shared = own_hit
+            blocks.extend(pinned[:own_hit])
         else:
-            blocks = []
-            for i in range(hit):
+            start = s
+            if self._base.get(program, ()) != keys:
+                start = len(self._base.get(program, ()))
+            for i in range(start, start + own_hit):
                 b = self._by_hash[(program, i)]
                 del self._queue[b]  # touch: off the free list
                 blocks.append(b)
             # cached blocks past the hit no longer match the new stream
-            i = hit
+            i = start + own_hit
             while (program, i) in self._by_hash:
                 self._unhash(self._by_hash[(program, i)])
                 i += 1
-            self._owned[program] = blocks
+            self._base.pop(program, None)
+        self._owned[program] = blocks
         self.grow(program, new)
+
+    def cache_full(self, program: str, full: int) -> None:
+        keys = self._keys.get(program)
+        if not keys:
+            return
+        blocks = self._owned[program]
+        nk = self._nk[program]
+        upto = min(full, len(keys))
+        if nk >= upto:
+            return
+        self.changes += 1
+        for i in range(nk, upto):
+            b = blocks[i]
+            self._hash[b] = (_SHARED, keys[i])
+            self._shared.setdefault(keys[i], {})[b] = None
+            self._ref[b] = 1
+        self._nk[program] = upto
+
+    def overlap(self) -> int:
+        return sum(r - 1 for r in self._ref.values())
 
     def grow(self, program: str, new: int) -> None:
         if new > len(self._queue):
@@ -448,41 +715,79 @@ class BlockPool:
 
     def release(self, program: str, full: int) -> None:
         self.changes += 1
+        if program in self._keys:
+            self.cache_full(program, full)
         blocks = self._owned.pop(program, [])
-        self._free(program, blocks, min(full, len(blocks)), 0)
+        nk = self._nk.pop(program, 0)
+        keys = self._keys.pop(program, ())
+        own = blocks[nk:]
+        self._free(program, own, max(0, min(full - nk, len(own))), 0, nk, keys)
+        self._unref(blocks[:nk])
 
     def pin(self, program: str, full: int) -> None:
         if program in self._pins:
             raise ValueError(f"{program} already holds a pin")
+        if program in self._keys:
+            self.cache_full(program, full)
         blocks = self._owned.pop(program, [])
-        self._pins[program] = (blocks, _Pin(len(blocks), min(full, len(blocks))))
+        nk = self._nk.pop(program, 0)
+        keys = self._keys.pop(program, ())
+        own = blocks[nk:]
+        pin = _Pin(len(own), max(0, min(full - nk, len(own))), -1, blocks[:nk], keys)
+        self._pins[program] = (own, pin)
 
     def unpin(self, program: str) -> None:
         self.changes += 1
         blocks, pin = self._pins.pop(program)
+        nk = len(pin.copies)
         if pin.shared < 0:
-            self._free(program, blocks, pin.full, 0)
+            self._free(program, blocks, pin.full, 0, nk, pin.keys)
         else:  # the next call keeps [0, shared); past it nothing matches its stream
-            self._free(None, blocks, pin.full, pin.shared)
+            self._free(None, blocks, pin.full, pin.shared, nk, ())
+        self._unref(pin.copies)
 
     def evicted_blocks(self) -> int:
         return self._evicted
 
-    def _free(self, program: str | None, blocks: list[int], full: int, start: int) -> None:
+    def _unref(self, copies: list[int]) -> None:
+        """Drop one reference to each shared block, last first; one nobody holds goes to
+        the tail, still cached."""
+        for b in reversed(copies):
+            if self._ref[b] > 1:
+                self._ref[b] -= 1
+            else:
+                del self._ref[b]
+                self._queue[b] = None
+
+    def _free(
+        self,
+        program: str | None,
+        blocks: list[int],
+        full: int,
+        start: int,
+        offset: int = 0,
+        keys: Keys = (),
+    ) -> None:
         """vLLM's ``free_blocks(reversed(blocks[start:]))``: blocks [start, full) cached
-        (as ``program``'s stream; None: nothing hits them) to the tail, last first; the
-        rest to the head, the last block at the very head."""
+        (as ``program``'s stream from block ``offset``, after the shared ``keys``; None:
+        nothing hits them) to the tail, last first; the rest to the head, the last block at
+        the very head."""
         for i in range(start, full):
             b = blocks[i]
             if b in self._hash:
                 self._unhash(b)
             if program is not None:
-                key = (program, i)
+                key = (program, offset + i)
                 old = self._by_hash.get(key)
                 if old is not None:  # an older copy no longer belongs to the stream
                     self._unhash(old)
                 self._hash[b] = key
                 self._by_hash[key] = b
+        if program is not None and full > start:
+            if keys:
+                self._base[program] = keys
+            else:
+                self._base.pop(program, None)
         for b in reversed(blocks[start:full]):
             self._queue[b] = None
         for b in blocks[max(start, full) :]:
@@ -493,13 +798,27 @@ class BlockPool:
 
     def _unhash(self, block: int) -> None:
         key = self._hash.pop(block)
-        if self._by_hash.get(key) == block:
+        if key[0] == _SHARED:
+            left = self._shared[key[1]]
+            del left[block]
+            if not left:
+                del self._shared[key[1]]
+        elif self._by_hash.get(key) == block:
             del self._by_hash[key]
 
     def check(self) -> None:
         owned = {b for v in self._owned.values() for b in v}
         pinned = {b for v, _ in self._pins.values() for b in v}
+        pinned |= {b for _, p in self._pins.values() for b in p.copies}
         loose = set(self._loose)
         assert len(self._queue) + len(owned | pinned) + len(loose) == self.num_blocks
         assert not (set(self._queue) & (owned | pinned | loose))
         assert not (loose & (owned | pinned))
+        refs: dict[int, int] = {}
+        for program, blocks in self._owned.items():
+            for b in blocks[: self._nk.get(program, 0)]:
+                refs[b] = refs.get(b, 0) + 1
+        for _, p in self._pins.values():
+            for b in p.copies:
+                refs[b] = refs.get(b, 0) + 1
+        assert refs == self._ref, (refs, self._ref)

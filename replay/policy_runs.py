@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from profiles.cost import CostModel
+from profiles.cost import CostModel, rebuild_pricer
 from replay import figures
 from replay.figures import PolicyResult
 from replay.policies import BOUNDS, NAMES, PolicySpec, make
@@ -57,10 +57,7 @@ def simulate_one(
             ),
         )
 
-    def rebuild(tokens: float, offload: bool) -> float:
-        return cost.reload_s(int(tokens)) if offload else cost.prefill_s(0, int(tokens))
-
-    policy = make(spec, pauses, rebuild)
+    policy = make(spec, pauses, rebuild_pricer(cost, cfg.engine.max_num_batched_tokens))
     start = time.perf_counter()
     outcome = simulate(work, policy, cost, cfg)
     return outcome, time.perf_counter() - start

@@ -18,6 +18,7 @@ first token ≤ finish.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from ttlctl.engine.calls import Live
@@ -72,6 +73,8 @@ class SimRequest:
     #: what the pin rules keep about it from arrival to finish (policies that pin or
     #: order by program; None otherwise)
     live: Live | None = None
+    #: keys of the prompt's leading blocks other programs share (``Call.shared_keys``)
+    shared: tuple[Hashable, ...] = ()
 
     def __post_init__(self) -> None:
         self.num_tokens = self.prompt

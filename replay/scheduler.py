@@ -319,9 +319,7 @@ class SimScheduler:
         self.running.append(req)
         self._prefilling.append(req)
 
-    def _step_fast(
-        self, now: float, horizon: float
-    ) -> tuple[float, list[SimRequest], bool] | None:
+    def _step_fast(self, now: float, horizon: float) -> tuple[float, list[SimRequest], bool] | None:
         """The same step with the decoding requests taken together; None when it would
         preempt or when the token budget runs out before the end of the running list
         (the request-by-request path then takes the step). When every running request
@@ -376,6 +374,9 @@ class SimScheduler:
                 self.pool.grow_batch(wants)
                 for r, _, _, need in prefills:
                     r.blocks += need
+        for r, new, ctx, _ in prefills:
+            if r.shared:
+                self.pool.cache_full(r.program, (ctx + new) // bs)
         if due:
             self.pool.take(len(due))
 
@@ -504,6 +505,8 @@ class SimScheduler:
                 if need > 0:
                     self.pool.grow(req.program, need)
                     req.blocks += need
+                if req.shared:
+                    self.pool.cache_full(req.program, (req.computed + new) // bs)
                 scheduled.append((req, new, req.computed))
                 budget -= new
                 i += 1
@@ -597,9 +600,11 @@ class SimScheduler:
         (``scheduler_reserve_full_isl``, on by default), not just its first chunk.
         """
         bs = self.config.block_size
-        cached = self.pool.cached_prefix(req.program)  # full blocks: a partial one never hits
         reusable = req.num_tokens if req.preemptions else req.reusable
-        hit_blocks = min(cached, reusable // bs, (req.num_tokens - 1) // bs)
+        # full blocks only (a partial one never hits); the shared ones from any program
+        hit_blocks = self.pool.prefix_hit(
+            req.program, req.shared, reusable // bs, (req.num_tokens - 1) // bs
+        )
         hit = hit_blocks * bs
         loaded = 0
         if self.offload is not None:
@@ -616,16 +621,18 @@ class SimScheduler:
         hit_blocks, _, _, _, must_fit = self._plan(
             req, budget or self.config.max_num_batched_tokens
         )
-        return self.pool.room_for(req.program, hit_blocks, must_fit)
+        return self.pool.room_for(req.program, hit_blocks, must_fit, req.shared)
 
     def _try_admit(self, req: SimRequest, budget: int, now: float) -> tuple[int, float] | None:
         bs = self.config.block_size
         hit_blocks, loaded, new, need, must_fit = self._plan(req, budget)
         hit = hit_blocks * bs
-        if not self.pool.room_for(req.program, hit_blocks, must_fit):
+        if not self.pool.room_for(req.program, hit_blocks, must_fit, req.shared):
             return None
         # allocated while the program's pin still holds its blocks; handed over after
-        self.pool.admit(req.program, hit_blocks, need)
+        self.pool.admit(req.program, hit_blocks, need, req.shared)
+        if req.shared:  # its shared blocks are cached as they are allocated, for all
+            self.pool.cache_full(req.program, (hit + loaded + new) // bs)
         req.blocks = hit_blocks + need
         if self.pinning is not None:
             self.pinning.admitted(req, now)

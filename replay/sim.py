@@ -98,7 +98,14 @@ def fits_engine(call: Call, config: ReplayConfig) -> tuple[Call | None, bool]:
         return None, False
     keep = limit - call.output_tokens
     return (
-        Call(keep, call.output_tokens, min(call.reused_tokens, keep), call.tool, call.pause_s),
+        Call(
+            keep,
+            call.output_tokens,
+            min(call.reused_tokens, keep),
+            call.tool,
+            call.pause_s,
+            call.prefix,
+        ),
         True,
     )
 
@@ -164,6 +171,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
             is_last=turn == len(run.program.calls) - 1,
             program_seq=run.first_rid,
             sent=sent,
+            shared=call.shared_keys(config.engine.block_size),
         )
         requests[rid] = (run, req)
         rid += 1
@@ -254,7 +262,8 @@ def _check(engine: SimScheduler, now: float) -> None:
     bs = engine.config.block_size
     for req in engine.running:
         engine.decoders.sync(req)
-    held = sum(r.blocks for r in engine.running) + engine.pinned_blocks
+    # a shared block is counted by each request and pin that holds it
+    held = sum(r.blocks for r in engine.running) + engine.pinned_blocks - pool.overlap()
     if held + pool.free_blocks != engine.config.num_blocks:
         fail(
             f"blocks not conserved: running+pinned {held} + free {pool.free_blocks} "
@@ -266,9 +275,7 @@ def _check(engine: SimScheduler, now: float) -> None:
     if engine.clock > now + 1e-9 * max(1.0, now):  # the same sums, in another order
         fail(f"the engine's clock {engine.clock} ran ahead of the replay's")
     decoding = {
-        r.rid
-        for r in engine.running
-        if r.computed >= r.prompt and r.num_tokens - r.computed == 1
+        r.rid for r in engine.running if r.computed >= r.prompt and r.num_tokens - r.computed == 1
     }
     prefilling = {r.rid for r in engine._prefilling}
     members = set(engine.decoders.members)

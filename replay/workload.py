@@ -9,17 +9,71 @@ evaluation-only ``oracle`` never see it.
 Program starts: the trace's turn-0 arrivals, or Poisson arrivals at ``jps``
 programs per second (seeded), or a closed population of ``concurrency``
 programs (a new one starts when one ends).
+
+Shared prefixes. A call may begin with blocks other programs share (a product's system
+prompt and tool definitions, a Mooncake request's ``hash_ids`` seen in another
+program): :attr:`Call.prefix`, from the trace's ``prefix_hashes`` and
+``prefix_block_tokens``. :meth:`Call.block_keys` gives the call's prompt as the
+engine's blocks, one key per full block, which is what the backends' prefix caches and
+the fleet routers compare:
+
+- first the shared keys: engine block ``k`` ends at token ``e = (k + 1) * block_size``;
+  its key is ``((h, b), e)`` with ``h`` the trace hash of the block holding token
+  ``e − 1`` and ``b`` the trace's block size. The hashes are chained within one block size
+  (equal hashes: equal tokens up to the end of that block), so equal keys mean equal tokens
+  from the start of the prompt up to ``e``; the same hash at another block size (two
+  sources ingested together, say Mooncake's 512 and Weka's 64) is another prefix, never
+  a hit. The trace block size need not divide or be divided by the engine's
+  (``prefix_block_tokens`` 512 for Mooncake, 64 for Weka, engine blocks of 16: 32 or 4
+  keys per hash). Only the full engine blocks inside both the hashed prefix and the
+  prompt have keys;
+- then the program's own blocks, ``(program_id, k)`` up to the prompt's last full block.
+  Within a program they repeat as long as the call reuses its predecessor's stream; a
+  call that rewrote its history (``reused_tokens`` below the earlier stream) gets the
+  same keys for different tokens, which a router's overlap estimate then overrates.
+  Both backends hit a program's own blocks only while its shared keys stay the same
+  (the own blocks follow the shared ones in vLLM's hash chain).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from ttlctl.trace import io as trace_io
+
+#: a block of a prompt: ``((trace hash, trace block size), end token)`` for a shared block,
+#: ``(program_id, index)`` for the program's own (see the module docstring)
+BlockKey = tuple[tuple[int, int] | str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPrefix:
+    """The leading prompt blocks a call shares with other programs: chained hashes of
+    ``block_tokens`` tokens each (the trace's ``prefix_hashes``, ``prefix_block_tokens``)."""
+
+    hashes: tuple[int, ...]
+    block_tokens: int
+
+    def keys(self, block_size: int, prompt_tokens: int) -> tuple[BlockKey, ...]:
+        """The shared engine blocks of a prompt of ``prompt_tokens`` tokens (see the
+        module docstring)."""
+        return _shared_keys(self, block_size, prompt_tokens)
+
+
+@lru_cache(maxsize=4096)
+def _shared_keys(prefix: SharedPrefix, block_size: int, prompt_tokens: int) -> tuple[BlockKey, ...]:
+    tokens = min(len(prefix.hashes) * prefix.block_tokens, prompt_tokens)
+    hashes, bt = prefix.hashes, prefix.block_tokens
+    return tuple(
+        ((hashes[(e - 1) // bt], bt), e)
+        for e in range(block_size, tokens // block_size * block_size + 1, block_size)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +85,22 @@ class Call:
     tool: str | None
     #: the client's pause after this call (seconds); hidden from policies
     pause_s: float
+    #: leading prompt blocks shared with other programs (None: none known)
+    prefix: SharedPrefix | None = None
+
+    def shared_keys(self, block_size: int) -> tuple[BlockKey, ...]:
+        """The keys of the call's shared prompt blocks at the engine's ``block_size``."""
+        if self.prefix is None:
+            return ()
+        return self.prefix.keys(block_size, self.input_tokens)
+
+    def block_keys(self, program_id: str, block_size: int) -> tuple[BlockKey, ...]:
+        """The call's prompt as the engine's full blocks: the shared keys first, then the
+        program's own ``(program_id, index)`` (module docstring). What a router scoring
+        prefix overlap compares with what a replica holds."""
+        shared = self.shared_keys(block_size)
+        own = range(len(shared), self.input_tokens // block_size)
+        return shared + tuple((program_id, k) for k in own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +124,10 @@ def from_frame(frame: pl.DataFrame) -> Workload:
     """Programs from canonical rows (sorted by program, turn)."""
     frame = frame.sort(["program_id", "turn"])
     programs: list[AgentProgram] = []
+    has_prefix = "prefix_hashes" in frame.columns and frame["prefix_hashes"].null_count() < len(
+        frame
+    )
+    interned: dict[tuple[tuple[int, ...], int], SharedPrefix] = {}
     for (pid,), rows in frame.group_by("program_id", maintain_order=True):
         calls: list[Call] = []
         prev_total = 0
@@ -70,12 +144,27 @@ def from_frame(frame: pl.DataFrame) -> Workload:
                     int(min(reused, r["input_tokens"])),
                     r["tool"],
                     float(pause) if pause is not None else 0.0,
+                    _prefix(r, interned) if has_prefix else None,
                 )
             )
             prev_total = int(r["input_tokens"]) + int(r["output_tokens"])
         programs.append(AgentProgram(str(pid), float(start or 0.0), tuple(calls)))
     programs.sort(key=lambda p: (p.start_s, p.program_id))
     return Workload(tuple(programs))
+
+
+def _prefix(
+    row: dict[str, Any], interned: dict[tuple[tuple[int, ...], int], SharedPrefix]
+) -> SharedPrefix | None:
+    """The row's shared prefix, one object for equal ones (their keys are cached)."""
+    hashes, block = row["prefix_hashes"], row["prefix_block_tokens"]
+    if not hashes or not block:
+        return None
+    key = (tuple(hashes), int(block))
+    prefix = interned.get(key)
+    if prefix is None:
+        prefix = interned[key] = SharedPrefix(*key)
+    return prefix
 
 
 def load(path: Path) -> Workload:

@@ -51,7 +51,7 @@ class InferCept(VLLM, Observes):
         if engine.offload is not None:
             forward = engine.cost.reload_s(context)
         else:
-            forward = engine.cost.prefill_s(0, context)
+            forward = engine.cost.rebuild_s(context, engine.config.max_num_batched_tokens)
         return forward * (context + others) / (2 * context)
 
 
@@ -145,7 +145,7 @@ class Oracle(NoHooks, Observes):
         pause = self.pauses.get((req.program, req.turn))
         if pause is None:
             return 0.0
-        rebuild = engine.cost.prefill_s(0, context_tokens)
+        rebuild = engine.cost.rebuild_s(context_tokens, engine.config.max_num_batched_tokens)
         if engine.offload is not None:
             rebuild = min(rebuild, engine.cost.reload_s(context_tokens))
         queueing = sum(self._delays) / len(self._delays) if self._delays else 0.0

@@ -226,7 +226,14 @@ class Harness:
             tool = tool or "unknown"
         if tool and not xargs["is_last"]:
             xargs["tool"] = tool
-        prompt = self.streams.prompt(pid, call.reused_tokens if turn else 0, call.input_tokens)
+        bs = self.config.engine.block_size
+        prompt = self.streams.prompt(
+            pid,
+            call.reused_tokens if turn else 0,
+            call.input_tokens,
+            call.shared_keys(bs),
+            bs,
+        )
         request_id = str(self._rid)
         self._rid += 1
         request = Request(

@@ -59,6 +59,10 @@ def test_every_shared_option_reads_the_same_in_every_command() -> None:
         "--concurrency": ("replay", "validate"),
         "--seed": ("replay", "validate"),
         "--kv-tokens": ("replay", "tune"),
+        "--block-size": ("replay", "tune", "refit"),
+        "--max-num-seqs": ("replay", "tune", "refit", "validate"),
+        "--max-num-batched-tokens": ("profile", "replay", "tune", "refit", "validate"),
+        "--max-model-len": ("replay", "tune", "refit"),
         "--offload-tokens": ("replay", "tune"),
         "--truncate": ("replay", "tune"),
         "--trace-idle-gap-cap-seconds": ("replay", "tune", "validate"),
@@ -68,10 +72,6 @@ def test_every_shared_option_reads_the_same_in_every_command() -> None:
         "--result-dir": ("replay", "validate"),
         "--label": ("replay", "validate"),
         "--json": ("ingest", "fit", "profile", "replay", "tune", "validate", "refit"),
-        "--max-num-batched-tokens": ("profile", "replay", "validate"),
-        "--max-num-seqs": ("replay", "validate"),
-        "--block-size": ("replay",),
-        "--max-model-len": ("replay",),
         "--queue-delay-seconds": ("refit", "bundle inspect"),
         "--fit": ("tune", "bundle build"),
         "--format": ("ingest", "refit"),
@@ -103,6 +103,18 @@ def test_the_shared_defaults_are_the_libraries() -> None:
     assert engine.max_num_seqs == options.MAX_NUM_SEQS
     assert engine.max_model_len == options.MAX_MODEL_LEN
     assert ReplayConfig().offload_tokens == options.OFFLOAD_TOKENS
+    engine = SimSchedulerConfig()
+    assert (
+        engine.block_size,
+        engine.max_num_batched_tokens,
+        engine.max_num_seqs,
+        engine.max_model_len,
+    ) == (
+        options.BLOCK_SIZE,
+        options.MAX_NUM_BATCHED_TOKENS,
+        options.MAX_NUM_SEQS,
+        options.MAX_MODEL_LEN,
+    )
     commands = _commands()
     profile = {p.name: p for p in commands["replay"].params}["profile"]
     assert profile.default == "llama-3.1-8b-h100"

@@ -15,7 +15,7 @@ from ttlctl.cli import app
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io
-from ttlctl.trace.columns import COLUMNS
+from ttlctl.trace.columns import all_columns
 
 
 def _call(program: str, turn: int, **extra: Any) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def test_jsonl_round_trip(tmp_path: Path) -> None:
     report = ingest([src], tmp_path / "out.parquet")
     trace = trace_io.read(tmp_path / "out.parquet")
     assert report.rows == 5 and report.records == 5 and report.rejected == 0
-    assert trace.schema == pl.Schema({**COLUMNS, "parent_program_id": pl.String()})
+    assert trace.schema == pl.Schema(all_columns())
     assert trace["program_id"].to_list() == ["a", "a", "a", "b", "b"]
     assert trace["is_last"].to_list() == [False, False, True, False, True]
     assert trace.filter(pl.col("program_id") == "a")["tool_s"].to_list() == [1.5, 0.2, None]

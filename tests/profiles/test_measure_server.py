@@ -20,12 +20,13 @@ from profiles.measure_server import measure_engine
 from profiles.models import PRESETS, kv_bytes_per_token
 from profiles.schema import from_json
 from tests.http_stub import serving
+from tests.profiles.replay_one import check_replays_its_points
 from tests.vllm_server import VLLMServer, free_port
 
 CONTEXTS = [64, 128, 256, 512, 1024, 1536]
 
 
-def test_measure_engine_profiles_a_live_server(vllm_server: VLLMServer) -> None:
+def test_measure_engine_profiles_a_live_server(vllm_server: VLLMServer, tmp_path: Path) -> None:
     calls: list[tuple[str, int, int]] = []
     t0 = time.monotonic()
     profile = measure_engine(
@@ -79,6 +80,12 @@ def test_measure_engine_profiles_a_live_server(vllm_server: VLLMServer) -> None:
     # round trip through the profile's JSON
     again = from_json(json.loads(json.dumps(profile.to_json())))
     assert again == profile
+
+    # a TTFT is a whole step: one call of each measured context replays in its TTFT
+    assert profile.prefill.includes_step is True
+    path = tmp_path / "fresh.json"
+    path.write_text(json.dumps(profile.to_json()))
+    check_replays_its_points(path, tmp_path)
 
 
 def test_measure_engine_without_model_config_reads_the_server(vllm_server: VLLMServer) -> None:

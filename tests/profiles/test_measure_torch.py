@@ -29,6 +29,7 @@ from profiles.measure_torch import MeasureError, measure
 from profiles.models import PRESETS
 from profiles.reload_copy import fit_reload
 from profiles.schema import Profile, from_json
+from tests.profiles.replay_one import check_replays_its_points
 from ttlctl.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,6 +94,18 @@ def test_prefill_points_and_fit(measured: tuple[Profile, Calls]) -> None:
     predicted = [pre.seconds(c) for c in GRID]
     assert all(x <= y for x, y in itertools.pairwise(predicted))
     assert predicted[-1] > 0
+
+
+def test_a_fresh_profile_replays_its_own_points(
+    measured: tuple[Profile, Calls], tmp_path: Path
+) -> None:
+    """One call of each measured context, alone, replays in its measured forward pass:
+    a forward pass is a whole step and the profile says so."""
+    profile, _ = measured
+    assert profile.prefill.includes_step is True
+    path = tmp_path / "fresh.json"
+    path.write_text(json.dumps(profile.to_json()))
+    check_replays_its_points(path, tmp_path)
 
 
 def test_decode_and_reload(measured: tuple[Profile, Calls]) -> None:

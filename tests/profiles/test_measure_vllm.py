@@ -22,8 +22,9 @@ from typer.testing import CliRunner
 vllm = pytest.importorskip("vllm")  # imported here, not first inside a CliRunner capture
 
 from profiles import models  # noqa: E402
-from profiles.measure_vllm import measure_vllm, priced_prefill_s  # noqa: E402
+from profiles.measure_vllm import measure_vllm  # noqa: E402
 from profiles.schema import Profile, from_json  # noqa: E402
+from tests.profiles.replay_one import check_replays_its_points  # noqa: E402
 from ttlctl.cli import app  # noqa: E402
 
 GRID = [128, 512, 1024, 2047]
@@ -105,7 +106,7 @@ def test_prefill_grows_with_context(measured: tuple[Profile, Calls]) -> None:
     profile, _ = measured
     secs = [s for _, s in profile.prefill.points]
     assert statistics.median(secs[-2:]) > statistics.median(secs[:2])
-    priced = [priced_prefill_s(profile, c, BUDGET) for c in GRID]
+    priced = [profile.rebuild_prefill_s(c, BUDGET) for c in GRID]
     assert all(x < y for x, y in itertools.pairwise(priced))
     pre = profile.prefill
     assert min(pre.a, pre.b, pre.q) >= 0 and pre.b + pre.q > 0
@@ -120,11 +121,24 @@ def test_the_fit_error_is_reported(measured: tuple[Profile, Calls]) -> None:
     priced = profile.source["prefill_priced"]
     assert [c for c, _ in priced] == GRID
     for (c, p), (_, s) in zip(priced, profile.prefill.points, strict=True):
-        assert p == pytest.approx(priced_prefill_s(profile, c, BUDGET))
+        assert p == pytest.approx(profile.rebuild_prefill_s(c, BUDGET))
         assert abs(p - s) / s <= fit["prefill_max_rel_error"] + 1e-12
     errors = [p - s for (_, p), (_, s) in zip(priced, profile.prefill.points, strict=True)]
     rmse = math.sqrt(sum(e * e for e in errors) / len(errors))
     assert profile.prefill.rmse_s == pytest.approx(rmse)
+
+
+def test_a_fresh_profile_replays_its_own_points(
+    measured: tuple[Profile, Calls], tmp_path: Path
+) -> None:
+    """One call of each measured context, alone, replays in its measured time (in the
+    steps it was measured in): the step fit is on top of decode.step_s and says so."""
+    profile, _ = measured
+    assert profile.prefill.includes_step is False
+    assert profile.chunk_tokens == BUDGET
+    path = tmp_path / "fresh.json"
+    path.write_text(json.dumps(profile.to_json()))
+    check_replays_its_points(path, tmp_path)
 
 
 def test_decode_model_is_non_negative(measured: tuple[Profile, Calls]) -> None:

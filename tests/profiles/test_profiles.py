@@ -130,9 +130,11 @@ def test_cost_model_chunks_add_up() -> None:
     assert whole + p.prefill.a == pytest.approx(p.prefill_s(8192))
     assert cost.prefill_s(30000, 2048) > cost.prefill_s(0, 2048)  # later chunks attend to more
     assert cost.step_s([], 0, 0) == 0.0
-    assert cost.step_s([(0, 512)], 8, 8000) > cost.decode_s(8, 8000)
+    assert cost.step_s([(0, 512)], 8, 8000) > cost.step_s([(0, 512)], 0, 0)
     const = ConstantCostModel()
     assert const.step_s([(0, 100)], 0, 0) == pytest.approx(100 * 1e-4 + 0.02)
+    steps = [const.step_s([(c, min(100, 250 - c))], 0, 0) for c in (0, 100, 200)]
+    assert const.rebuild_s(250, 100) == pytest.approx(sum(steps))
 
 
 def test_cli_profile_list_and_errors(tmp_path: Path) -> None:

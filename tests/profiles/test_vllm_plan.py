@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 
 from profiles import fitmath, models
 from profiles.cost import ProfileCostModel
-from profiles.measure_vllm import priced_prefill_s
 from profiles.schema import Decode, Prefill, Profile, Reload
 from profiles.vllm_plan import VllmMeasureError, decode_tokens, default_contexts, make_plan
 from ttlctl.cli import app
@@ -50,15 +49,24 @@ def test_step_fit_never_goes_negative_and_refuses_too_few() -> None:
 
 
 def test_priced_prefill_is_what_the_replay_charges() -> None:
+    """A step-fitted (marginal) profile: each prefill-only step pays a and step_s."""
     profile = Profile(
-        "p", "d", "m", 1024, 65536, Prefill(A, B, Q), Reload(1e10, 0.0), Decode(STEP, 1e-4, 1e-8)
+        "p",
+        "d",
+        "m",
+        1024,
+        65536,
+        Prefill(A, B, Q, includes_step=False),
+        Reload(1e10, 0.0),
+        Decode(STEP, 1e-4, 1e-8),
     )
     cost = ProfileCostModel(profile)
     # one step: the quadratic plus the decode step's fixed part (a prefill-only step)
-    assert priced_prefill_s(profile, 4096, 8192) == pytest.approx(profile.prefill_s(4096) + STEP)
+    assert profile.rebuild_prefill_s(4096, 8192) == pytest.approx(profile.prefill_s(4096) + STEP)
     # several steps: each pays a and step_s; the b and q terms add up to the whole
     expected = sum(cost.step_s([chunk], 0, 0) for chunk in _chunks(20000, 8192))
-    assert priced_prefill_s(profile, 20000, 8192) == pytest.approx(expected)
+    assert profile.rebuild_prefill_s(20000, 8192) == pytest.approx(expected)
+    assert cost.rebuild_s(20000, 8192) == pytest.approx(expected)
     assert expected == pytest.approx(3 * (A + STEP) + B * 20000 + Q * 20000**2)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from profiles.cost import ConstantCostModel, ProfileCostModel
+from profiles.cost import ConstantCostModel, ProfileCostModel, rebuild_pricer
 from profiles.schema import Decode, Prefill, Profile, Reload
 from replay.policies import NAMES, PolicySpec, make
 from replay.policy_runs import Load, prepare, run_all, run_one, unlimited_kv_tokens
@@ -197,8 +197,7 @@ def prepared(seed: int, name: str) -> tuple[Workload, dict[tuple[str, int], floa
     return work, pauses, config
 
 
-def _rebuild(tokens: float, offload: bool) -> float:
-    return COST.reload_s(int(tokens)) if offload else COST.prefill_s(0, int(tokens))
+_rebuild = rebuild_pricer(COST, CONFIG.engine.max_num_batched_tokens)
 
 
 def outcome(seed: int, name: str, wrap: Any = None) -> Outcome:

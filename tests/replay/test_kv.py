@@ -492,3 +492,158 @@ def test_room_for_a_handover_does_not_count_the_pins_blocks(cls: type) -> None:
     assert pool.room_for("P", 1, 4)
     pool.admit("P", 1, 4)
     assert (pool.held("P"), pool.free_blocks, pool.evicted_blocks()) == (5, 0, 0)
+
+
+# ------------------------------------------------------------------ shared prefixes
+
+#: shared keys: X and Y share their first two blocks (a tree, as Mooncake's hash_ids)
+X = (("x", 1), ("x", 2), ("x", 3))
+Y = (("x", 1), ("x", 2), ("y", 3))
+KEY_SETS = [(), X, Y, X[:1]]
+
+
+@pool_classes
+def test_a_shared_prefix_is_held_once_and_hit_from_another_program(cls: type) -> None:
+    """A computes the 3 shared blocks and 2 of its own; B, running at the same time, hits
+    the 3 (they are cached as they are allocated) and takes only its own blocks."""
+    pool = cls(20, 4)
+    pool.admit("A", 0, 5, X)
+    pool.cache_full("A", 5)
+    assert pool.prefix_hit("B", X, 0, 100) == 3
+    assert pool.prefix_hit("B", Y, 0, 100) == 2  # the tree: the third block differs
+    assert pool.room_for("B", 3, 15, X) and not pool.room_for("B", 3, 16, X)
+    pool.admit("B", 3, 2, X)
+    assert pool.free_blocks == 20 - 5 - 2
+    assert (pool.held("A"), pool.held("B"), pool.overlap()) == (5, 5, 3)
+
+
+@pool_classes
+def test_shared_blocks_go_to_the_tail_after_their_last_holder_and_after_its_own(
+    cls: type,
+) -> None:
+    """A and B hold the shared prefix; A goes: its own blocks go to the tail, the shared ones
+    stay (B holds them). B goes: its own, then the shared ones, last first. Taking blocks
+    evicts A's own, then B's own, then the shared ones from the last: the hit shrinks."""
+    pool = cls(12, 4)
+    pool.admit("A", 0, 5, X)
+    pool.cache_full("A", 5)
+    pool.admit("B", 3, 2, X)
+    pool.cache_full("B", 5)
+    pool.release("A", 5)
+    assert pool.prefix_hit("A", X, 100, 100) == 5
+    pool.release("B", 5)
+    assert pool.free_blocks == 12
+    pool.admit("C", 0, 5 + 2)  # the 5 never used, A's own 2
+    assert (pool.prefix_hit("A", X, 100, 100), pool.prefix_hit("B", X, 100, 100)) == (3, 5)
+    pool.grow("C", 2)  # B's own 2
+    assert pool.prefix_hit("B", X, 100, 100) == 3
+    pool.grow("C", 1)
+    assert pool.prefix_hit("D", X, 100, 100) == 2
+    assert pool.evicted_blocks() == 5
+
+
+@pool_classes
+def test_own_blocks_hit_only_after_the_same_shared_keys(cls: type) -> None:
+    pool = cls(12, 4)
+    pool.admit("A", 0, 5, X)
+    pool.cache_full("A", 5)
+    pool.release("A", 5)
+    assert pool.prefix_hit("A", X, 100, 100) == 5
+    assert pool.prefix_hit("A", X, 4, 100) == 4  # the call repeats 4 blocks of its stream
+    assert pool.prefix_hit("A", X, 0, 100) == 3  # nothing of its own, the shared all the same
+    assert pool.prefix_hit("A", Y, 100, 100) == 2
+    assert pool.prefix_hit("A", (), 100, 100) == 0
+    assert pool.prefix_hit("A", X, 100, 2) == 2  # the cap (num_tokens − 1)
+
+
+@pool_classes
+def test_a_block_computed_twice_has_two_copies_and_hits_the_oldest(cls: type) -> None:
+    """A and B compute the same shared block at once (neither had cached it when admitted):
+    two copies, as vLLM keeps them. After both go, C hits the oldest (A's); evicting it
+    leaves B's copy for D."""
+    pool = cls(8, 4)
+    pool.admit("A", 0, 1, X[:1])
+    pool.admit("B", 0, 1, X[:1])
+    pool.cache_full("A", 1)
+    pool.cache_full("B", 1)
+    pool.release("B", 1)
+    pool.release("A", 1)  # free list: 6 unused, B's copy, A's copy
+    pool.admit("C", 0, 6)
+    pool.grow("C", 1)  # B's copy: the key stays cached (A's copy)
+    assert pool.prefix_hit("D", X[:1], 0, 100) == 1
+    assert pool.evicted_blocks() == 1
+    pool.grow("C", 1)
+    assert pool.prefix_hit("D", X[:1], 0, 100) == 0
+
+
+@dataclass
+class SharingModel(Model):
+    keys: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+
+    def actions(self) -> list[tuple[str, str]]:
+        return super().actions() + [("cache", p) for p in sorted(self.running)]
+
+
+def _compare_shared(fast: RunPool, ref: BlockPool, loose: int) -> None:
+    fast.check()
+    ref.check()
+    assert fast.free_blocks == ref.free_blocks
+    assert fast.evicted_blocks() == ref.evicted_blocks()
+    assert fast.overlap() == ref.overlap()
+    for p in PROGRAMS:
+        assert fast.held(p) == ref.held(p), p
+        for keys in KEY_SETS:
+            for reusable in (0, 4, 100):
+                got = fast.prefix_hit(p, keys, reusable, 100)
+                assert got == ref.prefix_hit(p, keys, reusable, 100), (p, keys, reusable)
+    held = sum(fast.held(p) for p in PROGRAMS) - fast.overlap()
+    assert fast.free_blocks + held + loose == NUM_BLOCKS
+
+
+def _apply_shared(
+    fast: RunPool, ref: BlockPool, model: SharingModel, step: tuple[int, int, int, bool]
+) -> None:
+    choice, x, y, flag = step
+    actions = model.actions()
+    kind, p = actions[choice % len(actions)]
+    if kind == "cache":  # some of its blocks filled up (a prefill chunk)
+        full = x % (fast.held(p) + 1)
+        fast.cache_full(p, full)
+        ref.cache_full(p, full)
+        return
+    if kind == "admit":
+        keys = KEY_SETS[y % len(KEY_SETS)]
+        reusable = x % 8
+        hit = fast.prefix_hit(p, keys, reusable, 100)
+        assert hit == ref.prefix_hit(p, keys, reusable, 100)
+        new = (x // 8) % (fast.free_blocks + 2) if flag else (x // 8) % 4
+        room = fast.room_for(p, hit, new, keys)
+        assert room == ref.room_for(p, hit, new, keys)
+        if not room:
+            return
+        fast.admit(p, hit, new, keys)
+        ref.admit(p, hit, new, keys)
+        if p in model.pinned:
+            _compare_shared(fast, ref, sum(model.loose.values()))
+            fast.unpin(p)
+            ref.unpin(p)
+            model.pinned.discard(p)
+        model.running.add(p)
+        return
+    _apply(fast, ref, model, step)
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(steps)
+def test_run_pool_equals_block_pool_with_shared_prefixes(
+    sequence: list[tuple[int, int, int, bool]],
+) -> None:
+    """The same walk with calls whose prompts start with shared blocks (two prefixes that
+    share their first two blocks, one of one block, none), the blocks filling up (and
+    cached for all) chunk by chunk: same free count, held blocks, overlap, hits for every
+    program and key set, evictions."""
+    fast, ref = RunPool(NUM_BLOCKS, 4), BlockPool(NUM_BLOCKS, 4)
+    model = SharingModel()
+    for step in sequence:
+        _apply_shared(fast, ref, model, step)
+        _compare_shared(fast, ref, sum(model.loose.values()))

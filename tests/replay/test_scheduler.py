@@ -50,9 +50,9 @@ class AdmitLog:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._pool, name)
 
-    def admit(self, program: str, hit: int, new: int) -> None:
+    def admit(self, program: str, hit: int, new: int, keys: tuple[Any, ...] = ()) -> None:
         self.admits.append((program, hit, new))
-        self._pool.admit(program, hit, new)
+        self._pool.admit(program, hit, new, keys)
 
 
 class Driver:

@@ -38,7 +38,7 @@ from replay.scheduler import SimSchedulerConfig
 from replay.sim import Outcome, ReplayConfig
 from replay.vllmsim.outcome import Outcome as VllmOutcome
 from replay.vllmsim.run import run
-from replay.workload import AgentProgram, Call, Workload
+from replay.workload import AgentProgram, Call, SharedPrefix, Workload
 from ttlctl import bundle as bundle_mod
 
 #: relative tolerance of times (float summation order, see the module docstring)
@@ -62,7 +62,11 @@ class Case:
     def describe(self) -> str:
         e = self.config.engine
         calls = [
-            [(c.input_tokens, c.output_tokens, c.reused_tokens, c.pause_s) for c in p.calls]
+            [
+                (c.input_tokens, c.output_tokens, c.reused_tokens, c.pause_s)
+                + ((c.prefix.hashes, c.prefix.block_tokens) if c.prefix else ())
+                for c in p.calls
+            ]
             for p in self.workload.programs
         ]
         return (
@@ -93,15 +97,38 @@ def continuum_bundles(
 # ---------------------------------------------------------------------- strategies
 
 
+#: shared prefixes (chained hashes): a tree (1, 2, … shared, then apart), of trace blocks
+#: that divide, are divided by or neither the engine's 16 or 32
+PREFIX_HASHES = ((1, 2, 3, 4, 5, 6), (1, 2, 3, 7, 8), (1, 9), (10, 11, 12))
+
+
 @st.composite
-def programs(draw: st.DrawFn, max_programs: int = 6, max_turns: int = 5) -> list[AgentProgram]:
+def shared_prefix(draw: st.DrawFn) -> SharedPrefix | None:
+    """One of a few products' prefixes (or none), some of them sharing their first blocks."""
+    which = draw(st.integers(0, len(PREFIX_HASHES)))
+    if which == len(PREFIX_HASHES):
+        return None
+    hashes = PREFIX_HASHES[which]
+    n = draw(st.integers(1, len(hashes)))
+    return SharedPrefix(hashes[:n], draw(st.sampled_from([8, 16, 24, 32, 64])))
+
+
+@st.composite
+def programs(
+    draw: st.DrawFn, max_programs: int = 6, max_turns: int = 5, shared: bool = False
+) -> list[AgentProgram]:
     """Programs whose calls repeat all, part or none of the previous stream (prompt +
-    output) and add new tokens; a few repeat it whole with nothing new."""
+    output) and add new tokens; a few repeat it whole with nothing new. With ``shared``,
+    most programs' prompts start with a prefix other programs share (:data:`PREFIX_HASHES`);
+    a first prompt may end inside it, and now and then a call changes prefix."""
     out: list[AgentProgram] = []
     for p in range(draw(st.integers(1, max_programs))):
         calls: list[Call] = []
         stream = 0
+        prefix = draw(shared_prefix()) if shared else None
         for _ in range(draw(st.integers(1, max_turns))):
+            if shared and draw(st.integers(0, 5)) == 0:
+                prefix = draw(shared_prefix())
             how = draw(st.sampled_from(["all", "all", "all", "part", "none", "exact"]))
             if not stream or how == "none":
                 reused = 0
@@ -110,9 +137,12 @@ def programs(draw: st.DrawFn, max_programs: int = 6, max_turns: int = 5) -> list
             else:
                 reused = stream
             new = 0 if (how == "exact" and reused) else draw(st.integers(1, 160))
+            if prefix is not None and not reused and draw(st.integers(0, 3)):
+                new += len(prefix.hashes) * prefix.block_tokens  # the whole prefix, and more
             output = draw(st.one_of(st.integers(1, 24), st.integers(24, 80)))
             tool = draw(st.sampled_from(TOOLS))
-            calls.append(Call(reused + new, output, reused, tool, draw(st.sampled_from(PAUSES))))
+            pause = draw(st.sampled_from(PAUSES))
+            calls.append(Call(reused + new, output, reused, tool, pause, prefix))
             stream = reused + new + output
         start = draw(st.sampled_from([0.0, 0.0, 0.003, 0.05, 0.4]))
         out.append(AgentProgram(f"p{p}", start, tuple(calls)))
@@ -172,13 +202,17 @@ def specs(
 
 @st.composite
 def cases(
-    draw: st.DrawFn, bundles: Mapping[str, dict[str, Any] | None], pressure: bool = False
+    draw: st.DrawFn,
+    bundles: Mapping[str, dict[str, Any] | None],
+    pressure: bool = False,
+    shared: bool = False,
 ) -> Case:
     """``bundles``: name -> bundle for continuum (a cold-start one is None). One case in
     three (every case with ``pressure``) is under pressure: more programs, all at once, a
-    policy that pins, and a cache that holds a few of their contexts at most."""
+    policy that pins, and a cache that holds a few of their contexts at most. ``shared``:
+    programs whose prompts start with prefixes shared across programs."""
     if pressure or draw(st.integers(0, 2)) == 0:
-        work = Workload(tuple(draw(programs(max_programs=8, max_turns=6))))
+        work = Workload(tuple(draw(programs(max_programs=8, max_turns=6, shared=shared))))
         work = Workload(tuple(replace(p, start_s=0.0) for p in work.programs))
         engine = draw(engines(work))
         largest = max(c.input_tokens + c.output_tokens for p in work.programs for c in p.calls)
@@ -188,7 +222,7 @@ def cases(
         spec, which = draw(specs(bundles, pins_only=True))
         load = draw(st.sampled_from([Load(), Load(concurrency=3), Load(concurrency=6)]))
         return Case(work, ReplayConfig(engine=engine), load, spec, which)
-    work = Workload(tuple(draw(programs())))
+    work = Workload(tuple(draw(programs(shared=shared))))
     engine = draw(engines(work))
     spec, which = draw(specs(bundles))
     return Case(work, ReplayConfig(engine=engine), draw(loads), spec, which)

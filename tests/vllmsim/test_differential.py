@@ -91,6 +91,30 @@ def test_random_workloads_call_by_call(bundles: dict[str, Any], pressure: bool) 
         tally.merge_into(Path(REPORT))
 
 
+@pytest.mark.skipif(ASYNC and not REPORT, reason="async is measured (TTLCTL_DIFF_REPORT)")
+@pytest.mark.parametrize("pressure", [False, True], ids=["mixed", "pressure"])
+def test_random_workloads_with_shared_prefixes(bundles: dict[str, Any], pressure: bool) -> None:
+    """The same, with programs whose prompts start with prefixes other programs share (a
+    tree of chained hashes, trace blocks of 8 to 64 tokens): vLLM's prefix cache finds
+    them through the tokens, the fast backend through the keys."""
+    tally = Tally() if REPORT else None
+
+    @settings(
+        max_examples=max(1, EXAMPLES // 2 if not pressure else EXAMPLES // 4),
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.data())
+    def one(data: st.DataObject) -> None:
+        check(data.draw(cases(bundles, pressure=pressure, shared=True)), tally)
+
+    one()
+    if tally is not None and REPORT:
+        tally.merge_into(Path(REPORT))
+
+
 # ---------------------------------------------------------------------- shared traces
 
 #: folder -> (files, programs, calls per program); small slices, one contended engine each

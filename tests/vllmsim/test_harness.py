@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from profiles.cost import ProfileCostModel
+from profiles.cost import ProfileCostModel, rebuild_pricer
 from profiles.shipped import resolve
 from replay.policies import PolicySpec, make
 from replay.policy_runs import Load, run_one
@@ -27,9 +27,7 @@ def swe() -> Workload:
 
 
 def _fast(work: Workload, spec: PolicySpec, config: ReplayConfig) -> Any:
-    def rebuild(tokens: float, offload: bool) -> float:
-        return COST.reload_s(int(tokens)) if offload else COST.prefill_s(0, int(tokens))
-
+    rebuild = rebuild_pricer(COST, config.engine.max_num_batched_tokens)
     return simulate(work, make(spec, {}, rebuild), COST, config)
 
 

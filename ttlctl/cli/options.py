@@ -24,15 +24,15 @@ import typer
 
 #: the simulated KV cache (``SimSchedulerConfig.kv_tokens``)
 KV_TOKENS = 600_000
-#: no CPU offload tier (``ReplayConfig.offload_tokens``)
-OFFLOAD_TOKENS = 0
-#: the fast simulator
-BACKEND = "fast"
-#: the simulated engine's vLLM knobs (``SimSchedulerConfig``'s; vLLM's GPU defaults)
+#: the simulated engine's size, as vLLM's flags (``SimSchedulerConfig``)
 BLOCK_SIZE = 16
 MAX_NUM_BATCHED_TOKENS = 8192
 MAX_NUM_SEQS = 256
 MAX_MODEL_LEN = 131_072
+#: no CPU offload tier (``ReplayConfig.offload_tokens``)
+OFFLOAD_TOKENS = 0
+#: the fast simulator
+BACKEND = "fast"
 
 #: old spellings still accepted, per command: old flag -> new flag (a warning says so)
 RENAMED: dict[str, dict[str, str]] = {
@@ -99,9 +99,9 @@ Trace = Annotated[
     Path, typer.Argument(help="Canonical trace (Parquet) from `ttlctl ingest` or `ttlctl synth`.")
 ]
 FitFile = Annotated[Path, typer.Option("--fit", help="fit.json from `ttlctl fit`.")]
-Profile = Annotated[
-    str, typer.Option("--profile", help="Profile: a profile.json, or a shipped profile name.")
-]
+#: ``--profile``'s help, the same wherever it is taken
+PROFILE_HELP = "Profile: a profile.json, or a shipped profile name."
+Profile = Annotated[str, typer.Option("--profile", help=PROFILE_HELP)]
 ContinuumBundle = Annotated[
     Path | None,
     typer.Option("--bundle", help="Policy bundle of continuum (default: a cold start, no fit)."),
@@ -168,26 +168,30 @@ IdleGapCap = Annotated[
 KvTokens = Annotated[int, typer.Option("--kv-tokens", min=1, help="KV cache size in tokens.")]
 BlockSize = Annotated[
     int,
-    typer.Option("--block-size", min=1, help="KV block size in tokens (vLLM's --block-size)."),
+    typer.Option(
+        "--block-size", min=1, help="KV block size in tokens (vLLM's --block-size)."
+    ),
 ]
 MaxNumBatchedTokens = Annotated[
     int,
     typer.Option(
         "--max-num-batched-tokens",
         min=1,
-        help="Token budget of one engine step; longer prefills are chunked (vLLM's flag).",
+        help="Token budget per step (vLLM's --max-num-batched-tokens).",
     ),
 ]
 MaxNumSeqs = Annotated[
     int,
-    typer.Option("--max-num-seqs", min=1, help="Most requests running at once (vLLM's flag)."),
+    typer.Option(
+        "--max-num-seqs", min=1, help="Most requests running at once (vLLM's --max-num-seqs)."
+    ),
 ]
 MaxModelLen = Annotated[
     int,
     typer.Option(
         "--max-model-len",
         min=1,
-        help="Longest request (tokens) the engine accepts (vLLM's flag).",
+        help="Longest request the engine accepts (vLLM's --max-model-len).",
     ),
 ]
 OffloadTokens = Annotated[
@@ -248,5 +252,42 @@ QueueDelay = Annotated[
         "--queue-delay-seconds",
         min=0.0,
         help="T (s) assumed for the τ* columns (0: a fresh engine's).",
+    ),
+]
+
+# ---- vLLM's router (vllm-router) ------------------------------------------------------
+
+ProfileToShow = Annotated[str | None, typer.Option("--profile", help=PROFILE_HELP)]
+AsRouter = Annotated[
+    str | None,
+    typer.Option(
+        "--as",
+        help="vllm-router: print the profile as the router's --program-scheduling-config-json "
+        "value (its Program scheduling calibrated; each coefficient explained on stderr).",
+    ),
+]
+DecodeThroughputAlpha = Annotated[
+    float | None,
+    typer.Option(
+        "--decode-throughput-alpha",
+        help="With --as vllm-router: the router's prefill_cost_model.decode_throughput_alpha "
+        "(share of decode throughput kept during a prefill; default 0, ttlctl's additive step).",
+    ),
+]
+Replicas = Annotated[
+    int | None,
+    typer.Option(
+        "--replicas",
+        help="A fleet: this many vLLM replicas with vllm-router in front (see --router).",
+    ),
+]
+Routers = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--router",
+        help="vllm-router's --policy for the fleet: cache_aware (its default), round_robin, "
+        "random, power_of_two, consistent_hash, sticky_least_loaded, kv_aware; or "
+        "program_scheduling (its Program scheduling over consistent_hash, calibrated by "
+        "--profile when given). Repeat for several.",
     ),
 ]

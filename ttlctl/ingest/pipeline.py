@@ -9,11 +9,12 @@ from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from ttlctl.ingest import lookup, rules
-from ttlctl.ingest.reader import Parsed, Reader, head_bytes, streaming
+from ttlctl.ingest.reader import GroupReader, Parsed, Reader, head_bytes, streaming
 from ttlctl.ingest.rejects import IngestError, RejectSink
 from ttlctl.jsonio import replacing
 from ttlctl.trace import io as trace_io
@@ -55,6 +56,13 @@ class IngestReport:
     #: programs still running when the log was read (engine logs), kept up to their
     #: last logged call; counted here, not rejected
     in_flight: int = 0
+    #: programs made from a program id used again after its program ended (engine logs:
+    #: ``<id>#2`` …); counted here, not rejected
+    reused_ids: int = 0
+    #: calls the engine aborted (engine logs), kept as calls with the tokens they produced
+    aborted: int = 0
+    #: the engines' facts the logs state (engine logs), as kept in the trace's metadata
+    engines: list[dict[str, Any]] = field(default_factory=list)
 
     def formats(self) -> dict[str, int]:
         return dict(Counter(f.format for f in self.files))
@@ -123,6 +131,7 @@ def ingest(
         sink = RejectSink(skip_bad=skip_bad, stream=stream)
         parsed: list[tuple[Parsed, bool]] = []
         total_bytes = 0
+        groups: dict[str, tuple[GroupReader, list[FileReport]]] = {}
         for index, path in enumerate(files):
             if progress is not None:
                 progress(path, index, len(files))
@@ -131,13 +140,26 @@ def ingest(
                 sink.reject(path, None, _unrecognised(path))
                 report.files.append(FileReport(str(path), "unrecognised", 1))
                 continue
+            total_bytes += path.stat().st_size
+            if isinstance(reader, GroupReader):  # read with the others of its format, below
+                entry = FileReport(str(path), reader.name, None)
+                groups.setdefault(reader.name, (reader, []))[1].append(entry)
+                report.files.append(entry)
+                continue
             before = sink.count
             one = _read_one(reader, path, sink)
             _check_accounting(reader, path, one, sink.count - before)
             report.files.append(FileReport(str(path), reader.name, one.records, one.in_flight))
-            report.in_flight += one.in_flight
             parsed.append((one, one.absolute_time))
-            total_bytes += path.stat().st_size
+        for group_reader, entries in groups.values():
+            before = sink.count
+            one = _read_group(group_reader, entries, sink)
+            _check_accounting(group_reader, Path(entries[0].path), one, sink.count - before)
+            parsed.append((one, one.absolute_time))
+            report.reused_ids += one.reused
+            report.aborted += one.aborted
+            report.engines.extend(one.engines)
+        report.in_flight = sum(f.in_flight for f in report.files)
         if progress is not None:
             progress(files[-1], len(files), len(files))
 
@@ -145,7 +167,12 @@ def ingest(
         read_rejects = sink.count
         refuse = None if allow_empty else _refuse_empty(paths, sink)
         rows, rejected_rows = _validate_and_write(
-            parsed, output, sink, streaming=report.streamed, refuse_empty=refuse
+            parsed,
+            output,
+            sink,
+            streaming=report.streamed,
+            engines=report.engines,
+            refuse_empty=refuse,
         )
         report.rows = rows
         # every record is a row written, a row rejected, or a record rejected on reading
@@ -196,6 +223,25 @@ def _read_one(reader: Reader, path: Path, sink: RejectSink) -> Parsed:
         return Parsed(frame=pl.LazyFrame(), records=1)
 
 
+def _read_group(reader: GroupReader, entries: list[FileReport], sink: RejectSink) -> Parsed:
+    """Read one format's files together (their programs may span files); fills each file's
+    report (records, programs in flight)."""
+    paths = [Path(e.path) for e in entries]
+    try:
+        group = reader.read_group(paths, sink)
+    except IngestError:
+        raise
+    except (OSError, pl.exceptions.PolarsError, ValueError) as exc:
+        for path in paths:
+            sink.reject(path, None, f"unreadable as {reader.name}: {_one_line(exc)}")
+        for entry in entries:
+            entry.records = 1
+        return Parsed(frame=pl.LazyFrame(), records=len(paths))
+    for entry, records, in_flight in zip(entries, group.records, group.in_flight, strict=True):
+        entry.records, entry.in_flight = records, in_flight
+    return group.parsed
+
+
 def _check_accounting(reader: Reader, path: Path, one: Parsed, rejected: int) -> None:
     """A reader must account for every record it saw: as a row or as a reject."""
     if one.records is None:
@@ -238,18 +284,19 @@ def _validate_and_write(
     sink: RejectSink,
     *,
     streaming: bool,
+    engines: list[dict[str, Any]],
     refuse_empty: Callable[[int], None] | None = None,
 ) -> tuple[int, int]:
     """Check all rows, send the bad ones to ``sink``, write the rest: (written, rejected).
     With no row to write, ``refuse_empty`` (if given) is called before anything is."""
     frame = _combine(parsed)
     if streaming:
-        return _validate_in_buckets(frame, output, sink, refuse_empty)
+        return _validate_in_buckets(frame, output, sink, engines, refuse_empty)
     good, bad = rules.split(rules.check(frame.collect()).collect().lazy())
     _report(bad, sink)
     if refuse_empty is not None and not good.select(pl.len()).collect().item():
         refuse_empty(bad.height)
-    written = trace_io.write(good.drop(*SOURCE_COLUMNS), output)
+    written = trace_io.write(good.drop(*SOURCE_COLUMNS), output, engines=engines)
     return written, bad.height
 
 
@@ -268,6 +315,7 @@ def _validate_in_buckets(
     frame: pl.LazyFrame,
     output: Path,
     sink: RejectSink,
+    engines: list[dict[str, Any]],
     refuse_empty: Callable[[int], None] | None = None,
 ) -> tuple[int, int]:
     """Out-of-core check: hash-partition rows by program, check each bucket in memory.
@@ -296,5 +344,5 @@ def _validate_in_buckets(
         every = pl.scan_parquet(parts / "*.parquet")
         if refuse_empty is not None and not every.select(pl.len()).collect().item():
             refuse_empty(rejected)
-        written = trace_io.write(every, output, streaming=True)
+        written = trace_io.write(every, output, streaming=True, engines=engines)
     return written, rejected

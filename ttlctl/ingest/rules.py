@@ -77,6 +77,17 @@ def _value_rules() -> list[Rule]:
             1,
         ),
     ]
+    rules.append(
+        Rule(
+            pl.col("prefix_hashes").is_not_null()
+            & (pl.col("prefix_block_tokens").fill_null(0) <= 0),
+            pl.format(
+                "prefix_hashes need a positive prefix_block_tokens: {}",
+                pl.col("prefix_block_tokens").cast(pl.String).fill_null("null"),
+            ),
+            1,
+        )
+    )
     for name in ("arrival_s", "tool_s", "gap_s", "llm_s"):
         rules.append(
             Rule(~pl.col(name).is_finite(), pl.format(f"non-finite {name}: {{}}", pl.col(name)), 1)

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from profiles import shipped
-from profiles.cost import priced_prefill_s
+from profiles.router_calibration import RouterCalibration
 from profiles.schema import ProfileDoc, from_json, load
 from ttlctl.cli.render.cells import show
 
@@ -70,10 +70,10 @@ def profile_table(console: Console, doc: ProfileDoc) -> None:
     table = Table(title=f"{p.name}: {p.model} on {p.device} ({how})")
     table.add_column("context", justify="right")
     table.add_column("measured", justify="right")
-    chunk = (p.source.get("flags") or {}).get("max_num_batched_tokens")
+    chunk = p.chunk_tokens
     table.add_column("priced by replay" if chunk else "fit", justify="right")
     for tokens, seconds in p.prefill.points:
-        fit = priced_prefill_s(p, tokens, int(chunk)) if chunk else p.prefill_s(tokens)
+        fit = p.rebuild_prefill_s(tokens, chunk)
         table.add_row(f"{tokens:,}", f"{seconds * 1000:.2f} ms", f"{fit * 1000:.2f} ms")
     show(console, table)
     console.print(
@@ -81,4 +81,24 @@ def profile_table(console: Console, doc: ProfileDoc) -> None:
         f"reload {p.reload.bandwidth_bytes_per_s / 1e9:.1f} GB/s "
         f"+ {p.reload.latency_s * 1e6:.0f} µs; decode step {p.decode.step_s * 1000:.2f} ms "
         f"+ {p.decode.per_seq_s * 1e6:.1f} µs/seq + {p.decode.per_kv_token_s * 1e9:.2f} ns/KV token"
+    )
+
+
+def router_calibration(console: Console, cal: RouterCalibration) -> None:
+    """Each of the router's coefficients: its value and unit, and the profile term it is."""
+    table = Table(
+        title=f"vllm-router Program scheduling from profile {cal.profile} "
+        "(--program-scheduling-config-json)"
+    )
+    for col in ("router field", "value", "unit", "from the profile"):
+        table.add_column(
+            col, justify="right" if col == "value" else "left", no_wrap=col == "router field"
+        )
+    for row in cal.rows():
+        table.add_row(row.field, f"{row.value:.6g}", row.unit, row.source)
+    console.print(table)
+    console.print(
+        "start the router with: vllm-router --enable-program-scheduling "
+        '--program-scheduling-config-json "$(ttlctl profile --profile '
+        f'{cal.profile} --as vllm-router)" …'
     )

@@ -144,7 +144,8 @@ def _as_text(value: object) -> str | None:
 
 
 def _finish(frame: pl.LazyFrame, record: pl.Expr, path: Path) -> Parsed:
-    names = set(frame.collect_schema().names())
+    schema = frame.collect_schema()
+    names = set(schema.names())
     missing = [col for col in REQUIRED if col not in names]
     if missing:
         raise ValueError(f"missing column(s) {', '.join(missing)}")
@@ -169,6 +170,11 @@ def _finish(frame: pl.LazyFrame, record: pl.Expr, path: Path) -> Parsed:
             value = pl.when(whole).then(as_float).otherwise(None).cast(dtype, strict=False)
         elif dtype.is_float():
             value = raw.str.strip_chars().cast(pl.Float64, strict=False)
+        elif isinstance(dtype, pl.List):
+            if isinstance(schema[name], pl.List):  # Parquet: typed already
+                casts.append(pl.col(name).cast(dtype, strict=False).alias(name))
+                continue
+            value = _int_list(raw)
         else:
             value = raw
         bad = raw.is_not_null() & (raw.str.strip_chars() != "") & value.is_null()
@@ -187,6 +193,21 @@ def _finish(frame: pl.LazyFrame, record: pl.Expr, path: Path) -> Parsed:
         pl.lit(str(path)).alias(SOURCE_FILE),
     ).with_columns(casts)
     return Parsed(out, records=None)
+
+
+def _int_list(raw: pl.Expr) -> pl.Expr:
+    """A list of whole numbers from text: ``[1, 2, 3]`` (as JSON writes it) or ``1 2 3``;
+    null when an item is not a whole number."""
+    text = raw.str.replace_all(r"[\[\],]", " ").str.replace_all(r"\s+", " ").str.strip_chars()
+    items = text.str.split(" ").list.eval(pl.element().cast(pl.Int64, strict=False))
+    ok = ~items.list.eval(pl.element().is_null()).list.any()
+    return (
+        pl.when(text == "")
+        .then(pl.lit([], dtype=pl.List(pl.Int64)))
+        .when(ok)
+        .then(items)
+        .otherwise(None)
+    )
 
 
 READER = CanonicalReader()

@@ -39,10 +39,24 @@ Canonical columns, per call:
   real records have none).
 - ``llm_s``: ``api_time`` (null when absent).
 - ``is_last``: left to validation (true on each program's last call).
+- ``prefix_hashes`` / ``prefix_block_tokens``: Claude Code sends its tool definitions
+  first (the Messages API renders tools, then the system prompt, then the messages),
+  the same for every session of one Claude Code set-up: the document's ``tool_tokens``
+  (≈ 12.5k) are a prefix other sessions share. Each top-level call gets chained hashes
+  of the ``tool_tokens`` // ``block_size`` full blocks (at most ``in`` // ``block_size``)
+  that name the tool set by its size (``claude-code/tools/<tool_tokens>/<block>``):
+  sessions with the same ``tool_tokens`` share them, others do not. The system prompt
+  (``system_tokens``) is not taken as shared: it embeds the session's environment (the
+  directory, the date, git status), so equal lengths do not mean equal tokens. The
+  trace's own ``hash_ids`` say nothing across sessions (``hash_id_scope: local``: each
+  file numbers its blocks from 1) and stay in ``reused_tokens``. Sub-agents run with a
+  tool set of their own, which the trace does not size: none. Null without
+  ``tool_tokens``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -103,7 +117,35 @@ class ClaudeCodeReader:
         walker = _Walker(path, sink, block_size)
         walker.program(requests, program, parent=None, offset=0.0, where="requests")
         rows = walker.rows
+        try:
+            tools = integer(doc.get("tool_tokens"), "tool_tokens", required=False)
+        except RecordError:
+            tools = None  # an optional hint: without it, nothing is known to be shared
+        if tools is not None and tools >= block_size:
+            _tool_prefix(rows, program, tools, block_size)
         return Parsed(frame_from_rows(rows, path), records=len(rows) + walker.rejected)
+
+
+def tool_hashes(tool_tokens: int, block_size: int) -> list[int]:
+    """Chained hashes of the tool definitions' full blocks, named by their size."""
+    out = []
+    for i in range(tool_tokens // block_size):
+        text = f"claude-code/tools/{tool_tokens}/{block_size}/{i}".encode()
+        digest = hashlib.blake2b(text, digest_size=8).digest()
+        out.append(int.from_bytes(digest, "little", signed=True))
+    return out
+
+
+def _tool_prefix(rows: list[dict[str, Any]], program: str, tools: int, block_size: int) -> None:
+    """The shared tool definitions on each top-level call (module docstring)."""
+    hashes = tool_hashes(tools, block_size)
+    for row in rows:
+        if row["program_id"] != program or "_reason" in row:
+            continue
+        n = min(len(hashes), int(row.get("input_tokens") or 0) // block_size)
+        if n:
+            row["prefix_hashes"] = hashes[:n]
+            row["prefix_block_tokens"] = block_size
 
 
 def _program_id(value: Any, path: Path) -> str:

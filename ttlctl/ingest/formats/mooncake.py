@@ -47,6 +47,12 @@ Canonical columns, per request:
   includes this call's own LLM time, which the trace does not record. Null on
   the last call.
 - ``is_last``: left to validation.
+- ``prefix_hashes`` / ``prefix_block_tokens``: the request's leading ``hash_ids``
+  that requests of at least one *other* program also carry (the blocks other programs
+  share: a system prompt, a common document), full blocks only (at most
+  ``input_length`` // 512), with 512; null when it shares none. Hash ids are kept as
+  64-bit integers (a string id, or an integer out of that range, by its BLAKE2b digest).
+  The program's own repeated blocks stay in ``reused_tokens``.
 
 Bad lines: a line that is not JSON, or whose tokens/timestamp/hash_ids are
 broken, is rejected on its own when its program must be inferred (the program
@@ -56,6 +62,7 @@ program.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,8 +125,9 @@ class MooncakeReader:
             record = f"line {lineno}"
             session = _session(obj.get("session_id"))
             if session is None and not _looks_like_mooncake(obj):
-                sink.reject(path, record, "not a mooncake record: no input_length or "
-                            "hash_ids", raw=obj)
+                sink.reject(
+                    path, record, "not a mooncake record: no input_length or hash_ids", raw=obj
+                )
                 continue
             try:
                 req = _parse(obj, lineno, need_timestamp=session is None)
@@ -127,8 +135,9 @@ class MooncakeReader:
                 if session is None:
                     sink.reject(path, record, str(exc), raw=obj)
                 else:
-                    sessions.setdefault(session, []).append((None, {"_reason": str(exc),
-                                                                    "_record": record}))
+                    sessions.setdefault(session, []).append(
+                        (None, {"_reason": str(exc), "_record": record})
+                    )
                 continue
             if session is None:
                 loose.append(req)
@@ -136,10 +145,15 @@ class MooncakeReader:
                 sessions.setdefault(session, []).append((req, {"_record": record}))
 
         rows: list[dict[str, Any]] = []
+        inferred = infer_programs(loose, stem)
+        groups: list[Sequence[_Request | None]] = [
+            [req for req, _ in items] for items in sessions.values()
+        ]
+        count = _programs_per_hash(groups + [p.requests for p in inferred])
         for session, items in sessions.items():
-            rows.extend(_session_rows(f"{stem}-{session}", items))
-        for program in infer_programs(loose, stem):
-            rows.extend(_program_rows(program))
+            rows.extend(_session_rows(f"{stem}-{session}", items, count))
+        for program in inferred:
+            rows.extend(_program_rows(program, count))
 
         # every line is a row or a reject (iter_jsonl's or ours), all counted by the sink
         records = len(rows) + (sink.count - before)
@@ -266,13 +280,50 @@ def _arrival(req: _Request) -> float | None:
     return None if req.timestamp_ms is None else req.timestamp_ms / 1000.0
 
 
-def _base_row(pid: str, turn: int, req: _Request, prev: _Request | None) -> dict[str, Any]:
+def _programs_per_hash(programs: Sequence[Sequence[_Request | None]]) -> dict[Hash, int]:
+    """How many programs carry each hash id (the blocks are chained: a hash id is one
+    prefix, wherever it occurs)."""
+    count: dict[Hash, int] = {}
+    for requests in programs:
+        seen: set[Hash] = set()
+        for req in requests:
+            if req is not None and req.hash_ids:
+                seen.update(req.hash_ids)
+        for h in seen:
+            count[h] = count.get(h, 0) + 1
+    return count
+
+
+def _int64(h: Hash) -> int:
+    if isinstance(h, int) and -(1 << 63) <= h < (1 << 63):
+        return h
+    digest = hashlib.blake2b(str(h).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def _shared_prefix(row: dict[str, Any], req: _Request, count: dict[Hash, int]) -> None:
+    """The leading full blocks other programs carry too (module docstring)."""
+    if not req.hash_ids:
+        return
+    n = 0
+    for h in req.hash_ids[: req.input_tokens // BLOCK_SIZE]:
+        if count.get(h, 0) < 2:
+            break
+        n += 1
+    if n:
+        row["prefix_hashes"] = [_int64(h) for h in req.hash_ids[:n]]
+        row["prefix_block_tokens"] = BLOCK_SIZE
+
+
+def _base_row(
+    pid: str, turn: int, req: _Request, prev: _Request | None, count: dict[Hash, int]
+) -> dict[str, Any]:
     if prev is None:
         reused: int | None = 0
     else:
         shared = _shared_blocks(prev.hash_ids, req.hash_ids)
         reused = None if shared is None else min(shared * BLOCK_SIZE, req.input_tokens)
-    return {
+    row = {
         "program_id": pid,
         "turn": turn,
         "arrival_s": _arrival(req),
@@ -281,6 +332,8 @@ def _base_row(pid: str, turn: int, req: _Request, prev: _Request | None) -> dict
         "reused_tokens": reused,
         "_record": f"line {req.lineno}",
     }
+    _shared_prefix(row, req, count)
+    return row
 
 
 def _link(row: dict[str, Any], this: _Request, nxt: _Request) -> None:
@@ -296,11 +349,11 @@ def _link(row: dict[str, Any], this: _Request, nxt: _Request) -> None:
         row["gap_s"] = max(0.0, end - start)
 
 
-def _program_rows(program: _Program) -> list[dict[str, Any]]:
+def _program_rows(program: _Program, count: dict[Hash, int]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     reqs = program.requests
     for turn, req in enumerate(reqs):
-        row = _base_row(program.pid, turn, req, reqs[turn - 1] if turn else None)
+        row = _base_row(program.pid, turn, req, reqs[turn - 1] if turn else None, count)
         if turn + 1 < len(reqs):
             _link(row, req, reqs[turn + 1])
         rows.append(row)
@@ -308,7 +361,7 @@ def _program_rows(program: _Program) -> list[dict[str, Any]]:
 
 
 def _session_rows(
-    pid: str, items: list[tuple[_Request | None, dict[str, Any]]]
+    pid: str, items: list[tuple[_Request | None, dict[str, Any]]], count: dict[Hash, int]
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for turn, (req, extra) in enumerate(items):
@@ -316,7 +369,7 @@ def _session_rows(
             rows.append({"program_id": pid, "turn": turn, **extra})
             continue
         prev = items[turn - 1][0] if turn else None
-        row = _base_row(pid, turn, req, prev)
+        row = _base_row(pid, turn, req, prev, count)
         if turn and prev is None:
             row["reused_tokens"] = None
         if turn == 0 and row["arrival_s"] is None:

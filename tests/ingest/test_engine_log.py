@@ -306,6 +306,6 @@ def test_aborted_calls_are_kept_with_no_output_and_counted(tmp_path: Path) -> No
     trace = trace_io.read(tmp_path / "t.parquet").sort("program_id", "turn")
     assert trace["output_tokens"].to_list() == [50, 0, 0]
     result = CliRunner().invoke(
-        app, ["ingest", str(src), "-o", str(tmp_path / "t.parquet"), "--json"]
+        app, ["ingest", str(src), "-o", str(tmp_path / "t.parquet"), "--json", "-"]
     )
     assert json.loads(result.stdout)["ingest"]["aborted"] == 2

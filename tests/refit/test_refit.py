@@ -276,11 +276,11 @@ def test_the_replay_is_sized_as_the_log_states_and_a_flag_wins(
     line = "replay sized from the engine log: 64,000 KV tokens in blocks of 32, max_num_seqs 48"
     assert line in result.stdout
     assert "async scheduling" in result.stderr  # the fast simulator is synchronous
-    report = json.loads(run(*base, "--json").stdout)
+    report = json.loads(run(*base, "--json", "-").stdout)
     engine = report["replay"]["engine"]
     assert (engine["kv_tokens"], engine["block_size"], engine["max_num_seqs"]) == (64_000, 32, 48)
     assert (engine["max_num_batched_tokens"], engine["max_model_len"]) == (4096, 65_536)
-    given = run(*base, "--kv-tokens", "300000", "--max-num-seqs", "48", "--json")
+    given = run(*base, "--kv-tokens", "300000", "--max-num-seqs", "48", "--json", "-")
     assert given.exit_code == 0, given.output
     engine = json.loads(given.stdout)["replay"]["engine"]
     assert (engine["kv_tokens"], engine["max_num_seqs"], engine["block_size"]) == (300_000, 48, 32)

@@ -168,9 +168,7 @@ IdleGapCap = Annotated[
 KvTokens = Annotated[int, typer.Option("--kv-tokens", min=1, help="KV cache size in tokens.")]
 BlockSize = Annotated[
     int,
-    typer.Option(
-        "--block-size", min=1, help="KV block size in tokens (vLLM's --block-size)."
-    ),
+    typer.Option("--block-size", min=1, help="KV block size in tokens (vLLM's --block-size)."),
 ]
 MaxNumBatchedTokens = Annotated[
     int,

@@ -67,6 +67,9 @@ class SimSchedulerConfig:
     #: admit a waiting request only if its whole prompt fits (vLLM 0.32's
     #: ``scheduler_reserve_full_isl``, on by default), not just its first chunk
     reserve_full_prompt: bool = True
+    #: vLLM's ``--async-scheduling``: step N+1 is scheduled before step N's output is
+    #: applied (:mod:`replay.async_sched`)
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         if self.kv_tokens < self.block_size or self.block_size <= 0:
@@ -312,6 +315,11 @@ class SimScheduler:
             extra_s, finished = self._merge_decodes(now + duration, horizon)
             duration += extra_s
         return duration, finished
+
+    def applied_step(self) -> int:
+        """The index of the step whose output the last :meth:`step` applied (the last
+        one taken: a synchronous step's output is applied at its end)."""
+        return self.stats.steps - 1
 
     def _enter_running(self, req: SimRequest) -> None:
         self._run_counter += 1

@@ -14,6 +14,7 @@ such mapping (:data:`UNMAPPED` says why) and are refused.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from profiles.cost import CostModel
@@ -84,11 +85,6 @@ def check(
     if backend not in BACKENDS:
         raise BackendError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend == "fast":
-        if async_scheduling:
-            raise BackendError(
-                "--async-scheduling needs --backend vllm (the fast simulator schedules "
-                "synchronously)"
-            )
         return
     for name in policies:
         if name in UNMAPPED:
@@ -120,10 +116,28 @@ def check_request(
     return vllm_version()
 
 
+@dataclass(frozen=True, slots=True)
+class AsyncRunOne:
+    """:func:`run_one` with the fast backend's async scheduling on."""
+
+    def __call__(
+        self,
+        workload: Workload,
+        spec: PolicySpec,
+        cost: CostModel,
+        config: ReplayConfig,
+        timing: Load,
+        *,
+        timed: bool = True,
+    ) -> PolicyResult:
+        engine = replace(config.engine, async_scheduling=True)
+        return run_one(workload, spec, cost, replace(config, engine=engine), timing, timed=timed)
+
+
 def runner(backend: str, *, async_scheduling: bool = False) -> RunOne:
     """The function that replays one policy on ``backend``."""
     if backend == "fast":
-        return run_one
+        return AsyncRunOne() if async_scheduling else run_one
     check(backend, (), async_scheduling=async_scheduling)
     # lazy: the vLLM backend imports vLLM (and torch); the fast path must not
     from replay.vllmsim.run import VllmRunner

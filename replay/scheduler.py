@@ -67,9 +67,6 @@ class SimSchedulerConfig:
     #: admit a waiting request only if its whole prompt fits (vLLM 0.32's
     #: ``scheduler_reserve_full_isl``, on by default), not just its first chunk
     reserve_full_prompt: bool = True
-    #: vLLM's ``--async-scheduling``: step N+1 is scheduled before step N's output is
-    #: applied (:mod:`replay.async_sched`)
-    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         if self.kv_tokens < self.block_size or self.block_size <= 0:

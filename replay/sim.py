@@ -41,6 +41,9 @@ class ReplayConfig:
     truncate: bool = False
     #: check invariants after every step (slower)
     check: bool = False
+    #: vLLM's ``--async-scheduling``: step N+1 is scheduled before step N's output is
+    #: applied (:class:`replay.async_sched.AsyncSimScheduler`)
+    async_scheduling: bool = False
 
 
 @dataclass(slots=True)
@@ -117,7 +120,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
         if config.offload_tokens > 0
         else None
     )
-    kind = AsyncSimScheduler if config.engine.async_scheduling else SimScheduler
+    kind = AsyncSimScheduler if config.async_scheduling else SimScheduler
     engine = kind(config.engine, cost, policy, offload)
     events: list[tuple[float, int, int, Any]] = []
     seq = 0
@@ -189,7 +192,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
     step, next_expiry, stats = engine.step, engine.next_expiry, engine.stats
     # the async scheduler takes a step that only preempted itself, and returns nothing
     # only when nothing can happen before the next send or pin expiry
-    is_async = config.engine.async_scheduling
+    is_async = config.async_scheduling
     while True:
         while events and events[0][0] <= now:
             sent, _, _, payload = heapq.heappop(events)

@@ -130,8 +130,8 @@ class AsyncRunOne:
         *,
         timed: bool = True,
     ) -> PolicyResult:
-        engine = replace(config.engine, async_scheduling=True)
-        return run_one(workload, spec, cost, replace(config, engine=engine), timing, timed=timed)
+        config = replace(config, async_scheduling=True)
+        return run_one(workload, spec, cost, config, timing, timed=timed)
 
 
 def runner(backend: str, *, async_scheduling: bool = False) -> RunOne:

@@ -235,10 +235,8 @@ def run_both(
     case: Case, cost: CostModel, *, async_scheduling: bool = False
 ) -> tuple[Outcome, VllmOutcome]:
     # both backends schedule as asked: the fast one models vLLM's async scheduler
-    engine = replace(case.config.engine, async_scheduling=async_scheduling)
-    fast, _ = simulate_one(
-        case.workload, case.spec, cost, replace(case.config, engine=engine), case.load
-    )
+    config = replace(case.config, async_scheduling=async_scheduling)
+    fast, _ = simulate_one(case.workload, case.spec, cost, config, case.load)
     ours = run(
         case.workload,
         case.spec,

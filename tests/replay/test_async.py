@@ -11,6 +11,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from fitting.fit import FitConfig, fit_trace
 from profiles.cost import ConstantCostModel
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, simulate_one
@@ -19,7 +20,9 @@ from replay.sim import Outcome, ReplayConfig
 from replay.workload import AgentProgram, Call, Workload
 from tests.replay.test_equivalence import workload as seeded_workload
 from tests.replay.test_replay_cli import _growing, _trace
+from tests.tune.inputs import write_trace
 from ttlctl.cli import app
+from ttlctl.trace import io as trace_io
 
 COST = ConstantCostModel()
 ENGINE = SimSchedulerConfig(kv_tokens=16 * 200, max_num_batched_tokens=512, max_num_seqs=16)
@@ -110,3 +113,41 @@ def test_replay_takes_the_flag_on_the_fast_backend(tmp_path: Path) -> None:
     assert [d["backend"] for d in docs] == ["fast", "fast"]
     # six programs at once: calls sent during steps start later
     assert docs[1]["results"][0]["jct_mean_s"] > docs[0]["results"][0]["jct_mean_s"]
+
+
+def test_tune_takes_the_flag_on_the_fast_backend(tmp_path: Path) -> None:
+    """The study's objective names async scheduling (a sync study is not reused), and
+    the synchronous fast backend's objective keeps its keys."""
+    trace = write_trace(tmp_path / "t.parquet", programs=6, seed=3)
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps(fit_trace(trace_io.scan(trace), FitConfig(min_samples=5))))
+    summaries = []
+    for mode in ([], ["--async-scheduling"]):
+        out = tmp_path / f"bundle{len(mode)}.json"
+        args = [
+            "tune",
+            str(trace),
+            "--fit",
+            str(fit),
+            "--profile",
+            "llama-3.1-70b-a100",
+            "--concurrency",
+            "3",
+            "--kv-tokens",
+            "12000",
+            "--trials",
+            "2",
+            "--seeds",
+            "1",
+            "--holdout-seeds",
+            "1",
+            "-o",
+            str(out),
+            *mode,
+        ]
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, res.output
+        summaries.append(json.loads((tmp_path / "tune.json").read_text()))
+    sync, asyn = (s["objective"] for s in summaries)
+    assert "async_scheduling" not in sync and "backend" not in sync
+    assert asyn["async_scheduling"] is True and "backend" not in asyn

@@ -9,6 +9,9 @@ scheduler; ``program-fcfs``, ``static-ttl`` and ``continuum`` run ttlctl's
 ``TTLScheduler`` with a bundle that says the policy (pins off; a fixed τ; the
 given or a cold-start bundle). ``infercept``, ``autellix`` and ``oracle`` have no
 such mapping (:data:`UNMAPPED` says why) and are refused.
+
+``--async-scheduling`` runs vLLM's ``AsyncScheduler`` on the vLLM backend and the
+fast backend's model of it (:mod:`replay.async_sched`) on the fast one.
 """
 
 from __future__ import annotations

@@ -151,3 +151,19 @@ def test_tune_takes_the_flag_on_the_fast_backend(tmp_path: Path) -> None:
     sync, asyn = (s["objective"] for s in summaries)
     assert "async_scheduling" not in sync and "backend" not in sync
     assert asyn["async_scheduling"] is True and "backend" not in asyn
+
+
+def test_async_replays_agree_on_both_pools_and_with_offload() -> None:
+    """The block-by-block pool gives the same async replay as the runs pool; an offload
+    tier runs under async scheduling too (its reloads priced in the step)."""
+    work = seeded_workload(2)
+    engine = replace(ENGINE, kv_tokens=16 * 150)
+    for policy in ("vllm", "continuum"):
+        runs = ReplayConfig(engine=engine, check=True, async_scheduling=True)
+        blocks = replace(runs, engine=replace(engine, pool="blocks"))
+        a, _ = simulate_one(work, PolicySpec(policy), COST, runs, Load())
+        b, _ = simulate_one(work, PolicySpec(policy), COST, blocks, Load())
+        assert _calls(a) == _calls(b), policy
+        offload = replace(runs, offload_tokens=16 * 400)
+        c, _ = simulate_one(work, PolicySpec(policy), COST, offload, Load())
+        assert len(c.calls) == work.calls and c.engine.stats.loaded_tokens > 0, policy

@@ -313,6 +313,11 @@ class SimScheduler:
             duration += extra_s
         return duration, finished
 
+    def applied_step(self) -> int:
+        """The index of the step whose output the last :meth:`step` applied (the last
+        one taken: a synchronous step's output is applied at its end)."""
+        return self.stats.steps - 1
+
     def _enter_running(self, req: SimRequest) -> None:
         self._run_counter += 1
         req.run_seq = self._run_counter

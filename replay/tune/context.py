@@ -190,6 +190,7 @@ class TuneContext:
             out["idle_gap_cap_s"] = self.idle_gap_cap_s
         if self.backend != "fast":
             out["backend"] = self.backend
+        if self.backend != "fast" or self.async_scheduling:
             out["async_scheduling"] = self.async_scheduling
         if self.live is not None:
             out["live"] = self.live.fingerprint()

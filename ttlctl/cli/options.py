@@ -212,8 +212,9 @@ AsyncScheduling = Annotated[
     bool,
     typer.Option(
         "--async-scheduling",
-        help="With --backend vllm: vLLM's async scheduling (step N+1 is scheduled "
-        "before step N's output is applied).",
+        help="vLLM's async scheduling (step N+1 is scheduled before step N's output is "
+        "applied; vLLM's default on GPUs): the vLLM backend runs vLLM's AsyncScheduler, "
+        "the fast one models it.",
     ),
 ]
 

@@ -183,6 +183,7 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         RouterSettings(req.routers[0]) if req.routers else None,
         backend=req.backend,
         live=req.live is not None,
+        async_scheduling=req.async_scheduling,
     )
     for name in req.routers:
         RouterSettings(name)  # an unknown one: refused, one line

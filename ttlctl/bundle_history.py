@@ -138,10 +138,19 @@ def rollback(path: Path) -> Restored:
         replaced = None
     except OSError as exc:
         raise BundleError(f"{path}: cannot read the bundle in service: {exc}") from None
-    if replaced is not None:
-        write_atomic(current, replaced)
-    write_atomic(newest.path.read_bytes(), path)
-    newest.path.unlink()
+    try:
+        if replaced is not None:
+            write_atomic(current, replaced)
+        write_atomic(newest.path.read_bytes(), path)
+    except OSError as exc:  # the served file is as it was (write_atomic renames or not)
+        raise BundleError(f"{path}: cannot roll back to {newest.path.name}: {exc}") from None
+    try:
+        newest.path.unlink()
+    except OSError as exc:  # restored, but a second rollback would restore it again
+        raise BundleError(
+            f"{path}: rolled back to {newest.path.name}, but cannot take it out of the "
+            f"history ({exc}); remove it before rolling back further"
+        ) from None
     return Restored(bundle=doc, replaced=replaced, left=len(kept) - 1)
 
 

@@ -122,3 +122,16 @@ def test_a_folder_in_the_way_is_one_line_and_keeps_nothing(tmp_path: Path) -> No
     with pytest.raises(IsADirectoryError):
         bundle_history.replace(doc(1.0), out)
     assert not bundle_history.folder(out).exists()
+
+
+def test_a_rollback_that_cannot_write_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "bundle.json"
+    bundle_history.replace(doc(1.0), path)
+    bundle_history.replace(doc(2.0), path)
+    served = path.read_bytes()
+    # something in the way of the file that keeps what a rollback takes out of service
+    (bundle_history.folder(path) / bundle_history.ROLLED_BACK).mkdir()
+    res = run("bundle", "rollback", path)
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert "cannot roll back" in res.output and str(path) in " ".join(res.output.split())
+    assert path.read_bytes() == served and len(bundle_history.entries(path)) == 1

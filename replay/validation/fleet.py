@@ -118,12 +118,13 @@ def validate_fleet(
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
     if not work.programs:
         raise ValidateError("no programs to validate with")
-    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-"))
-    work_dir.mkdir(parents=True, exist_ok=True)
     if "continuum" in names and bundle is None:
         raise ValidateError("continuum in a fleet needs --bundle")
     if bundle is not None:
         bundle_mod.read(bundle)  # a damaged bundle: refused before anything starts
+    # made only once the arguments are known good: bad input leaves no folder behind
+    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-"))
+    work_dir.mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict[str, Any]] = {}
     live: dict[str, dict[str, Any]] = {}
     fleets: dict[str, dict[str, Any]] = {}

@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from replay.validation.fleet import validate_fleet
+from replay.validation.servers import Sources
+from replay.workload import load
+from tests.live.traces import agent_trace
 from ttlctl.cli import app
+from ttlctl.errors import TtlctlError
 from ttlctl.server import arrivals, router
 from ttlctl.server.fleet import OwnedFleet
 from ttlctl.server.owned import OwnedServer, ServerStartError
@@ -203,3 +208,26 @@ def test_program_scheduling_is_consistent_hash_with_the_profiles_calibration() -
     doc = json.loads(value)
     assert doc["program_scheduling_enable_key"] == "auto"
     assert doc["decode_throughput_model"] == cal.to_json()["decode_throughput_model"]
+
+
+def test_a_fleet_refused_for_its_arguments_leaves_no_work_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bad input is refused before anything is made: no ttlctl-validate-fleet-* folder."""
+    work = load(agent_trace(tmp_path / "t.parquet", programs=2, calls=2))
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(temp))
+    damaged = tmp_path / "bundle.json"
+    damaged.write_text("{")
+    for policies, bundle in ((["continuum"], None), (["vllm"], damaged)):
+        with pytest.raises(TtlctlError, match=r"needs --bundle|not valid JSON"):
+            validate_fleet(
+                work,
+                Sources(base_cmd=["vllm", "serve", "m"]),
+                replicas=2,
+                routers=["consistent_hash"],
+                policies=policies,
+                bundle=bundle,
+            )
+    assert list(temp.iterdir()) == []

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ttlctl import bundle
 from ttlctl.bundle import Bundle, BundleError
-from ttlctl.jsonio import write_atomic
+from ttlctl.jsonio import OutputError, write_atomic
 
 #: bundles kept per served file (the newest ones)
 KEEP = 5
@@ -98,7 +98,7 @@ def _add(path: Path, previous: bytes) -> tuple[Path, bool]:
     entry = folder(path) / f"{seq:06d}-{_short_sha(previous)}.json"
     try:
         write_atomic(previous, entry)
-    except OSError as exc:
+    except (OSError, OutputError) as exc:
         raise BundleError(f"{entry}: cannot keep the bundle replaced: {exc}") from None
     return entry, True
 
@@ -165,7 +165,7 @@ def rollback(path: Path) -> Restored:
         if replaced is not None:
             write_atomic(current, replaced)
         write_atomic(newest.path.read_bytes(), path)
-    except OSError as exc:  # the served file is as it was (write_atomic renames or not)
+    except (OSError, OutputError) as exc:  # the served file is as it was (a rename or not)
         raise BundleError(f"{path}: cannot roll back to {newest.path.name}: {exc}") from None
     try:
         newest.path.unlink()

@@ -220,13 +220,19 @@ def test_a_fleet_refused_for_its_arguments_leaves_no_work_folder(
     monkeypatch.setattr("tempfile.tempdir", str(temp))
     damaged = tmp_path / "bundle.json"
     damaged.write_text("{")
-    for policies, bundle in ((["continuum"], None), (["vllm"], damaged)):
-        with pytest.raises(TtlctlError, match=r"needs --bundle|not valid JSON"):
+    cases = (
+        (["continuum"], None, ["consistent_hash"]),
+        (["vllm"], damaged, ["consistent_hash"]),
+        # a router it does not know, even after one it does: refused before the first fleet
+        (["vllm"], None, ["round_robin", "least_load"]),
+    )
+    for policies, bundle, routers in cases:
+        with pytest.raises(TtlctlError, match=r"needs --bundle|not valid JSON|--router takes"):
             validate_fleet(
                 work,
                 Sources(base_cmd=["vllm", "serve", "m"]),
                 replicas=2,
-                routers=["consistent_hash"],
+                routers=routers,
                 policies=policies,
                 bundle=bundle,
             )

@@ -70,6 +70,13 @@ def test_the_router_command_takes_the_routers_own_flags() -> None:
         "--worker-urls", "http://a:1", "http://b:2",
         "--enable-program-scheduling", "--program-scheduling-config-json", '{"x":1}',
     ]  # fmt: skip
+    # its metrics on a port of its own (the default, 29000, is the host's first router's)
+    metrics = router.router_command([], port=1, command="x", prometheus_port=2)
+    assert metrics[-4:] == ["--prometheus-host", "127.0.0.1", "--prometheus-port", "2"]
+    mine = router.router_command(
+        [], port=1, command="x", prometheus_port=2, extra=["--prometheus-port", "3"]
+    )
+    assert mine.count("--prometheus-port") == 1 and mine[-2:] == ["--prometheus-port", "3"]
     with pytest.raises(router.RouterError, match="--router takes cache_aware"):
         router.router_command([], port=1, policy="least_load", command="x")
     with pytest.raises(router.RouterError, match="--policy is set by ttlctl"):

@@ -91,7 +91,7 @@ class RouterDoc(TypedDict):
     (defaults filled in) and the replicas it routed to."""
 
     name: str
-    settings: dict[str, float | int | None]
+    settings: dict[str, float | int | str | None]
     replicas: int
 
 

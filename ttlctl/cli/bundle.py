@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -11,6 +12,7 @@ from typing import Annotated
 import typer
 
 from fitting.policy import DEFAULT_VALVE
+from profiles import schema as profile_schema
 from ttlctl import bundle, bundle_history, hints, router_flags
 from ttlctl.cli import render
 from ttlctl.cli.kit import UserError, err, out, print_warning, user_errors
@@ -122,8 +124,11 @@ def query(
     """Print {"ttl_s", "source", "benefit_s"}: how long to keep this request's KV."""
     if as_engine == "vllm-router":
         with user_errors():
-            args = router_flags.vllm_router_args(bundle.router_of(bundle.read(path), path))
-        sys.stdout.write(" ".join(args) + "\n")
+            doc = bundle.read(path)
+            args = router_flags.vllm_router_args(
+                bundle.router_of(doc, path), profile_schema.from_json(doc["profile"])
+            )
+        sys.stdout.write(" ".join(shlex.quote(a) for a in args) + "\n")
         return
     with user_errors():
         if tool is None or context_tokens is None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -128,7 +127,9 @@ def query(
             args = router_flags.vllm_router_args(
                 bundle.router_of(doc, path), profile_schema.from_json(doc["profile"])
             )
-        sys.stdout.write(" ".join(shlex.quote(a) for a in args) + "\n")
+        # unquoted: the JSON has no spaces, and `$(ttlctl bundle query …)` passes each
+        # word as it is (quotes would reach the router)
+        sys.stdout.write(" ".join(args) + "\n")
         return
     with user_errors():
         if tool is None or context_tokens is None:

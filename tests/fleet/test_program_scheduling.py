@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import socket
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +37,7 @@ from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.synth import synth
 from replay.workload import Workload, from_frame
+from ttlctl import router_flags
 from ttlctl.errors import ConfigError
 
 
@@ -329,3 +335,51 @@ def test_reference_and_calibrated_runs_are_both_available(workload, cost):
         runner(FleetSpec(2, ps()))(
             workload, PolicySpec("vllm"), ConstantCostModel(), CONFIG, LOAD, timed=False
         )
+
+
+def _router_start(config: str) -> str:
+    """What the installed vllm-router says when started with ``config``: its validation
+    error, or its wait for the (absent) worker once the config passed."""
+    command = shutil.which("vllm-router") or str(Path(sys.executable).parent / "vllm-router")
+    if not Path(command).exists():
+        pytest.skip("vllm-router is not installed (pip install vllm-router)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    proc = subprocess.Popen(
+        [command, "--host", "127.0.0.1", "--port", port, "--worker-urls", "http://127.0.0.1:9",
+         "--enable-program-scheduling", "--program-scheduling-config-json", config],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    seen: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if "Waiting for" in line or "Error starting router" in line:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    return "".join(seen)
+
+
+def test_the_installed_router_takes_the_printed_config() -> None:
+    """The flag value `bundle query --as vllm-router` prints for a tuned program-scheduling
+    router passes the real router's validation (vllm-router 0.1.17)."""
+    settings = RouterSettings(
+        "program-scheduling",
+        program_scheduling_config_json=json.dumps(
+            {"token_capacity_per_target": 600_000, "low_watermark_ratio": 0.8,
+             "max_acting_ttl_seconds": 42.5, "resume_order": "fcfs"}
+        ),
+    )  # fmt: skip
+    printed = router_flags.vllm_router_args(
+        {"name": "program-scheduling", "settings": settings.resolved(), "replicas": 2},
+        resolve("llama-3.1-8b-h100")[0],
+    )
+    assert printed[:2] == ["--enable-program-scheduling", "--program-scheduling-config-json"]
+    log = _router_start(printed[2])
+    assert "Waiting for" in log and "Error" not in log
+    bad = json.loads(printed[2]) | {"max_acting_ttl_seconds": -1}
+    assert "max_acting_ttl_seconds" in _router_start(json.dumps(bad))

@@ -11,7 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -383,3 +383,22 @@ def test_the_installed_router_takes_the_printed_config() -> None:
     assert "Waiting for" in log and "Error" not in log
     bad = json.loads(printed[2]) | {"max_acting_ttl_seconds": -1}
     assert "max_acting_ttl_seconds" in _router_start(json.dumps(bad))
+
+
+@pytest.mark.parametrize(
+    ("config", "policy"),
+    [({}, "vllm"), ({"token_capacity_per_target": 60_000, "stats_window_size": 10}, "continuum")],
+)
+def test_a_retaining_router_with_waiting_decode_runs_matches_step_by_step(
+    workload, cost, config, policy
+):
+    """Calls the router holds and releases later (on a response's end or at its ticks) meet
+    the replicas' waiting runs of decode steps as stepping one token at a time does."""
+    per_token = replace(CONFIG, engine=replace(CONFIG.engine, fast=False))
+    run = runner(FleetSpec(3, ps(config)))
+    fast = run(workload, PolicySpec(policy), cost, CONFIG, LOAD, timed=False)
+    slow = run(workload, PolicySpec(policy), cost, per_token, LOAD, timed=False)
+    for key in ("llm_calls", "preemptions", "pins_wasted", "miss_reasons", "pins"):
+        assert fast[key] == slow[key], key
+    for key in ("jct_mean_s", "ttft_mean_s", "prefix_hit_rate", "engine_busy_s"):
+        assert fast[key] == pytest.approx(slow[key], rel=1e-9), key

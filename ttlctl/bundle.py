@@ -92,7 +92,7 @@ class RouterDoc(TypedDict):
     (defaults filled in) and the replicas it routed to."""
 
     name: str
-    settings: dict[str, float | int | None]
+    settings: dict[str, float | int | str | None]
     replicas: int
 
 
@@ -345,13 +345,14 @@ def verify(doc: Any) -> None:
 
 
 def _check_router(router: Any) -> None:
-    """The optional ``router`` section: a name, its settings (numbers or null), replicas."""
+    """The optional ``router`` section: a name, its settings (numbers, text, booleans or
+    null: Program scheduling's config has all four), replicas."""
     ok = (
         isinstance(router, dict)
         and isinstance(router.get("name"), str)
         and isinstance(router.get("settings"), dict)
         and all(
-            isinstance(k, str) and (v is None or isinstance(v, (int, float)))
+            isinstance(k, str) and (v is None or isinstance(v, (int, float, str)))
             for k, v in router["settings"].items()
         )
         and isinstance(router.get("replicas"), int)
@@ -360,7 +361,8 @@ def _check_router(router: Any) -> None:
     )
     if not ok:
         raise BundleError(
-            "router must be an object with name (text), settings (numbers) and replicas (>= 1)"
+            "router must be an object with name (text), settings (numbers, text or null) "
+            "and replicas (>= 1)"
         )
 
 

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from fitting.policy import DEFAULT_VALVE
+from profiles import schema as profile_schema
 from ttlctl import bundle, bundle_history, hints, router_flags
 from ttlctl.cli import render
 from ttlctl.cli.kit import UserError, check_outputs, err, out, print_warning, user_errors
@@ -127,7 +128,12 @@ def query(
     """Print {"ttl_s", "source", "benefit_s"}: how long to keep this request's KV."""
     if as_engine == "vllm-router":
         with user_errors():
-            args = router_flags.vllm_router_args(bundle.router_of(bundle.read(path), path))
+            doc = bundle.read(path)
+            args = router_flags.vllm_router_args(
+                bundle.router_of(doc, path), profile_schema.from_json(doc["profile"])
+            )
+        # unquoted: the JSON has no spaces, and `$(ttlctl bundle query …)` passes each
+        # word as it is (quotes would reach the router)
         sys.stdout.write(" ".join(args) + "\n")
         return
     with user_errors():

@@ -307,8 +307,9 @@ RouterName = Annotated[
         "--router",
         help="With --replicas: round-robin, random, power-of-two, consistent-hash, "
         "cache-aware (vllm-router's default), kv-aware, sticky-least-loaded (vllm-router's "
-        "policies; its spellings with underscores too), pin-aware (ttlctl's), as-logged "
-        "(the trace's replica column).",
+        "policies; its spellings with underscores too), program-scheduling (vllm-router's "
+        "--enable-program-scheduling), pin-aware (ttlctl's), as-logged (the trace's "
+        "replica column).",
     ),
 ]
 CacheThreshold = Annotated[
@@ -356,6 +357,23 @@ PinQueueBound = Annotated[
         "--pin-queue-bound",
         help="pin-aware: leave the pin's replica when it has more than this many requests "
         "in flight beyond the least loaded one's (ttlctl's router; 8).",
+    ),
+]
+ProgramSchedulingConfigJson = Annotated[
+    str | None,
+    typer.Option(
+        "--program-scheduling-config-json",
+        help="program-scheduling: vllm-router's Program-scheduling config, as its flag of "
+        "that name takes it (JSON; unset fields take the router's defaults).",
+    ),
+]
+ProgramSchedulingCalibration = Annotated[
+    str | None,
+    typer.Option(
+        "--program-scheduling-calibration",
+        help="program-scheduling: the router's cost coefficients: profile (the replay's "
+        "--profile, as `ttlctl profile --as vllm-router` prints them; the default) or "
+        "reference (the router's built-in ones).",
     ),
 ]
 RouterNames = Annotated[

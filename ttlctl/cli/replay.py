@@ -37,6 +37,8 @@ from ttlctl.cli.options import (
     OffloadTokens,
     PinQueueBound,
     Profile,
+    ProgramSchedulingCalibration,
+    ProgramSchedulingConfigJson,
     ResultDir,
     RouterName,
     RouterTemperature,
@@ -121,6 +123,8 @@ def replay(
     kv_aware_session_affinity_ttl_secs: KvAwareSessionAffinityTtlSecs = None,
     router_temperature: RouterTemperature = None,
     pin_queue_bound: PinQueueBound = None,
+    program_scheduling_config_json: ProgramSchedulingConfigJson = None,
+    program_scheduling_calibration: ProgramSchedulingCalibration = None,
 ) -> None:
     """Replay the trace's programs in closed loop (next call = finish + recorded pause)."""
     # imported when the command runs: `ttlctl --help` and the light commands stay light
@@ -169,6 +173,8 @@ def replay(
                 kv_aware_session_affinity_ttl_secs=kv_aware_session_affinity_ttl_secs,
                 router_temperature=router_temperature,
                 pin_queue_bound=pin_queue_bound,
+                program_scheduling_config_json=program_scheduling_config_json,
+                program_scheduling_calibration=program_scheduling_calibration,
             ),
         )
         with err.status("replaying…") as status:

@@ -231,8 +231,9 @@ def tune(
 
     With --replicas N each replay is a fleet of N engines behind --router (default
     cache-aware); the router's settings that matter for retention (cache-aware's balance
-    thresholds, kv-aware's session-affinity TTL, pin-aware's queue bound; the router
-    itself when --router is repeated) are searched too, the guard compares with stock
+    thresholds, kv-aware's session-affinity TTL, pin-aware's queue bound,
+    program-scheduling's TTL cap, admission gates and queue knobs; the router itself when
+    --router is repeated) are searched too, the guard compares with stock
     vLLM behind cache-aware, and the bundle records the router (`ttlctl bundle query B
     --as vllm-router` prints its flags).
     """

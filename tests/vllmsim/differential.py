@@ -477,3 +477,45 @@ def large_cases(draw: st.DrawFn, bundles: Mapping[str, dict[str, Any] | None]) -
         spec, which = PolicySpec(name), "-"
     load = draw(st.sampled_from([Load(), Load(concurrency=8), Load(concurrency=16)]))
     return Case(work, ReplayConfig(engine=engine), load, spec, which)
+
+
+@st.composite
+def boundary_cases(draw: st.DrawFn) -> Case:
+    """Lengths at block boundaries (a multiple of the block size, one less, one more), a
+    cache with room for the largest call and a little more, small token budgets, several
+    programs at once: an off-by-one in a reservation, a block count or a prefix hit changes
+    when a call is admitted here."""
+    bs = 16
+    out: list[AgentProgram] = []
+    for p in range(draw(st.integers(2, 6))):
+        calls: list[Call] = []
+        stream = 0
+        for _ in range(draw(st.integers(1, 3))):
+            total = bs * draw(st.integers(1, 8)) + draw(st.sampled_from([-1, 0, 1]))
+            prompt = max(stream + 1, total)
+            reused = stream if draw(st.booleans()) else 0
+            output = draw(st.sampled_from([1, 2, bs - 1, bs, bs + 1]))
+            calls.append(Call(prompt, output, reused, "bash", draw(st.sampled_from(PAUSES[:5]))))
+            stream = prompt + output
+        out.append(AgentProgram(f"p{p}", draw(st.sampled_from([0.0, 0.0, 0.001])), tuple(calls)))
+    work = Workload(tuple(out))
+    largest = max(c.input_tokens + c.output_tokens for p in work.programs for c in p.calls)
+    per_call = -(-largest // bs)
+    budget = draw(st.sampled_from([16, 17, 31, 48, 8192]))
+    engine = SimSchedulerConfig(
+        kv_tokens=draw(st.integers(per_call, 2 * per_call + 2)) * bs,
+        block_size=bs,
+        max_num_batched_tokens=budget,
+        max_num_seqs=min(budget, 8),
+        max_model_len=4096,
+        reserve_full_prompt=draw(st.booleans()),
+    )
+    if draw(st.booleans()):
+        ttl = draw(st.sampled_from([0.02, 0.1, 0.3]))
+        valve = draw(st.sampled_from(["head", "stall-only"]))
+        cap = draw(st.sampled_from([None, 0.3]))
+        spec = PolicySpec("static-ttl", ttl_s=ttl, valve=valve, pin_cap=cap)
+    else:
+        spec = PolicySpec(draw(st.sampled_from(["vllm", "program-fcfs"])))
+    load = draw(st.sampled_from([Load(), Load(concurrency=2)]))
+    return Case(work, ReplayConfig(engine=engine), load, spec)

@@ -44,6 +44,7 @@ from replay.workload import load as load_workload
 from tests.vllmsim.differential import (
     Case,
     Tally,
+    boundary_cases,
     cases,
     compare,
     continuum_bundles,
@@ -140,6 +141,27 @@ def test_large_cases(bundles: dict[str, Any]) -> None:
     @given(st.data())
     def one(data: st.DataObject) -> None:
         check(data.draw(large_cases(bundles)), tally)
+
+    one()
+    if tally is not None and REPORT:
+        tally.merge_into(Path(REPORT))
+
+
+@pytest.mark.skipif(ASYNC and not REPORT, reason="async is measured (TTLCTL_DIFF_REPORT)")
+def test_block_boundaries() -> None:
+    """Prompts and outputs at block boundaries on a tight cache (``boundary_cases``)."""
+    tally = Tally() if REPORT else None
+
+    @settings(
+        max_examples=max(1, EXAMPLES // 2),
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.data())
+    def one(data: st.DataObject) -> None:
+        check(data.draw(boundary_cases()), tally)
 
     one()
     if tally is not None and REPORT:

@@ -60,7 +60,10 @@ class ProfileCostModel:
     over everything before them). A step pays its fixed cost once: a step that
     prefills pays :attr:`Profile.prefill_fixed_s` (``a``, plus ``decode.step_s``
     when the prefill fit leaves the step out), a decode-only step ``step_s``;
-    decodes in a step that prefills add only their own terms.
+    decodes in a step that prefills add only their own terms, and such a step
+    costs at least what its decodes alone would (a whole-step profile whose ``a``
+    is below ``step_s``, as a roofline's is, would otherwise make a decode step
+    cheaper by adding a small chunk to it).
     """
 
     profile: Profile
@@ -115,7 +118,10 @@ class ProfileCostModel:
             total += p.b * chunk + p.q * (end * end - context * context)
         if seqs:
             d = self.profile.decode
-            total += d.per_seq_s * seqs + d.per_kv_token_s * kv_tokens
+            decodes = d.per_seq_s * seqs + d.per_kv_token_s * kv_tokens
+            total += decodes
+            if total < d.step_s + decodes:  # never cheaper than its decodes alone
+                return d.step_s + decodes
         return total
 
 

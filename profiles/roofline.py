@@ -73,7 +73,14 @@ MODELS = {
             "Llama-3.1-70B", 70.6, 80, 64, 8, 128, 131072, "meta-llama/Llama-3.1-70B config.json"
         ),
         Model(
-            "Gemma-3-12B", 12.2, 48, 16, 8, 256, 131072, "google/gemma-3-12b-it config.json",
+            "Gemma-3-12B",
+            12.2,
+            48,
+            16,
+            8,
+            256,
+            131072,
+            "google/gemma-3-12b-it config.json",
             "5 of 6 layers use a 1,024-token sliding window; counted here as full attention, "
             "so KV bytes and long-context prefill are over-estimated",
         ),

@@ -170,22 +170,35 @@ class _Pin:
 
 
 @dataclass(slots=True)
+class _Copies:
+    """Shared blocks freed together: ``cids[i]`` is the copy of ``keys[i]``; the run holds
+    positions [lo, hi) less ``holes`` (taken again, or still held when the run was made)."""
+
+    cids: list[int]
+    keys: Keys
+    holes: set[int] | None = None
+
+
+@dataclass(slots=True)
 class _BlockRun:
-    #: program whose own cached blocks [lo, hi) these are; a shared block's copy id (one
-    #: block); None: anonymous
-    owner: str | int | None
+    #: program whose own cached blocks [lo, hi) these are; shared copies; None: anonymous
+    owner: str | _Copies | None
     lo: int
     hi: int
 
     @property
     def size(self) -> int:
+        owner = self.owner
+        if owner is not None and owner.__class__ is _Copies and owner.holes:  # type: ignore[union-attr]
+            return self.hi - self.lo - len(owner.holes)  # type: ignore[union-attr]
         return self.hi - self.lo
 
 
 @dataclass(slots=True)
 class RunPool:
     """Free list of runs, head first; a program's own cached blocks are one run [s, hi)
-    (s: its shared blocks), each cached shared block a run of its own.
+    (s: its shared blocks); the shared copies one request or pin let go of together are
+    one run too (:class:`_Copies`: taken from its high end, a copy hit again leaves a hole).
 
     Invariants (:meth:`check`): free + held + pinned-not-shared + shared blocks referenced
     + taken-not-assigned = ``num_blocks``; every run is non-empty; a program's cached run
@@ -208,10 +221,10 @@ class RunPool:
     _evicted: int = 0
     changes: int = 0
     # shared blocks
-    _copies: dict[Hashable, dict[int, None]] = field(default_factory=dict)  # key -> copies
-    _copy_key: dict[int, Hashable] = field(default_factory=dict)
+    _copies: dict[Hashable, list[int]] = field(default_factory=dict)  # key -> copies, oldest first
     _copy_ref: dict[int, int] = field(default_factory=dict)  # referenced copies
-    _copy_run: dict[int, int] = field(default_factory=dict)  # free copy -> its run
+    #: free copy -> (its run, its position there)
+    _copy_at: dict[int, tuple[int, int]] = field(default_factory=dict)
     _next_copy: int = 0
     _overlap: int = 0
     #: program -> its running request's shared keys and the copies it holds (leading)
@@ -270,9 +283,9 @@ class RunPool:
         s = len(keys)
         if s:
             free_hit = 0
-            copies, free_copies = self._copies, self._copy_run
+            copies, free_copies = self._copies, self._copy_at
             for k in keys[: min(hit, s)]:
-                if next(iter(copies[k])) in free_copies:
+                if copies[k][0] in free_copies:
                     free_hit += 1
             if hit > s and (pin is None or pin.shared >= 0):
                 free_hit += hit - s
@@ -289,7 +302,7 @@ class RunPool:
         own_hit = hit
         if s:
             copies = self._copies
-            kc = [self._ref(next(iter(copies[k]))) for k in keys[: min(hit, s)]]
+            kc = [self._ref(copies[k][0]) for k in keys[: min(hit, s)]]
             self._keys[program], self._kc[program] = keys, kc
             own_hit = hit - s if hit > s else 0
         pin = self._pins.get(program)
@@ -324,15 +337,20 @@ class RunPool:
         if len(kc) >= upto:
             return
         self.changes += 1  # a waiting call may hit them now
-        while len(kc) < upto:
-            cid = self._next_copy
-            self._next_copy += 1
-            key = keys[len(kc)]
-            self._copies.setdefault(key, {})[cid] = None
-            self._copy_key[cid] = key
-            self._copy_ref[cid] = 1
+        copies, refs = self._copies, self._copy_ref
+        start = len(kc)
+        cid = self._next_copy
+        for key in keys[start:upto]:
+            lst = copies.get(key)
+            if lst is None:
+                copies[key] = [cid]
+            else:
+                lst.append(cid)
+            refs[cid] = 1
             kc.append(cid)
-            self._held[program] -= 1  # one of its own blocks becomes the copy
+            cid += 1
+        self._next_copy = cid
+        self._held[program] -= upto - start  # its own blocks become the copies
 
     def overlap(self) -> int:
         return self._overlap
@@ -376,8 +394,7 @@ class RunPool:
         keys = self._keys.pop(program)
         nk = len(kc)
         self._free_stream(program, held, max(0, min(full - nk, held)), nk, keys)
-        for cid in reversed(kc):
-            self._unref(cid)
+        self._unref(kc, keys)
 
     def pin(self, program: str, full: int) -> None:
         if program in self._pins:
@@ -403,8 +420,8 @@ class RunPool:
                 self._prepend(nk + pin.full, nk + pin.blocks)
             if pin.full > pin.shared:
                 self._append(None, nk + pin.shared, nk + pin.full)
-        for cid in reversed(pin.copies):
-            self._unref(cid)
+        if pin.copies:
+            self._unref(pin.copies, pin.keys)
 
     def evicted_blocks(self) -> int:
         return self._evicted
@@ -430,26 +447,64 @@ class RunPool:
 
     def _ref(self, cid: int) -> int:
         """One more reference to a shared copy (off the free list if it was there)."""
-        ref = self._copy_ref.get(cid)
-        if ref is None:
-            del self._runs[self._copy_run.pop(cid)]
-            self._free -= 1
-            self._copy_ref[cid] = 1
-        else:
-            self._copy_ref[cid] = ref + 1
+        at = self._copy_at.pop(cid, None)
+        if at is None:
+            self._copy_ref[cid] += 1
             self._overlap += 1
+            return cid
+        rid, pos = at
+        run = self._runs[rid]
+        copies: _Copies = run.owner  # type: ignore[assignment]
+        holes = copies.holes
+        if pos == run.lo:
+            run.lo += 1
+            while holes and run.lo in holes:
+                holes.remove(run.lo)
+                run.lo += 1
+        elif pos == run.hi - 1:
+            run.hi -= 1
+            while holes and run.hi - 1 in holes:
+                holes.remove(run.hi - 1)
+                run.hi -= 1
+        elif holes is None:
+            copies.holes = {pos}
+        else:
+            holes.add(pos)
+        if run.lo >= run.hi:
+            del self._runs[rid]
+        self._free -= 1
+        self._copy_ref[cid] = 1
         return cid
 
-    def _unref(self, cid: int) -> None:
-        ref = self._copy_ref[cid]
-        if ref > 1:
-            self._copy_ref[cid] = ref - 1
-            self._overlap -= 1
-        else:  # the last reference: to the tail, still cached
-            del self._copy_ref[cid]
-            self._copy_run[cid] = self._append(cid, 0, 1)
+    def _unref(self, kc: list[int], keys: Keys) -> None:
+        """Drop one reference to each of the copies ``kc`` (of ``keys``), last first; those
+        nobody holds any more go to the tail together, still cached."""
+        refs = self._copy_ref
+        dropped: list[int] = []
+        for pos in range(len(kc) - 1, -1, -1):
+            cid = kc[pos]
+            ref = refs[cid]
+            if ref > 1:
+                refs[cid] = ref - 1
+                self._overlap -= 1
+            else:
+                del refs[cid]
+                dropped.append(pos)
+        if not dropped:
+            return
+        lo, hi = dropped[-1], dropped[0] + 1
+        holes = None
+        if len(dropped) != hi - lo:
+            holes = set(range(lo, hi)).difference(dropped)
+        rid = self._next_id
+        self._next_id += 1
+        self._runs[rid] = _BlockRun(_Copies(kc, keys, holes), lo, hi)
+        self._free += len(dropped)
+        at = self._copy_at
+        for pos in dropped:
+            at[kc[pos]] = (rid, pos)
 
-    def _append(self, owner: str | int | None, lo: int, hi: int) -> int:
+    def _append(self, owner: str | None, lo: int, hi: int) -> int:
         rid = self._next_id
         self._next_id += 1
         self._runs[rid] = _BlockRun(owner, lo, hi)
@@ -469,27 +524,48 @@ class RunPool:
         while count:
             rid = next(iter(runs))
             run = runs[rid]
+            owner = run.owner
+            if owner is not None and owner.__class__ is _Copies:
+                count = self._take_copies(rid, run, count)
+                continue
             size = run.hi - run.lo
             n = count if count < size else size
             run.hi -= n
             count -= n
-            owner = run.owner
             if owner is not None:
                 self._evicted += n
             if n == size:
                 del runs[rid]
-                if owner is None:
-                    continue
-                if owner.__class__ is str:
-                    if self._cached.pop(owner, None) is not None:  # type: ignore[arg-type]
-                        self._base.pop(owner, None)  # type: ignore[arg-type]
-                else:  # a shared copy
-                    del self._copy_run[owner]  # type: ignore[arg-type]
-                    key = self._copy_key.pop(owner)  # type: ignore[arg-type]
-                    left = self._copies[key]
-                    del left[owner]  # type: ignore[arg-type]
-                    if not left:
-                        del self._copies[key]
+                if owner is not None and self._cached.pop(owner, None) is not None:  # type: ignore[arg-type]
+                    self._base.pop(owner, None)  # type: ignore[arg-type]
+
+    def _take_copies(self, rid: int, run: _BlockRun, count: int) -> int:
+        """Evict shared copies from the run's high end (past its holes); returns what is
+        left to take."""
+        copies: _Copies = run.owner  # type: ignore[assignment]
+        holes = copies.holes
+        cached, at = self._copies, self._copy_at
+        while count and run.hi > run.lo:
+            pos = run.hi - 1
+            run.hi = pos
+            if holes and pos in holes:
+                holes.remove(pos)
+                continue
+            cid = copies.cids[pos]
+            del at[cid]
+            key = copies.keys[pos]
+            left = cached[key]
+            left.remove(cid)
+            if not left:
+                del cached[key]
+            self._evicted += 1
+            count -= 1
+        while holes and run.hi - 1 in holes:
+            holes.remove(run.hi - 1)
+            run.hi -= 1
+        if run.hi <= run.lo:
+            del self._runs[rid]
+        return count
 
     def check(self) -> None:
         """Block conservation and well-formed runs (see the class docstring)."""
@@ -513,11 +589,18 @@ class RunPool:
                 refs[cid] = refs.get(cid, 0) + 1
         assert refs == self._copy_ref, (refs, self._copy_ref)
         assert self._overlap == sum(r - 1 for r in refs.values())
-        for cid, rid in self._copy_run.items():
-            assert cid not in self._copy_ref and self._runs[rid].owner == cid
-        assert len(self._copy_key) == len(self._copy_ref) + len(self._copy_run)
-        for key, cids in self._copies.items():
-            assert cids and all(self._copy_key[c] == key for c in cids)
+        listed = [c for cids in self._copies.values() for c in cids]
+        assert all(self._copies.values()) and len(listed) == len(set(listed))
+        assert set(listed) == set(self._copy_ref) | set(self._copy_at)
+        assert not set(self._copy_ref) & set(self._copy_at)
+        for cid, (rid, pos) in self._copy_at.items():
+            run = self._runs[rid]
+            assert isinstance(run.owner, _Copies) and run.owner.cids[pos] == cid
+            assert run.lo <= pos < run.hi and pos not in (run.owner.holes or ())
+            assert cid in self._copies[run.owner.keys[pos]]
+        for run in self._runs.values():
+            if isinstance(run.owner, _Copies) and run.owner.holes:
+                assert all(run.lo < h < run.hi - 1 for h in run.owner.holes)
 
 
 # ---------------------------------------------------------------------- blocks

@@ -43,4 +43,3 @@ class OffloadTier:
 
     def reload_s(self, tokens: int) -> float:
         return self.cost.reload_s(tokens)
-

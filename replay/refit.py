@@ -11,7 +11,10 @@ From the log and the bundle in service:
    fit changes; the provenance names the served bundle (path and sha256) and the log
    files (paths and sha256);
 4. **replay** both bundles (``continuum``) and stock vLLM on the log's programs, on
-   held-back seeds, as the tuner's judge does (:func:`replay.tune.judge.replay_held_back`);
+   held-back seeds, as the tuner's judge does (:func:`replay.tune.judge.replay_held_back`),
+   on an engine sized like the server that wrote the log (its facts in the log; flags
+   win: :mod:`replay.refit_sizing`), one per replica for the logs of several replicas
+   (:mod:`replay.refit_replay`);
 5. **judge** with the tuner's guard (:func:`replay.tune.judge.guard`, ``baseline="old"``):
    the new bundle replaces the served one only when its mean JCT is strictly lower (a
    tie keeps the served bundle), and the replacement is atomic (the engine plugin
@@ -42,11 +45,12 @@ from fitting.fit_doc import FitDoc, FitSource
 from fitting.policy import PolicyParams
 from replay.policies import PolicySpec
 from replay.refit_changes import CONTEXTS, jct_table, tool_changes
-from replay.refit_settings import RefitSettings, default_load, fit_config, replay_settings
-from replay.tune.context import TuneContext, load_json
-from replay.tune.judge import guard, held_figures, replay_held_back
-from replay.workload import from_frame
-from ttlctl import __version__
+from replay.refit_replay import engines_doc, plan
+from replay.refit_replay import replay as replay_parts
+from replay.refit_settings import RefitSettings, fit_config, replay_settings
+from replay.tune.context import load_json
+from replay.tune.judge import guard, held_figures
+from ttlctl import __version__, bundle_history
 from ttlctl import bundle as bundle_mod
 from ttlctl.errors import TtlctlError
 from ttlctl.ingest.pipeline import IngestReport, ingest, rejects_path_for
@@ -104,36 +108,33 @@ def refit(
         "profile": old["profile"],
         "policy": params.to_json(),
     }
-    workload = from_frame(frame)
     replay_config, recorded_from = replay_settings(old, settings)
-    loads, load_note = (
-        (settings.loads, "as given") if settings.loads else default_load(frame, workload)
-    )
-    ctx = TuneContext(
-        workload=workload,
-        fit=fit,
-        profile=old["profile"],
-        config=replay_config,
-        loads=tuple(loads),
-        seeds=settings.seeds,
-    )
+    parts = plan(frame, report.engines, settings, replay_config, recorded_from, fit, old["profile"])
+    for part in parts:
+        say(part.sized.line)
+    ctx = parts[0].ctx
     specs = {
         "old": PolicySpec("continuum", bundle=old),
         "new": PolicySpec("continuum", bundle=draft),
         "vllm": PolicySpec("vllm"),
     }
-    say(f"replaying old, new and stock vLLM ({len(ctx.replays())} replays each)")
-    by, p95 = replay_held_back(ctx, specs)
+    replays = sum(len(p.ctx.replays()) for p in parts)
+    say(f"replaying old, new and stock vLLM ({replays} replays each)")
+    by, p95 = replay_parts(parts, specs)
     held = held_figures(ctx, by, p95, ("old", "vllm"), "old", candidate="new")
+    engines = engines_doc(parts)
+    if len(parts) > 1:
+        held["loads"] = [load for e in engines for load in e["loads"]]
     verdict = guard(held, settings.force, baseline="old")
     replay_doc = {
-        "loads": [load_json(t) for t in loads],
-        "load_source": load_note,
+        "loads": [load_json(t) for t in ctx.loads],
+        "load_source": parts[0].load_source,
         "seeds": list(settings.seeds),
-        "engine": asdict(replay_config.engine),
+        "engine": asdict(ctx.config.engine),
         "offload_tokens": replay_config.offload_tokens,
         "truncate": replay_config.truncate,
         "settings_from": recorded_from,
+        "engines": engines,
     }
     provenance = _carried(old["provenance"])
     provenance["refit"] = {
@@ -147,7 +148,7 @@ def refit(
     provenance["ttlctl_version"] = __version__
     new = bundle_mod.assemble(fit, old["profile"], params, provenance)
     target = output or bundle_path
-    action = _apply(new, verdict, target, bundle_path, served_sha, dry_run)
+    action, kept = _apply(new, verdict, target, bundle_path, served_sha, dry_run)
     return {
         "schema": REFIT_SCHEMA,
         "bundle": {"path": str(bundle_path), "sha256": old["sha256"]},
@@ -162,13 +163,22 @@ def refit(
         "contexts": list(CONTEXTS),
         "queue_delay_s": settings.queue_delay_s,
         "tools": tool_changes(old, new, CONTEXTS, settings.queue_delay_s),
-        "replay": replay_doc | {"programs": len(workload.programs), "calls": workload.calls},
+        "replay": replay_doc
+        | {
+            "programs": sum(p.programs for p in parts),
+            "calls": sum(p.ctx.workload.calls for p in parts),
+        },
+        "sizing": {
+            "lines": [p.sized.line for p in parts],
+            "notes": [note for p in parts for note in p.sized.notes],
+        },
         "held_back": held,
         "jct": jct_table(held),
         "guard": verdict,
         "action": action,
         "dry_run": dry_run,
         "target": str(target),
+        "previous_kept": None if kept is None else str(kept),
         "new_bundle_sha256": new["sha256"],
     }
 
@@ -191,21 +201,23 @@ def _apply(
     served: Path,
     served_sha: str,
     dry_run: bool,
-) -> str:
+) -> tuple[str, Path | None]:
     """Write the new bundle when the guard ships it: ``replaced``, ``written`` (to -o),
-    ``kept``, or with ``dry_run`` ``would replace`` / ``would write``."""
+    ``kept``, or with ``dry_run`` ``would replace`` / ``would write``; and where the
+    bundle it replaced was kept (:mod:`ttlctl.bundle_history`), if it replaced one."""
     if verdict["shipped"] != "new":
-        return "kept"
+        return "kept", None
     replacing = target.resolve() == served.resolve()
     if dry_run:
-        return "would replace" if replacing else "would write"
+        return ("would replace" if replacing else "would write"), None
     if replacing and file_sha256(served) != served_sha:
         raise RefitError(
             f"{served}: the served bundle changed while the refit ran; nothing written "
             "(run the refit again)"
         )
-    bundle_mod.write(new, target)  # atomic: the engine reads the old file or the new one
-    return "replaced" if replacing else "written"
+    # atomic: the engine reads the old file or the new one; the old one is kept beside it
+    kept = bundle_history.replace(new, target)
+    return ("replaced" if replacing else "written"), kept
 
 
 def _log_source(logs: Sequence[FileRef]) -> FitSource:

@@ -7,7 +7,8 @@ service records, else the defaults.
 - the loads: those given, else one closed population of the log's mean concurrency
   (:func:`default_load`);
 - the simulated engine (KV size and the rest), offload tier and truncation: those given,
-  else as the served bundle's last refit or its ``tune`` study recorded them, else the
+  else (the engine's size) as the engine log states it (:mod:`replay.refit_sizing`), else
+  as the served bundle's last refit or its ``tune`` study recorded them, else the
   simulator's defaults (:func:`replay_settings`);
 - the seeds: held-back seeds numbered as ``ttlctl tune`` numbers its own (1000, 1001, …).
 """
@@ -49,6 +50,10 @@ class RefitSettings:
     loads: tuple[Load, ...] = ()
     seeds: tuple[int, ...] = (HELD_BACK_FROM, HELD_BACK_FROM + 1, HELD_BACK_FROM + 2)
     kv_tokens: int | None = None
+    block_size: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
     offload_tokens: int | None = None
     truncate: bool | None = None
     #: T (s) assumed for the τ* columns of the report (0: a fresh engine's)
@@ -66,6 +71,10 @@ def checked_settings(
     concurrency: Sequence[int] = (),
     seeds: int = 3,
     kv_tokens: int | None = None,
+    block_size: int | None = None,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_model_len: int | None = None,
     offload_tokens: int | None = None,
     truncate: bool | None = None,
     queue_delay_s: float = 0.0,
@@ -75,8 +84,15 @@ def checked_settings(
     seeds); an option out of range is a :class:`~ttlctl.errors.ConfigError` naming it."""
     if seeds < 1:
         raise ConfigError("--seeds must be >= 1")
-    if kv_tokens is not None and kv_tokens <= 0:
-        raise ConfigError("--kv-tokens must be positive")
+    for flag, value in (
+        ("--kv-tokens", kv_tokens),
+        ("--block-size", block_size),
+        ("--max-num-seqs", max_num_seqs),
+        ("--max-num-batched-tokens", max_num_batched_tokens),
+        ("--max-model-len", max_model_len),
+    ):
+        if value is not None and value <= 0:
+            raise ConfigError(f"{flag} must be positive")
     if offload_tokens is not None and offload_tokens < 0:
         raise ConfigError("--offload-tokens must be >= 0")
     if not queue_delay_s >= 0:
@@ -88,6 +104,10 @@ def checked_settings(
         loads=load_list(jps, concurrency),
         seeds=tuple(range(HELD_BACK_FROM, HELD_BACK_FROM + seeds)),
         kv_tokens=kv_tokens,
+        block_size=block_size,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
         offload_tokens=offload_tokens,
         truncate=truncate,
         queue_delay_s=queue_delay_s,
@@ -124,8 +144,14 @@ def replay_settings(doc: Bundle, settings: RefitSettings) -> tuple[ReplayConfig,
     engine = SimSchedulerConfig(
         **{k: v for k, v in recorded.get("engine", {}).items() if k in known}
     )
-    if settings.kv_tokens is not None:
-        engine = replace(engine, kv_tokens=settings.kv_tokens)
+    given: dict[str, Any] = {
+        "kv_tokens": settings.kv_tokens,
+        "block_size": settings.block_size,
+        "max_num_seqs": settings.max_num_seqs,
+        "max_num_batched_tokens": settings.max_num_batched_tokens,
+        "max_model_len": settings.max_model_len,
+    }
+    engine = replace(engine, **{k: v for k, v in given.items() if v is not None})
     config = ReplayConfig(
         engine=engine,
         offload_tokens=_given(settings.offload_tokens, recorded.get("offload_tokens"), 0),

@@ -319,9 +319,7 @@ class SimScheduler:
         self.running.append(req)
         self._prefilling.append(req)
 
-    def _step_fast(
-        self, now: float, horizon: float
-    ) -> tuple[float, list[SimRequest], bool] | None:
+    def _step_fast(self, now: float, horizon: float) -> tuple[float, list[SimRequest], bool] | None:
         """The same step with the decoding requests taken together; None when it would
         preempt or when the token budget runs out before the end of the running list
         (the request-by-request path then takes the step). When every running request

@@ -275,9 +275,7 @@ def _check(engine: SimScheduler, now: float) -> None:
     if engine.clock > now + 1e-9 * max(1.0, now):  # the same sums, in another order
         fail(f"the engine's clock {engine.clock} ran ahead of the replay's")
     decoding = {
-        r.rid
-        for r in engine.running
-        if r.computed >= r.prompt and r.num_tokens - r.computed == 1
+        r.rid for r in engine.running if r.computed >= r.prompt and r.num_tokens - r.computed == 1
     }
     prefilling = {r.rid for r in engine._prefilling}
     members = set(engine.decoders.members)

@@ -18,10 +18,12 @@ engine's blocks, one key per full block, which is what the backends' prefix cach
 the fleet routers compare:
 
 - first the shared keys: engine block ``k`` ends at token ``e = (k + 1) * block_size``;
-  its key is ``(h, e)`` with ``h`` the trace hash of the block holding token ``e − 1``.
-  The hashes are chained (equal hashes: equal tokens up to the end of that block), so
-  equal keys mean equal tokens from the start of the prompt up to ``e``, whatever the
-  two block sizes; the trace block size need not divide or be divided by the engine's
+  its key is ``((h, b), e)`` with ``h`` the trace hash of the block holding token
+  ``e − 1`` and ``b`` the trace's block size. The hashes are chained within one block size
+  (equal hashes: equal tokens up to the end of that block), so equal keys mean equal tokens
+  from the start of the prompt up to ``e``; the same hash at another block size (two
+  sources ingested together, say Mooncake's 512 and Weka's 64) is another prefix, never
+  a hit. The trace block size need not divide or be divided by the engine's
   (``prefix_block_tokens`` 512 for Mooncake, 64 for Weka, engine blocks of 16: 32 or 4
   keys per hash). Only the full engine blocks inside both the hashed prefix and the
   prompt have keys;
@@ -44,10 +46,11 @@ import numpy as np
 import polars as pl
 
 from ttlctl.trace import io as trace_io
+from ttlctl.trace.prefix import shared_keys
 
-#: a block of a prompt: ``(trace hash, end token)`` for a shared block, ``(program_id,
-#: index)`` for the program's own (see the module docstring)
-BlockKey = tuple[int | str, int]
+#: a block of a prompt: ``((trace hash, trace block size), end token)`` for a shared block,
+#: ``(program_id, index)`` for the program's own (see the module docstring)
+BlockKey = tuple[tuple[int, int] | str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +67,21 @@ class SharedPrefix:
         return _shared_keys(self, block_size, prompt_tokens)
 
 
-@lru_cache(maxsize=4096)
 def _shared_keys(prefix: SharedPrefix, block_size: int, prompt_tokens: int) -> tuple[BlockKey, ...]:
     tokens = min(len(prefix.hashes) * prefix.block_tokens, prompt_tokens)
-    hashes, bt = prefix.hashes, prefix.block_tokens
-    return tuple(
-        (hashes[(e - 1) // bt], e)
-        for e in range(block_size, tokens // block_size * block_size + 1, block_size)
-    )
+    return _first_keys(prefix, block_size, tokens // block_size)
+
+
+@lru_cache(maxsize=4096)
+def _first_keys(prefix: SharedPrefix, block_size: int, n: int) -> tuple[BlockKey, ...]:
+    """The first ``n`` keys, one tuple for every call that has them (the pools compare
+    keys by identity first)."""
+    return _all_keys(prefix, block_size)[:n]
+
+
+@lru_cache(maxsize=1024)
+def _all_keys(prefix: SharedPrefix, block_size: int) -> tuple[BlockKey, ...]:
+    return shared_keys(prefix.hashes, prefix.block_tokens, block_size)
 
 
 @dataclass(frozen=True, slots=True)

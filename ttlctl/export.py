@@ -9,7 +9,10 @@ One line per call, in program and turn order:
 - ``hash_ids``: the prompt's blocks of ``block_size`` tokens (Mooncake's 512 by
   default), chained per program: a call keeps the ids of the previous call's stream for
   the blocks its ``reused_tokens`` cover and takes fresh ids for the rest, so a
-  replayer sees the same prefix sharing the trace recorded;
+  replayer sees the same prefix sharing the trace recorded. A call with a shared prefix
+  (``prefix_hashes``) starts with one id per shared block of ``block_size`` tokens, the
+  same in every program (:mod:`ttlctl.trace.prefix` keys), and keeps its program's ids
+  after them only when the previous call had the same shared blocks;
 - agentic Mooncake adds ``request_id``, ``wait_for`` (the previous call),
   ``tool_wait_ms`` and ``tool_events`` (``tool_class``, ``duration_ms``) of the tool
   that ran before the call.
@@ -25,6 +28,7 @@ import polars as pl
 
 from ttlctl.errors import ConfigError
 from ttlctl.jsonio import write_atomic
+from ttlctl.trace.prefix import SharedKey, shared_keys
 
 FORMATS = ("mooncake", "agentic-mooncake")
 
@@ -36,10 +40,12 @@ def rows(trace: pl.DataFrame, fmt: str, block_size: int = 512) -> list[dict[str,
         raise ConfigError("block size must be positive")
     out: list[dict[str, Any]] = []
     next_id = 0
+    shared_ids: dict[SharedKey, int] = {}
     frame = trace.sort(["program_id", "turn"])
     for (program,), calls in frame.group_by("program_id", maintain_order=True):
         stream: list[int] = []  # block ids of the previous call's prompt + output
         prev: dict[str, Any] | None = None
+        prev_keys: tuple[SharedKey, ...] = ()
         for call in calls.iter_rows(named=True):
             prompt = int(call["input_tokens"])
             reused = call["reused_tokens"]
@@ -50,7 +56,19 @@ def rows(trace: pl.DataFrame, fmt: str, block_size: int = 512) -> list[dict[str,
                     else min(prompt, int(prev["input_tokens"]) + int(prev["output_tokens"]))
                 )
             keep = min(int(reused), prompt) // block_size
-            blocks = stream[:keep]
+            keys = _keys(call, block_size, prompt)
+            if keys or prev_keys:
+                blocks = []
+                for key in keys:
+                    if key not in shared_ids:
+                        shared_ids[key] = next_id
+                        next_id += 1
+                    blocks.append(shared_ids[key])
+                if keys == prev_keys:
+                    blocks += stream[len(blocks) : keep]
+                prev_keys = keys
+            else:
+                blocks = stream[:keep]
             need = -(-prompt // block_size)
             while len(blocks) < need:
                 blocks.append(next_id)
@@ -90,6 +108,14 @@ def rows(trace: pl.DataFrame, fmt: str, block_size: int = 512) -> list[dict[str,
                 next_id += 1
             prev = call
     return out
+
+
+def _keys(call: dict[str, Any], block_size: int, prompt: int) -> tuple[SharedKey, ...]:
+    """The call's shared blocks inside its prompt."""
+    hashes, tokens = call.get("prefix_hashes"), call.get("prefix_block_tokens")
+    if not hashes or not tokens:
+        return ()
+    return shared_keys(hashes, int(tokens), block_size)[: prompt // block_size]
 
 
 def write(lines: list[dict[str, Any]], path: Path) -> None:

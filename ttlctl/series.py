@@ -7,8 +7,11 @@ One list for the side that writes them (the engine plugin,
 
 from __future__ import annotations
 
-#: the pin counters, ``ttlctl:pins_<name>_total``
-PIN_COUNTERS = ("made", "hit", "expired", "released", "dropped", "refused")
+#: the pin counters, ``ttlctl:pins_<name>_total``: made, then how each made pin ended (hit,
+#: expired, released by the valve, dropped), then the pins the policy chose but that were
+#: not made (refused by the pin cap; deferred: vLLM defers freeing the blocks, a KV
+#: connector under async scheduling)
+PIN_COUNTERS = ("made", "hit", "expired", "released", "dropped", "refused", "deferred")
 #: gauges: KV blocks held by pins now, and the programs holding them
 PINNED_BLOCKS = "ttlctl:pinned_blocks"
 PINNED_PROGRAMS = "ttlctl:pinned_programs"
@@ -22,3 +25,11 @@ def pin_counter(name: str) -> str:
 def pin_counter_total(name: str) -> str:
     """The counter's series as ``/metrics`` shows it."""
     return f"{pin_counter(name)}_total"
+
+#: the bundle: reloads (a changed file whose bundle replaced the policy) and refusals (a
+#: bundle file missing, damaged or foreign, at start or on a change), counters
+#: (``..._total`` on ``/metrics``); and a gauge, 1 while a bundle's policy is in force and
+#: 0 while the engine serves as stock vLLM (no bundle, or none it could use)
+BUNDLE_RELOADS = "ttlctl:bundle_reloads"
+BUNDLE_REFUSED = "ttlctl:bundle_refused"
+BUNDLE_ACTIVE = "ttlctl:bundle_active"

@@ -3,7 +3,11 @@
 Call ``k`` of a program repeats the first ``reused_tokens`` of call ``k-1``'s prompt
 followed by the token ids the server generated for it (streamed back with
 ``return_token_ids``), then fresh token ids (seeded per program and turn) up to the
-recorded input length; ``max_tokens`` is the recorded output, with ``ignore_eos``.
+recorded input length. A call whose prompt starts with blocks other programs share
+(``Call.shared_keys`` at the server's block size) starts with the same ids for the same
+keys in every program (seeded per key), and repeats its own stream after them only when
+call ``k-1`` started with the same keys, as the simulator's backends do. ``max_tokens`` is
+the recorded output, with ``ignore_eos``.
 Requests carry ``vllm_xargs`` (``program_id``, ``tool``, ``is_last``) and the
 ``X-Session-ID: <program_id>`` header. The next call is sent when the previous one
 has finished plus the recorded pause. :func:`drain` runs the programs, at most a
@@ -81,6 +85,28 @@ class LiveRun:
         rng = random.Random(f"{self.seed}:{self.nonce}:{program}:{turn}")
         return [self.pool[rng.randrange(len(self.pool))] for _ in range(n)]
 
+    def prompt(
+        self, program: AgentProgram, turn: int, stream: list[int], inp: int
+    ) -> tuple[list[int], int]:
+        """Call ``turn``'s prompt of ``inp`` tokens and how many of its first tokens repeat
+        the program's stream (see the module docstring)."""
+        call = program.calls[turn]
+        reused = min(call.reused_tokens, len(stream), inp)
+        if call.prefix is None and (turn == 0 or program.calls[turn - 1].prefix is None):
+            return stream[:reused] + self.fresh(program.program_id, turn, inp - reused), reused
+        bs = self.info.block_size or 16
+        keys = call.shared_keys(bs)
+        head: list[int] = []
+        for key in keys:
+            rng = random.Random(f"{self.seed}:{self.nonce}:shared:{key}")
+            head += [self.pool[rng.randrange(len(self.pool))] for _ in range(bs)]
+        head = head[:inp]
+        same = turn > 0 and program.calls[turn - 1].shared_keys(bs) == keys
+        keep = max(len(head), reused) if same else len(head)
+        own = stream[len(head) : keep] if same else []
+        tail = self.fresh(program.program_id, turn, inp - len(head) - len(own))
+        return head + own + tail, len(head) + len(own) if same else 0
+
     def finished(self, record: LiveCallRecord) -> None:
         with self.lock:
             self.records.append(record)
@@ -97,8 +123,7 @@ class LiveRun:
         """Send call ``turn`` of ``program``; (its record, the token ids it generated)."""
         call = program.calls[turn]
         inp, out, clipped = clip(call, self.info.token_limit())
-        reused = min(call.reused_tokens, len(stream), inp)
-        prompt = stream[:reused] + self.fresh(program.program_id, turn, inp - reused)
+        prompt, reused = self.prompt(program, turn, stream, inp)
         is_last = turn == len(program.calls) - 1
         record = LiveCallRecord(
             program_id=program.program_id,

@@ -103,6 +103,7 @@ def _pins(delta: dict[str, float | None]) -> dict[str, int] | None:
         "released_under_pressure": n("pins_released"),
         "dropped": n("pins_dropped"),
         "refused": n("pins_refused"),
+        "deferred": n("pins_deferred"),
     }
 
 

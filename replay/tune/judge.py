@@ -123,28 +123,46 @@ def paired(tuned: Sequence[float], other: Sequence[float]) -> dict[str, Any]:
 TIE_REL = 1e-9
 
 
-def beats(held: Mapping[str, Any], candidate: str, baseline: str) -> bool:
+def beats(held: Mapping[str, Any], candidate: str, baseline: str, min_gain: float = 1.0) -> bool:
     """The guard's one rule: ``candidate`` beats ``baseline`` when its mean JCT over the
     held-back replays is lower (a tie does not, nor a difference within ``TIE_REL``: the
-    same schedule priced in another order)."""
+    same schedule priced in another order) and the gain (baseline / candidate mean JCT)
+    is at least ``min_gain`` (``ttlctl tune --min-gain``; 1: any win)."""
     mine = held[f"{candidate.replace('-', '_')}_jct_mean_s"]
     theirs = held[f"{baseline.replace('-', '_')}_jct_mean_s"]
-    return bool(mine < theirs and not math.isclose(mine, theirs, rel_tol=TIE_REL))
+    wins = mine < theirs and not math.isclose(mine, theirs, rel_tol=TIE_REL)
+    return bool(wins and theirs >= min_gain * mine)
 
 
-def guard(held: Mapping[str, Any], force: bool, baseline: str = "vllm") -> dict[str, Any]:
-    """Ship the tuned policy only if it beats the baseline on the held-back seeds: stock
-    vLLM (simulator), or in live mode the never-pin bundle (``baseline="never-pin"``:
-    the server runs the TTL scheduler, so stock vLLM is not measured there). With
-    ``baseline="old"`` (``ttlctl refit``): the refitted bundle (``new``) replaces the
-    bundle in service (``old``) only if it beats it."""
+def short_of(
+    held: Mapping[str, Any], candidate: str, baseline: str, min_gain: float
+) -> tuple[str, str]:
+    """Why a win does not count, as two fragments of the guard's message: ("", "") when
+    ``candidate`` does not beat ``baseline`` at all or beats it by ``min_gain``, else
+    (" by the --min-gain of X", ", a gain of Yx")."""
+    if beats(held, candidate, baseline, min_gain) or not beats(held, candidate, baseline):
+        return "", ""
+    mine = held[f"{candidate.replace('-', '_')}_jct_mean_s"]
+    theirs = held[f"{baseline.replace('-', '_')}_jct_mean_s"]
+    return f" by the --min-gain of {min_gain:g}x", f", a gain of {theirs / mine:.3f}x"
+
+
+def guard(
+    held: Mapping[str, Any], force: bool, baseline: str = "vllm", min_gain: float = 1.0
+) -> dict[str, Any]:
+    """Ship the tuned policy only if it beats the baseline on the held-back seeds (by at
+    least ``min_gain``): stock vLLM (simulator), or in live mode the never-pin bundle
+    (``baseline="never-pin"``: the server runs the TTL scheduler, so stock vLLM is not
+    measured there). With ``baseline="old"`` (``ttlctl refit``): the refitted bundle
+    (``new``) replaces the bundle in service (``old``) only if it beats it."""
     if baseline == "never-pin":
-        return _guard_live(held, force)
+        return _guard_live(held, force, min_gain)
     if baseline == "old":
         return _guard_refit(held, force)
     tuned, vllm, never = (held[f"{n}_jct_mean_s"] for n in ("tuned", "vllm", "never_pin"))
-    tuned_beats = beats(held, "tuned", "vllm")
+    tuned_beats = beats(held, "tuned", "vllm", min_gain)
     never_beats = beats(held, "never-pin", "vllm")
+    by, short = short_of(held, "tuned", "vllm", min_gain)
     if tuned_beats:
         shipped = "tuned"
         message = (
@@ -154,15 +172,15 @@ def guard(held: Mapping[str, Any], force: bool, baseline: str = "vllm") -> dict[
     elif force:
         shipped = "tuned"
         message = (
-            f"the tuned policy does NOT beat stock vLLM on the held-back seeds (mean JCT "
-            f"{tuned:.2f} s vs {vllm:.2f} s); shipping it anyway, as asked (--force)"
+            f"the tuned policy does NOT beat stock vLLM{by} on the held-back seeds (mean "
+            f"JCT {tuned:.2f} s vs {vllm:.2f} s{short}); shipping it anyway, as asked (--force)"
         )
     else:
         shipped = "never-pin"
         message = (
-            f"the tuned policy does NOT beat stock vLLM on the held-back seeds (mean JCT "
-            f"{tuned:.2f} s vs {vllm:.2f} s): the bundle written never pins (program FCFS "
-            "only); pass --force to ship the tuned policy anyway"
+            f"the tuned policy does NOT beat stock vLLM{by} on the held-back seeds (mean "
+            f"JCT {tuned:.2f} s vs {vllm:.2f} s{short}): the bundle written never pins "
+            "(program FCFS only); pass --force to ship the tuned policy anyway"
         )
     if shipped == "never-pin" and not never_beats:
         message += (
@@ -174,17 +192,20 @@ def guard(held: Mapping[str, Any], force: bool, baseline: str = "vllm") -> dict[
         "beats_baseline": tuned_beats,
         "beats_vllm": tuned_beats,
         "never_pin_beats_vllm": never_beats,
+        "min_gain": min_gain,
         "forced": bool(force and not tuned_beats),
         "shipped": shipped,
         "message": message,
     }
 
 
-def _guard_live(held: Mapping[str, Any], force: bool) -> dict[str, Any]:
+def _guard_live(held: Mapping[str, Any], force: bool, min_gain: float) -> dict[str, Any]:
     tuned, never = held["tuned_jct_mean_s"], held["never_pin_jct_mean_s"]
-    tuned_beats = beats(held, "tuned", "never-pin")
+    tuned_beats = beats(held, "tuned", "never-pin", min_gain)
     what = "the never-pin bundle (program FCFS, no pins; the live baseline)"
-    figures = f"mean JCT {tuned:.2f} s vs {never:.2f} s"
+    by, short = short_of(held, "tuned", "never-pin", min_gain)
+    what += by
+    figures = f"mean JCT {tuned:.2f} s vs {never:.2f} s{short}"
     if tuned_beats:
         shipped = "tuned"
         message = (
@@ -209,6 +230,7 @@ def _guard_live(held: Mapping[str, Any], force: bool) -> dict[str, Any]:
         "beats_baseline": tuned_beats,
         "beats_vllm": None,
         "never_pin_beats_vllm": None,
+        "min_gain": min_gain,
         "forced": bool(force and not tuned_beats),
         "shipped": shipped,
         "message": message,

@@ -8,8 +8,9 @@ assembles the bundle it ships (:func:`tuned_bundle`) and writes it and the summa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from profiles.schema import ProfileDoc
 from profiles.shipped import resolve
 from replay.live import cap_pauses
 from replay.policy_runs import Load
+from replay.refit_sizing import replicas, size
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.tune.context import LiveTarget, TuneContext, TuneError
@@ -27,9 +29,10 @@ from replay.tune.storage import Storage, default_storage, default_study_name
 from replay.tune.study import provenance_of, summary_path, tune
 from replay.vllmsim.backend import check_request
 from replay.workload import load
-from ttlctl import __version__
+from ttlctl import __version__, bundle_history
 from ttlctl import bundle as bundle_mod
 from ttlctl.jsonio import file_sha256, write_json
+from ttlctl.trace import io as trace_io
 
 #: held-back seeds start here (tuning seeds are 0 … seeds − 1)
 HOLDOUT_BASE = 1000
@@ -56,10 +59,17 @@ class TuneRequest:
     seeds: int = 2
     holdout_seeds: int = 3
     p95_max_s: float | None = None
-    kv_tokens: int = 600_000
+    #: the engine's size; None: as the trace's engine log states it (one replica), else the
+    #: simulator's default (:class:`~replay.scheduler.SimSchedulerConfig`)
+    kv_tokens: int | None = None
+    block_size: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
     offload_tokens: int = 0
     truncate: bool = False
     force: bool = False
+    min_gain: float = 1.0
     summary: Path | None = None
     heartbeat_s: int = 60
     live: str | None = None
@@ -85,15 +95,19 @@ class TuneSession:
     #: the inputs' SHA-256 (trace, fit, profile)
     inputs: dict[str, str]
     sources: bundle_mod.Provenance
+    #: where the engine's size came from, when the trace's engine log stated it (one line)
+    sizing: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TuneOutcome:
-    """The study's summary, the bundle written and where the summary went."""
+    """The study's summary, the bundle written, where the summary went, and where the
+    bundle it replaced at -o was kept (None: -o was new)."""
 
     result: dict[str, Any]
     bundle: bundle_mod.Bundle
     summary_file: Path
+    previous_kept: Path | None = None
 
 
 def check(req: TuneRequest) -> None:
@@ -102,6 +116,11 @@ def check(req: TuneRequest) -> None:
         raise TuneError("--trials, --workers, --seeds and --holdout-seeds must be >= 1")
     if req.heartbeat_s < 1:
         raise TuneError("--heartbeat must be >= 1")
+    if not (math.isfinite(req.min_gain) and req.min_gain >= 1.0):
+        raise TuneError(
+            f"--min-gain must be a ratio of at least 1 (1.05: 5% faster than the baseline), "
+            f"not {req.min_gain:g}"
+        )
     check_live(req)
     if req.idle_gap_cap_s is not None and req.idle_gap_cap_s < 0:
         raise TuneError("--trace-idle-gap-cap-seconds must be >= 0")
@@ -171,12 +190,13 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
             timeout_s=req.live_timeout_s,
             warn=warn,
         )
+    engine, sizing = engine_size(req, trace_io.engines(req.trace), warn)
     ctx = TuneContext(
         workload=workload,
         fit=fit_doc,
         profile=prof.to_json(),
         config=ReplayConfig(
-            engine=SimSchedulerConfig(kv_tokens=req.kv_tokens),
+            engine=engine,
             offload_tokens=req.offload_tokens,
             truncate=req.truncate,
         ),
@@ -207,7 +227,40 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         storage=Storage(req.storage or default_storage(req.output), heartbeat_s=req.heartbeat_s),
         inputs=inputs,
         sources=sources,
+        sizing=sizing,
     )
+
+
+def engine_size(
+    req: TuneRequest,
+    engines: Sequence[Mapping[str, Any]],
+    warn: Callable[[str], None] | None = None,
+) -> tuple[SimSchedulerConfig, str | None]:
+    """The simulated engine: the flags given, else (a trace made from the engine log of one
+    replica) the size the log states, else the simulator's defaults; and the line that
+    says where it came from (None: the trace states no size)."""
+    given: dict[str, int | None] = {
+        "kv_tokens": req.kv_tokens,
+        "block_size": req.block_size,
+        "max_num_seqs": req.max_num_seqs,
+        "max_num_batched_tokens": req.max_num_batched_tokens,
+        "max_model_len": req.max_model_len,
+    }
+    base = SimSchedulerConfig()
+    by_replica = replicas(engines)
+    if len(by_replica) != 1:
+        if len(by_replica) > 1 and warn is not None:
+            warn(
+                f"the trace's calls ran on {len(by_replica)} replicas: tune replays one engine, "
+                "sized by the flags (else the defaults), not by the logs"
+            )
+        chosen: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        return replace(base, **chosen), None
+    sized = size(given, next(iter(by_replica.values())), base, "the simulator's defaults")
+    for note in sized.notes:
+        if warn is not None:
+            warn(note)
+    return sized.engine, sized.line
 
 
 def tuned_bundle(
@@ -237,6 +290,8 @@ def run(
     """Run the study, then write the bundle (-o, and the live server's file) and the summary."""
     req = session.request
     holdout: Sequence[int] = tuple(range(HOLDOUT_BASE, HOLDOUT_BASE + req.holdout_seeds))
+    # what the server served before the trials wrote theirs over it: kept when replaced
+    served = req.live_bundle.read_bytes() if req.live_bundle is not None else None
     result = tune(
         session.context,
         storage=session.storage,
@@ -246,15 +301,20 @@ def run(
         seed=req.seed,
         holdout_seeds=holdout,
         force=req.force,
+        min_gain=req.min_gain,
         inputs=session.inputs,
         provenance={"inputs": session.sources, "ttlctl_version": __version__},
         progress=progress,
         stage=stage,
     )
     doc = tuned_bundle(session.fit, session.profile, result, session.sources)
-    bundle_mod.write(doc, req.output)
-    if req.live_bundle is not None and req.live_bundle.resolve() != req.output.resolve():
-        bundle_mod.write(doc, req.live_bundle)  # the server serves it from its next request on
+    # each file replaced is kept in its history (ttlctl bundle rollback); the live bundle
+    # holds the last trial's bundle now, so what it served before the study is kept
+    live = req.live_bundle
+    live_is_output = live is not None and live.resolve() == req.output.resolve()
+    kept = bundle_history.replace(doc, req.output, served if live_is_output else None)
+    if live is not None and not live_is_output:
+        bundle_history.replace(doc, live, served)  # served from the server's next request on
     summary_file = req.summary or summary_path(req.output)
     write_json(
         {
@@ -264,4 +324,4 @@ def run(
         },
         summary_file,
     )
-    return TuneOutcome(result=result, bundle=doc, summary_file=summary_file)
+    return TuneOutcome(result=result, bundle=doc, summary_file=summary_file, previous_kept=kept)

@@ -16,6 +16,7 @@ import optuna
 from optuna.importance import get_param_importances
 from optuna.trial import TrialState
 
+from replay.tune.caveats import caveats
 from replay.tune.context import (
     LIVE_BASELINE_NOTE,
     LIVE_RELOAD_RULE,
@@ -55,14 +56,16 @@ def tune(
     seed: int = 0,
     holdout_seeds: Sequence[int] = (1000, 1001, 1002),
     force: bool = False,
+    min_gain: float = 1.0,
     inputs: Mapping[str, str] | None = None,
     provenance: Mapping[str, Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
     stage: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) the study to ``trials`` finished trials, then judge its best
-    policy on held-back seeds. Returns the summary (see :func:`summary_doc`); the
-    policy to ship is ``summary["shipped"]["policy"]``."""
+    policy on held-back seeds (the guard: it must beat the baseline by ``min_gain``).
+    Returns the summary (see :func:`summary_doc`); the policy to ship is
+    ``summary["shipped"]["policy"]``."""
     if trials < 1 or workers < 1:
         raise TuneError("trials and workers must be at least 1")
     if set(holdout_seeds) & set(ctx.seeds) or not holdout_seeds:
@@ -74,6 +77,7 @@ def tune(
         "seed": seed,
         "holdout": tuple(holdout_seeds),
         "force": force,
+        "min_gain": min_gain,
         "inputs": inputs or {},
         "provenance": provenance or {},
         "progress": progress,
@@ -140,6 +144,7 @@ def _tune(
     seed: int,
     holdout: tuple[int, ...],
     force: bool,
+    min_gain: float,
     inputs: Mapping[str, str],
     provenance: Mapping[str, Any],
     progress: Callable[[int, int], None] | None,
@@ -175,7 +180,9 @@ def _tune(
     elapsed = time.perf_counter() - started
     if stage is not None:
         stage("replaying held-back programs live" if ctx.live else "replaying held-back seeds")
-    return summary_doc(study, ctx, storage, holdout, force, seed, todo, elapsed, server=server)
+    return summary_doc(
+        study, ctx, storage, holdout, force, seed, todo, elapsed, server=server, min_gain=min_gain
+    )
 
 
 def summary_doc(
@@ -189,6 +196,7 @@ def summary_doc(
     elapsed_s: float,
     *,
     server: ServerInfo | None = None,
+    min_gain: float = 1.0,
 ) -> dict[str, Any]:
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
@@ -209,12 +217,13 @@ def summary_doc(
     policies = {"tuned": tuned, "default": paper, "never-pin": never}
     if ctx.live is None:
         held, by_replay = held_back(replace(ctx, seeds=holdout), policies)
-        verdict = guard(held, force)
+        verdict = guard(held, force, min_gain=min_gain)
     else:
         held_ctx = replace(ctx, seeds=holdout, live=ctx.live.held_back())
         held, by_replay = held_back_live(held_ctx, policies)
-        verdict = guard(held, force, baseline="never-pin")
+        verdict = guard(held, force, baseline="never-pin", min_gain=min_gain)
     shipped = tuned if verdict["shipped"] == "tuned" else never
+    verdict["caveats"] = caveats(held, verdict, shipped, ctx.fit, ctx.profile)
     return {
         "schema": SUMMARY_SCHEMA,
         "mode": "simulator" if ctx.live is None else "live",

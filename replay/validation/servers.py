@@ -17,9 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ttlctl.server import command
+from ttlctl.server import command, router
+from ttlctl.server.arrivals import ENV as ARRIVALS_ENV
+from ttlctl.server.arrivals import MIDDLEWARE as ARRIVALS
+from ttlctl.server.fleet import OwnedFleet
 from ttlctl.server.owned import OwnedServer
 from ttlctl.server.process import free_port
+from ttlctl.server.router import RouterError
 
 #: the policies a server can run (the policy lives in the server process)
 LIVE_POLICIES = ("vllm", "continuum")
@@ -86,3 +90,77 @@ def policy_server(
         f"http://127.0.0.1:{port}",
         startup_timeout_s=sources.startup_timeout_s,
     )
+
+
+@dataclass
+class Fleet:
+    """A fleet to start for one policy behind one router, and where its replicas note
+    each call's arrival (:mod:`ttlctl.server.arrivals`)."""
+
+    fleet: OwnedFleet
+    #: replica name (``r1`` …) → its arrivals file
+    arrivals: dict[str, Path]
+    #: replica name → its URL
+    urls: dict[str, str]
+
+
+def policy_fleet(
+    sources: Sources,
+    policy: str,
+    bundle: Path | None,
+    work_dir: Path,
+    tag: str,
+    *,
+    replicas: int,
+    router_policy: str,
+    program_scheduling_json: str | None = None,
+    router_extra: Sequence[str] = (),
+) -> Fleet:
+    """``replicas`` servers of ``policy`` (each as :func:`policy_server` starts one, plus
+    the arrivals middleware) behind ``vllm-router --policy router_policy``; files named
+    ``<policy><tag>-r<i>-…`` and ``<policy><tag>-router.log`` in ``work_dir``.
+    :class:`~ttlctl.server.router.RouterError`: no router, or a policy it lacks."""
+    assert sources.base_cmd is not None
+    if replicas < 1:
+        raise RouterError(f"--replicas must be at least 1, not {replicas}")
+    router.check_policy(router_policy)
+    binary = router.binary()
+    servers: list[OwnedServer] = []
+    arrivals: dict[str, Path] = {}
+    for i in range(1, replicas + 1):
+        name = f"r{i}"
+        rtag = f"{tag}-{name}"
+        port = free_port()
+        cmd = [*server_command(sources.base_cmd, policy, port), "--middleware", ARRIVALS]
+        env = server_environment(sources.env or os.environ, policy, bundle, work_dir, rtag)
+        arrivals[name] = work_dir / f"{policy}{rtag}-arrivals.jsonl"
+        arrivals[name].unlink(missing_ok=True)
+        env[ARRIVALS_ENV] = str(arrivals[name].resolve())
+        servers.append(
+            OwnedServer(
+                cmd,
+                env,
+                work_dir / f"{policy}{rtag}-server.log",
+                f"http://127.0.0.1:{port}",
+                startup_timeout_s=sources.startup_timeout_s,
+                name=f"replica {name} ({policy})",
+            )
+        )
+    port = free_port()
+    front = OwnedServer(
+        router.router_command(
+            [s.url for s in servers],
+            port=port,
+            policy=router_policy,
+            program_scheduling_json=program_scheduling_json,
+            extra=router_extra,
+            command=binary,
+        ),
+        dict(sources.env or os.environ),
+        work_dir / f"{policy}{tag}-router.log",
+        f"http://127.0.0.1:{port}",
+        startup_timeout_s=sources.startup_timeout_s,
+        name=f"vllm-router ({router_policy})",
+    )
+    urls = {f"r{i}": s.url for i, s in enumerate(servers, 1)}
+    return Fleet(OwnedFleet(servers, front), arrivals, urls)

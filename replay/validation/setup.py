@@ -16,10 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
 from replay.loads import one_load
+from replay.policy_runs import Load
 from replay.validation.crosscheck import validate
 from replay.validation.error import ValidateError
+from replay.validation.fleet import validate_fleet
 from replay.validation.servers import Sources
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS
 from replay.vllmsim.backend import check_request
@@ -61,6 +64,10 @@ class ValidateRequest:
     label: str | None = None
     backend: str = "fast"
     async_scheduling: bool = False
+    #: a fleet: this many replicas behind vllm-router (None: one server per policy)
+    replicas: int | None = None
+    #: vllm-router's ``--policy`` values, one fleet each
+    routers: Sequence[str] = ()
 
 
 def parse_urls(items: Sequence[str]) -> dict[str, str]:
@@ -121,8 +128,9 @@ def validation_doc(
     if req.repeats < 1:
         raise ValidateError("--repeats must be at least 1")
     base, model_config = server_base(req)
-    names = [n.strip() for p in (req.policies or ["vllm,continuum"]) for n in p.split(",")]
-    names = [n for n in names if n]
+    if req.replicas is not None or req.routers:
+        return _fleet_doc(req, timing, base, model_config, progress, warn)
+    names = _names(req.policies, "vllm,continuum")
     check_request(req.backend, names, async_scheduling=req.async_scheduling)
     prof = resolve(req.profile)[0] if req.profile is not None else None
     workload = load(req.trace)
@@ -155,6 +163,55 @@ def validation_doc(
         warn=warn,
         backend=req.backend,
         async_scheduling=req.async_scheduling,
+    )
+    doc["trace"] = str(req.trace)
+    return doc
+
+
+def _names(policies: Sequence[str], default: str) -> list[str]:
+    names = [n.strip() for p in (policies or [default]) for n in p.split(",")]
+    return [n for n in names if n]
+
+
+def _fleet_doc(
+    req: ValidateRequest,
+    timing: Load,
+    base: list[str] | None,
+    model_config: dict[str, Any] | None,
+    progress: Callable[[str], None] | None,
+    warn: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    """``--replicas N --router R``: each policy live through a fleet per router."""
+    if req.replicas is None:
+        raise ValidateError("--router needs --replicas N (the fleet's size)")
+    if req.replicas < 1:
+        raise ValidateError(f"--replicas must be at least 1, not {req.replicas}")
+    if req.backend != "fast" or req.async_scheduling or req.repeats != 1:
+        raise ValidateError(
+            "--replicas runs live only: --backend, --async-scheduling and --repeats do not apply"
+        )
+    workload = load(req.trace)
+    if not workload.programs:
+        raise ValidateError(f"{req.trace}: no programs to replay")
+    vocab = (model_config or {}).get("vocab_size")
+    prof = resolve(req.profile)[0] if req.profile is not None else None
+    doc = validate_fleet(
+        workload,
+        Sources(urls=parse_urls(req.urls), base_cmd=base, startup_timeout_s=req.startup_timeout_s),
+        replicas=req.replicas,
+        routers=_names(req.routers, "cache_aware"),
+        policies=_names(req.policies, "vllm"),
+        bundle=req.bundle,
+        calibration=calibrate(prof) if prof is not None else None,
+        timing=timing,
+        seed=req.seed,
+        max_programs=req.programs,
+        idle_gap_cap_s=req.idle_gap_cap_s,
+        timeout_s=req.timeout_s,
+        work_dir=req.work_dir,
+        vocab_size=int(vocab) if isinstance(vocab, int) and vocab > 0 else None,
+        progress=progress,
+        warn=warn,
     )
     doc["trace"] = str(req.trace)
     return doc

@@ -26,7 +26,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,9 +157,11 @@ def build(
     *,
     async_scheduling: bool,
     bundle: Path | None,
+    env: Mapping[str, str] | None = None,
 ) -> Built:
     """vLLM's scheduler (the plugin's ``TTLScheduler`` when ``bundle`` is given, else
-    vLLM's own) over ``engine.num_blocks`` usable blocks."""
+    vLLM's own) over ``engine.num_blocks`` usable blocks; ``env``: more of the plugin's
+    variables for its construction (tests: ``TTLCTL_LOG``, ``TTLCTL_REPLICA`` …)."""
     plugin = bundle is not None
     config = vllm_config(engine, async_scheduling=async_scheduling, plugin=plugin)
     num_gpu_blocks = engine.num_blocks + 1  # vLLM's null block (block 0) never holds KV
@@ -174,8 +176,9 @@ def build(
     )
     scheduler_block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, config)
     cls = config.scheduler_config.get_scheduler_cls()
-    env: dict[str, str | None] = {ENV_BUNDLE: str(bundle) if bundle else None, ENV_LOG: None}
-    with _env(env):
+    variables: dict[str, str | None] = {ENV_BUNDLE: str(bundle) if bundle else None, ENV_LOG: None}
+    variables.update(env or {})
+    with _env(variables):
         scheduler: Any = cls(
             vllm_config=config,
             kv_cache_config=kv_cache_config,

@@ -177,7 +177,13 @@ def test_cli_build_inspect_verify_query(fit_doc: dict[str, Any], tmp_path: Path)
         res = runner.invoke(app, [*query, "--as", engine])
         assert res.exit_code == 0, res.output
         hinted[engine] = json.loads(res.stdout)
-    assert hinted["dynamo"] == {"nvext": {"cache_control": {"type": "ephemeral", "ttl": "1s"}}}
+        # Dynamo clamps a sub-second τ* to a 300 s pin: said on stderr, or refused
+        clamp = "dynamo clamps nvext.cache_control.ttl to [300, 3600] s"
+        assert (clamp in res.stderr) == (engine == "dynamo")
+    res = runner.invoke(app, [*query, "--as", "dynamo", "--refuse-clamped"])
+    assert res.exit_code == 2 and "pinned for 300 s (longer than τ*)" in res.stderr
+    assert res.stdout == ""
+    assert hinted["dynamo"] == {"nvext": {"cache_control": {"type": "ephemeral", "ttl": "1"}}}
     assert hinted["sglang"] == {"retention_seconds": round(answer["ttl_s"], 3)}
     trt = hinted["trtllm"]["kv_cache_retention_config"]
     assert trt["decode_duration_ms"] == math.ceil(answer["ttl_s"] * 1000)

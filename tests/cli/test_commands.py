@@ -55,6 +55,10 @@ def test_every_shared_option_reads_the_same_in_every_command() -> None:
         "--concurrency": ("replay", "validate"),
         "--seed": ("replay", "validate"),
         "--kv-tokens": ("replay", "tune"),
+        "--block-size": ("replay", "tune", "refit"),
+        "--max-num-seqs": ("replay", "tune", "refit"),
+        "--max-num-batched-tokens": ("replay", "tune", "refit"),
+        "--max-model-len": ("replay", "tune", "refit"),
         "--offload-tokens": ("replay", "tune"),
         "--truncate": ("replay", "tune"),
         "--trace-idle-gap-cap-seconds": ("replay", "tune", "validate"),
@@ -89,6 +93,18 @@ def test_every_shared_option_reads_the_same_in_every_command() -> None:
 def test_the_shared_defaults_are_the_libraries() -> None:
     assert SimSchedulerConfig().kv_tokens == options.KV_TOKENS
     assert ReplayConfig().offload_tokens == options.OFFLOAD_TOKENS
+    engine = SimSchedulerConfig()
+    assert (
+        engine.block_size,
+        engine.max_num_batched_tokens,
+        engine.max_num_seqs,
+        engine.max_model_len,
+    ) == (
+        options.BLOCK_SIZE,
+        options.MAX_NUM_BATCHED_TOKENS,
+        options.MAX_NUM_SEQS,
+        options.MAX_MODEL_LEN,
+    )
     commands = _commands()
     profile = {p.name: p for p in commands["replay"].params}["profile"]
     assert profile.default == "llama-3.1-8b-h100"

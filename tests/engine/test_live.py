@@ -203,3 +203,46 @@ def test_engine_log_ingests(eng: Engine, paths: dict[str, Path]) -> None:
     assert w0["is_last"].to_list() == [False, False, True]
     assert w0["tool"].to_list()[:2] == ["grep", "grep"]
     assert w0["gap_s"].null_count() == 1  # the last call has no next call
+
+
+def test_pins_balance_after_a_client_that_went_away(eng: Engine, paths: dict[str, Path]) -> None:
+    """Issue 22: a client killed mid-run leaves its calls aborted (some running, some still
+    waiting). Every pin made ends as a hit, an expiry, a valve release or a drop; once the
+    survivors' pins expire no block is pinned; the log holds the aborted calls with the
+    tokens they made (0 for those aborted before their first token), and ingest keeps them
+    as calls and counts them."""
+    use(eng, paths, cold_start_ttl_s=0.5)
+    log = paths["root"] / "aborted.jsonl"
+    eng.sched.ttl_log = EngineLog(str(log), eng.sched._ttl_warn)
+    before = eng.sched.ttl_stats()
+    streams = {f"k{i}": eng.prompt(200) for i in range(4)}
+    eng.run(list(streams.values()), [{"program_id": n, "tool": "bash"} for n in streams])
+    assert eng.sched.ttl_stats()["pinned_programs"] == 4
+    # the client comes back for k0 and k1 (they run), sends k2's call and dies before it
+    # is scheduled; k3 never comes back
+    ids = [
+        eng.add(streams[n] + eng.prompt(20), max_tokens=200, program_id=n, tool="bash")
+        for n in ("k0", "k1")
+    ]
+    for _ in range(2):
+        eng.engine.step()
+    assert len(eng.sched.running) == 2
+    ids.append(eng.add(streams["k2"] + eng.prompt(20), max_tokens=200, program_id="k2"))
+    eng.engine.abort_request(ids)
+    eng.drain()
+    time.sleep(0.6)
+    eng.one(eng.prompt(40))  # the next step releases what expired
+    stats = eng.sched.ttl_stats()
+    d = {k: stats[k] - before.get(k, 0) for k in ("made", "hit", "expired", "released", "dropped")}
+    assert d["made"] == 4 and d["made"] == d["hit"] + d["expired"] + d["released"] + d["dropped"]
+    assert (d["hit"], d["dropped"], d["expired"]) == (2, 1, 1)
+    assert stats["pinned_blocks"] == 0 and stats["pinned_programs"] == 0
+    assert not eng.sched.ttl.live and not eng.sched._ttl_pin_ttl
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    aborted = [x for x in lines if x["finish_reason"] == "abort"]
+    assert len(aborted) == 3 and all(x["ttl_s"] == 0.0 for x in aborted)
+    outputs = {x["program_id"]: x["output_tokens"] for x in aborted}
+    assert outputs["k2"] == 0 and 0 < outputs["k0"] < 200 and 0 < outputs["k1"] < 200
+    report = ingest([log], paths["root"] / "aborted.parquet", fmt="engine-log")
+    assert (report.rows, report.rejected, report.aborted) == (len(lines), 0, 3)
+    assert report.in_flight == 4  # the client never sent their last calls

@@ -68,6 +68,7 @@ def test_server_pins_by_xargs_and_session_header(tiny_model: Path, tmp_path: Pat
         "TTLCTL_LOG": str(log),
         "PROMETHEUS_MULTIPROC_DIR": str(prom),
         "VLLM_ENABLE_V1_MULTIPROCESSING": None,
+        "TTLCTL_REPLICA": "replica-1",
     }
     rng = random.Random(1)
 
@@ -94,11 +95,19 @@ def test_server_pins_by_xargs_and_session_header(tiny_model: Path, tmp_path: Pat
         text = server.get("/metrics").decode()
         assert metric(text, "ttlctl:pins_made_total") >= 2
         assert metric(text, "ttlctl:pins_hit_total") >= 2
+        # the bundle's series, through the engine core's multiprocess files too
+        assert metric(text, "ttlctl:bundle_active") == 1
+        assert metric(text, "ttlctl:bundle_reloads_total") == 0
+        assert metric(text, "ttlctl:bundle_refused_total") == 0
+        assert metric(text, "ttlctl:pins_deferred_total") == 0  # no KV connector here
         server_log = server.log_path.read_text(errors="replace")
     loaded = re.search(r"TTLScheduler on vLLM (\S+),", server_log)
     assert loaded is not None and compat.supported(loaded.group(1)), server_log[-2000:]
-    lines = [json.loads(x) for x in log.read_text().splitlines()]
-    assert len(lines) == 18
+    facts, *lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert facts["kind"] == "engine" and facts["replica"] == "replica-1"
+    assert facts["bundle_sha256"] == json.loads(bundle.read_text())["sha256"]
+    assert facts["max_model_len"] == 1024 and facts["block_size"] == 32
+    assert len(lines) == 18 and all("kind" not in x for x in lines)
     assert {x["program_id"] for x in lines} == {"A", "S", None}
     last_a = [x for x in lines if x["program_id"] == "A"][-1]
     assert last_a["is_last"] is True and last_a["cached_tokens"] >= 384 and last_a["ttl_s"] == 0.0

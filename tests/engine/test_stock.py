@@ -46,5 +46,8 @@ def test_damaged_bundle_serves_stock_with_one_warning(eng: Engine, files: dict[s
     assert eng.one(p + eng.prompt(20), program_id="A").num_cached_tokens == 0  # nothing pinned
     assert eng.sched.ttl_stats()["made"] == 0
     assert len(eng.sched.ttl_warnings) == 1  # still one, after traffic and polls
-    lines = [json.loads(x) for x in files["log"].read_text().splitlines()]
+    facts, *lines = [json.loads(x) for x in files["log"].read_text().splitlines()]
     assert len(lines) == 3 + 12 and all(x["ttl_s"] is None for x in lines)
+    # the engine's facts come first: stock behaviour, so no bundle in force
+    assert facts["kind"] == "engine" and facts["bundle_sha256"] is None
+    assert (facts["block_size"], facts["kv_tokens"]) == (32, 63 * 32)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from tests.bundles import write_bundle
 from ttlctl.engine import tags
 from ttlctl.engine.counters import Counters
 from ttlctl.engine.enginelog import EngineLog, Record
+from ttlctl.engine.facts import EngineFacts
 from ttlctl.engine.programs import ProgramBook
 from ttlctl.engine.retention import ABORTED, OK, Retention
 from ttlctl.engine.source import PolicySource
@@ -186,6 +187,36 @@ def test_pin_cap_and_pins_off() -> None:
     assert off.finish("x", OK, 32, now=0.0) == 0.0
 
 
+def test_a_refused_pin_leaves_the_programs_earlier_pin_in_place() -> None:
+    """Two calls of one program in flight: the later finish replaces the earlier pin only
+    when it fits the cap (checked without the earlier pin); refused, the earlier one stays."""
+    r, pool = retention(policy(cold_start_ttl_s=10.0, pin_cap=0.5), capacity=10)
+    for rid in ("a", "b", "c"):
+        r.arrive(rid, tags.Tags("P", "t", None), now=0.0)
+    assert r.pin("a", [0] * 3, r.finish("a", OK, 32, now=1.0), now=1.0)
+    # b's 6 blocks do not fit beside a's 3 (cap 5), nor alone: refused, a's pin stays
+    assert not r.pin("b", [0] * 6, r.finish("b", OK, 32, now=2.0), now=2.0)
+    pin = r.pins.get("P")
+    assert pin is not None and pin.n_blocks == 3 and pin.created == 1.0
+    assert r.live["b"].pin_skipped == "refused" and pool.freed == 0
+    # c's 4 blocks fit once a's pin is replaced (4 + 3 would not): it wins
+    assert r.pin("c", [0] * 4, r.finish("c", OK, 32, now=3.0), now=3.0)
+    pin = r.pins.get("P")
+    assert pin is not None and pin.n_blocks == 4 and r.pins.blocks == 4
+    assert (r.counters.refused, r.counters.dropped, pool.freed) == (1, 1, 3)
+    r.check()
+
+
+def test_a_deferred_free_is_counted_and_noted_on_the_call() -> None:
+    r, _ = retention(policy(cold_start_ttl_s=10.0))
+    r.arrive("a", tags.Tags("P", "t", None), now=0.0)
+    assert r.finish("a", OK, 32, now=1.0) > 0
+    r.deferred("a")
+    assert r.counters.deferred == 1 and r.live["a"].pin_skipped == "deferred"
+    assert r.counters.snapshot()["deferred"] == 1 and not r.pins
+    r.check()
+
+
 def test_valve_order_latest_program_first_and_stall_only() -> None:
     r, _ = retention(policy(cold_start_ttl_s=10.0, valve="head"))
     for i, name in enumerate(["old", "mid", "new", "head"]):
@@ -263,6 +294,29 @@ def test_engine_log_survives_io_errors(tmp_path: Path) -> None:
     line = json.loads((tmp_path / "log.jsonl").read_text())
     assert line["schema"] == "ttlctl.engine-log/1" and line["ttl_s"] == 0.0
     assert os.path.getsize(tmp_path / "log.jsonl") > 0  # flushed, not buffered
+
+
+def test_engine_log_states_the_engines_facts_first_on_change_and_after_a_truncation(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "log.jsonl"
+    log = EngineLog(str(path), [].append)
+    facts = EngineFacts("0.32.0", "m", 32, 63, 8, 512, 1024, False, True, "ab" * 32, "r1")
+    rec = Record("r", "p", None, None, 1.0, None, 2.0, 10, 1, None, "length", 0.0)
+    log.write_facts(facts)
+    log.write_facts(facts)  # unchanged: not written again
+    log.write(rec)
+    log.write_facts(replace(facts, bundle_sha256="cd" * 32))  # a new bundle
+    kinds = [json.loads(x).get("kind") for x in path.read_text().splitlines()]
+    assert kinds == ["engine", None, "engine"]
+    first = json.loads(path.read_text().splitlines()[0])
+    assert first["schema"] == "ttlctl.engine-log/1" and first["replica"] == "r1"
+    assert (first["kv_blocks"], first["block_size"], first["kv_tokens"]) == (63, 32, 2016)
+    path.write_text("")  # rotated with copytruncate
+    log.write(rec)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [x.get("kind") for x in lines] == ["engine", None]
+    assert lines[0]["bundle_sha256"] == "cd" * 32
 
 
 def test_async_variant_is_chosen_under_async_scheduling() -> None:

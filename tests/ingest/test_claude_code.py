@@ -35,8 +35,15 @@ def _num(value: Any) -> float | None:
 def _expected(paths: list[Path]) -> dict[str, Any]:
     """Totals computed straight from the raw JSON (one program per file/sub-agent)."""
     out: dict[str, Any] = {
-        "programs": 0, "calls": 0, "tools": 0, "input": 0, "output": 0, "reused": 0,
-        "gaps": [], "llm": [], "arrivals": [],
+        "programs": 0,
+        "calls": 0,
+        "tools": 0,
+        "input": 0,
+        "output": 0,
+        "reused": 0,
+        "gaps": [],
+        "llm": [],
+        "arrivals": [],
     }
 
     def walk(reqs: list[dict[str, Any]], block: int, base: float) -> None:
@@ -146,9 +153,16 @@ def test_shared_traces(shared_traces: Path, tmp_path: Path) -> None:
 
 def _req(t: Any, n_in: Any, hashes: Any, **extra: Any) -> dict[str, Any]:
     req: dict[str, Any] = {
-        "t": t, "type": "n", "in": n_in, "out": 10, "hash_ids": hashes,
-        "input_types": ["text"], "output_types": ["text"], "stop": "tool_use",
-        "api_time": 1.0, "think_time": 2.0,
+        "t": t,
+        "type": "n",
+        "in": n_in,
+        "out": 10,
+        "hash_ids": hashes,
+        "input_types": ["text"],
+        "output_types": ["text"],
+        "stop": "tool_use",
+        "api_time": 1.0,
+        "think_time": 2.0,
     }
     req.update(extra)
     return req
@@ -161,27 +175,40 @@ def _write(path: Path, requests: list[Any], **top: Any) -> Path:
 
 
 def test_subagents_are_their_own_programs(tmp_path: Path) -> None:
-    inner = {"t": 1.0, "type": "subagent", "requests": [
-        _req(0.0, 200, [50, 51, 52, 53]),
-        _req(3.0, 260, [50, 51, 52, 54, 55], stop="end_turn"),
-    ]}
-    sub = {"t": 20.0, "type": "subagent", "requests": [
-        _req(0.0, 100, [20, 21]),
-        inner,
-        _req(8.0, 150, [20, 21, 22], stop="end_turn", think_time=4.5),
-    ]}
-    path = _write(tmp_path / "sess.json", [
-        _req(0.0, 130, [1, 2, 3]),
-        _req(10.0, 140, [1, 2, 4], think_time=7.0),
-        sub,
-        _req(40.0, 300, [1, 2, 4, 5, 6], stop="end_turn", think_time=11.0),
-    ])
+    inner = {
+        "t": 1.0,
+        "type": "subagent",
+        "requests": [
+            _req(0.0, 200, [50, 51, 52, 53]),
+            _req(3.0, 260, [50, 51, 52, 54, 55], stop="end_turn"),
+        ],
+    }
+    sub = {
+        "t": 20.0,
+        "type": "subagent",
+        "requests": [
+            _req(0.0, 100, [20, 21]),
+            inner,
+            _req(8.0, 150, [20, 21, 22], stop="end_turn", think_time=4.5),
+        ],
+    }
+    path = _write(
+        tmp_path / "sess.json",
+        [
+            _req(0.0, 130, [1, 2, 3]),
+            _req(10.0, 140, [1, 2, 4], think_time=7.0),
+            sub,
+            _req(40.0, 300, [1, 2, 4, 5, 6], stop="end_turn", think_time=11.0),
+        ],
+    )
     out = tmp_path / "out.parquet"
     report = ingest([path], out)
     assert report.records == report.rows == 7 and report.rejected == 0
     trace = trace_io.read(out)
-    by = {p: trace.filter(pl.col("program_id") == p).sort("turn")
-          for p in trace["program_id"].unique()}
+    by = {
+        p: trace.filter(pl.col("program_id") == p).sort("turn")
+        for p in trace["program_id"].unique()
+    }
     assert set(by) == {"sess", "sess/sub1", "sess/sub1/sub1"}
     assert by["sess"]["parent_program_id"].to_list() == [None] * 3
     assert by["sess/sub1"]["parent_program_id"].to_list() == ["sess", "sess"]
@@ -200,11 +227,17 @@ def test_subagents_are_their_own_programs(tmp_path: Path) -> None:
 
 
 def test_subagent_times_already_on_parent_clock(tmp_path: Path) -> None:
-    sub = {"t": 20.0, "type": "subagent", "requests": [
-        _req(20.5, 100, [20]), _req(25.0, 120, [20, 21], stop="end_turn"),
-    ]}
-    path = _write(tmp_path / "abs.json", [_req(0.0, 100, [1]), sub,
-                                          _req(40.0, 150, [1, 2], stop="")])
+    sub = {
+        "t": 20.0,
+        "type": "subagent",
+        "requests": [
+            _req(20.5, 100, [20]),
+            _req(25.0, 120, [20, 21], stop="end_turn"),
+        ],
+    }
+    path = _write(
+        tmp_path / "abs.json", [_req(0.0, 100, [1]), sub, _req(40.0, 150, [1, 2], stop="")]
+    )
     out = tmp_path / "out.parquet"
     ingest([path], out, fmt=FORMAT)
     trace = trace_io.read(out).filter(pl.col("program_id") == "abs/sub1").sort("turn")
@@ -212,11 +245,14 @@ def test_subagent_times_already_on_parent_clock(tmp_path: Path) -> None:
 
 
 def test_string_values_and_missing_optional_fields(tmp_path: Path) -> None:
-    path = _write(tmp_path / "s.json", [
-        _req("0", "16592", [1, 2], api_time="3.5", think_time=None),
-        {"t": "5.0", "type": "s", "in": "16700", "out": "7", "hash_ids": [1, 2, 3],
-         "stop": ""},
-    ], block_size="64")
+    path = _write(
+        tmp_path / "s.json",
+        [
+            _req("0", "16592", [1, 2], api_time="3.5", think_time=None),
+            {"t": "5.0", "type": "s", "in": "16700", "out": "7", "hash_ids": [1, 2, 3], "stop": ""},
+        ],
+        block_size="64",
+    )
     out = tmp_path / "out.parquet"
     report = ingest([path], out, fmt=FORMAT)
     assert report.rows == 2
@@ -268,28 +304,49 @@ def _bad_cases(tmp_path: Path, samples: Path) -> dict[str, tuple[Path, str, str 
     del r[1]["in"]
     cases["missing in"] = (_write(tmp_path / "noin.json", r), "missing in", "requests[1]")
     r = [_req(0.0, 100, [1]), _req(5.0, 120, [1, 2], out="abc")]
-    cases["non-numeric out"] = (_write(tmp_path / "nnout.json", r), "non-numeric out",
-                                "requests[1]")
+    cases["non-numeric out"] = (
+        _write(tmp_path / "nnout.json", r),
+        "non-numeric out",
+        "requests[1]",
+    )
     r = [_req(0.0, 100, [1]), _req(5.0, 120, [1, 2], think_time=-3)]
-    cases["negative think_time"] = (_write(tmp_path / "neg.json", r),
-                                    "negative think_time", "requests[1]")
+    cases["negative think_time"] = (
+        _write(tmp_path / "neg.json", r),
+        "negative think_time",
+        "requests[1]",
+    )
     r = [_req(0.0, 100, [1]), _req(5.0, 120, [1, 2], api_time="slow")]
-    cases["non-numeric api_time"] = (_write(tmp_path / "nnapi.json", r),
-                                     "non-numeric api_time", "requests[1]")
+    cases["non-numeric api_time"] = (
+        _write(tmp_path / "nnapi.json", r),
+        "non-numeric api_time",
+        "requests[1]",
+    )
     r = [_req(0.0, 100, [1]), _req(5.0, -4, [1, 2])]
     cases["negative in"] = (_write(tmp_path / "negin.json", r), "negative in", "requests[1]")
     r = [_req(10.0, 100, [1]), _req(5.0, 120, [1, 2])]
-    cases["out of order"] = (_write(tmp_path / "order.json", r), "out-of-order turns",
-                             "requests[1]")
+    cases["out of order"] = (
+        _write(tmp_path / "order.json", r),
+        "out-of-order turns",
+        "requests[1]",
+    )
     odd: list[Any] = [_req(0.0, 100, [1]), "oops"]
-    cases["request not an object"] = (_write(tmp_path / "notobj.json", odd), "not a JSON object",
-                                      "requests[1]")
+    cases["request not an object"] = (
+        _write(tmp_path / "notobj.json", odd),
+        "not a JSON object",
+        "requests[1]",
+    )
     r = [_req(0.0, 100, [1]), _req(5.0, 120, {"a": 1})]
-    cases["hash_ids not a list"] = (_write(tmp_path / "hash.json", r), "invalid hash_ids",
-                                    "requests[1]")
+    cases["hash_ids not a list"] = (
+        _write(tmp_path / "hash.json", r),
+        "invalid hash_ids",
+        "requests[1]",
+    )
     r = [_req(0.0, 100, [1]), {"t": 3.0, "type": "subagent"}, _req(9.0, 130, [1, 2])]
-    cases["subagent without requests"] = (_write(tmp_path / "sub.json", r),
-                                          "invalid subagent", "requests[1]")
+    cases["subagent without requests"] = (
+        _write(tmp_path / "sub.json", r),
+        "invalid subagent",
+        "requests[1]",
+    )
     bs = _write(tmp_path / "bs.json", [_req(0.0, 100, [1])], block_size="big")
     cases["bad block_size"] = (bs, "non-numeric block_size", "block_size")
     return cases

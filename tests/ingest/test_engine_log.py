@@ -166,3 +166,146 @@ def test_ingest_command_reports_programs_in_flight(tmp_path: Path) -> None:
         app, ["ingest", str(src), "-o", str(tmp_path / "t.parquet"), "--json"]
     )
     assert json.loads(as_json.stdout)["ingest"]["in_flight"] == 2
+
+
+def _facts(replica: str | None, kv_blocks: int = 63, **more: Any) -> dict[str, Any]:
+    """An engine record as the plugin writes it (ttlctl.engine.facts)."""
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "kind": "engine",
+        "at_unix_s": T0 - 1.0,
+        "vllm_version": "0.32.0",
+        "model": "tiny",
+        "block_size": 32,
+        "kv_blocks": kv_blocks,
+        "kv_tokens": kv_blocks * 32,
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": 2048,
+        "max_model_len": 1024,
+        "async_scheduling": False,
+        "prefix_caching": True,
+        "bundle_sha256": "ab" * 32,
+        "replica": replica,
+    }
+    return doc | more
+
+
+def _two_replicas(tmp_path: Path, names: tuple[str | None, str | None]) -> list[Path]:
+    """Program p runs turns 0 and 2 on the first replica and turn 1 on the second; each
+    replica also has a program of its own and an untagged request with the same id."""
+    a = [
+        _facts(names[0], kv_blocks=63),
+        _req("a1", "p", 0.0, 1.0, tool="grep", is_last=False),
+        _req("a2", "p", 6.0, 7.0, is_last=True),
+        _req("a3", "only-a", 0.5, 1.0, is_last=True),
+        _req("dup", None, 2.0, 2.5),
+    ]
+    b = [
+        _facts(names[1], kv_blocks=127),
+        _req("b1", "p", 3.0, 4.0, tool="bash", is_last=False),
+        _req("b2", "only-b", 1.0, 2.0, is_last=True),
+        _req("dup", None, 2.0, 2.5),
+    ]
+    return [_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)]
+
+
+def test_logs_of_two_replicas_merge_a_program_by_arrival(tmp_path: Path) -> None:
+    """Issue 19, item 4: a program whose calls ran on two replicas is one program; each
+    call keeps its replica; the engines' facts are kept in the trace's metadata."""
+    logs = _two_replicas(tmp_path, ("r-a", "r-b"))
+    report = ingest(logs, tmp_path / "t.parquet")
+    assert (report.records, report.rows, report.rejected) == (7, 7, 0)
+    assert [f.records for f in report.files] == [4, 3]
+    trace = trace_io.read(tmp_path / "t.parquet").sort("program_id", "turn")
+    p = trace.filter(trace["program_id"] == "p")
+    assert p["turn"].to_list() == [0, 1, 2]
+    assert p["replica"].to_list() == ["r-a", "r-b", "r-a"]
+    assert p["tool"].to_list() == ["grep", "bash", None]
+    assert p["gap_s"].to_list() == [2.0, 2.0, None]  # across replicas
+    assert sorted(
+        trace.filter(trace["program_id"].str.starts_with("request:dup"))["program_id"].to_list()
+    ) == ["request:dup", "request:dup#2"]
+    engines = trace_io.engines(tmp_path / "t.parquet")
+    assert [(e["replica"], e["kv_tokens"], e["calls"]) for e in engines] == [
+        ("r-a", 63 * 32, 4),
+        ("r-b", 127 * 32, 3),
+    ]
+    assert engines == report.engines and engines[0]["file"] == str(logs[0])
+    assert engines[0]["line"] == 1
+
+
+def test_replicas_without_names_are_told_apart_by_file(tmp_path: Path) -> None:
+    logs = _two_replicas(tmp_path, (None, None))
+    ingest(logs, tmp_path / "t.parquet")
+    trace = trace_io.read(tmp_path / "t.parquet")
+    assert set(trace["replica"].to_list()) == {str(logs[0]), str(logs[1])}
+    one = ingest([logs[0]], tmp_path / "one.parquet")
+    assert trace_io.read(tmp_path / "one.parquet")["replica"].null_count() == 4
+    assert one.engines[0]["replica"] is None
+
+
+def test_a_log_without_facts_keeps_no_engines(tmp_path: Path) -> None:
+    src = _write(tmp_path / "engine.jsonl", _log())
+    assert ingest([src], tmp_path / "t.parquet").engines == []
+    assert trace_io.engines(tmp_path / "t.parquet") == []
+
+
+def test_a_bad_engine_record_is_a_bad_record(tmp_path: Path) -> None:
+    src = _write(tmp_path / "engine.jsonl", [_facts("r", kv_blocks="lots"), *_log()])
+    with pytest.raises(IngestError, match="line 1: bad engine record: kv_blocks"):
+        ingest([src], tmp_path / "t.parquet")
+    report = ingest([src], tmp_path / "t.parquet", skip_bad=True)
+    assert (report.records, report.rows, report.rejected) == (5, 4, 1)
+
+
+def test_a_program_id_used_again_after_its_last_call_is_a_new_program(tmp_path: Path) -> None:
+    """Issue 22: a second run of the same programs against one server (a resumed session,
+    a retried task) reads as ``<id>#2``, counted; it used to reject the whole log."""
+    rows = [
+        _req("r1", "p", 0.0, 1.0, tool="grep", is_last=False),
+        _req("r2", "p", 2.0, 3.0, is_last=True),
+        _req("s1", "p", 10.0, 11.0, tool="grep", is_last=False),
+        _req("s2", "p", 12.0, 13.0, is_last=True),
+        _req("t1", "p", 20.0, 21.0, tool="bash", is_last=False),  # a third run, in flight
+        _req("u1", "p#2", 30.0, 31.0, is_last=True),  # a name the log already uses
+    ]
+    src = _write(tmp_path / "engine.jsonl", rows)
+    report = ingest([src], tmp_path / "t.parquet")
+    assert (report.rows, report.rejected, report.reused_ids, report.in_flight) == (6, 0, 2, 1)
+    trace = trace_io.read(tmp_path / "t.parquet").sort("program_id", "turn")
+    calls = dict(trace.group_by("program_id").len().iter_rows())
+    assert calls == {"p": 2, "p#3": 2, "p#4": 1, "p#2": 1}
+    assert trace.filter(trace["program_id"] == "p#3")["arrival_s"].to_list() == [10.0, 12.0]
+    result = CliRunner().invoke(app, ["ingest", str(src), "-o", str(tmp_path / "t.parquet")])
+    assert "2 program id(s) used again" in result.output
+
+
+def test_a_contradiction_inside_one_run_stays_an_error_naming_file_and_line(
+    tmp_path: Path,
+) -> None:
+    rows = [
+        _req("r1", "p", 0.0, 1.0, tool="grep", is_last=False),
+        _req("r2", "p", 2.0, 3.0, is_last="maybe"),
+    ]
+    src = _write(tmp_path / "engine.jsonl", rows)
+    with pytest.raises(IngestError, match=r"engine.jsonl.*line 2: invalid is_last"):
+        ingest([src], tmp_path / "t.parquet")
+
+
+def test_aborted_calls_are_kept_with_no_output_and_counted(tmp_path: Path) -> None:
+    """Issue 22: a client killed mid-run leaves calls the engine aborted (output 0); ingest
+    keeps them as calls, counts them, and their program ends in flight."""
+    rows = [
+        _req("r1", "p", 0.0, 1.0, tool="grep", is_last=False),
+        _req("r2", "p", 2.0, 2.2, tool="grep", output_tokens=0, finish_reason="abort"),
+        _req("q1", "q", 0.0, 0.1, output_tokens=0, finish_reason="abort"),
+    ]
+    src = _write(tmp_path / "engine.jsonl", rows)
+    report = ingest([src], tmp_path / "t.parquet")
+    assert (report.rows, report.rejected, report.aborted, report.in_flight) == (3, 0, 2, 2)
+    trace = trace_io.read(tmp_path / "t.parquet").sort("program_id", "turn")
+    assert trace["output_tokens"].to_list() == [50, 0, 0]
+    result = CliRunner().invoke(
+        app, ["ingest", str(src), "-o", str(tmp_path / "t.parquet"), "--json"]
+    )
+    assert json.loads(result.stdout)["ingest"]["aborted"] == 2

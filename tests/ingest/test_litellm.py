@@ -41,7 +41,12 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 def _expected(paths: list[Path]) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "programs": 0, "calls": 0, "input": 0, "output": 0, "tools": {}, "gaps": {},
+        "programs": 0,
+        "calls": 0,
+        "input": 0,
+        "output": 0,
+        "tools": {},
+        "gaps": {},
         "arrivals": {},
     }
     for path in paths:
@@ -143,8 +148,10 @@ class _ToolCall:
         self.function = _Function(call["function"]["arguments"], call["function"]["name"])
 
     def __repr__(self) -> str:
-        return (f"ChatCompletionMessageToolCall(function={self.function!r}, id={self.id!r}, "
-                "type='function')")
+        return (
+            f"ChatCompletionMessageToolCall(function={self.function!r}, id={self.id!r}, "
+            "type='function')"
+        )
 
 
 def _as_repr_log(src: Path, dst: Path) -> Path:
@@ -188,11 +195,13 @@ def test_repr_strings_read_like_json(samples: Path, tmp_path: Path) -> None:
 
 
 def test_parse_repr_objects_and_strings() -> None:
-    text = ("Choices(finish_reason='tool_calls', index=0, message=Message(content=None, "
-            "role='assistant', tool_calls=[ChatCompletionMessageToolCall(index=0, "
-            "function=Function(arguments='{\"name\": \"Noah\", \"q\": \"it\\'s\"}', "
-            "name='find_user'), id='t1', type='function')], extra={'a': (1, -2.5), 'b': True}, "
-            "obj=<litellm.Foo object at 0x7f00>))")
+    text = (
+        "Choices(finish_reason='tool_calls', index=0, message=Message(content=None, "
+        "role='assistant', tool_calls=[ChatCompletionMessageToolCall(index=0, "
+        'function=Function(arguments=\'{"name": "Noah", "q": "it\\\'s"}\', '
+        "name='find_user'), id='t1', type='function')], extra={'a': (1, -2.5), 'b': True}, "
+        "obj=<litellm.Foo object at 0x7f00>))"
+    )
     value = parse_repr(text)
     call = value["message"]["tool_calls"][0]
     assert call["function"]["name"] == "find_user"
@@ -214,26 +223,37 @@ def _session(n_calls: int = 4) -> list[dict[str, Any]]:
     history: list[dict[str, Any]] = [sys_msg, {"role": "user", "content": "hello"}]
     recs: list[dict[str, Any]] = []
     answers: list[dict[str, Any]] = [
-        {"role": "assistant", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}},
-            {"id": "c2", "type": "function", "function": {"name": "fetch", "arguments": "{}"}},
-        ]},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}},
+                {"id": "c2", "type": "function", "function": {"name": "fetch", "arguments": "{}"}},
+            ],
+        },
         {"role": "assistant", "content": "which one?"},
         {"role": "assistant", "content": "done"},
     ]
     follow: list[list[dict[str, Any]]] = [
-        [{"role": "tool", "tool_call_id": "c1", "content": "1"},
-         {"role": "tool", "tool_call_id": "c2", "content": "2"}],
+        [
+            {"role": "tool", "tool_call_id": "c1", "content": "1"},
+            {"role": "tool", "tool_call_id": "c2", "content": "2"},
+        ],
         [{"role": "user", "content": "the first"}],
         [{"role": "user", "content": "thanks"}],
     ]
     for i in range(n_calls):
-        recs.append({
-            "timestamp": f"2026-04-23T17:42:{10 + 3 * i:02d}.000000+00:00",
-            "status": "success", "model": "m", "prompt_tokens": 100 + 10 * i,
-            "completion_tokens": 5, "request": {"messages": [dict(m) for m in history]},
-            "response": {"choices": []}, "trace_id": f"t{i}",
-        })
+        recs.append(
+            {
+                "timestamp": f"2026-04-23T17:42:{10 + 3 * i:02d}.000000+00:00",
+                "status": "success",
+                "model": "m",
+                "prompt_tokens": 100 + 10 * i,
+                "completion_tokens": 5,
+                "request": {"messages": [dict(m) for m in history]},
+                "response": {"choices": []},
+                "trace_id": f"t{i}",
+            }
+        )
         if i < len(answers):
             history += [answers[i], *follow[i]]
     return recs

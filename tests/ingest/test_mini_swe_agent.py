@@ -41,10 +41,11 @@ def _oracle_tool(content: str) -> str:
     lines = [ln for ln in blocks[0].splitlines() if not ln.strip().startswith("#")]
     command = "\n".join(lines).strip()
     while (m := re.match(r"cd\s+\S+\s*(?:&&|;)\s*", command)) is not None:
-        command = command[m.end():]
+        command = command[m.end() :]
     words = command.split()
-    while words and (re.match(r"[A-Za-z_]\w*=", words[0])
-                     or words[0] in ("sudo", "env", "time", "nohup")):
+    while words and (
+        re.match(r"[A-Za-z_]\w*=", words[0]) or words[0] in ("sudo", "env", "time", "nohup")
+    ):
         words.pop(0)
     if words and words[0] == "timeout":
         words = words[2:]
@@ -52,8 +53,14 @@ def _oracle_tool(content: str) -> str:
 
 
 def _expected(paths: list[Path]) -> dict[str, Any]:
-    out: dict[str, Any] = {"programs": 0, "calls": 0, "input": 0, "output": 0,
-                           "tools": Counter(), "created": {}}
+    out: dict[str, Any] = {
+        "programs": 0,
+        "calls": 0,
+        "input": 0,
+        "output": 0,
+        "tools": Counter(),
+        "created": {},
+    }
     for path in paths:
         doc = json.loads(path.read_text())
         calls = [m for m in doc["messages"] if m["role"] == "assistant"]
@@ -103,8 +110,11 @@ def test_samples(samples: Path, tmp_path: Path) -> None:
     # the django sample has one answer with two bash blocks: a format error, "unknown"
     doc = json.loads(paths[1].read_text())
     asst = [m for m in doc["messages"] if m["role"] == "assistant"]
-    bad = [i for i, m in enumerate(asst)
-           if len(re.findall(r"```bash\s*\n(.*?)\n```", m["content"], re.DOTALL)) != 1]
+    bad = [
+        i
+        for i, m in enumerate(asst)
+        if len(re.findall(r"```bash\s*\n(.*?)\n```", m["content"], re.DOTALL)) != 1
+    ]
     assert bad
     trace = trace_io.read(tmp_path / "trace.parquet")
     rows = trace.filter(trace["program_id"] == doc["instance_id"]).sort("turn")
@@ -161,8 +171,11 @@ def test_sniff_is_specific(samples: Path, tmp_path: Path) -> None:
         if path.parent.name != FORMAT and path.name != "LICENSE":
             assert not READER.sniff(path, head_bytes(path)), path
     # a huge `info` pushes `messages` and `trajectory_format` past the sniffed head
-    doc = {"info": {"submission": "x" * 100_000},
-           "messages": _messages([(100, 10, "ls")]), "trajectory_format": "mini-swe-agent-1"}
+    doc = {
+        "info": {"submission": "x" * 100_000},
+        "messages": _messages([(100, 10, "ls")]),
+        "trajectory_format": "mini-swe-agent-1",
+    }
     path = _write(tmp_path / "big.traj.json", doc)
     assert READER.sniff(path, head_bytes(path))
     assert not READER.sniff(tmp_path / "big.json", head_bytes(path))
@@ -173,17 +186,29 @@ def test_sniff_is_specific(samples: Path, tmp_path: Path) -> None:
 
 def _assistant(created: Any, prompt: Any, completion: Any, command: str | None) -> dict[str, Any]:
     text = "THOUGHT: x" if command is None else f"THOUGHT: x\n\n```bash\n{command}\n```"
-    return {"role": "assistant", "content": text, "extra": {"response": {
-        "created": created,
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                  "prompt_tokens_details": {"cached_tokens": 0}},
-    }}}
+    return {
+        "role": "assistant",
+        "content": text,
+        "extra": {
+            "response": {
+                "created": created,
+                "usage": {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "prompt_tokens_details": {"cached_tokens": 0},
+                },
+            }
+        },
+    }
 
 
-def _messages(calls: list[tuple[Any, Any, str | None]], start: int = 1_700_000_000
-              ) -> list[dict[str, Any]]:
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": "s"},
-                                  {"role": "user", "content": "task"}]
+def _messages(
+    calls: list[tuple[Any, Any, str | None]], start: int = 1_700_000_000
+) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "task"},
+    ]
     for i, (prompt, completion, command) in enumerate(calls):
         msgs.append(_assistant(start + 3 * i, prompt, completion, command))
         msgs.append({"role": "user", "content": "<returncode>0</returncode>"})
@@ -196,14 +221,19 @@ def _write(path: Path, doc: Any) -> Path:
 
 
 def _traj(path: Path, messages: list[Any], **extra: Any) -> Path:
-    doc = {"info": {"exit_status": "Submitted", "model_stats": {"api_calls": 3}},
-           "messages": messages, "trajectory_format": "mini-swe-agent-1", **extra}
+    doc = {
+        "info": {"exit_status": "Submitted", "model_stats": {"api_calls": 3}},
+        "messages": messages,
+        "trajectory_format": "mini-swe-agent-1",
+        **extra,
+    }
     return _write(path, doc)
 
 
 def test_program_id_and_tools(tmp_path: Path) -> None:
-    msgs = _messages([(100, 10, "cd /r && FOO=1 python x.py"), (150, 12, None),
-                      (200, 8, "echo done")])
+    msgs = _messages(
+        [(100, 10, "cd /r && FOO=1 python x.py"), (150, 12, None), (200, 8, "echo done")]
+    )
     with_id = _traj(tmp_path / "a.traj.json", msgs, instance_id="repo__x-1")
     no_id = _traj(tmp_path / "b__y-2.traj.json", msgs)
     out = tmp_path / "out.parquet"
@@ -217,8 +247,9 @@ def test_program_id_and_tools(tmp_path: Path) -> None:
 
 def test_v2_tool_calls_and_timestamps(tmp_path: Path) -> None:
     msgs = _messages([(100, 10, None), (150, 12, None)])
-    msgs[2]["tool_calls"] = [{"function": {"name": "bash",
-                                           "arguments": json.dumps({"command": "rg foo"})}}]
+    msgs[2]["tool_calls"] = [
+        {"function": {"name": "bash", "arguments": json.dumps({"command": "rg foo"})}}
+    ]
     msgs[2]["extra"]["timestamp"] = 1000.5
     msgs[3]["extra"] = {"timestamp": 1002.75}
     path = _traj(tmp_path / "v2.traj.json", msgs, trajectory_format="mini-swe-agent-1.1")
@@ -233,8 +264,11 @@ def test_v2_tool_calls_and_timestamps(tmp_path: Path) -> None:
 
 
 def _good(tmp_path: Path) -> Path:
-    return _traj(tmp_path / "good.traj.json", _messages([(100, 10, "ls"), (120, 5, "echo")]),
-                 instance_id="good")
+    return _traj(
+        tmp_path / "good.traj.json",
+        _messages([(100, 10, "ls"), (120, 5, "echo")]),
+        instance_id="good",
+    )
 
 
 def _broken(tmp_path: Path, name: str, change: Any) -> Path:
@@ -271,38 +305,71 @@ def _bad_cases(tmp_path: Path, samples: Path) -> dict[str, tuple[Path, str, str 
     rec = "messages[4]"
     cases["missing response"] = (
         _broken(tmp_path, "noresp.traj.json", lambda m: m["extra"].pop("response")),
-        "missing extra.response", rec)
+        "missing extra.response",
+        rec,
+    )
     cases["missing usage"] = (
         _broken(tmp_path, "nousage.traj.json", lambda m: m["extra"]["response"].pop("usage")),
-        "missing usage", rec)
+        "missing usage",
+        rec,
+    )
     cases["missing prompt_tokens"] = (
-        _broken(tmp_path, "noprompt.traj.json",
-                lambda m: m["extra"]["response"]["usage"].pop("prompt_tokens")),
-        "missing prompt_tokens", rec)
+        _broken(
+            tmp_path,
+            "noprompt.traj.json",
+            lambda m: m["extra"]["response"]["usage"].pop("prompt_tokens"),
+        ),
+        "missing prompt_tokens",
+        rec,
+    )
     cases["non-numeric completion_tokens"] = (
-        _broken(tmp_path, "nncomp.traj.json",
-                lambda m: m["extra"]["response"]["usage"].update(completion_tokens="lots")),
-        "non-numeric completion_tokens", rec)
+        _broken(
+            tmp_path,
+            "nncomp.traj.json",
+            lambda m: m["extra"]["response"]["usage"].update(completion_tokens="lots"),
+        ),
+        "non-numeric completion_tokens",
+        rec,
+    )
     cases["negative prompt_tokens"] = (
-        _broken(tmp_path, "negprompt.traj.json",
-                lambda m: m["extra"]["response"]["usage"].update(prompt_tokens=-3)),
-        "negative prompt_tokens", rec)
+        _broken(
+            tmp_path,
+            "negprompt.traj.json",
+            lambda m: m["extra"]["response"]["usage"].update(prompt_tokens=-3),
+        ),
+        "negative prompt_tokens",
+        rec,
+    )
     cases["non-numeric created"] = (
-        _broken(tmp_path, "nncreated.traj.json",
-                lambda m: m["extra"]["response"].update(created="noon")),
-        "non-numeric created", rec)
+        _broken(
+            tmp_path, "nncreated.traj.json", lambda m: m["extra"]["response"].update(created="noon")
+        ),
+        "non-numeric created",
+        rec,
+    )
     cases["negative created"] = (
-        _broken(tmp_path, "negcreated.traj.json",
-                lambda m: m["extra"]["response"].update(created=-5)),
-        "negative created", rec)
+        _broken(
+            tmp_path, "negcreated.traj.json", lambda m: m["extra"]["response"].update(created=-5)
+        ),
+        "negative created",
+        rec,
+    )
     cases["out of order"] = (
-        _broken(tmp_path, "order.traj.json",
-                lambda m: m["extra"]["response"].update(created=1_600_000_000)),
-        "out-of-order turns", rec)
+        _broken(
+            tmp_path,
+            "order.traj.json",
+            lambda m: m["extra"]["response"].update(created=1_600_000_000),
+        ),
+        "out-of-order turns",
+        rec,
+    )
     msgs = _messages([(100, 10, "ls"), (120, 5, "cat a")])
     msgs[4] = "oops"  # type: ignore[call-overload]
-    cases["message not an object"] = (_traj(tmp_path / "notobj.traj.json", msgs,
-                                            instance_id="notobj"), "malformed message", rec)
+    cases["message not an object"] = (
+        _traj(tmp_path / "notobj.traj.json", msgs, instance_id="notobj"),
+        "malformed message",
+        rec,
+    )
     return cases
 
 
@@ -322,8 +389,9 @@ def test_bad_input_skip_bad(tmp_path: Path, samples: Path) -> None:
         if record is not None:
             # a bad record rejects its whole program, every call accounted for
             doc = json.loads(path.read_text())
-            calls = [m for m in doc["messages"]
-                     if not isinstance(m, dict) or m["role"] == "assistant"]
+            calls = [
+                m for m in doc["messages"] if not isinstance(m, dict) or m["role"] == "assistant"
+            ]
             assert report.rejected == len(calls), name
 
 

@@ -75,10 +75,19 @@ def _signature(calls: list[tuple[float, int, int]]) -> tuple[tuple[float, int, i
 
 def _trace_signatures(trace: pl.DataFrame) -> list[tuple[tuple[float, int, int], ...]]:
     out = []
-    for _pid, group in trace.sort("program_id", "turn").group_by("program_id",
-                                                                 maintain_order=True):
-        out.append(_signature(list(zip(group["arrival_s"], group["input_tokens"],
-                                       group["output_tokens"], strict=True))))
+    for _pid, group in trace.sort("program_id", "turn").group_by("program_id", maintain_order=True):
+        out.append(
+            _signature(
+                list(
+                    zip(
+                        group["arrival_s"],
+                        group["input_tokens"],
+                        group["output_tokens"],
+                        strict=True,
+                    )
+                )
+            )
+        )
     return sorted(out)
 
 
@@ -87,8 +96,9 @@ def _check_against(trace: pl.DataFrame, lines: list[dict[str, Any]]) -> None:
     assert trace.height == len(lines)  # every line is exactly one call
     assert trace["program_id"].n_unique() == len(programs)
     expected = sorted(
-        _signature([(m["timestamp"] / 1000, m["input_length"], m["output_length"])
-                    for m in members])
+        _signature(
+            [(m["timestamp"] / 1000, m["input_length"], m["output_length"]) for m in members]
+        )
         for members in programs
     )
     assert _trace_signatures(trace) == expected
@@ -97,22 +107,29 @@ def _check_against(trace: pl.DataFrame, lines: list[dict[str, Any]]) -> None:
     continuations = sum(len(m) - 1 for m in programs)
     assert trace["tool"].drop_nulls().len() == continuations
     assert trace["gap_s"].drop_nulls().len() == continuations
-    gap_sum = sum((b["timestamp"] - a["timestamp"]) / 1000
-                  for m in programs for a, b in itertools.pairwise(m))
+    gap_sum = sum(
+        (b["timestamp"] - a["timestamp"]) / 1000 for m in programs for a, b in itertools.pairwise(m)
+    )
     assert math.isclose(trace["gap_s"].sum(), gap_sum, rel_tol=1e-9, abs_tol=1e-6)
-    reused = sum(min(_shared(a["hash_ids"], b["hash_ids"]) * BLOCK, b["input_length"])
-                 for m in programs for a, b in itertools.pairwise(m))
+    reused = sum(
+        min(_shared(a["hash_ids"], b["hash_ids"]) * BLOCK, b["input_length"])
+        for m in programs
+        for a, b in itertools.pairwise(m)
+    )
     assert trace["reused_tokens"].sum() == reused
     assert trace["tool_s"].null_count() == trace["llm_s"].null_count() == trace.height
 
 
 def _check_invariants(trace: pl.DataFrame, lines: list[dict[str, Any]]) -> None:
     """Each program's calls grow, and each continues the previous call's chain."""
-    by_call = {(x["timestamp"] / 1000, x["input_length"], x["output_length"]): x
-               for x in lines}
+    by_call = {(x["timestamp"] / 1000, x["input_length"], x["output_length"]): x for x in lines}
     for _pid, group in trace.sort("turn").group_by("program_id"):
-        calls = [by_call[c] for c in zip(group["arrival_s"], group["input_tokens"],
-                                         group["output_tokens"], strict=True)]
+        calls = [
+            by_call[c]
+            for c in zip(
+                group["arrival_s"], group["input_tokens"], group["output_tokens"], strict=True
+            )
+        ]
         for a, b in itertools.pairwise(calls):
             key = a["hash_ids"][:-1]
             assert key and b["hash_ids"][: len(key)] == key
@@ -133,8 +150,7 @@ def test_sample(samples: Path, tmp_path: Path) -> None:
     trace = trace_io.read(out)
     _check_against(trace, lines)
     _check_invariants(trace, lines)
-    assert all(p.startswith("synthetic_trace_head-mooncake-")
-               for p in trace["program_id"].unique())
+    assert all(p.startswith("synthetic_trace_head-mooncake-") for p in trace["program_id"].unique())
 
 
 def test_shared_trace(shared_traces: Path, tmp_path: Path) -> None:
@@ -171,13 +187,13 @@ def test_known_sessions(tmp_path: Path) -> None:
     # S = 2-block system prompt shared by sessions A and B; they must stay apart.
     # Inputs are unique so each call names itself. Lines are not in time order.
     lines = [
-        _line(0, 1800, [1, 2, 10, 11]),                 # A turn 0
-        _line(500, 1700, [1, 2, 20, 21]),               # B turn 0 (same system prompt)
-        _line(9000, 3000, [1, 2, 10, 12, 13, 14]),      # A turn 1 (A0 less last block)
-        _line(4000, 2900, [1, 2, 20, 22, 23, 24]),      # B turn 1 (before A1 in time)
-        _line(7000, 1100, [1, 2, 30]),                  # C: only the system prompt shared
+        _line(0, 1800, [1, 2, 10, 11]),  # A turn 0
+        _line(500, 1700, [1, 2, 20, 21]),  # B turn 0 (same system prompt)
+        _line(9000, 3000, [1, 2, 10, 12, 13, 14]),  # A turn 1 (A0 less last block)
+        _line(4000, 2900, [1, 2, 20, 22, 23, 24]),  # B turn 1 (before A1 in time)
+        _line(7000, 1100, [1, 2, 30]),  # C: only the system prompt shared
         _line(12000, 4100, [1, 2, 10, 12, 13, 15, 16, 17, 18]),  # A turn 2
-        _line(13000, 2950, [1, 2, 20, 22, 23, 25]),     # B turn 2 (a short follow-up)
+        _line(13000, 2950, [1, 2, 20, 22, 23, 25]),  # B turn 2 (a short follow-up)
         _line(14000, 5000, [7, 8, 9, 40, 41, 42, 43, 44, 45, 46]),  # D alone
     ]
     path = _write(tmp_path / "hand.jsonl", lines)
@@ -185,9 +201,14 @@ def test_known_sessions(tmp_path: Path) -> None:
     report = ingest([path], out, fmt=FORMAT)
     assert report.rows == 8
     trace = trace_io.read(out)
-    assert _programs_by_input(trace) == sorted([
-        [1800, 3000, 4100], [1700, 2900, 2950], [1100], [5000],
-    ])
+    assert _programs_by_input(trace) == sorted(
+        [
+            [1800, 3000, 4100],
+            [1700, 2900, 2950],
+            [1100],
+            [5000],
+        ]
+    )
     a = trace.filter(pl.col("input_tokens").is_in([1800, 3000, 4100])).sort("turn")
     assert a["arrival_s"].to_list() == [0.0, 9.0, 12.0]
     assert a["gap_s"].to_list() == [9.0, 3.0, None]  # next arrival - this arrival
@@ -200,53 +221,100 @@ def test_known_sessions(tmp_path: Path) -> None:
 
 def test_not_longer_is_not_a_continuation(tmp_path: Path) -> None:
     # Same document, another question of the same length: a new program.
-    path = _write(tmp_path / "q.jsonl", [
-        _line(0, 2000, [1, 2, 3, 4]),
-        _line(10, 2000, [1, 2, 3, 5]),
-        _line(20, 1500, [1, 2, 3]),
-    ])
+    path = _write(
+        tmp_path / "q.jsonl",
+        [
+            _line(0, 2000, [1, 2, 3, 4]),
+            _line(10, 2000, [1, 2, 3, 5]),
+            _line(20, 1500, [1, 2, 3]),
+        ],
+    )
     out = tmp_path / "out.parquet"
     ingest([path], out, fmt=FORMAT)
     assert _programs_by_input(trace_io.read(out)) == [[1500], [2000], [2000]]
 
 
 def test_longest_key_then_most_recent(tmp_path: Path) -> None:
-    path = _write(tmp_path / "tie.jsonl", [
-        _line(0, 1000, [1, 2]),              # P starts; key [1]
-        _line(1, 2000, [1, 2, 3, 4]),        # continues P; P's key becomes [1,2,3]
-        _line(2, 1100, [1, 9]),              # matches no key -> R, key [1]
-        _line(3, 1200, [1, 8]),              # continues R (key [1], longer)
-        _line(4, 5000, [1, 2, 3, 4, 5, 6]),  # matches P's [1,2,3] and R's [1]: longest wins
-    ])
+    path = _write(
+        tmp_path / "tie.jsonl",
+        [
+            _line(0, 1000, [1, 2]),  # P starts; key [1]
+            _line(1, 2000, [1, 2, 3, 4]),  # continues P; P's key becomes [1,2,3]
+            _line(2, 1100, [1, 9]),  # matches no key -> R, key [1]
+            _line(3, 1200, [1, 8]),  # continues R (key [1], longer)
+            _line(4, 5000, [1, 2, 3, 4, 5, 6]),  # matches P's [1,2,3] and R's [1]: longest wins
+        ],
+    )
     out = tmp_path / "out.parquet"
     ingest([path], out, fmt=FORMAT)
     assert _programs_by_input(trace_io.read(out)) == [[1000, 2000, 5000], [1100, 1200]]
 
     # two open programs with the same key: the most recently active one continues
-    path = _write(tmp_path / "recent.jsonl", [
-        _line(0, 1000, [1, 2, 3]),   # X, key [1,2]
-        _line(1, 900, [1, 2, 4]),    # not longer than X -> Y, key [1,2]
-        _line(2, 1500, [1, 2, 5, 6]),  # both match; Y is the most recent
-    ])
+    path = _write(
+        tmp_path / "recent.jsonl",
+        [
+            _line(0, 1000, [1, 2, 3]),  # X, key [1,2]
+            _line(1, 900, [1, 2, 4]),  # not longer than X -> Y, key [1,2]
+            _line(2, 1500, [1, 2, 5, 6]),  # both match; Y is the most recent
+        ],
+    )
     out = tmp_path / "out2.parquet"
     ingest([path], out, fmt=FORMAT)
     assert _programs_by_input(trace_io.read(out)) == [[900, 1500], [1000]]
 
 
 def test_sessions_and_delay(tmp_path: Path) -> None:
-    path = _write(tmp_path / "sess.jsonl", [
-        json.dumps({"session_id": "a", "timestamp": 0, "input_length": 100,
-                    "output_length": 5, "hash_ids": [1]}),
-        json.dumps({"session_id": "b", "timestamp": 50, "input_length": 90,
-                    "output_length": 5, "hash_ids": [7]}),
-        json.dumps({"session_id": "a", "delay": 2500, "input_length": "700",
-                    "output_length": 5, "hash_ids": [1, 2]}),
-        json.dumps({"session_id": "a", "timestamp": 9000, "input_length": 900,
-                    "output_length": 5, "hash_ids": [1, 2, 3]}),
-        json.dumps({"session_id": "b", "timestamp": 1050, "delay_ms": 400, "input_length": 95,
-                    "output_length": 5}),
-        _line(100, 60, [5]),  # no session: its own inferred program
-    ])
+    path = _write(
+        tmp_path / "sess.jsonl",
+        [
+            json.dumps(
+                {
+                    "session_id": "a",
+                    "timestamp": 0,
+                    "input_length": 100,
+                    "output_length": 5,
+                    "hash_ids": [1],
+                }
+            ),
+            json.dumps(
+                {
+                    "session_id": "b",
+                    "timestamp": 50,
+                    "input_length": 90,
+                    "output_length": 5,
+                    "hash_ids": [7],
+                }
+            ),
+            json.dumps(
+                {
+                    "session_id": "a",
+                    "delay": 2500,
+                    "input_length": "700",
+                    "output_length": 5,
+                    "hash_ids": [1, 2],
+                }
+            ),
+            json.dumps(
+                {
+                    "session_id": "a",
+                    "timestamp": 9000,
+                    "input_length": 900,
+                    "output_length": 5,
+                    "hash_ids": [1, 2, 3],
+                }
+            ),
+            json.dumps(
+                {
+                    "session_id": "b",
+                    "timestamp": 1050,
+                    "delay_ms": 400,
+                    "input_length": 95,
+                    "output_length": 5,
+                }
+            ),
+            _line(100, 60, [5]),  # no session: its own inferred program
+        ],
+    )
     out = tmp_path / "out.parquet"
     report = ingest([path], out, fmt=FORMAT)
     assert report.rows == 6
@@ -271,14 +339,26 @@ def _bad_cases(tmp_path: Path, samples: Path) -> dict[str, tuple[Path, str, str 
     good = [_line(0, 1000, [1, 2]), _line(10, 1600, [1, 2, 3, 4]), _line(20, 700, [9, 8])]
     cases: dict[str, tuple[Path, str, str | None]] = {}
     text = "\n".join(good)
-    cases["truncated"] = (_write(tmp_path / "trunc.jsonl", [text[:-12]]), "malformed JSON",
-                          "line 3")
-    cases["other format"] = (samples / "claude-code" / "trace_0165.json",
-                             "not a mooncake record", "line 1")
-    cases["pretty JSON"] = (_write(tmp_path / "pretty.jsonl", ["{", ' "a": 1', "}"]),
-                            "malformed JSON", "line 1")
-    cases["not an object"] = (_write(tmp_path / "list.jsonl", ["[1, 2]"]), "not a JSON object",
-                              "line 1")
+    cases["truncated"] = (
+        _write(tmp_path / "trunc.jsonl", [text[:-12]]),
+        "malformed JSON",
+        "line 3",
+    )
+    cases["other format"] = (
+        samples / "claude-code" / "trace_0165.json",
+        "not a mooncake record",
+        "line 1",
+    )
+    cases["pretty JSON"] = (
+        _write(tmp_path / "pretty.jsonl", ["{", ' "a": 1', "}"]),
+        "malformed JSON",
+        "line 1",
+    )
+    cases["not an object"] = (
+        _write(tmp_path / "list.jsonl", ["[1, 2]"]),
+        "not a JSON object",
+        "line 1",
+    )
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n\n")
     cases["empty"] = (empty, "empty file", None)
@@ -286,39 +366,65 @@ def _bad_cases(tmp_path: Path, samples: Path) -> dict[str, tuple[Path, str, str 
     binary.write_bytes(bytes(range(256)) * 4)
     cases["binary"] = (binary, "binary data", None)
     cases["missing input_length"] = (
-        _write(tmp_path / "noin.jsonl", [good[0], json.dumps({"timestamp": 5, "hash_ids": [1],
-                                                               "output_length": 3})]),
-        "missing input_length", "line 2")
+        _write(
+            tmp_path / "noin.jsonl",
+            [good[0], json.dumps({"timestamp": 5, "hash_ids": [1], "output_length": 3})],
+        ),
+        "missing input_length",
+        "line 2",
+    )
     cases["missing timestamp"] = (
-        _write(tmp_path / "nots.jsonl", [json.dumps({"input_length": 5, "output_length": 3,
-                                                     "hash_ids": [1]})]),
-        "missing timestamp", "line 1")
+        _write(
+            tmp_path / "nots.jsonl",
+            [json.dumps({"input_length": 5, "output_length": 3, "hash_ids": [1]})],
+        ),
+        "missing timestamp",
+        "line 1",
+    )
     cases["non-numeric output_length"] = (
         _write(tmp_path / "nnout.jsonl", [good[0], _line(5, 10, [3], out="abc")]),
-        "non-numeric output_length", "line 2")
+        "non-numeric output_length",
+        "line 2",
+    )
     cases["negative input_length"] = (
-        _write(tmp_path / "negin.jsonl", [_line(5, -10, [3])]), "negative input_length",
-        "line 1")
+        _write(tmp_path / "negin.jsonl", [_line(5, -10, [3])]),
+        "negative input_length",
+        "line 1",
+    )
     cases["negative timestamp"] = (
-        _write(tmp_path / "negts.jsonl", [_line(-5, 10, [3])]), "negative timestamp", "line 1")
+        _write(tmp_path / "negts.jsonl", [_line(-5, 10, [3])]),
+        "negative timestamp",
+        "line 1",
+    )
     cases["bad hash_ids"] = (
         _write(tmp_path / "hash.jsonl", [_line(5, 10, "abc")]),
-        "invalid hash_ids", "line 1")
+        "invalid hash_ids",
+        "line 1",
+    )
     sess = [
         json.dumps({"session_id": 1, "timestamp": 5000, "input_length": 10, "output_length": 1}),
         json.dumps({"session_id": 1, "timestamp": 1000, "input_length": 20, "output_length": 1}),
         json.dumps({"session_id": 1, "timestamp": 9000, "input_length": 30, "output_length": 1}),
     ]
-    cases["out-of-order session"] = (_write(tmp_path / "order.jsonl", sess),
-                                     "out-of-order turns", "line 2")
-    neg = [sess[0], json.dumps({"session_id": 1, "delay": -4, "input_length": 20,
-                                "output_length": 1})]
-    cases["negative delay"] = (_write(tmp_path / "negdelay.jsonl", neg), "negative delay",
-                               "line 2")
-    nn = [sess[0], json.dumps({"session_id": 1, "delay_ms": "soon", "input_length": 20,
-                               "output_length": 1})]
-    cases["non-numeric delay_ms"] = (_write(tmp_path / "nndelay.jsonl", nn),
-                                     "non-numeric delay_ms", "line 2")
+    cases["out-of-order session"] = (
+        _write(tmp_path / "order.jsonl", sess),
+        "out-of-order turns",
+        "line 2",
+    )
+    neg = [
+        sess[0],
+        json.dumps({"session_id": 1, "delay": -4, "input_length": 20, "output_length": 1}),
+    ]
+    cases["negative delay"] = (_write(tmp_path / "negdelay.jsonl", neg), "negative delay", "line 2")
+    nn = [
+        sess[0],
+        json.dumps({"session_id": 1, "delay_ms": "soon", "input_length": 20, "output_length": 1}),
+    ]
+    cases["non-numeric delay_ms"] = (
+        _write(tmp_path / "nndelay.jsonl", nn),
+        "non-numeric delay_ms",
+        "line 2",
+    )
     return cases
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from ttlctl.export import rows as export_rows
 from ttlctl.ingest.formats.claude_code import tool_hashes
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.ingest.rejects import IngestError
@@ -244,3 +245,44 @@ def test_claude_code_sessions_with_the_same_tools_share_them(tmp_path: Path) -> 
     assert rows["a:1"] == rows["b:0"] == (tools, 64)
     assert rows["c:0"][0] is not None and rows["c:0"][0][0] != tools[0]
     assert rows["d:0"] == (None, None)
+
+
+# ---------------------------------------------------------------- export and back
+
+
+def test_mooncake_export_keeps_the_sharing_and_reads_back(tmp_path: Path) -> None:
+    """Programs a and b share 3 blocks of 512 tokens, c only the first (a tree); a's second
+    call repeats its first call's stream. The export gives the shared blocks the same ids in
+    every program and ingest reads the same sharing back."""
+    rows = [
+        {
+            "program_id": p,
+            "turn": t,
+            "arrival_s": 0.0 if t == 0 else None,
+            "input_tokens": n,
+            "output_tokens": 10,
+            "reused_tokens": r,
+            "prefix_hashes": h,
+            "prefix_block_tokens": 512,
+        }
+        for p, t, n, r, h in [
+            ("a", 0, 2048, 0, [1, 2, 3]),
+            ("a", 1, 3000, 2058, [1, 2, 3]),
+            ("b", 0, 1800, 0, [1, 2, 3]),
+            ("c", 0, 1800, 0, [1, 9]),
+        ]
+    ]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ingest([src], tmp_path / "t.parquet")
+    lines = export_rows(trace_io.read(tmp_path / "t.parquet"), "mooncake", 512)
+    assert [x["session_id"] for x in lines] == ["a", "a", "b", "c"]
+    a0, a1, b0, c0 = (x["hash_ids"] for x in lines)
+    assert a0[:3] == b0[:3] and c0[0] == a0[0] and c0[1] != a0[1]
+    assert a1[:3] == a0[:3] and a1[3] == a0[3]  # its own block after the shared ones
+    assert len(set(a0[3:]) & set(b0[3:] + c0[1:])) == 0
+    out = tmp_path / "x.jsonl"
+    out.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    ingest([out], tmp_path / "back.parquet", fmt="mooncake")
+    back = trace_io.read(tmp_path / "back.parquet").sort("program_id", "turn")
+    assert [len(h) if h else 0 for h in back["prefix_hashes"].to_list()] == [3, 3, 3, 1]

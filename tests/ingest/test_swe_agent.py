@@ -26,8 +26,10 @@ from ttlctl.ingest.reader import head_bytes
 from ttlctl.trace import io as trace_io
 
 FORMAT = "swe-agent"
-TESTREPO = ("tests__test_data__trajectories__gpt4__swe-agent-test-repo__default_from_url__"
-            "t-0.00__p-0.95__c-3.00__install-1__6e44b9__sweagenttestrepo-1c2844.traj")
+TESTREPO = (
+    "tests__test_data__trajectories__gpt4__swe-agent-test-repo__default_from_url__"
+    "t-0.00__p-0.95__c-3.00__install-1__6e44b9__sweagenttestrepo-1c2844.traj"
+)
 HISTORY_ONLY = "trajectories__demonstrations__function_calling_simple.traj"
 EDITED = "trajectories__demonstrations__ctf__crypto__BabyEncryption.traj"
 SAMPLE_FILES = (TESTREPO, HISTORY_ONLY, EDITED)
@@ -53,8 +55,14 @@ def _chars(message: dict[str, Any]) -> int:
 
 
 def _expected(paths: list[Path]) -> dict[str, Any]:
-    out: dict[str, Any] = {"programs": 0, "calls": {}, "tools": Counter(), "tool_s": {},
-                           "sent": {}, "received": {}}
+    out: dict[str, Any] = {
+        "programs": 0,
+        "calls": {},
+        "tools": Counter(),
+        "tool_s": {},
+        "sent": {},
+        "received": {},
+    }
     for path in paths:
         doc = json.loads(path.read_text())
         program = _program(path)
@@ -155,23 +163,39 @@ def test_sniff_is_specific(samples: Path) -> None:
 # ---------------------------------------------------------------- synthetic files
 
 
-def _doc(steps: list[tuple[str, Any]], stats: dict[str, Any] | None = None,
-         with_history: bool = True) -> dict[str, Any]:
-    history: list[dict[str, Any]] = [{"role": "system", "content": "s" * 400},
-                                      {"role": "user", "content": "u" * 400}]
+def _doc(
+    steps: list[tuple[str, Any]], stats: dict[str, Any] | None = None, with_history: bool = True
+) -> dict[str, Any]:
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "s" * 400},
+        {"role": "user", "content": "u" * 400},
+    ]
     trajectory = []
     for action, seconds in steps:
-        history.append({"role": "assistant", "content": f"I run it.\n```\n{action}\n```",
-                        "thought": "I run it.", "action": action})
+        history.append(
+            {
+                "role": "assistant",
+                "content": f"I run it.\n```\n{action}\n```",
+                "thought": "I run it.",
+                "action": action,
+            }
+        )
         history.append({"role": "user", "content": "o" * 200})
-        step: dict[str, Any] = {"action": action, "observation": "o" * 200,
-                                "response": f"I run it.\n```\n{action}\n```",
-                                "thought": "I run it.", "state": "{}"}
+        step: dict[str, Any] = {
+            "action": action,
+            "observation": "o" * 200,
+            "response": f"I run it.\n```\n{action}\n```",
+            "thought": "I run it.",
+            "state": "{}",
+        }
         if seconds is not None:
             step["execution_time"] = seconds
         trajectory.append(step)
-    doc: dict[str, Any] = {"environment": "swe_main", "trajectory": trajectory,
-                           "history": history if with_history else []}
+    doc: dict[str, Any] = {
+        "environment": "swe_main",
+        "trajectory": trajectory,
+        "history": history if with_history else [],
+    }
     doc["info"] = {"model_stats": stats or {}}
     return doc
 
@@ -182,8 +206,7 @@ def _write(path: Path, doc: Any) -> Path:
 
 
 def test_scaled_to_totals(tmp_path: Path) -> None:
-    steps = [("ls", 0.5), ("sudo -E python x.py", 2.0), ("cd a && pytest", "1.25"),
-             ("submit", 0.1)]
+    steps = [("ls", 0.5), ("sudo -E python x.py", 2.0), ("cd a && pytest", "1.25"), ("submit", 0.1)]
     stats = {"tokens_sent": 1001, "tokens_received": 97, "api_calls": 4}
     path = _write(tmp_path / "run.traj", _doc(steps, stats))
     out = tmp_path / "out.parquet"
@@ -249,29 +272,54 @@ def _bad_cases(tmp_path: Path, samples: Path) -> dict[str, tuple[Path, str, str 
     cases["binary"] = (binary, "binary data", None)
     notlist = _write(tmp_path / "notlist.traj", {"trajectory": {"action": "ls"}})
     cases["trajectory not a list"] = (notlist, "trajectory is not a list", None)
-    nocalls = _write(tmp_path / "nocalls.traj",
-                     {"trajectory": [], "history": [{"role": "system", "content": "s"}]})
+    nocalls = _write(
+        tmp_path / "nocalls.traj",
+        {"trajectory": [], "history": [{"role": "system", "content": "s"}]},
+    )
     cases["no calls"] = (nocalls, "no LLM calls", None)
     steps: list[tuple[str, Any]] = [("ls", 0.2), ("cat a", -1.5), ("submit", 0.1)]
-    cases["negative execution_time"] = (_write(tmp_path / "neg.traj", _doc(steps)),
-                                        "negative execution_time", "trajectory[1]")
+    cases["negative execution_time"] = (
+        _write(tmp_path / "neg.traj", _doc(steps)),
+        "negative execution_time",
+        "trajectory[1]",
+    )
     steps = [("ls", 0.2), ("cat a", "slow"), ("submit", 0.1)]
-    cases["non-numeric execution_time"] = (_write(tmp_path / "nn.traj", _doc(steps)),
-                                           "non-numeric execution_time", "trajectory[1]")
+    cases["non-numeric execution_time"] = (
+        _write(tmp_path / "nn.traj", _doc(steps)),
+        "non-numeric execution_time",
+        "trajectory[1]",
+    )
     doc = _doc([("ls", 0.2), ("cat a", 0.3), ("submit", 0.1)])
     doc["trajectory"][1] = "oops"
-    cases["step not an object"] = (_write(tmp_path / "notobj.traj", doc),
-                                   "malformed step", "trajectory[1]")
+    cases["step not an object"] = (
+        _write(tmp_path / "notobj.traj", doc),
+        "malformed step",
+        "trajectory[1]",
+    )
     doc = _doc([("ls", 0.2), ("submit", 0.1)], {"tokens_sent": "many"})
-    cases["non-numeric tokens_sent"] = (_write(tmp_path / "sent.traj", doc),
-                                        "non-numeric tokens_sent", "trajectory[0]")
+    cases["non-numeric tokens_sent"] = (
+        _write(tmp_path / "sent.traj", doc),
+        "non-numeric tokens_sent",
+        "trajectory[0]",
+    )
     doc = _doc([("ls", 0.2), ("submit", 0.1)], {"tokens_received": -7})
-    cases["negative tokens_received"] = (_write(tmp_path / "recv.traj", doc),
-                                         "negative tokens_received", "trajectory[0]")
-    doc = {"history": [{"role": "system", "content": "s"}, {"role": "assistant",
-           "content": "a", "action": "ls"}, "oops"]}
-    cases["history message not an object"] = (_write(tmp_path / "hist.traj", doc),
-                                              "malformed message", "history[2]")
+    cases["negative tokens_received"] = (
+        _write(tmp_path / "recv.traj", doc),
+        "negative tokens_received",
+        "trajectory[0]",
+    )
+    doc = {
+        "history": [
+            {"role": "system", "content": "s"},
+            {"role": "assistant", "content": "a", "action": "ls"},
+            "oops",
+        ]
+    }
+    cases["history message not an object"] = (
+        _write(tmp_path / "hist.traj", doc),
+        "malformed message",
+        "history[2]",
+    )
     return cases
 
 

@@ -47,27 +47,41 @@ def _expected(paths: list[Path]) -> dict[str, dict[str, list[Any]]]:
     out: dict[str, dict[str, list[Any]]] = {}
     for sid, rounds in sessions.items():
         rounds.sort(key=lambda r: r["round_index"])
-        cols: dict[str, list[Any]] = {k: [] for k in (
-            "turn", "input", "output", "reused", "arrival", "end", "tool", "tool_s", "gap",
-        )}
+        cols: dict[str, list[Any]] = {
+            k: []
+            for k in (
+                "turn",
+                "input",
+                "output",
+                "reused",
+                "arrival",
+                "end",
+                "tool",
+                "tool_s",
+                "gap",
+            )
+        }
         for r in rounds:
             evs = r["timing_events"]
             first_answer = next(i for i, e in enumerate(evs) if e["event_type"] in ANSWER)
-            inputs = [e for e in evs[:first_answer]
-                      if e["event_type"] in ("user_message", "tool_result")]
+            inputs = [
+                e for e in evs[:first_answer] if e["event_type"] in ("user_message", "tool_result")
+            ]
             cols["turn"].append(r["round_index"])
             cols["input"].append(r["input_tokens_total"])
             cols["output"].append(r["output_tokens"])
             cols["reused"].append(min(r["prefix_tokens"], r["input_tokens_total"]))
             cols["arrival"].append(_ts((inputs[-1] if inputs else evs[0])["timestamp"]))
-            cols["end"].append(max(_ts(e["timestamp"]) for e in evs
-                                   if e["event_type"] in ANSWER))
+            cols["end"].append(max(_ts(e["timestamp"]) for e in evs if e["event_type"] in ANSWER))
             if r["tools"]:
-                longest = sorted(r["tools"],
-                                 key=lambda t: (-t["tool_wall_latency_ms"], t["tool_index"]))[0]
+                longest = sorted(
+                    r["tools"], key=lambda t: (-t["tool_wall_latency_ms"], t["tool_index"])
+                )[0]
                 cols["tool"].append(longest["tool_name"])
-                cols["tool_s"].append(max(_ts(t["result_at"]) for t in r["tools"])
-                                      - min(_ts(t["emitted_at"]) for t in r["tools"]))
+                cols["tool_s"].append(
+                    max(_ts(t["result_at"]) for t in r["tools"])
+                    - min(_ts(t["emitted_at"]) for t in r["tools"])
+                )
             else:
                 cols["tool"].append(None)
                 cols["tool_s"].append(None)
@@ -152,8 +166,10 @@ def _event(kind: str, t: float, **extra: Any) -> dict[str, Any]:
 
 def _tool(index: int, name: str | None, start: float, stop: float) -> dict[str, Any]:
     return {
-        "tool_index": index, "tool_name": name,
-        "emitted_at": _event("x", start)["timestamp"], "result_at": _event("x", stop)["timestamp"],
+        "tool_index": index,
+        "tool_name": name,
+        "emitted_at": _event("x", start)["timestamp"],
+        "result_at": _event("x", stop)["timestamp"],
         "tool_wall_latency_ms": round((stop - start) * 1000),
     }
 
@@ -161,19 +177,43 @@ def _tool(index: int, name: str | None, start: float, stop: float) -> dict[str, 
 def _session(sid: str = "s") -> list[dict[str, Any]]:
     base = {"session_id": sid, "prefix_tokens": 50, "output_tokens": 10}
     return [
-        {**base, "round_index": 0, "input_tokens_total": 100,
-         "timing_events": [_event("user_message", 0.0), _event("text", 2.0),
-                           _event("tool_call", 2.0), _event("tool_call", 2.0)],
-         "tools": [_tool(0, "a", 2.0, 5.0), _tool(1, "b", 2.0, 5.0)]},  # tie: lowest index
-        {**base, "round_index": 1, "input_tokens_total": 200,
-         "timing_events": [_event("tool_result", 5.0), _event("tool_result", 5.0),
-                           _event("tool_call", 6.0)],
-         "tools": [_tool(0, None, 6.0, 7.5)]},  # no name: "unknown"
-        {**base, "round_index": 2, "input_tokens_total": 30,  # prefix capped at input
-         "timing_events": [_event("tool_result", 7.5), _event("text", 8.0)], "tools": []},
-        {**base, "round_index": 3, "input_tokens_total": 300,
-         "timing_events": [_event("user_message", 20.0), _event("tool_call", 21.0)],
-         "tools": [_tool(0, "c", 21.0, 22.0)]},  # truncated session: no call follows
+        {
+            **base,
+            "round_index": 0,
+            "input_tokens_total": 100,
+            "timing_events": [
+                _event("user_message", 0.0),
+                _event("text", 2.0),
+                _event("tool_call", 2.0),
+                _event("tool_call", 2.0),
+            ],
+            "tools": [_tool(0, "a", 2.0, 5.0), _tool(1, "b", 2.0, 5.0)],
+        },  # tie: lowest index
+        {
+            **base,
+            "round_index": 1,
+            "input_tokens_total": 200,
+            "timing_events": [
+                _event("tool_result", 5.0),
+                _event("tool_result", 5.0),
+                _event("tool_call", 6.0),
+            ],
+            "tools": [_tool(0, None, 6.0, 7.5)],
+        },  # no name: "unknown"
+        {
+            **base,
+            "round_index": 2,
+            "input_tokens_total": 30,  # prefix capped at input
+            "timing_events": [_event("tool_result", 7.5), _event("text", 8.0)],
+            "tools": [],
+        },
+        {
+            **base,
+            "round_index": 3,
+            "input_tokens_total": 300,
+            "timing_events": [_event("user_message", 20.0), _event("tool_call", 21.0)],
+            "tools": [_tool(0, "c", 21.0, 22.0)],
+        },  # truncated session: no call follows
     ]
 
 

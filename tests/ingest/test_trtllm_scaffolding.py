@@ -42,7 +42,7 @@ def _expected(paths: list[Path]) -> dict[str, dict[str, list[Any]]]:
             cols["input"].append(e["prompt_tokens"])
             cols["output"].append(e["completion_tokens"])
             tools = []
-            for f in events[i + 1:]:
+            for f in events[i + 1 :]:
                 if f["event_type"] == "message" and f["role"] == "assistant":
                     break
                 if f["event_type"] == "tool_call":
@@ -116,8 +116,13 @@ def test_shared_traces(shared_traces: Path, tmp_path: Path) -> None:
 
 
 def _msg(role: str, path: list[int], conv: int, **extra: Any) -> dict[str, Any]:
-    return {"event_type": "message", "branch_path": path, "conversation_id": conv,
-            "role": role, **extra}
+    return {
+        "event_type": "message",
+        "branch_path": path,
+        "conversation_id": conv,
+        "role": role,
+        **extra,
+    }
 
 
 def _call(path: list[int], conv: int, prompt: int, out: int = 10, **extra: Any) -> dict[str, Any]:
@@ -129,25 +134,31 @@ def _tool(path: list[int], name: str, ms: Any) -> dict[str, Any]:
 
 
 def _job() -> dict[str, Any]:
-    return {"trace_id": "job", "events": [
-        _msg("system", [], 0, tokens=100),
-        _call([], 0, 120, reasoning_tokens=4),
-        # two tools dispatched together, then one more: max(0.1, 0.3) + 0.2
-        {"event_type": "parallel_start", "branch_path": [], "children": [
-            _tool([], "grep", 100.0), _tool([], "fetch", 300.0)]},
-        _tool([], "shell", 200.0),
-        _call([], 0, 400),
-        {"event_type": "parallel_start", "branch_path": [], "num_branches": 2},
-        _msg("system", [0], 0, tokens=50),
-        _call([0], 0, 60),
-        _tool([0], "search", 1500.0),
-        _call([0], 0, 90),
-        _tool([0], "complete", 1.0),
-        _call([1], 0, 70),
-        {"event_type": "parallel_end", "branch_path": []},
-        _call([], 0, 500, llm_duration_ms=2500.0),  # full traces time each call
-        _call([], 1, 80),  # a second root conversation (e.g. a summariser)
-    ]}
+    return {
+        "trace_id": "job",
+        "events": [
+            _msg("system", [], 0, tokens=100),
+            _call([], 0, 120, reasoning_tokens=4),
+            # two tools dispatched together, then one more: max(0.1, 0.3) + 0.2
+            {
+                "event_type": "parallel_start",
+                "branch_path": [],
+                "children": [_tool([], "grep", 100.0), _tool([], "fetch", 300.0)],
+            },
+            _tool([], "shell", 200.0),
+            _call([], 0, 400),
+            {"event_type": "parallel_start", "branch_path": [], "num_branches": 2},
+            _msg("system", [0], 0, tokens=50),
+            _call([0], 0, 60),
+            _tool([0], "search", 1500.0),
+            _call([0], 0, 90),
+            _tool([0], "complete", 1.0),
+            _call([1], 0, 70),
+            {"event_type": "parallel_end", "branch_path": []},
+            _call([], 0, 500, llm_duration_ms=2500.0),  # full traces time each call
+            _call([], 1, 80),  # a second root conversation (e.g. a summariser)
+        ],
+    }
 
 
 def test_branches_and_parallel_tools(tmp_path: Path) -> None:
@@ -157,8 +168,10 @@ def test_branches_and_parallel_tools(tmp_path: Path) -> None:
     assert report.files[0].format == FORMAT
     assert report.records == report.rows == 7
     trace = trace_io.read(tmp_path / "t.parquet")
-    by = {p: trace.filter(pl.col("program_id") == p).sort("turn")
-          for p in trace["program_id"].unique().to_list()}
+    by = {
+        p: trace.filter(pl.col("program_id") == p).sort("turn")
+        for p in trace["program_id"].unique().to_list()
+    }
     assert sorted(by) == ["job", "job/b0/c0", "job/b1/c0", "job/c1"]
     root = by["job"]
     assert root["tool"].to_list() == ["fetch", None, None]  # the longest of the three

@@ -5,7 +5,8 @@ third-party dependency for the bare package.
 
 The wheel is built once per session from this checkout (``pip wheel --no-deps``: pip's
 build isolation fetches the setuptools that pyproject.toml names) and installed in the
-venv with ``--no-deps --no-index``: nothing else reaches it.
+venv by the serving image's own pip line (deploy/Dockerfile, read by tests/deploy_kit.py:
+``--no-deps --no-index``): nothing else reaches it, and the image installs what is tested.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 
 from fitting.policy import PolicyParams
 from profiles.shipped import resolve
+from tests.deploy_kit import serving_install, wheel_glob
 from ttlctl import bundle
 from ttlctl.launcher import TRAINER_PACKAGES
 
@@ -58,7 +60,9 @@ def serving_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("serving") / "venv"
     venv.create(root, with_pip=True, symlinks=True)
     python = root / "bin" / "python"
-    res = _run(python, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", str(wheel))
+    line = serving_install()  # the image's: `pip install … /tmp/wheels/ttlctl-*.whl`
+    assert wheel.match(wheel_glob(line).rsplit("/", 1)[-1])
+    res = _run(python, "-m", "pip", *[str(wheel) if a == wheel_glob(line) else a for a in line])
     assert res.returncode == 0, res.stderr
     return root
 

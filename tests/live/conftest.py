@@ -34,7 +34,7 @@ from ttlctl.server.owned import OwnedServer
 from ttlctl.server.process import free_port
 
 if importlib.util.find_spec("vllm") is None:  # an install without the engine extra
-    collect_ignore = ["test_servers.py", "test_strays.py"]
+    collect_ignore = ["test_servers.py", "test_strays.py", "test_fleet.py"]
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ statistics of validate: test_validation_stats.py; the door: tests/server)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -66,11 +67,12 @@ def test_serve_command_is_the_module_with_the_scheduler_and_extra_args_last() ->
         "--model",
         "/models/m",
     ]
-    assert cmd[5:11] == [
-        "--scheduler-cls", "ttlctl.engine.TTLScheduler", "--host", "127.0.0.1", "--port", "8123",
-    ]  # fmt: skip
-    assert cmd[11:] == ["--max-model-len", "4096", "--port=9"]  # verbatim, last wins in vLLM
+    # a --port after -- replaces serve's own: said once
+    assert cmd[5:9] == ["--scheduler-cls", "ttlctl.engine.TTLScheduler", "--host", "127.0.0.1"]
+    assert cmd[9:] == ["--max-model-len", "4096", "--port=9"]  # verbatim
     assert "--host" not in serving.build_command("m", port=1)
+    own = serving.build_command("m", host="h", port=8123, extra=["--host", "0.0.0.0"])
+    assert own.count("--host") == 1 and own[-4:] == ["--port", "8123", "--host", "0.0.0.0"]
 
 
 @pytest.mark.parametrize("flag", ["--model", "--scheduler-cls", "--scheduler-cls=x.Y"])
@@ -91,10 +93,20 @@ def test_serve_cli_prints_the_command_and_checks_the_bundle(tmp_path: Path) -> N
     assert res.exit_code == 0, res.output
     line = res.stdout.strip()
     assert line.startswith(f"TTLCTL_BUNDLE={good.resolve()} VLLM_SERVER_DEV_MODE=1 ")
+    # the Prometheus folder too: without it a container loses the ttlctl:* series
+    prom = serving.printed_metrics_dir(None, os.environ)[0]
+    assert f" PROMETHEUS_MULTIPROC_DIR={prom} " in line
+    if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+        assert "make it, empty, before starting the server" in res.stderr
     assert line.endswith(
         "-m vllm.entrypoints.openai.api_server --model model-dir --scheduler-cls "
         "ttlctl.engine.TTLScheduler --port 8001 --max-model-len 2048 --block-size 32"
     )
+
+    args = ["m", "--bundle", str(good), "--replica", "gpu-3", "--print-command"]
+    named = runner.invoke(app, args)
+    assert named.exit_code == 0, named.output
+    assert f"TTLCTL_BUNDLE={good.resolve()} TTLCTL_REPLICA=gpu-3 " in named.stdout
 
     damaged = tmp_path / "damaged.json"
     damaged.write_text(good.read_text()[:100])
@@ -112,6 +124,16 @@ def test_serve_cli_prints_the_command_and_checks_the_bundle(tmp_path: Path) -> N
 
     res = runner.invoke(app, ["--help"])
     assert res.exit_code == 0 and "--allow-stock" in res.stdout
+
+    given = tmp_path / "prom"
+    res = runner.invoke(
+        app,
+        ["m", "--bundle", str(good), "--metrics-dir", str(given), "--print-command",
+         "--", "--port", "9000"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert f"PROMETHEUS_MULTIPROC_DIR={given} " in res.stdout and "note:" not in res.stderr
+    assert res.stdout.count("--port") == 1 and res.stdout.strip().endswith("--port 9000")
 
 
 # ----------------------------------------------------------------------------- live

@@ -102,6 +102,17 @@ def test_chunking_adds_a_step_fixed_cost_per_further_chunk(
     assert mixed == pytest.approx(cost.step_s([(0, 512)], 0, 0) + 4 * 1e-4 + 4000 * 1e-8)
 
 
+@pytest.mark.parametrize("name", shipped.names())
+def test_adding_work_to_a_step_never_makes_it_cheaper(name: str) -> None:
+    cost = ProfileCostModel(load(shipped.DATA / f"{name}.json"))
+    for seqs, kv in ((1, 100), (8, 8000), (64, 500_000)):
+        for chunk in (1, 16, 512, 8192):
+            both = cost.step_s([(1000, chunk)], seqs, kv)
+            assert both >= cost.step_s([], seqs, kv) - 1e-15, (seqs, kv, chunk)
+            assert both >= cost.step_s([(1000, chunk)], 0, 0) - 1e-15, (seqs, kv, chunk)
+            assert cost.step_s([(1000, chunk + 1)], seqs, kv) >= both
+
+
 # ------------------------------------------------------------ one price everywhere
 
 

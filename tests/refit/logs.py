@@ -27,9 +27,7 @@ def swe_trace(programs: int, seed: int = 0) -> pl.DataFrame:
     """SWE-like programs (``ttlctl synth``), started ``STAGGER_S`` apart."""
     frame = synth("swe-bench", programs, seed)
     start = (pl.col("program_id").rank("dense").cast(pl.Float64) - 1) * STAGGER_S
-    return frame.with_columns(
-        arrival_s=pl.when(pl.col("turn") == 0).then(start).otherwise(None)
-    )
+    return frame.with_columns(arrival_s=pl.when(pl.col("turn") == 0).then(start).otherwise(None))
 
 
 def engine_lines(frame: pl.DataFrame) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from replay.refit_settings import (
 )
 from tests.documents import conforms
 from tests.refit.logs import cut, engine_lines, swe_trace, write_log
-from ttlctl import bundle
+from ttlctl import bundle, bundle_history
 from ttlctl.cli import app, render
 from ttlctl.cli.kit import out
 from ttlctl.errors import ConfigError
@@ -101,9 +101,11 @@ def test_a_better_fit_replaces_the_served_bundle_atomically(
     jct = report["jct"]
     assert jct["new"]["mean_s"] < 0.95 * jct["old"]["mean_s"]  # clearly better
     assert jct["new"]["mean_s"] < jct["vllm"]["mean_s"]
-    # replaced by a rename (a new inode), nothing left beside it
+    # replaced by a rename (a new inode), nothing left beside it but what it replaced
     assert os.stat(served).st_ino != before.st_ino
-    assert sorted(p.name for p in served.parent.iterdir()) == ["bundle.json"]
+    assert sorted(p.name for p in served.parent.iterdir()) == ["bundle.json", "bundle.json.history"]
+    (kept,) = bundle_history.entries(served)
+    assert kept.path.read_bytes() == old_bytes and report["previous_kept"] == str(kept.path)
     verified = run("bundle", "verify", served)
     assert verified.exit_code == 0 and "ok" in verified.output
     new = bundle.read(served)
@@ -243,6 +245,45 @@ def test_refit_on_the_shipped_engine_log_sample(tmp_path: Path) -> None:
     assert rows["bash"]["new"]["n"] == rows["bash"]["old"]["n"] == 6
     assert report["replay"]["loads"] == [{"concurrency": 2}]  # 1.57 programs running at once
     assert report["replay"]["settings_from"] == "defaults"
+    # the sample predates the engine's facts in the log: one warning naming the flags
+    warned = [x for x in result.stderr.splitlines() if "does not state its engine's size" in x]
+    assert len(warned) == 1 and "--kv-tokens, --block-size, --max-num-seqs" in warned[0]
+    assert report["replay"]["engines"][0]["sized_from_log"] is False
+
+
+def _with_facts(log: Path, to: Path, **facts: Any) -> Path:
+    """The log as a plugin that states its engine's facts writes it."""
+    head = {"schema": "ttlctl.engine-log/1", "kind": "engine", "at_unix_s": 0.0}
+    to.write_text(json.dumps(head | facts) + "\n" + log.read_text())
+    return to
+
+
+def test_the_replay_is_sized_as_the_log_states_and_a_flag_wins(
+    world: dict[str, Path], tmp_path: Path
+) -> None:
+    """Issue 22: the served engine's size comes from the log by default (one line says so);
+    a flag given wins, and one that disagrees with the log is reported."""
+    facts = {"block_size": 32, "kv_blocks": 2000, "kv_tokens": 64_000, "max_num_seqs": 48,
+             "max_num_batched_tokens": 4096, "max_model_len": 65_536, "async_scheduling": True,
+             "replica": None}  # fmt: skip
+    log = _with_facts(world["today"], tmp_path / "today.jsonl", **facts)
+    served = copy_of(world["stale"], tmp_path / "srv")
+    base = ["refit", log, "--bundle", served, "--dry-run", "--seeds", "1", "--concurrency", "8"]
+    result = run(*base)
+    assert result.exit_code == 0, result.output
+    line = "replay sized from the engine log: 64,000 KV tokens in blocks of 32, max_num_seqs 48"
+    assert line in result.stdout
+    assert "async scheduling" in result.stderr  # the fast simulator is synchronous
+    report = json.loads(run(*base, "--json").stdout)
+    engine = report["replay"]["engine"]
+    assert (engine["kv_tokens"], engine["block_size"], engine["max_num_seqs"]) == (64_000, 32, 48)
+    assert (engine["max_num_batched_tokens"], engine["max_model_len"]) == (4096, 65_536)
+    given = run(*base, "--kv-tokens", "300000", "--max-num-seqs", "48", "--json")
+    assert given.exit_code == 0, given.output
+    engine = json.loads(given.stdout)["replay"]["engine"]
+    assert (engine["kv_tokens"], engine["max_num_seqs"], engine["block_size"]) == (300_000, 48, 32)
+    disagree = [x for x in given.stderr.splitlines() if "disagrees" in x]
+    assert len(disagree) == 1 and "--kv-tokens 300,000" in disagree[0] and "64,000" in disagree[0]
 
 
 def test_many_tools_are_cut_short_on_the_console(

@@ -111,10 +111,10 @@ def test_block_keys_convert_trace_blocks_to_engine_blocks() -> None:
     follow, up to the prompt's last full block."""
     call = Call(100, 5, 0, None, 0.0, SharedPrefix((10, 20, 30), 24))
     assert call.block_keys("p", 16) == (
-        (10, 16),
-        (20, 32),
-        (20, 48),
-        (30, 64),
+        ((10, 24), 16),
+        ((20, 24), 32),
+        ((20, 24), 48),
+        ((30, 24), 64),
         ("p", 4),
         ("p", 5),
     )
@@ -122,11 +122,17 @@ def test_block_keys_convert_trace_blocks_to_engine_blocks() -> None:
     # inside the prefix has keys for its own full blocks only
     mooncake = Call(1000, 5, 0, None, 0.0, SharedPrefix((7, 8), 512))
     keys = mooncake.shared_keys(16)
-    assert len(keys) == 1000 // 16 and keys[31] == (7, 512) and keys[32] == (8, 528)
+    assert len(keys) == 1000 // 16 and keys[31] == ((7, 512), 512) and keys[32] == ((8, 512), 528)
     assert mooncake.block_keys("p", 16) == keys
     # engine blocks larger than the trace's: the last trace block inside each
-    assert Call(200, 5, 0, None, 0.0, SharedPrefix((1, 2, 3), 64)).shared_keys(128) == ((2, 128),)
+    big = Call(200, 5, 0, None, 0.0, SharedPrefix((1, 2, 3), 64))
+    assert big.shared_keys(128) == (((2, 64), 128),)
     assert Call(50, 5, 0, None, 0.0).block_keys("q", 16) == (("q", 0), ("q", 1), ("q", 2))
+    # the same hash at another trace block size is another prefix (two sources ingested
+    # together), even where the end tokens agree
+    assert not set(Call(96, 1, 0, None, 0.0, SharedPrefix((1, 2), 24)).shared_keys(16)) & set(
+        Call(96, 1, 0, None, 0.0, SharedPrefix((1, 2), 32)).shared_keys(16)
+    )
 
 
 def test_workload_reads_the_prefix_columns(tmp_path: Path) -> None:

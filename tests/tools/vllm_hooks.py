@@ -330,9 +330,11 @@ def _scopes(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
     def walk(node: ast.AST, scope: str) -> Iterator[tuple[str, ast.AST]]:
         for child in ast.iter_child_nodes(node):
             name = getattr(child, "name", None)
-            inner = f"{scope}.{name}".lstrip(".") if isinstance(
-                child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
-            ) else scope
+            inner = (
+                f"{scope}.{name}".lstrip(".")
+                if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                else scope
+            )
             yield inner, child
             yield from walk(child, inner)
 

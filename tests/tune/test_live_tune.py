@@ -2,11 +2,11 @@
 
 One TTLScheduler server for the module (tests/vllm_server.py), started with
 ``TTLCTL_BUNDLE`` pointing at a bundle file the tuner overwrites and
-``TTLCTL_BUNDLE_CHECK_S=0.5``. The plugin exposes no reload counter on ``/metrics``,
-so the check that every live run was served by the bundle written for it reads the
-server's log: right before each run (``run_live`` is wrapped) the log must hold one
-more ``ttlctl: bundle PATH reloaded (...)`` line than before, describing the bundle
-now in the file. The refusals need no server.
+``TTLCTL_BUNDLE_CHECK_S=0.5``. The plugin's ``ttlctl:bundle_reloads_total`` counts
+reloads but does not say which bundle, so the check that every live run was served by
+the bundle written for it reads the server's log: right before each run (``run_live`` is
+wrapped) the log must hold one more ``ttlctl: bundle PATH reloaded (...)`` line than
+before, describing the bundle now in the file. The refusals need no server.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from fitting.fit import FitConfig, fit_trace
 from fitting.policy import PolicyParams
 from replay.live import run_live
 from tests.live.traces import agent_trace
-from ttlctl import bundle
+from ttlctl import bundle, bundle_history
 from ttlctl.cli import bundle as bundle_cli
 from ttlctl.cli import tune as tune_cli
 from ttlctl.trace import io as trace_io
@@ -106,6 +106,7 @@ def test_live_tune_swaps_each_trials_bundle_in(
     inputs: dict[str, Path], server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     served = inputs["served"]
+    served_before = served.read_bytes()
     marker = f"ttlctl: bundle {served} reloaded ("
     runs: list[dict[str, Any]] = []
 
@@ -182,6 +183,9 @@ def test_live_tune_swaps_each_trials_bundle_in(
     assert verify.exit_code == 0, verify.output
     doc = bundle.read(out)
     assert bundle.read(served) == doc
+    # what the server served before the study (not the last trial's) is kept for a rollback
+    (kept,) = bundle_history.entries(served)
+    assert kept.path.read_bytes() == served_before
     assert doc["provenance"]["tuning"]["mode"] == "live"
     shipped = summary["shipped"]
     assert doc["policy"] == shipped["policy"]

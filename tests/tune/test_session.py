@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
 from replay.tune import TuneError
-from replay.tune.session import TuneRequest, check, default_loads
+from replay.tune.session import TuneRequest, check, default_loads, engine_size
 
 
 def test_default_loads_are_a_quarter_and_a_half_capped() -> None:
@@ -33,3 +34,29 @@ def test_each_refusal_is_one_tune_error(change: dict[str, object], message: str)
     base = {"trace": Path("t"), "fit": Path("f"), "profile": "p", "output": Path("o")}
     with pytest.raises(TuneError, match=message):
         check(TuneRequest(**base, **change))  # type: ignore[arg-type]
+
+
+def _request(**sizes: int) -> TuneRequest:
+    return TuneRequest(Path("t"), Path("f"), "p", Path("o"), **sizes)  # type: ignore[arg-type]
+
+
+def test_the_engine_is_sized_as_the_traces_engine_log_states() -> None:
+    """Issue 22: tune on a trace from one server's engine log replays an engine of that
+    server's size (one line says so); a flag given wins, a disagreeing one is reported; a
+    trace from several replicas or without facts keeps the flags and defaults."""
+    facts = {"replica": None, "kv_tokens": 4096, "block_size": 32, "max_num_seqs": 8,
+             "max_num_batched_tokens": 2048, "max_model_len": 1024, "calls": 10}  # fmt: skip
+    warned: list[str] = []
+    engine, line = engine_size(_request(), [facts], warned.append)
+    assert (engine.kv_tokens, engine.block_size, engine.max_num_seqs) == (4096, 32, 8)
+    assert (engine.max_num_batched_tokens, engine.max_model_len) == (2048, 1024)
+    assert line is not None and line.startswith("replay sized from the engine log: 4,096 KV")
+    assert warned == []
+    engine, _ = engine_size(_request(kv_tokens=8192), [facts], warned.append)
+    assert (engine.kv_tokens, engine.block_size) == (8192, 32)
+    assert len(warned) == 1 and "--kv-tokens 8,192 disagrees" in warned[0]
+    two = [facts, dict(facts, replica="b")]
+    engine, line = engine_size(_request(max_num_seqs=4), two, warned.append)
+    assert line is None and engine == SimSchedulerConfig(max_num_seqs=4)
+    assert "2 replicas" in warned[-1]
+    assert engine_size(_request(), [], warned.append) == (SimSchedulerConfig(), None)

@@ -14,6 +14,7 @@ if importlib.util.find_spec("vllm") is None:  # an install without the engine ex
         "test_differential.py",
         "differential.py",
         "test_async_plugin.py",
+        "test_plugin_log.py",
         "test_harness.py",
         "test_stress.py",
         "test_backend_cli.py",

@@ -391,9 +391,16 @@ def exercised(case: Case, ours: VllmOutcome) -> dict[str, int]:
     """What a case made vLLM do (for the tally's coverage)."""
     s = ours.engine.stats
     budget = case.config.engine.max_num_batched_tokens
+    calls = {p.program_id: p.calls for p in case.workload.programs}
     return {
         "preemptions": s.preemptions,
         "prefix_hits": s.hit_tokens,
+        # calls that hit more than their own program's stream holds: blocks another
+        # program computed
+        "shared_hits": sum(
+            c.hit_tokens > (calls[c.program][c.turn].reused_tokens if c.turn else 0)
+            for c in ours.calls
+        ),
         "chunked_prefill": sum(c.prompt - c.hit_tokens > budget for c in ours.calls),
         "pins_made": s.pins_made,
         "pins_hit": s.pins_hit,

@@ -92,6 +92,7 @@ def driver(
     blocks: int,
     async_scheduling: bool = True,
     block_size: int = 16,
+    env: dict[str, str] | None = None,
 ) -> Driver:
     """``TTLScheduler`` (``TTLAsyncScheduler`` under async) over ``blocks`` usable blocks."""
     path = write_bundle(tmp_path / "bundle.json", params)
@@ -103,7 +104,7 @@ def driver(
         max_model_len=512,
     )
     with quiet_vllm():
-        built = build(engine, async_scheduling=async_scheduling, bundle=path)
+        built = build(engine, async_scheduling=async_scheduling, bundle=path, env=env)
     d = Driver(built)
     built.scheduler.ttl_clock = lambda: d.now
     return d

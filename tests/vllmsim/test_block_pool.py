@@ -158,3 +158,99 @@ def test_run_pool_equals_vllms_block_pool(sequence: list[tuple[int, int, int, bo
     for step in sequence:
         _apply(pools, model, step)
         _compare(*pools)
+
+
+# ---------------------------------------------------------------------- shared prefixes
+
+#: two prefixes sharing their first block, one of one block, none
+KEY_SETS = [(), (("x", 1), ("x", 2), ("x", 3)), (("x", 1), ("y", 2)), (("x", 1),)]
+
+
+@dataclass
+class SharingModel:
+    running: dict[str, int] = field(default_factory=dict)  # program -> its hit
+    pinned: set[str] = field(default_factory=set)
+
+    def actions(self) -> list[tuple[str, str]]:
+        out = [("admit", p) for p in PROGRAMS if p not in self.running]
+        for p in sorted(self.running):
+            out += [("grow", p), ("cache", p), ("finish", p), ("preempt", p)]
+        out += [("release_pin", p) for p in sorted(self.pinned)]
+        return out
+
+
+def _compare_shared(ours: RunPool, ref: VllmPool, model: SharingModel) -> None:
+    ours.check()
+    assert ours.free_blocks == ref.free_blocks
+    for p in PROGRAMS:
+        assert ours.held(p) == ref.held(p), p
+        if p in model.running:
+            continue
+        for keys in KEY_SETS:
+            for reusable in (2, 100):
+                got = ours.prefix_hit(p, keys, reusable, 100)
+                assert got == ref.prefix_hit(p, keys, reusable, 100), (p, keys, reusable)
+
+
+def _apply_shared(
+    pools: tuple[RunPool, VllmPool], model: SharingModel, step: tuple[int, int, int, bool]
+) -> None:
+    ours = pools[0]
+    choice, x, y, flag = step
+    actions = model.actions()
+    kind, p = actions[choice % len(actions)]
+    if kind == "admit":
+        keys = KEY_SETS[y % len(KEY_SETS)]
+        reusable = (x >> 8) % 8
+        hit = ours.prefix_hit(p, keys, reusable, 100)
+        hit = x % (hit + 1) if flag else hit  # now and then less (a diverging call)
+        new = (y >> 4) % (ours.free_blocks + 2) if flag else (y >> 4) % 4
+        if not all(pool.room_for(p, hit, new, keys) for pool in pools):
+            assert not any(pool.room_for(p, hit, new, keys) for pool in pools)
+            return
+        for pool in pools:
+            pool.admit(p, hit, new, keys)
+        if p in model.pinned:
+            for pool in pools:
+                pool.unpin(p)
+            model.pinned.discard(p)
+        model.running[p] = hit
+    elif kind == "grow":
+        new = min(x % (ours.free_blocks + 1) if flag else x % 3, ours.free_blocks)
+        for pool in pools:
+            pool.grow(p, new)
+    elif kind == "cache":  # a prefill chunk filled blocks: vLLM caches them as allocated
+        full = x % (ours.held(p) + 1)
+        for pool in pools:
+            pool.cache_full(p, full)
+        model.running[p] = max(model.running[p], full)
+    elif kind == "release_pin":
+        model.pinned.discard(p)
+        for pool in pools:
+            pool.unpin(p)
+    else:
+        hit = model.running.pop(p)
+        full = hit + x % (ours.held(p) - hit + 1)
+        pinned = kind == "finish" and flag
+        for pool in pools:
+            if pinned:
+                pool.pin(p, full)
+            else:
+                pool.release(p, full)
+        if pinned:
+            model.pinned.add(p)
+
+
+@settings(max_examples=80, derandomize=True, deadline=None, database=None)
+@given(steps)
+def test_run_pool_equals_vllms_block_pool_with_shared_prefixes(
+    sequence: list[tuple[int, int, int, bool]],
+) -> None:
+    """The same with calls whose prompts start with shared blocks (vLLM finds them by the
+    tokens, the simulator by the keys), filled and cached chunk by chunk, computed twice
+    when two programs race: free blocks, held blocks and every program's hit agree."""
+    pools = (RunPool(NUM_BLOCKS, 4), VllmPool(NUM_BLOCKS, 4))
+    model = SharingModel()
+    for step in sequence:
+        _apply_shared(pools, model, step)
+        _compare_shared(*pools, model)

@@ -8,11 +8,18 @@ a hit ``touch``es the cached blocks, new blocks come from ``get_new_blocks``, a 
 hashes the full blocks (``cache_full_blocks``) and ``free_blocks`` them in reverse, a pin
 keeps them referenced until ``unpin`` frees them the same way (the plugin's deferred
 free). One null block is added, as vLLM's pool has one.
+
+Shared prefixes: a call whose prompt starts with shared keys sends, for each key, the same
+``block_size`` token ids wherever the key occurs, then its program's stream (only when its
+previous call had the same keys: the stream followed those tokens), as the vLLM backend
+does (``replay/vllmsim/tokens.py``). ``cache_full`` caches the request's full blocks as
+vLLM's ``allocate_slots`` does; vLLM keeps a block computed twice as two cached blocks.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +40,8 @@ class _Stream:
     hashed: int = 0
     #: a pin's blocks and its full ones
     pin: list[Any] | None = None
+    #: the shared keys the stream starts with
+    keys: tuple[Hashable, ...] = ()
 
 
 class VllmPool:
@@ -44,6 +53,7 @@ class VllmPool:
         init_none_hash(hash_fn)
         self._hasher = get_request_block_hasher(block_size, hash_fn)
         self._streams: dict[str, _Stream] = {}
+        self._shared: dict[Hashable, list[int]] = {}
 
     def _stream(self, program: str) -> _Stream:
         return self._streams.setdefault(program, _Stream())
@@ -69,6 +79,52 @@ class VllmPool:
             out.append(found[0])
         return out
 
+    def _prompt_tokens(self, program: str, keys: tuple[Hashable, ...]) -> list[int]:
+        """The shared keys' tokens, then the stream's own (when it followed the same keys)."""
+        s = self._stream(program)
+        head: list[int] = []
+        for key in keys:
+            if key not in self._shared:
+                self._shared[key] = [next(_ids) for _ in range(self.block_size)]
+            head += self._shared[key]
+        if s.keys == keys:
+            return head + s.tokens[len(head) :]
+        return head
+
+    def _lookup(self, tokens: list[int], limit: int) -> list[Any]:
+        """The leading cached blocks of ``tokens`` (at most ``limit``)."""
+        blocks = min(limit, len(tokens) // self.block_size)
+        if not blocks:
+            return []
+        request = Request(
+            "r",
+            tokens[: blocks * self.block_size],
+            SamplingParams(max_tokens=1),
+            None,
+            block_hasher=self._hasher,
+        )
+        out = []
+        for h in request.block_hashes:
+            found = self.pool.get_cached_block(h, [0])
+            if not found:
+                break
+            out.append(found[0])
+        return out
+
+    def prefix_hit(self, program: str, keys: tuple[Hashable, ...], reusable: int, cap: int) -> int:
+        n = len(keys)
+        hit = len(self._lookup(self._prompt_tokens(program, keys), cap))
+        if hit <= n:
+            return hit
+        return min(hit, max(n, reusable))
+
+    def cache_full(self, program: str, full: int) -> None:
+        s = self._stream(program)
+        full = min(full, len(s.owned))
+        if full > s.hashed:
+            self._hash_full(program, full)
+            s.hashed = full
+
     # -- the interface -------------------------------------------------------
 
     @property
@@ -85,13 +141,27 @@ class VllmPool:
             return 0
         return len(self._cached_blocks(program))
 
-    def room_for(self, program: str, hit: int, new: int) -> bool:
-        blocks = self._cached_blocks(program)[:hit]
+    def room_for(self, program: str, hit: int, new: int, keys: tuple[Hashable, ...] = ()) -> bool:
+        if keys or self._stream(program).keys:
+            blocks = self._lookup(self._prompt_tokens(program, keys), hit)
+        else:
+            blocks = self._cached_blocks(program)[:hit]
         evictable = sum(1 for b in blocks if b.ref_cnt == 0)
         return new + evictable <= self.free_blocks
 
-    def admit(self, program: str, hit: int, new: int) -> None:
+    def admit(self, program: str, hit: int, new: int, keys: tuple[Hashable, ...] = ()) -> None:
         s = self._stream(program)
+        if keys or s.keys:
+            tokens = self._prompt_tokens(program, keys)
+            cached = self._lookup(tokens, hit)
+            assert hit <= len(cached)
+            self.pool.touch(cached)
+            # the shared part stays the keys' tokens; the own part past the hit diverges
+            s.tokens = tokens[: max(hit, len(keys)) * self.block_size]
+            s.keys = keys
+            s.owned = cached + self.pool.get_new_blocks(new)
+            s.hashed = hit
+            return
         cached = self._cached_blocks(program)
         assert hit <= len(cached)
         self.pool.touch(cached[:hit])
@@ -120,13 +190,13 @@ class VllmPool:
 
     def release(self, program: str, full: int) -> None:
         s = self._stream(program)
-        self._hash_full(program, full)
+        self._hash_full(program, max(full, s.hashed))
         self.pool.free_blocks(reversed(s.owned))
         s.owned, s.hashed = [], 0
 
     def pin(self, program: str, full: int) -> None:
         s = self._stream(program)
-        self._hash_full(program, full)
+        self._hash_full(program, max(full, s.hashed))
         s.pin, s.owned, s.hashed = s.owned, [], 0
 
     def unpin(self, program: str) -> None:

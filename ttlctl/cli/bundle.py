@@ -1,4 +1,5 @@
-"""``ttlctl bundle build|inspect|verify|query``: thin commands over :mod:`ttlctl.bundle`."""
+"""``ttlctl bundle build|inspect|verify|query|rollback``: thin commands over :mod:`ttlctl.bundle`
+(and :mod:`ttlctl.bundle_history` for the bundles a command replaced)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from typing import Annotated
 import typer
 
 from fitting.policy import DEFAULT_VALVE
-from ttlctl import bundle, hints
+from ttlctl import bundle, bundle_history, hints
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, user_errors
+from ttlctl.cli.kit import UserError, err, out, print_warning, user_errors
 from ttlctl.cli.options import FitFile, Profile
 
-app = typer.Typer(help="Build, inspect, verify and query policy bundles.", no_args_is_help=True)
+app = typer.Typer(
+    help="Build, inspect, verify, query and roll back policy bundles.", no_args_is_help=True
+)
 
 CONTEXTS = (1_000, 8_000, 32_000, 128_000)
 
@@ -58,7 +61,7 @@ def build(
                 learn_eta=learn_eta,
             )
         )
-        bundle.write(doc, output)
+        bundle_history.replace(doc, output)  # an existing file is kept in its history
     err.print(f"wrote {output} (sha256 {doc['sha256'][:12]}…, {len(doc['fit']['tools'])} tools)")
 
 
@@ -98,9 +101,17 @@ def query(
             "--as",
             help="Print the answer as another engine's per-request retention hint: dynamo "
             "(nvext.cache_control), sglang (retention_seconds) or trtllm "
-            "(kv_cache_retention_config); {} when τ* is 0.",
+            "(kv_cache_retention_config); {} when τ* is 0. Where the engine clamps the "
+            "duration (Dynamo: 300–3600 s) a warning gives the TTL it will apply.",
         ),
     ] = None,
+    refuse_clamped: Annotated[
+        bool,
+        typer.Option(
+            "--refuse-clamped",
+            help="With --as: exit 2 instead of warning when the engine's clamp changes τ*.",
+        ),
+    ] = False,
 ) -> None:
     """Print {"ttl_s", "source", "benefit_s"}: how long to keep this request's KV."""
     with user_errors():
@@ -112,4 +123,32 @@ def query(
         policy = bundle.policy_from(doc)
         decision = policy.decide(tool, context_tokens, offload=offload, queue_delay_s=queue_delay)
         answer = decision.to_json() if as_engine is None else hints.shape(as_engine, decision.ttl_s)
+        note = None if as_engine is None else hints.clamped(as_engine, decision.ttl_s)
+        if note is not None and refuse_clamped:
+            raise UserError(f"--as {as_engine}: {note}")
+    if note is not None:
+        print_warning(note)
     sys.stdout.write(json.dumps(answer) + "\n")
+
+
+@app.command()
+def rollback(
+    path: Annotated[Path, typer.Argument(help="The bundle in service (TTLCTL_BUNDLE).")],
+) -> None:
+    """Put back the bundle that tune, refit or build last replaced at PATH (atomically).
+
+    The bundles a command replaced are kept in PATH.history/ (the newest five); the newest
+    one is restored and leaves the history, so a second rollback goes one further back.
+    The bundle taken out of service is kept as PATH.history/rolled-back.json. A server
+    watching PATH reloads it. Exit 2 when there is nothing to roll back to.
+    """
+    with user_errors():
+        done = bundle_history.rollback(path)
+    doc = done.bundle
+    err.print(
+        f"rolled {path} back to the bundle created {doc['created']} (sha256 "
+        f"{doc['sha256'][:12]}…); {done.left} earlier one(s) left in "
+        f"{bundle_history.folder(path)}; a server watching it reloads it",
+        highlight=False,
+        markup=False,
+    )

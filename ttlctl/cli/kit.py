@@ -102,3 +102,14 @@ def write_doc(doc: Any, to: Path, *, as_text: bool = False) -> bool:
         return True
     write_json(json.loads(json.dumps(doc, default=str)) if as_text else doc, to)
     return False
+
+
+def given(ctx: typer.Context, **values: Any) -> dict[str, Any]:
+    """Each value as given on the command line (or its environment variable), None where the
+    option was left at its default: for options whose default a trace or log may set (the
+    engine's size, from an engine log's facts)."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        source = ctx.get_parameter_source(name)  # click's ParameterSource (typer vendors it)
+        out[name] = None if source is None or source.name == "DEFAULT" else value
+    return out

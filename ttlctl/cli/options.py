@@ -18,6 +18,11 @@ import typer
 
 #: the simulated KV cache (``SimSchedulerConfig.kv_tokens``)
 KV_TOKENS = 600_000
+#: the simulated engine's size, as vLLM's flags (``SimSchedulerConfig``)
+BLOCK_SIZE = 16
+MAX_NUM_BATCHED_TOKENS = 8192
+MAX_NUM_SEQS = 256
+MAX_MODEL_LEN = 131_072
 #: no CPU offload tier (``ReplayConfig.offload_tokens``)
 OFFLOAD_TOKENS = 0
 #: the fast simulator
@@ -29,9 +34,9 @@ Trace = Annotated[
     Path, typer.Argument(help="Canonical trace (Parquet) from `ttlctl ingest` or `ttlctl synth`.")
 ]
 FitFile = Annotated[Path, typer.Option("--fit", help="fit.json from `ttlctl fit`.")]
-Profile = Annotated[
-    str, typer.Option("--profile", help="Profile: a profile.json, or a shipped profile name.")
-]
+#: ``--profile``'s help, the same wherever it is taken
+PROFILE_HELP = "Profile: a profile.json, or a shipped profile name."
+Profile = Annotated[str, typer.Option("--profile", help=PROFILE_HELP)]
 ContinuumBundle = Annotated[
     Path | None,
     typer.Option("--bundle", help="Policy bundle of continuum (default: a cold start, no fit)."),
@@ -85,6 +90,26 @@ IdleGapCap = Annotated[
 # ---- the simulated engine ------------------------------------------------------------
 
 KvTokens = Annotated[int, typer.Option("--kv-tokens", help="KV cache size in tokens.")]
+BlockSize = Annotated[
+    int, typer.Option("--block-size", help="KV block size in tokens (vLLM's --block-size).")
+]
+MaxNumBatchedTokens = Annotated[
+    int,
+    typer.Option(
+        "--max-num-batched-tokens",
+        help="Token budget per step (vLLM's --max-num-batched-tokens).",
+    ),
+]
+MaxNumSeqs = Annotated[
+    int,
+    typer.Option("--max-num-seqs", help="Most requests running at once (vLLM's --max-num-seqs)."),
+]
+MaxModelLen = Annotated[
+    int,
+    typer.Option(
+        "--max-model-len", help="Longest request the engine accepts (vLLM's --max-model-len)."
+    ),
+]
 OffloadTokens = Annotated[
     int, typer.Option("--offload-tokens", help="CPU offload tier in tokens (0: none).")
 ]
@@ -140,4 +165,41 @@ JsonTo = Annotated[
 QueueDelay = Annotated[
     float,
     typer.Option("--queue-delay", help="T (s) assumed for the τ* columns (0: a fresh engine's)."),
+]
+
+# ---- vLLM's router (vllm-router) ------------------------------------------------------
+
+ProfileToShow = Annotated[str | None, typer.Option("--profile", help=PROFILE_HELP)]
+AsRouter = Annotated[
+    str | None,
+    typer.Option(
+        "--as",
+        help="vllm-router: print the profile as the router's --program-scheduling-config-json "
+        "value (its Program scheduling calibrated; each coefficient explained on stderr).",
+    ),
+]
+DecodeThroughputAlpha = Annotated[
+    float | None,
+    typer.Option(
+        "--decode-throughput-alpha",
+        help="With --as vllm-router: the router's prefill_cost_model.decode_throughput_alpha "
+        "(share of decode throughput kept during a prefill; default 0, ttlctl's additive step).",
+    ),
+]
+Replicas = Annotated[
+    int | None,
+    typer.Option(
+        "--replicas",
+        help="A fleet: this many vLLM replicas with vllm-router in front (see --router).",
+    ),
+]
+Routers = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--router",
+        help="vllm-router's --policy for the fleet: cache_aware (its default), round_robin, "
+        "random, power_of_two, consistent_hash, sticky_least_loaded, kv_aware; or "
+        "program_scheduling (its Program scheduling over consistent_hash, calibrated by "
+        "--profile when given). Repeat for several.",
+    ),
 ]

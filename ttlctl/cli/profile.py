@@ -3,15 +3,20 @@ profiles; ``--torch`` keeps the old eager-torch timing, labelled as not vLLM."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from profiles import shipped
 from profiles.models import load_config
+from profiles.router_calibration import calibrate
+from profiles.schema import Profile
 from profiles.vllm_plan import parse_contexts
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, progress_bar, user_errors
+from ttlctl.cli.kit import UserError, err, out, progress_bar, user_errors
+from ttlctl.cli.options import AsRouter, DecodeThroughputAlpha, ProfileToShow
 from ttlctl.jsonio import write_json
 
 
@@ -66,6 +71,9 @@ def profile(
     list_: Annotated[
         bool, typer.Option("--list", help="Show the shipped profiles and exit.")
     ] = False,
+    profile_ref: ProfileToShow = None,
+    as_target: AsRouter = None,
+    decode_throughput_alpha: DecodeThroughputAlpha = None,
 ) -> None:
     """Measure what prefill, reload and a decode step cost through vLLM on this device (or a
     live vLLM server)."""
@@ -73,8 +81,21 @@ def profile(
         with user_errors():
             render.shipped_table(out)
         return
+    with user_errors():
+        if as_target is not None and as_target != ROUTER:
+            raise UserError(f"--as takes {ROUTER}, not {as_target!r}")
+        if decode_throughput_alpha is not None and as_target is None:
+            raise UserError(f"--decode-throughput-alpha goes with --as {ROUTER}")
+        if profile_ref is not None:
+            if as_target is None:
+                raise UserError(
+                    f"--profile is read with --as {ROUTER} (or replay it: ttlctl replay)"
+                )
+            shown, _ = shipped.resolve(profile_ref)
+            _as_router(shown, decode_throughput_alpha)
+            return
     if output is None:
-        raise typer.BadParameter("-o/--output is required (or use --list)")
+        raise typer.BadParameter("-o/--output is required (or use --list, or --profile with --as)")
     with user_errors():
         grid = parse_contexts(contexts)
         name, config = load_config(model)
@@ -126,5 +147,20 @@ def profile(
                     progress=progress,
                 )
         write_json(result.to_json(), output)
-    render.profile_table(out, result.to_json())
     err.print(f"wrote {output}")
+    if as_target is not None:
+        with user_errors():
+            _as_router(result, decode_throughput_alpha)
+        return
+    render.profile_table(out, result.to_json())
+
+
+#: the one target of ``--as``
+ROUTER = "vllm-router"
+
+
+def _as_router(profile: Profile, alpha: float | None) -> None:
+    """The flag's value on stdout (one line, for a shell's ``$(…)``), its meaning on stderr."""
+    cal = calibrate(profile, decode_throughput_alpha=alpha)
+    render.router_calibration(err, cal)
+    sys.stdout.write(cal.flag_value() + "\n")

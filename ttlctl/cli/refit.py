@@ -11,11 +11,25 @@ from typing import Annotated
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, user_errors
-from ttlctl.cli.options import ConcurrencyLoads, InputFormat, JpsLoads, QueueDelay
+from ttlctl.cli.kit import err, given, out, print_warning, user_errors
+from ttlctl.cli.options import (
+    BLOCK_SIZE,
+    MAX_MODEL_LEN,
+    MAX_NUM_BATCHED_TOKENS,
+    MAX_NUM_SEQS,
+    BlockSize,
+    ConcurrencyLoads,
+    InputFormat,
+    JpsLoads,
+    MaxModelLen,
+    MaxNumBatchedTokens,
+    MaxNumSeqs,
+    QueueDelay,
+)
 
 
 def refit(
+    ctx: typer.Context,
     logs: Annotated[
         list[Path],
         typer.Argument(help="Engine log(s) (TTLCTL_LOG), or any logs `ttlctl ingest` reads."),
@@ -63,10 +77,14 @@ def refit(
     kv_tokens: Annotated[
         int | None,
         typer.Option(
-            help="KV cache size in tokens. Default: as recorded in the bundle (its tuning or "
-            "last refit), else 600,000."
+            help="KV cache size in tokens. Default: as the engine log states it, else as "
+            "recorded in the bundle (its tuning or last refit), else 600,000."
         ),
     ] = None,
+    block_size: BlockSize = BLOCK_SIZE,
+    max_num_seqs: MaxNumSeqs = MAX_NUM_SEQS,
+    max_num_batched_tokens: MaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,
+    max_model_len: MaxModelLen = MAX_MODEL_LEN,
     offload_tokens: Annotated[
         int | None,
         typer.Option(help="CPU offload tier in tokens. Default: as recorded, else 0."),
@@ -104,6 +122,13 @@ def refit(
     JCT (the guard of `ttlctl tune`; a tie keeps the served bundle). A server watching the
     file reloads it.
 
+    The replay's engine is sized like the server that wrote the log: its KV cache, block
+    size, --max-num-seqs, --max-num-batched-tokens and --max-model-len as the log states
+    them (the plugin records them), each replica's programs at its own size for the logs
+    of several replicas; a flag given wins (one that disagrees with the log is reported).
+    A log without them (an older plugin) takes them from the bundle's record, else the
+    defaults, with a warning naming the flags to give.
+
     Bad input stops the run (exit 2, naming the file and record) unless --skip-bad. A kept
     bundle is not an error: exit 0, with the reason.
     """
@@ -120,6 +145,13 @@ def refit(
             concurrency=concurrency or [],
             seeds=seeds,
             kv_tokens=kv_tokens,
+            **given(
+                ctx,
+                block_size=block_size,
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_model_len=max_model_len,
+            ),
             offload_tokens=offload_tokens,
             truncate=truncate,
             queue_delay_s=queue_delay,
@@ -134,6 +166,8 @@ def refit(
                 dry_run=dry_run,
                 stage=lambda text: status.update(f"refit: {text}"),
             )
+    for note in report["sizing"]["notes"]:
+        print_warning(note)
     if as_json:
         sys.stdout.write(json.dumps(report, indent=1) + "\n")
         return

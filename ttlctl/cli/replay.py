@@ -10,10 +10,15 @@ from ttlctl.cli import render
 from ttlctl.cli.kit import err, out, print_warning, user_errors, write_doc
 from ttlctl.cli.options import (
     BACKEND,
+    BLOCK_SIZE,
     KV_TOKENS,
+    MAX_MODEL_LEN,
+    MAX_NUM_BATCHED_TOKENS,
+    MAX_NUM_SEQS,
     OFFLOAD_TOKENS,
     AsyncScheduling,
     Backend,
+    BlockSize,
     Concurrency,
     ContinuumBundle,
     IdleGapCap,
@@ -21,6 +26,9 @@ from ttlctl.cli.options import (
     JsonTo,
     KvTokens,
     Label,
+    MaxModelLen,
+    MaxNumBatchedTokens,
+    MaxNumSeqs,
     OffloadTokens,
     Profile,
     ResultDir,
@@ -49,12 +57,10 @@ def replay(
     concurrency: Concurrency = None,
     kv_tokens: KvTokens = KV_TOKENS,
     offload_tokens: OffloadTokens = OFFLOAD_TOKENS,
-    block_size: Annotated[int, typer.Option(help="KV block size (vLLM's --block-size).")] = 16,
-    max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 8192,
-    max_num_seqs: Annotated[int, typer.Option(help="Most requests running at once.")] = 256,
-    max_model_len: Annotated[
-        int, typer.Option(help="Longest request the engine accepts.")
-    ] = 131072,
+    block_size: BlockSize = BLOCK_SIZE,
+    max_num_batched_tokens: MaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,
+    max_num_seqs: MaxNumSeqs = MAX_NUM_SEQS,
+    max_model_len: MaxModelLen = MAX_MODEL_LEN,
     valve: Annotated[
         str | None,
         typer.Option(

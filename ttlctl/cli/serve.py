@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from ttlctl.cli.kit import err, print_warning, user_errors
+from ttlctl.engine.facts import ENV_REPLICA
 from ttlctl.server import command, serving
 from ttlctl.server.foreground import run_foreground
 
@@ -41,12 +42,22 @@ def serve(
     host: Annotated[
         str | None, typer.Option(help="Address to bind (default: vLLM's, all interfaces).")
     ] = None,
-    port: Annotated[int, typer.Option(help="Port of the OpenAI-compatible API.")] = 8000,
+    port: Annotated[
+        int,
+        typer.Option(help="Port of the OpenAI-compatible API (a --port after -- replaces it)."),
+    ] = 8000,
     log: Annotated[
         Path | None,
         typer.Option(
             help="Append the engine's per-request log here (TTLCTL_LOG; "
             "`ttlctl ingest --format engine-log` reads it)."
+        ),
+    ] = None,
+    replica: Annotated[
+        str | None,
+        typer.Option(
+            help="This server's name in the engine log (TTLCTL_REPLICA): behind a router, "
+            "one per replica, so the logs of all replicas can be read together."
         ),
     ] = None,
     allow_stock: Annotated[
@@ -96,16 +107,19 @@ def serve(
             serving.require_vllm()
     if warning:
         print_warning(warning)
+    base = dict(os.environ) | ({ENV_REPLICA: replica} if replica else {})
     if print_command:
-        chosen = serving.chosen_metrics_dir(metrics_dir, os.environ)
+        chosen, note = serving.printed_metrics_dir(metrics_dir, os.environ)
         env = command.server_environment(
-            os.environ, bundle=bundle, log=log, dev_mode=dev_mode, metrics_dir=chosen
+            base, bundle=bundle, log=log, dev_mode=dev_mode, metrics_dir=chosen
         )
         sys.stdout.write(serving.shown_command(cmd, env) + "\n")
+        if note:
+            err.print(f"note: {note}", highlight=False, markup=False)
         return
     with serving.metrics_dir(metrics_dir, os.environ) as prom:
         env = command.server_environment(
-            os.environ, bundle=bundle, log=log, dev_mode=dev_mode, metrics_dir=prom
+            base, bundle=bundle, log=log, dev_mode=dev_mode, metrics_dir=prom
         )
         err.print(f"ttlctl serve: {shlex.join(cmd)}", highlight=False, markup=False)
         code = run_foreground(cmd, env)

@@ -11,18 +11,26 @@ import typer
 from rich.markup import escape
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, once, out, print_warning, progress_bar, user_errors
+from ttlctl.cli.kit import err, given, once, out, print_warning, progress_bar, user_errors
 from ttlctl.cli.options import (
     BACKEND,
+    BLOCK_SIZE,
     KV_TOKENS,
+    MAX_MODEL_LEN,
+    MAX_NUM_BATCHED_TOKENS,
+    MAX_NUM_SEQS,
     OFFLOAD_TOKENS,
     AsyncScheduling,
     Backend,
+    BlockSize,
     ConcurrencyLoads,
     FitFile,
     IdleGapCap,
     JpsLoads,
     KvTokens,
+    MaxModelLen,
+    MaxNumBatchedTokens,
+    MaxNumSeqs,
     OffloadTokens,
     Profile,
     Trace,
@@ -80,6 +88,14 @@ Force = Annotated[
         "seeds (default: ship a bundle that never pins)."
     ),
 ]
+MinGain = Annotated[
+    float,
+    typer.Option(
+        help="Ship the tuned policy only if it beats the baseline (stock vLLM; live: the "
+        "never-pin bundle) by at least this ratio of mean JCT on the held-back seeds "
+        "(1.05: 5% faster). Default 1: any win.",
+    ),
+]
 Summary = Annotated[
     Path | None,
     typer.Option(help="Study summary JSON for reports. Default: tune.json next to -o."),
@@ -135,6 +151,7 @@ LiveTimeout = Annotated[
 
 
 def tune(
+    ctx: typer.Context,
     trace: Trace,
     fit: FitFile,
     profile: Profile,
@@ -150,9 +167,14 @@ def tune(
     holdout_seeds: HoldoutSeeds = 3,
     p95_max: P95Max = None,
     kv_tokens: KvTokens = KV_TOKENS,
+    block_size: BlockSize = BLOCK_SIZE,
+    max_num_seqs: MaxNumSeqs = MAX_NUM_SEQS,
+    max_num_batched_tokens: MaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,
+    max_model_len: MaxModelLen = MAX_MODEL_LEN,
     offload_tokens: OffloadTokens = OFFLOAD_TOKENS,
     truncate: Truncate = False,
     force: Force = False,
+    min_gain: MinGain = 1.0,
     summary: Summary = None,
     heartbeat: Heartbeat = 60,
     live: Live = None,
@@ -182,6 +204,11 @@ def tune(
     programs; the never-pin bundle is the baseline there (the server runs the TTL
     scheduler, so stock vLLM is not measured). PATH ends up holding the bundle written.
     Without --jps or --concurrency a live study keeps half of --live-programs live.
+
+    On a trace ingested from the engine log of one server, the simulated engine is sized
+    as the log states (KV cache, block size, --max-num-seqs, --max-num-batched-tokens,
+    --max-model-len; one line says so); a flag given wins, and one that disagrees with
+    the log is reported.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     import optuna
@@ -205,10 +232,18 @@ def tune(
             seeds=seeds,
             holdout_seeds=holdout_seeds,
             p95_max_s=p95_max,
-            kv_tokens=kv_tokens,
+            **given(
+                ctx,
+                kv_tokens=kv_tokens,
+                block_size=block_size,
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_model_len=max_model_len,
+            ),
             offload_tokens=offload_tokens,
             truncate=truncate,
             force=force,
+            min_gain=min_gain,
             summary=summary,
             heartbeat_s=heartbeat,
             live=live,
@@ -234,6 +269,13 @@ def tune(
     render.tune_table(out, result)
     sha = outcome.bundle["sha256"][:12]
     err.print(f"wrote {output} (sha256 {sha}…) and {outcome.summary_file}", highlight=False)
+    if outcome.previous_kept is not None:
+        err.print(
+            f"the bundle it replaced is kept in {outcome.previous_kept}: "
+            f"`ttlctl bundle rollback {output}` puts it back",
+            highlight=False,
+            markup=False,
+        )
     if live_bundle is not None:
         err.print(
             f"the server's bundle {live_bundle} now holds it too "
@@ -254,6 +296,8 @@ def _announce(session: TuneSession) -> None:
         f"{req.seeds} seed(s) per trial",
         highlight=False,
     )
+    if session.sizing is not None:
+        err.print(escape(session.sizing), highlight=False)
     if ctx.live is not None:
         err.print(
             f"live: each replay is one run of {req.live_programs} program(s) against "

@@ -19,7 +19,9 @@ from ttlctl.cli.options import (
     Jps,
     JsonTo,
     Label,
+    Replicas,
     ResultDir,
+    Routers,
     SaveResult,
     Seed,
     Trace,
@@ -102,6 +104,8 @@ def validate(
     json_out: JsonTo = None,
     backend: Backend = BACKEND,
     async_scheduling: AsyncScheduling = False,
+    replicas: Replicas = None,
+    router: Routers = None,
 ) -> None:
     """Replay a small trace in the simulator and against real servers; print the errors.
 
@@ -110,6 +114,11 @@ def validate(
     `--`) or already running (--url). The simulator is sized like the server and
     priced by a profile measured from it. Goals (reported): mean JCT within 10%,
     prefix-hit rate within 5 points, the same ranking.
+
+    With --replicas N and --router R (repeatable): each policy runs live on N replicas
+    behind vLLM's router (vllm-router, pip install vllm-router), a fresh fleet per
+    router, and the table shows mean JCT, TTFT, hit rate and the share of calls that
+    returned to their program's previous replica.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     from replay.validation.setup import ValidateRequest, validation_doc
@@ -140,6 +149,8 @@ def validate(
         label=label,
         backend=backend,
         async_scheduling=async_scheduling,
+        replicas=replicas,
+        routers=router or [],
     )
     with user_errors():
         with err.status("validating…") as status:
@@ -150,7 +161,13 @@ def validate(
             )
         if json_out is not None and write_doc(doc, json_out, as_text=True):
             return
-    render.validate_table(out, doc)
-    err.print(f"profile: {doc['profile']['source']}; work dir: {doc['work_dir']}", highlight=False)
+    if "replicas" in doc:
+        render.fleet_table(out, doc)
+        err.print(f"work dir: {doc['work_dir']}", highlight=False)
+    else:
+        render.validate_table(out, doc)
+        err.print(
+            f"profile: {doc['profile']['source']}; work dir: {doc['work_dir']}", highlight=False
+        )
     if json_out is not None:
         err.print(f"wrote {json_out}")

@@ -19,6 +19,7 @@ One concept per module:
 - :mod:`.queue`: the waiting queue in the priority-tuple order;
 - :mod:`.watch`: the bundle, reloaded when its file changes;
 - :mod:`.enginelog`: the per-request log;
+- :mod:`.facts`: the engine's facts the log states (size, vLLM, bundle, replica);
 - :mod:`.metrics`: the counters (attributes and Prometheus);
 - :mod:`.scheduler`: the glue: vLLM's ``Scheduler`` hooks.
 

@@ -32,4 +32,7 @@ class Live:
     first_token_unix_s: float | None = None
     #: the pin made at finish (0: none); None when no τ source is loaded
     ttl_s: float | None = None
+    #: why a pin the policy chose was not made: ``refused`` (the pin cap) or ``deferred``
+    #: (vLLM defers freeing the blocks); None: made, or none chosen
+    pin_skipped: str | None = None
     request: object | None = None

@@ -16,8 +16,10 @@ Series (all ``ttlctl:`` prefixed): ``pins_made_total``, ``pins_hit_total``
 (handed over to the program's next call), ``pins_expired_total``,
 ``pins_released_total`` (by the valve, under memory pressure),
 ``pins_dropped_total`` (abort, last call, replaced, prefix-cache reset),
-``pins_refused_total`` (the pin cap), and the gauges ``pinned_blocks`` and
-``pinned_programs``.
+``pins_refused_total`` (the pin cap), ``pins_deferred_total`` (not made: vLLM defers
+freeing the request's blocks, as with a KV connector under async scheduling), and the
+gauges ``pinned_blocks`` and ``pinned_programs``. The bundle's series (reloads, refusals,
+in force or stock) are :mod:`ttlctl.engine.bundle_series`'s.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ _DOC = {
     "released": "Pins released by the valve under memory pressure",
     "dropped": "Pins released on abort, last call, replacement or cache reset",
     "refused": "Pins not made because of the pin cap",
+    "deferred": "Pins not made because vLLM defers freeing the blocks (KV connector)",
 }
 
 _lock = threading.Lock()
@@ -76,6 +79,7 @@ class Counters:
     released: int = 0
     dropped: int = 0
     refused: int = 0
+    deferred: int = 0
     pinned_blocks: int = 0
     pinned_programs: int = 0
     export: bool = True

@@ -2,10 +2,13 @@
 
 Written when ``TTLCTL_LOG`` names a file (appended to, line-buffered and flushed
 after every line) so that ``ttlctl ingest --format engine-log`` can refit the
-policy on production traffic. The schema is documented in
-:mod:`ttlctl.ingest.formats.engine_log`. An I/O error never reaches the engine:
-it is reported once and the writer tries again (reopening the file) on the next
-line.
+policy on production traffic. The engine's facts (:mod:`ttlctl.engine.facts`) go in
+as a line of kind ``engine`` when they are first given and when they change, and
+again before the next request line when the file was found empty (new, or
+truncated by a ``copytruncate`` rotation), so every file says which engine wrote
+it. The schema is documented in :mod:`ttlctl.ingest.formats.engine_log`. An I/O
+error never reaches the engine: it is reported once and the writer tries again
+(reopening the file) on the next line.
 """
 
 from __future__ import annotations
@@ -13,9 +16,13 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
+
+from ttlctl.engine.facts import EngineFacts
 
 SCHEMA = "ttlctl.engine-log/1"  # ttlctl.ingest.formats.engine_log.SCHEMA (not imported: polars)
 ENV_LOG = "TTLCTL_LOG"
@@ -35,6 +42,9 @@ class Record:
     cached_tokens: int | None
     finish_reason: str
     ttl_s: float | None
+    #: a pin the policy chose but did not make: ``refused`` (pin cap), ``deferred`` (vLLM
+    #: defers freeing the blocks); None otherwise
+    pin_skipped: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         def num(x: float | None) -> float | None:
@@ -54,6 +64,7 @@ class Record:
             "cached_tokens": None if self.cached_tokens is None else int(self.cached_tokens),
             "finish_reason": self.finish_reason,
             "ttl_s": num(self.ttl_s),
+            "pin_skipped": self.pin_skipped,
         }
 
 
@@ -65,12 +76,30 @@ class EngineLog:
         self._warned = False
         self.lines = 0
         self.errors = 0
+        #: the engine's facts as last given (written at the top of an empty file)
+        self.facts: EngineFacts | None = None
+
+    def write_facts(self, facts: EngineFacts) -> None:
+        """Record the engine's facts: a line now unless they are the ones last written."""
+        if facts == self.facts:
+            return
+        self.facts = facts
+        self._append(self._facts_line(), facts=True)
 
     def write(self, record: Record) -> None:
+        self._append(json.dumps(record.to_json(), ensure_ascii=False, allow_nan=False))
+
+    def _facts_line(self) -> str:
+        assert self.facts is not None
+        doc = self.facts.to_json(SCHEMA, round(time.time(), 3))
+        return json.dumps(doc, ensure_ascii=False, allow_nan=False)
+
+    def _append(self, line: str, facts: bool = False) -> None:
         try:
-            line = json.dumps(record.to_json(), ensure_ascii=False, allow_nan=False)
             if self._fh is None:
                 self._fh = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+            if not facts and self.facts is not None and os.fstat(self._fh.fileno()).st_size == 0:
+                self._fh.write(self._facts_line() + "\n")  # an empty file: which engine writes
             self._fh.write(line + "\n")
             self._fh.flush()
             self.lines += 1

@@ -16,7 +16,8 @@ oracle's true pauses, InferCept's formula). The rules:
   source's) unless τ is 0, the source has pins off, or the pin would take pins past
   ``pin_cap`` of the usable blocks (vLLM's ``num_gpu_blocks − 1``); an aborted call is
   never pinned and releases its program's pin; two calls of one program in flight:
-  the later finish replaces the earlier pin;
+  the later finish replaces the earlier pin (checked against the cap without it; a
+  refused pin leaves the earlier one in place);
 - expiry, at each step start and at each arrival (an idle engine does not step: its
   pins stay until the next arrival): pins whose expiry passed are released, unless
   their program has a call waiting (the pin is parked until that call leaves the
@@ -204,19 +205,26 @@ class Retention:
     def pin(self, request_id: Hashable, blocks: Sequence[Any], ttl_s: float, now: float) -> bool:
         """Hold ``blocks`` for ``ttl_s``; False (the caller frees them) over the pin cap, and
         when there is nothing to hold (a request preempted before it stopped on stale output
-        under async scheduling: its blocks went back at the preemption)."""
+        under async scheduling: its blocks went back at the preemption).
+
+        Two calls of one program in flight: the later finish replaces the earlier pin, and
+        the cap is checked as if the earlier pin were gone; a refused pin leaves the earlier
+        one in place (the program keeps what it had)."""
         live = self.live.get(request_id)
         if live is None or live.tags.program is None or ttl_s <= 0 or self._source is None:
             return False
         if not blocks:
             return False
         program = live.tags.program
-        if program in self.pins:  # two calls of one program in flight: the latest wins
-            self.release(program, "dropped")
+        earlier = self.pins.get(program)
+        held = self.pins.blocks - (earlier.n_blocks if earlier is not None else 0)
         cap = self._source.params.pin_cap * self.capacity_blocks
-        if self.pins.blocks + len(blocks) > cap:
+        if held + len(blocks) > cap:
             self.counters.bump("refused")
+            live.pin_skipped = "refused"
             return False
+        if earlier is not None:  # the latest call wins
+            self.release(program, "dropped")
         self.pins.add(
             Pin(
                 program=program,
@@ -250,6 +258,15 @@ class Retention:
         if stalled and head_program is not None and head_program in self.pins:
             order.append(head_program)
         return iter(order)
+
+    def deferred(self, request_id: Hashable) -> None:
+        """The call was to be pinned, but vLLM defers freeing its blocks (a KV connector
+        may still write them: async scheduling, or the connector's own delayed free): no
+        pin is made; counted (``deferred``) and noted on the call for the engine log."""
+        live = self.live.get(request_id)
+        if live is not None:
+            live.pin_skipped = "deferred"
+        self.counters.bump("deferred")
 
     def release(self, program: str, reason: str) -> bool:
         """Release the program's pin (reason: a counter name); False if it had none."""

@@ -25,13 +25,17 @@ and :mod:`ttlctl.engine.hooks` lists every name the plugin relies on):
   in 0.32 (1217) and is requeued in 0.33 (1394), so 0.33 may call it for the
   requests behind such a head, with the same arguments;
 - ``_free_request`` (2714 / 3031, every finish, aborts included via
-  ``finish_requests`` 2649 / 2964): learn, decide τ, write the engine log;
+  ``finish_requests`` 2649 / 2964): learn, decide τ, write the engine log; when a KV
+  connector delays the free (``_free_blocks`` is not called) the pin is not made and
+  counted ``deferred``;
 - ``_free_blocks`` (2746 / 3064): pin instead of free: ``pop_blocks_for_free``
   (``kv_cache_manager.py`` 651 / 660) keeps the references,
   ``BlockPool.free_blocks`` returns them later, exactly vLLM's deferred-free path
   (``_free_request_blocks`` 2766 / 3084); 0.33's ``pop_blocks_for_free`` leaves
   out leading null blocks (a sliding window's skipped prefix), so a pin there
-  holds only blocks with KV;
+  holds only blocks with KV; when vLLM defers the free
+  (``_request_blocks_can_be_freed`` false: a consumer KV connector under async
+  scheduling) the plugin leaves it to vLLM, unpinned, and counts it ``deferred``;
 - ``Scheduler.waiting`` (223 / 232) is a :class:`~ttlctl.engine.queue.ProgramQueue`
   while a policy is loaded (both versions make the same queue calls);
 - ``reset_prefix_cache`` (2840 / 3184): pins are released first (a reset needs
@@ -56,8 +60,10 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
 from ttlctl.engine import tags as tags_mod  # noqa: E402
+from ttlctl.engine.bundle_series import BundleSeries  # noqa: E402
 from ttlctl.engine.counters import Counters  # noqa: E402
 from ttlctl.engine.enginelog import ENV_LOG, EngineLog, Record  # noqa: E402
+from ttlctl.engine.facts import EngineFacts, replica_name  # noqa: E402
 from ttlctl.engine.hitmemo import HitMemo  # noqa: E402
 from ttlctl.engine.programs import DEFAULT_CAP  # noqa: E402
 from ttlctl.engine.queue import ProgramQueue  # noqa: E402
@@ -108,18 +114,17 @@ class TTLMixin:
         self.ttl_warnings: list[str] = []
         self.ttl_clock = time.monotonic
         self.ttl_watcher = BundleWatcher.from_env(env, self._ttl_warn, self._ttl_info)
+        self.ttl_bundle_series = BundleSeries()
+        self.ttl_bundle_series.observe(self.ttl_watcher)
         pool = self.kv_cache_manager.block_pool
         caching = bool(self.cache_config.enable_prefix_caching)
-        try:
-            program_cap = int(env.get(ENV_PROGRAM_CAP, DEFAULT_CAP))
-        except ValueError:
-            program_cap = DEFAULT_CAP
+        program_cap = self._ttl_program_cap(env.get(ENV_PROGRAM_CAP))
         self.ttl = Retention(
             None,
             free=self._ttl_free_pinned,
             capacity_blocks=int(pool.num_gpu_blocks) - 1,  # the null block never holds KV
             caching=caching,
-            program_cap=max(1, program_cap),
+            program_cap=program_cap,
             counters=Counters(),
             on_pins_changed=self._ttl_pins_changed,
         )
@@ -128,6 +133,8 @@ class TTLMixin:
             self._ttl_warn("ttlctl: prefix caching is off, so pins cannot help: none are made")
         log_path = env.get(ENV_LOG) or None
         self.ttl_log = EngineLog(log_path, self._ttl_warn) if log_path else None
+        self._ttl_replica = replica_name(env)
+        self._ttl_write_facts()
         self._ttl_pin_ttl: dict[str, float] = {}
         self._ttl_awaiting_first: dict[str, Request] = {}
         self._ttl_queue: ProgramQueue | None = None
@@ -140,9 +147,59 @@ class TTLMixin:
         self.ttl_memo, memo_off = HitMemo.install(self.kv_cache_manager, self.connector, env)
         self._ttl_info(
             f"ttlctl: {type(self).__name__} on vLLM {VLLM_VERSION}, "
-            f"{self.ttl.capacity_blocks} KV blocks, engine log {log_path or 'off'}, "
+            f"{self.ttl.capacity_blocks} KV blocks, engine log {log_path or 'off'}"
+            f"{f' (replica {self._ttl_replica})' if self._ttl_replica else ''}, "
             f"prefix-hit memo {'on' if memo_off is None else f'off ({memo_off})'}"
         )
+
+    def _ttl_program_cap(self, given: str | None) -> int:
+        """``TTLCTL_MAX_PROGRAMS``: a whole number >= 1; anything else warns once, naming
+        the value, and the default holds."""
+        if given is None or not given.strip():
+            return DEFAULT_CAP
+        try:
+            cap = int(given)
+        except ValueError:
+            cap = 0
+        if cap >= 1:
+            return cap
+        self._ttl_warn(
+            f"ttlctl: {ENV_PROGRAM_CAP}={given!r} is not a whole number >= 1; "
+            f"keeping {DEFAULT_CAP:,} programs"
+        )
+        return DEFAULT_CAP
+
+    def _ttl_facts(self) -> EngineFacts:
+        """The engine as configured (what a replay of its log must be sized like)."""
+        config = getattr(self, "vllm_config", None)
+        sched = getattr(config, "scheduler_config", None)
+        model = getattr(config, "model_config", None)
+        served = getattr(model, "served_model_name", None)
+        if isinstance(served, (list, tuple)):
+            served = served[0] if served else None
+        doc = self.ttl_watcher.doc if self.ttl.policy is not None else None
+        blocks = int(self.kv_cache_manager.block_pool.num_gpu_blocks)
+
+        def whole(x: Any) -> int | None:
+            return int(x) if isinstance(x, int) and not isinstance(x, bool) else None
+
+        return EngineFacts(
+            vllm_version=VLLM_VERSION,
+            model=str(served or getattr(model, "model", "") or "") or None,
+            block_size=whole(getattr(self.cache_config, "block_size", None)),
+            kv_blocks=blocks - 1,  # the null block never holds KV
+            max_num_seqs=whole(getattr(sched, "max_num_seqs", None)),
+            max_num_batched_tokens=whole(getattr(sched, "max_num_batched_tokens", None)),
+            max_model_len=whole(getattr(model, "max_model_len", None)),
+            async_scheduling=bool(getattr(sched, "async_scheduling", False)),
+            prefix_caching=bool(self.cache_config.enable_prefix_caching),
+            bundle_sha256=str(doc["sha256"]) if doc is not None else None,
+            replica=self._ttl_replica,
+        )
+
+    def _ttl_write_facts(self) -> None:
+        if self.ttl_log is not None:
+            self.ttl_log.write_facts(self._ttl_facts())
 
     def _ttl_warn(self, message: str) -> None:
         self.ttl_warnings.append(message)
@@ -183,6 +240,8 @@ class TTLMixin:
             self.ttl.policy = self.ttl_watcher.policy
             if self._ttl_queue is None:
                 self._ttl_install_queue()
+            self._ttl_write_facts()  # a new bundle
+        self.ttl_bundle_series.observe(self.ttl_watcher)
         if self.ttl.pins:
             self.ttl.expire(now, self._ttl_waiting)
         if self._ttl_queue is not None:
@@ -259,7 +318,8 @@ class TTLMixin:
         try:
             return super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
         finally:
-            self._ttl_pin_ttl.pop(request_id, None)  # a delayed free is not pinned
+            if self._ttl_pin_ttl.pop(request_id, None) is not None:
+                self.ttl.deferred(request_id)  # the connector delays the free: no pin
             if self.ttl_memo is not None:
                 self.ttl_memo.forget(request_id)
             self._ttl_awaiting_first.pop(request_id, None)
@@ -269,12 +329,16 @@ class TTLMixin:
 
     def _free_blocks(self, request: Request) -> None:
         ttl = self._ttl_pin_ttl.pop(request.request_id, 0.0)
-        if ttl > 0 and self._request_blocks_can_be_freed(request):  # type: ignore[attr-defined]
-            blocks = self.kv_cache_manager.pop_blocks_for_free(request)
-            if not self.ttl.pin(request.request_id, blocks, ttl, self.ttl_clock()):
-                self._ttl_free_pinned(blocks)
-            del self.requests[request.request_id]
-            return
+        if ttl > 0:
+            if not self._request_blocks_can_be_freed(request):  # type: ignore[attr-defined]
+                # a KV connector may still write them: vLLM frees them later, unpinned
+                self.ttl.deferred(request.request_id)
+            else:
+                blocks = self.kv_cache_manager.pop_blocks_for_free(request)
+                if not self.ttl.pin(request.request_id, blocks, ttl, self.ttl_clock()):
+                    self._ttl_free_pinned(blocks)
+                del self.requests[request.request_id]
+                return
         super()._free_blocks(request)  # type: ignore[misc]
 
     def _ttl_free_pinned(self, blocks: Sequence[Any]) -> None:
@@ -302,6 +366,7 @@ class TTLMixin:
                 cached_tokens=live.cached_tokens,
                 finish_reason=str(reason) if reason is not None else request.status.name.lower(),
                 ttl_s=live.ttl_s,
+                pin_skipped=live.pin_skipped,
             )
         )
 

@@ -43,6 +43,8 @@ class BundleWatcher:
     doc: Bundle | None = None
     #: how many times a new file replaced the policy
     reloads: int = 0
+    #: how many bundle files were refused (at start, or a change that did not verify)
+    refused: int = 0
     _signature: tuple[int, int, int] | None = None
     _next_check: float = field(default=float("-inf"))
 
@@ -65,6 +67,8 @@ class BundleWatcher:
         if self.path is not None:
             self._signature = _signature(self.path)
         self.policy, self.doc = load_policy(self.path, self.warn)
+        if self.policy is None and self.path is not None:
+            self.refused += 1
         if self.policy is not None:
             self.info(f"ttlctl: serving with bundle {self.path} ({self._describe()})")
 
@@ -90,6 +94,7 @@ class BundleWatcher:
         try:
             policy, doc = open_policy(Path(self.path))
         except BundleError as exc:
+            self.refused += 1
             kept = "the policy in force" if self.policy is not None else "stock vLLM"
             self.warn(f"ttlctl: new bundle refused, keeping {kept}: {exc}")
             return False

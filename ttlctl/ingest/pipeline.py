@@ -8,11 +8,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from ttlctl.ingest import lookup, rules
-from ttlctl.ingest.reader import Parsed, Reader, streaming
+from ttlctl.ingest.reader import GroupReader, Parsed, Reader, streaming
 from ttlctl.ingest.rejects import IngestError, RejectSink
 from ttlctl.trace import io as trace_io
 from ttlctl.trace.columns import SOURCE_COLUMNS, SOURCE_FILE, SOURCE_RECORD, conform
@@ -53,6 +54,13 @@ class IngestReport:
     #: programs still running when the log was read (engine logs), kept up to their
     #: last logged call; counted here, not rejected
     in_flight: int = 0
+    #: programs made from a program id used again after its program ended (engine logs:
+    #: ``<id>#2`` …); counted here, not rejected
+    reused_ids: int = 0
+    #: calls the engine aborted (engine logs), kept as calls with the tokens they produced
+    aborted: int = 0
+    #: the engines' facts the logs state (engine logs), as kept in the trace's metadata
+    engines: list[dict[str, Any]] = field(default_factory=list)
 
     def formats(self) -> dict[str, int]:
         return dict(Counter(f.format for f in self.files))
@@ -113,6 +121,7 @@ def ingest(
     try:
         parsed: list[tuple[Parsed, bool]] = []
         total_bytes = 0
+        groups: dict[str, tuple[GroupReader, list[FileReport]]] = {}
         for index, path in enumerate(files):
             if progress is not None:
                 progress(path, index, len(files))
@@ -125,19 +134,34 @@ def ingest(
                 )
                 report.files.append(FileReport(str(path), "unrecognised", 1))
                 continue
+            total_bytes += path.stat().st_size
+            if isinstance(reader, GroupReader):  # read with the others of its format, below
+                entry = FileReport(str(path), reader.name, None)
+                groups.setdefault(reader.name, (reader, []))[1].append(entry)
+                report.files.append(entry)
+                continue
             before = sink.count
             one = _read_one(reader, path, sink)
             _check_accounting(reader, path, one, sink.count - before)
             report.files.append(FileReport(str(path), reader.name, one.records, one.in_flight))
-            report.in_flight += one.in_flight
             parsed.append((one, one.absolute_time))
-            total_bytes += path.stat().st_size
+        for group_reader, entries in groups.values():
+            before = sink.count
+            one = _read_group(group_reader, entries, sink)
+            _check_accounting(group_reader, Path(entries[0].path), one, sink.count - before)
+            parsed.append((one, one.absolute_time))
+            report.reused_ids += one.reused
+            report.aborted += one.aborted
+            report.engines.extend(one.engines)
+        report.in_flight = sum(f.in_flight for f in report.files)
         if progress is not None:
             progress(files[-1], len(files), len(files))
 
         report.streamed = streaming(total_bytes)
         read_rejects = sink.count
-        rows, rejected_rows = _validate_and_write(parsed, output, sink, streaming=report.streamed)
+        rows, rejected_rows = _validate_and_write(
+            parsed, output, sink, streaming=report.streamed, engines=report.engines
+        )
         report.rows = rows
         # every record is a row written, a row rejected, or a record rejected on reading
         report.records = rows + rejected_rows + read_rejects
@@ -159,6 +183,25 @@ def _read_one(reader: Reader, path: Path, sink: RejectSink) -> Parsed:
         # A reader that could not make sense of the file as a whole.
         sink.reject(path, None, f"unreadable as {reader.name}: {_one_line(exc)}")
         return Parsed(frame=pl.LazyFrame(), records=1)
+
+
+def _read_group(reader: GroupReader, entries: list[FileReport], sink: RejectSink) -> Parsed:
+    """Read one format's files together (their programs may span files); fills each file's
+    report (records, programs in flight)."""
+    paths = [Path(e.path) for e in entries]
+    try:
+        group = reader.read_group(paths, sink)
+    except IngestError:
+        raise
+    except (OSError, pl.exceptions.PolarsError, ValueError) as exc:
+        for path in paths:
+            sink.reject(path, None, f"unreadable as {reader.name}: {_one_line(exc)}")
+        for entry in entries:
+            entry.records = 1
+        return Parsed(frame=pl.LazyFrame(), records=len(paths))
+    for entry, records, in_flight in zip(entries, group.records, group.in_flight, strict=True):
+        entry.records, entry.in_flight = records, in_flight
+    return group.parsed
 
 
 def _check_accounting(reader: Reader, path: Path, one: Parsed, rejected: int) -> None:
@@ -198,15 +241,20 @@ def _has_rows(one: Parsed) -> bool:
 
 
 def _validate_and_write(
-    parsed: list[tuple[Parsed, bool]], output: Path, sink: RejectSink, *, streaming: bool
+    parsed: list[tuple[Parsed, bool]],
+    output: Path,
+    sink: RejectSink,
+    *,
+    streaming: bool,
+    engines: list[dict[str, Any]],
 ) -> tuple[int, int]:
     """Check all rows, send the bad ones to ``sink``, write the rest: (written, rejected)."""
     frame = _combine(parsed)
     if streaming:
-        return _validate_in_buckets(frame, output, sink)
+        return _validate_in_buckets(frame, output, sink, engines)
     good, bad = rules.split(rules.check(frame.collect()).collect().lazy())
     _report(bad, sink)
-    written = trace_io.write(good.drop(*SOURCE_COLUMNS), output)
+    written = trace_io.write(good.drop(*SOURCE_COLUMNS), output, engines=engines)
     return written, bad.height
 
 
@@ -221,7 +269,9 @@ def _report(bad: pl.DataFrame, sink: RejectSink) -> None:
         sink.reject(row[SOURCE_FILE], row[SOURCE_RECORD], row["reason"])
 
 
-def _validate_in_buckets(frame: pl.LazyFrame, output: Path, sink: RejectSink) -> tuple[int, int]:
+def _validate_in_buckets(
+    frame: pl.LazyFrame, output: Path, sink: RejectSink, engines: list[dict[str, Any]]
+) -> tuple[int, int]:
     """Out-of-core check: hash-partition rows by program, check each bucket in memory.
 
     Every program lands whole in one bucket, so the program rules hold per bucket;
@@ -245,5 +295,7 @@ def _validate_in_buckets(frame: pl.LazyFrame, output: Path, sink: RejectSink) ->
             _report(bad, sink)
             rejected += bad.height
             good.drop(*SOURCE_COLUMNS).collect().write_parquet(parts / f"{bucket:05d}.parquet")
-        written = trace_io.write(pl.scan_parquet(parts / "*.parquet"), output, streaming=True)
+        written = trace_io.write(
+            pl.scan_parquet(parts / "*.parquet"), output, streaming=True, engines=engines
+        )
     return written, rejected

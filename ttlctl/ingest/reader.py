@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import polars as pl
 
@@ -53,6 +53,24 @@ class Parsed:
     records: int | None
     absolute_time: bool = False
     in_flight: int = 0
+    #: the facts of the engines that served the calls (engine logs), kept in the trace's
+    #: metadata (:func:`ttlctl.trace.io.engines`)
+    engines: tuple[dict[str, Any], ...] = ()
+    #: programs made from a program id used again after its program ended (engine logs)
+    reused: int = 0
+    #: calls the engine aborted (engine logs: the client went away), kept as calls with the
+    #: tokens they produced
+    aborted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupParsed:
+    """Several files read as one log (:class:`GroupReader`): the rows, and per file (in the
+    order given) the records seen and the programs in flight whose last call it holds."""
+
+    parsed: Parsed
+    records: list[int]
+    in_flight: list[int]
 
 
 class Reader(Protocol):
@@ -67,6 +85,16 @@ class Reader(Protocol):
 
     def read(self, path: Path, sink: RejectSink) -> Parsed:
         """Read ``path``; send records that cannot become rows to ``sink``."""
+        ...
+
+
+@runtime_checkable
+class GroupReader(Reader, Protocol):
+    """A reader whose programs may span files (engine logs of several replicas): ingest
+    hands it all its files at once."""
+
+    def read_group(self, paths: Sequence[Path], sink: RejectSink) -> GroupParsed:
+        """Read ``paths`` as one log; send records that cannot become rows to ``sink``."""
         ...
 
 
@@ -230,10 +258,11 @@ def _short(value: Any, limit: int = 60) -> str:
 # ---------------------------------------------------------------- rows -> frame
 
 
-def frame_from_rows(rows: list[dict[str, Any]], path: Path) -> pl.LazyFrame:
+def frame_from_rows(rows: list[dict[str, Any]], path: Path | None) -> pl.LazyFrame:
     """Canonical frame from python rows (each may carry ``_record`` and ``_reason``).
 
-    Columns a row leaves out are null. ``_file`` is set to ``path``. A row whose
+    Columns a row leaves out are null. ``_file`` is set to ``path`` (None: each row's own
+    ``_file``, for rows read from several files). A row whose
     record was bad but whose program is known carries ``_reason`` (and at least
     ``program_id`` and ``turn``): validation then rejects its whole program, so no
     program comes out with a hole in it.
@@ -243,9 +272,13 @@ def frame_from_rows(rows: list[dict[str, Any]], path: Path) -> pl.LazyFrame:
         SOURCE_RECORD: pl.String(),
         REASON: pl.String(),
     }
+    if path is None:
+        schema[SOURCE_FILE] = pl.String()
     columns: dict[str, list[Any]] = {name: [] for name in schema}
     for row in rows:
         for name in schema:
             columns[name].append(row.get(name))
     frame = pl.DataFrame(columns, schema=schema)
+    if path is None:
+        return frame.lazy()
     return frame.lazy().with_columns(pl.lit(str(path)).alias(SOURCE_FILE))

@@ -29,10 +29,11 @@ class ServerStartError(ServerError):
 
 
 class OwnedServer:
-    """One server: ``command`` run with ``env``, output to ``log_path``, reached at ``url``.
+    """One server: ``command`` run with ``env``, output to ``log_path``, reached at ``url``
+    (any process that answers ``/health``: vLLM's server, vLLM's router).
 
-    Attributes once started: ``ready_s`` (seconds from start to a healthy server) and
-    ``pid`` (the API server's, which is also its process group's id).
+        Attributes once started: ``ready_s`` (seconds from start to a healthy server) and
+        ``pid`` (the API server's, which is also its process group's id).
     """
 
     def __init__(
@@ -45,6 +46,7 @@ class OwnedServer:
         cwd: Path | None = None,
         startup_timeout_s: float = 600.0,
         stop_grace_s: float = STOP_GRACE_S,
+        name: str = "the server",
     ) -> None:
         self.command = list(command)
         self.env = env
@@ -53,7 +55,10 @@ class OwnedServer:
         self.cwd = cwd
         self.startup_timeout_s = startup_timeout_s
         self.stop_grace_s = stop_grace_s
+        #: how errors name it ("the server", "replica 2", "vllm-router")
+        self.name = name
         self.ready_s: float | None = None
+        self._t0 = 0.0
         self._proc: subprocess.Popen[bytes] | None = None
         self._holding = False
 
@@ -66,22 +71,38 @@ class OwnedServer:
 
         Raises :class:`ServerStartError` (the server is stopped first).
         """
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (:meth:`wait_ready` waits): several
+        servers started at once start side by side."""
         if self._proc is not None:
             raise RuntimeError("server already started")
         self._holding = signals.hold()
-        t0 = time.monotonic()
+        self._t0 = time.monotonic()
         try:
             with signals.deferred():  # no signal between the start and the handle kept
                 self._proc = launch(self.command, self.env, log=self.log_path, cwd=self.cwd)
-            problem = wait_healthy(self._proc, self.url, t0 + self.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_ready(self) -> str:
+        """Wait until the launched server is healthy; its URL (:class:`ServerStartError`:
+        it exited or was not healthy in time; it is stopped first)."""
+        if self._proc is None:
+            raise RuntimeError("server not launched")
+        try:
+            problem = wait_healthy(self._proc, self.url, self._t0 + self.startup_timeout_s)
             if problem is not None:
                 raise ServerStartError(
-                    f"the server {problem} (log: {self.log_path}): {self.log_tail()}"
+                    f"{self.name} {problem} (log: {self.log_path}): {self.log_tail()}"
                 )
         except BaseException:
             self.stop()
             raise
-        self.ready_s = time.monotonic() - t0
+        self.ready_s = time.monotonic() - self._t0
         return self.url
 
     def stop(self) -> None:

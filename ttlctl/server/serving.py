@@ -26,8 +26,16 @@ from ttlctl.server.command import SCHEDULER_CLS
 
 #: options ``ttlctl serve`` sets itself; in the forwarded arguments they are refused
 OWN_FLAGS = ("--model", "--scheduler-cls")
+#: the ``PROMETHEUS_MULTIPROC_DIR`` ``--print-command`` shows when none is asked for
+PRINTED_METRICS_DIR = Path(tempfile.gettempdir()) / "ttlctl-prom"
 #: the environment ``--print-command`` shows, in this order (when set)
-SHOWN_ENV = ("TTLCTL_BUNDLE", "TTLCTL_LOG", "VLLM_SERVER_DEV_MODE", "PROMETHEUS_MULTIPROC_DIR")
+SHOWN_ENV = (
+    "TTLCTL_BUNDLE",
+    "TTLCTL_LOG",
+    "TTLCTL_REPLICA",
+    "VLLM_SERVER_DEV_MODE",
+    "PROMETHEUS_MULTIPROC_DIR",
+)
 
 
 class ServeError(TtlctlError):
@@ -43,15 +51,17 @@ def build_command(
     python: str | None = None,
     scheduler_cls: str | None = SCHEDULER_CLS,
 ) -> list[str]:
-    """The server's command line: ours first, then ``extra`` verbatim (vLLM: last one wins)."""
+    """The server's command line: ours first, then ``extra`` verbatim. A ``--host`` or
+    ``--port`` among ``extra`` replaces ours (not written twice)."""
     command.refuse(
         extra, OWN_FLAGS, "ttlctl serve (MODEL and the TTL scheduler)", "the vLLM arguments"
     )
+    given = command.flags(extra)
     return command.server_command(
         command.base_command(model, python=python),
         scheduler_cls=scheduler_cls,
-        host=host,
-        port=port,
+        host=None if "--host" in given else host,
+        port=None if "--port" in given else port,
         extra=extra,
     )
 
@@ -85,6 +95,21 @@ def chosen_metrics_dir(given: Path | None, environ: Mapping[str, str]) -> Path |
     """The ``PROMETHEUS_MULTIPROC_DIR`` asked for: ``given``, else the environment's."""
     inherited = environ.get("PROMETHEUS_MULTIPROC_DIR")
     return given or (Path(inherited) if inherited else None)
+
+
+def printed_metrics_dir(given: Path | None, environ: Mapping[str, str]) -> tuple[Path, str | None]:
+    """The ``PROMETHEUS_MULTIPROC_DIR`` ``--print-command`` shows (a command started without
+    it loses the ``ttlctl:*`` series): the one asked for, else :data:`PRINTED_METRICS_DIR`,
+    with a note that the folder must be made empty before the server starts (``ttlctl
+    serve`` makes its own)."""
+    chosen = chosen_metrics_dir(given, environ)
+    if chosen is not None:
+        return chosen, None
+    return PRINTED_METRICS_DIR, (
+        f"PROMETHEUS_MULTIPROC_DIR={PRINTED_METRICS_DIR}: make it, empty, before starting "
+        "the server (without it the ttlctl:* series never reach /metrics); --metrics-dir "
+        "names another"
+    )
 
 
 @contextmanager

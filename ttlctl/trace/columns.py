@@ -33,10 +33,12 @@ COLUMNS: Final[dict[str, pl.DataType]] = {
 #: ``prefix_hashes`` / ``prefix_block_tokens``: the call's leading prompt blocks that other
 #: programs share (a product's system prompt and tools), as chained block hashes of
 #: ``prefix_block_tokens`` tokens each (docs/trace-format.md, "Shared prefixes").
+#: ``replica`` names the engine that served the call (engine logs of several replicas).
 EXTRA_COLUMNS: Final[dict[str, pl.DataType]] = {
     "parent_program_id": pl.String(),
     "prefix_hashes": pl.List(pl.Int64()),
     "prefix_block_tokens": pl.Int32(),
+    "replica": pl.String(),
 }
 
 #: Columns a canonical input must carry (the others may be absent: filled with null).
@@ -53,6 +55,8 @@ REASON: Final = "_reason"
 
 #: Written into the Parquet file's key-value metadata.
 PARQUET_METADATA: Final = {"ttlctl.trace_version": str(TRACE_VERSION)}
+#: The metadata key of the engines' facts (JSON list; docs/trace-format.md, "Engine facts").
+ENGINES_KEY: Final = "ttlctl.engines"
 
 
 def all_columns() -> dict[str, pl.DataType]:

@@ -2,31 +2,63 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from ttlctl.errors import TtlctlError
 from ttlctl.jsonio import replacing
-from ttlctl.trace.columns import PARQUET_METADATA, REQUIRED, conform
+from ttlctl.trace.columns import ENGINES_KEY, PARQUET_METADATA, REQUIRED, conform
 
 
-def write(frame: pl.LazyFrame, output: Path, *, streaming: bool = False) -> int:
+def write(
+    frame: pl.LazyFrame,
+    output: Path,
+    *,
+    streaming: bool = False,
+    engines: Sequence[Mapping[str, Any]] = (),
+) -> int:
     """Write ``frame`` (canonical columns) to ``output`` atomically; return the row count.
 
-    The file appears complete or not at all: it is written beside the target and
-    renamed into place.
+    ``engines``: the facts of the engines that served the calls (engine logs), kept in
+    the file's metadata (:data:`ENGINES_KEY`; :func:`engines` reads them back). The file
+    appears complete or not at all: it is written beside the target and renamed into
+    place.
     """
     frame = conform(frame, keep_source=False)
+    metadata = dict(PARQUET_METADATA)
+    if engines:
+        metadata[ENGINES_KEY] = json.dumps(list(engines), sort_keys=True)
     with replacing(output) as tmp:
         if streaming:
-            frame.sink_parquet(tmp, metadata=PARQUET_METADATA, engine="streaming")
+            frame.sink_parquet(tmp, metadata=metadata, engine="streaming")
             rows = pl.scan_parquet(tmp).select(pl.len()).collect().item()
         else:
             data = frame.collect()
-            data.write_parquet(tmp, metadata=PARQUET_METADATA)
+            data.write_parquet(tmp, metadata=metadata)
             rows = data.height
     return int(rows)
+
+
+def engines(path: Path) -> list[dict[str, Any]]:
+    """The engines' facts a trace keeps (:func:`write`'s ``engines``); [] when it keeps
+    none (a trace not made from engine logs, or from logs of an older plugin)."""
+    try:
+        text = pl.read_parquet_metadata(path).get(ENGINES_KEY)
+    except (OSError, pl.exceptions.PolarsError):
+        return []
+    if not text:
+        return []
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        raise TraceError(f"{path}: unreadable {ENGINES_KEY} metadata") from None
+    if not isinstance(doc, list) or not all(isinstance(x, dict) for x in doc):
+        raise TraceError(f"{path}: {ENGINES_KEY} metadata is not a list of objects")
+    return doc
 
 
 class TraceError(TtlctlError, ValueError):

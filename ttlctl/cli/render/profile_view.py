@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from profiles import shipped
+from profiles.router_calibration import RouterCalibration
 from profiles.schema import ProfileDoc, from_json, load
 
 
@@ -56,4 +57,24 @@ def profile_table(console: Console, doc: ProfileDoc) -> None:
         f"reload {p.reload.bandwidth_bytes_per_s / 1e9:.1f} GB/s "
         f"+ {p.reload.latency_s * 1e6:.0f} µs; decode step {p.decode.step_s * 1000:.2f} ms "
         f"+ {p.decode.per_seq_s * 1e6:.1f} µs/seq + {p.decode.per_kv_token_s * 1e9:.2f} ns/KV token"
+    )
+
+
+def router_calibration(console: Console, cal: RouterCalibration) -> None:
+    """Each of the router's coefficients: its value and unit, and the profile term it is."""
+    table = Table(
+        title=f"vllm-router Program scheduling from profile {cal.profile} "
+        "(--program-scheduling-config-json)"
+    )
+    for col in ("router field", "value", "unit", "from the profile"):
+        table.add_column(
+            col, justify="right" if col == "value" else "left", no_wrap=col == "router field"
+        )
+    for row in cal.rows():
+        table.add_row(row.field, f"{row.value:.6g}", row.unit, row.source)
+    console.print(table)
+    console.print(
+        "start the router with: vllm-router --enable-program-scheduling "
+        '--program-scheduling-config-json "$(ttlctl profile --profile '
+        f'{cal.profile} --as vllm-router)" …'
     )

@@ -92,16 +92,25 @@ def _taus(
 
 def _jct(console: Console, report: dict[str, Any]) -> None:
     rep = report["replay"]
-    loads = ", ".join(
-        f"{v:g} jps" if k == "jps" else f"{v} programs at a time"
-        for load in rep["loads"]
-        for k, v in load.items()
-    )
+    for line in report["sizing"]["lines"]:
+        console.print(escape(line), highlight=False)
+    engines = rep["engines"]
+    if len(engines) > 1:
+        for e in engines:
+            console.print(
+                f"  replica {escape(str(e['replica']))}: {e['programs']:,} programs "
+                f"({e['calls']:,} calls) at {_loads(e['loads'])} ({escape(e['load_source'])})",
+                highlight=False,
+            )
     console.print(
-        f"replay: {rep['programs']:,} programs ({rep['calls']:,} calls) at {loads} "
-        f"({escape(rep['load_source'])}), seeds {rep['seeds']}, KV {rep['engine']['kv_tokens']:,} "
-        f"tokens{', truncate' if rep['truncate'] else ''} (engine settings: "
-        f"{rep['settings_from']})",
+        f"replay: {rep['programs']:,} programs ({rep['calls']:,} calls)"
+        + (
+            f" at {_loads(rep['loads'])} ({escape(rep['load_source'])})"
+            if len(engines) == 1
+            else f" on {len(engines)} replicas, each program on the one that served most of "
+            "its calls"
+        )
+        + f", seeds {rep['seeds']}{', truncate' if rep['truncate'] else ''}",
         highlight=False,
     )
     table = Table(title="replayed JCT on the held-back seeds")
@@ -115,6 +124,14 @@ def _jct(console: Console, report: dict[str, Any]) -> None:
             label, f"{mean:.2f}", dash(p95, ".2f"), f"{jct['vllm']['mean_s'] / mean:.3f}x"
         )
     console.print(table)
+
+
+def _loads(loads: list[dict[str, Any]]) -> str:
+    return ", ".join(
+        f"{v:g} jps" if k == "jps" else f"{v} programs at a time"
+        for load in loads
+        for k, v in load.items()
+    )
 
 
 def _verdict(console: Console, report: dict[str, Any]) -> None:
@@ -132,6 +149,12 @@ def _verdict(console: Console, report: dict[str, Any]) -> None:
         "kept": f"kept: {escape(report['bundle']['path'])} is unchanged",
     }[action]
     console.print(f"[bold]{said}[/]", highlight=False)
+    if report.get("previous_kept"):
+        console.print(
+            f"the bundle it replaced is kept in {escape(report['previous_kept'])}: "
+            f"`ttlctl bundle rollback {target}` puts it back",
+            highlight=False,
+        )
 
 
 def _tool(row: dict[str, Any]) -> str:

@@ -82,6 +82,25 @@ def ingest_report(console: Console, report: IngestReport) -> None:
             f"{report.in_flight:,} program(s) still in flight when the log was read: kept up to "
             "their last logged call (its tool and pause unknown)"
         )
+    if report.aborted:
+        console.print(
+            f"{report.aborted:,} call(s) aborted by the engine (the client went away): kept "
+            "with the tokens they produced"
+        )
+    if report.reused_ids:
+        console.print(
+            f"{report.reused_ids:,} program id(s) used again after their program ended: read as "
+            "new programs (<id>#2 …)"
+        )
+    if report.engines:
+        replicas = sorted({str(e.get("replica")) for e in report.engines if e.get("replica")})
+        named = f" of {len(replicas)} replica(s) ({escape(', '.join(replicas[:5]))}" + (
+            " …)" if len(replicas) > 5 else ")"
+        )
+        console.print(
+            f"the log states its engines' facts ({len(report.engines)} record(s)"
+            f"{named if replicas else ''}): kept in the trace's metadata"
+        )
     if report.rejects_path is not None:
         console.print(
             f"[bold yellow]{report.rejected:,} record(s) rejected[/] → {report.rejects_path}"

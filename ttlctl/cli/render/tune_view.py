@@ -67,3 +67,5 @@ def tune_table(console: Console, result: dict[str, Any]) -> None:
     g = result["guard"]
     style = "green" if g.get("beats_baseline", g["beats_vllm"]) else "bold yellow"
     console.print(f"[{style}]{escape(g['message'])}[/]", highlight=False)
+    for caveat in g.get("caveats", []):
+        console.print(f"[bold yellow]note:[/] {escape(caveat)}", highlight=False)

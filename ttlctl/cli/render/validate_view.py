@@ -89,3 +89,41 @@ def validate_table(console: Console, doc: dict[str, Any]) -> None:
 
 def _order(groups: list[list[str]] | None) -> str:
     return "?" if groups is None else " < ".join(" ≈ ".join(g) for g in groups)
+
+
+def fleet_table(console: Console, doc: dict[str, Any]) -> None:
+    """``validate --replicas N --router R``: per policy and router, the live figures."""
+    table = Table(
+        title=f"{doc['programs']} programs ({doc['calls']} calls) on {doc['replicas']} "
+        "replicas behind vllm-router"
+    )
+    for col in (
+        "policy",
+        "router",
+        "mean JCT",
+        "mean TTFT",
+        "hit rate",
+        "returned",
+        "calls per replica",
+        "sim",
+    ):
+        table.add_column(col, justify="left" if col in ("policy", "router") else "right")
+    for policy, by_router in doc["rows"].items():
+        for router, row in by_router.items():
+            share = row["returned_share"]
+            table.add_row(
+                policy,
+                router,
+                _value("relative", "jct", row["jct_mean_s"]),
+                _value("relative", "ttft", row["ttft_mean_s"]),
+                _value("points", "prefix_hit_rate", row["hit_rate"]),
+                "—" if share is None else f"{share:.0%}",
+                " ".join(f"{k}:{v}" for k, v in sorted(row["calls_per_replica"].items())),
+                "—",
+            )
+    console.print(table)
+    console.print(
+        "returned: calls that reached the replica of their program's previous call (from "
+        f"the replicas' arrivals); sim: {doc['sim_note']}",
+        highlight=False,
+    )

@@ -21,7 +21,22 @@ key                   meaning
 ``cached_tokens``     prompt tokens served from the prefix cache, or null
 ``finish_reason``     ``stop``, ``length``, ``abort`` …
 ``ttl_s``             the pin the policy chose at finish (0: not pinned), or null
+``pin_skipped``       a pin chosen but not made: ``refused`` (pin cap),
+                      ``deferred`` (vLLM freed the blocks late), or null
 ====================  ======================================================
+
+The engine's facts: a line with ``"kind": "engine"`` (same ``schema``), written by
+the plugin when it starts, when the facts change (a new bundle) and atop a file it
+found empty: ``at_unix_s``, ``vllm_version``, ``model``, ``block_size``,
+``kv_blocks`` (usable blocks), ``kv_tokens`` (their tokens), ``max_num_seqs``,
+``max_num_batched_tokens``, ``max_model_len``, ``async_scheduling``,
+``prefix_caching``, ``bundle_sha256`` and ``replica`` (``TTLCTL_REPLICA``, or
+null). It is not a call: it applies to the request lines after it in its file.
+Ingest keeps each distinct one in the trace's metadata
+(:func:`ttlctl.trace.io.engines`), with ``calls``, the calls logged under it, and
+``file``/``line``, where it was first seen; ``replica`` there is the same name as
+in the trace's ``replica`` column. A bad one is a bad record (``bad engine
+record: …``).
 
 Mapping to the canonical trace: a program's requests sorted by arrival are its
 turns; ``arrival_s`` is ``arrival_unix_s`` (absolute clock, rebased by ingest);
@@ -29,6 +44,23 @@ turns; ``arrival_s`` is ``arrival_unix_s`` (absolute clock, rebased by ingest);
 when a client overlaps its calls; ``tool_s`` is null (an engine cannot see tool
 time, only the gap); ``reused_tokens`` is null (the cache hit is not the shared
 prefix: a hit depends on what survived in memory).
+
+Several files (the logs of several replicas behind a router, or one replica's
+rotated logs) are read together: a program whose calls ran on several replicas is
+one program, its calls merged by arrival. Each call's ``replica`` column is the
+``replica`` named by the engine record in force in its file; when none is named
+and several files are read, the file's path as given (one file: null).
+
+Program ids used again: agent frameworks reuse session ids (a resumed session, a
+retried task). A call that arrives after its program's last call (one tagged
+``is_last``) starts a new program, ``<id>#2`` (then ``#3`` …, skipping names the
+log uses), counted (:attr:`Parsed.reused`, the ingest report's ``reused_ids``).
+Untagged requests whose ids repeat across files are told apart the same way.
+
+Aborted calls (``finish_reason`` ``abort``: the client went away, or cancelled) are
+kept as calls with the tokens they produced (``output_tokens`` 0 when aborted before
+the first token; their prefill was spent) and counted (:attr:`Parsed.aborted`, the
+report's ``aborted``); a program whose client died ends in flight at its last call.
 
 Programs in flight: a log read while the engine serves holds programs that have not
 ended. A tagged program whose last logged call is not tagged ``is_last`` (the tag is
@@ -45,11 +77,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from ttlctl.ingest.reader import (
+    GroupParsed,
     Parsed,
     RecordError,
     first_object_line,
@@ -63,6 +97,25 @@ from ttlctl.ingest.rejects import RejectSink
 SCHEMA = "ttlctl.engine-log/1"
 #: the program id of an untagged request: ``request:<request_id>``
 UNTAGGED = "request:"
+#: the ``kind`` of an engine-facts line (ttlctl.engine.facts.KIND; not imported: vLLM side)
+ENGINE = "engine"
+#: the ``finish_reason`` of a request the engine aborted (vLLM's; the client went away)
+ABORT = "abort"
+#: the facts an engine record carries, with their type (bool, int or str; all nullable)
+FACTS: dict[str, type] = {
+    "vllm_version": str,
+    "model": str,
+    "block_size": int,
+    "kv_blocks": int,
+    "kv_tokens": int,
+    "max_num_seqs": int,
+    "max_num_batched_tokens": int,
+    "max_model_len": int,
+    "async_scheduling": bool,
+    "prefix_caching": bool,
+    "bundle_sha256": str,
+    "replica": str,
+}
 
 
 class EngineLogReader:
@@ -74,44 +127,178 @@ class EngineLogReader:
         return first is not None and SCHEMA.encode() in first
 
     def read(self, path: Path, sink: RejectSink) -> Parsed:
-        programs: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        before = sink.count  # lines iter_jsonl rejects (not JSON) are records too
-        rows_made = 0
-        for lineno, obj in iter_jsonl(path, sink):
-            record = f"line {lineno}"
-            if obj.get("schema") != SCHEMA:
-                sink.reject(
-                    path, record, f"not an engine-log record: schema is {obj.get('schema')!r}"
-                )
-                continue
-            request_id = obj.get("request_id")
-            program = obj.get("program_id")
-            if program in (None, ""):
-                if request_id in (None, ""):
+        return self.read_group([path], sink).parsed
+
+    def read_group(self, paths: Sequence[Path], sink: RejectSink) -> GroupParsed:
+        """All the files' calls as one log: programs merged across files by arrival."""
+        engines = _Engines()
+        calls: list[tuple[str | None, str | None, dict[str, Any]]] = []
+        records: list[int] = []
+        aborted = 0
+        for index, path in enumerate(paths):
+            before, made = sink.count, 0
+            in_force: dict[str, Any] | None = None
+            for lineno, obj in iter_jsonl(path, sink):
+                record = f"line {lineno}"
+                if obj.get("schema") != SCHEMA:
+                    sink.reject(
+                        path, record, f"not an engine-log record: schema is {obj.get('schema')!r}"
+                    )
+                    continue
+                kind = obj.get("kind")
+                if kind == ENGINE:
+                    try:
+                        in_force = engines.add(_facts(obj), path, lineno, len(paths) > 1)
+                    except RecordError as exc:
+                        sink.reject(path, record, f"bad engine record: {exc}")
+                    continue
+                if kind is not None:
+                    sink.reject(path, record, f"not an engine-log record: kind is {kind!r}")
+                    continue
+                request_id = obj.get("request_id")
+                program = obj.get("program_id")
+                if program in (None, "") and request_id in (None, ""):
                     sink.reject(path, record, "missing request_id and program_id")
                     continue
-                program = f"{UNTAGGED}{request_id}"
-            programs[str(program)].append(_row(obj, record, lineno))
-            rows_made += 1
-        rows: list[dict[str, Any]] = []
-        in_flight = 0
-        for program, calls in programs.items():
-            calls.sort(key=lambda r: (r["_sort"], r["_line"]))
-            for turn, row in enumerate(calls):
-                row["program_id"] = program
-                row["turn"] = turn
-            for this, nxt in pairwise(calls):
-                if this.get("_finish") is not None and nxt.get("arrival_s") is not None:
-                    this["gap_s"] = max(0.0, nxt["arrival_s"] - this["_finish"])
-            for row in calls:
-                for key in ("_sort", "_line", "_finish"):
-                    row.pop(key, None)
-            in_flight += _close_in_flight(program, calls)
-            rows.extend(calls)
-        records = rows_made + sink.count - before
-        return Parsed(
-            frame_from_rows(rows, path), records=records, absolute_time=True, in_flight=in_flight
+                row = _row(obj, record, lineno)
+                aborted += str(obj.get("finish_reason")) == ABORT
+                row["_file"] = str(path)
+                row["_order"] = (index, lineno)
+                row["replica"] = engines.replica(in_force, path, len(paths) > 1)
+                if in_force is not None:
+                    in_force["calls"] += 1
+                tagged = None if program in (None, "") else str(program)
+                calls.append((tagged, None if tagged else str(request_id), row))
+                made += 1
+            records.append(made + sink.count - before)
+        rows, in_flight, reused = _programs(calls)
+        parsed = Parsed(
+            frame_from_rows(rows, None),
+            records=sum(records),
+            absolute_time=True,
+            in_flight=sum(in_flight.values()),
+            engines=tuple(engines.entries),
+            reused=reused,
+            aborted=aborted,
         )
+        return GroupParsed(
+            parsed, records=records, in_flight=[in_flight.get(str(p), 0) for p in paths]
+        )
+
+
+@dataclass
+class _Engines:
+    """The distinct engine records seen, per replica, with the calls logged under each."""
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    _by_key: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, facts: dict[str, Any], path: Path, lineno: int, several: bool) -> dict[str, Any]:
+        facts = dict(facts, replica=self.replica(facts, path, several))
+        key = tuple(sorted(facts.items()))
+        entry = self._by_key.get(key)
+        if entry is None:
+            entry = dict(facts, file=str(path), line=lineno, calls=0)
+            self._by_key[key] = entry
+            self.entries.append(entry)
+        return entry
+
+    @staticmethod
+    def replica(facts: dict[str, Any] | None, path: Path, several: bool) -> str | None:
+        named = facts.get("replica") if facts is not None else None
+        if named:
+            return str(named)
+        return str(path) if several else None
+
+
+def _facts(obj: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, kind in FACTS.items():
+        value = obj.get(key)
+        if value is not None:
+            if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+                raise RecordError(f"{key} is not a whole number: {value!r}"[:120])
+            if kind is int and value < 0:
+                raise RecordError(f"negative {key}: {value!r}")
+            if kind is bool and not isinstance(value, bool):
+                raise RecordError(f"{key} is not true or false: {value!r}"[:120])
+            if kind is str:
+                value = str(value)
+        out[key] = value
+    if out["kv_tokens"] is None and out["kv_blocks"] is not None and out["block_size"]:
+        out["kv_tokens"] = out["kv_blocks"] * out["block_size"]
+    return out
+
+
+def _programs(
+    calls: list[tuple[str | None, str | None, dict[str, Any]]],
+) -> tuple[list[dict[str, Any]], dict[str, int], int]:
+    """The calls as programs: (rows, programs in flight by the file of their last call,
+    programs made from a reused id)."""
+    tagged: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    untagged: list[tuple[str, dict[str, Any]]] = []
+    for program, request_id, row in calls:
+        if program is not None:
+            tagged[program].append(row)
+        else:
+            untagged.append((f"{UNTAGGED}{request_id}", row))
+    taken = set(tagged)
+    rows: list[dict[str, Any]] = []
+    in_flight: dict[str, int] = defaultdict(int)
+    reused = 0
+    for program, calls_of in tagged.items():
+        calls_of.sort(key=lambda r: (r["_sort"], r["_order"]))
+        for n, run in enumerate(_runs(calls_of)):
+            name = program if n == 0 else _fresh(program, taken)
+            reused += n > 0
+            if _number(name, run):
+                in_flight[run[-1]["_file"]] += 1
+            rows.extend(run)
+    seen: set[str] = set()
+    for name, row in untagged:
+        if name in seen or name in taken:
+            name = _fresh(name, taken | seen)
+        seen.add(name)
+        _number(name, [row])
+        rows.append(row)
+    for row in rows:
+        for key in ("_sort", "_order", "_finish", "_line"):
+            row.pop(key, None)
+    return rows, dict(in_flight), reused
+
+
+def _runs(calls: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """A program's calls (sorted by arrival) cut after each call tagged ``is_last``: each
+    part is one run of the program (its id used again after it ended)."""
+    runs: list[list[dict[str, Any]]] = [[]]
+    for row in calls:
+        # a bad record (sorted last: its arrival may be unknown) stays in the run before it
+        if runs[-1] and runs[-1][-1].get("is_last") is True and "_reason" not in row:
+            runs.append([])
+        runs[-1].append(row)
+    return runs
+
+
+def _fresh(program: str, taken: set[str]) -> str:
+    """``<program>#2`` (or the next number free); marks it taken."""
+    n = 2
+    while f"{program}#{n}" in taken:
+        n += 1
+    name = f"{program}#{n}"
+    taken.add(name)
+    return name
+
+
+def _number(program: str, calls: list[dict[str, Any]]) -> bool:
+    """Name and number one run's calls, fill the gaps; True if it was still in flight
+    (ended here at its last logged call)."""
+    for turn, row in enumerate(calls):
+        row["program_id"] = program
+        row["turn"] = turn
+    for this, nxt in pairwise(calls):
+        if this.get("_finish") is not None and nxt.get("arrival_s") is not None:
+            this["gap_s"] = max(0.0, nxt["arrival_s"] - this["_finish"])
+    return _close_in_flight(program, calls) == 1
 
 
 def _close_in_flight(program: str, calls: list[dict[str, Any]]) -> int:

@@ -95,9 +95,7 @@ class MiniSweAgentReader:
         if _TRAJ_FORMAT.search(head) or _MINI_VERSION.search(head):
             return True
         # ``info`` (with a large patch in ``submission``) may fill the first 64 KiB.
-        return path.name.endswith(".traj.json") and (
-            b'"messages"' in head or b'"info"' in head
-        )
+        return path.name.endswith(".traj.json") and (b'"messages"' in head or b'"info"' in head)
 
     def read(self, path: Path, sink: RejectSink) -> Parsed:
         doc = load_json_object(path, sink, "mini-swe-agent trajectory")
@@ -108,7 +106,8 @@ class MiniSweAgentReader:
             sink.reject(path, None, "not a mini-swe-agent trajectory: no messages list")
             return Parsed(pl.LazyFrame(), records=1)
         calls = [
-            i for i, m in enumerate(messages)
+            i
+            for i, m in enumerate(messages)
             if not isinstance(m, dict) or m.get("role") == "assistant"
         ]
         if not calls:

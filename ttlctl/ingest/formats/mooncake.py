@@ -125,8 +125,9 @@ class MooncakeReader:
             record = f"line {lineno}"
             session = _session(obj.get("session_id"))
             if session is None and not _looks_like_mooncake(obj):
-                sink.reject(path, record, "not a mooncake record: no input_length or "
-                            "hash_ids", raw=obj)
+                sink.reject(
+                    path, record, "not a mooncake record: no input_length or hash_ids", raw=obj
+                )
                 continue
             try:
                 req = _parse(obj, lineno, need_timestamp=session is None)
@@ -134,8 +135,9 @@ class MooncakeReader:
                 if session is None:
                     sink.reject(path, record, str(exc), raw=obj)
                 else:
-                    sessions.setdefault(session, []).append((None, {"_reason": str(exc),
-                                                                    "_record": record}))
+                    sessions.setdefault(session, []).append(
+                        (None, {"_reason": str(exc), "_record": record})
+                    )
                 continue
             if session is None:
                 loose.append(req)

@@ -139,8 +139,7 @@ def _text_len(value: Any) -> int:
     if isinstance(value, str):
         return len(value)
     if isinstance(value, list):
-        return sum(_text_len(part.get("text") if _is_text_part(part) else part)
-                   for part in value)
+        return sum(_text_len(part.get("text") if _is_text_part(part) else part) for part in value)
     return len(json.dumps(value, default=str))
 
 
@@ -221,7 +220,8 @@ def _from_steps(steps: list[Any], history: list[Any]) -> list[dict[str, Any]]:
             row["_out_chars"] = _message_len(message)
         else:
             row["_in_chars"] = (
-                before_first if turn == 0
+                before_first
+                if turn == 0
                 else rows[-2]["_in_chars"] + rows[-2]["_out_chars"] + previous_obs
             )
             row["_out_chars"] = _step_output_len(step)
@@ -272,8 +272,7 @@ def _from_history(history: list[Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     size = 0
     calls = [
-        i for i, m in enumerate(history)
-        if not isinstance(m, dict) or m.get("role") == "assistant"
+        i for i, m in enumerate(history) if not isinstance(m, dict) or m.get("role") == "assistant"
     ]
     last = calls[-1] if calls else -1
     call_set = set(calls)

@@ -95,8 +95,11 @@ class TrtllmScaffoldingReader:
         if doc is None:
             return Parsed(pl.LazyFrame(), records=1)
         if not isinstance(doc, dict) or not isinstance(doc.get("events"), list):
-            sink.reject(path, None, "not a TensorRT-LLM scaffolding trace: "
-                        "expected an object with an events list")
+            sink.reject(
+                path,
+                None,
+                "not a TensorRT-LLM scaffolding trace: expected an object with an events list",
+            )
             return Parsed(pl.LazyFrame(), records=1)
         trace_id = doc.get("trace_id")
         if not isinstance(trace_id, (str, int)) or isinstance(trace_id, bool) or trace_id == "":

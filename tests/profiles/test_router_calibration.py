@@ -1,0 +1,165 @@
+"""A profile as vllm-router's Program-scheduling calibration (profiles/router_calibration.py).
+
+The router's formulas are re-implemented here from its source, on the JSON object the
+router reads (vllm-project/router, src/program_scheduling/policy.rs,
+``ProgressTtlPolicyMath::cache_miss_impact_seconds`` and ``decode_throughput``; the
+limits of src/config/validation.rs ``validate_program_scheduling``; wheel 0.1.17), and
+checked against the router's own start-up figures for its reference coefficients.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from profiles import shipped
+from profiles.router_calibration import RouterCalibrationError, calibrate
+from profiles.schema import Decode, Prefill, Profile
+from ttlctl.cli import app
+
+#: the router's built-in coefficients (its Default impls) and what its start-up warning
+#: prints for them: 13.931349609649255 s for a 50,000-token cold prefill and
+#: 98.22818889962356 tokens/s for 4 requests holding 200,000 context tokens
+REFERENCE = {
+    "prefill_cost_model": {
+        "intercept_seconds": 0.06600061907132926,
+        "linear_seconds_per_1k_tokens": 0.05702024012166613,
+        "quadratic_seconds_per_1k_tokens_squared": 0.0044057347937978475,
+        "decode_throughput_alpha": 0.15,
+    },
+    "decode_throughput_model": {
+        "fixed_step_seconds": 0.010635218423115973,
+        "batch_step_seconds_per_request": 0.0004192803698834784,
+        "context_step_seconds_per_token": 1.420458414996201e-7,
+    },
+}
+
+
+def router_prefill_seconds(cfg: dict[str, Any], uncached_tokens: int) -> float:
+    """policy.rs: x = tokens / 1000; intercept + linear·x + quadratic·x²."""
+    p = cfg["prefill_cost_model"]
+    x = uncached_tokens / 1000.0
+    return (
+        p["intercept_seconds"]
+        + p["linear_seconds_per_1k_tokens"] * x
+        + p["quadratic_seconds_per_1k_tokens_squared"] * x * x
+    )
+
+
+def router_decode_throughput(cfg: dict[str, Any], batch: int, context_tokens: int) -> float:
+    """policy.rs: B / (fixed + per_request·B + per_token·C)."""
+    d = cfg["decode_throughput_model"]
+    return batch / (
+        d["fixed_step_seconds"]
+        + d["batch_step_seconds_per_request"] * batch
+        + d["context_step_seconds_per_token"] * context_tokens
+    )
+
+
+def router_accepts(cfg: dict[str, Any]) -> bool:
+    """validation.rs: every coefficient finite and >= 0, the fixed step > 0, alpha in [0, 1]."""
+    p, d = cfg["prefill_cost_model"], cfg["decode_throughput_model"]
+    values = [*p.values(), *d.values()]
+    return (
+        all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in values)
+        and d["fixed_step_seconds"] > 0
+        and 0 <= p["decode_throughput_alpha"] <= 1
+    )
+
+
+def test_the_reimplemented_formulas_give_the_routers_own_reference_figures() -> None:
+    assert router_prefill_seconds(REFERENCE, 50_000) == pytest.approx(13.931349609649255, 1e-12)
+    assert router_decode_throughput(REFERENCE, 4, 200_000) == pytest.approx(
+        98.22818889962356, 1e-12
+    )
+
+
+@pytest.mark.parametrize("name", shipped.names())
+def test_the_router_prices_the_profiles_measured_points_as_the_profile_does(name: str) -> None:
+    profile = shipped.resolve(name)[0]
+    cfg = json.loads(calibrate(profile).flag_value())
+    assert router_accepts(cfg)
+    points = profile.prefill.points or tuple((n, 0.0) for n in (1_000, 8_000, 32_000))
+    for tokens, _measured in points:
+        assert router_prefill_seconds(cfg, tokens) == pytest.approx(
+            profile.rebuild_prefill_s(tokens), rel=1e-12
+        )
+    dec = profile.decode
+    for batch, kv_mean, _seconds in profile.source.get("decode_points") or [(4, 2e5, 0.0)]:
+        kv = round(kv_mean)  # the router counts whole tokens
+        step = dec.step_s + dec.per_seq_s * batch + dec.per_kv_token_s * kv
+        assert router_decode_throughput(cfg, int(batch), kv) == pytest.approx(
+            batch / step, rel=1e-12
+        )
+
+
+def test_a_measured_profile_is_priced_within_its_fit_error_on_its_measured_points() -> None:
+    profile = shipped.resolve("tiny-cpu")[0]
+    assert profile.prefill.rmse_s is not None and profile.prefill.points
+    cfg = calibrate(profile).to_json()
+    errors = [router_prefill_seconds(cfg, n) - s for n, s in profile.prefill.points]
+    rmse = math.sqrt(sum(e * e for e in errors) / len(errors))
+    assert rmse == pytest.approx(profile.prefill.rmse_s, rel=1e-6)
+
+
+def test_a_fit_without_the_step_gets_the_steps_fixed_cost_in_the_intercept() -> None:
+    profile = shipped.resolve("tiny-cpu")[0]
+    pre = profile.prefill
+    apart = _with(profile, prefill=dataclasses.replace(pre, includes_step=False))
+    cfg = calibrate(apart).to_json()
+    assert cfg["prefill_cost_model"]["intercept_seconds"] == pytest.approx(
+        pre.a + profile.decode.step_s
+    )
+    for tokens in (128, 2048):
+        assert router_prefill_seconds(cfg, tokens) == pytest.approx(
+            apart.rebuild_prefill_s(tokens), rel=1e-12
+        )
+
+
+def test_alpha_is_ttlctls_additive_step_unless_given() -> None:
+    profile = shipped.resolve("tiny-cpu")[0]
+    assert calibrate(profile).to_json()["prefill_cost_model"]["decode_throughput_alpha"] == 0.0
+    given = calibrate(profile, decode_throughput_alpha=0.4)
+    assert given.prefill.cache_miss_impact_seconds(1000) == pytest.approx(
+        router_prefill_seconds(given.to_json(), 1000) * 1.6
+    )
+    with pytest.raises(RouterCalibrationError, match=r"decode-throughput-alpha is 1\.5"):
+        calibrate(profile, decode_throughput_alpha=1.5)
+
+
+def _with(profile: Profile, **changes: Any) -> Profile:
+    return dataclasses.replace(profile, **changes)
+
+
+def test_profiles_the_router_cannot_take_are_refused_naming_what() -> None:
+    profile = shipped.resolve("tiny-cpu")[0]
+    with pytest.raises(RouterCalibrationError, match="no decode fit"):
+        calibrate(_with(profile, decode=Decode(0.0, 0.0, 0.0)))
+    with pytest.raises(RouterCalibrationError, match=r"decode.step_s is 0.0.*> 0"):
+        calibrate(_with(profile, decode=Decode(0.0, 1e-5, 1e-7)))
+    with pytest.raises(RouterCalibrationError, match=r"prefill.q is -1e-09.*>= 0"):
+        calibrate(_with(profile, prefill=Prefill(0.001, 1e-5, -1e-9)))
+
+
+def test_the_command_prints_the_flag_value_and_refuses_bad_profiles(tmp_path: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(app, ["profile", "--profile", "tiny-cpu", "--as", "vllm-router"])
+    assert res.exit_code == 0, res.output
+    cfg = json.loads(res.stdout.strip().splitlines()[-1])
+    assert set(cfg) == {"prefill_cost_model", "decode_throughput_model"}
+    assert router_accepts(cfg)
+    doc = shipped.resolve("tiny-cpu")[0].to_json()
+    doc["decode"] = {"step_s": 0.0, "per_seq_s": 0.0, "per_kv_token_s": 0.0}
+    bad = tmp_path / "no-decode.json"
+    bad.write_text(json.dumps(doc))
+    res = runner.invoke(app, ["profile", "--profile", str(bad), "--as", "vllm-router"])
+    assert res.exit_code == 2
+    assert "no decode fit" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    res = runner.invoke(app, ["profile", "--profile", "tiny-cpu", "--as", "sglang"])
+    assert res.exit_code == 2 and "--as takes vllm-router" in res.stderr

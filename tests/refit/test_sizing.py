@@ -1,0 +1,69 @@
+"""replay/refit_sizing.py: the replayed engine's size from the flags, the log's facts, the
+bundle's record or the defaults, and what is said about it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from replay.refit_sizing import SIZE_FLAGS, by_replica, size
+from replay.scheduler import SimSchedulerConfig
+
+NONE: dict[str, int | None] = dict.fromkeys(SIZE_FLAGS)
+
+
+def facts(replica: str | None, kv_tokens: int, calls: int = 1, **more: Any) -> dict[str, Any]:
+    doc = {"replica": replica, "kv_tokens": kv_tokens, "block_size": 32, "max_num_seqs": 8,
+           "max_num_batched_tokens": 2048, "max_model_len": 1024, "calls": calls}  # fmt: skip
+    return doc | more
+
+
+def test_the_log_sizes_what_no_flag_gives() -> None:
+    sized = size(NONE | {"max_num_seqs": 4}, [facts(None, 4096)], SimSchedulerConfig(), "defaults")
+    assert (sized.engine.kv_tokens, sized.engine.max_num_seqs, sized.engine.block_size) == (
+        4096,
+        4,
+        32,
+    )
+    assert sized.from_log
+    assert sized.notes == ("--max-num-seqs 4 disagrees with the log's engine (8): the flag wins",)
+    assert sized.line.startswith("replay sized from the engine log: 4,096 KV tokens")
+    assert sized.line.endswith("(flags given win)")
+
+
+def test_a_flag_that_disagrees_is_reported_and_wins() -> None:
+    sized = size(NONE | {"kv_tokens": 9000}, [facts("a", 4096)], SimSchedulerConfig(), "x", "a")
+    assert sized.engine.kv_tokens == 9000
+    assert sized.notes == (
+        "--kv-tokens 9,000 disagrees with the log's engine (replica a) (4,096): the flag wins",
+    )
+
+
+def test_no_facts_names_the_flags_not_given() -> None:
+    base = SimSchedulerConfig(kv_tokens=123_456)
+    sized = size(NONE | {"block_size": 32}, [], base, "the bundle's tuning")
+    assert sized.engine == SimSchedulerConfig(kv_tokens=123_456, block_size=32)
+    assert not sized.from_log
+    assert sized.line.startswith("replay engine (the flags given, else the bundle's tuning)")
+    (note,) = sized.notes
+    assert "--kv-tokens, --max-num-seqs, --max-num-batched-tokens, --max-model-len;" in note
+    every = size(dict.fromkeys(SIZE_FLAGS, 64), [], base, "defaults")
+    assert every.notes == () and every.line.startswith("replay engine as the flags give it")
+
+
+def test_an_engine_that_changed_size_is_sized_as_the_one_that_served_most() -> None:
+    sized = size(NONE, [facts(None, 4096, 3), facts(None, 8192, 9)], SimSchedulerConfig(), "d")
+    assert sized.engine.kv_tokens == 8192
+    assert sized.notes and "changed size (2 sizes)" in sized.notes[0]
+
+
+def test_async_scheduling_is_said() -> None:
+    sized = size(NONE, [facts(None, 4096, async_scheduling=True)], SimSchedulerConfig(), "d")
+    assert any("async scheduling" in n for n in sized.notes)
+
+
+def test_one_engine_per_replica_in_the_order_named() -> None:
+    engines = [facts("b", 4096), facts("a", 8192)]
+    sized = by_replica(["a", "b", "c"], engines, NONE, SimSchedulerConfig(), "defaults")
+    assert [s.replica for s in sized] == ["a", "b", "c"]
+    assert [s.engine.kv_tokens for s in sized] == [8192, 4096, 600_000]
+    assert sized[2].notes and "does not state" in sized[2].notes[0]

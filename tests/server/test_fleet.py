@@ -1,0 +1,205 @@
+"""The fleet door without vLLM: the router's command, the arrivals, and a fleet of stub
+processes started and stopped as one (ttlctl/server/router.py, arrivals.py, fleet.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ttlctl.cli import app
+from ttlctl.server import arrivals, router
+from ttlctl.server.fleet import OwnedFleet
+from ttlctl.server.owned import OwnedServer, ServerStartError
+from ttlctl.server.process import free_port, group_alive
+
+#: a process that answers /health with 200 (a replica or a router, to the fleet)
+STUB = textwrap.dedent(
+    """
+    import sys
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a): pass
+        def do_GET(self):
+            self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+    """
+)
+
+
+def _stub(tmp_path: Path, name: str, *, fails: bool = False) -> OwnedServer:
+    port = free_port()
+    script = tmp_path / "stub.py"
+    script.write_text(STUB)
+    cmd = [sys.executable, "-c", "import sys; sys.exit(3)"] if fails else [sys.executable]
+    if not fails:
+        cmd += [str(script), str(port)]
+    return OwnedServer(
+        cmd,
+        {"PATH": "/usr/bin:/bin"},
+        tmp_path / f"{name}.log",
+        f"http://127.0.0.1:{port}",
+        startup_timeout_s=20.0,
+        stop_grace_s=5.0,
+        name=name,
+    )
+
+
+def test_the_router_command_takes_the_routers_own_flags() -> None:
+    cmd = router.router_command(
+        ["http://a:1", "http://b:2"],
+        port=9000,
+        policy="consistent_hash",
+        program_scheduling_json='{"x":1}',
+        command="vllm-router",
+    )
+    assert cmd == [
+        "vllm-router", "--host", "127.0.0.1", "--port", "9000", "--policy", "consistent_hash",
+        "--worker-urls", "http://a:1", "http://b:2",
+        "--enable-program-scheduling", "--program-scheduling-config-json", '{"x":1}',
+    ]  # fmt: skip
+    with pytest.raises(router.RouterError, match="--router takes cache_aware"):
+        router.router_command([], port=1, policy="least_load", command="x")
+    with pytest.raises(router.RouterError, match="--policy is set by ttlctl"):
+        router.router_command([], port=1, extra=["--policy=random"], command="x")
+
+
+def test_the_routers_calibration_warning_is_found_through_its_colours() -> None:
+    line = '\x1b[33m WARN\x1b[0m \x1b[3mevent\x1b[0m="program_scheduling_reference_calibration"'
+    assert router.reference_calibration_warned(line)
+    assert not router.reference_calibration_warned("\x1b[32m INFO\x1b[0m Router ready")
+
+
+def test_returned_share_counts_calls_that_went_back_to_the_previous_replica(
+    tmp_path: Path,
+) -> None:
+    r1, r2 = tmp_path / "r1.jsonl", tmp_path / "r2.jsonl"
+    lines = {
+        r1: [(1.0, "a"), (3.0, "a"), (2.0, "b"), (9.0, None)],
+        r2: [(4.0, "a"), (5.0, "b"), (6.0, "c")],
+    }
+    for path, rows in lines.items():
+        path.write_text("".join(json.dumps({"t": t, "session": s}) + "\n" for t, s in rows))
+    order = arrivals.read({"r1": r1, "r2": r2, "r3": tmp_path / "none.jsonl"})
+    assert order == {"a": ["r1", "r1", "r2"], "b": ["r1", "r2"], "c": ["r2"]}
+    # a: r1→r1 returned, r1→r2 not; b: r1→r2 not; c: no second call
+    assert arrivals.returned_share(order) == pytest.approx(1 / 3)
+    assert arrivals.per_replica(order) == {"r1": 3, "r2": 3}
+    assert arrivals.returned_share({"c": ["r1"]}) is None
+
+
+def test_a_fleet_starts_together_and_stops_every_process(tmp_path: Path) -> None:
+    replicas = [_stub(tmp_path, f"replica r{i}") for i in (1, 2)]
+    front = _stub(tmp_path, "vllm-router")
+    with OwnedFleet(replicas, front) as fleet:
+        pids = [s.pid for s in (*replicas, front)]
+        assert fleet.url == front.url
+        assert all(p is not None and group_alive(p) for p in pids)
+    assert not any(group_alive(p) for p in pids if p is not None)
+
+
+def test_a_router_that_fails_to_start_leaves_nothing_running(tmp_path: Path) -> None:
+    replicas = [_stub(tmp_path, f"replica r{i}") for i in (1, 2)]
+    fleet = OwnedFleet(replicas, _stub(tmp_path, "vllm-router", fails=True))
+    pids: list[int] = []
+    real_wait = replicas[1].wait_ready
+
+    def wait_and_note() -> str:
+        pids.extend(s.pid for s in replicas if s.pid is not None)
+        return real_wait()
+
+    replicas[1].wait_ready = wait_and_note  # type: ignore[method-assign]
+    with pytest.raises(ServerStartError, match="vllm-router exited with code 3"):
+        fleet.start()
+    assert len(pids) == 2 and not any(group_alive(p) for p in pids)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_whole_fleet(tmp_path: Path, signum: int) -> None:
+    """A fleet owner stopped by SIGTERM or Ctrl-C stops its replicas and router on the
+    way out."""
+    script = tmp_path / "owner.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import json, sys, time
+            sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+            from pathlib import Path
+            from tests.server.test_fleet import _stub
+            from ttlctl.server.fleet import OwnedFleet
+            tmp = Path({str(tmp_path)!r})
+            servers = [_stub(tmp, n) for n in ("r1", "r2", "router")]
+            with OwnedFleet(servers[:2], servers[2]):
+                print(json.dumps([s.pid for s in servers]), flush=True)
+                time.sleep(60)
+            """
+        )
+    )
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    pids = json.loads(owner.stdout.readline())
+    assert all(group_alive(p) for p in pids)
+    owner.send_signal(signum)
+    code = owner.wait(timeout=30)
+    # SIGTERM: the shell's status for it; Ctrl-C: Python's KeyboardInterrupt exit
+    assert code == (128 + signal.SIGTERM if signum == signal.SIGTERM else -signal.SIGINT)
+    deadline = time.monotonic() + 10
+    while any(group_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(group_alive(p) for p in pids)
+
+
+def test_validate_without_the_router_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.live.traces import agent_trace
+
+    monkeypatch.setattr(router, "COMMAND", "vllm-router-not-installed")
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    res = CliRunner().invoke(
+        app,
+        ["validate", str(trace), "--replicas", "2", "--router", "round_robin",
+         "--model", str(tmp_path), "--work-dir", str(tmp_path / "w")],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "vllm-router-not-installed is not installed" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert not list((tmp_path / "w").glob("*.log"))  # nothing was started
+    res = CliRunner().invoke(
+        app, ["validate", str(trace), "--router", "round_robin", "--model", str(tmp_path)]
+    )
+    assert res.exit_code == 2 and "--router needs --replicas" in res.stderr
+    res = CliRunner().invoke(
+        app, ["validate", str(trace), "--replicas", "0", "--model", str(tmp_path)]
+    )
+    assert res.exit_code == 2 and "--replicas must be at least 1, not 0" in res.stderr
+    res = CliRunner().invoke(
+        app,
+        ["validate", str(trace), "--replicas", "2", "--router", "least_load",
+         "--model", str(tmp_path)],
+    )  # fmt: skip
+    assert res.exit_code == 2 and "--router takes cache_aware" in res.stderr
+
+
+def test_program_scheduling_is_consistent_hash_with_the_profiles_calibration() -> None:
+    from profiles import shipped
+    from profiles.router_calibration import calibrate
+    from replay.validation.fleet import router_setup
+
+    assert router_setup("round_robin", None, None) == ("round_robin", None)
+    policy, value = router_setup("program_scheduling", None, None)
+    assert policy == "consistent_hash" and value is not None
+    assert json.loads(value) == {"program_scheduling_enable_key": "auto"}
+    cal = calibrate(shipped.resolve("tiny-cpu")[0])
+    _, value = router_setup("program_scheduling", cal, None)
+    assert value is not None
+    doc = json.loads(value)
+    assert doc["program_scheduling_enable_key"] == "auto"
+    assert doc["decode_throughput_model"] == cal.to_json()["decode_throughput_model"]

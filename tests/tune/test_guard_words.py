@@ -1,0 +1,125 @@
+"""What tune says beside its verdict: a margin the user asks for (``--min-gain``), a win
+within the replay's noise, and a bundle whose every τ* comes from cold start."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from fitting.policy import PolicyParams
+from replay.tune import guard, paired
+from replay.tune.caveats import caveats
+from tests.tune.inputs import KV_TOKENS, PROFILE
+from ttlctl import bundle, bundle_history
+from ttlctl.cli import tune as tune_cli
+
+app = typer.Typer()
+app.command("tune")(tune_cli.tune)
+app.command("noop")(lambda: None)  # two commands: typer keeps "tune" as a subcommand
+
+
+def _held(tuned: list[float], vllm: list[float], never: float = 99.0) -> dict[str, Any]:
+    """Held-back figures as judge.held_figures writes them, from per-replay means."""
+    p = paired(tuned, vllm)
+    return {
+        "tuned_jct_mean_s": sum(tuned) / len(tuned),
+        "vllm_jct_mean_s": sum(vllm) / len(vllm),
+        "never_pin_jct_mean_s": never,
+        "default_jct_mean_s": never,
+        "gain_vs_vllm": p["gain"],
+        "diff_vs_vllm_s": p["diff_s"],
+        "diff_sem_vs_vllm_s": p["diff_sem_s"],
+        "within_noise_vs_vllm": p["within_noise"],
+    }
+
+
+def test_min_gain_asks_for_a_margin() -> None:
+    held = _held([96.0, 98.0], [100.0, 100.0])  # 1.031x
+    assert guard(held, force=False)["shipped"] == "tuned"
+    assert guard(held, force=False, min_gain=1.03)["shipped"] == "tuned"
+    short = guard(held, force=False, min_gain=1.05)
+    assert short["shipped"] == "never-pin" and not short["beats_vllm"]
+    assert short["min_gain"] == 1.05
+    assert "by the --min-gain of 1.05x" in short["message"] and "1.031x" in short["message"]
+    forced = guard(held, force=True, min_gain=1.05)
+    assert forced["shipped"] == "tuned" and forced["forced"]
+    lost = guard(_held([101.0, 101.0], [100.0, 100.0]), force=False, min_gain=1.05)
+    assert "--min-gain" not in lost["message"]  # no win at all: no margin to speak of
+    live = {**held, "never_pin_jct_mean_s": 100.0}
+    assert guard(live, False, baseline="never-pin", min_gain=1.05)["shipped"] == "never-pin"
+    assert guard(live, False, baseline="never-pin", min_gain=1.01)["shipped"] == "tuned"
+
+
+def test_a_win_within_noise_is_said(tune_inputs: dict[str, Any]) -> None:
+    fit, profile = tune_inputs["ctx"].fit, tune_inputs["ctx"].profile
+    trusted = PolicyParams(k=10)
+    noisy = _held([95.0, 104.0, 96.0], [100.0, 100.0, 100.0])
+    said = caveats(noisy, guard(noisy, False), trusted, fit, profile)
+    assert len(said) == 1 and "within the replay's noise" in said[0], said
+    clear = _held([90.0, 91.0, 89.0], [100.0, 100.0, 100.0])
+    assert caveats(clear, guard(clear, False), trusted, fit, profile) == []
+    one = _held([90.0], [100.0])
+    assert "one held-back replay" in caveats(one, guard(one, False), trusted, fit, profile)[0]
+    # nothing said of a win that is not shipped
+    assert caveats(noisy, guard(noisy, False, min_gain=2.0), trusted, fit, profile) == []
+
+
+def test_every_tau_from_cold_start_is_said(tune_inputs: dict[str, Any]) -> None:
+    fit, profile = tune_inputs["ctx"].fit, tune_inputs["ctx"].profile
+    pauses = fit["global"]["n"]
+    clear = _held([90.0, 91.0, 89.0], [100.0, 100.0, 100.0])
+    verdict = guard(clear, False)
+    assert caveats(clear, verdict, PolicyParams(k=pauses - 1), fit, profile) == []
+    (cold,) = caveats(clear, verdict, PolicyParams(k=pauses), fit, profile)
+    assert cold.startswith("every τ* comes from cold start")
+    assert f"holds {pauses} pause(s), not more than K = {pauses}" in cold and "ln B" in cold
+    fixed = PolicyParams(k=pauses, cold_start_ttl_s=4.0)
+    assert "the fixed 4.0 s" in caveats(clear, verdict, fixed, fit, profile)[0]
+    # a bundle that never pins has no τ* to speak of
+    assert caveats(clear, verdict, PolicyParams(k=pauses, pins=False), fit, profile) == []
+
+
+def _args(inputs: dict[str, Any], out: Path, *extra: str) -> list[str]:
+    return [
+        "tune", str(inputs["trace"]), "--fit", str(inputs["fit"]), "--profile", PROFILE,
+        "--concurrency", "6", "--concurrency", "12", "--kv-tokens", str(KV_TOKENS), "--trials", "3",
+        "--holdout-seeds", "2", "--storage", str(out.parent / "study.log"), "-o", str(out),
+        *extra,
+    ]  # fmt: skip
+
+
+def test_tune_min_gain_and_what_it_replaced(tune_inputs: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "bundle.json"
+    first = CliRunner().invoke(app, _args(tune_inputs, out))
+    assert first.exit_code == 0, first.output
+    summary = json.loads((tmp_path / "tune.json").read_text())
+    verdict = summary["guard"]
+    assert verdict["shipped"] == "tuned" and verdict["min_gain"] == 1.0
+    for caveat in verdict["caveats"]:  # whatever tune found, it printed
+        assert caveat[:40] in " ".join(first.output.split())
+    assert bundle_history.entries(out) == [] and "rollback" not in first.output
+    shipped = bundle.read(out)
+    gain = summary["held_back"]["gain_vs_vllm"]
+    # the same study, judged again asking for more than it won: the never-pin bundle
+    again = CliRunner().invoke(app, _args(tune_inputs, out, "--min-gain", f"{gain * 1.01:.6f}"))
+    assert again.exit_code == 0, again.output
+    assert "by the --min-gain of" in " ".join(again.output.split())
+    assert bundle.read(out)["policy"]["pins"] is False
+    (kept,) = bundle_history.entries(out)
+    assert bundle.read(kept.path) == shipped  # what it replaced, whole
+    assert f"ttlctl bundle rollback {out}" in " ".join(again.output.split())
+
+
+@pytest.mark.parametrize("value", ["0.99", "nan", "inf"])
+def test_min_gain_below_one_is_refused(
+    tune_inputs: dict[str, Any], tmp_path: Path, value: str
+) -> None:
+    res = CliRunner().invoke(app, _args(tune_inputs, tmp_path / "b.json", "--min-gain", value))
+    assert res.exit_code == 2, res.output
+    assert "--min-gain must be a ratio of at least 1" in res.output
+    assert not (tmp_path / "b.json").exists() and "Traceback" not in res.output

@@ -1,0 +1,132 @@
+"""The plugin's engine log on vLLM's own scheduler (in process, no model): the engine's
+facts (issue 22), the pins vLLM's deferred frees prevent, and a bad
+``TTLCTL_MAX_PROGRAMS`` (issue 18, section 5)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import pytest
+from vllm.config import KVTransferConfig
+from vllm.sampling_params import SamplingParams
+from vllm.v1.request import Request
+
+from replay.vllmsim import build as build_mod
+from tests.vllmsim.drive import Driver, _Outputs, driver, static_params, write_bundle
+from ttlctl import bundle as bundle_mod
+from ttlctl.engine.programs import DEFAULT_CAP
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_the_log_starts_with_the_engines_facts(tmp_path: Path) -> None:
+    log = tmp_path / "engine.jsonl"
+    d = driver(
+        tmp_path,
+        static_params(5.0),
+        blocks=40,
+        async_scheduling=False,
+        env={"TTLCTL_LOG": str(log), "TTLCTL_REPLICA": " r-7 "},
+    )
+    facts = _lines(log)
+    assert len(facts) == 1
+    f = facts[0]
+    served = bundle_mod.read(tmp_path / "bundle.json")
+    assert f["schema"] == "ttlctl.engine-log/1" and f["kind"] == "engine"
+    assert (f["block_size"], f["kv_blocks"], f["kv_tokens"]) == (16, 40, 640)
+    assert (f["max_num_seqs"], f["max_num_batched_tokens"], f["max_model_len"]) == (8, 512, 512)
+    assert f["async_scheduling"] is False and f["prefix_caching"] is True
+    assert f["bundle_sha256"] == served["sha256"] and f["replica"] == "r-7"
+    assert f["vllm_version"].startswith(("0.32", "0.33")) and f["model"]
+    d.add("A", "a", 40, 2)
+    d.update(d.schedule())
+    d.update(d.schedule())
+    assert [x.get("kind") for x in _lines(log)] == ["engine", None]
+    # a new bundle: the facts are stated again, with its sha256
+    write_bundle(tmp_path / "bundle.json", static_params(9.0))
+    d.now += 60.0  # past the watcher's next look at the file
+    d.sched.schedule()
+    assert d.sched.ttl_watcher.reloads == 1
+    again = _lines(log)[-1]
+    assert again["kind"] == "engine" and again["replica"] == "r-7"
+    assert again["bundle_sha256"] == bundle_mod.read(tmp_path / "bundle.json")["sha256"]
+    assert again["bundle_sha256"] != f["bundle_sha256"] and again["kv_tokens"] == 640
+
+
+def _with_consumer_connector(monkeypatch: pytest.MonkeyPatch, store: Path) -> None:
+    """Every engine built gets vLLM's ExampleConnector as a KV consumer: under async
+    scheduling vLLM then defers freeing a finished request's blocks while a step that
+    scheduled it may still write them (``Scheduler.defer_block_free``)."""
+    made = build_mod.vllm_config
+
+    def with_connector(engine: Any, *, async_scheduling: bool, plugin: bool) -> Any:
+        config = made(engine, async_scheduling=async_scheduling, plugin=plugin)
+        config.kv_transfer_config = KVTransferConfig(
+            kv_connector="ExampleConnector",
+            kv_role="kv_both",
+            kv_connector_extra_config={"shared_storage_path": str(store)},
+        )
+        config.scheduler_config.disable_hybrid_kv_cache_manager = True  # the connector's need
+        return config
+
+    monkeypatch.setattr(build_mod, "vllm_config", with_connector)
+
+
+def _run(d: Driver) -> None:
+    """The engine core's batch-queue loop (depth 2) until nothing is left."""
+    queue: deque[Any] = deque()
+    for _ in range(200):
+        if not d.sched.has_requests() and not queue:
+            return
+        if d.sched.has_requests():
+            queue.appendleft(d.schedule())
+            if len(queue) < 2:
+                continue
+        d.now += 0.01
+        d.update(queue.pop())
+    raise AssertionError("the engine did not drain")
+
+
+def test_a_deferred_free_is_not_pinned_but_counted_and_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop token ends the call while the next step (scheduled ahead, async) still holds
+    it: vLLM defers the free, so the plugin cannot pin; the pin is counted ``deferred`` and
+    the call's log line says so."""
+    _with_consumer_connector(monkeypatch, Path(tempfile.mkdtemp(dir=tmp_path)))
+    log = tmp_path / "engine.jsonl"
+    d = driver(tmp_path, static_params(5.0), blocks=40, env={"TTLCTL_LOG": str(log)})
+    assert d.sched.defer_block_free and type(d.sched).__name__ == "TTLAsyncScheduler"
+    d.calls["A"] = _Outputs(list(range(20_000, 20_010)))
+    xargs = {"program_id": "a", "tool": "bash", "is_last": 0}
+    params = SamplingParams(
+        max_tokens=10, ignore_eos=True, stop_token_ids=[20_002], extra_args=xargs
+    )
+    d.sched.add_request(
+        Request("A", list(range(10_000, 10_040)), params, None, 0.0, block_hasher=d.built.hasher)
+    )
+    _run(d)
+    stats = d.sched.ttl_stats()
+    assert stats["deferred"] == 1 and stats["made"] == 0 and "a" not in d.sched.ttl.pins
+    assert not d.sched.deferred_frees  # vLLM freed them itself
+    call = _lines(log)[-1]
+    assert call["program_id"] == "a" and call["output_tokens"] == 3
+    assert call["pin_skipped"] == "deferred" and call["ttl_s"] == 0.0
+
+
+@pytest.mark.parametrize(("value", "cap"), [("abc", DEFAULT_CAP), ("0", DEFAULT_CAP), ("7", 7)])
+def test_a_bad_max_programs_warns_once_naming_the_value(
+    tmp_path: Path, value: str, cap: int
+) -> None:
+    d = driver(tmp_path, static_params(5.0), blocks=8, env={"TTLCTL_MAX_PROGRAMS": value})
+    assert d.sched.ttl.book.cap == cap
+    warned = [w for w in d.sched.ttl_warnings if "TTLCTL_MAX_PROGRAMS" in w]
+    assert len(warned) == (cap != 7)
+    if warned:
+        assert repr(value) in warned[0] and f"{DEFAULT_CAP:,}" in warned[0]

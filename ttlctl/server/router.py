@@ -1,0 +1,114 @@
+"""vLLM's router (``vllm-router``, PyPI 0.1.17) in front of replicas: its command line.
+
+``pip install vllm-router`` (ttlctl's engine extras bring it) installs a ``vllm-router``
+launcher that runs the router's Rust core. ttlctl starts it as it starts a vLLM server
+(:class:`~ttlctl.server.owned.OwnedServer`: a session of its own, ready when ``/health``
+answers 200, its whole group stopped with the command). The flags are the router's own:
+``--worker-urls`` (the replicas), ``--policy`` (one of :data:`POLICIES`, ``cache_aware``
+by default), and for Program scheduling ``--enable-program-scheduling`` with
+``--program-scheduling-config-json``. ``consistent_hash`` keys on the ``X-Session-ID``
+header, which ttlctl's live replay sends with every call of a program.
+
+The router logs in colour even into a file; :func:`plain` strips the escapes. At start
+with Program scheduling and any calibration coefficient left to its reference value it
+logs :data:`REFERENCE_CALIBRATION_EVENT` (:func:`reference_calibration_warned`).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ttlctl.server.client import ServerError
+
+#: the router's command, as ``pip install vllm-router`` installs it
+COMMAND = "vllm-router"
+#: the request-level policies of vllm-router 0.1.17 (``--policy``), its default first
+POLICIES = (
+    "cache_aware",
+    "round_robin",
+    "random",
+    "power_of_two",
+    "consistent_hash",
+    "sticky_least_loaded",
+    "kv_aware",
+)
+DEFAULT_POLICY = "cache_aware"
+#: the event of the router's start-up warning that Program scheduling runs on
+#: reference calibration coefficients
+REFERENCE_CALIBRATION_EVENT = "program_scheduling_reference_calibration"
+#: flags ttlctl sets on the router itself
+OWN_FLAGS = ("--host", "--port", "--worker-urls", "--policy")
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class RouterError(ServerError):
+    """vllm-router missing, or asked for something it does not take: one line."""
+
+
+def binary() -> str:
+    """The ``vllm-router`` command: on ``PATH``, or beside this Python (a virtual
+    environment used without activating it). :class:`RouterError` when missing."""
+    found = shutil.which(COMMAND) or shutil.which(COMMAND, path=str(Path(sys.executable).parent))
+    if found is None:
+        raise RouterError(
+            f"{COMMAND} is not installed (pip install vllm-router==0.1.17, or ttlctl's "
+            "engine extra)"
+        )
+    return found
+
+
+def check_policy(policy: str) -> str:
+    if policy not in POLICIES:
+        raise RouterError(f"--router takes {', '.join(POLICIES)}; not {policy!r}")
+    return policy
+
+
+def router_command(
+    worker_urls: Sequence[str],
+    *,
+    port: int,
+    policy: str = DEFAULT_POLICY,
+    program_scheduling_json: str | None = None,
+    extra: Sequence[str] = (),
+    command: str | None = None,
+) -> list[str]:
+    """``vllm-router`` on 127.0.0.1:``port`` in front of ``worker_urls`` with ``policy``;
+    Program scheduling on with ``program_scheduling_json`` (its config object), then
+    ``extra`` router flags verbatim."""
+    given = {a.split("=", 1)[0] for a in extra}
+    for flag in OWN_FLAGS:
+        if flag in given:
+            raise RouterError(f"{flag} is set by ttlctl; remove it from the router's flags")
+    cmd = [
+        command or binary(),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--policy",
+        check_policy(policy),
+    ]
+    if worker_urls:
+        cmd += ["--worker-urls", *worker_urls]
+    if program_scheduling_json is not None:
+        cmd += [
+            "--enable-program-scheduling",
+            "--program-scheduling-config-json",
+            program_scheduling_json,
+        ]
+    return cmd + list(extra)
+
+
+def plain(text: str) -> str:
+    """The router's log without its colour escapes."""
+    return _ANSI.sub("", text)
+
+
+def reference_calibration_warned(log: str) -> bool:
+    """Whether the router's log has its reference-calibration warning."""
+    return REFERENCE_CALIBRATION_EVENT in plain(log)

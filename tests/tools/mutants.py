@@ -161,8 +161,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "the valve releases without retrying (all pins at once)",
         "replay/pinning.py",
-        "            r.release(program, \"released\")\n            yield program",
-        "            r.release_all(\"released\")\n            yield program",
+        '            r.release(program, "released")\n            yield program',
+        '            r.release_all("released")\n            yield program',
     ),
     # ------------------------------------------------------------ the retention class
     Mutant(
@@ -193,9 +193,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "handover never happens (the pin stays after admission)",
         "ttlctl/engine/retention.py",
         "        if program is not None and program in self.pins:\n"
-        "            self.release(program, \"hit\")",
-        "        if False:\n"
-        "            self.release(program, \"hit\")",
+        '            self.release(program, "hit")',
+        '        if False:\n            self.release(program, "hit")',
     ),
     Mutant(
         "valve: the head's own pin first when stalled",
@@ -206,8 +205,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "stall-only releases while something runs",
         "ttlctl/engine/retention.py",
-        "if self._source.params.valve == \"stall-only\" and not stalled:",
-        "if self._source.params.valve == \"stall-only\" and stalled:",
+        'if self._source.params.valve == "stall-only" and not stalled:',
+        'if self._source.params.valve == "stall-only" and stalled:',
     ),
     Mutant(
         "queue key: a pinned program's call not first",
@@ -297,8 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=max(1, args.j)) as pool:
         runs = pool.map(lambda m: run_one(m, args.timeout), [BASELINE, *chosen])
         _, failed, secs, why = next(runs)
-        print(f"[ 0/{len(chosen)}] {'FAILED' if failed else 'passed'} {secs:5.0f} s  "
-              f"{BASELINE.name}\n          {why}", flush=True)
+        print(
+            f"[ 0/{len(chosen)}] {'FAILED' if failed else 'passed'} {secs:5.0f} s  "
+            f"{BASELINE.name}\n          {why}",
+            flush=True,
+        )
         if failed:
             print("mutants: the suites fail on the tree as it is: fix that first", flush=True)
             return 2
@@ -309,8 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"          {why}", flush=True)
     rate = caught / len(chosen) if chosen else 0.0
     print(
-        f"mutants: {caught} of {len(chosen)} caught ({rate:.0%}) "
-        f"in {time.monotonic() - t0:.0f} s",
+        f"mutants: {caught} of {len(chosen)} caught ({rate:.0%}) in {time.monotonic() - t0:.0f} s",
         flush=True,
     )
     return 0 if caught == len(chosen) else 1

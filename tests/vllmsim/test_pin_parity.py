@@ -221,6 +221,17 @@ STREAMS = {
         0.25,
         {"made", "refused", "hit"},
     ),
+    # A comes back exactly τ after its finish on an idle engine: its pin's expiry is the
+    # arrival's instant, and a pin whose expiry is at or before now goes (then the call
+    # arrives, finds no pin, and hits the blocks the pool still caches)
+    "expiry at the arrival's instant": (
+        [_program("A", 0.0, [(100, 8, 0, 2.0), (130, 8, 108, 0.0)])],
+        64,
+        2.0,
+        "head",
+        None,
+        {"made", "expired"},
+    ),
     # the head's own pin holds the blocks its call needs, nothing runs: released last
     "the head's own pin when nothing runs": (
         [

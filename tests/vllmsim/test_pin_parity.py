@@ -232,6 +232,19 @@ STREAMS = {
         None,
         {"made", "expired"},
     ),
+    # nothing runs when P's second call arrives; it does not fit beside both pins: R's pin
+    # goes first, and P's own pin (released last) is handed over to P's call
+    "the head's own pin last, another's first": (
+        [
+            _program("R", 0.0, [(40, 1, 0, 30.0), (60, 1, 41, 0.0)]),
+            _program("P", 0.01, [(40, 1, 0, 0.5), (140, 4, 41, 0.0)]),
+        ],
+        11,
+        20.0,
+        "head",
+        None,
+        {"made", "released", "hit"},
+    ),
     # the head's own pin holds the blocks its call needs, nothing runs: released last
     "the head's own pin when nothing runs": (
         [
@@ -265,6 +278,8 @@ def test_designed_streams(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     released = [program for what, program, _ in ours if what == "released"]
     if "valve" in name:
         assert released == (["C", "B"] if "head" in name else []), ours
+    if "another's first" in name:
+        assert released == ["R"], ours
     assert_same(fast, ours)
 
 

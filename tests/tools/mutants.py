@@ -9,8 +9,9 @@ the rate. ``tests/replay/test_mutant_list.py`` checks that every snippet still o
 exactly once, so a refactor breaks the list loudly instead of leaving a fault unplanted.
 
 Options: ``-j N`` mutants at once (default 2), ``-k TEXT`` only the mutants whose name
-contains TEXT, ``--timeout S`` per mutant (default 300; a mutant that hangs the suites
-counts as caught).
+contains TEXT, ``--timeout S`` per mutant (default 600). A mutant whose suites run past
+the timeout is counted apart (TIMEOUT), neither caught nor survived: on a loaded machine a
+survivor's full run can take that long, and a hang is rare.
 """
 
 from __future__ import annotations
@@ -254,8 +255,8 @@ def _copy_tree(into: Path) -> None:
             shutil.copy2(src, into / name)
 
 
-def run_one(m: Mutant, timeout: float) -> tuple[Mutant, bool, float, str]:
-    """(mutant, caught, seconds, the first failing test or why)."""
+def run_one(m: Mutant, timeout: float) -> tuple[Mutant, bool | None, float, str]:
+    """(mutant, caught (None: timed out), seconds, the first failing test or why)."""
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ttlctl-mutant-") as tmp:
         root = Path(tmp)
@@ -274,7 +275,7 @@ def run_one(m: Mutant, timeout: float) -> tuple[Mutant, bool, float, str]:
                 cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout
             )
         except subprocess.TimeoutExpired:
-            return m, True, time.monotonic() - t0, f"timed out after {timeout:.0f} s"
+            return m, None, time.monotonic() - t0, f"timed out after {timeout:.0f} s"
         failed = [ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
         why = failed[0] if failed else proc.stdout.strip().splitlines()[-1:][0]
         return m, proc.returncode != 0, time.monotonic() - t0, why
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-j", type=int, default=2)
     ap.add_argument("-k", default="")
-    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--timeout", type=float, default=600.0)
     args = ap.parse_args(argv)
     bad = check_list()
     if bad:
@@ -292,10 +293,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     chosen = [m for m in MUTANTS if args.k in m.name]
     t0 = time.monotonic()
-    caught = 0
+    caught = timed_out = 0
     with ThreadPoolExecutor(max_workers=max(1, args.j)) as pool:
         runs = pool.map(lambda m: run_one(m, args.timeout), [BASELINE, *chosen])
         _, failed, secs, why = next(runs)
+        failed = failed is not False
         print(
             f"[ 0/{len(chosen)}] {'FAILED' if failed else 'passed'} {secs:5.0f} s  "
             f"{BASELINE.name}\n          {why}",
@@ -305,13 +307,15 @@ def main(argv: list[str] | None = None) -> int:
             print("mutants: the suites fail on the tree as it is: fix that first", flush=True)
             return 2
         for i, (m, hit, secs, why) in enumerate(runs, 1):
-            caught += hit
-            mark = "caught  " if hit else "SURVIVED"
+            caught += hit is True
+            timed_out += hit is None
+            mark = "TIMEOUT " if hit is None else "caught  " if hit else "SURVIVED"
             print(f"[{i:2d}/{len(chosen)}] {mark} {secs:5.0f} s  {m.name}  ({m.file})", flush=True)
             print(f"          {why}", flush=True)
     rate = caught / len(chosen) if chosen else 0.0
     print(
-        f"mutants: {caught} of {len(chosen)} caught ({rate:.0%}) in {time.monotonic() - t0:.0f} s",
+        f"mutants: {caught} of {len(chosen)} caught ({rate:.0%}), {timed_out} timed out, "
+        f"in {time.monotonic() - t0:.0f} s",
         flush=True,
     )
     return 0 if caught == len(chosen) else 1

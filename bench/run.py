@@ -12,6 +12,7 @@ BENCHES = [
     "replay_bench.py",
     "sched_overhead_bench.py",
     "tune_bench.py",
+    "fleet_bench.py",
 ]
 
 if __name__ == "__main__":

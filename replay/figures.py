@@ -14,6 +14,7 @@ from typing import Any, NotRequired, Protocol, TypedDict
 import numpy as np
 
 from fitting.percentile import percentile
+from replay.fleet.records import FleetRouter, MissReasons, ReplicaResult
 from replay.sim import ProgramRun, SimCallRecord
 from ttlctl.jsonio import FileRef
 
@@ -70,6 +71,18 @@ class PolicyResult(TypedDict):
     sim_calls_per_s: float | None
     #: share of the vLLM → unlimited-KV mean-JCT gap closed (when both ran)
     gap_closed: NotRequired[float | None]
+    #: ``--replicas``: the fleet (``replay.fleet.metrics``): the router, the replicas, each
+    #: replica's figures, the busiest replica's busy time over the mean, pins whose
+    #: program's next call went elsewhere (and their share of the pins made), the share
+    #: of follow-up calls that returned to their previous replica, and why calls missed
+    router: NotRequired[FleetRouter]
+    replicas: NotRequired[int]
+    per_replica: NotRequired[list[ReplicaResult]]
+    load_balance: NotRequired[float | None]
+    pins_wasted: NotRequired[int]
+    pins_wasted_share: NotRequired[float | None]
+    returned_share: NotRequired[float | None]
+    miss_reasons: NotRequired[MissReasons]
     #: ``--backend vllm``: the backend, its scheduling, scheduler class, aborted calls
     #: and the plugin's counters
     backend: NotRequired[str]
@@ -125,6 +138,8 @@ class ReplayDoc(TypedDict):
     bundle: FileRef | None
     config: ReplaySettings
     results: list[PolicyResult]
+    #: ``--replicas``: the router (name, settings with defaults filled in) and replicas
+    fleet: NotRequired[FleetRouter]
 
 
 class Replayed(Protocol):

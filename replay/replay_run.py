@@ -17,6 +17,9 @@ from fitting.policy import VALVES
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
 from replay.figures import PolicyResult, ReplayDoc
+from replay.fleet.routers import RouterSettings
+from replay.fleet.run import fleet_for
+from replay.fleet.run import runner as fleet_runner
 from replay.live import cap_pauses, live_results
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, expand, run_all
@@ -61,6 +64,9 @@ class ReplayRequest:
     label: str | None = None
     backend: str = "fast"
     async_scheduling: bool = False
+    #: a fleet: this many engines behind ``router`` (None: one engine)
+    replicas: int | None = None
+    router: RouterSettings | None = None
 
 
 def policy_names(given: Sequence[str], backend: str) -> list[str]:
@@ -97,6 +103,9 @@ def replay_doc(
             "--check": req.check,
             "--per-token": req.per_token,
         },
+    )
+    fleet = fleet_for(
+        req.trace, req.replicas, req.router, backend=req.backend, live=req.live is not None
     )
     bundle_doc = bundle_mod.read(req.bundle) if req.bundle is not None else None
     prof, prof_path = resolve(req.profile)
@@ -139,12 +148,14 @@ def replay_doc(
                 req.load,
                 timed=req.timed,
                 progress=progress,
-                runner=runner(req.backend, async_scheduling=req.async_scheduling),
+                runner=fleet_runner(fleet)
+                if fleet is not None
+                else runner(req.backend, async_scheduling=req.async_scheduling),
             )
     except SimulationError as exc:  # an invariant broke: say so, in one line
         raise ReplayFailed(f"simulation failed: {exc}") from None
     engine = req.engine
-    return {
+    doc: ReplayDoc = {
         "ttlctl_version": __version__,
         "backend": None if req.live is not None else req.backend,
         "vllm_version": vllm_version,
@@ -174,3 +185,6 @@ def replay_doc(
         },
         "results": results,
     }
+    if fleet is not None:
+        doc["fleet"] = fleet.describe()
+    return doc

@@ -70,9 +70,9 @@ class SimSchedulerConfig:
 
     def __post_init__(self) -> None:
         if self.kv_tokens < self.block_size or self.block_size <= 0:
-            raise ConfigError("kv_tokens must hold at least one block")
+            raise ConfigError("--kv-tokens must hold at least one block (--block-size tokens)")
         if self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
-            raise ConfigError("max_num_batched_tokens and max_num_seqs must be positive")
+            raise ConfigError("--max-num-batched-tokens and --max-num-seqs must be positive")
         if self.pool not in ("runs", "blocks"):
             raise ConfigError("pool must be 'runs' or 'blocks'")
 
@@ -722,16 +722,62 @@ class SimScheduler:
         head was blocked (the pool only shrinks, and the valve had nothing left to
         release) or nothing waits, and no step before the last one finishes anything.
         """
+        plan = self._merge_plan(now, horizon)
+        if plan is None:
+            return 0.0, []
+        steps, blocks, first_finish = plan
+        dec = self.decoders
+        seqs = len(dec.members)
+        kv0 = dec.kv_tokens()
+        cost = self.cost
+        if blocks:
+            self.pool.take(blocks)
+        total = cost.decode_run_s(seqs, kv0, steps)
+        dec.D += steps
+        stats = self.stats
+        stats.steps += steps
+        stats.busy_s += total
+        # the longest step of the run is its first or its last (the price is linear in KV)
+        longest = max(cost.decode_s(seqs, kv0), cost.decode_s(seqs, kv0 + seqs * (steps - 1)))
+        if longest > stats.longest_step_s:
+            stats.longest_step_s = longest
+        end = now + total
+        self.tick(end)
+        if first_finish > dec.D:
+            return total, []
+        return total, self._finish_all([], end)
+
+    def merge_end(self, now: float, horizon: float) -> float | None:
+        """When the run of decode steps that :meth:`step` from ``now`` would open with
+        ends, before ``horizon`` or where it must stop (None: the step would not open with
+        one, or a pin is due at ``now``: the step expires it first, and that may let the
+        waiting head in). Changes nothing. A fleet replay waits until then unless a call
+        is routed to this engine before (:mod:`replay.fleet.loop`)."""
+        if self._prefilling or not self.decoders.members:
+            return None
+        if self.next_expiry() <= now:
+            return None
+        if self.waiting and not self._head_stays_blocked():
+            return None
+        plan = self._merge_plan(now, horizon)
+        if plan is None:
+            return None
+        dec = self.decoders
+        return now + self.cost.decode_run_s(len(dec.members), dec.kv_tokens(), plan[0])
+
+    def _merge_plan(self, now: float, horizon: float) -> tuple[int, int, int] | None:
+        """(steps, blocks they need, the D of the first finish) of the merged run from
+        ``now`` (None: no step can be merged); changes nothing."""
         dec = self.decoders
         seqs = len(dec.members)
         if horizon <= now or not seqs or seqs != len(self.running):
-            return 0.0, []
+            return None
         first_finish = dec.next_finish()
         if first_finish is None:
-            return 0.0, []
+            return None
         steps = first_finish - dec.D
         if steps <= 0:
-            return 0.0, []
+            return None
         kv0 = dec.kv_tokens()
         cost = self.cost
         # a step that starts before the horizon runs before the event is seen (the replay
@@ -756,20 +802,5 @@ class SimScheduler:
         # (that step preempts, request by request in running order: the next step's)
         steps, blocks = dec.blocks_for(steps, self.pool.free_blocks)
         if steps <= 0:
-            return 0.0, []
-        if blocks:
-            self.pool.take(blocks)
-        total = cost.decode_run_s(seqs, kv0, steps)
-        dec.D += steps
-        stats = self.stats
-        stats.steps += steps
-        stats.busy_s += total
-        # the longest step of the run is its first or its last (the price is linear in KV)
-        longest = max(cost.decode_s(seqs, kv0), cost.decode_s(seqs, kv0 + seqs * (steps - 1)))
-        if longest > stats.longest_step_s:
-            stats.longest_step_s = longest
-        end = now + total
-        self.tick(end)
-        if first_finish > dec.D:
-            return total, []
-        return total, self._finish_all([], end)
+            return None
+        return steps, blocks, first_finish

@@ -17,12 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 from fitting import FIT_SCHEMA
 from fitting.eta import fitted as eta_fitted
@@ -85,6 +86,16 @@ class Provenance(TypedDict, total=False):
     made_by: str
 
 
+class RouterDoc(TypedDict):
+    """The router a bundle was tuned behind (``tune --replicas N``): its ttlctl name
+    (``replay.fleet.routers``), its settings by vllm-router's names with underscores
+    (defaults filled in) and the replicas it routed to."""
+
+    name: str
+    settings: dict[str, float | int | None]
+    replicas: int
+
+
 class BundleBody(BundleParts):
     """A bundle without its checksum: what :data:`Bundle`'s ``sha256`` covers."""
 
@@ -92,6 +103,8 @@ class BundleBody(BundleParts):
     created: str
     ttlctl_version: str
     provenance: Provenance
+    #: optional: the router and settings the policy was tuned behind (old bundles lack it)
+    router: NotRequired[RouterDoc]
 
 
 class Bundle(BundleBody):
@@ -130,6 +143,7 @@ def build(
     created: str,
     ttlctl_version: str,
     provenance: Provenance | None = None,
+    router: RouterDoc | None = None,
 ) -> Bundle:
     """A sealed bundle; raises :class:`BundleError` if the parts do not check."""
     body: BundleBody = {
@@ -141,6 +155,8 @@ def build(
         "policy": params.to_json(),
         "provenance": (provenance or {}).copy(),
     }
+    if router is not None:
+        body["router"] = {**router, "settings": dict(router["settings"])}
     doc: Bundle = {**body, "sha256": checksum(body)}
     verify(doc)
     return doc
@@ -151,6 +167,7 @@ def assemble(
     profile: ProfileDoc,
     params: PolicyParams,
     provenance: Provenance,
+    router: RouterDoc | None = None,
 ) -> Bundle:
     """A sealed bundle made now by this ttlctl: :func:`build` stamped with the time
     (UTC, seconds) and ``ttlctl.__version__``. Every command that writes a bundle
@@ -162,6 +179,7 @@ def assemble(
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         ttlctl_version=__version__,
         provenance=provenance,
+        router=router,
     )
 
 
@@ -181,6 +199,18 @@ class BuildRequest:
     learn_eta: bool = False
 
 
+#: the knobs of :class:`BuildRequest` as ``ttlctl bundle build`` spells them
+_FLAG_OF = {
+    "eta": "--eta",
+    "k": "--k",
+    "t_window": "--t-window",
+    "valve": "--valve",
+    "pin_cap": "--pin-cap",
+    "cold_start_ttl_s": "--cold-start-ttl-seconds",
+}
+_KNOB = re.compile(r"\b(?:" + "|".join(_FLAG_OF) + r")\b")
+
+
 def from_files(req: BuildRequest) -> Bundle:
     """The sealed bundle of a fit file, a profile and the policy's knobs, with the
     files' hashes as provenance. A bad file or knob is a :class:`BundleError` (the
@@ -198,7 +228,8 @@ def from_files(req: BuildRequest) -> Bundle:
             learn_eta=req.learn_eta,
         )
     except ValueError as exc:  # PolicyParams states its ranges as ValueErrors
-        raise BundleError(str(exc)) from None
+        said = _KNOB.sub(lambda m: _FLAG_OF[m.group(0)], str(exc))
+        raise BundleError(said) from None
     return assemble(
         fit_doc,
         prof.to_json(),
@@ -232,11 +263,20 @@ def _load_json(path: Path, hint: str = "") -> Any:
     """The JSON value in ``path``; :class:`BundleError` names the file and the problem
     (``hint`` follows the message of a file that is not JSON)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise BundleError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{path}: cannot read: {exc}") from None
+    except IsADirectoryError:
+        raise BundleError(f"{path}: is a directory") from None
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read ({(exc.strerror or str(exc)).lower()})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise BundleError(
+            f"{path}: line {line}: not UTF-8 text (byte {exc.start}){hint or '; damaged?'}"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -287,6 +327,12 @@ def verify(doc: Any) -> None:
             "checksum mismatch: the bundle was edited or damaged after it was written"
         )
     _check_fit(doc["fit"])
+    policy = doc["policy"]
+    if not isinstance(policy, dict):
+        raise BundleError("policy must be an object")
+    absent = [name for name in PolicyParams.__dataclass_fields__ if name not in policy]
+    if absent:  # a bundle states every parameter: none is left to a default
+        raise BundleError(f"policy: missing {', '.join(absent)}")
     try:
         profile_schema.from_json(doc["profile"], "profile")
         PolicyParams.from_json(doc["policy"])
@@ -294,6 +340,28 @@ def verify(doc: Any) -> None:
         raise BundleError(str(exc)) from None
     if not isinstance(doc["provenance"], dict):
         raise BundleError("provenance must be an object")
+    if "router" in doc:
+        _check_router(doc["router"])
+
+
+def _check_router(router: Any) -> None:
+    """The optional ``router`` section: a name, its settings (numbers or null), replicas."""
+    ok = (
+        isinstance(router, dict)
+        and isinstance(router.get("name"), str)
+        and isinstance(router.get("settings"), dict)
+        and all(
+            isinstance(k, str) and (v is None or isinstance(v, (int, float)))
+            for k, v in router["settings"].items()
+        )
+        and isinstance(router.get("replicas"), int)
+        and not isinstance(router.get("replicas"), bool)
+        and router["replicas"] >= 1
+    )
+    if not ok:
+        raise BundleError(
+            "router must be an object with name (text), settings (numbers) and replicas (>= 1)"
+        )
 
 
 def _check_fit(fit: Any) -> None:
@@ -365,3 +433,14 @@ def open_policy(path: Path) -> tuple[TTLPolicy, Bundle]:
         raise
     except (ValueError, KeyError, TypeError) as exc:
         raise BundleError(f"{path}: {exc}") from None
+
+
+def router_of(doc: Bundle, path: Path | str) -> RouterDoc:
+    """The router section of a bundle; :class:`BundleError` when it has none."""
+    router = doc.get("router")
+    if router is None:
+        raise BundleError(
+            f"{path}: no router section: the bundle was not tuned for a fleet "
+            "(`ttlctl tune --replicas N --router R` records one)"
+        )
+    return router

@@ -26,6 +26,7 @@ def pin_counter_total(name: str) -> str:
     """The counter's series as ``/metrics`` shows it."""
     return f"{pin_counter(name)}_total"
 
+
 #: the bundle: reloads (a changed file whose bundle replaced the policy) and refusals (a
 #: bundle file missing, damaged or foreign, at start or on a change), counters
 #: (``..._total`` on ``/metrics``); and a gauge, 1 while a bundle's policy is in force and

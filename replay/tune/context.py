@@ -18,6 +18,8 @@ from profiles import schema as profile_schema
 from profiles.cost import ProfileCostModel
 from profiles.schema import ProfileDoc
 from replay.figures import PolicyResult
+from replay.fleet.run import FleetSpec
+from replay.fleet.run import runner as fleet_runner
 from replay.policies import PolicySpec
 from replay.policy_runs import Load
 from replay.sim import ReplayConfig
@@ -121,6 +123,12 @@ class TuneContext:
     #: the simulator: ``fast`` or ``vllm`` (vLLM's own scheduler, ``replay.vllmsim``)
     backend: str = "fast"
     async_scheduling: bool = False
+    #: a fleet (``--replicas``): the replicas, and the router the default trials use
+    #: (None: one engine)
+    fleet: FleetSpec | None = None
+    #: the routers a trial may pick (more than one: the router itself is searched;
+    #: empty: the fleet's router)
+    routers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.workload.programs:
@@ -143,7 +151,7 @@ class TuneContext:
             raise TuneError("seeds must be a non-empty list without repeats")
         if self.p95_max_s is not None:
             if not self.p95_max_s > 0:
-                raise TuneError("the p95 limit must be positive")
+                raise TuneError("--p95-max-seconds must be positive")
             if len(self.replayed().programs) < 20:
                 raise TuneError(
                     "a p95 limit needs at least 20 programs in the trace"
@@ -185,7 +193,19 @@ class TuneContext:
             out["async_scheduling"] = self.async_scheduling
         if self.live is not None:
             out["live"] = self.live.fingerprint()
+        if self.fleet is not None:
+            out["fleet"] = {
+                "replicas": self.fleet.replicas,
+                "router": self.fleet.router.name,
+                "routers": list(self.searched_routers()),
+            }
         return out
+
+    def searched_routers(self) -> tuple[str, ...]:
+        """The routers trials choose from (one: the router is fixed)."""
+        if self.fleet is None:
+            return ()
+        return self.routers or (self.fleet.router.name,)
 
 
 def load_json(timing: Load) -> dict[str, Any]:
@@ -199,8 +219,17 @@ def shuffled(workload: Workload, seed: int) -> Workload:
     return Workload(tuple(workload.programs[i] for i in order))
 
 
-def replay_once(ctx: TuneContext, spec: PolicySpec, timing: Load) -> PolicyResult:
-    run_one = runner(ctx.backend, async_scheduling=ctx.async_scheduling)
+def replay_once(
+    ctx: TuneContext, spec: PolicySpec, timing: Load, fleet: FleetSpec | None = None
+) -> PolicyResult:
+    """One replay of ``spec`` at ``timing``; on ``fleet`` (default: ``ctx.fleet``) when
+    the study tunes a fleet."""
+    fleet = fleet or ctx.fleet
+    run_one = (
+        fleet_runner(fleet)
+        if fleet is not None
+        else runner(ctx.backend, async_scheduling=ctx.async_scheduling)
+    )
     result = run_one(
         shuffled(ctx.workload, timing.seed), spec, ctx.cost(), ctx.config, timing, timed=False
     )

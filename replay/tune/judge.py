@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from fitting.policy import PolicyParams
+from replay.fleet.routers import RouterSettings
+from replay.fleet.run import FleetSpec
 from replay.policies import PolicySpec
 from replay.tune.context import (
     LIVE_BASELINE_NOTE,
@@ -24,26 +27,43 @@ from replay.tune.context import (
 from replay.tune.live_trial import live_brief, live_replay
 
 
+def stock_fleet(ctx: TuneContext) -> FleetSpec | None:
+    """The stock stack of a fleet study: its replicas behind vllm-router's default
+    (``cache-aware`` with its default settings). None: one engine."""
+    return None if ctx.fleet is None else replace(ctx.fleet, router=RouterSettings())
+
+
 def held_back(
-    ctx: TuneContext, policies: Mapping[str, PolicyParams]
+    ctx: TuneContext,
+    policies: Mapping[str, PolicyParams],
+    fleets: Mapping[str, FleetSpec | None] | None = None,
 ) -> tuple[dict[str, Any], dict[str, list[float]]]:
     """Each policy (and stock vLLM) on ``ctx``'s seeds: flat figures (``<name>_jct_mean_s``,
-    ``gain_vs_default`` …, as a report shows them) and each replay's mean JCT by policy."""
+    ``gain_vs_default`` …, as a report shows them) and each replay's mean JCT by policy.
+    On a fleet, each policy behind its router in ``fleets`` (default: the study's) and
+    stock vLLM behind vllm-router's default, ``cache-aware``."""
     specs = {name: continuum(ctx, p) for name, p in policies.items()} | {"vllm": PolicySpec("vllm")}
-    by, p95 = replay_held_back(ctx, specs)
-    return held_figures(ctx, by, p95, ("default", "vllm"), "vllm"), by
+    routed = {**(fleets or {}), "vllm": stock_fleet(ctx)}
+    by, p95 = replay_held_back(ctx, specs, routed)
+    out = held_figures(ctx, by, p95, ("default", "vllm"), "vllm")
+    if ctx.fleet is not None:
+        out["routers"] = {name: (routed.get(name) or ctx.fleet).describe() for name in specs}
+    return out, by
 
 
 def replay_held_back(
-    ctx: TuneContext, specs: Mapping[str, PolicySpec]
+    ctx: TuneContext,
+    specs: Mapping[str, PolicySpec],
+    fleets: Mapping[str, FleetSpec | None] | None = None,
 ) -> tuple[dict[str, list[float]], dict[str, list[float | None]]]:
-    """Each policy on every load × seed of ``ctx`` in the simulator: each replay's mean
-    JCT and its p95, by policy name."""
+    """Each policy on every load × seed of ``ctx`` in the simulator (on a fleet: behind
+    its router in ``fleets``, default the study's): each replay's mean JCT and its p95,
+    by policy name."""
     by: dict[str, list[float]] = {name: [] for name in specs}
     p95: dict[str, list[float | None]] = {name: [] for name in specs}
     for timing in ctx.replays():
         for name, spec in specs.items():
-            r = replay_once(ctx, spec, timing)
+            r = replay_once(ctx, spec, timing, (fleets or {}).get(name))
             by[name].append(jct_mean(r))
             p95[name].append(r["jct_p95_s"])
     return by, p95

@@ -19,6 +19,8 @@ from fitting.fit_doc import FitDoc
 from fitting.policy import PolicyParams
 from profiles.schema import ProfileDoc
 from profiles.shipped import resolve
+from replay.fleet.routers import RouterSettings
+from replay.fleet.run import fleet_for
 from replay.live import cap_pauses
 from replay.policy_runs import Load
 from replay.refit_sizing import replicas, size
@@ -80,6 +82,10 @@ class TuneRequest:
     idle_gap_cap_s: float | None = None
     backend: str = "fast"
     async_scheduling: bool = False
+    #: a fleet: this many replicas behind the first of ``routers`` (more routers: the
+    #: router itself is searched among them)
+    replicas: int | None = None
+    routers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +121,7 @@ def check(req: TuneRequest) -> None:
     if req.trials < 1 or req.workers < 1 or req.seeds < 1 or req.holdout_seeds < 1:
         raise TuneError("--trials, --workers, --seeds and --holdout-seeds must be >= 1")
     if req.heartbeat_s < 1:
-        raise TuneError("--heartbeat must be >= 1")
+        raise TuneError("--heartbeat-seconds must be >= 1")
     if not (math.isfinite(req.min_gain) and req.min_gain >= 1.0):
         raise TuneError(
             f"--min-gain must be a ratio of at least 1 (1.05: 5% faster than the baseline), "
@@ -147,7 +153,7 @@ def check_live(req: TuneRequest) -> None:
     if req.live_programs < 1:
         raise TuneError("--live-programs must be >= 1")
     if not req.live_check_s >= 0 or not req.live_timeout_s > 0:
-        raise TuneError("--live-check-s must be >= 0 and --live-timeout positive")
+        raise TuneError("--live-check-seconds must be >= 0 and --live-timeout-seconds positive")
 
 
 def default_loads(programs: int, live_programs: int | None = None) -> tuple[Load, ...]:
@@ -171,6 +177,15 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         offload_tokens=req.offload_tokens,
         fast_only={"--live": req.live is not None},
     )
+    fleet = fleet_for(
+        req.trace,
+        req.replicas,
+        RouterSettings(req.routers[0]) if req.routers else None,
+        backend=req.backend,
+        live=req.live is not None,
+    )
+    for name in req.routers:
+        RouterSettings(name)  # an unknown one: refused, one line
     fit_doc = bundle_mod.read_fit(req.fit)
     prof, prof_path = resolve(req.profile)
     workload = cap_pauses(load(req.trace), req.idle_gap_cap_s)
@@ -207,6 +222,8 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         idle_gap_cap_s=req.idle_gap_cap_s,
         backend=req.backend,
         async_scheduling=req.async_scheduling,
+        fleet=fleet,
+        routers=tuple(dict.fromkeys(req.routers)),
     )
     inputs = {
         "trace": file_sha256(req.trace),
@@ -278,6 +295,7 @@ def tuned_bundle(
             "eta_fitted": eta_fitted(fit),
             "tuning": provenance_of(result),
         },
+        router=result["shipped"].get("router"),
     )
 
 

@@ -4,6 +4,7 @@ enqueued first) and the objective a trial is scored by (simulated or live)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,8 @@ import optuna
 
 from fitting.eta import clamp
 from fitting.policy import VALVES, PolicyParams
+from replay.fleet.routers import RouterSettings
+from replay.fleet.run import FleetSpec
 from replay.tune.context import TuneContext, TuneError, continuum, jct_mean, replay_once
 from replay.tune.live_trial import live_brief, live_replay
 
@@ -36,6 +39,44 @@ def suggest(trial: optuna.trial.BaseTrial) -> PolicyParams:
     )
 
 
+def suggest_fleet(trial: optuna.trial.BaseTrial, ctx: TuneContext) -> FleetSpec | None:
+    """The fleet a trial stands for: the router (searched when several are allowed) and
+    the settings of it that matter for retention: cache-aware's balance thresholds (when
+    it balances load, calls leave their pins), kv-aware's session-affinity idle TTL (how
+    long a program stays with its pin), pin-aware's queue bound. None: one engine."""
+    if ctx.fleet is None:
+        return None
+    names = ctx.searched_routers()
+    name = trial.suggest_categorical("router", list(names)) if len(names) > 1 else names[0]
+    settings: dict[str, float | int] = {}
+    if name == "cache-aware":
+        settings["balance_abs_threshold"] = trial.suggest_int(
+            "balance_abs_threshold", 1, 1024, log=True
+        )
+        settings["balance_rel_threshold"] = trial.suggest_float("balance_rel_threshold", 1.0, 8.0)
+    elif name == "kv-aware":
+        settings["kv_aware_session_affinity_ttl_secs"] = trial.suggest_int(
+            "kv_aware_session_affinity_ttl_secs", 1, 3600, log=True
+        )
+    elif name == "pin-aware":
+        settings["pin_queue_bound"] = trial.suggest_int("pin_queue_bound", 0, 256)
+    return replace(ctx.fleet, router=RouterSettings(name, **settings))  # type: ignore[arg-type]
+
+
+def fleet_defaults(ctx: TuneContext) -> dict[str, Any]:
+    """The router part of the default trials: the fleet's router with the real router's
+    defaults (kv-aware's affinity, off by default, is left to the sampler)."""
+    if ctx.fleet is None:
+        return {}
+    name = ctx.fleet.router.name
+    out: dict[str, Any] = {"router": name} if len(ctx.searched_routers()) > 1 else {}
+    resolved = ctx.fleet.router.resolved()
+    for key in ("balance_abs_threshold", "balance_rel_threshold", "pin_queue_bound"):
+        if key in resolved and resolved[key] is not None:
+            out[key] = resolved[key]
+    return out
+
+
 def paper_defaults(eta: float) -> dict[str, Any]:
     """The first trial: the paper's policy with the fit's η."""
     return {
@@ -48,15 +89,21 @@ def paper_defaults(eta: float) -> dict[str, Any]:
     }
 
 
-def first_trials(eta: float) -> list[dict[str, Any]]:
+def first_trials(eta: float, router: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Enqueued before the sampler's own: the paper's defaults (trial 0), then the same
-    with the stall-only valve, because the valve moves results more than τ does."""
-    paper = paper_defaults(eta)
+    with the stall-only valve, because the valve moves results more than τ does (on a
+    fleet, both behind its router with the real router's defaults: ``router``)."""
+    paper = paper_defaults(eta) | (router or {})
     return [paper, {**paper, "valve": "stall-only"}]
 
 
 def params_of(values: Mapping[str, Any]) -> PolicyParams:
     return suggest(optuna.trial.FixedTrial(dict(values)))
+
+
+def fleet_of(values: Mapping[str, Any], ctx: TuneContext) -> FleetSpec | None:
+    """The fleet a stored trial's params stand for (None: one engine)."""
+    return suggest_fleet(optuna.trial.FixedTrial(dict(values)), ctx)
 
 
 # ---------------------------------------------------------------- the objective
@@ -67,12 +114,13 @@ def objective(trial: optuna.trial.BaseTrial, ctx: TuneContext) -> float:
     if ctx.live is not None:
         return live_objective(trial, ctx)
     spec = continuum(ctx, suggest(trial))
+    fleet = suggest_fleet(trial, ctx)
     replays = ctx.replays()
     jcts: list[float] = []
     p95s: list[float | None] = []
     per_seed = len(ctx.loads)
     for i, timing in enumerate(replays):
-        result = replay_once(ctx, spec, timing)
+        result = replay_once(ctx, spec, timing, fleet)
         jcts.append(jct_mean(result))
         p95s.append(result["jct_p95_s"])
         if (i + 1) % per_seed:

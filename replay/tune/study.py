@@ -25,7 +25,7 @@ from replay.tune.context import (
     TuneError,
 )
 from replay.tune.judge import guard, held_back, held_back_live
-from replay.tune.space import paper_defaults, params_of
+from replay.tune.space import fleet_defaults, fleet_of, paper_defaults, params_of
 from replay.tune.storage import Storage
 from replay.tune.workers import (
     METRIC,
@@ -207,22 +207,25 @@ def summary_doc(
     except ValueError:
         raise TuneError(
             f"no trial kept the mean p95 JCT at or under {ctx.p95_max_s} s; "
-            "raise --p95-max or run more trials"
+            "raise --p95-max-seconds or run more trials"
         ) from None
-    defaults = paper_defaults(ctx.eta_fitted)
+    defaults = paper_defaults(ctx.eta_fitted) | fleet_defaults(ctx)
     default_trial = next((t for t in trials if t.params == defaults), None)
     tuned = params_of(best.params)
     paper = params_of(defaults)
     never = replace(paper, pins=False)
     policies = {"tuned": tuned, "default": paper, "never-pin": never}
+    tuned_fleet = fleet_of(best.params, ctx)
+    fleets = {"tuned": tuned_fleet, "default": ctx.fleet, "never-pin": ctx.fleet}
     if ctx.live is None:
-        held, by_replay = held_back(replace(ctx, seeds=holdout), policies)
+        held, by_replay = held_back(replace(ctx, seeds=holdout), policies, fleets)
         verdict = guard(held, force, min_gain=min_gain)
     else:
         held_ctx = replace(ctx, seeds=holdout, live=ctx.live.held_back())
         held, by_replay = held_back_live(held_ctx, policies)
         verdict = guard(held, force, baseline="never-pin", min_gain=min_gain)
     shipped = tuned if verdict["shipped"] == "tuned" else never
+    shipped_fleet = tuned_fleet if verdict["shipped"] == "tuned" else ctx.fleet
     verdict["caveats"] = caveats(held, verdict, shipped, ctx.fit, ctx.profile)
     return {
         "schema": SUMMARY_SCHEMA,
@@ -254,12 +257,17 @@ def summary_doc(
             "value": best.value,
             "jct_p95_s": best.user_attrs.get("jct_p95_s"),
             "policy": tuned.to_json(),
+            **({"router": tuned_fleet.describe()} if tuned_fleet is not None else {}),
         },
         "importance": importances(study) if len(complete) >= 2 else None,
         "held_back": held,
         "held_back_jct_mean_s_by_replay": by_replay,
         "guard": verdict,
-        "shipped": {"which": verdict["shipped"], "policy": shipped.to_json()},
+        "shipped": {
+            "which": verdict["shipped"],
+            "policy": shipped.to_json(),
+            **({"router": shipped_fleet.describe()} if shipped_fleet is not None else {}),
+        },
         "commands": storage.commands(study.study_name),
     }
 

@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 
 from replay.sim import SimulationError
 from replay.tune.context import IncompleteRun, TuneContext, TuneError
-from replay.tune.space import first_trials, objective
+from replay.tune.space import first_trials, fleet_defaults, objective
 from replay.tune.storage import Storage, digest
 
 METRIC = "jct_mean_s"
@@ -182,6 +182,6 @@ def open_study(
             f"study {name!r} in {storage.shown()} was made for other inputs or settings "
             "(trace, fit, profile, loads, seeds, KV size or p95 limit); pick another --study"
         )
-    for values in first_trials(ctx.eta_fitted):
+    for values in first_trials(ctx.eta_fitted, fleet_defaults(ctx)):
         study.enqueue_trial(values, skip_if_exists=True)
     return study

@@ -249,7 +249,8 @@ def test_bundle_build_writes_a_bundle_doc(fit_doc: dict[str, Any], tmp_path: Pat
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     conforms(doc, bundle.Bundle)
-    assert set(doc) == set(bundle.REQUIRED) == set(bundle.Bundle.__annotations__)
+    # every field but the optional router section (tune --replicas writes it)
+    assert set(doc) == set(bundle.REQUIRED) == set(bundle.Bundle.__annotations__) - {"router"}
     assert set(doc["provenance"]) == {"fit", "profile", "trace", "eta_fitted"}
     assert doc["sha256"] == bundle.checksum(doc)
 
@@ -273,7 +274,7 @@ def test_from_files_refuses_a_knob_out_of_range_as_a_bundle_error(
     fit_path = tmp_path / "fit.json"
     fit_path.write_text(json.dumps(fit_doc))
     req = bundle.BuildRequest(fit=fit_path, profile="llama-3.1-8b-h100", pin_cap=1.5)
-    with pytest.raises(bundle.BundleError, match=r"^pin_cap must be in \(0, 1\], got 1.5$"):
+    with pytest.raises(bundle.BundleError, match=r"^--pin-cap must be in \(0, 1\], got 1.5$"):
         bundle.from_files(req)
     doc = bundle.from_files(bundle.BuildRequest(fit=fit_path, profile="llama-3.1-8b-h100"))
     assert doc["policy"]["k"] == fit_doc.get("k", 100)
@@ -288,5 +289,5 @@ def test_bundle_build_says_a_bad_knob_in_one_line(fit_doc: dict[str, Any], tmp_p
     res = CliRunner().invoke(app, [*build, "-o", str(out), "--valve", "sideways"])
     assert res.exit_code == 2
     (line,) = res.stderr.strip().splitlines()
-    assert line.startswith("error: valve must be one of ") and line.endswith("got 'sideways'")
+    assert line.startswith("error: --valve must be one of ") and line.endswith("got 'sideways'")
     assert not out.exists()

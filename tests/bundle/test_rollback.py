@@ -17,6 +17,7 @@ from ttlctl import bundle, bundle_history
 from ttlctl.bundle import BundleError
 from ttlctl.cli import app
 from ttlctl.engine.watch import BundleWatcher
+from ttlctl.jsonio import OutputError
 
 
 def doc(ttl: float) -> bundle.Bundle:
@@ -119,6 +120,6 @@ def test_bundle_build_over_a_bundle_keeps_it(tmp_path: Path, fit_doc: dict[str, 
 def test_a_folder_in_the_way_is_one_line_and_keeps_nothing(tmp_path: Path) -> None:
     out = tmp_path / "bundle.json"
     out.mkdir()
-    with pytest.raises(IsADirectoryError):
+    with pytest.raises(OutputError, match=rf"^{out}: is a directory"):  # the CLI's one line
         bundle_history.replace(doc(1.0), out)
     assert not bundle_history.folder(out).exists()

@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 
 from PIL import Image
 
-SECTIONS = ("inputs", "trace", "cdfs", "tau", "jct", "pinned", "tune")
+SECTIONS = ("inputs", "trace", "cdfs", "tau", "jct", "pinned", "fleet", "tune")
 PNG_PREFIX = "data:image/png;base64,"
 
 

@@ -11,10 +11,10 @@ from typing import Annotated
 import typer
 
 from fitting.policy import DEFAULT_VALVE
-from ttlctl import bundle, bundle_history, hints
+from ttlctl import bundle, bundle_history, hints, router_flags
 from ttlctl.cli import render
-from ttlctl.cli.kit import UserError, err, out, print_warning, user_errors
-from ttlctl.cli.options import FitFile, Profile
+from ttlctl.cli.kit import UserError, check_outputs, err, out, print_warning, user_errors
+from ttlctl.cli.options import FitFile, Profile, QueueDelay
 
 app = typer.Typer(
     help="Build, inspect, verify, query and roll back policy bundles.", no_args_is_help=True
@@ -42,12 +42,16 @@ def build(
     ] = DEFAULT_VALVE,
     pin_cap: Annotated[float, typer.Option(help="Largest fraction of KV pins may hold.")] = 1.0,
     cold_start_ttl: Annotated[
-        float | None, typer.Option(help="Fixed τ (s) during cold start instead of ln B.")
+        float | None,
+        typer.Option(
+            "--cold-start-ttl-seconds", help="Fixed τ (s) during cold start instead of ln B."
+        ),
     ] = None,
     learn_eta: Annotated[bool, typer.Option(help="Let the engine re-estimate η online.")] = False,
 ) -> None:
     """Combine a fit, a profile and the policy's parameters into one sealed bundle."""
     with user_errors():
+        check_outputs(output)
         doc = bundle.from_files(
             bundle.BuildRequest(
                 fit=fit,
@@ -76,7 +80,7 @@ def verify(path: Annotated[Path, typer.Argument(help="Bundle to check.")]) -> No
 @app.command()
 def inspect(
     path: Annotated[Path, typer.Argument(help="Bundle to show.")],
-    queue_delay: Annotated[float, typer.Option(help="T (s) assumed for the τ* columns.")] = 0.0,
+    queue_delay: QueueDelay = 0.0,
     offload: Annotated[bool, typer.Option(help="Price a miss as a reload, not a prefill.")] = False,
 ) -> None:
     """A readable table: tools, samples, median, p90, and τ* at 1k/8k/32k/128k tokens."""
@@ -89,10 +93,15 @@ def inspect(
 @app.command()
 def query(
     path: Annotated[Path, typer.Argument(help="Bundle.")],
-    tool: Annotated[str, typer.Option("--tool", help="Tool the agent is about to call.")],
-    context_tokens: Annotated[int, typer.Option("--context-tokens", help="KV tokens held.")],
+    tool: Annotated[
+        str | None, typer.Option("--tool", help="Tool the agent is about to call.")
+    ] = None,
+    context_tokens: Annotated[
+        int | None, typer.Option("--context-tokens", help="KV tokens held.")
+    ] = None,
     queue_delay: Annotated[
-        float | None, typer.Option("--queue-delay", help="T (s); default 0 (no history).")
+        float | None,
+        typer.Option("--queue-delay-seconds", min=0.0, help="T (s); default 0 (no history)."),
     ] = None,
     offload: Annotated[bool, typer.Option("--offload", help="A host tier holds the KV.")] = False,
     as_engine: Annotated[
@@ -102,7 +111,9 @@ def query(
             help="Print the answer as another engine's per-request retention hint: dynamo "
             "(nvext.cache_control), sglang (retention_seconds) or trtllm "
             "(kv_cache_retention_config); {} when τ* is 0. Where the engine clamps the "
-            "duration (Dynamo: 300–3600 s) a warning gives the TTL it will apply.",
+            "duration (Dynamo: 300–3600 s) a warning gives the TTL it will apply. "
+            "vllm-router: the router flags the bundle was tuned with (tune --replicas), "
+            "no --tool needed.",
         ),
     ] = None,
     refuse_clamped: Annotated[
@@ -114,7 +125,16 @@ def query(
     ] = False,
 ) -> None:
     """Print {"ttl_s", "source", "benefit_s"}: how long to keep this request's KV."""
+    if as_engine == "vllm-router":
+        with user_errors():
+            args = router_flags.vllm_router_args(bundle.router_of(bundle.read(path), path))
+        sys.stdout.write(" ".join(args) + "\n")
+        return
     with user_errors():
+        if tool is None or context_tokens is None:
+            raise typer.BadParameter(
+                "--tool and --context-tokens are needed (but with --as vllm-router)"
+            )
         if context_tokens < 0:
             raise typer.BadParameter("--context-tokens must be >= 0")
         if as_engine is not None:

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, print_warning, user_errors, write_doc
+from ttlctl.cli.kit import check_outputs, err, out, print_warning, user_errors, write_doc
 from ttlctl.cli.options import (
     BACKEND,
     BLOCK_SIZE,
@@ -18,20 +18,28 @@ from ttlctl.cli.options import (
     OFFLOAD_TOKENS,
     AsyncScheduling,
     Backend,
+    BalanceAbsThreshold,
+    BalanceRelThreshold,
     BlockSize,
+    CacheThreshold,
     Concurrency,
     ContinuumBundle,
+    FleetReplicas,
     IdleGapCap,
     Jps,
     JsonTo,
+    KvAwareSessionAffinityTtlSecs,
     KvTokens,
     Label,
     MaxModelLen,
     MaxNumBatchedTokens,
     MaxNumSeqs,
     OffloadTokens,
+    PinQueueBound,
     Profile,
     ResultDir,
+    RouterName,
+    RouterTemperature,
     SaveResult,
     Seed,
     Trace,
@@ -72,7 +80,9 @@ def replay(
     pin_cap: Annotated[
         float | None, typer.Option(help="Largest fraction of KV pins may hold.")
     ] = None,
-    ttl: Annotated[float, typer.Option(help="The TTL (s) of static-ttl.")] = 2.0,
+    ttl: Annotated[
+        float, typer.Option("--ttl-seconds", min=0.0, help="The TTL (s) of static-ttl.")
+    ] = 2.0,
     seed: Seed = 0,
     truncate: Truncate = False,
     check: Annotated[
@@ -81,9 +91,14 @@ def replay(
     per_token: Annotated[
         bool, typer.Option(help="Step one decode token at a time (slow; for validation).")
     ] = False,
-    no_timing: Annotated[
-        bool, typer.Option(help="Leave wall_s and sim_calls_per_s null (byte-identical JSON).")
-    ] = False,
+    timing: Annotated[
+        bool,
+        typer.Option(
+            "--timing/--no-timing",
+            help="Measure wall_s and sim_calls_per_s; --no-timing leaves them null "
+            "(byte-identical JSON).",
+        ),
+    ] = True,
     json_out: JsonTo = None,
     live: Annotated[
         str | None,
@@ -98,14 +113,24 @@ def replay(
     label: Label = None,
     backend: Backend = BACKEND,
     async_scheduling: AsyncScheduling = False,
+    replicas: FleetReplicas = None,
+    router: RouterName = None,
+    cache_threshold: CacheThreshold = None,
+    balance_abs_threshold: BalanceAbsThreshold = None,
+    balance_rel_threshold: BalanceRelThreshold = None,
+    kv_aware_session_affinity_ttl_secs: KvAwareSessionAffinityTtlSecs = None,
+    router_temperature: RouterTemperature = None,
+    pin_queue_bound: PinQueueBound = None,
 ) -> None:
     """Replay the trace's programs in closed loop (next call = finish + recorded pause)."""
     # imported when the command runs: `ttlctl --help` and the light commands stay light
+    from replay.fleet.run import router_settings
     from replay.loads import one_load
     from replay.replay_run import ReplayRequest, replay_doc
     from replay.scheduler import SimSchedulerConfig
 
     with user_errors():
+        check_outputs(json_out, folders=(result_dir if save_result else None,))
         request = ReplayRequest(
             trace=trace,
             policies=policy,
@@ -127,7 +152,7 @@ def replay(
             valve=valve,
             pin_cap=pin_cap,
             ttl_s=ttl,
-            timed=not no_timing,
+            timed=timing,
             live=live,
             idle_gap_cap_s=idle_gap_cap,
             save_result=save_result,
@@ -135,6 +160,16 @@ def replay(
             label=label,
             backend=backend,
             async_scheduling=async_scheduling,
+            replicas=replicas,
+            router=router_settings(
+                router,
+                cache_threshold=cache_threshold,
+                balance_abs_threshold=balance_abs_threshold,
+                balance_rel_threshold=balance_rel_threshold,
+                kv_aware_session_affinity_ttl_secs=kv_aware_session_affinity_ttl_secs,
+                router_temperature=router_temperature,
+                pin_queue_bound=pin_queue_bound,
+            ),
         )
         with err.status("replaying…") as status:
             doc = replay_doc(
@@ -150,5 +185,7 @@ def replay(
         if json_out is not None and write_doc(doc, json_out):
             return
     render.replay_table(out, doc["results"], doc["trace"]["calls"])
+    if doc.get("fleet"):
+        render.fleet_tables(out, doc["results"])
     if json_out is not None:
         err.print(f"wrote {json_out}")

@@ -2,14 +2,16 @@
 
 The page shows the trace, the per-tool pause CDFs with their exponential fits and the
 τ* the bundle's policy picks, τ* against context length, JCT per policy, the KV held by
-pins over time, and the tuner's history and parameter importance. Each input is
-optional: a missing or unreadable one leaves a short note.
+pins over time, a fleet's routing (per-replica load, why calls missed), and the tuner's
+history and parameter importance. Each input is optional: a missing or unreadable one
+leaves a short note.
 
 Its parts: :mod:`~ttlctl.report.rundir` reads the run directory;
 :mod:`~ttlctl.report.markup` (HTML) and :mod:`~ttlctl.report.png` (plots as images)
 are the primitives; one module per section (:mod:`~ttlctl.report.provenance`,
 :mod:`~ttlctl.report.trace_summary`, :mod:`~ttlctl.report.pauses`,
 :mod:`~ttlctl.report.tau`, :mod:`~ttlctl.report.jct`, :mod:`~ttlctl.report.pinned`,
+:mod:`~ttlctl.report.fleet`,
 :mod:`~ttlctl.report.tuning`); :mod:`~ttlctl.report.page` puts the page together.
 
 Safety: every string in the page that comes from a run's files (tool names, program

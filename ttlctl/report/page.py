@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ttlctl.jsonio import write_atomic
-from ttlctl.report import jct, pauses, pinned, provenance, tau, trace_summary, tuning
+from ttlctl.report import fleet, jct, pauses, pinned, provenance, tau, trace_summary, tuning
 from ttlctl.report.markup import CSP, CSS, e, note
 from ttlctl.report.rundir import RunInputs, load
 
@@ -21,6 +21,7 @@ SECTIONS: tuple[tuple[str, str, Callable[[RunInputs], str]], ...] = (
     ("tau", "τ* against context length", tau.section),
     ("jct", "JCT per policy", jct.section),
     ("pinned", "KV held by pins over time", pinned.section),
+    ("fleet", "Fleet: routing, per-replica load, why calls missed", fleet.section),
     ("tune", "Tuning history and parameter importance", tuning.section),
 )
 

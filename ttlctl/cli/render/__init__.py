@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ttlctl.cli.render.bundle_view import bundle_table
 from ttlctl.cli.render.fit_view import fit_table
+from ttlctl.cli.render.fleet_view import fleet_tables
 from ttlctl.cli.render.profile_view import profile_table, router_calibration, shipped_table
 from ttlctl.cli.render.refit_view import refit_report
 from ttlctl.cli.render.replay_view import replay_table
@@ -19,6 +20,7 @@ __all__ = [
     "bundle_table",
     "fit_table",
     "fleet_table",
+    "fleet_tables",
     "ingest_report",
     "profile_table",
     "refit_report",

@@ -1,0 +1,141 @@
+"""Fleet replay speed and memory: N simulated engines behind a router against one engine.
+
+The workload is ``replay.synth.synth("swe-bench", PROGRAMS, 0)`` (SWE-bench-like programs,
+70k ± 20k tokens each) on the Llama-3.1-8B/H100 profile, 600k KV tokens per engine,
+``continuum`` (cold start, stall-only valve). One engine keeps ``PER_ENGINE`` programs
+live; a fleet of N keeps N × ``PER_ENGINE`` live behind ``cache-aware`` (vllm-router's
+default), so each replica carries one engine's load and the same calls are replayed.
+
+Figures, each against a baseline from the same run (nothing here asserts on speed):
+
+- speed: simulated LLM calls per CPU-second (``time.process_time`` around the replay) of
+  the 16-replica fleet over one engine's (goal: at least 80%);
+- memory: the replay's peak Python allocations (``tracemalloc``, the workload already
+  built) with 1, 4 and 16 replicas, per replica (goal: linear in the replicas); a fresh
+  process's peak RSS (``ru_maxrss``) is printed beside it, for scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import tracemalloc
+from typing import Any
+
+from profiles.cost import ProfileCostModel
+from profiles.shipped import resolve
+from replay.fleet.routers import RouterSettings
+from replay.fleet.run import FleetSpec, simulate_fleet_one
+from replay.policies import PolicySpec
+from replay.policy_runs import Load, simulate_one
+from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig
+from replay.synth import synth
+from replay.workload import Workload, from_frame
+
+PROGRAMS = 1000
+PER_ENGINE = 64
+KV_TOKENS = 600_000
+PROFILE = "llama-3.1-8b-h100"
+SPEED_GOAL = 0.8
+SPEC = PolicySpec("continuum", valve="stall-only")
+
+
+def workload(programs: int) -> Workload:
+    return from_frame(synth("swe-bench", programs, 0))
+
+
+def replay(work: Workload, replicas: int, router: str) -> dict[str, Any]:
+    cost = ProfileCostModel(resolve(PROFILE)[0])
+    config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=KV_TOKENS))
+    load = Load(concurrency=PER_ENGINE * replicas)
+    start = time.process_time()
+    if replicas == 0:  # one engine, no router
+        outcome, _ = simulate_one(work, SPEC, cost, config, Load(concurrency=PER_ENGINE))
+        calls = len(outcome.calls)
+    else:
+        fleet = FleetSpec(replicas, RouterSettings(router))
+        out, _, _ = simulate_fleet_one(work, SPEC, cost, config, load, fleet)
+        calls = len(out.calls)
+    cpu = time.process_time() - start
+    return {"calls": calls, "cpu_s": cpu, "calls_per_cpu_s": calls / cpu}
+
+
+def traced_peak_mb(work: Workload, replicas: int, router: str) -> float:
+    """Peak bytes the replay allocated (tracemalloc), in MB."""
+    tracemalloc.start()
+    try:
+        replay(work, replicas, router)
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def peak_rss_mb(programs: int, replicas: int, router: str) -> float:
+    """Peak RSS of a fresh process (replicas < 0: it only builds the workload)."""
+    code = (
+        "import json, resource, sys; sys.argv=['x']; import bench.fleet_bench as b; "
+        f"w = b.workload({programs}); "
+        + (f"b.replay(w, {replicas}, {router!r}); " if replicas >= 0 else "")
+        + "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(res.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--programs", type=int, default=PROGRAMS)
+    ap.add_argument("--router", default="cache-aware")
+    ap.add_argument("--replicas", type=int, default=16)
+    ap.add_argument("--json", default=None, help="write the figures here too")
+    args = ap.parse_args()
+    work = workload(args.programs)
+    print(
+        f"{args.programs} SWE-bench-like programs, {work.calls:,} calls; continuum; "
+        f"{KV_TOKENS:,} KV tokens and {PER_ENGINE} live programs per engine",
+        flush=True,
+    )
+    one = replay(work, 0, args.router)
+    fleet = replay(work, args.replicas, args.router)
+    ratio = fleet["calls_per_cpu_s"] / one["calls_per_cpu_s"]
+    print(
+        f"one engine:                 {one['calls_per_cpu_s']:>9,.0f} calls/CPU-s "
+        f"({one['calls']:,} calls, {one['cpu_s']:.1f} s)"
+    )
+    print(
+        f"{args.replicas} replicas ({args.router}): {fleet['calls_per_cpu_s']:>9,.0f} calls/CPU-s "
+        f"({fleet['calls']:,} calls, {fleet['cpu_s']:.1f} s)"
+    )
+    print(
+        f"fleet / one engine: {ratio:.2f} (goal >= {SPEED_GOAL:.2f}: "
+        f"{'met' if ratio >= SPEED_GOAL else 'NOT met'})"
+    )
+    memory = {}
+    for n in (1, 4, args.replicas):
+        memory[n] = traced_peak_mb(work, n, args.router)
+        extra = (memory[n] - memory[1]) / (n - 1) if n > 1 else 0.0
+        print(
+            f"replay peak allocations with {n:>2} replicas: {memory[n]:,.1f} MB "
+            f"({extra:+,.2f} MB per replica beyond the first)"
+        )
+    base = peak_rss_mb(args.programs, -1, args.router)
+    rss = peak_rss_mb(args.programs, args.replicas, args.router)
+    print(
+        f"peak RSS of a fresh process: {base:,.0f} MB building the workload, {rss:,.0f} MB "
+        f"replaying it on {args.replicas} replicas"
+    )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(
+                {"one": one, "fleet": fleet, "ratio": ratio, "rss_mb": memory, "base_rss_mb": base},
+                fh,
+                indent=1,
+            )
+
+
+if __name__ == "__main__":
+    main()

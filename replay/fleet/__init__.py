@@ -1,0 +1,9 @@
+"""A fleet of simulated engines behind a router (``replay --replicas N --router R``).
+
+- :mod:`replay.fleet.routers`: one module per router model, each a port of a real
+  router's rule (vllm-router 0.1.17, SGLang's gateway) or ttlctl's ``pin-aware``;
+- :mod:`replay.fleet.prompts`: what a router reads of a call (its prompt as content runs);
+- :mod:`replay.fleet.loop`: the event loop (one clock for the router and every replica);
+- :mod:`replay.fleet.metrics`: what a fleet reports beyond the single-engine figures;
+- :mod:`replay.fleet.run`: one policy's fleet replay, as ``replay`` and ``tune`` call it.
+"""

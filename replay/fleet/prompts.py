@@ -1,0 +1,101 @@
+"""What a router reads of a call: its prompt as runs of content.
+
+A router that scores prefixes (``cache-aware``) needs each call's prompt, not only its
+length. A prompt is a tuple of runs ``(content id, tokens)``; a content id names one
+stretch of tokens wherever it appears (the same id always sits at the same place after
+the same content), so two prompts share a prefix exactly as long as their runs agree
+from the start:
+
+- first the blocks the call shares with other programs (a system prompt, tool
+  definitions: :meth:`replay.workload.Call.shared_keys`), one run per engine block keyed
+  as the backends key it;
+- then the program's own stream, as the replay models it: call k's prompt repeats the
+  first ``reused_tokens`` of call k−1's prompt and output, then carries fresh tokens.
+  Unlike the ``(program, block index)`` keys of :meth:`~replay.workload.Call.block_keys`,
+  the runs tell a rewritten history from the one it replaced, and a prompt of thousands
+  of blocks stays a few runs long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from itertools import count
+
+from replay.workload import AgentProgram
+
+Runs = tuple[tuple[Hashable, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramPrompts:
+    """Per call of one program: its prompt, and its stream (prompt then output)."""
+
+    prompts: tuple[Runs, ...]
+    streams: tuple[Runs, ...]
+    #: each prompt's tokens
+    sizes: tuple[int, ...]
+
+
+def truncated(runs: Runs, tokens: int) -> Runs:
+    """The first ``tokens`` tokens of ``runs``."""
+    out: list[tuple[Hashable, int]] = []
+    left = tokens
+    for cid, n in runs:
+        if left <= 0:
+            break
+        out.append((cid, min(n, left)))
+        left -= n
+    return tuple(out)
+
+
+def common_prefix(a: Runs, b: Runs) -> int:
+    """Tokens that ``a`` and ``b`` share from their start."""
+    total = 0
+    for (ca, na), (cb, nb) in zip(a, b, strict=False):
+        if ca != cb:
+            break
+        total += min(na, nb)
+        if na != nb:
+            break
+    return total
+
+
+def skipped(runs: Runs, tokens: int) -> Runs:
+    """``runs`` without their first ``tokens`` tokens."""
+    out: list[tuple[Hashable, int]] = []
+    left = tokens
+    for cid, n in runs:
+        if left >= n:
+            left -= n
+            continue
+        out.append((cid, n - left) if left else (cid, n))
+        left = 0
+    return tuple(out)
+
+
+def program_prompts(program: AgentProgram, ids: count[int], block_size: int) -> ProgramPrompts:
+    """The prompts and streams of ``program``'s calls (content ids drawn from ``ids``; the
+    shared blocks keyed at the engine's ``block_size``)."""
+    prompts: list[Runs] = []
+    streams: list[Runs] = []
+    previous: Runs = ()  # the program's own stream, from its first token
+    for turn, call in enumerate(program.calls):
+        reused = min(call.reused_tokens, sum(n for _, n in previous)) if turn else 0
+        own = truncated(previous, reused)
+        fresh = call.input_tokens - reused
+        if fresh > 0:
+            own = (*own, (next(ids), fresh))
+        shared = call.shared_keys(block_size)
+        head = tuple((key, block_size) for key in shared)
+        prompt = head + skipped(own, len(shared) * block_size)
+        prompts.append(prompt)
+        previous = (*own, (next(ids), call.output_tokens))
+        streams.append((*prompt, (previous[-1])))
+    return ProgramPrompts(
+        tuple(prompts), tuple(streams), tuple(c.input_tokens for c in program.calls)
+    )
+
+
+def tokens(runs: Runs) -> int:
+    return sum(n for _, n in runs)

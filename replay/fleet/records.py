@@ -1,0 +1,38 @@
+"""The shapes a fleet replay adds to each policy's record in ``replay.json``."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+
+class FleetRouter(TypedDict):
+    """The router: its name, its settings (defaults filled in) and the replicas."""
+
+    name: str
+    settings: dict[str, float | int | None]
+    replicas: int
+
+
+class ReplicaResult(TypedDict):
+    replica: int
+    llm_calls: int
+    #: programs whose first call this replica served, and their mean JCT
+    programs_started: int
+    jct_mean_s: float | None
+    ttft_mean_s: float | None
+    prefix_hit_rate: float | None
+    preemptions: int
+    engine_busy_s: float
+    engine_steps: int
+    pins_made: int
+    pinned_token_seconds: float
+
+
+class MissReasons(TypedDict):
+    """Follow-up calls whose prefix hit fell short, by why (``replay.fleet.metrics``)."""
+
+    routed_elsewhere: int
+    never_pinned: int
+    expired: int
+    released_by_valve: int
+    evicted: int

@@ -1,0 +1,34 @@
+"""``as-logged``: the routing that happened, from the trace's ``replica`` column (engine
+logs from a fleet). Replica names are given indices in sorted order; a call without one
+goes where its program's previous call went (replica 0 for a first call)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from replay.fleet.routers.base import FleetView, RoutedCall, Stateless
+from ttlctl.errors import ConfigError
+
+
+@dataclass(slots=True)
+class AsLogged(Stateless):
+    names: Sequence[str]
+    replicas: int
+    name: str = "as-logged"
+    _index: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = sorted(set(self.names))
+        if len(names) > self.replicas:
+            raise ConfigError(
+                f"--replicas {self.replicas}: the trace's replica column names "
+                f"{len(names)} replicas"
+            )
+        self._index = {n: i for i, n in enumerate(names)}
+
+    def route(self, call: RoutedCall, view: FleetView, now: float) -> int:
+        if call.logged_replica is not None:
+            return self._index[call.logged_replica]
+        previous = view.previous_replica(call.program)
+        return 0 if previous is None else previous

@@ -1,0 +1,88 @@
+"""What every router model answers, and what it may read.
+
+A router model is a port of a real router's decision rule (each module names the file
+and version it follows). It reads only what the real router sees: its own records (the
+requests it sent each replica and has not seen finish, the replica it sent each session
+to), the request (its prompt, its ``X-Session-ID`` header: the program id, as the live
+replay sends it) and, for the routers that subscribe to them, the engines' KV events
+(which prompt blocks each replica holds). Never an engine's queue, pins or clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from replay.fleet.prompts import Runs
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedCall:
+    """One call as the router receives it."""
+
+    program: str
+    turn: int
+    prompt: Runs
+    prompt_tokens: int
+    #: the replica the trace's engine log says served it (``as-logged``; None: unknown)
+    logged_replica: str | None = None
+
+    @property
+    def session(self) -> str:
+        """The ``X-Session-ID`` header the live replay sends: the program id."""
+        return self.program
+
+
+class FleetView(Protocol):
+    """What a router can know about the fleet."""
+
+    @property
+    def replicas(self) -> int: ...
+
+    def load(self, replica: int) -> int:
+        """Requests the router sent ``replica`` that have not finished (vllm-router's
+        ``worker.load()``)."""
+        ...
+
+    def loads(self) -> Sequence[int]:
+        """:meth:`load` of every replica, in order."""
+        ...
+
+    def load_tokens(self, replica: int) -> int:
+        """Prompt tokens of those requests."""
+        ...
+
+    def cached_tokens(self, replica: int, call: RoutedCall) -> int:
+        """Prompt tokens of ``call`` that ``replica`` holds in full KV blocks, as its KV
+        events (``BlockStored`` / ``BlockRemoved``) have told the router."""
+        ...
+
+    def previous_replica(self, program: str) -> int | None:
+        """Where the router sent the program's previous call (its own record)."""
+        ...
+
+
+class Router(Protocol):
+    name: str
+
+    def route(self, call: RoutedCall, view: FleetView, now: float) -> int:
+        """The replica (0-based) that ``call`` goes to."""
+        ...
+
+    def completed(self, replica: int, call: RoutedCall, now: float) -> None:
+        """The response to ``call`` ended (the router sees the stream close)."""
+        ...
+
+
+def least_loaded(view: FleetView) -> int:
+    """The first replica with the fewest requests in flight (Rust's ``min_by_key``)."""
+    loads = view.loads()
+    return loads.index(min(loads))
+
+
+class Stateless:
+    """A router that keeps no per-request record (nothing to do on completion)."""
+
+    def completed(self, replica: int, call: RoutedCall, now: float) -> None:
+        return None

@@ -1,0 +1,97 @@
+"""``cache-aware``: vllm-router 0.1.17's default ``cache_aware`` policy
+(``src/policies/cache_aware.rs``, itself SGLang's router's; the approximate tree of
+``src/tree.rs``).
+
+The rule, per request:
+
+- the fleet is *imbalanced* when ``max_load − min_load > --balance-abs-threshold`` (64)
+  **and** ``max_load > min_load × --balance-rel-threshold`` (1.5), loads being the
+  router's own in-flight counts: then the request goes to the least loaded worker (the
+  first of them), and its prompt is still taught to that worker's tree;
+- otherwise the prompt is matched against the approximate prefix tree of what the router
+  sent each worker: with a match rate (matched / prompt length) above
+  ``--cache-threshold`` (0.3) the request goes to the worker with the longest match, else
+  to the least loaded worker; the chosen worker's tree learns the prompt.
+
+The tree holds prompts only (a response's text reaches the tree when the next prompt
+repeats it). Deliberate differences: the tree counts tokens, not characters (the match
+rate is a ratio, so the unit cancels for text of even density); it is never pruned (the
+real one evicts least-recently-used leaves every ``--eviction-interval-secs`` past
+``--max-tree-size`` characters per worker, 2²⁵ by default: more than the workloads here
+send); two workers with the same longest match go to the lower index (the real tree
+answers whichever tenant its node lists first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from replay.fleet.prompts import Runs
+from replay.fleet.routers.base import FleetView, RoutedCall, Stateless, least_loaded
+
+
+@dataclass(slots=True)
+class PromptTree:
+    """The approximate tree: per content run, the longest stretch each worker was sent.
+
+    A content id always follows the same content (see :mod:`replay.fleet.prompts`), so
+    ``{run: {worker: tokens}}`` is a prefix tree folded by its edges."""
+
+    _runs: dict[Hashable, dict[int, int]] = field(default_factory=dict)
+
+    def insert(self, prompt: Runs, worker: int) -> None:
+        runs = self._runs
+        for cid, n in prompt:
+            held = runs.get(cid)
+            if held is None:
+                runs[cid] = {worker: n}
+            elif held.get(worker, 0) < n:
+                held[worker] = n
+
+    def longest_match(self, prompt: Runs) -> tuple[int, int]:
+        """(tokens matched, worker) of the worker sharing the longest prefix; (0, -1)
+        when none shares any."""
+        best, best_worker = 0, -1
+        alive: dict[int, int] | None = None  # worker -> tokens matched so far
+        for cid, n in prompt:
+            held = self._runs.get(cid)
+            if not held:
+                break
+            nxt: dict[int, int] = {}
+            for worker, m in held.items():
+                if alive is not None and worker not in alive:
+                    continue
+                got = (alive[worker] if alive is not None else 0) + min(m, n)
+                if got > best or (got == best and worker < best_worker):
+                    best, best_worker = got, worker
+                if m >= n:
+                    nxt[worker] = got
+            if not nxt:
+                break
+            alive = nxt
+        return best, best_worker
+
+
+@dataclass(slots=True)
+class CacheAware(Stateless):
+    cache_threshold: float = 0.3
+    balance_abs_threshold: int = 64
+    balance_rel_threshold: float = 1.5
+    name: str = "cache-aware"
+    tree: PromptTree = field(default_factory=PromptTree)
+
+    def imbalanced(self, view: FleetView) -> bool:
+        loads = view.loads()
+        high, low = max(loads), min(loads)
+        return high - low > self.balance_abs_threshold and high > low * self.balance_rel_threshold
+
+    def route(self, call: RoutedCall, view: FleetView, now: float) -> int:
+        if self.imbalanced(view):
+            worker = least_loaded(view)
+        else:
+            matched, tenant = self.tree.longest_match(call.prompt)
+            rate = matched / call.prompt_tokens if call.prompt_tokens else 0.0
+            worker = tenant if rate > self.cache_threshold else least_loaded(view)
+        self.tree.insert(call.prompt, worker)
+        return worker

@@ -1,0 +1,180 @@
+"""One policy's replay on a fleet: the runner ``replay``, ``tune`` and the benches call.
+
+:class:`FleetSpec` is the fleet (replicas, router and its settings, the trace's logged
+replicas for ``as-logged``); :func:`runner` gives the callable that
+:func:`replay.policy_runs.run_all` replays each policy with.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from profiles.cost import CostModel, rebuild_pricer
+from replay.figures import PolicyResult
+from replay.fleet.loop import FleetOutcome, simulate_fleet
+from replay.fleet.metrics import fleet_result
+from replay.fleet.records import FleetRouter
+from replay.fleet.routers import RouterSettings, make_router
+from replay.policies import BOUNDS, PolicySpec, make
+from replay.policy_runs import Load, prepare, unlimited_kv_tokens
+from replay.sim import ReplayConfig
+from replay.workload import Workload
+from ttlctl.errors import ConfigError
+from ttlctl.trace import io as trace_io
+
+#: the trace column naming the replica that served a call (engine logs from a fleet)
+REPLICA_COLUMN = "replica"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSpec:
+    replicas: int
+    router: RouterSettings = field(default_factory=RouterSettings)
+    #: (program, turn) -> the logged replica (``as-logged``)
+    logged: Mapping[tuple[str, int], str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ConfigError(f"--replicas must be at least 1, got {self.replicas}")
+        if self.router.name == "as-logged" and self.logged is None:
+            raise ConfigError("--router as-logged needs the trace's replica column")
+
+    def describe(self) -> FleetRouter:
+        """The router, its settings (defaults filled in) and the replicas, for the JSON."""
+        return {
+            "name": self.router.name,
+            "settings": self.router.resolved(),
+            "replicas": self.replicas,
+        }
+
+
+def logged_replicas(trace: Path) -> dict[tuple[str, int], str]:
+    """The trace's ``replica`` column by (program, turn); a one-line error without one."""
+    frame = trace_io.read(trace)
+    if REPLICA_COLUMN not in frame.columns or frame[REPLICA_COLUMN].null_count() == len(frame):
+        raise ConfigError(
+            f"--router as-logged: {trace} has no {REPLICA_COLUMN!r} column (engine logs "
+            "from a fleet carry one)"
+        )
+    return {
+        (str(pid), int(turn)): str(rep)
+        for pid, turn, rep in frame.select("program_id", "turn", REPLICA_COLUMN).iter_rows()
+        if rep is not None
+    }
+
+
+def simulate_fleet_one(
+    workload: Workload,
+    spec: PolicySpec,
+    cost: CostModel,
+    config: ReplayConfig,
+    timing: Load,
+    fleet: FleetSpec,
+) -> tuple[FleetOutcome, Workload, float]:
+    """The fleet's outcome of one policy, the workload as replayed and the wall seconds."""
+    work = prepare(workload, timing)
+    pauses = {(p.program_id, i): c.pause_s for p in work.programs for i, c in enumerate(p.calls)}
+    cfg = replace(config, concurrency=timing.concurrency)
+    if spec.name == "unlimited-kv":
+        cfg = replace(
+            cfg,
+            engine=replace(
+                cfg.engine, kv_tokens=max(cfg.engine.kv_tokens, unlimited_kv_tokens(work, cfg))
+            ),
+        )
+
+    rebuild = rebuild_pricer(cost, cfg.engine.max_num_batched_tokens)
+    policies = [make(spec, pauses, rebuild) for _ in range(fleet.replicas)]
+    router = make_router(
+        fleet.router,
+        fleet.replicas,
+        seed=timing.seed,
+        block_size=cfg.engine.block_size,
+        logged_replicas=sorted(set(fleet.logged.values())) if fleet.logged else (),
+    )
+    start = time.perf_counter()
+    outcome = simulate_fleet(work, policies, cost, cfg, router, logged_replicas=fleet.logged)
+    return outcome, work, time.perf_counter() - start
+
+
+def runner(fleet: FleetSpec) -> Callable[..., PolicyResult]:
+    """Replays one policy on ``fleet`` (the signature of :func:`replay.policy_runs.run_one`)."""
+
+    def run(
+        workload: Workload,
+        spec: PolicySpec,
+        cost: CostModel,
+        config: ReplayConfig,
+        timing: Load,
+        *,
+        timed: bool = True,
+    ) -> PolicyResult:
+        outcome, work, wall = simulate_fleet_one(workload, spec, cost, config, timing, fleet)
+        return fleet_result(
+            outcome,
+            work,
+            spec.name,
+            evaluation_only=spec.name in BOUNDS,
+            wall_s=wall if timed else None,
+            router=fleet.describe(),
+        )
+
+    return run
+
+
+def router_settings(
+    name: str | None,
+    *,
+    cache_threshold: float | None = None,
+    balance_abs_threshold: int | None = None,
+    balance_rel_threshold: float | None = None,
+    kv_aware_session_affinity_ttl_secs: float | None = None,
+    router_temperature: float | None = None,
+    pin_queue_bound: int | None = None,
+) -> RouterSettings | None:
+    """The router asked for on the command line (None: none named, no router flag given;
+    router flags without ``--router``: vllm-router's default, ``cache-aware``)."""
+    flags = {
+        "cache_threshold": cache_threshold,
+        "balance_abs_threshold": balance_abs_threshold,
+        "balance_rel_threshold": balance_rel_threshold,
+        "kv_aware_session_affinity_ttl_secs": kv_aware_session_affinity_ttl_secs,
+        "router_temperature": router_temperature,
+        "pin_queue_bound": pin_queue_bound,
+    }
+    if name is None and all(v is None for v in flags.values()):
+        return None
+    return RouterSettings(name or "cache-aware", **flags)  # type: ignore[arg-type]
+
+
+def fleet_for(
+    trace: Path,
+    replicas: int | None,
+    router: RouterSettings | None,
+    *,
+    backend: str = "fast",
+    live: bool = False,
+) -> FleetSpec | None:
+    """The fleet a command was asked for (None: one engine, no router), checked."""
+    if replicas is None:
+        if router is not None:
+            raise ConfigError("--router and its settings need --replicas N")
+        return None
+    if replicas < 1:
+        raise ConfigError(f"--replicas must be at least 1, got {replicas}")
+    if backend != "fast":
+        raise ConfigError(
+            "--replicas: a fleet runs on the fast backend only (--backend vllm with "
+            "--replicas is not supported yet)"
+        )
+    if live:
+        raise ConfigError(
+            "--replicas with --live is not supported: start the servers and the router, "
+            "and point --live at the router"
+        )
+    router = router or RouterSettings()
+    logged = logged_replicas(trace) if router.name == "as-logged" else None
+    return FleetSpec(replicas, router, logged)

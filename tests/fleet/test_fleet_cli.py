@@ -1,0 +1,98 @@
+"""`ttlctl replay --replicas N --router R` end to end, and its refusals (one line, exit 2,
+naming the flag)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from replay.figures import ReplayDoc
+from replay.synth import synth
+from tests.documents import conforms
+from ttlctl.cli import app
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("fleet") / "swe.parquet"
+    synth("swe-bench", 12, 2).write_parquet(path)
+    return path
+
+
+def test_replay_a_fleet(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(
+        app,
+        [
+            "replay", str(trace), "--policy", "vllm", "--policy", "continuum",
+            "--replicas", "3", "--router", "cache-aware", "--cache-threshold", "0.5",
+            "--concurrency", "6", "--kv-tokens", "200000", "--json", str(out),
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "per replica" in res.output and "replica 2" in res.output
+    doc = json.loads(out.read_text())
+    conforms(doc, ReplayDoc)
+    assert doc["fleet"] == {
+        "name": "cache-aware",
+        "settings": {
+            "cache_threshold": 0.5,
+            "balance_abs_threshold": 64,
+            "balance_rel_threshold": 1.5,
+        },
+        "replicas": 3,
+    }
+    for r in doc["results"]:
+        assert r["router"] == doc["fleet"] and len(r["per_replica"]) == 3
+        assert set(r["miss_reasons"]) == {
+            "routed_elsewhere", "never_pinned", "expired", "released_by_valve", "evicted",
+        }  # fmt: skip
+        assert r["pins_wasted"] >= 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--replicas", "0"], "--replicas must be at least 1"),
+        (["--replicas", "2", "--router", "nope"], "--router: unknown router 'nope'"),
+        (["--replicas", "2", "--router", "as-logged"], "has no 'replica' column"),
+        (["--router", "pin-aware"], "--router and its settings need --replicas N"),
+        (
+            ["--replicas", "2", "--router", "round-robin", "--cache-threshold", "0.5"],
+            "--cache-threshold: the round-robin router does not take it",
+        ),
+        (
+            ["--replicas", "2", "--router", "kv-aware", "--pin-queue-bound", "3"],
+            "--pin-queue-bound: the kv-aware router does not take it",
+        ),
+        (["--replicas", "2", "--kv-tokens", "8"], "must hold at least one block"),
+        (["--replicas", "2", "--backend", "vllm"], "--replicas: a fleet runs on the fast"),
+    ],
+)
+def test_bad_fleet_arguments(trace: Path, args: list[str], message: str) -> None:
+    res = CliRunner().invoke(app, ["replay", str(trace), "--policy", "vllm", *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_report_shows_the_fleet(trace: Path, tmp_path: Path) -> None:
+    from ttlctl.report import build_report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    res = CliRunner().invoke(
+        app,
+        [
+            "replay", str(trace), "--policy", "continuum", "--replicas", "2",
+            "--router", "round-robin", "--concurrency", "6", "--kv-tokens", "200000",
+            "--json", str(run / "replay.json"),
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    page = build_report(run)
+    assert "behind <code>round-robin</code>" in page
+    assert "routed elsewhere" in page and "continuum: per replica" in page

@@ -1,0 +1,160 @@
+"""The fleet replay: one replica is the single-engine replay exactly (every policy, every
+router); several replicas conserve calls and report where each went."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from profiles.cost import ProfileCostModel
+from profiles.shipped import resolve
+from replay.fleet.routers import ROUTERS, RouterSettings
+from replay.fleet.run import FleetSpec, logged_replicas, runner, simulate_fleet_one
+from replay.policies import NAMES, PolicySpec
+from replay.policy_runs import Load, run_one
+from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig
+from replay.synth import synth
+from replay.workload import Workload, from_frame
+from ttlctl.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def workload() -> Workload:
+    return from_frame(synth("swe-bench", 24, 3))
+
+
+@pytest.fixture(scope="module")
+def cost() -> ProfileCostModel:
+    return ProfileCostModel(resolve("llama-3.1-8b-h100")[0])
+
+
+# tight enough that pins, the valve and preemptions all happen
+CONFIG = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=120_000), check=True)
+LOAD = Load(concurrency=12)
+
+
+@pytest.mark.parametrize("policy", NAMES)
+def test_one_replica_is_the_single_engine(workload, cost, policy):
+    spec = PolicySpec(policy)
+    single = run_one(workload, spec, cost, CONFIG, LOAD, timed=False)
+    for name in ROUTERS:
+        if name == "as-logged":
+            continue
+        fleet = runner(FleetSpec(1, RouterSettings(name)))(
+            workload, spec, cost, CONFIG, LOAD, timed=False
+        )
+        assert {k: fleet[k] for k in single} == single, name
+        assert fleet["replicas"] == 1 and fleet["pins_wasted"] == 0
+
+
+def test_four_replicas_serve_every_call_once(workload, cost):
+    calls = workload.calls
+    for name in ("round-robin", "consistent-hash", "cache-aware", "kv-aware", "pin-aware"):
+        r = runner(FleetSpec(4, RouterSettings(name)))(
+            workload, PolicySpec("continuum"), cost, CONFIG, LOAD, timed=False
+        )
+        per = r["per_replica"]
+        assert r["llm_calls"] == calls == sum(p["llm_calls"] for p in per)
+        assert r["load_balance"] >= 1.0
+        assert sum(p["engine_busy_s"] for p in per) == pytest.approx(r["engine_busy_s"])
+        if name == "consistent-hash":  # sticky: every follow-up returns, no pin wasted
+            assert r["returned_share"] == 1.0 and r["pins_wasted"] == 0
+            assert r["miss_reasons"]["routed_elsewhere"] == 0
+        if name == "round-robin":  # about 1 in 4 return: pins go to waste
+            assert r["returned_share"] < 0.5 and r["pins_wasted"] > 0
+            assert r["miss_reasons"]["routed_elsewhere"] > 0
+
+
+def test_same_seed_same_fleet(workload, cost):
+    run = runner(FleetSpec(3, RouterSettings("power-of-two")))
+    load = Load(concurrency=12, seed=5)
+    a = run(workload, PolicySpec("continuum"), cost, CONFIG, load, timed=False)
+    b = run(workload, PolicySpec("continuum"), cost, CONFIG, load, timed=False)
+    assert a == b
+
+
+def test_as_logged_replays_the_recorded_routing(tmp_path: Path, workload, cost):
+    frame = synth("swe-bench", 24, 3)
+    frame = frame.with_columns(
+        pl.when(pl.col("turn") % 2 == 0)
+        .then(pl.lit("10.0.0.2:8000"))
+        .otherwise(pl.lit("10.0.0.1:8000"))
+        .alias("replica")
+    )
+    path = tmp_path / "fleet.parquet"
+    frame.write_parquet(path)
+    logged = logged_replicas(path)
+    r = runner(FleetSpec(2, RouterSettings("as-logged"), logged))(
+        workload, PolicySpec("vllm"), cost, CONFIG, LOAD, timed=False
+    )
+    # even turns on the second name (sorted: index 1), odd on the first: none returns
+    assert r["returned_share"] == 0.0
+    plain = tmp_path / "plain.parquet"
+    synth("swe-bench", 4, 3).write_parquet(plain)
+    with pytest.raises(ConfigError, match=r"--router as-logged: .* has no 'replica' column"):
+        logged_replicas(plain)
+
+
+def test_fleet_refusals():
+    with pytest.raises(ConfigError, match="--replicas must be at least 1"):
+        FleetSpec(0)
+    with pytest.raises(ConfigError, match="--router as-logged needs"):
+        FleetSpec(2, RouterSettings("as-logged"))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_shared_prefixes_one_replica_and_a_fleet(seed: int) -> None:
+    """Programs of two products whose prompts start with shared blocks: one replica is the
+    single engine, every policy; on three replicas kv-aware sees the shared blocks that
+    other programs left on a replica (a first call hits there)."""
+    from tests.replay.test_prefix_sharing import CONFIG as SHARED_CONFIG
+    from tests.replay.test_prefix_sharing import COST as SHARED_COST
+    from tests.replay.test_prefix_sharing import workload as shared_workload
+
+    work = shared_workload(seed)
+    load = Load()
+    for policy in ("vllm", "continuum"):
+        spec = PolicySpec(policy)
+        single = run_one(work, spec, SHARED_COST, SHARED_CONFIG, load, timed=False)
+        for name in ("cache-aware", "kv-aware"):
+            fleet = runner(FleetSpec(1, RouterSettings(name)))(
+                work, spec, SHARED_COST, SHARED_CONFIG, load, timed=False
+            )
+            assert {k: fleet[k] for k in single} == single, (policy, name)
+    outcome, _, _ = simulate_fleet_one(
+        work, PolicySpec("vllm"), SHARED_COST, SHARED_CONFIG, load,
+        FleetSpec(3, RouterSettings("kv-aware")),
+    )  # fmt: skip
+    firsts = [c for c in outcome.calls if c.turn == 0 and c.prompt > 64]
+    assert any(c.hit_tokens > 0 for c in firsts)  # a prefix another program computed
+
+
+@pytest.mark.parametrize(
+    ("name", "policy"),
+    [
+        ("kv-aware", "vllm"),
+        ("kv-aware", "continuum"),
+        ("round-robin", "vllm"),
+        ("round-robin", "continuum"),
+        ("pin-aware", "continuum"),
+        ("cache-aware", "static-ttl"),
+        ("power-of-two", "program-fcfs"),
+    ],
+)
+def test_waiting_decode_runs_match_step_by_step(workload, cost, name, policy):
+    """Three replicas: the fleet's waiting runs of decode steps (taken up to the next call
+    routed there) give what stepping one decode token at a time gives. (A run taken at once
+    up to the next send known would not: a send made later by a finish on another replica
+    can come before it ends.)"""
+    per_token = replace(CONFIG, engine=replace(CONFIG.engine, fast=False))
+    run = runner(FleetSpec(3, RouterSettings(name)))
+    fast = run(workload, PolicySpec(policy), cost, CONFIG, LOAD, timed=False)
+    slow = run(workload, PolicySpec(policy), cost, per_token, LOAD, timed=False)
+    for key in ("llm_calls", "preemptions", "pins_wasted", "miss_reasons", "pins"):
+        assert fast[key] == slow[key], key
+    for key in ("jct_mean_s", "ttft_mean_s", "prefix_hit_rate", "engine_busy_s"):
+        assert fast[key] == pytest.approx(slow[key], rel=1e-9), key

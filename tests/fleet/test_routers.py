@@ -1,0 +1,203 @@
+"""Each router model's choices on small hand-made cases, against the real router's rules
+(vllm-router 0.1.17's policies; see each module's docstring for the file it follows)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from replay.fleet.prompts import Runs, common_prefix, tokens, truncated
+from replay.fleet.routers import RouterSettings, make_router
+from replay.fleet.routers.base import RoutedCall
+from replay.fleet.routers.cache_aware import CacheAware
+from replay.fleet.routers.consistent_hash import ConsistentHash
+from replay.fleet.routers.furc import fbi_hash, murmur64a
+from replay.fleet.routers.kv_aware import KvAware
+from replay.fleet.routers.pin_aware import PinAware
+from replay.fleet.routers.power_of_two import PowerOfTwo
+from replay.fleet.routers.round_robin import RoundRobin
+from replay.fleet.routers.sticky_least_loaded import StickyLeastLoaded
+from ttlctl.errors import ConfigError
+
+
+@dataclass
+class View:
+    """A hand-made fleet: loads, prompt tokens in flight, cached tokens, previous replica."""
+
+    in_flight: list[int]
+    tokens_in_flight: list[int] | None = None
+    cached: dict[int, int] = field(default_factory=dict)
+    previous: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def replicas(self) -> int:
+        return len(self.in_flight)
+
+    def load(self, replica: int) -> int:
+        return self.in_flight[replica]
+
+    def loads(self) -> list[int]:
+        return self.in_flight
+
+    def load_tokens(self, replica: int) -> int:
+        return (self.tokens_in_flight or [0] * self.replicas)[replica]
+
+    def cached_tokens(self, replica: int, call: RoutedCall) -> int:
+        return self.cached.get(replica, 0)
+
+    def previous_replica(self, program: str) -> int | None:
+        return self.previous.get(program)
+
+
+def call(program: str, prompt: Runs, turn: int = 0) -> RoutedCall:
+    return RoutedCall(program, turn, prompt, tokens(prompt))
+
+
+def test_runs_share_prefixes_as_content():
+    a: Runs = ((1, 100), (2, 50))
+    assert common_prefix(a, ((1, 100), (2, 20), (3, 5))) == 120
+    assert common_prefix(a, ((1, 60),)) == 60
+    assert common_prefix(a, ((4, 100),)) == 0
+    assert truncated(a, 130) == ((1, 100), (2, 30))
+
+
+def test_round_robin_cycles():
+    r, v = RoundRobin(), View([0, 0, 0])
+    assert [r.route(call("p", ((1, 10),)), v, 0.0) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_power_of_two_takes_the_lighter_of_two_distinct_draws():
+    # two workers: the pair is always both, so the lighter always wins (the real tests)
+    r = PowerOfTwo(np.random.default_rng(0))
+    v = View([10, 0])
+    assert {r.route(call("p", ((1, 10),)), v, 0.0) for _ in range(50)} == {1}
+    # three workers, the busiest never wins (it is never lighter than the other draw)
+    v = View([10, 5, 0])
+    picks = [r.route(call("p", ((1, 10),)), v, 0.0) for _ in range(300)]
+    assert 0 not in picks and picks.count(2) > picks.count(1)
+
+
+def test_murmur_and_furc_match_mcrouter():
+    # MurmurHash64A of the empty key with seed 0 is 0; one byte goes through the tail
+    assert murmur64a(b"", 0) == 0
+    assert murmur64a(b"a", 0) != murmur64a(b"b", 0)
+    assert 0 <= fbi_hash("header:x-session-id:swe-000003") < 2**64
+    assert fbi_hash("x") == fbi_hash("x")
+
+
+def test_consistent_hash_is_sticky_and_spreads_sessions():
+    r = ConsistentHash(4)
+    v = View([0, 0, 0, 0])
+    owners = {f"swe-{i:06d}": r.route(call(f"swe-{i:06d}", ((i, 10),)), v, 0.0) for i in range(400)}
+    # same session, same replica, whatever the load
+    v_busy = View([1000, 0, 0, 0])
+    for s, owner in list(owners.items())[:20]:
+        assert r.route(call(s, ((9, 10),), turn=3), v_busy, 5.0) == owner
+    counts = [list(owners.values()).count(i) for i in range(4)]
+    assert min(counts) > 50  # 160 virtual nodes per worker spread 400 sessions
+
+
+def test_cache_aware_follows_the_longest_match_above_the_threshold():
+    r = CacheAware()
+    v = View([0, 0])
+    first = r.route(call("a", ((1, 1000),)), v, 0.0)
+    assert first == 0  # empty tree: match 0 → the least loaded (the first)
+    # the next prompt repeats it (match 1000/1100 > 0.3): back to worker 0 even if busier
+    v = View([5, 0])
+    assert r.route(call("a", ((1, 1000), (2, 100)), 1), v, 1.0) == 0
+    # a prompt that shares too little (200/1000 ≤ 0.3) goes to the least loaded
+    assert r.route(call("b", ((1, 200), (3, 800))), v, 2.0) == 1
+    # ... and is learnt there: its continuation goes back to worker 1
+    assert r.route(call("b", ((1, 200), (3, 800), (4, 10)), 1), View([0, 9]), 3.0) == 1
+
+
+def test_cache_aware_balances_only_when_both_thresholds_are_crossed():
+    def learnt(**kw: float) -> CacheAware:
+        r = CacheAware(**kw)  # type: ignore[arg-type]
+        r.route(call("a", ((1, 1000),)), View([0, 0]), 0.0)  # learnt by worker 0
+        return r
+
+    follow = call("a", ((1, 1000), (2, 10)), 1)
+    # 70 − 5 > 64 and 70 > 5 × 1.5: imbalanced → the least loaded, despite the match
+    r = learnt()
+    assert r.route(follow, View([70, 5]), 1.0) == 1
+    # ... and worker 1 learnt the prompt: it now holds the longest match
+    assert r.tree.longest_match(follow.prompt) == (1010, 1)
+    # 100 − 40 = 60 ≤ 64: balanced → the match wins
+    assert learnt().route(follow, View([100, 40]), 2.0) == 0
+    # 300 − 250 ≤ 64 and 300 ≤ 250 × 1.5: balanced
+    assert learnt().route(follow, View([300, 200]), 3.0) == 0
+    # 300 − 100 > 64 but both must hold: 300 > 100 × 1.5 too → imbalanced
+    assert learnt().route(follow, View([300, 100]), 3.0) == 1
+    # 400 − 300 > 64 but 400 ≤ 300 × 1.5: balanced
+    assert learnt().route(follow, View([400, 300]), 3.0) == 0
+    strict = learnt(balance_abs_threshold=0, balance_rel_threshold=1.0)
+    assert strict.route(follow, View([2, 1]), 1.0) == 1
+
+
+def test_kv_aware_costs_cached_blocks_against_load():
+    r = KvAware(np.random.default_rng(0), block_size=16)
+    c = call("a", ((1, 1600),), 1)  # 100 blocks
+    # replica 1 holds 80 blocks of it: cost 20 + load; replica 0 nothing: 100
+    assert r.route(c, View([0, 0], [0, 0], cached={1: 1280}), 0.0) == 1
+    # replica 1 busy with 90 blocks in flight (cost 110) vs replica 0 (cost 100)
+    assert r.route(c, View([1, 0], [0, 1440], cached={1: 1280}), 0.0) == 0
+    # nothing cached anywhere: the lighter in flight
+    assert r.route(c, View([3, 1], [480, 160]), 0.0) == 1
+
+
+def test_kv_aware_session_affinity_is_an_idle_ttl():
+    r = KvAware(np.random.default_rng(0), kv_aware_session_affinity_ttl_secs=10)
+    c = call("a", ((1, 1600),))
+    assert r.route(c, View([0, 0], [0, 0], cached={1: 1600}), 0.0) == 1
+    r.completed(1, c, 4.0)
+    # within 10 s of the last answer: back to 1, though 0 now holds all of it
+    assert r.route(call("a", ((1, 1600),), 1), View([0, 0], cached={0: 1600}), 13.0) == 1
+    r.completed(1, c, 14.0)
+    # idle 10.5 s: the affinity lapsed, the cost decides
+    assert r.route(call("a", ((1, 1600),), 2), View([0, 0], cached={0: 1600}), 24.5) == 0
+
+
+def test_sticky_least_loaded_counts_sessions_not_requests():
+    r = StickyLeastLoaded()
+    v = View([0, 0, 0])
+    picks = [r.route(call(f"s{i}", ((i, 10),)), v, 0.0) for i in range(3)]
+    assert sorted(picks) == [0, 1, 2]  # each new session to a replica with fewest sessions
+    # a known session stays put, however loaded
+    assert r.route(call("s0", ((0, 10),), 1), View([99, 0, 0]), 1.0) == picks[0]
+    # sessions expire after 7,200 s unseen (swept at most once a minute)
+    r.route(call("s3", ((3, 10),)), v, 7300.0)
+    assert len(r._sessions) == 1
+
+
+def test_pin_aware_goes_home_unless_its_queue_is_over_the_bound():
+    r = PinAware(pin_queue_bound=4)
+    c = call("a", ((1, 100),), 1)
+    assert r.route(c, View([4, 0], previous={"a": 0}), 0.0) == 0  # 4 − 0 ≤ 4: home
+    # over the bound: where the prefix is cached, else the least loaded
+    assert r.route(c, View([5, 0, 3], previous={"a": 0}, cached={2: 64}), 0.0) == 2  # 5 − 0 > 4
+    assert r.route(c, View([6, 2, 1], previous={"a": 0}), 0.0) == 2
+    # a first call: where its prefix is cached (a shared system prompt), else least loaded
+    assert r.route(call("b", ((1, 100),)), View([1, 1], cached={1: 32}), 0.0) == 1
+    assert r.route(call("b", ((1, 100),)), View([1, 0]), 0.0) == 1
+
+
+def test_settings_take_the_real_flags_and_refuse_others():
+    assert RouterSettings("cache-aware").resolved() == {
+        "cache_threshold": 0.3,
+        "balance_abs_threshold": 64,
+        "balance_rel_threshold": 1.5,
+    }
+    assert RouterSettings("cache_aware").name == "cache-aware"  # vllm-router's spelling
+    with pytest.raises(ConfigError, match="--cache-threshold: the round-robin router"):
+        RouterSettings("round-robin", cache_threshold=0.5)
+    with pytest.raises(ConfigError, match="--router: unknown router 'nope'"):
+        RouterSettings("nope")
+    with pytest.raises(ConfigError, match="--kv-aware-session-affinity-ttl-secs"):
+        RouterSettings("kv-aware", kv_aware_session_affinity_ttl_secs=0)
+    with pytest.raises(ConfigError, match="--replicas 2: the trace's replica column names 3"):
+        make_router(
+            RouterSettings("as-logged"), 2, seed=0, block_size=16, logged_replicas=["a", "b", "c"]
+        )

@@ -1,0 +1,103 @@
+"""`ttlctl tune --replicas N`: the router's settings searched with the policy, on a real
+SQLite storage; the guard against stock vLLM behind cache-aware; the bundle's router
+section and `bundle query --as vllm-router`."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import optuna
+import typer
+from typer.testing import CliRunner
+
+from tests.tune.inputs import KV_TOKENS, PROFILE
+from ttlctl import bundle
+from ttlctl.cli import app as ttlctl_app
+from ttlctl.cli import tune as tune_cli
+
+app = typer.Typer()
+app.command("tune")(tune_cli.tune)
+app.command("noop")(lambda: None)
+
+
+def _tune(inputs: dict[str, Any], out: Path, *extra: str) -> Any:
+    return CliRunner().invoke(
+        app,
+        [
+            "tune", str(inputs["trace"]), "--fit", str(inputs["fit"]), "--profile", PROFILE,
+            "--concurrency", "8", "--kv-tokens", str(KV_TOKENS), "--trials", "4",
+            "--seeds", "1", "--holdout-seeds", "1", "--replicas", "2",
+            "--storage", f"sqlite:///{out.parent / 'study.db'}", "-o", str(out), *extra,
+        ],
+    )  # fmt: skip
+
+
+def test_tune_a_fleet_searches_the_router(tune_inputs: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "bundle.json"
+    res = _tune(tune_inputs, out, "--router", "pin-aware", "--router", "kv-aware", "--force")
+    assert res.exit_code == 0, res.output
+    doc = bundle.read(out)
+    summary = json.loads((tmp_path / "tune.json").read_text())
+    # the router was a searched parameter, with its settings; the defaults enqueued first
+    trials = summary["trials"]
+    assert trials[0]["params"]["router"] == "pin-aware"
+    assert trials[0]["params"]["pin_queue_bound"] == 8
+    assert all(t["params"]["router"] in ("pin-aware", "kv-aware") for t in trials)
+    best = summary["best"]
+    assert best["router"]["name"] == best["params"]["router"]
+    assert best["router"]["replicas"] == 2
+    # the stock stack behind vllm-router's default is what the guard compared with
+    held = summary["held_back"]
+    assert held["routers"]["vllm"]["name"] == "cache-aware"
+    assert held["routers"]["vllm"]["settings"]["balance_abs_threshold"] == 64
+    assert held["routers"]["tuned"] == best["router"]
+    # the bundle records the router it was tuned behind (forced: the tuned one)
+    assert doc["router"] == best["router"]
+    # the study is in the SQLite file, with the router among its params
+    db = tmp_path / "study.db"
+    with sqlite3.connect(db) as con:
+        names = {r[0] for r in con.execute("select param_name from trial_params")}
+    assert {"router", "eta", "valve"} <= names
+    study = optuna.load_study(study_name=summary["study"]["name"], storage=f"sqlite:///{db}")
+    assert len(study.trials) == 4
+
+
+def test_bundle_query_as_vllm_router(tune_inputs: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "bundle.json"
+    res = _tune(tune_inputs, out, "--router", "cache-aware", "--force")
+    assert res.exit_code == 0, res.output
+    doc = bundle.read(out)
+    settings = doc["router"]["settings"]
+    q = CliRunner().invoke(ttlctl_app, ["bundle", "query", str(out), "--as", "vllm-router"])
+    assert q.exit_code == 0, q.output
+    assert q.stdout.split() == [
+        "--policy", "cache_aware",
+        "--balance-abs-threshold", str(settings["balance_abs_threshold"]),
+        "--balance-rel-threshold", str(settings["balance_rel_threshold"]),
+        "--cache-threshold", str(settings["cache_threshold"]),
+    ]  # fmt: skip
+    # pin-aware has no vllm-router policy: refused, the nearest named
+    pinned = bundle.seal({**doc, "router": {**doc["router"], "name": "pin-aware"}})
+    (tmp_path / "pin.json").write_text(json.dumps(pinned))
+    q = CliRunner().invoke(
+        ttlctl_app, ["bundle", "query", str(tmp_path / "pin.json"), "--as", "vllm-router"]
+    )
+    assert q.exit_code == 2 and "no policy like it" in q.output and "kv_aware" in q.output
+    # an old bundle (no router section) stays valid, and says what is missing
+    old = {k: v for k, v in doc.items() if k != "router"}
+    (tmp_path / "old.json").write_text(json.dumps(bundle.seal(old)))
+    bundle.verify(bundle.read(tmp_path / "old.json"))
+    q = CliRunner().invoke(
+        ttlctl_app, ["bundle", "query", str(tmp_path / "old.json"), "--as", "vllm-router"]
+    )
+    assert q.exit_code == 2 and "no router section" in q.output
+
+
+def test_tune_fleet_refusals(tune_inputs: dict[str, Any], tmp_path: Path) -> None:
+    res = _tune(tune_inputs, tmp_path / "b.json", "--router", "nope")
+    assert res.exit_code == 2 and "--router: unknown router 'nope'" in res.output
+    res = _tune(tune_inputs, tmp_path / "b.json", "--backend", "vllm")
+    assert res.exit_code == 2 and "--replicas: a fleet runs on the fast" in res.output

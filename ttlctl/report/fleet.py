@@ -1,0 +1,104 @@
+"""The "Fleet" section: for a replay of several engines behind a router
+(``ttlctl replay --replicas N --router R``), the router's outcome per policy (load
+balance, follow-up calls that returned to their replica, pins wasted), why follow-up
+calls missed the cache, and each replica's load."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ttlctl.report.markup import absent, e, note, pct, table
+from ttlctl.report.rundir import RunInputs
+
+MISSES = (
+    ("routed_elsewhere", "routed elsewhere"),
+    ("never_pinned", "never pinned"),
+    ("expired", "expired"),
+    ("released_by_valve", "released by the valve"),
+    ("evicted", "evicted"),
+)
+
+
+def section(run: RunInputs) -> str:
+    if run.replay is None:
+        return absent("replay.json")
+    # read defensively: a replay.json may be edited
+    results: list[dict[str, Any]] = [
+        dict(r) for r in run.results() if isinstance(r.get("router"), dict)
+    ]
+    if not results:
+        return note("One engine, no router (a fleet is `ttlctl replay --replicas N --router R`).")
+    router: dict[str, Any] = results[0]["router"]
+    settings = router.get("settings") or {}
+    head = (
+        f"<p>{e(router.get('replicas'))} replicas behind <code>{e(router.get('name'))}</code>"
+        + (
+            " (" + ", ".join(f"{e(k)} = {e(v)}" for k, v in settings.items()) + ")"
+            if isinstance(settings, dict) and settings
+            else ""
+        )
+        + "</p>"
+    )
+    outcome = table(
+        ("policy", "load max/mean", "returned", "pins made", "pins wasted", "wasted share"),
+        (
+            (
+                r.get("policy"),
+                r.get("load_balance"),
+                pct(r.get("returned_share")),
+                (r.get("pins") or {}).get("made"),
+                r.get("pins_wasted"),
+                pct(r.get("pins_wasted_share")),
+            )
+            for r in results
+        ),
+    )
+    misses = table(
+        ("policy", *(label for _, label in MISSES)),
+        (
+            (r.get("policy"), *((r.get("miss_reasons") or {}).get(k) for k, _ in MISSES))
+            for r in results
+        ),
+    )
+    per = []
+    for r in results:
+        reps = r.get("per_replica") or []
+        per.append(f"<h3>{e(r.get('policy'))}: per replica</h3>")
+        per.append(
+            table(
+                ("replica", "calls", "busy s", "JCT mean s", "TTFT mean s", "prefix hits",
+                 "preemptions", "pins made"),
+                (
+                    (
+                        p.get("replica"),
+                        p.get("llm_calls"),
+                        p.get("engine_busy_s"),
+                        p.get("jct_mean_s"),
+                        p.get("ttft_mean_s"),
+                        pct(p.get("prefix_hit_rate")),
+                        p.get("preemptions"),
+                        p.get("pins_made"),
+                    )
+                    for p in reps
+                    if isinstance(p, dict)
+                ),
+            )
+        )  # fmt: skip
+    return (
+        head
+        + outcome
+        + note(
+            "load max/mean: the busiest replica's engine-busy seconds over the mean; "
+            "returned: follow-up calls sent to their previous call's replica; pins wasted: "
+            "pins whose program's next call went to another replica."
+        )
+        + "<h3>Why follow-up calls missed the cache</h3>"
+        + misses
+        + note(
+            "Calls whose prefix hit fell short of what they repeat of their previous call: "
+            "sent to another replica; its previous call not pinned (evicted from the free "
+            "list); its pin expired or was released by the valve before it came; or its pin "
+            "was held when it came but the blocks were gone when it was admitted."
+        )
+        + "".join(per)
+    )

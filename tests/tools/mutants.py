@@ -33,6 +33,8 @@ REPO = Path(__file__).resolve().parents[2]
 SUITES = (
     "tests/vllmsim/test_pin_parity.py",
     "tests/replay/test_equivalence.py",
+    # the same for the pools with prefixes shared across programs
+    "tests/replay/test_prefix_sharing.py",
     "tests/replay/test_pin_rules.py",
     "tests/vllmsim/test_differential.py",
 )

@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := build/demo
 
-.PHONY: install test demo bench lint clean
+.PHONY: install test demo bench lint clean mutants
 
 install: $(STAMP)
 
@@ -47,6 +47,11 @@ demo: install
 
 bench: install
 	$(BIN)/python bench/run.py
+
+# small faults planted in a copy of the tree, each run against the differential, parity and
+# equivalence suites: prints how many were caught (tests/tools/mutants.py, docs/testing.md)
+mutants: install
+	$(BIN)/python -m tests.tools.mutants
 
 # ruff, mypy --strict, and the layer contracts of pyproject.toml (docs/architecture.md)
 lint: install

@@ -9,8 +9,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import Phase, settings
 
 from ttlctl.trace import io as trace_io
+
+#: ``--hypothesis-profile=mutants`` (tests/tools/mutants.py): a failing case is reported as
+#: found, not shrunk (a planted fault only needs to be caught)
+settings.register_profile("mutants", phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "samples"

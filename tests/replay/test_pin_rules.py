@@ -9,11 +9,15 @@ from typing import Any
 
 import pytest
 
+from fitting.policy import PolicyParams, TTLPolicy
 from profiles.cost import ConstantCostModel
 from replay.policies import PolicySpec, make
 from replay.scheduler import SimScheduler, SimSchedulerConfig
 from replay.sim import ReplayConfig, SimulationError, simulate
 from replay.workload import AgentProgram, Call, Workload
+from ttlctl.engine.retention import OK, Retention
+from ttlctl.engine.source import PolicySource
+from ttlctl.engine.tags import Tags
 
 COST = ConstantCostModel()
 
@@ -115,3 +119,20 @@ def test_the_oracle_holds_its_pin_until_the_call_reaches_the_scheduler() -> None
     assert calls[("A", 1)].arrival - calls[("A", 0)].finish == pytest.approx(0.005)
     stats = out.engine.stats
     assert (stats.pins_made, stats.pins_hit, stats.pins_expired) == (1, 1, 0)
+
+
+def test_a_pinned_programs_call_goes_before_an_older_programs() -> None:
+    """The queue's order as docs/method.md states it: a call whose program holds a pin goes
+    before the call of a program that arrived earlier and holds none; once the pin is gone,
+    the older program goes first again."""
+    pol = TTLPolicy.create(PolicyParams(cold_start_ttl_s=5.0, k=0), lambda tokens, offload: 0.01)
+    r = Retention(PolicySource(pol), free=lambda blocks: None, capacity_blocks=1000)
+    old = r.arrive("o1", Tags("OLD", "bash", None), now=0.0)
+    r.arrive("n1", Tags("NEW", "bash", None), now=1.0)
+    assert r.finish("n1", OK, 100, now=2.0) > 0
+    assert r.pin("n1", [1, 2, 3], 5.0, now=2.0)
+    r.forget("n1")
+    new = r.arrive("n2", Tags("NEW", "bash", None), now=3.0)
+    assert r.key(new, preempted=False) < r.key(old, preempted=False)
+    r.release("NEW", "expired")
+    assert r.key(old, preempted=False) < r.key(new, preempted=False)

@@ -12,7 +12,14 @@ call by call, where they differ:
 - ``hit_tokens``: its prefix hit at first admission (vLLM's ``num_cached_tokens``);
 - ``preemptions``;
 - ``pins``: the run's pins made, handed over, expired and released under pressure (the
-  plugin's counters on the vLLM side).
+  plugin's counters on the vLLM side);
+- ``first_token``: when its first output token came (its TTFT from ``arrival``);
+- ``pinned_block_seconds``: the run's pinned memory integrated over time;
+- ``pin_timeline`` (only with ``TTLCTL_DIFF_TIMELINE=1``, measured, not asserted): the
+  run's (time, pinned blocks) at every change of the pinned total. The fast backend samples
+  its timeline at its next ``tick`` (a step boundary), vLLM's harness when the plugin's
+  total changes: a pin made at a finish can show up a step or an idle gap later there
+  (the block-seconds, integrated from the pin table, agree).
 
 Times agree to a relative 1e-9: the fast backend prices a merged run of decode steps in one
 sum, vLLM's harness step by step (the order of float additions). :class:`Tally` counts the
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -47,6 +55,8 @@ METRICS = ("admitted_step", "hit_tokens", "preemptions", "finish_step", "finish"
 TOOLS = ("grep", "pytest", "web", "bash")
 #: 0 and tiny pauses (the follow-up arrives in the same or the next step), pauses around the
 #: TTLs tried, long ones, and one past the program book's abandon_s (an hour)
+#: compare the pin timelines too (see the module docstring)
+TIMELINE = os.environ.get("TTLCTL_DIFF_TIMELINE") == "1"
 PAUSES = (0.0, 0.0005, 0.02, 0.1, 0.3, 0.6, 2.0, 8.0, 40.0, 4000.0)
 
 
@@ -278,7 +288,33 @@ def compare(fast: Outcome, ours: VllmOutcome) -> tuple[int, list[Diff]]:
                 diffs.append(Diff(k, m, u, v, x.arrival))
     if _pins(fast) != _pins(ours):
         diffs.append(Diff(("*", -1), "pins", _pins(fast), _pins(ours)))
+    diffs += compare_times(fast, ours)
     return len(a.keys() & b.keys()), diffs
+
+
+def _close(u: float, v: float) -> bool:
+    return math.isclose(u, v, rel_tol=REL_TIME, abs_tol=1e-12)
+
+
+def compare_times(fast: Outcome, ours: VllmOutcome) -> list[Diff]:
+    """The timing figures beside the steps: each call's first token (its TTFT), the pinned
+    block-seconds and, with :data:`TIMELINE`, the pin timeline."""
+    diffs: list[Diff] = []
+    b = {(c.program, c.turn): c for c in ours.calls}
+    for x in fast.calls:
+        y = b.get((x.program, x.turn))
+        if y is not None and not _close(x.first_token, y.first_token):
+            diffs.append(Diff((x.program, x.turn), "first_token", x.first_token, y.first_token))
+    u, v = fast.engine.stats.pinned_block_seconds, ours.engine.stats.pinned_block_seconds
+    if not math.isclose(u, v, rel_tol=1e-7, abs_tol=1e-9):
+        diffs.append(Diff(("*", -1), "pinned_block_seconds", u, v))
+    s, t = fast.engine.timeline, ours.engine.timeline
+    if TIMELINE and s != t:
+        same = [e[1] == f[1] and _close(e[0], f[0]) for e, f in zip(s, t, strict=False)]
+        if len(s) != len(t) or not all(same):
+            at = same.index(False) if False in same else min(len(s), len(t))
+            diffs.append(Diff(("*", -1), "pin_timeline", s[at : at + 3], t[at : at + 3]))
+    return diffs
 
 
 @dataclass
@@ -391,3 +427,104 @@ def shared_slice(work: Workload, programs: int, calls: int, max_output: int) -> 
             stream = call.input_tokens + call.output_tokens
         out.append(AgentProgram(p.program_id, p.start_s, tuple(kept)))
     return Workload(tuple(out))
+
+
+# ---------------------------------------------------------------------- large cases
+
+#: static τ of the large cases; their pauses sit at τ, just before and just after it
+LARGE_TTLS = (0.05, 0.5, 3.0)
+#: a product's prefix (system prompt and tools): trace blocks of 256 tokens, chained
+LARGE_PREFIX = tuple(range(100, 112))
+
+
+@st.composite
+def large_cases(draw: st.DrawFn, bundles: Mapping[str, dict[str, Any] | None]) -> Case:
+    """Contexts up to 32k tokens, up to 32 programs, most starting with one product's
+    prefix (shared across programs), pauses at τ ± a few ms, and a cache that holds a
+    few contexts at most (memory pressure). Outputs stay short: vLLM's scheduler steps
+    every decode token."""
+    ttl = draw(st.sampled_from(LARGE_TTLS))
+    near = st.sampled_from([ttl - 0.05, ttl - 0.002, ttl, ttl + 0.002, ttl + 0.05, 0.0])
+    out: list[AgentProgram] = []
+    for p in range(draw(st.integers(2, 32))):
+        prefix = None
+        if draw(st.integers(0, 3)):
+            prefix = SharedPrefix(LARGE_PREFIX[: draw(st.integers(1, 12))], 256)
+        first = draw(st.sampled_from([300, 2_000, 8_000, 16_000, 30_000]))
+        first += draw(st.integers(0, 600))
+        calls: list[Call] = []
+        stream = 0
+        for _ in range(draw(st.integers(1, 4))):
+            new = first if not stream else draw(st.integers(1, 1_500))
+            prompt = min(stream + new, 32_000)
+            reused = min(stream, prompt - 1)
+            output = draw(st.integers(1, 12))
+            calls.append(Call(prompt, output, reused, "bash", max(0.0, draw(near)), prefix))
+            stream = prompt + output
+        out.append(AgentProgram(f"p{p}", draw(st.sampled_from([0.0, 0.0, 0.01])), tuple(calls)))
+    work = Workload(tuple(out))
+    largest = max(c.input_tokens + c.output_tokens for p in work.programs for c in p.calls)
+    per_call = -(-largest // 16)
+    blocks = draw(st.integers(per_call, 3 * per_call + 16))
+    engine = SimSchedulerConfig(
+        kv_tokens=blocks * 16,
+        block_size=16,
+        max_num_batched_tokens=draw(st.sampled_from([2048, 8192])),
+        max_num_seqs=draw(st.sampled_from([8, 256])),
+        max_model_len=32_768,
+        reserve_full_prompt=draw(st.sampled_from([True, True, False])),
+    )
+    name = draw(st.sampled_from(["static-ttl", "static-ttl", "continuum", "vllm"]))
+    valve = draw(st.sampled_from(["head", "stall-only"]))
+    cap = draw(st.sampled_from([None, 0.5]))
+    if name == "static-ttl":
+        spec, which = PolicySpec(name, ttl_s=ttl, valve=valve, pin_cap=cap), "-"
+    elif name == "continuum":
+        which = draw(st.sampled_from(sorted(bundles)))
+        spec = PolicySpec(name, bundle=bundles[which], valve=valve, pin_cap=cap)
+    else:
+        spec, which = PolicySpec(name), "-"
+    load = draw(st.sampled_from([Load(), Load(concurrency=8), Load(concurrency=16)]))
+    return Case(work, ReplayConfig(engine=engine), load, spec, which)
+
+
+@st.composite
+def boundary_cases(draw: st.DrawFn) -> Case:
+    """Lengths at block boundaries (a multiple of the block size, one less, one more), a
+    cache with room for the largest call and a little more, small token budgets, several
+    programs at once: an off-by-one in a reservation, a block count or a prefix hit changes
+    when a call is admitted here."""
+    bs = 16
+    out: list[AgentProgram] = []
+    for p in range(draw(st.integers(2, 6))):
+        calls: list[Call] = []
+        stream = 0
+        for _ in range(draw(st.integers(1, 3))):
+            total = bs * draw(st.integers(1, 8)) + draw(st.sampled_from([-1, 0, 1]))
+            prompt = max(stream + 1, total)
+            reused = stream if draw(st.booleans()) else 0
+            output = draw(st.sampled_from([1, 2, bs - 1, bs, bs + 1]))
+            calls.append(Call(prompt, output, reused, "bash", draw(st.sampled_from(PAUSES[:5]))))
+            stream = prompt + output
+        out.append(AgentProgram(f"p{p}", draw(st.sampled_from([0.0, 0.0, 0.001])), tuple(calls)))
+    work = Workload(tuple(out))
+    largest = max(c.input_tokens + c.output_tokens for p in work.programs for c in p.calls)
+    per_call = -(-largest // bs)
+    budget = draw(st.sampled_from([16, 17, 31, 48, 8192]))
+    engine = SimSchedulerConfig(
+        kv_tokens=draw(st.integers(per_call, 2 * per_call + 2)) * bs,
+        block_size=bs,
+        max_num_batched_tokens=budget,
+        max_num_seqs=min(budget, 8),
+        max_model_len=4096,
+        reserve_full_prompt=draw(st.booleans()),
+    )
+    if draw(st.booleans()):
+        ttl = draw(st.sampled_from([0.02, 0.1, 0.3]))
+        valve = draw(st.sampled_from(["head", "stall-only"]))
+        cap = draw(st.sampled_from([None, 0.3]))
+        spec = PolicySpec("static-ttl", ttl_s=ttl, valve=valve, pin_cap=cap)
+    else:
+        spec = PolicySpec(draw(st.sampled_from(["vllm", "program-fcfs"])))
+    load = draw(st.sampled_from([Load(), Load(concurrency=2)]))
+    return Case(work, ReplayConfig(engine=engine), load, spec)

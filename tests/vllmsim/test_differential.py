@@ -14,6 +14,11 @@ Knobs (environment):
   again under pressure);
 - ``TTLCTL_DIFF_REPORT=FILE``: measure instead of assert: every case runs and the
   agreement per metric is added to the JSON tally in FILE;
+- ``TTLCTL_DIFF_LARGE``: large cases (default 4, derandomized: contexts up to 32k
+  tokens, up to 32 programs, a shared prefix, pauses at τ, memory pressure);
+- ``TTLCTL_DIFF_SEED``: the seed of the fresh cases (default: a new one each run, printed
+  when a case fails; set it to replay that run);
+- ``TTLCTL_DIFF_TIMELINE=1``: compare the pin timelines too (``differential.py``);
 - ``TTLCTL_DIFF_ASYNC=1``: every test with async scheduling on both backends (vLLM's
   ``AsyncScheduler``; the fast backend's ``replay.async_sched``). Without it, a smaller
   set of random cases runs async as well (``test_async_scheduling_call_by_call``).
@@ -22,11 +27,12 @@ Knobs (environment):
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from profiles.cost import ProfileCostModel
@@ -39,9 +45,11 @@ from replay.workload import load as load_workload
 from tests.vllmsim.differential import (
     Case,
     Tally,
+    boundary_cases,
     cases,
     compare,
     continuum_bundles,
+    large_cases,
     run_both,
     shared_slice,
 )
@@ -51,6 +59,8 @@ COST = ProfileCostModel(resolve("llama-3.1-8b-h100")[0])
 EXAMPLES = int(os.environ.get("TTLCTL_DIFF_EXAMPLES", "40"))
 REPORT = os.environ.get("TTLCTL_DIFF_REPORT")
 ASYNC = os.environ.get("TTLCTL_DIFF_ASYNC") == "1"
+LARGE = int(os.environ.get("TTLCTL_DIFF_LARGE", "4"))
+SEED = int(os.environ.get("TTLCTL_DIFF_SEED") or secrets.randbits(32))
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +122,77 @@ def test_random_workloads_with_shared_prefixes(bundles: dict[str, Any], pressure
     one()
     if tally is not None and REPORT:
         tally.merge_into(Path(REPORT))
+
+
+@pytest.mark.skipif(ASYNC and not REPORT, reason="async is measured (TTLCTL_DIFF_REPORT)")
+def test_large_cases(bundles: dict[str, Any]) -> None:
+    """Contexts up to 32k tokens, up to 32 programs sharing a product's prefix, pauses at
+    τ and just around it, a cache that holds a few contexts (``differential.large_cases``)."""
+    tally = Tally() if REPORT else None
+
+    @settings(
+        max_examples=LARGE,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.data())
+    def one(data: st.DataObject) -> None:
+        check(data.draw(large_cases(bundles)), tally)
+
+    one()
+    if tally is not None and REPORT:
+        tally.merge_into(Path(REPORT))
+
+
+@pytest.mark.skipif(ASYNC and not REPORT, reason="async is measured (TTLCTL_DIFF_REPORT)")
+def test_block_boundaries() -> None:
+    """Prompts and outputs at block boundaries on a tight cache (``boundary_cases``)."""
+    tally = Tally() if REPORT else None
+
+    @settings(
+        max_examples=max(1, EXAMPLES // 2),
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.data())
+    def one(data: st.DataObject) -> None:
+        check(data.draw(boundary_cases()), tally)
+
+    one()
+    if tally is not None and REPORT:
+        tally.merge_into(Path(REPORT))
+
+
+@pytest.mark.skipif(ASYNC, reason="async is measured (TTLCTL_DIFF_REPORT)")
+def test_fresh_seed(bundles: dict[str, Any]) -> None:
+    """A few cases of a fresh seed each run (small, shared-prefix, pressure and one large):
+    over many runs the suite sees more than its fixed cases. The seed is in the failure
+    message; ``TTLCTL_DIFF_SEED=<seed>`` replays the run."""
+
+    @seed(SEED)
+    @settings(
+        max_examples=6,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.data())
+    def one(data: st.DataObject) -> None:
+        kind = data.draw(st.sampled_from(["mixed", "shared", "pressure", "large"]))
+        if kind == "large":
+            case = data.draw(large_cases(bundles))
+        else:
+            case = data.draw(cases(bundles, pressure=kind == "pressure", shared=kind == "shared"))
+        check(case)
+
+    try:
+        one()
+    except AssertionError as e:
+        raise AssertionError(f"replay with TTLCTL_DIFF_SEED={SEED}: {e}") from e
 
 
 # ---------------------------------------------------------------------- shared traces

@@ -7,6 +7,12 @@ backend's harness). Every pin made, handed over (a hit), expired, released by th
 dropped or refused is logged with its program and the virtual time of the rule call it
 happened in, and the two logs must be equal (times to a relative 1e-9: the same sums in
 another order).
+
+Both backends run the same rules, so their agreement cannot show a fault in the rules
+themselves: the log also checks them against an independent statement (:class:`Log`): at
+every expiry check, exactly the pins made at ``t`` for ``τ`` with ``t + τ`` at or before now
+whose program has no call waiting go; a pin is refused exactly when the other programs'
+pinned blocks plus its own would pass ``pin_cap`` of the usable blocks.
 """
 
 from __future__ import annotations
@@ -44,6 +50,10 @@ class Log:
 
     events: list[Event] = field(default_factory=list)
     now: float = 0.0
+    #: program -> (made at, τ) of the pins held now, as the log saw them made
+    held: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: where the rules broke the independent statement (class docstring)
+    errors: list[str] = field(default_factory=list)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         log = self
@@ -59,7 +69,17 @@ class Log:
 
         def _expire(self: Retention, now: float, waiting: Any) -> int:
             log.now = now
-            return expire(self, now, waiting)
+            due = {
+                program
+                for program, (made, ttl) in log.held.items()
+                if program in self.pins and made + ttl <= now and not waiting(program)
+            }
+            n = len(log.events)
+            released = expire(self, now, waiting)
+            went = {p for what, p, _ in log.events[n:] if what == "expired"}
+            if went != due:
+                log.errors.append(f"at {now}: expired {sorted(went)}, due {sorted(due)}")
+            return released
 
         def _admitted(self: Retention, request_id: Hashable, now: float, cached: Any) -> None:
             log.now = now
@@ -73,6 +93,7 @@ class Log:
             done = release(self, program, reason)
             if done:
                 log.events.append((reason, program, log.now))
+                log.held.pop(program, None)
             return done
 
         def _pin(
@@ -80,12 +101,20 @@ class Log:
         ) -> bool:
             log.now = now
             refused = self.counters.refused
-            made = pin(self, request_id, blocks, ttl, now)
             program = str(self.live[request_id].tags.program)
+            others = sum(p.n_blocks for p in self.pins.pins.values() if p.program != program)
+            source = self.source
+            over = source is not None and ttl > 0 and len(blocks) > 0 and (
+                others + len(blocks) > source.params.pin_cap * self.capacity_blocks
+            )
+            made = pin(self, request_id, blocks, ttl, now)
             if made:
                 log.events.append(("made", program, now))
+                log.held[program] = (now, ttl)
             elif self.counters.refused > refused:
                 log.events.append(("refused", program, now))
+            if over != (self.counters.refused > refused):
+                log.errors.append(f"at {now}: {program} pin made={made}, over the cap={over}")
             return made
 
         for name, f in [
@@ -99,7 +128,9 @@ class Log:
             monkeypatch.setattr(Retention, name, f)
 
     def take(self) -> list[Event]:
+        assert not self.errors, self.errors[:5]
         out, self.events = self.events, []
+        self.held.clear()
         return out
 
 
@@ -190,6 +221,30 @@ STREAMS = {
         0.25,
         {"made", "refused", "hit"},
     ),
+    # A comes back exactly τ after its finish on an idle engine: its pin's expiry is the
+    # arrival's instant, and a pin whose expiry is at or before now goes (then the call
+    # arrives, finds no pin, and hits the blocks the pool still caches)
+    "expiry at the arrival's instant": (
+        [_program("A", 0.0, [(100, 8, 0, 2.0), (130, 8, 108, 0.0)])],
+        64,
+        2.0,
+        "head",
+        None,
+        {"made", "expired"},
+    ),
+    # nothing runs when P's second call arrives; it does not fit beside both pins: R's pin
+    # goes first, and P's own pin (released last) is handed over to P's call
+    "the head's own pin last, another's first": (
+        [
+            _program("R", 0.0, [(40, 1, 0, 30.0), (60, 1, 41, 0.0)]),
+            _program("P", 0.01, [(40, 1, 0, 0.5), (140, 4, 41, 0.0)]),
+        ],
+        11,
+        20.0,
+        "head",
+        None,
+        {"made", "released", "hit"},
+    ),
     # the head's own pin holds the blocks its call needs, nothing runs: released last
     "the head's own pin when nothing runs": (
         [
@@ -223,6 +278,8 @@ def test_designed_streams(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     released = [program for what, program, _ in ours if what == "released"]
     if "valve" in name:
         assert released == (["C", "B"] if "head" in name else []), ours
+    if "another's first" in name:
+        assert released == ["R"], ours
     assert_same(fast, ours)
 
 

@@ -1,0 +1,30 @@
+"""The parts of one fleet replay, as its stages (routing a call, a call's arrival, a
+replica's step, finishing a step's calls) share them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from replay.fleet.books import Books
+from replay.fleet.clients import Clients
+from replay.fleet.events import EventQueue
+from replay.fleet.replica import Replica
+from replay.fleet.routers.base import Router
+from replay.fleet.streams import Streams
+from replay.fleet.view import FleetState
+from replay.sim import ReplayConfig
+
+
+@dataclass(slots=True)
+class Fleet:
+    config: ReplayConfig
+    router: Router
+    replicas: list[Replica]
+    queue: EventQueue
+    clients: Clients
+    streams: Streams
+    view: FleetState
+    books: Books
+    #: (program, turn) -> the replica the engine log names (``as-logged``; None: none)
+    logged_replicas: Mapping[tuple[str, int], str] | None

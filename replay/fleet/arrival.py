@@ -11,7 +11,7 @@ from replay.sim import ProgramRun, fits_engine
 def arrive(fleet: Fleet, rep: Replica, run: ProgramRun, at: float, sent: float) -> None:
     """The program's next call, sent at ``sent``, reaches ``rep``'s scheduler at ``at``."""
     books = fleet.books
-    config = fleet.config
+    config = rep.config
     pid = run.program.program_id
     turn = run.next_turn
     info = books.routes[(pid, turn)]

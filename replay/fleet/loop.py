@@ -22,8 +22,8 @@ compare every figure). Deterministic for a seed; reads no clock.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from profiles.cost import CostModel
 from replay.fleet.books import Books, CallRoute
@@ -37,7 +37,7 @@ from replay.fleet.stepping import step
 from replay.fleet.streams import Streams
 from replay.fleet.view import FleetState
 from replay.offload import OffloadTier
-from replay.scheduler import Policy, SimScheduler
+from replay.scheduler import Policy, SimScheduler, SimSchedulerConfig
 from replay.sim import ProgramRun, ReplayConfig, SimCallRecord, SimulationError
 from replay.workload import Workload
 
@@ -69,23 +69,32 @@ def simulate_fleet(
     router: Router,
     *,
     logged_replicas: Mapping[tuple[str, int], str] | None = None,
+    engines: Sequence[SimSchedulerConfig] | None = None,
 ) -> FleetOutcome:
-    """Replay ``workload`` on ``len(policies)`` replicas (one policy object each)."""
+    """Replay ``workload`` on ``len(policies)`` replicas (one policy object each), each
+    an engine of ``config.engine``'s size or, given ``engines``, of its own (one block
+    size for all)."""
+    sizes = [config.engine] * len(policies) if engines is None else list(engines)
+    if len(sizes) != len(policies):
+        raise SimulationError(f"{len(sizes)} engine sizes for {len(policies)} replicas")
+    if any(e.block_size != config.engine.block_size for e in sizes):
+        raise SimulationError("the replicas' engines must share the replay's block size")
     replicas = [
         Replica(
             i,
             SimScheduler(
-                config.engine,
+                engine,
                 cost,
                 policy,
-                OffloadTier(config.offload_tokens, cost, config.engine.block_size)
+                OffloadTier(config.offload_tokens, cost, engine.block_size)
                 if config.offload_tokens > 0
                 else None,
             ),
+            config if engine == config.engine else replace(config, engine=engine),
         )
-        for i, policy in enumerate(policies)
+        for i, (policy, engine) in enumerate(zip(policies, sizes, strict=True))
     ]
-    engines = [r.engine for r in replicas]
+    schedulers = [r.engine for r in replicas]
     streams = Streams(workload, config.engine.block_size)
     queue = EventQueue()
     fleet = Fleet(
@@ -95,9 +104,10 @@ def simulate_fleet(
         queue,
         Clients(workload, config.concurrency, queue),
         streams,
-        FleetState(engines, streams),
+        FleetState(schedulers, streams),
         Books(),
         logged_replicas,
+        len(replicas) > 1,
     )
     sends, steps = queue.sends, queue.steps
     while sends or steps:
@@ -129,7 +139,7 @@ def simulate_fleet(
         fleet.clients.runs,
         books.rejected,
         books.truncated,
-        engines,
+        schedulers,
         max((rep.now for rep in replicas), default=0.0),
         books.routes,
         books.pins_wasted,

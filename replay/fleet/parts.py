@@ -28,3 +28,5 @@ class Fleet:
     books: Books
     #: (program, turn) -> the replica the engine log names (``as-logged``; None: none)
     logged_replicas: Mapping[tuple[str, int], str] | None
+    #: more than one replica (a call may come from another replica's finish)
+    several: bool = False

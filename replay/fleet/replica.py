@@ -7,13 +7,15 @@ from dataclasses import dataclass, field
 
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
-from replay.sim import ProgramRun
+from replay.sim import ProgramRun, ReplayConfig
 
 
 @dataclass(slots=True)
 class Replica:
     index: int
     engine: SimScheduler
+    #: the replay's settings with this replica's engine (replicas may differ in size)
+    config: ReplayConfig
     #: the end of its last step (or when it last woke)
     now: float = 0.0
     #: a step event is queued for it (the time, and its generation: older ones are stale)

@@ -50,6 +50,7 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
     """The replica's step event at ``t``."""
     engine = rep.engine
     queue = fleet.queue
+    sends = queue.sends
     if rep.deferred_from is not None:  # its run of decode steps ends undisturbed
         run_deferred(fleet, rep, rep.deferred_horizon)
         if rep.wake != t:
@@ -62,18 +63,19 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
         finished, rep.pending = rep.pending, []
         for req in finished:
             finish(fleet, rep, req, t)
-        if queue.next_send() <= t:
+        if sends and sends[0][0] <= t:
             queue.wake(rep, t)
             return
     rep.busy = False
     rep.now = max(rep.now, t)
     now = rep.now
     rep.wake = None
-    for run, sent in rep.inbox:
-        engine.tick(now)
-        arrive(fleet, rep, run, now, sent)  # pins expire first, as vLLM's add_request does
-    rep.inbox.clear()
-    if queue.next_send() <= now:
+    if rep.inbox:
+        for run, sent in rep.inbox:
+            engine.tick(now)
+            arrive(fleet, rep, run, now, sent)  # pins expire first, as vLLM's add_request does
+        rep.inbox.clear()
+    if sends and sends[0][0] <= now:
         # a call refused on arrival ended its program and started the next one now:
         # route it first (one engine's replay takes it before stepping too)
         queue.wake(rep, now)
@@ -95,7 +97,7 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
         # stops there too). With several, a call can come from a finish on another
         # replica that is not known yet: no run of decode steps is taken here; the
         # next boundary plans one that waits for the next call routed here.
-        horizon = now if len(fleet.replicas) > 1 else min(horizon, queue.next_send())
+        horizon = now if fleet.several else min(horizon, queue.next_send())
         preempted = engine.stats.preemptions
         duration, finished = engine.step(now, horizon)
         if duration <= 0 and engine.stats.preemptions > preempted:

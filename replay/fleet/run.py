@@ -181,6 +181,7 @@ def fleet_for(
     *,
     backend: str = "fast",
     live: bool = False,
+    async_scheduling: bool = False,
 ) -> FleetSpec | None:
     """The fleet a command was asked for (None: one engine, no router), checked."""
     if replicas is None:
@@ -193,6 +194,11 @@ def fleet_for(
         raise ConfigError(
             "--replicas: a fleet runs on the fast backend only (--backend vllm with "
             "--replicas is not supported yet)"
+        )
+    if async_scheduling:
+        raise ConfigError(
+            "--async-scheduling: a fleet's replicas step synchronously (--async-scheduling "
+            "with --replicas is not supported yet)"
         )
     if live:
         raise ConfigError(

@@ -32,7 +32,7 @@ from replay.validation.error import ValidateError
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
-from ttlctl.server import arrivals
+from ttlctl.server import arrivals, router
 from ttlctl.server.cache import reset_prefix_cache
 
 #: ``--router`` for vllm-router's own Program scheduling: ``consistent_hash`` underneath
@@ -115,15 +115,18 @@ def validate_fleet(
         )
     if not routers:
         raise ValidateError("--replicas needs at least one --router")
+    for policy in routers:  # every one, before the first fleet's minutes of work
+        router.check_policy(router_setup(policy, None, None)[0])
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
     if not work.programs:
         raise ValidateError("no programs to validate with")
-    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-"))
-    work_dir.mkdir(parents=True, exist_ok=True)
     if "continuum" in names and bundle is None:
         raise ValidateError("continuum in a fleet needs --bundle")
     if bundle is not None:
         bundle_mod.read(bundle)  # a damaged bundle: refused before anything starts
+    # made only once the arguments are known good: bad input leaves no folder behind
+    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-"))
+    work_dir.mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict[str, Any]] = {}
     live: dict[str, dict[str, Any]] = {}
     fleets: dict[str, dict[str, Any]] = {}

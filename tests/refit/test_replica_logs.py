@@ -97,7 +97,7 @@ def test_refit_replays_the_fleet_as_logged(logs: dict[str, Path], tmp_path: Path
     assert result.exit_code == 0, result.output
     assert "replay sized from the engine log (replica r-big): 1,536 KV tokens" in result.stdout
     assert "replay sized from the engine log (replica r-small): 640 KV tokens" in result.stdout
-    report: dict[str, Any] = json.loads(run(*args, "--json").stdout)
+    report: dict[str, Any] = json.loads(run(*args, "--json", "-").stdout)
     assert report["replay"]["fleet"]["name"] == "as-logged"
     assert report["replay"]["fleet"]["replicas"] == 2
     engines = {e["replica"]: e for e in report["replay"]["engines"]}
@@ -158,7 +158,8 @@ def test_the_fleet_replay_routes_each_call_where_it_ran(
 def test_the_same_programs_run_again_refit_as_new_programs(tmp_path: Path) -> None:
     logs = _serve(tmp_path / "twice", rerun=True)
     served = served_from(logs["r-small"], tmp_path / "srv")
-    result = run("refit", *logs.values(), "--bundle", served, "--dry-run", "--seeds", "1", "--json")
+    args = ["--bundle", served, "--dry-run", "--seeds", "1", "--json", "-"]
+    result = run("refit", *logs.values(), *args)
     assert result.exit_code == 0, result.output
     ingest = json.loads(result.stdout)["ingest"]
     assert (ingest["programs"], ingest["calls"]) == (2 * PROGRAMS, 2 * PROGRAMS * TURNS)

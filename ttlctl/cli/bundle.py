@@ -13,8 +13,8 @@ import typer
 from fitting.policy import DEFAULT_VALVE
 from ttlctl import bundle, bundle_history, hints, router_flags
 from ttlctl.cli import render
-from ttlctl.cli.kit import UserError, err, out, print_warning, user_errors
-from ttlctl.cli.options import FitFile, Profile
+from ttlctl.cli.kit import UserError, check_outputs, err, out, print_warning, user_errors
+from ttlctl.cli.options import FitFile, Profile, QueueDelay
 
 app = typer.Typer(
     help="Build, inspect, verify, query and roll back policy bundles.", no_args_is_help=True
@@ -42,12 +42,16 @@ def build(
     ] = DEFAULT_VALVE,
     pin_cap: Annotated[float, typer.Option(help="Largest fraction of KV pins may hold.")] = 1.0,
     cold_start_ttl: Annotated[
-        float | None, typer.Option(help="Fixed τ (s) during cold start instead of ln B.")
+        float | None,
+        typer.Option(
+            "--cold-start-ttl-seconds", help="Fixed τ (s) during cold start instead of ln B."
+        ),
     ] = None,
     learn_eta: Annotated[bool, typer.Option(help="Let the engine re-estimate η online.")] = False,
 ) -> None:
     """Combine a fit, a profile and the policy's parameters into one sealed bundle."""
     with user_errors():
+        check_outputs(output)
         doc = bundle.from_files(
             bundle.BuildRequest(
                 fit=fit,
@@ -76,7 +80,7 @@ def verify(path: Annotated[Path, typer.Argument(help="Bundle to check.")]) -> No
 @app.command()
 def inspect(
     path: Annotated[Path, typer.Argument(help="Bundle to show.")],
-    queue_delay: Annotated[float, typer.Option(help="T (s) assumed for the τ* columns.")] = 0.0,
+    queue_delay: QueueDelay = 0.0,
     offload: Annotated[bool, typer.Option(help="Price a miss as a reload, not a prefill.")] = False,
 ) -> None:
     """A readable table: tools, samples, median, p90, and τ* at 1k/8k/32k/128k tokens."""
@@ -96,7 +100,8 @@ def query(
         int | None, typer.Option("--context-tokens", help="KV tokens held.")
     ] = None,
     queue_delay: Annotated[
-        float | None, typer.Option("--queue-delay", help="T (s); default 0 (no history).")
+        float | None,
+        typer.Option("--queue-delay-seconds", min=0.0, help="T (s); default 0 (no history)."),
     ] = None,
     offload: Annotated[bool, typer.Option("--offload", help="A host tier holds the KV.")] = False,
     as_engine: Annotated[

@@ -29,12 +29,17 @@ Runs = tuple[tuple[Hashable, int], ...]
 
 @dataclass(frozen=True, slots=True)
 class ProgramPrompts:
-    """Per call of one program: its prompt, and its stream (prompt then output)."""
+    """Per call of one program: its prompt, and its output's run (the call's stream is
+    the prompt then the output: :meth:`stream`)."""
 
     prompts: tuple[Runs, ...]
-    streams: tuple[Runs, ...]
+    outputs: tuple[tuple[Hashable, int], ...]
     #: each prompt's tokens
     sizes: tuple[int, ...]
+
+    def stream(self, turn: int) -> Runs:
+        """Call ``turn``'s prompt and output (built when asked: most calls never need it)."""
+        return (*self.prompts[turn], self.outputs[turn])
 
 
 def truncated(runs: Runs, tokens: int) -> Runs:
@@ -80,7 +85,7 @@ def program_prompts(program: AgentProgram, ids: count[int], block_size: int) -> 
     """The prompts and streams of ``program``'s calls (content ids drawn from ``ids``; the
     shared blocks keyed at the engine's ``block_size``)."""
     prompts: list[Runs] = []
-    streams: list[Runs] = []
+    outputs: list[tuple[Hashable, int]] = []
     previous: Runs = ()  # the program's own stream, from its first token
     held = 0  # its tokens
     for turn, call in enumerate(program.calls):
@@ -94,10 +99,11 @@ def program_prompts(program: AgentProgram, ids: count[int], block_size: int) -> 
         head = tuple((key, block_size) for key in shared)
         prompt = head + skipped(own, len(shared) * block_size)
         prompts.append(prompt)
-        previous = (*own, (next(ids), call.output_tokens))
-        streams.append((*prompt, (previous[-1])))
+        output = (next(ids), call.output_tokens)
+        previous = (*own, output)
+        outputs.append(output)
     return ProgramPrompts(
-        tuple(prompts), tuple(streams), tuple(c.input_tokens for c in program.calls)
+        tuple(prompts), tuple(outputs), tuple(c.input_tokens for c in program.calls)
     )
 
 

@@ -42,7 +42,7 @@ class Streams:
             return 0
         if turn == call.turn - 1:
             return self._programs[call.program].calls[call.turn].reused_tokens
-        return common_prefix(call.prompt, self.prompts[call.program].streams[turn])
+        return common_prefix(call.prompt, self.prompts[call.program].stream(turn))
 
     def shared(self, call: RoutedCall) -> tuple[Hashable, ...]:
         """The keys of the call's blocks shared with other programs."""

@@ -13,7 +13,8 @@ From the log and the bundle in service:
 4. **replay** both bundles (``continuum``) and stock vLLM on the log's programs, on
    held-back seeds, as the tuner's judge does (:func:`replay.tune.judge.replay_held_back`),
    on an engine sized like the server that wrote the log (its facts in the log; flags
-   win: :mod:`replay.refit_sizing`), one per replica for the logs of several replicas
+   win: :mod:`replay.refit_sizing`); the logs of several replicas replay as the fleet
+   they came from, each replica at its own size, every call where it ran
    (:mod:`replay.refit_replay`);
 5. **judge** with the tuner's guard (:func:`replay.tune.judge.guard`, ``baseline="old"``):
    the new bundle replaces the served one only when its mean JCT is strictly lower (a
@@ -46,7 +47,7 @@ from fitting.policy import PolicyParams
 from replay.policies import PolicySpec
 from replay.refit_changes import CONTEXTS, jct_table, tool_changes
 from replay.refit_replay import engines_doc, plan
-from replay.refit_replay import replay as replay_parts
+from replay.refit_replay import replay as replay_part
 from replay.refit_settings import RefitSettings, fit_config, replay_settings
 from replay.tune.context import load_json
 from replay.tune.judge import guard, held_figures
@@ -109,32 +110,32 @@ def refit(
         "policy": params.to_json(),
     }
     replay_config, recorded_from = replay_settings(old, settings)
-    parts = plan(frame, report.engines, settings, replay_config, recorded_from, fit, old["profile"])
-    for part in parts:
-        say(part.sized.line)
-    ctx = parts[0].ctx
+    part = plan(frame, report.engines, settings, replay_config, recorded_from, fit, old["profile"])
+    for sized in part.engines:
+        say(sized.line)
+    ctx = part.ctx
     specs = {
         "old": PolicySpec("continuum", bundle=old),
         "new": PolicySpec("continuum", bundle=draft),
         "vllm": PolicySpec("vllm"),
     }
-    replays = sum(len(p.ctx.replays()) for p in parts)
-    say(f"replaying old, new and stock vLLM ({replays} replays each)")
-    by, p95 = replay_parts(parts, specs)
+    fleet = "" if ctx.fleet is None else f" on {ctx.fleet.replicas} replicas as logged"
+    say(f"replaying old, new and stock vLLM{fleet} ({len(ctx.replays())} replays each)")
+    by, p95 = replay_part(part, specs)
     held = held_figures(ctx, by, p95, ("old", "vllm"), "old", candidate="new")
-    engines = engines_doc(parts)
-    if len(parts) > 1:
-        held["loads"] = [load for e in engines for load in e["loads"]]
+    engines = engines_doc(part)
     verdict = guard(held, settings.force, baseline="old")
     replay_doc = {
         "loads": [load_json(t) for t in ctx.loads],
-        "load_source": parts[0].load_source,
+        "load_source": part.load_source,
         "seeds": list(settings.seeds),
         "engine": asdict(ctx.config.engine),
         "offload_tokens": replay_config.offload_tokens,
         "truncate": replay_config.truncate,
         "settings_from": recorded_from,
         "engines": engines,
+        # the logs of several replicas: the fleet replayed (its router: as-logged)
+        "fleet": None if ctx.fleet is None else ctx.fleet.describe(),
     }
     provenance = _carried(old["provenance"])
     provenance["refit"] = {
@@ -165,12 +166,12 @@ def refit(
         "tools": tool_changes(old, new, CONTEXTS, settings.queue_delay_s),
         "replay": replay_doc
         | {
-            "programs": sum(p.programs for p in parts),
-            "calls": sum(p.ctx.workload.calls for p in parts),
+            "programs": part.programs,
+            "calls": ctx.workload.calls,
         },
         "sizing": {
-            "lines": [p.sized.line for p in parts],
-            "notes": [note for p in parts for note in p.sized.notes],
+            "lines": [s.line for s in part.engines],
+            "notes": [note for s in part.engines for note in s.notes],
         },
         "held_back": held,
         "jct": jct_table(held),

@@ -29,22 +29,28 @@ Runs = tuple[tuple[Hashable, int], ...]
 
 @dataclass(frozen=True, slots=True)
 class ProgramPrompts:
-    """Per call of one program: its prompt, and its stream (prompt then output)."""
+    """Per call of one program: its prompt, and its output's run (the call's stream is
+    the prompt then the output: :meth:`stream`)."""
 
     prompts: tuple[Runs, ...]
-    streams: tuple[Runs, ...]
+    outputs: tuple[tuple[Hashable, int], ...]
     #: each prompt's tokens
     sizes: tuple[int, ...]
+
+    def stream(self, turn: int) -> Runs:
+        """Call ``turn``'s prompt and output (built when asked: most calls never need it)."""
+        return (*self.prompts[turn], self.outputs[turn])
 
 
 def truncated(runs: Runs, tokens: int) -> Runs:
     """The first ``tokens`` tokens of ``runs``."""
     out: list[tuple[Hashable, int]] = []
     left = tokens
-    for cid, n in runs:
+    for run in runs:
         if left <= 0:
             break
-        out.append((cid, min(n, left)))
+        n = run[1]
+        out.append(run if n <= left else (run[0], left))  # a whole run: the same tuple
         left -= n
     return tuple(out)
 
@@ -65,11 +71,12 @@ def skipped(runs: Runs, tokens: int) -> Runs:
     """``runs`` without their first ``tokens`` tokens."""
     out: list[tuple[Hashable, int]] = []
     left = tokens
-    for cid, n in runs:
+    for run in runs:
+        n = run[1]
         if left >= n:
             left -= n
             continue
-        out.append((cid, n - left) if left else (cid, n))
+        out.append((run[0], n - left) if left else run)
         left = 0
     return tuple(out)
 
@@ -78,22 +85,25 @@ def program_prompts(program: AgentProgram, ids: count[int], block_size: int) -> 
     """The prompts and streams of ``program``'s calls (content ids drawn from ``ids``; the
     shared blocks keyed at the engine's ``block_size``)."""
     prompts: list[Runs] = []
-    streams: list[Runs] = []
+    outputs: list[tuple[Hashable, int]] = []
     previous: Runs = ()  # the program's own stream, from its first token
+    held = 0  # its tokens
     for turn, call in enumerate(program.calls):
-        reused = min(call.reused_tokens, sum(n for _, n in previous)) if turn else 0
+        reused = min(call.reused_tokens, held) if turn else 0
         own = truncated(previous, reused)
         fresh = call.input_tokens - reused
         if fresh > 0:
             own = (*own, (next(ids), fresh))
+        held = max(reused, call.input_tokens) + call.output_tokens
         shared = call.shared_keys(block_size)
         head = tuple((key, block_size) for key in shared)
         prompt = head + skipped(own, len(shared) * block_size)
         prompts.append(prompt)
-        previous = (*own, (next(ids), call.output_tokens))
-        streams.append((*prompt, (previous[-1])))
+        output = (next(ids), call.output_tokens)
+        previous = (*own, output)
+        outputs.append(output)
     return ProgramPrompts(
-        tuple(prompts), tuple(streams), tuple(c.input_tokens for c in program.calls)
+        tuple(prompts), tuple(outputs), tuple(c.input_tokens for c in program.calls)
     )
 
 

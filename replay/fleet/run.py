@@ -1,8 +1,9 @@
 """One policy's replay on a fleet: the runner ``replay``, ``tune`` and the benches call.
 
 :class:`FleetSpec` is the fleet (replicas, router and its settings, the trace's logged
-replicas for ``as-logged``); :func:`runner` gives the callable that
-:func:`replay.policy_runs.run_all` replays each policy with.
+replicas for ``as-logged``, each replica's engine when they differ in size);
+:func:`runner` gives the callable that :func:`replay.policy_runs.run_all` replays each
+policy with.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import polars as pl
 
 from profiles.cost import CostModel, ProfileCostModel, rebuild_pricer
 from profiles.router_calibration import RouterCalibration, calibrate
@@ -21,6 +24,7 @@ from replay.fleet.records import FleetRouter
 from replay.fleet.routers import RouterSettings, make_router
 from replay.policies import BOUNDS, PolicySpec, make
 from replay.policy_runs import Load, prepare, unlimited_kv_tokens
+from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.workload import Workload
 from ttlctl.errors import ConfigError
@@ -36,10 +40,17 @@ class FleetSpec:
     router: RouterSettings = field(default_factory=RouterSettings)
     #: (program, turn) -> the logged replica (``as-logged``)
     logged: Mapping[tuple[str, int], str] | None = None
+    #: each replica's engine, in replica order (None: every replica is the replay's
+    #: engine); ``refit`` sizes each from its own engine log
+    engines: tuple[SimSchedulerConfig, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise ConfigError(f"--replicas must be at least 1, got {self.replicas}")
+        if self.engines is not None and len(self.engines) != self.replicas:
+            raise ConfigError(
+                f"{len(self.engines)} engine sizes given for {self.replicas} replicas"
+            )
         if self.router.name == "as-logged" and self.logged is None:
             raise ConfigError("--router as-logged needs the trace's replica column")
 
@@ -60,6 +71,13 @@ def logged_replicas(trace: Path) -> dict[tuple[str, int], str]:
             f"--router as-logged: {trace} has no {REPLICA_COLUMN!r} column (engine logs "
             "from a fleet carry one)"
         )
+    return replicas_of(frame)
+
+
+def replicas_of(frame: pl.DataFrame) -> dict[tuple[str, int], str]:
+    """A trace's ``replica`` column by (program, turn) (calls without one left out)."""
+    if REPLICA_COLUMN not in frame.columns:
+        return {}
     return {
         (str(pid), int(turn)): str(rep)
         for pid, turn, rep in frame.select("program_id", "turn", REPLICA_COLUMN).iter_rows()
@@ -79,16 +97,14 @@ def simulate_fleet_one(
     work = prepare(workload, timing)
     pauses = {(p.program_id, i): c.pause_s for p in work.programs for i, c in enumerate(p.calls)}
     cfg = replace(config, concurrency=timing.concurrency)
+    engines = fleet.engines or (cfg.engine,) * fleet.replicas
     if spec.name == "unlimited-kv":
-        cfg = replace(
-            cfg,
-            engine=replace(
-                cfg.engine, kv_tokens=max(cfg.engine.kv_tokens, unlimited_kv_tokens(work, cfg))
-            ),
-        )
+        need = unlimited_kv_tokens(work, cfg)  # the same for every replica (one block size)
+        engines = tuple(replace(e, kv_tokens=max(e.kv_tokens, need)) for e in engines)
+        cfg = replace(cfg, engine=engines[0])
 
-    rebuild = rebuild_pricer(cost, cfg.engine.max_num_batched_tokens)
-    policies = [make(spec, pauses, rebuild) for _ in range(fleet.replicas)]
+    pricers = {n: rebuild_pricer(cost, n) for n in {e.max_num_batched_tokens for e in engines}}
+    policies = [make(spec, pauses, pricers[e.max_num_batched_tokens]) for e in engines]
     router = make_router(
         fleet.router,
         fleet.replicas,
@@ -98,7 +114,15 @@ def simulate_fleet_one(
         calibration=router_calibration(fleet.router, cost),
     )
     start = time.perf_counter()
-    outcome = simulate_fleet(work, policies, cost, cfg, router, logged_replicas=fleet.logged)
+    outcome = simulate_fleet(
+        work,
+        policies,
+        cost,
+        cfg,
+        router,
+        logged_replicas=fleet.logged,
+        engines=None if fleet.engines is None else engines,
+    )
     return outcome, work, time.perf_counter() - start
 
 

@@ -268,8 +268,13 @@ def engine_size(
     by_replica = replicas(engines)
     if len(by_replica) != 1:
         if len(by_replica) > 1 and warn is not None:
+            replayed = (
+                "one engine"
+                if req.replicas is None
+                else f"{req.replicas} replica(s) of one size (--replicas)"
+            )
             warn(
-                f"the trace's calls ran on {len(by_replica)} replicas: tune replays one engine, "
+                f"the trace's calls ran on {len(by_replica)} replicas: tune replays {replayed}, "
                 "sized by the flags (else the defaults), not by the logs"
             )
         chosen: dict[str, Any] = {k: v for k, v in given.items() if v is not None}

@@ -14,6 +14,13 @@ import pytest
 
 pytest.importorskip("vllm")
 
+from profiles.cost import ProfileCostModel
+from profiles.shipped import resolve
+from replay.fleet.run import simulate_fleet_one
+from replay.policies import PolicySpec
+from replay.refit_replay import plan
+from replay.refit_settings import RefitSettings
+from replay.sim import ReplayConfig
 from tests.refit.test_refit import run, served_from
 from tests.vllmsim.drive import Driver, driver, static_params
 from ttlctl.trace import io as trace_io
@@ -81,7 +88,9 @@ def test_ingest_merges_each_program_across_the_replicas(
     assert sum(e["calls"] for e in engines.values()) == PROGRAMS * TURNS
 
 
-def test_refit_replays_each_replica_at_its_own_size(logs: dict[str, Path], tmp_path: Path) -> None:
+def test_refit_replays_the_fleet_as_logged(logs: dict[str, Path], tmp_path: Path) -> None:
+    """Issue 19 item 4: the two logs replay as the fleet they came from: two replicas, each
+    at its own size, every call on the replica that served it."""
     served = served_from(logs["r-small"], tmp_path / "srv")
     args = ["refit", *logs.values(), "--bundle", served, "--dry-run", "--seeds", "1"]
     result = run(*args)
@@ -89,13 +98,61 @@ def test_refit_replays_each_replica_at_its_own_size(logs: dict[str, Path], tmp_p
     assert "replay sized from the engine log (replica r-big): 1,536 KV tokens" in result.stdout
     assert "replay sized from the engine log (replica r-small): 640 KV tokens" in result.stdout
     report: dict[str, Any] = json.loads(run(*args, "--json", "-").stdout)
+    assert report["replay"]["fleet"]["name"] == "as-logged"
+    assert report["replay"]["fleet"]["replicas"] == 2
     engines = {e["replica"]: e for e in report["replay"]["engines"]}
     assert {name: e["engine"]["kv_tokens"] for name, e in engines.items()} == {
         name: blocks * 16 for name, blocks in BLOCKS.items()
     }
-    assert sum(e["programs"] for e in engines.values()) == PROGRAMS
+    # program i's first call ran on replica i mod 2 (r-small for even i); calls alternate
+    assert {name: (e["programs"], e["calls"]) for name, e in engines.items()} == {
+        "r-small": (PROGRAMS // 2, PROGRAMS * TURNS // 2),
+        "r-big": (PROGRAMS // 2, PROGRAMS * TURNS // 2),
+    }
     assert report["ingest"]["programs"] == PROGRAMS and report["ingest"]["calls"] == 24
-    assert report["jct"]["old"]["p95_s"] is None  # not the weighted p95s of the parts
+    assert report["replay"]["programs"] == PROGRAMS and report["replay"]["calls"] == 24
+    assert report["jct"]["old"]["mean_s"] > 0 and report["jct"]["new"]["mean_s"] > 0
+
+
+def test_the_fleet_replay_routes_each_call_where_it_ran(
+    logs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The replay refit judges on: each call on its logged replica, each replica its own
+    engine size (the fleet's outcome, read directly)."""
+    trace = tmp_path / "t.parquet"
+    assert run("ingest", *logs.values(), "-o", trace).exit_code == 0
+    frame = trace_io.read(trace)
+    profile = resolve("llama-3.1-8b-h100")[0]
+    part = plan(
+        frame,
+        trace_io.engines(trace),
+        RefitSettings(trace=trace, seeds=(1,)),
+        ReplayConfig(),
+        "the simulator's defaults",
+        {},  # type: ignore[arg-type]
+        profile.to_json(),
+    )
+    fleet = part.ctx.fleet
+    assert fleet is not None and fleet.engines is not None
+    assert [e.kv_tokens for e in fleet.engines] == [1536, 640]  # r-big, r-small (sorted)
+    out, _, _ = simulate_fleet_one(
+        part.ctx.workload,
+        PolicySpec("vllm"),
+        ProfileCostModel(profile),
+        part.ctx.config,
+        part.ctx.loads[0],
+        fleet,
+    )
+    names = ["r-big", "r-small"]
+    logged = {
+        (str(p), int(t)): str(r) for p, t, r in frame.select("program_id", "turn", "replica").rows()
+    }
+    ran = {
+        (rec.program, rec.turn): names[i]
+        for rec, i in zip(out.calls, out.call_replicas, strict=True)
+    }
+    assert ran == logged and len(ran) == PROGRAMS * TURNS
+    assert [e.config.kv_tokens for e in out.engines] == [1536, 640]
 
 
 def test_the_same_programs_run_again_refit_as_new_programs(tmp_path: Path) -> None:

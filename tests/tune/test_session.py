@@ -58,5 +58,10 @@ def test_the_engine_is_sized_as_the_traces_engine_log_states() -> None:
     two = [facts, dict(facts, replica="b")]
     engine, line = engine_size(_request(max_num_seqs=4), two, warned.append)
     assert line is None and engine == SimSchedulerConfig(max_num_seqs=4)
-    assert "2 replicas" in warned[-1]
+    assert "2 replicas" in warned[-1] and "tune replays one engine" in warned[-1]
+    # tune --replicas replays a fleet: the warning says so (all of one size, not the logs')
+    engine, line = engine_size(_request(replicas=3), two, warned.append)
+    assert line is None and engine == SimSchedulerConfig()
+    assert "tune replays 3 replica(s) of one size (--replicas)" in warned[-1]
+    assert "one engine" not in warned[-1]
     assert engine_size(_request(), [], warned.append) == (SimSchedulerConfig(), None)

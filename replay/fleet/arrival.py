@@ -1,0 +1,58 @@
+"""A routed call reaching its replica's scheduler (at the replica's step boundary)."""
+
+from __future__ import annotations
+
+from replay.fleet.parts import Fleet
+from replay.fleet.replica import Replica
+from replay.request import SimRequest
+from replay.sim import ProgramRun, fits_engine
+
+
+def arrive(fleet: Fleet, rep: Replica, run: ProgramRun, at: float, sent: float) -> None:
+    """The program's next call, sent at ``sent``, reaches ``rep``'s scheduler at ``at``."""
+    books = fleet.books
+    config = rep.config
+    pid = run.program.program_id
+    turn = run.next_turn
+    info = books.routes[(pid, turn)]
+    info.delivered = at
+    routed_call = books.in_flight[pid]
+    call, clipped = fits_engine(run.program.calls[turn], config)
+    if call is None:
+        # the engine refuses it (longer than the model or the cache): the agent stops
+        books.rejected += len(run.program.calls) - turn
+        run.cut_short = True
+        del books.in_flight[pid]
+        fleet.view.done(rep.index, routed_call)
+        fleet.router.completed(rep.index, routed_call, at)
+        fleet.router_changed(at)
+        fleet.clients.end(run, at)
+        return
+    books.truncated += clipped
+    rid = books.rid
+    if run.program_start is None:
+        run.first_arrival = sent
+        run.program_start = at
+        run.first_rid = rid
+    reuse = min(fleet.streams.reusable(rep.index, routed_call), call.reused_tokens) if turn else 0
+    req = SimRequest(
+        rid=rid,
+        program=pid,
+        turn=turn,
+        arrival=at,
+        program_start=run.program_start,
+        prompt=call.input_tokens,
+        output=call.output_tokens,
+        reusable=reuse,
+        tool=call.tool,
+        is_last=turn == len(run.program.calls) - 1,
+        program_seq=run.first_rid,
+        sent=sent,
+        shared=call.shared_keys(config.engine.block_size),
+    )
+    books.routed[rid] = (run, routed_call)
+    fleet.streams.held(pid, rep.index, turn)
+    books.rid = rid + 1
+    rep.engine.add(req, at)  # expires due pins first, then parks the program's own
+    if info.previous_pin_expiry is not None and info.previous == rep.index:
+        info.pin_held = rep.pin_expiry(pid) is not None

@@ -1,0 +1,40 @@
+"""Finishing a step's calls at its end: the record, the pin left, the router told."""
+
+from __future__ import annotations
+
+from replay.fleet.parts import Fleet
+from replay.fleet.replica import Replica
+from replay.request import SimRequest
+from replay.sim import SimCallRecord
+
+
+def finish(fleet: Fleet, rep: Replica, req: SimRequest, now: float) -> None:
+    """``req`` (served by ``rep``) finishes at ``now``."""
+    books = fleet.books
+    run, call = books.routed.pop(req.rid)
+    assert req.admitted is not None and req.first_token is not None
+    books.records.append(
+        SimCallRecord(
+            req.program,
+            req.turn,
+            req.arrival if req.sent is None else req.sent,
+            req.admitted,
+            req.first_token,
+            now,
+            req.prompt,
+            req.output,
+            req.hit_tokens,
+            req.preemptions,
+            req.admitted_step,
+            rep.engine.stats.steps - 1,
+        )
+    )
+    books.call_replicas.append(rep.index)
+    expiry = rep.pin_expiry(req.program)
+    if expiry is not None:
+        books.last_pin[req.program] = expiry
+    del books.in_flight[req.program]
+    fleet.view.done(rep.index, call)
+    fleet.router.completed(rep.index, call, now)
+    fleet.router_changed(now)
+    fleet.clients.answered(run, req.turn, now)

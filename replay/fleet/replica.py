@@ -1,0 +1,43 @@
+"""One replica of the fleet: a simulated engine and where it stands on the fleet's clock."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from replay.request import SimRequest
+from replay.scheduler import SimScheduler
+from replay.sim import ProgramRun, ReplayConfig
+
+
+@dataclass(slots=True)
+class Replica:
+    index: int
+    engine: SimScheduler
+    #: the replay's settings with this replica's engine (replicas may differ in size)
+    config: ReplayConfig
+    #: the end of its last step (or when it last woke)
+    now: float = 0.0
+    #: a step event is queued for it (the time, and its generation: older ones are stale)
+    wake: float | None = None
+    generation: int = 0
+    #: True while a step runs (calls routed to it wait for its end)
+    busy: bool = False
+    #: the calls routed to it since its last boundary, with their send times
+    inbox: list[tuple[ProgramRun, float]] = field(default_factory=list)
+    #: the requests the running step finishes at its end (applied then, not before: the
+    #: router sees a response end when it ends)
+    pending: list[SimRequest] = field(default_factory=list)
+    #: a run of decode steps waits from this time (None: none): it is taken when a call
+    #: is routed here (up to the call) or at its natural end, whichever comes first
+    deferred_from: float | None = None
+    #: that run's horizon (the next pin expiry)
+    deferred_horizon: float = math.inf
+
+    def pin_expiry(self, program: str) -> float | None:
+        """The expiry of the pin the engine holds for ``program`` (None: none)."""
+        pinning = self.engine.pinning
+        if pinning is None:
+            return None
+        pin = pinning.retention.pins.pins.get(program)
+        return None if pin is None else pin.expiry

@@ -1,0 +1,112 @@
+"""A replica's stepping: its step event takes the calls that reached it and runs one
+engine step, whose requests finish at its end event (the router sees a response end
+when it ends, never before).
+
+A replica that has only decode steps to take and nothing it can admit waits: its run of
+decode steps (:meth:`~replay.scheduler.SimScheduler.merge_end`) is taken when a call is
+routed to it (every step that starts before the call, as one engine's run stops before
+its next arrival) or at the run's end. With one replica a normal step may also run into
+decode steps up to the next send, as one engine's step does (every send is known then).
+"""
+
+from __future__ import annotations
+
+import math
+
+from replay.fleet.arrival import arrive
+from replay.fleet.finishing import finish
+from replay.fleet.parts import Fleet
+from replay.fleet.replica import Replica
+from replay.request import SimRequest
+from replay.sim import SimulationError, _check
+
+
+def took(
+    fleet: Fleet, rep: Replica, start: float, duration: float, finished: list[SimRequest]
+) -> None:
+    """A step (or a run of decode steps) from ``start`` was taken: its requests finish
+    at its end, when its end event comes."""
+    end = start + duration
+    rep.now = end
+    if fleet.config.check:
+        _check(rep.engine, end)
+    rep.pending = finished
+    rep.busy = True
+    fleet.queue.wake(rep, end)
+
+
+def run_deferred(fleet: Fleet, rep: Replica, horizon: float) -> None:
+    """Take the waiting run of decode steps: every step that starts before ``horizon``."""
+    start = rep.deferred_from
+    assert start is not None
+    rep.deferred_from = None
+    duration, finished = rep.engine.step(start, horizon)
+    if duration <= 0:
+        raise SimulationError(f"replica {rep.index}: a planned run of decode steps did not run")
+    took(fleet, rep, start, duration, finished)
+
+
+def step(fleet: Fleet, rep: Replica, t: float) -> None:
+    """The replica's step event at ``t``."""
+    engine = rep.engine
+    queue = fleet.queue
+    sends = queue.sends
+    if rep.deferred_from is not None:  # its run of decode steps ends undisturbed
+        run_deferred(fleet, rep, rep.deferred_horizon)
+        if rep.wake != t:
+            raise SimulationError(f"replica {rep.index}: a run of decode steps moved its end")
+        # it ends now: its calls finish at once (the end event it queued is this one)
+        rep.generation += 1
+    if rep.pending:
+        # the step ended: its calls finish now; the replica steps again once the calls
+        # sent at this instant are routed (sends come before steps)
+        finished, rep.pending = rep.pending, []
+        for req in finished:
+            finish(fleet, rep, req, t)
+        if sends and sends[0][0] <= t:
+            queue.wake(rep, t)
+            return
+    rep.busy = False
+    rep.now = max(rep.now, t)
+    now = rep.now
+    rep.wake = None
+    if rep.inbox:
+        for run, sent in rep.inbox:
+            engine.tick(now)
+            arrive(fleet, rep, run, now, sent)  # pins expire first, as vLLM's add_request does
+        rep.inbox.clear()
+    if sends and sends[0][0] <= now:
+        # a call refused on arrival ended its program and started the next one now:
+        # route it first (one engine's replay takes it before stepping too)
+        queue.wake(rep, now)
+        return
+    while True:
+        if engine.idle:
+            return  # an idle engine does not step: its pins stay until the next call
+        horizon = engine.next_expiry()
+        end = engine.merge_end(now, horizon)
+        if end is not None:
+            # decode steps only, and nothing can be admitted: wait for a call routed
+            # here (the run then stops before it) or the run's end
+            rep.deferred_from, rep.deferred_horizon = now, horizon
+            queue.wake(rep, end)
+            return
+        # a step, and the decode steps it may run into up to the next call that can
+        # reach this replica. With one replica that is the next send: every send is
+        # known, as sends are made at this replica's own step ends (one engine's replay
+        # stops there too). With several, a call can come from a finish on another
+        # replica that is not known yet: no run of decode steps is taken here; the
+        # next boundary plans one that waits for the next call routed here.
+        horizon = now if fleet.several else min(horizon, queue.next_send())
+        preempted = engine.stats.preemptions
+        duration, finished = engine.step(now, horizon)
+        if duration <= 0 and engine.stats.preemptions > preempted:
+            continue  # a step that only preempted: vLLM's engine core schedules again
+        if duration <= 0:
+            # nothing could run: wait for a call routed here or a pin's expiry
+            expiry = engine.next_expiry()
+            if expiry < math.inf and expiry > now:
+                queue.wake(rep, expiry)
+            return
+        took(fleet, rep, now, duration, finished)
+        return

@@ -1,0 +1,64 @@
+"""What the router sees of the fleet (:class:`~replay.fleet.routers.base.FleetView`)."""
+
+from __future__ import annotations
+
+from replay.fleet.routers.base import RoutedCall
+from replay.fleet.streams import Streams
+from replay.scheduler import SimScheduler
+
+
+class FleetState:
+    """The router's records (requests in flight per replica, each session's last replica)
+    and the replicas' KV events (which prompt blocks each one holds)."""
+
+    __slots__ = (
+        "_engines",
+        "_load",
+        "_load_tokens",
+        "_previous",
+        "_streams",
+        "replicas",
+    )
+
+    def __init__(self, engines: list[SimScheduler], streams: Streams) -> None:
+        self._engines = engines
+        self.replicas = len(engines)
+        self._load = [0] * len(engines)
+        self._load_tokens = [0] * len(engines)
+        self._previous: dict[str, int] = {}
+        self._streams = streams
+
+    def load(self, replica: int) -> int:
+        return self._load[replica]
+
+    def loads(self) -> list[int]:
+        return self._load
+
+    def load_tokens(self, replica: int) -> int:
+        return self._load_tokens[replica]
+
+    def cached_tokens(self, replica: int, call: RoutedCall) -> int:
+        engine = self._engines[replica]
+        bs = engine.config.block_size
+        hit = engine.pool.prefix_hit(
+            call.program,
+            self._streams.shared(call),
+            self._streams.reusable(replica, call) // bs,
+            (call.prompt_tokens - 1) // bs,
+        )
+        return hit * bs
+
+    def previous_replica(self, program: str) -> int | None:
+        return self._previous.get(program)
+
+    def waiting_requests(self, replica: int) -> int:
+        return len(self._engines[replica].waiting)
+
+    def sent(self, replica: int, call: RoutedCall) -> None:
+        self._load[replica] += 1
+        self._load_tokens[replica] += call.prompt_tokens
+        self._previous[call.program] = replica
+
+    def done(self, replica: int, call: RoutedCall) -> None:
+        self._load[replica] -= 1
+        self._load_tokens[replica] -= call.prompt_tokens

@@ -122,11 +122,12 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
     for policy, by_router in doc["rows"].items():
         rank = doc["ranking"][policy]
         same = {True: "same", False: "DIFFERENT", None: "not compared"}[rank["same"]]
-        console.print(
-            f"{policy}: routers by mean JCT, simulated {_order(rank['sim'])}; live "
-            f"{_order(rank['live'])} ({same})",
-            highlight=False,
-        )
+        if rank["routers"]:
+            console.print(
+                f"{policy}: routers by mean JCT, simulated {_order(rank['sim'])}; live "
+                f"{_order(rank['live'])} ({same})",
+                highlight=False,
+            )
         for router, row in by_router.items():
             spread = " ".join(f"{k}:{v}" for k, v in sorted(row["calls_per_replica"].items()))
             note = f"; {row['sim_note']}" if row.get("sim_note") else ""

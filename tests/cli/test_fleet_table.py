@@ -9,7 +9,7 @@ from replay.validation.fleet_sim import compare_fleet, router_ranking
 from ttlctl.cli.render import fleet_table
 
 
-def test_fleet_table_shows_sim_live_error_and_ranking():
+def test_fleet_table_shows_sim_live_error_and_ranking() -> None:
     live = {
         "consistent_hash": {
             "jct_mean_s": 20.0,

@@ -23,13 +23,13 @@ from replay.workload import from_frame
 from ttlctl.server.router import POLICIES
 
 
-def test_every_vllm_router_policy_has_its_model():
+def test_every_vllm_router_policy_has_its_model() -> None:
     for policy in POLICIES:
         name, why = sim_router(policy)
         assert why is None and name in ROUTERS and name.replace("-", "_") == policy
 
 
-def test_program_scheduling_is_simulated_only_where_its_model_exists():
+def test_program_scheduling_is_simulated_only_where_its_model_exists() -> None:
     assert sim_router("program_scheduling", ("round-robin",)) == (
         None,
         "not simulated: no 'program-scheduling' router model in this ttlctl",
@@ -42,7 +42,7 @@ def test_program_scheduling_is_simulated_only_where_its_model_exists():
     assert name is None and why is not None and "least_cost" in why
 
 
-def test_errors_relative_and_in_points():
+def test_errors_relative_and_in_points() -> None:
     assert fleet_error("relative", 11.0, 10.0) == pytest.approx(0.1)
     assert fleet_error("relative", 9.0, 10.0) == pytest.approx(-0.1)
     assert fleet_error("relative", 1.0, 0.0) is None
@@ -51,7 +51,7 @@ def test_errors_relative_and_in_points():
     assert fleet_error("relative", 1.0, None) is None
 
 
-def test_compare_reads_each_side_under_its_own_name():
+def test_compare_reads_each_side_under_its_own_name() -> None:
     live = {"jct_mean_s": 20.0, "ttft_mean_s": 2.0, "hit_rate": 0.5, "returned_share": 1.0}
     sim = {"jct_mean_s": 21.0, "ttft_mean_s": 1.5, "prefix_hit_rate": 0.4, "returned_share": 0.5}
     rows = {r["metric"]: r for r in compare_fleet(sim, live)}
@@ -66,7 +66,7 @@ def test_compare_reads_each_side_under_its_own_name():
     assert jct_goal(compare_fleet({**sim, "jct_mean_s": 25.0}, live)) is False
 
 
-def test_ranking_over_the_routers_both_sides_have():
+def test_ranking_over_the_routers_both_sides_have() -> None:
     live = {"a": {"jct_mean_s": 10.0}, "b": {"jct_mean_s": 20.0}, "c": {"jct_mean_s": 5.0}}
     agree = router_ranking({"a": {"jct_mean_s": 11.0}, "b": {"jct_mean_s": 19.0}, "c": None}, live)
     assert agree["routers"] == ["a", "b"]
@@ -81,7 +81,7 @@ def test_ranking_over_the_routers_both_sides_have():
     assert alone["routers"] == ["a"] and alone["same"] is None
 
 
-def test_simulated_fleets_route_as_their_routers():
+def test_simulated_fleets_route_as_their_routers() -> None:
     work = from_frame(fit_context(synth("swe-bench", 6, 0), 1900))
     kwargs = {
         "policies": ["vllm"],

@@ -34,7 +34,14 @@ from profiles.schema import Profile
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
 from replay.validation.error import ValidateError
-from replay.validation.fleet_sim import compare_fleet, jct_goal, router_ranking, simulate_fleets
+from replay.validation.fleet_sim import (
+    compare_fleet,
+    jct_goal,
+    live_placement,
+    router_ranking,
+    simulate_as_routed,
+    simulate_fleets,
+)
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
 from replay.workload import Workload
@@ -140,6 +147,7 @@ def validate_fleet(
     rows: dict[str, dict[str, Any]] = {}
     live: dict[str, dict[str, Any]] = {}
     fleets: dict[str, dict[str, Any]] = {}
+    orders: dict[str, dict[str, dict[str, list[str]]]] = {}
     for name in names:
         for policy in routers:
             tag = f"-{policy}"
@@ -180,6 +188,7 @@ def validate_fleet(
                 )
                 say(f"{name} behind {policy}: stopping the fleet")
             order = arrivals.read(made.arrivals)
+            orders.setdefault(name, {})[policy] = order
             rows.setdefault(name, {})[policy] = fleet_row(result, order)
             live.setdefault(name, {})[policy] = result
             fleets.setdefault(name, {})[policy] = {
@@ -216,6 +225,22 @@ def validate_fleet(
             row["compare"] = compare_fleet(sim[name][policy], row)
             row["jct_within_10pct"] = jct_goal(row["compare"])
             row["sim_note"] = notes.get(policy)
+            logged = live_placement(work, orders[name][policy])
+            routed = None
+            if logged is not None:
+                routed = simulate_as_routed(
+                    work,
+                    policy=name,
+                    logged=logged,
+                    replicas=replicas,
+                    profile=profile,
+                    engine=engine,
+                    timing=timing or Load(seed=seed),
+                    bundle=bundle_doc,
+                )
+            #: the simulator with each call on the replica it reached live (None: the
+            #: replicas' arrivals do not name every call's program)
+            row["compare_as_routed"] = None if routed is None else compare_fleet(routed, row)
         rankings[name] = router_ranking(
             {p: None if s is None else dict(s) for p, s in sim[name].items()}, rows[name]
         )

@@ -13,6 +13,11 @@ The compared figures (:data:`FLEET_COMPARED`): mean JCT and TTFT, errors relativ
 returned to their program's previous replica, errors in points. Routers rank by mean JCT
 per policy, ties within :data:`~replay.validation.stats.TIE`, as the single-engine
 validation ranks policies.
+
+A second simulated figure per row takes the routing out of the comparison: the same
+programs with each call sent to the replica it reached live (:func:`live_placement`, from
+the replicas' arrivals files, through the fleet simulator's ``as-logged`` router). What
+error is left there is the engines', not the router model's.
 """
 
 from __future__ import annotations
@@ -117,6 +122,40 @@ def jct_goal(rows: Sequence[Mapping[str, Any]]) -> bool | None:
     """Whether the mean JCT is within :data:`~replay.validation.stats.JCT_GOAL`."""
     err = next(r["error"] for r in rows if r["metric"] == "jct_mean_s")
     return None if err is None else abs(err) <= JCT_GOAL
+
+
+def live_placement(
+    work: Workload, order: Mapping[str, Sequence[str]]
+) -> dict[tuple[str, int], str] | None:
+    """(program, turn) -> the replica its call reached live, from ``{session: [replica of
+    each call in arrival order]}`` (the live replay's session is the program); None unless
+    every call of every program was seen (the router may drop the session header)."""
+    logged: dict[tuple[str, int], str] = {}
+    for program in work.programs:
+        seen = order.get(program.program_id, ())
+        if len(seen) != len(program.calls):
+            return None
+        for turn, replica in enumerate(seen):
+            logged[(program.program_id, turn)] = replica
+    return logged
+
+
+def simulate_as_routed(
+    work: Workload,
+    *,
+    policy: str,
+    logged: Mapping[tuple[str, int], str],
+    replicas: int,
+    profile: Profile,
+    engine: SimSchedulerConfig,
+    timing: Load,
+    bundle: bundle_mod.Bundle | None,
+) -> PolicyResult:
+    """``policy`` in the fleet simulator with every call on its ``logged`` replica."""
+    run = runner(FleetSpec(replicas, RouterSettings("as-logged"), logged=logged))
+    spec = PolicySpec(policy, bundle=bundle if policy == "continuum" else None)
+    cost = ProfileCostModel(profile)
+    return run(work, spec, cost, ReplayConfig(engine=engine, truncate=True), timing, timed=False)
 
 
 def simulate_fleets(

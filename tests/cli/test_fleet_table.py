@@ -38,6 +38,9 @@ def test_fleet_table_shows_sim_live_error_and_ranking() -> None:
     for router, row in live.items():
         row["compare"] = compare_fleet(sim[router], row)  # type: ignore[assignment]
     live["program_scheduling"]["sim_note"] = "not simulated: no model"  # type: ignore[assignment]
+    live["consistent_hash"]["compare_as_routed"] = compare_fleet(  # type: ignore[assignment]
+        {**sim["consistent_hash"], "jct_mean_s": 19.0}, live["consistent_hash"]
+    )
     doc = {
         "programs": 4,
         "calls": 12,
@@ -52,3 +55,4 @@ def test_fleet_table_shows_sim_live_error_and_ranking() -> None:
     assert "-10.0 pt" in text  # hit rate 50% simulated against 60% live
     assert "simulated consistent_hash; live consistent_hash (not compared)" in text
     assert "program_scheduling: calls per replica r1:6 r2:6; not simulated: no model" in text
+    assert "r1:5 r2:7; simulated with the live placement: mean JCT 19.000 s (-5.0%)" in text

@@ -15,8 +15,10 @@ from replay.validation.fleet_sim import (
     compare_fleet,
     fleet_error,
     jct_goal,
+    live_placement,
     router_ranking,
     sim_router,
+    simulate_as_routed,
     simulate_fleets,
 )
 from replay.workload import from_frame
@@ -106,3 +108,32 @@ def test_simulated_fleets_route_as_their_routers() -> None:
         assert "program-scheduling" in notes["program_scheduling"]
     again, _ = simulate_fleets(work, **kwargs)  # type: ignore[arg-type]
     assert again == sim  # deterministic for a seed
+
+
+def test_the_live_placement_replayed_as_routed() -> None:
+    work = from_frame(fit_context(synth("swe-bench", 4, 0), 1900))
+    first, *rest = work.programs
+    # the first program's calls alternate between replicas, the others stay on r2
+    order = {first.program_id: [("r1", "r2")[i % 2] for i in range(len(first.calls))]}
+    order.update({p.program_id: ["r2"] * len(p.calls) for p in rest})
+    logged = live_placement(work, order)
+    assert logged is not None and len(logged) == work.calls
+    assert logged[(first.program_id, 1)] == "r2" and logged[(first.program_id, 0)] == "r1"
+    short = {**order, first.program_id: order[first.program_id][:-1]}
+    assert live_placement(work, short) is None  # a call the arrivals did not name
+    result = simulate_as_routed(
+        work,
+        policy="vllm",
+        logged=logged,
+        replicas=2,
+        profile=resolve("tiny-cpu")[0],
+        engine=SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048),
+        timing=Load(),
+        bundle=None,
+    )
+    per = {r["replica"]: r["llm_calls"] for r in result["per_replica"]}
+    on_r1 = (len(first.calls) + 1) // 2
+    assert sorted(per.values()) == sorted([on_r1, work.calls - on_r1])
+    follow_ups = work.calls - len(work.programs)
+    returned = follow_ups - (len(first.calls) - 1)
+    assert result["returned_share"] == pytest.approx(returned / follow_ups)

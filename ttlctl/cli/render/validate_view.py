@@ -131,10 +131,17 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
         for router, row in by_router.items():
             spread = " ".join(f"{k}:{v}" for k, v in sorted(row["calls_per_replica"].items()))
             note = f"; {row['sim_note']}" if row.get("sim_note") else ""
+            routed = {c["metric"]: c for c in row.get("compare_as_routed") or []}
+            if routed:
+                jct = routed["jct_mean_s"]
+                note += (
+                    f"; simulated with the live placement: mean JCT "
+                    f"{_fleet_value('jct_mean_s', jct['sim'])} ({_error('relative', jct['error'])})"
+                )
             console.print(f"  {router}: calls per replica {spread}{note}", highlight=False)
     console.print(
         "returned: follow-up calls that reached the replica of their program's previous "
         "call (live: from the replicas' arrivals); errors: (simulated − live) / live, "
-        "rates in points",
+        "rates in points; the live placement: each call simulated on the replica it reached",
         highlight=False,
     )

@@ -78,6 +78,9 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     assert by["returned_share"]["error"] == 0.0
     assert by["jct_mean_s"]["error"] == (sim["jct_mean_s"] - row["jct_mean_s"]) / row["jct_mean_s"]
     assert doc["ranking"]["vllm"]["routers"] == ["consistent_hash"]
+    # and with each call on the replica it reached live: the same placement, returned 1
+    routed = {c["metric"]: c for c in row["compare_as_routed"]}
+    assert routed["returned_share"]["sim"] == 1.0 and routed["jct_mean_s"]["sim"] > 0
     fleet = doc["fleets"]["vllm"]["consistent_hash"]
     log = router.plain(Path(fleet["router_log"]).read_text(errors="replace"))
     assert "--enable-program-scheduling" in fleet["router_command"]

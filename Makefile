@@ -30,7 +30,7 @@ demo: install
 	$(BIN)/ttlctl fit $(DEMO)/trace.parquet -o $(DEMO)/fit.json --plot $(DEMO)/plots
 	$(BIN)/ttlctl tune $(DEMO)/trace.parquet --fit $(DEMO)/fit.json --profile llama-3.1-8b-h100 \
 		--concurrency 16 --kv-tokens 300000 --truncate --trials 8 -o $(DEMO)/bundle.json
-	$(BIN)/ttlctl bundle inspect $(DEMO)/bundle.json --queue-delay 2
+	$(BIN)/ttlctl bundle inspect $(DEMO)/bundle.json --queue-delay-seconds 2
 	$(BIN)/ttlctl replay $(DEMO)/trace.parquet --policy all --bundle $(DEMO)/bundle.json \
 		--concurrency 16 --kv-tokens 300000 --truncate --json $(DEMO)/replay.json
 	$(BIN)/ttlctl report $(DEMO) -o $(DEMO)/report.html

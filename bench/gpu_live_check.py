@@ -112,8 +112,6 @@ def main() -> int:
         "--load-format", "dummy",
         "--max-model-len", str(max_model_len),
         "--kv-cache-memory-bytes", str(args.kv_cache_memory_bytes),
-        "--max-num-seqs", str(args.max_num_seqs),
-        "--max-num-batched-tokens", str(args.max_num_batched_tokens),
         "--served-model-name", args.preset,
     ]  # fmt: skip
     if args.cpu:
@@ -124,8 +122,8 @@ def main() -> int:
         "--trace-idle-gap-cap-seconds", str(args.pause_cap),
         "--model", str(model),
         "--max-num-seqs", str(args.max_num_seqs),
-        "--max-num-batched-tokens", str(args.max_num_batched_tokens),
-        "--timeout", str(args.timeout),
+        "--max-num-batched-tokens", str(args.max_num_batched_tokens),  # validate sets both
+        "--timeout-seconds", str(args.timeout),
         "--work-dir", str(out / "work"),
         "--json", str(out / "validate.json"),
         "--", *engine_args,

@@ -24,7 +24,10 @@ PY=${PYTHON:-$ROOT/.venv/bin/python}
 TTL=${TTLCTL:-$ROOT/.venv/bin/ttlctl}
 mkdir -p "$OUT/res"
 cd "$ROOT"
-SERVER=(--model "$OUT/tiny-55m" -- --dtype bfloat16 --enforce-eager --block-size 32
+# validate starts the servers with its --max-num-seqs and --max-num-batched-tokens: the table
+# was measured with vLLM's CPU defaults, 128 and 2048
+SERVER=(--max-num-seqs 128 --max-num-batched-tokens 2048
+        --model "$OUT/tiny-55m" -- --dtype bfloat16 --enforce-eager --block-size 32
         --max-model-len 2048 --kv-cache-memory-bytes 48M)
 
 "$PY" -c "import sys; from pathlib import Path; sys.path.insert(0, '.');

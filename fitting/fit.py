@@ -22,7 +22,7 @@ from fitting import cdf as cdf_mod
 from fitting.eta_bootstrap import estimate as estimate_eta
 from fitting.fit_doc import FitDoc, FitSource, ToolFit
 from fitting.percentile import percentile
-from ttlctl.errors import ConfigError
+from ttlctl.errors import ConfigError, TtlctlError
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +35,9 @@ class FitConfig:
 
     def __post_init__(self) -> None:
         if self.min_samples < 0 or self.abandon_s <= 0 or self.bootstrap < 0:
-            raise ConfigError("min_samples >= 0, abandon_s > 0, bootstrap >= 0")
+            raise ConfigError(
+                "--min-samples must be >= 0, --abandon-seconds > 0 and --bootstrap >= 0"
+            )
         if self.max_points < 2:
             raise ConfigError("max_points >= 2")
 
@@ -74,6 +76,10 @@ def describe(samples: np.ndarray[Any, Any], config: FitConfig, measured: int) ->
     }
 
 
+class EmptyFitError(TtlctlError):
+    """A trace with no pause to fit (no calls, or none followed by its program's next)."""
+
+
 def fit_trace(
     trace: pl.LazyFrame | pl.DataFrame,
     config: FitConfig | None = None,
@@ -81,15 +87,25 @@ def fit_trace(
     source: FitSource | None = None,
     created: str | None = None,
     ttlctl_version: str | None = None,
+    allow_empty: bool = False,
 ) -> FitDoc:
     """The fit document of a canonical trace (``ttlctl fit``; docs/method.md).
 
     ``source`` (the trace file's ``path`` and ``sha256``), ``created`` and
     ``ttlctl_version`` are written as given: this module reads no file and no clock.
+    A trace without a single pause is an :class:`EmptyFitError` unless ``allow_empty``
+    (its fit would leave every τ* to the cold start).
     """
     config = config or FitConfig()
     trace = trace.lazy()
     data = pauses(trace)
+    if data.height == 0 and not allow_empty:
+        calls = trace.select(pl.len()).collect().item()
+        where = source["path"] if source is not None else "the trace"
+        raise EmptyFitError(
+            f"{where}: no tool pause to fit ({calls:,} calls, none with a tool and a "
+            "recorded tool_s or gap_s); --allow-empty writes a fit of nothing"
+        )
     abandoned = data.filter(pl.col("pause_s") > config.abandon_s)
     kept = data.filter(pl.col("pause_s") <= config.abandon_s)
 

@@ -114,8 +114,12 @@ class PolicyParams:
     def __post_init__(self) -> None:
         if not math.isfinite(self.eta) or not -1.0 <= self.eta <= 1.0:
             raise ValueError(f"eta must be in [-1, 1], got {self.eta}")
-        if self.k < 0 or self.t_window < 1 or self.history_cap < 1 or self.refresh_every < 1:
-            raise ValueError("k >= 0, t_window, history_cap and refresh_every >= 1")
+        if self.k < 0:
+            raise ValueError(f"k must be >= 0, got {self.k}")
+        if self.t_window < 1:
+            raise ValueError(f"t_window must be >= 1, got {self.t_window}")
+        if self.history_cap < 1 or self.refresh_every < 1:
+            raise ValueError("history_cap and refresh_every must be >= 1")
         if self.valve not in VALVES:
             raise ValueError(f"valve must be one of {', '.join(VALVES)}, got {self.valve!r}")
         if not 0.0 < self.pin_cap <= 1.0:

@@ -109,9 +109,11 @@ def load_config(ref: str | Path) -> tuple[str, dict[str, Any]]:
             f"{ref}: no such config.json or preset (presets: {', '.join(sorted(PRESETS))})"
         )
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ModelConfigError(f"{path}: line {exc.lineno}: not valid JSON") from None
+    except UnicodeDecodeError as exc:
+        raise ModelConfigError(f"{path}: byte {exc.start}: not UTF-8 text") from None
     if not isinstance(config, dict):
         raise ModelConfigError(f"{path}: not a JSON object")
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads"):

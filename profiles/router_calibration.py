@@ -232,7 +232,11 @@ def calibrate(
     return RouterCalibration(
         profile=name,
         prefill=PrefillCostModel(
-            intercept_seconds=_checked(name, "prefill.a", profile.prefill_fixed_s),
+            intercept_seconds=_checked(
+                name,
+                "prefill.a" if pre.includes_step else "prefill.a + decode.step_s",
+                profile.prefill_fixed_s,
+            ),
             linear_seconds_per_1k_tokens=_checked(name, "prefill.b", pre.b) * TOKENS_PER_UNIT,
             quadratic_seconds_per_1k_tokens_squared=_checked(name, "prefill.q", pre.q)
             * TOKENS_PER_UNIT**2,

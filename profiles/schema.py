@@ -265,9 +265,11 @@ def from_json(data: Any, where: str = "profile") -> Profile:
 
 def load(path: Path) -> Profile:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path}: byte {exc.start}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise ProfileError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
     return from_json(data, str(path))

@@ -96,7 +96,7 @@ def checked_settings(
     if offload_tokens is not None and offload_tokens < 0:
         raise ConfigError("--offload-tokens must be >= 0")
     if not queue_delay_s >= 0:
-        raise ConfigError("--queue-delay must be >= 0")
+        raise ConfigError("--queue-delay-seconds must be >= 0")
     return RefitSettings(
         fmt=fmt,
         skip_bad=skip_bad,

@@ -105,26 +105,28 @@ def size(
     engine = replace(base, **values)
     shown = _shape(engine)
     from_log = any(given.get(k) is None and k in logged for k in SIZE_FLAGS)
-    if not entries:
-        missing = [flag for key, flag in SIZE_FLAGS.items() if given.get(key) is None]
-        if missing:
-            notes.append(
-                f"the log does not state its engine's size (written by an older plugin): "
-                f"the replay uses {base_source} for {', '.join(missing)}; give them as the "
-                "server had them"
+    # what neither a flag nor the log gives: the base's
+    missing = [f for k, f in SIZE_FLAGS.items() if given.get(k) is None and k not in logged]
+    if missing:
+        notes.append(
+            (
+                "the log does not state its engine's size (written by an older plugin)"
+                if not logged
+                else f"the log's engine{_of(replica)} does not state every size"
             )
-        if not missing:
-            line = f"replay engine{_of(replica)} as the flags give it: {shown}"
-        elif len(missing) < len(SIZE_FLAGS):
-            line = f"replay engine{_of(replica)} (the flags given, else {base_source}): {shown}"
-        else:
-            line = f"replay engine{_of(replica)} ({base_source}): {shown}"
-    elif from_log:
+            + f": the replay uses {base_source} for {', '.join(missing)}; give them as the "
+            "server had them"
+        )
+    if from_log:
         line = f"replay sized from the engine log{_of(replica)}: {shown}"
         if any(given.get(k) is not None for k in SIZE_FLAGS):
             line += " (flags given win)"
-    else:
+    elif not missing:
         line = f"replay engine{_of(replica)} as the flags give it: {shown}"
+    elif len(missing) < len(SIZE_FLAGS):
+        line = f"replay engine{_of(replica)} (the flags given, else {base_source}): {shown}"
+    else:
+        line = f"replay engine{_of(replica)} ({base_source}): {shown}"
     if any(e.get("async_scheduling") for e in entries):
         notes.append(
             f"the log's engine{_of(replica)} ran vLLM's async scheduling; the fast simulator "

@@ -105,7 +105,12 @@ def replay_doc(
         },
     )
     fleet = fleet_for(
-        req.trace, req.replicas, req.router, backend=req.backend, live=req.live is not None
+        req.trace,
+        req.replicas,
+        req.router,
+        backend=req.backend,
+        live=req.live is not None,
+        async_scheduling=req.async_scheduling,
     )
     bundle_doc = bundle_mod.read(req.bundle) if req.bundle is not None else None
     prof, prof_path = resolve(req.profile)

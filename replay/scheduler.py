@@ -70,9 +70,9 @@ class SimSchedulerConfig:
 
     def __post_init__(self) -> None:
         if self.kv_tokens < self.block_size or self.block_size <= 0:
-            raise ConfigError("kv_tokens must hold at least one block")
+            raise ConfigError("--kv-tokens must hold at least one block (--block-size tokens)")
         if self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
-            raise ConfigError("max_num_batched_tokens and max_num_seqs must be positive")
+            raise ConfigError("--max-num-batched-tokens and --max-num-seqs must be positive")
         if self.pool not in ("runs", "blocks"):
             raise ConfigError("pool must be 'runs' or 'blocks'")
 
@@ -312,6 +312,11 @@ class SimScheduler:
             extra_s, finished = self._merge_decodes(now + duration, horizon)
             duration += extra_s
         return duration, finished
+
+    def applied_step(self) -> int:
+        """The index of the step whose output the last :meth:`step` applied (the last
+        one taken: a synchronous step's output is applied at its end)."""
+        return self.stats.steps - 1
 
     def _enter_running(self, req: SimRequest) -> None:
         self._run_counter += 1

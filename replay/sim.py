@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profiles.cost import CostModel
+from replay.async_sched import AsyncSimScheduler
 from replay.offload import OffloadTier
 from replay.request import SimRequest
 from replay.scheduler import Policy, SimScheduler, SimSchedulerConfig
@@ -40,6 +41,9 @@ class ReplayConfig:
     truncate: bool = False
     #: check invariants after every step (slower)
     check: bool = False
+    #: vLLM's ``--async-scheduling``: step N+1 is scheduled before step N's output is
+    #: applied (:class:`replay.async_sched.AsyncSimScheduler`)
+    async_scheduling: bool = False
 
 
 @dataclass(slots=True)
@@ -116,7 +120,8 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
         if config.offload_tokens > 0
         else None
     )
-    engine = SimScheduler(config.engine, cost, policy, offload)
+    kind = AsyncSimScheduler if config.async_scheduling else SimScheduler
+    engine = kind(config.engine, cost, policy, offload)
     events: list[tuple[float, int, int, Any]] = []
     seq = 0
 
@@ -185,6 +190,9 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
             push(at, ARRIVAL, nxt)
 
     step, next_expiry, stats = engine.step, engine.next_expiry, engine.stats
+    # the async scheduler takes a step that only preempted itself, and returns nothing
+    # only when nothing can happen before the next send or pin expiry
+    is_async = config.async_scheduling
     while True:
         while events and events[0][0] <= now:
             sent, _, _, payload = heapq.heappop(events)
@@ -201,7 +209,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
             horizon = events[0][0]
         preempted = stats.preemptions
         duration, finished = step(now, horizon)
-        if duration <= 0 and stats.preemptions > preempted:
+        if duration <= 0 and stats.preemptions > preempted and not is_async:
             continue  # a step that only preempted: vLLM's engine core schedules again at once
         if duration <= 0:
             # nothing could run (the head does not fit): vLLM's engine core keeps stepping,
@@ -218,6 +226,8 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
             engine.tick(now)
             continue
         now += duration
+        if finished:
+            finish_step = engine.applied_step()
         for req in finished:
             run, _ = requests.pop(req.rid)
             assert req.admitted is not None and req.first_token is not None
@@ -234,7 +244,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
                     req.hit_tokens,
                     req.preemptions,
                     req.admitted_step,
-                    engine.stats.steps - 1,
+                    finish_step,
                 )
             )
             run.last_finish = now

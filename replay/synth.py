@@ -344,7 +344,7 @@ def fit_context(frame: pl.DataFrame, limit: int, min_output: int = 4) -> pl.Data
     stays null: it means the same of the scaled calls. Works on any canonical trace
     (``bench/fit_window.py`` applies it to ingested real traces)."""
     if limit <= min_output:
-        raise ConfigError(f"max context must be above {min_output} tokens, not {limit}")
+        raise ConfigError(f"--max-context must be above {min_output} tokens, not {limit}")
     tokens = ("input_tokens", "output_tokens", "reused_tokens")
     total = pl.col("input_tokens") + pl.col("output_tokens")
     work = frame.sort("program_id", "turn").with_columns(

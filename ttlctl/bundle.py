@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -91,7 +92,7 @@ class RouterDoc(TypedDict):
     (defaults filled in) and the replicas it routed to."""
 
     name: str
-    settings: dict[str, float | int | None]
+    settings: dict[str, float | int | str | None]
     replicas: int
 
 
@@ -198,6 +199,18 @@ class BuildRequest:
     learn_eta: bool = False
 
 
+#: the knobs of :class:`BuildRequest` as ``ttlctl bundle build`` spells them
+_FLAG_OF = {
+    "eta": "--eta",
+    "k": "--k",
+    "t_window": "--t-window",
+    "valve": "--valve",
+    "pin_cap": "--pin-cap",
+    "cold_start_ttl_s": "--cold-start-ttl-seconds",
+}
+_KNOB = re.compile(r"\b(?:" + "|".join(_FLAG_OF) + r")\b")
+
+
 def from_files(req: BuildRequest) -> Bundle:
     """The sealed bundle of a fit file, a profile and the policy's knobs, with the
     files' hashes as provenance. A bad file or knob is a :class:`BundleError` (the
@@ -215,7 +228,8 @@ def from_files(req: BuildRequest) -> Bundle:
             learn_eta=req.learn_eta,
         )
     except ValueError as exc:  # PolicyParams states its ranges as ValueErrors
-        raise BundleError(str(exc)) from None
+        said = _KNOB.sub(lambda m: _FLAG_OF[m.group(0)], str(exc))
+        raise BundleError(said) from None
     return assemble(
         fit_doc,
         prof.to_json(),
@@ -249,11 +263,20 @@ def _load_json(path: Path, hint: str = "") -> Any:
     """The JSON value in ``path``; :class:`BundleError` names the file and the problem
     (``hint`` follows the message of a file that is not JSON)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise BundleError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{path}: cannot read: {exc}") from None
+    except IsADirectoryError:
+        raise BundleError(f"{path}: is a directory") from None
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read ({(exc.strerror or str(exc)).lower()})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise BundleError(
+            f"{path}: line {line}: not UTF-8 text (byte {exc.start}){hint or '; damaged?'}"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -304,6 +327,12 @@ def verify(doc: Any) -> None:
             "checksum mismatch: the bundle was edited or damaged after it was written"
         )
     _check_fit(doc["fit"])
+    policy = doc["policy"]
+    if not isinstance(policy, dict):
+        raise BundleError("policy must be an object")
+    absent = [name for name in PolicyParams.__dataclass_fields__ if name not in policy]
+    if absent:  # a bundle states every parameter: none is left to a default
+        raise BundleError(f"policy: missing {', '.join(absent)}")
     try:
         profile_schema.from_json(doc["profile"], "profile")
         PolicyParams.from_json(doc["policy"])
@@ -316,13 +345,14 @@ def verify(doc: Any) -> None:
 
 
 def _check_router(router: Any) -> None:
-    """The optional ``router`` section: a name, its settings (numbers or null), replicas."""
+    """The optional ``router`` section: a name, its settings (numbers, text, booleans or
+    null: Program scheduling's config has all four), replicas."""
     ok = (
         isinstance(router, dict)
         and isinstance(router.get("name"), str)
         and isinstance(router.get("settings"), dict)
         and all(
-            isinstance(k, str) and (v is None or isinstance(v, (int, float)))
+            isinstance(k, str) and (v is None or isinstance(v, (int, float, str)))
             for k, v in router["settings"].items()
         )
         and isinstance(router.get("replicas"), int)
@@ -331,7 +361,8 @@ def _check_router(router: Any) -> None:
     )
     if not ok:
         raise BundleError(
-            "router must be an object with name (text), settings (numbers) and replicas (>= 1)"
+            "router must be an object with name (text), settings (numbers, text or null) "
+            "and replicas (>= 1)"
         )
 
 

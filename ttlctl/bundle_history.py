@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ttlctl import bundle
 from ttlctl.bundle import Bundle, BundleError
-from ttlctl.jsonio import write_atomic
+from ttlctl.jsonio import OutputError, write_atomic
 
 #: bundles kept per served file (the newest ones)
 KEEP = 5
@@ -83,18 +83,30 @@ def keep(path: Path, previous: bytes | None = None) -> Path | None:
         previous = current(path)
         if previous is None:
             return None
+    entry, _ = _add(path, previous)
+    _prune(path)
+    return entry
+
+
+def _add(path: Path, previous: bytes) -> tuple[Path, bool]:
+    """The history entry holding ``previous`` (the newest one when it holds the same
+    bytes, else a new one), and whether it is new."""
     kept = entries(path)
     if kept and kept[-1].path.read_bytes() == previous:
-        return kept[-1].path
+        return kept[-1].path, False
     seq = kept[-1].seq + 1 if kept else 1
     entry = folder(path) / f"{seq:06d}-{_short_sha(previous)}.json"
     try:
         write_atomic(previous, entry)
-    except OSError as exc:
+    except (OSError, OutputError) as exc:
         raise BundleError(f"{entry}: cannot keep the bundle replaced: {exc}") from None
+    return entry, True
+
+
+def _prune(path: Path) -> None:
+    """Drop the entries beyond :data:`KEEP` (the oldest)."""
     for old in entries(path)[:-KEEP]:
         old.path.unlink(missing_ok=True)
-    return entry
 
 
 def current(path: Path) -> bytes | None:
@@ -109,13 +121,24 @@ def current(path: Path) -> bytes | None:
 
 
 def replace(doc: Bundle, path: Path, previous: bytes | None = None) -> Path | None:
-    """Write ``doc`` over ``path`` atomically, then keep what it replaced (:func:`keep`:
-    the file's bytes read first, or ``previous``). Returns the history entry (None:
-    nothing was there). A failed write keeps nothing."""
+    """Write ``doc`` over ``path`` atomically, keeping what it replaced (:func:`keep`: the
+    file's bytes read first, or ``previous``). Returns the history entry (None: nothing
+    was there). Both or neither: a bundle that cannot be kept stops the write (nothing
+    changed), and a failed write takes back the entry it made."""
     if previous is None:
         previous = current(path)
-    bundle.write(doc, path)
-    return None if previous is None else keep(path, previous)
+    if previous is None:
+        bundle.write(doc, path)
+        return None
+    entry, new = _add(path, previous)
+    try:
+        bundle.write(doc, path)
+    except BaseException:
+        if new:
+            entry.unlink(missing_ok=True)
+        raise
+    _prune(path)
+    return entry
 
 
 def rollback(path: Path) -> Restored:
@@ -138,10 +161,19 @@ def rollback(path: Path) -> Restored:
         replaced = None
     except OSError as exc:
         raise BundleError(f"{path}: cannot read the bundle in service: {exc}") from None
-    if replaced is not None:
-        write_atomic(current, replaced)
-    write_atomic(newest.path.read_bytes(), path)
-    newest.path.unlink()
+    try:
+        if replaced is not None:
+            write_atomic(current, replaced)
+        write_atomic(newest.path.read_bytes(), path)
+    except (OSError, OutputError) as exc:  # the served file is as it was (a rename or not)
+        raise BundleError(f"{path}: cannot roll back to {newest.path.name}: {exc}") from None
+    try:
+        newest.path.unlink()
+    except OSError as exc:  # restored, but a second rollback would restore it again
+        raise BundleError(
+            f"{path}: rolled back to {newest.path.name}, but cannot take it out of the "
+            f"history ({exc}); remove it before rolling back further"
+        ) from None
     return Restored(bundle=doc, replaced=replaced, left=len(kept) - 1)
 
 

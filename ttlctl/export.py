@@ -37,7 +37,7 @@ def rows(trace: pl.DataFrame, fmt: str, block_size: int = 512) -> list[dict[str,
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}; choose {' or '.join(FORMATS)}")
     if block_size <= 0:
-        raise ConfigError("block size must be positive")
+        raise ConfigError("--block-size must be positive")
     out: list[dict[str, Any]] = []
     next_id = 0
     shared_ids: dict[SharedKey, int] = {}

@@ -6,7 +6,11 @@ beside the target (a unique name, so two writers never share one), flushed to di
 given the usual file mode and renamed over the target. A reader sees the old file
 or the new one, never half of one; a failed write leaves no temporary file behind.
 
-Standard library only: the engine side imports it (through :mod:`ttlctl.bundle`).
+A path that cannot be written is an :class:`OutputError` naming it (never the temporary
+file); :func:`check_writable` and :func:`check_folder` find it before any work starts.
+
+Standard library only (and :mod:`ttlctl.errors`): the engine side imports it (through
+:mod:`ttlctl.bundle`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypedDict
+
+from ttlctl.errors import TtlctlError
+
+
+class OutputError(TtlctlError):
+    """An output path that cannot be written; the message names it and says why."""
 
 
 class FileRef(TypedDict):
@@ -36,8 +46,13 @@ def replacing(path: Path) -> Iterator[Path]:
     then synced to disk and renamed. On an exception it is removed and ``path`` is
     left as it was.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise OutputError(f"{path}: is a directory, not a file to write")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write here ({_why(exc)})") from None
     os.close(fd)
     tmp = Path(name)
     try:
@@ -48,9 +63,54 @@ def replacing(path: Path) -> Iterator[Path]:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename in (name, str(path)):  # the temporary file's or the rename's
+            raise OutputError(f"{path}: cannot write ({_why(exc)})") from None
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _why(exc: OSError) -> str:
+    return (exc.strerror or type(exc).__name__).lower()
+
+
+def check_writable(path: Path) -> None:
+    """Refuse an output file that cannot be written, before any work: a directory, a
+    path under a file, a folder without write permission. The folder is probed by
+    making and removing a file in it (permission bits say nothing for root, nor on a
+    read-only mount); nothing is created or left behind."""
+    if path.is_dir():
+        raise OutputError(f"{path}: is a directory, not a file to write")
+    _probe(_existing_ancestor(path.parent, path), path)
+
+
+def check_folder(path: Path) -> None:
+    """Refuse an output folder that cannot be written (see :func:`check_writable`)."""
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{path}: not a directory")
+    _probe(_existing_ancestor(path, path), path)
+
+
+def _existing_ancestor(folder: Path, path: Path) -> Path:
+    """The nearest existing folder at or above ``folder`` (what would be created below)."""
+    here = folder.absolute()
+    while not here.exists():
+        here = here.parent
+    if not here.is_dir():
+        raise OutputError(f"{path}: {here} is not a directory")
+    return here
+
+
+def _probe(folder: Path, path: Path) -> None:
+    try:
+        fd, name = tempfile.mkstemp(prefix=".ttlctl-probe.", dir=folder)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write in {folder} ({_why(exc)})") from None
+    os.close(fd)
+    os.unlink(name)
 
 
 def write_atomic(data: str | bytes, path: Path) -> None:

@@ -4,14 +4,21 @@
 ttlctl's router names are vllm-router 0.1.17's policy names with dashes; the settings
 are its flags with underscores. ``pin-aware`` is ttlctl's own router: vllm-router has no
 policy that follows a program's pin, so it is refused with the nearest policies named.
-Standard library only (the bundle commands import it).
+``program-scheduling`` is vllm-router's Program scheduling: ``--enable-program-scheduling
+--program-scheduling-config-json '…'``, the tuned fields with the calibration from the
+bundle's profile (:mod:`profiles.router_calibration`; none when the study ran on the
+router's reference coefficients). Standard library only, with the profile's pure
+modules (the bundle commands import it).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
+from profiles.router_calibration import calibrate
+from profiles.schema import Profile
 from ttlctl.errors import ConfigError
 
 #: ttlctl's name -> vllm-router's ``--policy``
@@ -36,9 +43,38 @@ PIN_AWARE = (
 )
 
 
-def vllm_router_args(router: Mapping[str, Any]) -> list[str]:
-    """vllm-router's flags for a bundle's ``router`` section (without ``--worker-urls``)."""
+def program_scheduling_json(settings: Mapping[str, Any], profile: Profile | None) -> str:
+    """``--program-scheduling-config-json``'s value for a ``program-scheduling`` router's
+    settings: its config fields, the profile's calibration (when the settings say
+    ``calibration: profile``), and the calibration fields the settings gave, which win."""
+    doc: dict[str, Any] = {}
+    given: dict[str, dict[str, Any]] = {}
+    for key, value in settings.items():
+        if key == "calibration":
+            continue
+        if "." in key:
+            obj, field = key.split(".", 1)
+            given.setdefault(obj, {})[field] = value
+        else:
+            doc[key] = value
+    if settings.get("calibration", "profile") == "profile":
+        if profile is None:
+            raise ConfigError(
+                "--as vllm-router: Program scheduling's calibration needs the profile"
+            )
+        doc |= calibrate(profile).to_json()
+    for obj, fields in given.items():
+        doc[obj] = {**doc.get(obj, {}), **fields}
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def vllm_router_args(router: Mapping[str, Any], profile: Profile | None = None) -> list[str]:
+    """vllm-router's flags for a bundle's ``router`` section (without ``--worker-urls``);
+    ``profile``: the bundle's, Program scheduling's calibration."""
     name = router["name"]
+    if name == "program-scheduling":
+        config = program_scheduling_json(router.get("settings", {}), profile)
+        return ["--enable-program-scheduling", "--program-scheduling-config-json", config]
     if name == "pin-aware":
         raise ConfigError(f"--as vllm-router: {PIN_AWARE}")
     policy = POLICIES.get(name)

@@ -35,7 +35,7 @@ from itertools import count
 
 from profiles.cost import CostModel
 from replay.fleet.prompts import ProgramPrompts, common_prefix, program_prompts
-from replay.fleet.routers.base import RoutedCall, Router
+from replay.fleet.routers.base import HOLD, HoldingRouter, RoutedCall, Router
 from replay.offload import OffloadTier
 from replay.request import SimRequest
 from replay.scheduler import Policy, SimScheduler
@@ -159,6 +159,9 @@ class FleetState:
     def previous_replica(self, program: str) -> int | None:
         return self._previous.get(program)
 
+    def waiting_requests(self, replica: int) -> int:
+        return len(self._engines[replica].waiting)
+
     def sent(self, replica: int, call: RoutedCall) -> None:
         self._load[replica] += 1
         self._load_tokens[replica] += call.prompt_tokens
@@ -217,11 +220,12 @@ def simulate_fleet(
         return runs_by_program[call.program].calls[call.turn].shared_keys(config.engine.block_size)
 
     view = FleetState(engines, reusable, shared)
-    sends: list[tuple[float, int, int, ProgramRun]] = []
+    #: sends, and the router's own wakes (run None: a router that retains calls)
+    sends: list[tuple[float, int, int, ProgramRun | None]] = []
     steps: list[tuple[float, int, int, int, int]] = []
     seq = 0
 
-    def push_send(time: float, run: ProgramRun) -> None:
+    def push_send(time: float, run: ProgramRun | None) -> None:
         nonlocal seq
         heapq.heappush(sends, (time, SEND, seq, run))
         seq += 1
@@ -254,6 +258,10 @@ def simulate_fleet(
     in_flight: dict[str, RoutedCall] = {}
     pins_wasted = 0
     rejected = truncated = 0
+    holding = router if isinstance(router, HoldingRouter) else None
+    #: session -> a call the router retains: its run, send time and routed call
+    held: dict[str, tuple[ProgramRun, float, RoutedCall]] = {}
+    router_wake: float | None = None
     rid = 0
 
     def end_program(run: ProgramRun, at: float) -> None:
@@ -270,7 +278,6 @@ def simulate_fleet(
         return None if pin is None else pin.expiry
 
     def route(run: ProgramRun, sent: float) -> None:
-        nonlocal pins_wasted
         pid = run.program.program_id
         turn = run.next_turn
         book = prompts[pid]
@@ -282,6 +289,29 @@ def simulate_fleet(
             None if logged_replicas is None else logged_replicas.get((pid, turn)),
         )
         target = router.route(call, view, sent)
+        if target == HOLD and holding is not None:
+            held[pid] = (run, sent, call)
+        else:
+            dispatch(run, sent, call, target, sent)
+        release(sent)
+
+    def release(now: float) -> None:
+        """The calls a retaining router sends now, and its next wake."""
+        nonlocal router_wake
+        if holding is None:
+            return
+        for session, target in holding.released():
+            run, sent, call = held.pop(session)
+            dispatch(run, sent, call, target, now)
+        wake_at = holding.next_wake(now)
+        if wake_at is not None and (router_wake is None or wake_at < router_wake):
+            router_wake = wake_at
+            push_send(wake_at, None)
+
+    def dispatch(run: ProgramRun, sent: float, call: RoutedCall, target: int, now: float) -> None:
+        nonlocal pins_wasted
+        pid = call.program
+        turn = call.turn
         if not 0 <= target < len(replicas):
             raise SimulationError(f"router {router.name} chose replica {target}")
         previous = view.previous_replica(pid)
@@ -295,10 +325,10 @@ def simulate_fleet(
         if rep.deferred_from is not None:
             # its waiting run of decode steps stops before this call (as one engine's
             # stops before its next arrival)
-            run_deferred(rep, min(rep.deferred_horizon, sent))
+            run_deferred(rep, min(rep.deferred_horizon, now))
         rep.inbox.append((run, sent))
-        if not rep.busy and (rep.wake is None or rep.wake > sent):
-            wake(rep, sent)
+        if not rep.busy and (rep.wake is None or rep.wake > now):
+            wake(rep, now)
 
     def arrive(rep: Replica, run: ProgramRun, at: float, sent: float) -> None:
         nonlocal rid, rejected, truncated
@@ -316,6 +346,7 @@ def simulate_fleet(
             del in_flight[pid]
             view.done(rep.index, routed_call)
             router.completed(rep.index, routed_call, at)
+            release(at)
             end_program(run, at)
             return
         truncated += clipped
@@ -372,6 +403,7 @@ def simulate_fleet(
         del in_flight[req.program]
         view.done(rep.index, call)
         router.completed(rep.index, call, now)
+        release(now)
         run.last_finish = now
         run.next_turn += 1
         if run.next_turn < len(run.program.calls):
@@ -467,8 +499,14 @@ def simulate_fleet(
 
     while sends or steps:
         if sends and (not steps or sends[0][0] <= steps[0][0]):
-            sent, _, _, run = heapq.heappop(sends)
-            route(run, sent)
+            sent, _, _, sending = heapq.heappop(sends)
+            if sending is None:  # the router's own wake
+                if holding is not None and router_wake == sent:
+                    router_wake = None
+                    holding.tick(sent, view)
+                    release(sent)
+                continue
+            route(sending, sent)
             continue
         t, _, _, index, generation = heapq.heappop(steps)
         rep = replicas[index]
@@ -476,6 +514,8 @@ def simulate_fleet(
             continue  # superseded: a call woke it earlier
         step(rep, t)
 
+    if held:
+        raise SimulationError(f"router {router.name} still holds {len(held)} calls at the end")
     for rep in replicas:
         if not rep.engine.idle:
             head = rep.engine.waiting[0] if rep.engine.waiting else None

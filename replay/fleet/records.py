@@ -9,7 +9,7 @@ class FleetRouter(TypedDict):
     """The router: its name, its settings (defaults filled in) and the replicas."""
 
     name: str
-    settings: dict[str, float | int | None]
+    settings: dict[str, float | int | str | None]
     replicas: int
 
 

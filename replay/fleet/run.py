@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from profiles.cost import CostModel, rebuild_pricer
+from profiles.cost import CostModel, ProfileCostModel, rebuild_pricer
+from profiles.router_calibration import RouterCalibration, calibrate
 from replay.figures import PolicyResult
 from replay.fleet.loop import FleetOutcome, simulate_fleet
 from replay.fleet.metrics import fleet_result
@@ -94,10 +95,26 @@ def simulate_fleet_one(
         seed=timing.seed,
         block_size=cfg.engine.block_size,
         logged_replicas=sorted(set(fleet.logged.values())) if fleet.logged else (),
+        calibration=router_calibration(fleet.router, cost),
     )
     start = time.perf_counter()
     outcome = simulate_fleet(work, policies, cost, cfg, router, logged_replicas=fleet.logged)
     return outcome, work, time.perf_counter() - start
+
+
+def router_calibration(settings: RouterSettings, cost: CostModel) -> RouterCalibration | None:
+    """Program scheduling's calibration from the replay's profile (None: another router,
+    or the router's reference coefficients asked for)."""
+    if settings.name != "program-scheduling":
+        return None
+    if settings.resolved()["calibration"] == "reference":
+        return None
+    if not isinstance(cost, ProfileCostModel):
+        raise ConfigError(
+            "--router program-scheduling: calibrating it needs a profile's cost model; "
+            "give --program-scheduling-calibration reference to run on the router's own"
+        )
+    return calibrate(cost.profile)
 
 
 def runner(fleet: FleetSpec) -> Callable[..., PolicyResult]:
@@ -134,6 +151,8 @@ def router_settings(
     kv_aware_session_affinity_ttl_secs: float | None = None,
     router_temperature: float | None = None,
     pin_queue_bound: int | None = None,
+    program_scheduling_config_json: str | None = None,
+    program_scheduling_calibration: str | None = None,
 ) -> RouterSettings | None:
     """The router asked for on the command line (None: none named, no router flag given;
     router flags without ``--router``: vllm-router's default, ``cache-aware``)."""
@@ -144,6 +163,8 @@ def router_settings(
         "kv_aware_session_affinity_ttl_secs": kv_aware_session_affinity_ttl_secs,
         "router_temperature": router_temperature,
         "pin_queue_bound": pin_queue_bound,
+        "program_scheduling_config_json": program_scheduling_config_json,
+        "program_scheduling_calibration": program_scheduling_calibration,
     }
     if name is None and all(v is None for v in flags.values()):
         return None
@@ -157,6 +178,7 @@ def fleet_for(
     *,
     backend: str = "fast",
     live: bool = False,
+    async_scheduling: bool = False,
 ) -> FleetSpec | None:
     """The fleet a command was asked for (None: one engine, no router), checked."""
     if replicas is None:
@@ -169,6 +191,11 @@ def fleet_for(
         raise ConfigError(
             "--replicas: a fleet runs on the fast backend only (--backend vllm with "
             "--replicas is not supported yet)"
+        )
+    if async_scheduling:
+        raise ConfigError(
+            "--async-scheduling: a fleet's replicas step synchronously (--async-scheduling "
+            "with --replicas is not supported yet)"
         )
     if live:
         raise ConfigError(

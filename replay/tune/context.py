@@ -151,7 +151,7 @@ class TuneContext:
             raise TuneError("seeds must be a non-empty list without repeats")
         if self.p95_max_s is not None:
             if not self.p95_max_s > 0:
-                raise TuneError("the p95 limit must be positive")
+                raise TuneError("--p95-max-seconds must be positive")
             if len(self.replayed().programs) < 20:
                 raise TuneError(
                     "a p95 limit needs at least 20 programs in the trace"
@@ -190,6 +190,7 @@ class TuneContext:
             out["idle_gap_cap_s"] = self.idle_gap_cap_s
         if self.backend != "fast":
             out["backend"] = self.backend
+        if self.backend != "fast" or self.async_scheduling:
             out["async_scheduling"] = self.async_scheduling
         if self.live is not None:
             out["live"] = self.live.fingerprint()

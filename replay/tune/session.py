@@ -121,7 +121,7 @@ def check(req: TuneRequest) -> None:
     if req.trials < 1 or req.workers < 1 or req.seeds < 1 or req.holdout_seeds < 1:
         raise TuneError("--trials, --workers, --seeds and --holdout-seeds must be >= 1")
     if req.heartbeat_s < 1:
-        raise TuneError("--heartbeat must be >= 1")
+        raise TuneError("--heartbeat-seconds must be >= 1")
     if not (math.isfinite(req.min_gain) and req.min_gain >= 1.0):
         raise TuneError(
             f"--min-gain must be a ratio of at least 1 (1.05: 5% faster than the baseline), "
@@ -153,7 +153,7 @@ def check_live(req: TuneRequest) -> None:
     if req.live_programs < 1:
         raise TuneError("--live-programs must be >= 1")
     if not req.live_check_s >= 0 or not req.live_timeout_s > 0:
-        raise TuneError("--live-check-s must be >= 0 and --live-timeout positive")
+        raise TuneError("--live-check-seconds must be >= 0 and --live-timeout-seconds positive")
 
 
 def default_loads(programs: int, live_programs: int | None = None) -> tuple[Load, ...]:
@@ -183,6 +183,7 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         RouterSettings(req.routers[0]) if req.routers else None,
         backend=req.backend,
         live=req.live is not None,
+        async_scheduling=req.async_scheduling,
     )
     for name in req.routers:
         RouterSettings(name)  # an unknown one: refused, one line

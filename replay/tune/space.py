@@ -3,6 +3,7 @@ enqueued first) and the objective a trial is scored by (simulated or live)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -43,7 +44,9 @@ def suggest_fleet(trial: optuna.trial.BaseTrial, ctx: TuneContext) -> FleetSpec 
     """The fleet a trial stands for: the router (searched when several are allowed) and
     the settings of it that matter for retention: cache-aware's balance thresholds (when
     it balances load, calls leave their pins), kv-aware's session-affinity idle TTL (how
-    long a program stays with its pin), pin-aware's queue bound. None: one engine."""
+    long a program stays with its pin), pin-aware's queue bound, Program scheduling's
+    TTL bound, admission gates and queue knobs (:func:`suggest_program_scheduling`).
+    None: one engine."""
     if ctx.fleet is None:
         return None
     names = ctx.searched_routers()
@@ -60,7 +63,56 @@ def suggest_fleet(trial: optuna.trial.BaseTrial, ctx: TuneContext) -> FleetSpec 
         )
     elif name == "pin-aware":
         settings["pin_queue_bound"] = trial.suggest_int("pin_queue_bound", 0, 256)
+    elif name == "program-scheduling":
+        config = suggest_program_scheduling(trial, ctx.config.engine.kv_tokens)
+        return replace(
+            ctx.fleet,
+            router=RouterSettings(name, program_scheduling_config_json=json.dumps(config)),
+        )
     return replace(ctx.fleet, router=RouterSettings(name, **settings))  # type: ignore[arg-type]
+
+
+#: Program scheduling's settings searched, with the router's defaults (the first trials)
+PROGRAM_SCHEDULING_DEFAULTS: dict[str, Any] = {
+    "max_acting_ttl_seconds": 10.0,
+    "stats_window_size": 100,
+    "admission_waiting_request_threshold": 1,
+    "max_active_programs_per_target": 64,
+    "force_resume_timeout_seconds": 300.0,
+    "resume_order": "mru",
+    "token_capacity": False,
+}
+
+
+def suggest_program_scheduling(
+    trial: optuna.trial.BaseTrial, kv_tokens_per_replica: int
+) -> dict[str, Any]:
+    """vllm-router's ``--program-scheduling-config-json`` fields that decide retention
+    and admission: the acting TTL's cap and how soon it starts (its interval window),
+    the admission gates (waiting requests, active programs, and optionally a token
+    capacity as a share of the replica's KV with its low watermark), the force-resume
+    deadline and the resume order. The calibration is the replay's profile."""
+    config: dict[str, Any] = {
+        "max_acting_ttl_seconds": trial.suggest_float(
+            "max_acting_ttl_seconds", 0.5, 600.0, log=True
+        ),
+        "stats_window_size": trial.suggest_int("stats_window_size", 5, 500, log=True),
+        "admission_waiting_request_threshold": trial.suggest_int(
+            "admission_waiting_request_threshold", 0, 64
+        ),
+        "max_active_programs_per_target": trial.suggest_int(
+            "max_active_programs_per_target", 1, 256, log=True
+        ),
+        "force_resume_timeout_seconds": trial.suggest_float(
+            "force_resume_timeout_seconds", 5.0, 600.0, log=True
+        ),
+        "resume_order": trial.suggest_categorical("resume_order", ["mru", "fcfs"]),
+    }
+    if trial.suggest_categorical("token_capacity", [False, True]):
+        share = trial.suggest_float("token_capacity_kv_share", 0.25, 2.0)
+        config["token_capacity_per_target"] = max(1, round(share * kv_tokens_per_replica))
+        config["low_watermark_ratio"] = trial.suggest_float("low_watermark_ratio", 0.5, 1.0)
+    return config
 
 
 def fleet_defaults(ctx: TuneContext) -> dict[str, Any]:
@@ -74,6 +126,8 @@ def fleet_defaults(ctx: TuneContext) -> dict[str, Any]:
     for key in ("balance_abs_threshold", "balance_rel_threshold", "pin_queue_bound"):
         if key in resolved and resolved[key] is not None:
             out[key] = resolved[key]
+    if name == "program-scheduling":
+        out |= PROGRAM_SCHEDULING_DEFAULTS
     return out
 
 

@@ -16,6 +16,7 @@ from optuna.storages.journal import JournalFileBackend, JournalStorage
 from sqlalchemy.engine import make_url
 
 from replay.tune.context import TuneContext, TuneError
+from ttlctl.jsonio import check_writable
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,7 @@ class Storage:
             kwargs = {"connect_args": {"timeout": 60}}
             database = self.target.split(":///", 1)[-1].split("?", 1)[0]
             if database and database != ":memory:":
+                check_writable(Path(database))  # one line naming it, not sqlite3's words
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
         try:
             with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.8
@@ -72,6 +74,7 @@ class Storage:
                         f"{path}: is a SQLite database, not a journal file; "
                         f"pass it as a URL: sqlite:///{path.resolve()}"
                     )
+        check_writable(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(str(path)))
 

@@ -207,7 +207,7 @@ def summary_doc(
     except ValueError:
         raise TuneError(
             f"no trial kept the mean p95 JCT at or under {ctx.p95_max_s} s; "
-            "raise --p95-max or run more trials"
+            "raise --p95-max-seconds or run more trials"
         ) from None
     defaults = paper_defaults(ctx.eta_fitted) | fleet_defaults(ctx)
     default_trial = next((t for t in trials if t.params == defaults), None)

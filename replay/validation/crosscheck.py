@@ -228,7 +228,7 @@ def validate(
     """Run ``workload`` (its first ``max_programs``) in the simulator and live, per policy.
 
     ``backend``: the simulator (``fast``, or ``vllm``: vLLM's own scheduler in
-    process, see :mod:`replay.vllmsim`), with ``async_scheduling`` on the latter.
+    process, see :mod:`replay.vllmsim`), with ``async_scheduling`` on either.
 
     Returns ``{"rows": {policy: [...]}, "sim": {...}, "live": {...}, "ranking":
     {...}, "goals": {...}, "profile": ..., "engine": ..., "servers": ...}``.

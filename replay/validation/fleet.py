@@ -31,6 +31,7 @@ from typing import Any
 from profiles.measure_server import measure_engine
 from profiles.router_calibration import RouterCalibration
 from profiles.schema import Profile
+from replay.fleet.routers import RouterSettings
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
 from replay.validation.error import ValidateError
@@ -46,7 +47,7 @@ from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
-from ttlctl.server import arrivals
+from ttlctl.server import arrivals, router
 from ttlctl.server.cache import reset_prefix_cache
 from ttlctl.server.facts import ServerInfo, probe
 
@@ -133,17 +134,20 @@ def validate_fleet(
         )
     if not routers:
         raise ValidateError("--replicas needs at least one --router")
+    for policy in routers:  # every one, before the first fleet's minutes of work
+        router.check_policy(router_setup(policy, None, None)[0])
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
     if not work.programs:
         raise ValidateError("no programs to validate with")
-    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-"))
-    work_dir.mkdir(parents=True, exist_ok=True)
     if "continuum" in names and bundle is None:
         raise ValidateError("continuum in a fleet needs --bundle")
     # a damaged bundle: refused before anything starts
     bundle_doc = bundle_mod.read(bundle) if bundle is not None else None
     profile_source = "given" if profile is not None else None
     info: ServerInfo | None = None
+    # made only once the arguments are known good: bad input leaves no folder behind
+    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-"))
+    work_dir.mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict[str, Any]] = {}
     live: dict[str, dict[str, Any]] = {}
     fleets: dict[str, dict[str, Any]] = {}
@@ -218,6 +222,7 @@ def validate_fleet(
         engine=engine,
         timing=timing or Load(seed=seed),
         bundle=bundle_doc,
+        settings=_sim_settings(routers, calibration, program_scheduling_json),
     )
     rankings = {}
     for name in names:
@@ -261,6 +266,25 @@ def validate_fleet(
         "fleets": fleets,
         "bundle": None if bundle is None else str(bundle),
         "work_dir": str(work_dir),
+    }
+
+
+def _sim_settings(
+    routers: Sequence[str],
+    calibration: RouterCalibration | None,
+    program_scheduling_json: str | None,
+) -> dict[str, RouterSettings]:
+    """The simulated Program scheduling set as the live router is: the same config JSON,
+    on the profile's calibration when the live one is calibrated, else the reference one."""
+    if PROGRAM_SCHEDULING not in routers:
+        return {}
+    value = router_setup(PROGRAM_SCHEDULING, calibration, program_scheduling_json)[1]
+    return {
+        PROGRAM_SCHEDULING: RouterSettings(
+            "program-scheduling",
+            program_scheduling_config_json=value,
+            program_scheduling_calibration="reference" if calibration is None else "profile",
+        )
     }
 
 

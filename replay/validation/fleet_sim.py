@@ -168,9 +168,11 @@ def simulate_fleets(
     engine: SimSchedulerConfig,
     timing: Load,
     bundle: bundle_mod.Bundle | None,
+    settings: Mapping[str, RouterSettings] | None = None,
 ) -> tuple[dict[str, dict[str, PolicyResult | None]], dict[str, str]]:
     """Each (policy, router) in the fleet simulator: ``({policy: {router: result or
-    None}}, {router: why it was not simulated})``."""
+    None}}, {router: why it was not simulated})``. ``settings``: a router's settings where
+    they are not its defaults (Program scheduling's config and calibration)."""
     cost = ProfileCostModel(profile)
     config = ReplayConfig(engine=engine, truncate=True)
     out: dict[str, dict[str, PolicyResult | None]] = {}
@@ -183,7 +185,8 @@ def simulate_fleets(
             if name is None:
                 out.setdefault(policy, {})[router] = None
                 continue
-            run = runner(FleetSpec(replicas, RouterSettings(name)))
+            chosen = (settings or {}).get(router) or RouterSettings(name)
+            run = runner(FleetSpec(replicas, chosen))
             spec = PolicySpec(policy, bundle=bundle if policy == "continuum" else None)
             out.setdefault(policy, {})[router] = run(work, spec, cost, config, timing, timed=False)
     return out, notes

@@ -155,6 +155,7 @@ def policy_fleet(
             program_scheduling_json=program_scheduling_json,
             extra=router_extra,
             command=binary,
+            prometheus_port=free_port(),  # its own: another router may hold the default
         ),
         dict(sources.env or os.environ),
         work_dir / f"{policy}{tag}-router.log",

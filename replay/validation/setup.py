@@ -20,14 +20,17 @@ from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
 from replay.loads import one_load
 from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
 from replay.validation.crosscheck import validate
 from replay.validation.error import ValidateError
 from replay.validation.fleet import validate_fleet
 from replay.validation.servers import Sources
-from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS
 from replay.vllmsim.backend import check_request
 from replay.workload import load
 from ttlctl.server.command import base_command
+
+#: the simulator's defaults, which the servers validate starts get too
+_ENGINE = SimSchedulerConfig()
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +53,9 @@ class ValidateRequest:
     programs: int = 8
     repeats: int = 1
     kv_tokens: int | None = None
-    max_num_seqs: int = CPU_MAX_NUM_SEQS
-    max_num_batched_tokens: int = CPU_MAX_NUM_BATCHED_TOKENS
+    #: the simulator's and the started servers' (``--url`` servers: theirs, as given)
+    max_num_seqs: int = _ENGINE.max_num_seqs
+    max_num_batched_tokens: int = _ENGINE.max_num_batched_tokens
     jps: float | None = None
     concurrency: int | None = None
     seed: int = 0
@@ -95,9 +99,32 @@ def local_config(model: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+#: vLLM flags validate sets on the servers it starts, with the simulator's values
+SIZED_BY_VALIDATE = ("--max-num-seqs", "--max-num-batched-tokens")
+
+
+def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
+    """The started servers' ``--max-num-seqs`` and ``--max-num-batched-tokens``: the
+    simulator's, so both run the same engine; refused in the vLLM arguments."""
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in SIZED_BY_VALIDATE:
+            raise ValidateError(
+                f"{flag} is set by validate (it sizes the simulator and the servers alike): "
+                f"give it before `--`, not among the vLLM arguments"
+            )
+    return [
+        "--max-num-seqs",
+        str(req.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(req.max_num_batched_tokens),
+    ]
+
+
 def server_base(req: ValidateRequest) -> tuple[list[str] | None, dict[str, Any] | None]:
     """The command that starts a server (None: URLs only) and, for a local ``model``
-    folder, its config.json."""
+    folder, its config.json. It runs with the simulator's ``--max-num-seqs`` and
+    ``--max-num-batched-tokens``."""
     if req.engine_cmd is not None and req.model is not None:
         raise ValidateError("give --engine-cmd or --model, not both")
     if req.extra and req.engine_cmd is None and req.model is None:
@@ -106,12 +133,13 @@ def server_base(req: ValidateRequest) -> tuple[list[str] | None, dict[str, Any] 
             "--model or --engine-cmd"
         )
     if req.model is not None:
-        return base_command(req.model, list(req.extra)), local_config(req.model)
+        extra = list(req.extra) + _sizing(req, req.extra)
+        return base_command(req.model, extra), local_config(req.model)
     if req.engine_cmd is not None:
-        base = shlex.split(req.engine_cmd) + list(req.extra)
-        if not base:
+        given = shlex.split(req.engine_cmd) + list(req.extra)
+        if not given:
             raise ValidateError("--engine-cmd is empty")
-        return base, None
+        return given + _sizing(req, given), None
     return None, None
 
 

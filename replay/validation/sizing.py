@@ -37,7 +37,8 @@ def sim_engine_config(
             kv_tokens = info.kv_tokens
         else:
             raise ValidateError(
-                f"{info.url}: /metrics has no vllm:cache_config_info; give the KV size (kv_tokens)"
+                f"{info.url}: /metrics has no vllm:cache_config_info; "
+                "give the KV size (--kv-tokens)"
             )
     return SimSchedulerConfig(
         kv_tokens=kv_tokens,

@@ -9,11 +9,15 @@ scheduler; ``program-fcfs``, ``static-ttl`` and ``continuum`` run ttlctl's
 ``TTLScheduler`` with a bundle that says the policy (pins off; a fixed τ; the
 given or a cold-start bundle). ``infercept``, ``autellix`` and ``oracle`` have no
 such mapping (:data:`UNMAPPED` says why) and are refused.
+
+``--async-scheduling`` runs vLLM's ``AsyncScheduler`` on the vLLM backend and the
+fast backend's model of it (:mod:`replay.async_sched`) on the fast one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from profiles.cost import CostModel
@@ -84,11 +88,6 @@ def check(
     if backend not in BACKENDS:
         raise BackendError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend == "fast":
-        if async_scheduling:
-            raise BackendError(
-                "--async-scheduling needs --backend vllm (the fast simulator schedules "
-                "synchronously)"
-            )
         return
     for name in policies:
         if name in UNMAPPED:
@@ -120,10 +119,28 @@ def check_request(
     return vllm_version()
 
 
+@dataclass(frozen=True, slots=True)
+class AsyncRunOne:
+    """:func:`run_one` with the fast backend's async scheduling on."""
+
+    def __call__(
+        self,
+        workload: Workload,
+        spec: PolicySpec,
+        cost: CostModel,
+        config: ReplayConfig,
+        timing: Load,
+        *,
+        timed: bool = True,
+    ) -> PolicyResult:
+        config = replace(config, async_scheduling=True)
+        return run_one(workload, spec, cost, config, timing, timed=timed)
+
+
 def runner(backend: str, *, async_scheduling: bool = False) -> RunOne:
     """The function that replays one policy on ``backend``."""
     if backend == "fast":
-        return run_one
+        return AsyncRunOne() if async_scheduling else run_one
     check(backend, (), async_scheduling=async_scheduling)
     # lazy: the vLLM backend imports vLLM (and torch); the fast path must not
     from replay.vllmsim.run import VllmRunner

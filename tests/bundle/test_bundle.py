@@ -274,7 +274,7 @@ def test_from_files_refuses_a_knob_out_of_range_as_a_bundle_error(
     fit_path = tmp_path / "fit.json"
     fit_path.write_text(json.dumps(fit_doc))
     req = bundle.BuildRequest(fit=fit_path, profile="llama-3.1-8b-h100", pin_cap=1.5)
-    with pytest.raises(bundle.BundleError, match=r"^pin_cap must be in \(0, 1\], got 1.5$"):
+    with pytest.raises(bundle.BundleError, match=r"^--pin-cap must be in \(0, 1\], got 1.5$"):
         bundle.from_files(req)
     doc = bundle.from_files(bundle.BuildRequest(fit=fit_path, profile="llama-3.1-8b-h100"))
     assert doc["policy"]["k"] == fit_doc.get("k", 100)
@@ -289,5 +289,5 @@ def test_bundle_build_says_a_bad_knob_in_one_line(fit_doc: dict[str, Any], tmp_p
     res = CliRunner().invoke(app, [*build, "-o", str(out), "--valve", "sideways"])
     assert res.exit_code == 2
     (line,) = res.stderr.strip().splitlines()
-    assert line.startswith("error: valve must be one of ") and line.endswith("got 'sideways'")
+    assert line.startswith("error: --valve must be one of ") and line.endswith("got 'sideways'")
     assert not out.exists()

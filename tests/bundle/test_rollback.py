@@ -17,6 +17,7 @@ from ttlctl import bundle, bundle_history
 from ttlctl.bundle import BundleError
 from ttlctl.cli import app
 from ttlctl.engine.watch import BundleWatcher
+from ttlctl.jsonio import OutputError
 
 
 def doc(ttl: float) -> bundle.Bundle:
@@ -119,6 +120,45 @@ def test_bundle_build_over_a_bundle_keeps_it(tmp_path: Path, fit_doc: dict[str, 
 def test_a_folder_in_the_way_is_one_line_and_keeps_nothing(tmp_path: Path) -> None:
     out = tmp_path / "bundle.json"
     out.mkdir()
-    with pytest.raises(IsADirectoryError):
+    with pytest.raises(OutputError, match=rf"^{out}: is a directory"):  # the CLI's one line
         bundle_history.replace(doc(1.0), out)
     assert not bundle_history.folder(out).exists()
+
+
+def test_a_rollback_that_cannot_write_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "bundle.json"
+    bundle_history.replace(doc(1.0), path)
+    bundle_history.replace(doc(2.0), path)
+    served = path.read_bytes()
+    # something in the way of the file that keeps what a rollback takes out of service
+    (bundle_history.folder(path) / bundle_history.ROLLED_BACK).mkdir()
+    res = run("bundle", "rollback", path)
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert "cannot roll back" in res.output and str(path) in " ".join(res.output.split())
+    assert path.read_bytes() == served and len(bundle_history.entries(path)) == 1
+
+
+def test_a_bundle_that_cannot_be_kept_is_not_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keeping the old bundle and writing the new one happen both or neither."""
+    path = tmp_path / "bundle.json"
+    bundle_history.replace(doc(1.0), path)
+    served = path.read_bytes()
+    bundle_history.folder(path).write_text("in the way")  # the history cannot be made
+    with pytest.raises(BundleError, match="cannot keep the bundle replaced"):
+        bundle_history.replace(doc(2.0), path)
+    assert path.read_bytes() == served  # still the old one: nothing lost
+    bundle_history.folder(path).unlink()
+    # a write that fails takes back the entry it made
+    bundle_history.replace(doc(2.0), path)
+    (first,) = bundle_history.entries(path)
+
+    def full_disk(_doc: Any, _path: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bundle, "write", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        bundle_history.replace(doc(3.0), path)
+    assert [e.path for e in bundle_history.entries(path)] == [first.path]
+    assert bundle.read(path) == doc(2.0)

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import io
+import re
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -56,8 +60,8 @@ def test_every_shared_option_reads_the_same_in_every_command() -> None:
         "--seed": ("replay", "validate"),
         "--kv-tokens": ("replay", "tune"),
         "--block-size": ("replay", "tune", "refit"),
-        "--max-num-seqs": ("replay", "tune", "refit"),
-        "--max-num-batched-tokens": ("replay", "tune", "refit"),
+        "--max-num-seqs": ("replay", "tune", "refit", "validate"),
+        "--max-num-batched-tokens": ("profile", "replay", "tune", "refit", "validate"),
         "--max-model-len": ("replay", "tune", "refit"),
         "--offload-tokens": ("replay", "tune"),
         "--truncate": ("replay", "tune"),
@@ -67,7 +71,8 @@ def test_every_shared_option_reads_the_same_in_every_command() -> None:
         "--save-result": ("replay", "validate"),
         "--result-dir": ("replay", "validate"),
         "--label": ("replay", "validate"),
-        "--json": ("replay", "validate"),
+        "--json": ("ingest", "fit", "profile", "replay", "tune", "validate", "refit"),
+        "--queue-delay-seconds": ("refit", "bundle inspect"),
         "--fit": ("tune", "bundle build"),
         "--format": ("ingest", "refit"),
     }
@@ -91,7 +96,12 @@ def test_every_shared_option_reads_the_same_in_every_command() -> None:
 
 
 def test_the_shared_defaults_are_the_libraries() -> None:
-    assert SimSchedulerConfig().kv_tokens == options.KV_TOKENS
+    engine = SimSchedulerConfig()
+    assert engine.kv_tokens == options.KV_TOKENS
+    assert engine.block_size == options.BLOCK_SIZE
+    assert engine.max_num_batched_tokens == options.MAX_NUM_BATCHED_TOKENS
+    assert engine.max_num_seqs == options.MAX_NUM_SEQS
+    assert engine.max_model_len == options.MAX_MODEL_LEN
     assert ReplayConfig().offload_tokens == options.OFFLOAD_TOKENS
     engine = SimSchedulerConfig()
     assert (
@@ -108,3 +118,121 @@ def test_the_shared_defaults_are_the_libraries() -> None:
     commands = _commands()
     profile = {p.name: p for p in commands["replay"].params}["profile"]
     assert profile.default == "llama-3.1-8b-h100"
+
+
+#: help that speaks of a time in seconds
+SECONDS = re.compile(r"(?<!\w)\(s\)|\bSeconds\b")
+
+
+def test_every_command_reads_h_and_spells_a_time_with_its_unit() -> None:
+    runner = CliRunner()
+    for name, cmd in _commands().items():
+        res = runner.invoke(app, [*name.split(), "-h"])
+        assert res.exit_code == 0 and "Usage" in res.output, name
+        for param in cmd.params:
+            for flag in [*param.opts, *param.secondary_opts]:
+                assert not flag.startswith("--no-no-"), (name, flag)
+                words = flag.lstrip("-").split("-")
+                # a flag whose help speaks of seconds names them: AIPerf's `-seconds`
+                if param.param_type_name == "option" and SECONDS.search(param.help or ""):
+                    assert words[-1] == "seconds", (name, flag, param.help)
+                assert words[-1] != "s" or len(words) == 1, (name, flag)
+
+
+def test_a_json_flag_is_a_path_and_dash_is_stdout() -> None:
+    for name, cmd in _commands().items():
+        for param in cmd.params:
+            if "--json" in param.opts:
+                assert not param.is_flag, name
+                assert param.help == "Write the results as JSON here ('-': stdout).", name
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["replay", "t.parquet", "--policy", "vllm", "--jps", "nan"], "--jps"),
+        (["tune", "t.parquet", "--fit", "f", "--profile", "p", "-o", "b", "--jps", "inf"], "--jps"),
+        (["fit", "t.parquet", "-o", "f.json", "--abandon-seconds", "-inf"], "--abandon-seconds"),
+        (["bundle", "query", "b.json", "--tool", "x", "--context-tokens", "1",
+          "--queue-delay-seconds", "nan"], "--queue-delay-seconds"),
+        (["fit", "t.parquet"], "'--output'"),
+        (["replay", "t.parquet", "--policy", "vllm", "--kv-tokens", "abc"], "--kv-tokens"),
+        (["nosuch"], "nosuch"),
+        (["replay", "t.parquet", "--policy", "static-ttl", "--ttl-seconds", "-1"],
+         "--ttl-seconds"),
+        (["replay", "t.parquet", "--policy", "vllm", "--offload-tokens", "-5"], "--offload-tokens"),
+        (["bundle", "inspect", "b.json", "--queue-delay-seconds", "-2"], "--queue-delay-seconds"),
+    ],
+)  # fmt: skip
+def test_a_usage_error_is_one_line_naming_the_flag(args: list[str], flag: str) -> None:
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], res.stderr
+    assert "Traceback" not in res.output
+
+
+def test_an_old_spelling_still_works_with_a_warning(tmp_path: Path) -> None:
+    assert options.renamed(["fit", "t", "--abandon-s=5", "--", "--abandon-s"], print) == [
+        "fit", "t", "--abandon-seconds=5", "--", "--abandon-s",
+    ]  # fmt: skip
+    said: list[str] = []
+    assert options.renamed(["bundle", "inspect", "--queue-delay", "2"], said.append)[2] == (
+        "--queue-delay-seconds"
+    )
+    assert options.renamed(["replay", "--queue-delay", "2"], said.append)[1] == "--queue-delay"
+    assert said == ["--queue-delay is now --queue-delay-seconds (the old spelling goes in a "
+                    "later release)"]  # fmt: skip
+    for command, table in options.RENAMED.items():
+        flags = {f for p in _commands()[command].params for f in p.opts}
+        assert set(table.values()) <= flags, command
+        assert not set(table) & flags, command
+
+
+def test_a_table_in_a_pipe_keeps_every_number() -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ttlctl.cli.render.cells import show
+
+    table = Table()
+    table.add_column("program")
+    for col in ("calls", "tokens"):
+        table.add_column(col, justify="right")
+    table.add_row("program-fcfs-with-a-very-long-name", "3,968,468,123", "12,345,678,901")
+    for width in (20, 40, 200):
+        console = Console(width=width, record=True, file=io.StringIO())
+        show(console, table)
+        text = console.export_text()
+        assert "3,968,468,123" in text and "12,345,678,901" in text, width
+        assert "…" not in text
+
+
+def test_a_table_to_a_pipe_takes_its_width_or_columns() -> None:
+    """Through a real pipe (the consoles are made at import): without COLUMNS a table takes
+    the width it needs; with COLUMNS=60 it wraps names but keeps every number whole."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    cmd = [sys.executable, "-m", "ttlctl.cli", "profile", "--list"]
+    wide = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    narrow = subprocess.run(
+        cmd, env={**env, "COLUMNS": "60"}, capture_output=True, text=True, check=True
+    ).stdout
+    from profiles import shipped
+    from profiles.schema import load
+
+    numbers = []
+    for name in shipped.names():
+        prof = load(shipped.DATA / f"{name}.json")
+        numbers += [f"{prof.kv_bytes_per_token:,}", f"{prof.prefill_s(32768):.3f} s"]
+    for text in (wide, narrow):
+        assert "…" not in text
+        assert all(number in text for number in numbers)
+
+    def table_width(text: str) -> int:
+        return max(len(line) for line in text.splitlines() if line.startswith("┏"))
+
+    assert table_width(narrow) < table_width(wide) and table_width(wide) > 100

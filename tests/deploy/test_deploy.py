@@ -11,7 +11,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from functools import cache
@@ -21,8 +20,10 @@ from typing import Any
 import pytest
 
 from tests import deploy_kit as kit
+from tests.router_bin import router_or_skip
 from ttlctl.engine import compat
 from ttlctl.server.command import SCHEDULER_CLS
+from ttlctl.server.process import free_port
 
 ENGINE = kit.REPO / "ttlctl" / "engine"
 VLLM = importlib.util.find_spec("vllm") is not None
@@ -176,10 +177,10 @@ def test_the_install_line_is_the_light_install() -> None:
     assert copied == [f"--from=wheel /wheels {Path(wheel).parent}"]
 
 
-@pytest.mark.skipif(shutil.which("vllm-router") is None, reason="vllm-router is not installed")
 def test_the_router_flags_exist() -> None:
+    command = router_or_skip()  # found beside this Python too: `make test` runs it unactivated
     help_text = subprocess.run(
-        ["vllm-router", "--help"], capture_output=True, text=True, timeout=60
+        [command, "--help"], capture_output=True, text=True, timeout=60
     ).stdout
     (router,) = kit.containers("vllm-router")
     args = router["args"]
@@ -281,21 +282,21 @@ def test_the_entrypoint_runs_vllm_with_the_scheduler(tmp_path: Path) -> None:
         assert f"${{{name}:={dockerfile_env[name]}}}" in script
 
 
-@pytest.mark.skipif(shutil.which("vllm-router") is None, reason="vllm-router is not installed")
 def test_the_router_answers_its_readiness_probe(tmp_path: Path) -> None:
     """The probe's path on a real router (no replicas, no service discovery: a cluster's)."""
-    import socket
+    command = router_or_skip()
     import time
     import urllib.request
 
     (router,) = kit.containers("vllm-router")
     path = router["readinessProbe"]["httpGet"]["path"]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port, metrics = free_port(), free_port()
     log = (tmp_path / "router.log").open("w")
     proc = subprocess.Popen(
-        ["vllm-router", "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=log
+        # metrics on a port of their own: a router elsewhere on the host may hold 29000
+        [command, "--host", "127.0.0.1", "--port", str(port), "--prometheus-port", str(metrics)],
+        stdout=log,
+        stderr=log,
     )
     try:
         deadline = time.monotonic() + 60

@@ -70,6 +70,7 @@ def test_replay_a_fleet(trace: Path, tmp_path: Path) -> None:
         ),
         (["--replicas", "2", "--kv-tokens", "8"], "must hold at least one block"),
         (["--replicas", "2", "--backend", "vllm"], "--replicas: a fleet runs on the fast"),
+        (["--replicas", "2", "--async-scheduling"], "--async-scheduling with --replicas is not"),
     ],
 )
 def test_bad_fleet_arguments(trace: Path, args: list[str], message: str) -> None:

@@ -153,8 +153,15 @@ def test_garbage_files(tmp_path: Path, content: bytes) -> None:
     with pytest.raises(IngestError) as info:
         ingest([src], tmp_path / "o.parquet")
     assert str(src) in str(info.value)
-    report = ingest([src], tmp_path / "o.parquet", skip_bad=True)
+    # every record rejected: an error, and nothing written, unless allowed
+    out = tmp_path / "o.parquet"
+    with pytest.raises(IngestError, match=r"every record was rejected \(1; the first: "):
+        ingest([src], out, skip_bad=True)
+    assert not out.exists() and not (tmp_path / "o.parquet.rejects.jsonl").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junk.jsonl"]
+    report = ingest([src], out, skip_bad=True, allow_empty=True)
     assert report.rows == 0 and report.rejected == 1
+    assert out.exists() and (tmp_path / "o.parquet.rejects.jsonl").exists()
 
 
 def test_streaming_path_matches_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -174,7 +181,7 @@ def test_streaming_path_matches_in_memory(tmp_path: Path, monkeypatch: pytest.Mo
 def test_cli_ingest_json_and_errors(tmp_path: Path) -> None:
     src = _jsonl(tmp_path / "t.jsonl", _good_rows())
     runner = CliRunner()
-    res = runner.invoke(app, ["ingest", str(src), "-o", str(tmp_path / "o.parquet"), "--json"])
+    res = runner.invoke(app, ["ingest", str(src), "-o", str(tmp_path / "o.parquet"), "--json", "-"])
     assert res.exit_code == 0, res.output
     payload = json.loads(res.stdout)
     assert payload["summary"]["programs"] == 2 and payload["summary"]["calls"] == 5

@@ -163,7 +163,7 @@ def test_ingest_command_reports_programs_in_flight(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "2 program(s) still in flight" in result.output
     as_json = CliRunner().invoke(
-        app, ["ingest", str(src), "-o", str(tmp_path / "t.parquet"), "--json"]
+        app, ["ingest", str(src), "-o", str(tmp_path / "t.parquet"), "--json", "-"]
     )
     assert json.loads(as_json.stdout)["ingest"]["in_flight"] == 2
 
@@ -306,6 +306,6 @@ def test_aborted_calls_are_kept_with_no_output_and_counted(tmp_path: Path) -> No
     trace = trace_io.read(tmp_path / "t.parquet").sort("program_id", "turn")
     assert trace["output_tokens"].to_list() == [50, 0, 0]
     result = CliRunner().invoke(
-        app, ["ingest", str(src), "-o", str(tmp_path / "t.parquet"), "--json"]
+        app, ["ingest", str(src), "-o", str(tmp_path / "t.parquet"), "--json", "-"]
     )
     assert json.loads(result.stdout)["ingest"]["aborted"] == 2

@@ -447,7 +447,7 @@ def test_bad_input_skip_bad(tmp_path: Path, samples: Path) -> None:
     assert (report.rows, report.rejected, report.records) == (2, 1, 3)
     # a bad line of a session rejects that whole session
     path, _, _ = _bad_cases(tmp_path, samples)["out-of-order session"]
-    report = ingest([path], tmp_path / "o.parquet", fmt=FORMAT, skip_bad=True)
+    report = ingest([path], tmp_path / "o.parquet", fmt=FORMAT, skip_bad=True, allow_empty=True)
     assert (report.rows, report.rejected, report.records) == (0, 3, 3)
 
 

@@ -154,7 +154,7 @@ def test_validate_stops_its_servers_after_a_timeout_and_on_sigterm(
     trace = agent_trace(tmp_path / "trace.parquet", programs=4, calls=4, pause_s=(5.0, 8.0))
     proc = ttlctl(
         ["validate", str(trace), "--model", str(tiny_model), "--policy", "vllm,continuum",
-         "--profile", "tiny-cpu", "--timeout", "8", "--work-dir", str(tmp_path / "work"),
+         "--profile", "tiny-cpu", "--timeout-seconds", "8", "--work-dir", str(tmp_path / "work"),
          "--", *FLAGS],
         tmp_path,
         mark,

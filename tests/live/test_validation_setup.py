@@ -34,7 +34,19 @@ def test_a_server_comes_from_one_command(tmp_path: Path) -> None:
         server_base(ValidateRequest(trace, engine_cmd="  "))
     assert server_base(ValidateRequest(trace)) == (None, None)
     base, config = server_base(ValidateRequest(trace, engine_cmd="serve 'a b'", extra=["-x"]))
-    assert base == ["serve", "a b", "-x"] and config is None
+    sized = ["--max-num-seqs", "256", "--max-num-batched-tokens", "8192"]
+    assert base == ["serve", "a b", "-x", *sized] and config is None
+    small = ValidateRequest(trace, model="m", max_num_seqs=8, max_num_batched_tokens=512)
+    base, _ = server_base(small)
+    assert base is not None and base[-4:] == [
+        "--max-num-seqs",
+        "8",
+        "--max-num-batched-tokens",
+        "512",
+    ]
+    for extra in (["--max-num-seqs", "4"], ["--max-num-batched-tokens=64"]):
+        with pytest.raises(ValidateError, match=r"is set by validate .*before `--`"):
+            server_base(ValidateRequest(trace, model="m", extra=extra))
 
 
 def test_a_local_model_folder_gives_its_config(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ import pytest
 from fitting.policy import PolicyParams
 from profiles import shipped
 from profiles.cost import ConstantCostModel, ProfileCostModel, rebuild_pricer
-from profiles.schema import Decode, Prefill, Profile, ProfileError, Reload, from_json, load
+from profiles.schema import ProfileError, from_json, load
+from tests.profiles.made import quadratic_profile
 from tests.profiles.replay_one import check_replays_its_points, one_call_ttft
 from ttlctl import __version__
 from ttlctl import bundle as bundle_mod
@@ -75,16 +76,8 @@ def test_tiny_cpu_is_no_longer_charged_its_step_twice(tmp_path: Path) -> None:
 def test_chunking_adds_a_step_fixed_cost_per_further_chunk(
     includes_step: bool, tmp_path: Path
 ) -> None:
-    p = Profile(
-        "p",
-        "d",
-        "m",
-        1024,
-        65536,
-        Prefill(A, B, Q, ((1024, 0.1), (4096, 0.2), (8192, 0.3)), 0.0, includes_step),
-        Reload(1e10, 0.0),
-        Decode(STEP, 1e-4, 1e-8),
-    )
+    points = ((1024, 0.1), (4096, 0.2), (8192, 0.3))
+    p = quadratic_profile(A, B, Q, STEP, includes_step=includes_step, points=points)
     path = tmp_path / "p.json"
     path.write_text(json.dumps(p.to_json()))
     fixed = A if includes_step else A + STEP
@@ -149,17 +142,8 @@ def test_the_policy_the_baselines_and_the_simulator_share_one_price(name: str) -
 
 def test_a_step_profile_prices_b_in_its_own_steps() -> None:
     """A profile measured in engine steps (the budget recorded) prices B in those steps."""
-    p = Profile(
-        "p",
-        "d",
-        "m",
-        1024,
-        65536,
-        Prefill(A, B, Q, includes_step=False),
-        Reload(1e10, 0.0),
-        Decode(STEP, 1e-4, 1e-8),
-        source={"flags": {"max_num_batched_tokens": 2048}},
-    )
+    flags = {"flags": {"max_num_batched_tokens": 2048}}
+    p = quadratic_profile(A, B, Q, STEP, includes_step=False, source=flags)
     assert p.chunk_tokens == 2048
     assert p.rebuild_s(5000, False) == pytest.approx(3 * (A + STEP) + B * 5000 + Q * 5000**2)
     assert p.rebuild_s(5000, False, chunk=8192) == pytest.approx(A + STEP + B * 5000 + Q * 5000**2)

@@ -145,6 +145,13 @@ def test_profiles_the_router_cannot_take_are_refused_naming_what() -> None:
         calibrate(_with(profile, decode=Decode(0.0, 1e-5, 1e-7)))
     with pytest.raises(RouterCalibrationError, match=r"prefill.q is -1e-09.*>= 0"):
         calibrate(_with(profile, prefill=Prefill(0.001, 1e-5, -1e-9)))
+    # the intercept is the step's fixed cost: named as what it sums
+    with pytest.raises(RouterCalibrationError, match=r"prefill.a is -0.001.*>= 0"):
+        calibrate(_with(profile, prefill=Prefill(-0.001, 1e-5, 1e-9)))
+    step = profile.decode.step_s
+    apart = Prefill(-2 * step, 1e-5, 1e-9, includes_step=False)
+    with pytest.raises(RouterCalibrationError, match=r"prefill.a \+ decode.step_s is -"):
+        calibrate(_with(profile, prefill=apart))
 
 
 def test_the_command_prints_the_flag_value_and_refuses_bad_profiles(tmp_path: Path) -> None:

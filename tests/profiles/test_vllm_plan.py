@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from profiles import fitmath, models
 from profiles.cost import ProfileCostModel
-from profiles.schema import Decode, Prefill, Profile, Reload
 from profiles.vllm_plan import VllmMeasureError, decode_tokens, default_contexts, make_plan
+from tests.profiles.made import quadratic_profile
 from ttlctl.cli import app
 from ttlctl.errors import TtlctlError
 
@@ -50,16 +50,7 @@ def test_step_fit_never_goes_negative_and_refuses_too_few() -> None:
 
 def test_priced_prefill_is_what_the_replay_charges() -> None:
     """A step-fitted (marginal) profile: each prefill-only step pays a and step_s."""
-    profile = Profile(
-        "p",
-        "d",
-        "m",
-        1024,
-        65536,
-        Prefill(A, B, Q, includes_step=False),
-        Reload(1e10, 0.0),
-        Decode(STEP, 1e-4, 1e-8),
-    )
+    profile = quadratic_profile(A, B, Q, STEP, includes_step=False)
     cost = ProfileCostModel(profile)
     # one step: the quadratic plus the decode step's fixed part (a prefill-only step)
     assert profile.rebuild_prefill_s(4096, 8192) == pytest.approx(profile.prefill_s(4096) + STEP)

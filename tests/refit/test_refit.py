@@ -93,7 +93,7 @@ def test_a_better_fit_replaces_the_served_bundle_atomically(
     old_bytes = served.read_bytes()
     before = os.stat(served)
     with served.open("rb") as reader:  # a reader that has the file open keeps the old bytes
-        result = run("refit", world["today"], "--bundle", served, *LOAD, "--json")
+        result = run("refit", world["today"], "--bundle", served, *LOAD, "--json", "-")
         assert result.exit_code == 0, result.output
         assert reader.read() == old_bytes
     report = json.loads(result.stdout)
@@ -147,7 +147,9 @@ def test_the_served_bundle_is_kept_when_the_new_one_is_no_better(
     assert f"kept: {served} is unchanged" in result.stdout
     for title in ("pause after each call", "τ* by context length", "replayed JCT"):
         assert title in result.stdout
-    as_json = json.loads(run("refit", world["today"], "--bundle", served, *LOAD, "--json").stdout)
+    as_json = json.loads(
+        run("refit", world["today"], "--bundle", served, *LOAD, "--json", "-").stdout
+    )
     assert as_json["action"] == "kept" and not as_json["guard"]["beats_baseline"]
     assert as_json["jct"]["new"]["mean_s"] == as_json["jct"]["old"]["mean_s"]
     assert listing(served.parent) == before
@@ -162,7 +164,7 @@ def test_dry_run_and_output_elsewhere(world: dict[str, Path], tmp_path: Path) ->
         assert result.exit_code == 0, result.output
         assert f"dry run: {action}" in result.stdout and "nothing written" in result.stdout
         assert listing(served.parent) == before and not elsewhere.parent.exists()
-    result = run("refit", world["today"], "--bundle", served, *LOAD, "-o", elsewhere, "--json")
+    result = run("refit", world["today"], "--bundle", served, *LOAD, "-o", elsewhere, "--json", "-")
     assert json.loads(result.stdout)["action"] == "written"
     assert listing(served.parent) == before  # -o: the served bundle is left alone
     written = bundle.read(elsewhere)
@@ -204,7 +206,7 @@ def test_a_bad_log_is_one_line_naming_file_and_line(world: dict[str, Path], tmp_
     lines.insert(10, "{not json")
     bad.write_text("\n".join(lines) + "\n")
     # --skip-bad: the bad records (and the rest of line 7's program) are left out, counted
-    skipped = run("refit", bad, "--bundle", served, *LOAD, "--skip-bad", "--dry-run", "--json")
+    skipped = run("refit", bad, "--bundle", served, *LOAD, "--skip-bad", "--dry-run", "--json", "-")
     assert skipped.exit_code == 0, skipped.output
     ingest = json.loads(skipped.stdout)["ingest"]
     assert ingest["rejected"] > 2 and ingest["rejected_by_reason"]["malformed JSON"] == 1
@@ -213,7 +215,7 @@ def test_a_bad_log_is_one_line_naming_file_and_line(world: dict[str, Path], tmp_
     assert ingest["rejects_path"] is None  # a dry run writes no file: counts and examples only
     assert listing(served.parent) == before
     # not a dry run: every reject is kept beside the served bundle
-    kept_run = run("refit", bad, "--bundle", served, *LOAD, "--skip-bad", "--json")
+    kept_run = run("refit", bad, "--bundle", served, *LOAD, "--skip-bad", "--json", "-")
     assert kept_run.exit_code == 0, kept_run.output
     beside = served.with_name("bundle.json.rejects.jsonl")
     assert json.loads(kept_run.stdout)["ingest"]["rejects_path"] == str(beside)
@@ -237,7 +239,7 @@ def test_refit_on_the_shipped_engine_log_sample(tmp_path: Path) -> None:
     text = result.stdout
     assert "log: 19 records → 5 programs, 19 calls" in text
     assert "the log's mean concurrency" in text and "served bundle" in text
-    report = json.loads(run("refit", SAMPLE, "--bundle", served, "--json").stdout)
+    report = json.loads(run("refit", SAMPLE, "--bundle", served, "--json", "-").stdout)
     assert report["action"] == "kept" and listing(served.parent) == before
     assert report["ingest"]["in_flight"] == 0
     rows = {row["tool"]: row for row in report["tools"]}
@@ -274,11 +276,11 @@ def test_the_replay_is_sized_as_the_log_states_and_a_flag_wins(
     line = "replay sized from the engine log: 64,000 KV tokens in blocks of 32, max_num_seqs 48"
     assert line in result.stdout
     assert "async scheduling" in result.stderr  # the fast simulator is synchronous
-    report = json.loads(run(*base, "--json").stdout)
+    report = json.loads(run(*base, "--json", "-").stdout)
     engine = report["replay"]["engine"]
     assert (engine["kv_tokens"], engine["block_size"], engine["max_num_seqs"]) == (64_000, 32, 48)
     assert (engine["max_num_batched_tokens"], engine["max_model_len"]) == (4096, 65_536)
-    given = run(*base, "--kv-tokens", "300000", "--max-num-seqs", "48", "--json")
+    given = run(*base, "--kv-tokens", "300000", "--max-num-seqs", "48", "--json", "-")
     assert given.exit_code == 0, given.output
     engine = json.loads(given.stdout)["replay"]["engine"]
     assert (engine["kv_tokens"], engine["max_num_seqs"], engine["block_size"]) == (300_000, 48, 32)
@@ -290,7 +292,7 @@ def test_many_tools_are_cut_short_on_the_console(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     served = served_from(SAMPLE, tmp_path / "srv")
-    report = json.loads(run("refit", SAMPLE, "--bundle", served, "--json").stdout)
+    report = json.loads(run("refit", SAMPLE, "--bundle", served, "--json", "-").stdout)
     one = report["tools"][0]
     report["tools"] = [dict(one, tool=f"tool-{i:02d}") for i in range(30)] + report["tools"][-1:]
     render.refit_report(out, report)
@@ -341,7 +343,7 @@ def test_refit_options_out_of_range_are_config_errors_naming_them() -> None:
         ({"seeds": 0}, "--seeds"),
         ({"kv_tokens": 0}, "--kv-tokens"),
         ({"offload_tokens": -1}, "--offload-tokens"),
-        ({"queue_delay_s": float("nan")}, "--queue-delay"),
+        ({"queue_delay_s": float("nan")}, "--queue-delay-seconds"),
         ({"jps": [0.0]}, "--jps"),
     ):
         with pytest.raises(ConfigError, match=f"^{name}"):

@@ -88,7 +88,7 @@ def test_refit_replays_each_replica_at_its_own_size(logs: dict[str, Path], tmp_p
     assert result.exit_code == 0, result.output
     assert "replay sized from the engine log (replica r-big): 1,536 KV tokens" in result.stdout
     assert "replay sized from the engine log (replica r-small): 640 KV tokens" in result.stdout
-    report: dict[str, Any] = json.loads(run(*args, "--json").stdout)
+    report: dict[str, Any] = json.loads(run(*args, "--json", "-").stdout)
     engines = {e["replica"]: e for e in report["replay"]["engines"]}
     assert {name: e["engine"]["kv_tokens"] for name, e in engines.items()} == {
         name: blocks * 16 for name, blocks in BLOCKS.items()
@@ -101,7 +101,8 @@ def test_refit_replays_each_replica_at_its_own_size(logs: dict[str, Path], tmp_p
 def test_the_same_programs_run_again_refit_as_new_programs(tmp_path: Path) -> None:
     logs = _serve(tmp_path / "twice", rerun=True)
     served = served_from(logs["r-small"], tmp_path / "srv")
-    result = run("refit", *logs.values(), "--bundle", served, "--dry-run", "--seeds", "1", "--json")
+    args = ["--bundle", served, "--dry-run", "--seeds", "1", "--json", "-"]
+    result = run("refit", *logs.values(), *args)
     assert result.exit_code == 0, result.output
     ingest = json.loads(result.stdout)["ingest"]
     assert (ingest["programs"], ingest["calls"]) == (2 * PROGRAMS, 2 * PROGRAMS * TURNS)

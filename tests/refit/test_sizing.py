@@ -67,3 +67,22 @@ def test_one_engine_per_replica_in_the_order_named() -> None:
     assert [s.replica for s in sized] == ["a", "b", "c"]
     assert [s.engine.kv_tokens for s in sized] == [8192, 4096, 600_000]
     assert sized[2].notes and "does not state" in sized[2].notes[0]
+
+
+def test_facts_without_sizes_are_not_called_the_flags() -> None:
+    """An engine record that states no size (every size null) is no size: the line names
+    the base the replay used, not flags nobody gave, and the note names the flags."""
+    blank = dict.fromkeys(SIZE_FLAGS) | {"replica": None, "calls": 3}
+    sized = size(NONE, [blank], SimSchedulerConfig(kv_tokens=77_000), "the defaults")
+    assert sized.engine.kv_tokens == 77_000 and not sized.from_log
+    assert sized.line.startswith("replay engine (the defaults): 77,000 KV tokens")
+    (note,) = sized.notes
+    assert "does not state its engine's size" in note and "--kv-tokens" in note
+    # a log that states some sizes: the others are named, with where they came from
+    part = facts(None, 4096) | {"max_model_len": None}
+    some = size(NONE, [part], SimSchedulerConfig(), "the defaults")
+    assert some.from_log and some.engine.kv_tokens == 4096
+    assert some.notes == (
+        "the log's engine does not state every size: the replay uses the defaults for "
+        "--max-model-len; give them as the server had them",
+    )

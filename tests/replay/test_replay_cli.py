@@ -190,7 +190,7 @@ def test_long_programs_and_no_pauses(tmp_path: Path) -> None:
         (["--policy", "nope"], "unknown policy"),
         (["--policy", "vllm", "--jps", "1", "--concurrency", "2"], "not both"),
         (["--policy", "vllm", "--valve", "sometimes"], "--valve"),
-        (["--policy", "vllm", "--kv-tokens", "3"], "kv_tokens"),
+        (["--policy", "vllm", "--kv-tokens", "3"], "--kv-tokens"),
         (["--policy", "continuum", "--bundle", "missing.json"], "no such file"),
     ],
 )

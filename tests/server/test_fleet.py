@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from replay.validation.fleet import validate_fleet
+from replay.validation.servers import Sources
+from replay.workload import load
+from tests.live.traces import agent_trace
 from ttlctl.cli import app
+from ttlctl.errors import TtlctlError
 from ttlctl.server import arrivals, router
 from ttlctl.server.fleet import OwnedFleet
 from ttlctl.server.owned import OwnedServer, ServerStartError
@@ -65,6 +70,13 @@ def test_the_router_command_takes_the_routers_own_flags() -> None:
         "--worker-urls", "http://a:1", "http://b:2",
         "--enable-program-scheduling", "--program-scheduling-config-json", '{"x":1}',
     ]  # fmt: skip
+    # its metrics on a port of its own (the default, 29000, is the host's first router's)
+    metrics = router.router_command([], port=1, command="x", prometheus_port=2)
+    assert metrics[-4:] == ["--prometheus-host", "127.0.0.1", "--prometheus-port", "2"]
+    mine = router.router_command(
+        [], port=1, command="x", prometheus_port=2, extra=["--prometheus-port", "3"]
+    )
+    assert mine.count("--prometheus-port") == 1 and mine[-2:] == ["--prometheus-port", "3"]
     with pytest.raises(router.RouterError, match="--router takes cache_aware"):
         router.router_command([], port=1, policy="least_load", command="x")
     with pytest.raises(router.RouterError, match="--policy is set by ttlctl"):
@@ -203,3 +215,32 @@ def test_program_scheduling_is_consistent_hash_with_the_profiles_calibration() -
     doc = json.loads(value)
     assert doc["program_scheduling_enable_key"] == "auto"
     assert doc["decode_throughput_model"] == cal.to_json()["decode_throughput_model"]
+
+
+def test_a_fleet_refused_for_its_arguments_leaves_no_work_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bad input is refused before anything is made: no ttlctl-validate-fleet-* folder."""
+    work = load(agent_trace(tmp_path / "t.parquet", programs=2, calls=2))
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(temp))
+    damaged = tmp_path / "bundle.json"
+    damaged.write_text("{")
+    cases = (
+        (["continuum"], None, ["consistent_hash"]),
+        (["vllm"], damaged, ["consistent_hash"]),
+        # a router it does not know, even after one it does: refused before the first fleet
+        (["vllm"], None, ["round_robin", "least_load"]),
+    )
+    for policies, bundle, routers in cases:
+        with pytest.raises(TtlctlError, match=r"needs --bundle|not valid JSON|--router takes"):
+            validate_fleet(
+                work,
+                Sources(base_cmd=["vllm", "serve", "m"]),
+                replicas=2,
+                routers=routers,
+                policies=policies,
+                bundle=bundle,
+            )
+    assert list(temp.iterdir()) == []

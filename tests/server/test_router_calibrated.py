@@ -22,7 +22,11 @@ def _router_log(tmp_path: Path, name: str, program_scheduling_json: str) -> str:
     port = free_port()
     server = OwnedServer(
         router.router_command(
-            [], port=port, program_scheduling_json=program_scheduling_json, command=command
+            [],
+            port=port,
+            program_scheduling_json=program_scheduling_json,
+            command=command,
+            prometheus_port=free_port(),
         ),
         dict(os.environ),
         tmp_path / f"{name}.log",

@@ -13,6 +13,8 @@ import optuna
 import typer
 from typer.testing import CliRunner
 
+from profiles import schema as profile_schema
+from profiles.router_calibration import calibrate
 from tests.tune.inputs import KV_TOKENS, PROFILE
 from ttlctl import bundle
 from ttlctl.cli import app as ttlctl_app
@@ -101,3 +103,42 @@ def test_tune_fleet_refusals(tune_inputs: dict[str, Any], tmp_path: Path) -> Non
     assert res.exit_code == 2 and "--router: unknown router 'nope'" in res.output
     res = _tune(tune_inputs, tmp_path / "b.json", "--backend", "vllm")
     assert res.exit_code == 2 and "--replicas: a fleet runs on the fast" in res.output
+
+
+def test_tune_program_scheduling_and_print_its_router_flags(
+    tune_inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """vllm-router's Program scheduling tuned by replay: its config fields searched (the
+    router's defaults first), the bundle's router section, and its flags calibrated from
+    the bundle's profile."""
+    out = tmp_path / "bundle.json"
+    res = _tune(tune_inputs, out, "--router", "program-scheduling", "--force")
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "tune.json").read_text())
+    trials = summary["trials"]
+    first = trials[0]["params"]
+    assert first["max_acting_ttl_seconds"] == 10.0 and first["stats_window_size"] == 100
+    assert first["admission_waiting_request_threshold"] == 1
+    assert first["token_capacity"] is False
+    db = tmp_path / "study.db"
+    with sqlite3.connect(db) as con:
+        names = {r[0] for r in con.execute("select param_name from trial_params")}
+    assert {"max_acting_ttl_seconds", "admission_waiting_request_threshold", "eta"} <= names
+    doc = bundle.read(out)
+    router = doc["router"]
+    assert router["name"] == "program-scheduling" and router["replicas"] == 2
+    best = summary["best"]["params"]
+    assert router["settings"]["max_acting_ttl_seconds"] == best["max_acting_ttl_seconds"]
+    assert router["settings"]["calibration"] == "profile"
+    q = CliRunner().invoke(ttlctl_app, ["bundle", "query", str(out), "--as", "vllm-router"])
+    assert q.exit_code == 0, q.output
+    args = q.stdout.split()  # as `$(ttlctl bundle query …)` splits it
+    assert args[:2] == ["--enable-program-scheduling", "--program-scheduling-config-json"]
+    config = json.loads(args[2])
+    assert config["program_scheduling_enable_key"] == "auto"
+    assert config["max_acting_ttl_seconds"] == best["max_acting_ttl_seconds"]
+    # calibrated from the bundle's profile: all seven coefficients, the profile's
+    profile = profile_schema.from_json(doc["profile"])
+    assert {k: config[k] for k in ("prefill_cost_model", "decode_throughput_model")} == (
+        calibrate(profile).to_json()
+    )

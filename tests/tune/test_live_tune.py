@@ -130,7 +130,7 @@ def test_live_tune_swaps_each_trials_bundle_in(
         "--live", server.url,
         "--live-bundle", str(served),
         "--live-programs", str(RUN_PROGRAMS),
-        "--live-check-s", "0.5",
+        "--live-check-seconds", "0.5",
         "--concurrency", "2",
         "--seeds", "1",
         "--holdout-seeds", "1",

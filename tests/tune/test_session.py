@@ -24,7 +24,7 @@ def test_default_loads_are_a_quarter_and_a_half_capped() -> None:
     ("change", "message"),
     [
         ({"trials": 0}, "--trials"),
-        ({"heartbeat_s": 0}, "--heartbeat"),
+        ({"heartbeat_s": 0}, "--heartbeat-seconds"),
         ({"live_bundle": Path("b.json")}, "goes with --live"),
         ({"live": "http://x"}, "needs --live-bundle"),
         ({"idle_gap_cap_s": -1.0}, "--trace-idle-gap-cap-seconds"),

@@ -74,10 +74,12 @@ def test_tune_writes_bundle_summary_and_commands(
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{db.resolve()}")
     assert study.metric_names == ["jct_mean_s"]
     assert study.user_attrs["ttlctl.provenance"]["inputs"]["trace"]["sha256"]
-    # the same command again resumes the same (finished) study: nothing new runs
-    again = CliRunner().invoke(app, _args(tune_inputs, out))
+    # the same command again resumes the same (finished) study: nothing new runs; with
+    # --json - the summary (as in tune.json) is all that stdout gets
+    again = CliRunner().invoke(app, [*_args(tune_inputs, out), "--json", "-"])
     assert again.exit_code == 0, again.output
-    assert json.loads((out.parent / "tune.json").read_text())["ran_now"] == 0
+    assert json.loads(again.stdout) == json.loads((out.parent / "tune.json").read_text())
+    assert json.loads(again.stdout)["ran_now"] == 0
     with sqlite3.connect(db) as con:
         assert con.execute("select count(*) from trials").fetchone() == (6,)
 

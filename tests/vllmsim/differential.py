@@ -234,7 +234,9 @@ def cases(
 def run_both(
     case: Case, cost: CostModel, *, async_scheduling: bool = False
 ) -> tuple[Outcome, VllmOutcome]:
-    fast, _ = simulate_one(case.workload, case.spec, cost, case.config, case.load)
+    # both backends schedule as asked: the fast one models vLLM's async scheduler
+    config = replace(case.config, async_scheduling=async_scheduling)
+    fast, _ = simulate_one(case.workload, case.spec, cost, config, case.load)
     ours = run(
         case.workload,
         case.spec,

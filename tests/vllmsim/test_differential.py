@@ -14,8 +14,9 @@ Knobs (environment):
   again under pressure);
 - ``TTLCTL_DIFF_REPORT=FILE``: measure instead of assert: every case runs and the
   agreement per metric is added to the JSON tally in FILE;
-- ``TTLCTL_DIFF_ASYNC=1``: vLLM with async scheduling (measured, not modelled: vLLM
-  schedules a call that arrives during a step one step later); needs the report.
+- ``TTLCTL_DIFF_ASYNC=1``: every test with async scheduling on both backends (vLLM's
+  ``AsyncScheduler``; the fast backend's ``replay.async_sched``). Without it, a smaller
+  set of random cases runs async as well (``test_async_scheduling_call_by_call``).
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ def bundles(fit_doc: dict[str, Any]) -> dict[str, Any]:
     return continuum_bundles(fit_doc, COST)
 
 
-def check(case: Case, tally: Tally | None = None) -> None:
-    fast, ours = run_both(case, COST, async_scheduling=ASYNC)
+def check(case: Case, tally: Tally | None = None, *, async_scheduling: bool = ASYNC) -> None:
+    fast, ours = run_both(case, COST, async_scheduling=async_scheduling)
     calls, diffs = compare(fast, ours)
     if tally is not None:
         tally.add(case, calls, diffs, ours)
@@ -67,7 +68,6 @@ def check(case: Case, tally: Tally | None = None) -> None:
     assert not diffs, f"{case.describe()}\n{shown}"
 
 
-@pytest.mark.skipif(ASYNC and not REPORT, reason="async is measured (TTLCTL_DIFF_REPORT)")
 @pytest.mark.parametrize("pressure", [False, True], ids=["mixed", "pressure"])
 def test_random_workloads_call_by_call(bundles: dict[str, Any], pressure: bool) -> None:
     """Mixed cases (one in three under pressure), and cases all under pressure (every
@@ -91,7 +91,6 @@ def test_random_workloads_call_by_call(bundles: dict[str, Any], pressure: bool) 
         tally.merge_into(Path(REPORT))
 
 
-@pytest.mark.skipif(ASYNC and not REPORT, reason="async is measured (TTLCTL_DIFF_REPORT)")
 @pytest.mark.parametrize("pressure", [False, True], ids=["mixed", "pressure"])
 def test_random_workloads_with_shared_prefixes(bundles: dict[str, Any], pressure: bool) -> None:
     """The same, with programs whose prompts start with prefixes other programs share (a
@@ -157,5 +156,28 @@ def test_shared_trace_slices(
     case = Case(work, ReplayConfig(engine=engine), Load(concurrency=programs), spec)
     tally = Tally() if REPORT else None
     check(case, tally)
+    if tally is not None and REPORT:
+        tally.merge_into(Path(REPORT))
+
+
+@pytest.mark.skipif(ASYNC, reason="TTLCTL_DIFF_ASYNC runs every test async")
+@pytest.mark.parametrize("pressure", [False, True], ids=["mixed", "pressure"])
+def test_async_scheduling_call_by_call(bundles: dict[str, Any], pressure: bool) -> None:
+    """vLLM's async scheduling (step N+1 scheduled before step N's output is applied)
+    on both backends: the same agreement, call by call, as synchronous scheduling."""
+    tally = Tally() if REPORT else None
+
+    @settings(
+        max_examples=max(1, EXAMPLES // 4 if not pressure else EXAMPLES // 8),
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.data())
+    def one(data: st.DataObject) -> None:
+        check(data.draw(cases(bundles, pressure=pressure)), tally, async_scheduling=True)
+
+    one()
     if tally is not None and REPORT:
         tally.merge_into(Path(REPORT))

@@ -9,7 +9,8 @@ is also the order of ``ttlctl --help``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import typer
@@ -21,6 +22,7 @@ from ttlctl.cli import (
     export,
     fit,
     ingest,
+    options,
     profile,
     refit,
     replay,
@@ -30,7 +32,7 @@ from ttlctl.cli import (
     tune,
     validate,
 )
-from ttlctl.cli.kit import out
+from ttlctl.cli.kit import ClickException, err, out, print_warning, usage_line
 
 #: (name, command function or group, click context settings), in pipeline order
 COMMANDS: tuple[tuple[str, Callable[..., Any] | typer.Typer, dict[str, Any] | None], ...] = (
@@ -49,11 +51,53 @@ COMMANDS: tuple[tuple[str, Callable[..., Any] | typer.Typer, dict[str, Any] | No
 )
 
 
+def _leaves(group: Any) -> Iterator[Any]:
+    """The commands under a group (typer's click objects), its subgroups' included."""
+    for command in group.commands.values():
+        if hasattr(command, "commands"):
+            yield from _leaves(command)
+        else:
+            yield command
+
+
 class PipelineOrder(TyperGroup):
-    """Lists the commands in :data:`COMMANDS`' order (typer puts groups last)."""
+    """The root: lists the commands in :data:`COMMANDS`' order (typer puts groups
+    last); every float option takes finite numbers only; a renamed flag's old spelling
+    is rewritten with a warning (:data:`~ttlctl.cli.options.RENAMED`); a usage error
+    (a missing option, a bad value) is one line on stderr, exit 2, like every other."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for command in _leaves(self):
+            for param in command.params:
+                options.finite_floats(param)
 
     def list_commands(self, ctx: Any) -> list[str]:  # typer's own click Context
         return [name for name, _, _ in COMMANDS if name in self.commands]
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, options.renamed(args, print_warning))
+
+    def main(  # type: ignore[override]
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except ClickException as exc:
+            if exc.format_message():  # (no arguments: the help is already printed)
+                err.print(usage_line(exc), highlight=False, markup=False)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            err.print("aborted", highlight=False)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 app = typer.Typer(
@@ -62,6 +106,7 @@ app = typer.Typer(
     help="Train, tune and apply KV-cache time-to-live policies for LLM agents, from real traces.",
     no_args_is_help=True,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
 )
 for _name, _command, _settings in COMMANDS:

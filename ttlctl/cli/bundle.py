@@ -11,10 +11,11 @@ from typing import Annotated
 import typer
 
 from fitting.policy import DEFAULT_VALVE
+from profiles import schema as profile_schema
 from ttlctl import bundle, bundle_history, hints, router_flags
 from ttlctl.cli import render
-from ttlctl.cli.kit import UserError, err, out, print_warning, user_errors
-from ttlctl.cli.options import FitFile, Profile
+from ttlctl.cli.kit import UserError, check_outputs, err, out, print_warning, user_errors
+from ttlctl.cli.options import FitFile, Profile, QueueDelay
 
 app = typer.Typer(
     help="Build, inspect, verify, query and roll back policy bundles.", no_args_is_help=True
@@ -42,12 +43,16 @@ def build(
     ] = DEFAULT_VALVE,
     pin_cap: Annotated[float, typer.Option(help="Largest fraction of KV pins may hold.")] = 1.0,
     cold_start_ttl: Annotated[
-        float | None, typer.Option(help="Fixed τ (s) during cold start instead of ln B.")
+        float | None,
+        typer.Option(
+            "--cold-start-ttl-seconds", help="Fixed τ (s) during cold start instead of ln B."
+        ),
     ] = None,
     learn_eta: Annotated[bool, typer.Option(help="Let the engine re-estimate η online.")] = False,
 ) -> None:
     """Combine a fit, a profile and the policy's parameters into one sealed bundle."""
     with user_errors():
+        check_outputs(output)
         doc = bundle.from_files(
             bundle.BuildRequest(
                 fit=fit,
@@ -76,7 +81,7 @@ def verify(path: Annotated[Path, typer.Argument(help="Bundle to check.")]) -> No
 @app.command()
 def inspect(
     path: Annotated[Path, typer.Argument(help="Bundle to show.")],
-    queue_delay: Annotated[float, typer.Option(help="T (s) assumed for the τ* columns.")] = 0.0,
+    queue_delay: QueueDelay = 0.0,
     offload: Annotated[bool, typer.Option(help="Price a miss as a reload, not a prefill.")] = False,
 ) -> None:
     """A readable table: tools, samples, median, p90, and τ* at 1k/8k/32k/128k tokens."""
@@ -96,7 +101,8 @@ def query(
         int | None, typer.Option("--context-tokens", help="KV tokens held.")
     ] = None,
     queue_delay: Annotated[
-        float | None, typer.Option("--queue-delay", help="T (s); default 0 (no history).")
+        float | None,
+        typer.Option("--queue-delay-seconds", min=0.0, help="T (s); default 0 (no history)."),
     ] = None,
     offload: Annotated[bool, typer.Option("--offload", help="A host tier holds the KV.")] = False,
     as_engine: Annotated[
@@ -122,7 +128,12 @@ def query(
     """Print {"ttl_s", "source", "benefit_s"}: how long to keep this request's KV."""
     if as_engine == "vllm-router":
         with user_errors():
-            args = router_flags.vllm_router_args(bundle.router_of(bundle.read(path), path))
+            doc = bundle.read(path)
+            args = router_flags.vllm_router_args(
+                bundle.router_of(doc, path), profile_schema.from_json(doc["profile"])
+            )
+        # unquoted: the JSON has no spaces, and `$(ttlctl bundle query …)` passes each
+        # word as it is (quotes would reach the router)
         sys.stdout.write(" ".join(args) + "\n")
         return
     with user_errors():

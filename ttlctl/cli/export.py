@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ttlctl.cli.kit import err, user_errors
+from ttlctl.cli.kit import check_outputs, err, user_errors
 
 
 def export(
@@ -24,6 +24,7 @@ def export(
     from ttlctl.trace import io as trace_io
 
     with user_errors():
+        check_outputs(output)
         frame = trace_io.read(trace)
         lines = export_mod.rows(frame, to, block_size)
         export_mod.write(lines, output)

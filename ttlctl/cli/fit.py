@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -12,7 +10,8 @@ import typer
 
 from ttlctl import __version__
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, user_errors
+from ttlctl.cli.kit import check_outputs, err, out, user_errors, write_doc
+from ttlctl.cli.options import AllowEmpty, JsonTo
 from ttlctl.jsonio import file_sha256, write_json
 
 
@@ -26,13 +25,16 @@ def fit(
         Path | None, typer.Option(help="Write one PNG per tool (CDF, exponential fit) here.")
     ] = None,
     abandon_s: Annotated[
-        float, typer.Option(help="Pauses longer than this are abandoned programs, not tools.")
+        float,
+        typer.Option(
+            "--abandon-seconds",
+            help="Pauses longer than this (s) are abandoned programs, not tools.",
+        ),
     ] = 3600.0,
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for η's interval.")] = 1000,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the fit as JSON on stdout.")
-    ] = False,
+    allow_empty: AllowEmpty = False,
+    json_out: JsonTo = None,
 ) -> None:
     """Fit per-tool pause CDFs (compressed to ≤ 1,024 points), exponential fits, and η."""
     # imported when the command runs: `ttlctl --help` and the light commands stay light
@@ -40,6 +42,7 @@ def fit(
     from ttlctl.trace import io as trace_io
 
     with user_errors():
+        check_outputs(output, json_out, folders=(plot,))
         config = FitConfig(
             min_samples=min_samples, abandon_s=abandon_s, bootstrap=bootstrap, seed=seed
         )
@@ -51,16 +54,16 @@ def fit(
                 source={"path": str(trace), "sha256": file_sha256(trace)},
                 created=datetime.now(UTC).isoformat(timespec="seconds"),
                 ttlctl_version=__version__,
+                allow_empty=allow_empty,
             )
-        write_json(doc, output)
         plots = []
         if plot is not None:
             from ttlctl.plots import plot_fit  # matplotlib: only when plots are asked for
 
             with err.status("plotting…"):
                 plots = plot_fit(doc, plot)
-    if as_json:
-        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
-        return
+        write_json(doc, output)  # last: a fit.json is there only if all went well
+        if json_out is not None and write_doc(doc, json_out):
+            return
     render.fit_table(out, doc)
     err.print(f"wrote {output}" + (f" and {len(plots)} plot(s) in {plot}" if plot else ""))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -13,8 +11,8 @@ import typer
 from rich.progress import Progress
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, progress_bar, user_errors
-from ttlctl.cli.options import InputFormat
+from ttlctl.cli.kit import check_outputs, err, out, progress_bar, user_errors, write_doc
+from ttlctl.cli.options import AllowEmpty, InputFormat, JsonTo
 
 
 def _file_progress() -> tuple[Progress, Callable[[Path, int, int], None]]:
@@ -43,28 +41,38 @@ def ingest(
             "instead of stopping at the first one.",
         ),
     ] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the summary as JSON on stdout (nothing else).")
-    ] = False,
+    allow_empty: AllowEmpty = False,
+    json_out: JsonTo = None,
 ) -> None:
     """Read agent logs into one canonical trace (one row per LLM call) and summarise it.
 
     Without --skip-bad the first bad record stops the run: exit 2, naming the file and
-    record, and nothing is written.
+    record, and nothing is written. Nothing to write (every record rejected) stops it
+    too, unless --allow-empty.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     from ttlctl.ingest.pipeline import ingest as run_ingest
+    from ttlctl.ingest.pipeline import rejects_path_for
     from ttlctl.trace import io as trace_io
     from ttlctl.trace.summary import summarize
 
     with user_errors():
+        check_outputs(output, json_out, rejects_path_for(output) if skip_bad else None)
         progress, update = _file_progress()
         with progress:
-            report = run_ingest(paths, output, fmt=fmt, skip_bad=skip_bad, progress=update)
+            report = run_ingest(
+                paths,
+                output,
+                fmt=fmt,
+                skip_bad=skip_bad,
+                progress=update,
+                allow_empty=allow_empty,
+            )
         summary = summarize(trace_io.scan(output))
-    if as_json:
+    if json_out is not None:
         payload: dict[str, Any] = {"ingest": asdict(report), "summary": summary}
-        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
-        return
+        with user_errors():
+            if write_doc(payload, json_out, as_text=True):
+                return
     render.ingest_report(err, report)
     render.trace_summary(out, summary, title=output.name)

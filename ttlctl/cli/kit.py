@@ -4,6 +4,7 @@ warnings, the progress bar and ``--json`` output."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,17 +23,23 @@ from rich.progress import (
 )
 
 from ttlctl.errors import TtlctlError
-from ttlctl.jsonio import write_json
+
+try:  # typer 0.29 on carries its own copy of click, whose errors its commands raise
+    from typer._click import ClickException as ClickException
+except ImportError:  # pragma: no cover - older typer runs on click itself
+    from click import ClickException as ClickException  # type: ignore[assignment,no-redef]
+from ttlctl.jsonio import check_folder, check_writable, write_json
 
 #: results for people (tables); machine output is written to sys.stdout directly
 out = Console(soft_wrap=True)
 #: progress, notes and errors
 err = Console(stderr=True, soft_wrap=True)
 
-#: tables written to a file or a pipe are not squeezed to 80 columns
-PIPE_WIDTH = 140
+#: the width of what is written to a file or a pipe without ``COLUMNS``: as wide as a
+#: table needs (tables take their natural width; rich would squeeze them to 80)
+PIPE_WIDTH = 1_000
 for _console in (out, err):
-    if not _console.is_terminal:
+    if not _console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
         _console.width = PIPE_WIDTH
 
 
@@ -102,6 +109,28 @@ def write_doc(doc: Any, to: Path, *, as_text: bool = False) -> bool:
         return True
     write_json(json.loads(json.dumps(doc, default=str)) if as_text else doc, to)
     return False
+
+
+def usage_line(exc: ClickException) -> str:
+    """A usage error (missing option, bad value, unknown command) as one line naming the
+    command and where its help is, instead of typer's box."""
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None:
+        return f"error: {message}"
+    path = ctx.command_path
+    return f"error: {path}: {message[:1].lower()}{message[1:]} (see `{path} --help`)"
+
+
+def check_outputs(*files: Path | None, folders: tuple[Path | None, ...] = ()) -> None:
+    """Refuse, before the work starts, output files and folders that cannot be written
+    (None: not asked for; '-': stdout). Every command that writes calls it first."""
+    for path in files:
+        if path is not None and str(path) != "-":
+            check_writable(path)
+    for folder in folders:
+        if folder is not None:
+            check_folder(folder)
 
 
 def given(ctx: typer.Context, **values: Any) -> dict[str, Any]:

@@ -7,12 +7,18 @@ defaulting to the bundle's record) is declared by its command, under its own hel
 The defaults are the libraries' (``replay.scheduler.SimSchedulerConfig``,
 ``replay.sim.ReplayConfig``); they are written here as literals so that ``ttlctl --help``
 imports no replay package, and tests/cli checks that they agree.
+
+Spelling: flags are vLLM's, the router's or AIPerf's where those have one; a time is
+in seconds and says so (``--abandon-seconds``, AIPerf's ``-seconds`` suffix). A renamed
+flag keeps its old spelling for a while (:data:`RENAMED`, rewritten with a warning).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -27,6 +33,65 @@ MAX_MODEL_LEN = 131_072
 OFFLOAD_TOKENS = 0
 #: the fast simulator
 BACKEND = "fast"
+
+#: old spellings still accepted, per command: old flag -> new flag (a warning says so)
+RENAMED: dict[str, dict[str, str]] = {
+    "fit": {"--abandon-s": "--abandon-seconds"},
+    "replay": {"--ttl": "--ttl-seconds"},
+    "refit": {"--queue-delay": "--queue-delay-seconds"},
+    "bundle build": {"--cold-start-ttl": "--cold-start-ttl-seconds"},
+    "bundle inspect": {"--queue-delay": "--queue-delay-seconds"},
+    "bundle query": {"--queue-delay": "--queue-delay-seconds"},
+    "tune": {
+        "--heartbeat": "--heartbeat-seconds",
+        "--live-check-s": "--live-check-seconds",
+        "--live-timeout": "--live-timeout-seconds",
+        "--p95-max": "--p95-max-seconds",
+        "--summary": "--json",
+    },
+    "validate": {
+        "--timeout": "--timeout-seconds",
+        "--startup-timeout": "--startup-timeout-seconds",
+    },
+}
+
+# ---- how every command reads its flags ----------------------------------------------
+
+
+def finite_floats(param: Any) -> None:
+    """Make a parameter refuse nan and ±inf (``--jps nan`` would never end): its value,
+    or any item of it, once parsed (typer's click objects, whichever click they use)."""
+    parse = param.process_value
+
+    def checked(ctx: Any, value: Any) -> Any:
+        parsed = parse(ctx, value)
+        items = parsed if isinstance(parsed, (list, tuple)) else [parsed]
+        for item in items:
+            if isinstance(item, float) and not math.isfinite(item):
+                raise typer.BadParameter(f"{item} is not a finite number", ctx=ctx, param=param)
+        return parsed
+
+    param.process_value = checked
+
+
+def renamed(args: list[str], warn: Callable[[str], None]) -> list[str]:
+    """``args`` with the old spellings of :data:`RENAMED` flags (of the command they
+    name) rewritten to the new ones, each with a warning; nothing after ``--``."""
+    words = [a for a in args[:2] if not a.startswith("-")]
+    table = RENAMED.get(" ".join(words[:2])) or RENAMED.get(words[0] if words else "", {})
+    if not table:
+        return args
+    result: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return result + args[i:]
+        flag, eq, value = arg.partition("=")
+        if flag in table:
+            warn(f"{flag} is now {table[flag]} (the old spelling goes in a later release)")
+            arg = table[flag] + eq + value
+        result.append(arg)
+    return result
+
 
 # ---- the inputs ----------------------------------------------------------------------
 
@@ -48,6 +113,15 @@ InputFormat = Annotated[
         help="Input format: auto (detect per file), canonical, engine-log, claude-code "
         "(alias weka), mini-swe-agent, swe-agent, litellm, mooncake, tracelab, "
         "trtllm-scaffolding.",
+    ),
+]
+
+AllowEmpty = Annotated[
+    bool,
+    typer.Option(
+        "--allow-empty",
+        help="Accept a result with no calls (an empty input, or every record rejected) "
+        "instead of stopping with an error.",
     ),
 ]
 
@@ -84,34 +158,42 @@ ConcurrencyLoads = Annotated[
 ]
 IdleGapCap = Annotated[
     float | None,
-    typer.Option("--trace-idle-gap-cap-seconds", help="Cap every recorded pause (AIPerf's flag)."),
+    typer.Option(
+        "--trace-idle-gap-cap-seconds", min=0.0, help="Cap every recorded pause (AIPerf's flag)."
+    ),
 ]
 
 # ---- the simulated engine ------------------------------------------------------------
 
-KvTokens = Annotated[int, typer.Option("--kv-tokens", help="KV cache size in tokens.")]
+KvTokens = Annotated[int, typer.Option("--kv-tokens", min=1, help="KV cache size in tokens.")]
 BlockSize = Annotated[
-    int, typer.Option("--block-size", help="KV block size in tokens (vLLM's --block-size).")
+    int,
+    typer.Option("--block-size", min=1, help="KV block size in tokens (vLLM's --block-size)."),
 ]
 MaxNumBatchedTokens = Annotated[
     int,
     typer.Option(
         "--max-num-batched-tokens",
+        min=1,
         help="Token budget per step (vLLM's --max-num-batched-tokens).",
     ),
 ]
 MaxNumSeqs = Annotated[
     int,
-    typer.Option("--max-num-seqs", help="Most requests running at once (vLLM's --max-num-seqs)."),
+    typer.Option(
+        "--max-num-seqs", min=1, help="Most requests running at once (vLLM's --max-num-seqs)."
+    ),
 ]
 MaxModelLen = Annotated[
     int,
     typer.Option(
-        "--max-model-len", help="Longest request the engine accepts (vLLM's --max-model-len)."
+        "--max-model-len",
+        min=1,
+        help="Longest request the engine accepts (vLLM's --max-model-len).",
     ),
 ]
 OffloadTokens = Annotated[
-    int, typer.Option("--offload-tokens", help="CPU offload tier in tokens (0: none).")
+    int, typer.Option("--offload-tokens", min=0, help="CPU offload tier in tokens (0: none).")
 ]
 Truncate = Annotated[
     bool,
@@ -130,8 +212,9 @@ AsyncScheduling = Annotated[
     bool,
     typer.Option(
         "--async-scheduling",
-        help="With --backend vllm: vLLM's async scheduling (step N+1 is scheduled "
-        "before step N's output is applied).",
+        help="vLLM's async scheduling (step N+1 is scheduled before step N's output is "
+        "applied; vLLM's default on GPUs): the vLLM backend runs vLLM's AsyncScheduler, "
+        "the fast one models it.",
     ),
 ]
 
@@ -164,7 +247,11 @@ JsonTo = Annotated[
 ]
 QueueDelay = Annotated[
     float,
-    typer.Option("--queue-delay", help="T (s) assumed for the τ* columns (0: a fresh engine's)."),
+    typer.Option(
+        "--queue-delay-seconds",
+        min=0.0,
+        help="T (s) assumed for the τ* columns (0: a fresh engine's).",
+    ),
 ]
 
 # ---- vLLM's router (vllm-router) ------------------------------------------------------
@@ -220,8 +307,9 @@ RouterName = Annotated[
         "--router",
         help="With --replicas: round-robin, random, power-of-two, consistent-hash, "
         "cache-aware (vllm-router's default), kv-aware, sticky-least-loaded (vllm-router's "
-        "policies; its spellings with underscores too), pin-aware (ttlctl's), as-logged "
-        "(the trace's replica column).",
+        "policies; its spellings with underscores too), program-scheduling (vllm-router's "
+        "--enable-program-scheduling), pin-aware (ttlctl's), as-logged (the trace's "
+        "replica column).",
     ),
 ]
 CacheThreshold = Annotated[
@@ -269,6 +357,23 @@ PinQueueBound = Annotated[
         "--pin-queue-bound",
         help="pin-aware: leave the pin's replica when it has more than this many requests "
         "in flight beyond the least loaded one's (ttlctl's router; 8).",
+    ),
+]
+ProgramSchedulingConfigJson = Annotated[
+    str | None,
+    typer.Option(
+        "--program-scheduling-config-json",
+        help="program-scheduling: vllm-router's Program-scheduling config, as its flag of "
+        "that name takes it (JSON; unset fields take the router's defaults).",
+    ),
+]
+ProgramSchedulingCalibration = Annotated[
+    str | None,
+    typer.Option(
+        "--program-scheduling-calibration",
+        help="program-scheduling: the router's cost coefficients: profile (the replay's "
+        "--profile, as `ttlctl profile --as vllm-router` prints them; the default) or "
+        "reference (the router's built-in ones).",
     ),
 ]
 RouterNames = Annotated[

@@ -15,8 +15,15 @@ from profiles.router_calibration import calibrate
 from profiles.schema import Profile
 from profiles.vllm_plan import parse_contexts
 from ttlctl.cli import render
-from ttlctl.cli.kit import UserError, err, out, progress_bar, user_errors
-from ttlctl.cli.options import AsRouter, DecodeThroughputAlpha, ProfileToShow
+from ttlctl.cli.kit import UserError, check_outputs, err, out, progress_bar, user_errors, write_doc
+from ttlctl.cli.options import (
+    MAX_NUM_BATCHED_TOKENS,
+    AsRouter,
+    DecodeThroughputAlpha,
+    JsonTo,
+    MaxNumBatchedTokens,
+    ProfileToShow,
+)
 from ttlctl.jsonio import write_json
 
 
@@ -41,11 +48,9 @@ def profile(
         str | None,
         typer.Option(help="Comma-separated context lengths (default: 1k, 2k, 4k … limit)."),
     ] = None,
-    max_context: Annotated[int | None, typer.Option(help="Largest context to time.")] = None,
-    repeats: Annotated[int, typer.Option(help="Timed runs per point (median kept).")] = 3,
-    max_num_batched_tokens: Annotated[
-        int, typer.Option(help="vLLM's step budget: longer prefills are chunked (as in replay).")
-    ] = 8192,
+    max_context: Annotated[int | None, typer.Option(min=2, help="Largest context to time.")] = None,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per point (median kept).")] = 3,
+    max_num_batched_tokens: MaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,
     block_size: Annotated[
         int | None, typer.Option(help="vLLM KV block size (default: vLLM's for the device).")
     ] = None,
@@ -71,6 +76,7 @@ def profile(
     list_: Annotated[
         bool, typer.Option("--list", help="Show the shipped profiles and exit.")
     ] = False,
+    json_out: JsonTo = None,
     profile_ref: ProfileToShow = None,
     as_target: AsRouter = None,
     decode_throughput_alpha: DecodeThroughputAlpha = None,
@@ -97,6 +103,7 @@ def profile(
     if output is None:
         raise typer.BadParameter("-o/--output is required (or use --list, or --profile with --as)")
     with user_errors():
+        check_outputs(output, json_out)
         grid = parse_contexts(contexts)
         name, config = load_config(model)
         bar = progress_bar("profiling")
@@ -147,6 +154,8 @@ def profile(
                     progress=progress,
                 )
         write_json(result.to_json(), output)
+        if json_out is not None and write_doc(result.to_json(), json_out):
+            return
     err.print(f"wrote {output}")
     if as_target is not None:
         with user_errors():

@@ -3,15 +3,13 @@ bundle, swapped in only when it beats the served one in replay (replay/refit.py)
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, given, out, print_warning, user_errors
+from ttlctl.cli.kit import check_outputs, err, given, out, print_warning, user_errors, write_doc
 from ttlctl.cli.options import (
     BLOCK_SIZE,
     MAX_MODEL_LEN,
@@ -21,6 +19,7 @@ from ttlctl.cli.options import (
     ConcurrencyLoads,
     InputFormat,
     JpsLoads,
+    JsonTo,
     MaxModelLen,
     MaxNumBatchedTokens,
     MaxNumSeqs,
@@ -108,9 +107,7 @@ def refit(
             "--dry-run", help="Judge and report only: no bundle is written (nor --output)."
         ),
     ] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the report as one JSON document on stdout.")
-    ] = False,
+    json_out: JsonTo = None,
 ) -> None:
     """Refit the served bundle from an engine log; replace it only if the new one is faster.
 
@@ -137,6 +134,7 @@ def refit(
     from replay.refit_settings import checked_settings
 
     with user_errors():
+        check_outputs(None if dry_run else (output or bundle), trace, json_out)
         settings = checked_settings(
             fmt=fmt,
             skip_bad=skip_bad,
@@ -168,7 +166,8 @@ def refit(
             )
     for note in report["sizing"]["notes"]:
         print_warning(note)
-    if as_json:
-        sys.stdout.write(json.dumps(report, indent=1) + "\n")
-        return
+    if json_out is not None:
+        with user_errors():
+            if write_doc(report, json_out):
+                return
     render.refit_report(out, report)

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, print_warning, user_errors, write_doc
+from ttlctl.cli.kit import check_outputs, err, out, print_warning, user_errors, write_doc
 from ttlctl.cli.options import (
     BACKEND,
     BLOCK_SIZE,
@@ -37,6 +37,8 @@ from ttlctl.cli.options import (
     OffloadTokens,
     PinQueueBound,
     Profile,
+    ProgramSchedulingCalibration,
+    ProgramSchedulingConfigJson,
     ResultDir,
     RouterName,
     RouterTemperature,
@@ -80,7 +82,9 @@ def replay(
     pin_cap: Annotated[
         float | None, typer.Option(help="Largest fraction of KV pins may hold.")
     ] = None,
-    ttl: Annotated[float, typer.Option(help="The TTL (s) of static-ttl.")] = 2.0,
+    ttl: Annotated[
+        float, typer.Option("--ttl-seconds", min=0.0, help="The TTL (s) of static-ttl.")
+    ] = 2.0,
     seed: Seed = 0,
     truncate: Truncate = False,
     check: Annotated[
@@ -89,9 +93,14 @@ def replay(
     per_token: Annotated[
         bool, typer.Option(help="Step one decode token at a time (slow; for validation).")
     ] = False,
-    no_timing: Annotated[
-        bool, typer.Option(help="Leave wall_s and sim_calls_per_s null (byte-identical JSON).")
-    ] = False,
+    timing: Annotated[
+        bool,
+        typer.Option(
+            "--timing/--no-timing",
+            help="Measure wall_s and sim_calls_per_s; --no-timing leaves them null "
+            "(byte-identical JSON).",
+        ),
+    ] = True,
     json_out: JsonTo = None,
     live: Annotated[
         str | None,
@@ -114,6 +123,8 @@ def replay(
     kv_aware_session_affinity_ttl_secs: KvAwareSessionAffinityTtlSecs = None,
     router_temperature: RouterTemperature = None,
     pin_queue_bound: PinQueueBound = None,
+    program_scheduling_config_json: ProgramSchedulingConfigJson = None,
+    program_scheduling_calibration: ProgramSchedulingCalibration = None,
 ) -> None:
     """Replay the trace's programs in closed loop (next call = finish + recorded pause)."""
     # imported when the command runs: `ttlctl --help` and the light commands stay light
@@ -123,6 +134,7 @@ def replay(
     from replay.scheduler import SimSchedulerConfig
 
     with user_errors():
+        check_outputs(json_out, folders=(result_dir if save_result else None,))
         request = ReplayRequest(
             trace=trace,
             policies=policy,
@@ -144,7 +156,7 @@ def replay(
             valve=valve,
             pin_cap=pin_cap,
             ttl_s=ttl,
-            timed=not no_timing,
+            timed=timing,
             live=live,
             idle_gap_cap_s=idle_gap_cap,
             save_result=save_result,
@@ -161,6 +173,8 @@ def replay(
                 kv_aware_session_affinity_ttl_secs=kv_aware_session_affinity_ttl_secs,
                 router_temperature=router_temperature,
                 pin_queue_bound=pin_queue_bound,
+                program_scheduling_config_json=program_scheduling_config_json,
+                program_scheduling_calibration=program_scheduling_calibration,
             ),
         )
         with err.status("replaying…") as status:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ttlctl.cli.kit import err, user_errors
+from ttlctl.cli.kit import check_outputs, err, user_errors
 
 
 def report(
@@ -29,6 +29,7 @@ def report(
     from ttlctl import report as report_mod
 
     with user_errors():
+        check_outputs(output)
         with err.status("building the report…"):
             page = report_mod.build_report(run_dir)
         report_mod.write_html(page, output)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ttlctl.cli.kit import out, user_errors
+from ttlctl.cli.kit import check_outputs, out, user_errors
 
 
 def synth(
@@ -44,6 +44,7 @@ def synth(
     from ttlctl.trace import io as trace_io
 
     with user_errors():
+        check_outputs(output)
         frame = draw(workload, programs, seed)
         if max_context is not None:
             frame = fit_context(frame, max_context)

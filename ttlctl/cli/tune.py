@@ -4,6 +4,7 @@ vLLM server running the TTL scheduler."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,7 +12,17 @@ import typer
 from rich.markup import escape
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, given, once, out, print_warning, progress_bar, user_errors
+from ttlctl.cli.kit import (
+    check_outputs,
+    err,
+    given,
+    once,
+    out,
+    print_warning,
+    progress_bar,
+    user_errors,
+    write_doc,
+)
 from ttlctl.cli.options import (
     BACKEND,
     BLOCK_SIZE,
@@ -28,6 +39,7 @@ from ttlctl.cli.options import (
     FleetReplicas,
     IdleGapCap,
     JpsLoads,
+    JsonTo,
     KvTokens,
     MaxModelLen,
     MaxNumBatchedTokens,
@@ -81,7 +93,10 @@ HoldoutSeeds = Annotated[
 ]
 P95Max = Annotated[
     float | None,
-    typer.Option(help="Constraint: the replays' mean p95 JCT (s) must stay at or under this."),
+    typer.Option(
+        "--p95-max-seconds",
+        help="Constraint: the replays' mean p95 JCT (s) must stay at or under this.",
+    ),
 ]
 Force = Annotated[
     bool,
@@ -98,15 +113,12 @@ MinGain = Annotated[
         "(1.05: 5% faster). Default 1: any win.",
     ),
 ]
-Summary = Annotated[
-    Path | None,
-    typer.Option(help="Study summary JSON for reports. Default: tune.json next to -o."),
-]
 Heartbeat = Annotated[
     int,
     typer.Option(
+        "--heartbeat-seconds",
         help="Seconds between a running trial's heartbeats (URL storages); a trial whose "
-        "worker died is failed after twice that and retried."
+        "worker died is failed after twice that and retried.",
     ),
 ]
 Live = Annotated[
@@ -137,6 +149,7 @@ LivePrograms = Annotated[
 LiveCheck = Annotated[
     float,
     typer.Option(
+        "--live-check-seconds",
         help="With --live: the server's TTLCTL_BUNDLE_CHECK_S. After writing a bundle the "
         "tuner waits max(2 × this, 2 s) and sends one request, whose arrival makes the "
         "plugin load it.",
@@ -146,6 +159,7 @@ LiveCheck = Annotated[
 LiveTimeout = Annotated[
     float,
     typer.Option(
+        "--live-timeout-seconds",
         help="With --live: seconds one live run may take (then it counts as failed).",
         rich_help_panel=LIVE,
     ),
@@ -177,7 +191,7 @@ def tune(
     truncate: Truncate = False,
     force: Force = False,
     min_gain: MinGain = 1.0,
-    summary: Summary = None,
+    summary: JsonTo = None,
     heartbeat: Heartbeat = 60,
     live: Live = None,
     live_bundle: LiveBundle = None,
@@ -199,7 +213,8 @@ def tune(
     the same with the stall-only valve the second. Afterwards the
     best policy, the paper's defaults, a never-pin policy and stock vLLM are replayed on
     held-back seeds; if the best policy does not beat stock vLLM there, the bundle
-    written never pins (program FCFS only) unless --force.
+    written never pins (program FCFS only) unless --force. The study's summary goes to
+    tune.json next to -o (--json PATH: there; --json -: on stdout instead of the table).
 
     With --live URL --live-bundle PATH each load × seed of a trial is one live run of
     --live-programs programs against the server, after the trial's bundle was written to
@@ -216,8 +231,9 @@ def tune(
 
     With --replicas N each replay is a fleet of N engines behind --router (default
     cache-aware); the router's settings that matter for retention (cache-aware's balance
-    thresholds, kv-aware's session-affinity TTL, pin-aware's queue bound; the router
-    itself when --router is repeated) are searched too, the guard compares with stock
+    thresholds, kv-aware's session-affinity TTL, pin-aware's queue bound,
+    program-scheduling's TTL cap, admission gates and queue knobs; the router itself when
+    --router is repeated) are searched too, the guard compares with stock
     vLLM behind cache-aware, and the bundle records the router (`ttlctl bundle query B
     --as vllm-router` prints its flags).
     """
@@ -229,6 +245,8 @@ def tune(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
+        check_outputs(output, summary, live_bundle)
+        to_stdout = summary is not None and str(summary) == "-"
         request = tuning.TuneRequest(
             trace=trace,
             fit=fit,
@@ -255,7 +273,7 @@ def tune(
             truncate=truncate,
             force=force,
             min_gain=min_gain,
-            summary=summary,
+            summary=None if to_stdout else summary,
             heartbeat_s=heartbeat,
             live=live,
             live_bundle=live_bundle,
@@ -279,7 +297,10 @@ def tune(
                 stage=lambda text: progress.update(task, description=text),
             )
     result = outcome.result
-    render.tune_table(out, result)
+    if to_stdout:  # the summary as written to tune.json, and nothing else on stdout
+        write_doc(json.loads(outcome.summary_file.read_text(encoding="utf-8")), Path("-"))
+    else:
+        render.tune_table(out, result)
     sha = outcome.bundle["sha256"][:12]
     err.print(f"wrote {output} (sha256 {sha}…) and {outcome.summary_file}", highlight=False)
     if outcome.previous_kept is not None:

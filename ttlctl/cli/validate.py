@@ -8,9 +8,11 @@ from typing import Annotated, Any
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import err, out, print_warning, user_errors, write_doc
+from ttlctl.cli.kit import check_outputs, err, out, print_warning, user_errors, write_doc
 from ttlctl.cli.options import (
     BACKEND,
+    MAX_NUM_BATCHED_TOKENS,
+    MAX_NUM_SEQS,
     AsyncScheduling,
     Backend,
     Concurrency,
@@ -19,6 +21,8 @@ from ttlctl.cli.options import (
     Jps,
     JsonTo,
     Label,
+    MaxNumBatchedTokens,
+    MaxNumSeqs,
     Replicas,
     ResultDir,
     Routers,
@@ -80,20 +84,20 @@ def validate(
         int | None,
         typer.Option(help="Simulated KV tokens (default: the server's, from /metrics)."),
     ] = None,
-    max_num_seqs: Annotated[
-        int, typer.Option(help="The servers' --max-num-seqs (vLLM's CPU default: 128).")
-    ] = 128,
-    max_num_batched_tokens: Annotated[
-        int,
-        typer.Option(help="The servers' --max-num-batched-tokens (vLLM's CPU default: 2048)."),
-    ] = 2048,
+    max_num_seqs: MaxNumSeqs = MAX_NUM_SEQS,
+    max_num_batched_tokens: MaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,
     jps: Jps = None,
     concurrency: Concurrency = None,
     seed: Seed = 0,
     idle_gap_cap: IdleGapCap = None,
-    timeout: Annotated[float, typer.Option(help="Seconds a live run may take.")] = 1800.0,
+    timeout: Annotated[
+        float, typer.Option("--timeout-seconds", help="Seconds a live run may take.")
+    ] = 1800.0,
     startup_timeout: Annotated[
-        float, typer.Option(help="Seconds a started server may take to become healthy.")
+        float,
+        typer.Option(
+            "--startup-timeout-seconds", help="Seconds a started server may take to become healthy."
+        ),
     ] = 600.0,
     work_dir: Annotated[
         Path | None, typer.Option(help="Server logs, bundle and results (default: a temp dir).")
@@ -112,7 +116,9 @@ def validate(
     Each policy runs in its own server (vllm: stock; continuum: the TTL scheduler),
     started here one after the other (--engine-cmd or --model, vLLM arguments after
     `--`) or already running (--url). The simulator is sized like the server and
-    priced by a profile measured from it. Goals (reported): mean JCT within 10%,
+    priced by a profile measured from it. --max-num-seqs and --max-num-batched-tokens
+    size the simulator and the servers validate starts (give them here, not after
+    `--`); with --url, give the running servers' values. Goals (reported): mean JCT within 10%,
     prefix-hit rate within 5 points, the same ranking.
 
     With --replicas N and --router R (repeatable): each policy runs live on N replicas
@@ -153,6 +159,7 @@ def validate(
         routers=router or [],
     )
     with user_errors():
+        check_outputs(json_out, folders=(work_dir, result_dir if save_result else None))
         with err.status("validating…") as status:
             doc = validation_doc(
                 req,

@@ -10,44 +10,28 @@ operator alerts on ``ttlctl:bundle_active == 0`` (the fallback to stock) and on 
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from ttlctl.engine.prom import ProcessSeries
 from ttlctl.engine.watch import BundleWatcher
 from ttlctl.series import BUNDLE_ACTIVE, BUNDLE_REFUSED, BUNDLE_RELOADS
 
-_lock = threading.Lock()
-_series: dict[str, Any] | None = None
+
+def _make(counter: Any, gauge: Any) -> dict[str, Any]:
+    return {
+        "reloads": counter(BUNDLE_RELOADS, "Bundle files that replaced the policy"),
+        "refused": counter(BUNDLE_REFUSED, "Bundle files refused (missing, damaged or foreign)"),
+        # several engine cores in one server: 0 as soon as one of them serves stock
+        "active": gauge(
+            BUNDLE_ACTIVE,
+            "1 while a bundle's policy is in force, 0 while serving as stock vLLM",
+            multiprocess_mode="livemin",
+        ),
+    }
 
 
-def _prometheus() -> dict[str, Any] | None:
-    """The process-wide series (created once: a registry refuses duplicates)."""
-    global _series
-    with _lock:
-        if _series is not None:
-            return _series
-        try:
-            from prometheus_client import Counter, Gauge  # vLLM's: only when metrics are made
-        except ImportError:  # pragma: no cover - vLLM depends on it
-            return None
-        try:
-            series: dict[str, Any] = {
-                "reloads": Counter(BUNDLE_RELOADS, "Bundle files that replaced the policy"),
-                "refused": Counter(
-                    BUNDLE_REFUSED, "Bundle files refused (missing, damaged or foreign)"
-                ),
-                # several engine cores in one server: 0 as soon as one of them serves stock
-                "active": Gauge(
-                    BUNDLE_ACTIVE,
-                    "1 while a bundle's policy is in force, 0 while serving as stock vLLM",
-                    multiprocess_mode="livemin",
-                ),
-            }
-        except ValueError:  # already registered by someone else in this process
-            return None
-        _series = series
-        return series
+_SERIES = ProcessSeries(_make)
 
 
 @dataclass(slots=True)
@@ -62,7 +46,7 @@ class BundleSeries:
 
     def __post_init__(self) -> None:
         if self.export:
-            self._series = _prometheus()
+            self._series = _SERIES.get()
 
     def observe(self, watcher: BundleWatcher) -> None:
         """Bring the series up to the watcher's counts (a few comparisons when nothing

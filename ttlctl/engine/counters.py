@@ -24,10 +24,10 @@ in force or stock) are :mod:`ttlctl.engine.bundle_series`'s.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from ttlctl.engine.prom import ProcessSeries
 from ttlctl.series import PIN_COUNTERS, PINNED_BLOCKS, PINNED_PROGRAMS, pin_counter
 
 COUNTERS = PIN_COUNTERS
@@ -41,34 +41,19 @@ _DOC = {
     "deferred": "Pins not made because vLLM defers freeing the blocks (KV connector)",
 }
 
-_lock = threading.Lock()
-_series: dict[str, Any] | None = None
+
+def _make(counter: Any, gauge: Any) -> dict[str, Any]:
+    series: dict[str, Any] = {name: counter(pin_counter(name), _DOC[name]) for name in COUNTERS}
+    series["blocks"] = gauge(
+        PINNED_BLOCKS, "KV blocks held by pins now", multiprocess_mode="livesum"
+    )
+    series["programs"] = gauge(
+        PINNED_PROGRAMS, "Programs holding a pin now", multiprocess_mode="livesum"
+    )
+    return series
 
 
-def _prometheus() -> dict[str, Any] | None:
-    """The process-wide series (created once: a registry refuses duplicates)."""
-    global _series
-    with _lock:
-        if _series is not None:
-            return _series
-        try:
-            from prometheus_client import Counter, Gauge  # vLLM's: only when metrics are made
-        except ImportError:  # pragma: no cover - vLLM depends on it
-            return None
-        series: dict[str, Any] = {}
-        try:
-            for name in COUNTERS:
-                series[name] = Counter(pin_counter(name), _DOC[name])
-            series["blocks"] = Gauge(
-                PINNED_BLOCKS, "KV blocks held by pins now", multiprocess_mode="livesum"
-            )
-            series["programs"] = Gauge(
-                PINNED_PROGRAMS, "Programs holding a pin now", multiprocess_mode="livesum"
-            )
-        except ValueError:  # already registered by someone else in this process
-            return None
-        _series = series
-        return series
+_SERIES = ProcessSeries(_make)
 
 
 @dataclass(slots=True)
@@ -87,7 +72,7 @@ class Counters:
 
     def __post_init__(self) -> None:
         if self.export:
-            self._series = _prometheus()
+            self._series = _SERIES.get()
 
     def bump(self, name: str, n: int = 1) -> None:
         setattr(self, name, getattr(self, name) + n)

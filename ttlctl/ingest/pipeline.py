@@ -6,6 +6,7 @@ import os
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,9 @@ from typing import Any
 import polars as pl
 
 from ttlctl.ingest import lookup, rules
-from ttlctl.ingest.reader import GroupReader, Parsed, Reader, streaming
+from ttlctl.ingest.reader import GroupReader, Parsed, Reader, head_bytes, streaming
 from ttlctl.ingest.rejects import IngestError, RejectSink
+from ttlctl.jsonio import replacing
 from ttlctl.trace import io as trace_io
 from ttlctl.trace.columns import SOURCE_COLUMNS, SOURCE_FILE, SOURCE_RECORD, conform
 
@@ -102,12 +104,17 @@ def ingest(
     fmt: str = "auto",
     skip_bad: bool = False,
     progress: ProgressFn | None = None,
+    allow_empty: bool = False,
 ) -> IngestReport:
     """Read every file, validate, write the canonical trace to ``output``.
 
     Without ``skip_bad`` the first bad record raises :class:`IngestError` and
     nothing is written. With it, bad records go to ``<output>.rejects.jsonl``.
+    Nothing to write (no calls, or every record rejected) is an :class:`IngestError`
+    too, and nothing is written, unless ``allow_empty``. The trace and the rejects
+    file each appear whole, and only when the run succeeds.
     """
+    paths = list(paths)
     files, skipped = expand(paths)
     report = IngestReport(output=str(output), skipped=[str(p) for p in skipped])
     if not files:
@@ -116,9 +123,12 @@ def ingest(
 
     rejects_path = rejects_path_for(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    stream = rejects_path.open("w", encoding="utf-8") if skip_bad else None
-    sink = RejectSink(skip_bad=skip_bad, stream=stream)
-    try:
+    with ExitStack() as stack:
+        stream = None
+        if skip_bad:
+            stream = stack.enter_context(replacing(rejects_path)).open("w", encoding="utf-8")
+            stack.callback(stream.close)  # closed before replacing() renames it
+        sink = RejectSink(skip_bad=skip_bad, stream=stream)
         parsed: list[tuple[Parsed, bool]] = []
         total_bytes = 0
         groups: dict[str, tuple[GroupReader, list[FileReport]]] = {}
@@ -127,11 +137,7 @@ def ingest(
                 progress(path, index, len(files))
             reader = fixed or lookup.detect(path)
             if reader is None:
-                sink.reject(
-                    path,
-                    None,
-                    "unrecognised format: not a log ttlctl can read (name one with --format)",
-                )
+                sink.reject(path, None, _unrecognised(path))
                 report.files.append(FileReport(str(path), "unrecognised", 1))
                 continue
             total_bytes += path.stat().st_size
@@ -159,19 +165,51 @@ def ingest(
 
         report.streamed = streaming(total_bytes)
         read_rejects = sink.count
+        refuse = None if allow_empty else _refuse_empty(paths, sink)
         rows, rejected_rows = _validate_and_write(
-            parsed, output, sink, streaming=report.streamed, engines=report.engines
+            parsed,
+            output,
+            sink,
+            streaming=report.streamed,
+            engines=report.engines,
+            refuse_empty=refuse,
         )
         report.rows = rows
         # every record is a row written, a row rejected, or a record rejected on reading
         report.records = rows + rejected_rows + read_rejects
-    finally:
-        if stream is not None:
-            stream.close()
     report.rejected = sink.count
     report.rejected_by_reason = dict(sink.by_reason)
     report.rejects_path = str(rejects_path) if skip_bad else None
     return report
+
+
+def _unrecognised(path: Path) -> str:
+    """Why no reader took ``path``: text that is not UTF-8, or an unknown format."""
+    head = head_bytes(path)
+    if not head.startswith(b"PAR1"):
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if exc.end < len(head):  # not a character cut by the end of the head
+                return f"byte {exc.start}: not UTF-8 text"
+    return "unrecognised format: not a log ttlctl can read (name one with --format)"
+
+
+def _refuse_empty(paths: list[Path], sink: RejectSink) -> Callable[[int], None]:
+    """What stops a run with nothing to write, before the write (unless allowed)."""
+
+    def refuse(rejected_rows: int) -> None:  # (the rows' rejects are in sink.count)
+        where = ", ".join(str(p) for p in paths)
+        if not sink.count:
+            raise IngestError(where, None, "no LLM calls in the input; nothing written")
+        raise IngestError(
+            where,
+            None,
+            f"every record was rejected ({sink.count:,}; the first: {sink.first or '?'}); "
+            "nothing written (--allow-empty writes an empty trace and the rejects)",
+        )
+
+    return refuse
 
 
 def _read_one(reader: Reader, path: Path, sink: RejectSink) -> Parsed:
@@ -247,13 +285,17 @@ def _validate_and_write(
     *,
     streaming: bool,
     engines: list[dict[str, Any]],
+    refuse_empty: Callable[[int], None] | None = None,
 ) -> tuple[int, int]:
-    """Check all rows, send the bad ones to ``sink``, write the rest: (written, rejected)."""
+    """Check all rows, send the bad ones to ``sink``, write the rest: (written, rejected).
+    With no row to write, ``refuse_empty`` (if given) is called before anything is."""
     frame = _combine(parsed)
     if streaming:
-        return _validate_in_buckets(frame, output, sink, engines)
+        return _validate_in_buckets(frame, output, sink, engines, refuse_empty)
     good, bad = rules.split(rules.check(frame.collect()).collect().lazy())
     _report(bad, sink)
+    if refuse_empty is not None and not good.select(pl.len()).collect().item():
+        refuse_empty(bad.height)
     written = trace_io.write(good.drop(*SOURCE_COLUMNS), output, engines=engines)
     return written, bad.height
 
@@ -270,7 +312,11 @@ def _report(bad: pl.DataFrame, sink: RejectSink) -> None:
 
 
 def _validate_in_buckets(
-    frame: pl.LazyFrame, output: Path, sink: RejectSink, engines: list[dict[str, Any]]
+    frame: pl.LazyFrame,
+    output: Path,
+    sink: RejectSink,
+    engines: list[dict[str, Any]],
+    refuse_empty: Callable[[int], None] | None = None,
 ) -> tuple[int, int]:
     """Out-of-core check: hash-partition rows by program, check each bucket in memory.
 
@@ -295,7 +341,8 @@ def _validate_in_buckets(
             _report(bad, sink)
             rejected += bad.height
             good.drop(*SOURCE_COLUMNS).collect().write_parquet(parts / f"{bucket:05d}.parquet")
-        written = trace_io.write(
-            pl.scan_parquet(parts / "*.parquet"), output, streaming=True, engines=engines
-        )
+        every = pl.scan_parquet(parts / "*.parquet")
+        if refuse_empty is not None and not every.select(pl.len()).collect().item():
+            refuse_empty(rejected)
+        written = trace_io.write(every, output, streaming=True, engines=engines)
     return written, rejected

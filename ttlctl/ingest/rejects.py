@@ -56,6 +56,8 @@ class RejectSink:
     stream: IO[str] | None = None
     count: int = 0
     by_reason: Counter[str] = field(default_factory=Counter)
+    #: the first reject that is not a whole program's echo of another, as an error reads
+    first: str | None = None
 
     def reject(
         self,
@@ -69,6 +71,8 @@ class RejectSink:
         if not self.skip_bad:
             raise IngestError(file, record, reason)
         item = Reject(str(file), record, reason, records, _clip(raw))
+        if self.first is None and not reason.startswith("rejected with its program"):
+            self.first = str(IngestError(file, record, reason))
         self.count += records
         self.by_reason[_reason_key(reason)] += records
         if self.stream is not None:

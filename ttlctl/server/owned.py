@@ -32,8 +32,8 @@ class OwnedServer:
     """One server: ``command`` run with ``env``, output to ``log_path``, reached at ``url``
     (any process that answers ``/health``: vLLM's server, vLLM's router).
 
-        Attributes once started: ``ready_s`` (seconds from start to a healthy server) and
-        ``pid`` (the API server's, which is also its process group's id).
+    Attributes once started: ``ready_s`` (seconds from start to a healthy server) and
+    ``pid`` (the API server's, which is also its process group's id).
     """
 
     def __init__(

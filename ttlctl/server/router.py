@@ -76,10 +76,13 @@ def router_command(
     program_scheduling_json: str | None = None,
     extra: Sequence[str] = (),
     command: str | None = None,
+    prometheus_port: int | None = None,
 ) -> list[str]:
     """``vllm-router`` on 127.0.0.1:``port`` in front of ``worker_urls`` with ``policy``;
-    Program scheduling on with ``program_scheduling_json`` (its config object), then
-    ``extra`` router flags verbatim."""
+    Program scheduling on with ``program_scheduling_json`` (its config object), its
+    metrics on 127.0.0.1:``prometheus_port`` (None: the router's default, 29000, which a
+    second router on the host fails to bind at start; ``extra`` naming
+    ``--prometheus-port`` wins), then ``extra`` router flags verbatim."""
     given = {a.split("=", 1)[0] for a in extra}
     for flag in OWN_FLAGS:
         if flag in given:
@@ -101,6 +104,8 @@ def router_command(
             "--program-scheduling-config-json",
             program_scheduling_json,
         ]
+    if prometheus_port is not None and "--prometheus-port" not in given:
+        cmd += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(prometheus_port)]
     return cmd + list(extra)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +84,39 @@ def scan(path: Path) -> pl.LazyFrame:
     missing = [c for c in REQUIRED if c not in names]
     if missing:
         raise TraceError(f"{path}: not a canonical trace: missing column(s) {', '.join(missing)}")
+    damage = unreadable(path)
+    if damage is not None:
+        raise TraceError(f"{path}: damaged Parquet, truncated or corrupted ({damage})")
     return conform(pl.scan_parquet(path), keep_source=False)
+
+
+def unreadable(path: Path) -> str | None:
+    """Why the Parquet file at ``path`` cannot be read whole (None: it can): a damaged
+    footer or page, a truncated file. Every page is decoded once, down to null counts
+    (cheap next to any use of the trace). A page so damaged that the Parquet reader
+    panics says so on stderr in Rust's words; that is silenced here."""
+    try:
+        with _stderr_silenced():
+            pl.scan_parquet(path).select(pl.all().null_count()).collect()
+    except pl.exceptions.PanicException:
+        return "the Parquet reader stopped on a damaged page"
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        return lines[0][:200]
+    return None
+
+
+@contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 sent to /dev/null for the block (Rust's panic hook writes there)."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def read(path: Path) -> pl.DataFrame:

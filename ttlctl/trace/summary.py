@@ -41,6 +41,7 @@ def summarize(trace: pl.LazyFrame, top_tools: int = 15) -> dict[str, Any]:
         .agg(
             pl.len().alias("calls"),
             pl.col("tool_s").drop_nulls().len().alias("timed"),
+            pl.coalesce("tool_s", "gap_s").drop_nulls().len().alias("paused"),
             pl.col("tool_s").median().alias("tool_s_p50"),
             pl.col("gap_s").median().alias("gap_s_p50"),
         )
@@ -63,6 +64,9 @@ def summarize(trace: pl.LazyFrame, top_tools: int = 15) -> dict[str, Any]:
         "tools": {
             "distinct": tools.height,
             "calls_with_tool": int(tools["calls"].sum()),
+            # what `ttlctl fit` fits: a tool's call with a pause (tool_s, else gap_s)
+            "calls_with_pause": int(tools["paused"].sum()),
+            "distinct_with_pause": int((tools["paused"] > 0).sum()),
             "top": tools.head(top_tools).to_dicts(),
         },
         "tool_s": percentiles(frame["tool_s"]),

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
+from profiles.router_calibration import RouterCalibration
 from replay.fleet.routers.as_logged import AsLogged
 from replay.fleet.routers.base import FleetView, RoutedCall, Router
 from replay.fleet.routers.cache_aware import CacheAware
@@ -20,6 +22,12 @@ from replay.fleet.routers.consistent_hash import ConsistentHash
 from replay.fleet.routers.kv_aware import KvAware
 from replay.fleet.routers.pin_aware import DEFAULT_PIN_QUEUE_BOUND, PinAware
 from replay.fleet.routers.power_of_two import PowerOfTwo
+from replay.fleet.routers.program_scheduling import ProgramScheduling
+from replay.fleet.routers.progress_ttl import (
+    CALIBRATIONS,
+    ProgramSchedulingConfig,
+    calibration_of,
+)
 from replay.fleet.routers.random_pick import RandomPick
 from replay.fleet.routers.round_robin import RoundRobin
 from replay.fleet.routers.sticky_least_loaded import StickyLeastLoaded
@@ -45,8 +53,11 @@ ROUTERS = (
     "kv-aware",
     "sticky-least-loaded",
     "pin-aware",
+    "program-scheduling",
     "as-logged",
 )
+#: a setting's value (Program scheduling's config has strings and booleans too)
+Setting = float | int | str | None
 
 #: setting -> its command-line flag (vllm-router's, except pin-aware's own)
 FLAGS = {
@@ -56,6 +67,8 @@ FLAGS = {
     "kv_aware_session_affinity_ttl_secs": "--kv-aware-session-affinity-ttl-secs",
     "router_temperature": "--router-temperature",
     "pin_queue_bound": "--pin-queue-bound",
+    "program_scheduling_config_json": "--program-scheduling-config-json",
+    "program_scheduling_calibration": "--program-scheduling-calibration",
 }
 
 #: the settings each router takes
@@ -63,6 +76,7 @@ TAKES: dict[str, tuple[str, ...]] = {
     "cache-aware": ("cache_threshold", "balance_abs_threshold", "balance_rel_threshold"),
     "kv-aware": ("kv_aware_session_affinity_ttl_secs", "router_temperature"),
     "pin-aware": ("pin_queue_bound",),
+    "program-scheduling": ("program_scheduling_config_json", "program_scheduling_calibration"),
 }
 
 
@@ -77,6 +91,13 @@ class RouterSettings:
     kv_aware_session_affinity_ttl_secs: float | None = None
     router_temperature: float | None = None
     pin_queue_bound: int | None = None
+    #: vllm-router's ``--program-scheduling-config-json`` (its calibration objects, when
+    #: given, override ``program_scheduling_calibration``'s)
+    program_scheduling_config_json: str | None = None
+    #: ttlctl's: the calibration the router runs on, ``profile`` (the replay's profile,
+    #: as ``ttlctl profile --as vllm-router`` prints it; the default) or ``reference``
+    #: (the router's built-in coefficients, as with no calibration given)
+    program_scheduling_calibration: str | None = None
 
     def __post_init__(self) -> None:
         # vllm-router's own spellings (cache_aware, round_robin, …) name the same routers
@@ -105,9 +126,29 @@ class RouterSettings:
             raise ConfigError("--router-temperature must be ≥ 0")
         if self.pin_queue_bound is not None and self.pin_queue_bound < 0:
             raise ConfigError("--pin-queue-bound must be ≥ 0")
+        if self.program_scheduling_config_json is not None:
+            ProgramSchedulingConfig.from_json(self.program_scheduling_config_json)
+        cal = self.program_scheduling_calibration
+        if cal is not None and cal not in CALIBRATIONS:
+            raise ConfigError(
+                f"--program-scheduling-calibration takes {' or '.join(CALIBRATIONS)}, not {cal!r}"
+            )
 
-    def resolved(self) -> dict[str, float | int | None]:
-        """The settings this router takes, with the real router's defaults filled in."""
+    def program_scheduling(self) -> tuple[ProgramSchedulingConfig, dict[str, Any]]:
+        """Program scheduling's config (defaults filled) and the calibration objects given
+        in its JSON."""
+        return ProgramSchedulingConfig.from_json(self.program_scheduling_config_json or "{}")
+
+    def resolved(self) -> dict[str, Setting]:
+        """The settings this router takes, with the real router's defaults filled in
+        (Program scheduling: its config's fields, and ``calibration``)."""
+        if self.name == "program-scheduling":
+            cfg, given = self.program_scheduling()
+            return {
+                **cfg.to_json(),
+                **{f"{k}.{f}": v for k, obj in given.items() for f, v in obj.items()},
+                "calibration": self.program_scheduling_calibration or "profile",
+            }
         defaults: dict[str, float | int | None] = {
             "cache_threshold": 0.3,
             "balance_abs_threshold": 64,
@@ -116,7 +157,7 @@ class RouterSettings:
             "router_temperature": 0.0,
             "pin_queue_bound": DEFAULT_PIN_QUEUE_BOUND,
         }
-        out: dict[str, float | int | None] = {}
+        out: dict[str, Setting] = {}
         for key in TAKES.get(self.name, ()):
             value = getattr(self, key)
             out[key] = defaults[key] if value is None else value
@@ -130,8 +171,10 @@ def make_router(
     seed: int,
     block_size: int,
     logged_replicas: Sequence[str] = (),
+    calibration: RouterCalibration | None = None,
 ) -> Router:
-    """A fresh router (no state survives between replays)."""
+    """A fresh router (no state survives between replays). ``calibration``: the replay's
+    profile as Program scheduling's calibration (None: the router's reference one)."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xF1EE7]))
     s = settings.resolved()
     name = settings.name
@@ -161,4 +204,8 @@ def make_router(
         return StickyLeastLoaded()
     if name == "pin-aware":
         return PinAware(pin_queue_bound=int(s["pin_queue_bound"] or 0))
+    if name == "program-scheduling":
+        cfg, given = settings.program_scheduling()
+        prefill, decode = calibration_of(given, calibration)
+        return ProgramScheduling(cfg, prefill, decode, replicas)
     return AsLogged(logged_replicas, replicas)

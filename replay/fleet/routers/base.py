@@ -5,14 +5,20 @@ and version it follows). It reads only what the real router sees: its own record
 requests it sent each replica and has not seen finish, the replica it sent each session
 to), the request (its prompt, its ``X-Session-ID`` header: the program id, as the live
 replay sends it) and, for the routers that subscribe to them, the engines' KV events
-(which prompt blocks each replica holds). Never an engine's queue, pins or clock.
+(which prompt blocks each replica holds). Never an engine's pins or clock; of its queue
+only the waiting count vLLM's metrics export (``vllm:num_requests_waiting``), which the
+routers that poll them (``program-scheduling``) read.
+
+A router may hold a call back (:data:`HOLD`, Program scheduling's request pool): such a
+router is a :class:`HoldingRouter`, and the loop asks it for the calls it releases after
+each routing, each response end and at the times it asks to be woken.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from replay.fleet.prompts import Runs
 
@@ -62,6 +68,14 @@ class FleetView(Protocol):
         """Where the router sent the program's previous call (its own record)."""
         ...
 
+    def waiting_requests(self, replica: int) -> int:
+        """The replica's waiting requests, as its metrics endpoint exports them now."""
+        ...
+
+
+#: :meth:`Router.route`'s answer for a call the router retains (sent later)
+HOLD = -1
+
 
 class Router(Protocol):
     name: str
@@ -72,6 +86,23 @@ class Router(Protocol):
 
     def completed(self, replica: int, call: RoutedCall, now: float) -> None:
         """The response to ``call`` ended (the router sees the stream close)."""
+        ...
+
+
+@runtime_checkable
+class HoldingRouter(Protocol):
+    """A router that may retain calls (:data:`HOLD`) and send them later."""
+
+    def released(self) -> list[tuple[str, int]]:
+        """Retained calls it sends now: (session, replica), in order."""
+        ...
+
+    def tick(self, now: float, view: FleetView | None = None) -> None:
+        """Its own periodic decisions at ``now`` (a wake it asked for)."""
+        ...
+
+    def next_wake(self, now: float) -> float | None:
+        """When it next wants :meth:`tick` (None: not before another event)."""
         ...
 
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ttlctl.cli.render.cells import secs
+from ttlctl.cli.render.cells import secs, show
 
 if TYPE_CHECKING:
     from fitting.policy import TTLPolicy
@@ -70,7 +70,7 @@ def bundle_table(
         decisions[-1].source,
         style="italic",
     )
-    console.print(table)
+    show(console, table)
     benefit = ", ".join(
         f"{c // 1000}k: {secs(policy.benefit(c, offload, policy.eta) + queue_delay * 0)}"
         for c in contexts

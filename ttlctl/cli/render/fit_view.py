@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ttlctl.cli.render.cells import secs
+from ttlctl.cli.render.cells import secs, show
 
 if TYPE_CHECKING:
     from fitting.fit_doc import FitDoc
@@ -29,7 +29,9 @@ def fit_table(console: Console, fit: FitDoc) -> None:
     )
     console.print(
         f"{inp['programs']:,} programs, {inp['calls']:,} calls, {inp['pauses']:,} tool pauses"
-        f" ({inp['abandoned_pauses']:,} longer than {fit['config']['abandon_s']:g} s set aside)"
+        " (calls naming a tool with a recorded tool_s or gap_s; "
+        f"{inp['abandoned_pauses']:,} longer than {fit['config']['abandon_s']:g} s set aside)",
+        highlight=False,
     )
     console.print(f"η = {value}{ci} over {eta['programs']:,} programs; K = {fit['k']}")
     table = Table(title="pause after each call, by tool")
@@ -43,6 +45,7 @@ def fit_table(console: Console, fit: FitDoc) -> None:
         ("Exp mean", "right"),
         ("Exp KS", "right"),
         ("CDF pts", "right"),
+        ("policy uses", "left"),
     ):
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     everything = fit["global"]  # None only in a bundle's empty fit
@@ -52,7 +55,8 @@ def fit_table(console: Console, fit: FitDoc) -> None:
     ]
     for name, entry in rows:
         exp = entry.get("exponential")
-        style = None if entry.get("trusted", True) else "dim"
+        trusted = entry.get("trusted", True)
+        style = None if trusted else "dim"
         table.add_row(
             escape(name),
             f"{entry['n']:,}",
@@ -63,7 +67,12 @@ def fit_table(console: Console, fit: FitDoc) -> None:
             secs(exp["mean_s"] if exp else None),
             f"{exp['ks']:.2f}" if exp else "—",
             f"{len(entry['cdf']['x']):,}",
+            "its CDF" if trusted or name == "(all tools)" else "all tools'",
             style=style,
         )
-    console.print(table)
-    console.print("[dim]dim rows: at most K samples, the policy uses the all-tools CDF for them[/]")
+    show(console, table)
+    console.print(
+        f"policy uses: a tool with at most K = {fit['k']} samples is priced with the all-tools "
+        "CDF (dimmed on a terminal)",
+        highlight=False,
+    )

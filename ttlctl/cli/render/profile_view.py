@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import sys
+from collections.abc import Mapping
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -11,34 +11,58 @@ from rich.table import Table
 from profiles import shipped
 from profiles.router_calibration import RouterCalibration
 from profiles.schema import ProfileDoc, from_json, load
+from ttlctl.cli.render.cells import show
 
 
 def shipped_table(console: Console) -> None:
 
     table = Table(title=f"shipped profiles ({shipped.DATA})")
-    for col in ("name", "model", "device", "source", "KV B/token", "prefill 8k", "prefill 32k"):
-        table.add_column(col, justify="right" if col.startswith(("KV", "prefill")) else "left")
+    for col in (
+        "name",
+        "model",
+        "GPUs",
+        "device",
+        "source",
+        "KV B/token",
+        "prefill 8k",
+        "prefill 32k",
+    ):
+        right = col.startswith(("KV", "prefill", "GPUs"))
+        table.add_column(col, justify="right" if right else "left")
     for name in shipped.names():
         p = load(shipped.DATA / f"{name}.json")
         table.add_row(
             name,
             p.model,
+            _gpus(p.device, p.source),
             p.device,
             str(p.source.get("kind", "?")),
             f"{p.kv_bytes_per_token:,}",
             f"{p.prefill_s(8192):.3f} s",
             f"{p.prefill_s(32768):.3f} s",
         )
-    console.print(table)
+    show(console, table)
     console.print(
-        "use one with --profile NAME; measure your own with `ttlctl profile -o profile.json`"
+        "a name says the model and the GPU kind; GPUs: how many the model is served on "
+        "(tensor parallel). Use one with --profile NAME; measure your own with "
+        "`ttlctl profile -o profile.json`",
+        highlight=False,
     )
 
 
+def _gpus(device: str, source: Mapping[str, Any]) -> str:
+    """How many GPUs a profile is served on: its tensor parallelism, else the count its
+    device names ("4x H100": 4, "H100": 1); a CPU's: —."""
+    if source.get("device_kind") == "cpu":
+        return "—"
+    tp = (source.get("assumptions") or {}).get("tensor_parallel")
+    if isinstance(tp, int):
+        return str(tp)
+    count, sep, _ = device.partition("x ")
+    return count if sep and count.isdigit() else "1"
+
+
 def profile_table(console: Console, doc: ProfileDoc) -> None:
-    if not console.is_terminal:
-        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
-        return
     p = from_json(doc)
     src = p.source
     how = " ".join(str(src[k]) for k in ("engine", "vllm") if k in src)
@@ -51,7 +75,7 @@ def profile_table(console: Console, doc: ProfileDoc) -> None:
     for tokens, seconds in p.prefill.points:
         fit = p.rebuild_prefill_s(tokens, chunk)
         table.add_row(f"{tokens:,}", f"{seconds * 1000:.2f} ms", f"{fit * 1000:.2f} ms")
-    console.print(table)
+    show(console, table)
     console.print(
         f"KV {p.kv_bytes_per_token:,} B/token; "
         f"reload {p.reload.bandwidth_bytes_per_s / 1e9:.1f} GB/s "

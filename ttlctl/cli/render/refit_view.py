@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ttlctl.cli.render.cells import dash, secs
+from ttlctl.cli.render.cells import dash, secs, show
 
 #: tools shown in the tables (most pauses first); --json has them all
 SHOWN_TOOLS = 20
@@ -65,7 +65,7 @@ def _pauses(console: Console, rows: list[dict[str, Any]]) -> None:
             _pair(secs(old["p90_s"]), secs(new["p90_s"])),
             style="italic" if row["tool"] is None else None,
         )
-    console.print(table)
+    show(console, table)
 
 
 def _taus(
@@ -87,7 +87,7 @@ def _taus(
             _pair(old["tau_source"][-1], new["tau_source"][-1]),
             style="italic" if row["tool"] is None else None,
         )
-    console.print(table)
+    show(console, table)
 
 
 def _jct(console: Console, report: dict[str, Any]) -> None:
@@ -123,7 +123,7 @@ def _jct(console: Console, report: dict[str, Any]) -> None:
         table.add_row(
             label, f"{mean:.2f}", dash(p95, ".2f"), f"{jct['vllm']['mean_s'] / mean:.3f}x"
         )
-    console.print(table)
+    show(console, table)
 
 
 def _loads(loads: list[dict[str, Any]]) -> str:

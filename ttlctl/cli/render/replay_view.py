@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from ttlctl.cli.render.cells import dash
+from ttlctl.cli.render.cells import dash, show
 
 if TYPE_CHECKING:
     from replay.figures import PolicyResult
@@ -19,10 +19,10 @@ def replay_table(console: Console, results: list[PolicyResult], calls: int) -> N
         "policy",
         "programs",
         "calls",
-        "JCT mean",
-        "JCT p50",
-        "JCT p95",
-        "TTFT mean",
+        "JCT mean (s)",
+        "JCT p50 (s)",
+        "JCT p95 (s)",
+        "TTFT mean (s)",
         "prefix hits",
         "preempt",
         "pinned tok·s",
@@ -46,7 +46,7 @@ def replay_table(console: Console, results: list[PolicyResult], calls: int) -> N
             "—" if r.get("gap_closed") is None else f"{r['gap_closed']:.0%}",
             dash(r.get("sim_calls_per_s"), ",.0f"),
         )
-    console.print(table)
+    show(console, table)
     console.print("* evaluation only: reads what no engine can know, or has memory no engine has")
     rejected = max((r["rejected_calls"] for r in results), default=0)
     if rejected:

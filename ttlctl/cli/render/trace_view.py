@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ttlctl.cli.render.cells import num
+from ttlctl.cli.render.cells import num, show
 
 if TYPE_CHECKING:  # types only: rendering needs no polars
     from ttlctl.ingest.pipeline import IngestReport
@@ -33,10 +33,10 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
     _pct_row(head, "calls per program", summary["calls_per_program"])
     _pct_row(head, "input tokens per call", summary["tokens"]["input_per_call"])
     _pct_row(head, "output tokens per call", summary["tokens"]["output_per_call"])
-    _pct_row(head, "tool_s (measured tool time)", summary["tool_s"])
-    _pct_row(head, "gap_s (idle before next call)", summary["gap_s"])
-    _pct_row(head, "llm_s (call latency)", summary["llm_s"])
-    console.print(head)
+    _pct_row(head, "tool_s, s (measured tool time)", summary["tool_s"])
+    _pct_row(head, "gap_s, s (idle before next call)", summary["gap_s"])
+    _pct_row(head, "llm_s, s (call latency)", summary["llm_s"])
+    show(console, head)
     tok = summary["tokens"]
     unknown = tok.get("reused_unknown_calls", 0)
     reused = f"reused {tok['reused']:,}" + (
@@ -45,24 +45,34 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
     console.print(f"tokens: input {tok['input']:,}  output {tok['output']:,}  {reused}")
     tools = summary["tools"]
     if tools["distinct"]:
+        paused = tools.get("calls_with_pause")
+        fitted = (
+            ""
+            if paused is None
+            else f"; {paused:,} of the calls, of {tools['distinct_with_pause']} tools, have a "
+            "pause (tool_s, else gap_s): what fit fits"
+        )
         table = Table(
             title=f"tools: {tools['distinct']} distinct, {tools['calls_with_tool']:,} calls"
+            + fitted
         )
         table.add_column("tool", overflow="fold")
         table.add_column("calls", justify="right")
         table.add_column("timed", justify="right")
-        table.add_column("tool_s p50", justify="right")
-        table.add_column("gap_s p50", justify="right")
+        table.add_column("paused", justify="right")
+        table.add_column("tool_s p50 (s)", justify="right")
+        table.add_column("gap_s p50 (s)", justify="right")
         for row in tools["top"]:
             table.add_row(
                 # markup off: tool names come from untrusted logs
                 escape(row["tool"]),
                 num(row["calls"]),
                 num(row["timed"]),
+                num(row.get("paused")),
                 num(row["tool_s_p50"]),
                 num(row["gap_s_p50"]),
             )
-        console.print(table)
+        show(console, table)
     else:
         console.print("tools: none named in this trace")
 

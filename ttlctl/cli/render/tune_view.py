@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ttlctl.cli.render.cells import show
+
 
 def tune_table(console: Console, result: dict[str, Any]) -> None:
     held = result["held_back"]
@@ -40,7 +42,7 @@ def tune_table(console: Console, result: dict[str, Any]) -> None:
         table.add_row(
             label, f"{mean:.2f}", "—" if p95 is None else f"{p95:.2f}", f"{reference / mean:.2f}x"
         )
-    console.print(table)
+    show(console, table)
     if is_live:
         console.print(escape(result["live"]["baseline_note"]), highlight=False)
         values = ", ".join(

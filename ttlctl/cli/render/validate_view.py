@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ttlctl.cli.render.cells import show
+
 
 def _value(kind: str, metric: str, v: Any) -> str:
     if v is None:
@@ -66,7 +68,7 @@ def validate_table(console: Console, doc: dict[str, Any]) -> None:
                 *cells,
                 end_section=name == doc["policies"][-1] and i < len(COMPARED) - 1,
             )
-    console.print(table)
+    show(console, table)
     rank = doc["ranking"]
     if len(doc["policies"]) > 1:
         same = {True: "the same", False: "DIFFERENT", None: "unknown"}[rank["same"]]

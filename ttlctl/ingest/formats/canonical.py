@@ -17,6 +17,7 @@ import polars as pl
 
 from ttlctl.ingest.reader import Parsed, iter_jsonl, streaming
 from ttlctl.ingest.rejects import RejectSink
+from ttlctl.trace import io as trace_io
 from ttlctl.trace.columns import (
     REASON,
     REQUIRED,
@@ -36,7 +37,10 @@ class CanonicalReader:
 
     def sniff(self, path: Path, head: bytes) -> bool:
         if head.startswith(PARQUET_MAGIC):
-            return _has_required(pl.read_parquet_schema(path).keys())
+            try:
+                return _has_required(pl.read_parquet_schema(path).keys())
+            except pl.exceptions.PolarsError:
+                return True  # a damaged canonical trace: read() says what is wrong
         text = head.decode("utf-8", "replace")
         first = text.lstrip().split("\n", 1)[0].strip()
         if path.suffix.lower() in CSV_SUFFIXES or (first and not first.startswith("{")):
@@ -55,6 +59,10 @@ class CanonicalReader:
             sink.reject(path, None, "empty file")
             return Parsed(pl.LazyFrame(), records=1)
         if head == PARQUET_MAGIC:
+            damage = trace_io.unreadable(path)
+            if damage is not None:
+                sink.reject(path, None, f"damaged Parquet, truncated or corrupted: {damage}")
+                return Parsed(pl.LazyFrame(), records=1)
             frame = pl.scan_parquet(path).with_row_index("_row", offset=1)
             record = pl.format("row {}", pl.col("_row"))
         elif path.suffix.lower() in CSV_SUFFIXES or not head.lstrip().startswith(b"{"):

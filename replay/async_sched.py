@@ -1,0 +1,232 @@
+"""Async scheduling: step N+1 is scheduled before step N's output is applied.
+
+A port of vLLM 0.32's ``AsyncScheduler`` (``vllm/v1/core/sched/async_scheduler.py``)
+as the engine core drives it (``EngineCore.step_with_batch_queue``, a batch queue
+of two), over the same block pool and pin rules as :class:`SimScheduler`:
+
+- the engine schedules a step while the previous one runs: step N+1 is decided at
+  the moment step N−1's output was applied (when step N starts), so a call sent
+  during step N reaches step N+2, and the outputs of step N (tokens sampled,
+  requests finished, their blocks freed or pinned) are seen from step N+2 on;
+- scheduling a step advances each scheduled request's computed tokens at once, and
+  a request whose tokens the step completes gets a placeholder for the token it
+  will sample (``num_output_placeholders``), so it decodes again in the next step
+  before that token is known; a request whose in-flight step samples its last
+  token is skipped (it holds its blocks and its seat until the output arrives);
+- a decoder's placeholder token is not yet cached: a preempted request leaves
+  cached only the blocks full of tokens already known (vLLM caches up to
+  ``num_computed_tokens − num_output_placeholders`` on each output);
+- a request preempted while its step runs still receives that step's token when
+  the output arrives (vLLM's stale output); readmission waits for it, which the
+  batch queue of two guarantees (nothing is admitted in the step that preempts);
+- a step that schedules nothing costs nothing; an engine whose steps schedule
+  nothing waits for the next send or pin expiry, as the vLLM backend's harness.
+
+Deliberate differences from vLLM: a request preempted while its last token is in
+flight finishes when that token arrives, from the waiting queue, with no blocks
+(vLLM stops it there too, through its own bookkeeping). No merged decode runs:
+every step is taken one by one (the fast path's merging assumes outputs are
+applied in the step that computed them).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from replay.request import SimRequest
+from replay.scheduler import SimScheduler
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A scheduled step whose output is not applied yet."""
+
+    #: requests that sample a token at the end of the step
+    sampled: list[SimRequest]
+    seconds: float
+    #: the step's index among the steps that computed something (-1: an empty step)
+    index: int
+    preempted: bool
+    end: float = 0.0
+
+
+@dataclass(slots=True)
+class AsyncSimScheduler(SimScheduler):
+    """:class:`SimScheduler` with vLLM's async scheduling (a batch queue of two)."""
+
+    #: scheduled steps, newest first
+    _queue: deque[_InFlight] = field(default_factory=deque)
+    _busy_until: float = 0.0
+    #: rid -> tokens its steps in flight will sample
+    _pending: dict[int, int] = field(default_factory=dict)
+    #: rid -> tokens of its KV that vLLM's prefix cache holds (known tokens only)
+    _cached: dict[int, int] = field(default_factory=dict)
+    #: the index of the step whose output was applied last
+    _applied: int = -1
+
+    def applied_step(self) -> int:
+        return self._applied
+
+    def step(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
+        """Schedule steps and apply the oldest one's output, as the engine core's loop
+        with a batch queue does, until a step that computed something is applied (or
+        nothing can happen before the next send or pin expiry: returns 0 seconds).
+
+        Returns (seconds from ``now`` to that step's end, requests it finished)."""
+        start = now
+        queue = self._queue
+        while True:
+            if not self.idle:
+                step = self._schedule(now)
+                begin = max(now, self._busy_until)
+                step.end = self._busy_until = begin + step.seconds
+                queue.appendleft(step)
+                if len(queue) < 2 and (step.index >= 0 or not self.idle):
+                    continue  # the batch queue has room: schedule the next step first
+            elif not queue:
+                return now - start, []
+            done = queue.pop()
+            if done.end > now:
+                now = done.end
+            finished = self._apply(done, now)
+            if done.index >= 0:
+                return now - start, finished
+            # a step that scheduled nothing and preempted nothing changed nothing: wait
+            # for what can (one that only preempted is followed by another at once)
+            if not done.preempted and not self.idle and all(q.index < 0 for q in queue):
+                return now - start, []
+
+    def _schedule(self, now: float) -> _InFlight:
+        """vLLM's ``schedule()`` with the previous step still in flight; advances the
+        scheduled requests' computed tokens (``_update_after_schedule``)."""
+        self.tick(now)
+        self.expire_pins(now)
+        bs = self.config.block_size
+        budget = self.config.max_num_batched_tokens
+        pending = self._pending
+        scheduled: list[tuple[SimRequest, int, int]] = []
+        preempted = False
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            new = min(req.num_tokens - req.computed, budget)
+            if new <= 0 or req.generated + pending.get(req.rid, 0) >= req.output:
+                i += 1  # its last token is in flight (or nothing to compute)
+                continue
+            need = -(-(req.computed + new) // bs) - req.blocks
+            while need > self.pool.free_blocks:
+                victim = running.pop()
+                self._preempt_async(victim, now)
+                preempted = True
+                if victim is req:
+                    break
+            else:
+                if need > 0:
+                    self.pool.grow(req.program, need)
+                    req.blocks += need
+                if req.shared:
+                    self.pool.cache_full(req.program, (req.computed + new) // bs)
+                scheduled.append((req, new, req.computed))
+                budget -= new
+                i += 1
+                continue
+            break
+        reload_s = 0.0
+        if not preempted:
+            admitted, reload_s, _ = self._admit_waiting(budget, now)
+            scheduled.extend(admitted)
+        if not scheduled:
+            return _InFlight([], 0.0, -1, preempted)
+        chunks: list[tuple[int, int]] = []
+        decodes = kv = 0
+        sampled: list[SimRequest] = []
+        cached = self._cached
+        for req, new, ctx in scheduled:
+            if req.num_tokens - ctx > 1 or ctx < req.prompt:
+                chunks.append((ctx, new))
+            else:
+                decodes += 1
+                kv += ctx
+            req.computed = ctx + new
+            # allocation caches the blocks of the tokens known now (not a placeholder)
+            known = min(req.computed, req.prompt + req.generated)
+            if known > cached.get(req.rid, 0):
+                cached[req.rid] = known
+            if req.computed >= req.num_tokens:
+                # it samples: a placeholder for the token, unless it is the last
+                n = pending.get(req.rid, 0) + 1
+                pending[req.rid] = n
+                sampled.append(req)
+                if req.generated + n < req.output:
+                    req.num_tokens += 1
+        seconds = self.cost.step_s(chunks, decodes, kv) + reload_s
+        stats = self.stats
+        if seconds > stats.longest_step_s:
+            stats.longest_step_s = seconds
+        stats.busy_s += seconds
+        index = stats.steps
+        stats.steps += 1
+        return _InFlight(sampled, seconds, index, preempted)
+
+    def _apply(self, step: _InFlight, end: float) -> list[SimRequest]:
+        """vLLM's ``update_from_output()`` at the step's end: sampled tokens, finishes."""
+        self.tick(end)
+        if step.index >= 0:
+            self._applied = step.index
+        pending = self._pending
+        finished: list[SimRequest] = []
+        for req in step.sampled:
+            n = pending[req.rid] - 1
+            if n:
+                pending[req.rid] = n
+            else:
+                del pending[req.rid]
+            if req.finish is not None:
+                continue  # finished meanwhile (cannot happen with a queue of two)
+            req.generated += 1
+            if not req.preempted:  # an output caches up to the tokens not in flight
+                known = req.computed - pending.get(req.rid, 0)
+                if known > self._cached.get(req.rid, 0):
+                    self._cached[req.rid] = known
+            if req.first_token is None:
+                req.first_token = end
+            if req.generated >= req.output:
+                finished.append(req)
+        for req in finished:
+            self._cached.pop(req.rid, None)
+            if req.preempted:
+                self._finish_waiting(req, end)
+            else:
+                self._finish(req, end)
+        return finished
+
+    def _preempt_async(self, req: SimRequest, now: float) -> None:
+        """Recompute preemption; only blocks of known tokens stay cached."""
+        known = self._cached.pop(req.rid, 0)
+        bs = self.config.block_size
+        if req in self._prefilling:
+            self._prefilling.remove(req)
+        self.pool.release(req.program, known // bs)
+        req.blocks = 0
+        req.computed = 0
+        req.preempted = True
+        req.preemptions += 1
+        self._preempt_counter += 1
+        req.preempt_seq = self._preempt_counter
+        self.stats.preemptions += 1
+        self._enqueue(req)
+
+    def _finish_waiting(self, req: SimRequest, now: float) -> None:
+        """A preempted request whose last token arrived as stale output: it stops in the
+        waiting queue, holding nothing."""
+        req.finish = now
+        self.waiting.remove(req)
+        self._moved.pop(req.rid, None)
+        del self.waiting_programs[req.program]
+        if self.pinning is not None:
+            self.pinning.retention.unpark(req.program)
+        self.policy.on_finish(req, self, now)
+        if self.pinning is not None:
+            self.pinning.finish(req, 0, now)

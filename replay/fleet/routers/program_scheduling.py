@@ -1,0 +1,280 @@
+"""``program-scheduling``: vllm-router 0.1.17's Program scheduling ("Progress-TTL",
+``--enable-program-scheduling --program-scheduling-config-json``), rank-local mode.
+
+Ported from vllm-project/router ``src/program_scheduling/scheduler_admission.rs``
+(``acquire``, ``schedule_rank_local``, ``local_resume_cmp``, ``rank_admission_plan``,
+``commit_admission``, ``pause_idle``; commit 02b9331), ``scheduler_lifecycle.rs``
+(``complete``, ``run_periodic_decisions``, ``expire_acting_ttls``; commit 02b9331),
+``policy.rs`` (:mod:`replay.fleet.routers.progress_ttl`) and ``docs/program_scheduling.md``
+(commit 14d6d81); config names and defaults as the 0.1.17 wheel takes them.
+
+The rule, as the router has it. A program (the ``X-Session-ID``) is bound on its first
+call to a home rank (``binding_strategy``). It is *active* on its rank while a call runs
+and, after the call ends, for an *acting TTL* (Progress-TTL): the TTL is 0 until the rank
+has ``stats_window_size`` tool-call intervals, then the log-normal fit of policy.rs
+capped by ``max_acting_ttl_seconds`` and the call's cache-miss impact (its prompt priced
+by ``prefill_cost_model``). A call of an active program goes straight to its rank. Any
+other call is *retained* in the router's queue of its rank and admitted when the rank
+passes the gates, in resume order (force-resume deadline passed first, then most recently
+finished first — ``mru`` — or first queued — ``fcfs``): the rank's last polled
+``vllm:num_requests_waiting`` below ``admission_waiting_request_threshold`` (0: off),
+fewer than ``max_active_programs_per_target`` active programs, and, with
+``token_capacity_per_target``, the active programs' private tokens (prompt +
+``decode_buffer_tokens``) plus the candidate's within ``low_watermark_ratio`` × capacity.
+A call waiting past ``force_resume_timeout_seconds`` passes every gate. Expired TTLs
+pause their programs (releasing their tokens) on a call's end and at each metrics tick
+(every ``metrics_interval_seconds``), when the queues are tried again too.
+
+It reads what the real router reads: its own records, the request (prompt size, session)
+and each engine's waiting count as vLLM's metrics export it. ``binding_only`` binds and
+forwards without admission, as the router does.
+
+Deliberate differences:
+
+- rank-local only (``global_queue`` false, the router's default); ``true`` is refused;
+- the growth reserve, batch-gain admission (the only user of ``decode_throughput_model``),
+  capacity repair (``high_watermark_ratio``), segment yield (``max_segment_rounds``),
+  privileged hand-off and shared-prefix discounting are not modelled: the reserve is 0
+  (as the router's until its request window fills), the miss impact prices the whole
+  prompt;
+- the force-resume deadline is the fixed ``force_resume_timeout_seconds`` (the router may
+  shorten it from measured throughput); ``queue_timeout_seconds`` (600 s, after the force
+  deadline) never fires;
+- the waiting count a poll reads is the engine's at the router's first event after the
+  poll time, not at the poll instant;
+- ``consistent_hash`` binding hashes the session as the ``consistent_hash`` policy does
+  (``fbi_hash``, ``hash_virtual_nodes`` nodes per worker);
+- the program's last call is not known to the router (no terminate signal), as live.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections import deque
+from dataclasses import dataclass, field
+
+from profiles.router_calibration import DecodeThroughputModel, PrefillCostModel
+from replay.fleet.routers.base import HOLD, FleetView, RoutedCall
+from replay.fleet.routers.consistent_hash import replica_url, session_key
+from replay.fleet.routers.furc import fbi_hash
+from replay.fleet.routers.progress_ttl import ProgramSchedulingConfig, fitted_acting_ttl
+
+
+@dataclass(slots=True)
+class _Program:
+    rank: int
+    active: bool = False
+    in_flight: bool = False
+    #: private tokens counted in its rank's usage while active
+    tokens: int = 0
+    acting_deadline: float | None = None
+    last_finished: float | None = None
+    queued_at: float | None = None
+    force_deadline: float | None = None
+
+
+@dataclass(slots=True)
+class _Rank:
+    window: int
+    used_tokens: int = 0
+    active: int = 0
+    queue: list[str] = field(default_factory=list)
+    intervals: deque[float] = field(default_factory=deque)
+    #: the engine's waiting requests at the last poll
+    waiting: int = 0
+
+    def push_interval(self, seconds: float) -> None:
+        self.intervals.append(seconds)
+        if len(self.intervals) > self.window:
+            self.intervals.popleft()
+
+
+@dataclass(slots=True)
+class ProgramScheduling:
+    config: ProgramSchedulingConfig
+    prefill: PrefillCostModel
+    decode: DecodeThroughputModel
+    replicas: int
+    name: str = "program-scheduling"
+    _programs: dict[str, _Program] = field(default_factory=dict)
+    _ranks: list[_Rank] = field(default_factory=list)
+    _ready: list[tuple[str, int]] = field(default_factory=list)
+    _poll: int = -1
+    _bound: int = 0
+    _ring: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
+
+    def __post_init__(self) -> None:
+        self._ranks = [_Rank(self.config.stats_window_size) for _ in range(self.replicas)]
+        ring: dict[int, int] = {}
+        for r in range(self.replicas):
+            for i in range(self.config.hash_virtual_nodes):
+                ring[fbi_hash(f"{replica_url(r)}:{i}")] = r
+        points = sorted(ring)
+        self._ring = (points, [ring[p] for p in points])
+
+    # ------------------------------------------------------------ the router's events
+
+    def route(self, call: RoutedCall, view: FleetView, now: float) -> int:
+        """The call's rank, or :data:`HOLD` (retained; :meth:`released` gives it later)."""
+        cfg = self.config
+        self._observe(view, now)
+        # a call's arrival runs no periodic decisions: only the ticks before it have paused
+        self._expire(self._last_tick(now))
+        prog = self._programs.get(call.session)
+        if prog is None:
+            prog = self._programs[call.session] = _Program(self._bind(call.session, view))
+        rank = self._ranks[prog.rank]
+        if prog.last_finished is not None:
+            rank.push_interval(now - prog.last_finished)
+        tokens = call.prompt_tokens + cfg.decode_buffer_tokens
+        if cfg.binding_only:
+            prog.in_flight = True
+            return prog.rank
+        if prog.active:  # still acting: the call continues its segment on its rank
+            if tokens > prog.tokens:
+                rank.used_tokens += tokens - prog.tokens
+                prog.tokens = tokens
+            prog.in_flight, prog.acting_deadline = True, None
+            return prog.rank
+        prog.tokens = tokens
+        prog.queued_at = now
+        prog.force_deadline = now + cfg.force_resume_timeout_seconds
+        rank.queue.append(call.session)
+        self._schedule(now)
+        for i, (session, at) in enumerate(self._ready):
+            if session == call.session:
+                del self._ready[i]
+                return at
+        return HOLD
+
+    def completed(self, replica: int, call: RoutedCall, now: float) -> None:
+        prog = self._programs[call.session]
+        prog.in_flight = False
+        prog.last_finished = now
+        if not self.config.binding_only:
+            impact = self.cache_miss_impact_s(call.prompt_tokens)
+            rank = self._ranks[prog.rank]
+            ttl = fitted_acting_ttl(
+                rank.intervals, self.config.stats_window_size,
+                self.config.max_acting_ttl_seconds, impact,
+            )  # fmt: skip
+            prog.acting_deadline = now + ttl
+            self.tick(now)
+
+    def tick(self, now: float, view: FleetView | None = None) -> None:
+        """The periodic decisions (also run on each call's end): expired TTLs pause, the
+        queues are tried."""
+        if view is not None:
+            self._observe(view, now)
+        self._expire(now)
+        self._schedule(now)
+
+    def released(self) -> list[tuple[str, int]]:
+        """Retained calls admitted since the last ask: (session, rank)."""
+        out, self._ready = self._ready, []
+        return out
+
+    def next_wake(self, now: float) -> float | None:
+        """When the router next looks at its queues on its own (None: nothing retained)."""
+        if not any(r.queue for r in self._ranks):
+            return None
+        interval = self.config.metrics_interval_seconds
+        tick = (math.floor(now / interval) + 1) * interval
+        force = min(
+            (self._programs[s].force_deadline or math.inf) for r in self._ranks for s in r.queue
+        )
+        return min(tick, max(force, now))
+
+    def retained(self) -> int:
+        return sum(len(r.queue) for r in self._ranks)
+
+    # ------------------------------------------------------------ the rule
+
+    def cache_miss_impact_s(self, uncached_tokens: int) -> float:
+        return self.prefill.cache_miss_impact_seconds(uncached_tokens)
+
+    def acting_ttl_s(self, replica: int, prompt_tokens: int) -> float:
+        """The TTL a call of ``prompt_tokens`` ending on ``replica`` now would get."""
+        return fitted_acting_ttl(
+            self._ranks[replica].intervals, self.config.stats_window_size,
+            self.config.max_acting_ttl_seconds, self.cache_miss_impact_s(prompt_tokens),
+        )  # fmt: skip
+
+    def _bind(self, session: str, view: FleetView) -> int:
+        strategy = self.config.binding_strategy
+        if strategy == "program_round_robin":
+            self._bound += 1
+            return (self._bound - 1) % self.replicas
+        if strategy == "least_program_count":
+            counts = [0] * self.replicas
+            for p in self._programs.values():
+                counts[p.rank] += 1
+            return counts.index(min(counts))
+        points, owners = self._ring
+        return owners[bisect_left(points, fbi_hash(session_key(session))) % len(points)]
+
+    def _last_tick(self, now: float) -> float:
+        interval = self.config.metrics_interval_seconds
+        return math.floor(now / interval) * interval
+
+    def _observe(self, view: FleetView, now: float) -> None:
+        poll = math.floor(now / self.config.metrics_interval_seconds)
+        if poll > self._poll:
+            self._poll = poll
+            for r, rank in enumerate(self._ranks):
+                rank.waiting = view.waiting_requests(r)
+
+    def _expire(self, upto: float) -> None:
+        for prog in self._programs.values():
+            if (
+                prog.active
+                and not prog.in_flight
+                and prog.acting_deadline is not None
+                and prog.acting_deadline <= upto
+            ):
+                rank = self._ranks[prog.rank]
+                prog.active, prog.acting_deadline = False, None
+                rank.active -= 1
+                rank.used_tokens -= prog.tokens
+
+    def _order(self, session: str, now: float) -> tuple[object, ...]:
+        p = self._programs[session]
+        forced = p.force_deadline is not None and p.force_deadline <= now
+        queued = p.queued_at if p.queued_at is not None else math.inf
+        if self.config.resume_order == "mru":
+            recent = -(p.last_finished if p.last_finished is not None else -math.inf)
+            return (not forced, recent, queued, session)
+        return (not forced, queued, session)
+
+    def _admits(self, prog: _Program, rank: _Rank, now: float) -> bool:
+        cfg = self.config
+        forced = prog.force_deadline is not None and prog.force_deadline <= now
+        if forced:
+            return True
+        threshold = cfg.admission_waiting_request_threshold
+        if threshold > 0 and rank.waiting >= threshold:
+            return False
+        if rank.active >= cfg.max_active_programs_per_target:
+            return False
+        cap = cfg.token_capacity_per_target
+        if cap is None:
+            return True
+        return rank.used_tokens + prog.tokens <= cap * cfg.low_watermark_ratio
+
+    def _schedule(self, now: float) -> None:
+        for r, rank in enumerate(self._ranks):
+            while rank.queue:
+                order = sorted(rank.queue, key=lambda s: self._order(s, now))
+                chosen = next(
+                    (s for s in order if self._admits(self._programs[s], rank, now)), None
+                )
+                if chosen is None:
+                    break
+                prog = self._programs[chosen]
+                rank.queue.remove(chosen)
+                prog.active = prog.in_flight = True
+                prog.acting_deadline = prog.queued_at = prog.force_deadline = None
+                rank.active += 1
+                rank.used_tokens += prog.tokens
+                self._ready.append((chosen, r))

@@ -1,0 +1,236 @@
+"""vllm-router's Program-scheduling config and its Progress-TTL maths (pure).
+
+The config is ``--program-scheduling-config-json``'s object, field for field: names and
+defaults from vllm-project/router ``docs/program_scheduling.md`` ("Configuration
+reference", commit 14d6d81), each name checked present in the vllm-router 0.1.17 wheel
+(``vllm_router_rs.abi3.so``). The maths follows ``src/program_scheduling/policy.rs``
+(``ProgressTtlPolicyMath``, commit 1aa3500): the cache-miss impact and the acting TTL
+fitted to a rank's window of tool-call intervals (a log-normal fit, the TTL that
+maximises ``P(T < d)·C − E[T; T < d] − d·P(T ≥ d)`` over 0, 0.05 s, the cap and 32
+log-spaced candidates between; the router's own normal CDF approximation).
+
+The calibration (``prefill_cost_model``, ``decode_throughput_model``) is
+:mod:`profiles.router_calibration`'s: the router's reference coefficients, or a ttlctl
+profile converted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from profiles.router_calibration import (
+    DecodeThroughputModel,
+    PrefillCostModel,
+    RouterCalibration,
+)
+from ttlctl.errors import ConfigError
+
+FLAG = "--program-scheduling-config-json"
+
+#: the router's built-in coefficients (policy.rs ``Default`` impls)
+REFERENCE_PREFILL = PrefillCostModel(
+    intercept_seconds=0.06600061907132926,
+    linear_seconds_per_1k_tokens=0.05702024012166613,
+    quadratic_seconds_per_1k_tokens_squared=0.0044057347937978475,
+    decode_throughput_alpha=0.15,
+)
+REFERENCE_DECODE = DecodeThroughputModel(
+    fixed_step_seconds=0.010635218423115973,
+    batch_step_seconds_per_request=0.0004192803698834784,
+    context_step_seconds_per_token=1.420458414996201e-7,
+)
+
+#: the enable key that opts a request with an ``X-Session-ID`` header (what the replay
+#: sends) into Program scheduling; the router's default takes only
+#: ``vllm_xargs.agentic_context`` and would leave every replayed call to ``--policy``
+ENABLE_KEY = "auto"
+BINDING_STRATEGIES = ("consistent_hash", "program_round_robin", "least_program_count")
+RESUME_ORDERS = ("mru", "fcfs")
+CALIBRATIONS = ("profile", "reference")
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramSchedulingConfig:
+    """The fields of ``program_scheduling`` other than the two calibration models, with
+    the router's defaults. The model acts on those marked *modelled* in
+    :mod:`replay.fleet.routers.program_scheduling`; the rest are kept and printed."""
+
+    program_scheduling_enable_key: str = ENABLE_KEY
+    binding_only: bool = False
+    global_queue: bool = False
+    resume_order: str = "mru"
+    cross_rank_headroom_ratio: float = 1.2
+    binding_strategy: str = "consistent_hash"
+    hash_virtual_nodes: int = 160
+    token_capacity_per_target: int | None = None
+    max_active_programs_per_target: int = 64
+    metrics_interval_seconds: float = 1.0
+    admission_waiting_request_threshold: int = 1
+    queue_timeout_seconds: float = 600.0
+    force_resume_timeout_seconds: float = 300.0
+    paused_retention_ttl_seconds: float = 1800.0
+    shared_prefix_freshness_warmup_seconds: float = 100.0
+    shared_prefix_freshness_kv_turnovers: float = 2.0
+    decode_buffer_tokens: int = 100
+    max_acting_ttl_seconds: float = 10.0
+    high_watermark_ratio: float = 1.0
+    low_watermark_ratio: float = 1.0
+    max_segment_rounds: int = 14
+    stats_window_size: int = 100
+    enable_batch_gain_admission: bool = True
+
+    def __post_init__(self) -> None:
+        bad = _first_bad(self)
+        if bad is not None:
+            raise ConfigError(f"{FLAG}: {bad}")
+
+    @classmethod
+    def from_json(
+        cls, text: str | Mapping[str, Any]
+    ) -> tuple[ProgramSchedulingConfig, dict[str, Any]]:
+        """The config and the calibration objects given with it (``prefill_cost_model``,
+        ``decode_throughput_model``: returned apart, they override the calibration)."""
+        try:
+            doc = json.loads(text) if isinstance(text, str) else dict(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{FLAG}: not JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(doc, dict):
+            raise ConfigError(f"{FLAG}: takes a JSON object")
+        known = {f.name: f for f in fields(cls)}
+        calibration = {
+            k: doc.pop(k) for k in ("prefill_cost_model", "decode_throughput_model") if k in doc
+        }
+        for key in doc:
+            if key not in known:
+                raise ConfigError(
+                    f"{FLAG}: unknown field {key!r} (vllm-router 0.1.17 has no such field)"
+                )
+        return cls(**doc), calibration
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _first_bad(cfg: ProgramSchedulingConfig) -> str | None:
+    """What the router's validation (or the model) refuses, or None."""
+    if cfg.program_scheduling_enable_key not in ("auto", "vllm_xargs.agentic_context"):
+        return "program_scheduling_enable_key takes auto or vllm_xargs.agentic_context"
+    if cfg.program_scheduling_enable_key != ENABLE_KEY:
+        return (
+            "program_scheduling_enable_key must be auto here: the replay's calls carry "
+            "X-Session-ID, not vllm_xargs.agentic_context, and would skip Program scheduling"
+        )
+    if cfg.resume_order not in RESUME_ORDERS:
+        return f"resume_order takes {' or '.join(RESUME_ORDERS)}, not {cfg.resume_order!r}"
+    if cfg.binding_strategy not in BINDING_STRATEGIES:
+        return (
+            f"binding_strategy {cfg.binding_strategy!r} is not modelled "
+            f"(the replay has {', '.join(BINDING_STRATEGIES)})"
+        )
+    if cfg.global_queue:
+        return (
+            "global_queue true (cross-rank resume) is not modelled; the router's default is false"
+        )
+    positive = {
+        "hash_virtual_nodes": cfg.hash_virtual_nodes,
+        "max_active_programs_per_target": cfg.max_active_programs_per_target,
+        "metrics_interval_seconds": cfg.metrics_interval_seconds,
+        "queue_timeout_seconds": cfg.queue_timeout_seconds,
+        "force_resume_timeout_seconds": cfg.force_resume_timeout_seconds,
+        "stats_window_size": cfg.stats_window_size,
+        "max_segment_rounds": cfg.max_segment_rounds,
+    }
+    for key, value in positive.items():
+        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+            return f"{key} must be > 0, got {value!r}"
+    for key in ("admission_waiting_request_threshold", "decode_buffer_tokens"):
+        value = getattr(cfg, key)
+        if not (isinstance(value, int) and value >= 0):
+            return f"{key} must be a whole number ≥ 0, got {value!r}"
+    if not (math.isfinite(cfg.max_acting_ttl_seconds) and cfg.max_acting_ttl_seconds >= 0):
+        return f"max_acting_ttl_seconds must be ≥ 0, got {cfg.max_acting_ttl_seconds!r}"
+    cap = cfg.token_capacity_per_target
+    if cap is not None and not (isinstance(cap, int) and cap > 0):
+        return f"token_capacity_per_target must be a whole number > 0 or null, got {cap!r}"
+    if not 0 < cfg.low_watermark_ratio <= cfg.high_watermark_ratio:
+        return "low_watermark_ratio must be > 0 and ≤ high_watermark_ratio"
+    return None
+
+
+def calibration_of(
+    given: Mapping[str, Any], profile: RouterCalibration | None
+) -> tuple[PrefillCostModel, DecodeThroughputModel]:
+    """The coefficients the router runs on: the profile's (None: the router's reference
+    ones), with any object given in the config JSON overriding field by field."""
+    pre = REFERENCE_PREFILL if profile is None else profile.prefill
+    dec = REFERENCE_DECODE if profile is None else profile.decode
+    try:
+        pre = PrefillCostModel(**{**_as_dict(pre), **dict(given.get("prefill_cost_model", {}))})
+        dec = DecodeThroughputModel(
+            **{**_as_dict(dec), **dict(given.get("decode_throughput_model", {}))}
+        )
+    except TypeError as e:
+        raise ConfigError(f"{FLAG}: {e}") from None
+    return pre, dec
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+# ---------------------------------------------------------------- policy.rs's maths
+
+
+def normal_cdf(value: float) -> float:
+    """The router's normal CDF (Abramowitz–Stegun 7.1.26 for erf, as policy.rs has it)."""
+    x = value / math.sqrt(2.0)
+    sign = -1.0 if x < 0 else 1.0
+    x = abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * x)
+    poly = (
+        ((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592
+    ) * t
+    erf = sign * (1.0 - poly * math.exp(-x * x))
+    return min(1.0, max(0.0, 0.5 * (1.0 + erf)))
+
+
+def fitted_acting_ttl(
+    intervals: Sequence[float],
+    window: int,
+    max_acting_ttl_s: float,
+    cache_miss_impact_s: float,
+) -> float:
+    """The acting TTL (s) for a request whose miss would cost ``cache_miss_impact_s``,
+    from a rank's last tool-call intervals: 0 until ``window`` samples are in."""
+    if len(intervals) < window:
+        return 0.0
+    xs = [i for i in intervals if math.isfinite(i) and i > 0]
+    if not xs:
+        return 0.0
+    logs = [math.log(i) for i in xs]
+    mu = sum(logs) / len(logs)
+    sigma = max(math.sqrt(sum((v - mu) ** 2 for v in logs) / len(logs)), 1e-6)
+    cap = min(max_acting_ttl_s, cache_miss_impact_s)
+    if cap <= 0 or cache_miss_impact_s <= 0:
+        return 0.0
+    lo = min(0.05, cap)
+    candidates = [0.0, lo, cap]
+    if cap > lo:
+        a, b = math.log(lo), math.log(cap)
+        candidates += [math.exp(a + (b - a) * k / 31.0) for k in range(32)]
+    mean = math.exp(mu + sigma * sigma / 2.0)
+    best, best_u = 0.0, -math.inf
+    for ttl in candidates:
+        if ttl <= 0:
+            u = 0.0
+        else:
+            hit = normal_cdf((math.log(ttl) - mu) / sigma)
+            truncated = mean * normal_cdf((math.log(ttl) - mu - sigma * sigma) / sigma)
+            u = cache_miss_impact_s * hit - truncated - ttl * (1.0 - hit)
+        if u >= best_u:  # a later candidate wins a tie, as in the router
+            best, best_u = ttl, u
+    return 0.0 if best_u < 0 else best

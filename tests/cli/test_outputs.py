@@ -1,0 +1,89 @@
+"""Outputs are checked before the work starts: an output that is a folder, or lies under a
+file, stops every command at once with one line naming the user's path (never the
+temporary file), exit 2, and nothing is written or left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import make_trace
+from ttlctl.cli import app
+from ttlctl.jsonio import OutputError, check_folder, check_writable, write_json
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("inputs")
+    trace = make_trace(root / "trace.parquet", programs=12)
+    fit = root / "fit.json"
+    res = CliRunner().invoke(app, ["fit", str(trace), "-o", str(fit), "--bootstrap", "10"])
+    assert res.exit_code == 0, res.output
+    return {"trace": trace, "fit": fit}
+
+
+def _commands(i: dict[str, Path], to: str, ok: Path) -> dict[str, list[str]]:
+    """Each command writing ``to`` (the bad output), its other outputs in ``ok``."""
+    trace, fit = str(i["trace"]), str(i["fit"])
+    return {
+        "ingest": ["ingest", trace, "-o", to],
+        "ingest --skip-bad": ["ingest", trace, "-o", to, "--skip-bad"],
+        "ingest --json": ["ingest", trace, "-o", str(ok / "t.parquet"), "--json", to],
+        "fit": ["fit", trace, "-o", to],
+        "fit --json": ["fit", trace, "-o", str(ok / "f.json"), "--json", to],
+        "replay --json": ["replay", trace, "--policy", "vllm", "--json", to],
+        "tune": ["tune", trace, "--fit", fit, "--profile", "llama-3.1-8b-h100", "-o", to],
+        "bundle build": ["bundle", "build", "--fit", fit, "--profile", "llama-3.1-8b-h100",
+                         "-o", to],
+        "synth": ["synth", "--workload", "bfcl", "--programs", "2", "-o", to],
+        "export": ["export", trace, "--to", "mooncake", "-o", to],
+        "report": ["report", str(i["trace"].parent), "-o", to],
+        "profile": ["profile", "-o", to],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("where", ["a folder", "under a file"])
+def test_an_output_that_cannot_be_written_stops_every_command_first(
+    inputs: dict[str, Path], tmp_path: Path, where: str
+) -> None:
+    folder = tmp_path / "existdir"
+    folder.mkdir()
+    (tmp_path / "afile").write_text("x")
+    target = folder if where == "a folder" else tmp_path / "afile" / "out.json"
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    for name, args in _commands(inputs, str(target), tmp_path).items():
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, (name, res.output)
+        (line,) = res.stderr.strip().splitlines()
+        assert line.startswith(f"error: {target}: "), (name, line)
+        assert ".tmp" not in line and "Traceback" not in res.output, name
+        assert sorted(p.name for p in tmp_path.rglob("*")) == before, name
+
+
+def test_fit_checks_the_plot_folder_before_writing_the_fit(
+    inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    (tmp_path / "plots").write_text("a file, not a folder")
+    out = tmp_path / "f.json"
+    res = CliRunner().invoke(
+        app, ["fit", str(inputs["trace"]), "-o", str(out), "--plot", str(tmp_path / "plots")]
+    )
+    assert res.exit_code == 2 and f"{tmp_path / 'plots'}: not a directory" in res.stderr
+    assert not out.exists()
+
+
+def test_the_checks_and_the_writer_name_the_users_path(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match=rf"^{tmp_path}: is a directory"):
+        check_writable(tmp_path)
+    with pytest.raises(OutputError, match=rf"^{tmp_path}: is a directory"):
+        write_json({}, tmp_path)  # the atomic writer too, not only the check
+    (tmp_path / "f").write_text("")
+    with pytest.raises(OutputError, match="is not a directory"):
+        check_writable(tmp_path / "f" / "g" / "h.json")
+    with pytest.raises(OutputError, match="not a directory"):
+        check_folder(tmp_path / "f")
+    check_writable(tmp_path / "new" / "deeper" / "x.json")  # folders to be made: fine
+    check_folder(tmp_path / "new-folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]  # the probes left nothing

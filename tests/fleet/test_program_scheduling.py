@@ -1,0 +1,404 @@
+"""``program-scheduling``: vllm-router 0.1.17's Program scheduling (Progress-TTL), its
+decisions on hand-made cases against the router's rules (src/program_scheduling/
+scheduler_admission.rs, scheduler_lifecycle.rs, policy.rs; docs/program_scheduling.md),
+and in a replayed fleet."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profiles.cost import ConstantCostModel, ProfileCostModel
+from profiles.router_calibration import calibrate
+from profiles.shipped import resolve
+from replay.fleet.routers import RouterSettings, make_router
+from replay.fleet.routers.base import HOLD, RoutedCall
+from replay.fleet.routers.consistent_hash import ConsistentHash
+from replay.fleet.routers.program_scheduling import ProgramScheduling
+from replay.fleet.routers.progress_ttl import (
+    REFERENCE_PREFILL,
+    ProgramSchedulingConfig,
+    fitted_acting_ttl,
+    normal_cdf,
+)
+from replay.fleet.run import FleetSpec, runner
+from replay.policies import PolicySpec
+from replay.policy_runs import Load, run_one
+from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig
+from replay.synth import synth
+from replay.workload import Workload, from_frame
+from ttlctl import router_flags
+from ttlctl.errors import ConfigError
+
+
+@dataclass
+class View:
+    """A hand-made fleet as this router sees it: each engine's waiting count."""
+
+    waiting: list[int]
+    in_flight: list[int] = field(default_factory=list)
+
+    @property
+    def replicas(self) -> int:
+        return len(self.waiting)
+
+    def load(self, replica: int) -> int:
+        return 0
+
+    def loads(self) -> list[int]:
+        return [0] * self.replicas
+
+    def load_tokens(self, replica: int) -> int:
+        return 0
+
+    def cached_tokens(self, replica: int, call: RoutedCall) -> int:
+        return 0
+
+    def previous_replica(self, program: str) -> int | None:
+        return None
+
+    def waiting_requests(self, replica: int) -> int:
+        return self.waiting[replica]
+
+
+def call(program: str, prompt_tokens: int = 500, turn: int = 0) -> RoutedCall:
+    return RoutedCall(program, turn, ((1, prompt_tokens),), prompt_tokens)
+
+
+def router(replicas: int = 1, **config: Any) -> ProgramScheduling:
+    settings = RouterSettings(
+        "program-scheduling",
+        program_scheduling_config_json=json.dumps(config),
+        program_scheduling_calibration="reference",
+    )
+    r = make_router(settings, replicas, seed=0, block_size=16)
+    assert isinstance(r, ProgramScheduling)
+    return r
+
+
+# ---------------------------------------------------------------- policy.rs's maths
+
+
+def test_the_routers_normal_cdf() -> None:
+    for z in (-3.0, -1.0, 0.0, 0.5, 2.0):
+        assert normal_cdf(z) == pytest.approx(0.5 * (1 + math.erf(z / math.sqrt(2))), abs=2e-7)
+
+
+def test_the_acting_ttl_is_zero_until_the_window_is_full() -> None:
+    assert fitted_acting_ttl([1.0] * 99, 100, 10.0, 6.0) == 0.0
+    assert fitted_acting_ttl([1.0] * 100, 100, 10.0, 6.0) > 0.0
+
+
+def test_the_acting_ttl_covers_the_tool_calls_when_a_miss_costs_more() -> None:
+    # every interval 1 s, a miss costs 6 s: any TTL past 1 s catches every call (utility
+    # 6 − 1), and a later candidate wins a tie: the cap, min(max TTL, miss impact)
+    assert fitted_acting_ttl([1.0] * 4, 4, 10.0, 6.0) == pytest.approx(6.0)
+    assert fitted_acting_ttl([1.0] * 4, 4, 2.0, 6.0) == pytest.approx(2.0)
+    # calls come back after 20 s but a miss costs 6 s: waiting never pays
+    assert fitted_acting_ttl([20.0] * 4, 4, 10.0, 6.0) == 0.0
+    # spread intervals: the best TTL lies between the shortest and the cap
+    ttl = fitted_acting_ttl([0.2, 0.5, 1.0, 2.0, 8.0, 30.0], 6, 10.0, 3.0)
+    assert 0.2 < ttl <= 3.0
+
+
+def test_the_cache_miss_impact_is_the_routers() -> None:
+    # docs/program_scheduling.md: prefill·(2 − alpha); 50k tokens: 13.93 s of prefill
+    assert REFERENCE_PREFILL.cache_miss_impact_seconds(50_000) == pytest.approx(
+        13.931349609649255 * 1.85
+    )
+    assert REFERENCE_PREFILL.cache_miss_impact_seconds(0) == 0.0
+
+
+# ---------------------------------------------------------------- the router's decisions
+
+
+def test_a_new_program_binds_by_consistent_hash_as_the_policy_does() -> None:
+    r, ring = router(4, admission_waiting_request_threshold=0), ConsistentHash(4)
+    view = View([0, 0, 0, 0])
+    for i in range(20):
+        assert r.route(call(f"p{i}"), view, 0.0) == ring.owner(f"p{i}")
+
+
+def test_program_round_robin_binding_cycles() -> None:
+    r = router(3, binding_strategy="program_round_robin", admission_waiting_request_threshold=0)
+    view = View([0, 0, 0])
+    assert [r.route(call(f"p{i}"), view, 0.0) for i in range(5)] == [0, 1, 2, 0, 1]
+
+
+def test_the_waiting_gate_retains_a_call_until_a_poll_sees_the_engine_drained() -> None:
+    r, view = router(1), View([1])  # threshold 1: one waiting request closes the rank
+    assert r.route(call("a"), view, 0.2) == HOLD
+    assert r.next_wake(0.2) == 1.0  # the next metrics poll
+    view.waiting[0] = 0
+    r.tick(0.6, view)  # no poll since 0.2: the router still sees 1 waiting
+    assert r.released() == []
+    r.tick(1.0, view)
+    assert r.released() == [("a", 0)]
+    assert r.next_wake(1.0) is None
+
+
+def test_force_resume_passes_every_gate_after_its_timeout() -> None:
+    r, view = router(1, force_resume_timeout_seconds=5.0), View([3])
+    assert r.route(call("a"), view, 0.0) == HOLD
+    assert r.next_wake(4.5) == 5.0
+    r.tick(4.0, view)
+    assert r.released() == []
+    r.tick(5.0, view)
+    assert r.released() == [("a", 0)]
+
+
+LONG = 40_000
+
+
+def test_an_acting_program_continues_and_others_wait_for_its_ttl() -> None:
+    # one active program per rank; a full window of 2 s intervals gives a TTL when a
+    # miss costs more (40k tokens: 17 s at the router's reference coefficients)
+    r = router(1, max_active_programs_per_target=1, stats_window_size=2,
+               admission_waiting_request_threshold=0)  # fmt: skip
+    view = View([0])
+    assert r.route(call("a", LONG, turn=0), view, 0.0) == 0
+    r.completed(0, call("a", LONG, turn=0), 1.0)  # TTL 0 (no intervals yet): paused at once
+    assert r.route(call("b", LONG), view, 1.5) == 0  # the rank is free
+    r.completed(0, call("b", LONG), 2.0)
+    assert r.route(call("a", LONG, turn=1), view, 3.0) == 0  # interval 2 s (a's)
+    r.completed(0, call("a", LONG, turn=1), 4.0)
+    assert r.route(call("b", LONG, turn=1), view, 4.0) == 0  # b paused: admitted, interval 2 s
+    r.completed(0, call("b", LONG, turn=1), 5.0)
+    ttl = r.acting_ttl_s(0, LONG)
+    assert ttl == pytest.approx(10.0)  # window full: the cap (max_acting_ttl_seconds)
+    # b acts until 5 + ttl: a, paused, waits for it; b's own next call goes straight on
+    assert r.route(call("a", LONG, turn=2), view, 6.0) == HOLD
+    assert r.route(call("b", LONG, turn=2), view, 6.5) == 0
+    r.completed(0, call("b", LONG, turn=2), 7.0)
+    deadline = 7.0 + r.acting_ttl_s(0, LONG)
+    r.tick(math.floor(deadline) - 1.0, view)
+    assert r.released() == []
+    r.tick(math.ceil(deadline), view)  # the first tick past b's TTL pauses b: a goes
+    assert r.released() == [("a", 0)]
+
+
+def test_token_capacity_admits_what_fits_under_the_low_watermark() -> None:
+    r = router(1, token_capacity_per_target=1_000, decode_buffer_tokens=100,
+               admission_waiting_request_threshold=0)  # fmt: skip
+    view = View([0])
+    assert r.route(call("a", 450), view, 0.0) == 0  # 550 of 1000
+    assert r.route(call("b", 450), view, 0.0) == HOLD  # 550 + 550 > 1000
+    assert r.route(call("c", 300), view, 0.0) == 0  # 550 + 400 fits: no head-of-line block
+    r.completed(0, call("a", 450), 2.0)  # TTL 0: paused, 550 released
+    assert r.released() == [("b", 0)]
+
+
+@pytest.mark.parametrize(("order", "first"), [("mru", "a"), ("fcfs", "b")])
+def test_resume_order(order: str, first: str) -> None:
+    r = router(1, resume_order=order, max_active_programs_per_target=1,
+               admission_waiting_request_threshold=0)  # fmt: skip
+    view = View([0])
+    assert r.route(call("b"), view, 0.0) == 0
+    r.completed(0, call("b"), 1.0)
+    assert r.route(call("a"), view, 1.0) == 0
+    r.completed(0, call("a"), 2.0)  # a finished last
+    assert r.route(call("x"), view, 2.0) == 0  # x holds the rank
+    assert r.route(call("b", turn=1), view, 3.0) == HOLD  # b queued first
+    assert r.route(call("a", turn=1), view, 4.0) == HOLD
+    r.completed(0, call("x"), 5.0)
+    assert r.released() == [(first, 0)]
+
+
+def test_binding_only_never_retains() -> None:
+    r, view = router(2, binding_only=True), View([5, 5])
+    assert all(r.route(call(f"p{i}"), view, 0.0) != HOLD for i in range(10))
+
+
+def test_config_refusals_name_the_field() -> None:
+    cases = {
+        '{"global_queue": true}': "global_queue true",
+        '{"program_scheduling_enable_key": "vllm_xargs.agentic_context"}': "must be auto",
+        '{"max_acting_ttl": 3}': "unknown field 'max_acting_ttl'",
+        '{"binding_strategy": "cache_aware"}': "not modelled",
+        '{"low_watermark_ratio": 1.2}': "low_watermark_ratio",
+        "[1]": "takes a JSON object",
+        "{": "not JSON",
+    }
+    for text, message in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            RouterSettings("program-scheduling", program_scheduling_config_json=text)
+    with pytest.raises(ConfigError, match="takes profile or reference"):
+        RouterSettings("program-scheduling", program_scheduling_calibration="gpu")
+    with pytest.raises(ConfigError, match="the cache-aware router does not take it"):
+        RouterSettings("cache-aware", program_scheduling_config_json="{}")
+    assert ProgramSchedulingConfig().to_json()["max_acting_ttl_seconds"] == 10.0
+
+
+def test_calibration_from_the_profile_or_the_reference() -> None:
+    profile = resolve("llama-3.1-8b-h100")[0]
+    calibrated = make_router(
+        RouterSettings("program-scheduling"), 1, seed=0, block_size=16,
+        calibration=calibrate(profile),
+    )  # fmt: skip
+    reference = router(1)
+    assert isinstance(calibrated, ProgramScheduling)
+    assert calibrated.prefill == calibrate(profile).prefill
+    assert reference.prefill == REFERENCE_PREFILL
+    assert calibrated.cache_miss_impact_s(8_000) != reference.cache_miss_impact_s(8_000)
+    # an object given in the JSON overrides the calibration, field by field
+    given = RouterSettings(
+        "program-scheduling",
+        program_scheduling_config_json='{"prefill_cost_model": {"decode_throughput_alpha": 1.0}}',
+    )
+    r = make_router(given, 1, seed=0, block_size=16, calibration=calibrate(profile))
+    assert isinstance(r, ProgramScheduling)
+    assert r.prefill.decode_throughput_alpha == 1.0
+    assert (
+        r.prefill.linear_seconds_per_1k_tokens
+        == calibrate(profile).prefill.linear_seconds_per_1k_tokens
+    )
+
+
+# ---------------------------------------------------------------- in a replayed fleet
+
+
+@pytest.fixture(scope="module")
+def workload() -> Workload:
+    return from_frame(synth("swe-bench", 24, 3))
+
+
+@pytest.fixture(scope="module")
+def cost() -> ProfileCostModel:
+    return ProfileCostModel(resolve("llama-3.1-8b-h100")[0])
+
+
+CONFIG = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=120_000), check=True)
+LOAD = Load(concurrency=12)
+
+
+def ps(config: dict[str, Any] | None = None, calibration: str | None = None) -> RouterSettings:
+    return RouterSettings(
+        "program-scheduling",
+        program_scheduling_config_json=None if config is None else json.dumps(config),
+        program_scheduling_calibration=calibration,
+    )
+
+
+@pytest.mark.parametrize("policy", ["vllm", "continuum"])
+def test_one_replica_that_never_retains_is_the_single_engine(workload, cost, policy):
+    # no waiting gate, no token capacity, 64 active programs > 12 at a time: every call
+    # is admitted at once, so the router changes nothing
+    spec = PolicySpec(policy)
+    single = run_one(workload, spec, cost, CONFIG, LOAD, timed=False)
+    fleet = runner(FleetSpec(1, ps({"admission_waiting_request_threshold": 0})))(
+        workload, spec, cost, CONFIG, LOAD, timed=False
+    )
+    assert {k: fleet[k] for k in single} == single
+
+
+def test_a_retaining_fleet_serves_every_call_once_and_is_deterministic(workload, cost):
+    settings = ps({"token_capacity_per_target": 60_000, "stats_window_size": 10})
+    run = runner(FleetSpec(3, settings))
+    a = run(workload, PolicySpec("continuum"), cost, CONFIG, LOAD, timed=False)
+    b = run(workload, PolicySpec("continuum"), cost, CONFIG, LOAD, timed=False)
+    assert a == b
+    assert a["llm_calls"] == workload.calls
+    assert a["returned_share"] == 1.0 and a["pins_wasted"] == 0  # rank-local: sticky
+    assert a["router"]["settings"]["token_capacity_per_target"] == 60_000
+    assert a["router"]["settings"]["calibration"] == "profile"
+
+
+def test_retaining_calls_costs_them_router_queue_time(workload, cost):
+    """The default gate (one waiting request closes a rank) holds calls back: their JCT,
+    measured from the send, includes the router's queue."""
+    spec = PolicySpec("vllm")
+    opened = runner(FleetSpec(2, ps({"admission_waiting_request_threshold": 0})))(
+        workload, spec, cost, CONFIG, Load(concurrency=24), timed=False
+    )
+    gated = runner(FleetSpec(2, ps()))(
+        workload, spec, cost, CONFIG, Load(concurrency=24), timed=False
+    )
+    assert gated["llm_calls"] == opened["llm_calls"]
+    assert gated["jct_mean_s"] != opened["jct_mean_s"]
+
+
+def test_reference_and_calibrated_runs_are_both_available(workload, cost):
+    run = runner(FleetSpec(2, ps({"stats_window_size": 5}, "reference")))
+    r = run(workload, PolicySpec("continuum"), cost, CONFIG, LOAD, timed=False)
+    assert r["router"]["settings"]["calibration"] == "reference"
+    with pytest.raises(ConfigError, match="needs a profile's cost model"):
+        runner(FleetSpec(2, ps()))(
+            workload, PolicySpec("vllm"), ConstantCostModel(), CONFIG, LOAD, timed=False
+        )
+
+
+def _router_start(config: str) -> str:
+    """What the installed vllm-router says when started with ``config``: its validation
+    error, or its wait for the (absent) worker once the config passed."""
+    command = shutil.which("vllm-router") or str(Path(sys.executable).parent / "vllm-router")
+    if not Path(command).exists():
+        pytest.skip("vllm-router is not installed (pip install vllm-router)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    proc = subprocess.Popen(
+        [command, "--host", "127.0.0.1", "--port", port, "--worker-urls", "http://127.0.0.1:9",
+         "--enable-program-scheduling", "--program-scheduling-config-json", config],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    seen: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if "Waiting for" in line or "Error starting router" in line:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    return "".join(seen)
+
+
+def test_the_installed_router_takes_the_printed_config() -> None:
+    """The flag value `bundle query --as vllm-router` prints for a tuned program-scheduling
+    router passes the real router's validation (vllm-router 0.1.17)."""
+    settings = RouterSettings(
+        "program-scheduling",
+        program_scheduling_config_json=json.dumps(
+            {"token_capacity_per_target": 600_000, "low_watermark_ratio": 0.8,
+             "max_acting_ttl_seconds": 42.5, "resume_order": "fcfs"}
+        ),
+    )  # fmt: skip
+    printed = router_flags.vllm_router_args(
+        {"name": "program-scheduling", "settings": settings.resolved(), "replicas": 2},
+        resolve("llama-3.1-8b-h100")[0],
+    )
+    assert printed[:2] == ["--enable-program-scheduling", "--program-scheduling-config-json"]
+    log = _router_start(printed[2])
+    assert "Waiting for" in log and "Error" not in log
+    bad = json.loads(printed[2]) | {"max_acting_ttl_seconds": -1}
+    assert "max_acting_ttl_seconds" in _router_start(json.dumps(bad))
+
+
+@pytest.mark.parametrize(
+    ("config", "policy"),
+    [({}, "vllm"), ({"token_capacity_per_target": 60_000, "stats_window_size": 10}, "continuum")],
+)
+def test_a_retaining_router_with_waiting_decode_runs_matches_step_by_step(
+    workload, cost, config, policy
+):
+    """Calls the router holds and releases later (on a response's end or at its ticks) meet
+    the replicas' waiting runs of decode steps as stepping one token at a time does."""
+    per_token = replace(CONFIG, engine=replace(CONFIG.engine, fast=False))
+    run = runner(FleetSpec(3, ps(config)))
+    fast = run(workload, PolicySpec(policy), cost, CONFIG, LOAD, timed=False)
+    slow = run(workload, PolicySpec(policy), cost, per_token, LOAD, timed=False)
+    for key in ("llm_calls", "preemptions", "pins_wasted", "miss_reasons", "pins"):
+        assert fast[key] == slow[key], key
+    for key in ("jct_mean_s", "ttft_mean_s", "prefix_hit_rate", "engine_busy_s"):
+        assert fast[key] == pytest.approx(slow[key], rel=1e-9), key

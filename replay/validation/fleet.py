@@ -222,7 +222,7 @@ def validate_fleet(
         engine=engine,
         timing=timing or Load(seed=seed),
         bundle=bundle_doc,
-        settings=_sim_settings(routers, calibration, program_scheduling_json),
+        settings=sim_settings(routers, calibration, program_scheduling_json),
     )
     rankings = {}
     for name in names:
@@ -269,7 +269,7 @@ def validate_fleet(
     }
 
 
-def _sim_settings(
+def sim_settings(
     routers: Sequence[str],
     calibration: RouterCalibration | None,
     program_scheduling_json: str | None,

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
 from replay.fleet.routers import ROUTERS
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.synth import fit_context, synth
+from replay.validation.fleet import sim_settings
 from replay.validation.fleet_sim import (
     compare_fleet,
     fleet_error,
@@ -137,3 +139,15 @@ def test_the_live_placement_replayed_as_routed() -> None:
     follow_ups = work.calls - len(work.programs)
     returned = follow_ups - (len(first.calls) - 1)
     assert result["returned_share"] == pytest.approx(returned / follow_ups)
+
+
+def test_simulated_program_scheduling_is_set_as_the_live_router() -> None:
+    assert sim_settings(["round_robin"], None, None) == {}
+    reference = sim_settings(["program_scheduling"], None, None)["program_scheduling"]
+    assert reference.name == "program-scheduling"
+    assert reference.resolved()["calibration"] == "reference"
+    assert reference.resolved()["program_scheduling_enable_key"] == "auto"
+    cal = calibrate(resolve("tiny-cpu")[0])
+    calibrated = sim_settings(["program_scheduling"], cal, None)["program_scheduling"]
+    assert calibrated.resolved()["calibration"] == "profile"
+    assert calibrated.program_scheduling()[1]  # the profile's calibration objects, as live

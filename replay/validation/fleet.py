@@ -12,8 +12,11 @@ returned to the replica their program's previous call ran on — read from each
 replica's arrivals file (:mod:`ttlctl.server.arrivals`), not from the router's log,
 which names the chosen worker only for some policies.
 
-The simulated column needs the fleet replay (``replay --replicas N --router R``); until
-it is there the document says so under ``"sim"`` and the table shows none.
+Beside each live row, the simulated fleet (:mod:`replay.validation.fleet_sim`): the same
+programs on as many simulated replicas, each sized like the live ones (their
+``/metrics``) and priced by the profile given or measured from the first replica, behind
+ttlctl's model of the same router. Each row gets its errors, and each policy the routers'
+ranking by mean JCT, simulated against live.
 """
 
 from __future__ import annotations
@@ -25,15 +28,28 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from profiles.measure_server import measure_engine
 from profiles.router_calibration import RouterCalibration
+from profiles.schema import Profile
+from replay.fleet.routers import RouterSettings
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
 from replay.validation.error import ValidateError
+from replay.validation.fleet_sim import (
+    compare_fleet,
+    jct_goal,
+    live_placement,
+    router_ranking,
+    simulate_as_routed,
+    simulate_fleets,
+)
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
+from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 from ttlctl.server import arrivals, router
 from ttlctl.server.cache import reset_prefix_cache
+from ttlctl.server.facts import ServerInfo, probe
 
 #: ``--router`` for vllm-router's own Program scheduling: ``consistent_hash`` underneath
 #: (its documented pairing), Program scheduling on for every call with an ``X-Session-ID``
@@ -41,12 +57,6 @@ from ttlctl.server.cache import reset_prefix_cache
 PROGRAM_SCHEDULING = "program_scheduling"
 #: the request-level policy under Program scheduling
 PROGRAM_SCHEDULING_POLICY = "consistent_hash"
-
-#: what the document says while the simulated fleet is not built
-SIM_PENDING = (
-    "not compared: the simulated fleet (ttlctl replay --replicas N --router R) is not in "
-    "this ttlctl yet"
-)
 
 
 def router_setup(
@@ -82,6 +92,11 @@ def validate_fleet(
     bundle: Path | None = None,
     program_scheduling_json: str | None = None,
     calibration: RouterCalibration | None = None,
+    profile: Profile | None = None,
+    model_config: dict[str, Any] | None = None,
+    kv_tokens: int | None = None,
+    max_num_seqs: int = CPU_MAX_NUM_SEQS,
+    max_num_batched_tokens: int = CPU_MAX_NUM_BATCHED_TOKENS,
     router_extra: Sequence[str] = (),
     timing: Load | None = None,
     seed: int = 0,
@@ -97,7 +112,11 @@ def validate_fleet(
 
     ``program_scheduling_json`` turns the router's Program scheduling on for every router;
     the router :data:`PROGRAM_SCHEDULING` turns it on for its calls (``calibration``: the
-    profile's coefficients, else the router's reference ones).
+    profile's coefficients, else the router's reference ones). The simulated side is
+    priced by ``profile`` (else one measured from the first fleet's first replica, as
+    ``ttlctl validate`` does for one server) and sized like the replicas (``kv_tokens``
+    overrides their KV size; ``max_num_seqs`` and ``max_num_batched_tokens``: the
+    replicas' own, vLLM's CPU defaults unless told).
 
     Raises :class:`ValidateError` (bad arguments), a
     :class:`~ttlctl.server.router.RouterError` (no ``vllm-router``, or a policy it
@@ -122,14 +141,17 @@ def validate_fleet(
         raise ValidateError("no programs to validate with")
     if "continuum" in names and bundle is None:
         raise ValidateError("continuum in a fleet needs --bundle")
-    if bundle is not None:
-        bundle_mod.read(bundle)  # a damaged bundle: refused before anything starts
+    # a damaged bundle: refused before anything starts
+    bundle_doc = bundle_mod.read(bundle) if bundle is not None else None
+    profile_source = "given" if profile is not None else None
+    info: ServerInfo | None = None
     # made only once the arguments are known good: bad input leaves no folder behind
     work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-"))
     work_dir.mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict[str, Any]] = {}
     live: dict[str, dict[str, Any]] = {}
     fleets: dict[str, dict[str, Any]] = {}
+    orders: dict[str, dict[str, dict[str, list[str]]]] = {}
     for name in names:
         for policy in routers:
             tag = f"-{policy}"
@@ -149,6 +171,12 @@ def validate_fleet(
             say(f"{name} behind {policy}: starting {replicas} replicas and vllm-router")
             with fleet:
                 groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
+                if info is None:
+                    info = probe(next(iter(made.urls.values())))
+                if profile is None:
+                    say(f"{name} behind {policy}: measuring a replica's profile")
+                    profile = _measure(info, model_config)
+                    profile_source = f"measured from {name}'s replica at {info.url}"
                 for url in made.urls.values():
                     reset_prefix_cache(url)
                 say(f"{name} behind {policy}: live replay of {len(work.programs)} programs")
@@ -164,6 +192,7 @@ def validate_fleet(
                 )
                 say(f"{name} behind {policy}: stopping the fleet")
             order = arrivals.read(made.arrivals)
+            orders.setdefault(name, {})[policy] = order
             rows.setdefault(name, {})[policy] = fleet_row(result, order)
             live.setdefault(name, {})[policy] = result
             fleets.setdefault(name, {})[policy] = {
@@ -176,6 +205,50 @@ def validate_fleet(
                     r: {"url": made.urls[r], "arrivals": str(made.arrivals[r])} for r in made.urls
                 },
             }
+    assert info is not None and profile is not None  # set in the first fleet
+    engine = sim_engine_config(
+        info,
+        kv_tokens=kv_tokens,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
+    say(f"simulating {len(names) * len(routers)} fleets")
+    sim, notes = simulate_fleets(
+        work,
+        policies=names,
+        routers=list(routers),
+        replicas=replicas,
+        profile=profile,
+        engine=engine,
+        timing=timing or Load(seed=seed),
+        bundle=bundle_doc,
+        settings=sim_settings(routers, calibration, program_scheduling_json),
+    )
+    rankings = {}
+    for name in names:
+        for policy, row in rows[name].items():
+            row["compare"] = compare_fleet(sim[name][policy], row)
+            row["jct_within_10pct"] = jct_goal(row["compare"])
+            row["sim_note"] = notes.get(policy)
+            logged = live_placement(work, orders[name][policy])
+            routed = None
+            if logged is not None:
+                routed = simulate_as_routed(
+                    work,
+                    policy=name,
+                    logged=logged,
+                    replicas=replicas,
+                    profile=profile,
+                    engine=engine,
+                    timing=timing or Load(seed=seed),
+                    bundle=bundle_doc,
+                )
+            #: the simulator with each call on the replica it reached live (None: the
+            #: replicas' arrivals do not name every call's program)
+            row["compare_as_routed"] = None if routed is None else compare_fleet(routed, row)
+        rankings[name] = router_ranking(
+            {p: None if s is None else dict(s) for p, s in sim[name].items()}, rows[name]
+        )
     return {
         "replicas": replicas,
         "routers": list(routers),
@@ -184,9 +257,42 @@ def validate_fleet(
         "calls": work.calls,
         "rows": rows,
         "live": live,
-        "sim": None,
-        "sim_note": SIM_PENDING,
+        "sim": sim,
+        "sim_notes": notes,
+        "ranking": rankings,
+        "profile": {"source": profile_source, "doc": profile.to_json()},
+        "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
+        "server_info": info.to_json(),
         "fleets": fleets,
         "bundle": None if bundle is None else str(bundle),
         "work_dir": str(work_dir),
     }
+
+
+def sim_settings(
+    routers: Sequence[str],
+    calibration: RouterCalibration | None,
+    program_scheduling_json: str | None,
+) -> dict[str, RouterSettings]:
+    """The simulated Program scheduling set as the live router is: the same config JSON,
+    on the profile's calibration when the live one is calibrated, else the reference one."""
+    if PROGRAM_SCHEDULING not in routers:
+        return {}
+    value = router_setup(PROGRAM_SCHEDULING, calibration, program_scheduling_json)[1]
+    return {
+        PROGRAM_SCHEDULING: RouterSettings(
+            "program-scheduling",
+            program_scheduling_config_json=value,
+            program_scheduling_calibration="reference" if calibration is None else "profile",
+        )
+    }
+
+
+def _measure(info: ServerInfo, model_config: dict[str, Any] | None) -> Profile:
+    """A profile measured on one replica (:class:`ValidateError` if it cannot be)."""
+    try:
+        return measure_engine(
+            info.url, model_config=model_config, repeats=2, output_tokens=16, timeout_s=120.0
+        )
+    except ValueError as exc:
+        raise ValidateError(f"profiling a replica at {info.url}: {exc}") from None

@@ -2,7 +2,8 @@
 
 One fleet for the test (its start is most of its time: two vLLM servers side by side on
 two cores), routed by ``consistent_hash`` on the ``X-Session-ID`` the live replay sends,
-with Program scheduling on and calibrated from the tiny-cpu profile. Checked: every call
+with Program scheduling on and calibrated from the tiny-cpu profile, which also prices
+the simulated fleet beside it. Checked: every call
 of a program reached one replica (the share of returned calls is 1), every call was
 counted once, the router started calibrated (no reference-calibration warning), and nothing
 the fleet started is left running afterwards. Skipped only where vllm-router cannot run.
@@ -43,7 +44,8 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     router_or_skip()
     trace = agent_trace(tmp_path / "fleet.parquet", programs=4, calls=3, first=200, growth=64)
     work = tmp_path / "work"
-    calibration = calibrate(shipped.resolve("tiny-cpu")[0]).flag_value()
+    profile = shipped.resolve("tiny-cpu")[0]
+    calibration = calibrate(profile).flag_value()
     doc = validate_fleet(
         load(trace),
         Sources(
@@ -54,6 +56,7 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
         replicas=2,
         routers=["consistent_hash"],
         program_scheduling_json=calibration,
+        profile=profile,
         timeout_s=300.0,
         work_dir=work,
     )
@@ -64,7 +67,20 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     assert set(row["calls_per_replica"]) <= {"r1", "r2"}
     assert row["jct_mean_s"] > 0 and row["ttft_mean_s"] > 0
     assert row["hit_rate"] is not None and row["hit_rate"] > 0  # later calls hit their prefix
-    assert doc["sim"] is None and "not in this ttlctl yet" in doc["sim_note"]
+    # the simulated fleet beside it: the same 12 calls on 2 replicas behind ttlctl's model
+    # of consistent_hash, sized like the replicas (their KV from /metrics)
+    sim = doc["sim"]["vllm"]["consistent_hash"]
+    assert sim["replicas"] == 2 and sim["llm_calls"] == 12 and sim["returned_share"] == 1.0
+    assert sim["router"]["name"] == "consistent-hash"
+    blocks, block = doc["server_info"]["num_gpu_blocks"], doc["engine"]["block_size"]
+    assert block == 32 and doc["engine"]["kv_tokens"] == (blocks - 1) * block
+    by = {c["metric"]: c for c in row["compare"]}
+    assert by["returned_share"]["error"] == 0.0
+    assert by["jct_mean_s"]["error"] == (sim["jct_mean_s"] - row["jct_mean_s"]) / row["jct_mean_s"]
+    assert doc["ranking"]["vllm"]["routers"] == ["consistent_hash"]
+    # and with each call on the replica it reached live: the same placement, returned 1
+    routed = {c["metric"]: c for c in row["compare_as_routed"]}
+    assert routed["returned_share"]["sim"] == 1.0 and routed["jct_mean_s"]["sim"] > 0
     fleet = doc["fleets"]["vllm"]["consistent_hash"]
     log = router.plain(Path(fleet["router_log"]).read_text(errors="replace"))
     assert "--enable-program-scheduling" in fleet["router_command"]

@@ -93,39 +93,57 @@ def _order(groups: list[list[str]] | None) -> str:
     return "?" if groups is None else " < ".join(" ≈ ".join(g) for g in groups)
 
 
+def _fleet_value(metric: str, v: Any) -> str:
+    if v is None:
+        return "—"
+    if metric in ("hit_rate", "returned_share"):
+        return f"{v:.1%}"
+    return f"{v:.3f} s"
+
+
 def fleet_table(console: Console, doc: dict[str, Any]) -> None:
-    """``validate --replicas N --router R``: per policy and router, the live figures."""
+    """``validate --replicas N --router R``: per policy and router, simulated against live."""
     table = Table(
         title=f"{doc['programs']} programs ({doc['calls']} calls) on {doc['replicas']} "
-        "replicas behind vllm-router"
+        "replicas behind vllm-router: simulated against live"
     )
-    for col in (
-        "policy",
-        "router",
-        "mean JCT",
-        "mean TTFT",
-        "hit rate",
-        "returned",
-        "calls per replica",
-        "sim",
-    ):
-        table.add_column(col, justify="left" if col in ("policy", "router") else "right")
+    for col in ("policy", "router", "metric", "simulated", "live", "error"):
+        table.add_column(col, justify="left" if col in ("policy", "router", "metric") else "right")
     for policy, by_router in doc["rows"].items():
         for router, row in by_router.items():
-            share = row["returned_share"]
-            table.add_row(
-                policy,
-                router,
-                _value("relative", "jct", row["jct_mean_s"]),
-                _value("relative", "ttft", row["ttft_mean_s"]),
-                _value("points", "prefix_hit_rate", row["hit_rate"]),
-                "—" if share is None else f"{share:.0%}",
-                " ".join(f"{k}:{v}" for k, v in sorted(row["calls_per_replica"].items())),
-                "—",
-            )
+            for i, c in enumerate(row["compare"]):
+                table.add_row(
+                    policy if i == 0 else "",
+                    router if i == 0 else "",
+                    c["label"],
+                    _fleet_value(c["metric"], c["sim"]),
+                    _fleet_value(c["metric"], c["live"]),
+                    _error(c["kind"], c["error"]),
+                )
     console.print(table)
+    for policy, by_router in doc["rows"].items():
+        rank = doc["ranking"][policy]
+        same = {True: "same", False: "DIFFERENT", None: "not compared"}[rank["same"]]
+        if rank["routers"]:
+            console.print(
+                f"{policy}: routers by mean JCT, simulated {_order(rank['sim'])}; live "
+                f"{_order(rank['live'])} ({same})",
+                highlight=False,
+            )
+        for router, row in by_router.items():
+            spread = " ".join(f"{k}:{v}" for k, v in sorted(row["calls_per_replica"].items()))
+            note = f"; {row['sim_note']}" if row.get("sim_note") else ""
+            routed = {c["metric"]: c for c in row.get("compare_as_routed") or []}
+            if routed:
+                jct = routed["jct_mean_s"]
+                note += (
+                    f"; simulated with the live placement: mean JCT "
+                    f"{_fleet_value('jct_mean_s', jct['sim'])} ({_error('relative', jct['error'])})"
+                )
+            console.print(f"  {router}: calls per replica {spread}{note}", highlight=False)
     console.print(
-        "returned: calls that reached the replica of their program's previous call (from "
-        f"the replicas' arrivals); sim: {doc['sim_note']}",
+        "returned: follow-up calls that reached the replica of their program's previous "
+        "call (live: from the replicas' arrivals); errors: (simulated − live) / live, "
+        "rates in points; the live placement: each call simulated on the replica it reached",
         highlight=False,
     )

@@ -1,0 +1,192 @@
+"""The simulated side of ``validate --replicas N --router R``, and its errors against live.
+
+Each live fleet (one policy behind one vllm-router ``--policy``) is replayed by the fleet
+simulator (:mod:`replay.fleet`) on the same programs (the same first N, the same pauses
+cap), with as many replicas, each engine sized like the live replicas and priced by the
+same profile, behind ttlctl's model of the same router with its default settings (the
+live router runs with its defaults too). vllm-router's policy names map to ttlctl's by
+:data:`SIM_ROUTER`; vllm-router's Program scheduling is simulated only where a
+``program-scheduling`` router model exists (:func:`sim_router`).
+
+The compared figures (:data:`FLEET_COMPARED`): mean JCT and TTFT, errors relative,
+``(simulated − live) / live``; prefix-hit rate and the share of follow-up calls that
+returned to their program's previous replica, errors in points. Routers rank by mean JCT
+per policy, ties within :data:`~replay.validation.stats.TIE`, as the single-engine
+validation ranks policies.
+
+A second simulated figure per row takes the routing out of the comparison: the same
+programs with each call sent to the replica it reached live (:func:`live_placement`, from
+the replicas' arrivals files, through the fleet simulator's ``as-logged`` router). What
+error is left there is the engines', not the router model's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from profiles.cost import ProfileCostModel
+from profiles.schema import Profile
+from replay.figures import PolicyResult
+from replay.fleet.routers import ROUTERS, RouterSettings
+from replay.fleet.run import FleetSpec, runner
+from replay.policies import PolicySpec
+from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig
+from replay.validation.stats import JCT_GOAL, TIE, ranking, same_ranking
+from replay.workload import Workload
+from ttlctl import bundle as bundle_mod
+
+#: vllm-router's ``--policy`` (and ttlctl's ``program_scheduling``) -> ttlctl's router model
+SIM_ROUTER = {
+    "round_robin": "round-robin",
+    "random": "random",
+    "power_of_two": "power-of-two",
+    "consistent_hash": "consistent-hash",
+    "cache_aware": "cache-aware",
+    "kv_aware": "kv-aware",
+    "sticky_least_loaded": "sticky-least-loaded",
+    "program_scheduling": "program-scheduling",
+}
+
+#: (key in a fleet row, key in the simulated result, label, how the error is expressed)
+FLEET_COMPARED = (
+    ("jct_mean_s", "jct_mean_s", "mean JCT", "relative"),
+    ("ttft_mean_s", "ttft_mean_s", "mean TTFT", "relative"),
+    ("hit_rate", "prefix_hit_rate", "prefix hit rate", "points"),
+    ("returned_share", "returned_share", "returned share", "points"),
+)
+
+
+def sim_router(router: str, models: Sequence[str] = ROUTERS) -> tuple[str | None, str | None]:
+    """ttlctl's model of vllm-router's ``router`` and, when there is none, why not."""
+    name = SIM_ROUTER.get(router)
+    if name is None:
+        return None, f"not simulated: ttlctl has no model of vllm-router's {router!r}"
+    if name not in models:
+        return None, f"not simulated: no {name!r} router model in this ttlctl"
+    return name, None
+
+
+def fleet_error(kind: str, sim: float | None, live: float | None) -> float | None:
+    """``(sim − live) / live`` (relative) or ``(sim − live) × 100`` (points); None when
+    a side is missing or a relative error has a zero base."""
+    if sim is None or live is None:
+        return None
+    if kind == "relative":
+        return (sim - live) / live if live else None
+    return (sim - live) * 100.0
+
+
+def compare_fleet(sim: Mapping[str, Any] | None, live: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One entry per compared figure: simulated, live, error (``sim`` None: no simulated
+    side, every error None)."""
+    rows = []
+    for live_key, sim_key, label, kind in FLEET_COMPARED:
+        s = None if sim is None else sim.get(sim_key)
+        v = live.get(live_key)
+        rows.append(
+            {
+                "metric": live_key,
+                "label": label,
+                "kind": kind,
+                "sim": s,
+                "live": v,
+                "error": fleet_error(kind, s, v),
+            }
+        )
+    return rows
+
+
+def router_ranking(
+    sim: Mapping[str, Mapping[str, Any] | None], live: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """One policy's routers ranked by mean JCT, simulated and live, over the routers
+    both sides have; ``same``: whether they agree on every pair both order (None with
+    fewer than two such routers)."""
+    both = [r for r in live if sim.get(r) is not None]
+    rank_sim = ranking({r: sim[r] or {} for r in both})
+    rank_live = ranking({r: live[r] for r in both})
+    return {
+        "by": "jct_mean_s",
+        "routers": both,
+        "sim": rank_sim,
+        "live": rank_live,
+        "tie_within": TIE,
+        "same": same_ranking(rank_sim, rank_live) if len(both) > 1 else None,
+    }
+
+
+def jct_goal(rows: Sequence[Mapping[str, Any]]) -> bool | None:
+    """Whether the mean JCT is within :data:`~replay.validation.stats.JCT_GOAL`."""
+    err = next(r["error"] for r in rows if r["metric"] == "jct_mean_s")
+    return None if err is None else abs(err) <= JCT_GOAL
+
+
+def live_placement(
+    work: Workload, order: Mapping[str, Sequence[str]]
+) -> dict[tuple[str, int], str] | None:
+    """(program, turn) -> the replica its call reached live, from ``{session: [replica of
+    each call in arrival order]}`` (the live replay's session is the program); None unless
+    every call of every program was seen (the router may drop the session header)."""
+    logged: dict[tuple[str, int], str] = {}
+    for program in work.programs:
+        seen = order.get(program.program_id, ())
+        if len(seen) != len(program.calls):
+            return None
+        for turn, replica in enumerate(seen):
+            logged[(program.program_id, turn)] = replica
+    return logged
+
+
+def simulate_as_routed(
+    work: Workload,
+    *,
+    policy: str,
+    logged: Mapping[tuple[str, int], str],
+    replicas: int,
+    profile: Profile,
+    engine: SimSchedulerConfig,
+    timing: Load,
+    bundle: bundle_mod.Bundle | None,
+) -> PolicyResult:
+    """``policy`` in the fleet simulator with every call on its ``logged`` replica."""
+    run = runner(FleetSpec(replicas, RouterSettings("as-logged"), logged=logged))
+    spec = PolicySpec(policy, bundle=bundle if policy == "continuum" else None)
+    cost = ProfileCostModel(profile)
+    return run(work, spec, cost, ReplayConfig(engine=engine, truncate=True), timing, timed=False)
+
+
+def simulate_fleets(
+    work: Workload,
+    *,
+    policies: Sequence[str],
+    routers: Sequence[str],
+    replicas: int,
+    profile: Profile,
+    engine: SimSchedulerConfig,
+    timing: Load,
+    bundle: bundle_mod.Bundle | None,
+    settings: Mapping[str, RouterSettings] | None = None,
+) -> tuple[dict[str, dict[str, PolicyResult | None]], dict[str, str]]:
+    """Each (policy, router) in the fleet simulator: ``({policy: {router: result or
+    None}}, {router: why it was not simulated})``. ``settings``: a router's settings where
+    they are not its defaults (Program scheduling's config and calibration)."""
+    cost = ProfileCostModel(profile)
+    config = ReplayConfig(engine=engine, truncate=True)
+    out: dict[str, dict[str, PolicyResult | None]] = {}
+    notes: dict[str, str] = {}
+    for router in routers:
+        name, why = sim_router(router)
+        if why is not None:
+            notes[router] = why
+        for policy in policies:
+            if name is None:
+                out.setdefault(policy, {})[router] = None
+                continue
+            chosen = (settings or {}).get(router) or RouterSettings(name)
+            run = runner(FleetSpec(replicas, chosen))
+            spec = PolicySpec(policy, bundle=bundle if policy == "continuum" else None)
+            out.setdefault(policy, {})[router] = run(work, spec, cost, config, timing, timed=False)
+    return out, notes

@@ -1,0 +1,58 @@
+"""``validate --replicas``'s table: each router's figures simulated beside live, the
+routers' ranking on both sides, and why a router was not simulated."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from replay.validation.fleet_sim import compare_fleet, router_ranking
+from ttlctl.cli.render import fleet_table
+
+
+def test_fleet_table_shows_sim_live_error_and_ranking() -> None:
+    live = {
+        "consistent_hash": {
+            "jct_mean_s": 20.0,
+            "ttft_mean_s": 1.0,
+            "hit_rate": 0.6,
+            "returned_share": 1.0,
+            "calls_per_replica": {"r1": 5, "r2": 7},
+        },
+        "program_scheduling": {
+            "jct_mean_s": 18.0,
+            "ttft_mean_s": 0.9,
+            "hit_rate": 0.62,
+            "returned_share": 1.0,
+            "calls_per_replica": {"r1": 6, "r2": 6},
+        },
+    }
+    sim = {
+        "consistent_hash": {
+            "jct_mean_s": 22.0,
+            "ttft_mean_s": 1.0,
+            "prefix_hit_rate": 0.5,
+            "returned_share": 1.0,
+        },
+        "program_scheduling": None,
+    }
+    for router, row in live.items():
+        row["compare"] = compare_fleet(sim[router], row)  # type: ignore[assignment]
+    live["program_scheduling"]["sim_note"] = "not simulated: no model"  # type: ignore[assignment]
+    live["consistent_hash"]["compare_as_routed"] = compare_fleet(  # type: ignore[assignment]
+        {**sim["consistent_hash"], "jct_mean_s": 19.0}, live["consistent_hash"]
+    )
+    doc = {
+        "programs": 4,
+        "calls": 12,
+        "replicas": 2,
+        "rows": {"vllm": live},
+        "ranking": {"vllm": router_ranking(sim, live)},
+    }
+    console = Console(record=True, width=200)
+    fleet_table(console, doc)
+    text = console.export_text()
+    assert "22.000 s" in text and "20.000 s" in text and "+10.0%" in text
+    assert "-10.0 pt" in text  # hit rate 50% simulated against 60% live
+    assert "simulated consistent_hash; live consistent_hash (not compared)" in text
+    assert "program_scheduling: calls per replica r1:6 r2:6; not simulated: no model" in text
+    assert "r1:5 r2:7; simulated with the live placement: mean JCT 19.000 s (-5.0%)" in text

@@ -1,0 +1,153 @@
+"""The simulated side of ``validate --replicas N --router R``: vllm-router's policies mapped
+to ttlctl's router models, the errors against live, the routers' ranking, and the fleet
+replays themselves (fast: a few small programs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiles.router_calibration import calibrate
+from profiles.shipped import resolve
+from replay.fleet.routers import ROUTERS
+from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
+from replay.synth import fit_context, synth
+from replay.validation.fleet import sim_settings
+from replay.validation.fleet_sim import (
+    compare_fleet,
+    fleet_error,
+    jct_goal,
+    live_placement,
+    router_ranking,
+    sim_router,
+    simulate_as_routed,
+    simulate_fleets,
+)
+from replay.workload import from_frame
+from ttlctl.server.router import POLICIES
+
+
+def test_every_vllm_router_policy_has_its_model() -> None:
+    for policy in POLICIES:
+        name, why = sim_router(policy)
+        assert why is None and name in ROUTERS and name.replace("-", "_") == policy
+
+
+def test_program_scheduling_is_simulated_only_where_its_model_exists() -> None:
+    assert sim_router("program_scheduling", ("round-robin",)) == (
+        None,
+        "not simulated: no 'program-scheduling' router model in this ttlctl",
+    )
+    assert sim_router("program_scheduling", (*ROUTERS, "program-scheduling")) == (
+        "program-scheduling",
+        None,
+    )
+    name, why = sim_router("least_cost")
+    assert name is None and why is not None and "least_cost" in why
+
+
+def test_errors_relative_and_in_points() -> None:
+    assert fleet_error("relative", 11.0, 10.0) == pytest.approx(0.1)
+    assert fleet_error("relative", 9.0, 10.0) == pytest.approx(-0.1)
+    assert fleet_error("relative", 1.0, 0.0) is None
+    assert fleet_error("points", 0.30, 0.25) == pytest.approx(5.0)
+    assert fleet_error("points", None, 0.25) is None
+    assert fleet_error("relative", 1.0, None) is None
+
+
+def test_compare_reads_each_side_under_its_own_name() -> None:
+    live = {"jct_mean_s": 20.0, "ttft_mean_s": 2.0, "hit_rate": 0.5, "returned_share": 1.0}
+    sim = {"jct_mean_s": 21.0, "ttft_mean_s": 1.5, "prefix_hit_rate": 0.4, "returned_share": 0.5}
+    rows = {r["metric"]: r for r in compare_fleet(sim, live)}
+    assert rows["jct_mean_s"]["error"] == pytest.approx(0.05)
+    assert rows["ttft_mean_s"]["error"] == pytest.approx(-0.25)
+    assert rows["hit_rate"]["sim"] == 0.4 and rows["hit_rate"]["error"] == pytest.approx(-10.0)
+    assert rows["returned_share"]["error"] == pytest.approx(-50.0)
+    assert jct_goal(list(rows.values())) is True
+    none = compare_fleet(None, live)
+    assert all(r["sim"] is None and r["error"] is None for r in none)
+    assert jct_goal(none) is None
+    assert jct_goal(compare_fleet({**sim, "jct_mean_s": 25.0}, live)) is False
+
+
+def test_ranking_over_the_routers_both_sides_have() -> None:
+    live = {"a": {"jct_mean_s": 10.0}, "b": {"jct_mean_s": 20.0}, "c": {"jct_mean_s": 5.0}}
+    agree = router_ranking({"a": {"jct_mean_s": 11.0}, "b": {"jct_mean_s": 19.0}, "c": None}, live)
+    assert agree["routers"] == ["a", "b"]
+    assert agree["sim"] == [["a"], ["b"]] and agree["live"] == [["a"], ["b"]]
+    assert agree["same"] is True
+    differ = router_ranking({"a": {"jct_mean_s": 30.0}, "b": {"jct_mean_s": 19.0}}, live)
+    assert differ["sim"] == [["b"], ["a"]] and differ["same"] is False
+    # within 2% of each other: a tie, which agrees with any order
+    tie = router_ranking({"a": {"jct_mean_s": 19.9}, "b": {"jct_mean_s": 20.0}}, live)
+    assert tie["sim"] == [["a", "b"]] and tie["same"] is True
+    alone = router_ranking({"a": {"jct_mean_s": 1.0}, "b": None}, live)
+    assert alone["routers"] == ["a"] and alone["same"] is None
+
+
+def test_simulated_fleets_route_as_their_routers() -> None:
+    work = from_frame(fit_context(synth("swe-bench", 6, 0), 1900))
+    kwargs = {
+        "policies": ["vllm"],
+        "routers": ["consistent_hash", "round_robin", "program_scheduling"],
+        "replicas": 2,
+        "profile": resolve("tiny-cpu")[0],
+        "engine": SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048),
+        "timing": Load(),
+        "bundle": None,
+    }
+    sim, notes = simulate_fleets(work, **kwargs)  # type: ignore[arg-type]
+    hashed, rr = sim["vllm"]["consistent_hash"], sim["vllm"]["round_robin"]
+    assert hashed is not None and rr is not None
+    for r in (hashed, rr):
+        assert r["replicas"] == 2 and r["llm_calls"] == work.calls
+    assert hashed["returned_share"] == 1.0  # a program's calls hash to one replica
+    assert rr["returned_share"] is not None and rr["returned_share"] < 0.75
+    if "program-scheduling" in ROUTERS:
+        assert sim["vllm"]["program_scheduling"] is not None and not notes
+    else:
+        assert sim["vllm"]["program_scheduling"] is None
+        assert "program-scheduling" in notes["program_scheduling"]
+    again, _ = simulate_fleets(work, **kwargs)  # type: ignore[arg-type]
+    assert again == sim  # deterministic for a seed
+
+
+def test_the_live_placement_replayed_as_routed() -> None:
+    work = from_frame(fit_context(synth("swe-bench", 4, 0), 1900))
+    first, *rest = work.programs
+    # the first program's calls alternate between replicas, the others stay on r2
+    order = {first.program_id: [("r1", "r2")[i % 2] for i in range(len(first.calls))]}
+    order.update({p.program_id: ["r2"] * len(p.calls) for p in rest})
+    logged = live_placement(work, order)
+    assert logged is not None and len(logged) == work.calls
+    assert logged[(first.program_id, 1)] == "r2" and logged[(first.program_id, 0)] == "r1"
+    short = {**order, first.program_id: order[first.program_id][:-1]}
+    assert live_placement(work, short) is None  # a call the arrivals did not name
+    result = simulate_as_routed(
+        work,
+        policy="vllm",
+        logged=logged,
+        replicas=2,
+        profile=resolve("tiny-cpu")[0],
+        engine=SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048),
+        timing=Load(),
+        bundle=None,
+    )
+    per = {r["replica"]: r["llm_calls"] for r in result["per_replica"]}
+    on_r1 = (len(first.calls) + 1) // 2
+    assert sorted(per.values()) == sorted([on_r1, work.calls - on_r1])
+    follow_ups = work.calls - len(work.programs)
+    returned = follow_ups - (len(first.calls) - 1)
+    assert result["returned_share"] == pytest.approx(returned / follow_ups)
+
+
+def test_simulated_program_scheduling_is_set_as_the_live_router() -> None:
+    assert sim_settings(["round_robin"], None, None) == {}
+    reference = sim_settings(["program_scheduling"], None, None)["program_scheduling"]
+    assert reference.name == "program-scheduling"
+    assert reference.resolved()["calibration"] == "reference"
+    assert reference.resolved()["program_scheduling_enable_key"] == "auto"
+    cal = calibrate(resolve("tiny-cpu")[0])
+    calibrated = sim_settings(["program_scheduling"], cal, None)["program_scheduling"]
+    assert calibrated.resolved()["calibration"] == "profile"
+    assert calibrated.program_scheduling()[1]  # the profile's calibration objects, as live

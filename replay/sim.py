@@ -81,6 +81,25 @@ class SimCallRecord:
     admitted_step: int = -1
     finish_step: int = -1
 
+    @classmethod
+    def of(cls, req: SimRequest, now: float, finish_step: int) -> SimCallRecord:
+        """The record of ``req``, finished at ``now`` in engine step ``finish_step``."""
+        assert req.admitted is not None and req.first_token is not None
+        return cls(
+            req.program,
+            req.turn,
+            req.arrival if req.sent is None else req.sent,
+            req.admitted,
+            req.first_token,
+            now,
+            req.prompt,
+            req.output,
+            req.hit_tokens,
+            req.preemptions,
+            req.admitted_step,
+            finish_step,
+        )
+
 
 @dataclass(slots=True)
 class Outcome:
@@ -230,23 +249,7 @@ def simulate(workload: Workload, policy: Policy, cost: CostModel, config: Replay
             finish_step = engine.applied_step()
         for req in finished:
             run, _ = requests.pop(req.rid)
-            assert req.admitted is not None and req.first_token is not None
-            records.append(
-                SimCallRecord(
-                    req.program,
-                    req.turn,
-                    req.arrival if req.sent is None else req.sent,
-                    req.admitted,
-                    req.first_token,
-                    now,
-                    req.prompt,
-                    req.output,
-                    req.hit_tokens,
-                    req.preemptions,
-                    req.admitted_step,
-                    finish_step,
-                )
-            )
+            records.append(SimCallRecord.of(req, now, finish_step))
             run.last_finish = now
             run.next_turn += 1
             if run.next_turn < len(run.program.calls):

@@ -12,23 +12,7 @@ def finish(fleet: Fleet, rep: Replica, req: SimRequest, now: float) -> None:
     """``req`` (served by ``rep``) finishes at ``now``."""
     books = fleet.books
     run, call = books.routed.pop(req.rid)
-    assert req.admitted is not None and req.first_token is not None
-    books.records.append(
-        SimCallRecord(
-            req.program,
-            req.turn,
-            req.arrival if req.sent is None else req.sent,
-            req.admitted,
-            req.first_token,
-            now,
-            req.prompt,
-            req.output,
-            req.hit_tokens,
-            req.preemptions,
-            req.admitted_step,
-            rep.engine.stats.steps - 1,
-        )
-    )
+    books.records.append(SimCallRecord.of(req, now, rep.engine.stats.steps - 1))
     books.call_replicas.append(rep.index)
     expiry = rep.pin_expiry(req.program)
     if expiry is not None:

@@ -36,6 +36,10 @@ SUITES = (
     # the same for the pools with prefixes shared across programs
     "tests/replay/test_prefix_sharing.py",
     "tests/replay/test_pin_rules.py",
+    # a call's output tokens and steps, counted by hand
+    "tests/replay/test_output_tokens.py",
+    # the retention class's own rules, stated case by case (the pin cap at its edge)
+    "tests/engine/test_units.py",
     "tests/vllmsim/test_differential.py",
 )
 #: what the copy needs (the rest of the tree is not imported by the suites)

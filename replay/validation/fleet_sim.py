@@ -5,8 +5,8 @@ simulator (:mod:`replay.fleet`) on the same programs (the same first N, the same
 cap), with as many replicas, each engine sized like the live replicas and priced by the
 same profile, behind ttlctl's model of the same router with its default settings (the
 live router runs with its defaults too). vllm-router's policy names map to ttlctl's by
-:data:`SIM_ROUTER`; vllm-router's Program scheduling is simulated only where a
-``program-scheduling`` router model exists (:func:`sim_router`).
+:func:`~replay.fleet.routers.router_name`; vllm-router's Program scheduling is simulated
+only where a ``program-scheduling`` router model exists (:func:`sim_router`).
 
 The compared figures (:data:`FLEET_COMPARED`): mean JCT and TTFT, errors relative,
 ``(simulated − live) / live``; prefix-hit rate and the share of follow-up calls that
@@ -28,7 +28,7 @@ from typing import Any
 from profiles.cost import ProfileCostModel
 from profiles.schema import Profile
 from replay.figures import PolicyResult
-from replay.fleet.routers import ROUTERS, RouterSettings
+from replay.fleet.routers import ROUTERS, RouterSettings, router_name
 from replay.fleet.run import FleetSpec, runner
 from replay.policies import PolicySpec
 from replay.policy_runs import Load
@@ -37,18 +37,11 @@ from replay.sim import ReplayConfig
 from replay.validation.stats import JCT_GOAL, TIE, ranking, same_ranking
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
+from ttlctl.server.router import POLICIES
 
-#: vllm-router's ``--policy`` (and ttlctl's ``program_scheduling``) -> ttlctl's router model
-SIM_ROUTER = {
-    "round_robin": "round-robin",
-    "random": "random",
-    "power_of_two": "power-of-two",
-    "consistent_hash": "consistent-hash",
-    "cache_aware": "cache-aware",
-    "kv_aware": "kv-aware",
-    "sticky_least_loaded": "sticky-least-loaded",
-    "program_scheduling": "program-scheduling",
-}
+#: the live routers a model may stand for: vllm-router's ``--policy`` and its Program
+#: scheduling (ttlctl's ``program_scheduling``)
+LIVE_ROUTERS = (*POLICIES, "program_scheduling")
 
 #: (key in a fleet row, key in the simulated result, label, how the error is expressed)
 FLEET_COMPARED = (
@@ -61,9 +54,9 @@ FLEET_COMPARED = (
 
 def sim_router(router: str, models: Sequence[str] = ROUTERS) -> tuple[str | None, str | None]:
     """ttlctl's model of vllm-router's ``router`` and, when there is none, why not."""
-    name = SIM_ROUTER.get(router)
-    if name is None:
+    if router not in LIVE_ROUTERS:
         return None, f"not simulated: ttlctl has no model of vllm-router's {router!r}"
+    name = router_name(router)
     if name not in models:
         return None, f"not simulated: no {name!r} router model in this ttlctl"
     return name, None

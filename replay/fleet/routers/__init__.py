@@ -41,6 +41,7 @@ __all__ = [
     "Router",
     "RouterSettings",
     "make_router",
+    "router_name",
 ]
 
 #: ttlctl's names (vllm-router's with dashes), in the comparison table's order
@@ -56,6 +57,14 @@ ROUTERS = (
     "program-scheduling",
     "as-logged",
 )
+
+
+def router_name(spelling: str) -> str:
+    """ttlctl's name of a router given in vLLM's router's spelling (``cache_aware``,
+    ``round_robin``, …) or in ttlctl's own: the same name with dashes."""
+    return spelling.replace("_", "-")
+
+
 #: a setting's value (Program scheduling's config has strings and booleans too)
 Setting = float | int | str | None
 
@@ -101,7 +110,7 @@ class RouterSettings:
 
     def __post_init__(self) -> None:
         # vllm-router's own spellings (cache_aware, round_robin, …) name the same routers
-        object.__setattr__(self, "name", self.name.replace("_", "-"))
+        object.__setattr__(self, "name", router_name(self.name))
         if self.name not in ROUTERS:
             raise ConfigError(
                 f"--router: unknown router {self.name!r}; choose from {', '.join(ROUTERS)}"

@@ -51,9 +51,7 @@ class FleetCase:
 
 @st.composite
 def fleet_cases(draw: st.DrawFn, cases: st.SearchStrategy[Case]) -> FleetCase:
-    return FleetCase(
-        draw(cases), draw(st.sampled_from([2, 2, 3])), draw(st.sampled_from(ROUTERS))
-    )
+    return FleetCase(draw(cases), draw(st.sampled_from([2, 2, 3])), draw(st.sampled_from(ROUTERS)))
 
 
 def run_fleets(fc: FleetCase, cost: CostModel) -> tuple[FleetOutcome, FleetOutcome]:
@@ -103,4 +101,3 @@ def compare_fleets(fast: FleetOutcome, ours: FleetOutcome) -> tuple[int, list[Di
     if fast.pins_wasted != ours.pins_wasted:
         diffs.append(Diff(("*", -1), "pins_wasted", fast.pins_wasted, ours.pins_wasted))
     return len(a.keys() & b.keys()), diffs
-

@@ -32,8 +32,9 @@ from replay.fleet.run import FleetSpec, simulate_fleet_one
 from replay.vllmsim.fleet import simulate
 from tests.vllmsim.differential import METRICS, REL_TIME, Case, Diff
 
-#: the deterministic routers the comparison runs (no draw, no held calls)
-ROUTERS = ("round-robin", "consistent-hash", "cache-aware", "pin-aware")
+#: the deterministic routers the comparison runs (no draw, no held calls); kv-aware and
+#: pin-aware read the replicas' KV events (vLLM's block pool on the vLLM side)
+ROUTERS = ("round-robin", "consistent-hash", "cache-aware", "pin-aware", "kv-aware")
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,10 +3,11 @@
 Random small workloads (``differential.cases``: vllm, program-fcfs, static-ttl and
 continuum, mixed, under pressure, with prefixes shared across programs) on 2 or 3
 replicas behind the deterministic routers (round-robin, consistent-hash, cache-aware,
-pin-aware): every call goes to the same replica, is admitted in the same step there, hits
-the same prefix, is preempted as often and finishes in the same step at the same time; its
-route (previous replica, that call's pin and whether it was still held) is the same, and
-so are each replica's pins and the fleet's pins wasted (``fleet_differential``).
+pin-aware, kv-aware): every call goes to the same replica, is admitted in the same step
+there, hits the same prefix, is preempted as often and finishes in the same step at the
+same time; its route (previous replica, that call's pin and whether it was still held) is
+the same, and so are each replica's pins and the fleet's pins wasted
+(``fleet_differential``).
 
 ``TTLCTL_DIFF_EXAMPLES`` scales the number of cases (default 40, as the single-engine
 comparison's).

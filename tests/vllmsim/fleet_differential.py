@@ -16,19 +16,41 @@ workload, engine, load and policy) on ``replicas`` engines of that size behind
   pinned block-seconds; for the fleet, ``pins_wasted``.
 
 Times agree to the single-engine comparison's relative 1e-9.
+
+Two deviations, both from the fast fleet's model (docs/replay.md, "Backends"), are
+bounded rather than absent (:func:`deviations`):
+
+- **a stale view of a decode run**: a replica of the fast fleet waiting in a run of
+  decode steps shows the router its cache as of the run's start; vLLM's replica steps,
+  and shows it as of its current step. So a router that reads the KV events (kv-aware,
+  pin-aware) may score a call differently when a decode step meanwhile evicted a block.
+  Bound: every call sent before the first view answer that differs agrees, and at that
+  answer the replica was waiting in a decode run on the fast side;
+- **a pin due during the step that empties a replica**: vLLM's engine core schedules once
+  more to report the finished calls, and the plugin expires it then; the fast engine does
+  not step while idle and expires it at the replica's next call. Calls and pin counts
+  agree; the fast replica's pinned block-seconds are at least vLLM's.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
+import pytest
 from hypothesis import strategies as st
 
 from profiles.cost import CostModel
+from replay.fleet import loop
 from replay.fleet.loop import FleetOutcome
+from replay.fleet.parts import Fleet
 from replay.fleet.routers import RouterSettings
 from replay.fleet.run import FleetSpec, simulate_fleet_one
+from replay.fleet.view import FleetState
+from replay.sim import ProgramRun
 from replay.vllmsim.fleet import simulate
 from tests.vllmsim.differential import METRICS, REL_TIME, Case, Diff
 
@@ -55,11 +77,91 @@ def fleet_cases(draw: st.DrawFn, cases: st.SearchStrategy[Case]) -> FleetCase:
     return FleetCase(draw(cases), draw(st.sampled_from([2, 2, 3])), draw(st.sampled_from(ROUTERS)))
 
 
-def run_fleets(fc: FleetCase, cost: CostModel) -> tuple[FleetOutcome, FleetOutcome]:
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One answer of the router's view about a replica's cache."""
+
+    program: str
+    turn: int
+    replica: int
+    tokens: int
+    #: when the call was routed
+    sent: float
+    #: the replica was waiting in a run of decode steps then
+    in_decode_run: bool
+
+
+@dataclass
+class ViewLog:
+    """The router's view's cache answers, per backend, in the order it gave them."""
+
+    answers: dict[str, list[Answer]] = field(default_factory=lambda: {"fast": [], "vllm": []})
+    backend: str = "fast"
+    _sent: float = 0.0
+    _waiting: frozenset[int] = frozenset()
+
+    @contextmanager
+    def watching(self) -> Iterator[None]:
+        route, cached = loop.route, FleetState.cached_tokens
+
+        def routed(fleet: Fleet, run: ProgramRun, sent: float) -> None:
+            self._sent = sent
+            self._waiting = frozenset(
+                r.index for r in fleet.replicas if r.deferred_from is not None
+            )
+            route(fleet, run, sent)
+
+        def answered(view: FleetState, replica: int, call: Any) -> int:
+            tokens = cached(view, replica, call)
+            self.answers[self.backend].append(
+                Answer(
+                    call.program, call.turn, replica, tokens, self._sent, replica in self._waiting
+                )
+            )
+            return tokens
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(loop, "route", routed)
+            mp.setattr(FleetState, "cached_tokens", answered)
+            yield
+
+    def first_difference(self) -> tuple[Answer, Answer] | None:
+        for a, b in zip(self.answers["fast"], self.answers["vllm"], strict=False):
+            if (a.program, a.turn, a.replica, a.tokens) != (b.program, b.turn, b.replica, b.tokens):
+                return a, b
+        return None
+
+
+def run_fleets(
+    fc: FleetCase, cost: CostModel, log: ViewLog | None = None
+) -> tuple[FleetOutcome, FleetOutcome]:
     c = fc.case
+    if log is not None:
+        log.backend = "fast"
     fast, _, _ = simulate_fleet_one(c.workload, c.spec, cost, c.config, c.load, fc.fleet())
+    if log is not None:
+        log.backend = "vllm"
     ours = simulate(c.workload, c.spec, cost, c.config, c.load, fc.fleet("vllm"))
     return fast, ours.outcome
+
+
+def deviations(diffs: list[Diff], log: ViewLog) -> list[Diff]:
+    """The differences the two known deviations (the module docstring) do not explain."""
+    left = [
+        d
+        for d in diffs
+        # fast >= vLLM: a pin vLLM expired at the step that emptied its replica
+        if not (d.metric == "pinned_block_seconds" and d.fast >= d.vllm * (1 - 1e-9))
+    ]
+    first = log.first_difference()
+    if first is None:
+        return left
+    fast, _ = first
+    if not fast.in_decode_run:
+        return left  # a view answer differs, but not from a stale decode run
+    # every call sent before the first differing answer agrees; the routes differ from
+    # there on, and with them the replicas' figures
+    return [d for d in left if d.call[1] >= 0 and d.sent < fast.sent]
 
 
 def _close(u: float, v: float) -> bool:

@@ -20,7 +20,11 @@ Differences from the fast engine, on purpose:
   as of the start of the decode run it waits in; docs/replay.md says when that differs);
 - the router's KV events (:class:`KvEvents`) are vLLM's own: the call's prompt hashed as
   vLLM hashes it, matched against the replica's block pool (what its ``BlockStored`` /
-  ``BlockRemoved`` events publish).
+  ``BlockRemoved`` events publish);
+- a step that leaves the replica with no calls is followed by one more ``schedule()``
+  (:attr:`VllmEngine.idle` is vLLM's ``has_requests()``: the engine core steps once more
+  to report finished calls), in which the plugin expires the pins that fell due during
+  the step; the fast engine keeps them until the replica's next call.
 
 :class:`TokenBook` gives every call its token ids, the same on whichever replica it
 lands (:mod:`replay.vllmsim.tokens`: one stream per program, fleet-wide).
@@ -203,7 +207,7 @@ class VllmEngine:
 
     @property
     def idle(self) -> bool:
-        # finished requests not yet reported make vLLM's engine core step once more
+        # finished calls not yet reported make vLLM's engine core step once more
         return not self.built.scheduler.has_requests()
 
     def _observe_pins(self) -> None:

@@ -24,8 +24,8 @@ bounded rather than absent (:func:`deviations`):
   decode steps shows the router its cache as of the run's start; vLLM's replica steps,
   and shows it as of its current step. So a router that reads the KV events (kv-aware,
   pin-aware) may score a call differently when a decode step meanwhile evicted a block.
-  Bound: every call sent before the first view answer that differs agrees, and at that
-  answer the replica was waiting in a decode run on the fast side;
+  Bound: every call that finished before the first view answer that differs agrees, and
+  at that answer the replica was waiting in a decode run on the fast side;
 - **a pin due during the step that empties a replica**: vLLM's engine core schedules once
   more to report the finished calls, and the plugin expires it then; the fast engine does
   not step while idle and expires it at the replica's next call. Calls and pin counts
@@ -145,8 +145,9 @@ def run_fleets(
     return fast, ours.outcome
 
 
-def deviations(diffs: list[Diff], log: ViewLog) -> list[Diff]:
-    """The differences the two known deviations (the module docstring) do not explain."""
+def deviations(diffs: list[Diff], log: ViewLog, fast: FleetOutcome) -> list[Diff]:
+    """The differences the two known deviations (the module docstring) do not explain
+    (``fast``: the fast fleet's outcome)."""
     left = [
         d
         for d in diffs
@@ -156,12 +157,17 @@ def deviations(diffs: list[Diff], log: ViewLog) -> list[Diff]:
     first = log.first_difference()
     if first is None:
         return left
-    fast, _ = first
-    if not fast.in_decode_run:
+    stale, _ = first
+    if not stale.in_decode_run:
         return left  # a view answer differs, but not from a stale decode run
-    # every call sent before the first differing answer agrees; the routes differ from
-    # there on, and with them the replicas' figures
-    return [d for d in left if d.call[1] >= 0 and d.sent < fast.sent]
+    # every call that finished before the first differing answer agrees; the routes
+    # differ from there on, and with them the replicas' loads and figures
+    finished = {(c.program, c.turn): c.finish for c in fast.calls}
+    return [
+        d
+        for d in left
+        if d.call[1] >= 0 and finished.get((str(d.call[0]), d.call[1]), math.inf) < stale.sent
+    ]
 
 
 def _close(u: float, v: float) -> bool:

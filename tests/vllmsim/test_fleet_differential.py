@@ -50,7 +50,7 @@ def check(fc: FleetCase) -> int:
     with log.watching():
         fast, ours = run_fleets(fc, COST, log)
     calls, diffs = compare_fleets(fast, ours)
-    diffs = deviations(diffs, log)
+    diffs = deviations(diffs, log, fast)
     shown = "\n".join(f"  {d.call} {d.metric}: fast {d.fast}, vllm {d.vllm}" for d in diffs[:12])
     assert not diffs, f"{fc.describe()}\n{shown}"
     return calls

@@ -55,9 +55,8 @@ class Hull:
 
     x: tuple[float, ...]
     p: tuple[float, ...]
-    #: −slope of edge j (from vertex j to j+1), rounded: increasing along the hull
-    neg_slopes: tuple[float, ...]
-    #: −inf, then the low and high end of each edge's guard band: non-decreasing
+    #: −inf, then the low and high end of each edge's guard band (around the edge's
+    #: −slope, from vertex j to j+1, which increases along the hull): non-decreasing
     guards: tuple[float, ...] = ()
 
     @property
@@ -65,7 +64,7 @@ class Hull:
         return not self.x
 
 
-EMPTY = Hull((), (), ())
+EMPTY = Hull((), ())
 
 
 def build(x: Sequence[float], p: Sequence[float]) -> Hull:
@@ -108,7 +107,7 @@ def build(x: Sequence[float], p: Sequence[float]) -> Hull:
         n += 1
         ax, ay, bx, by = bx, by, a, b
     neg = [-(hp[i + 1] - hp[i]) / (hx[i + 1] - hx[i]) for i in range(len(hx) - 1)]
-    return Hull(tuple(hx), tuple(hp), tuple(neg), _guards(neg))
+    return Hull(tuple(hx), tuple(hp), _guards(neg))
 
 
 def build_equal_weights(x: Sequence[float]) -> Hull:
@@ -238,7 +237,7 @@ def _exact_index(hull: Hull, benefit: float, guess: int) -> int:
     p_j)·B ≤ x_{j+1} − x_j, is false and then true; the answer is its first true edge
     (or the last vertex). ``guess`` is the edge of the guard band −1/B fell in.
     """
-    edges = len(hull.neg_slopes)
+    edges = len(hull.x) - 1
     if math.isinf(benefit):  # only the largest P counts: the last vertex
         return edges
     num, den = benefit.as_integer_ratio()

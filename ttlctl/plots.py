@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
-from fitting.fit_doc import CdfDoc, FitDoc
+from fitting.fit_doc import CdfDoc, FitDoc, ToolFit
 
 
 def _safe(name: str) -> str:
@@ -17,11 +17,36 @@ def _safe(name: str) -> str:
     return cleaned[:80]
 
 
+def _is_num(value: object) -> TypeGuard[float]:
+    """A number a label can show (the report draws fits read from any run folder)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def step(ax: Any, cdf: CdfDoc, **kw: Any) -> None:
     """A compressed CDF (``x``, ``p``) as a right-continuous step from (0, 0)."""
     x = np.r_[0.0, np.asarray(cdf["x"], dtype=float)]
     p = np.r_[0.0, np.asarray(cdf["p"], dtype=float)]
     ax.step(x, p, where="post", **kw)
+
+
+def draw_cdf(ax: Any, entry: ToolFit, everything: ToolFit | None) -> float:
+    """One tool's pause CDF on ``ax``, as the fit's PNGs and the report both draw it: the
+    empirical CDF, its exponential fit (dashed) and, when given, the all-tools CDF (grey).
+    Returns the x axis' end: the largest pause, at least 1 ms."""
+    cdf = entry["cdf"]
+    n = entry.get("n")
+    step(ax, cdf, color="C0", lw=1.8, label="empirical" + (f" (n={n:,})" if _is_num(n) else ""))
+    upper = max(float(cdf["x"][-1]), 1e-3)
+    exp = entry.get("exponential")
+    rate = exp.get("rate") if isinstance(exp, dict) else None
+    if isinstance(exp, dict) and _is_num(rate):
+        grid = np.linspace(0.0, upper, 400)
+        mean, ks = exp.get("mean_s"), exp.get("ks")
+        words = f" (mean {mean:.3g} s, KS {ks:.2f})" if _is_num(mean) and _is_num(ks) else ""
+        ax.plot(grid, 1 - np.exp(-float(rate) * grid), color="C1", ls="--", label=f"Exp fit{words}")
+    if everything is not None and everything["cdf"]["x"]:
+        step(ax, everything["cdf"], color="0.6", lw=1.0, label="all tools")
+    return upper
 
 
 def plot_fit(fit: FitDoc, out_dir: Path) -> list[Path]:
@@ -42,20 +67,7 @@ def plot_fit(fit: FitDoc, out_dir: Path) -> list[Path]:
         if entry["n"] == 0:
             continue
         fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
-        step(ax, entry["cdf"], color="C0", lw=1.8, label=f"empirical (n={entry['n']:,})")
-        exp = entry.get("exponential")
-        upper = max(float(entry["cdf"]["x"][-1]), 1e-3)
-        if exp:
-            grid = np.linspace(0.0, upper, 400)
-            ax.plot(
-                grid,
-                1 - np.exp(-exp["rate"] * grid),
-                color="C1",
-                ls="--",
-                label=f"Exp fit (mean {exp['mean_s']:.3g} s, KS {exp['ks']:.2f})",
-            )
-        if name != "global" and everything is not None and everything["n"]:
-            step(ax, everything["cdf"], color="0.6", lw=1.0, label="all tools")
+        upper = draw_cdf(ax, entry, everything if name != "global" else None)
         ax.set_xscale("symlog", linthresh=max(upper / 1000, 1e-3))
         ax.set_xlim(0, upper)
         ax.set_ylim(0, 1.02)

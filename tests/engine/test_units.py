@@ -319,6 +319,28 @@ def test_engine_log_states_the_engines_facts_first_on_change_and_after_a_truncat
     assert lines[0]["bundle_sha256"] == "cd" * 32
 
 
+def test_engine_log_reopens_a_renamed_or_removed_file(tmp_path: Path) -> None:
+    """logrotate's default rotation renames the file: the next line goes to a new file at
+    the path (the engine's facts first), not on into the renamed one."""
+    path = tmp_path / "engine.jsonl"
+    log = EngineLog(str(path), [].append)
+    facts = EngineFacts("0.32.0", "m", 32, 63, 8, 512, 1024, False, True, "ab" * 32, "r1")
+    log.write_facts(facts)
+    log.write(Record("a", "p", None, None, 1.0, None, 2.0, 10, 1, None, "length", 0.0))
+    path.rename(tmp_path / "engine.jsonl.1")
+    log.write(Record("b", "p", None, None, 3.0, None, 4.0, 10, 1, None, "length", 0.0))
+    old = [json.loads(x) for x in (tmp_path / "engine.jsonl.1").read_text().splitlines()]
+    new = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [x.get("request_id") for x in old] == [None, "a"]
+    assert [x.get("kind") for x in new] == ["engine", None] and new[1]["request_id"] == "b"
+    (tmp_path / "engine.jsonl.1").unlink()
+    path.unlink()  # removed: a new file too
+    log.write(Record("c", "p", None, None, 5.0, None, 6.0, 10, 1, None, "length", 0.0))
+    assert [json.loads(x).get("request_id") for x in path.read_text().splitlines()] == [None, "c"]
+    assert log.errors == 0
+    log.close()
+
+
 def test_async_variant_is_chosen_under_async_scheduling() -> None:
     from types import SimpleNamespace
 

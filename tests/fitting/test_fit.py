@@ -131,3 +131,32 @@ def test_eta_interval_does_not_depend_on_row_order(synthetic_trace: Path) -> Non
     intervals = {(d["eta"]["ci_low"], d["eta"]["ci_high"]) for d in docs}
     assert len(intervals) == 1
     assert docs[0]["eta"]["ci_low"] is not None
+
+
+def test_the_fit_pngs_and_the_report_draw_a_cdf_one_way(
+    synthetic_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool's pause CDF is drawn by one function (ttlctl.plots.draw_cdf) for the fit's PNGs
+    and for the report's section: it was drawn by two copies that had drifted apart."""
+    from ttlctl import plots
+    from ttlctl.report import pauses
+    from ttlctl.report.rundir import load
+
+    doc = fit_trace(trace_io.scan(synthetic_trace), FitConfig(bootstrap=0))
+    drawn: list[tuple[int, bool]] = []
+    real = plots.draw_cdf
+
+    def spy(ax: Any, entry: Any, everything: Any) -> float:
+        drawn.append((entry["n"], everything is not None))
+        return real(ax, entry, everything)
+
+    monkeypatch.setattr(plots, "draw_cdf", spy)
+    monkeypatch.setattr(pauses, "draw_cdf", spy)
+    tools = sorted(doc["tools"].items())
+    assert len(plots.plot_fit(doc, tmp_path / "p")) == 1 + len(tools)
+    assert drawn == [(doc["global"]["n"], False), *((t["n"], True) for _, t in tools)]
+    drawn.clear()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "fit.json").write_text(json.dumps(doc))
+    assert "<figure>" in pauses.section(load(tmp_path / "run"))
+    assert sorted(drawn) == sorted((t["n"], True) for _, t in tools)

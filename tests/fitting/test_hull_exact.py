@@ -192,10 +192,10 @@ def test_floats_decide_away_from_near_ties(monkeypatch: pytest.MonkeyPatch) -> N
         hull.best(h, 10 ** rng.uniform(-1, 3))
     assert calls[0] == 0
     # B = 1/slope of each hull edge, in floats: every one is a near-tie, settled exactly
-    for j in range(len(h.neg_slopes)):
+    for j in range(len(h.x) - 1):
         benefit = (h.x[j + 1] - h.x[j]) / (h.p[j + 1] - h.p[j])
         assert hull.best(h, benefit)[0] == exact_argmax(cdf.x, cdf.p, benefit)
-    assert calls[0] == len(h.neg_slopes)
+    assert calls[0] == len(h.x) - 1
 
 
 #: sorted distinct samples: random, arithmetic (every point collinear), nearly arithmetic
@@ -226,3 +226,23 @@ def test_the_equal_weight_shortcut_builds_the_same_hull(seed: int, n: int, kind:
     xs = _samples(kind, n, random.Random(seed))
     ps = [i / float(len(xs)) for i in range(1, len(xs) + 1)]
     assert hull.build_equal_weights(xs) == hull.build(xs, ps)
+
+
+def test_a_hull_keeps_its_vertices_and_one_guard_band_per_edge() -> None:
+    """What a query reads and nothing else (the engine holds one hull per CDF): the
+    vertices and, per edge, a guard band; every exact −slope lies inside a band (its own,
+    or its neighbour's where near-equal slopes made the bands overlap), so the floats
+    never decide a near-tie. The rounded −slopes were kept as well, read only for their
+    count."""
+    import dataclasses
+
+    rng = random.Random(7)
+    cdf = cdf_mod.empirical([round(rng.lognormvariate(0.0, 1.0), 2) for _ in range(2000)])
+    h = hull.build(cdf.x, cdf.p)
+    assert [f.name for f in dataclasses.fields(hull.Hull)] == ["x", "p", "guards"]
+    edges = len(h.x) - 1
+    assert edges > 3 and len(h.guards) == 1 + 2 * edges
+    assert list(h.guards) == sorted(h.guards)
+    for j in range(edges):
+        neg = -(Fraction(h.p[j + 1]) - Fraction(h.p[j])) / (Fraction(h.x[j + 1]) - Fraction(h.x[j]))
+        assert any(h.guards[1 + 2 * i] <= neg <= h.guards[2 + 2 * i] for i in range(edges))

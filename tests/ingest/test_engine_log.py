@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ttlctl.cli import app
-from ttlctl.ingest.formats.engine_log import SCHEMA
+from ttlctl.ingest.formats.engine_log import SCHEMA, log_of
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io
@@ -309,3 +309,27 @@ def test_aborted_calls_are_kept_with_no_output_and_counted(tmp_path: Path) -> No
         app, ["ingest", str(src), "-o", str(tmp_path / "t.parquet"), "--json", "-"]
     )
     assert json.loads(result.stdout)["ingest"]["aborted"] == 2
+
+
+def test_rotated_parts_of_an_unnamed_log_are_one_replica(tmp_path: Path) -> None:
+    """engine.jsonl and engine.jsonl.1 (logrotate's parts of one server's log, no replica
+    named) are one replica, named by the log; alone they are one unnamed engine, as one
+    file is. They were read as a replica per file."""
+    a, b = _two_replicas(tmp_path, (None, None))
+    older = [_facts(None, kv_blocks=63), _req("a0", "q", -9.0, -8.0, is_last=True)]
+    rotated = _write(tmp_path / "a.jsonl.1", older)
+    ingest([rotated, a, b], tmp_path / "t.parquet")
+    trace = trace_io.read(tmp_path / "t.parquet")
+    assert set(trace["replica"].to_list()) == {str(a), str(b)}
+    assert trace.filter(trace["program_id"] == "q")["replica"].to_list() == [str(a)]
+    engines = trace_io.engines(tmp_path / "t.parquet")
+    assert [(e["replica"], e["calls"]) for e in engines] == [(str(a), 5), (str(b), 3)]
+    alone = ingest([rotated, a], tmp_path / "alone.parquet")
+    assert trace_io.read(tmp_path / "alone.parquet")["replica"].null_count() == 5
+    assert [e["replica"] for e in alone.engines] == [None]
+    assert [log_of(Path(n)).name for n in ("x.jsonl.2.gz", "x.jsonl.gz", "x.jsonl", "x.1")] == [
+        "x.jsonl",
+        "x.jsonl",
+        "x.jsonl",
+        "x",
+    ]

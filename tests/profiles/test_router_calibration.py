@@ -170,3 +170,20 @@ def test_the_command_prints_the_flag_value_and_refuses_bad_profiles(tmp_path: Pa
     assert "no decode fit" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     res = runner.invoke(app, ["profile", "--profile", "tiny-cpu", "--as", "sglang"])
     assert res.exit_code == 2 and "--as takes vllm-router" in res.stderr
+
+
+def test_the_command_writes_the_flag_value_to_o(tmp_path: Path) -> None:
+    """``-o FILE`` with ``--profile`` and ``--as``: the value goes to FILE (it was ignored);
+    ``--json`` there is refused."""
+    runner = CliRunner()
+    to = tmp_path / "router.json"
+    args = ["profile", "--profile", "tiny-cpu", "--as", "vllm-router"]
+    printed = runner.invoke(app, args)
+    res = runner.invoke(app, [*args, "-o", str(to)])
+    assert res.exit_code == 0, res.output
+    assert to.read_text() == printed.stdout.splitlines()[-1] + "\n"
+    assert res.stdout == "" and f"wrote {to}" in res.stderr
+    assert router_accepts(json.loads(to.read_text()))
+    res = runner.invoke(app, [*args, "--json", str(tmp_path / "x.json")])
+    assert res.exit_code == 2 and "--json goes with a measurement" in res.stderr
+    assert not (tmp_path / "x.json").exists()

@@ -19,7 +19,8 @@ def test_the_list_covers_each_part() -> None:
     assert {
         "replay/scheduler.py",
         "replay/decoders.py",
-        "replay/kv.py",
+        "replay/kv/run_pool.py",
+        "replay/kv/block_pool.py",
         "replay/pinning.py",
         "ttlctl/engine/retention.py",
         "ttlctl/engine/pins.py",

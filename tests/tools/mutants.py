@@ -120,19 +120,19 @@ MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ the pools
     Mutant(
         "run pool: free-list order (the partial block last, not first)",
-        "replay/kv.py",
+        "replay/kv/run_pool.py",
         "            self._prepend(lo + full, lo + blocks)  # the partial last block: reused first",
         "            self._append(None, lo + full, lo + blocks)",
     ),
     Mutant(
         "run pool: room check off by one",
-        "replay/kv.py",
+        "replay/kv/run_pool.py",
         "        return new <= self._free - hit\n\n    def admit",
         "        return new < self._free - hit\n\n    def admit",
     ),
     Mutant(
         "block pool: new blocks from the tail of the free list",
-        "replay/kv.py",
+        "replay/kv/block_pool.py",
         "    def grow(self, program: str, new: int) -> None:\n"
         "        if new > len(self._queue):\n"
         "            raise OutOfBlocks(program)\n"
@@ -148,7 +148,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "block pool: a shared block's second holder not counted",
-        "replay/kv.py",
+        "replay/kv/block_pool.py",
         "                self._ref[b] = self._ref.get(b, 0) + 1\n",
         "                self._ref[b] = self._ref.get(b, 0) + (b not in self._ref)\n",
     ),

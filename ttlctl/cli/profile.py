@@ -24,12 +24,20 @@ from ttlctl.cli.options import (
     MaxNumBatchedTokens,
     ProfileToShow,
 )
-from ttlctl.jsonio import write_json
+from ttlctl.jsonio import write_atomic, write_json
+
+#: the one target of ``--as``
+ROUTER = "vllm-router"
 
 
 def profile(
     output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="profile.json to write.")
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            help=f"profile.json to write (with --profile and --as {ROUTER}: the router's value).",
+        ),
     ] = None,
     device: Annotated[
         str, typer.Option(help="auto (what the installed vLLM runs on), cpu or cuda.")
@@ -97,8 +105,14 @@ def profile(
                 raise UserError(
                     f"--profile is read with --as {ROUTER} (or replay it: ttlctl replay)"
                 )
+            if json_out is not None:
+                raise UserError(
+                    f"--json goes with a measurement; with --profile and --as {ROUTER}, "
+                    "-o FILE writes the router's value"
+                )
+            check_outputs(output)
             shown, _ = shipped.resolve(profile_ref)
-            _as_router(shown, decode_throughput_alpha)
+            _as_router(shown, decode_throughput_alpha, output)
             return
     if output is None:
         raise typer.BadParameter("-o/--output is required (or use --list, or --profile with --as)")
@@ -159,17 +173,18 @@ def profile(
     err.print(f"wrote {output}")
     if as_target is not None:
         with user_errors():
-            _as_router(result, decode_throughput_alpha)
+            _as_router(result, decode_throughput_alpha, None)
         return
     render.profile_table(out, result.to_json())
 
 
-#: the one target of ``--as``
-ROUTER = "vllm-router"
-
-
-def _as_router(profile: Profile, alpha: float | None) -> None:
-    """The flag's value on stdout (one line, for a shell's ``$(…)``), its meaning on stderr."""
+def _as_router(profile: Profile, alpha: float | None, to: Path | None) -> None:
+    """The flag's value on stdout (one line, for a shell's ``$(…)``) or in the file ``to``
+    ('-': stdout), its meaning on stderr."""
     cal = calibrate(profile, decode_throughput_alpha=alpha)
     render.router_calibration(err, cal)
-    sys.stdout.write(cal.flag_value() + "\n")
+    if to is None or str(to) == "-":
+        sys.stdout.write(cal.flag_value() + "\n")
+        return
+    write_atomic(cal.flag_value() + "\n", to)
+    err.print(f"wrote {to}")

@@ -6,9 +6,12 @@ policy on production traffic. The engine's facts (:mod:`ttlctl.engine.facts`) go
 as a line of kind ``engine`` when they are first given and when they change, and
 again before the next request line when the file was found empty (new, or
 truncated by a ``copytruncate`` rotation), so every file says which engine wrote
-it. The schema is documented in :mod:`ttlctl.ingest.formats.engine_log`. An I/O
-error never reaches the engine: it is reported once and the writer tries again
-(reopening the file) on the next line.
+it. A file renamed or removed (logrotate's default rotation) is noticed before the
+next line, as Python's ``logging.handlers.WatchedFileHandler`` notices it (the path
+no longer names the open file's device and inode), and the path is opened anew. The
+schema is documented in :mod:`ttlctl.ingest.formats.engine_log`. An I/O error never
+reaches the engine: it is reported once and the writer tries again (reopening the
+file) on the next line.
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ class EngineLog:
         self.path = path
         self._warn = warn
         self._fh: IO[str] | None = None
+        #: (device, inode) of the open file: the path naming another one (or none) means
+        #: the file was rotated away
+        self._identity: tuple[int, int] = (-1, -1)
         self._warned = False
         self.lines = 0
         self.errors = 0
@@ -96,8 +102,12 @@ class EngineLog:
 
     def _append(self, line: str, facts: bool = False) -> None:
         try:
+            if self._fh is not None and self._moved():
+                self._close_quietly()
             if self._fh is None:
                 self._fh = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+                opened = os.fstat(self._fh.fileno())
+                self._identity = (opened.st_dev, opened.st_ino)
             if not facts and self.facts is not None and os.fstat(self._fh.fileno()).st_size == 0:
                 self._fh.write(self._facts_line() + "\n")  # an empty file: which engine writes
             self._fh.write(line + "\n")
@@ -112,6 +122,14 @@ class EngineLog:
                     f"ttlctl: cannot write the engine log {self.path} ({exc}); serving goes on "
                     "(further errors are not reported)"
                 )
+
+    def _moved(self) -> bool:
+        """Whether the path no longer names the open file (renamed or removed)."""
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        return (now.st_dev, now.st_ino) != self._identity
 
     def _close_quietly(self) -> None:
         fh, self._fh = self._fh, None

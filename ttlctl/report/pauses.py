@@ -4,11 +4,9 @@ a table of every tool."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from fitting.fit_doc import ToolFit
-from ttlctl.plots import step
-from ttlctl.report.markup import absent, e, is_num, note, num, table
+from ttlctl.plots import draw_cdf
+from ttlctl.report.markup import absent, e, note, num, table
 from ttlctl.report.png import figure, img, label, tokens
 from ttlctl.report.rundir import MAX_TOOL_PLOTS, RunInputs, ranked_tools
 
@@ -27,20 +25,7 @@ def _plot(run: RunInputs, name: str, entry: ToolFit, everything: ToolFit | None)
     t_ref = run.queue_delay_s
     fig = figure(3.8, 2.9)
     ax = fig.subplots()
-    step(ax, cdf, color="C0", lw=1.8, label=f"empirical (n={num(entry.get('n'))})")
-    upper = max(float(cdf["x"][-1]), 1e-3)
-    exp = entry.get("exponential")
-    if isinstance(exp, dict) and is_num(exp.get("rate")):
-        grid = np.linspace(0.0, upper, 300)
-        ax.plot(
-            grid,
-            1 - np.exp(-float(exp["rate"]) * grid),
-            color="C1",
-            ls="--",
-            label=f"Exp fit (mean {num(exp.get('mean_s'))} s, KS {num(exp.get('ks'))})",
-        )
-    if everything and everything["cdf"]["x"]:
-        step(ax, everything["cdf"], color="0.65", lw=1.0, label="all tools")
+    upper = draw_cdf(ax, entry, everything)
     if run.policy is not None:
         for colour, context in zip(MARKER_COLOURS, MARKER_CONTEXTS, strict=True):
             d = run.decide(name, context, t_ref)

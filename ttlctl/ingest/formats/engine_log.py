@@ -48,8 +48,11 @@ prefix: a hit depends on what survived in memory).
 Several files (the logs of several replicas behind a router, or one replica's
 rotated logs) are read together: a program whose calls ran on several replicas is
 one program, its calls merged by arrival. Each call's ``replica`` column is the
-``replica`` named by the engine record in force in its file; when none is named
-and several files are read, the file's path as given (one file: null).
+``replica`` named by the engine record in force in its file; when none is named,
+the path as given of the log the file is part of: its name less logrotate's
+suffixes ``.N`` and ``.gz`` (``engine.jsonl``, ``engine.jsonl.1`` and
+``engine.jsonl.2.gz`` are one log, one replica). When all the files are parts of
+one log, null (as for one file).
 
 Program ids used again: agent frameworks reuse session ids (a resumed session, a
 retried task). A call that arrives after its program's last call (one tagged
@@ -75,6 +78,7 @@ one-call programs (``request:<request_id>``) are not counted.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -95,6 +99,8 @@ from ttlctl.ingest.reader import (
 from ttlctl.ingest.rejects import RejectSink
 
 SCHEMA = "ttlctl.engine-log/1"
+#: a rotated file's name: the log's name, then logrotate's ``.N`` and ``.gz``
+_ROTATED = re.compile(r"(.+?)(?:\.\d+)?(?:\.gz)?")
 #: the program id of an untagged request: ``request:<request_id>``
 UNTAGGED = "request:"
 #: the ``kind`` of an engine-facts line (ttlctl.engine.facts.KIND; not imported: vLLM side)
@@ -135,6 +141,9 @@ class EngineLogReader:
         calls: list[tuple[str | None, str | None, dict[str, Any]]] = []
         records: list[int] = []
         aborted = 0
+        logs = [str(log_of(p)) for p in paths]
+        # the replica of a file whose engine names none: its log (None: one log in all)
+        unnamed = logs if len(set(logs)) > 1 else [None] * len(paths)
         for index, path in enumerate(paths):
             before, made = sink.count, 0
             in_force: dict[str, Any] | None = None
@@ -148,7 +157,7 @@ class EngineLogReader:
                 kind = obj.get("kind")
                 if kind == ENGINE:
                     try:
-                        in_force = engines.add(_facts(obj), path, lineno, len(paths) > 1)
+                        in_force = engines.add(_facts(obj), path, lineno, unnamed[index])
                     except RecordError as exc:
                         sink.reject(path, record, f"bad engine record: {exc}")
                     continue
@@ -164,7 +173,7 @@ class EngineLogReader:
                 aborted += str(obj.get("finish_reason")) == ABORT
                 row["_file"] = str(path)
                 row["_order"] = (index, lineno)
-                row["replica"] = engines.replica(in_force, path, len(paths) > 1)
+                row["replica"] = engines.replica(in_force, unnamed[index])
                 if in_force is not None:
                     in_force["calls"] += 1
                 tagged = None if program in (None, "") else str(program)
@@ -193,8 +202,10 @@ class _Engines:
     entries: list[dict[str, Any]] = field(default_factory=list)
     _by_key: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
 
-    def add(self, facts: dict[str, Any], path: Path, lineno: int, several: bool) -> dict[str, Any]:
-        facts = dict(facts, replica=self.replica(facts, path, several))
+    def add(
+        self, facts: dict[str, Any], path: Path, lineno: int, unnamed: str | None
+    ) -> dict[str, Any]:
+        facts = dict(facts, replica=self.replica(facts, unnamed))
         key = tuple(sorted(facts.items()))
         entry = self._by_key.get(key)
         if entry is None:
@@ -204,11 +215,18 @@ class _Engines:
         return entry
 
     @staticmethod
-    def replica(facts: dict[str, Any] | None, path: Path, several: bool) -> str | None:
+    def replica(facts: dict[str, Any] | None, unnamed: str | None) -> str | None:
+        """The replica the engine record names, else ``unnamed`` (the file's log)."""
         named = facts.get("replica") if facts is not None else None
-        if named:
-            return str(named)
-        return str(path) if several else None
+        return str(named) if named else unnamed
+
+
+def log_of(path: Path) -> Path:
+    """The log a file is part of: ``path`` less logrotate's suffixes, a number then
+    ``.gz`` (``engine.jsonl.2.gz``, ``engine.jsonl.1`` and ``engine.jsonl.gz`` are parts
+    of ``engine.jsonl``)."""
+    parts = _ROTATED.fullmatch(path.name)
+    return path.with_name(parts[1]) if parts else path
 
 
 def _facts(obj: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,8 @@
   :mod:`~replay.fleet.finishing` (a step's calls finished), over the parts they share
   (:mod:`~replay.fleet.parts`: :mod:`~replay.fleet.replica`, :mod:`~replay.fleet.view`,
   :mod:`~replay.fleet.streams`, :mod:`~replay.fleet.books`, :mod:`~replay.fleet.clients`);
+- :mod:`replay.fleet.engine`: what the loop uses of a replica's engine (the fast
+  backend's, or vLLM's scheduler: :mod:`replay.vllmsim.fleet`);
 - :mod:`replay.fleet.metrics`: what a fleet reports beyond the single-engine figures;
 - :mod:`replay.fleet.run`: one policy's fleet replay, as ``replay`` and ``tune`` call it.
 """

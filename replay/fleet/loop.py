@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from profiles.cost import CostModel
 from replay.fleet.books import Books, CallRoute
 from replay.fleet.clients import Clients
+from replay.fleet.engine import Engine
 from replay.fleet.events import EventQueue
 from replay.fleet.parts import Fleet
 from replay.fleet.replica import Replica
@@ -41,7 +42,7 @@ from replay.scheduler import Policy, SimScheduler, SimSchedulerConfig
 from replay.sim import ProgramRun, ReplayConfig, SimCallRecord, SimulationError
 from replay.workload import Workload
 
-__all__ = ["CallRoute", "FleetOutcome", "FleetState", "simulate_fleet"]
+__all__ = ["CallRoute", "FleetOutcome", "FleetState", "drive", "simulate_fleet"]
 
 
 @dataclass(slots=True)
@@ -53,7 +54,7 @@ class FleetOutcome:
     programs: list[ProgramRun]
     rejected_calls: int
     truncated_calls: int
-    engines: list[SimScheduler]
+    engines: list[Engine]
     end: float
     #: (program, turn) -> where it went
     routes: dict[tuple[str, int], CallRoute]
@@ -79,22 +80,38 @@ def simulate_fleet(
         raise SimulationError(f"{len(sizes)} engine sizes for {len(policies)} replicas")
     if any(e.block_size != config.engine.block_size for e in sizes):
         raise SimulationError("the replicas' engines must share the replay's block size")
+    schedulers: list[Engine] = [
+        SimScheduler(
+            engine,
+            cost,
+            policy,
+            OffloadTier(config.offload_tokens, cost, engine.block_size)
+            if config.offload_tokens > 0
+            else None,
+        )
+        for policy, engine in zip(policies, sizes, strict=True)
+    ]
+    return drive(workload, schedulers, config, router, logged_replicas=logged_replicas)
+
+
+def drive(
+    workload: Workload,
+    schedulers: list[Engine],
+    config: ReplayConfig,
+    router: Router,
+    *,
+    logged_replicas: Mapping[tuple[str, int], str] | None = None,
+) -> FleetOutcome:
+    """Replay ``workload`` on ``schedulers``, one replica each (built by the caller: the
+    fast backend's engines, or vLLM's schedulers), behind ``router``."""
     replicas = [
         Replica(
             i,
-            SimScheduler(
-                engine,
-                cost,
-                policy,
-                OffloadTier(config.offload_tokens, cost, engine.block_size)
-                if config.offload_tokens > 0
-                else None,
-            ),
-            config if engine == config.engine else replace(config, engine=engine),
+            engine,
+            config if engine.config == config.engine else replace(config, engine=engine.config),
         )
-        for i, (policy, engine) in enumerate(zip(policies, sizes, strict=True))
+        for i, engine in enumerate(schedulers)
     ]
-    schedulers = [r.engine for r in replicas]
     streams = Streams(workload, config.engine.block_size)
     queue = EventQueue()
     fleet = Fleet(

@@ -25,9 +25,10 @@ from typing import Any, cast
 import numpy as np
 
 from replay.figures import PolicyResult, summarize
+from replay.fleet.engine import Engine
 from replay.fleet.loop import FleetOutcome
 from replay.fleet.records import FleetRouter, MissReasons, ReplicaResult
-from replay.scheduler import SimScheduler, SimSchedulerConfig, Stats
+from replay.scheduler import SimSchedulerConfig, Stats
 from replay.sim import ProgramRun, SimCallRecord
 from replay.workload import Workload
 
@@ -59,7 +60,7 @@ class _Merged:
     engine: Any = field(default=None)
 
 
-def together(engines: list[SimScheduler]) -> SimScheduler | _Together:
+def together(engines: list[Engine]) -> Engine | _Together:
     """One engine as is; several as one: counters summed, pinned blocks added up."""
     if len(engines) == 1:
         return engines[0]

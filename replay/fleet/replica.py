@@ -1,19 +1,20 @@
-"""One replica of the fleet: a simulated engine and where it stands on the fleet's clock."""
+"""One replica of the fleet: an engine (:class:`~replay.fleet.engine.Engine`) and where it
+stands on the fleet's clock."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
+from replay.fleet.engine import Engine
 from replay.request import SimRequest
-from replay.scheduler import SimScheduler
 from replay.sim import ProgramRun, ReplayConfig
 
 
 @dataclass(slots=True)
 class Replica:
     index: int
-    engine: SimScheduler
+    engine: Engine
     #: the replay's settings with this replica's engine (replicas may differ in size)
     config: ReplayConfig
     #: the end of its last step (or when it last woke)

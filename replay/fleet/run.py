@@ -22,6 +22,7 @@ from replay.fleet.loop import FleetOutcome, simulate_fleet
 from replay.fleet.metrics import fleet_result
 from replay.fleet.records import FleetRouter
 from replay.fleet.routers import RouterSettings, make_router
+from replay.fleet.routers.base import Router
 from replay.policies import BOUNDS, PolicySpec, make
 from replay.policy_runs import Load, prepare, unlimited_kv_tokens
 from replay.scheduler import SimSchedulerConfig
@@ -43,6 +44,9 @@ class FleetSpec:
     #: each replica's engine, in replica order (None: every replica is the replay's
     #: engine); ``refit`` sizes each from its own engine log
     engines: tuple[SimSchedulerConfig, ...] | None = None
+    #: the engine under each replica: ``fast`` (the fast backend's) or ``vllm`` (vLLM's own
+    #: scheduler, :mod:`replay.vllmsim.fleet`)
+    backend: str = "fast"
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -53,6 +57,11 @@ class FleetSpec:
             )
         if self.router.name == "as-logged" and self.logged is None:
             raise ConfigError("--router as-logged needs the trace's replica column")
+        if self.backend == "vllm" and self.engines is not None:
+            raise ConfigError(
+                "--backend vllm runs replicas of one size (replicas sized each from its own "
+                "engine log run on the fast backend)"
+            )
 
     def describe(self) -> FleetRouter:
         """The router, its settings (defaults filled in) and the replicas, for the JSON."""
@@ -105,14 +114,7 @@ def simulate_fleet_one(
 
     pricers = {n: rebuild_pricer(cost, n) for n in {e.max_num_batched_tokens for e in engines}}
     policies = [make(spec, pauses, pricers[e.max_num_batched_tokens]) for e in engines]
-    router = make_router(
-        fleet.router,
-        fleet.replicas,
-        seed=timing.seed,
-        block_size=cfg.engine.block_size,
-        logged_replicas=sorted(set(fleet.logged.values())) if fleet.logged else (),
-        calibration=router_calibration(fleet.router, cost),
-    )
+    router = fleet_router(fleet, cost, seed=timing.seed, block_size=cfg.engine.block_size)
     start = time.perf_counter()
     outcome = simulate_fleet(
         work,
@@ -124,6 +126,18 @@ def simulate_fleet_one(
         engines=None if fleet.engines is None else engines,
     )
     return outcome, work, time.perf_counter() - start
+
+
+def fleet_router(fleet: FleetSpec, cost: CostModel, *, seed: int, block_size: int) -> Router:
+    """The fleet's router model, as a replay builds it (both backends)."""
+    return make_router(
+        fleet.router,
+        fleet.replicas,
+        seed=seed,
+        block_size=block_size,
+        logged_replicas=sorted(set(fleet.logged.values())) if fleet.logged else (),
+        calibration=router_calibration(fleet.router, cost),
+    )
 
 
 def router_calibration(settings: RouterSettings, cost: CostModel) -> RouterCalibration | None:
@@ -143,6 +157,11 @@ def router_calibration(settings: RouterSettings, cost: CostModel) -> RouterCalib
 
 def runner(fleet: FleetSpec) -> Callable[..., PolicyResult]:
     """Replays one policy on ``fleet`` (the signature of :func:`replay.policy_runs.run_one`)."""
+    if fleet.backend == "vllm":
+        # lazy: the vLLM backend imports vLLM (and torch); the fast path must not
+        from replay.vllmsim.fleet import VllmFleetRunner
+
+        return VllmFleetRunner(fleet)
 
     def run(
         workload: Workload,
@@ -211,11 +230,6 @@ def fleet_for(
         return None
     if replicas < 1:
         raise ConfigError(f"--replicas must be at least 1, got {replicas}")
-    if backend != "fast":
-        raise ConfigError(
-            "--replicas: a fleet runs on the fast backend only (--backend vllm with "
-            "--replicas is not supported yet)"
-        )
     if async_scheduling:
         raise ConfigError(
             "--async-scheduling: a fleet's replicas step synchronously (--async-scheduling "
@@ -228,4 +242,4 @@ def fleet_for(
         )
     router = router or RouterSettings()
     logged = logged_replicas(trace) if router.name == "as-logged" else None
-    return FleetSpec(replicas, router, logged)
+    return FleetSpec(replicas, router, logged, backend=backend)

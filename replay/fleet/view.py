@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from replay.fleet.engine import Engine
 from replay.fleet.routers.base import RoutedCall
 from replay.fleet.streams import Streams
-from replay.scheduler import SimScheduler
 
 
 class FleetState:
@@ -20,7 +22,7 @@ class FleetState:
         "replicas",
     )
 
-    def __init__(self, engines: list[SimScheduler], streams: Streams) -> None:
+    def __init__(self, engines: Sequence[Engine], streams: Streams) -> None:
         self._engines = engines
         self.replicas = len(engines)
         self._load = [0] * len(engines)

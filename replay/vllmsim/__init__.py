@@ -19,7 +19,9 @@ One concept per module:
 - :mod:`.executor`: the stand-in model executor and the step's price;
 - :mod:`.harness`: the engine core's step loop (sync and async) on a virtual clock;
 - :mod:`.outcome`: per-call records and engine figures;
-- :mod:`.run`: one policy on one workload (:func:`replay.vllmsim.run.run`).
+- :mod:`.run`: one policy on one workload (:func:`replay.vllmsim.run.run`);
+- :mod:`.engine`: vLLM's scheduler as one replica of the fleet loop (``--replicas N``);
+- :mod:`.fleet`: one policy on a fleet of vLLM schedulers behind a router.
 
 Only :mod:`.shared` and :mod:`.backend` load without vLLM.
 """

@@ -69,7 +69,10 @@ def test_replay_a_fleet(trace: Path, tmp_path: Path) -> None:
             "--pin-queue-bound: the kv-aware router does not take it",
         ),
         (["--replicas", "2", "--kv-tokens", "8"], "must hold at least one block"),
-        (["--replicas", "2", "--backend", "vllm"], "--replicas: a fleet runs on the fast"),
+        (
+            ["--replicas", "2", "--backend", "vllm", "--policy", "oracle"],
+            "policy oracle does not map onto vLLM's scheduler",
+        ),
         (["--replicas", "2", "--async-scheduling"], "--async-scheduling with --replicas is not"),
     ],
 )

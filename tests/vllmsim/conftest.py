@@ -18,4 +18,7 @@ if importlib.util.find_spec("vllm") is None:  # an install without the engine ex
         "test_harness.py",
         "test_stress.py",
         "test_backend_cli.py",
+        "fleet_differential.py",
+        "test_fleet_differential.py",
+        "test_fleet_cli.py",
     ]

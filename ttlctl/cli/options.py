@@ -298,7 +298,8 @@ FleetReplicas = Annotated[
     typer.Option(
         "--replicas",
         help="Replay N engines behind a router, in one event loop (each engine sized by "
-        "the engine flags, as vLLM's flags size each server; --concurrency is the fleet's).",
+        "the engine flags, as vLLM's flags size each server; --concurrency is the fleet's; "
+        "with --backend vllm each engine is vLLM's own scheduler).",
     ),
 ]
 RouterName = Annotated[

@@ -1,0 +1,325 @@
+"""One replica of a vLLM fleet: vLLM's scheduler driven by the fleet's loop.
+
+:class:`VllmEngine` has the shape the fleet loop drives (:class:`replay.fleet.engine.Engine`),
+so ``--backend vllm --replicas N`` runs in the fast fleet's own loop
+(:func:`replay.fleet.loop.drive`): the same clock, routing, arrivals, step events and
+finishes; only the engine under each replica is vLLM's ``Scheduler`` (or ttlctl's
+``TTLScheduler``, each replica with its own plugin, as each server loads its own). What
+one :meth:`VllmEngine.step` does is one iteration of the single-engine harness's
+synchronous loop (:mod:`replay.vllmsim.harness`): ``schedule()`` at the step's start,
+the stand-in executor, ``update_from_output()`` with the virtual clock at the step's end.
+As with the fast engine, the step's effects on the engine (blocks freed, pins made) are
+applied when the loop takes the step; its calls finish, for the router and the clients,
+at the step's end event.
+
+Differences from the fast engine, on purpose:
+
+- no run of decode steps is taken in one piece (:meth:`VllmEngine.merge_end` is always
+  None): vLLM schedules every step, so a replica waiting in decode steps takes them one
+  event each; the router reads its cache as of the current step (the fast fleet reads it
+  as of the start of the decode run it waits in; docs/replay.md says when that differs);
+- the router's KV events (:class:`KvEvents`) are vLLM's own: the call's prompt hashed as
+  vLLM hashes it, matched against the replica's block pool (what its ``BlockStored`` /
+  ``BlockRemoved`` events publish);
+- a step that leaves the replica with no calls is followed by one more ``schedule()``
+  (:attr:`VllmEngine.idle` is vLLM's ``has_requests()``: the engine core steps once more
+  to report finished calls), in which the plugin expires the pins that fell due during
+  the step; the fast engine keeps them until the replica's next call.
+
+:class:`TokenBook` gives every call its token ids, the same on whichever replica it
+lands (:mod:`replay.vllmsim.tokens`: one stream per program, fleet-wide).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm.sampling_params import SamplingParams
+from vllm.v1.request import Request
+
+from profiles.cost import CostModel
+from replay.kv import Keys
+from replay.request import SimRequest
+from replay.scheduler import SimSchedulerConfig, Stats
+from replay.sim import ReplayConfig, fits_engine
+from replay.vllmsim.build import Built
+from replay.vllmsim.executor import execute
+from replay.vllmsim.harness import FILLER
+from replay.vllmsim.tokens import Streams
+from replay.workload import Call, Workload
+
+#: the request id of the throwaway requests that hash a prompt for a cache lookup
+_LOOKUP = "kv-events-lookup"
+
+
+@dataclass(slots=True)
+class _Prompt:
+    """A call's prompt as vLLM sees it (built once, wherever it is routed)."""
+
+    call: Call
+    tokens: list[int]
+    #: vLLM's block hashes of its full blocks
+    hashes: list[Any]
+
+
+class TokenBook:
+    """The token ids of every call of the fleet (one stream per program, whichever
+    replica served each call), and each program's next call."""
+
+    __slots__ = ("_calls", "_config", "_hasher", "_next", "_prompts", "streams")
+
+    def __init__(self, workload: Workload, config: ReplayConfig, hasher: Any) -> None:
+        self._calls = {p.program_id: p.calls for p in workload.programs}
+        self._config = config
+        self._hasher = hasher
+        self.streams = Streams()
+        #: program -> its next call's turn (its calls run one after another)
+        self._next: dict[str, int] = {}
+        self._prompts: dict[tuple[str, int], _Prompt] = {}
+
+    def prompt(self, program: str, turn: int) -> _Prompt | None:
+        """Call ``turn``'s prompt (None: the engine refuses the call). Built the first time
+        it is asked for: when it is routed (the previous call has finished) or arrives."""
+        key = (program, turn)
+        got = self._prompts.get(key)
+        if got is not None:
+            return got
+        call, _ = fits_engine(self._calls[program][turn], self._config)
+        if call is None:
+            return None
+        bs = self._config.engine.block_size
+        tokens = self.streams.prompt(
+            program,
+            call.reused_tokens if turn else 0,
+            call.input_tokens,
+            call.shared_keys(bs),
+            bs,
+        )
+        probe = Request(
+            request_id=_LOOKUP,
+            prompt_token_ids=tokens,
+            sampling_params=SamplingParams(max_tokens=1),
+            pooling_params=None,
+            block_hasher=self._hasher,
+        )
+        got = self._prompts[key] = _Prompt(call, tokens, list(probe.block_hashes))
+        return got
+
+    @property
+    def block_size(self) -> int:
+        return self._config.engine.block_size
+
+    def next_prompt(self, program: str) -> _Prompt | None:
+        return self.prompt(program, self._next.get(program, 0))
+
+    def finished(self, program: str, turn: int, tokens: list[int]) -> None:
+        """Call ``turn`` finished with ``tokens`` (prompt + output): the next one repeats them."""
+        self._prompts.pop((program, turn), None)
+        self._next[program] = turn + 1
+        if turn + 1 < len(self._calls[program]):
+            self.streams.finished(program, tokens)
+        else:
+            self.streams.forget(program)
+
+
+class KvEvents:
+    """What a router subscribed to the replica's KV events knows: which of a prompt's
+    blocks the replica's block pool holds (vLLM's own prefix lookup, read-only)."""
+
+    __slots__ = ("_book", "_manager")
+
+    def __init__(self, scheduler: Any, book: TokenBook) -> None:
+        self._manager = scheduler.kv_cache_manager
+        self._book = book
+
+    def prefix_hit(self, program: str, keys: Keys, reusable: int, cap: int) -> int:
+        """Leading blocks of the program's next call (the one being routed) cached here,
+        at most ``cap`` (``keys`` and ``reusable`` are the fast engine's model of the same:
+        vLLM's block hashes say it directly)."""
+        prompt = self._book.next_prompt(program)
+        if prompt is None:
+            return 0
+        bs = self._book.block_size
+        longest = min(cap * bs, len(prompt.tokens) - 1)
+        if longest <= 0:
+            return 0
+        _, hit, _ = self._manager.coordinator.find_longest_cache_hit(prompt.hashes, longest)
+        return int(hit) // bs
+
+
+@dataclass(frozen=True, slots=True)
+class _Pinning:
+    """The plugin's pin rules (its :class:`~ttlctl.engine.retention.Retention`)."""
+
+    retention: Any
+
+
+@dataclass(slots=True)
+class _Live:
+    req: SimRequest
+    request: Request
+    #: the call's output token ids (the stand-in executor samples them in order)
+    outputs: list[int]
+
+
+@dataclass(slots=True)
+class VllmEngine:
+    """vLLM's scheduler as one replica of the fleet loop (see the module docstring)."""
+
+    built: Built
+    config: SimSchedulerConfig
+    cost: CostModel
+    book: TokenBook
+    plugin: bool
+    stats: Stats = field(default_factory=Stats)
+    timeline: list[tuple[float, int]] = field(default_factory=list)
+    #: the plugin's counters at the end (empty for vLLM's own scheduler)
+    plugin_counters: dict[str, int] = field(default_factory=dict)
+    #: the virtual clock (the plugin reads it)
+    now: float = 0.0
+    pool: KvEvents = field(init=False)
+    pinning: _Pinning | None = field(init=False)
+    _live: dict[str, _Live] = field(default_factory=dict)
+    _pinned: int = 0
+    _pins_clock: float = 0.0
+
+    def __post_init__(self) -> None:
+        scheduler = self.built.scheduler
+        self.pool = KvEvents(scheduler, self.book)
+        self.pinning = _Pinning(scheduler.ttl) if self.plugin else None
+        if self.plugin:
+            scheduler.ttl_clock = self._clock
+
+    def _clock(self) -> float:
+        return self.now
+
+    @property
+    def scheduler_name(self) -> str:
+        return type(self.built.scheduler).__name__
+
+    @property
+    def waiting(self) -> list[SimRequest]:
+        s = self.built.scheduler
+        live = self._live
+        return [live[r.request_id].req for q in (s.kv_holding_waiting, s.waiting) for r in q]
+
+    @property
+    def idle(self) -> bool:
+        # finished calls not yet reported make vLLM's engine core step once more
+        return not self.built.scheduler.has_requests()
+
+    def _observe_pins(self) -> None:
+        """Integrate pinned memory up to now, then take the plugin's figure (the harness's)."""
+        if self.now > self._pins_clock:
+            self.stats.pinned_block_seconds += self._pinned * (self.now - self._pins_clock)
+            self._pins_clock = self.now
+        pinned = int(self.built.scheduler.ttl.pins.blocks) if self.plugin else 0
+        if pinned != self._pinned:
+            self.timeline.append((self.now, pinned))
+            self._pinned = pinned
+
+    def tick(self, now: float) -> None:
+        self.now = max(self.now, now)
+        self._observe_pins()
+
+    def add(self, req: SimRequest, now: float) -> None:
+        """The call reaches vLLM's scheduler (``add_request``: due pins expire first)."""
+        self.now = now
+        prompt = self.book.prompt(req.program, req.turn)
+        assert prompt is not None  # the loop refused it on arrival otherwise
+        xargs: dict[str, Hashable] = {"program_id": req.program, "is_last": int(req.is_last)}
+        if req.tool and not req.is_last:
+            xargs["tool"] = req.tool
+        request = Request(
+            request_id=str(req.rid),
+            prompt_token_ids=prompt.tokens,
+            sampling_params=SamplingParams(
+                max_tokens=req.output, ignore_eos=True, temperature=0.0, extra_args=xargs
+            ),
+            pooling_params=None,
+            arrival_time=req.arrival if req.sent is None else req.sent,
+            block_hasher=self.built.hasher,
+        )
+        self._live[request.request_id] = _Live(req, request, self.book.streams.fresh(req.output))
+        self.built.scheduler.add_request(request)
+        self._observe_pins()
+
+    def step(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
+        """One engine step from ``now``: ``schedule()``, the executor, and
+        ``update_from_output()`` at the step's end; returns (seconds, calls finished).
+        ``horizon`` is not used: vLLM takes one step at a time."""
+        scheduler = self.built.scheduler
+        stats = self.stats
+        live = self._live
+        self.now = now
+        output = scheduler.schedule()
+        self._observe_pins()
+        step = execute(output, scheduler.requests, live, FILLER)
+        seconds = step.seconds(self.cost)
+        index = -1
+        if output.total_num_scheduled_tokens > 0:
+            index = stats.steps
+            stats.steps += 1
+            stats.busy_s += seconds
+            stats.longest_step_s = max(stats.longest_step_s, seconds)
+        stats.preemptions += len(output.preempted_req_ids)
+        for request_id in output.num_scheduled_tokens:
+            req = live[request_id].req
+            if req.admitted is None:
+                req.admitted = now
+                req.admitted_step = index
+                prefill = live[request_id].request.prefill_stats
+                req.hit_tokens = int(prefill.num_cached_tokens) if prefill is not None else 0
+                stats.prompt_tokens += req.prompt
+                stats.hit_tokens += min(req.hit_tokens, req.prompt)
+        self.now = end = now + seconds
+        outputs = scheduler.update_from_output(output, step.output)
+        self._observe_pins()
+        finished: list[SimRequest] = []
+        for client in outputs.values():
+            for out in client.outputs:
+                entry = live.get(out.request_id)
+                if entry is None:
+                    continue
+                req = entry.req
+                if out.new_token_ids and req.first_token is None:
+                    req.first_token = end
+                if out.finish_reason is not None:
+                    del live[out.request_id]
+                    request = entry.request
+                    req.finish = end
+                    req.preemptions = int(request.num_preemptions)
+                    req.generated = int(request.num_output_tokens)
+                    if req.first_token is None:
+                        req.first_token = end
+                    self.book.finished(req.program, req.turn, list(request.all_token_ids))
+                    finished.append(req)
+        return seconds, finished
+
+    def next_expiry(self) -> float:
+        """The next pin expiry after now, while calls are in the engine (an engine without
+        any does not step: its pins stay until the next call, as the harness leaves them)."""
+        if not self.plugin or not self.built.scheduler.get_num_unfinished_requests():
+            return float("inf")
+        now = self.now
+        return min(
+            (p.expiry for p in self.built.scheduler.ttl.pins.pins.values() if p.expiry > now),
+            default=float("inf"),
+        )
+
+    def merge_end(self, now: float, horizon: float) -> float | None:
+        return None  # vLLM schedules every step (the module docstring)
+
+    def pin_counters(self) -> None:
+        """The plugin's counters into :attr:`stats` (and :attr:`plugin_counters`)."""
+        if not self.plugin:
+            return
+        counters = dict(self.built.scheduler.ttl_stats())
+        self.plugin_counters = counters
+        s = self.stats
+        s.pins_made = counters["made"]
+        s.pins_hit = counters["hit"]
+        s.pins_expired = counters["expired"]
+        s.pins_released = counters["released"]

@@ -1,0 +1,122 @@
+"""A fleet of vLLM schedulers behind a router: ``replay --replicas N --backend vllm``.
+
+The fast fleet's loop (:func:`replay.fleet.loop.drive`: one clock, the router models,
+their view, the books and the metrics) with vLLM's scheduler under every replica
+(:class:`replay.vllmsim.engine.VllmEngine`): ``vllm`` and ``unlimited-kv`` on vLLM's
+``Scheduler``, ``program-fcfs``, ``static-ttl`` and ``continuum`` on ttlctl's
+``TTLScheduler``, each replica with its own plugin built from the same bundle
+(:mod:`replay.vllmsim.bundles`), as each server loads its own. Synchronous scheduling only
+(the fleet's step events are synchronous steps); the replicas share one size.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from profiles.cost import CostModel
+from replay.figures import PolicyResult
+from replay.fleet.engine import Engine
+from replay.fleet.loop import FleetOutcome, drive
+from replay.fleet.metrics import fleet_result
+from replay.fleet.run import FleetSpec, fleet_router
+from replay.policies import BOUNDS, PolicySpec
+from replay.policy_runs import Load, prepare, unlimited_kv_tokens
+from replay.sim import ReplayConfig
+from replay.vllmsim.backend import check
+from replay.vllmsim.build import build, quiet_vllm
+from replay.vllmsim.bundles import bundle_for
+from replay.vllmsim.engine import TokenBook, VllmEngine
+from replay.workload import Workload
+from ttlctl import bundle as bundle_mod
+
+
+@dataclass(slots=True)
+class VllmFleetOutcome:
+    outcome: FleetOutcome
+    #: the workload as replayed (the load's starts and order)
+    workload: Workload
+    engines: list[VllmEngine]
+    #: wall seconds of the loop (vLLM's setup excluded)
+    wall_s: float
+
+
+def simulate(
+    workload: Workload,
+    spec: PolicySpec,
+    cost: CostModel,
+    config: ReplayConfig,
+    timing: Load,
+    fleet: FleetSpec,
+) -> VllmFleetOutcome:
+    """Replay ``workload`` under ``spec`` on ``fleet.replicas`` vLLM schedulers."""
+    check("vllm", [spec.name], offload_tokens=config.offload_tokens)
+    work = prepare(workload, timing)
+    cfg = replace(config, concurrency=timing.concurrency)
+    if spec.name == "unlimited-kv":
+        kv = max(cfg.engine.kv_tokens, unlimited_kv_tokens(work, cfg))
+        cfg = replace(cfg, engine=replace(cfg.engine, kv_tokens=kv))
+    doc = bundle_for(spec, cost, cfg.engine.max_num_batched_tokens)
+    router = fleet_router(fleet, cost, seed=timing.seed, block_size=cfg.engine.block_size)
+    with tempfile.TemporaryDirectory(prefix="ttlctl-vllmfleet-") as folder, quiet_vllm():
+        path = None
+        if doc is not None:
+            path = Path(folder) / "bundle.json"
+            bundle_mod.write(doc, path)
+        built = [
+            build(cfg.engine, async_scheduling=False, bundle=path) for _ in range(fleet.replicas)
+        ]
+        book = TokenBook(work, cfg, built[0].hasher)
+        engines = [VllmEngine(b, cfg.engine, cost, book, doc is not None) for b in built]
+        schedulers: list[Engine] = list(engines)
+        start = time.perf_counter()
+        outcome = drive(work, schedulers, cfg, router, logged_replicas=fleet.logged)
+        wall = time.perf_counter() - start
+    return VllmFleetOutcome(outcome, work, engines, wall)
+
+
+@dataclass(frozen=True, slots=True)
+class VllmFleetRunner:
+    """``run_one`` for ``--backend vllm --replicas N``: the fleet's result record."""
+
+    fleet: FleetSpec
+
+    def __call__(
+        self,
+        workload: Workload,
+        spec: PolicySpec,
+        cost: CostModel,
+        config: ReplayConfig,
+        timing: Load,
+        *,
+        timed: bool = True,
+    ) -> PolicyResult:
+        ran = simulate(workload, spec, cost, config, timing, self.fleet)
+        return record(ran, spec.name, self.fleet, timed=timed)
+
+
+def record(
+    ran: VllmFleetOutcome, policy: str, fleet: FleetSpec, *, timed: bool = True
+) -> PolicyResult:
+    """The fast fleet's record of ``ran``, plus what names the backend (the plugin's
+    counters summed over the replicas)."""
+    result = fleet_result(
+        ran.outcome,
+        ran.workload,
+        policy,
+        evaluation_only=policy in BOUNDS,
+        wall_s=ran.wall_s if timed else None,
+        router=fleet.describe(),
+    )
+    counters: dict[str, int] = {}
+    for engine in ran.engines:
+        for name, n in engine.plugin_counters.items():
+            counters[name] = counters.get(name, 0) + n
+    result["backend"] = "vllm"
+    result["async_scheduling"] = False
+    result["scheduler"] = ran.engines[0].scheduler_name
+    result["aborted_calls"] = 0
+    result["plugin_counters"] = counters
+    return result

@@ -1,0 +1,79 @@
+"""The fast fleet checked against a fleet of vLLM schedulers, call by call (issue 19 §1).
+
+Random small workloads (``differential.cases``: vllm, program-fcfs, static-ttl and
+continuum, mixed, under pressure, with prefixes shared across programs) on 2 or 3
+replicas behind the deterministic routers (round-robin, consistent-hash, cache-aware,
+pin-aware, kv-aware): every call goes to the same replica, is admitted in the same step
+there, hits the same prefix, is preempted as often and finishes in the same step at the
+same time; its route (previous replica, that call's pin and whether it was still held) is
+the same, and so are each replica's pins and the fleet's pins wasted (``fleet_differential``), but
+for the two deviations of the fast fleet's model that ``fleet_differential.deviations``
+bounds (a router's stale view of a replica waiting in a decode run; a pin that vLLM
+expires at the step that empties its replica).
+
+``TTLCTL_DIFF_EXAMPLES`` scales the number of cases (default 40, as the single-engine
+comparison's).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from profiles.cost import ProfileCostModel
+from profiles.shipped import resolve
+from tests.vllmsim.differential import cases, continuum_bundles
+from tests.vllmsim.fleet_differential import (
+    FleetCase,
+    ViewLog,
+    compare_fleets,
+    deviations,
+    fleet_cases,
+    run_fleets,
+)
+
+COST = ProfileCostModel(resolve("llama-3.1-8b-h100")[0])
+EXAMPLES = int(os.environ.get("TTLCTL_DIFF_EXAMPLES", "40"))
+
+
+@pytest.fixture(scope="module")
+def bundles(fit_doc: dict[str, Any]) -> dict[str, Any]:
+    return continuum_bundles(fit_doc, COST)
+
+
+def check(fc: FleetCase) -> int:
+    log = ViewLog()
+    with log.watching():
+        fast, ours = run_fleets(fc, COST, log)
+    calls, diffs = compare_fleets(fast, ours)
+    diffs = deviations(diffs, log, fast)
+    shown = "\n".join(f"  {d.call} {d.metric}: fast {d.fast}, vllm {d.vllm}" for d in diffs[:12])
+    assert not diffs, f"{fc.describe()}\n{shown}"
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("pressure", "shared"),
+    [(False, False), (True, False), (False, True)],
+    ids=["mixed", "pressure", "shared"],
+)
+def test_fleets_agree_call_by_call(bundles: dict[str, Any], pressure: bool, shared: bool) -> None:
+    seen: list[int] = []
+
+    @settings(
+        max_examples=max(1, EXAMPLES // (2 if not pressure else 4)),
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.data())
+    def one(data: st.DataObject) -> None:
+        seen.append(check(data.draw(fleet_cases(cases(bundles, pressure=pressure, shared=shared)))))
+
+    one()
+    assert sum(seen) > 0  # calls were compared

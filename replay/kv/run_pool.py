@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from itertools import count
 
 from replay.kv.interface import Keys, OutOfBlocks, Pin
 
@@ -77,6 +78,11 @@ class RunPool:
     _kc: dict[str, list[int]] = field(default_factory=dict)
     #: program -> the shared keys its cached run follows (absent: none)
     _base: dict[str, Keys] = field(default_factory=dict)
+    #: shared keys as small ints (:meth:`_ids`): hashed once per distinct tuple of keys,
+    #: not at every lookup; the pool keeps and compares only these
+    _key_id: dict[Hashable, int] = field(default_factory=dict)
+    _next_key: count[int] = field(default_factory=count)
+    _ids_of: dict[int, tuple[Keys, Keys]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.num_blocks <= 0 or self.block_size <= 0:
@@ -106,6 +112,7 @@ class RunPool:
             if program in self._base or (program in self._pins and self._pins[program].keys):
                 return 0  # its cached blocks follow shared ones this call does not start with
             return min(self.cached_prefix(program), reusable, cap)
+        keys = self._ids(keys)
         copies = self._copies
         s = len(keys)
         n = 0
@@ -127,6 +134,7 @@ class RunPool:
         pin = self._pins.get(program)
         s = len(keys)
         if s:
+            keys = self._ids(keys)
             free_hit = 0
             copies, free_copies = self._copies, self._copy_at
             for k in keys[: min(hit, s)]:
@@ -146,6 +154,7 @@ class RunPool:
         s = len(keys)
         own_hit = hit
         if s:
+            keys = self._ids(keys)
             copies = self._copies
             kc = [self._ref(copies[k][0]) for k in keys[: min(hit, s)]]
             self._keys[program], self._kc[program] = keys, kc
@@ -272,6 +281,18 @@ class RunPool:
         return self._evicted
 
     # internals
+
+    def _ids(self, keys: Keys) -> Keys:
+        """The shared keys as ints, one per distinct key (equal tuples: equal ids), cached
+        for the tuple object (a call's keys are one tuple for every call that has them)."""
+        got = self._ids_of.get(id(keys))
+        if got is not None and got[0] is keys:
+            return got[1]
+        if len(self._ids_of) >= 4096:
+            self._ids_of.clear()
+        ids = tuple(map(self._key_id.setdefault, keys, self._next_key))
+        self._ids_of[id(keys)] = (keys, ids)
+        return ids
 
     def _free_stream(
         self, program: str, blocks: int, full: int, lo: int = 0, keys: Keys = ()

@@ -14,6 +14,9 @@ from itertools import count
 
 from replay.kv.interface import Keys, OutOfBlocks, Pin
 
+#: a free copy's place, run id * _AT + position (positions are below a call's block count)
+_AT = 1 << 32
+
 
 @dataclass(slots=True)
 class _Copies:
@@ -67,10 +70,14 @@ class RunPool:
     _evicted: int = 0
     changes: int = 0
     # shared blocks
-    _copies: dict[Hashable, list[int]] = field(default_factory=dict)  # key -> copies, oldest first
+    #: key -> its oldest copy; key -> its further copies, oldest first (only if any).
+    #: Ints, not a list per key nor a tuple per free copy: a trace makes millions of
+    #: copies, and as many long-lived containers would wake the cyclic GC
+    _copies: dict[Hashable, int] = field(default_factory=dict)
+    _later: dict[Hashable, list[int]] = field(default_factory=dict)
     _copy_ref: dict[int, int] = field(default_factory=dict)  # referenced copies
-    #: free copy -> (its run, its position there)
-    _copy_at: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: free copy -> its run * _AT + its position there
+    _copy_at: dict[int, int] = field(default_factory=dict)
     _next_copy: int = 0
     _overlap: int = 0
     #: program -> its running request's shared keys and the copies it holds (leading)
@@ -138,7 +145,7 @@ class RunPool:
             free_hit = 0
             copies, free_copies = self._copies, self._copy_at
             for k in keys[: min(hit, s)]:
-                if copies[k][0] in free_copies:
+                if copies[k] in free_copies:
                     free_hit += 1
             if hit > s and (pin is None or pin.shared >= 0):
                 free_hit += hit - s
@@ -156,7 +163,7 @@ class RunPool:
         if s:
             keys = self._ids(keys)
             copies = self._copies
-            kc = [self._ref(copies[k][0]) for k in keys[: min(hit, s)]]
+            kc = [self._ref(copies[k]) for k in keys[: min(hit, s)]]
             self._keys[program], self._kc[program] = keys, kc
             own_hit = hit - s if hit > s else 0
         pin = self._pins.get(program)
@@ -195,11 +202,12 @@ class RunPool:
         start = len(kc)
         cid = self._next_copy
         for key in keys[start:upto]:
-            lst = copies.get(key)
-            if lst is None:
-                copies[key] = [cid]
+            if key not in copies:
+                copies[key] = cid
+            elif key in self._later:
+                self._later[key].append(cid)
             else:
-                lst.append(cid)
+                self._later[key] = [cid]
             refs[cid] = 1
             kc.append(cid)
             cid += 1
@@ -318,7 +326,7 @@ class RunPool:
             self._copy_ref[cid] += 1
             self._overlap += 1
             return cid
-        rid, pos = at
+        rid, pos = divmod(at, _AT)
         run = self._runs[rid]
         copies: _Copies = run.owner  # type: ignore[assignment]
         holes = copies.holes
@@ -367,8 +375,9 @@ class RunPool:
         self._runs[rid] = _BlockRun(_Copies(kc, keys, holes), lo, hi)
         self._free += len(dropped)
         at = self._copy_at
+        base = rid * _AT
         for pos in dropped:
-            at[kc[pos]] = (rid, pos)
+            at[kc[pos]] = base + pos
 
     def _append(self, owner: str | None, lo: int, hi: int) -> int:
         rid = self._next_id
@@ -410,7 +419,7 @@ class RunPool:
         left to take."""
         copies: _Copies = run.owner  # type: ignore[assignment]
         holes = copies.holes
-        cached, at = self._copies, self._copy_at
+        cached, later, at = self._copies, self._later, self._copy_at
         while count and run.hi > run.lo:
             pos = run.hi - 1
             run.hi = pos
@@ -420,9 +429,9 @@ class RunPool:
             cid = copies.cids[pos]
             del at[cid]
             key = copies.keys[pos]
-            left = cached[key]
-            left.remove(cid)
-            if not left:
+            if key in later or cached[key] != cid:
+                self._uncache(key, cid)
+            else:  # its only copy
                 del cached[key]
             self._evicted += 1
             count -= 1
@@ -432,6 +441,20 @@ class RunPool:
         if run.hi <= run.lo:
             del self._runs[rid]
         return count
+
+    def _uncache(self, key: Hashable, cid: int) -> None:
+        """The copy ``cid`` of ``key`` is evicted."""
+        later = self._later.get(key)
+        if self._copies[key] == cid:
+            if later is None:
+                del self._copies[key]
+                return
+            self._copies[key] = later.pop(0)
+        else:
+            assert later is not None
+            later.remove(cid)
+        if not later:
+            del self._later[key]
 
     def check(self) -> None:
         """Block conservation and well-formed runs (see the class docstring)."""
@@ -455,15 +478,18 @@ class RunPool:
                 refs[cid] = refs.get(cid, 0) + 1
         assert refs == self._copy_ref, (refs, self._copy_ref)
         assert self._overlap == sum(r - 1 for r in refs.values())
-        listed = [c for cids in self._copies.values() for c in cids]
-        assert all(self._copies.values()) and len(listed) == len(set(listed))
+        assert set(self._later) <= set(self._copies) and all(self._later.values())
+        listed = [*self._copies.values(), *(c for cids in self._later.values() for c in cids)]
+        assert len(listed) == len(set(listed))
         assert set(listed) == set(self._copy_ref) | set(self._copy_at)
         assert not set(self._copy_ref) & set(self._copy_at)
-        for cid, (rid, pos) in self._copy_at.items():
+        for cid, at in self._copy_at.items():
+            rid, pos = divmod(at, _AT)
             run = self._runs[rid]
             assert isinstance(run.owner, _Copies) and run.owner.cids[pos] == cid
             assert run.lo <= pos < run.hi and pos not in (run.owner.holes or ())
-            assert cid in self._copies[run.owner.keys[pos]]
+            key = run.owner.keys[pos]
+            assert cid == self._copies[key] or cid in self._later[key]
         for run in self._runs.values():
             if isinstance(run.owner, _Copies) and run.owner.holes:
                 assert all(run.lo < h < run.hi - 1 for h in run.owner.holes)

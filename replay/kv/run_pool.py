@@ -7,7 +7,7 @@ model both follow is described in :mod:`replay.kv`.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import count
@@ -142,11 +142,8 @@ class RunPool:
         s = len(keys)
         if s:
             keys = self._ids(keys)
-            free_hit = 0
-            copies, free_copies = self._copies, self._copy_at
-            for k in keys[: min(hit, s)]:
-                if copies[k] in free_copies:
-                    free_hit += 1
+            hits = map(self._copies.__getitem__, keys[: min(hit, s)])
+            free_hit = sum(map(self._copy_at.__contains__, hits))
             if hit > s and (pin is None or pin.shared >= 0):
                 free_hit += hit - s
             return new <= self._free - free_hit
@@ -162,8 +159,7 @@ class RunPool:
         own_hit = hit
         if s:
             keys = self._ids(keys)
-            copies = self._copies
-            kc = [self._ref(copies[k]) for k in keys[: min(hit, s)]]
+            kc = self._ref(keys[: min(hit, s)])
             self._keys[program], self._kc[program] = keys, kc
             own_hit = hit - s if hit > s else 0
         pin = self._pins.get(program)
@@ -319,65 +315,81 @@ class RunPool:
             elif program in self._base:
                 del self._base[program]
 
-    def _ref(self, cid: int) -> int:
-        """One more reference to a shared copy (off the free list if it was there)."""
-        at = self._copy_at.pop(cid, None)
-        if at is None:
-            self._copy_ref[cid] += 1
-            self._overlap += 1
-            return cid
-        rid, pos = divmod(at, _AT)
-        run = self._runs[rid]
-        copies: _Copies = run.owner  # type: ignore[assignment]
-        holes = copies.holes
-        if pos == run.lo:
-            run.lo += 1
-            while holes and run.lo in holes:
-                holes.remove(run.lo)
+    def _ref(self, keys: Keys) -> list[int]:
+        """One more reference to the oldest copy of each key (off the free list if it was
+        there); returns the copies."""
+        kc = list(map(self._copies.__getitem__, keys))
+        at_of, refs, runs = self._copy_at, self._copy_ref, self._runs
+        taken = 0
+        for cid in kc:
+            at = at_of.pop(cid, None)
+            if at is None:
+                refs[cid] += 1
+                continue
+            refs[cid] = 1
+            taken += 1
+            rid, pos = divmod(at, _AT)
+            run = runs[rid]
+            copies: _Copies = run.owner  # type: ignore[assignment]
+            holes = copies.holes
+            if pos == run.lo:
                 run.lo += 1
-        elif pos == run.hi - 1:
-            run.hi -= 1
-            while holes and run.hi - 1 in holes:
-                holes.remove(run.hi - 1)
+                while holes and run.lo in holes:
+                    holes.remove(run.lo)
+                    run.lo += 1
+            elif pos == run.hi - 1:
                 run.hi -= 1
-        elif holes is None:
-            copies.holes = {pos}
-        else:
-            holes.add(pos)
-        if run.lo >= run.hi:
-            del self._runs[rid]
-        self._free -= 1
-        self._copy_ref[cid] = 1
-        return cid
+                while holes and run.hi - 1 in holes:
+                    holes.remove(run.hi - 1)
+                    run.hi -= 1
+            elif holes is None:
+                copies.holes = {pos}
+            else:
+                holes.add(pos)
+            if run.lo >= run.hi:
+                del runs[rid]
+        self._free -= taken
+        self._overlap += len(kc) - taken
+        return kc
 
     def _unref(self, kc: list[int], keys: Keys) -> None:
         """Drop one reference to each of the copies ``kc`` (of ``keys``), last first; those
         nobody holds any more go to the tail together, still cached."""
-        refs = self._copy_ref
-        dropped: list[int] = []
-        for pos in range(len(kc) - 1, -1, -1):
-            cid = kc[pos]
-            ref = refs[cid]
-            if ref > 1:
-                refs[cid] = ref - 1
-                self._overlap -= 1
-            else:
-                del refs[cid]
-                dropped.append(pos)
-        if not dropped:
+        nk = len(kc)
+        if not nk:
             return
-        lo, hi = dropped[-1], dropped[0] + 1
-        holes = None
-        if len(dropped) != hi - lo:
-            holes = set(range(lo, hi)).difference(dropped)
+        refs = self._copy_ref
+        counts = list(map(refs.__getitem__, kc))
+        shared = nk - counts.count(1)  # copies someone else holds too
+        self._overlap -= shared
         rid = self._next_id
+        base = rid * _AT
+        if not shared:  # the usual case: all of them go, in one run (C loops)
+            deque(map(refs.__delitem__, kc), 0)
+            self._copy_at.update(zip(kc, range(base, base + nk), strict=True))
+            lo, hi, holes, freed = 0, nk, None, nk
+        else:
+            dropped: list[int] = []
+            for pos in range(nk - 1, -1, -1):
+                cid = kc[pos]
+                ref = counts[pos]
+                if ref > 1:
+                    refs[cid] = ref - 1
+                else:
+                    del refs[cid]
+                    dropped.append(pos)
+            if not dropped:
+                return
+            lo, hi, freed = dropped[-1], dropped[0] + 1, len(dropped)
+            holes = None
+            if freed != hi - lo:
+                holes = set(range(lo, hi)).difference(dropped)
+            at = self._copy_at
+            for pos in dropped:
+                at[kc[pos]] = base + pos
         self._next_id += 1
         self._runs[rid] = _BlockRun(_Copies(kc, keys, holes), lo, hi)
-        self._free += len(dropped)
-        at = self._copy_at
-        base = rid * _AT
-        for pos in dropped:
-            at[kc[pos]] = base + pos
+        self._free += freed
 
     def _append(self, owner: str | None, lo: int, hi: int) -> int:
         rid = self._next_id

@@ -95,11 +95,11 @@ def main() -> None:
         f"{TOOL_TOKENS:,} tokens; {PROFILE}, {args.kv_tokens:,} KV tokens, concurrency "
         f"{CONCURRENCY}; calls per CPU-second, best of {args.repeat}"
     )
-    print(f"  {'policy':10s} {'unshared':>10s} {'shared':>10s} {'unshared/shared':>16s}")
+    print(f"  {'policy':12s} {'unshared':>10s} {'shared':>10s} {'unshared/shared':>16s}")
     for name, spec in POLICIES.items():
         a = calls_per_cpu_s(plain, spec, args.kv_tokens, args.repeat)
         b = calls_per_cpu_s(shared, spec, args.kv_tokens, args.repeat)
-        print(f"  {name:10s} {a:10,.0f} {b:10,.0f} {a / b:15.2f}x  (baseline: unshared)")
+        print(f"  {name:12s} {a:10,.0f} {b:10,.0f} {a / b:15.2f}x  (baseline: unshared)")
 
 
 if __name__ == "__main__":

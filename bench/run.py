@@ -10,6 +10,7 @@ BENCHES = [
     "ingest_bench.py",
     "policy_bench.py",
     "replay_bench.py",
+    "shared_bench.py",
     "sched_overhead_bench.py",
     "tune_bench.py",
     "fleet_bench.py",

@@ -7,11 +7,15 @@ model both follow is described in :mod:`replay.kv`.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from itertools import count
 
 from replay.kv.interface import Keys, OutOfBlocks, Pin
+
+#: a free copy's place, run id * _AT + position (positions are below a call's block count)
+_AT = 1 << 32
 
 
 @dataclass(slots=True)
@@ -66,10 +70,14 @@ class RunPool:
     _evicted: int = 0
     changes: int = 0
     # shared blocks
-    _copies: dict[Hashable, list[int]] = field(default_factory=dict)  # key -> copies, oldest first
+    #: key -> its oldest copy; key -> its further copies, oldest first (only if any).
+    #: Ints, not a list per key nor a tuple per free copy: a trace makes millions of
+    #: copies, and as many long-lived containers would wake the cyclic GC
+    _copies: dict[Hashable, int] = field(default_factory=dict)
+    _later: dict[Hashable, list[int]] = field(default_factory=dict)
     _copy_ref: dict[int, int] = field(default_factory=dict)  # referenced copies
-    #: free copy -> (its run, its position there)
-    _copy_at: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: free copy -> its run * _AT + its position there
+    _copy_at: dict[int, int] = field(default_factory=dict)
     _next_copy: int = 0
     _overlap: int = 0
     #: program -> its running request's shared keys and the copies it holds (leading)
@@ -77,6 +85,11 @@ class RunPool:
     _kc: dict[str, list[int]] = field(default_factory=dict)
     #: program -> the shared keys its cached run follows (absent: none)
     _base: dict[str, Keys] = field(default_factory=dict)
+    #: shared keys as small ints (:meth:`_ids`): hashed once per distinct tuple of keys,
+    #: not at every lookup; the pool keeps and compares only these
+    _key_id: dict[Hashable, int] = field(default_factory=dict)
+    _next_key: count[int] = field(default_factory=count)
+    _ids_of: dict[int, tuple[Keys, Keys]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.num_blocks <= 0 or self.block_size <= 0:
@@ -106,6 +119,7 @@ class RunPool:
             if program in self._base or (program in self._pins and self._pins[program].keys):
                 return 0  # its cached blocks follow shared ones this call does not start with
             return min(self.cached_prefix(program), reusable, cap)
+        keys = self._ids(keys)
         copies = self._copies
         s = len(keys)
         n = 0
@@ -127,11 +141,9 @@ class RunPool:
         pin = self._pins.get(program)
         s = len(keys)
         if s:
-            free_hit = 0
-            copies, free_copies = self._copies, self._copy_at
-            for k in keys[: min(hit, s)]:
-                if copies[k][0] in free_copies:
-                    free_hit += 1
+            keys = self._ids(keys)
+            hits = map(self._copies.__getitem__, keys[: min(hit, s)])
+            free_hit = sum(map(self._copy_at.__contains__, hits))
             if hit > s and (pin is None or pin.shared >= 0):
                 free_hit += hit - s
             return new <= self._free - free_hit
@@ -146,8 +158,8 @@ class RunPool:
         s = len(keys)
         own_hit = hit
         if s:
-            copies = self._copies
-            kc = [self._ref(copies[k][0]) for k in keys[: min(hit, s)]]
+            keys = self._ids(keys)
+            kc = self._ref(keys[: min(hit, s)])
             self._keys[program], self._kc[program] = keys, kc
             own_hit = hit - s if hit > s else 0
         pin = self._pins.get(program)
@@ -186,11 +198,12 @@ class RunPool:
         start = len(kc)
         cid = self._next_copy
         for key in keys[start:upto]:
-            lst = copies.get(key)
-            if lst is None:
-                copies[key] = [cid]
+            if key not in copies:
+                copies[key] = cid
+            elif key in self._later:
+                self._later[key].append(cid)
             else:
-                lst.append(cid)
+                self._later[key] = [cid]
             refs[cid] = 1
             kc.append(cid)
             cid += 1
@@ -273,6 +286,18 @@ class RunPool:
 
     # internals
 
+    def _ids(self, keys: Keys) -> Keys:
+        """The shared keys as ints, one per distinct key (equal tuples: equal ids), cached
+        for the tuple object (a call's keys are one tuple for every call that has them)."""
+        got = self._ids_of.get(id(keys))
+        if got is not None and got[0] is keys:
+            return got[1]
+        if len(self._ids_of) >= 4096:
+            self._ids_of.clear()
+        ids = tuple(map(self._key_id.setdefault, keys, self._next_key))
+        self._ids_of[id(keys)] = (keys, ids)
+        return ids
+
     def _free_stream(
         self, program: str, blocks: int, full: int, lo: int = 0, keys: Keys = ()
     ) -> None:
@@ -290,64 +315,81 @@ class RunPool:
             elif program in self._base:
                 del self._base[program]
 
-    def _ref(self, cid: int) -> int:
-        """One more reference to a shared copy (off the free list if it was there)."""
-        at = self._copy_at.pop(cid, None)
-        if at is None:
-            self._copy_ref[cid] += 1
-            self._overlap += 1
-            return cid
-        rid, pos = at
-        run = self._runs[rid]
-        copies: _Copies = run.owner  # type: ignore[assignment]
-        holes = copies.holes
-        if pos == run.lo:
-            run.lo += 1
-            while holes and run.lo in holes:
-                holes.remove(run.lo)
+    def _ref(self, keys: Keys) -> list[int]:
+        """One more reference to the oldest copy of each key (off the free list if it was
+        there); returns the copies."""
+        kc = list(map(self._copies.__getitem__, keys))
+        at_of, refs, runs = self._copy_at, self._copy_ref, self._runs
+        taken = 0
+        for cid in kc:
+            at = at_of.pop(cid, None)
+            if at is None:
+                refs[cid] += 1
+                continue
+            refs[cid] = 1
+            taken += 1
+            rid, pos = divmod(at, _AT)
+            run = runs[rid]
+            copies: _Copies = run.owner  # type: ignore[assignment]
+            holes = copies.holes
+            if pos == run.lo:
                 run.lo += 1
-        elif pos == run.hi - 1:
-            run.hi -= 1
-            while holes and run.hi - 1 in holes:
-                holes.remove(run.hi - 1)
+                while holes and run.lo in holes:
+                    holes.remove(run.lo)
+                    run.lo += 1
+            elif pos == run.hi - 1:
                 run.hi -= 1
-        elif holes is None:
-            copies.holes = {pos}
-        else:
-            holes.add(pos)
-        if run.lo >= run.hi:
-            del self._runs[rid]
-        self._free -= 1
-        self._copy_ref[cid] = 1
-        return cid
+                while holes and run.hi - 1 in holes:
+                    holes.remove(run.hi - 1)
+                    run.hi -= 1
+            elif holes is None:
+                copies.holes = {pos}
+            else:
+                holes.add(pos)
+            if run.lo >= run.hi:
+                del runs[rid]
+        self._free -= taken
+        self._overlap += len(kc) - taken
+        return kc
 
     def _unref(self, kc: list[int], keys: Keys) -> None:
         """Drop one reference to each of the copies ``kc`` (of ``keys``), last first; those
         nobody holds any more go to the tail together, still cached."""
-        refs = self._copy_ref
-        dropped: list[int] = []
-        for pos in range(len(kc) - 1, -1, -1):
-            cid = kc[pos]
-            ref = refs[cid]
-            if ref > 1:
-                refs[cid] = ref - 1
-                self._overlap -= 1
-            else:
-                del refs[cid]
-                dropped.append(pos)
-        if not dropped:
+        nk = len(kc)
+        if not nk:
             return
-        lo, hi = dropped[-1], dropped[0] + 1
-        holes = None
-        if len(dropped) != hi - lo:
-            holes = set(range(lo, hi)).difference(dropped)
+        refs = self._copy_ref
+        counts = list(map(refs.__getitem__, kc))
+        shared = nk - counts.count(1)  # copies someone else holds too
+        self._overlap -= shared
         rid = self._next_id
+        base = rid * _AT
+        if not shared:  # the usual case: all of them go, in one run (C loops)
+            deque(map(refs.__delitem__, kc), 0)
+            self._copy_at.update(zip(kc, range(base, base + nk), strict=True))
+            lo, hi, holes, freed = 0, nk, None, nk
+        else:
+            dropped: list[int] = []
+            for pos in range(nk - 1, -1, -1):
+                cid = kc[pos]
+                ref = counts[pos]
+                if ref > 1:
+                    refs[cid] = ref - 1
+                else:
+                    del refs[cid]
+                    dropped.append(pos)
+            if not dropped:
+                return
+            lo, hi, freed = dropped[-1], dropped[0] + 1, len(dropped)
+            holes = None
+            if freed != hi - lo:
+                holes = set(range(lo, hi)).difference(dropped)
+            at = self._copy_at
+            for pos in dropped:
+                at[kc[pos]] = base + pos
         self._next_id += 1
         self._runs[rid] = _BlockRun(_Copies(kc, keys, holes), lo, hi)
-        self._free += len(dropped)
-        at = self._copy_at
-        for pos in dropped:
-            at[kc[pos]] = (rid, pos)
+        self._free += freed
 
     def _append(self, owner: str | None, lo: int, hi: int) -> int:
         rid = self._next_id
@@ -389,7 +431,7 @@ class RunPool:
         left to take."""
         copies: _Copies = run.owner  # type: ignore[assignment]
         holes = copies.holes
-        cached, at = self._copies, self._copy_at
+        cached, later, at = self._copies, self._later, self._copy_at
         while count and run.hi > run.lo:
             pos = run.hi - 1
             run.hi = pos
@@ -399,9 +441,9 @@ class RunPool:
             cid = copies.cids[pos]
             del at[cid]
             key = copies.keys[pos]
-            left = cached[key]
-            left.remove(cid)
-            if not left:
+            if key in later or cached[key] != cid:
+                self._uncache(key, cid)
+            else:  # its only copy
                 del cached[key]
             self._evicted += 1
             count -= 1
@@ -411,6 +453,20 @@ class RunPool:
         if run.hi <= run.lo:
             del self._runs[rid]
         return count
+
+    def _uncache(self, key: Hashable, cid: int) -> None:
+        """The copy ``cid`` of ``key`` is evicted."""
+        later = self._later.get(key)
+        if self._copies[key] == cid:
+            if later is None:
+                del self._copies[key]
+                return
+            self._copies[key] = later.pop(0)
+        else:
+            assert later is not None
+            later.remove(cid)
+        if not later:
+            del self._later[key]
 
     def check(self) -> None:
         """Block conservation and well-formed runs (see the class docstring)."""
@@ -434,15 +490,18 @@ class RunPool:
                 refs[cid] = refs.get(cid, 0) + 1
         assert refs == self._copy_ref, (refs, self._copy_ref)
         assert self._overlap == sum(r - 1 for r in refs.values())
-        listed = [c for cids in self._copies.values() for c in cids]
-        assert all(self._copies.values()) and len(listed) == len(set(listed))
+        assert set(self._later) <= set(self._copies) and all(self._later.values())
+        listed = [*self._copies.values(), *(c for cids in self._later.values() for c in cids)]
+        assert len(listed) == len(set(listed))
         assert set(listed) == set(self._copy_ref) | set(self._copy_at)
         assert not set(self._copy_ref) & set(self._copy_at)
-        for cid, (rid, pos) in self._copy_at.items():
+        for cid, at in self._copy_at.items():
+            rid, pos = divmod(at, _AT)
             run = self._runs[rid]
             assert isinstance(run.owner, _Copies) and run.owner.cids[pos] == cid
             assert run.lo <= pos < run.hi and pos not in (run.owner.holes or ())
-            assert cid in self._copies[run.owner.keys[pos]]
+            key = run.owner.keys[pos]
+            assert cid == self._copies[key] or cid in self._later[key]
         for run in self._runs.values():
             if isinstance(run.owner, _Copies) and run.owner.holes:
                 assert all(run.lo < h < run.hi - 1 for h in run.owner.holes)

@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from replay.math_utils import cdiv
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
 
@@ -115,7 +116,7 @@ class AsyncSimScheduler(SimScheduler):
             if new <= 0 or req.generated + pending.get(req.rid, 0) >= req.output:
                 i += 1  # its last token is in flight (or nothing to compute)
                 continue
-            need = -(-(req.computed + new) // bs) - req.blocks
+            need = cdiv(req.computed + new, bs) - req.blocks
             while need > self.pool.free_blocks:
                 victim = running.pop()
                 self._preempt_async(victim, now)

@@ -25,6 +25,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from replay.kv import KVPool
+from replay.math_utils import cdiv
 from replay.request import SimRequest
 
 
@@ -85,7 +86,7 @@ class DecodeSet:
         r.computed = r.c0
         r.generated = r.g0
         r.num_tokens = r.computed + 1
-        blocks = -(-r.c0 // self.block_size)
+        blocks = cdiv(r.c0, self.block_size)
         if blocks != r.blocks:
             self.pool.assign(r.program, blocks - r.blocks)
             r.blocks = blocks

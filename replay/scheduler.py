@@ -45,6 +45,7 @@ from typing import Protocol
 from profiles.cost import CostModel
 from replay.decoders import DecodeSet
 from replay.kv import BlockPool, KVPool, RunPool
+from replay.math_utils import cdiv
 from replay.offload import OffloadTier
 from replay.pinning import Pinning
 from replay.request import SimRequest
@@ -350,7 +351,7 @@ class SimScheduler:
             # every running request gets all it asks for: no need to walk the list
             for r in prefilling:
                 new = r.num_tokens - r.computed
-                need = -(-(r.computed + new) // bs) - r.blocks
+                need = cdiv(r.computed + new, bs) - r.blocks
                 if need < 0:
                     need = 0
                 prefills.append((r, new, r.computed, need))
@@ -364,7 +365,7 @@ class SimScheduler:
                     budget -= 1
                     continue
                 new = min(r.num_tokens - r.computed, budget)
-                need = max(0, -(-(r.computed + new) // bs) - r.blocks)
+                need = max(0, cdiv(r.computed + new, bs) - r.blocks)
                 prefills.append((r, new, r.computed, need))
                 need_total += need
                 budget -= new
@@ -499,7 +500,7 @@ class SimScheduler:
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             new = min(req.num_tokens - req.computed, budget)
-            need = -(-(req.computed + new) // bs) - req.blocks
+            need = cdiv(req.computed + new, bs) - req.blocks
             while need > self.pool.free_blocks:
                 victim = self.running.pop()
                 self._preempt(victim, now)
@@ -615,10 +616,10 @@ class SimScheduler:
         if self.offload is not None:
             loaded = max(0, self.offload.prefix(req.program, reusable, req.num_tokens - 1) - hit)
         new = max(1, min(req.num_tokens - hit - loaded, budget))
-        need = -(-(hit + loaded + new) // bs) - hit_blocks
+        need = cdiv(hit + loaded + new, bs) - hit_blocks
         must_fit = need
         if self.config.reserve_full_prompt:
-            must_fit = max(need, -(-req.num_tokens // bs) - hit_blocks)
+            must_fit = max(need, cdiv(req.num_tokens, bs) - hit_blocks)
         return hit_blocks, loaded, new, need, must_fit
 
     def fits(self, req: SimRequest, budget: int | None = None) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 
 from profiles.cost import CostModel
 from replay.async_sched import AsyncSimScheduler
+from replay.math_utils import cdiv
 from replay.offload import OffloadTier
 from replay.request import SimRequest
 from replay.scheduler import Policy, SimScheduler, SimSchedulerConfig
@@ -301,7 +302,7 @@ def _check(engine: SimScheduler, now: float) -> None:
     for req in engine.running:
         if req.admitted is not None and req.admitted < req.arrival:
             fail(f"request {req.rid} ran before it arrived")
-        if not req.computed <= req.num_tokens or -(-req.computed // bs) != req.blocks:
+        if not req.computed <= req.num_tokens or cdiv(req.computed, bs) != req.blocks:
             fail(f"request {req.rid}: {req.computed} computed, {req.blocks} blocks")
         if req.hit_tokens % bs or (req.hit_tokens and req.hit_tokens >= req.prompt):
             fail(f"request {req.rid} hit {req.hit_tokens} of {req.prompt}")

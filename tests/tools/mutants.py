@@ -59,8 +59,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "full-prompt reservation one token short",
         "replay/scheduler.py",
-        "must_fit = max(need, -(-req.num_tokens // bs) - hit_blocks)",
-        "must_fit = max(need, -(-(req.num_tokens - 1) // bs) - hit_blocks)",
+        "must_fit = max(need, cdiv(req.num_tokens, bs) - hit_blocks)",
+        "must_fit = max(need, cdiv(req.num_tokens - 1, bs) - hit_blocks)",
     ),
     Mutant(
         "prefix hit may cover the whole prompt",
@@ -71,7 +71,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "running blocks: one block short (ceil as floor)",
         "replay/scheduler.py",
-        "need = max(0, -(-(r.computed + new) // bs) - r.blocks)",
+        "need = max(0, cdiv(r.computed + new, bs) - r.blocks)",
         "need = max(0, (r.computed + new) // bs - r.blocks)",
     ),
     Mutant(

@@ -112,11 +112,11 @@ class AsyncSimScheduler(SimScheduler):
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            new = min(req.num_tokens - req.computed, budget)
+            new = min(req.num_tokens - req.num_computed_tokens, budget)
             if new <= 0 or req.generated + pending.get(req.rid, 0) >= req.output:
                 i += 1  # its last token is in flight (or nothing to compute)
                 continue
-            need = cdiv(req.computed + new, bs) - req.blocks
+            need = cdiv(req.num_computed_tokens + new, bs) - req.blocks
             while need > self.pool.free_blocks:
                 victim = running.pop()
                 self._preempt_async(victim, now)
@@ -128,8 +128,8 @@ class AsyncSimScheduler(SimScheduler):
                     self.pool.grow(req.program, need)
                     req.blocks += need
                 if req.shared:
-                    self.pool.cache_full(req.program, (req.computed + new) // bs)
-                scheduled.append((req, new, req.computed))
+                    self.pool.cache_full(req.program, (req.num_computed_tokens + new) // bs)
+                scheduled.append((req, new, req.num_computed_tokens))
                 budget -= new
                 i += 1
                 continue
@@ -150,12 +150,12 @@ class AsyncSimScheduler(SimScheduler):
             else:
                 decodes += 1
                 kv += ctx
-            req.computed = ctx + new
+            req.num_computed_tokens = ctx + new
             # allocation caches the blocks of the tokens known now (not a placeholder)
-            known = min(req.computed, req.prompt + req.generated)
+            known = min(req.num_computed_tokens, req.prompt + req.generated)
             if known > cached.get(req.rid, 0):
                 cached[req.rid] = known
-            if req.computed >= req.num_tokens:
+            if req.num_computed_tokens >= req.num_tokens:
                 # it samples: a placeholder for the token, unless it is the last
                 n = pending.get(req.rid, 0) + 1
                 pending[req.rid] = n
@@ -188,7 +188,7 @@ class AsyncSimScheduler(SimScheduler):
                 continue  # finished meanwhile (cannot happen with a queue of two)
             req.generated += 1
             if not req.preempted:  # an output caches up to the tokens not in flight
-                known = req.computed - pending.get(req.rid, 0)
+                known = req.num_computed_tokens - pending.get(req.rid, 0)
                 if known > self._cached.get(req.rid, 0):
                     self._cached[req.rid] = known
             if req.first_token is None:
@@ -211,7 +211,7 @@ class AsyncSimScheduler(SimScheduler):
             self._prefilling.remove(req)
         self.pool.release(req.program, known // bs)
         req.blocks = 0
-        req.computed = 0
+        req.num_computed_tokens = 0
         req.preempted = True
         req.preemptions += 1
         self._preempt_counter += 1

@@ -1,7 +1,7 @@
 """Running requests in their decode phase, advanced together.
 
 Every decode step gives each decoding request one token, so their state is a
-function of one counter ``D`` (decode steps taken): a member that joined at
+function of one counter, D = ``decode_steps`` (decode steps taken): a member that joined at
 ``d0`` with ``c0`` computed tokens has ``c0 + D − d0`` now. Only two things are
 per request, and neither needs a per-step walk:
 
@@ -33,7 +33,8 @@ from replay.request import SimRequest
 class DecodeSet:
     block_size: int
     pool: KVPool
-    D: int = 0
+    #: decode steps taken (D in the maths above)
+    decode_steps: int = 0
     members: dict[int, SimRequest] = field(default_factory=dict)
     _sum_c0: int = 0
     _sum_d0: int = 0
@@ -57,8 +58,8 @@ class DecodeSet:
 
     def join(self, r: SimRequest) -> None:
         """``r`` decodes from now on; it holds ⌈computed / block size⌉ blocks."""
-        r.dec = True
-        r.d0, r.c0, r.g0 = self.D, r.computed, r.generated
+        r.decoding = True
+        r.d0, r.c0, r.g0 = self.decode_steps, r.num_computed_tokens, r.generated
         self._epoch += 1
         r.epoch = self._epoch
         self.members[r.rid] = r
@@ -74,18 +75,18 @@ class DecodeSet:
     def sync(self, r: SimRequest) -> None:
         """Write the request's current token and block counts back to it (its blocks
         taken since are assigned to its program)."""
-        if not r.dec:
+        if not r.decoding:
             return
-        k = self.D - r.d0
+        k = self.decode_steps - r.d0
         if k:
             r.c0 += k
             r.g0 += k
-            r.d0 = self.D
+            r.d0 = self.decode_steps
             self._sum_c0 += k
             self._sum_d0 += k
-        r.computed = r.c0
+        r.num_computed_tokens = r.c0
         r.generated = r.g0
-        r.num_tokens = r.computed + 1
+        r.num_tokens = r.num_computed_tokens + 1
         blocks = cdiv(r.c0, self.block_size)
         if blocks != r.blocks:
             self.pool.assign(r.program, blocks - r.blocks)
@@ -93,7 +94,7 @@ class DecodeSet:
 
     def leave(self, r: SimRequest) -> None:
         self.sync(r)
-        r.dec = False
+        r.decoding = False
         del self.members[r.rid]
         phase = (r.c0 - r.d0) % self.block_size
         del self._phase[phase][r.rid]
@@ -113,7 +114,7 @@ class DecodeSet:
 
     def kv_tokens(self) -> int:
         """Computed tokens of all members now."""
-        return self._sum_c0 + len(self.members) * self.D - self._sum_d0
+        return self._sum_c0 + len(self.members) * self.decode_steps - self._sum_d0
 
     def _finish_at(self, r: SimRequest) -> int:
         return r.d0 + r.output - r.g0
@@ -133,14 +134,14 @@ class DecodeSet:
         done: list[SimRequest] = []
         while True:
             at = self.next_finish()
-            if at is None or at > self.D:
+            if at is None or at > self.decode_steps:
                 return done
             _, rid, _ = heapq.heappop(self._finish)
             done.append(self.members[rid])
 
     def due(self) -> list[SimRequest]:
         """The members that need one more block to run the next step (step D)."""
-        bucket = self._phase[-self.D % self.block_size]
+        bucket = self._phase[-self.decode_steps % self.block_size]
         return list(bucket.values()) if bucket else []
 
     def blocks_for(self, steps: int, free: int) -> tuple[int, int]:
@@ -155,11 +156,11 @@ class DecodeSet:
         s, blocks = cycles * bs, cycles * n
         rest = steps - s
         if rest < bs:  # the remaining steps' needs at once (phases D+s, D+s+1, …)
-            start = bs - 1 - (-(self.D + s) % bs)
+            start = bs - 1 - (-(self.decode_steps + s) % bs)
             need = sum(self._back[start : start + rest])
             if blocks + need <= free:
                 return steps, blocks + need
-        back, d = self._back, self.D + s
+        back, d = self._back, self.decode_steps + s
         while s < steps:  # the pool runs dry within the next block_size steps
             need = back[bs - 1 - (-d % bs)]
             if blocks + need > free:

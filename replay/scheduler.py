@@ -189,7 +189,7 @@ class SimScheduler:
     def context_tokens(self, req: SimRequest) -> int:
         """The request's computed tokens now (a policy may ask about running requests)."""
         self.decoders.sync(req)
-        return req.computed
+        return req.num_computed_tokens
 
     # ------------------------------------------------------------ queue
 
@@ -304,9 +304,9 @@ class SimScheduler:
             self.decoders.clear()
             duration, finished, _ = self._step_reference(now)
             for r in self.running:
-                if r.computed >= r.prompt and r.num_tokens - r.computed == 1:
+                if r.num_computed_tokens >= r.prompt and r.num_tokens - r.num_computed_tokens == 1:
                     self.decoders.join(r)
-            self._prefilling = [r for r in self.running if not r.dec]
+            self._prefilling = [r for r in self.running if not r.decoding]
             return duration, finished
         duration, finished, merge = result
         if merge:
@@ -346,27 +346,27 @@ class SimScheduler:
         need_total = 0
         demand = 0
         for r in prefilling:
-            demand += r.num_tokens - r.computed
+            demand += r.num_tokens - r.num_computed_tokens
         if decoding + demand <= budget:
             # every running request gets all it asks for: no need to walk the list
             for r in prefilling:
-                new = r.num_tokens - r.computed
-                need = cdiv(r.computed + new, bs) - r.blocks
+                new = r.num_tokens - r.num_computed_tokens
+                need = cdiv(r.num_computed_tokens + new, bs) - r.blocks
                 if need < 0:
                     need = 0
-                prefills.append((r, new, r.computed, need))
+                prefills.append((r, new, r.num_computed_tokens, need))
                 need_total += need
             budget -= decoding + demand
         else:
             for r in self.running:
                 if budget <= 0:
                     return None
-                if r.dec:
+                if r.decoding:
                     budget -= 1
                     continue
-                new = min(r.num_tokens - r.computed, budget)
-                need = max(0, cdiv(r.computed + new, bs) - r.blocks)
-                prefills.append((r, new, r.computed, need))
+                new = min(r.num_tokens - r.num_computed_tokens, budget)
+                need = max(0, cdiv(r.num_computed_tokens + new, bs) - r.blocks)
+                prefills.append((r, new, r.num_computed_tokens, need))
                 need_total += need
                 budget -= new
         due = dec.due()
@@ -410,11 +410,11 @@ class SimScheduler:
         self.stats.busy_s += duration
         self.stats.steps += 1
         self.tick(end)
-        dec.D += 1
+        dec.decode_steps += 1
         finished: list[SimRequest] = []
         for r, new, _, _ in prefills:
-            r.computed += new
-            if r.computed < r.num_tokens:
+            r.num_computed_tokens += new
+            if r.num_computed_tokens < r.num_tokens:
                 continue
             r.generated += 1
             if r.first_token is None:
@@ -470,7 +470,7 @@ class SimScheduler:
             while need > free:
                 victim = self.running.pop()
                 gone.add(victim.rid)
-                if victim.dec:
+                if victim.decoding:
                     dec.leave(victim)
                 free += victim.blocks
                 self._preempt(victim, now)
@@ -499,8 +499,8 @@ class SimScheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            new = min(req.num_tokens - req.computed, budget)
-            need = cdiv(req.computed + new, bs) - req.blocks
+            new = min(req.num_tokens - req.num_computed_tokens, budget)
+            need = cdiv(req.num_computed_tokens + new, bs) - req.blocks
             while need > self.pool.free_blocks:
                 victim = self.running.pop()
                 self._preempt(victim, now)
@@ -512,8 +512,8 @@ class SimScheduler:
                     self.pool.grow(req.program, need)
                     req.blocks += need
                 if req.shared:
-                    self.pool.cache_full(req.program, (req.computed + new) // bs)
-                scheduled.append((req, new, req.computed))
+                    self.pool.cache_full(req.program, (req.num_computed_tokens + new) // bs)
+                scheduled.append((req, new, req.num_computed_tokens))
                 budget -= new
                 i += 1
                 continue
@@ -528,7 +528,7 @@ class SimScheduler:
             return 0.0, [], preempted
         chunks = [(ctx, n) for r, n, ctx in scheduled if r.num_tokens - ctx > 1 or ctx < r.prompt]
         decodes = [r for r, n, ctx in scheduled if not (r.num_tokens - ctx > 1 or ctx < r.prompt)]
-        kv = sum(r.computed for r in decodes)
+        kv = sum(r.num_computed_tokens for r in decodes)
         duration = self.cost.step_s(chunks, len(decodes), kv) + reload_s
         end = now + duration
         if duration > self.stats.longest_step_s:
@@ -581,7 +581,7 @@ class SimScheduler:
             new, loaded_s = plan
             self._dequeue_head(head)
             self._enter_running(head)
-            admitted.append((head, new, head.computed))
+            admitted.append((head, new, head.num_computed_tokens))
             budget -= new
             reload_s += loaded_s
         return admitted, reload_s, bool(waiting)
@@ -651,7 +651,7 @@ class SimScheduler:
             self.stats.hit_tokens += min(hit, req.prompt)
             self.stats.loaded_tokens += loaded
             self.policy.on_admit(req, self, now)
-        req.computed = hit + loaded
+        req.num_computed_tokens = hit + loaded
         req.preempted = False
         loaded_s = self.offload.reload_s(loaded) if (self.offload and loaded) else 0.0
         return new, loaded_s
@@ -661,9 +661,9 @@ class SimScheduler:
         bs = self.config.block_size
         if req in self._prefilling:
             self._prefilling.remove(req)
-        self.pool.release(req.program, req.computed // bs)
+        self.pool.release(req.program, req.num_computed_tokens // bs)
         req.blocks = 0
-        req.computed = 0
+        req.num_computed_tokens = 0
         req.preempted = True
         req.preemptions += 1
         self._preempt_counter += 1
@@ -676,8 +676,8 @@ class SimScheduler:
     ) -> list[SimRequest]:
         finished: list[SimRequest] = []
         for req, new, _ in scheduled:
-            req.computed += new
-            if req.computed < req.num_tokens:
+            req.num_computed_tokens += new
+            if req.num_computed_tokens < req.num_tokens:
                 continue  # a prefill chunk that did not reach the end
             req.generated += 1
             if req.first_token is None:
@@ -706,9 +706,9 @@ class SimScheduler:
     def _finish(self, req: SimRequest, now: float) -> None:
         req.finish = now
         self.running.remove(req)
-        if not req.dec and req in self._prefilling:
+        if not req.decoding and req in self._prefilling:
             self._prefilling.remove(req)
-        full = req.computed // self.config.block_size
+        full = req.num_computed_tokens // self.config.block_size
         if self.offload is not None:
             self.offload.store(req.program, full * self.config.block_size)
         self.policy.on_finish(req, self, now)
@@ -739,7 +739,7 @@ class SimScheduler:
         if blocks:
             self.pool.take(blocks)
         total = cost.decode_run_s(seqs, kv0, steps)
-        dec.D += steps
+        dec.decode_steps += steps
         stats = self.stats
         stats.steps += steps
         stats.busy_s += total
@@ -749,7 +749,7 @@ class SimScheduler:
             stats.longest_step_s = longest
         end = now + total
         self.tick(end)
-        if first_finish > dec.D:
+        if first_finish > dec.decode_steps:
             return total, []
         return total, self._finish_all([], end)
 
@@ -772,7 +772,7 @@ class SimScheduler:
         return now + self.cost.decode_run_s(len(dec.members), dec.kv_tokens(), plan[0])
 
     def _merge_plan(self, now: float, horizon: float) -> tuple[int, int, int] | None:
-        """(steps, blocks they need, the D of the first finish) of the merged run from
+        """(steps, blocks they need, the decode_steps of the first finish) of the merged run from
         ``now`` (None: no step can be merged); changes nothing."""
         dec = self.decoders
         seqs = len(dec.members)
@@ -781,7 +781,7 @@ class SimScheduler:
         first_finish = dec.next_finish()
         if first_finish is None:
             return None
-        steps = first_finish - dec.D
+        steps = first_finish - dec.decode_steps
         if steps <= 0:
             return None
         kv0 = dec.kv_tokens()

@@ -71,8 +71,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "running blocks: one block short (ceil as floor)",
         "replay/scheduler.py",
-        "need = max(0, cdiv(r.computed + new, bs) - r.blocks)",
-        "need = max(0, (r.computed + new) // bs - r.blocks)",
+        "need = max(0, cdiv(r.num_computed_tokens + new, bs) - r.blocks)",
+        "need = max(0, (r.num_computed_tokens + new) // bs - r.blocks)",
     ),
     Mutant(
         "max_num_seqs off by one",
@@ -89,8 +89,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "preemption caches one block too many",
         "replay/scheduler.py",
-        "self.pool.release(req.program, req.computed // bs)",
-        "self.pool.release(req.program, (req.computed + bs) // bs)",
+        "self.pool.release(req.program, req.num_computed_tokens // bs)",
+        "self.pool.release(req.program, (req.num_computed_tokens + bs) // bs)",
     ),
     Mutant(
         "pinned block-seconds count one block more",

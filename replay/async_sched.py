@@ -34,9 +34,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from replay.math_utils import cdiv
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
+from replay.step_plan import StepPlan
+from replay.step_price import step_seconds
 
 
 @dataclass(slots=True)
@@ -99,58 +100,34 @@ class AsyncSimScheduler(SimScheduler):
                 return now - start, []
 
     def _schedule(self, now: float) -> _InFlight:
-        """vLLM's ``schedule()`` with the previous step still in flight; advances the
-        scheduled requests' computed tokens (``_update_after_schedule``)."""
+        """vLLM's ``schedule()`` with the previous step still in flight: the synchronous
+        decision (:meth:`SimScheduler._schedule_requests`, skipping a request whose last
+        token is in flight), priced as it is, then :meth:`_update_after_schedule`."""
         self.tick(now)
         self.expire_pins(now)
-        bs = self.config.block_size
-        budget = self.config.max_num_batched_tokens
+        plan = self._schedule_requests(now)
+        if not plan.scheduled:
+            return _InFlight([], 0.0, -1, plan.preempted)
+        seconds = step_seconds(plan, self.cost)
+        sampled = self._update_after_schedule(plan)
+        self._account(seconds)
+        index = self.stats.steps
+        self.stats.steps += 1
+        return _InFlight(sampled, seconds, index, plan.preempted)
+
+    def _last_token_in_flight(self, req: SimRequest) -> bool:
+        return req.generated + self._pending.get(req.rid, 0) >= req.output
+
+    def _update_after_schedule(self, plan: StepPlan) -> list[SimRequest]:
+        """vLLM's ``_update_after_schedule``: the scheduled requests' computed tokens
+        advance at once; one whose tokens the step completes gets a placeholder for the
+        token it will sample (its stream grows by it unless it is the last). Returns the
+        requests that sample at the step's end."""
         pending = self._pending
-        scheduled: list[tuple[SimRequest, int, int]] = []
-        preempted = False
-        running = self.running
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
-            new = min(req.num_tokens - req.num_computed_tokens, budget)
-            if new <= 0 or req.generated + pending.get(req.rid, 0) >= req.output:
-                i += 1  # its last token is in flight (or nothing to compute)
-                continue
-            need = cdiv(req.num_computed_tokens + new, bs) - req.blocks
-            while need > self.pool.free_blocks:
-                victim = running.pop()
-                self._preempt_async(victim, now)
-                preempted = True
-                if victim is req:
-                    break
-            else:
-                if need > 0:
-                    self.pool.grow(req.program, need)
-                    req.blocks += need
-                if req.shared:
-                    self.pool.cache_full(req.program, (req.num_computed_tokens + new) // bs)
-                scheduled.append((req, new, req.num_computed_tokens))
-                budget -= new
-                i += 1
-                continue
-            break
-        reload_s = 0.0
-        if not preempted:
-            admitted, reload_s, _ = self._admit_waiting(budget, now)
-            scheduled.extend(admitted)
-        if not scheduled:
-            return _InFlight([], 0.0, -1, preempted)
-        chunks: list[tuple[int, int]] = []
-        decodes = kv = 0
-        sampled: list[SimRequest] = []
         cached = self._cached
-        for req, new, ctx in scheduled:
-            if req.num_tokens - ctx > 1 or ctx < req.prompt:
-                chunks.append((ctx, new))
-            else:
-                decodes += 1
-                kv += ctx
-            req.num_computed_tokens = ctx + new
+        sampled: list[SimRequest] = []
+        for req, num_new_tokens, num_computed_tokens, _ in plan.scheduled:
+            req.num_computed_tokens = num_computed_tokens + num_new_tokens
             # allocation caches the blocks of the tokens known now (not a placeholder)
             known = min(req.num_computed_tokens, req.prompt + req.generated)
             if known > cached.get(req.rid, 0):
@@ -162,14 +139,7 @@ class AsyncSimScheduler(SimScheduler):
                 sampled.append(req)
                 if req.generated + n < req.output:
                     req.num_tokens += 1
-        seconds = self.cost.step_s(chunks, decodes, kv) + reload_s
-        stats = self.stats
-        if seconds > stats.longest_step_s:
-            stats.longest_step_s = seconds
-        stats.busy_s += seconds
-        index = stats.steps
-        stats.steps += 1
-        return _InFlight(sampled, seconds, index, preempted)
+        return sampled
 
     def _apply(self, step: _InFlight, end: float) -> list[SimRequest]:
         """vLLM's ``update_from_output()`` at the step's end: sampled tokens, finishes."""
@@ -203,21 +173,9 @@ class AsyncSimScheduler(SimScheduler):
                 self._finish(req, end)
         return finished
 
-    def _preempt_async(self, req: SimRequest, now: float) -> None:
-        """Recompute preemption; only blocks of known tokens stay cached."""
-        known = self._cached.pop(req.rid, 0)
-        bs = self.config.block_size
-        if req in self._prefilling:
-            self._prefilling.remove(req)
-        self.pool.release(req.program, known // bs)
-        req.blocks = 0
-        req.num_computed_tokens = 0
-        req.preempted = True
-        req.preemptions += 1
-        self._preempt_counter += 1
-        req.preempt_seq = self._preempt_counter
-        self.stats.preemptions += 1
-        self._enqueue(req)
+    def _cached_tokens_at_preempt(self, req: SimRequest) -> int:
+        """Only blocks of known tokens stay cached (not a placeholder's)."""
+        return self._cached.pop(req.rid, 0)
 
     def _finish_waiting(self, req: SimRequest, now: float) -> None:
         """A preempted request whose last token arrived as stale output: it stops in the

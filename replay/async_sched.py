@@ -22,6 +22,14 @@ of two), over the same block pool and pin rules as :class:`SimScheduler`:
 - a step that schedules nothing costs nothing; an engine whose steps schedule
   nothing waits for the next send or pin expiry, as the vLLM backend's harness.
 
+As vLLM's ``AsyncScheduler`` subclasses its ``Scheduler``, :class:`AsyncSimScheduler`
+changes only what async changes: the decision is the synchronous one
+(:meth:`SimScheduler._schedule_requests`, which skips a request whose last token is in
+flight) and so is the price (:func:`~replay.step_price.step_seconds`); what differs is when
+the decision's effects land (:meth:`~AsyncSimScheduler._update_after_schedule` at once,
+:meth:`~AsyncSimScheduler._update_from_output` two steps on) and what a preemption keeps
+cached.
+
 Deliberate differences from vLLM: a request preempted while its last token is in
 flight finishes when that token arrives, from the waiting queue, with no blocks
 (vLLM stops it there too, through its own bookkeeping). No merged decode runs:
@@ -91,7 +99,7 @@ class AsyncSimScheduler(SimScheduler):
             done = queue.pop()
             if done.end > now:
                 now = done.end
-            finished = self._apply(done, now)
+            finished = self._update_from_output(done, now)
             if done.index >= 0:
                 return now - start, finished
             # a step that scheduled nothing and preempted nothing changed nothing: wait
@@ -141,7 +149,7 @@ class AsyncSimScheduler(SimScheduler):
                     req.num_tokens += 1
         return sampled
 
-    def _apply(self, step: _InFlight, end: float) -> list[SimRequest]:
+    def _update_from_output(self, step: _InFlight, end: float) -> list[SimRequest]:
         """vLLM's ``update_from_output()`` at the step's end: sampled tokens, finishes."""
         self.tick(end)
         if step.index >= 0:

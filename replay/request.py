@@ -60,9 +60,12 @@ class SimRequest:
     qkey: tuple[float, ...] = ()
     #: in the aggregated decode set (its token counts are then kept there)
     decoding: bool = False
-    d0: int = 0
-    c0: int = 0
-    g0: int = 0
+    #: while decoding: the decode set's step when its counts were last written back, and
+    #: its computed and generated tokens then (``replay.decoders``)
+    synced_step: int = 0
+    synced_computed_tokens: int = 0
+    synced_generated: int = 0
+    #: its membership of the decode set (a finish entry of an earlier one is stale)
     epoch: int = 0
     #: arrival order of the program's first call: breaks ties between programs
     #: that started at the same instant, as a real engine sees them one after another

@@ -65,7 +65,7 @@ def test_blocks_by_phase_match_a_step_by_step_count(
             pool.admit(r.program, 0, r.blocks)
             dec.join(r)
             reqs.append(r)
-        now = {r.rid: r.num_computed_tokens + (dec.decode_steps - r.d0) for r in reqs}
+        now = {r.rid: r.num_computed_tokens + (dec.decode_steps - r.synced_step) for r in reqs}
         assert {r.rid for r in dec.due()} == {rid for rid, c in now.items() if c % BS == 0}
         want = _needs(list(now.values()), steps, free)
         got = dec.blocks_for(steps, free)

@@ -25,7 +25,7 @@ of two), over the same block pool and pin rules as :class:`SimScheduler`:
 As vLLM's ``AsyncScheduler`` subclasses its ``Scheduler``, :class:`AsyncSimScheduler`
 changes only what async changes: the decision is the synchronous one
 (:meth:`SimScheduler._schedule_requests`, which skips a request whose last token is in
-flight) and so is the price (:func:`~replay.step_price.step_seconds`); what differs is when
+flight) and so is the price (:func:`~replay.step_price.price_step`); what differs is when
 the decision's effects land (:meth:`~AsyncSimScheduler._update_after_schedule` at once,
 :meth:`~AsyncSimScheduler._update_from_output` two steps on) and what a preemption keeps
 cached.
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
 from replay.step_plan import StepPlan
-from replay.step_price import step_seconds
+from replay.step_price import price_step
 
 
 @dataclass(slots=True)
@@ -116,7 +116,7 @@ class AsyncSimScheduler(SimScheduler):
         plan = self._schedule_requests(now)
         if not plan.scheduled:
             return _InFlight([], 0.0, -1, plan.preempted)
-        seconds = step_seconds(plan, self.cost)
+        seconds, _ = price_step(plan, self.cost)
         sampled = self._update_after_schedule(plan)
         self._account(seconds)
         index = self.stats.steps

@@ -33,7 +33,7 @@ def preempt_until_fits(
     members needing one block) met in running order fit; returns the requests and due
     members still scheduled."""
     needy: list[tuple[int, SimRequest, int]] = [
-        (s.request.run_seq, s.request, s.num_new_blocks) for s in scheduled if s.num_new_blocks
+        (r.run_seq, r, need) for r, _, _, need in scheduled if need
     ]
     needy.extend((r.run_seq, r, 1) for r in due)
     needy.sort(key=lambda item: item[0])
@@ -54,5 +54,5 @@ def preempt_until_fits(
         break
     # victims always come from the tail, after the request being served, so none of
     # them had been counted as served; what remains is scheduled as planned
-    kept = [s for s in scheduled if s.request.rid not in gone]
+    kept = [s for s in scheduled if s[0].rid not in gone]
     return kept, [r for r in due if r.rid not in gone]

@@ -11,7 +11,7 @@ model run and ``update_from_output()`` (:mod:`replay.step_plan`):
   nothing was preempted, waiting requests in the policy's order while the budget,
   ``max_num_seqs`` and memory allow (:mod:`replay.admission`); the first that does not
   fit stops admission (head-of-line). The decision is a :class:`~replay.step_plan.StepPlan`.
-- price (:func:`~replay.step_price.step_seconds`): prefill chunks, decodes, reloads.
+- price (:func:`~replay.step_price.price_step`): prefill chunks, decodes, reloads.
 - apply (:func:`~replay.step_apply.advance`): each request whose scheduled tokens
   complete its KV samples one token; one with all its output tokens finishes here, its
   blocks freed or pinned for a TTL.
@@ -53,7 +53,7 @@ from replay.scheduler_config import SimSchedulerConfig
 from replay.scheduler_stats import Stats
 from replay.step_apply import advance
 from replay.step_plan import ScheduledRequest, StepPlan
-from replay.step_price import step_seconds
+from replay.step_price import price_step
 from ttlctl.engine.pins import PinTable
 from ttlctl.engine.source import TauSource
 
@@ -291,7 +291,7 @@ class SimScheduler:
 
     def _step_fast(self, now: float, horizon: float) -> tuple[float, list[SimRequest], bool] | None:
         """The step with the decoding requests taken together: decide
-        (:meth:`_schedule_fast`), price (:func:`step_seconds`), apply
+        (:meth:`_schedule_fast`), price (:func:`price_step`), apply
         (:meth:`_update_fast`). None when the decision cannot be taken in aggregate (the
         request-by-request path then takes the step). When every running request
         decodes and the waiting head is known not to fit, the step is the first of a
@@ -309,10 +309,9 @@ class SimScheduler:
         plan = self._schedule_fast(now)
         if plan is None:
             return None
-        if plan.empty:
-            return 0.0, [], False
-        duration = step_seconds(plan, self.cost)
-        decode_only = not plan.preempted and plan.decode_only  # read before it is applied
+        if not plan.scheduled and not plan.num_decodes_in_set:
+            return 0.0, [], False  # nothing runs
+        duration, decode_only = price_step(plan, self.cost)
         end = now + duration
         self._account(duration)
         self.stats.steps += 1
@@ -323,7 +322,10 @@ class SimScheduler:
         # policy may have re-keyed waiting requests in this step)
         settled = not self._moved and not self._waiting_dirty
         merge = (
-            decode_only and not finished and (not self.waiting or (plan.blocked_head and settled))
+            decode_only
+            and not plan.preempted
+            and not finished
+            and (not self.waiting or (plan.blocked_head and settled))
         )
         return duration, finished, merge
 
@@ -351,7 +353,7 @@ class SimScheduler:
                 need = cdiv(r.num_computed_tokens + num_new_tokens, bs) - r.blocks
                 if need < 0:
                     need = 0
-                scheduled.append(ScheduledRequest(r, num_new_tokens, r.num_computed_tokens, need))
+                scheduled.append((r, num_new_tokens, r.num_computed_tokens, need))
                 num_new_blocks += need
             budget -= num_decodes + demand
         else:
@@ -363,7 +365,7 @@ class SimScheduler:
                     continue
                 num_new_tokens = min(r.num_tokens - r.num_computed_tokens, budget)
                 need = max(0, cdiv(r.num_computed_tokens + num_new_tokens, bs) - r.blocks)
-                scheduled.append(ScheduledRequest(r, num_new_tokens, r.num_computed_tokens, need))
+                scheduled.append((r, num_new_tokens, r.num_computed_tokens, need))
                 num_new_blocks += need
                 budget -= num_new_tokens
         due = decoders.due()
@@ -378,11 +380,11 @@ class SimScheduler:
             )
             preempted = True
         if num_new_blocks:
-            wants = [(s.request.program, s.num_new_blocks) for s in scheduled if s.num_new_blocks]
+            wants = [(r.program, need) for r, _, _, need in scheduled if need]
             if wants:
                 self.pool.grow_batch(wants)
-                for s in scheduled:
-                    s.request.blocks += s.num_new_blocks
+                for r, _, _, need in scheduled:
+                    r.blocks += need
         for r, num_new_tokens, num_computed_tokens, _ in scheduled:
             if r.shared:
                 self.pool.cache_full(r.program, (num_computed_tokens + num_new_tokens) // bs)
@@ -431,7 +433,7 @@ class SimScheduler:
         plan = self._schedule_requests(now)
         if not plan.scheduled:
             return 0.0, [], plan.preempted
-        duration = step_seconds(plan, self.cost)
+        duration, _ = price_step(plan, self.cost)
         end = now + duration
         self._account(duration)
         self.tick(end)
@@ -474,9 +476,7 @@ class SimScheduler:
                     req.blocks += need
                 if req.shared:
                     pool.cache_full(req.program, (req.num_computed_tokens + num_new_tokens) // bs)
-                scheduled.append(
-                    ScheduledRequest(req, num_new_tokens, req.num_computed_tokens, max(0, need))
-                )
+                scheduled.append((req, num_new_tokens, req.num_computed_tokens, max(0, need)))
                 budget -= num_new_tokens
                 i += 1
                 continue
@@ -536,7 +536,7 @@ class SimScheduler:
             num_new_tokens, loaded_s = admit
             self._dequeue_head(head)
             self._enter_running(head)
-            admitted.append(ScheduledRequest(head, num_new_tokens, head.num_computed_tokens, 0))
+            admitted.append((head, num_new_tokens, head.num_computed_tokens, 0))
             budget -= num_new_tokens
             reload_s += loaded_s
         return admitted, reload_s, bool(waiting)

@@ -18,34 +18,23 @@ each and are counted, not listed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from replay.request import SimRequest
 
-
-class ScheduledRequest(NamedTuple):
-    """One request's share of a step (an entry of vLLM's ``num_scheduled_tokens``)."""
-
-    request: SimRequest
-    #: tokens the step computes for it (a prefill chunk, or 1 to decode)
-    num_new_tokens: int
-    #: its computed tokens when the step was scheduled
-    num_computed_tokens: int
-    #: blocks allocated to it for this step by the running loop (admission counts its own)
-    num_new_blocks: int
-
-    @property
-    def is_decode(self) -> bool:
-        """Whether the step decodes it: its prompt is computed and one token remains."""
-        r = self.request
-        return r.num_tokens - self.num_computed_tokens <= 1 and self.num_computed_tokens >= r.prompt
+#: One request's share of a step (an entry of vLLM's ``num_scheduled_tokens``):
+#: ``(request, num_new_tokens, num_computed_tokens, num_new_blocks)``, the tokens the step
+#: computes for it (a prefill chunk, or 1 to decode), its computed tokens when the step was
+#: scheduled, and the blocks the running loop allocated it for the step (0 for an admitted
+#: request: admission allocates its own). A plain tuple: one is made per request and step,
+#: and a named one costs several times as much to make.
+ScheduledRequest = tuple[SimRequest, int, int, int]
 
 
-@dataclass(frozen=True, slots=True)
-class StepPlan:
+class StepPlan(NamedTuple):
     """A step's decision: what runs, and what the decision itself did (preempted,
-    stopped admission at a waiting head that does not fit)."""
+    stopped admission at a waiting head that does not fit). Nothing runs when it
+    schedules no request and the decode set is empty."""
 
     #: requests scheduled one by one: running ones in running order, then admitted ones
     scheduled: tuple[ScheduledRequest, ...]
@@ -59,13 +48,3 @@ class StepPlan:
     preempted: bool = False
     #: admission stopped at a waiting head that did not fit
     blocked_head: bool = False
-
-    @property
-    def empty(self) -> bool:
-        """Nothing runs: the step computes nothing and costs nothing."""
-        return not self.scheduled and not self.num_decodes_in_set
-
-    @property
-    def decode_only(self) -> bool:
-        """Every request of the step decodes (no prefill chunk)."""
-        return all(s.is_decode for s in self.scheduled)

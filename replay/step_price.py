@@ -6,10 +6,12 @@ from profiles.cost import CostModel
 from replay.step_plan import StepPlan
 
 
-def step_seconds(plan: StepPlan, cost: CostModel) -> float:
-    """Seconds the step of ``plan`` takes: its prefill chunks and its decodes (how many,
-    and the KV they read) on ``cost``, plus the reload of admitted prefixes from the
-    offload tier. Read before the step is applied (the requests' counts as scheduled)."""
+def price_step(plan: StepPlan, cost: CostModel) -> tuple[float, bool]:
+    """(seconds, whether every request of the step decodes): the seconds the step of
+    ``plan`` takes, its prefill chunks and its decodes (how many, and the KV they read) on
+    ``cost``, plus the reload of admitted prefixes from the offload tier. Read before the
+    step is applied (the requests' counts as scheduled). A request decodes when its prompt
+    is computed and one token remains; any other computes a chunk."""
     chunks: list[tuple[int, int]] = []
     num_decodes = plan.num_decodes_in_set
     kv_tokens = plan.decode_set_kv_tokens
@@ -19,4 +21,4 @@ def step_seconds(plan: StepPlan, cost: CostModel) -> float:
         else:
             num_decodes += 1
             kv_tokens += num_computed_tokens
-    return cost.step_s(chunks, num_decodes, kv_tokens) + plan.reload_s
+    return cost.step_s(chunks, num_decodes, kv_tokens) + plan.reload_s, not chunks

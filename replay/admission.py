@@ -15,6 +15,7 @@ from replay.kv import KVPool
 from replay.math_utils import cdiv
 from replay.offload import OffloadTier
 from replay.request import SimRequest
+from replay.scheduler_config import SimSchedulerConfig
 
 
 class AdmissionPlan(NamedTuple):
@@ -34,12 +35,11 @@ def admission_plan(
     req: SimRequest,
     pool: KVPool,
     offload: OffloadTier | None,
-    block_size: int,
-    reserve_full_prompt: bool,
+    config: SimSchedulerConfig,
     budget: int,
 ) -> AdmissionPlan:
     """What admitting ``req`` under a token ``budget`` takes now; changes nothing."""
-    bs = block_size
+    bs = config.block_size
     reusable = req.num_tokens if req.preemptions else req.reusable
     # full blocks only (a partial one never hits); the shared ones from any program
     hit_blocks = pool.prefix_hit(
@@ -52,6 +52,6 @@ def admission_plan(
     num_new_tokens = max(1, min(req.num_tokens - hit - loaded, budget))
     need = cdiv(hit + loaded + num_new_tokens, bs) - hit_blocks
     must_fit = need
-    if reserve_full_prompt:
+    if config.reserve_full_prompt:
         must_fit = max(need, cdiv(req.num_tokens, bs) - hit_blocks)
     return AdmissionPlan(hit_blocks, loaded, num_new_tokens, need, must_fit)

@@ -40,7 +40,7 @@ from operator import attrgetter
 from typing import Protocol
 
 from profiles.cost import CostModel
-from replay.admission import AdmissionPlan, admission_plan
+from replay.admission import admission_plan
 from replay.decode_run import DecodeRun, plan_decode_run, run_seconds
 from replay.decoders import DecodeSet
 from replay.kv import BlockPool, KVPool, RunPool
@@ -248,9 +248,7 @@ class SimScheduler:
 
     def step(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
         """One engine step from ``now`` (plus merged decode steps up to ``horizon``).
-
-        Returns (duration, finished requests). A duration of 0 means nothing could run.
-        """
+        Returns (duration, finished requests); a duration of 0: nothing could run."""
         if not self.config.fast:
             duration, finished, _ = self._step_reference(now)
             return duration, finished
@@ -395,9 +393,14 @@ class SimScheduler:
         if not preempted and self.waiting:  # vLLM admits nothing in a step that preempted
             admitted, reload_s, blocked_head = self._admit_waiting(budget, now)
             scheduled.extend(admitted)
-        # the decode set's members now: fewer if the step preempted some
-        set_now = len(decoders.members), decoders.kv_tokens()
-        return StepPlan(tuple(scheduled), *set_now, reload_s, preempted, blocked_head)
+        return StepPlan(
+            tuple(scheduled),
+            num_decodes_in_set=len(decoders.members),  # fewer if the step preempted some
+            decode_set_kv_tokens=decoders.kv_tokens(),
+            reload_s=reload_s,
+            preempted=preempted,
+            blocked_head=blocked_head,
+        )
 
     def _update_fast(self, plan: StepPlan, end: float) -> list[SimRequest]:
         """vLLM's ``update_from_output()`` for a step of :meth:`_schedule_fast`: the
@@ -424,10 +427,8 @@ class SimScheduler:
 
     def _step_reference(self, now: float) -> tuple[float, list[SimRequest], bool]:
         """One step, request by request, as vLLM's loop runs it (the reference path):
-        decide (:meth:`_schedule_requests`), price, apply (:func:`advance`).
-
-        Returns (duration, finished, preempted).
-        """
+        decide (:meth:`_schedule_requests`), price, apply (:func:`advance`). Returns
+        (duration, finished, preempted)."""
         self.tick(now)
         self.expire_pins(now)
         plan = self._schedule_requests(now)
@@ -553,22 +554,18 @@ class SimScheduler:
         pinning = self.pinning
         return pinning is None or not pinning.retention.valve_releases(head.program, False)
 
-    def _admission_plan(self, req: SimRequest, budget: int) -> AdmissionPlan:
-        config = self.config
-        return admission_plan(
-            req, self.pool, self.offload, config.block_size, config.reserve_full_prompt, budget
-        )
-
     def fits(self, req: SimRequest, budget: int | None = None) -> bool:
         """Whether ``req`` could be admitted now (memory only)."""
-        plan = self._admission_plan(req, budget or self.config.max_num_batched_tokens)
+        budget = budget or self.config.max_num_batched_tokens
+        plan = admission_plan(req, self.pool, self.offload, self.config, budget)
         return self.pool.room_for(req.program, plan.hit_blocks, plan.must_fit, req.shared)
 
     def _try_admit(self, req: SimRequest, budget: int, now: float) -> tuple[int, float] | None:
         """Admit ``req`` if its blocks fit; returns (tokens its first step computes,
         seconds to reload its prefix from the offload tier), or None."""
         bs = self.config.block_size
-        hit_blocks, loaded, num_new_tokens, need, must_fit = self._admission_plan(req, budget)
+        plan = admission_plan(req, self.pool, self.offload, self.config, budget)
+        hit_blocks, loaded, num_new_tokens, need, must_fit = plan
         hit = hit_blocks * bs
         if not self.pool.room_for(req.program, hit_blocks, must_fit, req.shared):
             return None

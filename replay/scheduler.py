@@ -393,14 +393,9 @@ class SimScheduler:
         if not preempted and self.waiting:  # vLLM admits nothing in a step that preempted
             admitted, reload_s, blocked_head = self._admit_waiting(budget, now)
             scheduled.extend(admitted)
-        return StepPlan(
-            tuple(scheduled),
-            num_decodes_in_set=len(decoders.members),  # fewer if the step preempted some
-            decode_set_kv_tokens=decoders.kv_tokens(),
-            reload_s=reload_s,
-            preempted=preempted,
-            blocked_head=blocked_head,
-        )
+        # the decode set's members: fewer if the step preempted some
+        num_decodes, kv_tokens = len(decoders.members), decoders.kv_tokens()
+        return StepPlan(scheduled, num_decodes, kv_tokens, reload_s, preempted, blocked_head)
 
     def _update_fast(self, plan: StepPlan, end: float) -> list[SimRequest]:
         """vLLM's ``update_from_output()`` for a step of :meth:`_schedule_fast`: the
@@ -486,9 +481,7 @@ class SimScheduler:
         if not preempted:
             admitted, reload_s, blocked_head = self._admit_waiting(budget, now)
             scheduled.extend(admitted)
-        return StepPlan(
-            tuple(scheduled), reload_s=reload_s, preempted=preempted, blocked_head=blocked_head
-        )
+        return StepPlan(scheduled, 0, 0, reload_s, preempted, blocked_head)
 
     def _last_token_in_flight(self, req: SimRequest) -> bool:
         """Whether a step not yet applied samples ``req``'s last token (never here: a

@@ -90,7 +90,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "preemption caches one block too many",
         "replay/scheduler.py",
         'only the tokens already known)."""\n        return req.num_computed_tokens\n',
-        'only the tokens already known)."""\n        return req.num_computed_tokens + bs\n',
+        'only the tokens already known)."""\n'
+        "        return req.num_computed_tokens + self.config.block_size\n",
     ),
     Mutant(
         "pinned block-seconds count one block more",

@@ -22,6 +22,14 @@ of two), over the same block pool and pin rules as :class:`SimScheduler`:
 - a step that schedules nothing costs nothing; an engine whose steps schedule
   nothing waits for the next send or pin expiry, as the vLLM backend's harness.
 
+As vLLM's ``AsyncScheduler`` subclasses its ``Scheduler``, :class:`AsyncSimScheduler`
+changes only what async changes: the decision is the synchronous one
+(:meth:`SimScheduler._schedule_requests`, which skips a request whose last token is in
+flight) and so is the price (:func:`~replay.step_price.price_step`); what differs is when
+the decision's effects land (:meth:`~AsyncSimScheduler._update_after_schedule` at once,
+:meth:`~AsyncSimScheduler._update_from_output` two steps on) and what a preemption keeps
+cached.
+
 Deliberate differences from vLLM: a request preempted while its last token is in
 flight finishes when that token arrives, from the waiting queue, with no blocks
 (vLLM stops it there too, through its own bookkeeping). No merged decode runs:
@@ -36,6 +44,8 @@ from dataclasses import dataclass, field
 
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
+from replay.step_plan import StepPlan
+from replay.step_price import price_step
 
 
 @dataclass(slots=True)
@@ -89,7 +99,7 @@ class AsyncSimScheduler(SimScheduler):
             done = queue.pop()
             if done.end > now:
                 now = done.end
-            finished = self._apply(done, now)
+            finished = self._update_from_output(done, now)
             if done.index >= 0:
                 return now - start, finished
             # a step that scheduled nothing and preempted nothing changed nothing: wait
@@ -98,79 +108,48 @@ class AsyncSimScheduler(SimScheduler):
                 return now - start, []
 
     def _schedule(self, now: float) -> _InFlight:
-        """vLLM's ``schedule()`` with the previous step still in flight; advances the
-        scheduled requests' computed tokens (``_update_after_schedule``)."""
+        """vLLM's ``schedule()`` with the previous step still in flight: the synchronous
+        decision (:meth:`SimScheduler._schedule_requests`, skipping a request whose last
+        token is in flight), priced as it is, then :meth:`_update_after_schedule`."""
         self.tick(now)
         self.expire_pins(now)
-        bs = self.config.block_size
-        budget = self.config.max_num_batched_tokens
+        plan = self._schedule_requests(now)
+        if not plan.scheduled:
+            return _InFlight([], 0.0, -1, plan.preempted)
+        seconds, _ = price_step(plan, self.cost)
+        sampled = self._update_after_schedule(plan)
+        self._account(seconds)
+        index = self.stats.steps
+        self.stats.steps += 1
+        return _InFlight(sampled, seconds, index, plan.preempted)
+
+    def _last_token_in_flight(self, req: SimRequest) -> bool:
+        return req.generated + self._pending.get(req.rid, 0) >= req.output
+
+    def _update_after_schedule(self, plan: StepPlan) -> list[SimRequest]:
+        """vLLM's ``_update_after_schedule``: the scheduled requests' computed tokens
+        advance at once; one whose tokens the step completes gets a placeholder for the
+        token it will sample (its stream grows by it unless it is the last). Returns the
+        requests that sample at the step's end."""
         pending = self._pending
-        scheduled: list[tuple[SimRequest, int, int]] = []
-        preempted = False
-        running = self.running
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
-            new = min(req.num_tokens - req.computed, budget)
-            if new <= 0 or req.generated + pending.get(req.rid, 0) >= req.output:
-                i += 1  # its last token is in flight (or nothing to compute)
-                continue
-            need = -(-(req.computed + new) // bs) - req.blocks
-            while need > self.pool.free_blocks:
-                victim = running.pop()
-                self._preempt_async(victim, now)
-                preempted = True
-                if victim is req:
-                    break
-            else:
-                if need > 0:
-                    self.pool.grow(req.program, need)
-                    req.blocks += need
-                if req.shared:
-                    self.pool.cache_full(req.program, (req.computed + new) // bs)
-                scheduled.append((req, new, req.computed))
-                budget -= new
-                i += 1
-                continue
-            break
-        reload_s = 0.0
-        if not preempted:
-            admitted, reload_s, _ = self._admit_waiting(budget, now)
-            scheduled.extend(admitted)
-        if not scheduled:
-            return _InFlight([], 0.0, -1, preempted)
-        chunks: list[tuple[int, int]] = []
-        decodes = kv = 0
-        sampled: list[SimRequest] = []
         cached = self._cached
-        for req, new, ctx in scheduled:
-            if req.num_tokens - ctx > 1 or ctx < req.prompt:
-                chunks.append((ctx, new))
-            else:
-                decodes += 1
-                kv += ctx
-            req.computed = ctx + new
+        sampled: list[SimRequest] = []
+        for req, num_new_tokens, num_computed_tokens, _ in plan.scheduled:
+            req.num_computed_tokens = num_computed_tokens + num_new_tokens
             # allocation caches the blocks of the tokens known now (not a placeholder)
-            known = min(req.computed, req.prompt + req.generated)
+            known = min(req.num_computed_tokens, req.prompt + req.generated)
             if known > cached.get(req.rid, 0):
                 cached[req.rid] = known
-            if req.computed >= req.num_tokens:
+            if req.num_computed_tokens >= req.num_tokens:
                 # it samples: a placeholder for the token, unless it is the last
                 n = pending.get(req.rid, 0) + 1
                 pending[req.rid] = n
                 sampled.append(req)
                 if req.generated + n < req.output:
                     req.num_tokens += 1
-        seconds = self.cost.step_s(chunks, decodes, kv) + reload_s
-        stats = self.stats
-        if seconds > stats.longest_step_s:
-            stats.longest_step_s = seconds
-        stats.busy_s += seconds
-        index = stats.steps
-        stats.steps += 1
-        return _InFlight(sampled, seconds, index, preempted)
+        return sampled
 
-    def _apply(self, step: _InFlight, end: float) -> list[SimRequest]:
+    def _update_from_output(self, step: _InFlight, end: float) -> list[SimRequest]:
         """vLLM's ``update_from_output()`` at the step's end: sampled tokens, finishes."""
         self.tick(end)
         if step.index >= 0:
@@ -187,7 +166,7 @@ class AsyncSimScheduler(SimScheduler):
                 continue  # finished meanwhile (cannot happen with a queue of two)
             req.generated += 1
             if not req.preempted:  # an output caches up to the tokens not in flight
-                known = req.computed - pending.get(req.rid, 0)
+                known = req.num_computed_tokens - pending.get(req.rid, 0)
                 if known > self._cached.get(req.rid, 0):
                     self._cached[req.rid] = known
             if req.first_token is None:
@@ -202,21 +181,9 @@ class AsyncSimScheduler(SimScheduler):
                 self._finish(req, end)
         return finished
 
-    def _preempt_async(self, req: SimRequest, now: float) -> None:
-        """Recompute preemption; only blocks of known tokens stay cached."""
-        known = self._cached.pop(req.rid, 0)
-        bs = self.config.block_size
-        if req in self._prefilling:
-            self._prefilling.remove(req)
-        self.pool.release(req.program, known // bs)
-        req.blocks = 0
-        req.computed = 0
-        req.preempted = True
-        req.preemptions += 1
-        self._preempt_counter += 1
-        req.preempt_seq = self._preempt_counter
-        self.stats.preemptions += 1
-        self._enqueue(req)
+    def _cached_tokens_at_preempt(self, req: SimRequest) -> int:
+        """Only blocks of known tokens stay cached (not a placeholder's)."""
+        return self._cached.pop(req.rid, 0)
 
     def _finish_waiting(self, req: SimRequest, now: float) -> None:
         """A preempted request whose last token arrived as stale output: it stops in the

@@ -1,9 +1,10 @@
 """Running requests in their decode phase, advanced together.
 
 Every decode step gives each decoding request one token, so their state is a
-function of one counter ``D`` (decode steps taken): a member that joined at
-``d0`` with ``c0`` computed tokens has ``c0 + D − d0`` now. Only two things are
-per request, and neither needs a per-step walk:
+function of one counter, D = ``decode_steps`` (decode steps taken): a member last
+synced at step d0 (``synced_step``) with c0 computed tokens
+(``synced_computed_tokens``) has ``c0 + D − d0`` now. Only two things are per
+request, and neither needs a per-step walk:
 
 - when it finishes: a heap of finish steps;
 - when it needs a KV block: to run step ``D`` a member holding ``c`` computed
@@ -25,6 +26,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from replay.kv import KVPool
+from replay.math_utils import cdiv
 from replay.request import SimRequest
 
 
@@ -32,10 +34,11 @@ from replay.request import SimRequest
 class DecodeSet:
     block_size: int
     pool: KVPool
-    D: int = 0
+    #: decode steps taken (D in the maths above)
+    decode_steps: int = 0
     members: dict[int, SimRequest] = field(default_factory=dict)
-    _sum_c0: int = 0
-    _sum_d0: int = 0
+    _sum_synced_computed_tokens: int = 0
+    _sum_synced_steps: int = 0
     #: heap entries are (D, rid, membership epoch): an entry from an earlier membership
     #: of the same request (it left, was preempted, joined again) is stale
     _finish: list[tuple[int, int, int]] = field(default_factory=list)
@@ -56,15 +59,17 @@ class DecodeSet:
 
     def join(self, r: SimRequest) -> None:
         """``r`` decodes from now on; it holds ⌈computed / block size⌉ blocks."""
-        r.dec = True
-        r.d0, r.c0, r.g0 = self.D, r.computed, r.generated
+        r.decoding = True
+        r.synced_step = self.decode_steps
+        r.synced_computed_tokens = r.num_computed_tokens
+        r.synced_generated = r.generated
         self._epoch += 1
         r.epoch = self._epoch
         self.members[r.rid] = r
-        self._sum_c0 += r.c0
-        self._sum_d0 += r.d0
+        self._sum_synced_computed_tokens += r.synced_computed_tokens
+        self._sum_synced_steps += r.synced_step
         heapq.heappush(self._finish, (self._finish_at(r), r.rid, r.epoch))
-        phase = (r.c0 - r.d0) % self.block_size
+        phase = (r.synced_computed_tokens - r.synced_step) % self.block_size
         self._phase[phase][r.rid] = r
         back = self.block_size - 1 - phase
         self._back[back] += 1
@@ -73,34 +78,34 @@ class DecodeSet:
     def sync(self, r: SimRequest) -> None:
         """Write the request's current token and block counts back to it (its blocks
         taken since are assigned to its program)."""
-        if not r.dec:
+        if not r.decoding:
             return
-        k = self.D - r.d0
+        k = self.decode_steps - r.synced_step
         if k:
-            r.c0 += k
-            r.g0 += k
-            r.d0 = self.D
-            self._sum_c0 += k
-            self._sum_d0 += k
-        r.computed = r.c0
-        r.generated = r.g0
-        r.num_tokens = r.computed + 1
-        blocks = -(-r.c0 // self.block_size)
+            r.synced_computed_tokens += k
+            r.synced_generated += k
+            r.synced_step = self.decode_steps
+            self._sum_synced_computed_tokens += k
+            self._sum_synced_steps += k
+        r.num_computed_tokens = r.synced_computed_tokens
+        r.generated = r.synced_generated
+        r.num_tokens = r.num_computed_tokens + 1
+        blocks = cdiv(r.synced_computed_tokens, self.block_size)
         if blocks != r.blocks:
             self.pool.assign(r.program, blocks - r.blocks)
             r.blocks = blocks
 
     def leave(self, r: SimRequest) -> None:
         self.sync(r)
-        r.dec = False
+        r.decoding = False
         del self.members[r.rid]
-        phase = (r.c0 - r.d0) % self.block_size
+        phase = (r.synced_computed_tokens - r.synced_step) % self.block_size
         del self._phase[phase][r.rid]
         back = self.block_size - 1 - phase
         self._back[back] -= 1
         self._back[back + self.block_size] -= 1
-        self._sum_c0 -= r.c0
-        self._sum_d0 -= r.d0
+        self._sum_synced_computed_tokens -= r.synced_computed_tokens
+        self._sum_synced_steps -= r.synced_step
 
     def clear(self) -> list[SimRequest]:
         """Sync and drop every member (the finish heap too); returns them."""
@@ -112,10 +117,14 @@ class DecodeSet:
 
     def kv_tokens(self) -> int:
         """Computed tokens of all members now."""
-        return self._sum_c0 + len(self.members) * self.D - self._sum_d0
+        return (
+            self._sum_synced_computed_tokens
+            + len(self.members) * self.decode_steps
+            - self._sum_synced_steps
+        )
 
     def _finish_at(self, r: SimRequest) -> int:
-        return r.d0 + r.output - r.g0
+        return r.synced_step + r.output - r.synced_generated
 
     def next_finish(self) -> int | None:
         """The D at which the first member finishes (its last token is sampled)."""
@@ -132,14 +141,14 @@ class DecodeSet:
         done: list[SimRequest] = []
         while True:
             at = self.next_finish()
-            if at is None or at > self.D:
+            if at is None or at > self.decode_steps:
                 return done
             _, rid, _ = heapq.heappop(self._finish)
             done.append(self.members[rid])
 
     def due(self) -> list[SimRequest]:
         """The members that need one more block to run the next step (step D)."""
-        bucket = self._phase[-self.D % self.block_size]
+        bucket = self._phase[-self.decode_steps % self.block_size]
         return list(bucket.values()) if bucket else []
 
     def blocks_for(self, steps: int, free: int) -> tuple[int, int]:
@@ -154,11 +163,11 @@ class DecodeSet:
         s, blocks = cycles * bs, cycles * n
         rest = steps - s
         if rest < bs:  # the remaining steps' needs at once (phases D+s, D+s+1, …)
-            start = bs - 1 - (-(self.D + s) % bs)
+            start = bs - 1 - (-(self.decode_steps + s) % bs)
             need = sum(self._back[start : start + rest])
             if blocks + need <= free:
                 return steps, blocks + need
-        back, d = self._back, self.D + s
+        back, d = self._back, self.decode_steps + s
         while s < steps:  # the pool runs dry within the next block_size steps
             need = back[bs - 1 - (-d % bs)]
             if blocks + need > free:

@@ -15,6 +15,7 @@ import numpy as np
 
 from fitting.percentile import percentile
 from replay.fleet.records import FleetRouter, MissReasons, ReplicaResult
+from replay.math_utils import cdiv
 from replay.sim import ProgramRun, SimCallRecord
 from ttlctl.jsonio import FileRef
 
@@ -218,7 +219,7 @@ def timeline(outcome: Replayed, block_size: int, points: int = 400) -> PinnedTim
     samples = outcome.engine.timeline
     if not samples:
         return {"t_s": [], "pinned_tokens": []}
-    stride = max(1, -(-len(samples) // points))
+    stride = max(1, cdiv(len(samples), points))
     t: list[float] = []
     v: list[float] = []
     for i in range(0, len(samples), stride):

@@ -111,7 +111,7 @@ class Pinning:
         """``req`` finished: pin its blocks (the first ``full`` cached) for the source's τ
         or free them; its per-call state goes."""
         r = self.retention
-        ttl = r.finish(req.rid, OK, req.computed, now)
+        ttl = r.finish(req.rid, OK, req.num_computed_tokens, now)
         if ttl > 0 and r.pin(req.rid, PinnedBlocks(req.program, req.blocks), ttl, now):
             self._pool.pin(req.program, full)
         else:

@@ -7,10 +7,10 @@ bookkeeping (tokens computed and generated, blocks held, preemptions, when it wa
 admitted, produced its first token and finished). Never a pause's length or how
 many calls the program has left: the policies read requests.
 
-Invariants (checked by ``--check`` replays, ``replay.sim``): ``computed`` ≤
+Invariants (checked by ``--check`` replays, ``replay.sim``): ``num_computed_tokens`` ≤
 ``num_tokens`` = ``prompt`` + tokens sampled so far (``generated``, while it runs;
-at finish ``computed`` = ``prompt + output − 1``: the last sampled token is never
-computed); a running request holds ``blocks`` = ⌈``computed`` / block size⌉ blocks
+at finish ``num_computed_tokens`` = ``prompt + output − 1``: the last sampled token is never
+computed); a running request holds ``blocks`` = ⌈``num_computed_tokens`` / block size⌉ blocks
 between steps (a step's blocks are allocated at its start), a waiting one none;
 ``hit_tokens`` is a multiple of the block size below ``prompt``; arrival ≤ admitted ≤
 first token ≤ finish.
@@ -41,7 +41,7 @@ class SimRequest:
     #: tokens in the request's stream: prompt + tokens sampled so far
     num_tokens: int = 0
     #: tokens whose KV is computed
-    computed: int = 0
+    num_computed_tokens: int = 0
     generated: int = 0
     blocks: int = 0
     hit_tokens: int = 0
@@ -59,10 +59,13 @@ class SimRequest:
     #: the policy's waiting-queue key, kept while the request waits
     qkey: tuple[float, ...] = ()
     #: in the aggregated decode set (its token counts are then kept there)
-    dec: bool = False
-    d0: int = 0
-    c0: int = 0
-    g0: int = 0
+    decoding: bool = False
+    #: while decoding: the decode set's step when its counts were last written back, and
+    #: its computed and generated tokens then (``replay.decoders``)
+    synced_step: int = 0
+    synced_computed_tokens: int = 0
+    synced_generated: int = 0
+    #: its membership of the decode set (a finish entry of an earlier one is stale)
     epoch: int = 0
     #: arrival order of the program's first call: breaks ties between programs
     #: that started at the same instant, as a real engine sees them one after another

@@ -1,20 +1,20 @@
-"""vLLM 0.32's v1 scheduler step, over the block pool of :mod:`replay.kv`.
+"""vLLM 0.32's v1 scheduler (``vllm/v1/core/sched/scheduler.py``) over :mod:`replay.kv`.
 
-One :meth:`SimScheduler.step` is ``schedule → run → postprocess``:
+One :meth:`SimScheduler.step` decides, prices and applies, as vLLM's ``schedule()``,
+model run and ``update_from_output()`` (:mod:`replay.step_plan`):
 
-- schedule (``vllm/v1/core/sched/scheduler.py``): running requests first, each
-  asking for its remaining prefill (chunked to the token budget) or one decode
-  token; when blocks run out, the tail of the running list is preempted (its
-  blocks freed, its progress recomputed later) until the request fits. Then, only
-  if nothing was preempted in this step, waiting requests in the policy's order
-  while the budget, ``max_num_seqs`` and memory allow; the first that does not
-  fit stops admission (head-of-line). Admission reuses the longest cached prefix
-  (capped at ``num_tokens − 1``).
-- run: the step's duration from the cost model (prefill chunks, decodes, and any
-  reload from the offload tier).
-- postprocess: each request whose scheduled tokens complete its KV samples one
-  token; a request with all its output tokens finishes and its blocks are freed or
-  pinned for a TTL.
+- decide (:meth:`~SimScheduler._schedule_requests`; :meth:`~SimScheduler._schedule_fast`
+  with the decode set in aggregate): running requests first, each asking for its
+  remaining prefill (chunked to the token budget) or one decode token; when blocks run
+  out, the tail of the running list is preempted (its blocks freed, its progress
+  recomputed later; :mod:`replay.preemption`) until the request fits. Then, only if
+  nothing was preempted, waiting requests in the policy's order while the budget,
+  ``max_num_seqs`` and memory allow (:mod:`replay.admission`); the first that does not
+  fit stops admission (head-of-line). The decision is a :class:`~replay.step_plan.StepPlan`.
+- price (:func:`~replay.step_price.price_step`): prefill chunks, decodes, reloads.
+- apply (:func:`~replay.step_apply.advance`): each request whose scheduled tokens
+  complete its KV samples one token; one with all its output tokens finishes here, its
+  blocks freed or pinned for a TTL.
 
 Pins follow the vLLM plugin's own rules (:class:`ttlctl.engine.retention.Retention`,
 through :mod:`replay.pinning`): expiry at each step start and each arrival, the
@@ -23,11 +23,8 @@ a policy only says where τ comes from.
 
 When a step is decode-only and the waiting head cannot be admitted (or nothing
 waits), nothing can change until an event arrives, a request finishes or a block
-runs short: the following decode steps are taken together (the trick of
-splitwise-sim), up to the last one that starts before the next event, including
-the one a request finishes in, and short of one whose blocks the pool cannot give.
-``fast=False`` takes them one by one and the tests check both give the same
-results.
+runs short: the following decode steps are taken together (:mod:`replay.decode_run`).
+``fast=False`` takes them one by one and the tests check both give the same results.
 
 Policies (``replay/policies``) see only what an engine sees: requests with their
 program id, tool tag and lengths, the queue, the pins. Never a pause's length or
@@ -43,43 +40,25 @@ from operator import attrgetter
 from typing import Protocol
 
 from profiles.cost import CostModel
+from replay.admission import admission_plan
+from replay.decode_run import DecodeRun, plan_decode_run, run_seconds
 from replay.decoders import DecodeSet
 from replay.kv import BlockPool, KVPool, RunPool
+from replay.math_utils import cdiv
 from replay.offload import OffloadTier
 from replay.pinning import Pinning
+from replay.preemption import preempt_until_fits
 from replay.request import SimRequest
+from replay.scheduler_config import SimSchedulerConfig
+from replay.scheduler_stats import Stats
+from replay.step_apply import advance
+from replay.step_plan import ScheduledRequest, StepPlan
+from replay.step_price import price_step
 from ttlctl.engine.pins import PinTable
 from ttlctl.engine.source import TauSource
-from ttlctl.errors import ConfigError
 
-
-@dataclass(frozen=True, slots=True)
-class SimSchedulerConfig:
-    kv_tokens: int = 600_000
-    block_size: int = 16
-    max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 256
-    max_model_len: int = 131_072
-    #: "runs" (fast) or "blocks" (the per-block reference)
-    pool: str = "runs"
-    #: take runs of decode-only steps in one event
-    fast: bool = True
-    #: admit a waiting request only if its whole prompt fits (vLLM 0.32's
-    #: ``scheduler_reserve_full_isl``, on by default), not just its first chunk
-    reserve_full_prompt: bool = True
-
-    def __post_init__(self) -> None:
-        if self.kv_tokens < self.block_size or self.block_size <= 0:
-            raise ConfigError("--kv-tokens must hold at least one block (--block-size tokens)")
-        if self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
-            raise ConfigError("--max-num-batched-tokens and --max-num-seqs must be positive")
-        if self.pool not in ("runs", "blocks"):
-            raise ConfigError("pool must be 'runs' or 'blocks'")
-
-    @property
-    def num_blocks(self) -> int:
-        return self.kv_tokens // self.block_size
-
+#: the engine's settings and counters live in their own modules; imported from here too
+__all__ = ["Policy", "SimScheduler", "SimSchedulerConfig", "Stats"]
 
 #: sort keys, read in C
 _qkey = attrgetter("qkey")
@@ -105,24 +84,6 @@ class Policy(Protocol):
         """Where the pin rules (:mod:`replay.pinning`) get τ, the valve and the pin cap;
         None: no program book and nothing pinned (the policy orders by itself)."""
         ...
-
-
-@dataclass(slots=True)
-class Stats:
-    steps: int = 0
-    preemptions: int = 0
-    prompt_tokens: int = 0
-    hit_tokens: int = 0
-    loaded_tokens: int = 0
-    pinned_block_seconds: float = 0.0
-    pins_made: int = 0
-    pins_hit: int = 0
-    pins_expired: int = 0
-    pins_released: int = 0
-    busy_s: float = 0.0
-    #: the longest single step so far (a call sent during a step reaches the scheduler
-    #: at its end: at most this long after it was sent)
-    longest_step_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -188,7 +149,7 @@ class SimScheduler:
     def context_tokens(self, req: SimRequest) -> int:
         """The request's computed tokens now (a policy may ask about running requests)."""
         self.decoders.sync(req)
-        return req.computed
+        return req.num_computed_tokens
 
     # ------------------------------------------------------------ queue
 
@@ -279,22 +240,15 @@ class SimScheduler:
     def pin_counters(self) -> None:
         """Copy the pin rules' counters into :attr:`stats`."""
         if self.pinning is not None:
-            c = self.pinning.retention.counters
-            s = self.stats
-            s.pins_made, s.pins_hit, s.pins_expired, s.pins_released = (
-                c.made,
-                c.hit,
-                c.expired,
-                c.released,
-            )
+            c, s = self.pinning.retention.counters, self.stats
+            s.pins_made, s.pins_hit, s.pins_expired = c.made, c.hit, c.expired
+            s.pins_released = c.released
 
     # ------------------------------------------------------------ step
 
     def step(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
         """One engine step from ``now`` (plus merged decode steps up to ``horizon``).
-
-        Returns (duration, finished requests). A duration of 0 means nothing could run.
-        """
+        Returns (duration, finished requests); a duration of 0: nothing could run."""
         if not self.config.fast:
             duration, finished, _ = self._step_reference(now)
             return duration, finished
@@ -303,9 +257,9 @@ class SimScheduler:
             self.decoders.clear()
             duration, finished, _ = self._step_reference(now)
             for r in self.running:
-                if r.computed >= r.prompt and r.num_tokens - r.computed == 1:
+                if r.num_computed_tokens >= r.prompt and r.num_tokens - r.num_computed_tokens == 1:
                     self.decoders.join(r)
-            self._prefilling = [r for r in self.running if not r.dec]
+            self._prefilling = [r for r in self.running if not r.decoding]
             return duration, finished
         duration, finished, merge = result
         if merge:
@@ -324,264 +278,260 @@ class SimScheduler:
         self.running.append(req)
         self._prefilling.append(req)
 
+    def _account(self, seconds: float) -> None:
+        """A step of ``seconds`` ran: the busy time and the longest step."""
+        stats = self.stats
+        if seconds > stats.longest_step_s:
+            stats.longest_step_s = seconds
+        stats.busy_s += seconds
+
+    # ------------------------------------------------------------ the fast path
+
     def _step_fast(self, now: float, horizon: float) -> tuple[float, list[SimRequest], bool] | None:
-        """The same step with the decoding requests taken together; None when it would
-        preempt or when the token budget runs out before the end of the running list
-        (the request-by-request path then takes the step). When every running request
+        """The step with the decoding requests taken together: decide
+        (:meth:`_schedule_fast`), price (:func:`price_step`), apply
+        (:meth:`_update_fast`). None when the decision cannot be taken in aggregate (the
+        request-by-request path then takes the step). When every running request
         decodes and the waiting head is known not to fit, the step is the first of a
         merged run (:meth:`_merge_decodes`)."""
         self.tick(now)
         self.expire_pins(now)
-        dec = self.decoders
-        decoding = len(dec.members)
-        prefilling = self._prefilling
-        if not prefilling and decoding and (not self.waiting or self._head_stays_blocked()):
+        if (
+            not self._prefilling
+            and self.decoders.members
+            and (not self.waiting or self._head_stays_blocked())
+        ):
             run_s, run_finished = self._merge_decodes(now, horizon)
             if run_s > 0:
                 return run_s, run_finished, False
+        plan = self._schedule_fast(now)
+        if plan is None:
+            return None
+        if not plan.scheduled and not plan.num_decodes_in_set:
+            return 0.0, [], False  # nothing runs
+        duration, decode_only = price_step(plan, self.cost)
+        end = now + duration
+        self._account(duration)
+        self.stats.steps += 1
+        self.tick(end)
+        finished = self._update_fast(plan, end)
+        # a merged run needs the admission just tried to hold for its steps: the head it
+        # found blocked must still be the head once the queue is in order (the valve or a
+        # policy may have re-keyed waiting requests in this step)
+        settled = not self._moved and not self._waiting_dirty
+        merge = (
+            decode_only
+            and not plan.preempted
+            and not finished
+            and (not self.waiting or (plan.blocked_head and settled))
+        )
+        return duration, finished, merge
+
+    def _schedule_fast(self, now: float) -> StepPlan | None:
+        """vLLM's ``schedule()`` with the decode set's members taken together: each
+        prefilling request asks for its remaining prompt (chunked to the token budget),
+        each member for one token; blocks are allocated (preempting from the running
+        list's tail when they run short); then, unless the step preempted, waiting
+        requests are admitted. None when the token budget runs out before the end of the
+        running list (changing nothing)."""
+        decoders = self.decoders
+        num_decodes = len(decoders.members)
+        prefilling = self._prefilling
         bs = self.config.block_size
         budget = self.config.max_num_batched_tokens
-        prefills: list[tuple[SimRequest, int, int, int]] = []
-        need_total = 0
+        scheduled: list[ScheduledRequest] = []
+        num_new_blocks = 0
         demand = 0
         for r in prefilling:
-            demand += r.num_tokens - r.computed
-        if decoding + demand <= budget:
+            demand += r.num_tokens - r.num_computed_tokens
+        if num_decodes + demand <= budget:
             # every running request gets all it asks for: no need to walk the list
             for r in prefilling:
-                new = r.num_tokens - r.computed
-                need = -(-(r.computed + new) // bs) - r.blocks
+                num_new_tokens = r.num_tokens - r.num_computed_tokens
+                need = cdiv(r.num_computed_tokens + num_new_tokens, bs) - r.blocks
                 if need < 0:
                     need = 0
-                prefills.append((r, new, r.computed, need))
-                need_total += need
-            budget -= decoding + demand
+                scheduled.append((r, num_new_tokens, r.num_computed_tokens, need))
+                num_new_blocks += need
+            budget -= num_decodes + demand
         else:
             for r in self.running:
                 if budget <= 0:
                     return None
-                if r.dec:
+                if r.decoding:
                     budget -= 1
                     continue
-                new = min(r.num_tokens - r.computed, budget)
-                need = max(0, -(-(r.computed + new) // bs) - r.blocks)
-                prefills.append((r, new, r.computed, need))
-                need_total += need
-                budget -= new
-        due = dec.due()
+                num_new_tokens = min(r.num_tokens - r.num_computed_tokens, budget)
+                need = max(0, cdiv(r.num_computed_tokens + num_new_tokens, bs) - r.blocks)
+                scheduled.append((r, num_new_tokens, r.num_computed_tokens, need))
+                num_new_blocks += need
+                budget -= num_new_tokens
+        due = decoders.due()
         preempted = False
-        if need_total + len(due) > self.pool.free_blocks:
-            prefills, due = self._preempt_until_fits(prefills, due, now)
+        if num_new_blocks + len(due) > self.pool.free_blocks:
+            scheduled, due = preempt_until_fits(
+                scheduled,
+                due,
+                self.running,
+                self.pool.free_blocks,
+                lambda victim: self._preempt_victim(victim, now),
+            )
             preempted = True
-        if need_total:
-            wants = [(r.program, need) for r, _, _, need in prefills if need]
+        if num_new_blocks:
+            wants = [(r.program, need) for r, _, _, need in scheduled if need]
             if wants:
                 self.pool.grow_batch(wants)
-                for r, _, _, need in prefills:
+                for r, _, _, need in scheduled:
                     r.blocks += need
-        for r, new, ctx, _ in prefills:
+        for r, num_new_tokens, num_computed_tokens, _ in scheduled:
             if r.shared:
-                self.pool.cache_full(r.program, (ctx + new) // bs)
+                self.pool.cache_full(r.program, (num_computed_tokens + num_new_tokens) // bs)
         if due:
             self.pool.take(len(due))
 
         reload_s, blocked_head = 0.0, False
         if not preempted and self.waiting:  # vLLM admits nothing in a step that preempted
             admitted, reload_s, blocked_head = self._admit_waiting(budget, now)
-            prefills.extend((r, new, ctx, 0) for r, new, ctx in admitted)
+            scheduled.extend(admitted)
+        # the decode set's members: fewer if the step preempted some
+        num_decodes, kv_tokens = len(decoders.members), decoders.kv_tokens()
+        return StepPlan(scheduled, num_decodes, kv_tokens, reload_s, preempted, blocked_head)
 
-        decoding = len(dec.members)  # fewer if the step preempted some
-        if not prefills and not decoding:
-            return 0.0, [], False
-        chunks: list[tuple[int, int]] = []
-        decodes = decoding
-        kv = dec.kv_tokens()
-        for r, new, ctx, _ in prefills:
-            if r.num_tokens - ctx > 1 or ctx < r.prompt:
-                chunks.append((ctx, new))
-            else:
-                decodes += 1
-                kv += ctx
-        duration = self.cost.step_s(chunks, decodes, kv) + reload_s
-        end = now + duration
-        if duration > self.stats.longest_step_s:
-            self.stats.longest_step_s = duration
-        self.stats.busy_s += duration
-        self.stats.steps += 1
-        self.tick(end)
-        dec.D += 1
-        finished: list[SimRequest] = []
-        for r, new, _, _ in prefills:
-            r.computed += new
-            if r.computed < r.num_tokens:
-                continue
-            r.generated += 1
-            if r.first_token is None:
-                r.first_token = end
-            if r.generated >= r.output:
-                finished.append(r)
-            else:
-                r.num_tokens += 1
-                dec.join(r)
-                self._prefilling.remove(r)
-        self._finish_all(finished, end)
-        # a merged run needs the admission just tried to hold for its steps: the head it
-        # found blocked must still be the head once the queue is in order (the valve or a
-        # policy may have re-keyed waiting requests in this step)
-        settled = not self._moved and not self._waiting_dirty
-        merge = (
-            not preempted
-            and not finished
-            and not chunks
-            and (not self.waiting or (blocked_head and settled))
-        )
-        return duration, finished, merge
+    def _update_fast(self, plan: StepPlan, end: float) -> list[SimRequest]:
+        """vLLM's ``update_from_output()`` for a step of :meth:`_schedule_fast`: the
+        decode set's members each sample a token (one more decode step), the others are
+        applied one by one (:func:`advance`); a request that sampled its first token
+        joins the decode set. Returns the requests finished, in running order."""
+        decoders = self.decoders
+        decoders.decode_steps += 1
+        finished, sampled = advance(plan.scheduled, end)
+        for r in sampled:
+            decoders.join(r)
+            self._prefilling.remove(r)
+        return self._finish_all(finished, end)
 
-    def _preempt_until_fits(
-        self,
-        prefills: list[tuple[SimRequest, int, int, int]],
-        due: list[SimRequest],
-        now: float,
-    ) -> tuple[list[tuple[SimRequest, int, int, int]], list[SimRequest]]:
-        """vLLM's running loop when blocks run short, with the needs known up front.
+    def _preempt_victim(self, victim: SimRequest, now: float) -> int:
+        """Preempt ``victim`` (off the running list's tail); returns the blocks it held."""
+        if victim.decoding:
+            self.decoders.leave(victim)
+        blocks = victim.blocks
+        self._preempt(victim, now)
+        return blocks
 
-        Walk the requests that need blocks in running order; while one's need exceeds
-        what is free, preempt the tail of the running list (recompute). A request that
-        preempts itself ends the walk (everything after it was the tail, already gone).
-        The blocks are granted in one batch afterwards: allocations come from the head of
-        the free list, a victim's cached blocks go to its tail and its partial block to its
-        head, where the request that preempted it takes it first (it needs at least as
-        many blocks as the victims freed partial ones), so the same cached blocks are
-        evicted as when vLLM interleaves. Returns the prefills and due decoders still
-        scheduled.
-        """
-        dec = self.decoders
-        needy: list[tuple[int, SimRequest, int]] = [
-            (r.run_seq, r, n) for r, _, _, n in prefills if n
-        ]
-        needy.extend((r.run_seq, r, 1) for r in due)
-        needy.sort(key=lambda item: item[0])
-        gone: set[int] = set()
-        free = self.pool.free_blocks
-        for _, r, need in needy:
-            if r.rid in gone:
-                continue
-            while need > free:
-                victim = self.running.pop()
-                gone.add(victim.rid)
-                if victim.dec:
-                    dec.leave(victim)
-                free += victim.blocks
-                self._preempt(victim, now)
-                if victim is r:
-                    break
-            else:
-                free -= need
-                continue
-            break
-        # victims always come from the tail, after the request being served, so none of
-        # them had been counted as served; what remains is scheduled as planned
-        kept_prefills = [item for item in prefills if item[0].rid not in gone]
-        return kept_prefills, [r for r in due if r.rid not in gone]
+    # ------------------------------------------------------------ request by request
 
     def _step_reference(self, now: float) -> tuple[float, list[SimRequest], bool]:
-        """One step, request by request, as vLLM's loop runs it (the reference path).
-
-        Returns (duration, finished, preempted).
-        """
+        """One step, request by request, as vLLM's loop runs it (the reference path):
+        decide (:meth:`_schedule_requests`), price, apply (:func:`advance`). Returns
+        (duration, finished, preempted)."""
         self.tick(now)
         self.expire_pins(now)
+        plan = self._schedule_requests(now)
+        if not plan.scheduled:
+            return 0.0, [], plan.preempted
+        duration, _ = price_step(plan, self.cost)
+        end = now + duration
+        self._account(duration)
+        self.tick(end)
+        finished, _ = advance(plan.scheduled, end)
+        for req in finished:
+            self._finish(req, end)
+        self.stats.steps += 1
+        return duration, finished, plan.preempted
+
+    def _schedule_requests(self, now: float) -> StepPlan:
+        """vLLM's ``schedule()`` request by request: running requests in running order,
+        each asking for its remaining tokens (chunked to the token budget); when blocks
+        run short the tail of the running list is preempted until the request fits (or
+        is itself preempted, which ends the loop); then, only if nothing was preempted,
+        waiting requests are admitted. A request whose last token a step in flight
+        samples is skipped (async scheduling only)."""
         bs = self.config.block_size
         budget = self.config.max_num_batched_tokens
-        scheduled: list[tuple[SimRequest, int, int]] = []  # (req, new tokens, context before)
+        scheduled: list[ScheduledRequest] = []
         preempted = False
+        running = self.running
+        pool = self.pool
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            new = min(req.num_tokens - req.computed, budget)
-            need = -(-(req.computed + new) // bs) - req.blocks
-            while need > self.pool.free_blocks:
-                victim = self.running.pop()
+        while i < len(running) and budget > 0:
+            req = running[i]
+            num_new_tokens = min(req.num_tokens - req.num_computed_tokens, budget)
+            if num_new_tokens <= 0 or self._last_token_in_flight(req):
+                i += 1  # nothing to compute before its last token arrives
+                continue
+            need = cdiv(req.num_computed_tokens + num_new_tokens, bs) - req.blocks
+            while need > pool.free_blocks:
+                victim = running.pop()
                 self._preempt(victim, now)
                 preempted = True
                 if victim is req:
                     break
             else:
                 if need > 0:
-                    self.pool.grow(req.program, need)
+                    pool.grow(req.program, need)
                     req.blocks += need
                 if req.shared:
-                    self.pool.cache_full(req.program, (req.computed + new) // bs)
-                scheduled.append((req, new, req.computed))
-                budget -= new
+                    pool.cache_full(req.program, (req.num_computed_tokens + num_new_tokens) // bs)
+                scheduled.append((req, num_new_tokens, req.num_computed_tokens, max(0, need)))
+                budget -= num_new_tokens
                 i += 1
                 continue
             break
-
-        reload_s = 0.0
+        reload_s, blocked_head = 0.0, False
         if not preempted:
-            admitted, reload_s, _ = self._admit_waiting(budget, now)
+            admitted, reload_s, blocked_head = self._admit_waiting(budget, now)
             scheduled.extend(admitted)
+        return StepPlan(scheduled, 0, 0, reload_s, preempted, blocked_head)
 
-        if not scheduled:
-            return 0.0, [], preempted
-        chunks = [(ctx, n) for r, n, ctx in scheduled if r.num_tokens - ctx > 1 or ctx < r.prompt]
-        decodes = [r for r, n, ctx in scheduled if not (r.num_tokens - ctx > 1 or ctx < r.prompt)]
-        kv = sum(r.computed for r in decodes)
-        duration = self.cost.step_s(chunks, len(decodes), kv) + reload_s
-        end = now + duration
-        if duration > self.stats.longest_step_s:
-            self.stats.longest_step_s = duration
-        self.stats.busy_s += duration
-        self.tick(end)
-        finished = self._advance(scheduled, end, now)
-        self.stats.steps += 1
-        return duration, finished, preempted
+    def _last_token_in_flight(self, req: SimRequest) -> bool:
+        """Whether a step not yet applied samples ``req``'s last token (never here: a
+        synchronous step's output is applied at its end; see :mod:`replay.async_sched`)."""
+        return False
 
-    def _admit_waiting(
-        self, budget: int, now: float
-    ) -> tuple[list[tuple[SimRequest, int, int]], float, bool]:
+    # ------------------------------------------------------------ admission
+
+    def _admit_waiting(self, budget: int, now: float) -> tuple[list[ScheduledRequest], float, bool]:
         """Admit waiting requests in the policy's order while budget, seats and memory
         allow; the first that does not fit (after the valve, which releases pins in the
         pin rules' order, retrying after each, when pins hold blocks: with the ``head``
         valve always, with ``stall-only`` only when nothing runs) stops admission.
 
-        Returns ((request, new tokens, context before) admitted, reload seconds, whether
-        a waiting head was left blocked).
+        Returns (the requests admitted, reload seconds, whether a waiting head was left
+        blocked).
         """
-        admitted: list[tuple[SimRequest, int, int]] = []
+        admitted: list[ScheduledRequest] = []
         reload_s = 0.0
         waiting = self._sorted_waiting()
         pool = self.pool
         while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             head = waiting[0]
             if head is self._stuck and pool.changes == self._stuck_changes:
-                plan = None  # nothing made room since it last failed: it fails again
+                admit = None  # nothing made room since it last failed: it fails again
             else:
-                plan = self._try_admit(head, budget, now)
+                admit = self._try_admit(head, budget, now)
             pinning = self.pinning
             if (
-                plan is None
+                admit is None
                 and pinning is not None
                 and pinning.retention.valve_releases(head.program, not self.running)
             ):
                 # the valve: release pins one at a time, retrying after each
                 for _ in pinning.valve(head, stalled=not self.running):
-                    plan = self._try_admit(head, budget, now)
-                    if plan is not None:
+                    admit = self._try_admit(head, budget, now)
+                    if admit is not None:
                         break
-            if plan is None:
+            if admit is None:
                 if self.config.reserve_full_prompt:
                     # whether the whole prompt fits depends only on the free blocks (fewer
                     # since: handing blocks out is all that happens without a change) and
                     # the program's pin (the blocks it could share), not on the budget
                     self._stuck, self._stuck_changes = head, pool.changes
                 return admitted, reload_s, True
-            new, loaded_s = plan
+            num_new_tokens, loaded_s = admit
             self._dequeue_head(head)
             self._enter_running(head)
-            admitted.append((head, new, head.computed))
-            budget -= new
+            admitted.append((head, num_new_tokens, head.num_computed_tokens, 0))
+            budget -= num_new_tokens
             reload_s += loaded_s
         return admitted, reload_s, bool(waiting)
 
@@ -597,47 +547,25 @@ class SimScheduler:
         pinning = self.pinning
         return pinning is None or not pinning.retention.valve_releases(head.program, False)
 
-    def _plan(self, req: SimRequest, budget: int) -> tuple[int, int, int, int, int]:
-        """(hit blocks, tokens loaded from offload, new tokens, new blocks, blocks that must
-        be free) to admit ``req``.
-
-        vLLM 0.32 admits a waiting request only if its whole prompt fits
-        (``scheduler_reserve_full_isl``, on by default), not just its first chunk.
-        """
-        bs = self.config.block_size
-        reusable = req.num_tokens if req.preemptions else req.reusable
-        # full blocks only (a partial one never hits); the shared ones from any program
-        hit_blocks = self.pool.prefix_hit(
-            req.program, req.shared, reusable // bs, (req.num_tokens - 1) // bs
-        )
-        hit = hit_blocks * bs
-        loaded = 0
-        if self.offload is not None:
-            loaded = max(0, self.offload.prefix(req.program, reusable, req.num_tokens - 1) - hit)
-        new = max(1, min(req.num_tokens - hit - loaded, budget))
-        need = -(-(hit + loaded + new) // bs) - hit_blocks
-        must_fit = need
-        if self.config.reserve_full_prompt:
-            must_fit = max(need, -(-req.num_tokens // bs) - hit_blocks)
-        return hit_blocks, loaded, new, need, must_fit
-
     def fits(self, req: SimRequest, budget: int | None = None) -> bool:
         """Whether ``req`` could be admitted now (memory only)."""
-        hit_blocks, _, _, _, must_fit = self._plan(
-            req, budget or self.config.max_num_batched_tokens
-        )
-        return self.pool.room_for(req.program, hit_blocks, must_fit, req.shared)
+        budget = budget or self.config.max_num_batched_tokens
+        plan = admission_plan(req, self.pool, self.offload, self.config, budget)
+        return self.pool.room_for(req.program, plan.hit_blocks, plan.must_fit, req.shared)
 
     def _try_admit(self, req: SimRequest, budget: int, now: float) -> tuple[int, float] | None:
+        """Admit ``req`` if its blocks fit; returns (tokens its first step computes,
+        seconds to reload its prefix from the offload tier), or None."""
         bs = self.config.block_size
-        hit_blocks, loaded, new, need, must_fit = self._plan(req, budget)
+        plan = admission_plan(req, self.pool, self.offload, self.config, budget)
+        hit_blocks, loaded, num_new_tokens, need, must_fit = plan
         hit = hit_blocks * bs
         if not self.pool.room_for(req.program, hit_blocks, must_fit, req.shared):
             return None
         # allocated while the program's pin still holds its blocks; handed over after
         self.pool.admit(req.program, hit_blocks, need, req.shared)
         if req.shared:  # its shared blocks are cached as they are allocated, for all
-            self.pool.cache_full(req.program, (hit + loaded + new) // bs)
+            self.pool.cache_full(req.program, (hit + loaded + num_new_tokens) // bs)
         req.blocks = hit_blocks + need
         if self.pinning is not None:
             self.pinning.admitted(req, now)
@@ -650,19 +578,21 @@ class SimScheduler:
             self.stats.hit_tokens += min(hit, req.prompt)
             self.stats.loaded_tokens += loaded
             self.policy.on_admit(req, self, now)
-        req.computed = hit + loaded
+        req.num_computed_tokens = hit + loaded
         req.preempted = False
         loaded_s = self.offload.reload_s(loaded) if (self.offload and loaded) else 0.0
-        return new, loaded_s
+        return num_new_tokens, loaded_s
+
+    # ------------------------------------------------------------ preemption and finish
 
     def _preempt(self, req: SimRequest, now: float) -> None:
         """Recompute preemption: free the blocks (they stay cached), requeue at the front."""
         bs = self.config.block_size
         if req in self._prefilling:
             self._prefilling.remove(req)
-        self.pool.release(req.program, req.computed // bs)
+        self.pool.release(req.program, self._cached_tokens_at_preempt(req) // bs)
         req.blocks = 0
-        req.computed = 0
+        req.num_computed_tokens = 0
         req.preempted = True
         req.preemptions += 1
         self._preempt_counter += 1
@@ -670,31 +600,17 @@ class SimScheduler:
         self.stats.preemptions += 1
         self._enqueue(req)
 
-    def _advance(
-        self, scheduled: list[tuple[SimRequest, int, int]], end: float, now: float
-    ) -> list[SimRequest]:
-        finished: list[SimRequest] = []
-        for req, new, _ in scheduled:
-            req.computed += new
-            if req.computed < req.num_tokens:
-                continue  # a prefill chunk that did not reach the end
-            req.generated += 1
-            if req.first_token is None:
-                req.first_token = end
-            if req.generated >= req.output:
-                finished.append(req)
-            else:
-                req.num_tokens += 1
-        for req in finished:
-            self._finish(req, end)
-        return finished
+    def _cached_tokens_at_preempt(self, req: SimRequest) -> int:
+        """The tokens of a preempted request's KV that stay in the prefix cache (all it
+        computed; with async scheduling only the tokens already known)."""
+        return req.num_computed_tokens
 
     def _finish_all(self, finished: list[SimRequest], end: float) -> list[SimRequest]:
         """Finish ``finished`` and the decoding requests whose last token the steps taken
         sampled, in running order, at ``end``; returns them all."""
-        dec = self.decoders
-        for r in dec.pop_finished():
-            dec.leave(r)
+        decoders = self.decoders
+        for r in decoders.pop_finished():
+            decoders.leave(r)
             finished.append(r)
         if len(finished) > 1:
             finished.sort(key=_run_seq)
@@ -705,9 +621,9 @@ class SimScheduler:
     def _finish(self, req: SimRequest, now: float) -> None:
         req.finish = now
         self.running.remove(req)
-        if not req.dec and req in self._prefilling:
+        if not req.decoding and req in self._prefilling:
             self._prefilling.remove(req)
-        full = req.computed // self.config.block_size
+        full = req.num_computed_tokens // self.config.block_size
         if self.offload is not None:
             self.offload.store(req.program, full * self.config.block_size)
         self.policy.on_finish(req, self, now)
@@ -717,38 +633,33 @@ class SimScheduler:
             self.pool.release(req.program, full)
         req.blocks = 0
 
-    def _merge_decodes(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
-        """Take the coming decode-only steps together; returns (seconds, finished).
+    # ------------------------------------------------------------ merged decode runs
 
-        Takes every step that starts before the horizon (the next arrival or pin expiry,
-        which the replay sees between steps), up to and including the first step in which
-        a request finishes (it finishes at the run's end), and stops before a step whose
-        block needs the pool cannot meet. Nothing else can change meanwhile: the waiting
-        head was blocked (the pool only shrinks, and the valve had nothing left to
-        release) or nothing waits, and no step before the last one finishes anything.
-        """
-        plan = self._merge_plan(now, horizon)
-        if plan is None:
+    def _merge_decodes(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
+        """Take the coming decode-only steps together (as many as :func:`plan_decode_run`
+        says; a request finishing in the last finishes at the run's end); returns
+        (seconds, finished). Nothing else can change meanwhile: the waiting head was
+        blocked (the pool only shrinks, and the valve had nothing left to release) or
+        nothing waits, and no step before the last one finishes anything."""
+        run = self._decode_run(now, horizon)
+        if run is None:
             return 0.0, []
-        steps, blocks, first_finish = plan
-        dec = self.decoders
-        seqs = len(dec.members)
-        kv0 = dec.kv_tokens()
+        decoders = self.decoders
+        num_decodes = len(decoders.members)
+        kv0 = decoders.kv_tokens()
         cost = self.cost
-        if blocks:
-            self.pool.take(blocks)
-        total = cost.decode_run_s(seqs, kv0, steps)
-        dec.D += steps
+        if run.blocks:
+            self.pool.take(run.blocks)
+        total, longest = run_seconds(cost, num_decodes, kv0, run.steps)
+        decoders.decode_steps += run.steps
         stats = self.stats
-        stats.steps += steps
+        stats.steps += run.steps
         stats.busy_s += total
-        # the longest step of the run is its first or its last (the price is linear in KV)
-        longest = max(cost.decode_s(seqs, kv0), cost.decode_s(seqs, kv0 + seqs * (steps - 1)))
         if longest > stats.longest_step_s:
             stats.longest_step_s = longest
         end = now + total
         self.tick(end)
-        if first_finish > dec.D:
+        if run.first_finish > decoders.decode_steps:
             return total, []
         return total, self._finish_all([], end)
 
@@ -764,48 +675,14 @@ class SimScheduler:
             return None
         if self.waiting and not self._head_stays_blocked():
             return None
-        plan = self._merge_plan(now, horizon)
-        if plan is None:
+        run = self._decode_run(now, horizon)
+        if run is None:
             return None
-        dec = self.decoders
-        return now + self.cost.decode_run_s(len(dec.members), dec.kv_tokens(), plan[0])
+        decoders = self.decoders
+        return now + self.cost.decode_run_s(len(decoders.members), decoders.kv_tokens(), run.steps)
 
-    def _merge_plan(self, now: float, horizon: float) -> tuple[int, int, int] | None:
-        """(steps, blocks they need, the D of the first finish) of the merged run from
-        ``now`` (None: no step can be merged); changes nothing."""
-        dec = self.decoders
-        seqs = len(dec.members)
-        if horizon <= now or not seqs or seqs != len(self.running):
+    def _decode_run(self, now: float, horizon: float) -> DecodeRun | None:
+        """The merged run from ``now`` (None: none; every running request must decode)."""
+        if len(self.decoders.members) != len(self.running):
             return None
-        first_finish = dec.next_finish()
-        if first_finish is None:
-            return None
-        steps = first_finish - dec.D
-        if steps <= 0:
-            return None
-        kv0 = dec.kv_tokens()
-        cost = self.cost
-        # a step that starts before the horizon runs before the event is seen (the replay
-        # takes arrivals between steps), so the run takes every step that starts before it
-        if now + cost.decode_run_s(seqs, kv0, steps - 1) >= horizon:
-            lo, hi = 0, steps - 1
-            guess = cost.decode_steps_within(seqs, kv0, horizon - now)
-            if guess is not None:
-                # a closed form: narrow the search to its neighbourhood (rounding)
-                lo, hi = max(0, min(steps - 1, guess) - 2), min(steps - 1, guess + 2)
-                if lo and now + cost.decode_run_s(seqs, kv0, lo) > horizon:
-                    lo, hi = 0, lo  # the guess was off: search below it
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if now + cost.decode_run_s(seqs, kv0, mid) <= horizon:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            # lo steps end by the horizon; one more starts before it unless they end on it
-            steps = lo + 1 if now + cost.decode_run_s(seqs, kv0, lo) < horizon else lo
-        # the blocks the steps need; stop before a step whose needs the pool cannot meet
-        # (that step preempts, request by request in running order: the next step's)
-        steps, blocks = dec.blocks_for(steps, self.pool.free_blocks)
-        if steps <= 0:
-            return None
-        return steps, blocks, first_finish
+        return plan_decode_run(self.decoders, self.cost, self.pool.free_blocks, now, horizon)

@@ -19,6 +19,7 @@ from typing import Any
 
 from profiles.cost import CostModel
 from replay.async_sched import AsyncSimScheduler
+from replay.math_utils import cdiv
 from replay.offload import OffloadTier
 from replay.request import SimRequest
 from replay.scheduler import Policy, SimScheduler, SimSchedulerConfig
@@ -288,7 +289,9 @@ def _check(engine: SimScheduler, now: float) -> None:
     if engine.clock > now + 1e-9 * max(1.0, now):  # the same sums, in another order
         fail(f"the engine's clock {engine.clock} ran ahead of the replay's")
     decoding = {
-        r.rid for r in engine.running if r.computed >= r.prompt and r.num_tokens - r.computed == 1
+        r.rid
+        for r in engine.running
+        if r.num_computed_tokens >= r.prompt and r.num_tokens - r.num_computed_tokens == 1
     }
     prefilling = {r.rid for r in engine._prefilling}
     members = set(engine.decoders.members)
@@ -301,8 +304,11 @@ def _check(engine: SimScheduler, now: float) -> None:
     for req in engine.running:
         if req.admitted is not None and req.admitted < req.arrival:
             fail(f"request {req.rid} ran before it arrived")
-        if not req.computed <= req.num_tokens or -(-req.computed // bs) != req.blocks:
-            fail(f"request {req.rid}: {req.computed} computed, {req.blocks} blocks")
+        if (
+            not req.num_computed_tokens <= req.num_tokens
+            or cdiv(req.num_computed_tokens, bs) != req.blocks
+        ):
+            fail(f"request {req.rid}: {req.num_computed_tokens} computed, {req.blocks} blocks")
         if req.hit_tokens % bs or (req.hit_tokens and req.hit_tokens >= req.prompt):
             fail(f"request {req.rid} hit {req.hit_tokens} of {req.prompt}")
     for req in engine.waiting:

@@ -24,7 +24,7 @@ runs = st.lists(
 
 def _request(rid: int, computed: int, output: int) -> SimRequest:
     r = SimRequest(rid, f"p{rid}", 0, 0.0, 0.0, computed, output, 0, None, False)
-    r.computed = computed
+    r.num_computed_tokens = computed
     r.num_tokens = computed + 1
     r.generated = 1
     r.blocks = -(-computed // BS)
@@ -65,24 +65,24 @@ def test_blocks_by_phase_match_a_step_by_step_count(
             pool.admit(r.program, 0, r.blocks)
             dec.join(r)
             reqs.append(r)
-        now = {r.rid: r.computed + (dec.D - r.d0) for r in reqs}
+        now = {r.rid: r.num_computed_tokens + (dec.decode_steps - r.synced_step) for r in reqs}
         assert {r.rid for r in dec.due()} == {rid for rid, c in now.items() if c % BS == 0}
         want = _needs(list(now.values()), steps, free)
         got = dec.blocks_for(steps, free)
         assert got == want
         s, blocks = got
         pool.take(blocks)
-        dec.D += s
+        dec.decode_steps += s
         for r in reqs:
             dec.sync(r)
-            assert r.blocks == -(-r.computed // BS)
-            assert r.computed == now[r.rid] + s
+            assert r.blocks == -(-r.num_computed_tokens // BS)
+            assert r.num_computed_tokens == now[r.rid] + s
         everyone = reqs + left
         assert pool.free_blocks + sum(pool.held(r.program) for r in everyone) == pool.num_blocks
         if 0 <= leaving < len(reqs):
             gone = reqs.pop(leaving)
             dec.leave(gone)  # its blocks stay its program's (as at a finish, before the free)
-            assert gone.blocks == -(-gone.computed // BS) == pool.held(gone.program)
+            assert gone.blocks == -(-gone.num_computed_tokens // BS) == pool.held(gone.program)
             left.append(gone)
     for r in list(reqs):
         dec.leave(r)

@@ -73,14 +73,14 @@ class Driver:
     def step(self) -> dict[str, int]:
         """One step; returns the tokens each request computed in it (a request admitted
         in the step counts from its hit)."""
-        before = {r.program: r.computed for r in self.engine.running}
+        before = {r.program: r.num_computed_tokens for r in self.engine.running}
         seen = len(self.log.admits)
         duration, _ = self.engine.step(self.now, INF)
         assert duration > 0, "nothing could run"
         self.now += duration
         bs = self.engine.config.block_size
         start = before | {p: hit * bs for p, hit, _ in self.log.admits[seen:]}
-        done = {p: self.requests[p].computed - n for p, n in start.items()}
+        done = {p: self.requests[p].num_computed_tokens - n for p, n in start.items()}
         return {p: n for p, n in done.items() if n > 0}  # a preempted request drops to 0
 
     def run_until_finished(self, program: str, limit: int = 1000) -> None:
@@ -172,7 +172,7 @@ def test_preempt_tail_requeue_front_and_recompute_with_own_prefix(pool: str) -> 
     for _ in range(8):
         assert d.step() == {"A": 1, "B": 1}
     a, b = d.requests["A"], d.requests["B"]
-    assert (a.computed, a.blocks, b.computed, b.blocks) == (16, 4, 16, 4)
+    assert (a.num_computed_tokens, a.blocks, b.num_computed_tokens, b.blocks) == (16, 4, 16, 4)
     assert d.engine.pool.free_blocks == 0
     b_first_token = b.first_token
 
@@ -180,7 +180,7 @@ def test_preempt_tail_requeue_front_and_recompute_with_own_prefix(pool: str) -> 
     assert d.step() == {"A": 1}
     assert d.engine.stats.preemptions == 1
     assert d.running == ["A"]
-    assert b.preempted and b.preemptions == 1 and b.computed == 0 and b.blocks == 0
+    assert b.preempted and b.preemptions == 1 and b.num_computed_tokens == 0 and b.blocks == 0
     assert d.engine.pool.cached_prefix("B") == 3
     assert d.engine.fits(dreq)  # D would have fit ...
     assert dreq.admitted is None  # ... but nothing is admitted in a step that preempted

@@ -58,21 +58,21 @@ MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ the simulator
     Mutant(
         "full-prompt reservation one token short",
-        "replay/scheduler.py",
-        "must_fit = max(need, -(-req.num_tokens // bs) - hit_blocks)",
-        "must_fit = max(need, -(-(req.num_tokens - 1) // bs) - hit_blocks)",
+        "replay/admission.py",
+        "must_fit = max(need, cdiv(req.num_tokens, bs) - hit_blocks)",
+        "must_fit = max(need, cdiv(req.num_tokens - 1, bs) - hit_blocks)",
     ),
     Mutant(
         "prefix hit may cover the whole prompt",
-        "replay/scheduler.py",
+        "replay/admission.py",
         "reusable // bs, (req.num_tokens - 1) // bs",
         "reusable // bs, req.num_tokens // bs",
     ),
     Mutant(
         "running blocks: one block short (ceil as floor)",
         "replay/scheduler.py",
-        "need = max(0, -(-(r.computed + new) // bs) - r.blocks)",
-        "need = max(0, (r.computed + new) // bs - r.blocks)",
+        "need = max(0, cdiv(r.num_computed_tokens + num_new_tokens, bs) - r.blocks)",
+        "need = max(0, (r.num_computed_tokens + num_new_tokens) // bs - r.blocks)",
     ),
     Mutant(
         "max_num_seqs off by one",
@@ -82,15 +82,16 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "one output token too many",
-        "replay/scheduler.py",
-        "            if r.generated >= r.output:\n",
-        "            if r.generated > r.output:\n",
+        "replay/step_apply.py",
+        "        if r.generated >= r.output:\n",
+        "        if r.generated > r.output:\n",
     ),
     Mutant(
         "preemption caches one block too many",
         "replay/scheduler.py",
-        "self.pool.release(req.program, req.computed // bs)",
-        "self.pool.release(req.program, (req.computed + bs) // bs)",
+        'only the tokens already known)."""\n        return req.num_computed_tokens\n',
+        'only the tokens already known)."""\n'
+        "        return req.num_computed_tokens + self.config.block_size\n",
     ),
     Mutant(
         "pinned block-seconds count one block more",
@@ -100,13 +101,13 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "step priced without the decodes' KV",
-        "replay/scheduler.py",
-        "duration = self.cost.step_s(chunks, len(decodes), kv) + reload_s",
-        "duration = self.cost.step_s(chunks, len(decodes), kv // 2) + reload_s",
+        "replay/step_price.py",
+        "return cost.step_s(chunks, num_decodes, kv_tokens) + plan.reload_s",
+        "return cost.step_s(chunks, num_decodes, kv_tokens // 2) + plan.reload_s",
     ),
     Mutant(
         "merged decode run one step long",
-        "replay/scheduler.py",
+        "replay/decode_run.py",
         "steps = lo + 1 if now + cost.decode_run_s(seqs, kv0, lo) < horizon else lo",
         "steps = lo + 2 if now + cost.decode_run_s(seqs, kv0, lo) < horizon else lo + 1",
     ),

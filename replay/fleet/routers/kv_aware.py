@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from replay.fleet.routers.base import FleetView, RoutedCall
+from replay.math_utils import cdiv
 
 
 @dataclass(slots=True)
@@ -43,9 +44,9 @@ class KvAware:
 
     def costs(self, call: RoutedCall, view: FleetView) -> list[float]:
         bs = self.block_size
-        blocks = -(-call.prompt_tokens // bs)
+        blocks = cdiv(call.prompt_tokens, bs)
         return [
-            float(blocks - view.cached_tokens(r, call) // bs + -(-view.load_tokens(r) // bs))
+            float(blocks - view.cached_tokens(r, call) // bs + cdiv(view.load_tokens(r), bs))
             for r in range(view.replicas)
         ]
 

@@ -175,6 +175,9 @@ class SimScheduler:
     #: :meth:`_admit_waiting`)
     _stuck: SimRequest | None = None
     _stuck_changes: int = -1
+    #: the plan :meth:`merge_end` made, keyed by what it read (the next
+    #: :meth:`_merge_plan` from the same state takes it instead of planning again)
+    _planned: tuple[tuple[float, ...], tuple[int, int, int]] | None = None
 
     def __post_init__(self) -> None:
         cls = RunPool if self.config.pool == "runs" else BlockPool
@@ -768,13 +771,26 @@ class SimScheduler:
         if plan is None:
             return None
         dec = self.decoders
-        return now + self.cost.decode_run_s(len(dec.members), dec.kv_tokens(), plan[0])
+        kv0 = dec.kv_tokens()
+        pool = self.pool
+        self._planned = (
+            (now, horizon, dec.D, len(dec.members), kv0, pool.free_blocks, pool.changes),
+            plan,
+        )
+        return now + self.cost.decode_run_s(len(dec.members), kv0, plan[0])
 
     def _merge_plan(self, now: float, horizon: float) -> tuple[int, int, int] | None:
         """(steps, blocks they need, the D of the first finish) of the merged run from
         ``now`` (None: no step can be merged); changes nothing."""
         dec = self.decoders
         seqs = len(dec.members)
+        planned = self._planned
+        if planned is not None:  # the one merge_end made, if nothing changed since
+            self._planned = None
+            pool = self.pool
+            key = (now, horizon, dec.D, seqs, dec.kv_tokens(), pool.free_blocks, pool.changes)
+            if planned[0] == key and seqs == len(self.running):
+                return planned[1]
         if horizon <= now or not seqs or seqs != len(self.running):
             return None
         first_finish = dec.next_finish()

@@ -79,9 +79,10 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
     now = rep.now
     rep.wake = None
     if rep.inbox:
-        for run, sent in rep.inbox:
+        for run, sent, call, info in rep.inbox:
             engine.tick(now)
-            arrive(fleet, rep, run, now, sent)  # pins expire first, as vLLM's add_request does
+            # pins expire first, as vLLM's add_request does
+            arrive(fleet, rep, run, now, sent, call, info)
         rep.inbox.clear()
     if sends and sends[0][0] <= now:
         # a call refused on arrival ended its program and started the next one now:

@@ -771,13 +771,22 @@ class SimScheduler:
         if plan is None:
             return None
         dec = self.decoders
-        kv0 = dec.kv_tokens()
-        pool = self.pool
-        self._planned = (
-            (now, horizon, dec.D, len(dec.members), kv0, pool.free_blocks, pool.changes),
-            plan,
+        self._planned = (self._plan_key(now, horizon), plan)
+        return now + self.cost.decode_run_s(len(dec.members), dec.kv_tokens(), plan[0])
+
+    def _plan_key(self, now: float, horizon: float) -> tuple[float, ...]:
+        """What a run's plan from ``now`` to ``horizon`` reads (the same key: the same plan)."""
+        dec, pool = self.decoders, self.pool
+        return (
+            now,
+            horizon,
+            dec.D,
+            len(dec.members),
+            dec.kv_tokens(),
+            pool.free_blocks,
+            pool.changes,
+            len(self.waiting),
         )
-        return now + self.cost.decode_run_s(len(dec.members), kv0, plan[0])
 
     def _merge_plan(self, now: float, horizon: float) -> tuple[int, int, int] | None:
         """(steps, blocks they need, the D of the first finish) of the merged run from
@@ -787,9 +796,7 @@ class SimScheduler:
         planned = self._planned
         if planned is not None:  # the one merge_end made, if nothing changed since
             self._planned = None
-            pool = self.pool
-            key = (now, horizon, dec.D, seqs, dec.kv_tokens(), pool.free_blocks, pool.changes)
-            if planned[0] == key and seqs == len(self.running):
+            if planned[0] == self._plan_key(now, horizon) and seqs == len(self.running):
                 return planned[1]
         if horizon <= now or not seqs or seqs != len(self.running):
             return None

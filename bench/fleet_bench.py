@@ -20,6 +20,7 @@ Figures, each against a baseline from the same run (nothing here asserts on spee
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import subprocess
 import sys
@@ -67,7 +68,9 @@ def replay(work: Workload, replicas: int, router: str) -> dict[str, Any]:
 
 
 def traced_peak_mb(work: Workload, replicas: int, router: str) -> float:
-    """Peak bytes the replay allocated (tracemalloc), in MB."""
+    """Peak bytes the replay allocated (tracemalloc), in MB (the garbage of the replays
+    before collected first, so that each starts from the same heap)."""
+    gc.collect()
     tracemalloc.start()
     try:
         replay(work, replicas, router)

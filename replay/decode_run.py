@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from profiles.cost import CostModel
 from replay.decoders import DecodeSet
+from replay.kv import KVPool
 
 
 class DecodeRun(NamedTuple):
@@ -74,3 +75,20 @@ def run_seconds(cost: CostModel, seqs: int, kv_tokens: int, steps: int) -> tuple
         cost.decode_s(seqs, kv_tokens), cost.decode_s(seqs, kv_tokens + seqs * (steps - 1))
     )
     return cost.decode_run_s(seqs, kv_tokens, steps), longest
+
+
+def plan_key(
+    decoders: DecodeSet, pool: KVPool, waiting: int, now: float, horizon: float
+) -> tuple[float, ...]:
+    """What a run's plan from ``now`` to ``horizon`` reads: the same key, the same plan
+    (a fleet replica plans its run when it starts waiting and takes it unchanged)."""
+    return (
+        now,
+        horizon,
+        decoders.decode_steps,
+        len(decoders.members),
+        decoders.kv_tokens(),
+        pool.free_blocks,
+        pool.changes,
+        waiting,
+    )

@@ -41,7 +41,7 @@ from typing import Protocol
 
 from profiles.cost import CostModel
 from replay.admission import admission_plan
-from replay.decode_run import DecodeRun, plan_decode_run, run_seconds
+from replay.decode_run import DecodeRun, plan_decode_run, plan_key, run_seconds
 from replay.decoders import DecodeSet
 from replay.kv import BlockPool, KVPool, RunPool
 from replay.math_utils import cdiv
@@ -136,6 +136,9 @@ class SimScheduler:
     #: :meth:`_admit_waiting`)
     _stuck: SimRequest | None = None
     _stuck_changes: int = -1
+    #: the plan :meth:`merge_end` made, keyed by what it read (the next
+    #: :meth:`_decode_run` from the same state takes it instead of planning again)
+    _planned: tuple[tuple[float, ...], DecodeRun] | None = None
 
     def __post_init__(self) -> None:
         cls = RunPool if self.config.pool == "runs" else BlockPool
@@ -679,10 +682,19 @@ class SimScheduler:
         if run is None:
             return None
         decoders = self.decoders
+        self._planned = (plan_key(decoders, self.pool, len(self.waiting), now, horizon), run)
         return now + self.cost.decode_run_s(len(decoders.members), decoders.kv_tokens(), run.steps)
 
     def _decode_run(self, now: float, horizon: float) -> DecodeRun | None:
-        """The merged run from ``now`` (None: none; every running request must decode)."""
+        """The merged run from ``now`` (None: none; every running request must decode).
+        A plan :meth:`merge_end` made from the same state is taken instead of planning
+        again (a fleet replica waits on it)."""
+        planned = self._planned
+        if planned is not None:
+            self._planned = None
+            key = plan_key(self.decoders, self.pool, len(self.waiting), now, horizon)
+            if planned[0] == key and len(self.decoders.members) == len(self.running):
+                return planned[1]
         if len(self.decoders.members) != len(self.running):
             return None
         return plan_decode_run(self.decoders, self.cost, self.pool.free_blocks, now, horizon)

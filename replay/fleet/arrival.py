@@ -2,27 +2,35 @@
 
 from __future__ import annotations
 
+from replay.fleet.books import CallRoute
 from replay.fleet.parts import Fleet
 from replay.fleet.replica import Replica
+from replay.fleet.routers.base import RoutedCall
 from replay.request import SimRequest
 from replay.sim import ProgramRun, fits_engine
 
 
-def arrive(fleet: Fleet, rep: Replica, run: ProgramRun, at: float, sent: float) -> None:
-    """The program's next call, sent at ``sent``, reaches ``rep``'s scheduler at ``at``."""
+def arrive(
+    fleet: Fleet,
+    rep: Replica,
+    run: ProgramRun,
+    at: float,
+    sent: float,
+    routed_call: RoutedCall,
+    info: CallRoute,
+) -> None:
+    """The program's next call, sent at ``sent`` (``routed_call`` as the router saw it,
+    routed as ``info`` says), reaches ``rep``'s scheduler at ``at``."""
     books = fleet.books
     config = rep.config
     pid = run.program.program_id
     turn = run.next_turn
-    info = books.routes[(pid, turn)]
     info.delivered = at
-    routed_call = books.in_flight[pid]
     call, clipped = fits_engine(run.program.calls[turn], config)
     if call is None:
         # the engine refuses it (longer than the model or the cache): the agent stops
         books.rejected += len(run.program.calls) - turn
         run.cut_short = True
-        del books.in_flight[pid]
         fleet.view.done(rep.index, routed_call)
         fleet.router.completed(rep.index, routed_call, at)
         fleet.router_changed(at)

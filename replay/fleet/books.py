@@ -36,8 +36,6 @@ class Books:
     routes: dict[tuple[str, int], CallRoute] = field(default_factory=dict)
     #: request id -> its program's run and the call as the router saw it
     routed: dict[int, tuple[ProgramRun, RoutedCall]] = field(default_factory=dict)
-    #: program -> its call routed and not finished
-    in_flight: dict[str, RoutedCall] = field(default_factory=dict)
     #: program -> the expiry of the pin its last finished call got
     last_pin: dict[str, float] = field(default_factory=dict)
     #: pins whose program's next call went to another replica

@@ -17,7 +17,6 @@ def finish(fleet: Fleet, rep: Replica, req: SimRequest, now: float) -> None:
     expiry = rep.pin_expiry(req.program)
     if expiry is not None:
         books.last_pin[req.program] = expiry
-    del books.in_flight[req.program]
     fleet.view.done(rep.index, call)
     fleet.router.completed(rep.index, call, now)
     fleet.router_changed(now)

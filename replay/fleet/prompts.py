@@ -88,18 +88,24 @@ def program_prompts(program: AgentProgram, ids: count[int], block_size: int) -> 
     outputs: list[tuple[Hashable, int]] = []
     previous: Runs = ()  # the program's own stream, from its first token
     held = 0  # its tokens
+    empty_runs = False  # an output of no tokens is in the stream (a run of length 0)
     for turn, call in enumerate(program.calls):
         reused = min(call.reused_tokens, held) if turn else 0
-        own = truncated(previous, reused)
+        # all of it: the same runs (truncating would drop a trailing empty one)
+        own = previous if reused == held and not empty_runs else truncated(previous, reused)
         fresh = call.input_tokens - reused
         if fresh > 0:
             own = (*own, (next(ids), fresh))
         held = max(reused, call.input_tokens) + call.output_tokens
         shared = call.shared_keys(block_size)
-        head = tuple((key, block_size) for key in shared)
-        prompt = head + skipped(own, len(shared) * block_size)
+        if shared or empty_runs:
+            head = tuple((key, block_size) for key in shared)
+            prompt = head + skipped(own, len(shared) * block_size)  # (drops empty runs)
+        else:
+            prompt = own  # what skipping nothing gives, without the copy
         prompts.append(prompt)
         output = (next(ids), call.output_tokens)
+        empty_runs = empty_runs or call.output_tokens <= 0
         previous = (*own, output)
         outputs.append(output)
     return ProgramPrompts(

@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from replay.fleet.books import CallRoute
 from replay.fleet.engine import Engine
+from replay.fleet.routers.base import RoutedCall
 from replay.request import SimRequest
 from replay.sim import ProgramRun, ReplayConfig
 
@@ -24,8 +26,9 @@ class Replica:
     generation: int = 0
     #: True while a step runs (calls routed to it wait for its end)
     busy: bool = False
-    #: the calls routed to it since its last boundary, with their send times
-    inbox: list[tuple[ProgramRun, float]] = field(default_factory=list)
+    #: the calls routed to it since its last boundary: each program's run, its send time,
+    #: the call as the router saw it and its route
+    inbox: list[tuple[ProgramRun, float, RoutedCall, CallRoute]] = field(default_factory=list)
     #: the requests the running step finishes at its end (applied then, not before: the
     #: router sees a response end when it ends)
     pending: list[SimRequest] = field(default_factory=list)

@@ -72,14 +72,13 @@ def dispatch(
     expiry = books.last_pin.pop(pid, None)
     if expiry is not None and previous != target:
         books.pins_wasted += 1
-    books.routes[(pid, turn)] = CallRoute(target, previous, expiry)
+    info = books.routes[(pid, turn)] = CallRoute(target, previous, expiry)
     view.sent(target, call)
-    books.in_flight[pid] = call
     rep = fleet.replicas[target]
     if rep.deferred_from is not None:
         # its waiting run of decode steps stops before this call (as one engine's
         # stops before its next arrival)
         run_deferred(fleet, rep, min(rep.deferred_horizon, now))
-    rep.inbox.append((run, sent))
+    rep.inbox.append((run, sent, call, info))
     if not rep.busy and (rep.wake is None or rep.wake > now):
         fleet.queue.wake(rep, now)

@@ -23,28 +23,37 @@ from replay.sim import SimulationError, _check
 
 
 def took(
-    fleet: Fleet, rep: Replica, start: float, duration: float, finished: list[SimRequest]
+    fleet: Fleet,
+    rep: Replica,
+    start: float,
+    duration: float,
+    finished: list[SimRequest],
+    *,
+    wake: bool = True,
 ) -> None:
     """A step (or a run of decode steps) from ``start`` was taken: its requests finish
-    at its end, when its end event comes."""
+    at its end, when its end event comes (``wake``: queue it; else the event being
+    handled is that end)."""
     end = start + duration
     rep.now = end
     if fleet.config.check and isinstance(rep.engine, SimScheduler):
         _check(rep.engine, end)  # the fast backend's invariants (vLLM's engine has its own)
     rep.pending = finished
     rep.busy = True
-    fleet.queue.wake(rep, end)
+    if wake:
+        fleet.queue.wake(rep, end)
 
 
-def run_deferred(fleet: Fleet, rep: Replica, horizon: float) -> None:
-    """Take the waiting run of decode steps: every step that starts before ``horizon``."""
+def run_deferred(fleet: Fleet, rep: Replica, horizon: float, *, wake: bool = True) -> None:
+    """Take the waiting run of decode steps: every step that starts before ``horizon``
+    (``wake``: queue its end event; else it ends at the event being handled)."""
     start = rep.deferred_from
     assert start is not None
     rep.deferred_from = None
     duration, finished = rep.engine.step(start, horizon)
     if duration <= 0:
         raise SimulationError(f"replica {rep.index}: a planned run of decode steps did not run")
-    took(fleet, rep, start, duration, finished)
+    took(fleet, rep, start, duration, finished, wake=wake)
 
 
 def step(fleet: Fleet, rep: Replica, t: float) -> None:
@@ -53,11 +62,10 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
     queue = fleet.queue
     sends = queue.sends
     if rep.deferred_from is not None:  # its run of decode steps ends undisturbed
-        run_deferred(fleet, rep, rep.deferred_horizon)
-        if rep.wake != t:
+        # it ends now (this is the end event it queued): its calls finish at once
+        run_deferred(fleet, rep, rep.deferred_horizon, wake=False)
+        if rep.now != t:
             raise SimulationError(f"replica {rep.index}: a run of decode steps moved its end")
-        # it ends now: its calls finish at once (the end event it queued is this one)
-        rep.generation += 1
     if rep.pending:
         # the step ended: its calls finish now; the replica steps again once the calls
         # sent at this instant are routed (sends come before steps)
@@ -72,9 +80,10 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
     now = rep.now
     rep.wake = None
     if rep.inbox:
-        for run, sent in rep.inbox:
+        for run, sent, call, info in rep.inbox:
             engine.tick(now)
-            arrive(fleet, rep, run, now, sent)  # pins expire first, as vLLM's add_request does
+            # pins expire first, as vLLM's add_request does
+            arrive(fleet, rep, run, now, sent, call, info)
         rep.inbox.clear()
     if sends and sends[0][0] <= now:
         # a call refused on arrival ended its program and started the next one now:

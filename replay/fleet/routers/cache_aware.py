@@ -50,26 +50,42 @@ class PromptTree:
                 held[worker] = n
 
     def longest_match(self, prompt: Runs) -> tuple[int, int]:
-        """(tokens matched, worker) of the worker sharing the longest prefix; (0, -1)
-        when none shares any."""
+        """(tokens matched, worker) of the worker sharing the longest prefix (the lowest
+        index of those tied); (0, -1) when none shares any."""
+        runs = self._runs
         best, best_worker = 0, -1
-        alive: dict[int, int] | None = None  # worker -> tokens matched so far
+        # the workers that held every run so far in full: each has matched ``so_far``
+        alive: list[int] | None = None  # None: every worker (the first run)
+        so_far = 0
         for cid, n in prompt:
-            held = self._runs.get(cid)
+            held = runs.get(cid)
             if not held:
                 break
-            nxt: dict[int, int] = {}
+            if alive is not None and len(alive) == 1:
+                worker = alive[0]
+                m = held.get(worker)
+                if m is None:
+                    break
+                got = so_far + (m if m < n else n)
+                if got > best or (got == best and worker < best_worker):
+                    best, best_worker = got, worker
+                if m < n:
+                    break
+                so_far += n
+                continue
+            nxt: list[int] = []
             for worker, m in held.items():
                 if alive is not None and worker not in alive:
                     continue
-                got = (alive[worker] if alive is not None else 0) + min(m, n)
+                got = so_far + (m if m < n else n)
                 if got > best or (got == best and worker < best_worker):
                     best, best_worker = got, worker
                 if m >= n:
-                    nxt[worker] = got
+                    nxt.append(worker)
             if not nxt:
                 break
             alive = nxt
+            so_far += n
         return best, best_worker
 
 

@@ -36,9 +36,11 @@ CONCURRENCY = 64
 TOOL_SETS = 4
 TOOL_TOKENS = 12_480  # Claude Code's median shared prefix
 BLOCK_TOKENS = 16
-#: not the pinning policies yet: on this workload static-ttl and continuum stop with
-#: OutOfBlocks in a decode step (a pin and shared blocks counted apart somewhere; open)
-POLICIES = {"vllm": PolicySpec("vllm"), "program-fcfs": PolicySpec("program-fcfs")}
+POLICIES = {
+    "vllm": PolicySpec("vllm"),
+    "program-fcfs": PolicySpec("program-fcfs"),
+    "continuum": PolicySpec("continuum"),
+}
 
 
 def tool_sets() -> list[SharedPrefix]:

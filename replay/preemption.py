@@ -28,10 +28,11 @@ def preempt_until_fits(
     free_blocks: int,
     preempt: Callable[[SimRequest], int],
 ) -> tuple[list[ScheduledRequest], list[SimRequest]]:
-    """Preempt from the tail of ``running`` (``preempt`` frees a victim and returns the
-    blocks it held) until the needs of ``scheduled`` (new blocks) and ``due`` (decode-set
-    members needing one block) met in running order fit; returns the requests and due
-    members still scheduled."""
+    """Preempt from the tail of ``running`` until the needs of ``scheduled`` (new blocks)
+    and ``due`` (decode-set members needing one block) met in running order fit; returns
+    the requests and due members still scheduled. ``preempt`` frees a victim and returns
+    the blocks that went free: fewer than it held where another request still holds a
+    block of a shared prefix (vLLM's reference counts)."""
     needy: list[tuple[int, SimRequest, int]] = [
         (r.run_seq, r, need) for r, _, _, need in scheduled if need
     ]

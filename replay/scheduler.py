@@ -414,12 +414,12 @@ class SimScheduler:
         return self._finish_all(finished, end)
 
     def _preempt_victim(self, victim: SimRequest, now: float) -> int:
-        """Preempt ``victim`` (off the running list's tail); returns the blocks it held."""
+        """Preempt ``victim``; the blocks that went free (not a shared one still held)."""
         if victim.decoding:
             self.decoders.leave(victim)
-        blocks = victim.blocks
+        free = self.pool.free_blocks
         self._preempt(victim, now)
-        return blocks
+        return self.pool.free_blocks - free
 
     # ------------------------------------------------------------ request by request
 

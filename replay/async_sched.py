@@ -78,6 +78,9 @@ class AsyncSimScheduler(SimScheduler):
     def applied_step(self) -> int:
         return self._applied
 
+    def merge_end(self, now: float, horizon: float) -> float | None:
+        return None  # no merged decode runs: every step is taken one by one
+
     def step(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
         """Schedule steps and apply the oldest one's output, as the engine core's loop
         with a batch queue does, until a step that computed something is applied (or

@@ -12,7 +12,7 @@ def finish(fleet: Fleet, rep: Replica, req: SimRequest, now: float) -> None:
     """``req`` (served by ``rep``) finishes at ``now``."""
     books = fleet.books
     run, call = books.routed.pop(req.rid)
-    books.records.append(SimCallRecord.of(req, now, rep.engine.stats.steps - 1))
+    books.records.append(SimCallRecord.of(req, now, rep.engine.applied_step()))
     books.call_replicas.append(rep.index)
     expiry = rep.pin_expiry(req.program)
     if expiry is not None:

@@ -1,7 +1,8 @@
 """A fleet: N simulated engines behind a router, in one event loop with one clock.
 
-Each replica is the single-engine replay's :class:`~replay.scheduler.SimScheduler` with
-its own policy object (each server runs its own plugin). The stages, one module each:
+Each replica is the single-engine replay's :class:`~replay.scheduler.SimScheduler` (with
+``async_scheduling``, :class:`~replay.async_sched.AsyncSimScheduler`) with its own policy
+object (each server runs its own plugin). The stages, one module each:
 
 - :mod:`replay.fleet.events`: the clock (sends before engine steps at one instant);
 - :mod:`replay.fleet.routing`: a *send* is routed at once, at its send time, by the
@@ -26,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from profiles.cost import CostModel
+from replay.async_sched import AsyncSimScheduler
 from replay.fleet.books import Books, CallRoute
 from replay.fleet.clients import Clients
 from replay.fleet.engine import Engine
@@ -80,8 +82,9 @@ def simulate_fleet(
         raise SimulationError(f"{len(sizes)} engine sizes for {len(policies)} replicas")
     if any(e.block_size != config.engine.block_size for e in sizes):
         raise SimulationError("the replicas' engines must share the replay's block size")
+    kind = AsyncSimScheduler if config.async_scheduling else SimScheduler
     schedulers: list[Engine] = [
-        SimScheduler(
+        kind(
             engine,
             cost,
             policy,

@@ -47,6 +47,9 @@ class FleetSpec:
     #: the engine under each replica: ``fast`` (the fast backend's) or ``vllm`` (vLLM's own
     #: scheduler, :mod:`replay.vllmsim.fleet`)
     backend: str = "fast"
+    #: vLLM's ``--async-scheduling`` on every replica (the fast backend's
+    #: :class:`~replay.async_sched.AsyncSimScheduler`)
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -57,6 +60,11 @@ class FleetSpec:
             )
         if self.router.name == "as-logged" and self.logged is None:
             raise ConfigError("--router as-logged needs the trace's replica column")
+        if self.backend == "vllm" and self.async_scheduling:
+            raise ConfigError(
+                "--async-scheduling with --replicas is not supported with --backend vllm "
+                "(its fleet steps vLLM's synchronous Scheduler; the fast fleet runs async)"
+            )
         if self.backend == "vllm" and self.engines is not None:
             raise ConfigError(
                 "--backend vllm runs replicas of one size (replicas sized each from its own "
@@ -105,7 +113,11 @@ def simulate_fleet_one(
     """The fleet's outcome of one policy, the workload as replayed and the wall seconds."""
     work = prepare(workload, timing)
     pauses = {(p.program_id, i): c.pause_s for p in work.programs for i, c in enumerate(p.calls)}
-    cfg = replace(config, concurrency=timing.concurrency)
+    cfg = replace(
+        config,
+        concurrency=timing.concurrency,
+        async_scheduling=config.async_scheduling or fleet.async_scheduling,
+    )
     engines = fleet.engines or (cfg.engine,) * fleet.replicas
     if spec.name == "unlimited-kv":
         need = unlimited_kv_tokens(work, cfg)  # the same for every replica (one block size)
@@ -230,11 +242,6 @@ def fleet_for(
         return None
     if replicas < 1:
         raise ConfigError(f"--replicas must be at least 1, got {replicas}")
-    if async_scheduling:
-        raise ConfigError(
-            "--async-scheduling: a fleet's replicas step synchronously (--async-scheduling "
-            "with --replicas is not supported yet)"
-        )
     if live:
         raise ConfigError(
             "--replicas with --live is not supported: start the servers and the router, "
@@ -242,4 +249,4 @@ def fleet_for(
         )
     router = router or RouterSettings()
     logged = logged_replicas(trace) if router.name == "as-logged" else None
-    return FleetSpec(replicas, router, logged, backend=backend)
+    return FleetSpec(replicas, router, logged, backend=backend, async_scheduling=async_scheduling)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from replay.async_sched import AsyncSimScheduler
 from replay.fleet.arrival import arrive
 from replay.fleet.finishing import finish
 from replay.fleet.parts import Fleet
@@ -60,6 +61,7 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
     """The replica's step event at ``t``."""
     engine = rep.engine
     queue = fleet.queue
+    is_async = isinstance(engine, AsyncSimScheduler)
     sends = queue.sends
     if rep.deferred_from is not None:  # its run of decode steps ends undisturbed
         # it ends now (this is the end event it queued): its calls finish at once
@@ -110,10 +112,12 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
         horizon = now if fleet.several else min(horizon, queue.next_send())
         preempted = engine.stats.preemptions
         duration, finished = engine.step(now, horizon)
-        if duration <= 0 and engine.stats.preemptions > preempted:
+        if duration <= 0 and engine.stats.preemptions > preempted and not is_async:
             continue  # a step that only preempted: vLLM's engine core schedules again
         if duration <= 0:
-            # nothing could run: wait for a call routed here or a pin's expiry
+            # nothing could run (the async engine has already taken the steps that only
+            # preempted, and returns nothing only when nothing can happen before the next
+            # call or pin expiry): wait for a call routed here or a pin's expiry
             expiry = engine.next_expiry()
             if expiry < math.inf and expiry > now:
                 queue.wake(rep, expiry)

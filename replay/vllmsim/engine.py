@@ -312,6 +312,10 @@ class VllmEngine:
     def merge_end(self, now: float, horizon: float) -> float | None:
         return None  # vLLM schedules every step (the module docstring)
 
+    def applied_step(self) -> int:
+        """The step whose output the last :meth:`step` applied (its last: synchronous)."""
+        return self.stats.steps - 1
+
     def pin_counters(self) -> None:
         """The plugin's counters into :attr:`stats` (and :attr:`plugin_counters`)."""
         if not self.plugin:

@@ -53,6 +53,29 @@ def test_replay_a_fleet(trace: Path, tmp_path: Path) -> None:
         assert r["pins_wasted"] >= 0
 
 
+def test_replay_an_async_fleet(trace: Path, tmp_path: Path) -> None:
+    docs = []
+    for flags in ([], ["--async-scheduling"]):
+        out = tmp_path / f"r{len(flags)}.json"
+        res = CliRunner().invoke(
+            app,
+            [
+                "replay", str(trace), "--policy", "continuum", "--replicas", "3",
+                "--router", "kv-aware", "--concurrency", "6", "--kv-tokens", "200000",
+                "--check", "--json", str(out), *flags,
+            ],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        docs.append(json.loads(out.read_text()))
+    sync, fleet = docs
+    conforms(fleet, ReplayDoc)
+    assert (sync["async_scheduling"], fleet["async_scheduling"]) == (False, True)
+    assert fleet["fleet"]["replicas"] == 3
+    result = fleet["results"][0]
+    assert sum(r["llm_calls"] for r in result["per_replica"]) == fleet["trace"]["calls"]
+    assert result["jct_mean_s"] != sync["results"][0]["jct_mean_s"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -73,7 +96,6 @@ def test_replay_a_fleet(trace: Path, tmp_path: Path) -> None:
             ["--replicas", "2", "--backend", "vllm", "--policy", "oracle"],
             "policy oracle does not map onto vLLM's scheduler",
         ),
-        (["--replicas", "2", "--async-scheduling"], "--async-scheduling with --replicas is not"),
     ],
 )
 def test_bad_fleet_arguments(trace: Path, args: list[str], message: str) -> None:

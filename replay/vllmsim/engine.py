@@ -89,14 +89,7 @@ class TokenBook:
         call, _ = fits_engine(self._calls[program][turn], self._config)
         if call is None:
             return None
-        bs = self._config.engine.block_size
-        tokens = self.streams.prompt(
-            program,
-            call.reused_tokens if turn else 0,
-            call.input_tokens,
-            call.shared_keys(bs),
-            bs,
-        )
+        tokens = self.streams.call_prompt(program, turn, call, self._config.engine.block_size)
         probe = Request(
             request_id=_LOOKUP,
             prompt_token_ids=tokens,

@@ -226,14 +226,7 @@ class Harness:
             tool = tool or "unknown"
         if tool and not xargs["is_last"]:
             xargs["tool"] = tool
-        bs = self.config.engine.block_size
-        prompt = self.streams.prompt(
-            pid,
-            call.reused_tokens if turn else 0,
-            call.input_tokens,
-            call.shared_keys(bs),
-            bs,
-        )
+        prompt = self.streams.call_prompt(pid, turn, call, self.config.engine.block_size)
         request_id = str(self._rid)
         self._rid += 1
         request = Request(

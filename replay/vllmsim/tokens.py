@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+from replay.workload import Call
+
 #: ids below this are never handed out (room for special tokens of a real vocabulary)
 FIRST_ID = 1000
 
@@ -63,6 +65,13 @@ class Streams:
         keep = max(len(head), min(reused, len(last), length))
         self._keys[program] = shared
         return head + last[len(head) : keep] + self.fresh(length - keep)
+
+    def call_prompt(self, program: str, turn: int, call: Call, block_size: int) -> list[int]:
+        """The prompt of ``call``, turn ``turn`` of ``program`` (:meth:`prompt` with the
+        call's reuse, length and shared keys in engine blocks of ``block_size``)."""
+        reused = call.reused_tokens if turn else 0
+        shared = call.shared_keys(block_size)
+        return self.prompt(program, reused, call.input_tokens, shared, block_size)
 
     def finished(self, program: str, tokens: list[int]) -> None:
         """The call's prompt + output: what the program's next prompt repeats."""

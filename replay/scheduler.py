@@ -668,13 +668,13 @@ class SimScheduler:
 
     def merge_end(self, now: float, horizon: float) -> float | None:
         """When the run of decode steps that :meth:`step` from ``now`` would open with
-        ends, before ``horizon`` or where it must stop (None: the step would not open with
-        one, or a pin is due at ``now``: the step expires it first, and that may let the
-        waiting head in). Changes nothing. A fleet replay waits until then unless a call
-        is routed to this engine before (:mod:`replay.fleet.loop`)."""
+        ends, before ``horizon`` (:meth:`next_expiry`, or earlier) or where it must stop
+        (None: the step would not open with one, or ``horizon`` is due at ``now``: a pin
+        the step expires first may let the waiting head in). Changes nothing. A fleet
+        replay waits until then unless a call is routed here before (replay.fleet)."""
         if self._prefilling or not self.decoders.members:
             return None
-        if self.next_expiry() <= now:
+        if horizon <= now:  # no run (a pin due at ``now`` is at or past the horizon)
             return None
         if self.waiting and not self._head_stays_blocked():
             return None

@@ -22,6 +22,7 @@ from replay.fleet.loop import FleetOutcome, simulate_fleet
 from replay.fleet.metrics import fleet_result
 from replay.fleet.records import FleetRouter
 from replay.fleet.routers import RouterSettings, make_router
+from replay.fleet.routers.consistent_hash import worker_urls
 from replay.policies import BOUNDS, PolicySpec, make
 from replay.policy_runs import Load, prepare, unlimited_kv_tokens
 from replay.scheduler import SimSchedulerConfig
@@ -43,6 +44,9 @@ class FleetSpec:
     #: each replica's engine, in replica order (None: every replica is the replay's
     #: engine); ``refit`` sizes each from its own engine log
     engines: tuple[SimSchedulerConfig, ...] | None = None
+    #: each replica's URL as the real router is given it (``--worker-urls``), in replica
+    #: order: the hashing routers place sessions by them (None: ``http://replica-I``)
+    worker_urls: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -53,14 +57,19 @@ class FleetSpec:
             )
         if self.router.name == "as-logged" and self.logged is None:
             raise ConfigError("--router as-logged needs the trace's replica column")
+        if self.worker_urls is not None:
+            worker_urls(self.replicas, self.worker_urls)  # one per replica, no repeats
 
     def describe(self) -> FleetRouter:
         """The router, its settings (defaults filled in) and the replicas, for the JSON."""
-        return {
+        out: FleetRouter = {
             "name": self.router.name,
             "settings": self.router.resolved(),
             "replicas": self.replicas,
         }
+        if self.worker_urls is not None:
+            out["worker_urls"] = list(self.worker_urls)
+        return out
 
 
 def logged_replicas(trace: Path) -> dict[tuple[str, int], str]:
@@ -112,6 +121,7 @@ def simulate_fleet_one(
         block_size=cfg.engine.block_size,
         logged_replicas=sorted(set(fleet.logged.values())) if fleet.logged else (),
         calibration=router_calibration(fleet.router, cost),
+        worker_urls=fleet.worker_urls,
     )
     start = time.perf_counter()
     outcome = simulate_fleet(

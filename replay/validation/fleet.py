@@ -223,6 +223,10 @@ def validate_fleet(
         timing=timing or Load(seed=seed),
         bundle=bundle_doc,
         settings=sim_settings(routers, calibration, program_scheduling_json),
+        worker_urls={
+            name: {p: [r["url"] for r in f["replicas"].values()] for p, f in by.items()}
+            for name, by in fleets.items()
+        },
     )
     rankings = {}
     for name in names:

@@ -19,6 +19,7 @@ from replay.fleet.routers.pin_aware import PinAware
 from replay.fleet.routers.power_of_two import PowerOfTwo
 from replay.fleet.routers.round_robin import RoundRobin
 from replay.fleet.routers.sticky_least_loaded import StickyLeastLoaded
+from replay.fleet.run import FleetSpec
 from ttlctl.errors import ConfigError
 
 
@@ -201,3 +202,17 @@ def test_settings_take_the_real_flags_and_refuse_others():
         make_router(
             RouterSettings("as-logged"), 2, seed=0, block_size=16, logged_replicas=["a", "b", "c"]
         )
+
+
+def test_worker_urls_one_per_replica() -> None:
+    urls = ("http://127.0.0.1:1", "http://127.0.0.1:2")
+    assert FleetSpec(2, RouterSettings("consistent-hash"), worker_urls=urls).describe()[
+        "worker_urls"
+    ] == list(urls)
+    with pytest.raises(ConfigError, match="--worker-urls: 1 URLs given for 2 replicas"):
+        FleetSpec(2, RouterSettings("consistent-hash"), worker_urls=urls[:1])
+    with pytest.raises(ConfigError, match="given twice"):
+        FleetSpec(2, RouterSettings("consistent-hash"), worker_urls=(urls[0], urls[0]))
+    # without URLs: the documented default names, replica i as http://replica-i
+    named = ConsistentHash(2, ("http://replica-0", "http://replica-1"))
+    assert all(ConsistentHash(2).owner(f"s{i}") == named.owner(f"s{i}") for i in range(50))

@@ -213,11 +213,14 @@ def fleet_for(
     backend: str = "fast",
     live: bool = False,
     async_scheduling: bool = False,
+    worker_urls: tuple[str, ...] | None = None,
 ) -> FleetSpec | None:
     """The fleet a command was asked for (None: one engine, no router), checked."""
     if replicas is None:
         if router is not None:
             raise ConfigError("--router and its settings need --replicas N")
+        if worker_urls is not None:
+            raise ConfigError("--worker-urls needs --replicas N")
         return None
     if replicas < 1:
         raise ConfigError(f"--replicas must be at least 1, got {replicas}")
@@ -238,4 +241,4 @@ def fleet_for(
         )
     router = router or RouterSettings()
     logged = logged_replicas(trace) if router.name == "as-logged" else None
-    return FleetSpec(replicas, router, logged)
+    return FleetSpec(replicas, router, logged, worker_urls=worker_urls)

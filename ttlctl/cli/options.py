@@ -301,6 +301,16 @@ FleetReplicas = Annotated[
         "the engine flags, as vLLM's flags size each server; --concurrency is the fleet's).",
     ),
 ]
+WorkerUrls = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--worker-urls",
+        help="With --replicas: each replica's URL as vllm-router is given it (repeat it, one "
+        "per replica, in order); consistent-hash, sticky-least-loaded and Program "
+        "scheduling then place each program where that router would (default: "
+        "http://replica-0, http://replica-1, …).",
+    ),
+]
 RouterName = Annotated[
     str | None,
     typer.Option(

@@ -67,6 +67,8 @@ class ReplayRequest:
     #: a fleet: this many engines behind ``router`` (None: one engine)
     replicas: int | None = None
     router: RouterSettings | None = None
+    #: each replica's URL as the real router is given it (None: the default names)
+    worker_urls: tuple[str, ...] | None = None
 
 
 def policy_names(given: Sequence[str], backend: str) -> list[str]:
@@ -111,6 +113,7 @@ def replay_doc(
         backend=req.backend,
         live=req.live is not None,
         async_scheduling=req.async_scheduling,
+        worker_urls=req.worker_urls,
     )
     bundle_doc = bundle_mod.read(req.bundle) if req.bundle is not None else None
     prof, prof_path = resolve(req.profile)

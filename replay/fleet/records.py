@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 
 class FleetRouter(TypedDict):
-    """The router: its name, its settings (defaults filled in) and the replicas."""
+    """The router: its name, its settings (defaults filled in), the replicas and, when
+    given, the replicas' URLs it placed sessions by."""
 
     name: str
     settings: dict[str, float | int | str | None]
     replicas: int
+    worker_urls: NotRequired[list[str]]
 
 
 class ReplicaResult(TypedDict):

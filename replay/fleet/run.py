@@ -23,6 +23,7 @@ from replay.fleet.metrics import fleet_result
 from replay.fleet.records import FleetRouter
 from replay.fleet.routers import RouterSettings, make_router
 from replay.fleet.routers.base import Router
+from replay.fleet.routers.consistent_hash import worker_urls
 from replay.policies import BOUNDS, PolicySpec, make
 from replay.policy_runs import Load, prepare, unlimited_kv_tokens
 from replay.scheduler import SimSchedulerConfig
@@ -50,6 +51,9 @@ class FleetSpec:
     #: vLLM's ``--async-scheduling`` on every replica (the fast backend's
     #: :class:`~replay.async_sched.AsyncSimScheduler`)
     async_scheduling: bool = False
+    #: each replica's URL as the real router is given it (``--worker-urls``), in replica
+    #: order: the hashing routers place sessions by them (None: ``http://replica-I``)
+    worker_urls: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -70,14 +74,19 @@ class FleetSpec:
                 "--backend vllm runs replicas of one size (replicas sized each from its own "
                 "engine log run on the fast backend)"
             )
+        if self.worker_urls is not None:
+            worker_urls(self.replicas, self.worker_urls)  # one per replica, no repeats
 
     def describe(self) -> FleetRouter:
         """The router, its settings (defaults filled in) and the replicas, for the JSON."""
-        return {
+        out: FleetRouter = {
             "name": self.router.name,
             "settings": self.router.resolved(),
             "replicas": self.replicas,
         }
+        if self.worker_urls is not None:
+            out["worker_urls"] = list(self.worker_urls)
+        return out
 
 
 def logged_replicas(trace: Path) -> dict[tuple[str, int], str]:
@@ -149,6 +158,7 @@ def fleet_router(fleet: FleetSpec, cost: CostModel, *, seed: int, block_size: in
         block_size=block_size,
         logged_replicas=sorted(set(fleet.logged.values())) if fleet.logged else (),
         calibration=router_calibration(fleet.router, cost),
+        worker_urls=fleet.worker_urls,
     )
 
 
@@ -234,11 +244,14 @@ def fleet_for(
     backend: str = "fast",
     live: bool = False,
     async_scheduling: bool = False,
+    worker_urls: tuple[str, ...] | None = None,
 ) -> FleetSpec | None:
     """The fleet a command was asked for (None: one engine, no router), checked."""
     if replicas is None:
         if router is not None:
             raise ConfigError("--router and its settings need --replicas N")
+        if worker_urls is not None:
+            raise ConfigError("--worker-urls needs --replicas N")
         return None
     if replicas < 1:
         raise ConfigError(f"--replicas must be at least 1, got {replicas}")
@@ -249,4 +262,11 @@ def fleet_for(
         )
     router = router or RouterSettings()
     logged = logged_replicas(trace) if router.name == "as-logged" else None
-    return FleetSpec(replicas, router, logged, backend=backend, async_scheduling=async_scheduling)
+    return FleetSpec(
+        replicas,
+        router,
+        logged,
+        backend=backend,
+        async_scheduling=async_scheduling,
+        worker_urls=worker_urls,
+    )

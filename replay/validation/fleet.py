@@ -43,11 +43,12 @@ from replay.validation.fleet_sim import (
     simulate_as_routed,
     simulate_fleets,
 )
+from replay.validation.neighbours import kept_busy
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
-from ttlctl.server import arrivals, router
+from ttlctl.server import arrivals, cpus, router
 from ttlctl.server.cache import reset_prefix_cache
 from ttlctl.server.facts import ServerInfo, probe
 
@@ -98,6 +99,7 @@ def validate_fleet(
     max_num_seqs: int = CPU_MAX_NUM_SEQS,
     max_num_batched_tokens: int = CPU_MAX_NUM_BATCHED_TOKENS,
     router_extra: Sequence[str] = (),
+    cpus_per_replica: int | None = None,
     timing: Load | None = None,
     seed: int = 0,
     max_programs: int | None = 8,
@@ -116,7 +118,10 @@ def validate_fleet(
     priced by ``profile`` (else one measured from the first fleet's first replica, as
     ``ttlctl validate`` does for one server) and sized like the replicas (``kv_tokens``
     overrides their KV size; ``max_num_seqs`` and ``max_num_batched_tokens``: the
-    replicas' own, vLLM's CPU defaults unless told).
+    replicas' own, vLLM's CPU defaults unless told). ``cpus_per_replica``: each replica
+    on that many CPUs of its own (:mod:`ttlctl.server.cpus`); a profile measured here is
+    then measured on the first replica, pinned, while the others serve a steady load
+    (:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside it.
 
     Raises :class:`ValidateError` (bad arguments), a
     :class:`~ttlctl.server.router.RouterError` (no ``vllm-router``, or a policy it
@@ -136,6 +141,7 @@ def validate_fleet(
         raise ValidateError("--replicas needs at least one --router")
     for policy in routers:  # every one, before the first fleet's minutes of work
         router.check_policy(router_setup(policy, None, None)[0])
+    sets = None if cpus_per_replica is None else cpus.cpu_sets(replicas, cpus_per_replica)
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
     if not work.programs:
         raise ValidateError("no programs to validate with")
@@ -166,6 +172,7 @@ def validate_fleet(
                 router_policy=request_policy,
                 program_scheduling_json=scheduling,
                 router_extra=router_extra,
+                cpu_sets=sets,
             )
             fleet = made.fleet
             say(f"{name} behind {policy}: starting {replicas} replicas and vllm-router")
@@ -175,8 +182,15 @@ def validate_fleet(
                     info = probe(next(iter(made.urls.values())))
                 if profile is None:
                     say(f"{name} behind {policy}: measuring a replica's profile")
-                    profile = _measure(info, model_config)
+                    others = list(made.urls.values())[1:] if sets is not None else []
+                    with kept_busy(others, info.model, vocab_size=vocab_size) as served:
+                        profile = _measure(info, model_config)
                     profile_source = f"measured from {name}'s replica at {info.url}"
+                    if sets is not None:
+                        profile_source += (
+                            f", pinned to CPUs {cpus.cpu_list(sets[0])}, while "
+                            f"{len(others)} other replica(s) served {sum(served)} requests"
+                        )
                 for url in made.urls.values():
                     reset_prefix_cache(url)
                 say(f"{name} behind {policy}: live replay of {len(work.programs)} programs")
@@ -223,6 +237,10 @@ def validate_fleet(
         timing=timing or Load(seed=seed),
         bundle=bundle_doc,
         settings=sim_settings(routers, calibration, program_scheduling_json),
+        worker_urls={
+            name: {p: [r["url"] for r in f["replicas"].values()] for p, f in by.items()}
+            for name, by in fleets.items()
+        },
     )
     rankings = {}
     for name in names:
@@ -265,6 +283,8 @@ def validate_fleet(
         "server_info": info.to_json(),
         "fleets": fleets,
         "bundle": None if bundle is None else str(bundle),
+        #: each replica's CPUs (None: unpinned, every replica on every CPU)
+        "cpu_sets": None if sets is None else [list(s) for s in sets],
         "work_dir": str(work_dir),
     }
 

@@ -4,9 +4,11 @@ Each live fleet (one policy behind one vllm-router ``--policy``) is replayed by 
 simulator (:mod:`replay.fleet`) on the same programs (the same first N, the same pauses
 cap), with as many replicas, each engine sized like the live replicas and priced by the
 same profile, behind ttlctl's model of the same router with its default settings (the
-live router runs with its defaults too). vllm-router's policy names map to ttlctl's by
-:func:`~replay.fleet.routers.router_name`; vllm-router's Program scheduling is simulated
-only where a ``program-scheduling`` router model exists (:func:`sim_router`).
+live router runs with its defaults too) and the live replicas' URLs, in the order the
+live router was given them (the hashing routers place sessions by them). vllm-router's
+policy names map to ttlctl's by :func:`~replay.fleet.routers.router_name`; vllm-router's
+Program scheduling is simulated only where a ``program-scheduling`` router model exists
+(:func:`sim_router`).
 
 The compared figures (:data:`FLEET_COMPARED`): mean JCT and TTFT, errors relative,
 ``(simulated − live) / live``; prefix-hit rate and the share of follow-up calls that
@@ -162,10 +164,14 @@ def simulate_fleets(
     timing: Load,
     bundle: bundle_mod.Bundle | None,
     settings: Mapping[str, RouterSettings] | None = None,
+    worker_urls: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
 ) -> tuple[dict[str, dict[str, PolicyResult | None]], dict[str, str]]:
     """Each (policy, router) in the fleet simulator: ``({policy: {router: result or
     None}}, {router: why it was not simulated})``. ``settings``: a router's settings where
-    they are not its defaults (Program scheduling's config and calibration)."""
+    they are not its defaults (Program scheduling's config and calibration).
+    ``worker_urls``: ``{policy: {router: the live fleet's replica URLs, in replica
+    order}}``, so that the routers that hash them place each session on the replica the
+    live router chose (each live fleet has ports of its own)."""
     cost = ProfileCostModel(profile)
     config = ReplayConfig(engine=engine, truncate=True)
     out: dict[str, dict[str, PolicyResult | None]] = {}
@@ -179,7 +185,10 @@ def simulate_fleets(
                 out.setdefault(policy, {})[router] = None
                 continue
             chosen = (settings or {}).get(router) or RouterSettings(name)
-            run = runner(FleetSpec(replicas, chosen))
+            urls = (worker_urls or {}).get(policy, {}).get(router)
+            run = runner(
+                FleetSpec(replicas, chosen, worker_urls=None if urls is None else tuple(urls))
+            )
             spec = PolicySpec(policy, bundle=bundle if policy == "continuum" else None)
             out.setdefault(policy, {})[router] = run(work, spec, cost, config, timing, timed=False)
     return out, notes

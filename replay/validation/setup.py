@@ -72,6 +72,8 @@ class ValidateRequest:
     replicas: int | None = None
     #: vllm-router's ``--policy`` values, one fleet each
     routers: Sequence[str] = ()
+    #: each replica on this many CPUs of its own (None: unpinned)
+    cpus_per_replica: int | None = None
 
 
 def parse_urls(items: Sequence[str]) -> dict[str, str]:
@@ -156,6 +158,8 @@ def validation_doc(
     if req.repeats < 1:
         raise ValidateError("--repeats must be at least 1")
     base, model_config = server_base(req)
+    if req.cpus_per_replica is not None and req.replicas is None:
+        raise ValidateError("--cpus-per-replica needs --replicas N (it pins a fleet's replicas)")
     if req.replicas is not None or req.routers:
         return _fleet_doc(req, timing, base, model_config, progress, warn)
     names = _names(req.policies, "vllm,continuum")
@@ -236,6 +240,7 @@ def _fleet_doc(
         kv_tokens=req.kv_tokens,
         max_num_seqs=req.max_num_seqs,
         max_num_batched_tokens=req.max_num_batched_tokens,
+        cpus_per_replica=req.cpus_per_replica,
         timing=timing,
         seed=req.seed,
         max_programs=req.programs,

@@ -56,3 +56,9 @@ def test_fleet_table_shows_sim_live_error_and_ranking() -> None:
     assert "simulated consistent_hash; live consistent_hash (not compared)" in text
     assert "program_scheduling: calls per replica r1:6 r2:6; not simulated: no model" in text
     assert "r1:5 r2:7; simulated with the live placement: mean JCT 19.000 s (-5.0%)" in text
+    assert "pinned" not in text and "profile:" not in text
+    pinned = {**doc, "cpu_sets": [[0], [1]], "profile": {"source": "measured, pinned"}}
+    console = Console(record=True, width=200)
+    fleet_table(console, pinned)
+    text = console.export_text()
+    assert "replicas pinned to CPUs 0 | 1" in text and "profile: measured, pinned" in text

@@ -10,7 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from replay.figures import ReplayDoc
+from replay.fleet.routers.consistent_hash import HashRing
 from replay.synth import synth
+from replay.workload import load
 from tests.documents import conforms
 from ttlctl.cli import app
 
@@ -96,6 +98,11 @@ def test_replay_an_async_fleet(trace: Path, tmp_path: Path) -> None:
             ["--replicas", "2", "--backend", "vllm", "--policy", "oracle"],
             "policy oracle does not map onto vLLM's scheduler",
         ),
+        (["--worker-urls", "http://a:1"], "--worker-urls needs --replicas N"),
+        (
+            ["--replicas", "2", "--router", "consistent-hash", "--worker-urls", "http://a:1"],
+            "--worker-urls: 1 URLs given for 2 replicas",
+        ),
     ],
 )
 def test_bad_fleet_arguments(trace: Path, args: list[str], message: str) -> None:
@@ -122,3 +129,24 @@ def test_report_shows_the_fleet(trace: Path, tmp_path: Path) -> None:
     page = build_report(run)
     assert "behind <code>round-robin</code>" in page
     assert "routed elsewhere" in page and "continuum: per replica" in page
+
+
+def test_replay_a_fleet_placed_by_the_routers_worker_urls(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    urls = ["http://127.0.0.1:41001", "http://127.0.0.1:41002"]
+    res = CliRunner().invoke(
+        app,
+        ["replay", str(trace), "--policy", "vllm", "--replicas", "2", "--router",
+         "consistent-hash", "--worker-urls", urls[0], "--worker-urls", urls[1],
+         "--json", str(out)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["fleet"]["worker_urls"] == urls
+    ring = HashRing(tuple(urls))
+    programs = load(trace).programs
+    calls = [0, 0]
+    for p in programs:
+        calls[ring.owner(p.program_id)] += len(p.calls)
+    per = {r["replica"]: r["llm_calls"] for r in doc["results"][0]["per_replica"]}
+    assert [per[0], per[1]] == calls

@@ -19,6 +19,7 @@ from replay.fleet.routers.pin_aware import PinAware
 from replay.fleet.routers.power_of_two import PowerOfTwo
 from replay.fleet.routers.round_robin import RoundRobin
 from replay.fleet.routers.sticky_least_loaded import StickyLeastLoaded
+from replay.fleet.run import FleetSpec
 from ttlctl.errors import ConfigError
 
 
@@ -137,27 +138,64 @@ def test_cache_aware_balances_only_when_both_thresholds_are_crossed():
     assert strict.route(follow, View([2, 1]), 1.0) == 1
 
 
-def test_kv_aware_costs_cached_blocks_against_load():
+def test_kv_aware_costs_prefill_times_batch():
+    """vllm-router 0.1.17: cost = (tokens to prefill there + its requests' prefills still
+    pending) × (its requests in flight + 1); the first lowest cost wins."""
     r = KvAware(np.random.default_rng(0), block_size=16)
     c = call("a", ((1, 1600),), 1)  # 100 blocks
-    # replica 1 holds 80 blocks of it: cost 20 + load; replica 0 nothing: 100
-    assert r.route(c, View([0, 0], [0, 0], cached={1: 1280}), 0.0) == 1
-    # replica 1 busy with 90 blocks in flight (cost 110) vs replica 0 (cost 100)
-    assert r.route(c, View([1, 0], [0, 1440], cached={1: 1280}), 0.0) == 0
-    # nothing cached anywhere: the lighter in flight
-    assert r.route(c, View([3, 1], [480, 160]), 0.0) == 1
+    # replica 1 holds 80 blocks of it: 320 to prefill against 1,600
+    assert r.new_prefill_tokens(c, View([0, 0], cached={1: 1280}), 1) == 320
+    assert r.costs(c, View([0, 0], cached={1: 1280}))[0] == [1600.0, 320.0]
+    # the whole prompt cached: the block with the last token is still computed
+    assert r.new_prefill_tokens(c, View([0, 0], cached={1: 1600}), 1) == 16
+    # 320 × (3 + 1) < 1,600 × 1, but 320 × (5 + 1) > 1,600: load outweighs the hit
+    assert r.costs(c, View([0, 3], cached={1: 1280}))[0] == [1600.0, 1280.0]
+    assert r.costs(c, View([0, 5], cached={1: 1280}))[0] == [1600.0, 1920.0]
+    assert r.route(c, View([0, 3], cached={1: 1280}), 0.0) == 1
+    assert r.route(call("b", ((1, 1600),)), View([0, 5], cached={1: 1280}), 0.0) == 0
+    # a tie goes to the first worker
+    assert r.pick([1600.0, 1600.0], [1600, 320], View([0, 4])) == 0
+
+
+def test_kv_aware_counts_the_prefills_it_sent_until_they_end():
+    r = KvAware(np.random.default_rng(0), block_size=16)
+    a, b = call("a", ((1, 1600),)), call("b", ((2, 1600),))
+    assert r.route(a, View([0, 0]), 0.0) == 0  # a tie: the first
+    # b: (1,600 + a's 1,600 pending) × 2 on 0 against 1,600 × 1 on 1
+    assert r.costs(b, View([1, 0]))[0] == [6400.0, 1600.0]
+    assert r.route(b, View([1, 0]), 0.1) == 1
+    r.completed(0, a, 2.0)
+    assert r.costs(b, View([0, 1]))[0] == [1600.0, 6400.0]  # a's prefill left with it
+
+
+def test_kv_aware_temperature_draws_by_cost():
+    costs, ptokens, v = [100.0, 120.0], [100, 120], View([0, 0])
+    cold = KvAware(np.random.default_rng(0), router_temperature=0.0)
+    assert all(cold.pick(costs, ptokens, v) == 0 for _ in range(20))
+    warm = KvAware(np.random.default_rng(0), router_temperature=20.0)
+    picks = [warm.pick(costs, ptokens, v) for _ in range(400)]
+    # P(1) = e^-1 / (1 + e^-1) ≈ 0.27
+    assert 0.2 < picks.count(1) / len(picks) < 0.35
 
 
 def test_kv_aware_session_affinity_is_an_idle_ttl():
     r = KvAware(np.random.default_rng(0), kv_aware_session_affinity_ttl_secs=10)
     c = call("a", ((1, 1600),))
     assert r.route(c, View([0, 0], [0, 0], cached={1: 1600}), 0.0) == 1
-    r.completed(1, c, 4.0)
+    # bound: a request while one is in flight stays, wherever the cache is
+    assert r.route(call("a", ((1, 1600),), 1), View([0, 1], cached={0: 1600}), 1.0) == 1
+    r.completed(1, c, 3.0)
+    r.completed(1, c, 4.0)  # the last in flight: idle from 4.0, expires at 14.0
     # within 10 s of the last answer: back to 1, though 0 now holds all of it
-    assert r.route(call("a", ((1, 1600),), 1), View([0, 0], cached={0: 1600}), 13.0) == 1
+    assert r.route(call("a", ((1, 1600),), 2), View([0, 0], cached={0: 1600}), 13.0) == 1
     r.completed(1, c, 14.0)
-    # idle 10.5 s: the affinity lapsed, the cost decides
-    assert r.route(call("a", ((1, 1600),), 2), View([0, 0], cached={0: 1600}), 24.5) == 0
+    # idle 10.5 s: the binding expired, the cost decides (and binds anew)
+    assert r.route(call("a", ((1, 1600),), 3), View([0, 0], cached={0: 1600}), 24.5) == 0
+    assert r.route(call("a", ((1, 1600),), 4), View([0, 0], cached={1: 1600}), 25.0) == 0
+    # no affinity without the flag: each request placed by cost
+    free = KvAware(np.random.default_rng(0))
+    assert free.route(c, View([0, 0], cached={1: 1600}), 0.0) == 1
+    assert free.route(call("a", ((1, 1600),), 1), View([0, 1], cached={0: 1600}), 1.0) == 0
 
 
 def test_sticky_least_loaded_counts_sessions_not_requests():
@@ -201,3 +239,17 @@ def test_settings_take_the_real_flags_and_refuse_others():
         make_router(
             RouterSettings("as-logged"), 2, seed=0, block_size=16, logged_replicas=["a", "b", "c"]
         )
+
+
+def test_worker_urls_one_per_replica() -> None:
+    urls = ("http://127.0.0.1:1", "http://127.0.0.1:2")
+    assert FleetSpec(2, RouterSettings("consistent-hash"), worker_urls=urls).describe()[
+        "worker_urls"
+    ] == list(urls)
+    with pytest.raises(ConfigError, match="--worker-urls: 1 URLs given for 2 replicas"):
+        FleetSpec(2, RouterSettings("consistent-hash"), worker_urls=urls[:1])
+    with pytest.raises(ConfigError, match="given twice"):
+        FleetSpec(2, RouterSettings("consistent-hash"), worker_urls=(urls[0], urls[0]))
+    # without URLs: the documented default names, replica i as http://replica-i
+    named = ConsistentHash(2, ("http://replica-0", "http://replica-1"))
+    assert all(ConsistentHash(2).owner(f"s{i}") == named.owner(f"s{i}") for i in range(50))

@@ -9,6 +9,7 @@ import pytest
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
 from replay.fleet.routers import ROUTERS
+from replay.fleet.routers.consistent_hash import HashRing
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.synth import fit_context, synth
@@ -151,3 +152,42 @@ def test_simulated_program_scheduling_is_set_as_the_live_router() -> None:
     calibrated = sim_settings(["program_scheduling"], cal, None)["program_scheduling"]
     assert calibrated.resolved()["calibration"] == "profile"
     assert calibrated.program_scheduling()[1]  # the profile's calibration objects, as live
+
+
+def test_the_simulated_fleet_places_programs_by_the_live_replicas_urls() -> None:
+    """Each live fleet has ports of its own; the simulated fleet beside it hashes the same
+    URLs, so consistent_hash and Program scheduling's binding place every program on the
+    replica the live router chose (:class:`HashRing` over those URLs)."""
+    work = from_frame(fit_context(synth("swe-bench", 8, 0), 1900))
+    kwargs = {
+        "policies": ["vllm"],
+        "routers": ["consistent_hash", "program_scheduling"],
+        "replicas": 2,
+        "profile": resolve("tiny-cpu")[0],
+        "engine": SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048),
+        "timing": Load(),
+        "bundle": None,
+    }
+    # two port draws that split these 8 programs differently
+    draws = [
+        ("http://127.0.0.1:41001", "http://127.0.0.1:41002"),
+        ("http://127.0.0.1:52113", "http://127.0.0.1:40877"),
+    ]
+    splits = []
+    for urls in draws:
+        ring = HashRing(urls)
+        owners = [ring.owner(p.program_id) for p in work.programs]
+        calls = [sum(len(p.calls) for p, o in zip(work.programs, owners, strict=True) if o == r)
+                 for r in range(2)]  # fmt: skip
+        given = {"vllm": {"consistent_hash": urls, "program_scheduling": urls}}
+        sim, _ = simulate_fleets(work, **kwargs, worker_urls=given)  # type: ignore[arg-type]
+        for router in ("consistent_hash", "program_scheduling"):
+            result = sim["vllm"][router]
+            assert result is not None and result["router"]["worker_urls"] == list(urls)
+            per = {r["replica"]: r["llm_calls"] for r in result["per_replica"]}
+            assert [per[0], per[1]] == calls, router
+        splits.append(calls)
+    assert splits[0] != splits[1]  # the URLs, not the simulator, decide the placement
+    default, _ = simulate_fleets(work, **kwargs)  # type: ignore[arg-type]
+    assert default["vllm"]["consistent_hash"] is not None
+    assert "worker_urls" not in default["vllm"]["consistent_hash"]["router"]

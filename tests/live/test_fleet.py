@@ -5,8 +5,11 @@ two cores), routed by ``consistent_hash`` on the ``X-Session-ID`` the live repla
 with Program scheduling on and calibrated from the tiny-cpu profile, which also prices
 the simulated fleet beside it. Checked: every call
 of a program reached one replica (the share of returned calls is 1), every call was
-counted once, the router started calibrated (no reference-calibration warning), and nothing
-the fleet started is left running afterwards. Skipped only where vllm-router cannot run.
+counted once, the simulated fleet (given the live replicas' URLs) put every program on the
+replica the live router chose, the router started calibrated (no reference-calibration
+warning), each replica ran on a CPU of its own where the machine has two
+(``--cpus-per-replica 1``: vLLM logs the cores its threads bind to), and nothing the fleet
+started is left running afterwards. Skipped only where vllm-router cannot run.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from replay.workload import load
 from tests.live.servers import FLAGS, server_env
 from tests.live.traces import agent_trace
 from tests.router_bin import router_or_skip
-from ttlctl.server import router
+from ttlctl.server import cpus, router
 from ttlctl.server.command import base_command
 from ttlctl.server.process import group_alive, live_processes
 
@@ -46,6 +49,7 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     work = tmp_path / "work"
     profile = shipped.resolve("tiny-cpu")[0]
     calibration = calibrate(profile).flag_value()
+    pinned = len(cpus.available_cpus()) >= 2
     doc = validate_fleet(
         load(trace),
         Sources(
@@ -57,6 +61,7 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
         routers=["consistent_hash"],
         program_scheduling_json=calibration,
         profile=profile,
+        cpus_per_replica=1 if pinned else None,
         timeout_s=300.0,
         work_dir=work,
     )
@@ -72,6 +77,11 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     sim = doc["sim"]["vllm"]["consistent_hash"]
     assert sim["replicas"] == 2 and sim["llm_calls"] == 12 and sim["returned_share"] == 1.0
     assert sim["router"]["name"] == "consistent-hash"
+    # the live replicas' URLs, in --worker-urls order: the same placement on both sides
+    fleet = doc["fleets"]["vllm"]["consistent_hash"]
+    assert sim["router"]["worker_urls"] == [r["url"] for r in fleet["replicas"].values()]
+    sim_calls = {f"r{r['replica'] + 1}": r["llm_calls"] for r in sim["per_replica"]}
+    assert {k: v for k, v in sim_calls.items() if v} == row["calls_per_replica"]
     blocks, block = doc["server_info"]["num_gpu_blocks"], doc["engine"]["block_size"]
     assert block == 32 and doc["engine"]["kv_tokens"] == (blocks - 1) * block
     by = {c["metric"]: c for c in row["compare"]}
@@ -81,7 +91,12 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     # and with each call on the replica it reached live: the same placement, returned 1
     routed = {c["metric"]: c for c in row["compare_as_routed"]}
     assert routed["returned_share"]["sim"] == 1.0 and routed["jct_mean_s"]["sim"] > 0
-    fleet = doc["fleets"]["vllm"]["consistent_hash"]
+    if pinned:
+        assert doc["cpu_sets"] == [[c] for c in cpus.available_cpus()[:2]]
+        for (name, replica), want in zip(fleet["replicas"].items(), doc["cpu_sets"], strict=True):
+            server_log = Path(replica["arrivals"].replace("-arrivals.jsonl", "-server.log"))
+            text = router.plain(server_log.read_text(errors="replace"))
+            assert f"core ids={want}" in text, name
     log = router.plain(Path(fleet["router_log"]).read_text(errors="replace"))
     assert "--enable-program-scheduling" in fleet["router_command"]
     assert not router.reference_calibration_warned(log)

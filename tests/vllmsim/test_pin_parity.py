@@ -104,8 +104,11 @@ class Log:
             program = str(self.live[request_id].tags.program)
             others = sum(p.n_blocks for p in self.pins.pins.values() if p.program != program)
             source = self.source
-            over = source is not None and ttl > 0 and len(blocks) > 0 and (
-                others + len(blocks) > source.params.pin_cap * self.capacity_blocks
+            over = (
+                source is not None
+                and ttl > 0
+                and len(blocks) > 0
+                and (others + len(blocks) > source.params.pin_cap * self.capacity_blocks)
             )
             made = pin(self, request_id, blocks, ttl, now)
             if made:

@@ -302,6 +302,16 @@ FleetReplicas = Annotated[
         "with --backend vllm each engine is vLLM's own scheduler).",
     ),
 ]
+WorkerUrls = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--worker-urls",
+        help="With --replicas: each replica's URL as vllm-router is given it (repeat it, one "
+        "per replica, in order); consistent-hash, sticky-least-loaded and Program "
+        "scheduling then place each program where that router would (default: "
+        "http://replica-0, http://replica-1, …).",
+    ),
+]
 RouterName = Annotated[
     str | None,
     typer.Option(

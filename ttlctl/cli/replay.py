@@ -46,6 +46,7 @@ from ttlctl.cli.options import (
     Seed,
     Trace,
     Truncate,
+    WorkerUrls,
 )
 
 Policies = Annotated[
@@ -117,6 +118,7 @@ def replay(
     async_scheduling: AsyncScheduling = False,
     replicas: FleetReplicas = None,
     router: RouterName = None,
+    worker_urls: WorkerUrls = None,
     cache_threshold: CacheThreshold = None,
     balance_abs_threshold: BalanceAbsThreshold = None,
     balance_rel_threshold: BalanceRelThreshold = None,
@@ -165,6 +167,7 @@ def replay(
             backend=backend,
             async_scheduling=async_scheduling,
             replicas=replicas,
+            worker_urls=tuple(worker_urls) if worker_urls else None,
             router=router_settings(
                 router,
                 cache_threshold=cache_threshold,

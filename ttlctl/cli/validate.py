@@ -110,6 +110,16 @@ def validate(
     async_scheduling: AsyncScheduling = False,
     replicas: Replicas = None,
     router: Routers = None,
+    cpus_per_replica: Annotated[
+        int | None,
+        typer.Option(
+            "--cpus-per-replica",
+            help="With --replicas: run each replica on K CPUs of its own (taskset, and "
+            "vLLM's VLLM_CPU_OMP_THREADS_BIND), as each simulated replica has its own "
+            "device; needs replicas × K CPUs. A profile measured here is then measured "
+            "on a pinned replica while the others serve a steady load.",
+        ),
+    ] = None,
 ) -> None:
     """Replay a small trace in the simulator and against real servers; print the errors.
 
@@ -157,6 +167,7 @@ def validate(
         async_scheduling=async_scheduling,
         replicas=replicas,
         routers=router or [],
+        cpus_per_replica=cpus_per_replica,
     )
     with user_errors():
         check_outputs(json_out, folders=(work_dir, result_dir if save_result else None))

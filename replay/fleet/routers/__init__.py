@@ -181,9 +181,14 @@ def make_router(
     block_size: int,
     logged_replicas: Sequence[str] = (),
     calibration: RouterCalibration | None = None,
+    worker_urls: Sequence[str] | None = None,
 ) -> Router:
     """A fresh router (no state survives between replays). ``calibration``: the replay's
-    profile as Program scheduling's calibration (None: the router's reference one)."""
+    profile as Program scheduling's calibration (None: the router's reference one).
+    ``worker_urls``: the replicas' URLs as the real router is given them, in replica
+    order; the routers that hash them (``consistent-hash``, ``sticky-least-loaded``,
+    Program scheduling's ``consistent_hash`` binding) then place sessions as it does
+    (None: :func:`~replay.fleet.routers.consistent_hash.default_urls`)."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xF1EE7]))
     s = settings.resolved()
     name = settings.name
@@ -194,7 +199,7 @@ def make_router(
     if name == "power-of-two":
         return PowerOfTwo(rng)
     if name == "consistent-hash":
-        return ConsistentHash(replicas)
+        return ConsistentHash(replicas, worker_urls)
     if name == "cache-aware":
         return CacheAware(
             cache_threshold=float(s["cache_threshold"] or 0.0),
@@ -210,11 +215,11 @@ def make_router(
             kv_aware_session_affinity_ttl_secs=None if ttl is None else float(ttl),
         )
     if name == "sticky-least-loaded":
-        return StickyLeastLoaded()
+        return StickyLeastLoaded(urls=worker_urls)
     if name == "pin-aware":
         return PinAware(pin_queue_bound=int(s["pin_queue_bound"] or 0))
     if name == "program-scheduling":
         cfg, given = settings.program_scheduling()
         prefill, decode = calibration_of(given, calibration)
-        return ProgramScheduling(cfg, prefill, decode, replicas)
+        return ProgramScheduling(cfg, prefill, decode, replicas, worker_urls)
     return AsLogged(logged_replicas, replicas)

@@ -1,27 +1,58 @@
 """``consistent-hash``: vllm-router 0.1.17's ``consistent_hash`` policy
-(``src/policies/consistent_hash.rs``, key from ``src/policies/hash_key.rs``).
+(``src/policies/consistent_hash.rs``, key from ``src/policies/hash_key.rs``; read in the
+0.1.17 source distribution on PyPI, ``vllm_router-0.1.17.tar.gz``).
 
-A ring of 160 virtual nodes per worker (``fbi_hash("URL:i")``); a request goes to the
-first node at or after ``fbi_hash(key)``, wrapping around. The key is the
-``X-Session-ID`` header when present, as ``header:x-session-id:VALUE`` (what the router
-logs); the live replay sends the program id there, so every call of a program lands on
-one replica. Replicas are named ``http://replica-I`` (their URLs place them on the
-ring). Deliberate differences: none besides the names.
+A ring of 160 virtual nodes per worker, each at ``fbi_hash("URL:i")`` for the worker's
+URL exactly as the router was given it (``--worker-urls``); a request goes to the first
+node at or after ``fbi_hash(key)``, wrapping around. The key is the ``X-Session-ID``
+header when present, as ``header:x-session-id:VALUE`` (what the router logs); the live
+replay sends the program id there, so every call of a program lands on one replica.
+
+So where a program lands depends on the workers' URLs, ports included: given the same
+URLs (a fleet spec's ``worker_urls``; ``validate --replicas`` passes the live replicas'
+own), the model places every session where the real router does. Without them the
+replicas are named :func:`default_urls` (``http://replica-0``, ``http://replica-1``, …),
+a fixed, documented placement for offline replays.
+
+Deliberate differences: none. (Two virtual nodes of different workers at one hash — the
+router's ``BTreeMap`` keeps the later worker's, in the router's own worker order, which
+it draws at start — would be resolved here in the given order instead; with 160 nodes
+per worker on FurcHash's 2²³−1 buckets that is a fraction of a percent of the ring.)
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from replay.fleet.routers.base import FleetView, RoutedCall, Stateless
 from replay.fleet.routers.furc import fbi_hash
+from ttlctl.errors import ConfigError
 
 VIRTUAL_NODES_PER_WORKER = 160
 
 
 def replica_url(index: int) -> str:
+    """The default URL of replica ``index`` (0-based) where no real URL is known."""
     return f"http://replica-{index}"
+
+
+def default_urls(replicas: int) -> tuple[str, ...]:
+    return tuple(replica_url(r) for r in range(replicas))
+
+
+def worker_urls(replicas: int, given: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The workers' URLs in replica order: ``given`` (checked: one per replica, no
+    repeats), else :func:`default_urls`."""
+    if given is None:
+        return default_urls(replicas)
+    urls = tuple(given)
+    if len(urls) != replicas:
+        raise ConfigError(f"--worker-urls: {len(urls)} URLs given for {replicas} replicas")
+    if len(set(urls)) != len(urls):
+        raise ConfigError("--worker-urls: a URL is given twice")
+    return urls
 
 
 def session_key(session: str) -> str:
@@ -29,30 +60,49 @@ def session_key(session: str) -> str:
 
 
 @dataclass(slots=True)
-class ConsistentHash(Stateless):
-    replicas: int
-    name: str = "consistent-hash"
+class HashRing:
+    """The router's ring over ``urls`` (replica i is ``urls[i]``)."""
+
+    urls: tuple[str, ...]
+    virtual_nodes: int = VIRTUAL_NODES_PER_WORKER
     _points: list[int] = field(default_factory=list)
     _owners: list[int] = field(default_factory=list)
     _memo: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         ring: dict[int, int] = {}
-        for r in range(self.replicas):
-            for i in range(VIRTUAL_NODES_PER_WORKER):
+        for r, url in enumerate(self.urls):
+            for i in range(self.virtual_nodes):
                 # a BTreeMap insert: a later worker's node replaces an equal hash
-                ring[fbi_hash(f"{replica_url(r)}:{i}")] = r
+                ring[fbi_hash(f"{url}:{i}")] = r
         self._points = sorted(ring)
         self._owners = [ring[p] for p in self._points]
 
     def owner(self, session: str) -> int:
-        """The replica the ring gives ``session``."""
+        """The replica the ring gives ``session`` (its ``X-Session-ID``)."""
         at = self._memo.get(session)
         if at is None:
             i = bisect_left(self._points, fbi_hash(session_key(session)))
             at = self._owners[i % len(self._points)]
             self._memo[session] = at
         return at
+
+
+@dataclass(slots=True)
+class ConsistentHash(Stateless):
+    replicas: int
+    #: the workers' URLs, in replica order (None: :func:`default_urls`)
+    urls: Sequence[str] | None = None
+    name: str = "consistent-hash"
+    _ring: HashRing | None = None
+
+    def __post_init__(self) -> None:
+        self._ring = HashRing(worker_urls(self.replicas, self.urls))
+
+    def owner(self, session: str) -> int:
+        """The replica the ring gives ``session``."""
+        assert self._ring is not None
+        return self._ring.owner(session)
 
     def route(self, call: RoutedCall, view: FleetView, now: float) -> int:
         return self.owner(call.session)

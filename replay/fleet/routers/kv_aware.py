@@ -1,24 +1,34 @@
-"""``kv-aware``: vllm-router 0.1.17's ``kv_aware`` policy (``src/policies/kv_aware.rs``),
-fed by the engines' KV events (``BlockStored`` / ``BlockRemoved``).
+"""``kv-aware``: vllm-router 0.1.17's ``kv_aware`` policy, ported from its source
+distribution on PyPI (``vllm_router-0.1.17.tar.gz``: ``src/policies/kv_aware.rs``, the
+session key from ``src/routers/http/router.rs`` and ``src/request_identity.rs``), fed by
+the engines' KV events (``BlockStored`` / ``BlockRemoved``).
 
-vllm-router 0.1.17 describes it as a cost (its ``--router-temperature``: "0 selects
-minimum cost"; ``--kv-aware-session-affinity-ttl-secs``: an idle TTL in seconds, 1 to
-31,536,000, off when omitted). Its 0.1.17 source was not readable here (the wheel ships
-the compiled router; the public repository's ``kv_aware.rs`` is older and picks the
-longest cached prefix, least loaded when nothing is cached), so the cost follows the KV
-router it names as its model, Dynamo's (``lib/llm/src/kv_router/scheduler.rs``):
-per worker, the prompt blocks it would have to prefill (those its KV events do not show
-cached) plus the blocks of the requests already in flight on it (the router's own
-count). The lowest cost wins (ties: fewer requests in flight, then the lower index);
-with a temperature above 0 a worker is drawn with probability ∝ exp(−cost / (T · max
-cost)) (seeded). With the session-affinity TTL, a session (``X-Session-ID``: the program)
-whose last request was routed or answered at most TTL seconds ago goes back to its
-worker.
+The rule, as 0.1.17 has it (``MultiplicativeScorer``, ``TemperaturePicker``,
+``pick_among``, ``KvAffinityTable``):
+
+- **Cost** of each worker: ``ptoken × (batch + 1)``. ``ptoken`` is the prompt tokens the
+  worker would have to prefill (the prompt less its longest prefix of full blocks the
+  worker's KV events show cached, that credit capped at ``(prompt − 1) // block`` blocks
+  and at ``prompt − 1`` tokens: the last token is always computed) plus the prefill
+  tokens of the requests the router sent there that have not yet begun their output;
+  ``batch`` is the requests it sent there that have not finished (the router's own
+  count), the ``+ 1`` the request being placed.
+- **Pick**: with ``--router-temperature`` 0 (the default) the first lowest cost; above 0 a
+  worker drawn with probability ∝ ``exp(−(cost − min cost) / T)`` (seeded here). A cost
+  of 0 (no prompt tokens: never here, a call has a prompt) picks by (``ptoken``, batch).
+- **Session affinity** (only with ``--kv-aware-session-affinity-ttl-secs S``): the
+  session (``X-Session-ID``: the program) is bound to the worker its first request was
+  placed on, and every later request goes there while the binding lives. A binding counts
+  its requests in flight; when the last one ends, an idle deadline of ``S`` seconds
+  starts, and a request arriving after it finds the binding expired, drops it and is
+  placed by cost (and bound anew). No affinity without the flag.
 
 Deliberate differences: KV events reach the router at once (the real ones cross a ZMQ
-socket, milliseconds late), and the speculative entries the older policy wrote for a
-routed prompt's uncached blocks are not modelled; the tier credits
-(``--kv-penalty-host`` …) concern offloaded tiers and are not taken.
+socket, milliseconds late); a request's prefill tokens leave the worker's ``ptoken``
+when its response ends, not at its first output chunk (the router model is told of a
+call's end only); the affinity table's bound (10,000 sessions, idle ones evicted LRU at
+capacity) is not modelled; the offloaded tiers' credits (``--kv-penalty-host`` …) do not
+apply (the simulated engines cache on the device only).
 """
 
 from __future__ import annotations
@@ -29,7 +39,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from replay.fleet.routers.base import FleetView, RoutedCall
-from replay.math_utils import cdiv
+
+
+@dataclass(slots=True)
+class _Binding:
+    """A session's worker, its requests in flight, and when it expires once idle."""
+
+    worker: int
+    in_flight: int = 1
+    idle_deadline: float | None = None
+
+    def expired(self, now: float) -> bool:
+        """Idle (nothing in flight) past its deadline."""
+        deadline = self.idle_deadline
+        return self.in_flight == 0 and deadline is not None and deadline <= now
 
 
 @dataclass(slots=True)
@@ -39,36 +62,64 @@ class KvAware:
     router_temperature: float = 0.0
     kv_aware_session_affinity_ttl_secs: float | None = None
     name: str = "kv-aware"
-    #: session -> (worker, last routed or answered)
-    _sessions: dict[str, tuple[int, float]] = field(default_factory=dict)
+    _bindings: dict[str, _Binding] = field(default_factory=dict)
+    #: worker -> prefill tokens of its requests not yet answered
+    _prefilling: dict[int, int] = field(default_factory=dict)
+    #: session -> (worker, prefill tokens) of its request in flight
+    _placed: dict[str, tuple[int, int]] = field(default_factory=dict)
 
-    def costs(self, call: RoutedCall, view: FleetView) -> list[float]:
+    def new_prefill_tokens(self, call: RoutedCall, view: FleetView, replica: int) -> int:
+        """The prompt tokens ``replica`` would compute: the prompt less the credited
+        prefix (full cached blocks, never the block holding the last token)."""
         bs = self.block_size
-        blocks = cdiv(call.prompt_tokens, bs)
-        return [
-            float(blocks - view.cached_tokens(r, call) // bs + cdiv(view.load_tokens(r), bs))
+        prompt = call.prompt_tokens
+        blocks = min(view.cached_tokens(replica, call) // bs, (prompt - 1) // bs)
+        credited = min(blocks * bs, prompt - 1)
+        return prompt - max(0, credited)
+
+    def costs(self, call: RoutedCall, view: FleetView) -> tuple[list[float], list[int]]:
+        """Each worker's cost and its ``ptoken``."""
+        ptokens = [
+            self.new_prefill_tokens(call, view, r) + self._prefilling.get(r, 0)
             for r in range(view.replicas)
         ]
+        return [float(p * (view.load(r) + 1)) for r, p in enumerate(ptokens)], ptokens
+
+    def pick(self, costs: list[float], ptokens: list[int], view: FleetView) -> int:
+        zero = [r for r, c in enumerate(costs) if c == 0.0]
+        if zero and (len(zero) == len(costs) or self.router_temperature <= 0):
+            return min(zero, key=lambda r: (ptokens[r], view.load(r)))
+        if self.router_temperature <= 0:
+            return costs.index(min(costs))
+        low = min(costs)
+        weights = np.array([math.exp(-(c - low) / self.router_temperature) for c in costs])
+        return int(self.rng.choice(len(costs), p=weights / weights.sum()))
 
     def route(self, call: RoutedCall, view: FleetView, now: float) -> int:
-        ttl = self.kv_aware_session_affinity_ttl_secs
-        if ttl is not None:
-            held = self._sessions.get(call.session)
-            if held is not None and now - held[1] <= ttl:
-                self._sessions[call.session] = (held[0], now)
-                return held[0]
-        costs = self.costs(call, view)
-        if self.router_temperature > 0:
-            top = max(costs) or 1.0
-            weights = np.array([math.exp(-c / (self.router_temperature * top)) for c in costs])
-            worker = int(self.rng.choice(len(costs), p=weights / weights.sum()))
+        affinity = self.kv_aware_session_affinity_ttl_secs is not None
+        bound = self._bindings.get(call.session) if affinity else None
+        if bound is not None and bound.expired(now):
+            del self._bindings[call.session]  # placed by cost, and bound anew
+            bound = None
+        if bound is not None:
+            bound.in_flight += 1
+            worker = bound.worker
         else:
-            worker = min(range(len(costs)), key=lambda r: (costs[r], view.load(r), r))
-        if ttl is not None:
-            self._sessions[call.session] = (worker, now)
+            costs, ptokens = self.costs(call, view)
+            worker = self.pick(costs, ptokens, view)
+            if affinity:
+                self._bindings[call.session] = _Binding(worker)
+        tokens = self.new_prefill_tokens(call, view, worker)
+        self._prefilling[worker] = self._prefilling.get(worker, 0) + tokens
+        self._placed[call.session] = (worker, tokens)
         return worker
 
     def completed(self, replica: int, call: RoutedCall, now: float) -> None:
-        held = self._sessions.get(call.session)
-        if held is not None and held[0] == replica:
-            self._sessions[call.session] = (replica, now)
+        placed = self._placed.pop(call.session, None)
+        if placed is not None:
+            self._prefilling[placed[0]] -= placed[1]
+        bound = self._bindings.get(call.session)
+        if bound is not None and bound.worker == replica and bound.in_flight > 0:
+            bound.in_flight -= 1
+            if bound.in_flight == 0 and self.kv_aware_session_affinity_ttl_secs is not None:
+                bound.idle_deadline = now + self.kv_aware_session_affinity_ttl_secs

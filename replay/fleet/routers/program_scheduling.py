@@ -43,21 +43,21 @@ Deliberate differences:
 - the waiting count a poll reads is the engine's at the router's first event after the
   poll time, not at the poll instant;
 - ``consistent_hash`` binding hashes the session as the ``consistent_hash`` policy does
-  (``fbi_hash``, ``hash_virtual_nodes`` nodes per worker);
+  (:class:`~replay.fleet.routers.consistent_hash.HashRing`: ``fbi_hash``,
+  ``hash_virtual_nodes`` nodes per worker, over the workers' URLs when given);
 - the program's last call is not known to the router (no terminate signal), as live.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from profiles.router_calibration import DecodeThroughputModel, PrefillCostModel
 from replay.fleet.routers.base import HOLD, FleetView, RoutedCall
-from replay.fleet.routers.consistent_hash import replica_url, session_key
-from replay.fleet.routers.furc import fbi_hash
+from replay.fleet.routers.consistent_hash import HashRing, worker_urls
 from replay.fleet.routers.progress_ttl import ProgramSchedulingConfig, fitted_acting_ttl
 
 
@@ -96,22 +96,19 @@ class ProgramScheduling:
     prefill: PrefillCostModel
     decode: DecodeThroughputModel
     replicas: int
+    #: the workers' URLs, in replica order (None: the ring's default names)
+    urls: Sequence[str] | None = None
     name: str = "program-scheduling"
     _programs: dict[str, _Program] = field(default_factory=dict)
     _ranks: list[_Rank] = field(default_factory=list)
     _ready: list[tuple[str, int]] = field(default_factory=list)
     _poll: int = -1
     _bound: int = 0
-    _ring: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
+    _ring: HashRing | None = None
 
     def __post_init__(self) -> None:
         self._ranks = [_Rank(self.config.stats_window_size) for _ in range(self.replicas)]
-        ring: dict[int, int] = {}
-        for r in range(self.replicas):
-            for i in range(self.config.hash_virtual_nodes):
-                ring[fbi_hash(f"{replica_url(r)}:{i}")] = r
-        points = sorted(ring)
-        self._ring = (points, [ring[p] for p in points])
+        self._ring = HashRing(worker_urls(self.replicas, self.urls), self.config.hash_virtual_nodes)
 
     # ------------------------------------------------------------ the router's events
 
@@ -211,8 +208,8 @@ class ProgramScheduling:
             for p in self._programs.values():
                 counts[p.rank] += 1
             return counts.index(min(counts))
-        points, owners = self._ring
-        return owners[bisect_left(points, fbi_hash(session_key(session))) % len(points)]
+        assert self._ring is not None
+        return self._ring.owner(session)
 
     def _last_tick(self, now: float) -> float:
         interval = self.config.metrics_interval_seconds

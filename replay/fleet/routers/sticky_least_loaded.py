@@ -7,16 +7,18 @@ rendezvous hashing (the highest ``fbi_hash("SESSION:URL")``). A session stays ac
 until ``finish_session`` (the live replay never calls it) or until it has not been seen
 for the expiration (7,200 s, the ``VLLM_ROUTER_SLL_SESSION_EXPIRATION_IN_S`` environment
 variable; swept at most once a minute). So sessions of finished programs keep counting
-against their worker for two hours, as in the real router. Deliberate differences: none
-besides the replica names (``http://replica-I``).
+against their worker for two hours, as in the real router. The rendezvous weights use the
+workers' URLs when given (``worker_urls``), else the ring's default names
+(:func:`~replay.fleet.routers.consistent_hash.default_urls`). Deliberate differences: none.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from replay.fleet.routers.base import FleetView, RoutedCall, Stateless
-from replay.fleet.routers.consistent_hash import replica_url
+from replay.fleet.routers.consistent_hash import worker_urls
 from replay.fleet.routers.furc import fbi_hash
 
 SESSION_EXPIRATION_S = 7200.0
@@ -26,6 +28,8 @@ SWEEP_INTERVAL_S = 60.0
 @dataclass(slots=True)
 class StickyLeastLoaded(Stateless):
     session_expiration_s: float = SESSION_EXPIRATION_S
+    #: the workers' URLs, in replica order (None: the default names), for as many replicas
+    urls: Sequence[str] | None = None
     name: str = "sticky-least-loaded"
     _sessions: dict[str, tuple[int, float]] = field(default_factory=dict)
     _active: dict[int, int] = field(default_factory=dict)
@@ -51,7 +55,8 @@ class StickyLeastLoaded(Stateless):
         for r in range(view.replicas):
             if self._active.get(r, 0) != fewest:
                 continue
-            weight = fbi_hash(f"{call.session}:{replica_url(r)}")
+            url = self.urls[r] if self.urls is not None else worker_urls(view.replicas)[r]
+            weight = fbi_hash(f"{call.session}:{url}")
             if weight > best_weight:
                 best, best_weight = r, weight
         self._sessions[call.session] = (best, now)

@@ -141,6 +141,11 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
                     f"{_fleet_value('jct_mean_s', jct['sim'])} ({_error('relative', jct['error'])})"
                 )
             console.print(f"  {router}: calls per replica {spread}{note}", highlight=False)
+    if doc.get("cpu_sets"):
+        sets = " | ".join(",".join(str(c) for c in s) for s in doc["cpu_sets"])
+        console.print(f"replicas pinned to CPUs {sets}", highlight=False)
+    if doc.get("profile", {}).get("source"):
+        console.print(f"profile: {doc['profile']['source']}", highlight=False)
     console.print(
         "returned: follow-up calls that reached the replica of their program's previous "
         "call (live: from the replicas' arrivals); errors: (simulated − live) / live, "

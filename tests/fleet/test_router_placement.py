@@ -1,0 +1,152 @@
+"""The router models place sessions where the real ``vllm-router`` does, given its workers'
+URLs: the real binary in front of three stub workers (HTTP servers that answer a
+completion and note the ``X-Session-ID`` they got; no vLLM), 40 sessions sent through it
+one after another, and each session's worker compared with the model's choice for the
+same URLs. The stubs' ports are drawn afresh every run, so each run checks another ring.
+Skipped only where vllm-router cannot run."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+
+from replay.fleet.routers import RouterSettings, make_router
+from replay.fleet.routers.base import RoutedCall
+from replay.fleet.routers.consistent_hash import ConsistentHash
+from tests.http_stub import serving
+from tests.router_bin import router_or_skip
+from ttlctl.server import router
+from ttlctl.server.owned import OwnedServer
+from ttlctl.server.process import free_port
+
+SESSIONS = [f"swe-{i:06d}" for i in range(20)] + [f"tau-{i}" for i in range(20)]
+
+
+def _worker(seen: list[str], lock: threading.Lock) -> type[BaseHTTPRequestHandler]:
+    class Worker(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            return None
+
+        def _send(self, doc: object) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            self._send({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            with lock:
+                seen.append(self.headers.get("x-session-id") or "")
+            self._send(
+                {
+                    "id": "c",
+                    "object": "text_completion",
+                    "choices": [{"index": 0, "text": "x", "finish_reason": "length"}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }
+            )
+
+    return Worker
+
+
+@contextmanager
+def _fleet(
+    tmp_path: Path, policy: str, workers: int
+) -> Iterator[tuple[str, list[str], list[list[str]]]]:
+    """The real router with ``policy`` in front of ``workers`` stubs: its URL, the stubs'
+    URLs (``--worker-urls``, in order) and each stub's sessions in arrival order."""
+    command = router_or_skip()
+    lock = threading.Lock()
+    seen: list[list[str]] = [[] for _ in range(workers)]
+    with ExitStack() as stack:
+        urls = [stack.enter_context(serving(_worker(seen[i], lock))) for i in range(workers)]
+        port = free_port()
+        front = OwnedServer(
+            router.router_command(
+                urls, port=port, policy=policy, command=command, prometheus_port=free_port()
+            ),
+            dict(os.environ),
+            tmp_path / f"{policy}-router.log",
+            f"http://127.0.0.1:{port}",
+            startup_timeout_s=60.0,
+            name=f"vllm-router ({policy})",
+        )
+        stack.enter_context(front)
+        yield front.url, urls, seen
+
+
+def _send(url: str, session: str) -> None:
+    body = json.dumps({"model": "m", "prompt": [1, 2, 3], "max_tokens": 1}).encode()
+    request = urllib.request.Request(
+        f"{url}/v1/completions",
+        data=body,
+        headers={"Content-Type": "application/json", "X-Session-ID": session},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200
+
+
+def _placement(seen: list[list[str]]) -> dict[str, int]:
+    return {s: r for r, sessions in enumerate(seen) for s in sessions}
+
+
+@pytest.mark.parametrize("policy", ["consistent_hash", "sticky_least_loaded"])
+def test_the_model_places_each_session_where_the_real_router_does(
+    tmp_path: Path, policy: str
+) -> None:
+    with _fleet(tmp_path, policy, 3) as (url, urls, seen):
+        for session in SESSIONS:
+            _send(url, session)
+            _send(url, session)  # and back to the same worker
+    live = _placement(seen)
+    assert sorted(live) == sorted(SESSIONS)  # every session reached exactly one worker
+    assert sum(len(s) for s in seen) == 2 * len(SESSIONS)
+    model = make_router(RouterSettings(policy), 3, seed=0, block_size=16, worker_urls=urls)
+    view = _Idle(3)
+    placed = {}
+    for session in SESSIONS:
+        placed[session] = model.route(RoutedCall(session, 0, ((1, 3),), 3), view, 0.0)
+        model.route(RoutedCall(session, 1, ((1, 3),), 3), view, 0.0)
+    assert placed == live
+    # the placement follows the URLs: the default names give another one
+    default = ConsistentHash(3)
+    if policy == "consistent_hash":
+        assert any(default.owner(s) != live[s] for s in SESSIONS)
+
+
+class _Idle:
+    """A fleet view with nothing in flight (the requests are sent one at a time)."""
+
+    def __init__(self, replicas: int) -> None:
+        self.replicas = replicas
+
+    def load(self, replica: int) -> int:
+        return 0
+
+    def loads(self) -> list[int]:
+        return [0] * self.replicas
+
+    def load_tokens(self, replica: int) -> int:
+        return 0
+
+    def cached_tokens(self, replica: int, call: RoutedCall) -> int:
+        return 0
+
+    def previous_replica(self, program: str) -> int | None:
+        return None
+
+    def waiting_requests(self, replica: int) -> int:
+        return 0

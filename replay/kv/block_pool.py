@@ -203,27 +203,28 @@ class BlockPool:
         for program, n in wants:
             self.grow(program, n)
 
-    def release(self, program: str, full: int) -> None:
-        self.changes += 1
+    def _hand_back(self, program: str, full: int) -> tuple[list[int], list[int], int, Keys]:
+        """Take the finished call's blocks off it (its full shared blocks cached first):
+        (its shared copies, its own blocks, how many of those are full, its keys)."""
         if program in self._keys:
             self.cache_full(program, full)
         blocks = self._owned.pop(program, [])
         nk = self._nk.pop(program, 0)
         keys = self._keys.pop(program, ())
         own = blocks[nk:]
-        self._free(program, own, max(0, min(full - nk, len(own))), 0, nk, keys)
-        self._unref(blocks[:nk])
+        return blocks[:nk], own, max(0, min(full - nk, len(own))), keys
+
+    def release(self, program: str, full: int) -> None:
+        self.changes += 1
+        copies, own, own_full, keys = self._hand_back(program, full)
+        self._free(program, own, own_full, 0, len(copies), keys)
+        self._unref(copies)
 
     def pin(self, program: str, full: int) -> None:
         if program in self._pins:
             raise ValueError(f"{program} already holds a pin")
-        if program in self._keys:
-            self.cache_full(program, full)
-        blocks = self._owned.pop(program, [])
-        nk = self._nk.pop(program, 0)
-        keys = self._keys.pop(program, ())
-        own = blocks[nk:]
-        pin = Pin(len(own), max(0, min(full - nk, len(own))), -1, blocks[:nk], keys)
+        copies, own, own_full, keys = self._hand_back(program, full)
+        pin = Pin(len(own), own_full, -1, copies, keys)
         self._pins[program] = (own, pin)
 
     def unpin(self, program: str) -> None:

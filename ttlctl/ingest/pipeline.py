@@ -14,7 +14,17 @@ from typing import Any
 import polars as pl
 
 from ttlctl.ingest import lookup, rules
-from ttlctl.ingest.reader import GroupReader, Parsed, Reader, head_bytes, streaming
+from ttlctl.ingest.reader import (
+    GroupReader,
+    GzipDamage,
+    Parsed,
+    Reader,
+    head_bytes,
+    is_gzip,
+    read_bytes,
+    size,
+    streaming,
+)
 from ttlctl.ingest.rejects import IngestError, RejectSink
 from ttlctl.jsonio import replacing
 from ttlctl.trace import io as trace_io
@@ -140,7 +150,7 @@ def ingest(
                 sink.reject(path, None, _unrecognised(path))
                 report.files.append(FileReport(str(path), "unrecognised", 1))
                 continue
-            total_bytes += path.stat().st_size
+            total_bytes += size(path)  # decompressed
             if isinstance(reader, GroupReader):  # read with the others of its format, below
                 entry = FileReport(str(path), reader.name, None)
                 groups.setdefault(reader.name, (reader, []))[1].append(entry)
@@ -184,7 +194,13 @@ def ingest(
 
 
 def _unrecognised(path: Path) -> str:
-    """Why no reader took ``path``: text that is not UTF-8, or an unknown format."""
+    """Why no reader took ``path``: damaged gzip data, text that is not UTF-8, or an
+    unknown format."""
+    if is_gzip(path):
+        try:
+            read_bytes(path)
+        except GzipDamage as exc:
+            return str(exc)
     head = head_bytes(path)
     if not head.startswith(b"PAR1"):
         try:

@@ -171,3 +171,12 @@ def test_a_damaged_gzip_canonical_trace_is_one_error(tmp_path: Path) -> None:
     with pytest.raises(IngestError) as err:
         ingest([packed], tmp_path / "o.parquet", fmt="canonical")
     assert err.value.file == str(packed) and "gzip data" in err.value.reason
+
+
+def test_gzipped_documentation_in_a_directory_is_skipped(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    _gzip(SAMPLES["mooncake"], logs)
+    (logs / "NOTES.md.gz").write_bytes(gzip.compress(b"# how these logs were taken\n"))
+    report = ingest([logs], tmp_path / "o.parquet")
+    assert report.skipped == [str(logs / "NOTES.md.gz")]
+    assert [f.format for f in report.files] == ["mooncake"]

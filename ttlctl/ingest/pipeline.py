@@ -15,6 +15,7 @@ import polars as pl
 
 from ttlctl.ingest import lookup, rules
 from ttlctl.ingest.reader import (
+    GZIP_SUFFIX,
     GroupReader,
     GzipDamage,
     Parsed,
@@ -100,7 +101,7 @@ def expand(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
 
 
 def _is_doc(path: Path) -> bool:
-    name = path.name.lower()
+    name = path.name.lower().removesuffix(GZIP_SUFFIX)  # README.md.gz is documentation too
     return name.startswith(NOT_LOGS) or name.endswith(NOT_LOG_SUFFIXES)
 
 

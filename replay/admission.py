@@ -48,7 +48,8 @@ def admission_plan(
     hit = hit_blocks * bs
     loaded = 0
     if offload is not None:
-        loaded = max(0, offload.prefix(req.program, reusable, req.num_tokens - 1) - hit)
+        tier = offload.prefix(req.program, reusable, req.num_tokens - 1, req.shared)
+        loaded = max(0, tier - hit)
     num_new_tokens = max(1, min(req.num_tokens - hit - loaded, budget))
     need = cdiv(hit + loaded + num_new_tokens, bs) - hit_blocks
     must_fit = need

@@ -57,7 +57,8 @@ def simulate_one(
             ),
         )
 
-    policy = make(spec, pauses, rebuild_pricer(cost, cfg.engine.max_num_batched_tokens))
+    budget = cfg.engine.max_num_batched_tokens
+    policy = make(spec, pauses, rebuild_pricer(cost, budget), budget)
     start = time.perf_counter()
     outcome = simulate(work, policy, cost, cfg)
     return outcome, time.perf_counter() - start

@@ -163,7 +163,9 @@ def refit(
         },
         "contexts": list(CONTEXTS),
         "queue_delay_s": settings.queue_delay_s,
-        "tools": tool_changes(old, new, CONTEXTS, settings.queue_delay_s),
+        "tools": tool_changes(
+            old, new, CONTEXTS, settings.queue_delay_s, ctx.config.engine.max_num_batched_tokens
+        ),
         "replay": replay_doc
         | {
             "programs": part.programs,

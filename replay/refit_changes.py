@@ -20,13 +20,18 @@ def tool_changes(
     new: bundle_mod.Bundle,
     contexts: Sequence[int] = CONTEXTS,
     queue_delay_s: float = 0.0,
+    chunk: int | None = None,
 ) -> list[dict[str, Any]]:
     """One row per tool of either fit (most samples in the new fit first), then the row of
     any other tool (``tool`` None: the all-tools CDF): the pause count, p50 and p90 and
     whether the policy trusts the tool's CDF, and τ* (s) at each context length with
-    where it came from, under each bundle. A miss is priced as a prefill (what the
-    engine does) and T is ``queue_delay_s`` (0: a fresh engine's)."""
-    policies = {"old": bundle_mod.policy_from(old), "new": bundle_mod.policy_from(new)}
+    where it came from, under each bundle. A miss is priced as a prefill in steps of
+    ``chunk``, the served engine's ``max_num_batched_tokens`` (what the engine does;
+    None: the profile's budget) and T is ``queue_delay_s`` (0: a fresh engine's)."""
+    policies = {
+        "old": bundle_mod.policy_from(old, chunk),
+        "new": bundle_mod.policy_from(new, chunk),
+    }
     fits = {"old": old["fit"], "new": new["fit"]}
     names = set(fits["old"]["tools"]) | set(fits["new"]["tools"])
 

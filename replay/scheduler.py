@@ -628,7 +628,7 @@ class SimScheduler:
             self._prefilling.remove(req)
         full = req.num_computed_tokens // self.config.block_size
         if self.offload is not None:
-            self.offload.store(req.program, full * self.config.block_size)
+            self.offload.store(req.program, full * self.config.block_size, req.shared)
         self.policy.on_finish(req, self, now)
         if self.pinning is not None:
             self.pinning.finish(req, full, now)

@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
@@ -399,16 +400,25 @@ def _check_cdf(cdf: Mapping[str, Any], where: str) -> None:
         raise BundleError(f"{where}: p must increase strictly to 1")
 
 
-def policy_from(doc: BundleParts) -> TTLPolicy:
-    """The online policy a verified bundle describes."""
+def policy_from(doc: BundleParts, chunk: int | None = None) -> TTLPolicy:
+    """The online policy a verified bundle describes.
+
+    ``chunk``: the step budget of the engine that serves it (vLLM's
+    ``max_num_batched_tokens``). A miss is priced by the bundle's profile
+    (:meth:`profiles.schema.Profile.rebuild_s`) in steps of it: a rebuild runs on that
+    engine, so its budget, not the one the profile was measured with, sets how many
+    steps (each paying its fixed cost) the prefill takes. None: the profile's
+    measured budget (one step when it records none), for a bundle read with no engine.
+    """
     params = PolicyParams.from_json(doc["policy"])
     profile = profile_schema.from_json(doc["profile"])
     tools, everything = priors_from_fit(doc["fit"])
-    return TTLPolicy.create(params, profile.rebuild_s, tools, everything)
+    budget = chunk if chunk is not None and chunk > 0 else None
+    return TTLPolicy.create(params, partial(profile.rebuild_s, chunk=budget), tools, everything)
 
 
 def load_policy(
-    path: Path | str | None, warn: Callable[[str], None]
+    path: Path | str | None, warn: Callable[[str], None], chunk: int | None = None
 ) -> tuple[TTLPolicy | None, Bundle | None]:
     """Engine side: the bundle's policy, or (None, None) = "no pin" after one warning.
 
@@ -419,18 +429,19 @@ def load_policy(
         warn("ttlctl: no bundle given (TTLCTL_BUNDLE unset): serving as stock vLLM, no pins")
         return None, None
     try:
-        return open_policy(Path(path))
+        return open_policy(Path(path), chunk)
     except BundleError as exc:
         warn(f"ttlctl: bundle refused, serving as stock vLLM with no pins: {exc}")
         return None, None
 
 
-def open_policy(path: Path) -> tuple[TTLPolicy, Bundle]:
-    """The policy of the bundle at ``path`` and the bundle; :class:`BundleError` (naming
-    the file) for anything that keeps it from being served."""
+def open_policy(path: Path, chunk: int | None = None) -> tuple[TTLPolicy, Bundle]:
+    """The policy of the bundle at ``path`` (for an engine of step budget ``chunk``,
+    :func:`policy_from`) and the bundle; :class:`BundleError` (naming the file) for
+    anything that keeps it from being served."""
     try:
         doc = read(path)
-        return policy_from(doc), doc
+        return policy_from(doc, chunk), doc
     except BundleError:
         raise
     except (ValueError, KeyError, TypeError) as exc:

@@ -134,7 +134,10 @@ def simulate_fleet_one(
         cfg = replace(cfg, engine=engines[0])
 
     pricers = {n: rebuild_pricer(cost, n) for n in {e.max_num_batched_tokens for e in engines}}
-    policies = [make(spec, pauses, pricers[e.max_num_batched_tokens]) for e in engines]
+    policies = [
+        make(spec, pauses, pricers[e.max_num_batched_tokens], e.max_num_batched_tokens)
+        for e in engines
+    ]
     router = fleet_router(fleet, cost, seed=timing.seed, block_size=cfg.engine.block_size)
     start = time.perf_counter()
     outcome = simulate_fleet(

@@ -42,9 +42,12 @@ def make(
     spec: PolicySpec,
     pauses: dict[tuple[str, int], float],
     rebuild_s: Callable[[float, bool], float],
+    chunk: int | None = None,
 ) -> Policy:
     """A fresh policy object. ``pauses`` (true pauses) reach only the oracle;
-    ``rebuild_s`` prices a miss for a continuum policy that has no bundle."""
+    ``rebuild_s`` prices a miss for a continuum policy that has no bundle; one with a
+    bundle prices it with the bundle's profile in steps of ``chunk``, the engine's
+    ``max_num_batched_tokens``, as the plugin does (:func:`ttlctl.bundle.policy_from`)."""
     name = spec.name
     if name in ("vllm", "unlimited-kv"):
         return VLLM(name=name)
@@ -57,7 +60,7 @@ def make(
             pin_cap=spec.pin_cap if spec.pin_cap is not None else 1.0,
         )
     if name == "continuum":
-        ttl = _ttl_policy(spec.bundle, rebuild_s)
+        ttl = _ttl_policy(spec.bundle, rebuild_s, chunk)
         return Continuum(
             ttl,
             valve_name=spec.valve or ttl.params.valve,
@@ -73,8 +76,10 @@ def make(
 
 
 def _ttl_policy(
-    bundle: bundle_mod.BundleParts | None, rebuild_s: Callable[[float, bool], float]
+    bundle: bundle_mod.BundleParts | None,
+    rebuild_s: Callable[[float, bool], float],
+    chunk: int | None,
 ) -> TTLPolicy:
     if bundle is None:  # no fit: the cold-start policy, learning online
         return TTLPolicy.create(PolicyParams(), rebuild_s)
-    return bundle_mod.policy_from(bundle)
+    return bundle_mod.policy_from(bundle, chunk)

@@ -8,6 +8,7 @@ log it was fitted from changes nothing and keeps it.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -350,3 +351,26 @@ def test_refit_options_out_of_range_are_config_errors_naming_them() -> None:
             checked_settings(**kwargs)  # type: ignore[arg-type]
     settings = checked_settings(seeds=2, concurrency=[4])
     assert settings.seeds == (HELD_BACK_FROM, HELD_BACK_FROM + 1) and len(settings.loads) == 1
+
+
+def test_refit_reads_a_gzipped_log_as_the_plain_one(tmp_path: Path) -> None:
+    """A rotated, gzipped engine log refits as the plain log does; a truncated one is one
+    line naming it, exit 2, nothing written."""
+    served = served_from(SAMPLE, tmp_path / "srv")
+    packed = tmp_path / "logs" / f"{SAMPLE.name}.1.gz"
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(SAMPLE.read_bytes()))
+    plain = json.loads(run("refit", SAMPLE, "--bundle", served, "--dry-run", "--json", "-").stdout)
+    got = run("refit", packed, "--bundle", served, "--dry-run", "--json", "-")
+    assert got.exit_code == 0, got.output
+    report = json.loads(got.stdout)
+    for key in ("tools", "replay", "action"):
+        assert report[key] == plain[key], key
+    before = listing(served.parent)
+    packed.write_bytes(packed.read_bytes()[:-40])
+    bad = run("refit", packed, "--bundle", served)
+    assert bad.exit_code == 2 and bad.stdout == ""
+    assert bad.stderr.strip().splitlines() == [
+        f"error: {packed}: truncated gzip data: the stream ends early"
+    ]
+    assert listing(served.parent) == before

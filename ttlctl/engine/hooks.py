@@ -101,6 +101,8 @@ HOOKS: tuple[Hook, ...] = (
     _hook(SCHEDULER, OVERRIDE, "Scheduler._free_blocks(request)"),
     _hook(SCHEDULER, CALL, "Scheduler._request_blocks_can_be_freed(request)"),
     *_each(SCHEDULER, ATTRIBUTE, "Scheduler.kv_cache_manager", "Scheduler.cache_config"),
+    # a miss is priced in steps of the engine's budget (ttlctl.bundle.policy_from)
+    _hook(SCHEDULER, ATTRIBUTE, "Scheduler.scheduler_config"),
     *_each(SCHEDULER, ATTRIBUTE, "Scheduler.running", "Scheduler.waiting"),
     *_each(SCHEDULER, ATTRIBUTE, "Scheduler.requests", "Scheduler.policy"),
     _hook(ASYNC_SCHEDULER, WRAP, "AsyncScheduler.__init__(...)"),
@@ -201,6 +203,7 @@ HOOKS: tuple[Hook, ...] = (
         ),
     ),
     _hook(SCHEDULER_CONFIG, MEMBER, "SchedulerConfig.async_scheduling"),
+    _hook(SCHEDULER_CONFIG, MEMBER, "SchedulerConfig.max_num_batched_tokens"),
 )
 
 #: classes the plugin subclasses whole: every abstract method must be a hook above

@@ -113,7 +113,10 @@ class TTLMixin:
         #: every warning the plugin logged (tests count them)
         self.ttl_warnings: list[str] = []
         self.ttl_clock = time.monotonic
-        self.ttl_watcher = BundleWatcher.from_env(env, self._ttl_warn, self._ttl_info)
+        # a miss is priced in steps of this engine's budget, not the profile's
+        budget = getattr(getattr(self, "scheduler_config", None), "max_num_batched_tokens", None)
+        chunk = budget if isinstance(budget, int) and budget > 0 else None
+        self.ttl_watcher = BundleWatcher.from_env(env, self._ttl_warn, self._ttl_info, chunk)
         self.ttl_bundle_series = BundleSeries()
         self.ttl_bundle_series.observe(self.ttl_watcher)
         pool = self.kv_cache_manager.block_pool

@@ -8,6 +8,10 @@ seconds (one ``stat`` call) and reloads when they change. A damaged new file
 keeps the policy in force and warns once per change; a good one replaces it
 (the new policy starts from the new bundle's fit; what the old one learned
 online is dropped with it).
+
+A bundle's policy prices a miss in steps of the serving engine's
+``max_num_batched_tokens`` (``chunk``, from the scheduler's vLLM config), not the
+budget its profile was measured with (:func:`ttlctl.bundle.policy_from`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class BundleWatcher:
     warn: Callable[[str], None]
     info: Callable[[str], None]
     every_s: float = DEFAULT_EVERY_S
+    #: the engine's step budget (``max_num_batched_tokens``) a rebuild is priced in
+    chunk: int | None = None
     policy: TTLPolicy | None = None
     doc: Bundle | None = None
     #: how many times a new file replaced the policy
@@ -53,20 +59,21 @@ class BundleWatcher:
         env: dict[str, str] | os._Environ[str],
         warn: Callable[[str], None],
         info: Callable[[str], None],
+        chunk: int | None = None,
     ) -> BundleWatcher:
         path = env.get(ENV_BUNDLE) or None
         try:
             every = float(env.get(ENV_EVERY, DEFAULT_EVERY_S))
         except ValueError:
             every = DEFAULT_EVERY_S
-        watcher = BundleWatcher(path, warn, info, every_s=max(0.0, every))
+        watcher = BundleWatcher(path, warn, info, every_s=max(0.0, every), chunk=chunk)
         watcher.load_initial()
         return watcher
 
     def load_initial(self) -> None:
         if self.path is not None:
             self._signature = _signature(self.path)
-        self.policy, self.doc = load_policy(self.path, self.warn)
+        self.policy, self.doc = load_policy(self.path, self.warn, self.chunk)
         if self.policy is None and self.path is not None:
             self.refused += 1
         if self.policy is not None:
@@ -92,7 +99,7 @@ class BundleWatcher:
             self.warn(f"ttlctl: bundle {self.path} disappeared; keeping the policy in force")
             return False
         try:
-            policy, doc = open_policy(Path(self.path))
+            policy, doc = open_policy(Path(self.path), self.chunk)
         except BundleError as exc:
             self.refused += 1
             kept = "the policy in force" if self.policy is not None else "stock vLLM"

@@ -14,7 +14,18 @@ from typing import Any
 import polars as pl
 
 from ttlctl.ingest import lookup, rules
-from ttlctl.ingest.reader import GroupReader, Parsed, Reader, head_bytes, streaming
+from ttlctl.ingest.reader import (
+    GZIP_SUFFIX,
+    GroupReader,
+    GzipDamage,
+    Parsed,
+    Reader,
+    head_bytes,
+    is_gzip,
+    read_bytes,
+    size,
+    streaming,
+)
 from ttlctl.ingest.rejects import IngestError, RejectSink
 from ttlctl.jsonio import replacing
 from ttlctl.trace import io as trace_io
@@ -90,7 +101,7 @@ def expand(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
 
 
 def _is_doc(path: Path) -> bool:
-    name = path.name.lower()
+    name = path.name.lower().removesuffix(GZIP_SUFFIX)  # README.md.gz is documentation too
     return name.startswith(NOT_LOGS) or name.endswith(NOT_LOG_SUFFIXES)
 
 
@@ -140,7 +151,7 @@ def ingest(
                 sink.reject(path, None, _unrecognised(path))
                 report.files.append(FileReport(str(path), "unrecognised", 1))
                 continue
-            total_bytes += path.stat().st_size
+            total_bytes += size(path)  # decompressed
             if isinstance(reader, GroupReader):  # read with the others of its format, below
                 entry = FileReport(str(path), reader.name, None)
                 groups.setdefault(reader.name, (reader, []))[1].append(entry)
@@ -184,7 +195,13 @@ def ingest(
 
 
 def _unrecognised(path: Path) -> str:
-    """Why no reader took ``path``: text that is not UTF-8, or an unknown format."""
+    """Why no reader took ``path``: damaged gzip data, text that is not UTF-8, or an
+    unknown format."""
+    if is_gzip(path):
+        try:
+            read_bytes(path)
+        except GzipDamage as exc:
+            return str(exc)
     head = head_bytes(path)
     if not head.startswith(b"PAR1"):
         try:

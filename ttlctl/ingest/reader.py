@@ -5,18 +5,29 @@ into canonical rows plus the two bookkeeping columns ``_file`` and ``_record``
 (where the row came from, for error messages). Records it cannot turn into a row
 go to the :class:`~ttlctl.ingest.rejects.RejectSink` with a reason; the common
 validation (:mod:`ttlctl.ingest.rules`) checks the rows it did produce.
+
+Compressed logs: every reader reads its file's bytes through this module
+(:func:`read_bytes`, :func:`head_bytes`, :func:`read_text` and what builds on it,
+:func:`source` for polars), which decompress gzip data (known by its magic bytes,
+whatever the file's name), so any format reads ``NAME.gz`` as it reads ``NAME``. What
+a reader takes from the file's name (a suffix, a program id from the stem) it takes from
+:func:`logical`, the name less ``.gz``; the rows and rejects name the file as given.
+Damaged gzip data (a truncated or corrupt file) is a bad file, named with why.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import math
 import os
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import IO, Any, Protocol, runtime_checkable
 
 import polars as pl
 
@@ -25,6 +36,10 @@ from ttlctl.trace.columns import REASON, SOURCE_FILE, SOURCE_RECORD, all_columns
 
 #: Bytes read from the start of a file to detect its format.
 SNIFF_BYTES = 64 * 1024
+#: The first bytes of gzip data (RFC 1952), by which a compressed log is known.
+GZIP_MAGIC = b"\x1f\x8b"
+#: The suffix of a gzip file's name that :func:`logical` drops.
+GZIP_SUFFIX = ".gz"
 
 #: Above this many input bytes, canonical inputs are scanned and checked by polars'
 #: streaming engine instead of in memory (override with TTLCTL_STREAMING_BYTES).
@@ -105,9 +120,63 @@ class RecordError(ValueError):
 # ---------------------------------------------------------------- raw input
 
 
-def read_text(path: Path, sink: RejectSink) -> str | None:
-    """The file's text, or None after rejecting an empty or binary file."""
+class GzipDamage(ValueError):
+    """Gzip data that does not decompress whole; the message says why (one line)."""
+
+
+def is_gzip(path: Path) -> bool:
+    """Whether the file holds gzip data (its magic bytes), whatever its name."""
+    with path.open("rb") as fh:
+        return fh.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+
+
+def logical(path: Path) -> Path:
+    """The path a file's contents go by: ``x.traj`` for gzip data named ``x.traj.gz``,
+    else ``path``. Readers take names (suffixes, program ids) from it."""
+    name = path.name
+    if name.lower().endswith(GZIP_SUFFIX) and len(name) > len(GZIP_SUFFIX) and is_gzip(path):
+        return path.with_name(name[: -len(GZIP_SUFFIX)])
+    return path
+
+
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes, decompressed when it holds gzip data; :class:`GzipDamage` when
+    that data is truncated or corrupt."""
     data = path.read_bytes()
+    if not data.startswith(GZIP_MAGIC):
+        return data
+    try:
+        return gzip.decompress(data)
+    except EOFError:
+        raise GzipDamage("truncated gzip data: the stream ends early") from None
+    except (OSError, zlib.error) as exc:
+        raise GzipDamage(f"corrupt gzip data: {exc}") from None
+
+
+def source(path: Path) -> Path | IO[bytes]:
+    """What polars reads the file from: its path, or its decompressed bytes for gzip data
+    (:class:`GzipDamage` when they are damaged)."""
+    return io.BytesIO(read_bytes(path)) if is_gzip(path) else path
+
+
+def size(path: Path) -> int:
+    """The file's size in bytes once decompressed (gzip records it modulo 2**32, so a
+    larger one counts at least its compressed size)."""
+    stored = path.stat().st_size
+    if stored < 18 or not is_gzip(path):  # 18: the smallest gzip member
+        return stored
+    with path.open("rb") as fh:
+        fh.seek(-4, os.SEEK_END)
+        return max(stored, int.from_bytes(fh.read(4), "little"))
+
+
+def read_text(path: Path, sink: RejectSink) -> str | None:
+    """The file's text, or None after rejecting an empty, binary or damaged gzip file."""
+    try:
+        data = read_bytes(path)
+    except GzipDamage as exc:
+        sink.reject(path, None, str(exc), records=1)
+        return None
     if not data.strip():
         sink.reject(path, None, "empty file", records=1)
         return None
@@ -177,8 +246,24 @@ def iter_jsonl(path: Path, sink: RejectSink) -> Iterator[tuple[int, dict[str, An
 
 
 def head_bytes(path: Path) -> bytes:
+    """The file's first :data:`SNIFF_BYTES` (decompressed for gzip data: as much of them as
+    decompresses, none when the data is damaged there; reading it whole says why)."""
     with path.open("rb") as fh:
-        return fh.read(SNIFF_BYTES)
+        head = fh.read(SNIFF_BYTES)
+        if not head.startswith(GZIP_MAGIC):
+            return head
+        fh.seek(0)
+        out = bytearray()
+        try:
+            with gzip.GzipFile(fileobj=fh) as unzipped:
+                while len(out) < SNIFF_BYTES:
+                    chunk = unzipped.read(SNIFF_BYTES - len(out))
+                    if not chunk:
+                        break
+                    out += chunk
+        except (EOFError, OSError, zlib.error):
+            pass  # damaged: what decompressed so far is the head
+        return bytes(out)
 
 
 # ---------------------------------------------------------------- field coercion

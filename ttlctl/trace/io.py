@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import polars as pl
 
@@ -90,11 +90,11 @@ def scan(path: Path) -> pl.LazyFrame:
     return conform(pl.scan_parquet(path), keep_source=False)
 
 
-def unreadable(path: Path) -> str | None:
-    """Why the Parquet file at ``path`` cannot be read whole (None: it can): a damaged
-    footer or page, a truncated file. Every page is decoded once, down to null counts
-    (cheap next to any use of the trace). A page so damaged that the Parquet reader
-    panics says so on stderr in Rust's words; that is silenced here."""
+def unreadable(path: Path | IO[bytes]) -> str | None:
+    """Why the Parquet file at ``path`` (or in a buffer) cannot be read whole (None: it
+    can): a damaged footer or page, a truncated file. Every page is decoded once, down to
+    null counts (cheap next to any use of the trace). A page so damaged that the Parquet
+    reader panics says so on stderr in Rust's words; that is silenced here."""
     try:
         with _stderr_silenced():
             pl.scan_parquet(path).select(pl.all().null_count()).collect()

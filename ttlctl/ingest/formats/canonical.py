@@ -4,7 +4,8 @@ Read lazily with polars scans, so memory stays bounded on inputs larger than
 RAM. Values are read as text and cast without failing; a value that does not
 cast (``"abc"`` for ``turn``) gives its row a reason and validation rejects the
 program. A JSONL file with a line that is not JSON is read again line by line so
-that only that line is rejected.
+that only that line is rejected. Gzip data is read decompressed
+(:func:`ttlctl.ingest.reader.source`), a name's suffix less ``.gz``.
 """
 
 from __future__ import annotations
@@ -12,10 +13,20 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 import polars as pl
 
-from ttlctl.ingest.reader import Parsed, iter_jsonl, streaming
+from ttlctl.ingest.reader import (
+    GzipDamage,
+    Parsed,
+    head_bytes,
+    iter_jsonl,
+    logical,
+    size,
+    source,
+    streaming,
+)
 from ttlctl.ingest.rejects import RejectSink
 from ttlctl.trace import io as trace_io
 from ttlctl.trace.columns import (
@@ -38,12 +49,12 @@ class CanonicalReader:
     def sniff(self, path: Path, head: bytes) -> bool:
         if head.startswith(PARQUET_MAGIC):
             try:
-                return _has_required(pl.read_parquet_schema(path).keys())
-            except pl.exceptions.PolarsError:
+                return _has_required(pl.read_parquet_schema(source(path)).keys())
+            except (pl.exceptions.PolarsError, GzipDamage):
                 return True  # a damaged canonical trace: read() says what is wrong
         text = head.decode("utf-8", "replace")
         first = text.lstrip().split("\n", 1)[0].strip()
-        if path.suffix.lower() in CSV_SUFFIXES or (first and not first.startswith("{")):
+        if logical(path).suffix.lower() in CSV_SUFFIXES or (first and not first.startswith("{")):
             return _has_required(c.strip().strip('"') for c in first.split(","))
         if first.startswith("{"):
             try:
@@ -54,22 +65,27 @@ class CanonicalReader:
         return False
 
     def read(self, path: Path, sink: RejectSink) -> Parsed:
-        head = path.open("rb").read(4)
+        try:
+            src = source(path)
+        except GzipDamage as exc:
+            sink.reject(path, None, str(exc))
+            return Parsed(pl.LazyFrame(), records=1)
+        head = head_bytes(path)[: len(PARQUET_MAGIC)]
         if not head:
             sink.reject(path, None, "empty file")
             return Parsed(pl.LazyFrame(), records=1)
         if head == PARQUET_MAGIC:
-            damage = trace_io.unreadable(path)
+            damage = trace_io.unreadable(src)
             if damage is not None:
                 sink.reject(path, None, f"damaged Parquet, truncated or corrupted: {damage}")
                 return Parsed(pl.LazyFrame(), records=1)
-            frame = pl.scan_parquet(path).with_row_index("_row", offset=1)
+            frame = pl.scan_parquet(src).with_row_index("_row", offset=1)
             record = pl.format("row {}", pl.col("_row"))
-        elif path.suffix.lower() in CSV_SUFFIXES or not head.lstrip().startswith(b"{"):
-            frame = pl.scan_csv(path, infer_schema=False).with_row_index("_row", offset=2)
+        elif logical(path).suffix.lower() in CSV_SUFFIXES or not head.lstrip().startswith(b"{"):
+            frame = pl.scan_csv(src, infer_schema=False).with_row_index("_row", offset=2)
             record = pl.format("line {}", pl.col("_row"))
         else:
-            return _read_jsonl(path, sink)
+            return _read_jsonl(path, src, sink)
         return _finish(frame, record, path)
 
 
@@ -82,24 +98,25 @@ def _text_schema() -> dict[str, pl.DataType]:
     return {name: pl.String() for name in all_columns()}
 
 
-def _read_jsonl(path: Path, sink: RejectSink) -> Parsed:
-    """Typed read first (fast); any value of the wrong type sends the file to the text path."""
-    big = streaming(path.stat().st_size)
+def _read_jsonl(path: Path, src: Path | IO[bytes], sink: RejectSink) -> Parsed:
+    """Typed read first (fast); any value of the wrong type sends the file to the text path.
+    ``src``: what polars reads (:func:`~ttlctl.ingest.reader.source`)."""
+    big = streaming(size(path))
     try:
         if big:
-            typed = pl.scan_ndjson(path, schema=all_columns())
+            typed = pl.scan_ndjson(src, schema=all_columns())
             typed.select(pl.len()).collect()  # a bad value surfaces here, not at write time
         else:
-            typed = pl.read_ndjson(path, schema=all_columns()).lazy()
+            typed = pl.read_ndjson(src, schema=all_columns()).lazy()
         return _finish_typed(typed, path)
     except pl.exceptions.PolarsError:
         pass
     try:
         if big:
-            frame = pl.scan_ndjson(path, schema=_text_schema())
+            frame = pl.scan_ndjson(src, schema=_text_schema())
             frame.select(pl.len()).collect()
         else:
-            frame = pl.read_ndjson(path, schema=_text_schema()).lazy()
+            frame = pl.read_ndjson(src, schema=_text_schema()).lazy()
     except pl.exceptions.PolarsError:
         return _read_jsonl_slow(path, sink)
     return _finish(

@@ -72,6 +72,7 @@ from ttlctl.ingest.reader import (
     frame_from_rows,
     integer,
     load_json_object,
+    logical,
     number,
     tokens,
 )
@@ -149,12 +150,13 @@ def _tool_prefix(rows: list[dict[str, Any]], program: str, tools: int, block_siz
 
 
 def _program_id(value: Any, path: Path) -> str:
+    stem = logical(path).stem
     if isinstance(value, bool) or value is None:
-        return path.stem
+        return stem
     if isinstance(value, (str, int, float)):
         text = str(value).strip()
-        return text or path.stem
-    return path.stem
+        return text or stem
+    return stem
 
 
 class _Walker:

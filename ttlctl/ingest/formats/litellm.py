@@ -83,6 +83,7 @@ from ttlctl.ingest.reader import (
     epoch,
     first_object_line,
     frame_from_rows,
+    logical,
     read_text,
     tokens,
 )
@@ -130,8 +131,9 @@ class LiteLLMReader:
             return Parsed(pl.LazyFrame(), records=max(1, len(objs)))
 
         programs: dict[str, list[_Call]] = {}
+        stem = logical(path).stem
         for lineno, obj, reason in objs:
-            program = path.stem
+            program = stem
             if obj is not None:
                 for key in _SESSION_KEYS:
                     if isinstance(obj.get(key), str) and obj[key]:

@@ -64,6 +64,7 @@ from ttlctl.ingest.reader import (
     RecordError,
     frame_from_rows,
     load_json_object,
+    logical,
     number,
     tokens,
 )
@@ -95,7 +96,9 @@ class MiniSweAgentReader:
         if _TRAJ_FORMAT.search(head) or _MINI_VERSION.search(head):
             return True
         # ``info`` (with a large patch in ``submission``) may fill the first 64 KiB.
-        return path.name.endswith(".traj.json") and (b'"messages"' in head or b'"info"' in head)
+        return logical(path).name.endswith(".traj.json") and (
+            b'"messages"' in head or b'"info"' in head
+        )
 
     def read(self, path: Path, sink: RejectSink) -> Parsed:
         doc = load_json_object(path, sink, "mini-swe-agent trajectory")
@@ -136,7 +139,7 @@ def _program_id(doc: dict[str, Any], path: Path) -> str:
     instance = doc.get("instance_id")
     if isinstance(instance, str) and instance.strip():
         return instance.strip()
-    name = path.name
+    name = logical(path).name
     for suffix in (".traj.json", ".json"):
         if name.endswith(suffix) and len(name) > len(suffix):
             return name[: -len(suffix)]

@@ -75,6 +75,7 @@ from ttlctl.ingest.reader import (
     first_object_line,
     frame_from_rows,
     iter_jsonl,
+    logical,
     number,
     tokens,
 )
@@ -116,7 +117,7 @@ class MooncakeReader:
         )
 
     def read(self, path: Path, sink: RejectSink) -> Parsed:
-        stem = path.stem
+        stem = logical(path).stem
         before = sink.count
         sessions: dict[str, list[tuple[_Request | None, dict[str, Any]]]] = {}
         loose: list[_Request] = []

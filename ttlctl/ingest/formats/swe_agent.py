@@ -71,6 +71,7 @@ from ttlctl.ingest.reader import (
     duration,
     frame_from_rows,
     load_json_object,
+    logical,
     tokens,
 )
 from ttlctl.ingest.rejects import RejectSink
@@ -95,7 +96,7 @@ class SweAgentReader:
             return False
         if not _LIST_KEY.search(head):
             return False
-        return path.suffix == ".traj" or any(marker in head for marker in _SWE_MARKERS)
+        return logical(path).suffix == ".traj" or any(marker in head for marker in _SWE_MARKERS)
 
     def read(self, path: Path, sink: RejectSink) -> Parsed:
         doc = load_json_object(path, sink, "swe-agent trajectory")
@@ -113,7 +114,8 @@ class SweAgentReader:
         rows = _from_steps(steps, history) if steps else _from_history(history)
         if not rows:
             return _reject(path, sink, "no LLM calls: no trajectory step or assistant message")
-        program_id = path.name[: -len(".traj")] if path.name.endswith(".traj") else path.stem
+        name = logical(path)
+        program_id = name.name.removesuffix(".traj") if name.suffix == ".traj" else name.stem
         for row in rows:
             row["program_id"] = program_id
         _scale(rows, doc.get("info"))

@@ -71,6 +71,7 @@ from ttlctl.ingest.reader import (
     duration,
     frame_from_rows,
     load_json,
+    logical,
     tokens,
 )
 from ttlctl.ingest.rejects import RejectSink
@@ -103,7 +104,12 @@ class TrtllmScaffoldingReader:
             return Parsed(pl.LazyFrame(), records=1)
         trace_id = doc.get("trace_id")
         if not isinstance(trace_id, (str, int)) or isinstance(trace_id, bool) or trace_id == "":
-            trace_id = path.name.removesuffix(".json").removesuffix(".trace").removesuffix(".full")
+            trace_id = (
+                logical(path)
+                .name.removesuffix(".json")
+                .removesuffix(".trace")
+                .removesuffix(".full")
+            )
         builder = _Builder(str(trace_id))
         builder.walk(doc["events"], "events")
         if builder.records == 0:

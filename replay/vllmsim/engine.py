@@ -5,9 +5,13 @@ so ``--backend vllm --replicas N`` runs in the fast fleet's own loop
 (:func:`replay.fleet.loop.drive`): the same clock, routing, arrivals, step events and
 finishes; only the engine under each replica is vLLM's ``Scheduler`` (or ttlctl's
 ``TTLScheduler``, each replica with its own plugin, as each server loads its own). What
-one :meth:`VllmEngine.step` does is one iteration of the single-engine harness's
-synchronous loop (:mod:`replay.vllmsim.harness`): ``schedule()`` at the step's start,
-the stand-in executor, ``update_from_output()`` with the virtual clock at the step's end.
+one :meth:`VllmEngine.step` does is one turn of the engine core's loop, through the
+batch queue the single-engine harness steps with (:mod:`replay.vllmsim.batch_queue`):
+synchronous, ``schedule()`` at the step's start, the stand-in executor,
+``update_from_output()`` with the virtual clock at the step's end; with
+``--async-scheduling`` (vLLM's ``AsyncScheduler``, a batch queue of two), the next
+step is scheduled before the oldest one's output is applied, so a replica keeps a step
+in flight between the fleet's step events, as one engine does between its loop turns.
 As with the fast engine, the step's effects on the engine (blocks freed, pins made) are
 applied when the loop takes the step; its calls finish, for the router and the clients,
 at the step's end event.
@@ -44,6 +48,7 @@ from replay.kv import Keys
 from replay.request import SimRequest
 from replay.scheduler import SimSchedulerConfig, Stats
 from replay.sim import ReplayConfig, fits_engine
+from replay.vllmsim.batch_queue import BatchQueue, Queued
 from replay.vllmsim.build import Built
 from replay.vllmsim.executor import execute
 from replay.vllmsim.harness import FILLER
@@ -166,6 +171,8 @@ class VllmEngine:
     cost: CostModel
     book: TokenBook
     plugin: bool
+    #: vLLM's ``--async-scheduling`` (``built`` holds its ``AsyncScheduler``)
+    async_scheduling: bool = False
     stats: Stats = field(default_factory=Stats)
     timeline: list[tuple[float, int]] = field(default_factory=list)
     #: the plugin's counters at the end (empty for vLLM's own scheduler)
@@ -177,11 +184,16 @@ class VllmEngine:
     _live: dict[str, _Live] = field(default_factory=dict)
     _pinned: int = 0
     _pins_clock: float = 0.0
+    _batch: BatchQueue = field(init=False)
+    #: the calls the current :meth:`step` finished
+    _finished: list[SimRequest] = field(default_factory=list)
+    _applied: int = -1
 
     def __post_init__(self) -> None:
         scheduler = self.built.scheduler
         self.pool = KvEvents(scheduler, self.book)
         self.pinning = _Pinning(scheduler.ttl) if self.plugin else None
+        self._batch = BatchQueue(2 if self.async_scheduling else 1)
         if self.plugin:
             scheduler.ttl_clock = self._clock
 
@@ -200,8 +212,9 @@ class VllmEngine:
 
     @property
     def idle(self) -> bool:
-        # finished calls not yet reported make vLLM's engine core step once more
-        return not self.built.scheduler.has_requests()
+        # finished calls not yet reported make vLLM's engine core step once more; a step
+        # still in the batch queue (async) has its output applied first
+        return not self.built.scheduler.has_requests() and not self._batch.steps
 
     def _observe_pins(self) -> None:
         """Integrate pinned memory up to now, then take the plugin's figure (the harness's)."""
@@ -239,14 +252,30 @@ class VllmEngine:
         self.built.scheduler.add_request(request)
         self._observe_pins()
 
+    def has_requests(self) -> bool:
+        return bool(self.built.scheduler.has_requests())
+
     def step(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
-        """One engine step from ``now``: ``schedule()``, the executor, and
-        ``update_from_output()`` at the step's end; returns (seconds, calls finished).
-        ``horizon`` is not used: vLLM takes one step at a time."""
+        """The engine core's loop from ``now`` (:meth:`BatchQueue.turn`, the harness's)
+        until a step that computed something has its output applied, or nothing can
+        change before the next call or pin expiry; returns (seconds from ``now`` to that
+        output, calls finished). Synchronous: one step, ``schedule()`` at its start and
+        ``update_from_output()`` at its end; a step that only preempted is followed by
+        the next at once. ``horizon`` is not used: vLLM takes one step at a time."""
+        self.now = now
+        finished = self._finished = []
+        batch = self._batch
+        while True:
+            done = batch.turn(self)
+            if done is None or done.index >= 0 or batch.stalled(done, self):
+                return self.now - now, finished
+
+    def schedule_step(self) -> Queued:
+        """``schedule()`` at the clock and the executor's step (the harness's)."""
         scheduler = self.built.scheduler
         stats = self.stats
         live = self._live
-        self.now = now
+        now = self.now
         output = scheduler.schedule()
         self._observe_pins()
         step = execute(output, scheduler.requests, live, FILLER)
@@ -267,15 +296,22 @@ class VllmEngine:
                 req.hit_tokens = int(prefill.num_cached_tokens) if prefill is not None else 0
                 stats.prompt_tokens += req.prompt
                 stats.hit_tokens += min(req.hit_tokens, req.prompt)
-        self.now = end = now + seconds
-        outputs = scheduler.update_from_output(output, step.output)
+        return Queued(output, step, seconds, index)
+
+    def apply_step(self, queued: Queued) -> None:
+        """``update_from_output()`` at the step's end (the clock): the calls it finished
+        go to the current :meth:`step`'s list."""
+        if queued.index >= 0:
+            self._applied = queued.index
+        end = self.now
+        outputs = self.built.scheduler.update_from_output(queued.output, queued.step.output)
         self._observe_pins()
-        finished: list[SimRequest] = []
+        live = self._live
         for client in outputs.values():
             for out in client.outputs:
                 entry = live.get(out.request_id)
                 if entry is None:
-                    continue
+                    continue  # aborted meanwhile: vLLM drops its output
                 req = entry.req
                 if out.new_token_ids and req.first_token is None:
                     req.first_token = end
@@ -288,8 +324,7 @@ class VllmEngine:
                     if req.first_token is None:
                         req.first_token = end
                     self.book.finished(req.program, req.turn, list(request.all_token_ids))
-                    finished.append(req)
-        return seconds, finished
+                    self._finished.append(req)
 
     def next_expiry(self) -> float:
         """The next pin expiry after now, while calls are in the engine (an engine without
@@ -306,8 +341,9 @@ class VllmEngine:
         return None  # vLLM schedules every step (the module docstring)
 
     def applied_step(self) -> int:
-        """The step whose output the last :meth:`step` applied (its last: synchronous)."""
-        return self.stats.steps - 1
+        """The step whose output was applied last (async: the step after it is in
+        flight)."""
+        return self._applied
 
     def pin_counters(self) -> None:
         """The plugin's counters into :attr:`stats` (and :attr:`plugin_counters`)."""

@@ -5,8 +5,10 @@ their view, the books and the metrics) with vLLM's scheduler under every replica
 (:class:`replay.vllmsim.engine.VllmEngine`): ``vllm`` and ``unlimited-kv`` on vLLM's
 ``Scheduler``, ``program-fcfs``, ``static-ttl`` and ``continuum`` on ttlctl's
 ``TTLScheduler``, each replica with its own plugin built from the same bundle
-(:mod:`replay.vllmsim.bundles`), as each server loads its own. Synchronous scheduling only
-(the fleet's step events are synchronous steps); the replicas share one size.
+(:mod:`replay.vllmsim.bundles`), as each server loads its own. With
+``--async-scheduling`` every replica runs vLLM's ``AsyncScheduler`` with the engine
+core's batch queue of two (:mod:`replay.vllmsim.batch_queue`); the replicas share one
+size.
 """
 
 from __future__ import annotations
@@ -52,9 +54,15 @@ def simulate(
     fleet: FleetSpec,
 ) -> VllmFleetOutcome:
     """Replay ``workload`` under ``spec`` on ``fleet.replicas`` vLLM schedulers."""
-    check("vllm", [spec.name], offload_tokens=config.offload_tokens)
+    async_scheduling = config.async_scheduling or fleet.async_scheduling
+    check(
+        "vllm",
+        [spec.name],
+        async_scheduling=async_scheduling,
+        offload_tokens=config.offload_tokens,
+    )
     work = prepare(workload, timing)
-    cfg = replace(config, concurrency=timing.concurrency)
+    cfg = replace(config, concurrency=timing.concurrency, async_scheduling=async_scheduling)
     if spec.name == "unlimited-kv":
         kv = max(cfg.engine.kv_tokens, unlimited_kv_tokens(work, cfg))
         cfg = replace(cfg, engine=replace(cfg.engine, kv_tokens=kv))
@@ -66,10 +74,13 @@ def simulate(
             path = Path(folder) / "bundle.json"
             bundle_mod.write(doc, path)
         built = [
-            build(cfg.engine, async_scheduling=False, bundle=path) for _ in range(fleet.replicas)
+            build(cfg.engine, async_scheduling=async_scheduling, bundle=path)
+            for _ in range(fleet.replicas)
         ]
         book = TokenBook(work, cfg, built[0].hasher)
-        engines = [VllmEngine(b, cfg.engine, cost, book, doc is not None) for b in built]
+        engines = [
+            VllmEngine(b, cfg.engine, cost, book, doc is not None, async_scheduling) for b in built
+        ]
         schedulers: list[Engine] = list(engines)
         start = time.perf_counter()
         outcome = drive(work, schedulers, cfg, router, logged_replicas=fleet.logged)
@@ -115,7 +126,7 @@ def record(
         for name, n in engine.plugin_counters.items():
             counters[name] = counters.get(name, 0) + n
     result["backend"] = "vllm"
-    result["async_scheduling"] = False
+    result["async_scheduling"] = ran.engines[0].async_scheduling
     result["scheduler"] = ran.engines[0].scheduler_name
     result["aborted_calls"] = 0
     result["plugin_counters"] = counters

@@ -64,11 +64,6 @@ class FleetSpec:
             )
         if self.router.name == "as-logged" and self.logged is None:
             raise ConfigError("--router as-logged needs the trace's replica column")
-        if self.backend == "vllm" and self.engines is not None:
-            raise ConfigError(
-                "--backend vllm runs replicas of one size (replicas sized each from its own "
-                "engine log run on the fast backend)"
-            )
         if self.worker_urls is not None:
             worker_urls(self.replicas, self.worker_urls)  # one per replica, no repeats
 

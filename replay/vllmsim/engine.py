@@ -30,8 +30,8 @@ Differences from the fast engine, on purpose:
   to report finished calls), in which the plugin expires the pins that fell due during
   the step; the fast engine keeps them until the replica's next call.
 
-:class:`TokenBook` gives every call its token ids, the same on whichever replica it
-lands (:mod:`replay.vllmsim.tokens`: one stream per program, fleet-wide).
+:class:`~replay.vllmsim.prompts.TokenBook` gives every call its token ids, the same on
+whichever replica it lands (one stream per program, fleet-wide).
 """
 
 from __future__ import annotations
@@ -44,107 +44,13 @@ from vllm.sampling_params import SamplingParams
 from vllm.v1.request import Request
 
 from profiles.cost import CostModel
-from replay.kv import Keys
 from replay.request import SimRequest
 from replay.scheduler import SimSchedulerConfig, Stats
-from replay.sim import ReplayConfig, fits_engine
 from replay.vllmsim.batch_queue import BatchQueue, Queued
 from replay.vllmsim.build import Built
 from replay.vllmsim.executor import execute
 from replay.vllmsim.harness import FILLER
-from replay.vllmsim.tokens import Streams
-from replay.workload import Call, Workload
-
-#: the request id of the throwaway requests that hash a prompt for a cache lookup
-_LOOKUP = "kv-events-lookup"
-
-
-@dataclass(slots=True)
-class _Prompt:
-    """A call's prompt as vLLM sees it (built once, wherever it is routed)."""
-
-    call: Call
-    tokens: list[int]
-    #: vLLM's block hashes of its full blocks
-    hashes: list[Any]
-
-
-class TokenBook:
-    """The token ids of every call of the fleet (one stream per program, whichever
-    replica served each call), and each program's next call."""
-
-    __slots__ = ("_calls", "_config", "_hasher", "_next", "_prompts", "streams")
-
-    def __init__(self, workload: Workload, config: ReplayConfig, hasher: Any) -> None:
-        self._calls = {p.program_id: p.calls for p in workload.programs}
-        self._config = config
-        self._hasher = hasher
-        self.streams = Streams()
-        #: program -> its next call's turn (its calls run one after another)
-        self._next: dict[str, int] = {}
-        self._prompts: dict[tuple[str, int], _Prompt] = {}
-
-    def prompt(self, program: str, turn: int) -> _Prompt | None:
-        """Call ``turn``'s prompt (None: the engine refuses the call). Built the first time
-        it is asked for: when it is routed (the previous call has finished) or arrives."""
-        key = (program, turn)
-        got = self._prompts.get(key)
-        if got is not None:
-            return got
-        call, _ = fits_engine(self._calls[program][turn], self._config)
-        if call is None:
-            return None
-        tokens = self.streams.call_prompt(program, turn, call, self._config.engine.block_size)
-        probe = Request(
-            request_id=_LOOKUP,
-            prompt_token_ids=tokens,
-            sampling_params=SamplingParams(max_tokens=1),
-            pooling_params=None,
-            block_hasher=self._hasher,
-        )
-        got = self._prompts[key] = _Prompt(call, tokens, list(probe.block_hashes))
-        return got
-
-    @property
-    def block_size(self) -> int:
-        return self._config.engine.block_size
-
-    def next_prompt(self, program: str) -> _Prompt | None:
-        return self.prompt(program, self._next.get(program, 0))
-
-    def finished(self, program: str, turn: int, tokens: list[int]) -> None:
-        """Call ``turn`` finished with ``tokens`` (prompt + output): the next one repeats them."""
-        self._prompts.pop((program, turn), None)
-        self._next[program] = turn + 1
-        if turn + 1 < len(self._calls[program]):
-            self.streams.finished(program, tokens)
-        else:
-            self.streams.forget(program)
-
-
-class KvEvents:
-    """What a router subscribed to the replica's KV events knows: which of a prompt's
-    blocks the replica's block pool holds (vLLM's own prefix lookup, read-only)."""
-
-    __slots__ = ("_book", "_manager")
-
-    def __init__(self, scheduler: Any, book: TokenBook) -> None:
-        self._manager = scheduler.kv_cache_manager
-        self._book = book
-
-    def prefix_hit(self, program: str, keys: Keys, reusable: int, cap: int) -> int:
-        """Leading blocks of the program's next call (the one being routed) cached here,
-        at most ``cap`` (``keys`` and ``reusable`` are the fast engine's model of the same:
-        vLLM's block hashes say it directly)."""
-        prompt = self._book.next_prompt(program)
-        if prompt is None:
-            return 0
-        bs = self._book.block_size
-        longest = min(cap * bs, len(prompt.tokens) - 1)
-        if longest <= 0:
-            return 0
-        _, hit, _ = self._manager.coordinator.find_longest_cache_hit(prompt.hashes, longest)
-        return int(hit) // bs
+from replay.vllmsim.prompts import KvEvents, TokenBook
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +97,7 @@ class VllmEngine:
 
     def __post_init__(self) -> None:
         scheduler = self.built.scheduler
-        self.pool = KvEvents(scheduler, self.book)
+        self.pool = KvEvents(scheduler, self.book, self.config)
         self.pinning = _Pinning(scheduler.ttl) if self.plugin else None
         self._batch = BatchQueue(2 if self.async_scheduling else 1)
         if self.plugin:
@@ -233,7 +139,7 @@ class VllmEngine:
     def add(self, req: SimRequest, now: float) -> None:
         """The call reaches vLLM's scheduler (``add_request``: due pins expire first)."""
         self.now = now
-        prompt = self.book.prompt(req.program, req.turn)
+        prompt = self.book.prompt(req.program, req.turn, self.config)
         assert prompt is not None  # the loop refused it on arrival otherwise
         xargs: dict[str, Hashable] = {"program_id": req.program, "is_last": int(req.is_last)}
         if req.tool and not req.is_last:

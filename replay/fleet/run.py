@@ -49,7 +49,7 @@ class FleetSpec:
     #: scheduler, :mod:`replay.vllmsim.fleet`)
     backend: str = "fast"
     #: vLLM's ``--async-scheduling`` on every replica (the fast backend's
-    #: :class:`~replay.async_sched.AsyncSimScheduler`)
+    #: :class:`~replay.async_sched.AsyncSimScheduler`; vLLM's ``AsyncScheduler``)
     async_scheduling: bool = False
     #: each replica's URL as the real router is given it (``--worker-urls``), in replica
     #: order: the hashing routers place sessions by them (None: ``http://replica-I``)
@@ -64,16 +64,6 @@ class FleetSpec:
             )
         if self.router.name == "as-logged" and self.logged is None:
             raise ConfigError("--router as-logged needs the trace's replica column")
-        if self.backend == "vllm" and self.async_scheduling:
-            raise ConfigError(
-                "--async-scheduling with --replicas is not supported with --backend vllm "
-                "(its fleet steps vLLM's synchronous Scheduler; the fast fleet runs async)"
-            )
-        if self.backend == "vllm" and self.engines is not None:
-            raise ConfigError(
-                "--backend vllm runs replicas of one size (replicas sized each from its own "
-                "engine log run on the fast backend)"
-            )
         if self.worker_urls is not None:
             worker_urls(self.replicas, self.worker_urls)  # one per replica, no repeats
 

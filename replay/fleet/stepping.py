@@ -61,7 +61,9 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
     """The replica's step event at ``t``."""
     engine = rep.engine
     queue = fleet.queue
-    is_async = isinstance(engine, AsyncSimScheduler)
+    # the fast synchronous engine returns after a step that only preempted; the others
+    # (async, vLLM's) take the next step themselves
+    retakes = isinstance(engine, SimScheduler) and not isinstance(engine, AsyncSimScheduler)
     sends = queue.sends
     if rep.deferred_from is not None:  # its run of decode steps ends undisturbed
         # it ends now (this is the end event it queued): its calls finish at once
@@ -112,7 +114,7 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
         horizon = now if fleet.several else min(horizon, queue.next_send())
         preempted = engine.stats.preemptions
         duration, finished = engine.step(now, horizon)
-        if duration <= 0 and engine.stats.preemptions > preempted and not is_async:
+        if duration <= 0 and engine.stats.preemptions > preempted and retakes:
             continue  # a step that only preempted: vLLM's engine core schedules again
         if duration <= 0:
             # nothing could run (the async engine has already taken the steps that only

@@ -177,12 +177,6 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         offload_tokens=req.offload_tokens,
         fast_only={"--live": req.live is not None},
     )
-    if req.replicas is not None and req.backend == "vllm":
-        raise TuneError(
-            "tune --replicas runs its trials on the fast fleet (--backend vllm with "
-            "--replicas is not supported in tune yet: check a tuned fleet with "
-            "ttlctl replay --replicas N --backend vllm)"
-        )
     fleet = fleet_for(
         req.trace,
         req.replicas,

@@ -17,9 +17,12 @@ One concept per module:
 - :mod:`.bundles`: the bundle that makes the plugin run a replay policy;
 - :mod:`.tokens`: token streams (prefix reuse exactly as the workload says);
 - :mod:`.executor`: the stand-in model executor and the step's price;
+- :mod:`.batch_queue`: the engine core's batch queue (one step in flight, or two
+  async): the harness and each fleet replica step through it;
 - :mod:`.harness`: the engine core's step loop (sync and async) on a virtual clock;
 - :mod:`.outcome`: per-call records and engine figures;
 - :mod:`.run`: one policy on one workload (:func:`replay.vllmsim.run.run`);
+- :mod:`.prompts`: every call's prompt in a fleet, and a replica's KV events;
 - :mod:`.engine`: vLLM's scheduler as one replica of the fleet loop (``--replicas N``);
 - :mod:`.fleet`: one policy on a fleet of vLLM schedulers behind a router.
 

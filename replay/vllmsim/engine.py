@@ -5,9 +5,13 @@ so ``--backend vllm --replicas N`` runs in the fast fleet's own loop
 (:func:`replay.fleet.loop.drive`): the same clock, routing, arrivals, step events and
 finishes; only the engine under each replica is vLLM's ``Scheduler`` (or ttlctl's
 ``TTLScheduler``, each replica with its own plugin, as each server loads its own). What
-one :meth:`VllmEngine.step` does is one iteration of the single-engine harness's
-synchronous loop (:mod:`replay.vllmsim.harness`): ``schedule()`` at the step's start,
-the stand-in executor, ``update_from_output()`` with the virtual clock at the step's end.
+one :meth:`VllmEngine.step` does is one turn of the engine core's loop, through the
+batch queue the single-engine harness steps with (:mod:`replay.vllmsim.batch_queue`):
+synchronous, ``schedule()`` at the step's start, the stand-in executor,
+``update_from_output()`` with the virtual clock at the step's end; with
+``--async-scheduling`` (vLLM's ``AsyncScheduler``, a batch queue of two), the next
+step is scheduled before the oldest one's output is applied, so a replica keeps a step
+in flight between the fleet's step events, as one engine does between its loop turns.
 As with the fast engine, the step's effects on the engine (blocks freed, pins made) are
 applied when the loop takes the step; its calls finish, for the router and the clients,
 at the step's end event.
@@ -26,8 +30,8 @@ Differences from the fast engine, on purpose:
   to report finished calls), in which the plugin expires the pins that fell due during
   the step; the fast engine keeps them until the replica's next call.
 
-:class:`TokenBook` gives every call its token ids, the same on whichever replica it
-lands (:mod:`replay.vllmsim.tokens`: one stream per program, fleet-wide).
+:class:`~replay.vllmsim.prompts.TokenBook` gives every call its token ids, the same on
+whichever replica it lands (one stream per program, fleet-wide).
 """
 
 from __future__ import annotations
@@ -40,106 +44,13 @@ from vllm.sampling_params import SamplingParams
 from vllm.v1.request import Request
 
 from profiles.cost import CostModel
-from replay.kv import Keys
 from replay.request import SimRequest
 from replay.scheduler import SimSchedulerConfig, Stats
-from replay.sim import ReplayConfig, fits_engine
+from replay.vllmsim.batch_queue import BatchQueue, Queued
 from replay.vllmsim.build import Built
 from replay.vllmsim.executor import execute
 from replay.vllmsim.harness import FILLER
-from replay.vllmsim.tokens import Streams
-from replay.workload import Call, Workload
-
-#: the request id of the throwaway requests that hash a prompt for a cache lookup
-_LOOKUP = "kv-events-lookup"
-
-
-@dataclass(slots=True)
-class _Prompt:
-    """A call's prompt as vLLM sees it (built once, wherever it is routed)."""
-
-    call: Call
-    tokens: list[int]
-    #: vLLM's block hashes of its full blocks
-    hashes: list[Any]
-
-
-class TokenBook:
-    """The token ids of every call of the fleet (one stream per program, whichever
-    replica served each call), and each program's next call."""
-
-    __slots__ = ("_calls", "_config", "_hasher", "_next", "_prompts", "streams")
-
-    def __init__(self, workload: Workload, config: ReplayConfig, hasher: Any) -> None:
-        self._calls = {p.program_id: p.calls for p in workload.programs}
-        self._config = config
-        self._hasher = hasher
-        self.streams = Streams()
-        #: program -> its next call's turn (its calls run one after another)
-        self._next: dict[str, int] = {}
-        self._prompts: dict[tuple[str, int], _Prompt] = {}
-
-    def prompt(self, program: str, turn: int) -> _Prompt | None:
-        """Call ``turn``'s prompt (None: the engine refuses the call). Built the first time
-        it is asked for: when it is routed (the previous call has finished) or arrives."""
-        key = (program, turn)
-        got = self._prompts.get(key)
-        if got is not None:
-            return got
-        call, _ = fits_engine(self._calls[program][turn], self._config)
-        if call is None:
-            return None
-        tokens = self.streams.call_prompt(program, turn, call, self._config.engine.block_size)
-        probe = Request(
-            request_id=_LOOKUP,
-            prompt_token_ids=tokens,
-            sampling_params=SamplingParams(max_tokens=1),
-            pooling_params=None,
-            block_hasher=self._hasher,
-        )
-        got = self._prompts[key] = _Prompt(call, tokens, list(probe.block_hashes))
-        return got
-
-    @property
-    def block_size(self) -> int:
-        return self._config.engine.block_size
-
-    def next_prompt(self, program: str) -> _Prompt | None:
-        return self.prompt(program, self._next.get(program, 0))
-
-    def finished(self, program: str, turn: int, tokens: list[int]) -> None:
-        """Call ``turn`` finished with ``tokens`` (prompt + output): the next one repeats them."""
-        self._prompts.pop((program, turn), None)
-        self._next[program] = turn + 1
-        if turn + 1 < len(self._calls[program]):
-            self.streams.finished(program, tokens)
-        else:
-            self.streams.forget(program)
-
-
-class KvEvents:
-    """What a router subscribed to the replica's KV events knows: which of a prompt's
-    blocks the replica's block pool holds (vLLM's own prefix lookup, read-only)."""
-
-    __slots__ = ("_book", "_manager")
-
-    def __init__(self, scheduler: Any, book: TokenBook) -> None:
-        self._manager = scheduler.kv_cache_manager
-        self._book = book
-
-    def prefix_hit(self, program: str, keys: Keys, reusable: int, cap: int) -> int:
-        """Leading blocks of the program's next call (the one being routed) cached here,
-        at most ``cap`` (``keys`` and ``reusable`` are the fast engine's model of the same:
-        vLLM's block hashes say it directly)."""
-        prompt = self._book.next_prompt(program)
-        if prompt is None:
-            return 0
-        bs = self._book.block_size
-        longest = min(cap * bs, len(prompt.tokens) - 1)
-        if longest <= 0:
-            return 0
-        _, hit, _ = self._manager.coordinator.find_longest_cache_hit(prompt.hashes, longest)
-        return int(hit) // bs
+from replay.vllmsim.prompts import KvEvents, TokenBook
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +77,8 @@ class VllmEngine:
     cost: CostModel
     book: TokenBook
     plugin: bool
+    #: vLLM's ``--async-scheduling`` (``built`` holds its ``AsyncScheduler``)
+    async_scheduling: bool = False
     stats: Stats = field(default_factory=Stats)
     timeline: list[tuple[float, int]] = field(default_factory=list)
     #: the plugin's counters at the end (empty for vLLM's own scheduler)
@@ -177,11 +90,16 @@ class VllmEngine:
     _live: dict[str, _Live] = field(default_factory=dict)
     _pinned: int = 0
     _pins_clock: float = 0.0
+    _batch: BatchQueue = field(init=False)
+    #: the calls the current :meth:`step` finished
+    _finished: list[SimRequest] = field(default_factory=list)
+    _applied: int = -1
 
     def __post_init__(self) -> None:
         scheduler = self.built.scheduler
-        self.pool = KvEvents(scheduler, self.book)
+        self.pool = KvEvents(scheduler, self.book, self.config)
         self.pinning = _Pinning(scheduler.ttl) if self.plugin else None
+        self._batch = BatchQueue(2 if self.async_scheduling else 1)
         if self.plugin:
             scheduler.ttl_clock = self._clock
 
@@ -200,8 +118,9 @@ class VllmEngine:
 
     @property
     def idle(self) -> bool:
-        # finished calls not yet reported make vLLM's engine core step once more
-        return not self.built.scheduler.has_requests()
+        # finished calls not yet reported make vLLM's engine core step once more; a step
+        # still in the batch queue (async) has its output applied first
+        return not self.built.scheduler.has_requests() and not self._batch.steps
 
     def _observe_pins(self) -> None:
         """Integrate pinned memory up to now, then take the plugin's figure (the harness's)."""
@@ -220,7 +139,7 @@ class VllmEngine:
     def add(self, req: SimRequest, now: float) -> None:
         """The call reaches vLLM's scheduler (``add_request``: due pins expire first)."""
         self.now = now
-        prompt = self.book.prompt(req.program, req.turn)
+        prompt = self.book.prompt(req.program, req.turn, self.config)
         assert prompt is not None  # the loop refused it on arrival otherwise
         xargs: dict[str, Hashable] = {"program_id": req.program, "is_last": int(req.is_last)}
         if req.tool and not req.is_last:
@@ -239,14 +158,30 @@ class VllmEngine:
         self.built.scheduler.add_request(request)
         self._observe_pins()
 
+    def has_requests(self) -> bool:
+        return bool(self.built.scheduler.has_requests())
+
     def step(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
-        """One engine step from ``now``: ``schedule()``, the executor, and
-        ``update_from_output()`` at the step's end; returns (seconds, calls finished).
-        ``horizon`` is not used: vLLM takes one step at a time."""
+        """The engine core's loop from ``now`` (:meth:`BatchQueue.turn`, the harness's)
+        until a step that computed something has its output applied, or nothing can
+        change before the next call or pin expiry; returns (seconds from ``now`` to that
+        output, calls finished). Synchronous: one step, ``schedule()`` at its start and
+        ``update_from_output()`` at its end; a step that only preempted is followed by
+        the next at once. ``horizon`` is not used: vLLM takes one step at a time."""
+        self.now = now
+        finished = self._finished = []
+        batch = self._batch
+        while True:
+            done = batch.turn(self)
+            if done is None or done.index >= 0 or batch.stalled(done, self):
+                return self.now - now, finished
+
+    def schedule_step(self) -> Queued:
+        """``schedule()`` at the clock and the executor's step (the harness's)."""
         scheduler = self.built.scheduler
         stats = self.stats
         live = self._live
-        self.now = now
+        now = self.now
         output = scheduler.schedule()
         self._observe_pins()
         step = execute(output, scheduler.requests, live, FILLER)
@@ -267,15 +202,22 @@ class VllmEngine:
                 req.hit_tokens = int(prefill.num_cached_tokens) if prefill is not None else 0
                 stats.prompt_tokens += req.prompt
                 stats.hit_tokens += min(req.hit_tokens, req.prompt)
-        self.now = end = now + seconds
-        outputs = scheduler.update_from_output(output, step.output)
+        return Queued(output, step, seconds, index)
+
+    def apply_step(self, queued: Queued) -> None:
+        """``update_from_output()`` at the step's end (the clock): the calls it finished
+        go to the current :meth:`step`'s list."""
+        if queued.index >= 0:
+            self._applied = queued.index
+        end = self.now
+        outputs = self.built.scheduler.update_from_output(queued.output, queued.step.output)
         self._observe_pins()
-        finished: list[SimRequest] = []
+        live = self._live
         for client in outputs.values():
             for out in client.outputs:
                 entry = live.get(out.request_id)
                 if entry is None:
-                    continue
+                    continue  # aborted meanwhile: vLLM drops its output
                 req = entry.req
                 if out.new_token_ids and req.first_token is None:
                     req.first_token = end
@@ -288,8 +230,7 @@ class VllmEngine:
                     if req.first_token is None:
                         req.first_token = end
                     self.book.finished(req.program, req.turn, list(request.all_token_ids))
-                    finished.append(req)
-        return seconds, finished
+                    self._finished.append(req)
 
     def next_expiry(self) -> float:
         """The next pin expiry after now, while calls are in the engine (an engine without
@@ -306,8 +247,9 @@ class VllmEngine:
         return None  # vLLM schedules every step (the module docstring)
 
     def applied_step(self) -> int:
-        """The step whose output the last :meth:`step` applied (its last: synchronous)."""
-        return self.stats.steps - 1
+        """The step whose output was applied last (async: the step after it is in
+        flight)."""
+        return self._applied
 
     def pin_counters(self) -> None:
         """The plugin's counters into :attr:`stats` (and :attr:`plugin_counters`)."""

@@ -5,8 +5,12 @@ their view, the books and the metrics) with vLLM's scheduler under every replica
 (:class:`replay.vllmsim.engine.VllmEngine`): ``vllm`` and ``unlimited-kv`` on vLLM's
 ``Scheduler``, ``program-fcfs``, ``static-ttl`` and ``continuum`` on ttlctl's
 ``TTLScheduler``, each replica with its own plugin built from the same bundle
-(:mod:`replay.vllmsim.bundles`), as each server loads its own. Synchronous scheduling only
-(the fleet's step events are synchronous steps); the replicas share one size.
+(:mod:`replay.vllmsim.bundles`), as each server loads its own. With
+``--async-scheduling`` every replica runs vLLM's ``AsyncScheduler`` with the engine
+core's batch queue of two (:mod:`replay.vllmsim.batch_queue`). Replicas of different
+sizes (``FleetSpec.engines``, one block size) each build vLLM's scheduler of their own size;
+a call reaches each as that engine takes it (refused or truncated there,
+:mod:`replay.vllmsim.prompts`).
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ from replay.fleet.metrics import fleet_result
 from replay.fleet.run import FleetSpec, fleet_router
 from replay.policies import BOUNDS, PolicySpec
 from replay.policy_runs import Load, prepare, unlimited_kv_tokens
-from replay.sim import ReplayConfig
-from replay.vllmsim.backend import check
+from replay.sim import ReplayConfig, SimulationError
+from replay.vllmsim.backend import BackendError, check
 from replay.vllmsim.build import build, quiet_vllm
 from replay.vllmsim.bundles import bundle_for
-from replay.vllmsim.engine import TokenBook, VllmEngine
+from replay.vllmsim.engine import VllmEngine
+from replay.vllmsim.prompts import TokenBook
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 
@@ -52,24 +57,49 @@ def simulate(
     fleet: FleetSpec,
 ) -> VllmFleetOutcome:
     """Replay ``workload`` under ``spec`` on ``fleet.replicas`` vLLM schedulers."""
-    check("vllm", [spec.name], offload_tokens=config.offload_tokens)
+    async_scheduling = config.async_scheduling or fleet.async_scheduling
+    check(
+        "vllm",
+        [spec.name],
+        async_scheduling=async_scheduling,
+        offload_tokens=config.offload_tokens,
+    )
     work = prepare(workload, timing)
-    cfg = replace(config, concurrency=timing.concurrency)
+    cfg = replace(config, concurrency=timing.concurrency, async_scheduling=async_scheduling)
+    sizes = fleet.engines or (cfg.engine,) * fleet.replicas
+    if any(e.block_size != cfg.engine.block_size for e in sizes):
+        raise SimulationError("the replicas' engines must share the replay's block size")
+    if cfg.truncate and len(set(sizes)) > 1:
+        # a call truncated on a small replica, the program's next call on a big one: the
+        # fast fleet counts the untruncated history as held there, vLLM's streams go on
+        # from the tokens the small engine took (docs/replay.md)
+        raise BackendError(
+            "--backend vllm with replicas of different sizes does not take --truncate "
+            "(its calls truncated on one replica would not be checked against the fast fleet)"
+        )
     if spec.name == "unlimited-kv":
-        kv = max(cfg.engine.kv_tokens, unlimited_kv_tokens(work, cfg))
-        cfg = replace(cfg, engine=replace(cfg.engine, kv_tokens=kv))
-    doc = bundle_for(spec, cost, cfg.engine.max_num_batched_tokens)
+        need = unlimited_kv_tokens(work, cfg)  # the same for every replica (one block size)
+        sizes = tuple(replace(e, kv_tokens=max(e.kv_tokens, need)) for e in sizes)
+        cfg = replace(cfg, engine=sizes[0])
+    # one bundle per token budget (a cold-start continuum prices a miss in chunks of it)
+    docs = {n: bundle_for(spec, cost, n) for n in {e.max_num_batched_tokens for e in sizes}}
+    plugin = any(doc is not None for doc in docs.values())
     router = fleet_router(fleet, cost, seed=timing.seed, block_size=cfg.engine.block_size)
     with tempfile.TemporaryDirectory(prefix="ttlctl-vllmfleet-") as folder, quiet_vllm():
-        path = None
-        if doc is not None:
-            path = Path(folder) / "bundle.json"
-            bundle_mod.write(doc, path)
+        paths: dict[int, Path | None] = dict.fromkeys(docs)
+        for chunk, doc in docs.items():
+            if doc is not None:
+                paths[chunk] = Path(folder) / f"bundle-{chunk}.json"
+                bundle_mod.write(doc, Path(folder) / f"bundle-{chunk}.json")
         built = [
-            build(cfg.engine, async_scheduling=False, bundle=path) for _ in range(fleet.replicas)
+            build(e, async_scheduling=async_scheduling, bundle=paths[e.max_num_batched_tokens])
+            for e in sizes
         ]
         book = TokenBook(work, cfg, built[0].hasher)
-        engines = [VllmEngine(b, cfg.engine, cost, book, doc is not None) for b in built]
+        engines = [
+            VllmEngine(b, e, cost, book, plugin, async_scheduling)
+            for b, e in zip(built, sizes, strict=True)
+        ]
         schedulers: list[Engine] = list(engines)
         start = time.perf_counter()
         outcome = drive(work, schedulers, cfg, router, logged_replicas=fleet.logged)
@@ -115,7 +145,7 @@ def record(
         for name, n in engine.plugin_counters.items():
             counters[name] = counters.get(name, 0) + n
     result["backend"] = "vllm"
-    result["async_scheduling"] = False
+    result["async_scheduling"] = ran.engines[0].async_scheduling
     result["scheduler"] = ran.engines[0].scheduler_name
     result["aborted_calls"] = 0
     result["plugin_counters"] = counters

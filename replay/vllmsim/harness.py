@@ -5,15 +5,14 @@ Order of calls, as ``EngineCoreProc``'s busy loop and ``EngineCore`` make them
 
 - between steps, the input queue: requests sent up to now reach the scheduler
   (``Scheduler.add_request``), aborts too (``finish_requests(..., ABORTED)``);
-- synchronous (``EngineCore.step``): ``schedule()``, the executor runs the step
-  (the clock advances by its price), ``update_from_output()``;
-- async (``EngineCore.step_with_batch_queue``, a batch queue of 2): ``schedule()``
-  of step N+1 is called while step N runs, before N's output is applied. A step
-  that was scheduled does not block the loop while the queue has room and there is
-  work; otherwise the oldest step's output is waited for (the clock moves to its
-  end) and applied. Step N+1 starts executing when step N ends. Output of a
-  request that finished (aborted) meanwhile is dropped by vLLM; output of one that
-  was preempted meanwhile is delivered as stale output, as vLLM does.
+- the steps, through the engine core's batch queue
+  (:class:`replay.vllmsim.batch_queue.BatchQueue`, shared with the vLLM fleet's
+  replicas): synchronous (``EngineCore.step``), ``schedule()``, the executor runs the
+  step (the clock advances by its price), ``update_from_output()``; async
+  (``EngineCore.step_with_batch_queue``, a batch queue of 2), ``schedule()`` of step
+  N+1 while step N runs, before N's output is applied. Output of a request that
+  finished (aborted) meanwhile is dropped by vLLM; output of one that was preempted
+  meanwhile is delivered as stale output, as vLLM does.
 - an engine with no requests does not step (``has_requests()`` is false): the
   clock jumps to the next send. An engine whose step scheduled nothing, with
   nothing in flight, would spin; the clock jumps to the next send or the next pin
@@ -42,8 +41,9 @@ from vllm.v1.request import Request, RequestStatus
 
 from profiles.cost import CostModel
 from replay.sim import ProgramRun, ReplayConfig, SimulationError, fits_engine
+from replay.vllmsim.batch_queue import BatchQueue, Queued
 from replay.vllmsim.build import Built
-from replay.vllmsim.executor import Step, execute
+from replay.vllmsim.executor import execute
 from replay.vllmsim.outcome import EngineFigures, Outcome, Timings, VllmCall
 from replay.vllmsim.tokens import FIRST_ID, Streams
 from replay.workload import Workload
@@ -74,15 +74,6 @@ class _Call:
     admitted_step: int = -1
     first_token: float | None = None
     hit_tokens: int = 0
-
-
-@dataclass(slots=True)
-class _Queued:
-    output: SchedulerOutput
-    step: Step
-    end: float
-    #: the step's index among the steps that computed something (-1: an empty step)
-    index: int
 
 
 class Harness:
@@ -257,7 +248,10 @@ class Harness:
 
     # ------------------------------------------------------------ the steps
 
-    def _schedule(self) -> _Queued:
+    def has_requests(self) -> bool:
+        return bool(self.scheduler.has_requests())
+
+    def schedule_step(self) -> Queued:
         timings = self.timings
         if timings is not None:
             self._lookup_s = 0.0
@@ -291,9 +285,9 @@ class Harness:
             timings.step_s.append(seconds)
         if self.observer is not None:
             self.observer.scheduled(self, output)
-        return _Queued(output, step, 0.0, index)
+        return Queued(output, step, seconds, index)
 
-    def _update(self, queued: _Queued) -> None:
+    def apply_step(self, queued: Queued) -> None:
         timings = self.timings
         if timings is not None:
             c0, t0 = time.thread_time(), time.perf_counter()
@@ -366,32 +360,17 @@ class Harness:
 
     def run(self) -> Outcome:
         self._start()
-        queue: deque[_Queued] = deque()
-        busy_until = 0.0
+        batch = BatchQueue(self.depth)
         sched = self.scheduler
         while True:
             self._deliver()
-            if sched.has_requests():
-                queued = self._schedule()
-                start = max(self.now, busy_until)
-                queued.end = busy_until = start + queued.step.seconds(self.cost)
-                queue.appendleft(queued)
-                computed = queued.output.total_num_scheduled_tokens > 0
-                if len(queue) < self.depth and (computed or sched.has_requests()):
-                    continue  # the batch queue has room: schedule the next step first
-            elif not queue:
+            done = batch.turn(self, self._deliver)
+            if done is None:
                 if not self._events:
                     break
                 self.now = max(self.now, self._events[0][0])  # idle: the next send
                 continue
-            done = queue.pop()
-            self.now = max(self.now, done.end)
-            self._update(done)
-            # a step that scheduled nothing and preempted nothing changed nothing: wait for
-            # what can (one that only preempted is followed by another step at once)
-            empty = done.output.total_num_scheduled_tokens == 0
-            idle = empty and not done.output.preempted_req_ids
-            if idle and sched.has_requests() and all(q.index < 0 for q in queue):
+            if batch.stalled(done, self):
                 self._wait()
         self._observe_pins()
         if self.plugin:

@@ -16,7 +16,6 @@ from replay.policy_runs import Load, simulate_one
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig, SimCallRecord
 from tests.replay.test_equivalence import workload as seeded_workload
-from ttlctl.errors import ConfigError
 
 COST = ConstantCostModel()
 # small enough to preempt and evict (as tests/replay/test_async.py)
@@ -73,8 +72,3 @@ def test_three_async_replicas_under_every_router(router: str) -> None:
     served = sorted((c.program, c.turn) for c in async_fleet.calls)
     assert served == sorted({(c.program, c.turn) for c in async_fleet.calls})
     assert _calls(async_fleet.calls) != _calls(sync_fleet.calls), router
-
-
-def test_the_vllm_fleet_refuses_async() -> None:
-    with pytest.raises(ConfigError, match="--async-scheduling with --replicas is not"):
-        FleetSpec(2, backend="vllm", async_scheduling=True)

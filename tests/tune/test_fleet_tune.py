@@ -101,10 +101,6 @@ def test_bundle_query_as_vllm_router(tune_inputs: dict[str, Any], tmp_path: Path
 def test_tune_fleet_refusals(tune_inputs: dict[str, Any], tmp_path: Path) -> None:
     res = _tune(tune_inputs, tmp_path / "b.json", "--router", "nope")
     assert res.exit_code == 2 and "--router: unknown router 'nope'" in res.output
-    res = _tune(tune_inputs, tmp_path / "b.json", "--backend", "vllm")
-    assert res.exit_code == 2 and "--backend vllm with --replicas is not supported in tune" in (
-        res.output
-    )
 
 
 def test_tune_program_scheduling_and_print_its_router_flags(

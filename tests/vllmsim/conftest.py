@@ -21,4 +21,5 @@ if importlib.util.find_spec("vllm") is None:  # an install without the engine ex
         "fleet_differential.py",
         "test_fleet_differential.py",
         "test_fleet_cli.py",
+        "test_fleet_one_replica.py",
     ]

@@ -68,8 +68,13 @@ class FleetCase:
     def describe(self) -> str:
         return f"{self.replicas} x {self.router} | {self.case.describe()}"
 
-    def fleet(self, backend: str = "fast") -> FleetSpec:
-        return FleetSpec(self.replicas, RouterSettings(self.router), backend=backend)
+    def fleet(self, backend: str = "fast", *, async_scheduling: bool = False) -> FleetSpec:
+        return FleetSpec(
+            self.replicas,
+            RouterSettings(self.router),
+            backend=backend,
+            async_scheduling=async_scheduling,
+        )
 
 
 @st.composite
@@ -133,15 +138,19 @@ class ViewLog:
 
 
 def run_fleets(
-    fc: FleetCase, cost: CostModel, log: ViewLog | None = None
+    fc: FleetCase, cost: CostModel, log: ViewLog | None = None, *, async_scheduling: bool = False
 ) -> tuple[FleetOutcome, FleetOutcome]:
+    """Both fleets on ``fc`` (``async_scheduling``: vLLM's ``AsyncScheduler`` on every
+    vLLM replica, :class:`~replay.async_sched.AsyncSimScheduler` on every fast one)."""
     c = fc.case
     if log is not None:
         log.backend = "fast"
-    fast, _, _ = simulate_fleet_one(c.workload, c.spec, cost, c.config, c.load, fc.fleet())
+    fleet = fc.fleet(async_scheduling=async_scheduling)
+    fast, _, _ = simulate_fleet_one(c.workload, c.spec, cost, c.config, c.load, fleet)
     if log is not None:
         log.backend = "vllm"
-    ours = simulate(c.workload, c.spec, cost, c.config, c.load, fc.fleet("vllm"))
+    fleet = fc.fleet("vllm", async_scheduling=async_scheduling)
+    ours = simulate(c.workload, c.spec, cost, c.config, c.load, fleet)
     return fast, ours.outcome
 
 

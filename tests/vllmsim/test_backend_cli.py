@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fitting.fit import FitConfig, fit_trace
+from replay.vllmsim import fleet as vllm_fleet
 from tests.tune.inputs import write_trace
 from ttlctl.cli import app
 from ttlctl.trace import io as trace_io
@@ -165,3 +167,55 @@ def test_tune_on_the_vllm_backend(trace: Path, tmp_path: Path) -> None:
         app, [*args, "--live", "http://127.0.0.1:9", "--live-bundle", str(out)]
     )
     assert live.exit_code == 2 and "--live is the fast backend's" in live.output
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_tune_a_vllm_fleet(
+    trace: Path, tmp_path: Path, async_scheduling: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tune --replicas 2 --backend vllm``: every trial and the held-back comparison
+    replay vLLM's schedulers behind the router (with ``--async-scheduling``, vLLM's
+    ``AsyncScheduler``); the study in a real SQLite file, the bundle with its router."""
+    schedulers: list[str] = []
+    simulate = vllm_fleet.simulate
+
+    def counted(*args: Any) -> vllm_fleet.VllmFleetOutcome:
+        ran = simulate(*args)
+        schedulers.extend(e.scheduler_name for e in ran.engines)
+        return ran
+
+    monkeypatch.setattr(vllm_fleet, "simulate", counted)
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps(fit_trace(trace_io.scan(trace), FitConfig(min_samples=5))))
+    out = tmp_path / "bundle.json"
+    db = tmp_path / "study.db"
+    # fmt: off
+    args = [
+        "tune", str(trace), "--fit", str(fit), "--profile", "llama-3.1-70b-a100",
+        "--concurrency", "3", "--kv-tokens", "12000", "--trials", "2", "--seeds", "1",
+        "--holdout-seeds", "1", "--replicas", "2", "--router", "pin-aware",
+        "--router", "round-robin", "--backend", "vllm", "--storage", f"sqlite:///{db}",
+        "-o", str(out), "--force",
+    ]
+    # fmt: on
+    if async_scheduling:
+        args.append("--async-scheduling")
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "tune.json").read_text())
+    assert summary["objective"]["backend"] == "vllm"
+    assert summary["objective"]["async_scheduling"] is async_scheduling
+    assert len(summary["trials"]) == 2
+    assert all(t["state"] == "COMPLETE" for t in summary["trials"])
+    best = summary["best"]
+    assert best["router"]["name"] in ("pin-aware", "round-robin")
+    assert best["router"]["replicas"] == 2
+    assert summary["held_back"]["routers"]["vllm"]["name"] == "cache-aware"
+    doc = json.loads(out.read_text())
+    assert doc["router"] == best["router"]
+    # 2 trials + 4 held-back replays (tuned, default, never-pin, stock), 2 replicas each
+    assert len(schedulers) >= 2 * 6
+    assert all(("Async" in name) == async_scheduling for name in schedulers), schedulers
+    with sqlite3.connect(db) as con:
+        names = {r[0] for r in con.execute("select param_name from trial_params")}
+    assert {"router", "eta"} <= names

@@ -58,11 +58,31 @@ def test_a_vllm_fleet_has_the_fast_fleets_fields(trace: Path, router: str) -> No
     assert pinned["pins"]["made"] > 0 and pinned["plugin_counters"]["made"] > 0
 
 
+def test_an_async_vllm_fleet(trace: Path) -> None:
+    """``--async-scheduling``: vLLM's ``AsyncScheduler`` under every replica; the same
+    calls served as the fast fleet's async replicas serve
+    (``test_fleet_differential.py`` compares them call by call)."""
+    fleet = ["--replicas", "2", "--router", "round-robin", "--policy", "static-ttl"]
+    code, out, sync = _replay(trace, *fleet, "--backend", "vllm")
+    assert code == 0, out
+    code, out, fast = _replay(trace, *fleet, "--async-scheduling")
+    assert code == 0, out
+    code, out, ours = _replay(trace, *fleet, "--backend", "vllm", "--async-scheduling")
+    assert code == 0, out
+    assert sync is not None and fast is not None and ours is not None
+    conforms(ours, ReplayDoc)
+    (v,), (f,), (s,) = ours["results"], fast["results"], sync["results"]
+    assert v["async_scheduling"] is True and v["scheduler"] == "TTLAsyncScheduler"
+    assert s["async_scheduling"] is False
+    assert [r["llm_calls"] for r in v["per_replica"]] == [r["llm_calls"] for r in f["per_replica"]]
+    assert v["jct_mean_s"] == pytest.approx(f["jct_mean_s"], rel=1e-9)
+    assert v["jct_mean_s"] != pytest.approx(s["jct_mean_s"], rel=1e-9)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--policy", "infercept"], "policy infercept does not map onto vLLM's scheduler"),
-        (["--policy", "vllm", "--async-scheduling"], "--async-scheduling with --replicas is not"),
         (["--policy", "vllm", "--offload-tokens", "1000"], "--backend vllm has no offload tier"),
     ],
 )

@@ -45,10 +45,10 @@ def bundles(fit_doc: dict[str, Any]) -> dict[str, Any]:
     return continuum_bundles(fit_doc, COST)
 
 
-def check(fc: FleetCase) -> int:
+def check(fc: FleetCase, *, async_scheduling: bool = False) -> int:
     log = ViewLog()
     with log.watching():
-        fast, ours = run_fleets(fc, COST, log)
+        fast, ours = run_fleets(fc, COST, log, async_scheduling=async_scheduling)
     calls, diffs = compare_fleets(fast, ours)
     diffs = deviations(diffs, log, fast)
     shown = "\n".join(f"  {d.call} {d.metric}: fast {d.fast}, vllm {d.vllm}" for d in diffs[:12])
@@ -74,6 +74,29 @@ def test_fleets_agree_call_by_call(bundles: dict[str, Any], pressure: bool, shar
     @given(st.data())
     def one(data: st.DataObject) -> None:
         seen.append(check(data.draw(fleet_cases(cases(bundles, pressure=pressure, shared=shared)))))
+
+    one()
+    assert sum(seen) > 0  # calls were compared
+
+
+@pytest.mark.parametrize("pressure", [False, True], ids=["mixed", "pressure"])
+def test_async_fleets_agree_call_by_call(bundles: dict[str, Any], pressure: bool) -> None:
+    """With async scheduling on every replica (vLLM's ``AsyncScheduler`` and the engine
+    core's batch queue of two; the fast fleet's ``AsyncSimScheduler``), under the same
+    bounds."""
+    seen: list[int] = []
+
+    @settings(
+        max_examples=max(1, EXAMPLES // 4),
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.data())
+    def one(data: st.DataObject) -> None:
+        fc = data.draw(fleet_cases(cases(bundles, pressure=pressure)))
+        seen.append(check(fc, async_scheduling=True))
 
     one()
     assert sum(seen) > 0  # calls were compared

@@ -214,7 +214,7 @@ AsyncScheduling = Annotated[
         "--async-scheduling",
         help="vLLM's async scheduling (step N+1 is scheduled before step N's output is "
         "applied; vLLM's default on GPUs): the vLLM backend runs vLLM's AsyncScheduler, "
-        "the fast one models it (with --replicas: the fast backend only).",
+        "the fast one models it (with --replicas: on every replica).",
     ),
 ]
 

@@ -39,9 +39,19 @@ class PromptTree:
     ``{run: {worker: tokens}}`` is a prefix tree folded by its edges."""
 
     _runs: dict[Hashable, dict[int, int]] = field(default_factory=dict)
+    #: program -> (worker, prompt) of its last insert: the tree only grows, so a prompt
+    #: that starts with that one, sent to the same worker, adds nothing for those runs
+    _last: dict[str, tuple[int, Runs]] = field(default_factory=dict)
 
-    def insert(self, prompt: Runs, worker: int) -> None:
+    def insert(self, prompt: Runs, worker: int, program: str | None = None) -> None:
         runs = self._runs
+        if program is not None:
+            last = self._last.get(program)
+            self._last[program] = (worker, prompt)
+            if last is not None and last[0] == worker:
+                known = last[1]
+                if prompt[: len(known)] == known:
+                    prompt = prompt[len(known) :]
         for cid, n in prompt:
             held = runs.get(cid)
             if held is None:
@@ -109,5 +119,5 @@ class CacheAware(Stateless):
             matched, tenant = self.tree.longest_match(call.prompt)
             rate = matched / call.prompt_tokens if call.prompt_tokens else 0.0
             worker = tenant if rate > self.cache_threshold else least_loaded(view)
-        self.tree.insert(call.prompt, worker)
+        self.tree.insert(call.prompt, worker, call.program)
         return worker

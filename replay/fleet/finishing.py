@@ -11,13 +11,15 @@ from replay.sim import SimCallRecord
 def finish(fleet: Fleet, rep: Replica, req: SimRequest, now: float) -> None:
     """``req`` (served by ``rep``) finishes at ``now``."""
     books = fleet.books
+    index = rep.index
     run, call = books.routed.pop(req.rid)
     books.records.append(SimCallRecord.of(req, now, rep.engine.applied_step()))
-    books.call_replicas.append(rep.index)
+    books.call_replicas.append(index)
     expiry = rep.pin_expiry(req.program)
     if expiry is not None:
         books.last_pin[req.program] = expiry
-    fleet.view.done(rep.index, call)
-    fleet.router.completed(rep.index, call, now)
-    fleet.router_changed(now)
+    fleet.view.done(index, call)
+    fleet.router.completed(index, call, now)
+    if fleet.holding is not None:
+        fleet.router_changed(now)
     fleet.clients.answered(run, req.turn, now)

@@ -112,6 +112,8 @@ def drive(
             i,
             engine,
             config if engine.config == config.engine else replace(config, engine=engine.config),
+            retakes=isinstance(engine, SimScheduler) and not isinstance(engine, AsyncSimScheduler),
+            checked=config.check and isinstance(engine, SimScheduler),
         )
         for i, engine in enumerate(schedulers)
     ]

@@ -37,6 +37,11 @@ class Replica:
     deferred_from: float | None = None
     #: that run's horizon (the next pin expiry)
     deferred_horizon: float = math.inf
+    #: its engine is the fast synchronous one, which returns after a step that only
+    #: preempted (the async and vLLM's engines take the next step themselves)
+    retakes: bool = False
+    #: check the fast backend's invariants after each step (``ReplayConfig.check``)
+    checked: bool = False
 
     def pin_expiry(self, program: str) -> float | None:
         """The expiry of the pin the engine holds for ``program`` (None: none)."""

@@ -25,7 +25,10 @@ def route(fleet: Fleet, run: ProgramRun, sent: float) -> None:
         None if logged is None else logged.get((pid, turn)),
     )
     target = fleet.router.route(call, fleet.view, sent)
-    if target == HOLD and fleet.holding is not None:
+    if fleet.holding is None:
+        dispatch(fleet, run, sent, call, target, sent)
+        return
+    if target == HOLD:
         fleet.held[pid] = (run, sent, call)
     else:
         dispatch(fleet, run, sent, call, target, sent)
@@ -65,20 +68,23 @@ def dispatch(
     books = fleet.books
     view = fleet.view
     pid = call.program
-    turn = call.turn
-    if not 0 <= target < len(fleet.replicas):
+    replicas = fleet.replicas
+    if not 0 <= target < len(replicas):
         raise SimulationError(f"router {fleet.router.name} chose replica {target}")
     previous = view.previous_replica(pid)
     expiry = books.last_pin.pop(pid, None)
     if expiry is not None and previous != target:
         books.pins_wasted += 1
-    info = books.routes[(pid, turn)] = CallRoute(target, previous, expiry)
+    info = books.routes[(pid, call.turn)] = CallRoute(target, previous, expiry)
     view.sent(target, call)
-    rep = fleet.replicas[target]
+    rep = replicas[target]
     if rep.deferred_from is not None:
         # its waiting run of decode steps stops before this call (as one engine's
         # stops before its next arrival)
-        run_deferred(fleet, rep, min(rep.deferred_horizon, now))
+        horizon = rep.deferred_horizon
+        run_deferred(fleet, rep, now if now < horizon else horizon)
     rep.inbox.append((run, sent, call, info))
-    if not rep.busy and (rep.wake is None or rep.wake > now):
-        fleet.queue.wake(rep, now)
+    if not rep.busy:
+        wake = rep.wake
+        if wake is None or wake > now:
+            fleet.queue.wake(rep, now)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 
-from replay.async_sched import AsyncSimScheduler
 from replay.fleet.arrival import arrive
 from replay.fleet.finishing import finish
 from replay.fleet.parts import Fleet
@@ -37,8 +36,9 @@ def took(
     handled is that end)."""
     end = start + duration
     rep.now = end
-    if fleet.config.check and isinstance(rep.engine, SimScheduler):
-        _check(rep.engine, end)  # the fast backend's invariants (vLLM's engine has its own)
+    engine = rep.engine
+    if rep.checked and isinstance(engine, SimScheduler):
+        _check(engine, end)  # the fast backend's invariants (vLLM's engine has its own)
     rep.pending = finished
     rep.busy = True
     if wake:
@@ -61,9 +61,6 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
     """The replica's step event at ``t``."""
     engine = rep.engine
     queue = fleet.queue
-    # the fast synchronous engine returns after a step that only preempted; the others
-    # (async, vLLM's) take the next step themselves
-    retakes = isinstance(engine, SimScheduler) and not isinstance(engine, AsyncSimScheduler)
     sends = queue.sends
     if rep.deferred_from is not None:  # its run of decode steps ends undisturbed
         # it ends now (this is the end event it queued): its calls finish at once
@@ -80,15 +77,17 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
             queue.wake(rep, t)
             return
     rep.busy = False
-    rep.now = max(rep.now, t)
     now = rep.now
+    if t > now:
+        rep.now = now = t
     rep.wake = None
-    if rep.inbox:
-        for run, sent, call, info in rep.inbox:
+    inbox = rep.inbox
+    if inbox:
+        for run, sent, call, info in inbox:
             engine.tick(now)
             # pins expire first, as vLLM's add_request does
             arrive(fleet, rep, run, now, sent, call, info)
-        rep.inbox.clear()
+        inbox.clear()
     if sends and sends[0][0] <= now:
         # a call refused on arrival ended its program and started the next one now:
         # route it first (one engine's replay takes it before stepping too)
@@ -111,12 +110,16 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
         # stops there too). With several, a call can come from a finish on another
         # replica that is not known yet: no run of decode steps is taken here; the
         # next boundary plans one that waits for the next call routed here.
-        horizon = now if fleet.several else min(horizon, queue.next_send())
-        preempted = engine.stats.preemptions
+        if fleet.several:
+            horizon = now
+        elif sends and sends[0][0] < horizon:
+            horizon = sends[0][0]
+        stats = engine.stats
+        preempted = stats.preemptions
         duration, finished = engine.step(now, horizon)
-        if duration <= 0 and engine.stats.preemptions > preempted and retakes:
-            continue  # a step that only preempted: vLLM's engine core schedules again
         if duration <= 0:
+            if stats.preemptions > preempted and rep.retakes:
+                continue  # a step that only preempted: vLLM's engine core schedules again
             # nothing could run (the async engine has already taken the steps that only
             # preempted, and returns nothing only when nothing can happen before the next
             # call or pin expiry): wait for a call routed here or a pin's expiry

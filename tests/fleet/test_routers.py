@@ -11,7 +11,7 @@ import pytest
 from replay.fleet.prompts import Runs, common_prefix, tokens, truncated
 from replay.fleet.routers import RouterSettings, make_router
 from replay.fleet.routers.base import RoutedCall
-from replay.fleet.routers.cache_aware import CacheAware
+from replay.fleet.routers.cache_aware import CacheAware, PromptTree
 from replay.fleet.routers.consistent_hash import ConsistentHash
 from replay.fleet.routers.furc import fbi_hash, murmur64a
 from replay.fleet.routers.kv_aware import KvAware
@@ -112,6 +112,29 @@ def test_cache_aware_follows_the_longest_match_above_the_threshold():
     assert r.route(call("b", ((1, 200), (3, 800))), v, 2.0) == 1
     # ... and is learnt there: its continuation goes back to worker 1
     assert r.route(call("b", ((1, 200), (3, 800), (4, 10)), 1), View([0, 9]), 3.0) == 1
+
+
+def test_cache_aware_tree_skipping_a_known_prefix_learns_what_a_full_insert_does():
+    # each program's prompts grow, get cut back and move between workers; the tree that
+    # skips the runs of the program's previous prompt (same worker) must equal the tree
+    # that inserts every run, and match alike
+    rng = np.random.default_rng(7)
+    skipping, full = PromptTree(), PromptTree()
+    prompts: dict[str, Runs] = {}
+    cid = 100
+    for _ in range(400):
+        program = f"p{rng.integers(6)}"
+        prompt = prompts.get(program, ((0, 50),))  # a shared first run
+        if rng.random() < 0.2:
+            prompt = truncated(prompt, int(rng.integers(1, tokens(prompt) + 1)))
+        cid += 1
+        prompt = (*prompt, (cid, int(rng.integers(1, 40))))
+        prompts[program] = prompt
+        worker = int(rng.integers(3))
+        assert skipping.longest_match(prompt) == full.longest_match(prompt)
+        skipping.insert(prompt, worker, program)
+        full.insert(prompt, worker)
+    assert skipping._runs == full._runs
 
 
 def test_cache_aware_balances_only_when_both_thresholds_are_crossed():

@@ -39,9 +39,20 @@ class PromptTree:
     ``{run: {worker: tokens}}`` is a prefix tree folded by its edges."""
 
     _runs: dict[Hashable, dict[int, int]] = field(default_factory=dict)
+    #: program -> the worker and the prompt of its last insert: the tree only grows, so a
+    #: prompt that starts with that one, sent to the same worker, adds nothing for those runs
+    _last_worker: dict[str, int] = field(default_factory=dict)
+    _last_prompt: dict[str, Runs] = field(default_factory=dict)
 
-    def insert(self, prompt: Runs, worker: int) -> None:
+    def insert(self, prompt: Runs, worker: int, program: str | None = None) -> None:
         runs = self._runs
+        if program is not None:
+            known = self._last_prompt.get(program)
+            same = self._last_worker.get(program) == worker
+            self._last_worker[program] = worker
+            self._last_prompt[program] = prompt
+            if same and known is not None and prompt[: len(known)] == known:
+                prompt = prompt[len(known) :]
         for cid, n in prompt:
             held = runs.get(cid)
             if held is None:
@@ -109,5 +120,5 @@ class CacheAware(Stateless):
             matched, tenant = self.tree.longest_match(call.prompt)
             rate = matched / call.prompt_tokens if call.prompt_tokens else 0.0
             worker = tenant if rate > self.cache_threshold else least_loaded(view)
-        self.tree.insert(call.prompt, worker)
+        self.tree.insert(call.prompt, worker, call.program)
         return worker

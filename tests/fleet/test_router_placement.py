@@ -150,3 +150,6 @@ class _Idle:
 
     def waiting_requests(self, replica: int) -> int:
         return 0
+
+    def output_started(self, call: RoutedCall, now: float) -> bool:
+        return False

@@ -59,6 +59,7 @@ def arrive(
         shared=call.shared_keys(config.engine.block_size),
     )
     books.routed[rid] = (run, routed_call)
+    fleet.view.arrived(routed_call, req)
     fleet.streams.held(pid, rep.index, turn)
     books.rid = rid + 1
     rep.engine.add(req, at)  # expires due pins first, then parks the program's own

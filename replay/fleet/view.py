@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from replay.fleet.engine import Engine
 from replay.fleet.routers.base import RoutedCall
 from replay.fleet.streams import Streams
+from replay.request import SimRequest
 
 
 class FleetState:
@@ -18,6 +19,7 @@ class FleetState:
         "_load",
         "_load_tokens",
         "_previous",
+        "_requests",
         "_streams",
         "replicas",
     )
@@ -28,6 +30,8 @@ class FleetState:
         self._load = [0] * len(engines)
         self._load_tokens = [0] * len(engines)
         self._previous: dict[str, int] = {}
+        #: (program, turn) -> the request a call became at its replica, until it ends
+        self._requests: dict[tuple[str, int], SimRequest] = {}
         self._streams = streams
 
     def load(self, replica: int) -> int:
@@ -56,11 +60,22 @@ class FleetState:
     def waiting_requests(self, replica: int) -> int:
         return len(self._engines[replica].waiting)
 
+    def output_started(self, call: RoutedCall, now: float) -> bool:
+        # an engine stamps a request's first token with the end of the step that makes
+        # it: the chunk streams through the router then, not when the step is planned
+        req = self._requests.get((call.program, call.turn))
+        return req is not None and req.first_token is not None and req.first_token <= now
+
+    def arrived(self, call: RoutedCall, req: SimRequest) -> None:
+        """``call`` reached its replica's scheduler as ``req``."""
+        self._requests[(call.program, call.turn)] = req
+
     def sent(self, replica: int, call: RoutedCall) -> None:
         self._load[replica] += 1
         self._load_tokens[replica] += call.prompt_tokens
         self._previous[call.program] = replica
 
     def done(self, replica: int, call: RoutedCall) -> None:
+        self._requests.pop((call.program, call.turn), None)
         self._load[replica] -= 1
         self._load_tokens[replica] -= call.prompt_tokens

@@ -15,8 +15,16 @@ which names the chosen worker only for some policies.
 Beside each live row, the simulated fleet (:mod:`replay.validation.fleet_sim`): the same
 programs on as many simulated replicas, each sized like the live ones (their
 ``/metrics``) and priced by the profile given or measured from the first replica, behind
-ttlctl's model of the same router. Each row gets its errors, and each policy the routers'
-ranking by mean JCT, simulated against live.
+ttlctl's model of the same router, given the live replicas' URLs in the live router's own
+worker order (read from its log: :func:`~ttlctl.server.router.worker_order`). Each row
+gets its errors, and each policy the routers' ranking by mean JCT, simulated against
+live, and issue 19's goal (every router within 10%, the same ranking).
+
+``repeats`` K > 1: each (policy, router) runs live K times, each on a fresh fleet, run k
+of every router before run k + 1 of any; each run is simulated with its own fleet's URLs
+and order, and :mod:`replay.validation.fleet_runs` makes the K rows one (the live mean
+and range, the simulated mean's errors against the live mean, every run kept); the goal
+is judged on the means and on each single run.
 """
 
 from __future__ import annotations
@@ -25,16 +33,20 @@ import json
 import shlex
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from profiles.measure_server import measure_engine
 from profiles.router_calibration import RouterCalibration
 from profiles.schema import Profile
+from replay.figures import PolicyResult
 from replay.fleet.routers import RouterSettings
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
 from replay.validation.error import ValidateError
+from replay.validation.fleet_runs import goal, mean_sim, merge_fleet_runs, run_rankings
 from replay.validation.fleet_sim import (
     compare_fleet,
     jct_goal,
@@ -102,6 +114,7 @@ def validate_fleet(
     cpus_per_replica: int | None = None,
     timing: Load | None = None,
     seed: int = 0,
+    repeats: int = 1,
     max_programs: int | None = 8,
     idle_gap_cap_s: float | None = None,
     timeout_s: float = 1800.0,
@@ -139,6 +152,8 @@ def validate_fleet(
         )
     if not routers:
         raise ValidateError("--replicas needs at least one --router")
+    if repeats < 1:
+        raise ValidateError(f"--repeats must be at least 1, not {repeats}")
     for policy in routers:  # every one, before the first fleet's minutes of work
         router.check_policy(router_setup(policy, None, None)[0])
     sets = None if cpus_per_replica is None else cpus.cpu_sets(replicas, cpus_per_replica)
@@ -154,71 +169,88 @@ def validate_fleet(
     # made only once the arguments are known good: bad input leaves no folder behind
     work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-"))
     work_dir.mkdir(parents=True, exist_ok=True)
-    rows: dict[str, dict[str, Any]] = {}
-    live: dict[str, dict[str, Any]] = {}
-    fleets: dict[str, dict[str, Any]] = {}
-    orders: dict[str, dict[str, dict[str, list[str]]]] = {}
-    for name in names:
-        for policy in routers:
-            tag = f"-{policy}"
-            request_policy, scheduling = router_setup(policy, calibration, program_scheduling_json)
-            made = policy_fleet(
-                sources,
-                name,
-                bundle,
-                work_dir,
-                tag,
-                replicas=replicas,
-                router_policy=request_policy,
-                program_scheduling_json=scheduling,
-                router_extra=router_extra,
-                cpu_sets=sets,
-            )
-            fleet = made.fleet
-            say(f"{name} behind {policy}: starting {replicas} replicas and vllm-router")
-            with fleet:
-                groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
-                if info is None:
-                    info = probe(next(iter(made.urls.values())))
-                if profile is None:
-                    say(f"{name} behind {policy}: measuring a replica's profile")
-                    others = list(made.urls.values())[1:] if sets is not None else []
-                    with kept_busy(others, info.model, vocab_size=vocab_size) as served:
-                        profile = _measure(info, model_config)
-                    profile_source = f"measured from {name}'s replica at {info.url}"
-                    if sets is not None:
-                        profile_source += (
-                            f", pinned to CPUs {cpus.cpu_list(sets[0])}, while "
-                            f"{len(others)} other replica(s) served {sum(served)} requests"
-                        )
-                for url in made.urls.values():
-                    reset_prefix_cache(url)
-                say(f"{name} behind {policy}: live replay of {len(work.programs)} programs")
-                result = run_live(
-                    fleet.url,
-                    work,
-                    name,
-                    timing=timing,
-                    seed=seed,
-                    timeout_s=timeout_s,
-                    vocab_size=vocab_size,
-                    warn=warn,
+    runs: list[_LiveRun] = []
+    # run k of every (policy, router) before run k + 1 of any: a drift in the machine's
+    # speed then falls on every router alike
+    for rep in range(repeats):
+        for name in names:
+            for policy in routers:
+                which = f"{name} behind {policy}" + (
+                    f" (run {rep + 1} of {repeats})" if repeats > 1 else ""
                 )
-                say(f"{name} behind {policy}: stopping the fleet")
-            order = arrivals.read(made.arrivals)
-            orders.setdefault(name, {})[policy] = order
-            rows.setdefault(name, {})[policy] = fleet_row(result, order)
-            live.setdefault(name, {})[policy] = result
-            fleets.setdefault(name, {})[policy] = {
-                "url": fleet.url,
-                "router_command": shlex.join(fleet.router.command),
-                "router_log": str(fleet.router.log_path),
-                #: the process groups it ran (each one's leader pid), all stopped now
-                "process_groups": groups,
-                "replicas": {
-                    r: {"url": made.urls[r], "arrivals": str(made.arrivals[r])} for r in made.urls
-                },
-            }
+                tag = f"-{policy}" + (f"-{rep + 1}" if repeats > 1 else "")
+                request_policy, scheduling = router_setup(
+                    policy, calibration, program_scheduling_json
+                )
+                made = policy_fleet(
+                    sources,
+                    name,
+                    bundle,
+                    work_dir,
+                    tag,
+                    replicas=replicas,
+                    router_policy=request_policy,
+                    program_scheduling_json=scheduling,
+                    router_extra=router_extra,
+                    cpu_sets=sets,
+                )
+                fleet = made.fleet
+                say(f"{which}: starting {replicas} replicas and vllm-router")
+                with fleet:
+                    groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
+                    if info is None:
+                        info = probe(next(iter(made.urls.values())))
+                    if profile is None:
+                        say(f"{which}: measuring a replica's profile")
+                        others = list(made.urls.values())[1:] if sets is not None else []
+                        with kept_busy(others, info.model, vocab_size=vocab_size) as served:
+                            profile = _measure(info, model_config)
+                        profile_source = f"measured from {name}'s replica at {info.url}"
+                        if sets is not None:
+                            profile_source += (
+                                f", pinned to CPUs {cpus.cpu_list(sets[0])}, while "
+                                f"{len(others)} other replica(s) served {sum(served)} requests"
+                            )
+                    for url in made.urls.values():
+                        reset_prefix_cache(url)
+                    say(f"{which}: live replay of {len(work.programs)} programs")
+                    result = run_live(
+                        fleet.url,
+                        work,
+                        name,
+                        timing=timing,
+                        seed=seed,
+                        timeout_s=timeout_s,
+                        vocab_size=vocab_size,
+                        warn=warn,
+                    )
+                    say(f"{which}: stopping the fleet")
+                order = arrivals.read(made.arrivals)
+                logged = live_worker_order(fleet.router.log_path, list(made.urls.values()))
+                runs.append(
+                    _LiveRun(
+                        name,
+                        policy,
+                        result,
+                        order,
+                        {
+                            "url": fleet.url,
+                            "router_command": shlex.join(fleet.router.command),
+                            "router_log": str(fleet.router.log_path),
+                            #: the process groups it ran (each one's leader pid), all
+                            #: stopped now
+                            "process_groups": groups,
+                            "replicas": {
+                                r: {"url": made.urls[r], "arrivals": str(made.arrivals[r])}
+                                for r in made.urls
+                            },
+                            #: the workers' URLs in the router's own order, from its log
+                            #: (None: not logged; the simulated side then takes the
+                            #: --worker-urls order)
+                            "worker_order": logged,
+                        },
+                    )
+                )
     assert info is not None and profile is not None  # set in the first fleet
     engine = sim_engine_config(
         info,
@@ -226,67 +258,162 @@ def validate_fleet(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
     )
-    say(f"simulating {len(names) * len(routers)} fleets")
-    sim, notes = simulate_fleets(
-        work,
-        policies=names,
-        routers=list(routers),
-        replicas=replicas,
-        profile=profile,
-        engine=engine,
-        timing=timing or Load(seed=seed),
-        bundle=bundle_doc,
-        settings=sim_settings(routers, calibration, program_scheduling_json),
-        worker_urls={
-            name: {p: [r["url"] for r in f["replicas"].values()] for p, f in by.items()}
-            for name, by in fleets.items()
-        },
-    )
-    rankings = {}
-    for name in names:
-        for policy, row in rows[name].items():
-            row["compare"] = compare_fleet(sim[name][policy], row)
-            row["jct_within_10pct"] = jct_goal(row["compare"])
-            row["sim_note"] = notes.get(policy)
-            logged = live_placement(work, orders[name][policy])
-            routed = None
-            if logged is not None:
-                routed = simulate_as_routed(
-                    work,
-                    policy=name,
-                    logged=logged,
-                    replicas=replicas,
-                    profile=profile,
-                    engine=engine,
-                    timing=timing or Load(seed=seed),
-                    bundle=bundle_doc,
-                )
-            #: the simulator with each call on the replica it reached live (None: the
-            #: replicas' arrivals do not name every call's program)
-            row["compare_as_routed"] = None if routed is None else compare_fleet(routed, row)
-        rankings[name] = router_ranking(
-            {p: None if s is None else dict(s) for p, s in sim[name].items()}, rows[name]
+    say(f"simulating {len(runs)} fleets")
+    load = timing or Load(seed=seed)
+    settings = sim_settings(routers, calibration, program_scheduling_json)
+    notes: dict[str, str] = {}
+    per_run: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    live: dict[str, dict[str, list[Any]]] = {}
+    sim: dict[str, dict[str, list[Any]]] = {}
+    fleets: dict[str, dict[str, list[Any]]] = {}
+    for run in runs:
+        row, simulated = _simulated_row(
+            run,
+            work,
+            replicas=replicas,
+            profile=profile,
+            engine=engine,
+            timing=load,
+            bundle=bundle_doc,
+            settings=settings,
+            notes=notes,
         )
+        per_run.setdefault(run.policy, {}).setdefault(run.router, []).append(row)
+        live.setdefault(run.policy, {}).setdefault(run.router, []).append(run.result)
+        sim.setdefault(run.policy, {}).setdefault(run.router, []).append(simulated)
+        fleets.setdefault(run.policy, {}).setdefault(run.router, []).append(run.fleet)
+    rows = {name: {r: merge_fleet_runs(per_run[name][r]) for r in routers} for name in names}
+    rankings: dict[str, dict[str, Any]] = {}
+    goals: dict[str, dict[str, Any]] = {}
+    for name in names:
+        rankings[name] = router_ranking(
+            {r: mean_sim(per_run[name][r]) for r in routers}, rows[name]
+        )
+        by_run = run_rankings(rows[name], repeats)
+        goals[name] = {
+            #: every router's mean JCT within 10% and the same ranking (on the means over
+            #: the runs when --repeats > 1)
+            "met": goal(rows[name], rankings[name]),
+            #: the same goal on each single run (run k of every router)
+            "runs": [
+                goal({r: per_run[name][r][k] for r in routers}, by_run[k]) for k in range(repeats)
+            ],
+            "run_rankings": by_run,
+        }
     return {
         "replicas": replicas,
         "routers": list(routers),
         "policies": names,
+        "repeats": repeats,
         "programs": len(work.programs),
         "calls": work.calls,
         "rows": rows,
-        "live": live,
-        "sim": sim,
+        # one run: its document as it is; several: a list, one per run
+        "live": _single(live, repeats),
+        "sim": _single(sim, repeats),
         "sim_notes": notes,
         "ranking": rankings,
+        "goal": goals,
         "profile": {"source": profile_source, "doc": profile.to_json()},
         "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
         "server_info": info.to_json(),
-        "fleets": fleets,
+        "fleets": _single(fleets, repeats),
         "bundle": None if bundle is None else str(bundle),
         #: each replica's CPUs (None: unpinned, every replica on every CPU)
         "cpu_sets": None if sets is None else [list(s) for s in sets],
         "work_dir": str(work_dir),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class _LiveRun:
+    """One live run of ``policy`` behind ``router``: its result, each session's replicas
+    in arrival order, and the fleet it ran on."""
+
+    policy: str
+    router: str
+    result: dict[str, Any]
+    order: dict[str, list[str]]
+    fleet: dict[str, Any]
+
+
+def _single(by: dict[str, dict[str, list[Any]]], repeats: int) -> dict[str, dict[str, Any]]:
+    """{policy: {router: the run's document}} for one run, else the list of them."""
+    return {n: {r: (v[0] if repeats == 1 else v) for r, v in d.items()} for n, d in by.items()}
+
+
+def live_worker_order(log_path: Path, urls: Sequence[str]) -> list[str] | None:
+    """The replicas' URLs in the live router's own order, read from its log (None: the
+    log has no such order, or one that is not these replicas')."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return None
+    order = router.worker_order(text)
+    return order if order is not None and sorted(order) == sorted(urls) else None
+
+
+def _simulated_row(
+    run: _LiveRun,
+    work: Workload,
+    *,
+    replicas: int,
+    profile: Profile,
+    engine: SimSchedulerConfig,
+    timing: Load,
+    bundle: bundle_mod.Bundle | None,
+    settings: dict[str, RouterSettings],
+    notes: dict[str, str],
+) -> tuple[dict[str, Any], PolicyResult | None]:
+    """One live run's row, with its simulated side: the same programs on replicas in the
+    live router's own worker order (simulated replica i is its i-th worker, so
+    ``round_robin`` starts where it did and ties break as there), with the live URLs
+    (the hashing routers place by them); and, with each call on the replica it reached
+    live, the engines' share of the error. ``notes``: why a router was not simulated."""
+    fleet_doc = run.fleet
+    urls = fleet_doc["worker_order"] or [r["url"] for r in fleet_doc["replicas"].values()]
+    by_url = {r["url"]: name for name, r in fleet_doc["replicas"].items()}
+    simulated, why = simulate_fleets(
+        work,
+        policies=[run.policy],
+        routers=[run.router],
+        replicas=replicas,
+        profile=profile,
+        engine=engine,
+        timing=timing,
+        bundle=bundle,
+        settings=settings,
+        worker_urls={run.policy: {run.router: urls}},
+    )
+    notes.update(why)
+    result = simulated[run.policy][run.router]
+    row = fleet_row(run.result, run.order)
+    row["compare"] = compare_fleet(result, row)
+    row["jct_within_10pct"] = jct_goal(row["compare"])
+    row["sim_note"] = notes.get(run.router)
+    #: the simulated calls per live replica (simulated replica i: the router's i-th worker)
+    row["sim_calls_per_replica"] = (
+        None
+        if result is None
+        else {by_url[urls[p["replica"]]]: p["llm_calls"] for p in result.get("per_replica", [])}
+    )
+    placed = live_placement(work, run.order)
+    routed = None
+    if placed is not None:
+        routed = simulate_as_routed(
+            work,
+            policy=run.policy,
+            logged=placed,
+            replicas=replicas,
+            profile=profile,
+            engine=engine,
+            timing=timing,
+            bundle=bundle,
+        )
+    #: the simulator with each call on the replica it reached live (None: the replicas'
+    #: arrivals do not name every call's program)
+    row["compare_as_routed"] = None if routed is None else compare_fleet(routed, row)
+    return row, result
 
 
 def sim_settings(

@@ -218,9 +218,9 @@ def _fleet_doc(
         raise ValidateError("--router needs --replicas N (the fleet's size)")
     if req.replicas < 1:
         raise ValidateError(f"--replicas must be at least 1, not {req.replicas}")
-    if req.backend != "fast" or req.async_scheduling or req.repeats != 1:
+    if req.backend != "fast" or req.async_scheduling:
         raise ValidateError(
-            "--replicas runs live only: --backend, --async-scheduling and --repeats do not apply"
+            "--replicas runs live only: --backend and --async-scheduling do not apply"
         )
     workload = load(req.trace)
     if not workload.programs:
@@ -243,6 +243,7 @@ def _fleet_doc(
         cpus_per_replica=req.cpus_per_replica,
         timing=timing,
         seed=req.seed,
+        repeats=req.repeats,
         max_programs=req.programs,
         idle_gap_cap_s=req.idle_gap_cap_s,
         timeout_s=req.timeout_s,

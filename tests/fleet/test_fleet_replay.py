@@ -6,12 +6,16 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
+from replay.fleet import run as fleet_run
 from replay.fleet.routers import ROUTERS, RouterSettings
+from replay.fleet.routers.base import FleetView, RoutedCall
+from replay.fleet.routers.kv_aware import KvAware
 from replay.fleet.run import FleetSpec, logged_replicas, runner, simulate_fleet_one
 from replay.policies import NAMES, PolicySpec
 from replay.policy_runs import Load, run_one
@@ -158,3 +162,47 @@ def test_waiting_decode_runs_match_step_by_step(workload, cost, name, policy):
         assert fast[key] == slow[key], key
     for key in ("jct_mean_s", "ttft_mean_s", "prefix_hit_rate", "engine_busy_s"):
         assert fast[key] == pytest.approx(slow[key], rel=1e-9), key
+
+
+class _Watch:
+    """kv-aware as the fleet drives it, noting at each response's end whether its pending
+    prefill had already been taken off (at its first output chunk) or is taken off now."""
+
+    def __init__(self, inner: KvAware) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.at_first_chunk = 0
+        self.at_end = 0
+
+    def route(self, call: RoutedCall, view: FleetView, now: float) -> int:
+        return self.inner.route(call, view, now)
+
+    def completed(self, replica: int, call: RoutedCall, now: float) -> None:
+        if (call.session, call.turn) in self.inner._placed:
+            self.at_end += 1
+        else:
+            self.at_first_chunk += 1
+        self.inner.completed(replica, call, now)
+
+
+def test_the_fleet_tells_kv_aware_when_a_response_begins(workload, cost, monkeypatch):
+    """The fleet says a response has begun once the step that made its first token has
+    ended: kv-aware then takes the call's prefill off its replica at its next placement,
+    before the call ends (vllm-router does so at the first chunk), and nothing is left
+    pending at the end."""
+    made: list[_Watch] = []
+
+    def watched(fleet, cost, *, seed, block_size):
+        made.append(_Watch(KvAware(np.random.default_rng(seed), block_size=block_size)))
+        return made[0]
+
+    monkeypatch.setattr(fleet_run, "fleet_router", watched)
+    outcome, _, _ = simulate_fleet_one(
+        workload, PolicySpec("vllm"), cost, CONFIG, LOAD, FleetSpec(3, RouterSettings("kv-aware"))
+    )
+    watch = made[0]
+    assert watch.at_first_chunk + watch.at_end == len(outcome.calls)
+    # 12 programs at once on 3 replicas: most calls' first tokens come before another
+    # call is placed, and those prefills leave at the first chunk
+    assert watch.at_first_chunk > watch.at_end > 0
+    assert watch.inner._placed == {} and set(watch.inner._prefilling.values()) == {0}

@@ -70,6 +70,9 @@ class View:
     def waiting_requests(self, replica: int) -> int:
         return self.waiting[replica]
 
+    def output_started(self, call: RoutedCall, now: float) -> bool:
+        return False
+
 
 def call(program: str, prompt_tokens: int = 500, turn: int = 0) -> RoutedCall:
     return RoutedCall(program, turn, ((1, prompt_tokens),), prompt_tokens)

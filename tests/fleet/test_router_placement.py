@@ -150,3 +150,53 @@ class _Idle:
 
     def waiting_requests(self, replica: int) -> int:
         return 0
+
+    def output_started(self, call: RoutedCall, now: float) -> bool:
+        return False
+
+
+def test_round_robin_follows_the_worker_order_the_real_router_logs(tmp_path: Path) -> None:
+    """vllm-router 0.1.17 keeps its workers in a hash map keyed by a random id per
+    worker, so ``round_robin`` cycles in an order drawn at each start, which it logs once
+    ready (``Router ready | workers: [...]``). The model cycling over the logged order
+    from its first worker places every call where the real router did; over three
+    starts."""
+    orders = []
+    for start in range(3):
+        folder = tmp_path / str(start)
+        folder.mkdir()
+        with _fleet(folder, "round_robin", 3) as (url, urls, seen):
+            for i in range(7):
+                _send(url, f"s{i}")
+            log = (folder / "round_robin-router.log").read_text(errors="replace")
+        order = router.worker_order(log)
+        assert order is not None and sorted(order) == sorted(urls), log[-2000:]
+        live = {s: urls[r] for r, sessions in enumerate(seen) for s in sessions}
+        model = make_router(RouterSettings("round_robin"), 3, seed=0, block_size=16)
+        view = _Idle(3)
+        placed = {
+            f"s{i}": order[model.route(RoutedCall(f"s{i}", 0, ((1, 3),), 3), view, 0.0)]
+            for i in range(7)
+        }
+        assert placed == live
+        orders.append([urls.index(u) for u in order])
+    # the order is the router's, not --worker-urls': an order it logged is a
+    # permutation of the three, and the first call went to its first worker
+    assert all(sorted(o) == [0, 1, 2] for o in orders)
+
+
+def test_worker_order_reads_the_ready_line_of_a_real_log() -> None:
+    """The line as vllm-router 0.1.17 wrote it at a real start (colour escapes and all)."""
+    line = (
+        "\x1b[2m2026-12-01 22:51:58\x1b[0m \x1b[32m INFO\x1b[0m \x1b[2mvllm_router_rs::se"
+        "rver\x1b[0m\x1b[2m:\x1b[0m \x1b[2msrc/server.rs\x1b[0m\x1b[2m:\x1b[0m\x1b[2m1192"
+        ':\x1b[0m Router ready | workers: ["http://127.0.0.1:43493", "http://127.0.0.1:32'
+        '955", "http://127.0.0.1:35039"]\n'
+    )
+    assert router.worker_order("DEBUG: Creating AppContext\n" + line) == [
+        "http://127.0.0.1:43493",
+        "http://127.0.0.1:32955",
+        "http://127.0.0.1:35039",
+    ]
+    assert router.worker_order("Router ready | workers: [not json\n") is None
+    assert router.worker_order("") is None

@@ -31,6 +31,8 @@ class View:
     tokens_in_flight: list[int] | None = None
     cached: dict[int, int] = field(default_factory=dict)
     previous: dict[str, int] = field(default_factory=dict)
+    #: the programs whose call in flight has streamed its first output
+    started: set[str] = field(default_factory=set)
 
     @property
     def replicas(self) -> int:
@@ -50,6 +52,9 @@ class View:
 
     def previous_replica(self, program: str) -> int | None:
         return self.previous.get(program)
+
+    def output_started(self, call: RoutedCall, now: float) -> bool:
+        return call.program in self.started
 
 
 def call(program: str, prompt: Runs, turn: int = 0) -> RoutedCall:
@@ -276,3 +281,25 @@ def test_worker_urls_one_per_replica() -> None:
     # without URLs: the documented default names, replica i as http://replica-i
     named = ConsistentHash(2, ("http://replica-0", "http://replica-1"))
     assert all(ConsistentHash(2).owner(f"s{i}") == named.owner(f"s{i}") for i in range(50))
+
+
+def test_kv_aware_drops_a_pending_prefill_at_its_first_output_chunk():
+    """vllm-router 0.1.17: ``KvRequestSlot::begin_decode`` takes a request's prefill tokens
+    off its worker when the first chunk of its response streams through the router, not
+    when the response ends; the request still counts in the batch until then."""
+    r = KvAware(np.random.default_rng(0), block_size=16)
+    a, b = call("a", ((1, 1600),)), call("b", ((2, 1600),))
+    assert r.route(a, View([0, 0]), 0.0) == 0
+    # a is still prefilling: its 1,600 tokens weigh on replica 0
+    assert r.costs(b, View([1, 0]))[0] == [6400.0, 1600.0]
+    # a streamed its first token: its prefill is off replica 0 at b's placement, while a
+    # itself is still in flight there (the batch term): 1,600 × 2 against 1,600 × 1
+    assert r.route(b, View([1, 0], started={"a"}), 0.5) == 1
+    assert r._prefilling == {0: 0, 1: 1600}
+    # c: b is still prefilling on 1, a decoding on 0: 0 is the cheaper
+    c = call("c", ((3, 1600),))
+    assert r.costs(c, View([1, 1], started={"a"}))[0] == [3200.0, 6400.0]
+    r.completed(0, a, 2.0)  # taken off once only
+    assert r._prefilling == {0: 0, 1: 1600}
+    r.completed(1, b, 2.5)  # ended before a first chunk was seen: off at its end
+    assert r._prefilling == {0: 0, 1: 0}

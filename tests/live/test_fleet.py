@@ -6,7 +6,8 @@ with Program scheduling on and calibrated from the tiny-cpu profile, which also 
 the simulated fleet beside it. Checked: every call
 of a program reached one replica (the share of returned calls is 1), every call was
 counted once, the simulated fleet (given the live replicas' URLs) put every program on the
-replica the live router chose, the router started calibrated (no reference-calibration
+replica the live router chose (its replicas in the live router's own worker order, read
+from its log), the router started calibrated (no reference-calibration
 warning), each replica ran on a CPU of its own where the machine has two
 (``--cpus-per-replica 1``: vLLM logs the cores its threads bind to), and nothing the fleet
 started is left running afterwards. Skipped only where vllm-router cannot run.
@@ -77,11 +78,15 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     sim = doc["sim"]["vllm"]["consistent_hash"]
     assert sim["replicas"] == 2 and sim["llm_calls"] == 12 and sim["returned_share"] == 1.0
     assert sim["router"]["name"] == "consistent-hash"
-    # the live replicas' URLs, in --worker-urls order: the same placement on both sides
+    # the live replicas' URLs, in the router's own worker order (from its log): the same
+    # placement on both sides
     fleet = doc["fleets"]["vllm"]["consistent_hash"]
-    assert sim["router"]["worker_urls"] == [r["url"] for r in fleet["replicas"].values()]
-    sim_calls = {f"r{r['replica'] + 1}": r["llm_calls"] for r in sim["per_replica"]}
+    urls = [r["url"] for r in fleet["replicas"].values()]
+    assert fleet["worker_order"] is not None and sorted(fleet["worker_order"]) == sorted(urls)
+    assert sim["router"]["worker_urls"] == fleet["worker_order"]
+    sim_calls = row["sim_calls_per_replica"]
     assert {k: v for k, v in sim_calls.items() if v} == row["calls_per_replica"]
+    assert doc["repeats"] == 1 and doc["goal"]["vllm"]["runs"] == [doc["goal"]["vllm"]["met"]]
     blocks, block = doc["server_info"]["num_gpu_blocks"], doc["engine"]["block_size"]
     assert block == 32 and doc["engine"]["kv_tokens"] == (blocks - 1) * block
     by = {c["metric"]: c for c in row["compare"]}

@@ -194,6 +194,18 @@ def test_validate_without_the_router_is_one_line_and_exit_2(
     assert res.exit_code == 2 and "--replicas must be at least 1, not 0" in res.stderr
     res = CliRunner().invoke(
         app,
+        ["validate", str(trace), "--replicas", "2", "--router", "round_robin", "--repeats", "0",
+         "--model", str(tmp_path)],
+    )  # fmt: skip
+    assert res.exit_code == 2 and "--repeats must be at least 1" in res.stderr
+    res = CliRunner().invoke(
+        app,
+        ["validate", str(trace), "--replicas", "2", "--router", "round_robin", "--backend",
+         "vllm", "--model", str(tmp_path)],
+    )  # fmt: skip
+    assert res.exit_code == 2 and "--backend and --async-scheduling do not apply" in res.stderr
+    res = CliRunner().invoke(
+        app,
         ["validate", str(trace), "--replicas", "2", "--router", "least_load",
          "--model", str(tmp_path)],
     )  # fmt: skip

@@ -76,8 +76,9 @@ def validate(
     repeats: Annotated[
         int,
         typer.Option(
-            help="Live runs per policy, each in a fresh server; the simulator is compared "
-            "with their mean, and the table shows their range."
+            help="Live runs per policy (with --replicas: per policy and router), each in a "
+            "fresh server or fleet; the simulator is compared with their mean, and the "
+            "table shows their range."
         ),
     ] = 1,
     kv_tokens: Annotated[
@@ -134,7 +135,9 @@ def validate(
     With --replicas N and --router R (repeatable): each policy runs live on N replicas
     behind vLLM's router (vllm-router, pip install vllm-router), a fresh fleet per
     router, and the table shows mean JCT, TTFT, hit rate and the share of calls that
-    returned to their program's previous replica.
+    returned to their program's previous replica. --repeats K runs each router K times
+    (run k of every router before run k + 1 of any) and judges the goal (every router
+    within 10%, the same ranking) on the means and on each run.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     from replay.validation.setup import ValidateRequest, validation_doc

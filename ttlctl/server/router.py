@@ -12,10 +12,17 @@ header, which ttlctl's live replay sends with every call of a program.
 The router logs in colour even into a file; :func:`plain` strips the escapes. At start
 with Program scheduling and any calibration coefficient left to its reference value it
 logs :data:`REFERENCE_CALIBRATION_EVENT` (:func:`reference_calibration_warned`).
+
+The router keeps its workers in its own order, not ``--worker-urls``': its registry is a
+concurrent hash map keyed by a random id per worker (``src/core/worker_registry.rs``,
+``get_all``), so the order is drawn afresh at each start; ``round_robin`` counts over it
+and the least-loaded choices break ties by it. It logs that order once it is ready
+(``src/server.rs``: ``Router ready | workers: [...]``): :func:`worker_order` reads it.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -44,6 +51,8 @@ REFERENCE_CALIBRATION_EVENT = "program_scheduling_reference_calibration"
 OWN_FLAGS = ("--host", "--port", "--worker-urls", "--policy")
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: the line the router logs when it is ready, with its workers in its own order
+_READY = re.compile(r"Router ready \| workers: (\[.*?\])\s*$", re.MULTILINE)
 
 
 class RouterError(ServerError):
@@ -117,3 +126,18 @@ def plain(text: str) -> str:
 def reference_calibration_warned(log: str) -> bool:
     """Whether the router's log has its reference-calibration warning."""
     return REFERENCE_CALIBRATION_EVENT in plain(log)
+
+
+def worker_order(log: str) -> list[str] | None:
+    """The workers' URLs in the router's own order, from its log's last ``Router ready``
+    line (None: no such line, or one that does not parse)."""
+    found = _READY.findall(plain(log))
+    if not found:
+        return None
+    try:
+        urls = json.loads(found[-1])
+    except ValueError:
+        return None
+    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+        return None
+    return urls

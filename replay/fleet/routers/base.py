@@ -72,6 +72,11 @@ class FleetView(Protocol):
         """The replica's waiting requests, as its metrics endpoint exports them now."""
         ...
 
+    def output_started(self, call: RoutedCall, now: float) -> bool:
+        """Whether the response to ``call`` (sent and not finished) has streamed its first
+        output by ``now``: the router sees that chunk pass through it."""
+        ...
+
 
 #: :meth:`Router.route`'s answer for a call the router retains (sent later)
 HOLD = -1

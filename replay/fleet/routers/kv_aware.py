@@ -23,12 +23,20 @@ The rule, as 0.1.17 has it (``MultiplicativeScorer``, ``TemperaturePicker``,
   starts, and a request arriving after it finds the binding expired, drops it and is
   placed by cost (and bound anew). No affinity without the flag.
 
+A request's prefill tokens leave its worker's ``ptoken`` when its response streams its
+first output through the router: ``KvRequestSlot::begin_decode`` (``kv_aware.rs``) takes
+them off (``SlotManager::begin_decode``), and the HTTP router calls it on the first
+chunk of a streamed response (``src/routers/http/router.rs``, the stream forwarder; the
+live replay streams) or, at the latest, at the response's end (``release`` calls it
+first). Here that is the end of the step that made the call's first token
+(:meth:`~replay.fleet.routers.base.FleetView.output_started`), looked at whenever the
+router places a call.
+
 Deliberate differences: KV events reach the router at once (the real ones cross a ZMQ
-socket, milliseconds late); a request's prefill tokens leave the worker's ``ptoken``
-when its response ends, not at its first output chunk (the router model is told of a
-call's end only); the affinity table's bound (10,000 sessions, idle ones evicted LRU at
-capacity) is not modelled; the offloaded tiers' credits (``--kv-penalty-host`` …) do not
-apply (the simulated engines cache on the device only).
+socket, milliseconds late), and so does the first chunk; the affinity table's bound
+(10,000 sessions, idle ones evicted LRU at capacity) is not modelled; the offloaded tiers'
+credits (``--kv-penalty-host`` …) do not apply (the simulated engines cache on the device
+only).
 """
 
 from __future__ import annotations
@@ -63,10 +71,11 @@ class KvAware:
     kv_aware_session_affinity_ttl_secs: float | None = None
     name: str = "kv-aware"
     _bindings: dict[str, _Binding] = field(default_factory=dict)
-    #: worker -> prefill tokens of its requests not yet answered
+    #: worker -> prefill tokens of its requests whose output has not begun
     _prefilling: dict[int, int] = field(default_factory=dict)
-    #: session -> (worker, prefill tokens) of its request in flight
-    _placed: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: (session, turn) -> (worker, prefill tokens, the call) of a request whose output
+    #: has not begun
+    _placed: dict[tuple[str, int], tuple[int, int, RoutedCall]] = field(default_factory=dict)
 
     def new_prefill_tokens(self, call: RoutedCall, view: FleetView, replica: int) -> int:
         """The prompt tokens ``replica`` would compute: the prompt less the credited
@@ -95,7 +104,16 @@ class KvAware:
         weights = np.array([math.exp(-(c - low) / self.router_temperature) for c in costs])
         return int(self.rng.choice(len(costs), p=weights / weights.sum()))
 
+    def settle(self, view: FleetView, now: float) -> None:
+        """Take off each pending prefill whose response has begun its output by ``now``
+        (the real router does so at that first chunk; only a placement reads them)."""
+        for key, (worker, tokens, placed) in list(self._placed.items()):
+            if view.output_started(placed, now):
+                self._prefilling[worker] -= tokens
+                del self._placed[key]
+
     def route(self, call: RoutedCall, view: FleetView, now: float) -> int:
+        self.settle(view, now)
         affinity = self.kv_aware_session_affinity_ttl_secs is not None
         bound = self._bindings.get(call.session) if affinity else None
         if bound is not None and bound.expired(now):
@@ -111,11 +129,13 @@ class KvAware:
                 self._bindings[call.session] = _Binding(worker)
         tokens = self.new_prefill_tokens(call, view, worker)
         self._prefilling[worker] = self._prefilling.get(worker, 0) + tokens
-        self._placed[call.session] = (worker, tokens)
+        self._placed[(call.session, call.turn)] = (worker, tokens, call)
         return worker
 
     def completed(self, replica: int, call: RoutedCall, now: float) -> None:
-        placed = self._placed.pop(call.session, None)
+        # a response that ends before any output (none here: a call has output) takes
+        # its prefill off at its end, as ``release`` does
+        placed = self._placed.pop((call.session, call.turn), None)
         if placed is not None:
             self._prefilling[placed[0]] -= placed[1]
         bound = self._bindings.get(call.session)

@@ -101,25 +101,43 @@ def _fleet_value(metric: str, v: Any) -> str:
     return f"{v:.3f} s"
 
 
+def _spread(counts: dict[str, int] | None) -> str:
+    return "—" if not counts else " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
+
+
 def fleet_table(console: Console, doc: dict[str, Any]) -> None:
-    """``validate --replicas N --router R``: per policy and router, simulated against live."""
+    """``validate --replicas N --router R``: per policy and router, simulated against live
+    (with ``--repeats K``: the live mean over K runs and its range)."""
+    repeats = int(doc.get("repeats") or 1)
     table = Table(
         title=f"{doc['programs']} programs ({doc['calls']} calls) on {doc['replicas']} "
         "replicas behind vllm-router: simulated against live"
+        + (f", {repeats} live runs per router" if repeats > 1 else "")
     )
-    for col in ("policy", "router", "metric", "simulated", "live", "error"):
+    cols = ["policy", "router", "metric", "simulated", "live (mean)" if repeats > 1 else "live"]
+    cols += ["error", "live range"] if repeats > 1 else ["error"]
+    for col in cols:
         table.add_column(col, justify="left" if col in ("policy", "router", "metric") else "right")
     for policy, by_router in doc["rows"].items():
         for router, row in by_router.items():
             for i, c in enumerate(row["compare"]):
-                table.add_row(
+                cells = [
                     policy if i == 0 else "",
                     router if i == 0 else "",
                     c["label"],
                     _fleet_value(c["metric"], c["sim"]),
                     _fleet_value(c["metric"], c["live"]),
                     _error(c["kind"], c["error"]),
-                )
+                ]
+                if repeats > 1:
+                    span = c.get("live_range")
+                    cells.append(
+                        "—"
+                        if not span
+                        else f"{_fleet_value(c['metric'], span[0])} – "
+                        f"{_fleet_value(c['metric'], span[1])}"
+                    )
+                table.add_row(*cells)
     console.print(table)
     for policy, by_router in doc["rows"].items():
         rank = doc["ranking"][policy]
@@ -131,7 +149,6 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
                 highlight=False,
             )
         for router, row in by_router.items():
-            spread = " ".join(f"{k}:{v}" for k, v in sorted(row["calls_per_replica"].items()))
             note = f"; {row['sim_note']}" if row.get("sim_note") else ""
             routed = {c["metric"]: c for c in row.get("compare_as_routed") or []}
             if routed:
@@ -140,7 +157,31 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
                     f"; simulated with the live placement: mean JCT "
                     f"{_fleet_value('jct_mean_s', jct['sim'])} ({_error('relative', jct['error'])})"
                 )
+            runs = row.get("runs") or [row]
+            spread = ", ".join(
+                _spread(r.get("calls_per_replica"))
+                + (
+                    f" (sim {_spread(r['sim_calls_per_replica'])})"
+                    if r.get("sim_calls_per_replica")
+                    else ""
+                )
+                for r in runs
+            )
+            if len(runs) > 1:
+                within = row.get("runs_within_10pct")
+                note += (
+                    f"; single runs within 10%: {'—' if within is None else within} of {len(runs)}"
+                )
             console.print(f"  {router}: calls per replica {spread}{note}", highlight=False)
+        goal = (doc.get("goal") or {}).get(policy)
+        if goal is not None:
+            met = {True: "met", False: "NOT met", None: "not judged"}
+            text = f"{policy}: goal (every router's mean JCT within 10%, the same ranking): "
+            text += met[goal["met"]] + (" on the means" if repeats > 1 else "")
+            if repeats > 1:
+                each = goal["runs"]
+                text += f"; on single runs: met in {sum(1 for g in each if g)} of {len(each)}"
+            console.print(text, highlight=False)
     if doc.get("cpu_sets"):
         sets = " | ".join(",".join(str(c) for c in s) for s in doc["cpu_sets"])
         console.print(f"replicas pinned to CPUs {sets}", highlight=False)

@@ -75,23 +75,19 @@ def simulate(
             "--backend vllm with replicas of different sizes does not take --truncate "
             "(its calls truncated on one replica would not be checked against the fast fleet)"
         )
-    # one bundle per token budget (a cold-start continuum prices a miss in chunks of it)
-    docs = {n: bundle_for(spec, cost, n) for n in {e.max_num_batched_tokens for e in sizes}}
-    plugin = any(doc is not None for doc in docs.values())
+    # one bundle for every replica, as each server loads the same file (each plugin prices
+    # a miss in steps of its own engine's budget)
+    doc = bundle_for(spec, cost)
     router = fleet_router(fleet, cost, seed=timing.seed, block_size=cfg.engine.block_size)
     with tempfile.TemporaryDirectory(prefix="ttlctl-vllmfleet-") as folder, quiet_vllm():
-        paths: dict[int, Path | None] = dict.fromkeys(docs)
-        for chunk, doc in docs.items():
-            if doc is not None:
-                path = paths[chunk] = Path(folder) / f"bundle-{chunk}.json"
-                bundle_mod.write(doc, path)
-        built = [
-            build(e, async_scheduling=async_scheduling, bundle=paths[e.max_num_batched_tokens])
-            for e in sizes
-        ]
+        path = None
+        if doc is not None:
+            path = Path(folder) / "bundle.json"
+            bundle_mod.write(doc, path)
+        built = [build(e, async_scheduling=async_scheduling, bundle=path) for e in sizes]
         book = TokenBook(work, cfg, built[0].hasher)
         engines = [
-            VllmEngine(b, e, cost, book, plugin, async_scheduling)
+            VllmEngine(b, e, cost, book, doc is not None, async_scheduling)
             for b, e in zip(built, sizes, strict=True)
         ]
         schedulers: list[Engine] = list(engines)

@@ -80,8 +80,7 @@ def simulate_fleet(
     sizes = [config.engine] * len(policies) if engines is None else list(engines)
     if len(sizes) != len(policies):
         raise SimulationError(f"{len(sizes)} engine sizes for {len(policies)} replicas")
-    if any(e.block_size != config.engine.block_size for e in sizes):
-        raise SimulationError("the replicas' engines must share the replay's block size")
+    check_block_size(sizes, config)
     kind = AsyncSimScheduler if config.async_scheduling else SimScheduler
     schedulers: list[Engine] = [
         kind(
@@ -95,6 +94,13 @@ def simulate_fleet(
         for policy, engine in zip(policies, sizes, strict=True)
     ]
     return drive(workload, schedulers, config, router, logged_replicas=logged_replicas)
+
+
+def check_block_size(sizes: Sequence[SimSchedulerConfig], config: ReplayConfig) -> None:
+    """The replicas' engines share the replay's block size (the fleet's prompts, the
+    router's keys and the token streams are cut in its blocks)."""
+    if any(e.block_size != config.engine.block_size for e in sizes):
+        raise SimulationError("the replicas' engines must share the replay's block size")
 
 
 def drive(

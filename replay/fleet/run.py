@@ -18,7 +18,7 @@ import polars as pl
 from profiles.cost import CostModel, ProfileCostModel, rebuild_pricer
 from profiles.router_calibration import RouterCalibration, calibrate
 from replay.figures import PolicyResult
-from replay.fleet.loop import FleetOutcome, simulate_fleet
+from replay.fleet.loop import FleetOutcome, check_block_size, simulate_fleet
 from replay.fleet.metrics import fleet_result
 from replay.fleet.records import FleetRouter
 from replay.fleet.routers import RouterSettings, make_router
@@ -117,12 +117,7 @@ def simulate_fleet_one(
         concurrency=timing.concurrency,
         async_scheduling=config.async_scheduling or fleet.async_scheduling,
     )
-    engines = fleet.engines or (cfg.engine,) * fleet.replicas
-    if spec.name == "unlimited-kv":
-        need = unlimited_kv_tokens(work, cfg)  # the same for every replica (one block size)
-        engines = tuple(replace(e, kv_tokens=max(e.kv_tokens, need)) for e in engines)
-        cfg = replace(cfg, engine=engines[0])
-
+    engines, cfg = replica_engines(fleet, spec, work, cfg)
     pricers = {n: rebuild_pricer(cost, n) for n in {e.max_num_batched_tokens for e in engines}}
     policies = [
         make(spec, pauses, pricers[e.max_num_batched_tokens], e.max_num_batched_tokens)
@@ -140,6 +135,22 @@ def simulate_fleet_one(
         engines=None if fleet.engines is None else engines,
     )
     return outcome, work, time.perf_counter() - start
+
+
+def replica_engines(
+    fleet: FleetSpec, spec: PolicySpec, work: Workload, cfg: ReplayConfig
+) -> tuple[tuple[SimSchedulerConfig, ...], ReplayConfig]:
+    """Each replica's engine for ``spec`` (``fleet.engines``, else ``cfg.engine`` on
+    every replica; one block size for all), ``unlimited-kv``'s each widened to hold every
+    program of ``work`` at once, and ``cfg`` with the first replica's engine then. Both
+    backends' fleets size their replicas here."""
+    engines = fleet.engines or (cfg.engine,) * fleet.replicas
+    check_block_size(engines, cfg)
+    if spec.name == "unlimited-kv":
+        need = unlimited_kv_tokens(work, cfg)  # the same for every replica (one block size)
+        engines = tuple(replace(e, kv_tokens=max(e.kv_tokens, need)) for e in engines)
+        cfg = replace(cfg, engine=engines[0])
+    return engines, cfg
 
 
 def fleet_router(fleet: FleetSpec, cost: CostModel, *, seed: int, block_size: int) -> Router:

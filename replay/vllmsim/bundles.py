@@ -7,12 +7,10 @@
   the valve and pin cap as asked.
 - ``continuum``: the given bundle's fit, profile and policy (``--valve`` and
   ``--pin-cap`` replace the policy's, as the fast backend applies them), or a
-  cold-start bundle (no fit, default policy). A miss is then priced the way the
-  fast backend prices it without a bundle, ``CostModel.rebuild_s(tokens, budget)``
-  (:meth:`profiles.schema.Profile.rebuild_prefill_s` in steps of the replay's
-  ``max_num_batched_tokens``): the profile inside that bundle records that
-  budget as its ``source.flags.max_num_batched_tokens``, the step budget its
-  rebuild price uses.
+  cold-start bundle (no fit, default policy). Either way the plugin prices a miss
+  in steps of its engine's ``max_num_batched_tokens`` (:func:`ttlctl.bundle.policy_from`),
+  as the fast backend does with or without a bundle, so one bundle serves engines of
+  any budget.
 - ``vllm``, ``unlimited-kv``: no bundle (vLLM's own scheduler).
 
 Bundles are sealed and checked by :func:`ttlctl.bundle.build` like any other; the
@@ -56,10 +54,8 @@ def _seal(fit: FitDoc, profile: ProfileDoc, params: PolicyParams, policy: str) -
     )
 
 
-def bundle_for(spec: PolicySpec, cost: CostModel, chunk: int) -> bundle_mod.Bundle | None:
-    """The sealed bundle ``TTLScheduler`` runs ``spec`` with; None: vLLM's own scheduler.
-    ``chunk``: the engine's ``max_num_batched_tokens`` (a cold-start continuum prices a
-    miss in steps of it)."""
+def bundle_for(spec: PolicySpec, cost: CostModel) -> bundle_mod.Bundle | None:
+    """The sealed bundle ``TTLScheduler`` runs ``spec`` with; None: vLLM's own scheduler."""
     name = spec.name
     if name in ("vllm", "unlimited-kv"):
         return None
@@ -76,9 +72,6 @@ def bundle_for(spec: PolicySpec, cost: CostModel, chunk: int) -> bundle_mod.Bund
     if name == "continuum":
         if spec.bundle is None:
             profile = _profile(cost, name)
-            flags = profile["source"].get("flags")
-            flags = {**(flags if isinstance(flags, dict) else {}), "max_num_batched_tokens": chunk}
-            profile["source"] = {**profile["source"], "flags": flags}
             fit = bundle_mod.empty_fit()
             params = PolicyParams()
         else:

@@ -25,10 +25,10 @@ from replay.figures import PolicyResult
 from replay.fleet.engine import Engine
 from replay.fleet.loop import FleetOutcome, drive
 from replay.fleet.metrics import fleet_result
-from replay.fleet.run import FleetSpec, fleet_router
+from replay.fleet.run import FleetSpec, fleet_router, replica_engines
 from replay.policies import BOUNDS, PolicySpec
-from replay.policy_runs import Load, prepare, unlimited_kv_tokens
-from replay.sim import ReplayConfig, SimulationError
+from replay.policy_runs import Load, prepare
+from replay.sim import ReplayConfig
 from replay.vllmsim.backend import BackendError, check
 from replay.vllmsim.build import build, quiet_vllm
 from replay.vllmsim.bundles import bundle_for
@@ -66,9 +66,7 @@ def simulate(
     )
     work = prepare(workload, timing)
     cfg = replace(config, concurrency=timing.concurrency, async_scheduling=async_scheduling)
-    sizes = fleet.engines or (cfg.engine,) * fleet.replicas
-    if any(e.block_size != cfg.engine.block_size for e in sizes):
-        raise SimulationError("the replicas' engines must share the replay's block size")
+    sizes, cfg = replica_engines(fleet, spec, work, cfg)
     if cfg.truncate and len(set(sizes)) > 1:
         # a call truncated on a small replica, the program's next call on a big one: the
         # fast fleet counts the untruncated history as held there, vLLM's streams go on
@@ -77,27 +75,19 @@ def simulate(
             "--backend vllm with replicas of different sizes does not take --truncate "
             "(its calls truncated on one replica would not be checked against the fast fleet)"
         )
-    if spec.name == "unlimited-kv":
-        need = unlimited_kv_tokens(work, cfg)  # the same for every replica (one block size)
-        sizes = tuple(replace(e, kv_tokens=max(e.kv_tokens, need)) for e in sizes)
-        cfg = replace(cfg, engine=sizes[0])
-    # one bundle per token budget (a cold-start continuum prices a miss in chunks of it)
-    docs = {n: bundle_for(spec, cost, n) for n in {e.max_num_batched_tokens for e in sizes}}
-    plugin = any(doc is not None for doc in docs.values())
+    # one bundle for every replica, as each server loads the same file (each plugin prices
+    # a miss in steps of its own engine's budget)
+    doc = bundle_for(spec, cost)
     router = fleet_router(fleet, cost, seed=timing.seed, block_size=cfg.engine.block_size)
     with tempfile.TemporaryDirectory(prefix="ttlctl-vllmfleet-") as folder, quiet_vllm():
-        paths: dict[int, Path | None] = dict.fromkeys(docs)
-        for chunk, doc in docs.items():
-            if doc is not None:
-                paths[chunk] = Path(folder) / f"bundle-{chunk}.json"
-                bundle_mod.write(doc, Path(folder) / f"bundle-{chunk}.json")
-        built = [
-            build(e, async_scheduling=async_scheduling, bundle=paths[e.max_num_batched_tokens])
-            for e in sizes
-        ]
+        path = None
+        if doc is not None:
+            path = Path(folder) / "bundle.json"
+            bundle_mod.write(doc, path)
+        built = [build(e, async_scheduling=async_scheduling, bundle=path) for e in sizes]
         book = TokenBook(work, cfg, built[0].hasher)
         engines = [
-            VllmEngine(b, e, cost, book, plugin, async_scheduling)
+            VllmEngine(b, e, cost, book, doc is not None, async_scheduling)
             for b, e in zip(built, sizes, strict=True)
         ]
         schedulers: list[Engine] = list(engines)

@@ -58,7 +58,7 @@ def run(
         engine = cfg.engine
         kv = max(engine.kv_tokens, unlimited_kv_tokens(work, cfg))
         cfg = replace(cfg, engine=replace(engine, kv_tokens=kv))
-    doc = bundle_for(spec, cost, cfg.engine.max_num_batched_tokens)
+    doc = bundle_for(spec, cost)
     with tempfile.TemporaryDirectory(prefix="ttlctl-vllmsim-") as folder, quiet_vllm():
         path = None
         if doc is not None:

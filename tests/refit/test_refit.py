@@ -374,3 +374,26 @@ def test_refit_reads_a_gzipped_log_as_the_plain_one(tmp_path: Path) -> None:
         f"error: {packed}: truncated gzip data: the stream ends early"
     ]
     assert listing(served.parent) == before
+
+
+def test_the_tau_table_prices_a_miss_in_the_replayed_engines_budget(tmp_path: Path) -> None:
+    """The report's τ* of the served bundle is what the plugin on the replayed engine
+    decides: B in steps of that engine's ``--max-num-batched-tokens``, not the profile's."""
+    served = served_from(SAMPLE, tmp_path / "srv")
+    doc = bundle.read(served)
+    taus = {}
+    for budget in (64, 8192):
+        got = run("refit", SAMPLE, "--bundle", served, "--dry-run", "--json", "-",
+                  "--max-num-batched-tokens", str(budget))  # fmt: skip
+        assert got.exit_code == 0, got.output
+        report = json.loads(got.stdout)
+        assert report["replay"]["engine"]["max_num_batched_tokens"] == budget
+        policy = bundle.policy_from(doc, budget)
+        for row in report["tools"]:
+            want = [
+                policy.decide(row["tool"], c, offload=False, queue_delay_s=report["queue_delay_s"])
+                for c in report["contexts"]
+            ]
+            assert row["old"]["tau_s"] == [d.ttl_s for d in want], row["tool"]
+        taus[budget] = [row["old"]["tau_s"] for row in report["tools"]]
+    assert taus[64] != taus[8192]

@@ -22,6 +22,7 @@ from replay.scheduler import SimSchedulerConfig
 from replay.vllmsim.build import build, quiet_vllm
 from tests.vllmsim.drive import CREATED, PROFILE
 from ttlctl import bundle as bundle_mod
+from ttlctl.engine.scheduler import TTLMixin
 
 #: the budget the bundle's profile says it was measured with
 MEASURED = 2048
@@ -95,3 +96,30 @@ def test_the_simulator_prices_a_bundle_as_the_plugin(tmp_path: Path) -> None:
     ttl = policy.ttl  # type: ignore[attr-defined]
     assert ttl.rebuild_s(TOKENS, False) == sched.ttl.policy.rebuild_s(TOKENS, False)
     assert ttl.rebuild_s(TOKENS, False) == profile.rebuild_prefill_s(TOKENS, 64)
+
+
+def test_an_engine_without_its_budget_says_so_and_prices_in_the_profiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scheduler whose vLLM config cannot be read (no ``scheduler_config``) warns once
+    and prices a miss in the budget the bundle's profile was measured with."""
+    profile = _profile()
+    bundle = _bundle(tmp_path / "bundle.json", profile)
+    known = _scheduler(bundle, 64)
+    assert not [w for w in known.ttl_warnings if "max_num_batched_tokens" in w]
+    setup = TTLMixin._ttl_setup
+
+    def hidden(self: Any) -> None:
+        config = self.__dict__.pop("scheduler_config")
+        try:
+            setup(self)
+        finally:
+            self.scheduler_config = config
+
+    monkeypatch.setattr(TTLMixin, "_ttl_setup", hidden)
+    sched = _scheduler(bundle, 64)
+    warned = [w for w in sched.ttl_warnings if "max_num_batched_tokens" in w]
+    assert len(warned) == 1 and "unknown" in warned[0]
+    price = sched.ttl.policy.rebuild_s(TOKENS, False)
+    assert price == profile.rebuild_prefill_s(TOKENS, MEASURED)
+    assert price != known.ttl.policy.rebuild_s(TOKENS, False)

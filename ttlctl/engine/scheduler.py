@@ -116,6 +116,12 @@ class TTLMixin:
         # a miss is priced in steps of this engine's budget, not the profile's
         budget = getattr(getattr(self, "scheduler_config", None), "max_num_batched_tokens", None)
         chunk = budget if isinstance(budget, int) and budget > 0 else None
+        if chunk is None:
+            self._ttl_warn(
+                "ttlctl: the engine's max_num_batched_tokens is unknown (no "
+                "scheduler_config): a miss is priced in the budget the bundle's profile "
+                "was measured with"
+            )
         self.ttl_watcher = BundleWatcher.from_env(env, self._ttl_warn, self._ttl_info, chunk)
         self.ttl_bundle_series = BundleSeries()
         self.ttl_bundle_series.observe(self.ttl_watcher)

@@ -10,6 +10,7 @@ from profiles.cost import CostModel, rebuild_pricer
 from replay import figures
 from replay.figures import PolicyResult
 from replay.policies import BOUNDS, NAMES, PolicySpec, make
+from replay.scheduler import SimSchedulerConfig
 from replay.sim import Outcome, ReplayConfig, simulate
 from replay.workload import Workload, poisson_starts, retimed
 from ttlctl.errors import ConfigError
@@ -37,6 +38,17 @@ def unlimited_kv_tokens(workload: Workload, config: ReplayConfig) -> int:
     return (need // bs + 2 * len(workload.programs) + 16) * bs
 
 
+def sized_engine(
+    spec: PolicySpec, work: Workload, cfg: ReplayConfig, engine: SimSchedulerConfig
+) -> SimSchedulerConfig:
+    """``engine`` as ``spec`` runs on it: ``unlimited-kv`` widened to hold every program of
+    ``work`` at once (never narrowed), any other policy as it is. Every backend, one engine
+    or a fleet's replicas, sizes its engines here."""
+    if spec.name != "unlimited-kv":
+        return engine
+    return replace(engine, kv_tokens=max(engine.kv_tokens, unlimited_kv_tokens(work, cfg)))
+
+
 def simulate_one(
     workload: Workload,
     spec: PolicySpec,
@@ -49,13 +61,7 @@ def simulate_one(
     work = prepare(workload, timing)
     pauses = {(p.program_id, i): c.pause_s for p in work.programs for i, c in enumerate(p.calls)}
     cfg = replace(config, concurrency=timing.concurrency)
-    if spec.name == "unlimited-kv":
-        cfg = replace(
-            cfg,
-            engine=replace(
-                cfg.engine, kv_tokens=max(cfg.engine.kv_tokens, unlimited_kv_tokens(work, cfg))
-            ),
-        )
+    cfg = replace(cfg, engine=sized_engine(spec, work, cfg, cfg.engine))
 
     budget = cfg.engine.max_num_batched_tokens
     policy = make(spec, pauses, rebuild_pricer(cost, budget), budget)

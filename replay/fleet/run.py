@@ -25,7 +25,7 @@ from replay.fleet.routers import RouterSettings, make_router
 from replay.fleet.routers.base import Router
 from replay.fleet.routers.consistent_hash import worker_urls
 from replay.policies import BOUNDS, PolicySpec, make
-from replay.policy_runs import Load, prepare, unlimited_kv_tokens
+from replay.policy_runs import Load, prepare, sized_engine
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.workload import Workload
@@ -147,8 +147,7 @@ def replica_engines(
     engines = fleet.engines or (cfg.engine,) * fleet.replicas
     check_block_size(engines, cfg)
     if spec.name == "unlimited-kv":
-        need = unlimited_kv_tokens(work, cfg)  # the same for every replica (one block size)
-        engines = tuple(replace(e, kv_tokens=max(e.kv_tokens, need)) for e in engines)
+        engines = tuple(sized_engine(spec, work, cfg, e) for e in engines)
         cfg = replace(cfg, engine=engines[0])
     return engines, cfg
 

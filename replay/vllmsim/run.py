@@ -16,7 +16,7 @@ from pathlib import Path
 from profiles.cost import CostModel
 from replay.figures import PolicyResult, summarize
 from replay.policies import BOUNDS, PolicySpec
-from replay.policy_runs import Load, prepare, unlimited_kv_tokens
+from replay.policy_runs import Load, prepare, sized_engine
 from replay.sim import ReplayConfig
 from replay.vllmsim.backend import check, vllm_version
 from replay.vllmsim.build import build, quiet_vllm
@@ -54,10 +54,7 @@ def run(
     )
     work = prepare(workload, timing)
     cfg = replace(config, concurrency=timing.concurrency)
-    if spec.name == "unlimited-kv":
-        engine = cfg.engine
-        kv = max(engine.kv_tokens, unlimited_kv_tokens(work, cfg))
-        cfg = replace(cfg, engine=replace(engine, kv_tokens=kv))
+    cfg = replace(cfg, engine=sized_engine(spec, work, cfg, cfg.engine))
     doc = bundle_for(spec, cost)
     with tempfile.TemporaryDirectory(prefix="ttlctl-vllmsim-") as folder, quiet_vllm():
         path = None

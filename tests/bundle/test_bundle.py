@@ -291,3 +291,32 @@ def test_bundle_build_says_a_bad_knob_in_one_line(fit_doc: dict[str, Any], tmp_p
     (line,) = res.stderr.strip().splitlines()
     assert line.startswith("error: --valve must be one of ") and line.endswith("got 'sideways'")
     assert not out.exists()
+
+
+def test_query_and_inspect_price_a_miss_in_the_serving_engines_budget(bundle_file: Path) -> None:
+    """``--max-num-batched-tokens`` answers as an engine of that budget decides (the
+    plugin's policy at that budget); without it, the profile's measured budget."""
+    doc = bundle.read(bundle_file)
+    runner = CliRunner()
+    query = ["bundle", "query", str(bundle_file), "--tool", "grep", "--context-tokens", "32000"]
+    answers = {}
+    for budget in (None, 256, 8192):
+        extra = [] if budget is None else ["--max-num-batched-tokens", str(budget)]
+        res = runner.invoke(app, [*query, *extra])
+        assert res.exit_code == 0, res.output
+        answers[budget] = json.loads(res.stdout)
+        want = bundle.policy_from(doc, budget).decide("grep", 32000).to_json()
+        assert answers[budget] == pytest.approx(want)
+    # a smaller budget takes more steps (each with its fixed cost): a dearer miss
+    assert answers[256]["benefit_s"] > answers[8192]["benefit_s"]
+    assert answers[None] != answers[256]
+    res = runner.invoke(app, [*query, "--max-num-batched-tokens", "0"])
+    assert res.exit_code == 2 and "--max-num-batched-tokens" in res.output
+    shown = {}
+    for budget in ("256", "8192"):
+        res = runner.invoke(
+            app, ["bundle", "inspect", str(bundle_file), "--max-num-batched-tokens", budget]
+        )
+        assert res.exit_code == 0, res.output
+        shown[budget] = res.output
+    assert shown["256"] != shown["8192"]

@@ -15,7 +15,7 @@ from profiles import schema as profile_schema
 from ttlctl import bundle, bundle_history, hints, router_flags
 from ttlctl.cli import render
 from ttlctl.cli.kit import UserError, check_outputs, err, out, print_warning, user_errors
-from ttlctl.cli.options import FitFile, Profile, QueueDelay
+from ttlctl.cli.options import EngineBudget, FitFile, Profile, QueueDelay
 
 app = typer.Typer(
     help="Build, inspect, verify, query and roll back policy bundles.", no_args_is_help=True
@@ -83,11 +83,12 @@ def inspect(
     path: Annotated[Path, typer.Argument(help="Bundle to show.")],
     queue_delay: QueueDelay = 0.0,
     offload: Annotated[bool, typer.Option(help="Price a miss as a reload, not a prefill.")] = False,
+    max_num_batched_tokens: EngineBudget = None,
 ) -> None:
     """A readable table: tools, samples, median, p90, and τ* at 1k/8k/32k/128k tokens."""
     with user_errors():
         doc = bundle.read(path)
-        policy = bundle.policy_from(doc)
+        policy = bundle.policy_from(doc, max_num_batched_tokens)
     render.bundle_table(out, doc, policy, CONTEXTS, queue_delay, offload)
 
 
@@ -124,6 +125,7 @@ def query(
             help="With --as: exit 2 instead of warning when the engine's clamp changes τ*.",
         ),
     ] = False,
+    max_num_batched_tokens: EngineBudget = None,
 ) -> None:
     """Print {"ttl_s", "source", "benefit_s"}: how long to keep this request's KV."""
     if as_engine == "vllm-router":
@@ -146,7 +148,7 @@ def query(
         if as_engine is not None:
             hints.shape(as_engine, 0.0)  # an engine without a hint shape: refused, one line
         doc = bundle.read(path)
-        policy = bundle.policy_from(doc)
+        policy = bundle.policy_from(doc, max_num_batched_tokens)
         decision = policy.decide(tool, context_tokens, offload=offload, queue_delay_s=queue_delay)
         answer = decision.to_json() if as_engine is None else hints.shape(as_engine, decision.ttl_s)
         note = None if as_engine is None else hints.clamped(as_engine, decision.ttl_s)

@@ -178,6 +178,16 @@ MaxNumBatchedTokens = Annotated[
         help="Token budget per step (vLLM's --max-num-batched-tokens).",
     ),
 ]
+EngineBudget = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-batched-tokens",
+        min=1,
+        help="The serving engine's token budget per step (vLLM's --max-num-batched-tokens): "
+        "a miss is priced in steps of it, as the engine plugin prices it; default: the "
+        "budget the bundle's profile was measured with.",
+    ),
+]
 MaxNumSeqs = Annotated[
     int,
     typer.Option(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import statistics
 from pathlib import Path
 
 import pytest
@@ -105,7 +104,10 @@ def test_prefill_is_timed_step_by_step_and_chunked(measured: tuple[Profile, Call
 def test_prefill_grows_with_context(measured: tuple[Profile, Calls]) -> None:
     profile, _ = measured
     secs = [s for _, s in profile.prefill.points]
-    assert statistics.median(secs[-2:]) > statistics.median(secs[:2])
+    # the longest context (2,047 tokens in four steps) against the shortest (128 in one):
+    # the widest gap the grid has, so a busy machine's noise does not invert it (the
+    # medians of the two shortest and two longest once did, at a load of 3 on 2 cores)
+    assert secs[-1] > secs[0]
     priced = [profile.rebuild_prefill_s(c, BUDGET) for c in GRID]
     assert all(x < y for x, y in itertools.pairwise(priced))
     pre = profile.prefill

@@ -48,20 +48,24 @@ class PromptTree:
 
     def insert(self, prompt: Runs, worker: int, program: str | None = None) -> None:
         runs = self._runs
+        tokens = 0  # the prompt's, counted as its runs are taught
         if program is not None:
             known = self._last_prompt.get(program)
             same = self._last_worker.get(program) == worker
             self._last_worker[program] = worker
             self._last_prompt[program] = prompt
-            self._last_tokens[program] = sum(n for _, n in prompt)
             if same and known is not None and prompt[: len(known)] == known:
+                tokens = self._last_tokens[program]
                 prompt = prompt[len(known) :]
         for cid, n in prompt:
+            tokens += n
             held = runs.get(cid)
             if held is None:
                 runs[cid] = {worker: n}
             elif held.get(worker, 0) < n:
                 held[worker] = n
+        if program is not None:
+            self._last_tokens[program] = tokens
 
     def longest_match(self, prompt: Runs, program: str | None = None) -> tuple[int, int]:
         """(tokens matched, worker) of the worker sharing the longest prefix (the lowest

@@ -229,7 +229,7 @@ class SimScheduler:
 
     def expire_pins(self, now: float) -> None:
         """A step starts: pins whose time is up go, unless their program's call waits."""
-        if self.pinning is not None:  # as the plugin's schedule() does, every step
+        if self.pinning is not None and self._pins is not None and self._pins.any_due(now):
             self.pinning.step_starts(now, self.waiting_programs.__contains__)
 
     def next_expiry(self) -> float:

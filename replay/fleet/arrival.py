@@ -17,18 +17,20 @@ def arrive(
     at: float,
     sent: float,
     routed_call: RoutedCall,
-    info: CallRoute,
+    previous: int | None,
+    previous_pin_expiry: float | None,
 ) -> None:
-    """The program's next call, sent at ``sent`` (``routed_call`` as the router saw it,
-    routed as ``info`` says), reaches ``rep``'s scheduler at ``at``."""
+    """The program's next call, sent at ``sent`` (``routed_call`` as the router saw it;
+    ``previous``: the replica of its program's previous call, whose pin expired at
+    ``previous_pin_expiry``), reaches ``rep``'s scheduler at ``at``."""
     books = fleet.books
     config = rep.config
     pid = run.program.program_id
     turn = run.next_turn
-    info.delivered = at
     call, clipped = fits_engine(run.program.calls[turn], config)
     if call is None:
         # the engine refuses it (longer than the model or the cache): the agent stops
+        books.routes[(pid, turn)] = CallRoute(rep.index, previous, previous_pin_expiry, False, at)
         books.rejected += len(run.program.calls) - turn
         run.cut_short = True
         fleet.view.done(rep.index, routed_call)
@@ -63,5 +65,9 @@ def arrive(
     fleet.streams.held(pid, rep.index, turn)
     books.rid = rid + 1
     rep.engine.add(req, at)  # expires due pins first, then parks the program's own
-    if info.previous_pin_expiry is not None and info.previous == rep.index:
-        info.pin_held = rep.pin_expiry(pid) is not None
+    held = (
+        previous_pin_expiry is not None
+        and previous == rep.index
+        and rep.pin_expiry(pid) is not None
+    )
+    books.routes[(pid, turn)] = CallRoute(rep.index, previous, previous_pin_expiry, held, at)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from replay.fleet.routers.base import RoutedCall
 from replay.sim import ProgramRun, SimCallRecord
 
 
-@dataclass(slots=True)
-class CallRoute:
+class CallRoute(NamedTuple):
     """Where one call went, and what had become of its program's previous call's pin
-    (the miss reasons and the wasted pins are read from these)."""
+    (the miss reasons and the wasted pins are read from these). Made once the call
+    reached its replica's scheduler; a tuple of numbers, so the garbage collector stops
+    tracking it (a replay keeps one per call)."""
 
     replica: int
     #: the replica of the program's previous call (None: a first call)
@@ -20,9 +22,9 @@ class CallRoute:
     previous_pin_expiry: float | None
     #: that pin was still held once this call reached the same replica's scheduler
     #: (after the pins due then expired)
-    pin_held: bool = False
+    pin_held: bool
     #: when the call reached its replica's scheduler
-    delivered: float | None = None
+    delivered: float
 
 
 @dataclass(slots=True)
@@ -32,7 +34,7 @@ class Books:
     #: the finished calls, in finish order, and the replica of each
     records: list[SimCallRecord] = field(default_factory=list)
     call_replicas: list[int] = field(default_factory=list)
-    #: (program, turn) -> where it went
+    #: (program, turn) -> where it went (once it reached its replica's scheduler)
     routes: dict[tuple[str, int], CallRoute] = field(default_factory=dict)
     #: request id -> its program's run and the call as the router saw it
     routed: dict[int, tuple[ProgramRun, RoutedCall]] = field(default_factory=dict)

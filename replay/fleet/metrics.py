@@ -104,7 +104,7 @@ def miss_reasons(outcome: FleetOutcome, workload: Workload) -> MissReasons:
             reason = "never_pinned"
         elif route.pin_held:
             reason = "evicted"
-        elif route.delivered is not None and route.delivered >= route.previous_pin_expiry:
+        elif route.delivered >= route.previous_pin_expiry:
             reason = "expired"
         else:
             reason = "released_by_valve"

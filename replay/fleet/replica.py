@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from replay.fleet.books import CallRoute
 from replay.fleet.engine import Engine
 from replay.fleet.routers.base import RoutedCall
 from replay.request import SimRequest
@@ -27,8 +26,11 @@ class Replica:
     #: True while a step runs (calls routed to it wait for its end)
     busy: bool = False
     #: the calls routed to it since its last boundary: each program's run, its send time,
-    #: the call as the router saw it and its route
-    inbox: list[tuple[ProgramRun, float, RoutedCall, CallRoute]] = field(default_factory=list)
+    #: the call as the router saw it, the replica of its program's previous call and that
+    #: call's pin expiry (see :class:`~replay.fleet.books.CallRoute`)
+    inbox: list[tuple[ProgramRun, float, RoutedCall, int | None, float | None]] = field(
+        default_factory=list
+    )
     #: the requests the running step finishes at its end (applied then, not before: the
     #: router sees a response end when it ends)
     pending: list[SimRequest] = field(default_factory=list)

@@ -4,7 +4,6 @@ Program scheduling's request pool) sends them later: :func:`release`."""
 
 from __future__ import annotations
 
-from replay.fleet.books import CallRoute
 from replay.fleet.parts import Fleet
 from replay.fleet.routers.base import HOLD, RoutedCall
 from replay.fleet.stepping import run_deferred
@@ -75,7 +74,6 @@ def dispatch(
     expiry = books.last_pin.pop(pid, None)
     if expiry is not None and previous != target:
         books.pins_wasted += 1
-    info = books.routes[(pid, call.turn)] = CallRoute(target, previous, expiry)
     view.sent(target, call)
     rep = replicas[target]
     if rep.deferred_from is not None:
@@ -83,7 +81,7 @@ def dispatch(
         # stops before its next arrival)
         horizon = rep.deferred_horizon
         run_deferred(fleet, rep, now if now < horizon else horizon)
-    rep.inbox.append((run, sent, call, info))
+    rep.inbox.append((run, sent, call, previous, expiry))
     if not rep.busy:
         wake = rep.wake
         if wake is None or wake > now:

@@ -83,10 +83,10 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
     rep.wake = None
     inbox = rep.inbox
     if inbox:
-        for run, sent, call, info in inbox:
+        for run, sent, call, previous, expiry in inbox:
             engine.tick(now)
             # pins expire first, as vLLM's add_request does
-            arrive(fleet, rep, run, now, sent, call, info)
+            arrive(fleet, rep, run, now, sent, call, previous, expiry)
         inbox.clear()
     if sends and sends[0][0] <= now:
         # a call refused on arrival ended its program and started the next one now:

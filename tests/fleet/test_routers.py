@@ -122,7 +122,8 @@ def test_cache_aware_follows_the_longest_match_above_the_threshold():
 def test_cache_aware_tree_skipping_a_known_prefix_learns_what_a_full_insert_does():
     # each program's prompts grow, get cut back and move between workers; the tree that
     # skips the runs of the program's previous prompt (same worker) must equal the tree
-    # that inserts every run, and match alike
+    # that inserts every run, and match alike, also when the match skips the runs of the
+    # program's last prompt (runs of no tokens included: an empty output's)
     rng = np.random.default_rng(7)
     skipping, full = PromptTree(), PromptTree()
     prompts: dict[str, Runs] = {}
@@ -133,10 +134,12 @@ def test_cache_aware_tree_skipping_a_known_prefix_learns_what_a_full_insert_does
         if rng.random() < 0.2:
             prompt = truncated(prompt, int(rng.integers(1, tokens(prompt) + 1)))
         cid += 1
-        prompt = (*prompt, (cid, int(rng.integers(1, 40))))
+        prompt = (*prompt, (cid, int(rng.integers(0, 40))))
         prompts[program] = prompt
         worker = int(rng.integers(3))
-        assert skipping.longest_match(prompt) == full.longest_match(prompt)
+        walked = full.longest_match(prompt)
+        assert skipping.longest_match(prompt) == walked
+        assert skipping.longest_match(prompt, program) == walked
         skipping.insert(prompt, worker, program)
         full.insert(prompt, worker)
     assert skipping._runs == full._runs

@@ -106,6 +106,11 @@ class PinTable:
                 out.append(pin)
         return out
 
+    def any_due(self, now: float) -> bool:
+        """Whether :meth:`due` may find a pin at ``now`` (its earliest entry is due)."""
+        heap = self._heap
+        return bool(heap) and heap[0][0] <= now
+
     def park(self, pin: Pin) -> None:
         """A pin whose program's next call waits stays: off the heap until :meth:`unpark`
         (its heap entry, if not yet popped, goes stale: the pin takes a new number)."""

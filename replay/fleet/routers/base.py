@@ -17,15 +17,14 @@ each routing, each response end and at the times it asks to be woken.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from replay.fleet.prompts import Runs
 
 
-@dataclass(frozen=True, slots=True)
-class RoutedCall:
-    """One call as the router receives it."""
+class RoutedCall(NamedTuple):
+    """One call as the router receives it (a tuple: one is made per call, cheaply, and
+    the garbage collector stops tracking it)."""
 
     program: str
     turn: int

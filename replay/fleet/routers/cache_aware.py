@@ -39,41 +39,67 @@ class PromptTree:
     ``{run: {worker: tokens}}`` is a prefix tree folded by its edges."""
 
     _runs: dict[Hashable, dict[int, int]] = field(default_factory=dict)
-    #: program -> the worker and the prompt of its last insert: the tree only grows, so a
-    #: prompt that starts with that one, sent to the same worker, adds nothing for those runs
+    #: program -> the worker and the prompt of its last insert, and that prompt's tokens:
+    #: the tree only grows, so that worker holds every run of that prompt in full (a
+    #: prompt that starts with it, sent to the same worker, adds nothing for those runs)
     _last_worker: dict[str, int] = field(default_factory=dict)
     _last_prompt: dict[str, Runs] = field(default_factory=dict)
+    _last_tokens: dict[str, int] = field(default_factory=dict)
 
     def insert(self, prompt: Runs, worker: int, program: str | None = None) -> None:
         runs = self._runs
+        tokens = 0  # the prompt's, counted as its runs are taught
         if program is not None:
             known = self._last_prompt.get(program)
             same = self._last_worker.get(program) == worker
             self._last_worker[program] = worker
             self._last_prompt[program] = prompt
             if same and known is not None and prompt[: len(known)] == known:
+                tokens = self._last_tokens[program]
                 prompt = prompt[len(known) :]
         for cid, n in prompt:
+            tokens += n
             held = runs.get(cid)
             if held is None:
                 runs[cid] = {worker: n}
             elif held.get(worker, 0) < n:
                 held[worker] = n
+        if program is not None:
+            self._last_tokens[program] = tokens
 
-    def longest_match(self, prompt: Runs) -> tuple[int, int]:
+    def longest_match(self, prompt: Runs, program: str | None = None) -> tuple[int, int]:
         """(tokens matched, worker) of the worker sharing the longest prefix (the lowest
-        index of those tied); (0, -1) when none shares any."""
+        index of those tied); (0, -1) when none shares any. Given the prompt's
+        ``program``, the runs it repeats of the program's last prompt are not walked
+        once only that prompt's worker still matches: that worker holds them in full."""
         runs = self._runs
+        # the program's last prompt, if this one starts with it: (its length, worker, tokens)
+        known_runs, own, own_tokens = 0, -1, 0
+        if program is not None:
+            known = self._last_prompt.get(program)
+            if known is not None and prompt[: len(known)] == known:
+                known_runs = len(known)
+                own, own_tokens = self._last_worker[program], self._last_tokens[program]
         best, best_worker = 0, -1
         # the workers that held every run so far in full: each has matched ``so_far``
         alive: list[int] | None = None  # None: every worker (the first run)
         so_far = 0
-        for cid, n in prompt:
+        i, length = 0, len(prompt)
+        while i < length:
+            cid, n = prompt[i]
+            i += 1
             held = runs.get(cid)
             if not held:
                 break
             if alive is not None and len(alive) == 1:
                 worker = alive[0]
+                if worker == own and i <= known_runs:
+                    # the rest of the last prompt: ``own`` matches it all, run by run
+                    got = own_tokens
+                    if got > best or (got == best and worker < best_worker):
+                        best, best_worker = got, worker
+                    so_far, i = own_tokens, known_runs
+                    continue
                 m = held.get(worker)
                 if m is None:
                     break
@@ -117,7 +143,7 @@ class CacheAware(Stateless):
         if self.imbalanced(view):
             worker = least_loaded(view)
         else:
-            matched, tenant = self.tree.longest_match(call.prompt)
+            matched, tenant = self.tree.longest_match(call.prompt, call.program)
             rate = matched / call.prompt_tokens if call.prompt_tokens else 0.0
             worker = tenant if rate > self.cache_threshold else least_loaded(view)
         self.tree.insert(call.prompt, worker, call.program)

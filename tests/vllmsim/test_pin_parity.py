@@ -30,7 +30,7 @@ from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, simulate_one
-from replay.scheduler import SimSchedulerConfig
+from replay.scheduler import SimScheduler, SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.vllmsim.run import run
 from replay.workload import AgentProgram, Call, Workload
@@ -120,6 +120,15 @@ class Log:
                 log.errors.append(f"at {now}: {program} pin made={made}, over the cap={over}")
             return made
 
+        expire_pins = SimScheduler.expire_pins
+
+        def _expire_pins(self: SimScheduler, now: float) -> None:
+            # a step starts: the simulator enters the rules' expiry only when a pin is due,
+            # the plugin at every schedule(); the valve's releases in the step happen now
+            log.now = now
+            expire_pins(self, now)
+
+        monkeypatch.setattr(SimScheduler, "expire_pins", _expire_pins)
         for name, f in [
             ("arrive", _arrive),
             ("expire", _expire),

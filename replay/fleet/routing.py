@@ -24,10 +24,7 @@ def route(fleet: Fleet, run: ProgramRun, sent: float) -> None:
         None if logged is None else logged.get((pid, turn)),
     )
     target = fleet.router.route(call, fleet.view, sent)
-    if fleet.holding is None:
-        dispatch(fleet, run, sent, call, target, sent)
-        return
-    if target == HOLD:
+    if target == HOLD and fleet.holding is not None:
         fleet.held[pid] = (run, sent, call)
     else:
         dispatch(fleet, run, sent, call, target, sent)

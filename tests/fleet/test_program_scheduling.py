@@ -11,7 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,41 +37,9 @@ from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.synth import synth
 from replay.workload import Workload, from_frame
+from tests.fleet.views import waiting
 from ttlctl import router_flags
 from ttlctl.errors import ConfigError
-
-
-@dataclass
-class View:
-    """A hand-made fleet as this router sees it: each engine's waiting count."""
-
-    waiting: list[int]
-    in_flight: list[int] = field(default_factory=list)
-
-    @property
-    def replicas(self) -> int:
-        return len(self.waiting)
-
-    def load(self, replica: int) -> int:
-        return 0
-
-    def loads(self) -> list[int]:
-        return [0] * self.replicas
-
-    def load_tokens(self, replica: int) -> int:
-        return 0
-
-    def cached_tokens(self, replica: int, call: RoutedCall) -> int:
-        return 0
-
-    def previous_replica(self, program: str) -> int | None:
-        return None
-
-    def waiting_requests(self, replica: int) -> int:
-        return self.waiting[replica]
-
-    def output_started(self, call: RoutedCall, now: float) -> bool:
-        return False
 
 
 def call(program: str, prompt_tokens: int = 500, turn: int = 0) -> RoutedCall:
@@ -127,19 +95,19 @@ def test_the_cache_miss_impact_is_the_routers() -> None:
 
 def test_a_new_program_binds_by_consistent_hash_as_the_policy_does() -> None:
     r, ring = router(4, admission_waiting_request_threshold=0), ConsistentHash(4)
-    view = View([0, 0, 0, 0])
+    view = waiting([0, 0, 0, 0])
     for i in range(20):
         assert r.route(call(f"p{i}"), view, 0.0) == ring.owner(f"p{i}")
 
 
 def test_program_round_robin_binding_cycles() -> None:
     r = router(3, binding_strategy="program_round_robin", admission_waiting_request_threshold=0)
-    view = View([0, 0, 0])
+    view = waiting([0, 0, 0])
     assert [r.route(call(f"p{i}"), view, 0.0) for i in range(5)] == [0, 1, 2, 0, 1]
 
 
 def test_the_waiting_gate_retains_a_call_until_a_poll_sees_the_engine_drained() -> None:
-    r, view = router(1), View([1])  # threshold 1: one waiting request closes the rank
+    r, view = router(1), waiting([1])  # threshold 1: one waiting request closes the rank
     assert r.route(call("a"), view, 0.2) == HOLD
     assert r.next_wake(0.2) == 1.0  # the next metrics poll
     view.waiting[0] = 0
@@ -151,7 +119,7 @@ def test_the_waiting_gate_retains_a_call_until_a_poll_sees_the_engine_drained() 
 
 
 def test_force_resume_passes_every_gate_after_its_timeout() -> None:
-    r, view = router(1, force_resume_timeout_seconds=5.0), View([3])
+    r, view = router(1, force_resume_timeout_seconds=5.0), waiting([3])
     assert r.route(call("a"), view, 0.0) == HOLD
     assert r.next_wake(4.5) == 5.0
     r.tick(4.0, view)
@@ -168,7 +136,7 @@ def test_an_acting_program_continues_and_others_wait_for_its_ttl() -> None:
     # miss costs more (40k tokens: 17 s at the router's reference coefficients)
     r = router(1, max_active_programs_per_target=1, stats_window_size=2,
                admission_waiting_request_threshold=0)  # fmt: skip
-    view = View([0])
+    view = waiting([0])
     assert r.route(call("a", LONG, turn=0), view, 0.0) == 0
     r.completed(0, call("a", LONG, turn=0), 1.0)  # TTL 0 (no intervals yet): paused at once
     assert r.route(call("b", LONG), view, 1.5) == 0  # the rank is free
@@ -193,7 +161,7 @@ def test_an_acting_program_continues_and_others_wait_for_its_ttl() -> None:
 def test_token_capacity_admits_what_fits_under_the_low_watermark() -> None:
     r = router(1, token_capacity_per_target=1_000, decode_buffer_tokens=100,
                admission_waiting_request_threshold=0)  # fmt: skip
-    view = View([0])
+    view = waiting([0])
     assert r.route(call("a", 450), view, 0.0) == 0  # 550 of 1000
     assert r.route(call("b", 450), view, 0.0) == HOLD  # 550 + 550 > 1000
     assert r.route(call("c", 300), view, 0.0) == 0  # 550 + 400 fits: no head-of-line block
@@ -205,7 +173,7 @@ def test_token_capacity_admits_what_fits_under_the_low_watermark() -> None:
 def test_resume_order(order: str, first: str) -> None:
     r = router(1, resume_order=order, max_active_programs_per_target=1,
                admission_waiting_request_threshold=0)  # fmt: skip
-    view = View([0])
+    view = waiting([0])
     assert r.route(call("b"), view, 0.0) == 0
     r.completed(0, call("b"), 1.0)
     assert r.route(call("a"), view, 1.0) == 0
@@ -218,7 +186,7 @@ def test_resume_order(order: str, first: str) -> None:
 
 
 def test_binding_only_never_retains() -> None:
-    r, view = router(2, binding_only=True), View([5, 5])
+    r, view = router(2, binding_only=True), waiting([5, 5])
     assert all(r.route(call(f"p{i}"), view, 0.0) != HOLD for i in range(10))
 
 

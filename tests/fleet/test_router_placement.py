@@ -21,6 +21,7 @@ import pytest
 from replay.fleet.routers import RouterSettings, make_router
 from replay.fleet.routers.base import RoutedCall
 from replay.fleet.routers.consistent_hash import ConsistentHash
+from tests.fleet.views import idle
 from tests.http_stub import serving
 from tests.router_bin import router_or_skip
 from ttlctl.server import router
@@ -115,7 +116,7 @@ def test_the_model_places_each_session_where_the_real_router_does(
     assert sorted(live) == sorted(SESSIONS)  # every session reached exactly one worker
     assert sum(len(s) for s in seen) == 2 * len(SESSIONS)
     model = make_router(RouterSettings(policy), 3, seed=0, block_size=16, worker_urls=urls)
-    view = _Idle(3)
+    view = idle(3)
     placed = {}
     for session in SESSIONS:
         placed[session] = model.route(RoutedCall(session, 0, ((1, 3),), 3), view, 0.0)
@@ -125,34 +126,6 @@ def test_the_model_places_each_session_where_the_real_router_does(
     default = ConsistentHash(3)
     if policy == "consistent_hash":
         assert any(default.owner(s) != live[s] for s in SESSIONS)
-
-
-class _Idle:
-    """A fleet view with nothing in flight (the requests are sent one at a time)."""
-
-    def __init__(self, replicas: int) -> None:
-        self.replicas = replicas
-
-    def load(self, replica: int) -> int:
-        return 0
-
-    def loads(self) -> list[int]:
-        return [0] * self.replicas
-
-    def load_tokens(self, replica: int) -> int:
-        return 0
-
-    def cached_tokens(self, replica: int, call: RoutedCall) -> int:
-        return 0
-
-    def previous_replica(self, program: str) -> int | None:
-        return None
-
-    def waiting_requests(self, replica: int) -> int:
-        return 0
-
-    def output_started(self, call: RoutedCall, now: float) -> bool:
-        return False
 
 
 def test_round_robin_follows_the_worker_order_the_real_router_logs(tmp_path: Path) -> None:
@@ -173,7 +146,7 @@ def test_round_robin_follows_the_worker_order_the_real_router_logs(tmp_path: Pat
         assert order is not None and sorted(order) == sorted(urls), log[-2000:]
         live = {s: urls[r] for r, sessions in enumerate(seen) for s in sessions}
         model = make_router(RouterSettings("round_robin"), 3, seed=0, block_size=16)
-        view = _Idle(3)
+        view = idle(3)
         placed = {
             f"s{i}": order[model.route(RoutedCall(f"s{i}", 0, ((1, 3),), 3), view, 0.0)]
             for i in range(7)

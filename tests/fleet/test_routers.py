@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pytest
 
@@ -20,41 +18,8 @@ from replay.fleet.routers.power_of_two import PowerOfTwo
 from replay.fleet.routers.round_robin import RoundRobin
 from replay.fleet.routers.sticky_least_loaded import StickyLeastLoaded
 from replay.fleet.run import FleetSpec
+from tests.fleet.views import View
 from ttlctl.errors import ConfigError
-
-
-@dataclass
-class View:
-    """A hand-made fleet: loads, prompt tokens in flight, cached tokens, previous replica."""
-
-    in_flight: list[int]
-    tokens_in_flight: list[int] | None = None
-    cached: dict[int, int] = field(default_factory=dict)
-    previous: dict[str, int] = field(default_factory=dict)
-    #: the programs whose call in flight has streamed its first output
-    started: set[str] = field(default_factory=set)
-
-    @property
-    def replicas(self) -> int:
-        return len(self.in_flight)
-
-    def load(self, replica: int) -> int:
-        return self.in_flight[replica]
-
-    def loads(self) -> list[int]:
-        return self.in_flight
-
-    def load_tokens(self, replica: int) -> int:
-        return (self.tokens_in_flight or [0] * self.replicas)[replica]
-
-    def cached_tokens(self, replica: int, call: RoutedCall) -> int:
-        return self.cached.get(replica, 0)
-
-    def previous_replica(self, program: str) -> int | None:
-        return self.previous.get(program)
-
-    def output_started(self, call: RoutedCall, now: float) -> bool:
-        return call.program in self.started
 
 
 def call(program: str, prompt: Runs, turn: int = 0) -> RoutedCall:

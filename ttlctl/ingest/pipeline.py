@@ -27,6 +27,7 @@ from ttlctl.ingest.reader import (
     streaming,
 )
 from ttlctl.ingest.rejects import IngestError, RejectSink
+from ttlctl.ingest.spool import spooled
 from ttlctl.jsonio import replacing
 from ttlctl.trace import io as trace_io
 from ttlctl.trace.columns import SOURCE_COLUMNS, SOURCE_FILE, SOURCE_RECORD, conform
@@ -123,7 +124,9 @@ def ingest(
     nothing is written. With it, bad records go to ``<output>.rejects.jsonl``.
     Nothing to write (no calls, or every record rejected) is an :class:`IngestError`
     too, and nothing is written, unless ``allow_empty``. The trace and the rejects
-    file each appear whole, and only when the run succeeds.
+    file each appear whole, and only when the run succeeds. Large gzip data is
+    decompressed to temporary files next to ``output`` (:mod:`ttlctl.ingest.spool`),
+    removed before this returns or raises.
     """
     paths = list(paths)
     files, skipped = expand(paths)
@@ -135,13 +138,14 @@ def ingest(
     rejects_path = rejects_path_for(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
+        stack.enter_context(spooled(output.parent))  # left last: the frames scan its files
         stream = None
         if skip_bad:
             stream = stack.enter_context(replacing(rejects_path)).open("w", encoding="utf-8")
             stack.callback(stream.close)  # closed before replacing() renames it
         sink = RejectSink(skip_bad=skip_bad, stream=stream)
         parsed: list[tuple[Parsed, bool]] = []
-        total_bytes = 0
+        recognised: list[Path] = []
         groups: dict[str, tuple[GroupReader, list[FileReport]]] = {}
         for index, path in enumerate(files):
             if progress is not None:
@@ -151,7 +155,7 @@ def ingest(
                 sink.reject(path, None, _unrecognised(path))
                 report.files.append(FileReport(str(path), "unrecognised", 1))
                 continue
-            total_bytes += size(path)  # decompressed
+            recognised.append(path)
             if isinstance(reader, GroupReader):  # read with the others of its format, below
                 entry = FileReport(str(path), reader.name, None)
                 groups.setdefault(reader.name, (reader, []))[1].append(entry)
@@ -174,7 +178,8 @@ def ingest(
         if progress is not None:
             progress(files[-1], len(files), len(files))
 
-        report.streamed = streaming(total_bytes)
+        # decompressed: exact for the gzip files read by now, which counted their data
+        report.streamed = streaming(sum(size(path) for path in recognised))
         read_rejects = sink.count
         refuse = None if allow_empty else _refuse_empty(paths, sink)
         rows, rejected_rows = _validate_and_write(

@@ -12,17 +12,17 @@ Compressed logs: every reader reads its file's bytes through this module
 whatever the file's name), so any format reads ``NAME.gz`` as it reads ``NAME``. What
 a reader takes from the file's name (a suffix, a program id from the stem) it takes from
 :func:`logical`, the name less ``.gz``; the rows and rejects name the file as given.
-Damaged gzip data (a truncated or corrupt file) is a bad file, named with why.
+Damaged gzip data (a truncated or corrupt file) is a bad file, named with why. During an
+ingest, gzip data that decompresses to more than the streaming threshold is decompressed
+to a temporary file that polars scans out of core (:mod:`ttlctl.ingest.spool`).
 """
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import math
 import os
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +32,8 @@ from typing import IO, Any, Protocol, runtime_checkable
 import polars as pl
 
 from ttlctl.ingest.rejects import RejectSink
+from ttlctl.ingest.spool import GzipDamage as GzipDamage  # raised by the readers' helpers
+from ttlctl.ingest.spool import active, chunks
 from ttlctl.trace.columns import REASON, SOURCE_FILE, SOURCE_RECORD, all_columns
 
 #: Bytes read from the start of a file to detect its format.
@@ -41,15 +43,19 @@ GZIP_MAGIC = b"\x1f\x8b"
 #: The suffix of a gzip file's name that :func:`logical` drops.
 GZIP_SUFFIX = ".gz"
 
-#: Above this many input bytes, canonical inputs are scanned and checked by polars'
-#: streaming engine instead of in memory (override with TTLCTL_STREAMING_BYTES).
+#: Above this many input bytes (decompressed), canonical inputs are scanned and checked by
+#: polars' streaming engine instead of in memory (override with TTLCTL_STREAMING_BYTES).
 DEFAULT_STREAMING_BYTES = 2 * 1024**3
 
 
+def streaming_limit() -> int:
+    """The streaming threshold in bytes (TTLCTL_STREAMING_BYTES, else the default)."""
+    return int(os.environ.get("TTLCTL_STREAMING_BYTES", DEFAULT_STREAMING_BYTES))
+
+
 def streaming(size_bytes: int) -> bool:
-    """Whether an input of this size is processed out of core."""
-    limit = int(os.environ.get("TTLCTL_STREAMING_BYTES", DEFAULT_STREAMING_BYTES))
-    return size_bytes > limit
+    """Whether an input of this size (decompressed) is processed out of core."""
+    return size_bytes > streaming_limit()
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +126,6 @@ class RecordError(ValueError):
 # ---------------------------------------------------------------- raw input
 
 
-class GzipDamage(ValueError):
-    """Gzip data that does not decompress whole; the message says why (one line)."""
-
-
 def is_gzip(path: Path) -> bool:
     """Whether the file holds gzip data (its magic bytes), whatever its name."""
     with path.open("rb") as fh:
@@ -142,29 +144,38 @@ def logical(path: Path) -> Path:
 def read_bytes(path: Path) -> bytes:
     """The file's bytes, decompressed when it holds gzip data; :class:`GzipDamage` when
     that data is truncated or corrupt."""
-    data = path.read_bytes()
-    if not data.startswith(GZIP_MAGIC):
-        return data
-    try:
-        return gzip.decompress(data)
-    except EOFError:
-        raise GzipDamage("truncated gzip data: the stream ends early") from None
-    except (OSError, zlib.error) as exc:
-        raise GzipDamage(f"corrupt gzip data: {exc}") from None
+    if not is_gzip(path):
+        return path.read_bytes()
+    data = b"".join(chunks(path))
+    spool = active()
+    if spool is not None:
+        spool.sizes[path] = len(data)
+    return data
 
 
 def source(path: Path) -> Path | IO[bytes]:
-    """What polars reads the file from: its path, or its decompressed bytes for gzip data
-    (:class:`GzipDamage` when they are damaged)."""
-    return io.BytesIO(read_bytes(path)) if is_gzip(path) else path
+    """What polars reads the file from: its path; for gzip data, its decompressed bytes,
+    or during an ingest, when they are more than the streaming threshold, the path of a
+    temporary file holding them (:mod:`ttlctl.ingest.spool`). :class:`GzipDamage` when
+    the data is damaged."""
+    if not is_gzip(path):
+        return path
+    spool = active()
+    if spool is None:
+        return io.BytesIO(read_bytes(path))
+    return spool.source(path, streaming_limit())
 
 
 def size(path: Path) -> int:
-    """The file's size in bytes once decompressed (gzip records it modulo 2**32, so a
-    larger one counts at least its compressed size)."""
+    """The file's size in bytes once decompressed: exact for gzip data this ingest has
+    decompressed (:func:`read_bytes`, :func:`source`); else, for gzip data, the size it
+    records (modulo 2**32, and the last member's only), at least its compressed size."""
     stored = path.stat().st_size
     if stored < 18 or not is_gzip(path):  # 18: the smallest gzip member
         return stored
+    spool = active()
+    if spool is not None and path in spool.sizes:
+        return spool.sizes[path]
     with path.open("rb") as fh:
         fh.seek(-4, os.SEEK_END)
         return max(stored, int.from_bytes(fh.read(4), "little"))
@@ -250,20 +261,17 @@ def head_bytes(path: Path) -> bytes:
     decompresses, none when the data is damaged there; reading it whole says why)."""
     with path.open("rb") as fh:
         head = fh.read(SNIFF_BYTES)
-        if not head.startswith(GZIP_MAGIC):
-            return head
-        fh.seek(0)
-        out = bytearray()
-        try:
-            with gzip.GzipFile(fileobj=fh) as unzipped:
-                while len(out) < SNIFF_BYTES:
-                    chunk = unzipped.read(SNIFF_BYTES - len(out))
-                    if not chunk:
-                        break
-                    out += chunk
-        except (EOFError, OSError, zlib.error):
-            pass  # damaged: what decompressed so far is the head
-        return bytes(out)
+    if not head.startswith(GZIP_MAGIC):
+        return head
+    out = bytearray()
+    try:
+        for chunk in chunks(path, SNIFF_BYTES):
+            out += chunk
+            if len(out) >= SNIFF_BYTES:
+                break
+    except GzipDamage:
+        pass  # damaged: what decompressed so far is the head
+    return bytes(out[:SNIFF_BYTES])
 
 
 # ---------------------------------------------------------------- field coercion

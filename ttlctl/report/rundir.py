@@ -47,6 +47,10 @@ class RunInputs:
     replay: ReplayDoc | None = None
     #: tune.json (``ttlctl tune``'s summary), read as it is
     tune: dict[str, Any] | None = None
+    #: the serving engine's step budget (vLLM's ``max_num_batched_tokens``) B is priced in;
+    #: None: the budget the bundle's profile was measured with
+    #: (:func:`ttlctl.bundle.policy_from`)
+    engine_budget: int | None = None
 
     @property
     def queue_delay_s(self) -> float:
@@ -97,14 +101,16 @@ def _read(run: RunInputs, name: str, path: Path) -> None:
         run.tune = _object(path)
 
 
-def load(root: Path) -> RunInputs:
+def load(root: Path, max_num_batched_tokens: int | None = None) -> RunInputs:
     """Read every file of :data:`FILES` found in ``root``; :class:`ReportError` when
-    ``root`` is not a directory or holds none of them."""
+    ``root`` is not a directory or holds none of them. The bundle's policy prices a miss
+    in steps of ``max_num_batched_tokens`` (the serving engine's budget; None: the one
+    the bundle's profile was measured with), as :func:`ttlctl.bundle.policy_from` does."""
     if not root.exists():
         raise ReportError(f"{root}: no such directory")
     if not root.is_dir():
         raise ReportError(f"{root}: not a directory")
-    run = RunInputs(root)
+    run = RunInputs(root, engine_budget=max_num_batched_tokens)
     run.paths = {name: root / name for name in FILES if (root / name).is_file()}
     if not run.paths:
         raise ReportError(f"{root}: none of {', '.join(FILES)}; nothing to report")
@@ -115,7 +121,7 @@ def load(root: Path) -> RunInputs:
             run.problems[name] = (str(exc).splitlines() or [type(exc).__name__])[0]
     if run.bundle is not None:
         try:
-            run.policy = bundle_mod.policy_from(run.bundle)
+            run.policy = bundle_mod.policy_from(run.bundle, max_num_batched_tokens)
         except Exception as exc:
             run.problems["bundle.json"] = f"no policy: {exc}"
         if run.fit is None and isinstance(run.bundle.get("fit"), dict):

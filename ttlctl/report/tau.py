@@ -6,13 +6,32 @@ from __future__ import annotations
 
 import numpy as np
 
-from ttlctl.report.markup import absent, kv
+from profiles import schema as profile_schema
+from ttlctl.report.markup import absent, e, kv
 from ttlctl.report.png import figure, img, label
 from ttlctl.report.rundir import MAX_TOOL_PLOTS, RunInputs, ranked_tools
 
 CONTEXT_GRID = tuple(float(c) for c in np.geomspace(256, 262_144, 41))
 TICKS = (256, 1024, 4096, 16384, 65536, 262144)
 TICK_LABELS = ("256", "1k", "4k", "16k", "64k", "256k")
+
+
+def budget_note(run: RunInputs) -> str:
+    """Which step budget the rebuild in B is priced in (a prefill of a longer context
+    takes several steps, each paying its fixed cost)."""
+    if run.engine_budget is not None:
+        return (
+            f"in steps of {run.engine_budget:,} tokens (the serving engine's "
+            "--max-num-batched-tokens, as given)"
+        )
+    assert run.bundle is not None
+    measured = profile_schema.from_json(run.bundle["profile"]).chunk_tokens
+    if measured is None:
+        return "in one step (the bundle's profile records no budget)"
+    return (
+        f"in steps of {measured:,} tokens (the budget the bundle's profile was measured "
+        "with; --max-num-batched-tokens gives the serving engine's)"
+    )
 
 
 def section(run: RunInputs) -> str:
@@ -56,7 +75,8 @@ def section(run: RunInputs) -> str:
     parts = [
         f"<p>τ* = argmax P(τ)·B − τ with B = T·η + reload(context); η = {params.eta:.3g}, "
         f"K = {params.k}. Tools with at most K pauses use the all-tools curve "
-        f"({len(ranked) - len(own)} of {len(ranked)}).</p>",
+        f"({len(ranked) - len(own)} of {len(ranked)}). The reload is a rebuild priced "
+        f"{e(budget_note(run))}.</p>",
         img(fig, "tau* against context length"),
         "<p>The bundle's policy parameters:</p>",
         kv(params.to_json()),

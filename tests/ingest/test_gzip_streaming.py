@@ -1,0 +1,173 @@
+"""Large gzip input takes the out-of-core path, with memory bounded: during an ingest, gzip
+data that decompresses to more than TTLCTL_STREAMING_BYTES goes to a temporary file next
+to the output, which polars scans like a plain file; the file is removed when the ingest
+ends, whether it succeeds, fails or is interrupted."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+from typer.testing import CliRunner
+
+from ttlctl.cli import app
+from ttlctl.ingest import pipeline, spool
+from ttlctl.ingest.formats import canonical
+from ttlctl.ingest.pipeline import ingest
+from ttlctl.ingest.reader import size, source
+from ttlctl.ingest.rejects import IngestError
+from ttlctl.trace import io as trace_io
+
+REPO = Path(__file__).resolve().parents[2]
+MOONCAKE = REPO / "samples" / "mooncake" / "synthetic_trace_head.jsonl"
+#: decompressed bytes per read in these tests: a file spans many chunks, so it is held in
+#: memory first and spilled once it passes the threshold
+SMALL_CHUNK = 4096
+
+
+@pytest.fixture
+def spills(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Path]]:
+    """The temporary files the spool makes (in small chunks), recorded as made."""
+    made: list[Path] = []
+    new_file = spool.Spool._new_file
+
+    def recording(self: spool.Spool) -> tuple[Path, IO[bytes]]:
+        target, out = new_file(self)
+        made.append(target)
+        return target, out
+
+    monkeypatch.setattr(spool, "CHUNK_BYTES", SMALL_CHUNK)
+    monkeypatch.setattr(spool.Spool, "_new_file", recording)
+    yield made
+
+
+def _trace_file(tmp_path: Path, kind: str) -> Path:
+    """The mooncake sample as a canonical trace in ``kind`` (parquet, jsonl or csv)."""
+    ingest([MOONCAKE], tmp_path / "src.parquet")
+    trace = trace_io.read(tmp_path / "src.parquet")
+    plain = tmp_path / "plain" / f"trace.{kind}"
+    plain.parent.mkdir()
+    if kind == "parquet":
+        shutil.copy(tmp_path / "src.parquet", plain)
+    elif kind == "jsonl":
+        trace.write_ndjson(plain)
+    else:
+        trace.select(pl.exclude(pl.List(pl.Int64), pl.List(pl.Int32))).write_csv(plain)
+    return plain
+
+
+def _gzip(src: Path, dest: Path) -> Path:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(gzip.compress(src.read_bytes(), mtime=0))
+    return dest
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(spool.FOLDER_PREFIX))
+
+
+def test_the_spool_holds_small_data_and_spills_large(tmp_path: Path, spills: list[Path]) -> None:
+    data = MOONCAKE.read_bytes()
+    # two members, the last one short: the size gzip records is the last member's only
+    packed = tmp_path / "two.jsonl.gz"
+    packed.write_bytes(gzip.compress(data[:-100]) + gzip.compress(data[-100:]))
+    assert size(packed) < len(data)
+    with spool.spooled(tmp_path) as sp:
+        held = sp.source(packed, limit=len(data))
+        assert isinstance(held, io.BytesIO) and held.getvalue() == data and not spills
+        assert size(packed) == len(data)  # counted as it decompressed: exact
+        spilled = sp.source(packed, limit=3 * SMALL_CHUNK)
+        assert isinstance(spilled, Path) and spilled.read_bytes() == data
+        assert spills == [spilled] and spilled.parent.parent == tmp_path
+        assert spilled.parent.name.startswith(spool.FOLDER_PREFIX)
+        assert sp.source(packed, limit=3 * SMALL_CHUNK) == spilled  # decompressed once
+    assert not spilled.exists() and not _leftovers(tmp_path)
+    # outside an ingest nothing owns a temporary file: in memory, as before
+    outside = source(packed)
+    assert isinstance(outside, io.BytesIO) and outside.getvalue() == data
+
+
+@pytest.mark.parametrize("kind", ["parquet", "jsonl", "csv"])
+def test_a_large_gzipped_trace_streams_to_the_plain_files_trace(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spills: list[Path]
+) -> None:
+    plain = _trace_file(tmp_path, kind)
+    packed = _gzip(plain, tmp_path / "gz" / f"{plain.name}.gz")
+    unpacked = plain.stat().st_size
+    assert packed.stat().st_size < unpacked
+    # above the threshold decompressed, and several chunks in, so it spills part-way
+    monkeypatch.setenv("TTLCTL_STREAMING_BYTES", str(unpacked // 2))
+    given: list[object] = []
+
+    def spying(path: Path) -> object:
+        given.append(src := source(path))
+        return src
+
+    monkeypatch.setattr(canonical, "source", spying)
+    out = tmp_path / "out"
+    a = ingest([plain], out / "plain.parquet")
+    b = ingest([packed], out / "packed.parquet")
+    assert a.streamed and b.streamed
+    assert [f.format for f in b.files] == ["canonical"]
+    assert (a.records, a.rows, a.rejected) == (b.records, b.rows, b.rejected) and a.rows > 0
+    assert_frame_equal(trace_io.read(out / "plain.parquet"), trace_io.read(out / "packed.parquet"))
+    # polars scanned the decompressed data from a file next to the output, now removed
+    spilled = [g for g in given if isinstance(g, Path) and g != plain]
+    assert spilled and set(spilled) <= set(spills)
+    assert all(p.parent.parent == out for p in spills)
+    assert not any(p.exists() for p in spills) and not _leftovers(out)
+    # under the threshold the same file is read in memory: nothing spilled
+    monkeypatch.setenv("TTLCTL_STREAMING_BYTES", str(2 * unpacked))
+    spills.clear()
+    c = ingest([packed], out / "memory.parquet")
+    assert not c.streamed and not spills
+    assert_frame_equal(trace_io.read(out / "plain.parquet"), trace_io.read(out / "memory.parquet"))
+
+
+def test_a_large_truncated_gzip_is_one_error_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spills: list[Path]
+) -> None:
+    plain = _trace_file(tmp_path, "jsonl")
+    packed = _gzip(plain, tmp_path / "gz" / "trace.jsonl.gz")
+    packed.write_bytes(packed.read_bytes()[:-20])  # the stream's end and the trailer cut
+    monkeypatch.setenv("TTLCTL_STREAMING_BYTES", str(2 * SMALL_CHUNK))
+    out = tmp_path / "out" / "o.parquet"
+    res = CliRunner().invoke(app, ["ingest", str(packed), "-o", str(out)])
+    assert res.exit_code == 2, res.output
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(packed) in res.output.replace("\n", ""), res.output
+    assert "truncated gzip data" in res.output and "Traceback" not in res.output
+    assert spills  # it had begun spilling when the data ran out
+    assert not any(p.exists() for p in spills)
+    assert sorted(p.name for p in out.parent.iterdir()) == []  # no output, no temporary file
+    with pytest.raises(IngestError) as err:
+        ingest([packed], out)
+    assert err.value.file == str(packed)
+
+
+def test_an_interrupted_ingest_removes_its_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spills: list[Path]
+) -> None:
+    plain = _trace_file(tmp_path, "jsonl")
+    packed = _gzip(plain, tmp_path / "gz" / "trace.jsonl.gz")
+    monkeypatch.setenv("TTLCTL_STREAMING_BYTES", str(2 * SMALL_CHUNK))
+    alive: list[bool] = []
+
+    def interrupted(*args: object, **kwargs: object) -> tuple[int, int]:
+        alive.extend(p.exists() for p in spills)  # read, not yet written
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "_validate_and_write", interrupted)
+    out = tmp_path / "out" / "o.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        ingest([packed], out)
+    assert alive and all(alive)
+    assert not any(p.exists() for p in spills)
+    assert sorted(p.name for p in out.parent.iterdir()) == []

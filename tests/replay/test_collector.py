@@ -10,7 +10,7 @@ from replay.collector import YOUNG_THRESHOLD, replay_collector
 def test_regime_inside_and_restored_after() -> None:
     before = gc.get_threshold()
     assert gc.get_freeze_count() == 0
-    kept = [object(), {}]  # tracked objects that exist when the replay starts
+    kept = [[], {"k": []}]  # tracked objects that exist when the replay starts
     with replay_collector():
         assert gc.get_threshold() == (YOUNG_THRESHOLD, *before[1:])
         assert gc.get_freeze_count() > 0

@@ -132,10 +132,12 @@ class SimScheduler:
     _prefilling: list[SimRequest] = field(default_factory=list)
     _run_counter: int = 0
     #: the waiting head that last failed to fit, and the pool's ``changes`` then: until
-    #: the pool frees blocks or hands a pin over, it cannot fit (:meth:`_admit_waiting`)
+    #: the pool frees blocks or hands a pin over, it cannot fit (see
+    #: :meth:`_admit_waiting`)
     _stuck: SimRequest | None = None
     _stuck_changes: int = -1
-    #: the plan :meth:`merge_end` made, keyed by what it read (:meth:`_take_planned`)
+    #: the plan :meth:`merge_end` made, keyed by what it read (the next
+    #: :meth:`_decode_run` from the same state takes it instead of planning again)
     _planned: tuple[tuple[float, ...], DecodeRun] | None = None
 
     def __post_init__(self) -> None:
@@ -289,19 +291,22 @@ class SimScheduler:
     # ------------------------------------------------------------ the fast path
 
     def _step_fast(self, now: float, horizon: float) -> tuple[float, list[SimRequest], bool] | None:
-        """The step with the decoding requests taken together: decide (:meth:`_schedule_fast`),
-        price (:func:`price_step`), apply (:meth:`_update_fast`); None when it cannot be taken
-        in aggregate (the request-by-request path takes it). When every running request
-        decodes and the waiting head is known not to fit (or a plan :meth:`merge_end` kept
-        says so), the step is the first of a merged run (:meth:`_merge_decodes`)."""
+        """The step with the decoding requests taken together: decide
+        (:meth:`_schedule_fast`), price (:func:`price_step`), apply
+        (:meth:`_update_fast`). None when the decision cannot be taken in aggregate (the
+        request-by-request path then takes the step). When every running request
+        decodes and the waiting head is known not to fit, the step is the first of a
+        merged run (:meth:`_merge_decodes`)."""
         self.tick(now)
         self.expire_pins(now)
-        if not self._prefilling and self.decoders.members:
-            planned = self._take_planned(now, horizon)
-            if planned is not None or not self.waiting or self._head_stays_blocked():
-                run_s, run_finished = self._merge_decodes(now, horizon, planned)
-                if run_s > 0:
-                    return run_s, run_finished, False
+        if (
+            not self._prefilling
+            and self.decoders.members
+            and (not self.waiting or self._head_stays_blocked())
+        ):
+            run_s, run_finished = self._merge_decodes(now, horizon)
+            if run_s > 0:
+                return run_s, run_finished, False
         plan = self._schedule_fast(now)
         if plan is None:
             return None
@@ -633,15 +638,13 @@ class SimScheduler:
 
     # ------------------------------------------------------------ merged decode runs
 
-    def _merge_decodes(
-        self, now: float, horizon: float, run: DecodeRun | None = None
-    ) -> tuple[float, list[SimRequest]]:
-        """Take the coming decode-only steps together (``run``, else as :func:`plan_decode_run`
-        says; one finishing in the last finishes at the run's end): (seconds, finished). Nothing
-        else can change meanwhile: the waiting head was blocked (the pool only shrinks, the
-        valve had nothing left to release) or nothing waits, and no earlier step finishes."""
-        if run is None:
-            run = self._decode_run(now, horizon)
+    def _merge_decodes(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
+        """Take the coming decode-only steps together (as many as :func:`plan_decode_run`
+        says; a request finishing in the last finishes at the run's end); returns
+        (seconds, finished). Nothing else can change meanwhile: the waiting head was
+        blocked (the pool only shrinks, and the valve had nothing left to release) or
+        nothing waits, and no step before the last one finishes anything."""
+        run = self._decode_run(now, horizon)
         if run is None:
             return 0.0, []
         decoders = self.decoders
@@ -683,18 +686,15 @@ class SimScheduler:
         return now + self.cost.decode_run_s(len(decoders.members), decoders.kv_tokens(), run.steps)
 
     def _decode_run(self, now: float, horizon: float) -> DecodeRun | None:
-        """The merged run from ``now`` (None: none; every running request must decode): the
-        plan :meth:`merge_end` kept from this state (a fleet replica waits on it), or new."""
-        planned = self._take_planned(now, horizon)
-        if planned is not None or len(self.decoders.members) != len(self.running):
-            return planned
-        return plan_decode_run(self.decoders, self.cost, self.pool.free_blocks, now, horizon)
-
-    def _take_planned(self, now: float, horizon: float) -> DecodeRun | None:
-        """The plan :meth:`merge_end` kept, if its key matches (it goes either way): nothing
-        touched the engine since merge_end found the head blocked, so that holds too."""
-        planned, self._planned = self._planned, None
-        if planned is None or len(self.decoders.members) != len(self.running):
+        """The merged run from ``now`` (None: none; every running request must decode).
+        A plan :meth:`merge_end` made from the same state is taken instead of planning
+        again (a fleet replica waits on it)."""
+        planned = self._planned
+        if planned is not None:
+            self._planned = None
+            key = plan_key(self.decoders, self.pool, len(self.waiting), now, horizon)
+            if planned[0] == key and len(self.decoders.members) == len(self.running):
+                return planned[1]
+        if len(self.decoders.members) != len(self.running):
             return None
-        key = plan_key(self.decoders, self.pool, len(self.waiting), now, horizon)
-        return planned[1] if planned[0] == key else None
+        return plan_decode_run(self.decoders, self.cost, self.pool.free_blocks, now, horizon)

@@ -117,6 +117,9 @@ class Pinning:
         else:
             self._pool.release(req.program, full)
         r.forget(req.rid)
+        # its Live names it back (``request``): unlinking the two leaves no cycle, so a
+        # finished request no longer needed goes at once, not at a collection
+        req.live = None
 
     def key(self, req: SimRequest) -> tuple[float, ...]:
         return self.retention.key(req.live, req.preempted)

@@ -19,6 +19,7 @@ from typing import Any
 
 from profiles.cost import CostModel
 from replay.async_sched import AsyncSimScheduler
+from replay.collector import replay_collector
 from replay.math_utils import cdiv
 from replay.offload import OffloadTier
 from replay.request import SimRequest
@@ -135,6 +136,13 @@ def fits_engine(call: Call, config: ReplayConfig) -> tuple[Call | None, bool]:
 
 
 def simulate(workload: Workload, policy: Policy, cost: CostModel, config: ReplayConfig) -> Outcome:
+    """Replay ``workload`` on one engine under ``policy`` (the collector's regime:
+    :mod:`replay.collector`)."""
+    with replay_collector():
+        return _simulate(workload, policy, cost, config)
+
+
+def _simulate(workload: Workload, policy: Policy, cost: CostModel, config: ReplayConfig) -> Outcome:
     offload = (
         OffloadTier(config.offload_tokens, cost, config.engine.block_size)
         if config.offload_tokens > 0

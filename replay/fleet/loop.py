@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 from profiles.cost import CostModel
 from replay.async_sched import AsyncSimScheduler
+from replay.collector import replay_collector
 from replay.fleet.books import Books, CallRoute
 from replay.fleet.clients import Clients
 from replay.fleet.engine import Engine
@@ -112,7 +113,19 @@ def drive(
     logged_replicas: Mapping[tuple[str, int], str] | None = None,
 ) -> FleetOutcome:
     """Replay ``workload`` on ``schedulers``, one replica each (built by the caller: the
-    fast backend's engines, or vLLM's schedulers), behind ``router``."""
+    fast backend's engines, or vLLM's schedulers), behind ``router`` (the collector's
+    regime: :mod:`replay.collector`, as one engine's replay)."""
+    with replay_collector():
+        return _drive(workload, schedulers, config, router, logged_replicas)
+
+
+def _drive(
+    workload: Workload,
+    schedulers: list[Engine],
+    config: ReplayConfig,
+    router: Router,
+    logged_replicas: Mapping[tuple[str, int], str] | None,
+) -> FleetOutcome:
     replicas = [
         Replica(
             i,

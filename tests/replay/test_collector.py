@@ -1,0 +1,54 @@
+"""The collector's regime during a replay (replay.collector): set inside, restored after."""
+
+from __future__ import annotations
+
+import gc
+
+from replay.collector import YOUNG_THRESHOLD, replay_collector
+
+
+def test_regime_inside_and_restored_after() -> None:
+    before = gc.get_threshold()
+    assert gc.get_freeze_count() == 0
+    kept = [[], {"k": []}]  # tracked objects that exist when the replay starts
+    with replay_collector():
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *before[1:])
+        assert gc.get_freeze_count() > 0
+        collected = {id(o) for o in gc.get_objects()}  # frozen objects are left out
+        assert all(gc.is_tracked(o) and id(o) not in collected for o in kept)
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_restored_when_the_replay_fails() -> None:
+    before = gc.get_threshold()
+    try:
+        with replay_collector():
+            raise RuntimeError("boom")
+    except RuntimeError:
+        pass
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_a_callers_freeze_and_disabled_collector_are_left_alone() -> None:
+    gc.disable()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with replay_collector():
+            assert 0 < gc.get_freeze_count() <= frozen  # nothing more frozen (some freed)
+            assert not gc.isenabled()
+        assert gc.get_freeze_count() > 0 and not gc.isenabled()  # nor thawed
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+def test_nested_replays_share_one_regime() -> None:
+    before = gc.get_threshold()
+    with replay_collector():
+        with replay_collector():
+            assert gc.get_threshold()[0] == YOUNG_THRESHOLD
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD  # the outer replay's still
+        assert gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

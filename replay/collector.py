@@ -20,10 +20,17 @@ once it is built (``freeze_gc_heap`` in ``vllm/utils/gc_utils.py``, called from
   so that most of the loop's short-lived objects are freed before one runs (the
   replay's peak allocations stay within 0.5 MB of the default's).
 
-Both are restored when the loop ends. The single-engine loop
-(:func:`replay.sim.simulate`) and the fleet's (:func:`replay.fleet.loop.drive`) take it
-alike. It changes no result: the collector frees only unreachable objects, and no
-result depends on when a collection runs or where an object lies in memory.
+Both are restored when the loop ends. Deliberate differences from vLLM's: no collection
+runs before the freeze (cyclic garbage that exists when a replay starts, say a previous
+tuning trial's, is frozen with the rest and freed after the replay); the freeze is undone
+when the last replay ends, which thaws objects that other code froze during the replay
+too (nothing in ttlctl freezes the heap while a replay runs; a caller that froze it
+before is left alone); a young threshold of 0 (automatic collection off) is kept.
+
+The single-engine loop (:func:`replay.sim.simulate`) and the fleet's
+(:func:`replay.fleet.loop.drive`) take it alike. It changes no result: the collector
+frees only unreachable objects, and no result depends on when a collection runs or where
+an object lies in memory.
 """
 
 from __future__ import annotations
@@ -59,7 +66,8 @@ def replay_collector() -> Iterator[None]:
             _found = (thresholds, gc.get_freeze_count() == 0)
             if _found[1]:
                 gc.freeze()
-            gc.set_threshold(YOUNG_THRESHOLD, *thresholds[1:])
+            if thresholds[0] != 0:  # 0: automatic collection is off, and stays off
+                gc.set_threshold(YOUNG_THRESHOLD, *thresholds[1:])
         _depth += 1
     try:
         yield

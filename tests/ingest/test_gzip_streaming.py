@@ -171,3 +171,59 @@ def test_an_interrupted_ingest_removes_its_temporary_file(
     assert alive and all(alive)
     assert not any(p.exists() for p in spills)
     assert sorted(p.name for p in out.parent.iterdir()) == []
+
+
+def test_the_limit_bounds_every_gzip_file_of_an_ingest_together(
+    tmp_path: Path, spills: list[Path]
+) -> None:
+    data = MOONCAKE.read_bytes()
+    first = _gzip(MOONCAKE, tmp_path / "a.jsonl.gz")
+    second = _gzip(MOONCAKE, tmp_path / "b.jsonl.gz")
+    limit = len(data) + len(data) // 2  # each file fits alone, the two do not
+    with spool.spooled(tmp_path) as sp:
+        held = sp.source(first, limit)
+        assert isinstance(held, io.BytesIO) and not spills
+        spilled = sp.source(second, limit)
+        assert isinstance(spilled, Path) and spilled.read_bytes() == data
+        assert spills == [spilled] and sp.in_memory == len(data)
+    assert not _leftovers(tmp_path)
+
+
+def test_a_temporary_file_that_cannot_be_written_is_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spills: list[Path]
+) -> None:
+    plain = _trace_file(tmp_path, "jsonl")
+    packed = _gzip(plain, tmp_path / "gz" / "trace.jsonl.gz")
+    monkeypatch.setenv("TTLCTL_STREAMING_BYTES", str(2 * SMALL_CHUNK))
+
+    class Full(io.BytesIO):
+        def write(self, data: object) -> int:
+            raise OSError(28, "No space left on device")
+
+    def full_disk(self: spool.Spool) -> tuple[Path, IO[bytes]]:
+        target = tmp_path / "out" / "spilled"
+        target.touch()
+        spills.append(target)
+        return target, Full()
+
+    monkeypatch.setattr(spool.Spool, "_new_file", full_disk)
+    out = tmp_path / "out" / "o.parquet"
+    out.parent.mkdir()
+    res = CliRunner().invoke(app, ["ingest", str(packed), "-o", str(out)])
+    assert res.exit_code == 2, res.output
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "No space left on device" in res.output, res.output
+    assert str(packed) in res.output.replace("\n", "") and "Traceback" not in res.output
+    assert spills and not any(p.exists() for p in spills)
+
+
+@pytest.mark.parametrize("name", ["TTLCTL_STREAMING_BYTES", "TTLCTL_BUCKET_BYTES"])
+def test_a_size_variable_that_is_not_a_number_is_one_error(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(name, "2GB")
+    if name == "TTLCTL_BUCKET_BYTES":  # read only on the out-of-core path
+        monkeypatch.setenv("TTLCTL_STREAMING_BYTES", "1")
+    res = CliRunner().invoke(app, ["ingest", str(MOONCAKE), "-o", str(tmp_path / "o.parquet")])
+    assert res.exit_code == 2, res.output
+    assert f"{name}='2GB'" in res.output and "Traceback" not in res.output, res.output

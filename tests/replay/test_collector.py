@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+
+import pytest
 
 from replay.collector import YOUNG_THRESHOLD, replay_collector
 
 
+@pytest.fixture(autouse=True)
+def thawed() -> Iterator[None]:
+    """Each test starts from a heap nothing froze (an engine built in this process before
+    may have frozen it) and the default thresholds, and leaves them so."""
+    gc.unfreeze()
+    before = gc.get_threshold()
+    yield
+    gc.set_threshold(*before)
+
+
 def test_regime_inside_and_restored_after() -> None:
     before = gc.get_threshold()
-    assert gc.get_freeze_count() == 0
     kept = [[], {"k": []}]  # tracked objects that exist when the replay starts
     with replay_collector():
         assert gc.get_threshold() == (YOUNG_THRESHOLD, *before[1:])
@@ -52,3 +64,14 @@ def test_nested_replays_share_one_regime() -> None:
         assert gc.get_threshold()[0] == YOUNG_THRESHOLD  # the outer replay's still
         assert gc.get_freeze_count() > 0
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_a_collector_switched_off_by_threshold_stays_off() -> None:
+    before = gc.get_threshold()
+    gc.set_threshold(0, *before[1:])
+    try:
+        with replay_collector():
+            assert gc.get_threshold()[0] == 0
+        assert gc.get_threshold() == (0, *before[1:])
+    finally:
+        gc.set_threshold(*before)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -20,6 +19,7 @@ from ttlctl.ingest.reader import (
     GzipDamage,
     Parsed,
     Reader,
+    env_bytes,
     head_bytes,
     is_gzip,
     read_bytes,
@@ -345,7 +345,7 @@ def _validate_in_buckets(
     Every program lands whole in one bucket, so the program rules hold per bucket;
     memory is bounded by the largest bucket, not by the input.
     """
-    budget = int(os.environ.get("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES))
+    budget = env_bytes("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES)
     with tempfile.TemporaryDirectory(prefix=".ttlctl-ingest-", dir=output.parent) as tmp:
         root = Path(tmp)
         spilled = root / "rows.parquet"

@@ -31,6 +31,7 @@ from typing import IO, Any, Protocol, runtime_checkable
 
 import polars as pl
 
+from ttlctl.errors import ConfigError
 from ttlctl.ingest.rejects import RejectSink
 from ttlctl.ingest.spool import GzipDamage as GzipDamage  # raised by the readers' helpers
 from ttlctl.ingest.spool import active, chunks
@@ -48,9 +49,21 @@ GZIP_SUFFIX = ".gz"
 DEFAULT_STREAMING_BYTES = 2 * 1024**3
 
 
+def env_bytes(name: str, default: int) -> int:
+    """A size in bytes from the environment variable ``name`` (else ``default``);
+    :class:`~ttlctl.errors.ConfigError` when it is not a whole number."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected a whole number of bytes") from None
+
+
 def streaming_limit() -> int:
     """The streaming threshold in bytes (TTLCTL_STREAMING_BYTES, else the default)."""
-    return int(os.environ.get("TTLCTL_STREAMING_BYTES", DEFAULT_STREAMING_BYTES))
+    return env_bytes("TTLCTL_STREAMING_BYTES", DEFAULT_STREAMING_BYTES)
 
 
 def streaming(size_bytes: int) -> bool:

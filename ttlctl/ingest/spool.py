@@ -3,7 +3,8 @@
 polars scans a file out of core only from a path; gzip data has to be decompressed first.
 During one ingest (:func:`spooled`, entered by :func:`ttlctl.ingest.pipeline.ingest`) a
 gzip file that polars reads is decompressed as a stream, a chunk at a time: it stays in
-memory while its decompressed size is at most the streaming threshold
+memory while the decompressed gzip data the ingest holds in memory (this file's and the
+files' before it) is at most the streaming threshold
 (:func:`ttlctl.ingest.reader.streaming`), and once it passes it the rest goes to a
 temporary file in a folder next to the output, which polars then scans like a plain file.
 So the choice is made on the decompressed size, counted as it decompresses (exact, unlike
@@ -28,6 +29,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import IO
 
+from ttlctl.errors import TtlctlError
+
 #: Decompressed bytes read at once.
 CHUNK_BYTES = 1024**2
 #: The prefix of the temporary folder, next to the output.
@@ -36,6 +39,11 @@ FOLDER_PREFIX = ".ttlctl-gunzip-"
 
 class GzipDamage(ValueError):
     """Gzip data that does not decompress whole; the message says why (one line)."""
+
+
+class SpoolError(TtlctlError):
+    """A temporary file for decompressed data that cannot be written (one line naming the
+    input and the folder)."""
 
 
 def chunks(path: Path, size: int = CHUNK_BYTES) -> Iterator[bytes]:
@@ -65,41 +73,61 @@ class Spool:
         self.sizes: dict[Path, int] = {}
         #: the temporary file holding each large one's data
         self.files: dict[Path, Path] = {}
+        #: decompressed bytes handed to polars in memory so far (the limit bounds them all)
+        self.in_memory = 0
 
     def source(self, path: Path, limit: int) -> Path | IO[bytes]:
-        """The gzip file's data for polars: in memory when it decompresses to at most
-        ``limit`` bytes, else the path of a temporary file holding it (decompressed once
-        per ingest); :class:`GzipDamage` when the data is damaged."""
+        """The gzip file's data for polars: in memory while this ingest's gzip data held
+        in memory (this file's with the others') stays within ``limit`` bytes, else the
+        path of a temporary file holding it (decompressed once per ingest).
+        :class:`GzipDamage` when the data is damaged, :class:`SpoolError` when the
+        temporary file cannot be written (a full disk)."""
         if path in self.files:
             return self.files[path]
-        held: list[bytes] = []
+        held = io.BytesIO()
         total = 0
         target: Path | None = None
         out: IO[bytes] | None = None
+        spilling = False
         try:
             for chunk in chunks(path, CHUNK_BYTES):
                 total += len(chunk)
                 if out is not None:
                     out.write(chunk)
                     continue
-                held.append(chunk)
-                if total > limit:
+                held.write(chunk)
+                if self.in_memory + total > limit:
+                    spilling = True
                     target, out = self._new_file()
-                    out.writelines(held)
-                    held = []
+                    out.write(held.getbuffer())
+                    held = io.BytesIO()
+        except OSError as exc:
+            self._discard(out, target)
+            if not spilling:  # the input itself (gzip's own errors are GzipDamage)
+                raise
+            where = target.parent if target is not None else self.directory
+            raise SpoolError(
+                f"{path}: cannot decompress into {where}: {exc.strerror or exc}"
+            ) from None
         except BaseException:
-            if out is not None:
-                out.close()
-            if target is not None:
-                target.unlink(missing_ok=True)
+            self._discard(out, target)
             raise
         self.sizes[path] = total
         if out is None:
-            return io.BytesIO(b"".join(held))
+            self.in_memory += total
+            held.seek(0)
+            return held
         out.close()
         assert target is not None
         self.files[path] = target
         return target
+
+    @staticmethod
+    def _discard(out: IO[bytes] | None, target: Path | None) -> None:
+        if out is not None:
+            out.close()
+        if target is not None:
+            target.unlink(missing_ok=True)
 
     def _new_file(self) -> tuple[Path, IO[bytes]]:
         if self.folder is None:

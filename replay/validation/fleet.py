@@ -14,7 +14,7 @@ which names the chosen worker only for some policies.
 
 Beside each live row, the simulated fleet (:mod:`replay.validation.fleet_sim`): the same
 programs on as many simulated replicas, each sized like the live ones (their
-``/metrics``) and priced by the profile given or measured from the first replica, behind
+``/metrics``) and priced by the profile given, or else by one measured here (below), behind
 ttlctl's model of the same router, given the live replicas' URLs in the live router's own
 worker order (read from its log: :func:`~ttlctl.server.router.worker_order`). Each row
 gets its errors, and each policy the routers' ranking by mean JCT, simulated against
@@ -25,6 +25,18 @@ of every router before run k + 1 of any; each run is simulated with its own flee
 and order, and :mod:`replay.validation.fleet_runs` makes the K rows one (the live mean
 and range, the simulated mean's errors against the live mean, every run kept); the goal
 is judged on the means and on each single run.
+
+The profile, when none is given, is measured in every repeat: on the first fleet of each,
+on its first replica (pinned, while the others serve a steady load, when the replicas
+are pinned), before its live run. Every simulated run is priced by ONE profile, pooled
+over the K measurements by :func:`profiles.engine_fit.fit_samples`: every timing of
+every measurement put together point by point, the median taken, then the one fit a
+single measurement uses (pooling the raw timings, not the K fitted profiles: a fit's
+terms trade off against each other, a median of coefficients need not be a profile any
+timing supports). A profile measured once is a ±10% input on a shared CPU machine (two
+measured the same way hours apart differed term by term by 12–76%); pooled over the
+window the live runs span, it sees what they see. The document keeps each measurement
+(its source, time, own fit and timings) beside the pooled profile.
 """
 
 from __future__ import annotations
@@ -37,7 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiles.measure_server import measure_engine
+from profiles.engine_fit import EngineSamples, fit_samples
+from profiles.measure_server import measure_samples
 from profiles.router_calibration import RouterCalibration
 from profiles.schema import Profile
 from replay.figures import PolicyResult
@@ -70,6 +83,8 @@ from ttlctl.server.facts import ServerInfo, probe
 PROGRAM_SCHEDULING = "program_scheduling"
 #: the request-level policy under Program scheduling
 PROGRAM_SCHEDULING_POLICY = "consistent_hash"
+#: timings a measurement takes at each prefill point and of each decode batch shape
+MEASURE_REPEATS = 2
 
 
 def router_setup(
@@ -128,12 +143,12 @@ def validate_fleet(
     ``program_scheduling_json`` turns the router's Program scheduling on for every router;
     the router :data:`PROGRAM_SCHEDULING` turns it on for its calls (``calibration``: the
     profile's coefficients, else the router's reference ones). The simulated side is
-    priced by ``profile`` (else one measured from the first fleet's first replica, as
-    ``ttlctl validate`` does for one server) and sized like the replicas (``kv_tokens``
+    priced by ``profile`` (else by one pooled over a measurement of the first fleet's
+    first replica in each repeat: the module's docstring) and sized like the replicas (``kv_tokens``
     overrides their KV size; ``max_num_seqs`` and ``max_num_batched_tokens``: the
     replicas' own, vLLM's CPU defaults unless told). ``cpus_per_replica``: each replica
     on that many CPUs of its own (:mod:`ttlctl.server.cpus`); a profile measured here is
-    then measured on the first replica, pinned, while the others serve a steady load
+    then measured on a first replica, pinned, while the others serve a steady load
     (:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside it.
 
     Raises :class:`ValidateError` (bad arguments), a
@@ -170,6 +185,7 @@ def validate_fleet(
     work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-"))
     work_dir.mkdir(parents=True, exist_ok=True)
     runs: list[_LiveRun] = []
+    measured: list[_Measured] = []
     # run k of every (policy, router) before run k + 1 of any: a drift in the machine's
     # speed then falls on every router alike
     for rep in range(repeats):
@@ -200,17 +216,19 @@ def validate_fleet(
                     groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
                     if info is None:
                         info = probe(next(iter(made.urls.values())))
-                    if profile is None:
+                    if profile is None and (name, policy) == (names[0], routers[0]):
                         say(f"{which}: measuring a replica's profile")
-                        others = list(made.urls.values())[1:] if sets is not None else []
+                        first, *rest = made.urls.values()
+                        others = rest if sets is not None else []
                         with kept_busy(others, info.model, vocab_size=vocab_size) as served:
-                            profile = _measure(info, model_config)
-                        profile_source = f"measured from {name}'s replica at {info.url}"
+                            samples = _measure(first, model_config)
+                        where = f"measured from {name}'s replica at {first}"
                         if sets is not None:
-                            profile_source += (
+                            where += (
                                 f", pinned to CPUs {cpus.cpu_list(sets[0])}, while "
                                 f"{len(others)} other replica(s) served {sum(served)} requests"
                             )
+                        measured.append(_Measured(rep + 1, where, sum(served), samples))
                     for url in made.urls.values():
                         reset_prefix_cache(url)
                     say(f"{which}: live replay of {len(work.programs)} programs")
@@ -251,7 +269,10 @@ def validate_fleet(
                         },
                     )
                 )
-    assert info is not None and profile is not None  # set in the first fleet
+    assert info is not None  # set in the first fleet
+    if profile is None:  # measured: one measurement a repeat, pooled
+        profile = fit_samples([m.samples for m in measured])
+        profile_source = _pooled_source(measured)
     engine = sim_engine_config(
         info,
         kv_tokens=kv_tokens,
@@ -314,7 +335,13 @@ def validate_fleet(
         "sim_notes": notes,
         "ranking": rankings,
         "goal": goals,
-        "profile": {"source": profile_source, "doc": profile.to_json()},
+        "profile": {
+            "source": profile_source,
+            "doc": profile.to_json(),
+            #: the measurements it was fitted on, in time order (none: given), each with its
+            #: own fit and its timings
+            "measurements": [m.to_json() for m in measured],
+        },
         "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
         "server_info": info.to_json(),
         "fleets": _single(fleets, repeats),
@@ -435,11 +462,50 @@ def sim_settings(
     }
 
 
-def _measure(info: ServerInfo, model_config: dict[str, Any] | None) -> Profile:
-    """A profile measured on one replica (:class:`ValidateError` if it cannot be)."""
+@dataclass(frozen=True, slots=True)
+class _Measured:
+    """One measurement of a replica's profile: in which repeat, where and beside what
+    load, and its timings."""
+
+    repeat: int
+    source: str
+    #: requests the other replicas served meanwhile
+    served: int
+    samples: EngineSamples
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "repeat": self.repeat,
+            "source": self.source,
+            "created": self.samples.created,
+            "others_served": self.served,
+            "doc": fit_samples([self.samples]).to_json(),
+            "samples": self.samples.to_json(),
+        }
+
+
+def _pooled_source(measured: Sequence[_Measured]) -> str:
+    """What the profile is: the one measurement, or the K pooled."""
+    if len(measured) == 1:
+        return measured[0].source
+    served = ", ".join(str(m.served) for m in measured)
+    return (
+        f"pooled over {len(measured)} measurements, one in each repeat on its first fleet's "
+        f"first replica (the other replicas served {served} requests meanwhile): every "
+        f"timing put together, then fitted once; first {measured[0].source}"
+    )
+
+
+def _measure(url: str, model_config: dict[str, Any] | None) -> EngineSamples:
+    """The timings of one replica's profile (:class:`ValidateError` if it cannot be
+    measured)."""
     try:
-        return measure_engine(
-            info.url, model_config=model_config, repeats=2, output_tokens=16, timeout_s=120.0
+        return measure_samples(
+            url,
+            model_config=model_config,
+            repeats=MEASURE_REPEATS,
+            output_tokens=16,
+            timeout_s=120.0,
         )
     except ValueError as exc:
-        raise ValidateError(f"profiling a replica at {info.url}: {exc}") from None
+        raise ValidateError(f"profiling a replica at {url}: {exc}") from None

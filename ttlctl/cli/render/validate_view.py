@@ -105,6 +105,26 @@ def _spread(counts: dict[str, int] | None) -> str:
     return "—" if not counts else " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
 
 
+#: (label, section, term, unit scale, unit) of the profile terms shown measurement by measurement
+_TERMS = (
+    ("prefill a token", "prefill", "b", 1e3, "ms"),
+    ("decode step", "decode", "step_s", 1e3, "ms"),
+    ("decode a KV token", "decode", "per_kv_token_s", 1e6, "µs"),
+)
+
+
+def _measurements(taken: list[dict[str, Any]], pooled: dict[str, Any]) -> str:
+    """The profile's main terms, each measurement alone (min – max) against the pool."""
+    parts = []
+    for label, section, term, scale, unit in _TERMS:
+        each = [m["doc"][section][term] * scale for m in taken]
+        parts.append(
+            f"{label} {min(each):.3g} – {max(each):.3g} {unit} "
+            f"(pooled {pooled[section][term] * scale:.3g})"
+        )
+    return f"  the {len(taken)} measurements, each fitted alone: " + "; ".join(parts)
+
+
 def fleet_table(console: Console, doc: dict[str, Any]) -> None:
     """``validate --replicas N --router R``: per policy and router, simulated against live
     (with ``--repeats K``: the live mean over K runs and its range)."""
@@ -187,6 +207,9 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
         console.print(f"replicas pinned to CPUs {sets}", highlight=False)
     if doc.get("profile", {}).get("source"):
         console.print(f"profile: {doc['profile']['source']}", highlight=False)
+    taken = doc.get("profile", {}).get("measurements") or []
+    if len(taken) > 1:
+        console.print(_measurements(taken, doc["profile"]["doc"]), highlight=False)
     console.print(
         "returned: follow-up calls that reached the replica of their program's previous "
         "call (live: from the replicas' arrivals); errors: (simulated − live) / live, "

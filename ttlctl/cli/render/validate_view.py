@@ -105,22 +105,33 @@ def _spread(counts: dict[str, int] | None) -> str:
     return "—" if not counts else " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
 
 
-#: (label, section, term, unit scale, unit) of the profile terms shown measurement by measurement
-_TERMS = (
-    ("prefill a token", "prefill", "b", 1e3, "ms"),
-    ("decode step", "decode", "step_s", 1e3, "ms"),
-    ("decode a KV token", "decode", "per_kv_token_s", 1e6, "µs"),
+#: (label, prompt tokens, decode sequences, their KV tokens) of the times each measured
+#: profile predicts, shown measurement by measurement: a prefill, a decode step alone and
+#: one of a batch (a fit's terms trade off against each other; its predictions do not)
+_PREDICTED = (
+    ("prefill of 1,024 tokens", 1024, 0, 0),
+    ("decode step of 1 × 1,024", 0, 1, 1024),
+    ("of 8 × 512", 0, 8, 4096),
 )
 
 
+def _predicted(doc: dict[str, Any], tokens: int, seqs: int, kv: int) -> float:
+    """Milliseconds a profile document predicts for a prefill of ``tokens`` (``seqs`` 0)
+    or a decode step of ``seqs`` sequences over ``kv`` KV tokens."""
+    if seqs == 0:
+        p = doc["prefill"]
+        return 1e3 * float(p["a"] + p["b"] * tokens + p["q"] * tokens * tokens)
+    d = doc["decode"]
+    return 1e3 * float(d["step_s"] + d["per_seq_s"] * seqs + d["per_kv_token_s"] * kv)
+
+
 def _measurements(taken: list[dict[str, Any]], pooled: dict[str, Any]) -> str:
-    """The profile's main terms, each measurement alone (min – max) against the pool."""
+    """What each measurement alone predicts (min – max) against the pooled profile."""
     parts = []
-    for label, section, term, scale, unit in _TERMS:
-        each = [m["doc"][section][term] * scale for m in taken]
+    for label, *at in _PREDICTED:
+        each = [_predicted(m["doc"], *at) for m in taken]
         parts.append(
-            f"{label} {min(each):.3g} – {max(each):.3g} {unit} "
-            f"(pooled {pooled[section][term] * scale:.3g})"
+            f"{label} {min(each):.3g} – {max(each):.3g} ms (pooled {_predicted(pooled, *at):.3g})"
         )
     return f"  the {len(taken)} measurements, each fitted alone: " + "; ".join(parts)
 

@@ -26,6 +26,12 @@ and order, and :mod:`replay.validation.fleet_runs` makes the K rows one (the liv
 and range, the simulated mean's errors against the live mean, every run kept); the goal
 is judged on the means and on each single run.
 
+Each run's simulated figures are their mean over ``timing_draws`` seeded perturbations of
+the arrival timing (:mod:`replay.validation.timings`: where a router places by load or by
+what is cached, one simulation is one draw of a spread wider than the goal, and the live
+side is a mean over runs); the trace's own timing is kept beside it
+(``compare_one_timing``).
+
 The profile, when none is given, is measured in every repeat: on the first fleet of each,
 on its first replica (pinned, while the others serve a steady load, when the replicas
 are pinned), before its live run. Every simulated run is priced by ONE profile, pooled
@@ -67,10 +73,12 @@ from replay.validation.fleet_sim import (
     router_ranking,
     simulate_as_routed,
     simulate_fleets,
+    simulate_timings,
 )
 from replay.validation.neighbours import kept_busy
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
+from replay.validation.timings import Timings
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 from ttlctl.server import arrivals, cpus, router
@@ -85,6 +93,8 @@ PROGRAM_SCHEDULING = "program_scheduling"
 PROGRAM_SCHEDULING_POLICY = "consistent_hash"
 #: timings a measurement takes at each prefill point and of each decode batch shape
 MEASURE_REPEATS = 2
+#: perturbed arrival timings each live run is simulated on (:mod:`replay.validation.timings`)
+TIMING_DRAWS = 32
 
 
 def router_setup(
@@ -130,6 +140,7 @@ def validate_fleet(
     timing: Load | None = None,
     seed: int = 0,
     repeats: int = 1,
+    timing_draws: int = TIMING_DRAWS,
     max_programs: int | None = 8,
     idle_gap_cap_s: float | None = None,
     timeout_s: float = 1800.0,
@@ -169,6 +180,8 @@ def validate_fleet(
         raise ValidateError("--replicas needs at least one --router")
     if repeats < 1:
         raise ValidateError(f"--repeats must be at least 1, not {repeats}")
+    if timing_draws < 0:
+        raise ValidateError(f"timing draws must be at least 0, not {timing_draws}")
     for policy in routers:  # every one, before the first fleet's minutes of work
         router.check_policy(router_setup(policy, None, None)[0])
     sets = None if cpus_per_replica is None else cpus.cpu_sets(replicas, cpus_per_replica)
@@ -298,6 +311,7 @@ def validate_fleet(
             bundle=bundle_doc,
             settings=settings,
             notes=notes,
+            timings=Timings(draws=timing_draws, seed=seed) if timing_draws > 0 else None,
         )
         per_run.setdefault(run.policy, {}).setdefault(run.router, []).append(row)
         live.setdefault(run.policy, {}).setdefault(run.router, []).append(run.result)
@@ -391,12 +405,15 @@ def _simulated_row(
     bundle: bundle_mod.Bundle | None,
     settings: dict[str, RouterSettings],
     notes: dict[str, str],
+    timings: Timings | None = None,
 ) -> tuple[dict[str, Any], PolicyResult | None]:
     """One live run's row, with its simulated side: the same programs on replicas in the
     live router's own worker order (simulated replica i is its i-th worker, so
     ``round_robin`` starts where it did and ties break as there), with the live URLs
-    (the hashing routers place by them); and, with each call on the replica it reached
-    live, the engines' share of the error. ``notes``: why a router was not simulated."""
+    (the hashing routers place by them), compared by its mean over ``timings`` (perturbed
+    arrival timings) when given, and on the trace's own timing; and, with each call on the
+    replica it reached live, the engines' share of the error. ``notes``: why a router was
+    not simulated."""
     fleet_doc = run.fleet
     urls = fleet_doc["worker_order"] or [r["url"] for r in fleet_doc["replicas"].values()]
     by_url = {r["url"]: name for name, r in fleet_doc["replicas"].items()}
@@ -415,7 +432,26 @@ def _simulated_row(
     notes.update(why)
     result = simulated[run.policy][run.router]
     row = fleet_row(run.result, run.order)
-    row["compare"] = compare_fleet(result, row)
+    drawn = None
+    if timings is not None and timings.draws > 0 and result is not None:
+        drawn = simulate_timings(
+            work,
+            timings,
+            policy=run.policy,
+            router=run.router,
+            replicas=replicas,
+            profile=profile,
+            engine=engine,
+            timing=timing,
+            bundle=bundle,
+            settings=settings,
+            worker_urls=urls,
+        )
+    #: the simulated figures: their mean over the perturbed timings when drawn
+    row["compare"] = compare_fleet(result if drawn is None else drawn, row)
+    #: the simulator on the trace's own timing alone (one draw of the spread)
+    row["compare_one_timing"] = compare_fleet(result, row)
+    row["sim_timings"] = None if drawn is None else drawn["timings"]
     row["jct_within_10pct"] = jct_goal(row["compare"])
     row["sim_note"] = notes.get(run.router)
     #: the simulated calls per live replica (simulated replica i: the router's i-th worker)

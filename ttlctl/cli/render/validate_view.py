@@ -136,6 +136,16 @@ def _measurements(taken: list[dict[str, Any]], pooled: dict[str, Any]) -> str:
     return f"  the {len(taken)} measurements, each fitted alone: " + "; ".join(parts)
 
 
+def _drawn(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The perturbed timings' settings of the first row that has them (None: none)."""
+    for by_router in (doc.get("rows") or {}).values():
+        for row in by_router.values():
+            if row.get("sim_timings"):
+                drawn: dict[str, Any] = row["sim_timings"]
+                return drawn
+    return None
+
+
 def fleet_table(console: Console, doc: dict[str, Any]) -> None:
     """``validate --replicas N --router R``: per policy and router, simulated against live
     (with ``--repeats K``: the live mean over K runs and its range)."""
@@ -188,6 +198,13 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
                     f"; simulated with the live placement: mean JCT "
                     f"{_fleet_value('jct_mean_s', jct['sim'])} ({_error('relative', jct['error'])})"
                 )
+            one = {c["metric"]: c for c in row.get("compare_one_timing") or []}
+            if one and row.get("sim_timings"):
+                jct = one["jct_mean_s"]
+                note += (
+                    f"; simulated on the trace's own timing alone: mean JCT "
+                    f"{_fleet_value('jct_mean_s', jct['sim'])} ({_error('relative', jct['error'])})"
+                )
             runs = row.get("runs") or [row]
             spread = ", ".join(
                 _spread(r.get("calls_per_replica"))
@@ -216,6 +233,14 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
     if doc.get("cpu_sets"):
         sets = " | ".join(",".join(str(c) for c in s) for s in doc["cpu_sets"])
         console.print(f"replicas pinned to CPUs {sets}", highlight=False)
+    drawn = _drawn(doc)
+    if drawn:
+        console.print(
+            f"simulated: the mean over {drawn['draws']} seeded arrival timings (each pause "
+            f"× 1 ± {drawn['pause_rel']:.0%}, each program's start + 0–{drawn['start_s'] * 1e3:.0f}"
+            " ms)",
+            highlight=False,
+        )
     if doc.get("profile", {}).get("source"):
         console.print(f"profile: {doc['profile']['source']}", highlight=False)
     taken = doc.get("profile", {}).get("measurements") or []

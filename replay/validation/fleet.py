@@ -32,17 +32,9 @@ what is cached, one simulation is one draw of a spread wider than the goal, and 
 side is a mean over runs); the trace's own timing is kept beside it
 (``compare_one_timing``).
 
-The profile, when none is given, is measured in every repeat: on the first fleet of each,
-on its first replica (pinned, while the others serve a steady load, when the replicas
-are pinned), before its live run. Every simulated run is priced by ONE profile, pooled
-over the K measurements by :func:`profiles.engine_fit.fit_samples`: every timing of
-every measurement put together point by point, the median taken, then the one fit a
-single measurement uses (pooling the raw timings, not the K fitted profiles: a fit's
-terms trade off against each other, a median of coefficients need not be a profile any
-timing supports). A profile measured once is a ±10% input on a shared CPU machine (two
-measured the same way hours apart differed term by term by 12–76%); pooled over the
-window the live runs span, it sees what they see. The document keeps each measurement
-(its source, time, own fit and timings) beside the pooled profile.
+The profile, when none is given, is measured in every repeat and the K measurements are
+pooled into one that prices every run (:mod:`replay.validation.fleet_profile`); the
+document keeps each measurement (its source, time, own fit and timings) beside it.
 """
 
 from __future__ import annotations
@@ -55,8 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiles.engine_fit import EngineSamples, fit_samples
-from profiles.measure_server import measure_samples
 from profiles.router_calibration import RouterCalibration
 from profiles.schema import Profile
 from replay.figures import PolicyResult
@@ -65,6 +55,7 @@ from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.validation.error import ValidateError
+from replay.validation.fleet_profile import Measured, measure_replica, pooled
 from replay.validation.fleet_runs import goal, mean_sim, merge_fleet_runs, run_rankings
 from replay.validation.fleet_sim import (
     compare_fleet,
@@ -75,7 +66,6 @@ from replay.validation.fleet_sim import (
     simulate_fleets,
     simulate_timings,
 )
-from replay.validation.neighbours import kept_busy
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
 from replay.validation.timings import Timings
@@ -91,8 +81,6 @@ from ttlctl.server.facts import ServerInfo, probe
 PROGRAM_SCHEDULING = "program_scheduling"
 #: the request-level policy under Program scheduling
 PROGRAM_SCHEDULING_POLICY = "consistent_hash"
-#: timings a measurement takes at each prefill point and of each decode batch shape
-MEASURE_REPEATS = 2
 #: perturbed arrival timings each live run is simulated on (:mod:`replay.validation.timings`)
 TIMING_DRAWS = 32
 
@@ -154,8 +142,8 @@ def validate_fleet(
     ``program_scheduling_json`` turns the router's Program scheduling on for every router;
     the router :data:`PROGRAM_SCHEDULING` turns it on for its calls (``calibration``: the
     profile's coefficients, else the router's reference ones). The simulated side is
-    priced by ``profile`` (else by one pooled over a measurement of the first fleet's
-    first replica in each repeat: the module's docstring) and sized like the replicas (``kv_tokens``
+    priced by ``profile`` (else by one pooled over a measurement in each repeat:
+    :mod:`~replay.validation.fleet_profile`) and sized like the replicas (``kv_tokens``
     overrides their KV size; ``max_num_seqs`` and ``max_num_batched_tokens``: the
     replicas' own, vLLM's CPU defaults unless told). ``cpus_per_replica``: each replica
     on that many CPUs of its own (:mod:`ttlctl.server.cpus`); a profile measured here is
@@ -198,7 +186,7 @@ def validate_fleet(
     work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-"))
     work_dir.mkdir(parents=True, exist_ok=True)
     runs: list[_LiveRun] = []
-    measured: list[_Measured] = []
+    measured: list[Measured] = []
     # run k of every (policy, router) before run k + 1 of any: a drift in the machine's
     # speed then falls on every router alike
     for rep in range(repeats):
@@ -231,17 +219,17 @@ def validate_fleet(
                         info = probe(next(iter(made.urls.values())))
                     if profile is None and (name, policy) == (names[0], routers[0]):
                         say(f"{which}: measuring a replica's profile")
-                        first, *rest = made.urls.values()
-                        others = rest if sets is not None else []
-                        with kept_busy(others, info.model, vocab_size=vocab_size) as served:
-                            samples = _measure(first, model_config)
-                        where = f"measured from {name}'s replica at {first}"
-                        if sets is not None:
-                            where += (
-                                f", pinned to CPUs {cpus.cpu_list(sets[0])}, while "
-                                f"{len(others)} other replica(s) served {sum(served)} requests"
+                        measured.append(
+                            measure_replica(
+                                list(made.urls.values()),
+                                model=info.model,
+                                policy=name,
+                                repeat=rep + 1,
+                                cpu_sets=sets,
+                                model_config=model_config,
+                                vocab_size=vocab_size,
                             )
-                        measured.append(_Measured(rep + 1, where, sum(served), samples))
+                        )
                     for url in made.urls.values():
                         reset_prefix_cache(url)
                     say(f"{which}: live replay of {len(work.programs)} programs")
@@ -284,8 +272,7 @@ def validate_fleet(
                 )
     assert info is not None  # set in the first fleet
     if profile is None:  # measured: one measurement a repeat, pooled
-        profile = fit_samples([m.samples for m in measured])
-        profile_source = _pooled_source(measured)
+        profile, profile_source = pooled(measured)
     engine = sim_engine_config(
         info,
         kv_tokens=kv_tokens,
@@ -496,52 +483,3 @@ def sim_settings(
             program_scheduling_calibration="reference" if calibration is None else "profile",
         )
     }
-
-
-@dataclass(frozen=True, slots=True)
-class _Measured:
-    """One measurement of a replica's profile: in which repeat, where and beside what
-    load, and its timings."""
-
-    repeat: int
-    source: str
-    #: requests the other replicas served meanwhile
-    served: int
-    samples: EngineSamples
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "repeat": self.repeat,
-            "source": self.source,
-            "created": self.samples.created,
-            "others_served": self.served,
-            "doc": fit_samples([self.samples]).to_json(),
-            "samples": self.samples.to_json(),
-        }
-
-
-def _pooled_source(measured: Sequence[_Measured]) -> str:
-    """What the profile is: the one measurement, or the K pooled."""
-    if len(measured) == 1:
-        return measured[0].source
-    served = ", ".join(str(m.served) for m in measured)
-    return (
-        f"pooled over {len(measured)} measurements, one in each repeat on its first fleet's "
-        f"first replica (the other replicas served {served} requests meanwhile): every "
-        f"timing put together, then fitted once; first {measured[0].source}"
-    )
-
-
-def _measure(url: str, model_config: dict[str, Any] | None) -> EngineSamples:
-    """The timings of one replica's profile (:class:`ValidateError` if it cannot be
-    measured)."""
-    try:
-        return measure_samples(
-            url,
-            model_config=model_config,
-            repeats=MEASURE_REPEATS,
-            output_tokens=16,
-            timeout_s=120.0,
-        )
-    except ValueError as exc:
-        raise ValidateError(f"profiling a replica at {url}: {exc}") from None

@@ -11,66 +11,19 @@ different servers are refused in one line; a measurement reads back from its JSO
 from __future__ import annotations
 
 import itertools
-import random
 import statistics
 from dataclasses import replace
 
 import pytest
 
-from profiles.engine_fit import (
-    EngineFitError,
-    EngineSamples,
-    fit_samples,
-    pooled_points,
-    samples_from_json,
-)
+from profiles.engine_fit import EngineFitError, fit_samples, pooled_points, samples_from_json
 from profiles.fitmath import fit_decode, fit_quadratic
 from profiles.schema import Decode, from_json
-
-CONTEXTS = (128, 256, 512, 1024)
-#: (sequences, KV tokens of the batch), as measure_server's plan makes them
-SHAPES = ((1, 136), (1, 584), (1, 1032), (4, 544), (4, 3652), (8, 1088), (8, 3616))
-
-
-def _ttft(c: int) -> float:
-    return 0.012 + 2.9e-4 * c + 7e-8 * c * c
-
-
-def _pace(seqs: int, kv: int) -> float:
-    return 0.0093 + 7e-4 * seqs + 1.4e-6 * kv
-
-
-def _samples(seed: int, created: str, *, url: str = "http://127.0.0.1:8101", scale: float = 1.0,
-             repeats: int = 2, kv_bytes: int = 12288) -> EngineSamples:  # fmt: skip
-    """One measurement: ``repeats`` TTFTs a context and ``repeats`` × seqs paces a shape,
-    each ±5% around the model times ``scale``."""
-    rng = random.Random(seed)
-
-    def noise() -> float:
-        return scale * (1 + rng.uniform(-0.05, 0.05))
-
-    return EngineSamples(
-        url=url,
-        model="/tmp/tiny55m",
-        max_model_len=2048,
-        kv_capacity=4064,
-        version="0.32.0",
-        kv_bytes_per_token=kv_bytes,
-        kv_bytes_from="server metrics",
-        created=created,
-        repeats=repeats,
-        output_tokens=16,
-        decode_output_tokens=16,
-        prefill=tuple((c, tuple(_ttft(c) * noise() for _ in range(repeats))) for c in CONTEXTS),
-        decode=tuple(
-            (s, k, tuple(_pace(s, k) * noise() for _ in range(repeats * s))) for s, k in SHAPES
-        ),
-        max_cached_tokens_seen=seed,
-    )
+from tests.profiles.engine_samples import CONTEXTS, SHAPES, samples, ttft
 
 
 def test_one_measurement_is_the_fit_of_its_own_medians() -> None:
-    one = _samples(1, "2026-12-02T03:30:00+00:00")
+    one = samples(1, "2026-12-02T03:30:00+00:00")
     profile = fit_samples([one])
     medians = [statistics.median(t) for _, t in one.prefill]
     want = fit_quadratic(list(CONTEXTS), medians)
@@ -84,12 +37,12 @@ def test_one_measurement_is_the_fit_of_its_own_medians() -> None:
     assert src["created"] == one.created and profile.device == f"vllm server at {one.url}"
     assert profile.name == "engine-tiny55m" and profile.max_context == 2048
     # the fit recovers the model the timings were drawn around (±5% noise)
-    assert profile.prefill_s(1024) == pytest.approx(_ttft(1024), rel=0.05)
+    assert profile.prefill_s(1024) == pytest.approx(ttft(1024), rel=0.05)
     assert from_json(profile.to_json()) == profile
 
 
 def test_measurements_pool_their_timings_before_the_median_and_the_fit() -> None:
-    runs = [_samples(k, f"2026-12-02T03:3{k}:00+00:00", url=f"http://127.0.0.1:81{k}0",
+    runs = [samples(k, f"2026-12-02T03:3{k}:00+00:00", url=f"http://127.0.0.1:81{k}0",
                      scale=1 + 0.2 * k) for k in range(3)]  # fmt: skip
     profile = fit_samples(runs)
     every = {c: [t for r in runs for cc, ts in r.prefill if cc == c for t in ts] for c in CONTEXTS}
@@ -111,7 +64,7 @@ def test_measurements_pool_their_timings_before_the_median_and_the_fit() -> None
 
 
 def test_a_point_pools_every_timing_not_the_measurements_medians() -> None:
-    base = _samples(5, "2026-12-02T03:30:00+00:00")
+    base = samples(5, "2026-12-02T03:30:00+00:00")
     a = replace(base, prefill=((128, (0.1, 0.2)), *base.prefill[1:]))
     b = replace(base, created="2026-12-02T03:35:00+00:00",
                 prefill=((128, (0.3, 1.0, 1.1)), *base.prefill[1:]))  # fmt: skip
@@ -121,7 +74,7 @@ def test_a_point_pools_every_timing_not_the_measurements_medians() -> None:
 
 
 def test_pooling_is_deterministic_and_order_free() -> None:
-    runs = [_samples(k, f"2026-12-02T03:{30 + k}:00+00:00", scale=1 + 0.1 * k) for k in range(3)]
+    runs = [samples(k, f"2026-12-02T03:{30 + k}:00+00:00", scale=1 + 0.1 * k) for k in range(3)]
     first = fit_samples(runs).to_json()
     assert fit_samples(runs).to_json() == first
     for order in itertools.permutations(runs):
@@ -129,15 +82,15 @@ def test_pooling_is_deterministic_and_order_free() -> None:
 
 
 def test_a_measurement_pooled_with_its_copy_fits_as_itself() -> None:
-    one = _samples(4, "2026-12-02T03:30:00+00:00")
+    one = samples(4, "2026-12-02T03:30:00+00:00")
     alone, twice = fit_samples([one]), fit_samples([one, one])
     assert twice.prefill == alone.prefill and twice.decode == alone.decode
     assert twice.source["pooled"]["measurements"] == 2 and twice.source["repeats"] == 4
 
 
 def test_measurements_of_different_servers_are_refused() -> None:
-    a = _samples(1, "2026-12-02T03:30:00+00:00")
-    b = _samples(2, "2026-12-02T03:31:00+00:00", kv_bytes=8192)
+    a = samples(1, "2026-12-02T03:30:00+00:00")
+    b = samples(2, "2026-12-02T03:31:00+00:00", kv_bytes=8192)
     with pytest.raises(EngineFitError, match=r"kv_bytes_per_token 12288 at \S+ against 8192"):
         fit_samples([a, b])
     with pytest.raises(EngineFitError, match="no measurement"):
@@ -145,7 +98,7 @@ def test_measurements_of_different_servers_are_refused() -> None:
 
 
 def test_a_measurement_reads_back_from_its_json() -> None:
-    one = _samples(3, "2026-12-02T03:30:00+00:00")
+    one = samples(3, "2026-12-02T03:30:00+00:00")
     assert samples_from_json(one.to_json()) == one
     broken = one.to_json()
     del broken["prefill"]

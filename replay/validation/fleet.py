@@ -217,19 +217,6 @@ def validate_fleet(
                     groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
                     if info is None:
                         info = probe(next(iter(made.urls.values())))
-                    if profile is None and (name, policy) == (names[0], routers[0]):
-                        say(f"{which}: measuring a replica's profile")
-                        measured.append(
-                            measure_replica(
-                                list(made.urls.values()),
-                                model=info.model,
-                                policy=name,
-                                repeat=rep + 1,
-                                cpu_sets=sets,
-                                model_config=model_config,
-                                vocab_size=vocab_size,
-                            )
-                        )
                     for url in made.urls.values():
                         reset_prefix_cache(url)
                     say(f"{which}: live replay of {len(work.programs)} programs")
@@ -243,6 +230,21 @@ def validate_fleet(
                         vocab_size=vocab_size,
                         warn=warn,
                     )
+                    # after the repeat's last live run, on its fleet: no fleet's live
+                    # run follows a measurement's warm-up, so every run starts alike
+                    if profile is None and (name, policy) == (names[-1], routers[-1]):
+                        say(f"{which}: measuring a replica's profile")
+                        measured.append(
+                            measure_replica(
+                                list(made.urls.values()),
+                                model=info.model,
+                                policy=name,
+                                repeat=rep + 1,
+                                cpu_sets=sets,
+                                model_config=model_config,
+                                vocab_size=vocab_size,
+                            )
+                        )
                     say(f"{which}: stopping the fleet")
                 order = arrivals.read(made.arrivals)
                 logged = live_worker_order(fleet.router.log_path, list(made.urls.values()))
@@ -332,6 +334,8 @@ def validate_fleet(
         "rows": rows,
         # one run: its document as it is; several: a list, one per run
         "live": _single(live, repeats),
+        # each run simulated on the trace's own timing (the rows' ``compare`` is the mean
+        # over the perturbed timings, ``compare_one_timing`` this one)
         "sim": _single(sim, repeats),
         "sim_notes": notes,
         "ranking": rankings,
@@ -441,7 +445,9 @@ def _simulated_row(
     row["sim_timings"] = None if drawn is None else drawn["timings"]
     row["jct_within_10pct"] = jct_goal(row["compare"])
     row["sim_note"] = notes.get(run.router)
-    #: the simulated calls per live replica (simulated replica i: the router's i-th worker)
+    #: the simulated calls per live replica (simulated replica i: the router's i-th worker),
+    #: on the trace's own timing (the one simulation ``sim`` keeps; ``compare`` is the mean
+    #: over the perturbed timings)
     row["sim_calls_per_replica"] = (
         None
         if result is None

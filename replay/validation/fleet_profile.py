@@ -1,7 +1,9 @@
 """The profile ``validate --replicas N --repeats K`` measures when none is given.
 
-One measurement in each repeat (:func:`measure_replica`), on the first fleet of the
-repeat, on its first replica, before that fleet's live run; where the replicas are pinned
+One measurement in each repeat (:func:`measure_replica`), on the last fleet of the
+repeat, on its first replica, after that fleet's live run (a measurement warms the fleet
+it runs on: taken before a live run, it would favour that run's router in every repeat;
+taken after, every fleet's live run starts alike); where the replicas are pinned
 to CPUs of their own, the other replicas serve a steady load meanwhile
 (:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside it live.
 Every simulated run is priced by ONE profile pooled over the K measurements
@@ -48,6 +50,9 @@ class Measured:
     #: requests the other replicas served meanwhile (0: none kept busy)
     served: int
     samples: EngineSamples
+    #: the measurement's own fit (made at once: one that cannot be fitted is refused
+    #: before the next live run, naming its replica)
+    fitted: Profile
 
     def to_json(self) -> dict[str, Any]:
         """The measurement as the document keeps it: with its own fit and its timings."""
@@ -56,7 +61,7 @@ class Measured:
             "source": self.source,
             "created": self.samples.created,
             "others_served": self.served,
-            "doc": fit_samples([self.samples]).to_json(),
+            "doc": self.fitted.to_json(),
             "samples": self.samples.to_json(),
         }
 
@@ -84,6 +89,7 @@ def measure_replica(
                 output_tokens=OUTPUT_TOKENS,
                 timeout_s=120.0,
             )
+            fitted = fit_samples([samples])
         except ValueError as exc:
             raise ValidateError(f"profiling a replica at {first}: {exc}") from None
     where = f"measured from {policy}'s replica at {first}"
@@ -92,7 +98,7 @@ def measure_replica(
             f", pinned to CPUs {cpus.cpu_list(cpu_sets[0])}, while "
             f"{len(others)} other replica(s) served {sum(served)} requests"
         )
-    return Measured(repeat, where, sum(served), samples)
+    return Measured(repeat, where, sum(served), samples, fitted)
 
 
 def pooled(measured: Sequence[Measured]) -> tuple[Profile, str]:
@@ -105,8 +111,8 @@ def pooled(measured: Sequence[Measured]) -> tuple[Profile, str]:
         served = ", ".join(str(m.served) for m in measured)
         busy = f" (the other replicas served {served} requests meanwhile)"
     source = (
-        f"pooled over {len(measured)} measurements, one in each repeat on its first "
-        f"fleet's first replica{busy}: every timing put together, then fitted once; "
-        f"first {measured[0].source}"
+        f"pooled over {len(measured)} measurements, one in each repeat on its last "
+        f"fleet's first replica after its live run{busy}: every timing put together, "
+        f"then fitted once; first {measured[0].source}"
     )
     return profile, source

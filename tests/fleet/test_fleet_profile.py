@@ -13,7 +13,7 @@ def _measured(k: int, served: int) -> Measured:
     where = f"measured from vllm's replica at http://127.0.0.1:81{k}1"
     one = samples(k, f"2026-12-02T03:{25 + 3 * k}:00+00:00", url=f"http://127.0.0.1:81{k}1",
                   scale=1 + 0.1 * k)  # fmt: skip
-    return Measured(k, where, served, one)
+    return Measured(k, where, served, one, fit_samples([one]))
 
 
 def test_one_measurement_is_its_own_profile() -> None:
@@ -31,7 +31,7 @@ def test_k_measurements_pool_into_one_profile_said_so() -> None:
     profile, source = pooled(taken)
     assert profile == fit_samples([m.samples for m in taken])
     assert profile.source["pooled"]["measurements"] == 3
-    assert source.startswith("pooled over 3 measurements, one in each repeat")
+    assert source.startswith("pooled over 3 measurements, one in each repeat on its last fleet")
     assert "(the other replicas served 21, 22, 23 requests meanwhile)" in source
     assert source.endswith(f"first {taken[0].source}")
     # the same profile whatever order the repeats are handed over in

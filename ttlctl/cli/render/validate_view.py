@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from profiles import schema as profile_schema
+from profiles.cost import ProfileCostModel
 from ttlctl.cli.render.cells import show
 
 
@@ -117,12 +119,12 @@ _PREDICTED = (
 
 def _predicted(doc: dict[str, Any], tokens: int, seqs: int, kv: int) -> float:
     """Milliseconds a profile document predicts for a prefill of ``tokens`` (``seqs`` 0)
-    or a decode step of ``seqs`` sequences over ``kv`` KV tokens."""
+    or a decode step of ``seqs`` sequences over ``kv`` KV tokens (the cost model's own
+    terms)."""
+    cost = ProfileCostModel(profile_schema.from_json(doc))
     if seqs == 0:
-        p = doc["prefill"]
-        return 1e3 * float(p["a"] + p["b"] * tokens + p["q"] * tokens * tokens)
-    d = doc["decode"]
-    return 1e3 * float(d["step_s"] + d["per_seq_s"] * seqs + d["per_kv_token_s"] * kv)
+        return 1e3 * cost.profile.prefill_s(tokens)
+    return 1e3 * cost.decode_s(seqs, kv)
 
 
 def _measurements(taken: list[dict[str, Any]], pooled: dict[str, Any]) -> str:
@@ -209,7 +211,7 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
             spread = ", ".join(
                 _spread(r.get("calls_per_replica"))
                 + (
-                    f" (sim {_spread(r['sim_calls_per_replica'])})"
+                    f" (sim on the trace's timing {_spread(r['sim_calls_per_replica'])})"
                     if r.get("sim_calls_per_replica")
                     else ""
                 )

@@ -22,7 +22,7 @@ What a live server can tell from outside, timed on the client:
   both, a batch of long prompts on a slow device times the peers' prefills:
   90 ms "steps" instead of 20).
 - reload: NOT measured. A server exposes no host-to-device copy, so the profile
-  carries a labelled default (:data:`DEFAULT_RELOAD`), and ``source`` says so.
+  carries a labelled default (:data:`profiles.engine_fit.DEFAULT_RELOAD`), and ``source`` says so.
 
 KV bytes per token come from the model config (``--model``) when given, else
 from the server's ``vllm:cache_config_info`` metric (``kv_cache_memory_bytes /
@@ -33,15 +33,15 @@ failure to talk to it is a :class:`~ttlctl.server.client.ServerError`, a refusal
 what was asked a :class:`ServerMeasureError` (both ``ValueError``), each one line
 naming the URL. ``measure_engine`` runs in steps: what the server is
 (:func:`_target`), the contexts to time (:func:`_contexts`), prefill
-(:func:`_measure_prefill`), decode (:func:`_measure_decode`), the profile
-(:func:`_profile`).
+(:func:`_measure_prefill`), decode (:func:`_measure_decode`): every timing kept
+(:func:`measure_samples`, a :class:`~profiles.engine_fit.EngineSamples`), then fitted
+(:func:`profiles.engine_fit.fit_samples`, which also pools several measurements of one
+server configuration into one profile).
 """
 
 from __future__ import annotations
 
 import random
-import re
-import statistics
 import threading
 import time
 import warnings
@@ -51,10 +51,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from profiles.fitmath import DecodeFit, QuadraticFit, fit_decode, fit_quadratic
+from profiles.engine_fit import EngineSamples, fit_samples
 from profiles.grid import default_contexts
 from profiles.models import kv_bytes_per_token as config_kv_bytes_per_token
-from profiles.schema import Decode, Prefill, Profile, Reload
+from profiles.schema import Profile
 from ttlctl.errors import TtlctlError
 from ttlctl.server import sse
 from ttlctl.server.cache import reset_prefix_cache
@@ -62,8 +62,6 @@ from ttlctl.server.client import normalise_url
 from ttlctl.server.facts import probe
 from ttlctl.server.vocab import token_pool
 
-#: host-to-device reload used when nothing better is known (PCIe 4.0 x16-class link)
-DEFAULT_RELOAD = Reload(bandwidth_bytes_per_s=25e9, latency_s=50e-6)
 #: tokens kept free below ``max_model_len`` beside the generated ones
 CONTEXT_MARGIN = 16
 #: concurrent sequences of the batched decode measurements
@@ -267,14 +265,6 @@ class _Sender:
         return _Stream(start, tuple(arrivals), cached)
 
 
-def _profile_name(model_id: str) -> str:
-    ident = model_id.rstrip("/")
-    if ident.startswith(("/", ".", "~")):  # a local path: its last component
-        ident = ident.rsplit("/", 1)[-1]
-    ident = re.sub(r"[^a-z0-9._-]+", "-", ident.lower()).strip("-")
-    return f"engine-{ident or 'model'}"
-
-
 def measure_engine(
     url: str,
     *,
@@ -294,8 +284,36 @@ def measure_engine(
     output_tokens − 16``. ``progress(phase, done, total)`` is called as measurements finish
     (phases ``"prefill"`` and ``"decode"``). Raises :class:`ServerMeasureError` or
     :class:`~ttlctl.server.client.ServerError`, each a one-line message naming the URL,
-    when the server cannot be used.
+    when the server cannot be used. The timings themselves: :func:`measure_samples`;
+    this is their fit (:func:`profiles.engine_fit.fit_samples`).
     """
+    return fit_samples(
+        [
+            measure_samples(
+                url,
+                model_config=model_config,
+                contexts=contexts,
+                repeats=repeats,
+                output_tokens=output_tokens,
+                timeout_s=timeout_s,
+                progress=progress,
+            )
+        ]
+    )
+
+
+def measure_samples(
+    url: str,
+    *,
+    model_config: dict[str, Any] | None = None,
+    contexts: Sequence[int] | None = None,
+    repeats: int = 3,
+    output_tokens: int = 32,
+    timeout_s: float = 60.0,
+    progress: Progress | None = None,
+) -> EngineSamples:
+    """Every timing :func:`measure_engine` fits, unfitted (the arguments are its own):
+    what several measurements of one server pool (:func:`profiles.engine_fit.fit_samples`)."""
     if repeats < 1:
         raise ServerMeasureError("repeats must be at least 1")
     if output_tokens < 4:
@@ -308,23 +326,39 @@ def measure_engine(
     sender = _Sender(target, pool, timeout_s)
     prefill = _measure_prefill(sender, ctxs, repeats, report)
     decode = _measure_decode(sender, target, ctxs, output_tokens, repeats, report)
-    return _profile(target, sender, ctxs, prefill, decode, repeats, output_tokens)
+    return EngineSamples(
+        url=target.url,
+        model=target.model,
+        max_model_len=target.max_model_len,
+        kv_capacity=target.kv_capacity,
+        version=target.version,
+        kv_bytes_per_token=target.kv_bytes,
+        kv_bytes_from=target.kv_from,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        repeats=repeats,
+        output_tokens=output_tokens,
+        decode_output_tokens=decode.output_tokens,
+        prefill=prefill.ttfts,
+        decode=decode.paces,
+        decode_batches_without_common_window=decode.no_window,
+        prefix_cache_reset=sender.reset_ok,
+        max_cached_tokens_seen=prefill.cached_max,
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class _Prefill:
-    """Prefill as measured: the profile's part, its fit, the largest prefix hit seen."""
+    """Prefill as measured: the TTFTs at each context, the largest prefix hit seen."""
 
-    prefill: Prefill
-    fit: QuadraticFit
+    ttfts: tuple[tuple[int, tuple[float, ...]], ...]
     cached_max: int
 
 
 def _measure_prefill(
     sender: _Sender, ctxs: Sequence[int], repeats: int, report: Progress
 ) -> _Prefill:
-    """TTFT of each context (``max_tokens=1``, the cache emptied first), median of
-    ``repeats`` taken round robin, fitted as ``a + b·c + q·c²``."""
+    """TTFT of each context (``max_tokens=1``, the cache emptied first), ``repeats``
+    times, taken round robin."""
     sender.stream(sender.body(min(ctxs), 2))  # warm-up: first requests pay one-off costs
     sender.stream(sender.body(max(ctxs), 2))
     ttfts: dict[int, list[float]] = {c: [] for c in ctxs}
@@ -339,21 +373,15 @@ def _measure_prefill(
             cached_max = max(cached_max, s.cached_tokens or 0)
             done += 1
             report("prefill", done, total)
-    points = tuple((c, statistics.median(ttfts[c])) for c in ctxs)
-    qfit = fit_quadratic([c for c, _ in points], [s for _, s in points])
-    return _Prefill(
-        Prefill(qfit.a, qfit.b, qfit.q, points, qfit.rmse_s, includes_step=True), qfit, cached_max
-    )
+    return _Prefill(tuple((c, tuple(ttfts[c])) for c in ctxs), cached_max)
 
 
 @dataclass(frozen=True, slots=True)
 class _Decode:
-    """Decode as measured: the profile's part, its fit and points (seqs, KV tokens, s a
-    token), the tokens each stream generated, batches read without a common window."""
+    """Decode as measured: (seqs, KV tokens, each stream's s a token) per batch shape,
+    the tokens each stream generated, batches read without a common window."""
 
-    decode: Decode
-    fit: DecodeFit
-    points: list[tuple[int, int, float]]
+    paces: tuple[tuple[int, int, tuple[float, ...]], ...]
     output_tokens: int
     no_window: int
 
@@ -366,11 +394,11 @@ def _measure_decode(
     repeats: int,
     report: Progress,
 ) -> _Decode:
-    """Time per output token of batches of cached prompts (:func:`_decode_plan`),
-    median over streams and repeats, fitted as ``step + per_seq·seqs + per_kv·kv``."""
+    """Time per output token of batches of cached prompts (:func:`_decode_plan`), every
+    stream of every repeat kept (the fit takes their median)."""
     dec_out = max(output_tokens, DECODE_MIN_TOKENS)
     plan = _decode_plan(ctxs, dec_out, target.max_model_len, target.kv_capacity)
-    points: list[tuple[int, int, float]] = []
+    points: list[tuple[int, int, tuple[float, ...]]] = []
     total = len(plan) * repeats
     done = 0
     no_window = 0
@@ -388,72 +416,8 @@ def _measure_decode(
             report("decode", done, total)
         if not tpots:
             raise ServerMeasureError(f"{target.url}: too few tokens streamed to time decode steps")
-        points.append((seqs, seqs * (kv_len + dec_out // 2), statistics.median(tpots)))
-    dfit = fit_decode([p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
-    decode = Decode(dfit.step_s, dfit.per_seq_s, dfit.per_kv_token_s)
-    return _Decode(decode, dfit, points, dec_out, no_window)
-
-
-def _profile(
-    target: _Target,
-    sender: _Sender,
-    ctxs: Sequence[int],
-    prefill: _Prefill,
-    decode: _Decode,
-    repeats: int,
-    output_tokens: int,
-) -> Profile:
-    """The measured profile, its ``source`` saying how each figure was found."""
-    url = target.url
-    return Profile(
-        name=_profile_name(target.model),
-        device=f"vllm server at {url}",
-        model=target.model,
-        kv_bytes_per_token=target.kv_bytes,
-        max_context=target.max_model_len if target.max_model_len > 0 else max(ctxs),
-        prefill=prefill.prefill,
-        reload=DEFAULT_RELOAD,
-        decode=decode.decode,
-        source={
-            "kind": "measured",
-            "via": "engine",
-            "url": url,
-            "server_version": target.version,
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "repeats": repeats,
-            "output_tokens": output_tokens,
-            "decode_output_tokens": decode.output_tokens,
-            "decode_batches_without_common_window": decode.no_window,
-            "kv_bytes_per_token_from": target.kv_from,
-            "kv_capacity_tokens": target.kv_capacity,
-            "prefill_timing": "client-side TTFT of streamed /v1/completions (max_tokens=1), "
-            "median of repeats; includes the HTTP round trip and the first sampled token",
-            "decode_timing": "client-side time per output token of streamed requests "
-            "whose prompts were cached first, over the window in which every request of "
-            "the batch is past its second token (each stream's pace after its second "
-            "token when the streams never overlap: decode_batches_without_common_window); "
-            "median over streams and repeats; "
-            "kv_tokens = seqs × (context + decode_output_tokens/2)",
-            "prefix_cache_reset": sender.reset_ok,
-            "max_cached_tokens_seen": prefill.cached_max,
-            "reload": "not measured: default",
-            "reload_default": {
-                "bandwidth_bytes_per_s": DEFAULT_RELOAD.bandwidth_bytes_per_s,
-                "latency_s": DEFAULT_RELOAD.latency_s,
-                "why": "a live server exposes no host-to-device copy to time",
-            },
-            "fit": {
-                "prefill": {
-                    "rmse_s": prefill.fit.rmse_s,
-                    "max_rel_error": prefill.fit.max_rel_error,
-                },
-                "decode": {
-                    "max_rel_error": decode.fit.max_rel_error,
-                    "points": [list(p) for p in decode.points],
-                },
-            },
-        },
-    )
+        points.append((seqs, seqs * (kv_len + dec_out // 2), tuple(tpots)))
+    return _Decode(tuple(points), dec_out, no_window)
 
 
 def _decode_plan(

@@ -14,7 +14,7 @@ which names the chosen worker only for some policies.
 
 Beside each live row, the simulated fleet (:mod:`replay.validation.fleet_sim`): the same
 programs on as many simulated replicas, each sized like the live ones (their
-``/metrics``) and priced by the profile given or measured from the first replica, behind
+``/metrics``) and priced by the profile given, or else by one measured here (below), behind
 ttlctl's model of the same router, given the live replicas' URLs in the live router's own
 worker order (read from its log: :func:`~ttlctl.server.router.worker_order`). Each row
 gets its errors, and each policy the routers' ranking by mean JCT, simulated against
@@ -25,6 +25,16 @@ of every router before run k + 1 of any; each run is simulated with its own flee
 and order, and :mod:`replay.validation.fleet_runs` makes the K rows one (the live mean
 and range, the simulated mean's errors against the live mean, every run kept); the goal
 is judged on the means and on each single run.
+
+Each run's simulated figures are their mean over ``timing_draws`` seeded perturbations of
+the arrival timing (:mod:`replay.validation.timings`: where a router places by load or by
+what is cached, one simulation is one draw of a spread wider than the goal, and the live
+side is a mean over runs); the trace's own timing is kept beside it
+(``compare_one_timing``).
+
+The profile, when none is given, is measured in every repeat and the K measurements are
+pooled into one that prices every run (:mod:`replay.validation.fleet_profile`); the
+document keeps each measurement (its source, time, own fit and timings) beside it.
 """
 
 from __future__ import annotations
@@ -37,7 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiles.measure_server import measure_engine
 from profiles.router_calibration import RouterCalibration
 from profiles.schema import Profile
 from replay.figures import PolicyResult
@@ -46,6 +55,7 @@ from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.validation.error import ValidateError
+from replay.validation.fleet_profile import Measured, measure_replica, pooled
 from replay.validation.fleet_runs import goal, mean_sim, merge_fleet_runs, run_rankings
 from replay.validation.fleet_sim import (
     compare_fleet,
@@ -54,10 +64,11 @@ from replay.validation.fleet_sim import (
     router_ranking,
     simulate_as_routed,
     simulate_fleets,
+    simulate_timings,
 )
-from replay.validation.neighbours import kept_busy
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
+from replay.validation.timings import Timings
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 from ttlctl.server import arrivals, cpus, router
@@ -70,6 +81,8 @@ from ttlctl.server.facts import ServerInfo, probe
 PROGRAM_SCHEDULING = "program_scheduling"
 #: the request-level policy under Program scheduling
 PROGRAM_SCHEDULING_POLICY = "consistent_hash"
+#: perturbed arrival timings each live run is simulated on (:mod:`replay.validation.timings`)
+TIMING_DRAWS = 32
 
 
 def router_setup(
@@ -115,6 +128,7 @@ def validate_fleet(
     timing: Load | None = None,
     seed: int = 0,
     repeats: int = 1,
+    timing_draws: int = TIMING_DRAWS,
     max_programs: int | None = 8,
     idle_gap_cap_s: float | None = None,
     timeout_s: float = 1800.0,
@@ -128,12 +142,12 @@ def validate_fleet(
     ``program_scheduling_json`` turns the router's Program scheduling on for every router;
     the router :data:`PROGRAM_SCHEDULING` turns it on for its calls (``calibration``: the
     profile's coefficients, else the router's reference ones). The simulated side is
-    priced by ``profile`` (else one measured from the first fleet's first replica, as
-    ``ttlctl validate`` does for one server) and sized like the replicas (``kv_tokens``
+    priced by ``profile`` (else by one pooled over a measurement in each repeat:
+    :mod:`~replay.validation.fleet_profile`) and sized like the replicas (``kv_tokens``
     overrides their KV size; ``max_num_seqs`` and ``max_num_batched_tokens``: the
     replicas' own, vLLM's CPU defaults unless told). ``cpus_per_replica``: each replica
     on that many CPUs of its own (:mod:`ttlctl.server.cpus`); a profile measured here is
-    then measured on the first replica, pinned, while the others serve a steady load
+    then measured on a first replica, pinned, while the others serve a steady load
     (:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside it.
 
     Raises :class:`ValidateError` (bad arguments), a
@@ -154,6 +168,8 @@ def validate_fleet(
         raise ValidateError("--replicas needs at least one --router")
     if repeats < 1:
         raise ValidateError(f"--repeats must be at least 1, not {repeats}")
+    if timing_draws < 0:
+        raise ValidateError(f"timing draws must be at least 0, not {timing_draws}")
     for policy in routers:  # every one, before the first fleet's minutes of work
         router.check_policy(router_setup(policy, None, None)[0])
     sets = None if cpus_per_replica is None else cpus.cpu_sets(replicas, cpus_per_replica)
@@ -170,6 +186,7 @@ def validate_fleet(
     work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-"))
     work_dir.mkdir(parents=True, exist_ok=True)
     runs: list[_LiveRun] = []
+    measured: list[Measured] = []
     # run k of every (policy, router) before run k + 1 of any: a drift in the machine's
     # speed then falls on every router alike
     for rep in range(repeats):
@@ -200,17 +217,6 @@ def validate_fleet(
                     groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
                     if info is None:
                         info = probe(next(iter(made.urls.values())))
-                    if profile is None:
-                        say(f"{which}: measuring a replica's profile")
-                        others = list(made.urls.values())[1:] if sets is not None else []
-                        with kept_busy(others, info.model, vocab_size=vocab_size) as served:
-                            profile = _measure(info, model_config)
-                        profile_source = f"measured from {name}'s replica at {info.url}"
-                        if sets is not None:
-                            profile_source += (
-                                f", pinned to CPUs {cpus.cpu_list(sets[0])}, while "
-                                f"{len(others)} other replica(s) served {sum(served)} requests"
-                            )
                     for url in made.urls.values():
                         reset_prefix_cache(url)
                     say(f"{which}: live replay of {len(work.programs)} programs")
@@ -224,6 +230,21 @@ def validate_fleet(
                         vocab_size=vocab_size,
                         warn=warn,
                     )
+                    # after the repeat's last live run, on its fleet: no fleet's live
+                    # run follows a measurement's warm-up, so every run starts alike
+                    if profile is None and (name, policy) == (names[-1], routers[-1]):
+                        say(f"{which}: measuring a replica's profile")
+                        measured.append(
+                            measure_replica(
+                                list(made.urls.values()),
+                                model=info.model,
+                                policy=name,
+                                repeat=rep + 1,
+                                cpu_sets=sets,
+                                model_config=model_config,
+                                vocab_size=vocab_size,
+                            )
+                        )
                     say(f"{which}: stopping the fleet")
                 order = arrivals.read(made.arrivals)
                 logged = live_worker_order(fleet.router.log_path, list(made.urls.values()))
@@ -251,7 +272,9 @@ def validate_fleet(
                         },
                     )
                 )
-    assert info is not None and profile is not None  # set in the first fleet
+    assert info is not None  # set in the first fleet
+    if profile is None:  # measured: one measurement a repeat, pooled
+        profile, profile_source = pooled(measured)
     engine = sim_engine_config(
         info,
         kv_tokens=kv_tokens,
@@ -277,6 +300,7 @@ def validate_fleet(
             bundle=bundle_doc,
             settings=settings,
             notes=notes,
+            timings=Timings(draws=timing_draws, seed=seed) if timing_draws > 0 else None,
         )
         per_run.setdefault(run.policy, {}).setdefault(run.router, []).append(row)
         live.setdefault(run.policy, {}).setdefault(run.router, []).append(run.result)
@@ -310,11 +334,19 @@ def validate_fleet(
         "rows": rows,
         # one run: its document as it is; several: a list, one per run
         "live": _single(live, repeats),
+        # each run simulated on the trace's own timing (the rows' ``compare`` is the mean
+        # over the perturbed timings, ``compare_one_timing`` this one)
         "sim": _single(sim, repeats),
         "sim_notes": notes,
         "ranking": rankings,
         "goal": goals,
-        "profile": {"source": profile_source, "doc": profile.to_json()},
+        "profile": {
+            "source": profile_source,
+            "doc": profile.to_json(),
+            #: the measurements it was fitted on, in time order (none: given), each with its
+            #: own fit and its timings
+            "measurements": [m.to_json() for m in measured],
+        },
         "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
         "server_info": info.to_json(),
         "fleets": _single(fleets, repeats),
@@ -364,12 +396,15 @@ def _simulated_row(
     bundle: bundle_mod.Bundle | None,
     settings: dict[str, RouterSettings],
     notes: dict[str, str],
+    timings: Timings | None = None,
 ) -> tuple[dict[str, Any], PolicyResult | None]:
     """One live run's row, with its simulated side: the same programs on replicas in the
     live router's own worker order (simulated replica i is its i-th worker, so
     ``round_robin`` starts where it did and ties break as there), with the live URLs
-    (the hashing routers place by them); and, with each call on the replica it reached
-    live, the engines' share of the error. ``notes``: why a router was not simulated."""
+    (the hashing routers place by them), compared by its mean over ``timings`` (perturbed
+    arrival timings) when given, and on the trace's own timing; and, with each call on the
+    replica it reached live, the engines' share of the error. ``notes``: why a router was
+    not simulated."""
     fleet_doc = run.fleet
     urls = fleet_doc["worker_order"] or [r["url"] for r in fleet_doc["replicas"].values()]
     by_url = {r["url"]: name for name, r in fleet_doc["replicas"].items()}
@@ -388,10 +423,31 @@ def _simulated_row(
     notes.update(why)
     result = simulated[run.policy][run.router]
     row = fleet_row(run.result, run.order)
-    row["compare"] = compare_fleet(result, row)
+    drawn = None
+    if timings is not None and timings.draws > 0 and result is not None:
+        drawn = simulate_timings(
+            work,
+            timings,
+            policy=run.policy,
+            router=run.router,
+            replicas=replicas,
+            profile=profile,
+            engine=engine,
+            timing=timing,
+            bundle=bundle,
+            settings=settings,
+            worker_urls=urls,
+        )
+    #: the simulated figures: their mean over the perturbed timings when drawn
+    row["compare"] = compare_fleet(result if drawn is None else drawn, row)
+    #: the simulator on the trace's own timing alone (one draw of the spread)
+    row["compare_one_timing"] = compare_fleet(result, row)
+    row["sim_timings"] = None if drawn is None else drawn["timings"]
     row["jct_within_10pct"] = jct_goal(row["compare"])
     row["sim_note"] = notes.get(run.router)
-    #: the simulated calls per live replica (simulated replica i: the router's i-th worker)
+    #: the simulated calls per live replica (simulated replica i: the router's i-th worker),
+    #: on the trace's own timing (the one simulation ``sim`` keeps; ``compare`` is the mean
+    #: over the perturbed timings)
     row["sim_calls_per_replica"] = (
         None
         if result is None
@@ -433,13 +489,3 @@ def sim_settings(
             program_scheduling_calibration="reference" if calibration is None else "profile",
         )
     }
-
-
-def _measure(info: ServerInfo, model_config: dict[str, Any] | None) -> Profile:
-    """A profile measured on one replica (:class:`ValidateError` if it cannot be)."""
-    try:
-        return measure_engine(
-            info.url, model_config=model_config, repeats=2, output_tokens=16, timeout_s=120.0
-        )
-    except ValueError as exc:
-        raise ValidateError(f"profiling a replica at {info.url}: {exc}") from None

@@ -50,7 +50,9 @@ def merge_fleet_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ``live_range`` ({figure: [min, max]}), ``compare`` (the mean simulated figure against
     the live mean, each entry with its live range), ``jct_within_10pct`` on the means,
     ``runs_within_10pct`` (how many single runs are), ``compare_as_routed`` (the mean of
-    the runs' simulations on the live placement, where every run has one) and ``runs``.
+    the runs' simulations on the live placement, where every run has one),
+    ``compare_one_timing`` (the mean of their simulations on the trace's own timing alone,
+    where every run has one) and ``runs``.
     One run is returned as it is."""
     if not runs:
         raise ValueError("no runs to merge")
@@ -72,6 +74,13 @@ def merge_fleet_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged["runs_within_10pct"] = None if None in within else sum(bool(w) for w in within)
     routed = mean_sim(runs, "compare_as_routed")
     merged["compare_as_routed"] = None if routed is None else compare_fleet(routed, merged)
+    one = mean_sim(runs, "compare_one_timing")
+    merged["compare_one_timing"] = None if one is None else compare_fleet(one, merged)
+    drawn = runs[0].get("sim_timings")
+    #: the draws' settings (each run keeps its figures' ranges over its draws)
+    merged["sim_timings"] = (
+        None if drawn is None else {k: v for k, v in drawn.items() if k != "range"}
+    )
     merged["sim_note"] = runs[0].get("sim_note")
     merged["returned_from"] = runs[0].get("returned_from")
     merged["repeats"] = len(runs)

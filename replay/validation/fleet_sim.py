@@ -16,6 +16,10 @@ returned to their program's previous replica, errors in points. Routers rank by 
 per policy, ties within :data:`~replay.validation.stats.TIE`, as the single-engine
 validation ranks policies.
 
+With :class:`~replay.validation.timings.Timings` (:func:`simulate_timings`), the simulated
+figures are the mean over that many seeded perturbations of the arrival timing, as the live
+side of several runs is a mean over their timings; the trace's own timing stays beside it.
+
 A second simulated figure per row takes the routing out of the comparison: the same
 programs with each call sent to the replica it reached live (:func:`live_placement`, from
 the replicas' arrivals files, through the fleet simulator's ``as-logged`` router). What
@@ -37,6 +41,7 @@ from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.validation.stats import JCT_GOAL, TIE, ranking, same_ranking
+from replay.validation.timings import Timings, perturbed
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 from ttlctl.server.router import POLICIES
@@ -192,3 +197,53 @@ def simulate_fleets(
             spec = PolicySpec(policy, bundle=bundle if policy == "continuum" else None)
             out.setdefault(policy, {})[router] = run(work, spec, cost, config, timing, timed=False)
     return out, notes
+
+
+def simulate_timings(
+    work: Workload,
+    timings: Timings,
+    *,
+    policy: str,
+    router: str,
+    replicas: int,
+    profile: Profile,
+    engine: SimSchedulerConfig,
+    timing: Load,
+    bundle: bundle_mod.Bundle | None,
+    settings: Mapping[str, RouterSettings] | None = None,
+    worker_urls: Sequence[str] | None = None,
+) -> dict[str, Any] | None:
+    """``policy`` behind ``router`` simulated on ``timings.draws`` perturbed arrival
+    timings (:func:`~replay.validation.timings.perturbed`): the compared figures' mean
+    over the draws, keyed as a simulated result is, with ``timings`` (the draws' settings
+    and each figure's range). None: the router is not simulated, or no draw asked."""
+    results: list[PolicyResult] = []
+    for draw in range(1, timings.draws + 1):
+        simulated, _ = simulate_fleets(
+            perturbed(work, timings, draw),
+            policies=[policy],
+            routers=[router],
+            replicas=replicas,
+            profile=profile,
+            engine=engine,
+            timing=timing,
+            bundle=bundle,
+            settings=settings,
+            worker_urls=None if worker_urls is None else {policy: {router: worker_urls}},
+        )
+        result = simulated[policy][router]
+        if result is None:
+            return None
+        results.append(result)
+    if not results:
+        return None
+    out: dict[str, Any] = {}
+    spread: dict[str, list[float] | None] = {}
+    for _, sim_key, _, _ in FLEET_COMPARED:
+        values: list[Any] = [r.get(sim_key) for r in results]
+        nums = [float(v) for v in values if v is not None]
+        whole = len(nums) == len(values)
+        out[sim_key] = sum(nums) / len(nums) if whole else None
+        spread[sim_key] = [min(nums), max(nums)] if whole else None
+    out["timings"] = {**timings.to_json(), "range": spread}
+    return out

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from profiles.shipped import resolve
 from replay.validation.fleet_runs import goal, mean_sim, merge_fleet_runs, run_rankings
 from replay.validation.fleet_sim import compare_fleet, jct_goal, router_ranking
 from ttlctl.cli.render import fleet_table
@@ -128,11 +129,37 @@ def test_the_table_shows_the_live_range_and_the_goal_per_run() -> None:
             }
         },
     }
+
+    shipped = resolve("llama-3.1-8b-h100")[0].to_json()
+
+    def terms(a_ms: float, step_ms: float, kv_us: float) -> dict[str, Any]:
+        """A whole profile document with these terms."""
+        return {**shipped,
+                "prefill": {**shipped["prefill"], "a": a_ms / 1e3, "b": 3e-4, "q": 0.0},
+                "decode": {"step_s": step_ms / 1e3, "per_seq_s": 1e-3,
+                           "per_kv_token_s": kv_us / 1e6}}  # fmt: skip
+
+    doc["profile"] = {
+        "source": "pooled over 2 measurements, one in each repeat",
+        "doc": terms(12.0, 10.0, 2.0),
+        "measurements": [{"doc": terms(10.0, 9.0, 1.0)}, {"doc": terms(20.0, 11.0, 3.0)}],
+    }
     console = Console(record=True, width=220)
     fleet_table(console, doc)
     text = console.export_text()
+    assert "profile: pooled over 2 measurements" in text
+    # what each measurement's own fit predicts, against the pooled profile: a prefill of
+    # 1,024 tokens (a + 0.3 ms × 1,024), a decode step of 1 and of 8 sequences
+    assert (
+        "the 2 measurements, each fitted alone: prefill of 1,024 tokens 317 – 327 ms (pooled "
+        "319); decode step of 1 × 1,024 11 – 15.1 ms (pooled 13); of 8 × 512 21.1 – 31.3 ms "
+        "(pooled 26.2)"
+    ) in text
     assert "2 live runs per" in text and "live (mean)" in text
     assert "11.000 s" in text and "9.500 s – 12.500 s" in text and "-9.1%" in text
-    assert "r1:40 r2:45 (sim r1:42 r2:43), r1:40 r2:45 (sim r1:42 r2:43)" in text
+    assert (
+        "r1:40 r2:45 (sim on the trace's timing r1:42 r2:43), "
+        "r1:40 r2:45 (sim on the trace's timing r1:42 r2:43)"
+    ) in text
     assert "single runs within 10%: 1 of 2" in text
     assert "met on the means; on single runs: met in 1 of 2" in text

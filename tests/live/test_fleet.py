@@ -2,8 +2,9 @@
 
 One fleet for the test (its start is most of its time: two vLLM servers side by side on
 two cores), routed by ``consistent_hash`` on the ``X-Session-ID`` the live replay sends,
-with Program scheduling on and calibrated from the tiny-cpu profile, which also prices
-the simulated fleet beside it. Checked: every call
+with Program scheduling on and calibrated from the tiny-cpu profile; the simulated fleet
+beside it is priced by a profile ``validate`` measures on the first replica before the run
+(one repeat: one measurement, and the profile is its own fit). Checked: every call
 of a program reached one replica (the share of returned calls is 1), every call was
 counted once, the simulated fleet (given the live replicas' URLs) put every program on the
 replica the live router chose (its replicas in the live router's own worker order, read
@@ -61,7 +62,6 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
         replicas=2,
         routers=["consistent_hash"],
         program_scheduling_json=calibration,
-        profile=profile,
         cpus_per_replica=1 if pinned else None,
         timeout_s=300.0,
         work_dir=work,
@@ -87,11 +87,27 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     sim_calls = row["sim_calls_per_replica"]
     assert {k: v for k, v in sim_calls.items() if v} == row["calls_per_replica"]
     assert doc["repeats"] == 1 and doc["goal"]["vllm"]["runs"] == [doc["goal"]["vllm"]["met"]]
+    # no profile given: measured once (one repeat) on the fleet's first replica, and what
+    # prices the simulation is that measurement's own fit
+    (taken,) = doc["profile"]["measurements"]
+    assert taken["repeat"] == 1 and taken["doc"] == doc["profile"]["doc"]
+    assert doc["profile"]["source"] == taken["source"]
+    first = next(iter(fleet["replicas"].values()))["url"]
+    assert taken["source"].startswith(f"measured from vllm's replica at {first}")
+    assert taken["samples"]["url"] == first and len(taken["samples"]["prefill"]) >= 3
     blocks, block = doc["server_info"]["num_gpu_blocks"], doc["engine"]["block_size"]
     assert block == 32 and doc["engine"]["kv_tokens"] == (blocks - 1) * block
     by = {c["metric"]: c for c in row["compare"]}
     assert by["returned_share"]["error"] == 0.0
-    assert by["jct_mean_s"]["error"] == (sim["jct_mean_s"] - row["jct_mean_s"]) / row["jct_mean_s"]
+    # compared by the mean over perturbed arrival timings, within the draws' range; the
+    # trace's own timing (the simulated document) beside it
+    drawn = row["sim_timings"]
+    assert drawn["draws"] == 32
+    low, high = drawn["range"]["jct_mean_s"]
+    assert low <= by["jct_mean_s"]["sim"] <= high
+    one = {c["metric"]: c for c in row["compare_one_timing"]}
+    assert one["jct_mean_s"]["sim"] == sim["jct_mean_s"]
+    assert one["jct_mean_s"]["error"] == (sim["jct_mean_s"] - row["jct_mean_s"]) / row["jct_mean_s"]
     assert doc["ranking"]["vllm"]["routers"] == ["consistent_hash"]
     # and with each call on the replica it reached live: the same placement, returned 1
     routed = {c["metric"]: c for c in row["compare_as_routed"]}

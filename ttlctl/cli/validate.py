@@ -70,7 +70,10 @@ def validate(
     ] = None,
     profile: Annotated[
         str | None,
-        typer.Option(help="Profile for the simulator (default: measured from the first server)."),
+        typer.Option(
+            help="Profile for the simulator (default: measured from the first server; with "
+            "--replicas and --repeats K, measured in each repeat and pooled over the K)."
+        ),
     ] = None,
     programs: Annotated[int, typer.Option(help="Replay the trace's first N programs.")] = 8,
     repeats: Annotated[
@@ -137,7 +140,8 @@ def validate(
     router, and the table shows mean JCT, TTFT, hit rate and the share of calls that
     returned to their program's previous replica. --repeats K runs each router K times
     (run k of every router before run k + 1 of any) and judges the goal (every router
-    within 10%, the same ranking) on the means and on each run.
+    within 10%, the same ranking) on the means and on each run; a profile measured here
+    is then measured in each repeat, and one profile pooled over the K prices every run.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     from replay.validation.setup import ValidateRequest, validation_doc

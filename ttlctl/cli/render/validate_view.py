@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from profiles import schema as profile_schema
+from profiles.cost import ProfileCostModel
 from ttlctl.cli.render.cells import show
 
 
@@ -105,6 +107,47 @@ def _spread(counts: dict[str, int] | None) -> str:
     return "—" if not counts else " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
 
 
+#: (label, prompt tokens, decode sequences, their KV tokens) of the times each measured
+#: profile predicts, shown measurement by measurement: a prefill, a decode step alone and
+#: one of a batch (a fit's terms trade off against each other; its predictions do not)
+_PREDICTED = (
+    ("prefill of 1,024 tokens", 1024, 0, 0),
+    ("decode step of 1 × 1,024", 0, 1, 1024),
+    ("of 8 × 512", 0, 8, 4096),
+)
+
+
+def _predicted(doc: dict[str, Any], tokens: int, seqs: int, kv: int) -> float:
+    """Milliseconds a profile document predicts for a prefill of ``tokens`` (``seqs`` 0)
+    or a decode step of ``seqs`` sequences over ``kv`` KV tokens (the cost model's own
+    terms)."""
+    cost = ProfileCostModel(profile_schema.from_json(doc))
+    if seqs == 0:
+        return 1e3 * cost.profile.prefill_s(tokens)
+    return 1e3 * cost.decode_s(seqs, kv)
+
+
+def _measurements(taken: list[dict[str, Any]], pooled: dict[str, Any]) -> str:
+    """What each measurement alone predicts (min – max) against the pooled profile."""
+    parts = []
+    for label, *at in _PREDICTED:
+        each = [_predicted(m["doc"], *at) for m in taken]
+        parts.append(
+            f"{label} {min(each):.3g} – {max(each):.3g} ms (pooled {_predicted(pooled, *at):.3g})"
+        )
+    return f"  the {len(taken)} measurements, each fitted alone: " + "; ".join(parts)
+
+
+def _drawn(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The perturbed timings' settings of the first row that has them (None: none)."""
+    for by_router in (doc.get("rows") or {}).values():
+        for row in by_router.values():
+            if row.get("sim_timings"):
+                drawn: dict[str, Any] = row["sim_timings"]
+                return drawn
+    return None
+
+
 def fleet_table(console: Console, doc: dict[str, Any]) -> None:
     """``validate --replicas N --router R``: per policy and router, simulated against live
     (with ``--repeats K``: the live mean over K runs and its range)."""
@@ -157,11 +200,18 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
                     f"; simulated with the live placement: mean JCT "
                     f"{_fleet_value('jct_mean_s', jct['sim'])} ({_error('relative', jct['error'])})"
                 )
+            one = {c["metric"]: c for c in row.get("compare_one_timing") or []}
+            if one and row.get("sim_timings"):
+                jct = one["jct_mean_s"]
+                note += (
+                    f"; simulated on the trace's own timing alone: mean JCT "
+                    f"{_fleet_value('jct_mean_s', jct['sim'])} ({_error('relative', jct['error'])})"
+                )
             runs = row.get("runs") or [row]
             spread = ", ".join(
                 _spread(r.get("calls_per_replica"))
                 + (
-                    f" (sim {_spread(r['sim_calls_per_replica'])})"
+                    f" (sim on the trace's timing {_spread(r['sim_calls_per_replica'])})"
                     if r.get("sim_calls_per_replica")
                     else ""
                 )
@@ -185,8 +235,19 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
     if doc.get("cpu_sets"):
         sets = " | ".join(",".join(str(c) for c in s) for s in doc["cpu_sets"])
         console.print(f"replicas pinned to CPUs {sets}", highlight=False)
+    drawn = _drawn(doc)
+    if drawn:
+        console.print(
+            f"simulated: the mean over {drawn['draws']} seeded arrival timings (each pause "
+            f"× 1 ± {drawn['pause_rel']:.0%}, each program's start + 0–{drawn['start_s'] * 1e3:.0f}"
+            " ms)",
+            highlight=False,
+        )
     if doc.get("profile", {}).get("source"):
         console.print(f"profile: {doc['profile']['source']}", highlight=False)
+    taken = doc.get("profile", {}).get("measurements") or []
+    if len(taken) > 1:
+        console.print(_measurements(taken, doc["profile"]["doc"]), highlight=False)
     console.print(
         "returned: follow-up calls that reached the replica of their program's previous "
         "call (live: from the replicas' arrivals); errors: (simulated − live) / live, "

@@ -1,0 +1,118 @@
+"""The profile ``validate --replicas N --repeats K`` measures when none is given.
+
+One measurement in each repeat (:func:`measure_replica`), on the last fleet of the
+repeat, on its first replica, after that fleet's live run (a measurement warms the fleet
+it runs on: taken before a live run, it would favour that run's router in every repeat;
+taken after, every fleet's live run starts alike); where the replicas are pinned
+to CPUs of their own, the other replicas serve a steady load meanwhile
+(:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside it live.
+Every simulated run is priced by ONE profile pooled over the K measurements
+(:func:`pooled`: :func:`profiles.engine_fit.fit_samples`, every timing of every
+measurement put together point by point, the median taken, then the one fit a single
+measurement uses). The raw timings are pooled rather than the K fitted profiles: a fit's
+terms trade off against each other (one fit puts into its intercept what another puts
+into its per-token term), so a median of coefficients need not be a profile any timing
+supports. A profile measured once is a ±10% input on a shared CPU machine (two measured
+the same way hours apart differed term by term by 12–76%); pooled over the window the
+live runs span, it sees the machine they see.
+
+Each measurement takes :data:`MEASURE_REPEATS` timings at each point: about 15 s for the
+55M test model on one CPU, twice that at 4; pooled over K repeats, more timings a
+measurement buy less than one more live run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from profiles.engine_fit import EngineSamples, fit_samples
+from profiles.measure_server import measure_samples
+from profiles.schema import Profile
+from replay.validation.error import ValidateError
+from replay.validation.neighbours import kept_busy
+from ttlctl.server import cpus
+
+#: timings a measurement takes at each prefill point and of each decode batch shape
+MEASURE_REPEATS = 2
+#: tokens each decode measurement generates
+OUTPUT_TOKENS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One measurement of a replica: in which repeat, where and beside what load, and
+    every timing it took."""
+
+    repeat: int
+    source: str
+    #: requests the other replicas served meanwhile (0: none kept busy)
+    served: int
+    samples: EngineSamples
+    #: the measurement's own fit (made at once: one that cannot be fitted is refused
+    #: before the next live run, naming its replica)
+    fitted: Profile
+
+    def to_json(self) -> dict[str, Any]:
+        """The measurement as the document keeps it: with its own fit and its timings."""
+        return {
+            "repeat": self.repeat,
+            "source": self.source,
+            "created": self.samples.created,
+            "others_served": self.served,
+            "doc": self.fitted.to_json(),
+            "samples": self.samples.to_json(),
+        }
+
+
+def measure_replica(
+    urls: Sequence[str],
+    *,
+    model: str,
+    policy: str,
+    repeat: int,
+    cpu_sets: Sequence[Sequence[int]] | None,
+    model_config: dict[str, Any] | None,
+    vocab_size: int | None,
+) -> Measured:
+    """The first of a fleet's replica ``urls`` measured (the others kept busy when the
+    replicas are pinned: ``cpu_sets``); :class:`ValidateError` if it cannot be."""
+    first, *rest = urls
+    others = list(rest) if cpu_sets is not None else []
+    with kept_busy(others, model, vocab_size=vocab_size) as served:
+        try:
+            samples = measure_samples(
+                first,
+                model_config=model_config,
+                repeats=MEASURE_REPEATS,
+                output_tokens=OUTPUT_TOKENS,
+                timeout_s=120.0,
+            )
+            fitted = fit_samples([samples])
+        except ValueError as exc:
+            raise ValidateError(f"profiling a replica at {first}: {exc}") from None
+    where = f"measured from {policy}'s replica at {first}"
+    if cpu_sets is not None:
+        where += (
+            f", pinned to CPUs {cpus.cpu_list(cpu_sets[0])}, while "
+            f"{len(others)} other replica(s) served {sum(served)} requests"
+        )
+    return Measured(repeat, where, sum(served), samples, fitted)
+
+
+def pooled(measured: Sequence[Measured]) -> tuple[Profile, str]:
+    """The profile pooled over ``measured`` and what it is, in words."""
+    profile = fit_samples([m.samples for m in measured])
+    if len(measured) == 1:
+        return profile, measured[0].source
+    busy = ""
+    if any(m.served for m in measured):
+        served = ", ".join(str(m.served) for m in measured)
+        busy = f" (the other replicas served {served} requests meanwhile)"
+    source = (
+        f"pooled over {len(measured)} measurements, one in each repeat on its last "
+        f"fleet's first replica after its live run{busy}: every timing put together, "
+        f"then fitted once; first {measured[0].source}"
+    )
+    return profile, source

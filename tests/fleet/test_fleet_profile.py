@@ -1,0 +1,41 @@
+"""The profile ``validate --replicas --repeats K`` prices every run with when it measures
+one itself (replay/validation/fleet_profile.py): the K measurements pooled into one, said
+so in words, each kept with its own fit; one measurement is that measurement's profile."""
+
+from __future__ import annotations
+
+from profiles.engine_fit import fit_samples
+from replay.validation.fleet_profile import Measured, pooled
+from tests.profiles.engine_samples import samples
+
+
+def _measured(k: int, served: int) -> Measured:
+    where = f"measured from vllm's replica at http://127.0.0.1:81{k}1"
+    one = samples(k, f"2026-12-02T03:{25 + 3 * k}:00+00:00", url=f"http://127.0.0.1:81{k}1",
+                  scale=1 + 0.1 * k)  # fmt: skip
+    return Measured(k, where, served, one, fit_samples([one]))
+
+
+def test_one_measurement_is_its_own_profile() -> None:
+    only = _measured(1, 27)
+    profile, source = pooled([only])
+    assert profile == fit_samples([only.samples]) and source == only.source
+    kept = only.to_json()
+    assert kept["doc"] == profile.to_json() and kept["others_served"] == 27
+    assert kept["repeat"] == 1 and kept["created"] == only.samples.created
+    assert kept["samples"]["prefill"][0][0] == 128
+
+
+def test_k_measurements_pool_into_one_profile_said_so() -> None:
+    taken = [_measured(k, 20 + k) for k in (1, 2, 3)]
+    profile, source = pooled(taken)
+    assert profile == fit_samples([m.samples for m in taken])
+    assert profile.source["pooled"]["measurements"] == 3
+    assert source.startswith("pooled over 3 measurements, one in each repeat on its last fleet")
+    assert "(the other replicas served 21, 22, 23 requests meanwhile)" in source
+    assert source.endswith(f"first {taken[0].source}")
+    # the same profile whatever order the repeats are handed over in
+    assert pooled(taken[::-1])[0] == profile
+    # unpinned replicas are not kept busy: no count of their requests
+    idle = [_measured(k, 0) for k in (1, 2)]
+    assert "served" not in pooled(idle)[1]

@@ -1,0 +1,106 @@
+"""The engine profile's fit, on one measurement or several pooled (profiles/engine_fit.py).
+
+Hand-made measurements of one server: TTFTs and decode paces drawn around a known cost
+model. Checked: one measurement fits its own medians (what ``measure_engine`` wrote
+before pooling existed); several pool their timings point by point before the one fit
+(not a median of medians, not a mean of coefficients); the pooled profile is the same
+whatever the order the measurements come in, and the same each time; measurements of
+different servers are refused in one line; a measurement reads back from its JSON.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from dataclasses import replace
+
+import pytest
+
+from profiles.engine_fit import EngineFitError, fit_samples, pooled_points, samples_from_json
+from profiles.fitmath import fit_decode, fit_quadratic
+from profiles.schema import Decode, from_json
+from tests.profiles.engine_samples import CONTEXTS, SHAPES, samples, ttft
+
+
+def test_one_measurement_is_the_fit_of_its_own_medians() -> None:
+    one = samples(1, "2026-12-02T03:30:00+00:00")
+    profile = fit_samples([one])
+    medians = [statistics.median(t) for _, t in one.prefill]
+    want = fit_quadratic(list(CONTEXTS), medians)
+    assert profile.prefill.points == tuple(zip(CONTEXTS, medians, strict=True))
+    assert (profile.prefill.a, profile.prefill.b, profile.prefill.q) == (want.a, want.b, want.q)
+    paces = [statistics.median(p) for _, _, p in one.decode]
+    dec = fit_decode([s for s, _ in SHAPES], [k for _, k in SHAPES], paces)
+    assert profile.decode == Decode(dec.step_s, dec.per_seq_s, dec.per_kv_token_s)
+    src = profile.source
+    assert "pooled" not in src and src["repeats"] == 2 and src["url"] == one.url
+    assert src["created"] == one.created and profile.device == f"vllm server at {one.url}"
+    assert profile.name == "engine-tiny55m" and profile.max_context == 2048
+    # the fit recovers the model the timings were drawn around (±5% noise)
+    assert profile.prefill_s(1024) == pytest.approx(ttft(1024), rel=0.05)
+    assert from_json(profile.to_json()) == profile
+
+
+def test_measurements_pool_their_timings_before_the_median_and_the_fit() -> None:
+    runs = [samples(k, f"2026-12-02T03:3{k}:00+00:00", url=f"http://127.0.0.1:81{k}0",
+                     scale=1 + 0.2 * k) for k in range(3)]  # fmt: skip
+    profile = fit_samples(runs)
+    every = {c: [t for r in runs for cc, ts in r.prefill if cc == c for t in ts] for c in CONTEXTS}
+    assert profile.prefill.points == tuple((c, statistics.median(every[c])) for c in CONTEXTS)
+    want = fit_quadratic(list(CONTEXTS), [statistics.median(every[c]) for c in CONTEXTS])
+    assert profile.prefill.b == want.b
+    _, decode = pooled_points(runs)
+    assert decode[0] == (1, 136, statistics.median([p for r in runs for p in r.decode[0][2]]))
+    assert profile.source["fit"]["decode"]["points"] == [list(p) for p in decode]
+    pooled = profile.source["pooled"]
+    assert pooled["measurements"] == 3 and profile.source["repeats"] == 6
+    assert [t["created"] for t in pooled["taken"]] == [r.created for r in runs]
+    assert profile.source["created"] == runs[-1].created
+    assert profile.source["url"] == [r.url for r in runs]
+    assert profile.source["max_cached_tokens_seen"] == 2
+    # between the slowest and the fastest measurement's own fits
+    alone = [fit_samples([r]).prefill_s(1024) for r in runs]
+    assert min(alone) < profile.prefill_s(1024) < max(alone)
+
+
+def test_a_point_pools_every_timing_not_the_measurements_medians() -> None:
+    base = samples(5, "2026-12-02T03:30:00+00:00")
+    a = replace(base, prefill=((128, (0.1, 0.2)), *base.prefill[1:]))
+    b = replace(base, created="2026-12-02T03:35:00+00:00",
+                prefill=((128, (0.3, 1.0, 1.1)), *base.prefill[1:]))  # fmt: skip
+    prefill, _ = pooled_points([a, b])
+    # the median of 0.1, 0.2, 0.3, 1.0, 1.1; the medians' median would be 0.625
+    assert prefill[0] == (128, 0.3)
+
+
+def test_pooling_is_deterministic_and_order_free() -> None:
+    runs = [samples(k, f"2026-12-02T03:{30 + k}:00+00:00", scale=1 + 0.1 * k) for k in range(3)]
+    first = fit_samples(runs).to_json()
+    assert fit_samples(runs).to_json() == first
+    for order in itertools.permutations(runs):
+        assert fit_samples(list(order)).to_json() == first
+
+
+def test_a_measurement_pooled_with_its_copy_fits_as_itself() -> None:
+    one = samples(4, "2026-12-02T03:30:00+00:00")
+    alone, twice = fit_samples([one]), fit_samples([one, one])
+    assert twice.prefill == alone.prefill and twice.decode == alone.decode
+    assert twice.source["pooled"]["measurements"] == 2 and twice.source["repeats"] == 4
+
+
+def test_measurements_of_different_servers_are_refused() -> None:
+    a = samples(1, "2026-12-02T03:30:00+00:00")
+    b = samples(2, "2026-12-02T03:31:00+00:00", kv_bytes=8192)
+    with pytest.raises(EngineFitError, match=r"kv_bytes_per_token 12288 at \S+ against 8192"):
+        fit_samples([a, b])
+    with pytest.raises(EngineFitError, match="no measurement"):
+        fit_samples([])
+
+
+def test_a_measurement_reads_back_from_its_json() -> None:
+    one = samples(3, "2026-12-02T03:30:00+00:00")
+    assert samples_from_json(one.to_json()) == one
+    broken = one.to_json()
+    del broken["prefill"]
+    with pytest.raises(EngineFitError, match=r"m\.json: missing or invalid field 'prefill'"):
+        samples_from_json(broken, "m.json")

@@ -12,11 +12,11 @@ import gzip
 import shutil
 from pathlib import Path
 
-import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
+from tests.ingest.canonical_files import canonical_trace_file
 from ttlctl.cli import app
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.ingest.reader import head_bytes, logical, read_bytes
@@ -90,16 +90,7 @@ def test_gzip_is_known_by_its_bytes_and_its_name_by_the_inner_one(tmp_path: Path
 
 @pytest.mark.parametrize("kind", ["parquet", "jsonl", "csv"])
 def test_a_gzipped_canonical_trace_reads_as_the_plain_one(kind: str, tmp_path: Path) -> None:
-    ingest([SAMPLES["mooncake"]], tmp_path / "src.parquet")
-    trace = trace_io.read(tmp_path / "src.parquet")
-    plain = tmp_path / "plain" / f"trace.{kind}"
-    plain.parent.mkdir()
-    if kind == "parquet":
-        shutil.copy(tmp_path / "src.parquet", plain)
-    elif kind == "jsonl":
-        trace.write_ndjson(plain)
-    else:
-        trace.select(pl.exclude(pl.List(pl.Int64), pl.List(pl.Int32))).write_csv(plain)
+    plain = canonical_trace_file(tmp_path, kind)
     _same_trace(plain, _gzip(plain, tmp_path / "gz"), tmp_path, "canonical")
 
 

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import gzip
 import io
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
+from tests.ingest.canonical_files import MOONCAKE, canonical_trace_file
 from ttlctl.cli import app
 from ttlctl.ingest import pipeline, spool
 from ttlctl.ingest.formats import canonical
@@ -25,8 +24,6 @@ from ttlctl.ingest.reader import size, source
 from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io
 
-REPO = Path(__file__).resolve().parents[2]
-MOONCAKE = REPO / "samples" / "mooncake" / "synthetic_trace_head.jsonl"
 #: decompressed bytes per read in these tests: a file spans many chunks, so it is held in
 #: memory first and spilled once it passes the threshold
 SMALL_CHUNK = 4096
@@ -46,21 +43,6 @@ def spills(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Path]]:
     monkeypatch.setattr(spool, "CHUNK_BYTES", SMALL_CHUNK)
     monkeypatch.setattr(spool.Spool, "_new_file", recording)
     yield made
-
-
-def _trace_file(tmp_path: Path, kind: str) -> Path:
-    """The mooncake sample as a canonical trace in ``kind`` (parquet, jsonl or csv)."""
-    ingest([MOONCAKE], tmp_path / "src.parquet")
-    trace = trace_io.read(tmp_path / "src.parquet")
-    plain = tmp_path / "plain" / f"trace.{kind}"
-    plain.parent.mkdir()
-    if kind == "parquet":
-        shutil.copy(tmp_path / "src.parquet", plain)
-    elif kind == "jsonl":
-        trace.write_ndjson(plain)
-    else:
-        trace.select(pl.exclude(pl.List(pl.Int64), pl.List(pl.Int32))).write_csv(plain)
-    return plain
 
 
 def _gzip(src: Path, dest: Path) -> Path:
@@ -98,7 +80,7 @@ def test_the_spool_holds_small_data_and_spills_large(tmp_path: Path, spills: lis
 def test_a_large_gzipped_trace_streams_to_the_plain_files_trace(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spills: list[Path]
 ) -> None:
-    plain = _trace_file(tmp_path, kind)
+    plain = canonical_trace_file(tmp_path, kind)
     packed = _gzip(plain, tmp_path / "gz" / f"{plain.name}.gz")
     unpacked = plain.stat().st_size
     assert packed.stat().st_size < unpacked
@@ -134,7 +116,7 @@ def test_a_large_gzipped_trace_streams_to_the_plain_files_trace(
 def test_a_large_truncated_gzip_is_one_error_and_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spills: list[Path]
 ) -> None:
-    plain = _trace_file(tmp_path, "jsonl")
+    plain = canonical_trace_file(tmp_path, "jsonl")
     packed = _gzip(plain, tmp_path / "gz" / "trace.jsonl.gz")
     packed.write_bytes(packed.read_bytes()[:-20])  # the stream's end and the trailer cut
     monkeypatch.setenv("TTLCTL_STREAMING_BYTES", str(2 * SMALL_CHUNK))
@@ -155,7 +137,7 @@ def test_a_large_truncated_gzip_is_one_error_and_leaves_nothing(
 def test_an_interrupted_ingest_removes_its_temporary_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spills: list[Path]
 ) -> None:
-    plain = _trace_file(tmp_path, "jsonl")
+    plain = canonical_trace_file(tmp_path, "jsonl")
     packed = _gzip(plain, tmp_path / "gz" / "trace.jsonl.gz")
     monkeypatch.setenv("TTLCTL_STREAMING_BYTES", str(2 * SMALL_CHUNK))
     alive: list[bool] = []
@@ -192,7 +174,7 @@ def test_the_limit_bounds_every_gzip_file_of_an_ingest_together(
 def test_a_temporary_file_that_cannot_be_written_is_one_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spills: list[Path]
 ) -> None:
-    plain = _trace_file(tmp_path, "jsonl")
+    plain = canonical_trace_file(tmp_path, "jsonl")
     packed = _gzip(plain, tmp_path / "gz" / "trace.jsonl.gz")
     monkeypatch.setenv("TTLCTL_STREAMING_BYTES", str(2 * SMALL_CHUNK))
 

@@ -53,7 +53,6 @@ from replay.figures import PolicyResult
 from replay.fleet.routers import RouterSettings
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
-from replay.scheduler import SimSchedulerConfig
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured, measure_replica, pooled
 from replay.validation.fleet_runs import goal, mean_sim, merge_fleet_runs, run_rankings
@@ -67,6 +66,7 @@ from replay.validation.fleet_sim import (
     simulate_timings,
 )
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
+from replay.validation.sim_side import SimSide
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
 from replay.validation.timings import Timings
 from replay.workload import Workload
@@ -282,8 +282,14 @@ def validate_fleet(
         max_num_batched_tokens=max_num_batched_tokens,
     )
     say(f"simulating {len(runs)} fleets")
-    load = timing or Load(seed=seed)
-    settings = sim_settings(routers, calibration, program_scheduling_json)
+    side = SimSide(
+        replicas=replicas,
+        profile=profile,
+        engine=engine,
+        timing=timing or Load(seed=seed),
+        bundle=bundle_doc,
+        settings=sim_settings(routers, calibration, program_scheduling_json),
+    )
     notes: dict[str, str] = {}
     per_run: dict[str, dict[str, list[dict[str, Any]]]] = {}
     live: dict[str, dict[str, list[Any]]] = {}
@@ -293,12 +299,7 @@ def validate_fleet(
         row, simulated = _simulated_row(
             run,
             work,
-            replicas=replicas,
-            profile=profile,
-            engine=engine,
-            timing=load,
-            bundle=bundle_doc,
-            settings=settings,
+            side,
             notes=notes,
             timings=Timings(draws=timing_draws, seed=seed) if timing_draws > 0 else None,
         )
@@ -388,13 +389,8 @@ def live_worker_order(log_path: Path, urls: Sequence[str]) -> list[str] | None:
 def _simulated_row(
     run: _LiveRun,
     work: Workload,
+    side: SimSide,
     *,
-    replicas: int,
-    profile: Profile,
-    engine: SimSchedulerConfig,
-    timing: Load,
-    bundle: bundle_mod.Bundle | None,
-    settings: dict[str, RouterSettings],
     notes: dict[str, str],
     timings: Timings | None = None,
 ) -> tuple[dict[str, Any], PolicyResult | None]:
@@ -410,14 +406,9 @@ def _simulated_row(
     by_url = {r["url"]: name for name, r in fleet_doc["replicas"].items()}
     simulated, why = simulate_fleets(
         work,
+        side,
         policies=[run.policy],
         routers=[run.router],
-        replicas=replicas,
-        profile=profile,
-        engine=engine,
-        timing=timing,
-        bundle=bundle,
-        settings=settings,
         worker_urls={run.policy: {run.router: urls}},
     )
     notes.update(why)
@@ -426,17 +417,7 @@ def _simulated_row(
     drawn = None
     if timings is not None and timings.draws > 0 and result is not None:
         drawn = simulate_timings(
-            work,
-            timings,
-            policy=run.policy,
-            router=run.router,
-            replicas=replicas,
-            profile=profile,
-            engine=engine,
-            timing=timing,
-            bundle=bundle,
-            settings=settings,
-            worker_urls=urls,
+            work, side, timings, policy=run.policy, router=run.router, worker_urls=urls
         )
     #: the simulated figures: their mean over the perturbed timings when drawn
     row["compare"] = compare_fleet(result if drawn is None else drawn, row)
@@ -456,16 +437,7 @@ def _simulated_row(
     placed = live_placement(work, run.order)
     routed = None
     if placed is not None:
-        routed = simulate_as_routed(
-            work,
-            policy=run.policy,
-            logged=placed,
-            replicas=replicas,
-            profile=profile,
-            engine=engine,
-            timing=timing,
-            bundle=bundle,
-        )
+        routed = simulate_as_routed(work, side, policy=run.policy, logged=placed)
     #: the simulator with each call on the replica it reached live (None: the replicas'
     #: arrivals do not name every call's program)
     row["compare_as_routed"] = None if routed is None else compare_fleet(routed, row)

@@ -30,7 +30,8 @@ Each run's simulated figures are their mean over ``timing_draws`` seeded perturb
 the arrival timing (:mod:`replay.validation.timings`: where a router places by load or by
 what is cached, one simulation is one draw of a spread wider than the goal, and the live
 side is a mean over runs); the trace's own timing is kept beside it
-(``compare_one_timing``).
+(``compare_one_timing``). ``timing_draws`` 0: none is drawn, and the figures compared are
+the one simulation on the trace's own timing.
 
 The profile, when none is given, is measured in every repeat and the K measurements are
 pooled into one that prices every run (:mod:`replay.validation.fleet_profile`); the
@@ -68,7 +69,7 @@ from replay.validation.fleet_sim import (
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sim_side import SimSide
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
-from replay.validation.timings import Timings
+from replay.validation.timings import DRAWS, Timings
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 from ttlctl.server import arrivals, cpus, router
@@ -81,8 +82,9 @@ from ttlctl.server.facts import ServerInfo, probe
 PROGRAM_SCHEDULING = "program_scheduling"
 #: the request-level policy under Program scheduling
 PROGRAM_SCHEDULING_POLICY = "consistent_hash"
-#: perturbed arrival timings each live run is simulated on (:mod:`replay.validation.timings`)
-TIMING_DRAWS = 32
+#: perturbed arrival timings each live run is simulated on unless told
+#: (:mod:`replay.validation.timings`; ``validate --timing-draws``)
+TIMING_DRAWS = DRAWS
 
 
 def router_setup(
@@ -168,8 +170,7 @@ def validate_fleet(
         raise ValidateError("--replicas needs at least one --router")
     if repeats < 1:
         raise ValidateError(f"--repeats must be at least 1, not {repeats}")
-    if timing_draws < 0:
-        raise ValidateError(f"timing draws must be at least 0, not {timing_draws}")
+    timings = Timings(draws=timing_draws, seed=seed)  # refused here, before any fleet
     for policy in routers:  # every one, before the first fleet's minutes of work
         router.check_policy(router_setup(policy, None, None)[0])
     sets = None if cpus_per_replica is None else cpus.cpu_sets(replicas, cpus_per_replica)
@@ -296,13 +297,7 @@ def validate_fleet(
     sim: dict[str, dict[str, list[Any]]] = {}
     fleets: dict[str, dict[str, list[Any]]] = {}
     for run in runs:
-        row, simulated = _simulated_row(
-            run,
-            work,
-            side,
-            notes=notes,
-            timings=Timings(draws=timing_draws, seed=seed) if timing_draws > 0 else None,
-        )
+        row, simulated = _simulated_row(run, work, side, timings, notes=notes)
         per_run.setdefault(run.policy, {}).setdefault(run.router, []).append(row)
         live.setdefault(run.policy, {}).setdefault(run.router, []).append(run.result)
         sim.setdefault(run.policy, {}).setdefault(run.router, []).append(simulated)
@@ -330,6 +325,9 @@ def validate_fleet(
         "routers": list(routers),
         "policies": names,
         "repeats": repeats,
+        #: perturbed arrival timings each run's simulated figures are the mean over (0: the
+        #: trace's own timing alone; each row's ``sim_timings`` has their settings)
+        "timing_draws": timings.draws,
         "programs": len(work.programs),
         "calls": work.calls,
         "rows": rows,
@@ -390,17 +388,17 @@ def _simulated_row(
     run: _LiveRun,
     work: Workload,
     side: SimSide,
+    timings: Timings,
     *,
     notes: dict[str, str],
-    timings: Timings | None = None,
 ) -> tuple[dict[str, Any], PolicyResult | None]:
     """One live run's row, with its simulated side: the same programs on replicas in the
     live router's own worker order (simulated replica i is its i-th worker, so
     ``round_robin`` starts where it did and ties break as there), with the live URLs
     (the hashing routers place by them), compared by its mean over ``timings`` (perturbed
-    arrival timings) when given, and on the trace's own timing; and, with each call on the
-    replica it reached live, the engines' share of the error. ``notes``: why a router was
-    not simulated."""
+    arrival timings; with no draws, by the trace's own timing), and on the trace's own
+    timing; and, with each call on the replica it reached live, the engines' share of the
+    error. ``notes``: why a router was not simulated."""
     fleet_doc = run.fleet
     urls = fleet_doc["worker_order"] or [r["url"] for r in fleet_doc["replicas"].values()]
     by_url = {r["url"]: name for name, r in fleet_doc["replicas"].items()}
@@ -415,7 +413,7 @@ def _simulated_row(
     result = simulated[run.policy][run.router]
     row = fleet_row(run.result, run.order)
     drawn = None
-    if timings is not None and timings.draws > 0 and result is not None:
+    if timings.draws > 0 and result is not None:
         drawn = simulate_timings(
             work, side, timings, policy=run.policy, router=run.router, worker_urls=urls
         )

@@ -243,6 +243,10 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
             " ms)",
             highlight=False,
         )
+    elif doc.get("timing_draws") == 0:
+        console.print(
+            "simulated: on the trace's own timing alone (--timing-draws 0)", highlight=False
+        )
     if doc.get("profile", {}).get("source"):
         console.print(f"profile: {doc['profile']['source']}", highlight=False)
     taken = doc.get("profile", {}).get("measurements") or []

@@ -62,8 +62,3 @@ def test_fleet_table_shows_sim_live_error_and_ranking() -> None:
     fleet_table(console, pinned)
     text = console.export_text()
     assert "replicas pinned to CPUs 0 | 1" in text and "profile: measured, pinned" in text
-    assert "arrival timings" not in text and "own timing alone" not in text
-    one = {**doc, "timing_draws": 0}
-    console = Console(record=True, width=200)
-    fleet_table(console, one)
-    assert "simulated: on the trace's own timing alone (--timing-draws 0)" in console.export_text()

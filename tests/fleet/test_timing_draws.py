@@ -10,14 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from replay.validation.error import ValidateError
 from replay.validation.fleet import TIMING_DRAWS
+from replay.validation.fleet_sim import compare_fleet, router_ranking
 from replay.validation.setup import ValidateRequest, validation_doc
 from replay.validation.timings import Timings
 from tests.live.traces import agent_trace
 from ttlctl.cli import app
+from ttlctl.cli.render import fleet_table
 from ttlctl.errors import TtlctlError
 
 
@@ -85,3 +88,22 @@ def test_the_requested_draws_reach_the_fleet_and_are_refused_before_it_starts(
     with pytest.raises(ValidateError, match="--timing-draws must be a whole number at least 0"):
         validation_doc(req)
     assert not (tmp_path / "w").exists()
+
+
+def test_the_table_says_when_the_trace_timing_alone_was_simulated() -> None:
+    live = {"jct_mean_s": 10.0, "ttft_mean_s": 1.0, "hit_rate": 0.5, "returned_share": 1.0}
+    sim = {"jct_mean_s": 11.0, "ttft_mean_s": 1.0, "prefix_hit_rate": 0.5, "returned_share": 1.0}
+    row = {**live, "compare": compare_fleet(sim, live), "calls_per_replica": {"r1": 4}}
+    doc: dict[str, Any] = {
+        "programs": 2,
+        "calls": 4,
+        "replicas": 1,
+        "rows": {"vllm": {"round_robin": row}},
+        "ranking": {"vllm": router_ranking({"round_robin": sim}, {"round_robin": live})},
+    }
+    for draws, said in ((0, True), (TIMING_DRAWS, False)):
+        console = Console(record=True, width=200)
+        fleet_table(console, {**doc, "timing_draws": draws})
+        text = console.export_text()
+        assert ("simulated: on the trace's own timing alone (--timing-draws 0)" in text) is said
+        assert "arrival timings" not in text  # no row drew any

@@ -71,8 +71,9 @@ def validate(
     profile: Annotated[
         str | None,
         typer.Option(
-            help="Profile for the simulator (default: measured from the first server; with "
-            "--replicas and --repeats K, measured in each repeat and pooled over the K)."
+            help="Profile for the simulator (default: measured here, in each of --repeats K "
+            "repeats after its live run, on the first policy's server or with --replicas on "
+            "the repeat's last fleet, and pooled over the K)."
         ),
     ] = None,
     programs: Annotated[int, typer.Option(help="Replay the trace's first N programs.")] = 8,
@@ -141,7 +142,8 @@ def validate(
     Each policy runs in its own server (vllm: stock; continuum: the TTL scheduler),
     started here one after the other (--engine-cmd or --model, vLLM arguments after
     `--`) or already running (--url). The simulator is sized like the server and
-    priced by a profile measured from it. --max-num-seqs and --max-num-batched-tokens
+    priced by a profile measured from it (with --repeats K: after each of the first
+    policy's K runs, pooled over the K). --max-num-seqs and --max-num-batched-tokens
     size the simulator and the servers validate starts (give them here, not after
     `--`); with --url, give the running servers' values. Goals (reported): mean JCT within 10%,
     prefix-hit rate within 5 points, the same ranking.

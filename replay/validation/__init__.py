@@ -17,9 +17,9 @@ starts the servers itself, one after the other (vllm, then continuum), and stops
 each one's whole process group after its run (and on Ctrl-C, SIGTERM, an error or
 a timeout).
 
-The simulator is sized like the server; the profile that prices each step is
-measured from the first server with :func:`profiles.measure_server.measure_engine`
-unless one is given.
+The simulator is sized like the server; the profile that prices each step, unless one
+is given, is measured on the first policy's server after each of its live runs and the
+``repeats`` measurements pooled into one (:mod:`~replay.validation.fleet_profile`).
 
 A live run is one draw of a noisy system: when calls arrive a few milliseconds
 apart the cache evicts differently, and under contention the prefix-hit rate of

@@ -2,9 +2,16 @@
 
 :func:`validate` runs each policy live (a server per policy, given or started:
 :mod:`replay.validation.servers`; ``repeats`` runs each in a fresh server), measures
-the profile that prices the simulator from the first server unless one is given,
-sizes the simulator like the servers (:mod:`replay.validation.sizing`), simulates
-each policy, and compares (:mod:`replay.validation.stats`).
+the profile that prices the simulator unless one is given, sizes the simulator like
+the servers (:mod:`replay.validation.sizing`), simulates each policy, and compares
+(:mod:`replay.validation.stats`).
+
+The profile, when none is given, is measured on the first policy's server after each of
+its live runs (:func:`measured_after`: no live run on a server follows a measurement's
+warm-up of it, as in the fleet validation) and each measurement is fitted at once; after
+its last run the K measurements are pooled into the one profile that prices every
+simulated run (:func:`~replay.validation.fleet_profile.pooled`), before the next
+policy's server starts (continuum's cold-start bundle carries that profile).
 """
 
 from __future__ import annotations
@@ -17,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from profiles.cost import ProfileCostModel
-from profiles.measure_server import measure_engine
 from profiles.schema import Profile
 from replay.figures import PolicyResult
 from replay.live import cap_pauses, first_programs, run_live
@@ -26,6 +32,7 @@ from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.validation.error import ValidateError
+from replay.validation.fleet_profile import Measured, measure_server, pooled
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_server
 from replay.validation.sizing import (
     CPU_MAX_NUM_BATCHED_TOKENS,
@@ -74,6 +81,10 @@ class _Session:
     async_scheduling: bool = False
     bundle_doc: bundle_mod.Bundle | None = None
     profile_source: str | None = None
+    #: the live runs a profile is measured after, True where they are pooled (empty: a
+    #: profile was given)
+    measure: dict[tuple[str, int], bool] = field(default_factory=dict)
+    measured: list[Measured] = field(default_factory=list)
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     infos: dict[str, ServerInfo] = field(default_factory=dict)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -91,12 +102,12 @@ class _Session:
                 url = server.url
             info = probe(url)
             self.infos[name] = info
-            self._measure_profile(name, info)
             self.say(
                 f"{which}: live replay of {len(self.work.programs)} programs "
                 f"({self.work.calls} calls)"
             )
             self.runs.setdefault(name, []).append(self._live(name, tag, info))
+            self._measure_profile(name, rep, which, info)
         finally:
             if server is not None:
                 self.say(f"{which}: stopping the server")
@@ -143,21 +154,23 @@ class _Session:
         )
         bundle_mod.write(self.bundle_doc, self.bundle_path)
 
-    def _measure_profile(self, name: str, info: ServerInfo) -> None:
-        if self.profile is not None:
+    def _measure_profile(self, name: str, rep: int, which: str, info: ServerInfo) -> None:
+        """After run ``rep`` of ``name``, on its server: a measurement if one is due, and
+        the profile pooled over them after the last."""
+        if (name, rep) not in self.measure:
             return
-        self.say(f"{name}: measuring the server's profile")
-        try:
-            self.profile = measure_engine(
+        self.say(f"{which}: measuring the server's profile")
+        self.measured.append(
+            measure_server(
                 info.url,
+                policy=name,
+                repeat=rep + 1,
                 model_config=self.model_config,
                 repeats=self.profile_repeats,
-                output_tokens=16,
-                timeout_s=120.0,
             )
-        except ValueError as exc:
-            raise ValidateError(f"profiling {name}'s server: {exc}") from None
-        self.profile_source = f"measured from {name} at {info.url}"
+        )
+        if self.measure[(name, rep)]:
+            self.profile, self.profile_source = pooled(self.measured, f"on {name}'s server")
 
     def _live(self, name: str, tag: str, info: ServerInfo) -> dict[str, Any]:
         vocab = (self.model_config or {}).get("vocab_size")
@@ -196,6 +209,19 @@ def _policies(policies: Sequence[str], repeats: int, sources: Sources) -> list[s
             "or --engine-cmd/--model so validate starts it"
         )
     return names
+
+
+def live_runs(names: Sequence[str], repeats: int) -> list[tuple[str, int]]:
+    """The live runs ``(policy, run)`` in the order they are made: every run of a policy
+    before the next policy's first (continuum's cold-start bundle needs the profile)."""
+    return [(name, rep) for name in names for rep in range(repeats)]
+
+
+def measured_after(names: Sequence[str], repeats: int) -> dict[tuple[str, int], bool]:
+    """The live runs ``(policy, run)`` a profile is measured after when none is given:
+    every run of the first policy, each on its own server; True at its last, where the
+    measurements are pooled, before any other policy's server starts."""
+    return {(names[0], rep): rep == repeats - 1 for rep in range(repeats)}
 
 
 def validate(
@@ -258,6 +284,7 @@ def validate(
         bundle_doc=bundle_mod.read(bundle) if bundle is not None else None,
         profile=profile,
         profile_source="given" if profile is not None else None,
+        measure={} if profile is not None else measured_after(names, repeats),
         model_config=model_config,
         profile_repeats=profile_repeats,
         save_result=save_result,
@@ -268,7 +295,7 @@ def validate(
         backend=backend,
         async_scheduling=async_scheduling,
     )
-    for name, rep in [(n, r) for n in names for r in range(repeats)]:
+    for name, rep in live_runs(names, repeats):
         session.run(name, rep)
     live = {name: merge_runs(session.runs[name]) for name in names}
     engine = sim_engine_config(
@@ -285,7 +312,7 @@ def _simulate(
     session: _Session, names: Sequence[str], engine: SimSchedulerConfig
 ) -> dict[str, PolicyResult]:
     """Each policy in the simulator, priced by the session's profile."""
-    assert session.profile is not None  # measured on the first server at the latest
+    assert session.profile is not None  # pooled after the first policy's last run
     config = ReplayConfig(engine=engine, truncate=True)
     cost = ProfileCostModel(session.profile)
     sim: dict[str, PolicyResult] = {}
@@ -326,6 +353,9 @@ def _document(
         "profile": {
             "source": session.profile_source,
             "doc": profile.to_json() if profile else None,
+            #: the measurements it was fitted on, in time order (none: given), each with its
+            #: own fit and its timings
+            "measurements": [m.to_json() for m in session.measured],
         },
         "bundle": None if session.bundle_path is None else str(session.bundle_path),
         "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},

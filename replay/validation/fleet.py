@@ -30,7 +30,8 @@ Each run's simulated figures are their mean over ``timing_draws`` seeded perturb
 the arrival timing (:mod:`replay.validation.timings`: where a router places by load or by
 what is cached, one simulation is one draw of a spread wider than the goal, and the live
 side is a mean over runs); the trace's own timing is kept beside it
-(``compare_one_timing``).
+(``compare_one_timing``). ``timing_draws`` 0: none is drawn, and the figures compared are
+the one simulation on the trace's own timing.
 
 The profile, when none is given, is measured in every repeat and the K measurements are
 pooled into one that prices every run (:mod:`replay.validation.fleet_profile`); the
@@ -53,7 +54,6 @@ from replay.figures import PolicyResult
 from replay.fleet.routers import RouterSettings
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
-from replay.scheduler import SimSchedulerConfig
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured, measure_replica, pooled
 from replay.validation.fleet_runs import goal, mean_sim, merge_fleet_runs, run_rankings
@@ -67,8 +67,9 @@ from replay.validation.fleet_sim import (
     simulate_timings,
 )
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
+from replay.validation.sim_side import SimSide
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
-from replay.validation.timings import Timings
+from replay.validation.timings import DRAWS, Timings
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 from ttlctl.server import arrivals, cpus, router
@@ -81,8 +82,9 @@ from ttlctl.server.facts import ServerInfo, probe
 PROGRAM_SCHEDULING = "program_scheduling"
 #: the request-level policy under Program scheduling
 PROGRAM_SCHEDULING_POLICY = "consistent_hash"
-#: perturbed arrival timings each live run is simulated on (:mod:`replay.validation.timings`)
-TIMING_DRAWS = 32
+#: perturbed arrival timings each live run is simulated on unless told
+#: (:mod:`replay.validation.timings`; ``validate --timing-draws``)
+TIMING_DRAWS = DRAWS
 
 
 def router_setup(
@@ -168,8 +170,7 @@ def validate_fleet(
         raise ValidateError("--replicas needs at least one --router")
     if repeats < 1:
         raise ValidateError(f"--repeats must be at least 1, not {repeats}")
-    if timing_draws < 0:
-        raise ValidateError(f"timing draws must be at least 0, not {timing_draws}")
+    timings = Timings(draws=timing_draws, seed=seed)  # refused here, before any fleet
     for policy in routers:  # every one, before the first fleet's minutes of work
         router.check_policy(router_setup(policy, None, None)[0])
     sets = None if cpus_per_replica is None else cpus.cpu_sets(replicas, cpus_per_replica)
@@ -282,26 +283,21 @@ def validate_fleet(
         max_num_batched_tokens=max_num_batched_tokens,
     )
     say(f"simulating {len(runs)} fleets")
-    load = timing or Load(seed=seed)
-    settings = sim_settings(routers, calibration, program_scheduling_json)
+    side = SimSide(
+        replicas=replicas,
+        profile=profile,
+        engine=engine,
+        timing=timing or Load(seed=seed),
+        bundle=bundle_doc,
+        settings=sim_settings(routers, calibration, program_scheduling_json),
+    )
     notes: dict[str, str] = {}
     per_run: dict[str, dict[str, list[dict[str, Any]]]] = {}
     live: dict[str, dict[str, list[Any]]] = {}
     sim: dict[str, dict[str, list[Any]]] = {}
     fleets: dict[str, dict[str, list[Any]]] = {}
     for run in runs:
-        row, simulated = _simulated_row(
-            run,
-            work,
-            replicas=replicas,
-            profile=profile,
-            engine=engine,
-            timing=load,
-            bundle=bundle_doc,
-            settings=settings,
-            notes=notes,
-            timings=Timings(draws=timing_draws, seed=seed) if timing_draws > 0 else None,
-        )
+        row, simulated = _simulated_row(run, work, side, timings, notes=notes)
         per_run.setdefault(run.policy, {}).setdefault(run.router, []).append(row)
         live.setdefault(run.policy, {}).setdefault(run.router, []).append(run.result)
         sim.setdefault(run.policy, {}).setdefault(run.router, []).append(simulated)
@@ -329,6 +325,9 @@ def validate_fleet(
         "routers": list(routers),
         "policies": names,
         "repeats": repeats,
+        #: perturbed arrival timings each run's simulated figures are the mean over (0: the
+        #: trace's own timing alone; each row's ``sim_timings`` has their settings)
+        "timing_draws": timings.draws,
         "programs": len(work.programs),
         "calls": work.calls,
         "rows": rows,
@@ -388,55 +387,35 @@ def live_worker_order(log_path: Path, urls: Sequence[str]) -> list[str] | None:
 def _simulated_row(
     run: _LiveRun,
     work: Workload,
+    side: SimSide,
+    timings: Timings,
     *,
-    replicas: int,
-    profile: Profile,
-    engine: SimSchedulerConfig,
-    timing: Load,
-    bundle: bundle_mod.Bundle | None,
-    settings: dict[str, RouterSettings],
     notes: dict[str, str],
-    timings: Timings | None = None,
 ) -> tuple[dict[str, Any], PolicyResult | None]:
     """One live run's row, with its simulated side: the same programs on replicas in the
     live router's own worker order (simulated replica i is its i-th worker, so
     ``round_robin`` starts where it did and ties break as there), with the live URLs
     (the hashing routers place by them), compared by its mean over ``timings`` (perturbed
-    arrival timings) when given, and on the trace's own timing; and, with each call on the
-    replica it reached live, the engines' share of the error. ``notes``: why a router was
-    not simulated."""
+    arrival timings; with no draws, by the trace's own timing), and on the trace's own
+    timing; and, with each call on the replica it reached live, the engines' share of the
+    error. ``notes``: why a router was not simulated."""
     fleet_doc = run.fleet
     urls = fleet_doc["worker_order"] or [r["url"] for r in fleet_doc["replicas"].values()]
     by_url = {r["url"]: name for name, r in fleet_doc["replicas"].items()}
     simulated, why = simulate_fleets(
         work,
+        side,
         policies=[run.policy],
         routers=[run.router],
-        replicas=replicas,
-        profile=profile,
-        engine=engine,
-        timing=timing,
-        bundle=bundle,
-        settings=settings,
         worker_urls={run.policy: {run.router: urls}},
     )
     notes.update(why)
     result = simulated[run.policy][run.router]
     row = fleet_row(run.result, run.order)
     drawn = None
-    if timings is not None and timings.draws > 0 and result is not None:
+    if timings.draws > 0 and result is not None:
         drawn = simulate_timings(
-            work,
-            timings,
-            policy=run.policy,
-            router=run.router,
-            replicas=replicas,
-            profile=profile,
-            engine=engine,
-            timing=timing,
-            bundle=bundle,
-            settings=settings,
-            worker_urls=urls,
+            work, side, timings, policy=run.policy, router=run.router, worker_urls=urls
         )
     #: the simulated figures: their mean over the perturbed timings when drawn
     row["compare"] = compare_fleet(result if drawn is None else drawn, row)
@@ -456,16 +435,7 @@ def _simulated_row(
     placed = live_placement(work, run.order)
     routed = None
     if placed is not None:
-        routed = simulate_as_routed(
-            work,
-            policy=run.policy,
-            logged=placed,
-            replicas=replicas,
-            profile=profile,
-            engine=engine,
-            timing=timing,
-            bundle=bundle,
-        )
+        routed = simulate_as_routed(work, side, policy=run.policy, logged=placed)
     #: the simulator with each call on the replica it reached live (None: the replicas'
     #: arrivals do not name every call's program)
     row["compare_as_routed"] = None if routed is None else compare_fleet(routed, row)

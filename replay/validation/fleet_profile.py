@@ -1,11 +1,13 @@
-"""The profile ``validate --replicas N --repeats K`` measures when none is given.
+"""The profile ``validate --repeats K`` measures when none is given, fleet or not.
 
-One measurement in each repeat (:func:`measure_replica`), on the last fleet of the
-repeat, on its first replica, after that fleet's live run (a measurement warms the fleet
-it runs on: taken before a live run, it would favour that run's router in every repeat;
-taken after, every fleet's live run starts alike); where the replicas are pinned
-to CPUs of their own, the other replicas serve a steady load meanwhile
-(:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside it live.
+A fleet (``--replicas N``): one measurement in each repeat (:func:`measure_replica`), on
+the last fleet of the repeat, on its first replica, after that fleet's live run (a
+measurement warms the fleet it runs on: taken before a live run, it would favour that
+run's router in every repeat; taken after, every fleet's live run starts alike); where
+the replicas are pinned to CPUs of their own, the other replicas serve a steady load
+meanwhile (:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside
+it live. One server per policy (:mod:`replay.validation.crosscheck`): one measurement
+after each live run of the first policy, on its server (:func:`measure_server`).
 Every simulated run is priced by ONE profile pooled over the K measurements
 (:func:`pooled`: :func:`profiles.engine_fit.fit_samples`, every timing of every
 measurement put together point by point, the median taken, then the one fit a single
@@ -81,17 +83,7 @@ def measure_replica(
     first, *rest = urls
     others = list(rest) if cpu_sets is not None else []
     with kept_busy(others, model, vocab_size=vocab_size) as served:
-        try:
-            samples = measure_samples(
-                first,
-                model_config=model_config,
-                repeats=MEASURE_REPEATS,
-                output_tokens=OUTPUT_TOKENS,
-                timeout_s=120.0,
-            )
-            fitted = fit_samples([samples])
-        except ValueError as exc:
-            raise ValidateError(f"profiling a replica at {first}: {exc}") from None
+        samples, fitted = _measure(first, f"a replica at {first}", model_config, MEASURE_REPEATS)
     where = f"measured from {policy}'s replica at {first}"
     if cpu_sets is not None:
         where += (
@@ -101,8 +93,45 @@ def measure_replica(
     return Measured(repeat, where, sum(served), samples, fitted)
 
 
-def pooled(measured: Sequence[Measured]) -> tuple[Profile, str]:
-    """The profile pooled over ``measured`` and what it is, in words."""
+def measure_server(
+    url: str,
+    *,
+    policy: str,
+    repeat: int,
+    model_config: dict[str, Any] | None,
+    repeats: int = MEASURE_REPEATS,
+) -> Measured:
+    """``policy``'s server at ``url`` measured, ``repeats`` timings at each point;
+    :class:`ValidateError` if it cannot be."""
+    samples, fitted = _measure(url, f"{policy}'s server", model_config, repeats)
+    return Measured(repeat, f"measured from {policy} at {url}", 0, samples, fitted)
+
+
+def _measure(
+    url: str, what: str, model_config: dict[str, Any] | None, repeats: int
+) -> tuple[EngineSamples, Profile]:
+    """Every timing of the server at ``url``, and their fit, made at once (one that cannot
+    be fitted is refused before the next live run, naming ``what``)."""
+    try:
+        samples = measure_samples(
+            url,
+            model_config=model_config,
+            repeats=repeats,
+            output_tokens=OUTPUT_TOKENS,
+            timeout_s=120.0,
+        )
+        return samples, fit_samples([samples])
+    except ValueError as exc:
+        raise ValidateError(f"profiling {what}: {exc}") from None
+
+
+#: where a fleet's measurements are taken, in :func:`pooled`'s words
+ON_FLEETS = "on its last fleet's first replica"
+
+
+def pooled(measured: Sequence[Measured], where: str = ON_FLEETS) -> tuple[Profile, str]:
+    """The profile pooled over ``measured`` (each taken ``where``, in words) and what it
+    is, in words."""
     profile = fit_samples([m.samples for m in measured])
     if len(measured) == 1:
         return profile, measured[0].source
@@ -111,8 +140,8 @@ def pooled(measured: Sequence[Measured]) -> tuple[Profile, str]:
         served = ", ".join(str(m.served) for m in measured)
         busy = f" (the other replicas served {served} requests meanwhile)"
     source = (
-        f"pooled over {len(measured)} measurements, one in each repeat on its last "
-        f"fleet's first replica after its live run{busy}: every timing put together, "
-        f"then fitted once; first {measured[0].source}"
+        f"pooled over {len(measured)} measurements, one in each repeat {where} after "
+        f"its live run{busy}: every timing put together, then fitted once; first "
+        f"{measured[0].source}"
     )
     return profile, source

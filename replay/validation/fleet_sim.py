@@ -8,7 +8,10 @@ live router runs with its defaults too) and the live replicas' URLs, in the orde
 live router was given them (the hashing routers place sessions by them). vllm-router's
 policy names map to ttlctl's by :func:`~replay.fleet.routers.router_name`; vllm-router's
 Program scheduling is simulated only where a ``program-scheduling`` router model exists
-(:func:`sim_router`).
+(:func:`sim_router`). What every simulation of one validation shares (the replicas'
+count, sizing and profile, the load, the bundle, the routers' settings) is one
+:class:`~replay.validation.sim_side.SimSide`; the policy, the router and the live
+fleet's URLs are each simulation's own arguments.
 
 The compared figures (:data:`FLEET_COMPARED`): mean JCT and TTFT, errors relative,
 ``(simulated − live) / live``; prefix-hit rate and the share of follow-up calls that
@@ -31,19 +34,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from profiles.cost import ProfileCostModel
-from profiles.schema import Profile
 from replay.figures import PolicyResult
 from replay.fleet.routers import ROUTERS, RouterSettings, router_name
 from replay.fleet.run import FleetSpec, runner
-from replay.policies import PolicySpec
-from replay.policy_runs import Load
-from replay.scheduler import SimSchedulerConfig
-from replay.sim import ReplayConfig
+from replay.validation.sim_side import SimSide
 from replay.validation.stats import JCT_GOAL, TIE, ranking, same_ranking
 from replay.validation.timings import Timings, perturbed
 from replay.workload import Workload
-from ttlctl import bundle as bundle_mod
 from ttlctl.server.router import POLICIES
 
 #: the live routers a model may stand for: vllm-router's ``--policy`` and its Program
@@ -142,43 +139,31 @@ def live_placement(
 
 def simulate_as_routed(
     work: Workload,
+    side: SimSide,
     *,
     policy: str,
     logged: Mapping[tuple[str, int], str],
-    replicas: int,
-    profile: Profile,
-    engine: SimSchedulerConfig,
-    timing: Load,
-    bundle: bundle_mod.Bundle | None,
 ) -> PolicyResult:
     """``policy`` in the fleet simulator with every call on its ``logged`` replica."""
-    run = runner(FleetSpec(replicas, RouterSettings("as-logged"), logged=logged))
-    spec = PolicySpec(policy, bundle=bundle if policy == "continuum" else None)
-    cost = ProfileCostModel(profile)
-    return run(work, spec, cost, ReplayConfig(engine=engine, truncate=True), timing, timed=False)
+    run = runner(FleetSpec(side.replicas, RouterSettings("as-logged"), logged=logged))
+    return run(work, side.spec(policy), side.cost(), side.config(), side.timing, timed=False)
 
 
 def simulate_fleets(
     work: Workload,
+    side: SimSide,
     *,
     policies: Sequence[str],
     routers: Sequence[str],
-    replicas: int,
-    profile: Profile,
-    engine: SimSchedulerConfig,
-    timing: Load,
-    bundle: bundle_mod.Bundle | None,
-    settings: Mapping[str, RouterSettings] | None = None,
     worker_urls: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
 ) -> tuple[dict[str, dict[str, PolicyResult | None]], dict[str, str]]:
     """Each (policy, router) in the fleet simulator: ``({policy: {router: result or
-    None}}, {router: why it was not simulated})``. ``settings``: a router's settings where
-    they are not its defaults (Program scheduling's config and calibration).
-    ``worker_urls``: ``{policy: {router: the live fleet's replica URLs, in replica
-    order}}``, so that the routers that hash them place each session on the replica the
-    live router chose (each live fleet has ports of its own)."""
-    cost = ProfileCostModel(profile)
-    config = ReplayConfig(engine=engine, truncate=True)
+    None}}, {router: why it was not simulated})``. ``worker_urls``: ``{policy: {router:
+    the live fleet's replica URLs, in replica order}}``, so that the routers that hash
+    them place each session on the replica the live router chose (each live fleet has
+    ports of its own)."""
+    cost = side.cost()
+    config = side.config()
     out: dict[str, dict[str, PolicyResult | None]] = {}
     notes: dict[str, str] = {}
     for router in routers:
@@ -189,28 +174,27 @@ def simulate_fleets(
             if name is None:
                 out.setdefault(policy, {})[router] = None
                 continue
-            chosen = (settings or {}).get(router) or RouterSettings(name)
             urls = (worker_urls or {}).get(policy, {}).get(router)
             run = runner(
-                FleetSpec(replicas, chosen, worker_urls=None if urls is None else tuple(urls))
+                FleetSpec(
+                    side.replicas,
+                    side.router_settings(router, name),
+                    worker_urls=None if urls is None else tuple(urls),
+                )
             )
-            spec = PolicySpec(policy, bundle=bundle if policy == "continuum" else None)
-            out.setdefault(policy, {})[router] = run(work, spec, cost, config, timing, timed=False)
+            out.setdefault(policy, {})[router] = run(
+                work, side.spec(policy), cost, config, side.timing, timed=False
+            )
     return out, notes
 
 
 def simulate_timings(
     work: Workload,
+    side: SimSide,
     timings: Timings,
     *,
     policy: str,
     router: str,
-    replicas: int,
-    profile: Profile,
-    engine: SimSchedulerConfig,
-    timing: Load,
-    bundle: bundle_mod.Bundle | None,
-    settings: Mapping[str, RouterSettings] | None = None,
     worker_urls: Sequence[str] | None = None,
 ) -> dict[str, Any] | None:
     """``policy`` behind ``router`` simulated on ``timings.draws`` perturbed arrival
@@ -221,14 +205,9 @@ def simulate_timings(
     for draw in range(1, timings.draws + 1):
         simulated, _ = simulate_fleets(
             perturbed(work, timings, draw),
+            side,
             policies=[policy],
             routers=[router],
-            replicas=replicas,
-            profile=profile,
-            engine=engine,
-            timing=timing,
-            bundle=bundle,
-            settings=settings,
             worker_urls=None if worker_urls is None else {policy: {router: worker_urls}},
         )
         result = simulated[policy][router]

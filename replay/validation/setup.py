@@ -23,7 +23,7 @@ from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.validation.crosscheck import validate
 from replay.validation.error import ValidateError
-from replay.validation.fleet import validate_fleet
+from replay.validation.fleet import TIMING_DRAWS, validate_fleet
 from replay.validation.servers import Sources
 from replay.vllmsim.backend import check_request
 from replay.workload import load
@@ -74,6 +74,9 @@ class ValidateRequest:
     routers: Sequence[str] = ()
     #: each replica on this many CPUs of its own (None: unpinned)
     cpus_per_replica: int | None = None
+    #: a fleet: perturbed arrival timings each live run is simulated on (None: the
+    #: default, :data:`~replay.validation.fleet.TIMING_DRAWS`; 0: the trace's own alone)
+    timing_draws: int | None = None
 
 
 def parse_urls(items: Sequence[str]) -> dict[str, str]:
@@ -160,6 +163,10 @@ def validation_doc(
     base, model_config = server_base(req)
     if req.cpus_per_replica is not None and req.replicas is None:
         raise ValidateError("--cpus-per-replica needs --replicas N (it pins a fleet's replicas)")
+    if req.timing_draws is not None and req.replicas is None:
+        raise ValidateError(
+            "--timing-draws needs --replicas N (it averages each simulated fleet run)"
+        )
     if req.replicas is not None or req.routers:
         return _fleet_doc(req, timing, base, model_config, progress, warn)
     names = _names(req.policies, "vllm,continuum")
@@ -242,6 +249,7 @@ def _fleet_doc(
         max_num_batched_tokens=req.max_num_batched_tokens,
         cpus_per_replica=req.cpus_per_replica,
         timing=timing,
+        timing_draws=TIMING_DRAWS if req.timing_draws is None else req.timing_draws,
         seed=req.seed,
         repeats=req.repeats,
         max_programs=req.programs,

@@ -12,32 +12,62 @@ draw, not the simulator.
 
 :func:`perturbed` is one seeded draw: each program starts later by up to
 :attr:`Timings.start_s`, each pause is scaled by a factor within ``1 ± pause_rel``. The
-fleet validation simulates :attr:`Timings.draws` of them and compares their mean with
-the live mean. How large the perturbation is hardly matters once there is one (on those
-runs, pauses ±0.5% with starts +2 ms against ±10% with +100 ms moved each router's mean by
-about 3 points at most, over 32 draws), so the default is small: ±2% and 10 ms. Deterministic for
-a seed; nothing here reads a clock.
+fleet validation simulates :attr:`Timings.draws` of them (``validate --timing-draws``,
+:data:`DRAWS` unless told) and compares their mean with the live mean; with 0 draws it
+compares the one simulation on the trace's own timing. How large the perturbation is
+hardly matters once there is one (on those runs, pauses ±0.5% with starts +2 ms against
+±10% with +100 ms moved each router's mean by about 3 points at most, over 32 draws), so
+the default is small: ±2% and 10 ms. Deterministic for a seed; nothing here reads a
+clock.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, replace
 
+from replay.validation.error import ValidateError
 from replay.workload import AgentProgram, Workload
+
+#: perturbed timings simulated unless told (``validate --timing-draws``)
+DRAWS = 32
 
 
 @dataclass(frozen=True, slots=True)
 class Timings:
-    """How many perturbed arrival timings to simulate, and how far each is moved."""
+    """How many perturbed arrival timings to simulate, and how far each is moved.
 
-    #: perturbed timings simulated (0: the trace's timing alone)
-    draws: int = 32
-    #: each pause scaled by a factor within 1 ± this
+    Refused when built (:class:`~replay.validation.error.ValidateError`, one line): a
+    count of draws that is not a whole number at least 0, a pause factor's bound outside
+    [0, 1) (a factor of 0 or less would make a pause vanish or run backwards), a start
+    offset that is negative or not finite, a seed that is not a whole number."""
+
+    #: perturbed timings simulated (0: none; the trace's timing alone is simulated)
+    draws: int = DRAWS
+    #: each pause scaled by a factor within 1 ± this, 0 <= pause_rel < 1
     pause_rel: float = 0.02
-    #: each program's start moved later by up to this many seconds
+    #: each program's start moved later by up to this many seconds, >= 0
     start_s: float = 0.01
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not _whole(self.draws) or self.draws < 0:
+            raise ValidateError(
+                f"--timing-draws must be a whole number at least 0, not {self.draws!r}"
+            )
+        if not _number(self.pause_rel) or not 0.0 <= self.pause_rel < 1.0:
+            raise ValidateError(
+                f"a timing perturbation's pause_rel must be at least 0 and below 1, "
+                f"not {self.pause_rel!r}"
+            )
+        if not _number(self.start_s) or not 0.0 <= self.start_s < math.inf:
+            raise ValidateError(
+                f"a timing perturbation's start_s must be a finite number of seconds at "
+                f"least 0, not {self.start_s!r}"
+            )
+        if not _whole(self.seed):
+            raise ValidateError(f"--seed must be a whole number, not {self.seed!r}")
 
     def to_json(self) -> dict[str, float | int]:
         return {
@@ -46,6 +76,14 @@ class Timings:
             "start_s": self.start_s,
             "seed": self.seed,
         }
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def perturbed(work: Workload, timings: Timings, draw: int) -> Workload:

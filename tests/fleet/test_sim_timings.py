@@ -15,6 +15,7 @@ from replay.scheduler import SimSchedulerConfig
 from replay.synth import fit_context, synth
 from replay.validation.fleet_runs import merge_fleet_runs
 from replay.validation.fleet_sim import FLEET_COMPARED, simulate_fleets, simulate_timings
+from replay.validation.sim_side import SimSide
 from replay.validation.timings import Timings, perturbed
 from replay.workload import Workload, from_frame
 
@@ -45,25 +46,20 @@ def test_a_draw_moves_starts_and_pauses_within_bounds_and_nothing_else() -> None
     assert moved > 0
 
 
-def _kwargs() -> dict[str, Any]:
-    return {
-        "replicas": 2,
-        "profile": resolve("tiny-cpu")[0],
-        "engine": SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048),
-        "timing": Load(),
-        "bundle": None,
-    }
+def _side() -> SimSide:
+    engine = SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048)
+    return SimSide(replicas=2, profile=resolve("tiny-cpu")[0], engine=engine, timing=Load())
 
 
 def test_the_simulated_figures_are_the_mean_over_the_draws() -> None:
     work = _work()
     timings = Timings(draws=3, seed=1)
-    drawn = simulate_timings(work, timings, policy="vllm", router="cache_aware", **_kwargs())
+    drawn = simulate_timings(work, _side(), timings, policy="vllm", router="cache_aware")
     assert drawn is not None
     each = []
     for k in (1, 2, 3):
         sim, _ = simulate_fleets(
-            perturbed(work, timings, k), policies=["vllm"], routers=["cache_aware"], **_kwargs()
+            perturbed(work, timings, k), _side(), policies=["vllm"], routers=["cache_aware"]
         )
         result = sim["vllm"]["cache_aware"]
         assert result is not None
@@ -73,13 +69,11 @@ def test_the_simulated_figures_are_the_mean_over_the_draws() -> None:
         assert drawn[key] == pytest.approx(statistics.mean(values))
         assert drawn["timings"]["range"][key] == [min(values), max(values)]
     assert drawn["timings"]["draws"] == 3 and drawn["timings"]["seed"] == 1
-    again = simulate_timings(work, timings, policy="vllm", router="cache_aware", **_kwargs())
+    again = simulate_timings(work, _side(), timings, policy="vllm", router="cache_aware")
     assert again == drawn  # deterministic for a seed
-    none = simulate_timings(
-        work, Timings(draws=0), policy="vllm", router="cache_aware", **_kwargs()
-    )
+    none = simulate_timings(work, _side(), Timings(draws=0), policy="vllm", router="cache_aware")
     assert none is None
-    missing = simulate_timings(work, timings, policy="vllm", router="least_cost", **_kwargs())
+    missing = simulate_timings(work, _side(), timings, policy="vllm", router="least_cost")
     assert missing is None  # a router with no model is not simulated
 
 

@@ -24,8 +24,15 @@ from replay.validation.fleet_sim import (
     simulate_as_routed,
     simulate_fleets,
 )
+from replay.validation.sim_side import SimSide
 from replay.workload import from_frame
 from ttlctl.server.router import POLICIES
+
+
+def _side() -> SimSide:
+    """Two small replicas priced by the tiny CPU profile, every router on its defaults."""
+    engine = SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048)
+    return SimSide(replicas=2, profile=resolve("tiny-cpu")[0], engine=engine, timing=Load())
 
 
 def test_every_vllm_router_policy_has_its_model() -> None:
@@ -88,16 +95,8 @@ def test_ranking_over_the_routers_both_sides_have() -> None:
 
 def test_simulated_fleets_route_as_their_routers() -> None:
     work = from_frame(fit_context(synth("swe-bench", 6, 0), 1900))
-    kwargs = {
-        "policies": ["vllm"],
-        "routers": ["consistent_hash", "round_robin", "program_scheduling"],
-        "replicas": 2,
-        "profile": resolve("tiny-cpu")[0],
-        "engine": SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048),
-        "timing": Load(),
-        "bundle": None,
-    }
-    sim, notes = simulate_fleets(work, **kwargs)  # type: ignore[arg-type]
+    routers = ["consistent_hash", "round_robin", "program_scheduling"]
+    sim, notes = simulate_fleets(work, _side(), policies=["vllm"], routers=routers)
     hashed, rr = sim["vllm"]["consistent_hash"], sim["vllm"]["round_robin"]
     assert hashed is not None and rr is not None
     for r in (hashed, rr):
@@ -109,7 +108,7 @@ def test_simulated_fleets_route_as_their_routers() -> None:
     else:
         assert sim["vllm"]["program_scheduling"] is None
         assert "program-scheduling" in notes["program_scheduling"]
-    again, _ = simulate_fleets(work, **kwargs)  # type: ignore[arg-type]
+    again, _ = simulate_fleets(work, _side(), policies=["vllm"], routers=routers)
     assert again == sim  # deterministic for a seed
 
 
@@ -124,16 +123,7 @@ def test_the_live_placement_replayed_as_routed() -> None:
     assert logged[(first.program_id, 1)] == "r2" and logged[(first.program_id, 0)] == "r1"
     short = {**order, first.program_id: order[first.program_id][:-1]}
     assert live_placement(work, short) is None  # a call the arrivals did not name
-    result = simulate_as_routed(
-        work,
-        policy="vllm",
-        logged=logged,
-        replicas=2,
-        profile=resolve("tiny-cpu")[0],
-        engine=SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048),
-        timing=Load(),
-        bundle=None,
-    )
+    result = simulate_as_routed(work, _side(), policy="vllm", logged=logged)
     per = {r["replica"]: r["llm_calls"] for r in result["per_replica"]}
     on_r1 = (len(first.calls) + 1) // 2
     assert sorted(per.values()) == sorted([on_r1, work.calls - on_r1])
@@ -159,15 +149,8 @@ def test_the_simulated_fleet_places_programs_by_the_live_replicas_urls() -> None
     URLs, so consistent_hash and Program scheduling's binding place every program on the
     replica the live router chose (:class:`HashRing` over those URLs)."""
     work = from_frame(fit_context(synth("swe-bench", 8, 0), 1900))
-    kwargs = {
-        "policies": ["vllm"],
-        "routers": ["consistent_hash", "program_scheduling"],
-        "replicas": 2,
-        "profile": resolve("tiny-cpu")[0],
-        "engine": SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048),
-        "timing": Load(),
-        "bundle": None,
-    }
+    side = _side()
+    routers = ["consistent_hash", "program_scheduling"]
     # two port draws that split these 8 programs differently
     draws = [
         ("http://127.0.0.1:41001", "http://127.0.0.1:41002"),
@@ -180,7 +163,7 @@ def test_the_simulated_fleet_places_programs_by_the_live_replicas_urls() -> None
         calls = [sum(len(p.calls) for p, o in zip(work.programs, owners, strict=True) if o == r)
                  for r in range(2)]  # fmt: skip
         given = {"vllm": {"consistent_hash": urls, "program_scheduling": urls}}
-        sim, _ = simulate_fleets(work, **kwargs, worker_urls=given)  # type: ignore[arg-type]
+        sim, _ = simulate_fleets(work, side, policies=["vllm"], routers=routers, worker_urls=given)
         for router in ("consistent_hash", "program_scheduling"):
             result = sim["vllm"][router]
             assert result is not None and result["router"]["worker_urls"] == list(urls)
@@ -188,6 +171,6 @@ def test_the_simulated_fleet_places_programs_by_the_live_replicas_urls() -> None
             assert [per[0], per[1]] == calls, router
         splits.append(calls)
     assert splits[0] != splits[1]  # the URLs, not the simulator, decide the placement
-    default, _ = simulate_fleets(work, **kwargs)  # type: ignore[arg-type]
+    default, _ = simulate_fleets(work, side, policies=["vllm"], routers=routers)
     assert default["vllm"]["consistent_hash"] is not None
     assert "worker_urls" not in default["vllm"]["consistent_hash"]["router"]

@@ -219,7 +219,14 @@ def test_validate_two_running_servers(servers: Servers, tmp_path: Path) -> None:
         assert low <= rows["jct_mean_s"]["live"] <= high
     # a server validate did not start cannot be fresh for the second run: said so
     assert "keeps what it learned" in res.output
-    assert doc["profile"]["source"].startswith("measured from vllm")
+    # measured on the vllm server after each of its two runs, pooled into one profile
+    assert doc["profile"]["source"].startswith(
+        "pooled over 2 measurements, one in each repeat on vllm's server after its live run"
+    )
+    taken = doc["profile"]["measurements"]
+    assert [m["repeat"] for m in taken] == [1, 2]
+    assert all(m["source"] == f"measured from vllm at {servers.stock.url}" for m in taken)
+    assert "the 2 measurements, each fitted alone" in res.output
     assert doc["engine"]["kv_tokens"] == 8192 - BLOCK and doc["engine"]["block_size"] == BLOCK
     assert doc["ranking"]["same"] in (True, False)
 

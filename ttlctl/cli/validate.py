@@ -71,8 +71,9 @@ def validate(
     profile: Annotated[
         str | None,
         typer.Option(
-            help="Profile for the simulator (default: measured from the first server; with "
-            "--replicas and --repeats K, measured in each repeat and pooled over the K)."
+            help="Profile for the simulator (default: measured here, in each of --repeats K "
+            "repeats after its live run, on the first policy's server or with --replicas on "
+            "the repeat's last fleet, and pooled over the K)."
         ),
     ] = None,
     programs: Annotated[int, typer.Option(help="Replay the trace's first N programs.")] = 8,
@@ -114,6 +115,17 @@ def validate(
     async_scheduling: AsyncScheduling = False,
     replicas: Replicas = None,
     router: Routers = None,
+    timing_draws: Annotated[
+        int | None,
+        typer.Option(
+            "--timing-draws",
+            min=0,
+            help="With --replicas: each live run's simulated figures are their mean over "
+            "this many seeded perturbations of the trace's arrival timing (each pause × 1 ± "
+            "2%, each program's start + 0–10 ms; default: 32); 0: the one simulation on the "
+            "trace's own timing.",
+        ),
+    ] = None,
     cpus_per_replica: Annotated[
         int | None,
         typer.Option(
@@ -130,7 +142,8 @@ def validate(
     Each policy runs in its own server (vllm: stock; continuum: the TTL scheduler),
     started here one after the other (--engine-cmd or --model, vLLM arguments after
     `--`) or already running (--url). The simulator is sized like the server and
-    priced by a profile measured from it. --max-num-seqs and --max-num-batched-tokens
+    priced by a profile measured from it (with --repeats K: after each of the first
+    policy's K runs, pooled over the K). --max-num-seqs and --max-num-batched-tokens
     size the simulator and the servers validate starts (give them here, not after
     `--`); with --url, give the running servers' values. Goals (reported): mean JCT within 10%,
     prefix-hit rate within 5 points, the same ranking.
@@ -175,6 +188,7 @@ def validate(
         replicas=replicas,
         routers=router or [],
         cpus_per_replica=cpus_per_replica,
+        timing_draws=timing_draws,
     )
     with user_errors():
         check_outputs(json_out, folders=(work_dir, result_dir if save_result else None))

@@ -89,6 +89,9 @@ def validate_table(console: Console, doc: dict[str, Any]) -> None:
     p95 = [r for rows in doc["rows"].values() for r in rows if r["metric"] == "jct_p95_s"]
     if any(r["sim"] is None or r["live"] is None for r in p95):
         console.print("p95 JCT needs at least 20 finished programs", highlight=False)
+    taken = doc.get("profile", {}).get("measurements") or []
+    if len(taken) > 1:
+        console.print(_measurements(taken, doc["profile"]["doc"]), highlight=False)
 
 
 def _order(groups: list[list[str]] | None) -> str:
@@ -242,6 +245,10 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
             f"× 1 ± {drawn['pause_rel']:.0%}, each program's start + 0–{drawn['start_s'] * 1e3:.0f}"
             " ms)",
             highlight=False,
+        )
+    elif doc.get("timing_draws") == 0:
+        console.print(
+            "simulated: on the trace's own timing alone (--timing-draws 0)", highlight=False
         )
     if doc.get("profile", {}).get("source"):
         console.print(f"profile: {doc['profile']['source']}", highlight=False)

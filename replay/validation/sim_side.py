@@ -1,0 +1,58 @@
+"""What every simulated fleet of one ``validate --replicas N`` shares: :class:`SimSide`.
+
+The simulated side of a fleet validation (:mod:`replay.validation.fleet_sim`) replays
+each live run's programs on as many simulated replicas, each sized like the live ones and
+priced by one profile, under the live load, with the continuum bundle and the routers'
+settings where they are not their defaults. Those are the same for every run, every
+router and every perturbed timing of one validation, so they are built once, here; what
+varies per simulation (the policy, the router, the live fleet's URLs, a placement) stays
+an argument of the functions that simulate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from profiles.cost import ProfileCostModel
+from profiles.schema import Profile
+from replay.fleet.routers import RouterSettings
+from replay.policies import PolicySpec
+from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig
+from ttlctl import bundle as bundle_mod
+
+
+@dataclass(frozen=True, slots=True)
+class SimSide:
+    """The simulated fleet beside the live ones: ``replicas`` engines sized by ``engine``
+    and priced by ``profile``, the arrivals of ``timing`` (the live runs' load), the
+    ``bundle`` continuum runs with, and ``settings``: a router's settings where they are
+    not its defaults (keyed by the live router's name: Program scheduling's config and
+    calibration)."""
+
+    replicas: int
+    profile: Profile
+    engine: SimSchedulerConfig
+    timing: Load
+    bundle: bundle_mod.Bundle | None = None
+    settings: Mapping[str, RouterSettings] = field(default_factory=dict)
+
+    def cost(self) -> ProfileCostModel:
+        """The profile as the simulator's cost model."""
+        return ProfileCostModel(self.profile)
+
+    def config(self) -> ReplayConfig:
+        """The replay's settings: each engine sized as the live replicas; a prompt too
+        long for the model's length or the KV cache clipped to fit, not refused."""
+        return ReplayConfig(engine=self.engine, truncate=True)
+
+    def spec(self, policy: str) -> PolicySpec:
+        """``policy`` as the simulator runs it (continuum with the bundle)."""
+        return PolicySpec(policy, bundle=self.bundle if policy == "continuum" else None)
+
+    def router_settings(self, router: str, model: str) -> RouterSettings:
+        """The settings the live ``router`` is simulated with by the router model named
+        ``model``: those given for it, else the model's defaults."""
+        return self.settings.get(router) or RouterSettings(model)

@@ -71,6 +71,7 @@ from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sim_side import SimSide
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
 from replay.validation.timings import DRAWS, Timings
+from replay.validation.warmup import warmed
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 from ttlctl.server import arrivals, cpus, router
@@ -219,6 +220,14 @@ def validate_fleet(
                     groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
                     if info is None:
                         info = probe(next(iter(made.urls.values())))
+                    say(f"{which}: warming the replicas up")
+                    warm = warmed(
+                        list(made.urls.values()),
+                        info.model,
+                        max_model_len=info.max_model_len,
+                        vocab_size=vocab_size,
+                        seed=seed,
+                    )
                     for url in made.urls.values():
                         reset_prefix_cache(url)
                     say(f"{which}: live replay of {len(work.programs)} programs")
@@ -268,6 +277,9 @@ def validate_fleet(
                             #: the process groups it ran (each one's leader pid), all
                             #: stopped now
                             "process_groups": groups,
+                            #: what each replica served before the live run, so that it
+                            #: starts warm (replay.validation.warmup)
+                            "warmup": warm.to_json(),
                             "replicas": {
                                 r: {
                                     "url": made.urls[r],

@@ -23,6 +23,7 @@ from profiles import shipped
 from profiles.router_calibration import calibrate
 from replay.validation.fleet import validate_fleet
 from replay.validation.servers import Sources
+from replay.validation.warmup import BATCH, BATCHES, PREFILLS
 from replay.workload import load
 from tests.live.servers import FLAGS, server_env
 from tests.live.traces import agent_trace
@@ -114,6 +115,10 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     assert routed["returned_share"]["sim"] == 1.0 and routed["jct_mean_s"]["sim"] > 0
     # each replica's own account (its /metrics over the run) beside the simulator's on the
     # live placement: the requests it served are the calls that reached it
+    # each fresh fleet was warmed first: its requests reached the replicas directly (no
+    # session: not in the arrivals), and the engines' own counts below start after them
+    warm = fleet["warmup"]
+    assert warm["requests_per_replica"] == PREFILLS + 2 + BATCH * BATCHES and warm["seconds"] > 0
     engines = row["engines_as_routed"]
     assert set(engines) == {"r1", "r2"}
     for name, rep in engines.items():

@@ -41,6 +41,7 @@ from replay.validation.sizing import (
     sim_engine_config,
 )
 from replay.validation.stats import TIE, compare, goals, merge_runs, ranking, same_ranking
+from replay.validation.warmup import Warmed, warmed
 from replay.vllmsim.backend import runner
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
@@ -88,6 +89,8 @@ class _Session:
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     infos: dict[str, ServerInfo] = field(default_factory=dict)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the warm-up of each server validate started, in run order
+    warmups: list[Warmed] = field(default_factory=list)
 
     def run(self, name: str, rep: int) -> None:
         """Run ``name`` live once (run ``rep``), in a server started for it if needs be."""
@@ -102,6 +105,9 @@ class _Session:
                 url = server.url
             info = probe(url)
             self.infos[name] = info
+            if server is not None:  # fresh: warmed first (replay.validation.warmup)
+                self.say(f"{which}: warming the server up")
+                self.warmups.append(self._warm(info))
             self.say(
                 f"{which}: live replay of {len(self.work.programs)} programs "
                 f"({self.work.calls} calls)"
@@ -112,6 +118,16 @@ class _Session:
             if server is not None:
                 self.say(f"{which}: stopping the server")
                 server.stop()
+
+    def _warm(self, info: ServerInfo) -> Warmed:
+        vocab = (self.model_config or {}).get("vocab_size")
+        return warmed(
+            [info.url],
+            info.model,
+            max_model_len=info.max_model_len,
+            vocab_size=int(vocab) if isinstance(vocab, int) and vocab > 0 else None,
+            seed=self.seed,
+        )
 
     def _given(self, name: str, rep: int) -> str:
         url = self.sources.urls[name]
@@ -360,6 +376,8 @@ def _document(
         "bundle": None if session.bundle_path is None else str(session.bundle_path),
         "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
         "servers": session.servers,
+        #: what each server validate started served before its live run (it starts warm)
+        "warmups": [w.to_json() for w in session.warmups],
         "server_info": {n: i.to_json() for n, i in session.infos.items()},
         "work_dir": str(session.work_dir),
         "config": {

@@ -54,6 +54,7 @@ from replay.figures import PolicyResult
 from replay.fleet.routers import RouterSettings
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
+from replay.validation import engine_side
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured, measure_replica, pooled
 from replay.validation.fleet_runs import goal, mean_sim, merge_fleet_runs, run_rankings
@@ -70,6 +71,7 @@ from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sim_side import SimSide
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
 from replay.validation.timings import DRAWS, Timings
+from replay.validation.warmup import warmed
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 from ttlctl.server import arrivals, cpus, router
@@ -218,9 +220,18 @@ def validate_fleet(
                     groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
                     if info is None:
                         info = probe(next(iter(made.urls.values())))
+                    say(f"{which}: warming the replicas up")
+                    warm = warmed(
+                        list(made.urls.values()),
+                        info.model,
+                        max_model_len=info.max_model_len,
+                        vocab_size=vocab_size,
+                        seed=seed,
+                    )
                     for url in made.urls.values():
                         reset_prefix_cache(url)
                     say(f"{which}: live replay of {len(work.programs)} programs")
+                    before = {r: engine_side.scrape(u) for r, u in made.urls.items()}
                     result = run_live(
                         fleet.url,
                         work,
@@ -231,6 +242,10 @@ def validate_fleet(
                         vocab_size=vocab_size,
                         warn=warn,
                     )
+                    engines = {
+                        r: engine_side.engine_delta(before[r], engine_side.scrape(u))
+                        for r, u in made.urls.items()
+                    }
                     # after the repeat's last live run, on its fleet: no fleet's live
                     # run follows a measurement's warm-up, so every run starts alike
                     if profile is None and (name, policy) == (names[-1], routers[-1]):
@@ -262,8 +277,17 @@ def validate_fleet(
                             #: the process groups it ran (each one's leader pid), all
                             #: stopped now
                             "process_groups": groups,
+                            #: what each replica served before the live run, so that it
+                            #: starts warm (replay.validation.warmup)
+                            "warmup": warm.to_json(),
                             "replicas": {
-                                r: {"url": made.urls[r], "arrivals": str(made.arrivals[r])}
+                                r: {
+                                    "url": made.urls[r],
+                                    "arrivals": str(made.arrivals[r]),
+                                    #: its steps, requests and engine TTFT in the live
+                                    #: run, from its /metrics (None: not read)
+                                    "engine": engines[r],
+                                }
                                 for r in made.urls
                             },
                             #: the workers' URLs in the router's own order, from its log
@@ -439,6 +463,11 @@ def _simulated_row(
     #: the simulator with each call on the replica it reached live (None: the replicas'
     #: arrivals do not name every call's program)
     row["compare_as_routed"] = None if routed is None else compare_fleet(routed, row)
+    #: each replica's steps and engine TTFT, live (its /metrics) and simulated on the live
+    #: placement: whether the schedule or the price of a step is off
+    row["engines_as_routed"] = engine_side.beside_routed(
+        {name: r.get("engine") for name, r in fleet_doc["replicas"].items()}, routed, placed
+    )
     return row, result
 
 

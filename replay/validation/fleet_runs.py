@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from replay.validation.engine_side import pooled_engines
 from replay.validation.fleet_sim import FLEET_COMPARED, compare_fleet, jct_goal, router_ranking
 
 
@@ -52,12 +53,14 @@ def merge_fleet_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ``runs_within_10pct`` (how many single runs are), ``compare_as_routed`` (the mean of
     the runs' simulations on the live placement, where every run has one),
     ``compare_one_timing`` (the mean of their simulations on the trace's own timing alone,
-    where every run has one) and ``runs``.
-    One run is returned as it is."""
+    where every run has one), ``engines_pooled`` (the replicas' steps and engine TTFT
+    over every run, live and on the live placement:
+    :func:`~replay.validation.engine_side.pooled_engines`) and ``runs``.
+    One run is returned as it is, with its ``engines_pooled``."""
     if not runs:
         raise ValueError("no runs to merge")
     if len(runs) == 1:
-        return dict(runs[0])
+        return {**runs[0], "engines_pooled": pooled_engines([runs[0].get("engines_as_routed")])}
     merged: dict[str, Any] = {}
     spread: dict[str, list[float] | None] = {}
     for live_key, _, _, _ in FLEET_COMPARED:
@@ -74,6 +77,7 @@ def merge_fleet_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged["runs_within_10pct"] = None if None in within else sum(bool(w) for w in within)
     routed = mean_sim(runs, "compare_as_routed")
     merged["compare_as_routed"] = None if routed is None else compare_fleet(routed, merged)
+    merged["engines_pooled"] = pooled_engines([r.get("engines_as_routed") for r in runs])
     one = mean_sim(runs, "compare_one_timing")
     merged["compare_one_timing"] = None if one is None else compare_fleet(one, merged)
     drawn = runs[0].get("sim_timings")

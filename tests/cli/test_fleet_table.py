@@ -62,3 +62,38 @@ def test_fleet_table_shows_sim_live_error_and_ranking() -> None:
     fleet_table(console, pinned)
     text = console.export_text()
     assert "replicas pinned to CPUs 0 | 1" in text and "profile: measured, pinned" in text
+
+
+def test_fleet_table_shows_the_engines_own_steps_and_ttft() -> None:
+    live = {
+        "jct_mean_s": 10.0,
+        "ttft_mean_s": 0.4,
+        "hit_rate": 0.6,
+        "returned_share": 1.0,
+        "calls_per_replica": {"r1": 40, "r2": 45},
+    }
+    sim = {"jct_mean_s": 9.0, "ttft_mean_s": 0.3, "prefix_hit_rate": 0.6, "returned_share": 1.0}
+    live["compare"] = compare_fleet(sim, live)  # type: ignore[assignment]
+    live["engines_pooled"] = {  # type: ignore[assignment]
+        "runs": 3,
+        "engine_steps": {"live": 1288, "sim": 1287, "error": -1 / 1288},
+        "ttft_mean_s": {"live": 0.379, "sim": 0.309, "error": 0.309 / 0.379 - 1},
+    }
+    doc = {
+        "programs": 8,
+        "calls": 85,
+        "replicas": 2,
+        "rows": {"vllm": {"cache_aware": live}},
+        "ranking": {"vllm": router_ranking({"cache_aware": sim}, {"cache_aware": live})},
+    }
+    console = Console(record=True, width=250)
+    fleet_table(console, doc)
+    text = console.export_text()
+    assert (
+        "engines over 3 runs (their /metrics; simulated on the live placement): steps 1,288 "
+        "live, 1,287 simulated (-0.1%); engine TTFT 0.379 s live, 0.309 s simulated (-18.5%)"
+    ) in text
+    live["engines_pooled"] = None  # type: ignore[assignment]
+    console = Console(record=True, width=250)
+    fleet_table(console, doc)
+    assert "engines over" not in console.export_text()

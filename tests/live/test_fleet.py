@@ -23,6 +23,7 @@ from profiles import shipped
 from profiles.router_calibration import calibrate
 from replay.validation.fleet import validate_fleet
 from replay.validation.servers import Sources
+from replay.validation.warmup import BATCH, BATCHES, PREFILLS
 from replay.workload import load
 from tests.live.servers import FLAGS, server_env
 from tests.live.traces import agent_trace
@@ -112,6 +113,28 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     # and with each call on the replica it reached live: the same placement, returned 1
     routed = {c["metric"]: c for c in row["compare_as_routed"]}
     assert routed["returned_share"]["sim"] == 1.0 and routed["jct_mean_s"]["sim"] > 0
+    # each replica's own account (its /metrics over the run) beside the simulator's on the
+    # live placement: the requests it served are the calls that reached it
+    # each fresh fleet was warmed first: its requests reached the replicas directly (no
+    # session: not in the arrivals), and the engines' own counts below start after them
+    warm = fleet["warmup"]
+    assert warm["requests_per_replica"] == PREFILLS + 2 + BATCH * BATCHES and warm["seconds"] > 0
+    engines = row["engines_as_routed"]
+    assert set(engines) == {"r1", "r2"}
+    for name, rep in engines.items():
+        assert rep["llm_calls"]["live"] == row["calls_per_replica"].get(name, 0), name
+        assert rep["llm_calls"]["sim"] == rep["llm_calls"]["live"], name
+        if rep["llm_calls"]["live"]:
+            # one step per call at least (each prefills), and the same schedule's count
+            # within a quarter (the live runs here matched within 3%)
+            assert rep["engine_steps"]["live"] >= rep["llm_calls"]["live"], name
+            assert abs(rep["engine_steps"]["error"]) < 0.25, rep
+            assert rep["ttft_mean_s"]["live"] > 0 and rep["ttft_mean_s"]["sim"] > 0
+    pooled = row["engines_pooled"]
+    assert pooled["runs"] == 1
+    assert pooled["engine_steps"]["live"] == sum(
+        r["engine_steps"]["live"] for r in engines.values()
+    )
     if pinned:
         assert doc["cpu_sets"] == [[c] for c in cpus.available_cpus()[:2]]
         for (name, replica), want in zip(fleet["replicas"].items(), doc["cpu_sets"], strict=True):

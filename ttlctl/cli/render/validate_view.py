@@ -226,6 +226,9 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
                     f"; single runs within 10%: {'—' if within is None else within} of {len(runs)}"
                 )
             console.print(f"  {router}: calls per replica {spread}{note}", highlight=False)
+            engines = row.get("engines_pooled")
+            if engines:
+                console.print(f"    {_engines(engines)}", highlight=False)
         goal = (doc.get("goal") or {}).get(policy)
         if goal is not None:
             met = {True: "met", False: "NOT met", None: "not judged"}
@@ -261,3 +264,21 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
         "rates in points; the live placement: each call simulated on the replica it reached",
         highlight=False,
     )
+
+
+def _engines(pooled: dict[str, Any]) -> str:
+    """The replicas' own steps and engine TTFT against the simulator's on the live
+    placement, over a router's runs."""
+    steps, ttft = pooled["engine_steps"], pooled["ttft_mean_s"]
+    runs = f"{pooled['runs']} runs" if pooled["runs"] > 1 else "the run"
+    text = (
+        f"engines over {runs} (their /metrics; simulated on the live placement): steps "
+        f"{steps['live']:,} live, {steps['sim']:,} simulated ({_error('relative', steps['error'])})"
+    )
+    if ttft["live"] is not None and ttft["sim"] is not None:
+        text += (
+            f"; engine TTFT {_fleet_value('ttft_mean_s', ttft['live'])} live, "
+            f"{_fleet_value('ttft_mean_s', ttft['sim'])} simulated "
+            f"({_error('relative', ttft['error'])})"
+        )
+    return text

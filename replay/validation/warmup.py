@@ -1,0 +1,128 @@
+"""Fresh replicas warmed before their live run: :func:`warmed`.
+
+`validate --replicas` starts a fresh fleet for every live run, and a fresh vLLM server is
+not yet at its pace: timed in-process on one pinned CPU (the 55M test model), the first
+pass of 30 prefills of assorted lengths took 4% longer in all than the same prefills
+again (single ones up to 20%), and once an engine had run 60 other prefills, new lengths
+ran within 3% of their second pass. The profile that prices the simulator is measured on
+a replica that has already served a live run, and a production replica has served for
+hours: so before each live run every replica serves :data:`PREFILLS` prefills of fresh
+random prompts whose lengths span its context window (their total passes through the
+whole KV cache several times), a prefill over a cached prefix, and batches of a few
+requests decoding together. The replicas warm at once, each from a thread of its own,
+and their prefix caches are emptied afterwards by the caller, as before every live run.
+
+The requests go to each replica directly, without a session header: the router never
+sees them, and the replicas' arrival files (:mod:`ttlctl.server.arrivals`) leave them
+out of the live placement.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from replay.validation.error import ValidateError
+from ttlctl.server import client
+
+#: fresh-prompt prefills each replica serves, lengths spread over its window
+PREFILLS = 12
+#: the longest warm-up prompt (a real-size model's window may be far longer)
+LONGEST = 4096
+#: requests that decode together in each warm-up batch, and the batches
+BATCH = 4
+BATCHES = 2
+#: output tokens of the warm-up prefills and of each batched request
+PREFILL_OUTPUT = 2
+BATCH_OUTPUT = 16
+#: token ids drawn from [FIRST_ID, FIRST_ID + span) (low ids: in every vocabulary)
+FIRST_ID = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Warmed:
+    """What the warm-up did: requests served per replica and how long it took."""
+
+    requests: int
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"requests_per_replica": self.requests, "seconds": round(self.seconds, 3)}
+
+
+def lengths(max_model_len: int | None) -> list[int]:
+    """The warm-up prompts' lengths: :data:`PREFILLS` spread evenly up to the window less
+    room for the output (capped at :data:`LONGEST`), longest first."""
+    window = min(max_model_len or 2048, LONGEST + PREFILL_OUTPUT + 1)
+    top = max(16, window - PREFILL_OUTPUT - 1)
+    return sorted({max(16, round(top * (i + 1) / PREFILLS)) for i in range(PREFILLS)}, reverse=True)
+
+
+def _prompt(rng: random.Random, n: int, span: int) -> list[int]:
+    return [FIRST_ID + rng.randrange(span) for _ in range(n)]
+
+
+def _warm_one(
+    url: str, model: str, sizes: Sequence[int], span: int, seed: int, timeout_s: float
+) -> int:
+    """One replica's warm-up; the count of requests it served."""
+    rng = random.Random(seed)
+
+    def complete(prompt: list[int], max_tokens: int) -> None:
+        body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True}
+        client.json_answer(url, "/v1/completions", body, method="POST", timeout_s=timeout_s)
+
+    served = 0
+    for n in sizes:
+        complete(_prompt(rng, n, span), PREFILL_OUTPUT)
+        served += 1
+    # a prefill over a cached prefix: the prompt again with a few new tokens after it
+    base = _prompt(rng, sizes[len(sizes) // 2], span)
+    complete(base, 1)
+    complete(base + _prompt(rng, min(64, sizes[-1]), span), PREFILL_OUTPUT)
+    served += 2
+    short = sizes[-1]
+    for _ in range(BATCHES):
+        prompts = [_prompt(rng, short, span) for _ in range(BATCH)]
+        with ThreadPoolExecutor(max_workers=BATCH) as pool:
+            list(pool.map(lambda p: complete(p, BATCH_OUTPUT), prompts))
+        served += BATCH
+    return served
+
+
+def warmed(
+    urls: Sequence[str],
+    model: str,
+    *,
+    max_model_len: int | None,
+    vocab_size: int | None,
+    seed: int = 0,
+    timeout_s: float = 300.0,
+) -> Warmed:
+    """Warm every replica at ``urls`` at once (see the module); :class:`ValidateError`
+    naming the replica if one fails."""
+    sizes = lengths(max_model_len)
+    span = max(1, min(vocab_size or 1000, 32000) - FIRST_ID)
+    counts: list[int] = [0] * len(urls)
+    errors: list[str] = []
+    start = time.perf_counter()
+
+    def run(i: int, url: str) -> None:
+        try:
+            counts[i] = _warm_one(url, model, sizes, span, seed * 1000 + i, timeout_s)
+        except client.ServerError as exc:
+            errors.append(f"warming the replica at {url} up: {exc}")
+
+    threads = [threading.Thread(target=run, args=(i, u), daemon=True) for i, u in enumerate(urls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise ValidateError(errors[0])
+    return Warmed(min(counts) if counts else 0, time.perf_counter() - start)

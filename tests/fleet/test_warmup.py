@@ -1,0 +1,36 @@
+"""Fresh replicas warmed before a live run (replay.validation.warmup)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from replay.validation.error import ValidateError
+from replay.validation.warmup import LONGEST, PREFILL_OUTPUT, PREFILLS, lengths, warmed
+
+
+def test_lengths_span_the_window_longest_first() -> None:
+    got = lengths(2048)
+    assert len(got) == PREFILLS and got == sorted(got, reverse=True)
+    # the longest leaves room for its output tokens; the shortest is a twelfth of it
+    assert got[0] + PREFILL_OUTPUT < 2048 and got[0] >= 2048 - PREFILL_OUTPUT - 1
+    assert got[-1] == round(got[0] / PREFILLS)
+    # 12 prompts of up to 2,045 tokens: about six windows of KV written in all
+    assert sum(got) > 6 * 2048
+
+
+def test_lengths_of_a_long_window_are_capped_and_of_a_tiny_one_stay_valid() -> None:
+    assert max(lengths(131072)) <= LONGEST
+    assert max(lengths(None)) < 2048
+    tiny = lengths(64)
+    assert all(n >= 16 and n + PREFILL_OUTPUT < 64 for n in tiny)
+
+
+def test_a_replica_that_cannot_be_warmed_is_named() -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with pytest.raises(ValidateError, match=f"warming the replica at {url} up"):
+        warmed([url], "m", max_model_len=256, vocab_size=1000, timeout_s=5.0)

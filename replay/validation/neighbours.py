@@ -16,13 +16,12 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from replay.validation.prompts import id_span, random_prompt
 from ttlctl.server import client
 
 #: the neighbours' requests: prompt tokens and output tokens of each
 PROMPT_TOKENS = 512
 OUTPUT_TOKENS = 32
-#: token ids drawn from [FIRST_ID, FIRST_ID + ids) (low ids: in every vocabulary)
-FIRST_ID = 100
 
 
 @contextmanager
@@ -41,14 +40,14 @@ def kept_busy(
     its own way)."""
     stop = threading.Event()
     done = [0] * len(urls)
-    span = max(1, min(vocab_size or 1000, 32000) - FIRST_ID)
+    span = id_span(vocab_size)
 
     def serve(i: int, url: str) -> None:
         rng = random.Random(seed * 1000 + i)
         while not stop.is_set():
             body = {
                 "model": model,
-                "prompt": [FIRST_ID + rng.randrange(span) for _ in range(prompt_tokens)],
+                "prompt": random_prompt(rng, prompt_tokens, span),
                 "max_tokens": output_tokens,
                 "ignore_eos": True,
             }

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replay.validation.error import ValidateError
+from replay.validation.prompts import id_span, random_prompt
 from ttlctl.server import client
 
 #: fresh-prompt prefills each replica serves, lengths spread over its window
@@ -40,8 +41,6 @@ BATCHES = 2
 #: output tokens of the warm-up prefills and of each batched request
 PREFILL_OUTPUT = 2
 BATCH_OUTPUT = 16
-#: token ids drawn from [FIRST_ID, FIRST_ID + span) (low ids: in every vocabulary)
-FIRST_ID = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +62,6 @@ def lengths(max_model_len: int | None) -> list[int]:
     return sorted({max(16, round(top * (i + 1) / PREFILLS)) for i in range(PREFILLS)}, reverse=True)
 
 
-def _prompt(rng: random.Random, n: int, span: int) -> list[int]:
-    return [FIRST_ID + rng.randrange(span) for _ in range(n)]
-
-
 def _warm_one(
     url: str, model: str, sizes: Sequence[int], span: int, seed: int, timeout_s: float
 ) -> int:
@@ -79,16 +74,16 @@ def _warm_one(
 
     served = 0
     for n in sizes:
-        complete(_prompt(rng, n, span), PREFILL_OUTPUT)
+        complete(random_prompt(rng, n, span), PREFILL_OUTPUT)
         served += 1
     # a prefill over a cached prefix: the prompt again with a few new tokens after it
-    base = _prompt(rng, sizes[len(sizes) // 2], span)
+    base = random_prompt(rng, sizes[len(sizes) // 2], span)
     complete(base, 1)
-    complete(base + _prompt(rng, min(64, sizes[-1]), span), PREFILL_OUTPUT)
+    complete(base + random_prompt(rng, min(64, sizes[-1]), span), PREFILL_OUTPUT)
     served += 2
     short = sizes[-1]
     for _ in range(BATCHES):
-        prompts = [_prompt(rng, short, span) for _ in range(BATCH)]
+        prompts = [random_prompt(rng, short, span) for _ in range(BATCH)]
         with ThreadPoolExecutor(max_workers=BATCH) as pool:
             list(pool.map(lambda p: complete(p, BATCH_OUTPUT), prompts))
         served += BATCH
@@ -107,7 +102,7 @@ def warmed(
     """Warm every replica at ``urls`` at once (see the module); :class:`ValidateError`
     naming the replica if one fails."""
     sizes = lengths(max_model_len)
-    span = max(1, min(vocab_size or 1000, 32000) - FIRST_ID)
+    span = id_span(vocab_size)
     counts: list[int] = [0] * len(urls)
     errors: list[str] = []
     start = time.perf_counter()

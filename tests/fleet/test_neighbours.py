@@ -8,7 +8,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler
 
-from replay.validation.neighbours import FIRST_ID, OUTPUT_TOKENS, PROMPT_TOKENS, kept_busy
+from replay.validation.neighbours import OUTPUT_TOKENS, PROMPT_TOKENS, kept_busy
+from replay.validation.prompts import FIRST_ID
 from tests.http_stub import serving
 
 

@@ -19,6 +19,8 @@ import pytest
 from profiles.measure_server import measure_engine
 from profiles.models import PRESETS, kv_bytes_per_token
 from profiles.schema import from_json
+from replay.validation.error import ValidateError
+from replay.validation.fleet_profile import measure_server
 from tests.http_stub import serving
 from tests.profiles.replay_one import check_replays_its_points
 from tests.vllm_server import VLLMServer, free_port
@@ -230,8 +232,10 @@ def test_batch_pace_leaves_out_the_peers_prefill() -> None:
 def test_validate_on_a_server_that_cannot_be_profiled_is_one_line(
     stub: tuple[str, type[_Stub]], tmp_path: Path
 ) -> None:
-    """ttlctl validate measures the profile from the server: a server that streams no
-    tokens is a one-line error naming it (exit 2), not a traceback."""
+    """ttlctl validate measures the profile from the server after its live run: on a
+    server that streams no tokens the run fails first; either way one error line naming it
+    (exit 2, after the warnings), not a traceback; and the measurement itself, refused,
+    names the server too."""
     import typer
     from typer.testing import CliRunner
 
@@ -251,5 +255,10 @@ def test_validate_on_a_server_that_cannot_be_profiled_is_one_line(
     res = CliRunner().invoke(app, ["validate", str(trace), "--url", f"vllm={url}", "--policy",
                                    "vllm", "--work-dir", str(tmp_path / "w")])  # fmt: skip
     assert res.exit_code == 2, res.output
-    assert "profiling vllm's server" in res.stderr and url in res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.output
+    lines = res.stderr.strip().splitlines()
+    assert url in lines[-1] and "Traceback" not in res.output
+    assert all(line.startswith("warning: ") for line in lines[:-1]), lines
+    with pytest.raises(ValidateError) as err:
+        measure_server(url, policy="vllm", repeat=1, model_config=None, repeats=1)
+    assert str(err.value).startswith("profiling vllm's server: ") and url in str(err.value)
+    assert len(str(err.value).splitlines()) == 1

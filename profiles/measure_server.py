@@ -10,17 +10,19 @@ What a live server can tell from outside, timed on the client:
   (:func:`profiles.fitmath.fit_quadratic`). TTFT includes the HTTP round trip
   and the step that samples the first token: what a user waits for when a
   context is rebuilt.
-- decode: the time per output token of streamed requests (``ignore_eos``,
-  ``output_tokens`` tokens, at least :data:`DECODE_MIN_TOKENS`) at two or three
-  KV lengths, alone and a few at a time (threads started together), fitted as
-  ``step + per_seq·seqs + per_kv_token·kv`` (:func:`profiles.fitmath.fit_decode`,
-  ``kv`` the batch's KV tokens). Each prompt is first sent alone with
-  ``max_tokens=1`` so that its KV is in the prefix cache: the batch then
-  prefills only its last partial block, in one step, and decodes together. The
-  pace is read only over the window in which every request of the batch is past
-  its second token, so no peer's prefill is counted as decode time (without
-  both, a batch of long prompts on a slow device times the peers' prefills:
-  90 ms "steps" instead of 20).
+- decode: the time per output token of batches of streamed requests (``ignore_eos``,
+  ``output_tokens`` tokens, at least :data:`DECODE_MIN_TOKENS`) at two or three KV
+  lengths, alone and a few at a time (threads started together), fitted as ``step +
+  per_seq·seqs + per_kv_token·kv`` (:func:`profiles.fitmath.fit_decode`, ``kv`` the
+  batch's KV tokens). Each prompt is first sent alone with ``max_tokens=1`` so that its
+  KV is in the prefix cache: the batch then prefills only its last partial block, in
+  one step, and decodes together. A batch's pace is the server's own mean inter-token
+  latency over it (``vllm:inter_token_latency_seconds`` of ``/metrics``, read just before
+  and just after: the engine core's step timestamps), which the streams' bursts cannot
+  fool; where the server cannot give it (no such series, or its count is not this
+  batch's), each stream's pace over the window in which every request of the batch is
+  past its second token, so that no peer's prefill is counted as decode time, and a
+  warning says so. Both clocks, the choice and why: :mod:`profiles.decode_pace`.
 - reload: NOT measured. A server exposes no host-to-device copy, so the profile
   carries a labelled default (:data:`profiles.engine_fit.DEFAULT_RELOAD`), and ``source`` says so.
 
@@ -36,7 +38,7 @@ naming the URL. ``measure_engine`` runs in steps: what the server is
 (:func:`_measure_prefill`), decode (:func:`_measure_decode`): every timing kept
 (:func:`measure_samples`, a :class:`~profiles.engine_fit.EngineSamples`), then fitted
 (:func:`profiles.engine_fit.fit_samples`, which also pools several measurements of one
-server configuration into one profile).
+server configuration into one profile, and refuses a decode step too cheap to be real).
 """
 
 from __future__ import annotations

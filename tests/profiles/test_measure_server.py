@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from profiles.decode_pace import FROM_SERVER
 from profiles.measure_server import measure_engine
 from profiles.models import PRESETS, kv_bytes_per_token
 from profiles.schema import from_json
@@ -52,6 +53,7 @@ def test_measure_engine_profiles_a_live_server(vllm_server: VLLMServer, tmp_path
     # decode: no negative term, and a step of one sequence costs something (under load the
     # fit may put the whole fixed cost on the per-sequence term: step_s alone can be 0)
     d = profile.decode
+    d_points = profile.source["fit"]["decode"]["points"]
     assert d.step_s >= 0
     assert d.step_s + d.per_seq_s > 0
     assert d.per_seq_s >= 0 and d.per_kv_token_s >= 0
@@ -72,6 +74,8 @@ def test_measure_engine_profiles_a_live_server(vllm_server: VLLMServer, tmp_path
     assert src["prefix_cache_reset"] is True
     assert src["max_cached_tokens_seen"] == 0  # fresh random prompts never hit
     assert {"prefill", "decode"} <= set(src["fit"])
+    # decode timed by the server's own inter-token latency at every point, not the streams
+    assert [row[2] for row in src["decode_from"]] == [FROM_SERVER] * len(d_points)
 
     # progress reached the end of both phases
     assert ("prefill", len(CONTEXTS) * 2, len(CONTEXTS) * 2) in calls

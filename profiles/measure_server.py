@@ -382,10 +382,10 @@ def _measure_decode(
             done += 1
             report("decode", done, total)
         point = _decode_point(seqs, seqs * (kv_len + dec_out // 2), batches)
-        if not point.stream and not point.itl:
+        chosen = point.itl if point.source == FROM_SERVER else point.stream
+        if not chosen:
             raise ServerMeasureError(f"{target.url}: too few tokens streamed to time decode steps")
         points.append(point)
-        chosen = point.itl if point.source == FROM_SERVER else point.stream
         paces.append((point.seqs, point.kv_tokens, chosen))
     _warn_streamed(target.url, points)
     return _Decode(tuple(paces), tuple(points), dec_out, no_window)

@@ -8,7 +8,12 @@ turns one or several such measurements into a :class:`~profiles.schema.Profile`:
 - at each prefill point (a context length) the median of every TTFT taken there, fitted as
   ``a + b·c + q·c²`` (:func:`profiles.fitmath.fit_quadratic`);
 - at each decode point (sequences, KV tokens) the median of every pace taken there, fitted
-  as ``step + per_seq·seqs + per_kv_token·kv`` (:func:`profiles.fitmath.fit_decode`).
+  as ``step + per_seq·seqs + per_kv_token·kv`` (:func:`profiles.fitmath.fit_decode`). A
+  pace is the server's own mean inter-token latency over a batch, or, where the server
+  could not give it, a stream's time per token as the client saw it
+  (:mod:`profiles.decode_pace`; :class:`DecodePoint` keeps both and says which);
+- a decode fit whose step of one sequence is under :data:`DECODE_FLOOR` of a one-token
+  prefill is refused (:func:`check_decode_floor`): decode that was not timed, not free.
 
 One measurement gives exactly the profile ``measure_engine`` has always written. Several
 (of the same server configuration: model, KV bytes per token, context window, tokens
@@ -30,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from profiles.fitmath import fit_decode, fit_quadratic
+from profiles.fitmath import DecodeFit, QuadraticFit, fit_decode, fit_quadratic
 from profiles.schema import Decode, Prefill, Profile, Reload
 from ttlctl.errors import TtlctlError
 
@@ -42,16 +47,64 @@ PREFILL_TIMING = (
     "includes the HTTP round trip and the first sampled token"
 )
 DECODE_TIMING = (
-    "client-side time per output token of streamed requests whose prompts were cached "
-    "first, over the window in which every request of the batch is past its second token "
-    "(each stream's pace after its second token when the streams never overlap: "
-    "decode_batches_without_common_window); median over streams and repeats; "
-    "kv_tokens = seqs × (context + decode_output_tokens/2)"
+    "batches of streamed requests whose prompts were cached first; at each point the "
+    "server's own mean inter-token latency over each batch (vllm:inter_token_latency_seconds "
+    "of /metrics, read before and after: engine-core step timestamps, not affected by how "
+    "the frontend delivers tokens), or, where the server could not give it (decode_from), "
+    "each stream's client-side time per output token over the window in which every "
+    "request of the batch is past its second token (each stream's pace after its second "
+    "token when the streams never overlap: decode_batches_without_common_window); median "
+    "over batches or streams and repeats; kv_tokens = seqs × (context + "
+    "decode_output_tokens/2)"
 )
+#: the fitted decode step of one sequence must cost at least this share of a one-token
+#: prefill (TTFT): both run the model over one new token; the TTFT adds the HTTP round trip
+#: and the request's admission, which may be several times a step (a remote server, a tiny
+#: model) but not fifty times. Streams timed in bursts gave 11 µs against ~10 ms
+DECODE_FLOOR = 0.02
+#: what a decode point recorded before the server's inter-token latency was read: streams
+STREAM = "stream"
 
 
 class EngineFitError(TtlctlError, ValueError):
     """Measurements that cannot be fitted together: one line saying why."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodePoint:
+    """Both timings of one decode point, and which one :attr:`EngineSamples.decode` holds."""
+
+    seqs: int
+    kv_tokens: int
+    #: where the point's paces come from (``profiles.decode_pace.FROM_SERVER`` or ``STREAM``)
+    source: str
+    #: each stream's client-side seconds a token, every repeat
+    stream: tuple[float, ...]
+    #: the server's mean inter-token latency of each batch it could give (seconds)
+    itl: tuple[float, ...]
+    #: why the stream is used ("" when it is not)
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seqs": self.seqs,
+            "kv_tokens": self.kv_tokens,
+            "source": self.source,
+            "stream": list(self.stream),
+            "itl": list(self.itl),
+            "note": self.note,
+        }
+
+
+def _point_from_json(data: Mapping[str, Any]) -> DecodePoint:
+    return DecodePoint(
+        seqs=int(data["seqs"]),
+        kv_tokens=int(data["kv_tokens"]),
+        source=str(data["source"]),
+        stream=tuple(float(x) for x in data["stream"]),
+        itl=tuple(float(x) for x in data["itl"]),
+        note=str(data.get("note", "")),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +133,13 @@ class EngineSamples:
     decode_batches_without_common_window: int = 0
     prefix_cache_reset: bool = True
     max_cached_tokens_seen: int = 0
+    #: both timings of each decode point (empty: a measurement that timed streams alone)
+    decode_points: tuple[DecodePoint, ...] = ()
+
+    def decode_from(self) -> dict[tuple[int, int], str]:
+        """Where each decode point's paces come from."""
+        given = {(p.seqs, p.kv_tokens): p.source for p in self.decode_points}
+        return {(s, k): given.get((s, k), STREAM) for s, k, _ in self.decode}
 
     def to_json(self) -> dict[str, Any]:
         """The measurement as JSON (:func:`samples_from_json` reads it back)."""
@@ -100,6 +160,7 @@ class EngineSamples:
             "decode_batches_without_common_window": self.decode_batches_without_common_window,
             "prefix_cache_reset": self.prefix_cache_reset,
             "max_cached_tokens_seen": self.max_cached_tokens_seen,
+            "decode_points": [p.to_json() for p in self.decode_points],
         }
 
 
@@ -127,6 +188,7 @@ def samples_from_json(data: Mapping[str, Any], where: str = "measurement") -> En
             ),
             prefix_cache_reset=bool(data.get("prefix_cache_reset", True)),
             max_cached_tokens_seen=int(data.get("max_cached_tokens_seen", 0)),
+            decode_points=tuple(_point_from_json(p) for p in data.get("decode_points", ())),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise EngineFitError(f"{where}: missing or invalid field {exc}") from None
@@ -183,8 +245,9 @@ def pooled_points(
 def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
     """The profile of one measurement, or of several pooled (see the module's docstring).
 
-    Raises :class:`EngineFitError` (none given, or measurements of different servers)
-    or :class:`~profiles.fitmath.FitMathError` (too few points, a timing not positive).
+    Raises :class:`EngineFitError` (none given, measurements of different servers, or a
+    decode step too cheap to be real: :func:`check_decode_floor`) or
+    :class:`~profiles.fitmath.FitMathError` (too few points, a timing not positive).
     """
     ordered = _in_order(samples)
     first, last = ordered[0], ordered[-1]
@@ -194,6 +257,11 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
         [p[0] for p in decode_points], [p[1] for p in decode_points], [p[2] for p in decode_points]
     )
     urls = list(dict.fromkeys(s.url for s in ordered))
+    check_decode_floor(qfit, dfit, decode_points, urls)
+    sources: dict[tuple[int, int], set[str]] = {}
+    for s in ordered:
+        for key, got in s.decode_from().items():
+            sources.setdefault(key, set()).add(got)
     versions = list(dict.fromkeys(s.version for s in ordered))
     source: dict[str, Any] = {
         "kind": "measured",
@@ -211,6 +279,9 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
         "kv_capacity_tokens": first.kv_capacity,
         "prefill_timing": PREFILL_TIMING,
         "decode_timing": DECODE_TIMING,
+        "decode_from": [
+            [sq, kv, " + ".join(sorted(sources[sq, kv]))] for sq, kv, _ in decode_points
+        ],
         "prefix_cache_reset": all(s.prefix_cache_reset for s in ordered),
         "max_cached_tokens_seen": max(s.max_cached_tokens_seen for s in ordered),
         "reload": "not measured: default",
@@ -249,4 +320,27 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
         reload=DEFAULT_RELOAD,
         decode=Decode(dfit.step_s, dfit.per_seq_s, dfit.per_kv_token_s),
         source=source,
+    )
+
+
+def check_decode_floor(
+    prefill: QuadraticFit,
+    decode: DecodeFit,
+    points: Sequence[tuple[int, int, float]],
+    urls: Sequence[str],
+) -> None:
+    """Refuse a decode fit whose cheapest measured point (one sequence at its shortest KV,
+    as fitted) costs under :data:`DECODE_FLOOR` of a one-token prefill: the server's decode
+    was not timed (:class:`EngineFitError`, one line naming the server)."""
+    seqs, kv = min(((s, k) for s, k, _ in points), key=lambda p: (p[0], p[1]))
+    step = decode.step_s + decode.per_seq_s * seqs + decode.per_kv_token_s * kv
+    one_token = prefill(1)
+    if step > 0 and step >= DECODE_FLOOR * one_token:
+        return
+    raise EngineFitError(
+        f"{', '.join(urls)}: the fitted decode step of {seqs} sequence(s) at {kv} KV tokens "
+        f"is {step * 1e3:.4g} ms, under {DECODE_FLOOR:g} × a one-token prefill "
+        f"({one_token * 1e3:.4g} ms): decode was not timed (streamed tokens that arrived in "
+        "bursts, and no vllm:inter_token_latency_seconds in the server's /metrics to use "
+        "instead?); measure again on a quieter machine, with the server's stats logging on"
     )

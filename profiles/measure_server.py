@@ -10,17 +10,19 @@ What a live server can tell from outside, timed on the client:
   (:func:`profiles.fitmath.fit_quadratic`). TTFT includes the HTTP round trip
   and the step that samples the first token: what a user waits for when a
   context is rebuilt.
-- decode: the time per output token of streamed requests (``ignore_eos``,
-  ``output_tokens`` tokens, at least :data:`DECODE_MIN_TOKENS`) at two or three
-  KV lengths, alone and a few at a time (threads started together), fitted as
-  ``step + per_seq·seqs + per_kv_token·kv`` (:func:`profiles.fitmath.fit_decode`,
-  ``kv`` the batch's KV tokens). Each prompt is first sent alone with
-  ``max_tokens=1`` so that its KV is in the prefix cache: the batch then
-  prefills only its last partial block, in one step, and decodes together. The
-  pace is read only over the window in which every request of the batch is past
-  its second token, so no peer's prefill is counted as decode time (without
-  both, a batch of long prompts on a slow device times the peers' prefills:
-  90 ms "steps" instead of 20).
+- decode: the time per output token of batches of streamed requests (``ignore_eos``,
+  ``output_tokens`` tokens, at least :data:`DECODE_MIN_TOKENS`) at two or three KV
+  lengths, alone and a few at a time (threads started together), fitted as ``step +
+  per_seq·seqs + per_kv_token·kv`` (:func:`profiles.fitmath.fit_decode`, ``kv`` the
+  batch's KV tokens). Each prompt is first sent alone with ``max_tokens=1`` so that its
+  KV is in the prefix cache: the batch then prefills only its last partial block, in
+  one step, and decodes together. A batch's pace is the server's own mean inter-token
+  latency over it (``vllm:inter_token_latency_seconds`` of ``/metrics``, read just before
+  and just after: the engine core's step timestamps), which the streams' bursts cannot
+  fool; where the server cannot give it (no such series, or its count is not this
+  batch's), each stream's pace over the window in which every request of the batch is
+  past its second token, so that no peer's prefill is counted as decode time, and a
+  warning says so. Both clocks, the choice and why: :mod:`profiles.decode_pace`.
 - reload: NOT measured. A server exposes no host-to-device copy, so the profile
   carries a labelled default (:data:`profiles.engine_fit.DEFAULT_RELOAD`), and ``source`` says so.
 
@@ -36,7 +38,7 @@ naming the URL. ``measure_engine`` runs in steps: what the server is
 (:func:`_measure_prefill`), decode (:func:`_measure_decode`): every timing kept
 (:func:`measure_samples`, a :class:`~profiles.engine_fit.EngineSamples`), then fitted
 (:func:`profiles.engine_fit.fit_samples`, which also pools several measurements of one
-server configuration into one profile).
+server configuration into one profile, and refuses a decode step too cheap to be real).
 """
 
 from __future__ import annotations
@@ -51,15 +53,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from profiles.engine_fit import EngineSamples, fit_samples
+from profiles.decode_pace import FROM_SERVER, BatchPace, Stream, batch_pace, itl_delta
+from profiles.engine_fit import STREAM, DecodePoint, EngineSamples, fit_samples
 from profiles.grid import default_contexts
 from profiles.models import kv_bytes_per_token as config_kv_bytes_per_token
 from profiles.schema import Profile
 from ttlctl.errors import TtlctlError
 from ttlctl.server import sse
 from ttlctl.server.cache import reset_prefix_cache
-from ttlctl.server.client import normalise_url
+from ttlctl.server.client import HTTPStatusError, normalise_url, text
 from ttlctl.server.facts import probe
+from ttlctl.server.prom import parse_metrics
 from ttlctl.server.vocab import token_pool
 
 #: tokens kept free below ``max_model_len`` beside the generated ones
@@ -75,48 +79,6 @@ KV_FILL = 0.9
 COMPLETIONS = "/v1/completions"
 
 Progress = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True, slots=True)
-class _Stream:
-    """One streamed completion: when each token arrived and what the server counted."""
-
-    start: float
-    #: (perf_counter seconds, cumulative completion tokens) per chunk carrying tokens
-    arrivals: tuple[tuple[float, int], ...]
-    cached_tokens: int | None
-
-    @property
-    def ttft_s(self) -> float:
-        return self.arrivals[0][0] - self.start
-
-    def tpot_s(self, skip: int = 1) -> float | None:
-        """Mean time per output token after the first ``1 + skip`` tokens (None: too few).
-
-        A total over many tokens, not a median of gaps: the frontend delivers
-        tokens in bursts when it falls behind (the engine keeps stepping), so
-        single gaps are sometimes near zero and sometimes a stall; their sum
-        is the engine's pace. ``skip`` drops the first gaps, which may hold a
-        peer's prefill when several requests start together.
-        """
-        first = next((i for i, (_, n) in enumerate(self.arrivals) if n >= 1 + skip), None)
-        if first is None or first == len(self.arrivals) - 1:
-            return None
-        (t0, n0), (t1, n1) = self.arrivals[first], self.arrivals[-1]
-        return (t1 - t0) / (n1 - n0)
-
-    def reached(self, tokens: int) -> float | None:
-        """When the stream had ``tokens`` output tokens (None: it never did)."""
-        return next((t for t, n in self.arrivals if n >= tokens), None)
-
-    def pace_between(self, start: float, end: float) -> float | None:
-        """Mean time per output token over the chunks that arrived in [start, end]
-        (None: fewer than two such chunks)."""
-        inside = [(t, n) for t, n in self.arrivals if start <= t <= end]
-        if len(inside) < 2 or inside[-1][1] == inside[0][1]:
-            return None
-        (t0, n0), (t1, n1) = inside[0], inside[-1]
-        return (t1 - t0) / (n1 - n0)
 
 
 class ServerMeasureError(TtlctlError, ValueError):
@@ -238,7 +200,7 @@ class _Sender:
                 stacklevel=4,
             )
 
-    def stream(self, body: dict[str, Any]) -> _Stream:
+    def stream(self, body: dict[str, Any]) -> Stream:
         """POST a streamed /v1/completions and time each chunk that carries tokens."""
         start = time.perf_counter()
         arrivals: list[tuple[float, int]] = []
@@ -262,7 +224,7 @@ class _Sender:
             raise ServerMeasureError(
                 f"{self.url}: the server returned no tokens for a {n}-token prompt"
             )
-        return _Stream(start, tuple(arrivals), cached)
+        return Stream(start, tuple(arrivals), cached)
 
 
 def measure_engine(
@@ -343,6 +305,7 @@ def measure_samples(
         decode_batches_without_common_window=decode.no_window,
         prefix_cache_reset=sender.reset_ok,
         max_cached_tokens_seen=prefill.cached_max,
+        decode_points=decode.points,
     )
 
 
@@ -378,10 +341,11 @@ def _measure_prefill(
 
 @dataclass(frozen=True, slots=True)
 class _Decode:
-    """Decode as measured: (seqs, KV tokens, each stream's s a token) per batch shape,
-    the tokens each stream generated, batches read without a common window."""
+    """Decode as measured: (seqs, KV tokens, the paces the fit takes) per batch shape, both
+    timings of each, the tokens each stream generated, batches read without a common window."""
 
     paces: tuple[tuple[int, int, tuple[float, ...]], ...]
+    points: tuple[DecodePoint, ...]
     output_tokens: int
     no_window: int
 
@@ -394,30 +358,63 @@ def _measure_decode(
     repeats: int,
     report: Progress,
 ) -> _Decode:
-    """Time per output token of batches of cached prompts (:func:`_decode_plan`), every
-    stream of every repeat kept (the fit takes their median)."""
+    """The decode paces of batches of cached prompts (:func:`_decode_plan`), ``repeats``
+    batches a shape: the server's inter-token latency of each batch, or, at a shape where
+    one batch lacks it, every stream's pace (:mod:`profiles.decode_pace`), which a
+    warning names."""
     dec_out = max(output_tokens, DECODE_MIN_TOKENS)
     plan = _decode_plan(ctxs, dec_out, target.max_model_len, target.kv_capacity)
-    points: list[tuple[int, int, tuple[float, ...]]] = []
+    paces: list[tuple[int, int, tuple[float, ...]]] = []
+    points: list[DecodePoint] = []
     total = len(plan) * repeats
     done = 0
     no_window = 0
     for seqs, kv_len in plan:
-        tpots: list[float] = []
+        batches: list[BatchPace] = []
         for _ in range(repeats):
             sender.reset()
             batch = [sender.body(kv_len, dec_out) for _ in range(seqs)]
             for b in batch:  # cache each prompt: the batch then prefills one step only
                 sender.stream({**b, "max_tokens": 1, "min_tokens": 1})
-            paces, windowed = _decode_batch(sender, batch)
-            tpots.extend(paces)
-            no_window += not windowed
+            timed = _decode_batch(sender, batch)
+            batches.append(timed)
+            no_window += not timed.windowed
             done += 1
             report("decode", done, total)
-        if not tpots:
+        point = _decode_point(seqs, seqs * (kv_len + dec_out // 2), batches)
+        chosen = point.itl if point.source == FROM_SERVER else point.stream
+        if not chosen:
             raise ServerMeasureError(f"{target.url}: too few tokens streamed to time decode steps")
-        points.append((seqs, seqs * (kv_len + dec_out // 2), tuple(tpots)))
-    return _Decode(tuple(points), dec_out, no_window)
+        points.append(point)
+        paces.append((point.seqs, point.kv_tokens, chosen))
+    _warn_streamed(target.url, points)
+    return _Decode(tuple(paces), tuple(points), dec_out, no_window)
+
+
+def _decode_point(seqs: int, kv_tokens: int, batches: Sequence[BatchPace]) -> DecodePoint:
+    """A shape's batches as one point: the server's figures if every batch has one, else
+    the streams' (and why)."""
+    stream = tuple(p for b in batches for p in b.stream)
+    itl = tuple(b.itl_s for b in batches if b.itl_s is not None)
+    if len(itl) == len(batches):
+        return DecodePoint(seqs, kv_tokens, FROM_SERVER, stream, itl)
+    note = next(b.note for b in batches if b.itl_s is None)
+    bursty = sum(b.bursty for b in batches)
+    if bursty:
+        note += f"; {bursty} of {len(batches)} batches streamed in bursts"
+    return DecodePoint(seqs, kv_tokens, STREAM, stream, itl, note)
+
+
+def _warn_streamed(url: str, points: Sequence[DecodePoint]) -> None:
+    """Warn (once) when decode points are timed from the streams alone."""
+    streamed = [p for p in points if p.source == STREAM]
+    if streamed:
+        warnings.warn(
+            f"{url}: {len(streamed)} of {len(points)} decode points timed from the streamed "
+            f"tokens' arrival, not the server's inter-token latency: {streamed[0].note}",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 def _decode_plan(
@@ -440,43 +437,29 @@ def _decode_plan(
     return plan
 
 
-def _decode_batch(sender: _Sender, bodies: list[dict[str, Any]]) -> tuple[list[float], bool]:
-    """Start the requests together; each stream's time per output token, and whether
-    they were read over a window in which the whole batch decodes (False: the
-    streams never overlapped token by token — a frontend that delivers tokens in
-    bursts, on an engine much faster than it — so each stream's whole pace after
-    its first two tokens is used; its prompt was cached, so no peer's prefill)."""
+def _decode_batch(sender: _Sender, bodies: list[dict[str, Any]]) -> BatchPace:
+    """Start the requests together; their paces both ways (:func:`profiles.decode_pace.batch_pace`):
+    the server's ``/metrics`` read just before and just after."""
     barrier = threading.Barrier(len(bodies))
 
-    def one(body: dict[str, Any]) -> _Stream:
+    def one(body: dict[str, Any]) -> Stream:
         barrier.wait(timeout=sender.timeout_s)
         return sender.stream(body)
 
+    before = _metrics(sender)
     if len(bodies) == 1:
         streams = [sender.stream(bodies[0])]
     else:
         with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
             streams = list(pool.map(one, bodies))
-    return _paces(streams)
+    after = _metrics(sender)
+    itl = itl_delta(before, after) if before is not None and after is not None else None
+    return batch_pace(streams, itl)
 
 
-def _paces(streams: Sequence[_Stream]) -> tuple[list[float], bool]:
-    """See :func:`_decode_batch`: the batch window's paces, else each whole stream's."""
-    if len(streams) > 1:
-        paces = _batch_paces(streams)
-        if paces:
-            return paces, True
-    whole = [s.tpot_s() for s in streams]
-    return [t for t in whole if t is not None], len(streams) == 1
-
-
-def _batch_paces(streams: Sequence[_Stream]) -> list[float]:
-    """Each stream's time per token while every stream of the batch decodes: from the
-    moment the last of them has its second token to the moment the first one ends."""
-    seconds = [s.reached(2) for s in streams]
-    if any(t is None for t in seconds):
-        return []
-    start = max(t for t in seconds if t is not None)
-    end = min(s.arrivals[-1][0] for s in streams)
-    paces = [s.pace_between(start, end) for s in streams]
-    return [p for p in paces if p is not None]
+def _metrics(sender: _Sender) -> dict[str, float] | None:
+    """The server's ``/metrics``, parsed (None: it has none)."""
+    try:
+        return parse_metrics(text(sender.url, "/metrics", timeout_s=sender.timeout_s))
+    except HTTPStatusError:
+        return None

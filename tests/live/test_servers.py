@@ -22,6 +22,7 @@ import typer
 from typer.testing import CliRunner
 
 from profiles.cost import ProfileCostModel
+from profiles.decode_pace import FROM_SERVER
 from profiles.shipped import resolve
 from replay.live import run_live
 from replay.policies import PolicySpec
@@ -226,6 +227,14 @@ def test_validate_two_running_servers(servers: Servers, tmp_path: Path) -> None:
     taken = doc["profile"]["measurements"]
     assert [m["repeat"] for m in taken] == [1, 2]
     assert all(m["source"] == f"measured from vllm at {servers.stock.url}" for m in taken)
+    # each measurement, taken right after a live run, timed decode by the server's own
+    # inter-token latency at every point (streamed tokens arrive in bursts then)
+    points = [p for m in taken for p in m["samples"]["decode_points"]]
+    assert points and all(p["source"] == FROM_SERVER for p in points)
+    print("decode (seqs, kv, server ITL ms, stream ms):", [
+        (p["seqs"], p["kv_tokens"], [round(x * 1e3, 3) for x in p["itl"]],
+         [round(x * 1e3, 3) for x in p["stream"]]) for p in points
+    ])  # fmt: skip
     assert "the 2 measurements, each fitted alone" in res.output
     assert doc["engine"]["kv_tokens"] == 8192 - BLOCK and doc["engine"]["block_size"] == BLOCK
     assert doc["ranking"]["same"] in (True, False)

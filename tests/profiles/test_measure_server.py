@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from profiles.decode_pace import FROM_SERVER
 from profiles.measure_server import measure_engine
 from profiles.models import PRESETS, kv_bytes_per_token
 from profiles.schema import from_json
@@ -54,6 +55,7 @@ def test_measure_engine_profiles_a_live_server(vllm_server: VLLMServer, tmp_path
     # decode: no negative term, and a step of one sequence costs something (under load the
     # fit may put the whole fixed cost on the per-sequence term: step_s alone can be 0)
     d = profile.decode
+    d_points = profile.source["fit"]["decode"]["points"]
     assert d.step_s >= 0
     assert d.step_s + d.per_seq_s > 0
     assert d.per_seq_s >= 0 and d.per_kv_token_s >= 0
@@ -74,6 +76,8 @@ def test_measure_engine_profiles_a_live_server(vllm_server: VLLMServer, tmp_path
     assert src["prefix_cache_reset"] is True
     assert src["max_cached_tokens_seen"] == 0  # fresh random prompts never hit
     assert {"prefill", "decode"} <= set(src["fit"])
+    # decode timed by the server's own inter-token latency at every point, not the streams
+    assert [row[2] for row in src["decode_from"]] == [FROM_SERVER] * len(d_points)
 
     # progress reached the end of both phases
     assert ("prefill", len(CONTEXTS) * 2, len(CONTEXTS) * 2) in calls
@@ -204,29 +208,6 @@ def test_stub_without_kv_size_asks_for_model(stub: tuple[str, type[_Stub]]) -> N
     with pytest.raises(ValueError, match="--model") as info:
         measure_engine(url, contexts=[64, 128, 256])
     assert url in str(info.value)
-
-
-def test_batch_pace_leaves_out_the_peers_prefill() -> None:
-    """A starts decoding while B still prefills (2 s); then both decode at 20 ms a
-    token. The whole-stream pace of A would count B's prefill (~0.5 s a token); the
-    batch pace reads only the window in which both decode."""
-    from profiles.measure_server import _batch_paces, _paces, _Stream
-
-    a = _Stream(0.0, ((0.1, 1), (0.2, 2), (2.2, 3), (2.22, 4), (2.24, 5), (2.26, 6)), None)
-    b = _Stream(0.0, ((2.2, 1), (2.22, 2), (2.24, 3), (2.26, 4), (2.28, 5)), None)
-    assert a.tpot_s() == pytest.approx(0.515)
-    assert _batch_paces([a, b]) == [pytest.approx(0.02), pytest.approx(0.02)]
-    # no window in which both decode: no figure rather than a wrong one
-    c = _Stream(0.0, ((3.0, 1), (3.1, 2), (3.2, 3)), None)
-    assert _batch_paces([a, c]) == []
-    assert _paces([a, b]) == ([pytest.approx(0.02), pytest.approx(0.02)], True)
-    # a frontend that delivers each stream in one burst (an engine far faster than
-    # it): no common window, so each stream's own pace, and the fallback is reported
-    early = _Stream(0.0, (*((0.111, n) for n in range(1, 16)), (0.114, 16)), None)
-    late = _Stream(0.0, tuple((0.125 + 0.005 * i, i + 1) for i in range(16)), None)
-    assert _batch_paces([early, late]) == []
-    assert _paces([early, late]) == ([pytest.approx(0.003 / 14), pytest.approx(0.005)], False)
-    assert _paces([a]) == ([pytest.approx(0.515)], True)
 
 
 def test_validate_on_a_server_that_cannot_be_profiled_is_one_line(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from itertools import count
 
 from replay.fleet.replica import Replica
 from replay.sim import ProgramRun
@@ -27,30 +28,28 @@ class EventQueue:
     __slots__ = ("_seq", "sends", "steps")
 
     def __init__(self) -> None:
-        #: run None: the router's own event (a wake it asked for, or a response end)
-        #: (time, sequence, the program's run)
+        #: (time, sequence, the program's run); run None: the router's own event (a
+        #: wake it asked for, or a response end)
         self.sends: list[tuple[float, int, ProgramRun | None]] = []
         #: (time, sequence, replica, its generation)
         self.steps: list[tuple[float, int, int, int]] = []
-        self._seq = 0
+        #: the sequence numbers, in the order the events are queued (both kinds)
+        self._seq = count()
 
     def send(self, time: float, run: ProgramRun) -> None:
         """The program's next call leaves the client at ``time``."""
-        heapq.heappush(self.sends, (time, self._seq, run))
-        self._seq += 1
+        heapq.heappush(self.sends, (time, next(self._seq), run))
 
     def router_due(self, time: float) -> None:
         """A router that retains calls decides at ``time`` (before the sends queued after
         this one, and before any engine step at that instant)."""
-        heapq.heappush(self.sends, (time, self._seq, None))
-        self._seq += 1
+        heapq.heappush(self.sends, (time, next(self._seq), None))
 
     def wake(self, rep: Replica, time: float) -> None:
         """The replica's next step event is at ``time`` (any earlier one queued is stale)."""
         rep.generation = generation = rep.generation + 1
         rep.wake = time
-        heapq.heappush(self.steps, (time, self._seq, rep.index, generation))
-        self._seq += 1
+        heapq.heappush(self.steps, (time, next(self._seq), rep.index, generation))
 
     def next_send(self) -> float:
         """When the next queued call is sent (inf: none is queued)."""

@@ -155,14 +155,17 @@ def _drive(
     )
     sends, steps = queue.sends, queue.steps
     pop = heapq.heappop
-    while sends or steps:
-        if sends and (not steps or sends[0][0] <= steps[0][0]):
+    while True:
+        # the earlier head; a send on a tie (sends before engine steps at one instant)
+        if sends and not (steps and steps[0][0] < sends[0][0]):
             sent, _, run = pop(sends)
             if run is None:
                 router_due(fleet, sent)
             else:
                 route(fleet, run, sent)
             continue
+        if not steps:
+            break
         t, _, index, generation = pop(steps)
         rep = replicas[index]
         if generation != rep.generation:

@@ -1,22 +1,25 @@
 """The fleet's one clock: its queue of events.
 
-Two kinds, ordered by (time, kind, sequence), sends before engine steps at one instant:
+Two kinds, each in its own heap ordered by (time, sequence), sends before engine steps
+at one instant (the loop takes the earlier head, a send on a tie):
 
 - a *send*: a program's call leaves the client (it is routed at once), or, with no
   program, a router that retains calls is due (:meth:`EventQueue.router_due`);
 - a *step*: a replica's step boundary (its generation: a later wake supersedes it).
+
+An entry holds no kind: each heap holds one kind, so a tie on time is broken by the
+sequence alone (a shorter tuple to make and to compare: the heaps order about 50k
+events per replay of the fleet bench).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from itertools import count
 
 from replay.fleet.replica import Replica
 from replay.sim import ProgramRun
-
-SEND = 0
-STEP = 1
 
 
 class EventQueue:
@@ -25,28 +28,28 @@ class EventQueue:
     __slots__ = ("_seq", "sends", "steps")
 
     def __init__(self) -> None:
-        #: run None: the router's own event (a wake it asked for, or a response end)
-        self.sends: list[tuple[float, int, int, ProgramRun | None]] = []
-        self.steps: list[tuple[float, int, int, int, int]] = []
-        self._seq = 0
+        #: (time, sequence, the program's run); run None: the router's own event (a
+        #: wake it asked for, or a response end)
+        self.sends: list[tuple[float, int, ProgramRun | None]] = []
+        #: (time, sequence, replica, its generation)
+        self.steps: list[tuple[float, int, int, int]] = []
+        #: the sequence numbers, in the order the events are queued (both kinds)
+        self._seq = count()
 
     def send(self, time: float, run: ProgramRun) -> None:
         """The program's next call leaves the client at ``time``."""
-        heapq.heappush(self.sends, (time, SEND, self._seq, run))
-        self._seq += 1
+        heapq.heappush(self.sends, (time, next(self._seq), run))
 
     def router_due(self, time: float) -> None:
         """A router that retains calls decides at ``time`` (before the sends queued after
         this one, and before any engine step at that instant)."""
-        heapq.heappush(self.sends, (time, SEND, self._seq, None))
-        self._seq += 1
+        heapq.heappush(self.sends, (time, next(self._seq), None))
 
     def wake(self, rep: Replica, time: float) -> None:
         """The replica's next step event is at ``time`` (any earlier one queued is stale)."""
-        rep.generation += 1
+        rep.generation = generation = rep.generation + 1
         rep.wake = time
-        heapq.heappush(self.steps, (time, STEP, self._seq, rep.index, rep.generation))
-        self._seq += 1
+        heapq.heappush(self.steps, (time, next(self._seq), rep.index, generation))
 
     def next_send(self) -> float:
         """When the next queued call is sent (inf: none is queued)."""

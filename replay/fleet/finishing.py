@@ -19,7 +19,9 @@ def finish(fleet: Fleet, rep: Replica, req: SimRequest, now: float) -> None:
     if expiry is not None:
         books.last_pin[req.program] = expiry
     fleet.view.done(index, call)
-    fleet.router.completed(index, call, now)
+    completes = fleet.completes
+    if completes is not None:
+        completes.completed(index, call, now)
     if fleet.holding is not None:
         fleet.router_changed(now)
     fleet.clients.answered(run, req.turn, now)

@@ -35,7 +35,7 @@ from replay.fleet.engine import Engine
 from replay.fleet.events import EventQueue
 from replay.fleet.parts import Fleet
 from replay.fleet.replica import Replica
-from replay.fleet.routers.base import HoldingRouter, Router
+from replay.fleet.routers.base import HoldingRouter, Router, Stateless
 from replay.fleet.routing import route, router_due
 from replay.fleet.stepping import step
 from replay.fleet.streams import Streams
@@ -150,17 +150,23 @@ def _drive(
         logged_replicas,
         len(replicas) > 1,
         router if isinstance(router, HoldingRouter) else None,
+        # a Stateless router keeps no per-request record: nothing to tell it
+        completes=None if isinstance(router, Stateless) else router,
     )
     sends, steps = queue.sends, queue.steps
-    while sends or steps:
-        if sends and (not steps or sends[0][0] <= steps[0][0]):
-            sent, _, _, run = heapq.heappop(sends)
+    pop = heapq.heappop
+    while True:
+        # the earlier head; a send on a tie (sends before engine steps at one instant)
+        if sends and not (steps and steps[0][0] < sends[0][0]):
+            sent, _, run = pop(sends)
             if run is None:
                 router_due(fleet, sent)
             else:
                 route(fleet, run, sent)
             continue
-        t, _, _, index, generation = heapq.heappop(steps)
+        if not steps:
+            break
+        t, _, index, generation = pop(steps)
         rep = replicas[index]
         if generation != rep.generation:
             continue  # superseded: a call woke it earlier

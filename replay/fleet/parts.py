@@ -32,6 +32,9 @@ class Fleet:
     several: bool = False
     #: the router, when it may retain calls (Program scheduling's request pool)
     holding: HoldingRouter | None = None
+    #: the router, when it keeps a record per request (told of each response's end;
+    #: None: a :class:`~replay.fleet.routers.base.Stateless` one, which has nothing to do)
+    completes: Router | None = None
     #: session -> a call the router retains: its run, send time and routed call
     held: dict[str, tuple[ProgramRun, float, RoutedCall]] = field(default_factory=dict)
     #: the earliest wake the holding router asked for (None: none queued)

@@ -34,15 +34,21 @@ def took(
     """A step (or a run of decode steps) from ``start`` was taken: its requests finish
     at its end, when its end event comes (``wake``: queue it; else the event being
     handled is that end)."""
-    end = start + duration
-    rep.now = end
-    engine = rep.engine
-    if rep.checked and isinstance(engine, SimScheduler):
-        _check(engine, end)  # the fast backend's invariants (vLLM's engine has its own)
+    rep.now = end = start + duration
+    if rep.checked:
+        check(rep, end)
     rep.pending = finished
     rep.busy = True
     if wake:
         fleet.queue.wake(rep, end)
+
+
+def check(rep: Replica, end: float) -> None:
+    """The fast backend's invariants after a step (``ReplayConfig.check``; vLLM's engine
+    has its own)."""
+    engine = rep.engine
+    if isinstance(engine, SimScheduler):
+        _check(engine, end)
 
 
 def run_deferred(fleet: Fleet, rep: Replica, horizon: float, *, wake: bool = True) -> None:
@@ -59,7 +65,6 @@ def run_deferred(fleet: Fleet, rep: Replica, horizon: float, *, wake: bool = Tru
 
 def step(fleet: Fleet, rep: Replica, t: float) -> None:
     """The replica's step event at ``t``."""
-    engine = rep.engine
     queue = fleet.queue
     sends = queue.sends
     if rep.deferred_from is not None:  # its run of decode steps ends undisturbed
@@ -67,10 +72,11 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
         run_deferred(fleet, rep, rep.deferred_horizon, wake=False)
         if rep.now != t:
             raise SimulationError(f"replica {rep.index}: a run of decode steps moved its end")
-    if rep.pending:
+    finished = rep.pending
+    if finished:
         # the step ended: its calls finish now; the replica steps again once the calls
         # sent at this instant are routed (sends come before steps)
-        finished, rep.pending = rep.pending, []
+        rep.pending = []
         for req in finished:
             finish(fleet, rep, req, t)
         if sends and sends[0][0] <= t:
@@ -81,6 +87,7 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
     if t > now:
         rep.now = now = t
     rep.wake = None
+    engine = rep.engine
     inbox = rep.inbox
     if inbox:
         for run, sent, call, previous, expiry in inbox:
@@ -101,7 +108,8 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
         if end is not None:
             # decode steps only, and nothing can be admitted: wait for a call routed
             # here (the run then stops before it) or the run's end
-            rep.deferred_from, rep.deferred_horizon = now, horizon
+            rep.deferred_from = now
+            rep.deferred_horizon = horizon
             queue.wake(rep, end)
             return
         # a step, and the decode steps it may run into up to the next call that can
@@ -127,5 +135,11 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
             if expiry < math.inf and expiry > now:
                 queue.wake(rep, expiry)
             return
-        took(fleet, rep, now, duration, finished)
+        # the step is taken: its requests finish at its end event (as :func:`took`)
+        rep.now = end = now + duration
+        if rep.checked:
+            check(rep, end)
+        rep.pending = finished
+        rep.busy = True
+        queue.wake(rep, end)
         return

@@ -30,15 +30,20 @@ from dataclasses import dataclass, field
 from replay.fleet.prompts import Runs
 from replay.fleet.routers.base import FleetView, RoutedCall, Stateless, least_loaded
 
+#: the workers one run was sent to and the longest stretch of it each was sent: a pair
+#: (worker, tokens) while one worker holds it (most runs: a program's own stream), a
+#: dictionary once several do (a pair is a third the size, and untracked by the collector)
+Holders = tuple[int, int] | dict[int, int]
+
 
 @dataclass(slots=True)
 class PromptTree:
     """The approximate tree: per content run, the longest stretch each worker was sent.
 
     A content id always follows the same content (see :mod:`replay.fleet.prompts`), so
-    ``{run: {worker: tokens}}`` is a prefix tree folded by its edges."""
+    ``{run: {worker: tokens}}`` is a prefix tree folded by its edges (:data:`Holders`)."""
 
-    _runs: dict[Hashable, dict[int, int]] = field(default_factory=dict)
+    _runs: dict[Hashable, Holders] = field(default_factory=dict)
     #: program -> the worker and the prompt of its last insert, and that prompt's tokens:
     #: the tree only grows, so that worker holds every run of that prompt in full (a
     #: prompt that starts with it, sent to the same worker, adds nothing for those runs)
@@ -61,7 +66,13 @@ class PromptTree:
             tokens += n
             held = runs.get(cid)
             if held is None:
-                runs[cid] = {worker: n}
+                runs[cid] = (worker, n)
+            elif isinstance(held, tuple):
+                if held[0] == worker:
+                    if held[1] < n:
+                        runs[cid] = (worker, n)
+                elif n > 0:  # a second worker (as a dictionary would take it)
+                    runs[cid] = {held[0]: held[1], worker: n}
             elif held.get(worker, 0) < n:
                 held[worker] = n
         if program is not None:
@@ -100,7 +111,10 @@ class PromptTree:
                         best, best_worker = got, worker
                     so_far, i = own_tokens, known_runs
                     continue
-                m = held.get(worker)
+                if isinstance(held, tuple):
+                    m = held[1] if held[0] == worker else None
+                else:
+                    m = held.get(worker)
                 if m is None:
                     break
                 got = so_far + (m if m < n else n)
@@ -111,7 +125,7 @@ class PromptTree:
                 so_far += n
                 continue
             nxt: list[int] = []
-            for worker, m in held.items():
+            for worker, m in (held,) if isinstance(held, tuple) else held.items():
                 if alive is not None and worker not in alive:
                     continue
                 got = so_far + (m if m < n else n)

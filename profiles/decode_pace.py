@@ -15,8 +15,10 @@ Two clocks time a decode batch of :mod:`profiles.measure_server`:
   without speculative decoding), timed where the steps are taken: how late the frontend
   delivers the tokens to the client does not enter it. The record is made in the same
   turn of the frontend's event loop that queues the step's tokens for the client
-  (``AsyncLLM.output_handler``), so once a client has read its last token the histogram
-  holds its last interval. A request's first interval runs from the step of its first
+  (``AsyncLLM.output_handler``) when the step's outputs fit one chunk of the handler
+  (``VLLM_V1_OUTPUT_PROC_CHUNK_SIZE``, 128 requests) and none is aborted by a stop string,
+  as with the measurement's batches of at most 8, so once a client has read its last token
+  the histogram holds its last interval. A request's first interval runs from the step of its first
   token to the next; when peers start together that next step may also prefill a peer's
   prompt (here only its last partial block: the prompts are cached first), and steps
   while peers join or leave run a smaller batch: both are a few steps of each stream's
@@ -66,9 +68,9 @@ BURST_GAP_S = 1e-4
 #: was held back and delivered in bursts (the frontend or the client fell behind): its
 #: chunk times are not the engine's steps
 BURSTY_TOKENS_PER_BURST = 2.0
-#: the source names a decode point records
+#: the source a decode point records when the server's figure is used (the other:
+#: ``profiles.engine_fit.STREAM``)
 FROM_SERVER = "server inter-token latency"
-FROM_STREAM = "stream"
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,20 @@ def _target(url: str, model_config: dict[str, Any] | None, timeout_s: float) -> 
     return _Target(url, info.model, max_model_len, info.kv_tokens, info.version, kv_bytes, kv_from)
 
 
+def check_measurable(
+    url: str,
+    model_config: dict[str, Any] | None,
+    *,
+    output_tokens: int,
+    timeout_s: float = 30.0,
+) -> None:
+    """What :func:`measure_samples` checks before it times anything (the server answers,
+    its KV bytes per token and the prompt lengths to time are known), on its own: a caller
+    that measures only after minutes of other work asks first (:class:`ServerMeasureError`
+    or a :class:`~ttlctl.server.client.ServerError`, one line naming the URL)."""
+    _contexts(_target(url, model_config, timeout_s), None, output_tokens)
+
+
 def _contexts(target: _Target, contexts: Sequence[int] | None, output_tokens: int) -> list[int]:
     """The prompt lengths prefill is timed at: ``contexts``, checked against the server,
     or the default grid up to what the server takes."""

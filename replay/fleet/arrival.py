@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 from replay.fleet.books import CallRoute
-from replay.fleet.parts import Fleet
+from replay.fleet.parts import Fleet, make_tuple
 from replay.fleet.replica import Replica
 from replay.fleet.routers.base import RoutedCall
 from replay.request import SimRequest
 from replay.sim import ProgramRun, fits_engine
-
-#: a named tuple made from its fields without its generated ``__new__`` (one frame
-#: fewer per call)
-make_tuple = tuple.__new__
 
 
 def arrive(
@@ -40,7 +36,8 @@ def arrive(
         books.rejected += len(run.program.calls) - turn
         run.cut_short = True
         fleet.view.done(rep.index, routed_call)
-        fleet.router.completed(rep.index, routed_call, at)
+        if fleet.completes is not None:
+            fleet.completes.completed(rep.index, routed_call, at)
         fleet.router_changed(at)
         fleet.clients.end(run, at)
         return

@@ -150,8 +150,9 @@ def _drive(
         logged_replicas,
         len(replicas) > 1,
         router if isinstance(router, HoldingRouter) else None,
-        # a Stateless router keeps no per-request record: nothing to tell it
-        completes=None if isinstance(router, Stateless) else router,
+        # a router whose completion hook is Stateless's keeps no per-request record:
+        # nothing to tell it (one that overrides the hook is told)
+        completes=None if _stateless(router) else router,
     )
     sends, steps = queue.sends, queue.steps
     pop = heapq.heappop
@@ -199,3 +200,9 @@ def _drive(
         books.routes,
         books.pins_wasted,
     )
+
+
+def _stateless(router: Router) -> bool:
+    """Whether ``router``'s completion hook is :class:`Stateless`'s (it does nothing)."""
+    hook: object = getattr(type(router), "completed", None)
+    return hook is Stateless.completed

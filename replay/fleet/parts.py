@@ -15,6 +15,10 @@ from replay.fleet.streams import Streams
 from replay.fleet.view import FleetState
 from replay.sim import ProgramRun, ReplayConfig
 
+#: a named tuple made from its fields without its generated ``__new__`` (a Python
+#: function: one frame fewer per call routed and per route kept)
+make_tuple = tuple.__new__
+
 
 @dataclass(slots=True)
 class Fleet:

@@ -4,14 +4,10 @@ Program scheduling's request pool) sends them later: :func:`release`."""
 
 from __future__ import annotations
 
-from replay.fleet.parts import Fleet
+from replay.fleet.parts import Fleet, make_tuple
 from replay.fleet.routers.base import HOLD, RoutedCall
 from replay.fleet.stepping import run_deferred
 from replay.sim import ProgramRun, SimulationError
-
-#: a named tuple made from its fields without its generated ``__new__`` (a Python
-#: function: one frame fewer per call routed)
-make_tuple = tuple.__new__
 
 
 def route(fleet: Fleet, run: ProgramRun, sent: float) -> None:

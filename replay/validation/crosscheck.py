@@ -7,8 +7,10 @@ the servers (:mod:`replay.validation.sizing`), simulates each policy, and compar
 (:mod:`replay.validation.stats`).
 
 The profile, when none is given, is measured on the first policy's server after each of
-its live runs (:func:`measured_after`: no live run on a server follows a measurement's
-warm-up of it, as in the fleet validation) and each measurement is fitted at once; after
+its live runs (:func:`measured_after`: on the servers validate starts, one per run, no
+live run follows a measurement's warm-up of its server, as in the fleet validation; a
+server given with ``--url`` serves every run, so its runs after the first follow one)
+and each measurement is fitted at once; after
 its last run the K measurements are pooled into the one profile that prices every
 simulated run (:func:`~replay.validation.fleet_profile.pooled`), before the next
 policy's server starts (continuum's cold-start bundle carries that profile).
@@ -32,7 +34,7 @@ from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.validation.error import ValidateError
-from replay.validation.fleet_profile import Measured, measure_server, pooled
+from replay.validation.fleet_profile import Measured, measurable, measure_server, pooled
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_server
 from replay.validation.sizing import (
     CPU_MAX_NUM_BATCHED_TOKENS,
@@ -89,8 +91,6 @@ class _Session:
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     infos: dict[str, ServerInfo] = field(default_factory=dict)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: the warm-up of each server validate started, in run order
-    warmups: list[Warmed] = field(default_factory=list)
 
     def run(self, name: str, rep: int) -> None:
         """Run ``name`` live once (run ``rep``), in a server started for it if needs be."""
@@ -107,7 +107,13 @@ class _Session:
             self.infos[name] = info
             if server is not None:  # fresh: warmed first (replay.validation.warmup)
                 self.say(f"{which}: warming the server up")
-                self.warmups.append(self._warm(info))
+                started = self.servers[name]
+                doc = started if rep == 0 else started["more_runs"][-1]
+                #: what it served before its live run, so that it starts warm
+                doc["warmup"] = self._warm(info).to_json()
+            if rep == 0 and (name, rep) in self.measure:
+                # what the measurement after the run needs, asked before it
+                measurable(info.url, f"{name}'s server", self.model_config)
             self.say(
                 f"{which}: live replay of {len(self.work.programs)} programs "
                 f"({self.work.calls} calls)"
@@ -119,13 +125,16 @@ class _Session:
                 self.say(f"{which}: stopping the server")
                 server.stop()
 
-    def _warm(self, info: ServerInfo) -> Warmed:
+    def _vocab(self) -> int | None:
         vocab = (self.model_config or {}).get("vocab_size")
+        return int(vocab) if isinstance(vocab, int) and vocab > 0 else None
+
+    def _warm(self, info: ServerInfo) -> Warmed:
         return warmed(
             [info.url],
             info.model,
             max_model_len=info.max_model_len,
-            vocab_size=int(vocab) if isinstance(vocab, int) and vocab > 0 else None,
+            vocab_size=self._vocab(),
             seed=self.seed,
         )
 
@@ -189,7 +198,6 @@ class _Session:
             self.profile, self.profile_source = pooled(self.measured, f"on {name}'s server")
 
     def _live(self, name: str, tag: str, info: ServerInfo) -> dict[str, Any]:
-        vocab = (self.model_config or {}).get("vocab_size")
         return run_live(
             info.url,
             self.work,
@@ -200,7 +208,7 @@ class _Session:
             save_result=self.save_result,
             result_dir=self.result_dir or self.work_dir,
             label=f"{self.label}-{name}{tag}" if self.label else None,
-            vocab_size=int(vocab) if isinstance(vocab, int) and vocab > 0 else None,
+            vocab_size=self._vocab(),
             warn=self.warn,
         )
 
@@ -235,8 +243,9 @@ def live_runs(names: Sequence[str], repeats: int) -> list[tuple[str, int]]:
 
 def measured_after(names: Sequence[str], repeats: int) -> dict[tuple[str, int], bool]:
     """The live runs ``(policy, run)`` a profile is measured after when none is given:
-    every run of the first policy, each on its own server; True at its last, where the
-    measurements are pooled, before any other policy's server starts."""
+    every run of the first policy (each on a server of its own when validate starts them;
+    a given server serves them all); True at its last, where the measurements are pooled,
+    before any other policy's server starts."""
     return {(names[0], rep): rep == repeats - 1 for rep in range(repeats)}
 
 
@@ -376,8 +385,6 @@ def _document(
         "bundle": None if session.bundle_path is None else str(session.bundle_path),
         "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
         "servers": session.servers,
-        #: what each server validate started served before its live run (it starts warm)
-        "warmups": [w.to_json() for w in session.warmups],
         "server_info": {n: i.to_json() for n, i in session.infos.items()},
         "work_dir": str(session.work_dir),
         "config": {

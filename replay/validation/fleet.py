@@ -55,8 +55,9 @@ from replay.fleet.routers import RouterSettings
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
 from replay.validation import engine_side
+from replay.validation.engine_metrics import ScrapeFailed, engine_delta, scrape
 from replay.validation.error import ValidateError
-from replay.validation.fleet_profile import Measured, measure_replica, pooled
+from replay.validation.fleet_profile import Measured, measurable, measure_replica, pooled
 from replay.validation.fleet_runs import goal, mean_sim, merge_fleet_runs, run_rankings
 from replay.validation.fleet_sim import (
     compare_fleet,
@@ -220,6 +221,8 @@ def validate_fleet(
                     groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
                     if info is None:
                         info = probe(next(iter(made.urls.values())))
+                        if profile is None:  # measured after the runs: asked now
+                            measurable(info.url, "a replica", model_config)
                     say(f"{which}: warming the replicas up")
                     warm = warmed(
                         list(made.urls.values()),
@@ -231,7 +234,7 @@ def validate_fleet(
                     for url in made.urls.values():
                         reset_prefix_cache(url)
                     say(f"{which}: live replay of {len(work.programs)} programs")
-                    before = {r: engine_side.scrape(u) for r, u in made.urls.items()}
+                    before = {r: _scraped(u, warn) for r, u in made.urls.items()}
                     result = run_live(
                         fleet.url,
                         work,
@@ -243,8 +246,7 @@ def validate_fleet(
                         warn=warn,
                     )
                     engines = {
-                        r: engine_side.engine_delta(before[r], engine_side.scrape(u))
-                        for r, u in made.urls.items()
+                        r: engine_delta(before[r], _scraped(u, warn)) for r, u in made.urls.items()
                     }
                     # after the repeat's last live run, on its fleet: no fleet's live
                     # run follows a measurement's warm-up, so every run starts alike
@@ -274,6 +276,8 @@ def validate_fleet(
                             "url": fleet.url,
                             "router_command": shlex.join(fleet.router.command),
                             "router_log": str(fleet.router.log_path),
+                            #: router starts that found their port taken meanwhile
+                            "router_port_retries": fleet.port_retries,
                             #: the process groups it ran (each one's leader pid), all
                             #: stopped now
                             "process_groups": groups,
@@ -392,6 +396,17 @@ class _LiveRun:
     fleet: dict[str, Any]
 
 
+def _scraped(url: str, warn: Callable[[str], None] | None) -> dict[str, float] | None:
+    """A replica's series (:func:`~replay.validation.engine_metrics.scrape`); None, said
+    through ``warn``, when they cannot be read: its engines are then not compared."""
+    try:
+        return scrape(url)
+    except ScrapeFailed as exc:
+        if warn is not None:
+            warn(f"the replica's own figures are not compared: {exc}")
+        return None
+
+
 def _single(by: dict[str, dict[str, list[Any]]], repeats: int) -> dict[str, dict[str, Any]]:
     """{policy: {router: the run's document}} for one run, else the list of them."""
     return {n: {r: (v[0] if repeats == 1 else v) for r, v in d.items()} for n, d in by.items()}
@@ -465,8 +480,13 @@ def _simulated_row(
     row["compare_as_routed"] = None if routed is None else compare_fleet(routed, row)
     #: each replica's steps and engine TTFT, live (its /metrics) and simulated on the live
     #: placement: whether the schedule or the price of a step is off
+    budget = side.engine.max_num_batched_tokens
     row["engines_as_routed"] = engine_side.beside_routed(
-        {name: r.get("engine") for name, r in fleet_doc["replicas"].items()}, routed, placed
+        {name: r.get("engine") for name, r in fleet_doc["replicas"].items()},
+        routed,
+        placed,
+        # vLLM counts only steps with an output: a chunked prefill's other steps are not
+        steps_comparable=all(c.input_tokens <= budget for p in work.programs for c in p.calls),
     )
     return row, result
 

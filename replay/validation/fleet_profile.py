@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiles.engine_fit import EngineSamples, fit_samples
-from profiles.measure_server import measure_samples
+from profiles.measure_server import check_measurable, measure_samples
 from profiles.schema import Profile
 from replay.validation.error import ValidateError
 from replay.validation.neighbours import kept_busy
@@ -105,6 +105,16 @@ def measure_server(
     :class:`ValidateError` if it cannot be."""
     samples, fitted = _measure(url, f"{policy}'s server", model_config, repeats)
     return Measured(repeat, f"measured from {policy} at {url}", 0, samples, fitted)
+
+
+def measurable(url: str, what: str, model_config: dict[str, Any] | None) -> None:
+    """Refuse, before any live run, a server whose profile could not be measured after
+    it (no KV bytes per token, no prompt length it takes): :class:`ValidateError` naming
+    ``what``, so that no run's minutes are spent for a document never written."""
+    try:
+        check_measurable(url, model_config, output_tokens=OUTPUT_TOKENS)
+    except ValueError as exc:
+        raise ValidateError(f"profiling {what}: {exc}") from None
 
 
 def _measure(

@@ -154,22 +154,25 @@ def policy_fleet(
                 name=f"replica {name} ({policy})",
             )
         )
-    port = free_port()
-    front = OwnedServer(
-        router.router_command(
-            [s.url for s in servers],
-            port=port,
-            policy=router_policy,
-            program_scheduling_json=program_scheduling_json,
-            extra=router_extra,
-            command=binary,
-            prometheus_port=free_port(),  # its own: another router may hold the default
-        ),
-        dict(sources.env or os.environ),
-        work_dir / f"{policy}{tag}-router.log",
-        f"http://127.0.0.1:{port}",
-        startup_timeout_s=sources.startup_timeout_s,
-        name=f"vllm-router ({router_policy})",
-    )
+
+    def front() -> OwnedServer:  # on ports free now (another try takes new ones)
+        port = free_port()
+        return OwnedServer(
+            router.router_command(
+                [s.url for s in servers],
+                port=port,
+                policy=router_policy,
+                program_scheduling_json=program_scheduling_json,
+                extra=router_extra,
+                command=binary,
+                prometheus_port=free_port(),  # its own: another router may hold the default
+            ),
+            dict(sources.env or os.environ),
+            work_dir / f"{policy}{tag}-router.log",
+            f"http://127.0.0.1:{port}",
+            startup_timeout_s=sources.startup_timeout_s,
+            name=f"vllm-router ({router_policy})",
+        )
+
     urls = {f"r{i}": s.url for i, s in enumerate(servers, 1)}
-    return Fleet(OwnedFleet(servers, front), arrivals, urls)
+    return Fleet(OwnedFleet(servers, front(), fresh_router=front), arrivals, urls)

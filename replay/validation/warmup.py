@@ -7,9 +7,9 @@ again (single ones up to 20%), and once an engine had run 60 other prefills, new
 ran within 3% of their second pass. The profile that prices the simulator is measured on
 a replica that has already served a live run, and a production replica has served for
 hours: so before each live run every replica serves :data:`PREFILLS` prefills of fresh
-random prompts whose lengths span its context window (their total passes through the
-whole KV cache several times), a prefill over a cached prefix, and batches of a few
-requests decoding together. The replicas warm at once, each from a thread of its own,
+random prompts whose lengths span its context window (about six windows' worth of
+tokens in all), a prefill over a cached prefix, and batches of a few
+requests decoding together. The replicas warm at once, each from a worker thread of its own,
 and their prefix caches are emptied afterwards by the caller, as before every live run.
 
 The requests go to each replica directly, without a session header: the router never
@@ -20,7 +20,6 @@ out of the live placement.
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -100,24 +99,19 @@ def warmed(
     timeout_s: float = 300.0,
 ) -> Warmed:
     """Warm every replica at ``urls`` at once (see the module); :class:`ValidateError`
-    naming the replica if one fails."""
+    naming the replica if one fails (any error of its thread is raised here)."""
     sizes = lengths(max_model_len)
     span = id_span(vocab_size)
-    counts: list[int] = [0] * len(urls)
-    errors: list[str] = []
     start = time.perf_counter()
-
-    def run(i: int, url: str) -> None:
-        try:
-            counts[i] = _warm_one(url, model, sizes, span, seed * 1000 + i, timeout_s)
-        except client.ServerError as exc:
-            errors.append(f"warming the replica at {url} up: {exc}")
-
-    threads = [threading.Thread(target=run, args=(i, u), daemon=True) for i, u in enumerate(urls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise ValidateError(errors[0])
+    with ThreadPoolExecutor(max_workers=max(1, len(urls))) as pool:
+        futures = [
+            pool.submit(_warm_one, url, model, sizes, span, seed * 1000 + i, timeout_s)
+            for i, url in enumerate(urls)
+        ]
+        counts: list[int] = []
+        for url, future in zip(urls, futures, strict=True):
+            try:
+                counts.append(future.result())
+            except client.ServerError as exc:
+                raise ValidateError(f"warming the replica at {url} up: {exc}") from None
     return Warmed(min(counts) if counts else 0, time.perf_counter() - start)

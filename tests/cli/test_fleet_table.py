@@ -91,8 +91,20 @@ def test_fleet_table_shows_the_engines_own_steps_and_ttft() -> None:
     text = console.export_text()
     assert (
         "engines over 3 runs (their /metrics; simulated on the live placement): steps 1,288 "
-        "live, 1,287 simulated (-0.1%); engine TTFT 0.379 s live, 0.309 s simulated (-18.5%)"
+        "live, 1,287 simulated (-0.1%); TTFT at the replica 0.379 s live, 0.309 s simulated "
+        "(-18.5%)"
     ) in text
+    assert "queued" not in text  # no engine-core times in these figures
+    live["engines_pooled"] |= {  # type: ignore[operator]
+        "live_queue_mean_s": 0.02,
+        "live_prefill_mean_s": 0.25,
+        "steps_comparable": False,
+    }
+    console = Console(record=True, width=600)
+    fleet_table(console, doc)
+    text = console.export_text()
+    assert "steps 1,288 live, 1,287 simulated (not compared: prompts longer than" in text
+    assert "on the engine core's clock: queued 0.020 s, scheduled to first token 0.250 s" in text
     live["engines_pooled"] = None  # type: ignore[assignment]
     console = Console(record=True, width=250)
     fleet_table(console, doc)

@@ -7,18 +7,22 @@ from typing import Any
 
 import pytest
 
-from replay.validation import engine_side
-from replay.validation.engine_side import (
+from replay.validation.engine_metrics import (
+    PREFILL_COUNT,
+    PREFILL_SUM,
+    QUEUE_COUNT,
+    QUEUE_SUM,
     STEPS,
     TTFT_COUNT,
     TTFT_SUM,
-    beside_routed,
+    ScrapeFailed,
     engine_delta,
-    pooled_engines,
+    scrape,
 )
+from replay.validation.engine_side import beside_routed, pooled_engines
 from ttlctl.server import prom
 
-# what a vLLM 0.32 replica's /metrics holds for the two histograms (trimmed)
+# what a vLLM 0.32 replica's /metrics holds for these histograms (trimmed)
 METRICS = """\
 # HELP vllm:iteration_tokens_total Histogram of number of tokens per engine_step.
 # TYPE vllm:iteration_tokens_total histogram
@@ -30,37 +34,55 @@ vllm:iteration_tokens_total_sum{engine="0",model_name="m"} 13901.0
 vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 46.0
 vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 46.0
 vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 12.709
+vllm:request_queue_time_seconds_count{engine="0",model_name="m"} 46.0
+vllm:request_queue_time_seconds_sum{engine="0",model_name="m"} 0.674
+vllm:request_prefill_time_seconds_count{engine="0",model_name="m"} 46.0
+vllm:request_prefill_time_seconds_sum{engine="0",model_name="m"} 8.694
 """
 
 
 def _values(text: str) -> dict[str, float]:
     values = prom.parse_metrics(text)
-    return {k: values[k] for k in (STEPS, TTFT_SUM, TTFT_COUNT)}
+    keys = (STEPS, TTFT_SUM, TTFT_COUNT, QUEUE_SUM, QUEUE_COUNT, PREFILL_SUM, PREFILL_COUNT)
+    return {k: values[k] for k in keys if k in values}
 
 
-def test_delta_reads_steps_and_engine_ttft_from_the_histograms() -> None:
-    before = {STEPS: 2.0, TTFT_SUM: 0.5, TTFT_COUNT: 1.0}  # a request before the run
+def test_delta_reads_steps_ttft_queue_and_prefill_from_the_histograms() -> None:
+    # a request before the run
+    before = {STEPS: 2.0, TTFT_SUM: 0.5, TTFT_COUNT: 1.0, QUEUE_SUM: 0.074, QUEUE_COUNT: 1.0}
+    before |= {PREFILL_SUM: 0.694, PREFILL_COUNT: 1.0}
     got = engine_delta(before, _values(METRICS))
     assert got is not None
     assert got["engine_steps"] == 220 and got["requests"] == 45
     assert got["ttft_sum_s"] == pytest.approx(12.209)
     assert got["ttft_mean_s"] == pytest.approx(12.209 / 45)
+    assert got["queue_mean_s"] == pytest.approx(0.6 / 45)
+    assert got["prefill_mean_s"] == pytest.approx(8.0 / 45)
     # buckets are not steps: only the histogram's count is
     assert _values(METRICS)[STEPS] == 222.0
 
 
-def test_delta_without_requests_and_without_a_side() -> None:
-    same = _values(METRICS)
+def test_delta_without_requests_without_the_optional_series_and_without_a_side() -> None:
+    same = {k: v for k, v in _values(METRICS).items() if k in (STEPS, TTFT_SUM, TTFT_COUNT)}
     got = engine_delta(same, same)
-    assert got == {"engine_steps": 0, "requests": 0, "ttft_sum_s": 0.0, "ttft_mean_s": None}
+    assert got == {
+        "engine_steps": 0,
+        "requests": 0,
+        "ttft_sum_s": 0.0,
+        "ttft_mean_s": None,
+        "queue_mean_s": None,
+        "prefill_mean_s": None,
+    }
     assert engine_delta(None, same) is None and engine_delta(same, None) is None
 
 
-def test_scrape_of_a_replica_that_does_not_answer_is_none() -> None:
+def test_scrape_of_a_replica_that_does_not_answer_names_it() -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    assert engine_side.scrape(f"http://127.0.0.1:{port}") is None
+    url = f"http://127.0.0.1:{port}"
+    with pytest.raises(ScrapeFailed, match=str(port)):
+        scrape(url)
 
 
 def _sim_replica(index: int, calls: int, steps: int, ttft: float | None) -> dict[str, Any]:
@@ -71,45 +93,70 @@ def _live(requests: int, steps: int, ttft: float | None) -> dict[str, Any]:
     return {"engine_steps": steps, "requests": requests, "ttft_mean_s": ttft}
 
 
+LOGGED = {("p", 0): "r3", ("p", 1): "r2", ("q", 0): "r3"}
+ROUTED: Any = {"per_replica": [_sim_replica(0, 1, 9, 0.2), _sim_replica(1, 2, 11, 0.3)]}
+
+
 def test_beside_routed_numbers_the_replicas_as_the_as_logged_router_does() -> None:
     # every call reached r2 or r3: the as-logged router numbers them 0 and 1 (sorted)
-    logged = {("p", 0): "r3", ("p", 1): "r2", ("q", 0): "r3"}
-    routed: Any = {
-        "per_replica": [_sim_replica(0, 1, 9, 0.2), _sim_replica(1, 2, 11, 0.3)],
-    }
     live = {"r1": _live(0, 0, None), "r2": _live(1, 10, 0.25), "r3": _live(2, 10, 0.4)}
-    got = beside_routed(live, routed, logged)
+    got = beside_routed(live, ROUTED, LOGGED)
     assert got is not None
     assert got["r2"]["engine_steps"] == {"live": 10, "sim": 9, "error": pytest.approx(-0.1)}
     assert got["r3"]["engine_steps"]["sim"] == 11
     assert got["r3"]["ttft_mean_s"]["error"] == pytest.approx(0.3 / 0.4 - 1)
-    # a replica no call reached: nothing simulated on it
+    # a replica no call reached took no simulated step either
     assert got["r1"]["llm_calls"] == {"live": 0, "sim": 0}
-    assert got["r1"]["engine_steps"]["sim"] is None
+    assert got["r1"]["engine_steps"] == {"live": 0, "sim": 0, "error": None}
     # a side missing: nothing compared
-    assert beside_routed({**live, "r1": None}, routed, logged) is None
-    assert beside_routed(live, None, logged) is None
-    assert beside_routed(live, routed, None) is None
+    assert beside_routed({**live, "r1": None}, ROUTED, LOGGED) is None
+    assert beside_routed(live, None, LOGGED) is None
+    assert beside_routed(live, ROUTED, None) is None
 
 
-def test_pooled_engines_sums_steps_and_weights_ttft_by_requests() -> None:
+def test_an_idle_replica_keeps_the_pooled_figures() -> None:
+    live = {"r1": _live(0, 0, None), "r2": _live(1, 10, 0.25), "r3": _live(2, 10, 0.4)}
+    run = beside_routed(live, ROUTED, LOGGED)
+    got = pooled_engines([run, run])
+    assert got is not None
+    assert got["engine_steps"] == {"live": 40, "sim": 40, "error": 0.0}
+    assert got["ttft_mean_s"]["live"] == pytest.approx((0.25 + 2 * 0.4) / 3)
+
+
+def test_steps_not_comparable_keep_their_counts_without_an_error() -> None:
+    live = {"r2": _live(1, 10, 0.25), "r3": _live(2, 10, 0.4)}
+    run = beside_routed(live, ROUTED, LOGGED, steps_comparable=False)
+    assert run is not None and run["r2"]["engine_steps"] == {"live": 10, "sim": 9, "error": None}
+    got = pooled_engines([run, beside_routed(live, ROUTED, LOGGED)])
+    assert got is not None and got["steps_comparable"] is False
+    assert got["engine_steps"] == {"live": 40, "sim": 40, "error": None}
+    assert got["ttft_mean_s"]["error"] is not None
+
+
+def test_pooled_engines_sums_steps_and_weights_times_by_requests() -> None:
     run_a = {
         "r1": {
             "llm_calls": {"live": 1, "sim": 1},
             "engine_steps": {"live": 10, "sim": 12, "error": 0.2},
             "ttft_mean_s": {"live": 1.0, "sim": 0.5, "error": -0.5},
+            "queue_mean_s": 0.1,
+            "prefill_mean_s": 0.5,
         },
         "r2": {
             "llm_calls": {"live": 3, "sim": 3},
             "engine_steps": {"live": 30, "sim": 28, "error": None},
             "ttft_mean_s": {"live": 0.2, "sim": 0.3, "error": None},
+            "queue_mean_s": 0.02,
+            "prefill_mean_s": 0.1,
         },
     }
     got = pooled_engines([run_a, run_a])
-    assert got is not None and got["runs"] == 2
+    assert got is not None and got["runs"] == 2 and got["steps_comparable"] is True
     assert got["engine_steps"] == {"live": 80, "sim": 80, "error": 0.0}
     # (1 × 1.0 + 3 × 0.2) / 4 live, (1 × 0.5 + 3 × 0.3) / 4 simulated
     assert got["ttft_mean_s"]["live"] == pytest.approx(0.4)
     assert got["ttft_mean_s"]["sim"] == pytest.approx(0.35)
     assert got["ttft_mean_s"]["error"] == pytest.approx(0.35 / 0.4 - 1)
+    assert got["live_queue_mean_s"] == pytest.approx((0.1 + 3 * 0.02) / 4)
+    assert got["live_prefill_mean_s"] == pytest.approx((0.5 + 3 * 0.1) / 4)
     assert pooled_engines([run_a, None]) is None and pooled_engines([]) is None

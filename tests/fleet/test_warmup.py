@@ -6,6 +6,7 @@ import socket
 
 import pytest
 
+from replay.validation import warmup
 from replay.validation.error import ValidateError
 from replay.validation.warmup import LONGEST, PREFILL_OUTPUT, PREFILLS, lengths, warmed
 
@@ -34,3 +35,20 @@ def test_a_replica_that_cannot_be_warmed_is_named() -> None:
     url = f"http://127.0.0.1:{port}"
     with pytest.raises(ValidateError, match=f"warming the replica at {url} up"):
         warmed([url], "m", max_model_len=256, vocab_size=1000, timeout_s=5.0)
+
+
+def test_an_error_in_a_replicas_warm_up_is_raised_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    def broken(url: str, *args: object) -> int:
+        calls.append(url)
+        if url.endswith(":2"):
+            raise RuntimeError("a bug in the warm-up")
+        return 22
+
+    monkeypatch.setattr(warmup, "_warm_one", broken)
+    with pytest.raises(RuntimeError, match="a bug in the warm-up"):
+        warmed(["http://h:1", "http://h:2"], "m", max_model_len=256, vocab_size=1000)
+    assert sorted(calls) == ["http://h:1", "http://h:2"]
+    got = warmed(["http://h:1", "http://h:3"], "m", max_model_len=256, vocab_size=1000)
+    assert got.requests == 22 and got.seconds >= 0

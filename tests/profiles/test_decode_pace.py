@@ -192,3 +192,16 @@ def test_a_decode_step_below_the_floor_is_refused() -> None:
             with pytest.raises(EngineFitError, match="decode was not timed"):
                 fit_samples([flat])
     fit_samples([good])  # a real server's figures pass
+
+
+def test_the_floor_doubts_streamed_timings_only() -> None:
+    """A fast step behind a slow round trip (a small model on a GPU, a remote server) is
+    real when the server's own inter-token latency timed it: the floor does not apply."""
+    good = samples(3, "2026-12-01T10:00:00+00:00", url="http://127.0.0.1:8101")
+    fast = tuple((s, k, tuple(1e-5 for _ in p)) for s, k, p in good.decode)
+    timed = tuple(DecodePoint(s, k, FROM_SERVER, p, p, "") for s, k, p in fast)
+    fit_samples([dataclasses.replace(good, decode=fast, decode_points=timed)])
+    # one point streamed: doubted again
+    mixed = (dataclasses.replace(timed[0], source=STREAM, note="bursts"), *timed[1:])
+    with pytest.raises(EngineFitError, match="decode was not timed"):
+        fit_samples([dataclasses.replace(good, decode=fast, decode_points=mixed)])

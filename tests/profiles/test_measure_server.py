@@ -213,10 +213,11 @@ def test_stub_without_kv_size_asks_for_model(stub: tuple[str, type[_Stub]]) -> N
 def test_validate_on_a_server_that_cannot_be_profiled_is_one_line(
     stub: tuple[str, type[_Stub]], tmp_path: Path
 ) -> None:
-    """ttlctl validate measures the profile from the server after its live run: on a
-    server that streams no tokens the run fails first; either way one error line naming it
-    (exit 2, after the warnings), not a traceback; and the measurement itself, refused,
-    names the server too."""
+    """ttlctl validate measures the profile from the server after its live run, and asks
+    first whether it can be: a server that does not tell its KV bytes per token (and no
+    --model) is refused before any live run, one error line naming it (exit 2), not a
+    traceback; and the measurement itself refuses a server that streams no tokens, naming
+    it too."""
     import typer
     from typer.testing import CliRunner
 
@@ -237,8 +238,9 @@ def test_validate_on_a_server_that_cannot_be_profiled_is_one_line(
                                    "vllm", "--work-dir", str(tmp_path / "w")])  # fmt: skip
     assert res.exit_code == 2, res.output
     lines = res.stderr.strip().splitlines()
-    assert url in lines[-1] and "Traceback" not in res.output
-    assert all(line.startswith("warning: ") for line in lines[:-1]), lines
+    assert lines[-1].startswith("error: profiling vllm's server: ") and url in lines[-1]
+    assert len(lines) == 1 and "Traceback" not in res.output
+    assert "live replay" not in res.output  # refused before the run
     with pytest.raises(ValidateError) as err:
         measure_server(url, policy="vllm", repeat=1, model_config=None, repeats=1)
     assert str(err.value).startswith("profiling vllm's server: ") and url in str(err.value)

@@ -21,7 +21,7 @@ from tests.live.traces import agent_trace
 from ttlctl.cli import app
 from ttlctl.errors import TtlctlError
 from ttlctl.server import arrivals, router
-from ttlctl.server.fleet import OwnedFleet
+from ttlctl.server.fleet import ROUTER_TRIES, OwnedFleet
 from ttlctl.server.owned import OwnedServer, ServerStartError
 from ttlctl.server.process import free_port, group_alive
 
@@ -133,6 +133,51 @@ def test_a_router_that_fails_to_start_leaves_nothing_running(tmp_path: Path) -> 
     assert len(pids) == 2 and not any(group_alive(p) for p in pids)
 
 
+def _taken(tmp_path: Path, name: str) -> OwnedServer:
+    """A router that finds its port taken, as vllm-router says it."""
+    said = "import sys; print('Error starting router: Address already in use (os error 98)'); "
+    return OwnedServer(
+        [sys.executable, "-c", said + "sys.exit(1)"],
+        {"PATH": "/usr/bin:/bin"},
+        tmp_path / f"{name}.log",
+        f"http://127.0.0.1:{free_port()}",
+        startup_timeout_s=20.0,
+        stop_grace_s=5.0,
+        name=name,
+    )
+
+
+def test_a_router_whose_port_was_taken_starts_again_on_fresh_ports(tmp_path: Path) -> None:
+    replicas = [_stub(tmp_path, f"replica r{i}") for i in (1, 2)]
+    made: list[OwnedServer] = []
+
+    def fresh() -> OwnedServer:
+        made.append(_taken(tmp_path, "vllm-router") if not made else _stub(tmp_path, "router2"))
+        return made[-1]
+
+    with OwnedFleet(replicas, _taken(tmp_path, "vllm-router"), fresh_router=fresh) as fleet:
+        # taken twice, then started: the fleet's URL is the one that started
+        assert fleet.port_retries == 2 and fleet.router is made[-1]
+        assert fleet.url == made[-1].url and group_alive(made[-1].pid or -1)
+    # a failure that is not a taken port is not retried, nor one past the tries
+    fleet = OwnedFleet(
+        [_stub(tmp_path, "replica r1")],
+        _stub(tmp_path, "vllm-router", fails=True),
+        fresh_router=fresh,
+    )
+    with pytest.raises(ServerStartError, match="exited with code 3"):
+        fleet.start()
+    assert fleet.port_retries == 0
+    always = OwnedFleet(
+        [_stub(tmp_path, "replica r1")],
+        _taken(tmp_path, "vllm-router"),
+        fresh_router=lambda: _taken(tmp_path, "vllm-router"),
+    )
+    with pytest.raises(ServerStartError, match="exited with code 1"):
+        always.start()
+    assert always.port_retries == ROUTER_TRIES - 1
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_the_whole_fleet(tmp_path: Path, signum: int) -> None:
     """A fleet owner stopped by SIGTERM or Ctrl-C stops its replicas and router on the
@@ -145,7 +190,7 @@ def test_a_signal_stops_the_whole_fleet(tmp_path: Path, signum: int) -> None:
             sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
             from pathlib import Path
             from tests.server.test_fleet import _stub
-            from ttlctl.server.fleet import OwnedFleet
+            from ttlctl.server.fleet import ROUTER_TRIES, OwnedFleet
             tmp = Path({str(tmp_path)!r})
             servers = [_stub(tmp, n) for n in ("r1", "r2", "router")]
             with OwnedFleet(servers[:2], servers[2]):

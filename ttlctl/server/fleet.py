@@ -9,24 +9,44 @@ the rest), also when one of the stops fails. As for one server, SIGTERM and SIGH
 unwind the owner's stack while the fleet is held, so a ``with`` block (or a ``finally``)
 stops everything it started on exit, an error, Ctrl-C, SIGTERM or SIGHUP; a fleet that
 fails to start is stopped before the error is raised.
+
+The router's port is chosen free when the fleet is made, but the router starts only once
+the replicas are up, a minute later on a CPU, and meanwhile any process on the machine
+(the replicas' own connections among them) may take that port: vllm-router then exits
+with "Address already in use". Given ``fresh_router`` (a router like the first on newly
+chosen ports), the fleet then starts that one instead, up to :data:`ROUTER_TRIES` in all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
-from ttlctl.server.owned import OwnedServer
+from ttlctl.server.owned import OwnedServer, ServerStartError
+
+#: router starts tried when its port was taken meanwhile (each on fresh ports)
+ROUTER_TRIES = 3
+#: what vllm-router (Rust's std::io::Error) says when its port is taken
+PORT_TAKEN = "Address already in use"
 
 
 class OwnedFleet:
     """``replicas`` behind ``router``; the router's URL is the fleet's."""
 
-    def __init__(self, replicas: Sequence[OwnedServer], router: OwnedServer) -> None:
+    def __init__(
+        self,
+        replicas: Sequence[OwnedServer],
+        router: OwnedServer,
+        *,
+        fresh_router: Callable[[], OwnedServer] | None = None,
+    ) -> None:
         if not replicas:
             raise ValueError("a fleet needs at least one replica")
         self.replicas = list(replicas)
         self.router = router
+        self.fresh_router = fresh_router
+        #: router starts that found their port taken (each retried on fresh ports)
+        self.port_retries = 0
 
     @property
     def url(self) -> str:
@@ -41,11 +61,23 @@ class OwnedFleet:
                 replica.launch()
             for replica in self.replicas:
                 replica.wait_ready()
-            self.router.start()
+            self._start_router()
         except BaseException:
             self.stop()
             raise
         return self.url
+
+    def _start_router(self) -> None:
+        for attempt in range(1, ROUTER_TRIES + 1):
+            try:
+                self.router.start()
+                return
+            except ServerStartError as exc:
+                taken = PORT_TAKEN in self.router.log_tail(lines=20)
+                if self.fresh_router is None or attempt == ROUTER_TRIES or not taken:
+                    raise exc from None
+                self.router = self.fresh_router()
+                self.port_retries += 1
 
     def stop(self) -> None:
         """Stop the router, then each replica (every stop runs even if one fails)."""

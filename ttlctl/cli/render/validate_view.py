@@ -267,18 +267,29 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
 
 
 def _engines(pooled: dict[str, Any]) -> str:
-    """The replicas' own steps and engine TTFT against the simulator's on the live
-    placement, over a router's runs."""
+    """The replicas' own steps and TTFT against the simulator's on the live placement,
+    over a router's runs, with the live queue and prefill times beside them."""
     steps, ttft = pooled["engine_steps"], pooled["ttft_mean_s"]
     runs = f"{pooled['runs']} runs" if pooled["runs"] > 1 else "the run"
+    compared = (
+        f"({_error('relative', steps['error'])})"
+        if pooled.get("steps_comparable", True)
+        else "(not compared: prompts longer than the step budget take steps vLLM does not count)"
+    )
     text = (
         f"engines over {runs} (their /metrics; simulated on the live placement): steps "
-        f"{steps['live']:,} live, {steps['sim']:,} simulated ({_error('relative', steps['error'])})"
+        f"{steps['live']:,} live, {steps['sim']:,} simulated {compared}"
     )
     if ttft["live"] is not None and ttft["sim"] is not None:
         text += (
-            f"; engine TTFT {_fleet_value('ttft_mean_s', ttft['live'])} live, "
+            f"; TTFT at the replica {_fleet_value('ttft_mean_s', ttft['live'])} live, "
             f"{_fleet_value('ttft_mean_s', ttft['sim'])} simulated "
             f"({_error('relative', ttft['error'])})"
+        )
+    queue, prefill = pooled.get("live_queue_mean_s"), pooled.get("live_prefill_mean_s")
+    if queue is not None and prefill is not None:
+        text += (
+            f"; live, on the engine core's clock: queued {_fleet_value('ttft_mean_s', queue)}, "
+            f"scheduled to first token {_fleet_value('ttft_mean_s', prefill)}"
         )
     return text

@@ -244,6 +244,12 @@ def validate_fleet(
                         timeout_s=timeout_s,
                         vocab_size=vocab_size,
                         warn=warn,
+                        # no gauges read through the router during the run: vllm-router
+                        # forwards GET /metrics to a worker by the routing policy, so a
+                        # poll every half second moved round_robin's placement (its
+                        # counter is shared with the calls); each replica's own
+                        # figures are read directly, before and after
+                        sample_every_s=0.0,
                     )
                     engines = {
                         r: engine_delta(before[r], _scraped(u, warn)) for r, u in made.urls.items()

@@ -39,13 +39,18 @@ STUB = textwrap.dedent(
 )
 
 
-def _stub(tmp_path: Path, name: str, *, fails: bool = False) -> OwnedServer:
+def _stub(tmp_path: Path, name: str, *, fails: bool = False, exits: str = "") -> OwnedServer:
+    """A stub that answers /health; ``fails``: one that exits 3 at once; ``exits``: Python
+    run instead (a process that says something and exits)."""
     port = free_port()
     script = tmp_path / "stub.py"
     script.write_text(STUB)
-    cmd = [sys.executable, "-c", "import sys; sys.exit(3)"] if fails else [sys.executable]
-    if not fails:
-        cmd += [str(script), str(port)]
+    if exits:
+        cmd = [sys.executable, "-c", exits]
+    elif fails:
+        cmd = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    else:
+        cmd = [sys.executable, str(script), str(port)]
     return OwnedServer(
         cmd,
         {"PATH": "/usr/bin:/bin"},
@@ -136,15 +141,7 @@ def test_a_router_that_fails_to_start_leaves_nothing_running(tmp_path: Path) -> 
 def _taken(tmp_path: Path, name: str) -> OwnedServer:
     """A router that finds its port taken, as vllm-router says it."""
     said = "import sys; print('Error starting router: Address already in use (os error 98)'); "
-    return OwnedServer(
-        [sys.executable, "-c", said + "sys.exit(1)"],
-        {"PATH": "/usr/bin:/bin"},
-        tmp_path / f"{name}.log",
-        f"http://127.0.0.1:{free_port()}",
-        startup_timeout_s=20.0,
-        stop_grace_s=5.0,
-        name=name,
-    )
+    return _stub(tmp_path, name, exits=said + "sys.exit(1)")
 
 
 def test_a_router_whose_port_was_taken_starts_again_on_fresh_ports(tmp_path: Path) -> None:

@@ -71,13 +71,11 @@ def engine_delta(
     a side not read)."""
     if before is None or after is None:
         return None
-    count = after[TTFT_COUNT] - before[TTFT_COUNT]
-    total = after[TTFT_SUM] - before[TTFT_SUM]
     return {
         "engine_steps": round(after[STEPS] - before[STEPS]),
-        "requests": round(count),
-        "ttft_sum_s": total,
-        "ttft_mean_s": total / count if count > 0 else None,
+        "requests": round(after[TTFT_COUNT] - before[TTFT_COUNT]),
+        "ttft_sum_s": after[TTFT_SUM] - before[TTFT_SUM],
+        "ttft_mean_s": _mean(before, after, TTFT_SUM, TTFT_COUNT),
         "queue_mean_s": _mean(before, after, QUEUE_SUM, QUEUE_COUNT),
         "prefill_mean_s": _mean(before, after, PREFILL_SUM, PREFILL_COUNT),
     }

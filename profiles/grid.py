@@ -30,3 +30,15 @@ def default_contexts(limit: int) -> list[int]:
             grid.insert(0, low)
         low //= 2
     return grid
+
+
+def engine_contexts(limit: int) -> list[int]:
+    """:func:`default_contexts`, plus ``limit`` itself when it is well above the grid's
+    last point (by a quarter or more): the profilers of a serving engine (vLLM in process,
+    a running server) also time the longest prompt it takes, so that a replay of prompts
+    longer than the last power of two prices them from a measured point rather than from
+    the quadratic carried past its data."""
+    grid = default_contexts(limit)
+    if grid and limit >= grid[-1] * 5 // 4:
+        grid.append(limit)
+    return grid

@@ -55,7 +55,7 @@ from typing import Any
 
 from profiles.decode_pace import FROM_SERVER, BatchPace, Stream, batch_pace, itl_delta
 from profiles.engine_fit import STREAM, DecodePoint, EngineSamples, fit_samples
-from profiles.grid import default_contexts
+from profiles.grid import engine_contexts
 from profiles.models import kv_bytes_per_token as config_kv_bytes_per_token
 from profiles.schema import Profile
 from ttlctl.errors import TtlctlError
@@ -151,7 +151,7 @@ def _contexts(target: _Target, contexts: Sequence[int] | None, output_tokens: in
             raise ServerMeasureError(
                 f"{url}: the server does not report max_model_len; pass contexts or --model"
             )
-        ctxs = default_contexts(limit)
+        ctxs = engine_contexts(limit)
     else:
         ctxs = sorted({int(c) for c in contexts})
         for c in ctxs:
@@ -256,7 +256,7 @@ def measure_engine(
     ``url`` is the server's base URL (``http://host:port``, a trailing ``/v1`` is
     accepted). ``model_config`` (a Hugging Face ``config.json`` as a dict) gives
     KV bytes per token and the vocabulary for random prompts. ``contexts``
-    default to :func:`profiles.grid.default_contexts` up to ``max_model_len −
+    default to :func:`profiles.grid.engine_contexts` up to ``max_model_len −
     output_tokens − 16``. ``progress(phase, done, total)`` is called as measurements finish
     (phases ``"prefill"`` and ``"decode"``). Raises :class:`ServerMeasureError` or
     :class:`~ttlctl.server.client.ServerError`, each a one-line message naming the URL,

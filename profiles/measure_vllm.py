@@ -160,7 +160,7 @@ def measure_vllm(
     """Measure ``config``'s model through vLLM on ``device`` (``auto``, ``cpu`` or ``cuda``).
 
     ``contexts`` are the prefill contexts (default
-    :func:`profiles.vllm_plan.default_contexts` up to the model's limit, or
+    :func:`profiles.grid.engine_contexts` up to the model's limit, or
     ``max_context``). ``enforce_eager`` defaults to True on a CPU and False
     (CUDA graphs, torch.compile) on a GPU. ``where`` names the model in errors
     (default ``name``). ``progress(stage, done, total)`` is called with the

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiles import models
-from profiles.grid import default_contexts as contexts_grid
+from profiles.grid import engine_contexts
 from ttlctl.errors import ConfigError, TtlctlError
 
 #: the replay's default step budget (``ttlctl replay --max-num-batched-tokens``)
@@ -52,16 +52,6 @@ def parse_contexts(text: str | None) -> list[int] | None:
     if len(values) < 3 or values[0] <= 0:
         raise ConfigError("--contexts needs at least 3 positive lengths (a quadratic is fitted)")
     return values
-
-
-def default_contexts(limit: int) -> list[int]:
-    """The profilers' grid (:func:`profiles.grid.default_contexts`), plus ``limit`` itself
-    when well above its last point: the engine profile also measures the longest prefill
-    the model takes."""
-    grid = contexts_grid(limit)
-    if grid and limit >= grid[-1] * 5 // 4:
-        grid.append(limit)
-    return grid
 
 
 def decode_tokens(batch: int, context: int, budget: int) -> int:
@@ -119,7 +109,7 @@ def _grid(
     limit = model_limit - 1 if max_context is None else min(model_limit - 1, int(max_context))
     if limit < 16:
         raise VllmMeasureError(f"{where}: a context limit of {limit} tokens is too short to time")
-    grid = default_contexts(limit) if contexts is None else sorted({int(c) for c in contexts})
+    grid = engine_contexts(limit) if contexts is None else sorted({int(c) for c in contexts})
     if any(c < 1 for c in grid):
         raise VllmMeasureError(f"contexts must be positive token counts, got {grid}")
     if grid and grid[-1] > limit:

@@ -221,12 +221,18 @@ def _simulate(workload: Workload, policy: Policy, cost: CostModel, config: Repla
     # the async scheduler takes a step that only preempted itself, and returns nothing
     # only when nothing can happen before the next send or pin expiry
     is_async = config.async_scheduling
+    unreported = False  # the last step finished calls (vLLM's engine core reports them)
     while True:
         while events and events[0][0] <= now:
             sent, _, _, payload = heapq.heappop(events)
             engine.tick(now)
             arrive(payload, now, sent)  # pins expire first, as vLLM's add_request does
         if engine.idle:
+            if unreported:
+                # vLLM's engine core schedules once more to report the calls that finished;
+                # the pins that fell due during their step expire then
+                engine.expire_pins(now)
+                unreported = False
             # an idle engine does not step: its pins stay until the next arrival
             if not events:
                 break
@@ -254,6 +260,7 @@ def _simulate(workload: Workload, policy: Policy, cost: CostModel, config: Repla
             engine.tick(now)
             continue
         now += duration
+        unreported = bool(finished)
         if finished:
             finish_step = engine.applied_step()
         for req in finished:

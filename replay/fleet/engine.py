@@ -77,6 +77,10 @@ class Engine(Protocol):
 
     def tick(self, now: float) -> None: ...
 
+    def expire_pins(self, now: float) -> None:
+        """The engine core's turn after a step that finished calls and left nothing to
+        run: vLLM schedules once more to report them, and the pins due by ``now`` go."""
+
     def step(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]: ...
 
     def next_expiry(self) -> float: ...

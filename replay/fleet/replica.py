@@ -34,6 +34,9 @@ class Replica:
     #: the requests the running step finishes at its end (applied then, not before: the
     #: router sees a response end when it ends)
     pending: list[SimRequest] = field(default_factory=list)
+    #: its last step finished calls: if nothing is left, vLLM's engine core schedules once
+    #: more to report them, and the pins that fell due during the step expire then
+    unreported: bool = False
     #: a run of decode steps waits from this time (None: none): it is taken when a call
     #: is routed here (up to the call) or at its natural end, whichever comes first
     deferred_from: float | None = None

@@ -77,6 +77,7 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
         # the step ended: its calls finish now; the replica steps again once the calls
         # sent at this instant are routed (sends come before steps)
         rep.pending = []
+        rep.unreported = True
         for req in finished:
             finish(fleet, rep, req, t)
         if sends and sends[0][0] <= t:
@@ -100,8 +101,11 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
         # route it first (one engine's replay takes it before stepping too)
         queue.wake(rep, now)
         return
+    unreported, rep.unreported = rep.unreported, False
     while True:
         if engine.idle:
+            if unreported:
+                engine.expire_pins(now)  # the engine core's turn that reports the finishes
             return  # an idle engine does not step: its pins stay until the next call
         horizon = engine.next_expiry()
         end = engine.merge_end(now, horizon)

@@ -28,7 +28,8 @@ Differences from the fast engine, on purpose:
 - a step that leaves the replica with no calls is followed by one more ``schedule()``
   (:attr:`VllmEngine.idle` is vLLM's ``has_requests()``: the engine core steps once more
   to report finished calls), in which the plugin expires the pins that fell due during
-  the step; the fast engine keeps them until the replica's next call.
+  the step; the fast engine has no such step and expires them in the fleet loop's turn
+  that finds it idle (:meth:`VllmEngine.expire_pins` does nothing).
 
 :class:`~replay.vllmsim.prompts.TokenBook` gives every call its token ids, the same on
 whichever replica it lands (one stream per program, fleet-wide).
@@ -135,6 +136,10 @@ class VllmEngine:
     def tick(self, now: float) -> None:
         self.now = max(self.now, now)
         self._observe_pins()
+
+    def expire_pins(self, now: float) -> None:
+        """Nothing to do: :attr:`idle` is vLLM's ``has_requests()``, so this replica is
+        idle only once its engine core's extra ``schedule()`` has expired them."""
 
     def add(self, req: SimRequest, now: float) -> None:
         """The call reaches vLLM's scheduler (``add_request``: due pins expire first)."""

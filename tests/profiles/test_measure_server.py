@@ -195,6 +195,21 @@ def test_stub_without_reset_warns_once_and_profiles(stub: tuple[str, type[_Stub]
     assert profile.prefill_s(1024) > profile.prefill_s(64)
 
 
+def test_default_grid_reaches_the_longest_prompt_the_server_takes(
+    stub: tuple[str, type[_Stub]],
+) -> None:
+    """Without contexts, prefill is timed on the powers of two and at the longest prompt
+    the server takes (its max_model_len 2,048 less the output and the margin): a replay
+    of prompts beyond 1,024 tokens is priced from a measured point, not from the
+    quadratic carried past its data."""
+    url, handler = stub
+    handler.tokens = 1000
+    handler.prefill_s_per_token = 2e-6
+    with pytest.warns(RuntimeWarning, match="reset_prefix_cache"):
+        profile = measure_engine(url, model_config=PRESETS["tiny"], repeats=1, output_tokens=6)
+    assert [c for c, _ in profile.prefill.points] == [128, 256, 512, 1024, 2048 - 6 - 16]
+
+
 def test_stub_without_tokens_names_the_url(stub: tuple[str, type[_Stub]]) -> None:
     url, handler = stub
     handler.tokens = 0

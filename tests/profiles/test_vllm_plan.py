@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from profiles import fitmath, models
 from profiles.cost import ProfileCostModel
-from profiles.vllm_plan import VllmMeasureError, decode_tokens, default_contexts, make_plan
+from profiles.grid import engine_contexts
+from profiles.vllm_plan import VllmMeasureError, decode_tokens, make_plan
 from tests.profiles.made import quadratic_profile
 from ttlctl.cli import app
 from ttlctl.errors import TtlctlError
@@ -61,11 +62,11 @@ def test_priced_prefill_is_what_the_replay_charges() -> None:
     assert expected == pytest.approx(3 * (A + STEP) + B * 20000 + Q * 20000**2)
 
 
-def test_default_contexts_leave_room_and_reach_the_limit() -> None:
-    assert default_contexts(2047) == [128, 256, 512, 1024, 2047]
-    assert default_contexts(131071) == [1024 << i for i in range(7)] + [131071]
-    assert default_contexts(40960)[-2:] == [32768, 40960]
-    assert default_contexts(1100) == [128, 256, 512, 1024]
+def test_engine_contexts_leave_room_and_reach_the_limit() -> None:
+    assert engine_contexts(2047) == [128, 256, 512, 1024, 2047]
+    assert engine_contexts(131071) == [1024 << i for i in range(7)] + [131071]
+    assert engine_contexts(40960)[-2:] == [32768, 40960]
+    assert engine_contexts(1100) == [128, 256, 512, 1024]
 
 
 def test_plan_sizes_the_engine_to_what_it_measures() -> None:

@@ -17,19 +17,15 @@ workload, engine, load and policy) on ``replicas`` engines of that size behind
 
 Times agree to the single-engine comparison's relative 1e-9.
 
-Two deviations, both from the fast fleet's model (docs/replay.md, "Backends"), are
-bounded rather than absent (:func:`deviations`):
+One deviation, from the fast fleet's model (docs/replay.md, "Backends"), is bounded
+rather than absent (:func:`deviations`):
 
 - **a stale view of a decode run**: a replica of the fast fleet waiting in a run of
   decode steps shows the router its cache as of the run's start; vLLM's replica steps,
   and shows it as of its current step. So a router that reads the KV events (kv-aware,
   pin-aware) may score a call differently when a decode step meanwhile evicted a block.
   Bound: every call that finished before the first view answer that differs agrees, and
-  at that answer the replica was waiting in a decode run on the fast side;
-- **a pin due during the step that empties a replica**: vLLM's engine core schedules once
-  more to report the finished calls, and the plugin expires it then; the fast engine does
-  not step while idle and expires it at the replica's next call. Calls and pin counts
-  agree; the fast replica's pinned block-seconds are at least vLLM's.
+  at that answer the replica was waiting in a decode run on the fast side.
 """
 
 from __future__ import annotations
@@ -155,14 +151,9 @@ def run_fleets(
 
 
 def deviations(diffs: list[Diff], log: ViewLog, fast: FleetOutcome) -> list[Diff]:
-    """The differences the two known deviations (the module docstring) do not explain
+    """The differences the known deviation (the module docstring) does not explain
     (``fast``: the fast fleet's outcome)."""
-    left = [
-        d
-        for d in diffs
-        # fast >= vLLM: a pin vLLM expired at the step that emptied its replica
-        if not (d.metric == "pinned_block_seconds" and d.fast >= d.vllm * (1 - 1e-9))
-    ]
+    left = list(diffs)
     first = log.first_difference()
     if first is None:
         return left

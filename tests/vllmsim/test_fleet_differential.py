@@ -6,10 +6,10 @@ replicas behind the deterministic routers (round-robin, consistent-hash, cache-a
 pin-aware, kv-aware): every call goes to the same replica, is admitted in the same step
 there, hits the same prefix, is preempted as often and finishes in the same step at the
 same time; its route (previous replica, that call's pin and whether it was still held) is
-the same, and so are each replica's pins and the fleet's pins wasted (``fleet_differential``), but
-for the two deviations of the fast fleet's model that ``fleet_differential.deviations``
-bounds (a router's stale view of a replica waiting in a decode run; a pin that vLLM
-expires at the step that empties its replica).
+the same, and so are each replica's pins, its pinned block-seconds and the fleet's pins
+wasted (``fleet_differential``), but for the deviation of the fast fleet's model that
+``fleet_differential.deviations`` bounds (a router's stale view of a replica waiting in a
+decode run).
 
 ``TTLCTL_DIFF_EXAMPLES`` scales the number of cases (default 40, as the single-engine
 comparison's).

@@ -34,7 +34,7 @@ from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.validation.error import ValidateError
-from replay.validation.fleet_profile import Measured, measurable, measure_server, pooled
+from replay.validation.fleet_profile import Measured, measurable, measure_policy_server, pooled
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_server
 from replay.validation.sizing import (
     CPU_MAX_NUM_BATCHED_TOKENS,
@@ -186,7 +186,7 @@ class _Session:
             return
         self.say(f"{which}: measuring the server's profile")
         self.measured.append(
-            measure_server(
+            measure_policy_server(
                 info.url,
                 policy=name,
                 repeat=rep + 1,

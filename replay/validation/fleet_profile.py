@@ -7,7 +7,7 @@ run's router in every repeat; taken after, every fleet's live run starts alike);
 the replicas are pinned to CPUs of their own, the other replicas serve a steady load
 meanwhile (:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside
 it live. One server per policy (:mod:`replay.validation.crosscheck`): one measurement
-after each live run of the first policy, on its server (:func:`measure_server`).
+after each live run of the first policy, on its server (:func:`measure_policy_server`).
 Every simulated run is priced by ONE profile pooled over the K measurements
 (:func:`pooled`: :func:`profiles.engine_fit.fit_samples`, every timing of every
 measurement put together point by point, the median taken, then the one fit a single
@@ -93,7 +93,7 @@ def measure_replica(
     return Measured(repeat, where, sum(served), samples, fitted)
 
 
-def measure_server(
+def measure_policy_server(
     url: str,
     *,
     policy: str,

@@ -1,5 +1,5 @@
 """Hand-made engine measurements (:class:`profiles.engine_fit.EngineSamples`): TTFTs and
-decode paces drawn around a known cost model, as ``measure_server`` would take them."""
+decode paces drawn around a known cost model, as ``profiles.measure_server`` would take them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 from profiles.engine_fit import EngineSamples
 
 CONTEXTS = (128, 256, 512, 1024)
-#: (sequences, KV tokens of the batch), as measure_server's plan makes them
+#: (sequences, KV tokens of the batch), as profiles.measure_server's plan makes them
 SHAPES = ((1, 136), (1, 584), (1, 1032), (4, 544), (4, 3652), (8, 1088), (8, 3616))
 
 

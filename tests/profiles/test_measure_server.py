@@ -21,7 +21,7 @@ from profiles.measure_server import measure_engine
 from profiles.models import PRESETS, kv_bytes_per_token
 from profiles.schema import from_json
 from replay.validation.error import ValidateError
-from replay.validation.fleet_profile import measure_server
+from replay.validation.fleet_profile import measure_policy_server
 from tests.http_stub import serving
 from tests.profiles.replay_one import check_replays_its_points
 from tests.vllm_server import VLLMServer, free_port
@@ -257,6 +257,6 @@ def test_validate_on_a_server_that_cannot_be_profiled_is_one_line(
     assert len(lines) == 1 and "Traceback" not in res.output
     assert "live replay" not in res.output  # refused before the run
     with pytest.raises(ValidateError) as err:
-        measure_server(url, policy="vllm", repeat=1, model_config=None, repeats=1)
+        measure_policy_server(url, policy="vllm", repeat=1, model_config=None, repeats=1)
     assert str(err.value).startswith("profiling vllm's server: ") and url in str(err.value)
     assert len(str(err.value).splitlines()) == 1

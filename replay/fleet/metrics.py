@@ -112,6 +112,10 @@ def miss_reasons(outcome: FleetOutcome, workload: Workload) -> MissReasons:
     return cast(MissReasons, counts)
 
 
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
 def replica_results(outcome: FleetOutcome) -> list[ReplicaResult]:
     first_replica = {key[0]: route.replica for key, route in outcome.routes.items() if key[1] == 0}
     out: list[ReplicaResult] = []
@@ -135,9 +139,9 @@ def replica_results(outcome: FleetOutcome) -> list[ReplicaResult]:
                 "llm_calls": len(calls),
                 "programs_started": sum(1 for v in first_replica.values() if v == r),
                 "jct_mean_s": float(jct.mean()) if jct.size else None,
-                "ttft_mean_s": float(np.mean([c.first_token - c.arrival for c in calls]))
-                if calls
-                else None,
+                "ttft_mean_s": _mean([c.first_token - c.arrival for c in calls]),
+                "queue_mean_s": _mean([c.admitted - c.arrival for c in calls]),
+                "prefill_mean_s": _mean([c.first_token - c.admitted for c in calls]),
                 "prefix_hit_rate": s.hit_tokens / s.prompt_tokens if s.prompt_tokens else None,
                 "preemptions": s.preemptions,
                 "engine_busy_s": s.busy_s,

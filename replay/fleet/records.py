@@ -22,6 +22,9 @@ class ReplicaResult(TypedDict):
     programs_started: int
     jct_mean_s: float | None
     ttft_mean_s: float | None
+    #: the TTFT's two parts: arrival to first scheduled, first scheduled to first token
+    queue_mean_s: float | None
+    prefill_mean_s: float | None
     prefix_hit_rate: float | None
     preemptions: int
     engine_busy_s: float

@@ -8,8 +8,10 @@ time to first token next to the simulation with each call on the replica it reac
 (the router's choices taken as given), replica by replica; :func:`pooled_engines` sums
 them over a router's runs. The same step count with a lower simulated TTFT says the
 simulator batched the calls as the engines did and the time to a first token is longer
-live; the engine-core queue and prefill times kept beside it say how much of that is
-queueing.
+live; its two parts, on the engine core's clock live (``vllm:request_queue_time_seconds``
+and ``vllm:request_prefill_time_seconds``) and from the simulated calls' admission beside
+them, say whether the calls waited longer for their first step or took longer from there
+to a first token.
 
 Steps are compared only where every simulated step is one vLLM counts: vLLM observes its
 step histogram only for steps that return an output, so when a prompt is longer than the
@@ -31,6 +33,15 @@ def _relative(sim: float | None, live: float | None) -> float | None:
     return None if sim is None or not live else (sim - live) / live
 
 
+#: the per-request mean times set side by side: the TTFT at the replica (live on its API
+#: server's clock) and its two parts (live on the engine core's clock)
+TIMES = ("ttft_mean_s", "queue_mean_s", "prefill_mean_s")
+
+
+def _pair(live: float | None, sim: float | None) -> dict[str, float | None]:
+    return {"live": live, "sim": sim, "error": _relative(sim, live)}
+
+
 def beside_routed(
     live: Mapping[str, Mapping[str, Any] | None],
     routed: PolicyResult | None,
@@ -49,14 +60,13 @@ def beside_routed(
     sims = {
         names[p["replica"]]: p for p in routed.get("per_replica", []) if p["replica"] < len(names)
     }
-    idle: dict[str, Any] = {"llm_calls": 0, "engine_steps": 0, "ttft_mean_s": None}
+    idle: dict[str, Any] = {"llm_calls": 0, "engine_steps": 0}
     out: dict[str, dict[str, Any]] = {}
     for name in sorted(live):
         mine = live[name]
         assert mine is not None
-        sim = sims.get(name, idle)
+        sim: Mapping[str, Any] = sims.get(name, idle)
         sim_steps = int(sim["engine_steps"])
-        sim_ttft = sim.get("ttft_mean_s")
         out[name] = {
             "llm_calls": {"live": mine["requests"], "sim": sim["llm_calls"]},
             "engine_steps": {
@@ -65,47 +75,47 @@ def beside_routed(
                 "error": _relative(sim_steps, mine["engine_steps"]) if steps_comparable else None,
             },
             "steps_comparable": steps_comparable,
-            "ttft_mean_s": {
-                "live": mine["ttft_mean_s"],
-                "sim": sim_ttft,
-                "error": _relative(sim_ttft, mine["ttft_mean_s"]),
-            },
-            #: live only, on the engine core's clock (not simulated as such)
-            "queue_mean_s": mine.get("queue_mean_s"),
-            "prefill_mean_s": mine.get("prefill_mean_s"),
-        }
+        } | {key: _pair(mine.get(key), sim.get(key)) for key in TIMES}
     return out
 
 
+
 def pooled_engines(runs: Sequence[Mapping[str, Mapping[str, Any]] | None]) -> dict[str, Any] | None:
-    """One router's runs' replicas together: steps summed, TTFT (and the live queue and
-    prefill times) as a mean over every request (each replica's mean weighted by its
-    requests), live and simulated, with their errors (None: a run without figures)."""
+    """One router's runs' replicas together: steps summed; the TTFT and its two parts as
+    means over every request (each replica's mean weighted by its requests), live and
+    simulated, with their errors. None: a run without figures, or a replica that served
+    calls on one side without a TTFT there (a part missing on either side is None)."""
     if not runs or any(r is None for r in runs):
         return None
-    live_steps = sim_steps = live_calls = sim_calls = 0
-    live_ttft = sim_ttft = 0.0
-    parts: dict[str, list[float]] = {"queue_mean_s": [0.0, 0.0], "prefill_mean_s": [0.0, 0.0]}
+    live_steps = sim_steps = 0
     comparable = True
+    #: key -> side -> [weighted sum, requests]; None once a replica with calls lacks it
+    sums: dict[str, dict[str, list[float] | None]] = {
+        key: {"live": [0.0, 0.0], "sim": [0.0, 0.0]} for key in TIMES
+    }
     for run in runs:
         assert run is not None
         for rep in run.values():
-            steps, ttft, calls = rep["engine_steps"], rep["ttft_mean_s"], rep["llm_calls"]
-            if (calls["live"] and ttft["live"] is None) or (calls["sim"] and ttft["sim"] is None):
-                return None
+            steps, calls = rep["engine_steps"], rep["llm_calls"]
             comparable = comparable and bool(rep.get("steps_comparable", True))
             live_steps += steps["live"]
             sim_steps += steps["sim"]
-            live_calls += calls["live"]
-            sim_calls += calls["sim"]
-            live_ttft += (ttft["live"] or 0.0) * calls["live"]
-            sim_ttft += (ttft["sim"] or 0.0) * calls["sim"]
-            for key, acc in parts.items():
-                if rep.get(key) is not None:
-                    acc[0] += rep[key] * calls["live"]
-                    acc[1] += calls["live"]
-    live_mean = live_ttft / live_calls if live_calls else None
-    sim_mean = sim_ttft / sim_calls if sim_calls else None
+            for key in TIMES:
+                for side in ("live", "sim"):
+                    acc, value = sums[key][side], rep[key][side]
+                    if acc is None or not calls[side]:
+                        continue
+                    if value is None:
+                        sums[key][side] = None
+                        continue
+                    acc[0] += value * calls[side]
+                    acc[1] += calls[side]
+    if any(sums["ttft_mean_s"][side] is None for side in ("live", "sim")):
+        return None
+    means = {
+        key: {side: acc[0] / acc[1] if acc and acc[1] else None for side, acc in by.items()}
+        for key, by in sums.items()
+    }
     return {
         "runs": len(runs),
         "engine_steps": {
@@ -114,15 +124,4 @@ def pooled_engines(runs: Sequence[Mapping[str, Mapping[str, Any]] | None]) -> di
             "error": _relative(sim_steps, live_steps) if comparable else None,
         },
         "steps_comparable": comparable,
-        "ttft_mean_s": {
-            "live": live_mean,
-            "sim": sim_mean,
-            "error": _relative(sim_mean, live_mean),
-        },
-        "live_queue_mean_s": parts["queue_mean_s"][0] / parts["queue_mean_s"][1]
-        if parts["queue_mean_s"][1]
-        else None,
-        "live_prefill_mean_s": parts["prefill_mean_s"][0] / parts["prefill_mean_s"][1]
-        if parts["prefill_mean_s"][1]
-        else None,
-    }
+    } | {key: _pair(m["live"], m["sim"]) for key, m in means.items()}

@@ -96,15 +96,18 @@ def test_fleet_table_shows_the_engines_own_steps_and_ttft() -> None:
     ) in text
     assert "queued" not in text  # no engine-core times in these figures
     live["engines_pooled"] |= {  # type: ignore[operator]
-        "live_queue_mean_s": 0.02,
-        "live_prefill_mean_s": 0.25,
+        "queue_mean_s": {"live": 0.02, "sim": 0.015, "error": -0.25},
+        "prefill_mean_s": {"live": 0.25, "sim": 0.2, "error": -0.2},
         "steps_comparable": False,
     }
     console = Console(record=True, width=600)
     fleet_table(console, doc)
     text = console.export_text()
     assert "steps 1,288 live, 1,287 simulated (not compared: prompts longer than" in text
-    assert "on the engine core's clock: queued 0.020 s, scheduled to first token 0.250 s" in text
+    assert (
+        "live on the engine core's clock: queued 0.020 s live, 0.015 s simulated (-25.0%), "
+        "scheduled to first token 0.250 s live, 0.200 s simulated (-20.0%)"
+    ) in text
     live["engines_pooled"] = None  # type: ignore[assignment]
     console = Console(record=True, width=250)
     fleet_table(console, doc)

@@ -85,16 +85,38 @@ def test_scrape_of_a_replica_that_does_not_answer_names_it() -> None:
         scrape(url)
 
 
-def _sim_replica(index: int, calls: int, steps: int, ttft: float | None) -> dict[str, Any]:
-    return {"replica": index, "llm_calls": calls, "engine_steps": steps, "ttft_mean_s": ttft}
+def _sim_replica(
+    index: int, calls: int, steps: int, ttft: float | None, queue: float | None = None
+) -> dict[str, Any]:
+    prefill = None if ttft is None or queue is None else ttft - queue
+    return {
+        "replica": index,
+        "llm_calls": calls,
+        "engine_steps": steps,
+        "ttft_mean_s": ttft,
+        "queue_mean_s": queue,
+        "prefill_mean_s": prefill,
+    }
 
 
-def _live(requests: int, steps: int, ttft: float | None) -> dict[str, Any]:
-    return {"engine_steps": steps, "requests": requests, "ttft_mean_s": ttft}
+def _live(
+    requests: int, steps: int, ttft: float | None, queue: float | None = None
+) -> dict[str, Any]:
+    # the engine core's parts do not add up to the API server's TTFT (two clocks)
+    prefill = None if ttft is None or queue is None else 0.9 * ttft - queue
+    return {
+        "engine_steps": steps,
+        "requests": requests,
+        "ttft_mean_s": ttft,
+        "queue_mean_s": queue,
+        "prefill_mean_s": prefill,
+    }
 
 
 LOGGED = {("p", 0): "r3", ("p", 1): "r2", ("q", 0): "r3"}
-ROUTED: Any = {"per_replica": [_sim_replica(0, 1, 9, 0.2), _sim_replica(1, 2, 11, 0.3)]}
+ROUTED: Any = {
+    "per_replica": [_sim_replica(0, 1, 9, 0.2, 0.05), _sim_replica(1, 2, 11, 0.3, 0.1)]
+}
 
 
 def test_beside_routed_numbers_the_replicas_as_the_as_logged_router_does() -> None:
@@ -105,9 +127,13 @@ def test_beside_routed_numbers_the_replicas_as_the_as_logged_router_does() -> No
     assert got["r2"]["engine_steps"] == {"live": 10, "sim": 9, "error": pytest.approx(-0.1)}
     assert got["r3"]["engine_steps"]["sim"] == 11
     assert got["r3"]["ttft_mean_s"]["error"] == pytest.approx(0.3 / 0.4 - 1)
+    # the TTFT's parts: the live replica gave none here; the simulated ones are kept
+    assert got["r3"]["queue_mean_s"] == {"live": None, "sim": 0.1, "error": None}
+    assert got["r2"]["prefill_mean_s"]["sim"] == pytest.approx(0.15)
     # a replica no call reached took no simulated step either
     assert got["r1"]["llm_calls"] == {"live": 0, "sim": 0}
     assert got["r1"]["engine_steps"] == {"live": 0, "sim": 0, "error": None}
+    assert got["r1"]["ttft_mean_s"] == {"live": None, "sim": None, "error": None}
     # a side missing: nothing compared
     assert beside_routed({**live, "r1": None}, ROUTED, LOGGED) is None
     assert beside_routed(live, None, LOGGED) is None
@@ -115,12 +141,25 @@ def test_beside_routed_numbers_the_replicas_as_the_as_logged_router_does() -> No
 
 
 def test_an_idle_replica_keeps_the_pooled_figures() -> None:
-    live = {"r1": _live(0, 0, None), "r2": _live(1, 10, 0.25), "r3": _live(2, 10, 0.4)}
+    live = {
+        "r1": _live(0, 0, None),
+        "r2": _live(1, 10, 0.25, 0.05),
+        "r3": _live(2, 10, 0.4, 0.1),
+    }
     run = beside_routed(live, ROUTED, LOGGED)
     got = pooled_engines([run, run])
     assert got is not None
     assert got["engine_steps"] == {"live": 40, "sim": 40, "error": 0.0}
     assert got["ttft_mean_s"]["live"] == pytest.approx((0.25 + 2 * 0.4) / 3)
+    # each part weighted by the requests of its side: live (1 × 0.05 + 2 × 0.1) / 3,
+    # simulated r2 (sim replica 0: 1 call, 0.05) and r3 (replica 1: 2 calls, 0.1)
+    queue = got["queue_mean_s"]
+    assert queue["live"] == pytest.approx(0.25 / 3)
+    assert queue["sim"] == pytest.approx(0.25 / 3)
+    assert queue["error"] == pytest.approx(0.0)
+    prefill = got["prefill_mean_s"]
+    assert prefill["live"] == pytest.approx((0.9 * 0.25 - 0.05 + 2 * (0.9 * 0.4 - 0.1)) / 3)
+    assert prefill["sim"] == pytest.approx((0.15 + 2 * 0.2) / 3)
 
 
 def test_steps_not_comparable_keep_their_counts_without_an_error() -> None:
@@ -139,15 +178,15 @@ def test_pooled_engines_sums_steps_and_weights_times_by_requests() -> None:
             "llm_calls": {"live": 1, "sim": 1},
             "engine_steps": {"live": 10, "sim": 12, "error": 0.2},
             "ttft_mean_s": {"live": 1.0, "sim": 0.5, "error": -0.5},
-            "queue_mean_s": 0.1,
-            "prefill_mean_s": 0.5,
+            "queue_mean_s": {"live": 0.1, "sim": 0.05, "error": -0.5},
+            "prefill_mean_s": {"live": 0.5, "sim": 0.4, "error": -0.2},
         },
         "r2": {
             "llm_calls": {"live": 3, "sim": 3},
             "engine_steps": {"live": 30, "sim": 28, "error": None},
             "ttft_mean_s": {"live": 0.2, "sim": 0.3, "error": None},
-            "queue_mean_s": 0.02,
-            "prefill_mean_s": 0.1,
+            "queue_mean_s": {"live": 0.02, "sim": 0.01, "error": -0.5},
+            "prefill_mean_s": {"live": 0.1, "sim": None, "error": None},
         },
     }
     got = pooled_engines([run_a, run_a])
@@ -157,6 +196,10 @@ def test_pooled_engines_sums_steps_and_weights_times_by_requests() -> None:
     assert got["ttft_mean_s"]["live"] == pytest.approx(0.4)
     assert got["ttft_mean_s"]["sim"] == pytest.approx(0.35)
     assert got["ttft_mean_s"]["error"] == pytest.approx(0.35 / 0.4 - 1)
-    assert got["live_queue_mean_s"] == pytest.approx((0.1 + 3 * 0.02) / 4)
-    assert got["live_prefill_mean_s"] == pytest.approx((0.5 + 3 * 0.1) / 4)
+    assert got["queue_mean_s"]["live"] == pytest.approx((0.1 + 3 * 0.02) / 4)
+    assert got["queue_mean_s"]["sim"] == pytest.approx((0.05 + 3 * 0.01) / 4)
+    assert got["queue_mean_s"]["error"] == pytest.approx(0.08 / 0.16 - 1)
+    assert got["prefill_mean_s"]["live"] == pytest.approx((0.5 + 3 * 0.1) / 4)
+    # a replica with calls and no simulated part: no pooled part on that side
+    assert got["prefill_mean_s"]["sim"] is None and got["prefill_mean_s"]["error"] is None
     assert pooled_engines([run_a, None]) is None and pooled_engines([]) is None

@@ -268,7 +268,7 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
 
 def _engines(pooled: dict[str, Any]) -> str:
     """The replicas' own steps and TTFT against the simulator's on the live placement,
-    over a router's runs, with the live queue and prefill times beside them."""
+    over a router's runs, and the TTFT's two parts (queued; scheduled to first token)."""
     steps, ttft = pooled["engine_steps"], pooled["ttft_mean_s"]
     runs = f"{pooled['runs']} runs" if pooled["runs"] > 1 else "the run"
     compared = (
@@ -286,10 +286,16 @@ def _engines(pooled: dict[str, Any]) -> str:
             f"{_fleet_value('ttft_mean_s', ttft['sim'])} simulated "
             f"({_error('relative', ttft['error'])})"
         )
-    queue, prefill = pooled.get("live_queue_mean_s"), pooled.get("live_prefill_mean_s")
-    if queue is not None and prefill is not None:
-        text += (
-            f"; live, on the engine core's clock: queued {_fleet_value('ttft_mean_s', queue)}, "
-            f"scheduled to first token {_fleet_value('ttft_mean_s', prefill)}"
+    parts = [
+        f"{label} {_fleet_value('ttft_mean_s', pair['live'])} live, "
+        f"{_fleet_value('ttft_mean_s', pair['sim'])} simulated "
+        f"({_error('relative', pair['error'])})"
+        for label, pair in (
+            ("queued", pooled.get("queue_mean_s") or {}),
+            ("scheduled to first token", pooled.get("prefill_mean_s") or {}),
         )
+        if pair.get("live") is not None and pair.get("sim") is not None
+    ]
+    if parts:
+        text += "; live on the engine core's clock: " + ", ".join(parts)
     return text

@@ -232,8 +232,9 @@ def _simulate(workload: Workload, policy: Policy, cost: CostModel, config: Repla
                 # vLLM's engine core schedules once more to report the calls that finished;
                 # the pins that fell due during their step expire then
                 engine.expire_pins(now)
+                engine.tick(now)  # the change is on the timeline at once
                 unreported = False
-            # an idle engine does not step: its pins stay until the next arrival
+            # an idle engine does not step: pins due later stay until the next arrival
             if not events:
                 break
             now = max(now, events[0][0])

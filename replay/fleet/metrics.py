@@ -140,7 +140,10 @@ def replica_results(outcome: FleetOutcome) -> list[ReplicaResult]:
                 "programs_started": sum(1 for v in first_replica.values() if v == r),
                 "jct_mean_s": float(jct.mean()) if jct.size else None,
                 "ttft_mean_s": _mean([c.first_token - c.arrival for c in calls]),
-                "queue_mean_s": _mean([c.admitted - c.arrival for c in calls]),
+                # from reaching the replica's scheduler, as vLLM's queue time (not the send)
+                "queue_mean_s": _mean(
+                    [c.admitted - outcome.routes[(c.program, c.turn)].delivered for c in calls]
+                ),
                 "prefill_mean_s": _mean([c.first_token - c.admitted for c in calls]),
                 "prefix_hit_rate": s.hit_tokens / s.prompt_tokens if s.prompt_tokens else None,
                 "preemptions": s.preemptions,

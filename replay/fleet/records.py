@@ -22,7 +22,8 @@ class ReplicaResult(TypedDict):
     programs_started: int
     jct_mean_s: float | None
     ttft_mean_s: float | None
-    #: the TTFT's two parts: arrival to first scheduled, first scheduled to first token
+    #: the TTFT (from the send) and two of its parts: from reaching the replica's scheduler
+    #: to first scheduled, and from there to the first token
     queue_mean_s: float | None
     prefill_mean_s: float | None
     prefix_hit_rate: float | None

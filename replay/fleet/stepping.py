@@ -104,9 +104,10 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
     unreported, rep.unreported = rep.unreported, False
     while True:
         if engine.idle:
-            if unreported:
-                engine.expire_pins(now)  # the engine core's turn that reports the finishes
-            return  # an idle engine does not step: its pins stay until the next call
+            if unreported:  # the engine core's turn that reports the finishes
+                engine.expire_pins(now)
+                engine.tick(now)  # the change is on the timeline at once
+            return  # an idle engine does not step: pins due later stay until the next call
         horizon = engine.next_expiry()
         end = engine.merge_end(now, horizon)
         if end is not None:

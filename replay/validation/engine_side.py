@@ -79,7 +79,6 @@ def beside_routed(
     return out
 
 
-
 def pooled_engines(runs: Sequence[Mapping[str, Mapping[str, Any]] | None]) -> dict[str, Any] | None:
     """One router's runs' replicas together: steps summed; the TTFT and its two parts as
     means over every request (each replica's mean weighted by its requests), live and

@@ -105,7 +105,7 @@ def test_fleet_table_shows_the_engines_own_steps_and_ttft() -> None:
     text = console.export_text()
     assert "steps 1,288 live, 1,287 simulated (not compared: prompts longer than" in text
     assert (
-        "live on the engine core's clock: queued 0.020 s live, 0.015 s simulated (-25.0%), "
+        "; on the engine core's clock: queued 0.020 s live, 0.015 s simulated (-25.0%), "
         "scheduled to first token 0.250 s live, 0.200 s simulated (-20.0%)"
     ) in text
     live["engines_pooled"] = None  # type: ignore[assignment]

@@ -114,9 +114,7 @@ def _live(
 
 
 LOGGED = {("p", 0): "r3", ("p", 1): "r2", ("q", 0): "r3"}
-ROUTED: Any = {
-    "per_replica": [_sim_replica(0, 1, 9, 0.2, 0.05), _sim_replica(1, 2, 11, 0.3, 0.1)]
-}
+ROUTED: Any = {"per_replica": [_sim_replica(0, 1, 9, 0.2, 0.05), _sim_replica(1, 2, 11, 0.3, 0.1)]}
 
 
 def test_beside_routed_numbers_the_replicas_as_the_as_logged_router_does() -> None:

@@ -13,6 +13,7 @@ import pytest
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
 from replay.fleet import run as fleet_run
+from replay.fleet.metrics import replica_results
 from replay.fleet.routers import ROUTERS, RouterSettings
 from replay.fleet.routers.base import FleetView, RoutedCall
 from replay.fleet.routers.kv_aware import KvAware
@@ -71,6 +72,29 @@ def test_four_replicas_serve_every_call_once(workload, cost):
         if name == "round-robin":  # about 1 in 4 return: pins go to waste
             assert r["returned_share"] < 0.5 and r["pins_wasted"] > 0
             assert r["miss_reasons"]["routed_elsewhere"] > 0
+
+
+def test_per_replica_ttft_parts_start_where_vllms_do(workload, cost):
+    """A replica's queue time runs from a call reaching its scheduler (at the replica's
+    step boundary after the send, as vLLM stamps QUEUED in add_request) to its first
+    admission; the prefill time from there to its first token. Both fit in the TTFT,
+    which counts from the send."""
+    fleet = FleetSpec(2, RouterSettings("round-robin"))
+    outcome, _, _ = simulate_fleet_one(workload, PolicySpec("continuum"), cost, CONFIG, LOAD, fleet)
+    rows = replica_results(outcome)
+    waited = 0
+    for r, row in enumerate(rows):
+        calls = [c for c, at in zip(outcome.calls, outcome.call_replicas, strict=True) if at == r]
+        delivered = [outcome.routes[(c.program, c.turn)].delivered for c in calls]
+        queue = [c.admitted - d for c, d in zip(calls, delivered, strict=True)]
+        waited += sum(d > c.arrival for c, d in zip(calls, delivered, strict=True))
+        assert min(queue) >= 0.0
+        assert row["queue_mean_s"] == pytest.approx(np.mean(queue))
+        assert row["prefill_mean_s"] == pytest.approx(
+            np.mean([c.first_token - c.admitted for c in calls])
+        )
+        assert row["queue_mean_s"] + row["prefill_mean_s"] <= row["ttft_mean_s"] + 1e-12
+    assert waited > 0  # some calls were sent while their replica stepped
 
 
 def test_same_seed_same_fleet(workload, cost):

@@ -316,6 +316,51 @@ def test_an_idle_engine_keeps_its_pins_until_the_next_arrival(
     assert_same(fast, ours)
 
 
+def test_a_pin_due_in_the_step_that_empties_the_engine_goes_at_its_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pins at its finish and pauses 30 s; Z decodes on alone, and A's pin falls due
+    0.1 ms before the end of Z's last step. That step leaves nothing to run, and vLLM's
+    engine core schedules once more to report Z's finish: the plugin expires A's pin
+    then, at Z's finish, not at A's return 30 s later. The fast engine does the same, and
+    both backends' pinned block-seconds and pin timelines agree."""
+    programs = (
+        _program("A", 0.0, [(100, 4, 0, 30.0), (130, 4, 104, 0.0)]),
+        _program("Z", 0.0, [(50, 200, 0, 0.0)]),
+    )
+    engine = SimSchedulerConfig(kv_tokens=64 * 16, block_size=16, max_model_len=4096)
+
+    def case(ttl: float) -> Case:
+        spec = PolicySpec("static-ttl", ttl_s=ttl, valve="head")
+        return Case(Workload(programs), ReplayConfig(engine=engine), Load(), spec)
+
+    probe, _ = simulate_one(*_args(case(1000.0)))
+    finish = {(c.program, c.turn): c.finish for c in probe.calls}
+    z_end, a_end = finish[("Z", 0)], finish[("A", 0)]
+    chosen = case(z_end - a_end - 1e-4)
+    log = Log()
+    log.install(monkeypatch)
+    log.take()
+    fast, _ = simulate_one(*_args(chosen))
+    fast_events = log.take()
+    ours = run(*_args(chosen))
+    ours_events = log.take()
+    expired = [e for e in ours_events if e[0] == "expired"]
+    assert [(what, program) for what, program, _ in expired] == [("expired", "A")]
+    assert expired[0][2] == pytest.approx(z_end, rel=1e-9)
+    assert_same(fast_events, ours_events)
+    u, v = fast.engine.stats.pinned_block_seconds, ours.engine.stats.pinned_block_seconds
+    assert u == pytest.approx(v, rel=1e-9)
+    assert u == pytest.approx(7 * (z_end - a_end), rel=1e-6)  # A's 7 blocks until Z's end
+    s, t = fast.engine.timeline, ours.engine.timeline
+    assert [n for _, n in s] == [n for _, n in t]
+    assert [x for x, _ in s] == pytest.approx([x for x, _ in t], rel=1e-9)
+
+
+def _args(case: Case) -> tuple[Any, ...]:
+    return case.workload, case.spec, COST, case.config, case.load
+
+
 # ---------------------------------------------------------------------- random streams
 
 

@@ -297,5 +297,5 @@ def _engines(pooled: dict[str, Any]) -> str:
         if pair.get("live") is not None and pair.get("sim") is not None
     ]
     if parts:
-        text += "; live on the engine core's clock: " + ", ".join(parts)
+        text += "; on the engine core's clock: " + ", ".join(parts)
     return text

@@ -22,6 +22,12 @@ class DecodeRun(NamedTuple):
     blocks: int
     #: the decode set's ``decode_steps`` once its first member finishes
     first_finish: int
+    #: the members and their computed tokens at the first step (what the run is priced on)
+    seqs: int
+    kv_tokens: int
+    #: the run's seconds (``cost.decode_run_s``): a replica waiting on the run ends its
+    #: wait then, and taking the run prices it so, without reading the set again
+    seconds: float
 
 
 def plan_decode_run(
@@ -64,31 +70,24 @@ def plan_decode_run(
     steps, blocks = decoders.blocks_for(steps, free_blocks)
     if steps <= 0:
         return None
-    return DecodeRun(steps, blocks, first_finish)
+    return DecodeRun(steps, blocks, first_finish, seqs, kv0, cost.decode_run_s(seqs, kv0, steps))
 
 
-def run_seconds(cost: CostModel, seqs: int, kv_tokens: int, steps: int) -> tuple[float, float]:
-    """(seconds, the longest step's seconds) of ``steps`` decode steps of ``seqs``
-    requests holding ``kv_tokens`` at the first; the longest is the first or the last
-    (the price is linear in KV)."""
+def run_seconds(cost: CostModel, run: DecodeRun) -> tuple[float, float]:
+    """(seconds, the longest step's seconds) of ``run``; the longest is the first or the
+    last (the price is linear in KV)."""
+    seqs, kv_tokens = run.seqs, run.kv_tokens
     longest = max(
-        cost.decode_s(seqs, kv_tokens), cost.decode_s(seqs, kv_tokens + seqs * (steps - 1))
+        cost.decode_s(seqs, kv_tokens), cost.decode_s(seqs, kv_tokens + seqs * (run.steps - 1))
     )
-    return cost.decode_run_s(seqs, kv_tokens, steps), longest
+    return run.seconds, longest
 
 
 def plan_key(
-    decoders: DecodeSet, pool: KVPool, waiting: int, now: float, horizon: float
+    decoders: DecodeSet, pool: KVPool, waiting: int, now: float, horizon: float, seqs: int, kv: int
 ) -> tuple[float, ...]:
-    """What a run's plan from ``now`` to ``horizon`` reads: the same key, the same plan
-    (a fleet replica plans its run when it starts waiting and takes it unchanged)."""
-    return (
-        now,
-        horizon,
-        decoders.decode_steps,
-        len(decoders.members),
-        decoders.kv_tokens(),
-        pool.free_blocks,
-        pool.changes,
-        waiting,
-    )
+    """What a run's plan from ``now`` to ``horizon`` reads (``seqs`` and ``kv``: the
+    decode set's members and :meth:`~replay.decoders.DecodeSet.kv_tokens`): the same key,
+    the same plan (a fleet replica plans its run when it starts waiting and takes it
+    unchanged)."""
+    return (now, horizon, decoders.decode_steps, seqs, kv, pool.free_blocks, pool.changes, waiting)

@@ -648,12 +648,9 @@ class SimScheduler:
         if run is None:
             return 0.0, []
         decoders = self.decoders
-        num_decodes = len(decoders.members)
-        kv0 = decoders.kv_tokens()
-        cost = self.cost
         if run.blocks:
             self.pool.take(run.blocks)
-        total, longest = run_seconds(cost, num_decodes, kv0, run.steps)
+        total, longest = run_seconds(self.cost, run)
         decoders.decode_steps += run.steps
         stats = self.stats
         stats.steps += run.steps
@@ -681,9 +678,9 @@ class SimScheduler:
         run = self._decode_run(now, horizon)
         if run is None:
             return None
-        decoders = self.decoders
-        self._planned = (plan_key(decoders, self.pool, len(self.waiting), now, horizon), run)
-        return now + self.cost.decode_run_s(len(decoders.members), decoders.kv_tokens(), run.steps)
+        d, seqs, kv = self.decoders, run.seqs, run.kv_tokens
+        self._planned = (plan_key(d, self.pool, len(self.waiting), now, horizon, seqs, kv), run)
+        return now + run.seconds
 
     def _decode_run(self, now: float, horizon: float) -> DecodeRun | None:
         """The merged run from ``now`` (None: none; every running request must decode).
@@ -692,8 +689,9 @@ class SimScheduler:
         planned = self._planned
         if planned is not None:
             self._planned = None
-            key = plan_key(self.decoders, self.pool, len(self.waiting), now, horizon)
-            if planned[0] == key and len(self.decoders.members) == len(self.running):
+            d, seqs = self.decoders, len(self.decoders.members)
+            key = plan_key(d, self.pool, len(self.waiting), now, horizon, seqs, d.kv_tokens())
+            if planned[0] == key and seqs == len(self.running):
                 return planned[1]
         if len(self.decoders.members) != len(self.running):
             return None

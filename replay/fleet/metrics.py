@@ -141,7 +141,7 @@ def replica_results(outcome: FleetOutcome) -> list[ReplicaResult]:
                 "jct_mean_s": float(jct.mean()) if jct.size else None,
                 "ttft_mean_s": _mean([c.first_token - c.arrival for c in calls]),
                 # from reaching the replica's scheduler, as vLLM's queue time (not the send)
-                "queue_mean_s": _mean(
+                "scheduler_queue_mean_s": _mean(
                     [c.admitted - outcome.routes[(c.program, c.turn)].delivered for c in calls]
                 ),
                 "prefill_mean_s": _mean([c.first_token - c.admitted for c in calls]),

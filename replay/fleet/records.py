@@ -23,8 +23,9 @@ class ReplicaResult(TypedDict):
     jct_mean_s: float | None
     ttft_mean_s: float | None
     #: the TTFT (from the send) and two of its parts: from reaching the replica's scheduler
-    #: to first scheduled, and from there to the first token
-    queue_mean_s: float | None
+    #: to first scheduled (vLLM's queue time; the fleet's ``queue_mean_s`` counts from the
+    #: send, as one engine's does), and from there to the first token
+    scheduler_queue_mean_s: float | None
     prefill_mean_s: float | None
     prefix_hit_rate: float | None
     preemptions: int

@@ -38,6 +38,11 @@ def _relative(sim: float | None, live: float | None) -> float | None:
 TIMES = ("ttft_mean_s", "queue_mean_s", "prefill_mean_s")
 
 
+#: where a replica's simulated figure has another name than the live one (a replay's
+#: ``queue_mean_s`` counts from the send; vLLM's queue time from reaching the scheduler)
+SIM_NAMES = {"queue_mean_s": "scheduler_queue_mean_s"}
+
+
 def _pair(live: float | None, sim: float | None) -> dict[str, float | None]:
     return {"live": live, "sim": sim, "error": _relative(sim, live)}
 
@@ -75,7 +80,7 @@ def beside_routed(
                 "error": _relative(sim_steps, mine["engine_steps"]) if steps_comparable else None,
             },
             "steps_comparable": steps_comparable,
-        } | {key: _pair(mine.get(key), sim.get(key)) for key in TIMES}
+        } | {key: _pair(mine.get(key), sim.get(SIM_NAMES.get(key, key))) for key in TIMES}
     return out
 
 

@@ -94,7 +94,7 @@ def _sim_replica(
         "llm_calls": calls,
         "engine_steps": steps,
         "ttft_mean_s": ttft,
-        "queue_mean_s": queue,
+        "scheduler_queue_mean_s": queue,
         "prefill_mean_s": prefill,
     }
 

@@ -14,8 +14,9 @@ the run's share. What each is, in vLLM 0.32 (``vllm/v1/metrics/``):
   progress, the queue, the prefill and the hand-over from the engine core are.
 - ``vllm:request_queue_time_seconds`` and ``vllm:request_prefill_time_seconds``: per
   finished request, from the engine core's own timestamps: queued to first scheduled, and
-  first scheduled to first token. Kept beside the TTFT (not compared): they split it into
-  queueing and the price of the steps.
+  first scheduled to first token. They split the TTFT into queueing and the price of the
+  steps, and are compared with the same spans of the simulated calls
+  (:mod:`~replay.validation.engine_side`).
 """
 
 from __future__ import annotations

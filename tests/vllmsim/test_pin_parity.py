@@ -31,7 +31,8 @@ from profiles.shipped import resolve
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, simulate_one
 from replay.scheduler import SimScheduler, SimSchedulerConfig
-from replay.sim import ReplayConfig
+from replay.sim import Outcome, ReplayConfig
+from replay.vllmsim.outcome import Outcome as VllmOutcome
 from replay.vllmsim.run import run
 from replay.workload import AgentProgram, Call, Workload
 from tests.vllmsim.differential import Case, cases, continuum_bundles
@@ -147,11 +148,18 @@ class Log:
 
 
 def both(case: Case, log: Log) -> tuple[list[Event], list[Event]]:
+    """The pin events of ``case`` on the fast backend and on vLLM's scheduler."""
+    fast, ours, _, _ = replayed(case, log)
+    return fast, ours
+
+
+def replayed(case: Case, log: Log) -> tuple[list[Event], list[Event], Outcome, VllmOutcome]:
+    """:func:`both`, with each backend's outcome."""
     log.take()
-    simulate_one(case.workload, case.spec, COST, case.config, case.load)
-    fast = log.take()
-    run(case.workload, case.spec, COST, case.config, case.load)
-    return fast, log.take()
+    fast, _ = simulate_one(case.workload, case.spec, COST, case.config, case.load)
+    fast_events = log.take()
+    ours = run(case.workload, case.spec, COST, case.config, case.load)
+    return fast_events, log.take(), fast, ours
 
 
 def assert_same(fast: list[Event], ours: list[Event]) -> None:
@@ -334,17 +342,14 @@ def test_a_pin_due_in_the_step_that_empties_the_engine_goes_at_its_end(
         spec = PolicySpec("static-ttl", ttl_s=ttl, valve="head")
         return Case(Workload(programs), ReplayConfig(engine=engine), Load(), spec)
 
-    probe, _ = simulate_one(*_args(case(1000.0)))
+    wide = case(1000.0)  # A's pin outlives the run: the finish times to place τ by
+    probe, _ = simulate_one(wide.workload, wide.spec, COST, wide.config, wide.load)
     finish = {(c.program, c.turn): c.finish for c in probe.calls}
     z_end, a_end = finish[("Z", 0)], finish[("A", 0)]
     chosen = case(z_end - a_end - 1e-4)
     log = Log()
     log.install(monkeypatch)
-    log.take()
-    fast, _ = simulate_one(*_args(chosen))
-    fast_events = log.take()
-    ours = run(*_args(chosen))
-    ours_events = log.take()
+    fast_events, ours_events, fast, ours = replayed(chosen, log)
     expired = [e for e in ours_events if e[0] == "expired"]
     assert [(what, program) for what, program, _ in expired] == [("expired", "A")]
     assert expired[0][2] == pytest.approx(z_end, rel=1e-9)
@@ -355,10 +360,6 @@ def test_a_pin_due_in_the_step_that_empties_the_engine_goes_at_its_end(
     s, t = fast.engine.timeline, ours.engine.timeline
     assert [n for _, n in s] == [n for _, n in t]
     assert [x for x, _ in s] == pytest.approx([x for x, _ in t], rel=1e-9)
-
-
-def _args(case: Case) -> tuple[Any, ...]:
-    return case.workload, case.spec, COST, case.config, case.load
 
 
 # ---------------------------------------------------------------------- random streams

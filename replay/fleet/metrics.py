@@ -145,6 +145,7 @@ def replica_results(outcome: FleetOutcome) -> list[ReplicaResult]:
                     [c.admitted - outcome.routes[(c.program, c.turn)].delivered for c in calls]
                 ),
                 "prefill_mean_s": _mean([c.first_token - c.admitted for c in calls]),
+                "decode_mean_s": _mean([c.finish - c.first_token for c in calls]),
                 "prefix_hit_rate": s.hit_tokens / s.prompt_tokens if s.prompt_tokens else None,
                 "preemptions": s.preemptions,
                 "engine_busy_s": s.busy_s,

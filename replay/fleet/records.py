@@ -27,6 +27,8 @@ class ReplicaResult(TypedDict):
     #: send, as one engine's does), and from there to the first token
     scheduler_queue_mean_s: float | None
     prefill_mean_s: float | None
+    #: from the first token to the last (vLLM's decode time)
+    decode_mean_s: float | None
     prefix_hit_rate: float | None
     preemptions: int
     engine_busy_s: float

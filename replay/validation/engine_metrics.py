@@ -17,6 +17,8 @@ the run's share. What each is, in vLLM 0.32 (``vllm/v1/metrics/``):
   first scheduled to first token. They split the TTFT into queueing and the price of the
   steps, and are compared with the same spans of the simulated calls
   (:mod:`~replay.validation.engine_side`).
+- ``vllm:request_decode_time_seconds``: per finished request, from its first token to its
+  last, on the engine core's clock: the rest of a call's time at the replica.
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ QUEUE_SUM = "vllm:request_queue_time_seconds_sum"
 QUEUE_COUNT = "vllm:request_queue_time_seconds_count"
 PREFILL_SUM = "vllm:request_prefill_time_seconds_sum"
 PREFILL_COUNT = "vllm:request_prefill_time_seconds_count"
+DECODE_SUM = "vllm:request_decode_time_seconds_sum"
+DECODE_COUNT = "vllm:request_decode_time_seconds_count"
 #: needed for a comparison; the others are kept where the server has them
 REQUIRED = (STEPS, TTFT_SUM, TTFT_COUNT)
-OPTIONAL = (QUEUE_SUM, QUEUE_COUNT, PREFILL_SUM, PREFILL_COUNT)
+OPTIONAL = (QUEUE_SUM, QUEUE_COUNT, PREFILL_SUM, PREFILL_COUNT, DECODE_SUM, DECODE_COUNT)
 
 
 class ScrapeFailed(ValidateError):
@@ -68,8 +72,8 @@ def _mean(
 def engine_delta(
     before: Mapping[str, float] | None, after: Mapping[str, float] | None
 ) -> dict[str, Any] | None:
-    """A replica's steps, requests, mean TTFT, queue and prefill times over a run (None:
-    a side not read)."""
+    """A replica's steps, requests, mean TTFT, queue, prefill and decode times over a run
+    (None: a side not read)."""
     if before is None or after is None:
         return None
     return {
@@ -79,4 +83,5 @@ def engine_delta(
         "ttft_mean_s": _mean(before, after, TTFT_SUM, TTFT_COUNT),
         "queue_mean_s": _mean(before, after, QUEUE_SUM, QUEUE_COUNT),
         "prefill_mean_s": _mean(before, after, PREFILL_SUM, PREFILL_COUNT),
+        "decode_mean_s": _mean(before, after, DECODE_SUM, DECODE_COUNT),
     }

@@ -11,7 +11,8 @@ simulator batched the calls as the engines did and the time to a first token is 
 live; its two parts, on the engine core's clock live (``vllm:request_queue_time_seconds``
 and ``vllm:request_prefill_time_seconds``) and from the simulated calls' admission beside
 them, say whether the calls waited longer for their first step or took longer from there
-to a first token.
+to a first token; the decode time (first token to last) is the rest of a call's time at
+its replica.
 
 Steps are compared only where every simulated step is one vLLM counts: vLLM observes its
 step histogram only for steps that return an output, so when a prompt is longer than the
@@ -34,8 +35,8 @@ def _relative(sim: float | None, live: float | None) -> float | None:
 
 
 #: the per-request mean times set side by side: the TTFT at the replica (live on its API
-#: server's clock) and its two parts (live on the engine core's clock)
-TIMES = ("ttft_mean_s", "queue_mean_s", "prefill_mean_s")
+#: server's clock), its two parts and the decode after it (live on the engine core's clock)
+TIMES = ("ttft_mean_s", "queue_mean_s", "prefill_mean_s", "decode_mean_s")
 
 
 #: where a replica's simulated figure has another name than the live one (a replay's
@@ -106,7 +107,8 @@ def pooled_engines(runs: Sequence[Mapping[str, Mapping[str, Any]] | None]) -> di
             sim_steps += steps["sim"]
             for key in TIMES:
                 for side in ("live", "sim"):
-                    acc, value = sums[key][side], rep[key][side]
+                    # a part not read (a run from before it was) is missing
+                    acc, value = sums[key][side], (rep.get(key) or {}).get(side)
                     if acc is None or not calls[side]:
                         continue
                     if value is None:

@@ -33,9 +33,11 @@ side is a mean over runs); the trace's own timing is kept beside it
 (``compare_one_timing``). ``timing_draws`` 0: none is drawn, and the figures compared are
 the one simulation on the trace's own timing.
 
-The profile, when none is given, is measured in every repeat and the K measurements are
-pooled into one that prices every run (:mod:`replay.validation.fleet_profile`); the
-document keeps each measurement (its source, time, own fit and timings) beside it.
+The profile, when none is given, is measured in every repeat
+(:mod:`replay.validation.fleet_profile`); each repeat's runs are priced by that repeat's
+own measurement, and by the K measurements pooled into one beside it
+(:mod:`replay.validation.fleet_rows`; the goal is judged on both, the first counting).
+The document keeps each measurement (its source, time, own fit and timings).
 """
 
 from __future__ import annotations
@@ -44,29 +46,27 @@ import json
 import shlex
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from profiles.router_calibration import RouterCalibration
 from profiles.schema import Profile
-from replay.figures import PolicyResult
 from replay.fleet.routers import RouterSettings
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
-from replay.validation import engine_side
 from replay.validation.engine_metrics import ScrapeFailed, engine_delta, scrape
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured, measurable, measure_replica, pooled
-from replay.validation.fleet_runs import goal, mean_sim, merge_fleet_runs, run_rankings
+from replay.validation.fleet_rows import LiveRun, simulate_runs
+from replay.validation.fleet_runs import (
+    goal,
+    goal_repriced,
+    mean_sim,
+    merge_fleet_runs,
+    run_rankings,
+)
 from replay.validation.fleet_sim import (
-    compare_fleet,
-    jct_goal,
-    live_placement,
     router_ranking,
-    simulate_as_routed,
-    simulate_fleets,
-    simulate_timings,
 )
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sim_side import SimSide
@@ -99,18 +99,6 @@ def router_setup(
     auto = {"program_scheduling_enable_key": "auto"}
     value = calibration.flag_value(auto) if calibration is not None else json.dumps(auto)
     return PROGRAM_SCHEDULING_POLICY, value
-
-
-def fleet_row(live: dict[str, Any], order: dict[str, list[str]]) -> dict[str, Any]:
-    """One router's figures: the live run's means and the replicas' arrivals."""
-    return {
-        "jct_mean_s": live.get("jct_mean_s"),
-        "ttft_mean_s": live.get("ttft_mean_s"),
-        "hit_rate": (live.get("server") or {}).get("client_hit_rate"),
-        "returned_share": arrivals.returned_share(order),
-        "calls_per_replica": arrivals.per_replica(order),
-        "returned_from": "replica arrivals (ttlctl.server.arrivals)",
-    }
 
 
 def validate_fleet(
@@ -189,7 +177,7 @@ def validate_fleet(
     # made only once the arguments are known good: bad input leaves no folder behind
     work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-"))
     work_dir.mkdir(parents=True, exist_ok=True)
-    runs: list[_LiveRun] = []
+    runs: list[LiveRun] = []
     measured: list[Measured] = []
     # run k of every (policy, router) before run k + 1 of any: a drift in the machine's
     # speed then falls on every router alike
@@ -273,7 +261,8 @@ def validate_fleet(
                 order = arrivals.read(made.arrivals)
                 logged = live_worker_order(fleet.router.log_path, list(made.urls.values()))
                 runs.append(
-                    _LiveRun(
+                    LiveRun(
+                        rep,
                         name,
                         policy,
                         result,
@@ -308,7 +297,9 @@ def validate_fleet(
                     )
                 )
     assert info is not None  # set in the first fleet
-    if profile is None:  # measured: one measurement a repeat, pooled
+    #: each repeat's own measurement, which prices that repeat's runs (none: given)
+    own = {m.repeat - 1: m.fitted for m in measured}
+    if profile is None:  # measured: one measurement a repeat, and all of them pooled
         profile, profile_source = pooled(measured)
     engine = sim_engine_config(
         info,
@@ -325,17 +316,8 @@ def validate_fleet(
         bundle=bundle_doc,
         settings=sim_settings(routers, calibration, program_scheduling_json),
     )
-    notes: dict[str, str] = {}
-    per_run: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    live: dict[str, dict[str, list[Any]]] = {}
-    sim: dict[str, dict[str, list[Any]]] = {}
-    fleets: dict[str, dict[str, list[Any]]] = {}
-    for run in runs:
-        row, simulated = _simulated_row(run, work, side, timings, notes=notes)
-        per_run.setdefault(run.policy, {}).setdefault(run.router, []).append(row)
-        live.setdefault(run.policy, {}).setdefault(run.router, []).append(run.result)
-        sim.setdefault(run.policy, {}).setdefault(run.router, []).append(simulated)
-        fleets.setdefault(run.policy, {}).setdefault(run.router, []).append(run.fleet)
+    priced = simulate_runs(runs, work, side, own, timings)
+    per_run, per_repeat = priced.rows, priced.per_repeat
     rows = {name: {r: merge_fleet_runs(per_run[name][r]) for r in routers} for name in names}
     rankings: dict[str, dict[str, Any]] = {}
     goals: dict[str, dict[str, Any]] = {}
@@ -353,6 +335,11 @@ def validate_fleet(
                 goal({r: per_run[name][r][k] for r in routers}, by_run[k]) for k in range(repeats)
             ],
             "run_rankings": by_run,
+            #: the goal with every run priced by the pooled profile (None: one profile
+            #: priced every run)
+            "pooled_profile": goal_repriced(per_run[name], "compare_pooled")
+            if per_repeat
+            else None,
         }
     return {
         "replicas": replicas,
@@ -366,15 +353,18 @@ def validate_fleet(
         "calls": work.calls,
         "rows": rows,
         # one run: its document as it is; several: a list, one per run
-        "live": _single(live, repeats),
+        "live": _single(priced.live, repeats),
         # each run simulated on the trace's own timing (the rows' ``compare`` is the mean
         # over the perturbed timings, ``compare_one_timing`` this one)
-        "sim": _single(sim, repeats),
-        "sim_notes": notes,
+        "sim": _single(priced.sim, repeats),
+        "sim_notes": priced.notes,
         "ranking": rankings,
         "goal": goals,
         "profile": {
             "source": profile_source,
+            #: how the runs were priced: "per repeat" (each run by its repeat's own
+            #: measurement; ``doc`` is the pooled profile, compared beside it), else "one"
+            "pricing": "per repeat" if per_repeat else "one",
             "doc": profile.to_json(),
             #: the measurements it was fitted on, in time order (none: given), each with its
             #: own fit and its timings
@@ -382,24 +372,12 @@ def validate_fleet(
         },
         "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
         "server_info": info.to_json(),
-        "fleets": _single(fleets, repeats),
+        "fleets": _single(priced.fleets, repeats),
         "bundle": None if bundle is None else str(bundle),
         #: each replica's CPUs (None: unpinned, every replica on every CPU)
         "cpu_sets": None if sets is None else [list(s) for s in sets],
         "work_dir": str(work_dir),
     }
-
-
-@dataclass(frozen=True, slots=True)
-class _LiveRun:
-    """One live run of ``policy`` behind ``router``: its result, each session's replicas
-    in arrival order, and the fleet it ran on."""
-
-    policy: str
-    router: str
-    result: dict[str, Any]
-    order: dict[str, list[str]]
-    fleet: dict[str, Any]
 
 
 def _scraped(url: str, warn: Callable[[str], None] | None) -> dict[str, float] | None:
@@ -427,74 +405,6 @@ def live_worker_order(log_path: Path, urls: Sequence[str]) -> list[str] | None:
         return None
     order = router.worker_order(text)
     return order if order is not None and sorted(order) == sorted(urls) else None
-
-
-def _simulated_row(
-    run: _LiveRun,
-    work: Workload,
-    side: SimSide,
-    timings: Timings,
-    *,
-    notes: dict[str, str],
-) -> tuple[dict[str, Any], PolicyResult | None]:
-    """One live run's row, with its simulated side: the same programs on replicas in the
-    live router's own worker order (simulated replica i is its i-th worker, so
-    ``round_robin`` starts where it did and ties break as there), with the live URLs
-    (the hashing routers place by them), compared by its mean over ``timings`` (perturbed
-    arrival timings; with no draws, by the trace's own timing), and on the trace's own
-    timing; and, with each call on the replica it reached live, the engines' share of the
-    error. ``notes``: why a router was not simulated."""
-    fleet_doc = run.fleet
-    urls = fleet_doc["worker_order"] or [r["url"] for r in fleet_doc["replicas"].values()]
-    by_url = {r["url"]: name for name, r in fleet_doc["replicas"].items()}
-    simulated, why = simulate_fleets(
-        work,
-        side,
-        policies=[run.policy],
-        routers=[run.router],
-        worker_urls={run.policy: {run.router: urls}},
-    )
-    notes.update(why)
-    result = simulated[run.policy][run.router]
-    row = fleet_row(run.result, run.order)
-    drawn = None
-    if timings.draws > 0 and result is not None:
-        drawn = simulate_timings(
-            work, side, timings, policy=run.policy, router=run.router, worker_urls=urls
-        )
-    #: the simulated figures: their mean over the perturbed timings when drawn
-    row["compare"] = compare_fleet(result if drawn is None else drawn, row)
-    #: the simulator on the trace's own timing alone (one draw of the spread)
-    row["compare_one_timing"] = compare_fleet(result, row)
-    row["sim_timings"] = None if drawn is None else drawn["timings"]
-    row["jct_within_10pct"] = jct_goal(row["compare"])
-    row["sim_note"] = notes.get(run.router)
-    #: the simulated calls per live replica (simulated replica i: the router's i-th worker),
-    #: on the trace's own timing (the one simulation ``sim`` keeps; ``compare`` is the mean
-    #: over the perturbed timings)
-    row["sim_calls_per_replica"] = (
-        None
-        if result is None
-        else {by_url[urls[p["replica"]]]: p["llm_calls"] for p in result.get("per_replica", [])}
-    )
-    placed = live_placement(work, run.order)
-    routed = None
-    if placed is not None:
-        routed = simulate_as_routed(work, side, policy=run.policy, logged=placed)
-    #: the simulator with each call on the replica it reached live (None: the replicas'
-    #: arrivals do not name every call's program)
-    row["compare_as_routed"] = None if routed is None else compare_fleet(routed, row)
-    #: each replica's steps and engine TTFT, live (its /metrics) and simulated on the live
-    #: placement: whether the schedule or the price of a step is off
-    budget = side.engine.max_num_batched_tokens
-    row["engines_as_routed"] = engine_side.beside_routed(
-        {name: r.get("engine") for name, r in fleet_doc["replicas"].items()},
-        routed,
-        placed,
-        # vLLM counts only steps with an output: a chunked prefill's other steps are not
-        steps_comparable=all(c.input_tokens <= budget for p in work.programs for c in p.calls),
-    )
-    return row, result
 
 
 def sim_settings(

@@ -8,15 +8,18 @@ the replicas are pinned to CPUs of their own, the other replicas serve a steady 
 meanwhile (:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside
 it live. One server per policy (:mod:`replay.validation.crosscheck`): one measurement
 after each live run of the first policy, on its server (:func:`measure_policy_server`).
-Every simulated run is priced by ONE profile pooled over the K measurements
-(:func:`pooled`: :func:`profiles.engine_fit.fit_samples`, every timing of every
-measurement put together point by point, the median taken, then the one fit a single
-measurement uses). The raw timings are pooled rather than the K fitted profiles: a fit's
-terms trade off against each other (one fit puts into its intercept what another puts
-into its per-token term), so a median of coefficients need not be a profile any timing
-supports. A profile measured once is a ±10% input on a shared CPU machine (two measured
-the same way hours apart differed term by term by 12–76%); pooled over the window the
-live runs span, it sees the machine they see.
+A fleet's runs are priced each by its own repeat's measurement
+(:mod:`replay.validation.fleet_rows`: the machine's speed drifts within a window, and a
+repeat's runs ran at the speed its measurement saw), and beside it, as the single-server
+path prices every run, by ONE profile pooled over the K measurements (:func:`pooled`:
+:func:`profiles.engine_fit.fit_samples`, every timing of every measurement put together
+point by point, the median taken, then the one fit a single measurement uses). The raw
+timings are pooled rather than the K fitted profiles: a fit's terms trade off against
+each other (one fit puts into its intercept what another puts into its per-token term),
+so a median of coefficients need not be a profile any timing supports. A profile
+measured once is a ±10% input on a shared CPU machine (two measured the same way hours
+apart differed term by term by 12–76%); pooled over the window the live runs span, it
+sees the machine they see on average.
 
 Each measurement takes :data:`MEASURE_REPEATS` timings at each point: about 15 s for the
 55M test model on one CPU, twice that at 4; pooled over K repeats, more timings a

@@ -3,7 +3,7 @@
 Each live run of a (policy, router) has its own fresh fleet, so its own ports (the
 hashing routers place sessions by them) and its own worker order (the router draws it at
 each start): each run is simulated with its own URLs, and gets its own row
-(:func:`~replay.validation.fleet.fleet_row` with its errors). :func:`merge_fleet_runs`
+(:func:`~replay.validation.fleet_rows.fleet_row` with its errors). :func:`merge_fleet_runs`
 makes the K rows one: the live figures' mean over the runs and their range, the
 simulated figures' mean (for a router that reads neither the URLs nor their order the K
 simulated figures are one figure), the errors of that mean against the live mean, and the
@@ -53,8 +53,9 @@ def merge_fleet_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ``runs_within_10pct`` (how many single runs are), ``compare_as_routed`` (the mean of
     the runs' simulations on the live placement, where every run has one),
     ``compare_one_timing`` (the mean of their simulations on the trace's own timing alone,
-    where every run has one), ``engines_pooled`` (the replicas' steps and engine TTFT
-    over every run, live and on the live placement:
+    where every run has one), ``compare_pooled`` (the mean of their simulations priced by
+    the pooled profile, where every run has one), ``engines_pooled`` (the replicas' steps
+    and engine TTFT over every run, live and on the live placement:
     :func:`~replay.validation.engine_side.pooled_engines`) and ``runs``.
     One run is returned as it is, with its ``engines_pooled``."""
     if not runs:
@@ -80,6 +81,9 @@ def merge_fleet_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged["engines_pooled"] = pooled_engines([r.get("engines_as_routed") for r in runs])
     one = mean_sim(runs, "compare_one_timing")
     merged["compare_one_timing"] = None if one is None else compare_fleet(one, merged)
+    if all(r.get("compare_pooled") for r in runs):
+        pooled = mean_sim(runs, "compare_pooled")
+        merged["compare_pooled"] = None if pooled is None else compare_fleet(pooled, merged)
     drawn = runs[0].get("sim_timings")
     #: the draws' settings (each run keeps its figures' ranges over its draws)
     merged["sim_timings"] = (
@@ -120,3 +124,23 @@ def goal(rows: Mapping[str, Mapping[str, Any]], ranking: Mapping[str, Any]) -> b
     if None in within or same is None:
         return None
     return all(within) and bool(same)
+
+
+def goal_repriced(runs: Mapping[str, Sequence[Mapping[str, Any]]], key: str) -> dict[str, Any]:
+    """The goal on the means with each run's ``key`` comparison (another pricing of the
+    same runs) taken as its simulated side: ``met``, each router's mean-JCT ``errors`` and
+    the ``ranking``. ``runs``: {router: its runs' rows}."""
+    repriced = {
+        router: [{**r, "compare": r[key], "jct_within_10pct": jct_goal(r[key])} for r in each]
+        for router, each in runs.items()
+    }
+    rows = {router: merge_fleet_runs(each) for router, each in repriced.items()}
+    ranking = router_ranking({r: mean_sim(each) for r, each in repriced.items()}, rows)
+    return {
+        "met": goal(rows, ranking),
+        "errors": {
+            router: next(c["error"] for c in row["compare"] if c["metric"] == "jct_mean_s")
+            for router, row in rows.items()
+        },
+        "ranking": ranking,
+    }

@@ -98,6 +98,7 @@ def test_fleet_table_shows_the_engines_own_steps_and_ttft() -> None:
     live["engines_pooled"] |= {  # type: ignore[operator]
         "queue_mean_s": {"live": 0.02, "sim": 0.015, "error": -0.25},
         "prefill_mean_s": {"live": 0.25, "sim": 0.2, "error": -0.2},
+        "decode_mean_s": {"live": 0.5, "sim": 0.45, "error": -0.1},
         "steps_comparable": False,
     }
     console = Console(record=True, width=600)
@@ -106,7 +107,8 @@ def test_fleet_table_shows_the_engines_own_steps_and_ttft() -> None:
     assert "steps 1,288 live, 1,287 simulated (not compared: prompts longer than" in text
     assert (
         "; on the engine core's clock: queued 0.020 s live, 0.015 s simulated (-25.0%), "
-        "scheduled to first token 0.250 s live, 0.200 s simulated (-20.0%)"
+        "scheduled to first token 0.250 s live, 0.200 s simulated (-20.0%), "
+        "first token to last 0.500 s live, 0.450 s simulated (-10.0%)"
     ) in text
     live["engines_pooled"] = None  # type: ignore[assignment]
     console = Console(record=True, width=250)

@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from replay.validation.engine_metrics import (
+    DECODE_COUNT,
+    DECODE_SUM,
     PREFILL_COUNT,
     PREFILL_SUM,
     QUEUE_COUNT,
@@ -38,19 +40,22 @@ vllm:request_queue_time_seconds_count{engine="0",model_name="m"} 46.0
 vllm:request_queue_time_seconds_sum{engine="0",model_name="m"} 0.674
 vllm:request_prefill_time_seconds_count{engine="0",model_name="m"} 46.0
 vllm:request_prefill_time_seconds_sum{engine="0",model_name="m"} 8.694
+vllm:request_decode_time_seconds_count{engine="0",model_name="m"} 46.0
+vllm:request_decode_time_seconds_sum{engine="0",model_name="m"} 31.25
 """
 
 
 def _values(text: str) -> dict[str, float]:
     values = prom.parse_metrics(text)
     keys = (STEPS, TTFT_SUM, TTFT_COUNT, QUEUE_SUM, QUEUE_COUNT, PREFILL_SUM, PREFILL_COUNT)
+    keys += (DECODE_SUM, DECODE_COUNT)
     return {k: values[k] for k in keys if k in values}
 
 
-def test_delta_reads_steps_ttft_queue_and_prefill_from_the_histograms() -> None:
+def test_delta_reads_steps_ttft_queue_prefill_and_decode_from_the_histograms() -> None:
     # a request before the run
     before = {STEPS: 2.0, TTFT_SUM: 0.5, TTFT_COUNT: 1.0, QUEUE_SUM: 0.074, QUEUE_COUNT: 1.0}
-    before |= {PREFILL_SUM: 0.694, PREFILL_COUNT: 1.0}
+    before |= {PREFILL_SUM: 0.694, PREFILL_COUNT: 1.0, DECODE_SUM: 1.25, DECODE_COUNT: 1.0}
     got = engine_delta(before, _values(METRICS))
     assert got is not None
     assert got["engine_steps"] == 220 and got["requests"] == 45
@@ -58,6 +63,7 @@ def test_delta_reads_steps_ttft_queue_and_prefill_from_the_histograms() -> None:
     assert got["ttft_mean_s"] == pytest.approx(12.209 / 45)
     assert got["queue_mean_s"] == pytest.approx(0.6 / 45)
     assert got["prefill_mean_s"] == pytest.approx(8.0 / 45)
+    assert got["decode_mean_s"] == pytest.approx(30.0 / 45)
     # buckets are not steps: only the histogram's count is
     assert _values(METRICS)[STEPS] == 222.0
 
@@ -72,6 +78,7 @@ def test_delta_without_requests_without_the_optional_series_and_without_a_side()
         "ttft_mean_s": None,
         "queue_mean_s": None,
         "prefill_mean_s": None,
+        "decode_mean_s": None,
     }
     assert engine_delta(None, same) is None and engine_delta(same, None) is None
 
@@ -96,6 +103,7 @@ def _sim_replica(
         "ttft_mean_s": ttft,
         "scheduler_queue_mean_s": queue,
         "prefill_mean_s": prefill,
+        "decode_mean_s": None if ttft is None else 4 * ttft,
     }
 
 
@@ -110,6 +118,7 @@ def _live(
         "ttft_mean_s": ttft,
         "queue_mean_s": queue,
         "prefill_mean_s": prefill,
+        "decode_mean_s": None if ttft is None else 5 * ttft,
     }
 
 
@@ -128,6 +137,9 @@ def test_beside_routed_numbers_the_replicas_as_the_as_logged_router_does() -> No
     # the TTFT's parts: the live replica gave none here; the simulated ones are kept
     assert got["r3"]["queue_mean_s"] == {"live": None, "sim": 0.1, "error": None}
     assert got["r2"]["prefill_mean_s"]["sim"] == pytest.approx(0.15)
+    # the decode after the first token, on both sides (r3: 4 x 0.3 s against 5 x 0.4 s)
+    assert got["r3"]["decode_mean_s"]["sim"] == pytest.approx(1.2)
+    assert got["r3"]["decode_mean_s"]["error"] == pytest.approx(1.2 / 2.0 - 1)
     # a replica no call reached took no simulated step either
     assert got["r1"]["llm_calls"] == {"live": 0, "sim": 0}
     assert got["r1"]["engine_steps"] == {"live": 0, "sim": 0, "error": None}

@@ -94,6 +94,10 @@ def test_per_replica_ttft_parts_start_where_vllms_do(workload, cost):
             np.mean([c.first_token - c.admitted for c in calls])
         )
         assert row["scheduler_queue_mean_s"] + row["prefill_mean_s"] <= row["ttft_mean_s"] + 1e-12
+        assert row["decode_mean_s"] == pytest.approx(
+            np.mean([c.finish - c.first_token for c in calls])
+        )
+        assert row["decode_mean_s"] > 0
     assert waited > 0  # some calls were sent while their replica stepped
 
 

@@ -164,3 +164,18 @@ def test_the_table_shows_the_live_range_and_the_goal_per_run() -> None:
     ) in text
     assert "single runs within 10%: 1 of 2" in text
     assert "met on the means; on single runs: met in 1 of 2" in text
+    assert "priced by the pooled profile" not in text and "own measurement" not in text
+    # each repeat priced by its own measurement: the goal on the pooled pricing beside it
+    doc["profile"]["pricing"] = "per repeat"
+    doc["goal"]["vllm"]["pooled_profile"] = {"met": False, "errors": {"a": -0.15, "b": -0.05}}
+    console = Console(record=True, width=300)
+    fleet_table(console, doc)
+    text = console.export_text()
+    assert (
+        "met on the means; on single runs: met in 1 of 2; with every run priced by the "
+        "pooled profile: NOT met (a -15.0%, b -5.0%)"
+    ) in text
+    assert (
+        "profile: each repeat's runs priced by that repeat's own measurement; pooled (beside "
+        "it): pooled over 2 measurements"
+    ) in text

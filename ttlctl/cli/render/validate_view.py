@@ -237,6 +237,15 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
             if repeats > 1:
                 each = goal["runs"]
                 text += f"; on single runs: met in {sum(1 for g in each if g)} of {len(each)}"
+            repriced = goal.get("pooled_profile")
+            if repriced:
+                errors = ", ".join(
+                    f"{r} {_error('relative', e)}" for r, e in repriced["errors"].items()
+                )
+                text += (
+                    f"; with every run priced by the pooled profile: {met[repriced['met']]} "
+                    f"({errors})"
+                )
             console.print(text, highlight=False)
     if doc.get("cpu_sets"):
         sets = " | ".join(",".join(str(c) for c in s) for s in doc["cpu_sets"])
@@ -254,7 +263,14 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
             "simulated: on the trace's own timing alone (--timing-draws 0)", highlight=False
         )
     if doc.get("profile", {}).get("source"):
-        console.print(f"profile: {doc['profile']['source']}", highlight=False)
+        each = doc["profile"].get("pricing") == "per repeat"
+        console.print(
+            "profile: "
+            + ("each repeat's runs priced by that repeat's own measurement; " if each else "")
+            + ("pooled (beside it): " if each else "")
+            + doc["profile"]["source"],
+            highlight=False,
+        )
     taken = doc.get("profile", {}).get("measurements") or []
     if len(taken) > 1:
         console.print(_measurements(taken, doc["profile"]["doc"]), highlight=False)
@@ -293,6 +309,7 @@ def _engines(pooled: dict[str, Any]) -> str:
         for label, pair in (
             ("queued", pooled.get("queue_mean_s") or {}),
             ("scheduled to first token", pooled.get("prefill_mean_s") or {}),
+            ("first token to last", pooled.get("decode_mean_s") or {}),
         )
         if pair.get("live") is not None and pair.get("sim") is not None
     ]

@@ -1,0 +1,94 @@
+"""How ``validate --replicas N --repeats K`` prices its live runs (replay/validation/
+fleet_rows.py): with a profile measured in each repeat, each run by its own repeat's, and
+by the pooled one beside it (``compare_pooled``); the goal judged on both."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from profiles import schema
+from profiles.shipped import resolve
+from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
+from replay.synth import fit_context, synth
+from replay.validation.fleet_rows import LiveRun, simulate_runs
+from replay.validation.fleet_runs import goal_repriced, merge_fleet_runs
+from replay.validation.sim_side import SimSide
+from replay.validation.timings import Timings
+from replay.workload import Workload, from_frame
+
+URLS = ["http://127.0.0.1:8001", "http://127.0.0.1:8002"]
+ROUTERS = ("cache_aware", "round_robin")
+
+
+def _work() -> Workload:
+    return from_frame(fit_context(synth("swe-bench", 4, 0), 1900))
+
+
+def _slower(profile: schema.Profile, factor: float) -> schema.Profile:
+    """``profile`` with every price ``factor`` times longer (a slower spell's machine)."""
+    doc: Any = profile.to_json()
+    doc["prefill"] |= {k: doc["prefill"][k] * factor for k in ("a", "b", "q")}
+    doc["prefill"]["points"] = [[n, s * factor] for n, s in doc["prefill"]["points"]]
+    doc["decode"] = {k: v * factor for k, v in doc["decode"].items()}
+    return schema.from_json(doc)
+
+
+def _run(repeat: int, router: str, live_jct: float) -> LiveRun:
+    fleet = {
+        "worker_order": URLS,
+        "replicas": {f"r{i + 1}": {"url": u, "engine": None} for i, u in enumerate(URLS)},
+    }
+    result = {"jct_mean_s": live_jct, "ttft_mean_s": 0.4, "server": {"client_hit_rate": 0.4}}
+    return LiveRun(repeat, "vllm", router, result, {}, fleet)
+
+
+def _jct(compared: list[dict[str, Any]], metric: str = "jct_mean_s") -> dict[str, Any]:
+    return next(c for c in compared if c["metric"] == metric)
+
+
+def test_each_repeat_is_priced_by_its_own_measurement_and_the_pooled_one_beside_it() -> None:
+    work = _work()
+    fast = resolve("tiny-cpu")[0]
+    slow = _slower(fast, 1.5)
+    engine = SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048)
+    side = SimSide(replicas=2, profile=fast, engine=engine, timing=Load())
+    timings = Timings(draws=0)
+    runs = [_run(k, r, 10.0) for k in (0, 1) for r in ROUTERS]
+    out = simulate_runs(runs, work, side, {0: fast, 1: slow}, timings)
+    assert out.per_repeat
+    for router in ROUTERS:
+        first, second = out.rows["vllm"][router]
+        # repeat 2 ran on the slower machine: its simulation is priced by its own profile
+        # (the calls' times: the tools' pauses are the same)
+        assert _jct(second["compare"])["sim"] > _jct(first["compare"])["sim"]
+        ttft = [_jct(r["compare"], "ttft_mean_s")["sim"] for r in (first, second)]
+        assert ttft[1] > 1.3 * ttft[0]
+        # beside it, the pooled profile (here the fast one) prices both runs alike
+        assert _jct(second["compare_pooled"])["sim"] == pytest.approx(
+            _jct(first["compare"])["sim"]
+        )
+        assert _jct(first["compare_pooled"]) == _jct(first["compare"])
+        merged = merge_fleet_runs(out.rows["vllm"][router])
+        assert _jct(merged["compare_pooled"])["sim"] == pytest.approx(
+            _jct(first["compare"])["sim"]
+        )
+    pooled = goal_repriced(out.rows["vllm"], "compare_pooled")
+    assert set(pooled["errors"]) == set(ROUTERS)
+    for router in ROUTERS:
+        merged = merge_fleet_runs(out.rows["vllm"][router])
+        assert pooled["errors"][router] == pytest.approx(
+            _jct(merged["compare_pooled"])["error"]
+        )
+        assert pooled["errors"][router] < _jct(merged["compare"])["error"]
+    # one profile for every run (given, or one repeat): no second pricing
+    one = simulate_runs(runs[:2], work, side, {0: slow}, timings)
+    assert not one.per_repeat
+    assert all("compare_pooled" not in row for row in one.rows["vllm"]["cache_aware"])
+    given = simulate_runs(runs, work, side, {}, timings)
+    assert not given.per_repeat
+    assert _jct(given.rows["vllm"]["round_robin"][1]["compare"]) == _jct(
+        out.rows["vllm"]["round_robin"][1]["compare_pooled"]
+    )

@@ -93,6 +93,9 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     (taken,) = doc["profile"]["measurements"]
     assert taken["repeat"] == 1 and taken["doc"] == doc["profile"]["doc"]
     assert doc["profile"]["source"] == taken["source"]
+    # one measurement prices every run: no second pricing beside it
+    assert doc["profile"]["pricing"] == "one" and doc["goal"]["vllm"]["pooled_profile"] is None
+    assert "compare_pooled" not in row
     first = next(iter(fleet["replicas"].values()))["url"]
     assert taken["source"].startswith(f"measured from vllm's replica at {first}")
     assert taken["samples"]["url"] == first and len(taken["samples"]["prefill"]) >= 3
@@ -130,6 +133,8 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
             assert rep["engine_steps"]["live"] >= rep["llm_calls"]["live"], name
             assert abs(rep["engine_steps"]["error"]) < 0.25, rep
             assert rep["ttft_mean_s"]["live"] > 0 and rep["ttft_mean_s"]["sim"] > 0
+            # and after the first token, each call's decode (its /metrics; the simulation's)
+            assert rep["decode_mean_s"]["live"] > 0 and rep["decode_mean_s"]["sim"] > 0
     pooled = row["engines_pooled"]
     assert pooled["runs"] == 1
     assert pooled["engine_steps"]["live"] == sum(

@@ -65,9 +65,7 @@ from replay.validation.fleet_runs import (
     merge_fleet_runs,
     run_rankings,
 )
-from replay.validation.fleet_sim import (
-    router_ranking,
-)
+from replay.validation.fleet_sim import router_ranking
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sim_side import SimSide
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config

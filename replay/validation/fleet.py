@@ -75,6 +75,7 @@ from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 from ttlctl.server import arrivals, cpus, router
 from ttlctl.server.cache import reset_prefix_cache
+from ttlctl.server.cpu_time import cpu_used
 from ttlctl.server.facts import ServerInfo, probe
 
 #: ``--router`` for vllm-router's own Program scheduling: ``consistent_hash`` underneath
@@ -221,22 +222,30 @@ def validate_fleet(
                         reset_prefix_cache(url)
                     say(f"{which}: live replay of {len(work.programs)} programs")
                     before = {r: _scraped(u, warn) for r, u in made.urls.items()}
-                    result = run_live(
-                        fleet.url,
-                        work,
-                        name,
-                        timing=timing,
-                        seed=seed,
-                        timeout_s=timeout_s,
-                        vocab_size=vocab_size,
-                        warn=warn,
-                        # no gauges read through the router during the run: vllm-router
-                        # forwards GET /metrics to a worker by the routing policy, so a
-                        # poll every half second moved round_robin's placement (its
-                        # counter is shared with the calls); each replica's own
-                        # figures are read directly, before and after
-                        sample_every_s=0.0,
-                    )
+                    procs: dict[str, int | None] = {
+                        r: server.pid
+                        for r, u in made.urls.items()
+                        for server in fleet.replicas
+                        if server.url == u
+                    }
+                    procs["router"] = fleet.router.pid
+                    with cpu_used(procs) as cpu_s:
+                        result = run_live(
+                            fleet.url,
+                            work,
+                            name,
+                            timing=timing,
+                            seed=seed,
+                            timeout_s=timeout_s,
+                            vocab_size=vocab_size,
+                            warn=warn,
+                            # no gauges read through the router during the run: vllm-router
+                            # forwards GET /metrics to a worker by the routing policy, so a
+                            # poll every half second moved round_robin's placement (its
+                            # counter is shared with the calls); each replica's own
+                            # figures are read directly, before and after
+                            sample_every_s=0.0,
+                        )
                     engines = {
                         r: engine_delta(before[r], _scraped(u, warn)) for r, u in made.urls.items()
                     }
@@ -269,6 +278,9 @@ def validate_fleet(
                             "url": fleet.url,
                             "router_command": shlex.join(fleet.router.command),
                             "router_log": str(fleet.router.log_path),
+                            #: CPU seconds each replica (its API server and engine
+                            #: core), the router and the client used during the live run
+                            "cpu_s": cpu_s,
                             #: router starts that found their port taken meanwhile
                             "router_port_retries": fleet.port_retries,
                             #: the process groups it ran (each one's leader pid), all

@@ -149,6 +149,13 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     log = router.plain(Path(fleet["router_log"]).read_text(errors="replace"))
     assert "--enable-program-scheduling" in fleet["router_command"]
     assert not router.reference_calibration_warned(log)
+    # the CPU each process of the fleet used in the live run: the replicas (API server
+    # and engine core) computed, the router forwarded, the client sent and read
+    used = fleet["cpu_s"]
+    assert set(used) == {"r1", "r2", "router", "client"}
+    assert all(v is not None and v >= 0 for v in used.values()), used
+    assert used["client"] > 0
+    assert max(used[r] for r, n in row["calls_per_replica"].items() if n) > 0
     groups = fleet["process_groups"]
     assert len(groups) == 3  # two replicas and the router, each a process group
     assert not any(group_alive(g) for g in groups)

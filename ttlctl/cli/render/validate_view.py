@@ -229,6 +229,9 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
             engines = row.get("engines_pooled")
             if engines:
                 console.print(f"    {_engines(engines)}", highlight=False)
+            used = _cpu(doc, policy, router)
+            if used:
+                console.print(f"    {used}", highlight=False)
         goal = (doc.get("goal") or {}).get(policy)
         if goal is not None:
             met = {True: "met", False: "NOT met", None: "not judged"}
@@ -280,6 +283,28 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
         "rates in points; the live placement: each call simulated on the replica it reached",
         highlight=False,
     )
+
+
+def _cpu(doc: dict[str, Any], policy: str, router: str) -> str | None:
+    """The CPU seconds each process of the fleet used in the live runs, a mean per run,
+    against the runs' mean wall time (None: not read)."""
+    fleets = ((doc.get("fleets") or {}).get(policy) or {}).get(router)
+    lives = ((doc.get("live") or {}).get(policy) or {}).get(router)
+    if isinstance(fleets, dict):
+        fleets, lives = [fleets], [lives]
+    used = [f.get("cpu_s") for f in fleets or []]
+    if not used or any(not u or any(v is None for v in u.values()) for u in used):
+        return None
+    names = list(used[0])
+    mean = {n: sum(u[n] for u in used) / len(used) for n in names}
+    walls = [float(lv["wall_s"]) for lv in lives or [] if lv and lv.get("wall_s") is not None]
+    wall = (
+        f" over {sum(walls) / len(walls):.1f} s of wall time"
+        if walls and len(walls) == len(used)
+        else ""
+    )
+    each = ", ".join(f"{n} {mean[n]:.1f} s" for n in names)
+    return f"CPU used in a live run (mean over {len(used)}): {each}{wall}"
 
 
 def _engines(pooled: dict[str, Any]) -> str:

@@ -55,7 +55,8 @@ def beside_routed(
     *,
     steps_comparable: bool = True,
 ) -> dict[str, dict[str, Any]] | None:
-    """``{replica: its live and simulated calls, steps and TTFT}`` for one run: ``live``
+    """``{replica: its live and simulated calls, steps, TTFT, the TTFT's two parts and the
+    decode time}`` for one run: ``live``
     each replica's :func:`~replay.validation.engine_metrics.engine_delta`, ``routed`` the
     simulation with every call on its ``logged`` replica (the as-logged router numbers
     the replicas that calls reached in sorted order; a replica no call reached took no
@@ -86,8 +87,10 @@ def beside_routed(
 
 
 def pooled_engines(runs: Sequence[Mapping[str, Mapping[str, Any]] | None]) -> dict[str, Any] | None:
-    """One router's runs' replicas together: steps summed; the TTFT and its two parts as
-    means over every request (each replica's mean weighted by its requests), live and
+    """One router's runs' replicas together: steps summed; the TTFT, its two parts and the
+    decode time as means over every request (each replica's mean weighted by its requests,
+    the TTFT histogram's count live: a request that never finished would weigh its
+    replica's queue, prefill and decode means a little too much), live and
     simulated, with their errors. None: a run without figures, or a replica that served
     calls on one side without a TTFT there (a part missing on either side is None)."""
     if not runs or any(r is None for r in runs):

@@ -56,7 +56,13 @@ from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
 from replay.validation.engine_metrics import ScrapeFailed, engine_delta, scrape
 from replay.validation.error import ValidateError
-from replay.validation.fleet_profile import Measured, measurable, measure_replica, pooled
+from replay.validation.fleet_profile import (
+    Measured,
+    by_repeat,
+    measurable,
+    measure_replica,
+    pooled,
+)
 from replay.validation.fleet_rows import LiveRun, simulate_runs
 from replay.validation.fleet_runs import (
     goal,
@@ -134,8 +140,9 @@ def validate_fleet(
     ``program_scheduling_json`` turns the router's Program scheduling on for every router;
     the router :data:`PROGRAM_SCHEDULING` turns it on for its calls (``calibration``: the
     profile's coefficients, else the router's reference ones). The simulated side is
-    priced by ``profile`` (else by one pooled over a measurement in each repeat:
-    :mod:`~replay.validation.fleet_profile`) and sized like the replicas (``kv_tokens``
+    priced by ``profile`` (else each repeat's runs by that repeat's own measurement, and
+    beside it by one pooled over them: :mod:`~replay.validation.fleet_profile`,
+    :mod:`~replay.validation.fleet_rows`) and sized like the replicas (``kv_tokens``
     overrides their KV size; ``max_num_seqs`` and ``max_num_batched_tokens``: the
     replicas' own, vLLM's CPU defaults unless told). ``cpus_per_replica``: each replica
     on that many CPUs of its own (:mod:`ttlctl.server.cpus`); a profile measured here is
@@ -308,7 +315,7 @@ def validate_fleet(
                 )
     assert info is not None  # set in the first fleet
     #: each repeat's own measurement, which prices that repeat's runs (none: given)
-    own = {m.repeat - 1: m.fitted for m in measured}
+    own = by_repeat(measured, repeats)
     if profile is None:  # measured: one measurement a repeat, and all of them pooled
         profile, profile_source = pooled(measured)
     engine = sim_engine_config(
@@ -317,7 +324,10 @@ def validate_fleet(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
     )
-    say(f"simulating {len(runs)} fleets")
+    say(
+        f"simulating {len(runs)} fleets"
+        + (", each on its repeat's profile and on the pooled one" if len(own) > 1 else "")
+    )
     side = SimSide(
         replicas=replicas,
         profile=profile,

@@ -10,7 +10,7 @@ it live. One server per policy (:mod:`replay.validation.crosscheck`): one measur
 after each live run of the first policy, on its server (:func:`measure_policy_server`).
 A fleet's runs are priced each by its own repeat's measurement
 (:mod:`replay.validation.fleet_rows`: the machine's speed drifts within a window, and a
-repeat's runs ran at the speed its measurement saw), and beside it, as the single-server
+repeat's measurement is the one nearest its runs in time), and beside it, as the single-server
 path prices every run, by ONE profile pooled over the K measurements (:func:`pooled`:
 :func:`profiles.engine_fit.fit_samples`, every timing of every measurement put together
 point by point, the median taken, then the one fit a single measurement uses). The raw
@@ -136,6 +136,22 @@ def _measure(
         return samples, fit_samples([samples])
     except ValueError as exc:
         raise ValidateError(f"profiling {what}: {exc}") from None
+
+
+def by_repeat(measured: Sequence[Measured], repeats: int) -> dict[int, Profile]:
+    """Each repeat's own fit, keyed by the repeat counted from 0 as the runs are
+    ({} when nothing was measured: a profile was given). A measurement in each of the
+    ``repeats`` is expected (:class:`ValidateError` otherwise: a run would be priced by
+    another repeat's machine)."""
+    if not measured:
+        return {}
+    own = {m.repeat - 1: m.fitted for m in measured}
+    if sorted(own) != list(range(repeats)) or len(own) != len(measured):
+        numbers = ", ".join(str(m.repeat) for m in measured)
+        raise ValidateError(
+            f"one measurement in each of {repeats} repeats was expected, got repeats {numbers}"
+        )
+    return own
 
 
 #: where a fleet's measurements are taken, in :func:`pooled`'s words

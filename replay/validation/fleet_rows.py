@@ -8,9 +8,9 @@ each replica's own account beside it (:mod:`~replay.validation.engine_side`).
 
 How a run is priced: by the profile given, or by the one measured in its own repeat when
 there is one in each of several (:mod:`~replay.validation.fleet_profile`): a shared
-machine's speed drifts over a window of live runs, and a repeat's runs ran at the speed
-its measurement saw. The profile pooled over every repeat prices each run beside it
-(``compare_pooled``), so that both are on record.
+machine's speed drifts over a window of live runs, and the measurement taken at the end of
+a repeat is the one nearest its runs in time. The profile pooled over every repeat prices
+each run beside it (``compare_pooled``), so that both are on record.
 """
 
 from __future__ import annotations
@@ -83,9 +83,14 @@ def simulate_runs(
     timings: Timings,
 ) -> SimulatedRuns:
     """Every run simulated on ``side``, priced by its repeat's own profile in ``own``
-    ({repeat: profile}, 0-based) when it has one for each of several repeats, and then
-    by ``side``'s (the pooled one) beside it (each row's ``compare_pooled``)."""
-    per_repeat = len(own) > 1 and all(run.repeat in own for run in runs)
+    ({repeat: profile}, 0-based: :func:`~replay.validation.fleet_profile.by_repeat`) when
+    there are several, and then by ``side``'s (the pooled one) beside it (each row's
+    ``compare_pooled``); with one or none, by ``side``'s alone. A run whose repeat has no
+    profile among several is refused (:class:`ValueError`), not priced by another's."""
+    per_repeat = len(own) > 1
+    missing = sorted({run.repeat for run in runs if per_repeat and run.repeat not in own})
+    if missing:
+        raise ValueError(f"no profile for repeat(s) {missing} (0-based) among {sorted(own)}")
     out = SimulatedRuns(per_repeat)
     for run in runs:
         priced = replace(side, profile=own[run.repeat]) if per_repeat else side

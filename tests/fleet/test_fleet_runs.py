@@ -166,24 +166,38 @@ def test_the_table_shows_the_live_range_and_the_goal_per_run() -> None:
     assert "met on the means; on single runs: met in 1 of 2" in text
     assert "priced by the pooled profile" not in text and "own measurement" not in text
     assert "CPU used" not in text  # not read
-    doc["fleets"] = {"vllm": {"a": [{"cpu_s": {"r1": 10.0, "router": 1.0}}] * 2}}
-    doc["fleets"]["vllm"]["a"][1] = {"cpu_s": {"r1": 12.0, "router": 2.0}}
+    # as a saved JSON gives them back (keys sorted), one run without the router's figure
+    doc["fleets"] = {
+        "vllm": {
+            "a": [
+                {"cpu_s": {"client": 0.5, "r1": 10.0, "r2": 9.0, "router": 1.0}},
+                {"cpu_s": {"client": 0.3, "r1": 12.0, "r2": 9.0, "router": None}},
+            ]
+        }
+    }
     doc["live"] = {"vllm": {"a": [{"wall_s": 20.0}, {"wall_s": 24.0}]}}
     console = Console(record=True, width=220)
     fleet_table(console, doc)
     text = console.export_text()
-    assert "CPU used in a live run (mean over 2): r1 11.0 s, router 1.5 s over 22.0 s" in text
+    assert (
+        "CPU used in a live run (mean over 2): r1 11.0 s, r2 9.0 s, router 1.0 s (1 of 2 "
+        "runs), client 0.4 s over 22.0 s of wall time"
+    ) in text
     # each repeat priced by its own measurement: the goal on the pooled pricing beside it
     doc["profile"]["pricing"] = "per repeat"
-    doc["goal"]["vllm"]["pooled_profile"] = {"met": False, "errors": {"a": -0.15, "b": -0.05}}
+    doc["goal"]["vllm"]["pooled_profile"] = {
+        "met": False,
+        "errors": {"a": -0.15, "b": -0.05},
+        "ranking": {"same": False},
+    }
     console = Console(record=True, width=300)
     fleet_table(console, doc)
     text = console.export_text()
     assert (
         "met on the means; on single runs: met in 1 of 2; with every run priced by the "
-        "pooled profile: NOT met (a -15.0%, b -5.0%)"
+        "pooled profile: NOT met (a -15.0%, b -5.0%; the ranking differs)"
     ) in text
     assert (
-        "profile: each repeat's runs priced by that repeat's own measurement; pooled (beside "
-        "it): pooled over 2 measurements"
+        "profile: each repeat's runs priced by that repeat's own measurement; beside it, the "
+        "profile pooled over 2 measurements"
     ) in text

@@ -1,6 +1,6 @@
 """CPU seconds of a process tree (ttlctl/server/cpu_time.py), read from /proc: a parent's
-figure counts its live children's, a process that is gone reads None, and this process is
-counted as the client."""
+figure counts its live children's and those it has waited for, so a child that ends during
+the reading still counts; a process that is gone reads None; this process is the client."""
 
 from __future__ import annotations
 
@@ -17,38 +17,55 @@ from ttlctl.server.cpu_time import SELF, cpu_used, tree_cpu_s
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
-#: a child that starts a grandchild burning CPU for about 0.4 s, then sleeps until killed
-TREE = """
-import subprocess, sys, time
-burn = (
-    "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.4: pass\\n"
-    "print('done', flush=True)\\ntime.sleep(60)"
+#: burns CPU for about 0.4 s once told to go (a line on stdin), then says so
+BURN = (
+    "import sys, time\nsys.stdin.readline()\nt = time.process_time()\n"
+    "while time.process_time() - t < 0.4: pass\nprint('done', flush=True)\n"
 )
-child = subprocess.Popen([sys.executable, "-c", burn], stdout=subprocess.PIPE, text=True)
-child.stdout.readline()
+#: a parent that starts two such children: the first is waited for (ends and is reaped
+#: inside the reading), the second lives on, burnt, until the tree is killed
+TREE = f"""
+import subprocess, sys, time
+BURN = {BURN!r}
+kids = [subprocess.Popen([sys.executable, "-c", BURN + (s if i else "")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for i, s in enumerate(["", "time.sleep(60)"])]
+print("ready", flush=True)
+sys.stdin.readline()
+for kid in kids:
+    kid.stdin.write("go\\n"); kid.stdin.flush()
+for kid in kids:
+    kid.stdout.readline()
+kids[0].wait()
 print("burnt", flush=True)
 time.sleep(60)
 """
 
 
-def test_a_tree_counts_its_live_descendants_and_a_gone_process_reads_none() -> None:
+def test_a_tree_counts_its_children_live_or_reaped_and_a_gone_process_reads_none() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", TREE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
+    assert proc.stdin is not None and proc.stdout is not None
     try:
+        assert proc.stdout.readline().strip() == "ready"  # every child started, none burnt
         with cpu_used({"tree": proc.pid, "gone": None}) as used:
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "burnt"
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == "burnt"
             t = time.process_time()
             while time.process_time() - t < 0.1:  # the client's own work
                 pass
-        # the grandchild's 0.4 s (with two interpreters' start-up) is the parent's figure
-        assert used["tree"] is not None and used["tree"] >= 0.35
+        # both children's 0.4 s: the live one from its own entry, the reaped one from its
+        # parent's child fields (without them the figure would fall as it ends)
+        assert used["tree"] is not None and 0.75 <= used["tree"] < 2.0
         assert used["gone"] is None
         assert used[SELF] is not None and used[SELF] >= 0.09
-        # the parent alone, once the tree is read: it did little but wait
-        alone = tree_cpu_s([proc.pid])[proc.pid]
-        assert alone is not None and alone >= used["tree"]
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the grandchild too
+        os.killpg(proc.pid, signal.SIGKILL)  # the live child too
         proc.wait()
     assert tree_cpu_s([proc.pid]) == {proc.pid: None}

@@ -73,7 +73,8 @@ def validate(
         typer.Option(
             help="Profile for the simulator (default: measured here, in each of --repeats K "
             "repeats after its live run, on the first policy's server or with --replicas on "
-            "the repeat's last fleet, and pooled over the K)."
+            "the repeat's last fleet; pooled over the K, or with --replicas each repeat's "
+            "own, the pooled one beside it)."
         ),
     ] = None,
     programs: Annotated[int, typer.Option(help="Replay the trace's first N programs.")] = 8,
@@ -154,7 +155,9 @@ def validate(
     returned to their program's previous replica. --repeats K runs each router K times
     (run k of every router before run k + 1 of any) and judges the goal (every router
     within 10%, the same ranking) on the means and on each run; a profile measured here
-    is then measured in each repeat, and one profile pooled over the K prices every run.
+    is then measured in each repeat: with --replicas each repeat's runs are priced by
+    that repeat's measurement (the K pooled into one beside it), else the K pooled
+    into one price every run.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     from replay.validation.setup import ValidateRequest, validation_doc

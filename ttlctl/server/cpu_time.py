@@ -7,8 +7,11 @@ them, what the unpinned processes took is CPU time the replicas did not have, an
 profile measured one request at a time did not see.
 
 A process's ``utime`` + ``stime`` (fields 14 and 15 of ``/proc/PID/stat``, in clock
-ticks) count its own threads; a descendant's are read from its own entry while it lives
-(its ``cutime``/``cstime`` reach its parent only once it is waited for).
+ticks) count its own threads, and its ``cutime`` + ``cstime`` (16 and 17) the children it
+has waited for. A live descendant's are read from its own entry; one that ends and is
+waited for meanwhile moves its whole time into its parent's child fields, so the tree's
+total only grows, and a difference of two readings is what the tree used between them.
+(A child that ends and is never waited for drops out: vLLM's servers wait for theirs.)
 """
 
 from __future__ import annotations
@@ -64,8 +67,9 @@ def tree_cpu_s(pids: Iterable[int]) -> dict[int, float | None]:
             fields = _stat(pid)
             if fields is None:
                 continue
-            # after the name: state is field 3, so utime (14) and stime (15) are at 11, 12
-            total += int(fields[11]) + int(fields[12])
+            # after the name: state is field 3, so utime, stime, cutime and cstime
+            # (14 to 17) are at 11 to 14
+            total += sum(int(fields[i]) for i in (11, 12, 13, 14))
             todo.extend(children.get(pid, ()))
         out[root] = total / _TICKS
     return out

@@ -7,9 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from profiles import schema as profile_schema
-from profiles.cost import ProfileCostModel
 from ttlctl.cli.render.cells import show
+from ttlctl.cli.render.measured_view import cpu_line, measurements_line
 
 
 def _value(kind: str, metric: str, v: Any) -> str:
@@ -91,7 +90,7 @@ def validate_table(console: Console, doc: dict[str, Any]) -> None:
         console.print("p95 JCT needs at least 20 finished programs", highlight=False)
     taken = doc.get("profile", {}).get("measurements") or []
     if len(taken) > 1:
-        console.print(_measurements(taken, doc["profile"]["doc"]), highlight=False)
+        console.print(measurements_line(taken, doc["profile"]["doc"]), highlight=False)
 
 
 def _order(groups: list[list[str]] | None) -> str:
@@ -108,37 +107,6 @@ def _fleet_value(metric: str, v: Any) -> str:
 
 def _spread(counts: dict[str, int] | None) -> str:
     return "—" if not counts else " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
-
-
-#: (label, prompt tokens, decode sequences, their KV tokens) of the times each measured
-#: profile predicts, shown measurement by measurement: a prefill, a decode step alone and
-#: one of a batch (a fit's terms trade off against each other; its predictions do not)
-_PREDICTED = (
-    ("prefill of 1,024 tokens", 1024, 0, 0),
-    ("decode step of 1 × 1,024", 0, 1, 1024),
-    ("of 8 × 512", 0, 8, 4096),
-)
-
-
-def _predicted(doc: dict[str, Any], tokens: int, seqs: int, kv: int) -> float:
-    """Milliseconds a profile document predicts for a prefill of ``tokens`` (``seqs`` 0)
-    or a decode step of ``seqs`` sequences over ``kv`` KV tokens (the cost model's own
-    terms)."""
-    cost = ProfileCostModel(profile_schema.from_json(doc))
-    if seqs == 0:
-        return 1e3 * cost.profile.prefill_s(tokens)
-    return 1e3 * cost.decode_s(seqs, kv)
-
-
-def _measurements(taken: list[dict[str, Any]], pooled: dict[str, Any]) -> str:
-    """What each measurement alone predicts (min – max) against the pooled profile."""
-    parts = []
-    for label, *at in _PREDICTED:
-        each = [_predicted(m["doc"], *at) for m in taken]
-        parts.append(
-            f"{label} {min(each):.3g} – {max(each):.3g} ms (pooled {_predicted(pooled, *at):.3g})"
-        )
-    return f"  the {len(taken)} measurements, each fitted alone: " + "; ".join(parts)
 
 
 def _drawn(doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -229,7 +197,7 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
             engines = row.get("engines_pooled")
             if engines:
                 console.print(f"    {_engines(engines)}", highlight=False)
-            used = _cpu(doc, policy, router)
+            used = cpu_line(doc, policy, router)
             if used:
                 console.print(f"    {used}", highlight=False)
         goal = (doc.get("goal") or {}).get(policy)
@@ -245,9 +213,10 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
                 errors = ", ".join(
                     f"{r} {_error('relative', e)}" for r, e in repriced["errors"].items()
                 )
+                differs = (repriced.get("ranking") or {}).get("same") is False
                 text += (
                     f"; with every run priced by the pooled profile: {met[repriced['met']]} "
-                    f"({errors})"
+                    f"({errors}{'; the ranking differs' if differs else ''})"
                 )
             console.print(text, highlight=False)
     if doc.get("cpu_sets"):
@@ -269,14 +238,18 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
         each = doc["profile"].get("pricing") == "per repeat"
         console.print(
             "profile: "
-            + ("each repeat's runs priced by that repeat's own measurement; " if each else "")
-            + ("pooled (beside it): " if each else "")
+            + (
+                "each repeat's runs priced by that repeat's own measurement; beside it, the "
+                "profile "
+                if each
+                else ""
+            )
             + doc["profile"]["source"],
             highlight=False,
         )
     taken = doc.get("profile", {}).get("measurements") or []
     if len(taken) > 1:
-        console.print(_measurements(taken, doc["profile"]["doc"]), highlight=False)
+        console.print(measurements_line(taken, doc["profile"]["doc"]), highlight=False)
     console.print(
         "returned: follow-up calls that reached the replica of their program's previous "
         "call (live: from the replicas' arrivals); errors: (simulated − live) / live, "
@@ -285,31 +258,10 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
     )
 
 
-def _cpu(doc: dict[str, Any], policy: str, router: str) -> str | None:
-    """The CPU seconds each process of the fleet used in the live runs, a mean per run,
-    against the runs' mean wall time (None: not read)."""
-    fleets = ((doc.get("fleets") or {}).get(policy) or {}).get(router)
-    lives = ((doc.get("live") or {}).get(policy) or {}).get(router)
-    if isinstance(fleets, dict):
-        fleets, lives = [fleets], [lives]
-    used = [f.get("cpu_s") for f in fleets or []]
-    if not used or any(not u or any(v is None for v in u.values()) for u in used):
-        return None
-    names = list(used[0])
-    mean = {n: sum(u[n] for u in used) / len(used) for n in names}
-    walls = [float(lv["wall_s"]) for lv in lives or [] if lv and lv.get("wall_s") is not None]
-    wall = (
-        f" over {sum(walls) / len(walls):.1f} s of wall time"
-        if walls and len(walls) == len(used)
-        else ""
-    )
-    each = ", ".join(f"{n} {mean[n]:.1f} s" for n in names)
-    return f"CPU used in a live run (mean over {len(used)}): {each}{wall}"
-
-
 def _engines(pooled: dict[str, Any]) -> str:
     """The replicas' own steps and TTFT against the simulator's on the live placement,
-    over a router's runs, and the TTFT's two parts (queued; scheduled to first token)."""
+    over a router's runs, the TTFT's two parts (queued; scheduled to first token) and the
+    decode after it (first token to last)."""
     steps, ttft = pooled["engine_steps"], pooled["ttft_mean_s"]
     runs = f"{pooled['runs']} runs" if pooled["runs"] > 1 else "the run"
     compared = (

@@ -1,0 +1,63 @@
+"""What ``validate`` measured beside the calls, as lines of text: each profile measurement
+against the pooled profile, and the CPU a live fleet's processes used."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from profiles import schema as profile_schema
+from profiles.cost import ProfileCostModel
+
+#: (label, prompt tokens, decode sequences, their KV tokens) of the times each measured
+#: profile predicts, shown measurement by measurement: a prefill, a decode step alone and
+#: one of a batch (a fit's terms trade off against each other; its predictions do not)
+_PREDICTED = (
+    ("prefill of 1,024 tokens", 1024, 0, 0),
+    ("decode step of 1 × 1,024", 0, 1, 1024),
+    ("of 8 × 512", 0, 8, 4096),
+)
+
+
+def _predicted(doc: dict[str, Any], tokens: int, seqs: int, kv: int) -> float:
+    """Milliseconds a profile document predicts for a prefill of ``tokens`` (``seqs`` 0)
+    or a decode step of ``seqs`` sequences over ``kv`` KV tokens (the cost model's own
+    terms)."""
+    cost = ProfileCostModel(profile_schema.from_json(doc))
+    if seqs == 0:
+        return 1e3 * cost.profile.prefill_s(tokens)
+    return 1e3 * cost.decode_s(seqs, kv)
+
+
+def measurements_line(taken: list[dict[str, Any]], pooled: dict[str, Any]) -> str:
+    """What each measurement alone predicts (min – max) against the pooled profile."""
+    parts = []
+    for label, *at in _PREDICTED:
+        each = [_predicted(m["doc"], *at) for m in taken]
+        parts.append(
+            f"{label} {min(each):.3g} – {max(each):.3g} ms (pooled {_predicted(pooled, *at):.3g})"
+        )
+    return f"  the {len(taken)} measurements, each fitted alone: " + "; ".join(parts)
+
+
+def cpu_line(doc: dict[str, Any], policy: str, router: str) -> str | None:
+    """The CPU seconds each process of the fleet used in a live run, a mean over the runs
+    that read it (replicas, then the router, then the client), against the runs' mean wall
+    time (None: read in no run)."""
+    fleets = ((doc.get("fleets") or {}).get(policy) or {}).get(router)
+    lives = ((doc.get("live") or {}).get(policy) or {}).get(router)
+    if isinstance(fleets, dict):
+        fleets, lives = [fleets], [lives]
+    used = [f.get("cpu_s") or {} for f in fleets or []]
+    last = {"router": 1, "client": 2}  # after the replicas, in this order
+    names = sorted({n for u in used for n in u}, key=lambda n: (last.get(n, 0), n))
+    parts = []
+    for name in names:
+        values = [u[name] for u in used if u.get(name) is not None]
+        if values:
+            some = f" ({len(values)} of {len(used)} runs)" if len(values) < len(used) else ""
+            parts.append(f"{name} {sum(values) / len(values):.1f} s{some}")
+    if not parts:
+        return None
+    walls = [float(lv["wall_s"]) for lv in lives or [] if lv and lv.get("wall_s") is not None]
+    wall = f" over {sum(walls) / len(walls):.1f} s of wall time" if walls else ""
+    return f"CPU used in a live run (mean over {len(used)}): {', '.join(parts)}{wall}"

@@ -229,14 +229,15 @@ def validate_fleet(
                         reset_prefix_cache(url)
                     say(f"{which}: live replay of {len(work.programs)} programs")
                     before = {r: _scraped(u, warn) for r, u in made.urls.items()}
-                    procs: dict[str, int | None] = {
+                    # each server leads a process group of its own (its pid is its id)
+                    cpu_groups: dict[str, int | None] = {
                         r: server.pid
                         for r, u in made.urls.items()
                         for server in fleet.replicas
                         if server.url == u
                     }
-                    procs["router"] = fleet.router.pid
-                    with cpu_used(procs) as cpu_s:
+                    cpu_groups["router"] = fleet.router.pid
+                    with cpu_used(cpu_groups) as cpu_s:
                         result = run_live(
                             fleet.url,
                             work,

@@ -1,6 +1,7 @@
-"""CPU seconds of a process tree (ttlctl/server/cpu_time.py), read from /proc: a parent's
-figure counts its live children's and those it has waited for, so a child that ends during
-the reading still counts; a process that is gone reads None; this process is the client."""
+"""CPU seconds of a process group (ttlctl/server/cpu_time.py), read from /proc: the group's
+figure counts its live members and the children each has waited for, so a member that ends
+during the reading still counts; a group that is gone reads None; this process is the
+client."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ttlctl.server.cpu_time import SELF, cpu_used, tree_cpu_s
+from ttlctl.server.cpu_time import SELF, cpu_used, group_cpu_s
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
@@ -22,8 +23,8 @@ BURN = (
     "import sys, time\nsys.stdin.readline()\nt = time.process_time()\n"
     "while time.process_time() - t < 0.4: pass\nprint('done', flush=True)\n"
 )
-#: a parent that starts two such children: the first is waited for (ends and is reaped
-#: inside the reading), the second lives on, burnt, until the tree is killed
+#: a group leader that starts two such children: the first is waited for (ends and is
+#: reaped inside the reading), the second lives on, burnt, until the group is killed
 TREE = f"""
 import subprocess, sys, time
 BURN = {BURN!r}
@@ -42,18 +43,18 @@ time.sleep(60)
 """
 
 
-def test_a_tree_counts_its_children_live_or_reaped_and_a_gone_process_reads_none() -> None:
+def test_a_group_counts_its_members_live_or_reaped_and_a_gone_group_reads_none() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", TREE],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        start_new_session=True,
+        start_new_session=True,  # its pid is its group's, as launch() starts a server
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:
         assert proc.stdout.readline().strip() == "ready"  # every child started, none burnt
-        with cpu_used({"tree": proc.pid, "gone": None}) as used:
+        with cpu_used({"group": proc.pid, "gone": None}) as used:
             proc.stdin.write("go\n")
             proc.stdin.flush()
             assert proc.stdout.readline().strip() == "burnt"
@@ -62,10 +63,10 @@ def test_a_tree_counts_its_children_live_or_reaped_and_a_gone_process_reads_none
                 pass
         # both children's 0.4 s: the live one from its own entry, the reaped one from its
         # parent's child fields (without them the figure would fall as it ends)
-        assert used["tree"] is not None and 0.75 <= used["tree"] < 2.0
+        assert used["group"] is not None and 0.75 <= used["group"] < 2.0
         assert used["gone"] is None
         assert used[SELF] is not None and used[SELF] >= 0.09
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the live child too
         proc.wait()
-    assert tree_cpu_s([proc.pid]) == {proc.pid: None}
+    assert group_cpu_s([proc.pid]) == {proc.pid: None}

@@ -1,17 +1,20 @@
-"""CPU seconds a process and its descendants have used, read from Linux's ``/proc``.
+"""CPU seconds a process group has used, read from Linux's ``/proc``.
 
-``validate --replicas`` reads it around each live run for every process of the fleet (each
-replica's API server with its engine core, the router) and for itself (the client): on a
-machine where the replicas have CPUs of their own but the router and the client share
-them, what the unpinned processes took is CPU time the replicas did not have, and a
-profile measured one request at a time did not see.
+``validate --replicas`` reads it around each live run for every process group of the fleet
+(each replica's API server with its engine core, the router: each is started as the
+leader of a group of its own, :func:`~ttlctl.server.process.launch`) and for itself (the
+client): on a machine where the replicas have CPUs of their own but the router and the
+client share them, what the unpinned processes took is CPU time the replicas did not
+have, and a profile measured one request at a time did not see.
 
 A process's ``utime`` + ``stime`` (fields 14 and 15 of ``/proc/PID/stat``, in clock
 ticks) count its own threads, and its ``cutime`` + ``cstime`` (16 and 17) the children it
-has waited for. A live descendant's are read from its own entry; one that ends and is
-waited for meanwhile moves its whole time into its parent's child fields, so the tree's
-total only grows, and a difference of two readings is what the tree used between them.
-(A child that ends and is never waited for drops out: vLLM's servers wait for theirs.)
+has waited for. A group's figure sums them over its members, zombies included: a member
+that ends keeps its time in its own entry until its parent waits for it, which moves it
+into the parent's child fields, so the group's total only grows and a difference of two
+readings is what the group used between them. (A member whose parent is outside the
+group, or that is never waited for, drops out when it goes: vLLM's servers wait for
+theirs.)
 """
 
 from __future__ import annotations
@@ -20,59 +23,26 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
+from ttlctl.server.process import process_stats
+
 #: clock ticks per second, as ``/proc`` counts CPU time
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+#: utime, stime, cutime and cstime (fields 14 to 17), as :func:`process_stats` gives them
+_CPU_FIELDS = (11, 12, 13, 14)
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name (None: gone, or no /proc)."""
-    try:
-        text = open(f"/proc/{pid}/stat").read()  # noqa: SIM115 - read at once
-    except OSError:
-        return None
-    # the command name is in parentheses and may hold spaces: split after its last ")"
-    return text[text.rfind(")") + 2 :].split()
-
-
-def _children() -> dict[int, list[int]]:
-    """Every live process's children, by parent pid."""
-    by_parent: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return by_parent
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        fields = _stat(int(entry))
-        if fields is not None:
-            by_parent.setdefault(int(fields[1]), []).append(int(entry))
-    return by_parent
-
-
-def tree_cpu_s(pids: Iterable[int]) -> dict[int, float | None]:
-    """{pid: CPU seconds used by it and its live descendants} (None: not running)."""
-    children = _children()
-    out: dict[int, float | None] = {}
-    for root in pids:
-        if _stat(root) is None:
-            out[root] = None
-            continue
-        total, todo, seen = 0, [root], set()
-        while todo:
-            pid = todo.pop()
-            if pid in seen:
-                continue
-            seen.add(pid)
-            fields = _stat(pid)
-            if fields is None:
-                continue
-            # after the name: state is field 3, so utime, stime, cutime and cstime
-            # (14 to 17) are at 11 to 14
-            total += sum(int(fields[i]) for i in (11, 12, 13, 14))
-            todo.extend(children.get(pid, ()))
-        out[root] = total / _TICKS
-    return out
+def group_cpu_s(pgids: Iterable[int]) -> dict[int, float | None]:
+    """{process group: CPU seconds its members have used} (None: no live member)."""
+    wanted = set(pgids)
+    ticks = dict.fromkeys(wanted, 0)
+    live: set[int] = set()
+    for _, fields in process_stats():
+        pgrp = int(fields[2])
+        if pgrp in wanted:
+            ticks[pgrp] += sum(int(fields[i]) for i in _CPU_FIELDS)
+            if fields[0] not in ("Z", "X"):
+                live.add(pgrp)
+    return {g: ticks[g] / _TICKS if g in live else None for g in wanted}
 
 
 def own_cpu_s() -> float:
@@ -86,17 +56,17 @@ SELF = "client"
 
 
 @contextmanager
-def cpu_used(procs: Mapping[str, int | None]) -> Iterator[dict[str, float | None]]:
-    """CPU seconds each of ``procs`` ({name: pid}, with its descendants) and this process
-    (:data:`SELF`) use while the block runs: the dict yielded is filled when it ends
-    (None: a process not running at either end)."""
-    pids = {name: pid for name, pid in procs.items() if pid is not None}
-    before, own = tree_cpu_s(pids.values()), own_cpu_s()
+def cpu_used(groups: Mapping[str, int | None]) -> Iterator[dict[str, float | None]]:
+    """CPU seconds each of ``groups`` ({name: process group id}: a group leader's pid)
+    and this process (:data:`SELF`) use while the block runs: the dict yielded is filled
+    when it ends (None: a group with no live member at either end)."""
+    pgids = {name: g for name, g in groups.items() if g is not None}
+    before, own = group_cpu_s(pgids.values()), own_cpu_s()
     used: dict[str, float | None] = {}
     yield used
-    after = tree_cpu_s(pids.values())
-    for name in procs:
-        pid = pids.get(name)
-        a, b = (None, None) if pid is None else (after.get(pid), before.get(pid))
+    after = group_cpu_s(pgids.values())
+    for name in groups:
+        g = pgids.get(name)
+        a, b = (None, None) if g is None else (after[g], before[g])
         used[name] = None if a is None or b is None else a - b
     used[SELF] = own_cpu_s() - own

@@ -60,8 +60,9 @@ def launch(
         )
 
 
-def live_processes() -> Iterator[tuple[int, int, int]]:
-    """``(pid, ppid, pgrp)`` of every live (non-zombie) process, from Linux's ``/proc``."""
+def process_stats() -> Iterator[tuple[int, list[str]]]:
+    """``(pid, the fields of /proc/PID/stat after the command name)`` of every process,
+    zombies too (field 3, the state, is the first; field ``n`` is at ``n - 3``)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -70,9 +71,14 @@ def live_processes() -> Iterator[tuple[int, int, int]]:
         except OSError:
             continue
         # "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses
-        fields = stat[stat.rfind(")") + 2 :].split()
+        yield int(entry.name), stat[stat.rfind(")") + 2 :].split()
+
+
+def live_processes() -> Iterator[tuple[int, int, int]]:
+    """``(pid, ppid, pgrp)`` of every live (non-zombie) process, from Linux's ``/proc``."""
+    for pid, fields in process_stats():
         if len(fields) >= 3 and fields[0] not in ("Z", "X"):
-            yield int(entry.name), int(fields[1]), int(fields[2])
+            yield pid, int(fields[1]), int(fields[2])
 
 
 def group_members(pgid: int) -> list[int]:

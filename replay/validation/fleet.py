@@ -64,14 +64,7 @@ from replay.validation.fleet_profile import (
     pooled,
 )
 from replay.validation.fleet_rows import LiveRun, simulate_runs
-from replay.validation.fleet_runs import (
-    goal,
-    goal_repriced,
-    mean_sim,
-    merge_fleet_runs,
-    run_rankings,
-)
-from replay.validation.fleet_sim import router_ranking
+from replay.validation.fleet_runs import goal, goal_repriced, judged, run_rankings
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sim_side import SimSide
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
@@ -339,18 +332,16 @@ def validate_fleet(
     )
     priced = simulate_runs(runs, work, side, own, timings)
     per_run, per_repeat = priced.rows, priced.per_repeat
-    rows = {name: {r: merge_fleet_runs(per_run[name][r]) for r in routers} for name in names}
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
     rankings: dict[str, dict[str, Any]] = {}
     goals: dict[str, dict[str, Any]] = {}
     for name in names:
-        rankings[name] = router_ranking(
-            {r: mean_sim(per_run[name][r]) for r in routers}, rows[name]
-        )
+        rows[name], rankings[name], met = judged({r: per_run[name][r] for r in routers})
         by_run = run_rankings(rows[name], repeats)
         goals[name] = {
             #: every router's mean JCT within 10% and the same ranking (on the means over
             #: the runs when --repeats > 1)
-            "met": goal(rows[name], rankings[name]),
+            "met": met,
             #: the same goal on each single run (run k of every router)
             "runs": [
                 goal({r: per_run[name][r][k] for r in routers}, by_run[k]) for k in range(repeats)

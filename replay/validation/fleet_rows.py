@@ -96,7 +96,7 @@ def simulate_runs(
         priced = replace(side, profile=own[run.repeat]) if per_repeat else side
         row, simulated = simulated_row(run, work, priced, timings, notes=out.notes)
         if per_repeat:
-            row["compare_pooled"] = compared(run, work, side, timings, out.notes)[0]
+            row["compare_pooled"] = compared(run, row, work, side, timings, out.notes)[0]
         key = (run.policy, run.router)
         _add(out.rows, key, row)
         _add(out.live, key, run.result)
@@ -127,7 +127,7 @@ def simulated_row(
     fleet_doc = run.fleet
     by_url = {r["url"]: name for name, r in fleet_doc["replicas"].items()}
     row = fleet_row(run.result, run.order)
-    figures, result, drawn, urls = compared(run, work, side, timings, notes)
+    figures, result, drawn, urls = compared(run, row, work, side, timings, notes)
     #: the simulated figures: their mean over the perturbed timings when drawn
     row["compare"] = figures
     #: the simulator on the trace's own timing alone (one draw of the spread)
@@ -164,12 +164,18 @@ def simulated_row(
 
 
 def compared(
-    run: LiveRun, work: Workload, side: SimSide, timings: Timings, notes: dict[str, str]
+    run: LiveRun,
+    live: Mapping[str, Any],
+    work: Workload,
+    side: SimSide,
+    timings: Timings,
+    notes: dict[str, str],
 ) -> tuple[list[dict[str, Any]], PolicyResult | None, dict[str, Any] | None, list[str]]:
-    """One live run simulated on ``side``: its comparison with the live figures (the mean
-    over ``timings`` when drawn), the simulation on the trace's own timing, the draws'
-    mean (None: none drawn) and the worker URLs in the live router's order (simulated
-    replica i is its i-th worker). ``notes``: why a router was not simulated."""
+    """One live run simulated on ``side``: its comparison with ``live`` (its
+    :func:`fleet_row`; the simulated figures the mean over ``timings`` when drawn), the
+    simulation on the trace's own timing, the draws' mean (None: none drawn) and the
+    worker URLs in the live router's order (simulated replica i is its i-th worker).
+    ``notes``: why a router was not simulated."""
     fleet_doc = run.fleet
     urls = fleet_doc["worker_order"] or [r["url"] for r in fleet_doc["replicas"].values()]
     simulated, why = simulate_fleets(
@@ -186,5 +192,4 @@ def compared(
         drawn = simulate_timings(
             work, side, timings, policy=run.policy, router=run.router, worker_urls=urls
         )
-    live = fleet_row(run.result, run.order)
     return compare_fleet(result if drawn is None else drawn, live), result, drawn, urls

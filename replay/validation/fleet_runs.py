@@ -126,18 +126,29 @@ def goal(rows: Mapping[str, Mapping[str, Any]], ranking: Mapping[str, Any]) -> b
     return all(within) and bool(same)
 
 
+def judged(
+    runs: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any], bool | None]:
+    """One policy's routers judged on the means: each router's runs made one row
+    (:func:`merge_fleet_runs`), the routers ranked by mean JCT, simulated and live, and
+    the goal on those rows. ``runs``: {router: its runs' rows}."""
+    rows = {router: merge_fleet_runs(each) for router, each in runs.items()}
+    ranking = router_ranking({r: mean_sim(each) for r, each in runs.items()}, rows)
+    return rows, ranking, goal(rows, ranking)
+
+
 def goal_repriced(runs: Mapping[str, Sequence[Mapping[str, Any]]], key: str) -> dict[str, Any]:
     """The goal on the means with each run's ``key`` comparison (another pricing of the
-    same runs) taken as its simulated side: ``met``, each router's mean-JCT ``errors`` and
-    the ``ranking``. ``runs``: {router: its runs' rows}."""
-    repriced = {
-        router: [{**r, "compare": r[key], "jct_within_10pct": jct_goal(r[key])} for r in each]
-        for router, each in runs.items()
-    }
-    rows = {router: merge_fleet_runs(each) for router, each in repriced.items()}
-    ranking = router_ranking({r: mean_sim(each) for r, each in repriced.items()}, rows)
+    same runs) taken as its simulated side (:func:`judged`): ``met``, each router's
+    mean-JCT ``errors`` and the ``ranking``. ``runs``: {router: its runs' rows}."""
+    rows, ranking, met = judged(
+        {
+            router: [{**r, "compare": r[key], "jct_within_10pct": jct_goal(r[key])} for r in each]
+            for router, each in runs.items()
+        }
+    )
     return {
-        "met": goal(rows, ranking),
+        "met": met,
         "errors": {
             router: next(c["error"] for c in row["compare"] if c["metric"] == "jct_mean_s")
             for router, row in rows.items()

@@ -1,0 +1,97 @@
+"""A fleet validation's judged part: its live runs simulated, priced and judged, as the
+document keeps them.
+
+``validate --replicas N`` (:func:`~replay.validation.fleet.validate_fleet`) and
+``validate --resimulate`` (:mod:`~replay.validation.resimulate`) both end here: every
+live run simulated (:func:`~replay.validation.fleet_rows.simulate_runs`, each repeat's
+runs by that repeat's own profile when several were measured, the one ``side`` prices
+beside it), each router's runs made one row and the routers ranked and judged on the
+means (:func:`~replay.validation.fleet_runs.judged`) and run by run, and the profile
+block that says how. One code path: a re-simulation with the same code and the same
+inputs gives the same rows, ranking and goal, to the last digit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from replay.validation.fleet_rows import LiveRun, simulate_runs
+from replay.validation.fleet_runs import goal, goal_repriced, judged, run_rankings
+from replay.validation.sim_side import SimSide
+from replay.validation.timings import Timings
+from replay.workload import Workload
+
+#: the keys of a fleet document :func:`judged_runs` makes (a re-simulation replaces these
+#: and keeps the rest as recorded)
+JUDGED_KEYS = ("rows", "live", "sim", "sim_notes", "ranking", "goal", "fleets", "profile")
+
+
+def judged_runs(
+    runs: Sequence[LiveRun],
+    work: Workload,
+    side: SimSide,
+    own: Mapping[int, Any],
+    timings: Timings,
+    *,
+    policies: Sequence[str],
+    routers: Sequence[str],
+    repeats: int,
+    profile_source: str | None,
+    measurements: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The document's :data:`JUDGED_KEYS`: ``runs`` simulated on ``side`` (each repeat's
+    by its profile in ``own`` when there are several: :func:`simulate_runs`), judged per
+    policy on the means and run by run, and the profile block (``side``'s profile, said
+    to come from ``profile_source``, and the ``measurements`` as the document keeps
+    them)."""
+    priced = simulate_runs(runs, work, side, own, timings)
+    per_run, per_repeat = priced.rows, priced.per_repeat
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    rankings: dict[str, dict[str, Any]] = {}
+    goals: dict[str, dict[str, Any]] = {}
+    for name in policies:
+        rows[name], rankings[name], met = judged({r: per_run[name][r] for r in routers})
+        by_run = run_rankings(rows[name], repeats)
+        goals[name] = {
+            #: every router's mean JCT within 10% and the same ranking (on the means over
+            #: the runs when --repeats > 1)
+            "met": met,
+            #: the same goal on each single run (run k of every router)
+            "runs": [
+                goal({r: per_run[name][r][k] for r in routers}, by_run[k]) for k in range(repeats)
+            ],
+            "run_rankings": by_run,
+            #: the goal with every run priced by the pooled profile (None: one profile
+            #: priced every run)
+            "pooled_profile": goal_repriced(per_run[name], "compare_pooled")
+            if per_repeat
+            else None,
+        }
+    return {
+        "rows": rows,
+        # one run: its document as it is; several: a list, one per run
+        "live": _single(priced.live, repeats),
+        # each run simulated on the trace's own timing (the rows' ``compare`` is the mean
+        # over the perturbed timings, ``compare_one_timing`` this one)
+        "sim": _single(priced.sim, repeats),
+        "sim_notes": priced.notes,
+        "ranking": rankings,
+        "goal": goals,
+        "fleets": _single(priced.fleets, repeats),
+        "profile": {
+            "source": profile_source,
+            #: how the runs were priced: "per repeat" (each run by its repeat's own
+            #: measurement; ``doc`` is the pooled profile, compared beside it), else "one"
+            "pricing": "per repeat" if per_repeat else "one",
+            "doc": side.profile.to_json(),
+            #: the measurements it was fitted on, in time order (none: given), each with its
+            #: own fit and its timings
+            "measurements": list(measurements),
+        },
+    }
+
+
+def _single(by: dict[str, dict[str, list[Any]]], repeats: int) -> dict[str, dict[str, Any]]:
+    """{policy: {router: the run's document}} for one run, else the list of them."""
+    return {n: {r: (v[0] if repeats == 1 else v) for r, v in d.items()} for n, d in by.items()}

@@ -56,7 +56,7 @@ from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
 from replay.validation.engine_metrics import ScrapeFailed, engine_delta, scrape
 from replay.validation.error import ValidateError
-from replay.validation.fleet_doc import judged_runs
+from replay.validation.fleet_doc import fleet_document
 from replay.validation.fleet_profile import (
     Measured,
     by_repeat,
@@ -65,7 +65,6 @@ from replay.validation.fleet_profile import (
     pooled,
 )
 from replay.validation.fleet_rows import LiveRun
-from replay.validation.recorded import simulation_record
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sim_side import SimSide
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
@@ -333,7 +332,7 @@ def validate_fleet(
         bundle=bundle_doc,
         settings=sim_settings(routers, calibration, program_scheduling_json),
     )
-    judged = judged_runs(
+    return fleet_document(
         runs,
         work,
         side,
@@ -343,28 +342,13 @@ def validate_fleet(
         routers=routers,
         repeats=repeats,
         profile_source=profile_source,
-        measurements=[m.to_json() for m in measured],
+        measured=measured,
+        server_info=info.to_json(),
+        bundle=bundle,
+        cpu_sets=sets,
+        work_dir=work_dir,
+        idle_gap_cap_s=idle_gap_cap_s,
     )
-    return {
-        "replicas": replicas,
-        "routers": list(routers),
-        "policies": names,
-        "repeats": repeats,
-        #: perturbed arrival timings each run's simulated figures are the mean over (0: the
-        #: trace's own timing alone; each row's ``sim_timings`` has their settings)
-        "timing_draws": timings.draws,
-        "programs": len(work.programs),
-        "calls": work.calls,
-        **judged,
-        "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
-        "server_info": info.to_json(),
-        "bundle": None if bundle is None else str(bundle.resolve()),
-        #: each replica's CPUs (None: unpinned, every replica on every CPU)
-        "cpu_sets": None if sets is None else [list(s) for s in sets],
-        "work_dir": str(work_dir),
-        #: what the simulated side needs beyond the above, for ``validate --resimulate``
-        "simulation": simulation_record(work, side, timings, idle_gap_cap_s, bundle),
-    }
 
 
 def _scraped(url: str, warn: Callable[[str], None] | None) -> dict[str, float] | None:

@@ -14,10 +14,13 @@ inputs gives the same rows, ranking and goal, to the last digit.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from replay.validation.fleet_profile import Measured
 from replay.validation.fleet_rows import LiveRun, simulate_runs
 from replay.validation.fleet_runs import goal, goal_repriced, judged, run_rankings
+from replay.validation.recorded import simulation_record
 from replay.validation.sim_side import SimSide
 from replay.validation.timings import Timings
 from replay.workload import Workload
@@ -95,3 +98,59 @@ def judged_runs(
 def _single(by: dict[str, dict[str, list[Any]]], repeats: int) -> dict[str, dict[str, Any]]:
     """{policy: {router: the run's document}} for one run, else the list of them."""
     return {n: {r: (v[0] if repeats == 1 else v) for r, v in d.items()} for n, d in by.items()}
+
+
+def fleet_document(
+    runs: Sequence[LiveRun],
+    work: Workload,
+    side: SimSide,
+    own: Mapping[int, Any],
+    timings: Timings,
+    *,
+    policies: Sequence[str],
+    routers: Sequence[str],
+    repeats: int,
+    profile_source: str | None,
+    measured: Sequence[Measured],
+    server_info: dict[str, Any],
+    bundle: Path | None,
+    cpu_sets: Sequence[Sequence[int]] | None,
+    work_dir: Path,
+    idle_gap_cap_s: float | None,
+) -> dict[str, Any]:
+    """A fleet validation's whole document: the runs judged (:func:`judged_runs`), the
+    settings they ran with, and what the simulated side was built from
+    (:func:`~replay.validation.recorded.simulation_record`: ``validate --resimulate``
+    reads it back)."""
+    engine = side.engine
+    return {
+        "replicas": side.replicas,
+        "routers": list(routers),
+        "policies": list(policies),
+        "repeats": repeats,
+        #: perturbed arrival timings each run's simulated figures are the mean over (0: the
+        #: trace's own timing alone; each row's ``sim_timings`` has their settings)
+        "timing_draws": timings.draws,
+        "programs": len(work.programs),
+        "calls": work.calls,
+        **judged_runs(
+            runs,
+            work,
+            side,
+            own,
+            timings,
+            policies=policies,
+            routers=routers,
+            repeats=repeats,
+            profile_source=profile_source,
+            measurements=[m.to_json() for m in measured],
+        ),
+        "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
+        "server_info": server_info,
+        "bundle": None if bundle is None else str(bundle.resolve()),
+        #: each replica's CPUs (None: unpinned, every replica on every CPU)
+        "cpu_sets": None if cpu_sets is None else [list(s) for s in cpu_sets],
+        "work_dir": str(work_dir),
+        #: what the simulated side needs beyond the above, for ``validate --resimulate``
+        "simulation": simulation_record(work, side, timings, idle_gap_cap_s, bundle),
+    }

@@ -43,6 +43,7 @@ The document keeps each measurement (its source, time, own fit and timings).
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import tempfile
 from collections.abc import Callable, Sequence
@@ -72,7 +73,7 @@ from replay.validation.timings import DRAWS, Timings
 from replay.validation.warmup import warmed
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
-from ttlctl.server import arrivals, cpus, router
+from ttlctl.server import arrivals, cpus, gpus, router
 from ttlctl.server.cache import reset_prefix_cache
 from ttlctl.server.cpu_time import cpu_used
 from ttlctl.server.facts import ServerInfo, probe
@@ -116,6 +117,7 @@ def validate_fleet(
     max_num_batched_tokens: int = CPU_MAX_NUM_BATCHED_TOKENS,
     router_extra: Sequence[str] = (),
     cpus_per_replica: int | None = None,
+    gpus_per_replica: int | None = None,
     timing: Load | None = None,
     seed: int = 0,
     repeats: int = 1,
@@ -141,6 +143,9 @@ def validate_fleet(
     on that many CPUs of its own (:mod:`ttlctl.server.cpus`); a profile measured here is
     then measured on a first replica, pinned, while the others serve a steady load
     (:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside it.
+    ``gpus_per_replica``: each replica on that many GPUs of its own
+    (:mod:`ttlctl.server.gpus`; vLLM's parallel sizes after ``--`` must use them all),
+    measured the same way.
 
     Raises :class:`ValidateError` (bad arguments), a
     :class:`~ttlctl.server.router.RouterError` (no ``vllm-router``, or a policy it
@@ -164,6 +169,7 @@ def validate_fleet(
     for policy in routers:  # every one, before the first fleet's minutes of work
         router.check_policy(router_setup(policy, None, None)[0])
     sets = None if cpus_per_replica is None else cpus.cpu_sets(replicas, cpus_per_replica)
+    gpu_sets = _gpu_sets(sources, replicas, gpus_per_replica)
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
     if not work.programs:
         raise ValidateError("no programs to validate with")
@@ -201,6 +207,7 @@ def validate_fleet(
                     program_scheduling_json=scheduling,
                     router_extra=router_extra,
                     cpu_sets=sets,
+                    gpu_sets=gpu_sets,
                 )
                 fleet = made.fleet
                 say(f"{which}: starting {replicas} replicas and vllm-router")
@@ -261,6 +268,7 @@ def validate_fleet(
                                 policy=name,
                                 repeat=rep + 1,
                                 cpu_sets=sets,
+                                gpu_sets=gpu_sets,
                                 model_config=model_config,
                                 vocab_size=vocab_size,
                             )
@@ -388,8 +396,23 @@ def validate_fleet(
         "bundle": None if bundle is None else str(bundle),
         #: each replica's CPUs (None: unpinned, every replica on every CPU)
         "cpu_sets": None if sets is None else [list(s) for s in sets],
+        #: each replica's GPUs, as CUDA_VISIBLE_DEVICES names them (None: not placed)
+        "gpu_sets": None if gpu_sets is None else [list(s) for s in gpu_sets],
         "work_dir": str(work_dir),
     }
+
+
+def _gpu_sets(
+    sources: Sources, replicas: int, per_replica: int | None
+) -> tuple[tuple[str, ...], ...] | None:
+    """Each replica's GPUs (None: not placed), refused before any fleet starts when
+    there are too few or the replicas' vLLM would not use them all."""
+    if per_replica is None:
+        return None
+    assert sources.base_cmd is not None
+    placed = gpus.gpu_sets(replicas, per_replica, gpus.visible_gpus(sources.env or os.environ))
+    gpus.check_parallel(sources.base_cmd, per_replica)
+    return placed
 
 
 def _scraped(url: str, warn: Callable[[str], None] | None) -> dict[str, float] | None:

@@ -74,6 +74,8 @@ class ValidateRequest:
     routers: Sequence[str] = ()
     #: each replica on this many CPUs of its own (None: unpinned)
     cpus_per_replica: int | None = None
+    #: each replica on this many GPUs of its own (None: the environment's GPUs)
+    gpus_per_replica: int | None = None
     #: a fleet: perturbed arrival timings each live run is simulated on (None: the
     #: default, :data:`~replay.validation.fleet.TIMING_DRAWS`; 0: the trace's own alone)
     timing_draws: int | None = None
@@ -163,6 +165,11 @@ def validation_doc(
     base, model_config = server_base(req)
     if req.cpus_per_replica is not None and req.replicas is None:
         raise ValidateError("--cpus-per-replica needs --replicas N (it pins a fleet's replicas)")
+    if req.gpus_per_replica is not None and req.replicas is None:
+        raise ValidateError(
+            "--gpus-per-replica needs --replicas N (it places a fleet's replicas); one "
+            "server takes its GPUs from CUDA_VISIBLE_DEVICES"
+        )
     if req.timing_draws is not None and req.replicas is None:
         raise ValidateError(
             "--timing-draws needs --replicas N (it averages each simulated fleet run)"
@@ -248,6 +255,7 @@ def _fleet_doc(
         max_num_seqs=req.max_num_seqs,
         max_num_batched_tokens=req.max_num_batched_tokens,
         cpus_per_replica=req.cpus_per_replica,
+        gpus_per_replica=req.gpus_per_replica,
         timing=timing,
         timing_draws=TIMING_DRAWS if req.timing_draws is None else req.timing_draws,
         seed=req.seed,

@@ -62,6 +62,10 @@ def test_fleet_table_shows_sim_live_error_and_ranking() -> None:
     fleet_table(console, pinned)
     text = console.export_text()
     assert "replicas pinned to CPUs 0 | 1" in text and "profile: measured, pinned" in text
+    assert "GPUs" not in text
+    console = Console(record=True, width=200)
+    fleet_table(console, {**doc, "gpu_sets": [["0", "1"], ["GPU-2c3d", "3"]]})
+    assert "replicas on GPUs 0,1 | GPU-2c3d,3" in console.export_text()
 
 
 def test_fleet_table_shows_the_engines_own_steps_and_ttft() -> None:

@@ -137,6 +137,17 @@ def validate(
             "on a pinned replica while the others serve a steady load.",
         ),
     ] = None,
+    gpus_per_replica: Annotated[
+        int | None,
+        typer.Option(
+            "--gpus-per-replica",
+            help="With --replicas: run each replica on K GPUs of its own "
+            "(CUDA_VISIBLE_DEVICES: replica i gets the i-th K of the GPUs this process may "
+            "use), as in a fleet of one server per GPU; needs replicas × K GPUs, and vLLM's "
+            "tensor × pipeline × data parallel sizes (after --) equal to K. A "
+            "profile measured here is then measured while the others serve a steady load.",
+        ),
+    ] = None,
 ) -> None:
     """Replay a small trace in the simulator and against real servers; print the errors.
 
@@ -191,6 +202,7 @@ def validate(
         replicas=replicas,
         routers=router or [],
         cpus_per_replica=cpus_per_replica,
+        gpus_per_replica=gpus_per_replica,
         timing_draws=timing_draws,
     )
     with user_errors():

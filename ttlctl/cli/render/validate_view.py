@@ -222,6 +222,9 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
     if doc.get("cpu_sets"):
         sets = " | ".join(",".join(str(c) for c in s) for s in doc["cpu_sets"])
         console.print(f"replicas pinned to CPUs {sets}", highlight=False)
+    if doc.get("gpu_sets"):
+        sets = " | ".join(",".join(s) for s in doc["gpu_sets"])
+        console.print(f"replicas on GPUs {sets}", highlight=False)
     drawn = _drawn(doc)
     if drawn:
         console.print(

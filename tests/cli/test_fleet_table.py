@@ -114,6 +114,11 @@ def test_fleet_table_shows_the_engines_own_steps_and_ttft() -> None:
         "scheduled to first token 0.250 s live, 0.200 s simulated (-20.0%), "
         "first token to last 0.500 s live, 0.450 s simulated (-10.0%)"
     ) in text
+    # nothing queued on either side (the live mean 22 µs): no relative error of it
+    live["engines_pooled"]["queue_mean_s"] = {"live": 2.2e-5, "sim": 0.0, "error": -1.0}  # type: ignore[index]
+    console = Console(record=True, width=600)
+    fleet_table(console, doc)
+    assert "queued 0.000 s live, 0.000 s simulated (—)" in console.export_text()
     live["engines_pooled"] = None  # type: ignore[assignment]
     console = Console(record=True, width=250)
     fleet_table(console, doc)

@@ -285,7 +285,8 @@ def _engines(pooled: dict[str, Any]) -> str:
     parts = [
         f"{label} {_fleet_value('ttft_mean_s', pair['live'])} live, "
         f"{_fleet_value('ttft_mean_s', pair['sim'])} simulated "
-        f"({_error('relative', pair['error'])})"
+        # both under a millisecond (shown 0.000 s): a relative error says nothing
+        f"({_error('relative', pair['error'] if max(pair['live'], pair['sim']) >= 5e-4 else None)})"
         for label, pair in (
             ("queued", pooled.get("queue_mean_s") or {}),
             ("scheduled to first token", pooled.get("prefill_mean_s") or {}),

@@ -118,6 +118,7 @@ def validate_fleet(
     router_extra: Sequence[str] = (),
     cpus_per_replica: int | None = None,
     gpus_per_replica: int | None = None,
+    async_scheduling: bool = False,
     timing: Load | None = None,
     seed: int = 0,
     repeats: int = 1,
@@ -145,7 +146,8 @@ def validate_fleet(
     (:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside it.
     ``gpus_per_replica``: each replica on that many GPUs of its own
     (:mod:`ttlctl.server.gpus`; vLLM's parallel sizes after ``--`` must use them all),
-    measured the same way.
+    measured the same way. ``async_scheduling``: the simulated replicas schedule as
+    vLLM's async scheduling does (the caller starts the servers with it).
 
     Raises :class:`ValidateError` (bad arguments), a
     :class:`~ttlctl.server.router.RouterError` (no ``vllm-router``, or a policy it
@@ -337,6 +339,7 @@ def validate_fleet(
         timing=timing or Load(seed=seed),
         bundle=bundle_doc,
         settings=sim_settings(routers, calibration, program_scheduling_json),
+        async_scheduling=async_scheduling,
     )
     priced = simulate_runs(runs, work, side, own, timings)
     per_run, per_repeat = priced.rows, priced.per_repeat
@@ -391,6 +394,9 @@ def validate_fleet(
             "measurements": [m.to_json() for m in measured],
         },
         "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
+        #: the servers started with vLLM's async scheduling, and the simulated replicas
+        #: scheduling as it does
+        "async_scheduling": async_scheduling,
         "server_info": info.to_json(),
         "fleets": _single(priced.fleets, repeats),
         "bundle": None if bundle is None else str(bundle),

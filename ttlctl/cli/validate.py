@@ -157,7 +157,8 @@ def validate(
     priced by a profile measured from it (with --repeats K: after each of the first
     policy's K runs, pooled over the K). --max-num-seqs and --max-num-batched-tokens
     size the simulator and the servers validate starts (give them here, not after
-    `--`); with --url, give the running servers' values. Goals (reported): mean JCT within 10%,
+    `--`), and --async-scheduling sets the scheduling of both (without it, synchronous on
+    both); with --url, give the running servers' values. Goals (reported): mean JCT within 10%,
     prefix-hit rate within 5 points, the same ranking.
 
     With --replicas N and --router R (repeatable): each policy runs live on N replicas

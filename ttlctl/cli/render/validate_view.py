@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ttlctl.cli.render.cells import show
-from ttlctl.cli.render.measured_view import cpu_line, measurements_line
+from ttlctl.cli.render.measured_view import cpu_line, measurements_line, placement_lines
 
 
 def _value(kind: str, metric: str, v: Any) -> str:
@@ -219,12 +219,8 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
                     f"({errors}{'; the ranking differs' if differs else ''})"
                 )
             console.print(text, highlight=False)
-    if doc.get("cpu_sets"):
-        sets = " | ".join(",".join(str(c) for c in s) for s in doc["cpu_sets"])
-        console.print(f"replicas pinned to CPUs {sets}", highlight=False)
-    if doc.get("gpu_sets"):
-        sets = " | ".join(",".join(s) for s in doc["gpu_sets"])
-        console.print(f"replicas on GPUs {sets}", highlight=False)
+    for line in placement_lines(doc):
+        console.print(line, highlight=False)
     drawn = _drawn(doc)
     if drawn:
         console.print(

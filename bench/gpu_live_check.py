@@ -2,10 +2,12 @@
 vLLM with the TTL scheduler, and an agent trace replayed live under ``vllm`` and
 ``continuum`` against the simulator (``ttlctl validate``).
 
-On a GPU machine, from the repo root (needs vLLM 0.32 with CUDA, and this project's
-dependencies: polars, numpy, scipy, typer, rich, tokenizers)::
+On a GPU machine, from the repo root (needs vLLM 0.32 or 0.33 with CUDA, and this
+project's dependencies: polars, numpy, scipy, typer, rich, tokenizers; a fleet also
+vllm-router)::
 
-    python3 bench/gpu_live_check.py --out $OUT
+    python3 bench/gpu_live_check.py --out $OUT [--async-scheduling] \\
+        [--replicas 2 --router cache_aware --router round_robin]
 
 It writes a model folder holding only a config (``--preset``, Llama-3.1-8B by
 default) and a word-level tokenizer of the config's vocabulary: the servers load
@@ -101,6 +103,11 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--replicas", type=int, default=0, help="a fleet of N (0: none)")
     parser.add_argument("--router", action="append", help="vllm-router --policy (repeatable)")
+    parser.add_argument(
+        "--async-scheduling",
+        action="store_true",
+        help="servers and simulator with vLLM's async scheduling (its default on a GPU)",
+    )
     args = parser.parse_args()
 
     out: Path = args.out.resolve()
@@ -140,6 +147,8 @@ def main() -> int:
         "--work-dir", str(out / "work"),
         "--json", str(out / "validate.json"),
     ]  # fmt: skip
+    if args.async_scheduling:
+        cmd.append("--async-scheduling")
     if args.replicas > 0:
         cmd += ["--replicas", str(args.replicas)]
         for name in args.router or ["cache_aware", "consistent_hash", "round_robin"]:

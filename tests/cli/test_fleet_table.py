@@ -119,6 +119,10 @@ def test_fleet_table_shows_the_engines_own_steps_and_ttft() -> None:
     console = Console(record=True, width=600)
     fleet_table(console, doc)
     assert "queued 0.000 s live, 0.000 s simulated (—)" in console.export_text()
+    live["engines_pooled"]["queue_mean_s"] = {"live": 2.1e-5, "sim": 0.011, "error": 535.0}  # type: ignore[index]
+    console = Console(record=True, width=600)
+    fleet_table(console, doc)
+    assert "queued 0.000 s live, 0.011 s simulated (+11.0 ms)" in console.export_text()
     live["engines_pooled"] = None  # type: ignore[assignment]
     console = Console(record=True, width=250)
     fleet_table(console, doc)

@@ -78,3 +78,13 @@ def placement_lines(doc: dict[str, Any]) -> list[str]:
             "simulated ones scheduling a step ahead as it does"
         )
     return lines
+
+
+def span_error(pair: dict[str, Any]) -> str:
+    """A span of the replicas' own times (queued, prefill, decode) against the simulated
+    one: the relative error, or the gap in milliseconds where the live span is under half
+    a millisecond (nothing queued: a relative error of it says nothing)."""
+    if pair["live"] >= 5e-4:
+        return "—" if pair["error"] is None else f"{pair['error']:+.1%}"
+    gap_ms = 1e3 * (pair["sim"] - pair["live"])
+    return f"{gap_ms:+.1f} ms" if abs(gap_ms) >= 0.05 else "—"

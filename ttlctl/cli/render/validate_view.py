@@ -8,7 +8,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ttlctl.cli.render.cells import show
-from ttlctl.cli.render.measured_view import cpu_line, measurements_line, placement_lines
+from ttlctl.cli.render.measured_view import (
+    cpu_line,
+    measurements_line,
+    placement_lines,
+    span_error,
+)
 
 
 def _value(kind: str, metric: str, v: Any) -> str:
@@ -281,8 +286,7 @@ def _engines(pooled: dict[str, Any]) -> str:
     parts = [
         f"{label} {_fleet_value('ttft_mean_s', pair['live'])} live, "
         f"{_fleet_value('ttft_mean_s', pair['sim'])} simulated "
-        # both under a millisecond (shown 0.000 s): a relative error says nothing
-        f"({_error('relative', pair['error'] if max(pair['live'], pair['sim']) >= 5e-4 else None)})"
+        f"({span_error(pair)})"
         for label, pair in (
             ("queued", pooled.get("queue_mean_s") or {}),
             ("scheduled to first token", pooled.get("prefill_mean_s") or {}),

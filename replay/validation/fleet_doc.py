@@ -115,6 +115,7 @@ def fleet_document(
     server_info: dict[str, Any],
     bundle: Path | None,
     cpu_sets: Sequence[Sequence[int]] | None,
+    gpu_sets: Sequence[Sequence[str]] | None = None,
     work_dir: Path,
     idle_gap_cap_s: float | None,
 ) -> dict[str, Any]:
@@ -146,10 +147,15 @@ def fleet_document(
             measurements=[m.to_json() for m in measured],
         ),
         "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
+        #: the servers started with vLLM's async scheduling, and the simulated replicas
+        #: scheduling as it does
+        "async_scheduling": side.async_scheduling,
         "server_info": server_info,
         "bundle": None if bundle is None else str(bundle.resolve()),
         #: each replica's CPUs (None: unpinned, every replica on every CPU)
         "cpu_sets": None if cpu_sets is None else [list(s) for s in cpu_sets],
+        #: each replica's GPUs, as CUDA_VISIBLE_DEVICES names them (None: not placed)
+        "gpu_sets": None if gpu_sets is None else [list(s) for s in gpu_sets],
         "work_dir": str(work_dir),
         #: what the simulated side needs beyond the above, for ``validate --resimulate``
         "simulation": simulation_record(work, side, timings, idle_gap_cap_s, bundle),

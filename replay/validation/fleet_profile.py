@@ -4,7 +4,7 @@ A fleet (``--replicas N``): one measurement in each repeat (:func:`measure_repli
 the last fleet of the repeat, on its first replica, after that fleet's live run (a
 measurement warms the fleet it runs on: taken before a live run, it would favour that
 run's router in every repeat; taken after, every fleet's live run starts alike); where
-the replicas are pinned to CPUs of their own, the other replicas serve a steady load
+the replicas have CPUs or GPUs of their own, the other replicas serve a steady load
 meanwhile (:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside
 it live. One server per policy (:mod:`replay.validation.crosscheck`): one measurement
 after each live run of the first policy, on its server (:func:`measure_policy_server`).
@@ -37,7 +37,7 @@ from profiles.measure_server import check_measurable, measure_samples
 from profiles.schema import Profile
 from replay.validation.error import ValidateError
 from replay.validation.neighbours import kept_busy
-from ttlctl.server import cpus
+from ttlctl.server import cpus, gpus
 
 #: timings a measurement takes at each prefill point and of each decode batch shape
 MEASURE_REPEATS = 2
@@ -78,21 +78,25 @@ def measure_replica(
     policy: str,
     repeat: int,
     cpu_sets: Sequence[Sequence[int]] | None,
+    gpu_sets: Sequence[Sequence[str]] | None = None,
     model_config: dict[str, Any] | None,
     vocab_size: int | None,
 ) -> Measured:
     """The first of a fleet's replica ``urls`` measured (the others kept busy when the
-    replicas are pinned: ``cpu_sets``); :class:`ValidateError` if it cannot be."""
+    replicas have devices of their own: ``cpu_sets``, ``gpu_sets``); :class:`ValidateError`
+    if it cannot be."""
     first, *rest = urls
-    others = list(rest) if cpu_sets is not None else []
+    placed = cpu_sets is not None or gpu_sets is not None
+    others = list(rest) if placed else []
     with kept_busy(others, model, vocab_size=vocab_size) as served:
         samples, fitted = _measure(first, f"a replica at {first}", model_config, MEASURE_REPEATS)
     where = f"measured from {policy}'s replica at {first}"
     if cpu_sets is not None:
-        where += (
-            f", pinned to CPUs {cpus.cpu_list(cpu_sets[0])}, while "
-            f"{len(others)} other replica(s) served {sum(served)} requests"
-        )
+        where += f", pinned to CPUs {cpus.cpu_list(cpu_sets[0])}"
+    if gpu_sets is not None:
+        where += f", on GPUs {gpus.gpu_list(gpu_sets[0])}"
+    if placed:
+        where += f", while {len(others)} other replica(s) served {sum(served)} requests"
     return Measured(repeat, where, sum(served), samples, fitted)
 
 

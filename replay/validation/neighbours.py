@@ -3,8 +3,9 @@
 A fleet's replica is profiled alone (``validate --replicas`` without ``--profile``
 measures the first one), but during the live replay its neighbours compute too: on a
 machine whose replicas have CPUs of their own they still share the caches, the memory
-bus and, under a hypervisor, maybe the physical cores. So while the pinned replica is
-measured, each other replica serves a steady stream of completions: a prompt of fresh
+bus and, under a hypervisor, maybe the physical cores; on GPUs of their own, the host's
+CPUs that run each server's scheduler and API, and its PCIe links. So while the placed
+replica is measured, each other replica serves a steady stream of completions: a prompt of fresh
 random token ids (never a prefix hit, so it prefills) and a few output tokens, one
 request after another, from a thread per replica, until the measurement ends.
 """

@@ -39,7 +39,16 @@ from replay.workload import Workload
 from ttlctl.server import arrivals
 
 #: what a document needs for its simulated side beyond the rows (top-level keys)
-NEEDED = ("replicas", "routers", "policies", "repeats", "programs", "calls", "engine")
+NEEDED = (
+    "replicas",
+    "routers",
+    "policies",
+    "repeats",
+    "programs",
+    "calls",
+    "engine",
+    "async_scheduling",
+)
 #: ... and in its ``simulation`` record
 NEEDED_SIMULATION = ("idle_gap_cap_s", "load", "timings", "router_settings", "workload")
 
@@ -117,6 +126,8 @@ class RecordedFleet:
     repeats: int
     programs: int
     engine: SimSchedulerConfig
+    #: the replicas (live and simulated) scheduled a step ahead, as vLLM's async scheduling
+    async_scheduling: bool
     idle_gap_cap_s: float | None
     load: Load
     timings: Timings
@@ -195,6 +206,7 @@ def _parsed(path: Path, doc: dict[str, Any], sim: dict[str, Any]) -> RecordedFle
         repeats=int(doc["repeats"]),
         programs=int(doc["programs"]),
         engine=SimSchedulerConfig(**doc["engine"]),
+        async_scheduling=_flag(doc["async_scheduling"], "async_scheduling"),
         idle_gap_cap_s=None if sim["idle_gap_cap_s"] is None else float(sim["idle_gap_cap_s"]),
         load=Load(**sim["load"]),
         timings=Timings(**sim["timings"]),
@@ -207,6 +219,12 @@ def _parsed(path: Path, doc: dict[str, Any], sim: dict[str, Any]) -> RecordedFle
         profile=profile_from_json(doc["profile"]["doc"], f"{path}: profile.doc"),
         profile_source=doc["profile"].get("source"),
     )
+
+
+def _flag(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} is {value!r}, not true or false")
+    return value
 
 
 def _measured(path: Path, m: Mapping[str, Any]) -> Measured:

@@ -77,6 +77,7 @@ def resimulate(
         timing=rec.load,
         bundle=_bundle(rec),
         settings=rec.settings,
+        async_scheduling=rec.async_scheduling,
     )
     say(f"re-simulating {len(runs)} recorded live runs")
     judged = judged_runs(

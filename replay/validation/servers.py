@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ttlctl.server import command, cpus, router
+from ttlctl.server import command, cpus, gpus, router
 from ttlctl.server.arrivals import ENV as ARRIVALS_ENV
 from ttlctl.server.arrivals import MIDDLEWARE as ARRIVALS
 from ttlctl.server.fleet import OwnedFleet
@@ -116,18 +116,22 @@ def policy_fleet(
     program_scheduling_json: str | None = None,
     router_extra: Sequence[str] = (),
     cpu_sets: Sequence[Sequence[int]] | None = None,
+    gpu_sets: Sequence[Sequence[str]] | None = None,
 ) -> Fleet:
     """``replicas`` servers of ``policy`` (each as :func:`policy_server` starts one, plus
     the arrivals middleware) behind ``vllm-router --policy router_policy``; files named
     ``<policy><tag>-r<i>-…`` and ``<policy><tag>-router.log`` in ``work_dir``.
     ``cpu_sets``: replica ``i`` runs on ``cpu_sets[i]`` only (:mod:`ttlctl.server.cpus`;
-    None: every replica may use every CPU).
+    None: every replica may use every CPU); ``gpu_sets``: replica ``i`` sees
+    ``gpu_sets[i]`` only (:mod:`ttlctl.server.gpus`; None: the environment's GPUs).
     :class:`~ttlctl.server.router.RouterError`: no router, or a policy it lacks."""
     assert sources.base_cmd is not None
     if replicas < 1:
         raise RouterError(f"--replicas must be at least 1, not {replicas}")
     if cpu_sets is not None and len(cpu_sets) != replicas:
         raise RouterError(f"{len(cpu_sets)} CPU sets for {replicas} replicas")
+    if gpu_sets is not None and len(gpu_sets) != replicas:
+        raise RouterError(f"{len(gpu_sets)} GPU sets for {replicas} replicas")
     router.check_policy(router_policy)
     binary = router.binary()
     servers: list[OwnedServer] = []
@@ -144,6 +148,8 @@ def policy_fleet(
         if cpu_sets is not None:
             cmd = cpus.pinned_command(cmd, cpu_sets[i - 1])
             env = cpus.pinned_environment(env, cpu_sets[i - 1])
+        if gpu_sets is not None:
+            env = gpus.placed_environment(env, gpu_sets[i - 1])
         servers.append(
             OwnedServer(
                 cmd,

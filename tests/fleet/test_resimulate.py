@@ -250,6 +250,7 @@ def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_p
         (["--router", "round_robin"], "--router"),
         (["--trace-idle-gap-cap-seconds", "5"], "--trace-idle-gap-cap-seconds"),
         (["--timing-draws", "4"], "--timing-draws"),
+        (["--async-scheduling"], "--async-scheduling"),
         (["--work-dir", str(tmp_path / "w")], "--work-dir"),
         (["--model", "m", "--", "--dtype", "float32"], "--model"),
         (["--", "--dtype", "float32"], "vLLM arguments after `--`"),

@@ -4,14 +4,18 @@ replays themselves (fast: a few small programs)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
-from replay.fleet.routers import ROUTERS
+from replay.fleet.routers import ROUTERS, RouterSettings
 from replay.fleet.routers.consistent_hash import HashRing
+from replay.fleet.run import FleetSpec, runner
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig
 from replay.synth import fit_context, synth
 from replay.validation.fleet import sim_settings
 from replay.validation.fleet_sim import (
@@ -110,6 +114,24 @@ def test_simulated_fleets_route_as_their_routers() -> None:
         assert "program-scheduling" in notes["program_scheduling"]
     again, _ = simulate_fleets(work, _side(), policies=["vllm"], routers=routers)
     assert again == sim  # deterministic for a seed
+
+
+def test_async_scheduling_reaches_every_simulated_replica() -> None:
+    """validate --replicas --async-scheduling: each simulated replica schedules a step
+    ahead, as the fleet replay's --async-scheduling does (the same figures)."""
+    work = from_frame(fit_context(synth("swe-bench", 6, 0), 1900))
+    side = _side()
+    ahead = replace(side, async_scheduling=True)
+    assert ahead.config().async_scheduling and not side.config().async_scheduling
+    sync, _ = simulate_fleets(work, side, policies=["vllm"], routers=["round_robin"])
+    sim, _ = simulate_fleets(work, ahead, policies=["vllm"], routers=["round_robin"])
+    stepped = sim["vllm"]["round_robin"]
+    assert stepped is not None and stepped != sync["vllm"]["round_robin"]
+    replay = runner(FleetSpec(2, RouterSettings("round-robin")))
+    config = ReplayConfig(engine=side.engine, truncate=True, async_scheduling=True)
+    alike = replay(work, side.spec("vllm"), side.cost(), config, side.timing, timed=False)
+    assert alike["jct_mean_s"] == stepped["jct_mean_s"]
+    assert alike["per_replica"] == stepped["per_replica"]
 
 
 def test_the_live_placement_replayed_as_routed() -> None:

@@ -3,6 +3,7 @@ statistics of validate: test_validation_stats.py; the door: tests/server)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -333,21 +334,25 @@ def test_validate_cli_argument_errors(tmp_path: Path) -> None:
         assert len(res.stderr.strip().splitlines()) == 1
 
 
-def test_gpu_live_check_writes_a_servable_model_folder_without_weights(tmp_path: Path) -> None:
-    """bench/gpu_live_check.py serves a real-size config with --load-format dummy: the
-    folder holds the preset's config and a tokenizer that knows every id of its
-    vocabulary (the live replay sends random ids and reads them back)."""
-    import importlib.util
-
-    from transformers import AutoTokenizer
-
-    from profiles.models import PRESETS
-
+def _gpu_live_check() -> Any:
+    """bench/gpu_live_check.py, loaded as a module (bench/ is no package)."""
     path = Path(__file__).resolve().parents[2] / "bench" / "gpu_live_check.py"
     spec = importlib.util.spec_from_file_location("gpu_live_check", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_live_check_writes_a_servable_model_folder_without_weights(tmp_path: Path) -> None:
+    """bench/gpu_live_check.py serves a real-size config with --load-format dummy: the
+    folder holds the preset's config and a tokenizer that knows every id of its
+    vocabulary (the live replay sends random ids and reads them back)."""
+    from transformers import AutoTokenizer
+
+    from profiles.models import PRESETS
+
+    module = _gpu_live_check()
     folder = module.write_model(tmp_path / "model", "tiny")
     config = json.loads((folder / "config.json").read_text())
     vocab = PRESETS["tiny"]["vocab_size"]
@@ -357,3 +362,19 @@ def test_gpu_live_check_writes_a_servable_model_folder_without_weights(tmp_path:
     assert len(tok) == vocab and tok.eos_token_id == config["eos_token_id"] == 1
     ids = [3, vocab // 2, vocab - 1]
     assert tok(tok.decode(ids), add_special_tokens=False)["input_ids"] == ids
+
+
+def test_gpu_live_check_places_a_fleet_on_the_gpus_it_sees(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """bench/gpu_live_check.py --replicas N: a GPU each where N are visible, else the
+    replicas share the first, each given its share of the memory; a CPU each dry."""
+    module = _gpu_live_check()
+    args: list[str] = ["--load-format", "dummy"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert module.placement(2, False, args) == ["--gpus-per-replica", "1"]
+    assert args == ["--load-format", "dummy"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert module.placement(2, False, args) == []
+    assert args[-2:] == ["--gpu-memory-utilization", "0.45"]
+    assert module.placement(2, True, []) == ["--cpus-per-replica", "1"]

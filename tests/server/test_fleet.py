@@ -245,7 +245,7 @@ def test_validate_without_the_router_is_one_line_and_exit_2(
         ["validate", str(trace), "--replicas", "2", "--router", "round_robin", "--backend",
          "vllm", "--model", str(tmp_path)],
     )  # fmt: skip
-    assert res.exit_code == 2 and "--backend and --async-scheduling do not apply" in res.stderr
+    assert res.exit_code == 2 and "--backend does not apply" in res.stderr
     res = CliRunner().invoke(
         app,
         ["validate", str(trace), "--replicas", "2", "--router", "least_load",

@@ -139,6 +139,17 @@ def validate(
             "on a pinned replica while the others serve a steady load.",
         ),
     ] = None,
+    gpus_per_replica: Annotated[
+        int | None,
+        typer.Option(
+            "--gpus-per-replica",
+            help="With --replicas: run each replica on K GPUs of its own "
+            "(CUDA_VISIBLE_DEVICES: replica i gets the i-th K of the GPUs this process may "
+            "use), as in a fleet of one server per GPU; needs replicas × K GPUs, and vLLM's "
+            "tensor × pipeline × data parallel sizes (after --) equal to K. A "
+            "profile measured here is then measured while the others serve a steady load.",
+        ),
+    ] = None,
 ) -> None:
     """Replay a small trace in the simulator and against real servers; print the errors.
 
@@ -148,7 +159,8 @@ def validate(
     priced by a profile measured from it (with --repeats K: after each of the first
     policy's K runs, pooled over the K). --max-num-seqs and --max-num-batched-tokens
     size the simulator and the servers validate starts (give them here, not after
-    `--`); with --url, give the running servers' values. Goals (reported): mean JCT within 10%,
+    `--`), and --async-scheduling sets the scheduling of both (without it, synchronous on
+    both); with --url, give the running servers' values. Goals (reported): mean JCT within 10%,
     prefix-hit rate within 5 points, the same ranking.
 
     With --replicas N and --router R (repeatable): each policy runs live on N replicas
@@ -199,6 +211,7 @@ def validate(
         replicas=replicas,
         routers=router or [],
         cpus_per_replica=cpus_per_replica,
+        gpus_per_replica=gpus_per_replica,
         timing_draws=timing_draws,
         resimulate=resimulate,
     )

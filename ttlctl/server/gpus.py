@@ -1,0 +1,115 @@
+"""Replicas on GPUs of their own (``--gpus-per-replica K``): which GPUs, and how a server
+is held to them.
+
+A simulated replica is one engine on a device of its own, as in a production fleet: one
+vLLM server per GPU (or per K GPUs, with tensor or pipeline parallelism). Started without
+a placement, every vLLM server on a machine takes the first visible GPU, so the second
+replica finds its memory already claimed. :func:`gpu_sets` gives replica ``i`` the
+``i``-th run of ``K`` GPUs among those this process may use (``CUDA_VISIBLE_DEVICES`` when
+it is set, else every GPU ``nvidia-smi -L`` lists), and :func:`placed_environment` starts
+the server with ``CUDA_VISIBLE_DEVICES`` set to its own, so its workers see those alone.
+:func:`check_parallel` refuses vLLM arguments that would use fewer or more GPUs per server
+than each is given (``--tensor-parallel-size`` × ``--pipeline-parallel-size`` ×
+``--data-parallel-size`` must be ``K``). NVIDIA GPUs only (CUDA's variable and tool).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from ttlctl.server.command import CommandError
+
+#: CUDA's list of the GPUs a process may use (indices or UUIDs)
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+#: the driver's tool that lists the GPUs
+NVIDIA_SMI = "nvidia-smi"
+#: vLLM's options whose product is the GPUs one server uses, with their short forms
+PARALLEL_FLAGS = (
+    ("--tensor-parallel-size", "-tp"),
+    ("--pipeline-parallel-size", "-pp"),
+    ("--data-parallel-size", "-dp"),
+)
+
+
+def visible_gpus(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The GPUs a process started with ``env`` may use, as ``CUDA_VISIBLE_DEVICES``
+    names them: that variable's list when it is set, else one index per GPU that
+    ``nvidia-smi -L`` lists. :class:`CommandError` when neither says anything."""
+    given = env.get(VISIBLE_ENV)
+    if given is not None:
+        return tuple(g.strip() for g in given.split(",") if g.strip())
+    smi = shutil.which(NVIDIA_SMI)
+    if smi is None:
+        raise CommandError(
+            f"--gpus-per-replica: no GPU found ({VISIBLE_ENV} is unset and {NVIDIA_SMI} "
+            "is not on PATH)"
+        )
+    try:
+        listed = subprocess.run(
+            [smi, "-L"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CommandError(f"--gpus-per-replica: {NVIDIA_SMI} -L failed: {exc}") from None
+    count = sum(1 for line in listed.splitlines() if line.startswith("GPU "))
+    return tuple(str(i) for i in range(count))
+
+
+def gpu_sets(
+    replicas: int, per_replica: int, available: Sequence[str]
+) -> tuple[tuple[str, ...], ...]:
+    """``per_replica`` GPUs for each of ``replicas`` servers, none shared: replica ``i``
+    gets ``available[i·K : (i+1)·K]``. :class:`CommandError` (one line) when there are
+    too few."""
+    if per_replica < 1:
+        raise CommandError(f"--gpus-per-replica must be at least 1, not {per_replica}")
+    need = replicas * per_replica
+    if need > len(available):
+        seen = gpu_list(available) or "none"
+        raise CommandError(
+            f"--gpus-per-replica {per_replica} with {replicas} replicas needs {need} GPUs; "
+            f"this process may use {len(available)} ({VISIBLE_ENV}: {seen})"
+        )
+    return tuple(tuple(available[i * per_replica : (i + 1) * per_replica]) for i in range(replicas))
+
+
+def gpu_list(gpus: Sequence[str]) -> str:
+    """``0,1``: the list form ``CUDA_VISIBLE_DEVICES`` takes."""
+    return ",".join(gpus)
+
+
+def placed_environment(env: Mapping[str, str], gpus: Sequence[str]) -> dict[str, str]:
+    """``env`` with the server held to ``gpus`` (``CUDA_VISIBLE_DEVICES``)."""
+    return {**env, VISIBLE_ENV: gpu_list(gpus)}
+
+
+def parallel_size(args: Sequence[str]) -> int:
+    """The GPUs one vLLM server started with ``args`` uses: the product of its tensor,
+    pipeline and data parallel sizes (1 each unless given; the last of a repeated option
+    counts, as vLLM takes it). :class:`CommandError` on a size that is not a number."""
+    size = 1
+    for names in PARALLEL_FLAGS:
+        value = "1"
+        for i, arg in enumerate(args):
+            name, sep, inline = arg.partition("=")
+            if name in names:
+                value = inline if sep else (args[i + 1] if i + 1 < len(args) else "")
+        try:
+            size *= int(value)
+        except ValueError:
+            raise CommandError(f"{names[0]} takes a number, not {value!r}") from None
+    return size
+
+
+def check_parallel(args: Sequence[str], per_replica: int) -> None:
+    """:class:`CommandError` unless a server started with ``args`` uses exactly
+    ``per_replica`` GPUs (a server given more GPUs than it uses would leave them idle,
+    one given fewer would fail to start)."""
+    size = parallel_size(args)
+    if size != per_replica:
+        raise CommandError(
+            f"--gpus-per-replica {per_replica}: each replica's vLLM uses {size} GPU(s) "
+            "(--tensor-parallel-size × --pipeline-parallel-size × --data-parallel-size "
+            f"after --); make them {per_replica}"
+        )

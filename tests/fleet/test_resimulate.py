@@ -229,6 +229,7 @@ def _refused(args: list[str]) -> str:
 
 def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_path: Path) -> None:
     doc = json.loads(recorded.read_text())
+    assert "give TRACE" in _refused(["--replicas", "2"])  # no trace, nothing to re-simulate
     missing = tmp_path / "none.json"
     assert str(missing) in _refused(["--resimulate", str(missing)])
     broken = tmp_path / "broken.json"

@@ -57,6 +57,7 @@ from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
 from replay.validation.engine_metrics import ScrapeFailed, engine_delta, scrape
 from replay.validation.error import ValidateError
+from replay.validation.fleet_doc import fleet_document
 from replay.validation.fleet_profile import (
     Measured,
     by_repeat,
@@ -64,8 +65,7 @@ from replay.validation.fleet_profile import (
     measure_replica,
     pooled,
 )
-from replay.validation.fleet_rows import LiveRun, simulate_runs
-from replay.validation.fleet_runs import goal, goal_repriced, judged, run_rankings
+from replay.validation.fleet_rows import LiveRun
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sim_side import SimSide
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
@@ -182,7 +182,9 @@ def validate_fleet(
     profile_source = "given" if profile is not None else None
     info: ServerInfo | None = None
     # made only once the arguments are known good: bad input leaves no folder behind
-    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-"))
+    # absolute: the document names its files (each replica's arrivals, the router's log)
+    # wherever it is read from (``validate --resimulate``)
+    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-")).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     runs: list[LiveRun] = []
     measured: list[Measured] = []
@@ -341,71 +343,24 @@ def validate_fleet(
         settings=sim_settings(routers, calibration, program_scheduling_json),
         async_scheduling=async_scheduling,
     )
-    priced = simulate_runs(runs, work, side, own, timings)
-    per_run, per_repeat = priced.rows, priced.per_repeat
-    rows: dict[str, dict[str, dict[str, Any]]] = {}
-    rankings: dict[str, dict[str, Any]] = {}
-    goals: dict[str, dict[str, Any]] = {}
-    for name in names:
-        rows[name], rankings[name], met = judged({r: per_run[name][r] for r in routers})
-        by_run = run_rankings(rows[name], repeats)
-        goals[name] = {
-            #: every router's mean JCT within 10% and the same ranking (on the means over
-            #: the runs when --repeats > 1)
-            "met": met,
-            #: the same goal on each single run (run k of every router)
-            "runs": [
-                goal({r: per_run[name][r][k] for r in routers}, by_run[k]) for k in range(repeats)
-            ],
-            "run_rankings": by_run,
-            #: the goal with every run priced by the pooled profile (None: one profile
-            #: priced every run)
-            "pooled_profile": goal_repriced(per_run[name], "compare_pooled")
-            if per_repeat
-            else None,
-        }
-    return {
-        "replicas": replicas,
-        "routers": list(routers),
-        "policies": names,
-        "repeats": repeats,
-        #: perturbed arrival timings each run's simulated figures are the mean over (0: the
-        #: trace's own timing alone; each row's ``sim_timings`` has their settings)
-        "timing_draws": timings.draws,
-        "programs": len(work.programs),
-        "calls": work.calls,
-        "rows": rows,
-        # one run: its document as it is; several: a list, one per run
-        "live": _single(priced.live, repeats),
-        # each run simulated on the trace's own timing (the rows' ``compare`` is the mean
-        # over the perturbed timings, ``compare_one_timing`` this one)
-        "sim": _single(priced.sim, repeats),
-        "sim_notes": priced.notes,
-        "ranking": rankings,
-        "goal": goals,
-        "profile": {
-            "source": profile_source,
-            #: how the runs were priced: "per repeat" (each run by its repeat's own
-            #: measurement; ``doc`` is the pooled profile, compared beside it), else "one"
-            "pricing": "per repeat" if per_repeat else "one",
-            "doc": profile.to_json(),
-            #: the measurements it was fitted on, in time order (none: given), each with its
-            #: own fit and its timings
-            "measurements": [m.to_json() for m in measured],
-        },
-        "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
-        #: the servers started with vLLM's async scheduling, and the simulated replicas
-        #: scheduling as it does
-        "async_scheduling": async_scheduling,
-        "server_info": info.to_json(),
-        "fleets": _single(priced.fleets, repeats),
-        "bundle": None if bundle is None else str(bundle),
-        #: each replica's CPUs (None: unpinned, every replica on every CPU)
-        "cpu_sets": None if sets is None else [list(s) for s in sets],
-        #: each replica's GPUs, as CUDA_VISIBLE_DEVICES names them (None: not placed)
-        "gpu_sets": None if gpu_sets is None else [list(s) for s in gpu_sets],
-        "work_dir": str(work_dir),
-    }
+    return fleet_document(
+        runs,
+        work,
+        side,
+        own,
+        timings,
+        policies=names,
+        routers=routers,
+        repeats=repeats,
+        profile_source=profile_source,
+        measured=measured,
+        server_info=info.to_json(),
+        bundle=bundle,
+        cpu_sets=sets,
+        gpu_sets=gpu_sets,
+        work_dir=work_dir,
+        idle_gap_cap_s=idle_gap_cap_s,
+    )
 
 
 def _gpu_sets(
@@ -430,11 +385,6 @@ def _scraped(url: str, warn: Callable[[str], None] | None) -> dict[str, float] |
         if warn is not None:
             warn(f"the replica's own figures are not compared: {exc}")
         return None
-
-
-def _single(by: dict[str, dict[str, list[Any]]], repeats: int) -> dict[str, dict[str, Any]]:
-    """{policy: {router: the run's document}} for one run, else the list of them."""
-    return {n: {r: (v[0] if repeats == 1 else v) for r, v in d.items()} for n, d in by.items()}
 
 
 def live_worker_order(log_path: Path, urls: Sequence[str]) -> list[str] | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from replay.scheduler import SimSchedulerConfig
 from replay.validation.crosscheck import validate
 from replay.validation.error import ValidateError
 from replay.validation.fleet import TIMING_DRAWS, validate_fleet
+from replay.validation.resimulate import resimulate
 from replay.validation.servers import Sources
 from replay.vllmsim.backend import check_request
 from replay.workload import load
@@ -44,7 +45,8 @@ class ValidateRequest:
     from (URLs, or a command: ``engine_cmd``, or ``model`` with ``extra`` vLLM
     arguments), the simulator's settings and the load."""
 
-    trace: Path
+    #: None only with ``resimulate`` (the recorded document names its trace)
+    trace: Path | None = None
     #: ``POLICY=URL`` items
     urls: Sequence[str] = ()
     engine_cmd: str | None = None
@@ -84,6 +86,9 @@ class ValidateRequest:
     #: a fleet: perturbed arrival timings each live run is simulated on (None: the
     #: default, :data:`~replay.validation.fleet.TIMING_DRAWS`; 0: the trace's own alone)
     timing_draws: int | None = None
+    #: a fleet validation's document to re-simulate, nothing started live
+    #: (:mod:`~replay.validation.resimulate`)
+    resimulate: Path | None = None
 
 
 def parse_urls(items: Sequence[str]) -> dict[str, str]:
@@ -175,7 +180,12 @@ def validation_doc(
     progress: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Check ``req``, run the validation and return its document (with ``trace``)."""
+    """Check ``req``, run the validation and return its document (with ``trace``); with
+    ``resimulate``, the recorded validation re-simulated instead."""
+    if req.resimulate is not None:
+        return _resimulated(req, progress)
+    if req.trace is None:
+        raise ValidateError("give TRACE, the trace to validate with (or --resimulate RECORDED)")
     timing = one_load(req.jps, req.concurrency, req.seed)
     if req.programs < 1:
         raise ValidateError("--programs must be at least 1")
@@ -194,7 +204,7 @@ def validation_doc(
             "--timing-draws needs --replicas N (it averages each simulated fleet run)"
         )
     if req.replicas is not None or req.routers:
-        return _fleet_doc(req, timing, base, model_config, progress, warn)
+        return _fleet_doc(req, req.trace, timing, base, model_config, progress, warn)
     names = _names(req.policies, "vllm,continuum")
     check_request(req.backend, names, async_scheduling=req.async_scheduling)
     prof = resolve(req.profile)[0] if req.profile is not None else None
@@ -229,8 +239,48 @@ def validation_doc(
         backend=req.backend,
         async_scheduling=req.async_scheduling,
     )
-    doc["trace"] = str(req.trace)
+    doc["trace"] = str(req.trace.resolve())
     return doc
+
+
+#: what ``--resimulate`` takes beside the recorded document (everything else the
+#: recorded run had is read from it)
+RESIMULATE_TAKES = ("trace", "profile", "resimulate")
+#: the flags of :class:`ValidateRequest`'s fields, where not ``--`` + the field's name
+FLAGS = {
+    "urls": "--url",
+    "extra": "vLLM arguments after `--`",
+    "policies": "--policy",
+    "routers": "--router",
+    "idle_gap_cap_s": "--trace-idle-gap-cap-seconds",
+    "timeout_s": "--timeout-seconds",
+    "startup_timeout_s": "--startup-timeout-seconds",
+}
+
+
+def _resimulated(req: ValidateRequest, progress: Callable[[str], None] | None) -> dict[str, Any]:
+    """``--resimulate RECORDED``: refused beside any option of a live run (the recorded
+    document says how it ran); ``--profile`` prices every run by that profile."""
+    default = ValidateRequest()
+    for f in fields(req):
+        if f.name not in RESIMULATE_TAKES and _plain(getattr(req, f.name)) != _plain(
+            getattr(default, f.name)
+        ):
+            flag = FLAGS.get(f.name, "--" + f.name.replace("_", "-"))
+            raise ValidateError(
+                f"{flag} does not go with --resimulate (the recorded document says how its "
+                "runs went; only TRACE and --profile may be given)"
+            )
+    assert req.resimulate is not None
+    prof = resolve(req.profile)[0] if req.profile is not None else None
+    return resimulate(
+        req.resimulate, trace=req.trace, profile=prof, profile_name=req.profile, progress=progress
+    )
+
+
+def _plain(value: Any) -> Any:
+    """A setting as compared with its default (a list and a tuple alike)."""
+    return list(value) if isinstance(value, (list, tuple)) else value
 
 
 def _names(policies: Sequence[str], default: str) -> list[str]:
@@ -240,6 +290,7 @@ def _names(policies: Sequence[str], default: str) -> list[str]:
 
 def _fleet_doc(
     req: ValidateRequest,
+    trace: Path,
     timing: Load,
     base: list[str] | None,
     model_config: dict[str, Any] | None,
@@ -255,9 +306,9 @@ def _fleet_doc(
         raise ValidateError(
             "--replicas simulates each replica with the fast backend: --backend does not apply"
         )
-    workload = load(req.trace)
+    workload = load(trace)
     if not workload.programs:
-        raise ValidateError(f"{req.trace}: no programs to replay")
+        raise ValidateError(f"{trace}: no programs to replay")
     vocab = (model_config or {}).get("vocab_size")
     prof = resolve(req.profile)[0] if req.profile is not None else None
     doc = validate_fleet(
@@ -288,5 +339,5 @@ def _fleet_doc(
         progress=progress,
         warn=warn,
     )
-    doc["trace"] = str(req.trace)
+    doc["trace"] = str(trace.resolve())
     return doc

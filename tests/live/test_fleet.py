@@ -10,14 +10,18 @@ counted once, the simulated fleet (given the live replicas' URLs) put every prog
 replica the live router chose (its replicas in the live router's own worker order, read
 from its log), the router started calibrated (no reference-calibration
 warning), each replica ran on a CPU of its own where the machine has two
-(``--cpus-per-replica 1``: vLLM logs the cores its threads bind to), and nothing the fleet
-started is left running afterwards. Skipped only where vllm-router cannot run.
+(``--cpus-per-replica 1``: vLLM logs the cores its threads bind to), nothing the fleet
+started is left running afterwards, and the recorded document, re-simulated
+(``validate TRACE --resimulate``: nothing started live), gives its own rows, ranking and
+goal back exactly. Skipped only where vllm-router cannot run.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from typer.testing import CliRunner
 
 from profiles import shipped
 from profiles.router_calibration import calibrate
@@ -28,6 +32,7 @@ from replay.workload import load
 from tests.live.servers import FLAGS, server_env
 from tests.live.traces import agent_trace
 from tests.router_bin import router_or_skip
+from ttlctl.cli import app
 from ttlctl.server import cpus, router
 from ttlctl.server.command import base_command
 from ttlctl.server.process import group_alive, live_processes
@@ -160,3 +165,19 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     assert len(groups) == 3  # two replicas and the router, each a process group
     assert not any(group_alive(g) for g in groups)
     assert _serving(tiny_model) == []
+    # the document as --json writes it, re-simulated from its arrivals files by the same
+    # code: its own judged part back, to the last digit (no second fleet started)
+    recorded = tmp_path / "recorded.json"
+    recorded.write_text(json.dumps(doc))
+    again_file = tmp_path / "again.json"
+    res = CliRunner().invoke(
+        app,
+        ["validate", str(trace), "--resimulate", str(recorded), "--json", str(again_file)],
+        catch_exceptions=False,
+    )
+    assert res.exit_code == 0, res.output
+    again, kept = json.loads(again_file.read_text()), json.loads(recorded.read_text())
+    for key in ("rows", "ranking", "goal", "sim", "sim_notes", "profile", "live", "fleets"):
+        assert again[key] == kept[key], key
+    assert again["resimulated"]["from"] == str(recorded.resolve())
+    assert again["simulation"]["workload"]["calls"] == 12

@@ -98,6 +98,23 @@ def renamed(args: list[str], warn: Callable[[str], None]) -> list[str]:
 Trace = Annotated[
     Path, typer.Argument(help="Canonical trace (Parquet) from `ttlctl ingest` or `ttlctl synth`.")
 ]
+#: ``validate``'s TRACE: optional with ``--resimulate`` (the document names its trace)
+ValidateTrace = Annotated[
+    Path | None,
+    typer.Argument(
+        help="Canonical trace (Parquet) from `ttlctl ingest` or `ttlctl synth`; with "
+        "--resimulate, the recorded one unless given."
+    ),
+]
+Resimulate = Annotated[
+    Path | None,
+    typer.Option(
+        "--resimulate",
+        help="A fleet validation's --json document (validate --replicas N): re-simulate its "
+        "recorded live runs with this ttlctl's simulator, nothing started live, priced as "
+        "it was (or by --profile); everything else is read from the document.",
+    ),
+]
 FitFile = Annotated[Path, typer.Option("--fit", help="fit.json from `ttlctl fit`.")]
 #: ``--profile``'s help, the same wherever it is taken
 PROFILE_HELP = "Profile: a profile.json, or a shipped profile name."

@@ -24,11 +24,12 @@ from ttlctl.cli.options import (
     MaxNumBatchedTokens,
     MaxNumSeqs,
     Replicas,
+    Resimulate,
     ResultDir,
     Routers,
     SaveResult,
     Seed,
-    Trace,
+    ValidateTrace,
 )
 
 #: register with ``app.command("validate", context_settings=CONTEXT_SETTINGS)``: the
@@ -38,7 +39,8 @@ CONTEXT_SETTINGS: dict[str, Any] = {"allow_extra_args": True}
 
 def validate(
     ctx: typer.Context,
-    trace: Trace,
+    trace: ValidateTrace = None,
+    resimulate: Resimulate = None,
     url: Annotated[
         list[str] | None,
         typer.Option(
@@ -170,6 +172,12 @@ def validate(
     is then measured in each repeat: with --replicas each repeat's runs are priced by
     that repeat's measurement (the K pooled into one beside it), else the K pooled
     into one price every run.
+
+    --resimulate RECORDED.json re-prices a fleet validation's recorded live runs with
+    this ttlctl's simulator, starting nothing: the trace, its programs and pause cap,
+    the engine's sizes, the routers and their replicas' URLs, the arrivals files and the
+    profile's measurements are read from the document; --profile prices every run by
+    that profile instead. The same table and --json document, marked re-simulated.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     from replay.validation.setup import ValidateRequest, validation_doc
@@ -205,6 +213,7 @@ def validate(
         cpus_per_replica=cpus_per_replica,
         gpus_per_replica=gpus_per_replica,
         timing_draws=timing_draws,
+        resimulate=resimulate,
     )
     with user_errors():
         check_outputs(json_out, folders=(work_dir, result_dir if save_result else None))
@@ -216,7 +225,11 @@ def validate(
             )
         if json_out is not None and write_doc(doc, json_out, as_text=True):
             return
-    if "replicas" in doc:
+    if "resimulated" in doc:
+        render.fleet_table(out, doc)
+        again = doc["resimulated"]
+        err.print(f"re-simulated from {again['from']}: {again['pricing']}", highlight=False)
+    elif "replicas" in doc:
         render.fleet_table(out, doc)
         err.print(f"work dir: {doc['work_dir']}", highlight=False)
     else:

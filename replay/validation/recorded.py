@@ -1,0 +1,335 @@
+"""What a fleet validation's document records for its simulated side, and reading it back.
+
+``validate --replicas N`` keeps, beside its rows, everything its simulated side was built
+from: the live runs (``live``, ``fleets``: each replica's URL and arrivals file, the
+router's worker order), the engine's sizes (``engine``), the profile's measurements with
+their raw timings (``profile``), and :func:`simulation_record`: the pause cap, the load,
+the perturbed timings' settings, the routers' simulated settings, a fingerprint of the
+programs replayed (:func:`workload_fingerprint`) and of the continuum bundle.
+:func:`read_recorded` reads such a document back as a :class:`RecordedFleet` and
+:func:`recorded_runs` its live runs (each replica's arrivals file read again), for
+:mod:`~replay.validation.resimulate`. Nothing is re-guessed: a document that lacks what
+the simulation needs (one written before validate recorded it, or damaged) is refused
+with a :class:`~replay.validation.error.ValidateError` naming the file and what is
+missing. Paths are read as recorded: absolute since validate records them so; an older
+document's relative paths from the current directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from profiles.engine_fit import fit_samples, samples_from_json
+from profiles.schema import Profile
+from profiles.schema import from_json as profile_from_json
+from replay.fleet.routers import RouterSettings
+from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
+from replay.validation.error import ValidateError
+from replay.validation.fleet_profile import Measured
+from replay.validation.fleet_rows import LiveRun, fleet_row
+from replay.validation.sim_side import SimSide
+from replay.validation.timings import Timings
+from replay.workload import Workload
+from ttlctl.server import arrivals
+
+#: what a document needs for its simulated side beyond the rows (top-level keys)
+NEEDED = (
+    "replicas",
+    "routers",
+    "policies",
+    "repeats",
+    "programs",
+    "calls",
+    "engine",
+    "async_scheduling",
+)
+#: ... and in its ``simulation`` record
+NEEDED_SIMULATION = ("idle_gap_cap_s", "load", "timings", "router_settings", "workload")
+
+
+def workload_fingerprint(work: Workload) -> dict[str, Any]:
+    """The programs replayed, as a document can check them: their ids, their calls, and a
+    SHA-256 over every program's start and every call's tokens, tool, pause and shared
+    prefix (after the pause cap)."""
+    text = json.dumps(
+        [
+            [
+                p.program_id,
+                p.start_s,
+                [
+                    [
+                        c.input_tokens,
+                        c.output_tokens,
+                        c.reused_tokens,
+                        c.tool,
+                        c.pause_s,
+                        None
+                        if c.prefix is None
+                        else [list(c.prefix.hashes), c.prefix.block_tokens],
+                    ]
+                    for c in p.calls
+                ],
+            ]
+            for p in work.programs
+        ]
+    )
+    return {
+        "program_ids": [p.program_id for p in work.programs],
+        "calls": work.calls,
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+    }
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def simulation_record(
+    work: Workload,
+    side: SimSide,
+    timings: Timings,
+    idle_gap_cap_s: float | None,
+    bundle: Path | None,
+) -> dict[str, Any]:
+    """What the simulated side was built from beyond the document's other keys: the pause
+    cap, the load, the perturbed timings, each router's simulated settings (those not its
+    model's defaults), the programs' fingerprint and the bundle's SHA-256."""
+    return {
+        #: every recorded pause capped at this (None: not capped)
+        "idle_gap_cap_s": idle_gap_cap_s,
+        "load": asdict(side.timing),
+        "timings": timings.to_json(),
+        "router_settings": {
+            router: {k: v for k, v in asdict(s).items() if v is not None}
+            for router, s in side.settings.items()
+        },
+        "workload": workload_fingerprint(work),
+        "bundle_sha256": None if bundle is None else file_sha256(bundle),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedFleet:
+    """A fleet validation's document, read back: its settings and what priced its runs."""
+
+    path: Path
+    doc: dict[str, Any]
+    replicas: int
+    routers: list[str]
+    policies: list[str]
+    repeats: int
+    programs: int
+    engine: SimSchedulerConfig
+    #: the replicas (live and simulated) scheduled a step ahead, as vLLM's async scheduling
+    async_scheduling: bool
+    idle_gap_cap_s: float | None
+    load: Load
+    timings: Timings
+    settings: dict[str, RouterSettings]
+    #: :func:`workload_fingerprint` of the programs replayed
+    workload: dict[str, Any]
+    #: the trace as recorded (None: the document names none)
+    trace: Path | None
+    bundle: Path | None
+    bundle_sha256: str | None
+    #: the measurements (none: the profile was given) and the profile that priced the runs
+    measured: list[Measured]
+    profile: Profile
+    profile_source: str | None
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """The JSON document at ``path``; :class:`ValidateError` (one line) if it is missing or
+    not a JSON object."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValidateError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValidateError(f"{path}: not a readable JSON document ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ValidateError(f"{path}: not a validate document (not a JSON object)")
+    return doc
+
+
+def read_recorded(path: Path) -> RecordedFleet:
+    """The fleet validation recorded at ``path``; :class:`ValidateError` naming the file
+    and what is wrong: unreadable, a single-server validation, or lacking (or damaged in)
+    what the simulated side needs."""
+    doc = read_document(path)
+    if "replicas" not in doc:
+        what = "a single-server validation" if "rows" in doc else "not a validate document"
+        raise ValidateError(
+            f"{path}: {what} (no 'replicas'); --resimulate re-simulates fleet validations "
+            "(validate --replicas N) only"
+        )
+    missing = [k for k in NEEDED if k not in doc]
+    sim = doc.get("simulation")
+    if not isinstance(sim, dict):
+        missing.append("simulation")
+    else:
+        missing += [f"simulation.{k}" for k in NEEDED_SIMULATION if k not in sim]
+    missing += [k for k in ("live", "fleets", "profile") if k not in doc]
+    if missing or not isinstance(sim, dict):
+        raise ValidateError(
+            f"{path}: lacks {', '.join(missing)}, which re-simulating needs (a document "
+            "written before validate recorded them cannot be re-simulated)"
+        )
+    try:
+        return _parsed(path, doc, sim)
+    except ValidateError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise _damaged(path, exc) from None
+
+
+def _damaged(path: Path, exc: Exception) -> ValidateError:
+    return ValidateError(f"{path}: damaged fleet document ({type(exc).__name__}: {exc})")
+
+
+def _parsed(path: Path, doc: dict[str, Any], sim: dict[str, Any]) -> RecordedFleet:
+    measured = [_measured(path, m) for m in doc["profile"]["measurements"]]
+    bundle = doc.get("bundle")
+    trace = doc.get("trace")
+    return RecordedFleet(
+        path=path,
+        doc=doc,
+        replicas=int(doc["replicas"]),
+        routers=[str(r) for r in doc["routers"]],
+        policies=[str(p) for p in doc["policies"]],
+        repeats=int(doc["repeats"]),
+        programs=int(doc["programs"]),
+        engine=SimSchedulerConfig(**doc["engine"]),
+        async_scheduling=_flag(doc["async_scheduling"], "async_scheduling"),
+        idle_gap_cap_s=None if sim["idle_gap_cap_s"] is None else float(sim["idle_gap_cap_s"]),
+        load=Load(**sim["load"]),
+        timings=Timings(**sim["timings"]),
+        settings={r: RouterSettings(**s) for r, s in sim["router_settings"].items()},
+        workload=dict(sim["workload"]),
+        trace=None if trace is None else Path(trace),
+        bundle=None if bundle is None else Path(bundle),
+        bundle_sha256=sim.get("bundle_sha256"),
+        measured=measured,
+        profile=profile_from_json(doc["profile"]["doc"], f"{path}: profile.doc"),
+        profile_source=doc["profile"].get("source"),
+    )
+
+
+def _flag(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} is {value!r}, not true or false")
+    return value
+
+
+def _measured(path: Path, m: Mapping[str, Any]) -> Measured:
+    """A recorded measurement, fitted again from its timings by this ttlctl's fit."""
+    samples = samples_from_json(m["samples"], f"{path}: measurement {m.get('repeat')}")
+    return Measured(
+        int(m["repeat"]), str(m["source"]), int(m["others_served"]), samples, fit_samples([samples])
+    )
+
+
+def _runs_of(by: Any, policy: str, router: str, repeats: int, what: str) -> list[Any]:
+    """The recorded ``what`` (``live`` or ``fleets``) documents of (policy, router): one
+    per repeat."""
+    got = by[policy][router]
+    runs = got if repeats > 1 else [got]
+    if not isinstance(runs, list) or len(runs) != repeats:
+        raise ValueError(f"{what}.{policy}.{router}: not {repeats} runs")
+    return runs
+
+
+def recorded_runs(rec: RecordedFleet) -> list[LiveRun]:
+    """Every recorded live run, in the order validate ran them (run k of every policy and
+    router before run k + 1 of any), each replica's arrivals file read again. Refused
+    (:class:`ValidateError` naming the file): a missing arrivals file, or one whose calls
+    per replica are not those the document recorded for its run (overwritten since)."""
+    doc, path = rec.doc, rec.path
+    try:
+        lives = {
+            (n, r): _runs_of(doc["live"], n, r, rec.repeats, "live")
+            for n in rec.policies
+            for r in rec.routers
+        }
+        fleets = {
+            (n, r): _runs_of(doc["fleets"], n, r, rec.repeats, "fleets")
+            for n in rec.policies
+            for r in rec.routers
+        }
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise _damaged(path, exc) from None
+    runs = []
+    for rep in range(rec.repeats):
+        for name in rec.policies:
+            for router in rec.routers:
+                fleet = fleets[(name, router)][rep]
+                order = _arrivals(path, fleet, f"{name} behind {router}, run {rep + 1}")
+                live = lives[(name, router)][rep]
+                recorded = _recorded_row(doc, name, router, rep, rec.repeats)
+                seen = fleet_row(live, order)["calls_per_replica"]
+                if recorded is not None and recorded.get("calls_per_replica") != seen:
+                    raise ValidateError(
+                        f"{path}: {name} behind {router}, run {rep + 1}: its replicas' "
+                        f"arrivals files give calls per replica {seen}, the document "
+                        f"recorded {recorded.get('calls_per_replica')} (files overwritten "
+                        "by a later run?)"
+                    )
+                runs.append(LiveRun(rep, name, router, live, order, fleet))
+    return runs
+
+
+def _arrivals(path: Path, fleet: Mapping[str, Any], which: str) -> dict[str, list[str]]:
+    """{session: [replica of each call]} from a recorded fleet's arrivals files, each one
+    there (a replica's file holds its warm-up calls at least)."""
+    try:
+        files = {name: Path(r["arrivals"]) for name, r in fleet["replicas"].items()}
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValidateError(f"{path}: {which}: no arrivals file recorded ({exc})") from None
+    for name, file in files.items():
+        if not file.is_file():
+            raise ValidateError(
+                f"{path}: {which}: replica {name}'s arrivals file {file} is missing"
+                + ("" if file.is_absolute() else " (a relative path is read from here)")
+            )
+    try:
+        return arrivals.read(files)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValidateError(f"{path}: {which}: an arrivals file is damaged ({exc})") from None
+
+
+def _recorded_row(
+    doc: Mapping[str, Any], policy: str, router: str, rep: int, repeats: int
+) -> Mapping[str, Any] | None:
+    """The row the document recorded for one run (None: none kept)."""
+    row = ((doc.get("rows") or {}).get(policy) or {}).get(router)
+    if not isinstance(row, Mapping):
+        return None
+    if repeats == 1:
+        return row
+    runs = row.get("runs")
+    return runs[rep] if isinstance(runs, Sequence) and len(runs) == repeats else None
+
+
+def check_fingerprint(rec: RecordedFleet, work: Workload, trace: Path) -> None:
+    """Refuse a trace whose programs (its first ``programs``, pauses capped as recorded)
+    are not those the document replayed, saying how they differ."""
+    seen = workload_fingerprint(work)
+    want = rec.workload
+    if seen == want:
+        return
+    cap = "" if rec.idle_gap_cap_s is None else f", pauses capped at {rec.idle_gap_cap_s:g} s"
+    if seen["program_ids"] != want.get("program_ids"):
+        how = f"programs {seen['program_ids']} against {want.get('program_ids')} recorded"
+    elif seen["calls"] != want.get("calls"):
+        how = f"{seen['calls']} calls against {want.get('calls')} recorded"
+    else:
+        how = "the same programs and calls, but their tokens, tools or pauses differ"
+    raise ValidateError(
+        f"{trace}: its first {rec.programs} programs{cap} are not those {rec.path} replayed: {how}"
+    )

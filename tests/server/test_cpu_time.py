@@ -69,4 +69,8 @@ def test_a_group_counts_its_members_live_or_reaped_and_a_gone_group_reads_none()
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the live child too
         proc.wait()
+    # the orphaned child dies when the kill reaches it, a moment after killpg returns
+    deadline = time.monotonic() + 10.0
+    while group_cpu_s([proc.pid]) != {proc.pid: None} and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert group_cpu_s([proc.pid]) == {proc.pid: None}

@@ -85,6 +85,13 @@ def test_replay_an_async_fleet(trace: Path, tmp_path: Path) -> None:
         (["--replicas", "2", "--router", "nope"], "--router: unknown router 'nope'"),
         (["--replicas", "2", "--router", "as-logged"], "has no 'replica' column"),
         (["--router", "pin-aware"], "--router and its settings need --replicas N"),
+        # a router flag alone is not taken for cache-aware's (the default router) and
+        # refused as such: what is missing is --replicas
+        (["--pin-queue-bound", "3"], "--router and its settings need --replicas N"),
+        (
+            ["--router", "round-robin", "--cache-threshold", "0.5"],
+            "--router and its settings need --replicas N",
+        ),
         (
             ["--replicas", "2", "--router", "round-robin", "--cache-threshold", "0.5"],
             "--cache-threshold: the round-robin router does not take it",

@@ -78,6 +78,11 @@ def test_replay_an_async_fleet(trace: Path, tmp_path: Path) -> None:
     assert result["jct_mean_s"] != sync["results"][0]["jct_mean_s"]
 
 
+PROGRAM_SCHEDULING = [
+    "--replicas", "2", "--router", "program-scheduling", "--program-scheduling-config-json",
+]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -106,6 +111,16 @@ def test_replay_an_async_fleet(trace: Path, tmp_path: Path) -> None:
             "policy oracle does not map onto vLLM's scheduler",
         ),
         (["--worker-urls", "http://a:1"], "--worker-urls needs --replicas N"),
+        # the calibration's objects are checked as the config's other fields are: a field
+        # vllm-router does not have is named (not a Python TypeError), a negative refused
+        (
+            [*PROGRAM_SCHEDULING, '{"prefill_cost_model": {"bogus": 1}}'],
+            "unknown field 'prefill_cost_model.bogus'",
+        ),
+        (
+            [*PROGRAM_SCHEDULING, '{"decode_throughput_model": {"fixed_step_seconds": -1}}'],
+            "decode_throughput_model.fixed_step_seconds must be a number ≥ 0, got -1",
+        ),
         (
             ["--replicas", "2", "--router", "consistent-hash", "--worker-urls", "http://a:1"],
             "--worker-urls: 1 URLs given for 2 replicas",

@@ -51,7 +51,11 @@ def test_tune_a_fleet_searches_the_router(tune_inputs: dict[str, Any], tmp_path:
     best = summary["best"]
     assert best["router"]["name"] == best["params"]["router"]
     assert best["router"]["replicas"] == 2
-    # the stock stack behind vllm-router's default is what the guard compared with
+    # the stock stack behind vllm-router's default is what the guard compared with, and the
+    # console's table says so, row by row
+    lines = res.stdout.splitlines()
+    assert any("vllm (stock)" in line and "cache-aware" in line for line in lines), res.stdout
+    assert any(line.startswith("│ tuned") and best["router"]["name"] in line for line in lines)
     held = summary["held_back"]
     assert held["routers"]["vllm"]["name"] == "cache-aware"
     assert held["routers"]["vllm"]["settings"]["balance_abs_threshold"] == 64

@@ -213,6 +213,7 @@ def runner(fleet: FleetSpec) -> Callable[..., PolicyResult]:
 def router_settings(
     name: str | None,
     *,
+    replicas: int | None,
     cache_threshold: float | None = None,
     balance_abs_threshold: int | None = None,
     balance_rel_threshold: float | None = None,
@@ -223,7 +224,9 @@ def router_settings(
     program_scheduling_calibration: str | None = None,
 ) -> RouterSettings | None:
     """The router asked for on the command line (None: none named, no router flag given;
-    router flags without ``--router``: vllm-router's default, ``cache-aware``)."""
+    router flags without ``--router``: vllm-router's default, ``cache-aware``). A router or
+    its flags without ``--replicas`` are refused before the flags are checked against the
+    router, so that the message names what is missing."""
     flags = {
         "cache_threshold": cache_threshold,
         "balance_abs_threshold": balance_abs_threshold,
@@ -236,6 +239,8 @@ def router_settings(
     }
     if name is None and all(v is None for v in flags.values()):
         return None
+    if replicas is None:
+        raise ConfigError("--router and its settings need --replicas N")
     return RouterSettings(name or "cache-aware", **flags)  # type: ignore[arg-type]
 
 

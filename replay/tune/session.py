@@ -19,7 +19,7 @@ from fitting.fit_doc import FitDoc
 from fitting.policy import PolicyParams
 from profiles.schema import ProfileDoc
 from profiles.shipped import resolve
-from replay.fleet.routers import RouterSettings
+from replay.fleet.routers import RouterSettings, router_name
 from replay.fleet.run import fleet_for
 from replay.live import cap_pauses
 from replay.policy_runs import Load
@@ -224,7 +224,9 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         backend=req.backend,
         async_scheduling=req.async_scheduling,
         fleet=fleet,
-        routers=tuple(dict.fromkeys(req.routers)),
+        # one name per router: vllm-router's spelling (kv_aware) and ttlctl's (kv-aware)
+        # are one router, not two choices of the study
+        routers=tuple(dict.fromkeys(router_name(r) for r in req.routers)),
     )
     inputs = {
         "trace": file_sha256(req.trace),

@@ -192,6 +192,15 @@ def test_cli_build_inspect_verify_query(fit_doc: dict[str, Any], tmp_path: Path)
     assert res.exit_code == 2 and "--as lmcache: no per-request retention field" in res.stderr
     res = runner.invoke(app, [*query, "--as", "nginx"])
     assert res.exit_code == 2 and "--as takes dynamo, sglang, trtllm" in res.stderr
+    # a name --as does not take is refused as such without --tool too (it was refused for the
+    # missing --tool), and the choices name vllm-router
+    res = runner.invoke(app, ["bundle", "query", str(out), "--as", "vllm_router"])
+    assert res.exit_code == 2
+    assert "--as takes dynamo, sglang, trtllm or vllm-router, not 'vllm_router'" in res.stderr
+    # --as vllm-router prints the router's flags: a request's flags are refused, not ignored
+    res = runner.invoke(app, [*query, "--as", "vllm-router"])
+    assert res.exit_code == 2 and "drop --tool, --context-tokens" in res.stderr
+    assert res.stdout == ""
 
     out.write_text(out.read_text().replace('"stall-only"', '"head"'))
     res = runner.invoke(app, ["bundle", "verify", str(out)])

@@ -78,6 +78,11 @@ def test_replay_an_async_fleet(trace: Path, tmp_path: Path) -> None:
     assert result["jct_mean_s"] != sync["results"][0]["jct_mean_s"]
 
 
+PROGRAM_SCHEDULING = [
+    "--replicas", "2", "--router", "program-scheduling", "--program-scheduling-config-json",
+]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -85,6 +90,13 @@ def test_replay_an_async_fleet(trace: Path, tmp_path: Path) -> None:
         (["--replicas", "2", "--router", "nope"], "--router: unknown router 'nope'"),
         (["--replicas", "2", "--router", "as-logged"], "has no 'replica' column"),
         (["--router", "pin-aware"], "--router and its settings need --replicas N"),
+        # a router flag alone is not taken for cache-aware's (the default router) and
+        # refused as such: what is missing is --replicas
+        (["--pin-queue-bound", "3"], "--router and its settings need --replicas N"),
+        (
+            ["--router", "round-robin", "--cache-threshold", "0.5"],
+            "--router and its settings need --replicas N",
+        ),
         (
             ["--replicas", "2", "--router", "round-robin", "--cache-threshold", "0.5"],
             "--cache-threshold: the round-robin router does not take it",
@@ -99,6 +111,16 @@ def test_replay_an_async_fleet(trace: Path, tmp_path: Path) -> None:
             "policy oracle does not map onto vLLM's scheduler",
         ),
         (["--worker-urls", "http://a:1"], "--worker-urls needs --replicas N"),
+        # the calibration's objects are checked as the config's other fields are: a field
+        # vllm-router does not have is named (not a Python TypeError), a negative refused
+        (
+            [*PROGRAM_SCHEDULING, '{"prefill_cost_model": {"bogus": 1}}'],
+            "unknown field 'prefill_cost_model.bogus'",
+        ),
+        (
+            [*PROGRAM_SCHEDULING, '{"decode_throughput_model": {"fixed_step_seconds": -1}}'],
+            "decode_throughput_model.fixed_step_seconds must be a number ≥ 0, got -1",
+        ),
         (
             ["--replicas", "2", "--router", "consistent-hash", "--worker-urls", "http://a:1"],
             "--worker-urls: 1 URLs given for 2 replicas",

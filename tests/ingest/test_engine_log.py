@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +257,26 @@ def test_a_bad_engine_record_is_a_bad_record(tmp_path: Path) -> None:
         ingest([src], tmp_path / "t.parquet")
     report = ingest([src], tmp_path / "t.parquet", skip_bad=True)
     assert (report.records, report.rows, report.rejected) == (5, 4, 1)
+
+
+@pytest.mark.parametrize(
+    ("facts", "why"),
+    [
+        ({"kv_blocks": 0}, "kv_blocks must be at least 1: 0"),
+        ({"kv_blocks": 1, "kv_tokens": 8}, "kv_tokens 8 is not kv_blocks × block_size (1 × 32)"),
+        ({"kv_blocks": None, "kv_tokens": 8}, "kv_tokens 8 hold no block of 32 tokens"),
+        ({"max_num_seqs": 0}, "max_num_seqs must be at least 1: 0"),
+    ],
+)
+def test_an_engine_that_could_not_run_is_a_bad_record(
+    tmp_path: Path, facts: dict[str, Any], why: str
+) -> None:
+    """A size no engine runs with (no KV block, kv_tokens that disagree with the blocks) is
+    refused where it is, by file and line; it used to pass, and refit or tune then failed
+    on a flag (--kv-tokens) the user never gave, or replayed the defaults."""
+    src = _write(tmp_path / "engine.jsonl", [_facts("r") | facts, *_log()])
+    with pytest.raises(IngestError, match=f"line 1: bad engine record: {re.escape(why)}"):
+        ingest([src], tmp_path / "t.parquet")
 
 
 def test_a_program_id_used_again_after_its_last_call_is_a_new_program(tmp_path: Path) -> None:

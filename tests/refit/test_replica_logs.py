@@ -97,6 +97,12 @@ def test_refit_replays_the_fleet_as_logged(logs: dict[str, Path], tmp_path: Path
     assert result.exit_code == 0, result.output
     assert "replay sized from the engine log (replica r-big): 1,536 KV tokens" in result.stdout
     assert "replay sized from the engine log (replica r-small): 640 KV tokens" in result.stdout
+    # the console says what the replay does: every call where it ran, one load over the
+    # fleet (not each program on one replica, nor the load once per replica)
+    assert "on 2 replicas, each call on the replica that served it at " in result.stdout
+    assert "programs at a time over the fleet" in result.stdout
+    assert "replica r-small: 12 calls, 3 programs started there\n" in result.stdout
+    assert "served most" not in result.stdout
     report: dict[str, Any] = json.loads(run(*args, "--json", "-").stdout)
     assert report["replay"]["fleet"]["name"] == "as-logged"
     assert report["replay"]["fleet"]["replicas"] == 2

@@ -51,7 +51,11 @@ def test_tune_a_fleet_searches_the_router(tune_inputs: dict[str, Any], tmp_path:
     best = summary["best"]
     assert best["router"]["name"] == best["params"]["router"]
     assert best["router"]["replicas"] == 2
-    # the stock stack behind vllm-router's default is what the guard compared with
+    # the stock stack behind vllm-router's default is what the guard compared with, and the
+    # console's table says so, row by row
+    lines = res.stdout.splitlines()
+    assert any("vllm (stock)" in line and "cache-aware" in line for line in lines), res.stdout
+    assert any(line.startswith("│ tuned") and best["router"]["name"] in line for line in lines)
     held = summary["held_back"]
     assert held["routers"]["vllm"]["name"] == "cache-aware"
     assert held["routers"]["vllm"]["settings"]["balance_abs_threshold"] == 64
@@ -65,6 +69,20 @@ def test_tune_a_fleet_searches_the_router(tune_inputs: dict[str, Any], tmp_path:
     assert {"router", "eta", "valve"} <= names
     study = optuna.load_study(study_name=summary["study"]["name"], storage=f"sqlite:///{db}")
     assert len(study.trials) == 4
+
+
+def test_one_router_in_two_spellings_is_one_router(
+    tune_inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """vllm-router's spelling and ttlctl's name one router: the study does not search a
+    choice between them."""
+    out = tmp_path / "bundle.json"
+    res = _tune(tune_inputs, out, "--router", "kv_aware", "--router", "kv-aware", "--force")
+    assert res.exit_code == 0, res.output
+    trials = json.loads((tmp_path / "tune.json").read_text())["trials"]
+    assert trials and all("router" not in t["params"] for t in trials)
+    assert all("kv_aware_session_affinity_ttl_secs" in t["params"] for t in trials)
+    assert bundle.read(out)["router"]["name"] == "kv-aware"
 
 
 def test_bundle_query_as_vllm_router(tune_inputs: dict[str, Any], tmp_path: Path) -> None:

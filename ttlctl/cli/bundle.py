@@ -128,8 +128,24 @@ def query(
     max_num_batched_tokens: EngineBudget = None,
 ) -> None:
     """Print {"ttl_s", "source", "benefit_s"}: how long to keep this request's KV."""
+    with user_errors():
+        _check_as(as_engine)
     if as_engine == "vllm-router":
         with user_errors():
+            per_request = {
+                "--tool": tool is not None,
+                "--context-tokens": context_tokens is not None,
+                "--queue-delay-seconds": queue_delay is not None,
+                "--offload": offload,
+                "--refuse-clamped": refuse_clamped,
+                "--max-num-batched-tokens": max_num_batched_tokens is not None,
+            }
+            given = [flag for flag, on in per_request.items() if on]
+            if given:
+                raise UserError(
+                    "--as vllm-router prints the bundle's router flags, not a request's τ*: "
+                    f"drop {', '.join(given)}"
+                )
             doc = bundle.read(path)
             args = router_flags.vllm_router_args(
                 bundle.router_of(doc, path), profile_schema.from_json(doc["profile"])
@@ -145,8 +161,6 @@ def query(
             )
         if context_tokens < 0:
             raise typer.BadParameter("--context-tokens must be >= 0")
-        if as_engine is not None:
-            hints.shape(as_engine, 0.0)  # an engine without a hint shape: refused, one line
         doc = bundle.read(path)
         policy = bundle.policy_from(doc, max_num_batched_tokens)
         decision = policy.decide(tool, context_tokens, offload=offload, queue_delay_s=queue_delay)
@@ -157,6 +171,15 @@ def query(
     if note is not None:
         print_warning(note)
     sys.stdout.write(json.dumps(answer) + "\n")
+
+
+def _check_as(as_engine: str | None) -> None:
+    """``--as`` names an engine hint or vllm-router; checked before what the hint needs."""
+    if as_engine is None or as_engine == "vllm-router":
+        return
+    if as_engine not in hints.SHAPES and as_engine not in hints.NOT_BUILT:
+        raise UserError(f"--as takes {', '.join(hints.SHAPES)} or vllm-router, not {as_engine!r}")
+    hints.shape(as_engine, 0.0)  # an engine without a hint shape: refused, saying why
 
 
 @app.command()

@@ -170,6 +170,7 @@ def replay(
             worker_urls=tuple(worker_urls) if worker_urls else None,
             router=router_settings(
                 router,
+                replicas=replicas,
                 cache_threshold=cache_threshold,
                 balance_abs_threshold=balance_abs_threshold,
                 balance_rel_threshold=balance_rel_threshold,

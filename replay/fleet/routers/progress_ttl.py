@@ -168,14 +168,32 @@ def calibration_of(
     ones), with any object given in the config JSON overriding field by field."""
     pre = REFERENCE_PREFILL if profile is None else profile.prefill
     dec = REFERENCE_DECODE if profile is None else profile.decode
-    try:
-        pre = PrefillCostModel(**{**_as_dict(pre), **dict(given.get("prefill_cost_model", {}))})
-        dec = DecodeThroughputModel(
-            **{**_as_dict(dec), **dict(given.get("decode_throughput_model", {}))}
-        )
-    except TypeError as e:
-        raise ConfigError(f"{FLAG}: {e}") from None
+    pre = PrefillCostModel(**_overridden(pre, given, "prefill_cost_model"))
+    dec = DecodeThroughputModel(**_overridden(dec, given, "decode_throughput_model"))
     return pre, dec
+
+
+def _overridden(model: Any, given: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """``model``'s coefficients with those the config's object ``name`` gives, each checked
+    (a known field, a number ≥ 0: the router takes no negative coefficient)."""
+    obj = given.get(name, {})
+    if not isinstance(obj, Mapping):
+        raise ConfigError(f"{FLAG}: {name} takes a JSON object")
+    out = _as_dict(model)
+    for key, value in obj.items():
+        if key not in out:
+            raise ConfigError(
+                f"{FLAG}: unknown field '{name}.{key}' (vllm-router 0.1.17 has no such field)"
+            )
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise ConfigError(f"{FLAG}: {name}.{key} must be a number ≥ 0, got {value!r}")
+        out[key] = float(value)
+    return out
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:

@@ -96,20 +96,24 @@ def _jct(console: Console, report: dict[str, Any]) -> None:
         console.print(escape(line), highlight=False)
     engines = rep["engines"]
     if len(engines) > 1:
+        # each replica: the programs whose first call it served, the calls it served; the
+        # load is the fleet's (one population over all replicas), said once below
         for e in engines:
             console.print(
-                f"  replica {escape(str(e['replica']))}: {e['programs']:,} programs "
-                f"({e['calls']:,} calls) at {_loads(e['loads'])} ({escape(e['load_source'])})",
+                f"  replica {escape(str(e['replica']))}: {e['calls']:,} calls, "
+                f"{e['programs']:,} programs started there",
                 highlight=False,
             )
     console.print(
         f"replay: {rep['programs']:,} programs ({rep['calls']:,} calls)"
         + (
-            f" at {_loads(rep['loads'])} ({escape(rep['load_source'])})"
+            ""
             if len(engines) == 1
-            else f" on {len(engines)} replicas, each program on the one that served most of "
-            "its calls"
+            else f" on {len(engines)} replicas, each call on the replica that served it"
         )
+        + f" at {_loads(rep['loads'])}"
+        + (" over the fleet" if len(engines) > 1 else "")
+        + f" ({escape(rep['load_source'])})"
         + f", seeds {rep['seeds']}{', truncate' if rep['truncate'] else ''}",
         highlight=False,
     )

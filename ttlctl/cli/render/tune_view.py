@@ -26,8 +26,16 @@ def tune_table(console: Console, result: dict[str, Any]) -> None:
         title = f"held-back seeds {held['seeds']}: mean JCT (never used in tuning)"
         base, base_col = "vllm", "vs vLLM"
     table = Table(title=title)
-    for col in ("policy", "JCT mean (s)", "JCT p95 (s)", base_col):
-        table.add_column(col, justify="left" if col == "policy" else "right")
+    # a fleet: each policy's router (the stock stack's may not be the one tuned behind)
+    routers = held.get("routers") or {}
+    for col in (
+        "policy",
+        *(("router",) if routers else ()),
+        "JCT mean (s)",
+        "JCT p95 (s)",
+        base_col,
+    ):
+        table.add_column(col, justify="left" if col in ("policy", "router") else "right")
     reference = held[f"{base}_jct_mean_s"]
     labels = {
         "vllm": "vllm (stock)",
@@ -39,8 +47,13 @@ def tune_table(console: Console, result: dict[str, Any]) -> None:
         if f"{key}_jct_mean_s" not in held:
             continue
         mean, p95 = held[f"{key}_jct_mean_s"], held[f"{key}_jct_p95_s"]
+        router = routers.get(key.replace("_", "-"))
         table.add_row(
-            label, f"{mean:.2f}", "—" if p95 is None else f"{p95:.2f}", f"{reference / mean:.2f}x"
+            label,
+            *((escape(router["name"]) if router else "—",) if routers else ()),
+            f"{mean:.2f}",
+            "—" if p95 is None else f"{p95:.2f}",
+            f"{reference / mean:.2f}x",
         )
     show(console, table)
     if is_live:

@@ -236,15 +236,26 @@ def _facts(obj: dict[str, Any]) -> dict[str, Any]:
         if value is not None:
             if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
                 raise RecordError(f"{key} is not a whole number: {value!r}"[:120])
-            if kind is int and value < 0:
-                raise RecordError(f"negative {key}: {value!r}")
+            if kind is int and value < 1:
+                # every whole-number fact is a size: an engine of no KV block, no sequence
+                # or no token budget does not start
+                raise RecordError(f"{key} must be at least 1: {value!r}")
             if kind is bool and not isinstance(value, bool):
                 raise RecordError(f"{key} is not true or false: {value!r}"[:120])
             if kind is str:
                 value = str(value)
         out[key] = value
-    if out["kv_tokens"] is None and out["kv_blocks"] is not None and out["block_size"]:
-        out["kv_tokens"] = out["kv_blocks"] * out["block_size"]
+    blocks, size, tokens = out["kv_blocks"], out["block_size"], out["kv_tokens"]
+    if blocks is not None and size is not None:
+        if tokens is None:
+            out["kv_tokens"] = blocks * size
+        elif tokens != blocks * size:
+            # the plugin writes kv_tokens = kv_blocks × block_size: the line was edited
+            raise RecordError(
+                f"kv_tokens {tokens} is not kv_blocks × block_size ({blocks} × {size})"
+            )
+    if size is not None and out["kv_tokens"] is not None and out["kv_tokens"] < size:
+        raise RecordError(f"kv_tokens {out['kv_tokens']} hold no block of {size} tokens")
     return out
 
 

@@ -25,8 +25,12 @@ class PinCounts(TypedDict):
     hit: int
     expired: int
     released_under_pressure: int
-    #: a live run's plugin counters only
+    #: released on a last call, an abort, a replacement or a cache reset
     dropped: NotRequired[int]
+    #: a replay's only: still held when it ended (made = hit + expired + released +
+    #: dropped + held at the end)
+    held_at_end: NotRequired[int]
+    #: a live run's plugin counters only
     refused: NotRequired[int]
 
 
@@ -203,6 +207,8 @@ def summarize(
             "hit": stats.pins_hit,
             "expired": stats.pins_expired,
             "released_under_pressure": stats.pins_released,
+            "dropped": stats.pins_dropped,
+            "held_at_end": stats.pins_held,
         },
         "engine_steps": stats.steps,
         "engine_busy_s": stats.busy_s,

@@ -245,7 +245,7 @@ class SimScheduler:
         if self.pinning is not None:
             c, s = self.pinning.retention.counters, self.stats
             s.pins_made, s.pins_hit, s.pins_expired = c.made, c.hit, c.expired
-            s.pins_released = c.released
+            s.pins_released, s.pins_dropped, s.pins_held = c.released, c.dropped, c.pinned_programs
 
     # ------------------------------------------------------------ step
 

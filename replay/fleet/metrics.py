@@ -11,8 +11,10 @@ It adds, per replica, the same figures for the calls it served, and for the flee
 - ``miss_reasons``: follow-up calls whose prefix hit fell short of what they repeat of
   their program's previous call, by why: ``routed_elsewhere`` (another replica),
   ``never_pinned`` (the engine did not pin the previous call: its blocks were evicted
-  from the free list), ``expired`` (the pin ran out before the call came),
-  ``released_by_valve`` (the pressure valve released it before the call came),
+  from the free list), ``expired`` (the call came after the pin's τ ran out, whether or
+  not the valve released it sooner: the miss did not need the valve, so these are not the
+  pins counted expired), ``released_by_valve`` (the pressure valve released it and the
+  call came within τ: the miss the valve caused),
   ``evicted`` (the pin was still held when the call came, yet the blocks were gone when
   it was admitted: released by the valve while it waited).
 """

@@ -267,3 +267,4 @@ class VllmEngine:
         s.pins_hit = counters["hit"]
         s.pins_expired = counters["expired"]
         s.pins_released = counters["released"]
+        s.pins_dropped, s.pins_held = counters["dropped"], counters["pinned_programs"]

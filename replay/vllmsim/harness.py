@@ -380,6 +380,8 @@ class Harness:
             self.stats.pins_hit = counters["hit"]
             self.stats.pins_expired = counters["expired"]
             self.stats.pins_released = counters["released"]
+            self.stats.pins_dropped = counters["dropped"]
+            self.stats.pins_held = counters["pinned_programs"]
         return Outcome(
             calls=self.records,
             programs=self._runs,

@@ -72,6 +72,14 @@ def test_four_replicas_serve_every_call_once(workload, cost):
         if name == "round-robin":  # about 1 in 4 return: pins go to waste
             assert r["returned_share"] < 0.5 and r["pins_wasted"] > 0
             assert r["miss_reasons"]["routed_elsewhere"] > 0
+        # every pin made is accounted for, those still held at the end included (a pin
+        # whose program went on, and ended, elsewhere)
+        pins = r["pins"]
+        assert pins["made"] == sum(
+            pins[k] for k in ("hit", "expired", "released_under_pressure", "dropped", "held_at_end")
+        ), (name, pins)
+        if name == "round-robin":
+            assert pins["held_at_end"] > 0 and pins["made"] > 0
 
 
 def test_per_replica_ttft_parts_start_where_vllms_do(workload, cost):

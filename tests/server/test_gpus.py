@@ -41,6 +41,9 @@ def test_the_visible_gpus_come_from_cuda_visible_devices_else_nvidia_smi(
 ) -> None:
     assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "2, 3,GPU-7a8b"}) == ("2", "3", "GPU-7a8b")
     assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == ()  # CUDA: none at all
+    # CUDA sees none from the first invalid entry on: -1 is the usual way to hide them all
+    assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == ()
+    assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "0,2,-1,1"}) == ("0", "2")
     monkeypatch.setenv("PATH", str(_smi(tmp_path / "bin", SMI_LISTING)))
     assert gpus.visible_gpus({}) == ("0", "1", "2")  # a MIG line is not a GPU of its own
     monkeypatch.setenv("PATH", str(_smi(tmp_path / "bad", "", rc=9)))
@@ -68,16 +71,33 @@ def test_each_replica_gets_gpus_of_its_own() -> None:
 
 
 def test_vllms_parallel_sizes_must_use_every_gpu_given() -> None:
+    """One engine's GPUs are vLLM 0.32's world size: tensor × pipeline × prefill context
+    parallel sizes (vllm/config/parallel.py), in every form vLLM's parser takes."""
     assert gpus.parallel_size(["--model", "m"]) == 1
     assert gpus.parallel_size(["-tp", "2", "--pipeline-parallel-size=2"]) == 4
-    assert gpus.parallel_size(["--tensor-parallel-size", "4", "-tp=2", "-dp", "2"]) == 4
+    assert gpus.parallel_size(["--tensor-parallel-size", "4", "-tp=2"]) == 2  # the last
+    assert gpus.parallel_size(["-tp", "2", "-pcp", "2"]) == 4
+    assert gpus.parallel_size(["--prefill-context-parallel-size=3"]) == 3
+    # vLLM's parser reads underscores in a long option's name as dashes
+    assert gpus.parallel_size(["--tensor_parallel_size", "2", "--pipeline_parallel_size=2"]) == 4
     gpus.check_parallel(["-tp", "2"], 2)
+    gpus.check_parallel(["-tp", "2", "-dp", "1"], 2)
     with pytest.raises(CommandError, match=r"--gpus-per-replica 2: each replica's vLLM uses 1"):
         gpus.check_parallel(["--model", "m"], 2)
     with pytest.raises(CommandError, match="--tensor-parallel-size takes a number, not 'x'"):
         gpus.parallel_size(["-tp", "x"])
     with pytest.raises(CommandError, match="takes a number, not ''"):
         gpus.parallel_size(["--pipeline-parallel-size"])
+
+
+def test_a_data_parallel_replica_is_refused() -> None:
+    """vLLM's data parallelism runs that many engines in one server, each with a KV cache
+    of its own, balanced by the server (a dense model's ranks are independent: vLLM 0.32's
+    v1/engine/core.py): not the one engine a simulated replica is."""
+    for args in (["-dp", "2"], ["--data-parallel-size=2"], ["--data_parallel_size", "2"]):
+        with pytest.raises(CommandError, match=r"^--gpus-per-replica 2: --data-parallel-size 2 "
+                           r"runs 2 engines .*run 2 × the replicas instead"):  # fmt: skip
+            gpus.check_parallel(args, 2)
 
 
 def test_the_fleet_places_replica_i_on_set_i(tmp_path: Path) -> None:

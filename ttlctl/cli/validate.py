@@ -146,7 +146,8 @@ def validate(
             help="With --replicas: run each replica on K GPUs of its own "
             "(CUDA_VISIBLE_DEVICES: replica i gets the i-th K of the GPUs this process may "
             "use), as in a fleet of one server per GPU; needs replicas × K GPUs, and vLLM's "
-            "tensor × pipeline × data parallel sizes (after --) equal to K. A "
+            "tensor × pipeline × prefill context parallel sizes (after --) equal to K, "
+            "without data parallelism (a replica is one engine). A "
             "profile measured here is then measured while the others serve a steady load.",
         ),
     ] = None,

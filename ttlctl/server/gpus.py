@@ -10,7 +10,10 @@ it is set, else every GPU ``nvidia-smi -L`` lists), and :func:`placed_environmen
 the server with ``CUDA_VISIBLE_DEVICES`` set to its own, so its workers see those alone.
 :func:`check_parallel` refuses vLLM arguments that would use fewer or more GPUs per server
 than each is given (``--tensor-parallel-size`` × ``--pipeline-parallel-size`` ×
-``--data-parallel-size`` must be ``K``). NVIDIA GPUs only (CUDA's variable and tool).
+``--prefill-context-parallel-size``, vLLM 0.32's ``ParallelConfig.world_size``, must be
+``K``), and data parallelism (``--data-parallel-size`` D runs D engines in one server, each
+with a KV cache of its own, which vLLM's API server balances: a simulated replica is one
+engine). NVIDIA GPUs only (CUDA's variable and tool).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from itertools import takewhile
 
 from ttlctl.server.command import CommandError
 
@@ -25,12 +29,15 @@ from ttlctl.server.command import CommandError
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 #: the driver's tool that lists the GPUs
 NVIDIA_SMI = "nvidia-smi"
-#: vLLM's options whose product is the GPUs one server uses, with their short forms
+#: vLLM's options whose product is the GPUs one engine uses (its world size), with their
+#: short forms
 PARALLEL_FLAGS = (
     ("--tensor-parallel-size", "-tp"),
     ("--pipeline-parallel-size", "-pp"),
-    ("--data-parallel-size", "-dp"),
+    ("--prefill-context-parallel-size", "-pcp"),
 )
+#: vLLM's data parallelism: that many engines in one server
+DATA_PARALLEL_FLAGS = ("--data-parallel-size", "-dp")
 
 
 def visible_gpus(env: Mapping[str, str]) -> tuple[str, ...]:
@@ -39,7 +46,9 @@ def visible_gpus(env: Mapping[str, str]) -> tuple[str, ...]:
     ``nvidia-smi -L`` lists. :class:`CommandError` when neither says anything."""
     given = env.get(VISIBLE_ENV)
     if given is not None:
-        return tuple(g.strip() for g in given.split(",") if g.strip())
+        entries = [g.strip() for g in given.split(",") if g.strip()]
+        # CUDA hides every GPU from the first invalid entry on (``-1``: hide them all)
+        return tuple(takewhile(lambda g: not g.startswith("-"), entries))
     smi = shutil.which(NVIDIA_SMI)
     if smi is None:
         raise CommandError(
@@ -84,32 +93,50 @@ def placed_environment(env: Mapping[str, str], gpus: Sequence[str]) -> dict[str,
     return {**env, VISIBLE_ENV: gpu_list(gpus)}
 
 
+def _size(args: Sequence[str], names: Sequence[str]) -> int:
+    """The value of the option ``names`` (its long name, then short forms) among vLLM's
+    ``args``: 1 unless given, the last of a repeated one (as vLLM takes it), a long name
+    with underscores read as dashes (as vLLM's parser does). :class:`CommandError` on a
+    value that is not a number."""
+    value = "1"
+    for i, arg in enumerate(args):
+        name, sep, inline = arg.partition("=")
+        if name.startswith("--"):
+            name = name.replace("_", "-")
+        if name in names:
+            value = inline if sep else (args[i + 1] if i + 1 < len(args) else "")
+    try:
+        return int(value)
+    except ValueError:
+        raise CommandError(f"{names[0]} takes a number, not {value!r}") from None
+
+
 def parallel_size(args: Sequence[str]) -> int:
-    """The GPUs one vLLM server started with ``args`` uses: the product of its tensor,
-    pipeline and data parallel sizes (1 each unless given; the last of a repeated option
-    counts, as vLLM takes it). :class:`CommandError` on a size that is not a number."""
+    """The GPUs one vLLM engine started with ``args`` uses: the product of its tensor,
+    pipeline and prefill context parallel sizes (vLLM 0.32's world size; 1 each unless
+    given). :class:`CommandError` on a size that is not a number."""
     size = 1
     for names in PARALLEL_FLAGS:
-        value = "1"
-        for i, arg in enumerate(args):
-            name, sep, inline = arg.partition("=")
-            if name in names:
-                value = inline if sep else (args[i + 1] if i + 1 < len(args) else "")
-        try:
-            size *= int(value)
-        except ValueError:
-            raise CommandError(f"{names[0]} takes a number, not {value!r}") from None
+        size *= _size(args, names)
     return size
 
 
 def check_parallel(args: Sequence[str], per_replica: int) -> None:
-    """:class:`CommandError` unless a server started with ``args`` uses exactly
-    ``per_replica`` GPUs (a server given more GPUs than it uses would leave them idle,
-    one given fewer would fail to start)."""
+    """:class:`CommandError` unless a server started with ``args`` is one engine on
+    exactly ``per_replica`` GPUs (a server given more GPUs than it uses would leave them
+    idle, one given fewer would fail to start, and one of several data parallel engines
+    is not the one engine a simulated replica is)."""
+    data = _size(args, DATA_PARALLEL_FLAGS)
+    if data != 1:
+        raise CommandError(
+            f"--gpus-per-replica {per_replica}: --data-parallel-size {data} runs {data} "
+            "engines in each replica's server, each with a KV cache of its own, while a "
+            f"simulated replica is one engine: run {data} × the replicas instead"
+        )
     size = parallel_size(args)
     if size != per_replica:
         raise CommandError(
             f"--gpus-per-replica {per_replica}: each replica's vLLM uses {size} GPU(s) "
-            "(--tensor-parallel-size × --pipeline-parallel-size × --data-parallel-size "
-            f"after --); make them {per_replica}"
+            "(--tensor-parallel-size × --pipeline-parallel-size × "
+            f"--prefill-context-parallel-size after --); make them {per_replica}"
         )

@@ -34,6 +34,7 @@ from ttlctl.server.command import (
     cpu_build_installed,
     scheduling_flag,
 )
+from ttlctl.server.gpus import check_one_engine
 
 #: the simulator's defaults, which the servers validate starts get too
 _ENGINE = SimSchedulerConfig()
@@ -137,6 +138,7 @@ def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
                 "scheduling and the servers' alike; without it both are synchronous): "
                 "remove it from the vLLM arguments"
             )
+    check_one_engine(args)  # several engines in one server are not one simulated
     return [
         "--max-num-seqs",
         str(req.max_num_seqs),

@@ -21,7 +21,13 @@ from ttlctl.server.command import CommandError
 
 SMI_LISTING = """GPU 0: NVIDIA H200 (UUID: GPU-0a1b)
 GPU 1: NVIDIA H200 (UUID: GPU-2c3d)
+GPU 2: NVIDIA H200 (UUID: GPU-7a8b)
+"""
+#: GPU 1 split into MIG devices (nvidia-smi -L lists them under it)
+MIG_LISTING = """GPU 0: NVIDIA H200 (UUID: GPU-0a1b)
+GPU 1: NVIDIA H200 (UUID: GPU-2c3d)
   MIG 1g.18gb     Device  0: (UUID: MIG-5e6f)
+  MIG 1g.18gb     Device  1: (UUID: MIG-9a0b)
 GPU 2: NVIDIA H200 (UUID: GPU-7a8b)
 """
 
@@ -45,7 +51,16 @@ def test_the_visible_gpus_come_from_cuda_visible_devices_else_nvidia_smi(
     assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == ()
     assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "0,2,-1,1"}) == ("0", "2")
     monkeypatch.setenv("PATH", str(_smi(tmp_path / "bin", SMI_LISTING)))
-    assert gpus.visible_gpus({}) == ("0", "1", "2")  # a MIG line is not a GPU of its own
+    assert gpus.visible_gpus({}) == ("0", "1", "2")
+    # a GPU in MIG mode cannot be used whole: its MIG devices are named instead
+    monkeypatch.setenv("PATH", str(_smi(tmp_path / "mig", MIG_LISTING)))
+    with pytest.raises(CommandError, match=r"GPU 1 in MIG mode .*set CUDA_VISIBLE_DEVICES to "
+                       r"the MIG devices' UUIDs"):  # fmt: skip
+        gpus.visible_gpus({})
+    mig = gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "MIG-5e6f,MIG-9a0b"})
+    assert gpus.gpu_sets(2, 1, mig) == (("MIG-5e6f",), ("MIG-9a0b",))
+    with pytest.raises(CommandError, match="a process sees one MIG device only"):
+        gpus.gpu_sets(1, 2, mig)
     monkeypatch.setenv("PATH", str(_smi(tmp_path / "bad", "", rc=9)))
     with pytest.raises(CommandError, match="nvidia-smi -L failed"):
         gpus.visible_gpus({})
@@ -95,9 +110,26 @@ def test_a_data_parallel_replica_is_refused() -> None:
     of its own, balanced by the server (a dense model's ranks are independent: vLLM 0.32's
     v1/engine/core.py): not the one engine a simulated replica is."""
     for args in (["-dp", "2"], ["--data-parallel-size=2"], ["--data_parallel_size", "2"]):
-        with pytest.raises(CommandError, match=r"^--gpus-per-replica 2: --data-parallel-size 2 "
-                           r"runs 2 engines .*run 2 × the replicas instead"):  # fmt: skip
+        with pytest.raises(CommandError, match=r"^--data-parallel-size 2 runs 2 engines in "
+                           r"each server.*run 2 servers instead"):  # fmt: skip
             gpus.check_parallel(args, 2)
+    gpus.check_one_engine(["-dp", "1", "-tp", "2"])
+
+
+def test_validate_refuses_data_parallel_servers_placed_or_not(tmp_path: Path) -> None:
+    """Single-server validate and a fleet without --gpus-per-replica start their servers
+    with the vLLM arguments as given: several engines per server are refused there too."""
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    for fleet in ([], ["--replicas", "2", "--router", "round_robin"]):
+        res = CliRunner().invoke(
+            app, ["validate", str(trace), *fleet, "--model", str(tmp_path), "--", "-dp", "2"]
+        )
+        assert res.exit_code == 2, res.output
+        assert res.stderr.strip() == (
+            "error: --data-parallel-size 2 runs 2 engines in each server, each with a KV "
+            "cache of its own, while validate simulates one engine per server: run 2 servers "
+            "instead (--replicas)"
+        )
 
 
 def test_the_fleet_places_replica_i_on_set_i(tmp_path: Path) -> None:

@@ -61,8 +61,20 @@ def visible_gpus(env: Mapping[str, str]) -> tuple[str, ...]:
         ).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         raise CommandError(f"--gpus-per-replica: {NVIDIA_SMI} -L failed: {exc}") from None
-    count = sum(1 for line in listed.splitlines() if line.startswith("GPU "))
-    return tuple(str(i) for i in range(count))
+    gpus: list[list[str]] = []  # each GPU's line, then its MIG devices' lines
+    for line in listed.splitlines():
+        if line.startswith("GPU "):
+            gpus.append([line])
+        elif line.strip().startswith("MIG ") and gpus:
+            gpus[-1].append(line)
+    split = [str(i) for i, lines in enumerate(gpus) if len(lines) > 1]
+    if split:
+        raise CommandError(
+            f"--gpus-per-replica: GPU {', '.join(split)} in MIG mode (a process cannot use "
+            f"it whole): set {VISIBLE_ENV} to the MIG devices' UUIDs (MIG-…, nvidia-smi "
+            "-L), one per replica"
+        )
+    return tuple(str(i) for i in range(len(gpus)))
 
 
 def gpu_sets(
@@ -73,6 +85,11 @@ def gpu_sets(
     too few."""
     if per_replica < 1:
         raise CommandError(f"--gpus-per-replica must be at least 1, not {per_replica}")
+    if per_replica > 1 and any(g.startswith("MIG-") for g in available):
+        raise CommandError(
+            f"--gpus-per-replica {per_replica}: a process sees one MIG device only; give "
+            "each replica one (--gpus-per-replica 1)"
+        )
     need = replicas * per_replica
     if need > len(available):
         seen = gpu_list(available) or "none"
@@ -121,18 +138,25 @@ def parallel_size(args: Sequence[str]) -> int:
     return size
 
 
+def check_one_engine(args: Sequence[str]) -> None:
+    """:class:`CommandError` when vLLM's ``args`` run several engines in one server
+    (``--data-parallel-size`` D: D engines, each with a KV cache of its own, balanced by
+    the server), where validate simulates one engine per server."""
+    data = _size(args, DATA_PARALLEL_FLAGS)
+    if data != 1:
+        raise CommandError(
+            f"--data-parallel-size {data} runs {data} engines in each server, each with a "
+            "KV cache of its own, while validate simulates one engine per server: run "
+            f"{data} servers instead (--replicas)"
+        )
+
+
 def check_parallel(args: Sequence[str], per_replica: int) -> None:
     """:class:`CommandError` unless a server started with ``args`` is one engine on
     exactly ``per_replica`` GPUs (a server given more GPUs than it uses would leave them
     idle, one given fewer would fail to start, and one of several data parallel engines
     is not the one engine a simulated replica is)."""
-    data = _size(args, DATA_PARALLEL_FLAGS)
-    if data != 1:
-        raise CommandError(
-            f"--gpus-per-replica {per_replica}: --data-parallel-size {data} runs {data} "
-            "engines in each replica's server, each with a KV cache of its own, while a "
-            f"simulated replica is one engine: run {data} × the replicas instead"
-        )
+    check_one_engine(args)
     size = parallel_size(args)
     if size != per_replica:
         raise CommandError(

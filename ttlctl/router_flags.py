@@ -77,6 +77,12 @@ def vllm_router_args(router: Mapping[str, Any], profile: Profile | None = None) 
         return ["--enable-program-scheduling", "--program-scheduling-config-json", config]
     if name == "pin-aware":
         raise ConfigError(f"--as vllm-router: {PIN_AWARE}")
+    if name == "as-logged":
+        raise ConfigError(
+            "--as vllm-router: the bundle was tuned on the placement its trace recorded "
+            "(as-logged), not behind a router: it names no flags; keep the routing that "
+            "placed those calls"
+        )
     policy = POLICIES.get(name)
     if policy is None:
         raise ConfigError(

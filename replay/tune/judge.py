@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fitting.policy import PolicyParams
-from replay.fleet.routers import RouterSettings
+from replay.fleet.routers import AS_LOGGED, RouterSettings
 from replay.fleet.run import FleetSpec
 from replay.policies import PolicySpec
 from replay.tune.context import (
@@ -29,8 +29,13 @@ from replay.tune.live_trial import live_brief, live_replay
 
 def stock_fleet(ctx: TuneContext) -> FleetSpec | None:
     """The stock stack of a fleet study: its replicas behind vllm-router's default
-    (``cache-aware`` with its default settings). None: one engine."""
-    return None if ctx.fleet is None else replace(ctx.fleet, router=RouterSettings())
+    (``cache-aware`` with its default settings), or, in a study on the logged placement
+    (``as-logged``), that placement: the routing stock vLLM had. None: one engine."""
+    if ctx.fleet is None:
+        return None
+    if ctx.fleet.router.name == AS_LOGGED:
+        return ctx.fleet
+    return replace(ctx.fleet, router=RouterSettings())
 
 
 def held_back(

@@ -19,7 +19,7 @@ from fitting.fit_doc import FitDoc
 from fitting.policy import PolicyParams
 from profiles.schema import ProfileDoc
 from profiles.shipped import resolve
-from replay.fleet.routers import RouterSettings, router_name
+from replay.fleet.routers import AS_LOGGED, RouterSettings, router_name
 from replay.fleet.run import fleet_for
 from replay.live import cap_pauses
 from replay.policy_runs import Load
@@ -187,6 +187,13 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
     )
     for name in req.routers:
         RouterSettings(name)  # an unknown one: refused, one line
+    names = {router_name(r) for r in req.routers}
+    if AS_LOGGED in names and len(names) > 1:
+        raise TuneError(
+            "--router as-logged replays the placement the trace recorded, not a router to "
+            "choose: tune it alone (stock vLLM is then judged on the same placement), or the "
+            "routers without it"
+        )
     fit_doc = bundle_mod.read_fit(req.fit)
     prof, prof_path = resolve(req.profile)
     workload = cap_pauses(load(req.trace), req.idle_gap_cap_s)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import polars as pl
 import typer
 from typer.testing import CliRunner
 
@@ -158,3 +159,23 @@ def test_tune_program_scheduling_and_print_its_router_flags(
     assert {k: config[k] for k in ("prefill_cost_model", "decode_throughput_model")} == (
         calibrate(profile).to_json()
     )
+
+
+def test_tune_on_the_logged_placement(tune_inputs: dict[str, Any], tmp_path: Path) -> None:
+    """--router as-logged (a trace from several replicas' logs): the study keeps the
+    recorded placement, and stock vLLM is judged on it too (the routing that ran), not
+    behind cache-aware; alone only; its bundle names no vllm-router flags."""
+    logged = tmp_path / "logged.parquet"
+    pl.read_parquet(tune_inputs["trace"]).with_columns(
+        pl.when(pl.col("turn") % 2 == 0).then(pl.lit("r1")).otherwise(pl.lit("r2")).alias("replica")
+    ).write_parquet(logged)
+    inputs = {**tune_inputs, "trace": logged}
+    out = tmp_path / "bundle.json"
+    res = _tune(inputs, out, "--router", "as-logged", "--router", "cache-aware")
+    assert res.exit_code == 2 and "--router as-logged replays the placement" in res.output
+    res = _tune(inputs, out, "--router", "as-logged", "--force")
+    assert res.exit_code == 0, res.output
+    held = json.loads((tmp_path / "tune.json").read_text())["held_back"]
+    assert {r["name"] for r in held["routers"].values()} == {"as-logged"}, held["routers"]
+    q = CliRunner().invoke(ttlctl_app, ["bundle", "query", str(out), "--as", "vllm-router"])
+    assert q.exit_code == 2 and "tuned on the placement its trace recorded" in q.output

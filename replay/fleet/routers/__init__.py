@@ -34,6 +34,7 @@ from replay.fleet.routers.sticky_least_loaded import StickyLeastLoaded
 from ttlctl.errors import ConfigError
 
 __all__ = [
+    "AS_LOGGED",
     "FLAGS",
     "ROUTERS",
     "FleetView",
@@ -44,6 +45,8 @@ __all__ = [
     "router_name",
 ]
 
+#: not a router but the placement a trace's ``replica`` column recorded
+AS_LOGGED = "as-logged"
 #: ttlctl's names (vllm-router's with dashes), in the comparison table's order
 ROUTERS = (
     "round-robin",

@@ -123,7 +123,7 @@ PROGRAM_SCHEDULING = [
         ),
         (
             ["--replicas", "2", "--router", "consistent-hash", "--worker-urls", "http://a:1"],
-            "--worker-urls: 1 URLs given for 2 replicas",
+            "--worker-urls: 1 URL given for 2 replicas",
         ),
     ],
 )

@@ -194,6 +194,10 @@ def test_config_refusals_name_the_field() -> None:
     cases = {
         '{"global_queue": true}': "global_queue true",
         '{"program_scheduling_enable_key": "vllm_xargs.agentic_context"}': "must be auto",
+        '{"program_scheduling_enable_key": "header"}': "must be auto here, not 'header'",
+        '{"stats_window_size": "a"}': "stats_window_size takes a number, got 'a'",
+        '{"stats_window_size": true}': "stats_window_size takes a number, got True",
+        '{"stats_window_size": 0}': "stats_window_size must be > 0, got 0",
         '{"max_acting_ttl": 3}': "unknown field 'max_acting_ttl'",
         '{"binding_strategy": "cache_aware"}': "not modelled",
         '{"low_watermark_ratio": 1.2}': "low_watermark_ratio",

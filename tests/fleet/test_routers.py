@@ -242,7 +242,7 @@ def test_worker_urls_one_per_replica() -> None:
     assert FleetSpec(2, RouterSettings("consistent-hash"), worker_urls=urls).describe()[
         "worker_urls"
     ] == list(urls)
-    with pytest.raises(ConfigError, match="--worker-urls: 1 URLs given for 2 replicas"):
+    with pytest.raises(ConfigError, match="--worker-urls: 1 URL given for 2 replicas"):
         FleetSpec(2, RouterSettings("consistent-hash"), worker_urls=urls[:1])
     with pytest.raises(ConfigError, match="given twice"):
         FleetSpec(2, RouterSettings("consistent-hash"), worker_urls=(urls[0], urls[0]))

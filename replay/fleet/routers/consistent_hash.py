@@ -49,7 +49,8 @@ def worker_urls(replicas: int, given: Sequence[str] | None = None) -> tuple[str,
         return default_urls(replicas)
     urls = tuple(given)
     if len(urls) != replicas:
-        raise ConfigError(f"--worker-urls: {len(urls)} URLs given for {replicas} replicas")
+        given = f"{len(urls)} URL" + ("" if len(urls) == 1 else "s")
+        raise ConfigError(f"--worker-urls: {given} given for {replicas} replicas")
     if len(set(urls)) != len(urls):
         raise ConfigError("--worker-urls: a URL is given twice")
     return urls

@@ -117,12 +117,12 @@ class ProgramSchedulingConfig:
 
 def _first_bad(cfg: ProgramSchedulingConfig) -> str | None:
     """What the router's validation (or the model) refuses, or None."""
-    if cfg.program_scheduling_enable_key not in ("auto", "vllm_xargs.agentic_context"):
-        return "program_scheduling_enable_key takes auto or vllm_xargs.agentic_context"
     if cfg.program_scheduling_enable_key != ENABLE_KEY:
         return (
-            "program_scheduling_enable_key must be auto here: the replay's calls carry "
-            "X-Session-ID, not vllm_xargs.agentic_context, and would skip Program scheduling"
+            f"program_scheduling_enable_key must be auto here, not "
+            f"{cfg.program_scheduling_enable_key!r}: the replay's calls carry X-Session-ID "
+            "(vllm-router also takes vllm_xargs.agentic_context, which they do not carry, "
+            "so every call would skip Program scheduling)"
         )
     if cfg.resume_order not in RESUME_ORDERS:
         return f"resume_order takes {' or '.join(RESUME_ORDERS)}, not {cfg.resume_order!r}"
@@ -145,7 +145,9 @@ def _first_bad(cfg: ProgramSchedulingConfig) -> str | None:
         "max_segment_rounds": cfg.max_segment_rounds,
     }
     for key, value in positive.items():
-        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        if not (isinstance(value, int | float) and not isinstance(value, bool)):
+            return f"{key} takes a number, got {value!r}"
+        if not (math.isfinite(value) and value > 0):
             return f"{key} must be > 0, got {value!r}"
     for key in ("admission_waiting_request_threshold", "decode_buffer_tokens"):
         value = getattr(cfg, key)

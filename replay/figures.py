@@ -30,8 +30,10 @@ class PinCounts(TypedDict):
     #: a replay's only: still held when it ended (made = hit + expired + released +
     #: dropped + held at the end)
     held_at_end: NotRequired[int]
-    #: a live run's plugin counters only
+    #: a live run's plugin counters only: pins not made (the pin cap; vLLM freeing the
+    #: blocks late)
     refused: NotRequired[int]
+    deferred: NotRequired[int]
 
 
 class PinnedTimeline(TypedDict):

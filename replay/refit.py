@@ -147,7 +147,8 @@ def refit(
         "guard": verdict,
     }
     provenance["ttlctl_version"] = __version__
-    new = bundle_mod.assemble(fit, old["profile"], params, provenance)
+    # the policy is the one tuned behind the served bundle's router: it keeps that router
+    new = bundle_mod.assemble(fit, old["profile"], params, provenance, old.get("router"))
     target = output or bundle_path
     action, kept = _apply(new, verdict, target, bundle_path, served_sha, dry_run)
     return {

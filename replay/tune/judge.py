@@ -46,7 +46,7 @@ def held_back(
     """Each policy (and stock vLLM) on ``ctx``'s seeds: flat figures (``<name>_jct_mean_s``,
     ``gain_vs_default`` …, as a report shows them) and each replay's mean JCT by policy.
     On a fleet, each policy behind its router in ``fleets`` (default: the study's) and
-    stock vLLM behind vllm-router's default, ``cache-aware``."""
+    stock vLLM as :func:`stock_fleet` places it (``cache-aware``, or the logged placement)."""
     specs = {name: continuum(ctx, p) for name, p in policies.items()} | {"vllm": PolicySpec("vllm")}
     routed = {**(fleets or {}), "vllm": stock_fleet(ctx)}
     by, p95 = replay_held_back(ctx, specs, routed)

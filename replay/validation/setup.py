@@ -32,6 +32,7 @@ from ttlctl.server.command import (
     ASYNC_SCHEDULING,
     base_command,
     cpu_build_installed,
+    option_name,
     scheduling_flag,
 )
 from ttlctl.server.gpus import check_one_engine
@@ -126,7 +127,7 @@ def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
     scheduling mode: the simulator's, so both run the same engine; refused in the vLLM
     arguments."""
     for arg in args:
-        flag = arg.split("=", 1)[0]
+        flag = option_name(arg)
         if flag in SIZED_BY_VALIDATE:
             raise ValidateError(
                 f"{flag} is set by validate (it sizes the simulator and the servers alike): "

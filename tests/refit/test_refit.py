@@ -19,6 +19,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from fitting.policy import PolicyParams
 from replay.policy_runs import Load
 from replay.refit import RefitError, refit
 from replay.refit_settings import (
@@ -397,3 +398,41 @@ def test_the_tau_table_prices_a_miss_in_the_replayed_engines_budget(tmp_path: Pa
             assert row["old"]["tau_s"] == [d.ttl_s for d in want], row["tool"]
         taus[budget] = [row["old"]["tau_s"] for row in report["tools"]]
     assert taus[64] != taus[8192]
+
+
+def test_the_router_the_policy_was_tuned_behind_is_kept(
+    world: dict[str, Path], tmp_path: Path
+) -> None:
+    """A bundle tuned for a fleet records its router (``tune --replicas``); a refit keeps
+    the policy it was tuned with, so it keeps the router too: the router restarted with
+    ``bundle query --as vllm-router`` after a refit gets the same flags."""
+    stale = bundle.read(world["stale"])
+    router: bundle.RouterDoc = {
+        "name": "cache-aware",
+        "settings": {
+            "balance_abs_threshold": 12,
+            "balance_rel_threshold": 1.3,
+            "cache_threshold": 0.3,
+        },
+        "replicas": 2,
+    }
+    served = tmp_path / "srv" / "bundle.json"
+    served.parent.mkdir()
+    tuned = bundle.build(
+        stale["fit"],
+        stale["profile"],
+        PolicyParams.from_json(stale["policy"]),
+        created=stale["created"],
+        ttlctl_version=stale["ttlctl_version"],
+        provenance=stale["provenance"],
+        router=router,
+    )
+    served.write_text(json.dumps(tuned))
+    flags = run("bundle", "query", served, "--as", "vllm-router")
+    assert flags.exit_code == 0, flags.output
+    result = run("refit", world["today"], "--bundle", served, *LOAD, "--json", "-")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["action"] == "replaced"
+    assert bundle.read(served).get("router") == router
+    after = run("bundle", "query", served, "--as", "vllm-router")
+    assert after.exit_code == 0 and after.stdout == flags.stdout, after.output

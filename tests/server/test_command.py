@@ -39,6 +39,14 @@ def test_refuse_names_the_flag_its_owner_and_where_to_remove_it() -> None:
     with pytest.raises(command.CommandError) as info:
         command.refuse(["--port", "1", "--model=m"], ("--scheduler-cls", "--model"), "me", "there")
     assert str(info.value) == "--model is set by me; remove it from there"
+    # vLLM reads a long name's underscores as dashes: given so, it is the same option
+    with pytest.raises(command.CommandError, match=r"^--scheduler-cls is set by me"):
+        command.refuse(["--scheduler_cls", "x.Y"], ("--scheduler-cls",), "me", "there")
+    assert command.flags(["--max_num_seqs=4", "-tp", "--compilation_config.cudagraph_mode"]) == {
+        "--max-num-seqs",
+        "-tp",
+        "--compilation-config.cudagraph_mode",
+    }
 
 
 def test_server_environment(tmp_path: Path) -> None:

@@ -11,8 +11,9 @@ call by call, where they differ:
 - ``finish_step`` and ``finish``: the step it finished in and the virtual time;
 - ``hit_tokens``: its prefix hit at first admission (vLLM's ``num_cached_tokens``);
 - ``preemptions``;
-- ``pins``: the run's pins made, handed over, expired and released under pressure (the
-  plugin's counters on the vLLM side);
+- ``pins``: the run's pins made, handed over, expired, released under pressure, dropped
+  (last call, abort, replacement) and still held at the end (the plugin's counters on the
+  vLLM side);
 - ``first_token``: when its first output token came (its TTFT from ``arrival``);
 - ``pinned_block_seconds``: the run's pinned memory integrated over time;
 - ``pin_timeline`` (only with ``TTLCTL_DIFF_TIMELINE=1``, measured, not asserted): the
@@ -43,6 +44,7 @@ from profiles.cost import CostModel, ProfileCostModel
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, simulate_one
 from replay.scheduler import SimSchedulerConfig
+from replay.scheduler_stats import Stats
 from replay.sim import Outcome, ReplayConfig
 from replay.vllmsim.outcome import Outcome as VllmOutcome
 from replay.vllmsim.run import run
@@ -269,9 +271,14 @@ class Diff:
     sent: float = 0.0
 
 
-def _pins(outcome: Outcome | VllmOutcome) -> tuple[int, int, int, int]:
-    s = outcome.engine.stats
-    return (s.pins_made, s.pins_hit, s.pins_expired, s.pins_released)
+def pin_counts(stats: Stats) -> tuple[int, int, int, int, int, int]:
+    """A replay's ``pins``: made, hit, expired, released, dropped, held at the end."""
+    s = stats
+    return (s.pins_made, s.pins_hit, s.pins_expired, s.pins_released, s.pins_dropped, s.pins_held)
+
+
+def _pins(outcome: Outcome | VllmOutcome) -> tuple[int, int, int, int, int, int]:
+    return pin_counts(outcome.engine.stats)
 
 
 def compare(fast: Outcome, ours: VllmOutcome) -> tuple[int, list[Diff]]:

@@ -12,8 +12,8 @@ workload, engine, load and policy) on ``replicas`` engines of that size behind
 - per call, its route as the books kept it: the previous call's replica, whether that
   call was pinned and until when, and whether the pin was still held when this call came
   (what ``pins_wasted`` and ``miss_reasons`` are read from);
-- per replica, its pins made, handed over, expired and released under pressure, and its
-  pinned block-seconds; for the fleet, ``pins_wasted``.
+- per replica, its pins made, handed over, expired, released under pressure, dropped and
+  still held at the end, and its pinned block-seconds; for the fleet, ``pins_wasted``.
 
 Times agree to the single-engine comparison's relative 1e-9.
 
@@ -48,7 +48,7 @@ from replay.fleet.run import FleetSpec, simulate_fleet_one
 from replay.fleet.view import FleetState
 from replay.sim import ProgramRun
 from replay.vllmsim.fleet import simulate
-from tests.vllmsim.differential import METRICS, REL_TIME, Case, Diff
+from tests.vllmsim.differential import METRICS, REL_TIME, Case, Diff, pin_counts
 
 #: the deterministic routers the comparison runs (no draw, no held calls); kv-aware and
 #: pin-aware read the replicas' KV events (vLLM's block pool on the vLLM side)
@@ -200,8 +200,7 @@ def compare_fleets(fast: FleetOutcome, ours: FleetOutcome) -> tuple[int, list[Di
                 diffs.append(Diff(k, f"route.{m}", u, v, x.arrival))
     for i, (e, f) in enumerate(zip(fast.engines, ours.engines, strict=True)):
         s, t = e.stats, f.stats
-        pins = (s.pins_made, s.pins_hit, s.pins_expired, s.pins_released)
-        ours_pins = (t.pins_made, t.pins_hit, t.pins_expired, t.pins_released)
+        pins, ours_pins = pin_counts(s), pin_counts(t)
         if pins != ours_pins:
             diffs.append(Diff((f"replica {i}", -1), "pins", pins, ours_pins))
         u, v = s.pinned_block_seconds, t.pinned_block_seconds

@@ -5,8 +5,8 @@ continuum (cold-start and fitted bundles, both valves, with and without a pin ca
 slices of the shared traces: every call is admitted in the same step, hits the same
 prefix, is preempted as often and finishes in the same step at the same time (to a
 relative 1e-9, the order of float additions) on both backends; the pins made, handed
-over, expired and released under pressure are the same. docs/replay.md ("How the fast
-simulator matches vLLM") has the figures of a large run.
+over, expired, released under pressure, dropped and held at the end are the same.
+docs/replay.md ("How the fast simulator matches vLLM") has the figures of a large run.
 
 Knobs (environment):
 

@@ -234,8 +234,9 @@ def tune(
     thresholds, kv-aware's session-affinity TTL, pin-aware's queue bound,
     program-scheduling's TTL cap, admission gates and queue knobs; the router itself when
     --router is repeated) are searched too, the guard compares with stock
-    vLLM behind cache-aware, and the bundle records the router (`ttlctl bundle query B
-    --as vllm-router` prints its flags).
+    vLLM behind cache-aware (with --router as-logged: on the logged placement), and the
+    bundle records the router (`ttlctl bundle query B --as vllm-router` prints its
+    flags).
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     import optuna

@@ -97,7 +97,8 @@ def section(run: RunInputs) -> str:
         + note(
             "Calls whose prefix hit fell short of what they repeat of their previous call: "
             "sent to another replica; its previous call not pinned (evicted from the free "
-            "list); its pin expired or was released by the valve before it came; or its pin "
+            "list); it came after its pin's τ ran out (expired, whether or not the valve "
+            "released the pin sooner) or within τ after the valve released it; or its pin "
             "was held when it came but the blocks were gone when it was admitted."
         )
         + "".join(per)

@@ -30,9 +30,20 @@ class CommandError(TtlctlError, ValueError):
     """A server's arguments that cannot be used as given: one line."""
 
 
+def option_name(arg: str) -> str:
+    """The option ``arg`` names as vLLM reads it: ``--x=1`` is ``--x``, and a long name's
+    underscores are dashes up to its first dot (vLLM 0.32's ``FlexibleArgumentParser``:
+    ``--scheduler_cls`` is ``--scheduler-cls``)."""
+    name = arg.split("=", 1)[0]
+    if not name.startswith("--"):
+        return name
+    head, dot, tail = name[2:].partition(".")
+    return "--" + head.replace("_", "-") + dot + tail
+
+
 def flags(args: Iterable[str]) -> set[str]:
-    """The option names among ``args`` (``--x=1`` counts as ``--x``)."""
-    return {a.split("=", 1)[0] for a in args}
+    """The option names among ``args``, as vLLM reads them (:func:`option_name`)."""
+    return {option_name(a) for a in args}
 
 
 def refuse(args: Iterable[str], own: Sequence[str], owner: str, where: str) -> None:

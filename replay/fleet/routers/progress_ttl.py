@@ -115,8 +115,41 @@ class ProgramSchedulingConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+#: the config's switches: JSON booleans (a string such as "false" would read as true)
+_SWITCHES = ("binding_only", "global_queue", "enable_batch_gain_admission")
+#: the config's fields that take a number (the whole-number ones are checked below)
+_NUMBERS = (
+    "cross_rank_headroom_ratio",
+    "metrics_interval_seconds",
+    "queue_timeout_seconds",
+    "force_resume_timeout_seconds",
+    "paused_retention_ttl_seconds",
+    "shared_prefix_freshness_warmup_seconds",
+    "shared_prefix_freshness_kv_turnovers",
+    "max_acting_ttl_seconds",
+    "high_watermark_ratio",
+    "low_watermark_ratio",
+)
+
+
+def _first_mistyped(cfg: ProgramSchedulingConfig) -> str | None:
+    """A switch that is not a boolean or a number field that is not a number, or None."""
+    for key in _SWITCHES:
+        value = getattr(cfg, key)
+        if not isinstance(value, bool):
+            return f"{key} takes true or false, got {value!r}"
+    for key in _NUMBERS:
+        value = getattr(cfg, key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"{key} takes a number, got {value!r}"
+    return None
+
+
 def _first_bad(cfg: ProgramSchedulingConfig) -> str | None:
     """What the router's validation (or the model) refuses, or None."""
+    mistyped = _first_mistyped(cfg)
+    if mistyped is not None:
+        return mistyped
     if cfg.program_scheduling_enable_key != ENABLE_KEY:
         return (
             f"program_scheduling_enable_key must be auto here, not "
@@ -151,12 +184,12 @@ def _first_bad(cfg: ProgramSchedulingConfig) -> str | None:
             return f"{key} must be > 0, got {value!r}"
     for key in ("admission_waiting_request_threshold", "decode_buffer_tokens"):
         value = getattr(cfg, key)
-        if not (isinstance(value, int) and value >= 0):
+        if isinstance(value, bool) or not (isinstance(value, int) and value >= 0):
             return f"{key} must be a whole number ≥ 0, got {value!r}"
     if not (math.isfinite(cfg.max_acting_ttl_seconds) and cfg.max_acting_ttl_seconds >= 0):
         return f"max_acting_ttl_seconds must be ≥ 0, got {cfg.max_acting_ttl_seconds!r}"
     cap = cfg.token_capacity_per_target
-    if cap is not None and not (isinstance(cap, int) and cap > 0):
+    if cap is not None and (isinstance(cap, bool) or not (isinstance(cap, int) and cap > 0)):
         return f"token_capacity_per_target must be a whole number > 0 or null, got {cap!r}"
     if not 0 < cfg.low_watermark_ratio <= cfg.high_watermark_ratio:
         return "low_watermark_ratio must be > 0 and ≤ high_watermark_ratio"

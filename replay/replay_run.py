@@ -17,7 +17,7 @@ from fitting.policy import VALVES
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
 from replay.figures import PolicyResult, ReplayDoc
-from replay.fleet.routers import RouterSettings
+from replay.fleet.routers import AS_LOGGED, RouterSettings
 from replay.fleet.run import fleet_for
 from replay.fleet.run import runner as fleet_runner
 from replay.live import cap_pauses, live_results
@@ -31,6 +31,7 @@ from ttlctl import __version__
 from ttlctl import bundle as bundle_mod
 from ttlctl.errors import ConfigError, TtlctlError
 from ttlctl.jsonio import file_sha256
+from ttlctl.trace import io as trace_io
 
 
 class ReplayFailed(TtlctlError):
@@ -115,6 +116,14 @@ def replay_doc(
         async_scheduling=req.async_scheduling,
         worker_urls=req.worker_urls,
     )
+    if fleet is not None and fleet.router.name == AS_LOGGED and warn is not None:
+        sized = [e for e in trace_io.engines(req.trace) if e.get("kv_tokens") is not None]
+        if sized:
+            warn(
+                f"--router as-logged: the trace's engine records size {len(sized)} "
+                "replica(s); replay sizes every replica by the flags (else the defaults), "
+                "not by the logs: `ttlctl refit` replays them as logged, each its own size"
+            )
     bundle_doc = bundle_mod.read(req.bundle) if req.bundle is not None else None
     prof, prof_path = resolve(req.profile)
     workload = cap_pauses(load(req.trace), req.idle_gap_cap_s)

@@ -86,6 +86,10 @@ def test_ingest_merges_each_program_across_the_replicas(
         name: blocks * 16 for name, blocks in BLOCKS.items()
     }
     assert sum(e["calls"] for e in engines.values()) == PROGRAMS * TURNS
+    # replay as logged sizes every replica by its flags, and says so (refit sizes by the logs)
+    replayed = run("replay", out, "--policy", "vllm", "--replicas", "2", "--router", "as-logged")
+    assert replayed.exit_code == 0, replayed.output
+    assert "--router as-logged: the trace's engine records size 2 replica(s)" in replayed.output
 
 
 def test_refit_replays_the_fleet_as_logged(logs: dict[str, Path], tmp_path: Path) -> None:

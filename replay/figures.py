@@ -30,9 +30,9 @@ class PinCounts(TypedDict):
     #: a replay's only: still held when it ended (made = hit + expired + released +
     #: dropped + held at the end)
     held_at_end: NotRequired[int]
-    #: a live run's plugin counters only: pins not made (the pin cap; vLLM freeing the
-    #: blocks late)
+    #: pins not made: the pin cap refused them
     refused: NotRequired[int]
+    #: a live run's plugin counters only: pins not made because vLLM frees the blocks late
     deferred: NotRequired[int]
 
 
@@ -211,6 +211,7 @@ def summarize(
             "released_under_pressure": stats.pins_released,
             "dropped": stats.pins_dropped,
             "held_at_end": stats.pins_held,
+            "refused": stats.pins_refused,
         },
         "engine_steps": stats.steps,
         "engine_busy_s": stats.busy_s,

@@ -246,6 +246,7 @@ class SimScheduler:
             c, s = self.pinning.retention.counters, self.stats
             s.pins_made, s.pins_hit, s.pins_expired = c.made, c.hit, c.expired
             s.pins_released, s.pins_dropped, s.pins_held = c.released, c.dropped, c.pinned_programs
+            s.pins_refused = c.refused
 
     # ------------------------------------------------------------ step
 

@@ -22,6 +22,8 @@ class Stats:
     #: still held when the replay ended (in a fleet: a pin whose program went on, and
     #: ended, on another replica before it expired)
     pins_held: int = 0
+    #: not made: the pin cap
+    pins_refused: int = 0
     busy_s: float = 0.0
     #: the longest single step so far (a call sent during a step reaches the scheduler
     #: at its end: at most this long after it was sent)

@@ -268,3 +268,4 @@ class VllmEngine:
         s.pins_expired = counters["expired"]
         s.pins_released = counters["released"]
         s.pins_dropped, s.pins_held = counters["dropped"], counters["pinned_programs"]
+        s.pins_refused = counters["refused"]

@@ -382,6 +382,7 @@ class Harness:
             self.stats.pins_released = counters["released"]
             self.stats.pins_dropped = counters["dropped"]
             self.stats.pins_held = counters["pinned_programs"]
+            self.stats.pins_refused = counters["refused"]
         return Outcome(
             calls=self.records,
             programs=self._runs,

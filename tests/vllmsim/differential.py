@@ -271,13 +271,22 @@ class Diff:
     sent: float = 0.0
 
 
-def pin_counts(stats: Stats) -> tuple[int, int, int, int, int, int]:
-    """A replay's ``pins``: made, hit, expired, released, dropped, held at the end."""
+def pin_counts(stats: Stats) -> tuple[int, ...]:
+    """A replay's ``pins``: made, hit, expired, released, dropped, held at the end, and
+    refused by the pin cap."""
     s = stats
-    return (s.pins_made, s.pins_hit, s.pins_expired, s.pins_released, s.pins_dropped, s.pins_held)
+    return (
+        s.pins_made,
+        s.pins_hit,
+        s.pins_expired,
+        s.pins_released,
+        s.pins_dropped,
+        s.pins_held,
+        s.pins_refused,
+    )
 
 
-def _pins(outcome: Outcome | VllmOutcome) -> tuple[int, int, int, int, int, int]:
+def _pins(outcome: Outcome | VllmOutcome) -> tuple[int, ...]:
     return pin_counts(outcome.engine.stats)
 
 

@@ -12,8 +12,9 @@ workload, engine, load and policy) on ``replicas`` engines of that size behind
 - per call, its route as the books kept it: the previous call's replica, whether that
   call was pinned and until when, and whether the pin was still held when this call came
   (what ``pins_wasted`` and ``miss_reasons`` are read from);
-- per replica, its pins made, handed over, expired, released under pressure, dropped and
-  still held at the end, and its pinned block-seconds; for the fleet, ``pins_wasted``.
+- per replica, its pins made, handed over, expired, released under pressure, dropped,
+  still held at the end and refused by the pin cap, and its pinned block-seconds; for the
+  fleet, ``pins_wasted``.
 
 Times agree to the single-engine comparison's relative 1e-9.
 

@@ -293,8 +293,11 @@ def test_designed_streams(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     )
     log = Log()
     log.install(monkeypatch)
-    fast, ours = both(case, log)
+    fast, ours, fast_out, ours_out = replayed(case, log)
     assert {what for what, _, _ in ours} == shown, ours
+    # the replays' own pin counts: the cap's refusals as the events show them, on both
+    refused = sum(1 for what, _, _ in ours if what == "refused")
+    assert fast_out.engine.stats.pins_refused == ours_out.engine.stats.pins_refused == refused
     released = [program for what, program, _ in ours if what == "released"]
     if "valve" in name:
         assert released == (["C", "B"] if "head" in name else []), ours

@@ -23,7 +23,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from itertools import takewhile
 
-from ttlctl.server.command import CommandError
+from ttlctl.server.command import CommandError, option_name
 
 #: CUDA's list of the GPUs a process may use (indices or UUIDs)
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
@@ -112,15 +112,13 @@ def placed_environment(env: Mapping[str, str], gpus: Sequence[str]) -> dict[str,
 
 def _size(args: Sequence[str], names: Sequence[str]) -> int:
     """The value of the option ``names`` (its long name, then short forms) among vLLM's
-    ``args``: 1 unless given, the last of a repeated one (as vLLM takes it), a long name
-    with underscores read as dashes (as vLLM's parser does). :class:`CommandError` on a
-    value that is not a number."""
+    ``args``: 1 unless given, the last of a repeated one (as vLLM takes it), each name read
+    as vLLM's parser reads it (:func:`~ttlctl.server.command.option_name`).
+    :class:`CommandError` on a value that is not a number."""
     value = "1"
     for i, arg in enumerate(args):
-        name, sep, inline = arg.partition("=")
-        if name.startswith("--"):
-            name = name.replace("_", "-")
-        if name in names:
+        if option_name(arg) in names:
+            _, sep, inline = arg.partition("=")
             value = inline if sep else (args[i + 1] if i + 1 < len(args) else "")
     try:
         return int(value)

@@ -32,7 +32,7 @@ from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured
-from replay.validation.fleet_rows import LiveRun, fleet_row
+from replay.validation.fleet_rows import LiveRun
 from replay.validation.sim_side import SimSide
 from replay.validation.timings import Timings
 from replay.workload import Workload
@@ -272,7 +272,7 @@ def recorded_runs(rec: RecordedFleet) -> list[LiveRun]:
                 order = _arrivals(path, fleet, f"{name} behind {router}, run {rep + 1}")
                 live = lives[(name, router)][rep]
                 recorded = _recorded_row(doc, name, router, rep, rec.repeats)
-                seen = fleet_row(live, order)["calls_per_replica"]
+                seen = arrivals.per_replica(order)
                 if recorded is not None and recorded.get("calls_per_replica") != seen:
                     raise ValidateError(
                         f"{path}: {name} behind {router}, run {rep + 1}: its replicas' "

@@ -21,7 +21,7 @@ import polars as pl
 
 from fitting.fit_doc import FitDoc
 from profiles.schema import ProfileDoc
-from replay.fleet.routers import RouterSettings
+from replay.fleet.routers import AS_LOGGED, RouterSettings
 from replay.fleet.run import FleetSpec, replicas_of
 from replay.policies import PolicySpec
 from replay.refit_settings import RefitSettings, default_load
@@ -81,7 +81,7 @@ def plan(
         )
     spec = FleetSpec(
         len(names),
-        RouterSettings("as-logged"),
+        RouterSettings(AS_LOGGED),
         replicas_of(frame),
         tuple(s.engine for s in fleet),
     )

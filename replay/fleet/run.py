@@ -21,7 +21,7 @@ from replay.figures import PolicyResult
 from replay.fleet.loop import FleetOutcome, check_block_size, simulate_fleet
 from replay.fleet.metrics import fleet_result
 from replay.fleet.records import FleetRouter
-from replay.fleet.routers import RouterSettings, make_router
+from replay.fleet.routers import AS_LOGGED, RouterSettings, make_router
 from replay.fleet.routers.base import Router
 from replay.fleet.routers.consistent_hash import worker_urls
 from replay.policies import BOUNDS, PolicySpec, make
@@ -62,7 +62,7 @@ class FleetSpec:
             raise ConfigError(
                 f"{len(self.engines)} engine sizes given for {self.replicas} replicas"
             )
-        if self.router.name == "as-logged" and self.logged is None:
+        if self.router.name == AS_LOGGED and self.logged is None:
             raise ConfigError("--router as-logged needs the trace's replica column")
         if self.worker_urls is not None:
             worker_urls(self.replicas, self.worker_urls)  # one per replica, no repeats
@@ -269,7 +269,7 @@ def fleet_for(
             "and point --live at the router"
         )
     router = router or RouterSettings()
-    logged = logged_replicas(trace) if router.name == "as-logged" else None
+    logged = logged_replicas(trace) if router.name == AS_LOGGED else None
     return FleetSpec(
         replicas,
         router,

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from replay.figures import PolicyResult
-from replay.fleet.routers import ROUTERS, RouterSettings, router_name
+from replay.fleet.routers import AS_LOGGED, ROUTERS, RouterSettings, router_name
 from replay.fleet.run import FleetSpec, runner
 from replay.validation.sim_side import SimSide
 from replay.validation.stats import JCT_GOAL, TIE, ranking, same_ranking
@@ -145,7 +145,7 @@ def simulate_as_routed(
     logged: Mapping[tuple[str, int], str],
 ) -> PolicyResult:
     """``policy`` in the fleet simulator with every call on its ``logged`` replica."""
-    run = runner(FleetSpec(side.replicas, RouterSettings("as-logged"), logged=logged))
+    run = runner(FleetSpec(side.replicas, RouterSettings(AS_LOGGED), logged=logged))
     return run(work, side.spec(policy), side.cost(), side.config(), side.timing, timed=False)
 
 

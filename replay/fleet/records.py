@@ -7,16 +7,20 @@ from typing import NotRequired, TypedDict
 
 class FleetRouter(TypedDict):
     """The router: its name, its settings (defaults filled in), the replicas and, when
-    given, the replicas' URLs it placed sessions by."""
+    given, the replicas' URLs it placed sessions by; ``as-logged``: the trace's name of
+    each replica, in replica order (None: one beyond the names)."""
 
     name: str
     settings: dict[str, float | int | str | None]
     replicas: int
     worker_urls: NotRequired[list[str]]
+    replica_names: NotRequired[list[str | None]]
 
 
 class ReplicaResult(TypedDict):
     replica: int
+    #: the trace's name of the replica (``as-logged``; absent: none)
+    name: NotRequired[str]
     llm_calls: int
     #: programs whose first call this replica served, and their mean JCT
     programs_started: int

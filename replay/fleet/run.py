@@ -21,7 +21,7 @@ from replay.figures import PolicyResult
 from replay.fleet.loop import FleetOutcome, check_block_size, simulate_fleet
 from replay.fleet.metrics import fleet_result
 from replay.fleet.records import FleetRouter
-from replay.fleet.routers import AS_LOGGED, RouterSettings, make_router
+from replay.fleet.routers import AS_LOGGED, RouterSettings, make_router, replica_order
 from replay.fleet.routers.base import Router
 from replay.fleet.routers.consistent_hash import worker_urls
 from replay.policies import BOUNDS, PolicySpec, make
@@ -68,7 +68,9 @@ class FleetSpec:
             worker_urls(self.replicas, self.worker_urls)  # one per replica, no repeats
 
     def describe(self) -> FleetRouter:
-        """The router, its settings (defaults filled in) and the replicas, for the JSON."""
+        """The router, its settings (defaults filled in) and the replicas, for the JSON;
+        ``as-logged``: each replica's name in the trace, in replica order (None: a replica
+        beyond the names, left idle)."""
         out: FleetRouter = {
             "name": self.router.name,
             "settings": self.router.resolved(),
@@ -76,6 +78,11 @@ class FleetSpec:
         }
         if self.worker_urls is not None:
             out["worker_urls"] = list(self.worker_urls)
+        if self.router.name == AS_LOGGED and self.logged is not None:
+            names = replica_order(self.logged.values())
+            out["replica_names"] = [
+                names[i] if i < len(names) else None for i in range(self.replicas)
+            ]
         return out
 
 
@@ -159,7 +166,7 @@ def fleet_router(fleet: FleetSpec, cost: CostModel, *, seed: int, block_size: in
         fleet.replicas,
         seed=seed,
         block_size=block_size,
-        logged_replicas=sorted(set(fleet.logged.values())) if fleet.logged else (),
+        logged_replicas=replica_order(fleet.logged.values()) if fleet.logged else (),
         calibration=router_calibration(fleet.router, cost),
         worker_urls=fleet.worker_urls,
     )

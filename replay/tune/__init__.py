@@ -82,7 +82,9 @@ from replay.tune.space import (
 )
 from replay.tune.storage import Storage, default_storage, default_study_name
 from replay.tune.study import (
+    MIN_TRIALS_FOR_IMPORTANCE,
     SUMMARY_SCHEMA,
+    importance_record,
     importances,
     live_doc,
     provenance_of,
@@ -109,6 +111,7 @@ __all__ = [
     "LIVE_BASELINE_NOTE",
     "LIVE_RELOAD_RULE",
     "METRIC",
+    "MIN_TRIALS_FOR_IMPORTANCE",
     "PAPER_K",
     "PAPER_T_WINDOW",
     "SEARCH_SPACE",
@@ -129,6 +132,7 @@ __all__ = [
     "held_back",
     "held_back_live",
     "held_figures",
+    "importance_record",
     "importances",
     "live_doc",
     "live_objective",

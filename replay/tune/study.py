@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.importance import get_param_importances
+from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 from optuna.trial import TrialState
 
 from replay.tune.caveats import caveats
@@ -41,6 +41,14 @@ from ttlctl.server.client import ServerError
 from ttlctl.server.facts import ServerInfo, probe
 
 SUMMARY_SCHEMA = "ttlctl.tune/1"
+#: the parameters' importances are Optuna's PED-ANOVA evaluator's (Optuna 5's default), which
+#: asks what the top ``target_quantile`` of the completed trials (Optuna's default, 10%) have
+#: in common; Optuna's documentation of that evaluator advises at least 5 trials in that top
+#: quantile for a stable answer. Below 5 / 10% = 50 completed trials the importances are
+#: noise presented as a finding, and tune says so instead of computing them.
+IMPORTANCE_TARGET_QUANTILE = 0.1
+IMPORTANCE_TOP_TRIALS = 5
+MIN_TRIALS_FOR_IMPORTANCE = round(IMPORTANCE_TOP_TRIALS / IMPORTANCE_TARGET_QUANTILE)
 
 
 # ---------------------------------------------------------------- the whole run
@@ -259,7 +267,7 @@ def summary_doc(
             "policy": tuned.to_json(),
             **({"router": tuned_fleet.describe()} if tuned_fleet is not None else {}),
         },
-        "importance": importances(study) if len(complete) >= 2 else None,
+        **importance_record(study, len(complete)),
         "held_back": held,
         "held_back_jct_mean_s_by_replay": by_replay,
         "guard": verdict,
@@ -310,12 +318,37 @@ def live_doc(ctx: TuneContext, server: ServerInfo | None) -> dict[str, Any]:
     }
 
 
+def importance_record(study: optuna.Study, complete: int) -> dict[str, Any]:
+    """tune.json's ``importance`` (the parameters' importances, or None) and
+    ``importance_note`` (why there are none, one line; None when there are): computed
+    from ``complete`` completed trials only when there are at least
+    :data:`MIN_TRIALS_FOR_IMPORTANCE`."""
+    if complete < MIN_TRIALS_FOR_IMPORTANCE:
+        return {
+            "importance": None,
+            "importance_note": (
+                f"not computed from {complete} completed trial(s): Optuna's PED-ANOVA "
+                f"evaluator needs {IMPORTANCE_TOP_TRIALS} in its top "
+                f"{IMPORTANCE_TARGET_QUANTILE:.0%}, so at least {MIN_TRIALS_FOR_IMPORTANCE} "
+                "(run more --trials; a resumed study keeps the ones it has)"
+            ),
+        }
+    found = importances(study)
+    return {
+        "importance": found or None,
+        "importance_note": None if found else "not computed: Optuna's evaluator gave none",
+    }
+
+
 def importances(study: optuna.Study) -> dict[str, float] | None:
-    """Optuna's default evaluator (PED-ANOVA in Optuna 5: deterministic, no scikit-learn)."""
+    """Optuna's PED-ANOVA evaluator (its default: deterministic, no scikit-learn), over
+    the top :data:`IMPORTANCE_TARGET_QUANTILE` of the completed trials; None when it
+    fails. :func:`importance_record` calls it only on enough trials."""
+    evaluator = PedAnovaImportanceEvaluator(target_quantile=IMPORTANCE_TARGET_QUANTILE)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "few trials in some regimes" and the like
-            found = get_param_importances(study)
+            found = get_param_importances(study, evaluator=evaluator)
     except (ValueError, RuntimeError, ImportError):
         return None
     return {k: float(v) for k, v in found.items() if math.isfinite(v)}
@@ -340,6 +373,7 @@ def provenance_of(summary: Mapping[str, Any]) -> dict[str, Any]:
         "default",
         "best",
         "importance",
+        "importance_note",
         "held_back",
         "guard",
         "shipped",

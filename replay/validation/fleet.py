@@ -367,11 +367,13 @@ def _gpu_sets(
     sources: Sources, replicas: int, per_replica: int | None
 ) -> tuple[tuple[str, ...], ...] | None:
     """Each replica's GPUs (None: not placed), refused before any fleet starts when
-    there are too few or the replicas' vLLM would not use them all."""
+    there are too few, one of them is in MIG mode but named whole, or the replicas' vLLM
+    would not use them all."""
     if per_replica is None:
         return None
     assert sources.base_cmd is not None
     placed = gpus.gpu_sets(replicas, per_replica, gpus.visible_gpus(sources.env or os.environ))
+    gpus.check_whole([g for gpu_set in placed for g in gpu_set])
     gpus.check_parallel(sources.base_cmd, per_replica)
     return placed
 

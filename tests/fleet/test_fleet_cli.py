@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 from typer.testing import CliRunner
 
@@ -172,3 +173,60 @@ def test_replay_a_fleet_placed_by_the_routers_worker_urls(trace: Path, tmp_path:
         calls[ring.owner(p.program_id)] += len(p.calls)
     per = {r["replica"]: r["llm_calls"] for r in doc["results"][0]["per_replica"]}
     assert [per[0], per[1]] == calls
+
+
+def test_an_as_logged_fleet_is_shown_by_the_traces_replica_names(tmp_path: Path) -> None:
+    """--router as-logged: the tables and the JSON name each replica as the trace's
+    ``replica`` column does (beside its index), a replica beyond the names by its index."""
+    from ttlctl.report import build_report
+
+    frame = synth("swe-bench", 6, 2)
+    # whole programs on one replica each, named out of sorted order: west's first
+    frame = frame.with_columns(
+        pl.when(pl.col("program_id").is_in(["swe-000000", "swe-000002", "swe-000003"]))
+        .then(pl.lit("west"))
+        .otherwise(pl.lit("east"))
+        .alias("replica")
+    )
+    trace = tmp_path / "logged.parquet"
+    frame.write_parquet(trace)
+    run = tmp_path / "run"
+    run.mkdir()
+    res = CliRunner().invoke(
+        app,
+        [
+            "replay", str(trace), "--policy", "vllm", "--replicas", "3", "--router",
+            "as-logged", "--concurrency", "6", "--kv-tokens", "200000",
+            "--json", str(run / "replay.json"),
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    header = next(line for line in res.output.splitlines() if "replica east" in line)
+    assert header.index("replica east") < header.index("replica west") < header.index("replica 2")
+    doc = json.loads((run / "replay.json").read_text())
+    conforms(doc, ReplayDoc)
+    assert doc["fleet"]["replica_names"] == ["east", "west", None]
+    per = doc["results"][0]["per_replica"]
+    assert [(p["replica"], p.get("name")) for p in per] == [(0, "east"), (1, "west"), (2, None)]
+    logged = frame.group_by("replica").len()
+    calls = dict(zip(logged["replica"], logged["len"], strict=True))
+    # each name's figures are the calls the trace logged on it
+    assert {p["name"]: p["llm_calls"] for p in per[:2]} == calls and per[2]["llm_calls"] == 0
+    page = build_report(run)
+    assert "<td>east</td>" in page and "<td>west</td>" in page
+
+
+def test_a_fleet_without_names_keeps_its_indices(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(
+        app,
+        [
+            "replay", str(trace), "--policy", "vllm", "--replicas", "2", "--router",
+            "round-robin", "--concurrency", "6", "--kv-tokens", "200000", "--json", str(out),
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "replica 0" in res.output and "replica 1" in res.output
+    doc = json.loads(out.read_text())
+    assert "replica_names" not in doc["fleet"]
+    assert all("name" not in p for p in doc["results"][0]["per_replica"])

@@ -6,6 +6,7 @@ here: the GPUs are named through ``CUDA_VISIBLE_DEVICES``, or listed by a stand-
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -30,14 +31,42 @@ GPU 1: NVIDIA H200 (UUID: GPU-2c3d)
   MIG 1g.18gb     Device  1: (UUID: MIG-9a0b)
 GPU 2: NVIDIA H200 (UUID: GPU-7a8b)
 """
+#: the driver's answer to ``--query-gpu=index,uuid,mig.mode.current --format=csv,noheader``
+#: (fields joined by ", "), GPU 1 in MIG mode
+MIG_QUERY = """0, GPU-0a1b, Disabled
+1, GPU-2c3d, Enabled
+2, GPU-7a8b, Disabled
+"""
+#: a machine whose GPU 1 is in MIG mode with no MIG device created yet (``-L`` shows
+#: nothing under it) and whose GPU 2 has no MIG support (``[N/A]``)
+BARE_LISTING = """GPU 0: NVIDIA H200 (UUID: GPU-0a1b)
+GPU 1: NVIDIA H200 (UUID: GPU-2c3d)
+GPU 2: NVIDIA L4 (UUID: GPU-7a8b)
+"""
+BARE_QUERY = """0, GPU-0a1b, Disabled
+1, GPU-2c3d, Enabled
+2, GPU-7a8b, [N/A]
+"""
+#: what a driver without the MIG mode field prints (its exit status is not 0)
+NO_FIELD = 'Field "mig.mode.current" is not a valid field to query.\n'
 
 
-def _smi(folder: Path, listing: str, rc: int = 0) -> Path:
-    """A folder holding an ``nvidia-smi`` that answers ``-L`` with ``listing``."""
+def _smi(folder: Path, listing: str, rc: int = 0, query: str | None = None) -> Path:
+    """A folder holding an ``nvidia-smi`` that answers ``-L`` with ``listing`` (exit
+    status ``rc``) and the MIG mode query with ``query`` (None: as a driver without that
+    field does, an error)."""
     folder.mkdir(parents=True, exist_ok=True)
     tool = folder / "nvidia-smi"
+    answer = f"printf '%s' '{query}'" if query is not None else f"printf '%s' '{NO_FIELD}'; exit 2"
     # shell builtins alone: PATH holds nothing else in these tests
-    tool.write_text(f"#!/bin/sh\nprintf '%s' '{listing}'\nexit {rc}\n")
+    tool.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        f"  -L) printf '%s' '{listing}'; exit {rc} ;;\n"
+        f"  '--query-gpu=index,uuid,mig.mode.current --format=csv,noheader') {answer} ;;\n"
+        "  *) exit 2 ;;\n"
+        "esac\n"
+    )
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     return folder
 
@@ -52,11 +81,10 @@ def test_the_visible_gpus_come_from_cuda_visible_devices_else_nvidia_smi(
     assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "0,2,-1,1"}) == ("0", "2")
     monkeypatch.setenv("PATH", str(_smi(tmp_path / "bin", SMI_LISTING)))
     assert gpus.visible_gpus({}) == ("0", "1", "2")
-    # a GPU in MIG mode cannot be used whole: its MIG devices are named instead
-    monkeypatch.setenv("PATH", str(_smi(tmp_path / "mig", MIG_LISTING)))
-    with pytest.raises(CommandError, match=r"GPU 1 in MIG mode .*set CUDA_VISIBLE_DEVICES to "
-                       r"the MIG devices' UUIDs"):  # fmt: skip
-        gpus.visible_gpus({})
+    # every GPU is listed, one in MIG mode too: whether it may be used whole is asked of
+    # the GPUs a replica is given (check_whole)
+    monkeypatch.setenv("PATH", str(_smi(tmp_path / "mig", MIG_LISTING, query=MIG_QUERY)))
+    assert gpus.visible_gpus({}) == ("0", "1", "2")
     mig = gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "MIG-5e6f,MIG-9a0b"})
     assert gpus.gpu_sets(2, 1, mig) == (("MIG-5e6f",), ("MIG-9a0b",))
     with pytest.raises(CommandError, match="a process sees one MIG device only"):
@@ -67,6 +95,46 @@ def test_the_visible_gpus_come_from_cuda_visible_devices_else_nvidia_smi(
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(CommandError, match=r"no GPU found \(CUDA_VISIBLE_DEVICES is unset"):
         gpus.visible_gpus({})
+
+
+def test_a_gpu_in_mig_mode_is_refused_when_named_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU in MIG mode gives a process no usable device when named whole (by index or
+    GPU UUID), with MIG devices created on it (``-L`` lists them) or none yet (the MIG
+    mode query alone says so); its MIG devices' UUIDs pass, and so do the other GPUs."""
+    refused = r"^--gpus-per-replica: GPU {} in MIG mode \(a process cannot use it whole\)"
+    for folder, listing, query in (
+        ("split", MIG_LISTING, MIG_QUERY),
+        ("bare", BARE_LISTING, BARE_QUERY),
+    ):
+        monkeypatch.setenv("PATH", str(_smi(tmp_path / folder, listing, query=query)))
+        for used, named in ((["0", "1"], "1"), (["GPU-2c3d"], "GPU-2c3d"), (["1", "1"], "1")):
+            with pytest.raises(CommandError, match=refused.format(named)):
+                gpus.check_whole(used)
+        gpus.check_whole(["0", "2", "GPU-0a1b", "GPU-7a8b"])  # Disabled or [N/A]: whole GPUs
+        gpus.check_whole(["MIG-5e6f", "MIG-9a0b"])
+        gpus.check_whole([])
+    # the message names what to do, on one line
+    with pytest.raises(CommandError) as caught:
+        gpus.check_whole(["1"])
+    assert str(caught.value) == (
+        "--gpus-per-replica: GPU 1 in MIG mode (a process cannot use it whole): set "
+        "CUDA_VISIBLE_DEVICES to its MIG devices' UUIDs (MIG-…, nvidia-smi -L; create them "
+        "first if it lists none), one per replica, or disable MIG mode"
+    )
+    # a driver without the MIG mode field: the MIG devices -L lists still tell
+    monkeypatch.setenv("PATH", str(_smi(tmp_path / "old", MIG_LISTING)))
+    for used in (["1"], ["GPU-2c3d"]):
+        with pytest.raises(CommandError, match=refused.format(used[0])):
+            gpus.check_whole(used)
+    gpus.check_whole(["0", "2"])
+    monkeypatch.setenv("PATH", str(_smi(tmp_path / "old-bare", BARE_LISTING)))
+    gpus.check_whole(["1"])  # nothing tells: refused by nothing, as before
+    # no nvidia-smi at all (CUDA_VISIBLE_DEVICES names the GPUs): nothing to ask, nothing
+    # refused
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    gpus.check_whole(["0", "1", "GPU-2c3d"])
 
 
 def test_each_replica_gets_gpus_of_its_own() -> None:
@@ -166,6 +234,20 @@ def test_validate_refuses_a_placement_it_cannot_do(
     assert res.exit_code == 2, res.output
     assert "--gpus-per-replica 1: each replica's vLLM uses 2 GPU(s)" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "w").exists()
+    # a GPU in MIG mode with no MIG device yet, named by index or UUID: refused before
+    # anything starts; one that no replica is given is not
+    monkeypatch.setenv("PATH", f"{_smi(tmp_path / 'bin', BARE_LISTING, query=BARE_QUERY)}:"
+                       f"{os.environ['PATH']}")  # fmt: skip
+    for visible, named in (("0,1", "1"), ("GPU-2c3d,0", "GPU-2c3d")):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        res = CliRunner().invoke(app, fleet)
+        assert res.exit_code == 2, res.output
+        assert res.stderr.startswith(f"error: --gpus-per-replica: GPU {named} in MIG mode")
+        assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "w").exists()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,2,1")
+    res = CliRunner().invoke(app, [*fleet, "--", "--tensor-parallel-size", "2"])
+    assert res.exit_code == 2, res.output  # past the GPUs, refused for vLLM's sizes
+    assert "--gpus-per-replica 1: each replica's vLLM uses 2 GPU(s)" in res.stderr
     res = CliRunner().invoke(
         app,
         ["validate", str(trace), "--gpus-per-replica", "1", "--url", "vllm=http://127.0.0.1:9"],

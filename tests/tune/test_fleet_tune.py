@@ -177,5 +177,9 @@ def test_tune_on_the_logged_placement(tune_inputs: dict[str, Any], tmp_path: Pat
     assert res.exit_code == 0, res.output
     held = json.loads((tmp_path / "tune.json").read_text())["held_back"]
     assert {r["name"] for r in held["routers"].values()} == {"as-logged"}, held["routers"]
+    # each router record names the replicas as the trace does, in replica order
+    assert [r["replica_names"] for r in held["routers"].values()] == [["r1", "r2"]] * len(
+        held["routers"]
+    )
     q = CliRunner().invoke(ttlctl_app, ["bundle", "query", str(out), "--as", "vllm-router"])
     assert q.exit_code == 2 and "tuned on the placement its trace recorded" in q.output

@@ -70,6 +70,13 @@ def test_tune_writes_bundle_summary_and_commands(
     assert f"optuna-dashboard sqlite:///{db.resolve()}" in res.output
     assert f"optuna best-trial --study-name {name} --storage sqlite:///" in res.output
     assert "paper default" in res.output and "held-back" in res.output
+    # 6 trials: no importances, and one line that says why instead
+    assert summary["importance"] is None and tuning["importance"] is None
+    assert tuning["importance_note"] == summary["importance_note"]
+    line = next(x for x in res.output.splitlines() if x.startswith("importance:"))
+    assert line.startswith(
+        f"importance: not computed from {summary['counts']['complete']} completed trial(s)"
+    )
     # the printed command is the one Optuna's CLI understands
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{db.resolve()}")
     assert study.metric_names == ["jct_mean_s"]

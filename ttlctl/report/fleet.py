@@ -70,7 +70,7 @@ def section(run: RunInputs) -> str:
                  "preemptions", "pins made"),
                 (
                     (
-                        p.get("replica"),
+                        p.get("name", p.get("replica")),  # as-logged: the trace's name
                         p.get("llm_calls"),
                         p.get("engine_busy_s"),
                         p.get("jct_mean_s"),

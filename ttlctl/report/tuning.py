@@ -39,7 +39,7 @@ def _history(trials: list[dict[str, Any]], maximize: bool) -> str:
     return img(fig, "Optuna optimisation history")
 
 
-def _importance(importance: Any) -> str:
+def _importance(importance: Any, why_not: Any) -> str:
     pairs = (
         sorted(
             ((str(k), float(v)) for k, v in importance.items() if is_num(v)),
@@ -49,6 +49,8 @@ def _importance(importance: Any) -> str:
         else []
     )
     if not pairs:
+        if isinstance(why_not, str) and why_not:  # tune.json says why
+            return note(f"Parameter importance: {why_not}.")
         return note("Parameter importance: not in this run (not computed).")
     fig = figure(6.5, 0.8 + 0.35 * len(pairs))
     ax = fig.subplots()
@@ -71,7 +73,7 @@ def section(run: RunInputs) -> str:
         f"<p>{len(trials)} trial(s) ({e(', '.join(f'{k}: {v}' for k, v in states.items()))}); "
         f"objective {'maximised' if maximize else 'minimised'}.</p>",
         _history(trials, maximize),
-        _importance(tune.get("importance")),
+        _importance(tune.get("importance"), tune.get("importance_note")),
     ]
     best_doc = tune.get("best")
     if isinstance(best_doc, dict):

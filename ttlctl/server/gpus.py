@@ -13,11 +13,15 @@ than each is given (``--tensor-parallel-size`` × ``--pipeline-parallel-size`` �
 ``--prefill-context-parallel-size``, vLLM 0.32's ``ParallelConfig.world_size``, must be
 ``K``), and data parallelism (``--data-parallel-size`` D runs D engines in one server, each
 with a KV cache of its own, which vLLM's API server balances: a simulated replica is one
-engine). NVIDIA GPUs only (CUDA's variable and tool).
+engine). :func:`check_whole` refuses a GPU in MIG mode that a replica would be given
+whole (by index or ``GPU-…`` UUID): CUDA sees no usable device there, MIG devices or not;
+its MIG devices (``MIG-…`` UUIDs) are given instead. NVIDIA GPUs only (CUDA's variable and
+tool).
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -29,6 +33,12 @@ from ttlctl.server.command import CommandError, option_name
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 #: the driver's tool that lists the GPUs
 NVIDIA_SMI = "nvidia-smi"
+#: nvidia-smi's query of each GPU's MIG mode; it prints one line per GPU, such as
+#: ``1, GPU-2c3d…, Enabled``: ``Enabled`` or ``Disabled``, ``[N/A]`` where the GPU has no
+#: MIG support
+MIG_QUERY = ("--query-gpu=index,uuid,mig.mode.current", "--format=csv,noheader")
+#: a GPU's UUID on its ``nvidia-smi -L`` line
+_UUID = re.compile(r"\(UUID: (GPU-[^)\s]+)\)")
 #: vLLM's options whose product is the GPUs one engine uses (its world size), with their
 #: short forms
 PARALLEL_FLAGS = (
@@ -43,7 +53,8 @@ DATA_PARALLEL_FLAGS = ("--data-parallel-size", "-dp")
 def visible_gpus(env: Mapping[str, str]) -> tuple[str, ...]:
     """The GPUs a process started with ``env`` may use, as ``CUDA_VISIBLE_DEVICES``
     names them: that variable's list when it is set, else one index per GPU that
-    ``nvidia-smi -L`` lists. :class:`CommandError` when neither says anything."""
+    ``nvidia-smi -L`` lists. :class:`CommandError` when neither says anything. Whether
+    each may be used whole is :func:`check_whole`'s question."""
     given = env.get(VISIBLE_ENV)
     if given is not None:
         entries = [g.strip() for g in given.split(",") if g.strip()]
@@ -56,25 +67,77 @@ def visible_gpus(env: Mapping[str, str]) -> tuple[str, ...]:
             "is not on PATH)"
         )
     try:
-        listed = subprocess.run(
-            [smi, "-L"], capture_output=True, text=True, timeout=30, check=True
-        ).stdout
+        listed = _smi(smi, "-L")
     except (OSError, subprocess.SubprocessError) as exc:
         raise CommandError(f"--gpus-per-replica: {NVIDIA_SMI} -L failed: {exc}") from None
-    gpus: list[list[str]] = []  # each GPU's line, then its MIG devices' lines
-    for line in listed.splitlines():
-        if line.startswith("GPU "):
-            gpus.append([line])
-        elif line.strip().startswith("MIG ") and gpus:
-            gpus[-1].append(line)
-    split = [str(i) for i, lines in enumerate(gpus) if len(lines) > 1]
+    return tuple(index for index, _, _ in _listed_mig(listed))
+
+
+def check_whole(used: Sequence[str]) -> None:
+    """:class:`CommandError` (one line) when one of the GPUs ``used`` (as
+    ``CUDA_VISIBLE_DEVICES`` names them) is named whole, by index or ``GPU-…`` UUID, while
+    in MIG mode: a process sees no usable device there, whether MIG devices were created
+    on it or not. ``MIG-…`` names pass. The modes come from ``nvidia-smi`` (its MIG mode
+    query, and the MIG devices ``-L`` lists under a GPU); where it is not on PATH or
+    answers neither, nothing can be told and nothing is refused. Indices are read as
+    nvidia-smi numbers the GPUs (PCI bus order), which is CUDA's order unless
+    ``CUDA_DEVICE_ORDER`` or GPUs of different speeds make them differ."""
+    whole = [g for g in used if not g.startswith("MIG-")]
+    smi = shutil.which(NVIDIA_SMI)
+    if not whole or smi is None:
+        return
+    in_mig = _in_mig_mode(smi)
+    split = list(dict.fromkeys(g for g in whole if g in in_mig))
     if split:
         raise CommandError(
             f"--gpus-per-replica: GPU {', '.join(split)} in MIG mode (a process cannot use "
-            f"it whole): set {VISIBLE_ENV} to the MIG devices' UUIDs (MIG-…, nvidia-smi "
-            "-L), one per replica"
+            f"it whole): set {VISIBLE_ENV} to its MIG devices' UUIDs (MIG-…, nvidia-smi "
+            "-L; create them first if it lists none), one per replica, or disable MIG mode"
         )
-    return tuple(str(i) for i in range(len(gpus)))
+
+
+def _smi(smi: str, *args: str) -> str:
+    """What ``nvidia-smi args`` prints; OSError or SubprocessError when it fails."""
+    return subprocess.run(
+        [smi, *args], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+
+
+def _listed_mig(listed: str) -> list[tuple[str, str, bool]]:
+    """Each GPU of an ``nvidia-smi -L`` listing: its index, its UUID (empty when the
+    line shows none) and whether MIG devices are listed under it
+    (``GPU 1: … (UUID: GPU-…)`` then ``  MIG 1g.18gb     Device  0: (UUID: MIG-…)``)."""
+    gpus: list[tuple[str, str, bool]] = []
+    for line in listed.splitlines():
+        if line.startswith("GPU "):
+            uuid = _UUID.search(line)
+            gpus.append((str(len(gpus)), uuid.group(1) if uuid else "", False))
+        elif line.strip().startswith("MIG ") and gpus:
+            gpus[-1] = (*gpus[-1][:2], True)
+    return gpus
+
+
+def _in_mig_mode(smi: str) -> set[str]:
+    """The indices and ``GPU-…`` UUIDs of the GPUs in MIG mode: ``Enabled`` in
+    :data:`MIG_QUERY`'s answer, or MIG devices listed under them by ``-L``. Either
+    source that fails (an older driver, a stand-in) adds nothing."""
+    found: set[str] = set()
+    try:
+        answer = _smi(smi, *MIG_QUERY)
+    except (OSError, subprocess.SubprocessError):
+        answer = ""
+    for line in answer.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 3 and fields[2] == "Enabled":
+            found.update(fields[:2])
+    try:
+        listed = _smi(smi, "-L")
+    except (OSError, subprocess.SubprocessError):
+        listed = ""
+    for index, uuid, mig in _listed_mig(listed):
+        if mig:
+            found.update(g for g in (index, uuid) if g)
+    return found
 
 
 def gpu_sets(

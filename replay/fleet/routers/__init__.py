@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from profiles.router_calibration import RouterCalibration
-from replay.fleet.routers.as_logged import AsLogged
+from replay.fleet.routers.as_logged import AsLogged, replica_order
 from replay.fleet.routers.base import FleetView, RoutedCall, Router
 from replay.fleet.routers.cache_aware import CacheAware
 from replay.fleet.routers.consistent_hash import ConsistentHash
@@ -42,6 +42,7 @@ __all__ = [
     "Router",
     "RouterSettings",
     "make_router",
+    "replica_order",
     "router_name",
 ]
 

@@ -4,11 +4,16 @@ goes where its program's previous call went (replica 0 for a first call)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from replay.fleet.routers.base import FleetView, RoutedCall, Stateless
 from ttlctl.errors import ConfigError
+
+
+def replica_order(names: Iterable[str]) -> list[str]:
+    """The logged replica names in replica order: replica ``i`` is the ``i``-th name."""
+    return sorted(set(names))
 
 
 @dataclass(slots=True)
@@ -19,7 +24,7 @@ class AsLogged(Stateless):
     _index: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        names = sorted(set(self.names))
+        names = replica_order(self.names)
         if len(names) > self.replicas:
             raise ConfigError(
                 f"--replicas {self.replicas}: the trace's replica column names "

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ttlctl.cli.render.cells import dash
@@ -53,7 +54,8 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
     per = Table(title="per replica: calls, engine-busy seconds, prefix hits, preemptions")
     per.add_column("policy")
     for rep in results[0]["per_replica"]:
-        per.add_column(f"replica {rep['replica']}", justify="right")
+        # as-logged: the trace's name of the replica, else its index
+        per.add_column(f"replica {escape(str(rep.get('name', rep['replica'])))}", justify="right")
     for r in results:
         per.add_row(
             r["policy"],

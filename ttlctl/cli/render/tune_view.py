@@ -79,6 +79,8 @@ def tune_table(console: Console, result: dict[str, Any]) -> None:
     if result["importance"]:
         top = ", ".join(f"{k} {v:.2f}" for k, v in list(result["importance"].items())[:4])
         console.print(f"importance: {top}", highlight=False)
+    elif result.get("importance_note"):
+        console.print(f"importance: {escape(result['importance_note'])}", highlight=False)
     g = result["guard"]
     style = "green" if g.get("beats_baseline", g["beats_vllm"]) else "bold yellow"
     console.print(f"[{style}]{escape(g['message'])}[/]", highlight=False)

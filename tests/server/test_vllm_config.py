@@ -4,6 +4,7 @@ file vLLM could not read refused in one line naming it."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def test_each_value_is_written_as_vllm_writes_it() -> None:
     ]  # fmt: skip
 
 
-def _refused(args: list[str], tmp_path: Path) -> str:
+def _refused(args: list[str]) -> str:
     with pytest.raises(VllmConfigError) as info:
         read(args, ())
     message = str(info.value)
@@ -61,46 +62,57 @@ def _refused(args: list[str], tmp_path: Path) -> str:
 
 def test_a_file_vllm_could_not_read_is_one_line_naming_it(tmp_path: Path) -> None:
     missing = tmp_path / "missing.yaml"
-    assert _refused(["--config", str(missing)], tmp_path) == (
+    assert _refused(["--config", str(missing)]) == (
         f"--config {missing}: cannot read it (No such file or directory)"
     )
-    assert _refused(["--config", str(tmp_path)], tmp_path).startswith(f"--config {tmp_path}: ")
+    assert _refused(["--config", str(tmp_path)]).startswith(f"--config {tmp_path}: ")
     text = tmp_path / "c.json"
     text.write_text("{}")
-    assert _refused(["--config", str(text)], tmp_path) == (
+    assert _refused(["--config", str(text)]) == (
         f"--config {text}: vLLM reads a config file only as .yaml or .yml"
     )
     bad = tmp_path / "bad.yml"
     bad.write_text("port: [1, 2\n")
-    message = _refused(["--config", str(bad)], tmp_path)
+    message = _refused(["--config", str(bad)])
     assert message.startswith(f"--config {bad}: not YAML (") and "line" in message
     for body, kind in (("", "empty"), ("- 1\n- 2\n", "found: list"), ("8000\n", "found: int")):
         bad.write_text(body)
-        assert _refused(["--config", str(bad)], tmp_path) == (
+        assert _refused(["--config", str(bad)]) == (
             f"--config {bad}: not a mapping of vLLM options to values ({kind})"
         )
     bad.write_text("1: x\n")
-    assert _refused(["--config", str(bad)], tmp_path) == (
-        f"--config {bad}: the key 1 is not an option name"
-    )
+    assert _refused(["--config", str(bad)]) == (f"--config {bad}: the key 1 is not an option name")
     binary = tmp_path / "bin.yaml"
     binary.write_bytes(b"\xff\xfe\x00port")
-    assert _refused(["--config", str(binary)], tmp_path).startswith(f"--config {binary}: ")
+    assert _refused(["--config", str(binary)]).startswith(f"--config {binary}: ")
 
 
 def test_config_is_read_only_as_vllm_reads_it(tmp_path: Path) -> None:
     """vLLM 0.32 reads a file for the argument ``--config`` alone, once, followed by the
     file; ``--config=FILE`` sets an option it never reads (the file's options would be
     dropped without a word)."""
-    assert _refused(["--model", "m", "--config"], tmp_path) == (
+    assert _refused(["--model", "m", "--config"]) == (
         "--config needs a file (a YAML file of vLLM options)"
     )
-    assert _refused(["--config", "a.yaml", "--config", "b.yaml"], tmp_path) == (
+    assert _refused(["--config", "a.yaml", "--config", "b.yaml"]) == (
         "--config is given 2 times: vLLM reads one file"
     )
-    assert _refused(["--config=c.yaml"], tmp_path) == (
+    assert _refused(["--config=c.yaml"]) == (
         "--config=c.yaml: vLLM reads a config file given as `--config FILE` only (it ignores "
         "this form): write --config c.yaml"
     )
     # another option that starts alike is not the config file
     assert read(["--config-format", "hf"], ()).config is None
+
+
+def test_without_pyyaml_a_config_file_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyYAML comes with vLLM; ttlctl's own installs do not need it until a file is read."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("port: 1\n")
+    monkeypatch.setitem(sys.modules, "yaml", None)  # as if it were not installed
+    assert read(["--port", "1"], ()).config is None
+    assert _refused(["--config", str(cfg)]) == (
+        f"--config {cfg}: reading it needs PyYAML, which vLLM installs (pip install pyyaml)"
+    )

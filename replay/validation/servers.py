@@ -27,6 +27,8 @@ from ttlctl.server.router import RouterError
 
 #: the policies a server can run (the policy lives in the server process)
 LIVE_POLICIES = ("vllm", "continuum")
+#: the option validate sets on the servers it starts (stock vLLM, or the TTL scheduler)
+OWN_FLAGS = ("--scheduler-cls",)
 
 
 @dataclass
@@ -39,15 +41,22 @@ class Sources:
     env: Mapping[str, str] | None = None
 
 
-def server_command(base: Sequence[str], policy: str, port: int) -> list[str]:
-    """The command of ``policy``'s server: ``base`` plus the TTL scheduler (continuum),
-    per-call cached tokens, host and port."""
+def check_base(base: Sequence[str]) -> None:
+    """:class:`~ttlctl.server.command.CommandError` when ``base`` sets the option validate
+    sets itself (:data:`OWN_FLAGS`), on its command line or in its ``--config`` file, as
+    vLLM's parser reads them (abbreviations included)."""
     command.refuse(
         base,
-        ("--scheduler-cls",),
+        OWN_FLAGS,
         "validate (stock for vllm, the TTL scheduler for continuum)",
         "the engine command",
     )
+
+
+def server_command(base: Sequence[str], policy: str, port: int) -> list[str]:
+    """The command of ``policy``'s server: ``base`` (:func:`check_base`) plus the TTL
+    scheduler (continuum), per-call cached tokens, host and port."""
+    check_base(base)
     return command.server_command(
         base,
         scheduler_cls=command.SCHEDULER_CLS if policy == "continuum" else None,

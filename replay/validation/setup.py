@@ -25,17 +25,18 @@ from replay.validation.crosscheck import validate
 from replay.validation.error import ValidateError
 from replay.validation.fleet import TIMING_DRAWS, validate_fleet
 from replay.validation.resimulate import resimulate
-from replay.validation.servers import Sources
+from replay.validation.servers import Sources, check_base
 from replay.vllmsim.backend import check_request
 from replay.workload import load
+from ttlctl.server import vllm_config
 from ttlctl.server.command import (
     ASYNC_SCHEDULING,
     base_command,
     cpu_build_installed,
-    option_name,
     scheduling_flag,
 )
 from ttlctl.server.gpus import check_one_engine
+from ttlctl.server.vllm_options import option_set, shown
 
 #: the simulator's defaults, which the servers validate starts get too
 _ENGINE = SimSchedulerConfig()
@@ -125,20 +126,25 @@ SIZED_BY_VALIDATE = ("--max-num-seqs", "--max-num-batched-tokens")
 def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
     """The started servers' ``--max-num-seqs``, ``--max-num-batched-tokens`` and
     scheduling mode: the simulator's, so both run the same engine; refused in the vLLM
-    arguments."""
-    for arg in args:
-        flag = option_name(arg)
-        if flag in SIZED_BY_VALIDATE:
-            raise ValidateError(
-                f"{flag} is set by validate (it sizes the simulator and the servers alike): "
-                f"give it before `--`, not among the vLLM arguments"
-            )
-        if flag in ASYNC_SCHEDULING:
-            raise ValidateError(
-                f"{flag} is set by validate's --async-scheduling (it sets the simulator's "
-                "scheduling and the servers' alike; without it both are synchronous): "
-                "remove it from the vLLM arguments"
-            )
+    arguments and in the file their ``--config`` names (read as vLLM reads them:
+    underscores, abbreviations)."""
+    own = (*SIZED_BY_VALIDATE, *ASYNC_SCHEDULING)
+    for config, tokens in vllm_config.read(args, own).origins():
+        place = "the vLLM arguments" if config is None else f"{config} (--config)"
+        among = "among the vLLM arguments" if config is None else f"in {place}"
+        for arg in tokens:
+            flag = option_set(arg, own)
+            if flag in SIZED_BY_VALIDATE:
+                raise ValidateError(
+                    f"{shown(arg, flag)} is set by validate (it sizes the simulator and the "
+                    f"servers alike): give it before `--`, not {among}"
+                )
+            if flag is not None:
+                raise ValidateError(
+                    f"{shown(arg, flag)} is set by validate's --async-scheduling (it sets "
+                    "the simulator's scheduling and the servers' alike; without it both are "
+                    f"synchronous): remove it from {place}"
+                )
     check_one_engine(args)  # several engines in one server are not one simulated
     return [
         "--max-num-seqs",
@@ -152,7 +158,9 @@ def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
 def server_base(req: ValidateRequest) -> tuple[list[str] | None, dict[str, Any] | None]:
     """The command that starts a server (None: URLs only) and, for a local ``model``
     folder, its config.json. It runs with the simulator's ``--max-num-seqs`` and
-    ``--max-num-batched-tokens``."""
+    ``--max-num-batched-tokens``; what validate sets itself is refused among its vLLM
+    arguments and in their ``--config`` file before any server starts (:func:`_sizing`,
+    :func:`~replay.validation.servers.check_base`)."""
     if req.engine_cmd is not None and req.model is not None:
         raise ValidateError("give --engine-cmd or --model, not both")
     if req.extra and req.engine_cmd is None and req.model is None:
@@ -167,12 +175,14 @@ def server_base(req: ValidateRequest) -> tuple[list[str] | None, dict[str, Any] 
                 "schedules synchronously whatever it is told, so the live servers would not "
                 "run what the simulator does"
             )
+        check_base(req.extra)
         extra = list(req.extra) + _sizing(req, req.extra)
         return base_command(req.model, extra), local_config(req.model)
     if req.engine_cmd is not None:
         given = shlex.split(req.engine_cmd) + list(req.extra)
         if not given:
             raise ValidateError("--engine-cmd is empty")
+        check_base(given)
         return given + _sizing(req, given), None
     return None, None
 

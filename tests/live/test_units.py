@@ -82,6 +82,45 @@ def test_serve_refuses_the_flags_it_sets(flag: str) -> None:
         serving.build_command("m", extra=[flag, "x"])
 
 
+def test_serve_reads_the_vllm_arguments_as_vllm_does(tmp_path: Path) -> None:
+    """Abbreviations and a --config file set the options vLLM's parser would set: a
+    --port there replaces serve's own, --scheduler-cls there is refused."""
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("port: 9000\nmax-model-len: 4096\n")
+    for extra in (["--config", str(cfg)], ["--por", "9000"]):
+        cmd = serving.build_command("m", port=8123, extra=extra)
+        assert "8123" not in cmd and cmd[-len(extra) :] == extra
+    cfg.write_text("scheduler-cls: x.Y\n")
+    with pytest.raises(CommandError, match=rf"^--scheduler-cls is set by ttlctl serve .*{cfg}"):
+        serving.build_command("m", extra=["--config", str(cfg)])
+
+
+def test_serve_cli_refuses_what_vllm_would_read_as_its_own_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One line, exit 2, nothing started: an abbreviation of --scheduler-cls, a --config
+    file that sets it, a --config file that cannot be read."""
+    started: list[object] = []
+    monkeypatch.setattr(serve_cli, "run_foreground", lambda *a: started.append(a) or 0)
+    app = _app(serve_cli.serve, serve_cli.CONTEXT_SETTINGS)
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("max-model-len: 4096\nscheduler_cls: x.Y\n")
+    missing = tmp_path / "missing.yaml"
+    owner = "is set by ttlctl serve (MODEL and the TTL scheduler)"
+    for extra, line in [
+        (["--scheduler-c", "x.Y"],
+         f"--scheduler-c (abbreviates --scheduler-cls) {owner}; remove it from the vLLM arguments"),
+        (["--dtype", "half", "--config", str(cfg)],
+         f"--scheduler-cls {owner}; remove it from {cfg} (--config)"),
+        (["--config", str(missing)],
+         f"--config {missing}: cannot read it (No such file or directory)"),
+    ]:  # fmt: skip
+        res = CliRunner().invoke(app, ["model-dir", "--allow-stock", "--", *extra])
+        assert res.exit_code == 2, res.output
+        assert res.stderr.strip().splitlines() == [f"error: {line}"]
+    assert started == []
+
+
 def test_serve_cli_prints_the_command_and_checks_the_bundle(tmp_path: Path) -> None:
     app = _app(serve_cli.serve, serve_cli.CONTEXT_SETTINGS)
     good = write_bundle(tmp_path / "bundle.json", cold_start_ttl_s=5.0)

@@ -47,9 +47,59 @@ def test_a_server_comes_from_one_command(tmp_path: Path) -> None:
         "512",
         "--no-async-scheduling",
     ]
-    for extra in (["--max-num-seqs", "4"], ["--max-num-batched-tokens=64"], ["--max_num_seqs"]):
+    for extra in (["--max-num-seqs", "4"], ["--max-num-batched-tokens=64"], ["--max_num_seqs"],
+                  ["--max-num-se", "4"], ["--max_num_batched=64"]):  # fmt: skip
         with pytest.raises(ValidateError, match=r"is set by validate .*before `--`"):
             server_base(ValidateRequest(trace, model="m", extra=extra))
+
+
+def test_what_validate_sets_is_refused_in_a_config_file(tmp_path: Path) -> None:
+    """vLLM reads a --config file's keys as options: validate's own are refused there,
+    the file named, before any server starts."""
+    trace = tmp_path / "t.parquet"
+    cfg = tmp_path / "vllm.yaml"
+    for body, line in [
+        ("max_num_seqs: 4\n", "--max-num-seqs is set by validate (it sizes the simulator "
+         f"and the servers alike): give it before `--`, not in {cfg} (--config)"),
+        ("async-scheduling: false\n", "--no-async-scheduling is set by validate's "
+         "--async-scheduling (it sets the simulator's scheduling and the servers' alike; "
+         f"without it both are synchronous): remove it from {cfg} (--config)"),
+        ("scheduler-c: x.Y\n", "--scheduler-c (abbreviates --scheduler-cls) is set by "
+         "validate (stock for vllm, the TTL scheduler for continuum); remove it from "
+         f"{cfg} (--config)"),
+    ]:  # fmt: skip
+        cfg.write_text("dtype: half\n" + body)
+        for req in (
+            ValidateRequest(trace, model="m", extra=["--config", str(cfg)]),
+            ValidateRequest(trace, engine_cmd=f"vllm serve m --config {cfg}"),
+        ):
+            with pytest.raises(TtlctlError) as info:
+                server_base(req)
+            assert str(info.value) == line
+    # vLLM writes no --no-async_scheduling (not an option of its own): nothing set
+    cfg.write_text("async_scheduling: false\n")
+    assert server_base(ValidateRequest(trace, model="m", extra=["--config", str(cfg)]))[0]
+
+
+def test_validate_refuses_a_config_file_in_one_line(tmp_path: Path) -> None:
+    """Through the command: exit 2, one line, nothing started (no work folder)."""
+    trace = tmp_path / "t.parquet"
+    cfg = tmp_path / "vllm.yaml"
+    cfg.write_text("max-num-seqs: 4\n")
+    work = tmp_path / "w"
+    for extra, line in [
+        (["--config", str(cfg)], "--max-num-seqs is set by validate"),
+        (["--config", str(tmp_path / "no.yaml")], f"--config {tmp_path / 'no.yaml'}: cannot read"),
+        (["--scheduler_c", "x.Y"], "--scheduler-c (abbreviates --scheduler-cls) is set by"),
+    ]:
+        res = CliRunner().invoke(
+            app, ["validate", str(trace), "--model", str(tmp_path), "--work-dir", str(work),
+                  "--", *extra],
+        )  # fmt: skip
+        assert res.exit_code == 2, res.output
+        (got,) = res.stderr.strip().splitlines()
+        assert got.startswith(f"error: {line}"), got
+        assert not work.exists()
 
 
 def test_the_servers_schedule_as_the_simulator_does(tmp_path: Path) -> None:
@@ -64,6 +114,13 @@ def test_the_servers_schedule_as_the_simulator_does(tmp_path: Path) -> None:
         flag = given[0].replace("_", "-")
         with pytest.raises(ValidateError, match=rf"^{flag} is set by validate's "
                            r"--async-scheduling .*remove it"):  # fmt: skip
+            server_base(ValidateRequest(trace, model="m", extra=given))
+        with pytest.raises(ValidateError, match="is set by validate's --async-scheduling"):
+            server_base(ValidateRequest(trace, engine_cmd=f"serve {given[0]}"))
+    # and a proper prefix as the option it abbreviates (argparse's, on in vLLM's parser)
+    for given in (["--async-sch"], ["--no-async"], ["--no_async_sch"]):
+        with pytest.raises(ValidateError, match=r" \(abbreviates --(no-)?async-scheduling\) is "
+                           r"set by validate's --async-scheduling"):  # fmt: skip
             server_base(ValidateRequest(trace, model="m", extra=given))
         with pytest.raises(ValidateError, match="is set by validate's --async-scheduling"):
             server_base(ValidateRequest(trace, engine_cmd=f"serve {given[0]}"))

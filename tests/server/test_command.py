@@ -42,11 +42,23 @@ def test_refuse_names_the_flag_its_owner_and_where_to_remove_it() -> None:
     # vLLM reads a long name's underscores as dashes: given so, it is the same option
     with pytest.raises(command.CommandError, match=r"^--scheduler-cls is set by me"):
         command.refuse(["--scheduler_cls", "x.Y"], ("--scheduler-cls",), "me", "there")
-    assert command.flags(["--max_num_seqs=4", "-tp", "--compilation_config.cudagraph_mode"]) == {
-        "--max-num-seqs",
-        "-tp",
-        "--compilation-config.cudagraph_mode",
-    }
+    # an abbreviation is the option it abbreviates (argparse's allow_abbrev, on in vLLM)
+    with pytest.raises(command.CommandError) as info:
+        command.refuse(["--dtype", "half", "--scheduler-c=x.Y"], ("--scheduler-cls",), "me", "X")
+    assert str(info.value) == (
+        "--scheduler-c (abbreviates --scheduler-cls) is set by me; remove it from X"
+    )
+
+
+def test_refuse_reads_the_config_file_as_vllm_does(tmp_path: Path) -> None:
+    """The options a --config file sets are refused alike, the file named as the place."""
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("dtype: half\nscheduler_cls: x.Y\n")
+    with pytest.raises(command.CommandError) as info:
+        command.refuse(["--config", str(cfg)], ("--scheduler-cls",), "me", "there")
+    assert str(info.value) == f"--scheduler-cls is set by me; remove it from {cfg} (--config)"
+    cfg.write_text("dtype: half\n")
+    command.refuse(["--config", str(cfg), "--port", "1"], ("--scheduler-cls",), "me", "there")
 
 
 def test_server_environment(tmp_path: Path) -> None:

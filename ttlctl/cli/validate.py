@@ -146,7 +146,8 @@ def validate(
             help="With --replicas: run each replica on K GPUs of its own "
             "(CUDA_VISIBLE_DEVICES: replica i gets the i-th K of the GPUs this process may "
             "use), as in a fleet of one server per GPU; needs replicas × K GPUs, and vLLM's "
-            "tensor × pipeline × prefill context parallel sizes (after --) equal to K, "
+            "tensor × pipeline × prefill context parallel sizes (after -- or in its --config file) "
+            "equal to K, "
             "without data parallelism (a replica is one engine); GPUs in MIG mode: "
             "their MIG devices' UUIDs in CUDA_VISIBLE_DEVICES, K = 1. A "
             "profile measured here is then measured while the others serve a steady load.",

@@ -17,6 +17,9 @@ Running one (serve, validate, the tests' servers):
 
 - :mod:`~ttlctl.server.command`: the command line and environment of a stock or a
   TTL-scheduler server, built once;
+- :mod:`~ttlctl.server.vllm_options` and :mod:`~ttlctl.server.vllm_config`: a server's
+  vLLM arguments as vLLM's parser reads them (which option an argument sets, abbreviations
+  included; the options a ``--config`` file adds), for the checks made before it starts;
 - :mod:`~ttlctl.server.process`: launching it in a session of its own, finding its
   processes by group, stopping the whole group;
 - :mod:`~ttlctl.server.owned`: a server started for a run and stopped after it
@@ -29,5 +32,6 @@ Code that runs an engine in process (its workers in child processes) can use the
 pieces: ``with signals.held():`` makes SIGTERM unwind its stack as Ctrl-C does, so its
 shutdown runs; :func:`~ttlctl.server.process.launch`,
 :func:`~ttlctl.server.process.group_members` and
-:func:`~ttlctl.server.process.stop_group` work for any command. Standard library only.
+:func:`~ttlctl.server.process.stop_group` work for any command. Standard library only
+(and PyYAML, vLLM's dependency, where a ``--config`` file is read).
 """

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ttlctl.errors import TtlctlError
+from ttlctl.server import vllm_config
+from ttlctl.server.vllm_options import option_set, shown
 
 #: the TTL scheduler, as vLLM's ``--scheduler-cls`` names it
 SCHEDULER_CLS = "ttlctl.engine.TTLScheduler"
@@ -30,28 +32,18 @@ class CommandError(TtlctlError, ValueError):
     """A server's arguments that cannot be used as given: one line."""
 
 
-def option_name(arg: str) -> str:
-    """The option ``arg`` names as vLLM reads it: ``--x=1`` is ``--x``, and a long name's
-    underscores are dashes up to its first dot (vLLM 0.32's ``FlexibleArgumentParser``:
-    ``--scheduler_cls`` is ``--scheduler-cls``)."""
-    name = arg.split("=", 1)[0]
-    if not name.startswith("--"):
-        return name
-    head, dot, tail = name[2:].partition(".")
-    return "--" + head.replace("_", "-") + dot + tail
-
-
-def flags(args: Iterable[str]) -> set[str]:
-    """The option names among ``args``, as vLLM reads them (:func:`option_name`)."""
-    return {option_name(a) for a in args}
-
-
-def refuse(args: Iterable[str], own: Sequence[str], owner: str, where: str) -> None:
-    """:class:`CommandError` when ``args`` hold one of the options ``owner`` sets itself."""
-    given = flags(args)
-    for flag in own:
-        if flag in given:
-            raise CommandError(f"{flag} is set by {owner}; remove it from {where}")
+def refuse(args: Sequence[str], own: Sequence[str], owner: str, where: str) -> None:
+    """:class:`CommandError` when ``args`` (or the file their ``--config`` names) set one of
+    the options ``owner`` sets itself, each read as vLLM's parser reads it
+    (:mod:`~ttlctl.server.vllm_options`: underscores, abbreviations); ``where`` names
+    the arguments for the message."""
+    given = vllm_config.read(args, own)
+    for config, tokens in given.origins():
+        for arg in tokens:
+            flag = option_set(arg, own)
+            if flag is not None:
+                place = where if config is None else f"{config} (--config)"
+                raise CommandError(f"{shown(arg, flag)} is set by {owner}; remove it from {place}")
 
 
 def scheduling_flag(async_scheduling: bool) -> str:
@@ -97,7 +89,7 @@ def server_command(
     cmd = list(base)
     if scheduler_cls:
         cmd += ["--scheduler-cls", scheduler_cls]
-    if prompt_tokens_details and PROMPT_TOKENS_DETAILS not in flags(base):
+    if prompt_tokens_details and not vllm_config.read(base, ()).sets(PROMPT_TOKENS_DETAILS):
         cmd.append(PROMPT_TOKENS_DETAILS)
     if host is not None:
         cmd += ["--host", host]

@@ -9,7 +9,8 @@ replica finds its memory already claimed. :func:`gpu_sets` gives replica ``i`` t
 it is set, else every GPU ``nvidia-smi -L`` lists), and :func:`placed_environment` starts
 the server with ``CUDA_VISIBLE_DEVICES`` set to its own, so its workers see those alone.
 :func:`check_parallel` refuses vLLM arguments that would use fewer or more GPUs per server
-than each is given (``--tensor-parallel-size`` × ``--pipeline-parallel-size`` ×
+than each is given, on the command line or in its ``--config`` file
+(``--tensor-parallel-size`` × ``--pipeline-parallel-size`` ×
 ``--prefill-context-parallel-size``, vLLM 0.32's ``ParallelConfig.world_size``, must be
 ``K``), and data parallelism (``--data-parallel-size`` D runs D engines in one server, each
 with a KV cache of its own, which vLLM's API server balances: a simulated replica is one
@@ -27,7 +28,9 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from itertools import takewhile
 
-from ttlctl.server.command import CommandError, option_name
+from ttlctl.server import vllm_config
+from ttlctl.server.command import CommandError
+from ttlctl.server.vllm_options import option_set
 
 #: CUDA's list of the GPUs a process may use (indices or UUIDs)
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
@@ -173,37 +176,45 @@ def placed_environment(env: Mapping[str, str], gpus: Sequence[str]) -> dict[str,
     return {**env, VISIBLE_ENV: gpu_list(gpus)}
 
 
-def _size(args: Sequence[str], names: Sequence[str]) -> int:
-    """The value of the option ``names`` (its long name, then short forms) among vLLM's
-    ``args``: 1 unless given, the last of a repeated one (as vLLM takes it), each name read
-    as vLLM's parser reads it (:func:`~ttlctl.server.command.option_name`).
-    :class:`CommandError` on a value that is not a number."""
+def _size(parsed: Sequence[str], names: Sequence[str]) -> int:
+    """The value of the option ``names`` (its long name, then short forms) among the
+    arguments vLLM's parser parses (:attr:`~ttlctl.server.vllm_config.VllmArgs.parsed`):
+    1 unless given, the last of a repeated one (as vLLM takes it), each argument read as
+    vLLM's parser reads it (:func:`~ttlctl.server.vllm_options.option_set`: underscores,
+    abbreviations). :class:`CommandError` on a value that is not a number."""
     value = "1"
-    for i, arg in enumerate(args):
-        if option_name(arg) in names:
+    for i, arg in enumerate(parsed):
+        if option_set(arg, names) is not None:
             _, sep, inline = arg.partition("=")
-            value = inline if sep else (args[i + 1] if i + 1 < len(args) else "")
+            value = inline if sep else (parsed[i + 1] if i + 1 < len(parsed) else "")
     try:
         return int(value)
     except ValueError:
         raise CommandError(f"{names[0]} takes a number, not {value!r}") from None
 
 
+def _parsed(args: Sequence[str], names: Sequence[Sequence[str]]) -> tuple[str, ...]:
+    """``args`` as vLLM's parser parses them, the file their ``--config`` names first."""
+    return vllm_config.read(args, [n for forms in names for n in forms]).parsed
+
+
 def parallel_size(args: Sequence[str]) -> int:
     """The GPUs one vLLM engine started with ``args`` uses: the product of its tensor,
     pipeline and prefill context parallel sizes (vLLM 0.32's world size; 1 each unless
-    given). :class:`CommandError` on a size that is not a number."""
+    given, on the command line or in its ``--config`` file). :class:`CommandError` on a
+    size that is not a number."""
+    parsed = _parsed(args, PARALLEL_FLAGS)
     size = 1
     for names in PARALLEL_FLAGS:
-        size *= _size(args, names)
+        size *= _size(parsed, names)
     return size
 
 
 def check_one_engine(args: Sequence[str]) -> None:
-    """:class:`CommandError` when vLLM's ``args`` run several engines in one server
-    (``--data-parallel-size`` D: D engines, each with a KV cache of its own, balanced by
-    the server), where validate simulates one engine per server."""
-    data = _size(args, DATA_PARALLEL_FLAGS)
+    """:class:`CommandError` when vLLM's ``args`` (or their ``--config`` file) run several
+    engines in one server (``--data-parallel-size`` D: D engines, each with a KV cache of
+    its own, balanced by the server), where validate simulates one engine per server."""
+    data = _size(_parsed(args, (DATA_PARALLEL_FLAGS,)), DATA_PARALLEL_FLAGS)
     if data != 1:
         raise CommandError(
             f"--data-parallel-size {data} runs {data} engines in each server, each with a "
@@ -223,5 +234,6 @@ def check_parallel(args: Sequence[str], per_replica: int) -> None:
         raise CommandError(
             f"--gpus-per-replica {per_replica}: each replica's vLLM uses {size} GPU(s) "
             "(--tensor-parallel-size × --pipeline-parallel-size × "
-            f"--prefill-context-parallel-size after --); make them {per_replica}"
+            f"--prefill-context-parallel-size, after -- or in its --config file); make them "
+            f"{per_replica}"
         )

@@ -2,7 +2,8 @@
 check, the Prometheus folder and the line ``--print-command`` shows.
 
 The command is vLLM's OpenAI module with the TTL scheduler (:mod:`ttlctl.server.command`);
-the options serve sets itself are refused among the forwarded vLLM arguments. A bundle
+the options serve sets itself are refused among the forwarded vLLM arguments and in the
+file their ``--config`` names (each read as vLLM reads it: abbreviations included). A bundle
 that is missing or damaged is refused (a :class:`ServeError`) unless stock vLLM is
 allowed, then it is a warning. The scheduler's ``ttlctl:pins_*`` counters reach
 ``/metrics`` through ``PROMETHEUS_MULTIPROC_DIR``: the folder given, the environment's,
@@ -21,11 +22,13 @@ from pathlib import Path
 
 from ttlctl.bundle import BundleError, read
 from ttlctl.errors import TtlctlError
-from ttlctl.server import command
+from ttlctl.server import command, vllm_config
 from ttlctl.server.command import SCHEDULER_CLS
 
 #: options ``ttlctl serve`` sets itself; in the forwarded arguments they are refused
 OWN_FLAGS = ("--model", "--scheduler-cls")
+#: options ``ttlctl serve`` sets unless the forwarded arguments do
+DEFAULTED_FLAGS = ("--host", "--port")
 #: the ``PROMETHEUS_MULTIPROC_DIR`` ``--print-command`` shows when none is asked for
 PRINTED_METRICS_DIR = Path(tempfile.gettempdir()) / "ttlctl-prom"
 #: the environment ``--print-command`` shows, in this order (when set)
@@ -52,16 +55,17 @@ def build_command(
     scheduler_cls: str | None = SCHEDULER_CLS,
 ) -> list[str]:
     """The server's command line: ours first, then ``extra`` verbatim. A ``--host`` or
-    ``--port`` among ``extra`` replaces ours (not written twice)."""
+    ``--port`` among ``extra`` (or in the file its ``--config`` names) replaces ours (not
+    written twice; ours would win over the file's)."""
     command.refuse(
         extra, OWN_FLAGS, "ttlctl serve (MODEL and the TTL scheduler)", "the vLLM arguments"
     )
-    given = command.flags(extra)
+    given = vllm_config.read(extra, DEFAULTED_FLAGS)
     return command.server_command(
         command.base_command(model, python=python),
         scheduler_cls=scheduler_cls,
-        host=None if "--host" in given else host,
-        port=None if "--port" in given else port,
+        host=None if given.sets("--host") else host,
+        port=None if given.sets("--port") else port,
         extra=extra,
     )
 

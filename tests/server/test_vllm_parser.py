@@ -1,0 +1,205 @@
+"""ttlctl reads vLLM's arguments as vLLM's own serve parser does: checked on that parser
+(vLLM's ``FlexibleArgumentParser`` with ``make_arg_parser``, the one
+``python -m vllm.entrypoints.openai.api_server`` builds), so these tests fail the day a
+vLLM release reads them otherwise.
+
+- Every option name ttlctl reads is one of vLLM's, and no vLLM option is a proper prefix
+  of it: the reading of an abbreviation as the name it abbreviates
+  (ttlctl/server/vllm_options.py) is sound only then, since argparse takes an exact name
+  first.
+- Every proper prefix of such a name is taken by vLLM's parser as that option or refused
+  as ambiguous, never as another option.
+- Arguments and config files parsed by vLLM set what ttlctl's checks read.
+- A config file's options are written as vLLM's ``load_config_file`` writes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+import yaml
+
+from replay.validation.servers import OWN_FLAGS as VALIDATE_FLAGS
+from replay.validation.setup import SIZED_BY_VALIDATE
+from ttlctl.server import command, gpus, serving
+from ttlctl.server.command import ASYNC_SCHEDULING, PROMPT_TOKENS_DETAILS, CommandError
+from ttlctl.server.vllm_config import config_args, load, read
+from ttlctl.server.vllm_options import option_set
+
+#: every vLLM option name ttlctl reads in a server's arguments
+READ_BY_TTLCTL = (
+    *serving.OWN_FLAGS,
+    *serving.DEFAULTED_FLAGS,
+    *VALIDATE_FLAGS,
+    *SIZED_BY_VALIDATE,
+    *ASYNC_SCHEDULING,
+    *(name for forms in gpus.PARALLEL_FLAGS for name in forms),
+    *gpus.DATA_PARALLEL_FLAGS,
+    PROMPT_TOKENS_DETAILS,
+)
+
+
+class Refused(Exception):
+    """vLLM's parser refused the arguments (its ``error``, which would exit)."""
+
+
+@pytest.fixture(scope="module")
+def parser() -> Iterator[argparse.ArgumentParser]:
+    """vLLM's serve parser, raising :class:`Refused` where it would print and exit."""
+    pytest.importorskip("vllm", reason="vLLM's own parser is the reference (engine extra)")
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    class Strict(FlexibleArgumentParser):  # type: ignore[misc]
+        def error(self, message: str) -> NoReturn:
+            raise Refused(message)
+
+    yield make_arg_parser(Strict())
+
+
+def _taken(parser: argparse.ArgumentParser, token: str) -> argparse.Action | str | None:
+    """The option vLLM's parser takes ``token`` for, ``"ambiguous"`` where it refuses it,
+    None where it is no option it knows."""
+    try:
+        found: Any = parser._parse_optional(token)  # argparse's own reading of one token
+    except Refused:
+        return "ambiguous"
+    if isinstance(found, list):  # newer Pythons: one reading per action
+        found = found[0]
+    return None if found is None else found[0]
+
+
+def test_no_vllm_option_is_a_proper_prefix_of_a_name_ttlctl_reads(
+    parser: argparse.ArgumentParser,
+) -> None:
+    options = parser._option_string_actions
+    for name in READ_BY_TTLCTL:
+        assert name in options, f"{name} is no longer an option of vLLM's serve parser"
+        shorter = [o for o in options if name.startswith(o) and o != name]
+        assert shorter == [], f"{shorter} would be taken exactly where ttlctl reads {name}"
+
+
+def test_vllm_takes_each_prefix_of_a_name_as_that_option_or_refuses_it(
+    parser: argparse.ArgumentParser,
+) -> None:
+    """argparse's ``allow_abbrev``, on in vLLM's parser: what ttlctl reads as the name
+    (``option_set``) vLLM takes as that option, or refuses itself as ambiguous."""
+    resolved: set[str] = set()
+    for name in READ_BY_TTLCTL:
+        action = parser._option_string_actions[name]
+        start = 3 if name.startswith("--") else 2
+        for end in range(start, len(name)):
+            prefix = name[:end]
+            forms = (prefix, f"{prefix}=1") if name.startswith("--") else (prefix,)
+            for token in forms:
+                taken = _taken(parser, token)
+                assert taken is action or taken == "ambiguous", (token, name, taken)
+                assert option_set(token, (name,)) == name
+                if taken is action:
+                    resolved.add(token)
+    # the abbreviations this change is about are real ones
+    for token in ("--scheduler-c", "--tensor-par=1", "--no-async-sch", "--max-num-se", "-t"):
+        assert token in resolved, token
+
+
+def _parsed(parser: argparse.ArgumentParser, args: Sequence[str]) -> argparse.Namespace:
+    return parser.parse_args(["--model", "m", *args])
+
+
+CASES: list[tuple[dict[str, Any] | None, list[str]]] = [
+    (None, ["--tensor-par", "3"]),
+    (None, ["--tensor_par=2", "--pipeline-p", "2", "--dtype", "half"]),
+    (None, ["-t", "2", "-pcp", "2"]),
+    (None, ["--prefill-context-par=2", "-dp", "2"]),
+    (None, ["--scheduler-c", "foo.Bar", "--no-async-sch", "--max-num-se", "7"]),
+    (None, ["--async_scheduling", "--max_num_batched_tok=64"]),
+    ({"tensor-parallel-size": 4}, ["-tp", "2"]),  # the command line wins over the file
+    ({"tensor_parallel_size": 2, "pipeline-par": 2}, []),
+    ({"data_parallel_size": 2, "scheduler_cls": "foo.Bar"}, []),
+    ({"async-scheduling": False, "max-num-seqs": 4}, []),
+    ({"async_scheduling": False, "enforce-eager": True}, []),  # vLLM writes no --no-async_…
+    ({"async-sch": False}, []),  # nor --no-async-sch: not an option of its own
+    ({"async-sch": True, "enable-prompt-tokens-details": True}, []),
+    ({"max_num_batched": 64, "hf-overrides": {"x": 1}}, ["--dtype", "half"]),
+    ({"dtype": "half"}, ["--port", "9000"]),
+]
+
+
+def _sets(check: Any, *args: Any) -> bool:
+    try:
+        check(*args)
+    except CommandError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize(("config", "args"), CASES)
+def test_vllm_sets_what_ttlctl_reads(
+    parser: argparse.ArgumentParser,
+    tmp_path: Path,
+    config: dict[str, Any] | None,
+    args: list[str],
+) -> None:
+    given = list(args)
+    if config is not None:
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump(config))
+        given = ["--config", str(path), *args]
+    ns = _parsed(parser, given)
+    defaults = _parsed(parser, [])
+    world = ns.tensor_parallel_size * ns.pipeline_parallel_size * ns.prefill_context_parallel_size
+    assert gpus.parallel_size(given) == world
+    assert _sets(gpus.check_one_engine, given) == (ns.data_parallel_size != 1)
+    for own, dest in [
+        (("--scheduler-cls",), "scheduler_cls"),
+        (ASYNC_SCHEDULING, "async_scheduling"),
+        (("--max-num-seqs",), "max_num_seqs"),
+        (("--max-num-batched-tokens",), "max_num_batched_tokens"),
+        (("--port",), "port"),
+    ]:
+        vllm_sets = getattr(ns, dest) != getattr(defaults, dest)
+        assert _sets(command.refuse, given, own, "me", "there") == vllm_sets, dest
+    assert read(given, ()).sets(PROMPT_TOKENS_DETAILS) == ns.enable_prompt_tokens_details
+
+
+YAMLS = {
+    "flat": "port: 12323\ntensor-parallel-size: 4\nmodel: x\n",
+    "underscores": "tensor_parallel_size: 2\nmax_num_seqs: 8\nscheduler_cls: a.B\n",
+    "booleans": (
+        "enforce-eager: true\nasync-scheduling: false\nasync_scheduling: false\n"
+        "enable-chunked-prefill: false\nheadless: false\nasync-sch: false\n"
+    ),
+    "nested": (
+        "compilation-config:\n  pass_config:\n    fuse_allreduce_rms: true\n"
+        "speculative-config:\n  model: x\n  num_speculative_tokens: 3\n"
+    ),
+    "lists and others": (
+        "served-model-name: [a, b]\nmiddleware: []\ngpu-memory-utilization: 0.5\n"
+        "seed: null\nmax-model-len: 8k\nhf-overrides: {}\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(YAMLS))
+def test_a_config_file_is_read_as_vllm_reads_it(
+    parser: argparse.ArgumentParser, tmp_path: Path, name: str
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(YAMLS[name])
+    vllm = parser.load_config_file(str(path))  # type: ignore[attr-defined]
+    assert config_args(load(str(path)), set(parser._option_string_actions), str(path)) == vllm
+
+
+def test_vllm_reads_no_file_for_config_equals(
+    parser: argparse.ArgumentParser, tmp_path: Path
+) -> None:
+    """Why ``--config=FILE`` is refused (vllm_config.read): vLLM 0.32 sets an option for
+    it that nothing reads, so the file's options are dropped without a word."""
+    path = tmp_path / "c.yaml"
+    path.write_text("tensor-parallel-size: 2\n")
+    assert _parsed(parser, ["--config", str(path)]).tensor_parallel_size == 2
+    assert _parsed(parser, [f"--config={path}"]).tensor_parallel_size == 1

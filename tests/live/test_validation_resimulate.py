@@ -12,6 +12,7 @@ round trip on a real live validation's document is in tests/live/test_servers.py
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ def _measured(repeat: int) -> Measured:
     )
 
 
-def _recorded(tmp_path: Path, *, async_scheduling: bool = False) -> Path:
+def _recorded(tmp_path: Path, *, async_scheduling: bool = False, backend: str = "fast") -> Path:
     """A two-policy, two-repeat validation's document, its profile measured twice on the
     vllm server and pooled, continuum run with a bundle."""
     trace = agent_trace(tmp_path / "trace.parquet", programs=5, calls=3, first=200, growth=64)
@@ -87,7 +88,7 @@ def _recorded(tmp_path: Path, *, async_scheduling: bool = False) -> Path:
         side,
         live,
         policies=POLICIES,
-        backend="fast",
+        backend=backend,
         profile_source=source,
         measured=measured,
         bundle=bundle,
@@ -101,7 +102,7 @@ def _recorded(tmp_path: Path, *, async_scheduling: bool = False) -> Path:
             "max_programs": 4,
             "idle_gap_cap_s": CAP_S,
             "repeats": 2,
-            "backend": "fast",
+            "backend": backend,
             "async_scheduling": async_scheduling,
         },
         say=lambda message: None,
@@ -127,12 +128,23 @@ def _lives(doc: dict[str, Any]) -> dict[str, list[Any]]:
     }
 
 
-@pytest.mark.parametrize("async_scheduling", [False, True])
+NO_VLLM = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None, reason="--backend vllm needs vLLM installed"
+)
+
+
+@pytest.mark.parametrize(
+    ("async_scheduling", "backend"),
+    [(False, "fast"), (True, "fast"), pytest.param(False, "vllm", marks=NO_VLLM)],
+)
 def test_the_same_code_gives_the_recorded_rows_ranking_and_goals_back(
-    tmp_path: Path, async_scheduling: bool
+    tmp_path: Path, async_scheduling: bool, backend: str
 ) -> None:
-    recorded = _recorded(tmp_path, async_scheduling=async_scheduling)
+    recorded = _recorded(tmp_path, async_scheduling=async_scheduling, backend=backend)
     doc = json.loads(recorded.read_text())
+    # simulated by the backend validate was told, and untimed: a wall time is no figure
+    assert all(doc["sim"][p].get("backend", "fast") == backend for p in POLICIES)
+    assert all(doc["sim"][p]["wall_s"] is None for p in POLICIES)
     assert doc["simulation"]["workload"]["calls"] == 12
     assert doc["simulation"]["load"] == {"jps": 4.0, "concurrency": None, "seed": 3}
     again = json.loads(json.dumps(resimulate(recorded)))

@@ -33,7 +33,8 @@ asks: :class:`ValidateRequest`, :func:`validation_doc`), :mod:`~replay.validatio
 (:func:`validate`), :mod:`~replay.validation.servers` (a server per policy),
 :mod:`~replay.validation.sizing` (the simulator sized like the servers),
 :mod:`~replay.validation.stats` (the pure statistics: errors, merged runs, rankings, goals),
-:mod:`~replay.validation.error`.
+:mod:`~replay.validation.server_doc` (each policy simulated and judged into the document: the
+one path of validate and ``validate --resimulate``), :mod:`~replay.validation.error`.
 """
 
 from replay.validation.crosscheck import validate

@@ -25,26 +25,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiles.cost import ProfileCostModel
 from profiles.schema import Profile
-from replay.figures import PolicyResult
 from replay.live import cap_pauses, first_programs, run_live
-from replay.policies import PolicySpec
 from replay.policy_runs import Load
-from replay.scheduler import SimSchedulerConfig
-from replay.sim import ReplayConfig
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured, measurable, measure_policy_server, pooled
+from replay.validation.server_doc import measured_on, server_document
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_server
+from replay.validation.sim_side import SimSide
 from replay.validation.sizing import (
     CPU_MAX_NUM_BATCHED_TOKENS,
     CPU_MAX_NUM_SEQS,
     same_servers,
     sim_engine_config,
 )
-from replay.validation.stats import TIE, compare, goals, merge_runs, ranking, same_ranking
+from replay.validation.stats import merge_runs
 from replay.validation.warmup import Warmed, warmed
-from replay.vllmsim.backend import runner
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 from ttlctl.server.facts import ServerInfo, probe
@@ -62,8 +58,6 @@ class _Session:
     """What one validation holds while it runs the policies live, one server at a time."""
 
     work: Workload
-    #: the trace's programs kept (``max_programs``) and the pause cap, as asked
-    trimmed: tuple[int | None, float | None]
     sources: Sources
     work_dir: Path
     timing: Load
@@ -79,9 +73,6 @@ class _Session:
     label: str | None
     say: Progress
     warn: Callable[[str], None] | None
-    #: the simulated side: ``fast``, or ``vllm`` (vLLM's own scheduler in process)
-    backend: str = "fast"
-    async_scheduling: bool = False
     bundle_doc: bundle_mod.Bundle | None = None
     profile_source: str | None = None
     #: the live runs a profile is measured after, True where they are pooled (empty: a
@@ -195,7 +186,7 @@ class _Session:
             )
         )
         if self.measure[(name, rep)]:
-            self.profile, self.profile_source = pooled(self.measured, f"on {name}'s server")
+            self.profile, self.profile_source = pooled(self.measured, measured_on(name))
 
     def _live(self, name: str, tag: str, info: ServerInfo) -> dict[str, Any]:
         return run_live(
@@ -294,11 +285,12 @@ def validate(
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
     if not work.programs:
         raise ValidateError("no programs to validate with")
-    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-"))
+    # absolute: the document names its files (the bundle, the servers' logs) wherever it
+    # is read from (``validate --resimulate``)
+    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-")).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     session = _Session(
         work=work,
-        trimmed=(max_programs, idle_gap_cap_s),
         sources=sources,
         work_dir=work_dir,
         timing=timing or Load(),
@@ -317,8 +309,6 @@ def validate(
         label=label,
         say=progress or _quiet,
         warn=warn,
-        backend=backend,
-        async_scheduling=async_scheduling,
     )
     for name, rep in live_runs(names, repeats):
         session.run(name, rep)
@@ -329,72 +319,36 @@ def validate(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
     )
-    sim = _simulate(session, names, engine)
-    return _document(session, names, sim, live, engine)
-
-
-def _simulate(
-    session: _Session, names: Sequence[str], engine: SimSchedulerConfig
-) -> dict[str, PolicyResult]:
-    """Each policy in the simulator, priced by the session's profile."""
     assert session.profile is not None  # pooled after the first policy's last run
-    config = ReplayConfig(engine=engine, truncate=True)
-    cost = ProfileCostModel(session.profile)
-    sim: dict[str, PolicyResult] = {}
-    run_one = runner(session.backend, async_scheduling=session.async_scheduling)
-    for name in names:
-        session.say(f"{name}: simulating")
-        spec = PolicySpec(name, bundle=session.bundle_doc if name == "continuum" else None)
-        sim[name] = run_one(session.work, spec, cost, config, session.timing)
-    return sim
-
-
-def _document(
-    session: _Session,
-    names: list[str],
-    sim: dict[str, PolicyResult],
-    live: dict[str, dict[str, Any]],
-    engine: SimSchedulerConfig,
-) -> dict[str, Any]:
-    """What ``validate --json`` writes."""
-    rows = {name: compare(sim[name], live[name]) for name in names}
-    rank_sim, rank_live = ranking(sim), ranking(live)
-    profile = session.profile
-    return {
-        "programs": len(session.work.programs),
-        "calls": session.work.calls,
-        "policies": names,
-        "rows": rows,
-        "sim": sim,
-        "live": live,
-        "ranking": {
-            "by": "jct_mean_s",
-            "sim": rank_sim,
-            "live": rank_live,
-            "tie_within": TIE,
-            "same": same_ranking(rank_sim, rank_live),
-        },
-        "goals": {name: goals(rows[name]) for name in names},
-        "profile": {
-            "source": session.profile_source,
-            "doc": profile.to_json() if profile else None,
-            #: the measurements it was fitted on, in time order (none: given), each with its
-            #: own fit and its timings
-            "measurements": [m.to_json() for m in session.measured],
-        },
-        "bundle": None if session.bundle_path is None else str(session.bundle_path),
-        "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
-        "servers": session.servers,
-        "server_info": {n: i.to_json() for n, i in session.infos.items()},
-        "work_dir": str(session.work_dir),
-        "config": {
+    side = SimSide(
+        replicas=1,
+        profile=session.profile,
+        engine=engine,
+        timing=session.timing,
+        bundle=session.bundle_doc,
+        async_scheduling=async_scheduling,
+    )
+    return server_document(
+        work,
+        side,
+        live,
+        policies=names,
+        backend=backend,
+        profile_source=session.profile_source,
+        measured=session.measured,
+        bundle=session.bundle_path,
+        servers=session.servers,
+        server_info={n: i.to_json() for n, i in session.infos.items()},
+        work_dir=session.work_dir,
+        config={
             "jps": session.timing.jps,
             "concurrency": session.timing.concurrency,
             "seed": session.seed,
-            "max_programs": session.trimmed[0],
-            "idle_gap_cap_s": session.trimmed[1],
-            "repeats": session.repeats,
-            "backend": session.backend,
-            "async_scheduling": session.async_scheduling,
+            "max_programs": max_programs,
+            "idle_gap_cap_s": idle_gap_cap_s,
+            "repeats": repeats,
+            "backend": backend,
+            "async_scheduling": async_scheduling,
         },
-    }
+        say=session.say,
+    )

@@ -14,6 +14,7 @@ inputs gives the same rows, ranking and goal, to the last digit.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +122,8 @@ def fleet_document(
 ) -> dict[str, Any]:
     """A fleet validation's whole document: the runs judged (:func:`judged_runs`), the
     settings they ran with, and what the simulated side was built from
-    (:func:`~replay.validation.recorded.simulation_record`: ``validate --resimulate``
-    reads it back)."""
+    (:func:`~replay.validation.recorded.simulation_record`, with the perturbed timings and
+    the routers' simulated settings: ``validate --resimulate`` reads it back)."""
     engine = side.engine
     return {
         "replicas": side.replicas,
@@ -158,5 +159,14 @@ def fleet_document(
         "gpu_sets": None if gpu_sets is None else [list(s) for s in gpu_sets],
         "work_dir": str(work_dir),
         #: what the simulated side needs beyond the above, for ``validate --resimulate``
-        "simulation": simulation_record(work, side, timings, idle_gap_cap_s, bundle),
+        "simulation": {
+            **simulation_record(work, side.timing, idle_gap_cap_s, bundle),
+            # a fleet's own: the perturbed timings, each router's simulated settings
+            # (those not its model's defaults)
+            "timings": timings.to_json(),
+            "router_settings": {
+                router: {k: v for k, v in asdict(s).items() if v is not None}
+                for router, s in side.settings.items()
+            },
+        },
     }

@@ -1,18 +1,19 @@
-"""What a fleet validation's document records for its simulated side, and reading it back.
+"""What a validation's document records for its simulated side, and reading it back.
 
-``validate --replicas N`` keeps, beside its rows, everything its simulated side was built
-from: the live runs (``live``, ``fleets``: each replica's URL and arrivals file, the
-router's worker order), the engine's sizes (``engine``), the profile's measurements with
-their raw timings (``profile``), and :func:`simulation_record`: the pause cap, the load,
-the perturbed timings' settings, the routers' simulated settings, a fingerprint of the
-programs replayed (:func:`workload_fingerprint`) and of the continuum bundle.
-:func:`read_recorded` reads such a document back as a :class:`RecordedFleet` and
-:func:`recorded_runs` its live runs (each replica's arrivals file read again), for
-:mod:`~replay.validation.resimulate`. Nothing is re-guessed: a document that lacks what
-the simulation needs (one written before validate recorded it, or damaged) is refused
-with a :class:`~replay.validation.error.ValidateError` naming the file and what is
-missing. Paths are read as recorded: absolute since validate records them so; an older
-document's relative paths from the current directory.
+Both kinds of ``validate`` document keep, beside their rows, everything their simulated side
+was built from: the live runs (``live``; a fleet's ``fleets`` too: each replica's URL and
+arrivals file, the router's worker order), the engine's sizes (``engine``), the profile's
+measurements with their raw timings (``profile``), and :func:`simulation_record`: the pause
+cap, the load, a fingerprint of the programs replayed (:func:`workload_fingerprint`) and of
+the continuum bundle (a fleet's adds the perturbed timings' settings and the routers'
+simulated settings). :func:`read_recorded` reads either back as a :class:`Recorded` (a
+fleet's own settings in :class:`RecordedFleet`), and :func:`recorded_runs` a fleet's live
+runs (each replica's arrivals file read again), for :mod:`~replay.validation.resimulate`.
+Nothing is re-guessed: a document that lacks what the simulation needs (one written before
+validate recorded it, or damaged) is refused with a
+:class:`~replay.validation.error.ValidateError` naming the file and what is missing. Paths
+are read as recorded: absolute since validate records them so; an older document's relative
+paths from the current directory.
 """
 
 from __future__ import annotations
@@ -33,24 +34,20 @@ from replay.scheduler import SimSchedulerConfig
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured
 from replay.validation.fleet_rows import LiveRun
-from replay.validation.sim_side import SimSide
 from replay.validation.timings import Timings
 from replay.workload import Workload
 from ttlctl.server import arrivals
 
-#: what a document needs for its simulated side beyond the rows (top-level keys)
-NEEDED = (
-    "replicas",
-    "routers",
-    "policies",
-    "repeats",
-    "programs",
-    "calls",
-    "engine",
-    "async_scheduling",
-)
+#: what every validation document needs for its simulated side beyond the rows (top-level
+#: keys) ...
+NEEDED = ("policies", "programs", "calls", "engine", "live", "profile")
 #: ... and in its ``simulation`` record
-NEEDED_SIMULATION = ("idle_gap_cap_s", "load", "timings", "router_settings", "workload")
+NEEDED_SIMULATION = ("idle_gap_cap_s", "load", "workload")
+#: what a fleet validation's needs besides (top-level keys, and in ``simulation``)
+NEEDED_FLEET = ("replicas", "routers", "repeats", "async_scheduling", "fleets")
+NEEDED_FLEET_SIMULATION = ("timings", "router_settings")
+#: what a single-server validation's needs besides, in its ``config``
+NEEDED_CONFIG = ("repeats", "backend", "async_scheduling")
 
 
 def workload_fingerprint(work: Workload) -> dict[str, Any]:
@@ -91,24 +88,15 @@ def file_sha256(path: Path) -> str:
 
 
 def simulation_record(
-    work: Workload,
-    side: SimSide,
-    timings: Timings,
-    idle_gap_cap_s: float | None,
-    bundle: Path | None,
+    work: Workload, timing: Load, idle_gap_cap_s: float | None, bundle: Path | None
 ) -> dict[str, Any]:
-    """What the simulated side was built from beyond the document's other keys: the pause
-    cap, the load, the perturbed timings, each router's simulated settings (those not its
-    model's defaults), the programs' fingerprint and the bundle's SHA-256."""
+    """What the simulated side was built from beyond the document's other keys, for either
+    kind of validation: the pause cap, the load, the programs' fingerprint and the bundle's
+    SHA-256 (a fleet's adds its own: :func:`~replay.validation.fleet_doc.fleet_document`)."""
     return {
         #: every recorded pause capped at this (None: not capped)
         "idle_gap_cap_s": idle_gap_cap_s,
-        "load": asdict(side.timing),
-        "timings": timings.to_json(),
-        "router_settings": {
-            router: {k: v for k, v in asdict(s).items() if v is not None}
-            for router, s in side.settings.items()
-        },
+        "load": asdict(timing),
         "workload": workload_fingerprint(work),
         "bundle_sha256": None if bundle is None else file_sha256(bundle),
     }
@@ -116,22 +104,31 @@ def simulation_record(
 
 @dataclass(frozen=True, slots=True)
 class RecordedFleet:
-    """A fleet validation's document, read back: its settings and what priced its runs."""
+    """What only a fleet validation's document records: its size, its routers, the
+    perturbed timings and the routers' simulated settings."""
+
+    replicas: int
+    routers: list[str]
+    timings: Timings
+    settings: dict[str, RouterSettings]
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A validation's document, read back: its settings and what priced its runs."""
 
     path: Path
     doc: dict[str, Any]
-    replicas: int
-    routers: list[str]
     policies: list[str]
     repeats: int
     programs: int
     engine: SimSchedulerConfig
-    #: the replicas (live and simulated) scheduled a step ahead, as vLLM's async scheduling
+    #: the servers (live and simulated) scheduled a step ahead, as vLLM's async scheduling
     async_scheduling: bool
+    #: the simulator the policies ran on (a fleet's: always ``fast``)
+    backend: str
     idle_gap_cap_s: float | None
     load: Load
-    timings: Timings
-    settings: dict[str, RouterSettings]
     #: :func:`workload_fingerprint` of the programs replayed
     workload: dict[str, Any]
     #: the trace as recorded (None: the document names none)
@@ -142,6 +139,8 @@ class RecordedFleet:
     measured: list[Measured]
     profile: Profile
     profile_source: str | None
+    #: a fleet validation's own settings (None: a single-server validation)
+    fleet: RecordedFleet | None
 
 
 def read_document(path: Path) -> dict[str, Any]:
@@ -158,24 +157,25 @@ def read_document(path: Path) -> dict[str, Any]:
     return doc
 
 
-def read_recorded(path: Path) -> RecordedFleet:
-    """The fleet validation recorded at ``path``; :class:`ValidateError` naming the file
-    and what is wrong: unreadable, a single-server validation, or lacking (or damaged in)
-    what the simulated side needs."""
+def read_recorded(path: Path) -> Recorded:
+    """The validation recorded at ``path``, a fleet's or a single server's;
+    :class:`ValidateError` naming the file and what is wrong: unreadable, not a validate
+    document, or lacking (or damaged in) what the simulated side needs."""
     doc = read_document(path)
-    if "replicas" not in doc:
-        what = "a single-server validation" if "rows" in doc else "not a validate document"
-        raise ValidateError(
-            f"{path}: {what} (no 'replicas'); --resimulate re-simulates fleet validations "
-            "(validate --replicas N) only"
-        )
-    missing = [k for k in NEEDED if k not in doc]
+    fleet = "replicas" in doc
+    if not fleet and "rows" not in doc:
+        raise ValidateError(f"{path}: not a validate document (no 'rows' nor 'replicas')")
+    needed = NEEDED + (NEEDED_FLEET if fleet else ("config",))
+    missing = [k for k in needed if k not in doc]
     sim = doc.get("simulation")
     if not isinstance(sim, dict):
-        missing.append("simulation")
+        missing.insert(0, "simulation")
     else:
-        missing += [f"simulation.{k}" for k in NEEDED_SIMULATION if k not in sim]
-    missing += [k for k in ("live", "fleets", "profile") if k not in doc]
+        wanted = NEEDED_SIMULATION + (NEEDED_FLEET_SIMULATION if fleet else ())
+        missing += [f"simulation.{k}" for k in wanted if k not in sim]
+    config = doc.get("config")
+    if not fleet and isinstance(config, dict):
+        missing += [f"config.{k}" for k in NEEDED_CONFIG if k not in config]
     if missing or not isinstance(sim, dict):
         raise ValidateError(
             f"{path}: lacks {', '.join(missing)}, which re-simulating needs (a document "
@@ -186,31 +186,32 @@ def read_recorded(path: Path) -> RecordedFleet:
     except ValidateError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        raise _damaged(path, exc) from None
+        raise _damaged(path, doc, exc) from None
 
 
-def _damaged(path: Path, exc: Exception) -> ValidateError:
-    return ValidateError(f"{path}: damaged fleet document ({type(exc).__name__}: {exc})")
+def _damaged(path: Path, doc: Mapping[str, Any], exc: Exception) -> ValidateError:
+    kind = "fleet" if "replicas" in doc else "single-server"
+    return ValidateError(f"{path}: damaged {kind} document ({type(exc).__name__}: {exc})")
 
 
-def _parsed(path: Path, doc: dict[str, Any], sim: dict[str, Any]) -> RecordedFleet:
+def _parsed(path: Path, doc: dict[str, Any], sim: dict[str, Any]) -> Recorded:
     measured = [_measured(path, m) for m in doc["profile"]["measurements"]]
     bundle = doc.get("bundle")
     trace = doc.get("trace")
-    return RecordedFleet(
+    # a fleet's settings at the top; a single server's in its ``config``
+    fleet = _fleet(doc, sim) if "replicas" in doc else None
+    settings = doc if fleet is not None else doc["config"]
+    return Recorded(
         path=path,
         doc=doc,
-        replicas=int(doc["replicas"]),
-        routers=[str(r) for r in doc["routers"]],
         policies=[str(p) for p in doc["policies"]],
-        repeats=int(doc["repeats"]),
+        repeats=int(settings["repeats"]),
         programs=int(doc["programs"]),
         engine=SimSchedulerConfig(**doc["engine"]),
-        async_scheduling=_flag(doc["async_scheduling"], "async_scheduling"),
+        async_scheduling=_flag(settings["async_scheduling"], "async_scheduling"),
+        backend="fast" if fleet is not None else str(settings["backend"]),
         idle_gap_cap_s=None if sim["idle_gap_cap_s"] is None else float(sim["idle_gap_cap_s"]),
         load=Load(**sim["load"]),
-        timings=Timings(**sim["timings"]),
-        settings={r: RouterSettings(**s) for r, s in sim["router_settings"].items()},
         workload=dict(sim["workload"]),
         trace=None if trace is None else Path(trace),
         bundle=None if bundle is None else Path(bundle),
@@ -218,6 +219,16 @@ def _parsed(path: Path, doc: dict[str, Any], sim: dict[str, Any]) -> RecordedFle
         measured=measured,
         profile=profile_from_json(doc["profile"]["doc"], f"{path}: profile.doc"),
         profile_source=doc["profile"].get("source"),
+        fleet=fleet,
+    )
+
+
+def _fleet(doc: Mapping[str, Any], sim: Mapping[str, Any]) -> RecordedFleet:
+    return RecordedFleet(
+        replicas=int(doc["replicas"]),
+        routers=[str(r) for r in doc["routers"]],
+        timings=Timings(**sim["timings"]),
+        settings={r: RouterSettings(**s) for r, s in sim["router_settings"].items()},
     )
 
 
@@ -245,31 +256,32 @@ def _runs_of(by: Any, policy: str, router: str, repeats: int, what: str) -> list
     return runs
 
 
-def recorded_runs(rec: RecordedFleet) -> list[LiveRun]:
-    """Every recorded live run, in the order validate ran them (run k of every policy and
-    router before run k + 1 of any), each replica's arrivals file read again. Refused
-    (:class:`ValidateError` naming the file): a missing arrivals file, or one whose calls
-    per replica are not those the document recorded for its run (overwritten since)."""
+def recorded_runs(rec: Recorded, fleet: RecordedFleet) -> list[LiveRun]:
+    """Every live run a fleet validation recorded (``fleet``: its own settings), in the
+    order validate ran them (run k of every policy and router before run k + 1 of any),
+    each replica's arrivals file read again. Refused (:class:`ValidateError` naming the
+    file): a missing arrivals file, or one whose calls per replica are not those the
+    document recorded for its run (overwritten since)."""
     doc, path = rec.doc, rec.path
     try:
         lives = {
             (n, r): _runs_of(doc["live"], n, r, rec.repeats, "live")
             for n in rec.policies
-            for r in rec.routers
+            for r in fleet.routers
         }
         fleets = {
             (n, r): _runs_of(doc["fleets"], n, r, rec.repeats, "fleets")
             for n in rec.policies
-            for r in rec.routers
+            for r in fleet.routers
         }
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise _damaged(path, exc) from None
+        raise _damaged(path, doc, exc) from None
     runs = []
     for rep in range(rec.repeats):
         for name in rec.policies:
-            for router in rec.routers:
-                fleet = fleets[(name, router)][rep]
-                order = _arrivals(path, fleet, f"{name} behind {router}, run {rep + 1}")
+            for router in fleet.routers:
+                ran = fleets[(name, router)][rep]
+                order = _arrivals(path, ran, f"{name} behind {router}, run {rep + 1}")
                 live = lives[(name, router)][rep]
                 recorded = _recorded_row(doc, name, router, rep, rec.repeats)
                 seen = arrivals.per_replica(order)
@@ -280,8 +292,22 @@ def recorded_runs(rec: RecordedFleet) -> list[LiveRun]:
                         f"recorded {recorded.get('calls_per_replica')} (files overwritten "
                         "by a later run?)"
                     )
-                runs.append(LiveRun(rep, name, router, live, order, fleet))
+                runs.append(LiveRun(rep, name, router, live, order, ran))
     return runs
+
+
+def recorded_live(rec: Recorded) -> dict[str, dict[str, Any]]:
+    """A single-server validation's live runs as recorded, each policy's merged into one
+    (:func:`~replay.validation.stats.merge_runs`); refused (:class:`ValidateError` naming
+    the file) where a policy's are missing."""
+    live = rec.doc["live"]
+    got = live if isinstance(live, dict) else {}
+    lacking = [n for n in rec.policies if not isinstance(got.get(n), dict)]
+    if lacking:
+        raise ValidateError(
+            f"{rec.path}: damaged single-server document (no live runs of {', '.join(lacking)})"
+        )
+    return {n: got[n] for n in rec.policies}
 
 
 def _arrivals(path: Path, fleet: Mapping[str, Any], which: str) -> dict[str, list[str]]:
@@ -316,7 +342,7 @@ def _recorded_row(
     return runs[rep] if isinstance(runs, Sequence) and len(runs) == repeats else None
 
 
-def check_fingerprint(rec: RecordedFleet, work: Workload, trace: Path) -> None:
+def check_fingerprint(rec: Recorded, work: Workload, trace: Path) -> None:
     """Refuse a trace whose programs (its first ``programs``, pauses capped as recorded)
     are not those the document replayed, saying how they differ."""
     seen = workload_fingerprint(work)

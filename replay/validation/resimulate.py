@@ -1,21 +1,25 @@
-"""``ttlctl validate --resimulate RECORDED.json``: a fleet validation's live runs priced
-again by this ttlctl's simulator, with nothing started live.
+"""``ttlctl validate --resimulate RECORDED.json``: a validation's live runs priced again by
+this ttlctl's simulator, with nothing started live.
 
-The recorded document (:mod:`~replay.validation.recorded`) names the trace and keeps what
-the simulated side was built from; each live run's replicas are read again from their
-arrivals files. Every run is then simulated and judged by the same code validate ends with
-(:func:`~replay.validation.fleet_doc.judged_runs`), priced as the document was (its
-measurements fitted again from their raw timings: each repeat's runs by that repeat's own,
-the pooled one beside it; or the profile it was given), or by ``profile`` when one is given
-(every run by it, as validate prices with ``--profile``). The result has the recorded
-document's shape, its judged part replaced, and says what it was re-simulated from
-(``resimulated``). With the code that wrote it, a document re-simulates to its own rows,
-ranking and goal exactly; after a change to the simulator, the difference is the change's.
+The recorded document (:mod:`~replay.validation.recorded`), a fleet validation's or a single
+server's, names the trace and keeps what the simulated side was built from; a fleet's live
+runs' replicas are read again from their arrivals files, a single server's live runs are the
+document's ``live``. Everything is then simulated and judged by the same code validate ends
+with (:func:`~replay.validation.fleet_doc.judged_runs`,
+:func:`~replay.validation.server_doc.judged_policies`), priced as the document was (its
+measurements fitted again from their raw timings: a fleet's each repeat's runs by that
+repeat's own, the pooled one beside it, a single server's by them pooled; or the profile
+it was given), or by ``profile`` when one is given (every run by it, as validate prices with
+``--profile``). The result has the recorded document's shape, its judged part replaced, and
+says what it was re-simulated from (``resimulated``). With the code that wrote it, a
+document re-simulates to its own rows, ranking and goals exactly; after a change to the
+simulator, the difference is the change's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +27,17 @@ from profiles.schema import Profile
 from replay.live import cap_pauses, first_programs
 from replay.validation.error import ValidateError
 from replay.validation.fleet_doc import judged_runs
-from replay.validation.fleet_profile import by_repeat, pooled
+from replay.validation.fleet_profile import ON_FLEETS, by_repeat, pooled
 from replay.validation.recorded import (
+    Recorded,
     RecordedFleet,
     check_fingerprint,
     file_sha256,
     read_recorded,
+    recorded_live,
     recorded_runs,
 )
+from replay.validation.server_doc import judged_policies, measured_on
 from replay.validation.sim_side import SimSide
 from replay.workload import Workload, load
 from ttlctl import bundle as bundle_mod
@@ -44,54 +51,39 @@ def resimulate(
     profile_name: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """The fleet validation recorded at ``recorded`` re-simulated: its document with the
-    rows, ranking, goal, simulated runs and profile made again (``trace``: read instead of
-    the recorded one; ``profile``, named ``profile_name``: prices every run instead of what
-    priced them). :class:`ValidateError` (one line) for a document that cannot be
-    re-simulated, a trace that is not the one replayed, a missing arrivals file."""
+    """The validation recorded at ``recorded`` re-simulated: its document with its judged
+    part (a fleet's rows, rankings, goal, simulated runs and profile; a single server's
+    rows, simulated runs, ranking, goals and profile) made again (``trace``: read instead
+    of the recorded one; ``profile``, named ``profile_name``: prices every run instead of
+    what priced them). :class:`ValidateError` (one line) for a document that cannot be
+    re-simulated, a trace that is not the one replayed, a missing arrivals file or a
+    changed bundle."""
     say = progress or (lambda message: None)
-    source: str | None
     rec = read_recorded(recorded)
     work, read = _workload(rec, trace)
-    runs = recorded_runs(rec)
-    if profile is not None:
-        own: dict[int, Profile] = {}
-        priced_by, source = profile, "given"
-        pricing = f"every run by the profile given ({profile_name or 'given'})"
-    elif rec.measured:
-        own = by_repeat(rec.measured, rec.repeats)
-        priced_by, source = pooled(rec.measured)
-        pricing = (
-            "as recorded: each repeat's runs by that repeat's own measurement, the "
-            "measurements pooled beside it"
-            if len(own) > 1
-            else "as recorded: by the one measurement"
-        )
-    else:
-        own, priced_by, source = {}, rec.profile, rec.profile_source
-        pricing = "as recorded: every run by the profile validate was given"
+    priced = _pricing(rec, profile, profile_name)
     side = SimSide(
-        replicas=rec.replicas,
-        profile=priced_by,
+        replicas=1 if rec.fleet is None else rec.fleet.replicas,
+        profile=priced.by,
         engine=rec.engine,
         timing=rec.load,
         bundle=_bundle(rec),
-        settings=rec.settings,
+        settings={} if rec.fleet is None else rec.fleet.settings,
         async_scheduling=rec.async_scheduling,
     )
-    say(f"re-simulating {len(runs)} recorded live runs")
-    judged = judged_runs(
-        runs,
-        work,
-        side,
-        own,
-        rec.timings,
-        policies=rec.policies,
-        routers=rec.routers,
-        repeats=rec.repeats,
-        profile_source=source,
-        measurements=[] if profile is not None else rec.doc["profile"]["measurements"],
-    )
+    if rec.fleet is None:
+        judged = judged_policies(
+            work,
+            side,
+            recorded_live(rec),
+            policies=rec.policies,
+            backend=rec.backend,
+            profile_source=priced.source,
+            measurements=priced.measurements,
+            say=say,
+        )
+    else:
+        judged = _fleet(rec, rec.fleet, work, side, priced, say)
     return {
         **rec.doc,
         **judged,
@@ -101,12 +93,77 @@ def resimulate(
             "trace": str(read.resolve()),
             #: "recorded": priced as the document was; else the profile given
             "profile": profile_name if profile is not None else "recorded",
-            "pricing": pricing,
+            "pricing": priced.words,
         },
     }
 
 
-def _workload(rec: RecordedFleet, trace: Path | None) -> tuple[Workload, Path]:
+@dataclass(frozen=True, slots=True)
+class _Pricing:
+    """What prices a re-simulation: ``by`` (said to come from ``source``), each repeat's
+    own where a fleet's repeats were measured apart (``own``), the measurements as the
+    document keeps them, and how, in words."""
+
+    by: Profile
+    source: str | None
+    own: dict[int, Profile]
+    measurements: list[Mapping[str, Any]]
+    words: str
+
+
+def _pricing(rec: Recorded, profile: Profile | None, name: str | None) -> _Pricing:
+    """Priced by ``profile`` when one is given, else as the document was: its measurements
+    fitted again (a fleet's each repeat by its own, pooled beside it; a single server's
+    pooled, as measured on its first policy's server), or the profile it was given."""
+    if profile is not None:
+        return _Pricing(
+            profile, "given", {}, [], f"every run by the profile given ({name or 'given'})"
+        )
+    measurements = list(rec.doc["profile"]["measurements"])
+    if not rec.measured:
+        words = "as recorded: every run by the profile validate was given"
+        return _Pricing(rec.profile, rec.profile_source, {}, measurements, words)
+    where = ON_FLEETS if rec.fleet is not None else measured_on(rec.policies[0])
+    by, source = pooled(rec.measured, where)
+    own = by_repeat(rec.measured, rec.repeats) if rec.fleet is not None else {}
+    if len(own) > 1:
+        words = (
+            "as recorded: each repeat's runs by that repeat's own measurement, the "
+            "measurements pooled beside it"
+        )
+    elif len(rec.measured) > 1:
+        words = f"as recorded: every run by the {len(rec.measured)} measurements pooled"
+    else:
+        words = "as recorded: by the one measurement"
+    return _Pricing(by, source, own, measurements, words)
+
+
+def _fleet(
+    rec: Recorded,
+    fleet: RecordedFleet,
+    work: Workload,
+    side: SimSide,
+    priced: _Pricing,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """A fleet validation's judged part made again from its recorded live runs."""
+    runs = recorded_runs(rec, fleet)
+    say(f"re-simulating {len(runs)} recorded live runs")
+    return judged_runs(
+        runs,
+        work,
+        side,
+        priced.own,
+        fleet.timings,
+        policies=rec.policies,
+        routers=fleet.routers,
+        repeats=rec.repeats,
+        profile_source=priced.source,
+        measurements=priced.measurements,
+    )
+
+
+def _workload(rec: Recorded, trace: Path | None) -> tuple[Workload, Path]:
     """The programs the document replayed: its first ``programs`` of the trace (the one
     given, else the recorded one), pauses capped as recorded, checked against its
     fingerprint; and the trace read."""
@@ -124,7 +181,7 @@ def _workload(rec: RecordedFleet, trace: Path | None) -> tuple[Workload, Path]:
     return work, path
 
 
-def _bundle(rec: RecordedFleet) -> bundle_mod.Bundle | None:
+def _bundle(rec: Recorded) -> bundle_mod.Bundle | None:
     """The continuum bundle the runs were simulated with (None: none), refused if it
     changed since."""
     if rec.bundle is None:

@@ -1,4 +1,4 @@
-"""What every simulated fleet of one ``validate --replicas N`` shares: :class:`SimSide`.
+"""What every simulated run of one ``validate`` shares: :class:`SimSide`.
 
 The simulated side of a fleet validation (:mod:`replay.validation.fleet_sim`) replays
 each live run's programs on as many simulated replicas, each sized like the live ones and
@@ -6,7 +6,8 @@ priced by one profile, under the live load, with the continuum bundle and the ro
 settings where they are not their defaults. Those are the same for every run, every
 router and every perturbed timing of one validation, so they are built once, here; what
 varies per simulation (the policy, the router, the live fleet's URLs, a placement) stays
-an argument of the functions that simulate.
+an argument of the functions that simulate. A single-server validation's is one replica
+without routers (:mod:`replay.validation.server_doc`).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from replay.validation.fleet_runs import goal_repriced, merge_fleet_runs
 from replay.validation.sim_side import SimSide
 from replay.validation.timings import Timings
 from replay.workload import Workload, from_frame
+from tests.resimulated import slower
 
 URLS = ["http://127.0.0.1:8001", "http://127.0.0.1:8002"]
 ROUTERS = ("cache_aware", "round_robin")
@@ -28,15 +29,6 @@ ROUTERS = ("cache_aware", "round_robin")
 
 def _work() -> Workload:
     return from_frame(fit_context(synth("swe-bench", 4, 0), 1900))
-
-
-def _slower(profile: schema.Profile, factor: float) -> schema.Profile:
-    """``profile`` with every price ``factor`` times longer (a slower spell's machine)."""
-    doc: Any = profile.to_json()
-    doc["prefill"] |= {k: doc["prefill"][k] * factor for k in ("a", "b", "q")}
-    doc["prefill"]["points"] = [[n, s * factor] for n, s in doc["prefill"]["points"]]
-    doc["decode"] = {k: v * factor for k, v in doc["decode"].items()}
-    return schema.from_json(doc)
 
 
 #: what each live replica's /metrics gave over a run (engine_metrics.engine_delta)
@@ -69,7 +61,7 @@ def _jct(compared: list[dict[str, Any]], metric: str = "jct_mean_s") -> dict[str
 def test_each_repeat_is_priced_by_its_own_measurement_and_the_pooled_one_beside_it() -> None:
     work = _work()
     fast = resolve("tiny-cpu")[0]
-    slow = _slower(fast, 1.5)
+    slow = slower(fast, 1.5)
     engine = SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048)
     side = SimSide(replicas=2, profile=fast, engine=engine, timing=Load())
     timings = Timings(draws=0)
@@ -131,7 +123,7 @@ def _measured(repeat: int, profile: schema.Profile) -> Measured:
 
 def test_each_measurement_is_its_repeat_counted_from_zero_as_the_runs_are() -> None:
     fast = resolve("tiny-cpu")[0]
-    slow = _slower(fast, 2.0)
+    slow = slower(fast, 2.0)
     # validate numbers its measurements 1..K, its runs' repeats 0..K-1
     own = by_repeat([_measured(1, fast), _measured(2, slow), _measured(3, fast)], 3)
     assert own == {0: fast, 1: slow, 2: fast}

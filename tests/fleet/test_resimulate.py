@@ -16,9 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from profiles import schema
 from profiles.engine_fit import fit_samples
 from profiles.shipped import resolve
 from replay.live import cap_pauses, first_programs
@@ -34,7 +32,7 @@ from replay.validation.timings import Timings
 from replay.workload import load
 from tests.live.traces import agent_trace
 from tests.profiles.engine_samples import samples
-from ttlctl.cli import app
+from tests.resimulated import refused, rewritten, slower
 from ttlctl.server import arrivals
 
 ROUTERS = ("consistent_hash", "round_robin")
@@ -154,30 +152,18 @@ def test_the_same_code_gives_the_recorded_rows_ranking_and_goal_back(recorded: P
     assert again["resimulated"]["pricing"].startswith("as recorded: each repeat's runs")
     # the command: the same table's document, written
     out = recorded.parent / "again.json"
-    res = CliRunner().invoke(
-        app, ["validate", "--resimulate", str(recorded), "--json", str(out)], catch_exceptions=False
-    )
-    assert res.exit_code == 0, res.output
-    written = json.loads(out.read_text())
+    written, printed = rewritten(recorded, out)
     assert all(written[key] == doc[key] for key in JUDGED)
-    assert "consistent_hash" in res.output and "re-simulated from" in res.output
-
-
-def _slower(profile: schema.Profile, factor: float) -> schema.Profile:
-    data: Any = profile.to_json()
-    data["prefill"] |= {k: data["prefill"][k] * factor for k in ("a", "b", "q")}
-    data["prefill"]["points"] = [[n, s * factor] for n, s in data["prefill"]["points"]]
-    data["decode"] = {k: v * factor for k, v in data["decode"].items()}
-    return schema.from_json(data)
+    assert "consistent_hash" in printed and "re-simulated from" in printed
 
 
 def test_a_profile_given_prices_every_run(recorded: Path, tmp_path: Path) -> None:
     doc = json.loads(recorded.read_text())
     fast = resolve("tiny-cpu")[0]
     slow_file = tmp_path / "slow.json"
-    slow_file.write_text(json.dumps(_slower(fast, 3.0).to_json()))
+    slow_file.write_text(json.dumps(slower(fast, 3.0).to_json()))
     by_fast = resimulate(recorded, profile=fast, profile_name="tiny-cpu")
-    by_slow = resimulate(recorded, profile=_slower(fast, 3.0), profile_name=str(slow_file))
+    by_slow = resimulate(recorded, profile=slower(fast, 3.0), profile_name=str(slow_file))
     for again, name in ((by_fast, "tiny-cpu"), (by_slow, str(slow_file))):
         # one profile for every run, as validate --profile prices: no second pricing
         assert again["profile"]["pricing"] == "one" and again["profile"]["source"] == "given"
@@ -199,52 +185,32 @@ def test_a_profile_given_prices_every_run(recorded: Path, tmp_path: Path) -> Non
             assert _jct(fast_runs[k]) != _jct(recorded_runs[k])
     # through the command: --profile with --resimulate
     out = tmp_path / "slow-again.json"
-    res = CliRunner().invoke(
-        app,
-        [
-            "validate",
-            "--resimulate",
-            str(recorded),
-            "--profile",
-            str(slow_file),
-            "--json",
-            str(out),
-        ],
-        catch_exceptions=False,
+    assert rewritten(recorded, out, "--profile", str(slow_file))[0]["rows"] == json.loads(
+        json.dumps(by_slow["rows"])
     )
-    assert res.exit_code == 0, res.output
-    assert json.loads(out.read_text())["rows"] == json.loads(json.dumps(by_slow["rows"]))
     # the re-simulated document is a recorded one too: priced as it was, by the profile
     twice = resimulate(out)
     assert json.loads(json.dumps(twice["rows"])) == json.loads(out.read_text())["rows"]
 
 
-def _refused(args: list[str]) -> str:
-    res = CliRunner().invoke(app, ["validate", *args], catch_exceptions=False)
-    assert res.exit_code == 2, res.output
-    text = res.output.strip()
-    assert "Traceback" not in text and len(text.splitlines()) == 1, text
-    return text
-
-
 def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_path: Path) -> None:
     doc = json.loads(recorded.read_text())
-    assert "give TRACE" in _refused(["--replicas", "2"])  # no trace, nothing to re-simulate
+    assert "give TRACE" in refused(["--replicas", "2"])  # no trace, nothing to re-simulate
     missing = tmp_path / "none.json"
-    assert str(missing) in _refused(["--resimulate", str(missing)])
+    assert str(missing) in refused(["--resimulate", str(missing)])
     broken = tmp_path / "broken.json"
     broken.write_text('{"replicas": 2, ')
-    assert "not a readable JSON document" in _refused(["--resimulate", str(broken)])
-    single = tmp_path / "single.json"
-    single.write_text(json.dumps({"rows": {}, "policies": ["vllm"], "trace": doc["trace"]}))
-    assert "a single-server validation" in _refused(["--resimulate", str(single)])
+    assert "not a readable JSON document" in refused(["--resimulate", str(broken)])
+    neither = tmp_path / "neither.json"  # neither a fleet's nor a single server's
+    neither.write_text(json.dumps({"policies": ["vllm"], "trace": doc["trace"]}))
+    assert "not a validate document" in refused(["--resimulate", str(neither)])
     old = tmp_path / "old.json"
     old.write_text(json.dumps({k: v for k, v in doc.items() if k != "simulation"}))
-    assert "lacks simulation," in _refused(["--resimulate", str(old)])
+    assert "lacks simulation," in refused(["--resimulate", str(old)])
     capless = tmp_path / "capless.json"
     sim = {k: v for k, v in doc["simulation"].items() if k != "idle_gap_cap_s"}
     capless.write_text(json.dumps({**doc, "simulation": sim}))
-    assert "lacks simulation.idle_gap_cap_s" in _refused(["--resimulate", str(capless)])
+    assert "lacks simulation.idle_gap_cap_s" in refused(["--resimulate", str(capless)])
     # options of a live run: the document says how its runs went
     for extra, flag in (
         (["--replicas", "2"], "--replicas"),
@@ -256,22 +222,22 @@ def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_p
         (["--model", "m", "--", "--dtype", "float32"], "--model"),
         (["--", "--dtype", "float32"], "vLLM arguments after `--`"),
     ):
-        text = _refused(["--resimulate", str(recorded), *extra])
+        text = refused(["--resimulate", str(recorded), *extra])
         assert text.split(": ", 1)[1].startswith(f"{flag} does not go with --resimulate"), text
     # a trace that is not the one replayed
     other = agent_trace(tmp_path / "other.parquet", programs=5, calls=4, first=200, growth=64)
-    text = _refused([str(other), "--resimulate", str(recorded)])
+    text = refused([str(other), "--resimulate", str(recorded)])
     assert str(other) in text and "16 calls against 12 recorded" in text
     reseeded = agent_trace(tmp_path / "reseeded.parquet", programs=5, calls=3, seed=7)
-    assert "pauses differ" in _refused([str(reseeded), "--resimulate", str(recorded)])
+    assert "pauses differ" in refused([str(reseeded), "--resimulate", str(recorded)])
     # a replica's arrivals file gone, or overwritten by another run
     first = doc["fleets"]["vllm"]["round_robin"][1]["replicas"]["r2"]["arrivals"]
     Path(first).rename(tmp_path / "moved.jsonl")
-    text = _refused(["--resimulate", str(recorded)])
+    text = refused(["--resimulate", str(recorded)])
     assert f"arrivals file {first} is missing" in text
     lines = (tmp_path / "moved.jsonl").read_text().splitlines()
     Path(first).write_text("\n".join(lines[:-1]) + "\n")
-    assert "files overwritten by a later run?" in _refused(["--resimulate", str(recorded)])
+    assert "files overwritten by a later run?" in refused(["--resimulate", str(recorded)])
     with pytest.raises(ValidateError, match="give TRACE"):
         no_trace = tmp_path / "no-trace.json"
         no_trace.write_text(json.dumps({k: v for k, v in doc.items() if k != "trace"}))

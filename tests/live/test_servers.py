@@ -4,7 +4,8 @@ One stock server and one TTLScheduler server (started by ``ttlctl serve``) for
 the module (conftest.py). Hit rates here are asserted only where they are
 deterministic: sequential turns of programs whose contexts all fit the cache.
 The validate test prints its table (run with ``-s`` to see the figures) but does
-not assert the accuracy goals: those are measured, not promised.
+not assert the accuracy goals: those are measured, not promised; it re-simulates its own
+document (``validate --resimulate``) and gets every judged key back exactly.
 """
 
 from __future__ import annotations
@@ -238,6 +239,21 @@ def test_validate_two_running_servers(servers: Servers, tmp_path: Path) -> None:
     assert "the 2 measurements, each fitted alone" in res.output
     assert doc["engine"]["kv_tokens"] == 8192 - BLOCK and doc["engine"]["block_size"] == BLOCK
     assert doc["ranking"]["same"] in (True, False)
+    # re-simulated from its own document, nothing started live: the same code priced as
+    # recorded (the two measurements fitted again from their timings and pooled, the
+    # bundle continuum ran with) gives every judged key back exactly
+    again_file = tmp_path / "again.json"
+    t0 = time.monotonic()
+    res = CliRunner().invoke(app, ["--resimulate", str(out), "--json", str(again_file)])
+    print(f"validate --resimulate took {time.monotonic() - t0:.1f} s")
+    assert res.exit_code == 0, res.output
+    again = json.loads(again_file.read_text())
+    for key in ("rows", "sim", "ranking", "goals", "profile", "live"):
+        assert again[key] == doc[key], key
+    assert again["resimulated"]["from"] == str(out.resolve())
+    assert again["resimulated"]["pricing"] == "as recorded: every run by the 2 measurements pooled"
+    assert again["simulation"]["workload"]["calls"] == doc["calls"]
+    assert again["simulation"]["bundle_sha256"] is not None
 
 
 def test_serve_stops_with_its_server_on_sigterm(servers: Servers) -> None:

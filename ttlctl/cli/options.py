@@ -110,9 +110,10 @@ Resimulate = Annotated[
     Path | None,
     typer.Option(
         "--resimulate",
-        help="A fleet validation's --json document (validate --replicas N): re-simulate its "
-        "recorded live runs with this ttlctl's simulator, nothing started live, priced as "
-        "it was (or by --profile); everything else is read from the document.",
+        help="A validation's --json document (one server per policy, or validate "
+        "--replicas N): re-simulate its recorded live runs with this ttlctl's simulator, "
+        "nothing started live, priced as it was (or by --profile); everything else is read "
+        "from the document.",
     ),
 ]
 FitFile = Annotated[Path, typer.Option("--fit", help="fit.json from `ttlctl fit`.")]

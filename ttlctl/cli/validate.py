@@ -176,11 +176,12 @@ def validate(
     that repeat's measurement (the K pooled into one beside it), else the K pooled
     into one price every run.
 
-    --resimulate RECORDED.json re-prices a fleet validation's recorded live runs with
-    this ttlctl's simulator, starting nothing: the trace, its programs and pause cap,
-    the engine's sizes, the routers and their replicas' URLs, the arrivals files and the
-    profile's measurements are read from the document; --profile prices every run by
-    that profile instead. The same table and --json document, marked re-simulated.
+    --resimulate RECORDED.json re-prices a validation's recorded live runs (a single
+    server's or, with --replicas, a fleet's) with this ttlctl's simulator, starting
+    nothing: the trace, its programs and pause cap, the load, the engine's sizes, the
+    bundle, a fleet's routers, their replicas' URLs and arrivals files, and the profile's
+    measurements are read from the document; --profile prices every run by that profile
+    instead. The same table and --json document, marked re-simulated.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     from replay.validation.setup import ValidateRequest, validation_doc
@@ -228,15 +229,16 @@ def validate(
             )
         if json_out is not None and write_doc(doc, json_out, as_text=True):
             return
-    if "resimulated" in doc:
+    if "replicas" in doc:
         render.fleet_table(out, doc)
+    else:
+        render.validate_table(out, doc)
+    if "resimulated" in doc:
         again = doc["resimulated"]
         err.print(f"re-simulated from {again['from']}: {again['pricing']}", highlight=False)
     elif "replicas" in doc:
-        render.fleet_table(out, doc)
         err.print(f"work dir: {doc['work_dir']}", highlight=False)
     else:
-        render.validate_table(out, doc)
         err.print(
             f"profile: {doc['profile']['source']}; work dir: {doc['work_dir']}", highlight=False
         )

@@ -1,0 +1,247 @@
+"""``ttlctl validate --resimulate RECORDED.json`` on a single-server validation
+(replay/validation/resimulate.py): each policy simulated again beside its recorded live
+runs, nothing started live.
+
+The recorded document here is written by the product's own document code
+(:func:`~replay.validation.server_doc.server_document`, validate's own last step) from live
+runs made by hand (two runs a policy, merged as validate merges them; two measurements' raw
+timings; a continuum bundle): re-simulated with the same code it gives its own rows,
+ranking and goals back; ``--profile`` prices the simulated side by that profile and leaves
+the live side as it was; and every input it cannot trust is refused in one line. The same
+round trip on a real live validation's document is in tests/live/test_servers.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profiles.engine_fit import fit_samples
+from profiles.shipped import resolve
+from replay.live import cap_pauses, first_programs
+from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
+from replay.validation.fleet_profile import Measured, pooled
+from replay.validation.resimulate import resimulate
+from replay.validation.server_doc import measured_on, server_document
+from replay.validation.sim_side import SimSide
+from replay.validation.stats import merge_runs
+from replay.workload import load
+from tests.bundles import write_bundle
+from tests.live.traces import agent_trace
+from tests.profiles.engine_samples import samples
+from tests.resimulated import refused, rewritten, slower
+from ttlctl import bundle as bundle_mod
+
+POLICIES = ["vllm", "continuum"]
+CAP_S = 0.5
+#: the keys validate judges (a re-simulation makes them again)
+JUDGED = ("rows", "sim", "ranking", "goals", "profile")
+
+
+def _live_run(policy: str, rep: int) -> dict[str, Any]:
+    """One live run's figures as validate's live replay reports them."""
+    slower = 1.0 if policy == "vllm" else 0.8
+    return {
+        "policy": policy,
+        "programs": 4,
+        "jct_mean_s": (5.0 + rep) * slower,
+        "jct_p95_s": None,
+        "ttft_mean_s": 0.25 + 0.01 * rep,
+        "prefix_hit_rate": 0.4 + 0.02 * rep,
+        "preemptions": rep,
+    }
+
+
+def _measured(repeat: int) -> Measured:
+    taken = samples(repeat, f"2026-12-02T05:{10 + repeat}:00+00:00", scale=1 + 0.3 * repeat)
+    return Measured(
+        repeat, "measured from vllm at http://127.0.0.1:8101", 0, taken, fit_samples([taken])
+    )
+
+
+def _recorded(tmp_path: Path, *, async_scheduling: bool = False, backend: str = "fast") -> Path:
+    """A two-policy, two-repeat validation's document, its profile measured twice on the
+    vllm server and pooled, continuum run with a bundle."""
+    trace = agent_trace(tmp_path / "trace.parquet", programs=5, calls=3, first=200, growth=64)
+    work_dir = tmp_path / "work"
+    work_dir.mkdir()
+    bundle = write_bundle(work_dir / "bundle.json", cold_start_ttl_s=30.0)
+    work = cap_pauses(first_programs(load(trace), 4), CAP_S)
+    measured = [_measured(k) for k in (1, 2)]
+    profile, source = pooled(measured, measured_on(POLICIES[0]))
+    timing = Load(jps=4.0, seed=3)
+    side = SimSide(
+        replicas=1,
+        profile=profile,
+        engine=SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048),
+        timing=timing,
+        bundle=bundle_mod.read(bundle),
+        async_scheduling=async_scheduling,
+    )
+    live = {p: merge_runs([_live_run(p, rep) for rep in (0, 1)]) for p in POLICIES}
+    doc = server_document(
+        work,
+        side,
+        live,
+        policies=POLICIES,
+        backend=backend,
+        profile_source=source,
+        measured=measured,
+        bundle=bundle,
+        servers={p: {"url": f"http://127.0.0.1:{8101 + i}"} for i, p in enumerate(POLICIES)},
+        server_info={"vllm": {"model": "tiny"}},
+        work_dir=work_dir,
+        config={
+            "jps": timing.jps,
+            "concurrency": timing.concurrency,
+            "seed": timing.seed,
+            "max_programs": 4,
+            "idle_gap_cap_s": CAP_S,
+            "repeats": 2,
+            "backend": backend,
+            "async_scheduling": async_scheduling,
+        },
+        say=lambda message: None,
+    )
+    doc["trace"] = str(trace)
+    path = tmp_path / "recorded.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> Path:
+    return _recorded(tmp_path)
+
+
+def _sim(doc: dict[str, Any], policy: str, metric: str = "jct_mean_s") -> float:
+    return float(next(r["sim"] for r in doc["rows"][policy] if r["metric"] == metric))
+
+
+def _lives(doc: dict[str, Any]) -> dict[str, list[Any]]:
+    return {
+        p: [(r["metric"], r["live"], r["live_range"]) for r in doc["rows"][p]] for p in POLICIES
+    }
+
+
+NO_VLLM = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None, reason="--backend vllm needs vLLM installed"
+)
+
+
+@pytest.mark.parametrize(
+    ("async_scheduling", "backend"),
+    [(False, "fast"), (True, "fast"), pytest.param(False, "vllm", marks=NO_VLLM)],
+)
+def test_the_same_code_gives_the_recorded_rows_ranking_and_goals_back(
+    tmp_path: Path, async_scheduling: bool, backend: str
+) -> None:
+    recorded = _recorded(tmp_path, async_scheduling=async_scheduling, backend=backend)
+    doc = json.loads(recorded.read_text())
+    # simulated by the backend validate was told, and untimed: a wall time is no figure
+    assert all(doc["sim"][p].get("backend", "fast") == backend for p in POLICIES)
+    assert all(doc["sim"][p]["wall_s"] is None for p in POLICIES)
+    assert doc["simulation"]["workload"]["calls"] == 12
+    assert doc["simulation"]["load"] == {"jps": 4.0, "concurrency": None, "seed": 3}
+    again = json.loads(json.dumps(resimulate(recorded)))
+    for key in JUDGED:
+        assert again[key] == doc[key], key
+    # the recorded rest as it was, the judged part said to be re-simulated
+    assert {k: v for k, v in again.items() if k != "resimulated"} == doc
+    assert again["resimulated"]["from"] == str(recorded.resolve())
+    assert again["resimulated"]["profile"] == "recorded"
+    assert again["resimulated"]["pricing"] == "as recorded: every run by the 2 measurements pooled"
+    # the command: the validate table and the same document, written
+    out = tmp_path / "again.json"
+    written, printed = rewritten(recorded, out)
+    assert all(written[key] == doc[key] for key in JUDGED)
+    assert "validate: simulator vs live" in printed and "re-simulated from" in printed
+
+
+def test_a_profile_given_prices_the_simulated_side_alone(recorded: Path, tmp_path: Path) -> None:
+    doc = json.loads(recorded.read_text())
+    fast = resolve("tiny-cpu")[0]
+    slow_file = tmp_path / "slow.json"
+    slow_file.write_text(json.dumps(slower(fast, 3.0).to_json()))
+    by_fast = json.loads(json.dumps(resimulate(recorded, profile=fast, profile_name="tiny-cpu")))
+    out = tmp_path / "slow-again.json"
+    by_slow = rewritten(recorded, out, "--profile", str(slow_file))[0]
+    for again, name in ((by_fast, "tiny-cpu"), (by_slow, str(slow_file))):
+        # one profile, as validate --profile prices: given, no measurements
+        assert again["profile"]["source"] == "given" and again["profile"]["measurements"] == []
+        assert again["resimulated"]["profile"] == name
+        assert again["resimulated"]["pricing"] == f"every run by the profile given ({name})"
+        # the live side is the recorded one, row by row
+        assert again["live"] == doc["live"] and _lives(again) == _lives(doc)
+        assert again["ranking"]["live"] == doc["ranking"]["live"]
+    assert by_fast["profile"]["doc"] == fast.to_json()
+    for policy in POLICIES:
+        # three times the price of every step: every policy's calls take longer
+        assert _sim(by_slow, policy) > _sim(by_fast, policy)
+        assert _sim(by_slow, policy, "ttft_mean_s") > _sim(by_fast, policy, "ttft_mean_s")
+        assert _sim(by_fast, policy) != _sim(doc, policy)
+        assert by_slow["sim"][policy] != by_fast["sim"][policy]
+    # the re-simulated document is a recorded one too: priced as it was, by the profile
+    twice = json.loads(json.dumps(resimulate(out)))
+    assert all(twice[key] == by_slow[key] for key in JUDGED)
+    assert (
+        twice["resimulated"]["pricing"]
+        == "as recorded: every run by the profile validate was given"
+    )
+
+
+def _variant(tmp_path: Path, name: str, doc: dict[str, Any]) -> Path:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_path: Path) -> None:
+    doc = json.loads(recorded.read_text())
+    # a document written before validate recorded its simulation
+    old = _variant(tmp_path, "old", {k: v for k, v in doc.items() if k != "simulation"})
+    text = refused(["--resimulate", str(old)])
+    assert text.startswith(f"error: {old}: lacks simulation, which re-simulating needs"), text
+    assert "written before validate recorded them cannot be re-simulated" in text
+    config = {k: v for k, v in doc["config"].items() if k != "backend"}
+    backendless = _variant(tmp_path, "backendless", {**doc, "config": config})
+    assert "lacks config.backend," in refused(["--resimulate", str(backendless)])
+    sim = {k: v for k, v in doc["simulation"].items() if k != "workload"}
+    printless = _variant(tmp_path, "printless", {**doc, "simulation": sim})
+    assert "lacks simulation.workload," in refused(["--resimulate", str(printless)])
+    damaged = _variant(tmp_path, "damaged", {**doc, "engine": {**doc["engine"], "no_such": 1}})
+    text = refused(["--resimulate", str(damaged)])
+    assert f"{damaged}: damaged single-server document (TypeError" in text
+    liveless = _variant(tmp_path, "liveless", {**doc, "live": {"vllm": doc["live"]["vllm"]}})
+    text = refused(["--resimulate", str(liveless)])
+    assert f"{liveless}: damaged single-server document (no live runs of continuum)" in text
+    # options of a live run: the document says how its runs went
+    for extra, flag in (
+        (["--url", "vllm=http://127.0.0.1:1"], "--url"),
+        (["--policy", "vllm"], "--policy"),
+        (["--repeats", "3"], "--repeats"),
+        (["--backend", "vllm"], "--backend"),
+        (["--jps", "2"], "--jps"),
+    ):
+        text = refused(["--resimulate", str(recorded), *extra])
+        assert text.split(": ", 1)[1].startswith(f"{flag} does not go with --resimulate"), text
+    # a trace that is not the one replayed
+    other = agent_trace(tmp_path / "other.parquet", programs=5, calls=4, first=200, growth=64)
+    text = refused([str(other), "--resimulate", str(recorded)])
+    assert str(other) in text and "16 calls against 12 recorded" in text
+    # the bundle continuum ran with: changed since, or gone
+    bundle = Path(doc["bundle"])
+    assert bundle.is_absolute()
+    kept = bundle.read_bytes()
+    write_bundle(bundle, cold_start_ttl_s=5.0)
+    assert f"{bundle}: not the bundle {recorded} ran with" in refused(
+        ["--resimulate", str(recorded)]
+    )
+    bundle.unlink()
+    assert f"its bundle {bundle} is missing" in refused(["--resimulate", str(recorded)])
+    bundle.write_bytes(kept)
+    assert resimulate(recorded)["rows"] == doc["rows"]

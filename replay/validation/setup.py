@@ -89,7 +89,8 @@ class ValidateRequest:
     #: a fleet: perturbed arrival timings each live run is simulated on (None: the
     #: default, :data:`~replay.validation.fleet.TIMING_DRAWS`; 0: the trace's own alone)
     timing_draws: int | None = None
-    #: a fleet validation's document to re-simulate, nothing started live
+    #: a validation's document (a fleet's or a single server's) to re-simulate, nothing
+    #: started live
     #: (:mod:`~replay.validation.resimulate`)
     resimulate: Path | None = None
 

@@ -112,7 +112,11 @@ def test_a_gpu_in_mig_mode_is_refused_when_named_whole(
         for used, named in ((["0", "1"], "1"), (["GPU-2c3d"], "GPU-2c3d"), (["1", "1"], "1")):
             with pytest.raises(CommandError, match=refused.format(named)):
                 gpus.check_whole(used)
+        # CUDA reads a UUID's first characters as the whole UUID
+        with pytest.raises(CommandError, match=refused.format("GPU-2c")):
+            gpus.check_whole(["0", "GPU-2c"])
         gpus.check_whole(["0", "2", "GPU-0a1b", "GPU-7a8b"])  # Disabled or [N/A]: whole GPUs
+        gpus.check_whole(["GPU-0a", "GPU-7"])
         gpus.check_whole(["MIG-5e6f", "MIG-9a0b"])
         gpus.check_whole([])
     # the message names what to do, on one line

@@ -84,13 +84,20 @@ def check_whole(used: Sequence[str]) -> None:
     query, and the MIG devices ``-L`` lists under a GPU); where it is not on PATH or
     answers neither, nothing can be told and nothing is refused. Indices are read as
     nvidia-smi numbers the GPUs (PCI bus order), which is CUDA's order unless
-    ``CUDA_DEVICE_ORDER`` or GPUs of different speeds make them differ."""
+    ``CUDA_DEVICE_ORDER`` or GPUs of different speeds make them differ. A UUID may be
+    shortened to its first characters, as CUDA reads it (``GPU-2c3d`` for the whole)."""
     whole = [g for g in used if not g.startswith("MIG-")]
     smi = shutil.which(NVIDIA_SMI)
     if not whole or smi is None:
         return
     in_mig = _in_mig_mode(smi)
-    split = list(dict.fromkeys(g for g in whole if g in in_mig))
+    split = list(
+        dict.fromkeys(
+            g
+            for g in whole
+            if g in in_mig or (g.startswith("GPU-") and any(m.startswith(g) for m in in_mig))
+        )
+    )
     if split:
         raise CommandError(
             f"--gpus-per-replica: GPU {', '.join(split)} in MIG mode (a process cannot use "

@@ -175,8 +175,13 @@ def test_vllms_parallel_sizes_must_use_every_gpu_given() -> None:
     gpus.check_parallel(["-tp", "2", "-dp", "1"], 2)
     with pytest.raises(CommandError, match=r"--gpus-per-replica 2: each replica's vLLM uses 1"):
         gpus.check_parallel(["--model", "m"], 2)
-    with pytest.raises(CommandError, match="--tensor-parallel-size takes a number, not 'x'"):
+    # the option named as it was given
+    with pytest.raises(CommandError, match=r"^-tp takes a number, not 'x'"):
         gpus.parallel_size(["-tp", "x"])
+    with pytest.raises(CommandError, match=r"^-t \(abbreviates -tp\) takes a number, not 'x'"):
+        gpus.parallel_size(["--tensor-parallel-size", "2", "-t", "x"])
+    with pytest.raises(CommandError, match=r"^--tensor-parallel-size takes a number, not 'x'"):
+        gpus.parallel_size(["--tensor_parallel_size=x"])
     with pytest.raises(CommandError, match="takes a number, not ''"):
         gpus.parallel_size(["--pipeline-parallel-size"])
 

@@ -16,6 +16,7 @@ from replay.synth import synth
 from replay.workload import load
 from tests.documents import conforms
 from ttlctl.cli import app
+from ttlctl.report import build_report
 
 
 @pytest.fixture(scope="module")
@@ -178,8 +179,6 @@ def test_replay_a_fleet_placed_by_the_routers_worker_urls(trace: Path, tmp_path:
 def test_an_as_logged_fleet_is_shown_by_the_traces_replica_names(tmp_path: Path) -> None:
     """--router as-logged: the tables and the JSON name each replica as the trace's
     ``replica`` column does (beside its index), a replica beyond the names by its index."""
-    from ttlctl.report import build_report
-
     frame = synth("swe-bench", 6, 2)
     # whole programs on one replica each, named out of sorted order: west's first
     frame = frame.with_columns(

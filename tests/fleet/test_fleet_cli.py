@@ -138,8 +138,6 @@ def test_bad_fleet_arguments(trace: Path, args: list[str], message: str) -> None
 
 
 def test_report_shows_the_fleet(trace: Path, tmp_path: Path) -> None:
-    from ttlctl.report import build_report
-
     run = tmp_path / "run"
     run.mkdir()
     res = CliRunner().invoke(

@@ -21,7 +21,7 @@ import polars as pl
 
 from fitting.fit_doc import FitDoc
 from profiles.schema import ProfileDoc
-from replay.fleet.routers import AS_LOGGED, RouterSettings
+from replay.fleet.routers import AS_LOGGED, RouterSettings, replica_order
 from replay.fleet.run import FleetSpec, replicas_of
 from replay.policies import PolicySpec
 from replay.refit_settings import RefitSettings, default_load
@@ -136,7 +136,8 @@ def _served(frame: pl.DataFrame, names: Sequence[str | None]) -> tuple[tuple[int
 def _replicas_in(frame: pl.DataFrame) -> list[str]:
     if "replica" not in frame.columns:
         return []
-    return sorted(str(x) for x in frame["replica"].drop_nulls().unique().to_list())
+    # in the as-logged router's replica order: engine i is the router's replica i
+    return replica_order(str(x) for x in frame["replica"].drop_nulls().unique().to_list())
 
 
 def replay(

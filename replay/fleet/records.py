@@ -1,8 +1,10 @@
-"""The shapes a fleet replay adds to each policy's record in ``replay.json``."""
+"""The shapes a fleet replay adds to each policy's record in ``replay.json``, and how a
+table names one of its replicas (:func:`replica_labels`)."""
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, NotRequired, TypedDict
 
 
 class FleetRouter(TypedDict):
@@ -49,3 +51,15 @@ class MissReasons(TypedDict):
     expired: int
     released_by_valve: int
     evicted: int
+
+
+def replica_labels(per_replica: Sequence[Mapping[str, Any]]) -> list[str]:
+    """How a table names each entry of a ``per_replica`` list: by the trace's ``name``
+    (as-logged), else by its index; in a fleet with names, an index is written ``#i``,
+    since a name may be a number (names ``1`` and ``2`` are replicas 0 and 1, and a third,
+    unnamed replica is ``#2``)."""
+    index = "#{}" if any("name" in rep for rep in per_replica) else "{}"
+    return [
+        str(rep["name"]) if "name" in rep else index.format(rep.get("replica"))
+        for rep in per_replica
+    ]

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from replay.figures import PolicyResult
+from replay.fleet.routers import replica_order
 
 
 def _relative(sim: float | None, live: float | None) -> float | None:
@@ -59,11 +60,11 @@ def beside_routed(
     decode time}`` for one run: ``live``
     each replica's :func:`~replay.validation.engine_metrics.engine_delta`, ``routed`` the
     simulation with every call on its ``logged`` replica (the as-logged router numbers
-    the replicas that calls reached in sorted order; a replica no call reached took no
-    simulated step). None where either side is missing."""
+    the replicas that calls reached in :func:`~replay.fleet.routers.replica_order`; a
+    replica no call reached took no simulated step). None where either side is missing."""
     if routed is None or logged is None or any(v is None for v in live.values()):
         return None
-    names = sorted(set(logged.values()))
+    names = replica_order(logged.values())
     sims = {
         names[p["replica"]]: p for p in routed.get("per_replica", []) if p["replica"] < len(names)
     }

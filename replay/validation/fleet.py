@@ -73,7 +73,7 @@ from replay.validation.timings import DRAWS, Timings
 from replay.validation.warmup import warmed
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
-from ttlctl.server import arrivals, cpus, gpus, router
+from ttlctl.server import arrivals, command, cpus, gpus, router
 from ttlctl.server.cache import reset_prefix_cache
 from ttlctl.server.cpu_time import cpu_used
 from ttlctl.server.facts import ServerInfo, probe
@@ -374,7 +374,7 @@ def _gpu_sets(
     assert sources.base_cmd is not None
     placed = gpus.gpu_sets(replicas, per_replica, gpus.visible_gpus(sources.env or os.environ))
     gpus.check_whole([g for gpu_set in placed for g in gpu_set])
-    gpus.check_parallel(sources.base_cmd, per_replica)
+    gpus.check_parallel(command.vllm_arguments(sources.base_cmd), per_replica)
     return placed
 
 

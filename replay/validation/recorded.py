@@ -42,7 +42,7 @@ from ttlctl.server import arrivals
 #: keys) ...
 NEEDED = ("policies", "programs", "calls", "engine", "live", "profile")
 #: ... and in its ``simulation`` record
-NEEDED_SIMULATION = ("idle_gap_cap_s", "load", "workload")
+NEEDED_SIMULATION = ("idle_gap_cap_s", "load", "workload", "bundle_sha256")
 #: what a fleet validation's needs besides (top-level keys, and in ``simulation``)
 NEEDED_FLEET = ("replicas", "routers", "repeats", "async_scheduling", "fleets")
 NEEDED_FLEET_SIMULATION = ("timings", "router_settings")
@@ -215,7 +215,7 @@ def _parsed(path: Path, doc: dict[str, Any], sim: dict[str, Any]) -> Recorded:
         workload=dict(sim["workload"]),
         trace=None if trace is None else Path(trace),
         bundle=None if bundle is None else Path(bundle),
-        bundle_sha256=sim.get("bundle_sha256"),
+        bundle_sha256=sim["bundle_sha256"],
         measured=measured,
         profile=profile_from_json(doc["profile"]["doc"], f"{path}: profile.doc"),
         profile_source=doc["profile"].get("source"),

@@ -188,6 +188,11 @@ def _bundle(rec: Recorded) -> bundle_mod.Bundle | None:
         return None
     if not rec.bundle.is_file():
         raise ValidateError(f"{rec.path}: its bundle {rec.bundle} is missing")
-    if rec.bundle_sha256 is not None and file_sha256(rec.bundle) != rec.bundle_sha256:
+    if rec.bundle_sha256 is None:  # validate records one beside every bundle
+        raise ValidateError(
+            f"{rec.path}: damaged document (its bundle {rec.bundle} has no SHA-256 recorded "
+            "in simulation.bundle_sha256)"
+        )
+    if file_sha256(rec.bundle) != rec.bundle_sha256:
         raise ValidateError(f"{rec.bundle}: not the bundle {rec.path} ran with (it changed since)")
     return bundle_mod.read(rec.bundle)

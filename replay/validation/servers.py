@@ -54,9 +54,10 @@ def check_base(base: Sequence[str]) -> None:
 
 
 def server_command(base: Sequence[str], policy: str, port: int) -> list[str]:
-    """The command of ``policy``'s server: ``base`` (:func:`check_base`) plus the TTL
-    scheduler (continuum), per-call cached tokens, host and port."""
-    check_base(base)
+    """The command of ``policy``'s server: ``base`` (:func:`check_base`, on its vLLM
+    arguments: :func:`~ttlctl.server.command.vllm_arguments`) plus the TTL scheduler
+    (continuum), per-call cached tokens, host and port."""
+    check_base(command.vllm_arguments(base))
     return command.server_command(
         base,
         scheduler_cls=command.SCHEDULER_CLS if policy == "continuum" else None,

@@ -34,6 +34,7 @@ from ttlctl.server.command import (
     base_command,
     cpu_build_installed,
     scheduling_flag,
+    vllm_arguments,
 )
 from ttlctl.server.gpus import check_one_engine
 from ttlctl.server.vllm_options import option_set, shown
@@ -183,8 +184,9 @@ def server_base(req: ValidateRequest) -> tuple[list[str] | None, dict[str, Any] 
         given = shlex.split(req.engine_cmd) + list(req.extra)
         if not given:
             raise ValidateError("--engine-cmd is empty")
-        check_base(given)
-        return given + _sizing(req, given), None
+        args = vllm_arguments(given)  # not a wrapper's `-t` or `-p` (docker, srun)
+        check_base(args)
+        return given + _sizing(req, args), None
     return None, None
 
 

@@ -11,11 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from replay.figures import ReplayDoc
+from replay.fleet.records import replica_labels
 from replay.fleet.routers.consistent_hash import HashRing
 from replay.synth import synth
 from replay.workload import load
 from tests.documents import conforms
 from ttlctl.cli import app
+from ttlctl.report import build_report
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +138,6 @@ def test_bad_fleet_arguments(trace: Path, args: list[str], message: str) -> None
 
 
 def test_report_shows_the_fleet(trace: Path, tmp_path: Path) -> None:
-    from ttlctl.report import build_report
-
     run = tmp_path / "run"
     run.mkdir()
     res = CliRunner().invoke(
@@ -178,8 +178,6 @@ def test_replay_a_fleet_placed_by_the_routers_worker_urls(trace: Path, tmp_path:
 def test_an_as_logged_fleet_is_shown_by_the_traces_replica_names(tmp_path: Path) -> None:
     """--router as-logged: the tables and the JSON name each replica as the trace's
     ``replica`` column does (beside its index), a replica beyond the names by its index."""
-    from ttlctl.report import build_report
-
     frame = synth("swe-bench", 6, 2)
     # whole programs on one replica each, named out of sorted order: west's first
     frame = frame.with_columns(
@@ -202,7 +200,8 @@ def test_an_as_logged_fleet_is_shown_by_the_traces_replica_names(tmp_path: Path)
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     header = next(line for line in res.output.splitlines() if "replica east" in line)
-    assert header.index("replica east") < header.index("replica west") < header.index("replica 2")
+    # the unnamed replica by its index, marked as one (a name may be a number)
+    assert header.index("replica east") < header.index("replica west") < header.index("replica #2")
     doc = json.loads((run / "replay.json").read_text())
     conforms(doc, ReplayDoc)
     assert doc["fleet"]["replica_names"] == ["east", "west", None]
@@ -213,7 +212,15 @@ def test_an_as_logged_fleet_is_shown_by_the_traces_replica_names(tmp_path: Path)
     # each name's figures are the calls the trace logged on it
     assert {p["name"]: p["llm_calls"] for p in per[:2]} == calls and per[2]["llm_calls"] == 0
     page = build_report(run)
-    assert "<td>east</td>" in page and "<td>west</td>" in page
+    assert "<td>east</td>" in page and "<td>west</td>" in page and "<td>#2</td>" in page
+
+
+def test_replica_names_that_are_numbers_stay_apart_from_indices() -> None:
+    """Names 1 and 2 are replicas 0 and 1: a third, unnamed replica is #2, not a second 2;
+    a fleet without names is shown by its indices alone."""
+    named = [{"replica": 0, "name": "1"}, {"replica": 1, "name": "2"}, {"replica": 2}]
+    assert replica_labels(named) == ["1", "2", "#2"]
+    assert replica_labels([{"replica": 0}, {"replica": 1}]) == ["0", "1"]
 
 
 def test_a_fleet_without_names_keeps_its_indices(trace: Path, tmp_path: Path) -> None:

@@ -213,6 +213,13 @@ def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_p
     sim = {k: v for k, v in doc["simulation"].items() if k != "workload"}
     printless = _variant(tmp_path, "printless", {**doc, "simulation": sim})
     assert "lacks simulation.workload," in refused(["--resimulate", str(printless)])
+    # a bundle whose checksum is not recorded cannot be checked: not taken on trust
+    sim = {k: v for k, v in doc["simulation"].items() if k != "bundle_sha256"}
+    unsummed = _variant(tmp_path, "unsummed", {**doc, "simulation": sim})
+    assert "lacks simulation.bundle_sha256," in refused(["--resimulate", str(unsummed)])
+    nulled = _variant(tmp_path, "nulled", {**doc, "simulation": {**sim, "bundle_sha256": None}})
+    text = refused(["--resimulate", str(nulled)])
+    assert f"{nulled}: damaged document (its bundle {doc['bundle']} has no SHA-256" in text
     damaged = _variant(tmp_path, "damaged", {**doc, "engine": {**doc["engine"], "no_such": 1}})
     text = refused(["--resimulate", str(damaged)])
     assert f"{damaged}: damaged single-server document (TypeError" in text

@@ -3,6 +3,7 @@ argument or the file (replay.validation.setup), and through the command, exit 2.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from replay.validation.error import ValidateError
 from replay.validation.setup import ValidateRequest, local_config, parse_urls, server_base
 from ttlctl.cli import app
 from ttlctl.errors import TtlctlError
+from ttlctl.server import command, gpus
 from ttlctl.server.command import cpu_build_installed
 
 
@@ -51,6 +53,27 @@ def test_a_server_comes_from_one_command(tmp_path: Path) -> None:
                   ["--max-num-se", "4"], ["--max_num_batched=64"]):  # fmt: skip
         with pytest.raises(ValidateError, match=r"is set by validate .*before `--`"):
             server_base(ValidateRequest(trace, model="m", extra=extra))
+
+
+def test_a_wrappers_flags_are_not_read_as_vllms(tmp_path: Path) -> None:
+    """An engine command's wrapper (docker, srun) has one-letter flags that vLLM's reading
+    would take for abbreviations (-t of -tp, -p of -pp, -d of -dp): only the vLLM part is
+    read, so they are not refused, while vLLM's own options after its entry still are."""
+    trace = tmp_path / "t.parquet"
+    for cmd in (
+        "docker run --rm -t -d --gpus all -p 8000:8000 vllm/vllm-openai --model m",
+        "srun -p gpu -t 60 -d afterok:1 vllm serve m",
+    ):
+        base = server_base(ValidateRequest(trace, engine_cmd=cmd))[0]
+        assert base is not None and base[: len(shlex.split(cmd))] == shlex.split(cmd)
+        gpus.check_parallel(command.vllm_arguments(base), 1)
+    with pytest.raises(TtlctlError, match="--data-parallel-size 2 runs 2 engines"):
+        server_base(ValidateRequest(trace, engine_cmd="docker run -t img --model m -dp 2"))
+    srun = shlex.split("srun -t 60 vllm serve m -t 2")  # after vLLM's entry: vLLM's -t
+    with pytest.raises(TtlctlError, match=r"each replica's vLLM uses 2 GPU"):
+        gpus.check_parallel(command.vllm_arguments(srun), 1)
+    with pytest.raises(ValidateError, match=r"^--max-num-se \(abbreviates --max-num-seqs\)"):
+        server_base(ValidateRequest(trace, engine_cmd="docker run -t img --max-num-se 4"))
 
 
 def test_what_validate_sets_is_refused_in_a_config_file(tmp_path: Path) -> None:

@@ -61,6 +61,25 @@ def test_refuse_reads_the_config_file_as_vllm_does(tmp_path: Path) -> None:
     command.refuse(["--config", str(cfg), "--port", "1"], ("--scheduler-cls",), "me", "there")
 
 
+def test_the_vllm_arguments_of_a_command_are_told_apart_from_a_wrappers() -> None:
+    """After vLLM's entry, everything is vLLM's; without one (an image that starts vLLM),
+    a wrapper's one-letter flags (docker's -t, -p, -d; srun's -p, -t) are not read as
+    abbreviations of vLLM's -tp, -pp, -dp."""
+    for cmd, vllm in [
+        ("py -m vllm.entrypoints.openai.api_server --model m -t 2", "--model m -t 2"),
+        ("srun -p gpu -t 60 vllm serve m -t 2", "m -t 2"),
+        ("srun -t 60 /opt/bin/vllm serve --config c.yaml", "--config c.yaml"),
+        ("python -m vllm.entrypoints.cli.main serve m -dp 2", "m -dp 2"),
+        ("docker run -t -d -p 8000:8000 -e X=1 img --model m -tp 2 -p=3",
+         "docker run 8000:8000 X=1 img --model m -tp 2"),
+        ("serve --async-sch", "serve --async-sch"),  # no program before serve: not vLLM's
+    ]:  # fmt: skip
+        assert command.vllm_arguments(cmd.split()) == vllm.split(), cmd
+    # the per-call cached tokens asked for by the vLLM part only
+    wrapped = ["docker", "run", "-t", "img", "--enable-prompt", "x"]
+    assert command.server_command(wrapped, prompt_tokens_details=True) == wrapped
+
+
 def test_server_environment(tmp_path: Path) -> None:
     env = command.server_environment(
         {"PATH": "/bin", "TTLCTL_BUNDLE": "/old", "VLLM_HOST_IP": "10.0.0.1"},

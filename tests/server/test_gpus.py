@@ -112,7 +112,11 @@ def test_a_gpu_in_mig_mode_is_refused_when_named_whole(
         for used, named in ((["0", "1"], "1"), (["GPU-2c3d"], "GPU-2c3d"), (["1", "1"], "1")):
             with pytest.raises(CommandError, match=refused.format(named)):
                 gpus.check_whole(used)
+        # CUDA reads a UUID's first characters as the whole UUID
+        with pytest.raises(CommandError, match=refused.format("GPU-2c")):
+            gpus.check_whole(["0", "GPU-2c"])
         gpus.check_whole(["0", "2", "GPU-0a1b", "GPU-7a8b"])  # Disabled or [N/A]: whole GPUs
+        gpus.check_whole(["GPU-0a", "GPU-7"])
         gpus.check_whole(["MIG-5e6f", "MIG-9a0b"])
         gpus.check_whole([])
     # the message names what to do, on one line
@@ -171,8 +175,13 @@ def test_vllms_parallel_sizes_must_use_every_gpu_given() -> None:
     gpus.check_parallel(["-tp", "2", "-dp", "1"], 2)
     with pytest.raises(CommandError, match=r"--gpus-per-replica 2: each replica's vLLM uses 1"):
         gpus.check_parallel(["--model", "m"], 2)
-    with pytest.raises(CommandError, match="--tensor-parallel-size takes a number, not 'x'"):
+    # the option named as it was given
+    with pytest.raises(CommandError, match=r"^-tp takes a number, not 'x'"):
         gpus.parallel_size(["-tp", "x"])
+    with pytest.raises(CommandError, match=r"^-t \(abbreviates -tp\) takes a number, not 'x'"):
+        gpus.parallel_size(["--tensor-parallel-size", "2", "-t", "x"])
+    with pytest.raises(CommandError, match=r"^--tensor-parallel-size takes a number, not 'x'"):
+        gpus.parallel_size(["--tensor_parallel_size=x"])
     with pytest.raises(CommandError, match="takes a number, not ''"):
         gpus.parallel_size(["--pipeline-parallel-size"])
 

@@ -154,6 +154,14 @@ def test_vllm_sets_what_ttlctl_reads(
     world = ns.tensor_parallel_size * ns.pipeline_parallel_size * ns.prefill_context_parallel_size
     assert gpus.parallel_size(given) == world
     assert _sets(gpus.check_one_engine, given) == (ns.data_parallel_size != 1)
+    # behind a wrapper whose one-letter flags vLLM never sees (docker's -t, -d, -p): its
+    # vLLM part after vLLM's entry, or the whole less one-letter flags (vLLM's -t unread)
+    for wrapper in (["srun", "-t", "5", "-p", "gpu", "vllm", "serve"], ["docker", "run", "-t",
+                    "-d", "-p", "8000:8000", "img"]):  # fmt: skip
+        vllm_part = command.vllm_arguments([*wrapper, *given])
+        if wrapper[0] == "srun" or "-t" not in given:
+            assert gpus.parallel_size(vllm_part) == world, wrapper
+            assert _sets(gpus.check_one_engine, vllm_part) == (ns.data_parallel_size != 1)
     for own, dest in [
         (("--scheduler-cls",), "scheduler_cls"),
         (ASYNC_SCHEDULING, "async_scheduling"),

@@ -44,7 +44,10 @@ def serve(
     ] = None,
     port: Annotated[
         int,
-        typer.Option(help="Port of the OpenAI-compatible API (a --port after -- replaces it)."),
+        typer.Option(
+            help="Port of the OpenAI-compatible API (a --port after --, or in its --config "
+            "file, replaces it)."
+        ),
     ] = 8000,
     log: Annotated[
         Path | None,

@@ -55,7 +55,9 @@ def validate(
             help='Command that starts a vLLM OpenAI server (e.g. "python -m '
             'vllm.entrypoints.openai.api_server --model M --kv-cache-memory-bytes 8M"): '
             "validate starts it once per policy on 127.0.0.1, adding --host/--port and, "
-            "for continuum, --scheduler-cls ttlctl.engine.TTLScheduler.",
+            "for continuum, --scheduler-cls ttlctl.engine.TTLScheduler. Its vLLM part "
+            "(after `vllm serve` or the module; without either, all but one-letter flags, "
+            "a wrapper's such as docker's -t) is read as vLLM reads it.",
         ),
     ] = None,
     model: Annotated[

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from replay.fleet.records import replica_labels
 from ttlctl.report.markup import absent, e, note, pct, table
 from ttlctl.report.rundir import RunInputs
 
@@ -62,7 +63,7 @@ def section(run: RunInputs) -> str:
     )
     per = []
     for r in results:
-        reps = r.get("per_replica") or []
+        reps = [p for p in r.get("per_replica") or [] if isinstance(p, dict)]
         per.append(f"<h3>{e(r.get('policy'))}: per replica</h3>")
         per.append(
             table(
@@ -70,7 +71,7 @@ def section(run: RunInputs) -> str:
                  "preemptions", "pins made"),
                 (
                     (
-                        p.get("name", p.get("replica")),  # as-logged: the trace's name
+                        label,  # as-logged: the trace's name
                         p.get("llm_calls"),
                         p.get("engine_busy_s"),
                         p.get("jct_mean_s"),
@@ -79,8 +80,7 @@ def section(run: RunInputs) -> str:
                         p.get("preemptions"),
                         p.get("pins_made"),
                     )
-                    for p in reps
-                    if isinstance(p, dict)
+                    for p, label in zip(reps, replica_labels(reps), strict=True)
                 ),
             )
         )  # fmt: skip

@@ -10,6 +10,7 @@ bundle in ``TTLCTL_BUNDLE`` (and the engine log in ``TTLCTL_LOG``).
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,6 +27,11 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 PROMPT_TOKENS_DETAILS = "--enable-prompt-tokens-details"
 #: vLLM's scheduling mode, on and off (its default: on, except where a platform turns it off)
 ASYNC_SCHEDULING = ("--async-scheduling", "--no-async-scheduling")
+#: vLLM's command-line program and module, whose ``serve`` runs the OpenAI server
+VLLM_CLI = ("vllm", "vllm.entrypoints.cli.main")
+#: a one-letter flag (``-t``, ``-p 8000:8000``, ``-d``): a wrapper's (docker, srun), never
+#: one of vLLM's own short options ttlctl reads (``-tp``, ``-pp``, ``-dp``: two letters or more)
+_ONE_LETTER = re.compile(r"-[A-Za-z](=.*)?")
 
 
 class CommandError(TtlctlError, ValueError):
@@ -44,6 +50,23 @@ def refuse(args: Sequence[str], own: Sequence[str], owner: str, where: str) -> N
             if flag is not None:
                 place = where if config is None else f"{config} (--config)"
                 raise CommandError(f"{shown(arg, flag)} is set by {owner}; remove it from {place}")
+
+
+def vllm_arguments(cmd: Sequence[str]) -> list[str]:
+    """The arguments of the whole command ``cmd`` that vLLM's parser reads, told apart from
+    a wrapper's (``docker run -t -p 8000:8000 IMAGE …``, ``srun -p gpu -t 60 …``), whose
+    ``-t`` or ``-p`` vLLM's reading would take for abbreviations of ``-tp`` or ``-pp``:
+    those after vLLM's entry (``-m vllm.entrypoints.openai.api_server``, or ``vllm serve``),
+    the first the command has; else (an image or script that starts vLLM) the whole
+    command less its one-letter flags, so there a vLLM option is read only by a name of
+    two letters or more (``-tp 2``, not ``-t 2``)."""
+    for i, arg in enumerate(cmd[1:], start=1):
+        before = cmd[i - 1]
+        if (arg == SERVER_MODULE and before == "-m") or (
+            arg == "serve" and (Path(before).name == VLLM_CLI[0] or before == VLLM_CLI[1])
+        ):
+            return list(cmd[i + 1 :])
+    return [arg for arg in cmd if not _ONE_LETTER.fullmatch(arg)]
 
 
 def scheduling_flag(async_scheduling: bool) -> str:
@@ -84,12 +107,15 @@ def server_command(
     port: int | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
-    """``base``, then the scheduler, per-call cached tokens (unless ``base`` has it),
-    host and port, then ``extra`` verbatim (vLLM takes the last of a repeated option)."""
+    """``base`` (a whole command: :func:`vllm_arguments`), then the scheduler, per-call
+    cached tokens (unless ``base`` has it), host and port, then ``extra`` verbatim (vLLM
+    takes the last of a repeated option)."""
     cmd = list(base)
     if scheduler_cls:
         cmd += ["--scheduler-cls", scheduler_cls]
-    if prompt_tokens_details and not vllm_config.read(base, ()).sets(PROMPT_TOKENS_DETAILS):
+    if prompt_tokens_details and not vllm_config.read(vllm_arguments(base), ()).sets(
+        PROMPT_TOKENS_DETAILS
+    ):
         cmd.append(PROMPT_TOKENS_DETAILS)
     if host is not None:
         cmd += ["--host", host]

@@ -30,7 +30,7 @@ from itertools import takewhile
 
 from ttlctl.server import vllm_config
 from ttlctl.server.command import CommandError
-from ttlctl.server.vllm_options import option_set
+from ttlctl.server.vllm_options import option_set, shown
 
 #: CUDA's list of the GPUs a process may use (indices or UUIDs)
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
@@ -84,13 +84,20 @@ def check_whole(used: Sequence[str]) -> None:
     query, and the MIG devices ``-L`` lists under a GPU); where it is not on PATH or
     answers neither, nothing can be told and nothing is refused. Indices are read as
     nvidia-smi numbers the GPUs (PCI bus order), which is CUDA's order unless
-    ``CUDA_DEVICE_ORDER`` or GPUs of different speeds make them differ."""
+    ``CUDA_DEVICE_ORDER`` or GPUs of different speeds make them differ. A UUID may be
+    shortened to its first characters, as CUDA reads it (``GPU-2c3d`` for the whole)."""
     whole = [g for g in used if not g.startswith("MIG-")]
     smi = shutil.which(NVIDIA_SMI)
     if not whole or smi is None:
         return
     in_mig = _in_mig_mode(smi)
-    split = list(dict.fromkeys(g for g in whole if g in in_mig))
+    split = list(
+        dict.fromkeys(
+            g
+            for g in whole
+            if g in in_mig or (g.startswith("GPU-") and any(m.startswith(g) for m in in_mig))
+        )
+    )
     if split:
         raise CommandError(
             f"--gpus-per-replica: GPU {', '.join(split)} in MIG mode (a process cannot use "
@@ -181,16 +188,19 @@ def _size(parsed: Sequence[str], names: Sequence[str]) -> int:
     arguments vLLM's parser parses (:attr:`~ttlctl.server.vllm_config.VllmArgs.parsed`):
     1 unless given, the last of a repeated one (as vLLM takes it), each argument read as
     vLLM's parser reads it (:func:`~ttlctl.server.vllm_options.option_set`: underscores,
-    abbreviations). :class:`CommandError` on a value that is not a number."""
-    value = "1"
+    abbreviations). :class:`CommandError` on a value that is not a number, naming the
+    option as given (``-t (abbreviates -tp)``)."""
+    value, given = "1", names[0]
     for i, arg in enumerate(parsed):
-        if option_set(arg, names) is not None:
+        name = option_set(arg, names)
+        if name is not None:
             _, sep, inline = arg.partition("=")
             value = inline if sep else (parsed[i + 1] if i + 1 < len(parsed) else "")
+            given = shown(arg, name)
     try:
         return int(value)
     except ValueError:
-        raise CommandError(f"{names[0]} takes a number, not {value!r}") from None
+        raise CommandError(f"{given} takes a number, not {value!r}") from None
 
 
 def _parsed(args: Sequence[str], names: Sequence[Sequence[str]]) -> tuple[str, ...]:

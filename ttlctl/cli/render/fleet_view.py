@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from replay.fleet.records import replica_labels
 from ttlctl.cli.render.cells import dash
 
 MISS_LABELS = {
@@ -53,9 +54,8 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
     console.print("misses: follow-up calls whose prefix hit fell short of what they repeat")
     per = Table(title="per replica: calls, engine-busy seconds, prefix hits, preemptions")
     per.add_column("policy")
-    for rep in results[0]["per_replica"]:
-        # as-logged: the trace's name of the replica, else its index
-        per.add_column(f"replica {escape(str(rep.get('name', rep['replica'])))}", justify="right")
+    for label in replica_labels(results[0]["per_replica"]):  # as-logged: the trace's names
+        per.add_column(f"replica {escape(label)}", justify="right")
     for r in results:
         per.add_row(
             r["policy"],

@@ -44,11 +44,23 @@ SUMMARY_SCHEMA = "ttlctl.tune/1"
 #: the parameters' importances are Optuna's PED-ANOVA evaluator's (Optuna 5's default), which
 #: asks what the top ``target_quantile`` of the completed trials (Optuna's default, 10%) have
 #: in common; Optuna's documentation of that evaluator advises at least 5 trials in that top
-#: quantile for a stable answer. Below 5 / 10% = 50 completed trials the importances are
-#: noise presented as a finding, and tune says so instead of computing them.
+#: quantile for a stable answer. The evaluator keeps the best ceil(quantile × n) of n
+#: completed trials, so with fewer than 41 (ceil(0.1 × 41) = 5) the importances are noise
+#: presented as a finding, and tune says so instead of computing them.
 IMPORTANCE_TARGET_QUANTILE = 0.1
 IMPORTANCE_TOP_TRIALS = 5
-MIN_TRIALS_FOR_IMPORTANCE = round(IMPORTANCE_TOP_TRIALS / IMPORTANCE_TARGET_QUANTILE)
+
+
+def _fewest_trials(quantile: float, top: int) -> int:
+    """The fewest completed trials whose top ``quantile`` holds ``top`` trials, counted
+    as the evaluator counts them (``ceil(quantile × n)``)."""
+    n = top
+    while math.ceil(quantile * n) < top:
+        n += 1
+    return n
+
+
+MIN_TRIALS_FOR_IMPORTANCE = _fewest_trials(IMPORTANCE_TARGET_QUANTILE, IMPORTANCE_TOP_TRIALS)
 
 
 # ---------------------------------------------------------------- the whole run

@@ -6,6 +6,7 @@ report. Studies on a real SQLite storage, built from trials added whole
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -52,10 +53,13 @@ def _study(path: Path, complete: int, pruned: int = 0) -> optuna.Study:
 
 def test_the_minimum_is_five_trials_in_the_evaluators_top_ten_percent() -> None:
     """docs/tuning.md states the minimum and why: Optuna advises at least 5 trials in the
-    PED-ANOVA evaluator's top quantile (its default, 10%)."""
-    assert MIN_TRIALS_FOR_IMPORTANCE == 50
+    PED-ANOVA evaluator's top quantile (its default, 10%), of which it keeps the best
+    ceil(10% × n): 41 trials are the fewest that hold 5."""
+    assert math.ceil(0.1 * MIN_TRIALS_FOR_IMPORTANCE) == 5
+    assert math.ceil(0.1 * (MIN_TRIALS_FOR_IMPORTANCE - 1)) == 4
+    assert MIN_TRIALS_FOR_IMPORTANCE == 41
     doc = (Path(__file__).resolve().parents[2] / "docs" / "tuning.md").read_text()
-    assert "50 completed trials" in doc
+    assert "41 completed trials" in doc
 
 
 def test_too_few_completed_trials_give_no_importance_but_a_reason(tmp_path: Path) -> None:
@@ -65,8 +69,8 @@ def test_too_few_completed_trials_give_no_importance_but_a_reason(tmp_path: Path
     record = importance_record(study, complete)
     assert record["importance"] is None
     assert record["importance_note"] == (
-        "not computed from 49 completed trial(s): Optuna's PED-ANOVA evaluator needs 5 in "
-        "its top 10%, so at least 50 (run more --trials; a resumed study keeps the ones it has)"
+        "not computed from 40 completed trial(s): Optuna's PED-ANOVA evaluator needs 5 in "
+        "its top 10%, so at least 41 (run more --trials; a resumed study keeps the ones it has)"
     )
     for tiny in (2, 1, 0):  # what used to be reported from two trials
         assert importance_record(_study(tmp_path / f"{tiny}.db", tiny), tiny)["importance"] is None
@@ -97,7 +101,7 @@ def test_the_report_says_why_there_are_none(tmp_path: Path) -> None:
     (run / "tune.json").write_text(json.dumps({"trials": trials, **record}), encoding="utf-8")
     page = build_report(run)
     assert "Parameter importance: not computed from 3 completed trial(s)" in page
-    assert "at least 50" in page and 'alt="parameter importance"' not in page
+    assert "at least 41" in page and 'alt="parameter importance"' not in page
     # enough trials: the chart, no note
     study = _study(tmp_path / "enough.db", complete=MIN_TRIALS_FOR_IMPORTANCE)
     record = importance_record(study, MIN_TRIALS_FOR_IMPORTANCE)

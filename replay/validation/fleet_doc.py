@@ -21,7 +21,7 @@ from typing import Any
 from replay.validation.fleet_profile import Measured
 from replay.validation.fleet_rows import LiveRun, simulate_runs
 from replay.validation.fleet_runs import goal, goal_repriced, judged, run_rankings
-from replay.validation.recorded import simulation_record
+from replay.validation.recorded import profile_record, simulation_record
 from replay.validation.sim_side import SimSide
 from replay.validation.timings import Timings
 from replay.workload import Workload
@@ -83,16 +83,11 @@ def judged_runs(
         "ranking": rankings,
         "goal": goals,
         "fleets": _single(priced.fleets, repeats),
-        "profile": {
-            "source": profile_source,
-            #: how the runs were priced: "per repeat" (each run by its repeat's own
-            #: measurement; ``doc`` is the pooled profile, compared beside it), else "one"
-            "pricing": "per repeat" if per_repeat else "one",
-            "doc": side.profile.to_json(),
-            #: the measurements it was fitted on, in time order (none: given), each with its
-            #: own fit and its timings
-            "measurements": list(measurements),
-        },
+        # how the runs were priced: "per repeat" (each run by its repeat's own
+        # measurement; the block's profile is the pooled one, compared beside it), else "one"
+        "profile": profile_record(
+            side.profile, profile_source, measurements, "per repeat" if per_repeat else "one"
+        ),
     }
 
 

@@ -102,6 +102,24 @@ def simulation_record(
     }
 
 
+def profile_record(
+    profile: Profile,
+    source: str | None,
+    measurements: Sequence[Mapping[str, Any]],
+    pricing: str | None = None,
+) -> dict[str, Any]:
+    """The document's ``profile`` block, either kind of validation: the profile that
+    priced the runs, where it came from, how it priced them (a fleet's ``pricing``: "per
+    repeat" or "one"), and the measurements it was fitted on, in time order (none: given),
+    each with its own fit and its timings (:func:`read_recorded` fits them again)."""
+    return {
+        "source": source,
+        **({} if pricing is None else {"pricing": pricing}),
+        "doc": profile.to_json(),
+        "measurements": list(measurements),
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class RecordedFleet:
     """What only a fleet validation's document records: its size, its routers, the
@@ -297,9 +315,9 @@ def recorded_runs(rec: Recorded, fleet: RecordedFleet) -> list[LiveRun]:
 
 
 def recorded_live(rec: Recorded) -> dict[str, dict[str, Any]]:
-    """A single-server validation's live runs as recorded, each policy's merged into one
-    (:func:`~replay.validation.stats.merge_runs`); refused (:class:`ValidateError` naming
-    the file) where a policy's are missing."""
+    """A single-server validation's live runs as recorded (validate keeps each policy's
+    runs merged into one: :func:`~replay.validation.stats.merge_runs`); refused
+    (:class:`ValidateError` naming the file) where a policy's are missing."""
     live = rec.doc["live"]
     got = live if isinstance(live, dict) else {}
     lacking = [n for n in rec.policies if not isinstance(got.get(n), dict)]

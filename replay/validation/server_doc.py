@@ -18,7 +18,7 @@ from typing import Any
 
 from replay.figures import PolicyResult
 from replay.validation.fleet_profile import Measured
-from replay.validation.recorded import simulation_record
+from replay.validation.recorded import profile_record, simulation_record
 from replay.validation.sim_side import SimSide
 from replay.validation.stats import TIE, compare, goals, ranking, same_ranking
 from replay.vllmsim.backend import runner
@@ -71,13 +71,7 @@ def judged_policies(
             "same": same_ranking(rank_sim, rank_live),
         },
         "goals": {name: goals(rows[name]) for name in policies},
-        "profile": {
-            "source": profile_source,
-            "doc": side.profile.to_json(),
-            #: the measurements it was fitted on, in time order (none: given), each with its
-            #: own fit and its timings
-            "measurements": list(measurements),
-        },
+        "profile": profile_record(side.profile, profile_source, measurements),
     }
 
 

@@ -33,6 +33,7 @@ from ttlctl.server.command import (
     ASYNC_SCHEDULING,
     base_command,
     cpu_build_installed,
+    refuse,
     scheduling_flag,
     vllm_arguments,
 )
@@ -123,6 +124,9 @@ def local_config(model: str) -> dict[str, Any] | None:
 
 #: vLLM flags validate sets on the servers it starts, with the simulator's values
 SIZED_BY_VALIDATE = ("--max-num-seqs", "--max-num-batched-tokens")
+#: the vLLM option validate's ``--model MODEL`` sets on the servers it starts (validate
+#: reads MODEL's config.json as the served model's)
+SET_BY_MODEL = ("--model",)
 
 
 def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
@@ -162,7 +166,8 @@ def server_base(req: ValidateRequest) -> tuple[list[str] | None, dict[str, Any] 
     folder, its config.json. It runs with the simulator's ``--max-num-seqs`` and
     ``--max-num-batched-tokens``; what validate sets itself is refused among its vLLM
     arguments and in their ``--config`` file before any server starts (:func:`_sizing`,
-    :func:`~replay.validation.servers.check_base`)."""
+    :func:`~replay.validation.servers.check_base`, and ``--model`` beside validate's
+    ``--model``: the later one would be served, while validate reads MODEL's config.json)."""
     if req.engine_cmd is not None and req.model is not None:
         raise ValidateError("give --engine-cmd or --model, not both")
     if req.extra and req.engine_cmd is None and req.model is None:
@@ -178,6 +183,7 @@ def server_base(req: ValidateRequest) -> tuple[list[str] | None, dict[str, Any] 
                 "run what the simulator does"
             )
         check_base(req.extra)
+        refuse(req.extra, SET_BY_MODEL, "validate's --model", "the vLLM arguments")
         extra = list(req.extra) + _sizing(req, req.extra)
         return base_command(req.model, extra), local_config(req.model)
     if req.engine_cmd is not None:

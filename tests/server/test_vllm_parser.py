@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from replay.validation.servers import OWN_FLAGS as VALIDATE_FLAGS
-from replay.validation.setup import SIZED_BY_VALIDATE
+from replay.validation.setup import SET_BY_MODEL, SIZED_BY_VALIDATE, ValidateRequest, server_base
+from ttlctl.errors import TtlctlError
 from ttlctl.server import command, gpus, serving
 from ttlctl.server.command import ASYNC_SCHEDULING, PROMPT_TOKENS_DETAILS, CommandError
 from ttlctl.server.vllm_config import config_args, load, read
@@ -36,6 +37,7 @@ READ_BY_TTLCTL = (
     *serving.DEFAULTED_FLAGS,
     *VALIDATE_FLAGS,
     *SIZED_BY_VALIDATE,
+    *SET_BY_MODEL,
     *ASYNC_SCHEDULING,
     *(name for forms in gpus.PARALLEL_FLAGS for name in forms),
     *gpus.DATA_PARALLEL_FLAGS,
@@ -211,3 +213,40 @@ def test_vllm_reads_no_file_for_config_equals(
     path.write_text("tensor-parallel-size: 2\n")
     assert _parsed(parser, ["--config", str(path)]).tensor_parallel_size == 2
     assert _parsed(parser, [f"--config={path}"]).tensor_parallel_size == 1
+
+
+@pytest.mark.parametrize(
+    ("config", "args"),
+    [
+        (None, ["--model", "other"]),
+        (None, ["--model=other", "-tp", "1"]),
+        (None, ["--mod", "other"]),  # vLLM: ambiguous
+        ({"model": "other"}, []),  # the command line's --model MODEL wins over the file's
+        (None, ["--served-model-name", "other"]),
+    ],
+)
+def test_validate_serves_its_model_or_refuses(
+    parser: argparse.ArgumentParser,
+    tmp_path: Path,
+    config: dict[str, Any] | None,
+    args: list[str],
+) -> None:
+    """``validate --model MODEL -- ARGS``: the server vLLM starts from validate's command
+    serves MODEL (whose config.json validate reads as the served model's), or validate
+    refuses ARGS before any server starts."""
+    given = list(args)
+    if config is not None:
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump(config))
+        given = ["--config", str(path), *args]
+    model = str(tmp_path / "model")
+    try:
+        base, _ = server_base(ValidateRequest(model=model, extra=given))
+    except TtlctlError:
+        return
+    assert base is not None
+    try:
+        ns = parser.parse_args(base[base.index(command.SERVER_MODULE) + 1 :])
+    except Refused:
+        return
+    assert ns.model == model

@@ -114,6 +114,11 @@ PROGRAM_SCHEDULING = [
             "policy oracle does not map onto vLLM's scheduler",
         ),
         (["--worker-urls", "http://a:1"], "--worker-urls needs --replicas N"),
+        # replay takes one router (tune searches over several): a second is refused
+        (
+            ["--replicas", "2", "--router", "kv-aware", "--router", "cache-aware"],
+            "--router: replay takes one router, got 2 (kv-aware, cache-aware)",
+        ),
         # the calibration's objects are checked as the config's other fields are: a field
         # vllm-router does not have is named (not a Python TypeError), a negative refused
         (
@@ -237,3 +242,9 @@ def test_a_fleet_without_names_keeps_its_indices(trace: Path, tmp_path: Path) ->
     doc = json.loads(out.read_text())
     assert "replica_names" not in doc["fleet"]
     assert all("name" not in p for p in doc["results"][0]["per_replica"])
+
+
+def test_replay_help_names_the_default_router() -> None:
+    res = CliRunner().invoke(app, ["replay", "--help"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    assert "cache-aware (the default with --replicas" in res.output

@@ -294,6 +294,21 @@ def test_as_logged_with_too_few_replicas_prints_only_its_error(tmp_path: Path) -
     assert "warning" not in res.output
 
 
+def test_the_fleet_line_says_off_for_an_unset_setting(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(
+        app,
+        ["replay", str(trace), "--policy", "vllm", "--replicas", "2", "--router", "kv-aware",
+         "--kv-tokens", "200000", "--json", str(out)],
+        env={"COLUMNS": "400"},
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "kv_aware_session_affinity_ttl_secs=off" in res.output
+    assert "None" not in res.output
+    settings = json.loads(out.read_text())["fleet"]["settings"]
+    assert settings["kv_aware_session_affinity_ttl_secs"] is None  # the JSON keeps null
+
+
 def test_replay_help_names_the_default_router() -> None:
     res = CliRunner().invoke(app, ["replay", "--help"], env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output

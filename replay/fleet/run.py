@@ -70,8 +70,7 @@ class FleetSpec:
             named = len(replica_order(self.logged.values()))
             if named > self.replicas:  # checked here too: before any warning about the trace
                 raise ConfigError(
-                    f"--replicas {self.replicas}: the trace's replica column names "
-                    f"{named} replicas"
+                    f"--replicas {self.replicas}: the trace's replica column names {named} replicas"
                 )
         if self.worker_urls is not None:
             worker_urls(self.replicas, self.worker_urls)  # one per replica, no repeats

@@ -345,10 +345,10 @@ RouterName = Annotated[
     typer.Option(
         "--router",
         help="With --replicas (once): round-robin, random, power-of-two, consistent-hash, "
-        "cache-aware (the default with --replicas, as vllm-router's), kv-aware, sticky-least-loaded (vllm-router's "
-        "policies; its spellings with underscores too), program-scheduling (vllm-router's "
-        "--enable-program-scheduling), pin-aware (ttlctl's), as-logged (the trace's "
-        "replica column).",
+        "cache-aware (the default with --replicas, as vllm-router's), kv-aware, "
+        "sticky-least-loaded (vllm-router's policies; its spellings with underscores too), "
+        "program-scheduling (vllm-router's --enable-program-scheduling), pin-aware "
+        "(ttlctl's), as-logged (the trace's replica column).",
     ),
 ]
 CacheThreshold = Annotated[

@@ -62,8 +62,16 @@ class FleetSpec:
             raise ConfigError(
                 f"{len(self.engines)} engine sizes given for {self.replicas} replicas"
             )
+        if self.router.name == AS_LOGGED and self.worker_urls is not None:
+            raise ConfigError("--worker-urls: the as-logged router does not take it")
         if self.router.name == AS_LOGGED and self.logged is None:
             raise ConfigError("--router as-logged needs the trace's replica column")
+        if self.router.name == AS_LOGGED and self.logged is not None:
+            named = len(replica_order(self.logged.values()))
+            if named > self.replicas:  # checked here too: before any warning about the trace
+                raise ConfigError(
+                    f"--replicas {self.replicas}: the trace's replica column names {named} replicas"
+                )
         if self.worker_urls is not None:
             worker_urls(self.replicas, self.worker_urls)  # one per replica, no repeats
 
@@ -88,11 +96,16 @@ class FleetSpec:
 
 def logged_replicas(trace: Path) -> dict[tuple[str, int], str]:
     """The trace's ``replica`` column by (program, turn); a one-line error without one."""
-    frame = trace_io.read(trace)
-    if REPLICA_COLUMN not in frame.columns or frame[REPLICA_COLUMN].null_count() == len(frame):
+    frame = trace_io.read(trace)  # conformed: a column the file lacks is read as nulls
+    if REPLICA_COLUMN not in pl.read_parquet_schema(trace):
         raise ConfigError(
             f"--router as-logged: {trace} has no {REPLICA_COLUMN!r} column (engine logs "
             "from a fleet carry one)"
+        )
+    if frame[REPLICA_COLUMN].null_count() == len(frame):
+        raise ConfigError(
+            f"--router as-logged: {trace}'s {REPLICA_COLUMN!r} column names no replica "
+            "(every call's is null)"
         )
     return replicas_of(frame)
 

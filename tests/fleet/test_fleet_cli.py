@@ -18,6 +18,7 @@ from replay.workload import load
 from tests.documents import conforms
 from ttlctl.cli import app
 from ttlctl.report import build_report
+from ttlctl.trace import io as trace_io
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +115,11 @@ PROGRAM_SCHEDULING = [
             "policy oracle does not map onto vLLM's scheduler",
         ),
         (["--worker-urls", "http://a:1"], "--worker-urls needs --replicas N"),
+        # replay takes one router (tune searches over several): a second is refused
+        (
+            ["--replicas", "2", "--router", "kv-aware", "--router", "cache-aware"],
+            "--router: replay takes one router, got 2 (kv-aware, cache-aware)",
+        ),
         # the calibration's objects are checked as the config's other fields are: a field
         # vllm-router does not have is named (not a Python TypeError), a negative refused
         (
@@ -237,3 +243,73 @@ def test_a_fleet_without_names_keeps_its_indices(trace: Path, tmp_path: Path) ->
     doc = json.loads(out.read_text())
     assert "replica_names" not in doc["fleet"]
     assert all("name" not in p for p in doc["results"][0]["per_replica"])
+
+
+def logged_trace(tmp_path: Path, names: list[str | None], **write: object) -> Path:
+    """A trace whose ``replica`` column cycles through ``names`` by program."""
+    frame = synth("swe-bench", 6, 2)
+    ids = sorted(set(frame["program_id"]))
+    named = {pid: names[i % len(names)] for i, pid in enumerate(ids)}
+    frame = frame.with_columns(
+        pl.col("program_id").replace_strict(named, return_dtype=pl.String).alias("replica")
+    )
+    path = tmp_path / "logged.parquet"
+    trace_io.write(frame.lazy(), path, **write)  # type: ignore[arg-type]
+    return path
+
+
+def test_as_logged_on_a_replica_column_that_names_none(tmp_path: Path) -> None:
+    trace = logged_trace(tmp_path, [None])
+    res = CliRunner().invoke(
+        app, ["replay", str(trace), "--policy", "vllm", "--replicas", "2", "--router", "as-logged"]
+    )
+    assert res.exit_code == 2, res.output
+    assert "'replica' column names no replica" in res.output
+    assert "has no 'replica' column" not in res.output
+
+
+def test_as_logged_refuses_worker_urls(tmp_path: Path) -> None:
+    trace = logged_trace(tmp_path, ["a", "b"])
+    res = CliRunner().invoke(
+        app,
+        ["replay", str(trace), "--policy", "vllm", "--replicas", "2", "--router", "as-logged",
+         "--worker-urls", "http://a:1", "--worker-urls", "http://b:2"],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "--worker-urls: the as-logged router does not take it" in res.output
+
+
+def test_as_logged_with_too_few_replicas_prints_only_its_error(tmp_path: Path) -> None:
+    """The replica count is checked before the engine records' sizing warning: a refused
+    run says only why."""
+    engines = [{"replica": n, "kv_tokens": 300_000, "calls": 1} for n in ("a", "b", "c")]
+    trace = logged_trace(tmp_path, ["a", "b", "c"], engines=engines)
+    res = CliRunner().invoke(
+        app,
+        ["replay", str(trace), "--policy", "vllm", "--replicas", "2", "--router", "as-logged",
+         "--kv-tokens", "300000"],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "--replicas 2: the trace's replica column names 3 replicas" in res.output
+    assert "warning" not in res.output
+
+
+def test_the_fleet_line_says_off_for_an_unset_setting(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(
+        app,
+        ["replay", str(trace), "--policy", "vllm", "--replicas", "2", "--router", "kv-aware",
+         "--kv-tokens", "200000", "--json", str(out)],
+        env={"COLUMNS": "400"},
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "kv_aware_session_affinity_ttl_secs=off" in res.output
+    assert "None" not in res.output
+    settings = json.loads(out.read_text())["fleet"]["settings"]
+    assert settings["kv_aware_session_affinity_ttl_secs"] is None  # the JSON keeps null
+
+
+def test_replay_help_names_the_default_router() -> None:
+    res = CliRunner().invoke(app, ["replay", "--help"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    assert "cache-aware (the default with --replicas" in res.output

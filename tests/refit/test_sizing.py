@@ -69,6 +69,15 @@ def test_one_engine_per_replica_in_the_order_named() -> None:
     assert sized[2].notes and "does not state" in sized[2].notes[0]
 
 
+def test_each_replica_without_sizes_is_named() -> None:
+    """Several replicas' older logs: each warning names its replica (not one line repeated)."""
+    sized = by_replica(["a", "b"], [], NONE, SimSchedulerConfig(), "the defaults")
+    assert [s.notes[0].split(" does not")[0] for s in sized] == [
+        "the log (replica a)",
+        "the log (replica b)",
+    ]
+
+
 def test_facts_without_sizes_are_not_called_the_flags() -> None:
     """An engine record that states no size (every size null) is no size: the line names
     the base the replay used, not flags nobody gave, and the note names the flags."""

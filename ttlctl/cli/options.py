@@ -341,14 +341,14 @@ WorkerUrls = Annotated[
     ),
 ]
 RouterName = Annotated[
-    str | None,
+    list[str] | None,
     typer.Option(
         "--router",
-        help="With --replicas: round-robin, random, power-of-two, consistent-hash, "
-        "cache-aware (vllm-router's default), kv-aware, sticky-least-loaded (vllm-router's "
-        "policies; its spellings with underscores too), program-scheduling (vllm-router's "
-        "--enable-program-scheduling), pin-aware (ttlctl's), as-logged (the trace's "
-        "replica column).",
+        help="With --replicas (once): round-robin, random, power-of-two, consistent-hash, "
+        "cache-aware (the default with --replicas, as vllm-router's), kv-aware, "
+        "sticky-least-loaded (vllm-router's policies; its spellings with underscores too), "
+        "program-scheduling (vllm-router's --enable-program-scheduling), pin-aware "
+        "(ttlctl's), as-logged (the trace's replica column).",
     ),
 ]
 CacheThreshold = Annotated[

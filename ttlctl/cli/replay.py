@@ -7,7 +7,15 @@ from typing import Annotated
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import check_outputs, err, out, print_warning, user_errors, write_doc
+from ttlctl.cli.kit import (
+    UserError,
+    check_outputs,
+    err,
+    out,
+    print_warning,
+    user_errors,
+    write_doc,
+)
 from ttlctl.cli.options import (
     BACKEND,
     BLOCK_SIZE,
@@ -137,6 +145,11 @@ def replay(
 
     with user_errors():
         check_outputs(json_out, folders=(result_dir if save_result else None,))
+        if router is not None and len(router) > 1:
+            raise UserError(
+                f"--router: replay takes one router, got {len(router)} "
+                f"({', '.join(router)}); `ttlctl tune` searches over several"
+            )
         request = ReplayRequest(
             trace=trace,
             policies=policy,
@@ -169,7 +182,7 @@ def replay(
             replicas=replicas,
             worker_urls=tuple(worker_urls) if worker_urls else None,
             router=router_settings(
-                router,
+                router[0] if router else None,
                 replicas=replicas,
                 cache_threshold=cache_threshold,
                 balance_abs_threshold=balance_abs_threshold,

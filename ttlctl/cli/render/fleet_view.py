@@ -26,7 +26,10 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
     if not results or "router" not in results[0]:
         return
     router = results[0]["router"]
-    settings = ", ".join(f"{k}={v}" for k, v in router["settings"].items()) or "no settings"
+    settings = (
+        ", ".join(f"{k}={'off' if v is None else v}" for k, v in router["settings"].items())
+        or "no settings"
+    )
     table = Table(
         title=f"fleet: {router['replicas']} replicas behind {router['name']} ({settings})"
     )

@@ -22,6 +22,7 @@ from replay.fleet.loop import FleetOutcome, check_block_size, simulate_fleet
 from replay.fleet.metrics import fleet_result
 from replay.fleet.records import FleetRouter
 from replay.fleet.routers import AS_LOGGED, RouterSettings, make_router, replica_order
+from replay.fleet.routers.as_logged import fitted_order
 from replay.fleet.routers.base import Router
 from replay.fleet.routers.consistent_hash import worker_urls
 from replay.policies import BOUNDS, PolicySpec, make
@@ -62,16 +63,13 @@ class FleetSpec:
             raise ConfigError(
                 f"{len(self.engines)} engine sizes given for {self.replicas} replicas"
             )
-        if self.router.name == AS_LOGGED and self.worker_urls is not None:
-            raise ConfigError("--worker-urls: the as-logged router does not take it")
-        if self.router.name == AS_LOGGED and self.logged is None:
-            raise ConfigError("--router as-logged needs the trace's replica column")
-        if self.router.name == AS_LOGGED and self.logged is not None:
-            named = len(replica_order(self.logged.values()))
-            if named > self.replicas:  # checked here too: before any warning about the trace
-                raise ConfigError(
-                    f"--replicas {self.replicas}: the trace's replica column names {named} replicas"
-                )
+        if self.router.name == AS_LOGGED:
+            if self.worker_urls is not None:
+                raise ConfigError("--worker-urls: the as-logged router does not take it")
+            if self.logged is None:
+                raise ConfigError("--router as-logged needs the trace's replica column")
+            # the router checks it too: here, before any warning about the trace's sizes
+            fitted_order(self.logged.values(), self.replicas)
         if self.worker_urls is not None:
             worker_urls(self.replicas, self.worker_urls)  # one per replica, no repeats
 

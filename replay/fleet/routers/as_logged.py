@@ -16,6 +16,16 @@ def replica_order(names: Iterable[str]) -> list[str]:
     return sorted(set(names))
 
 
+def fitted_order(names: Iterable[str], replicas: int) -> list[str]:
+    """:func:`replica_order`, refused (one line) when it names more than ``replicas``."""
+    order = replica_order(names)
+    if len(order) > replicas:
+        raise ConfigError(
+            f"--replicas {replicas}: the trace's replica column names {len(order)} replicas"
+        )
+    return order
+
+
 @dataclass(slots=True)
 class AsLogged(Stateless):
     names: Sequence[str]
@@ -24,13 +34,7 @@ class AsLogged(Stateless):
     _index: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        names = replica_order(self.names)
-        if len(names) > self.replicas:
-            raise ConfigError(
-                f"--replicas {self.replicas}: the trace's replica column names "
-                f"{len(names)} replicas"
-            )
-        self._index = {n: i for i, n in enumerate(names)}
+        self._index = {n: i for i, n in enumerate(fitted_order(self.names, self.replicas))}
 
     def route(self, call: RoutedCall, view: FleetView, now: float) -> int:
         if call.logged_replica is not None:

@@ -28,7 +28,7 @@ try:  # typer 0.29 on carries its own copy of click, whose errors its commands r
     from typer._click import ClickException as ClickException
 except ImportError:  # pragma: no cover - older typer runs on click itself
     from click import ClickException as ClickException  # type: ignore[assignment,no-redef]
-from ttlctl.jsonio import check_folder, check_writable, write_json
+from ttlctl.jsonio import OutputError, check_folder, check_writable, write_json
 
 #: results for people (tables); machine output is written to sys.stdout directly
 out = Console(soft_wrap=True)
@@ -124,7 +124,16 @@ def usage_line(exc: ClickException) -> str:
 
 def check_outputs(*files: Path | None, folders: tuple[Path | None, ...] = ()) -> None:
     """Refuse, before the work starts, output files and folders that cannot be written
-    (None: not asked for; '-': stdout). Every command that writes calls it first."""
+    (None: not asked for; '-': stdout), or one path named for two outputs (the second
+    write would replace the first). Every command that writes calls it first."""
+    seen: set[str] = set()
+    for path in (*files, *folders):
+        if path is None or str(path) == "-":
+            continue
+        where = os.path.abspath(path)
+        if where in seen:
+            raise OutputError(f"{path}: named for two outputs; give each its own path")
+        seen.add(where)
     for path in files:
         if path is not None and str(path) != "-":
             check_writable(path)

@@ -124,22 +124,27 @@ def usage_line(exc: ClickException) -> str:
 
 def check_outputs(*files: Path | None, folders: tuple[Path | None, ...] = ()) -> None:
     """Refuse, before the work starts, output files and folders that cannot be written
-    (None: not asked for; '-': stdout), or one path named for two outputs (the second
-    write would replace the first). Every command that writes calls it first."""
-    seen: set[str] = set()
-    for path in (*files, *folders):
-        if path is None or str(path) == "-":
-            continue
-        where = os.path.abspath(path)
-        if where in seen:
-            raise OutputError(f"{path}: named for two outputs; give each its own path")
-        seen.add(where)
+    (None: not asked for; '-': stdout). Every command that writes calls it first."""
     for path in files:
         if path is not None and str(path) != "-":
             check_writable(path)
     for folder in folders:
         if folder is not None:
             check_folder(folder)
+    refuse_repeats((*files, *folders))
+
+
+def refuse_repeats(outputs: tuple[Path | None, ...]) -> None:
+    """Refuse one path named for two outputs: the second write would replace the first
+    (None: not asked for; '-': stdout)."""
+    seen: set[str] = set()
+    for path in outputs:
+        if path is None or str(path) == "-":
+            continue
+        where = os.path.abspath(path)
+        if where in seen:
+            raise OutputError(f"{path}: named for two outputs; give each its own path")
+        seen.add(where)
 
 
 def given(ctx: typer.Context, **values: Any) -> dict[str, Any]:

@@ -362,8 +362,8 @@ def _check_router(router: Any) -> None:
     )
     if not ok:
         raise BundleError(
-            "router must be an object with name (text), settings (numbers, text or null) "
-            "and replicas (>= 1)"
+            "router must be an object with name (text), settings (numbers, text, booleans or "
+            "null) and replicas (an integer >= 1)"
         )
 
 

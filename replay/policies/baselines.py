@@ -110,11 +110,13 @@ class Oracle(NoHooks, Observes):
     last, and pins exactly when keeping the context pays: when the pause is
     shorter than what losing the context would cost (rebuilding it, plus the mean
     queueing delay that returning programs without a pin have suffered so far).
-    Stall-only valve by default (the best in the reference model of docs/method.md)."""
+    Stall-only valve by default (the best in the reference model of docs/method.md), no
+    pin cap unless one is given (``--pin-cap``, as for the other TTL policies)."""
 
     pauses: dict[tuple[str, int], float]
     name: str = "oracle"
     valve_name: str = DEFAULT_VALVE
+    pin_cap: float = 1.0
     _delays: list[float] = field(default_factory=list)
     _rules: PolicyParams | None = None
     _engine: SimScheduler | None = None
@@ -123,7 +125,7 @@ class Oracle(NoHooks, Observes):
         return program_key(req, engine)
 
     def tau_source(self, engine: SimScheduler) -> TauSource | None:
-        self._rules = rules(self.valve_name)
+        self._rules = rules(self.valve_name, self.pin_cap)
         self._engine = engine
         return self
 

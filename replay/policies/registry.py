@@ -71,7 +71,11 @@ def make(
     if name == "autellix":
         return Autellix()
     if name == "oracle":
-        return Oracle(pauses=pauses, valve_name=spec.valve or DEFAULT_VALVE)
+        return Oracle(
+            pauses=pauses,
+            valve_name=spec.valve or DEFAULT_VALVE,
+            pin_cap=spec.pin_cap if spec.pin_cap is not None else 1.0,
+        )
     raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(NAMES)} or all")
 
 

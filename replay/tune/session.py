@@ -118,8 +118,15 @@ class TuneOutcome:
 
 def check(req: TuneRequest) -> None:
     """The options' rules, each refusal one line."""
-    if req.trials < 1 or req.workers < 1 or req.seeds < 1 or req.holdout_seeds < 1:
-        raise TuneError("--trials, --workers, --seeds and --holdout-seeds must be >= 1")
+    counts = {
+        "--trials": req.trials,
+        "--workers": req.workers,
+        "--seeds": req.seeds,
+        "--holdout-seeds": req.holdout_seeds,
+    }
+    for flag, count in counts.items():
+        if count < 1:
+            raise TuneError(f"{flag} must be >= 1, not {count}")
     if req.heartbeat_s < 1:
         raise TuneError("--heartbeat-seconds must be >= 1")
     if not (math.isfinite(req.min_gain) and req.min_gain >= 1.0):

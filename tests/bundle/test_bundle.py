@@ -87,6 +87,23 @@ def test_resealed_but_invalid_content_is_refused(bundle_file: Path) -> None:
         bundle.verify(bundle.seal(bad_policy))
 
 
+def test_the_router_sections_refusal_names_what_it_takes(bundle_file: Path) -> None:
+    """A router section's settings may be numbers, text, booleans or null (Program
+    scheduling's config has all four), and the refusal of a bad one says so. Regression:
+    booleans were taken but the message left them out."""
+    doc = bundle.read(bundle_file)
+    settings = {"token_capacity": True, "resume_order": "mru", "x": None, "n": 1.5}
+    good = {**doc, "router": {"name": "program-scheduling", "settings": settings, "replicas": 2}}
+    bundle.verify(bundle.seal(good))
+    bad = {**doc, "router": {"name": "cache-aware", "settings": {"a": [1]}, "replicas": 2}}
+    with pytest.raises(bundle.BundleError) as caught:
+        bundle.verify(bundle.seal(bad))
+    assert str(caught.value) == (
+        "router must be an object with name (text), settings (numbers, text, booleans or "
+        "null) and replicas (an integer >= 1)"
+    )
+
+
 def test_engine_reader_falls_back_to_no_pin(bundle_file: Path, tmp_path: Path) -> None:
     warnings: list[str] = []
     policy, doc = bundle.load_policy(bundle_file, warnings.append)

@@ -74,6 +74,30 @@ def test_fit_checks_the_plot_folder_before_writing_the_fit(
     assert not out.exists()
 
 
+def test_one_path_named_for_two_outputs_is_refused_first(
+    inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The second write would replace the first: tune's bundle overwritten by its summary
+    (given as --json, or as -o tune.json beside the default tune.json), fit's -o taken as
+    its --plot folder. Regression: tune wrote both, leaving a summary where the bundle
+    was; fit plotted into a folder named as its -o, then failed to write the fit."""
+    trace, fit = str(inputs["trace"]), str(inputs["fit"])
+    same = tmp_path / "same.json"
+    tune = ["tune", trace, "--fit", fit, "--profile", "llama-3.1-8b-h100", "--trials", "1"]
+    cases = {
+        "tune --json": ([*tune, "-o", str(same), "--json", str(same)], same),
+        "tune -o tune.json": ([*tune, "-o", str(tmp_path / "tune.json")], tmp_path / "tune.json"),
+        "fit --plot": (["fit", trace, "-o", str(same), "--plot", str(same)], same),
+        "ingest --json": (["ingest", trace, "-o", str(same), "--json", str(same)], same),
+    }
+    for name, (args, path) in cases.items():
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, (name, res.output)
+        (line,) = res.stderr.strip().splitlines()
+        assert line == f"error: {path}: named for two outputs; give each its own path", name
+        assert list(tmp_path.iterdir()) == [], name
+
+
 def test_the_checks_and_the_writer_name_the_users_path(tmp_path: Path) -> None:
     with pytest.raises(OutputError, match=rf"^{tmp_path}: is a directory"):
         check_writable(tmp_path)

@@ -121,6 +121,23 @@ def test_the_oracle_holds_its_pin_until_the_call_reaches_the_scheduler() -> None
     assert (stats.pins_made, stats.pins_hit, stats.pins_expired) == (1, 1, 0)
 
 
+def test_the_oracle_keeps_to_the_pin_cap_it_is_given() -> None:
+    """``--pin-cap`` caps the oracle's pins as it caps continuum's and static-ttl's: A's
+    10-block context (a 5 ms pause, far below its rebuild) is pinned in a 20-block cache
+    with no cap, and refused under a cap of a quarter of the cache (5 blocks).
+    Regression: the oracle ignored the cap and pinned all 10 blocks."""
+    a = AgentProgram("A", 0.0, (Call(160, 1, 0, "t", 0.005), Call(180, 1, 161, None, 0.0)))
+    work = Workload((a,))
+    pauses = {(p.program_id, i): c.pause_s for p in work.programs for i, c in enumerate(p.calls)}
+    cfg = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=16 * 20, block_size=16), check=True)
+    made_refused = []
+    for cap in (None, 0.25):
+        oracle = make(PolicySpec("oracle", pin_cap=cap), pauses, lambda t, o: 0.0)
+        stats = simulate(work, oracle, COST, cfg).engine.stats
+        made_refused.append((stats.pins_made, stats.pins_refused))
+    assert made_refused == [(1, 0), (0, 1)]
+
+
 def test_a_pinned_programs_call_goes_before_an_older_programs() -> None:
     """The queue's order as docs/method.md states it: a call whose program holds a pin goes
     before the call of a program that arrived earlier and holds none; once the pin is gone,

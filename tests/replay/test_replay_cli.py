@@ -101,6 +101,16 @@ def test_replay_all_policies_json(tmp_path: Path) -> None:
     assert by["vllm"]["gap_closed"] == 0.0 and by["unlimited-kv"]["gap_closed"] == 1.0
     assert doc["trace"]["sha256"] and doc["config"]["engine"]["kv_tokens"] == 20000
     assert "continuum" in res.output and "gap closed" in res.output
+    assert "* evaluation only" in res.output  # oracle and unlimited-kv are starred
+
+
+def test_the_evaluation_only_footnote_only_under_a_starred_row(tmp_path: Path) -> None:
+    """The footnote explains the star of oracle and unlimited-kv; a table without either
+    has no star and no footnote. Regression: it was printed under every table."""
+    trace = _trace(tmp_path / "t.parquet", [_growing(3) for _ in range(3)])
+    res = CliRunner().invoke(app, ["replay", str(trace), "--policy", "vllm"])
+    assert res.exit_code == 0, res.output
+    assert "vllm" in res.output and "*" not in res.output
 
 
 def test_same_seed_same_bytes(tmp_path: Path) -> None:

@@ -118,7 +118,9 @@ def test_guard_ships_a_never_pin_bundle_unless_forced(
         (("--fit", "missing.json"), "missing.json: no such file"),
         (("--storage", "STORAGE_DB"), "is a SQLite database"),
         (("--storage", "postgresql+psycopg2://u:hunter2@127.0.0.1:1/x"), "cannot open"),
-        (("--trials", "0"), "must be >= 1"),
+        (("--trials", "0"), "error: --trials must be >= 1, not 0"),
+        (("--seeds", "0"), "error: --seeds must be >= 1, not 0"),
+        (("--holdout-seeds", "-2"), "error: --holdout-seeds must be >= 1, not -2"),
         (("--jps", "-1"), "must be positive"),
     ],
 )

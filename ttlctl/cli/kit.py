@@ -28,7 +28,7 @@ try:  # typer 0.29 on carries its own copy of click, whose errors its commands r
     from typer._click import ClickException as ClickException
 except ImportError:  # pragma: no cover - older typer runs on click itself
     from click import ClickException as ClickException  # type: ignore[assignment,no-redef]
-from ttlctl.jsonio import check_folder, check_writable, write_json
+from ttlctl.jsonio import OutputError, check_folder, check_writable, write_json
 
 #: results for people (tables); machine output is written to sys.stdout directly
 out = Console(soft_wrap=True)
@@ -131,6 +131,20 @@ def check_outputs(*files: Path | None, folders: tuple[Path | None, ...] = ()) ->
     for folder in folders:
         if folder is not None:
             check_folder(folder)
+    refuse_repeats((*files, *folders))
+
+
+def refuse_repeats(outputs: tuple[Path | None, ...]) -> None:
+    """Refuse one path named for two outputs: the second write would replace the first
+    (None: not asked for; '-': stdout)."""
+    seen: set[str] = set()
+    for path in outputs:
+        if path is None or str(path) == "-":
+            continue
+        where = os.path.abspath(path)
+        if where in seen:
+            raise OutputError(f"{path}: named for two outputs; give each its own path")
+        seen.add(where)
 
 
 def given(ctx: typer.Context, **values: Any) -> dict[str, Any]:

@@ -89,7 +89,12 @@ def replay(
         ),
     ] = None,
     pin_cap: Annotated[
-        float | None, typer.Option(help="Largest fraction of KV pins may hold.")
+        float | None,
+        typer.Option(
+            help="Largest fraction of KV pins may hold, in (0, 1], for continuum (over its "
+            "bundle's), static-ttl and oracle; unset: continuum takes its bundle's, the others "
+            "none. infercept never has one."
+        ),
     ] = None,
     ttl: Annotated[
         float, typer.Option("--ttl-seconds", min=0.0, help="The TTL (s) of static-ttl.")

@@ -243,10 +243,12 @@ def tune(
 
     from replay.loads import load_list
     from replay.tune import session as tuning
+    from replay.tune.study import summary_path
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
-        check_outputs(output, summary, live_bundle)
+        check_outputs(output, summary or summary_path(output))
+        check_outputs(live_bundle)  # may be -o: the server then serves the bundle written
         to_stdout = summary is not None and str(summary) == "-"
         request = tuning.TuneRequest(
             trace=trace,

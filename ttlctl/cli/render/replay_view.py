@@ -47,7 +47,10 @@ def replay_table(console: Console, results: list[PolicyResult], calls: int) -> N
             dash(r.get("sim_calls_per_s"), ",.0f"),
         )
     show(console, table)
-    console.print("* evaluation only: reads what no engine can know, or has memory no engine has")
+    if any(r.get("evaluation_only") for r in results):
+        console.print(
+            "* evaluation only: reads what no engine can know, or has memory no engine has"
+        )
     rejected = max((r["rejected_calls"] for r in results), default=0)
     if rejected:
         console.print(

@@ -147,6 +147,14 @@ def test_a_json_flag_is_a_path_and_dash_is_stdout() -> None:
                 assert param.help == "Write the results as JSON here ('-': stdout).", name
 
 
+def test_fits_allow_empty_says_what_fit_refuses() -> None:
+    """fit stops on a trace with calls but no tool pause ("no tool pause to fit"), not on
+    one with no calls: its --allow-empty says so, not ingest's words."""
+    flags = {flag: param for param in _commands()["fit"].params for flag in param.opts}
+    help_text = flags["--allow-empty"].help or ""
+    assert "tool pause" in help_text and "no calls" not in help_text, help_text
+
+
 @pytest.mark.parametrize(
     ("args", "flag"),
     [

@@ -15,6 +15,7 @@ import polars as pl
 from ttlctl.ingest import lookup, rules
 from ttlctl.ingest.reader import (
     GZIP_SUFFIX,
+    SNIFF_BYTES,
     GroupReader,
     GzipDamage,
     Parsed,
@@ -200,14 +201,16 @@ def ingest(
 
 
 def _unrecognised(path: Path) -> str:
-    """Why no reader took ``path``: damaged gzip data, text that is not UTF-8, or an
-    unknown format."""
+    """Why no reader took ``path``: damaged gzip data, an empty file (as every reader
+    names it), text that is not UTF-8, or an unknown format."""
     if is_gzip(path):
         try:
             read_bytes(path)
         except GzipDamage as exc:
             return str(exc)
     head = head_bytes(path)
+    if len(head) < SNIFF_BYTES and not head.strip():  # the whole file, and only blanks
+        return "empty file"
     if not head.startswith(b"PAR1"):
         try:
             head.decode("utf-8")

@@ -170,6 +170,10 @@ def test_fits_allow_empty_says_what_fit_refuses() -> None:
          "--ttl-seconds"),
         (["replay", "t.parquet", "--policy", "vllm", "--offload-tokens", "-5"], "--offload-tokens"),
         (["bundle", "inspect", "b.json", "--queue-delay-seconds", "-2"], "--queue-delay-seconds"),
+        (["ingest", "logs", "-o", "t.parquet", "--format", "bogus"], "--format"),
+        (["export", "t.parquet", "--to", "bogus", "-o", "x.jsonl"], "--to"),
+        (["export", "t.parquet", "--to", "mooncake", "-o", "x.jsonl", "--block-size", "0"],
+         "--block-size"),
     ],
 )  # fmt: skip
 def test_a_usage_error_is_one_line_naming_the_flag(args: list[str], flag: str) -> None:

@@ -24,6 +24,7 @@ def export(
     from ttlctl.trace import io as trace_io
 
     with user_errors():
+        export_mod.check(to, block_size)
         check_outputs(output)
         frame = trace_io.read(trace)
         lines = export_mod.rows(frame, to, block_size)

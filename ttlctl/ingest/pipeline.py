@@ -130,11 +130,11 @@ def ingest(
     removed before this returns or raises.
     """
     paths = list(paths)
+    fixed = None if fmt == "auto" else lookup.get(fmt)  # a wrong --format before any file
     files, skipped = expand(paths)
     report = IngestReport(output=str(output), skipped=[str(p) for p in skipped])
     if not files:
         raise IngestError(", ".join(str(p) for p in paths) or ".", None, "no log files to ingest")
-    fixed = None if fmt == "auto" else lookup.get(fmt)
 
     rejects_path = rejects_path_for(output)
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -174,6 +174,10 @@ def test_fits_allow_empty_says_what_fit_refuses() -> None:
         (["export", "t.parquet", "--to", "bogus", "-o", "x.jsonl"], "--to"),
         (["export", "t.parquet", "--to", "mooncake", "-o", "x.jsonl", "--block-size", "0"],
          "--block-size"),
+        (["synth", "--workload", "swe", "--programs", "5", "-o", "t.parquet"], "--workload"),
+        (["synth", "--workload", "bfcl", "--programs", "0", "-o", "t.parquet"], "--programs"),
+        (["synth", "--workload", "bfcl", "--programs", "5", "--seed", "-1", "-o", "t.parquet"],
+         "--seed"),
     ],
 )  # fmt: skip
 def test_a_usage_error_is_one_line_naming_the_flag(args: list[str], flag: str) -> None:

@@ -82,21 +82,27 @@ class IngestReport:
 
 
 def expand(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
-    """(files to read, documentation files skipped) for the given files and directories."""
+    """(files to read, documentation files skipped) for the given files and directories;
+    a file reached twice (a folder and a file or folder inside it) is read once."""
     files: list[Path] = []
     skipped: list[Path] = []
+    seen: set[Path] = set()
+
+    def add(file: Path, to: list[Path]) -> None:
+        real = file.resolve()
+        if real not in seen:
+            seen.add(real)
+            to.append(file)
+
     for path in paths:
         if path.is_dir():
             for child in sorted(p for p in path.rglob("*") if p.is_file()):
                 rel_parts = child.relative_to(path).parts
                 if any(part.startswith(".") for part in rel_parts):
                     continue
-                if _is_doc(child):
-                    skipped.append(child)
-                else:
-                    files.append(child)
+                add(child, skipped if _is_doc(child) else files)
         elif path.exists():
-            files.append(path)
+            add(path, files)
         else:
             raise IngestError(path, None, "no such file or directory")
     return files, skipped

@@ -26,6 +26,7 @@ from ttlctl.ingest.reader import (
     read_bytes,
     size,
     streaming,
+    streaming_limit,
 )
 from ttlctl.ingest.rejects import IngestError, RejectSink
 from ttlctl.ingest.spool import spooled
@@ -137,6 +138,8 @@ def ingest(
     """
     paths = list(paths)
     fixed = None if fmt == "auto" else lookup.get(fmt)  # a wrong --format before any file
+    streaming_limit()  # and a wrong size variable: its own error, not a file's
+    env_bytes("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES)
     files, skipped = expand(paths)
     report = IngestReport(output=str(output), skipped=[str(p) for p in skipped])
     if not files:

@@ -51,14 +51,17 @@ DEFAULT_STREAMING_BYTES = 2 * 1024**3
 
 def env_bytes(name: str, default: int) -> int:
     """A size in bytes from the environment variable ``name`` (else ``default``);
-    :class:`~ttlctl.errors.ConfigError` when it is not a whole number."""
+    :class:`~ttlctl.errors.ConfigError` when it is not a whole number (0, 1, 2 …)."""
     raw = os.environ.get(name)
     if raw is None:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r}: expected a whole number of bytes") from None
+        value = -1
+    if value < 0:
+        raise ConfigError(f"{name}={raw!r}: expected a whole number of bytes")
+    return value
 
 
 def streaming_limit() -> int:

@@ -227,5 +227,17 @@ def test_a_bad_size_variable_is_its_own_error_before_any_file(
     res = CliRunner().invoke(app, ["ingest", str(src), "-o", str(tmp_path / "o.parquet")])
     assert res.exit_code == 2, res.output
     line = res.stderr.strip()
-    assert line == f"error: {name}={value!r}: expected a whole number of bytes", res.stderr
+    assert "\n" not in line, res.stderr
+    assert line.startswith(f"error: {name}={value!r}: expected a whole number of bytes"), line
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_a_bucket_of_no_bytes_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TTLCTL_BUCKET_BYTES=0 was a ZeroDivisionError traceback on the out-of-core path."""
+    monkeypatch.setenv("TTLCTL_BUCKET_BYTES", "0")
+    monkeypatch.setenv("TTLCTL_STREAMING_BYTES", "0")
+    res = CliRunner().invoke(app, ["ingest", str(MOONCAKE), "-o", str(tmp_path / "o.parquet")])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == (
+        "error: TTLCTL_BUCKET_BYTES='0': expected a whole number of bytes, at least 1"
+    ), res.stderr

@@ -139,7 +139,7 @@ def ingest(
     paths = list(paths)
     fixed = None if fmt == "auto" else lookup.get(fmt)  # a wrong --format before any file
     streaming_limit()  # and a wrong size variable: its own error, not a file's
-    env_bytes("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES)
+    env_bytes("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES, least=1)
     files, skipped = expand(paths)
     report = IngestReport(output=str(output), skipped=[str(p) for p in skipped])
     if not files:
@@ -357,7 +357,7 @@ def _validate_in_buckets(
     Every program lands whole in one bucket, so the program rules hold per bucket;
     memory is bounded by the largest bucket, not by the input.
     """
-    budget = env_bytes("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES)
+    budget = env_bytes("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES, least=1)
     with tempfile.TemporaryDirectory(prefix=".ttlctl-ingest-", dir=output.parent) as tmp:
         root = Path(tmp)
         spilled = root / "rows.parquet"

@@ -25,7 +25,7 @@ def export(
 
     with user_errors():
         export_mod.check(to, block_size)
-        check_outputs(output)
+        check_outputs(output, inputs=(trace,))
         frame = trace_io.read(trace)
         lines = export_mod.rows(frame, to, block_size)
         export_mod.write(lines, output)

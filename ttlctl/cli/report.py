@@ -32,7 +32,7 @@ def report(
     from ttlctl import report as report_mod
 
     with user_errors():
-        check_outputs(output)
+        check_outputs(output, inputs=tuple(run_dir / name for name in report_mod.FILES))
         with err.status("building the report…"):
             run = report_mod.load(run_dir, max_num_batched_tokens)
             page = report_mod.render(run)

@@ -99,6 +99,9 @@ def test_an_output_that_is_an_input_is_refused(inputs: dict[str, Path], tmp_path
     trace.write_bytes(inputs["trace"].read_bytes())
     fit.write_bytes(inputs["fit"].read_bytes())
     t, f = str(trace), str(fit)
+    served = str(tmp_path / "served.json")
+    build = ["bundle", "build", "--fit", f, "--profile", "llama-3.1-8b-h100", "-o", served]
+    assert CliRunner().invoke(app, build).exit_code == 0
     cases = {
         "ingest": ["ingest", t, "-o", t],
         "ingest --json": ["ingest", t, "-o", str(tmp_path / "t.parquet"), "--json", t],
@@ -108,6 +111,8 @@ def test_an_output_that_is_an_input_is_refused(inputs: dict[str, Path], tmp_path
                          "-o", f],
         "export": ["export", t, "--to", "mooncake", "-o", t],
         "report": ["report", str(run), "-o", f],
+        "refit --trace": ["refit", t, "--bundle", served, "--trace", t],
+        "refit -o": ["refit", t, "--bundle", served, "-o", t],
     }  # fmt: skip
     before = {p: p.read_bytes() for p in (trace, fit)}
     for name, args in cases.items():
@@ -116,4 +121,4 @@ def test_an_output_that_is_an_input_is_refused(inputs: dict[str, Path], tmp_path
         (line,) = res.stderr.strip().splitlines()
         assert line.startswith("error: ") and "is an input of this command" in line, (name, line)
         assert {p: p.read_bytes() for p in (trace, fit)} == before, name
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "served.json"]

@@ -34,10 +34,12 @@ class FitConfig:
     max_points: int = cdf_mod.MAX_POINTS
 
     def __post_init__(self) -> None:
-        if self.min_samples < 0 or self.abandon_s <= 0 or self.bootstrap < 0:
-            raise ConfigError(
-                "--min-samples must be >= 0, --abandon-seconds > 0 and --bootstrap >= 0"
-            )
+        if self.min_samples < 0:
+            raise ConfigError(f"--min-samples must be >= 0, not {self.min_samples}")
+        if self.abandon_s <= 0:
+            raise ConfigError(f"--abandon-seconds must be > 0, not {self.abandon_s:g}")
+        if self.bootstrap < 0:
+            raise ConfigError(f"--bootstrap must be >= 0, not {self.bootstrap}")
         if self.max_points < 2:
             raise ConfigError("max_points >= 2")
 

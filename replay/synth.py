@@ -238,11 +238,13 @@ def synth(workload: str, programs: int, seed: int) -> pl.DataFrame:
     as a canonical trace, sorted by program and turn. Deterministic for a seed."""
     spec = WORKLOADS.get(workload)
     if spec is None:
-        raise ConfigError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
+        raise ConfigError(
+            f"--workload: unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}"
+        )
     if programs < 1:
-        raise ConfigError(f"programs must be at least 1, not {programs}")
+        raise ConfigError(f"--programs must be at least 1, not {programs}")
     if seed < 0:
-        raise ConfigError(f"seed must be non-negative, not {seed}")
+        raise ConfigError(f"--seed must be non-negative, not {seed}")
     rng = np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(workload.encode())]))
     tools = solved_tools(spec)
 

@@ -33,11 +33,17 @@ from ttlctl.trace.prefix import SharedKey, shared_keys
 FORMATS = ("mooncake", "agentic-mooncake")
 
 
-def rows(trace: pl.DataFrame, fmt: str, block_size: int = 512) -> list[dict[str, Any]]:
+def check(fmt: str, block_size: int) -> None:
+    """:class:`ConfigError`, naming the flag, unless ``fmt`` and ``block_size`` can be
+    written (checked before the trace is read)."""
     if fmt not in FORMATS:
-        raise ConfigError(f"unknown export format {fmt!r}; choose {' or '.join(FORMATS)}")
+        raise ConfigError(f"--to: unknown export format {fmt!r}; choose {' or '.join(FORMATS)}")
     if block_size <= 0:
         raise ConfigError("--block-size must be positive")
+
+
+def rows(trace: pl.DataFrame, fmt: str, block_size: int = 512) -> list[dict[str, Any]]:
+    check(fmt, block_size)
     out: list[dict[str, Any]] = []
     next_id = 0
     shared_ids: dict[SharedKey, int] = {}

@@ -147,6 +147,14 @@ def test_a_json_flag_is_a_path_and_dash_is_stdout() -> None:
                 assert param.help == "Write the results as JSON here ('-': stdout).", name
 
 
+def test_fits_allow_empty_says_what_fit_refuses() -> None:
+    """fit stops on a trace with calls but no tool pause ("no tool pause to fit"), not on
+    one with no calls: its --allow-empty says so, not ingest's words."""
+    flags = {flag: param for param in _commands()["fit"].params for flag in param.opts}
+    help_text = flags["--allow-empty"].help or ""
+    assert "tool pause" in help_text and "no calls" not in help_text, help_text
+
+
 @pytest.mark.parametrize(
     ("args", "flag"),
     [
@@ -162,6 +170,14 @@ def test_a_json_flag_is_a_path_and_dash_is_stdout() -> None:
          "--ttl-seconds"),
         (["replay", "t.parquet", "--policy", "vllm", "--offload-tokens", "-5"], "--offload-tokens"),
         (["bundle", "inspect", "b.json", "--queue-delay-seconds", "-2"], "--queue-delay-seconds"),
+        (["ingest", "logs", "-o", "t.parquet", "--format", "bogus"], "--format"),
+        (["export", "t.parquet", "--to", "bogus", "-o", "x.jsonl"], "--to"),
+        (["export", "t.parquet", "--to", "mooncake", "-o", "x.jsonl", "--block-size", "0"],
+         "--block-size"),
+        (["synth", "--workload", "swe", "--programs", "5", "-o", "t.parquet"], "--workload"),
+        (["synth", "--workload", "bfcl", "--programs", "0", "-o", "t.parquet"], "--programs"),
+        (["synth", "--workload", "bfcl", "--programs", "5", "--seed", "-1", "-o", "t.parquet"],
+         "--seed"),
     ],
 )  # fmt: skip
 def test_a_usage_error_is_one_line_naming_the_flag(args: list[str], flag: str) -> None:

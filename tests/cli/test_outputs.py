@@ -111,3 +111,38 @@ def test_the_checks_and_the_writer_name_the_users_path(tmp_path: Path) -> None:
     check_writable(tmp_path / "new" / "deeper" / "x.json")  # folders to be made: fine
     check_folder(tmp_path / "new-folder")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]  # the probes left nothing
+
+
+def test_an_output_that_is_an_input_is_refused(inputs: dict[str, Path], tmp_path: Path) -> None:
+    """`fit trace.parquet -o trace.parquet` (a slip of the keyboard) replaced the trace with
+    its fit: an output that is one of the command's inputs stops it first, one line, and
+    the input is left as it was."""
+    run = tmp_path / "run"
+    run.mkdir()
+    trace, fit = run / "trace.parquet", run / "fit.json"
+    trace.write_bytes(inputs["trace"].read_bytes())
+    fit.write_bytes(inputs["fit"].read_bytes())
+    t, f = str(trace), str(fit)
+    served = str(tmp_path / "served.json")
+    build = ["bundle", "build", "--fit", f, "--profile", "llama-3.1-8b-h100", "-o", served]
+    assert CliRunner().invoke(app, build).exit_code == 0
+    cases = {
+        "ingest": ["ingest", t, "-o", t],
+        "ingest --json": ["ingest", t, "-o", str(tmp_path / "t.parquet"), "--json", t],
+        "fit": ["fit", t, "-o", t],
+        "fit --json": ["fit", t, "-o", str(tmp_path / "f.json"), "--json", t],
+        "bundle build": ["bundle", "build", "--fit", f, "--profile", "llama-3.1-8b-h100",
+                         "-o", f],
+        "export": ["export", t, "--to", "mooncake", "-o", t],
+        "report": ["report", str(run), "-o", f],
+        "refit --trace": ["refit", t, "--bundle", served, "--trace", t],
+        "refit -o": ["refit", t, "--bundle", served, "-o", t],
+    }  # fmt: skip
+    before = {p: p.read_bytes() for p in (trace, fit)}
+    for name, args in cases.items():
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, (name, res.output)
+        (line,) = res.stderr.strip().splitlines()
+        assert line.startswith("error: ") and "is an input of this command" in line, (name, line)
+        assert {p: p.read_bytes() for p in (trace, fit)} == before, name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "served.json"]

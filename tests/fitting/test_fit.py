@@ -160,3 +160,24 @@ def test_the_fit_pngs_and_the_report_draw_a_cdf_one_way(
     (tmp_path / "run" / "fit.json").write_text(json.dumps(doc))
     assert "<figure>" in pauses.section(load(tmp_path / "run"))
     assert sorted(drawn) == sorted((t["n"], True) for _, t in tools)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "args"),
+    [
+        ("--min-samples", "-1", ["--min-samples", "-1"]),
+        ("--abandon-seconds", "0", ["--abandon-seconds", "0"]),
+        ("--bootstrap", "-5", ["--bootstrap", "-5"]),
+    ],
+)
+def test_an_out_of_range_setting_names_its_flag_alone(
+    tmp_path: Path, flag: str, value: str, args: list[str]
+) -> None:
+    """One line naming the flag that is wrong and its value, not every flag fit checks."""
+    res = CliRunner().invoke(app, ["fit", "t.parquet", "-o", str(tmp_path / "f.json"), *args])
+    assert res.exit_code == 2, res.output
+    line = res.stderr.strip()
+    others = {"--min-samples", "--abandon-seconds", "--bootstrap"} - {flag}
+    assert line.startswith("error: ") and "\n" not in line, line
+    assert f"{flag} must" in line and line.endswith(f"not {value}"), line
+    assert not any(other in line for other in others), line

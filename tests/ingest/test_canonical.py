@@ -164,6 +164,32 @@ def test_garbage_files(tmp_path: Path, content: bytes) -> None:
     assert out.exists() and (tmp_path / "o.parquet.rejects.jsonl").exists()
 
 
+@pytest.mark.parametrize("content", [b"", b"  \n\n", b"\n"])
+@pytest.mark.parametrize("fmt", ["auto", "canonical"])
+def test_an_empty_file_is_named_empty_whether_detected_or_named(
+    tmp_path: Path, content: bytes, fmt: str
+) -> None:
+    """No reader recognises an empty file: it is "empty file", as naming a format says,
+    not "unrecognised format … (name one with --format)", which would not help."""
+    src = tmp_path / "run.jsonl"
+    src.write_bytes(content)
+    with pytest.raises(IngestError) as info:
+        ingest([src], tmp_path / "o.parquet", fmt=fmt)
+    assert info.value.reason == "empty file", str(info.value)
+
+
+def test_a_file_given_twice_is_read_once(tmp_path: Path) -> None:
+    """`ingest logs logs/run.jsonl` (or the same file twice) reads each file once: read
+    twice, its programs would be rejected as duplicate turns."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    src = _jsonl(folder / "run.jsonl", _good_rows())
+    once = ingest([src], tmp_path / "once.parquet")
+    twice = ingest([folder, src, folder / "." / "run.jsonl"], tmp_path / "twice.parquet")
+    assert [f.path for f in twice.files] == [str(src)]
+    assert twice.rows == once.rows == len(_good_rows()) and twice.rejected == 0
+
+
 def test_streaming_path_matches_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rows = [_call(f"p{p}", t) for p in range(50) for t in range(7)]
     rows[40]["tool_s"] = -3.0  # one bad program

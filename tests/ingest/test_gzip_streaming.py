@@ -209,3 +209,35 @@ def test_a_size_variable_that_is_not_a_number_is_one_error(
     res = CliRunner().invoke(app, ["ingest", str(MOONCAKE), "-o", str(tmp_path / "o.parquet")])
     assert res.exit_code == 2, res.output
     assert f"{name}='2GB'" in res.output and "Traceback" not in res.output, res.output
+
+
+@pytest.mark.parametrize("value", ["2GB", "-1"])
+@pytest.mark.parametrize("name", ["TTLCTL_STREAMING_BYTES", "TTLCTL_BUCKET_BYTES"])
+def test_a_bad_size_variable_is_its_own_error_before_any_file(
+    name: str, value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Named as the variable's error, whatever the input's format (the canonical reader
+    passed it off as its file's: `t.jsonl: unreadable as canonical: …`), and a negative
+    size is no whole number of bytes either."""
+    monkeypatch.setenv(name, value)
+    src = tmp_path / "t.jsonl"
+    src.write_text(
+        '{"program_id": "a", "turn": 0, "arrival_s": 0, "input_tokens": 1, "output_tokens": 1}\n'
+    )
+    res = CliRunner().invoke(app, ["ingest", str(src), "-o", str(tmp_path / "o.parquet")])
+    assert res.exit_code == 2, res.output
+    line = res.stderr.strip()
+    assert "\n" not in line, res.stderr
+    assert line.startswith(f"error: {name}={value!r}: expected a whole number of bytes"), line
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_a_bucket_of_no_bytes_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TTLCTL_BUCKET_BYTES=0 was a ZeroDivisionError traceback on the out-of-core path."""
+    monkeypatch.setenv("TTLCTL_BUCKET_BYTES", "0")
+    monkeypatch.setenv("TTLCTL_STREAMING_BYTES", "0")
+    res = CliRunner().invoke(app, ["ingest", str(MOONCAKE), "-o", str(tmp_path / "o.parquet")])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == (
+        "error: TTLCTL_BUCKET_BYTES='0': expected a whole number of bytes, at least 1"
+    ), res.stderr

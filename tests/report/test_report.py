@@ -118,6 +118,19 @@ def test_cli_writes_the_page(tmp_path: Path, sample_run: Path) -> None:
     assert [p.name for p in out.parent.iterdir()] == ["report.html"]  # no temp file left
 
 
+def test_cli_names_an_unreadable_input(tmp_path: Path, sample_run: Path) -> None:
+    """A damaged input is a note on the page, and the command says so too: the line that
+    lists what the run lacks must not pass a file it could not read as used."""
+    shutil.copy(sample_run / "replay.json", tmp_path / "replay.json")
+    (tmp_path / "fit.json").write_text("{", encoding="utf-8")
+    out = tmp_path / "report.html"
+    res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    warned = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warned) == 1 and "fit.json not used: " in warned[0], res.stderr
+    assert "not valid JSON" in warned[0] and "replay.json" not in warned[0]
+
+
 @pytest.mark.parametrize("case", ["absent", "empty", "file", "output-is-dir"])
 def test_cli_errors_are_one_line(tmp_path: Path, sample_run: Path, case: str) -> None:
     run, out = tmp_path / "run", tmp_path / "r.html"

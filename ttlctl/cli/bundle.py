@@ -52,7 +52,7 @@ def build(
 ) -> None:
     """Combine a fit, a profile and the policy's parameters into one sealed bundle."""
     with user_errors():
-        check_outputs(output)
+        check_outputs(output, inputs=(fit, Path(profile)))
         doc = bundle.from_files(
             bundle.BuildRequest(
                 fit=fit,

@@ -24,7 +24,8 @@ def export(
     from ttlctl.trace import io as trace_io
 
     with user_errors():
-        check_outputs(output)
+        export_mod.check(to, block_size)
+        check_outputs(output, inputs=(trace,))
         frame = trace_io.read(trace)
         lines = export_mod.rows(frame, to, block_size)
         export_mod.write(lines, output)

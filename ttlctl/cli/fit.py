@@ -11,7 +11,7 @@ import typer
 from ttlctl import __version__
 from ttlctl.cli import render
 from ttlctl.cli.kit import check_outputs, err, out, user_errors, write_doc
-from ttlctl.cli.options import AllowEmpty, JsonTo
+from ttlctl.cli.options import JsonTo
 from ttlctl.jsonio import file_sha256, write_json
 
 
@@ -33,7 +33,14 @@ def fit(
     ] = 3600.0,
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for η's interval.")] = 1000,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
-    allow_empty: AllowEmpty = False,
+    allow_empty: Annotated[
+        bool,
+        typer.Option(
+            "--allow-empty",
+            help="Write a fit of nothing when the trace has no tool pause (every τ* left to "
+            "the cold start) instead of stopping with an error.",
+        ),
+    ] = False,
     json_out: JsonTo = None,
 ) -> None:
     """Fit per-tool pause CDFs (compressed to ≤ 1,024 points), exponential fits, and η."""
@@ -42,7 +49,7 @@ def fit(
     from ttlctl.trace import io as trace_io
 
     with user_errors():
-        check_outputs(output, json_out, folders=(plot,))
+        check_outputs(output, json_out, folders=(plot,), inputs=(trace,))
         config = FitConfig(
             min_samples=min_samples, abandon_s=abandon_s, bootstrap=bootstrap, seed=seed
         )

@@ -57,7 +57,12 @@ def ingest(
     from ttlctl.trace.summary import summarize
 
     with user_errors():
-        check_outputs(output, json_out, rejects_path_for(output) if skip_bad else None)
+        check_outputs(
+            output,
+            json_out,
+            rejects_path_for(output) if skip_bad else None,
+            inputs=tuple(paths),
+        )
         progress, update = _file_progress()
         with progress:
             report = run_ingest(

@@ -122,11 +122,23 @@ def usage_line(exc: ClickException) -> str:
     return f"error: {path}: {message[:1].lower()}{message[1:]} (see `{path} --help`)"
 
 
-def check_outputs(*files: Path | None, folders: tuple[Path | None, ...] = ()) -> None:
+def check_outputs(
+    *files: Path | None,
+    folders: tuple[Path | None, ...] = (),
+    inputs: tuple[Path | None, ...] = (),
+) -> None:
     """Refuse, before the work starts, output files and folders that cannot be written
-    (None: not asked for; '-': stdout). Every command that writes calls it first."""
+    (None: not asked for; '-': stdout), and an output file that is one of the command's
+    ``inputs`` (writing it would destroy what the command reads). Every command that
+    writes calls it first."""
+    read = {path.resolve() for path in inputs if path is not None and path.is_file()}
     for path in files:
         if path is not None and str(path) != "-":
+            if path.resolve() in read:
+                raise OutputError(
+                    f"{path}: is an input of this command; writing it would destroy it "
+                    "(give another path)"
+                )
             check_writable(path)
     for folder in folders:
         if folder is not None:

@@ -134,7 +134,8 @@ def refit(
     from replay.refit_settings import checked_settings
 
     with user_errors():
-        check_outputs(None if dry_run else (output or bundle), trace, json_out)
+        # the bundle is read and replaced by design; a log given as an output is refused
+        check_outputs(None if dry_run else (output or bundle), trace, json_out, inputs=tuple(logs))
         settings = checked_settings(
             fmt=fmt,
             skip_bad=skip_bad,

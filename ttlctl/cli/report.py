@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ttlctl.cli.kit import check_outputs, err, user_errors
+from ttlctl.cli.kit import check_outputs, err, print_warning, user_errors
 from ttlctl.cli.options import EngineBudget
 
 
@@ -32,10 +32,13 @@ def report(
     from ttlctl import report as report_mod
 
     with user_errors():
-        check_outputs(output)
+        check_outputs(output, inputs=tuple(run_dir / name for name in report_mod.FILES))
         with err.status("building the report…"):
-            page = report_mod.build_report(run_dir, max_num_batched_tokens)
+            run = report_mod.load(run_dir, max_num_batched_tokens)
+            page = report_mod.render(run)
         report_mod.write_html(page, output)
+    for name, problem in run.problems.items():  # a note on the page; said here too
+        print_warning(f"{name} not used: {problem}")
     missing = [name for name in report_mod.FILES if not (run_dir / name).is_file()]
     note = f" (not in this run: {', '.join(missing)})" if missing else ""
     err.print(f"wrote {output}{note}", markup=False, highlight=False)

@@ -46,7 +46,9 @@ def names() -> list[str]:
 def get(name: str) -> Reader:
     key = ALIASES.get(name, name)
     if key not in READERS:
-        raise UnknownFormat(f"unknown format {name!r}; choose one of: {', '.join(names())}")
+        raise UnknownFormat(
+            f"--format: unknown format {name!r}; choose one of: {', '.join(names())}"
+        )
     return READERS[key]
 
 

@@ -15,6 +15,7 @@ import polars as pl
 from ttlctl.ingest import lookup, rules
 from ttlctl.ingest.reader import (
     GZIP_SUFFIX,
+    SNIFF_BYTES,
     GroupReader,
     GzipDamage,
     Parsed,
@@ -25,6 +26,7 @@ from ttlctl.ingest.reader import (
     read_bytes,
     size,
     streaming,
+    streaming_limit,
 )
 from ttlctl.ingest.rejects import IngestError, RejectSink
 from ttlctl.ingest.spool import spooled
@@ -81,21 +83,27 @@ class IngestReport:
 
 
 def expand(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
-    """(files to read, documentation files skipped) for the given files and directories."""
+    """(files to read, documentation files skipped) for the given files and directories;
+    a file reached twice (a folder and a file or folder inside it) is read once."""
     files: list[Path] = []
     skipped: list[Path] = []
+    seen: set[Path] = set()
+
+    def add(file: Path, to: list[Path]) -> None:
+        real = file.resolve()
+        if real not in seen:
+            seen.add(real)
+            to.append(file)
+
     for path in paths:
         if path.is_dir():
             for child in sorted(p for p in path.rglob("*") if p.is_file()):
                 rel_parts = child.relative_to(path).parts
                 if any(part.startswith(".") for part in rel_parts):
                     continue
-                if _is_doc(child):
-                    skipped.append(child)
-                else:
-                    files.append(child)
+                add(child, skipped if _is_doc(child) else files)
         elif path.exists():
-            files.append(path)
+            add(path, files)
         else:
             raise IngestError(path, None, "no such file or directory")
     return files, skipped
@@ -129,11 +137,13 @@ def ingest(
     removed before this returns or raises.
     """
     paths = list(paths)
+    fixed = None if fmt == "auto" else lookup.get(fmt)  # a wrong --format before any file
+    streaming_limit()  # and a wrong size variable: its own error, not a file's
+    env_bytes("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES, least=1)
     files, skipped = expand(paths)
     report = IngestReport(output=str(output), skipped=[str(p) for p in skipped])
     if not files:
         raise IngestError(", ".join(str(p) for p in paths) or ".", None, "no log files to ingest")
-    fixed = None if fmt == "auto" else lookup.get(fmt)
 
     rejects_path = rejects_path_for(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -200,14 +210,16 @@ def ingest(
 
 
 def _unrecognised(path: Path) -> str:
-    """Why no reader took ``path``: damaged gzip data, text that is not UTF-8, or an
-    unknown format."""
+    """Why no reader took ``path``: damaged gzip data, an empty file (as every reader
+    names it), text that is not UTF-8, or an unknown format."""
     if is_gzip(path):
         try:
             read_bytes(path)
         except GzipDamage as exc:
             return str(exc)
     head = head_bytes(path)
+    if len(head) < SNIFF_BYTES and not head.strip():  # the whole file, and only blanks
+        return "empty file"
     if not head.startswith(b"PAR1"):
         try:
             head.decode("utf-8")
@@ -345,7 +357,7 @@ def _validate_in_buckets(
     Every program lands whole in one bucket, so the program rules hold per bucket;
     memory is bounded by the largest bucket, not by the input.
     """
-    budget = env_bytes("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES)
+    budget = env_bytes("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES, least=1)
     with tempfile.TemporaryDirectory(prefix=".ttlctl-ingest-", dir=output.parent) as tmp:
         root = Path(tmp)
         spilled = root / "rows.parquet"

@@ -49,16 +49,21 @@ GZIP_SUFFIX = ".gz"
 DEFAULT_STREAMING_BYTES = 2 * 1024**3
 
 
-def env_bytes(name: str, default: int) -> int:
+def env_bytes(name: str, default: int, least: int = 0) -> int:
     """A size in bytes from the environment variable ``name`` (else ``default``);
-    :class:`~ttlctl.errors.ConfigError` when it is not a whole number."""
+    :class:`~ttlctl.errors.ConfigError` when it is not a whole number of at least
+    ``least``."""
     raw = os.environ.get(name)
     if raw is None:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r}: expected a whole number of bytes") from None
+        value = least - 1
+    if value < least:
+        floor = f", at least {least}" if least > 0 else ""
+        raise ConfigError(f"{name}={raw!r}: expected a whole number of bytes{floor}")
+    return value
 
 
 def streaming_limit() -> int:

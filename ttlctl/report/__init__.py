@@ -21,7 +21,16 @@ external URL: plots are PNG ``data:`` URIs (without matplotlib's metadata), the 
 inline, and a Content-Security-Policy forbids loading anything else.
 """
 
-from ttlctl.report.page import SECTIONS, build_report, write_html
-from ttlctl.report.rundir import FILES, MAX_TOOL_PLOTS, ReportError
+from ttlctl.report.page import SECTIONS, build_report, render, write_html
+from ttlctl.report.rundir import FILES, MAX_TOOL_PLOTS, ReportError, load
 
-__all__ = ["FILES", "MAX_TOOL_PLOTS", "SECTIONS", "ReportError", "build_report", "write_html"]
+__all__ = [
+    "FILES",
+    "MAX_TOOL_PLOTS",
+    "SECTIONS",
+    "ReportError",
+    "build_report",
+    "load",
+    "render",
+    "write_html",
+]

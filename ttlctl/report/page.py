@@ -30,7 +30,11 @@ def build_report(run_dir: Path, max_num_batched_tokens: int | None = None) -> st
     """The HTML page of a run directory; :class:`ReportError` if there is nothing to show.
     ``max_num_batched_tokens``: the serving engine's step budget the τ* shown price a
     miss in (None: the bundle's profile's, :func:`~ttlctl.report.rundir.load`)."""
-    run = load(Path(run_dir), max_num_batched_tokens)
+    return render(load(Path(run_dir), max_num_batched_tokens))
+
+
+def render(run: RunInputs) -> str:
+    """The HTML page of what :func:`~ttlctl.report.rundir.load` read."""
     body = []
     with warnings.catch_warnings():
         # tool names may use glyphs the plot font lacks: a box is drawn, no need to warn

@@ -18,6 +18,7 @@ from typing import IO
 import polars as pl
 
 from ttlctl.ingest.reader import (
+    SNIFF_BYTES,
     GzipDamage,
     Parsed,
     head_bytes,
@@ -70,8 +71,9 @@ class CanonicalReader:
         except GzipDamage as exc:
             sink.reject(path, None, str(exc))
             return Parsed(pl.LazyFrame(), records=1)
-        head = head_bytes(path)[: len(PARQUET_MAGIC)]
-        if not head:
+        sniffed = head_bytes(path)
+        head = sniffed[: len(PARQUET_MAGIC)]
+        if len(sniffed) < SNIFF_BYTES and not sniffed.strip():  # nothing but blanks
             sink.reject(path, None, "empty file")
             return Parsed(pl.LazyFrame(), records=1)
         if head == PARQUET_MAGIC:

@@ -37,6 +37,11 @@ from ttlctl.server.command import base_command, server_command, server_environme
 from ttlctl.server.owned import OwnedServer, ServerStartError
 from ttlctl.server.process import free_port
 
+#: seconds a tiny-model server may take to answer /health: its start takes ~35 s of CPU
+#: (45 s on a quiet 2-core machine), several times that at a load of 3 to 6 with a second
+#: server starting beside it; a server that exits is reported at once, only a hang waits
+STARTUP_S = 600.0
+
 #: special tokens of the tiny tokenizer (ids 0, 1, 2)
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 
@@ -172,7 +177,7 @@ class VLLMServer:
         env: Mapping[str, str | None] | None = None,
         scheduler_cls: str | None = None,
         served_model_name: str | None = None,
-        startup_timeout_s: float = 180.0,
+        startup_timeout_s: float = STARTUP_S,
         stop_grace_s: float = 15.0,
         work_dir: Path | str | None = None,
     ) -> None:

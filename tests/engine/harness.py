@@ -13,6 +13,7 @@ import gc
 import random
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,34 @@ CAPACITY_TOKENS = 2048
 VOCAB = 4096
 
 
+class TTLClock:
+    """The TTL scheduler's clock (its ``ttl_clock``) in a test: monotonic seconds that a
+    test may hold still (:meth:`held`) and move on by hand (:meth:`advance`), so whether a
+    pin has expired follows the test's steps, not how fast a loaded machine runs them.
+    It never goes back (the bundle watcher's next check is a time on it)."""
+
+    def __init__(self) -> None:
+        self._offset = 0.0
+        self._at: float | None = None
+
+    def __call__(self) -> float:
+        return self._at if self._at is not None else time.monotonic() + self._offset
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """No time passes inside the block but what :meth:`advance` adds."""
+        self._at = self()
+        try:
+            yield
+        finally:
+            self._offset = self() - time.monotonic()
+            self._at = None
+
+    def advance(self, seconds: float) -> None:
+        assert self._at is not None and seconds >= 0, "advance a held clock, forward"
+        self._at += seconds
+
+
 class Engine:
     """An in-process vLLM with the TTL scheduler, and helpers to drive it."""
 
@@ -34,6 +63,10 @@ class Engine:
         self.sched = llm.llm_engine.engine_core.engine_core.scheduler
         self.rng = random.Random(seed)
         self._ids = 0
+        #: the TTL scheduler's clock (a stock scheduler has none)
+        self.clock = TTLClock()
+        if hasattr(self.sched, "ttl_clock"):
+            self.sched.ttl_clock = self.clock
 
     def prompt(self, n: int) -> list[int]:
         return [self.rng.randrange(3, VOCAB) for _ in range(n)]

@@ -95,13 +95,14 @@ def test_no_hit_after_the_ttl(eng: Engine, paths: dict[str, Path]) -> None:
 
 def test_program_that_never_comes_back_leaves_no_pin(eng: Engine, paths: dict[str, Path]) -> None:
     use(eng, paths, cold_start_ttl_s=1.0)
-    eng.run(
-        [eng.prompt(200) for _ in range(5)],
-        [{"program_id": f"gone-{i}", "tool": "web"} for i in range(5)],
-    )
-    assert eng.sched.ttl_stats()["pinned_programs"] == 5
-    time.sleep(1.1)
-    eng.one(eng.prompt(40))  # any traffic: the step releases what expired
+    with eng.clock.held():  # none expires while the five run, however slow their steps
+        eng.run(
+            [eng.prompt(200) for _ in range(5)],
+            [{"program_id": f"gone-{i}", "tool": "web"} for i in range(5)],
+        )
+        assert eng.sched.ttl_stats()["pinned_programs"] == 5
+        eng.clock.advance(1.1)
+        eng.one(eng.prompt(40))  # any traffic: the step releases what expired
     stats = eng.sched.ttl_stats()
     assert stats["pinned_programs"] == 0 and stats["pinned_blocks"] == 0
     assert not eng.sched.ttl.live and not eng.sched._ttl_pin_ttl
@@ -216,22 +217,27 @@ def test_pins_balance_after_a_client_that_went_away(eng: Engine, paths: dict[str
     eng.sched.ttl_log = EngineLog(str(log), eng.sched._ttl_warn)
     before = eng.sched.ttl_stats()
     streams = {f"k{i}": eng.prompt(200) for i in range(4)}
-    eng.run(list(streams.values()), [{"program_id": n, "tool": "bash"} for n in streams])
-    assert eng.sched.ttl_stats()["pinned_programs"] == 4
-    # the client comes back for k0 and k1 (they run), sends k2's call and dies before it
-    # is scheduled; k3 never comes back
-    ids = [
-        eng.add(streams[n] + eng.prompt(20), max_tokens=200, program_id=n, tool="bash")
-        for n in ("k0", "k1")
-    ]
-    for _ in range(2):
-        eng.engine.step()
-    assert len(eng.sched.running) == 2
-    ids.append(eng.add(streams["k2"] + eng.prompt(20), max_tokens=200, program_id="k2"))
-    eng.engine.abort_request(ids)
-    eng.drain()
-    time.sleep(0.6)
-    eng.one(eng.prompt(40))  # the next step releases what expired
+    # the TTL clock held: k0 and k1 come back within their 0.5 s however slow the steps
+    # (on a loaded machine real time could expire them first), and k3 expires when the
+    # clock is moved past its TTL, not after a sleep
+    with eng.clock.held():
+        eng.run(list(streams.values()), [{"program_id": n, "tool": "bash"} for n in streams])
+        assert eng.sched.ttl_stats()["pinned_programs"] == 4
+        # the client comes back for k0 and k1 (they run), sends k2's call and dies before
+        # it is scheduled; k3 never comes back
+        ids = [
+            eng.add(streams[n] + eng.prompt(20), max_tokens=200, program_id=n, tool="bash")
+            for n in ("k0", "k1")
+        ]
+        for _ in range(2):
+            eng.engine.step()
+        assert len(eng.sched.running) == 2
+        ids.append(eng.add(streams["k2"] + eng.prompt(20), max_tokens=200, program_id="k2"))
+        eng.engine.abort_request(ids)
+        eng.drain()
+        assert eng.sched.ttl_stats()["pinned_programs"] == 1  # k3's pin, not yet expired
+        eng.clock.advance(0.6)
+        eng.one(eng.prompt(40))  # the next step releases what expired
     stats = eng.sched.ttl_stats()
     d = {k: stats[k] - before.get(k, 0) for k in ("made", "hit", "expired", "released", "dropped")}
     assert d["made"] == 4 and d["made"] == d["hit"] + d["expired"] + d["released"] + d["dropped"]

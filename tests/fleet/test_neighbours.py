@@ -38,7 +38,10 @@ def test_each_other_replica_serves_a_steady_stream_until_the_end() -> None:
     b: list[dict[str, object]] = []
     with serving(_replica(a, lock)) as url_a, serving(_replica(b, lock)) as url_b:
         with kept_busy([url_a, url_b], "m", vocab_size=500) as served:
-            time.sleep(0.5)
+            # until each has answered five (about 0.1 s; a loaded machine's pace is no figure)
+            deadline = time.monotonic() + 30
+            while min(served) < 5 and time.monotonic() < deadline:
+                time.sleep(0.01)
         after = (len(a), len(b))
         time.sleep(0.2)
         assert (len(a), len(b)) == after  # nothing sent once the block ended

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -40,6 +39,7 @@ from replay.workload import Workload, from_frame
 from tests.fleet.views import waiting
 from ttlctl import router_flags
 from ttlctl.errors import ConfigError
+from ttlctl.server.process import free_port
 
 
 def call(program: str, prompt_tokens: int = 500, turn: int = 0) -> RoutedCall:
@@ -327,11 +327,12 @@ def _router_start(config: str) -> str:
     command = shutil.which("vllm-router") or str(Path(sys.executable).parent / "vllm-router")
     if not Path(command).exists():
         pytest.skip("vllm-router is not installed (pip install vllm-router)")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = str(sock.getsockname()[1])
+    port, metrics = str(free_port()), str(free_port())
     proc = subprocess.Popen(
+        # metrics on a port of their own: a router elsewhere on the host may hold the
+        # default (29000), and then this one exits with "Address already in use"
         [command, "--host", "127.0.0.1", "--port", port, "--worker-urls", "http://127.0.0.1:9",
+         "--prometheus-host", "127.0.0.1", "--prometheus-port", metrics,
          "--enable-program-scheduling", "--program-scheduling-config-json", config],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip

@@ -29,6 +29,7 @@ from replay.validation import server_command
 from replay.validation import server_environment as validate_environment
 from tests.bundles import write_bundle
 from tests.live.servers import FLAGS, Served, Servers, children, healthy, server_env
+from tests.vllm_server import STARTUP_S
 from ttlctl.server.command import base_command
 from ttlctl.server.owned import OwnedServer
 from ttlctl.server.process import free_port
@@ -65,11 +66,11 @@ def servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         validate_environment(env, "vllm", None, work),
         work / "stock.log",
         f"http://127.0.0.1:{stock_port}",
-        startup_timeout_s=240.0,
+        startup_timeout_s=STARTUP_S,
     )
     try:
         stock.start()  # meanwhile the TTL server starts too
-        deadline = time.monotonic() + 240.0
+        deadline = time.monotonic() + STARTUP_S
         while not healthy(served.url):
             if proc.poll() is not None or time.monotonic() > deadline:
                 tail = serve_log.read_text(errors="replace")[-3000:]

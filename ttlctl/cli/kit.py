@@ -149,11 +149,11 @@ def check_outputs(
 def refuse_repeats(outputs: tuple[Path | None, ...]) -> None:
     """Refuse one path named for two outputs: the second write would replace the first
     (None: not asked for; '-': stdout)."""
-    seen: set[str] = set()
+    seen: set[Path] = set()
     for path in outputs:
         if path is None or str(path) == "-":
             continue
-        where = os.path.abspath(path)
+        where = path.resolve()  # as the inputs are compared: a link and its target are one
         if where in seen:
             raise OutputError(f"{path}: named for two outputs; give each its own path")
         seen.add(where)

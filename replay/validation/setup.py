@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from replay.validation.error import ValidateError
 from replay.validation.fleet import TIMING_DRAWS, validate_fleet
 from replay.validation.resimulate import resimulate
 from replay.validation.servers import Sources, check_base
+from replay.validation.work_dir import work_dir
 from replay.vllmsim.backend import check_request
 from replay.workload import load
 from ttlctl.server import vllm_config
@@ -213,6 +214,14 @@ def validation_doc(
         raise ValidateError("--programs must be at least 1")
     if req.repeats < 1:
         raise ValidateError("--repeats must be at least 1")
+    if req.kv_tokens is not None and req.kv_tokens < 1:
+        raise ValidateError(f"--kv-tokens must be at least 1, not {req.kv_tokens}")
+    for flag, seconds in (
+        ("--timeout-seconds", req.timeout_s),
+        ("--startup-timeout-seconds", req.startup_timeout_s),
+    ):
+        if not seconds > 0:
+            raise ValidateError(f"{flag} must be positive, not {seconds:g}")
     base, model_config = server_base(req)
     if req.cpus_per_replica is not None and req.replicas is None:
         raise ValidateError("--cpus-per-replica needs --replicas N (it pins a fleet's replicas)")
@@ -225,14 +234,31 @@ def validation_doc(
         raise ValidateError(
             "--timing-draws needs --replicas N (it averages each simulated fleet run)"
         )
-    if req.replicas is not None or req.routers:
-        return _fleet_doc(req, req.trace, timing, base, model_config, progress, warn)
+    fleet = req.replicas is not None or bool(req.routers)
+    # a refusal from here on leaves no empty temporary folder behind
+    with work_dir(req.work_dir, "ttlctl-validate-fleet-" if fleet else "ttlctl-validate-") as wd:
+        run = replace(req, work_dir=wd)
+        if fleet:
+            return _fleet_doc(run, req.trace, timing, base, model_config, progress, warn)
+        return _server_doc(run, req.trace, timing, base, model_config, progress, warn)
+
+
+def _server_doc(
+    req: ValidateRequest,
+    trace: Path,
+    timing: Load,
+    base: list[str] | None,
+    model_config: dict[str, Any] | None,
+    progress: Callable[[str], None] | None,
+    warn: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    """One server per policy: each policy live, then simulated and compared."""
     names = _names(req.policies, "vllm,continuum")
     check_request(req.backend, names, async_scheduling=req.async_scheduling)
     prof = resolve(req.profile)[0] if req.profile is not None else None
-    workload = load(req.trace)
+    workload = load(trace)
     if not workload.programs:
-        raise ValidateError(f"{req.trace}: no programs to replay")
+        raise ValidateError(f"{trace}: no programs to replay")
     sources = Sources(
         urls=parse_urls(req.urls), base_cmd=base, startup_timeout_s=req.startup_timeout_s
     )
@@ -261,7 +287,7 @@ def validation_doc(
         backend=req.backend,
         async_scheduling=req.async_scheduling,
     )
-    doc["trace"] = str(req.trace.resolve())
+    doc["trace"] = str(trace.resolve())
     return doc
 
 

@@ -86,6 +86,17 @@ def check_bundle(bundle: Path | None, allow_stock: bool) -> str | None:
     return f"{problem}: serving as stock vLLM (no pins), as --allow-stock asks"
 
 
+def check_log(log: Path | None) -> None:
+    """:class:`ServeError` when the engine log cannot be written where ``--log`` names it
+    (the plugin would only warn once, in the server's output, and serve without a log)."""
+    if log is None:
+        return
+    if log.is_dir():
+        raise ServeError(f"--log {log}: is a folder, not a file to append to")
+    if not log.parent.is_dir():
+        raise ServeError(f"--log {log}: no folder {log.parent} to write it in")
+
+
 def require_vllm() -> None:
     """:class:`ServeError` when vLLM is not installed here."""
     if importlib.util.find_spec("vllm") is None:
@@ -122,7 +133,12 @@ def metrics_dir(given: Path | None, environ: Mapping[str, str]) -> Iterator[Path
     environment's, else a temporary folder removed when the block ends."""
     chosen = chosen_metrics_dir(given, environ)
     if chosen is not None:
-        chosen.mkdir(parents=True, exist_ok=True)
+        try:
+            chosen.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            origin = "--metrics-dir" if given is not None else "PROMETHEUS_MULTIPROC_DIR"
+            why = "not a folder" if isinstance(exc, FileExistsError) else exc.strerror
+            raise ServeError(f"{origin} {chosen}: cannot make the folder ({why})") from None
         yield chosen
         return
     own = Path(tempfile.mkdtemp(prefix="ttlctl-prom-"))

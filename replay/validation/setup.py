@@ -25,7 +25,7 @@ from replay.validation.crosscheck import validate
 from replay.validation.error import ValidateError
 from replay.validation.fleet import TIMING_DRAWS, validate_fleet
 from replay.validation.resimulate import resimulate
-from replay.validation.servers import Sources, check_base
+from replay.validation.servers import LIVE_POLICIES, Sources, check_base
 from replay.validation.work_dir import work_dir
 from replay.vllmsim.backend import check_request
 from replay.workload import load
@@ -99,7 +99,9 @@ class ValidateRequest:
 
 
 def parse_urls(items: Sequence[str]) -> dict[str, str]:
-    """``POLICY=URL`` items as {policy: URL}."""
+    """``POLICY=URL`` items as {policy: URL}; a policy validate does not compare, or one
+    given twice, is refused (a misspelt one would be left out unsaid, the first of two
+    dropped)."""
     urls: dict[str, str] = {}
     for item in items:
         name, sep, url = item.partition("=")
@@ -107,7 +109,15 @@ def parse_urls(items: Sequence[str]) -> dict[str, str]:
             raise ValidateError(
                 f"--url takes POLICY=URL (e.g. vllm=http://127.0.0.1:8000), got {item!r}"
             )
-        urls[name.strip()] = url.strip()
+        name = name.strip()
+        if name not in LIVE_POLICIES:
+            raise ValidateError(
+                f"--url {item.strip()}: validate compares {' and '.join(LIVE_POLICIES)} "
+                f"(the policies a server runs), not {name!r}"
+            )
+        if name in urls:
+            raise ValidateError(f"--url {name}=… given twice: one server per policy")
+        urls[name] = url.strip()
     return urls
 
 

@@ -28,6 +28,13 @@ def test_urls_are_policy_equals_url() -> None:
     for bad in ("vllm", "=http://a", "vllm= "):
         with pytest.raises(ValidateError, match="--url takes POLICY=URL"):
             parse_urls([bad])
+    # a misspelt policy is not left out unsaid, nor the first of two dropped
+    misspelt = r"^--url contnuum=http://b:2: validate compares vllm and continuum \(the "
+    misspelt += r"policies a server runs\), not 'contnuum'$"
+    with pytest.raises(ValidateError, match=misspelt):
+        parse_urls(["vllm=http://a:1", "contnuum=http://b:2"])
+    with pytest.raises(ValidateError, match=r"^--url vllm=… given twice: one server per policy$"):
+        parse_urls(["vllm=http://a:1", " vllm=http://b:2"])
 
 
 def test_a_server_comes_from_one_command(tmp_path: Path) -> None:

@@ -85,3 +85,12 @@ def test_serve_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path) -> 
         assert "Traceback" not in res.output
         got = [x for x in res.stderr.strip().splitlines() if x.startswith("error:")]
         assert len(got) == 1 and got[0].startswith(f"error: {line}"), res.stderr
+
+
+def test_a_metrics_folder_holding_an_earlier_servers_files_is_warned_of(tmp_path: Path) -> None:
+    assert serving.stale_metrics(tmp_path) is None
+    assert serving.stale_metrics(tmp_path / "none") is None
+    (tmp_path / "gauge_livesum_4242.db").write_bytes(b"\0")
+    warning = serving.stale_metrics(tmp_path)
+    assert warning is not None
+    assert warning.startswith(f"PROMETHEUS_MULTIPROC_DIR {tmp_path} is not empty (1 file(s)")

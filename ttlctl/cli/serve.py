@@ -130,6 +130,9 @@ def serve(
     with ExitStack() as stack:
         with user_errors():
             prom = stack.enter_context(serving.metrics_dir(metrics_dir, os.environ))
+        stale = serving.stale_metrics(prom)
+        if stale:
+            print_warning(stale)
         env = command.server_environment(
             base, bundle=bundle, log=log, dev_mode=dev_mode, metrics_dir=prom
         )

@@ -148,6 +148,23 @@ def metrics_dir(given: Path | None, environ: Mapping[str, str]) -> Iterator[Path
         shutil.rmtree(own, ignore_errors=True)
 
 
+def stale_metrics(folder: Path) -> str | None:
+    """A warning when the ``PROMETHEUS_MULTIPROC_DIR`` the server is about to use already
+    holds an earlier server's files: prometheus_client reads every file there, so a dead
+    process's gauges (``ttlctl:pinned_blocks`` …) and counts stay on ``/metrics``."""
+    try:
+        files = sum(1 for _ in folder.iterdir())
+    except OSError:
+        return None
+    if not files:
+        return None
+    return (
+        f"PROMETHEUS_MULTIPROC_DIR {folder} is not empty ({files} file(s) of an earlier "
+        "server): their gauges and counts are added to this server's on /metrics; empty it "
+        "before starting (vLLM says the same)"
+    )
+
+
 def shown_command(cmd: Sequence[str], env: Mapping[str, str]) -> str:
     """``--print-command``'s line: ttlctl's environment assignments, then the command."""
     shown = {k: env[k] for k in SHOWN_ENV if k in env}

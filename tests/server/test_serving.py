@@ -58,7 +58,9 @@ def test_a_metrics_folder_that_cannot_be_made_is_one_line(tmp_path: Path) -> Non
         pass
 
 
-def test_an_engine_log_without_its_folder_is_refused(tmp_path: Path) -> None:
+def test_an_engine_log_without_its_folder_or_on_the_bundle_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     serving.check_log(None)
     serving.check_log(tmp_path / "engine.jsonl")
     missing = tmp_path / "no" / "engine.jsonl"
@@ -66,6 +68,11 @@ def test_an_engine_log_without_its_folder_is_refused(tmp_path: Path) -> None:
         serving.check_log(missing)
     with pytest.raises(TtlctlError, match=rf"^--log {tmp_path}: is a folder"):
         serving.check_log(tmp_path)
+    bundle = tmp_path / "bundle.json"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TtlctlError, match=r"^--log bundle.json: is the bundle; the engine log"):
+        serving.check_log(Path("bundle.json"), tmp_path / ".." / tmp_path.name / "bundle.json")
+    serving.check_log(tmp_path / "engine.jsonl", bundle)
 
 
 def test_serve_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ def serve(
         warning = serving.check_bundle(bundle, allow_stock)
         cmd = serving.build_command(model, host=host, port=port, extra=list(ctx.args))
         if not print_command:
-            serving.check_log(log)
+            serving.check_log(log, bundle)
             serving.require_vllm()
     if warning:
         print_warning(warning)

@@ -224,14 +224,6 @@ def validation_doc(
         raise ValidateError("--programs must be at least 1")
     if req.repeats < 1:
         raise ValidateError("--repeats must be at least 1")
-    if req.kv_tokens is not None and req.kv_tokens < 1:
-        raise ValidateError(f"--kv-tokens must be at least 1, not {req.kv_tokens}")
-    for flag, seconds in (
-        ("--timeout-seconds", req.timeout_s),
-        ("--startup-timeout-seconds", req.startup_timeout_s),
-    ):
-        if not seconds > 0:
-            raise ValidateError(f"{flag} must be positive, not {seconds:g}")
     base, model_config = server_base(req)
     if req.cpus_per_replica is not None and req.replicas is None:
         raise ValidateError("--cpus-per-replica needs --replicas N (it pins a fleet's replicas)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,8 @@ from replay.validation.crosscheck import validate
 from replay.validation.error import ValidateError
 from replay.validation.fleet import TIMING_DRAWS, validate_fleet
 from replay.validation.resimulate import resimulate
-from replay.validation.servers import Sources, check_base
+from replay.validation.servers import LIVE_POLICIES, Sources, check_base
+from replay.validation.work_dir import work_dir
 from replay.vllmsim.backend import check_request
 from replay.workload import load
 from ttlctl.server import vllm_config
@@ -98,7 +99,9 @@ class ValidateRequest:
 
 
 def parse_urls(items: Sequence[str]) -> dict[str, str]:
-    """``POLICY=URL`` items as {policy: URL}."""
+    """``POLICY=URL`` items as {policy: URL}; a policy validate does not compare, or one
+    given twice, is refused (a misspelt one would be left out unsaid, the first of two
+    dropped)."""
     urls: dict[str, str] = {}
     for item in items:
         name, sep, url = item.partition("=")
@@ -106,7 +109,15 @@ def parse_urls(items: Sequence[str]) -> dict[str, str]:
             raise ValidateError(
                 f"--url takes POLICY=URL (e.g. vllm=http://127.0.0.1:8000), got {item!r}"
             )
-        urls[name.strip()] = url.strip()
+        name = name.strip()
+        if name not in LIVE_POLICIES:
+            raise ValidateError(
+                f"--url {item.strip()}: validate compares {' and '.join(LIVE_POLICIES)} "
+                f"(the policies a server runs), not {name!r}"
+            )
+        if name in urls:
+            raise ValidateError(f"--url {name}=… given twice: one server per policy")
+        urls[name] = url.strip()
     return urls
 
 
@@ -225,14 +236,31 @@ def validation_doc(
         raise ValidateError(
             "--timing-draws needs --replicas N (it averages each simulated fleet run)"
         )
-    if req.replicas is not None or req.routers:
-        return _fleet_doc(req, req.trace, timing, base, model_config, progress, warn)
+    fleet = req.replicas is not None or bool(req.routers)
+    # a refusal from here on leaves no empty temporary folder behind
+    with work_dir(req.work_dir, "ttlctl-validate-fleet-" if fleet else "ttlctl-validate-") as wd:
+        run = replace(req, work_dir=wd)
+        if fleet:
+            return _fleet_doc(run, req.trace, timing, base, model_config, progress, warn)
+        return _server_doc(run, req.trace, timing, base, model_config, progress, warn)
+
+
+def _server_doc(
+    req: ValidateRequest,
+    trace: Path,
+    timing: Load,
+    base: list[str] | None,
+    model_config: dict[str, Any] | None,
+    progress: Callable[[str], None] | None,
+    warn: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    """One server per policy: each policy live, then simulated and compared."""
     names = _names(req.policies, "vllm,continuum")
     check_request(req.backend, names, async_scheduling=req.async_scheduling)
     prof = resolve(req.profile)[0] if req.profile is not None else None
-    workload = load(req.trace)
+    workload = load(trace)
     if not workload.programs:
-        raise ValidateError(f"{req.trace}: no programs to replay")
+        raise ValidateError(f"{trace}: no programs to replay")
     sources = Sources(
         urls=parse_urls(req.urls), base_cmd=base, startup_timeout_s=req.startup_timeout_s
     )
@@ -261,7 +289,7 @@ def validation_doc(
         backend=req.backend,
         async_scheduling=req.async_scheduling,
     )
-    doc["trace"] = str(req.trace.resolve())
+    doc["trace"] = str(trace.resolve())
     return doc
 
 

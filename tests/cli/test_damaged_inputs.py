@@ -196,3 +196,20 @@ def test_a_damaged_file_is_one_line_and_exit_2(sound: dict[str, Path], case: str
                 assert sorted(p.name for p in Path(tmp).iterdir()) == sorted([bad.name, "out"])
 
     run()
+
+
+def test_a_folder_given_for_a_trace_is_said_to_be_one(tmp_path: Path) -> None:
+    """`fit logs/` (a folder of logs, not yet ingested) was told "no such file"."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for args in (
+        ["fit", str(logs), "-o", str(tmp_path / "f.json")],
+        ["replay", str(logs), "--policy", "vllm"],
+        ["validate", str(logs), "--url", "vllm=http://127.0.0.1:9", "--policy", "vllm"],
+    ):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, (args, res.output)
+        (line,) = res.stderr.strip().splitlines()
+        assert line.startswith(f"error: {logs}: is a directory, not a Parquet trace"), line
+        assert f"`ttlctl ingest {logs} -o trace.parquet`" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"]

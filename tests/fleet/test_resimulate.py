@@ -242,3 +242,20 @@ def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_p
         no_trace = tmp_path / "no-trace.json"
         no_trace.write_text(json.dumps({k: v for k, v in doc.items() if k != "trace"}))
         resimulate(no_trace)
+
+
+def test_an_output_that_is_an_input_is_refused_and_left_as_it_was(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """`--json` naming the recorded document, or the trace it names (given as TRACE or
+    not), would replace it with the new document: refused in one line, nothing written."""
+    trace = Path(json.loads(recorded.read_text())["trace"])
+    before = {p: p.read_bytes() for p in (recorded, trace)}
+    for args in (
+        ["--resimulate", str(recorded), "--json", str(recorded)],
+        [str(trace), "--resimulate", str(recorded), "--json", str(trace)],
+        ["--resimulate", str(recorded), "--json", str(trace)],
+    ):
+        text = refused(args)
+        assert "is an input of this command" in text, (args, text)
+        assert {p: p.read_bytes() for p in (recorded, trace)} == before, args

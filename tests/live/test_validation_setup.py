@@ -4,6 +4,7 @@ argument or the file (replay.validation.setup), and through the command, exit 2.
 from __future__ import annotations
 
 import shlex
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ from typer.testing import CliRunner
 
 from replay.validation.error import ValidateError
 from replay.validation.setup import ValidateRequest, local_config, parse_urls, server_base
+from replay.validation.work_dir import work_dir
+from tests.live.traces import agent_trace
 from ttlctl.cli import app
 from ttlctl.errors import TtlctlError
 from ttlctl.server import command, gpus
@@ -25,6 +28,13 @@ def test_urls_are_policy_equals_url() -> None:
     for bad in ("vllm", "=http://a", "vllm= "):
         with pytest.raises(ValidateError, match="--url takes POLICY=URL"):
             parse_urls([bad])
+    # a misspelt policy is not left out unsaid, nor the first of two dropped
+    misspelt = r"^--url contnuum=http://b:2: validate compares vllm and continuum \(the "
+    misspelt += r"policies a server runs\), not 'contnuum'$"
+    with pytest.raises(ValidateError, match=misspelt):
+        parse_urls(["vllm=http://a:1", "contnuum=http://b:2"])
+    with pytest.raises(ValidateError, match=r"^--url vllm=… given twice: one server per policy$"):
+        parse_urls(["vllm=http://a:1", " vllm=http://b:2"])
 
 
 def test_a_server_comes_from_one_command(tmp_path: Path) -> None:
@@ -183,3 +193,48 @@ def test_validate_says_a_bad_config_in_one_line(tmp_path: Path) -> None:
     assert res.exit_code == 2
     (line,) = res.stderr.strip().splitlines()
     assert line.startswith(f"error: {tmp_path / 'config.json'}: not a readable JSON config")
+
+
+def _refused(args: list[str]) -> str:
+    """``ttlctl validate ARGS``'s refusal: exit 2, one line on stderr."""
+    res = CliRunner().invoke(app, ["validate", *args])
+    assert res.exit_code == 2, res.output
+    (line,) = res.stderr.strip().splitlines()
+    return line
+
+
+def test_a_refused_run_leaves_no_empty_temporary_work_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refusals that come once the run has its work dir (a damaged bundle, a --url server
+    that does not answer) remove the temporary folder they left empty."""
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    damaged = tmp_path / "bundle.json"
+    damaged.write_text("{not json")
+    closed = "http://127.0.0.1:1"  # nothing listens on port 1
+    for args in (
+        [str(trace), "--url", f"vllm={closed}", "--url", f"continuum={closed}"],
+        [str(trace), "--url", f"vllm={closed}", "--policy", "vllm"],
+        [str(trace), "--model", str(tmp_path), "--bundle", str(damaged)],
+    ):
+        got = _refused(args)
+        assert got.startswith("error: "), got
+        assert list(temp.iterdir()) == [], (args, got)
+
+
+def test_a_temporary_work_dir_written_in_is_kept_and_a_given_one_never_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(ValidateError), work_dir(None, "v-") as made:
+        (made / "vllm-server.log").write_text("why it stopped\n")
+        raise ValidateError("the server exited")
+    assert made.is_dir() and made.name.startswith("v-") and made.is_absolute()
+    given = tmp_path / "given"
+    given.mkdir()
+    with pytest.raises(ValidateError), work_dir(given, "v-") as used:
+        raise ValidateError("refused")
+    assert used == given.resolve() and given.is_dir()

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from ttlctl.cli import app
 from ttlctl.errors import TtlctlError
 from ttlctl.server import serving
 
@@ -41,3 +43,61 @@ def test_print_command_shows_ttlctls_environment_then_the_command() -> None:
     line = serving.shown_command(["python", "-m", "x y"], env)
     assert line == "TTLCTL_BUNDLE=b.json TTLCTL_LOG='a b.jsonl' python -m 'x y'"
     assert serving.shown_command(["vllm"], {}) == "vllm"
+
+
+def test_a_metrics_folder_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    afile = tmp_path / "prom"
+    afile.write_text("")
+    with pytest.raises(TtlctlError, match=rf"^--metrics-dir {afile}: cannot make the folder "
+                       r"\(not a folder\)$"), serving.metrics_dir(afile, {}):  # fmt: skip
+        pass
+    under = afile / "sub"
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(under)}
+    refused = pytest.raises(TtlctlError, match=rf"^PROMETHEUS_MULTIPROC_DIR {under}: cannot make")
+    with refused, serving.metrics_dir(None, env):
+        pass
+
+
+def test_an_engine_log_without_its_folder_or_on_the_bundle_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serving.check_log(None)
+    serving.check_log(tmp_path / "engine.jsonl")
+    missing = tmp_path / "no" / "engine.jsonl"
+    with pytest.raises(TtlctlError, match=rf"^--log {missing}: no folder {missing.parent} to"):
+        serving.check_log(missing)
+    with pytest.raises(TtlctlError, match=rf"^--log {tmp_path}: is a folder"):
+        serving.check_log(tmp_path)
+    bundle = tmp_path / "bundle.json"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TtlctlError, match=r"^--log bundle.json: is the bundle; the engine log"):
+        serving.check_log(Path("bundle.json"), tmp_path / ".." / tmp_path.name / "bundle.json")
+    serving.check_log(tmp_path / "engine.jsonl", bundle)
+
+
+def test_serve_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path) -> None:
+    """Through the command: exit 2, one line, no traceback, nothing started."""
+    bundle = tmp_path / "b.json"  # missing: --allow-stock serves as stock vLLM
+    afile = tmp_path / "prom"
+    afile.write_text("")
+    head = ["serve", "m", "--bundle", str(bundle), "--allow-stock"]
+    for args, line in [
+        (["--metrics-dir", str(afile)], f"--metrics-dir {afile}: cannot make the folder"),
+        (["--log", str(afile / "e.jsonl")], f"--log {afile / 'e.jsonl'}: no folder"),
+        (["--port", "70000", "--print-command"], "ttlctl serve: invalid value for '--port'"),
+        (["--port", "-5", "--print-command"], "ttlctl serve: invalid value for '--port'"),
+    ]:
+        res = CliRunner().invoke(app, [*head, *args])
+        assert res.exit_code == 2, res.output
+        assert "Traceback" not in res.output
+        got = [x for x in res.stderr.strip().splitlines() if x.startswith("error:")]
+        assert len(got) == 1 and got[0].startswith(f"error: {line}"), res.stderr
+
+
+def test_a_metrics_folder_holding_an_earlier_servers_files_is_warned_of(tmp_path: Path) -> None:
+    assert serving.stale_metrics(tmp_path) is None
+    assert serving.stale_metrics(tmp_path / "none") is None
+    (tmp_path / "gauge_livesum_4242.db").write_bytes(b"\0")
+    warning = serving.stale_metrics(tmp_path)
+    assert warning is not None
+    assert warning.startswith(f"PROMETHEUS_MULTIPROC_DIR {tmp_path} is not empty (1 file(s)")

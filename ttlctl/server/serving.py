@@ -86,6 +86,20 @@ def check_bundle(bundle: Path | None, allow_stock: bool) -> str | None:
     return f"{problem}: serving as stock vLLM (no pins), as --allow-stock asks"
 
 
+def check_log(log: Path | None, bundle: Path | None = None) -> None:
+    """:class:`ServeError` when the engine log cannot be written where ``--log`` names it
+    (the plugin would only warn once, in the server's output, and serve without a log),
+    or is the bundle (each line appended would damage it)."""
+    if log is None:
+        return
+    if bundle is not None and log.resolve() == bundle.resolve():
+        raise ServeError(f"--log {log}: is the bundle; the engine log needs a file of its own")
+    if log.is_dir():
+        raise ServeError(f"--log {log}: is a folder, not a file to append to")
+    if not log.parent.is_dir():
+        raise ServeError(f"--log {log}: no folder {log.parent} to write it in")
+
+
 def require_vllm() -> None:
     """:class:`ServeError` when vLLM is not installed here."""
     if importlib.util.find_spec("vllm") is None:
@@ -122,7 +136,12 @@ def metrics_dir(given: Path | None, environ: Mapping[str, str]) -> Iterator[Path
     environment's, else a temporary folder removed when the block ends."""
     chosen = chosen_metrics_dir(given, environ)
     if chosen is not None:
-        chosen.mkdir(parents=True, exist_ok=True)
+        try:
+            chosen.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            origin = "--metrics-dir" if given is not None else "PROMETHEUS_MULTIPROC_DIR"
+            why = "not a folder" if isinstance(exc, FileExistsError) else exc.strerror
+            raise ServeError(f"{origin} {chosen}: cannot make the folder ({why})") from None
         yield chosen
         return
     own = Path(tempfile.mkdtemp(prefix="ttlctl-prom-"))
@@ -130,6 +149,23 @@ def metrics_dir(given: Path | None, environ: Mapping[str, str]) -> Iterator[Path
         yield own
     finally:
         shutil.rmtree(own, ignore_errors=True)
+
+
+def stale_metrics(folder: Path) -> str | None:
+    """A warning when the ``PROMETHEUS_MULTIPROC_DIR`` the server is about to use already
+    holds an earlier server's files: prometheus_client reads every file there, so a dead
+    process's gauges (``ttlctl:pinned_blocks`` …) and counts stay on ``/metrics``."""
+    try:
+        files = sum(1 for _ in folder.iterdir())
+    except OSError:
+        return None
+    if not files:
+        return None
+    return (
+        f"PROMETHEUS_MULTIPROC_DIR {folder} is not empty ({files} file(s) of an earlier "
+        "server): their gauges and counts are added to this server's on /metrics; empty it "
+        "before starting (vLLM says the same)"
+    )
 
 
 def shown_command(cmd: Sequence[str], env: Mapping[str, str]) -> str:

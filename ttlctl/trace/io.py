@@ -69,6 +69,11 @@ class TraceError(TtlctlError, ValueError):
 
 def scan(path: Path) -> pl.LazyFrame:
     """A canonical trace written by :func:`write` (or any Parquet with its columns)."""
+    if path.is_dir():
+        raise TraceError(
+            f"{path}: is a directory, not a Parquet trace (make one from the logs in it with "
+            f"`ttlctl ingest {path} -o trace.parquet`)"
+        )
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
     with path.open("rb") as fh:

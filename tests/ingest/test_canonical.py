@@ -190,6 +190,32 @@ def test_a_file_given_twice_is_read_once(tmp_path: Path) -> None:
     assert twice.rows == once.rows == len(_good_rows()) and twice.rejected == 0
 
 
+@pytest.mark.parametrize("skip_bad", [False, True])
+def test_an_empty_folder_is_an_empty_trace_only_when_allowed(
+    tmp_path: Path, skip_bad: bool
+) -> None:
+    """A folder with no log in it is an empty input: an error that writes nothing, unless
+    --allow-empty, which writes the empty trace (and, with --skip-bad, its empty rejects),
+    as it does for an input whose records are all rejected."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "README.md").write_text("notes, not a log\n")
+    out = tmp_path / "out" / "o.parquet"
+    flags = ["--skip-bad"] if skip_bad else []
+    runner = CliRunner()
+    res = runner.invoke(app, ["ingest", str(folder), "-o", str(out), *flags])
+    assert res.exit_code == 2 and "no log files to ingest" in res.output, res.output
+    assert not (tmp_path / "out").exists()
+
+    res = runner.invoke(app, ["ingest", str(folder), "-o", str(out), "--allow-empty", *flags])
+    assert res.exit_code == 0, res.output
+    assert trace_io.read(out).height == 0
+    assert (tmp_path / "out" / "o.parquet.rejects.jsonl").exists() == skip_bad
+    report = ingest([folder], tmp_path / "again.parquet", skip_bad=skip_bad, allow_empty=True)
+    assert (report.records, report.rows, report.rejected) == (0, 0, 0)
+    assert report.files == [] and report.skipped == [str(folder / "README.md")]
+
+
 def test_streaming_path_matches_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rows = [_call(f"p{p}", t) for p in range(50) for t in range(7)]
     rows[40]["tool_s"] = -3.0  # one bad program

@@ -79,7 +79,7 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
 
 def ingest_report(console: Console, report: IngestReport) -> None:
     formats = ", ".join(f"{name} ×{n}" for name, n in sorted(report.formats().items()))
-    console.print(f"read {len(report.files)} file(s): {formats}")
+    console.print(f"read {len(report.files)} file(s)" + (f": {formats}" if formats else ""))
     if report.skipped:
         names = ", ".join(report.skipped[:5]) + (" …" if len(report.skipped) > 5 else "")
         console.print(f"skipped {len(report.skipped)} documentation file(s): {names}")

@@ -247,8 +247,10 @@ def tune(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
-        check_outputs(output, summary or summary_path(output))
-        check_outputs(live_bundle)  # may be -o: the server then serves the bundle written
+        inputs = (trace, fit, Path(profile))
+        check_outputs(output, summary or summary_path(output), inputs=inputs)
+        # may be -o: the server then serves the bundle written
+        check_outputs(live_bundle, inputs=inputs)
         to_stdout = summary is not None and str(summary) == "-"
         request = tuning.TuneRequest(
             trace=trace,

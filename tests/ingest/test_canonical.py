@@ -128,15 +128,38 @@ def test_bad_rows_strict_and_skip(
 
 
 def test_truncated_jsonl_line_is_rejected_alone(tmp_path: Path) -> None:
+    """A file cut mid-record (its last line unparsable, no newline after it) says the last
+    line looks truncated; the same line with a newline, or a bad line before the last,
+    is malformed. Either way the line alone is rejected."""
     rows = _good_rows()
     text = "".join(json.dumps(r) + "\n" for r in rows)
-    text += '{"program_id": "c", "turn": 0, "input_'  # cut mid-record
+    cut = '{"program_id": "c", "turn": 0, "input_'  # cut mid-record
+    lines = text.splitlines(keepends=True)
+    middle = "".join(lines[:2]) + cut + "\n" + "".join(lines[2:]).rstrip("\n")
     src = tmp_path / "t.jsonl"
-    src.write_text(text)
-    with pytest.raises(IngestError, match="line 6: malformed JSON"):
-        ingest([src], tmp_path / "out.parquet")
-    report = ingest([src], tmp_path / "out.parquet", skip_bad=True)
-    assert report.rows == 5 and report.rejected == 1 and report.records == 6
+    for n, (content, reason) in enumerate(
+        [
+            (text + cut, "truncated JSON: the last line looks cut short (no newline ends it): "),
+            (text + cut + "\n", "malformed JSON: "),
+            (middle, "malformed JSON: "),  # and the file ends without a newline
+        ]
+    ):
+        src.write_text(content)
+        line = "line 3" if content == middle else "line 6"
+        out = tmp_path / f"out{n}.parquet"
+        with pytest.raises(IngestError) as info:
+            ingest([src], out)
+        assert str(info.value).startswith(f"{src}: {line}: {reason}"), str(info.value)
+        assert "\n" not in str(info.value)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            ["t.jsonl", *(f"out{i}.parquet{x}" for i in range(n) for x in ("", ".rejects.jsonl"))]
+        )
+        report = ingest([src], out, skip_bad=True)
+        assert report.rows == 5 and report.rejected == 1 and report.records == 6
+        (reject,) = [
+            json.loads(x) for x in Path(report.rejects_path or "").read_text().splitlines()
+        ]
+        assert reject["record"] == line and reject["reason"].startswith(reason)
 
 
 def test_missing_required_column_is_a_clear_error(tmp_path: Path) -> None:

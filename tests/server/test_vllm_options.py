@@ -28,6 +28,8 @@ def test_an_argument_sets_an_option_by_its_name_or_a_prefix_of_it() -> None:
     assert option_set("--tensor_par=3", TP) == "--tensor-parallel-size"
     assert option_set("--tensor-par.x", TP) == "--tensor-parallel-size"
     assert option_set("-t", TP) == "-tp"
+    # a short name is abbreviated alone only: `-t=2` is no option to argparse
+    assert option_set("-t=2", TP) is None and option_set("-tp=2", TP) == "-tp"
     # not one of them: another option, a longer name, a value, the end of the options
     for arg in ("--tensor-parallel-size-x", "--dtype", "-tpx", "2", "x.yaml", "-", "--", ""):
         assert option_set(arg, TP) is None, arg

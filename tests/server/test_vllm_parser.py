@@ -103,9 +103,32 @@ def test_vllm_takes_each_prefix_of_a_name_as_that_option_or_refuses_it(
                 assert option_set(token, (name,)) == name
                 if taken is action:
                     resolved.add(token)
+            if not name.startswith("--"):  # `-t=2`: no option to vLLM (unrecognized)
+                assert _taken(parser, f"{prefix}=1") is None, (prefix, name)
+                assert option_set(f"{prefix}=1", (name,)) is None, (prefix, name)
+        if not name.startswith("--"):
+            assert _taken(parser, f"{name}=1") is action and option_set(f"{name}=1", (name,))
     # the abbreviations this change is about are real ones
     for token in ("--scheduler-c", "--tensor-par=1", "--no-async-sch", "--max-num-se", "-t"):
         assert token in resolved, token
+
+
+def test_a_short_name_shortened_with_a_value_is_no_option_as_vllm_refuses_it(
+    parser: argparse.ArgumentParser,
+) -> None:
+    """`-t=2` (`-d=2`): vLLM refuses it as an unrecognized argument (argparse abbreviates
+    a short name given alone only), so it is no size of ttlctl's either. Regression: ttlctl
+    read it as `-tp 2` (a server sized 2 GPUs that vLLM would not start)."""
+    for args in (["-t=2"], ["-d=2"], ["-p=2"], ["-pc=2"]):
+        with pytest.raises(Refused, match="unrecognized arguments"):
+            _parsed(parser, args)
+        assert gpus.parallel_size(args) == 1, args
+        gpus.check_one_engine(args)
+    assert gpus.parallel_size(["-tp=2", "-pp=3"]) == _world(_parsed(parser, ["-tp=2", "-pp=3"]))
+
+
+def _world(ns: argparse.Namespace) -> int:
+    return ns.tensor_parallel_size * ns.pipeline_parallel_size * ns.prefill_context_parallel_size
 
 
 def _parsed(parser: argparse.ArgumentParser, args: Sequence[str]) -> argparse.Namespace:

@@ -10,7 +10,9 @@ Python's ``argparse``:
 - ``--x.key value`` sets ``--x`` (vLLM gathers the dotted keys into one JSON value);
 - ``allow_abbrev`` is on: a proper prefix of an option's name is that option when no other
   option starts with it (``--scheduler-c`` is ``--scheduler-cls``, ``-t`` is ``-tp``), an
-  ambiguous one is refused by vLLM.
+  ambiguous one is refused by vLLM. A short name is abbreviated only alone: ``-t=2`` (and
+  ``-t2``) is no option to argparse (Python 3.10 to 3.13), which vLLM refuses as an
+  unrecognized argument, while ``-tp=2`` is ``-tp``.
 
 Deliberate difference: a prefix of a name the caller asks about is read as that name even
 where vLLM would find it ambiguous (vLLM refuses those itself, so refusing them earlier
@@ -43,13 +45,15 @@ def written(arg: str) -> str:
 def option_set(arg: str, names: Sequence[str]) -> str | None:
     """The option among ``names`` that ``arg`` sets as vLLM's parser reads it: its name
     (:func:`written`) is one of them, or a proper prefix of one (argparse's
-    abbreviation; the first of ``names`` it abbreviates). None when it sets none of them
-    (a value, or another option)."""
+    abbreviation, of a short name only without ``=``; the first of ``names`` it
+    abbreviates). None when it sets none of them (a value, or another option)."""
     name = written(arg)
     if not name.startswith("-") or name in ("-", "--"):
         return None  # a value, a lone dash, or the end of the options
     if name in names:
         return name
+    if not name.startswith("--") and "=" in arg:
+        return None  # `-t=2`: argparse abbreviates a short name given alone only
     return next((full for full in names if full.startswith(name)), None)
 
 

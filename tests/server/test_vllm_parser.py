@@ -29,7 +29,7 @@ from ttlctl.errors import TtlctlError
 from ttlctl.server import command, gpus, serving
 from ttlctl.server.command import ASYNC_SCHEDULING, PROMPT_TOKENS_DETAILS, CommandError
 from ttlctl.server.vllm_config import config_args, load, read
-from ttlctl.server.vllm_options import option_set
+from ttlctl.server.vllm_options import gathered, option_set
 
 #: every vLLM option name ttlctl reads in a server's arguments
 READ_BY_TTLCTL = (
@@ -127,6 +127,42 @@ def test_a_short_name_shortened_with_a_value_is_no_option_as_vllm_refuses_it(
     assert gpus.parallel_size(["-tp=2", "-pp=3"]) == _world(_parsed(parser, ["-tp=2", "-pp=3"]))
 
 
+def test_dotted_options_are_gathered_as_vllm_gathers_them() -> None:
+    """vLLM's parser takes each dotted option out with the argument after it (its value,
+    whatever it is) and gives the keys of each option as one JSON object after the other
+    arguments; ttlctl reads the arguments so gathered (vllm_options.gathered)."""
+    pytest.importorskip("vllm", reason="vLLM's own parser is the reference (engine extra)")
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    class Recorder(argparse.ArgumentParser):
+        def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+            return list(args)
+
+    class Gathering(FlexibleArgumentParser, Recorder):  # type: ignore[misc]
+        """vLLM's parser up to the arguments it hands to argparse."""
+
+    for args in [
+        ["--host.a", "b", "--port", "1"],
+        ["--hf-overrides.a", "-tp", "-dp", "2"],
+        ["--hf_overrides.a_b=1", "--hf-overrides.c.d", '{"e": 1}', "--hf-overrides.c.f", "x"],
+        ["--x.l+", "a,b", "--x.l+=c", "--x.l", "[1]", "--max_num_seqs=1.5", "-tp.k", "2"],
+        ["--speculative-config.model", "--scheduler_cls", "--tensor_parallel_size", "2"],
+    ]:
+        assert Gathering().parse_args(args) == gathered(args), args
+
+
+def test_a_size_set_by_dotted_keys_is_no_number_as_vllm_refuses_it(
+    parser: argparse.ArgumentParser,
+) -> None:
+    """`--tensor-parallel-size.x 2` sets the option to the object {"x": 2}: vLLM refuses it,
+    and so does ttlctl, where it read 2."""
+    for args in (["--tensor-parallel-size.x", "2"], ["-dp.x", "2"]):
+        with pytest.raises(Refused, match="invalid int value"):
+            _parsed(parser, args)
+        with pytest.raises(CommandError, match=r"takes a number, not '\{\"x\": 2\}'"):
+            gpus.check_parallel(args, 1)
+
+
 def _world(ns: argparse.Namespace) -> int:
     return ns.tensor_parallel_size * ns.pipeline_parallel_size * ns.prefill_context_parallel_size
 
@@ -151,6 +187,11 @@ CASES: list[tuple[dict[str, Any] | None, list[str]]] = [
     ({"async-sch": True, "enable-prompt-tokens-details": True}, []),
     ({"max_num_batched": 64, "hf-overrides": {"x": 1}}, ["--dtype", "half"]),
     ({"dtype": "half"}, ["--port", "9000"]),
+    # a dotted option takes the next argument as its value, whatever it is
+    (None, ["--hf-overrides.a", "-dp", "-tp", "2"]),
+    (None, ["--hf-overrides.a", "--scheduler-cls", "--port", "9000"]),
+    (None, ["--hf_overrides.a=1", "--hf-overrides.b+", "x,y", "--host.a", "b"]),
+    ({"hf-overrides": {"x": 1}}, ["--hf-overrides.y", "-tp", "-pp", "2"]),
 ]
 
 
@@ -193,6 +234,7 @@ def test_vllm_sets_what_ttlctl_reads(
         (("--max-num-seqs",), "max_num_seqs"),
         (("--max-num-batched-tokens",), "max_num_batched_tokens"),
         (("--port",), "port"),
+        (("--host",), "host"),
     ]:
         vllm_sets = getattr(ns, dest) != getattr(defaults, dest)
         assert _sets(command.refuse, given, own, "me", "there") == vllm_sets, dest

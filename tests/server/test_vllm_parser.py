@@ -223,7 +223,8 @@ def test_vllm_sets_what_ttlctl_reads(
     # behind a wrapper whose one-letter flags vLLM never sees (docker's -t, -d, -p): its
     # vLLM part after vLLM's entry, or the whole less one-letter flags (vLLM's -t unread)
     for wrapper in (["srun", "-t", "5", "-p", "gpu", "vllm", "serve"], ["docker", "run", "-t",
-                    "-d", "-p", "8000:8000", "img"]):  # fmt: skip
+                    "-d", "-p", "8000:8000", "img"], ["docker", "run", "-dp", "8000:8000",
+                    "-tp", "1:1", "--gpus", "all", "img"]):  # fmt: skip
         vllm_part = command.vllm_arguments([*wrapper, *given])
         if wrapper[0] == "srun" or "-t" not in given:
             assert gpus.parallel_size(vllm_part) == world, wrapper

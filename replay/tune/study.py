@@ -113,8 +113,7 @@ def tune(
     if not held.subset(ctx.workload).programs:
         raise TuneError(
             f"the trace has {counted(len(ctx.workload.programs), 'program')}: a live study "
-            "needs more "
-            f"than --live-programs ({live.programs}), so that the held-back comparison "
+            f"needs more than --live-programs ({live.programs}), so that the held-back comparison "
             "replays programs no trial saw"
         )
     try:

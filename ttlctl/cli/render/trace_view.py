@@ -56,7 +56,7 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
             ""
             if paused is None
             else f"; {paused:,} of the calls, of {counted(tools['distinct_with_pause'], 'tool')}, "
-            f"{'has' if paused == 1 else 'have'} a pause (tool_s, else gap_s): what fit fits"
+            "with a pause (tool_s, else gap_s): what fit fits"
         )
         table = Table(
             title=f"tools: {tools['distinct']} distinct, "

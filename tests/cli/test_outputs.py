@@ -118,8 +118,9 @@ def test_the_checks_and_the_writer_name_the_users_path(tmp_path: Path) -> None:
 def test_an_output_that_is_an_input_is_refused(inputs: dict[str, Path], tmp_path: Path) -> None:
     """`fit trace.parquet -o trace.parquet` (a slip of the keyboard) replaced the trace with
     its fit: an output that is one of the command's inputs stops it first, one line, and
-    the input is left as it was. Regression: replay's --json and tune's -o, --json and
-    --live-bundle were not checked against the trace, fit, bundle or profile read."""
+    the input is left as it was. Regression: replay's --json and tune's -o, --json,
+    --live-bundle and --storage file were not checked against the trace, fit, bundle or
+    profile read."""
     run = tmp_path / "run"
     run.mkdir()
     trace, fit = run / "trace.parquet", run / "fit.json"
@@ -152,6 +153,9 @@ def test_an_output_that_is_an_input_is_refused(inputs: dict[str, Path], tmp_path
         "tune --live-bundle": [*tune, "-o", str(tmp_path / "b.json"), "--live",
                                "http://127.0.0.1:9", "--live-bundle", f],
         "tune -o profile": ["tune", t, "--fit", f, "--profile", profile, "-o", profile],
+        "tune --storage": [*tune, "-o", str(tmp_path / "b.json"), "--storage", t],
+        "tune --storage sqlite": [*tune, "-o", str(tmp_path / "b.json"), "--storage",
+                                  f"sqlite:///{fit}"],
         "replay --json profile": ["replay", t, "--policy", "vllm", "--profile", profile,
                                   "--json", profile],
     }  # fmt: skip

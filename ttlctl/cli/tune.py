@@ -243,12 +243,14 @@ def tune(
 
     from replay.loads import load_list
     from replay.tune import session as tuning
+    from replay.tune.storage import Storage, default_storage
     from replay.tune.study import summary_path
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
         inputs = (trace, fit, Path(profile))
-        check_outputs(output, summary or summary_path(output), inputs=inputs)
+        study_file = Storage(storage or default_storage(output)).file  # the study's, written
+        check_outputs(output, summary or summary_path(output), study_file, inputs=inputs)
         # may be -o: the server then serves the bundle written
         check_outputs(live_bundle, inputs=inputs)
         to_stdout = summary is not None and str(summary) == "-"

@@ -50,6 +50,7 @@ from ttlctl.cli.options import (
     Trace,
     Truncate,
 )
+from ttlctl.nouns import counted
 
 if TYPE_CHECKING:  # types only: the tuner is imported when the command runs
     from replay.tune.session import TuneSession
@@ -333,7 +334,7 @@ def _announce(session: TuneSession) -> None:
     req, ctx = session.request, session.context
     err.print(
         f"study {escape(session.study_name)} in {escape(session.storage.shown())}: "
-        f"{req.trials} trials, {req.workers} worker(s), {len(ctx.loads)} load(s) × "
+        f"{counted(req.trials, 'trial')}, {req.workers} worker(s), {len(ctx.loads)} load(s) × "
         f"{req.seeds} seed(s) per trial",
         highlight=False,
     )

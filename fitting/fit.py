@@ -23,6 +23,7 @@ from fitting.eta_bootstrap import estimate as estimate_eta
 from fitting.fit_doc import FitDoc, FitSource, ToolFit
 from fitting.percentile import percentile
 from ttlctl.errors import ConfigError, TtlctlError
+from ttlctl.nouns import counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +106,7 @@ def fit_trace(
         calls = trace.select(pl.len()).collect().item()
         where = source["path"] if source is not None else "the trace"
         raise EmptyFitError(
-            f"{where}: no tool pause to fit ({calls:,} calls, none with a tool and a "
+            f"{where}: no tool pause to fit ({counted(calls, 'call')}, none with a tool and a "
             "recorded tool_s or gap_s); --allow-empty writes a fit of nothing"
         )
     abandoned = data.filter(pl.col("pause_s") > config.abandon_s)

@@ -56,6 +56,7 @@ from ttlctl import bundle as bundle_mod
 from ttlctl.errors import TtlctlError
 from ttlctl.ingest.pipeline import IngestReport, ingest, rejects_path_for
 from ttlctl.jsonio import FileRef, file_sha256, replacing
+from ttlctl.nouns import counted
 from ttlctl.trace import io as trace_io
 
 REFIT_SCHEMA = "ttlctl.refit/1"
@@ -119,7 +120,7 @@ def refit(
         "new": PolicySpec("continuum", bundle=draft),
         "vllm": PolicySpec("vllm"),
     }
-    fleet = "" if ctx.fleet is None else f" on {ctx.fleet.replicas} replicas as logged"
+    fleet = "" if ctx.fleet is None else f" on {counted(ctx.fleet.replicas, 'replica')} as logged"
     say(f"replaying old, new and stock vLLM{fleet} ({len(ctx.replays())} replays each)")
     by, p95 = replay_part(part, specs)
     held = held_figures(ctx, by, p95, ("old", "vllm"), "old", candidate="new")

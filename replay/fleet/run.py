@@ -31,6 +31,7 @@ from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.workload import Workload
 from ttlctl.errors import ConfigError
+from ttlctl.nouns import counted
 from ttlctl.trace import io as trace_io
 
 #: the trace column naming the replica that served a call (engine logs from a fleet)
@@ -61,7 +62,8 @@ class FleetSpec:
             raise ConfigError(f"--replicas must be at least 1, got {self.replicas}")
         if self.engines is not None and len(self.engines) != self.replicas:
             raise ConfigError(
-                f"{len(self.engines)} engine sizes given for {self.replicas} replicas"
+                f"{counted(len(self.engines), 'engine size')} given for "
+                f"{counted(self.replicas, 'replica')}"
             )
         if self.router.name == AS_LOGGED:
             if self.worker_urls is not None:

@@ -27,6 +27,7 @@ from replay.vllmsim.backend import runner
 from replay.workload import Workload
 from ttlctl.bundle import BundleParts
 from ttlctl.errors import TtlctlError
+from ttlctl.nouns import counted
 
 #: bump when the search space or the objective changes meaning (part of the study name)
 SEARCH_SPACE = "ttlctl.tune.space/1"
@@ -135,7 +136,7 @@ class TuneContext:
             raise TuneError("the trace has no programs to replay")
         if self.live is not None and not self.live.subset(self.workload).programs:
             raise TuneError(
-                f"the trace has {len(self.workload.programs)} programs: none left for a "
+                f"the trace has {counted(len(self.workload.programs), 'program')}: none left for a "
                 f"live run from program {self.live.offset}"
             )
         if not self.loads:

@@ -35,6 +35,18 @@ class Storage:
     def is_url(self) -> bool:
         return "://" in self.target
 
+    @property
+    def file(self) -> Path | None:
+        """The local file the study is written to: the journal file, or a SQLite URL's
+        database (None: a server's database, or SQLite in memory)."""
+        if not self.is_url:
+            return Path(self.target)
+        if self.target.startswith("sqlite"):
+            database = self.target.split(":///", 1)[-1].split("?", 1)[0]
+            if database and database != ":memory:" and ":///" in self.target:
+                return Path(database)
+        return None
+
     def open(self) -> optuna.storages.BaseStorage:
         if not self.is_url:
             return self._journal()

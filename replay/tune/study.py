@@ -36,6 +36,7 @@ from replay.tune.workers import (
     worker_name,
 )
 from ttlctl.jsonio import write_atomic
+from ttlctl.nouns import counted
 from ttlctl.server import signals
 from ttlctl.server.client import ServerError
 from ttlctl.server.facts import ServerInfo, probe
@@ -111,8 +112,8 @@ def tune(
     held = live.held_back()
     if not held.subset(ctx.workload).programs:
         raise TuneError(
-            f"the trace has {len(ctx.workload.programs)} programs: a live study needs more "
-            f"than --live-programs ({live.programs}), so that the held-back comparison "
+            f"the trace has {counted(len(ctx.workload.programs), 'program')}: a live study "
+            f"needs more than --live-programs ({live.programs}), so that the held-back comparison "
             "replays programs no trial saw"
         )
     try:

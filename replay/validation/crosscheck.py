@@ -43,6 +43,7 @@ from replay.validation.stats import merge_runs
 from replay.validation.warmup import Warmed, warmed
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
+from ttlctl.nouns import counted
 from ttlctl.server.facts import ServerInfo, probe
 from ttlctl.server.owned import OwnedServer
 
@@ -106,8 +107,8 @@ class _Session:
                 # what the measurement after the run needs, asked before it
                 measurable(info.url, f"{name}'s server", self.model_config)
             self.say(
-                f"{which}: live replay of {len(self.work.programs)} programs "
-                f"({self.work.calls} calls)"
+                f"{which}: live replay of {counted(len(self.work.programs), 'program')} "
+                f"({counted(self.work.calls, 'call')})"
             )
             self.runs.setdefault(name, []).append(self._live(name, tag, info))
             self._measure_profile(name, rep, which, info)

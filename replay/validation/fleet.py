@@ -73,6 +73,7 @@ from replay.validation.timings import DRAWS, Timings
 from replay.validation.warmup import warmed
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
+from ttlctl.nouns import counted
 from ttlctl.server import arrivals, command, cpus, gpus, router
 from ttlctl.server.cache import reset_prefix_cache
 from ttlctl.server.cpu_time import cpu_used
@@ -214,7 +215,7 @@ def validate_fleet(
                     gpu_sets=gpu_sets,
                 )
                 fleet = made.fleet
-                say(f"{which}: starting {replicas} replicas and vllm-router")
+                say(f"{which}: starting {counted(replicas, 'replica')} and vllm-router")
                 with fleet:
                     groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
                     if info is None:
@@ -231,7 +232,7 @@ def validate_fleet(
                     )
                     for url in made.urls.values():
                         reset_prefix_cache(url)
-                    say(f"{which}: live replay of {len(work.programs)} programs")
+                    say(f"{which}: live replay of {counted(len(work.programs), 'program')}")
                     before = {r: _scraped(u, warn) for r, u in made.urls.items()}
                     # each server leads a process group of its own (its pid is its id)
                     cpu_groups: dict[str, int | None] = {

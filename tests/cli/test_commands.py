@@ -188,6 +188,36 @@ def test_a_usage_error_is_one_line_naming_the_flag(args: list[str], flag: str) -
     assert "Traceback" not in res.output
 
 
+def test_every_float_option_says_nan_is_not_a_number() -> None:
+    """`--queue-delay-seconds nan` said "Input should be greater than or equal to 0": a float
+    option with a range refused nan for its range, as if it were a number below it. Every
+    float option says nan is not a number and ±inf is not a finite one; a number out of
+    range still names the range, and an int option keeps its own words."""
+    checked = 0
+    for name, command in _commands().items():
+        ctx = typer.Context(command)
+        for param in command.params:
+            annotation = param.type_descriptor.annotation
+            if annotation is not float and annotation != list[float]:
+                continue
+            checked += 1
+            for word, said in [("nan", "nan is not a number"), ("NaN", "nan is not a number"),
+                               ("inf", "inf is not a finite number"),
+                               ("-inf", "-inf is not a finite number")]:  # fmt: skip
+                value = [word] if annotation == list[float] else word
+                with pytest.raises(typer.BadParameter) as info:
+                    param.process_value(ctx, value)
+                assert info.value.message == said, (name, param.name, word)
+    assert checked >= 20
+    query = ["bundle", "query", "b.json", "--tool", "nan", "--context-tokens"]
+    for args, said in [
+        ([*query, "1", "--queue-delay-seconds", "-1"], "greater than or equal to 0"),
+        ([*query, "nan"], "--context-tokens': Input should be a valid integer"),
+    ]:
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and said in res.stderr, res.stderr
+
+
 def test_an_old_spelling_still_works_with_a_warning(tmp_path: Path) -> None:
     assert options.renamed(["fit", "t", "--abandon-s=5", "--", "--abandon-s"], print) == [
         "fit", "t", "--abandon-seconds=5", "--", "--abandon-s",

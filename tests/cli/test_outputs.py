@@ -4,11 +4,13 @@ temporary file), exit 2, and nothing is written or left behind."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from profiles.shipped import DATA
 from tests.conftest import make_trace
 from ttlctl.cli import app
 from ttlctl.jsonio import OutputError, check_folder, check_writable, write_json
@@ -116,15 +118,20 @@ def test_the_checks_and_the_writer_name_the_users_path(tmp_path: Path) -> None:
 def test_an_output_that_is_an_input_is_refused(inputs: dict[str, Path], tmp_path: Path) -> None:
     """`fit trace.parquet -o trace.parquet` (a slip of the keyboard) replaced the trace with
     its fit: an output that is one of the command's inputs stops it first, one line, and
-    the input is left as it was."""
+    the input is left as it was. Regression: replay's --json and tune's -o, --json,
+    --live-bundle and --storage file were not checked against the trace, fit, bundle or
+    profile read."""
     run = tmp_path / "run"
     run.mkdir()
     trace, fit = run / "trace.parquet", run / "fit.json"
     trace.write_bytes(inputs["trace"].read_bytes())
     fit.write_bytes(inputs["fit"].read_bytes())
+    profile = str(run / "profile.json")
+    shutil.copyfile(DATA / "llama-3.1-8b-h100.json", profile)
     t, f = str(trace), str(fit)
     served = str(tmp_path / "served.json")
     build = ["bundle", "build", "--fit", f, "--profile", "llama-3.1-8b-h100", "-o", served]
+    tune = ["tune", t, "--fit", f, "--profile", "llama-3.1-8b-h100", "--trials", "1"]
     assert CliRunner().invoke(app, build).exit_code == 0
     cases = {
         "ingest": ["ingest", t, "-o", t],
@@ -137,12 +144,26 @@ def test_an_output_that_is_an_input_is_refused(inputs: dict[str, Path], tmp_path
         "report": ["report", str(run), "-o", f],
         "refit --trace": ["refit", t, "--bundle", served, "--trace", t],
         "refit -o": ["refit", t, "--bundle", served, "-o", t],
+        "replay --json": ["replay", t, "--policy", "vllm", "--json", t],
+        "replay --json bundle": ["replay", t, "--policy", "continuum", "--bundle", served,
+                                 "--json", served],
+        "tune -o": [*tune, "-o", f],
+        "tune -o trace": [*tune, "-o", t],
+        "tune --json": [*tune, "-o", str(tmp_path / "b.json"), "--json", t],
+        "tune --live-bundle": [*tune, "-o", str(tmp_path / "b.json"), "--live",
+                               "http://127.0.0.1:9", "--live-bundle", f],
+        "tune -o profile": ["tune", t, "--fit", f, "--profile", profile, "-o", profile],
+        "tune --storage": [*tune, "-o", str(tmp_path / "b.json"), "--storage", t],
+        "tune --storage sqlite": [*tune, "-o", str(tmp_path / "b.json"), "--storage",
+                                  f"sqlite:///{fit}"],
+        "replay --json profile": ["replay", t, "--policy", "vllm", "--profile", profile,
+                                  "--json", profile],
     }  # fmt: skip
-    before = {p: p.read_bytes() for p in (trace, fit)}
+    before = {p: p.read_bytes() for p in (trace, fit, Path(served), Path(profile))}
     for name, args in cases.items():
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 2, (name, res.output)
         (line,) = res.stderr.strip().splitlines()
         assert line.startswith("error: ") and "is an input of this command" in line, (name, line)
-        assert {p: p.read_bytes() for p in (trace, fit)} == before, name
+        assert {p: p.read_bytes() for p in before} == before, name
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "served.json"]

@@ -244,6 +244,8 @@ def test_worker_urls_one_per_replica() -> None:
     ] == list(urls)
     with pytest.raises(ConfigError, match="--worker-urls: 1 URL given for 2 replicas"):
         FleetSpec(2, RouterSettings("consistent-hash"), worker_urls=urls[:1])
+    with pytest.raises(ConfigError, match=r"--worker-urls: 2 URLs given for 1 replica$"):
+        FleetSpec(1, RouterSettings("consistent-hash"), worker_urls=urls)
     with pytest.raises(ConfigError, match="given twice"):
         FleetSpec(2, RouterSettings("consistent-hash"), worker_urls=(urls[0], urls[0]))
     # without URLs: the documented default names, replica i as http://replica-i

@@ -128,15 +128,38 @@ def test_bad_rows_strict_and_skip(
 
 
 def test_truncated_jsonl_line_is_rejected_alone(tmp_path: Path) -> None:
+    """A file cut mid-record (its last line unparsable, no newline after it) says the last
+    line looks truncated; the same line with a newline, or a bad line before the last,
+    is malformed. Either way the line alone is rejected."""
     rows = _good_rows()
     text = "".join(json.dumps(r) + "\n" for r in rows)
-    text += '{"program_id": "c", "turn": 0, "input_'  # cut mid-record
+    cut = '{"program_id": "c", "turn": 0, "input_'  # cut mid-record
+    lines = text.splitlines(keepends=True)
+    middle = "".join(lines[:2]) + cut + "\n" + "".join(lines[2:]).rstrip("\n")
     src = tmp_path / "t.jsonl"
-    src.write_text(text)
-    with pytest.raises(IngestError, match="line 6: malformed JSON"):
-        ingest([src], tmp_path / "out.parquet")
-    report = ingest([src], tmp_path / "out.parquet", skip_bad=True)
-    assert report.rows == 5 and report.rejected == 1 and report.records == 6
+    for n, (content, reason) in enumerate(
+        [
+            (text + cut, "truncated JSON: the last line looks cut short (no newline ends it): "),
+            (text + cut + "\n", "malformed JSON: "),
+            (middle, "malformed JSON: "),  # and the file ends without a newline
+        ]
+    ):
+        src.write_text(content)
+        line = "line 3" if content == middle else "line 6"
+        out = tmp_path / f"out{n}.parquet"
+        with pytest.raises(IngestError) as info:
+            ingest([src], out)
+        assert str(info.value).startswith(f"{src}: {line}: {reason}"), str(info.value)
+        assert "\n" not in str(info.value)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            ["t.jsonl", *(f"out{i}.parquet{x}" for i in range(n) for x in ("", ".rejects.jsonl"))]
+        )
+        report = ingest([src], out, skip_bad=True)
+        assert report.rows == 5 and report.rejected == 1 and report.records == 6
+        (reject,) = [
+            json.loads(x) for x in Path(report.rejects_path or "").read_text().splitlines()
+        ]
+        assert reject["record"] == line and reject["reason"].startswith(reason)
 
 
 def test_missing_required_column_is_a_clear_error(tmp_path: Path) -> None:
@@ -188,6 +211,32 @@ def test_a_file_given_twice_is_read_once(tmp_path: Path) -> None:
     twice = ingest([folder, src, folder / "." / "run.jsonl"], tmp_path / "twice.parquet")
     assert [f.path for f in twice.files] == [str(src)]
     assert twice.rows == once.rows == len(_good_rows()) and twice.rejected == 0
+
+
+@pytest.mark.parametrize("skip_bad", [False, True])
+def test_an_empty_folder_is_an_empty_trace_only_when_allowed(
+    tmp_path: Path, skip_bad: bool
+) -> None:
+    """A folder with no log in it is an empty input: an error that writes nothing, unless
+    --allow-empty, which writes the empty trace (and, with --skip-bad, its empty rejects),
+    as it does for an input whose records are all rejected."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "README.md").write_text("notes, not a log\n")
+    out = tmp_path / "out" / "o.parquet"
+    flags = ["--skip-bad"] if skip_bad else []
+    runner = CliRunner()
+    res = runner.invoke(app, ["ingest", str(folder), "-o", str(out), *flags])
+    assert res.exit_code == 2 and "no log files to ingest" in res.output, res.output
+    assert not (tmp_path / "out").exists()
+
+    res = runner.invoke(app, ["ingest", str(folder), "-o", str(out), "--allow-empty", *flags])
+    assert res.exit_code == 0, res.output
+    assert trace_io.read(out).height == 0
+    assert (tmp_path / "out" / "o.parquet.rejects.jsonl").exists() == skip_bad
+    report = ingest([folder], tmp_path / "again.parquet", skip_bad=skip_bad, allow_empty=True)
+    assert (report.records, report.rows, report.rejected) == (0, 0, 0)
+    assert report.files == [] and report.skipped == [str(folder / "README.md")]
 
 
 def test_streaming_path_matches_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -327,7 +327,7 @@ def _bad_file(tmp_path: Path, case: str, samples: Path) -> Path:
 
 
 BAD = {
-    "truncated": ("line 4", "malformed JSON"),
+    "truncated": ("line 4", "truncated JSON: the last line looks cut short"),
     "wrong-format": (None, "not a LiteLLM log"),
     "missing-tokens": ("line 2", "missing prompt_tokens"),
     "non-numeric": ("line 3", "non-numeric completion_tokens"),

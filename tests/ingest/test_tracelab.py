@@ -299,7 +299,7 @@ def _bad_file(tmp_path: Path, case: str, samples: Path) -> Path:
 
 BAD = {
     # (record named in strict mode, reason text)
-    "truncated": ("line 19", "malformed JSON"),
+    "truncated": ("line 19", "truncated JSON: the last line looks cut short"),
     "wrong-format": (None, "not a TraceLab round trace"),
     "empty": (None, "empty file"),
     "binary": (None, "binary data"),

@@ -64,14 +64,23 @@ def test_refuse_reads_the_config_file_as_vllm_does(tmp_path: Path) -> None:
 def test_the_vllm_arguments_of_a_command_are_told_apart_from_a_wrappers() -> None:
     """After vLLM's entry, everything is vLLM's; without one (an image that starts vLLM),
     a wrapper's one-letter flags (docker's -t, -p, -d; srun's -p, -t) are not read as
-    abbreviations of vLLM's -tp, -pp, -dp."""
+    abbreviations of vLLM's -tp, -pp, -dp, and a `docker run`'s options are not read at
+    all (its -dp 8000:8000 is -d -p, not vLLM's -dp: refused as not a number before)."""
     for cmd, vllm in [
         ("py -m vllm.entrypoints.openai.api_server --model m -t 2", "--model m -t 2"),
         ("srun -p gpu -t 60 vllm serve m -t 2", "m -t 2"),
         ("srun -t 60 /opt/bin/vllm serve --config c.yaml", "--config c.yaml"),
         ("python -m vllm.entrypoints.cli.main serve m -dp 2", "m -dp 2"),
         ("docker run -t -d -p 8000:8000 -e X=1 img --model m -tp 2 -p=3",
-         "docker run 8000:8000 X=1 img --model m -tp 2"),
+         "--model m -tp 2"),
+        # docker's combined one-letter flags: -d -p 8000:8000, not vLLM's -dp or -tp
+        ("docker run -dp 8000:8000 --gpus all -tp 9:9 -it --rm img --model m -dp 2",
+         "--model m -dp 2"),
+        ("sudo docker -H unix:///d.sock container run -p8000:8000 --name=x -- img -tp 2",
+         "-tp 2"),
+        ("docker run -dp 8000:8000 img python -m vllm.entrypoints.openai.api_server -tp 2",
+         "-tp 2"),
+        ("podman run -t img --model m -dp 2", "podman run img --model m -dp 2"),
         ("serve --async-sch", "serve --async-sch"),  # no program before serve: not vLLM's
     ]:  # fmt: skip
         assert command.vllm_arguments(cmd.split()) == vllm.split(), cmd

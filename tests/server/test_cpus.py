@@ -28,6 +28,8 @@ def test_each_replica_gets_cpus_of_its_own() -> None:
     with pytest.raises(CommandError, match=r"--cpus-per-replica 2 with 2 replicas needs 4 CPUs; "
                        r"this process may use 2 \(0,1\)"):  # fmt: skip
         cpus.cpu_sets(2, 2, [0, 1])
+    with pytest.raises(CommandError, match=r"with 1 replica needs 1 CPU; this process may use 0"):
+        cpus.cpu_sets(1, 1, [])
     with pytest.raises(CommandError, match="at least 1"):
         cpus.cpu_sets(2, 0, [0, 1])
     assert cpus.available_cpus() == tuple(sorted(os.sched_getaffinity(0)))

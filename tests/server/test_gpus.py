@@ -147,7 +147,8 @@ def test_each_replica_gets_gpus_of_its_own() -> None:
     with pytest.raises(CommandError, match=r"--gpus-per-replica 1 with 2 replicas needs 2 "
                        r"GPUs; this process may use 1 \(CUDA_VISIBLE_DEVICES: 0\)"):  # fmt: skip
         gpus.gpu_sets(2, 1, ("0",))
-    with pytest.raises(CommandError, match=r"may use 0 \(CUDA_VISIBLE_DEVICES: none\)"):
+    with pytest.raises(CommandError, match=r"with 1 replica needs 1 GPU; this process may "
+                       r"use 0 \(CUDA_VISIBLE_DEVICES: none\)"):  # fmt: skip
         gpus.gpu_sets(1, 1, ())
     with pytest.raises(CommandError, match="at least 1"):
         gpus.gpu_sets(2, 0, ("0", "1"))

@@ -3,7 +3,7 @@ reads it (that vLLM's own parser agrees: test_vllm_parser.py)."""
 
 from __future__ import annotations
 
-from ttlctl.server.vllm_options import option_name, option_set, shown, written
+from ttlctl.server.vllm_options import gathered, option_name, option_set, shown, written
 
 TP = ("--tensor-parallel-size", "-tp")
 
@@ -28,6 +28,8 @@ def test_an_argument_sets_an_option_by_its_name_or_a_prefix_of_it() -> None:
     assert option_set("--tensor_par=3", TP) == "--tensor-parallel-size"
     assert option_set("--tensor-par.x", TP) == "--tensor-parallel-size"
     assert option_set("-t", TP) == "-tp"
+    # a short name is abbreviated alone only: `-t=2` is no option to argparse
+    assert option_set("-t=2", TP) is None and option_set("-tp=2", TP) == "-tp"
     # not one of them: another option, a longer name, a value, the end of the options
     for arg in ("--tensor-parallel-size-x", "--dtype", "-tpx", "2", "x.yaml", "-", "--", ""):
         assert option_set(arg, TP) is None, arg
@@ -45,3 +47,17 @@ def test_a_message_says_what_an_abbreviation_stands_for() -> None:
         "--scheduler-c (abbreviates --scheduler-cls)"
     )
     assert shown("-t", "-tp") == "-t (abbreviates -tp)"
+
+
+def test_dotted_options_are_gathered_into_one_json_value_after_the_others() -> None:
+    """vLLM's `--x.key value`: the next argument is the value whatever it is (here `-tp`,
+    not an option), and the keys of one option become one JSON object, given last."""
+    args = ["--hf_overrides.a", "-tp", "-dp", "2", "--hf-overrides.b.c=1", "--x.l+", "p,q"]
+    assert gathered(args) == [
+        "-dp", "2",
+        "--hf-overrides", '{"a": "-tp", "b": {"c": 1}}',
+        "--x", '{"l": ["p", "q"]}',
+    ]  # fmt: skip
+    assert [option_set(a, TP) for a in gathered(args)] == [None] * 6
+    # not dotted: a dot in a value only, or no value to take
+    assert gathered(["--max_num_seqs=1.5", "--y.z"]) == ["--max-num-seqs=1.5", "--y.z"]

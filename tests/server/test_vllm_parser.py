@@ -29,7 +29,7 @@ from ttlctl.errors import TtlctlError
 from ttlctl.server import command, gpus, serving
 from ttlctl.server.command import ASYNC_SCHEDULING, PROMPT_TOKENS_DETAILS, CommandError
 from ttlctl.server.vllm_config import config_args, load, read
-from ttlctl.server.vllm_options import option_set
+from ttlctl.server.vllm_options import gathered, option_set
 
 #: every vLLM option name ttlctl reads in a server's arguments
 READ_BY_TTLCTL = (
@@ -103,9 +103,68 @@ def test_vllm_takes_each_prefix_of_a_name_as_that_option_or_refuses_it(
                 assert option_set(token, (name,)) == name
                 if taken is action:
                     resolved.add(token)
+            if not name.startswith("--"):  # `-t=2`: no option to vLLM (unrecognized)
+                assert _taken(parser, f"{prefix}=1") is None, (prefix, name)
+                assert option_set(f"{prefix}=1", (name,)) is None, (prefix, name)
+        if not name.startswith("--"):
+            assert _taken(parser, f"{name}=1") is action and option_set(f"{name}=1", (name,))
     # the abbreviations this change is about are real ones
     for token in ("--scheduler-c", "--tensor-par=1", "--no-async-sch", "--max-num-se", "-t"):
         assert token in resolved, token
+
+
+def test_a_short_name_shortened_with_a_value_is_no_option_as_vllm_refuses_it(
+    parser: argparse.ArgumentParser,
+) -> None:
+    """`-t=2` (`-d=2`): vLLM refuses it as an unrecognized argument (argparse abbreviates
+    a short name given alone only), so it is no size of ttlctl's either. Regression: ttlctl
+    read it as `-tp 2` (a server sized 2 GPUs that vLLM would not start)."""
+    for args in (["-t=2"], ["-d=2"], ["-p=2"], ["-pc=2"]):
+        with pytest.raises(Refused, match="unrecognized arguments"):
+            _parsed(parser, args)
+        assert gpus.parallel_size(args) == 1, args
+        gpus.check_one_engine(args)
+    assert gpus.parallel_size(["-tp=2", "-pp=3"]) == _world(_parsed(parser, ["-tp=2", "-pp=3"]))
+
+
+def test_dotted_options_are_gathered_as_vllm_gathers_them() -> None:
+    """vLLM's parser takes each dotted option out with the argument after it (its value,
+    whatever it is) and gives the keys of each option as one JSON object after the other
+    arguments; ttlctl reads the arguments so gathered (vllm_options.gathered)."""
+    pytest.importorskip("vllm", reason="vLLM's own parser is the reference (engine extra)")
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    class Recorder(argparse.ArgumentParser):
+        def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+            return list(args)
+
+    class Gathering(FlexibleArgumentParser, Recorder):  # type: ignore[misc]
+        """vLLM's parser up to the arguments it hands to argparse."""
+
+    for args in [
+        ["--host.a", "b", "--port", "1"],
+        ["--hf-overrides.a", "-tp", "-dp", "2"],
+        ["--hf_overrides.a_b=1", "--hf-overrides.c.d", '{"e": 1}', "--hf-overrides.c.f", "x"],
+        ["--x.l+", "a,b", "--x.l+=c", "--x.l", "[1]", "--max_num_seqs=1.5", "-tp.k", "2"],
+        ["--speculative-config.model", "--scheduler_cls", "--tensor_parallel_size", "2"],
+    ]:
+        assert Gathering().parse_args(args) == gathered(args), args
+
+
+def test_a_size_set_by_dotted_keys_is_no_number_as_vllm_refuses_it(
+    parser: argparse.ArgumentParser,
+) -> None:
+    """`--tensor-parallel-size.x 2` sets the option to the object {"x": 2}: vLLM refuses it,
+    and so does ttlctl, where it read 2."""
+    for args in (["--tensor-parallel-size.x", "2"], ["-dp.x", "2"]):
+        with pytest.raises(Refused, match="invalid int value"):
+            _parsed(parser, args)
+        with pytest.raises(CommandError, match=r"takes a number, not '\{\"x\": 2\}'"):
+            gpus.check_parallel(args, 1)
+
+
+def _world(ns: argparse.Namespace) -> int:
+    return ns.tensor_parallel_size * ns.pipeline_parallel_size * ns.prefill_context_parallel_size
 
 
 def _parsed(parser: argparse.ArgumentParser, args: Sequence[str]) -> argparse.Namespace:
@@ -128,6 +187,11 @@ CASES: list[tuple[dict[str, Any] | None, list[str]]] = [
     ({"async-sch": True, "enable-prompt-tokens-details": True}, []),
     ({"max_num_batched": 64, "hf-overrides": {"x": 1}}, ["--dtype", "half"]),
     ({"dtype": "half"}, ["--port", "9000"]),
+    # a dotted option takes the next argument as its value, whatever it is
+    (None, ["--hf-overrides.a", "-dp", "-tp", "2"]),
+    (None, ["--hf-overrides.a", "--scheduler-cls", "--port", "9000"]),
+    (None, ["--hf_overrides.a=1", "--hf-overrides.b+", "x,y", "--host.a", "b"]),
+    ({"hf-overrides": {"x": 1}}, ["--hf-overrides.y", "-tp", "-pp", "2"]),
 ]
 
 
@@ -159,7 +223,8 @@ def test_vllm_sets_what_ttlctl_reads(
     # behind a wrapper whose one-letter flags vLLM never sees (docker's -t, -d, -p): its
     # vLLM part after vLLM's entry, or the whole less one-letter flags (vLLM's -t unread)
     for wrapper in (["srun", "-t", "5", "-p", "gpu", "vllm", "serve"], ["docker", "run", "-t",
-                    "-d", "-p", "8000:8000", "img"]):  # fmt: skip
+                    "-d", "-p", "8000:8000", "img"], ["docker", "run", "-dp", "8000:8000",
+                    "-tp", "1:1", "--gpus", "all", "img"]):  # fmt: skip
         vllm_part = command.vllm_arguments([*wrapper, *given])
         if wrapper[0] == "srun" or "-t" not in given:
             assert gpus.parallel_size(vllm_part) == world, wrapper
@@ -170,6 +235,7 @@ def test_vllm_sets_what_ttlctl_reads(
         (("--max-num-seqs",), "max_num_seqs"),
         (("--max-num-batched-tokens",), "max_num_batched_tokens"),
         (("--port",), "port"),
+        (("--host",), "host"),
     ]:
         vllm_sets = getattr(ns, dest) != getattr(defaults, dest)
         assert _sets(command.refuse, given, own, "me", "there") == vllm_sets, dest

@@ -16,6 +16,7 @@ from ttlctl import bundle, bundle_history, hints, router_flags
 from ttlctl.cli import render
 from ttlctl.cli.kit import UserError, check_outputs, err, out, print_warning, user_errors
 from ttlctl.cli.options import EngineBudget, FitFile, Profile, QueueDelay
+from ttlctl.nouns import counted
 
 app = typer.Typer(
     help="Build, inspect, verify, query and roll back policy bundles.", no_args_is_help=True
@@ -67,7 +68,8 @@ def build(
             )
         )
         bundle_history.replace(doc, output)  # an existing file is kept in its history
-    err.print(f"wrote {output} (sha256 {doc['sha256'][:12]}…, {len(doc['fit']['tools'])} tools)")
+    tools = counted(len(doc["fit"]["tools"]), "tool")
+    err.print(f"wrote {output} (sha256 {doc['sha256'][:12]}…, {tools})")
 
 
 @app.command()

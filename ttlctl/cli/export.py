@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ttlctl.cli.kit import check_outputs, err, user_errors
+from ttlctl.nouns import counted
 
 
 def export(
@@ -29,4 +30,4 @@ def export(
         frame = trace_io.read(trace)
         lines = export_mod.rows(frame, to, block_size)
         export_mod.write(lines, output)
-    err.print(f"wrote {len(lines):,} calls to {output} ({to}, {block_size}-token blocks)")
+    err.print(f"wrote {counted(len(lines), 'call')} to {output} ({to}, {block_size}-token blocks)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 
@@ -60,18 +60,46 @@ RENAMED: dict[str, dict[str, str]] = {
 
 def finite_floats(param: Any) -> None:
     """Make a parameter refuse nan and ±inf (``--jps nan`` would never end): its value,
-    or any item of it, once parsed (typer's click objects, whichever click they use)."""
+    or any item of it, once parsed (typer's click objects, whichever click they use). A
+    float option with a range says so too, not that nan is out of its range."""
     parse = param.process_value
+    floats = _takes_floats(param)
 
     def checked(ctx: Any, value: Any) -> Any:
-        parsed = parse(ctx, value)
-        items = parsed if isinstance(parsed, (list, tuple)) else [parsed]
-        for item in items:
-            if isinstance(item, float) and not math.isfinite(item):
-                raise typer.BadParameter(f"{item} is not a finite number", ctx=ctx, param=param)
+        try:
+            parsed = parse(ctx, value)
+        except typer.BadParameter:
+            if floats:  # `--queue-delay-seconds nan` failed `>= 0`: it is not a number
+                _refuse_non_finite(_as_floats(value), ctx, param)
+            raise
+        _refuse_non_finite(parsed, ctx, param)
         return parsed
 
     param.process_value = checked
+
+
+def _takes_floats(param: Any) -> bool:
+    """Whether a parameter is a float or a list of floats (typer strips ``| None``)."""
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    return annotation is float or get_args(annotation) == (float,)
+
+
+def _as_floats(value: Any) -> list[Any]:
+    """The words given (or an environment variable's), as floats where they read as one."""
+    floats: list[Any] = []
+    for item in value if isinstance(value, (list, tuple)) else [value]:
+        try:
+            floats.append(float(item))
+        except (TypeError, ValueError):
+            floats.append(item)
+    return floats
+
+
+def _refuse_non_finite(value: Any, ctx: Any, param: Any) -> None:
+    for item in value if isinstance(value, (list, tuple)) else [value]:
+        if isinstance(item, float) and not math.isfinite(item):
+            kind = "a number" if math.isnan(item) else "a finite number"
+            raise typer.BadParameter(f"{item} is not {kind}", ctx=ctx, param=param)
 
 
 def renamed(args: list[str], warn: Callable[[str], None]) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ttlctl.cli.kit import check_outputs, out, user_errors
+from ttlctl.nouns import counted
 
 
 def synth(
@@ -51,7 +52,8 @@ def synth(
         rows = trace_io.write(frame.lazy(), output)
     scaled = f", scaled to {max_context:,} tokens" if max_context is not None else ""
     out.print(
-        f"wrote {rows:,} calls of {programs:,} {workload} programs (seed {seed}{scaled}) "
+        f"wrote {counted(rows, 'call')} of {counted(programs, f'{workload} program')} "
+        f"(seed {seed}{scaled}) "
         f"to {output}",
         highlight=False,
         markup=False,

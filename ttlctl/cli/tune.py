@@ -50,6 +50,7 @@ from ttlctl.cli.options import (
     Trace,
     Truncate,
 )
+from ttlctl.nouns import counted
 
 if TYPE_CHECKING:  # types only: the tuner is imported when the command runs
     from replay.tune.session import TuneSession
@@ -243,12 +244,16 @@ def tune(
 
     from replay.loads import load_list
     from replay.tune import session as tuning
+    from replay.tune.storage import Storage, default_storage
     from replay.tune.study import summary_path
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
-        check_outputs(output, summary or summary_path(output))
-        check_outputs(live_bundle)  # may be -o: the server then serves the bundle written
+        inputs = (trace, fit, Path(profile))
+        study_file = Storage(storage or default_storage(output)).file  # the study's, written
+        check_outputs(output, summary or summary_path(output), study_file, inputs=inputs)
+        # may be -o: the server then serves the bundle written
+        check_outputs(live_bundle, inputs=inputs)
         to_stdout = summary is not None and str(summary) == "-"
         request = tuning.TuneRequest(
             trace=trace,
@@ -329,7 +334,7 @@ def _announce(session: TuneSession) -> None:
     req, ctx = session.request, session.context
     err.print(
         f"study {escape(session.study_name)} in {escape(session.storage.shown())}: "
-        f"{req.trials} trials, {req.workers} worker(s), {len(ctx.loads)} load(s) × "
+        f"{counted(req.trials, 'trial')}, {req.workers} worker(s), {len(ctx.loads)} load(s) × "
         f"{req.seeds} seed(s) per trial",
         highlight=False,
     )

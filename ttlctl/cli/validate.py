@@ -57,7 +57,8 @@ def validate(
             "validate starts it once per policy on 127.0.0.1, adding --host/--port and, "
             "for continuum, --scheduler-cls ttlctl.engine.TTLScheduler. Its vLLM part "
             "(after `vllm serve` or the module; without either, all but one-letter flags, "
-            "a wrapper's such as docker's -t) is read as vLLM reads it.",
+            "a wrapper's such as docker's -t, and after a `docker run`'s image) is read as "
+            "vLLM reads it.",
         ),
     ] = None,
     model: Annotated[

@@ -142,7 +142,7 @@ def ingest(
     env_bytes("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES, least=1)
     files, skipped = expand(paths)
     report = IngestReport(output=str(output), skipped=[str(p) for p in skipped])
-    if not files:
+    if not files and not allow_empty:  # allowed: an empty trace, as for a file with no calls
         raise IngestError(", ".join(str(p) for p in paths) or ".", None, "no log files to ingest")
 
     rejects_path = rejects_path_for(output)
@@ -185,7 +185,7 @@ def ingest(
             report.aborted += one.aborted
             report.engines.extend(one.engines)
         report.in_flight = sum(f.in_flight for f in report.files)
-        if progress is not None:
+        if progress is not None and files:
             progress(files[-1], len(files), len(files))
 
         # decompressed: exact for the gzip files read by now, which counted their data

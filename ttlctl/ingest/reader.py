@@ -249,6 +249,22 @@ def load_json_object(path: Path, sink: RejectSink, what: str) -> dict[str, Any] 
     return doc
 
 
+def cut_line(text: str) -> int | None:
+    """The number of the text's last line when the text does not end with a newline (a
+    JSONL file cut short mid-record ends so), else None."""
+    if not text or text.endswith(("\n", "\r")):
+        return None
+    return len(text.splitlines())
+
+
+def bad_json_line(exc: json.JSONDecodeError, *, cut: bool) -> str:
+    """Why a JSONL line did not parse: truncated when it is the line a file ends in
+    without a newline (``cut``), else malformed."""
+    if cut:
+        return f"truncated JSON: the last line looks cut short (no newline ends it): {exc.msg}"
+    return f"malformed JSON: {exc.msg}"
+
+
 def iter_jsonl(path: Path, sink: RejectSink) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (line number, object) for each JSON-object line; reject the others.
 
@@ -257,13 +273,15 @@ def iter_jsonl(path: Path, sink: RejectSink) -> Iterator[tuple[int, dict[str, An
     text = read_text(path, sink)
     if text is None:
         return
+    cut = cut_line(text)
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            sink.reject(path, f"line {lineno}", f"malformed JSON: {exc.msg}", raw=line)
+            reason = bad_json_line(exc, cut=lineno == cut)
+            sink.reject(path, f"line {lineno}", reason, raw=line)
             continue
         except RecursionError:
             sink.reject(path, f"line {lineno}", "malformed JSON: nesting too deep")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from replay.fleet.records import replica_labels
+from ttlctl.nouns import counted
 from ttlctl.report.markup import absent, e, note, pct, table
 from ttlctl.report.rundir import RunInputs
 
@@ -31,8 +32,11 @@ def section(run: RunInputs) -> str:
         return note("One engine, no router (a fleet is `ttlctl replay --replicas N --router R`).")
     router: dict[str, Any] = results[0]["router"]
     settings = router.get("settings") or {}
+    replicas = router.get("replicas")
     head = (
-        f"<p>{e(router.get('replicas'))} replicas behind <code>{e(router.get('name'))}</code>"
+        "<p>"
+        + (counted(replicas, "replica") if isinstance(replicas, int) else f"{e(replicas)} replicas")
+        + f" behind <code>{e(router.get('name'))}</code>"
         + (
             " (" + ", ".join(f"{e(k)} = {e(v)}" for k, v in settings.items()) + ")"
             if isinstance(settings, dict) and settings

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ttlctl.nouns import counted
 from ttlctl.report.markup import absent, note, table
 from ttlctl.report.rundir import RunInputs
 from ttlctl.trace.summary import summarize
@@ -28,14 +29,15 @@ def section(run: RunInputs) -> str:
         )
     ]
     parts = [
-        f"<p>{s['programs']:,} programs, {s['calls']:,} calls; tokens: input "
+        f"<p>{counted(s['programs'], 'program')}, {counted(s['calls'], 'call')}; tokens: input "
         f"{tok['input']:,}, output {tok['output']:,}, reused {tok['reused']:,}.</p>",
         table(("quantity", "count", "p50", "p90", "p99", "mean"), rows),
     ]
     tools = s["tools"]
     if tools["distinct"]:
         parts.append(
-            f"<p>Tools: {tools['distinct']:,} distinct, {tools['calls_with_tool']:,} calls "
+            f"<p>Tools: {tools['distinct']:,} distinct, "
+            f"{counted(tools['calls_with_tool'], 'call')} "
             f"(the {len(tools['top'])} most called):</p>"
         )
         parts.append(

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ttlctl.errors import TtlctlError
-from ttlctl.server import vllm_config
+from ttlctl.server import docker_run, vllm_config
 from ttlctl.server.vllm_options import option_set, shown
 
 #: the TTL scheduler, as vLLM's ``--scheduler-cls`` names it
@@ -57,16 +57,20 @@ def vllm_arguments(cmd: Sequence[str]) -> list[str]:
     a wrapper's (``docker run -t -p 8000:8000 IMAGE …``, ``srun -p gpu -t 60 …``), whose
     ``-t`` or ``-p`` vLLM's reading would take for abbreviations of ``-tp`` or ``-pp``:
     those after vLLM's entry (``-m vllm.entrypoints.openai.api_server``, or ``vllm serve``),
-    the first the command has; else (an image or script that starts vLLM) the whole
-    command less its one-letter flags, so there a vLLM option is read only by a name of
-    two letters or more (``-tp 2``, not ``-t 2``)."""
+    the first the command has; else (an image or script that starts vLLM) the command
+    less its one-letter flags, so there a vLLM option is read only by a name of two
+    letters or more (``-tp 2``, not ``-t 2``), and less the options of its ``docker run``
+    (:mod:`~ttlctl.server.docker_run`: docker's ``-dp 8000:8000`` is ``-d -p``, not
+    vLLM's ``-dp``), read from its image on."""
     for i, arg in enumerate(cmd[1:], start=1):
         before = cmd[i - 1]
         if (arg == SERVER_MODULE and before == "-m") or (
             arg == "serve" and (Path(before).name == VLLM_CLI[0] or before == VLLM_CLI[1])
         ):
             return list(cmd[i + 1 :])
-    return [arg for arg in cmd if not _ONE_LETTER.fullmatch(arg)]
+    image = docker_run.image_end(cmd)
+    rest = cmd if image is None else cmd[image:]
+    return [arg for arg in rest if not _ONE_LETTER.fullmatch(arg)]
 
 
 def scheduling_flag(async_scheduling: bool) -> str:

@@ -20,6 +20,7 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 
+from ttlctl.nouns import counted
 from ttlctl.server.command import CommandError
 
 #: vLLM's CPU backend: the CPUs its OpenMP threads bind to (``auto``: all it may use)
@@ -45,7 +46,8 @@ def cpu_sets(
     need = replicas * per_replica
     if need > len(cpus):
         raise CommandError(
-            f"--cpus-per-replica {per_replica} with {replicas} replicas needs {need} CPUs; "
+            f"--cpus-per-replica {per_replica} with {counted(replicas, 'replica')} needs "
+            f"{counted(need, 'CPU')}; "
             f"this process may use {len(cpus)} ({cpu_list(cpus)})"
         )
     return tuple(cpus[i * per_replica : (i + 1) * per_replica] for i in range(replicas))

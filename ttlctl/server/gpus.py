@@ -28,6 +28,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from itertools import takewhile
 
+from ttlctl.nouns import counted
 from ttlctl.server import vllm_config
 from ttlctl.server.command import CommandError
 from ttlctl.server.vllm_options import option_set, shown
@@ -167,7 +168,8 @@ def gpu_sets(
     if need > len(available):
         seen = gpu_list(available) or "none"
         raise CommandError(
-            f"--gpus-per-replica {per_replica} with {replicas} replicas needs {need} GPUs; "
+            f"--gpus-per-replica {per_replica} with {counted(replicas, 'replica')} needs "
+            f"{counted(need, 'GPU')}; "
             f"this process may use {len(available)} ({VISIBLE_ENV}: {seen})"
         )
     return tuple(tuple(available[i * per_replica : (i + 1) * per_replica]) for i in range(replicas))

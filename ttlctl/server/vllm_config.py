@@ -9,7 +9,7 @@ file (``yaml.safe_load``) and writes each key as an option: true as ``--key``, f
 ``--no-key`` where vLLM has that option (else nothing), a list as ``--key item …`` (an
 empty one: nothing), a mapping as ``--key JSON``, anything else as ``--key str(value)``.
 The options are then read as any other (:mod:`ttlctl.server.vllm_options`: underscores,
-abbreviations).
+abbreviations, dotted options gathered).
 
 Deliberate differences:
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ttlctl.errors import TtlctlError
-from ttlctl.server.vllm_options import option_name, option_set
+from ttlctl.server.vllm_options import gathered, option_name, option_set
 
 #: vLLM's option that names a config file of options
 CONFIG = "--config"
@@ -61,15 +61,16 @@ class VllmArgs:
     @property
     def parsed(self) -> tuple[str, ...]:
         """What vLLM's parser parses: the file's options first, so the command line's
-        win (the last of a repeated option counts)."""
-        return self.from_config + self.command_line
+        win (the last of a repeated option counts), and the dotted options gathered
+        into one JSON value each, after all the others (:func:`gathered`)."""
+        return tuple(gathered(self.from_config + self.command_line))
 
     def origins(self) -> Iterator[tuple[str | None, tuple[str, ...]]]:
-        """Where the arguments come from, each with its own: ``None`` (the command
-        line), then the config file when one is given."""
-        yield None, self.command_line
+        """Where the arguments come from, each with its own (its dotted options
+        gathered): ``None`` (the command line), then the config file when one is given."""
+        yield None, tuple(gathered(self.command_line))
         if self.config is not None:
-            yield self.config, self.from_config
+            yield self.config, tuple(gathered(self.from_config))
 
     def sets(self, name: str) -> bool:
         """Whether the arguments (the file's included) set the option ``name``."""

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from replay.fleet.routers.base import FleetView, RoutedCall, Stateless
 from replay.fleet.routers.furc import fbi_hash
 from ttlctl.errors import ConfigError
+from ttlctl.nouns import counted
 
 VIRTUAL_NODES_PER_WORKER = 160
 
@@ -49,8 +50,9 @@ def worker_urls(replicas: int, given: Sequence[str] | None = None) -> tuple[str,
         return default_urls(replicas)
     urls = tuple(given)
     if len(urls) != replicas:
-        given = f"{len(urls)} URL" + ("" if len(urls) == 1 else "s")
-        raise ConfigError(f"--worker-urls: {given} given for {replicas} replicas")
+        raise ConfigError(
+            f"--worker-urls: {counted(len(urls), 'URL')} given for {counted(replicas, 'replica')}"
+        )
     if len(set(urls)) != len(urls):
         raise ConfigError("--worker-urls: a URL is given twice")
     return urls

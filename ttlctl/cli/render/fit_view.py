@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ttlctl.cli.render.cells import secs, show
+from ttlctl.nouns import counted
 
 if TYPE_CHECKING:
     from fitting.fit_doc import FitDoc
@@ -28,12 +29,13 @@ def fit_table(console: Console, fit: FitDoc) -> None:
         else (f"{eta['value']:.3f}")
     )
     console.print(
-        f"{inp['programs']:,} programs, {inp['calls']:,} calls, {inp['pauses']:,} tool pauses"
+        f"{counted(inp['programs'], 'program')}, {counted(inp['calls'], 'call')}, "
+        f"{counted(inp['pauses'], 'tool pause')}"
         " (calls naming a tool with a recorded tool_s or gap_s; "
         f"{inp['abandoned_pauses']:,} longer than {fit['config']['abandon_s']:g} s set aside)",
         highlight=False,
     )
-    console.print(f"η = {value}{ci} over {eta['programs']:,} programs; K = {fit['k']}")
+    console.print(f"η = {value}{ci} over {counted(eta['programs'], 'program')}; K = {fit['k']}")
     table = Table(title="pause after each call, by tool")
     for col, justify in (
         ("tool", "left"),

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from replay.fleet.records import replica_labels
 from ttlctl.cli.render.cells import dash
+from ttlctl.nouns import counted
 
 MISS_LABELS = {
     "routed_elsewhere": "routed elsewhere",
@@ -31,7 +32,8 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
         or "no settings"
     )
     table = Table(
-        title=f"fleet: {router['replicas']} replicas behind {router['name']} ({settings})"
+        title=f"fleet: {counted(router['replicas'], 'replica')} behind {router['name']} "
+        f"({settings})"
     )
     for col in (
         "policy",

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ttlctl.cli.render.cells import dash, secs, show
+from ttlctl.nouns import counted
 
 #: tools shown in the tables (most pauses first); --json has them all
 SHOWN_TOOLS = 20
@@ -20,7 +21,8 @@ def refit_report(console: Console, report: dict[str, Any]) -> None:
     flight = f", {ing['in_flight']:,} program(s) still in flight" if ing["in_flight"] else ""
     rejected = f", {ing['rejected']:,} record(s) rejected" if ing["rejected"] else ""
     console.print(
-        f"log: {ing['records']:,} records → {ing['programs']:,} programs, {ing['calls']:,} calls"
+        f"log: {counted(ing['records'], 'record')} → {counted(ing['programs'], 'program')}, "
+        f"{counted(ing['calls'], 'call')}"
         f"{flight}{rejected}",
         highlight=False,
     )
@@ -100,12 +102,12 @@ def _jct(console: Console, report: dict[str, Any]) -> None:
         # load is the fleet's (one population over all replicas), said once below
         for e in engines:
             console.print(
-                f"  replica {escape(str(e['replica']))}: {e['calls']:,} calls, "
-                f"{e['programs']:,} programs started there",
+                f"  replica {escape(str(e['replica']))}: {counted(e['calls'], 'call')}, "
+                f"{counted(e['programs'], 'program')} started there",
                 highlight=False,
             )
     console.print(
-        f"replay: {rep['programs']:,} programs ({rep['calls']:,} calls)"
+        f"replay: {counted(rep['programs'], 'program')} ({counted(rep['calls'], 'call')})"
         + (
             ""
             if len(engines) == 1
@@ -132,7 +134,7 @@ def _jct(console: Console, report: dict[str, Any]) -> None:
 
 def _loads(loads: list[dict[str, Any]]) -> str:
     return ", ".join(
-        f"{v:g} jps" if k == "jps" else f"{v} programs at a time"
+        f"{v:g} jps" if k == "jps" else f"{counted(v, 'program')} at a time"
         for load in loads
         for k, v in load.items()
     )

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ttlctl.cli.render.cells import dash, show
+from ttlctl.nouns import counted
 
 if TYPE_CHECKING:
     from replay.figures import PolicyResult
@@ -54,6 +55,6 @@ def replay_table(console: Console, results: list[PolicyResult], calls: int) -> N
     rejected = max((r["rejected_calls"] for r in results), default=0)
     if rejected:
         console.print(
-            f"[yellow]{rejected:,} of {calls:,} calls rejected (longer than the model or "
+            f"[yellow]{rejected:,} of {counted(calls, 'call')} rejected (longer than the model or "
             "the KV cache): their programs stop there; --truncate clips them instead[/]"
         )

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ttlctl.cli.render.cells import num, show
+from ttlctl.nouns import counted
 
 if TYPE_CHECKING:  # types only: rendering needs no polars
     from ttlctl.ingest.pipeline import IngestReport
@@ -26,7 +27,10 @@ def _pct_row(table: Table, label: str, stats: dict[str, Any]) -> None:
 
 
 def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace") -> None:
-    head = Table(title=f"{title}: {summary['programs']:,} programs, {summary['calls']:,} calls")
+    head = Table(
+        title=f"{title}: {counted(summary['programs'], 'program')}, "
+        f"{counted(summary['calls'], 'call')}"
+    )
     head.add_column("quantity")
     for col in ("count", "p50", "p90", "p99", "mean"):
         head.add_column(col, justify="right")
@@ -40,7 +44,9 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
     tok = summary["tokens"]
     unknown = tok.get("reused_unknown_calls", 0)
     reused = f"reused {tok['reused']:,}" + (
-        f" (not recorded for {unknown:,} calls: previous input + output assumed)" if unknown else ""
+        f" (not recorded for {counted(unknown, 'call')}: previous input + output assumed)"
+        if unknown
+        else ""
     )
     console.print(f"tokens: input {tok['input']:,}  output {tok['output']:,}  {reused}")
     tools = summary["tools"]
@@ -49,12 +55,12 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
         fitted = (
             ""
             if paused is None
-            else f"; {paused:,} of the calls, of {tools['distinct_with_pause']} tools, have a "
-            "pause (tool_s, else gap_s): what fit fits"
+            else f"; {paused:,} of the calls, of {counted(tools['distinct_with_pause'], 'tool')}, "
+            "with a pause (tool_s, else gap_s): what fit fits"
         )
         table = Table(
-            title=f"tools: {tools['distinct']} distinct, {tools['calls_with_tool']:,} calls"
-            + fitted
+            title=f"tools: {tools['distinct']} distinct, "
+            f"{counted(tools['calls_with_tool'], 'call')}{fitted}"
         )
         table.add_column("tool", overflow="fold")
         table.add_column("calls", justify="right")
@@ -79,13 +85,14 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
 
 def ingest_report(console: Console, report: IngestReport) -> None:
     formats = ", ".join(f"{name} ×{n}" for name, n in sorted(report.formats().items()))
-    console.print(f"read {len(report.files)} file(s): {formats}")
+    console.print(f"read {len(report.files)} file(s)" + (f": {formats}" if formats else ""))
     if report.skipped:
         names = ", ".join(report.skipped[:5]) + (" …" if len(report.skipped) > 5 else "")
         console.print(f"skipped {len(report.skipped)} documentation file(s): {names}")
     mode = " (streaming)" if report.streamed else ""
     console.print(
-        f"{report.records:,} records → {report.rows:,} calls written to {report.output}{mode}"
+        f"{counted(report.records, 'record')} → {counted(report.rows, 'call')} written to "
+        f"{report.output}{mode}"
     )
     if report.in_flight:
         console.print(

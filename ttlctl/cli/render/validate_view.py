@@ -14,6 +14,7 @@ from ttlctl.cli.render.measured_view import (
     placement_lines,
     span_error,
 )
+from ttlctl.nouns import counted
 
 
 def _value(kind: str, metric: str, v: Any) -> str:
@@ -49,8 +50,8 @@ def validate_table(console: Console, doc: dict[str, Any]) -> None:
     repeats = int(doc.get("config", {}).get("repeats") or 1)
     runs = f", {repeats} live runs per policy" if repeats > 1 else ""
     table = Table(
-        title=f"validate: simulator vs live, {doc['programs']} programs, {doc['calls']} calls"
-        + runs
+        title=f"validate: simulator vs live, {counted(doc['programs'], 'program')}, "
+        f"{counted(doc['calls'], 'call')}" + runs
     )
     live_col = "live (mean)" if repeats > 1 else "live"
     cols = ["metric", "policy", "simulated", live_col, "error (sim − live)"]
@@ -129,8 +130,8 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
     (with ``--repeats K``: the live mean over K runs and its range)."""
     repeats = int(doc.get("repeats") or 1)
     table = Table(
-        title=f"{doc['programs']} programs ({doc['calls']} calls) on {doc['replicas']} "
-        "replicas behind vllm-router: simulated against live"
+        title=f"{counted(doc['programs'], 'program')} ({counted(doc['calls'], 'call')}) on "
+        f"{counted(doc['replicas'], 'replica')} behind vllm-router: simulated against live"
         + (f", {repeats} live runs per router" if repeats > 1 else "")
     )
     cols = ["policy", "router", "metric", "simulated", "live (mean)" if repeats > 1 else "live"]

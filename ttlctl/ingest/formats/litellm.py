@@ -80,6 +80,8 @@ from ttlctl.ingest.pyrepr import as_object
 from ttlctl.ingest.reader import (
     Parsed,
     RecordError,
+    bad_json_line,
+    cut_line,
     epoch,
     first_object_line,
     frame_from_rows,
@@ -111,11 +113,12 @@ class LiteLLMReader:
             return Parsed(pl.LazyFrame(), records=1)
         lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
         objs: list[tuple[int, dict[str, Any] | None, str | None]] = []
+        cut = cut_line(text)
         for lineno, line in lines:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                objs.append((lineno, None, f"malformed JSON: {exc.msg}"))
+                objs.append((lineno, None, bad_json_line(exc, cut=lineno == cut)))
                 continue
             if not isinstance(obj, dict):
                 objs.append((lineno, None, "not a JSON object"))

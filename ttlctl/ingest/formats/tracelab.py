@@ -61,6 +61,8 @@ import polars as pl
 from ttlctl.ingest.reader import (
     Parsed,
     RecordError,
+    bad_json_line,
+    cut_line,
     duration,
     epoch,
     first_object_line,
@@ -91,13 +93,14 @@ class TraceLabReader:
             return Parsed(pl.LazyFrame(), records=1)
         lines: list[tuple[int, dict[str, Any] | None, str]] = []
         raw_lines: dict[int, str] = {}
+        cut = cut_line(text)
         for lineno, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                lines.append((lineno, None, f"malformed JSON: {exc.msg}"))
+                lines.append((lineno, None, bad_json_line(exc, cut=lineno == cut)))
                 raw_lines[lineno] = line
                 continue
             if isinstance(obj, dict):

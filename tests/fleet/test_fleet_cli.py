@@ -127,6 +127,14 @@ PROGRAM_SCHEDULING = [
             "unknown field 'prefill_cost_model.bogus'",
         ),
         (
+            [*PROGRAM_SCHEDULING, '{"prefill_cost_model": 5}'],
+            "prefill_cost_model takes a JSON object",
+        ),
+        (
+            [*PROGRAM_SCHEDULING, '{"hash_virtual_nodes": 3.5}'],
+            "hash_virtual_nodes must be a whole number > 0, got 3.5",
+        ),
+        (
             [*PROGRAM_SCHEDULING, '{"decode_throughput_model": {"fixed_step_seconds": -1}}'],
             "decode_throughput_model.fixed_step_seconds must be a number ≥ 0, got -1",
         ),

@@ -302,6 +302,21 @@ def test_as_logged_with_too_few_replicas_prints_only_its_error(tmp_path: Path) -
     assert "warning" not in res.output
 
 
+def test_as_logged_counts_the_replicas_the_engine_records_size(tmp_path: Path) -> None:
+    """A replica restarted at another size has two engine records: the warning counts
+    replicas (3), not records (4)."""
+    engines = [{"replica": n, "kv_tokens": 300_000, "calls": 1} for n in ("a", "b", "c")]
+    engines.append({"replica": "a", "kv_tokens": 200_000, "calls": 1})
+    trace = logged_trace(tmp_path, ["a", "b", "c"], engines=engines)
+    res = CliRunner().invoke(
+        app,
+        ["replay", str(trace), "--policy", "vllm", "--replicas", "3", "--router", "as-logged",
+         "--concurrency", "3"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "the trace's engine records size 3 replica(s)" in res.output
+
+
 def test_the_fleet_line_says_off_for_an_unset_setting(trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     res = CliRunner().invoke(

@@ -92,6 +92,8 @@ PROGRAM_SCHEDULING = [
     [
         (["--replicas", "0"], "--replicas must be at least 1"),
         (["--replicas", "2", "--router", "nope"], "--router: unknown router 'nope'"),
+        # an empty name is refused as tune refuses it, not taken for the default router
+        (["--replicas", "2", "--router", ""], "--router: unknown router ''"),
         (["--replicas", "2", "--router", "as-logged"], "has no 'replica' column"),
         (["--router", "pin-aware"], "--router and its settings need --replicas N"),
         # a router flag alone is not taken for cache-aware's (the default router) and

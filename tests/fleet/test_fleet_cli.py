@@ -144,6 +144,16 @@ PROGRAM_SCHEDULING = [
             ["--replicas", "2", "--router", "consistent-hash", "--worker-urls", "http://a:1"],
             "--worker-urls: 1 URL given for 2 replicas",
         ),
+        # what vllm-router would not take as a worker URL (it was hashed into a placement)
+        (
+            ["--replicas", "2", "--router", "consistent-hash", "--worker-urls", "notaurl",
+             "--worker-urls", "http://b:2"],
+            "--worker-urls: 'notaurl' is not a worker URL",
+        ),
+        (
+            ["--replicas", "2", "--worker-urls", "", "--worker-urls", "http://b:2"],
+            "--worker-urls: '' is not a worker URL",
+        ),
     ],
 )
 def test_bad_fleet_arguments(trace: Path, args: list[str], message: str) -> None:

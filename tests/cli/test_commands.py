@@ -165,6 +165,10 @@ def test_fits_allow_empty_says_what_fit_refuses() -> None:
           "--queue-delay-seconds", "nan"], "--queue-delay-seconds"),
         (["fit", "t.parquet"], "'--output'"),
         (["replay", "t.parquet", "--policy", "vllm", "--kv-tokens", "abc"], "--kv-tokens"),
+        # refused before validate starts a server (or a fleet) that the simulator then lacks
+        (["validate", "t.parquet", "--model", "m", "--kv-tokens", "0"], "--kv-tokens"),
+        (["validate", "t.parquet", "--model", "m", "--replicas", "2", "--router", "round_robin",
+          "--kv-tokens", "-5"], "--kv-tokens"),
         (["nosuch"], "nosuch"),
         (["replay", "t.parquet", "--policy", "static-ttl", "--ttl-seconds", "-1"],
          "--ttl-seconds"),

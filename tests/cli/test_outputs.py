@@ -137,6 +137,13 @@ def test_an_output_that_is_an_input_is_refused(inputs: dict[str, Path], tmp_path
         "report": ["report", str(run), "-o", f],
         "refit --trace": ["refit", t, "--bundle", served, "--trace", t],
         "refit -o": ["refit", t, "--bundle", served, "-o", t],
+        # replay, tune and validate wrote their results over the trace or the fit
+        "replay --json": ["replay", t, "--policy", "vllm", "--replicas", "2", "--json", t],
+        "tune -o": ["tune", t, "--fit", f, "--profile", "llama-3.1-8b-h100", "-o", f,
+                    "--replicas", "2"],
+        "tune --json": ["tune", t, "--fit", f, "--profile", "llama-3.1-8b-h100", "-o",
+                        str(tmp_path / "b.json"), "--json", t],
+        "validate --json": ["validate", t, "--engine-cmd", "false", "--json", t],
     }  # fmt: skip
     before = {p: p.read_bytes() for p in (trace, fit)}
     for name, args in cases.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -149,7 +150,11 @@ def replay(
     from replay.scheduler import SimSchedulerConfig
 
     with user_errors():
-        check_outputs(json_out, folders=(result_dir if save_result else None,))
+        check_outputs(
+            json_out,
+            folders=(result_dir if save_result else None,),
+            inputs=(trace, bundle, Path(profile)),  # --json over one of them: refused
+        )
         if router is not None and len(router) > 1:
             raise UserError(
                 f"--router: replay takes one router, got {len(router)} "

@@ -247,7 +247,9 @@ def tune(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
-        check_outputs(output, summary or summary_path(output))
+        check_outputs(
+            output, summary or summary_path(output), inputs=(trace, fit, Path(profile))
+        )
         check_outputs(live_bundle)  # may be -o: the server then serves the bundle written
         to_stdout = summary is not None and str(summary) == "-"
         request = tuning.TuneRequest(

@@ -222,7 +222,11 @@ def validate(
         resimulate=resimulate,
     )
     with user_errors():
-        check_outputs(json_out, folders=(work_dir, result_dir if save_result else None))
+        check_outputs(
+            json_out,
+            folders=(work_dir, result_dir if save_result else None),
+            inputs=(trace, resimulate, bundle, None if profile is None else Path(profile)),
+        )
         with err.status("validating…") as status:
             doc = validation_doc(
                 req,

@@ -144,12 +144,14 @@ def test_an_output_that_is_an_input_is_refused(inputs: dict[str, Path], tmp_path
         "tune --json": ["tune", t, "--fit", f, "--profile", "llama-3.1-8b-h100", "-o",
                         str(tmp_path / "b.json"), "--json", t],
         "validate --json": ["validate", t, "--engine-cmd", "false", "--json", t],
+        "refit --dry-run --json": ["refit", t, "--bundle", served, "--dry-run", "--json", served],
+        "refit --trace bundle": ["refit", t, "--bundle", served, "--trace", served],
     }  # fmt: skip
-    before = {p: p.read_bytes() for p in (trace, fit)}
+    before = {p: p.read_bytes() for p in (trace, fit, Path(served))}
     for name, args in cases.items():
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 2, (name, res.output)
         (line,) = res.stderr.strip().splitlines()
         assert line.startswith("error: ") and "is an input of this command" in line, (name, line)
-        assert {p: p.read_bytes() for p in (trace, fit)} == before, name
+        assert {p: p.read_bytes() for p in before} == before, name
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "served.json"]

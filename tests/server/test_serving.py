@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from tests.bundles import write_bundle
+from ttlctl.cli import app
 from ttlctl.errors import TtlctlError
 from ttlctl.server import serving
 
@@ -41,3 +44,17 @@ def test_print_command_shows_ttlctls_environment_then_the_command() -> None:
     line = serving.shown_command(["python", "-m", "x y"], env)
     assert line == "TTLCTL_BUNDLE=b.json TTLCTL_LOG='a b.jsonl' python -m 'x y'"
     assert serving.shown_command(["vllm"], {}) == "vllm"
+
+
+def test_a_log_that_is_the_bundle_or_a_folder_is_refused(tmp_path: Path) -> None:
+    """``--log`` is appended to by the engine: naming the bundle (its lines would damage
+    it) or a folder is one line, exit 2, before anything starts."""
+    bundle = write_bundle(tmp_path / "bundle.json")
+    before = bundle.read_bytes()
+    for log, says in ((bundle, "is an input of this command"), (tmp_path, "is a directory")):
+        res = CliRunner().invoke(
+            app, ["serve", "m", "--bundle", str(bundle), "--log", str(log), "--print-command"]
+        )
+        assert res.exit_code == 2, res.output
+        assert says in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert bundle.read_bytes() == before

@@ -311,6 +311,7 @@ def test_as_logged_with_too_few_replicas_prints_only_its_error(tmp_path: Path) -
     )  # fmt: skip
     assert res.exit_code == 2, res.output
     assert "--replicas 2: the trace's replica column names 3 replicas" in res.output
+    assert "give --replicas 3" in res.output  # what to do, not only what is wrong
     assert "warning" not in res.output
 
 

@@ -145,7 +145,7 @@ def test_an_output_that_is_an_input_is_refused(inputs: dict[str, Path], tmp_path
                         str(tmp_path / "b.json"), "--json", t],
         "validate --json": ["validate", t, "--engine-cmd", "false", "--json", t],
         "refit --dry-run --json": ["refit", t, "--bundle", served, "--dry-run", "--json", served],
-        "refit --trace bundle": ["refit", t, "--bundle", served, "--trace", served],
+        "refit --trace bundle": ["refit", t, "--bundle", served, "--dry-run", "--trace", served],
     }  # fmt: skip
     before = {p: p.read_bytes() for p in (trace, fit, Path(served))}
     for name, args in cases.items():

@@ -214,6 +214,10 @@ def from_json(data: Any, where: str = "profile") -> Profile:
         raise ProfileError(f"{where}: not a JSON object")
     if data.get("schema") != SCHEMA:
         raise ProfileError(f"{where}: schema is {data.get('schema')!r}, expected {SCHEMA!r}")
+    for part in ("prefill", "reload", "decode"):
+        if part in data and not isinstance(data[part], dict):
+            # not a Python message ("'NoneType' object is not subscriptable")
+            raise ProfileError(f"{where}: {part} must be an object, got {data[part]!r}")
     try:
         pre = data["prefill"]
         rel = data["reload"]

@@ -58,21 +58,22 @@ def replicas(engines: Sequence[Mapping[str, Any]]) -> dict[str | None, list[Mapp
     return out
 
 
-def stated(entries: Sequence[Mapping[str, Any]]) -> tuple[dict[str, int], str | None]:
+def stated(
+    entries: Sequence[Mapping[str, Any]], replica: str | None = None
+) -> tuple[dict[str, int], str | None]:
     """The sizes one replica's facts state (those of the entry that served most calls), and
-    a note when its entries disagree on them (the engine was restarted with another size)."""
+    a note naming the replica when its entries disagree on them (the engine was restarted
+    with another size; entries that differ only in other facts, a new bundle, are one size)."""
     if not entries:
         return {}, None
     best = max(entries, key=lambda e: int(e.get("calls") or 0))
     sizes = {k: int(best[k]) for k in SIZE_FLAGS if isinstance(best.get(k), int) and best[k] > 0}
-    others = [
-        e for e in entries if any(e.get(k) != best.get(k) for k in SIZE_FLAGS) and e is not best
-    ]
+    distinct = {tuple(e.get(k) for k in SIZE_FLAGS) for e in entries}
     note = None
-    if others:
+    if len(distinct) > 1:
         note = (
-            f"the log's engine changed size ({len(others) + 1} sizes): sized as the one that "
-            f"served most calls ({int(best.get('calls') or 0):,})"
+            f"the log's engine{_of(replica)} changed size ({len(distinct)} sizes): sized as "
+            f"the one that served most calls ({int(best.get('calls') or 0):,})"
         )
     return sizes, note
 
@@ -87,7 +88,7 @@ def size(
     """The replay's engine for one replica: ``given`` (the flags; None: not given) wins,
     then the sizes its log ``entries`` state, then ``base`` (the bundle's record or the
     defaults, ``base_source`` saying which)."""
-    logged, changed = stated(entries)
+    logged, changed = stated(entries, replica)
     values: dict[str, Any] = {}
     notes: list[str] = [changed] if changed else []
     for key, flag in SIZE_FLAGS.items():

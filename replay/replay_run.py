@@ -117,7 +117,8 @@ def replay_doc(
         worker_urls=req.worker_urls,
     )
     if fleet is not None and fleet.router.name == AS_LOGGED and warn is not None:
-        sized = [e for e in trace_io.engines(req.trace) if e.get("kv_tokens") is not None]
+        # a replica restarted at another size has two records: count the replicas
+        sized = {e.get("replica") for e in trace_io.engines(req.trace) if e.get("kv_tokens")}
         if sized:
             warn(
                 f"--router as-logged: the trace's engine records size {len(sized)} "

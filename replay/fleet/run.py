@@ -261,7 +261,8 @@ def router_settings(
         return None
     if replicas is None:
         raise ConfigError("--router and its settings need --replicas N")
-    return RouterSettings(name or "cache-aware", **flags)  # type: ignore[arg-type]
+    # an empty --router is a name the router refuses, not the default
+    return RouterSettings("cache-aware" if name is None else name, **flags)  # type: ignore[arg-type]
 
 
 def fleet_for(

@@ -17,6 +17,7 @@ from typing import Any
 from fitting.eta import fitted as eta_fitted
 from fitting.fit_doc import FitDoc
 from fitting.policy import PolicyParams
+from profiles.router_calibration import calibrate
 from profiles.schema import ProfileDoc
 from profiles.shipped import resolve
 from replay.fleet.routers import AS_LOGGED, RouterSettings, router_name
@@ -203,6 +204,8 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         )
     fit_doc = bundle_mod.read_fit(req.fit)
     prof, prof_path = resolve(req.profile)
+    if "program-scheduling" in names:
+        calibrate(prof)  # a profile the router cannot take: refused here, not by trial 0
     workload = cap_pauses(load(req.trace), req.idle_gap_cap_s)
     if not workload.programs:
         raise TuneError(f"{req.trace}: no programs to replay")

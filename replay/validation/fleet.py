@@ -85,9 +85,22 @@ from ttlctl.server.facts import ServerInfo, probe
 PROGRAM_SCHEDULING = "program_scheduling"
 #: the request-level policy under Program scheduling
 PROGRAM_SCHEDULING_POLICY = "consistent_hash"
+#: what ``validate --router`` takes: vllm-router's ``--policy`` values and Program scheduling
+ROUTERS = (*router.POLICIES, PROGRAM_SCHEDULING)
 #: perturbed arrival timings each live run is simulated on unless told
 #: (:mod:`replay.validation.timings`; ``validate --timing-draws``)
 TIMING_DRAWS = DRAWS
+
+
+def check_router(name: str) -> str:
+    """``name`` if ``validate --router`` takes it, else a
+    :class:`~ttlctl.server.router.RouterError` naming every one it takes (and vllm-router's
+    spelling of a name written as ``replay --router`` writes it)."""
+    if name in ROUTERS:
+        return name
+    spelled = name.replace("-", "_")
+    hint = f" (vllm-router's spelling: {spelled})" if spelled in ROUTERS else ""
+    raise router.RouterError(f"--router takes {', '.join(ROUTERS)}; not {name!r}{hint}")
 
 
 def router_setup(
@@ -170,7 +183,7 @@ def validate_fleet(
         raise ValidateError(f"--repeats must be at least 1, not {repeats}")
     timings = Timings(draws=timing_draws, seed=seed)  # refused here, before any fleet
     for policy in routers:  # every one, before the first fleet's minutes of work
-        router.check_policy(router_setup(policy, None, None)[0])
+        check_router(policy)
     sets = None if cpus_per_replica is None else cpus.cpu_sets(replicas, cpus_per_replica)
     gpu_sets = _gpu_sets(sources, replicas, gpus_per_replica)
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)

@@ -224,6 +224,13 @@ def validation_doc(
         raise ValidateError("--programs must be at least 1")
     if req.repeats < 1:
         raise ValidateError("--repeats must be at least 1")
+    # refused before a server starts: every run (or every start) would time out at once
+    for flag, seconds in (
+        ("--timeout-seconds", req.timeout_s),
+        ("--startup-timeout-seconds", req.startup_timeout_s),
+    ):
+        if not seconds > 0:
+            raise ValidateError(f"{flag} must be positive, got {seconds:g}")
     base, model_config = server_base(req)
     if req.cpus_per_replica is not None and req.replicas is None:
         raise ValidateError("--cpus-per-replica needs --replicas N (it pins a fleet's replicas)")

@@ -158,6 +158,12 @@ def test_an_output_that_is_an_input_is_refused(inputs: dict[str, Path], tmp_path
                                   f"sqlite:///{fit}"],
         "replay --json profile": ["replay", t, "--policy", "vllm", "--profile", profile,
                                   "--json", profile],
+        "replay --replicas --json": ["replay", t, "--policy", "vllm", "--replicas", "2",
+                                     "--json", t],
+        "tune --replicas -o": [*tune, "-o", f, "--replicas", "2"],
+        "validate --json": ["validate", t, "--engine-cmd", "false", "--json", t],
+        "refit --dry-run --json": ["refit", t, "--bundle", served, "--dry-run", "--json", served],
+        "refit --trace bundle": ["refit", t, "--bundle", served, "--dry-run", "--trace", served],
     }  # fmt: skip
     before = {p: p.read_bytes() for p in (trace, fit, Path(served), Path(profile))}
     for name, args in cases.items():

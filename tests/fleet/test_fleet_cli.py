@@ -92,6 +92,8 @@ PROGRAM_SCHEDULING = [
     [
         (["--replicas", "0"], "--replicas must be at least 1"),
         (["--replicas", "2", "--router", "nope"], "--router: unknown router 'nope'"),
+        # an empty name is refused as tune refuses it, not taken for the default router
+        (["--replicas", "2", "--router", ""], "--router: unknown router ''"),
         (["--replicas", "2", "--router", "as-logged"], "has no 'replica' column"),
         (["--router", "pin-aware"], "--router and its settings need --replicas N"),
         # a router flag alone is not taken for cache-aware's (the default router) and
@@ -127,12 +129,30 @@ PROGRAM_SCHEDULING = [
             "unknown field 'prefill_cost_model.bogus'",
         ),
         (
+            [*PROGRAM_SCHEDULING, '{"prefill_cost_model": 5}'],
+            "prefill_cost_model takes a JSON object",
+        ),
+        (
+            [*PROGRAM_SCHEDULING, '{"hash_virtual_nodes": 3.5}'],
+            "hash_virtual_nodes must be a whole number > 0, got 3.5",
+        ),
+        (
             [*PROGRAM_SCHEDULING, '{"decode_throughput_model": {"fixed_step_seconds": -1}}'],
             "decode_throughput_model.fixed_step_seconds must be a number ≥ 0, got -1",
         ),
         (
             ["--replicas", "2", "--router", "consistent-hash", "--worker-urls", "http://a:1"],
             "--worker-urls: 1 URL given for 2 replicas",
+        ),
+        # what vllm-router would not take as a worker URL (it was hashed into a placement)
+        (
+            ["--replicas", "2", "--router", "consistent-hash", "--worker-urls", "notaurl",
+             "--worker-urls", "http://b:2"],
+            "--worker-urls: 'notaurl' is not a worker URL",
+        ),
+        (
+            ["--replicas", "2", "--worker-urls", "", "--worker-urls", "http://b:2"],
+            "--worker-urls: '' is not a worker URL",
         ),
     ],
 )
@@ -291,7 +311,23 @@ def test_as_logged_with_too_few_replicas_prints_only_its_error(tmp_path: Path) -
     )  # fmt: skip
     assert res.exit_code == 2, res.output
     assert "--replicas 2: the trace's replica column names 3 replicas" in res.output
+    assert "give --replicas 3" in res.output  # what to do, not only what is wrong
     assert "warning" not in res.output
+
+
+def test_as_logged_counts_the_replicas_the_engine_records_size(tmp_path: Path) -> None:
+    """A replica restarted at another size has two engine records: the warning counts
+    replicas (3), not records (4)."""
+    engines = [{"replica": n, "kv_tokens": 300_000, "calls": 1} for n in ("a", "b", "c")]
+    engines.append({"replica": "a", "kv_tokens": 200_000, "calls": 1})
+    trace = logged_trace(tmp_path, ["a", "b", "c"], engines=engines)
+    res = CliRunner().invoke(
+        app,
+        ["replay", str(trace), "--policy", "vllm", "--replicas", "3", "--router", "as-logged",
+         "--concurrency", "3"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "the trace's engine records size 3 replica(s)" in res.output
 
 
 def test_the_fleet_line_says_off_for_an_unset_setting(trace: Path, tmp_path: Path) -> None:

@@ -198,6 +198,15 @@ def test_config_refusals_name_the_field() -> None:
         '{"stats_window_size": "a"}': "stats_window_size takes a number, got 'a'",
         '{"stats_window_size": true}': "stats_window_size takes a number, got True",
         '{"stats_window_size": 0}': "stats_window_size must be > 0, got 0",
+        # a count is a whole number, as the router's unsigned fields are (3.5 used to reach
+        # the hash ring's range() as a TypeError; 1.5 windows were taken)
+        '{"hash_virtual_nodes": 3.5}': "hash_virtual_nodes must be a whole number > 0, got 3.5",
+        '{"stats_window_size": 1.5}': "stats_window_size must be a whole number > 0, got 1.5",
+        '{"max_active_programs_per_target": 2.0}': "max_active_programs_per_target must be a whole",
+        '{"max_segment_rounds": 1.5}': "max_segment_rounds must be a whole number",
+        # a calibration model that is not an object is refused where the config is read
+        '{"prefill_cost_model": 5}': "prefill_cost_model takes a JSON object",
+        '{"decode_throughput_model": [1]}': "decode_throughput_model takes a JSON object",
         # a mistyped field is named, not a Python TypeError, and a string is no switch
         '{"max_acting_ttl_seconds": "a"}': "max_acting_ttl_seconds takes a number, got 'a'",
         '{"low_watermark_ratio": "a"}': "low_watermark_ratio takes a number, got 'a'",

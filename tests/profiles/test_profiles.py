@@ -119,6 +119,9 @@ def test_profile_errors_name_the_problem(tmp_path: Path) -> None:
     del broken["prefill"]["q"]
     with pytest.raises(ProfileError, match="missing or invalid field"):
         from_json(broken)
+    # a part that is not an object is named, not a Python TypeError's words
+    with pytest.raises(ProfileError, match=r"^p: decode must be an object, got None$"):
+        from_json({**good, "decode": None}, "p")
 
 
 def test_cost_model_chunks_add_up() -> None:

@@ -187,3 +187,17 @@ def test_the_command_writes_the_flag_value_to_o(tmp_path: Path) -> None:
     res = runner.invoke(app, [*args, "--json", str(tmp_path / "x.json")])
     assert res.exit_code == 2 and "--json goes with a measurement" in res.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_o_the_profile_read_is_refused(tmp_path: Path) -> None:
+    """``-o`` naming the profile ``--profile`` reads: refused, the profile kept (the
+    router's value was written over it)."""
+    mine = tmp_path / "profile.json"
+    mine.write_text(shipped.resolve("tiny-cpu")[1].read_text())
+    before = mine.read_text()
+    res = CliRunner().invoke(
+        app, ["profile", "--profile", str(mine), "--as", "vllm-router", "-o", str(mine)]
+    )
+    assert res.exit_code == 2, res.output
+    assert "is an input of this command" in res.stderr
+    assert mine.read_text() == before

@@ -56,6 +56,14 @@ def test_an_engine_that_changed_size_is_sized_as_the_one_that_served_most() -> N
     assert sized.notes and "changed size (2 sizes)" in sized.notes[0]
 
 
+def test_a_replica_that_changed_size_is_named_and_its_sizes_counted() -> None:
+    """In a fleet's logs the note says which replica changed size; a new bundle at the same
+    size (a second engine line) is not another size."""
+    entries = [facts("r0", 4096, 3), facts("r0", 8192, 9), facts("r0", 8192, 2, bundle_sha256="b")]
+    sized = size(NONE, entries, SimSchedulerConfig(), "d", "r0")
+    assert sized.notes[0].startswith("the log's engine (replica r0) changed size (2 sizes)")
+
+
 def test_async_scheduling_is_said() -> None:
     sized = size(NONE, [facts(None, 4096, async_scheduling=True)], SimSchedulerConfig(), "d")
     assert any("async scheduling" in n for n in sized.notes)

@@ -252,6 +252,16 @@ def test_validate_without_the_router_is_one_line_and_exit_2(
          "--model", str(tmp_path)],
     )  # fmt: skip
     assert res.exit_code == 2 and "--router takes cache_aware" in res.stderr
+    # the refusal names every router validate takes, Program scheduling too, and the
+    # router's spelling of replay's (round-robin)
+    assert "kv_aware, program_scheduling; not 'least_load'" in res.stderr
+    res = CliRunner().invoke(
+        app,
+        ["validate", str(trace), "--replicas", "2", "--router", "round-robin",
+         "--model", str(tmp_path)],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "not 'round-robin' (vllm-router's spelling: round_robin)" in res.stderr
 
 
 def test_program_scheduling_is_consistent_hash_with_the_profiles_calibration() -> None:

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from profiles import schema as profile_schema
 from profiles.router_calibration import calibrate
+from profiles.shipped import resolve
 from tests.tune.inputs import KV_TOKENS, PROFILE
 from ttlctl import bundle
 from ttlctl.cli import app as ttlctl_app
@@ -120,6 +121,30 @@ def test_bundle_query_as_vllm_router(tune_inputs: dict[str, Any], tmp_path: Path
 def test_tune_fleet_refusals(tune_inputs: dict[str, Any], tmp_path: Path) -> None:
     res = _tune(tune_inputs, tmp_path / "b.json", "--router", "nope")
     assert res.exit_code == 2 and "--router: unknown router 'nope'" in res.output
+
+
+def test_a_profile_program_scheduling_cannot_take_is_refused_before_the_study(
+    tune_inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """A profile with a negative coefficient (the router takes none) is one line, exit 2,
+    and no study: it was a traceback from trial 0, with the study's database left behind."""
+    doc: dict[str, Any] = dict(resolve(PROFILE)[0].to_json())
+    doc["prefill"] = {**doc["prefill"], "q": -1e-10}
+    negative = tmp_path / "negative.json"
+    negative.write_text(json.dumps(doc))
+    out = tmp_path / "run" / "b.json"
+    res = CliRunner().invoke(
+        app,
+        [
+            "tune", str(tune_inputs["trace"]), "--fit", str(tune_inputs["fit"]), "--profile",
+            str(negative), "--concurrency", "8", "--trials", "1", "--seeds", "1",
+            "--holdout-seeds", "1", "--replicas", "2", "--router", "program-scheduling",
+            "-o", str(out),
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "prefill.q is -1e-10" in res.output and "Traceback" not in res.output
+    assert not out.parent.exists()
 
 
 def test_tune_program_scheduling_and_print_its_router_flags(

@@ -110,8 +110,8 @@ def profile(
                     f"--json goes with a measurement; with --profile and --as {ROUTER}, "
                     "-o FILE writes the router's value"
                 )
-            check_outputs(output)
-            shown, _ = shipped.resolve(profile_ref)
+            shown, read = shipped.resolve(profile_ref)
+            check_outputs(output, inputs=(read,))  # -o the profile itself: refused
             _as_router(shown, decode_throughput_alpha, output)
             return
     if output is None:

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ttlctl.cli.kit import err, print_warning, user_errors
+from ttlctl.cli.kit import check_outputs, err, print_warning, user_errors
 from ttlctl.engine.facts import ENV_REPLICA
 from ttlctl.server import command, serving
 from ttlctl.server.foreground import run_foreground
@@ -110,10 +110,12 @@ def serve(
     Clients tag requests with vllm_xargs (program_id, tool, is_last) or X-Session-ID.
     """
     with user_errors():
+        # the engine log is appended to: a folder, or the bundle itself, is refused
+        check_outputs(log, inputs=(bundle,))
         warning = serving.check_bundle(bundle, allow_stock)
         cmd = serving.build_command(model, host=host, port=port, extra=list(ctx.args))
         if not print_command:
-            serving.check_log(log, bundle)
+            serving.check_log(log)
             serving.require_vllm()
     if warning:
         print_warning(warning)

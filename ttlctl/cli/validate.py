@@ -93,7 +93,7 @@ def validate(
     ] = 1,
     kv_tokens: Annotated[
         int | None,
-        typer.Option(help="Simulated KV tokens (default: the server's, from /metrics)."),
+        typer.Option(min=1, help="Simulated KV tokens (default: the server's, from /metrics)."),
     ] = None,
     max_num_seqs: MaxNumSeqs = MAX_NUM_SEQS,
     max_num_batched_tokens: MaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,

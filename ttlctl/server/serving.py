@@ -86,17 +86,11 @@ def check_bundle(bundle: Path | None, allow_stock: bool) -> str | None:
     return f"{problem}: serving as stock vLLM (no pins), as --allow-stock asks"
 
 
-def check_log(log: Path | None, bundle: Path | None = None) -> None:
-    """:class:`ServeError` when the engine log cannot be written where ``--log`` names it
-    (the plugin would only warn once, in the server's output, and serve without a log),
-    or is the bundle (each line appended would damage it)."""
-    if log is None:
-        return
-    if bundle is not None and log.resolve() == bundle.resolve():
-        raise ServeError(f"--log {log}: is the bundle; the engine log needs a file of its own")
-    if log.is_dir():
-        raise ServeError(f"--log {log}: is a folder, not a file to append to")
-    if not log.parent.is_dir():
+def check_log(log: Path | None) -> None:
+    """:class:`ServeError` when ``--log``'s folder does not exist: the plugin would only
+    warn once, in the server's output, and serve without a log. (A log that is a folder,
+    or the bundle, is refused with the command's other outputs.)"""
+    if log is not None and not log.parent.is_dir():
         raise ServeError(f"--log {log}: no folder {log.parent} to write it in")
 
 

@@ -21,7 +21,8 @@ def fitted_order(names: Iterable[str], replicas: int) -> list[str]:
     order = replica_order(names)
     if len(order) > replicas:
         raise ConfigError(
-            f"--replicas {replicas}: the trace's replica column names {len(order)} replicas"
+            f"--replicas {replicas}: the trace's replica column names {len(order)} replicas; "
+            f"give --replicas {len(order)} (more leave the extra replicas idle)"
         )
     return order
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from replay.fleet.routers.base import FleetView, RoutedCall, Stateless
 from replay.fleet.routers.furc import fbi_hash
@@ -55,6 +56,14 @@ def worker_urls(replicas: int, given: Sequence[str] | None = None) -> tuple[str,
         )
     if len(set(urls)) != len(urls):
         raise ConfigError("--worker-urls: a URL is given twice")
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            # vllm-router refuses it; a placement hashed from it would be no fleet's
+            raise ConfigError(
+                f"--worker-urls: {url!r} is not a worker URL; give each as vllm-router is "
+                "given it, http://HOST:PORT"
+            )
     return urls
 
 

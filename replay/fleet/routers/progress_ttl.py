@@ -109,6 +109,7 @@ class ProgramSchedulingConfig:
                 raise ConfigError(
                     f"{FLAG}: unknown field {key!r} (vllm-router 0.1.17 has no such field)"
                 )
+        calibration_of(calibration, None)  # each object's fields checked here, not mid-replay
         return cls(**doc), calibration
 
     def to_json(self) -> dict[str, Any]:
@@ -129,6 +130,14 @@ _NUMBERS = (
     "max_acting_ttl_seconds",
     "high_watermark_ratio",
     "low_watermark_ratio",
+)
+
+#: the positive fields that count (the router's are unsigned integers: 1.5 or 2.0 is refused)
+_COUNTS = (
+    "hash_virtual_nodes",
+    "max_active_programs_per_target",
+    "stats_window_size",
+    "max_segment_rounds",
 )
 
 
@@ -182,6 +191,8 @@ def _first_bad(cfg: ProgramSchedulingConfig) -> str | None:
             return f"{key} takes a number, got {value!r}"
         if not (math.isfinite(value) and value > 0):
             return f"{key} must be > 0, got {value!r}"
+        if key in _COUNTS and not isinstance(value, int):
+            return f"{key} must be a whole number > 0, got {value!r}"
     for key in ("admission_waiting_request_threshold", "decode_buffer_tokens"):
         value = getattr(cfg, key)
         if isinstance(value, bool) or not (isinstance(value, int) and value >= 0):

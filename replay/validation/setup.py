@@ -313,6 +313,8 @@ FLAGS = {
     "timeout_s": "--timeout-seconds",
     "startup_timeout_s": "--startup-timeout-seconds",
 }
+#: the fields whose flag names a plural (``vLLM arguments … do not go with``)
+PLURAL_FLAGS = frozenset({"extra"})
 
 
 def _resimulated(req: ValidateRequest, progress: Callable[[str], None] | None) -> dict[str, Any]:
@@ -324,8 +326,9 @@ def _resimulated(req: ValidateRequest, progress: Callable[[str], None] | None) -
             getattr(default, f.name)
         ):
             flag = FLAGS.get(f.name, "--" + f.name.replace("_", "-"))
+            verb = "do" if f.name in PLURAL_FLAGS else "does"
             raise ValidateError(
-                f"{flag} does not go with --resimulate (the recorded document says how its "
+                f"{flag} {verb} not go with --resimulate (the recorded document says how its "
                 "runs went; only TRACE and --profile may be given)"
             )
     assert req.resimulate is not None

@@ -18,6 +18,7 @@ from typing import Any
 
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
+from replay.live import check_result_flags
 from replay.loads import one_load
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
@@ -220,6 +221,7 @@ def validation_doc(
     if req.trace is None:
         raise ValidateError("give TRACE, the trace to validate with (or --resimulate RECORDED)")
     timing = one_load(req.jps, req.concurrency, req.seed)
+    check_result_flags(req.save_result, req.result_dir, req.label)
     if req.programs < 1:
         raise ValidateError("--programs must be at least 1")
     if req.repeats < 1:

@@ -203,6 +203,24 @@ def _refused(args: list[str]) -> str:
     return line
 
 
+@pytest.mark.parametrize("args", [["--result-dir", "out"], ["--label", "mine"]])
+def test_result_dir_and_label_need_save_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """vLLM's pair: alone, --result-dir (or --label) would be ignored unsaid; refused in
+    one line before a server starts or a work dir is made."""
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.chdir(tmp_path)
+    closed = "http://127.0.0.1:1"  # nothing listens on port 1
+    line = _refused([str(trace), "--url", f"vllm={closed}", "--policy", "vllm", *args])
+    assert line == f"error: {args[0]} needs --save-result"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet", "tmp"]
+    assert list(temp.iterdir()) == []
+
+
 def test_a_refused_run_leaves_no_empty_temporary_work_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

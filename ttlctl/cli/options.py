@@ -287,12 +287,17 @@ SaveResult = Annotated[
 ResultDir = Annotated[
     Path | None,
     typer.Option(
-        "--result-dir", help="Folder of --save-result (default: validate's work dir, else here)."
+        "--result-dir",
+        help="Folder of --save-result (default: validate's work dir, else here); needs "
+        "--save-result (vLLM's pair: alone, it is refused rather than ignored).",
     ),
 ]
 Label = Annotated[
     str | None,
-    typer.Option("--label", help="Prefix of --save-result's files (default: ttlctl-POLICY)."),
+    typer.Option(
+        "--label",
+        help="Prefix of --save-result's files (default: ttlctl-POLICY); needs --save-result.",
+    ),
 ]
 
 # ---- outputs ------------------------------------------------------------------------

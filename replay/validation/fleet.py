@@ -181,6 +181,7 @@ def validate_fleet(
         raise ValidateError("--replicas needs at least one --router")
     if repeats < 1:
         raise ValidateError(f"--repeats must be at least 1, not {repeats}")
+    check_placement(cpus_per_replica, gpus_per_replica)
     timings = Timings(draws=timing_draws, seed=seed)  # refused here, before any fleet
     for policy in routers:  # every one, before the first fleet's minutes of work
         check_router(policy)
@@ -375,6 +376,21 @@ def validate_fleet(
         work_dir=work_dir,
         idle_gap_cap_s=idle_gap_cap_s,
     )
+
+
+def check_placement(cpus_per_replica: int | None, gpus_per_replica: int | None) -> None:
+    """:class:`ValidateError` (one line) for a replica given fewer than one CPU or GPU, or
+    both CPUs and GPUs of its own (one placement or the other: a replica is pinned to
+    CPUs for vLLM's CPU backend, held to GPUs for its GPU one). Checked before the
+    machine is asked what it has, so a bad value is named as such."""
+    if cpus_per_replica is not None and gpus_per_replica is not None:
+        raise ValidateError("give --cpus-per-replica or --gpus-per-replica, not both")
+    for flag, per_replica in (
+        ("--cpus-per-replica", cpus_per_replica),
+        ("--gpus-per-replica", gpus_per_replica),
+    ):
+        if per_replica is not None and per_replica < 1:
+            raise ValidateError(f"{flag} must be at least 1, not {per_replica}")
 
 
 def _gpu_sets(

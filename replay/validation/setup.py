@@ -24,7 +24,7 @@ from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.validation.crosscheck import validate
 from replay.validation.error import ValidateError
-from replay.validation.fleet import TIMING_DRAWS, validate_fleet
+from replay.validation.fleet import TIMING_DRAWS, check_placement, validate_fleet
 from replay.validation.resimulate import resimulate
 from replay.validation.servers import LIVE_POLICIES, Sources, check_base
 from replay.validation.work_dir import work_dir
@@ -241,6 +241,7 @@ def validation_doc(
             "--gpus-per-replica needs --replicas N (it places a fleet's replicas); one "
             "server takes its GPUs from CUDA_VISIBLE_DEVICES"
         )
+    check_placement(req.cpus_per_replica, req.gpus_per_replica)
     if req.timing_draws is not None and req.replicas is None:
         raise ValidateError(
             "--timing-draws needs --replicas N (it averages each simulated fleet run)"

@@ -221,6 +221,32 @@ def test_result_dir_and_label_need_save_result(
     assert list(temp.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("placement", "message"),
+    [
+        (["--gpus-per-replica", "0"], "--gpus-per-replica must be at least 1, not 0"),
+        (
+            ["--cpus-per-replica", "1", "--gpus-per-replica", "1"],
+            "give --cpus-per-replica or --gpus-per-replica, not both",
+        ),
+    ],
+)
+def test_a_replicas_placement_is_one_value_of_at_least_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, placement: list[str], message: str
+) -> None:
+    """Where no GPU is found, --gpus-per-replica 0 is still refused for its value; and
+    --cpus-per-replica and --gpus-per-replica go one or the other. One line, nothing made."""
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PATH", str(temp))  # no nvidia-smi, no vllm-router
+    args = [str(trace), "--model", "m", "--replicas", "2", "--router", "round_robin"]
+    assert _refused([*args, *placement]) == f"error: {message}"
+    assert list(temp.iterdir()) == []
+
+
 def test_a_refused_run_leaves_no_empty_temporary_work_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

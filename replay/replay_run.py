@@ -97,6 +97,8 @@ def replay_doc(
     if req.pin_cap is not None and not 0 < req.pin_cap <= 1:
         raise ConfigError("--pin-cap must be in (0, 1]")
     check_result_flags(req.save_result, req.result_dir, req.label)
+    if req.save_result and req.live is None:
+        raise ConfigError("--save-result needs --live (it saves a live run's benchmark result)")
     vllm_version = check_request(
         req.backend,
         names,

@@ -282,8 +282,8 @@ SaveResult = Annotated[
     bool,
     typer.Option(
         "--save-result",
-        help="Live runs: write vLLM's benchmark result JSON per run, and per-call records "
-        "shaped like AIPerf's profile_export.jsonl next to it.",
+        help="Live runs (replay: needs --live): write vLLM's benchmark result JSON per run, "
+        "and per-call records shaped like AIPerf's profile_export.jsonl next to it.",
     ),
 ]
 ResultDir = Annotated[

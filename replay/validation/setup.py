@@ -242,6 +242,11 @@ def validation_doc(
             "server takes its GPUs from CUDA_VISIBLE_DEVICES"
         )
     check_placement(req.cpus_per_replica, req.gpus_per_replica)
+    if req.save_result and (req.replicas is not None or req.routers):
+        raise ValidateError(
+            "--save-result does not go with --replicas (a fleet's live runs write no vLLM "
+            "benchmark result: one server per policy does)"
+        )
     if req.timing_draws is not None and req.replicas is None:
         raise ValidateError(
             "--timing-draws needs --replicas N (it averages each simulated fleet run)"

@@ -247,6 +247,22 @@ def test_a_replicas_placement_is_one_value_of_at_least_1(
     assert list(temp.iterdir()) == []
 
 
+def test_a_fleets_save_result_is_refused_not_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet's live runs write no vLLM benchmark result: --save-result is refused in
+    one line, nothing made, rather than ignored after minutes of live runs."""
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    args = [str(trace), "--model", "m", "--replicas", "2", "--router", "round_robin"]
+    line = _refused([*args, "--save-result", "--result-dir", str(tmp_path / "out")])
+    assert line.startswith("error: --save-result does not go with --replicas"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet", "tmp"]
+    assert list(temp.iterdir()) == []
+
+
 def test_a_refused_run_leaves_no_empty_temporary_work_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,7 +20,7 @@ from replay.figures import PolicyResult, ReplayDoc
 from replay.fleet.routers import AS_LOGGED, RouterSettings
 from replay.fleet.run import fleet_for
 from replay.fleet.run import runner as fleet_runner
-from replay.live import cap_pauses, live_results
+from replay.live import cap_pauses, check_result_flags, live_results
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, expand, run_all
 from replay.scheduler import SimSchedulerConfig
@@ -96,6 +96,9 @@ def replay_doc(
         raise ConfigError(f"--valve must be one of {', '.join(VALVES)}, got {req.valve!r}")
     if req.pin_cap is not None and not 0 < req.pin_cap <= 1:
         raise ConfigError("--pin-cap must be in (0, 1]")
+    check_result_flags(req.save_result, req.result_dir, req.label)
+    if req.save_result and req.live is None:
+        raise ConfigError("--save-result needs --live (it saves a live run's benchmark result)")
     vllm_version = check_request(
         req.backend,
         names,

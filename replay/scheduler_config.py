@@ -6,14 +6,29 @@ from dataclasses import dataclass
 
 from ttlctl.errors import ConfigError
 
+# The simulated engine's default size, read by :class:`SimSchedulerConfig`, by the
+# commands' flags (``ttlctl.cli.options``: this module imports nothing heavy, so
+# ``ttlctl --help`` stays light) and by the validations' library defaults
+# (:func:`replay.validation.crosscheck.validate`, ``validate_fleet``).
+#: the simulated KV cache, in tokens
+KV_TOKENS = 600_000
+#: vLLM's ``--block-size`` default
+BLOCK_SIZE = 16
+#: vLLM 0.32's ``--max-num-batched-tokens`` and ``--max-num-seqs`` on a GPU (its CPU
+#: server's are 128 and 2,048: ``replay.validation.sizing``)
+MAX_NUM_BATCHED_TOKENS = 8192
+MAX_NUM_SEQS = 256
+#: ``--max-model-len``
+MAX_MODEL_LEN = 131_072
+
 
 @dataclass(frozen=True, slots=True)
 class SimSchedulerConfig:
-    kv_tokens: int = 600_000
-    block_size: int = 16
-    max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 256
-    max_model_len: int = 131_072
+    kv_tokens: int = KV_TOKENS
+    block_size: int = BLOCK_SIZE
+    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
+    max_num_seqs: int = MAX_NUM_SEQS
+    max_model_len: int = MAX_MODEL_LEN
     #: "runs" (fast) or "blocks" (the per-block reference)
     pool: str = "runs"
     #: take runs of decode-only steps in one event

@@ -144,9 +144,13 @@ def replace(doc: Bundle, path: Path, previous: bytes | None = None) -> Path | No
 def rollback(path: Path) -> Restored:
     """Put the newest kept bundle back over ``path`` (atomically) and take it out of the
     history; the bundle it replaces is kept as ``rolled-back.json``. A
-    :class:`~ttlctl.bundle.BundleError` when there is nothing to roll back to, or when
-    the kept bundle does not verify (then nothing is changed)."""
+    :class:`~ttlctl.bundle.BundleError` when there is nothing to roll back to (naming
+    ``path`` as missing when neither it nor a history exists), or when the kept bundle
+    does not verify (then nothing is changed). A served file removed since is restored
+    from its history all the same."""
     kept = entries(path)
+    if not kept and not path.exists():  # a typo, not a bundle without a history
+        raise BundleError(f"{path}: no such file")
     if not kept:
         raise BundleError(
             f"{path}: no earlier bundle to roll back to ({folder(path)} holds none: "

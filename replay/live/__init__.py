@@ -39,7 +39,7 @@ from replay.live.records import LiveCallRecord, ProgramRecord
 from replay.live.result import summarize
 from replay.live.runner import LiveError, live_results, run_live
 from replay.live.trimming import cap_pauses, clip, first_programs
-from replay.live.vllm_bench import benchmark_result, result_name
+from replay.live.vllm_bench import benchmark_result, check_result_flags, result_name
 
 __all__ = [
     "LiveCallRecord",
@@ -48,6 +48,7 @@ __all__ = [
     "aiperf_record",
     "benchmark_result",
     "cap_pauses",
+    "check_result_flags",
     "clip",
     "first_programs",
     "live_results",

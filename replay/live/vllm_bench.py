@@ -9,13 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from replay.live.records import LiveCallRecord
 from replay.policy_runs import Load
+from ttlctl.errors import ConfigError
 from ttlctl.server.facts import ServerInfo
+
+
+def check_result_flags(save_result: bool, result_dir: Path | None, label: str | None) -> None:
+    """``--result-dir`` and ``--label`` name ``--save-result``'s files: refused without
+    it (``vllm bench serve`` writes nothing then and says nothing; here, one line)."""
+    for flag, given in (("--result-dir", result_dir is not None), ("--label", label is not None)):
+        if given and not save_result:
+            raise ConfigError(f"{flag} needs --save-result")
 
 
 def _stats_ms(values: Sequence[float], name: str) -> dict[str, float | None]:

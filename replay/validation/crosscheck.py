@@ -28,17 +28,13 @@ from typing import Any
 from profiles.schema import Profile
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
+from replay.scheduler_config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured, measurable, measure_policy_server, pooled
 from replay.validation.server_doc import measured_on, server_document
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_server
 from replay.validation.sim_side import SimSide
-from replay.validation.sizing import (
-    CPU_MAX_NUM_BATCHED_TOKENS,
-    CPU_MAX_NUM_SEQS,
-    same_servers,
-    sim_engine_config,
-)
+from replay.validation.sizing import same_servers, sim_engine_config
 from replay.validation.stats import merge_runs
 from replay.validation.warmup import Warmed, warmed
 from replay.workload import Workload
@@ -249,8 +245,8 @@ def validate(
     bundle: Path | None = None,
     profile: Profile | None = None,
     kv_tokens: int | None = None,
-    max_num_seqs: int = CPU_MAX_NUM_SEQS,
-    max_num_batched_tokens: int = CPU_MAX_NUM_BATCHED_TOKENS,
+    max_num_seqs: int = MAX_NUM_SEQS,
+    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
     timing: Load | None = None,
     seed: int = 0,
     max_programs: int | None = 8,

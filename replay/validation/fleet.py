@@ -55,6 +55,7 @@ from profiles.schema import Profile
 from replay.fleet.routers import RouterSettings
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
+from replay.scheduler_config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from replay.validation.engine_metrics import ScrapeFailed, engine_delta, scrape
 from replay.validation.error import ValidateError
 from replay.validation.fleet_doc import fleet_document
@@ -68,7 +69,7 @@ from replay.validation.fleet_profile import (
 from replay.validation.fleet_rows import LiveRun
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
 from replay.validation.sim_side import SimSide
-from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS, sim_engine_config
+from replay.validation.sizing import sim_engine_config
 from replay.validation.timings import DRAWS, Timings
 from replay.validation.warmup import warmed
 from replay.workload import Workload
@@ -127,8 +128,8 @@ def validate_fleet(
     profile: Profile | None = None,
     model_config: dict[str, Any] | None = None,
     kv_tokens: int | None = None,
-    max_num_seqs: int = CPU_MAX_NUM_SEQS,
-    max_num_batched_tokens: int = CPU_MAX_NUM_BATCHED_TOKENS,
+    max_num_seqs: int = MAX_NUM_SEQS,
+    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
     router_extra: Sequence[str] = (),
     cpus_per_replica: int | None = None,
     gpus_per_replica: int | None = None,
@@ -154,7 +155,8 @@ def validate_fleet(
     beside it by one pooled over them: :mod:`~replay.validation.fleet_profile`,
     :mod:`~replay.validation.fleet_rows`) and sized like the replicas (``kv_tokens``
     overrides their KV size; ``max_num_seqs`` and ``max_num_batched_tokens``: the
-    replicas' own, vLLM's CPU defaults unless told). ``cpus_per_replica``: each replica
+    replicas' own, unless told ``validate``'s defaults, vLLM's GPU ones: the caller
+    starts the replicas with them). ``cpus_per_replica``: each replica
     on that many CPUs of its own (:mod:`ttlctl.server.cpus`); a profile measured here is
     then measured on a first replica, pinned, while the others serve a steady load
     (:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside it.
@@ -181,6 +183,7 @@ def validate_fleet(
         raise ValidateError("--replicas needs at least one --router")
     if repeats < 1:
         raise ValidateError(f"--repeats must be at least 1, not {repeats}")
+    check_placement(cpus_per_replica, gpus_per_replica)
     timings = Timings(draws=timing_draws, seed=seed)  # refused here, before any fleet
     for policy in routers:  # every one, before the first fleet's minutes of work
         check_router(policy)
@@ -375,6 +378,21 @@ def validate_fleet(
         work_dir=work_dir,
         idle_gap_cap_s=idle_gap_cap_s,
     )
+
+
+def check_placement(cpus_per_replica: int | None, gpus_per_replica: int | None) -> None:
+    """:class:`ValidateError` (one line) for a replica given fewer than one CPU or GPU, or
+    both CPUs and GPUs of its own (one placement or the other: a replica is pinned to
+    CPUs for vLLM's CPU backend, held to GPUs for its GPU one). Checked before the
+    machine is asked what it has, so a bad value is named as such."""
+    if cpus_per_replica is not None and gpus_per_replica is not None:
+        raise ValidateError("give --cpus-per-replica or --gpus-per-replica, not both")
+    for flag, per_replica in (
+        ("--cpus-per-replica", cpus_per_replica),
+        ("--gpus-per-replica", gpus_per_replica),
+    ):
+        if per_replica is not None and per_replica < 1:
+            raise ValidateError(f"{flag} must be at least 1, not {per_replica}")
 
 
 def _gpu_sets(

@@ -18,12 +18,13 @@ from typing import Any
 
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
+from replay.live import check_result_flags
 from replay.loads import one_load
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.validation.crosscheck import validate
 from replay.validation.error import ValidateError
-from replay.validation.fleet import TIMING_DRAWS, validate_fleet
+from replay.validation.fleet import TIMING_DRAWS, check_placement, validate_fleet
 from replay.validation.resimulate import resimulate
 from replay.validation.servers import LIVE_POLICIES, Sources, check_base
 from replay.validation.work_dir import work_dir
@@ -220,6 +221,7 @@ def validation_doc(
     if req.trace is None:
         raise ValidateError("give TRACE, the trace to validate with (or --resimulate RECORDED)")
     timing = one_load(req.jps, req.concurrency, req.seed)
+    check_result_flags(req.save_result, req.result_dir, req.label)
     if req.programs < 1:
         raise ValidateError("--programs must be at least 1")
     if req.repeats < 1:
@@ -238,6 +240,12 @@ def validation_doc(
         raise ValidateError(
             "--gpus-per-replica needs --replicas N (it places a fleet's replicas); one "
             "server takes its GPUs from CUDA_VISIBLE_DEVICES"
+        )
+    check_placement(req.cpus_per_replica, req.gpus_per_replica)
+    if req.save_result and (req.replicas is not None or req.routers):
+        raise ValidateError(
+            "--save-result does not go with --replicas (a fleet's live runs write no vLLM "
+            "benchmark result: one server per policy does)"
         )
     if req.timing_draws is not None and req.replicas is None:
         raise ValidateError(
@@ -313,6 +321,8 @@ FLAGS = {
     "timeout_s": "--timeout-seconds",
     "startup_timeout_s": "--startup-timeout-seconds",
 }
+#: the fields whose flag names a plural (``vLLM arguments … do not go with``)
+PLURAL_FLAGS = frozenset({"extra"})
 
 
 def _resimulated(req: ValidateRequest, progress: Callable[[str], None] | None) -> dict[str, Any]:
@@ -324,8 +334,9 @@ def _resimulated(req: ValidateRequest, progress: Callable[[str], None] | None) -
             getattr(default, f.name)
         ):
             flag = FLAGS.get(f.name, "--" + f.name.replace("_", "-"))
+            verb = "do" if f.name in PLURAL_FLAGS else "does"
             raise ValidateError(
-                f"{flag} does not go with --resimulate (the recorded document says how its "
+                f"{flag} {verb} not go with --resimulate (the recorded document says how its "
                 "runs went; only TRACE and --profile may be given)"
             )
     assert req.resimulate is not None

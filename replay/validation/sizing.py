@@ -2,8 +2,10 @@
 
 KV tokens from ``vllm:cache_config_info`` (the null block left out, as the scheduler
 plugin counts), the server's block size and ``max_model_len``; ``max_num_seqs`` and
-``max_num_batched_tokens`` come from the caller (vLLM's CPU server defaults: 128
-and 2,048). Every server of one validation must have the same KV cache.
+``max_num_batched_tokens`` come from the caller (validate's defaults:
+``replay.scheduler_config``'s, vLLM's GPU ones, 256 and 8,192; a CPU server started
+without them has 128 and 2,048). Every server of one validation must have the same KV
+cache.
 """
 
 from __future__ import annotations

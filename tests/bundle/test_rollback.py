@@ -77,8 +77,10 @@ def test_rollback_restores_the_previous_bundle_atomically(tmp_path: Path) -> Non
 
 def test_rollback_errors(tmp_path: Path) -> None:
     path = tmp_path / "bundle.json"
-    res = run("bundle", "rollback", path)  # nothing at all
-    assert res.exit_code == 2 and str(path) in " ".join(res.output.split())
+    res = run("bundle", "rollback", path)  # nothing at all: a missing file, said so
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert f"{path}: no such file" in " ".join(res.output.split())
+    assert list(tmp_path.iterdir()) == []  # nothing left behind
     bundle_history.replace(doc(1.0), path)
     bundle_history.replace(doc(2.0), path)
     (entry,) = bundle_history.entries(path)
@@ -87,6 +89,16 @@ def test_rollback_errors(tmp_path: Path) -> None:
     with pytest.raises(BundleError, match=r"not valid JSON"):
         bundle_history.rollback(path)
     assert path.read_bytes() == served and entry.path.exists()  # nothing changed
+
+
+def test_rollback_restores_a_removed_bundle_from_its_history(tmp_path: Path) -> None:
+    path = tmp_path / "bundle.json"
+    bundle_history.replace(doc(1.0), path)
+    bundle_history.replace(doc(2.0), path)
+    path.unlink()  # the served file is gone, its history is not
+    res = run("bundle", "rollback", path)
+    assert res.exit_code == 0, res.output
+    assert bundle.read(path)["policy"]["cold_start_ttl_s"] == 1.0
 
 
 def test_the_watcher_reloads_what_a_rollback_restores(tmp_path: Path) -> None:

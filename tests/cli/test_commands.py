@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 import re
 from collections import defaultdict
@@ -15,6 +16,9 @@ from typer.testing import CliRunner
 
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
+from replay.validation.crosscheck import validate
+from replay.validation.fleet import validate_fleet
+from replay.validation.setup import ValidateRequest
 from ttlctl.cli import COMMANDS, app, options
 
 PIPELINE = [
@@ -115,6 +119,14 @@ def test_the_shared_defaults_are_the_libraries() -> None:
         options.MAX_NUM_SEQS,
         options.MAX_MODEL_LEN,
     )
+    # the validations' library defaults are the CLI's (vLLM's GPU values), not its CPU ones
+    request = ValidateRequest()
+    sizes = (options.MAX_NUM_SEQS, options.MAX_NUM_BATCHED_TOKENS)
+    assert (request.max_num_seqs, request.max_num_batched_tokens) == sizes
+    for library in (validate, validate_fleet):
+        params = inspect.signature(library).parameters
+        given = (params["max_num_seqs"].default, params["max_num_batched_tokens"].default)
+        assert given == sizes, library.__name__
     commands = _commands()
     profile = {p.name: p for p in commands["replay"].params}["profile"]
     assert profile.default == "llama-3.1-8b-h100"

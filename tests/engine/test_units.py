@@ -267,6 +267,39 @@ def test_watcher_reloads_keeps_policy_on_damage_and_warns_once(tmp_path: Path) -
     assert w.poll(now=112.0) and w.policy.params.cold_start_ttl_s == 7.0 and w.reloads == 1
 
 
+@pytest.mark.parametrize(
+    ("value", "every_s", "warns"),
+    [
+        ("abc", 2.0, True),
+        ("-1", 2.0, True),
+        ("nan", 2.0, True),
+        ("inf", 2.0, True),
+        ("", 2.0, False),  # unset
+        ("0", 0.0, False),
+        ("0.5", 0.5, False),
+    ],
+)
+def test_a_bad_bundle_check_interval_warns_once_naming_the_value(
+    tmp_path: Path, value: str, every_s: float, warns: bool
+) -> None:
+    """As TTLCTL_MAX_PROGRAMS: a value that is not seconds >= 0 warns once, naming it,
+    and the default (2 s) holds; the watcher still serves its bundle."""
+    path = write_bundle(tmp_path / "b.json", cold_start_ttl_s=3.0)
+    warned: list[str] = []
+    w = BundleWatcher.from_env(
+        {"TTLCTL_BUNDLE": str(path), "TTLCTL_BUNDLE_CHECK_S": value},
+        warned.append,
+        lambda m: None,
+    )
+    assert w.every_s == every_s and w.policy is not None
+    assert len(warned) == warns, warned
+    if warns:
+        assert warned[0] == (
+            f"ttlctl: TTLCTL_BUNDLE_CHECK_S={value!r} is not a number of seconds >= 0; "
+            "checking the bundle every 2 s"
+        )
+
+
 def test_no_or_damaged_bundle_at_start_warns_once(tmp_path: Path) -> None:
     warned: list[str] = []
     w = BundleWatcher.from_env({}, warned.append, lambda m: None)

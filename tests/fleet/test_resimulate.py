@@ -223,7 +223,8 @@ def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_p
         (["--", "--dtype", "float32"], "vLLM arguments after `--`"),
     ):
         text = refused(["--resimulate", str(recorded), *extra])
-        assert text.split(": ", 1)[1].startswith(f"{flag} does not go with --resimulate"), text
+        verb = "do" if flag.startswith("vLLM arguments") else "does"
+        assert text.split(": ", 1)[1].startswith(f"{flag} {verb} not go with --resimulate"), text
     # a trace that is not the one replayed
     other = agent_trace(tmp_path / "other.parquet", programs=5, calls=4, first=200, growth=64)
     text = refused([str(other), "--resimulate", str(recorded)])

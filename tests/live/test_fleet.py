@@ -27,6 +27,7 @@ from profiles import shipped
 from profiles.router_calibration import calibrate
 from replay.validation.fleet import validate_fleet
 from replay.validation.servers import Sources
+from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS
 from replay.validation.warmup import BATCH, BATCHES, PREFILLS
 from replay.workload import load
 from tests.live.servers import FLAGS, server_env
@@ -72,6 +73,9 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
         program_scheduling_json=calibration,
         cpus_per_replica=1 if pinned else None,
         gpus_per_replica=1,
+        # the replicas run vLLM's CPU defaults (FLAGS sets neither): the simulator's too
+        max_num_seqs=CPU_MAX_NUM_SEQS,
+        max_num_batched_tokens=CPU_MAX_NUM_BATCHED_TOKENS,
         timeout_s=300.0,
         work_dir=work,
     )

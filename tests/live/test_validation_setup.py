@@ -203,6 +203,66 @@ def _refused(args: list[str]) -> str:
     return line
 
 
+@pytest.mark.parametrize("args", [["--result-dir", "out"], ["--label", "mine"]])
+def test_result_dir_and_label_need_save_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """vLLM's pair: alone, --result-dir (or --label) would be ignored unsaid; refused in
+    one line before a server starts or a work dir is made."""
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.chdir(tmp_path)
+    closed = "http://127.0.0.1:1"  # nothing listens on port 1
+    line = _refused([str(trace), "--url", f"vllm={closed}", "--policy", "vllm", *args])
+    assert line == f"error: {args[0]} needs --save-result"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet", "tmp"]
+    assert list(temp.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("placement", "message"),
+    [
+        (["--gpus-per-replica", "0"], "--gpus-per-replica must be at least 1, not 0"),
+        (
+            ["--cpus-per-replica", "1", "--gpus-per-replica", "1"],
+            "give --cpus-per-replica or --gpus-per-replica, not both",
+        ),
+    ],
+)
+def test_a_replicas_placement_is_one_value_of_at_least_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, placement: list[str], message: str
+) -> None:
+    """Where no GPU is found, --gpus-per-replica 0 is still refused for its value; and
+    --cpus-per-replica and --gpus-per-replica go one or the other. One line, nothing made."""
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PATH", str(temp))  # no nvidia-smi, no vllm-router
+    args = [str(trace), "--model", "m", "--replicas", "2", "--router", "round_robin"]
+    assert _refused([*args, *placement]) == f"error: {message}"
+    assert list(temp.iterdir()) == []
+
+
+def test_a_fleets_save_result_is_refused_not_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet's live runs write no vLLM benchmark result: --save-result is refused in
+    one line, nothing made, rather than ignored after minutes of live runs."""
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    args = [str(trace), "--model", "m", "--replicas", "2", "--router", "round_robin"]
+    line = _refused([*args, "--save-result", "--result-dir", str(tmp_path / "out")])
+    assert line.startswith("error: --save-result does not go with --replicas"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet", "tmp"]
+    assert list(temp.iterdir()) == []
+
+
 def test_a_refused_run_leaves_no_empty_temporary_work_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

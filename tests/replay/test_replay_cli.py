@@ -209,3 +209,30 @@ def test_bad_arguments(tmp_path: Path, args: list[str], message: str) -> None:
     res = CliRunner().invoke(app, ["replay", str(trace), *args])
     assert res.exit_code == 2, res.output
     assert message in res.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--result-dir", "out"],
+        ["--label", "mine"],
+        ["--live", "http://127.0.0.1:1", "--result-dir", "out"],
+        ["--save-result", "--result-dir", "out"],  # nothing live to save
+    ],
+)
+def test_result_dir_and_label_need_save_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """vLLM's pair: alone, --result-dir (or --label) would be ignored unsaid, and so would
+    --save-result in a simulated replay; refused in one line, before anything is run or
+    written."""
+    trace = _trace(tmp_path / "t.parquet", [_growing(2)])
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["replay", str(trace), "--policy", "vllm", *args])
+    assert res.exit_code == 2, res.output
+    (line,) = res.stderr.strip().splitlines()
+    if "--save-result" in args:
+        assert line == "error: --save-result needs --live (it saves a live run's benchmark result)"
+    else:
+        assert line == f"error: {args[-2]} needs --save-result"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]

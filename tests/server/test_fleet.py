@@ -281,6 +281,43 @@ def test_program_scheduling_is_consistent_hash_with_the_profiles_calibration() -
     assert doc["decode_throughput_model"] == cal.to_json()["decode_throughput_model"]
 
 
+@pytest.mark.parametrize(
+    ("cpus_per_replica", "gpus_per_replica", "message"),
+    [
+        (None, 0, "--gpus-per-replica must be at least 1, not 0"),
+        (0, None, "--cpus-per-replica must be at least 1, not 0"),
+        (1, 1, "give --cpus-per-replica or --gpus-per-replica, not both"),
+    ],
+)
+def test_a_fleets_placement_is_checked_before_its_gpus_are_looked_for(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cpus_per_replica: int | None,
+    gpus_per_replica: int | None,
+    message: str,
+) -> None:
+    """On a machine with no GPU (no CUDA_VISIBLE_DEVICES, no nvidia-smi) a bad value is
+    named as such, not as "no GPU found"; CPUs and GPUs of its own are one placement or
+    the other. Nothing is made."""
+    work = load(agent_trace(tmp_path / "t.parquet", programs=2, calls=2))
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(temp))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PATH", str(temp))  # no nvidia-smi, no vllm-router
+    with pytest.raises(TtlctlError) as refused:
+        validate_fleet(
+            work,
+            Sources(base_cmd=["vllm", "serve", "m"]),
+            replicas=2,
+            routers=["round_robin"],
+            cpus_per_replica=cpus_per_replica,
+            gpus_per_replica=gpus_per_replica,
+        )
+    assert str(refused.value) == message
+    assert list(temp.iterdir()) == []
+
+
 def test_a_fleet_refused_for_its_arguments_leaves_no_work_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

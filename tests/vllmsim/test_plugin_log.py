@@ -120,6 +120,17 @@ def test_a_deferred_free_is_not_pinned_but_counted_and_logged(
     assert call["pin_skipped"] == "deferred" and call["ttl_s"] == 0.0
 
 
+@pytest.mark.parametrize("value", ["abc", "-1", "nan"])
+def test_a_bad_bundle_check_interval_warns_once_and_the_engine_serves(
+    tmp_path: Path, value: str
+) -> None:
+    """As TTLCTL_MAX_PROGRAMS below: the scheduler starts, with its bundle, the default 2 s."""
+    d = driver(tmp_path, static_params(5.0), blocks=8, env={"TTLCTL_BUNDLE_CHECK_S": value})
+    assert d.sched.ttl.policy is not None and d.sched.ttl_watcher.every_s == 2.0
+    warned = [w for w in d.sched.ttl_warnings if "TTLCTL_BUNDLE_CHECK_S" in w]
+    assert len(warned) == 1 and repr(value) in warned[0], d.sched.ttl_warnings
+
+
 @pytest.mark.parametrize(("value", "cap"), [("abc", DEFAULT_CAP), ("0", DEFAULT_CAP), ("7", 7)])
 def test_a_bad_max_programs_warns_once_naming_the_value(
     tmp_path: Path, value: str, cap: int

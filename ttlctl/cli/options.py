@@ -4,9 +4,11 @@ A command takes ``kv_tokens: KvTokens = KV_TOKENS``; the same flag means the sam
 with the same words, in every command that has it (tests/cli checks it). An option whose
 meaning differs between commands (``--seed`` of tune's sampler, refit's ``--kv-tokens``
 defaulting to the bundle's record) is declared by its command, under its own help.
-The defaults are the libraries' (``replay.scheduler.SimSchedulerConfig``,
-``replay.sim.ReplayConfig``); they are written here as literals so that ``ttlctl --help``
-imports no replay package, and tests/cli checks that they agree.
+The defaults are the libraries': the engine's size is read from
+``replay.scheduler_config`` (one constant each, which ``SimSchedulerConfig`` and the
+validations' library defaults read too; that module imports nothing heavy, so
+``ttlctl --help`` stays light); ``replay.sim.ReplayConfig``'s offload size is written here
+as a literal (``replay.sim`` is heavy), and tests/cli checks that they agree.
 
 Spelling: flags are vLLM's, the router's or AIPerf's where those have one; a time is
 in seconds and says so (``--abandon-seconds``, AIPerf's ``-seconds`` suffix). A renamed
@@ -22,13 +24,13 @@ from typing import Annotated, Any, get_args
 
 import typer
 
-#: the simulated KV cache (``SimSchedulerConfig.kv_tokens``)
-KV_TOKENS = 600_000
-#: the simulated engine's size, as vLLM's flags (``SimSchedulerConfig``)
-BLOCK_SIZE = 16
-MAX_NUM_BATCHED_TOKENS = 8192
-MAX_NUM_SEQS = 256
-MAX_MODEL_LEN = 131_072
+# the simulated KV cache and engine's size, as vLLM's flags (``SimSchedulerConfig``)
+from replay.scheduler_config import BLOCK_SIZE as BLOCK_SIZE
+from replay.scheduler_config import KV_TOKENS as KV_TOKENS
+from replay.scheduler_config import MAX_MODEL_LEN as MAX_MODEL_LEN
+from replay.scheduler_config import MAX_NUM_BATCHED_TOKENS as MAX_NUM_BATCHED_TOKENS
+from replay.scheduler_config import MAX_NUM_SEQS as MAX_NUM_SEQS
+
 #: no CPU offload tier (``ReplayConfig.offload_tokens``)
 OFFLOAD_TOKENS = 0
 #: the fast simulator
@@ -280,19 +282,24 @@ SaveResult = Annotated[
     bool,
     typer.Option(
         "--save-result",
-        help="Live runs: write vLLM's benchmark result JSON per run, and per-call records "
-        "shaped like AIPerf's profile_export.jsonl next to it.",
+        help="Live runs (replay: needs --live): write vLLM's benchmark result JSON per run, "
+        "and per-call records shaped like AIPerf's profile_export.jsonl next to it.",
     ),
 ]
 ResultDir = Annotated[
     Path | None,
     typer.Option(
-        "--result-dir", help="Folder of --save-result (default: validate's work dir, else here)."
+        "--result-dir",
+        help="Folder of --save-result (default: validate's work dir, else here); needs "
+        "--save-result (vLLM's pair: alone, it is refused rather than ignored).",
     ),
 ]
 Label = Annotated[
     str | None,
-    typer.Option("--label", help="Prefix of --save-result's files (default: ttlctl-POLICY)."),
+    typer.Option(
+        "--label",
+        help="Prefix of --save-result's files (default: ttlctl-POLICY); needs --save-result.",
+    ),
 ]
 
 # ---- outputs ------------------------------------------------------------------------

@@ -16,6 +16,7 @@ budget its profile was measured with (:func:`ttlctl.bundle.policy_from`).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,25 @@ def _signature(path: str) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _every_s(given: str | None, warn: Callable[[str], None]) -> float:
+    """``TTLCTL_BUNDLE_CHECK_S``: a finite number of seconds >= 0 (0: at every poll);
+    anything else warns once, naming the value, and the default holds (as
+    ``TTLCTL_MAX_PROGRAMS`` does: the server keeps running)."""
+    if given is None or not given.strip():
+        return DEFAULT_EVERY_S
+    try:
+        every = float(given)
+    except ValueError:
+        every = math.nan
+    if math.isfinite(every) and every >= 0:
+        return every
+    warn(
+        f"ttlctl: {ENV_EVERY}={given!r} is not a number of seconds >= 0; "
+        f"checking the bundle every {DEFAULT_EVERY_S:g} s"
+    )
+    return DEFAULT_EVERY_S
 
 
 @dataclass(slots=True)
@@ -62,11 +82,8 @@ class BundleWatcher:
         chunk: int | None = None,
     ) -> BundleWatcher:
         path = env.get(ENV_BUNDLE) or None
-        try:
-            every = float(env.get(ENV_EVERY, DEFAULT_EVERY_S))
-        except ValueError:
-            every = DEFAULT_EVERY_S
-        watcher = BundleWatcher(path, warn, info, every_s=max(0.0, every), chunk=chunk)
+        every = _every_s(env.get(ENV_EVERY), warn)
+        watcher = BundleWatcher(path, warn, info, every_s=every, chunk=chunk)
         watcher.load_initial()
         return watcher
 

@@ -26,7 +26,7 @@ from replay.tune.context import (
 )
 from replay.tune.judge import guard, held_back, held_back_live
 from replay.tune.space import fleet_defaults, fleet_of, paper_defaults, params_of
-from replay.tune.storage import Storage
+from replay.tune.storage import Storage, removed_if_unused
 from replay.tune.workers import (
     METRIC,
     finished_trials,
@@ -105,7 +105,8 @@ def tune(
         "stage": stage,
     }
     if ctx.live is None:
-        return _tune(ctx, workers=workers, server=None, **run)
+        with removed_if_unused(storage):  # a failed first run leaves no empty study behind
+            return _tune(ctx, workers=workers, server=None, **run)
     if workers != 1:
         raise TuneError("a live study runs one trial at a time on its server: use one worker")
     live = ctx.live
@@ -135,7 +136,8 @@ def tune(
         )
     ctx = replace(ctx, live=replace(live, url=info.url, model=info.model))
     try:
-        with signals.held():  # SIGTERM and SIGHUP unwind too, so the bundle is put back
+        # SIGTERM and SIGHUP unwind too, so the bundle is put back
+        with signals.held(), removed_if_unused(storage):
             return _tune(ctx, workers=1, server=info, **run)
     except BaseException:
         _put_back(live.bundle, original)  # the server goes back to what it served before

@@ -102,7 +102,8 @@ def test_bundle_query_as_vllm_router(tune_inputs: dict[str, Any], tmp_path: Path
         "--cache-threshold", str(settings["cache_threshold"]),
     ]  # fmt: skip
     # pin-aware has no vllm-router policy: refused, the nearest named
-    pinned = bundle.seal({**doc, "router": {**doc["router"], "name": "pin-aware"}})
+    pin_aware = {**doc["router"], "name": "pin-aware", "settings": {"pin_queue_bound": 16}}
+    pinned = bundle.seal({**doc, "router": pin_aware})
     (tmp_path / "pin.json").write_text(json.dumps(pinned))
     q = CliRunner().invoke(
         ttlctl_app, ["bundle", "query", str(tmp_path / "pin.json"), "--as", "vllm-router"]

@@ -98,7 +98,7 @@ def run_trials(
     if on_trial is not None:
         callbacks.append(lambda _s, _t: on_trial())
     try:
-        with _one_line_failures():
+        with one_line_failures():
             study.optimize(run, n_trials=n, catch=TRIAL_FAILS, callbacks=callbacks)
     except TtlctlError as exc:
         raise TrialError(running[0], str(exc)) from None
@@ -120,7 +120,7 @@ class _OneLineFailures(logging.Filter):
 
 
 @contextmanager
-def _one_line_failures() -> Iterator[None]:
+def one_line_failures() -> Iterator[None]:
     """:class:`_OneLineFailures` on Optuna's trial logger while the block runs."""
     logger = logging.getLogger(_OPTUNA_TRIAL_LOG)
     one_line = _OneLineFailures()

@@ -7,7 +7,6 @@ import json
 import logging
 import re
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,28 +142,6 @@ def test_bad_input_is_one_line_exit_2(
     assert res.exit_code == 2, res.output
     assert message in res.output
     assert "Traceback" not in res.output and "hunter2" not in res.output
-
-
-class _Records(logging.Handler):
-    """What Optuna logs (its loggers do not propagate to pytest's)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-@pytest.fixture
-def optuna_log() -> Iterator[list[logging.LogRecord]]:
-    handler = _Records()
-    logger = logging.getLogger("optuna")
-    logger.addHandler(handler)
-    try:
-        yield handler.records
-    finally:
-        logger.removeHandler(handler)
 
 
 def _no_trial_finishes(inputs: dict[str, Any], out: Path, *extra: str) -> list[str]:

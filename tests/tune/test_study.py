@@ -55,7 +55,7 @@ def test_seeded_study_is_reproducible(tune_inputs: dict[str, Any], tmp_path: Pat
     assert a["importance_quantile"] == max(0.1, 5 / a["counts"]["complete"])
     console = Console(record=True, width=400)
     tune_table(console, a)
-    share = f"importance (what the top {a['importance_quantile']:.0%} of "
+    share = f"importance (what the top {a['importance_quantile'] * 100:.3g}% of "
     share += f"{a['counts']['complete']} completed trials share): "
     assert share in console.export_text()
     # another seed samples other policies (the two enqueued first trials aside)

@@ -61,7 +61,7 @@ def _importance(importance: Any, why_not: Any, quantile: Any = None) -> str:
     if not is_num(quantile):
         return chart
     return chart + note(
-        f"Parameter importance: what the top {float(quantile):.0%} of the completed trials "
+        f"Parameter importance: what the top {float(quantile) * 100:.3g}% of the completed trials "
         "share (Optuna's PED-ANOVA; that top holds at least 5 trials)."
     )
 

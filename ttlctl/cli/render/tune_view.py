@@ -82,7 +82,8 @@ def tune_table(console: Console, result: dict[str, Any]) -> None:
         among = (
             ""
             if quantile is None
-            else f" (what the top {quantile:.0%} of {counts['complete']} completed trials share)"
+            else f" (what the top {quantile * 100:.3g}% of {counts['complete']} completed "
+            "trials share)"
         )
         console.print(f"importance{among}: {top}", highlight=False)
     elif result.get("importance_note"):

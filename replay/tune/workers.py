@@ -101,6 +101,8 @@ def run_trials(
         with one_line_failures():
             study.optimize(run, n_trials=n, catch=TRIAL_FAILS, callbacks=callbacks)
     except TtlctlError as exc:
+        if not running:  # not a trial's (none had started)
+            raise
         raise TrialError(running[0], str(exc)) from None
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from profiles.schema import Profile, ProfileError
@@ -198,29 +199,34 @@ class RouterCalibration:
         ]
 
 
-def _checked(profile: str, field: str, value: float, *, positive: bool = False) -> float:
+def _checked(where: str, field: str, value: float, *, positive: bool = False) -> float:
     if not math.isfinite(value) or value < 0 or (positive and value <= 0):
         need = "> 0" if positive else ">= 0"
         raise RouterCalibrationError(
-            f"profile {profile}: {field} is {value!r}; vllm-router's Program scheduling "
+            f"{where}: {field} is {value!r}; vllm-router's Program scheduling "
             f"needs it finite and {need}"
         )
     return value
 
 
 def calibrate(
-    profile: Profile, *, decode_throughput_alpha: float | None = None
+    profile: Profile,
+    *,
+    decode_throughput_alpha: float | None = None,
+    source: str | Path | None = None,
 ) -> RouterCalibration:
     """The router's Program-scheduling calibration from ``profile``.
 
     Raises :class:`RouterCalibrationError` for a profile without a decode fit, with a
-    coefficient the router refuses (negative or not finite), or an alpha outside [0, 1].
+    coefficient the router refuses (negative or not finite), or an alpha outside [0, 1];
+    the message names ``source`` (the profile's file) when given, else the profile's name.
     """
     name = profile.name
+    where = str(source) if source is not None else f"profile {name}"
     dec = profile.decode
     if dec.step_s == 0 and dec.per_seq_s == 0 and dec.per_kv_token_s == 0:
         raise RouterCalibrationError(
-            f"profile {name}: no decode fit (decode.step_s, per_seq_s and per_kv_token_s are "
+            f"{where}: no decode fit (decode.step_s, per_seq_s and per_kv_token_s are "
             "all 0); measure one with `ttlctl profile`"
         )
     pre = profile.prefill
@@ -233,20 +239,20 @@ def calibrate(
         profile=name,
         prefill=PrefillCostModel(
             intercept_seconds=_checked(
-                name,
+                where,
                 "prefill.a" if pre.includes_step else "prefill.a + decode.step_s",
                 profile.prefill_fixed_s,
             ),
-            linear_seconds_per_1k_tokens=_checked(name, "prefill.b", pre.b) * TOKENS_PER_UNIT,
-            quadratic_seconds_per_1k_tokens_squared=_checked(name, "prefill.q", pre.q)
+            linear_seconds_per_1k_tokens=_checked(where, "prefill.b", pre.b) * TOKENS_PER_UNIT,
+            quadratic_seconds_per_1k_tokens_squared=_checked(where, "prefill.q", pre.q)
             * TOKENS_PER_UNIT**2,
             decode_throughput_alpha=alpha,
         ),
         decode=DecodeThroughputModel(
-            fixed_step_seconds=_checked(name, "decode.step_s", dec.step_s, positive=True),
-            batch_step_seconds_per_request=_checked(name, "decode.per_seq_s", dec.per_seq_s),
+            fixed_step_seconds=_checked(where, "decode.step_s", dec.step_s, positive=True),
+            batch_step_seconds_per_request=_checked(where, "decode.per_seq_s", dec.per_seq_s),
             context_step_seconds_per_token=_checked(
-                name, "decode.per_kv_token_s", dec.per_kv_token_s
+                where, "decode.per_kv_token_s", dec.per_kv_token_s
             ),
         ),
         alpha_measured=decode_throughput_alpha is not None,

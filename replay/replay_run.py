@@ -15,6 +15,7 @@ from typing import cast
 
 from fitting.policy import VALVES
 from profiles.cost import ProfileCostModel
+from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
 from replay.figures import PolicyResult, ReplayDoc
 from replay.fleet.routers import AS_LOGGED, RouterSettings
@@ -130,6 +131,13 @@ def replay_doc(
             )
     bundle_doc = bundle_mod.read(req.bundle) if req.bundle is not None else None
     prof, prof_path = resolve(req.profile)
+    if (
+        fleet is not None
+        and fleet.router.name == "program-scheduling"
+        and fleet.router.resolved()["calibration"] == "profile"
+    ):
+        # a profile the router cannot take: refused here, naming its file, not mid-replay
+        calibrate(prof, source=prof_path)
     workload = cap_pauses(load(req.trace), req.idle_gap_cap_s)
     if not workload.programs:
         raise ConfigError(f"{req.trace}: no programs to replay")

@@ -37,6 +37,7 @@ from profiles.shipped import resolve
 from ttlctl import __version__
 from ttlctl.errors import TtlctlError
 from ttlctl.jsonio import FileRef, file_sha256, write_json
+from ttlctl.router_doc import check_settings
 
 SCHEMA_VERSION = 1
 MAX_CDF_POINTS = 1024
@@ -347,7 +348,8 @@ def verify(doc: Any) -> None:
 
 def _check_router(router: Any) -> None:
     """The optional ``router`` section: a name, its settings (numbers, text, booleans or
-    null: Program scheduling's config has all four), replicas."""
+    null: Program scheduling's config has all four), replicas; then each setting as its
+    router's flag takes it (:func:`ttlctl.router_doc.check_settings`)."""
     ok = (
         isinstance(router, dict)
         and isinstance(router.get("name"), str)
@@ -365,6 +367,10 @@ def _check_router(router: Any) -> None:
             "router must be an object with name (text), settings (numbers, text, booleans or "
             "null) and replicas (an integer >= 1)"
         )
+    try:
+        check_settings(router["name"], router["settings"])
+    except TtlctlError as exc:
+        raise BundleError(str(exc)) from None
 
 
 def _check_fit(fit: Any) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from profiles.router_calibration import calibrate
 from profiles.schema import Profile
 from ttlctl.errors import ConfigError
+from ttlctl.router_doc import SETTINGS, ttlctl_name
 
 #: ttlctl's name -> vllm-router's ``--policy``
 POLICIES = {
@@ -70,8 +71,10 @@ def program_scheduling_json(settings: Mapping[str, Any], profile: Profile | None
 
 def vllm_router_args(router: Mapping[str, Any], profile: Profile | None = None) -> list[str]:
     """vllm-router's flags for a bundle's ``router`` section (without ``--worker-urls``);
-    ``profile``: the bundle's, Program scheduling's calibration."""
-    name = router["name"]
+    ``profile``: the bundle's, Program scheduling's calibration. The section is a read
+    bundle's (:func:`ttlctl.bundle.read` checked its settings by type); its name in either
+    spelling (``cache-aware``, vllm-router's ``cache_aware``)."""
+    name = ttlctl_name(router["name"])
     if name == "program-scheduling":
         config = program_scheduling_json(router.get("settings", {}), profile)
         return ["--enable-program-scheduling", "--program-scheduling-config-json", config]
@@ -89,10 +92,11 @@ def vllm_router_args(router: Mapping[str, Any], profile: Profile | None = None) 
             f"--as vllm-router: the bundle's router {name!r} is not a policy of vllm-router"
         )
     args = ["--policy", policy]
+    flags = SETTINGS.get(name, {})
     for key, value in sorted(router.get("settings", {}).items()):
         if value is None or key in NOT_FLAGS:
-            continue
-        if isinstance(value, float) and value.is_integer() and key.endswith("_secs"):
-            value = int(value)
+            continue  # null: the router's own default (no session affinity)
+        if key in flags and flags[key].integer:
+            value = int(value)  # 30.0 in the JSON: vllm-router's int flag wants 30
         args += ["--" + key.replace("_", "-"), str(value)]
     return args

@@ -84,6 +84,7 @@ from replay.tune.storage import Storage, default_storage, default_study_name
 from replay.tune.study import (
     MIN_TRIALS_FOR_IMPORTANCE,
     SUMMARY_SCHEMA,
+    importance_quantile,
     importance_record,
     importances,
     live_doc,
@@ -132,6 +133,7 @@ __all__ = [
     "held_back",
     "held_back_live",
     "held_figures",
+    "importance_quantile",
     "importance_record",
     "importances",
     "live_doc",

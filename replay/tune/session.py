@@ -205,7 +205,8 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
     fit_doc = bundle_mod.read_fit(req.fit)
     prof, prof_path = resolve(req.profile)
     if "program-scheduling" in names:
-        calibrate(prof)  # a profile the router cannot take: refused here, not by trial 0
+        # a profile the router cannot take: refused here, naming its file, not by trial 0
+        calibrate(prof, source=prof_path)
     workload = cap_pauses(load(req.trace), req.idle_gap_cap_s)
     if not workload.programs:
         raise TuneError(f"{req.trace}: no programs to replay")

@@ -3,16 +3,18 @@ each worker for itself) and the default storage and study name."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.storages.journal import JournalFileBackend, JournalStorage
+from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
 from replay.tune.context import TuneContext, TuneError
@@ -113,6 +115,48 @@ class Storage:
             "best_trial": f"optuna best-trial --study-name {study} --storage {path} "
             "--storage-class JournalFileBackend -f json",
         }
+
+
+#: what SQLite and Optuna's journal file write beside the study's file
+_SIDECARS = ("-journal", "-wal", "-shm", ".lock")
+
+
+@contextlib.contextmanager
+def removed_if_unused(storage: Storage) -> Iterator[None]:
+    """Run the block; if it fails, remove the study's file when the block made it (it
+    did not exist before) and no study in it has a completed trial, with what SQLite
+    wrote beside it and the folders made for it, when empty. A file that existed (a
+    user's storage, a resumed study) and a server's database are never removed."""
+    path = storage.file
+    if path is None or path.exists() or path.is_symlink():
+        yield
+        return
+    folders = [p for p in path.absolute().parents if not p.exists()]  # deepest first
+    try:
+        yield
+    except BaseException:
+        if path.is_file() and not _has_completed_trial(storage):
+            for extra in (path, *(path.with_name(path.name + s) for s in _SIDECARS)):
+                extra.unlink(missing_ok=True)
+            for folder in folders:
+                with contextlib.suppress(OSError):  # not empty: something else is there
+                    folder.rmdir()
+        raise
+
+
+def _has_completed_trial(storage: Storage) -> bool:
+    """Whether any study in ``storage`` has a completed trial (True when it cannot be read:
+    then it is kept)."""
+    try:
+        opened = storage.open()
+        return any(
+            optuna.load_study(study_name=name, storage=opened).get_trials(
+                deepcopy=False, states=(TrialState.COMPLETE,)
+            )
+            for name in optuna.get_all_study_names(opened)
+        )
+    except Exception:
+        return True
 
 
 def default_storage(output: Path) -> str:

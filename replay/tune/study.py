@@ -26,7 +26,7 @@ from replay.tune.context import (
 )
 from replay.tune.judge import guard, held_back, held_back_live
 from replay.tune.space import fleet_defaults, fleet_of, paper_defaults, params_of
-from replay.tune.storage import Storage
+from replay.tune.storage import Storage, removed_if_unused
 from replay.tune.workers import (
     METRIC,
     finished_trials,
@@ -43,25 +43,26 @@ from ttlctl.server.facts import ServerInfo, probe
 
 SUMMARY_SCHEMA = "ttlctl.tune/1"
 #: the parameters' importances are Optuna's PED-ANOVA evaluator's (Optuna 5's default), which
-#: asks what the top ``target_quantile`` of the completed trials (Optuna's default, 10%) have
-#: in common; Optuna's documentation of that evaluator advises at least 5 trials in that top
-#: quantile for a stable answer. The evaluator keeps the best ceil(quantile × n) of n
-#: completed trials, so with fewer than 41 (ceil(0.1 × 41) = 5) the importances are noise
-#: presented as a finding, and tune says so instead of computing them.
+#: asks what the top ``target_quantile`` of the completed trials have in common; Optuna's
+#: documentation of that evaluator advises at least 5 trials in that top quantile for a
+#: stable answer. The evaluator keeps the best ceil(quantile × n) of n completed trials, so
+#: tune asks for Optuna's default quantile (10%) when that holds 5 trials (n ≥ 50) and for
+#: 5/n below: always 5 trials in the top. Below :data:`MIN_TRIALS_FOR_IMPORTANCE` that
+#: quantile would pass one half (the "top" would be most of the trials, and the contrast
+#: with the rest that the evaluator measures fades), so tune says so instead of computing.
 IMPORTANCE_TARGET_QUANTILE = 0.1
 IMPORTANCE_TOP_TRIALS = 5
+IMPORTANCE_MAX_QUANTILE = 0.5
+MIN_TRIALS_FOR_IMPORTANCE = math.ceil(IMPORTANCE_TOP_TRIALS / IMPORTANCE_MAX_QUANTILE)
 
 
-def _fewest_trials(quantile: float, top: int) -> int:
-    """The fewest completed trials whose top ``quantile`` holds ``top`` trials, counted
-    as the evaluator counts them (``ceil(quantile × n)``)."""
-    n = top
-    while math.ceil(quantile * n) < top:
-        n += 1
-    return n
-
-
-MIN_TRIALS_FOR_IMPORTANCE = _fewest_trials(IMPORTANCE_TARGET_QUANTILE, IMPORTANCE_TOP_TRIALS)
+def importance_quantile(complete: int) -> float | None:
+    """The evaluator's top quantile for ``complete`` completed trials: the smallest, from
+    Optuna's default (10%) up, whose top holds :data:`IMPORTANCE_TOP_TRIALS` trials
+    (max(10%, 5/n)); None below :data:`MIN_TRIALS_FOR_IMPORTANCE` trials."""
+    if complete < MIN_TRIALS_FOR_IMPORTANCE:
+        return None
+    return max(IMPORTANCE_TARGET_QUANTILE, IMPORTANCE_TOP_TRIALS / complete)
 
 
 # ---------------------------------------------------------------- the whole run
@@ -105,7 +106,8 @@ def tune(
         "stage": stage,
     }
     if ctx.live is None:
-        return _tune(ctx, workers=workers, server=None, **run)
+        with removed_if_unused(storage):  # a failed first run leaves no empty study behind
+            return _tune(ctx, workers=workers, server=None, **run)
     if workers != 1:
         raise TuneError("a live study runs one trial at a time on its server: use one worker")
     live = ctx.live
@@ -135,7 +137,8 @@ def tune(
         )
     ctx = replace(ctx, live=replace(live, url=info.url, model=info.model))
     try:
-        with signals.held():  # SIGTERM and SIGHUP unwind too, so the bundle is put back
+        # SIGTERM and SIGHUP unwind too, so the bundle is put back
+        with signals.held(), removed_if_unused(storage):
             return _tune(ctx, workers=1, server=info, **run)
     except BaseException:
         _put_back(live.bundle, original)  # the server goes back to what it served before
@@ -332,32 +335,36 @@ def live_doc(ctx: TuneContext, server: ServerInfo | None) -> dict[str, Any]:
 
 
 def importance_record(study: optuna.Study, complete: int) -> dict[str, Any]:
-    """tune.json's ``importance`` (the parameters' importances, or None) and
-    ``importance_note`` (why there are none, one line; None when there are): computed
-    from ``complete`` completed trials only when there are at least
-    :data:`MIN_TRIALS_FOR_IMPORTANCE`."""
-    if complete < MIN_TRIALS_FOR_IMPORTANCE:
+    """tune.json's ``importance`` (the parameters' importances, or None),
+    ``importance_quantile`` (the evaluator's top quantile, :func:`importance_quantile`;
+    None when not computed) and ``importance_note`` (why there are none, one line; None
+    when there are), from ``complete`` completed trials."""
+    quantile = importance_quantile(complete)
+    if quantile is None:
         return {
             "importance": None,
+            "importance_quantile": None,
             "importance_note": (
                 f"not computed from {complete} completed trial(s): Optuna's PED-ANOVA "
-                f"evaluator needs {IMPORTANCE_TOP_TRIALS} in its top "
-                f"{IMPORTANCE_TARGET_QUANTILE:.0%}, so at least {MIN_TRIALS_FOR_IMPORTANCE} "
-                "(run more --trials; a resumed study keeps the ones it has)"
+                f"evaluator needs {IMPORTANCE_TOP_TRIALS} in its top quantile, and that "
+                f"quantile stays at most {IMPORTANCE_MAX_QUANTILE:.0%}, so at least "
+                f"{MIN_TRIALS_FOR_IMPORTANCE} (run more --trials; a resumed study keeps the "
+                "ones it has)"
             ),
         }
-    found = importances(study)
+    found = importances(study, quantile)
     return {
         "importance": found or None,
+        "importance_quantile": quantile if found else None,
         "importance_note": None if found else "not computed: Optuna's evaluator gave none",
     }
 
 
-def importances(study: optuna.Study) -> dict[str, float] | None:
+def importances(study: optuna.Study, quantile: float) -> dict[str, float] | None:
     """Optuna's PED-ANOVA evaluator (its default: deterministic, no scikit-learn), over
-    the top :data:`IMPORTANCE_TARGET_QUANTILE` of the completed trials; None when it
-    fails. :func:`importance_record` calls it only on enough trials."""
-    evaluator = PedAnovaImportanceEvaluator(target_quantile=IMPORTANCE_TARGET_QUANTILE)
+    the top ``quantile`` of the completed trials; None when it fails.
+    :func:`importance_record` calls it only on enough trials."""
+    evaluator = PedAnovaImportanceEvaluator(target_quantile=quantile)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "few trials in some regimes" and the like
@@ -386,6 +393,7 @@ def provenance_of(summary: Mapping[str, Any]) -> dict[str, Any]:
         "default",
         "best",
         "importance",
+        "importance_quantile",
         "importance_note",
         "held_back",
         "guard",

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import socket
+import sys
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,12 +22,29 @@ from replay.sim import SimulationError
 from replay.tune.context import IncompleteRun, TuneContext, TuneError
 from replay.tune.space import first_trials, fleet_defaults, objective
 from replay.tune.storage import Storage, digest
+from ttlctl.errors import TtlctlError
 
 METRIC = "jct_mean_s"
 #: trials that end (pruned ones too) count toward ``--trials``
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 _OBJECTIVE_ATTR = "ttlctl.objective"
 _PROVENANCE_ATTR = "ttlctl.provenance"
+#: a trial that fails with one of these fails alone and the study goes on (a replay the
+#: simulator could not finish, a live run cut short); any other error stops the study
+TRIAL_FAILS = (SimulationError, IncompleteRun)
+#: the trial's user attribute that holds its error (one line), for the dashboard and for
+#: the process that started the worker it failed in
+ERROR_ATTR = "error"
+#: the logger Optuna reports a failed trial on (optuna/study/_optimize.py)
+_OPTUNA_TRIAL_LOG = "optuna.study._optimize"
+
+
+class TrialError(TuneError):
+    """A trial's error that stops the study: ``trial N: <its one line>``."""
+
+    def __init__(self, number: int, cause: str) -> None:
+        super().__init__(f"trial {number}: {cause}")
+        self.number = number
 
 
 def worker_seed(seed: int, index: int) -> int:
@@ -56,18 +76,61 @@ def run_trials(
     worker: str,
     on_trial: Callable[[], None] | None = None,
 ) -> None:
-    """Run up to ``n`` trials here; stop early once the study has ``total`` finished ones."""
+    """Run up to ``n`` trials here; stop early once the study has ``total`` finished ones.
+
+    A trial's own error (a :class:`~ttlctl.errors.TtlctlError`, a simulation error) is
+    one line, never Optuna's traceback: one of :data:`TRIAL_FAILS` fails that trial and the
+    study goes on; any other stops it as a :class:`TrialError` naming the trial."""
+    running: list[int] = []
 
     def run(trial: optuna.Trial) -> float:
+        running[:] = [trial.number]
         trial.set_user_attr("worker", worker)
-        return objective(trial, ctx)
+        try:
+            return objective(trial, ctx)
+        except (TtlctlError, SimulationError) as exc:
+            trial.set_user_attr(ERROR_ATTR, str(exc))
+            raise
 
     callbacks: list[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] = [
         optuna.study.MaxTrialsCallback(total, states=DONE)
     ]
     if on_trial is not None:
         callbacks.append(lambda _s, _t: on_trial())
-    study.optimize(run, n_trials=n, catch=(SimulationError, IncompleteRun), callbacks=callbacks)
+    try:
+        with one_line_failures():
+            study.optimize(run, n_trials=n, catch=TRIAL_FAILS, callbacks=callbacks)
+    except TtlctlError as exc:
+        if not running:  # not a trial's (none had started)
+            raise
+        raise TrialError(running[0], str(exc)) from None
+
+
+class _OneLineFailures(logging.Filter):
+    """Optuna's report of a trial failed by one of ttlctl's errors, without its traceback:
+    one line when the study goes on (:data:`TRIAL_FAILS`), nothing when the error stops it
+    (the :class:`TrialError` says it); and no "failed with value None" after either."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None:
+            return not record.getMessage().endswith("failed with value None.")
+        if not isinstance(exc, (TtlctlError, SimulationError)):
+            return True  # a bug: its traceback stays
+        record.exc_info, record.exc_text = None, None
+        return isinstance(exc, TRIAL_FAILS)
+
+
+@contextmanager
+def one_line_failures() -> Iterator[None]:
+    """:class:`_OneLineFailures` on Optuna's trial logger while the block runs."""
+    logger = logging.getLogger(_OPTUNA_TRIAL_LOG)
+    one_line = _OneLineFailures()
+    logger.addFilter(one_line)
+    try:
+        yield
+    finally:
+        logger.removeFilter(one_line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +146,9 @@ class WorkerJob:
 
 
 def worker_main(job: WorkerJob) -> None:
-    """One worker process: open the shared study and run its share of trials."""
+    """One worker process: open the shared study and run its share of trials. A trial's
+    error that stops the study is in the trial (:data:`ERROR_ATTR`): the worker exits
+    with code 2 without printing it, and :func:`run_workers` reports it."""
     optuna.logging.set_verbosity(job.verbosity)
     study = optuna.load_study(
         study_name=job.study,
@@ -91,12 +156,15 @@ def worker_main(job: WorkerJob) -> None:
         sampler=sampler(worker_seed(job.seed, job.index), job.total),
         pruner=pruner(job.ctx),
     )
-    run_trials(study, job.ctx, job.trials, job.total, worker_name(job.index))
+    try:
+        run_trials(study, job.ctx, job.trials, job.total, worker_name(job.index))
+    except TrialError:
+        sys.exit(2)
 
 
-def worker_name(index: int) -> str:
-    """A worker's name in the study: host, process and index."""
-    return f"{socket.gethostname()}:{os.getpid()}:{index}"
+def worker_name(index: int, pid: int | None = None) -> str:
+    """A worker's name in the study: host, process (default: this one) and index."""
+    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}:{index}"
 
 
 def finished_trials(study: optuna.Study) -> int:
@@ -144,10 +212,25 @@ def run_workers(
         for proc in started:
             proc.join()
         raise
-    bad = [(job.index, p.exitcode) for job, p in zip(jobs, procs, strict=True) if p.exitcode != 0]
+    bad = [(job.index, p) for job, p in zip(jobs, procs, strict=True) if p.exitcode != 0]
     if bad:
-        index, code = bad[0]
-        raise TuneError(f"worker {index} exited with code {code} (its error is printed above)")
+        index, proc = bad[0]
+        failed = _stopping_trial(study, worker_name(index, proc.pid))
+        if failed is not None:
+            raise TrialError(failed.number, failed.user_attrs[ERROR_ATTR])
+        raise TuneError(
+            f"worker {index} exited with code {proc.exitcode} (its error is printed above)"
+        )
+
+
+def _stopping_trial(study: optuna.Study, worker: str) -> optuna.trial.FrozenTrial | None:
+    """The last trial that ``worker`` failed with an error that stops the study."""
+    failed = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+        if t.user_attrs.get("worker") == worker and ERROR_ATTR in t.user_attrs
+    ]
+    return failed[-1] if failed else None
 
 
 def open_study(

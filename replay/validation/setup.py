@@ -378,7 +378,7 @@ def _fleet_doc(
     if not workload.programs:
         raise ValidateError(f"{trace}: no programs to replay")
     vocab = (model_config or {}).get("vocab_size")
-    prof = resolve(req.profile)[0] if req.profile is not None else None
+    prof, prof_path = resolve(req.profile) if req.profile is not None else (None, None)
     doc = validate_fleet(
         workload,
         Sources(urls=parse_urls(req.urls), base_cmd=base, startup_timeout_s=req.startup_timeout_s),
@@ -386,7 +386,7 @@ def _fleet_doc(
         routers=_names(req.routers, "cache_aware"),
         policies=_names(req.policies, "vllm"),
         bundle=req.bundle,
-        calibration=calibrate(prof) if prof is not None else None,
+        calibration=calibrate(prof, source=prof_path) if prof is not None else None,
         profile=prof,
         model_config=model_config,
         kv_tokens=req.kv_tokens,

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from fitting.policy import PolicyParams
 from profiles.shipped import resolve
-from ttlctl import bundle
+from replay.fleet.routers import ROUTERS, TAKES, RouterSettings
+from ttlctl import bundle, router_doc
 from ttlctl.cli import app
 from ttlctl.jsonio import file_sha256
 
@@ -102,6 +103,121 @@ def test_the_router_sections_refusal_names_what_it_takes(bundle_file: Path) -> N
         "router must be an object with name (text), settings (numbers, text, booleans or "
         "null) and replicas (an integer >= 1)"
     )
+
+
+def _with_router(bundle_file: Path, tmp_path: Path, name: str, **settings: Any) -> Path:
+    """The bundle with a hand-edited router section, sealed again."""
+    doc = dict(bundle.read(bundle_file))
+    doc["router"] = {"name": name, "settings": settings, "replicas": 2}
+    path = tmp_path / f"{name}.json"
+    bundle.write(bundle.seal(doc), path)
+    return path
+
+
+CACHE_AWARE = {"cache_threshold": 0.3, "balance_abs_threshold": 64, "balance_rel_threshold": 1.5}
+
+
+@pytest.mark.parametrize(
+    ("name", "settings", "message"),
+    [
+        (
+            "cache-aware",
+            {**CACHE_AWARE, "balance_abs_threshold": 12.5},
+            "router.settings.balance_abs_threshold: 12.5 is not an integer, "
+            "for vllm-router's --balance-abs-threshold",
+        ),
+        (
+            "cache-aware",
+            {**CACHE_AWARE, "cache_threshold": "x"},
+            "router.settings.cache_threshold: 'x' is not a number, "
+            "for vllm-router's --cache-threshold",
+        ),
+        (
+            "cache-aware",
+            {**CACHE_AWARE, "cache_threshold": 1.5},
+            "router.settings.cache_threshold: 1.5 is out of range (0..1)",
+        ),
+        (
+            "cache-aware",
+            {**CACHE_AWARE, "router_temperature": 0.5},
+            "router.settings.router_temperature: the cache-aware router does not take it "
+            "(it takes: cache_threshold, balance_abs_threshold, balance_rel_threshold)",
+        ),
+        (
+            "cache-aware",
+            {"cache-threshold": 0.3},
+            "router.settings.cache-threshold: write it cache_threshold (vllm-router's flag "
+            "name with underscores, as ttlctl tune writes it)",
+        ),
+        (
+            "kv-aware",
+            {"kv_aware_session_affinity_ttl_secs": True, "router_temperature": 0.0},
+            "router.settings.kv_aware_session_affinity_ttl_secs: true is not an integer",
+        ),
+        (
+            "kv-aware",
+            {"kv_aware_session_affinity_ttl_secs": 30, "router_temperature": None},
+            "router.settings.router_temperature: null is not a value of it",
+        ),
+        (
+            "pin-aware",
+            {"pin_queue_bound": -1},
+            "router.settings.pin_queue_bound: -1 is out of range (0 or more), "
+            "for ttlctl's pin-aware --pin-queue-bound",
+        ),
+        ("least-busy", {}, "router.name: 'least-busy' is not a router ttlctl knows"),
+    ],
+)
+def test_a_router_setting_vllm_router_would_refuse_is_refused_naming_file_and_key(
+    bundle_file: Path, tmp_path: Path, name: str, settings: dict[str, Any], message: str
+) -> None:
+    """A hand-edited, sealed-again router section: read, each setting is typed as its
+    router's flag takes it; `bundle query --as vllm-router` says so in one line naming the
+    file and the key, exit 2, instead of printing a flag the router refuses."""
+    path = _with_router(bundle_file, tmp_path, name, **settings)
+    with pytest.raises(bundle.BundleError) as caught:
+        bundle.read(path)
+    assert str(caught.value).startswith(f"{path}: {message}"), caught.value
+    res = CliRunner().invoke(app, ["bundle", "query", str(path), "--as", "vllm-router"])
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.strip().splitlines() == [f"error: {caught.value}"]
+
+
+def test_vllm_routers_spelling_of_a_router_is_the_same_router(
+    bundle_file: Path, tmp_path: Path
+) -> None:
+    """`cache_aware` (vllm-router's) names the router `cache-aware` (ttlctl's); an int flag
+    written 30.0 in the JSON is printed as vllm-router's int parser takes it."""
+    path = _with_router(bundle_file, tmp_path, "cache_aware", **CACHE_AWARE)
+    res = CliRunner().invoke(app, ["bundle", "query", str(path), "--as", "vllm-router"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.split() == [
+        "--policy",
+        "cache_aware",
+        "--balance-abs-threshold",
+        "64",
+        "--balance-rel-threshold",
+        "1.5",
+        "--cache-threshold",
+        "0.3",
+    ]
+    ttl = {"kv_aware_session_affinity_ttl_secs": 30.0, "router_temperature": 0.0}
+    path = _with_router(bundle_file, tmp_path, "kv_aware", **ttl)
+    res = CliRunner().invoke(app, ["bundle", "query", str(path), "--as", "vllm-router"])
+    assert res.exit_code == 0, res.output
+    assert "--kv-aware-session-affinity-ttl-secs 30 " in res.stdout
+
+
+def test_the_bundles_router_settings_are_the_simulators() -> None:
+    """ttlctl.router_doc types the settings that the simulator's router models take
+    (replay.fleet.routers): the same routers, the same keys, and each model's defaults pass."""
+    assert set(router_doc.SETTINGS) | {router_doc.PROGRAM_SCHEDULING} == set(ROUTERS)
+    for name, flags in router_doc.SETTINGS.items():
+        assert tuple(flags) == TAKES.get(name, ()), name
+        router_doc.check_settings(name, RouterSettings(name).resolved())
+        for key, flag in flags.items():  # the model's int fields are int flags (the
+            # session TTL is a number of seconds to the model, an int to vllm-router's parser)
+            assert RouterSettings.__annotations__[key] != "int | None" or flag.integer, key
 
 
 def test_engine_reader_falls_back_to_no_pin(bundle_file: Path, tmp_path: Path) -> None:

@@ -190,6 +190,10 @@ def test_replay_a_fleet_placed_by_the_routers_worker_urls(trace: Path, tmp_path:
          "--json", str(out)],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
+    # the summary line says the URLs placed the programs (it said "no settings")
+    assert "behind consistent-hash (2 worker URLs from --worker-urls)" in " ".join(
+        res.output.split()
+    )
     doc = json.loads(out.read_text())
     assert doc["fleet"]["worker_urls"] == urls
     ring = HashRing(tuple(urls))

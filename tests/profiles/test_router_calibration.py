@@ -168,6 +168,8 @@ def test_the_command_prints_the_flag_value_and_refuses_bad_profiles(tmp_path: Pa
     res = runner.invoke(app, ["profile", "--profile", str(bad), "--as", "vllm-router"])
     assert res.exit_code == 2
     assert "no decode fit" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    # the file given, not the name field inside it (it is tiny-cpu's: no help finding it)
+    assert res.stderr.startswith(f"error: {bad}: no decode fit"), res.stderr
     res = runner.invoke(app, ["profile", "--profile", "tiny-cpu", "--as", "sglang"])
     assert res.exit_code == 2 and "--as takes vllm-router" in res.stderr
 

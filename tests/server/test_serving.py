@@ -79,6 +79,9 @@ def test_serve_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path) -> 
         (["--log", str(tmp_path / "no" / "e.jsonl")], f"--log {tmp_path / 'no' / 'e.jsonl'}: no"),
         (["--port", "70000", "--print-command"], "ttlctl serve: invalid value for '--port'"),
         (["--port", "-5", "--print-command"], "ttlctl serve: invalid value for '--port'"),
+        # an empty name was dropped without a word: the server ran unnamed
+        (["--replica", "", "--print-command"], "--replica '': give this server's name"),
+        (["--replica", "  ", "--print-command"], "--replica '  ': give this server's name"),
     ]:
         res = CliRunner().invoke(app, [*head, *args])
         assert res.exit_code == 2, res.output

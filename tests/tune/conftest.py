@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,3 +39,25 @@ def tune_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         seeds=(0, 1),
     )
     return {"root": root, "trace": trace, "fit": fit_path, "ctx": ctx}
+
+
+class _Records(logging.Handler):
+    """What Optuna logs (its loggers do not propagate to pytest's)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def optuna_log() -> Iterator[list[logging.LogRecord]]:
+    handler = _Records()
+    logger = logging.getLogger("optuna")
+    logger.addHandler(handler)
+    try:
+        yield handler.records
+    finally:
+        logger.removeHandler(handler)

@@ -102,7 +102,8 @@ def test_bundle_query_as_vllm_router(tune_inputs: dict[str, Any], tmp_path: Path
         "--cache-threshold", str(settings["cache_threshold"]),
     ]  # fmt: skip
     # pin-aware has no vllm-router policy: refused, the nearest named
-    pinned = bundle.seal({**doc, "router": {**doc["router"], "name": "pin-aware"}})
+    pin_aware = {**doc["router"], "name": "pin-aware", "settings": {"pin_queue_bound": 16}}
+    pinned = bundle.seal({**doc, "router": pin_aware})
     (tmp_path / "pin.json").write_text(json.dumps(pinned))
     q = CliRunner().invoke(
         ttlctl_app, ["bundle", "query", str(tmp_path / "pin.json"), "--as", "vllm-router"]
@@ -144,7 +145,21 @@ def test_a_profile_program_scheduling_cannot_take_is_refused_before_the_study(
     )  # fmt: skip
     assert res.exit_code == 2, res.output
     assert "prefill.q is -1e-10" in res.output and "Traceback" not in res.output
+    assert f"error: {negative}: prefill.q is -1e-10" in res.output  # the file, not its name
     assert not out.parent.exists()
+    # replay refuses it the same way, before the replay
+    res = CliRunner().invoke(
+        ttlctl_app,
+        [
+            "replay", str(tune_inputs["trace"]), "--policy", "vllm", "--profile", str(negative),
+            "--replicas", "2", "--router", "program-scheduling", "--concurrency", "8",
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.stderr.strip().splitlines() == [
+        f"error: {negative}: prefill.q is -1e-10; vllm-router's Program scheduling needs it "
+        "finite and >= 0"
+    ]
 
 
 def test_tune_program_scheduling_and_print_its_router_flags(

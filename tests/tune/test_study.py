@@ -9,6 +9,7 @@ from typing import Any
 
 import optuna
 import pytest
+from rich.console import Console
 
 from replay.tune import (
     MIN_TRIALS_FOR_IMPORTANCE,
@@ -18,6 +19,7 @@ from replay.tune import (
     first_trials,
     tune,
 )
+from ttlctl.cli.render import tune_table
 
 TRIALS = 8
 #: trials enough for MIN_TRIALS_FOR_IMPORTANCE completed ones (some are pruned)
@@ -50,6 +52,12 @@ def test_seeded_study_is_reproducible(tune_inputs: dict[str, Any], tmp_path: Pat
     assert a["counts"]["complete"] >= MIN_TRIALS_FOR_IMPORTANCE
     assert a["importance"] and a["importance"] == b["importance"]
     assert abs(sum(a["importance"].values()) - 1.0) < 1e-6 and a["importance_note"] is None
+    assert a["importance_quantile"] == max(0.1, 5 / a["counts"]["complete"])
+    console = Console(record=True, width=400)
+    tune_table(console, a)
+    share = f"importance (what the top {a['importance_quantile'] * 100:.3g}% of "
+    share += f"{a['counts']['complete']} completed trials share): "
+    assert share in console.export_text()
     # another seed samples other policies (the two enqueued first trials aside)
     assert [t["params"] for t in a["trials"][2:]] != [t["params"] for t in c["trials"][2:]]
 

@@ -4,6 +4,8 @@ registers the same function)."""
 from __future__ import annotations
 
 import json
+import logging
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -140,3 +142,40 @@ def test_bad_input_is_one_line_exit_2(
     assert res.exit_code == 2, res.output
     assert message in res.output
     assert "Traceback" not in res.output and "hunter2" not in res.output
+
+
+def _no_trial_finishes(inputs: dict[str, Any], out: Path, *extra: str) -> list[str]:
+    """A KV cache smaller than any call (no --truncate): no program finishes, trial 0 fails."""
+    args = _args(inputs, out, *extra)
+    args[args.index("--kv-tokens") + 1] = "3000"
+    return args
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_trial_error_is_one_line_and_leaves_no_new_study(
+    tune_inputs: dict[str, Any],
+    tmp_path: Path,
+    optuna_log: list[logging.LogRecord],
+    workers: int,
+) -> None:
+    out = tmp_path / "made" / "b.json"
+    extra = ("--workers", "2", "--storage", str(out.parent / "j.log")) if workers == 2 else ()
+    res = CliRunner().invoke(app, _no_trial_finishes(tune_inputs, out, *extra))
+    assert res.exit_code == 2, res.output
+    last = res.output.strip().splitlines()[-1]
+    assert re.fullmatch(r"error: trial \d+: no program finished in the replay .*", last), last
+    assert "Traceback" not in res.output
+    assert not [r for r in optuna_log if r.exc_info], "Optuna printed a trial's traceback"
+    assert not (tmp_path / "made").exists()  # the study's file and the folder made for it
+
+
+def test_a_trial_error_keeps_a_storage_that_existed(
+    tune_inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    db = tmp_path / "mine.db"
+    optuna.create_study(storage=f"sqlite:///{db}", study_name="mine")
+    args = _no_trial_finishes(tune_inputs, tmp_path / "b.json", "--storage", f"sqlite:///{db}")
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert "error: trial 0: no program finished" in res.output
+    assert set(optuna.get_all_study_names(f"sqlite:///{db}")) >= {"mine"}

@@ -8,6 +8,7 @@ installs and starts Debian's PostgreSQL and sets it); without it, it skips.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from pathlib import Path
@@ -16,7 +17,8 @@ from typing import Any
 import optuna
 import pytest
 
-from replay.tune import Storage, TuneContext, first_trials, tune
+from replay.tune import IncompleteRun, Storage, TuneContext, first_trials, tune
+from replay.tune.workers import TRIAL_FAILS, one_line_failures
 
 TRIALS = 10
 
@@ -64,3 +66,25 @@ def test_two_workers_on_postgresql(tune_inputs: dict[str, Any]) -> None:
         _two_workers(tune_inputs["ctx"], storage, name)
     finally:
         optuna.delete_study(study_name=name, storage=storage.open())
+
+
+def test_a_trial_that_fails_alone_is_one_line_and_the_study_goes_on(
+    tmp_path: Path, optuna_log: list[logging.LogRecord]
+) -> None:
+    """A trial failed by one of TRIAL_FAILS (a live run cut short): Optuna's own line, without
+    its traceback and without the "failed with value None" after it; the next trial runs."""
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+
+    def cut_short(trial: optuna.Trial) -> float:
+        if trial.number == 0:
+            raise IncompleteRun("live run of trial 0: 1 program(s) cut short")
+        return 1.0
+
+    with one_line_failures():
+        study.optimize(cut_short, n_trials=2, catch=TRIAL_FAILS)
+    states = [t.state for t in study.trials]
+    assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
+    failed = [r for r in optuna_log if r.levelno >= logging.WARNING]
+    assert len(failed) == 1 and failed[0].exc_info is None
+    assert "Trial 0 failed" in failed[0].getMessage()
+    assert "1 program(s) cut short" in failed[0].getMessage()

@@ -112,7 +112,7 @@ def profile(
                 )
             shown, read = shipped.resolve(profile_ref)
             check_outputs(output, inputs=(read,))  # -o the profile itself: refused
-            _as_router(shown, decode_throughput_alpha, output)
+            _as_router(shown, decode_throughput_alpha, output, read)
             return
     if output is None:
         raise typer.BadParameter("-o/--output is required (or use --list, or --profile with --as)")
@@ -178,10 +178,12 @@ def profile(
     render.profile_table(out, result.to_json())
 
 
-def _as_router(profile: Profile, alpha: float | None, to: Path | None) -> None:
+def _as_router(
+    profile: Profile, alpha: float | None, to: Path | None, source: Path | None = None
+) -> None:
     """The flag's value on stdout (one line, for a shell's ``$(…)``) or in the file ``to``
-    ('-': stdout), its meaning on stderr."""
-    cal = calibrate(profile, decode_throughput_alpha=alpha)
+    ('-': stdout), its meaning on stderr; a refusal names ``source`` (the profile's file)."""
+    cal = calibrate(profile, decode_throughput_alpha=alpha, source=source)
     render.router_calibration(err, cal)
     if to is None or str(to) == "-":
         sys.stdout.write(cal.flag_value() + "\n")

@@ -110,6 +110,7 @@ def serve(
     Clients tag requests with vllm_xargs (program_id, tool, is_last) or X-Session-ID.
     """
     with user_errors():
+        serving.check_replica(replica)
         # the engine log is appended to: a folder, or the bundle itself, is refused
         check_outputs(log, inputs=(bundle,))
         warning = serving.check_bundle(bundle, allow_stock)
@@ -119,7 +120,7 @@ def serve(
             serving.require_vllm()
     if warning:
         print_warning(warning)
-    base = dict(os.environ) | ({ENV_REPLICA: replica} if replica else {})
+    base = dict(os.environ) | ({ENV_REPLICA: replica} if replica is not None else {})
     if print_command:
         chosen, note = serving.printed_metrics_dir(metrics_dir, os.environ)
         env = command.server_environment(

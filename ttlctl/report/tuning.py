@@ -39,7 +39,7 @@ def _history(trials: list[dict[str, Any]], maximize: bool) -> str:
     return img(fig, "Optuna optimisation history")
 
 
-def _importance(importance: Any, why_not: Any) -> str:
+def _importance(importance: Any, why_not: Any, quantile: Any = None) -> str:
     pairs = (
         sorted(
             ((str(k), float(v)) for k, v in importance.items() if is_num(v)),
@@ -57,7 +57,13 @@ def _importance(importance: Any, why_not: Any) -> str:
     ax.barh([label(k, 32) for k, _ in pairs], [v for _, v in pairs], color="C2")
     ax.set_xlabel("importance")
     ax.grid(axis="x", alpha=0.3)
-    return img(fig, "parameter importance")
+    chart = img(fig, "parameter importance")
+    if not is_num(quantile):
+        return chart
+    return chart + note(
+        f"Parameter importance: what the top {float(quantile) * 100:.3g}% of the completed trials "
+        "share (Optuna's PED-ANOVA; that top holds at least 5 trials)."
+    )
 
 
 def section(run: RunInputs) -> str:
@@ -73,7 +79,9 @@ def section(run: RunInputs) -> str:
         f"<p>{len(trials)} trial(s) ({e(', '.join(f'{k}: {v}' for k, v in states.items()))}); "
         f"objective {'maximised' if maximize else 'minimised'}.</p>",
         _history(trials, maximize),
-        _importance(tune.get("importance"), tune.get("importance_note")),
+        _importance(
+            tune.get("importance"), tune.get("importance_note"), tune.get("importance_quantile")
+        ),
     ]
     best_doc = tune.get("best")
     if isinstance(best_doc, dict):

@@ -86,6 +86,17 @@ def check_bundle(bundle: Path | None, allow_stock: bool) -> str | None:
     return f"{problem}: serving as stock vLLM (no pins), as --allow-stock asks"
 
 
+def check_replica(replica: str | None) -> None:
+    """:class:`ServeError` for an empty ``--replica`` (or only spaces): the engine reads it
+    as no name (``TTLCTL_REPLICA`` stripped), so the server would serve unnamed while the
+    command line says it was named."""
+    if replica is not None and not replica.strip():
+        raise ServeError(
+            f"--replica {replica!r}: give this server's name in the engine log "
+            "(leave the option out for none)"
+        )
+
+
 def check_log(log: Path | None) -> None:
     """:class:`ServeError` when ``--log``'s folder does not exist: the plugin would only
     warn once, in the server's output, and serve without a log. (A log that is a folder,

@@ -22,18 +22,24 @@ MISS_LABELS = {
 }
 
 
+def router_settings(router: Mapping[str, Any]) -> str:
+    """The router's settings in one phrase, and how many replica URLs --worker-urls gave
+    (the hashing routers place programs by them); "no settings" when neither."""
+    parts = [f"{k}={'off' if v is None else v}" for k, v in router["settings"].items()]
+    urls = router.get("worker_urls")
+    if urls:
+        parts.append(f"{counted(len(urls), 'worker URL')} from --worker-urls")
+    return ", ".join(parts) or "no settings"
+
+
 def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None:
     """The router's outcome per policy, then per-replica load."""
     if not results or "router" not in results[0]:
         return
     router = results[0]["router"]
-    settings = (
-        ", ".join(f"{k}={'off' if v is None else v}" for k, v in router["settings"].items())
-        or "no settings"
-    )
     table = Table(
         title=f"fleet: {counted(router['replicas'], 'replica')} behind {router['name']} "
-        f"({settings})"
+        f"({router_settings(router)})"
     )
     for col in (
         "policy",

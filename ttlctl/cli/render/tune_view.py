@@ -78,7 +78,14 @@ def tune_table(console: Console, result: dict[str, Any]) -> None:
     )
     if result["importance"]:
         top = ", ".join(f"{k} {v:.2f}" for k, v in list(result["importance"].items())[:4])
-        console.print(f"importance: {top}", highlight=False)
+        quantile = result.get("importance_quantile")
+        among = (
+            ""
+            if quantile is None
+            else f" (what the top {quantile * 100:.3g}% of {counts['complete']} completed "
+            "trials share)"
+        )
+        console.print(f"importance{among}: {top}", highlight=False)
     elif result.get("importance_note"):
         console.print(f"importance: {escape(result['importance_note'])}", highlight=False)
     g = result["guard"]

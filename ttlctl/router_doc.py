@@ -1,0 +1,112 @@
+"""What a bundle's ``router`` section may hold: each router's settings, typed as
+vllm-router 0.1.17's flags take them (``vllm_router/router_args.py``), and the check that
+refuses a value the router would refuse.
+
+The names are ttlctl's (``cache-aware``); vllm-router's spelling (``cache_aware``) names the
+same router and is taken too. The settings are vllm-router's flag names with underscores
+(``balance_abs_threshold`` for ``--balance-abs-threshold``), as ``ttlctl tune`` writes them;
+the flag's spelling is refused with the key to write instead. ``pin_queue_bound`` is
+pin-aware's own (ttlctl's router). Program scheduling's settings are the fields of its
+config JSON, which the router reads itself: they are not typed here. The simulator's router
+models (``replay.fleet.routers``) take the same settings; a test keeps the two in step.
+Pure: imports only the base error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ttlctl.errors import TtlctlError
+
+PROGRAM_SCHEDULING = "program-scheduling"
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """One setting as the router's flag takes it: an integer or a number, in [low, high];
+    ``nullable``: null is the router's own default (no session affinity)."""
+
+    integer: bool
+    low: float = 0.0
+    high: float = math.inf
+    nullable: bool = False
+
+    def refusal(self, value: Any) -> str | None:
+        """Why ``value`` is not one this flag takes (None: it is)."""
+        if value is None:
+            return None if self.nullable else "null is not a value of it"
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value):
+            kind = "an integer" if self.integer else "a number"
+            return f"{json_text(value)} is not {kind}"
+        if self.integer and not float(value).is_integer():
+            return f"{json_text(value)} is not an integer"
+        if not self.low <= value <= self.high:
+            high = "" if math.isinf(self.high) else f"..{self.high:g}"
+            return f"{json_text(value)} is out of range ({self.low:g}{high or ' or more'})"
+        return None
+
+
+#: each router's settings (ttlctl's names; the routers that take none map to {})
+SETTINGS: dict[str, dict[str, Flag]] = {
+    "round-robin": {},
+    "random": {},
+    "power-of-two": {},
+    "consistent-hash": {},
+    "cache-aware": {
+        "cache_threshold": Flag(integer=False, high=1.0),
+        "balance_abs_threshold": Flag(integer=True),
+        "balance_rel_threshold": Flag(integer=False),
+    },
+    "kv-aware": {
+        "kv_aware_session_affinity_ttl_secs": Flag(
+            integer=True, low=1, high=31_536_000, nullable=True
+        ),
+        "router_temperature": Flag(integer=False),
+    },
+    "sticky-least-loaded": {},
+    "pin-aware": {"pin_queue_bound": Flag(integer=True)},
+    "as-logged": {},
+}
+
+
+def json_text(value: Any) -> str:
+    """A value as the bundle's JSON spells it."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def ttlctl_name(name: str) -> str:
+    """ttlctl's name of a router given in either spelling (``cache_aware``, ``cache-aware``)."""
+    return name.replace("_", "-")
+
+
+def check_settings(name: str, settings: Mapping[str, Any]) -> None:
+    """Refuse (:class:`~ttlctl.errors.TtlctlError`, one line naming the key) a router the
+    section cannot name, or a setting its router does not take or would refuse."""
+    router = ttlctl_name(name)
+    if router == PROGRAM_SCHEDULING:
+        return  # its config's fields: vllm-router reads the JSON itself
+    takes = SETTINGS.get(router)
+    if takes is None:
+        known = ", ".join([*SETTINGS, PROGRAM_SCHEDULING])
+        raise TtlctlError(f"router.name: {name!r} is not a router ttlctl knows ({known})")
+    for key, value in settings.items():
+        where = f"router.settings.{key}"
+        flag = takes.get(key.replace("-", "_"))
+        if flag is None:
+            offer = ", ".join(takes) or "none"
+            raise TtlctlError(f"{where}: the {router} router does not take it (it takes: {offer})")
+        if "-" in key:
+            raise TtlctlError(
+                f"{where}: write it {key.replace('-', '_')} (vllm-router's flag name with "
+                "underscores, as ttlctl tune writes it)"
+            )
+        why = flag.refusal(value)
+        if why is not None:
+            owner = "ttlctl's pin-aware" if router == "pin-aware" else "vllm-router's"
+            raise TtlctlError(f"{where}: {why}, for {owner} --{key.replace('_', '-')}")

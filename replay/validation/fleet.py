@@ -381,12 +381,9 @@ def validate_fleet(
 
 
 def check_placement(cpus_per_replica: int | None, gpus_per_replica: int | None) -> None:
-    """:class:`ValidateError` (one line) for a replica given fewer than one CPU or GPU, or
-    both CPUs and GPUs of its own (one placement or the other: a replica is pinned to
-    CPUs for vLLM's CPU backend, held to GPUs for its GPU one). Checked before the
-    machine is asked what it has, so a bad value is named as such."""
-    if cpus_per_replica is not None and gpus_per_replica is not None:
-        raise ValidateError("give --cpus-per-replica or --gpus-per-replica, not both")
+    """:class:`ValidateError` (one line) for a replica given fewer than one CPU or GPU.
+    Checked before the machine is asked what it has, so a bad value is named as such.
+    Both may be given: GPU replicas whose host threads are pinned to CPUs of their own."""
     for flag, per_replica in (
         ("--cpus-per-replica", cpus_per_replica),
         ("--gpus-per-replica", gpus_per_replica),

@@ -286,7 +286,6 @@ def test_program_scheduling_is_consistent_hash_with_the_profiles_calibration() -
     [
         (None, 0, "--gpus-per-replica must be at least 1, not 0"),
         (0, None, "--cpus-per-replica must be at least 1, not 0"),
-        (1, 1, "give --cpus-per-replica or --gpus-per-replica, not both"),
     ],
 )
 def test_a_fleets_placement_is_checked_before_its_gpus_are_looked_for(
@@ -297,8 +296,7 @@ def test_a_fleets_placement_is_checked_before_its_gpus_are_looked_for(
     message: str,
 ) -> None:
     """On a machine with no GPU (no CUDA_VISIBLE_DEVICES, no nvidia-smi) a bad value is
-    named as such, not as "no GPU found"; CPUs and GPUs of its own are one placement or
-    the other. Nothing is made."""
+    named as such, not as "no GPU found". Nothing is made."""
     work = load(agent_trace(tmp_path / "t.parquet", programs=2, calls=2))
     temp = tmp_path / "temp"
     temp.mkdir()

@@ -139,8 +139,7 @@ def validate(
             help="With --replicas: run each replica on K CPUs of its own (taskset, and "
             "vLLM's VLLM_CPU_OMP_THREADS_BIND), as each simulated replica has its own "
             "device; needs replicas × K CPUs. A profile measured here is then measured "
-            "on a pinned replica while the others serve a steady load. K: at least 1; not with "
-            "--gpus-per-replica.",
+            "on a pinned replica while the others serve a steady load. K: at least 1.",
         ),
     ] = None,
     gpus_per_replica: Annotated[
@@ -155,7 +154,7 @@ def validate(
             "without data parallelism (a replica is one engine); GPUs in MIG mode: "
             "their MIG devices' UUIDs in CUDA_VISIBLE_DEVICES, K = 1. A "
             "profile measured here is then measured while the others serve a steady load. "
-            "K: at least 1; not with --cpus-per-replica.",
+            "K: at least 1.",
         ),
     ] = None,
 ) -> None:

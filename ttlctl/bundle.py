@@ -285,11 +285,13 @@ def _load_json(path: Path, hint: str = "") -> Any:
         raise BundleError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg}){hint}") from None
 
 
-def read(path: Path) -> Bundle:
-    """Load and verify; :class:`BundleError` names the file and the problem."""
+def read(path: Path, *, router_settings: bool = True) -> Bundle:
+    """Load and verify; :class:`BundleError` names the file and the problem.
+    ``router_settings=False``: the router section's settings are not typed against the
+    router's flags (the engine's read: it serves the policy and never uses them)."""
     doc = _load_json(path, "; truncated or edited?")
     try:
-        verify(doc)
+        verify(doc, router_settings=router_settings)
     except BundleError as exc:
         raise BundleError(f"{path}: {exc}") from None
     return cast(Bundle, doc)  # verified: the keys, the checksum, the fit, profile and policy
@@ -308,8 +310,9 @@ def read_fit(path: Path) -> FitDoc:
     return cast(FitDoc, doc)  # checked: the schema, and every CDF
 
 
-def verify(doc: Any) -> None:
-    """Raise :class:`BundleError` on any damage, edit, foreign document or bad content."""
+def verify(doc: Any, *, router_settings: bool = True) -> None:
+    """Raise :class:`BundleError` on any damage, edit, foreign document or bad content;
+    ``router_settings=False`` leaves the router section's settings untyped (:func:`read`)."""
     if not isinstance(doc, dict):
         raise BundleError("not a ttlctl bundle (not a JSON object)")
     missing = [k for k in REQUIRED if k not in doc]
@@ -343,13 +346,13 @@ def verify(doc: Any) -> None:
     if not isinstance(doc["provenance"], dict):
         raise BundleError("provenance must be an object")
     if "router" in doc:
-        _check_router(doc["router"])
+        _check_router(doc["router"], settings=router_settings)
 
 
-def _check_router(router: Any) -> None:
+def _check_router(router: Any, *, settings: bool) -> None:
     """The optional ``router`` section: a name, its settings (numbers, text, booleans or
-    null: Program scheduling's config has all four), replicas; then each setting as its
-    router's flag takes it (:func:`ttlctl.router_doc.check_settings`)."""
+    null: Program scheduling's config has all four), replicas; then, with ``settings``,
+    each setting as its router's flag takes it (:func:`ttlctl.router_doc.check_settings`)."""
     ok = (
         isinstance(router, dict)
         and isinstance(router.get("name"), str)
@@ -367,6 +370,8 @@ def _check_router(router: Any) -> None:
             "router must be an object with name (text), settings (numbers, text, booleans or "
             "null) and replicas (an integer >= 1)"
         )
+    if not settings:
+        return
     try:
         check_settings(router["name"], router["settings"])
     except TtlctlError as exc:
@@ -446,7 +451,8 @@ def open_policy(path: Path, chunk: int | None = None) -> tuple[TTLPolicy, Bundle
     :func:`policy_from`) and the bundle; :class:`BundleError` (naming the file) for
     anything that keeps it from being served."""
     try:
-        doc = read(path)
+        # the router's settings are the router's: one it would refuse costs no pin here
+        doc = read(path, router_settings=False)
         return policy_from(doc, chunk), doc
     except BundleError:
         raise

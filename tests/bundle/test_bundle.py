@@ -19,6 +19,7 @@ from replay.fleet.routers import ROUTERS, TAKES, RouterSettings
 from ttlctl import bundle, router_doc
 from ttlctl.cli import app
 from ttlctl.jsonio import file_sha256
+from ttlctl.server import serving
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -181,6 +182,22 @@ def test_a_router_setting_vllm_router_would_refuse_is_refused_naming_file_and_ke
     res = CliRunner().invoke(app, ["bundle", "query", str(path), "--as", "vllm-router"])
     assert res.exit_code == 2 and res.stdout == ""
     assert res.stderr.strip().splitlines() == [f"error: {caught.value}"]
+
+
+def test_the_engine_serves_a_bundle_whose_router_settings_the_router_would_refuse(
+    bundle_file: Path, tmp_path: Path
+) -> None:
+    """The router section is the router's: the engine (and serve's start check, which
+    reads as the engine does) serves the policy of a bundle whose settings vllm-router
+    would refuse, where `bundle query --as vllm-router` refuses them."""
+    path = _with_router(bundle_file, tmp_path, "cache-aware", **{"cache-threshold": 0.3})
+    with pytest.raises(bundle.BundleError):
+        bundle.read(path)
+    warned: list[str] = []
+    policy, doc = bundle.load_policy(path, warned.append)
+    assert policy is not None and doc is not None and warned == []
+    assert doc["router"]["settings"] == {"cache-threshold": 0.3}
+    assert serving.check_bundle(path, allow_stock=False) is None
 
 
 def test_vllm_routers_spelling_of_a_router_is_the_same_router(

@@ -77,7 +77,7 @@ def check_bundle(bundle: Path | None, allow_stock: bool) -> str | None:
         problem = "no --bundle given"
     else:
         try:
-            read(bundle)
+            read(bundle, router_settings=False)  # what the engine will serve
             return None
         except BundleError as exc:
             problem = f"bundle refused: {exc}"

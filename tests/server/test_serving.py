@@ -3,6 +3,7 @@ check, the Prometheus folder and the ``--print-command`` line."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -59,12 +60,46 @@ def test_a_metrics_folder_that_cannot_be_made_is_one_line(tmp_path: Path) -> Non
         pass
 
 
-def test_an_engine_log_without_its_folder_is_refused(tmp_path: Path) -> None:
-    serving.check_log(None)
-    serving.check_log(tmp_path / "engine.jsonl")
+def test_an_engine_log_without_its_folder_or_on_the_bundle_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serving.check_log(None, None, starting=True)
+    serving.check_log(tmp_path / "engine.jsonl", None, starting=True)
     missing = tmp_path / "no" / "engine.jsonl"
+    serving.check_log(missing, None, starting=False)  # --print-command: not looked for
     with pytest.raises(TtlctlError, match=rf"^--log {missing}: no folder {missing.parent} to"):
-        serving.check_log(missing)
+        serving.check_log(missing, None, starting=True)
+    with pytest.raises(TtlctlError, match=rf"^--log {tmp_path}: is a folder"):
+        serving.check_log(tmp_path, None, starting=False)
+    bundle = tmp_path / "bundle.json"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TtlctlError, match=r"^--log bundle.json: is the bundle; the engine log"):
+        serving.check_log(Path("bundle.json"), tmp_path / ".." / tmp_path.name / "bundle.json",
+                          starting=False)  # fmt: skip
+    serving.check_log(tmp_path / "engine.jsonl", bundle, starting=True)
+
+
+def test_an_engine_log_is_checked_for_appending_not_its_folder_for_new_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plugin appends to the log: one made beforehand in a folder the server cannot
+    write to (/var/log/…) is taken; a new one there, or a log that is not writable, is
+    refused. (The folder's permission is what os.access reports: as root every path is
+    writable, so the folder's answer is given here.)"""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    made = locked / "engine.jsonl"
+    made.write_text("")
+    real = os.access
+    unwritable = {locked}
+    monkeypatch.setattr(serving.os, "access", lambda p, m: Path(p) not in unwritable and real(p, m))
+    serving.check_log(made, None, starting=True)
+    fresh = locked / "new.jsonl"
+    with pytest.raises(TtlctlError, match=rf"^--log {fresh}: cannot be appended to \(its folder"):
+        serving.check_log(fresh, None, starting=True)
+    unwritable.add(made)
+    with pytest.raises(TtlctlError, match=rf"^--log {made}: cannot be appended to \(the file is"):
+        serving.check_log(made, None, starting=True)
 
 
 def test_serve_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path) -> None:
@@ -75,7 +110,7 @@ def test_serve_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path) -> 
     head = ["serve", "m", "--bundle", str(bundle), "--allow-stock"]
     for args, line in [
         (["--metrics-dir", str(afile)], f"--metrics-dir {afile}: cannot make the folder"),
-        (["--log", str(afile / "e.jsonl")], f"{afile / 'e.jsonl'}: {afile} is not a directory"),
+        (["--log", str(afile / "e.jsonl")], f"--log {afile / 'e.jsonl'}: no folder"),
         (["--log", str(tmp_path / "no" / "e.jsonl")], f"--log {tmp_path / 'no' / 'e.jsonl'}: no"),
         (["--port", "70000", "--print-command"], "ttlctl serve: invalid value for '--port'"),
         (["--port", "-5", "--print-command"], "ttlctl serve: invalid value for '--port'"),
@@ -104,7 +139,7 @@ def test_a_log_that_is_the_bundle_or_a_folder_is_refused(tmp_path: Path) -> None
     it) or a folder is one line, exit 2, before anything starts."""
     bundle = write_bundle(tmp_path / "bundle.json")
     before = bundle.read_bytes()
-    for log, says in ((bundle, "is an input of this command"), (tmp_path, "is a directory")):
+    for log, says in ((bundle, "is the bundle"), (tmp_path, "is a folder")):
         res = CliRunner().invoke(
             app, ["serve", "m", "--bundle", str(bundle), "--log", str(log), "--print-command"]
         )

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ttlctl.cli.kit import check_outputs, err, print_warning, user_errors
+from ttlctl.cli.kit import err, print_warning, user_errors
 from ttlctl.engine.facts import ENV_REPLICA
 from ttlctl.server import command, serving
 from ttlctl.server.foreground import run_foreground
@@ -111,12 +111,10 @@ def serve(
     """
     with user_errors():
         serving.check_replica(replica)
-        # the engine log is appended to: a folder, or the bundle itself, is refused
-        check_outputs(log, inputs=(bundle,))
+        serving.check_log(log, bundle, starting=not print_command)
         warning = serving.check_bundle(bundle, allow_stock)
         cmd = serving.build_command(model, host=host, port=port, extra=list(ctx.args))
         if not print_command:
-            serving.check_log(log)
             serving.require_vllm()
     if warning:
         print_warning(warning)

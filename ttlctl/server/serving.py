@@ -13,6 +13,7 @@ or a temporary one removed when the server exits.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shlex
 import shutil
 import tempfile
@@ -97,12 +98,25 @@ def check_replica(replica: str | None) -> None:
         )
 
 
-def check_log(log: Path | None) -> None:
-    """:class:`ServeError` when ``--log``'s folder does not exist: the plugin would only
-    warn once, in the server's output, and serve without a log. (A log that is a folder,
-    or the bundle, is refused with the command's other outputs.)"""
-    if log is not None and not log.parent.is_dir():
+def check_log(log: Path | None, bundle: Path | None, *, starting: bool) -> None:
+    """:class:`ServeError` for a ``--log`` the engine cannot append its lines to: the
+    bundle (each line would damage it) or a folder; and, when ``starting`` the server, a
+    log whose folder does not exist or that cannot be appended to (the plugin would only
+    warn once, in the server's output, and serve without a log). Appending is what is
+    checked: a log made beforehand in a folder the server cannot write to is taken."""
+    if log is None:
+        return
+    if bundle is not None and log.resolve() == bundle.resolve():
+        raise ServeError(f"--log {log}: is the bundle; the engine log needs a file of its own")
+    if log.is_dir():
+        raise ServeError(f"--log {log}: is a folder, not a file to append to")
+    if not starting:
+        return
+    if not log.parent.is_dir():
         raise ServeError(f"--log {log}: no folder {log.parent} to write it in")
+    if not os.access(log if log.exists() else log.parent, os.W_OK):
+        where = "the file" if log.exists() else f"its folder {log.parent}"
+        raise ServeError(f"--log {log}: cannot be appended to ({where} is not writable)")
 
 
 def require_vllm() -> None:

@@ -12,11 +12,12 @@ from typer.testing import CliRunner
 
 from replay.figures import ReplayDoc
 from replay.fleet.records import replica_labels
-from replay.fleet.routers.consistent_hash import HashRing
+from replay.fleet.routers.consistent_hash import HashRing, worker_urls
 from replay.synth import synth
 from replay.workload import load
 from tests.documents import conforms
 from ttlctl.cli import app
+from ttlctl.errors import ConfigError
 from ttlctl.report import build_report
 from ttlctl.trace import io as trace_io
 
@@ -353,3 +354,12 @@ def test_replay_help_names_the_default_router() -> None:
     res = CliRunner().invoke(app, ["replay", "--help"], env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output
     assert "cache-aware (the default with --replicas" in res.output
+
+
+def test_worker_urls_take_the_schemes_vllm_router_takes() -> None:
+    """vllm-router takes http://, https:// and grpc:// workers: a gRPC fleet is placed by
+    its own URLs; any other scheme is refused."""
+    grpc = ("grpc://a:1", "grpc://b:2")
+    assert worker_urls(2, grpc) == grpc
+    with pytest.raises(ConfigError, match=r"^--worker-urls: 'ftp://a:1' is not a worker URL"):
+        worker_urls(2, ("ftp://a:1", "http://b:2"))

@@ -33,6 +33,9 @@ from ttlctl.errors import ConfigError
 from ttlctl.nouns import counted
 
 VIRTUAL_NODES_PER_WORKER = 160
+#: the schemes vllm-router 0.1.17 takes in a worker URL ("URL must start with http://,
+#: https://, or grpc://")
+WORKER_SCHEMES = ("http", "https", "grpc")
 
 
 def replica_url(index: int) -> str:
@@ -58,11 +61,11 @@ def worker_urls(replicas: int, given: Sequence[str] | None = None) -> tuple[str,
         raise ConfigError("--worker-urls: a URL is given twice")
     for url in urls:
         parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        if parts.scheme not in WORKER_SCHEMES or not parts.netloc:
             # vllm-router refuses it; a placement hashed from it would be no fleet's
             raise ConfigError(
                 f"--worker-urls: {url!r} is not a worker URL; give each as vllm-router is "
-                "given it, http://HOST:PORT"
+                "given it, http://HOST:PORT (or https://, grpc://)"
             )
     return urls
 

@@ -91,7 +91,13 @@ def test_one_path_named_for_two_outputs_is_refused_first(
         "tune -o tune.json": ([*tune, "-o", str(tmp_path / "tune.json")], tmp_path / "tune.json"),
         "fit --plot": (["fit", trace, "-o", str(same), "--plot", str(same)], same),
         "ingest --json": (["ingest", trace, "-o", str(same), "--json", str(same)], same),
-    }
+        # the summary written over the bundle the server serves
+        "tune --live-bundle --json": (
+            [*tune, "-o", str(tmp_path / "b.json"), "--live", "http://127.0.0.1:9",
+             "--live-bundle", str(same), "--json", str(same)],
+            same,
+        ),
+    }  # fmt: skip
     for name, (args, path) in cases.items():
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 2, (name, res.output)

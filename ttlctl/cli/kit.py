@@ -146,6 +146,11 @@ def check_outputs(
     refuse_repeats((*files, *folders))
 
 
+def same_path(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (resolved: a link and its target are one)."""
+    return a.resolve() == b.resolve()
+
+
 def refuse_repeats(outputs: tuple[Path | None, ...]) -> None:
     """Refuse one path named for two outputs: the second write would replace the first
     (None: not asked for; '-': stdout)."""

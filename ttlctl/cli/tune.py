@@ -20,6 +20,8 @@ from ttlctl.cli.kit import (
     out,
     print_warning,
     progress_bar,
+    refuse_repeats,
+    same_path,
     user_errors,
     write_doc,
 )
@@ -252,8 +254,10 @@ def tune(
         inputs = (trace, fit, Path(profile))
         study_file = Storage(storage or default_storage(output)).file  # the study's, written
         check_outputs(output, summary or summary_path(output), study_file, inputs=inputs)
-        # may be -o: the server then serves the bundle written
+        # may be -o (the server then serves the bundle written), no other output
+        served = None if live_bundle is None or same_path(live_bundle, output) else live_bundle
         check_outputs(live_bundle, inputs=inputs)
+        refuse_repeats((served, summary or summary_path(output), study_file))
         to_stdout = summary is not None and str(summary) == "-"
         request = tuning.TuneRequest(
             trace=trace,

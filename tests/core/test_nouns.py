@@ -47,6 +47,7 @@ def test_the_summaries_say_one_program_and_one_call(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "trace.parquet: 1 program, 1 call" in res.stdout
     assert "1 record → 1 call written to" in res.stderr
+    assert "read 1 file: " in res.stderr
     assert "<p>1 program, 1 call;" in trace_summary.section(load(one))
 
     two = _one_call(tmp_path / "two.jsonl", 2)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from replay.validation.fleet import validate_fleet
+from replay.validation.fleet import check_placement, validate_fleet
 from replay.validation.servers import Sources
 from replay.workload import load
 from tests.live.traces import agent_trace
@@ -343,3 +343,13 @@ def test_a_fleet_refused_for_its_arguments_leaves_no_work_folder(
                 bundle=bundle,
             )
     assert list(temp.iterdir()) == []
+
+
+def test_cpus_and_gpus_per_replica_go_together() -> None:
+    """GPU replicas whose host threads are pinned to CPUs of their own: both are taken
+    (they were once refused together, which refused tests/live/test_fleet.py's fleet)."""
+    check_placement(1, 1)
+    check_placement(2, None)
+    check_placement(None, 2)
+    with pytest.raises(TtlctlError, match=r"^--cpus-per-replica must be at least 1, not 0$"):
+        check_placement(0, 1)

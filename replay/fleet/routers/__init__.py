@@ -32,6 +32,7 @@ from replay.fleet.routers.random_pick import RandomPick
 from replay.fleet.routers.round_robin import RoundRobin
 from replay.fleet.routers.sticky_least_loaded import StickyLeastLoaded
 from ttlctl.errors import ConfigError
+from ttlctl.router_doc import ttlctl_name
 
 __all__ = [
     "AS_LOGGED",
@@ -63,10 +64,9 @@ ROUTERS = (
 )
 
 
-def router_name(spelling: str) -> str:
-    """ttlctl's name of a router given in vLLM's router's spelling (``cache_aware``,
-    ``round_robin``, …) or in ttlctl's own: the same name with dashes."""
-    return spelling.replace("_", "-")
+#: ttlctl's name of a router given in vLLM's router's spelling (``cache_aware``,
+#: ``round_robin``, …) or in ttlctl's own: the bundle's reader's rule, one for both
+router_name = ttlctl_name
 
 
 #: a setting's value (Program scheduling's config has strings and booleans too)

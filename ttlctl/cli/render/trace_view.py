@@ -85,10 +85,11 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
 
 def ingest_report(console: Console, report: IngestReport) -> None:
     formats = ", ".join(f"{name} ×{n}" for name, n in sorted(report.formats().items()))
-    console.print(f"read {len(report.files)} file(s)" + (f": {formats}" if formats else ""))
+    read = f"read {counted(len(report.files), 'file')}"
+    console.print(read + (f": {formats}" if formats else ""))
     if report.skipped:
         names = ", ".join(report.skipped[:5]) + (" …" if len(report.skipped) > 5 else "")
-        console.print(f"skipped {len(report.skipped)} documentation file(s): {names}")
+        console.print(f"skipped {counted(len(report.skipped), 'documentation file')}: {names}")
     mode = " (streaming)" if report.streamed else ""
     console.print(
         f"{counted(report.records, 'record')} → {counted(report.rows, 'call')} written to "

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from replay.sim import SimulationError
 from replay.tune.context import IncompleteRun, TuneContext, TuneError
 from replay.tune.space import first_trials, fleet_defaults, objective
-from replay.tune.storage import Storage, digest
+from replay.tune.storage import RUN_ATTR, Storage, digest, this_run
 from ttlctl.errors import TtlctlError
 
 METRIC = "jct_mean_s"
@@ -80,17 +80,22 @@ def run_trials(
     total: int,
     worker: str,
     on_trial: Callable[[], None] | None = None,
+    run: str | None = None,
 ) -> None:
     """Run up to ``n`` trials here; stop early once the study has ``total`` finished ones.
+    Each trial names ``worker`` and the tune command ``run`` (default: this process, see
+    :func:`~replay.tune.storage.this_run`) that ran it.
 
     A trial's own error (a :class:`~ttlctl.errors.TtlctlError`, a simulation error) is
     one line, never Optuna's traceback: one of :data:`TRIAL_FAILS` fails that trial and the
     study goes on; any other stops it as a :class:`TrialError` naming the trial."""
     running: list[int] = []
+    command = this_run() if run is None else run
 
-    def run(trial: optuna.Trial) -> float:
+    def one(trial: optuna.Trial) -> float:
         running[:] = [trial.number]
         trial.set_user_attr("worker", worker)
+        trial.set_user_attr(RUN_ATTR, command)
         try:
             return objective(trial, ctx)
         except (TtlctlError, SimulationError) as exc:
@@ -106,7 +111,7 @@ def run_trials(
         callbacks.append(lambda _s, _t: on_trial())
     try:
         with one_line_failures():
-            study.optimize(run, n_trials=n, catch=TRIAL_FAILS, callbacks=callbacks)
+            study.optimize(one, n_trials=n, catch=TRIAL_FAILS, callbacks=callbacks)
     except TtlctlError as exc:
         if not running:  # not a trial's (none had started)
             raise
@@ -150,6 +155,8 @@ class WorkerJob:
     total: int
     seed: int
     verbosity: int
+    #: the tune command that started the worker (its trials name it)
+    run: str
 
 
 def worker_main(job: WorkerJob) -> None:
@@ -165,7 +172,7 @@ def worker_main(job: WorkerJob) -> None:
         pruner=pruner(job.ctx),
     )
     try:
-        run_trials(study, job.ctx, job.trials, job.total, worker_name(job.index))
+        run_trials(study, job.ctx, job.trials, job.total, worker_name(job.index), run=job.run)
     except TrialError:
         sys.exit(STOPPED_EXIT)
 
@@ -198,8 +205,9 @@ def run_workers(
     as the worker's exit code, never as a trial that failed alone before it."""
     shares = [n // workers + (i < n % workers) for i in range(workers)]
     verbosity = optuna.logging.get_verbosity()
+    run = this_run()
     jobs = [
-        WorkerJob(ctx, storage, study.study_name, i, k, total, seed, verbosity)
+        WorkerJob(ctx, storage, study.study_name, i, k, total, seed, verbosity, run)
         for i, k in enumerate(shares)
         if k > 0
     ]

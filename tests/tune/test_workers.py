@@ -23,6 +23,7 @@ import pytest
 from replay.fleet.run import FleetSpec
 from replay.scheduler_config import SimSchedulerConfig
 from replay.tune import IncompleteRun, Storage, TuneContext, TuneError, first_trials, tune
+from replay.tune.storage import RUN_ATTR, this_run
 from replay.tune.workers import (
     ERROR_ATTR,
     STOPPED_ATTR,
@@ -56,6 +57,8 @@ def _two_workers(ctx: TuneContext, storage: Storage, name: str) -> dict[str, Any
     assert len({t._trial_id for t in trials}) == TRIALS
     workers = {t.user_attrs["worker"] for t in trials}
     assert len(workers) == 2, workers
+    # every trial names the tune command (this process) that started its worker
+    assert {t.user_attrs[RUN_ATTR] for t in trials} == {this_run()}
     for values in first_trials(ctx.eta_fitted):
         assert sum(t.params == values for t in trials) == 1
     assert summary["ran_now"] == TRIALS

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
+import socket
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -119,23 +121,41 @@ class Storage:
 
 #: what SQLite and Optuna's journal file write beside the study's file
 _SIDECARS = ("-journal", "-wal", "-shm", ".lock")
+#: the trial's user attribute naming the tune command that ran it (:func:`this_run`)
+RUN_ATTR = "ttlctl.run"
+#: a study with a trial in one of these (anyone's) is used: they count toward ``--trials``
+_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def this_run() -> str:
+    """This tune command, as its trials name it: host and process (its worker processes
+    are given their parent's, see :class:`~replay.tune.workers.WorkerJob`)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @contextlib.contextmanager
 def removed_if_unused(storage: Storage) -> Iterator[None]:
     """Run the block; if it fails, remove the study's file when the block made it (it
-    did not exist before) and no study in it has a completed trial, with what SQLite
+    did not exist before) and nobody else uses it (:func:`_in_use`), with what SQLite
     wrote beside it and the folders made for it, when empty. A file that existed (a
-    user's storage, a resumed study) and a server's database are never removed."""
+    user's storage, a resumed study) and a server's database are never removed.
+
+    Two tune commands started together with one new ``--storage`` file both see it
+    missing: the one that fails first keeps it when the other has a trial in it (running,
+    failed or finished). What is left: the other command's first moments, after it
+    opened the file and before its first trial started (it creates the study and enqueues
+    the default trials, which name no command), when the file can still be removed
+    under it; its next write then makes a new, empty file."""
     path = storage.file
     if path is None or path.exists() or path.is_symlink():
         yield
         return
+    run = this_run()
     folders = [p for p in path.absolute().parents if not p.exists()]  # deepest first
     try:
         yield
     except BaseException:
-        if path.is_file() and not _has_completed_trial(storage):
+        if path.is_file() and not _in_use(storage, run):
             for extra in (path, *(path.with_name(path.name + s) for s in _SIDECARS)):
                 extra.unlink(missing_ok=True)
             for folder in folders:
@@ -144,19 +164,30 @@ def removed_if_unused(storage: Storage) -> Iterator[None]:
         raise
 
 
-def _has_completed_trial(storage: Storage) -> bool:
-    """Whether any study in ``storage`` has a completed trial (True when it cannot be read:
-    then it is kept)."""
+def _in_use(storage: Storage, run: str) -> bool:
+    """Whether a study in ``storage`` has a finished trial (complete or pruned, anyone's)
+    or a trial another tune command than ``run`` started (in any state); enqueued trials
+    that never started (waiting, naming no command) are nobody's. True when it cannot be
+    read: then it is kept."""
     try:
         opened = storage.open()
         return any(
-            optuna.load_study(study_name=name, storage=opened).get_trials(
-                deepcopy=False, states=(TrialState.COMPLETE,)
-            )
+            trial.state in _FINISHED or not _nobody_elses(trial, run)
             for name in optuna.get_all_study_names(opened)
+            for trial in optuna.load_study(study_name=name, storage=opened).get_trials(
+                deepcopy=False
+            )
         )
     except Exception:
         return True
+
+
+def _nobody_elses(trial: optuna.trial.FrozenTrial, run: str) -> bool:
+    """``run``'s own trial, or one enqueued that no command has started."""
+    owner = trial.user_attrs.get(RUN_ATTR)
+    if owner is None:
+        return trial.state == TrialState.WAITING
+    return bool(owner == run)
 
 
 def default_storage(output: Path) -> str:

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from replay.sim import SimulationError
 from replay.tune.context import IncompleteRun, TuneContext, TuneError
 from replay.tune.space import first_trials, fleet_defaults, objective
-from replay.tune.storage import Storage, digest
+from replay.tune.storage import RUN_ATTR, Storage, digest, this_run
 from ttlctl.errors import TtlctlError
 
 METRIC = "jct_mean_s"
@@ -32,9 +32,14 @@ _PROVENANCE_ATTR = "ttlctl.provenance"
 #: a trial that fails with one of these fails alone and the study goes on (a replay the
 #: simulator could not finish, a live run cut short); any other error stops the study
 TRIAL_FAILS = (SimulationError, IncompleteRun)
-#: the trial's user attribute that holds its error (one line), for the dashboard and for
-#: the process that started the worker it failed in
+#: the trial's user attribute that holds its error (one line), for the dashboard: every
+#: ttlctl or simulation error, the ones that fail their trial alone too
 ERROR_ATTR = "error"
+#: set (True) on the trial whose error stopped the study (not one of :data:`TRIAL_FAILS`):
+#: the one :func:`run_workers` reports for a worker that exited with :data:`STOPPED_EXIT`
+STOPPED_ATTR = "ttlctl.stopped_study"
+#: the exit code of a worker stopped by its trial's error (:func:`worker_main`)
+STOPPED_EXIT = 2
 #: the logger Optuna reports a failed trial on (optuna/study/_optimize.py)
 _OPTUNA_TRIAL_LOG = "optuna.study._optimize"
 
@@ -75,21 +80,28 @@ def run_trials(
     total: int,
     worker: str,
     on_trial: Callable[[], None] | None = None,
+    run: str | None = None,
 ) -> None:
     """Run up to ``n`` trials here; stop early once the study has ``total`` finished ones.
+    Each trial names ``worker`` and the tune command ``run`` (default: this process, see
+    :func:`~replay.tune.storage.this_run`) that ran it.
 
     A trial's own error (a :class:`~ttlctl.errors.TtlctlError`, a simulation error) is
     one line, never Optuna's traceback: one of :data:`TRIAL_FAILS` fails that trial and the
     study goes on; any other stops it as a :class:`TrialError` naming the trial."""
     running: list[int] = []
+    command = this_run() if run is None else run
 
-    def run(trial: optuna.Trial) -> float:
+    def one(trial: optuna.Trial) -> float:
         running[:] = [trial.number]
         trial.set_user_attr("worker", worker)
+        trial.set_user_attr(RUN_ATTR, command)
         try:
             return objective(trial, ctx)
         except (TtlctlError, SimulationError) as exc:
             trial.set_user_attr(ERROR_ATTR, str(exc))
+            if not isinstance(exc, TRIAL_FAILS):
+                trial.set_user_attr(STOPPED_ATTR, True)
             raise
 
     callbacks: list[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] = [
@@ -99,7 +111,7 @@ def run_trials(
         callbacks.append(lambda _s, _t: on_trial())
     try:
         with one_line_failures():
-            study.optimize(run, n_trials=n, catch=TRIAL_FAILS, callbacks=callbacks)
+            study.optimize(one, n_trials=n, catch=TRIAL_FAILS, callbacks=callbacks)
     except TtlctlError as exc:
         if not running:  # not a trial's (none had started)
             raise
@@ -143,12 +155,15 @@ class WorkerJob:
     total: int
     seed: int
     verbosity: int
+    #: the tune command that started the worker (its trials name it)
+    run: str
 
 
 def worker_main(job: WorkerJob) -> None:
     """One worker process: open the shared study and run its share of trials. A trial's
-    error that stops the study is in the trial (:data:`ERROR_ATTR`): the worker exits
-    with code 2 without printing it, and :func:`run_workers` reports it."""
+    error that stops the study is in the trial (:data:`ERROR_ATTR`, marked with
+    :data:`STOPPED_ATTR`): the worker exits with :data:`STOPPED_EXIT` without printing
+    it, and :func:`run_workers` reports it."""
     optuna.logging.set_verbosity(job.verbosity)
     study = optuna.load_study(
         study_name=job.study,
@@ -157,9 +172,9 @@ def worker_main(job: WorkerJob) -> None:
         pruner=pruner(job.ctx),
     )
     try:
-        run_trials(study, job.ctx, job.trials, job.total, worker_name(job.index))
+        run_trials(study, job.ctx, job.trials, job.total, worker_name(job.index), run=job.run)
     except TrialError:
-        sys.exit(2)
+        sys.exit(STOPPED_EXIT)
 
 
 def worker_name(index: int, pid: int | None = None) -> str:
@@ -183,11 +198,16 @@ def run_workers(
     progress: Callable[[int, int], None] | None = None,
 ) -> None:
     """Run ``n`` trials of ``study`` in ``workers`` processes (``spawn``), each opening
-    the storage itself and running its share; ``progress`` is polled meanwhile."""
+    the storage itself and running its share; ``progress`` is polled meanwhile.
+
+    A worker that exited with :data:`STOPPED_EXIT` is reported as the trial whose error
+    stopped it (:class:`TrialError`); any other failed exit (a bug's traceback, a kill)
+    as the worker's exit code, never as a trial that failed alone before it."""
     shares = [n // workers + (i < n % workers) for i in range(workers)]
     verbosity = optuna.logging.get_verbosity()
+    run = this_run()
     jobs = [
-        WorkerJob(ctx, storage, study.study_name, i, k, total, seed, verbosity)
+        WorkerJob(ctx, storage, study.study_name, i, k, total, seed, verbosity, run)
         for i, k in enumerate(shares)
         if k > 0
     ]
@@ -215,7 +235,9 @@ def run_workers(
     bad = [(job.index, p) for job, p in zip(jobs, procs, strict=True) if p.exitcode != 0]
     if bad:
         index, proc = bad[0]
-        failed = _stopping_trial(study, worker_name(index, proc.pid))
+        failed = None
+        if proc.exitcode == STOPPED_EXIT:
+            failed = _stopping_trial(study, worker_name(index, proc.pid))
         if failed is not None:
             raise TrialError(failed.number, failed.user_attrs[ERROR_ATTR])
         raise TuneError(
@@ -224,11 +246,13 @@ def run_workers(
 
 
 def _stopping_trial(study: optuna.Study, worker: str) -> optuna.trial.FrozenTrial | None:
-    """The last trial that ``worker`` failed with an error that stops the study."""
+    """The last trial that ``worker`` failed with an error that stopped the study."""
     failed = [
         t
         for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-        if t.user_attrs.get("worker") == worker and ERROR_ATTR in t.user_attrs
+        if t.user_attrs.get("worker") == worker
+        and t.user_attrs.get(STOPPED_ATTR) is True
+        and ERROR_ATTR in t.user_attrs
     ]
     return failed[-1] if failed else None
 

@@ -1,6 +1,7 @@
-"""Two worker processes on one study: a journal file, and a real PostgreSQL server.
+"""Workers on one study: two worker processes on a journal file and on a real PostgreSQL
+server, a trial that fails alone, and what a worker that exits badly is reported as.
 
-Each check: the study ends with exactly the trials asked for, numbered 0 … N−1, none
+The two-worker checks: the study ends with exactly the trials asked for, numbered 0 … N−1, none
 lost (every one finished) and none duplicated (the enqueued defaults ran once), and
 both workers ran some. The PostgreSQL test needs TTLCTL_TEST_POSTGRES_URL (.ci/run
 installs and starts Debian's PostgreSQL and sets it); without it, it skips.
@@ -10,15 +11,29 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
 
-from replay.tune import IncompleteRun, Storage, TuneContext, first_trials, tune
-from replay.tune.workers import TRIAL_FAILS, one_line_failures
+from replay.fleet.run import FleetSpec
+from replay.scheduler_config import SimSchedulerConfig
+from replay.tune import IncompleteRun, Storage, TuneContext, TuneError, first_trials, tune
+from replay.tune.storage import RUN_ATTR, this_run
+from replay.tune.workers import (
+    ERROR_ATTR,
+    STOPPED_ATTR,
+    TRIAL_FAILS,
+    TrialError,
+    one_line_failures,
+    open_study,
+    run_workers,
+)
+from tests.tune.inputs import KV_TOKENS
 
 TRIALS = 10
 
@@ -42,6 +57,8 @@ def _two_workers(ctx: TuneContext, storage: Storage, name: str) -> dict[str, Any
     assert len({t._trial_id for t in trials}) == TRIALS
     workers = {t.user_attrs["worker"] for t in trials}
     assert len(workers) == 2, workers
+    # every trial names the tune command (this process) that started its worker
+    assert {t.user_attrs[RUN_ATTR] for t in trials} == {this_run()}
     for values in first_trials(ctx.eta_fitted):
         assert sum(t.params == values for t in trials) == 1
     assert summary["ran_now"] == TRIALS
@@ -88,3 +105,38 @@ def test_a_trial_that_fails_alone_is_one_line_and_the_study_goes_on(
     assert len(failed) == 1 and failed[0].exc_info is None
     assert "Trial 0 failed" in failed[0].getMessage()
     assert "1 program(s) cut short" in failed[0].getMessage()
+
+
+def test_a_killed_worker_is_not_blamed_on_a_trial_that_failed_alone(
+    tune_inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """A worker whose trials fail alone (a simulation error: replicas of another block size
+    than the replay's) is killed (as by the OOM killer): the report is the worker's exit
+    code, not ``trial 0: <its simulation error>``, which did not stop anything."""
+    ctx = tune_inputs["ctx"]
+    other = SimSchedulerConfig(kv_tokens=KV_TOKENS, block_size=2 * ctx.config.engine.block_size)
+    ctx = replace(ctx, fleet=FleetSpec(replicas=2, engines=(other, other)))
+    storage = Storage(str(tmp_path / "journal.log"))
+    study = open_study(ctx, storage, "killed", seed=0, trials=10_000, inputs={}, provenance={})
+    killed: list[optuna.trial.FrozenTrial] = []
+
+    def kill_after_a_failed_trial(_done: int, _total: int) -> None:
+        failed = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))
+        if failed and not killed:
+            killed.append(failed[0])
+            os.kill(int(failed[0].user_attrs["worker"].split(":")[1]), signal.SIGKILL)
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # not a line per failed trial
+    try:
+        with pytest.raises(TuneError) as caught:
+            run_workers(study, ctx, storage, 10_000, 10_000, 1, 0, kill_after_a_failed_trial)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    assert killed, "no trial failed before the worker exited"
+    assert "block size" in killed[0].user_attrs[ERROR_ATTR]  # kept for the dashboard
+    assert STOPPED_ATTR not in killed[0].user_attrs
+    assert not isinstance(caught.value, TrialError)
+    assert str(caught.value) == (
+        f"worker 0 exited with code {-signal.SIGKILL} (its error is printed above)"
+    )

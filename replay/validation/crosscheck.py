@@ -19,7 +19,6 @@ policy's server starts (continuum's cold-start bundle carries that profile).
 from __future__ import annotations
 
 import shlex
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from profiles.schema import Profile
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
 from replay.scheduler_config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
+from replay.validation import work_dir as work_dirs
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured, measurable, measure_policy_server, pooled
 from replay.validation.server_doc import measured_on, server_document
@@ -283,69 +283,70 @@ def validate(
     if not work.programs:
         raise ValidateError("no programs to validate with")
     # absolute: the document names its files (the bundle, the servers' logs) wherever it
-    # is read from (``validate --resimulate``)
-    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-")).resolve()
-    work_dir.mkdir(parents=True, exist_ok=True)
-    session = _Session(
-        work=work,
-        sources=sources,
-        work_dir=work_dir,
-        timing=timing or Load(),
-        seed=seed,
-        timeout_s=timeout_s,
-        repeats=repeats,
-        bundle_path=bundle,
-        bundle_doc=bundle_mod.read(bundle) if bundle is not None else None,
-        profile=profile,
-        profile_source="given" if profile is not None else None,
-        measure={} if profile is not None else measured_after(names, repeats),
-        model_config=model_config,
-        profile_repeats=profile_repeats,
-        save_result=save_result,
-        result_dir=result_dir,
-        label=label,
-        say=progress or _quiet,
-        warn=warn,
-    )
-    for name, rep in live_runs(names, repeats):
-        session.run(name, rep)
-    live = {name: merge_runs(session.runs[name]) for name in names}
-    engine = sim_engine_config(
-        same_servers(session.infos),
-        kv_tokens=kv_tokens,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-    )
-    assert session.profile is not None  # pooled after the first policy's last run
-    side = SimSide(
-        replicas=1,
-        profile=session.profile,
-        engine=engine,
-        timing=session.timing,
-        bundle=session.bundle_doc,
-        async_scheduling=async_scheduling,
-    )
-    return server_document(
-        work,
-        side,
-        live,
-        policies=names,
-        backend=backend,
-        profile_source=session.profile_source,
-        measured=session.measured,
-        bundle=session.bundle_path,
-        servers=session.servers,
-        server_info={n: i.to_json() for n, i in session.infos.items()},
-        work_dir=session.work_dir,
-        config={
-            "jps": session.timing.jps,
-            "concurrency": session.timing.concurrency,
-            "seed": session.seed,
-            "max_programs": max_programs,
-            "idle_gap_cap_s": idle_gap_cap_s,
-            "repeats": repeats,
-            "backend": backend,
-            "async_scheduling": async_scheduling,
-        },
-        say=session.say,
-    )
+    # is read from (``validate --resimulate``); a refusal from here on (a damaged bundle, a
+    # server that does not answer) leaves no empty temporary folder behind
+    with work_dirs.work_dir(work_dir, "ttlctl-validate-") as work_dir:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        session = _Session(
+            work=work,
+            sources=sources,
+            work_dir=work_dir,
+            timing=timing or Load(),
+            seed=seed,
+            timeout_s=timeout_s,
+            repeats=repeats,
+            bundle_path=bundle,
+            bundle_doc=bundle_mod.read(bundle) if bundle is not None else None,
+            profile=profile,
+            profile_source="given" if profile is not None else None,
+            measure={} if profile is not None else measured_after(names, repeats),
+            model_config=model_config,
+            profile_repeats=profile_repeats,
+            save_result=save_result,
+            result_dir=result_dir,
+            label=label,
+            say=progress or _quiet,
+            warn=warn,
+        )
+        for name, rep in live_runs(names, repeats):
+            session.run(name, rep)
+        live = {name: merge_runs(session.runs[name]) for name in names}
+        engine = sim_engine_config(
+            same_servers(session.infos),
+            kv_tokens=kv_tokens,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+        assert session.profile is not None  # pooled after the first policy's last run
+        side = SimSide(
+            replicas=1,
+            profile=session.profile,
+            engine=engine,
+            timing=session.timing,
+            bundle=session.bundle_doc,
+            async_scheduling=async_scheduling,
+        )
+        return server_document(
+            work,
+            side,
+            live,
+            policies=names,
+            backend=backend,
+            profile_source=session.profile_source,
+            measured=session.measured,
+            bundle=session.bundle_path,
+            servers=session.servers,
+            server_info={n: i.to_json() for n, i in session.infos.items()},
+            work_dir=session.work_dir,
+            config={
+                "jps": session.timing.jps,
+                "concurrency": session.timing.concurrency,
+                "seed": session.seed,
+                "max_programs": max_programs,
+                "idle_gap_cap_s": idle_gap_cap_s,
+                "repeats": repeats,
+                "backend": backend,
+                "async_scheduling": async_scheduling,
+            },
+            say=session.say,
+        )

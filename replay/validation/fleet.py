@@ -45,7 +45,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,7 @@ from replay.fleet.routers import RouterSettings
 from replay.live import cap_pauses, first_programs, run_live
 from replay.policy_runs import Load
 from replay.scheduler_config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
+from replay.validation import work_dir as work_dirs
 from replay.validation.engine_metrics import ScrapeFailed, engine_delta, scrape
 from replay.validation.error import ValidateError
 from replay.validation.fleet_doc import fleet_document
@@ -198,144 +198,148 @@ def validate_fleet(
     bundle_doc = bundle_mod.read(bundle) if bundle is not None else None
     profile_source = "given" if profile is not None else None
     info: ServerInfo | None = None
-    # made only once the arguments are known good: bad input leaves no folder behind
-    # absolute: the document names its files (each replica's arrivals, the router's log)
-    # wherever it is read from (``validate --resimulate``)
-    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ttlctl-validate-fleet-")).resolve()
-    work_dir.mkdir(parents=True, exist_ok=True)
-    runs: list[LiveRun] = []
-    measured: list[Measured] = []
-    # run k of every (policy, router) before run k + 1 of any: a drift in the machine's
-    # speed then falls on every router alike
-    for rep in range(repeats):
-        for name in names:
-            for policy in routers:
-                which = f"{name} behind {policy}" + (
-                    f" (run {rep + 1} of {repeats})" if repeats > 1 else ""
-                )
-                tag = f"-{policy}" + (f"-{rep + 1}" if repeats > 1 else "")
-                request_policy, scheduling = router_setup(
-                    policy, calibration, program_scheduling_json
-                )
-                made = policy_fleet(
-                    sources,
-                    name,
-                    bundle,
-                    work_dir,
-                    tag,
-                    replicas=replicas,
-                    router_policy=request_policy,
-                    program_scheduling_json=scheduling,
-                    router_extra=router_extra,
-                    cpu_sets=sets,
-                    gpu_sets=gpu_sets,
-                )
-                fleet = made.fleet
-                say(f"{which}: starting {counted(replicas, 'replica')} and vllm-router")
-                with fleet:
-                    groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
-                    if info is None:
-                        info = probe(next(iter(made.urls.values())))
-                        if profile is None:  # measured after the runs: asked now
-                            measurable(info.url, "a replica", model_config)
-                    say(f"{which}: warming the replicas up")
-                    warm = warmed(
-                        list(made.urls.values()),
-                        info.model,
-                        max_model_len=info.max_model_len,
-                        vocab_size=vocab_size,
-                        seed=seed,
+    # made only once the arguments are known good: bad input leaves no folder behind, nor
+    # does a refusal in the runs before anything is written there; absolute: the document
+    # names its files (each replica's arrivals, the router's log) wherever it is read from
+    # (``validate --resimulate``)
+    with work_dirs.work_dir(work_dir, "ttlctl-validate-fleet-") as work_dir:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        runs: list[LiveRun] = []
+        measured: list[Measured] = []
+        # run k of every (policy, router) before run k + 1 of any: a drift in the machine's
+        # speed then falls on every router alike
+        for rep in range(repeats):
+            for name in names:
+                for policy in routers:
+                    which = f"{name} behind {policy}" + (
+                        f" (run {rep + 1} of {repeats})" if repeats > 1 else ""
                     )
-                    for url in made.urls.values():
-                        reset_prefix_cache(url)
-                    say(f"{which}: live replay of {counted(len(work.programs), 'program')}")
-                    before = {r: _scraped(u, warn) for r, u in made.urls.items()}
-                    # each server leads a process group of its own (its pid is its id)
-                    cpu_groups: dict[str, int | None] = {
-                        r: server.pid
-                        for r, u in made.urls.items()
-                        for server in fleet.replicas
-                        if server.url == u
-                    }
-                    cpu_groups["router"] = fleet.router.pid
-                    with cpu_used(cpu_groups) as cpu_s:
-                        result = run_live(
-                            fleet.url,
-                            work,
-                            name,
-                            timing=timing,
-                            seed=seed,
-                            timeout_s=timeout_s,
-                            vocab_size=vocab_size,
-                            warn=warn,
-                            # no gauges read through the router during the run: vllm-router
-                            # forwards GET /metrics to a worker by the routing policy, so a
-                            # poll every half second moved round_robin's placement (its
-                            # counter is shared with the calls); each replica's own
-                            # figures are read directly, before and after
-                            sample_every_s=0.0,
-                        )
-                    engines = {
-                        r: engine_delta(before[r], _scraped(u, warn)) for r, u in made.urls.items()
-                    }
-                    # after the repeat's last live run, on its fleet: no fleet's live
-                    # run follows a measurement's warm-up, so every run starts alike
-                    if profile is None and (name, policy) == (names[-1], routers[-1]):
-                        say(f"{which}: measuring a replica's profile")
-                        measured.append(
-                            measure_replica(
-                                list(made.urls.values()),
-                                model=info.model,
-                                policy=name,
-                                repeat=rep + 1,
-                                cpu_sets=sets,
-                                gpu_sets=gpu_sets,
-                                model_config=model_config,
-                                vocab_size=vocab_size,
-                            )
-                        )
-                    say(f"{which}: stopping the fleet")
-                order = arrivals.read(made.arrivals)
-                logged = live_worker_order(fleet.router.log_path, list(made.urls.values()))
-                runs.append(
-                    LiveRun(
-                        rep,
+                    tag = f"-{policy}" + (f"-{rep + 1}" if repeats > 1 else "")
+                    request_policy, scheduling = router_setup(
+                        policy, calibration, program_scheduling_json
+                    )
+                    made = policy_fleet(
+                        sources,
                         name,
-                        policy,
-                        result,
-                        order,
-                        {
-                            "url": fleet.url,
-                            "router_command": shlex.join(fleet.router.command),
-                            "router_log": str(fleet.router.log_path),
-                            #: CPU seconds each replica (its API server and engine
-                            #: core), the router and the client used during the live run
-                            "cpu_s": cpu_s,
-                            #: router starts that found their port taken meanwhile
-                            "router_port_retries": fleet.port_retries,
-                            #: the process groups it ran (each one's leader pid), all
-                            #: stopped now
-                            "process_groups": groups,
-                            #: what each replica served before the live run, so that it
-                            #: starts warm (replay.validation.warmup)
-                            "warmup": warm.to_json(),
-                            "replicas": {
-                                r: {
-                                    "url": made.urls[r],
-                                    "arrivals": str(made.arrivals[r]),
-                                    #: its steps, requests and engine TTFT in the live
-                                    #: run, from its /metrics (None: not read)
-                                    "engine": engines[r],
-                                }
-                                for r in made.urls
-                            },
-                            #: the workers' URLs in the router's own order, from its log
-                            #: (None: not logged; the simulated side then takes the
-                            #: --worker-urls order)
-                            "worker_order": logged,
-                        },
+                        bundle,
+                        work_dir,
+                        tag,
+                        replicas=replicas,
+                        router_policy=request_policy,
+                        program_scheduling_json=scheduling,
+                        router_extra=router_extra,
+                        cpu_sets=sets,
+                        gpu_sets=gpu_sets,
                     )
-                )
+                    fleet = made.fleet
+                    say(f"{which}: starting {counted(replicas, 'replica')} and vllm-router")
+                    with fleet:
+                        groups = [
+                            s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None
+                        ]
+                        if info is None:
+                            info = probe(next(iter(made.urls.values())))
+                            if profile is None:  # measured after the runs: asked now
+                                measurable(info.url, "a replica", model_config)
+                        say(f"{which}: warming the replicas up")
+                        warm = warmed(
+                            list(made.urls.values()),
+                            info.model,
+                            max_model_len=info.max_model_len,
+                            vocab_size=vocab_size,
+                            seed=seed,
+                        )
+                        for url in made.urls.values():
+                            reset_prefix_cache(url)
+                        say(f"{which}: live replay of {counted(len(work.programs), 'program')}")
+                        before = {r: _scraped(u, warn) for r, u in made.urls.items()}
+                        # each server leads a process group of its own (its pid is its id)
+                        cpu_groups: dict[str, int | None] = {
+                            r: server.pid
+                            for r, u in made.urls.items()
+                            for server in fleet.replicas
+                            if server.url == u
+                        }
+                        cpu_groups["router"] = fleet.router.pid
+                        with cpu_used(cpu_groups) as cpu_s:
+                            result = run_live(
+                                fleet.url,
+                                work,
+                                name,
+                                timing=timing,
+                                seed=seed,
+                                timeout_s=timeout_s,
+                                vocab_size=vocab_size,
+                                warn=warn,
+                                # no gauges read through the router during the run: vllm-router
+                                # forwards GET /metrics to a worker by the routing policy, so a
+                                # poll every half second moved round_robin's placement (its
+                                # counter is shared with the calls); each replica's own
+                                # figures are read directly, before and after
+                                sample_every_s=0.0,
+                            )
+                        engines = {
+                            r: engine_delta(before[r], _scraped(u, warn))
+                            for r, u in made.urls.items()
+                        }
+                        # after the repeat's last live run, on its fleet: no fleet's live
+                        # run follows a measurement's warm-up, so every run starts alike
+                        if profile is None and (name, policy) == (names[-1], routers[-1]):
+                            say(f"{which}: measuring a replica's profile")
+                            measured.append(
+                                measure_replica(
+                                    list(made.urls.values()),
+                                    model=info.model,
+                                    policy=name,
+                                    repeat=rep + 1,
+                                    cpu_sets=sets,
+                                    gpu_sets=gpu_sets,
+                                    model_config=model_config,
+                                    vocab_size=vocab_size,
+                                )
+                            )
+                        say(f"{which}: stopping the fleet")
+                    order = arrivals.read(made.arrivals)
+                    logged = live_worker_order(fleet.router.log_path, list(made.urls.values()))
+                    runs.append(
+                        LiveRun(
+                            rep,
+                            name,
+                            policy,
+                            result,
+                            order,
+                            {
+                                "url": fleet.url,
+                                "router_command": shlex.join(fleet.router.command),
+                                "router_log": str(fleet.router.log_path),
+                                #: CPU seconds each replica (its API server and engine
+                                #: core), the router and the client used during the live run
+                                "cpu_s": cpu_s,
+                                #: router starts that found their port taken meanwhile
+                                "router_port_retries": fleet.port_retries,
+                                #: the process groups it ran (each one's leader pid), all
+                                #: stopped now
+                                "process_groups": groups,
+                                #: what each replica served before the live run, so that it
+                                #: starts warm (replay.validation.warmup)
+                                "warmup": warm.to_json(),
+                                "replicas": {
+                                    r: {
+                                        "url": made.urls[r],
+                                        "arrivals": str(made.arrivals[r]),
+                                        #: its steps, requests and engine TTFT in the live
+                                        #: run, from its /metrics (None: not read)
+                                        "engine": engines[r],
+                                    }
+                                    for r in made.urls
+                                },
+                                #: the workers' URLs in the router's own order, from its log
+                                #: (None: not logged; the simulated side then takes the
+                                #: --worker-urls order)
+                                "worker_order": logged,
+                            },
+                        )
+                    )
     assert info is not None  # set in the first fleet
     #: each repeat's own measurement, which prices that repeat's runs (none: given)
     own = by_repeat(measured, repeats)

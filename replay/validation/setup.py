@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,6 @@ from replay.validation.error import ValidateError
 from replay.validation.fleet import TIMING_DRAWS, check_placement, validate_fleet
 from replay.validation.resimulate import resimulate
 from replay.validation.servers import LIVE_POLICIES, Sources, check_base
-from replay.validation.work_dir import work_dir
 from replay.vllmsim.backend import check_request
 from replay.workload import load
 from ttlctl.server import vllm_config
@@ -251,13 +250,9 @@ def validation_doc(
         raise ValidateError(
             "--timing-draws needs --replicas N (it averages each simulated fleet run)"
         )
-    fleet = req.replicas is not None or bool(req.routers)
-    # a refusal from here on leaves no empty temporary folder behind
-    with work_dir(req.work_dir, "ttlctl-validate-fleet-" if fleet else "ttlctl-validate-") as wd:
-        run = replace(req, work_dir=wd)
-        if fleet:
-            return _fleet_doc(run, req.trace, timing, base, model_config, progress, warn)
-        return _server_doc(run, req.trace, timing, base, model_config, progress, warn)
+    if req.replicas is not None or req.routers:
+        return _fleet_doc(req, req.trace, timing, base, model_config, progress, warn)
+    return _server_doc(req, req.trace, timing, base, model_config, progress, warn)
 
 
 def _server_doc(

@@ -50,8 +50,9 @@ class LiveFleets:
     calibration: RouterCalibration | None
     program_scheduling_json: str | None
     router_extra: Sequence[str]
-    #: each replica's CPUs, GPUs (None: not placed; :mod:`~replay.validation.fleet_placement`)
+    #: each replica's CPUs (None: unpinned; :mod:`~replay.validation.fleet_placement`)
     cpu_sets: tuple[tuple[int, ...], ...] | None
+    #: each replica's GPUs (None: the environment's)
     gpu_sets: tuple[tuple[str, ...], ...] | None
     #: the programs replayed (the first ones, pauses capped)
     work: Workload

@@ -28,13 +28,18 @@ each policy that many times, each in a fresh server (so the TTL scheduler starts
 from the bundle again, as the simulator does), and compares the simulator with the
 mean of the runs; the rows also carry the runs' range.
 
-The package, one concept a module: :mod:`~replay.validation.setup` (what the command
-asks: :class:`ValidateRequest`, :func:`validation_doc`), :mod:`~replay.validation.crosscheck`
-(:func:`validate`), :mod:`~replay.validation.servers` (a server per policy),
+The package, one concept a module: :mod:`~replay.validation.setup` (the command's run:
+:func:`validation_doc`), :mod:`~replay.validation.validate_request` (what the command asks:
+:class:`ValidateRequest`), :mod:`~replay.validation.server_sources` (where its servers come
+from), :mod:`~replay.validation.crosscheck` (:func:`validate`),
+:mod:`~replay.validation.servers` (a server per policy),
 :mod:`~replay.validation.sizing` (the simulator sized like the servers),
 :mod:`~replay.validation.stats` (the pure statistics: errors, merged runs, rankings, goals),
 :mod:`~replay.validation.server_doc` (each policy simulated and judged into the document: the
-one path of validate and ``validate --resimulate``), :mod:`~replay.validation.error`.
+one path of validate and ``validate --resimulate``), :mod:`~replay.validation.fleet`
+(:func:`~replay.validation.fleet.validate_fleet`, ``--replicas``: its routers, placement,
+live runs, simulated side and document in the ``fleet_*`` modules),
+:mod:`~replay.validation.error`.
 """
 
 from replay.validation.crosscheck import validate

@@ -1,16 +1,18 @@
 """``ttlctl validate --replicas N --router R``: the trace live through vLLM's router.
 
 For each policy (the replicas' scheduler: stock ``vllm``, or ``continuum``, the TTL
-scheduler with its bundle) and each router policy asked, a fresh fleet is started
+scheduler with its bundle) and each router policy asked
+(:mod:`~replay.validation.fleet_routers`), a fresh fleet is started
 (:func:`~replay.validation.servers.policy_fleet`: N replicas and ``vllm-router`` in
-front, all stopped after the run and on any exit), the replicas' prefix caches are
-emptied, and the programs are replayed through the router's URL
-(:func:`replay.live.run_live`). Each row gives the mean JCT and TTFT, the prefix-hit
-rate (the cached prompt tokens the replicas reported per call, over all prompt
-tokens: the router's ``/metrics`` is not the fleet's) and the share of calls that
-returned to the replica their program's previous call ran on — read from each
-replica's arrivals file (:mod:`ttlctl.server.arrivals`), not from the router's log,
-which names the chosen worker only for some policies.
+front, placed by :mod:`~replay.validation.fleet_placement`, all stopped after the run
+and on any exit), the replicas' prefix caches are emptied, and the programs are replayed
+through the router's URL (:func:`replay.live.run_live`): one such run is
+:func:`~replay.validation.fleet_live.live_run`. Each row gives the mean JCT and TTFT,
+the prefix-hit rate (the cached prompt tokens the replicas reported per call, over all
+prompt tokens: the router's ``/metrics`` is not the fleet's) and the share of calls that
+returned to the replica their program's previous call ran on — read from each replica's
+arrivals file (:mod:`ttlctl.server.arrivals`), not from the router's log, which names
+the chosen worker only for some policies.
 
 Beside each live row, the simulated fleet (:mod:`replay.validation.fleet_sim`): the same
 programs on as many simulated replicas, each sized like the live ones (their
@@ -42,77 +44,34 @@ The document keeps each measurement (its source, time, own fit and timings).
 
 from __future__ import annotations
 
-import json
-import os
-import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from profiles.router_calibration import RouterCalibration
 from profiles.schema import Profile
-from replay.fleet.routers import RouterSettings
-from replay.live import cap_pauses, first_programs, run_live
+from replay.live import cap_pauses, first_programs
 from replay.policy_runs import Load
 from replay.scheduler_config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from replay.validation import work_dir as work_dirs
-from replay.validation.engine_metrics import ScrapeFailed, engine_delta, scrape
 from replay.validation.error import ValidateError
 from replay.validation.fleet_doc import fleet_document
-from replay.validation.fleet_profile import (
-    Measured,
-    by_repeat,
-    measurable,
-    measure_replica,
-    pooled,
-)
+from replay.validation.fleet_live import LiveFleets, live_run
+from replay.validation.fleet_placement import check_placement, replica_cpus, replica_gpus
+from replay.validation.fleet_profile import Measured, by_repeat, pooled
+from replay.validation.fleet_routers import check_router, sim_settings
 from replay.validation.fleet_rows import LiveRun
-from replay.validation.servers import LIVE_POLICIES, Sources, policy_fleet
+from replay.validation.servers import LIVE_POLICIES, Sources
 from replay.validation.sim_side import SimSide
 from replay.validation.sizing import sim_engine_config
 from replay.validation.timings import DRAWS, Timings
-from replay.validation.warmup import warmed
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
-from ttlctl.nouns import counted
-from ttlctl.server import arrivals, command, cpus, gpus, router
-from ttlctl.server.cache import reset_prefix_cache
-from ttlctl.server.cpu_time import cpu_used
-from ttlctl.server.facts import ServerInfo, probe
+from ttlctl.server.facts import ServerInfo
 
-#: ``--router`` for vllm-router's own Program scheduling: ``consistent_hash`` underneath
-#: (its documented pairing), Program scheduling on for every call with an ``X-Session-ID``
-#: (``program_scheduling_enable_key: auto``), calibrated from the profile when one is given
-PROGRAM_SCHEDULING = "program_scheduling"
-#: the request-level policy under Program scheduling
-PROGRAM_SCHEDULING_POLICY = "consistent_hash"
-#: what ``validate --router`` takes: vllm-router's ``--policy`` values and Program scheduling
-ROUTERS = (*router.POLICIES, PROGRAM_SCHEDULING)
 #: perturbed arrival timings each live run is simulated on unless told
 #: (:mod:`replay.validation.timings`; ``validate --timing-draws``)
 TIMING_DRAWS = DRAWS
-
-
-def check_router(name: str) -> str:
-    """``name`` if ``validate --router`` takes it, else a
-    :class:`~ttlctl.server.router.RouterError` naming every one it takes (and vllm-router's
-    spelling of a name written as ``replay --router`` writes it)."""
-    if name in ROUTERS:
-        return name
-    spelled = name.replace("-", "_")
-    hint = f" (vllm-router's spelling: {spelled})" if spelled in ROUTERS else ""
-    raise router.RouterError(f"--router takes {', '.join(ROUTERS)}; not {name!r}{hint}")
-
-
-def router_setup(
-    router: str, calibration: RouterCalibration | None, program_scheduling_json: str | None
-) -> tuple[str, str | None]:
-    """The router's ``--policy`` and ``--program-scheduling-config-json`` for ``router``."""
-    if router != PROGRAM_SCHEDULING:
-        return router, program_scheduling_json
-    auto = {"program_scheduling_enable_key": "auto"}
-    value = calibration.flag_value(auto) if calibration is not None else json.dumps(auto)
-    return PROGRAM_SCHEDULING_POLICY, value
 
 
 def validate_fleet(
@@ -149,21 +108,21 @@ def validate_fleet(
     """Replay ``workload`` live through a fresh fleet per (policy, router).
 
     ``program_scheduling_json`` turns the router's Program scheduling on for every router;
-    the router :data:`PROGRAM_SCHEDULING` turns it on for its calls (``calibration``: the
-    profile's coefficients, else the router's reference ones). The simulated side is
-    priced by ``profile`` (else each repeat's runs by that repeat's own measurement, and
-    beside it by one pooled over them: :mod:`~replay.validation.fleet_profile`,
-    :mod:`~replay.validation.fleet_rows`) and sized like the replicas (``kv_tokens``
-    overrides their KV size; ``max_num_seqs`` and ``max_num_batched_tokens``: the
-    replicas' own, unless told ``validate``'s defaults, vLLM's GPU ones: the caller
-    starts the replicas with them). ``cpus_per_replica``: each replica
-    on that many CPUs of its own (:mod:`ttlctl.server.cpus`); a profile measured here is
-    then measured on a first replica, pinned, while the others serve a steady load
+    the router :data:`~replay.validation.fleet_routers.PROGRAM_SCHEDULING` turns it on for
+    its calls (``calibration``: the profile's coefficients, else the router's reference
+    ones). The simulated side is priced by ``profile`` (else each repeat's runs by that
+    repeat's own measurement, and beside it by one pooled over them:
+    :mod:`~replay.validation.fleet_profile`, :mod:`~replay.validation.fleet_rows`) and sized
+    like the replicas (``kv_tokens`` overrides their KV size; ``max_num_seqs`` and
+    ``max_num_batched_tokens``: the replicas' own, unless told ``validate``'s defaults,
+    vLLM's GPU ones: the caller starts the replicas with them). ``cpus_per_replica``: each
+    replica on that many CPUs of its own (:mod:`ttlctl.server.cpus`); a profile measured
+    here is then measured on a first replica, pinned, while the others serve a steady load
     (:func:`~replay.validation.neighbours.kept_busy`), as they will compute beside it.
     ``gpus_per_replica``: each replica on that many GPUs of its own
     (:mod:`ttlctl.server.gpus`; vLLM's parallel sizes after ``--`` must use them all),
-    measured the same way. ``async_scheduling``: the simulated replicas schedule as
-    vLLM's async scheduling does (the caller starts the servers with it).
+    measured the same way. ``async_scheduling``: the simulated replicas schedule as vLLM's
+    async scheduling does (the caller starts the servers with it).
 
     Raises :class:`ValidateError` (bad arguments), a
     :class:`~ttlctl.server.router.RouterError` (no ``vllm-router``, or a policy it
@@ -187,8 +146,8 @@ def validate_fleet(
     timings = Timings(draws=timing_draws, seed=seed)  # refused here, before any fleet
     for policy in routers:  # every one, before the first fleet's minutes of work
         check_router(policy)
-    sets = None if cpus_per_replica is None else cpus.cpu_sets(replicas, cpus_per_replica)
-    gpu_sets = _gpu_sets(sources, replicas, gpus_per_replica)
+    sets = replica_cpus(replicas, cpus_per_replica)
+    gpu_sets = replica_gpus(sources, replicas, gpus_per_replica)
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
     if not work.programs:
         raise ValidateError("no programs to validate with")
@@ -206,140 +165,46 @@ def validate_fleet(
         work_dir.mkdir(parents=True, exist_ok=True)
         runs: list[LiveRun] = []
         measured: list[Measured] = []
+        fleets = LiveFleets(
+            sources=sources,
+            bundle=bundle,
+            work_dir=work_dir,
+            replicas=replicas,
+            repeats=repeats,
+            calibration=calibration,
+            program_scheduling_json=program_scheduling_json,
+            router_extra=router_extra,
+            cpu_sets=sets,
+            gpu_sets=gpu_sets,
+            work=work,
+            timing=timing,
+            seed=seed,
+            timeout_s=timeout_s,
+            vocab_size=vocab_size,
+            model_config=model_config,
+            measuring=profile is None,
+            warn=warn,
+        )
         # run k of every (policy, router) before run k + 1 of any: a drift in the machine's
         # speed then falls on every router alike
         for rep in range(repeats):
             for name in names:
                 for policy in routers:
-                    which = f"{name} behind {policy}" + (
-                        f" (run {rep + 1} of {repeats})" if repeats > 1 else ""
-                    )
-                    tag = f"-{policy}" + (f"-{rep + 1}" if repeats > 1 else "")
-                    request_policy, scheduling = router_setup(
-                        policy, calibration, program_scheduling_json
-                    )
-                    made = policy_fleet(
-                        sources,
+                    # on the repeat's last fleet: no fleet's live run follows a
+                    # measurement's warm-up, so every run starts alike
+                    last = (name, policy) == (names[-1], routers[-1])
+                    run, info, measurement = live_run(
+                        fleets,
+                        rep,
                         name,
-                        bundle,
-                        work_dir,
-                        tag,
-                        replicas=replicas,
-                        router_policy=request_policy,
-                        program_scheduling_json=scheduling,
-                        router_extra=router_extra,
-                        cpu_sets=sets,
-                        gpu_sets=gpu_sets,
+                        policy,
+                        info=info,
+                        measure=profile is None and last,
+                        say=say,
                     )
-                    fleet = made.fleet
-                    say(f"{which}: starting {counted(replicas, 'replica')} and vllm-router")
-                    with fleet:
-                        groups = [
-                            s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None
-                        ]
-                        if info is None:
-                            info = probe(next(iter(made.urls.values())))
-                            if profile is None:  # measured after the runs: asked now
-                                measurable(info.url, "a replica", model_config)
-                        say(f"{which}: warming the replicas up")
-                        warm = warmed(
-                            list(made.urls.values()),
-                            info.model,
-                            max_model_len=info.max_model_len,
-                            vocab_size=vocab_size,
-                            seed=seed,
-                        )
-                        for url in made.urls.values():
-                            reset_prefix_cache(url)
-                        say(f"{which}: live replay of {counted(len(work.programs), 'program')}")
-                        before = {r: _scraped(u, warn) for r, u in made.urls.items()}
-                        # each server leads a process group of its own (its pid is its id)
-                        cpu_groups: dict[str, int | None] = {
-                            r: server.pid
-                            for r, u in made.urls.items()
-                            for server in fleet.replicas
-                            if server.url == u
-                        }
-                        cpu_groups["router"] = fleet.router.pid
-                        with cpu_used(cpu_groups) as cpu_s:
-                            result = run_live(
-                                fleet.url,
-                                work,
-                                name,
-                                timing=timing,
-                                seed=seed,
-                                timeout_s=timeout_s,
-                                vocab_size=vocab_size,
-                                warn=warn,
-                                # no gauges read through the router during the run: vllm-router
-                                # forwards GET /metrics to a worker by the routing policy, so a
-                                # poll every half second moved round_robin's placement (its
-                                # counter is shared with the calls); each replica's own
-                                # figures are read directly, before and after
-                                sample_every_s=0.0,
-                            )
-                        engines = {
-                            r: engine_delta(before[r], _scraped(u, warn))
-                            for r, u in made.urls.items()
-                        }
-                        # after the repeat's last live run, on its fleet: no fleet's live
-                        # run follows a measurement's warm-up, so every run starts alike
-                        if profile is None and (name, policy) == (names[-1], routers[-1]):
-                            say(f"{which}: measuring a replica's profile")
-                            measured.append(
-                                measure_replica(
-                                    list(made.urls.values()),
-                                    model=info.model,
-                                    policy=name,
-                                    repeat=rep + 1,
-                                    cpu_sets=sets,
-                                    gpu_sets=gpu_sets,
-                                    model_config=model_config,
-                                    vocab_size=vocab_size,
-                                )
-                            )
-                        say(f"{which}: stopping the fleet")
-                    order = arrivals.read(made.arrivals)
-                    logged = live_worker_order(fleet.router.log_path, list(made.urls.values()))
-                    runs.append(
-                        LiveRun(
-                            rep,
-                            name,
-                            policy,
-                            result,
-                            order,
-                            {
-                                "url": fleet.url,
-                                "router_command": shlex.join(fleet.router.command),
-                                "router_log": str(fleet.router.log_path),
-                                #: CPU seconds each replica (its API server and engine
-                                #: core), the router and the client used during the live run
-                                "cpu_s": cpu_s,
-                                #: router starts that found their port taken meanwhile
-                                "router_port_retries": fleet.port_retries,
-                                #: the process groups it ran (each one's leader pid), all
-                                #: stopped now
-                                "process_groups": groups,
-                                #: what each replica served before the live run, so that it
-                                #: starts warm (replay.validation.warmup)
-                                "warmup": warm.to_json(),
-                                "replicas": {
-                                    r: {
-                                        "url": made.urls[r],
-                                        "arrivals": str(made.arrivals[r]),
-                                        #: its steps, requests and engine TTFT in the live
-                                        #: run, from its /metrics (None: not read)
-                                        "engine": engines[r],
-                                    }
-                                    for r in made.urls
-                                },
-                                #: the workers' URLs in the router's own order, from its log
-                                #: (None: not logged; the simulated side then takes the
-                                #: --worker-urls order)
-                                "worker_order": logged,
-                            },
-                        )
-                    )
+                    runs.append(run)
+                    if measurement is not None:
+                        measured.append(measurement)
     assert info is not None  # set in the first fleet
     #: each repeat's own measurement, which prices that repeat's runs (none: given)
     own = by_repeat(measured, repeats)
@@ -382,71 +247,3 @@ def validate_fleet(
         work_dir=work_dir,
         idle_gap_cap_s=idle_gap_cap_s,
     )
-
-
-def check_placement(cpus_per_replica: int | None, gpus_per_replica: int | None) -> None:
-    """:class:`ValidateError` (one line) for a replica given fewer than one CPU or GPU.
-    Checked before the machine is asked what it has, so a bad value is named as such.
-    Both may be given: GPU replicas whose host threads are pinned to CPUs of their own."""
-    for flag, per_replica in (
-        ("--cpus-per-replica", cpus_per_replica),
-        ("--gpus-per-replica", gpus_per_replica),
-    ):
-        if per_replica is not None and per_replica < 1:
-            raise ValidateError(f"{flag} must be at least 1, not {per_replica}")
-
-
-def _gpu_sets(
-    sources: Sources, replicas: int, per_replica: int | None
-) -> tuple[tuple[str, ...], ...] | None:
-    """Each replica's GPUs (None: not placed), refused before any fleet starts when
-    there are too few, one of them is in MIG mode but named whole, or the replicas' vLLM
-    would not use them all."""
-    if per_replica is None:
-        return None
-    assert sources.base_cmd is not None
-    placed = gpus.gpu_sets(replicas, per_replica, gpus.visible_gpus(sources.env or os.environ))
-    gpus.check_whole([g for gpu_set in placed for g in gpu_set])
-    gpus.check_parallel(command.vllm_arguments(sources.base_cmd), per_replica)
-    return placed
-
-
-def _scraped(url: str, warn: Callable[[str], None] | None) -> dict[str, float] | None:
-    """A replica's series (:func:`~replay.validation.engine_metrics.scrape`); None, said
-    through ``warn``, when they cannot be read: its engines are then not compared."""
-    try:
-        return scrape(url)
-    except ScrapeFailed as exc:
-        if warn is not None:
-            warn(f"the replica's own figures are not compared: {exc}")
-        return None
-
-
-def live_worker_order(log_path: Path, urls: Sequence[str]) -> list[str] | None:
-    """The replicas' URLs in the live router's own order, read from its log (None: the
-    log has no such order, or one that is not these replicas')."""
-    try:
-        text = log_path.read_text(errors="replace")
-    except OSError:
-        return None
-    order = router.worker_order(text)
-    return order if order is not None and sorted(order) == sorted(urls) else None
-
-
-def sim_settings(
-    routers: Sequence[str],
-    calibration: RouterCalibration | None,
-    program_scheduling_json: str | None,
-) -> dict[str, RouterSettings]:
-    """The simulated Program scheduling set as the live router is: the same config JSON,
-    on the profile's calibration when the live one is calibrated, else the reference one."""
-    if PROGRAM_SCHEDULING not in routers:
-        return {}
-    value = router_setup(PROGRAM_SCHEDULING, calibration, program_scheduling_json)[1]
-    return {
-        PROGRAM_SCHEDULING: RouterSettings(
-            "program-scheduling",
-            program_scheduling_config_json=value,
-            program_scheduling_calibration="reference" if calibration is None else "profile",
-        )
-    }

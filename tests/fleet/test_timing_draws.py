@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 from replay.validation.error import ValidateError
 from replay.validation.fleet import TIMING_DRAWS
 from replay.validation.fleet_sim import compare_fleet, router_ranking
-from replay.validation.setup import ValidateRequest, validation_doc
+from replay.validation.setup import validation_doc
 from replay.validation.timings import Timings
+from replay.validation.validate_request import ValidateRequest
 from tests.live.traces import agent_trace
 from ttlctl.cli import app
 from ttlctl.cli.render import fleet_table

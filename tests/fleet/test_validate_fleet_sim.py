@@ -17,7 +17,7 @@ from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.synth import fit_context, synth
-from replay.validation.fleet import sim_settings
+from replay.validation.fleet_routers import sim_settings
 from replay.validation.fleet_sim import (
     compare_fleet,
     fleet_error,

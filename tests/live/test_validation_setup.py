@@ -1,5 +1,6 @@
 """validate's settings checked before any server starts: one-line refusals naming the
-argument or the file (replay.validation.setup), and through the command, exit 2."""
+argument or the file (replay.validation.setup, replay.validation.server_sources), and
+through the command, exit 2."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from replay.validation.error import ValidateError
-from replay.validation.setup import ValidateRequest, local_config, parse_urls, server_base
+from replay.validation.server_sources import local_config, parse_urls, server_base
+from replay.validation.validate_request import ValidateRequest
 from replay.validation.work_dir import work_dir
 from tests.live.traces import agent_trace
 from ttlctl.cli import app

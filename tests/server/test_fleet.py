@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from replay.validation.fleet import check_placement, validate_fleet
+from replay.validation.fleet import validate_fleet
+from replay.validation.fleet_placement import check_placement
 from replay.validation.servers import Sources
 from replay.workload import load
 from tests.live.traces import agent_trace
@@ -267,7 +268,7 @@ def test_validate_without_the_router_is_one_line_and_exit_2(
 def test_program_scheduling_is_consistent_hash_with_the_profiles_calibration() -> None:
     from profiles import shipped
     from profiles.router_calibration import calibrate
-    from replay.validation.fleet import router_setup
+    from replay.validation.fleet_routers import router_setup
 
     assert router_setup("round_robin", None, None) == ("round_robin", None)
     policy, value = router_setup("program_scheduling", None, None)

@@ -1,6 +1,6 @@
 """The real vllm-router's round_robin counts every request it forwards, GET /metrics
 included: why validate reads no gauges through the router during a live run (a poll
-every half second moved round_robin's placement; replay/validation/fleet.py)."""
+every half second moved round_robin's placement; replay/validation/fleet_live.py)."""
 
 from __future__ import annotations
 

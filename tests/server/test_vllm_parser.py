@@ -23,8 +23,9 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
+from replay.validation.server_sources import SET_BY_MODEL, SIZED_BY_VALIDATE, server_base
 from replay.validation.servers import OWN_FLAGS as VALIDATE_FLAGS
-from replay.validation.setup import SET_BY_MODEL, SIZED_BY_VALIDATE, ValidateRequest, server_base
+from replay.validation.validate_request import ValidateRequest
 from ttlctl.errors import TtlctlError
 from ttlctl.server import command, gpus, serving
 from ttlctl.server.command import ASYNC_SCHEDULING, PROMPT_TOKENS_DETAILS, CommandError

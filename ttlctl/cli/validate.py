@@ -188,7 +188,8 @@ def validate(
     instead. The same table and --json document, marked re-simulated.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
-    from replay.validation.setup import ValidateRequest, validation_doc
+    from replay.validation.setup import validation_doc
+    from replay.validation.validate_request import ValidateRequest
 
     req = ValidateRequest(
         trace=trace,

@@ -147,8 +147,16 @@ PROGRAM_SCHEDULING = [
         ),
         # what vllm-router would not take as a worker URL (it was hashed into a placement)
         (
-            ["--replicas", "2", "--router", "consistent-hash", "--worker-urls", "notaurl",
-             "--worker-urls", "http://b:2"],
+            [
+                "--replicas",
+                "2",
+                "--router",
+                "consistent-hash",
+                "--worker-urls",
+                "notaurl",
+                "--worker-urls",
+                "http://b:2",
+            ],
             "--worker-urls: 'notaurl' is not a worker URL",
         ),
         (

@@ -83,11 +83,11 @@ from ttlctl.server.facts import ServerInfo, probe
 #: ``--router`` for vllm-router's own Program scheduling: ``consistent_hash`` underneath
 #: (its documented pairing), Program scheduling on for every call with an ``X-Session-ID``
 #: (``program_scheduling_enable_key: auto``), calibrated from the profile when one is given
-PROGRAM_SCHEDULING = "program_scheduling"
+PROGRAM_SCHEDULING = router.PROGRAM_SCHEDULING
 #: the request-level policy under Program scheduling
 PROGRAM_SCHEDULING_POLICY = "consistent_hash"
 #: what ``validate --router`` takes: vllm-router's ``--policy`` values and Program scheduling
-ROUTERS = (*router.POLICIES, PROGRAM_SCHEDULING)
+ROUTERS = router.LIVE_ROUTERS
 #: perturbed arrival timings each live run is simulated on unless told
 #: (:mod:`replay.validation.timings`; ``validate --timing-draws``)
 TIMING_DRAWS = DRAWS

@@ -96,7 +96,10 @@ TIMING_DRAWS = DRAWS
 def check_router(name: str) -> str:
     """``name`` if ``validate --router`` takes it, else a
     :class:`~ttlctl.server.router.RouterError` naming every one it takes (and vllm-router's
-    spelling of a name written as ``replay --router`` writes it)."""
+    spelling of a name written as ``replay --router`` writes it). Not
+    :func:`~ttlctl.server.router.check_policy`'s list: that one is the ``--policy`` the
+    router is started with, which ``program_scheduling`` is not (:func:`router_setup`
+    starts it as ``consistent_hash`` with Program scheduling on)."""
     if name in ROUTERS:
         return name
     spelled = name.replace("-", "_")

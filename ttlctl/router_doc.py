@@ -7,8 +7,12 @@ same router and is taken too. The settings are vllm-router's flag names with und
 (``balance_abs_threshold`` for ``--balance-abs-threshold``), as ``ttlctl tune`` writes them;
 the flag's spelling is refused with the key to write instead. ``pin_queue_bound`` is
 pin-aware's own (ttlctl's router). Program scheduling's settings are the fields of its
-config JSON, which the router reads itself: they are not typed here. The simulator's router
-models (``replay.fleet.routers``) take the same settings; a test keeps the two in step.
+config JSON, which the router reads itself: they are not typed here.
+
+This is the one table of the routers' settings: the simulator's router models
+(``replay.fleet.routers``) take these settings, refuse what :meth:`Flag.refusal` refuses
+and fill in :attr:`Flag.default`; ``bundle query --as vllm-router`` writes these flags.
+Tests keep the models, the command line and tune's search space in step with it.
 Pure: imports only the base error.
 """
 
@@ -22,17 +26,45 @@ from typing import Any
 from ttlctl.errors import TtlctlError
 
 PROGRAM_SCHEDULING = "program-scheduling"
+#: ttlctl's routers, in the comparison table's order: vllm-router's policies (with dashes),
+#: its Program scheduling, ttlctl's own pin-aware, and the placement a trace recorded
+ROUTERS = (
+    "round-robin",
+    "random",
+    "power-of-two",
+    "consistent-hash",
+    "cache-aware",
+    "kv-aware",
+    "sticky-least-loaded",
+    "pin-aware",
+    PROGRAM_SCHEDULING,
+    "as-logged",
+)
+#: vllm-router 0.1.17's request-level policies (``--policy``), its default first
+POLICIES = (
+    "cache_aware",
+    "round_robin",
+    "random",
+    "power_of_two",
+    "consistent_hash",
+    "sticky_least_loaded",
+    "kv_aware",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Flag:
     """One setting as the router's flag takes it: an integer or a number, in [low, high];
-    ``nullable``: null is the router's own default (no session affinity)."""
+    ``default``: the router's when the flag is not given; ``nullable``: null is the
+    router's own default (no session affinity); ``vllm_router``: a vllm-router flag
+    (False: ttlctl's own router's, which vllm-router does not take)."""
 
     integer: bool
+    default: float | None
     low: float = 0.0
     high: float = math.inf
     nullable: bool = False
+    vllm_router: bool = True
 
     def refusal(self, value: Any) -> str | None:
         """Why ``value`` is not one this flag takes (None: it is)."""
@@ -45,8 +77,9 @@ class Flag:
         if self.integer and not float(value).is_integer():
             return f"{json_text(value)} is not an integer"
         if not self.low <= value <= self.high:
-            high = "" if math.isinf(self.high) else f"..{self.high:g}"
-            return f"{json_text(value)} is out of range ({self.low:g}{high or ' or more'})"
+            low = number_text(self.low)
+            span = f"{low} or more" if math.isinf(self.high) else f"{low}..{number_text(self.high)}"
+            return f"{json_text(value)} is out of range ({span})"
         return None
 
 
@@ -57,20 +90,41 @@ SETTINGS: dict[str, dict[str, Flag]] = {
     "power-of-two": {},
     "consistent-hash": {},
     "cache-aware": {
-        "cache_threshold": Flag(integer=False, high=1.0),
-        "balance_abs_threshold": Flag(integer=True),
-        "balance_rel_threshold": Flag(integer=False),
+        "cache_threshold": Flag(integer=False, default=0.3, high=1.0),
+        "balance_abs_threshold": Flag(integer=True, default=64),
+        "balance_rel_threshold": Flag(integer=False, default=1.5),
     },
     "kv-aware": {
+        # vllm-router's parser takes an int (``type=int``), and refuses one outside
+        # 1..31536000 (``RouterArgs._validate_router_args``); unset: no session affinity
         "kv_aware_session_affinity_ttl_secs": Flag(
-            integer=True, low=1, high=31_536_000, nullable=True
+            integer=True, default=None, low=1, high=31_536_000, nullable=True
         ),
-        "router_temperature": Flag(integer=False),
+        "router_temperature": Flag(integer=False, default=0.0),
     },
     "sticky-least-loaded": {},
-    "pin-aware": {"pin_queue_bound": Flag(integer=True)},
+    "pin-aware": {"pin_queue_bound": Flag(integer=True, default=8, vllm_router=False)},
     "as-logged": {},
 }
+
+
+def flag_name(key: str) -> str:
+    """A setting's command-line flag (``--cache-threshold`` for ``cache_threshold``)."""
+    return "--" + key.replace("_", "-")
+
+
+def default_of(router: str, key: str) -> float:
+    """A setting's default as a number (for the router models' fields; not a nullable
+    setting's, whose default is null)."""
+    value = SETTINGS[router][key].default
+    if value is None:
+        raise KeyError(f"{router}'s {key} has no number for its default")
+    return value
+
+
+def number_text(value: float) -> str:
+    """A number as a message writes it (``31536000``, ``0``, ``0.5``)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def json_text(value: Any) -> str:
@@ -93,7 +147,7 @@ def check_settings(name: str, settings: Mapping[str, Any]) -> None:
         return  # its config's fields: vllm-router reads the JSON itself
     takes = SETTINGS.get(router)
     if takes is None:
-        known = ", ".join([*SETTINGS, PROGRAM_SCHEDULING])
+        known = ", ".join(ROUTERS)
         raise TtlctlError(f"router.name: {name!r} is not a router ttlctl knows ({known})")
     for key, value in settings.items():
         where = f"router.settings.{key}"
@@ -108,5 +162,5 @@ def check_settings(name: str, settings: Mapping[str, Any]) -> None:
             )
         why = flag.refusal(value)
         if why is not None:
-            owner = "ttlctl's pin-aware" if router == "pin-aware" else "vllm-router's"
-            raise TtlctlError(f"{where}: {why}, for {owner} --{key.replace('_', '-')}")
+            owner = "vllm-router's" if flag.vllm_router else f"ttlctl's {router}"
+            raise TtlctlError(f"{where}: {why}, for {owner} {flag_name(key)}")

@@ -20,20 +20,15 @@ from typing import Any
 from profiles.router_calibration import calibrate
 from profiles.schema import Profile
 from ttlctl.errors import ConfigError
-from ttlctl.router_doc import SETTINGS, ttlctl_name
+from ttlctl.router_doc import POLICIES as VLLM_POLICIES
+from ttlctl.router_doc import SETTINGS, flag_name, ttlctl_name
 
 #: ttlctl's name -> vllm-router's ``--policy``
-POLICIES = {
-    "round-robin": "round_robin",
-    "random": "random",
-    "power-of-two": "power_of_two",
-    "consistent-hash": "consistent_hash",
-    "cache-aware": "cache_aware",
-    "kv-aware": "kv_aware",
-    "sticky-least-loaded": "sticky_least_loaded",
-}
-#: settings that are not vllm-router's flags
-NOT_FLAGS = frozenset({"pin_queue_bound"})
+POLICIES = {ttlctl_name(policy): policy for policy in VLLM_POLICIES}
+#: settings that are not vllm-router's flags (ttlctl's own router's)
+NOT_FLAGS = frozenset(
+    key for flags in SETTINGS.values() for key, flag in flags.items() if not flag.vllm_router
+)
 
 PIN_AWARE = (
     "pin-aware is ttlctl's own router and vllm-router has no policy like it (one that "
@@ -96,7 +91,8 @@ def vllm_router_args(router: Mapping[str, Any], profile: Profile | None = None) 
     for key, value in sorted(router.get("settings", {}).items()):
         if value is None or key in NOT_FLAGS:
             continue  # null: the router's own default (no session affinity)
-        if key in flags and flags[key].integer:
+        flag = flags.get(key)
+        if flag is not None and flag.integer:
             value = int(value)  # 30.0 in the JSON: vllm-router's int flag wants 30
-        args += ["--" + key.replace("_", "-"), str(value)]
+        args += [flag_name(key), str(value)]
     return args

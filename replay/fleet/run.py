@@ -237,7 +237,7 @@ def router_settings(
     cache_threshold: float | None = None,
     balance_abs_threshold: int | None = None,
     balance_rel_threshold: float | None = None,
-    kv_aware_session_affinity_ttl_secs: float | None = None,
+    kv_aware_session_affinity_ttl_secs: int | None = None,
     router_temperature: float | None = None,
     pin_queue_bound: int | None = None,
     program_scheduling_config_json: str | None = None,

@@ -15,17 +15,20 @@ from ttlctl.server import router
 #: ``--router`` for vllm-router's own Program scheduling: ``consistent_hash`` underneath
 #: (its documented pairing), Program scheduling on for every call with an ``X-Session-ID``
 #: (``program_scheduling_enable_key: auto``), calibrated from the profile when one is given
-PROGRAM_SCHEDULING = "program_scheduling"
+PROGRAM_SCHEDULING = router.PROGRAM_SCHEDULING
 #: the request-level policy under Program scheduling
 PROGRAM_SCHEDULING_POLICY = "consistent_hash"
 #: what ``validate --router`` takes: vllm-router's ``--policy`` values and Program scheduling
-ROUTERS = (*router.POLICIES, PROGRAM_SCHEDULING)
+ROUTERS = router.LIVE_ROUTERS
 
 
 def check_router(name: str) -> str:
     """``name`` if ``validate --router`` takes it, else a
     :class:`~ttlctl.server.router.RouterError` naming every one it takes (and vllm-router's
-    spelling of a name written as ``replay --router`` writes it)."""
+    spelling of a name written as ``replay --router`` writes it). Not
+    :func:`~ttlctl.server.router.check_policy`'s list: that one is the ``--policy`` the
+    router is started with, which ``program_scheduling`` is not (:func:`router_setup`
+    starts it as ``consistent_hash`` with Program scheduling on)."""
     if name in ROUTERS:
         return name
     spelled = name.replace("-", "_")

@@ -41,11 +41,7 @@ from replay.validation.sim_side import SimSide
 from replay.validation.stats import JCT_GOAL, TIE, ranking, same_ranking
 from replay.validation.timings import Timings, perturbed
 from replay.workload import Workload
-from ttlctl.server.router import POLICIES
-
-#: the live routers a model may stand for: vllm-router's ``--policy`` and its Program
-#: scheduling (ttlctl's ``program_scheduling``)
-LIVE_ROUTERS = (*POLICIES, "program_scheduling")
+from ttlctl.server.router import LIVE_ROUTERS
 
 #: (key in a fleet row, key in the simulated result, label, how the error is expressed)
 FLEET_COMPARED = (

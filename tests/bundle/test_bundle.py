@@ -161,6 +161,12 @@ CACHE_AWARE = {"cache_threshold": 0.3, "balance_abs_threshold": 64, "balance_rel
             "router.settings.router_temperature: null is not a value of it",
         ),
         (
+            "kv-aware",
+            {"kv_aware_session_affinity_ttl_secs": 31_536_001},
+            "router.settings.kv_aware_session_affinity_ttl_secs: 31536001 is out of range "
+            "(1..31536000), for vllm-router's --kv-aware-session-affinity-ttl-secs",
+        ),
+        (
             "pin-aware",
             {"pin_queue_bound": -1},
             "router.settings.pin_queue_bound: -1 is out of range (0 or more), "
@@ -227,14 +233,12 @@ def test_vllm_routers_spelling_of_a_router_is_the_same_router(
 
 def test_the_bundles_router_settings_are_the_simulators() -> None:
     """ttlctl.router_doc types the settings that the simulator's router models take
-    (replay.fleet.routers): the same routers, the same keys, and each model's defaults pass."""
+    (replay.fleet.routers): the same routers, the same keys, and each model's defaults pass
+    (types and ranges: tests/fleet/test_router_table.py)."""
     assert set(router_doc.SETTINGS) | {router_doc.PROGRAM_SCHEDULING} == set(ROUTERS)
     for name, flags in router_doc.SETTINGS.items():
-        assert tuple(flags) == TAKES.get(name, ()), name
+        assert tuple(flags) == TAKES[name], name
         router_doc.check_settings(name, RouterSettings(name).resolved())
-        for key, flag in flags.items():  # the model's int fields are int flags (the
-            # session TTL is a number of seconds to the model, an int to vllm-router's parser)
-            assert RouterSettings.__annotations__[key] != "int | None" or flag.integer, key
 
 
 def test_engine_reader_falls_back_to_no_pin(bundle_file: Path, tmp_path: Path) -> None:

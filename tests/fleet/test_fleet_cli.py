@@ -83,6 +83,7 @@ def test_replay_an_async_fleet(trace: Path, tmp_path: Path) -> None:
     assert result["jct_mean_s"] != sync["results"][0]["jct_mean_s"]
 
 
+KV_TTL = "--kv-aware-session-affinity-ttl-secs"
 PROGRAM_SCHEDULING = [
     "--replicas", "2", "--router", "program-scheduling", "--program-scheduling-config-json",
 ]  # fmt: skip
@@ -111,6 +112,15 @@ PROGRAM_SCHEDULING = [
         (
             ["--replicas", "2", "--router", "kv-aware", "--pin-queue-bound", "3"],
             "--pin-queue-bound: the kv-aware router does not take it",
+        ),
+        # a value vllm-router's flag refuses (ttlctl.router_doc's table)
+        (
+            ["--replicas", "2", "--router", "cache-aware", "--cache-threshold", "1.5"],
+            "--cache-threshold: 1.5 is out of range (0..1)",
+        ),
+        (
+            ["--replicas", "2", "--router", "kv-aware", KV_TTL, "0"],
+            "--kv-aware-session-affinity-ttl-secs: 0 is out of range (1..31536000)",
         ),
         (["--replicas", "2", "--kv-tokens", "8"], "must hold at least one block"),
         (

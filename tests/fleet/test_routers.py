@@ -237,6 +237,43 @@ def test_settings_take_the_real_flags_and_refuse_others():
         )
 
 
+@pytest.mark.parametrize(
+    ("name", "settings", "message"),
+    [
+        ("cache-aware", {"cache_threshold": 1.5}, "--cache-threshold: 1.5 is out of range (0..1)"),
+        (
+            "cache-aware",
+            {"balance_abs_threshold": 12.5},
+            "--balance-abs-threshold: 12.5 is not an integer",
+        ),
+        (
+            "kv-aware",
+            {"kv_aware_session_affinity_ttl_secs": 30.5},
+            "--kv-aware-session-affinity-ttl-secs: 30.5 is not an integer",
+        ),
+        (
+            "kv-aware",
+            {"kv_aware_session_affinity_ttl_secs": 0},
+            "--kv-aware-session-affinity-ttl-secs: 0 is out of range (1..31536000)",
+        ),
+        (
+            "kv-aware",
+            {"router_temperature": -1},
+            "--router-temperature: -1 is out of range (0 or more)",
+        ),
+        ("pin-aware", {"pin_queue_bound": True}, "--pin-queue-bound: true is not an integer"),
+    ],
+)
+def test_settings_vllm_router_would_refuse_are_refused_in_one_line(
+    name: str, settings: dict[str, object], message: str
+) -> None:
+    """As vllm-router's parser takes its flags (ttlctl.router_doc's table): a fraction for
+    an int flag (its parser's int()), a value out of the flag's range."""
+    with pytest.raises(ConfigError) as caught:
+        RouterSettings(name, **settings)  # type: ignore[arg-type]
+    assert str(caught.value) == message
+
+
 def test_worker_urls_one_per_replica() -> None:
     urls = ("http://127.0.0.1:1", "http://127.0.0.1:2")
     assert FleetSpec(2, RouterSettings("consistent-hash"), worker_urls=urls).describe()[

@@ -7,7 +7,8 @@ defaulting to the bundle's record) is declared by its command, under its own hel
 The defaults are the libraries': the engine's size is read from
 ``replay.scheduler_config`` (one constant each, which ``SimSchedulerConfig`` and the
 validations' library defaults read too; that module imports nothing heavy, so
-``ttlctl --help`` stays light); ``replay.sim.ReplayConfig``'s offload size is written here
+``ttlctl --help`` stays light), the routers' settings' from ``ttlctl.router_doc``'s
+table; ``replay.sim.ReplayConfig``'s offload size is written here
 as a literal (``replay.sim`` is heavy), and tests/cli checks that they agree.
 
 Spelling: flags are vLLM's, the router's or AIPerf's where those have one; a time is
@@ -30,6 +31,7 @@ from replay.scheduler_config import KV_TOKENS as KV_TOKENS
 from replay.scheduler_config import MAX_MODEL_LEN as MAX_MODEL_LEN
 from replay.scheduler_config import MAX_NUM_BATCHED_TOKENS as MAX_NUM_BATCHED_TOKENS
 from replay.scheduler_config import MAX_NUM_SEQS as MAX_NUM_SEQS
+from ttlctl.router_doc import default_of, number_text
 
 #: no CPU offload tier (``ReplayConfig.offload_tokens``)
 OFFLOAD_TOKENS = 0
@@ -386,12 +388,19 @@ RouterName = Annotated[
         "(ttlctl's), as-logged (the trace's replica column).",
     ),
 ]
+
+
+def _router_default(router: str, key: str) -> str:
+    """A router setting's default as its help says it (``ttlctl.router_doc``'s table)."""
+    return number_text(default_of(router, key))
+
+
 CacheThreshold = Annotated[
     float | None,
     typer.Option(
         "--cache-threshold",
         help="cache-aware: prefix match rate above which a request follows its match "
-        "(vllm-router's flag; 0.3).",
+        f"(vllm-router's flag; {_router_default('cache-aware', 'cache_threshold')}).",
     ),
 ]
 BalanceAbsThreshold = Annotated[
@@ -399,14 +408,16 @@ BalanceAbsThreshold = Annotated[
     typer.Option(
         "--balance-abs-threshold",
         help="cache-aware: balance load when max − min in-flight requests exceeds this "
-        "and --balance-rel-threshold holds (vllm-router's flag; 64).",
+        "and --balance-rel-threshold holds (vllm-router's flag; "
+        f"{_router_default('cache-aware', 'balance_abs_threshold')}).",
     ),
 ]
 BalanceRelThreshold = Annotated[
     float | None,
     typer.Option(
         "--balance-rel-threshold",
-        help="cache-aware: ... and max > min × this (vllm-router's flag; 1.5).",
+        help="cache-aware: ... and max > min × this (vllm-router's flag; "
+        f"{_router_default('cache-aware', 'balance_rel_threshold')}).",
     ),
 ]
 KvAwareSessionAffinityTtlSecs = Annotated[
@@ -422,7 +433,7 @@ RouterTemperature = Annotated[
     typer.Option(
         "--router-temperature",
         help="kv-aware: softmax temperature over the costs; 0 takes the lowest "
-        "(vllm-router's flag; 0).",
+        f"(vllm-router's flag; {_router_default('kv-aware', 'router_temperature')}).",
     ),
 ]
 PinQueueBound = Annotated[
@@ -430,7 +441,8 @@ PinQueueBound = Annotated[
     typer.Option(
         "--pin-queue-bound",
         help="pin-aware: leave the pin's replica when it has more than this many requests "
-        "in flight beyond the least loaded one's (ttlctl's router; 8).",
+        "in flight beyond the least loaded one's (ttlctl's router; "
+        f"{_router_default('pin-aware', 'pin_queue_bound')}).",
     ),
 ]
 ProgramSchedulingConfigJson = Annotated[

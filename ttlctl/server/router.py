@@ -29,21 +29,22 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ttlctl import router_doc
 from ttlctl.server.client import ServerError
 
 #: the router's command, as ``pip install vllm-router`` installs it
 COMMAND = "vllm-router"
 #: the request-level policies of vllm-router 0.1.17 (``--policy``), its default first
-POLICIES = (
-    "cache_aware",
-    "round_robin",
-    "random",
-    "power_of_two",
-    "consistent_hash",
-    "sticky_least_loaded",
-    "kv_aware",
-)
-DEFAULT_POLICY = "cache_aware"
+POLICIES = router_doc.POLICIES
+DEFAULT_POLICY = POLICIES[0]
+#: vllm-router's Program scheduling as a live fleet's router is named: not a ``--policy``
+#: but ``--enable-program-scheduling`` over one (vllm-router's spelling of ttlctl's
+#: ``program-scheduling``)
+PROGRAM_SCHEDULING = router_doc.PROGRAM_SCHEDULING.replace("-", "_")
+#: what a live fleet runs behind (``validate --router``): a ``--policy``, or Program
+#: scheduling. :func:`check_policy` takes only the first: it checks the ``--policy`` the
+#: router is started with, once Program scheduling was made its flags
+LIVE_ROUTERS = (*POLICIES, PROGRAM_SCHEDULING)
 #: the event of the router's start-up warning that Program scheduling runs on
 #: reference calibration coefficients
 REFERENCE_CALIBRATION_EVENT = "program_scheduling_reference_calibration"
@@ -72,6 +73,9 @@ def binary() -> str:
 
 
 def check_policy(policy: str) -> str:
+    """``policy`` if vllm-router's ``--policy`` takes it, else :class:`RouterError` naming
+    them (a live fleet's router is checked first, with Program scheduling, by
+    :func:`replay.validation.fleet_routers.check_router`)."""
     if policy not in POLICIES:
         raise RouterError(f"--router takes {', '.join(POLICIES)}; not {policy!r}")
     return policy

@@ -2,9 +2,12 @@
 which settings each one takes.
 
 The decision rules were read from vllm-project/router's source (``src/policies/*.rs``); the
-policy names, flag names and defaults from the vllm-router 0.1.17 wheel
-(``vllm_router/router_args.py``). Each module names the file it follows and its deliberate
-differences."""
+policy names, flag names, types, ranges and defaults from the vllm-router 0.1.17 wheel
+(``vllm_router/router_args.py``), written once in :data:`ttlctl.router_doc.SETTINGS`:
+:data:`TAKES`, the flags, the checks of :class:`RouterSettings` and its defaults are that
+table's (Program scheduling's two settings are its own: its config JSON is checked by
+:class:`~replay.fleet.routers.progress_ttl.ProgramSchedulingConfig`). Each module names
+the file it follows and its deliberate differences."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from replay.fleet.routers.base import FleetView, RoutedCall, Router
 from replay.fleet.routers.cache_aware import CacheAware
 from replay.fleet.routers.consistent_hash import ConsistentHash
 from replay.fleet.routers.kv_aware import KvAware
-from replay.fleet.routers.pin_aware import DEFAULT_PIN_QUEUE_BOUND, PinAware
+from replay.fleet.routers.pin_aware import PinAware
 from replay.fleet.routers.power_of_two import PowerOfTwo
 from replay.fleet.routers.program_scheduling import ProgramScheduling
 from replay.fleet.routers.progress_ttl import (
@@ -32,12 +35,12 @@ from replay.fleet.routers.random_pick import RandomPick
 from replay.fleet.routers.round_robin import RoundRobin
 from replay.fleet.routers.sticky_least_loaded import StickyLeastLoaded
 from ttlctl.errors import ConfigError
-from ttlctl.router_doc import ttlctl_name
+from ttlctl.router_doc import PROGRAM_SCHEDULING, ROUTERS, SETTINGS, flag_name, ttlctl_name
 
 __all__ = [
     "AS_LOGGED",
-    "FLAGS",
     "ROUTERS",
+    "TAKES",
     "FleetView",
     "RoutedCall",
     "Router",
@@ -49,19 +52,6 @@ __all__ = [
 
 #: not a router but the placement a trace's ``replica`` column recorded
 AS_LOGGED = "as-logged"
-#: ttlctl's names (vllm-router's with dashes), in the comparison table's order
-ROUTERS = (
-    "round-robin",
-    "random",
-    "power-of-two",
-    "consistent-hash",
-    "cache-aware",
-    "kv-aware",
-    "sticky-least-loaded",
-    "pin-aware",
-    "program-scheduling",
-    "as-logged",
-)
 
 
 #: ttlctl's name of a router given in vLLM's router's spelling (``cache_aware``,
@@ -72,24 +62,13 @@ router_name = ttlctl_name
 #: a setting's value (Program scheduling's config has strings and booleans too)
 Setting = float | int | str | None
 
-#: setting -> its command-line flag (vllm-router's, except pin-aware's own)
-FLAGS = {
-    "cache_threshold": "--cache-threshold",
-    "balance_abs_threshold": "--balance-abs-threshold",
-    "balance_rel_threshold": "--balance-rel-threshold",
-    "kv_aware_session_affinity_ttl_secs": "--kv-aware-session-affinity-ttl-secs",
-    "router_temperature": "--router-temperature",
-    "pin_queue_bound": "--pin-queue-bound",
-    "program_scheduling_config_json": "--program-scheduling-config-json",
-    "program_scheduling_calibration": "--program-scheduling-calibration",
-}
-
-#: the settings each router takes
-TAKES: dict[str, tuple[str, ...]] = {
-    "cache-aware": ("cache_threshold", "balance_abs_threshold", "balance_rel_threshold"),
-    "kv-aware": ("kv_aware_session_affinity_ttl_secs", "router_temperature"),
-    "pin-aware": ("pin_queue_bound",),
-    "program-scheduling": ("program_scheduling_config_json", "program_scheduling_calibration"),
+#: Program scheduling's settings: its config JSON and the calibration it runs on (not in
+#: router_doc's table: vllm-router reads the JSON itself)
+PROGRAM_SCHEDULING_TAKES = ("program_scheduling_config_json", "program_scheduling_calibration")
+#: the settings each router takes, router_doc's table's (each one's flag is
+#: :func:`~ttlctl.router_doc.flag_name`'s)
+TAKES: dict[str, tuple[str, ...]] = {name: tuple(SETTINGS.get(name, {})) for name in ROUTERS} | {
+    PROGRAM_SCHEDULING: PROGRAM_SCHEDULING_TAKES
 }
 
 
@@ -101,7 +80,7 @@ class RouterSettings:
     cache_threshold: float | None = None
     balance_abs_threshold: int | None = None
     balance_rel_threshold: float | None = None
-    kv_aware_session_affinity_ttl_secs: float | None = None
+    kv_aware_session_affinity_ttl_secs: int | None = None
     router_temperature: float | None = None
     pin_queue_bound: int | None = None
     #: vllm-router's ``--program-scheduling-config-json`` (its calibration objects, when
@@ -119,26 +98,19 @@ class RouterSettings:
             raise ConfigError(
                 f"--router: unknown router {self.name!r}; choose from {', '.join(ROUTERS)}"
             )
-        takes = TAKES.get(self.name, ())
+        takes = TAKES[self.name]
         for f in fields(self):
             if f.name != "name" and getattr(self, f.name) is not None and f.name not in takes:
                 raise ConfigError(
-                    f"{FLAGS[f.name]}: the {self.name} router does not take it"
-                    + (f" (it takes {', '.join(FLAGS[t] for t in takes)})" if takes else "")
+                    f"{flag_name(f.name)}: the {self.name} router does not take it"
+                    + (f" (it takes {', '.join(map(flag_name, takes))})" if takes else "")
                 )
-        if self.cache_threshold is not None and not 0 <= self.cache_threshold <= 1:
-            raise ConfigError("--cache-threshold must be in [0, 1]")
-        if self.balance_abs_threshold is not None and self.balance_abs_threshold < 0:
-            raise ConfigError("--balance-abs-threshold must be ≥ 0")
-        if self.balance_rel_threshold is not None and self.balance_rel_threshold < 0:
-            raise ConfigError("--balance-rel-threshold must be ≥ 0")
-        ttl = self.kv_aware_session_affinity_ttl_secs
-        if ttl is not None and not 1 <= ttl <= 31_536_000:
-            raise ConfigError("--kv-aware-session-affinity-ttl-secs must be in 1..31536000")
-        if self.router_temperature is not None and self.router_temperature < 0:
-            raise ConfigError("--router-temperature must be ≥ 0")
-        if self.pin_queue_bound is not None and self.pin_queue_bound < 0:
-            raise ConfigError("--pin-queue-bound must be ≥ 0")
+        # each setting as the router's flag takes it (unset: the router's default)
+        for key, flag in SETTINGS.get(self.name, {}).items():
+            value = getattr(self, key)
+            why = None if value is None else flag.refusal(value)
+            if why is not None:
+                raise ConfigError(f"{flag_name(key)}: {why}")
         if self.program_scheduling_config_json is not None:
             ProgramSchedulingConfig.from_json(self.program_scheduling_config_json)
         cal = self.program_scheduling_calibration
@@ -155,25 +127,17 @@ class RouterSettings:
     def resolved(self) -> dict[str, Setting]:
         """The settings this router takes, with the real router's defaults filled in
         (Program scheduling: its config's fields, and ``calibration``)."""
-        if self.name == "program-scheduling":
+        if self.name == PROGRAM_SCHEDULING:
             cfg, given = self.program_scheduling()
             return {
                 **cfg.to_json(),
                 **{f"{k}.{f}": v for k, obj in given.items() for f, v in obj.items()},
                 "calibration": self.program_scheduling_calibration or "profile",
             }
-        defaults: dict[str, float | int | None] = {
-            "cache_threshold": 0.3,
-            "balance_abs_threshold": 64,
-            "balance_rel_threshold": 1.5,
-            "kv_aware_session_affinity_ttl_secs": None,
-            "router_temperature": 0.0,
-            "pin_queue_bound": DEFAULT_PIN_QUEUE_BOUND,
-        }
         out: dict[str, Setting] = {}
-        for key in TAKES.get(self.name, ()):
+        for key, flag in SETTINGS[self.name].items():
             value = getattr(self, key)
-            out[key] = defaults[key] if value is None else value
+            out[key] = flag.default if value is None else value
         return out
 
 
@@ -222,7 +186,7 @@ def make_router(
         return StickyLeastLoaded(urls=worker_urls)
     if name == "pin-aware":
         return PinAware(pin_queue_bound=int(s["pin_queue_bound"] or 0))
-    if name == "program-scheduling":
+    if name == PROGRAM_SCHEDULING:
         cfg, given = settings.program_scheduling()
         prefill, decode = calibration_of(given, calibration)
         return ProgramScheduling(cfg, prefill, decode, replicas, worker_urls)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from replay.fleet.prompts import Runs
 from replay.fleet.routers.base import FleetView, RoutedCall, Stateless, least_loaded
+from ttlctl.router_doc import default_of
 
 #: the workers one run was sent to and the longest stretch of it each was sent: a pair
 #: (worker, tokens) while one worker holds it (most runs: a program's own stream), a
@@ -142,9 +143,10 @@ class PromptTree:
 
 @dataclass(slots=True)
 class CacheAware(Stateless):
-    cache_threshold: float = 0.3
-    balance_abs_threshold: int = 64
-    balance_rel_threshold: float = 1.5
+    # vllm-router's defaults (ttlctl.router_doc's table)
+    cache_threshold: float = default_of("cache-aware", "cache_threshold")
+    balance_abs_threshold: int = int(default_of("cache-aware", "balance_abs_threshold"))
+    balance_rel_threshold: float = default_of("cache-aware", "balance_rel_threshold")
     name: str = "cache-aware"
     tree: PromptTree = field(default_factory=PromptTree)
 

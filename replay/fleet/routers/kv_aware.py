@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from replay.fleet.routers.base import FleetView, RoutedCall
+from ttlctl.router_doc import default_of
 
 
 @dataclass(slots=True)
@@ -67,7 +68,8 @@ class _Binding:
 class KvAware:
     rng: np.random.Generator
     block_size: int = 16
-    router_temperature: float = 0.0
+    # vllm-router's defaults (ttlctl.router_doc's table; the TTL's is None, no affinity)
+    router_temperature: float = default_of("kv-aware", "router_temperature")
     kv_aware_session_affinity_ttl_secs: float | None = None
     name: str = "kv-aware"
     _bindings: dict[str, _Binding] = field(default_factory=dict)

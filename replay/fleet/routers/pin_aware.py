@@ -21,13 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from replay.fleet.routers.base import FleetView, RoutedCall, Stateless, least_loaded
-
-DEFAULT_PIN_QUEUE_BOUND = 8
+from ttlctl.router_doc import default_of
 
 
 @dataclass(slots=True)
 class PinAware(Stateless):
-    pin_queue_bound: int = DEFAULT_PIN_QUEUE_BOUND
+    # --pin-queue-bound's default (ttlctl.router_doc's table)
+    pin_queue_bound: int = int(default_of("pin-aware", "pin_queue_bound"))
     name: str = "pin-aware"
 
     def route(self, call: RoutedCall, view: FleetView, now: float) -> int:

@@ -22,6 +22,23 @@ from ttlctl.report import build_report
 from ttlctl.trace import io as trace_io
 
 
+def per_replica_rows(output: str) -> list[tuple[str, str, str]]:
+    """The per-replica table's (policy, replica, calls) rows as printed, the policy carried
+    down its rows."""
+    lines = output.splitlines()
+    start = lines.index("per replica")
+    rows, policy = [], ""
+    for line in lines[start + 4 :]:
+        if line.startswith("└"):
+            break
+        if not line.startswith("│"):
+            continue
+        cells = [c.strip() for c in line.strip("│").split("│")]
+        policy = cells[0] or policy
+        rows.append((policy, cells[1], cells[2]))
+    return rows
+
+
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("fleet") / "swe.parquet"
@@ -40,9 +57,14 @@ def test_replay_a_fleet(trace: Path, tmp_path: Path) -> None:
         ],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "per replica" in res.output and "replica 2" in res.output
     doc = json.loads(out.read_text())
     conforms(doc, ReplayDoc)
+    # a row per policy and replica, with the replica's calls
+    assert per_replica_rows(res.output) == [
+        (r["policy"], str(p["replica"]), f"{p['llm_calls']:,}")
+        for r in doc["results"]
+        for p in r["per_replica"]
+    ]
     assert doc["fleet"] == {
         "name": "cache-aware",
         "settings": {
@@ -248,9 +270,8 @@ def test_an_as_logged_fleet_is_shown_by_the_traces_replica_names(tmp_path: Path)
         ],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
-    header = next(line for line in res.output.splitlines() if "replica east" in line)
     # the unnamed replica by its index, marked as one (a name may be a number)
-    assert header.index("replica east") < header.index("replica west") < header.index("replica #2")
+    assert [row[1] for row in per_replica_rows(res.output)] == ["east", "west", "#2"]
     doc = json.loads((run / "replay.json").read_text())
     conforms(doc, ReplayDoc)
     assert doc["fleet"]["replica_names"] == ["east", "west", None]
@@ -282,7 +303,7 @@ def test_a_fleet_without_names_keeps_its_indices(trace: Path, tmp_path: Path) ->
         ],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "replica 0" in res.output and "replica 1" in res.output
+    assert [row[1] for row in per_replica_rows(res.output)] == ["0", "1"]
     doc = json.loads(out.read_text())
     assert "replica_names" not in doc["fleet"]
     assert all("name" not in p for p in doc["results"][0]["per_replica"])

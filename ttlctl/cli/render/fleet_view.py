@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from replay.fleet.records import replica_labels
-from ttlctl.cli.render.cells import dash
+from ttlctl.cli.render.cells import dash, show
 from ttlctl.nouns import counted
 
 MISS_LABELS = {
@@ -33,7 +33,8 @@ def router_settings(router: Mapping[str, Any]) -> str:
 
 
 def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None:
-    """The router's outcome per policy, then per-replica load."""
+    """The router's outcome per policy, then each replica's load per policy (a row per
+    replica: a fleet of any size reads at any width)."""
     if not results or "router" not in results[0]:
         return
     router = results[0]["router"]
@@ -61,20 +62,21 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
             f"{r['pins_wasted']:,}" + ("" if share is None else f" ({share:.0%})"),
             *(f"{misses[k]:,}" for k in MISS_LABELS),
         )
-    console.print(table)
+    show(console, table)
     console.print("misses: follow-up calls whose prefix hit fell short of what they repeat")
-    per = Table(title="per replica: calls, engine-busy seconds, prefix hits, preemptions")
-    per.add_column("policy")
-    for label in replica_labels(results[0]["per_replica"]):  # as-logged: the trace's names
-        per.add_column(f"replica {escape(label)}", justify="right")
+    per = Table(title="per replica")
+    for col in ("policy", "replica", "calls", "engine busy (s)", "prefix hits", "preemptions"):
+        per.add_column(col, justify="right" if col not in ("policy", "replica") else "left")
+    labels = replica_labels(results[0]["per_replica"])  # as-logged: the trace's names
     for r in results:
-        per.add_row(
-            r["policy"],
-            *(
-                f"{p['llm_calls']:,} · {p['engine_busy_s']:,.0f} s · "
-                + ("—" if p["prefix_hit_rate"] is None else f"{p['prefix_hit_rate']:.0%}")
-                + f" · {p['preemptions']:,}"
-                for p in r["per_replica"]
-            ),
-        )
-    console.print(per)
+        for i, (label, p) in enumerate(zip(labels, r["per_replica"], strict=True)):
+            per.add_row(
+                r["policy"] if i == 0 else "",
+                escape(label),
+                f"{p['llm_calls']:,}",
+                f"{p['engine_busy_s']:,.0f}",
+                "—" if p["prefix_hit_rate"] is None else f"{p['prefix_hit_rate']:.0%}",
+                f"{p['preemptions']:,}",
+                end_section=i == len(labels) - 1,
+            )
+    show(console, per)

@@ -96,7 +96,7 @@ def router_calibration(console: Console, cal: RouterCalibration) -> None:
         )
     for row in cal.rows():
         table.add_row(row.field, f"{row.value:.6g}", row.unit, row.source)
-    console.print(table)
+    show(console, table)
     console.print(
         "start the router with: vllm-router --enable-program-scheduling "
         '--program-scheduling-config-json "$(ttlctl profile --profile '

@@ -158,7 +158,7 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
                         f"{_fleet_value(c['metric'], span[1])}"
                     )
                 table.add_row(*cells)
-    console.print(table)
+    show(console, table)
     for policy, by_router in doc["rows"].items():
         rank = doc["ranking"][policy]
         same = {True: "same", False: "DIFFERENT", None: "not compared"}[rank["same"]]

@@ -1,0 +1,78 @@
+"""Tables in the console's width: headers wrap between words, numbers and names are never
+cut or folded, and a table that cannot fit is printed whole and wider."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from ttlctl.cli.render.cells import show
+
+HEADERS = (
+    "policy", "programs", "calls", "JCT mean (s)", "JCT p50 (s)", "JCT p95 (s)",
+    "TTFT mean (s)", "prefix hits", "preempt", "pinned tok·s", "gap closed", "sim calls/s",
+)  # fmt: skip
+ROWS = (
+    ("vllm", "60", "663", "453.43", "475.80", "601.36", "32.059", "3%", "6", "0", "—", "—"),
+    ("continuum", "60", "663", "203.10", "199.14", "329.77", "12.568", "68%", "13",
+     "20,353,788", "—", "—"),
+)  # fmt: skip
+
+
+def replay_like() -> Table:
+    """The replay's table: twelve columns whose headers are wider than their numbers."""
+    table = Table(title="replay")
+    for col in HEADERS:
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for row in ROWS:
+        table.add_row(*row)
+    return table
+
+
+def printed(width: int, table: Table) -> list[str]:
+    console = Console(width=width, record=True, file=io.StringIO())
+    show(console, table)
+    return console.export_text().splitlines()
+
+
+def cells(lines: list[str]) -> list[list[str]]:
+    """Each body row's cells (the rows between the header's rule and the bottom one)."""
+    body = lines[next(i for i, line in enumerate(lines) if line.startswith("┡")) + 1 :]
+    return [
+        [c.strip() for c in line.strip("│").split("│")] for line in body if line.startswith("│")
+    ]
+
+
+def test_a_wide_table_fits_a_narrower_console_with_its_headers_wrapped() -> None:
+    natural = max(len(line) for line in printed(400, replay_like()))
+    assert natural > 140  # the headers on one line need this much
+    for width in (119, 120, 140):
+        lines = printed(width, replay_like())
+        assert max(len(line) for line in lines) <= width, width
+        # every row on one line: no name or number folded, none cut
+        assert cells(lines) == [list(row) for row in ROWS], width
+        # the headers wrapped between words, not inside one
+        text = "\n".join(lines)
+        assert all(word in text for header in HEADERS for word in header.split()), width
+
+
+def test_too_narrow_a_console_gets_the_table_whole_and_wider() -> None:
+    for width in (60, 118):
+        lines = printed(width, replay_like())
+        # the narrowest it can be with every word and number whole
+        assert max(len(line) for line in lines) == 119, width
+        assert cells(lines) == [list(row) for row in ROWS], width
+        assert "…" not in "\n".join(lines), width
+
+
+def test_a_column_that_must_not_wrap_keeps_its_lines() -> None:
+    table = Table()
+    table.add_column("router field", no_wrap=True)
+    table.add_column("from the profile")
+    table.add_row("prefill time per token (ms)", "the profile's prefill cost per token at 2k")
+    lines = printed(50, table)
+    assert any("prefill time per token (ms)" in line for line in lines)
+    assert "router field" in "\n".join(lines)
+    assert max(len(line) for line in lines) <= 50

@@ -51,6 +51,7 @@ from ttlctl.cli.options import (
     RouterNames,
     Trace,
     Truncate,
+    WorkerUrls,
 )
 from ttlctl.nouns import counted
 
@@ -206,6 +207,7 @@ def tune(
     async_scheduling: AsyncScheduling = False,
     replicas: FleetReplicas = None,
     router: RouterNames = None,
+    worker_urls: WorkerUrls = None,
 ) -> None:
     """Tune η, K, the T window, the pressure valve, the pin cap and a cold-start override
     by replay (objective: mean JCT), then write the best bundle.
@@ -297,6 +299,7 @@ def tune(
             async_scheduling=async_scheduling,
             replicas=replicas,
             routers=tuple(router or ()),
+            worker_urls=tuple(worker_urls) if worker_urls else None,
         )
         session = tuning.prepare(request, warn=once(print_warning))
         _announce(session)

@@ -241,7 +241,10 @@ def tune(
     --router is repeated) are searched too, the guard compares with stock
     vLLM behind cache-aware (with --router as-logged: on the logged placement), and the
     bundle records the router (`ttlctl bundle query B --as vllm-router` prints its
-    flags).
+    flags). --worker-urls gives every replay of the study (trials in worker processes and
+    the held-back comparison too) the replicas' URLs as vllm-router is given them: the
+    hashing routers place each program by them. tune.json and the bundle's provenance
+    record them; the router is given them apart from its flags.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     import optuna

@@ -201,6 +201,10 @@ class TuneContext:
                 "router": self.fleet.router.name,
                 "routers": list(self.searched_routers()),
             }
+            # only when given (the hashing routers place programs by them), so studies
+            # on the default URLs keep their names
+            if self.fleet.worker_urls is not None:
+                out["fleet"]["worker_urls"] = list(self.fleet.worker_urls)
         return out
 
     def searched_routers(self) -> tuple[str, ...]:

@@ -87,6 +87,9 @@ class TuneRequest:
     #: router itself is searched among them)
     replicas: int | None = None
     routers: tuple[str, ...] = ()
+    #: the replicas' URLs as vllm-router is given them (``--worker-urls``), in replica
+    #: order: the hashing routers place programs by them (None: ``http://replica-I``)
+    worker_urls: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +195,7 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         backend=req.backend,
         live=req.live is not None,
         async_scheduling=req.async_scheduling,
+        worker_urls=req.worker_urls,
     )
     for name in req.routers:
         RouterSettings(name)  # an unknown one: refused, one line
@@ -321,8 +325,19 @@ def tuned_bundle(
             "eta_fitted": eta_fitted(fit),
             "tuning": provenance_of(result),
         },
-        router=result["shipped"].get("router"),
+        router=router_section(result["shipped"].get("router")),
     )
+
+
+def router_section(router: Mapping[str, Any] | None) -> bundle_mod.RouterDoc | None:
+    """The bundle's ``router`` section from the shipped fleet's record: the router and
+    its settings, what ``bundle query --as vllm-router`` prints as the router's flags,
+    and the replicas. The replicas' URLs (``--worker-urls``) stay in the tuning's record
+    (tune.json, the bundle's ``provenance.tuning``): vllm-router is given them apart from
+    those flags, by whoever starts the fleet, and a refit carries this section on."""
+    if router is None:
+        return None
+    return {k: v for k, v in router.items() if k != "worker_urls"}  # type: ignore[return-value]
 
 
 def run(

@@ -203,3 +203,15 @@ def default_study_name(ctx: TuneContext, inputs: Mapping[str, str]) -> str:
 def digest(data: Any) -> str:
     """SHA-256 of ``data``'s canonical JSON (keys sorted): names and compares settings."""
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def differing(stored: Any, now: Any, prefix: str = "") -> list[str]:
+    """The settings in which two fingerprints differ, dotted (``fleet.worker_urls``,
+    ``inputs.trace``); a value that is no object in both is one setting."""
+    if not (isinstance(stored, Mapping) and isinstance(now, Mapping)):
+        return [] if digest(stored) == digest(now) else [prefix.rstrip(".") or "settings"]
+    return [
+        name
+        for key in sorted(set(stored) | set(now))
+        for name in differing(stored.get(key), now.get(key), f"{prefix}{key}.")
+    ]

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from replay.sim import SimulationError
 from replay.tune.context import IncompleteRun, TuneContext, TuneError
 from replay.tune.space import first_trials, fleet_defaults, objective
-from replay.tune.storage import RUN_ATTR, Storage, digest, this_run
+from replay.tune.storage import RUN_ATTR, Storage, differing, digest, this_run
 from ttlctl.errors import TtlctlError
 
 METRIC = "jct_mean_s"
@@ -287,7 +287,8 @@ def open_study(
     elif digest(stored) != digest(fingerprint):
         raise TuneError(
             f"study {name!r} in {storage.shown()} was made for other inputs or settings "
-            "(trace, fit, profile, loads, seeds, KV size or p95 limit); pick another --study"
+            "(trace, fit, profile, loads, seeds, KV size, p95 limit or fleet; here: "
+            f"{', '.join(differing(stored, fingerprint))}); pick another --study"
         )
     for values in first_trials(ctx.eta_fitted, fleet_defaults(ctx)):
         study.enqueue_trial(values, skip_if_exists=True)

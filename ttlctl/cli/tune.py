@@ -51,6 +51,7 @@ from ttlctl.cli.options import (
     RouterNames,
     Trace,
     Truncate,
+    WorkerUrls,
 )
 from ttlctl.nouns import counted
 
@@ -206,6 +207,7 @@ def tune(
     async_scheduling: AsyncScheduling = False,
     replicas: FleetReplicas = None,
     router: RouterNames = None,
+    worker_urls: WorkerUrls = None,
 ) -> None:
     """Tune η, K, the T window, the pressure valve, the pin cap and a cold-start override
     by replay (objective: mean JCT), then write the best bundle.
@@ -239,7 +241,10 @@ def tune(
     --router is repeated) are searched too, the guard compares with stock
     vLLM behind cache-aware (with --router as-logged: on the logged placement), and the
     bundle records the router (`ttlctl bundle query B --as vllm-router` prints its
-    flags).
+    flags). --worker-urls gives every replay of the study (trials in worker processes and
+    the held-back comparison too) the replicas' URLs as vllm-router is given them: the
+    hashing routers place each program by them. tune.json and the bundle's provenance
+    record them; the router is given them apart from its flags.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     import optuna
@@ -297,6 +302,7 @@ def tune(
             async_scheduling=async_scheduling,
             replicas=replicas,
             routers=tuple(router or ()),
+            worker_urls=tuple(worker_urls) if worker_urls else None,
         )
         session = tuning.prepare(request, warn=once(print_warning))
         _announce(session)

@@ -76,3 +76,19 @@ def test_a_column_that_must_not_wrap_keeps_its_lines() -> None:
     assert any("prefill time per token (ms)" in line for line in lines)
     assert "router field" in "\n".join(lines)
     assert max(len(line) for line in lines) <= 50
+
+
+def test_rows_stay_on_one_line_in_a_table_that_cannot_fit() -> None:
+    """Wider than the console whatever it does: a text cell is not wrapped to save width
+    the table cannot save anyway."""
+    uses = ("its CDF", "all tools' CDF")
+    table = Table()
+    for col in (*HEADERS, "policy uses"):
+        table.add_column(col, justify="left" if col in ("policy", "policy uses") else "right")
+    for row, use in zip(ROWS, uses, strict=True):
+        table.add_row(*row, use)
+    lines = printed(80, table)
+    assert cells(lines) == [[*row, use] for row, use in zip(ROWS, uses, strict=True)]
+    # in a console wide enough for its words alone, it wraps instead
+    lines = printed(max(len(line) for line in lines) - 2, table)
+    assert len(cells(lines)) > len(ROWS)

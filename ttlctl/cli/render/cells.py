@@ -40,19 +40,14 @@ def dash(value: Any, fmt: str) -> str:
 def show(console: Console, table: Table) -> None:
     """Print ``table`` in the console's width without cutting a number: a number column
     (right-aligned) is at least as wide as its widest cell, so its header may wrap but no
-    number does; text wraps between words. Each column gets at least its longest word and
-    the width left over goes to the columns that would wrap, in proportion to what they
-    lack. A table whose numbers and words cannot fit the console's width is printed wider
-    than it rather than with anything cut."""
-    lows, highs = [], []
-    for column in table.columns:
-        low, high = _column_widths(table, column)
-        lows.append(low)
-        highs.append(high)
+    number does; text wraps between words. Width goes first to each column's longest word,
+    then to keeping each row's cells on one line, then to the headers. A table whose
+    numbers and words cannot fit the console's width is printed wider than it, each row on
+    one line, rather than with anything cut."""
+    levels = [_column_widths(table, column) for column in table.columns]
     # each column's padding (one each side) and the rules between and around them
-    chrome = 2 * len(lows) + (len(lows) + 1 if table.box is not None else 0)
-    room = console.width - chrome
-    widths = _widths(lows, highs, room)
+    chrome = 2 * len(levels) + (len(levels) + 1 if table.box is not None else 0)
+    widths = _widths(levels, console.width - chrome)
     for column, width in zip(table.columns, widths, strict=True):
         column.width = width
         column.overflow = "fold"
@@ -64,38 +59,54 @@ def show(console: Console, table: Table) -> None:
     console.print(Segments(console.render(table, wide)), crop=False)
 
 
-def _column_widths(table: Table, column: Column) -> tuple[int, int]:
+def _column_widths(table: Table, column: Column) -> tuple[int, int, int]:
     """The column's narrowest width (its longest word; a number column: its widest cell;
-    a column that must not wrap: its widest line) and its natural one (its widest line)."""
+    a column that must not wrap: its widest line), the width that keeps each of its cells
+    on one line, and its natural width (its widest line, the header's included)."""
     header = [_plain(column.header)] if table.show_header else []
     cells = [_plain(cell) for cell in column.cells]
-    lines = [line for text in header + cells for line in text.splitlines()] or [""]
-    high = max(cell_len(line) for line in lines)
+
+    def widest(texts: list[str]) -> int:
+        return max((cell_len(line) for text in texts for line in text.splitlines()), default=0)
+
+    high = widest(header + cells)
     if column.no_wrap:
-        return high, high
-    words = [word for text in header + cells for word in text.split()] or [""]
-    low = max(cell_len(word) for word in words)
+        return high, high, high
+    low = max((cell_len(word) for text in header + cells for word in text.split()), default=0)
+    body = max(low, widest(cells))
     if column.justify == "right":
-        low = max([low, *(cell_len(line) for text in cells for line in text.splitlines())])
-    return low, max(low, high)
+        low = body
+    return low, body, max(body, high)
 
 
-def _widths(lows: list[int], highs: list[int], room: int) -> list[int]:
-    """Widths between ``lows`` and ``highs`` that fill ``room`` if they can: what is left
-    over the lows goes to each column in proportion to what it lacks of its high."""
-    if sum(highs) <= room:
-        return highs
-    spare = room - sum(lows)
+def _widths(levels: list[tuple[int, int, int]], room: int) -> list[int]:
+    """Widths that fill ``room`` if they can, level by level: from each column's narrowest
+    towards its one-line cells, then towards its natural width; within a level, what is
+    left over goes to each column in proportion to what it lacks. When not even the
+    narrowest fit, each row's cells on one line."""
+    lows = [low for low, _, _ in levels]
+    bodies = [body for _, body, _ in levels]
+    if sum(lows) > room:
+        return bodies  # wider than the console whatever it does: one line per row
+    if sum(bodies) > room:
+        return _shared(lows, bodies, room)
+    highs = [high for _, _, high in levels]
+    return highs if sum(highs) <= room else _shared(bodies, highs, room)
+
+
+def _shared(widths: list[int], targets: list[int], room: int) -> list[int]:
+    """``widths`` grown towards ``targets`` to fill ``room``: the spare width in proportion
+    to what each lacks (the rounding's remainder to those that lack the most)."""
+    spare = room - sum(widths)
     if spare <= 0:
-        return lows
-    lack = [high - low for low, high in zip(lows, highs, strict=True)]
+        return widths
+    lack = [target - width for width, target in zip(widths, targets, strict=True)]
     total = sum(lack)
-    widths = [low + spare * gap // total for low, gap in zip(lows, lack, strict=True)]
-    # the rounding's remainder, one each to the columns that lack the most
-    left = room - sum(widths)
-    for i in sorted(range(len(widths)), key=lambda i: widths[i] - highs[i])[:left]:
-        widths[i] += 1
-    return widths
+    grown = [width + spare * gap // total for width, gap in zip(widths, lack, strict=True)]
+    left = room - sum(grown)
+    for i in sorted(range(len(grown)), key=lambda i: grown[i] - targets[i])[:left]:
+        grown[i] += 1
+    return grown
 
 
 def _plain(cell: object) -> str:

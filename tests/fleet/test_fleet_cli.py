@@ -219,6 +219,7 @@ def test_report_shows_the_fleet(trace: Path, tmp_path: Path) -> None:
     page = build_report(run)
     assert "behind <code>round-robin</code>" in page
     assert "routed elsewhere" in page and "continuum: per replica" in page
+    assert 'alt="each replica&#x27;s load and why follow-up calls missed the cache"' in page
 
 
 def test_replay_a_fleet_placed_by_the_routers_worker_urls(trace: Path, tmp_path: Path) -> None:

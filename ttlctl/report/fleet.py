@@ -1,7 +1,8 @@
 """The "Fleet" section: for a replay of several engines behind a router
 (``ttlctl replay --replicas N --router R``), the router's outcome per policy (load
 balance, follow-up calls that returned to their replica, pins wasted), why follow-up
-calls missed the cache, and each replica's load."""
+calls missed the cache, and each replica's load: a chart
+(:mod:`ttlctl.report.fleet_chart`) above the tables."""
 
 from __future__ import annotations
 
@@ -9,16 +10,10 @@ from typing import Any
 
 from replay.fleet.records import replica_labels
 from ttlctl.nouns import counted
+from ttlctl.report.fleet_chart import MISSES, chart, record, replicas_of
 from ttlctl.report.markup import absent, e, note, pct, table
+from ttlctl.report.png import img
 from ttlctl.report.rundir import RunInputs
-
-MISSES = (
-    ("routed_elsewhere", "routed elsewhere"),
-    ("never_pinned", "never pinned"),
-    ("expired", "expired"),
-    ("released_by_valve", "released by the valve"),
-    ("evicted", "evicted"),
-)
 
 
 def section(run: RunInputs) -> str:
@@ -51,7 +46,7 @@ def section(run: RunInputs) -> str:
                 r.get("policy"),
                 r.get("load_balance"),
                 pct(r.get("returned_share")),
-                (r.get("pins") or {}).get("made"),
+                record(r.get("pins")).get("made"),
                 r.get("pins_wasted"),
                 pct(r.get("pins_wasted_share")),
             )
@@ -61,13 +56,13 @@ def section(run: RunInputs) -> str:
     misses = table(
         ("policy", *(label for _, label in MISSES)),
         (
-            (r.get("policy"), *((r.get("miss_reasons") or {}).get(k) for k, _ in MISSES))
+            (r.get("policy"), *(record(r.get("miss_reasons")).get(k) for k, _ in MISSES))
             for r in results
         ),
     )
     per = []
     for r in results:
-        reps = [p for p in r.get("per_replica") or [] if isinstance(p, dict)]
+        reps = replicas_of(r)
         per.append(f"<h3>{e(r.get('policy'))}: per replica</h3>")
         per.append(
             table(
@@ -90,6 +85,7 @@ def section(run: RunInputs) -> str:
         )  # fmt: skip
     return (
         head
+        + img(chart(results), "each replica's load and why follow-up calls missed the cache")
         + outcome
         + note(
             "load max/mean: the busiest replica's engine-busy seconds over the mean; "

@@ -1,0 +1,82 @@
+"""The fleet chart draws what the replay's JSON says: each replica's engine-busy seconds
+per policy, and the miss reasons stacked per policy; an edited document draws, not fails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from matplotlib.patches import Rectangle
+
+from ttlctl.report import build_report
+from ttlctl.report.fleet_chart import MISSES, chart
+
+
+def result(policy: str, busy: list[float], misses: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "policy": policy,
+        "per_replica": [
+            {"replica": i, "engine_busy_s": b, "llm_calls": 1} for i, b in enumerate(busy)
+        ],
+        "miss_reasons": misses,
+    }
+
+
+def bars(ax: Any) -> list[tuple[float, float, float]]:
+    """(x centre, bottom, height) of each bar, in drawing order."""
+    return [
+        (p.get_x() + p.get_width() / 2, p.get_y(), p.get_height())
+        for p in ax.patches
+        if isinstance(p, Rectangle)
+    ]
+
+
+def test_each_bar_is_a_figure_of_the_document() -> None:
+    results = [
+        result("vllm", [620.0, 590.0, 530.0], {"routed_elsewhere": 446, "never_pinned": 134}),
+        result(
+            "continuum",
+            [570.0, 494.0, 545.0],
+            {"routed_elsewhere": 448, "never_pinned": 18, "expired": 14, "evicted": 3},
+        ),
+    ]
+    busy, misses = chart(results).axes
+    drawn = bars(busy)
+    # the policies in turn, replica by replica, the first policy left of the second
+    assert [h for _, _, h in drawn] == [620.0, 590.0, 530.0, 570.0, 494.0, 545.0]
+    assert all(drawn[i][0] < drawn[i + 3][0] < drawn[i + 1][0] for i in range(2))
+    assert [t.get_text() for t in busy.get_xticklabels()] == ["0", "1", "2"]
+    # a stack per policy, the reasons in MISSES' order from the bottom
+    stacks = bars(misses)
+    assert len(stacks) == len(MISSES) * len(results)
+    for k, r in enumerate(results):
+        mine = [(b, h) for x, b, h in stacks if round(x) == k]
+        counts = [float(r["miss_reasons"].get(key, 0)) for key, _ in MISSES]
+        assert [h for _, h in mine] == counts
+        assert [b for b, _ in mine] == [sum(counts[:j]) for j in range(len(counts))]
+    assert [t.get_text() for t in misses.get_legend().get_texts()] == [m for _, m in MISSES]
+
+
+def test_an_edited_document_draws_what_it_can() -> None:
+    results: list[dict[str, Any]] = [
+        {"policy": "vllm", "per_replica": [{"engine_busy_s": "x"}, None, {}], "miss_reasons": 3},
+        {"policy": None, "miss_reasons": {"expired": True, "evicted": 2}},
+    ]
+    busy, misses = chart(results).axes
+    assert [h for _, _, h in bars(busy)] == [0.0, 0.0]
+    assert [h for _, _, h in bars(misses)][-2:] == [0.0, 2.0]
+
+
+def test_the_fleet_section_of_an_edited_replay_is_drawn(tmp_path: Path) -> None:
+    router = {"name": "round-robin", "settings": {}, "replicas": 2}
+    doc = {
+        "results": [
+            {"policy": "vllm", "router": router, "per_replica": 5, "miss_reasons": 3, "pins": 1},
+            {"policy": "continuum", "router": router, "per_replica": [{"engine_busy_s": 2.0}]},
+        ]
+    }
+    (tmp_path / "replay.json").write_text(json.dumps(doc))
+    page = build_report(tmp_path)
+    assert "behind <code>round-robin</code>" in page
+    assert 'alt="each replica&#x27;s load' in page and "continuum: per replica" in page

@@ -1,0 +1,96 @@
+"""The "Fleet" section's chart, two panels side by side:
+
+- each replica's engine-busy seconds, a bar per policy beside the others (an even fleet
+  has bars of one height; the busiest replica sets load max/mean);
+- why follow-up calls missed the cache, a stacked bar per policy: routed elsewhere,
+  never pinned, expired, released by the valve, evicted (the round-robin row of a pinning
+  policy shows its waste as the "routed elsewhere" part).
+
+Read defensively, as the section is: a missing or non-numeric figure counts as nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from replay.fleet.records import replica_labels
+from ttlctl.report.png import figure, label
+
+#: (miss_reasons key, legend) in the stacking order, bottom up
+MISSES = (
+    ("routed_elsewhere", "routed elsewhere"),
+    ("never_pinned", "never pinned"),
+    ("expired", "expired"),
+    ("released_by_valve", "released by the valve"),
+    ("evicted", "evicted"),
+)
+#: the reasons' colours: the palette's last five, apart from the policies' first ones
+MISS_COLOURS = ("C5", "C7", "C8", "C9", "C6")
+#: the bars of one replica take this much of its slot
+GROUP_WIDTH = 0.8
+
+
+def number(value: Any) -> float:
+    """A figure as the chart draws it: 0 when absent or not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    return float(value)
+
+
+def replicas_of(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The result's per-replica records (those that are records)."""
+    reps = result.get("per_replica")
+    return [p for p in reps if isinstance(p, Mapping)] if isinstance(reps, list) else []
+
+
+def record(value: Any) -> Mapping[str, Any]:
+    """A sub-record of a result (``miss_reasons``, ``pins``): empty when it is not one."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _busy(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
+    reps = replicas_of(results[0])
+    labels = [label(name, 12) for name in replica_labels(reps)]
+    width = GROUP_WIDTH / len(results)
+    for k, result in enumerate(results):
+        busy = [number(p.get("engine_busy_s")) for p in replicas_of(result)]
+        xs = [i - GROUP_WIDTH / 2 + (k + 0.5) * width for i in range(len(busy))]
+        ax.bar(xs, busy, width, label=label(result.get("policy", "?"), 20), color=f"C{k % 10}")
+    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 12 else 0)
+    ax.set_xlabel("replica")
+    ax.set_ylabel("engine busy (s)")
+    ax.set_title("each replica's load")
+    ax.margins(y=0.15)
+    ax.legend(fontsize="small", loc="upper right", ncols=min(len(results), 4))
+
+
+def _misses(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
+    names = [label(r.get("policy", "?"), 20) for r in results]
+    bottoms = [0.0] * len(results)
+    for j, (key, legend) in enumerate(MISSES):
+        counts = [number(record(r.get("miss_reasons")).get(key)) for r in results]
+        ax.bar(
+            range(len(results)), counts, 0.6, bottom=bottoms, label=legend, color=MISS_COLOURS[j]
+        )
+        bottoms = [b + c for b, c in zip(bottoms, counts, strict=True)]
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("follow-up calls that missed")
+    ax.margins(y=0.1)
+    ax.set_title("why follow-up calls missed the cache")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
+def chart(results: Sequence[Mapping[str, Any]]) -> Figure:
+    """The fleet chart (see the module docstring) of results that share one fleet."""
+    replicas = len(replicas_of(results[0]))
+    fig = figure(max(6.0, 0.25 * replicas * len(results) + 2.5) + 4.5, 4.0)
+    busy, misses = fig.subplots(
+        1, 2, gridspec_kw={"width_ratios": [max(1.0, replicas * len(results) / 6), 1.0]}
+    )
+    _busy(busy, results)
+    _misses(misses, results)
+    return fig

@@ -159,8 +159,8 @@ def test_the_table_shows_the_live_range_and_the_goal_per_run() -> None:
     assert "2 live runs per" in text and "live (mean)" in text
     assert "11.000 s" in text and "9.500 s – 12.500 s" in text and "-9.1%" in text
     assert (
-        "r1:40 r2:45 (sim on the trace's timing r1:42 r2:43), "
-        "r1:40 r2:45 (sim on the trace's timing r1:42 r2:43)"
+        "calls per replica r1:40 r2:45 (sim r1:42 r2:43), r1:40 r2:45 (sim r1:42 r2:43); "
+        "simulated on the trace's timing, placed alike in 0 of 2 runs"
     ) in text
     assert "single runs within 10%: 1 of 2" in text
     assert "met on the means; on single runs: met in 1 of 2" in text

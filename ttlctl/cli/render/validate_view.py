@@ -115,6 +115,29 @@ def _spread(counts: dict[str, int] | None) -> str:
     return "—" if not counts else " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
 
 
+def _placements(runs: list[dict[str, Any]]) -> str:
+    """Each run's calls per replica, live; where the simulation on the trace's timing
+    placed them otherwise, its counts beside them (``sim …``), and how many it placed
+    alike."""
+    simulated = [r for r in runs if r.get("sim_calls_per_replica")]
+    alike = sum(1 for r in simulated if r["sim_calls_per_replica"] == r.get("calls_per_replica"))
+    placed = ", ".join(
+        _spread(r.get("calls_per_replica"))
+        + (
+            f" (sim {_spread(r['sim_calls_per_replica'])})"
+            if r in simulated and r["sim_calls_per_replica"] != r.get("calls_per_replica")
+            else ""
+        )
+        for r in runs
+    )
+    if not simulated:
+        return placed
+    return (
+        f"{placed}; simulated on the trace's timing, placed alike in {alike} of "
+        f"{counted(len(simulated), 'run')}"
+    )
+
+
 def _drawn(doc: dict[str, Any]) -> dict[str, Any] | None:
     """The perturbed timings' settings of the first row that has them (None: none)."""
     for by_router in (doc.get("rows") or {}).values():
@@ -185,15 +208,7 @@ def fleet_table(console: Console, doc: dict[str, Any]) -> None:
                     f"{_fleet_value('jct_mean_s', jct['sim'])} ({_error('relative', jct['error'])})"
                 )
             runs = row.get("runs") or [row]
-            spread = ", ".join(
-                _spread(r.get("calls_per_replica"))
-                + (
-                    f" (sim on the trace's timing {_spread(r['sim_calls_per_replica'])})"
-                    if r.get("sim_calls_per_replica")
-                    else ""
-                )
-                for r in runs
-            )
+            spread = _placements(runs)
             if len(runs) > 1:
                 within = row.get("runs_within_10pct")
                 note += (

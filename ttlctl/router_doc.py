@@ -91,8 +91,11 @@ SETTINGS: dict[str, dict[str, Flag]] = {
     "consistent-hash": {},
     "cache-aware": {
         "cache_threshold": Flag(integer=False, default=0.3, high=1.0),
-        "balance_abs_threshold": Flag(integer=True, default=64),
-        "balance_rel_threshold": Flag(integer=False, default=1.5),
+        # a usize in vllm-router (its parser's int, converted when it starts)
+        "balance_abs_threshold": Flag(integer=True, default=64, high=2**64 - 1),
+        # vllm-router refuses a ratio under 1 when it starts, after its parser took it
+        # (its Rust ``ConfigValidator``: "balance_rel_threshold ... Must be >= 1.0")
+        "balance_rel_threshold": Flag(integer=False, default=1.5, low=1.0),
     },
     "kv-aware": {
         # vllm-router's parser takes an int (``type=int``), and refuses one outside

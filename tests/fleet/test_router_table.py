@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import inspect
 import math
+import subprocess
+import threading
 import typing
 from typing import Any
 
@@ -18,6 +20,7 @@ from replay.fleet.routers import TAKES, RouterSettings, make_router
 from replay.fleet.routers.cache_aware import CacheAware
 from replay.fleet.routers.kv_aware import KvAware
 from replay.fleet.routers.pin_aware import PinAware
+from tests.router_bin import router_or_skip
 from ttlctl.cli import replay as replay_cli
 from ttlctl.errors import ConfigError, TtlctlError
 from ttlctl.router_doc import (
@@ -30,6 +33,7 @@ from ttlctl.router_doc import (
     flag_name,
     ttlctl_name,
 )
+from ttlctl.server.process import free_port
 
 #: every (router, setting, flag) of the table
 TABLE = [(name, key, flag) for name, flags in SETTINGS.items() for key, flag in flags.items()]
@@ -143,3 +147,46 @@ def test_the_table_is_vllm_routers_parser() -> None:
         except ValueError:
             refused = True
         assert refused == (ttl.refusal(int(value)) is not None), value
+
+
+#: the vllm-router flags of the table, each with the ``--policy`` that takes it
+VLLM_FLAGS = [(name, key, flag) for name, key, flag in TABLE if flag.vllm_router]
+
+
+def router_starts(binary: str, policy: str, key: str, value: float) -> bool:
+    """Whether vllm-router gets past its own checks (its parser's, then its Rust config
+    validation at start) with ``--KEY VALUE``: it writes its first line on stdout once
+    it starts serving, and exits 1 with nothing on stdout when it refuses."""
+    command = [binary, "--host", "127.0.0.1", "--port", str(free_port())]
+    command += ["--worker-urls", "http://127.0.0.1:9", "--policy", policy]
+    command += [flag_name(key), str(value)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    watchdog = threading.Timer(60, proc.kill)
+    watchdog.start()
+    try:
+        started = bool(proc.stdout and proc.stdout.readline())
+    finally:
+        watchdog.cancel()
+        proc.kill()
+        proc.wait()
+    return started
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "flag"), VLLM_FLAGS, ids=[f"{n}.{k}" for n, k, _ in VLLM_FLAGS]
+)
+def test_the_real_router_takes_what_the_table_takes(name: str, key: str, flag: Flag) -> None:
+    """vllm-router 0.1.17 run as the oracle of each range: it starts with the table's
+    ends and refuses a value just beyond each (some only when it starts, past its
+    parser: balance_rel_threshold under 1), and it and the table agree on 2**64 (an
+    integer its Rust side cannot hold)."""
+    binary = router_or_skip()
+    policy = next(p for p in POLICIES if ttlctl_name(p) == name)
+    step = 1 if flag.integer else 0.01
+    probes: list[float] = [flag.low, flag.low - step, 2**64]
+    if not math.isinf(flag.high):
+        probes += [flag.high, flag.high + step]
+    for value in probes:
+        value = int(value) if flag.integer else round(value, 6)
+        taken = flag.refusal(value) is None
+        assert router_starts(binary, policy, key, value) == taken, (key, value, taken)

@@ -57,7 +57,10 @@ class Flag:
     """One setting as the router's flag takes it: an integer or a number, in [low, high];
     ``default``: the router's when the flag is not given; ``nullable``: null is the
     router's own default (no session affinity); ``vllm_router``: a vllm-router flag
-    (False: ttlctl's own router's, which vllm-router does not take)."""
+    (False: ttlctl's own router's, which vllm-router does not take). A number that is
+    not finite is refused, although vllm-router starts with ``--balance-rel-threshold
+    inf`` (or ``nan``): a bundle's JSON cannot hold one, and a simulated router given one
+    would compare against it differently from the real one's Rust code."""
 
     integer: bool
     default: float | None

@@ -59,8 +59,8 @@ class Flag:
     router's own default (no session affinity); ``vllm_router``: a vllm-router flag
     (False: ttlctl's own router's, which vllm-router does not take). A number that is
     not finite is refused, although vllm-router starts with ``--balance-rel-threshold
-    inf`` (or ``nan``): a bundle's JSON cannot hold one, and a simulated router given one
-    would compare against it differently from the real one's Rust code."""
+    inf`` (or ``nan``): a bundle's JSON cannot hold one (``inf`` turns the relative
+    balance rule off; a ratio as large as wanted does the same)."""
 
     integer: bool
     default: float | None

@@ -92,3 +92,20 @@ def test_rows_stay_on_one_line_in_a_table_that_cannot_fit() -> None:
     # in a console wide enough for its words alone, it wraps instead
     lines = printed(max(len(line) for line in lines) - 2, table)
     assert len(cells(lines)) > len(ROWS)
+
+
+def test_tables_without_rules_or_padding_fill_the_console_exactly() -> None:
+    """The width a table adds to its cells is counted as rich lays it out: a grid, a
+    table without edges, one without edge padding."""
+    for make in (
+        lambda: Table.grid(padding=(0, 1)),
+        lambda: Table(show_edge=False),
+        lambda: Table(pad_edge=False),
+        lambda: Table(box=None),
+    ):
+        table = make()
+        for col in ("name", "what"):
+            table.add_column(col)
+        table.add_row("alpha", "words " * 30)
+        lines = printed(60, table)
+        assert max(len(line) for line in lines) == 60

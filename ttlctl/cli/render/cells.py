@@ -45,8 +45,7 @@ def show(console: Console, table: Table) -> None:
     numbers and words cannot fit the console's width is printed wider than it, each row on
     one line, rather than with anything cut."""
     levels = [_column_widths(table, column) for column in table.columns]
-    # each column's padding (one each side) and the rules between and around them
-    chrome = 2 * len(levels) + (len(levels) + 1 if table.box is not None else 0)
+    chrome = _chrome(table)
     widths = _widths(levels, console.width - chrome)
     for column, width in zip(table.columns, widths, strict=True):
         column.width = width
@@ -57,6 +56,20 @@ def show(console: Console, table: Table) -> None:
         return
     wide = console.options.update(width=needed, max_width=needed)
     console.print(Segments(console.render(table, wide)), crop=False)
+
+
+def _chrome(table: Table) -> int:
+    """What the table adds to its cells' widths: the rules between and around the columns
+    and each column's padding, as rich lays them out."""
+    n = len(table.columns)
+    rules = (n - 1 + (2 if table.show_edge else 0)) if table.box and n else 0
+    _, right, _, left = table.padding
+    if table.collapse_padding:
+        left, right = 0, abs(left - right)
+    pads = (left + right) * n
+    if not table.pad_edge and n:
+        pads -= left + right
+    return rules + pads
 
 
 def _column_widths(table: Table, column: Column) -> tuple[int, int, int]:

@@ -4,6 +4,8 @@ fitted synthetic trace (two trusted tools and one rare one) built once per test 
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,7 @@ import polars as pl
 import pytest
 from hypothesis import Phase, settings
 
+from ttlctl.server.owned import OwnedServer
 from ttlctl.trace import io as trace_io
 
 #: ``--hypothesis-profile=mutants`` (tests/tools/mutants.py): a failing case is reported as
@@ -96,3 +99,23 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.vllm_server import build_tiny_model  # torch and transformers: only when asked
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def stock_server(
+    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OwnedServer]:
+    """One stock vLLM for the session (tests/live/servers.py: ``stock_server``), started on
+    first use: the live replays of tests/live/test_servers.py and the profile measurements
+    of tests/profiles/test_measure_server.py run on it. Each of them resets its prefix cache
+    first and reads the server's counters as differences, so none needs a fresh server
+    (a start is 30–60 s). It serves a copy of the tiny model in a folder of its own: the
+    fleet and stray-process tests look for processes naming ``tiny_model`` and must find
+    none of theirs left, not this server."""
+    from tests.live.servers import stock_server as new_stock_server  # replay.validation: 1-2 s
+
+    work = tmp_path_factory.mktemp("stock-server")
+    model = shutil.copytree(tiny_model, work / "model" / tiny_model.name)
+    server = new_stock_server(model, work)
+    with server:
+        yield server

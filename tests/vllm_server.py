@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
+import shutil
 import sysconfig
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -138,11 +140,27 @@ class VLLMServerError(RuntimeError):
 FLAGS = ("--dtype", "bfloat16", "--enforce-eager", "--enable-prefix-caching")
 
 
+@functools.cache
+def vllm_cache_root() -> Path:
+    """The ``VLLM_CACHE_ROOT`` of every test server and in-process engine of this test run.
+
+    One folder for the run, removed at its end: vLLM caches there what it learned of the
+    model's class (``modelinfos/``, keyed by the hash of the model's source file), which a
+    fresh folder makes every server learn again in a subprocess that imports all of vLLM
+    (10–15 s of CPU a start on two cores). What a test asserts of a server's own state (its
+    prefix cache, counters, logs, pins) is not there: each server still starts empty.
+    """
+    root = Path(tempfile.mkdtemp(prefix="ttlctl-test-vllm-cache-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
 def offline_environment(base: Mapping[str, str], work_dir: Path) -> dict[str, str]:
-    """A test server's environment on top of the door's: caches under ``work_dir``, offline."""
+    """A test server's environment on top of the door's: offline, vLLM's cache shared by the
+    run's servers (:func:`vllm_cache_root`), its other files under ``work_dir``."""
     env = dict(base)
     env.update(
-        VLLM_CACHE_ROOT=str(work_dir / "vllm-cache"),
+        VLLM_CACHE_ROOT=str(vllm_cache_root()),
         DO_NOT_TRACK="1",
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",

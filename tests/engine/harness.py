@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.vllm_server import vllm_cache_root
+
 REPO = Path(__file__).resolve().parents[2]
 KV_BYTES = 2 * 1024 * 1024
 BLOCK = 32
@@ -139,7 +141,7 @@ def make_engine(
         mp.setenv("VLLM_NO_USAGE_STATS", "1")
         mp.setenv("HF_HUB_OFFLINE", "1")
         mp.setenv("TRANSFORMERS_OFFLINE", "1")
-        mp.setenv("VLLM_CACHE_ROOT", str(model.parent / "vllm-cache"))
+        mp.setenv("VLLM_CACHE_ROOT", str(vllm_cache_root()))
         for key, value in env.items():
             if value is None:
                 mp.delenv(key, raising=False)

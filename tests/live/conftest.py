@@ -1,10 +1,10 @@
-"""Fixtures of the live tests: the tiny model, a bundle, and two real vLLM servers.
+"""Fixtures of the live tests: a bundle, and two real vLLM servers.
 
-``test_servers.py`` shares one pair of servers for the module, started together
-(a start takes 20–35 s on two cores): a stock vLLM started the way ``ttlctl
-validate`` starts one (:mod:`replay.validation.servers`, an
-:class:`ttlctl.server.owned.OwnedServer`), and a
-TTLScheduler server started through ``ttlctl serve`` (``python -m
+``test_servers.py`` uses two servers, started together (a start takes 20–35 s on two
+cores): the session's stock vLLM (``stock_server`` of tests/conftest.py, started the way
+``ttlctl validate`` starts one, :mod:`replay.validation.servers`, an
+:class:`ttlctl.server.owned.OwnedServer`; the profile tests measure it too), and a
+TTLScheduler server for the module started through ``ttlctl serve`` (``python -m
 ttlctl.cli serve``), which the module's last test stops with SIGTERM. Both have
 8 MiB of KV (8,192 tokens of the tiny model: ample for the traces here),
 ``max_model_len`` 2,048 and blocks of 32. Without vLLM installed the server tests
@@ -25,12 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from replay.validation import server_command
-from replay.validation import server_environment as validate_environment
 from tests.bundles import write_bundle
 from tests.live.servers import FLAGS, Served, Servers, children, healthy, server_env
 from tests.vllm_server import STARTUP_S
-from ttlctl.server.command import base_command
 from ttlctl.server.owned import OwnedServer
 from ttlctl.server.process import free_port
 
@@ -39,9 +36,11 @@ if importlib.util.find_spec("vllm") is None:  # an install without the engine ex
 
 
 @pytest.fixture(scope="module")
-def servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+def servers(
+    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Servers]:
     work = tmp_path_factory.mktemp("live-servers")
-    env = server_env(work)
+    env = server_env()
     bundle = write_bundle(work / "bundle.json", cold_start_ttl_s=30.0)
     port = free_port()
     serve_log = work / "serve.log"
@@ -60,16 +59,8 @@ def servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work, start_new_session=True
         )
     served = Served(proc, f"http://127.0.0.1:{port}", bundle, engine_log, serve_log)
-    stock_port = free_port()
-    stock = OwnedServer(
-        server_command(base_command(str(tiny_model), FLAGS), "vllm", stock_port),
-        validate_environment(env, "vllm", None, work),
-        work / "stock.log",
-        f"http://127.0.0.1:{stock_port}",
-        startup_timeout_s=STARTUP_S,
-    )
     try:
-        stock.start()  # meanwhile the TTL server starts too
+        stock: OwnedServer = request.getfixturevalue("stock_server")  # meanwhile: the TTL one
         deadline = time.monotonic() + STARTUP_S
         while not healthy(served.url):
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -78,7 +69,6 @@ def servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
             time.sleep(0.5)
         yield Servers(stock, served)
     finally:
-        stock.stop()
         if proc.poll() is None:  # the last test normally stopped it
             groups = children(proc.pid)  # the vLLM server leads its own process group
             os.kill(proc.pid, signal.SIGTERM)

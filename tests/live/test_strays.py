@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -71,12 +72,18 @@ def marked(mark: str) -> list[Proc]:
     return processes(lambda cmdline, environ: needle in b"\0" + environ + b"\0")
 
 
+def mentions(cmdline: str, needle: str) -> bool:
+    """Whether ``cmdline`` names ``needle`` whole, not as the start of a longer number or
+    name (``--port 4567`` is not in ``--port 45678``; a folder's sub-paths count)."""
+    return re.search(re.escape(needle) + r"(?!\w)", cmdline) is not None
+
+
 def strays(mark: str, pgids: set[int], needles: list[str]) -> list[Proc]:
     """What is left of the command's servers."""
     left = {p.pid: p for p in marked(mark)}
     for pgid in pgids:
         left.update({pid: Proc(pid, pgid, "") for pid in group_members(pgid)})
-    named = processes(lambda cmdline, environ: any(n in cmdline for n in needles))
+    named = processes(lambda cmdline, environ: any(mentions(cmdline, n) for n in needles))
     left.update({p.pid: p for p in named if "pytest" not in p.cmdline})
     return list(left.values())
 
@@ -218,3 +225,11 @@ def test_validate_stops_its_servers_after_a_timeout_and_on_sigterm(
     assert_nothing_left(mark, {stock.pgid, ttl.pgid}, needles)
     log = (tmp_path / "ttlctl.log").read_text(errors="replace")
     assert code == 128 + signal.SIGTERM, log[-3000:]
+
+
+def test_a_needle_names_its_port_or_folder_whole() -> None:
+    assert mentions("vllm serve /m --port 45678", "--port 45678")
+    assert not mentions("vllm serve /m --port 45678", "--port 4567")
+    assert mentions("vllm serve /w/tiny_model --port 1", "/w/tiny_model")
+    assert mentions("x --tokenizer /w/tiny_model/tok", "/w/tiny_model")
+    assert not mentions("vllm serve /w/tiny_model_stock", "/w/tiny_model")

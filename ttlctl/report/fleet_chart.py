@@ -18,6 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from replay.fleet.records import replica_labels
+from ttlctl.report.markup import is_num
 from ttlctl.report.png import figure, label
 
 #: (miss_reasons key, legend) in the stacking order, bottom up
@@ -36,9 +37,7 @@ GROUP_WIDTH = 0.8
 
 def number(value: Any) -> float:
     """A figure as the chart draws it: 0 when absent or not a number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return 0.0
-    return float(value)
+    return float(value) if is_num(value) else 0.0
 
 
 def replicas_of(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -119,23 +119,17 @@ def _placements(runs: list[dict[str, Any]]) -> str:
     """Each run's calls per replica, live; where the simulation on the trace's timing
     placed them otherwise, its counts beside them (``sim …``), and how many it placed
     alike."""
-    simulated = [r for r in runs if r.get("sim_calls_per_replica")]
-    alike = sum(1 for r in simulated if r["sim_calls_per_replica"] == r.get("calls_per_replica"))
-    placed = ", ".join(
-        _spread(r.get("calls_per_replica"))
-        + (
-            f" (sim {_spread(r['sim_calls_per_replica'])})"
-            if r in simulated and r["sim_calls_per_replica"] != r.get("calls_per_replica")
-            else ""
-        )
-        for r in runs
-    )
+    placed, simulated, alike = [], 0, 0
+    for r in runs:
+        live, sim = r.get("calls_per_replica"), r.get("sim_calls_per_replica")
+        simulated += bool(sim)
+        alike += bool(sim) and sim == live
+        placed.append(_spread(live) + (f" (sim {_spread(sim)})" if sim and sim != live else ""))
+    text = ", ".join(placed)
     if not simulated:
-        return placed
-    return (
-        f"{placed}; simulated on the trace's timing, placed alike in {alike} of "
-        f"{counted(len(simulated), 'run')}"
-    )
+        return text
+    of = counted(simulated, "run")
+    return f"{text}; simulated on the trace's timing, placed alike in {alike} of {of}"
 
 
 def _drawn(doc: dict[str, Any]) -> dict[str, Any] | None:

@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ttlctl.cli import app
-from ttlctl.ingest.formats.engine_log import SCHEMA, log_of
+from ttlctl.ingest.formats.engine_log import SCHEMA
+from ttlctl.ingest.formats.rotated import log_of
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io

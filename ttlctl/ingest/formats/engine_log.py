@@ -31,7 +31,8 @@ found empty: ``at_unix_s``, ``vllm_version``, ``model``, ``block_size``,
 ``kv_blocks`` (usable blocks), ``kv_tokens`` (their tokens), ``max_num_seqs``,
 ``max_num_batched_tokens``, ``max_model_len``, ``async_scheduling``,
 ``prefix_caching``, ``bundle_sha256`` and ``replica`` (``TTLCTL_REPLICA``, or
-null). It is not a call: it applies to the request lines after it in its file.
+null). It is not a call: it applies to the request lines after it, up to the next
+one, in its file and on into the newer parts of its log (:mod:`.rotated`).
 Ingest keeps each distinct one in the trace's metadata
 (:func:`ttlctl.trace.io.engines`), with ``calls``, the calls logged under it, and
 ``file``/``line``, where it was first seen; ``replica`` there is the same name as
@@ -48,7 +49,8 @@ prefix: a hit depends on what survived in memory).
 Several files (the logs of several replicas behind a router, or one replica's
 rotated logs) are read together: a program whose calls ran on several replicas is
 one program, its calls merged by arrival. Each call's ``replica`` column is the
-``replica`` named by the engine record in force in its file; when none is named,
+``replica`` named by the engine record in force in its log (in its file, else at the
+end of the log's older parts: :mod:`.rotated`); when none is named,
 the path as given of the log the file is part of: its name less logrotate's
 suffixes ``.N`` and ``.gz`` (``engine.jsonl``, ``engine.jsonl.1`` and
 ``engine.jsonl.2.gz`` are one log, one replica). When all the files are parts of
@@ -78,7 +80,6 @@ one-call programs (``request:<request_id>``) are not counted.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -86,6 +87,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from ttlctl.ingest.formats.rotated import Part, carry_over, log_of
 from ttlctl.ingest.reader import (
     GroupParsed,
     Parsed,
@@ -99,8 +101,6 @@ from ttlctl.ingest.reader import (
 from ttlctl.ingest.rejects import RejectSink
 
 SCHEMA = "ttlctl.engine-log/1"
-#: a rotated file's name: the log's name, then logrotate's ``.N`` and ``.gz``
-_ROTATED = re.compile(r"(.+?)(?:\.\d+)?(?:\.gz)?")
 #: the program id of an untagged request: ``request:<request_id>``
 UNTAGGED = "request:"
 #: the ``kind`` of an engine-facts line (ttlctl.engine.facts.KIND; not imported: vLLM side)
@@ -144,6 +144,7 @@ class EngineLogReader:
         logs = [str(log_of(p)) for p in paths]
         # the replica of a file whose engine names none: its log (None: one log in all)
         unnamed = logs if len(set(logs)) > 1 else [None] * len(paths)
+        parts = [Part(path) for path in paths]
         for index, path in enumerate(paths):
             before, made = sink.count, 0
             in_force: dict[str, Any] | None = None
@@ -176,10 +177,14 @@ class EngineLogReader:
                 row["replica"] = engines.replica(in_force, unnamed[index])
                 if in_force is not None:
                     in_force["calls"] += 1
+                else:  # its record may be in force from the log's earlier part: below
+                    parts[index].unplaced.append(row)
                 tagged = None if program in (None, "") else str(program)
                 calls.append((tagged, None if tagged else str(request_id), row))
                 made += 1
             records.append(made + sink.count - before)
+            parts[index].last = in_force
+        carry_over(parts)
         rows, in_flight, reused = _programs(calls)
         parsed = Parsed(
             frame_from_rows(rows, None),
@@ -219,14 +224,6 @@ class _Engines:
         """The replica the engine record names, else ``unnamed`` (the file's log)."""
         named = facts.get("replica") if facts is not None else None
         return str(named) if named else unnamed
-
-
-def log_of(path: Path) -> Path:
-    """The log a file is part of: ``path`` less logrotate's suffixes, a number then
-    ``.gz`` (``engine.jsonl.2.gz``, ``engine.jsonl.1`` and ``engine.jsonl.gz`` are parts
-    of ``engine.jsonl``)."""
-    parts = _ROTATED.fullmatch(path.name)
-    return path.with_name(parts[1]) if parts else path
 
 
 def _facts(obj: dict[str, Any]) -> dict[str, Any]:

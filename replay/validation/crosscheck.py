@@ -31,6 +31,7 @@ from replay.scheduler_config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from replay.validation import work_dir as work_dirs
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured, measurable, measure_policy_server, pooled
+from replay.validation.kv_memory import check_kv_memory
 from replay.validation.server_doc import measured_on, server_document
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_server
 from replay.validation.sim_side import SimSide
@@ -288,6 +289,7 @@ def validate(
     """
     names = _policies(policies, repeats, sources)
     check_kv_tokens(kv_tokens, sources.vllm_args())  # before any server starts
+    check_kv_memory(sources.vllm_args(), model_config)
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
     if not work.programs:
         raise ValidateError("no programs to validate with")

@@ -61,6 +61,7 @@ from replay.validation.fleet_placement import check_placement, replica_cpus, rep
 from replay.validation.fleet_profile import Measured, by_repeat, pooled
 from replay.validation.fleet_routers import check_router, sim_settings
 from replay.validation.fleet_rows import LiveRun
+from replay.validation.kv_memory import check_kv_memory
 from replay.validation.servers import LIVE_POLICIES, Sources
 from replay.validation.sim_side import SimSide
 from replay.validation.sizing import check_kv_tokens, sim_engine_config
@@ -144,6 +145,7 @@ def validate_fleet(
         raise ValidateError(f"--repeats must be at least 1, not {repeats}")
     check_placement(cpus_per_replica, gpus_per_replica)
     check_kv_tokens(kv_tokens, sources.vllm_args())  # the replicas' block size, if given
+    check_kv_memory(sources.vllm_args(), model_config)
     timings = Timings(draws=timing_draws, seed=seed)  # refused here, before any fleet
     for policy in routers:  # every one, before the first fleet's minutes of work
         check_router(policy)

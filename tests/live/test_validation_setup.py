@@ -4,28 +4,22 @@ through the command, exit 2."""
 
 from __future__ import annotations
 
-import json
 import shlex
 import tempfile
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 from typer.testing import CliRunner
 
 from replay.validation.error import ValidateError
 from replay.validation.server_sources import local_config, parse_urls, server_base
-from replay.validation.sizing import check_kv_tokens, given_block_size
 from replay.validation.validate_request import ValidateRequest
 from replay.validation.work_dir import work_dir
-from tests.http_stub import serving
 from tests.live.traces import agent_trace
 from ttlctl.cli import app
 from ttlctl.errors import TtlctlError
 from ttlctl.server import command, gpus
 from ttlctl.server.command import cpu_build_installed
-from ttlctl.server.owned import OwnedServer
 
 
 def test_urls_are_policy_equals_url() -> None:
@@ -303,151 +297,3 @@ def test_a_temporary_work_dir_written_in_is_kept_and_a_given_one_never_removed(
     with pytest.raises(ValidateError), work_dir(given, "v-") as used:
         raise ValidateError("refused")
     assert used == given.resolve() and given.is_dir()
-
-
-def _no_server_starts(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """The commands of the servers (and fleets' replicas and routers) validate launches
-    from now on: none may start (a launch fails the command at once, rather than after a
-    model's minutes of loading)."""
-    started: list[list[str]] = []
-
-    def launch(server: OwnedServer) -> None:
-        started.append(list(server.command))
-        raise AssertionError(f"a server was started: {server.command}")
-
-    monkeypatch.setattr(OwnedServer, "launch", launch)
-    return started
-
-
-@pytest.mark.parametrize(
-    ("args", "line"),
-    [
-        (
-            ["--kv-tokens", "8", "--model", "m", "--", "--block-size", "32"],
-            "--kv-tokens 8 holds no KV block: the servers' blocks are 32 tokens (their vLLM "
-            "--block-size); give at least 32",
-        ),
-        # as vLLM reads it: underscores, `=`, an abbreviation, the last one given
-        (
-            ["--kv-tokens", "20", "--model", "m", "--", "--block-size", "8", "--block_s=32"],
-            "--kv-tokens 20 holds no KV block: the servers' blocks are 32 tokens (their vLLM "
-            "--block-s (abbreviates --block-size)); give at least 32",
-        ),
-        (
-            ["--kv-tokens", "20", "--engine-cmd", "vllm serve m --block-size 32"],
-            "--kv-tokens 20 holds no KV block: the servers' blocks are 32 tokens (their vLLM "
-            "--block-size); give at least 32",
-        ),
-        # no --block-size: vLLM's default, 16 tokens on a GPU (128 on a CPU), never fewer
-        (
-            ["--kv-tokens", "8", "--model", "m"],
-            "--kv-tokens 8 holds no KV block: vLLM's blocks are at least 16 tokens (its "
-            "--block-size default); give at least 16",
-        ),
-        (
-            ["--kv-tokens", "8", "--model", "m", "--replicas", "2", "--router", "round_robin",
-             "--", "--block-size", "32"],
-            "--kv-tokens 8 holds no KV block: the servers' blocks are 32 tokens (their vLLM "
-            "--block-size); give at least 32",
-        ),
-        (
-            ["--kv-tokens", "64", "--model", "m", "--", "--block-size", "x"],
-            "--block-size takes a number of tokens, not 'x'",
-        ),
-    ],
-)  # fmt: skip
-def test_kv_tokens_below_one_block_are_refused_before_any_server_starts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], line: str
-) -> None:
-    """--kv-tokens that hold no KV block of the servers' size, known from the arguments:
-    one line naming the flag, exit 2, no server started and no work dir made (it used to
-    be refused once the first server had started, served its live run and stopped)."""
-    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
-    work = tmp_path / "w"
-    started = _no_server_starts(monkeypatch)
-    given = [str(trace), "--work-dir", str(work), "--profile", "llama-3.1-8b-h100", *args]
-    assert _refused(given) == f"error: {line}"
-    assert started == [] and not work.exists()
-
-
-def test_kv_tokens_of_one_block_or_more_are_taken(tmp_path: Path) -> None:
-    """The same check lets through a KV that holds a block (the server's own block size
-    is checked again once it answers): a block size read in a --config file too."""
-    cfg = tmp_path / "vllm.yaml"
-    cfg.write_text("block_size: 64\n")
-    assert given_block_size(["--config", str(cfg)]) == ("--block-size", 64)
-    assert given_block_size(["--config", str(cfg), "--block-size", "16"]) == ("--block-size", 16)
-    assert given_block_size(["--dtype", "half"]) is None
-    for kv, args in ((32, ["--block-size", "32"]), (16, []), (100, ["--config", str(cfg)])):
-        check_kv_tokens(kv, args)
-    with pytest.raises(ValidateError, match=r"^--kv-tokens 63 holds no KV block: .* 64 tokens"):
-        check_kv_tokens(63, ["--config", str(cfg)])
-    check_kv_tokens(None, ["--block-size", "32"])  # the servers' own KV
-    check_kv_tokens(8, None)  # servers given by URL: read when they answer
-
-
-class _Server(BaseHTTPRequestHandler):
-    """A server that answers what validate asks first (its model, its KV cache) and
-    counts every other request (a warm-up or a live run would be some)."""
-
-    cache: ClassVar[str] = ""
-    others: ClassVar[list[str]] = []
-
-    def do_GET(self) -> None:
-        if self.path == "/v1/models":
-            body = json.dumps({"data": [{"id": "stub", "max_model_len": 2048}]})
-        elif self.path == "/version":
-            body = json.dumps({"version": "0.32.0"})
-        elif self.path == "/metrics":
-            body = f"vllm:cache_config_info{{{self.cache}}} 1.0\n"
-        else:
-            self.others.append(self.path)
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(body.encode())
-
-    def do_POST(self) -> None:
-        self.others.append(self.path)
-        self.send_error(404)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.mark.parametrize(
-    ("cache", "kv", "line"),
-    [
-        # sized by memory (--kv-cache-memory-bytes or --gpu-memory-utilization): vLLM's
-        # null block is the one block it has
-        (
-            'block_size="32",num_gpu_blocks="1"',
-            [],
-            "{url} has 1 KV block of 32 tokens (one is vLLM's null block): no usable KV "
-            "block; give its KV cache more memory (vLLM's --kv-cache-memory-bytes or "
-            "--gpu-memory-utilization)",
-        ),
-        # a block size the arguments do not say (a server given by URL)
-        (
-            'block_size="128",num_gpu_blocks="64"',
-            ["--kv-tokens", "100"],
-            "--kv-tokens 100 holds no KV block: {url} has blocks of 128 tokens "
-            "(--block-size); give at least 128",
-        ),
-    ],
-)
-def test_a_kv_of_no_block_known_from_the_server_is_refused_before_its_live_run(
-    tmp_path: Path, cache: str, kv: list[str], line: str
-) -> None:
-    """Where only the server says its KV cache: refused as soon as it answers, one line
-    naming the flag, before any warm-up or live run (it used to be refused after them)."""
-    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
-    _Server.cache, _Server.others = cache, []
-    with serving(_Server) as url:
-        got = _refused(
-            [str(trace), "--url", f"vllm={url}", "--policy", "vllm", "--profile",
-             "llama-3.1-8b-h100", "--work-dir", str(tmp_path / "w"), *kv]
-        )  # fmt: skip
-    assert got == "error: " + line.format(url=url)
-    assert _Server.others == []

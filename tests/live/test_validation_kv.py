@@ -6,6 +6,8 @@ warm-up and live run (replay.validation.sizing.kv_tokens_of)."""
 from __future__ import annotations
 
 import json
+import re
+import sys
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, ClassVar
@@ -276,3 +278,50 @@ def test_kv_memory_is_left_to_the_server_where_the_arguments_do_not_tell(
     cfg.write_text("kv_cache_memory_bytes: 16K\n")
     with pytest.raises(ValidateError, match=r"^--kv-cache-memory-bytes 16K holds no KV block"):
         check_kv_memory(["--config", str(cfg)], tiny)
+
+
+#: a stand-in for the vLLM server validate starts (tests/live/stub_engine.py)
+STUB = Path(__file__).with_name("stub_engine.py")
+
+
+def _running(marker: str) -> list[int]:
+    """Live processes (not zombies) started with ``marker`` in their environment."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            environ = (entry / "environ").read_bytes() if entry.name.isdigit() else b""
+            stat = (entry / "stat").read_text() if environ else ""
+        except OSError:
+            continue
+        if marker.encode() in environ.split(b"\0") and stat[stat.rfind(")") + 2] not in "ZX":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("fleet", [[], ["--replicas", "2", "--router", "round_robin"]])
+def test_a_started_server_whose_kv_holds_no_block_is_refused_and_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fleet: list[str]
+) -> None:
+    """A KV known only once the server answers (sized by --gpu-memory-utilization): refused
+    then, one line naming the flags, with nothing left running (the server, a fleet's
+    replicas and router) and nothing sent to it beyond what tells its KV (no warm-up, no
+    live run)."""
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    pids, others = tmp_path / "pids", tmp_path / "others"
+    pids.mkdir()
+    monkeypatch.setenv("STUB_CACHE", 'block_size="32",num_gpu_blocks="1"')
+    monkeypatch.setenv("STUB_PIDS", str(pids))
+    monkeypatch.setenv("STUB_OTHERS", str(others))
+    line = _refused(
+        [str(trace), "--policy", "vllm", "--profile", "llama-3.1-8b-h100", "--engine-cmd",
+         f"{sys.executable} {STUB}", "--work-dir", str(tmp_path / "w"), *fleet]
+    )  # fmt: skip
+    assert re.fullmatch(
+        r"error: http://127\.0\.0\.1:\d+ has 1 KV block of 32 tokens \(one is vLLM's null "
+        r"block\): no usable KV block; give its KV cache more memory \(vLLM's "
+        r"--kv-cache-memory-bytes or --gpu-memory-utilization\)",
+        line,
+    ), line
+    assert len(list(pids.iterdir())) == (2 if fleet else 1)  # they did start
+    assert _running(f"STUB_OTHERS={others}") == []
+    assert not others.exists()

@@ -31,10 +31,16 @@ from replay.scheduler_config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from replay.validation import work_dir as work_dirs
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured, measurable, measure_policy_server, pooled
+from replay.validation.kv_memory import check_kv_memory
 from replay.validation.server_doc import measured_on, server_document
 from replay.validation.servers import LIVE_POLICIES, Sources, policy_server
 from replay.validation.sim_side import SimSide
-from replay.validation.sizing import same_servers, sim_engine_config
+from replay.validation.sizing import (
+    check_kv_tokens,
+    kv_tokens_of,
+    same_servers,
+    sim_engine_config,
+)
 from replay.validation.stats import merge_runs
 from replay.validation.warmup import Warmed, warmed
 from replay.workload import Workload
@@ -71,6 +77,8 @@ class _Session:
     say: Progress
     warn: Callable[[str], None] | None
     bundle_doc: bundle_mod.Bundle | None = None
+    #: ``--kv-tokens`` (None: each server's own)
+    kv_tokens: int | None = None
     profile_source: str | None = None
     #: the live runs a profile is measured after, True where they are pooled (empty: a
     #: profile was given)
@@ -92,6 +100,7 @@ class _Session:
                 server = self._start(name, rep, tag, which)
                 url = server.url
             info = probe(url)
+            kv_tokens_of(info, self.kv_tokens)  # a KV that holds no block: refused now
             self.infos[name] = info
             if server is not None:  # fresh: warmed first (replay.validation.warmup)
                 self.say(f"{which}: warming the server up")
@@ -279,6 +288,8 @@ def validate(
     cannot be used).
     """
     names = _policies(policies, repeats, sources)
+    check_kv_tokens(kv_tokens, sources.vllm_args())  # before any server starts
+    check_kv_memory(sources.vllm_args(), model_config)
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
     if not work.programs:
         raise ValidateError("no programs to validate with")
@@ -297,6 +308,7 @@ def validate(
             repeats=repeats,
             bundle_path=bundle,
             bundle_doc=bundle_mod.read(bundle) if bundle is not None else None,
+            kv_tokens=kv_tokens,
             profile=profile,
             profile_source="given" if profile is not None else None,
             measure={} if profile is not None else measured_after(names, repeats),

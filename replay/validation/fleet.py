@@ -61,9 +61,10 @@ from replay.validation.fleet_placement import check_placement, replica_cpus, rep
 from replay.validation.fleet_profile import Measured, by_repeat, pooled
 from replay.validation.fleet_routers import check_router, sim_settings
 from replay.validation.fleet_rows import LiveRun
+from replay.validation.kv_memory import check_kv_memory
 from replay.validation.servers import LIVE_POLICIES, Sources
 from replay.validation.sim_side import SimSide
-from replay.validation.sizing import sim_engine_config
+from replay.validation.sizing import check_kv_tokens, sim_engine_config
 from replay.validation.timings import DRAWS, Timings
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
@@ -143,6 +144,8 @@ def validate_fleet(
     if repeats < 1:
         raise ValidateError(f"--repeats must be at least 1, not {repeats}")
     check_placement(cpus_per_replica, gpus_per_replica)
+    check_kv_tokens(kv_tokens, sources.vllm_args())  # the replicas' block size, if given
+    check_kv_memory(sources.vllm_args(), model_config)
     timings = Timings(draws=timing_draws, seed=seed)  # refused here, before any fleet
     for policy in routers:  # every one, before the first fleet's minutes of work
         check_router(policy)
@@ -183,6 +186,7 @@ def validate_fleet(
             vocab_size=vocab_size,
             model_config=model_config,
             measuring=profile is None,
+            kv_tokens=kv_tokens,
             warn=warn,
         )
         # run k of every (policy, router) before run k + 1 of any: a drift in the machine's

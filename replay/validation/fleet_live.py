@@ -27,6 +27,7 @@ from replay.validation.fleet_profile import Measured, measurable, measure_replic
 from replay.validation.fleet_routers import router_setup
 from replay.validation.fleet_rows import LiveRun
 from replay.validation.servers import Sources, policy_fleet
+from replay.validation.sizing import kv_tokens_of
 from replay.validation.warmup import warmed
 from replay.workload import Workload
 from ttlctl.nouns import counted
@@ -63,6 +64,8 @@ class LiveFleets:
     model_config: dict[str, Any] | None
     #: no profile was given: one is measured on the fleets (asked on the first)
     measuring: bool
+    #: ``--kv-tokens`` (None: the replicas' own)
+    kv_tokens: int | None
     warn: Callable[[str], None] | None
 
 
@@ -110,6 +113,7 @@ def live_run(
         groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
         if info is None:
             info = probe(next(iter(made.urls.values())))
+            kv_tokens_of(info, fleets.kv_tokens)  # a KV that holds no block: refused now
             if fleets.measuring:  # measured after the runs: asked now
                 measurable(info.url, "a replica", fleets.model_config)
         say(f"{which}: warming the replicas up")

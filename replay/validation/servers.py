@@ -40,6 +40,11 @@ class Sources:
     startup_timeout_s: float = 600.0
     env: Mapping[str, str] | None = None
 
+    def vllm_args(self) -> list[str] | None:
+        """The vLLM arguments of the servers to start
+        (:func:`~ttlctl.server.command.vllm_arguments`; None: none to start)."""
+        return None if self.base_cmd is None else command.vllm_arguments(self.base_cmd)
+
 
 def check_base(base: Sequence[str]) -> None:
     """:class:`~ttlctl.server.command.CommandError` when ``base`` sets the option validate

@@ -341,6 +341,18 @@ def test_sim_engine_config_is_sized_like_the_server() -> None:
             max_num_seqs=1,
             max_num_batched_tokens=1,
         )
+    # a KV that holds no block: refused naming the flag (not the simulator's own check)
+    for info, kv, line in [
+        (_info(num_gpu_blocks=1), None, "http://127.0.0.1:1 has 1 KV block of 32 tokens (one "
+         "is vLLM's null block): no usable KV block; give its KV cache more memory"),
+        (_info(num_gpu_blocks=None, kv_tokens=16), None, "http://127.0.0.1:1 has 16 KV "
+         "tokens in blocks of 32: no usable KV block"),
+        (_info(), 31, "--kv-tokens 31 holds no KV block: http://127.0.0.1:1 has blocks of 32 "
+         "tokens (--block-size); give at least 32"),
+    ]:  # fmt: skip
+        with pytest.raises(validate.ValidateError) as refused:
+            validate.sim_engine_config(info, kv_tokens=kv, max_num_seqs=1, max_num_batched_tokens=1)
+        assert str(refused.value).startswith(line)
 
 
 def test_validate_cli_argument_errors(tmp_path: Path) -> None:

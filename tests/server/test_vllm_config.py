@@ -32,6 +32,18 @@ def test_the_files_options_come_first_so_the_command_line_wins(tmp_path: Path) -
     assert not given.sets("--host")
 
 
+def test_an_options_value_is_the_last_one_vllm_parses(tmp_path: Path) -> None:
+    """The file's value, unless the command line gives one (the last one wins), as given:
+    ``=``, underscores, an abbreviation (named as given)."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("block_size: 64\n")
+    assert read(["--config", str(cfg)], ()).value("--block-size") == ("--block-size", "64")
+    given = read(["--config", str(cfg), "--block_size=16", "--block-s", "32"], ())
+    assert given.value("--block-size") == ("--block-s (abbreviates --block-size)", "32")
+    assert read(["--dtype", "half"], ()).value("--block-size") is None
+    assert read(["--block-size"], ()).value("--block-size") == ("--block-size", "")
+
+
 def test_each_value_is_written_as_vllm_writes_it() -> None:
     doc = {
         "max_num_seqs": 8,  # the key as written: vLLM reads its underscores later

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ttlctl.errors import TtlctlError
-from ttlctl.server.vllm_options import gathered, option_name, option_set
+from ttlctl.server.vllm_options import gathered, option_name, option_set, shown
 
 #: vLLM's option that names a config file of options
 CONFIG = "--config"
@@ -75,6 +75,20 @@ class VllmArgs:
     def sets(self, name: str) -> bool:
         """Whether the arguments (the file's included) set the option ``name``."""
         return any(option_set(arg, (name,)) for arg in self.parsed)
+
+    def value(self, name: str) -> tuple[str, str] | None:
+        """The value the arguments (the file's included) give the option ``name``, the
+        last one given as vLLM's parser keeps it, with the option as given
+        (:func:`~ttlctl.server.vllm_options.shown`); None when they do not set it."""
+        parsed = self.parsed
+        found: tuple[str, str] | None = None
+        for i, arg in enumerate(parsed):
+            if option_set(arg, (name,)) is None:
+                continue
+            _, sep, inline = arg.partition("=")
+            after = parsed[i + 1] if i + 1 < len(parsed) else ""
+            found = (shown(arg, name), inline if sep else after)
+        return found
 
 
 def read(args: Sequence[str], names: Collection[str]) -> VllmArgs:

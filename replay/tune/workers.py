@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import socket
 import sys
@@ -12,6 +13,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ from optuna.trial import TrialState
 
 from replay.sim import SimulationError
 from replay.tune.context import IncompleteRun, TuneContext, TuneError
+from replay.tune.failures import TrialError, WorkerFailure, workers_error
 from replay.tune.space import first_trials, fleet_defaults, objective
 from replay.tune.storage import RUN_ATTR, Storage, differing, digest, this_run
 from ttlctl.errors import TtlctlError
@@ -42,14 +45,6 @@ STOPPED_ATTR = "ttlctl.stopped_study"
 STOPPED_EXIT = 2
 #: the logger Optuna reports a failed trial on (optuna/study/_optimize.py)
 _OPTUNA_TRIAL_LOG = "optuna.study._optimize"
-
-
-class TrialError(TuneError):
-    """A trial's error that stops the study: ``trial N: <its one line>``."""
-
-    def __init__(self, number: int, cause: str) -> None:
-        super().__init__(f"trial {number}: {cause}")
-        self.number = number
 
 
 def worker_seed(seed: int, index: int) -> int:
@@ -202,7 +197,9 @@ def run_workers(
 
     A worker that exited with :data:`STOPPED_EXIT` is reported as the trial whose error
     stopped it (:class:`TrialError`); any other failed exit (a bug's traceback, a kill)
-    as the worker's exit code, never as a trial that failed alone before it."""
+    as the worker's exit code, never as a trial that failed alone before it. When several
+    failed, one line says how many and names the first to exit
+    (:func:`~replay.tune.failures.workers_error`)."""
     shares = [n // workers + (i < n % workers) for i in range(workers)]
     verbosity = optuna.logging.get_verbosity()
     run = this_run()
@@ -216,15 +213,19 @@ def run_workers(
         mp.Process(target=worker_main, args=(job,), name=f"ttlctl-tune-{job.index}") for job in jobs
     ]
     started = []
+    exited: list[int] = []  # the workers' places in ``jobs``, in the order they exited
     try:
         for proc in procs:
             proc.start()
             started.append(proc)
-        while any(proc.is_alive() for proc in started):
+        while len(exited) < len(started):
             if progress is not None:
                 progress(finished_trials(study), total)
-            for proc in started:
-                proc.join(timeout=0.5 / len(started))
+            waiting = {procs[i].sentinel: i for i in range(len(started)) if i not in exited}
+            ready = set(multiprocessing.connection.wait(list(waiting), timeout=0.5))
+            for i in sorted(i for sentinel, i in waiting.items() if sentinel in ready):
+                procs[i].join()
+                exited.append(i)
     except BaseException:
         for proc in started:
             if proc.is_alive():
@@ -232,17 +233,18 @@ def run_workers(
         for proc in started:
             proc.join()
         raise
-    bad = [(job.index, p) for job, p in zip(jobs, procs, strict=True) if p.exitcode != 0]
-    if bad:
-        index, proc = bad[0]
-        failed = None
-        if proc.exitcode == STOPPED_EXIT:
-            failed = _stopping_trial(study, worker_name(index, proc.pid))
-        if failed is not None:
-            raise TrialError(failed.number, failed.user_attrs[ERROR_ATTR])
-        raise TuneError(
-            f"worker {index} exited with code {proc.exitcode} (its error is printed above)"
-        )
+    failures = [_failure(study, jobs[i].index, procs[i]) for i in exited if procs[i].exitcode != 0]
+    if failures:
+        raise workers_error(failures, len(jobs))
+
+
+def _failure(study: optuna.Study, index: int, proc: BaseProcess) -> WorkerFailure:
+    """How worker ``index`` failed: the trial whose error stopped it, else its exit code."""
+    if proc.exitcode == STOPPED_EXIT:
+        trial = _stopping_trial(study, worker_name(index, proc.pid))
+        if trial is not None:
+            return WorkerFailure(index, trial.user_attrs[ERROR_ATTR], trial.number)
+    return WorkerFailure.exited(index, proc.exitcode)
 
 
 def _stopping_trial(study: optuna.Study, worker: str) -> optuna.trial.FrozenTrial | None:

@@ -47,8 +47,8 @@ def ingest(
     """Read agent logs into one canonical trace (one row per LLM call) and summarise it.
 
     Without --skip-bad the first bad record stops the run: exit 2, naming the file and
-    record, and nothing is written. Nothing to write (every record rejected) stops it
-    too, unless --allow-empty.
+    record, and nothing is written. An empty file, or nothing to write (every record
+    rejected), stops it too, unless --allow-empty.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     from ttlctl.ingest.pipeline import ingest as run_ingest

@@ -170,8 +170,8 @@ AllowEmpty = Annotated[
     bool,
     typer.Option(
         "--allow-empty",
-        help="Accept a result with no calls (an empty input, or every record rejected) "
-        "instead of stopping with an error.",
+        help="Accept a result with no calls (no log file, an empty file, or every record "
+        "rejected) instead of stopping with an error.",
     ),
 ]
 

@@ -15,13 +15,13 @@ import polars as pl
 from ttlctl.ingest import lookup, rules
 from ttlctl.ingest.reader import (
     GZIP_SUFFIX,
-    SNIFF_BYTES,
     GroupReader,
     GzipDamage,
     Parsed,
     Reader,
     env_bytes,
     head_bytes,
+    is_blank,
     is_gzip,
     read_bytes,
     size,
@@ -42,6 +42,11 @@ PARQUET_EXPANSION = 6
 #: Files in a directory that are documentation, not logs: listed as skipped, never read.
 NOT_LOGS = ("license", "licence", "readme", "notice", "copying", "authors")
 NOT_LOG_SUFFIXES = (".md", ".rst", ".txt", ".html", ".py", ".sh")
+
+#: A file of nothing but whitespace: the format it is reported as, its reject reason (as
+#: every reader names it).
+EMPTY_FORMAT = "empty"
+EMPTY_FILE = "empty file"
 
 ProgressFn = Callable[[Path, int, int], None]
 
@@ -131,7 +136,8 @@ def ingest(
     Without ``skip_bad`` the first bad record raises :class:`IngestError` and
     nothing is written. With it, bad records go to ``<output>.rejects.jsonl``.
     Nothing to write (no calls, or every record rejected) is an :class:`IngestError`
-    too, and nothing is written, unless ``allow_empty``. The trace and the rejects
+    too, and nothing is written, unless ``allow_empty``; so is an empty file (nothing but
+    whitespace), which ``allow_empty`` reads as no calls (format "empty"). The trace and the rejects
     file each appear whole, and only when the run succeeds. Large gzip data is
     decompressed to temporary files next to ``output`` (:mod:`ttlctl.ingest.spool`),
     removed before this returns or raises.
@@ -160,6 +166,11 @@ def ingest(
         for index, path in enumerate(files):
             if progress is not None:
                 progress(path, index, len(files))
+            if is_blank(path):  # no record: read as no calls when allowed, else a bad file
+                report.files.append(FileReport(str(path), EMPTY_FORMAT, 0 if allow_empty else 1))
+                if not allow_empty:
+                    sink.reject(path, None, EMPTY_FILE)
+                continue
             reader = fixed or lookup.detect(path)
             if reader is None:
                 sink.reject(path, None, _unrecognised(path))
@@ -210,16 +221,14 @@ def ingest(
 
 
 def _unrecognised(path: Path) -> str:
-    """Why no reader took ``path``: damaged gzip data, an empty file (as every reader
-    names it), text that is not UTF-8, or an unknown format."""
+    """Why no reader took ``path`` (a file with more than whitespace in it): damaged gzip
+    data, text that is not UTF-8, or an unknown format."""
     if is_gzip(path):
         try:
             read_bytes(path)
         except GzipDamage as exc:
             return str(exc)
     head = head_bytes(path)
-    if len(head) < SNIFF_BYTES and not head.strip():  # the whole file, and only blanks
-        return "empty file"
     if not head.startswith(b"PAR1"):
         try:
             head.decode("utf-8")

@@ -310,6 +310,19 @@ def head_bytes(path: Path) -> bytes:
     return bytes(out[:SNIFF_BYTES])
 
 
+def is_blank(path: Path) -> bool:
+    """Whether the file holds nothing but whitespace, once decompressed: an empty log (no
+    records, not a bad one). Read up to its first other byte. Damaged gzip data is not
+    blank: reading it says why."""
+    try:
+        if is_gzip(path):
+            return not any(chunk.strip() for chunk in chunks(path, SNIFF_BYTES))
+        with path.open("rb") as fh:
+            return not any(chunk.strip() for chunk in iter(lambda: fh.read(SNIFF_BYTES), b""))
+    except GzipDamage:
+        return False
+
+
 # ---------------------------------------------------------------- field coercion
 
 

@@ -8,7 +8,8 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from ttlctl.cli.render.cells import show
+from ttlctl.cli.render.cells import share, show
+from ttlctl.cli.render.fleet_view import MISS_LABELS, fleet_tables
 
 HEADERS = (
     "policy", "programs", "calls", "JCT mean (s)", "JCT p50 (s)", "JCT p95 (s)",
@@ -109,3 +110,38 @@ def test_tables_without_rules_or_padding_fill_the_console_exactly() -> None:
         table.add_row("alpha", "words " * 30)
         lines = printed(60, table)
         assert max(len(line) for line in lines) == 60
+
+
+def test_a_share_that_is_not_nothing_never_reads_as_nothing() -> None:
+    assert share(None) == "—"
+    assert share(0.0) == "0%" and share(1.0) == "100%"
+    assert share(0.00055) == "0.1%"  # 2 pins of 3,600: "0%" hid them
+    assert share(0.0004) == "<0.1%"
+    assert share(0.004) == "0.4%" and share(0.005) in ("0.5%", "1%")
+    assert share(0.997) == "99.7%"
+    assert share(0.9996) == ">99.9%"
+    assert share(0.42) == "42%"
+
+
+def test_the_fleet_table_shows_a_small_waste_of_pins() -> None:
+    replica = {
+        "llm_calls": 10,
+        "engine_busy_s": 5.0,
+        "prefix_hit_rate": 0.0004,
+        "preemptions": 0,
+    }
+    result = {
+        "policy": "continuum",
+        "router": {"name": "pin-aware", "replicas": 2, "settings": {}},
+        "load_balance": 1.01,
+        "returned_share": 0.998,
+        "pins": {"made": 3600},
+        "pins_wasted": 2,
+        "pins_wasted_share": 2 / 3600,
+        "miss_reasons": dict.fromkeys(MISS_LABELS, 0),
+        "per_replica": [replica, replica],
+    }
+    console = Console(record=True, width=200)
+    fleet_tables(console, [result])
+    text = console.export_text()
+    assert "2 (0.1%)" in text and "99.8%" in text and "<0.1%" in text

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from replay.fleet.records import replica_labels
-from ttlctl.cli.render.cells import dash, show
+from ttlctl.cli.render.cells import dash, share, show
 from ttlctl.nouns import counted
 
 MISS_LABELS = {
@@ -52,14 +52,14 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
     ):
         table.add_column(col, justify="left" if col == "policy" else "right")
     for r in results:
-        share = r.get("pins_wasted_share")
+        wasted = r.get("pins_wasted_share")
         misses = r["miss_reasons"]
         table.add_row(
             r["policy"],
             dash(r["load_balance"], ".2f"),
-            "—" if r["returned_share"] is None else f"{r['returned_share']:.0%}",
+            share(r["returned_share"]),
             dash((r.get("pins") or {}).get("made"), ","),
-            f"{r['pins_wasted']:,}" + ("" if share is None else f" ({share:.0%})"),
+            f"{r['pins_wasted']:,}" + ("" if wasted is None else f" ({share(wasted)})"),
             *(f"{misses[k]:,}" for k in MISS_LABELS),
         )
     show(console, table)
@@ -75,7 +75,7 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
                 escape(label),
                 f"{p['llm_calls']:,}",
                 f"{p['engine_busy_s']:,.0f}",
-                "—" if p["prefix_hit_rate"] is None else f"{p['prefix_hit_rate']:.0%}",
+                share(p["prefix_hit_rate"]),
                 f"{p['preemptions']:,}",
                 end_section=i == len(labels) - 1,
             )

@@ -4,9 +4,11 @@ per policy, and the miss reasons stacked per policy; an edited document draws, n
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.patches import Rectangle
 
 from ttlctl.report import build_report
@@ -80,3 +82,33 @@ def test_the_fleet_section_of_an_edited_replay_is_drawn(tmp_path: Path) -> None:
     page = build_report(tmp_path)
     assert "behind <code>round-robin</code>" in page
     assert 'alt="each replica&#x27;s load' in page and "continuum: per replica" in page
+
+
+def test_many_policies_keep_their_names_apart_and_their_colours_their_own() -> None:
+    policies = [
+        "vllm",
+        "continuum",
+        "static-ttl",
+        "autellix",
+        "infercept",
+        "unlimited-kv",
+        "oracle",
+        "continuum-no-valve",
+    ]
+    results = [
+        result(p, [500.0 + k, 480.0, 470.0, 460.0], {"routed_elsewhere": 40, "evicted": 3})
+        for k, p in enumerate(policies)
+    ]
+    fig = chart(results)
+    busy, misses = fig.axes
+    policy_colours = {tuple(p.get_facecolor()) for p in busy.patches}
+    reason_colours = {tuple(p.get_facecolor()) for p in misses.patches}
+    assert len(policy_colours) == len(policies)
+    assert not policy_colours & reason_colours  # a reason never looks like a policy
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in misses.get_xticklabels()]
+    assert [t.get_text() for t in misses.get_xticklabels()] == policies
+    for a, b in pairwise(boxes):
+        assert not a.overlaps(b), "two policy names are drawn over each other"

@@ -29,8 +29,13 @@ MISSES = (
     ("released_by_valve", "released by the valve"),
     ("evicted", "evicted"),
 )
-#: the reasons' colours: the palette's last five, apart from the policies' first ones
-MISS_COLOURS = ("C5", "C7", "C8", "C9", "C6")
+#: the reasons' fills: greys from dark to white, each with its own hatch, so that no
+#: reason takes a colour of the policies (the left panel colours a policy by the palette's
+#: C0, C1, …: with ten policies every palette colour is one)
+MISS_COLOURS = ("#404040", "#808080", "#b0b0b0", "#dcdcdc", "#ffffff")
+MISS_HATCHES = ("", "//", "..", "xx", "\\\\")
+#: more policies than this: the right panel's policy names stand on end
+UPRIGHT_NAMES = 3
 #: the bars of one replica take this much of its slot
 GROUP_WIDTH = 0.8
 
@@ -73,10 +78,18 @@ def _misses(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
     for j, (key, legend) in enumerate(MISSES):
         counts = [number(record(r.get("miss_reasons")).get(key)) for r in results]
         ax.bar(
-            range(len(results)), counts, 0.6, bottom=bottoms, label=legend, color=MISS_COLOURS[j]
+            range(len(results)),
+            counts,
+            0.6,
+            bottom=bottoms,
+            label=legend,
+            color=MISS_COLOURS[j],
+            hatch=MISS_HATCHES[j],
+            edgecolor="black",
+            linewidth=0.5,
         )
         bottoms = [b + c for b, c in zip(bottoms, counts, strict=True)]
-    ax.set_xticks(range(len(names)), names)
+    ax.set_xticks(range(len(names)), names, rotation=90 if len(names) > UPRIGHT_NAMES else 0)
     ax.set_ylabel("follow-up calls that missed")
     ax.margins(y=0.1)
     ax.set_title("why follow-up calls missed the cache")
@@ -86,10 +99,11 @@ def _misses(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
 def chart(results: Sequence[Mapping[str, Any]]) -> Figure:
     """The fleet chart (see the module docstring) of results that share one fleet."""
     replicas = len(replicas_of(results[0]))
-    fig = figure(max(6.0, 0.25 * replicas * len(results) + 2.5) + 4.5, 4.0)
-    busy, misses = fig.subplots(
-        1, 2, gridspec_kw={"width_ratios": [max(1.0, replicas * len(results) / 6), 1.0]}
-    )
+    # the right panel: room for a bar per policy (a third of an inch each at least)
+    right = max(4.5, 0.45 * len(results) + 2.5)
+    left = max(6.0, 0.25 * replicas * len(results) + 2.5)
+    fig = figure(left + right, 5.0 if len(results) > UPRIGHT_NAMES else 4.0)
+    busy, misses = fig.subplots(1, 2, gridspec_kw={"width_ratios": [left, right]})
     _busy(busy, results)
     _misses(misses, results)
     return fig

@@ -145,3 +145,27 @@ def test_the_fleet_table_shows_a_small_waste_of_pins() -> None:
     fleet_tables(console, [result])
     text = console.export_text()
     assert "2 (0.1%)" in text and "99.8%" in text and "<0.1%" in text
+
+
+def test_a_program_scheduling_fleet_names_what_the_model_leaves_out() -> None:
+    replica = {"llm_calls": 4, "engine_busy_s": 2.0, "prefix_hit_rate": 0.5, "preemptions": 0}
+    result = {
+        "policy": "vllm",
+        "router": {
+            "name": "program-scheduling",
+            "replicas": 2,
+            "settings": {"enable_batch_gain_admission": True},
+        },
+        "load_balance": 1.0,
+        "returned_share": 1.0,
+        "pins": {"made": 0},
+        "pins_wasted": 0,
+        "pins_wasted_share": None,
+        "miss_reasons": dict.fromkeys(MISS_LABELS, 0),
+        "per_replica": [replica, replica],
+    }
+    for name, shown in (("program-scheduling", True), ("cache-aware", False)):
+        console = Console(record=True, width=200)
+        fleet_tables(console, [{**result, "router": {**result["router"], "name": name}}])
+        text = console.export_text()
+        assert ("not modelled: the growth reserve, batch-gain admission" in text) is shown

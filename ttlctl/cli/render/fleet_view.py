@@ -10,6 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from replay.fleet.records import replica_labels
+from replay.fleet.routers.program_scheduling import NAME as PROGRAM_SCHEDULING
+from replay.fleet.routers.program_scheduling import NOT_MODELLED
 from ttlctl.cli.render.cells import dash, share, show
 from ttlctl.nouns import counted
 
@@ -64,6 +66,11 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
         )
     show(console, table)
     console.print("misses: follow-up calls whose prefix hit fell short of what they repeat")
+    if router["name"] == PROGRAM_SCHEDULING:
+        console.print(
+            f"{router['name']}: not modelled: {', '.join(NOT_MODELLED)} (the real router "
+            "runs them as its settings say; docs/replay.md)"
+        )
     per = Table(title="per replica")
     for col in ("policy", "replica", "calls", "engine busy (s)", "prefix hits", "preemptions"):
         per.add_column(col, justify="right" if col not in ("policy", "replica") else "left")

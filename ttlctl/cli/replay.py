@@ -202,6 +202,7 @@ def replay(
                 pin_queue_bound=pin_queue_bound,
                 program_scheduling_config_json=program_scheduling_config_json,
                 program_scheduling_calibration=program_scheduling_calibration,
+                trace=trace,
             ),
         )
         with err.status("replaying…") as status:

@@ -242,11 +242,12 @@ def router_settings(
     pin_queue_bound: int | None = None,
     program_scheduling_config_json: str | None = None,
     program_scheduling_calibration: str | None = None,
+    trace: Path | None = None,
 ) -> RouterSettings | None:
     """The router asked for on the command line (None: none named, no router flag given;
     router flags without ``--router``: vllm-router's default, ``cache-aware``). A router or
     its flags without ``--replicas`` are refused before the flags are checked against the
-    router, so that the message names what is missing."""
+    router, so that the message names what is missing (:func:`needs_replicas`)."""
     flags = {
         "cache_threshold": cache_threshold,
         "balance_abs_threshold": balance_abs_threshold,
@@ -260,9 +261,26 @@ def router_settings(
     if name is None and all(v is None for v in flags.values()):
         return None
     if replicas is None:
-        raise ConfigError("--router and its settings need --replicas N")
+        given = [k for k, v in flags.items() if v is not None]
+        raise needs_replicas(name, given[0] if given else None, trace)
     # an empty --router is a name the router refuses, not the default
     return RouterSettings("cache-aware" if name is None else name, **flags)  # type: ignore[arg-type]
+
+
+def needs_replicas(router: str | None, setting: str | None, trace: Path | None) -> ConfigError:
+    """The one-line error for a router (``--router NAME``) or a router setting (a
+    :class:`RouterSettings` field name) given without ``--replicas``: it names the flag
+    given, and for ``as-logged`` how many replicas the trace names (``--replicas K``)."""
+    if router == AS_LOGGED and trace is not None:
+        k = len(replica_order(logged_replicas(trace).values()))
+        return ConfigError(
+            f"--router as-logged: the trace's replica column names {counted(k, 'replica')}; "
+            f"give --replicas {k}"
+        )
+    if router is not None:
+        return ConfigError(f"--router {router} needs --replicas N")
+    flag = "--" + (setting or "router").replace("_", "-")
+    return ConfigError(f"{flag} is a router setting: it needs --replicas N")
 
 
 def fleet_for(
@@ -278,7 +296,7 @@ def fleet_for(
     """The fleet a command was asked for (None: one engine, no router), checked."""
     if replicas is None:
         if router is not None:
-            raise ConfigError("--router and its settings need --replicas N")
+            raise needs_replicas(router.name, None, trace)
         if worker_urls is not None:
             raise ConfigError("--worker-urls needs --replicas N")
         return None

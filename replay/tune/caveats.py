@@ -1,7 +1,8 @@
 """What the guard's verdict does not say by itself: the plain warnings ``ttlctl tune``
 prints beside it (tune.json's ``guard.caveats``).
 
-- **within noise**: the shipped policy's win over the baseline is no larger than two
+- **within noise**: the shipped policy's win over the baseline (its difference from it,
+  when shipped without a win under ``--force``) is no larger than two
   standard errors of the paired per-replay difference (``paired``'s ``within_noise``), or
   there was one held-back replay, so no noise could be measured;
 - **cold start only**: the shipped policy pins, but its fit holds no more than K pauses
@@ -52,15 +53,17 @@ def _noise(held: Mapping[str, Any], verdict: Mapping[str, Any]) -> str:
     gain = held[f"gain_vs_{base}"]
     within, sem = held[f"within_noise_vs_{base}"], held[f"diff_sem_vs_{base}_s"]
     diff = held[f"diff_vs_{base}_s"]
+    # shipped without a win (--force): a loss is not called a gain
+    versus = f"the gain over {name}" if verdict["beats_baseline"] else f"the difference from {name}"
     if sem is None:
         return (
-            f"the gain over {name} ({gain:.3f}x) comes from one held-back replay: its noise is "
+            f"{versus} ({gain:.3f}x) comes from one held-back replay: its noise is "
             "unknown; give --holdout-seeds 2 or more to measure it"
         )
     if not within:
         return ""
     return (
-        f"the gain over {name} ({gain:.3f}x, Δ {diff:+.2f} ± {sem:.2f} s per replay) is "
+        f"{versus} ({gain:.3f}x, Δ {diff:+.2f} ± {sem:.2f} s per replay) is "
         "within the replay's noise (no more than two standard errors): it may not hold on "
         "real traffic; more --holdout-seeds measure it better, --min-gain requires a margin"
     )

@@ -30,6 +30,7 @@ from replay.sim import ReplayConfig
 from replay.tune.context import LiveTarget, TuneContext, TuneError
 from replay.tune.storage import Storage, default_storage, default_study_name
 from replay.tune.study import provenance_of, summary_path, tune
+from replay.tune.workers import check_study
 from replay.vllmsim.backend import check_request
 from replay.workload import load
 from ttlctl import __version__, bundle_history
@@ -179,7 +180,8 @@ def default_loads(programs: int, live_programs: int | None = None) -> tuple[Load
 
 
 def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> TuneSession:
-    """Check ``req``, read its inputs and name its study (nothing is run or written)."""
+    """Check ``req``, read its inputs and name its study, refusing a study of that name
+    made for other settings (nothing is run or written)."""
     check(req)
     check_request(
         req.backend,
@@ -260,13 +262,17 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         "fit": {"path": str(req.fit), "sha256": inputs["fit"]},
         "profile": {"path": str(prof_path), "sha256": inputs["profile"]},
     }
+    study_name = req.study or default_study_name(ctx, inputs)
+    storage = Storage(req.storage or default_storage(req.output), heartbeat_s=req.heartbeat_s)
+    # a study made for other settings is refused now, before tune says what it will run
+    check_study(ctx, storage, study_name, inputs)
     return TuneSession(
         request=req,
         context=ctx,
         fit=fit_doc,
         profile=prof.to_json(),
-        study_name=req.study or default_study_name(ctx, inputs),
-        storage=Storage(req.storage or default_storage(req.output), heartbeat_s=req.heartbeat_s),
+        study_name=study_name,
+        storage=storage,
         inputs=inputs,
         sources=sources,
         sizing=sizing,

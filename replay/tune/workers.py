@@ -270,7 +270,7 @@ def open_study(
     provenance: Mapping[str, Any],
 ) -> optuna.Study:
     """Create or resume the named study; refuse one made for other inputs or settings."""
-    fingerprint = {"inputs": dict(inputs), **ctx.fingerprint()}
+    fingerprint = _fingerprint(ctx, inputs)
     study = optuna.create_study(
         storage=storage.open(),
         study_name=name,
@@ -286,12 +286,39 @@ def open_study(
             study.set_metric_names([METRIC])
         study.set_user_attr(_OBJECTIVE_ATTR, fingerprint)
         study.set_user_attr(_PROVENANCE_ATTR, dict(provenance))
-    elif digest(stored) != digest(fingerprint):
+    else:
+        _refuse_other(stored, fingerprint, name, storage)
+    for values in first_trials(ctx.eta_fitted, fleet_defaults(ctx)):
+        study.enqueue_trial(values, skip_if_exists=True)
+    return study
+
+
+def check_study(ctx: TuneContext, storage: Storage, name: str, inputs: Mapping[str, str]) -> None:
+    """Refuse, before anything runs or is announced, a study ``name`` already in
+    ``storage`` that was made for other inputs or settings (as :func:`open_study` would,
+    later). Nothing is created: a storage file that is not there holds no study."""
+    path = storage.file
+    if path is not None and not path.exists():
+        return
+    opened = storage.open()
+    try:
+        study_id = opened.get_study_id_from_name(name)
+    except KeyError:  # no such study yet: it will be made
+        return
+    stored = opened.get_study_user_attrs(study_id).get(_OBJECTIVE_ATTR)
+    if stored is not None:
+        _refuse_other(stored, _fingerprint(ctx, inputs), name, storage)
+
+
+def _fingerprint(ctx: TuneContext, inputs: Mapping[str, str]) -> dict[str, Any]:
+    """What a study is made for: the inputs' hashes and the objective's settings."""
+    return {"inputs": dict(inputs), **ctx.fingerprint()}
+
+
+def _refuse_other(stored: Any, fingerprint: Mapping[str, Any], name: str, storage: Storage) -> None:
+    if digest(stored) != digest(fingerprint):
         raise TuneError(
             f"study {name!r} in {storage.shown()} was made for other inputs or settings "
             "(trace, fit, profile, loads, seeds, KV size, p95 limit or fleet; here: "
             f"{', '.join(differing(stored, fingerprint))}); pick another --study"
         )
-    for values in first_trials(ctx.eta_fitted, fleet_defaults(ctx)):
-        study.enqueue_trial(values, skip_if_exists=True)
-    return study

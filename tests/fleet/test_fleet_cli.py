@@ -119,13 +119,20 @@ PROGRAM_SCHEDULING = [
         # an empty name is refused as tune refuses it, not taken for the default router
         (["--replicas", "2", "--router", ""], "--router: unknown router ''"),
         (["--replicas", "2", "--router", "as-logged"], "has no 'replica' column"),
-        (["--router", "pin-aware"], "--router and its settings need --replicas N"),
+        (["--router", "pin-aware"], "error: --router pin-aware needs --replicas N"),
         # a router flag alone is not taken for cache-aware's (the default router) and
-        # refused as such: what is missing is --replicas
-        (["--pin-queue-bound", "3"], "--router and its settings need --replicas N"),
+        # refused as such: what is missing is --replicas, and the flag given is named
+        (
+            ["--pin-queue-bound", "3"],
+            "error: --pin-queue-bound is a router setting: it needs --replicas N",
+        ),
+        (
+            ["--cache-threshold", "0.4"],
+            "error: --cache-threshold is a router setting: it needs --replicas N",
+        ),
         (
             ["--router", "round-robin", "--cache-threshold", "0.5"],
-            "--router and its settings need --replicas N",
+            "error: --router round-robin needs --replicas N",
         ),
         (
             ["--replicas", "2", "--router", "round-robin", "--cache-threshold", "0.5"],
@@ -403,3 +410,19 @@ def test_worker_urls_take_the_schemes_vllm_router_takes() -> None:
     assert worker_urls(2, grpc) == grpc
     with pytest.raises(ConfigError, match=r"^--worker-urls: 'ftp://a:1' is not a worker URL"):
         worker_urls(2, ("ftp://a:1", "http://b:2"))
+
+
+@pytest.mark.parametrize("command", ["replay", "tune"])
+def test_as_logged_without_replicas_names_the_traces_count(tmp_path: Path, command: str) -> None:
+    """--router as-logged without --replicas: the trace's replica column says how many
+    replicas to give, as the line for a --replicas that is too small does."""
+    trace = logged_trace(tmp_path, ["a", "b", "c"])
+    args = ["replay", str(trace), "--policy", "vllm"]
+    if command == "tune":
+        args = ["tune", str(trace), "--fit", str(tmp_path / "fit.json"),
+                "--profile", "llama-3.1-8b-h100", "-o", str(tmp_path / "bundle.json")]  # fmt: skip
+    res = CliRunner().invoke(app, [*args, "--router", "as-logged"])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == (
+        "error: --router as-logged: the trace's replica column names 3 replicas; give --replicas 3"
+    )

@@ -69,6 +69,24 @@ def test_a_win_within_noise_is_said(tune_inputs: dict[str, Any]) -> None:
     assert caveats(noisy, guard(noisy, False, min_gain=2.0), trusted, fit, profile) == []
 
 
+def test_a_loss_shipped_with_force_is_not_called_a_gain(tune_inputs: dict[str, Any]) -> None:
+    fit, profile = tune_inputs["ctx"].fit, tune_inputs["ctx"].profile
+    trusted = PolicyParams(k=10)
+    # the tuned policy a hair slower than stock vLLM, within noise, shipped under --force
+    lost = _held([100.0, 104.0, 96.03], [100.0, 100.0, 100.0])
+    verdict = guard(lost, force=True)
+    assert verdict["shipped"] == "tuned" and not verdict["beats_vllm"]
+    (said,) = caveats(lost, verdict, trusted, fit, profile)
+    assert said.startswith("the difference from stock vLLM (1.000x, Δ +0.01 ± "), said
+    assert "the gain" not in said and "within the replay's noise" in said
+    one = _held([101.0], [100.0])
+    (said,) = caveats(one, guard(one, force=True), trusted, fit, profile)
+    assert said.startswith("the difference from stock vLLM (0.990x) comes from one"), said
+    # a win keeps its word
+    won = _held([95.0, 104.0, 96.0], [100.0, 100.0, 100.0])
+    assert caveats(won, guard(won, False), trusted, fit, profile)[0].startswith("the gain over")
+
+
 def test_every_tau_from_cold_start_is_said(tune_inputs: dict[str, Any]) -> None:
     fit, profile = tune_inputs["ctx"].fit, tune_inputs["ctx"].profile
     pauses = fit["global"]["n"]

@@ -148,8 +148,8 @@ def test_a_study_refuses_other_urls(tune_inputs: dict[str, Any], tmp_path: Path)
         names[0],
     )
     assert res.exit_code == 2, res.output
-    # after the line announcing the study: the refusal, one line
-    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    # the refusal, one line, before any line announcing the study
+    errors = res.stderr.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith("error: study "), res.stderr
     assert "here: fleet.worker_urls)" in errors[0] and "pick another --study" in errors[0]
 

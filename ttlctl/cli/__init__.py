@@ -21,6 +21,7 @@ from ttlctl.cli import (
     bundle,
     export,
     fit,
+    help_panel,
     ingest,
     options,
     profile,
@@ -33,6 +34,9 @@ from ttlctl.cli import (
     validate,
 )
 from ttlctl.cli.kit import ClickException, err, out, print_warning, usage_line
+
+# every option name printed whole in --help, at any width (help_panel says why)
+help_panel.install()
 
 #: (name, command function or group, click context settings), in pipeline order
 COMMANDS: tuple[tuple[str, Callable[..., Any] | typer.Typer, dict[str, Any] | None], ...] = (

@@ -202,6 +202,7 @@ def replay(
                 pin_queue_bound=pin_queue_bound,
                 program_scheduling_config_json=program_scheduling_config_json,
                 program_scheduling_calibration=program_scheduling_calibration,
+                trace=trace,
             ),
         )
         with err.status("replaying…") as status:
@@ -217,7 +218,9 @@ def replay(
             )
         if json_out is not None and write_doc(doc, json_out):
             return
-    render.replay_table(out, doc["results"], doc["trace"]["calls"])
+    render.replay_table(
+        out, doc["results"], doc["trace"]["calls"], truncate=doc["config"]["truncate"]
+    )
     if doc.get("fleet"):
         render.fleet_tables(out, doc["results"])
     if json_out is not None:

@@ -51,11 +51,19 @@ def num(value: Any) -> str:
             return str(value)
         if abs(value) >= 1000:
             return f"{value:,.0f}"
-        return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3g}"
+        small = f"{value:.3g}"
+        # 0.9996 is "1" in three significant digits: a float is never shown as a whole number
+        return f"{value:.2f}" if abs(value) >= 1 or abs(float(small)) >= 1 else small
     if isinstance(value, (dict, list)):
         text = json.dumps(value, ensure_ascii=False, default=str)
         return text if len(text) <= 200 else text[:199] + "…"
     return str(value)
+
+
+def ratio(value: Any) -> Any:
+    """A ratio (a gain: baseline / tuned mean JCT) as tune prints it, ``1.000x``; anything
+    else as it is."""
+    return f"{value:.3f}x" if is_num(value) and math.isfinite(value) else value
 
 
 def pct(value: Any) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ttlctl.report.markup import absent, e, is_num, kv, note
+from ttlctl.report.markup import absent, e, is_num, kv, note, ratio
 from ttlctl.report.png import figure, img, label
 from ttlctl.report.rundir import RunInputs
 
@@ -91,5 +91,7 @@ def section(run: RunInputs) -> str:
         parts.append("<p>Best trial:</p>" + kv(flat))
     held = tune.get("held_back")
     if isinstance(held, dict):
-        parts.append("<p>Held-back evaluation:</p>" + kv(held))
+        # the gains as tune prints them, all alike (0.9998 and 1.0 are 1.000x and 1.000x)
+        shown = {k: ratio(v) if str(k).startswith("gain_") else v for k, v in held.items()}
+        parts.append("<p>Held-back evaluation:</p>" + kv(shown))
     return "".join(parts)

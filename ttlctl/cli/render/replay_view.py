@@ -14,7 +14,9 @@ if TYPE_CHECKING:
     from replay.figures import PolicyResult
 
 
-def replay_table(console: Console, results: list[PolicyResult], calls: int) -> None:
+def replay_table(
+    console: Console, results: list[PolicyResult], calls: int, *, truncate: bool = False
+) -> None:
     table = Table(title="replay: mean JCT and the share of the vLLM → unlimited-KV gap closed")
     for col in (
         "policy",
@@ -54,7 +56,19 @@ def replay_table(console: Console, results: list[PolicyResult], calls: int) -> N
         )
     rejected = max((r["rejected_calls"] for r in results), default=0)
     if rejected:
-        console.print(
-            f"[yellow]{rejected:,} of {counted(calls, 'call')} rejected (longer than the model or "
-            "the KV cache): their programs stop there; --truncate clips them instead[/]"
+        console.print(f"[yellow]{rejected_line(rejected, calls, truncate)}[/]")
+
+
+def rejected_line(rejected: int, calls: int, truncate: bool) -> str:
+    """Why calls were rejected, and what to do; --truncate is suggested only when not given
+    (it clips prompts, never the output: a call whose output alone does not fit stays out)."""
+    head = f"{rejected:,} of {counted(calls, 'call')} rejected"
+    if truncate:
+        return (
+            f"{head} (the output alone is longer than the model or the KV cache; --truncate "
+            "clips only prompts): their programs stop there"
         )
+    return (
+        f"{head} (longer than the model or the KV cache): their programs stop there; "
+        "--truncate clips them instead"
+    )

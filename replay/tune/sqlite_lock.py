@@ -18,7 +18,9 @@ in milliseconds.
 What is left: Optuna makes the engine and creates its tables in ``RDBStorage``'s
 constructor, before :func:`begin_immediate` can be attached; those statements are each
 committed on their own, as sqlite3 ran them before. A tune command makes its study (and
-the file) before it starts its workers, so they only read there.
+the file) before it starts its workers, so they only read there. An ``RDBStorage`` that is
+pickled and unpickled makes a new engine without the lock: tune's workers are given the
+:class:`~replay.tune.storage.Storage` and open it themselves.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
 from replay.tune.context import TuneContext, TuneError
+from replay.tune.sqlite_lock import begin_immediate, engine_kwargs
 from ttlctl.jsonio import check_writable
 
 
@@ -55,8 +56,9 @@ class Storage:
         if not self.is_url:
             return self._journal()
         kwargs: dict[str, Any] = {"pool_pre_ping": True}
-        if self.target.startswith("sqlite"):
-            kwargs = {"connect_args": {"timeout": 60}}
+        sqlite = self.target.startswith("sqlite")
+        if sqlite:  # processes that share the file take turns (replay/tune/sqlite_lock.py)
+            kwargs = engine_kwargs()
             database = self.target.split(":///", 1)[-1].split("?", 1)[0]
             if database and database != ":memory:":
                 check_writable(Path(database))  # one line naming it, not sqlite3's words
@@ -64,7 +66,7 @@ class Storage:
         try:
             with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.8
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(
+                storage = optuna.storages.RDBStorage(
                     self.target,
                     engine_kwargs=kwargs,
                     heartbeat_interval=self.heartbeat_s,
@@ -78,6 +80,9 @@ class Storage:
         except Exception as exc:  # sqlalchemy's errors: bad URL, refused, auth, ...
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise TuneError(f"storage {self.shown()}: cannot open ({first})") from None
+        if sqlite:
+            begin_immediate(storage.engine)
+        return storage
 
     def _journal(self) -> optuna.storages.BaseStorage:
         path = Path(self.target)

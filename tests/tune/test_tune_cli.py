@@ -13,8 +13,10 @@ from typing import Any
 import optuna
 import pytest
 import typer
+from optuna.trial import TrialState
 from typer.testing import CliRunner
 
+from replay.tune import first_trials
 from tests.documents import conforms
 from tests.tune.inputs import KV_TOKENS, PROFILE
 from ttlctl import bundle
@@ -91,6 +93,27 @@ def test_tune_writes_bundle_summary_and_commands(
     assert json.loads(again.stdout)["ran_now"] == 0
     with sqlite3.connect(db) as con:
         assert con.execute("select count(*) from trials").fetchone() == (6,)
+
+
+def test_tune_with_three_workers_on_the_default_sqlite_file(
+    tune_inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """The default storage is enough for --workers on one machine: each trial (the
+    enqueued defaults too) is run once, by one of the three workers (tests/tune/
+    test_sqlite_workers.py strains the same file harder)."""
+    out = tmp_path / "bundle.json"
+    res = CliRunner().invoke(app, _args(tune_inputs, out, "--workers", "3"))
+    assert res.exit_code == 0, res.output
+    name = bundle.read(out)["provenance"]["tuning"]["study"]["name"]
+    study = optuna.load_study(
+        study_name=name, storage=f"sqlite:///{out.parent / 'bundle.optuna.db'}"
+    )
+    trials = study.get_trials()
+    assert [t.number for t in trials] == list(range(6))
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
+    assert len({t.user_attrs["worker"] for t in trials}) == 3
+    for values in first_trials(tune_inputs["ctx"].eta_fitted):
+        assert sum(t.params == values for t in trials) == 1
 
 
 def test_guard_ships_a_never_pin_bundle_unless_forced(

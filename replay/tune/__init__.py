@@ -39,7 +39,8 @@ The package, one concept a file: :mod:`~replay.tune.context` (errors, the live t
 :class:`TuneContext` and one simulated replay), :mod:`~replay.tune.live_trial` (live replays and
 the bundle swap), :mod:`~replay.tune.space` (the search space and the objective),
 :mod:`~replay.tune.storage` (the study's storage and name), :mod:`~replay.tune.workers`
-(running trials, worker processes, opening the study), :mod:`~replay.tune.failures` (what
+(running trials, worker processes), :mod:`~replay.tune.opening` (creating or resuming the
+study, refusing one made for other settings), :mod:`~replay.tune.failures` (what
 stopped a study, as one line: a trial's error, the workers that failed), :mod:`~replay.tune.judge`
 (held-back judgement and the guard) and :mod:`~replay.tune.study` (:func:`tune`, its
 summary and outputs). Everything public is re-exported here.
@@ -70,6 +71,7 @@ from replay.tune.judge import (
     replay_held_back,
 )
 from replay.tune.live_trial import candidate_bundle, live_replay, probe_request, swap
+from replay.tune.opening import open_study
 from replay.tune.space import (
     COLD_START,
     PAPER_K,
@@ -98,7 +100,6 @@ from replay.tune.workers import (
     DONE,
     METRIC,
     WorkerJob,
-    open_study,
     pruner,
     run_trials,
     run_workers,

@@ -28,9 +28,9 @@ from replay.refit_sizing import replicas, size
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.tune.context import LiveTarget, TuneContext, TuneError
+from replay.tune.opening import check_study
 from replay.tune.storage import Storage, default_storage, default_study_name
 from replay.tune.study import provenance_of, summary_path, tune
-from replay.tune.workers import check_study
 from replay.vllmsim.backend import check_request
 from replay.workload import load
 from ttlctl import __version__, bundle_history

@@ -25,12 +25,12 @@ from replay.tune.context import (
     TuneError,
 )
 from replay.tune.judge import guard, held_back, held_back_live
+from replay.tune.opening import open_study
 from replay.tune.space import fleet_defaults, fleet_of, paper_defaults, params_of
 from replay.tune.storage import Storage, removed_if_unused
 from replay.tune.workers import (
     METRIC,
     finished_trials,
-    open_study,
     run_trials,
     run_workers,
     worker_name,

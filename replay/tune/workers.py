@@ -1,5 +1,5 @@
 """Running trials: the sampler and pruner, trials in this process or in worker processes
-(``spawn``) that share one storage, and :func:`open_study` (create or resume a study)."""
+(``spawn``) that share one storage (the study they run: :mod:`replay.tune.opening`)."""
 
 from __future__ import annotations
 
@@ -9,29 +9,25 @@ import multiprocessing.connection
 import os
 import socket
 import sys
-import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
-from typing import Any
 
 import numpy as np
 import optuna
 from optuna.trial import TrialState
 
 from replay.sim import SimulationError
-from replay.tune.context import IncompleteRun, TuneContext, TuneError
+from replay.tune.context import IncompleteRun, TuneContext
 from replay.tune.failures import TrialError, WorkerFailure, workers_error
-from replay.tune.space import first_trials, fleet_defaults, objective
-from replay.tune.storage import RUN_ATTR, Storage, differing, digest, this_run
+from replay.tune.space import objective
+from replay.tune.storage import RUN_ATTR, Storage, this_run
 from ttlctl.errors import TtlctlError
 
 METRIC = "jct_mean_s"
 #: trials that end (pruned ones too) count toward ``--trials``
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
-_OBJECTIVE_ATTR = "ttlctl.objective"
-_PROVENANCE_ATTR = "ttlctl.provenance"
 #: a trial that fails with one of these fails alone and the study goes on (a replay the
 #: simulator could not finish, a live run cut short); any other error stops the study
 TRIAL_FAILS = (SimulationError, IncompleteRun)
@@ -257,68 +253,3 @@ def _stopping_trial(study: optuna.Study, worker: str) -> optuna.trial.FrozenTria
         and ERROR_ATTR in t.user_attrs
     ]
     return failed[-1] if failed else None
-
-
-def open_study(
-    ctx: TuneContext,
-    storage: Storage,
-    name: str,
-    *,
-    seed: int,
-    trials: int,
-    inputs: Mapping[str, str],
-    provenance: Mapping[str, Any],
-) -> optuna.Study:
-    """Create or resume the named study; refuse one made for other inputs or settings."""
-    fingerprint = _fingerprint(ctx, inputs)
-    study = optuna.create_study(
-        storage=storage.open(),
-        study_name=name,
-        direction="minimize",
-        load_if_exists=True,
-        sampler=sampler(seed, trials),
-        pruner=pruner(ctx),
-    )
-    stored = study.user_attrs.get(_OBJECTIVE_ATTR)
-    if stored is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names([METRIC])
-        study.set_user_attr(_OBJECTIVE_ATTR, fingerprint)
-        study.set_user_attr(_PROVENANCE_ATTR, dict(provenance))
-    else:
-        _refuse_other(stored, fingerprint, name, storage)
-    for values in first_trials(ctx.eta_fitted, fleet_defaults(ctx)):
-        study.enqueue_trial(values, skip_if_exists=True)
-    return study
-
-
-def check_study(ctx: TuneContext, storage: Storage, name: str, inputs: Mapping[str, str]) -> None:
-    """Refuse, before anything runs or is announced, a study ``name`` already in
-    ``storage`` that was made for other inputs or settings (as :func:`open_study` would,
-    later). Nothing is created: a storage file that is not there holds no study."""
-    path = storage.file
-    if path is not None and not path.exists():
-        return
-    opened = storage.open()
-    try:
-        study_id = opened.get_study_id_from_name(name)
-    except KeyError:  # no such study yet: it will be made
-        return
-    stored = opened.get_study_user_attrs(study_id).get(_OBJECTIVE_ATTR)
-    if stored is not None:
-        _refuse_other(stored, _fingerprint(ctx, inputs), name, storage)
-
-
-def _fingerprint(ctx: TuneContext, inputs: Mapping[str, str]) -> dict[str, Any]:
-    """What a study is made for: the inputs' hashes and the objective's settings."""
-    return {"inputs": dict(inputs), **ctx.fingerprint()}
-
-
-def _refuse_other(stored: Any, fingerprint: Mapping[str, Any], name: str, storage: Storage) -> None:
-    if digest(stored) != digest(fingerprint):
-        raise TuneError(
-            f"study {name!r} in {storage.shown()} was made for other inputs or settings "
-            "(trace, fit, profile, loads, seeds, KV size, p95 limit or fleet; here: "
-            f"{', '.join(differing(stored, fingerprint))}); pick another --study"
-        )

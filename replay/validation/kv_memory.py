@@ -23,7 +23,13 @@ server:
 - arguments that change what one device holds or how a token is stored: the parallel
   sizes, ``--hf-overrides``, speculative decoding, quantization, and a model or KV cache
   dtype ttlctl does not know (the model's own ``float32`` counts as 2 bytes, since vLLM
-  serves a float32 model in 16 bits unless told).
+  serves a float32 model in 16 bits unless told);
+- a quantized checkpoint (``quantization_config`` in its config) without
+  ``--kv-cache-dtype``: vLLM then keeps the KV in the checkpoint's KV scheme, fp8 for
+  ModelOpt's ``kv_cache_quant_algo`` and llm-compressor's ``kv_cache_scheme``
+  (``resolve_kv_cache_dtype_string``, vllm/utils/torch_utils.py), half the bytes;
+- ``--kv-cache-memory-bytes 0``: a GPU server takes it as not given (its KV sized by
+  ``--gpu-memory-utilization``).
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ RESHAPING = (
     "--prefill-context-parallel-size", "-pcp", "--decode-context-parallel-size", "-dcp",
     "--hf-overrides", "--speculative-config", "--quantization", "-q",
 )  # fmt: skip
+#: the config key of a quantized checkpoint, whose KV scheme vLLM's ``auto`` KV dtype follows
+QUANTIZED = "quantization_config"
 #: bytes a value takes in the dtypes vLLM's ``--dtype`` and ``--kv-cache-dtype`` name
 DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "float": 4, "float32": 4}
 #: vLLM's ``human_readable_int`` suffixes
@@ -79,10 +87,12 @@ def _value(args: vllm_config.VllmArgs, name: str) -> str | None:
 def kv_element_bytes(args: vllm_config.VllmArgs, config: Mapping[str, Any]) -> int | None:
     """Bytes of one KV value: ``--kv-cache-dtype`` (``fp8…``: 1), else the model's dtype
     (``--dtype``, else the config's, a float32 model served in 16 bits); None: one ttlctl
-    does not know."""
+    does not know, or a quantized checkpoint's (vLLM follows its KV scheme)."""
     kv = (_value(args, "--kv-cache-dtype") or "auto").lower()
     if kv != "auto":
         return 1 if kv.startswith("fp8") and kv != "fp8_ds_mla" else DTYPE_BYTES.get(kv)
+    if config.get(QUANTIZED):
+        return None
     dtype = (_value(args, "--dtype") or "auto").lower()
     if dtype != "auto":
         return DTYPE_BYTES.get(dtype)
@@ -152,7 +162,8 @@ def check_kv_memory(args: Sequence[str] | None, config: Mapping[str, Any] | None
     shown, text = given
     memory = memory_bytes(text)
     block = block_of(args, config)
-    if memory is None or block is None or memory >= 2 * block.bytes:
+    # 0: a GPU server sizes its KV by --gpu-memory-utilization, as if it were not given
+    if memory is None or memory == 0 or block is None or memory >= 2 * block.bytes:
         return
     raise ValidateError(
         f"{shown} {text} holds no KV block beside vLLM's null block: a block of the model "

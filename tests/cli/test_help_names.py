@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 import typer
+from typer import rich_utils
+from typer.core import TyperArgument
 from typer.testing import CliRunner
 
-from ttlctl.cli import app
+from ttlctl.cli import app, help_panel
 
 #: a panel's row: the border, the required mark (or a space), then the names cell, which
 #: ends at the first run of two spaces (the column's padding)
@@ -76,3 +78,17 @@ def test_the_long_names_that_were_cut() -> None:
         res = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "80"})
         printed = names_printed(res.output)
         assert set(names) <= printed, sorted(set(names) - printed)
+
+
+def test_a_typer_without_what_the_panel_reads_keeps_its_own_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """typer 0.27 (allowed: typer>=0.12) has ``_print_options_panel`` but its parameters no
+    ``display_name_raw`` or ``display_type_rich``: replaced anyway, every --help failed
+    with an AttributeError."""
+    typers_own = object()
+    monkeypatch.setattr(rich_utils, help_panel.TYPER_PANEL, typers_own)
+    owner = next(c for c in TyperArgument.__mro__ if "display_name_raw" in vars(c))
+    monkeypatch.delattr(owner, "display_name_raw")  # as typer 0.27's parameters lack it
+    assert help_panel.install() is False
+    assert getattr(rich_utils, help_panel.TYPER_PANEL) is typers_own

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ttlctl.cli.render.cells import share, show
 from ttlctl.cli.render.fleet_view import MISS_LABELS, fleet_tables
+from ttlctl.cli.render.replay_view import replay_table
 
 HEADERS = (
     "policy", "programs", "calls", "JCT mean (s)", "JCT p50 (s)", "JCT p95 (s)",
@@ -145,6 +146,22 @@ def test_the_fleet_table_shows_a_small_waste_of_pins() -> None:
     fleet_tables(console, [result])
     text = console.export_text()
     assert "2 (0.1%)" in text and "99.8%" in text and "<0.1%" in text
+
+
+def test_the_replay_table_shows_prefix_hits_as_the_per_replica_table_does() -> None:
+    """A fleet's replay prints the policy's prefix hits above its replicas' own: a rate that
+    is not nothing (or not all) reads so in both, not '0%' above '<0.1%'."""
+    result = {
+        "policy": "vllm", "programs": 6, "llm_calls": 60, "jct_mean_s": 1.0,
+        "jct_p50_s": 1.0, "jct_p95_s": 2.0, "ttft_mean_s": 0.1, "preemptions": 0,
+        "pinned_token_seconds": 0.0, "gap_closed": None, "sim_calls_per_s": None,
+        "rejected_calls": 0,
+    }  # fmt: skip
+    for rate, shown in ((0.0004, "<0.1%"), (0.998, "99.8%"), (0.42, "42%"), (None, "—")):
+        console = Console(record=True, width=200)
+        replay_table(console, [{**result, "prefix_hit_rate": rate}], 60)
+        (row,) = cells(console.export_text().splitlines())
+        assert row[HEADERS.index("prefix hits")] == shown, row
 
 
 def test_a_program_scheduling_fleet_names_what_the_model_leaves_out() -> None:

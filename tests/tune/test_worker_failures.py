@@ -15,7 +15,8 @@ from replay.scheduler_config import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.tune import Storage, TuneError
 from replay.tune.failures import TrialError, WorkerFailure, WorkersFailed, workers_error
-from replay.tune.workers import ERROR_ATTR, STOPPED_ATTR, open_study, run_workers
+from replay.tune.opening import open_study
+from replay.tune.workers import ERROR_ATTR, STOPPED_ATTR, run_workers
 
 NO_PROGRAM = "no program finished in the replay"
 

@@ -23,6 +23,7 @@ import pytest
 from replay.fleet.run import FleetSpec
 from replay.scheduler_config import SimSchedulerConfig
 from replay.tune import IncompleteRun, Storage, TuneContext, TuneError, first_trials, tune
+from replay.tune.opening import open_study
 from replay.tune.storage import RUN_ATTR, this_run
 from replay.tune.workers import (
     ERROR_ATTR,
@@ -30,7 +31,6 @@ from replay.tune.workers import (
     TRIAL_FAILS,
     TrialError,
     one_line_failures,
-    open_study,
     run_workers,
 )
 from tests.tune.inputs import KV_TOKENS

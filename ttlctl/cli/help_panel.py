@@ -9,8 +9,9 @@ columns ``--kv-aware-session-affinity-ttl-secs`` printed as ``--kv-aware-ses…`
 ``--program-sche…``). typer has no setting for its columns, and its seven columns do not
 fit 80 with names of 36 characters, whatever the help column is given. So
 :func:`install` replaces the one function of typer's that builds that table
-(``typer.rich_utils._print_options_panel``, a private name: where it is missing, typer's
-own stays) with :func:`options_panel`: three columns (the required mark; the names,
+(``typer.rich_utils._print_options_panel``, a private name: where it or another of the
+:data:`USED` names is missing, as in typer 0.27 and older, typer's own stays) with
+:func:`options_panel`: three columns (the required mark; the names,
 never wrapped, with the type under them; the help, which wraps), each cell made by
 typer's own pieces (its help text with defaults, highlighters and styles).
 ``tests/cli/test_help_names.py`` renders the commands' help at 80 columns.
@@ -26,10 +27,18 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 from typer import rich_utils
-from typer.core import TyperArgument
+from typer.core import TyperArgument, TyperOption
 
 #: the function of typer's that :func:`install` replaces
 TYPER_PANEL = "_print_options_panel"
+#: what :func:`options_panel` reads of typer (0.29) besides its styles: a typer without one
+#: of them keeps its own table (typer 0.27's parameters have no ``display_type_rich``)
+USED: tuple[tuple[Any, tuple[str, ...]], ...] = (
+    (rich_utils, (TYPER_PANEL, "_get_parameter_help", "highlighter", "negative_highlighter",
+                  "types_highlighter", "RANGE_STRING", "REQUIRED_SHORT_STRING")),
+    (TyperArgument, ("display_name_raw", "display_type_rich", "_get_number_range_help_str")),
+    (TyperOption, ("display_type_rich", "_get_number_range_help_str")),
+)  # fmt: skip
 
 
 def names_cell(param: Any, ctx: Any) -> Text:
@@ -109,8 +118,8 @@ def options_panel(
 
 def install() -> bool:
     """Make typer's help print :func:`options_panel` (idempotent); False where this typer
-    has no such function (its own table stays)."""
-    if not hasattr(rich_utils, TYPER_PANEL) or not hasattr(rich_utils, "_get_parameter_help"):
+    lacks what it uses (:data:`USED`: its own table stays)."""
+    if not all(hasattr(owner, name) for owner, names in USED for name in names):
         return False
     setattr(rich_utils, TYPER_PANEL, options_panel)
     return True

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from ttlctl.cli.render.cells import dash, show
+from ttlctl.cli.render.cells import dash, share, show
 from ttlctl.nouns import counted
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def replay_table(
             dash(r["jct_p50_s"], ".2f"),
             dash(r["jct_p95_s"], ".2f"),
             dash(r["ttft_mean_s"], ".3f"),
-            "—" if r["prefix_hit_rate"] is None else f"{r['prefix_hit_rate']:.0%}",
+            share(r["prefix_hit_rate"]),  # as the fleet's per-replica table shows it
             dash(r["preemptions"], ","),
             dash(r["pinned_token_seconds"], ",.0f"),
             "—" if r.get("gap_closed") is None else f"{r['gap_closed']:.0%}",

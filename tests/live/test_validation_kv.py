@@ -274,10 +274,23 @@ def test_kv_memory_is_left_to_the_server_where_the_arguments_do_not_tell(
         (["--block-size", "32", "--kv-cache-memory-bytes", "0"], tiny),  # a GPU's: not given
         # a quantized checkpoint: vLLM's auto KV dtype follows its KV scheme (fp8 here: 32K
         # is two blocks of 32 tokens, which vLLM starts with)
-        (small, {**tiny, "quantization_config": {"quant_method": "modelopt",
-                                                 "kv_cache_quant_algo": "FP8"}}),
-        (small, {**tiny, "quantization_config": {"quant_method": "compressed-tensors",
-                                                 "kv_cache_scheme": {"num_bits": 8}}}),
+        (
+            small,
+            {
+                **tiny,
+                "quantization_config": {"quant_method": "modelopt", "kv_cache_quant_algo": "FP8"},
+            },
+        ),
+        (
+            small,
+            {
+                **tiny,
+                "quantization_config": {
+                    "quant_method": "compressed-tensors",
+                    "kv_cache_scheme": {"num_bits": 8},
+                },
+            },
+        ),
     ]:
         check_kv_memory(args, config)
     # a quantized checkpoint with the KV dtype given: that one

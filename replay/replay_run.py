@@ -18,8 +18,8 @@ from profiles.cost import ProfileCostModel
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
 from replay.figures import PolicyResult, ReplayDoc
+from replay.fleet.asked import fleet_for
 from replay.fleet.routers import AS_LOGGED, RouterSettings
-from replay.fleet.run import fleet_for
 from replay.fleet.run import runner as fleet_runner
 from replay.live import cap_pauses, check_result_flags, live_results
 from replay.policies import PolicySpec

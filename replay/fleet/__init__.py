@@ -14,4 +14,6 @@
   backend's, or vLLM's scheduler: :mod:`replay.vllmsim.fleet`);
 - :mod:`replay.fleet.metrics`: what a fleet reports beyond the single-engine figures;
 - :mod:`replay.fleet.run`: one policy's fleet replay, as ``replay`` and ``tune`` call it.
+- :mod:`replay.fleet.asked`: the fleet a command asked for (``--replicas``, ``--router``
+  and its flags), checked.
 """

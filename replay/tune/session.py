@@ -20,8 +20,8 @@ from fitting.policy import PolicyParams
 from profiles.router_calibration import calibrate
 from profiles.schema import ProfileDoc
 from profiles.shipped import resolve
+from replay.fleet.asked import fleet_for
 from replay.fleet.routers import AS_LOGGED, RouterSettings, router_name
-from replay.fleet.run import fleet_for
 from replay.live import cap_pauses
 from replay.policy_runs import Load
 from replay.refit_sizing import replicas, size

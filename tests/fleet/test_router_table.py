@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from replay.fleet import run
+from replay.fleet import asked
 from replay.fleet.routers import TAKES, RouterSettings, make_router
 from replay.fleet.routers.cache_aware import CacheAware
 from replay.fleet.routers.kv_aware import KvAware
@@ -111,7 +111,7 @@ def test_the_command_line_takes_the_tables_types() -> None:
     """replay's router flags (and the library call they go through) are ints where the
     table's are, and their help gives the table's default."""
     hints = typing.get_type_hints(replay_cli.replay, include_extras=True)
-    signature = inspect.signature(run.router_settings).parameters
+    signature = inspect.signature(asked.router_settings).parameters
     typed = {True: "int | None", False: "float | None"}
     for _, key, flag in TABLE:
         kind, option = typing.get_args(hints[key])

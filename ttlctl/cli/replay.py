@@ -144,7 +144,7 @@ def replay(
 ) -> None:
     """Replay the trace's programs in closed loop (next call = finish + recorded pause)."""
     # imported when the command runs: `ttlctl --help` and the light commands stay light
-    from replay.fleet.run import router_settings
+    from replay.fleet.asked import router_settings
     from replay.loads import one_load
     from replay.replay_run import ReplayRequest, replay_doc
     from replay.scheduler import SimSchedulerConfig

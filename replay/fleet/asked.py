@@ -1,0 +1,104 @@
+"""The fleet a command asked for: ``--replicas``, ``--router`` and the router's flags,
+checked and made into a :class:`~replay.fleet.run.FleetSpec` (None: one engine).
+
+A router or its flags without ``--replicas`` are refused by the flag given
+(:func:`needs_replicas`), before the flags are checked against the router.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from replay.fleet.routers import AS_LOGGED, RouterSettings, replica_order
+from replay.fleet.run import FleetSpec, logged_replicas
+from ttlctl.errors import ConfigError
+from ttlctl.nouns import counted
+
+
+def router_settings(
+    name: str | None,
+    *,
+    replicas: int | None,
+    cache_threshold: float | None = None,
+    balance_abs_threshold: int | None = None,
+    balance_rel_threshold: float | None = None,
+    kv_aware_session_affinity_ttl_secs: int | None = None,
+    router_temperature: float | None = None,
+    pin_queue_bound: int | None = None,
+    program_scheduling_config_json: str | None = None,
+    program_scheduling_calibration: str | None = None,
+    trace: Path | None = None,
+) -> RouterSettings | None:
+    """The router asked for on the command line (None: none named, no router flag given;
+    router flags without ``--router``: vllm-router's default, ``cache-aware``). A router or
+    its flags without ``--replicas`` are refused before the flags are checked against the
+    router, so that the message names what is missing (:func:`needs_replicas`)."""
+    flags = {
+        "cache_threshold": cache_threshold,
+        "balance_abs_threshold": balance_abs_threshold,
+        "balance_rel_threshold": balance_rel_threshold,
+        "kv_aware_session_affinity_ttl_secs": kv_aware_session_affinity_ttl_secs,
+        "router_temperature": router_temperature,
+        "pin_queue_bound": pin_queue_bound,
+        "program_scheduling_config_json": program_scheduling_config_json,
+        "program_scheduling_calibration": program_scheduling_calibration,
+    }
+    if name is None and all(v is None for v in flags.values()):
+        return None
+    if replicas is None:
+        given = [k for k, v in flags.items() if v is not None]
+        raise needs_replicas(name, given[0] if given else None, trace)
+    # an empty --router is a name the router refuses, not the default
+    return RouterSettings("cache-aware" if name is None else name, **flags)  # type: ignore[arg-type]
+
+
+def needs_replicas(router: str | None, setting: str | None, trace: Path | None) -> ConfigError:
+    """The one-line error for a router (``--router NAME``) or a router setting (a
+    :class:`RouterSettings` field name) given without ``--replicas``: it names the flag
+    given, and for ``as-logged`` how many replicas the trace names (``--replicas K``)."""
+    if router == AS_LOGGED and trace is not None:
+        k = len(replica_order(logged_replicas(trace).values()))
+        return ConfigError(
+            f"--router as-logged: the trace's replica column names {counted(k, 'replica')}; "
+            f"give --replicas {k}"
+        )
+    if router is not None:
+        return ConfigError(f"--router {router} needs --replicas N")
+    flag = "--" + (setting or "router").replace("_", "-")
+    return ConfigError(f"{flag} is a router setting: it needs --replicas N")
+
+
+def fleet_for(
+    trace: Path,
+    replicas: int | None,
+    router: RouterSettings | None,
+    *,
+    backend: str = "fast",
+    live: bool = False,
+    async_scheduling: bool = False,
+    worker_urls: tuple[str, ...] | None = None,
+) -> FleetSpec | None:
+    """The fleet a command was asked for (None: one engine, no router), checked."""
+    if replicas is None:
+        if router is not None:
+            raise needs_replicas(router.name, None, trace)
+        if worker_urls is not None:
+            raise ConfigError("--worker-urls needs --replicas N")
+        return None
+    if replicas < 1:
+        raise ConfigError(f"--replicas must be at least 1, got {replicas}")
+    if live:
+        raise ConfigError(
+            "--replicas with --live is not supported: start the servers and the router, "
+            "and point --live at the router"
+        )
+    router = router or RouterSettings()
+    logged = logged_replicas(trace) if router.name == AS_LOGGED else None
+    return FleetSpec(
+        replicas,
+        router,
+        logged,
+        backend=backend,
+        async_scheduling=async_scheduling,
+        worker_urls=worker_urls,
+    )

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ttlctl.server import signals
-from ttlctl.server.owned import OwnedServer, ServerStartError
+from ttlctl.server.owned import OwnedServer, ServerStartError, failure_line
 from ttlctl.server.process import free_port, group_alive, group_members, launch, stop_group
 
 REPO = Path(__file__).resolve().parents[2]
@@ -203,3 +203,51 @@ def test_deferred_signals_come_after_the_block() -> None:
             finally:
                 seen.append("after")
         assert seen == ["block finished", "after"]
+
+
+def test_a_server_that_dies_of_an_exception_is_reported_by_it(tmp_path: Path) -> None:
+    """vLLM's engine raises, the API server then points back at it, and a warning comes
+    last: the error names the engine's exception, not the warning."""
+    script = (
+        "import sys\n"
+        "print('(EngineCore pid=7) ERROR [core.py:1] ValueError: To serve at least one "
+        "request, more KV memory is needed', flush=True)\n"
+        "print('RuntimeError: Engine core initialization failed. See root cause above.')\n"
+        "print('resource_tracker.py:254: UserWarning: resource_tracker: 1 leaked object')\n"
+        "print(\"  warnings.warn('resource_tracker: There appear to be')\")\n"
+        "raise SystemExit(1)\n"
+    )
+    server = OwnedServer(
+        [sys.executable, "-c", script],
+        dict(os.environ),
+        tmp_path / "s.log",
+        f"http://127.0.0.1:{free_port()}",
+    )
+    with pytest.raises(ServerStartError) as info:
+        server.start()
+    assert str(info.value).endswith(
+        "ValueError: To serve at least one request, more KV memory is needed"
+    )
+
+
+@pytest.mark.parametrize(
+    ("lines", "line"),
+    [
+        (["bad flag"], "bad flag"),  # no exception: the last line
+        (
+            ["a", "torch.OutOfMemoryError: CUDA out of memory", "b"],
+            "torch.OutOfMemoryError: CUDA out of memory",
+        ),
+        (
+            ["[rank0]: KeyError: 'x'", "RuntimeError: failed. See root cause above."],
+            "KeyError: 'x'",
+        ),
+        (
+            ["RuntimeError: failed. See root cause above."],
+            "RuntimeError: failed. See root cause above.",
+        ),
+        (["UserWarning: resource_tracker: leaked", "done"], "done"),
+    ],
+)
+def test_the_failure_line_of_a_log(lines: list[str], line: str) -> None:
+    assert failure_line(lines) == line

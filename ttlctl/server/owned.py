@@ -10,6 +10,7 @@ the API server, its EngineCore and every other process of its group.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import Sequence
@@ -22,6 +23,9 @@ from ttlctl.server.process import launch, stop_group, wait_healthy
 
 #: seconds a server gets between SIGTERM and SIGKILL
 STOP_GRACE_S = 15.0
+#: a Python exception's own line, after whatever a process puts before it
+#: (``[rank0]: ``, ``(EngineCore pid=7) ``): ``ValueError: To serve at least one request …``
+_RAISED = re.compile(r"(?:^|[\s:\]\)])((?:\w+\.)*\w*(?:Error|Exception): .*)$")
 
 
 class ServerStartError(ServerError):
@@ -117,7 +121,8 @@ class OwnedServer:
                 signals.release()
 
     def log_tail(self, lines: int = 1) -> str:
-        """The last ``lines`` lines of the log (the last one cut to 300 characters)."""
+        """The last ``lines`` lines of the log; one line: :func:`failure_line` of the log,
+        cut to 300 characters."""
         try:
             text = self.log_path.read_text(errors="replace").strip().splitlines()
         except OSError:
@@ -125,7 +130,7 @@ class OwnedServer:
         if not text:
             return "(empty log)"
         if lines == 1:
-            return text[-1][:300]
+            return failure_line(text)[:300]
         return "\n".join(text[-lines:])
 
     def __enter__(self) -> OwnedServer:
@@ -139,3 +144,16 @@ class OwnedServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def failure_line(lines: Sequence[str]) -> str:
+    """The line of a log that says why its process stopped: the last exception raised
+    (``ValueError: …``, less what the process put before it; not one that points back
+    to a root cause above it), else the last line. A process that dies of an exception
+    often logs more after it (a ``resource_tracker`` warning as vLLM exits), and the last
+    line would name only that."""
+    raised = [m.group(1) for m in map(_RAISED.search, lines) if m]
+    # vLLM's API server ends with "RuntimeError: Engine core initialization failed. See
+    # root cause above.": the cause is the exception before it
+    causes = [r for r in raised if "root cause above" not in r.lower()]
+    return (causes or raised or lines)[-1]

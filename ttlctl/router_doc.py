@@ -26,6 +26,18 @@ from typing import Any
 from ttlctl.errors import TtlctlError
 
 PROGRAM_SCHEDULING = "program-scheduling"
+#: what a real router does that ttlctl's model of it leaves out (the deliberate differences
+#: its module in ``replay.fleet.routers`` lists), named where a replay shows the router
+NOT_MODELLED: dict[str, tuple[str, ...]] = {
+    PROGRAM_SCHEDULING: (
+        "the growth reserve",
+        "batch-gain admission",
+        "capacity repair",
+        "segment yield",
+        "privileged hand-off",
+        "shared-prefix discounting",
+    ),
+}
 #: ttlctl's routers, in the comparison table's order: vllm-router's policies (with dashes),
 #: its Program scheduling, ttlctl's own pin-aware, and the placement a trace recorded
 ROUTERS = (

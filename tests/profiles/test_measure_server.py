@@ -252,8 +252,15 @@ def test_validate_on_a_server_that_cannot_be_profiled_is_one_line(
     def _noop() -> None:
         pass
 
-    res = CliRunner().invoke(app, ["validate", str(trace), "--url", f"vllm={url}", "--policy",
-                                   "vllm", "--work-dir", str(tmp_path / "w")])  # fmt: skip
+    args = ["validate", str(trace), "--url", f"vllm={url}", "--policy", "vllm", "--work-dir",
+            str(tmp_path / "w")]  # fmt: skip
+    # the server tells no KV size either: that is asked first, as soon as it answers
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip().splitlines() == [
+        f"error: {url}: /metrics has no vllm:cache_config_info; give the KV size (--kv-tokens)"
+    ]
+    res = CliRunner().invoke(app, [*args, "--kv-tokens", "4096"])
     assert res.exit_code == 2, res.output
     lines = res.stderr.strip().splitlines()
     assert lines[-1].startswith("error: profiling vllm's server: ") and url in lines[-1]

@@ -59,19 +59,7 @@ from profiles.router_calibration import DecodeThroughputModel, PrefillCostModel
 from replay.fleet.routers.base import HOLD, FleetView, RoutedCall
 from replay.fleet.routers.consistent_hash import HashRing, worker_urls
 from replay.fleet.routers.progress_ttl import ProgramSchedulingConfig, fitted_acting_ttl
-
-#: the router's name in a replay's record
-NAME = "program-scheduling"
-#: what the real router does that this model does not (the docstring's deliberate
-#: differences), named where a replay shows the router
-NOT_MODELLED = (
-    "the growth reserve",
-    "batch-gain admission",
-    "capacity repair",
-    "segment yield",
-    "privileged hand-off",
-    "shared-prefix discounting",
-)
+from ttlctl.router_doc import PROGRAM_SCHEDULING
 
 
 @dataclass(slots=True)
@@ -111,7 +99,7 @@ class ProgramScheduling:
     replicas: int
     #: the workers' URLs, in replica order (None: the ring's default names)
     urls: Sequence[str] | None = None
-    name: str = NAME
+    name: str = PROGRAM_SCHEDULING
     _programs: dict[str, _Program] = field(default_factory=dict)
     _ranks: list[_Rank] = field(default_factory=list)
     _ready: list[tuple[str, int]] = field(default_factory=list)

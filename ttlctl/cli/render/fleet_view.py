@@ -10,10 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from replay.fleet.records import replica_labels
-from replay.fleet.routers.program_scheduling import NAME as PROGRAM_SCHEDULING
-from replay.fleet.routers.program_scheduling import NOT_MODELLED
 from ttlctl.cli.render.cells import dash, share, show
 from ttlctl.nouns import counted
+from ttlctl.router_doc import NOT_MODELLED
 
 MISS_LABELS = {
     "routed_elsewhere": "routed elsewhere",
@@ -66,9 +65,10 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
         )
     show(console, table)
     console.print("misses: follow-up calls whose prefix hit fell short of what they repeat")
-    if router["name"] == PROGRAM_SCHEDULING:
+    left_out = NOT_MODELLED.get(router["name"])
+    if left_out:
         console.print(
-            f"{router['name']}: not modelled: {', '.join(NOT_MODELLED)} (the real router "
+            f"{router['name']}: not modelled: {', '.join(left_out)} (the real router "
             "runs them as its settings say; docs/replay.md)"
         )
     per = Table(title="per replica")

@@ -8,9 +8,10 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from ttlctl.cli.render.cells import share, show
+from ttlctl.cli.render.cells import show
 from ttlctl.cli.render.fleet_view import MISS_LABELS, fleet_tables
 from ttlctl.cli.render.replay_view import replay_table
+from ttlctl.percent import share
 
 HEADERS = (
     "policy", "programs", "calls", "JCT mean (s)", "JCT p50 (s)", "JCT p95 (s)",

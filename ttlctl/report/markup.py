@@ -10,6 +10,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ttlctl.percent import NONE, share
+
 CSS = """
 body{font:14px/1.45 "DejaVu Sans",Arial,sans-serif;color:#1a1a1a;background:#fff;
 margin:0 auto;max-width:1240px;padding:16px 24px}
@@ -67,7 +69,9 @@ def ratio(value: Any) -> Any:
 
 
 def pct(value: Any) -> str:
-    return f"{value:.0%}" if isinstance(value, (int, float)) and math.isfinite(value) else "—"
+    """A share from a run's JSON as the command line writes it (:func:`ttlctl.percent.share`),
+    or a dash when the value is not a number."""
+    return share(value) if isinstance(value, (int, float)) else NONE
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

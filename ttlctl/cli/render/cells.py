@@ -37,23 +37,6 @@ def dash(value: Any, fmt: str) -> str:
     return "—" if value is None else format(value, fmt)
 
 
-def share(value: float | None) -> str:
-    """A share as a whole percent, or a dash when there is none; a share strictly between
-    0 and 1 that would round to 0% or 100% keeps one decimal (``0.1%``, ``99.7%``), and
-    one closer still reads ``<0.1%`` or ``>99.9%``: a count that is not nothing never
-    reads as nothing, nor one short of all as all."""
-    if value is None:
-        return "—"
-    whole = f"{value:.0%}"
-    if value > 0 and whole == "0%":
-        tenth = f"{value:.1%}"
-        return "<0.1%" if tenth == "0.0%" else tenth
-    if value < 1 and whole == "100%":
-        tenth = f"{value:.1%}"
-        return ">99.9%" if tenth == "100.0%" else tenth
-    return whole
-
-
 def show(console: Console, table: Table) -> None:
     """Print ``table`` in the console's width without cutting a number: a number column
     (right-aligned) is at least as wide as its widest cell, so its header may wrap but no

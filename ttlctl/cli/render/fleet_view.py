@@ -10,8 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from replay.fleet.records import replica_labels
-from ttlctl.cli.render.cells import dash, share, show
+from ttlctl.cli.render.cells import dash, show
 from ttlctl.nouns import counted
+from ttlctl.percent import share
 from ttlctl.router_doc import NOT_MODELLED
 
 MISS_LABELS = {

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from ttlctl.cli.render.cells import dash, share, show
+from ttlctl.cli.render.cells import dash, show
 from ttlctl.nouns import counted
+from ttlctl.percent import share
 
 if TYPE_CHECKING:
     from replay.figures import PolicyResult

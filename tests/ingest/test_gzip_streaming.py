@@ -20,7 +20,7 @@ from ttlctl.cli import app
 from ttlctl.ingest import pipeline, spool
 from ttlctl.ingest.formats import canonical
 from ttlctl.ingest.pipeline import ingest
-from ttlctl.ingest.reader import size, source
+from ttlctl.ingest.rawfile import size, source
 from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io
 

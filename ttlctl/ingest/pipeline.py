@@ -13,23 +13,11 @@ from typing import Any
 import polars as pl
 
 from ttlctl.ingest import lookup, rules
-from ttlctl.ingest.reader import (
-    GZIP_SUFFIX,
-    GroupReader,
-    GzipDamage,
-    Parsed,
-    Reader,
-    env_bytes,
-    head_bytes,
-    is_blank,
-    is_gzip,
-    read_bytes,
-    size,
-    streaming,
-    streaming_limit,
-)
+from ttlctl.ingest.limits import env_bytes, streaming, streaming_limit
+from ttlctl.ingest.rawfile import GZIP_SUFFIX, head_bytes, is_blank, is_gzip, read_bytes, size
+from ttlctl.ingest.reader import GroupReader, Parsed, Reader
 from ttlctl.ingest.rejects import IngestError, RejectSink
-from ttlctl.ingest.spool import spooled
+from ttlctl.ingest.spool import GzipDamage, spooled
 from ttlctl.jsonio import replacing
 from ttlctl.trace import io as trace_io
 from ttlctl.trace.columns import SOURCE_COLUMNS, SOURCE_FILE, SOURCE_RECORD, conform

@@ -65,17 +65,10 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.reader import (
-    Parsed,
-    RecordError,
-    duration,
-    frame_from_rows,
-    integer,
-    load_json_object,
-    logical,
-    number,
-    tokens,
-)
+from ttlctl.ingest.fields import RecordError, duration, integer, number, tokens
+from ttlctl.ingest.jsontext import load_json_object
+from ttlctl.ingest.rawfile import logical
+from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
 
 DEFAULT_BLOCK_SIZE = 64

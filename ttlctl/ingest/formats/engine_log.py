@@ -87,17 +87,10 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from ttlctl.ingest.fields import RecordError, number, tokens
 from ttlctl.ingest.formats.rotated import Part, carry_over, log_of
-from ttlctl.ingest.reader import (
-    GroupParsed,
-    Parsed,
-    RecordError,
-    first_object_line,
-    frame_from_rows,
-    iter_jsonl,
-    number,
-    tokens,
-)
+from ttlctl.ingest.jsontext import first_object_line, iter_jsonl
+from ttlctl.ingest.reader import GroupParsed, Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
 
 SCHEMA = "ttlctl.engine-log/1"

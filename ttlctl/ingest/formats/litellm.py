@@ -76,19 +76,11 @@ from typing import Any
 
 import polars as pl
 
+from ttlctl.ingest.fields import RecordError, epoch, tokens
+from ttlctl.ingest.jsontext import bad_json_line, cut_line, first_object_line, read_text
 from ttlctl.ingest.pyrepr import as_object
-from ttlctl.ingest.reader import (
-    Parsed,
-    RecordError,
-    bad_json_line,
-    cut_line,
-    epoch,
-    first_object_line,
-    frame_from_rows,
-    logical,
-    read_text,
-    tokens,
-)
+from ttlctl.ingest.rawfile import logical
+from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
 
 _SESSION_KEYS = ("session_id", "litellm_session_id")

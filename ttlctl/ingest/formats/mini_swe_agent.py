@@ -59,15 +59,10 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.reader import (
-    Parsed,
-    RecordError,
-    frame_from_rows,
-    load_json_object,
-    logical,
-    number,
-    tokens,
-)
+from ttlctl.ingest.fields import RecordError, number, tokens
+from ttlctl.ingest.jsontext import load_json_object
+from ttlctl.ingest.rawfile import logical
+from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
 
 #: Blocks mini-swe-agent executes: v1 ```bash, v2 text mode ```mswea_bash_command.

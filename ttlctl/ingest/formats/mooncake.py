@@ -68,17 +68,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ttlctl.ingest.reader import (
-    Parsed,
-    RecordError,
-    duration,
-    first_object_line,
-    frame_from_rows,
-    iter_jsonl,
-    logical,
-    number,
-    tokens,
-)
+from ttlctl.ingest.fields import RecordError, duration, number, tokens
+from ttlctl.ingest.jsontext import first_object_line, iter_jsonl
+from ttlctl.ingest.rawfile import logical
+from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
 
 BLOCK_SIZE = 512

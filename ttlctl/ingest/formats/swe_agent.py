@@ -64,16 +64,11 @@ from typing import Any
 
 import polars as pl
 
+from ttlctl.ingest.fields import RecordError, duration, tokens
 from ttlctl.ingest.formats.mini_swe_agent import first_program
-from ttlctl.ingest.reader import (
-    Parsed,
-    RecordError,
-    duration,
-    frame_from_rows,
-    load_json_object,
-    logical,
-    tokens,
-)
+from ttlctl.ingest.jsontext import load_json_object
+from ttlctl.ingest.rawfile import logical
+from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
 
 #: Characters per token of the raw estimate.

@@ -146,7 +146,7 @@ def test_an_interrupted_ingest_removes_its_temporary_file(
         alive.extend(p.exists() for p in spills)  # read, not yet written
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pipeline, "_validate_and_write", interrupted)
+    monkeypatch.setattr(pipeline, "validate_and_write", interrupted)
     out = tmp_path / "out" / "o.parquet"
     with pytest.raises(KeyboardInterrupt):
         ingest([packed], out)

@@ -65,7 +65,7 @@ from typing import Any
 import polars as pl
 
 from ttlctl.ingest.fields import RecordError, duration, tokens
-from ttlctl.ingest.formats.mini_swe_agent import first_program
+from ttlctl.ingest.formats.shell_program import first_program
 from ttlctl.ingest.jsontext import load_json_object
 from ttlctl.ingest.rawfile import logical
 from ttlctl.ingest.reader import Parsed, frame_from_rows

@@ -54,7 +54,8 @@ from replay.tune.judge import guard, held_figures
 from ttlctl import __version__, bundle_history
 from ttlctl import bundle as bundle_mod
 from ttlctl.errors import TtlctlError
-from ttlctl.ingest.pipeline import IngestReport, ingest, rejects_path_for
+from ttlctl.ingest.ingest_report import IngestReport
+from ttlctl.ingest.pipeline import ingest, rejects_path_for
 from ttlctl.jsonio import FileRef, file_sha256, replacing
 from ttlctl.nouns import counted
 from ttlctl.trace import io as trace_io

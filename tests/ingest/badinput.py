@@ -9,7 +9,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from ttlctl.ingest.pipeline import IngestReport, ingest
+from ttlctl.ingest.ingest_report import IngestReport
+from ttlctl.ingest.pipeline import ingest
 from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io
 

@@ -264,7 +264,7 @@ def test_cli_ingest_json_and_errors(tmp_path: Path) -> None:
 
 
 def test_load_json_names_truncation_and_deep_nesting(tmp_path: Path) -> None:
-    from ttlctl.ingest.reader import load_json
+    from ttlctl.ingest.jsontext import load_json
     from ttlctl.ingest.rejects import RejectSink
 
     cut = tmp_path / "cut.json"

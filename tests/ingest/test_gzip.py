@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from tests.ingest.canonical_files import canonical_trace_file
 from ttlctl.cli import app
 from ttlctl.ingest.pipeline import ingest
-from ttlctl.ingest.reader import head_bytes, logical, read_bytes
+from ttlctl.ingest.rawfile import head_bytes, logical, read_bytes
 from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io
 

@@ -20,7 +20,7 @@ from ttlctl.cli import app
 from ttlctl.ingest import pipeline, spool
 from ttlctl.ingest.formats import canonical
 from ttlctl.ingest.pipeline import ingest
-from ttlctl.ingest.reader import size, source
+from ttlctl.ingest.rawfile import size, source
 from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io
 
@@ -146,7 +146,7 @@ def test_an_interrupted_ingest_removes_its_temporary_file(
         alive.extend(p.exists() for p in spills)  # read, not yet written
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pipeline, "_validate_and_write", interrupted)
+    monkeypatch.setattr(pipeline, "validate_and_write", interrupted)
     out = tmp_path / "out" / "o.parquet"
     with pytest.raises(KeyboardInterrupt):
         ingest([packed], out)

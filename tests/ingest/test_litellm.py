@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from tests.ingest.badinput import assert_strict_error, ingest_skipping_bad
 from ttlctl.cli import app
-from ttlctl.ingest.formats.litellm import response_tool_names
+from ttlctl.ingest.formats.litellm_tools import response_tool_names
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.ingest.pyrepr import as_object, parse_repr
 from ttlctl.trace import io as trace_io

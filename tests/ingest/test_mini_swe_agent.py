@@ -19,10 +19,11 @@ from typer.testing import CliRunner
 
 from tests.ingest.badinput import assert_strict_errors, ingest_skipping_bad
 from ttlctl.cli import app
-from ttlctl.ingest.formats.mini_swe_agent import READER, first_program
+from ttlctl.ingest.formats.mini_swe_agent import READER
+from ttlctl.ingest.formats.shell_program import first_program
 from ttlctl.ingest.formats.swe_agent import READER as SWE_READER
 from ttlctl.ingest.pipeline import ingest
-from ttlctl.ingest.reader import head_bytes
+from ttlctl.ingest.rawfile import head_bytes
 from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io
 

@@ -21,7 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ttlctl.ingest.pipeline import NOT_LOG_SUFFIXES, NOT_LOGS, ingest
+from ttlctl.ingest.inputs import NOT_LOG_SUFFIXES, NOT_LOGS
+from ttlctl.ingest.pipeline import ingest
 from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io
 

@@ -22,7 +22,7 @@ from ttlctl.cli import app
 from ttlctl.ingest.formats.mini_swe_agent import READER as MINI_READER
 from ttlctl.ingest.formats.swe_agent import READER
 from ttlctl.ingest.pipeline import ingest
-from ttlctl.ingest.reader import head_bytes
+from ttlctl.ingest.rawfile import head_bytes
 from ttlctl.trace import io as trace_io
 
 FORMAT = "swe-agent"

@@ -16,7 +16,8 @@ from ttlctl.ingest.formats import (
     tracelab,
     trtllm_scaffolding,
 )
-from ttlctl.ingest.reader import Reader, head_bytes
+from ttlctl.ingest.rawfile import head_bytes
+from ttlctl.ingest.reader import Reader
 
 #: ``--format`` name -> its reader. Detection tries them in this order; the canonical
 #: format goes first.

@@ -1,47 +1,30 @@
-"""``ttlctl ingest``: files in native formats -> one canonical trace (Parquet)."""
+"""``ttlctl ingest``: files in native formats -> one canonical trace (Parquet).
+
+The run: the files to read (:mod:`ttlctl.ingest.inputs`), each read by its format's reader
+(:mod:`ttlctl.ingest.lookup`; an engine log's files together, as one log), every reader held
+to account for the records it saw, then all rows checked and written
+(:mod:`ttlctl.ingest.validate`); what happened is an
+:class:`~ttlctl.ingest.ingest_report.IngestReport`.
+"""
 
 from __future__ import annotations
 
-import tempfile
-from collections import Counter
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest import lookup, rules
-from ttlctl.ingest.reader import (
-    GZIP_SUFFIX,
-    GroupReader,
-    GzipDamage,
-    Parsed,
-    Reader,
-    env_bytes,
-    head_bytes,
-    is_blank,
-    is_gzip,
-    read_bytes,
-    size,
-    streaming,
-    streaming_limit,
-)
+from ttlctl.ingest import lookup
+from ttlctl.ingest.ingest_report import FileReport, IngestReport
+from ttlctl.ingest.inputs import expand
+from ttlctl.ingest.limits import env_bytes, streaming, streaming_limit
+from ttlctl.ingest.rawfile import head_bytes, is_blank, is_gzip, read_bytes, size
+from ttlctl.ingest.reader import GroupReader, Parsed, Reader
 from ttlctl.ingest.rejects import IngestError, RejectSink
-from ttlctl.ingest.spool import spooled
+from ttlctl.ingest.spool import GzipDamage, spooled
+from ttlctl.ingest.validate import DEFAULT_BUCKET_BYTES, has_rows, validate_and_write
 from ttlctl.jsonio import replacing
-from ttlctl.trace import io as trace_io
-from ttlctl.trace.columns import SOURCE_COLUMNS, SOURCE_FILE, SOURCE_RECORD, conform
-
-#: Rows of input checked in memory at once when streaming (override TTLCTL_BUCKET_BYTES).
-DEFAULT_BUCKET_BYTES = 256 * 1024**2
-#: Rough in-memory size of a row over its compressed Parquet size.
-PARQUET_EXPANSION = 6
-
-#: Files in a directory that are documentation, not logs: listed as skipped, never read.
-NOT_LOGS = ("license", "licence", "readme", "notice", "copying", "authors")
-NOT_LOG_SUFFIXES = (".md", ".rst", ".txt", ".html", ".py", ".sh")
 
 #: A file of nothing but whitespace: the format it is reported as, its reject reason (as
 #: every reader names it).
@@ -49,74 +32,6 @@ EMPTY_FORMAT = "empty"
 EMPTY_FILE = "empty file"
 
 ProgressFn = Callable[[Path, int, int], None]
-
-
-@dataclass
-class FileReport:
-    path: str
-    format: str
-    #: input records seen; None where the reader counts one per row (canonical)
-    records: int | None
-    #: programs still running when the log was read, ended at their last logged call
-    in_flight: int = 0
-
-
-@dataclass
-class IngestReport:
-    output: str
-    files: list[FileReport] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    records: int = 0
-    rows: int = 0
-    rejected: int = 0
-    rejects_path: str | None = None
-    rejected_by_reason: dict[str, int] = field(default_factory=dict)
-    streamed: bool = False
-    #: programs still running when the log was read (engine logs), kept up to their
-    #: last logged call; counted here, not rejected
-    in_flight: int = 0
-    #: programs made from a program id used again after its program ended (engine logs:
-    #: ``<id>#2`` …); counted here, not rejected
-    reused_ids: int = 0
-    #: calls the engine aborted (engine logs), kept as calls with the tokens they produced
-    aborted: int = 0
-    #: the engines' facts the logs state (engine logs), as kept in the trace's metadata
-    engines: list[dict[str, Any]] = field(default_factory=list)
-
-    def formats(self) -> dict[str, int]:
-        return dict(Counter(f.format for f in self.files))
-
-
-def expand(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
-    """(files to read, documentation files skipped) for the given files and directories;
-    a file reached twice (a folder and a file or folder inside it) is read once."""
-    files: list[Path] = []
-    skipped: list[Path] = []
-    seen: set[Path] = set()
-
-    def add(file: Path, to: list[Path]) -> None:
-        real = file.resolve()
-        if real not in seen:
-            seen.add(real)
-            to.append(file)
-
-    for path in paths:
-        if path.is_dir():
-            for child in sorted(p for p in path.rglob("*") if p.is_file()):
-                rel_parts = child.relative_to(path).parts
-                if any(part.startswith(".") for part in rel_parts):
-                    continue
-                add(child, skipped if _is_doc(child) else files)
-        elif path.exists():
-            add(path, files)
-        else:
-            raise IngestError(path, None, "no such file or directory")
-    return files, skipped
-
-
-def _is_doc(path: Path) -> bool:
-    name = path.name.lower().removesuffix(GZIP_SUFFIX)  # README.md.gz is documentation too
-    return name.startswith(NOT_LOGS) or name.endswith(NOT_LOG_SUFFIXES)
 
 
 def rejects_path_for(output: Path) -> Path:
@@ -203,7 +118,7 @@ def ingest(
         report.streamed = streaming(sum(size(path) for path in recognised))
         read_rejects = sink.count
         refuse = None if allow_empty else _refuse_empty(paths, sink)
-        rows, rejected_rows = _validate_and_write(
+        rows, rejected_rows = validate_and_write(
             parsed,
             output,
             sink,
@@ -289,7 +204,7 @@ def _check_accounting(reader: Reader, path: Path, one: Parsed, rejected: int) ->
     """A reader must account for every record it saw: as a row or as a reject."""
     if one.records is None:
         return
-    rows = one.frame.select(pl.len()).collect().item() if _has_rows(one) else 0
+    rows = one.frame.select(pl.len()).collect().item() if has_rows(one) else 0
     if one.records != rows + rejected:
         raise RuntimeError(
             f"ttlctl bug: the {reader.name} reader saw {one.records} records in {path} "
@@ -300,92 +215,3 @@ def _check_accounting(reader: Reader, path: Path, one: Parsed, rejected: int) ->
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
-
-
-def _combine(parsed: list[tuple[Parsed, bool]]) -> pl.LazyFrame:
-    """All files' rows in one frame, wall clocks rebased to the earliest absolute arrival."""
-    relative = [conform(p.frame) for p, absolute in parsed if not absolute and _has_rows(p)]
-    absolute = [conform(p.frame) for p, absolute in parsed if absolute and _has_rows(p)]
-    if absolute:
-        origin = pl.concat([f.select(pl.col("arrival_s").min()) for f in absolute]).min()
-        start = origin.collect().item()
-        shift = pl.col("arrival_s") - (start if start is not None else 0.0)
-        absolute = [f.with_columns(shift.alias("arrival_s")) for f in absolute]
-    frames = relative + absolute
-    if not frames:
-        return conform(pl.LazyFrame()).clear()
-    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
-
-
-def _has_rows(one: Parsed) -> bool:
-    return bool(one.frame.collect_schema().names())
-
-
-def _validate_and_write(
-    parsed: list[tuple[Parsed, bool]],
-    output: Path,
-    sink: RejectSink,
-    *,
-    streaming: bool,
-    engines: list[dict[str, Any]],
-    refuse_empty: Callable[[int], None] | None = None,
-) -> tuple[int, int]:
-    """Check all rows, send the bad ones to ``sink``, write the rest: (written, rejected).
-    With no row to write, ``refuse_empty`` (if given) is called before anything is."""
-    frame = _combine(parsed)
-    if streaming:
-        return _validate_in_buckets(frame, output, sink, engines, refuse_empty)
-    good, bad = rules.split(rules.check(frame.collect()).collect().lazy())
-    _report(bad, sink)
-    if refuse_empty is not None and not good.select(pl.len()).collect().item():
-        refuse_empty(bad.height)
-    written = trace_io.write(good.drop(*SOURCE_COLUMNS), output, engines=engines)
-    return written, bad.height
-
-
-def _report(bad: pl.DataFrame, sink: RejectSink) -> None:
-    """Strict: raise on the bad row closest to the root cause. Lenient: reject each."""
-    if not bad.height:
-        return
-    head = bad.sort(rules.RANK, maintain_order=True).row(0, named=True)
-    if not sink.skip_bad:
-        raise IngestError(head[SOURCE_FILE], head[SOURCE_RECORD], head["reason"])
-    for row in bad.iter_rows(named=True):
-        sink.reject(row[SOURCE_FILE], row[SOURCE_RECORD], row["reason"])
-
-
-def _validate_in_buckets(
-    frame: pl.LazyFrame,
-    output: Path,
-    sink: RejectSink,
-    engines: list[dict[str, Any]],
-    refuse_empty: Callable[[int], None] | None = None,
-) -> tuple[int, int]:
-    """Out-of-core check: hash-partition rows by program, check each bucket in memory.
-
-    Every program lands whole in one bucket, so the program rules hold per bucket;
-    memory is bounded by the largest bucket, not by the input.
-    """
-    budget = env_bytes("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES, least=1)
-    with tempfile.TemporaryDirectory(prefix=".ttlctl-ingest-", dir=output.parent) as tmp:
-        root = Path(tmp)
-        spilled = root / "rows.parquet"
-        frame.sink_parquet(spilled, engine="streaming")
-        size = spilled.stat().st_size * PARQUET_EXPANSION
-        buckets = max(1, -(-size // budget))
-        parts = root / "parts"
-        parts.mkdir()
-        rejected = 0
-        source = pl.scan_parquet(spilled)
-        key = pl.col("program_id").hash(seed=0) % buckets
-        for bucket in range(buckets):
-            rows = source.filter(key == bucket).collect(engine="streaming")
-            good, bad = rules.split(rules.check(rows).collect().lazy())
-            _report(bad, sink)
-            rejected += bad.height
-            good.drop(*SOURCE_COLUMNS).collect().write_parquet(parts / f"{bucket:05d}.parquet")
-        every = pl.scan_parquet(parts / "*.parquet")
-        if refuse_empty is not None and not every.select(pl.len()).collect().item():
-            refuse_empty(rejected)
-        written = trace_io.write(every, output, streaming=True, engines=engines)
-    return written, rejected

@@ -5,7 +5,7 @@ During one ingest (:func:`spooled`, entered by :func:`ttlctl.ingest.pipeline.ing
 gzip file that polars reads is decompressed as a stream, a chunk at a time: it stays in
 memory while the decompressed gzip data the ingest holds in memory (this file's and the
 files' before it) is at most the streaming threshold
-(:func:`ttlctl.ingest.reader.streaming`), and once it passes it the rest goes to a
+(:func:`ttlctl.ingest.limits.streaming`), and once it passes it the rest goes to a
 temporary file in a folder next to the output, which polars then scans like a plain file.
 So the choice is made on the decompressed size, counted as it decompresses (exact, unlike
 the size gzip records, which is modulo 4 GiB and only of the last member), and memory stays

@@ -12,7 +12,7 @@ from ttlctl.cli.render.cells import num, show
 from ttlctl.nouns import counted
 
 if TYPE_CHECKING:  # types only: rendering needs no polars
-    from ttlctl.ingest.pipeline import IngestReport
+    from ttlctl.ingest.ingest_report import IngestReport
 
 
 def _pct_row(table: Table, label: str, stats: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ RAM. Values are read as text and cast without failing; a value that does not
 cast (``"abc"`` for ``turn``) gives its row a reason and validation rejects the
 program. A JSONL file with a line that is not JSON is read again line by line so
 that only that line is rejected. Gzip data is read decompressed
-(:func:`ttlctl.ingest.reader.source`), a name's suffix less ``.gz``.
+(:func:`ttlctl.ingest.rawfile.source`), a name's suffix less ``.gz``.
 """
 
 from __future__ import annotations
@@ -17,18 +17,12 @@ from typing import IO
 
 import polars as pl
 
-from ttlctl.ingest.reader import (
-    SNIFF_BYTES,
-    GzipDamage,
-    Parsed,
-    head_bytes,
-    iter_jsonl,
-    logical,
-    size,
-    source,
-    streaming,
-)
+from ttlctl.ingest.jsontext import iter_jsonl
+from ttlctl.ingest.limits import streaming
+from ttlctl.ingest.rawfile import SNIFF_BYTES, head_bytes, logical, size, source
+from ttlctl.ingest.reader import Parsed
 from ttlctl.ingest.rejects import RejectSink
+from ttlctl.ingest.spool import GzipDamage
 from ttlctl.trace import io as trace_io
 from ttlctl.trace.columns import (
     REASON,
@@ -102,7 +96,7 @@ def _text_schema() -> dict[str, pl.DataType]:
 
 def _read_jsonl(path: Path, src: Path | IO[bytes], sink: RejectSink) -> Parsed:
     """Typed read first (fast); any value of the wrong type sends the file to the text path.
-    ``src``: what polars reads (:func:`~ttlctl.ingest.reader.source`)."""
+    ``src``: what polars reads (:func:`~ttlctl.ingest.rawfile.source`)."""
     big = streaming(size(path))
     try:
         if big:

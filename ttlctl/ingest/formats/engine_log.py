@@ -76,52 +76,32 @@ becomes the last row of the program in the trace (``is_last`` true) and its trai
 so far count as a whole program (the fit's η sees them shorter than they will be). A
 client that never sends ``is_last: 1`` makes every tagged program count here. Untagged
 one-call programs (``request:<request_id>``) are not counted.
+
+This module reads the lines; the engine records are kept by
+:mod:`ttlctl.ingest.formats.engine_log_facts`, the calls made programs by
+:mod:`ttlctl.ingest.formats.engine_log_programs`, a rotated log's parts joined by
+:mod:`.rotated`.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from ttlctl.ingest.fields import RecordError, number, tokens
+from ttlctl.ingest.formats.engine_log_facts import Engines, parse_facts
+from ttlctl.ingest.formats.engine_log_programs import as_programs
 from ttlctl.ingest.formats.rotated import Part, carry_over, log_of
-from ttlctl.ingest.reader import (
-    GroupParsed,
-    Parsed,
-    RecordError,
-    first_object_line,
-    frame_from_rows,
-    iter_jsonl,
-    number,
-    tokens,
-)
+from ttlctl.ingest.jsontext import first_object_line, iter_jsonl
+from ttlctl.ingest.reader import GroupParsed, Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
 
 SCHEMA = "ttlctl.engine-log/1"
-#: the program id of an untagged request: ``request:<request_id>``
-UNTAGGED = "request:"
 #: the ``kind`` of an engine-facts line (ttlctl.engine.facts.KIND; not imported: vLLM side)
 ENGINE = "engine"
 #: the ``finish_reason`` of a request the engine aborted (vLLM's; the client went away)
 ABORT = "abort"
-#: the facts an engine record carries, with their type (bool, int or str; all nullable)
-FACTS: dict[str, type] = {
-    "vllm_version": str,
-    "model": str,
-    "block_size": int,
-    "kv_blocks": int,
-    "kv_tokens": int,
-    "max_num_seqs": int,
-    "max_num_batched_tokens": int,
-    "max_model_len": int,
-    "async_scheduling": bool,
-    "prefix_caching": bool,
-    "bundle_sha256": str,
-    "replica": str,
-}
 
 
 class EngineLogReader:
@@ -137,7 +117,7 @@ class EngineLogReader:
 
     def read_group(self, paths: Sequence[Path], sink: RejectSink) -> GroupParsed:
         """All the files' calls as one log: programs merged across files by arrival."""
-        engines = _Engines()
+        engines = Engines()
         calls: list[tuple[str | None, str | None, dict[str, Any]]] = []
         records: list[int] = []
         aborted = 0
@@ -158,7 +138,7 @@ class EngineLogReader:
                 kind = obj.get("kind")
                 if kind == ENGINE:
                     try:
-                        in_force = engines.add(_facts(obj), path, lineno, unnamed[index])
+                        in_force = engines.add(parse_facts(obj), path, lineno, unnamed[index])
                     except RecordError as exc:
                         sink.reject(path, record, f"bad engine record: {exc}")
                     continue
@@ -185,7 +165,7 @@ class EngineLogReader:
             records.append(made + sink.count - before)
             parts[index].last = in_force
         carry_over(parts)
-        rows, in_flight, reused = _programs(calls)
+        rows, in_flight, reused = as_programs(calls)
         parsed = Parsed(
             frame_from_rows(rows, None),
             records=sum(records),
@@ -198,147 +178,6 @@ class EngineLogReader:
         return GroupParsed(
             parsed, records=records, in_flight=[in_flight.get(str(p), 0) for p in paths]
         )
-
-
-@dataclass
-class _Engines:
-    """The distinct engine records seen, per replica, with the calls logged under each."""
-
-    entries: list[dict[str, Any]] = field(default_factory=list)
-    _by_key: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
-
-    def add(
-        self, facts: dict[str, Any], path: Path, lineno: int, unnamed: str | None
-    ) -> dict[str, Any]:
-        facts = dict(facts, replica=self.replica(facts, unnamed))
-        key = tuple(sorted(facts.items()))
-        entry = self._by_key.get(key)
-        if entry is None:
-            entry = dict(facts, file=str(path), line=lineno, calls=0)
-            self._by_key[key] = entry
-            self.entries.append(entry)
-        return entry
-
-    @staticmethod
-    def replica(facts: dict[str, Any] | None, unnamed: str | None) -> str | None:
-        """The replica the engine record names, else ``unnamed`` (the file's log)."""
-        named = facts.get("replica") if facts is not None else None
-        return str(named) if named else unnamed
-
-
-def _facts(obj: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, kind in FACTS.items():
-        value = obj.get(key)
-        if value is not None:
-            if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-                raise RecordError(f"{key} is not a whole number: {value!r}"[:120])
-            if kind is int and value < 1:
-                # every whole-number fact is a size: an engine of no KV block, no sequence
-                # or no token budget does not start
-                raise RecordError(f"{key} must be at least 1: {value!r}")
-            if kind is bool and not isinstance(value, bool):
-                raise RecordError(f"{key} is not true or false: {value!r}"[:120])
-            if kind is str:
-                value = str(value)
-        out[key] = value
-    blocks, size, tokens = out["kv_blocks"], out["block_size"], out["kv_tokens"]
-    if blocks is not None and size is not None:
-        if tokens is None:
-            out["kv_tokens"] = blocks * size
-        elif tokens != blocks * size:
-            # the plugin writes kv_tokens = kv_blocks × block_size: the line was edited
-            raise RecordError(
-                f"kv_tokens {tokens} is not kv_blocks × block_size ({blocks} × {size})"
-            )
-    if size is not None and out["kv_tokens"] is not None and out["kv_tokens"] < size:
-        raise RecordError(f"kv_tokens {out['kv_tokens']} hold no block of {size} tokens")
-    return out
-
-
-def _programs(
-    calls: list[tuple[str | None, str | None, dict[str, Any]]],
-) -> tuple[list[dict[str, Any]], dict[str, int], int]:
-    """The calls as programs: (rows, programs in flight by the file of their last call,
-    programs made from a reused id)."""
-    tagged: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    untagged: list[tuple[str, dict[str, Any]]] = []
-    for program, request_id, row in calls:
-        if program is not None:
-            tagged[program].append(row)
-        else:
-            untagged.append((f"{UNTAGGED}{request_id}", row))
-    taken = set(tagged)
-    rows: list[dict[str, Any]] = []
-    in_flight: dict[str, int] = defaultdict(int)
-    reused = 0
-    for program, calls_of in tagged.items():
-        calls_of.sort(key=lambda r: (r["_sort"], r["_order"]))
-        for n, run in enumerate(_runs(calls_of)):
-            name = program if n == 0 else _fresh(program, taken)
-            reused += n > 0
-            if _number(name, run):
-                in_flight[run[-1]["_file"]] += 1
-            rows.extend(run)
-    seen: set[str] = set()
-    for name, row in untagged:
-        if name in seen or name in taken:
-            name = _fresh(name, taken | seen)
-        seen.add(name)
-        _number(name, [row])
-        rows.append(row)
-    for row in rows:
-        for key in ("_sort", "_order", "_finish", "_line"):
-            row.pop(key, None)
-    return rows, dict(in_flight), reused
-
-
-def _runs(calls: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """A program's calls (sorted by arrival) cut after each call tagged ``is_last``: each
-    part is one run of the program (its id used again after it ended)."""
-    runs: list[list[dict[str, Any]]] = [[]]
-    for row in calls:
-        # a bad record (sorted last: its arrival may be unknown) stays in the run before it
-        if runs[-1] and runs[-1][-1].get("is_last") is True and "_reason" not in row:
-            runs.append([])
-        runs[-1].append(row)
-    return runs
-
-
-def _fresh(program: str, taken: set[str]) -> str:
-    """``<program>#2`` (or the next number free); marks it taken."""
-    n = 2
-    while f"{program}#{n}" in taken:
-        n += 1
-    name = f"{program}#{n}"
-    taken.add(name)
-    return name
-
-
-def _number(program: str, calls: list[dict[str, Any]]) -> bool:
-    """Name and number one run's calls, fill the gaps; True if it was still in flight
-    (ended here at its last logged call)."""
-    for turn, row in enumerate(calls):
-        row["program_id"] = program
-        row["turn"] = turn
-    for this, nxt in pairwise(calls):
-        if this.get("_finish") is not None and nxt.get("arrival_s") is not None:
-            this["gap_s"] = max(0.0, nxt["arrival_s"] - this["_finish"])
-    return _close_in_flight(program, calls) == 1
-
-
-def _close_in_flight(program: str, calls: list[dict[str, Any]]) -> int:
-    """End a program the log cut short at its last logged call; 1 if it was in flight.
-
-    A program with a bad record is left alone: validation rejects it whole.
-    """
-    last = calls[-1]
-    if last.get("is_last") is True or any("_reason" in row for row in calls):
-        return 0
-    last["is_last"] = True
-    last["tool"] = None  # the tool it waits on, and the pause after it, are unknown
-    last.pop("gap_s", None)
-    return 0 if program.startswith(UNTAGGED) else 1
 
 
 def _row(obj: dict[str, Any], record: str, lineno: int) -> dict[str, Any]:

@@ -8,7 +8,8 @@ be JSON objects or Python ``repr`` strings holding object reprs such as
 that neither JSON nor :func:`ast.literal_eval` can read; a small tolerant parser
 (``ttlctl.ingest.pyrepr``: Python's tokenizer plus a recursive-descent reader that
 turns ``Name(k=v, …)`` into ``{"__type__": "Name", "k": v}``) reads them, and a
-regex over the raw text is the last resort for tool names.
+regex over the raw text is the last resort for tool names (the tool calls in any of
+these forms: :mod:`.litellm_tools`).
 
 Mapping (one row per line, in file order):
 
@@ -68,7 +69,6 @@ not a LiteLLM log.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
@@ -76,19 +76,12 @@ from typing import Any
 
 import polars as pl
 
+from ttlctl.ingest.fields import RecordError, epoch, tokens
+from ttlctl.ingest.formats.litellm_tools import response_tool_names, tool_calls
+from ttlctl.ingest.jsontext import bad_json_line, cut_line, first_object_line, read_text
 from ttlctl.ingest.pyrepr import as_object
-from ttlctl.ingest.reader import (
-    Parsed,
-    RecordError,
-    bad_json_line,
-    cut_line,
-    epoch,
-    first_object_line,
-    frame_from_rows,
-    logical,
-    read_text,
-    tokens,
-)
+from ttlctl.ingest.rawfile import logical
+from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
 
 _SESSION_KEYS = ("session_id", "litellm_session_id")
@@ -225,7 +218,7 @@ def _tool_after(added: list[Any], response_tools: list[str]) -> str:
     ordered: list[str] = []
     for msg in added:
         if _role(msg) == "assistant" and isinstance(msg, dict):
-            for call_id, name in _tool_calls(msg.get("tool_calls")):
+            for call_id, name in tool_calls(msg.get("tool_calls")):
                 if name:
                     ordered.append(name)
                     if call_id:
@@ -260,66 +253,6 @@ def _fingerprint(msg: Any) -> tuple[str | None, str, str | None]:
         content if isinstance(content, str) else json.dumps(content, sort_keys=True, default=str),
         None if call_id is None else str(call_id),
     )
-
-
-def _tool_calls(value: Any) -> list[tuple[str | None, str | None]]:
-    """(id, function name) of each entry of a ``tool_calls`` list in any form."""
-    if isinstance(value, str):
-        value = as_object(value)
-    if not isinstance(value, list):
-        return []
-    out: list[tuple[str | None, str | None]] = []
-    for item in value:
-        if isinstance(item, str):
-            item = as_object(item)
-        if not isinstance(item, dict):
-            continue
-        fn = item.get("function")
-        if isinstance(fn, str):
-            fn = as_object(fn)
-        name = fn.get("name") if isinstance(fn, dict) else None
-        if name is None:
-            name = item.get("name")
-        call_id = item.get("id")
-        out.append(
-            (None if call_id is None else str(call_id), name if isinstance(name, str) else None)
-        )
-    return out
-
-
-_FUNCTION_NAME = re.compile(
-    r"Function\(arguments=(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|None),\s*name='([^'\\]+)'"
-)
-
-
-def response_tool_names(response: Any, raw: Any) -> list[str]:
-    """Names of the tool calls a response asked for, in order."""
-    names: list[str] = []
-
-    def walk(node: Any, depth: int) -> None:
-        if depth > 12:
-            return
-        if isinstance(node, str) and _LOOKS_LIKE_REPR.match(node):
-            node = as_object(node)
-        if isinstance(node, dict):
-            if "tool_calls" in node:
-                names.extend(n for _, n in _tool_calls(node["tool_calls"]) if n)
-                return
-            for value in node.values():
-                walk(value, depth + 1)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value, depth + 1)
-
-    if response is not None:
-        walk(response, 0)
-    if not names and raw is not None:
-        text = raw if isinstance(raw, str) else json.dumps(raw, default=str)
-        names = _FUNCTION_NAME.findall(text)
-    return names
-
-
-_LOOKS_LIKE_REPR = re.compile(r"\s*(?:[A-Za-z_][\w.]*\(|\{|\[)")
 
 
 READER = LiteLLMReader()

@@ -23,12 +23,11 @@ Column mapping (one row per assistant message; ``_record`` is ``messages[i]``):
   command is the single ```` ```bash ```` block of the assistant text (v2:
   ```` ```mswea_bash_command ````, ``extra.actions[0].command``, or the ``command``
   argument of the first tool call; a custom ``action_regex`` in ``info.config`` is
-  honoured). First program: the command's first word after skipping leading
-  environment assignments (``FOO=1``), the wrappers ``sudo``, ``env``, ``time``,
-  ``nohup`` (with their ``-options``) and ``timeout [-options] N``, any number of
-  leading ``cd DIR &&`` / ``cd DIR;`` prefixes, ``# comment`` lines and a leading
-  ``(`` or ``{``; a
-  command that is only ``cd DIR`` gives ``cd``. The word is kept as written
+  honoured). First program (:mod:`.shell_program`): the command's first word after
+  skipping leading environment assignments (``FOO=1``), the wrappers ``sudo``, ``env``,
+  ``time``, ``nohup`` (with their ``-options``) and ``timeout [-options] N``, any number
+  of leading ``cd DIR &&`` / ``cd DIR;`` prefixes, ``# comment`` lines and a leading
+  ``(`` or ``{``; a command that is only ``cd DIR`` gives ``cd``. The word is kept as written
   (``./tests/runtests.py``, ``/usr/bin/python3``). ``"unknown"`` when the message
   holds no block or several (mini-swe-agent then runs nothing and answers with a
   format error, so no tool name applies); null on the program's last call.
@@ -52,22 +51,17 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.reader import (
-    Parsed,
-    RecordError,
-    frame_from_rows,
-    load_json_object,
-    logical,
-    number,
-    tokens,
-)
+from ttlctl.ingest.fields import RecordError, number, tokens
+from ttlctl.ingest.formats.shell_program import first_program
+from ttlctl.ingest.jsontext import load_json_object
+from ttlctl.ingest.rawfile import logical
+from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
 
 #: Blocks mini-swe-agent executes: v1 ```bash, v2 text mode ```mswea_bash_command.
@@ -76,14 +70,6 @@ DEFAULT_ACTION_RE = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```",
 _TRAJ_FORMAT = re.compile(rb'"trajectory_format"\s*:\s*"mini-swe-agent')
 _MINI_VERSION = re.compile(rb'"mini_version"\s*:')
 _OTHER_FIRST_KEY = re.compile(rb'^\s*\{\s*"(?:trajectory|history|environment|requests|events)"')
-
-_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_DURATION = re.compile(r"^\d+(?:\.\d+)?[smhd]?$")
-_SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "|&"})
-_OPENERS = frozenset({"(", "{", "!"})
-_WRAPPERS = frozenset({"sudo", "env", "time", "nohup"})
-#: Tokens looked at, at most, to find the first program.
-_MAX_TOKENS = 200
 
 
 class MiniSweAgentReader:
@@ -271,54 +257,6 @@ def _timestamp(message: Any) -> float | None:
         return number(extra.get("timestamp"), "timestamp", required=False)
     except RecordError:
         return None
-
-
-def first_program(command: str) -> str | None:
-    """The first program a shell command runs (see the module docstring), or None."""
-    words = _shell_words(command)
-    i, n = 0, len(words)
-    while i < n:
-        word = words[i]
-        if word in _SEPARATORS or word in _OPENERS or _ASSIGN.match(word):
-            i += 1
-            continue
-        if word in _WRAPPERS or word == "timeout":
-            i += 1
-            while i < n and words[i].startswith("-"):
-                i += 1
-            while word == "env" and i < n and _ASSIGN.match(words[i]):
-                i += 1
-            if word == "timeout" and i < n and _DURATION.match(words[i]):
-                i += 1
-            continue
-        if word == "cd":
-            j = i + 1
-            while j < n and words[j] not in _SEPARATORS:
-                j += 1
-            if j < n and words[j] in ("&&", ";"):
-                i = j + 1
-                continue
-            return "cd"
-        return word
-    return None
-
-
-def _shell_words(command: str) -> list[str]:
-    """Shell words and operators of ``command``: newlines read as ``;``, comment lines dropped."""
-    lines = command.replace("\r", "").replace("\\\n", " ").split("\n")
-    text = " ; ".join(line for line in lines if not line.lstrip().startswith("#"))
-    try:
-        lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|()")
-        lexer.whitespace_split = True
-        lexer.commenters = ""
-        words: list[str] = []
-        for word in lexer:
-            words.append(word)
-            if len(words) >= _MAX_TOKENS:
-                break
-        return words
-    except ValueError:  # unbalanced quotes: split on blanks and operators instead
-        return re.findall(r"&&|\|\||[;&|(){}]|[^\s;&|()]+", text)[:_MAX_TOKENS]
 
 
 READER = MiniSweAgentReader()

@@ -20,10 +20,11 @@ Column mapping:
 - ``arrival_s``: the files hold no timestamps, so 0.0 on turn 0 and null after
   (relative clock, ``absolute_time=False``); replay paces the later calls by
   ``tool_s``.
-- ``input_tokens`` / ``output_tokens``: ESTIMATES, not recorded per call. The raw
-  estimate is characters / 4 of the text the model saw and wrote: the input of a
-  call is every history message before the call's assistant message (content plus
-  tool-call names and arguments), its output that assistant message. Steps are
+- ``input_tokens`` / ``output_tokens``: ESTIMATES (:mod:`.swe_agent_tokens`), not
+  recorded per call. The raw estimate is characters / 4 of the text the model saw and
+  wrote: the input of a call is every history message before the call's assistant
+  message (content plus tool-call names and arguments), its output that assistant
+  message. Steps are
   matched to the history's assistant messages by ``action`` (in order, allowing a
   history message with no step); a step missing from the history (a truncated or
   edited history) is estimated as the previous call's input + its output + its
@@ -56,7 +57,6 @@ list, or that has no step and no assistant message is rejected as one record.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,20 +64,19 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.formats.mini_swe_agent import first_program
-from ttlctl.ingest.reader import (
-    Parsed,
-    RecordError,
-    duration,
-    frame_from_rows,
-    load_json_object,
-    logical,
-    tokens,
+from ttlctl.ingest.fields import RecordError, duration
+from ttlctl.ingest.formats.shell_program import first_program
+from ttlctl.ingest.formats.swe_agent_tokens import (
+    message_len,
+    scale_tokens,
+    step_output_len,
+    text_len,
+    tool_calls,
 )
+from ttlctl.ingest.jsontext import load_json_object
+from ttlctl.ingest.rawfile import logical
+from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
-
-#: Characters per token of the raw estimate.
-CHARS_PER_TOKEN = 4
 
 #: How many history assistant messages a step may skip when matched by action.
 _LOOKAHEAD = 2
@@ -118,7 +117,7 @@ class SweAgentReader:
         program_id = name.name.removesuffix(".traj") if name.suffix == ".traj" else name.stem
         for row in rows:
             row["program_id"] = program_id
-        _scale(rows, doc.get("info"))
+        scale_tokens(rows, doc.get("info"))
         for row in rows:
             row.pop("_in_chars", None)
             row.pop("_out_chars", None)
@@ -131,50 +130,13 @@ def _reject(path: Path, sink: RejectSink, reason: str) -> Parsed:
     return Parsed(pl.LazyFrame(), records=1)
 
 
-# ---------------------------------------------------------------- text sizes
-
-
-def _text_len(value: Any) -> int:
-    """Characters of a message field: strings, content parts, or JSON of the rest."""
-    if value is None:
-        return 0
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, list):
-        return sum(_text_len(part.get("text") if _is_text_part(part) else part) for part in value)
-    return len(json.dumps(value, default=str))
-
-
-def _is_text_part(part: Any) -> bool:
-    return isinstance(part, dict) and isinstance(part.get("text"), str)
-
-
-def _tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
-    calls = message.get("tool_calls")
-    if not isinstance(calls, list):
-        return []
-    out = []
-    for call in calls:
-        function = call.get("function") if isinstance(call, dict) else None
-        if isinstance(function, dict):
-            out.append(function)
-    return out
-
-
-def _message_len(message: Any) -> int:
-    """What the model reads of a history message: its content and tool calls."""
-    if not isinstance(message, dict):
-        return _text_len(message)
-    size = _text_len(message.get("content"))
-    for function in _tool_calls(message):
-        size += _text_len(function.get("name")) + _text_len(function.get("arguments"))
-    return size
+# ---------------------------------------------------------------- tools
 
 
 def _function_name(message: Any) -> str | None:
     if not isinstance(message, dict):
         return None
-    for function in _tool_calls(message):
+    for function in tool_calls(message):
         name = function.get("name")
         if isinstance(name, str) and name.strip():
             return name.strip()
@@ -196,7 +158,7 @@ def _from_steps(steps: list[Any], history: list[Any]) -> list[dict[str, Any]]:
     """One row per step, with raw character counts under ``_in_chars``/``_out_chars``."""
     prefix = [0]
     for message in history:
-        prefix.append(prefix[-1] + _message_len(message))
+        prefix.append(prefix[-1] + message_len(message))
     assistants = [
         i for i, m in enumerate(history) if isinstance(m, dict) and m.get("role") == "assistant"
     ]
@@ -219,15 +181,15 @@ def _from_steps(steps: list[Any], history: list[Any]) -> list[dict[str, Any]]:
         if match is not None:
             cursor = match + 1
             row["_in_chars"] = prefix[assistants[match]]
-            row["_out_chars"] = _message_len(message)
+            row["_out_chars"] = message_len(message)
         else:
             row["_in_chars"] = (
                 before_first
                 if turn == 0
                 else rows[-2]["_in_chars"] + rows[-2]["_out_chars"] + previous_obs
             )
-            row["_out_chars"] = _step_output_len(step)
-        previous_obs = _text_len(step.get("observation"))
+            row["_out_chars"] = step_output_len(step)
+        previous_obs = text_len(step.get("observation"))
         try:
             tool_s = duration(step.get("execution_time"), "execution_time")
         except RecordError as exc:
@@ -256,19 +218,6 @@ def _match(action: Any, history: list[Any], assistants: list[int], cursor: int) 
     return None
 
 
-def _step_output_len(step: dict[str, Any]) -> int:
-    """A step's answer when the history lacks it: the response, plus the action if apart."""
-    response = step.get("response")
-    if not isinstance(response, str) or not response:
-        thought = step.get("thought")
-        response = thought if isinstance(thought, str) else ""
-    action = step.get("action")
-    size = len(response)
-    if isinstance(action, str) and action.strip() and action.strip() not in response:
-        size += len(action)
-    return size
-
-
 def _from_history(history: list[Any]) -> list[dict[str, Any]]:
     """History-only file: one row per assistant message (non-objects are bad records)."""
     rows: list[dict[str, Any]] = []
@@ -280,13 +229,13 @@ def _from_history(history: list[Any]) -> list[dict[str, Any]]:
     call_set = set(calls)
     for index, message in enumerate(history):
         if index not in call_set:
-            size += _message_len(message)
+            size += message_len(message)
             continue
         row: dict[str, Any] = {
             "turn": len(rows),
             "_record": f"history[{index}]",
             "_in_chars": size,
-            "_out_chars": _message_len(message),
+            "_out_chars": message_len(message),
         }
         rows.append(row)
         size += row["_out_chars"]
@@ -295,43 +244,6 @@ def _from_history(history: list[Any]) -> list[dict[str, Any]]:
         elif index != last:
             row["tool"] = _tool_name(message.get("action"), message)
     return rows
-
-
-# ---------------------------------------------------------------- tokens
-
-
-def _scale(rows: list[dict[str, Any]], info: Any) -> None:
-    """Token estimates: chars / 4, scaled to the run's totals when it has them."""
-    stats = info.get("model_stats") if isinstance(info, dict) else None
-    stats = stats if isinstance(stats, dict) else {}
-    for column, chars, total_key in (
-        ("input_tokens", "_in_chars", "tokens_sent"),
-        ("output_tokens", "_out_chars", "tokens_received"),
-    ):
-        try:
-            total = tokens(stats.get(total_key), total_key, required=False)
-        except RecordError as exc:
-            rows[0].setdefault("_reason", f"{exc} in info.model_stats")
-            total = None
-        raw = [row[chars] / CHARS_PER_TOKEN for row in rows]
-        values = _apportion(raw, total) if total else [round(x) for x in raw]
-        for row, value in zip(rows, values, strict=True):
-            row[column] = value
-
-
-def _apportion(weights: list[float], total: int) -> list[int]:
-    """Integers proportional to ``weights`` summing to ``total`` (largest remainder)."""
-    weight_sum = sum(weights)
-    if weight_sum <= 0:
-        weights = [1.0] * len(weights)
-        weight_sum = float(len(weights))
-    exact = [w * total / weight_sum for w in weights]
-    out = [int(x) for x in exact]
-    short = total - sum(out)
-    order = sorted(range(len(exact)), key=lambda i: (exact[i] - out[i], -i), reverse=True)
-    for i in order[:short]:
-        out[i] += 1
-    return out
 
 
 READER = SweAgentReader()

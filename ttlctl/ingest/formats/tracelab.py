@@ -58,19 +58,9 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.reader import (
-    Parsed,
-    RecordError,
-    bad_json_line,
-    cut_line,
-    duration,
-    epoch,
-    first_object_line,
-    frame_from_rows,
-    integer,
-    read_text,
-    tokens,
-)
+from ttlctl.ingest.fields import RecordError, duration, epoch, integer, tokens
+from ttlctl.ingest.jsontext import bad_json_line, cut_line, first_object_line, read_text
+from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
 
 INPUT_EVENTS = ("user_message", "tool_result")

@@ -65,15 +65,10 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.reader import (
-    Parsed,
-    RecordError,
-    duration,
-    frame_from_rows,
-    load_json,
-    logical,
-    tokens,
-)
+from ttlctl.ingest.fields import RecordError, duration, tokens
+from ttlctl.ingest.jsontext import load_json
+from ttlctl.ingest.rawfile import logical
+from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
 
 _EVENTS_KEY = re.compile(rb'"events"\s*:\s*\[')

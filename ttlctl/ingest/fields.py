@@ -1,0 +1,78 @@
+"""A record's fields coerced to the values of a row: numbers, whole numbers, durations,
+token counts, epoch seconds.
+
+Each helper raises :class:`RecordError` (its message the reject reason: what is wrong with
+which field) when the value cannot be one; a reader catches it and rejects the record.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+
+class RecordError(ValueError):
+    """A record that cannot become a row; the message is the reject reason."""
+
+
+def number(value: Any, field: str, *, required: bool = True) -> float | None:
+    """A finite float from a number or numeric string; RecordError otherwise."""
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        if required:
+            raise RecordError(f"missing {field}")
+        return None
+    if isinstance(value, bool):
+        raise RecordError(f"non-numeric {field}: {value!r}")
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise RecordError(f"non-numeric {field}: {_short(value)}") from None
+    if not math.isfinite(out):
+        raise RecordError(f"non-finite {field}: {_short(value)}")
+    return out
+
+
+def integer(value: Any, field: str, *, required: bool = True) -> int | None:
+    """A whole number from an int, integral float or numeric string."""
+    out = number(value, field, required=required)
+    if out is None:
+        return None
+    if out != int(out):
+        raise RecordError(f"non-integer {field}: {_short(value)}")
+    return int(out)
+
+
+def duration(value: Any, field: str, *, required: bool = False) -> float | None:
+    """A non-negative number of seconds."""
+    out = number(value, field, required=required)
+    if out is not None and out < 0:
+        raise RecordError(f"negative {field}: {_short(value)}")
+    return out
+
+
+def tokens(value: Any, field: str, *, required: bool = True) -> int | None:
+    out = integer(value, field, required=required)
+    if out is not None and out < 0:
+        raise RecordError(f"negative {field}: {_short(value)}")
+    return out
+
+
+def epoch(value: Any, field: str) -> float:
+    """Epoch seconds from an ISO 8601 string (naive: UTC) or a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str):
+        raise RecordError(f"bad {field}: {value!r}"[:120])
+    try:
+        stamp = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise RecordError(f"bad {field}: {value!r}"[:120]) from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"

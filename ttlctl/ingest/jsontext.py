@@ -1,0 +1,121 @@
+"""A log file's text and the JSON in it: a whole document or JSON lines.
+
+The helpers reject, with a reason naming where it broke, what cannot be read: an empty,
+binary, non-UTF-8 or damaged gzip file (:func:`read_text`), a document or line that does
+not parse as JSON (truncated when it is cut short, else malformed), a line that is not an
+object. The bytes come through :mod:`ttlctl.ingest.rawfile`, so gzip data reads as its text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ttlctl.ingest.rawfile import SNIFF_BYTES, read_bytes
+from ttlctl.ingest.rejects import RejectSink
+from ttlctl.ingest.spool import GzipDamage
+
+
+def read_text(path: Path, sink: RejectSink) -> str | None:
+    """The file's text, or None after rejecting an empty, binary or damaged gzip file."""
+    try:
+        data = read_bytes(path)
+    except GzipDamage as exc:
+        sink.reject(path, None, str(exc), records=1)
+        return None
+    # an ingest passes over a blank file first (rawfile.is_blank); this guards a reader alone
+    if not data.strip():
+        sink.reject(path, None, "empty file", records=1)
+        return None
+    if b"\x00" in data[:SNIFF_BYTES]:
+        sink.reject(path, None, "binary data, not a text log", records=1, raw=data[:200])
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        sink.reject(path, f"byte {exc.start}", "not UTF-8 text", records=1)
+        return None
+
+
+def load_json(path: Path, sink: RejectSink) -> Any | None:
+    """Parse a whole-file JSON document, or reject the file with where it broke."""
+    text = read_text(path, sink)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        # a complete document ends with its closing bracket; one cut short does not
+        tail = text.rstrip()[-1:]
+        what = "malformed JSON" if tail in ("}", "]") else "truncated JSON"
+        sink.reject(path, f"line {exc.lineno} column {exc.colno}", f"{what}: {exc.msg}")
+        return None
+    except RecursionError:
+        sink.reject(path, None, "malformed JSON: nesting too deep")
+        return None
+
+
+def load_json_object(path: Path, sink: RejectSink, what: str) -> dict[str, Any] | None:
+    """Like :func:`load_json` for a document that must be an object; a file holding
+    anything else is rejected as "not a ``what``"."""
+    doc = load_json(path, sink)
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        sink.reject(path, None, f"not a {what}: top level is a {type(doc).__name__}, not an object")
+        return None
+    return doc
+
+
+def cut_line(text: str) -> int | None:
+    """The number of the text's last line when the text does not end with a newline (a
+    JSONL file cut short mid-record ends so), else None."""
+    if not text or text.endswith(("\n", "\r")):
+        return None
+    return len(text.splitlines())
+
+
+def bad_json_line(exc: json.JSONDecodeError, *, cut: bool) -> str:
+    """Why a JSONL line did not parse: truncated when it is the line a file ends in
+    without a newline (``cut``), else malformed."""
+    if cut:
+        return f"truncated JSON: the last line looks cut short (no newline ends it): {exc.msg}"
+    return f"malformed JSON: {exc.msg}"
+
+
+def iter_jsonl(path: Path, sink: RejectSink) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, object) for each JSON-object line; reject the others.
+
+    Blank lines are not records and are passed over.
+    """
+    text = read_text(path, sink)
+    if text is None:
+        return
+    cut = cut_line(text)
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            reason = bad_json_line(exc, cut=lineno == cut)
+            sink.reject(path, f"line {lineno}", reason, raw=line)
+            continue
+        except RecursionError:
+            sink.reject(path, f"line {lineno}", "malformed JSON: nesting too deep")
+            continue
+        if not isinstance(obj, dict):
+            sink.reject(path, f"line {lineno}", "not a JSON object", raw=line)
+            continue
+        yield lineno, obj
+
+
+def first_object_line(head: bytes) -> bytes | None:
+    """The first line of a file's head when it opens a JSON object (JSONL sniffing),
+    else None."""
+    text = head.lstrip()
+    if not text.startswith(b"{"):
+        return None
+    return text.split(b"\n", 1)[0]

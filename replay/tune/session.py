@@ -30,7 +30,8 @@ from replay.sim import ReplayConfig
 from replay.tune.context import LiveTarget, TuneContext, TuneError
 from replay.tune.opening import check_study
 from replay.tune.storage import Storage, default_storage, default_study_name
-from replay.tune.study import provenance_of, summary_path, tune
+from replay.tune.study import tune
+from replay.tune.summary import provenance_of, summary_path
 from replay.vllmsim.backend import check_request
 from replay.workload import load
 from ttlctl import __version__, bundle_history

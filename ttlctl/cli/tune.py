@@ -252,7 +252,7 @@ def tune(
     from replay.loads import load_list
     from replay.tune import session as tuning
     from replay.tune.storage import Storage, default_storage
-    from replay.tune.study import summary_path
+    from replay.tune.summary import summary_path
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():

@@ -9,7 +9,7 @@ output; a null reused prefix (the canonical default) stays null. Pauses, tools, 
 and arrivals are kept as recorded. What it changes: every context is shorter by the
 program's factor (a rebuild costs less, a pinned context holds fewer blocks), so the
 trace keeps its shape — turns, pauses, the growth of each context relative to its
-largest — not its absolute sizes. (``replay.synth.fit_context``.)
+largest — not its absolute sizes. (``replay.fit_context.fit_context``.)
 
     python3 bench/fit_window.py real.parquet --max-context 1900 -o real-1900.parquet
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from replay.synth import fit_context  # noqa: E402
+from replay.fit_context import fit_context  # noqa: E402
 from ttlctl.trace import io as trace_io  # noqa: E402
 
 

@@ -116,7 +116,8 @@ def main() -> int:
     model = write_model(out / "model", args.preset)
     max_model_len = args.max_model_len or args.max_context + 128
 
-    from replay.synth import fit_context, synth
+    from replay.fit_context import fit_context
+    from replay.synth import synth
     from ttlctl.trace import io as trace_io
 
     trace = out / "trace.parquet"

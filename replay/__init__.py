@@ -5,6 +5,7 @@
 :mod:`replay.sim` (the event loop), :mod:`replay.policies`, :mod:`replay.figures` and
 :mod:`replay.policy_runs` (every policy on one workload: ``ttlctl replay``);
 :mod:`replay.live` (the same programs against a server), :mod:`replay.validation`
-(simulator against server: ``ttlctl validate``), :mod:`replay.synth` and
+(simulator against server: ``ttlctl validate``), :mod:`replay.synth` (with
+:mod:`replay.synth_workloads` and :mod:`replay.fit_context`: ``ttlctl synth``) and
 :mod:`replay.tune` (``ttlctl tune``). See docs/architecture.md.
 """

@@ -42,8 +42,10 @@ the bundle swap), :mod:`~replay.tune.space` (the search space and the objective)
 (running trials, worker processes), :mod:`~replay.tune.opening` (creating or resuming the
 study, refusing one made for other settings), :mod:`~replay.tune.failures` (what
 stopped a study, as one line: a trial's error, the workers that failed), :mod:`~replay.tune.judge`
-(held-back judgement and the guard) and :mod:`~replay.tune.study` (:func:`tune`, its
-summary and outputs). Everything public is re-exported here.
+(held-back judgement and the guard), :mod:`~replay.tune.importance` (the parameters'
+importances), :mod:`~replay.tune.summary` (the study's summary, ``tune.json``, and where it
+goes) and :mod:`~replay.tune.study` (:func:`tune`, the whole run). Everything public is
+re-exported here.
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ from replay.tune.context import (
     load_json,
     replay_once,
     shuffled,
+)
+from replay.tune.importance import (
+    MIN_TRIALS_FOR_IMPORTANCE,
+    importance_quantile,
+    importance_record,
+    importances,
 )
 from replay.tune.judge import (
     beats,
@@ -84,18 +92,8 @@ from replay.tune.space import (
     suggest,
 )
 from replay.tune.storage import Storage, default_storage, default_study_name
-from replay.tune.study import (
-    MIN_TRIALS_FOR_IMPORTANCE,
-    SUMMARY_SCHEMA,
-    importance_quantile,
-    importance_record,
-    importances,
-    live_doc,
-    provenance_of,
-    summary_doc,
-    summary_path,
-    tune,
-)
+from replay.tune.study import tune
+from replay.tune.summary import SUMMARY_SCHEMA, live_doc, provenance_of, summary_doc, summary_path
 from replay.tune.workers import (
     DONE,
     METRIC,

@@ -1,22 +1,20 @@
-"""One ``ttlctl tune`` run from its settings: checked, prepared, run, its files written.
+"""One ``ttlctl tune`` run from its settings: prepared, run, its files written.
 
-:func:`prepare` checks a :class:`TuneRequest` (each refusal one :class:`TuneError`
-line), reads the trace, fit and profile, picks the loads (:func:`default_loads`), the
-study's name and storage; :func:`run` runs the study (:func:`replay.tune.study.tune`),
-assembles the bundle it ships (:func:`tuned_bundle`) and writes it and the summary.
+:func:`prepare` checks a :class:`~replay.tune.request.TuneRequest`
+(:func:`~replay.tune.request.check`), reads the trace, fit and profile, picks the loads
+(:func:`default_loads`) and the engine's size (:func:`engine_size`), the study's name and
+storage; :func:`run` runs the study (:func:`replay.tune.study.tune`), assembles the bundle it
+ships (:func:`~replay.tune.shipped_bundle.tuned_bundle`) and writes it and the summary.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fitting.eta import fitted as eta_fitted
 from fitting.fit_doc import FitDoc
-from fitting.policy import PolicyParams
 from profiles.router_calibration import calibrate
 from profiles.schema import ProfileDoc
 from profiles.shipped import resolve
@@ -29,8 +27,11 @@ from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.tune.context import LiveTarget, TuneContext, TuneError
 from replay.tune.opening import check_study
+from replay.tune.request import TuneRequest, check
+from replay.tune.shipped_bundle import tuned_bundle
 from replay.tune.storage import Storage, default_storage, default_study_name
-from replay.tune.study import provenance_of, summary_path, tune
+from replay.tune.study import tune
+from replay.tune.summary import summary_path
 from replay.vllmsim.backend import check_request
 from replay.workload import load
 from ttlctl import __version__, bundle_history
@@ -40,57 +41,8 @@ from ttlctl.trace import io as trace_io
 
 #: held-back seeds start here (tuning seeds are 0 … seeds − 1)
 HOLDOUT_BASE = 1000
-#: the plugin's TTLCTL_BUNDLE_CHECK_S default (ttlctl/engine/watch.py)
-DEFAULT_CHECK_S = 2.0
 #: the most programs a default load keeps live
 DEFAULT_LOAD_CAP = 64
-
-
-@dataclass(frozen=True, slots=True)
-class TuneRequest:
-    """What ``ttlctl tune`` was asked (the CLI's options, by name)."""
-
-    trace: Path
-    fit: Path
-    profile: str
-    output: Path
-    trials: int = 40
-    loads: tuple[Load, ...] = ()
-    storage: str | None = None
-    study: str | None = None
-    workers: int = 1
-    seed: int = 0
-    seeds: int = 2
-    holdout_seeds: int = 3
-    p95_max_s: float | None = None
-    #: the engine's size; None: as the trace's engine log states it (one replica), else the
-    #: simulator's default (:class:`~replay.scheduler.SimSchedulerConfig`)
-    kv_tokens: int | None = None
-    block_size: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    max_model_len: int | None = None
-    offload_tokens: int = 0
-    truncate: bool = False
-    force: bool = False
-    min_gain: float = 1.0
-    summary: Path | None = None
-    heartbeat_s: int = 60
-    live: str | None = None
-    live_bundle: Path | None = None
-    live_programs: int = 8
-    live_check_s: float = DEFAULT_CHECK_S
-    live_timeout_s: float = 900.0
-    idle_gap_cap_s: float | None = None
-    backend: str = "fast"
-    async_scheduling: bool = False
-    #: a fleet: this many replicas behind the first of ``routers`` (more routers: the
-    #: router itself is searched among them)
-    replicas: int | None = None
-    routers: tuple[str, ...] = ()
-    #: the replicas' URLs as vllm-router is given them (``--worker-urls``), in replica
-    #: order: the hashing routers place programs by them (None: ``http://replica-I``)
-    worker_urls: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,53 +71,6 @@ class TuneOutcome:
     bundle: bundle_mod.Bundle
     summary_file: Path
     previous_kept: Path | None = None
-
-
-def check(req: TuneRequest) -> None:
-    """The options' rules, each refusal one line."""
-    counts = {
-        "--trials": req.trials,
-        "--workers": req.workers,
-        "--seeds": req.seeds,
-        "--holdout-seeds": req.holdout_seeds,
-    }
-    for flag, count in counts.items():
-        if count < 1:
-            raise TuneError(f"{flag} must be >= 1, not {count}")
-    if req.heartbeat_s < 1:
-        raise TuneError("--heartbeat-seconds must be >= 1")
-    if not (math.isfinite(req.min_gain) and req.min_gain >= 1.0):
-        raise TuneError(
-            f"--min-gain must be a ratio of at least 1 (1.05: 5% faster than the baseline), "
-            f"not {req.min_gain:g}"
-        )
-    check_live(req)
-    if req.idle_gap_cap_s is not None and req.idle_gap_cap_s < 0:
-        raise TuneError("--trace-idle-gap-cap-seconds must be >= 0")
-
-
-def check_live(req: TuneRequest) -> None:
-    """The live options' rules, each refusal one line."""
-    bundle = req.live_bundle
-    if req.live is None:
-        if bundle is not None:
-            raise TuneError("--live-bundle goes with --live URL (the server that reloads it)")
-        return
-    if bundle is None:
-        raise TuneError(
-            "--live needs --live-bundle PATH: the bundle file the server was started with "
-            "(TTLCTL_BUNDLE, `ttlctl serve --bundle`), which each trial overwrites"
-        )
-    if not bundle.is_file():
-        raise TuneError(
-            f"{bundle}: no such file: --live-bundle is the bundle the server was started with"
-        )
-    if req.workers != 1:
-        raise TuneError("--live runs one trial at a time (one server): --workers must be 1")
-    if req.live_programs < 1:
-        raise TuneError("--live-programs must be >= 1")
-    if not req.live_check_s >= 0 or not req.live_timeout_s > 0:
-        raise TuneError("--live-check-seconds must be >= 0 and --live-timeout-seconds positive")
 
 
 def default_loads(programs: int, live_programs: int | None = None) -> tuple[Load, ...]:
@@ -314,36 +219,6 @@ def engine_size(
         if warn is not None:
             warn(note)
     return sized.engine, sized.line
-
-
-def tuned_bundle(
-    fit: FitDoc, profile: ProfileDoc, result: dict[str, Any], sources: bundle_mod.Provenance
-) -> bundle_mod.Bundle:
-    """The bundle a study ships: the fit, the profile, the policy the guard chose, and
-    where they came from (the inputs, the fit's trace, η fitted, the tuning)."""
-    return bundle_mod.assemble(
-        fit,
-        profile,
-        PolicyParams.from_json(result["shipped"]["policy"]),
-        {
-            **sources,
-            "trace_fitted": fit.get("input", {}),
-            "eta_fitted": eta_fitted(fit),
-            "tuning": provenance_of(result),
-        },
-        router=router_section(result["shipped"].get("router")),
-    )
-
-
-def router_section(router: Mapping[str, Any] | None) -> bundle_mod.RouterDoc | None:
-    """The bundle's ``router`` section from the shipped fleet's record: the router and
-    its settings, what ``bundle query --as vllm-router`` prints as the router's flags,
-    and the replicas. The replicas' URLs (``--worker-urls``) stay in the tuning's record
-    (tune.json, the bundle's ``provenance.tuning``): vllm-router is given them apart from
-    those flags, by whoever starts the fleet, and a refit carries this section on."""
-    if router is None:
-        return None
-    return {k: v for k, v in router.items() if k != "worker_urls"}  # type: ignore[return-value]
 
 
 def run(

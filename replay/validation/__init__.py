@@ -32,6 +32,7 @@ The package, one concept a module: :mod:`~replay.validation.setup` (the command'
 :func:`validation_doc`), :mod:`~replay.validation.validate_request` (what the command asks:
 :class:`ValidateRequest`), :mod:`~replay.validation.server_sources` (where its servers come
 from), :mod:`~replay.validation.crosscheck` (:func:`validate`),
+:mod:`~replay.validation.live_session` (its live runs, one server at a time),
 :mod:`~replay.validation.servers` (a server per policy),
 :mod:`~replay.validation.sizing` (the simulator sized like the servers),
 :mod:`~replay.validation.stats` (the pure statistics: errors, merged runs, rankings, goals),

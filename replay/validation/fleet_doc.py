@@ -21,7 +21,7 @@ from typing import Any
 from replay.validation.fleet_profile import Measured
 from replay.validation.fleet_rows import LiveRun, simulate_runs
 from replay.validation.fleet_runs import goal, goal_repriced, judged, run_rankings
-from replay.validation.recorded import profile_record, simulation_record
+from replay.validation.sim_record import profile_record, simulation_record
 from replay.validation.sim_side import SimSide
 from replay.validation.timings import Timings
 from replay.workload import Workload
@@ -117,7 +117,7 @@ def fleet_document(
 ) -> dict[str, Any]:
     """A fleet validation's whole document: the runs judged (:func:`judged_runs`), the
     settings they ran with, and what the simulated side was built from
-    (:func:`~replay.validation.recorded.simulation_record`, with the perturbed timings and
+    (:func:`~replay.validation.sim_record.simulation_record`, with the perturbed timings and
     the routers' simulated settings: ``validate --resimulate`` reads it back)."""
     engine = side.engine
     return {

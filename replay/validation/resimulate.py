@@ -32,12 +32,12 @@ from replay.validation.recorded import (
     Recorded,
     RecordedFleet,
     check_fingerprint,
-    file_sha256,
     read_recorded,
     recorded_live,
-    recorded_runs,
 )
+from replay.validation.recorded_runs import recorded_runs
 from replay.validation.server_doc import judged_policies, measured_on
+from replay.validation.sim_record import file_sha256
 from replay.validation.sim_side import SimSide
 from replay.workload import Workload, load
 from ttlctl import bundle as bundle_mod

@@ -18,7 +18,7 @@ from typing import Any
 
 from replay.figures import PolicyResult
 from replay.validation.fleet_profile import Measured
-from replay.validation.recorded import profile_record, simulation_record
+from replay.validation.sim_record import profile_record, simulation_record
 from replay.validation.sim_side import SimSide
 from replay.validation.stats import TIE, compare, goals, ranking, same_ranking
 from replay.vllmsim.backend import runner
@@ -94,7 +94,7 @@ def server_document(
     """A single-server validation's whole document: the policies judged
     (:func:`judged_policies`), the settings they ran with (``config``: as asked, its
     ``idle_gap_cap_s`` the pause cap), and what the simulated side was built from
-    (:func:`~replay.validation.recorded.simulation_record`: ``validate --resimulate``
+    (:func:`~replay.validation.sim_record.simulation_record`: ``validate --resimulate``
     reads it back)."""
     judged = judged_policies(
         work,

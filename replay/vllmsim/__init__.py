@@ -20,6 +20,9 @@ One concept per module:
 - :mod:`.batch_queue`: the engine core's batch queue (one step in flight, or two
   async): the harness and each fleet replica step through it;
 - :mod:`.harness`: the engine core's step loop (sync and async) on a virtual clock;
+- :mod:`.sends`: what the harness sends to the engine, and when (programs, pauses, aborts);
+- :mod:`.sent_call`: a call's vLLM ``Request`` and what the harness keeps of it;
+- :mod:`.step_timer`: the wall and CPU time of the scheduler's calls, when asked;
 - :mod:`.outcome`: per-call records and engine figures;
 - :mod:`.run`: one policy on one workload (:func:`replay.vllmsim.run.run`);
 - :mod:`.prompts`: every call's prompt in a fleet, and a replica's KV events;

@@ -39,6 +39,19 @@ class EngineFigures:
     #: the plugin's counters at the end (empty for vLLM's own scheduler)
     plugin_counters: dict[str, int] = field(default_factory=dict)
 
+    def take_plugin_counters(self, counters: dict[str, int]) -> None:
+        """The plugin's counters at the end (``ttl_stats()``), kept and put into
+        :attr:`stats` (its pins made, hit, expired, released, dropped, held, refused)."""
+        self.plugin_counters = counters
+        s = self.stats
+        s.pins_made = counters["made"]
+        s.pins_hit = counters["hit"]
+        s.pins_expired = counters["expired"]
+        s.pins_released = counters["released"]
+        s.pins_dropped = counters["dropped"]
+        s.pins_held = counters["pinned_programs"]
+        s.pins_refused = counters["refused"]
+
 
 @dataclass(slots=True)
 class Timings:

@@ -11,9 +11,10 @@ import pytest
 from profiles import schema
 from profiles.engine_fit import EngineSamples
 from profiles.shipped import resolve
+from replay.fit_context import fit_context
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
-from replay.synth import fit_context, synth
+from replay.synth import synth
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured, by_repeat
 from replay.validation.fleet_rows import LiveRun, simulate_runs

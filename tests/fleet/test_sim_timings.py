@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from profiles.shipped import resolve
+from replay.fit_context import fit_context
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
-from replay.synth import fit_context, synth
+from replay.synth import synth
 from replay.validation.fleet_runs import merge_fleet_runs
 from replay.validation.fleet_sim import FLEET_COMPARED, simulate_fleets, simulate_timings
 from replay.validation.sim_side import SimSide

@@ -10,13 +10,14 @@ import pytest
 
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
+from replay.fit_context import fit_context
 from replay.fleet.routers import ROUTERS, RouterSettings
 from replay.fleet.routers.consistent_hash import HashRing
 from replay.fleet.run import FleetSpec, runner
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
-from replay.synth import fit_context, synth
+from replay.synth import synth
 from replay.validation.fleet_routers import sim_settings
 from replay.validation.fleet_sim import (
     compare_fleet,

@@ -9,7 +9,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from replay.synth import WORKLOADS, fit_context, solved_tools, synth, turns_distribution
+from replay.fit_context import fit_context
+from replay.synth import synth
+from replay.synth_workloads import WORKLOADS, solved_tools, turns_distribution
 from replay.workload import from_frame
 from ttlctl.cli import synth as synth_cli
 from ttlctl.ingest.pipeline import ingest

@@ -1,4 +1,4 @@
-"""The parameters' importances (replay/tune/study.py): Optuna's PED-ANOVA evaluator, run only
+"""The parameters' importances (replay/tune/importance.py): Optuna's PED-ANOVA evaluator, run only
 on enough completed trials and said instead below that, in tune.json, the console and the
 report. Studies on a real SQLite storage, built from trials added whole
 (``optuna.trial.create_trial``)."""

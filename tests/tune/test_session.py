@@ -1,4 +1,5 @@
-"""replay/tune/session.py: the default loads, the live options' rules, the shipped bundle."""
+"""replay/tune/request.py (the options' rules, the live ones' too) and replay/tune/session.py (the
+default loads, the engine's size)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.tune import TuneError
-from replay.tune.session import TuneRequest, check, default_loads, engine_size
+from replay.tune.request import TuneRequest, check
+from replay.tune.session import default_loads, engine_size
 
 
 def test_default_loads_are_a_quarter_and_a_half_capped() -> None:

@@ -40,7 +40,7 @@ def synth(
     first call arrives at 0.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
-    from replay.synth import fit_context
+    from replay.fit_context import fit_context
     from replay.synth import synth as draw
     from ttlctl.trace import io as trace_io
 

@@ -251,8 +251,9 @@ def tune(
 
     from replay.loads import load_list
     from replay.tune import session as tuning
+    from replay.tune.request import TuneRequest
     from replay.tune.storage import Storage, default_storage
-    from replay.tune.study import summary_path
+    from replay.tune.summary import summary_path
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():
@@ -264,7 +265,7 @@ def tune(
         check_outputs(live_bundle, inputs=inputs)
         refuse_repeats((served, summary or summary_path(output), study_file))
         to_stdout = summary is not None and str(summary) == "-"
-        request = tuning.TuneRequest(
+        request = TuneRequest(
             trace=trace,
             fit=fit,
             profile=profile,

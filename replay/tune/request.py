@@ -1,0 +1,109 @@
+"""What ``ttlctl tune`` was asked: :class:`TuneRequest` (the command's options, by name) and
+the options' rules (:func:`check`, :func:`check_live`), each refusal one :class:`TuneError`
+line. Nothing is read here; :func:`replay.tune.session.prepare` reads the inputs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from replay.policy_runs import Load
+from replay.tune.context import TuneError
+
+#: the plugin's TTLCTL_BUNDLE_CHECK_S default (ttlctl/engine/watch.py)
+DEFAULT_CHECK_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class TuneRequest:
+    """What ``ttlctl tune`` was asked (the CLI's options, by name)."""
+
+    trace: Path
+    fit: Path
+    profile: str
+    output: Path
+    trials: int = 40
+    loads: tuple[Load, ...] = ()
+    storage: str | None = None
+    study: str | None = None
+    workers: int = 1
+    seed: int = 0
+    seeds: int = 2
+    holdout_seeds: int = 3
+    p95_max_s: float | None = None
+    #: the engine's size; None: as the trace's engine log states it (one replica), else the
+    #: simulator's default (:class:`~replay.scheduler.SimSchedulerConfig`)
+    kv_tokens: int | None = None
+    block_size: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    offload_tokens: int = 0
+    truncate: bool = False
+    force: bool = False
+    min_gain: float = 1.0
+    summary: Path | None = None
+    heartbeat_s: int = 60
+    live: str | None = None
+    live_bundle: Path | None = None
+    live_programs: int = 8
+    live_check_s: float = DEFAULT_CHECK_S
+    live_timeout_s: float = 900.0
+    idle_gap_cap_s: float | None = None
+    backend: str = "fast"
+    async_scheduling: bool = False
+    #: a fleet: this many replicas behind the first of ``routers`` (more routers: the
+    #: router itself is searched among them)
+    replicas: int | None = None
+    routers: tuple[str, ...] = ()
+    #: the replicas' URLs as vllm-router is given them (``--worker-urls``), in replica
+    #: order: the hashing routers place programs by them (None: ``http://replica-I``)
+    worker_urls: tuple[str, ...] | None = None
+
+
+def check(req: TuneRequest) -> None:
+    """The options' rules, each refusal one line."""
+    counts = {
+        "--trials": req.trials,
+        "--workers": req.workers,
+        "--seeds": req.seeds,
+        "--holdout-seeds": req.holdout_seeds,
+    }
+    for flag, count in counts.items():
+        if count < 1:
+            raise TuneError(f"{flag} must be >= 1, not {count}")
+    if req.heartbeat_s < 1:
+        raise TuneError("--heartbeat-seconds must be >= 1")
+    if not (math.isfinite(req.min_gain) and req.min_gain >= 1.0):
+        raise TuneError(
+            f"--min-gain must be a ratio of at least 1 (1.05: 5% faster than the baseline), "
+            f"not {req.min_gain:g}"
+        )
+    check_live(req)
+    if req.idle_gap_cap_s is not None and req.idle_gap_cap_s < 0:
+        raise TuneError("--trace-idle-gap-cap-seconds must be >= 0")
+
+
+def check_live(req: TuneRequest) -> None:
+    """The live options' rules, each refusal one line."""
+    bundle = req.live_bundle
+    if req.live is None:
+        if bundle is not None:
+            raise TuneError("--live-bundle goes with --live URL (the server that reloads it)")
+        return
+    if bundle is None:
+        raise TuneError(
+            "--live needs --live-bundle PATH: the bundle file the server was started with "
+            "(TTLCTL_BUNDLE, `ttlctl serve --bundle`), which each trial overwrites"
+        )
+    if not bundle.is_file():
+        raise TuneError(
+            f"{bundle}: no such file: --live-bundle is the bundle the server was started with"
+        )
+    if req.workers != 1:
+        raise TuneError("--live runs one trial at a time (one server): --workers must be 1")
+    if req.live_programs < 1:
+        raise TuneError("--live-programs must be >= 1")
+    if not req.live_check_s >= 0 or not req.live_timeout_s > 0:
+        raise TuneError("--live-check-seconds must be >= 0 and --live-timeout-seconds positive")

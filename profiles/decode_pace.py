@@ -1,7 +1,7 @@
 """The decode pace of one batch of streamed completions: the server's own inter-token
 latency, or the arrival times of the streamed chunks.
 
-Two clocks time a decode batch of :mod:`profiles.measure_server`:
+Two clocks time a decode batch of :mod:`profiles.server_decode`:
 
 - **the server's inter-token latency** (``vllm:inter_token_latency_seconds``, a histogram
   of ``/metrics``; its ``_sum`` and ``_count`` read before and after the batch). In vLLM
@@ -48,7 +48,7 @@ which peers join); in the other 15 the streams said 0.009-2.6 ms a token and the
 warning, and each point records its source and why (:class:`~profiles.engine_fit.DecodePoint`).
 Both are always kept.
 
-Pure: no clock read, no server reached (:mod:`profiles.measure_server` does both).
+Pure: no clock read, no server reached (:mod:`profiles.server_decode` does both).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import random
 from profiles.engine_fit import EngineSamples
 
 CONTEXTS = (128, 256, 512, 1024)
-#: (sequences, KV tokens of the batch), as profiles.measure_server's plan makes them
+#: (sequences, KV tokens of the batch), as profiles.server_decode's plan makes them
 SHAPES = ((1, 136), (1, 584), (1, 1032), (4, 544), (4, 3652), (8, 1088), (8, 3616))
 
 

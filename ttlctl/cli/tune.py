@@ -38,7 +38,6 @@ from ttlctl.cli.options import (
     BlockSize,
     ConcurrencyLoads,
     FitFile,
-    FleetReplicas,
     IdleGapCap,
     JpsLoads,
     JsonTo,
@@ -48,11 +47,10 @@ from ttlctl.cli.options import (
     MaxNumSeqs,
     OffloadTokens,
     Profile,
-    RouterNames,
     Trace,
     Truncate,
-    WorkerUrls,
 )
+from ttlctl.cli.router_options import FleetReplicas, RouterNames, WorkerUrls
 from ttlctl.nouns import counted
 
 if TYPE_CHECKING:  # types only: the tuner is imported when the command runs

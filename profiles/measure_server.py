@@ -39,7 +39,7 @@ each one line naming the URL. ``measure_engine`` runs in steps: what the server 
 contexts to time (:mod:`profiles.server_target`), prefill (:func:`_measure_prefill`, here),
 decode (:mod:`profiles.server_decode`), each request streamed and timed by
 :mod:`profiles.server_stream`: every timing kept (:func:`measure_samples`, a
-:class:`~profiles.engine_fit.EngineSamples`), then fitted
+:class:`~profiles.engine_timings.EngineSamples`), then fitted
 (:func:`profiles.engine_fit.fit_samples`, which also pools several measurements of one
 server configuration into one profile, and refuses a decode step too cheap to be real).
 """
@@ -51,7 +51,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from profiles.engine_fit import EngineSamples, fit_samples
+from profiles.engine_fit import fit_samples
+from profiles.engine_timings import EngineSamples
 from profiles.schema import Profile
 from profiles.server_decode import measure_decode
 from profiles.server_stream import Sender

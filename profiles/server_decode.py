@@ -9,7 +9,7 @@ together (:func:`decode_batch`, the threads started together). A batch's pace is
 server's own mean inter-token latency over it (``/metrics`` read just before and just
 after), or where the server cannot give it each stream's pace over the batch's common
 window (:mod:`profiles.decode_pace`: both clocks, the choice and why); a shape is one
-:class:`~profiles.engine_fit.DecodePoint` (:func:`decode_point`), and a warning names the
+:class:`~profiles.engine_timings.DecodePoint` (:func:`decode_point`), and a warning names the
 points timed from the streams alone (:func:`warn_streamed`).
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiles.decode_pace import FROM_SERVER, BatchPace, Stream, batch_pace, itl_delta
-from profiles.engine_fit import STREAM, DecodePoint
+from profiles.engine_timings import STREAM, DecodePoint
 from profiles.server_stream import Sender
 from profiles.server_target import ServerMeasureError, Target
 from ttlctl.server.client import HTTPStatusError, text

@@ -18,14 +18,8 @@ from profiles.decode_pace import (
     itl_delta,
     stream_paces,
 )
-from profiles.engine_fit import (
-    DECODE_FLOOR,
-    STREAM,
-    DecodePoint,
-    EngineFitError,
-    fit_samples,
-    samples_from_json,
-)
+from profiles.engine_fit import DECODE_FLOOR, fit_samples
+from profiles.engine_timings import STREAM, DecodePoint, EngineFitError, samples_from_json
 from profiles.server_decode import decode_point, warn_streamed
 from tests.profiles.engine_samples import SHAPES, samples
 from ttlctl.server.prom import parse_metrics

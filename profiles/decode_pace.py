@@ -1,7 +1,7 @@
 """The decode pace of one batch of streamed completions: the server's own inter-token
 latency, or the arrival times of the streamed chunks.
 
-Two clocks time a decode batch of :mod:`profiles.measure_server`:
+Two clocks time a decode batch of :mod:`profiles.server_decode`:
 
 - **the server's inter-token latency** (``vllm:inter_token_latency_seconds``, a histogram
   of ``/metrics``; its ``_sum`` and ``_count`` read before and after the batch). In vLLM
@@ -45,10 +45,10 @@ one token at a time (:attr:`BatchPace.bursty` false) the two agree within 5% (se
 stream 0.99-1.05, the server's the higher for 8 sequences: its mean keeps the steps in
 which peers join); in the other 15 the streams said 0.009-2.6 ms a token and the server
 1.7-3.1 ms. Where the server's figure cannot be used the streams' pace is, with a
-warning, and each point records its source and why (:class:`~profiles.engine_fit.DecodePoint`).
+warning, and each point records its source and why (:class:`~profiles.engine_timings.DecodePoint`).
 Both are always kept.
 
-Pure: no clock read, no server reached (:mod:`profiles.measure_server` does both).
+Pure: no clock read, no server reached (:mod:`profiles.server_decode` does both).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ BURST_GAP_S = 1e-4
 #: chunk times are not the engine's steps
 BURSTY_TOKENS_PER_BURST = 2.0
 #: the source a decode point records when the server's figure is used (the other:
-#: ``profiles.engine_fit.STREAM``)
+#: ``profiles.engine_timings.STREAM``)
 FROM_SERVER = "server inter-token latency"
 
 

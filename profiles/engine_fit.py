@@ -1,9 +1,10 @@
 """A live server's profile fitted from its timings: one measurement, or several pooled.
 
 :mod:`profiles.measure_server` times a running vLLM server from outside and keeps every
-timing it took (:class:`EngineSamples`): the TTFTs at each prompt length, and the decode
-paces (seconds per output token, one per stream) of each batch shape. :func:`fit_samples`
-turns one or several such measurements into a :class:`~profiles.schema.Profile`:
+timing it took (:class:`~profiles.engine_timings.EngineSamples`): the TTFTs at each prompt
+length, and the decode paces (seconds per output token, one per stream) of each batch
+shape. :func:`fit_samples` turns one or several such measurements into a
+:class:`~profiles.schema.Profile`:
 
 - at each prefill point (a context length) the median of every TTFT taken there, fitted as
   ``a + b·c + q·c²`` (:func:`profiles.fitmath.fit_quadratic`);
@@ -11,7 +12,8 @@ turns one or several such measurements into a :class:`~profiles.schema.Profile`:
   as ``step + per_seq·seqs + per_kv_token·kv`` (:func:`profiles.fitmath.fit_decode`). A
   pace is the server's own mean inter-token latency over a batch, or, where the server
   could not give it, a stream's time per token as the client saw it
-  (:mod:`profiles.decode_pace`; :class:`DecodePoint` keeps both and says which);
+  (:mod:`profiles.decode_pace`; :class:`~profiles.engine_timings.DecodePoint` keeps both
+  and says which);
 - a decode fit whose step of one sequence is under :data:`DECODE_FLOOR` of a one-token
   prefill is refused (:func:`check_decode_floor`): decode that was not timed, not free.
 
@@ -31,13 +33,12 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
+from profiles.engine_timings import STREAM, EngineFitError, EngineSamples
 from profiles.fitmath import DecodeFit, QuadraticFit, fit_decode, fit_quadratic
 from profiles.schema import Decode, Prefill, Profile, Reload
-from ttlctl.errors import TtlctlError
 
 #: host-to-device reload used when nothing better is known (PCIe 4.0 x16-class link)
 DEFAULT_RELOAD = Reload(bandwidth_bytes_per_s=25e9, latency_s=50e-6)
@@ -62,136 +63,6 @@ DECODE_TIMING = (
 #: and the request's admission, which may be several times a step (a remote server, a tiny
 #: model) but not fifty times. Streams timed in bursts gave 11 µs against ~10 ms
 DECODE_FLOOR = 0.02
-#: what a decode point recorded before the server's inter-token latency was read: streams
-STREAM = "stream"
-
-
-class EngineFitError(TtlctlError, ValueError):
-    """Measurements that cannot be fitted together: one line saying why."""
-
-
-@dataclass(frozen=True, slots=True)
-class DecodePoint:
-    """Both timings of one decode point, and which one :attr:`EngineSamples.decode` holds."""
-
-    seqs: int
-    kv_tokens: int
-    #: where the point's paces come from (``profiles.decode_pace.FROM_SERVER`` or ``STREAM``)
-    source: str
-    #: each stream's client-side seconds a token, every repeat
-    stream: tuple[float, ...]
-    #: the server's mean inter-token latency of each batch it could give (seconds)
-    itl: tuple[float, ...]
-    #: why the stream is used ("" when it is not)
-    note: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "seqs": self.seqs,
-            "kv_tokens": self.kv_tokens,
-            "source": self.source,
-            "stream": list(self.stream),
-            "itl": list(self.itl),
-            "note": self.note,
-        }
-
-
-def _point_from_json(data: Mapping[str, Any]) -> DecodePoint:
-    return DecodePoint(
-        seqs=int(data["seqs"]),
-        kv_tokens=int(data["kv_tokens"]),
-        source=str(data["source"]),
-        stream=tuple(float(x) for x in data["stream"]),
-        itl=tuple(float(x) for x in data["itl"]),
-        note=str(data.get("note", "")),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class EngineSamples:
-    """One measurement of a server: what it is, and every timing taken, before any fit."""
-
-    url: str
-    model: str
-    #: longest request (0: unknown)
-    max_model_len: int
-    #: KV cache capacity in tokens (None: unknown)
-    kv_capacity: int | None
-    version: str | None
-    kv_bytes_per_token: int
-    kv_bytes_from: str
-    #: when the measurement ended (ISO 8601, UTC)
-    created: str
-    #: timings taken at each prefill point and of each decode batch shape
-    repeats: int
-    output_tokens: int
-    decode_output_tokens: int
-    #: (context tokens, the TTFTs in seconds) per prefill point
-    prefill: tuple[tuple[int, tuple[float, ...]], ...]
-    #: (sequences, KV tokens of the batch, the paces in seconds a token) per decode point
-    decode: tuple[tuple[int, int, tuple[float, ...]], ...]
-    decode_batches_without_common_window: int = 0
-    prefix_cache_reset: bool = True
-    max_cached_tokens_seen: int = 0
-    #: both timings of each decode point (empty: a measurement that timed streams alone)
-    decode_points: tuple[DecodePoint, ...] = ()
-
-    def decode_from(self) -> dict[tuple[int, int], str]:
-        """Where each decode point's paces come from."""
-        given = {(p.seqs, p.kv_tokens): p.source for p in self.decode_points}
-        return {(s, k): given.get((s, k), STREAM) for s, k, _ in self.decode}
-
-    def to_json(self) -> dict[str, Any]:
-        """The measurement as JSON (:func:`samples_from_json` reads it back)."""
-        return {
-            "url": self.url,
-            "model": self.model,
-            "max_model_len": self.max_model_len,
-            "kv_capacity": self.kv_capacity,
-            "version": self.version,
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "kv_bytes_from": self.kv_bytes_from,
-            "created": self.created,
-            "repeats": self.repeats,
-            "output_tokens": self.output_tokens,
-            "decode_output_tokens": self.decode_output_tokens,
-            "prefill": [[c, list(t)] for c, t in self.prefill],
-            "decode": [[s, k, list(p)] for s, k, p in self.decode],
-            "decode_batches_without_common_window": self.decode_batches_without_common_window,
-            "prefix_cache_reset": self.prefix_cache_reset,
-            "max_cached_tokens_seen": self.max_cached_tokens_seen,
-            "decode_points": [p.to_json() for p in self.decode_points],
-        }
-
-
-def samples_from_json(data: Mapping[str, Any], where: str = "measurement") -> EngineSamples:
-    """:meth:`EngineSamples.to_json` read back (:class:`EngineFitError` names a bad field)."""
-    try:
-        return EngineSamples(
-            url=str(data["url"]),
-            model=str(data["model"]),
-            max_model_len=int(data["max_model_len"]),
-            kv_capacity=None if data.get("kv_capacity") is None else int(data["kv_capacity"]),
-            version=None if data.get("version") is None else str(data["version"]),
-            kv_bytes_per_token=int(data["kv_bytes_per_token"]),
-            kv_bytes_from=str(data["kv_bytes_from"]),
-            created=str(data["created"]),
-            repeats=int(data["repeats"]),
-            output_tokens=int(data["output_tokens"]),
-            decode_output_tokens=int(data["decode_output_tokens"]),
-            prefill=tuple((int(c), tuple(float(x) for x in t)) for c, t in data["prefill"]),
-            decode=tuple(
-                (int(s), int(k), tuple(float(x) for x in p)) for s, k, p in data["decode"]
-            ),
-            decode_batches_without_common_window=int(
-                data.get("decode_batches_without_common_window", 0)
-            ),
-            prefix_cache_reset=bool(data.get("prefix_cache_reset", True)),
-            max_cached_tokens_seen=int(data.get("max_cached_tokens_seen", 0)),
-            decode_points=tuple(_point_from_json(p) for p in data.get("decode_points", ())),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise EngineFitError(f"{where}: missing or invalid field {exc}") from None
 
 
 def profile_name(model_id: str) -> str:

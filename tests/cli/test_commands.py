@@ -19,7 +19,7 @@ from replay.sim import ReplayConfig
 from replay.validation.crosscheck import validate
 from replay.validation.fleet import validate_fleet
 from replay.validation.validate_request import ValidateRequest
-from ttlctl.cli import COMMANDS, app, options
+from ttlctl.cli import COMMANDS, app, options, parsing
 
 PIPELINE = [
     "ingest", "fit", "profile", "replay", "tune", "bundle", "serve", "validate", "refit",
@@ -239,17 +239,17 @@ def test_every_float_option_says_nan_is_not_a_number() -> None:
 
 
 def test_an_old_spelling_still_works_with_a_warning(tmp_path: Path) -> None:
-    assert options.renamed(["fit", "t", "--abandon-s=5", "--", "--abandon-s"], print) == [
+    assert parsing.renamed(["fit", "t", "--abandon-s=5", "--", "--abandon-s"], print) == [
         "fit", "t", "--abandon-seconds=5", "--", "--abandon-s",
     ]  # fmt: skip
     said: list[str] = []
-    assert options.renamed(["bundle", "inspect", "--queue-delay", "2"], said.append)[2] == (
+    assert parsing.renamed(["bundle", "inspect", "--queue-delay", "2"], said.append)[2] == (
         "--queue-delay-seconds"
     )
-    assert options.renamed(["replay", "--queue-delay", "2"], said.append)[1] == "--queue-delay"
+    assert parsing.renamed(["replay", "--queue-delay", "2"], said.append)[1] == "--queue-delay"
     assert said == ["--queue-delay is now --queue-delay-seconds (the old spelling goes in a "
                     "later release)"]  # fmt: skip
-    for command, table in options.RENAMED.items():
+    for command, table in parsing.RENAMED.items():
         flags = {f for p in _commands()[command].params for f in p.opts}
         assert set(table.values()) <= flags, command
         assert not set(table) & flags, command

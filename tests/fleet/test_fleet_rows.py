@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from profiles import schema
-from profiles.engine_fit import EngineSamples
+from profiles.engine_timings import EngineSamples
 from profiles.shipped import resolve
 from replay.fit_context import fit_context
 from replay.policy_runs import Load

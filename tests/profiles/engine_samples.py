@@ -1,14 +1,14 @@
-"""Hand-made engine measurements (:class:`profiles.engine_fit.EngineSamples`): TTFTs and
+"""Hand-made engine measurements (:class:`profiles.engine_timings.EngineSamples`): TTFTs and
 decode paces drawn around a known cost model, as ``profiles.measure_server`` would take them."""
 
 from __future__ import annotations
 
 import random
 
-from profiles.engine_fit import EngineSamples
+from profiles.engine_timings import EngineSamples
 
 CONTEXTS = (128, 256, 512, 1024)
-#: (sequences, KV tokens of the batch), as profiles.measure_server's plan makes them
+#: (sequences, KV tokens of the batch), as profiles.server_decode's plan makes them
 SHAPES = ((1, 136), (1, 584), (1, 1032), (4, 544), (4, 3652), (8, 1088), (8, 3616))
 
 

@@ -18,15 +18,9 @@ from profiles.decode_pace import (
     itl_delta,
     stream_paces,
 )
-from profiles.engine_fit import (
-    DECODE_FLOOR,
-    STREAM,
-    DecodePoint,
-    EngineFitError,
-    fit_samples,
-    samples_from_json,
-)
-from profiles.measure_server import _decode_point, _warn_streamed
+from profiles.engine_fit import DECODE_FLOOR, fit_samples
+from profiles.engine_timings import STREAM, DecodePoint, EngineFitError, samples_from_json
+from profiles.server_decode import decode_point, warn_streamed
 from tests.profiles.engine_samples import SHAPES, samples
 from ttlctl.server.prom import parse_metrics
 
@@ -135,18 +129,18 @@ def _batch(itl_s: float | None, burst: float = 1.0) -> BatchPace:
 
 
 def test_a_point_uses_the_server_only_when_every_batch_has_it() -> None:
-    both = _decode_point(2, 300, [_batch(0.0031), _batch(0.0033)])
+    both = decode_point(2, 300, [_batch(0.0031), _batch(0.0033)])
     assert both.source == FROM_SERVER and both.itl == (0.0031, 0.0033)
     assert both.stream == (0.003, 0.004, 0.003, 0.004) and both.note == ""
-    one = _decode_point(2, 300, [_batch(0.0031), _batch(None, burst=8.0)])
+    one = decode_point(2, 300, [_batch(0.0031), _batch(None, burst=8.0)])
     assert one.source == STREAM and one.itl == (0.0031,)
     assert "no vllm:inter_token_latency_seconds" in one.note
     assert "1 of 2 batches streamed in bursts" in one.note
     with pytest.warns(RuntimeWarning, match=r"http://h:1: 1 of 2 decode points timed from"):
-        _warn_streamed("http://h:1", [both, one])
+        warn_streamed("http://h:1", [both, one])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _warn_streamed("http://h:1", [both])  # all from the server: silent
+        warn_streamed("http://h:1", [both])  # all from the server: silent
 
 
 def test_decode_points_round_trip_and_old_documents_still_load() -> None:

@@ -23,12 +23,12 @@ from typer.testing import CliRunner
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from profiles import measure_torch as measure_mod
 from profiles.grid import default_contexts
-from profiles.measure_torch import MeasureError, measure
+from profiles.measure_torch import measure
 from profiles.models import PRESETS
 from profiles.reload_copy import fit_reload
 from profiles.schema import Profile, from_json
+from profiles.torch_setup import MeasureError
 from tests.profiles.replay_one import check_replays_its_points
 from ttlctl.cli import app
 
@@ -146,7 +146,7 @@ def test_auto_picks_the_cpu_and_dtype_is_honoured() -> None:
 
 def test_refuses_a_model_too_big_for_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     # pretend 16 GB is available, so the test never tries to build a 70B model anywhere
-    monkeypatch.setattr(measure_mod, "_host_available_bytes", lambda: 16_000_000_000)
+    monkeypatch.setattr("profiles.host.available_bytes", lambda: 16_000_000_000)
     with pytest.raises(ValueError, match=r"141\.\d GB.*16\.0 GB"):
         measure("llama-3.1-70b", PRESETS["llama-3.1-70b"], device="cpu")
 

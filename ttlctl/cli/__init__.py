@@ -1,8 +1,10 @@
 """The ``ttlctl`` command line: parse, call a library function, print. No logic here.
 
 One module per command, each exposing its command function (the ``bundle`` group: its
-typer app); the options several commands share in :mod:`ttlctl.cli.options`; consoles,
-user errors and ``--json`` output in :mod:`ttlctl.cli.kit`; the tables people read in
+typer app); the options several commands share in :mod:`ttlctl.cli.options` (vLLM's
+router's and a fleet's in :mod:`ttlctl.cli.router_options`), how every flag is read
+(finite floats, renamed flags) in :mod:`ttlctl.cli.parsing`; consoles, user errors and
+``--json`` output in :mod:`ttlctl.cli.kit`; the tables people read in
 :mod:`ttlctl.cli.render`. :data:`COMMANDS` registers them all, in pipeline order, which
 is also the order of ``ttlctl --help``.
 """
@@ -23,7 +25,7 @@ from ttlctl.cli import (
     fit,
     help_panel,
     ingest,
-    options,
+    parsing,
     profile,
     refit,
     replay,
@@ -67,20 +69,20 @@ def _leaves(group: Any) -> Iterator[Any]:
 class PipelineOrder(TyperGroup):
     """The root: lists the commands in :data:`COMMANDS`' order (typer puts groups
     last); every float option takes finite numbers only; a renamed flag's old spelling
-    is rewritten with a warning (:data:`~ttlctl.cli.options.RENAMED`); a usage error
+    is rewritten with a warning (:data:`~ttlctl.cli.parsing.RENAMED`); a usage error
     (a missing option, a bad value) is one line on stderr, exit 2, like every other."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for command in _leaves(self):
             for param in command.params:
-                options.finite_floats(param)
+                parsing.finite_floats(param)
 
     def list_commands(self, ctx: Any) -> list[str]:  # typer's own click Context
         return [name for name, _, _ in COMMANDS if name in self.commands]
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, options.renamed(args, print_warning))
+        return super().parse_args(ctx, parsing.renamed(args, print_warning))
 
     def main(  # type: ignore[override]
         self,

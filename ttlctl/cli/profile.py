@@ -16,14 +16,8 @@ from profiles.schema import Profile
 from profiles.vllm_plan import parse_contexts
 from ttlctl.cli import render
 from ttlctl.cli.kit import UserError, check_outputs, err, out, progress_bar, user_errors, write_doc
-from ttlctl.cli.options import (
-    MAX_NUM_BATCHED_TOKENS,
-    AsRouter,
-    DecodeThroughputAlpha,
-    JsonTo,
-    MaxNumBatchedTokens,
-    ProfileToShow,
-)
+from ttlctl.cli.options import MAX_NUM_BATCHED_TOKENS, JsonTo, MaxNumBatchedTokens
+from ttlctl.cli.router_options import AsRouter, DecodeThroughputAlpha, ProfileToShow
 from ttlctl.jsonio import write_atomic, write_json
 
 #: the one target of ``--as``

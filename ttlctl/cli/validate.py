@@ -23,14 +23,13 @@ from ttlctl.cli.options import (
     Label,
     MaxNumBatchedTokens,
     MaxNumSeqs,
-    Replicas,
     Resimulate,
     ResultDir,
-    Routers,
     SaveResult,
     Seed,
     ValidateTrace,
 )
+from ttlctl.cli.router_options import Replicas, Routers
 
 #: register with ``app.command("validate", context_settings=CONTEXT_SETTINGS)``: the
 #: arguments after ``--`` go to the servers validate starts

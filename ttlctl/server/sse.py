@@ -4,7 +4,7 @@ vLLM streams one ``data: {json}`` line per chunk and ends with ``data: [DONE]``;
 a failure mid-stream is a chunk with an ``error`` key. :func:`chunks` reads them from
 any lines; :func:`stream` sends the request and reads its answer, every failure a
 one-line :class:`~ttlctl.server.client.ServerError`. Used by the engine profiler
-(:mod:`profiles.measure_server`) and the live replay (:mod:`replay.live`).
+(:mod:`profiles.server_stream`) and the live replay (:mod:`replay.live`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,151 @@
+"""One measurement of a live server, every timing it took before any fit
+(:class:`EngineSamples`), and how it is written and read back as JSON.
+
+:mod:`profiles.measure_server` takes them: what the server is (model, limits, KV bytes per
+token, version), the TTFTs at each prompt length, and the decode paces (seconds per output
+token) of each batch shape, with both timings of each decode point (:class:`DecodePoint`:
+the server's inter-token latency, the streams' pace, and which one the fit takes).
+:mod:`profiles.engine_fit` fits one or several into a profile. A document that cannot be
+read back, or measurements that cannot be fitted together, are an :class:`EngineFitError`.
+
+Pure: no clock read, no file written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ttlctl.errors import TtlctlError
+
+#: what a decode point recorded before the server's inter-token latency was read: streams
+STREAM = "stream"
+
+
+class EngineFitError(TtlctlError, ValueError):
+    """Measurements that cannot be fitted together: one line saying why."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodePoint:
+    """Both timings of one decode point, and which one :attr:`EngineSamples.decode` holds."""
+
+    seqs: int
+    kv_tokens: int
+    #: where the point's paces come from (``profiles.decode_pace.FROM_SERVER`` or ``STREAM``)
+    source: str
+    #: each stream's client-side seconds a token, every repeat
+    stream: tuple[float, ...]
+    #: the server's mean inter-token latency of each batch it could give (seconds)
+    itl: tuple[float, ...]
+    #: why the stream is used ("" when it is not)
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seqs": self.seqs,
+            "kv_tokens": self.kv_tokens,
+            "source": self.source,
+            "stream": list(self.stream),
+            "itl": list(self.itl),
+            "note": self.note,
+        }
+
+
+def _point_from_json(data: Mapping[str, Any]) -> DecodePoint:
+    return DecodePoint(
+        seqs=int(data["seqs"]),
+        kv_tokens=int(data["kv_tokens"]),
+        source=str(data["source"]),
+        stream=tuple(float(x) for x in data["stream"]),
+        itl=tuple(float(x) for x in data["itl"]),
+        note=str(data.get("note", "")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSamples:
+    """One measurement of a server: what it is, and every timing taken, before any fit."""
+
+    url: str
+    model: str
+    #: longest request (0: unknown)
+    max_model_len: int
+    #: KV cache capacity in tokens (None: unknown)
+    kv_capacity: int | None
+    version: str | None
+    kv_bytes_per_token: int
+    kv_bytes_from: str
+    #: when the measurement ended (ISO 8601, UTC)
+    created: str
+    #: timings taken at each prefill point and of each decode batch shape
+    repeats: int
+    output_tokens: int
+    decode_output_tokens: int
+    #: (context tokens, the TTFTs in seconds) per prefill point
+    prefill: tuple[tuple[int, tuple[float, ...]], ...]
+    #: (sequences, KV tokens of the batch, the paces in seconds a token) per decode point
+    decode: tuple[tuple[int, int, tuple[float, ...]], ...]
+    decode_batches_without_common_window: int = 0
+    prefix_cache_reset: bool = True
+    max_cached_tokens_seen: int = 0
+    #: both timings of each decode point (empty: a measurement that timed streams alone)
+    decode_points: tuple[DecodePoint, ...] = ()
+
+    def decode_from(self) -> dict[tuple[int, int], str]:
+        """Where each decode point's paces come from."""
+        given = {(p.seqs, p.kv_tokens): p.source for p in self.decode_points}
+        return {(s, k): given.get((s, k), STREAM) for s, k, _ in self.decode}
+
+    def to_json(self) -> dict[str, Any]:
+        """The measurement as JSON (:func:`samples_from_json` reads it back)."""
+        return {
+            "url": self.url,
+            "model": self.model,
+            "max_model_len": self.max_model_len,
+            "kv_capacity": self.kv_capacity,
+            "version": self.version,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_bytes_from": self.kv_bytes_from,
+            "created": self.created,
+            "repeats": self.repeats,
+            "output_tokens": self.output_tokens,
+            "decode_output_tokens": self.decode_output_tokens,
+            "prefill": [[c, list(t)] for c, t in self.prefill],
+            "decode": [[s, k, list(p)] for s, k, p in self.decode],
+            "decode_batches_without_common_window": self.decode_batches_without_common_window,
+            "prefix_cache_reset": self.prefix_cache_reset,
+            "max_cached_tokens_seen": self.max_cached_tokens_seen,
+            "decode_points": [p.to_json() for p in self.decode_points],
+        }
+
+
+def samples_from_json(data: Mapping[str, Any], where: str = "measurement") -> EngineSamples:
+    """:meth:`EngineSamples.to_json` read back (:class:`EngineFitError` names a bad field)."""
+    try:
+        return EngineSamples(
+            url=str(data["url"]),
+            model=str(data["model"]),
+            max_model_len=int(data["max_model_len"]),
+            kv_capacity=None if data.get("kv_capacity") is None else int(data["kv_capacity"]),
+            version=None if data.get("version") is None else str(data["version"]),
+            kv_bytes_per_token=int(data["kv_bytes_per_token"]),
+            kv_bytes_from=str(data["kv_bytes_from"]),
+            created=str(data["created"]),
+            repeats=int(data["repeats"]),
+            output_tokens=int(data["output_tokens"]),
+            decode_output_tokens=int(data["decode_output_tokens"]),
+            prefill=tuple((int(c), tuple(float(x) for x in t)) for c, t in data["prefill"]),
+            decode=tuple(
+                (int(s), int(k), tuple(float(x) for x in p)) for s, k, p in data["decode"]
+            ),
+            decode_batches_without_common_window=int(
+                data.get("decode_batches_without_common_window", 0)
+            ),
+            prefix_cache_reset=bool(data.get("prefix_cache_reset", True)),
+            max_cached_tokens_seen=int(data.get("max_cached_tokens_seen", 0)),
+            decode_points=tuple(_point_from_json(p) for p in data.get("decode_points", ())),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EngineFitError(f"{where}: missing or invalid field {exc}") from None

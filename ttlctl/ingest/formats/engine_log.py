@@ -80,6 +80,7 @@ one-call programs (``request:<request_id>``) are not counted.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -151,9 +152,7 @@ class EngineLogReader:
             for lineno, obj in iter_jsonl(path, sink):
                 record = f"line {lineno}"
                 if obj.get("schema") != SCHEMA:
-                    sink.reject(
-                        path, record, f"not an engine-log record: schema is {obj.get('schema')!r}"
-                    )
+                    sink.reject(path, record, f"not an engine-log record: {_schema_said(obj)}")
                     continue
                 kind = obj.get("kind")
                 if kind == ENGINE:
@@ -371,3 +370,10 @@ def _row(obj: dict[str, Any], record: str, lineno: int) -> dict[str, Any]:
 
 
 READER = EngineLogReader()
+
+
+def _schema_said(obj: dict[str, Any]) -> str:
+    """What a line's schema is, in JSON's words (null, not Python's None)."""
+    if "schema" not in obj:
+        return f"no schema (an engine log's lines have {json.dumps(SCHEMA)})"
+    return f"schema is {json.dumps(obj['schema'])}, not {json.dumps(SCHEMA)}"

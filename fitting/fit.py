@@ -41,6 +41,8 @@ class FitConfig:
             raise ConfigError(f"--abandon-seconds must be > 0, not {self.abandon_s:g}")
         if self.bootstrap < 0:
             raise ConfigError(f"--bootstrap must be >= 0, not {self.bootstrap}")
+        if self.seed < 0:  # numpy's SeedSequence takes no negative seed
+            raise ConfigError(f"--seed must be >= 0, not {self.seed}")
         if self.max_points < 2:
             raise ConfigError("max_points >= 2")
 

@@ -9,6 +9,15 @@ import polars as pl
 from ttlctl.errors import ConfigError
 
 
+def programs_over(frame: pl.DataFrame, limit: int) -> int:
+    """How many programs have a call (prompt + output) longer than ``limit`` tokens: those
+    :func:`fit_context` scales."""
+    longest = frame.group_by("program_id").agg(
+        (pl.col("input_tokens") + pl.col("output_tokens")).max().alias("longest")
+    )
+    return int((longest["longest"] > limit).sum())
+
+
 def fit_context(frame: pl.DataFrame, limit: int, min_output: int = 4) -> pl.DataFrame:
     """Scale each program's token counts so that its largest call (prompt + output)
     fits in ``limit`` tokens: small models' windows (the 2,048 of the test models)

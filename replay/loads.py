@@ -17,6 +17,8 @@ def one_load(jps: float | None, concurrency: int | None, seed: int = 0) -> Load:
         raise ConfigError("--jps must be positive")
     if concurrency is not None and concurrency <= 0:
         raise ConfigError("--concurrency must be positive")
+    if seed < 0:  # numpy's SeedSequence takes no negative seed
+        raise ConfigError(f"--seed must be >= 0, not {seed}")
     return Load(jps=jps, concurrency=concurrency, seed=seed)
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 from replay.policy_runs import Load
 from replay.tune.context import TuneError
 
+#: the largest seed of Optuna's TPE sampler (numpy's RandomState takes 0 … 2**32 − 1)
+SAMPLER_SEED_MAX = 2**32 - 1
 #: the plugin's TTLCTL_BUNDLE_CHECK_S default (ttlctl/engine/watch.py)
 DEFAULT_CHECK_S = 2.0
 
@@ -73,6 +75,10 @@ def check(req: TuneRequest) -> None:
     for flag, count in counts.items():
         if count < 1:
             raise TuneError(f"{flag} must be >= 1, not {count}")
+    if not 0 <= req.seed <= SAMPLER_SEED_MAX:
+        raise TuneError(
+            f"--seed must be in 0 … {SAMPLER_SEED_MAX} (the TPE sampler's seeds), not {req.seed}"
+        )
     if req.heartbeat_s < 1:
         raise TuneError("--heartbeat-seconds must be >= 1")
     if not (math.isfinite(req.min_gain) and req.min_gain >= 1.0):

@@ -337,6 +337,13 @@ def test_cli_build_inspect_verify_query(fit_doc: dict[str, Any], tmp_path: Path)
     res = runner.invoke(app, [*query, "--as", "dynamo", "--refuse-clamped"])
     assert res.exit_code == 2 and "pinned for 300 s (longer than τ*)" in res.stderr
     assert res.stdout == ""
+    # without --as there is no hint to clamp: refused, not ignored (it printed τ*, exit 0)
+    res = runner.invoke(app, [*query, "--refuse-clamped"])
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    assert res.stderr.strip() == (
+        "error: --refuse-clamped goes with --as ENGINE (an engine's hint, which it may clamp); "
+        "the plain answer is τ* itself"
+    )
     assert hinted["dynamo"] == {"nvext": {"cache_control": {"type": "ephemeral", "ttl": "1"}}}
     assert hinted["sglang"] == {"retention_seconds": round(answer["ttl_s"], 3)}
     trt = hinted["trtllm"]["kv_cache_retention_config"]

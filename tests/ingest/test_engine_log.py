@@ -104,6 +104,23 @@ def test_foreign_lines_and_broken_json(tmp_path: Path) -> None:
     assert (report.rows, report.rejected, report.records) == (1, 2, 3)
 
 
+def test_a_foreign_lines_schema_is_told_in_jsons_words(tmp_path: Path) -> None:
+    """A line without the schema read "schema is None" (Python's word for JSON's null)."""
+    src = tmp_path / "engine.jsonl"
+    src.write_text('{"request_id": "a"}\n{"schema": null}\n{"schema": "x/1"}\n')
+    report = ingest([src], tmp_path / "t.parquet", fmt="engine-log", skip_bad=True,
+                    allow_empty=True)  # fmt: skip
+    assert report.rejects_path is not None
+    lines = Path(report.rejects_path).read_text().splitlines()
+    reasons = [json.loads(line)["reason"] for line in lines]
+    want = '"ttlctl.engine-log/1"'
+    assert reasons == [
+        f"not an engine-log record: no schema (an engine log's lines have {want})",
+        f"not an engine-log record: schema is null, not {want}",
+        f'not an engine-log record: schema is "x/1", not {want}',
+    ]
+
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "engine-log" / "engine.jsonl"
 
 

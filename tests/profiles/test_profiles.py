@@ -152,6 +152,26 @@ def test_cli_profile_list_and_errors(tmp_path: Path) -> None:
     assert res.exit_code == 2
 
 
+def test_cli_profile_list_refuses_what_it_would_drop(tmp_path: Path) -> None:
+    """`profile --list --json -` printed the table on stdout where JSON was asked for, and
+    `--list -o p.json` wrote nothing and said nothing: --list refuses what it cannot do."""
+    out = tmp_path / "p.json"
+    for extra, named in [
+        (["--json", "-"], "--json"),
+        (["-o", str(out)], "-o"),
+        (["--profile", "llama-3.1-8b-h100", "--as", "vllm-router"], "--profile, --as"),
+        (["--engine", "http://127.0.0.1:8000", "--torch"], "--engine, --torch"),
+    ]:
+        res = CliRunner().invoke(app, ["profile", "--list", *extra])
+        assert res.exit_code == 2, (extra, res.output)
+        assert res.stdout == "", (extra, res.stdout)
+        assert res.stderr.strip() == (
+            "error: --list shows the shipped profiles' table and writes nothing; it takes "
+            f"no {named}"
+        ), res.stderr
+    assert not out.exists()
+
+
 def test_a_fit_refused_is_a_user_error() -> None:
     """Too few or unusable timings: a TtlctlError (one line, exit 2 from the CLI)."""
     with pytest.raises(TtlctlError, match="at least 3"):

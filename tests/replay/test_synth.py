@@ -207,9 +207,31 @@ def test_cli_max_context(tmp_path: Path) -> None:
     args = ["synth", "--workload", "swe-bench", "--programs", "8", "--max-context", "1900"]
     res = CliRunner().invoke(_app(), [*args, "-o", str(out)])
     assert res.exit_code == 0, res.output
-    assert "scaled to 1,900 tokens" in res.stdout
+    assert "8 programs scaled to 1,900 tokens" in res.stdout
     written = trace_io.read(out).sort("program_id", "turn")
     assert written.select(list(COLUMNS)).equals(fit_context(synth("swe-bench", 8, 0), 1900))
+
+
+def test_cli_max_context_says_how_many_programs_it_scaled(tmp_path: Path) -> None:
+    """`--max-context 500000` said "scaled to 500,000 tokens" though every call already fit
+    and nothing was scaled; the line counts the programs scaled (those with a longer call)."""
+    out = tmp_path / "t.parquet"
+    drawn = synth("swe-bench", 20, 0)
+    longest = (drawn["input_tokens"] + drawn["output_tokens"]).max()
+    assert isinstance(longest, int)
+    args = ["synth", "--workload", "swe-bench", "--programs", "20", "-o", str(out)]
+    res = CliRunner().invoke(_app(), [*args, "--max-context", str(longest)])
+    assert res.exit_code == 0, res.output
+    assert f"none scaled: every call within {longest:,} tokens" in res.stdout
+    assert trace_io.read(out).sort("program_id", "turn").select(list(COLUMNS)).equals(drawn)
+    per_program = drawn.group_by("program_id").agg(
+        (pl.col("input_tokens") + pl.col("output_tokens")).max().alias("longest")
+    )
+    limit = int(per_program["longest"].median())
+    over = int((per_program["longest"] > limit).sum())
+    assert 0 < over < 20
+    res = CliRunner().invoke(_app(), [*args, "--max-context", str(limit)])
+    assert f"(seed 0, {over} programs scaled to {limit:,} tokens)" in res.stdout, res.stdout
 
 
 def test_fit_context_keeps_a_null_reused_prefix_null(tmp_path: Path) -> None:

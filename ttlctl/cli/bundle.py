@@ -163,6 +163,11 @@ def query(
             )
         if context_tokens < 0:
             raise typer.BadParameter("--context-tokens must be >= 0")
+        if refuse_clamped and as_engine is None:  # refused rather than ignored
+            raise UserError(
+                "--refuse-clamped goes with --as ENGINE (an engine's hint, which it may "
+                "clamp); the plain answer is τ* itself"
+            )
         doc = bundle.read(path)
         policy = bundle.policy_from(doc, max_num_batched_tokens)
         decision = policy.decide(tool, context_tokens, offload=offload, queue_delay_s=queue_delay)

@@ -75,7 +75,9 @@ def print_warning(message: str) -> None:
 
 
 def progress_bar(label: str) -> Progress:
-    """The commands' progress bar on stderr: label, bar, n of total, elapsed, detail."""
+    """The commands' progress bar on stderr: label, bar, n of total, elapsed, detail. Only
+    on a terminal: elsewhere rich draws nothing but ends with an empty line, which would put
+    a blank line above the command's messages (and its one-line error) in a pipe or a log."""
     return Progress(
         TextColumn(f"[bold]{label}"),
         BarColumn(),
@@ -84,6 +86,7 @@ def progress_bar(label: str) -> Progress:
         TextColumn("{task.description}"),
         console=err,
         transient=True,
+        disable=not err.is_terminal,
     )
 
 

@@ -87,6 +87,22 @@ def profile(
     live vLLM server)."""
     if list_:
         with user_errors():
+            # what --list would otherwise drop: a table on stdout where JSON was asked for
+            extra = {
+                "-o": output,
+                "--json": json_out,
+                "--engine": engine,
+                "--torch": torch_eager or None,
+                "--profile": profile_ref,
+                "--as": as_target,
+                "--decode-throughput-alpha": decode_throughput_alpha,
+            }
+            given = [flag for flag, value in extra.items() if value is not None]
+            if given:
+                raise UserError(
+                    f"--list shows the shipped profiles' table and writes nothing; it takes "
+                    f"no {', '.join(given)}"
+                )
             render.shipped_table(out)
         return
     with user_errors():

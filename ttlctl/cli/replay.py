@@ -12,6 +12,7 @@ from ttlctl.cli.kit import (
     UserError,
     check_outputs,
     err,
+    given,
     out,
     print_warning,
     user_errors,
@@ -71,6 +72,7 @@ Policies = Annotated[
 
 
 def replay(
+    ctx: typer.Context,
     trace: Trace,
     policy: Policies,
     bundle: ContinuumBundle = None,
@@ -148,7 +150,8 @@ def replay(
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     from replay.fleet.asked import router_settings
     from replay.loads import one_load
-    from replay.replay_run import ReplayRequest, replay_doc
+    from replay.policy_flags import unread
+    from replay.replay_run import ReplayRequest, policy_names, replay_doc
     from replay.scheduler import SimSchedulerConfig
 
     with user_errors():
@@ -207,6 +210,15 @@ def replay(
                 trace=trace,
             ),
         )
+        if live is None:  # live, the server runs its own policy: none of these is read
+            asked = {
+                "--bundle": bundle is not None,
+                "--valve": valve is not None,
+                "--pin-cap": pin_cap is not None,
+                "--ttl-seconds": given(ctx, ttl=ttl)["ttl"] is not None,
+            }
+            for line in unread(policy_names(policy, backend), asked):
+                print_warning(line)
         with err.status("replaying…") as status:
             doc = replay_doc(
                 request,

@@ -40,17 +40,24 @@ def synth(
     first call arrives at 0.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
-    from replay.fit_context import fit_context
+    from replay.fit_context import fit_context, programs_over
     from replay.synth import synth as draw
     from ttlctl.trace import io as trace_io
 
     with user_errors():
         check_outputs(output)
         frame = draw(workload, programs, seed)
+        scaled = ""
         if max_context is not None:
+            over = programs_over(frame, max_context)
             frame = fit_context(frame, max_context)
+            # only the programs with a longer call are scaled: say how many
+            scaled = (
+                f", {counted(over, 'program')} scaled to {max_context:,} tokens"
+                if over
+                else f", none scaled: every call within {max_context:,} tokens"
+            )
         rows = trace_io.write(frame.lazy(), output)
-    scaled = f", scaled to {max_context:,} tokens" if max_context is not None else ""
     out.print(
         f"wrote {counted(rows, 'call')} of {counted(programs, f'{workload} program')} "
         f"(seed {seed}{scaled}) "

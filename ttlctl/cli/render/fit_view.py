@@ -19,7 +19,9 @@ def fit_table(console: Console, fit: FitDoc) -> None:
     eta = fit["eta"]
     inp = fit["input"]
     ci = (
-        f" (95% CI {eta['ci_low']:.2f} … {eta['ci_high']:.2f})"
+        # the interval in the value's digits: at .2f a low bound equal to the value (0.9795)
+        # printed above it ("η = 0.979 (95% CI 0.98 …")
+        f" (95% CI {eta['ci_low']:.3f} … {eta['ci_high']:.3f})"
         if eta.get("ci_low") is not None
         else ""
     )

@@ -58,9 +58,17 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
             else f"; {paused:,} of the calls, of {counted(tools['distinct_with_pause'], 'tool')}, "
             "with a pause (tool_s, else gap_s): what fit fits"
         )
+        shown = len(tools["top"])
         table = Table(
             title=f"tools: {tools['distinct']} distinct, "
-            f"{counted(tools['calls_with_tool'], 'call')}{fitted}"
+            f"{counted(tools['calls_with_tool'], 'call')}{fitted}",
+            # the summary keeps the most called: say so, or the rows read as every tool
+            caption=(
+                f"the {shown} most called of {tools['distinct']} tools; `ttlctl fit` lists "
+                "every tool with a pause"
+                if shown < tools["distinct"]
+                else None
+            ),
         )
         table.add_column("tool", overflow="fold")
         table.add_column("calls", justify="right")

@@ -85,6 +85,7 @@ This module reads the lines; the engine records are kept by
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -131,9 +132,7 @@ class EngineLogReader:
             for lineno, obj in iter_jsonl(path, sink):
                 record = f"line {lineno}"
                 if obj.get("schema") != SCHEMA:
-                    sink.reject(
-                        path, record, f"not an engine-log record: schema is {obj.get('schema')!r}"
-                    )
+                    sink.reject(path, record, f"not an engine-log record: {_schema_said(obj)}")
                     continue
                 kind = obj.get("kind")
                 if kind == ENGINE:
@@ -210,3 +209,10 @@ def _row(obj: dict[str, Any], record: str, lineno: int) -> dict[str, Any]:
 
 
 READER = EngineLogReader()
+
+
+def _schema_said(obj: dict[str, Any]) -> str:
+    """What a line's schema is, in JSON's words (null, not Python's None)."""
+    if "schema" not in obj:
+        return f"no schema (an engine log's lines have {json.dumps(SCHEMA)})"
+    return f"schema is {json.dumps(obj['schema'])}, not {json.dumps(SCHEMA)}"

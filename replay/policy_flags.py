@@ -1,0 +1,30 @@
+"""The policy options of a replay and the policies that read them: an option that none of
+the asked policies reads is said, not silently dropped (`--policy vllm --bundle b.json`
+replayed stock vLLM and said nothing of the bundle it never used)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+#: each policy option and the policies that read it (:func:`replay.policies.registry.make`)
+READERS: dict[str, tuple[str, ...]] = {
+    "--bundle": ("continuum",),
+    "--valve": ("continuum", "static-ttl", "oracle"),
+    "--pin-cap": ("continuum", "static-ttl", "oracle"),
+    "--ttl-seconds": ("static-ttl",),
+}
+
+
+def unread(names: Collection[str], given: Mapping[str, bool]) -> list[str]:
+    """One line for each option ``given`` that none of the policies ``names`` reads."""
+    asked = ", ".join(names)
+    return [
+        f"{flag} is read only by {_either(readers)}, and --policy {asked} runs none of them: "
+        "it changes nothing here"
+        for flag, readers in READERS.items()
+        if given.get(flag) and not set(readers) & set(names)
+    ]
+
+
+def _either(names: tuple[str, ...]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"

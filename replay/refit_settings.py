@@ -30,7 +30,7 @@ from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.tune.session import default_loads
 from replay.workload import Workload
-from ttlctl.bundle import Bundle
+from ttlctl.bundle_doc import Bundle
 from ttlctl.errors import ConfigError
 
 #: held-back seeds, as ``ttlctl tune`` numbers them (its trials use 0, 1, …)

@@ -11,6 +11,7 @@ from replay.policies.continuum import Continuum
 from replay.policies.simple import STATIC_TTL_VALVE, VLLM, ProgramFCFS, StaticTTL
 from replay.scheduler import Policy
 from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_doc
 from ttlctl.errors import ConfigError
 
 #: the comparison table's order: ablation ladder, baselines, bounds
@@ -32,7 +33,7 @@ BOUNDS = ("oracle", "unlimited-kv")
 class PolicySpec:
     name: str
     #: the bundle (for continuum); None: a cold-start policy with default parameters
-    bundle: bundle_mod.BundleParts | None = None
+    bundle: bundle_doc.BundleParts | None = None
     ttl_s: float = 2.0
     valve: str | None = None
     pin_cap: float | None = None
@@ -80,7 +81,7 @@ def make(
 
 
 def _ttl_policy(
-    bundle: bundle_mod.BundleParts | None,
+    bundle: bundle_doc.BundleParts | None,
     rebuild_s: Callable[[float, bool], float],
     chunk: int | None,
 ) -> TTLPolicy:

@@ -25,7 +25,7 @@ from replay.policy_runs import Load
 from replay.sim import ReplayConfig
 from replay.vllmsim.backend import runner
 from replay.workload import Workload
-from ttlctl.bundle import BundleParts
+from ttlctl.bundle_doc import BundleParts
 from ttlctl.errors import TtlctlError
 from ttlctl.nouns import counted
 

@@ -16,7 +16,7 @@ from replay.scheduler import SimSchedulerConfig
 from replay.vllmsim.build import Built, build, quiet_vllm
 from replay.vllmsim.bundles import CREATED, NEVER
 from replay.vllmsim.executor import Step, execute
-from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_make
 
 PROFILE = resolve("tiny-cpu")[0]
 COST = ProfileCostModel(PROFILE)
@@ -28,15 +28,15 @@ def static_params(ttl_s: float, **more: Any) -> PolicyParams:
 
 
 def write_bundle(path: Path, params: PolicyParams) -> Path:
-    doc = bundle_mod.build(
-        bundle_mod.empty_fit(),
+    doc = bundle_make.build(
+        bundle_make.empty_fit(),
         PROFILE.to_json(),
         params,
         created=CREATED,
         ttlctl_version="test",
         provenance={"test": True},
     )
-    bundle_mod.write(doc, path)
+    bundle_make.write(doc, path)
     return path
 
 

@@ -43,7 +43,7 @@ import polars as pl
 from fitting.eta import fitted as eta_fitted
 from fitting.fit import fit_trace
 from fitting.fit_doc import FitDoc, FitSource
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.policies import PolicySpec
 from replay.refit_changes import CONTEXTS, jct_table, tool_changes
 from replay.refit_replay import engines_doc, plan

@@ -23,7 +23,7 @@ from typing import Any
 import polars as pl
 
 from fitting.fit import FitConfig
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.loads import load_list
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig

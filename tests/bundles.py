@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from ttlctl import bundle_make
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,8 +15,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
+from fitting.durations import priors_from_fit
 from fitting.fit_doc import FitDoc
-from fitting.policy import PolicyParams, TTLPolicy, priors_from_fit
+from fitting.policy import TTLPolicy
+from fitting.policy_params import PolicyParams
 from profiles import schema as profile_schema
 from ttlctl.bundle_check import check_fit, verify
 from ttlctl.bundle_doc import Bundle, BundleError, BundleParts, RouterDoc

@@ -14,7 +14,7 @@ from itertools import pairwise
 from typing import Any
 
 from fitting import FIT_SCHEMA
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles import schema as profile_schema
 from ttlctl.bundle_doc import REQUIRED, SCHEMA_VERSION, BundleError, checksum
 from ttlctl.errors import TtlctlError

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 from fitting.fit_doc import FitDoc, FitInput
-from fitting.policy import PolicyDoc
+from fitting.policy_params import PolicyDoc
 from profiles.schema import ProfileDoc
 from ttlctl.errors import TtlctlError
 from ttlctl.jsonio import FileRef

@@ -17,7 +17,7 @@ from fitting import FIT_SCHEMA
 from fitting.eta import fitted as eta_fitted
 from fitting.eta import from_fit as eta_from_fit
 from fitting.fit_doc import FitDoc
-from fitting.policy import DEFAULT_VALVE, PolicyParams
+from fitting.policy_params import DEFAULT_VALVE, PolicyParams
 from profiles.schema import ProfileDoc
 from profiles.shipped import resolve
 from ttlctl import __version__

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fitting.policy import DEFAULT_VALVE, PolicyParams, TTLPolicy
+from fitting.policy import TTLPolicy
+from fitting.policy_params import DEFAULT_VALVE, PolicyParams
 from replay.policies.baselines import Autellix, InferCept, Oracle
 from replay.policies.continuum import Continuum
 from replay.policies.simple import STATIC_TTL_VALVE, VLLM, ProgramFCFS, StaticTTL

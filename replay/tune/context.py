@@ -13,7 +13,7 @@ import numpy as np
 
 from fitting.eta import from_fit as eta_from_fit
 from fitting.fit_doc import FitDoc
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles import schema as profile_schema
 from profiles.cost import ProfileCostModel
 from profiles.schema import ProfileDoc

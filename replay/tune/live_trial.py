@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.live import run_live
 from replay.policy_runs import Load
 from replay.tune.context import (

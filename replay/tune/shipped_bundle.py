@@ -8,7 +8,7 @@ from typing import Any
 
 from fitting.eta import fitted as eta_fitted
 from fitting.fit_doc import FitDoc
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles.schema import ProfileDoc
 from replay.tune.summary import provenance_of
 from ttlctl import bundle_doc, bundle_make

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fitting.fit_doc import FitDoc
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles.cost import CostModel, ProfileCostModel
 from profiles.schema import ProfileDoc
 from replay.policies import PolicySpec

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles.shipped import resolve
 from replay.fleet.routers import ROUTERS, TAKES, RouterSettings
 from ttlctl import bundle, bundle_check, bundle_doc, bundle_make, router_doc

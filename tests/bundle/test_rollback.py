@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from tests.bundles import EMPTY_FIT, PROFILE
 from ttlctl import bundle, bundle_doc, bundle_history, bundle_make
 from ttlctl.bundle_doc import BundleError

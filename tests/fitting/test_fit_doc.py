@@ -10,7 +10,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from fitting.fit_doc import CdfDoc, FitDoc
-from fitting.policy import PolicyDoc, PolicyParams
+from fitting.policy_params import PolicyDoc, PolicyParams
 from tests.documents import conforms, problems
 from ttlctl import bundle_make
 from ttlctl.cli import app

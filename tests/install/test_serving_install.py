@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles.shipped import resolve
 from tests.deploy_kit import serving_install, wheel_glob
 from ttlctl import bundle, bundle_make

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles import shipped
 from profiles.cost import ConstantCostModel, ProfileCostModel, rebuild_pricer
 from profiles.schema import ProfileError, from_json, load

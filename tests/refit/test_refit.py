@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.policy_runs import Load
 from replay.refit import RefitError, refit
 from replay.refit_settings import (

@@ -44,7 +44,7 @@ PROMPT = 8 * BLOCK
 
 
 def _bundle(folder: Path, **params: Any) -> Path:
-    from fitting.policy import PolicyParams
+    from fitting.policy_params import PolicyParams
     from ttlctl import bundle_make
 
     profile = Path(__file__).resolve().parents[2] / "profiles" / "data" / "tiny-cpu.json"

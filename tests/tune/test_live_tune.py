@@ -22,7 +22,7 @@ import typer
 from typer.testing import CliRunner
 
 from fitting.fit import FitConfig, fit_trace
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.live import run_live
 from tests.live.traces import agent_trace
 from ttlctl import bundle, bundle_history, bundle_make

@@ -39,7 +39,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles.cost import CostModel, ProfileCostModel
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, simulate_one

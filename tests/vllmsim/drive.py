@@ -9,7 +9,7 @@ from typing import Any
 from vllm.sampling_params import SamplingParams
 from vllm.v1.request import Request
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
 from replay.scheduler import SimSchedulerConfig

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles.schema import Profile
 from replay.policies import PolicySpec, make
 from replay.scheduler import SimSchedulerConfig

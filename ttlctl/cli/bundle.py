@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from fitting.policy import DEFAULT_VALVE
+from fitting.policy_params import DEFAULT_VALVE
 from profiles import schema as profile_schema
 from ttlctl import bundle, bundle_history, bundle_make, hints, router_flags
 from ttlctl.cli import render

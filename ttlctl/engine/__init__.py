@@ -21,6 +21,7 @@ One concept per module:
 - :mod:`.enginelog`: the per-request log;
 - :mod:`.facts`: the engine's facts the log states (size, vLLM, bundle, replica);
 - :mod:`.metrics`: the counters (attributes and Prometheus);
+- :mod:`.plugin_setup`: the plugin's state on vLLM's scheduler, built at its start;
 - :mod:`.scheduler`: the glue: vLLM's ``Scheduler`` hooks.
 
 ``TTLScheduler`` and ``TTLAsyncScheduler`` are imported lazily so that the

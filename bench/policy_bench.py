@@ -35,8 +35,10 @@ from ingest_bench import make_trace
 
 from fitting import cdf as cdf_mod
 from fitting import hull as hull_mod
+from fitting.durations import Prior
 from fitting.fit import fit_trace
-from fitting.policy import PolicyParams, Prior, TTLPolicy
+from fitting.policy import TTLPolicy
+from fitting.policy_params import PolicyParams
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.trace import io as trace_io
 

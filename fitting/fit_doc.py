@@ -7,7 +7,7 @@ refit, the report and the CLI read the rest. The keys and their nesting are thos
 the JSON file; a field a reader may not find is ``NotRequired``.
 
 A fit made by :func:`fitting.fit.fit_trace` has every key. The fit of a bundle that has
-none (a cold-start bundle, :func:`ttlctl.bundle.empty_fit`) has only ``schema``,
+none (a cold-start bundle, :func:`ttlctl.bundle_make.empty_fit`) has only ``schema``,
 ``tools`` (empty) and ``global`` (None): the keys that fit lacks are ``NotRequired``.
 """
 

@@ -43,7 +43,7 @@ import polars as pl
 from fitting.eta import fitted as eta_fitted
 from fitting.fit import fit_trace
 from fitting.fit_doc import FitDoc, FitSource
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.policies import PolicySpec
 from replay.refit_changes import CONTEXTS, jct_table, tool_changes
 from replay.refit_replay import engines_doc, plan
@@ -51,7 +51,7 @@ from replay.refit_replay import replay as replay_part
 from replay.refit_settings import RefitSettings, fit_config, replay_settings
 from replay.tune.context import load_json
 from replay.tune.judge import guard, held_figures
-from ttlctl import __version__, bundle_history
+from ttlctl import __version__, bundle_doc, bundle_history, bundle_make
 from ttlctl import bundle as bundle_mod
 from ttlctl.errors import TtlctlError
 from ttlctl.ingest.ingest_report import IngestReport
@@ -106,7 +106,7 @@ def refit(
         ttlctl_version=__version__,
     )
     params = PolicyParams.from_json(old["policy"])
-    draft: bundle_mod.BundleParts = {
+    draft: bundle_doc.BundleParts = {
         "fit": fit,
         "profile": old["profile"],
         "policy": params.to_json(),
@@ -150,7 +150,7 @@ def refit(
     }
     provenance["ttlctl_version"] = __version__
     # the policy is the one tuned behind the served bundle's router: it keeps that router
-    new = bundle_mod.assemble(fit, old["profile"], params, provenance, old.get("router"))
+    new = bundle_make.assemble(fit, old["profile"], params, provenance, old.get("router"))
     target = output or bundle_path
     action, kept = _apply(new, verdict, target, bundle_path, served_sha, dry_run)
     return {
@@ -189,10 +189,10 @@ def refit(
     }
 
 
-def _carried(old: bundle_mod.Provenance) -> bundle_mod.Provenance:
+def _carried(old: bundle_doc.Provenance) -> bundle_doc.Provenance:
     """What the served bundle's provenance says that still describes the new one: its
     tuning study and its profile file."""
-    kept: bundle_mod.Provenance = {}
+    kept: bundle_doc.Provenance = {}
     if "tuning" in old:
         kept["tuning"] = old["tuning"]
     if "profile" in old:
@@ -201,7 +201,7 @@ def _carried(old: bundle_mod.Provenance) -> bundle_mod.Provenance:
 
 
 def _apply(
-    new: bundle_mod.Bundle,
+    new: bundle_doc.Bundle,
     verdict: Mapping[str, Any],
     target: Path,
     served: Path,

@@ -8,6 +8,7 @@ from typing import Any
 
 from fitting.fit_doc import ToolFit
 from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_doc
 
 #: the context lengths (tokens) of the τ* columns, as ``ttlctl bundle inspect`` shows them
 CONTEXTS = (1_000, 8_000, 32_000, 128_000)
@@ -16,8 +17,8 @@ POLICIES = ("old", "new", "vllm")
 
 
 def tool_changes(
-    old: bundle_mod.Bundle,
-    new: bundle_mod.Bundle,
+    old: bundle_doc.Bundle,
+    new: bundle_doc.Bundle,
     contexts: Sequence[int] = CONTEXTS,
     queue_delay_s: float = 0.0,
     chunk: int | None = None,

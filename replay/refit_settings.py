@@ -23,14 +23,14 @@ from typing import Any
 import polars as pl
 
 from fitting.fit import FitConfig
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.loads import load_list
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.tune.session import default_loads
 from replay.workload import Workload
-from ttlctl.bundle import Bundle
+from ttlctl.bundle_doc import Bundle
 from ttlctl.errors import ConfigError
 
 #: held-back seeds, as ``ttlctl tune`` numbers them (its trials use 0, 1, …)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from fitting.policy import VALVES
+from fitting.policy_params import VALVES
 from profiles.cost import ProfileCostModel
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fitting.policy import PolicyParams
-from ttlctl import bundle
+from fitting.policy_params import PolicyParams
+from ttlctl import bundle_make
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "profiles" / "data" / "tiny-cpu.json"
@@ -16,7 +16,7 @@ EMPTY_FIT: dict[str, Any] = {"schema": "ttlctl.fit/1", "tools": {}, "global": No
 
 def write_bundle(path: Path, **params: Any) -> Path:
     """A sealed bundle with an empty fit (cold start) and the tiny CPU profile."""
-    doc = bundle.build(
+    doc = bundle_make.build(
         EMPTY_FIT,
         json.loads(PROFILE.read_text()),
         PolicyParams(**params),
@@ -24,5 +24,5 @@ def write_bundle(path: Path, **params: Any) -> Path:
         ttlctl_version="test",
         provenance={"test": True},
     )
-    bundle.write(doc, path)
+    bundle_make.write(doc, path)
     return path

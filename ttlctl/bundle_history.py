@@ -26,8 +26,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ttlctl import bundle
-from ttlctl.bundle import Bundle, BundleError
+from ttlctl import bundle, bundle_make
+from ttlctl.bundle_doc import Bundle, BundleError
 from ttlctl.jsonio import OutputError, write_atomic
 
 #: bundles kept per served file (the newest ones)
@@ -128,11 +128,11 @@ def replace(doc: Bundle, path: Path, previous: bytes | None = None) -> Path | No
     if previous is None:
         previous = current(path)
     if previous is None:
-        bundle.write(doc, path)
+        bundle_make.write(doc, path)
         return None
     entry, new = _add(path, previous)
     try:
-        bundle.write(doc, path)
+        bundle_make.write(doc, path)
     except BaseException:
         if new:
             entry.unlink(missing_ok=True)
@@ -144,7 +144,7 @@ def replace(doc: Bundle, path: Path, previous: bytes | None = None) -> Path | No
 def rollback(path: Path) -> Restored:
     """Put the newest kept bundle back over ``path`` (atomically) and take it out of the
     history; the bundle it replaces is kept as ``rolled-back.json``. A
-    :class:`~ttlctl.bundle.BundleError` when there is nothing to roll back to (naming
+    :class:`~ttlctl.bundle_doc.BundleError` when there is nothing to roll back to (naming
     ``path`` as missing when neither it nor a history exists), or when the kept bundle
     does not verify (then nothing is changed). A served file removed since is restored
     from its history all the same."""

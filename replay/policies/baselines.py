@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from fitting.policy import DEFAULT_VALVE, PolicyParams
+from fitting.policy_params import DEFAULT_VALVE, PolicyParams
 from replay.policies.common import NoHooks, Observes, program_key, rules
 from replay.policies.simple import VLLM
 from replay.request import SimRequest

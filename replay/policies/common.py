@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
 

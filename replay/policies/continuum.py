@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fitting.policy import DEFAULT_VALVE, TTLPolicy
+from fitting.policy import TTLPolicy
+from fitting.policy_params import DEFAULT_VALVE
 from replay.policies.common import NoHooks, program_key
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fitting.policy import DEFAULT_VALVE, PolicyParams, TTLPolicy
+from fitting.policy import TTLPolicy
+from fitting.policy_params import DEFAULT_VALVE, PolicyParams
 from replay.policies.baselines import Autellix, InferCept, Oracle
 from replay.policies.continuum import Continuum
 from replay.policies.simple import STATIC_TTL_VALVE, VLLM, ProgramFCFS, StaticTTL
 from replay.scheduler import Policy
 from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_doc
 from ttlctl.errors import ConfigError
 
 #: the comparison table's order: ablation ladder, baselines, bounds
@@ -32,7 +34,7 @@ BOUNDS = ("oracle", "unlimited-kv")
 class PolicySpec:
     name: str
     #: the bundle (for continuum); None: a cold-start policy with default parameters
-    bundle: bundle_mod.BundleParts | None = None
+    bundle: bundle_doc.BundleParts | None = None
     ttl_s: float = 2.0
     valve: str | None = None
     pin_cap: float | None = None
@@ -80,7 +82,7 @@ def make(
 
 
 def _ttl_policy(
-    bundle: bundle_mod.BundleParts | None,
+    bundle: bundle_doc.BundleParts | None,
     rebuild_s: Callable[[float, bool], float],
     chunk: int | None,
 ) -> TTLPolicy:

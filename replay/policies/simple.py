@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.policies.common import NoHooks, Observes, fcfs_key, program_key, rules
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler

@@ -1,6 +1,6 @@
 """The tuner behind ``ttlctl tune``: an Optuna study over the TTL policy's knobs, by replay.
 
-One trial = one :class:`~fitting.policy.PolicyParams` (η, K, T window, valve, pin cap,
+One trial = one :class:`~fitting.policy_params.PolicyParams` (η, K, T window, valve, pin cap,
 a cold-start override), scored by replaying the trace under it at every load and
 seed of a :class:`TuneContext`; the objective is the mean of the replays' mean JCT
 (optionally with a p95 constraint). The running mean is reported after each seed's

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from fitting.fit_doc import FitDoc
-from fitting.policy import SOURCE_COLD, PolicyParams
+from fitting.policy import SOURCE_COLD
+from fitting.policy_params import PolicyParams
 from profiles.schema import ProfileDoc
 from ttlctl import bundle
 

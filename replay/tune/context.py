@@ -13,7 +13,7 @@ import numpy as np
 
 from fitting.eta import from_fit as eta_from_fit
 from fitting.fit_doc import FitDoc
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles import schema as profile_schema
 from profiles.cost import ProfileCostModel
 from profiles.schema import ProfileDoc
@@ -25,7 +25,7 @@ from replay.policy_runs import Load
 from replay.sim import ReplayConfig
 from replay.vllmsim.backend import runner
 from replay.workload import Workload
-from ttlctl.bundle import BundleParts
+from ttlctl.bundle_doc import BundleParts
 from ttlctl.errors import TtlctlError
 from ttlctl.nouns import counted
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.fleet.routers import AS_LOGGED, RouterSettings
 from replay.fleet.run import FleetSpec
 from replay.policies import PolicySpec

@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.live import run_live
 from replay.policy_runs import Load
 from replay.tune.context import (
@@ -19,15 +19,15 @@ from replay.tune.context import (
     load_json,
     shuffled,
 )
-from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_doc, bundle_make
 from ttlctl.server import client
 from ttlctl.server.client import ServerError
 from ttlctl.server.vocab import LOW_IDS
 
 
-def candidate_bundle(ctx: TuneContext, params: PolicyParams, label: str) -> bundle_mod.Bundle:
+def candidate_bundle(ctx: TuneContext, params: PolicyParams, label: str) -> bundle_doc.Bundle:
     """The sealed bundle a live run serves ``params`` with."""
-    return bundle_mod.assemble(ctx.fit, ctx.profile, params, {"tuning": {"live_candidate": label}})
+    return bundle_make.assemble(ctx.fit, ctx.profile, params, {"tuning": {"live_candidate": label}})
 
 
 def probe_request(live: LiveTarget, timeout_s: float = 300.0) -> None:
@@ -61,7 +61,7 @@ def swap(ctx: TuneContext, params: PolicyParams, label: str) -> dict[str, Any]:
     live = ctx.live
     assert live is not None
     doc = candidate_bundle(ctx, params, label)
-    bundle_mod.write(doc, live.bundle)
+    bundle_make.write(doc, live.bundle)
     written = time.monotonic()
     time.sleep(live.wait_s)
     probe_request(live)

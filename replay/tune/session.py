@@ -34,7 +34,7 @@ from replay.tune.study import tune
 from replay.tune.summary import summary_path
 from replay.vllmsim.backend import check_request
 from replay.workload import load
-from ttlctl import __version__, bundle_history
+from ttlctl import __version__, bundle_doc, bundle_history
 from ttlctl import bundle as bundle_mod
 from ttlctl.jsonio import file_sha256, write_json
 from ttlctl.trace import io as trace_io
@@ -57,7 +57,7 @@ class TuneSession:
     storage: Storage
     #: the inputs' SHA-256 (trace, fit, profile)
     inputs: dict[str, str]
-    sources: bundle_mod.Provenance
+    sources: bundle_doc.Provenance
     #: where the engine's size came from, when the trace's engine log stated it (one line)
     sizing: str | None = None
 
@@ -68,7 +68,7 @@ class TuneOutcome:
     bundle it replaced at -o was kept (None: -o was new)."""
 
     result: dict[str, Any]
-    bundle: bundle_mod.Bundle
+    bundle: bundle_doc.Bundle
     summary_file: Path
     previous_kept: Path | None = None
 
@@ -162,7 +162,7 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         "fit": file_sha256(req.fit),
         "profile": file_sha256(prof_path),
     }
-    sources: bundle_mod.Provenance = {
+    sources: bundle_doc.Provenance = {
         "trace": {"path": str(req.trace), "sha256": inputs["trace"]},
         "fit": {"path": str(req.fit), "sha256": inputs["fit"]},
         "profile": {"path": str(prof_path), "sha256": inputs["profile"]},

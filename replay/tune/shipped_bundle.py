@@ -8,18 +8,18 @@ from typing import Any
 
 from fitting.eta import fitted as eta_fitted
 from fitting.fit_doc import FitDoc
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles.schema import ProfileDoc
 from replay.tune.summary import provenance_of
-from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_doc, bundle_make
 
 
 def tuned_bundle(
-    fit: FitDoc, profile: ProfileDoc, result: dict[str, Any], sources: bundle_mod.Provenance
-) -> bundle_mod.Bundle:
+    fit: FitDoc, profile: ProfileDoc, result: dict[str, Any], sources: bundle_doc.Provenance
+) -> bundle_doc.Bundle:
     """The bundle a study ships: the fit, the profile, the policy the guard chose, and
     where they came from (the inputs, the fit's trace, η fitted, the tuning)."""
-    return bundle_mod.assemble(
+    return bundle_make.assemble(
         fit,
         profile,
         PolicyParams.from_json(result["shipped"]["policy"]),
@@ -33,7 +33,7 @@ def tuned_bundle(
     )
 
 
-def router_section(router: Mapping[str, Any] | None) -> bundle_mod.RouterDoc | None:
+def router_section(router: Mapping[str, Any] | None) -> bundle_doc.RouterDoc | None:
     """The bundle's ``router`` section from the shipped fleet's record: the router and
     its settings, what ``bundle query --as vllm-router`` prints as the router's flags,
     and the replicas. The replicas' URLs (``--worker-urls``) stay in the tuning's record

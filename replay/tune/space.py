@@ -1,4 +1,4 @@
-"""The search space (a trial's :class:`~fitting.policy.PolicyParams`, the paper's defaults
+"""The search space (a trial's :class:`~fitting.policy_params.PolicyParams`, the paper's defaults
 enqueued first) and the objective a trial is scored by (simulated or live)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import optuna
 
 from fitting.eta import clamp
-from fitting.policy import VALVES, PolicyParams
+from fitting.policy_params import VALVES, PolicyParams
 from replay.fleet.routers import RouterSettings
 from replay.fleet.run import FleetSpec
 from replay.tune.context import TuneContext, TuneError, continuum, jct_mean, replay_once

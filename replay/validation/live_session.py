@@ -22,7 +22,8 @@ from replay.validation.servers import Sources, policy_server
 from replay.validation.sizing import kv_tokens_of
 from replay.validation.warmup import Warmed, warmed
 from replay.workload import Workload
-from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_make
+from ttlctl.bundle_doc import Bundle
 from ttlctl.nouns import counted
 from ttlctl.server.facts import ServerInfo, probe
 from ttlctl.server.owned import OwnedServer
@@ -50,7 +51,7 @@ class LiveSession:
     label: str | None
     say: Progress
     warn: Callable[[str], None] | None
-    bundle_doc: bundle_mod.Bundle | None = None
+    bundle_doc: Bundle | None = None
     #: ``--kv-tokens`` (None: each server's own)
     kv_tokens: int | None = None
     profile_source: str | None = None
@@ -145,10 +146,10 @@ class LiveSession:
                 "bundle carries a profile, measured on the vllm server otherwise)"
             )
         self.bundle_path = self.work_dir / "cold-start-bundle.json"
-        self.bundle_doc = bundle_mod.cold_start(
+        self.bundle_doc = bundle_make.cold_start(
             self.profile.to_json(), "ttlctl validate (cold start: no fit)"
         )
-        bundle_mod.write(self.bundle_doc, self.bundle_path)
+        bundle_make.write(self.bundle_doc, self.bundle_path)
 
     def _measure_profile(self, name: str, rep: int, which: str, info: ServerInfo) -> None:
         """After run ``rep`` of ``name``, on its server: a measurement if one is due, and

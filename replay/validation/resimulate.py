@@ -41,6 +41,7 @@ from replay.validation.sim_record import file_sha256
 from replay.validation.sim_side import SimSide
 from replay.workload import Workload, load
 from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_doc
 
 
 def resimulate(
@@ -181,7 +182,7 @@ def _workload(rec: Recorded, trace: Path | None) -> tuple[Workload, Path]:
     return work, path
 
 
-def _bundle(rec: Recorded) -> bundle_mod.Bundle | None:
+def _bundle(rec: Recorded) -> bundle_doc.Bundle | None:
     """The continuum bundle the runs were simulated with (None: none), refused if it
     changed since."""
     if rec.bundle is None:

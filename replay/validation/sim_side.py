@@ -22,7 +22,7 @@ from replay.policies import PolicySpec
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
-from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ class SimSide:
     profile: Profile
     engine: SimSchedulerConfig
     timing: Load
-    bundle: bundle_mod.Bundle | None = None
+    bundle: bundle_doc.Bundle | None = None
     settings: Mapping[str, RouterSettings] = field(default_factory=dict)
     #: every replica with vLLM's async scheduling (as the live servers were told)
     async_scheduling: bool = False

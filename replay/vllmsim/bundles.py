@@ -13,7 +13,7 @@
   any budget.
 - ``vllm``, ``unlimited-kv``: no bundle (vLLM's own scheduler).
 
-Bundles are sealed and checked by :func:`ttlctl.bundle.build` like any other; the
+Bundles are sealed and checked by :func:`ttlctl.bundle_make.build` like any other; the
 plugin reads them from a file (``TTLCTL_BUNDLE``).
 """
 
@@ -22,14 +22,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fitting.fit_doc import FitDoc
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles.cost import CostModel, ProfileCostModel
 from profiles.schema import ProfileDoc
 from replay.policies import PolicySpec
 from replay.policies.simple import STATIC_TTL_VALVE
 from replay.vllmsim.backend import BackendError
-from ttlctl import __version__
-from ttlctl import bundle as bundle_mod
+from ttlctl import __version__, bundle_doc, bundle_make
 
 #: fixed, so that a replay's bundle (and everything after it) is the same every run
 CREATED = "1970-01-01T00:00:00+00:00"
@@ -43,8 +42,8 @@ def _profile(cost: CostModel, name: str) -> ProfileDoc:
     return cost.profile.to_json()
 
 
-def _seal(fit: FitDoc, profile: ProfileDoc, params: PolicyParams, policy: str) -> bundle_mod.Bundle:
-    return bundle_mod.build(
+def _seal(fit: FitDoc, profile: ProfileDoc, params: PolicyParams, policy: str) -> bundle_doc.Bundle:
+    return bundle_make.build(
         fit,
         profile,
         params,
@@ -54,13 +53,13 @@ def _seal(fit: FitDoc, profile: ProfileDoc, params: PolicyParams, policy: str) -
     )
 
 
-def bundle_for(spec: PolicySpec, cost: CostModel) -> bundle_mod.Bundle | None:
+def bundle_for(spec: PolicySpec, cost: CostModel) -> bundle_doc.Bundle | None:
     """The sealed bundle ``TTLScheduler`` runs ``spec`` with; None: vLLM's own scheduler."""
     name = spec.name
     if name in ("vllm", "unlimited-kv"):
         return None
     if name == "program-fcfs":
-        return _seal(bundle_mod.empty_fit(), _profile(cost, name), PolicyParams(pins=False), name)
+        return _seal(bundle_make.empty_fit(), _profile(cost, name), PolicyParams(pins=False), name)
     if name == "static-ttl":
         params = PolicyParams(
             k=NEVER,
@@ -68,11 +67,11 @@ def bundle_for(spec: PolicySpec, cost: CostModel) -> bundle_mod.Bundle | None:
             valve=spec.valve or STATIC_TTL_VALVE,
             pin_cap=spec.pin_cap if spec.pin_cap is not None else 1.0,
         )
-        return _seal(bundle_mod.empty_fit(), _profile(cost, name), params, name)
+        return _seal(bundle_make.empty_fit(), _profile(cost, name), params, name)
     if name == "continuum":
         if spec.bundle is None:
             profile = _profile(cost, name)
-            fit = bundle_mod.empty_fit()
+            fit = bundle_make.empty_fit()
             params = PolicyParams()
         else:
             fit, profile = spec.bundle["fit"], spec.bundle["profile"]

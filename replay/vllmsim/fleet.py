@@ -35,7 +35,7 @@ from replay.vllmsim.bundles import bundle_for
 from replay.vllmsim.engine import VllmEngine
 from replay.vllmsim.prompts import TokenBook
 from replay.workload import Workload
-from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_make
 
 
 @dataclass(slots=True)
@@ -83,7 +83,7 @@ def simulate(
         path = None
         if doc is not None:
             path = Path(folder) / "bundle.json"
-            bundle_mod.write(doc, path)
+            bundle_make.write(doc, path)
         built = [build(e, async_scheduling=async_scheduling, bundle=path) for e in sizes]
         book = TokenBook(work, cfg, built[0].hasher)
         engines = [

@@ -24,7 +24,7 @@ from replay.vllmsim.bundles import bundle_for
 from replay.vllmsim.harness import Harness, Observer
 from replay.vllmsim.outcome import Outcome
 from replay.workload import Workload
-from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_make
 
 
 def run(
@@ -60,7 +60,7 @@ def run(
         path = None
         if doc is not None:
             path = Path(folder) / "bundle.json"
-            bundle_mod.write(doc, path)
+            bundle_make.write(doc, path)
         built = build(cfg.engine, async_scheduling=async_scheduling, bundle=path)
         harness = Harness(
             built,

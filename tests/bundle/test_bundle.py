@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles.shipped import resolve
 from replay.fleet.routers import ROUTERS, TAKES, RouterSettings
-from ttlctl import bundle, router_doc
+from ttlctl import bundle, bundle_check, bundle_doc, bundle_make, router_doc
 from ttlctl.cli import app
 from ttlctl.jsonio import file_sha256
 from ttlctl.server import serving
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def bundle_file(fit_doc: dict[str, Any], tmp_path: Path) -> Path:
     profile, _ = resolve("llama-3.1-8b-h100")
-    doc = bundle.build(
+    doc = bundle_make.build(
         fit_doc,
         profile.to_json(),
         PolicyParams(eta=0.5, valve="stall-only"),
@@ -36,15 +36,15 @@ def bundle_file(fit_doc: dict[str, Any], tmp_path: Path) -> Path:
         provenance={"test": True},
     )
     path = tmp_path / "bundle.json"
-    bundle.write(doc, path)
+    bundle_make.write(doc, path)
     return path
 
 
 def test_round_trip_and_checksum(bundle_file: Path) -> None:
     doc = bundle.read(bundle_file)
-    assert doc["schema_version"] == bundle.SCHEMA_VERSION
+    assert doc["schema_version"] == bundle_doc.SCHEMA_VERSION
     assert doc["policy"]["valve"] == "stall-only" and doc["policy"]["eta"] == 0.5
-    assert doc["sha256"] == bundle.seal(doc)["sha256"]
+    assert doc["sha256"] == bundle_doc.seal(doc)["sha256"]
     policy = bundle.policy_from(doc)
     assert policy.decide("grep", 32_000).source == "tool"
 
@@ -62,18 +62,18 @@ def test_every_single_edit_is_caught(bundle_file: Path, tmp_path: Path) -> None:
     for old, new in edits:
         assert old in text, old
         damaged.write_text(text.replace(old, new, 1))
-        with pytest.raises(bundle.BundleError, match="checksum mismatch"):
+        with pytest.raises(bundle_doc.BundleError, match="checksum mismatch"):
             bundle.read(damaged)
     for cut in (10, len(text) // 2, len(text) - 3):
         damaged.write_text(text[:cut])
-        with pytest.raises(bundle.BundleError, match="not valid JSON"):
+        with pytest.raises(bundle_doc.BundleError, match="not valid JSON"):
             bundle.read(damaged)
     damaged.write_text(json.dumps({"hello": "world"}))
-    with pytest.raises(bundle.BundleError, match="not a ttlctl bundle"):
+    with pytest.raises(bundle_doc.BundleError, match="not a ttlctl bundle"):
         bundle.read(damaged)
-    doc2 = bundle.seal({**doc, "schema_version": 99})
+    doc2 = bundle_doc.seal({**doc, "schema_version": 99})
     damaged.write_text(json.dumps(doc2))
-    with pytest.raises(bundle.BundleError, match="schema_version 99 is not supported"):
+    with pytest.raises(bundle_doc.BundleError, match="schema_version 99 is not supported"):
         bundle.read(damaged)
 
 
@@ -81,12 +81,12 @@ def test_resealed_but_invalid_content_is_refused(bundle_file: Path) -> None:
     doc = bundle.read(bundle_file)
     bad_cdf = json.loads(json.dumps(doc))
     bad_cdf["fit"]["tools"]["grep"]["cdf"]["p"][0] = 2.0
-    with pytest.raises(bundle.BundleError, match="p must increase"):
-        bundle.verify(bundle.seal(bad_cdf))
+    with pytest.raises(bundle_doc.BundleError, match="p must increase"):
+        bundle_check.verify(bundle_doc.seal(bad_cdf))
     bad_policy = json.loads(json.dumps(doc))
     bad_policy["policy"]["pin_cap"] = 7
-    with pytest.raises(bundle.BundleError, match="pin_cap"):
-        bundle.verify(bundle.seal(bad_policy))
+    with pytest.raises(bundle_doc.BundleError, match="pin_cap"):
+        bundle_check.verify(bundle_doc.seal(bad_policy))
 
 
 def test_the_router_sections_refusal_names_what_it_takes(bundle_file: Path) -> None:
@@ -96,10 +96,10 @@ def test_the_router_sections_refusal_names_what_it_takes(bundle_file: Path) -> N
     doc = bundle.read(bundle_file)
     settings = {"token_capacity": True, "resume_order": "mru", "x": None, "n": 1.5}
     good = {**doc, "router": {"name": "program-scheduling", "settings": settings, "replicas": 2}}
-    bundle.verify(bundle.seal(good))
+    bundle_check.verify(bundle_doc.seal(good))
     bad = {**doc, "router": {"name": "cache-aware", "settings": {"a": [1]}, "replicas": 2}}
-    with pytest.raises(bundle.BundleError) as caught:
-        bundle.verify(bundle.seal(bad))
+    with pytest.raises(bundle_doc.BundleError) as caught:
+        bundle_check.verify(bundle_doc.seal(bad))
     assert str(caught.value) == (
         "router must be an object with name (text), settings (numbers, text, booleans or "
         "null) and replicas (an integer >= 1)"
@@ -111,7 +111,7 @@ def _with_router(bundle_file: Path, tmp_path: Path, name: str, **settings: Any) 
     doc = dict(bundle.read(bundle_file))
     doc["router"] = {"name": name, "settings": settings, "replicas": 2}
     path = tmp_path / f"{name}.json"
-    bundle.write(bundle.seal(doc), path)
+    bundle_make.write(bundle_doc.seal(doc), path)
     return path
 
 
@@ -182,7 +182,7 @@ def test_a_router_setting_vllm_router_would_refuse_is_refused_naming_file_and_ke
     router's flag takes it; `bundle query --as vllm-router` says so in one line naming the
     file and the key, exit 2, instead of printing a flag the router refuses."""
     path = _with_router(bundle_file, tmp_path, name, **settings)
-    with pytest.raises(bundle.BundleError) as caught:
+    with pytest.raises(bundle_doc.BundleError) as caught:
         bundle.read(path)
     assert str(caught.value).startswith(f"{path}: {message}"), caught.value
     res = CliRunner().invoke(app, ["bundle", "query", str(path), "--as", "vllm-router"])
@@ -197,7 +197,7 @@ def test_the_engine_serves_a_bundle_whose_router_settings_the_router_would_refus
     reads as the engine does) serves the policy of a bundle whose settings vllm-router
     would refuse, where `bundle query --as vllm-router` refuses them."""
     path = _with_router(bundle_file, tmp_path, "cache-aware", **{"cache-threshold": 0.3})
-    with pytest.raises(bundle.BundleError):
+    with pytest.raises(bundle_doc.BundleError):
         bundle.read(path)
     warned: list[str] = []
     policy, doc = bundle.load_policy(path, warned.append)
@@ -399,13 +399,13 @@ def test_assemble_stamps_now_and_this_version(fit_doc: dict[str, Any]) -> None:
     import ttlctl
 
     prof, _ = resolve("llama-3.1-8b-h100")
-    doc = bundle.assemble(fit_doc, prof.to_json(), PolicyParams(k=7), {"by": "test"})
-    bundle.verify(doc)
+    doc = bundle_make.assemble(fit_doc, prof.to_json(), PolicyParams(k=7), {"by": "test"})
+    bundle_check.verify(doc)
     assert doc["ttlctl_version"] == ttlctl.__version__
     assert doc["policy"]["k"] == 7 and doc["provenance"] == {"by": "test"}
     created = datetime.fromisoformat(doc["created"])
     assert abs((datetime.now(UTC) - created).total_seconds()) < 60
-    cold = bundle.assemble(bundle.empty_fit(), prof.to_json(), PolicyParams(), {})
+    cold = bundle_make.assemble(bundle_make.empty_fit(), prof.to_json(), PolicyParams(), {})
     assert cold["fit"]["tools"] == {} and bundle.policy_from(cold) is not None
 
 
@@ -418,11 +418,13 @@ def test_bundle_build_writes_a_bundle_doc(fit_doc: dict[str, Any], tmp_path: Pat
     res = CliRunner().invoke(app, [*build, "-o", str(out)])
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
-    conforms(doc, bundle.Bundle)
+    conforms(doc, bundle_doc.Bundle)
     # every field but the optional router section (tune --replicas writes it)
-    assert set(doc) == set(bundle.REQUIRED) == set(bundle.Bundle.__annotations__) - {"router"}
+    assert (
+        set(doc) == set(bundle_doc.REQUIRED) == set(bundle_doc.Bundle.__annotations__) - {"router"}
+    )
     assert set(doc["provenance"]) == {"fit", "profile", "trace", "eta_fitted"}
-    assert doc["sha256"] == bundle.checksum(doc)
+    assert doc["sha256"] == bundle_doc.checksum(doc)
 
 
 def test_bundle_build_refuses_a_fit_that_is_not_one(tmp_path: Path) -> None:
@@ -443,10 +445,12 @@ def test_from_files_refuses_a_knob_out_of_range_as_a_bundle_error(
 ) -> None:
     fit_path = tmp_path / "fit.json"
     fit_path.write_text(json.dumps(fit_doc))
-    req = bundle.BuildRequest(fit=fit_path, profile="llama-3.1-8b-h100", pin_cap=1.5)
-    with pytest.raises(bundle.BundleError, match=r"^--pin-cap must be in \(0, 1\], got 1.5$"):
-        bundle.from_files(req)
-    doc = bundle.from_files(bundle.BuildRequest(fit=fit_path, profile="llama-3.1-8b-h100"))
+    req = bundle_make.BuildRequest(fit=fit_path, profile="llama-3.1-8b-h100", pin_cap=1.5)
+    with pytest.raises(bundle_doc.BundleError, match=r"^--pin-cap must be in \(0, 1\], got 1.5$"):
+        bundle_make.from_files(req)
+    doc = bundle_make.from_files(
+        bundle_make.BuildRequest(fit=fit_path, profile="llama-3.1-8b-h100")
+    )
     assert doc["policy"]["k"] == fit_doc.get("k", 100)
     assert doc["policy"]["valve"] == "stall-only"  # the default valve, as `bundle build`'s
     assert doc["provenance"]["fit"] == {"path": str(fit_path), "sha256": file_sha256(fit_path)}

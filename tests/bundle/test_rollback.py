@@ -11,18 +11,18 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from tests.bundles import EMPTY_FIT, PROFILE
-from ttlctl import bundle, bundle_history
-from ttlctl.bundle import BundleError
+from ttlctl import bundle, bundle_doc, bundle_history, bundle_make
+from ttlctl.bundle_doc import BundleError
 from ttlctl.cli import app
 from ttlctl.engine.watch import BundleWatcher
 from ttlctl.jsonio import OutputError
 
 
-def doc(ttl: float) -> bundle.Bundle:
+def doc(ttl: float) -> bundle_doc.Bundle:
     """A sealed bundle told apart by its cold-start τ."""
-    return bundle.build(
+    return bundle_make.build(
         EMPTY_FIT,
         json.loads(PROFILE.read_text()),
         PolicyParams(cold_start_ttl_s=ttl),
@@ -169,7 +169,7 @@ def test_a_bundle_that_cannot_be_kept_is_not_replaced(
     def full_disk(_doc: Any, _path: Path) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(bundle, "write", full_disk)
+    monkeypatch.setattr(bundle_make, "write", full_disk)
     with pytest.raises(OSError, match="No space"):
         bundle_history.replace(doc(3.0), path)
     assert [e.path for e in bundle_history.entries(path)] == [first.path]

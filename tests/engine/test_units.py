@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from fitting.policy import PolicyParams, TTLPolicy
+from fitting.policy import TTLPolicy
+from fitting.policy_params import PolicyParams
 from tests.bundles import write_bundle
 from ttlctl.engine import tags
 from ttlctl.engine.counters import Counters

@@ -10,9 +10,9 @@ from typing import Any
 from typer.testing import CliRunner
 
 from fitting.fit_doc import CdfDoc, FitDoc
-from fitting.policy import PolicyDoc, PolicyParams
+from fitting.policy_params import PolicyDoc, PolicyParams
 from tests.documents import conforms, problems
-from ttlctl import bundle
+from ttlctl import bundle_make
 from ttlctl.cli import app
 
 
@@ -38,7 +38,7 @@ def test_ttlctl_fit_writes_a_fit_doc(synthetic_trace: Path, tmp_path: Path) -> N
 
 
 def test_an_empty_fit_is_a_fit_doc() -> None:
-    empty = bundle.empty_fit()
+    empty = bundle_make.empty_fit()
     conforms(empty, FitDoc)
     assert problems({k: v for k, v in empty.items() if k != "global"}, FitDoc) == [
         "$: missing 'global' (FitDoc)"

@@ -8,14 +8,9 @@ import numpy as np
 import pytest
 
 from fitting import hull
-from fitting.policy import (
-    SOURCE_COLD,
-    SOURCE_GLOBAL,
-    SOURCE_TOOL,
-    PolicyParams,
-    Prior,
-    TTLPolicy,
-)
+from fitting.durations import Prior
+from fitting.policy import SOURCE_COLD, SOURCE_GLOBAL, SOURCE_TOOL, TTLPolicy
+from fitting.policy_params import PolicyParams
 
 
 def rebuild(tokens: float, offload: bool) -> float:

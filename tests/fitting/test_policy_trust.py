@@ -19,14 +19,9 @@ from hypothesis import strategies as st
 from fitting import cdf as cdf_mod
 from fitting import hull as hull_mod
 from fitting import policy as policy_mod
-from fitting.policy import (
-    SOURCE_COLD,
-    SOURCE_GLOBAL,
-    SOURCE_TOOL,
-    PolicyParams,
-    Prior,
-    TTLPolicy,
-)
+from fitting.durations import Prior
+from fitting.policy import SOURCE_COLD, SOURCE_GLOBAL, SOURCE_TOOL, TTLPolicy
+from fitting.policy_params import PolicyParams
 
 #: context tokens whose rebuild costs B = 5 s under ``rebuild`` (and T = 0)
 B5 = 5e6
@@ -149,7 +144,7 @@ def counted_builds(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
         calls[0] += 1
         return real(x, p)
 
-    monkeypatch.setattr(hull_mod, "build", build)  # the module fitting.policy calls
+    monkeypatch.setattr(hull_mod, "build", build)  # the module fitting.durations calls
     yield calls
 
 

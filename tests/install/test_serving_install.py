@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles.shipped import resolve
 from tests.deploy_kit import serving_install, wheel_glob
-from ttlctl import bundle
+from ttlctl import bundle, bundle_make
 from ttlctl.launcher import TRAINER_PACKAGES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,9 +99,9 @@ def test_the_plugin_side_works_without_the_trainer(
 ) -> None:
     """A bundle from a real fit (the synthetic trace's), read and asked as the engine does."""
     profile, _ = resolve("llama-3.1-8b-h100")
-    doc = bundle.assemble(fit_doc, profile.to_json(), PolicyParams(valve="stall-only"), {})
+    doc = bundle_make.assemble(fit_doc, profile.to_json(), PolicyParams(valve="stall-only"), {})
     path = tmp_path / "bundle.json"
-    bundle.write(doc, path)
+    bundle_make.write(doc, path)
     expected = bundle.policy_from(doc).decide("grep", 32_000, queue_delay_s=1.5).to_json()
     code = (
         "import json, sys\n"

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles import shipped
 from profiles.cost import ConstantCostModel, ProfileCostModel, rebuild_pricer
 from profiles.schema import ProfileError, from_json, load
 from tests.profiles.made import quadratic_profile
 from tests.profiles.replay_one import check_replays_its_points, one_call_ttft
-from ttlctl import __version__
+from ttlctl import __version__, bundle_make
 from ttlctl import bundle as bundle_mod
 
 A, B, Q, STEP = 0.002, 2e-5, 3e-10, 0.005
@@ -127,8 +127,8 @@ def test_the_policy_the_baselines_and_the_simulator_share_one_price(name: str) -
         assert rebuild_pricer(cost, chunk)(tokens, False) == pytest.approx(price, rel=1e-12)
         assert rebuild_pricer(cost, chunk)(tokens, True) == p.reload_s(tokens)
     # a bundle's policy: B = T·η + the profile's price (its measured budget, or one step)
-    doc = bundle_mod.build(
-        bundle_mod.empty_fit(),
+    doc = bundle_make.build(
+        bundle_make.empty_fit(),
         p.to_json(),
         PolicyParams(),
         created="1970-01-01T00:00:00+00:00",

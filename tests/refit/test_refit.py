@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.policy_runs import Load
 from replay.refit import RefitError, refit
 from replay.refit_settings import (
@@ -31,7 +31,7 @@ from replay.refit_settings import (
 )
 from tests.documents import conforms
 from tests.refit.logs import cut, engine_lines, swe_trace, write_log
-from ttlctl import bundle, bundle_history
+from ttlctl import bundle, bundle_doc, bundle_history, bundle_make
 from ttlctl.cli import app, render
 from ttlctl.cli.kit import out
 from ttlctl.errors import ConfigError
@@ -111,7 +111,7 @@ def test_a_better_fit_replaces_the_served_bundle_atomically(
     verified = run("bundle", "verify", served)
     assert verified.exit_code == 0 and "ok" in verified.output
     new = bundle.read(served)
-    conforms(new, bundle.Bundle)
+    conforms(new, bundle_doc.Bundle)
     assert new["sha256"] == report["new_bundle_sha256"] != old["sha256"]
     assert new["policy"] == old["policy"] and new["profile"] == old["profile"]
     assert new["fit"]["config"] == old["fit"]["config"]  # the served fit's settings
@@ -336,7 +336,7 @@ def test_settings_come_from_the_served_bundle(world: dict[str, Path]) -> None:
     )
     config, _ = replay_settings(tuned, RefitSettings(kv_tokens=50_000, truncate=False))
     assert (config.engine.kv_tokens, config.truncate) == (50_000, False)
-    cold = dict(doc, fit=bundle.empty_fit(), policy=dict(doc["policy"], k=7))
+    cold = dict(doc, fit=bundle_make.empty_fit(), policy=dict(doc["policy"], k=7))
     assert fit_config(cold).min_samples == 7
 
 
@@ -407,7 +407,7 @@ def test_the_router_the_policy_was_tuned_behind_is_kept(
     the policy it was tuned with, so it keeps the router too: the router restarted with
     ``bundle query --as vllm-router`` after a refit gets the same flags."""
     stale = bundle.read(world["stale"])
-    router: bundle.RouterDoc = {
+    router: bundle_doc.RouterDoc = {
         "name": "cache-aware",
         "settings": {
             "balance_abs_threshold": 12,
@@ -418,7 +418,7 @@ def test_the_router_the_policy_was_tuned_behind_is_kept(
     }
     served = tmp_path / "srv" / "bundle.json"
     served.parent.mkdir()
-    tuned = bundle.build(
+    tuned = bundle_make.build(
         stale["fit"],
         stale["profile"],
         PolicyParams.from_json(stale["policy"]),

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from fitting.policy import PolicyParams, TTLPolicy
+from fitting.policy import TTLPolicy
+from fitting.policy_params import PolicyParams
 from profiles.cost import ConstantCostModel
 from replay.policies import PolicySpec, make
 from replay.scheduler import SimScheduler, SimSchedulerConfig

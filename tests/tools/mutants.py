@@ -206,19 +206,19 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "valve: the head's own pin first when stalled",
-        "ttlctl/engine/retention.py",
+        "ttlctl/engine/orders.py",
         "            order.append(head_program)",
         "            order.insert(0, head_program)",
     ),
     Mutant(
         "stall-only releases while something runs",
-        "ttlctl/engine/retention.py",
+        "ttlctl/engine/orders.py",
         'if self._source.params.valve == "stall-only" and not stalled:',
         'if self._source.params.valve == "stall-only" and stalled:',
     ),
     Mutant(
         "queue key: a pinned program's call not first",
-        "ttlctl/engine/retention.py",
+        "ttlctl/engine/orders.py",
         "pinned = 0.0 if program is not None and program in self.pins.pins else 1.0",
         "pinned = 1.0",
     ),

@@ -44,11 +44,11 @@ PROMPT = 8 * BLOCK
 
 
 def _bundle(folder: Path, **params: Any) -> Path:
-    from fitting.policy import PolicyParams
-    from ttlctl import bundle
+    from fitting.policy_params import PolicyParams
+    from ttlctl import bundle_make
 
     profile = Path(__file__).resolve().parents[2] / "profiles" / "data" / "tiny-cpu.json"
-    doc = bundle.build(
+    doc = bundle_make.build(
         {"schema": "ttlctl.fit/1", "tools": {}, "global": None},
         json.loads(profile.read_text()),
         PolicyParams(**params),
@@ -57,7 +57,7 @@ def _bundle(folder: Path, **params: Any) -> Path:
         provenance={"probe": True},
     )
     path = folder / "bundle.json"
-    bundle.write(doc, path)
+    bundle_make.write(doc, path)
     return path
 
 

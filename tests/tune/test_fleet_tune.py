@@ -18,7 +18,7 @@ from profiles import schema as profile_schema
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
 from tests.tune.inputs import KV_TOKENS, PROFILE
-from ttlctl import bundle
+from ttlctl import bundle, bundle_check, bundle_doc
 from ttlctl.cli import app as ttlctl_app
 from ttlctl.cli import tune as tune_cli
 
@@ -103,7 +103,7 @@ def test_bundle_query_as_vllm_router(tune_inputs: dict[str, Any], tmp_path: Path
     ]  # fmt: skip
     # pin-aware has no vllm-router policy: refused, the nearest named
     pin_aware = {**doc["router"], "name": "pin-aware", "settings": {"pin_queue_bound": 16}}
-    pinned = bundle.seal({**doc, "router": pin_aware})
+    pinned = bundle_doc.seal({**doc, "router": pin_aware})
     (tmp_path / "pin.json").write_text(json.dumps(pinned))
     q = CliRunner().invoke(
         ttlctl_app, ["bundle", "query", str(tmp_path / "pin.json"), "--as", "vllm-router"]
@@ -111,8 +111,8 @@ def test_bundle_query_as_vllm_router(tune_inputs: dict[str, Any], tmp_path: Path
     assert q.exit_code == 2 and "no policy like it" in q.output and "kv_aware" in q.output
     # an old bundle (no router section) stays valid, and says what is missing
     old = {k: v for k, v in doc.items() if k != "router"}
-    (tmp_path / "old.json").write_text(json.dumps(bundle.seal(old)))
-    bundle.verify(bundle.read(tmp_path / "old.json"))
+    (tmp_path / "old.json").write_text(json.dumps(bundle_doc.seal(old)))
+    bundle_check.verify(bundle.read(tmp_path / "old.json"))
     q = CliRunner().invoke(
         ttlctl_app, ["bundle", "query", str(tmp_path / "old.json"), "--as", "vllm-router"]
     )

@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.tune import guard, paired
 from replay.tune.caveats import caveats
 from tests.tune.inputs import KV_TOKENS, PROFILE

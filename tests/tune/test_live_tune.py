@@ -22,10 +22,10 @@ import typer
 from typer.testing import CliRunner
 
 from fitting.fit import FitConfig, fit_trace
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.live import run_live
 from tests.live.traces import agent_trace
-from ttlctl import bundle, bundle_history
+from ttlctl import bundle, bundle_history, bundle_make
 from ttlctl.cli import bundle as bundle_cli
 from ttlctl.cli import tune as tune_cli
 from ttlctl.trace import io as trace_io
@@ -52,8 +52,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     prof, _ = resolve(PROFILE)
     served = root / "served" / "bundle.json"
-    bundle.write(
-        bundle.build(
+    bundle_make.write(
+        bundle_make.build(
             fit_doc,
             prof.to_json(),
             PolicyParams(),

@@ -11,7 +11,7 @@ import optuna
 import pytest
 from optuna.trial import FixedTrial
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.policy_runs import Load, run_one
 from replay.tune import (
     Storage,

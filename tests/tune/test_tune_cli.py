@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from replay.tune import first_trials
 from tests.documents import conforms
 from tests.tune.inputs import KV_TOKENS, PROFILE
-from ttlctl import bundle
+from ttlctl import bundle, bundle_doc
 from ttlctl.cli import tune as tune_cli
 
 app = typer.Typer()
@@ -58,7 +58,7 @@ def test_tune_writes_bundle_summary_and_commands(
     res = CliRunner().invoke(app, _args(tune_inputs, out))
     assert res.exit_code == 0, res.output
     doc = bundle.read(out)
-    conforms(doc, bundle.Bundle)
+    conforms(doc, bundle_doc.Bundle)
     tuning = doc["provenance"]["tuning"]
     assert tuning["guard"]["shipped"] == "tuned"
     assert doc["policy"] == tuning["best"]["policy"]

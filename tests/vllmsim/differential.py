@@ -39,7 +39,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles.cost import CostModel, ProfileCostModel
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, simulate_one
@@ -49,7 +49,7 @@ from replay.sim import Outcome, ReplayConfig
 from replay.vllmsim.outcome import Outcome as VllmOutcome
 from replay.vllmsim.run import run
 from replay.workload import AgentProgram, Call, SharedPrefix, Workload
-from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_make
 
 #: relative tolerance of times (float summation order, see the module docstring)
 REL_TIME = 1e-9
@@ -95,7 +95,7 @@ def continuum_bundles(
 ) -> dict[str, dict[str, Any] | None]:
     """Continuum's bundles: none (cold start, learning online) and one fitted on ``fit``
     (the test session's synthetic trace: tools grep, pytest, web), priced by ``cost``."""
-    fitted = bundle_mod.build(
+    fitted = bundle_make.build(
         fit,
         cost.profile.to_json(),
         PolicyParams(),

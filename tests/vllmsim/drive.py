@@ -9,14 +9,14 @@ from typing import Any
 from vllm.sampling_params import SamplingParams
 from vllm.v1.request import Request
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
 from replay.scheduler import SimSchedulerConfig
 from replay.vllmsim.build import Built, build, quiet_vllm
 from replay.vllmsim.bundles import CREATED, NEVER
 from replay.vllmsim.executor import Step, execute
-from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_make
 
 PROFILE = resolve("tiny-cpu")[0]
 COST = ProfileCostModel(PROFILE)
@@ -28,15 +28,15 @@ def static_params(ttl_s: float, **more: Any) -> PolicyParams:
 
 
 def write_bundle(path: Path, params: PolicyParams) -> Path:
-    doc = bundle_mod.build(
-        bundle_mod.empty_fit(),
+    doc = bundle_make.build(
+        bundle_make.empty_fit(),
         PROFILE.to_json(),
         params,
         created=CREATED,
         ttlctl_version="test",
         provenance={"test": True},
     )
-    bundle_mod.write(doc, path)
+    bundle_make.write(doc, path)
     return path
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from vllm.v1.request import RequestStatus
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from replay.policies import PolicySpec
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig

@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
-from fitting.policy import PolicyParams
+from fitting.policy_params import PolicyParams
 from profiles.schema import Profile
 from replay.policies import PolicySpec, make
 from replay.scheduler import SimSchedulerConfig
 from replay.vllmsim.build import build, quiet_vllm
 from tests.vllmsim.drive import CREATED, PROFILE
 from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_make
 from ttlctl.engine.scheduler import TTLMixin
 
 #: the budget the bundle's profile says it was measured with
@@ -36,15 +37,15 @@ def _profile() -> Profile:
 
 
 def _bundle(path: Path, profile: Profile) -> Path:
-    doc = bundle_mod.build(
-        bundle_mod.empty_fit(),
+    doc = bundle_make.build(
+        bundle_make.empty_fit(),
         profile.to_json(),
         PolicyParams(),
         created=CREATED,
         ttlctl_version="test",
         provenance={"test": True},
     )
-    bundle_mod.write(doc, path)
+    bundle_make.write(doc, path)
     return path
 
 

@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 
-from fitting.policy import DEFAULT_VALVE
+from fitting.policy_params import DEFAULT_VALVE
 from profiles import schema as profile_schema
-from ttlctl import bundle, bundle_history, hints, router_flags
+from ttlctl import bundle, bundle_history, bundle_make, hints, router_flags
 from ttlctl.cli import render
 from ttlctl.cli.kit import UserError, check_outputs, err, out, print_warning, user_errors
 from ttlctl.cli.options import EngineBudget, FitFile, Profile, QueueDelay
@@ -54,8 +54,8 @@ def build(
     """Combine a fit, a profile and the policy's parameters into one sealed bundle."""
     with user_errors():
         check_outputs(output, inputs=(fit, Path(profile)))
-        doc = bundle.from_files(
-            bundle.BuildRequest(
+        doc = bundle_make.from_files(
+            bundle_make.BuildRequest(
                 fit=fit,
                 profile=profile,
                 eta=eta,

@@ -16,11 +16,13 @@ One concept per module:
 - :mod:`.programs`: bounded per-program bookkeeping (first arrival, last finish);
 - :mod:`.pins`: the pins (blocks held past a finish, with an expiry);
 - :mod:`.retention`: the rules (learn, decide, pin, expire, hand over, valve);
+- :mod:`.orders`: the rules' two orders (which pins the valve releases first, the queue's);
 - :mod:`.queue`: the waiting queue in the priority-tuple order;
 - :mod:`.watch`: the bundle, reloaded when its file changes;
 - :mod:`.enginelog`: the per-request log;
 - :mod:`.facts`: the engine's facts the log states (size, vLLM, bundle, replica);
 - :mod:`.metrics`: the counters (attributes and Prometheus);
+- :mod:`.plugin_setup`: the plugin's state on vLLM's scheduler, built at its start;
 - :mod:`.scheduler`: the glue: vLLM's ``Scheduler`` hooks.
 
 ``TTLScheduler`` and ``TTLAsyncScheduler`` are imported lazily so that the

@@ -8,7 +8,7 @@ from them (:mod:`ttlctl.ingest.formats.engine_log` documents the record).
 
 ``TTLCTL_REPLICA`` names the replica (one name per server behind a router); the name
 goes into every engine record, and ingest gives each call the replica that logged it.
-vLLM-free: the scheduler (:mod:`ttlctl.engine.scheduler`) reads the values from its
+vLLM-free: the plugin (:mod:`ttlctl.engine.plugin_setup`) reads the values from its
 configuration.
 """
 

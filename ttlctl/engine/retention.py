@@ -34,19 +34,22 @@ oracle's true pauses, InferCept's formula). The rules:
   the call's arrival, its order.
 
 Per-call state lives from arrival to finish (:meth:`Retention.forget`); per-program
-state is a bounded :class:`~ttlctl.engine.programs.ProgramBook`.
+state is a bounded :class:`~ttlctl.engine.programs.ProgramBook`. The valve's order and
+the queue's order are :class:`~ttlctl.engine.orders.PinOrders`, the base of
+:class:`Retention`.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from fitting.policy import TTLPolicy
 from ttlctl.engine.calls import Live
 from ttlctl.engine.counters import Counters
+from ttlctl.engine.orders import PinOrders
 from ttlctl.engine.pins import Pin, PinTable
 from ttlctl.engine.programs import DEFAULT_CAP, ProgramBook
 from ttlctl.engine.source import PolicySource, TauSource
@@ -58,7 +61,7 @@ OK, ABORTED, FAILED = "ok", "aborted", "failed"
 __all__ = ["ABORTED", "FAILED", "OK", "Live", "Retention"]
 
 
-class Retention:
+class Retention(PinOrders):
     """The pin rules' state: pins, the program book, calls in flight, counters.
 
     Invariants (:meth:`check`): at most one pin per program, each of at least one block,
@@ -241,24 +244,6 @@ class Retention:
         self._changed(program)
         return True
 
-    def valve_releases(self, head_program: str | None, stalled: bool) -> bool:
-        """Whether :meth:`valve_order` names any pin (without sorting them)."""
-        if not self.pins or self._source is None:
-            return False
-        if self._source.params.valve == "stall-only" and not stalled:
-            return False
-        return stalled or len(self.pins) > (head_program in self.pins)
-
-    def valve_order(self, head_program: str | None, stalled: bool) -> Iterator[str]:
-        """Programs whose pins to release, one at a time, until the head fits (``stalled``:
-        nothing is running)."""
-        if not self.valve_releases(head_program, stalled):
-            return iter(())
-        order = [p.program for p in self.pins.by_latest_program(exclude=head_program)]
-        if stalled and head_program is not None and head_program in self.pins:
-            order.append(head_program)
-        return iter(order)
-
     def deferred(self, request_id: Hashable) -> None:
         """The call was to be pinned, but vLLM defers freeing its blocks (a KV connector
         may still write them: async scheduling, or the connector's own delayed free): no
@@ -284,27 +269,6 @@ class Retention:
 
     def forget(self, request_id: Hashable) -> Live | None:
         return self.live.pop(request_id, None)
-
-    # ------------------------------------------------------------ the queue's order
-
-    def key(self, live: Live | None, preempted: bool, priority: float = 0.0) -> tuple[float, ...]:
-        """The waiting queue's order, smallest first: preempted, the vLLM priority, a live
-        pin of the call's program, the program's first arrival and its order, the call's
-        arrival and its order (an untagged or unknown call last among its peers)."""
-        first = 0.0 if preempted else 1.0
-        if live is None:
-            return (first, priority, 1.0, math.inf, math.inf, math.inf, 0.0)
-        program = live.tags.program
-        pinned = 0.0 if program is not None and program in self.pins.pins else 1.0
-        return (
-            first,
-            priority,
-            pinned,
-            live.program_start,
-            float(live.program_seq),
-            live.arrival,
-            float(live.seq),
-        )
 
     # ------------------------------------------------------------ checks
 

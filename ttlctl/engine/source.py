@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from fitting.policy import PolicyParams, TTLPolicy
+from fitting.policy import TTLPolicy
+from fitting.policy_params import PolicyParams
 from ttlctl.engine.calls import Live
 
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fitting.policy import TTLPolicy
-from ttlctl.bundle import Bundle, BundleError, load_policy, open_policy
+from ttlctl.bundle import load_policy, open_policy
+from ttlctl.bundle_doc import Bundle, BundleError
 
 ENV_BUNDLE = "TTLCTL_BUNDLE"
 ENV_EVERY = "TTLCTL_BUNDLE_CHECK_S"

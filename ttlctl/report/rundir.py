@@ -16,6 +16,7 @@ from fitting.fit_doc import FitDoc, ToolFit
 from fitting.policy import Decision, TTLPolicy
 from replay.figures import PolicyResult, ReplayDoc
 from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_doc
 from ttlctl.errors import TtlctlError
 from ttlctl.report.markup import is_num
 from ttlctl.trace import io as trace_io
@@ -42,7 +43,7 @@ class RunInputs:
     fit: FitDoc | None = None
     #: where the fit came from: fit.json, or the bundle's own fit
     fit_source: str = "fit.json"
-    bundle: bundle_mod.Bundle | None = None
+    bundle: bundle_doc.Bundle | None = None
     policy: TTLPolicy | None = None
     replay: ReplayDoc | None = None
     #: tune.json (``ttlctl tune``'s summary), read as it is

@@ -21,7 +21,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from ttlctl.bundle import BundleError, read
+from ttlctl.bundle import read
+from ttlctl.bundle_doc import BundleError
 from ttlctl.errors import TtlctlError
 from ttlctl.server import command, vllm_config
 from ttlctl.server.command import SCHEDULER_CLS

@@ -12,7 +12,7 @@ from ttlctl.cli.render.cells import secs, show
 
 if TYPE_CHECKING:
     from fitting.policy import TTLPolicy
-    from ttlctl.bundle import Bundle
+    from ttlctl.bundle_doc import Bundle
 
 
 def bundle_table(

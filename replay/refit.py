@@ -126,7 +126,14 @@ def refit(
     by, p95 = replay_part(part, specs)
     held = held_figures(ctx, by, p95, ("old", "vllm"), "old", candidate="new")
     engines = engines_doc(part)
-    verdict = guard(held, settings.force, baseline="old")
+    # -o elsewhere: the verdict names that file, not the served bundle, as what it writes
+    elsewhere = None if output is None or output.resolve() == bundle_path.resolve() else output
+    verdict = guard(
+        held,
+        settings.force,
+        baseline="old",
+        elsewhere=None if elsewhere is None else str(elsewhere),
+    )
     replay_doc = {
         "loads": [load_json(t) for t in ctx.loads],
         "load_source": part.load_source,

@@ -84,6 +84,22 @@ def policy_names(given: Sequence[str], backend: str) -> list[str]:
     return names
 
 
+def left_out(given: Sequence[str], backend: str) -> str | None:
+    """The line saying which of ``all``'s policies ``backend`` does not run, and why
+    (None when it runs every one asked)."""
+    names = [n.strip() for p in given for n in p.split(",") if n.strip()]
+    if names != ["all"] or backend != "vllm":
+        return None
+    left = [n for n in expand(names) if n in UNMAPPED]
+    if not left:
+        return None
+    why = "; ".join(f"{n}: {UNMAPPED[n]}" for n in left)
+    return (
+        f"--policy all on --backend vllm: {', '.join(left)} not run, as no vLLM scheduler "
+        f"runs them ({why}); --backend fast runs them"
+    )
+
+
 def replay_doc(
     req: ReplayRequest,
     *,
@@ -111,6 +127,9 @@ def replay_doc(
             "--per-token": req.per_token,
         },
     )
+    skipped = left_out(req.policies, req.backend)
+    if skipped is not None and warn is not None:  # said once the backend is known to run
+        warn(skipped)
     fleet = fleet_for(
         req.trace,
         req.replicas,

@@ -173,17 +173,23 @@ def short_of(
 
 
 def guard(
-    held: Mapping[str, Any], force: bool, baseline: str = "vllm", min_gain: float = 1.0
+    held: Mapping[str, Any],
+    force: bool,
+    baseline: str = "vllm",
+    min_gain: float = 1.0,
+    *,
+    elsewhere: str | None = None,
 ) -> dict[str, Any]:
     """Ship the tuned policy only if it beats the baseline on the held-back seeds (by at
     least ``min_gain``): stock vLLM (simulator), or in live mode the never-pin bundle
     (``baseline="never-pin"``: the server runs the TTL scheduler, so stock vLLM is not
     measured there). With ``baseline="old"`` (``ttlctl refit``): the refitted bundle
-    (``new``) replaces the bundle in service (``old``) only if it beats it."""
+    (``new``) replaces the bundle in service (``old``) only if it beats it; ``elsewhere``:
+    the file it is written to instead (``refit -o``), which the verdict names."""
     if baseline == "never-pin":
         return _guard_live(held, force, min_gain)
     if baseline == "old":
-        return _guard_refit(held, force)
+        return _guard_refit(held, force, elsewhere)
     tuned, vllm, never = (held[f"{n}_jct_mean_s"] for n in ("tuned", "vllm", "never_pin"))
     tuned_beats = beats(held, "tuned", "vllm", min_gain)
     never_beats = beats(held, "never-pin", "vllm")
@@ -262,7 +268,7 @@ def _guard_live(held: Mapping[str, Any], force: bool, min_gain: float) -> dict[s
     }
 
 
-def _guard_refit(held: Mapping[str, Any], force: bool) -> dict[str, Any]:
+def _guard_refit(held: Mapping[str, Any], force: bool, elsewhere: str | None) -> dict[str, Any]:
     new, old, vllm = (held[f"{n}_jct_mean_s"] for n in ("new", "old", "vllm"))
     new_beats = beats(held, "new", "old")
     what = "the refitted bundle"
@@ -277,15 +283,24 @@ def _guard_refit(held: Mapping[str, Any], force: bool) -> dict[str, Any]:
         shipped = "new"
         message = (
             f"{what} does NOT beat the bundle in service on the held-back seeds ({figures}); "
-            "replacing it anyway, as asked (--force)"
+            + (
+                "replacing it anyway, as asked (--force)"
+                if elsewhere is None
+                else f"writing it to {elsewhere} anyway, as asked (--force); the bundle in "
+                "service is left as it is"
+            )
         )
     else:
         shipped = "old"
         tie = ", a tie: the two bundles replay alike on this load"
         message = (
             f"{what} does NOT beat the bundle in service on the held-back seeds ({figures}"
-            f"{tie if new == old else ''}): the bundle in service is kept; pass --force to "
-            "replace it anyway"
+            f"{tie if new == old else ''}): the bundle in service is kept"
+            + (
+                "; pass --force to replace it anyway"
+                if elsewhere is None
+                else f" and nothing is written; pass --force to write it to {elsewhere} anyway"
+            )
         )
     return {
         "baseline": "old",

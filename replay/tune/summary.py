@@ -153,8 +153,12 @@ def live_doc(ctx: TuneContext, server: ServerInfo | None) -> dict[str, Any]:
 
 
 def summary_path(output: Path) -> Path:
-    """Where the study summary goes by default: ``tune.json`` next to the bundle."""
-    return output.parent / "tune.json"
+    """Where the study summary goes by default, next to the bundle: ``tune.json`` beside a
+    ``bundle.json``, else named after the bundle (``b2.json``: ``b2.tune.json``), so that
+    two bundles tuned into one folder keep a summary each."""
+    if output.name == "bundle.json":
+        return output.parent / "tune.json"
+    return output.parent / f"{output.stem}.tune.json"
 
 
 def provenance_of(summary: Mapping[str, Any]) -> dict[str, Any]:

@@ -494,3 +494,30 @@ def test_query_and_inspect_price_a_miss_in_the_serving_engines_budget(bundle_fil
         assert res.exit_code == 0, res.output
         shown[budget] = res.output
     assert shown["256"] != shown["8192"]
+
+
+def test_query_and_inspect_say_a_context_beyond_the_profiles_limit(
+    fit_doc: dict[str, Any], bundle_file: Path, tmp_path: Path
+) -> None:
+    """Regression: a bundle built on tiny-cpu (max_context 2,048) priced 128k tokens and
+    said nothing; one warning line names the context and the limit, the answer stands."""
+    fit_path = tmp_path / "fit.json"
+    fit_path.write_text(json.dumps(fit_doc))
+    tiny = tmp_path / "tiny.json"
+    build = ["bundle", "build", "--fit", str(fit_path), "--profile", "tiny-cpu", "-o", str(tiny)]
+    assert CliRunner().invoke(app, build).exit_code == 0
+    query = ["bundle", "query", str(tiny), "--tool", "grep", "--context-tokens"]
+    res = CliRunner().invoke(app, [*query, "128000"])
+    assert res.exit_code == 0, res.output
+    assert set(json.loads(res.stdout)) == {"ttl_s", "source", "benefit_s"}
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("warning: --context-tokens 128,000 tokens is beyond profile tiny-cpu")
+    assert "max_context (2,048 tokens)" in line
+    within = CliRunner().invoke(app, [*query, "2048"])
+    assert within.exit_code == 0 and within.stderr == ""
+    res = CliRunner().invoke(app, ["bundle", "inspect", str(tiny)])
+    assert res.exit_code == 0, res.output
+    (line,) = [x for x in res.stderr.splitlines() if x.startswith("warning: ")]
+    assert "8,000, 32,000, 128,000 tokens are beyond" in line and "(2,048 tokens)" in line
+    res = CliRunner().invoke(app, ["bundle", "inspect", str(bundle_file)])  # 131,072: all within
+    assert res.exit_code == 0 and "warning" not in res.stderr

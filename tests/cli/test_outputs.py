@@ -80,7 +80,7 @@ def test_one_path_named_for_two_outputs_is_refused_first(
     inputs: dict[str, Path], tmp_path: Path
 ) -> None:
     """The second write would replace the first: tune's bundle overwritten by its summary
-    (given as --json, or as -o tune.json beside the default tune.json), fit's -o taken as
+    (given as --json) or its study file (--storage), fit's -o taken as
     its --plot folder. Regression: tune wrote both, leaving a summary where the bundle
     was; fit plotted into a folder named as its -o, then failed to write the fit."""
     trace, fit = str(inputs["trace"]), str(inputs["fit"])
@@ -88,7 +88,7 @@ def test_one_path_named_for_two_outputs_is_refused_first(
     tune = ["tune", trace, "--fit", fit, "--profile", "llama-3.1-8b-h100", "--trials", "1"]
     cases = {
         "tune --json": ([*tune, "-o", str(same), "--json", str(same)], same),
-        "tune -o tune.json": ([*tune, "-o", str(tmp_path / "tune.json")], tmp_path / "tune.json"),
+        "tune --storage": ([*tune, "-o", str(same), "--storage", f"sqlite:///{same}"], same),
         "fit --plot": (["fit", trace, "-o", str(same), "--plot", str(same)], same),
         "ingest --json": (["ingest", trace, "-o", str(same), "--json", str(same)], same),
         # the summary written over the bundle the server serves

@@ -4,7 +4,10 @@ know it; the canonical default applies) is counted apart, not summed as 0."""
 from __future__ import annotations
 
 import polars as pl
+from rich.console import Console
 
+from replay.workload import from_frame
+from ttlctl.cli.render.trace_view import trace_summary
 from ttlctl.trace.columns import conform
 from ttlctl.trace.summary import summarize
 
@@ -36,3 +39,30 @@ def test_a_trace_whose_reader_records_no_reuse_says_so() -> None:
     tokens = summarize(_trace([None, None, None]))["tokens"]
     assert tokens["reused"] == 0
     assert tokens["reused_unknown_calls"] == 3
+
+
+def _line(trace: pl.LazyFrame) -> str:
+    console = Console(record=True, width=400)
+    trace_summary(console, summarize(trace))
+    return next(x for x in console.export_text().splitlines() if x.startswith("tokens:"))
+
+
+def test_unrecorded_reuse_is_the_replays_figure_not_zero() -> None:
+    """Regression: a mini-swe-agent ingest printed `reused 0 (not recorded for 1,501 calls:
+    previous input + output assumed)`, which reads as no reuse. The line gives the reuse the
+    replay assumes for those calls (replay.workload's own figure), and no 0."""
+    trace = _trace([None, None, None])
+    tokens = summarize(trace)["tokens"]
+    replayed = from_frame(trace.collect()).programs[0].calls
+    assert tokens["reused_assumed"] == sum(c.reused_tokens for c in replayed) == 110 + 210
+    line = _line(trace)
+    assert "reused 0" not in line
+    assert line.endswith(
+        "reused: 320 assumed for 3 calls that record none (previous input + output)"
+    )
+    mixed = _trace([0, 90, None, 250])
+    assert summarize(mixed)["tokens"]["reused_assumed"] == 210  # min(200 + 10, 300)
+    assert _line(mixed).endswith(
+        "reused 340 recorded, 210 assumed for 1 call that records none (previous input + output)"
+    )
+    assert _line(_trace([0, 90])).endswith("reused 90")

@@ -77,3 +77,57 @@ def test_agentic_mooncake_fields(tmp_path: Path) -> None:
     assert lines[1]["tool_events"] == [{"tool_class": "grep", "duration_ms": 250}]
     res = CliRunner().invoke(app, ["export", str(trace), "--to", "nope", "-o", str(out)])
     assert res.exit_code == 2 and "unknown export format" in res.output
+
+
+def test_agentic_mooncake_round_trips_the_tools(tmp_path: Path) -> None:
+    """Regression: agentic Mooncake exported then ingested turned every tool into "unknown"
+    and dropped tool_s (the reader ignored tool_events). The tool and its duration come
+    back; the plain Mooncake export, which carries no tool, still reads as "unknown"."""
+    trace = _trace(tmp_path / "t.parquet")
+    frame = trace_io.read(trace).with_columns(  # program b runs pytest, a grep
+        pl.when((pl.col("program_id") == "b") & pl.col("tool").is_not_null())
+        .then(pl.lit("pytest"))
+        .otherwise(pl.col("tool"))
+        .alias("tool")
+    )
+    trace_io.write(frame.lazy(), trace)
+    for fmt, tools, timed in (
+        (
+            "agentic-mooncake",
+            ["grep", "grep", None, "pytest", None],
+            [0.25, 0.25, None, 0.25, None],
+        ),
+        ("mooncake", ["unknown", "unknown", None, "unknown", None], [None] * 5),
+    ):
+        out = tmp_path / f"{fmt}.jsonl"
+        res = CliRunner().invoke(app, ["export", str(trace), "--to", fmt, "-o", str(out)])
+        assert res.exit_code == 0, res.output
+        ingest([out], tmp_path / f"{fmt}.parquet", fmt="mooncake")
+        back = trace_io.read(tmp_path / f"{fmt}.parquet").sort("program_id", "turn")
+        assert back["tool"].to_list() == tools, fmt
+        assert back["tool_s"].to_list() == timed, fmt
+        # the pause comes back as the line's delay: tool_s where recorded (gap_s 0.3 is not)
+        assert back["gap_s"].to_list() == [0.25, 0.25, None, 0.25, None], fmt
+
+
+def test_several_tool_events_give_one_tool_only_when_they_agree(tmp_path: Path) -> None:
+    """Several events before a request: their tool when they all name one, no duration
+    (events may overlap); a malformed tool_events is the line's reject, named."""
+    line = {"session_id": "s", "input_length": 100, "output_length": 10}
+    events = {
+        "x": [{"tool_class": "grep", "duration_ms": 5}, {"tool_class": "grep"}],
+        "y": [{"tool_class": "grep", "duration_ms": 5}, {"tool_class": "sed"}],
+    }
+    path = tmp_path / "t.jsonl"
+    rows = []
+    for session, evs in events.items():
+        rows.append(line | {"session_id": session})
+        rows.append(line | {"session_id": session, "input_length": 200, "tool_events": evs})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ingest([path], tmp_path / "t.parquet", fmt="mooncake")
+    back = trace_io.read(tmp_path / "t.parquet").sort("program_id", "turn")
+    assert back["tool"].to_list() == ["grep", None, "unknown", None]
+    assert back["tool_s"].to_list() == [None] * 4
+    path.write_text(json.dumps(line | {"tool_events": {"tool_class": "grep"}}) + "\n")
+    res = CliRunner().invoke(app, ["ingest", str(path), "-o", str(tmp_path / "bad.parquet")])
+    assert res.exit_code == 2 and "invalid tool_events: not a list of objects" in res.output

@@ -436,3 +436,33 @@ def test_the_router_the_policy_was_tuned_behind_is_kept(
     assert bundle.read(served).get("router") == router
     after = run("bundle", "query", served, "--as", "vllm-router")
     assert after.exit_code == 0 and after.stdout == flags.stdout, after.output
+
+
+def test_force_with_output_elsewhere_says_what_it_writes(
+    world: dict[str, Path], tmp_path: Path
+) -> None:
+    """Regression: `refit --force -o NEW` said "replacing it anyway, as asked" while it
+    wrote NEW and left the served bundle alone; the verdict names the file it writes."""
+    served = copy_of(world["fresh"], tmp_path / "srv")  # a tie: the new one does not beat it
+    elsewhere = tmp_path / "staged" / "next.json"
+    before = listing(served.parent)
+
+    def message(*extra: str | Path) -> str:
+        result = run("refit", world["today"], "--bundle", served, *LOAD, *extra, "--json", "-")
+        assert result.exit_code == 0, result.output
+        return str(json.loads(result.stdout)["guard"]["message"])
+
+    kept = message("-o", elsewhere)
+    assert kept.endswith(
+        f"kept and nothing is written; pass --force to write it to {elsewhere} anyway"
+    )
+    assert not elsewhere.exists()
+    forced = message("-o", elsewhere, "--force")
+    assert "replacing it" not in forced
+    assert forced.endswith(
+        f"writing it to {elsewhere} anyway, as asked (--force); the bundle in service is left "
+        "as it is"
+    )
+    assert elsewhere.is_file() and listing(served.parent) == before
+    # over the served bundle the words were true, and stay
+    assert message("--force").endswith("replacing it anyway, as asked (--force)")

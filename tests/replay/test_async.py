@@ -147,7 +147,7 @@ def test_tune_takes_the_flag_on_the_fast_backend(tmp_path: Path) -> None:
         ]
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 0, res.output
-        summaries.append(json.loads((tmp_path / "tune.json").read_text()))
+        summaries.append(json.loads((tmp_path / f"{out.stem}.tune.json").read_text()))
     sync, asyn = (s["objective"] for s in summaries)
     assert "async_scheduling" not in sync and "backend" not in sync
     assert asyn["async_scheduling"] is True and "backend" not in asyn

@@ -146,3 +146,24 @@ def test_cli_errors_are_one_line(tmp_path: Path, sample_run: Path, case: str) ->
     assert res.exit_code == 2, res.output
     assert res.output.startswith("error: ") and res.output.count("\n") == 1
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_tune_json_of_another_bundle_is_set_aside(tmp_path: Path, sample_run: Path) -> None:
+    """Regression: a tune.json a later study wrote beside bundle.json (a summary of another
+    bundle) was shown as bundle.json's tuning; the report says whose it is instead."""
+    shutil.copy(sample_run / "bundle.json", tmp_path / "bundle.json")
+    other = tune_doc() | {"bundle": {"path": "run/b2.json", "sha256": "f" * 64}}
+    (tmp_path / "tune.json").write_text(json.dumps(other), encoding="utf-8")
+    out = tmp_path / "report.html"
+    res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    warned = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warned) == 1 and "tune.json not used: the summary of another bundle" in warned[0]
+    assert "run/b2.json" in warned[0]
+    page = out.read_text(encoding="utf-8")
+    assert "Best trial:" not in page and "tune.json not used: the summary of another" in page
+    # its own summary is shown
+    sha = json.loads((tmp_path / "bundle.json").read_text(encoding="utf-8"))["sha256"]
+    own = tune_doc() | {"bundle": {"path": "run/bundle.json", "sha256": sha}}
+    (tmp_path / "tune.json").write_text(json.dumps(own), encoding="utf-8")
+    assert "Best trial:" in build_report(tmp_path)

@@ -206,3 +206,17 @@ def test_a_trial_error_keeps_a_storage_that_existed(
     assert res.exit_code == 2, res.output
     assert "error: trial 0: no program finished" in res.output
     assert set(optuna.get_all_study_names(f"sqlite:///{db}")) >= {"mine"}
+
+
+def test_two_bundles_tuned_into_one_folder_keep_a_summary_each(
+    tune_inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """Regression: `tune -o run/bundle.json` then `tune -o run/b2.json` wrote both summaries
+    to run/tune.json, and `ttlctl report run` showed b2's study beside bundle.json."""
+    first, second = tmp_path / "bundle.json", tmp_path / "b2.json"
+    assert CliRunner().invoke(app, _args(tune_inputs, first)).exit_code == 0
+    res = CliRunner().invoke(app, _args(tune_inputs, second, "--kv-tokens", "20000"))
+    assert res.exit_code == 0, res.output
+    for out, summary in ((first, "tune.json"), (second, "b2.tune.json")):
+        doc = json.loads((tmp_path / summary).read_text())
+        assert doc["bundle"]["sha256"] == bundle.read(out)["sha256"], summary

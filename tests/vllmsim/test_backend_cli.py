@@ -38,8 +38,8 @@ def _replay(trace: Path, *args: str) -> tuple[int, str, dict[str, Any] | None]:
 
 def test_vllm_backend_json_has_the_fast_keys_and_names_the_backend(trace: Path) -> None:
     common = ["--policy", "all", "--concurrency", "3", "--no-timing"]
-    code, out, fast = _replay(trace, *common)
-    assert code == 0, out
+    code, fast_out, fast = _replay(trace, *common)
+    assert code == 0, fast_out
     code, out, ours = _replay(trace, *common, "--backend", "vllm")
     assert code == 0, out
     assert fast is not None and ours is not None
@@ -48,6 +48,13 @@ def test_vllm_backend_json_has_the_fast_keys_and_names_the_backend(trace: Path) 
     assert fast["backend"] == "fast"
     assert set(fast) == set(ours)
     assert [r["policy"] for r in ours["results"]] == MAPPED  # all: the policies that map
+    # and says which it left out, and why (regression: dropped silently), in one line
+    (line,) = [x for x in out.splitlines() if x.startswith("warning: ")]
+    assert line.startswith(
+        "warning: --policy all on --backend vllm: infercept, autellix, oracle not run"
+    )
+    assert "--backend fast runs them" in line
+    assert "warning: " not in fast_out  # the fast backend runs them all
     fast_keys = set(fast["results"][0])
     for r in ours["results"]:
         assert fast_keys <= set(r)

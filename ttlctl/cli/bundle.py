@@ -16,6 +16,7 @@ from ttlctl import bundle, bundle_history, bundle_make, hints, router_flags
 from ttlctl.cli import render
 from ttlctl.cli.kit import UserError, check_outputs, err, out, print_warning, user_errors
 from ttlctl.cli.options import EngineBudget, FitFile, Profile, QueueDelay
+from ttlctl.context_limit import beyond_limit
 from ttlctl.nouns import counted
 
 app = typer.Typer(
@@ -92,6 +93,9 @@ def inspect(
         doc = bundle.read(path)
         policy = bundle.policy_from(doc, max_num_batched_tokens)
     render.bundle_table(out, doc, policy, CONTEXTS, queue_delay, offload)
+    beyond = beyond_limit(doc["profile"], CONTEXTS)
+    if beyond is not None:
+        print_warning(beyond)
 
 
 @app.command()
@@ -175,6 +179,9 @@ def query(
         note = None if as_engine is None else hints.clamped(as_engine, decision.ttl_s)
         if note is not None and refuse_clamped:
             raise UserError(f"--as {as_engine}: {note}")
+    beyond = beyond_limit(doc["profile"], (context_tokens,))
+    if beyond is not None:
+        print_warning(f"--context-tokens {beyond}")
     if note is not None:
         print_warning(note)
     sys.stdout.write(json.dumps(answer) + "\n")

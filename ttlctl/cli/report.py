@@ -37,7 +37,7 @@ def report(
             run = report_mod.load(run_dir, max_num_batched_tokens)
             page = report_mod.render(run)
         report_mod.write_html(page, output)
-    for name, problem in run.problems.items():  # a note on the page; said here too
+    for name, problem in (run.problems | run.set_aside).items():  # on the page; said here too
         print_warning(f"{name} not used: {problem}")
     missing = [name for name in report_mod.FILES if not (run_dir / name).is_file()]
     note = f" (not in this run: {', '.join(missing)})" if missing else ""

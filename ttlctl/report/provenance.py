@@ -31,6 +31,8 @@ def section(run: RunInputs) -> str:
             continue
         hashes[name] = file_sha256(path)
         status = f"unreadable: {run.problems[name]}" if name in run.problems else "read"
+        if name in run.set_aside:
+            status = f"not used: {run.set_aside[name]}"
         rows.append((name, status, path.stat().st_size, hashes[name]))
     parts = [
         f"<p>Run directory: <code>{e(run.root.resolve())}</code> — "

@@ -39,6 +39,8 @@ class RunInputs:
     root: Path
     paths: dict[str, Path] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
+    #: files read but not shown, with why (a tune.json of another bundle: :func:`other_bundle`)
+    set_aside: dict[str, str] = field(default_factory=dict)
     trace: pl.DataFrame | None = None
     fit: FitDoc | None = None
     #: where the fit came from: fit.json, or the bundle's own fit
@@ -127,4 +129,22 @@ def load(root: Path, max_num_batched_tokens: int | None = None) -> RunInputs:
             run.problems["bundle.json"] = f"no policy: {exc}"
         if run.fit is None and isinstance(run.bundle.get("fit"), dict):
             run.fit, run.fit_source = run.bundle["fit"], "bundle.json (its fit)"
+        other = other_bundle(run.tune, run.bundle)
+        if other is not None:
+            run.set_aside["tune.json"] = other
+            run.tune = None
     return run
+
+
+def other_bundle(tune: dict[str, Any] | None, bundle: bundle_mod.Bundle) -> str | None:
+    """Why ``tune`` is not ``bundle``'s summary (its ``bundle.sha256`` is another's: a later
+    study wrote it, or it was copied in), or None when it is, or says nothing of its bundle."""
+    ref = tune.get("bundle") if tune is not None else None
+    sha = ref.get("sha256") if isinstance(ref, dict) else None
+    if not isinstance(sha, str) or sha == bundle.get("sha256"):
+        return None
+    assert isinstance(ref, dict)
+    return (
+        f"the summary of another bundle ({ref.get('path')}, sha256 {sha[:12]}…), "
+        f"not of bundle.json (sha256 {str(bundle.get('sha256'))[:12]}…)"
+    )

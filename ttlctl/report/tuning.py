@@ -68,6 +68,8 @@ def _importance(importance: Any, why_not: Any, quantile: Any = None) -> str:
 
 def section(run: RunInputs) -> str:
     if run.tune is None:
+        if "tune.json" in run.set_aside:
+            return note(f"tune.json not used: {run.set_aside['tune.json']}", missing=True)
         return absent("tune.json")
     tune = run.tune
     trials = [t for t in tune.get("trials") or [] if isinstance(t, dict)]

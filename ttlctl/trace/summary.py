@@ -26,6 +26,7 @@ def summarize(trace: pl.LazyFrame, top_tools: int = 15) -> dict[str, Any]:
     """Counts, token totals, tools and pause percentiles of a canonical trace."""
     frame = trace.select(
         "program_id",
+        "turn",
         "input_tokens",
         "output_tokens",
         "reused_tokens",
@@ -35,6 +36,19 @@ def summarize(trace: pl.LazyFrame, top_tools: int = 15) -> dict[str, Any]:
         "llm_s",
     ).collect()
     per_program = frame.group_by("program_id").len()["len"]
+    # what the replay takes where reuse is not recorded (replay.workload.from_frame): the
+    # previous call's input + output (0 for a program's first), at most this call's input
+    previous = (
+        (pl.col("input_tokens") + pl.col("output_tokens"))
+        .shift(1)
+        .over("program_id", order_by="turn")
+        .fill_null(0)
+    )
+    assumed = (
+        frame.with_columns(pl.min_horizontal(previous, pl.col("input_tokens")).alias("assumed"))
+        .filter(pl.col("reused_tokens").is_null())["assumed"]
+        .sum()
+    )
     tools = (
         frame.filter(pl.col("tool").is_not_null())
         .group_by("tool")
@@ -58,6 +72,8 @@ def summarize(trace: pl.LazyFrame, top_tools: int = 15) -> dict[str, Any]:
             # (previous input + output), not 0 — those calls are counted apart
             "reused": int(frame["reused_tokens"].sum()),
             "reused_unknown_calls": int(frame["reused_tokens"].null_count()),
+            # over those calls: the reuse the replay assumes for them
+            "reused_assumed": int(assumed or 0),
             "input_per_call": percentiles(frame["input_tokens"]),
             "output_per_call": percentiles(frame["output_tokens"]),
         },

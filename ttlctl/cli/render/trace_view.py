@@ -43,11 +43,20 @@ def trace_summary(console: Console, summary: dict[str, Any], title: str = "trace
     show(console, head)
     tok = summary["tokens"]
     unknown = tok.get("reused_unknown_calls", 0)
-    reused = f"reused {tok['reused']:,}" + (
-        f" (not recorded for {counted(unknown, 'call')}: previous input + output assumed)"
-        if unknown
-        else ""
+    assumed = tok.get("reused_assumed")
+    # an unrecorded reuse is no 0: say what the replay assumes for those calls
+    guess = (
+        f"{assumed:,} assumed for {counted(unknown, 'call')} that record"
+        f"{'s' if unknown == 1 else ''} none (previous input + output)"
+        if assumed is not None
+        else f"not recorded for {counted(unknown, 'call')} (previous input + output assumed)"
     )
+    if not unknown:
+        reused = f"reused {tok['reused']:,}"
+    elif unknown == summary["calls"]:
+        reused = f"reused: {guess}"
+    else:
+        reused = f"reused {tok['reused']:,} recorded, {guess}"
     console.print(f"tokens: input {tok['input']:,}  output {tok['output']:,}  {reused}")
     tools = summary["tools"]
     if tools["distinct"]:

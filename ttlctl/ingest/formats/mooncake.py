@@ -39,9 +39,13 @@ Canonical columns, per request:
 - ``reused_tokens``: leading ``hash_ids`` shared with the program's previous
   request, times 512, capped at ``input_length``; 0 on turn 0; null when either
   request has no ``hash_ids``.
-- ``tool``: ``"unknown"`` on every call another call of its program follows
+- ``tool``: on every call another call of its program follows, the tool the next
+  line's ``tool_events`` (agentic Mooncake, as ``ttlctl export`` and Dynamo write it)
+  name: the ``tool_class`` of its events when they all name one, else ``"unknown"``
   (the pause is an unknown tool or user); null on the last call.
-- ``tool_s``, ``llm_s``: null (not recorded).
+- ``tool_s``: that tool's ``duration_ms`` / 1000 when the next line has one event with a
+  duration; else null (not recorded: events run together have no one duration).
+- ``llm_s``: null (not recorded).
 - ``gap_s``: the next turn's ``delay`` (ms → s) when given; else the next
   arrival minus this arrival. The latter is an UPPER BOUND of the idle gap: it
   includes this call's own LLM time, which the trace does not record. Null on
@@ -160,6 +164,7 @@ def _parse(obj: dict[str, Any], lineno: int, *, need_timestamp: bool) -> Mooncak
     delay = duration(obj.get("delay"), "delay")
     if delay is None:
         delay = duration(obj.get("delay_ms"), "delay_ms")
+    tool, tool_s = _tool_events(obj.get("tool_events"))
     return MooncakeRequest(
         lineno=lineno,
         timestamp_ms=ts,
@@ -167,7 +172,27 @@ def _parse(obj: dict[str, Any], lineno: int, *, need_timestamp: bool) -> Mooncak
         output_tokens=out,
         hash_ids=_hash_ids(obj.get("hash_ids")),
         delay_s=None if delay is None else delay / 1000.0,
+        tool_before=tool,
+        tool_before_s=tool_s,
     )
+
+
+def _tool_events(value: Any) -> tuple[str | None, float | None]:
+    """Agentic Mooncake's ``tool_events``: the tool that ran before the request (the one
+    ``tool_class`` its events name, else None) and its duration in seconds (one event's
+    ``duration_ms``, else None)."""
+    if value is None:
+        return None, None
+    if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+        raise RecordError("invalid tool_events: not a list of objects")
+    classes = {e.get("tool_class") for e in value}
+    named = [c for c in classes if isinstance(c, str) and c.strip()]
+    tool = named[0].strip() if len(named) == 1 and len(classes) == 1 else None
+    seconds = None
+    if len(value) == 1:
+        ms = duration(value[0].get("duration_ms"), "tool_events duration_ms")
+        seconds = None if ms is None else ms / 1000.0
+    return tool, seconds
 
 
 def _hash_ids(value: Any) -> list[Hash] | None:

@@ -27,6 +27,10 @@ class MooncakeRequest:
     output_tokens: int
     hash_ids: list[Hash] | None
     delay_s: float | None
+    #: agentic Mooncake's ``tool_events``: the tool that ran before this request, and its
+    #: measured duration (s); None when the line names none
+    tool_before: str | None = None
+    tool_before_s: float | None = None
 
 
 @dataclass

@@ -136,7 +136,7 @@ def load(root: Path, max_num_batched_tokens: int | None = None) -> RunInputs:
     return run
 
 
-def other_bundle(tune: dict[str, Any] | None, bundle: bundle_mod.Bundle) -> str | None:
+def other_bundle(tune: dict[str, Any] | None, bundle: bundle_doc.Bundle) -> str | None:
     """Why ``tune`` is not ``bundle``'s summary (its ``bundle.sha256`` is another's: a later
     study wrote it, or it was copied in), or None when it is, or says nothing of its bundle."""
     ref = tune.get("bundle") if tune is not None else None

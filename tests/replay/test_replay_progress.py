@@ -22,7 +22,9 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_trace(tmp_path_factory.mktemp("progress") / "t.parquet", programs=12)
 
 
-def request(trace: Path, *, kv_tokens: int = KV_TOKENS, fleet: bool = False) -> ReplayRequest:
+def request(
+    trace: Path, *, kv_tokens: int = KV_TOKENS, fleet: bool = False, backend: str = "fast"
+) -> ReplayRequest:
     return ReplayRequest(
         trace=trace,
         policies=["vllm,continuum"],
@@ -32,6 +34,7 @@ def request(trace: Path, *, kv_tokens: int = KV_TOKENS, fleet: bool = False) -> 
         timed=False,
         replicas=3 if fleet else None,
         router=RouterSettings("cache-aware") if fleet else None,
+        backend=backend,
     )
 
 
@@ -60,9 +63,17 @@ def test_counts_rise_to_the_calls_and_the_document_is_unchanged(
     req = request(trace, kv_tokens=kv_tokens, fleet=fleet)
     by_policy, doc = told(req)
     assert doc == replay_doc(req)  # told or not, the same document
+    assert_rising_to_the_calls(by_policy, doc)
+    if kv_tokens < KV_TOKENS:  # the refused calls are counted done, or it ends short
+        assert all(r["rejected_calls"] > 0 for r in doc["results"])
+
+
+def assert_rising_to_the_calls(by_policy: dict[str, list[tuple[int, int]]], doc: ReplayDoc) -> None:
+    """Each policy was told rising counts of the trace's calls, the last one all of them
+    (finished or refused)."""
     calls = doc["trace"]["calls"]
     results = {r["policy"]: r for r in doc["results"]}
-    assert set(by_policy) == {"vllm", "continuum"}
+    assert set(by_policy) == set(results)
     for name, counts in by_policy.items():
         done = [d for d, _ in counts]
         assert len(counts) >= 2, counts
@@ -70,8 +81,6 @@ def test_counts_rise_to_the_calls_and_the_document_is_unchanged(
         assert {t for _, t in counts} == {calls}
         assert done[-1] == calls, f"{name}: ended at {done[-1]} of {calls}"
         assert done[-1] == results[name]["llm_calls"] + results[name]["rejected_calls"]
-    if kv_tokens < KV_TOKENS:  # the refused calls are counted done, or it ends short
-        assert all(r["rejected_calls"] > 0 for r in results.values())
 
 
 def test_a_tally_tells_about_tells_times_and_never_a_count_twice() -> None:

@@ -3,7 +3,8 @@
 A call is done when it finished or was refused (a refused call ends its program: the
 program's calls from it on are done at once), so the count ends at the workload's calls.
 The simulators read no clock and tell by count: the loops compare the finished calls
-with :attr:`CallTally.next_at`, an int, once per step that finished calls, and call
+with :attr:`CallTally.next_at`, an int, once per step that finished calls (the vLLM
+backend's harness, once per finished call), and call
 :meth:`CallTally.told` only when it is reached (about :data:`TELLS` times a replay).
 Without a callback ``next_at`` is never reached: no call, no cost but that comparison.
 """

@@ -10,6 +10,7 @@ from profiles.cost import CostModel, rebuild_pricer
 from replay import figures
 from replay.figures import PolicyResult
 from replay.policies import BOUNDS, NAMES, PolicySpec, make
+from replay.progress import CallsDone
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import Outcome, ReplayConfig, simulate
 from replay.workload import Workload, poisson_starts, retimed
@@ -55,9 +56,11 @@ def simulate_one(
     cost: CostModel,
     config: ReplayConfig,
     timing: Load,
+    *,
+    progress: CallsDone | None = None,
 ) -> tuple[Outcome, float]:
     """The fast backend's outcome of one policy (per-call records included) and the wall
-    seconds ``simulate`` took."""
+    seconds ``simulate`` took; ``progress``: told the calls done now and then."""
     work = prepare(workload, timing)
     pauses = {(p.program_id, i): c.pause_s for p in work.programs for i, c in enumerate(p.calls)}
     cfg = replace(config, concurrency=timing.concurrency)
@@ -66,7 +69,7 @@ def simulate_one(
     budget = cfg.engine.max_num_batched_tokens
     policy = make(spec, pauses, rebuild_pricer(cost, budget), budget)
     start = time.perf_counter()
-    outcome = simulate(work, policy, cost, cfg)
+    outcome = simulate(work, policy, cost, cfg, progress=progress)
     return outcome, time.perf_counter() - start
 
 
@@ -78,9 +81,10 @@ def run_one(
     timing: Load,
     *,
     timed: bool = True,
+    progress: CallsDone | None = None,
 ) -> PolicyResult:
     """One policy's replay on the fast backend, as ``replay --json`` reports it."""
-    outcome, wall = simulate_one(workload, spec, cost, config, timing)
+    outcome, wall = simulate_one(workload, spec, cost, config, timing, progress=progress)
     return figures.summarize(
         outcome, spec.name, evaluation_only=spec.name in BOUNDS, wall_s=wall if timed else None
     )
@@ -95,18 +99,21 @@ def run_all(
     *,
     timed: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
+    calls_done: CallsDone | None = None,
     runner: Callable[..., PolicyResult] | None = None,
 ) -> list[PolicyResult]:
     """Every policy on the same workload; adds ``gap_closed`` when both bounds ran.
 
-    ``runner``: replays one policy (default :func:`run_one`, the fast backend; see
-    ``replay.vllmsim.backend.runner``)."""
+    ``progress``: told (policy, its index, policies) as each starts, and ("done", n, n);
+    ``calls_done``: told (calls done, calls) within each policy's replay
+    (:mod:`replay.progress`); ``runner``: replays one policy (default :func:`run_one`,
+    the fast backend; see ``replay.vllmsim.backend.runner``)."""
     one = runner or run_one
     results = []
     for i, spec in enumerate(specs):
         if progress is not None:
             progress(spec.name, i, len(specs))
-        results.append(one(workload, spec, cost, config, timing, timed=timed))
+        results.append(one(workload, spec, cost, config, timing, timed=timed, progress=calls_done))
     by_name = {r["policy"]: r for r in results}
     if "vllm" in by_name and "unlimited-kv" in by_name:
         for r in results:

@@ -24,6 +24,7 @@ from replay.fleet.run import runner as fleet_runner
 from replay.live import cap_pauses, check_result_flags, live_results
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, expand, run_all
+from replay.progress import CallsDone
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig, SimulationError
 from replay.vllmsim.backend import UNMAPPED, check_request, runner
@@ -104,10 +105,15 @@ def replay_doc(
     req: ReplayRequest,
     *,
     progress: Callable[[str, int, int], None] | None = None,
+    calls_done: CallsDone | None = None,
     live_progress: Callable[[int, int], None] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> ReplayDoc:
-    """Replay ``req`` and return its document (the results, and what made them)."""
+    """Replay ``req`` and return its document (the results, and what made them).
+
+    ``progress``: told (policy, its index, policies) as each policy's replay starts;
+    ``calls_done``: told (calls done, calls) within each simulated replay, now and then
+    (:mod:`replay.progress`); ``live_progress``: the same for a live one."""
     names = policy_names(req.policies, req.backend)
     if req.valve is not None and req.valve not in VALVES:
         raise ConfigError(f"--valve must be one of {', '.join(VALVES)}, got {req.valve!r}")
@@ -196,6 +202,7 @@ def replay_doc(
                 req.load,
                 timed=req.timed,
                 progress=progress,
+                calls_done=calls_done,
                 runner=fleet_runner(fleet)
                 if fleet is not None
                 else runner(req.backend, async_scheduling=req.async_scheduling),

@@ -22,6 +22,7 @@ from replay.async_sched import AsyncSimScheduler
 from replay.collector import replay_collector
 from replay.math_utils import cdiv
 from replay.offload import OffloadTier
+from replay.progress import CallsDone, CallTally
 from replay.request import SimRequest
 from replay.scheduler import Policy, SimScheduler, SimSchedulerConfig
 from replay.workload import AgentProgram, Call, Workload
@@ -135,14 +136,24 @@ def fits_engine(call: Call, config: ReplayConfig) -> tuple[Call | None, bool]:
     )
 
 
-def simulate(workload: Workload, policy: Policy, cost: CostModel, config: ReplayConfig) -> Outcome:
+def simulate(
+    workload: Workload,
+    policy: Policy,
+    cost: CostModel,
+    config: ReplayConfig,
+    *,
+    progress: CallsDone | None = None,
+) -> Outcome:
     """Replay ``workload`` on one engine under ``policy`` (the collector's regime:
-    :mod:`replay.collector`)."""
+    :mod:`replay.collector`); ``progress``: told the calls done now and then
+    (:mod:`replay.progress`)."""
     with replay_collector():
-        return _simulate(workload, policy, cost, config)
+        return _simulate(workload, policy, cost, config, CallTally(progress, workload.calls))
 
 
-def _simulate(workload: Workload, policy: Policy, cost: CostModel, config: ReplayConfig) -> Outcome:
+def _simulate(
+    workload: Workload, policy: Policy, cost: CostModel, config: ReplayConfig, tally: CallTally
+) -> Outcome:
     offload = (
         OffloadTier(config.offload_tokens, cost, config.engine.block_size)
         if config.offload_tokens > 0
@@ -222,6 +233,7 @@ def _simulate(workload: Workload, policy: Policy, cost: CostModel, config: Repla
     # only when nothing can happen before the next send or pin expiry
     is_async = config.async_scheduling
     unreported = False  # the last step finished calls (vLLM's engine core reports them)
+    tell_at = tally.next_at  # the finished calls at which to tell the progress next
     while True:
         while events and events[0][0] <= now:
             sent, _, _, payload = heapq.heappop(events)
@@ -264,19 +276,22 @@ def _simulate(workload: Workload, policy: Policy, cost: CostModel, config: Repla
         unreported = bool(finished)
         if finished:
             finish_step = engine.applied_step()
-        for req in finished:
-            run, _ = requests.pop(req.rid)
-            records.append(SimCallRecord.of(req, now, finish_step))
-            run.last_finish = now
-            run.next_turn += 1
-            if run.next_turn < len(run.program.calls):
-                push(now + run.program.calls[req.turn].pause_s, ARRIVAL, run)
-            else:
-                end_program(run, now)
+            for req in finished:
+                run, _ = requests.pop(req.rid)
+                records.append(SimCallRecord.of(req, now, finish_step))
+                run.last_finish = now
+                run.next_turn += 1
+                if run.next_turn < len(run.program.calls):
+                    push(now + run.program.calls[req.turn].pause_s, ARRIVAL, run)
+                else:
+                    end_program(run, now)
+            if len(records) >= tell_at:
+                tell_at = tally.told_at(len(records), len(records) + rejected)
         if config.check:
             _check(engine, now)
     engine.tick(now)
     engine.pin_counters()
+    tally.end(len(records) + rejected)
     return Outcome(records, runs, rejected, truncated, engine, now)
 
 

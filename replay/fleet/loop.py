@@ -41,6 +41,7 @@ from replay.fleet.stepping import step
 from replay.fleet.streams import Streams
 from replay.fleet.view import FleetState
 from replay.offload import OffloadTier
+from replay.progress import CallsDone, CallTally
 from replay.scheduler import Policy, SimScheduler, SimSchedulerConfig
 from replay.sim import ProgramRun, ReplayConfig, SimCallRecord, SimulationError
 from replay.workload import Workload
@@ -74,10 +75,11 @@ def simulate_fleet(
     *,
     logged_replicas: Mapping[tuple[str, int], str] | None = None,
     engines: Sequence[SimSchedulerConfig] | None = None,
+    progress: CallsDone | None = None,
 ) -> FleetOutcome:
     """Replay ``workload`` on ``len(policies)`` replicas (one policy object each), each
     an engine of ``config.engine``'s size or, given ``engines``, of its own (one block
-    size for all)."""
+    size for all); ``progress``: told the calls done now and then (:mod:`replay.progress`)."""
     sizes = [config.engine] * len(policies) if engines is None else list(engines)
     if len(sizes) != len(policies):
         raise SimulationError(f"{len(sizes)} engine sizes for {len(policies)} replicas")
@@ -94,7 +96,9 @@ def simulate_fleet(
         )
         for policy, engine in zip(policies, sizes, strict=True)
     ]
-    return drive(workload, schedulers, config, router, logged_replicas=logged_replicas)
+    return drive(
+        workload, schedulers, config, router, logged_replicas=logged_replicas, progress=progress
+    )
 
 
 def check_block_size(sizes: Sequence[SimSchedulerConfig], config: ReplayConfig) -> None:
@@ -111,12 +115,15 @@ def drive(
     router: Router,
     *,
     logged_replicas: Mapping[tuple[str, int], str] | None = None,
+    progress: CallsDone | None = None,
 ) -> FleetOutcome:
     """Replay ``workload`` on ``schedulers``, one replica each (built by the caller: the
     fast backend's engines, or vLLM's schedulers), behind ``router`` (the collector's
-    regime: :mod:`replay.collector`, as one engine's replay)."""
+    regime: :mod:`replay.collector`, as one engine's replay); ``progress``: told the
+    calls done now and then (:mod:`replay.progress`)."""
+    tally = CallTally(progress, workload.calls)
     with replay_collector():
-        return _drive(workload, schedulers, config, router, logged_replicas)
+        return _drive(workload, schedulers, config, router, logged_replicas, tally)
 
 
 def _drive(
@@ -125,6 +132,7 @@ def _drive(
     config: ReplayConfig,
     router: Router,
     logged_replicas: Mapping[tuple[str, int], str] | None,
+    tally: CallTally,
 ) -> FleetOutcome:
     replicas = [
         Replica(
@@ -153,6 +161,7 @@ def _drive(
         # a router whose completion hook is Stateless's keeps no per-request record:
         # nothing to tell it (one that overrides the hook is told)
         completes=None if _stateless(router) else router,
+        tally=tally,
     )
     sends, steps = queue.sends, queue.steps
     pop = heapq.heappop
@@ -189,6 +198,7 @@ def _drive(
         rep.engine.tick(rep.now)
         rep.engine.pin_counters()
     books = fleet.books
+    tally.end(len(books.records) + books.rejected)
     return FleetOutcome(
         books.records,
         books.call_replicas,

@@ -13,6 +13,7 @@ from replay.fleet.replica import Replica
 from replay.fleet.routers.base import HoldingRouter, RoutedCall, Router
 from replay.fleet.streams import Streams
 from replay.fleet.view import FleetState
+from replay.progress import CallTally
 from replay.sim import ProgramRun, ReplayConfig
 
 #: a named tuple made from its fields without its generated ``__new__`` (a Python
@@ -43,6 +44,8 @@ class Fleet:
     held: dict[str, tuple[ProgramRun, float, RoutedCall]] = field(default_factory=dict)
     #: the earliest wake the holding router asked for (None: none queued)
     router_wake: float | None = None
+    #: when to tell the replay's progress (:mod:`replay.progress`; never, by default)
+    tally: CallTally = field(default_factory=lambda: CallTally(None, 0))
 
     def router_changed(self, now: float) -> None:
         """A response ended at ``now``: a router that retains calls may release some

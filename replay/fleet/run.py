@@ -27,6 +27,7 @@ from replay.fleet.routers.base import Router
 from replay.fleet.routers.consistent_hash import worker_urls
 from replay.policies import BOUNDS, PolicySpec, make
 from replay.policy_runs import Load, prepare, sized_engine
+from replay.progress import CallsDone
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.workload import Workload
@@ -128,8 +129,11 @@ def simulate_fleet_one(
     config: ReplayConfig,
     timing: Load,
     fleet: FleetSpec,
+    *,
+    progress: CallsDone | None = None,
 ) -> tuple[FleetOutcome, Workload, float]:
-    """The fleet's outcome of one policy, the workload as replayed and the wall seconds."""
+    """The fleet's outcome of one policy, the workload as replayed and the wall seconds;
+    ``progress``: told the calls done now and then."""
     work = prepare(workload, timing)
     pauses = {(p.program_id, i): c.pause_s for p in work.programs for i, c in enumerate(p.calls)}
     cfg = replace(
@@ -153,6 +157,7 @@ def simulate_fleet_one(
         router,
         logged_replicas=fleet.logged,
         engines=None if fleet.engines is None else engines,
+        progress=progress,
     )
     return outcome, work, time.perf_counter() - start
 
@@ -216,8 +221,11 @@ def runner(fleet: FleetSpec) -> Callable[..., PolicyResult]:
         timing: Load,
         *,
         timed: bool = True,
+        progress: CallsDone | None = None,
     ) -> PolicyResult:
-        outcome, work, wall = simulate_fleet_one(workload, spec, cost, config, timing, fleet)
+        outcome, work, wall = simulate_fleet_one(
+            workload, spec, cost, config, timing, fleet, progress=progress
+        )
         return fleet_result(
             outcome,
             work,

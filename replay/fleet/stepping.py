@@ -80,6 +80,9 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
         rep.unreported = True
         for req in finished:
             finish(fleet, rep, req, t)
+        books, tally = fleet.books, fleet.tally
+        if len(books.records) >= tally.next_at:
+            tally.told_at(len(books.records), len(books.records) + books.rejected)
         if sends and sends[0][0] <= t:
             queue.wake(rep, t)
             return

@@ -24,6 +24,7 @@ from profiles.cost import CostModel
 from replay.figures import PolicyResult
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, run_one
+from replay.progress import CallsDone
 from replay.sim import ReplayConfig
 from replay.workload import Workload
 from ttlctl.errors import TtlctlError
@@ -51,7 +52,8 @@ class BackendError(TtlctlError, ValueError):
 
 
 class RunOne(Protocol):
-    """One policy on one workload: the result record of ``ttlctl replay --json``."""
+    """One policy on one workload: the result record of ``ttlctl replay --json``
+    (``progress``: told the calls done now and then, :mod:`replay.progress`)."""
 
     def __call__(
         self,
@@ -62,6 +64,7 @@ class RunOne(Protocol):
         timing: Load,
         *,
         timed: bool = True,
+        progress: CallsDone | None = None,
     ) -> PolicyResult: ...
 
 
@@ -132,9 +135,10 @@ class AsyncRunOne:
         timing: Load,
         *,
         timed: bool = True,
+        progress: CallsDone | None = None,
     ) -> PolicyResult:
         config = replace(config, async_scheduling=True)
-        return run_one(workload, spec, cost, config, timing, timed=timed)
+        return run_one(workload, spec, cost, config, timing, timed=timed, progress=progress)
 
 
 def runner(backend: str, *, async_scheduling: bool = False) -> RunOne:

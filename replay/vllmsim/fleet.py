@@ -28,6 +28,7 @@ from replay.fleet.metrics import fleet_result
 from replay.fleet.run import FleetSpec, fleet_router, replica_engines
 from replay.policies import BOUNDS, PolicySpec
 from replay.policy_runs import Load, prepare
+from replay.progress import CallsDone
 from replay.sim import ReplayConfig
 from replay.vllmsim.backend import BackendError, check
 from replay.vllmsim.build import build, quiet_vllm
@@ -55,8 +56,11 @@ def simulate(
     config: ReplayConfig,
     timing: Load,
     fleet: FleetSpec,
+    *,
+    progress: CallsDone | None = None,
 ) -> VllmFleetOutcome:
-    """Replay ``workload`` under ``spec`` on ``fleet.replicas`` vLLM schedulers."""
+    """Replay ``workload`` under ``spec`` on ``fleet.replicas`` vLLM schedulers
+    (``progress``: told the calls done now and then, :mod:`replay.progress`)."""
     async_scheduling = config.async_scheduling or fleet.async_scheduling
     check(
         "vllm",
@@ -92,7 +96,9 @@ def simulate(
         ]
         schedulers: list[Engine] = list(engines)
         start = time.perf_counter()
-        outcome = drive(work, schedulers, cfg, router, logged_replicas=fleet.logged)
+        outcome = drive(
+            work, schedulers, cfg, router, logged_replicas=fleet.logged, progress=progress
+        )
         wall = time.perf_counter() - start
     return VllmFleetOutcome(outcome, work, engines, wall)
 
@@ -112,8 +118,9 @@ class VllmFleetRunner:
         timing: Load,
         *,
         timed: bool = True,
+        progress: CallsDone | None = None,
     ) -> PolicyResult:
-        ran = simulate(workload, spec, cost, config, timing, self.fleet)
+        ran = simulate(workload, spec, cost, config, timing, self.fleet, progress=progress)
         return record(ran, spec.name, self.fleet, timed=timed)
 
 

@@ -37,6 +37,7 @@ from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.request import RequestStatus
 
 from profiles.cost import CostModel
+from replay.progress import CallsDone, CallTally
 from replay.sim import ProgramRun, ReplayConfig, SimulationError, fits_engine
 from replay.vllmsim.batch_queue import BatchQueue, Queued
 from replay.vllmsim.build import Built
@@ -77,6 +78,7 @@ class Harness:
         untagged_last: frozenset[str] = frozenset(),
         observer: Observer | None = None,
         timed: bool = False,
+        progress: CallsDone | None = None,
     ) -> None:
         self.scheduler: Any = built.scheduler
         self.hasher = built.hasher
@@ -100,6 +102,8 @@ class Harness:
         self.records: list[VllmCall] = []
         self.rejected = self.truncated = self.aborted = 0
         self.sends = Sends()
+        #: when to tell ``progress`` the calls done (finished, refused or aborted)
+        self.tally = CallTally(progress, workload.calls)
         self._rid = 0
         self._pinned = 0
         self._pins_clock = 0.0
@@ -251,6 +255,12 @@ class Harness:
             self.sends.push(self.now + program.calls[entry.turn].pause_s, ARRIVAL, run)
         else:
             self._end_program(run)
+        if len(self.records) >= self.tally.next_at:
+            self.tally.told_at(len(self.records), self._done())
+
+    def _done(self) -> int:
+        """The calls done: finished, refused (with their programs' later calls) or aborted."""
+        return len(self.records) + self.rejected + self.aborted
 
     def _wait(self) -> None:
         """Nothing could be scheduled and nothing is in flight: move to the next thing
@@ -286,6 +296,7 @@ class Harness:
         self._observe_pins()
         if self.plugin:
             self.figures.take_plugin_counters(dict(sched.ttl_stats()))
+        self.tally.end(self._done())
         return Outcome(
             calls=self.records,
             programs=self.sends.runs,

@@ -17,6 +17,7 @@ from profiles.cost import CostModel
 from replay.figures import PolicyResult, summarize
 from replay.policies import BOUNDS, PolicySpec
 from replay.policy_runs import Load, prepare, sized_engine
+from replay.progress import CallsDone
 from replay.sim import ReplayConfig
 from replay.vllmsim.backend import check, vllm_version
 from replay.vllmsim.build import build, quiet_vllm
@@ -38,13 +39,15 @@ def run(
     untagged_last: frozenset[str] = frozenset(),
     observer: Observer | None = None,
     timed_calls: bool = False,
+    progress: CallsDone | None = None,
 ) -> Outcome:
     """Replay ``workload`` under ``spec`` on vLLM's scheduler (see :mod:`replay.vllmsim`).
 
     ``untagged_last``: programs whose last call does not say it is the last (the
     plugin may pin it, and the program never comes back); ``observer``: called after
     every ``schedule()`` and ``update_from_output()``; ``timed_calls``: measure the
-    wall time of each of those calls (``Outcome.timings``).
+    wall time of each of those calls (``Outcome.timings``); ``progress``: told the calls
+    done now and then (:mod:`replay.progress`).
     """
     check(
         "vllm",
@@ -72,6 +75,7 @@ def run(
             untagged_last=untagged_last,
             observer=observer,
             timed=timed_calls,
+            progress=progress,
         )
         start = time.perf_counter()
         outcome = harness.run()
@@ -95,8 +99,17 @@ class VllmRunner:
         timing: Load,
         *,
         timed: bool = True,
+        progress: CallsDone | None = None,
     ) -> PolicyResult:
-        outcome = run(workload, spec, cost, config, timing, async_scheduling=self.async_scheduling)
+        outcome = run(
+            workload,
+            spec,
+            cost,
+            config,
+            timing,
+            async_scheduling=self.async_scheduling,
+            progress=progress,
+        )
         return record(outcome, spec.name, timed=timed)
 
 

@@ -22,4 +22,5 @@ if importlib.util.find_spec("vllm") is None:  # an install without the engine ex
         "test_fleet_differential.py",
         "test_fleet_cli.py",
         "test_fleet_one_replica.py",
+        "test_progress.py",
     ]

@@ -186,8 +186,8 @@ def test_tune_a_vllm_fleet(
     schedulers: list[str] = []
     simulate = vllm_fleet.simulate
 
-    def counted(*args: Any) -> vllm_fleet.VllmFleetOutcome:
-        ran = simulate(*args)
+    def counted(*args: Any, **kwargs: Any) -> vllm_fleet.VllmFleetOutcome:
+        ran = simulate(*args, **kwargs)
         schedulers.extend(e.scheduler_name for e in ran.engines)
         return ran
 

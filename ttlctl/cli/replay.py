@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.progress import Progress, TaskID
 
 from ttlctl.cli import render
 from ttlctl.cli.kit import (
@@ -15,6 +17,7 @@ from ttlctl.cli.kit import (
     given,
     out,
     print_warning,
+    progress_bar,
     user_errors,
     write_doc,
 )
@@ -60,6 +63,38 @@ from ttlctl.cli.router_options import (
     RouterTemperature,
     WorkerUrls,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayBar:
+    """The replay's bar on a terminal: the policy replaying (i/n) and its calls done."""
+
+    bar: Progress
+    task: TaskID
+
+    @classmethod
+    def make(cls) -> ReplayBar:
+        bar = progress_bar("replaying")
+        return cls(bar, bar.add_task("", total=None))
+
+    def policy(self, name: str, done: int, total: int) -> None:
+        if done >= total:  # every policy replayed
+            return
+        self.bar.update(
+            self.task,
+            completed=0,
+            total=None,
+            description=f"{name} ({done + 1}/{total})",
+            refresh=True,  # drawn at once: a short replay ends before the next refresh
+        )
+
+    def calls(self, done: int, total: int) -> None:
+        # drawn at once at a policy's end; between, at the bar's own refresh rate
+        self.bar.update(self.task, completed=done, total=total, refresh=done == total)
+
+    def live(self, done: int, total: int) -> None:
+        self.bar.update(self.task, completed=done, total=total, description="live")
+
 
 Policies = Annotated[
     list[str],
@@ -219,15 +254,13 @@ def replay(
             }
             for line in unread(policy_names(policy, backend), asked):
                 print_warning(line)
-        with err.status("replaying…") as status:
+        shown = ReplayBar.make()
+        with shown.bar:
             doc = replay_doc(
                 request,
-                progress=lambda name, done, total: status.update(
-                    f"replaying: {name} ({done + 1}/{total})"
-                ),
-                live_progress=lambda done, total: status.update(
-                    f"replaying live: {done}/{total} calls"
-                ),
+                progress=shown.policy,
+                calls_done=shown.calls,
+                live_progress=shown.live,
                 warn=print_warning,
             )
         if json_out is not None and write_doc(doc, json_out):

@@ -51,6 +51,7 @@ from replay.vllmsim.batch_queue import BatchQueue, Queued
 from replay.vllmsim.build import Built
 from replay.vllmsim.executor import execute
 from replay.vllmsim.harness import FILLER
+from replay.vllmsim.outcome import put_plugin_counters
 from replay.vllmsim.prompts import KvEvents, TokenBook
 
 
@@ -262,10 +263,4 @@ class VllmEngine:
             return
         counters = dict(self.built.scheduler.ttl_stats())
         self.plugin_counters = counters
-        s = self.stats
-        s.pins_made = counters["made"]
-        s.pins_hit = counters["hit"]
-        s.pins_expired = counters["expired"]
-        s.pins_released = counters["released"]
-        s.pins_dropped, s.pins_held = counters["dropped"], counters["pinned_programs"]
-        s.pins_refused = counters["refused"]
+        put_plugin_counters(self.stats, counters)

@@ -43,14 +43,19 @@ class EngineFigures:
         """The plugin's counters at the end (``ttl_stats()``), kept and put into
         :attr:`stats` (its pins made, hit, expired, released, dropped, held, refused)."""
         self.plugin_counters = counters
-        s = self.stats
-        s.pins_made = counters["made"]
-        s.pins_hit = counters["hit"]
-        s.pins_expired = counters["expired"]
-        s.pins_released = counters["released"]
-        s.pins_dropped = counters["dropped"]
-        s.pins_held = counters["pinned_programs"]
-        s.pins_refused = counters["refused"]
+        put_plugin_counters(self.stats, counters)
+
+
+def put_plugin_counters(stats: Stats, counters: dict[str, int]) -> None:
+    """The plugin's end-of-run counters (``ttl_stats()``) into ``stats``: its pins made,
+    hit, expired, released, dropped, held and refused."""
+    stats.pins_made = counters["made"]
+    stats.pins_hit = counters["hit"]
+    stats.pins_expired = counters["expired"]
+    stats.pins_released = counters["released"]
+    stats.pins_dropped = counters["dropped"]
+    stats.pins_held = counters["pinned_programs"]
+    stats.pins_refused = counters["refused"]
 
 
 @dataclass(slots=True)

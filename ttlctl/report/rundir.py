@@ -101,7 +101,19 @@ def _read(run: RunInputs, name: str, path: Path) -> None:
         # as `ttlctl replay --json` writes it; the sections read it defensively
         run.replay = cast(ReplayDoc, _object(path))
     elif name == "tune.json":
-        run.tune = _object(path)
+        run.tune = _tune_summary(_object(path))
+
+
+def _tune_summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` when it may be ``ttlctl tune``'s summary (schema ``ttlctl.tune/…``, or none:
+    read as it is); ValueError when it is a bundle (``tune -o run/tune.json`` writes one
+    there) or another ttlctl document."""
+    schema = doc.get("schema")
+    if schema is None and "schema_version" in doc:
+        raise ValueError("a bundle, not tune's summary (a bundle's summary is NAME.tune.json)")
+    if schema is not None and not (isinstance(schema, str) and schema.startswith("ttlctl.tune/")):
+        raise ValueError(f"not tune's summary: schema {json.dumps(schema)}")
+    return doc
 
 
 def load(root: Path, max_num_batched_tokens: int | None = None) -> RunInputs:

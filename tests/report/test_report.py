@@ -207,4 +207,4 @@ def test_a_bundle_named_tune_json_is_not_read_as_tunes_summary(
     (tmp_path / "tune.json").write_text(json.dumps(fit), encoding="utf-8")  # ttlctl.fit/1
     res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(out)])
     assert res.exit_code == 0, res.output
-    assert "not tune's summary: schema \"ttlctl.fit/1\"" in res.stderr
+    assert 'not tune\'s summary: schema "ttlctl.fit/1"' in res.stderr

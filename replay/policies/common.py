@@ -15,7 +15,7 @@ def fcfs_key(req: SimRequest) -> tuple[float, ...]:
 
 
 def program_key(req: SimRequest, engine: SimScheduler) -> tuple[float, ...]:
-    """The plugin's queue order (:meth:`ttlctl.engine.retention.Retention.key`): preempted,
+    """The plugin's queue order (:meth:`ttlctl.engine.orders.PinOrders.key`): preempted,
     a live pin of the program, the program's first arrival (from the program book), the
     request's arrival."""
     assert engine.pinning is not None, "a program-ordered policy has a τ source"

@@ -102,6 +102,8 @@ class Harness:
         self.records: list[VllmCall] = []
         self.rejected = self.truncated = self.aborted = 0
         self.sends = Sends()
+        #: the calls of aborted programs after the aborted call, never sent (done at the abort)
+        self.unsent = 0
         #: when to tell ``progress`` the calls done (finished, refused or aborted)
         self.tally = CallTally(progress, workload.calls)
         self._rid = 0
@@ -188,6 +190,8 @@ class Harness:
         self.scheduler.finish_requests([request_id], RequestStatus.FINISHED_ABORTED)
         self._observe_pins()
         self.aborted += 1
+        # its program stops: the calls after it are never sent, so they are done now
+        self.unsent += len(entry.run.program.calls) - entry.turn - 1
         entry.run.cut_short = True
         self._end_program(entry.run)
 
@@ -259,8 +263,9 @@ class Harness:
             self.tally.told_at(len(self.records), self._done())
 
     def _done(self) -> int:
-        """The calls done: finished, refused (with their programs' later calls) or aborted."""
-        return len(self.records) + self.rejected + self.aborted
+        """The calls done: finished, refused (with their programs' later calls) or aborted
+        (with theirs)."""
+        return len(self.records) + self.rejected + self.aborted + self.unsent
 
     def _wait(self) -> None:
         """Nothing could be scheduled and nothing is in flight: move to the next thing

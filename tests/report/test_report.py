@@ -167,3 +167,44 @@ def test_a_tune_json_of_another_bundle_is_set_aside(tmp_path: Path, sample_run: 
     own = tune_doc() | {"bundle": {"path": "run/bundle.json", "sha256": sha}}
     (tmp_path / "tune.json").write_text(json.dumps(own), encoding="utf-8")
     assert "Best trial:" in build_report(tmp_path)
+
+
+def test_a_tune_json_of_bundle_jsons_earlier_version_is_not_called_anothers(
+    tmp_path: Path, sample_run: Path
+) -> None:
+    """`tune -o run/bundle.json` then `refit run/bundle.json` (which replaces it in place):
+    tune.json names bundle.json itself, at an earlier hash. The report set it aside as 'the
+    summary of another bundle (…/bundle.json …)', naming the very file it said was another."""
+    bundle = tmp_path / "bundle.json"
+    shutil.copy(sample_run / "bundle.json", bundle)
+    earlier = tune_doc() | {"bundle": {"path": str(bundle), "sha256": "f" * 64}}
+    (tmp_path / "tune.json").write_text(json.dumps(earlier), encoding="utf-8")
+    res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(tmp_path / "report.html")])
+    assert res.exit_code == 0, res.output
+    warned = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warned) == 1, res.stderr
+    assert "another bundle" not in warned[0]
+    assert "tune.json not used: the summary of an earlier bundle.json" in warned[0]
+    assert "replaced since" in warned[0]
+
+
+def test_a_bundle_named_tune_json_is_not_read_as_tunes_summary(
+    tmp_path: Path, sample_run: Path
+) -> None:
+    """`tune -o run/tune.json` is taken (its summary goes to run/tune.tune.json), and so is a
+    bundle copied in as tune.json: the report showed it as a study of '0 trial(s)'. A
+    tune.json that is a bundle, or whose schema is not tune's, is a note, not a study."""
+    shutil.copy(sample_run / "bundle.json", tmp_path / "tune.json")
+    out = tmp_path / "report.html"
+    res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    warned = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warned) == 1 and "tune.json" in warned[0], res.stderr
+    assert "a bundle, not tune's summary" in warned[0]
+    page = out.read_text(encoding="utf-8")
+    assert "0 trial(s)" not in page
+    fit = json.loads((sample_run / "bundle.json").read_text(encoding="utf-8"))["fit"]
+    (tmp_path / "tune.json").write_text(json.dumps(fit), encoding="utf-8")  # ttlctl.fit/1
+    res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert 'not tune\'s summary: schema "ttlctl.fit/1"' in res.stderr

@@ -101,7 +101,19 @@ def _read(run: RunInputs, name: str, path: Path) -> None:
         # as `ttlctl replay --json` writes it; the sections read it defensively
         run.replay = cast(ReplayDoc, _object(path))
     elif name == "tune.json":
-        run.tune = _object(path)
+        run.tune = _tune_summary(_object(path))
+
+
+def _tune_summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` when it may be ``ttlctl tune``'s summary (schema ``ttlctl.tune/…``, or none:
+    read as it is); ValueError when it is a bundle (``tune -o run/tune.json`` writes one
+    there) or another ttlctl document."""
+    schema = doc.get("schema")
+    if schema is None and "schema_version" in doc:
+        raise ValueError("a bundle, not tune's summary (a bundle's summary is NAME.tune.json)")
+    if schema is not None and not (isinstance(schema, str) and schema.startswith("ttlctl.tune/")):
+        raise ValueError(f"not tune's summary: schema {json.dumps(schema)}")
+    return doc
 
 
 def load(root: Path, max_num_batched_tokens: int | None = None) -> RunInputs:
@@ -129,22 +141,41 @@ def load(root: Path, max_num_batched_tokens: int | None = None) -> RunInputs:
             run.problems["bundle.json"] = f"no policy: {exc}"
         if run.fit is None and isinstance(run.bundle.get("fit"), dict):
             run.fit, run.fit_source = run.bundle["fit"], "bundle.json (its fit)"
-        other = other_bundle(run.tune, run.bundle)
+        other = other_bundle(run.tune, run.bundle, run.paths["bundle.json"])
         if other is not None:
             run.set_aside["tune.json"] = other
             run.tune = None
     return run
 
 
-def other_bundle(tune: dict[str, Any] | None, bundle: bundle_doc.Bundle) -> str | None:
+def other_bundle(
+    tune: dict[str, Any] | None, bundle: bundle_doc.Bundle, path: Path | None = None
+) -> str | None:
     """Why ``tune`` is not ``bundle``'s summary (its ``bundle.sha256`` is another's: a later
-    study wrote it, or it was copied in), or None when it is, or says nothing of its bundle."""
+    study wrote it, or it was copied in, or ``bundle`` at ``path`` was replaced since, as
+    refit does in place), or None when it is, or says nothing of its bundle."""
     ref = tune.get("bundle") if tune is not None else None
     sha = ref.get("sha256") if isinstance(ref, dict) else None
     if not isinstance(sha, str) or sha == bundle.get("sha256"):
         return None
     assert isinstance(ref, dict)
+    now = f"sha256 {str(bundle.get('sha256'))[:12]}…"
+    if path is not None and _same_file(ref.get("path"), path):
+        return (
+            f"the summary of an earlier bundle.json (sha256 {sha[:12]}…): bundle.json was "
+            f"replaced since (by refit, or another build), {now}"
+        )
     return (
         f"the summary of another bundle ({ref.get('path')}, sha256 {sha[:12]}…), "
-        f"not of bundle.json (sha256 {str(bundle.get('sha256'))[:12]}…)"
+        f"not of bundle.json ({now})"
     )
+
+
+def _same_file(named: Any, path: Path) -> bool:
+    """Whether ``named`` (a path as tune.json records it) is ``path``."""
+    if not isinstance(named, str):
+        return False
+    try:
+        return Path(named).resolve() == path.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False

@@ -123,6 +123,7 @@ def test_a_share_that_is_not_nothing_never_reads_as_nothing() -> None:
     assert share(0.997) == "99.7%"
     assert share(0.9996) == ">99.9%"
     assert share(0.42) == "42%"
+    assert share(float("nan")) == "—" and share(float("inf")) == "—"  # no share: a dash
 
 
 def test_the_fleet_table_shows_a_small_waste_of_pins() -> None:

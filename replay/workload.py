@@ -47,6 +47,7 @@ import polars as pl
 
 from ttlctl.trace import io as trace_io
 from ttlctl.trace.prefix import shared_keys
+from ttlctl.trace.reuse import reuse
 
 #: a block of a prompt: ``((trace hash, trace block size), end token)`` for a shared block,
 #: ``(program_id, index)`` for the program's own (see the module docstring)
@@ -130,7 +131,8 @@ class Workload:
 
 def from_frame(frame: pl.DataFrame) -> Workload:
     """Programs from canonical rows (sorted by program, turn)."""
-    frame = frame.sort(["program_id", "turn"])
+    # a null reused_tokens filled with the format's default (ttlctl.trace.reuse)
+    frame = frame.sort(["program_id", "turn"]).with_columns(reuse())
     programs: list[AgentProgram] = []
     has_prefix = "prefix_hashes" in frame.columns and frame["prefix_hashes"].null_count() < len(
         frame
@@ -138,12 +140,9 @@ def from_frame(frame: pl.DataFrame) -> Workload:
     interned: dict[tuple[tuple[int, ...], int], SharedPrefix] = {}
     for (pid,), rows in frame.group_by("program_id", maintain_order=True):
         calls: list[Call] = []
-        prev_total = 0
         start = rows["arrival_s"][0]
         for r in rows.iter_rows(named=True):
             reused = r["reused_tokens"]
-            if reused is None:
-                reused = min(prev_total, r["input_tokens"])
             pause = r["tool_s"] if r["tool_s"] is not None else r["gap_s"]
             calls.append(
                 Call(
@@ -155,7 +154,6 @@ def from_frame(frame: pl.DataFrame) -> Workload:
                     _prefix(r, interned) if has_prefix else None,
                 )
             )
-            prev_total = int(r["input_tokens"]) + int(r["output_tokens"])
         programs.append(AgentProgram(str(pid), float(start or 0.0), tuple(calls)))
     programs.sort(key=lambda p: (p.start_s, p.program_id))
     return Workload(tuple(programs))

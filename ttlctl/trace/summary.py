@@ -7,6 +7,7 @@ from typing import Any
 import polars as pl
 
 from fitting.percentile import percentile
+from ttlctl.trace.reuse import assumed_reuse
 
 PERCENTILES = (50, 90, 99)
 
@@ -36,16 +37,9 @@ def summarize(trace: pl.LazyFrame, top_tools: int = 15) -> dict[str, Any]:
         "llm_s",
     ).collect()
     per_program = frame.group_by("program_id").len()["len"]
-    # what the replay takes where reuse is not recorded (replay.workload.from_frame): the
-    # previous call's input + output (0 for a program's first), at most this call's input
-    previous = (
-        (pl.col("input_tokens") + pl.col("output_tokens"))
-        .shift(1)
-        .over("program_id", order_by="turn")
-        .fill_null(0)
-    )
+    # what the replay takes where reuse is not recorded (ttlctl.trace.reuse)
     assumed = (
-        frame.with_columns(pl.min_horizontal(previous, pl.col("input_tokens")).alias("assumed"))
+        frame.with_columns(assumed_reuse().alias("assumed"))
         .filter(pl.col("reused_tokens").is_null())["assumed"]
         .sum()
     )

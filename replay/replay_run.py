@@ -74,10 +74,15 @@ class ReplayRequest:
     worker_urls: tuple[str, ...] | None = None
 
 
+def _asked(given: Sequence[str]) -> list[str]:
+    """The names ``--policy`` was given, comma lists split."""
+    return [n.strip() for p in given for n in p.split(",") if n.strip()]
+
+
 def policy_names(given: Sequence[str], backend: str) -> list[str]:
     """The policies asked for (comma lists split); ``all`` on the vllm backend: those
     vLLM's scheduler runs."""
-    names = [n.strip() for p in given for n in p.split(",") if n.strip()]
+    names = _asked(given)
     every = names == ["all"]
     names = expand(names)
     if every and backend == "vllm":
@@ -88,7 +93,7 @@ def policy_names(given: Sequence[str], backend: str) -> list[str]:
 def left_out(given: Sequence[str], backend: str) -> str | None:
     """The line saying which of ``all``'s policies ``backend`` does not run, and why
     (None when it runs every one asked)."""
-    names = [n.strip() for p in given for n in p.split(",") if n.strip()]
+    names = _asked(given)
     if names != ["all"] or backend != "vllm":
         return None
     left = [n for n in expand(names) if n in UNMAPPED]

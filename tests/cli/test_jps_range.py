@@ -12,41 +12,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import make_trace
+from tests.cli.refusal import refused
 from ttlctl.cli import app
 
 REFUSED = "error: --jps must be at least 1e-06 programs per second (a mean gap of 11.6 days)"
 
 
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("jps")
-    trace = make_trace(root / "trace.parquet", programs=12)
-    fit = root / "fit.json"
-    res = CliRunner().invoke(app, ["fit", str(trace), "-o", str(fit), "--bootstrap", "5"])
-    assert res.exit_code == 0, res.output
-    return {"trace": trace, "fit": fit}
-
-
-def refused(args: list[str], out: Path) -> str:
-    res = CliRunner().invoke(app, args)
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output, res.output
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(REFUSED), res.stderr
-    assert not out.exists()
-    return lines[0]
-
-
 def test_replay_refuses_an_absurd_rate_and_runs_the_rarest_taken(
-    inputs: dict[str, Path], tmp_path: Path
+    small_inputs: dict[str, Path], tmp_path: Path
 ) -> None:
     out = tmp_path / "replay.json"
-    args = ["replay", str(inputs["trace"]), "--policy", "vllm", "--json", str(out)]
-    assert refused([*args, "--jps", "1e-300"], out).endswith(
+    args = ["replay", str(small_inputs["trace"]), "--policy", "vllm", "--json", str(out)]
+    assert refused([*args, "--jps", "1e-300"], out, REFUSED).endswith(
         "not 1e-300: rarer starts share no engine, and far rarer ones lose the calls' "
         "seconds to float precision"
     )
@@ -56,9 +35,11 @@ def test_replay_refuses_an_absurd_rate_and_runs_the_rarest_taken(
     assert result["jct_mean_s"] > 0  # the calls' seconds survive at the rarest rate
 
 
-def test_tune_and_validate_take_the_same_check(inputs: dict[str, Path], tmp_path: Path) -> None:
+def test_tune_and_validate_take_the_same_check(
+    small_inputs: dict[str, Path], tmp_path: Path
+) -> None:
     out = tmp_path / "b.json"
-    tune = ["tune", str(inputs["trace"]), "--fit", str(inputs["fit"]), "-o", str(out)]
-    refused([*tune, "--profile", "llama-3.1-8b-h100", "--jps", "1", "--jps", "1e-9"], out)
-    validate = ["validate", str(inputs["trace"]), "--url", "http://127.0.0.1:9"]
-    refused([*validate, "--jps", "1e-300", "--json", str(out)], out)
+    tune = ["tune", str(small_inputs["trace"]), "--fit", str(small_inputs["fit"]), "-o", str(out)]
+    refused([*tune, "--profile", "llama-3.1-8b-h100", "--jps", "1", "--jps", "1e-9"], out, REFUSED)
+    validate = ["validate", str(small_inputs["trace"]), "--url", "http://127.0.0.1:9"]
+    refused([*validate, "--jps", "1e-300", "--json", str(out)], out, REFUSED)

@@ -13,57 +13,39 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import make_trace
+from tests.cli.refusal import refused
 from ttlctl.cli import app
 
-
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("seed")
-    trace = make_trace(root / "trace.parquet", programs=12)
-    fit = root / "fit.json"
-    res = CliRunner().invoke(app, ["fit", str(trace), "-o", str(fit), "--bootstrap", "5"])
-    assert res.exit_code == 0, res.output
-    return {"trace": trace, "fit": fit}
+SEED = "error: --seed "
 
 
-def refused(args: list[str], out: Path) -> str:
-    res = CliRunner().invoke(app, args)
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output, res.output
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --seed "), res.stderr
-    assert not out.exists()
-    return lines[0]
-
-
-def test_fit_refuses_a_negative_seed(inputs: dict[str, Path], tmp_path: Path) -> None:
+def test_fit_refuses_a_negative_seed(small_inputs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "fit.json"
-    line = refused(["fit", str(inputs["trace"]), "-o", str(out), "--seed", "-1"], out)
-    assert line == "error: --seed must be >= 0, not -1"
-    big = ["fit", str(inputs["trace"]), "-o", str(out), "--bootstrap", "5", "--seed", str(2**64)]
+    args = ["fit", str(small_inputs["trace"]), "-o", str(out)]
+    assert refused([*args, "--seed", "-1"], out, SEED) == "error: --seed must be >= 0, not -1"
+    big = [*args, "--bootstrap", "5", "--seed", str(2**64)]
     assert CliRunner().invoke(app, big).exit_code == 0 and out.exists()
 
 
 @pytest.mark.parametrize("load", [["--jps", "1"], ["--concurrency", "2"], []])
 def test_replay_refuses_a_negative_seed(
-    inputs: dict[str, Path], tmp_path: Path, load: list[str]
+    small_inputs: dict[str, Path], tmp_path: Path, load: list[str]
 ) -> None:
     out = tmp_path / "replay.json"
-    args = ["replay", str(inputs["trace"]), "--policy", "vllm", "--json", str(out), *load]
-    assert refused([*args, "--seed", "-1"], out) == "error: --seed must be >= 0, not -1"
+    args = ["replay", str(small_inputs["trace"]), "--policy", "vllm", "--json", str(out), *load]
+    assert refused([*args, "--seed", "-1"], out, SEED) == "error: --seed must be >= 0, not -1"
     assert CliRunner().invoke(app, [*args, "--seed", str(2**64)]).exit_code == 0
     assert out.exists()
 
 
 @pytest.mark.parametrize("seed", [-1, 2**32])
 def test_tune_refuses_a_seed_its_sampler_cannot_take(
-    inputs: dict[str, Path], tmp_path: Path, seed: int
+    small_inputs: dict[str, Path], tmp_path: Path, seed: int
 ) -> None:
     out = tmp_path / "bundle.json"
-    args = ["tune", str(inputs["trace"]), "--fit", str(inputs["fit"]), "-o", str(out)]
+    args = ["tune", str(small_inputs["trace"]), "--fit", str(small_inputs["fit"]), "-o", str(out)]
     args += ["--profile", "llama-3.1-8b-h100", "--trials", "1", "--concurrency", "2"]
-    line = refused([*args, "--seed", str(seed)], out)
+    line = refused([*args, "--seed", str(seed)], out, SEED)
     assert line == (
         f"error: --seed must be in 0 … {2**32 - 1} (the TPE sampler's seeds), not {seed}"
     )

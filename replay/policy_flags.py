@@ -4,7 +4,7 @@ replayed stock vLLM and said nothing of the bundle it never used)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 
 #: each policy option and the policies that read it (:func:`replay.policies.registry.make`)
 READERS: dict[str, tuple[str, ...]] = {
@@ -15,14 +15,15 @@ READERS: dict[str, tuple[str, ...]] = {
 }
 
 
-def unread(names: Collection[str], given: Mapping[str, bool]) -> list[str]:
-    """One line for each option ``given`` that none of the policies ``names`` reads."""
+def unread(names: Collection[str], given: Collection[str]) -> list[str]:
+    """One line for each option ``given`` (its flag) that none of the policies ``names``
+    reads."""
     asked = ", ".join(names)
     return [
         f"{flag} is read only by {_either(readers)}, and --policy {asked} runs none of them: "
         "it changes nothing here"
         for flag, readers in READERS.items()
-        if given.get(flag) and not set(readers) & set(names)
+        if flag in given and not set(readers) & set(names)
     ]
 
 

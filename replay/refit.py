@@ -133,6 +133,7 @@ def refit(
         settings.force,
         baseline="old",
         elsewhere=None if elsewhere is None else str(elsewhere),
+        dry_run=dry_run,
     )
     replay_doc = {
         "loads": [load_json(t) for t in ctx.loads],

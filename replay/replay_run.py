@@ -23,6 +23,7 @@ from replay.fleet.routers import AS_LOGGED, RouterSettings
 from replay.fleet.run import runner as fleet_runner
 from replay.live import cap_pauses, check_result_flags, live_results
 from replay.policies import PolicySpec
+from replay.policy_flags import unread
 from replay.policy_runs import Load, expand, run_all
 from replay.progress import CallsDone
 from replay.scheduler import SimSchedulerConfig
@@ -72,6 +73,9 @@ class ReplayRequest:
     router: RouterSettings | None = None
     #: each replica's URL as the real router is given it (None: the default names)
     worker_urls: tuple[str, ...] | None = None
+    #: the policy options given (``--bundle``, ``--valve``, ``--pin-cap``, ``--ttl-seconds``):
+    #: one that no asked policy reads is warned of (:mod:`replay.policy_flags`)
+    policy_options: frozenset[str] = frozenset()
 
 
 def _asked(given: Sequence[str]) -> list[str]:
@@ -118,7 +122,8 @@ def replay_doc(
 
     ``progress``: told (policy, its index, policies) as each policy's replay starts;
     ``calls_done``: told (calls done, calls) within each simulated replay, now and then
-    (:mod:`replay.progress`); ``live_progress``: the same for a live one."""
+    (:mod:`replay.progress`); ``live_progress``: the same for a live one; ``warn``: told
+    each warning, once every check has passed (a refused run says only its error)."""
     names = policy_names(req.policies, req.backend)
     if req.valve is not None and req.valve not in VALVES:
         raise ConfigError(f"--valve must be one of {', '.join(VALVES)}, got {req.valve!r}")
@@ -138,9 +143,12 @@ def replay_doc(
             "--per-token": req.per_token,
         },
     )
+    # the warnings, said once every check has passed; no unread option where live (the
+    # server runs its own policy)
+    notes = [] if req.live is not None else unread(names, req.policy_options)
     skipped = left_out(req.policies, req.backend)
-    if skipped is not None and warn is not None:  # said once the backend is known to run
-        warn(skipped)
+    if skipped is not None:
+        notes.append(skipped)
     fleet = fleet_for(
         req.trace,
         req.replicas,
@@ -150,11 +158,11 @@ def replay_doc(
         async_scheduling=req.async_scheduling,
         worker_urls=req.worker_urls,
     )
-    if fleet is not None and fleet.router.name == AS_LOGGED and warn is not None:
+    if fleet is not None and fleet.router.name == AS_LOGGED:
         # a replica restarted at another size has two records: count the replicas
         sized = {e.get("replica") for e in trace_io.engines(req.trace) if e.get("kv_tokens")}
         if sized:
-            warn(
+            notes.append(
                 f"--router as-logged: the trace's engine records size {len(sized)} "
                 "replica(s); replay sizes every replica by the flags (else the defaults), "
                 "not by the logs: `ttlctl refit` replays them as logged, each its own size"
@@ -178,6 +186,9 @@ def replay_doc(
         PolicySpec(n, bundle=bundle_doc, ttl_s=req.ttl_s, valve=req.valve, pin_cap=req.pin_cap)
         for n in names
     ]
+    if warn is not None:  # every check passed: the run goes ahead
+        for line in notes:
+            warn(line)
     results: list[PolicyResult]
     try:
         if req.live is not None:

@@ -133,3 +133,13 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def names_file(ref: object, sha256: str | None) -> bool | None:
+    """Whether ``ref``, a document's record of a file it was made from (a :class:`FileRef`,
+    or a fit's ``input``), names the file whose SHA-256 is ``sha256``; None when either is
+    unknown (no record, a record without a hash, no file to compare it with)."""
+    recorded = ref.get("sha256") if isinstance(ref, dict) else None
+    if not isinstance(recorded, str) or sha256 is None:
+        return None
+    return recorded == sha256

@@ -179,17 +179,19 @@ def guard(
     min_gain: float = 1.0,
     *,
     elsewhere: str | None = None,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
     """Ship the tuned policy only if it beats the baseline on the held-back seeds (by at
     least ``min_gain``): stock vLLM (simulator), or in live mode the never-pin bundle
     (``baseline="never-pin"``: the server runs the TTL scheduler, so stock vLLM is not
     measured there). With ``baseline="old"`` (``ttlctl refit``): the refitted bundle
     (``new``) replaces the bundle in service (``old``) only if it beats it; ``elsewhere``:
-    the file it is written to instead (``refit -o``), which the verdict names."""
+    the file it is written to instead (``refit -o``), which the verdict names; ``dry_run``:
+    nothing is written (``refit --dry-run``), and the verdict says what would be."""
     if baseline == "never-pin":
         return _guard_live(held, force, min_gain)
     if baseline == "old":
-        return _guard_refit(held, force, elsewhere)
+        return _guard_refit(held, force, elsewhere, dry_run)
     tuned, vllm, never = (held[f"{n}_jct_mean_s"] for n in ("tuned", "vllm", "never_pin"))
     tuned_beats = beats(held, "tuned", "vllm", min_gain)
     never_beats = beats(held, "never-pin", "vllm")
@@ -268,7 +270,9 @@ def _guard_live(held: Mapping[str, Any], force: bool, min_gain: float) -> dict[s
     }
 
 
-def _guard_refit(held: Mapping[str, Any], force: bool, elsewhere: str | None) -> dict[str, Any]:
+def _guard_refit(
+    held: Mapping[str, Any], force: bool, elsewhere: str | None, dry_run: bool
+) -> dict[str, Any]:
     new, old, vllm = (held[f"{n}_jct_mean_s"] for n in ("new", "old", "vllm"))
     new_beats = beats(held, "new", "old")
     what = "the refitted bundle"
@@ -281,14 +285,19 @@ def _guard_refit(held: Mapping[str, Any], force: bool, elsewhere: str | None) ->
         )
     elif force:
         shipped = "new"
+        if dry_run:  # nothing is written: say what the run would have done
+            done = (
+                "it would replace the bundle in service"
+                if elsewhere is None
+                else f"it would be written to {elsewhere}"
+            )
+        else:
+            done = "replacing it" if elsewhere is None else f"writing it to {elsewhere}"
         message = (
             f"{what} does NOT beat the bundle in service on the held-back seeds ({figures}); "
-            + (
-                "replacing it anyway, as asked (--force)"
-                if elsewhere is None
-                else f"writing it to {elsewhere} anyway, as asked (--force); the bundle in "
-                "service is left as it is"
-            )
+            f"{done} anyway, as asked (--force)"
+            + (", but a dry run writes nothing" if dry_run else "")
+            + ("" if elsewhere is None else "; the bundle in service is left as it is")
         )
     else:
         shipped = "old"

@@ -36,7 +36,7 @@ from replay.vllmsim.backend import check_request
 from replay.workload import load
 from ttlctl import __version__, bundle_doc, bundle_history
 from ttlctl import bundle as bundle_mod
-from ttlctl.jsonio import file_sha256, write_json
+from ttlctl.jsonio import file_sha256, names_file, write_json
 from ttlctl.trace import io as trace_io
 
 #: held-back seeds start here (tuning seeds are 0 … seeds − 1)
@@ -171,6 +171,9 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
     storage = Storage(req.storage or default_storage(req.output), heartbeat_s=req.heartbeat_s)
     # a study made for other settings is refused now, before tune says what it will run
     check_study(ctx, storage, study_name, inputs)
+    elsewhere = fitted_elsewhere(req, fit_doc, inputs["trace"])
+    if elsewhere is not None and warn is not None:  # legitimate (fit on one split, tune on
+        warn(elsewhere)  # another), but said: the report flags it too
     return TuneSession(
         request=req,
         context=ctx,
@@ -181,6 +184,19 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         inputs=inputs,
         sources=sources,
         sizing=sizing,
+    )
+
+
+def fitted_elsewhere(req: TuneRequest, fit: FitDoc, trace_sha256: str) -> str | None:
+    """The line saying that ``--fit`` was made from another trace than the one tuned on
+    (None when it was, or when the fit names no trace)."""
+    if names_file(fit.get("input"), trace_sha256) is not False:
+        return None
+    made_from = fit["input"]
+    return (
+        f"--fit {req.fit} was fitted on {made_from.get('path') or 'another trace'} (sha256 "
+        f"{str(made_from['sha256'])[:12]}…), not on {req.trace} (sha256 {trace_sha256[:12]}…): "
+        "the bundle's pauses come from that trace, the replays that tune it from this one"
     )
 
 

@@ -3,7 +3,8 @@
 `ttlctl replay t --policy vllm --bundle b.json --ttl-seconds 3 --valve head` replayed stock
 vLLM and said nothing: the bundle, the TTL and the valve changed nothing, and the reader
 could believe they had. Each such option now gets one warning line; one that a policy asked
-for reads (or that was not given) gets none.
+for reads (or that was not given) gets none. A run refused is not warned of: it says only its
+error (the warning came first, then the refusal of the same option).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.cli.refusal import refused
 from tests.conftest import make_trace
 from ttlctl.cli import app
 
@@ -58,3 +60,20 @@ def test_an_option_a_policy_reads_or_not_given_is_not(files: dict[str, Path]) ->
     assert warnings(files, "--policy", "all", *given) == []
     assert warnings(files, "--policy", "continuum,static-ttl", *given, "--pin-cap", "0.5") == []
     assert warnings(files, "--policy", "vllm") == []  # --ttl-seconds left at its default
+
+
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        (["--pin-cap", "2"], "error: --pin-cap must be in (0, 1]"),
+        (["--valve", "bogus"], "error: --valve must be one of"),
+        (["--ttl-seconds", "3", "--save-result"], "error: --save-result needs --live"),
+    ],
+    ids=["pin-cap", "valve", "save-result"],
+)
+def test_a_refused_run_says_only_its_error(
+    files: dict[str, Path], tmp_path: Path, given: list[str], error: str
+) -> None:
+    out = tmp_path / "r.json"
+    args = ["replay", str(files["trace"]), "--policy", "vllm", *given, "--json", str(out)]
+    refused(args, out, error)

@@ -185,8 +185,7 @@ def replay(
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     from replay.fleet.asked import router_settings
     from replay.loads import one_load
-    from replay.policy_flags import unread
-    from replay.replay_run import ReplayRequest, policy_names, replay_doc
+    from replay.replay_run import ReplayRequest, replay_doc
     from replay.scheduler import SimSchedulerConfig
 
     with user_errors():
@@ -244,16 +243,17 @@ def replay(
                 program_scheduling_calibration=program_scheduling_calibration,
                 trace=trace,
             ),
+            policy_options=frozenset(
+                flag
+                for flag, value in (
+                    ("--bundle", bundle),
+                    ("--valve", valve),
+                    ("--pin-cap", pin_cap),
+                    ("--ttl-seconds", given(ctx, ttl=ttl)["ttl"]),
+                )
+                if value is not None
+            ),
         )
-        if live is None:  # live, the server runs its own policy: none of these is read
-            asked = {
-                "--bundle": bundle is not None,
-                "--valve": valve is not None,
-                "--pin-cap": pin_cap is not None,
-                "--ttl-seconds": given(ctx, ttl=ttl)["ttl"] is not None,
-            }
-            for line in unread(policy_names(policy, backend), asked):
-                print_warning(line)
         shown = ReplayBar.make()
         with shown.bar:
             doc = replay_doc(

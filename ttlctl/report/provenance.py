@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ttlctl import __version__
-from ttlctl.jsonio import file_sha256
+from ttlctl.jsonio import file_sha256, names_file
 from ttlctl.report.markup import e, table
 from ttlctl.report.rundir import FILES, RunInputs
 
@@ -57,10 +57,8 @@ def section(run: RunInputs) -> str:
             sha = ref.get("sha256")
             if key == "bundle":
                 match = "yes" if sha in bundle_ids else ("no" if bundle_ids else "—")
-            elif own.get(key):
-                match = "yes" if sha == own[key] else "no"
             else:
-                match = "—"
+                match = {True: "yes", False: "no", None: "—"}[names_file(ref, own.get(key))]
             refs.append((doc_name, key, ref.get("path"), sha, match))
     if refs:
         parts.append("<p>What each input says it was made from:</p>")

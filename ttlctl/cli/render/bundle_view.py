@@ -29,11 +29,18 @@ def bundle_table(
         f"bundle sha256 {doc['sha256'][:16]}…  ttlctl {doc['ttlctl_version']}  "
         f"created {doc['created']}"
     )
+    cold = params["cold_start_ttl_s"]
     console.print(
         f"profile {prof['name']} ({prof['model']} on {prof['device']}, "
         f"{prof['source'].get('kind', '?')})  η {params['eta']:.3f}  K {params['k']}  "
-        f"valve {params['valve']}  pin cap {params['pin_cap']:.0%}  T window {params['t_window']}"
+        f"valve {params['valve']}  pin cap {params['pin_cap']:.0%}  T window {params['t_window']}  "
+        f"cold start τ {'ln B' if cold is None else secs(cold)}"
     )
+    if not params["pins"]:
+        console.print(
+            "[bold yellow]pins off:[/] this bundle never pins (τ* 0 for every tool and "
+            "context: program FCFS only)"
+        )
     miss = "reload" if offload else "prefill"
     table = Table(title=f"τ* by context length (T = {queue_delay:g} s, a miss costs a {miss})")
     table.add_column("tool", overflow="fold")

@@ -74,13 +74,14 @@ def profile_table(console: Console, doc: ProfileDoc) -> None:
     table.add_column("priced by replay" if chunk else "fit", justify="right")
     for tokens, seconds in p.prefill.points:
         fit = p.rebuild_prefill_s(tokens, chunk)
-        table.add_row(f"{tokens:,}", f"{seconds * 1000:.2f} ms", f"{fit * 1000:.2f} ms")
+        table.add_row(f"{tokens:,}", f"{seconds * 1000:,.2f} ms", f"{fit * 1000:,.2f} ms")
     show(console, table)
     console.print(
         f"KV {p.kv_bytes_per_token:,} B/token; "
-        f"reload {p.reload.bandwidth_bytes_per_s / 1e9:.1f} GB/s "
-        f"+ {p.reload.latency_s * 1e6:.0f} µs; decode step {p.decode.step_s * 1000:.2f} ms "
-        f"+ {p.decode.per_seq_s * 1e6:.1f} µs/seq + {p.decode.per_kv_token_s * 1e9:.2f} ns/KV token"
+        f"reload {p.reload.bandwidth_bytes_per_s / 1e9:,.1f} GB/s "
+        f"+ {p.reload.latency_s * 1e6:,.0f} µs; decode step {p.decode.step_s * 1000:,.2f} ms "
+        f"+ {p.decode.per_seq_s * 1e6:,.1f} µs/seq "
+        f"+ {p.decode.per_kv_token_s * 1e9:,.2f} ns/KV token"
     )
 
 

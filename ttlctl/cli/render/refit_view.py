@@ -127,7 +127,7 @@ def _jct(console: Console, report: dict[str, Any]) -> None:
     for key, label in labels.items():
         mean, p95 = jct[key]["mean_s"], jct[key]["p95_s"]
         table.add_row(
-            label, f"{mean:.2f}", dash(p95, ".2f"), f"{jct['vllm']['mean_s'] / mean:.3f}x"
+            label, f"{mean:,.2f}", dash(p95, ",.2f"), f"{jct['vllm']['mean_s'] / mean:.3f}x"
         )
     show(console, table)
 

@@ -51,8 +51,8 @@ def tune_table(console: Console, result: dict[str, Any]) -> None:
         table.add_row(
             label,
             *((escape(router["name"]) if router else "—",) if routers else ()),
-            f"{mean:.2f}",
-            "—" if p95 is None else f"{p95:.2f}",
+            f"{mean:,.2f}",
+            "—" if p95 is None else f"{p95:,.2f}",
             f"{reference / mean:.2f}x",
         )
     show(console, table)

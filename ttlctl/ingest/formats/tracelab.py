@@ -84,6 +84,7 @@ class TraceLabReader:
         lines: list[tuple[int, dict[str, Any] | None, str]] = []
         raw_lines: dict[int, str] = {}
         cut = cut_line(text)
+        cut_short: tuple[str, str] | None = None  # the last line, cut short: where, why
         for lineno, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
@@ -92,6 +93,8 @@ class TraceLabReader:
             except json.JSONDecodeError as exc:
                 lines.append((lineno, None, bad_json_line(exc, cut=lineno == cut)))
                 raw_lines[lineno] = line
+                if lineno == cut:
+                    cut_short = (f"line {lineno}", lines[-1][2])
                 continue
             if isinstance(obj, dict):
                 lines.append((lineno, obj, ""))
@@ -101,12 +104,13 @@ class TraceLabReader:
         if not any(
             o is not None and ("round_index" in o or "timing_events" in o) for _, o, _ in lines
         ):
-            sink.reject(
-                path,
+            # no round read: a last line cut short is said to be (as every JSON-lines reader
+            # says it), not taken for a file of another format
+            where, why = cut_short or (
                 None,
                 "not a TraceLab round trace: no line has round_index or timing_events",
-                records=max(1, len(lines)),
             )
+            sink.reject(path, where, why, records=max(1, len(lines)))
             return Parsed(pl.LazyFrame(), records=max(1, len(lines)))
         sessions: dict[str, list[dict[str, Any]]] = {}
         for lineno, obj, broken in lines:

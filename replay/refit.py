@@ -45,6 +45,7 @@ from fitting.fit import fit_trace
 from fitting.fit_doc import FitDoc, FitSource
 from fitting.policy_params import PolicyParams
 from replay.policies import PolicySpec
+from replay.progress import RunsDone
 from replay.refit_changes import CONTEXTS, jct_table, tool_changes
 from replay.refit_replay import engines_doc, plan
 from replay.refit_replay import replay as replay_part
@@ -77,9 +78,11 @@ def refit(
     output: Path | None = None,
     dry_run: bool = False,
     stage: Callable[[str], None] | None = None,
+    replays_done: RunsDone | None = None,
 ) -> dict[str, Any]:
     """Refit, judge, and (unless ``dry_run``) write the new bundle over ``bundle_path`` (or
-    to ``output``) when the guard says so. Returns the report (schema ``ttlctl.refit/1``)."""
+    to ``output``) when the guard says so. Returns the report (schema ``ttlctl.refit/1``).
+    ``stage`` is told each step as it starts; ``replays_done`` the replays done of all."""
     say = stage or (lambda _text: None)
     served_sha = file_sha256(bundle_path)  # first: a change after it is caught below
     old = bundle_mod.read(bundle_path)
@@ -123,7 +126,7 @@ def refit(
     }
     fleet = "" if ctx.fleet is None else f" on {counted(ctx.fleet.replicas, 'replica')} as logged"
     say(f"replaying old, new and stock vLLM{fleet} ({len(ctx.replays())} replays each)")
-    by, p95 = replay_part(part, specs)
+    by, p95 = replay_part(part, specs, replays_done)
     held = held_figures(ctx, by, p95, ("old", "vllm"), "old", candidate="new")
     engines = engines_doc(part)
     # -o elsewhere: the verdict names that file, not the served bundle, as what it writes

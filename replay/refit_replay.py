@@ -24,6 +24,7 @@ from profiles.schema import ProfileDoc
 from replay.fleet.routers import AS_LOGGED, RouterSettings, replica_order
 from replay.fleet.run import FleetSpec, replicas_of
 from replay.policies import PolicySpec
+from replay.progress import RunsDone
 from replay.refit_settings import RefitSettings, default_load
 from replay.refit_sizing import Sized, by_replica, replicas, size
 from replay.scheduler import SimSchedulerConfig
@@ -141,10 +142,11 @@ def _replicas_in(frame: pl.DataFrame) -> list[str]:
 
 
 def replay(
-    part: Part, specs: Mapping[str, PolicySpec]
+    part: Part, specs: Mapping[str, PolicySpec], done: RunsDone | None = None
 ) -> tuple[dict[str, list[float]], dict[str, list[float | None]]]:
-    """Each policy on every load × seed: each replay's mean JCT and its p95."""
-    return replay_held_back(part.ctx, specs)
+    """Each policy on every load × seed: each replay's mean JCT and its p95; ``done`` is
+    told the replays done of all of them."""
+    return replay_held_back(part.ctx, specs, done=done)
 
 
 def engines_doc(part: Part) -> list[dict[str, Any]]:

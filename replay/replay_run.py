@@ -115,15 +115,16 @@ def replay_doc(
     *,
     progress: Callable[[str, int, int], None] | None = None,
     calls_done: CallsDone | None = None,
-    live_progress: Callable[[int, int], None] | None = None,
+    live_progress: Callable[[str, int, int], None] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> ReplayDoc:
     """Replay ``req`` and return its document (the results, and what made them).
 
     ``progress``: told (policy, its index, policies) as each policy's replay starts;
     ``calls_done``: told (calls done, calls) within each simulated replay, now and then
-    (:mod:`replay.progress`); ``live_progress``: the same for a live one; ``warn``: told
-    each warning, once every check has passed (a refused run says only its error)."""
+    (:mod:`replay.progress`); ``live_progress``: told (the policy, calls done, calls) in a
+    live one; ``warn``: told each warning, once every check has passed (a refused run says
+    only its error)."""
     names = policy_names(req.policies, req.backend)
     if req.valve is not None and req.valve not in VALVES:
         raise ConfigError(f"--valve must be one of {', '.join(VALVES)}, got {req.valve!r}")

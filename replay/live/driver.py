@@ -110,9 +110,15 @@ class LiveRun:
     def finished(self, record: LiveCallRecord) -> None:
         with self.lock:
             self.records.append(record)
-            self.done_calls += 1
+        self.count(1)
+
+    def count(self, calls: int) -> None:
+        """``calls`` more done: ended, or never to be sent (a program cut short), so that
+        the count ends at the calls, as the vLLM backend's (:mod:`replay.vllmsim.harness`)."""
+        with self.lock:
+            self.done_calls += calls
             done = self.done_calls
-        if self.progress is not None:
+        if self.progress is not None and calls > 0:
             self.progress(done, self.total_calls)
 
     # -- one call ------------------------------------------------------------
@@ -151,7 +157,7 @@ class LiveRun:
             ):
                 if self.stop.is_set() or now > self.deadline:
                     raise _Stopped
-                _take(chunk, now, record, generated)
+                record.take(chunk, now, generated)
         except HTTPStatusError as exc:
             record.http_status = exc.status
             record.error = str(exc)
@@ -207,6 +213,14 @@ class LiveRun:
     # -- one program -----------------------------------------------------------
 
     def program(self, program: AgentProgram, start_at: float, result: ProgramRecord) -> None:
+        """Run ``program``'s calls in turn from ``start_at``; those it did not send (cut
+        short) are counted done as it stops."""
+        try:
+            self._program(program, start_at, result)
+        finally:
+            self.count(result.calls - result.sent)
+
+    def _program(self, program: AgentProgram, start_at: float, result: ProgramRecord) -> None:
         delay = start_at - time.perf_counter()
         if delay > 0 and self.stop.wait(delay):
             result.cut_short = True
@@ -218,6 +232,7 @@ class LiveRun:
                 result.cut_short = True
                 return
             record, stream = self.send(program, turn, stream)
+            result.sent += 1
             if result.first_send_s is None:
                 result.first_send_s = record.start_s
             if not record.ok:
@@ -230,29 +245,6 @@ class LiveRun:
                     result.cut_short = True
                     return
         result.done = True
-
-
-def _take(chunk: dict[str, Any], now: float, record: LiveCallRecord, generated: list[int]) -> None:
-    """What one streamed chunk tells: usage (cached, prompt and output tokens) and the
-    generated token ids, with the time they arrived."""
-    usage = chunk.get("usage") or {}
-    if usage:
-        details = usage.get("prompt_tokens_details") or {}
-        if details.get("cached_tokens") is not None:
-            record.cached_tokens = int(details["cached_tokens"])
-        if isinstance(usage.get("completion_tokens"), int):
-            record.output_tokens = max(record.output_tokens, usage["completion_tokens"])
-        if isinstance(usage.get("prompt_tokens"), int):
-            record.prompt_tokens = usage["prompt_tokens"]
-    for choice in chunk.get("choices") or ():
-        ids = choice.get("token_ids")
-        n = len(ids) if isinstance(ids, list) else (1 if choice.get("text") else 0)
-        if isinstance(ids, list):
-            generated.extend(int(t) for t in ids)
-        if n:
-            if record.first_token_s is None:
-                record.first_token_s = now
-            record.chunk_s.append(now)
 
 
 def drain(
@@ -274,6 +266,8 @@ def drain(
             state.program(program, time.perf_counter() if start is None else start, record)
 
     _join(state, [worker] * workers)
+    for _, _, r in it:  # never taken by a worker: none of its calls was sent
+        state.count(r.calls)
     for _, _, r in jobs:  # never started: the run was stopped
         if not r.done and r.first_send_s is None:
             r.cut_short = True

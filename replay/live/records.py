@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -31,6 +32,28 @@ class LiveCallRecord:
     clipped: bool = False
     error: str | None = None
     http_status: int | None = None
+
+    def take(self, chunk: dict[str, Any], now: float, generated: list[int]) -> None:
+        """What one streamed chunk tells: usage (cached, prompt and output tokens) and the
+        generated token ids (appended to ``generated``), with the time ``now`` they arrived."""
+        usage = chunk.get("usage") or {}
+        if usage:
+            details = usage.get("prompt_tokens_details") or {}
+            if details.get("cached_tokens") is not None:
+                self.cached_tokens = int(details["cached_tokens"])
+            if isinstance(usage.get("completion_tokens"), int):
+                self.output_tokens = max(self.output_tokens, usage["completion_tokens"])
+            if isinstance(usage.get("prompt_tokens"), int):
+                self.prompt_tokens = usage["prompt_tokens"]
+        for choice in chunk.get("choices") or ():
+            ids = choice.get("token_ids")
+            n = len(ids) if isinstance(ids, list) else (1 if choice.get("text") else 0)
+            if isinstance(ids, list):
+                generated.extend(int(t) for t in ids)
+            if n:
+                if self.first_token_s is None:
+                    self.first_token_s = now
+                self.chunk_s.append(now)
 
     @property
     def ok(self) -> bool:
@@ -69,3 +92,5 @@ class ProgramRecord:
     done: bool = False
     cut_short: bool = False
     late_start_s: float = 0.0
+    #: its calls sent so far (the rest, when it is cut short, are never sent)
+    sent: int = 0

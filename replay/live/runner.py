@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ from ttlctl.server.facts import ServerInfo, probe
 from ttlctl.server.vocab import token_pool
 
 Warn = Callable[[str], None]
+#: told (the policy, calls done, calls) of a live replay
+PolicyProgress = Callable[[str, int, int], None]
 
 
 class LiveError(TtlctlError, ValueError):
@@ -72,7 +75,8 @@ def run_live(
     ``idle_gap_cap_s`` caps every pause. At most ``max_live`` programs run at
     once (more wait: their late start is reported); the run stops by itself after
     ``timeout_s`` (programs still running are cut short), or on Ctrl-C.
-    ``progress(done_calls, total_calls)`` is called after each call. ``vocab_size``
+    ``progress(done_calls, total_calls)`` is called after each call, and for the calls a
+    program cut short never sends as it stops (the count ends at the calls). ``vocab_size``
     (the model's config) gives the fresh prompt tokens' ids; without it they come
     from the server (:func:`ttlctl.server.vocab.token_pool`).
 
@@ -225,13 +229,14 @@ def live_results(
     save_result: bool = False,
     result_dir: Path | None = None,
     label: str | None = None,
-    progress: Progress | None = None,
+    progress: PolicyProgress | None = None,
     warn: Warn | None = None,
 ) -> list[dict[str, Any]]:
     """``ttlctl replay --live URL``: the one policy the server runs, as a list of results.
 
     The policy lives in the server (stock vLLM, or ``ttlctl serve`` with a bundle),
     so exactly one ``--policy`` names it. Raises :class:`LiveError` otherwise.
+    ``progress``: told (the policy, calls done, calls) as :func:`run_live` tells them.
     """
     names = list(dict.fromkeys(policies))
     if len(names) != 1:
@@ -251,7 +256,7 @@ def live_results(
             save_result=save_result,
             result_dir=result_dir,
             label=label,
-            progress=progress,
+            progress=None if progress is None else partial(progress, names[0]),
             warn=warn,
         )
     ]

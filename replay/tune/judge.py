@@ -16,6 +16,7 @@ from fitting.policy_params import PolicyParams
 from replay.fleet.routers import AS_LOGGED, RouterSettings
 from replay.fleet.run import FleetSpec
 from replay.policies import PolicySpec
+from replay.progress import RunsDone, each_told
 from replay.tune.context import (
     LIVE_BASELINE_NOTE,
     TuneContext,
@@ -60,17 +61,18 @@ def replay_held_back(
     ctx: TuneContext,
     specs: Mapping[str, PolicySpec],
     fleets: Mapping[str, FleetSpec | None] | None = None,
+    done: RunsDone | None = None,
 ) -> tuple[dict[str, list[float]], dict[str, list[float | None]]]:
     """Each policy on every load × seed of ``ctx`` in the simulator (on a fleet: behind
     its router in ``fleets``, default the study's): each replay's mean JCT and its p95,
-    by policy name."""
+    by policy name. ``done`` is told the replays done of all of them."""
     by: dict[str, list[float]] = {name: [] for name in specs}
     p95: dict[str, list[float | None]] = {name: [] for name in specs}
-    for timing in ctx.replays():
-        for name, spec in specs.items():
-            r = replay_once(ctx, spec, timing, (fleets or {}).get(name))
-            by[name].append(jct_mean(r))
-            p95[name].append(r["jct_p95_s"])
+    runs = [(timing, name, spec) for timing in ctx.replays() for name, spec in specs.items()]
+    for timing, name, spec in each_told(runs, done):
+        r = replay_once(ctx, spec, timing, (fleets or {}).get(name))
+        by[name].append(jct_mean(r))
+        p95[name].append(r["jct_p95_s"])
     return by, p95
 
 

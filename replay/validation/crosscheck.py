@@ -26,6 +26,7 @@ from typing import Any
 from profiles.schema import Profile
 from replay.live import cap_pauses, first_programs
 from replay.policy_runs import Load
+from replay.progress import RunsDone, each_told
 from replay.scheduler_config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from replay.validation import work_dir as work_dirs
 from replay.validation.error import ValidateError
@@ -103,6 +104,7 @@ def validate(
     result_dir: Path | None = None,
     label: str | None = None,
     progress: Progress | None = None,
+    runs_done: RunsDone | None = None,
     warn: Callable[[str], None] | None = None,
     backend: str = "fast",
     async_scheduling: bool = False,
@@ -111,6 +113,7 @@ def validate(
 
     ``backend``: the simulator (``fast``, or ``vllm``: vLLM's own scheduler in
     process, see :mod:`replay.vllmsim`), with ``async_scheduling`` on either.
+    ``progress`` is told each step as it starts, ``runs_done`` the live runs done of all.
 
     Returns ``{"rows": {policy: [...]}, "sim": {...}, "live": {...}, "ranking":
     {...}, "goals": {...}, "profile": ..., "engine": ..., "servers": ...}``.
@@ -154,7 +157,7 @@ def validate(
             say=progress or _quiet,
             warn=warn,
         )
-        for name, rep in live_runs(names, repeats):
+        for name, rep in each_told(live_runs(names, repeats), runs_done):
             session.run(name, rep)
         live = {name: merge_runs(session.runs[name]) for name in names}
         engine = sim_engine_config(

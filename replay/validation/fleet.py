@@ -52,6 +52,7 @@ from profiles.router_calibration import RouterCalibration
 from profiles.schema import Profile
 from replay.live import cap_pauses, first_programs
 from replay.policy_runs import Load
+from replay.progress import RunsDone, each_told
 from replay.scheduler_config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from replay.validation import work_dir as work_dirs
 from replay.validation.error import ValidateError
@@ -73,6 +74,15 @@ from ttlctl.server.facts import ServerInfo
 #: perturbed arrival timings each live run is simulated on unless told
 #: (:mod:`replay.validation.timings`; ``validate --timing-draws``)
 TIMING_DRAWS = DRAWS
+
+
+def fleet_runs(
+    repeats: int, policies: Sequence[str], routers: Sequence[str]
+) -> list[tuple[int, str, str]]:
+    """The live runs ``(repeat, policy, router)`` in the order they are made: run k of
+    every (policy, router) before run k + 1 of any, so that a drift in the machine's speed
+    falls on every router alike."""
+    return [(rep, name, r) for rep in range(repeats) for name in policies for r in routers]
 
 
 def validate_fleet(
@@ -104,9 +114,12 @@ def validate_fleet(
     work_dir: Path | None = None,
     vocab_size: int | None = None,
     progress: Callable[[str], None] | None = None,
+    runs_done: RunsDone | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Replay ``workload`` live through a fresh fleet per (policy, router).
+    """Replay ``workload`` live through a fresh fleet per (policy, router) and repeat
+    (:func:`fleet_runs`); ``progress`` is told each step as it starts, ``runs_done`` the
+    live runs done of all.
 
     ``program_scheduling_json`` turns the router's Program scheduling on for every router;
     the router :data:`~replay.validation.fleet_routers.PROGRAM_SCHEDULING` turns it on for
@@ -189,26 +202,22 @@ def validate_fleet(
             kv_tokens=kv_tokens,
             warn=warn,
         )
-        # run k of every (policy, router) before run k + 1 of any: a drift in the machine's
-        # speed then falls on every router alike
-        for rep in range(repeats):
-            for name in names:
-                for policy in routers:
-                    # on the repeat's last fleet: no fleet's live run follows a
-                    # measurement's warm-up, so every run starts alike
-                    last = (name, policy) == (names[-1], routers[-1])
-                    run, info, measurement = live_run(
-                        fleets,
-                        rep,
-                        name,
-                        policy,
-                        info=info,
-                        measure=profile is None and last,
-                        say=say,
-                    )
-                    runs.append(run)
-                    if measurement is not None:
-                        measured.append(measurement)
+        for rep, name, policy in each_told(fleet_runs(repeats, names, routers), runs_done):
+            # on the repeat's last fleet: no fleet's live run follows a measurement's
+            # warm-up, so every run starts alike
+            last = (name, policy) == (names[-1], routers[-1])
+            run, info, measurement = live_run(
+                fleets,
+                rep,
+                name,
+                policy,
+                info=info,
+                measure=profile is None and last,
+                say=say,
+            )
+            runs.append(run)
+            if measurement is not None:
+                measured.append(measurement)
     assert info is not None  # set in the first fleet
     #: each repeat's own measurement, which prices that repeat's runs (none: given)
     own = by_repeat(measured, repeats)

@@ -22,6 +22,7 @@ from profiles.shipped import resolve
 from replay.live import check_result_flags
 from replay.loads import one_load
 from replay.policy_runs import Load
+from replay.progress import RunsDone
 from replay.validation.crosscheck import validate
 from replay.validation.error import ValidateError
 from replay.validation.fleet import TIMING_DRAWS, validate_fleet
@@ -37,10 +38,12 @@ def validation_doc(
     req: ValidateRequest,
     *,
     progress: Callable[[str], None] | None = None,
+    runs_done: RunsDone | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Check ``req``, run the validation and return its document (with ``trace``); with
-    ``resimulate``, the recorded validation re-simulated instead."""
+    ``resimulate``, the recorded validation re-simulated instead. ``progress`` is told
+    each step as it starts, ``runs_done`` the live runs done of all."""
     if req.resimulate is not None:
         return _resimulated(req, progress)
     if req.trace is None:
@@ -77,9 +80,9 @@ def validation_doc(
             "--timing-draws needs --replicas N (it averages each simulated fleet run)"
         )
     if req.replicas is not None or req.routers:
-        doc = _fleet_doc(req, req.trace, timing, base, model_config, progress, warn)
+        doc = _fleet_doc(req, req.trace, timing, base, model_config, progress, runs_done, warn)
     else:
-        doc = _server_doc(req, req.trace, timing, base, model_config, progress, warn)
+        doc = _server_doc(req, req.trace, timing, base, model_config, progress, runs_done, warn)
     doc["trace"] = str(req.trace.resolve())
     return doc
 
@@ -91,6 +94,7 @@ def _server_doc(
     base: list[str] | None,
     model_config: dict[str, Any] | None,
     progress: Callable[[str], None] | None,
+    runs_done: RunsDone | None,
     warn: Callable[[str], None] | None,
 ) -> dict[str, Any]:
     """One server per policy: each policy live, then simulated and compared."""
@@ -119,6 +123,7 @@ def _server_doc(
         result_dir=req.result_dir,
         label=req.label,
         progress=progress,
+        runs_done=runs_done,
         warn=warn,
         backend=req.backend,
         async_scheduling=req.async_scheduling,
@@ -168,6 +173,7 @@ def _fleet_doc(
     base: list[str] | None,
     model_config: dict[str, Any] | None,
     progress: Callable[[str], None] | None,
+    runs_done: RunsDone | None,
     warn: Callable[[str], None] | None,
 ) -> dict[str, Any]:
     """``--replicas N --router R``: each policy live through a fleet per router."""
@@ -208,6 +214,7 @@ def _fleet_doc(
         work_dir=req.work_dir,
         vocab_size=int(vocab) if isinstance(vocab, int) and vocab > 0 else None,
         progress=progress,
+        runs_done=runs_done,
         warn=warn,
     )
 

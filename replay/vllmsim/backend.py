@@ -69,7 +69,8 @@ class RunOne(Protocol):
 
 
 def vllm_version() -> str:
-    """The installed vLLM's version; :class:`BackendError` in one line when it is missing."""
+    """The installed vLLM's version; :class:`BackendError` in one line when it is missing
+    (the profilers record its distribution too: :func:`profiles.vllm_checks.installed_vllm`)."""
     try:
         import vllm  # lazy: torch and vLLM take seconds to import, the fast path never needs them
     except ImportError as exc:

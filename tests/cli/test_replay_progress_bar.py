@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from tests.conftest import make_trace
 from ttlctl.cli import app, kit
+from ttlctl.cli.replay import ReplayBar
 
 REPO = Path(__file__).resolve().parents[2]
 FLEETS = [[], ["--replicas", "2"]]
@@ -67,3 +68,11 @@ def test_the_tables_are_the_same_under_the_bar(
     assert plain.exit_code == barred.exit_code == 0, plain.output + barred.output
     assert "vllm (1/2)" in barred.stderr and "vllm (1/2)" not in plain.stderr
     assert barred.stdout == plain.stdout
+
+
+def test_the_live_bar_names_the_policy() -> None:
+    """`replay --live`'s bar said "live" beside its count, not which policy it measures."""
+    shown = ReplayBar.make()
+    shown.live("continuum", 3, 9)
+    task = shown.bar.tasks[0]
+    assert "continuum" in task.description and (task.completed, task.total) == (3, 9)

@@ -21,6 +21,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.table import Column
 
 from ttlctl.errors import TtlctlError
 
@@ -77,16 +78,22 @@ def print_warning(message: str) -> None:
 def progress_bar(label: str) -> Progress:
     """The commands' progress bar on stderr: label, bar, n of total, elapsed, detail. Only
     on a terminal: elsewhere rich draws nothing but ends with an empty line, which would put
-    a blank line above the command's messages (and its one-line error) in a pipe or a log."""
+    a blank line above the command's messages (and its one-line error) in a pipe or a log.
+    The label, the count and the time are never cut; the bar and the detail share the
+    width left (the detail cut with an ellipsis on a narrow terminal)."""
     return Progress(
-        TextColumn(f"[bold]{label}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
+        TextColumn(f"[bold]{label}", table_column=Column(no_wrap=True)),
+        BarColumn(bar_width=None, table_column=Column(ratio=1)),
+        MofNCompleteColumn(table_column=Column(no_wrap=True)),
+        TimeElapsedColumn(table_column=Column(no_wrap=True)),
+        TextColumn(
+            "{task.description}",
+            table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis"),
+        ),
         console=err,
         transient=True,
         disable=not err.is_terminal,
+        expand=True,
     )
 
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import check_outputs, err, given, out, print_warning, user_errors, write_doc
+from ttlctl.cli.kit import check_outputs, given, out, print_warning, user_errors, write_doc
 from ttlctl.cli.options import (
     BLOCK_SIZE,
     MAX_MODEL_LEN,
@@ -25,6 +25,7 @@ from ttlctl.cli.options import (
     MaxNumSeqs,
     QueueDelay,
 )
+from ttlctl.cli.stage_bar import StageBar
 
 
 def refit(
@@ -159,14 +160,16 @@ def refit(
             queue_delay_s=queue_delay,
             force=force,
         )
-        with err.status("refitting…") as status:
+        shown = StageBar.make("refitting")
+        with shown.bar:
             report = run_refit(
                 logs,
                 bundle,
                 settings,
                 output=output,
                 dry_run=dry_run,
-                stage=lambda text: status.update(f"refit: {text}"),
+                stage=shown.stage,
+                replays_done=shown.runs,
             )
     for note in report["sizing"]["notes"]:
         print_warning(note)

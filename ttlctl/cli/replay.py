@@ -67,7 +67,8 @@ from ttlctl.cli.router_options import (
 
 @dataclass(frozen=True, slots=True)
 class ReplayBar:
-    """The replay's bar on a terminal: the policy replaying (i/n) and its calls done."""
+    """The replay's bar on a terminal: the policy replaying (i/n, or live) and its calls
+    done."""
 
     bar: Progress
     task: TaskID
@@ -92,8 +93,8 @@ class ReplayBar:
         # drawn at once at a policy's end; between, at the bar's own refresh rate
         self.bar.update(self.task, completed=done, total=total, refresh=done == total)
 
-    def live(self, done: int, total: int) -> None:
-        self.bar.update(self.task, completed=done, total=total, description="live")
+    def live(self, name: str, done: int, total: int) -> None:
+        self.bar.update(self.task, completed=done, total=total, description=f"{name} (live)")
 
 
 Policies = Annotated[

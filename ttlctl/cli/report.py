@@ -15,30 +15,43 @@ def report(
     run_dir: Annotated[
         Path,
         typer.Argument(
-            help="Run directory holding any of trace.parquet, fit.json, bundle.json, "
-            "replay.json, tune.json."
+            help="Run directory holding any of trace.parquet, fit.json, bundle.json (or "
+            "another bundle with its summary, as tune -o writes them: b2.json and "
+            "b2.tune.json), replay.json, tune.json."
         ),
     ],
     output: Annotated[Path, typer.Option("-o", "--output", help="HTML page to write.")],
+    bundle: Annotated[
+        str | None,
+        typer.Option(
+            "--bundle",
+            help="The bundle of RUN_DIR to report (its file name, e.g. b2.json), shown "
+            "with its tune summary (b2.tune.json); needed when RUN_DIR holds several.",
+        ),
+    ] = None,
     max_num_batched_tokens: EngineBudget = None,
 ) -> None:
     """Write one HTML page: trace, per-tool CDFs with τ*, JCT per policy, pins, tuning.
 
     The page is self-contained (plots embedded, no script, nothing loaded from the
-    network); every missing input is a note in the page. The τ* shown price a miss as
-    `ttlctl bundle inspect` does: in steps of --max-num-batched-tokens when given.
+    network); every missing input is a note in the page. One page shows one bundle:
+    bundle.json, or a bundle tune wrote under another name (b2.json, beside its
+    b2.tune.json); a folder holding several is refused unless --bundle names one. The τ*
+    shown price a miss as `ttlctl bundle inspect` does: in steps of
+    --max-num-batched-tokens when given.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     from ttlctl import report as report_mod
 
     with user_errors():
-        check_outputs(output, inputs=tuple(run_dir / name for name in report_mod.FILES))
+        names = report_mod.names(run_dir, bundle)
+        check_outputs(output, inputs=tuple(run_dir / name for name in names.values()))
         with err.status("building the report…"):
-            run = report_mod.load(run_dir, max_num_batched_tokens)
+            run = report_mod.load(run_dir, max_num_batched_tokens, bundle)
             page = report_mod.render(run)
         report_mod.write_html(page, output)
-    for name, problem in (run.problems | run.set_aside).items():  # on the page; said here too
-        print_warning(f"{name} not used: {problem}")
-    missing = [name for name in report_mod.FILES if not (run_dir / name).is_file()]
+    for role, problem in (run.problems | run.set_aside).items():  # on the page; said here too
+        print_warning(f"{run.names[role]} not used: {problem}")
+    missing = [name for role, name in run.names.items() if role not in run.paths]
     note = f" (not in this run: {', '.join(missing)})" if missing else ""
     err.print(f"wrote {output}{note}", markup=False, highlight=False)

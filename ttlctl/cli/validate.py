@@ -30,6 +30,7 @@ from ttlctl.cli.options import (
     ValidateTrace,
 )
 from ttlctl.cli.router_options import Replicas, Routers
+from ttlctl.cli.stage_bar import StageBar
 
 #: register with ``app.command("validate", context_settings=CONTEXT_SETTINGS)``: the
 #: arguments after ``--`` go to the servers validate starts
@@ -228,11 +229,10 @@ def validate(
         check_outputs(
             json_out, folders=(work_dir, result_dir if save_result else None), inputs=given
         )
-        with err.status("validating…") as status:
+        shown = StageBar.make("validating")
+        with shown.bar:
             doc = validation_doc(
-                req,
-                progress=lambda message: status.update(f"validating: {message}"),
-                warn=print_warning,
+                req, progress=shown.stage, runs_done=shown.runs, warn=print_warning
             )
         # the trace read: with --resimulate, the one the document names, unless TRACE
         read = doc["resimulated"]["trace"] if "resimulated" in doc else doc["trace"]

@@ -6,7 +6,8 @@ pins over time, a fleet's routing (per-replica load, why calls missed), and the 
 history and parameter importance. Each input is optional: a missing or unreadable one
 leaves a short note.
 
-Its parts: :mod:`~ttlctl.report.rundir` reads the run directory;
+Its parts: :mod:`~ttlctl.report.files` names the run directory's files (which bundle,
+and its summary), :mod:`~ttlctl.report.rundir` reads them;
 :mod:`~ttlctl.report.markup` (HTML) and :mod:`~ttlctl.report.png` (plots as images)
 are the primitives; one module per section (:mod:`~ttlctl.report.provenance`,
 :mod:`~ttlctl.report.trace_summary`, :mod:`~ttlctl.report.pauses`,
@@ -21,8 +22,9 @@ external URL: plots are PNG ``data:`` URIs (without matplotlib's metadata), the 
 inline, and a Content-Security-Policy forbids loading anything else.
 """
 
+from ttlctl.report.files import FILES, ReportError, names
 from ttlctl.report.page import SECTIONS, build_report, render, write_html
-from ttlctl.report.rundir import FILES, MAX_TOOL_PLOTS, ReportError, load
+from ttlctl.report.rundir import MAX_TOOL_PLOTS, load
 
 __all__ = [
     "FILES",
@@ -31,6 +33,7 @@ __all__ = [
     "ReportError",
     "build_report",
     "load",
+    "names",
     "render",
     "write_html",
 ]

@@ -26,11 +26,14 @@ SECTIONS: tuple[tuple[str, str, Callable[[RunInputs], str]], ...] = (
 )
 
 
-def build_report(run_dir: Path, max_num_batched_tokens: int | None = None) -> str:
-    """The HTML page of a run directory; :class:`ReportError` if there is nothing to show.
-    ``max_num_batched_tokens``: the serving engine's step budget the τ* shown price a
-    miss in (None: the bundle's profile's, :func:`~ttlctl.report.rundir.load`)."""
-    return render(load(Path(run_dir), max_num_batched_tokens))
+def build_report(
+    run_dir: Path, max_num_batched_tokens: int | None = None, bundle: str | None = None
+) -> str:
+    """The HTML page of a run directory; :class:`ReportError` if there is nothing to show,
+    or which bundle is not said. ``max_num_batched_tokens``: the serving engine's step
+    budget the τ* shown price a miss in (None: the bundle's profile's); ``bundle``: the
+    bundle of ``run_dir`` to show (:func:`~ttlctl.report.rundir.load`)."""
+    return render(load(Path(run_dir), max_num_batched_tokens, bundle))
 
 
 def render(run: RunInputs) -> str:

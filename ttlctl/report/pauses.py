@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fitting.fit_doc import ToolFit
 from ttlctl.plots import draw_cdf
+from ttlctl.report.files import BUNDLE
 from ttlctl.report.markup import absent, e, note, num, table
 from ttlctl.report.png import figure, img, label, tokens
 from ttlctl.report.rundir import MAX_TOOL_PLOTS, RunInputs, ranked_tools
@@ -54,7 +55,7 @@ def _plot(run: RunInputs, name: str, entry: ToolFit, everything: ToolFit | None)
 
 def section(run: RunInputs) -> str:
     if run.fit is None:
-        return absent("fit.json (nor a bundle.json with its fit)")
+        return absent(f"fit.json (nor a {run.names[BUNDLE]} with its fit)")
     fit, t_ref = run.fit, run.queue_delay_s
     parts = [f"<p>From {e(run.fit_source)}.</p>"]
     eta = fit.get("eta")
@@ -65,7 +66,7 @@ def section(run: RunInputs) -> str:
             "more than K pauses before the policy uses its own CDF.</p>"
         )
     if run.policy is None:
-        parts.append(absent("bundle.json: τ* markers not drawn"))
+        parts.append(absent(f"{run.names[BUNDLE]}: τ* markers not drawn"))
     else:
         parts.append(
             f"<p>Vertical lines: the bundle's τ* at {', '.join(map(tokens, MARKER_CONTEXTS))} "

@@ -8,8 +8,9 @@ from typing import Any
 
 from ttlctl import __version__
 from ttlctl.jsonio import file_sha256, names_file
+from ttlctl.report.files import BUNDLE, FILES, SUMMARY
 from ttlctl.report.markup import e, table
-from ttlctl.report.rundir import FILES, RunInputs
+from ttlctl.report.rundir import RunInputs
 
 
 def _references(doc_name: str, doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -24,28 +25,28 @@ def _references(doc_name: str, doc: Mapping[str, Any]) -> dict[str, Any]:
 def section(run: RunInputs) -> str:
     hashes: dict[str, str] = {}
     rows: list[tuple[Any, ...]] = []
-    for name in FILES:
-        path = run.paths.get(name)
+    for role in FILES:
+        path = run.paths.get(role)
         if path is None:
-            rows.append((name, "not in this run", None, None))
+            rows.append((run.names[role], "not in this run", None, None))
             continue
-        hashes[name] = file_sha256(path)
-        status = f"unreadable: {run.problems[name]}" if name in run.problems else "read"
-        if name in run.set_aside:
-            status = f"not used: {run.set_aside[name]}"
-        rows.append((name, status, path.stat().st_size, hashes[name]))
+        hashes[role] = file_sha256(path)
+        status = f"unreadable: {run.problems[role]}" if role in run.problems else "read"
+        if role in run.set_aside:
+            status = f"not used: {run.set_aside[role]}"
+        rows.append((run.names[role], status, path.stat().st_size, hashes[role]))
     parts = [
         f"<p>Run directory: <code>{e(run.root.resolve())}</code> — "
         f"report by ttlctl {e(__version__)}</p>",
         table(("file", "status", "bytes", "sha256"), rows),
     ]
     own = {"trace": hashes.get("trace.parquet"), "fit": hashes.get("fit.json")}
-    bundle_ids = {hashes.get("bundle.json"), run.bundle and run.bundle.get("sha256")} - {None}
+    bundle_ids = {hashes.get(BUNDLE), run.bundle and run.bundle.get("sha256")} - {None}
     docs: tuple[tuple[str, Mapping[str, Any] | None], ...] = (
         ("fit.json", run.fit if run.fit_source == "fit.json" else None),
-        ("bundle.json", run.bundle),
+        (BUNDLE, run.bundle),
         ("replay.json", run.replay),
-        ("tune.json", run.tune),
+        (SUMMARY, run.tune),
     )
     refs = []
     for doc_name, doc in docs:
@@ -59,7 +60,7 @@ def section(run: RunInputs) -> str:
                 match = "yes" if sha in bundle_ids else ("no" if bundle_ids else "—")
             else:
                 match = {True: "yes", False: "no", None: "—"}[names_file(ref, own.get(key))]
-            refs.append((doc_name, key, ref.get("path"), sha, match))
+            refs.append((run.names[doc_name], key, ref.get("path"), sha, match))
     if refs:
         parts.append("<p>What each input says it was made from:</p>")
         parts.append(table(("in", "input", "recorded path", "sha256", "this run's file"), refs))

@@ -17,38 +17,38 @@ from fitting.policy import Decision, TTLPolicy
 from replay.figures import PolicyResult, ReplayDoc
 from ttlctl import bundle as bundle_mod
 from ttlctl import bundle_doc
-from ttlctl.errors import TtlctlError
+from ttlctl.report import files
+from ttlctl.report.files import BUNDLE, FILES, SUMMARY, ReportError
 from ttlctl.report.markup import is_num
 from ttlctl.trace import io as trace_io
 
-#: what a run directory may hold, in the order the page lists them
-FILES = ("trace.parquet", "fit.json", "bundle.json", "replay.json", "tune.json")
 #: the most frequent tools get a plot (and their own τ* curve)
 MAX_TOOL_PLOTS = 12
-
-
-class ReportError(TtlctlError, ValueError):
-    """No report can be made (no such directory, or nothing in it); one line."""
 
 
 @dataclass
 class RunInputs:
     """What a run directory holds; None where a file is absent or unreadable (its
-    problem in ``problems``, by file name)."""
+    problem in ``problems``, by role: :data:`~ttlctl.report.files.FILES`)."""
 
     root: Path
+    #: each role's file name (:func:`ttlctl.report.files.names`: b2.json and b2.tune.json
+    #: where the bundle reported is b2.json)
+    names: dict[str, str] = field(default_factory=lambda: {role: role for role in FILES})
+    #: the roles' files that are there
     paths: dict[str, Path] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
-    #: files read but not shown, with why (a tune.json of another bundle: :func:`other_bundle`)
+    #: files read but not shown, by role, with why (a tune.json of another bundle:
+    #: :func:`other_bundle`)
     set_aside: dict[str, str] = field(default_factory=dict)
     trace: pl.DataFrame | None = None
     fit: FitDoc | None = None
-    #: where the fit came from: fit.json, or the bundle's own fit
+    #: where the fit came from: fit.json, or the bundle's own fit (``b2.json (its fit)``)
     fit_source: str = "fit.json"
     bundle: bundle_doc.Bundle | None = None
     policy: TTLPolicy | None = None
     replay: ReplayDoc | None = None
-    #: tune.json (``ttlctl tune``'s summary), read as it is
+    #: the bundle's summary (``ttlctl tune``'s: tune.json, b2.tune.json), read as it is
     tune: dict[str, Any] | None = None
     #: the serving engine's step budget (vLLM's ``max_num_batched_tokens``) B is priced in;
     #: None: the budget the bundle's profile was measured with
@@ -90,17 +90,17 @@ def _object(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _read(run: RunInputs, name: str, path: Path) -> None:
-    if name == "trace.parquet":
+def _read(run: RunInputs, role: str, path: Path) -> None:
+    if role == "trace.parquet":
         run.trace = trace_io.read(path)
-    elif name == "fit.json":
+    elif role == "fit.json":
         run.fit = bundle_mod.read_fit(path)
-    elif name == "bundle.json":
+    elif role == BUNDLE:
         run.bundle = bundle_mod.read(path)
-    elif name == "replay.json":
+    elif role == "replay.json":
         # as `ttlctl replay --json` writes it; the sections read it defensively
         run.replay = cast(ReplayDoc, _object(path))
-    elif name == "tune.json":
+    elif role == SUMMARY:
         run.tune = _tune_summary(_object(path))
 
 
@@ -116,58 +116,57 @@ def _tune_summary(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def load(root: Path, max_num_batched_tokens: int | None = None) -> RunInputs:
-    """Read every file of :data:`FILES` found in ``root``; :class:`ReportError` when
-    ``root`` is not a directory or holds none of them. The bundle's policy prices a miss
-    in steps of ``max_num_batched_tokens`` (the serving engine's budget; None: the one
-    the bundle's profile was measured with), as :func:`ttlctl.bundle.policy_from` does."""
-    if not root.exists():
-        raise ReportError(f"{root}: no such directory")
-    if not root.is_dir():
-        raise ReportError(f"{root}: not a directory")
-    run = RunInputs(root, engine_budget=max_num_batched_tokens)
-    run.paths = {name: root / name for name in FILES if (root / name).is_file()}
+def load(
+    root: Path, max_num_batched_tokens: int | None = None, bundle: str | None = None
+) -> RunInputs:
+    """Read each role's file found in ``root`` (:func:`ttlctl.report.files.names`: the
+    bundle ``bundle``, or the one ``root`` holds, with its summary); :class:`ReportError`
+    when ``root`` holds none of them, or as :func:`~ttlctl.report.files.names` says. The
+    bundle's policy prices a miss in steps of ``max_num_batched_tokens`` (the serving
+    engine's budget; None: the one the bundle's profile was measured with), as
+    :func:`ttlctl.bundle.policy_from` does."""
+    run = RunInputs(root, names=files.names(root, bundle), engine_budget=max_num_batched_tokens)
+    run.paths = {role: root / name for role, name in run.names.items() if (root / name).is_file()}
     if not run.paths:
         raise ReportError(f"{root}: none of {', '.join(FILES)}; nothing to report")
-    for name, path in run.paths.items():
+    for role, path in run.paths.items():
         try:
-            _read(run, name, path)
+            _read(run, role, path)
         except Exception as exc:  # a damaged input is a note in the page, not a crash
-            run.problems[name] = (str(exc).splitlines() or [type(exc).__name__])[0]
+            run.problems[role] = (str(exc).splitlines() or [type(exc).__name__])[0]
     if run.bundle is not None:
         try:
             run.policy = bundle_mod.policy_from(run.bundle, max_num_batched_tokens)
         except Exception as exc:
-            run.problems["bundle.json"] = f"no policy: {exc}"
+            run.problems[BUNDLE] = f"no policy: {exc}"
         if run.fit is None and isinstance(run.bundle.get("fit"), dict):
-            run.fit, run.fit_source = run.bundle["fit"], "bundle.json (its fit)"
-        other = other_bundle(run.tune, run.bundle, run.paths["bundle.json"])
+            run.fit, run.fit_source = run.bundle["fit"], f"{run.names[BUNDLE]} (its fit)"
+        other = other_bundle(run.tune, run.bundle, run.paths[BUNDLE])
         if other is not None:
-            run.set_aside["tune.json"] = other
+            run.set_aside[SUMMARY] = other
             run.tune = None
     return run
 
 
-def other_bundle(
-    tune: dict[str, Any] | None, bundle: bundle_doc.Bundle, path: Path | None = None
-) -> str | None:
-    """Why ``tune`` is not ``bundle``'s summary (its ``bundle.sha256`` is another's: a later
-    study wrote it, or it was copied in, or ``bundle`` at ``path`` was replaced since, as
-    refit does in place), or None when it is, or says nothing of its bundle."""
+def other_bundle(tune: dict[str, Any] | None, bundle: bundle_doc.Bundle, path: Path) -> str | None:
+    """Why ``tune`` is not the summary of ``bundle``, read at ``path`` (its
+    ``bundle.sha256`` is another's: a later study wrote it, or it was copied in, or the
+    bundle was replaced since, as refit does in place), or None when it is, or says
+    nothing of its bundle."""
     ref = tune.get("bundle") if tune is not None else None
     sha = ref.get("sha256") if isinstance(ref, dict) else None
     if not isinstance(sha, str) or sha == bundle.get("sha256"):
         return None
     assert isinstance(ref, dict)
     now = f"sha256 {str(bundle.get('sha256'))[:12]}…"
-    if path is not None and _same_file(ref.get("path"), path):
+    if _same_file(ref.get("path"), path):
         return (
-            f"the summary of an earlier bundle.json (sha256 {sha[:12]}…): bundle.json was "
+            f"the summary of an earlier {path.name} (sha256 {sha[:12]}…): {path.name} was "
             f"replaced since (by refit, or another build), {now}"
         )
     return (
         f"the summary of another bundle ({ref.get('path')}, sha256 {sha[:12]}…), "
-        f"not of bundle.json ({now})"
+        f"not of {path.name} ({now})"
     )
 
 

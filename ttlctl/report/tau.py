@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from profiles import schema as profile_schema
+from ttlctl.report.files import BUNDLE
 from ttlctl.report.markup import absent, e, kv
 from ttlctl.report.png import figure, img, label
 from ttlctl.report.rundir import MAX_TOOL_PLOTS, RunInputs, ranked_tools
@@ -36,7 +37,8 @@ def budget_note(run: RunInputs) -> str:
 
 def section(run: RunInputs) -> str:
     if run.policy is None:
-        return absent("bundle.json" if "bundle.json" not in run.problems else "usable bundle.json")
+        name = run.names[BUNDLE]
+        return absent(name if BUNDLE not in run.problems else f"usable {name}")
     t_ref = run.queue_delay_s
     tvals = [0.0] if t_ref == 0 else [0.0, t_ref]
     ranked = [name for name, _ in ranked_tools(run.fit)] if run.fit is not None else []

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ttlctl.report.files import SUMMARY
 from ttlctl.report.markup import absent, e, is_num, kv, note, ratio
 from ttlctl.report.png import figure, img, label
 from ttlctl.report.rundir import RunInputs
@@ -68,9 +69,9 @@ def _importance(importance: Any, why_not: Any, quantile: Any = None) -> str:
 
 def section(run: RunInputs) -> str:
     if run.tune is None:
-        if "tune.json" in run.set_aside:
-            return note(f"tune.json not used: {run.set_aside['tune.json']}", missing=True)
-        return absent("tune.json")
+        if SUMMARY in run.set_aside:
+            return note(f"{run.names[SUMMARY]} not used: {run.set_aside[SUMMARY]}", missing=True)
+        return absent(run.names[SUMMARY])
     tune = run.tune
     trials = [t for t in tune.get("trials") or [] if isinstance(t, dict)]
     maximize = str(tune.get("direction", "minimize")).lower().startswith("max")

@@ -1,0 +1,126 @@
+"""A live run's progress ends at the workload's calls: a program a failed call or the
+run's deadline cuts counts its unsent calls done, as the vLLM backend counts an aborted
+call's (replay/live/driver.py; against a stub of vLLM's streamed completions), and
+`replay --live` tells which policy it counts for."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+import pytest
+
+from replay.live import runner
+from replay.live.driver import LiveRun, drain
+from replay.live.records import ProgramRecord
+from replay.workload import AgentProgram, Call, Workload
+from tests.http_stub import serving
+from ttlctl.server.facts import ServerInfo
+
+#: the (program, turn) the stub answers with a server error
+FAILS = ("p1", 1)
+
+
+class _Completions(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        xargs = body["vllm_xargs"]
+        turn = len(body["prompt"]) // 100 - 1  # call k's prompt: (k + 1) × 100 tokens
+        if (xargs["program_id"], turn) == FAILS:
+            self.send_error(500)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        chunk = {
+            "choices": [{"token_ids": [7] * body["max_tokens"]}],
+            "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": 2},
+        }
+        self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with serving(_Completions) as base:
+        yield base
+
+
+def _program(name: str, calls: int, pause_s: float = 0.0) -> AgentProgram:
+    turns = tuple(
+        Call((k + 1) * 100, 2, 0, None if k == calls - 1 else "bash", pause_s) for k in range(calls)
+    )
+    return AgentProgram(name, 0.0, turns)
+
+
+def _run(url: str, programs: list[AgentProgram], deadline_s: float) -> list[tuple[int, int]]:
+    """Drain ``programs`` one at a time; the counts told."""
+    told: list[tuple[int, int]] = []
+    info = ServerInfo(
+        url=url,
+        model="m",
+        max_model_len=4096,
+        block_size=16,
+        kv_tokens=8192,
+        num_gpu_blocks=512,
+        version="0.32.0",
+        prefix_caching=True,
+        ttl_metrics=False,
+    )
+    state = LiveRun(
+        url=url,
+        info=info,
+        pool=list(range(10, 60)),
+        seed=0,
+        nonce="n",
+        timeout_request_s=10.0,
+        deadline=time.perf_counter() + deadline_s,
+        stop=threading.Event(),
+        progress=lambda done, total: told.append((done, total)),
+        total_calls=sum(len(p.calls) for p in programs),
+        say=lambda message: None,
+    )
+    jobs = [(p, None, ProgramRecord(p.program_id, len(p.calls))) for p in programs]
+    drain(state, jobs, workers=1)
+    return told
+
+
+def test_a_failed_call_counts_its_programs_unsent_calls_done(url: str) -> None:
+    """p1's second call fails: its third and fourth are never sent, and counted done."""
+    programs = [_program("p0", 2), _program("p1", 4), _program("p2", 3)]
+    told = _run(url, programs, deadline_s=60.0)
+    assert told[-1] == (9, 9), told
+    assert [done for done, _ in told] == sorted({done for done, _ in told})  # rising
+    assert (4, 9) in told and (6, 9) in told  # p1's two unsent calls at once, when cut
+
+
+def test_a_deadline_counts_the_calls_never_sent_done(url: str) -> None:
+    """The deadline passes in p0's pause: its last call, and p1 and p2, never start."""
+    programs = [_program("p0", 2, pause_s=5.0), _program("p1", 4), _program("p2", 3)]
+    told = _run(url, programs, deadline_s=0.5)
+    assert told[0] == (1, 9) and told[-1] == (9, 9), told
+
+
+def test_live_results_names_the_policy_it_tells_of(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replay --live`'s bar said "live": the policy the server runs is told with the count."""
+
+    def run_live(url: str, workload: Workload, policy_label: str, **kw: Any) -> dict[str, Any]:
+        kw["progress"](1, 2)
+        return {"policy": policy_label}
+
+    monkeypatch.setattr(runner, "run_live", run_live)
+    told: list[tuple[str, int, int]] = []
+    work = Workload((_program("p0", 2),))
+    results = runner.live_results(
+        "http://127.0.0.1:1",
+        work,
+        ["continuum"],
+        progress=lambda name, done, total: told.append((name, done, total)),
+    )
+    assert results == [{"policy": "continuum"}] and told == [("continuum", 1, 2)]

@@ -1,0 +1,74 @@
+"""Which bundle a report shows: bundle.json, or one that `tune -o run/NAME.json` wrote
+under another name with its summary NAME.tune.json; a folder of several asks --bundle."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from tests.report.runs import tune_doc
+from ttlctl.cli import report as report_cli
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    app.command()(report_cli.report)
+    return app
+
+
+def _tuned(run: Path, sample_run: Path, name: str, best: float) -> None:
+    """A bundle ``run/name`` and its summary as tune names it, told apart by its best value."""
+    bundle = run / name
+    shutil.copy(sample_run / "bundle.json", bundle)
+    sha = json.loads(bundle.read_text(encoding="utf-8"))["sha256"]
+    summary = tune_doc() | {"bundle": {"path": str(bundle), "sha256": sha}}
+    summary["best"] = summary["best"] | {"value": best}
+    stem = "tune" if name == "bundle.json" else name.removesuffix(".json") + ".tune"
+    (run / f"{stem}.json").write_text(json.dumps(summary), encoding="utf-8")
+
+
+def _report(run: Path, *args: str) -> tuple[int, str, str]:
+    out = run.parent / f"{run.name}.html"
+    res = CliRunner().invoke(_app(), [str(run), "-o", str(out), *args])
+    page = out.read_text(encoding="utf-8") if res.exit_code == 0 else ""
+    return res.exit_code, res.output, page
+
+
+def test_a_bundle_tune_named_b2_is_reported_with_its_summary(
+    tmp_path: Path, sample_run: Path
+) -> None:
+    """Regression: `tune -o run/b2.json` writes b2.json and b2.tune.json; the report read
+    only bundle.json and tune.json, and called such a folder one with nothing to report."""
+    run = tmp_path / "run"
+    run.mkdir()
+    _tuned(run, sample_run, "b2.json", 123.25)
+    code, output, page = _report(run)
+    assert code == 0, output
+    assert "123.25" in page and "Best trial:" in page
+    assert "b2.json" in page and "b2.tune.json" in page
+    assert "not in this run: no b2.json" not in page and "could not be drawn" not in page
+    assert "not in this run: trace.parquet, fit.json, replay.json" in output
+
+
+def test_several_bundles_ask_which(tmp_path: Path, sample_run: Path) -> None:
+    """bundle.json and b2.json tuned into one folder: the page does not pick one silently
+    (bundle.json's, leaving b2.json unseen); it asks, and --bundle shows the one named."""
+    run = tmp_path / "run"
+    run.mkdir()
+    _tuned(run, sample_run, "bundle.json", 111.5)
+    _tuned(run, sample_run, "b2.json", 222.75)
+    code, output, _ = _report(run)
+    assert code == 2 and output.count("\n") == 1, output
+    assert output.startswith("error: ") and "bundle.json, b2.json" in output
+    assert "--bundle" in output
+    for name, shown, hidden in (("b2.json", "222.75", "111.5"), ("bundle.json", "111.5", "222.75")):
+        code, output, page = _report(run, "--bundle", name)
+        assert code == 0, output
+        assert shown in page and hidden not in page
+        assert "not used" not in output
+    code, output, _ = _report(run, "--bundle", "b3.json")
+    assert code == 2 and "--bundle b3.json: no such file" in output

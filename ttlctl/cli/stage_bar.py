@@ -1,0 +1,32 @@
+"""The bar of work told in stages and counted in whole runs: refit's replays, validate's
+live runs. On a terminal: the command's label, the runs done of all of them (``?`` before
+they are known), the time, and the stage running; elsewhere nothing is drawn
+(:func:`~ttlctl.cli.kit.progress_bar`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.progress import Progress, TaskID
+
+from ttlctl.cli.kit import progress_bar
+
+
+@dataclass(frozen=True, slots=True)
+class StageBar:
+    """``with bar.bar:`` draws it; :meth:`stage` and :meth:`runs` are the libraries'
+    callbacks (the stage's text; the runs done of all)."""
+
+    bar: Progress
+    task: TaskID
+
+    @classmethod
+    def make(cls, label: str) -> StageBar:
+        bar = progress_bar(label)
+        return cls(bar, bar.add_task("", total=None))
+
+    def stage(self, text: str) -> None:
+        self.bar.update(self.task, description=text, refresh=True)
+
+    def runs(self, done: int, total: int) -> None:
+        self.bar.update(self.task, completed=done, total=total, refresh=True)

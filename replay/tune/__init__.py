@@ -93,7 +93,7 @@ from replay.tune.space import (
 )
 from replay.tune.storage import Storage, default_storage, default_study_name
 from replay.tune.study import tune
-from replay.tune.summary import SUMMARY_SCHEMA, live_doc, provenance_of, summary_doc, summary_path
+from replay.tune.summary import SUMMARY_SCHEMA, live_doc, provenance_of, summary_doc
 from replay.tune.workers import (
     DONE,
     METRIC,
@@ -156,7 +156,6 @@ __all__ = [
     "shuffled",
     "suggest",
     "summary_doc",
-    "summary_path",
     "swap",
     "tune",
     "worker_main",

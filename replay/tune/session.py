@@ -31,12 +31,12 @@ from replay.tune.request import TuneRequest, check
 from replay.tune.shipped_bundle import tuned_bundle
 from replay.tune.storage import Storage, default_storage, default_study_name
 from replay.tune.study import tune
-from replay.tune.summary import summary_path
 from replay.vllmsim.backend import check_request
 from replay.workload import load
 from ttlctl import __version__, bundle_doc, bundle_history
 from ttlctl import bundle as bundle_mod
 from ttlctl.jsonio import file_sha256, names_file, write_json
+from ttlctl.summary_name import summary_path
 from ttlctl.trace import io as trace_io
 
 #: held-back seeds start here (tuning seeds are 0 … seeds − 1)

@@ -1,12 +1,11 @@
 """The study's summary (``tune.json``): what :func:`~replay.tune.study.tune` returns, built
-from the finished study and the held-back judgement; where it goes by default and the part
-of it that goes into the bundle's provenance."""
+from the finished study and the held-back judgement, and the part of it that goes into the
+bundle's provenance (where it goes by default: :mod:`ttlctl.summary_name`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -150,15 +149,6 @@ def live_doc(ctx: TuneContext, server: ServerInfo | None) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- outputs
-
-
-def summary_path(output: Path) -> Path:
-    """Where the study summary goes by default, next to the bundle: ``tune.json`` beside a
-    ``bundle.json``, else named after the bundle (``b2.json``: ``b2.tune.json``), so that
-    two bundles tuned into one folder keep a summary each."""
-    if output.name == "bundle.json":
-        return output.parent / "tune.json"
-    return output.parent / f"{output.stem}.tune.json"
 
 
 def provenance_of(summary: Mapping[str, Any]) -> dict[str, Any]:

@@ -161,7 +161,7 @@ def tune(
     from replay.tune import session as tuning
     from replay.tune.request import TuneRequest
     from replay.tune.storage import Storage, default_storage
-    from replay.tune.summary import summary_path
+    from ttlctl.summary_name import summary_path
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():

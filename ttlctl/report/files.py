@@ -1,14 +1,14 @@
 """Which files of a run directory the report reads: each role's file (the trace, the fit,
 the bundle, the replay, tune's summary) by name, with the bundle's summary named as
-``ttlctl tune`` names it (:func:`replay.tune.summary.summary_path`: bundle.json's is
+``ttlctl tune`` names it (:func:`ttlctl.summary_name.summary_path`: bundle.json's is
 tune.json, b2.json's b2.tune.json), and which bundle when the folder holds several."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from replay.tune.summary import summary_path
 from ttlctl.errors import TtlctlError
+from ttlctl.summary_name import summary_path
 
 #: the roles of a run directory's files, in the order the page lists them; each is also the
 #: file's name, but for a bundle under another name and its summary (:func:`names`)

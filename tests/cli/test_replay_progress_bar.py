@@ -7,7 +7,6 @@ import. ``TTY_COMPATIBLE=1`` is rich's switch for a terminal (the bar is drawn).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,10 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import make_trace
+from tests.terminal_env import cli_env
 from ttlctl.cli import app, kit
 from ttlctl.cli.replay import ReplayBar
 
-REPO = Path(__file__).resolve().parents[2]
 FLEETS = [[], ["--replicas", "2"]]
 
 
@@ -30,10 +29,7 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def replay(trace: Path, *args: str, terminal: bool) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TTY_COMPATIBLE")}
-    env["PYTHONPATH"] = str(REPO)
-    if terminal:
-        env["TTY_COMPATIBLE"] = "1"
+    env = cli_env(terminal=terminal)
     cmd = [sys.executable, "-m", "ttlctl.cli", "replay", str(trace), "--policy", "vllm,continuum"]
     cmd += ["--concurrency", "4", "--no-timing", "--json", "-", *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)

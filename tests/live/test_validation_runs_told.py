@@ -5,7 +5,6 @@ server; the bar draws the count on a terminal, and the JSON is the same without 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +18,7 @@ from replay.validation.fleet import fleet_runs
 from replay.validation.live_session import LiveSession
 from replay.validation.servers import Sources
 from replay.workload import AgentProgram, Call, Workload
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.terminal_env import cli_env
 
 
 class _Stop(Exception):
@@ -101,11 +99,7 @@ app(sys.argv[1:], prog_name="ttlctl")
 
 
 def _validate(trace: Path, terminal: bool) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TTY_COMPATIBLE")}
-    env["PYTHONPATH"] = str(REPO)
-    if terminal:
-        env["TTY_COMPATIBLE"] = "1"  # rich's switch for a terminal: the bar is drawn
-        env["COLUMNS"] = "200"  # wide enough for the step's whole description
+    env = cli_env(terminal=terminal, columns=200)  # wide enough for the step's description
     cmd = [sys.executable, "-c", _FAKE, "validate", str(trace), "--url", "vllm=http://h:1"]
     return subprocess.run([*cmd, "--json", "-"], env=env, capture_output=True, text=True)
 

@@ -5,7 +5,6 @@ bar and without it."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +12,8 @@ from pathlib import Path
 from replay.refit import refit
 from replay.refit_settings import checked_settings
 from tests.refit.test_refit import SAMPLE, served_from
+from tests.terminal_env import cli_env
 
-REPO = Path(__file__).resolve().parents[2]
 #: the policies refit replays: the served bundle, the refitted one, stock vLLM
 POLICIES = 3
 
@@ -34,11 +33,7 @@ def test_refit_tells_every_replay_done(tmp_path: Path) -> None:
 
 
 def _refit(served: Path, terminal: bool) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TTY_COMPATIBLE")}
-    env["PYTHONPATH"] = str(REPO)
-    if terminal:
-        env["TTY_COMPATIBLE"] = "1"  # rich's switch for a terminal: the bar is drawn
-        env["COLUMNS"] = "200"  # wide enough for the step's whole description
+    env = cli_env(terminal=terminal, columns=200)  # wide enough for the step's description
     cmd = [sys.executable, "-m", "ttlctl.cli", "refit", str(SAMPLE), "--bundle", str(served)]
     cmd += ["--dry-run", "--json", "-"]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)

@@ -59,8 +59,11 @@ def _program(name: str, calls: int, pause_s: float = 0.0) -> AgentProgram:
     return AgentProgram(name, 0.0, turns)
 
 
-def _run(url: str, programs: list[AgentProgram], deadline_s: float) -> list[tuple[int, int]]:
-    """Drain ``programs`` one at a time; the counts told."""
+def _run(
+    url: str, programs: list[AgentProgram], deadline_s: float, stopped: bool = False
+) -> list[tuple[int, int]]:
+    """Drain ``programs`` one at a time (``stopped``: a run stopped before a worker took
+    any, as by Ctrl-C); the counts told."""
     told: list[tuple[int, int]] = []
     info = ServerInfo(
         url=url,
@@ -73,6 +76,9 @@ def _run(url: str, programs: list[AgentProgram], deadline_s: float) -> list[tupl
         prefix_caching=True,
         ttl_metrics=False,
     )
+    stop = threading.Event()
+    if stopped:
+        stop.set()
     state = LiveRun(
         url=url,
         info=info,
@@ -81,7 +87,7 @@ def _run(url: str, programs: list[AgentProgram], deadline_s: float) -> list[tupl
         nonce="n",
         timeout_request_s=10.0,
         deadline=time.perf_counter() + deadline_s,
-        stop=threading.Event(),
+        stop=stop,
         progress=lambda done, total: told.append((done, total)),
         total_calls=sum(len(p.calls) for p in programs),
         say=lambda message: None,
@@ -105,6 +111,13 @@ def test_a_deadline_counts_the_calls_never_sent_done(url: str) -> None:
     programs = [_program("p0", 2, pause_s=5.0), _program("p1", 4), _program("p2", 3)]
     told = _run(url, programs, deadline_s=0.5)
     assert told[0] == (1, 9) and told[-1] == (9, 9), told
+
+
+def test_programs_no_worker_took_count_their_calls_done(url: str) -> None:
+    """A stop before the workers take a program: none is sent, and all are counted done."""
+    programs = [_program("p0", 2), _program("p1", 4), _program("p2", 3)]
+    told = _run(url, programs, deadline_s=60.0, stopped=True)
+    assert told == [(2, 9), (6, 9), (9, 9)], told
 
 
 def test_live_results_names_the_policy_it_tells_of(monkeypatch: pytest.MonkeyPatch) -> None:

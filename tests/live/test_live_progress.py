@@ -137,3 +137,35 @@ def test_live_results_names_the_policy_it_tells_of(monkeypatch: pytest.MonkeyPat
         progress=lambda name, done, total: told.append((name, done, total)),
     )
     assert results == [{"policy": "continuum"}] and told == [("continuum", 1, 2)]
+
+
+def test_counts_from_two_threads_are_told_in_order() -> None:
+    """Two calls ending together are told 1 then 2, never 2 then 1: a bar told 2 then 1
+    stays at 1 (and at the end short of the calls). Regression: the count was read under
+    the lock and told after it, so a second thread could tell its count in between."""
+    told: list[int] = []
+    state = LiveRun(
+        url="http://127.0.0.1:1",
+        info=None,  # type: ignore[arg-type]  # not read by count
+        pool=[],
+        seed=0,
+        nonce="n",
+        timeout_request_s=1.0,
+        deadline=0.0,
+        stop=threading.Event(),
+        progress=lambda done, total: tell(done),
+        total_calls=2,
+    )
+
+    def tell(done: int) -> None:
+        if done == 1:  # the other call ends while this one is being told
+            other = threading.Thread(target=state.count, args=(1,))
+            other.start()
+            other.join(timeout=0.2)
+        told.append(done)
+
+    state.count(1)
+    deadline = time.perf_counter() + 5.0
+    while len(told) < 2 and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    assert told == [1, 2], told

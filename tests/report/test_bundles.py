@@ -50,8 +50,9 @@ def test_a_bundle_tune_named_b2_is_reported_with_its_summary(
     code, output, page = _report(run)
     assert code == 0, output
     assert "123.25" in page and "Best trial:" in page
-    assert "b2.json" in page and "b2.tune.json" in page
-    assert "not in this run: no b2.json" not in page and "could not be drawn" not in page
+    # the Inputs table reads both files, under their own names
+    assert "<td>b2.json</td><td>read</td>" in page and "<td>b2.tune.json</td><td>read</td>" in page
+    assert "could not be drawn" not in page
     assert "not in this run: trace.parquet, fit.json, replay.json" in output
 
 

@@ -114,12 +114,12 @@ class LiveRun:
 
     def count(self, calls: int) -> None:
         """``calls`` more done: ended, or never to be sent (a program cut short), so that
-        the count ends at the calls, as the vLLM backend's (:mod:`replay.vllmsim.harness`)."""
+        the count ends at the calls, as the vLLM backend's (:mod:`replay.vllmsim.harness`).
+        Told under the lock, so that the counts of two threads are told in order."""
         with self.lock:
             self.done_calls += calls
-            done = self.done_calls
-        if self.progress is not None and calls > 0:
-            self.progress(done, self.total_calls)
+            if self.progress is not None and calls > 0:
+                self.progress(self.done_calls, self.total_calls)
 
     # -- one call ------------------------------------------------------------
 

@@ -59,8 +59,11 @@ def _program(name: str, calls: int, pause_s: float = 0.0) -> AgentProgram:
     return AgentProgram(name, 0.0, turns)
 
 
-def _run(url: str, programs: list[AgentProgram], deadline_s: float) -> list[tuple[int, int]]:
-    """Drain ``programs`` one at a time; the counts told."""
+def _run(
+    url: str, programs: list[AgentProgram], deadline_s: float, stopped: bool = False
+) -> list[tuple[int, int]]:
+    """Drain ``programs`` one at a time (``stopped``: a run stopped before a worker took
+    any, as by Ctrl-C); the counts told."""
     told: list[tuple[int, int]] = []
     info = ServerInfo(
         url=url,
@@ -73,6 +76,9 @@ def _run(url: str, programs: list[AgentProgram], deadline_s: float) -> list[tupl
         prefix_caching=True,
         ttl_metrics=False,
     )
+    stop = threading.Event()
+    if stopped:
+        stop.set()
     state = LiveRun(
         url=url,
         info=info,
@@ -81,7 +87,7 @@ def _run(url: str, programs: list[AgentProgram], deadline_s: float) -> list[tupl
         nonce="n",
         timeout_request_s=10.0,
         deadline=time.perf_counter() + deadline_s,
-        stop=threading.Event(),
+        stop=stop,
         progress=lambda done, total: told.append((done, total)),
         total_calls=sum(len(p.calls) for p in programs),
         say=lambda message: None,
@@ -107,6 +113,13 @@ def test_a_deadline_counts_the_calls_never_sent_done(url: str) -> None:
     assert told[0] == (1, 9) and told[-1] == (9, 9), told
 
 
+def test_programs_no_worker_took_count_their_calls_done(url: str) -> None:
+    """A stop before the workers take a program: none is sent, and all are counted done."""
+    programs = [_program("p0", 2), _program("p1", 4), _program("p2", 3)]
+    told = _run(url, programs, deadline_s=60.0, stopped=True)
+    assert told == [(2, 9), (6, 9), (9, 9)], told
+
+
 def test_live_results_names_the_policy_it_tells_of(monkeypatch: pytest.MonkeyPatch) -> None:
     """`replay --live`'s bar said "live": the policy the server runs is told with the count."""
 
@@ -124,3 +137,35 @@ def test_live_results_names_the_policy_it_tells_of(monkeypatch: pytest.MonkeyPat
         progress=lambda name, done, total: told.append((name, done, total)),
     )
     assert results == [{"policy": "continuum"}] and told == [("continuum", 1, 2)]
+
+
+def test_counts_from_two_threads_are_told_in_order() -> None:
+    """Two calls ending together are told 1 then 2, never 2 then 1: a bar told 2 then 1
+    stays at 1 (and at the end short of the calls). Regression: the count was read under
+    the lock and told after it, so a second thread could tell its count in between."""
+    told: list[int] = []
+    state = LiveRun(
+        url="http://127.0.0.1:1",
+        info=None,  # type: ignore[arg-type]  # not read by count
+        pool=[],
+        seed=0,
+        nonce="n",
+        timeout_request_s=1.0,
+        deadline=0.0,
+        stop=threading.Event(),
+        progress=lambda done, total: tell(done),
+        total_calls=2,
+    )
+
+    def tell(done: int) -> None:
+        if done == 1:  # the other call ends while this one is being told
+            other = threading.Thread(target=state.count, args=(1,))
+            other.start()
+            other.join(timeout=0.2)
+        told.append(done)
+
+    state.count(1)
+    deadline = time.perf_counter() + 5.0
+    while len(told) < 2 and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    assert told == [1, 2], told

@@ -1,5 +1,6 @@
 """Which bundle a report shows: bundle.json, or one that `tune -o run/NAME.json` wrote
-under another name with its summary NAME.tune.json; a folder of several asks --bundle."""
+under another name with its summary NAME.tune.json; --bundle chooses, and a folder of
+several but no bundle.json asks for it."""
 
 from __future__ import annotations
 
@@ -49,26 +50,47 @@ def test_a_bundle_tune_named_b2_is_reported_with_its_summary(
     code, output, page = _report(run)
     assert code == 0, output
     assert "123.25" in page and "Best trial:" in page
-    assert "b2.json" in page and "b2.tune.json" in page
-    assert "not in this run: no b2.json" not in page and "could not be drawn" not in page
+    # the Inputs table reads both files, under their own names
+    assert "<td>b2.json</td><td>read</td>" in page and "<td>b2.tune.json</td><td>read</td>" in page
+    assert "could not be drawn" not in page
     assert "not in this run: trace.parquet, fit.json, replay.json" in output
 
 
-def test_several_bundles_ask_which(tmp_path: Path, sample_run: Path) -> None:
-    """bundle.json and b2.json tuned into one folder: the page does not pick one silently
-    (bundle.json's, leaving b2.json unseen); it asks, and --bundle shows the one named."""
+def test_bundle_json_is_still_reported_beside_another(tmp_path: Path, sample_run: Path) -> None:
+    """bundle.json and b2.json tuned into one folder (tune's naming keeps a summary each):
+    the report shows bundle.json, as it did before it knew of b2.json, and names b2.json in
+    a warning. Regression: such a folder, reported until then, was refused (exit 2)."""
     run = tmp_path / "run"
     run.mkdir()
     _tuned(run, sample_run, "bundle.json", 111.5)
     _tuned(run, sample_run, "b2.json", 222.75)
-    code, output, _ = _report(run)
-    assert code == 2 and output.count("\n") == 1, output
-    assert output.startswith("error: ") and "bundle.json, b2.json" in output
-    assert "--bundle" in output
+    code, output, page = _report(run)
+    assert code == 0, output
+    assert "111.5" in page and "222.75" not in page
+    (warning,) = [line for line in output.splitlines() if line.startswith("warning: ")]
+    assert "b2.json" in warning and "--bundle b2.json" in warning, warning
     for name, shown, hidden in (("b2.json", "222.75", "111.5"), ("bundle.json", "111.5", "222.75")):
         code, output, page = _report(run, "--bundle", name)
         assert code == 0, output
         assert shown in page and hidden not in page
+        assert "warning" not in output and "not used" not in output, output
+
+
+def test_several_bundles_without_bundle_json_ask_which(tmp_path: Path, sample_run: Path) -> None:
+    """b2.json and b3.json: the page does not pick one silently; it asks, in one line, and
+    --bundle shows the one named."""
+    run = tmp_path / "run"
+    run.mkdir()
+    _tuned(run, sample_run, "b2.json", 222.75)
+    _tuned(run, sample_run, "b3.json", 333.25)
+    code, output, _ = _report(run)
+    assert code == 2 and output.count("\n") == 1, output
+    assert output.startswith("error: ") and "b2.json, b3.json" in output
+    assert "--bundle" in output
+    for name, shown, hidden in (("b2.json", "222.75", "333.25"), ("b3.json", "333.25", "222.75")):
+        code, output, page = _report(run, "--bundle", name)
+        assert code == 0, output
+        assert shown in page and hidden not in page
         assert "not used" not in output
-    code, output, _ = _report(run, "--bundle", "b3.json")
-    assert code == 2 and "--bundle b3.json: no such file" in output
+    code, output, _ = _report(run, "--bundle", "b4.json")
+    assert code == 2 and "--bundle b4.json: no such file" in output

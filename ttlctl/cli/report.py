@@ -26,7 +26,8 @@ def report(
         typer.Option(
             "--bundle",
             help="The bundle of RUN_DIR to report (its file name, e.g. b2.json), shown "
-            "with its tune summary (b2.tune.json); needed when RUN_DIR holds several.",
+            "with its tune summary (b2.tune.json); default bundle.json, needed when "
+            "RUN_DIR holds several bundles and no bundle.json.",
         ),
     ] = None,
     max_num_batched_tokens: EngineBudget = None,
@@ -35,8 +36,9 @@ def report(
 
     The page is self-contained (plots embedded, no script, nothing loaded from the
     network); every missing input is a note in the page. One page shows one bundle:
-    bundle.json, or a bundle tune wrote under another name (b2.json, beside its
-    b2.tune.json); a folder holding several is refused unless --bundle names one. The τ*
+    bundle.json when the folder holds one (a warning names any other beside it), else a
+    bundle tune wrote under another name (b2.json, beside its b2.tune.json); --bundle
+    chooses, and a folder of several bundles but no bundle.json is refused without it. The τ*
     shown price a miss as `ttlctl bundle inspect` does: in steps of
     --max-num-batched-tokens when given.
     """
@@ -50,6 +52,12 @@ def report(
             run = report_mod.load(run_dir, max_num_batched_tokens, bundle)
             page = report_mod.render(run)
         report_mod.write_html(page, output)
+    others = [name for name in report_mod.bundles(run_dir) if name != run.names["bundle.json"]]
+    if bundle is None and others:  # bundle.json, as ever; the others are said, not hidden
+        print_warning(
+            f"{run_dir} also holds {', '.join(others)}: this page shows bundle.json; "
+            f"--bundle {others[0]} shows {'that one' if len(others) == 1 else 'another'}"
+        )
     for role, problem in (run.problems | run.set_aside).items():  # on the page; said here too
         print_warning(f"{run.names[role]} not used: {problem}")
     missing = [name for role, name in run.names.items() if role not in run.paths]

@@ -72,6 +72,7 @@ from ttlctl.cli.tune_options import (
     Workers,
 )
 from ttlctl.nouns import counted
+from ttlctl.summary_name import summary_path
 
 if TYPE_CHECKING:  # types only: the tuner is imported when the command runs
     from replay.tune.session import TuneSession
@@ -161,7 +162,6 @@ def tune(
     from replay.tune import session as tuning
     from replay.tune.request import TuneRequest
     from replay.tune.storage import Storage, default_storage
-    from ttlctl.summary_name import summary_path
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with user_errors():

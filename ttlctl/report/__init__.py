@@ -22,7 +22,7 @@ external URL: plots are PNG ``data:`` URIs (without matplotlib's metadata), the 
 inline, and a Content-Security-Policy forbids loading anything else.
 """
 
-from ttlctl.report.files import FILES, ReportError, names
+from ttlctl.report.files import FILES, ReportError, bundles, names
 from ttlctl.report.page import SECTIONS, build_report, render, write_html
 from ttlctl.report.rundir import MAX_TOOL_PLOTS, load
 
@@ -32,6 +32,7 @@ __all__ = [
     "SECTIONS",
     "ReportError",
     "build_report",
+    "bundles",
     "load",
     "names",
     "render",

@@ -35,21 +35,23 @@ def bundles(root: Path) -> list[str]:
 
 def names(root: Path, bundle: str | None = None) -> dict[str, str]:
     """Each role's file name in ``root``: :data:`FILES`, with the bundle reported
-    (``bundle``, a file in ``root``; None: the one :func:`bundles` finds) and its summary.
-    :class:`ReportError` when ``root`` is not a directory, when ``bundle`` is not a file in
-    it, or when ``bundle`` is None and ``root`` holds several bundles: one page shows one."""
+    (``bundle``, a file in ``root``; None: bundle.json when ``root`` holds one, as the
+    report always read it, else the one other bundle :func:`bundles` finds) and its
+    summary. :class:`ReportError` when ``root`` is not a directory, when ``bundle`` is not
+    a file in it, or when ``bundle`` is None and ``root`` holds several bundles but no
+    bundle.json: one page shows one."""
     if not root.exists():
         raise ReportError(f"{root}: no such directory")
     if not root.is_dir():
         raise ReportError(f"{root}: not a directory")
     if bundle is None:
         found = bundles(root)
-        if len(found) > 1:
+        if len(found) > 1 and BUNDLE not in found:
             raise ReportError(
                 f"{root}: {len(found)} bundles ({', '.join(found)}); a report shows one: "
                 "name it with --bundle"
             )
-        chosen = found[0] if found else BUNDLE
+        chosen = found[0] if found else BUNDLE  # bundle.json first
     else:
         chosen = _in_root(root, bundle)
     return {role: role for role in FILES} | {

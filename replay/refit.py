@@ -16,7 +16,7 @@ From the log and the bundle in service:
    win: :mod:`replay.refit_sizing`); the logs of several replicas replay as the fleet
    they came from, each replica at its own size, every call where it ran
    (:mod:`replay.refit_replay`);
-5. **judge** with the tuner's guard (:func:`replay.tune.judge.guard`, ``baseline="old"``):
+5. **judge** with the tuner's guard (:func:`replay.tune.guard.guard`, ``baseline="old"``):
    the new bundle replaces the served one only when its mean JCT is strictly lower (a
    tie keeps the served bundle), and the replacement is atomic (the engine plugin
    reloads a changed file, :mod:`ttlctl.engine.watch`);
@@ -51,7 +51,8 @@ from replay.refit_replay import engines_doc, plan
 from replay.refit_replay import replay as replay_part
 from replay.refit_settings import RefitSettings, fit_config, replay_settings
 from replay.tune.context import load_json
-from replay.tune.judge import guard, held_figures
+from replay.tune.guard import guard
+from replay.tune.judge import held_figures
 from ttlctl import __version__, bundle_doc, bundle_history, bundle_make
 from ttlctl import bundle as bundle_mod
 from ttlctl.errors import TtlctlError

@@ -42,10 +42,11 @@ the bundle swap), :mod:`~replay.tune.space` (the search space and the objective)
 (running trials, worker processes), :mod:`~replay.tune.opening` (creating or resuming the
 study, refusing one made for other settings), :mod:`~replay.tune.failures` (what
 stopped a study, as one line: a trial's error, the workers that failed), :mod:`~replay.tune.judge`
-(held-back judgement and the guard), :mod:`~replay.tune.importance` (the parameters'
-importances), :mod:`~replay.tune.summary` (the study's summary, ``tune.json``, and where it
-goes) and :mod:`~replay.tune.study` (:func:`tune`, the whole run). Everything public is
-re-exported here.
+(held-back judgement), :mod:`~replay.tune.guard` (the guard: which policy ships),
+:mod:`~replay.tune.importance` (the parameters' importances), :mod:`~replay.tune.summary`
+(the study's summary, ``tune.json``; where it goes: :mod:`ttlctl.summary_name`) and
+:mod:`~replay.tune.study` (:func:`tune`, the whole run). Everything public is re-exported
+here.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from replay.tune.context import (
     replay_once,
     shuffled,
 )
+from replay.tune.guard import beats, guard
 from replay.tune.importance import (
     MIN_TRIALS_FOR_IMPORTANCE,
     importance_quantile,
@@ -70,8 +72,6 @@ from replay.tune.importance import (
     importances,
 )
 from replay.tune.judge import (
-    beats,
-    guard,
     held_back,
     held_back_live,
     held_figures,

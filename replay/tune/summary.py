@@ -13,8 +13,9 @@ from optuna.trial import TrialState
 
 from replay.tune.caveats import caveats
 from replay.tune.context import LIVE_BASELINE_NOTE, LIVE_RELOAD_RULE, TuneContext, TuneError
+from replay.tune.guard import guard
 from replay.tune.importance import importance_record
-from replay.tune.judge import guard, held_back, held_back_live
+from replay.tune.judge import held_back, held_back_live
 from replay.tune.space import fleet_defaults, fleet_of, paper_defaults, params_of
 from replay.tune.storage import Storage
 from replay.tune.workers import METRIC

@@ -64,7 +64,7 @@ def _noise(held: Mapping[str, Any], verdict: Mapping[str, Any]) -> str:
     if not within:
         return ""
     return (
-        f"{versus} ({gain:.3f}x, Δ {diff:+.2f} ± {sem:.2f} s per replay) is "
+        f"{versus} ({gain:.3f}x, Δ {diff:+,.2f} ± {sem:,.2f} s per replay) is "
         "within the replay's noise (no more than two standard errors): it may not hold on "
         "real traffic; more --holdout-seeds measure it better, --min-gain requires a margin"
     )

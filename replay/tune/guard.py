@@ -65,25 +65,25 @@ def guard(
     if tuned_beats:
         shipped = "tuned"
         message = (
-            f"the tuned policy beats stock vLLM on the held-back seeds: mean JCT {tuned:.2f} s "
-            f"vs {vllm:.2f} s ({vllm / tuned:.2f}x)"
+            f"the tuned policy beats stock vLLM on the held-back seeds: mean JCT {tuned:,.2f} s "
+            f"vs {vllm:,.2f} s ({vllm / tuned:.2f}x)"
         )
     elif force:
         shipped = "tuned"
         message = (
             f"the tuned policy does NOT beat stock vLLM{by} on the held-back seeds (mean "
-            f"JCT {tuned:.2f} s vs {vllm:.2f} s{short}); shipping it anyway, as asked (--force)"
+            f"JCT {tuned:,.2f} s vs {vllm:,.2f} s{short}); shipping it anyway, as asked (--force)"
         )
     else:
         shipped = "never-pin"
         message = (
             f"the tuned policy does NOT beat stock vLLM{by} on the held-back seeds (mean "
-            f"JCT {tuned:.2f} s vs {vllm:.2f} s{short}): the bundle written never pins "
+            f"JCT {tuned:,.2f} s vs {vllm:,.2f} s{short}): the bundle written never pins "
             "(program FCFS only); pass --force to ship the tuned policy anyway"
         )
     if shipped == "never-pin" and not never_beats:
         message += (
-            f". Program FCFS alone does not beat stock vLLM either ({never:.2f} s): "
+            f". Program FCFS alone does not beat stock vLLM either ({never:,.2f} s): "
             "serve this workload without a bundle"
         )
     return {
@@ -104,7 +104,7 @@ def _guard_live(held: Mapping[str, Any], force: bool, min_gain: float) -> dict[s
     what = "the never-pin bundle (program FCFS, no pins; the live baseline)"
     by, short = short_of(held, "tuned", "never-pin", min_gain)
     what += by
-    figures = f"mean JCT {tuned:.2f} s vs {never:.2f} s{short}"
+    figures = f"mean JCT {tuned:,.2f} s vs {never:,.2f} s{short}"
     if tuned_beats:
         shipped = "tuned"
         message = (
@@ -142,7 +142,7 @@ def _guard_refit(
     new, old, vllm = (held[f"{n}_jct_mean_s"] for n in ("new", "old", "vllm"))
     new_beats = beats(held, "new", "old")
     what = "the refitted bundle"
-    figures = f"mean JCT {new:.2f} s vs {old:.2f} s"
+    figures = f"mean JCT {new:,.2f} s vs {old:,.2f} s"
     if new_beats:
         shipped = "new"
         message = (

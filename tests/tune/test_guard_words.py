@@ -141,3 +141,16 @@ def test_min_gain_below_one_is_refused(
     assert res.exit_code == 2, res.output
     assert "--min-gain must be a ratio of at least 1" in res.output
     assert not (tmp_path / "b.json").exists() and "Traceback" not in res.output
+
+
+def test_the_verdicts_group_thousands_as_the_tables_do() -> None:
+    """A contended load's mean JCTs run past a thousand seconds: each verdict writes them
+    as the tables do (1,778.35), for tune, live tune and refit alike."""
+    held = _held([1778.35, 1778.35], [2345.5, 2345.5], never=1999.0)
+    assert "mean JCT 1,778.35 s vs 2,345.50 s" in guard(held, force=False)["message"]
+    lost = guard(_held([2345.5, 2345.5], [1778.35, 1778.35], never=3000.0), force=False)
+    assert "(3,000.00 s)" in lost["message"]  # program FCFS alone loses too
+    live = guard(held, False, baseline="never-pin")
+    assert "mean JCT 1,778.35 s vs 1,999.00 s" in live["message"]
+    refit = {"new_jct_mean_s": 1778.35, "old_jct_mean_s": 2345.5, "vllm_jct_mean_s": 3000.0}
+    assert "mean JCT 1,778.35 s vs 2,345.50 s" in guard(refit, False, baseline="old")["message"]

@@ -59,7 +59,7 @@ def tune_table(console: Console, result: dict[str, Any]) -> None:
     if is_live:
         console.print(escape(result["live"]["baseline_note"]), highlight=False)
         values = ", ".join(
-            f"#{t['number']} {t['value']:.2f} s" if t["value"] is not None else f"#{t['number']} —"
+            f"#{t['number']} {t['value']:,.2f} s" if t["value"] is not None else f"#{t['number']} —"
             for t in result["trials"]
         )
         console.print(f"live trials (mean JCT): {values}", highlight=False)

@@ -11,19 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from profiles.shipped import DATA
-from tests.conftest import make_trace
 from ttlctl.cli import app
 from ttlctl.jsonio import OutputError, check_folder, check_writable, write_json
-
-
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("inputs")
-    trace = make_trace(root / "trace.parquet", programs=12)
-    fit = root / "fit.json"
-    res = CliRunner().invoke(app, ["fit", str(trace), "-o", str(fit), "--bootstrap", "10"])
-    assert res.exit_code == 0, res.output
-    return {"trace": trace, "fit": fit}
 
 
 def _commands(i: dict[str, Path], to: str, ok: Path) -> dict[str, list[str]]:
@@ -48,14 +37,14 @@ def _commands(i: dict[str, Path], to: str, ok: Path) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("where", ["a folder", "under a file"])
 def test_an_output_that_cannot_be_written_stops_every_command_first(
-    inputs: dict[str, Path], tmp_path: Path, where: str
+    small_inputs: dict[str, Path], tmp_path: Path, where: str
 ) -> None:
     folder = tmp_path / "existdir"
     folder.mkdir()
     (tmp_path / "afile").write_text("x")
     target = folder if where == "a folder" else tmp_path / "afile" / "out.json"
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    for name, args in _commands(inputs, str(target), tmp_path).items():
+    for name, args in _commands(small_inputs, str(target), tmp_path).items():
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 2, (name, res.output)
         (line,) = res.stderr.strip().splitlines()
@@ -65,25 +54,25 @@ def test_an_output_that_cannot_be_written_stops_every_command_first(
 
 
 def test_fit_checks_the_plot_folder_before_writing_the_fit(
-    inputs: dict[str, Path], tmp_path: Path
+    small_inputs: dict[str, Path], tmp_path: Path
 ) -> None:
     (tmp_path / "plots").write_text("a file, not a folder")
     out = tmp_path / "f.json"
     res = CliRunner().invoke(
-        app, ["fit", str(inputs["trace"]), "-o", str(out), "--plot", str(tmp_path / "plots")]
+        app, ["fit", str(small_inputs["trace"]), "-o", str(out), "--plot", str(tmp_path / "plots")]
     )
     assert res.exit_code == 2 and f"{tmp_path / 'plots'}: not a directory" in res.stderr
     assert not out.exists()
 
 
 def test_one_path_named_for_two_outputs_is_refused_first(
-    inputs: dict[str, Path], tmp_path: Path
+    small_inputs: dict[str, Path], tmp_path: Path
 ) -> None:
     """The second write would replace the first: tune's bundle overwritten by its summary
     (given as --json) or its study file (--storage), fit's -o taken as
     its --plot folder. Regression: tune wrote both, leaving a summary where the bundle
     was; fit plotted into a folder named as its -o, then failed to write the fit."""
-    trace, fit = str(inputs["trace"]), str(inputs["fit"])
+    trace, fit = str(small_inputs["trace"]), str(small_inputs["fit"])
     same = tmp_path / "same.json"
     tune = ["tune", trace, "--fit", fit, "--profile", "llama-3.1-8b-h100", "--trials", "1"]
     cases = {
@@ -121,7 +110,9 @@ def test_the_checks_and_the_writer_name_the_users_path(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]  # the probes left nothing
 
 
-def test_an_output_that_is_an_input_is_refused(inputs: dict[str, Path], tmp_path: Path) -> None:
+def test_an_output_that_is_an_input_is_refused(
+    small_inputs: dict[str, Path], tmp_path: Path
+) -> None:
     """`fit trace.parquet -o trace.parquet` (a slip of the keyboard) replaced the trace with
     its fit: an output that is one of the command's inputs stops it first, one line, and
     the input is left as it was. Regression: replay's --json and tune's -o, --json,
@@ -130,8 +121,8 @@ def test_an_output_that_is_an_input_is_refused(inputs: dict[str, Path], tmp_path
     run = tmp_path / "run"
     run.mkdir()
     trace, fit = run / "trace.parquet", run / "fit.json"
-    trace.write_bytes(inputs["trace"].read_bytes())
-    fit.write_bytes(inputs["fit"].read_bytes())
+    trace.write_bytes(small_inputs["trace"].read_bytes())
+    fit.write_bytes(small_inputs["fit"].read_bytes())
     profile = str(run / "profile.json")
     shutil.copyfile(DATA / "llama-3.1-8b-h100.json", profile)
     t, f = str(trace), str(fit)

@@ -19,7 +19,7 @@ from replay.live.driver import LiveRun, drain
 from replay.live.records import ProgramRecord
 from replay.workload import AgentProgram, Call, Workload
 from tests.http_stub import serving
-from ttlctl.server.facts import ServerInfo
+from tests.live.server_info import server_info
 
 #: the (program, turn) the stub answers with a server error
 FAILS = ("p1", 1)
@@ -65,17 +65,7 @@ def _run(
     """Drain ``programs`` one at a time (``stopped``: a run stopped before a worker took
     any, as by Ctrl-C); the counts told."""
     told: list[tuple[int, int]] = []
-    info = ServerInfo(
-        url=url,
-        model="m",
-        max_model_len=4096,
-        block_size=16,
-        kv_tokens=8192,
-        num_gpu_blocks=512,
-        version="0.32.0",
-        prefix_caching=True,
-        ttl_metrics=False,
-    )
+    info = server_info(url=url, max_model_len=4096, block_size=16, num_gpu_blocks=512)
     stop = threading.Event()
     if stopped:
         stop.set()

@@ -7,13 +7,15 @@ import threading
 
 from replay.live.driver import LiveRun
 from replay.workload import AgentProgram, Call, SharedPrefix
-from ttlctl.server.facts import ServerInfo
+from tests.live.server_info import server_info
 
 TOOLS = SharedPrefix((11, 12, 13), 16)  # 48 tokens: 3 blocks of the server's 16
 
 
 def _run() -> LiveRun:
-    info = ServerInfo("http://x", "m", 4096, 16, 10_000, 625, "0.32", True, False)
+    info = server_info(
+        url="http://x", max_model_len=4096, block_size=16, kv_tokens=10_000, num_gpu_blocks=625
+    )
     return LiveRun(
         "http://x", info, list(range(100, 1100)), 0, "n", 10.0, 1e9, threading.Event(), None, 4
     )

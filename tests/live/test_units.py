@@ -21,13 +21,13 @@ from replay.live import LiveCallRecord, ProgramRecord
 from replay.policy_runs import Load
 from replay.workload import AgentProgram, Call, Workload
 from tests.bundles import write_bundle
+from tests.live.server_info import server_info
 from ttlctl.cli import serve as serve_cli
 from ttlctl.cli import validate as validate_cli
 from ttlctl.series import PINNED_BLOCKS
 from ttlctl.server import prom, serving
 from ttlctl.server.client import ServerError
 from ttlctl.server.command import CommandError, base_command
-from ttlctl.server.facts import ServerInfo
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,22 +36,6 @@ def _app(command: Callable[..., None], settings: dict[str, Any]) -> typer.Typer:
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     app.command(context_settings=settings)(command)
     return app
-
-
-def _info(**kw: object) -> ServerInfo:
-    base: dict[str, object] = dict(
-        url="http://127.0.0.1:1",
-        model="m",
-        max_model_len=2048,
-        block_size=32,
-        kv_tokens=8192,
-        num_gpu_blocks=256,
-        version="0.32.0",
-        prefix_caching=True,
-        ttl_metrics=False,
-    )
-    base.update(kw)
-    return ServerInfo(**base)  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------- serve
@@ -184,8 +168,8 @@ def test_clip_keeps_the_output_and_shortens_the_prompt() -> None:
     assert live.clip(Call(2100, 10, 0, None, 0.0), 2048) == (2038, 10, True)
     assert live.clip(Call(100, 3000, 0, None, 0.0), 2048) == (100, 1024, True)
     assert live.clip(Call(5000, 10, 0, None, 0.0), None) == (5000, 10, False)
-    assert _info(kv_tokens=1024).token_limit() == 1024
-    assert _info(max_model_len=None, kv_tokens=None).token_limit() is None
+    assert server_info(kv_tokens=1024).token_limit() == 1024
+    assert server_info(max_model_len=None, kv_tokens=None).token_limit() is None
 
 
 def test_cap_pauses_and_first_programs() -> None:
@@ -222,7 +206,7 @@ def test_summarize_has_the_simulators_keys_from_server_counters() -> None:
     after = prom.counters({prom.QUERIES: 310.0, prom.HITS: 96.0, prom.PREEMPTIONS: 3.0})
     samples = [(0.0, {PINNED_BLOCKS: 2.0}), (1.0, {PINNED_BLOCKS: 4.0}), (3.0, {})]
     r = live.summarize(
-        "vllm", records, programs, _info(), before, after, samples, wall_s=2.0, reset=True
+        "vllm", records, programs, server_info(), before, after, samples, wall_s=2.0, reset=True
     )
     assert (r["programs"], r["programs_cut_short"], r["llm_calls"], r["rejected_calls"]) == (
         1, 1, 2, 1,
@@ -245,7 +229,7 @@ def test_summarize_has_the_simulators_keys_from_server_counters() -> None:
 def test_benchmark_result_and_aiperf_records(tmp_path: Path) -> None:
     records, _ = _records()
     result = {"policy": "vllm", "jct_mean_s": 1.2, "config": {"jps": None, "concurrency": 4}}
-    doc = live.benchmark_result(result, records, _info(), "lbl")
+    doc = live.benchmark_result(result, records, server_info(), "lbl")
     assert (doc["num_prompts"], doc["completed"], doc["failed"]) == (3, 2, 1)
     assert doc["total_input_tokens"] == 300 and doc["total_output_tokens"] == 10
     assert doc["duration"] == pytest.approx(11.2 - 10.0)
@@ -326,28 +310,28 @@ def test_server_environment(tmp_path: Path) -> None:
 
 def test_sim_engine_config_is_sized_like_the_server() -> None:
     e = validate.sim_engine_config(
-        _info(), kv_tokens=None, max_num_seqs=128, max_num_batched_tokens=2048
+        server_info(), kv_tokens=None, max_num_seqs=128, max_num_batched_tokens=2048
     )
     assert (e.kv_tokens, e.block_size, e.max_model_len) == (255 * 32, 32, 2048)
     assert (e.max_num_seqs, e.max_num_batched_tokens) == (128, 2048)
     e = validate.sim_engine_config(
-        _info(), kv_tokens=4096, max_num_seqs=8, max_num_batched_tokens=512
+        server_info(), kv_tokens=4096, max_num_seqs=8, max_num_batched_tokens=512
     )
     assert e.kv_tokens == 4096
     with pytest.raises(validate.ValidateError, match="cache_config_info"):
         validate.sim_engine_config(
-            _info(num_gpu_blocks=None, kv_tokens=None),
+            server_info(num_gpu_blocks=None, kv_tokens=None),
             kv_tokens=None,
             max_num_seqs=1,
             max_num_batched_tokens=1,
         )
     # a KV that holds no block: refused naming the flag (not the simulator's own check)
     for info, kv, line in [
-        (_info(num_gpu_blocks=1), None, "http://127.0.0.1:1 has 1 KV block of 32 tokens (one "
+        (server_info(num_gpu_blocks=1), None, "http://127.0.0.1:1 has 1 KV block of 32 tokens (one "
          "is vLLM's null block): no usable KV block; give its KV cache more memory"),
-        (_info(num_gpu_blocks=None, kv_tokens=16), None, "http://127.0.0.1:1 has 16 KV "
+        (server_info(num_gpu_blocks=None, kv_tokens=16), None, "http://127.0.0.1:1 has 16 KV "
          "tokens in blocks of 32: no usable KV block"),
-        (_info(), 31, "--kv-tokens 31 holds no KV block: http://127.0.0.1:1 has blocks of 32 "
+        (server_info(), 31, "--kv-tokens 31 holds no KV block: http://127.0.0.1:1 has blocks of 32 "
          "tokens (--block-size); give at least 32"),
     ]:  # fmt: skip
         with pytest.raises(validate.ValidateError) as refused:

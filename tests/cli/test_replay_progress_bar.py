@@ -68,7 +68,7 @@ def test_the_tables_are_the_same_under_the_bar(
 
 def test_the_live_bar_names_the_policy() -> None:
     """`replay --live`'s bar said "live" beside its count, not which policy it measures."""
-    shown = ReplayBar.make()
+    shown = ReplayBar.make("replaying")
     shown.live("continuum", 3, 9)
     task = shown.bar.tasks[0]
     assert "continuum" in task.description and (task.completed, task.total) == (3, 9)

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import Progress, TaskID
 
 from ttlctl.cli import render
 from ttlctl.cli.kit import (
@@ -17,7 +16,6 @@ from ttlctl.cli.kit import (
     given,
     out,
     print_warning,
-    progress_bar,
     user_errors,
     write_doc,
 )
@@ -63,20 +61,13 @@ from ttlctl.cli.router_options import (
     RouterTemperature,
     WorkerUrls,
 )
+from ttlctl.cli.stage_bar import StageBar
 
 
 @dataclass(frozen=True, slots=True)
-class ReplayBar:
+class ReplayBar(StageBar):
     """The replay's bar on a terminal: the policy replaying (i/n, or live) and its calls
     done."""
-
-    bar: Progress
-    task: TaskID
-
-    @classmethod
-    def make(cls) -> ReplayBar:
-        bar = progress_bar("replaying")
-        return cls(bar, bar.add_task("", total=None))
 
     def policy(self, name: str, done: int, total: int) -> None:
         if done >= total:  # every policy replayed
@@ -255,7 +246,7 @@ def replay(
                 if value is not None
             ),
         )
-        shown = ReplayBar.make()
+        shown = ReplayBar.make("replaying")
         with shown.bar:
             doc = replay_doc(
                 request,

@@ -1,11 +1,12 @@
-"""The bar of work told in stages and counted in whole runs: refit's replays, validate's
-live runs. On a terminal: the command's label, the runs done of all of them (``?`` before
-they are known), the time, and the stage running; elsewhere nothing is drawn
-(:func:`~ttlctl.cli.kit.progress_bar`)."""
+"""The bar of work told in stages and counted: refit's replays, validate's live runs (and,
+built on it, replay's calls: :class:`ttlctl.cli.replay.ReplayBar`). On a terminal: the
+command's label, the count done of all (``?`` before it is known), the time, and the stage
+running; elsewhere nothing is drawn (:func:`~ttlctl.cli.kit.progress_bar`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Self
 
 from rich.progress import Progress, TaskID
 
@@ -21,7 +22,7 @@ class StageBar:
     task: TaskID
 
     @classmethod
-    def make(cls, label: str) -> StageBar:
+    def make(cls, label: str) -> Self:
         bar = progress_bar(label)
         return cls(bar, bar.add_task("", total=None))
 

@@ -46,8 +46,12 @@ class CostModel(Protocol):
         """Most whole decode steps that fit in ``seconds`` (None: no closed form)."""
         ...
 
-    def step_s(self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int) -> float:
-        """A whole step: prefill ``chunks`` (context, chunk) plus ``seqs`` decodes."""
+    def step_s(
+        self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int, cached: int = 0
+    ) -> float:
+        """A whole step: prefill ``chunks`` (context, chunk) plus ``seqs`` decodes;
+        ``cached``: the prompt tokens that requests whose first chunk this step computes
+        found in the prefix cache (what admitting them still costs)."""
         ...
 
 
@@ -57,7 +61,9 @@ class ProfileCostModel:
 
     Prefilling ``chunk`` tokens after ``context`` costs the quadratic's increment,
     ``b·chunk + q·((context + chunk)² − context²)`` (attention of the new tokens
-    over everything before them). A step pays its fixed cost once: a step that
+    over everything before them); a request's first chunk adds
+    ``per_cached_token_s`` for each prompt token it found in the prefix cache. A step
+    pays its fixed cost once: a step that
     prefills pays :attr:`Profile.prefill_fixed_s` (``a``, plus ``decode.step_s``
     when the prefill fit leaves the step out), a decode-only step ``step_s``;
     decodes in a step that prefills add only their own terms, and such a step
@@ -108,7 +114,9 @@ class ProfileCostModel:
         k = (-b + math.sqrt(b * b + 4 * a * seconds)) / (2 * a)
         return max(0, int(k))
 
-    def step_s(self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int) -> float:
+    def step_s(
+        self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int, cached: int = 0
+    ) -> float:
         if not chunks:
             return self.decode_s(seqs, kv_tokens)
         p = self.profile.prefill
@@ -121,8 +129,9 @@ class ProfileCostModel:
             decodes = d.per_seq_s * seqs + d.per_kv_token_s * kv_tokens
             total += decodes
             if total < d.step_s + decodes:  # never cheaper than its decodes alone
-                return d.step_s + decodes
-        return total
+                total = d.step_s + decodes
+        # admitting what was found cached: work beside the step's passes, never in its floor
+        return total + p.per_cached_token_s * cached if cached else total
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +164,9 @@ class ConstantCostModel:
             return 0
         return int(seconds // self.decode_step_s)
 
-    def step_s(self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int) -> float:
+    def step_s(
+        self, chunks: list[tuple[int, int]], seqs: int, kv_tokens: int, cached: int = 0
+    ) -> float:
         return sum(self.prefill_s(c, n) for c, n in chunks) + (
             self.decode_step_s if (seqs or chunks) else 0.0
         )

@@ -15,7 +15,11 @@ shape. :func:`fit_samples` turns one or several such measurements into a
   (:mod:`profiles.decode_pace`; :class:`~profiles.engine_timings.DecodePoint` keeps both
   and says which);
 - a decode fit whose step of one sequence is under :data:`DECODE_FLOOR` of a one-token
-  prefill is refused (:func:`check_decode_floor`): decode that was not timed, not free.
+  prefill is refused (:func:`check_decode_floor`): decode that was not timed, not free;
+- at each prefill on a cached prefix (prompt, cached tokens) the median TTFT, and
+  ``prefill.per_cached_token_s`` the least-squares slope, through zero, of what each
+  exceeds the quadratic's price of its new tokens on top of the cached ones against its
+  cached tokens (:func:`fit_cached`; 0 when none was timed, and never negative).
 
 One measurement gives exactly the profile ``measure_engine`` has always written. Several
 (of the same server configuration: model, KV bytes per token, context window, tokens
@@ -58,6 +62,14 @@ DECODE_TIMING = (
     "over batches or streams and repeats; kv_tokens = seqs × (context + "
     "decode_output_tokens/2)"
 )
+CACHED_PREFILL_TIMING = (
+    "client-side TTFT of streamed /v1/completions (max_tokens=1) whose prompt is a prefix "
+    "sent alone just before (so cached) and fresh tokens, with the cached tokens the server "
+    "reported; median of repeats; per_cached_token_s: what each exceeds the fresh-prompt "
+    "fit's price of its new tokens on top of the cached ones, per cached token"
+)
+#: what a measurement written before prefills on a cached prefix were timed says
+NOT_TIMED = "not measured (a measurement taken before ttlctl timed it)"
 #: the fitted decode step of one sequence must cost at least this share of a one-token
 #: prefill (TTFT): both run the model over one new token; the TTFT adds the HTTP round trip
 #: and the request's admission, which may be several times a step (a remote server, a tiny
@@ -113,6 +125,29 @@ def pooled_points(
     return prefill, decode
 
 
+def pooled_cached_points(samples: Sequence[EngineSamples]) -> list[tuple[int, int, float]]:
+    """(prompt tokens, cached tokens, median TTFT) of the prefills on a cached prefix,
+    each median over every measurement's timings at that point, sorted by point."""
+    ttfts: dict[tuple[int, int], list[float]] = {}
+    for s in samples:
+        for prompt, cached, times in s.cached_prefill:
+            ttfts.setdefault((prompt, cached), []).extend(times)
+    return [(p, c, statistics.median(sorted(ttfts[p, c]))) for p, c in sorted(ttfts) if ttfts[p, c]]
+
+
+def fit_cached(prefill: QuadraticFit, points: Sequence[tuple[int, int, float]]) -> float:
+    """Seconds per cached prompt token: what each point's TTFT exceeds ``prefill``'s
+    price of its new tokens on top of its cached ones (``a + b·new + q·(prompt² −
+    cached²)``, the simulator's first chunk), fitted against its cached tokens through
+    zero; 0 without points, and never negative (a cache hit does not make work faster)."""
+    num = den = 0.0
+    for prompt, cached, seconds in points:
+        price = prefill.a + prefill.b * (prompt - cached) + prefill.q * (prompt**2 - cached**2)
+        num += (seconds - price) * cached
+        den += cached * cached
+    return max(0.0, num / den) if den > 0 else 0.0
+
+
 def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
     """The profile of one measurement, or of several pooled (see the module's docstring).
 
@@ -127,6 +162,8 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
     dfit = fit_decode(
         [p[0] for p in decode_points], [p[1] for p in decode_points], [p[2] for p in decode_points]
     )
+    cached_points = pooled_cached_points(ordered)
+    per_cached = fit_cached(qfit, cached_points)
     urls = list(dict.fromkeys(s.url for s in ordered))
     sources: dict[tuple[int, int], set[str]] = {}
     for s in ordered:
@@ -152,6 +189,9 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
         "kv_bytes_per_token_from": first.kv_bytes_from,
         "kv_capacity_tokens": first.kv_capacity,
         "prefill_timing": PREFILL_TIMING,
+        "cached_prefill_timing": CACHED_PREFILL_TIMING
+        if cached_points
+        else next((s.cached_prefill_note for s in ordered if s.cached_prefill_note), NOT_TIMED),
         "decode_timing": DECODE_TIMING,
         "decode_from": [
             [sq, kv, " + ".join(sorted(sources[sq, kv]))] for sq, kv, _ in decode_points
@@ -170,6 +210,7 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
                 "max_rel_error": dfit.max_rel_error,
                 "points": [list(p) for p in decode_points],
             },
+            "cached_prefill": {"points": [list(p) for p in cached_points]},
         },
     }
     if len(ordered) > 1:
@@ -189,7 +230,13 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
         kv_bytes_per_token=first.kv_bytes_per_token,
         max_context=first.max_model_len if first.max_model_len > 0 else max(all_contexts),
         prefill=Prefill(
-            qfit.a, qfit.b, qfit.q, tuple(prefill_points), qfit.rmse_s, includes_step=True
+            qfit.a,
+            qfit.b,
+            qfit.q,
+            tuple(prefill_points),
+            qfit.rmse_s,
+            includes_step=True,
+            per_cached_token_s=per_cached,
         ),
         reload=DEFAULT_RELOAD,
         decode=Decode(dfit.step_s, dfit.per_seq_s, dfit.per_kv_token_s),

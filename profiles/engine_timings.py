@@ -4,7 +4,9 @@
 :mod:`profiles.measure_server` takes them: what the server is (model, limits, KV bytes per
 token, version), the TTFTs at each prompt length, and the decode paces (seconds per output
 token) of each batch shape, with both timings of each decode point (:class:`DecodePoint`:
-the server's inter-token latency, the streams' pace, and which one the fit takes).
+the server's inter-token latency, the streams' pace, and which one the fit takes), and the
+TTFTs of prefills on top of a cached prefix (a measurement written before those were timed
+reads back with none).
 :mod:`profiles.engine_fit` fits one or several into a profile. A document that cannot be
 read back, or measurements that cannot be fitted together, are an :class:`EngineFitError`.
 
@@ -92,6 +94,10 @@ class EngineSamples:
     max_cached_tokens_seen: int = 0
     #: both timings of each decode point (empty: a measurement that timed streams alone)
     decode_points: tuple[DecodePoint, ...] = ()
+    #: (prompt tokens, cached tokens, the TTFTs in seconds) per prefill on a cached prefix
+    #: (:mod:`profiles.server_cached`; empty: not timed, and why in the note)
+    cached_prefill: tuple[tuple[int, int, tuple[float, ...]], ...] = ()
+    cached_prefill_note: str = ""
 
     def decode_from(self) -> dict[tuple[int, int], str]:
         """Where each decode point's paces come from."""
@@ -118,6 +124,8 @@ class EngineSamples:
             "prefix_cache_reset": self.prefix_cache_reset,
             "max_cached_tokens_seen": self.max_cached_tokens_seen,
             "decode_points": [p.to_json() for p in self.decode_points],
+            "cached_prefill": [[p, c, list(t)] for p, c, t in self.cached_prefill],
+            "cached_prefill_note": self.cached_prefill_note,
         }
 
 
@@ -146,6 +154,11 @@ def samples_from_json(data: Mapping[str, Any], where: str = "measurement") -> En
             prefix_cache_reset=bool(data.get("prefix_cache_reset", True)),
             max_cached_tokens_seen=int(data.get("max_cached_tokens_seen", 0)),
             decode_points=tuple(_point_from_json(p) for p in data.get("decode_points", ())),
+            cached_prefill=tuple(
+                (int(p), int(c), tuple(float(x) for x in t))
+                for p, c, t in data.get("cached_prefill", ())
+            ),
+            cached_prefill_note=str(data.get("cached_prefill_note", "")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise EngineFitError(f"{where}: missing or invalid field {exc}") from None

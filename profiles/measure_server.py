@@ -10,6 +10,9 @@ What a live server can tell from outside, timed on the client:
   (:func:`profiles.fitmath.fit_quadratic`). TTFT includes the HTTP round trip
   and the step that samples the first token: what a user waits for when a
   context is rebuilt.
+- a prefill on top of a cached prefix (:mod:`profiles.server_cached`): the TTFT of a
+  prompt whose prefix was just sent alone, with the cached tokens the server reports;
+  priced per cached token (``prefill.per_cached_token_s``) beside the fit above.
 - decode (:mod:`profiles.server_decode`): the time per output token of batches of
   streamed requests (``ignore_eos``, ``output_tokens`` tokens, at least
   :data:`~profiles.server_decode.DECODE_MIN_TOKENS`) at two or three KV lengths, alone
@@ -54,6 +57,7 @@ from typing import Any
 from profiles.engine_fit import fit_samples
 from profiles.engine_timings import EngineSamples
 from profiles.schema import Profile
+from profiles.server_cached import measure_cached_prefill
 from profiles.server_decode import measure_decode
 from profiles.server_stream import Sender
 from profiles.server_target import ServerMeasureError, contexts_to_time, probe_target
@@ -94,10 +98,11 @@ def measure_engine(
     KV bytes per token and the vocabulary for random prompts. ``contexts``
     default to :func:`profiles.grid.engine_contexts` up to ``max_model_len −
     output_tokens − 16``. ``progress(phase, done, total)`` is called as measurements finish
-    (phases ``"prefill"`` and ``"decode"``). Raises :class:`ServerMeasureError` or
-    :class:`~ttlctl.server.client.ServerError`, each a one-line message naming the URL,
-    when the server cannot be used. The timings themselves: :func:`measure_samples`;
-    this is their fit (:func:`profiles.engine_fit.fit_samples`).
+    (phases ``"prefill"``, ``"cached prefill"`` and ``"decode"``). Raises
+    :class:`ServerMeasureError` or :class:`~ttlctl.server.client.ServerError`, each a
+    one-line message naming the URL, when the server cannot be used. The timings
+    themselves: :func:`measure_samples`; this is their fit
+    (:func:`profiles.engine_fit.fit_samples`).
     """
     return fit_samples(
         [
@@ -137,6 +142,7 @@ def measure_samples(
     pool = token_pool(target.url, target.model, vocab or None, timeout_s)
     sender = Sender(target, pool, timeout_s)
     prefill = _measure_prefill(sender, ctxs, repeats, report)
+    cached = measure_cached_prefill(sender, ctxs, repeats, report)
     decode = measure_decode(sender, target, ctxs, output_tokens, repeats, report)
     return EngineSamples(
         url=target.url,
@@ -156,6 +162,8 @@ def measure_samples(
         prefix_cache_reset=sender.reset_ok,
         max_cached_tokens_seen=prefill.cached_max,
         decode_points=decode.points,
+        cached_prefill=cached.points,
+        cached_prefill_note=cached.note,
     )
 
 

@@ -11,7 +11,13 @@ process reads the profile inside the policy bundle.
   to a step on top of ``decode.step_s`` (a fit on engine steps that took the
   step's fixed cost out first, as ``profiles/measure_vllm.py`` does). A profile
   written before the field existed reads as ``false`` when its ``source`` holds
-  ``prefill_steps`` (only the vLLM step profiler wrote that), else ``true``;
+  ``prefill_steps`` (only the vLLM step profiler wrote that), else ``true``.
+  ``per_cached_token_s`` (optional, 0 when absent): what each prompt token a
+  request finds in the prefix cache still costs when it is admitted — the
+  server reading the prompt and the engine hashing its blocks, work a cache hit
+  does not save. A fit on fresh prompts folds that work into ``b``; a prefill
+  on top of a cached prefix pays it on the cached tokens too (measured by
+  ``ttlctl profile --engine``; the other profilers leave it 0);
 - ``reload``: bringing KV back from a host (CPU) tier: ``latency_s +
   c · kv_bytes_per_token / bandwidth_bytes_per_s``;
 - ``decode``: one decode step of a batch: ``step_s + per_seq_s·seqs +
@@ -33,7 +39,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from ttlctl.errors import TtlctlError
 
@@ -53,6 +59,9 @@ class PrefillDoc(TypedDict):
     rmse_s: float | None
     #: true: a + b·c + q·c² is a whole prefill-only step; false: on top of decode.step_s
     includes_step: bool
+    #: seconds per prompt token found in the prefix cache at admission (absent: 0,
+    #: written only when measured)
+    per_cached_token_s: NotRequired[float]
 
 
 class ReloadDoc(TypedDict):
@@ -95,6 +104,10 @@ class Prefill:
     #: True: ``seconds(c)`` is a whole prefill-only step (``a`` holds the step's fixed
     #: cost); False: what ``c`` tokens add to a step on top of ``decode.step_s``
     includes_step: bool = True
+    #: what each prompt token found in the prefix cache costs when its request is
+    #: admitted (the server reading it, the engine hashing its block): paid by the step
+    #: that computes the request's first chunk, on top of that chunk's tokens
+    per_cached_token_s: float = 0.0
 
     def seconds(self, tokens: float) -> float:
         """The fitted quadratic at ``tokens`` (what was measured; see ``includes_step``)."""
@@ -180,7 +193,7 @@ class Profile:
 
     def to_json(self) -> ProfileDoc:
         pre, rel, dec = self.prefill, self.reload, self.decode
-        return {
+        doc: ProfileDoc = {
             "schema": SCHEMA,
             "name": self.name,
             "device": self.device,
@@ -206,6 +219,9 @@ class Profile:
             },
             "source": copy.deepcopy(self.source),
         }
+        if pre.per_cached_token_s:  # written when measured: other profiles read as before
+            doc["prefill"]["per_cached_token_s"] = pre.per_cached_token_s
+        return doc
 
 
 def from_json(data: Any, where: str = "profile") -> Profile:
@@ -239,6 +255,7 @@ def from_json(data: Any, where: str = "profile") -> Profile:
                 tuple((int(t), float(s)) for t, s in pre.get("points", [])),
                 None if pre.get("rmse_s") is None else float(pre["rmse_s"]),
                 includes_step,
+                float(pre.get("per_cached_token_s", 0.0)),
             ),
             reload=Reload(float(rel["bandwidth_bytes_per_s"]), float(rel["latency_s"])),
             decode=Decode(
@@ -252,6 +269,7 @@ def from_json(data: Any, where: str = "profile") -> Profile:
         profile.prefill.a,
         profile.prefill.b,
         profile.prefill.q,
+        profile.prefill.per_cached_token_s,
         profile.reload.bandwidth_bytes_per_s,
         profile.reload.latency_s,
         profile.decode.step_s,
@@ -264,6 +282,8 @@ def from_json(data: Any, where: str = "profile") -> Profile:
         raise ProfileError(f"{where}: kv_bytes_per_token and bandwidth must be positive")
     if profile.max_context <= 0:
         raise ProfileError(f"{where}: max_context must be positive")
+    if profile.prefill.per_cached_token_s < 0:
+        raise ProfileError(f"{where}: prefill.per_cached_token_s must not be negative")
     return profile
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import time
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from profiles.decode_pace import Stream
@@ -36,11 +37,16 @@ class Sender:
         self.rng = random.Random()
         self.reset_ok = True
 
-    def body(self, n: int, max_tokens: int) -> dict[str, Any]:
-        """A request of ``n`` fresh prompt tokens generating exactly ``max_tokens``."""
+    def tokens(self, n: int) -> list[int]:
+        """``n`` fresh random token ids."""
+        return [self.rng.choice(self.pool) for _ in range(n)]
+
+    def body(self, n: int, max_tokens: int, prefix: Sequence[int] = ()) -> dict[str, Any]:
+        """A request of ``prefix`` then ``n`` fresh prompt tokens generating exactly
+        ``max_tokens``."""
         return {
             "model": self.model,
-            "prompt": [self.rng.choice(self.pool) for _ in range(n)],
+            "prompt": [*prefix, *self.tokens(n)],
             "max_tokens": max_tokens,
             "min_tokens": max_tokens,
             "ignore_eos": True,

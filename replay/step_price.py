@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from profiles.cost import CostModel
+from replay.request import SimRequest
 from replay.step_plan import StepPlan
 
 
@@ -11,14 +12,28 @@ def price_step(plan: StepPlan, cost: CostModel) -> tuple[float, bool]:
     ``plan`` takes, its prefill chunks and its decodes (how many, and the KV they read) on
     ``cost``, plus the reload of admitted prefixes from the offload tier. Read before the
     step is applied (the requests' counts as scheduled). A request decodes when its prompt
-    is computed and one token remains; any other computes a chunk."""
+    is computed and one token remains; any other computes a chunk. A request's first
+    chunk since it arrived (never preempted, nothing computed past what it found cached
+    or reloaded) also pays for the prompt tokens it found (:func:`first_chunk_cached`)."""
     chunks: list[tuple[int, int]] = []
     num_decodes = plan.num_decodes_in_set
     kv_tokens = plan.decode_set_kv_tokens
+    cached = 0
     for req, num_new_tokens, num_computed_tokens, _ in plan.scheduled:
         if req.num_tokens - num_computed_tokens > 1 or num_computed_tokens < req.prompt:
             chunks.append((num_computed_tokens, num_new_tokens))
+            cached += first_chunk_cached(req, num_computed_tokens)
         else:
             num_decodes += 1
             kv_tokens += num_computed_tokens
-    return cost.step_s(chunks, num_decodes, kv_tokens) + plan.reload_s, not chunks
+    return cost.step_s(chunks, num_decodes, kv_tokens, cached) + plan.reload_s, not chunks
+
+
+def first_chunk_cached(req: SimRequest, num_computed_tokens: int) -> int:
+    """The prompt tokens ``req`` found in the prefix cache (or reloaded) when its chunk
+    computed from ``num_computed_tokens`` is its first since it arrived, else 0: what its
+    admission still costs is paid once (a request resumed after a preemption was read and
+    hashed when it first arrived, as vLLM keeps a request's block hashes)."""
+    if req.preemptions or num_computed_tokens != req.hit_tokens + req.loaded_tokens:
+        return 0
+    return num_computed_tokens

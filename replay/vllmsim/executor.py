@@ -11,7 +11,8 @@ runner returns for a partial prefill.
 
 The step's price is the fast backend's cost model on the same classification:
 a decode is one token computed past the prompt that samples (its KV context
-``c``); anything else is a prefill chunk ``(c, n)``.
+``c``); anything else is a prefill chunk ``(c, n)``; and the prompt tokens that the
+requests scheduled for the first time found in the prefix cache.
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ class Step:
     decodes: int
     #: KV context of the decodes
     kv_tokens: int
+    #: prompt tokens found cached by the requests this step schedules for the first time
+    cached: int = 0
 
     def seconds(self, cost: CostModel) -> float:
         if not self.chunks and not self.decodes:
             return 0.0
-        return cost.step_s(self.chunks, self.decodes, self.kv_tokens)
+        return cost.step_s(self.chunks, self.decodes, self.kv_tokens, self.cached)
 
 
 class HasOutputs(Protocol):
@@ -82,4 +85,16 @@ def execute(
         req_id_to_index={r: i for i, r in enumerate(req_ids)},
         sampled_token_ids=sampled,
     )
-    return Step(output, chunks, decodes, kv)
+    return Step(output, chunks, decodes, kv, first_scheduled_cached(scheduled, requests))
+
+
+def first_scheduled_cached(scheduled: SchedulerOutput, requests: Mapping[str, Any]) -> int:
+    """The prompt tokens found in the prefix cache by the requests ``scheduled`` runs for
+    the first time (vLLM's ``scheduled_new_reqs``, each with the tokens it found as its
+    ``num_computed_tokens``; one resumed after a preemption, which a model runner may
+    also receive there, paid when it first arrived): what admitting them still costs."""
+    return sum(
+        int(new.num_computed_tokens)
+        for new in scheduled.scheduled_new_reqs
+        if not requests[new.req_id].num_preemptions
+    )

@@ -26,3 +26,18 @@ def test_a_slow_profile_groups_thousands() -> None:
     # the table's milliseconds too
     longest = max(seconds for _, seconds in doc["prefill"]["points"])
     assert longest >= 1 and f"{longest * 1000:,.2f} ms" in text, text
+
+
+def test_a_profile_that_prices_cached_prompt_tokens_says_so() -> None:
+    doc: Any = json.loads((shipped.DATA / "tiny-cpu.json").read_text())
+    console = Console(record=True, width=400)
+    profile_table(console, doc)
+    assert "found cached" not in console.export_text()  # not measured: nothing said
+    doc["prefill"]["per_cached_token_s"] = 6.54e-6
+    console = Console(record=True, width=400)
+    profile_table(console, doc)
+    assert (
+        console.export_text()
+        .splitlines()[-1]
+        .startswith("a prompt token found cached 6.54 µs; KV ")
+    )

@@ -20,14 +20,29 @@ def pace(seqs: int, kv: int) -> float:
     return 0.0093 + 7e-4 * seqs + 1.4e-6 * kv
 
 
+#: (prompt tokens, cached tokens) of the prefills on a cached prefix, as
+#: profiles.server_cached's plan makes them for CONTEXTS (prefixes of 192, 384 and 768
+#: tokens, all cached: whole blocks of 32)
+CACHED_POINTS = ((448, 192), (640, 384), (1024, 768))
+
+
+def cached_ttft(prompt: int, cached: int, per_cached: float) -> float:
+    """The first chunk's price on top of ``cached`` tokens, and ``per_cached`` a token."""
+    return (
+        0.012 + 2.9e-4 * (prompt - cached) + 7e-8 * (prompt**2 - cached**2) + (per_cached * cached)
+    )
+
+
 def samples(seed: int, created: str, *, url: str = "http://127.0.0.1:8101", scale: float = 1.0,
-             repeats: int = 2, kv_bytes: int = 12288) -> EngineSamples:  # fmt: skip
+             repeats: int = 2, kv_bytes: int = 12288, spread: float = 0.05,
+             per_cached: float | None = None) -> EngineSamples:  # fmt: skip
     """One measurement: ``repeats`` TTFTs a context and ``repeats`` × seqs paces a shape,
-    each ±5% around the model times ``scale``."""
+    each ± ``spread`` around the model times ``scale``; with ``per_cached``, ``repeats``
+    TTFTs of each prefill on a cached prefix too (:data:`CACHED_POINTS`)."""
     rng = random.Random(seed)
 
     def noise() -> float:
-        return scale * (1 + rng.uniform(-0.05, 0.05))
+        return scale * (1 + rng.uniform(-spread, spread))
 
     return EngineSamples(
         url=url,
@@ -46,4 +61,10 @@ def samples(seed: int, created: str, *, url: str = "http://127.0.0.1:8101", scal
             (s, k, tuple(pace(s, k) * noise() for _ in range(repeats * s))) for s, k in SHAPES
         ),
         max_cached_tokens_seen=seed,
+        cached_prefill=()
+        if per_cached is None
+        else tuple(
+            (p, c, tuple(cached_ttft(p, c, per_cached) * noise() for _ in range(repeats)))
+            for p, c in CACHED_POINTS
+        ),
     )

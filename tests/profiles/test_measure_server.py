@@ -20,6 +20,7 @@ from profiles.decode_pace import FROM_SERVER
 from profiles.measure_server import measure_engine
 from profiles.models import PRESETS, kv_bytes_per_token
 from profiles.schema import from_json
+from profiles.server_cached import NEW_TOKENS, NO_ROOM, cached_plan
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import measure_policy_server
 from tests.http_stub import serving
@@ -81,7 +82,19 @@ def test_measure_engine_profiles_a_live_server(vllm_server: OwnedServer, tmp_pat
     # decode timed by the server's own inter-token latency at every point, not the streams
     assert [row[2] for row in src["decode_from"]] == [FROM_SERVER] * len(d_points)
 
-    # progress reached the end of both phases
+    # a prefill on a cached prefix: each prefix of the plan found cached in whole blocks,
+    # timed twice; what a cached token still costs is priced, and never negative
+    points = src["fit"]["cached_prefill"]["points"]
+    assert [p for p, _, _ in points] == [c + NEW_TOKENS for c in cached_plan(CONTEXTS)]
+    for prompt, cached, seconds in points:
+        assert 0 < cached <= prompt - NEW_TOKENS and cached % 16 == 0
+        assert seconds > 0
+    assert profile.prefill.per_cached_token_s >= 0
+    assert src["cached_prefill_timing"].startswith("client-side TTFT")
+    plan = len(cached_plan(CONTEXTS)) * 2
+    assert ("cached prefill", plan, plan) in calls
+
+    # progress reached the end of every phase
     assert ("prefill", len(CONTEXTS) * 2, len(CONTEXTS) * 2) in calls
     assert calls[-1][0] == "decode" and calls[-1][1] == calls[-1][2]
 
@@ -103,6 +116,9 @@ def test_measure_engine_without_model_config_reads_the_server(vllm_server: Owned
     )
     assert profile.kv_bytes_per_token == kv_bytes_per_token(PRESETS["tiny"])
     assert profile.source["kv_bytes_per_token_from"].startswith("server metrics")
+    # prompts too short for a cached prefix beside new tokens: said, and nothing priced
+    assert profile.source["cached_prefill_timing"] == NO_ROOM
+    assert profile.prefill.per_cached_token_s == 0.0
 
 
 def test_measure_engine_closed_port_names_the_url() -> None:

@@ -102,8 +102,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "step priced without the decodes' KV",
         "replay/step_price.py",
-        "return cost.step_s(chunks, num_decodes, kv_tokens) + plan.reload_s",
-        "return cost.step_s(chunks, num_decodes, kv_tokens // 2) + plan.reload_s",
+        "return cost.step_s(chunks, num_decodes, kv_tokens, cached) + plan.reload_s",
+        "return cost.step_s(chunks, num_decodes, kv_tokens // 2, cached) + plan.reload_s",
     ),
     Mutant(
         "merged decode run one step long",

@@ -1,0 +1,143 @@
+"""What a prompt token found in the prefix cache still costs (``prefill.per_cached_token_s``).
+
+A request that finds part of its prompt cached computes only the rest, but the server
+still reads every prompt token and the engine still hashes every block: a profile measured
+on a live server prices that per cached token, and the simulator charges it once, in the
+step that computes the request's first chunk — on both backends, so that a follow-up call
+on an idle engine replays in exactly its documented price.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from profiles.cost import ProfileCostModel
+from profiles.schema import Profile, ProfileError, from_json
+from replay.request import SimRequest
+from replay.step_price import first_chunk_cached
+from tests.profiles.made import quadratic_profile
+from ttlctl.cli import app
+from ttlctl.trace.io import write
+
+A, B, Q, STEP, CACHED = 0.002, 2e-5, 3e-10, 0.005, 4e-6
+
+
+def _profile(cached: float = CACHED) -> Profile:
+    p = quadratic_profile(A, B, Q, STEP, includes_step=True)
+    doc = p.to_json()
+    if cached:
+        doc["prefill"]["per_cached_token_s"] = cached
+    return from_json(doc)
+
+
+# ------------------------------------------------------------------ the document
+
+
+def test_the_term_is_read_written_and_checked() -> None:
+    p = _profile()
+    assert p.prefill.per_cached_token_s == CACHED
+    doc = p.to_json()
+    assert doc["prefill"]["per_cached_token_s"] == CACHED
+    assert from_json(json.loads(json.dumps(doc))) == p
+    # absent (every profile written before the term, and every profiler but the
+    # server's): nothing charged, and not written back
+    plain = quadratic_profile(A, B, Q, STEP, includes_step=True)
+    assert plain.prefill.per_cached_token_s == 0.0
+    assert "per_cached_token_s" not in plain.to_json()["prefill"]
+    for bad, match in ((-1e-6, "must not be negative"), (math.inf, "non-finite")):
+        wrong = json.loads(json.dumps(doc))
+        wrong["prefill"]["per_cached_token_s"] = bad
+        with pytest.raises(ProfileError, match=match):
+            from_json(wrong)
+
+
+def test_a_step_charges_the_cached_tokens_of_first_chunks_only() -> None:
+    cost = ProfileCostModel(_profile())
+    fresh = cost.step_s([(1024, 128)], 2, 3000)
+    assert cost.step_s([(1024, 128)], 2, 3000, 1024) == pytest.approx(fresh + 1024 * CACHED)
+    # a profile without the term prices a cached prefix as before
+    plain = ProfileCostModel(_profile(cached=0.0))
+    assert plain.step_s([(1024, 128)], 2, 3000, 1024) == plain.step_s([(1024, 128)], 2, 3000)
+    # a rebuild (nothing cached) is the one price, unchanged
+    p = _profile()
+    assert cost.step_s([(0, 700)], 0, 0) == pytest.approx(p.rebuild_prefill_s(700))
+
+
+# ------------------------------------------------------------------ replayed
+
+
+def _two_calls(folder: Path, first: int, added: int) -> Path:
+    """One program: a call of ``first`` prompt tokens and one output token, then, after
+    a second's pause, a call repeating that stream plus ``added`` new tokens."""
+    trace = folder / "two.parquet"
+    write(
+        pl.LazyFrame(
+            {
+                "program_id": ["p", "p"],
+                "turn": [0, 1],
+                "arrival_s": [0.0, None],
+                "input_tokens": [first, first + 1 + added],
+                "output_tokens": [1, 1],
+                "tool_s": [1.0, None],
+                "is_last": [False, True],
+            }
+        ),
+        trace,
+    )
+    return trace
+
+
+@pytest.mark.parametrize("backend", ["fast", "vllm"])
+def test_a_follow_up_call_on_an_idle_engine_replays_in_its_price(
+    tmp_path: Path, backend: str
+) -> None:
+    if backend == "vllm":
+        pytest.importorskip("vllm", reason="--backend vllm runs vLLM's own scheduler")
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps(_profile().to_json()))
+    first, added, block = 512, 200, 16
+    trace = _two_calls(tmp_path, first, added)
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(
+        app,
+        [
+            "replay", str(trace), "--policy", "vllm", "--profile", str(profile),
+            "--backend", backend, "--max-num-batched-tokens", "4096",
+            "--max-model-len", "2048", "--kv-tokens", "4096", "--block-size", str(block),
+            "--no-timing", "--json", str(out),
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (result,) = json.loads(out.read_text())["results"]
+    # the first call's prompt is computed and cached in whole blocks; the second finds
+    # them and computes the rest
+    hit = first // block * block
+    prompt = first + 1 + added
+    p = _profile()
+    fresh = p.rebuild_prefill_s(first)
+    follow = A + B * (prompt - hit) + Q * (prompt**2 - hit**2) + CACHED * hit
+    assert result["ttft_mean_s"] == pytest.approx((fresh + follow) / 2, rel=1e-9)
+
+
+def test_only_a_requests_first_chunk_pays_and_only_once() -> None:
+    def request(hit: int, loaded: int = 0) -> SimRequest:
+        return SimRequest(
+            rid=0, program="p", turn=1, arrival=0.0, program_start=0.0, prompt=2000,
+            output=4, reusable=1800, tool=None, is_last=False, hit_tokens=hit,
+            loaded_tokens=loaded,
+        )  # fmt: skip
+
+    req = request(768)
+    assert first_chunk_cached(req, 768) == 768
+    assert first_chunk_cached(req, 768 + 512) == 0  # a later chunk of the same prompt
+    req.preemptions = 1  # resumed: read and hashed when it first arrived
+    assert first_chunk_cached(req, 768) == 0
+    # found in the cache or reloaded from the host tier: both admitted without compute
+    assert first_chunk_cached(request(512, loaded=256), 768) == 768
+    assert first_chunk_cached(request(0), 0) == 0

@@ -61,7 +61,9 @@ class ProfileCostModel:
 
     Prefilling ``chunk`` tokens after ``context`` costs the quadratic's increment,
     ``b·chunk + q·((context + chunk)² − context²)`` (attention of the new tokens
-    over everything before them); a request's first chunk adds
+    over everything before them), or with ``per_context_pair_s`` measured, ``b·chunk +
+    q·chunk² + per_context_pair_s·context·chunk`` (:meth:`Prefill.tokens_s`); a request's
+    first chunk adds
     ``per_cached_token_s`` for each prompt token it found in the prefix cache. A step
     pays its fixed cost once: a step that
     prefills pays :attr:`Profile.prefill_fixed_s` (``a``, plus ``decode.step_s``
@@ -75,9 +77,12 @@ class ProfileCostModel:
     profile: Profile
     #: the fixed cost of a step that prefills (Profile.prefill_fixed_s), kept for step_s
     _fixed: float = field(init=False, repr=False, compare=False)
+    #: Prefill.per_context_pair_s, kept for step_s (None: the quadratic's increments)
+    _pair: float | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_fixed", self.profile.prefill_fixed_s)
+        object.__setattr__(self, "_pair", self.profile.prefill.per_context_pair_s)
 
     def prefill_s(self, context: int, chunk: int) -> float:
         return self.profile.prefill.tokens_s(context, chunk)
@@ -121,9 +126,14 @@ class ProfileCostModel:
             return self.decode_s(seqs, kv_tokens)
         p = self.profile.prefill
         total = self._fixed  # the step's fixed cost, once (Profile.prefill_fixed_s)
-        for context, chunk in chunks:  # Prefill.tokens_s, inlined: the simulator's hottest sum
-            end = context + chunk
-            total += p.b * chunk + p.q * (end * end - context * context)
+        pair = self._pair
+        if pair is None:
+            for context, chunk in chunks:  # Prefill.tokens_s, inlined: the hottest sum
+                end = context + chunk
+                total += p.b * chunk + p.q * (end * end - context * context)
+        else:
+            for context, chunk in chunks:
+                total += p.b * chunk + (p.q * chunk + pair * context) * chunk
         if seqs:
             d = self.profile.decode
             decodes = d.per_seq_s * seqs + d.per_kv_token_s * kv_tokens

@@ -16,10 +16,13 @@ shape. :func:`fit_samples` turns one or several such measurements into a
   and says which);
 - a decode fit whose step of one sequence is under :data:`DECODE_FLOOR` of a one-token
   prefill is refused (:func:`check_decode_floor`): decode that was not timed, not free;
-- at each prefill on a cached prefix (prompt, cached tokens) the median TTFT, and
-  ``prefill.per_cached_token_s`` the least-squares slope, through zero, of what each
-  exceeds the quadratic's price of its new tokens on top of the cached ones against its
-  cached tokens (:func:`fit_cached`; 0 when none was timed, and never negative).
+- at each prefill on a cached prefix (prompt, cached tokens) the median TTFT; what each
+  takes beyond the quadratic's price of its new tokens alone is fitted as
+  ``per_cached_token_s·cached + per_context_pair_s·cached·new``
+  (:func:`profiles.fitmath.fit_cached_prefill`, both ≥ 0): what a cached token costs
+  however many tokens follow it, and each new token's attention over each token already
+  in KV, which the fresh-prompt quadratic would price at ``2q``. Without such timings at
+  two numbers of new tokens neither is set (the profile prices as before).
 
 One measurement gives exactly the profile ``measure_engine`` has always written. Several
 (of the same server configuration: model, KV bytes per token, context window, tokens
@@ -41,7 +44,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from profiles.engine_timings import STREAM, EngineFitError, EngineSamples
-from profiles.fitmath import DecodeFit, QuadraticFit, fit_decode, fit_quadratic
+from profiles.fitmath import (
+    DecodeFit,
+    QuadraticFit,
+    fit_cached_prefill,
+    fit_decode,
+    fit_quadratic,
+)
 from profiles.schema import Decode, Prefill, Profile, Reload
 
 #: host-to-device reload used when nothing better is known (PCIe 4.0 x16-class link)
@@ -65,8 +74,8 @@ DECODE_TIMING = (
 CACHED_PREFILL_TIMING = (
     "client-side TTFT of streamed /v1/completions (max_tokens=1) whose prompt is a prefix "
     "sent alone just before (so cached) and fresh tokens, with the cached tokens the server "
-    "reported; median of repeats; per_cached_token_s: what each exceeds the fresh-prompt "
-    "fit's price of its new tokens on top of the cached ones, per cached token"
+    "reported; median of repeats; what each takes beyond the fresh-prompt fit's price of its "
+    "new tokens alone fitted as per_cached_token_s·cached + per_context_pair_s·cached·new"
 )
 #: what a measurement written before prefills on a cached prefix were timed says
 NOT_TIMED = "not measured (a measurement taken before ttlctl timed it)"
@@ -135,19 +144,6 @@ def pooled_cached_points(samples: Sequence[EngineSamples]) -> list[tuple[int, in
     return [(p, c, statistics.median(sorted(ttfts[p, c]))) for p, c in sorted(ttfts) if ttfts[p, c]]
 
 
-def fit_cached(prefill: QuadraticFit, points: Sequence[tuple[int, int, float]]) -> float:
-    """Seconds per cached prompt token: what each point's TTFT exceeds ``prefill``'s
-    price of its new tokens on top of its cached ones (``a + b·new + q·(prompt² −
-    cached²)``, the simulator's first chunk), fitted against its cached tokens through
-    zero; 0 without points, and never negative (a cache hit does not make work faster)."""
-    num = den = 0.0
-    for prompt, cached, seconds in points:
-        price = prefill.a + prefill.b * (prompt - cached) + prefill.q * (prompt**2 - cached**2)
-        num += (seconds - price) * cached
-        den += cached * cached
-    return max(0.0, num / den) if den > 0 else 0.0
-
-
 def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
     """The profile of one measurement, or of several pooled (see the module's docstring).
 
@@ -163,7 +159,16 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
         [p[0] for p in decode_points], [p[1] for p in decode_points], [p[2] for p in decode_points]
     )
     cached_points = pooled_cached_points(ordered)
-    per_cached = fit_cached(qfit, cached_points)
+    cfit = (
+        fit_cached_prefill(
+            [c for _, c, _ in cached_points],
+            [p - c for p, c, _ in cached_points],
+            [t for _, _, t in cached_points],
+            qfit,
+        )
+        if len({p - c for p, c, _ in cached_points}) >= 2
+        else None
+    )
     urls = list(dict.fromkeys(s.url for s in ordered))
     sources: dict[tuple[int, int], set[str]] = {}
     for s in ordered:
@@ -190,7 +195,7 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
         "kv_capacity_tokens": first.kv_capacity,
         "prefill_timing": PREFILL_TIMING,
         "cached_prefill_timing": CACHED_PREFILL_TIMING
-        if cached_points
+        if cfit is not None
         else next((s.cached_prefill_note for s in ordered if s.cached_prefill_note), NOT_TIMED),
         "decode_timing": DECODE_TIMING,
         "decode_from": [
@@ -210,7 +215,10 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
                 "max_rel_error": dfit.max_rel_error,
                 "points": [list(p) for p in decode_points],
             },
-            "cached_prefill": {"points": [list(p) for p in cached_points]},
+            "cached_prefill": {
+                "points": [list(p) for p in cached_points],
+                "max_rel_error": None if cfit is None else cfit.max_rel_error,
+            },
         },
     }
     if len(ordered) > 1:
@@ -236,7 +244,8 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
             tuple(prefill_points),
             qfit.rmse_s,
             includes_step=True,
-            per_cached_token_s=per_cached,
+            per_cached_token_s=0.0 if cfit is None else cfit.per_cached_token_s,
+            per_context_pair_s=None if cfit is None else cfit.per_context_pair_s,
         ),
         reload=DEFAULT_RELOAD,
         decode=Decode(dfit.step_s, dfit.per_seq_s, dfit.per_kv_token_s),

@@ -118,3 +118,39 @@ def fit_prefill_steps(
         float(np.sqrt(np.mean((pred - y) ** 2))),
         float(np.max(np.abs(pred - y) / y)),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class CachedFit:
+    """A prefill on a cached prefix beyond the fresh-prompt fit's price of its new tokens
+    alone: ``per_cached_token_s·cached + per_context_pair_s·cached·new``."""
+
+    per_cached_token_s: float
+    per_context_pair_s: float
+    max_rel_error: float
+
+
+def fit_cached_prefill(
+    cached: Sequence[float], new: Sequence[float], seconds: Sequence[float], fresh: QuadraticFit
+) -> CachedFit:
+    """``seconds − fresh(new) ≈ h·cached + r·cached·new`` with h, r ≥ 0 (non-negative least
+    squares on relative error, as the other fits): ``fresh(new) = a + b·new + q·new²`` is
+    the chunk's own price, ``h`` what each cached token costs however many new tokens
+    follow it, ``r`` each new token's attention over each cached one. Both need prefixes
+    timed with at least two numbers of new tokens to be told apart."""
+    c = np.asarray(cached, dtype=np.float64)
+    n = np.asarray(new, dtype=np.float64)
+    y = np.asarray(seconds, dtype=np.float64)
+    if y.size < 2 or not (c.size == n.size == y.size):
+        raise FitMathError("the cached-prefix fit needs at least 2 (cached, new, seconds) points")
+    if np.any(y <= 0) or not np.all(np.isfinite(y)) or np.any(c <= 0) or np.any(n <= 0):
+        raise FitMathError("cached-prefix points need cached and new tokens and positive times")
+    own = fresh.a + fresh.b * n + fresh.q * n * n
+    pair = c * n
+    scale = np.array([c.max(), pair.max()])
+    design = np.stack([c, pair], axis=1) / scale
+    weights = 1.0 / y
+    coef, _ = nnls(design * weights[:, None], (y - own) * weights)
+    h, r = coef / scale
+    pred = own + h * c + r * pair
+    return CachedFit(float(h), float(r), float(np.max(np.abs(pred - y) / y)))

@@ -17,7 +17,11 @@ process reads the profile inside the policy bundle.
   server reading the prompt and the engine hashing its blocks, work a cache hit
   does not save. A fit on fresh prompts folds that work into ``b``; a prefill
   on top of a cached prefix pays it on the cached tokens too (measured by
-  ``ttlctl profile --engine``; the other profilers leave it 0);
+  ``ttlctl profile --engine``; the other profilers leave it 0). ``per_context_pair_s``
+  (optional): each new token's attention over each token already in KV (a cached prefix,
+  or an earlier chunk of the same prompt), where the fresh-prompt quadratic implies ``2q``
+  (absent: ``2q``, so ``b·n + q·((ctx + n)² − ctx²)`` as before); a chunk of ``n`` tokens
+  on ``ctx`` costs ``b·n + q·n² + per_context_pair_s·ctx·n``;
 - ``reload``: bringing KV back from a host (CPU) tier: ``latency_s +
   c · kv_bytes_per_token / bandwidth_bytes_per_s``;
 - ``decode``: one decode step of a batch: ``step_s + per_seq_s·seqs +
@@ -62,6 +66,8 @@ class PrefillDoc(TypedDict):
     #: seconds per prompt token found in the prefix cache at admission (absent: 0,
     #: written only when measured)
     per_cached_token_s: NotRequired[float]
+    #: seconds per (new token, token already in KV) pair (absent: 2q; written when measured)
+    per_context_pair_s: NotRequired[float]
 
 
 class ReloadDoc(TypedDict):
@@ -108,16 +114,23 @@ class Prefill:
     #: admitted (the server reading it, the engine hashing its block): paid by the step
     #: that computes the request's first chunk, on top of that chunk's tokens
     per_cached_token_s: float = 0.0
+    #: what each new token's attention over each token already in KV (found cached, or
+    #: computed by an earlier chunk) costs; None: ``2q``, the fresh-prompt quadratic's
+    per_context_pair_s: float | None = None
 
     def seconds(self, tokens: float) -> float:
         """The fitted quadratic at ``tokens`` (what was measured; see ``includes_step``)."""
         return max(0.0, self.a + self.b * tokens + self.q * tokens * tokens)
 
     def tokens_s(self, context: float, chunk: float) -> float:
-        """What ``chunk`` tokens on top of ``context`` add to a step: ``b·chunk`` plus the
-        quadratic's increment (their attention over everything before them)."""
-        end = context + chunk
-        return self.b * chunk + self.q * (end * end - context * context)
+        """What ``chunk`` tokens on top of ``context`` add to a step: ``b·chunk`` plus
+        their attention over each other (``q·chunk²``) and over what is already in KV
+        (``per_context_pair_s·context·chunk``; without it, the quadratic's increment
+        ``q·((context + chunk)² − context²)``)."""
+        if self.per_context_pair_s is None:
+            end = context + chunk
+            return self.b * chunk + self.q * (end * end - context * context)
+        return self.b * chunk + (self.q * chunk + self.per_context_pair_s * context) * chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,13 +184,23 @@ class Profile:
         :meth:`Prefill.tokens_s`; the increments telescope, so the sum is
         ``steps·fixed + b·tokens + q·tokens²``: chunking adds only the further
         steps' fixed cost (the attention over earlier chunks is in the increments).
+        With ``per_context_pair_s`` (r) measured, the chunks' own squares cost ``q`` and
+        each pair of tokens in different chunks ``r``: ``steps·fixed + b·tokens +
+        q·Σnᵢ² + r·(tokens² − Σnᵢ²)/2`` (one step: the quadratic itself).
         The simulator's steps (``profiles/cost.py``) charge exactly this.
         """
         if tokens <= 0:
             return 0.0
         steps = 1 if chunk is None or chunk <= 0 else -(-math.ceil(tokens) // chunk)
         p = self.prefill
-        return steps * self.prefill_fixed_s + p.b * tokens + p.q * tokens * tokens
+        price = steps * self.prefill_fixed_s + p.b * tokens
+        if p.per_context_pair_s is None:
+            return price + p.q * tokens * tokens
+        # the chunks' own squares, and every pair of tokens in different chunks once
+        full = steps - 1
+        last = tokens - full * chunk if full and chunk else tokens
+        own = full * chunk * chunk + last * last if full and chunk else tokens * tokens
+        return price + p.q * own + p.per_context_pair_s * (tokens * tokens - own) / 2
 
     def reload_s(self, tokens: float) -> float:
         r = self.reload
@@ -221,6 +244,8 @@ class Profile:
         }
         if pre.per_cached_token_s:  # written when measured: other profiles read as before
             doc["prefill"]["per_cached_token_s"] = pre.per_cached_token_s
+        if pre.per_context_pair_s is not None:
+            doc["prefill"]["per_context_pair_s"] = pre.per_context_pair_s
         return doc
 
 
@@ -256,6 +281,7 @@ def from_json(data: Any, where: str = "profile") -> Profile:
                 None if pre.get("rmse_s") is None else float(pre["rmse_s"]),
                 includes_step,
                 float(pre.get("per_cached_token_s", 0.0)),
+                None if pre.get("per_context_pair_s") is None else float(pre["per_context_pair_s"]),
             ),
             reload=Reload(float(rel["bandwidth_bytes_per_s"]), float(rel["latency_s"])),
             decode=Decode(
@@ -282,6 +308,9 @@ def from_json(data: Any, where: str = "profile") -> Profile:
         raise ProfileError(f"{where}: kv_bytes_per_token and bandwidth must be positive")
     if profile.max_context <= 0:
         raise ProfileError(f"{where}: max_context must be positive")
+    pair = profile.prefill.per_context_pair_s
+    if pair is not None and not (math.isfinite(pair) and pair >= 0):
+        raise ProfileError(f"{where}: prefill.per_context_pair_s must be finite and not negative")
     if profile.prefill.per_cached_token_s < 0:
         raise ProfileError(f"{where}: prefill.per_cached_token_s must not be negative")
     return profile

@@ -28,16 +28,16 @@ def test_a_slow_profile_groups_thousands() -> None:
     assert longest >= 1 and f"{longest * 1000:,.2f} ms" in text, text
 
 
-def test_a_profile_that_prices_cached_prompt_tokens_says_so() -> None:
+def test_a_profile_that_prices_a_cached_prefix_says_how() -> None:
     doc: Any = json.loads((shipped.DATA / "tiny-cpu.json").read_text())
     console = Console(record=True, width=400)
     profile_table(console, doc)
-    assert "found cached" not in console.export_text()  # not measured: nothing said
-    doc["prefill"]["per_cached_token_s"] = 6.54e-6
+    text = console.export_text()
+    assert "found cached" not in text and "attention over" not in text  # not measured
+    doc["prefill"] |= {"per_cached_token_s": 6.54e-6, "per_context_pair_s": 2.31e-8}
     console = Console(record=True, width=400)
     profile_table(console, doc)
-    assert (
-        console.export_text()
-        .splitlines()[-1]
-        .startswith("a prompt token found cached 6.54 µs; KV ")
-    )
+    last = console.export_text().splitlines()[-1]
+    assert last.startswith(
+        "a prompt token found cached 6.54 µs; a new token's attention over one in KV 23.10 ns; KV "
+    ), last

@@ -22,22 +22,23 @@ def pace(seqs: int, kv: int) -> float:
 
 #: (prompt tokens, cached tokens) of the prefills on a cached prefix, as
 #: profiles.server_cached's plan makes them for CONTEXTS (prefixes of 192, 384 and 768
-#: tokens, all cached: whole blocks of 32)
-CACHED_POINTS = ((448, 192), (640, 384), (1024, 768))
+#: tokens, all cached: whole blocks of 32; then 64 or 256 new tokens)
+CACHED_POINTS = ((256, 192), (448, 192), (448, 384), (640, 384), (832, 768), (1024, 768))
 
 
-def cached_ttft(prompt: int, cached: int, per_cached: float) -> float:
-    """The first chunk's price on top of ``cached`` tokens, and ``per_cached`` a token."""
-    return (
-        0.012 + 2.9e-4 * (prompt - cached) + 7e-8 * (prompt**2 - cached**2) + (per_cached * cached)
-    )
+def cached_ttft(prompt: int, cached: int, cost: tuple[float, float]) -> float:
+    """The new tokens' own price, and ``cost`` = (per cached token, per (new, cached)
+    pair) on top."""
+    new = prompt - cached
+    per_token, per_pair = cost
+    return 0.012 + 2.9e-4 * new + 7e-8 * new * new + per_token * cached + per_pair * cached * new
 
 
 def samples(seed: int, created: str, *, url: str = "http://127.0.0.1:8101", scale: float = 1.0,
              repeats: int = 2, kv_bytes: int = 12288, spread: float = 0.05,
-             per_cached: float | None = None) -> EngineSamples:  # fmt: skip
+             cached_cost: tuple[float, float] | None = None) -> EngineSamples:  # fmt: skip
     """One measurement: ``repeats`` TTFTs a context and ``repeats`` × seqs paces a shape,
-    each ± ``spread`` around the model times ``scale``; with ``per_cached``, ``repeats``
+    each ± ``spread`` around the model times ``scale``; with ``cached_cost``, ``repeats``
     TTFTs of each prefill on a cached prefix too (:data:`CACHED_POINTS`)."""
     rng = random.Random(seed)
 
@@ -62,9 +63,9 @@ def samples(seed: int, created: str, *, url: str = "http://127.0.0.1:8101", scal
         ),
         max_cached_tokens_seen=seed,
         cached_prefill=()
-        if per_cached is None
+        if cached_cost is None
         else tuple(
-            (p, c, tuple(cached_ttft(p, c, per_cached) * noise() for _ in range(repeats)))
+            (p, c, tuple(cached_ttft(p, c, cached_cost) * noise() for _ in range(repeats)))
             for p, c in CACHED_POINTS
         ),
     )

@@ -1,10 +1,14 @@
-"""What a prompt token found in the prefix cache still costs (``prefill.per_cached_token_s``).
+"""A prefill on a cached prefix: what each cached token still costs
+(``prefill.per_cached_token_s``) and what each new token's attention over a token already
+in KV costs (``prefill.per_context_pair_s``).
 
 A request that finds part of its prompt cached computes only the rest, but the server
-still reads every prompt token and the engine still hashes every block: a profile measured
-on a live server prices that per cached token, and the simulator charges it once, in the
-step that computes the request's first chunk — on both backends, so that a follow-up call
-on an idle engine replays in exactly its documented price.
+still reads every prompt token and the engine still hashes every block; and its new tokens
+attend over the cached ones at a cost of their own. A profile measured on a live server
+prices both; the simulator charges the first once, in the step that computes the request's
+first chunk, and the second in every chunk over what is in KV before it (a cached prefix
+or the prompt's earlier chunks) — on both backends, so that a follow-up call on an idle
+engine replays in exactly its documented price, and a chunked rebuild in the one price.
 """
 
 from __future__ import annotations
@@ -25,48 +29,75 @@ from tests.profiles.made import quadratic_profile
 from ttlctl.cli import app
 from ttlctl.trace.io import write
 
-A, B, Q, STEP, CACHED = 0.002, 2e-5, 3e-10, 0.005, 4e-6
+A, B, Q, STEP, CACHED, PAIR = 0.002, 2e-5, 3e-10, 0.005, 4e-6, 2e-10
 
 
-def _profile(cached: float = CACHED) -> Profile:
+def _profile(cached: float = CACHED, pair: float | None = PAIR) -> Profile:
     p = quadratic_profile(A, B, Q, STEP, includes_step=True)
     doc = p.to_json()
     if cached:
         doc["prefill"]["per_cached_token_s"] = cached
+    if pair is not None:
+        doc["prefill"]["per_context_pair_s"] = pair
     return from_json(doc)
 
 
 # ------------------------------------------------------------------ the document
 
 
-def test_the_term_is_read_written_and_checked() -> None:
+def test_the_terms_are_read_written_and_checked() -> None:
     p = _profile()
-    assert p.prefill.per_cached_token_s == CACHED
+    assert (p.prefill.per_cached_token_s, p.prefill.per_context_pair_s) == (CACHED, PAIR)
     doc = p.to_json()
-    assert doc["prefill"]["per_cached_token_s"] == CACHED
+    assert (doc["prefill"]["per_cached_token_s"], doc["prefill"]["per_context_pair_s"]) == (
+        CACHED,
+        PAIR,
+    )
     assert from_json(json.loads(json.dumps(doc))) == p
-    # absent (every profile written before the term, and every profiler but the
-    # server's): nothing charged, and not written back
+    # absent (every profile written before the terms, and every profiler but the
+    # server's): nothing charged for a cached token, attention priced by the quadratic,
+    # and neither written back
     plain = quadratic_profile(A, B, Q, STEP, includes_step=True)
-    assert plain.prefill.per_cached_token_s == 0.0
-    assert "per_cached_token_s" not in plain.to_json()["prefill"]
-    for bad, match in ((-1e-6, "must not be negative"), (math.inf, "non-finite")):
+    assert plain.prefill.per_cached_token_s == 0.0 and plain.prefill.per_context_pair_s is None
+    assert not {"per_cached_token_s", "per_context_pair_s"} & set(plain.to_json()["prefill"])
+    for field, bad, match in (
+        ("per_cached_token_s", -1e-6, "must not be negative"),
+        ("per_cached_token_s", math.inf, "non-finite"),
+        ("per_context_pair_s", -1e-9, "per_context_pair_s must be finite and not negative"),
+        ("per_context_pair_s", math.nan, "per_context_pair_s must be finite and not negative"),
+    ):
         wrong = json.loads(json.dumps(doc))
-        wrong["prefill"]["per_cached_token_s"] = bad
+        wrong["prefill"][field] = bad
         with pytest.raises(ProfileError, match=match):
             from_json(wrong)
 
 
 def test_a_step_charges_the_cached_tokens_of_first_chunks_only() -> None:
     cost = ProfileCostModel(_profile())
-    fresh = cost.step_s([(1024, 128)], 2, 3000)
-    assert cost.step_s([(1024, 128)], 2, 3000, 1024) == pytest.approx(fresh + 1024 * CACHED)
-    # a profile without the term prices a cached prefix as before
-    plain = ProfileCostModel(_profile(cached=0.0))
-    assert plain.step_s([(1024, 128)], 2, 3000, 1024) == plain.step_s([(1024, 128)], 2, 3000)
-    # a rebuild (nothing cached) is the one price, unchanged
-    p = _profile()
-    assert cost.step_s([(0, 700)], 0, 0) == pytest.approx(p.rebuild_prefill_s(700))
+    fresh = cost.step_s([(1024, 512)], 2, 3000)  # above the floor of its decodes alone
+    assert fresh == pytest.approx(A + B * 512 + Q * 512**2 + PAIR * 1024 * 512 + 2e-4 + 3000e-8)
+    assert cost.step_s([(1024, 512)], 2, 3000, 1024) == pytest.approx(fresh + 1024 * CACHED)
+    # a profile without the terms prices a cached prefix as before: the quadratic's increment
+    plain = ProfileCostModel(_profile(cached=0.0, pair=None))
+    assert plain.step_s([(1024, 128)], 0, 0, 1024) == pytest.approx(
+        A + B * 128 + Q * (1152**2 - 1024**2)
+    )
+
+
+@pytest.mark.parametrize("pair", [PAIR, None])
+def test_a_chunked_rebuild_sums_to_the_one_price(pair: float | None) -> None:
+    p = _profile(pair=pair)
+    cost = ProfileCostModel(p)
+    for tokens, chunk in ((700, 8192), (5000, 2048), (4096, 1024)):
+        done, steps = 0, 0.0
+        while done < tokens:
+            n = min(chunk, tokens - done)
+            steps += cost.step_s([(done, n)], 0, 0)
+            done += n
+        assert steps == pytest.approx(p.rebuild_prefill_s(tokens, chunk), rel=1e-12)
+        assert cost.rebuild_s(tokens, chunk) == pytest.approx(steps, rel=1e-12)
+    # one step: the quadratic itself, whatever the pairs across chunks cost
+    assert p.rebuild_prefill_s(700) == pytest.approx(A + B * 700 + Q * 700**2)
 
 
 # ------------------------------------------------------------------ replayed
@@ -121,7 +152,8 @@ def test_a_follow_up_call_on_an_idle_engine_replays_in_its_price(
     prompt = first + 1 + added
     p = _profile()
     fresh = p.rebuild_prefill_s(first)
-    follow = A + B * (prompt - hit) + Q * (prompt**2 - hit**2) + CACHED * hit
+    new = prompt - hit
+    follow = A + B * new + Q * new**2 + PAIR * hit * new + CACHED * hit
     assert result["ttft_mean_s"] == pytest.approx((fresh + follow) / 2, rel=1e-9)
 
 

@@ -83,15 +83,18 @@ def test_measure_engine_profiles_a_live_server(vllm_server: OwnedServer, tmp_pat
     assert [row[2] for row in src["decode_from"]] == [FROM_SERVER] * len(d_points)
 
     # a prefill on a cached prefix: each prefix of the plan found cached in whole blocks,
-    # timed twice; what a cached token still costs is priced, and never negative
+    # timed twice with each number of new tokens; both terms priced, never negative
     points = src["fit"]["cached_prefill"]["points"]
-    assert [p for p, _, _ in points] == [c + NEW_TOKENS for c in cached_plan(CONTEXTS)]
-    for prompt, cached, seconds in points:
-        assert 0 < cached <= prompt - NEW_TOKENS and cached % 16 == 0
+    planned = sorted((c + n, c) for c in cached_plan(CONTEXTS) for n in NEW_TOKENS)
+    assert [p for p, _, _ in points] == [p for p, _ in planned]
+    for (_, cached, seconds), (_, prefix) in zip(points, planned, strict=True):
+        assert 0 < cached <= prefix and cached % 16 == 0
         assert seconds > 0
     assert profile.prefill.per_cached_token_s >= 0
+    assert profile.prefill.per_context_pair_s is not None
+    assert profile.prefill.per_context_pair_s >= 0
     assert src["cached_prefill_timing"].startswith("client-side TTFT")
-    plan = len(cached_plan(CONTEXTS)) * 2
+    plan = len(planned) * 2
     assert ("cached prefill", plan, plan) in calls
 
     # progress reached the end of every phase

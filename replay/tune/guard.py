@@ -53,7 +53,8 @@ def guard(
     measured there). With ``baseline="old"`` (``ttlctl refit``): the refitted bundle
     (``new``) replaces the bundle in service (``old``) only if it beats it; ``elsewhere``:
     the file it is written to instead (``refit -o``), which the verdict names; ``dry_run``:
-    nothing is written (``refit --dry-run``), and the verdict says what would be."""
+    nothing is written (``refit --dry-run``), and the verdict says what a real run would
+    do (a kept bundle: not a refusal to override with ``--force``)."""
     if baseline == "never-pin":
         return _guard_live(held, force, min_gain)
     if baseline == "old":
@@ -168,14 +169,19 @@ def _guard_refit(
     else:
         shipped = "old"
         tie = ", a tie: the two bundles replay alike on this load"
-        message = (
-            f"{what} does NOT beat the bundle in service on the held-back seeds ({figures}"
-            f"{tie if new == old else ''}): the bundle in service is kept"
-            + (
+        if dry_run:  # nothing was refused: say what the run would do, not what to pass
+            kept = "a real run would keep the bundle in service" + (
+                "" if elsewhere is None else f" and write nothing to {elsewhere}"
+            )
+        else:
+            kept = "the bundle in service is kept" + (
                 "; pass --force to replace it anyway"
                 if elsewhere is None
                 else f" and nothing is written; pass --force to write it to {elsewhere} anyway"
             )
+        message = (
+            f"{what} does NOT beat the bundle in service on the held-back seeds ({figures}"
+            f"{tie if new == old else ''}): {kept}"
         )
     return {
         "baseline": "old",

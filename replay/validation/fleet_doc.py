@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from replay.progress import RunsDone
 from replay.validation.fleet_profile import Measured
 from replay.validation.fleet_rows import LiveRun, simulate_runs
 from replay.validation.fleet_runs import goal, goal_repriced, judged, run_rankings
@@ -43,13 +44,15 @@ def judged_runs(
     repeats: int,
     profile_source: str | None,
     measurements: Sequence[Mapping[str, Any]],
+    runs_done: RunsDone | None = None,
 ) -> dict[str, Any]:
     """The document's :data:`JUDGED_KEYS`: ``runs`` simulated on ``side`` (each repeat's
     by its profile in ``own`` when there are several: :func:`simulate_runs`), judged per
     policy on the means and run by run, and the profile block (``side``'s profile, said
     to come from ``profile_source``, and the ``measurements`` as the document keeps
-    them)."""
-    priced = simulate_runs(runs, work, side, own, timings)
+    them). ``runs_done`` is told the runs simulated of all (``validate --resimulate``'s
+    bar; validate's counts its live runs)."""
+    priced = simulate_runs(runs, work, side, own, timings, runs_done)
     per_run, per_repeat = priced.rows, priced.per_repeat
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     rankings: dict[str, dict[str, Any]] = {}

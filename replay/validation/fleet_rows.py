@@ -21,6 +21,7 @@ from typing import Any
 
 from profiles.schema import Profile
 from replay.figures import PolicyResult
+from replay.progress import RunsDone, each_told
 from replay.validation import engine_side
 from replay.validation.fleet_sim import (
     compare_fleet,
@@ -81,18 +82,20 @@ def simulate_runs(
     side: SimSide,
     own: Mapping[int, Profile],
     timings: Timings,
+    runs_done: RunsDone | None = None,
 ) -> SimulatedRuns:
     """Every run simulated on ``side``, priced by its repeat's own profile in ``own``
     ({repeat: profile}, 0-based: :func:`~replay.validation.fleet_profile.by_repeat`) when
     there are several, and then by ``side``'s (the pooled one) beside it (each row's
     ``compare_pooled``); with one or none, by ``side``'s alone. A run whose repeat has no
-    profile among several is refused (:class:`ValueError`), not priced by another's."""
+    profile among several is refused (:class:`ValueError`), not priced by another's.
+    ``runs_done`` is told the runs simulated of all."""
     per_repeat = len(own) > 1
     missing = sorted({run.repeat for run in runs if per_repeat and run.repeat not in own})
     if missing:
         raise ValueError(f"no profile for repeat(s) {missing} (0-based) among {sorted(own)}")
     out = SimulatedRuns(per_repeat)
-    for run in runs:
+    for run in each_told(runs, runs_done):
         priced = replace(side, profile=own[run.repeat]) if per_repeat else side
         row, simulated = simulated_row(run, work, priced, timings, notes=out.notes)
         if per_repeat:

@@ -25,6 +25,7 @@ from typing import Any
 
 from profiles.schema import Profile
 from replay.live import cap_pauses, first_programs
+from replay.progress import RunsDone
 from replay.validation.error import ValidateError
 from replay.validation.fleet_doc import judged_runs
 from replay.validation.fleet_profile import ON_FLEETS, by_repeat, pooled
@@ -51,12 +52,15 @@ def resimulate(
     profile: Profile | None = None,
     profile_name: str | None = None,
     progress: Callable[[str], None] | None = None,
+    runs_done: RunsDone | None = None,
 ) -> dict[str, Any]:
     """The validation recorded at ``recorded`` re-simulated: its document with its judged
     part (a fleet's rows, rankings, goal, simulated runs and profile; a single server's
     rows, simulated runs, ranking, goals and profile) made again (``trace``: read instead
     of the recorded one; ``profile``, named ``profile_name``: prices every run instead of
-    what priced them). :class:`ValidateError` (one line) for a document that cannot be
+    what priced them). ``progress`` is told each step as it starts, ``runs_done`` the
+    runs re-simulated of all (a fleet's recorded live runs; a single server's policies).
+    :class:`ValidateError` (one line) for a document that cannot be
     re-simulated, a trace that is not the one replayed, a missing arrivals file or a
     changed bundle."""
     say = progress or (lambda message: None)
@@ -82,9 +86,10 @@ def resimulate(
             profile_source=priced.source,
             measurements=priced.measurements,
             say=say,
+            runs_done=runs_done,
         )
     else:
-        judged = _fleet(rec, rec.fleet, work, side, priced, say)
+        judged = _fleet(rec, rec.fleet, work, side, priced, say, runs_done)
     return {
         **rec.doc,
         **judged,
@@ -146,6 +151,7 @@ def _fleet(
     side: SimSide,
     priced: _Pricing,
     say: Callable[[str], None],
+    runs_done: RunsDone | None,
 ) -> dict[str, Any]:
     """A fleet validation's judged part made again from its recorded live runs."""
     runs = recorded_runs(rec, fleet)
@@ -161,6 +167,7 @@ def _fleet(
         repeats=rec.repeats,
         profile_source=priced.source,
         measurements=priced.measurements,
+        runs_done=runs_done,
     )
 
 

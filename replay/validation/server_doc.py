@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.figures import PolicyResult
+from replay.progress import RunsDone, each_told
 from replay.validation.fleet_profile import Measured
 from replay.validation.sim_record import profile_record, simulation_record
 from replay.validation.sim_side import SimSide
@@ -45,15 +46,17 @@ def judged_policies(
     profile_source: str | None,
     measurements: Sequence[Mapping[str, Any]],
     say: Callable[[str], None],
+    runs_done: RunsDone | None = None,
 ) -> dict[str, Any]:
     """The document's :data:`JUDGED_KEYS`: each of ``policies`` simulated on ``side`` by
     ``backend`` (untimed: a wall time is no figure of the run), compared with its ``live``
     runs (merged: :func:`~replay.validation.stats.merge_runs`), ranked and judged, and the
     profile block (``side``'s profile, said to come from ``profile_source``, and the
-    ``measurements`` as the document keeps them)."""
+    ``measurements`` as the document keeps them). ``runs_done`` is told the policies
+    simulated of all (``validate --resimulate``'s bar; validate's counts its live runs)."""
     run_one = runner(backend, async_scheduling=side.async_scheduling)
     sim: dict[str, PolicyResult] = {}
-    for name in policies:
+    for name in each_told(policies, runs_done):
         say(f"{name}: simulating")
         sim[name] = run_one(
             work, side.spec(name), side.cost(), side.config(), side.timing, timed=False

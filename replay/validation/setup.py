@@ -43,9 +43,10 @@ def validation_doc(
 ) -> dict[str, Any]:
     """Check ``req``, run the validation and return its document (with ``trace``); with
     ``resimulate``, the recorded validation re-simulated instead. ``progress`` is told
-    each step as it starts, ``runs_done`` the live runs done of all."""
+    each step as it starts, ``runs_done`` the live runs done of all (with ``resimulate``,
+    the runs re-simulated of all)."""
     if req.resimulate is not None:
-        return _resimulated(req, progress)
+        return _resimulated(req, progress, runs_done)
     if req.trace is None:
         raise ValidateError("give TRACE, the trace to validate with (or --resimulate RECORDED)")
     timing = one_load(req.jps, req.concurrency, req.seed)
@@ -135,7 +136,9 @@ def _server_doc(
 RESIMULATE_TAKES = ("trace", "profile", "resimulate")
 
 
-def _resimulated(req: ValidateRequest, progress: Callable[[str], None] | None) -> dict[str, Any]:
+def _resimulated(
+    req: ValidateRequest, progress: Callable[[str], None] | None, runs_done: RunsDone | None
+) -> dict[str, Any]:
     """``--resimulate RECORDED``: refused beside any option of a live run (the recorded
     document says how it ran); ``--profile`` prices every run by that profile."""
     default = ValidateRequest()
@@ -152,7 +155,12 @@ def _resimulated(req: ValidateRequest, progress: Callable[[str], None] | None) -
     assert req.resimulate is not None
     prof = resolve(req.profile)[0] if req.profile is not None else None
     return resimulate(
-        req.resimulate, trace=req.trace, profile=prof, profile_name=req.profile, progress=progress
+        req.resimulate,
+        trace=req.trace,
+        profile=prof,
+        profile_name=req.profile,
+        progress=progress,
+        runs_done=runs_done,
     )
 
 

@@ -141,9 +141,13 @@ def _jct(row: dict[str, Any], key: str = "compare") -> float:
 
 def test_the_same_code_gives_the_recorded_rows_ranking_and_goal_back(recorded: Path) -> None:
     doc = json.loads(recorded.read_text())
-    again = json.loads(json.dumps(resimulate(recorded)))
+    told: list[tuple[int, int]] = []
+    again = json.loads(json.dumps(resimulate(recorded, runs_done=lambda *n: told.append(n))))
     for key in JUDGED:
         assert again[key] == doc[key], key
+    # the bar's count: each recorded live run re-simulated, of all of them
+    runs = REPEATS * len(ROUTERS)
+    assert told == [(done, runs) for done in range(runs + 1)]
     # per repeat, with the pooled profile beside it: a real second pricing was redone
     assert doc["profile"]["pricing"] == "per repeat"
     assert doc["goal"]["vllm"]["pooled_profile"] is not None

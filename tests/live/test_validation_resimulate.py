@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ from tests.bundles import write_bundle
 from tests.live.traces import agent_trace
 from tests.profiles.engine_samples import samples
 from tests.resimulated import refused, rewritten, slower
+from tests.terminal_env import cli_env
 from ttlctl import bundle as bundle_mod
 
 POLICIES = ["vllm", "continuum"]
@@ -147,9 +150,12 @@ def test_the_same_code_gives_the_recorded_rows_ranking_and_goals_back(
     assert all(doc["sim"][p]["wall_s"] is None for p in POLICIES)
     assert doc["simulation"]["workload"]["calls"] == 12
     assert doc["simulation"]["load"] == {"jps": 4.0, "concurrency": None, "seed": 3}
-    again = json.loads(json.dumps(resimulate(recorded)))
+    told: list[tuple[int, int]] = []
+    again = json.loads(json.dumps(resimulate(recorded, runs_done=lambda *n: told.append(n))))
     for key in JUDGED:
         assert again[key] == doc[key], key
+    # the bar's count: each policy re-simulated, of all of them
+    assert told == [(done, len(POLICIES)) for done in range(len(POLICIES) + 1)]
     # the recorded rest as it was, the judged part said to be re-simulated
     assert {k: v for k, v in again.items() if k != "resimulated"} == doc
     assert again["resimulated"]["from"] == str(recorded.resolve())
@@ -160,6 +166,23 @@ def test_the_same_code_gives_the_recorded_rows_ranking_and_goals_back(
     written, printed = rewritten(recorded, out)
     assert all(written[key] == doc[key] for key in JUDGED)
     assert "validate: simulator vs live" in printed and "re-simulated from" in printed
+
+
+def _resimulated(recorded: Path, terminal: bool) -> subprocess.CompletedProcess[str]:
+    env = cli_env(terminal=terminal, columns=200)  # wide enough for the step's description
+    cmd = [sys.executable, "-m", "ttlctl.cli", "validate", "--resimulate", str(recorded)]
+    return subprocess.run([*cmd, "--json", "-"], env=env, capture_output=True, text=True)
+
+
+def test_the_resimulate_bar_counts_the_policies_on_a_terminal_only(recorded: Path) -> None:
+    """Not ``0/?`` throughout: the policies re-simulated of all, as validate's live runs."""
+    piped, shown = _resimulated(recorded, terminal=False), _resimulated(recorded, terminal=True)
+    assert piped.returncode == shown.returncode == 0, piped.stderr + shown.stderr
+    assert piped.stderr == ""  # off a terminal: no bar, and no blank line either
+    assert shown.stdout == piped.stdout
+    done = len(POLICIES)
+    assert "validating" in shown.stderr and f"{done}/{done}" in shown.stderr, shown.stderr
+    assert f"1/{done}" in shown.stderr and "continuum: simulating" in shown.stderr
 
 
 def test_a_profile_given_prices_the_simulated_side_alone(recorded: Path, tmp_path: Path) -> None:

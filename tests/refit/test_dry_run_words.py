@@ -1,8 +1,11 @@
-"""`ttlctl refit --dry-run --force` says what a dry run does.
+"""`ttlctl refit --dry-run` says what a dry run does.
 
 Regression: `refit --dry-run --force -o NEW` said "writing it to NEW anyway, as asked" (and
 without -o "replacing it anyway") above its own line "dry run: would write NEW; nothing
 written". The verdict now says what the run would have done, and that a dry run writes nothing.
+
+Regression: `refit --dry-run` whose bundle is kept said "pass --force to replace it anyway",
+as if the dry run had refused something; it says what a real run would do instead.
 """
 
 from __future__ import annotations
@@ -36,9 +39,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return bundle
 
 
-def verdict(served: Path, *extra: str | Path) -> str:
+def verdict(served: Path, *extra: str | Path, force: bool = True) -> str:
     """The refit's verdict line (the one before its outcome line)."""
-    lines = run("refit", SAMPLE, "--bundle", served, "--force", *extra)
+    lines = run("refit", SAMPLE, "--bundle", served, *(["--force"] if force else []), *extra)
     (at,) = [i for i, line in enumerate(lines) if "does NOT beat" in line]
     return lines[at]
 
@@ -65,3 +68,27 @@ def test_a_forced_dry_run_says_it_writes_nothing(served: Path, tmp_path: Path) -
         "as it is"
     )
     assert elsewhere.is_file()
+
+
+def test_a_dry_run_that_keeps_the_bundle_does_not_ask_for_force(
+    served: Path, tmp_path: Path
+) -> None:
+    before = served.read_bytes()
+    elsewhere = tmp_path / "next.json"
+    in_place = verdict(served, "--dry-run", force=False)
+    assert "--force" not in in_place, in_place
+    assert in_place.endswith("a real run would keep the bundle in service"), in_place
+    staged = verdict(served, "--dry-run", "-o", elsewhere, force=False)
+    assert "--force" not in staged, staged
+    assert staged.endswith(
+        f"a real run would keep the bundle in service and write nothing to {elsewhere}"
+    ), staged
+    assert not elsewhere.exists() and served.read_bytes() == before
+    # a real run's words are unchanged: it kept the bundle, and --force would replace it
+    assert verdict(served, force=False).endswith(
+        "the bundle in service is kept; pass --force to replace it anyway"
+    )
+    assert verdict(served, "-o", elsewhere, force=False).endswith(
+        f"kept and nothing is written; pass --force to write it to {elsewhere} anyway"
+    )
+    assert not elsewhere.exists() and served.read_bytes() == before

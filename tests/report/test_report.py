@@ -57,6 +57,18 @@ def test_only_a_fit(tmp_path: Path, sample_run: Path) -> None:
     assert len(page.all("img")) == MAX_TOOL_PLOTS  # CDFs, without τ* markers
 
 
+def test_the_page_names_its_run_directory_once(tmp_path: Path, sample_run: Path) -> None:
+    """Whole, in the heading; the browser's tab its name. It was named three times: the
+    tab, the heading and the Inputs section."""
+    run = tmp_path / "run-named-once"
+    run.mkdir()
+    shutil.copy(sample_run / "fit.json", run / "fit.json")  # it names files elsewhere only
+    head, body = build_report(run).split("</head>")
+    assert head.count(run.name) == 1 and "<title>ttlctl report: run-named-once<" in head
+    assert body.count(run.name) == 1, body.split('id="trace"')[0]
+    assert f"<h1>ttlctl report: {run.resolve()}</h1>" in body
+
+
 def test_bundle_alone_brings_its_fit(tmp_path: Path, sample_run: Path) -> None:
     shutil.copy(sample_run / "bundle.json", tmp_path / "bundle.json")
     text = build_report(tmp_path)

@@ -1,7 +1,8 @@
-"""The bar of work told in stages and counted: refit's replays, validate's live runs (and,
-built on it, replay's calls: :class:`ttlctl.cli.replay.ReplayBar`). On a terminal: the
-command's label, the count done of all (``?`` before it is known), the time, and the stage
-running; elsewhere nothing is drawn (:func:`~ttlctl.cli.kit.progress_bar`)."""
+"""The bar of work told in stages and counted: refit's replays, validate's live runs (with
+``--resimulate``, the runs simulated again) (and, built on it, replay's calls:
+:class:`ttlctl.cli.replay.ReplayBar`). On a terminal: the command's label, the count done of
+all (``?`` before it is known), the time, and the stage running; elsewhere nothing is
+drawn (:func:`~ttlctl.cli.kit.progress_bar`)."""
 
 from __future__ import annotations
 

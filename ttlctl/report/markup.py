@@ -15,8 +15,8 @@ from ttlctl.percent import NONE, share
 CSS = """
 body{font:14px/1.45 "DejaVu Sans",Arial,sans-serif;color:#1a1a1a;background:#fff;
 margin:0 auto;max-width:1240px;padding:16px 24px}
-h1{font-size:22px;margin:8px 0}h2{font-size:18px;border-bottom:1px solid #ccc;
-padding-bottom:3px;margin-top:28px}
+h1{font-size:22px;margin:8px 0;overflow-wrap:anywhere}
+h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:3px;margin-top:28px}
 nav a{margin-right:12px;color:#333}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}

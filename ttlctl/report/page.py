@@ -49,13 +49,15 @@ def render(run: RunInputs) -> str:
                 content = note(f"this section could not be drawn: {type(exc).__name__}: {exc}")
             body.append(f'<section id="{sid}"><h2>{e(title)}</h2>{content}</section>')
     nav = "".join(f'<a href="#{sid}">{e(title)}</a>' for sid, title, _ in SECTIONS)
-    name = run.root.resolve().name or str(run.root)
+    # the page names the run directory once, whole, in its heading; the tab its name
+    where = run.root.resolve()
+    name = where.name or str(where)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="referrer" content="no-referrer">'
         f"<title>ttlctl report: {e(name)}</title><style>{CSS}</style></head><body>"
-        f"<h1>ttlctl report: {e(name)}</h1><nav>{nav}</nav>" + "".join(body) + "</body></html>\n"
+        f"<h1>ttlctl report: {e(where)}</h1><nav>{nav}</nav>" + "".join(body) + "</body></html>\n"
     )
 
 

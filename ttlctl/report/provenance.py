@@ -36,8 +36,7 @@ def section(run: RunInputs) -> str:
             status = f"not used: {run.set_aside[role]}"
         rows.append((run.names[role], status, path.stat().st_size, hashes[role]))
     parts = [
-        f"<p>Run directory: <code>{e(run.root.resolve())}</code> — "
-        f"report by ttlctl {e(__version__)}</p>",
+        f"<p>The run directory's files (report by ttlctl {e(__version__)}):</p>",
         table(("file", "status", "bytes", "sha256"), rows),
     ]
     own = {"trace": hashes.get("trace.parquet"), "fit": hashes.get("fit.json")}

@@ -18,7 +18,9 @@ under other names and units. The router's formulas, as its source states them
   each must be finite and ≥ 0. A prompt longer than the engine's step budget is
   prefilled in several steps, each paying the fixed cost again; the router's quadratic
   has no place for that, so it prices such a prompt (steps − 1)·intercept lower than
-  the profile does;
+  the profile does (and, with ``prefill.per_context_pair_s`` measured, the pairs across
+  its chunks at ``2q`` where the profile prices them at that term; nor has it a place
+  for ``prefill.per_cached_token_s``: it prices the uncached tokens alone);
 - a miss's impact: ``prefill·(2 − decode_throughput_alpha)``, alpha being the share of
   decode throughput kept while a prefill is mixed into the batch (in [0, 1]). A ttlctl
   profile prices a mixed step as the sum of its decodes and its prefill chunks

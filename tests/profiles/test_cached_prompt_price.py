@@ -60,6 +60,10 @@ def test_the_terms_are_read_written_and_checked() -> None:
     plain = quadratic_profile(A, B, Q, STEP, includes_step=True)
     assert plain.prefill.per_cached_token_s == 0.0 and plain.prefill.per_context_pair_s is None
     assert not {"per_cached_token_s", "per_context_pair_s"} & set(plain.to_json()["prefill"])
+    # a null reads as absent, for both
+    nulls = json.loads(json.dumps(doc))
+    nulls["prefill"] |= {"per_cached_token_s": None, "per_context_pair_s": None}
+    assert from_json(nulls).prefill == plain.prefill
     for field, bad, match in (
         ("per_cached_token_s", -1e-6, "must not be negative"),
         ("per_cached_token_s", math.inf, "non-finite"),

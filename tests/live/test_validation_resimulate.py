@@ -181,7 +181,7 @@ def test_the_resimulate_bar_counts_the_policies_on_a_terminal_only(recorded: Pat
     assert piped.stderr == ""  # off a terminal: no bar, and no blank line either
     assert shown.stdout == piped.stdout
     done = len(POLICIES)
-    assert "validating" in shown.stderr and f"{done}/{done}" in shown.stderr, shown.stderr
+    assert "re-simulating" in shown.stderr and f"{done}/{done}" in shown.stderr, shown.stderr
     assert f"1/{done}" in shown.stderr and "continuum: simulating" in shown.stderr
 
 

@@ -229,7 +229,7 @@ def validate(
         check_outputs(
             json_out, folders=(work_dir, result_dir if save_result else None), inputs=given
         )
-        shown = StageBar.make("validating")
+        shown = StageBar.make("re-simulating" if resimulate else "validating")
         with shown.bar:
             doc = validation_doc(
                 req, progress=shown.stage, runs_done=shown.runs, warn=print_warning

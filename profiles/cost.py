@@ -62,10 +62,9 @@ class ProfileCostModel:
     Prefilling ``chunk`` tokens after ``context`` costs the quadratic's increment,
     ``b·chunk + q·((context + chunk)² − context²)`` (attention of the new tokens
     over everything before them), or with ``per_context_pair_s`` measured, ``b·chunk +
-    q·chunk² + per_context_pair_s·context·chunk`` (:meth:`Prefill.tokens_s`); a request's
-    first chunk adds
-    ``per_cached_token_s`` for each prompt token it found in the prefix cache. A step
-    pays its fixed cost once: a step that
+    q·chunk² + per_context_pair_s·context·chunk`` (:meth:`Prefill.tokens_s`); a
+    request's first chunk adds ``per_cached_token_s`` for each prompt token it found in
+    the prefix cache. A step pays its fixed cost once: a step that
     prefills pays :attr:`Profile.prefill_fixed_s` (``a``, plus ``decode.step_s``
     when the prefill fit leaves the step out), a decode-only step ``step_s``;
     decodes in a step that prefills add only their own terms, and such a step

@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
 
 from profiles.engine_timings import STREAM, EngineFitError, EngineSamples
 from profiles.fitmath import (
@@ -52,6 +52,9 @@ from profiles.fitmath import (
     fit_quadratic,
 )
 from profiles.schema import Decode, Prefill, Profile, Reload
+
+#: a point's key: a context, or a tuple of counts (sortable)
+K = TypeVar("K", int, tuple[int, int])
 
 #: host-to-device reload used when nothing better is known (PCIe 4.0 x16-class link)
 DEFAULT_RELOAD = Reload(bandwidth_bytes_per_s=25e9, latency_s=50e-6)
@@ -117,31 +120,30 @@ def _in_order(samples: Sequence[EngineSamples]) -> list[EngineSamples]:
     return ordered
 
 
+def _medians(timed: Iterable[tuple[K, Sequence[float]]]) -> list[tuple[K, float]]:
+    """Each key's timings put together (a key may come several times: one per
+    measurement), and their median, sorted by key; a key with no timing is left out."""
+    pooled: dict[K, list[float]] = {}
+    for key, times in timed:
+        pooled.setdefault(key, []).extend(times)
+    return [(k, statistics.median(sorted(pooled[k]))) for k in sorted(pooled) if pooled[k]]
+
+
 def pooled_points(
     samples: Sequence[EngineSamples],
 ) -> tuple[list[tuple[int, float]], list[tuple[int, int, float]]]:
     """The fit's points: (context, median TTFT) and (sequences, KV tokens, median pace),
     each median over every measurement's timings at that point, sorted by point."""
-    ttfts: dict[int, list[float]] = {}
-    paces: dict[tuple[int, int], list[float]] = {}
-    for s in samples:
-        for c, times in s.prefill:
-            ttfts.setdefault(c, []).extend(times)
-        for seqs, kv, got in s.decode:
-            paces.setdefault((seqs, kv), []).extend(got)
-    prefill = [(c, statistics.median(sorted(ttfts[c]))) for c in sorted(ttfts) if ttfts[c]]
-    decode = [(k[0], k[1], statistics.median(sorted(paces[k]))) for k in sorted(paces) if paces[k]]
-    return prefill, decode
+    prefill = _medians(point for s in samples for point in s.prefill)
+    decode = _medians(((seqs, kv), got) for s in samples for seqs, kv, got in s.decode)
+    return prefill, [(seqs, kv, pace) for (seqs, kv), pace in decode]
 
 
 def pooled_cached_points(samples: Sequence[EngineSamples]) -> list[tuple[int, int, float]]:
     """(prompt tokens, cached tokens, median TTFT) of the prefills on a cached prefix,
     each median over every measurement's timings at that point, sorted by point."""
-    ttfts: dict[tuple[int, int], list[float]] = {}
-    for s in samples:
-        for prompt, cached, times in s.cached_prefill:
-            ttfts.setdefault((prompt, cached), []).extend(times)
-    return [(p, c, statistics.median(sorted(ttfts[p, c]))) for p, c in sorted(ttfts) if ttfts[p, c]]
+    timed = _medians(((p, c), t) for s in samples for p, c, t in s.cached_prefill)
+    return [(p, c, ttft) for (p, c), ttft in timed]
 
 
 def fit_samples(samples: Sequence[EngineSamples]) -> Profile:

@@ -12,7 +12,9 @@ What a live server can tell from outside, timed on the client:
   context is rebuilt.
 - a prefill on top of a cached prefix (:mod:`profiles.server_cached`): the TTFT of a
   prompt whose prefix was just sent alone, with the cached tokens the server reports;
-  priced per cached token (``prefill.per_cached_token_s``) beside the fit above.
+  what it takes beyond the fit above's price of its new tokens is priced per cached
+  token (``prefill.per_cached_token_s``) and per (new, cached) pair
+  (``prefill.per_context_pair_s``).
 - decode (:mod:`profiles.server_decode`): the time per output token of batches of
   streamed requests (``ignore_eos``, ``output_tokens`` tokens, at least
   :data:`~profiles.server_decode.DECODE_MIN_TOKENS`) at two or three KV lengths, alone

@@ -54,6 +54,11 @@ class CostModel(Protocol):
         found in the prefix cache (what admitting them still costs)."""
         ...
 
+    def wake_s(self, idle_s: float) -> float:
+        """What the first step after ``idle_s`` seconds with nothing to run costs beyond
+        :meth:`step_s` (an engine settling after an idle spell)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ProfileCostModel:
@@ -142,6 +147,9 @@ class ProfileCostModel:
         # admitting what was found cached: work beside the step's passes, never in its floor
         return total + p.per_cached_token_s * cached if cached else total
 
+    def wake_s(self, idle_s: float) -> float:
+        return self.profile.wake_s(idle_s)
+
 
 @dataclass(frozen=True, slots=True)
 class ConstantCostModel:
@@ -179,6 +187,9 @@ class ConstantCostModel:
         return sum(self.prefill_s(c, n) for c, n in chunks) + (
             self.decode_step_s if (seqs or chunks) else 0.0
         )
+
+    def wake_s(self, idle_s: float) -> float:
+        return 0.0
 
 
 def rebuild_pricer(cost: CostModel, chunk: int) -> Callable[[float, bool], float]:

@@ -26,6 +26,11 @@ process reads the profile inside the policy bundle.
   c · kv_bytes_per_token / bandwidth_bytes_per_s``;
 - ``decode``: one decode step of a batch: ``step_s + per_seq_s·seqs +
   per_kv_token_s·kv_tokens`` (used by the simulator);
+- ``wake`` (optional, written only when measured): what an engine's first call after it
+  has been idle costs beyond the same call on a busy engine, as ``[idle seconds, extra
+  seconds]`` points (:meth:`Profile.wake_s`): the steps that follow an idle spell run
+  slower for a while (caches and clocks settling); the simulator charges it to the first
+  step after each idle spell. Absent: nothing (every step priced as on a warm engine);
 - ``source``: how it was obtained (``measured``, ``roofline``, ``published``) and
   from what, so that every figure can be traced.
 
@@ -95,6 +100,9 @@ class ProfileDoc(TypedDict):
     prefill: PrefillDoc
     reload: ReloadDoc
     decode: DecodeDoc
+    #: [idle seconds, extra seconds] of a call after an idle spell (absent: none; written
+    #: only when measured)
+    wake: NotRequired[list[list[float]]]
     #: how it was obtained: ``kind`` (measured, roofline, published …) and what the
     #: profiler recorded (free-form: each profiler writes its own keys)
     source: dict[str, Any]
@@ -158,6 +166,23 @@ class Profile:
     reload: Reload
     decode: Decode
     source: dict[str, Any] = field(default_factory=dict)
+    #: (idle seconds, extra seconds) a call after an idle spell of that length was measured
+    #: to cost beyond the same call on a busy engine, idle ascending (empty: none)
+    wake: tuple[tuple[float, float], ...] = ()
+
+    def wake_s(self, idle_s: float) -> float:
+        """What the first step after ``idle_s`` seconds with nothing to run costs beyond its
+        price on a busy engine: linear between the measured points and from (0, 0), the last
+        point's beyond it (0 without points)."""
+        points = self.wake
+        if not points or idle_s <= 0:
+            return 0.0
+        x0, y0 = 0.0, 0.0
+        for x, y in points:
+            if idle_s <= x:
+                return y0 + (y - y0) * (idle_s - x0) / (x - x0) if x > x0 else y
+            x0, y0 = x, y
+        return y0
 
     def prefill_s(self, tokens: float) -> float:
         """The fitted quadratic at ``tokens``; a rebuild's price is :meth:`rebuild_prefill_s`."""
@@ -247,6 +272,8 @@ class Profile:
             doc["prefill"]["per_cached_token_s"] = pre.per_cached_token_s
         if pre.per_context_pair_s is not None:
             doc["prefill"]["per_context_pair_s"] = pre.per_context_pair_s
+        if self.wake:
+            doc["wake"] = [[x, y] for x, y in self.wake]
         return doc
 
 
@@ -289,6 +316,7 @@ def from_json(data: Any, where: str = "profile") -> Profile:
                 float(dec["step_s"]), float(dec["per_seq_s"]), float(dec["per_kv_token_s"])
             ),
             source=source,
+            wake=tuple((float(x), float(y)) for x, y in data.get("wake") or ()),
         )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ProfileError(f"{where}: missing or invalid field {exc}") from None
@@ -314,6 +342,14 @@ def from_json(data: Any, where: str = "profile") -> Profile:
         raise ProfileError(f"{where}: prefill.per_context_pair_s must be finite and not negative")
     if profile.prefill.per_cached_token_s < 0:
         raise ProfileError(f"{where}: prefill.per_cached_token_s must not be negative")
+    idle = [x for x, _ in profile.wake]
+    if not all(math.isfinite(v) and v >= 0 for point in profile.wake for v in point) or any(
+        b <= a for a, b in zip(idle, idle[1:], strict=False)
+    ):
+        raise ProfileError(
+            f"{where}: wake must be [idle seconds, extra seconds] points, neither negative, "
+            "idle seconds ascending"
+        )
     return profile
 
 

@@ -45,6 +45,7 @@ B, the baselines and the simulator's steps (``profiles/cost.py``) all price from
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -344,7 +345,7 @@ def from_json(data: Any, where: str = "profile") -> Profile:
         raise ProfileError(f"{where}: prefill.per_cached_token_s must not be negative")
     idle = [x for x, _ in profile.wake]
     if not all(math.isfinite(v) and v >= 0 for point in profile.wake for v in point) or any(
-        b <= a for a, b in zip(idle, idle[1:], strict=False)
+        b <= a for a, b in itertools.pairwise(idle)
     ):
         raise ProfileError(
             f"{where}: wake must be [idle seconds, extra seconds] points, neither negative, "

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
 from replay.step_plan import StepPlan
-from replay.step_price import price_step
+from replay.step_price import price_step, wake_after
 
 
 @dataclass(slots=True)
@@ -91,8 +91,8 @@ class AsyncSimScheduler(SimScheduler):
         queue = self._queue
         while True:
             if not self.idle:
-                step = self._schedule(now)
                 begin = max(now, self._busy_until)
+                step = self._schedule(now, begin)
                 step.end = self._busy_until = begin + step.seconds
                 queue.appendleft(step)
                 if len(queue) < 2 and (step.index >= 0 or not self.idle):
@@ -110,16 +110,20 @@ class AsyncSimScheduler(SimScheduler):
             if not done.preempted and not self.idle and all(q.index < 0 for q in queue):
                 return now - start, []
 
-    def _schedule(self, now: float) -> _InFlight:
+    def _schedule(self, now: float, begin: float) -> _InFlight:
         """vLLM's ``schedule()`` with the previous step still in flight: the synchronous
         decision (:meth:`SimScheduler._schedule_requests`, skipping a request whose last
-        token is in flight), priced as it is, then :meth:`_update_after_schedule`."""
+        token is in flight), priced as it is (with the engine's wake when it begins, at ``begin``,
+        after an idle spell), then :meth:`_update_after_schedule`."""
         self.tick(now)
         self.expire_pins(now)
         plan = self._schedule_requests(now)
         if not plan.scheduled:
             return _InFlight([], 0.0, -1, plan.preempted)
         seconds, _ = price_step(plan, self.cost)
+        if begin > self._last_end:  # the first step after an idle spell
+            seconds += wake_after(self.cost, self._last_end, begin)
+        self._last_end = begin + seconds
         sampled = self._update_after_schedule(plan)
         self._account(seconds)
         index = self.stats.steps

@@ -53,7 +53,7 @@ from replay.scheduler_config import SimSchedulerConfig
 from replay.scheduler_stats import Stats
 from replay.step_apply import advance
 from replay.step_plan import ScheduledRequest, StepPlan
-from replay.step_price import price_step
+from replay.step_price import price_step, wake_after
 from ttlctl.engine.pins import PinTable
 from ttlctl.engine.source import TauSource
 
@@ -124,6 +124,9 @@ class SimScheduler:
     waiting_programs: dict[str, SimRequest] = field(default_factory=dict)
     #: simulated time up to which pinned memory has been integrated
     clock: float = 0.0
+    #: when the last step that computed something ended (-inf: none yet): a step that
+    #: starts later pays the engine's wake (:func:`~replay.step_price.wake_after`)
+    _last_end: float = -math.inf
     #: (time, pinned blocks) at each change seen by :meth:`tick`
     timeline: list[tuple[float, int]] = field(default_factory=list)
     _last_sampled: int = 0
@@ -255,6 +258,8 @@ class SimScheduler:
         Returns (duration, finished requests); a duration of 0: nothing could run."""
         if not self.config.fast:
             duration, finished, _ = self._step_reference(now)
+            if duration > 0:
+                self._last_end = now + duration
             return duration, finished
         result = self._step_fast(now, horizon)
         if result is None:  # a step the aggregate cannot take exactly: go request by request
@@ -264,11 +269,15 @@ class SimScheduler:
                 if r.num_computed_tokens >= r.prompt and r.num_tokens - r.num_computed_tokens == 1:
                     self.decoders.join(r)
             self._prefilling = [r for r in self.running if not r.decoding]
+            if duration > 0:
+                self._last_end = now + duration
             return duration, finished
         duration, finished, merge = result
         if merge:
             extra_s, finished = self._merge_decodes(now + duration, horizon)
             duration += extra_s
+        if duration > 0:
+            self._last_end = now + duration
         return duration, finished
 
     def applied_step(self) -> int:
@@ -314,6 +323,8 @@ class SimScheduler:
         if not plan.scheduled and not plan.num_decodes_in_set:
             return 0.0, [], False  # nothing runs
         duration, decode_only = price_step(plan, self.cost)
+        if now > self._last_end:  # the first step after an idle spell
+            duration += wake_after(self.cost, self._last_end, now)
         end = now + duration
         self._account(duration)
         self.stats.steps += 1
@@ -434,6 +445,8 @@ class SimScheduler:
         if not plan.scheduled:
             return 0.0, [], plan.preempted
         duration, _ = price_step(plan, self.cost)
+        if now > self._last_end:  # the first step after an idle spell
+            duration += wake_after(self.cost, self._last_end, now)
         end = now + duration
         self._account(duration)
         self.tick(end)

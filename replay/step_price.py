@@ -1,4 +1,5 @@
-"""A step's price: its seconds from the cost model (the model runner's part of a step)."""
+"""A step's price: its seconds from the cost model (the model runner's part of a step),
+and what a step that starts after the engine sat idle pays on top (:func:`wake_after`)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,12 @@ def first_chunk_cached(req: SimRequest, num_computed_tokens: int) -> int:
     if req.preemptions or num_computed_tokens != req.hit_tokens + req.loaded_tokens:
         return 0
     return num_computed_tokens
+
+
+def wake_after(cost: CostModel, last_end: float, start: float) -> float:
+    """What a step that computes something and starts at ``start`` pays on top of its
+    price because the engine has had nothing to run since its last such step ended at
+    ``last_end`` (-inf: it never ran; an engine starts long idle): the cost model's
+    :meth:`~profiles.cost.CostModel.wake_s` of the idle spell, 0 when it starts as the
+    step before it ends. Every backend charges a wake through this rule."""
+    return cost.wake_s(start - last_end) if start > last_end else 0.0

@@ -17,6 +17,7 @@ order by construction.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,8 +50,11 @@ class Core(Protocol):
         """vLLM's ``Scheduler.has_requests()``."""
         ...
 
-    def schedule_step(self) -> Queued:
-        """``schedule()`` at :attr:`now` and the executor's step (not run yet)."""
+    def schedule_step(self, last_end: float, start: float) -> Queued:
+        """``schedule()`` at :attr:`now` and the executor's step (not run yet), which
+        starts at ``start``; ``last_end``: when the last step that computed something
+        ended (a step that computes something after an idle spell pays the engine's
+        wake, :func:`replay.step_price.wake_after`)."""
         ...
 
     def apply_step(self, queued: Queued) -> None:
@@ -69,6 +73,8 @@ class BatchQueue:
     depth: int
     steps: deque[Queued] = field(default_factory=deque)
     busy_until: float = 0.0
+    #: when the last step that computed something ended (-inf: none yet)
+    last_end: float = -math.inf
 
     def turn(self, core: Core, between: Callable[[], None] = _nothing) -> Queued | None:
         """Schedule steps while the queue has room, then wait for the oldest one and apply
@@ -78,9 +84,11 @@ class BatchQueue:
         steps = self.steps
         while True:
             if core.has_requests():
-                queued = core.schedule_step()
                 start = max(core.now, self.busy_until)
+                queued = core.schedule_step(self.last_end, start)
                 queued.end = self.busy_until = start + queued.seconds
+                if queued.index >= 0:
+                    self.last_end = queued.end
                 steps.appendleft(queued)
                 if len(steps) < self.depth and (queued.index >= 0 or core.has_requests()):
                     between()

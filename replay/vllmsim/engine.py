@@ -47,6 +47,7 @@ from vllm.v1.request import Request
 from profiles.cost import CostModel
 from replay.request import SimRequest
 from replay.scheduler import SimSchedulerConfig, Stats
+from replay.step_price import wake_after
 from replay.vllmsim.batch_queue import BatchQueue, Queued
 from replay.vllmsim.build import Built
 from replay.vllmsim.executor import execute
@@ -182,7 +183,7 @@ class VllmEngine:
             if done is None or done.index >= 0 or batch.stalled(done, self):
                 return self.now - now, finished
 
-    def schedule_step(self) -> Queued:
+    def schedule_step(self, last_end: float, start: float) -> Queued:
         """``schedule()`` at the clock and the executor's step (the harness's)."""
         scheduler = self.built.scheduler
         stats = self.stats
@@ -194,6 +195,8 @@ class VllmEngine:
         seconds = step.seconds(self.cost)
         index = -1
         if output.total_num_scheduled_tokens > 0:
+            if start > last_end:  # the first step after an idle spell
+                seconds += wake_after(self.cost, last_end, start)
             index = stats.steps
             stats.steps += 1
             stats.busy_s += seconds

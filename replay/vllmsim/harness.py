@@ -39,6 +39,7 @@ from vllm.v1.request import RequestStatus
 from profiles.cost import CostModel
 from replay.progress import CallsDone, CallTally
 from replay.sim import ProgramRun, ReplayConfig, SimulationError, fits_engine
+from replay.step_price import wake_after
 from replay.vllmsim.batch_queue import BatchQueue, Queued
 from replay.vllmsim.build import Built
 from replay.vllmsim.executor import execute
@@ -200,7 +201,7 @@ class Harness:
     def has_requests(self) -> bool:
         return bool(self.scheduler.has_requests())
 
-    def schedule_step(self) -> Queued:
+    def schedule_step(self, last_end: float, start: float) -> Queued:
         timer = self.timer
         output = self.scheduler.schedule() if timer is None else timer.schedule()
         self._observe_pins()
@@ -208,6 +209,8 @@ class Harness:
         seconds = step.seconds(self.cost)
         index = -1
         if output.total_num_scheduled_tokens > 0:
+            if start > last_end:  # the first step after an idle spell
+                seconds += wake_after(self.cost, last_end, start)
             index = self.stats.steps
             self.stats.steps += 1
             self.stats.busy_s += seconds

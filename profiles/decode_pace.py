@@ -81,10 +81,19 @@ class Stream:
     #: (perf_counter seconds, cumulative completion tokens) per chunk carrying tokens
     arrivals: tuple[tuple[float, int], ...]
     cached_tokens: int | None
+    #: perf_counter seconds when the stream ended (its ``[DONE]`` read, the connection
+    #: closed; None: not recorded, and its last token's arrival stands for it)
+    end: float | None = None
 
     @property
     def ttft_s(self) -> float:
         return self.arrivals[0][0] - self.start
+
+    @property
+    def total_s(self) -> float:
+        """The call end to end on the client: sent to the stream's end."""
+        end = self.arrivals[-1][0] if self.end is None else self.end
+        return end - self.start
 
     @property
     def tokens(self) -> int:

@@ -22,7 +22,10 @@ shape. :func:`fit_samples` turns one or several such measurements into a
   (:func:`profiles.fitmath.fit_cached_prefill`, both ≥ 0): what a cached token costs
   however many tokens follow it, and each new token's attention over each token already
   in KV, which the fresh-prompt quadratic would price at ``2q``. Without such timings at
-  two numbers of new tokens neither is set (the profile prices as before).
+  two numbers of new tokens neither is set (the profile prices as before);
+- at each idle gap the median of every extra a call after that idle spell took beyond the
+  same call on a busy engine (:mod:`profiles.server_wake`), never below 0:
+  ``Profile.wake``, idle ascending (empty where nothing was timed).
 
 One measurement gives exactly the profile ``measure_engine`` has always written. Several
 (of the same server configuration: model, KV bytes per token, context window, tokens
@@ -53,8 +56,8 @@ from profiles.fitmath import (
 )
 from profiles.schema import Decode, Prefill, Profile, Reload
 
-#: a point's key: a context, or a tuple of counts (sortable)
-K = TypeVar("K", int, tuple[int, int])
+#: a point's key: a context, an idle gap, or a tuple of counts (sortable)
+K = TypeVar("K", int, float, tuple[int, int])
 
 #: host-to-device reload used when nothing better is known (PCIe 4.0 x16-class link)
 DEFAULT_RELOAD = Reload(bandwidth_bytes_per_s=25e9, latency_s=50e-6)
@@ -80,7 +83,13 @@ CACHED_PREFILL_TIMING = (
     "reported; median of repeats; what each takes beyond the fresh-prompt fit's price of its "
     "new tokens alone fitted as per_cached_token_s·cached + per_context_pair_s·cached·new"
 )
-#: what a measurement written before prefills on a cached prefix were timed says
+WAKE_TIMING = (
+    "client-side end to end (sent to the stream's end) of a streamed /v1/completions on a "
+    "prefix sent alone just before (so cached) with fresh new tokens, sent at once after the "
+    "prefix, then again after an idle gap; extra = the idle call's less the busy call's, "
+    "pairs round robin over the gaps, median per gap, clamped at 0"
+)
+#: what a measurement written before a term (a cached prefix's, the wake) was timed says
 NOT_TIMED = "not measured (a measurement taken before ttlctl timed it)"
 #: the fitted decode step of one sequence must cost at least this share of a one-token
 #: prefill (TTFT): both run the model over one new token; the TTFT adds the HTTP round trip
@@ -146,6 +155,12 @@ def pooled_cached_points(samples: Sequence[EngineSamples]) -> list[tuple[int, in
     return [(p, c, ttft) for (p, c), ttft in timed]
 
 
+def pooled_wake(samples: Sequence[EngineSamples]) -> list[tuple[float, float]]:
+    """(idle seconds, median extra seconds) of the calls after an idle spell, each median
+    over every measurement's extras at that gap, clamped at 0, idle ascending."""
+    return [(idle, max(extra, 0.0)) for idle, extra in _medians(p for s in samples for p in s.wake)]
+
+
 def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
     """The profile of one measurement, or of several pooled (see the module's docstring).
 
@@ -171,6 +186,7 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
         if len({p - c for p, c, _ in cached_points}) >= 2
         else None
     )
+    wake = pooled_wake(ordered)
     urls = list(dict.fromkeys(s.url for s in ordered))
     sources: dict[tuple[int, int], set[str]] = {}
     for s in ordered:
@@ -199,6 +215,9 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
         "cached_prefill_timing": CACHED_PREFILL_TIMING
         if cfit is not None
         else next((s.cached_prefill_note for s in ordered if s.cached_prefill_note), NOT_TIMED),
+        "wake_timing": WAKE_TIMING
+        if wake
+        else next((s.wake_note for s in ordered if s.wake_note), NOT_TIMED),
         "decode_timing": DECODE_TIMING,
         "decode_from": [
             [sq, kv, " + ".join(sorted(sources[sq, kv]))] for sq, kv, _ in decode_points
@@ -221,6 +240,7 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
                 "points": [list(p) for p in cached_points],
                 "max_rel_error": None if cfit is None else cfit.max_rel_error,
             },
+            "wake": {"points": [list(p) for p in wake]},
         },
     }
     if len(ordered) > 1:
@@ -252,6 +272,7 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
         reload=DEFAULT_RELOAD,
         decode=Decode(dfit.step_s, dfit.per_seq_s, dfit.per_kv_token_s),
         source=source,
+        wake=tuple(wake),
     )
 
 

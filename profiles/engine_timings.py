@@ -5,8 +5,9 @@
 token, version), the TTFTs at each prompt length, and the decode paces (seconds per output
 token) of each batch shape, with both timings of each decode point (:class:`DecodePoint`:
 the server's inter-token latency, the streams' pace, and which one the fit takes), and the
-TTFTs of prefills on top of a cached prefix (a measurement written before those were timed
-reads back with none).
+TTFTs of prefills on top of a cached prefix, and what a call after an idle spell took
+beyond the same call on a busy engine (a measurement written before either was timed reads
+back with none).
 :mod:`profiles.engine_fit` fits one or several into a profile. A document that cannot be
 read back, or measurements that cannot be fitted together, are an :class:`EngineFitError`.
 
@@ -98,6 +99,11 @@ class EngineSamples:
     #: (:mod:`profiles.server_cached`; empty: not timed, and why in the note)
     cached_prefill: tuple[tuple[int, int, tuple[float, ...]], ...] = ()
     cached_prefill_note: str = ""
+    #: (idle seconds, each pair's extra seconds) of a call after an idle spell beyond the
+    #: same call on a busy engine (:mod:`profiles.server_wake`; empty: not timed, and why in
+    #: the note)
+    wake: tuple[tuple[float, tuple[float, ...]], ...] = ()
+    wake_note: str = ""
 
     def decode_from(self) -> dict[tuple[int, int], str]:
         """Where each decode point's paces come from."""
@@ -126,6 +132,8 @@ class EngineSamples:
             "decode_points": [p.to_json() for p in self.decode_points],
             "cached_prefill": [[p, c, list(t)] for p, c, t in self.cached_prefill],
             "cached_prefill_note": self.cached_prefill_note,
+            "wake": [[idle, list(extras)] for idle, extras in self.wake],
+            "wake_note": self.wake_note,
         }
 
 
@@ -159,6 +167,11 @@ def samples_from_json(data: Mapping[str, Any], where: str = "measurement") -> En
                 for p, c, t in data.get("cached_prefill", ())
             ),
             cached_prefill_note=str(data.get("cached_prefill_note", "")),
+            wake=tuple(
+                (float(idle), tuple(float(x) for x in extras))
+                for idle, extras in data.get("wake", ())
+            ),
+            wake_note=str(data.get("wake_note", "")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise EngineFitError(f"{where}: missing or invalid field {exc}") from None

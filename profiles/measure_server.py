@@ -29,6 +29,11 @@ What a live server can tell from outside, timed on the client:
   batch's), each stream's pace over the window in which every request of the batch is
   past its second token, so that no peer's prefill is counted as decode time, and a
   warning says so. Both clocks, the choice and why: :mod:`profiles.decode_pace`.
+- the wake (:mod:`profiles.server_wake`): a call (a cached prefix, 64 fresh tokens, 8 out)
+  timed end to end right after another and again after an idle gap (0.1 s, 1 s), pairs
+  taken round robin; the median of each gap's extras (idle less busy, never below 0) is
+  ``Profile.wake``, which the simulator charges to the first step after an idle spell. It
+  sleeps about ``sum(IDLE_GAPS) × max(repeats, 5)`` seconds.
 - reload: NOT measured. A server exposes no host-to-device copy, so the profile
   carries a labelled default (:data:`profiles.engine_fit.DEFAULT_RELOAD`), and ``source`` says so.
 
@@ -42,8 +47,9 @@ failure to talk to it is a :class:`~ttlctl.server.client.ServerError`, a refusal
 what was asked a :class:`~profiles.server_target.ServerMeasureError` (both ``ValueError``),
 each one line naming the URL. ``measure_engine`` runs in steps: what the server is and the
 contexts to time (:mod:`profiles.server_target`), prefill (:func:`_measure_prefill`, here),
-decode (:mod:`profiles.server_decode`), each request streamed and timed by
-:mod:`profiles.server_stream`: every timing kept (:func:`measure_samples`, a
+a prefill on a cached prefix (:mod:`profiles.server_cached`), decode
+(:mod:`profiles.server_decode`), the wake (:mod:`profiles.server_wake`), each request
+streamed and timed by :mod:`profiles.server_stream`: every timing kept (:func:`measure_samples`, a
 :class:`~profiles.engine_timings.EngineSamples`), then fitted
 (:func:`profiles.engine_fit.fit_samples`, which also pools several measurements of one
 server configuration into one profile, and refuses a decode step too cheap to be real).
@@ -63,6 +69,7 @@ from profiles.server_cached import measure_cached_prefill
 from profiles.server_decode import measure_decode
 from profiles.server_stream import Sender
 from profiles.server_target import ServerMeasureError, contexts_to_time, probe_target
+from profiles.server_wake import measure_wake
 from ttlctl.server.client import normalise_url
 from ttlctl.server.vocab import token_pool
 
@@ -100,7 +107,7 @@ def measure_engine(
     KV bytes per token and the vocabulary for random prompts. ``contexts``
     default to :func:`profiles.grid.engine_contexts` up to ``max_model_len −
     output_tokens − 16``. ``progress(phase, done, total)`` is called as measurements finish
-    (phases ``"prefill"``, ``"cached prefill"`` and ``"decode"``). Raises
+    (phases ``"prefill"``, ``"cached prefill"``, ``"decode"`` and ``"wake"``). Raises
     :class:`ServerMeasureError` or :class:`~ttlctl.server.client.ServerError`, each a
     one-line message naming the URL, when the server cannot be used. The timings
     themselves: :func:`measure_samples`; this is their fit
@@ -146,6 +153,7 @@ def measure_samples(
     prefill = _measure_prefill(sender, ctxs, repeats, report)
     cached = measure_cached_prefill(sender, ctxs, repeats, report)
     decode = measure_decode(sender, target, ctxs, output_tokens, repeats, report)
+    wake = measure_wake(sender, ctxs, repeats, report)
     return EngineSamples(
         url=target.url,
         model=target.model,
@@ -166,6 +174,8 @@ def measure_samples(
         decode_points=decode.points,
         cached_prefill=cached.points,
         cached_prefill_note=cached.note,
+        wake=wake.points,
+        wake_note=wake.note,
     )
 
 

@@ -70,7 +70,8 @@ class Sender:
             )
 
     def stream(self, body: dict[str, Any]) -> Stream:
-        """POST a streamed /v1/completions and time each chunk that carries tokens."""
+        """POST a streamed /v1/completions and time each chunk that carries tokens, and
+        the stream's end."""
         start = time.perf_counter()
         arrivals: list[tuple[float, int]] = []
         cached: int | None = None
@@ -88,9 +89,10 @@ class Sender:
             if new > count:
                 count = new
                 arrivals.append((now, count))
+        end = time.perf_counter()
         if not arrivals:
             n = len(body.get("prompt") or ())
             raise ServerMeasureError(
                 f"{self.url}: the server returned no tokens for a {n}-token prompt"
             )
-        return Stream(start, tuple(arrivals), cached)
+        return Stream(start, tuple(arrivals), cached, end)

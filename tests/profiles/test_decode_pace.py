@@ -199,3 +199,11 @@ def test_the_floor_doubts_streamed_timings_only() -> None:
     mixed = (dataclasses.replace(timed[0], source=STREAM, note="bursts"), *timed[1:])
     with pytest.raises(EngineFitError, match="decode was not timed"):
         fit_samples([dataclasses.replace(good, decode=fast, decode_points=mixed)])
+
+
+def test_a_stream_is_timed_end_to_end_to_its_end_or_its_last_token() -> None:
+    """The wake's calls are timed sent to the stream's end ([DONE] read); a stream whose end
+    was not recorded (built by hand) ends at its last token."""
+    arrivals = ((0.25, 1), (0.5, 2))
+    assert Stream(0.125, arrivals, None, 0.75).total_s == 0.625
+    assert Stream(0.125, arrivals, None).total_s == 0.375

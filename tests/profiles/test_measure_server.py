@@ -16,7 +16,9 @@ from typing import Any, ClassVar
 
 import pytest
 
+from profiles import server_wake
 from profiles.decode_pace import FROM_SERVER
+from profiles.engine_fit import WAKE_TIMING
 from profiles.measure_server import measure_engine
 from profiles.models import PRESETS, kv_bytes_per_token
 from profiles.schema import from_json
@@ -30,6 +32,16 @@ from tests.vllm_server import free_port
 from ttlctl.server.owned import OwnedServer
 
 CONTEXTS = [64, 128, 256, 512, 1024, 1536]
+#: the wake's idle gaps and fewest pairs here: 1.2 s of sleep a measurement, not 5.5
+SHORT_GAPS = (0.1, 0.3)
+SHORT_PAIRS = 3
+
+
+@pytest.fixture(autouse=True)
+def _short_wake(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every measurement here times the wake at shorter gaps and fewer pairs."""
+    monkeypatch.setattr(server_wake, "IDLE_GAPS", SHORT_GAPS)
+    monkeypatch.setattr(server_wake, "WAKE_MIN_PAIRS", SHORT_PAIRS)
 
 
 def test_measure_engine_profiles_a_live_server(vllm_server: OwnedServer, tmp_path: Path) -> None:
@@ -97,9 +109,20 @@ def test_measure_engine_profiles_a_live_server(vllm_server: OwnedServer, tmp_pat
     plan = len(planned) * 2
     assert ("cached prefill", plan, plan) in calls
 
+    # the wake: each gap timed in SHORT_PAIRS pairs (more than the 2 repeats), its median
+    # extra never below 0
+    assert [idle for idle, _ in profile.wake] == list(SHORT_GAPS)
+    assert all(extra >= 0 for _, extra in profile.wake)
+    assert src["wake_timing"] == WAKE_TIMING
+    assert src["fit"]["wake"]["points"] == [list(p) for p in profile.wake]
+    print(f"wake: {profile.wake}")
+
     # progress reached the end of every phase
     assert ("prefill", len(CONTEXTS) * 2, len(CONTEXTS) * 2) in calls
-    assert calls[-1][0] == "decode" and calls[-1][1] == calls[-1][2]
+    phases = list(dict.fromkeys(phase for phase, _, _ in calls))
+    assert phases == ["prefill", "cached prefill", "decode", "wake"]
+    pairs = len(SHORT_GAPS) * SHORT_PAIRS
+    assert calls[-1] == ("wake", pairs, pairs)
 
     # round trip through the profile's JSON
     again = from_json(json.loads(json.dumps(profile.to_json())))
@@ -148,12 +171,21 @@ def test_measure_engine_http_error_names_the_url(vllm_server: OwnedServer) -> No
 
 # --- a stub server: no vLLM needed ---------------------------------------------------
 
+#: the stub's idle spell: a call this long after the last one ended pays its wake (the wake's
+#: busy call comes milliseconds after its prefix's, its idle call SHORT_GAPS after)
+IDLE_AFTER_S = 0.05
+
 
 class _Stub(BaseHTTPRequestHandler):
-    """/v1/models, and completions that stream ``tokens`` tokens (0: none at all)."""
+    """/v1/models, and completions that stream ``tokens`` tokens (0: none at all); a call
+    that comes more than :data:`IDLE_AFTER_S` after the last one ended takes ``wake_s``
+    longer."""
 
     tokens: ClassVar[int] = 0
     prefill_s_per_token: ClassVar[float] = 2e-6
+    wake_s: ClassVar[float] = 0.0
+    #: when the last call ended (time.monotonic())
+    last_end: ClassVar[float] = 0.0
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -181,7 +213,8 @@ class _Stub(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        time.sleep(self.prefill_s_per_token * len(body["prompt"]))
+        idle = time.monotonic() - type(self).last_end > IDLE_AFTER_S
+        time.sleep(self.prefill_s_per_token * len(body["prompt"]) + (self.wake_s if idle else 0))
         for i in range(min(self.tokens, body["max_tokens"])):
             usage = {"completion_tokens": i + 1}
             chunk = {"choices": [{"index": 0, "text": "x"}], "usage": usage}
@@ -189,6 +222,7 @@ class _Stub(BaseHTTPRequestHandler):
             self.wfile.flush()
             time.sleep(0.001)
         self.wfile.write(b"data: [DONE]\n\n")
+        type(self).last_end = time.monotonic()
 
 
 @pytest.fixture
@@ -205,6 +239,7 @@ def test_stub_without_reset_warns_once_and_profiles(stub: tuple[str, type[_Stub]
     # well above a loaded machine's scheduling noise (2e-6 s/token gave 2 ms, lost in it;
     # 2e-5 gave 19 ms, which one stalled request of a single repeat can still swallow)
     handler.prefill_s_per_token = 1e-4
+    handler.wake_s = 0.03
     with pytest.warns(RuntimeWarning, match="reset_prefix_cache") as record:
         profile = measure_engine(
             url, model_config=PRESETS["tiny"], contexts=[64, 256, 1024], repeats=1,
@@ -215,6 +250,11 @@ def test_stub_without_reset_warns_once_and_profiles(stub: tuple[str, type[_Stub]
     assert profile.source["prefix_cache_reset"] is False
     assert profile.source["server_version"] is None
     assert profile.prefill_s(1024) > profile.prefill_s(64)
+    # the wake: each gap's median extra is what the stub sleeps after an idle spell (give or
+    # take a loaded machine's scheduling), over SHORT_PAIRS pairs each
+    assert [idle for idle, _ in profile.wake] == list(SHORT_GAPS)
+    for _, extra in profile.wake:
+        assert extra == pytest.approx(handler.wake_s, abs=0.4 * handler.wake_s)
 
 
 def test_default_grid_reaches_the_longest_prompt_the_server_takes(

@@ -53,3 +53,15 @@ def test_a_measured_pair_cost_of_zero_is_shown() -> None:
     profile_table(console, doc)
     last = console.export_text().splitlines()[-1]
     assert last.startswith("a new token's attention over one in KV 0.00 ns; KV "), last
+
+
+def test_a_measured_wake_is_one_line_and_none_without_it() -> None:
+    doc: Any = json.loads((shipped.DATA / "tiny-cpu.json").read_text())
+    console = Console(record=True, width=400)
+    profile_table(console, doc)
+    assert "after idle" not in console.export_text()  # not measured: nothing said
+    doc["wake"] = [[0.1, 0.0105], [1.0, 0.01574], [30.0, 0.0]]
+    console = Console(record=True, width=400)
+    profile_table(console, doc)
+    last = console.export_text().splitlines()[-1]
+    assert last == "after idle: 0.1 s +10.5 ms, 1 s +15.7 ms, 30 s +0.0 ms", last

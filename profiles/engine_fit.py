@@ -243,6 +243,11 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
             "wake": {"points": [list(p) for p in wake]},
         },
     }
+    budgets = {s.step_budget for s in ordered}
+    if len(budgets) == 1 and (budget := budgets.pop()) is not None:
+        # the step budget the server ran with (Profile.chunk_tokens): one server's, never
+        # a guess across servers that told different ones or none
+        source["flags"] = {"max_num_batched_tokens": budget}
     if len(ordered) > 1:
         source["pooled"] = {
             "measurements": len(ordered),

@@ -104,6 +104,8 @@ class EngineSamples:
     #: the note)
     wake: tuple[tuple[float, tuple[float, ...]], ...] = ()
     wake_note: str = ""
+    #: the server's ``max_num_batched_tokens`` (None: it did not say)
+    step_budget: int | None = None
 
     def decode_from(self) -> dict[tuple[int, int], str]:
         """Where each decode point's paces come from."""
@@ -134,6 +136,7 @@ class EngineSamples:
             "cached_prefill_note": self.cached_prefill_note,
             "wake": [[idle, list(extras)] for idle, extras in self.wake],
             "wake_note": self.wake_note,
+            "step_budget": self.step_budget,
         }
 
 
@@ -172,6 +175,7 @@ def samples_from_json(data: Mapping[str, Any], where: str = "measurement") -> En
                 for idle, extras in data.get("wake", ())
             ),
             wake_note=str(data.get("wake_note", "")),
+            step_budget=None if data.get("step_budget") is None else int(data["step_budget"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise EngineFitError(f"{where}: missing or invalid field {exc}") from None

@@ -176,6 +176,7 @@ def measure_samples(
         cached_prefill_note=cached.note,
         wake=wake.points,
         wake_note=wake.note,
+        step_budget=target.step_budget,
     )
 
 

@@ -4,8 +4,10 @@ What the server is (:func:`probe_target`: its model, its longest request, its KV
 capacity, its version, its KV bytes per token from the model config or from its
 ``vllm:cache_config_info`` metric) and the prompt lengths prefill is timed at
 (:func:`contexts_to_time`: those asked, checked against the server, or the default grid up
-to what it takes). Both run before any time is spent measuring; a refusal is a
-:class:`ServerMeasureError`, one line naming the URL.
+to what it takes, and within the tokens one of its steps computes when the server says:
+a longer prompt's time to first token would span several steps, which the fit of a
+prompt's prefill as one step cannot tell apart). Both run before any time is spent
+measuring; a refusal is a :class:`ServerMeasureError`, one line naming the URL.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from profiles.grid import engine_contexts
 from profiles.models import kv_bytes_per_token as config_kv_bytes_per_token
 from ttlctl.errors import TtlctlError
-from ttlctl.server.facts import probe
+from ttlctl.server.facts import probe, step_budget
 
 #: tokens kept free below ``max_model_len`` beside the generated ones
 CONTEXT_MARGIN = 16
@@ -40,6 +42,8 @@ class Target:
     version: str | None
     kv_bytes: int
     kv_from: str
+    #: the tokens one engine step computes (``max_num_batched_tokens``; None: unknown)
+    step_budget: int | None = None
 
 
 def probe_target(url: str, model_config: dict[str, Any] | None, timeout_s: float) -> Target:
@@ -64,18 +68,31 @@ def probe_target(url: str, model_config: dict[str, Any] | None, timeout_s: float
             )
         kv_bytes = memory // capacity
         kv_from = "server metrics: kv_cache_memory_bytes / kv_cache_size_tokens"
-    return Target(url, info.model, max_model_len, info.kv_tokens, info.version, kv_bytes, kv_from)
+    return Target(
+        url,
+        info.model,
+        max_model_len,
+        info.kv_tokens,
+        info.version,
+        kv_bytes,
+        kv_from,
+        step_budget(url, timeout_s),
+    )
 
 
 def contexts_to_time(
     target: Target, contexts: Sequence[int] | None, output_tokens: int
 ) -> list[int]:
     """The prompt lengths prefill is timed at: ``contexts``, checked against the server,
-    or the default grid up to what the server takes."""
+    or the default grid up to what the server takes (and up to its step budget, when it
+    tells it: each timed prefill one step)."""
     url, max_model_len, kv_capacity = target.url, target.max_model_len, target.kv_capacity
+    budget = target.step_budget
     limit = (max_model_len or 0) - output_tokens - CONTEXT_MARGIN
     if kv_capacity is not None:
         limit = min(limit, kv_capacity - output_tokens - CONTEXT_MARGIN)
+    if budget is not None:
+        limit = min(limit, budget)
     if contexts is None:
         if max_model_len <= 0:
             raise ServerMeasureError(
@@ -96,6 +113,12 @@ def contexts_to_time(
                 raise ServerMeasureError(
                     f"{url}: context {c} + {output_tokens} output tokens does not fit "
                     f"the server's KV cache ({kv_capacity} tokens)"
+                )
+            if budget is not None and c > budget:
+                raise ServerMeasureError(
+                    f"{url}: context {c} is over the server's max_num_batched_tokens "
+                    f"({budget}): its prefill would take several steps, which the fit "
+                    "takes as one; time contexts within it"
                 )
     if len(ctxs) < 3:
         raise ServerMeasureError(

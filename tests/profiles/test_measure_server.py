@@ -29,6 +29,7 @@ from tests.http_stub import serving
 from tests.live.servers import MODEL_NAME
 from tests.profiles.replay_one import check_replays_its_points
 from tests.vllm_server import free_port
+from ttlctl.server.facts import step_budget
 from ttlctl.server.owned import OwnedServer
 
 CONTEXTS = [64, 128, 256, 512, 1024, 1536]
@@ -59,6 +60,10 @@ def test_measure_engine_profiles_a_live_server(vllm_server: OwnedServer, tmp_pat
     print(f"\nmeasure_engine: {elapsed:.1f} s; server ready in {vllm_server.ready_s:.1f} s")
     print(json.dumps(profile.to_json(), indent=1))
 
+    # the server runs in development mode: it tells its step budget, which the profile keeps
+    budget = step_budget(vllm_server.url)
+    assert isinstance(budget, int) and budget >= max(CONTEXTS)
+    assert profile.chunk_tokens == budget
     # prefill grows with context: in the fit and in the measured points themselves
     assert [c for c, _ in profile.prefill.points] == CONTEXTS
     assert profile.prefill_s(1536) > profile.prefill_s(64)
@@ -184,6 +189,8 @@ class _Stub(BaseHTTPRequestHandler):
     tokens: ClassVar[int] = 0
     prefill_s_per_token: ClassVar[float] = 2e-6
     wake_s: ClassVar[float] = 0.0
+    #: the max_num_batched_tokens /server_info tells (None: no /server_info, not dev mode)
+    step_budget: ClassVar[int | None] = None
     #: when the last call ended (time.monotonic())
     last_end: ClassVar[float] = 0.0
 
@@ -201,6 +208,9 @@ class _Stub(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/v1/models":
             self._json(200, {"data": [{"id": "org/Stub-Model", "max_model_len": 2048}]})
+        elif self.path == "/server_info?config_format=json" and self.step_budget is not None:
+            config = {"scheduler_config": {"max_num_batched_tokens": self.step_budget}}
+            self._json(200, {"vllm_config": config, "vllm_env": {}})
         else:
             self._json(404, {"detail": "Not Found"})
 
@@ -270,6 +280,29 @@ def test_default_grid_reaches_the_longest_prompt_the_server_takes(
     with pytest.warns(RuntimeWarning, match="reset_prefix_cache"):
         profile = measure_engine(url, model_config=PRESETS["tiny"], repeats=1, output_tokens=6)
     assert [c for c, _ in profile.prefill.points] == [128, 256, 512, 1024, 2048 - 6 - 16]
+
+
+def test_the_grid_stays_within_the_servers_step_budget(stub: tuple[str, type[_Stub]]) -> None:
+    """A server in development mode tells its max_num_batched_tokens: a prompt longer than
+    that is prefilled in several steps, which the fit of a TTFT as one step would fold into
+    its quadratic; so the default grid stops at the budget, a context over it is refused
+    (one line naming the URL and the flag), and the profile records the budget it was
+    measured with (``source.flags``, its ``chunk_tokens``). A server that does not tell:
+    as before (the test above)."""
+    url, handler = stub
+    handler.tokens = 1000
+    handler.step_budget = 1000
+    assert step_budget(url) == 1000
+    with pytest.warns(RuntimeWarning, match="reset_prefix_cache"):
+        profile = measure_engine(url, model_config=PRESETS["tiny"], repeats=1, output_tokens=6)
+    assert [c for c, _ in profile.prefill.points] == [64, 128, 256, 512, 1000]
+    assert profile.source["flags"] == {"max_num_batched_tokens": 1000}
+    assert profile.chunk_tokens == 1000
+    with pytest.raises(ValueError, match="over the server's max_num_batched_tokens") as info:
+        measure_engine(url, model_config=PRESETS["tiny"], contexts=[64, 512, 1024])
+    assert url in str(info.value) and "\n" not in str(info.value)
+    handler.step_budget = None
+    assert step_budget(url) is None
 
 
 def test_stub_without_tokens_names_the_url(stub: tuple[str, type[_Stub]]) -> None:

@@ -4,7 +4,9 @@
 vLLM version; the labels of ``vllm:cache_config_info`` on ``/metrics`` the KV cache
 (block size, blocks, bytes, tokens) and whether prefix caching is on; a
 ``ttlctl:pins_*`` series that the server runs the TTL scheduler. Only the model is
-required: the rest is None when the server does not say.
+required: the rest is None when the server does not say. :func:`step_budget`: the
+server's ``max_num_batched_tokens``, which only a server in development mode
+(``VLLM_SERVER_DEV_MODE=1``: ``/server_info``) tells.
 """
 
 from __future__ import annotations
@@ -80,3 +82,21 @@ def probe(url: str, timeout_s: float = 30.0) -> ServerInfo:
         ttl_metrics=prom.TTL_SERIES in text,
         kv_cache_memory_bytes=prom.int_label(info, "kv_cache_memory_bytes"),
     )
+
+
+def step_budget(url: str, timeout_s: float = 30.0) -> int | None:
+    """The most tokens one engine step of the server at ``url`` computes
+    (``scheduler_config.max_num_batched_tokens`` of ``/server_info?config_format=json``,
+    served in development mode only; None: the server does not say)."""
+    try:
+        doc = client.json_answer(
+            client.normalise_url(url), "/server_info?config_format=json", timeout_s=timeout_s
+        )
+    except ServerError:
+        return None
+    config = doc.get("vllm_config") if isinstance(doc, dict) else None
+    scheduler = config.get("scheduler_config") if isinstance(config, dict) else None
+    budget = scheduler.get("max_num_batched_tokens") if isinstance(scheduler, dict) else None
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        return None
+    return budget

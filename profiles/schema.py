@@ -28,9 +28,10 @@ process reads the profile inside the policy bundle.
   per_kv_token_s·kv_tokens`` (used by the simulator);
 - ``wake`` (optional, written only when measured): what an engine's first call after it
   has been idle costs beyond the same call on a busy engine, as ``[idle seconds, extra
-  seconds]`` points (:meth:`Profile.wake_s`): the steps that follow an idle spell run
-  slower for a while (caches and clocks settling); the simulator charges it to the first
-  step after each idle spell. Absent: nothing (every step priced as on a warm engine);
+  seconds]`` points (:meth:`Profile.wake_s`, :mod:`profiles.wake`): the steps that follow
+  an idle spell run slower for a while (caches and clocks settling); the simulator charges
+  it to the first step after each idle spell. Absent: nothing (every step priced as on a
+  warm engine);
 - ``source``: how it was obtained (``measured``, ``roofline``, ``published``) and
   from what, so that every figure can be traced.
 
@@ -45,13 +46,13 @@ B, the baselines and the simulator's steps (``profiles/cost.py``) all price from
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
+from profiles.wake import WAKE_SHAPE, wake_points, wake_s
 from ttlctl.errors import TtlctlError
 
 SCHEMA = "ttlctl.profile/1"
@@ -175,15 +176,7 @@ class Profile:
         """What the first step after ``idle_s`` seconds with nothing to run costs beyond its
         price on a busy engine: linear between the measured points and from (0, 0), the last
         point's beyond it (0 without points)."""
-        points = self.wake
-        if not points or idle_s <= 0:
-            return 0.0
-        x0, y0 = 0.0, 0.0
-        for x, y in points:
-            if idle_s <= x:
-                return y0 + (y - y0) * (idle_s - x0) / (x - x0) if x > x0 else y
-            x0, y0 = x, y
-        return y0
+        return wake_s(self.wake, idle_s)
 
     def prefill_s(self, tokens: float) -> float:
         """The fitted quadratic at ``tokens``; a rebuild's price is :meth:`rebuild_prefill_s`."""
@@ -317,8 +310,10 @@ def from_json(data: Any, where: str = "profile") -> Profile:
                 float(dec["step_s"]), float(dec["per_seq_s"]), float(dec["per_kv_token_s"])
             ),
             source=source,
-            wake=tuple((float(x), float(y)) for x, y in data.get("wake") or ()),
+            wake=_wake(data.get("wake"), where),
         )
+    except ProfileError:
+        raise  # already one line naming the field
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ProfileError(f"{where}: missing or invalid field {exc}") from None
     numbers = [
@@ -343,15 +338,16 @@ def from_json(data: Any, where: str = "profile") -> Profile:
         raise ProfileError(f"{where}: prefill.per_context_pair_s must be finite and not negative")
     if profile.prefill.per_cached_token_s < 0:
         raise ProfileError(f"{where}: prefill.per_cached_token_s must not be negative")
-    idle = [x for x, _ in profile.wake]
-    if not all(math.isfinite(v) and v >= 0 for point in profile.wake for v in point) or any(
-        b <= a for a, b in itertools.pairwise(idle)
-    ):
-        raise ProfileError(
-            f"{where}: wake must be [idle seconds, extra seconds] points, neither negative, "
-            "idle seconds ascending"
-        )
     return profile
+
+
+def _wake(raw: Any, where: str) -> tuple[tuple[float, float], ...]:
+    """The ``wake`` field's points, or a :class:`ProfileError` naming it."""
+    points = wake_points(raw)
+    if points is None:
+        got = json.dumps(raw, default=str)[:80]
+        raise ProfileError(f"{where}: wake must be {WAKE_SHAPE} (got {got})")
+    return points
 
 
 def load(path: Path) -> Profile:

@@ -65,7 +65,30 @@ def test_bad_points_are_refused_in_one_line(wake: Any) -> None:
     assert str(err.value).startswith("p.json: ") and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("wake", [[[0.1]], [["x", 0.01]], 3])
+@pytest.mark.parametrize(
+    "wake",
+    [
+        [[0.1]],
+        [[0.1, 0.01, 0.02]],
+        [["x", 0.01]],
+        [["0.1", 0.01]],
+        [[0.1, None]],
+        [[True, 0.01]],
+        [0.1, 0.01],  # a point, not a list of them
+        3,
+        "x",
+        {"0.1": 0.01},
+    ],
+)
 def test_malformed_points_name_the_field(wake: Any) -> None:
-    with pytest.raises(ProfileError, match="missing or invalid field"):
+    with pytest.raises(ProfileError, match="wake must be a list of") as err:
         from_json(_doc(wake), where="p.json")
+    assert str(err.value).startswith("p.json: ") and "\n" not in str(err.value)
+
+
+def test_a_refusal_inside_the_fields_is_not_wrapped_again() -> None:
+    doc = _doc()
+    doc["prefill"]["includes_step"] = 3
+    with pytest.raises(ProfileError) as err:
+        from_json(doc, where="p.json")
+    assert str(err.value) == "p.json: prefill.includes_step must be true or false"

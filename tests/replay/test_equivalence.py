@@ -115,7 +115,8 @@ def test_merged_decode_steps_give_the_same_results(seed: int, name: str) -> None
 DYADIC = ConstantCostModel(
     prefill_per_token_s=2**-13, decode_step_s=2**-6, reload_per_token_s=2**-20
 )
-#: the same with a decode price that grows with the batch and its KV
+#: the same with a decode price that grows with the batch and its KV, and a wake after each
+#: idle spell (points 1/4 s apart: its interpolation stays exact)
 DYADIC_PROFILE = ProfileCostModel(
     Profile(
         name="dyadic",
@@ -126,6 +127,7 @@ DYADIC_PROFILE = ProfileCostModel(
         prefill=Prefill(a=2**-8, b=2**-14, q=2**-30),
         reload=Reload(bandwidth_bytes_per_s=2.0**40, latency_s=2**-10),
         decode=Decode(step_s=2**-7, per_seq_s=2**-12, per_kv_token_s=2**-24),
+        wake=((0.25, 2**-9), (0.5, 2**-7)),
     )
 )
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,9 @@ from tests.vllmsim.differential import (
 )
 from ttlctl.ingest.pipeline import ingest
 
-COST = ProfileCostModel(resolve("llama-3.1-8b-h100")[0])
+#: the shipped profile with a measured wake: the first step after each idle spell pays it
+#: on both backends (replay.step_price.wake_after)
+COST = ProfileCostModel(replace(resolve("llama-3.1-8b-h100")[0], wake=((0.1, 0.004), (1.0, 0.01))))
 EXAMPLES = int(os.environ.get("TTLCTL_DIFF_EXAMPLES", "40"))
 REPORT = os.environ.get("TTLCTL_DIFF_REPORT")
 ASYNC = os.environ.get("TTLCTL_DIFF_ASYNC") == "1"

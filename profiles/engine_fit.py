@@ -85,9 +85,10 @@ CACHED_PREFILL_TIMING = (
 )
 WAKE_TIMING = (
     "client-side end to end (sent to the stream's end) of a streamed /v1/completions on a "
-    "prefix sent alone just before (so cached) with fresh new tokens, sent at once after the "
-    "prefix, then again after an idle gap; extra = the idle call's less the busy call's, "
-    "pairs round robin over the gaps, median per gap, clamped at 0"
+    "prefix sent alone just before (so cached) with fresh new tokens, sent at once after one "
+    "untimed call of the same shape (which follows the prefix's prefill), then again after "
+    "an idle gap; extra = the idle call's less the busy call's, pairs round robin over the "
+    "gaps, median per gap, clamped at 0"
 )
 #: what a measurement written before a term (a cached prefix's, the wake) was timed says
 NOT_TIMED = "not measured (a measurement taken before ttlctl timed it)"

@@ -30,10 +30,11 @@ What a live server can tell from outside, timed on the client:
   past its second token, so that no peer's prefill is counted as decode time, and a
   warning says so. Both clocks, the choice and why: :mod:`profiles.decode_pace`.
 - the wake (:mod:`profiles.server_wake`): a call (a cached prefix, 64 fresh tokens, 8 out)
-  timed end to end right after another and again after an idle gap (0.1 s, 1 s), pairs
-  taken round robin; the median of each gap's extras (idle less busy, never below 0) is
-  ``Profile.wake``, which the simulator charges to the first step after an idle spell. It
-  sleeps about ``sum(IDLE_GAPS) × max(repeats, 5)`` seconds.
+  timed end to end right after another (itself after the prefix's prefill, untimed) and
+  again after an idle gap (0.1 s, 0.3 s, 1 s), pairs taken round robin; the median of
+  each gap's extras (idle less busy, never below 0) is ``Profile.wake``, which the
+  simulator charges to the first step after an idle spell. It sleeps about
+  ``sum(IDLE_GAPS) × max(repeats, 5)`` seconds.
 - reload: NOT measured. A server exposes no host-to-device copy, so the profile
   carries a labelled default (:data:`profiles.engine_fit.DEFAULT_RELOAD`), and ``source`` says so.
 

@@ -9,16 +9,22 @@ prefill step 5–7 ms longer and its first ~6 decode steps 5, 3, 2, 1, 0.5 ms lo
 0.01–0.03 s idle, nothing). A fit of calls timed back to back never sees it.
 
 Timed here, per pair: a prefix (:func:`wake_prefix`: half the longest prompt the profile
-times) is sent alone (``max_tokens`` 1: its whole blocks are then cached); at once the
-"busy" call, that prefix and :data:`WAKE_NEW` fresh tokens generating :data:`WAKE_OUTPUT`;
-then :func:`time.sleep` of an idle gap (the real clock: the engine must really be idle);
-then the "idle" call, the same shape with fresh new tokens again. Each call is timed end to
-end on the client (sent to the stream's end: :attr:`~profiles.decode_pace.Stream.total_s`)
-and the pair's extra is the idle call's time less the busy call's. Each gap of
-:data:`IDLE_GAPS` gets ``max(repeats, WAKE_MIN_PAIRS)`` pairs, the gaps taken round robin so
-that drift hits both alike. :func:`profiles.engine_fit.fit_samples` takes the median extra
-of each gap (``Profile.wake``); the simulator charges it to the first step after each idle
-spell. The measurement sleeps ``sum(IDLE_GAPS) × pairs`` seconds in all.
+times) is sent alone (``max_tokens`` 1: its whole blocks are then cached); then one call
+of the pair's shape, untimed (the "warm" call: that prefix and :data:`WAKE_NEW` fresh
+tokens generating :data:`WAKE_OUTPUT`); at once the "busy" call, the same shape; then
+:func:`time.sleep` of an idle gap (the real clock: the engine must really be idle); then the
+"idle" call, the same shape with fresh new tokens again. The warm call is there because a
+call right after a long prefill runs slow too (its first steps, as after an idle spell):
+timed at once after the prefix's prefill, the busy call read several milliseconds long and
+the extras that much short (on vLLM's CPU engine with the test model, median extras after
+0.1 s and 1 s idle of −4 and 11 ms against 6 and 19 ms with the warm call: results.md).
+Each call is timed end to end on the client (sent to the stream's end:
+:attr:`~profiles.decode_pace.Stream.total_s`) and the pair's extra is the idle call's time
+less the busy call's. Each gap of :data:`IDLE_GAPS` gets ``max(repeats, WAKE_MIN_PAIRS)``
+pairs, the gaps taken round robin so that drift hits both alike.
+:func:`profiles.engine_fit.fit_samples` takes the median extra of each gap
+(``Profile.wake``); the simulator charges it to the first step after each idle spell. The
+measurement sleeps ``sum(IDLE_GAPS) × pairs`` seconds in all.
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ from profiles.server_stream import Sender
 WAKE_NEW = 64
 #: tokens each timed call generates (the first decode steps after an idle spell are slow too)
 WAKE_OUTPUT = 8
-#: the idle gaps timed (seconds): read when :func:`measure_wake` runs
-IDLE_GAPS: tuple[float, ...] = (0.1, 1.0)
+#: the idle gaps timed (seconds): read when :func:`measure_wake` runs. The wake grows
+#: from 0.1 s to 1 s idle and no further (measured to 5 s: results.md)
+IDLE_GAPS: tuple[float, ...] = (0.1, 0.3, 1.0)
 #: the fewest pairs a gap gets, whatever the profile's repeats: read when it runs
 WAKE_MIN_PAIRS = 5
 #: the shortest prefix timed (a few blocks of any block size)
@@ -84,6 +91,7 @@ def measure_wake(
         for gap in gaps:
             prefix = sender.tokens(prefix_len)
             sender.stream(sender.body(0, 1, prefix))
+            _total_s(sender, prefix)  # the warm call: the engine's steps after a long prefill
             busy = _total_s(sender, prefix)
             time.sleep(gap)
             idle = _total_s(sender, prefix)

@@ -184,11 +184,16 @@ IDLE_AFTER_S = 0.05
 class _Stub(BaseHTTPRequestHandler):
     """/v1/models, and completions that stream ``tokens`` tokens (0: none at all); a call
     that comes more than :data:`IDLE_AFTER_S` after the last one ended takes ``wake_s``
-    longer."""
+    longer, and one that comes right after a one-token call (a prefill alone) takes
+    ``after_prefill_s`` longer (vLLM's engine runs the first steps after a long prefill
+    slow too)."""
 
     tokens: ClassVar[int] = 0
     prefill_s_per_token: ClassVar[float] = 2e-6
     wake_s: ClassVar[float] = 0.0
+    after_prefill_s: ClassVar[float] = 0.0
+    #: whether the last call generated one token (a prefill alone)
+    last_one_token: ClassVar[bool] = False
     #: the max_num_batched_tokens /server_info tells (None: no /server_info, not dev mode)
     step_budget: ClassVar[int | None] = None
     #: when the last call ended (time.monotonic())
@@ -224,7 +229,9 @@ class _Stub(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         idle = time.monotonic() - type(self).last_end > IDLE_AFTER_S
-        time.sleep(self.prefill_s_per_token * len(body["prompt"]) + (self.wake_s if idle else 0))
+        slow = self.wake_s if idle else self.after_prefill_s if self.last_one_token else 0.0
+        type(self).last_one_token = body["max_tokens"] == 1
+        time.sleep(self.prefill_s_per_token * len(body["prompt"]) + slow)
         for i in range(min(self.tokens, body["max_tokens"])):
             usage = {"completion_tokens": i + 1}
             chunk = {"choices": [{"index": 0, "text": "x"}], "usage": usage}
@@ -250,6 +257,9 @@ def test_stub_without_reset_warns_once_and_profiles(stub: tuple[str, type[_Stub]
     # 2e-5 gave 19 ms, which one stalled request of a single repeat can still swallow)
     handler.prefill_s_per_token = 1e-4
     handler.wake_s = 0.03
+    # a call right after a prefill alone runs slow too: the wake's busy call, timed at once
+    # after its prefix's prefill, read 20 ms long and the extras 20 ms short (10 ms, not 30)
+    handler.after_prefill_s = 0.02
     with pytest.warns(RuntimeWarning, match="reset_prefix_cache") as record:
         profile = measure_engine(
             url, model_config=PRESETS["tiny"], contexts=[64, 256, 1024], repeats=1,

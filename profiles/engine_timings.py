@@ -16,7 +16,7 @@ Pure: no clock read, no file written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,41 +141,50 @@ class EngineSamples:
 
 
 def samples_from_json(data: Mapping[str, Any], where: str = "measurement") -> EngineSamples:
-    """:meth:`EngineSamples.to_json` read back (:class:`EngineFitError` names a bad field)."""
-    try:
-        return EngineSamples(
-            url=str(data["url"]),
-            model=str(data["model"]),
-            max_model_len=int(data["max_model_len"]),
-            kv_capacity=None if data.get("kv_capacity") is None else int(data["kv_capacity"]),
-            version=None if data.get("version") is None else str(data["version"]),
-            kv_bytes_per_token=int(data["kv_bytes_per_token"]),
-            kv_bytes_from=str(data["kv_bytes_from"]),
-            created=str(data["created"]),
-            repeats=int(data["repeats"]),
-            output_tokens=int(data["output_tokens"]),
-            decode_output_tokens=int(data["decode_output_tokens"]),
-            prefill=tuple((int(c), tuple(float(x) for x in t)) for c, t in data["prefill"]),
-            decode=tuple(
-                (int(s), int(k), tuple(float(x) for x in p)) for s, k, p in data["decode"]
-            ),
-            decode_batches_without_common_window=int(
-                data.get("decode_batches_without_common_window", 0)
-            ),
-            prefix_cache_reset=bool(data.get("prefix_cache_reset", True)),
-            max_cached_tokens_seen=int(data.get("max_cached_tokens_seen", 0)),
-            decode_points=tuple(_point_from_json(p) for p in data.get("decode_points", ())),
-            cached_prefill=tuple(
-                (int(p), int(c), tuple(float(x) for x in t))
-                for p, c, t in data.get("cached_prefill", ())
-            ),
-            cached_prefill_note=str(data.get("cached_prefill_note", "")),
-            wake=tuple(
-                (float(idle), tuple(float(x) for x in extras))
-                for idle, extras in data.get("wake", ())
-            ),
-            wake_note=str(data.get("wake_note", "")),
-            step_budget=None if data.get("step_budget") is None else int(data["step_budget"]),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise EngineFitError(f"{where}: missing or invalid field {exc}") from None
+    """:meth:`EngineSamples.to_json` read back (:class:`EngineFitError` names the field that
+    is missing or does not parse, and why)."""
+
+    def read(name: str, parse: Callable[[Any], Any], default: Any = _REQUIRED) -> Any:
+        try:
+            return parse(data[name] if default is _REQUIRED else data.get(name, default))
+        except (KeyError, TypeError, ValueError) as exc:
+            why = "absent" if isinstance(exc, KeyError) else str(exc)
+            raise EngineFitError(f"{where}: missing or invalid field {name!r} ({why})") from None
+
+    def timings(t: Any) -> tuple[float, ...]:
+        return tuple(float(x) for x in t)
+
+    return EngineSamples(
+        url=read("url", str),
+        model=read("model", str),
+        max_model_len=read("max_model_len", int),
+        kv_capacity=read("kv_capacity", _optional_int, None),
+        version=read("version", lambda v: None if v is None else str(v), None),
+        kv_bytes_per_token=read("kv_bytes_per_token", int),
+        kv_bytes_from=read("kv_bytes_from", str),
+        created=read("created", str),
+        repeats=read("repeats", int),
+        output_tokens=read("output_tokens", int),
+        decode_output_tokens=read("decode_output_tokens", int),
+        prefill=read("prefill", lambda v: tuple((int(c), timings(t)) for c, t in v)),
+        decode=read("decode", lambda v: tuple((int(s), int(k), timings(p)) for s, k, p in v)),
+        decode_batches_without_common_window=read("decode_batches_without_common_window", int, 0),
+        prefix_cache_reset=read("prefix_cache_reset", bool, True),
+        max_cached_tokens_seen=read("max_cached_tokens_seen", int, 0),
+        decode_points=read("decode_points", lambda v: tuple(_point_from_json(p) for p in v), ()),
+        cached_prefill=read(
+            "cached_prefill", lambda v: tuple((int(p), int(c), timings(t)) for p, c, t in v), ()
+        ),
+        cached_prefill_note=read("cached_prefill_note", str, ""),
+        wake=read("wake", lambda v: tuple((float(idle), timings(x)) for idle, x in v), ()),
+        wake_note=read("wake_note", str, ""),
+        step_budget=read("step_budget", _optional_int, None),
+    )
+
+
+#: :func:`samples_from_json`'s mark of a field without a default
+_REQUIRED = object()
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)

@@ -47,10 +47,9 @@ from vllm.v1.request import Request
 from profiles.cost import CostModel
 from replay.request import SimRequest
 from replay.scheduler import SimSchedulerConfig, Stats
-from replay.step_price import wake_after
 from replay.vllmsim.batch_queue import BatchQueue, Queued
 from replay.vllmsim.build import Built
-from replay.vllmsim.executor import execute
+from replay.vllmsim.executor import book_step, execute
 from replay.vllmsim.harness import FILLER
 from replay.vllmsim.outcome import put_plugin_counters
 from replay.vllmsim.prompts import KvEvents, TokenBook
@@ -192,16 +191,7 @@ class VllmEngine:
         output = scheduler.schedule()
         self._observe_pins()
         step = execute(output, scheduler.requests, live, FILLER)
-        seconds = step.seconds(self.cost)
-        index = -1
-        if output.total_num_scheduled_tokens > 0:
-            if start > last_end:  # the first step after an idle spell
-                seconds += wake_after(self.cost, last_end, start)
-            index = stats.steps
-            stats.steps += 1
-            stats.busy_s += seconds
-            stats.longest_step_s = max(stats.longest_step_s, seconds)
-        stats.preemptions += len(output.preempted_req_ids)
+        seconds, index = book_step(step, output, self.cost, stats, last_end, start)
         for request_id in output.num_scheduled_tokens:
             req = live[request_id].req
             if req.admitted is None:

@@ -25,6 +25,8 @@ from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.outputs import ModelRunnerOutput
 
 from profiles.cost import CostModel
+from replay.scheduler_stats import Stats
+from replay.step_price import wake_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,35 @@ class Step:
         if not self.chunks and not self.decodes:
             return 0.0
         return cost.step_s(self.chunks, self.decodes, self.kv_tokens, self.cached)
+
+
+def book_step(
+    step: Step,
+    scheduled: SchedulerOutput,
+    cost: CostModel,
+    stats: Stats,
+    last_end: float,
+    start: float,
+) -> tuple[float, int]:
+    """The step's seconds and its index among the engine's computing steps (−1: it computed
+    nothing), booked into ``stats``: its count, busy seconds and longest step, and the
+    requests it preempted. A computing step that starts after the engine's last one ended
+    (``start > last_end``: the engine sat idle) also pays the wake
+    (:func:`replay.step_price.wake_after`). One booking for both drivers of vLLM's scheduler
+    (a single engine's :mod:`replay.vllmsim.harness`, a fleet replica's
+    :mod:`replay.vllmsim.engine`)."""
+    seconds = step.seconds(cost)
+    index = -1
+    if scheduled.total_num_scheduled_tokens > 0:
+        if start > last_end:  # the first step after an idle spell
+            seconds += wake_after(cost, last_end, start)
+        index = stats.steps
+        stats.steps += 1
+        stats.busy_s += seconds
+        if seconds > stats.longest_step_s:
+            stats.longest_step_s = seconds
+    stats.preemptions += len(scheduled.preempted_req_ids or ())
+    return seconds, index
 
 
 class HasOutputs(Protocol):

@@ -39,10 +39,9 @@ from vllm.v1.request import RequestStatus
 from profiles.cost import CostModel
 from replay.progress import CallsDone, CallTally
 from replay.sim import ProgramRun, ReplayConfig, SimulationError, fits_engine
-from replay.step_price import wake_after
 from replay.vllmsim.batch_queue import BatchQueue, Queued
 from replay.vllmsim.build import Built
-from replay.vllmsim.executor import execute
+from replay.vllmsim.executor import book_step, execute
 from replay.vllmsim.outcome import EngineFigures, Outcome, VllmCall
 from replay.vllmsim.sends import ABORT, ARRIVAL, Sends
 from replay.vllmsim.sent_call import SentCall, call_request
@@ -206,15 +205,7 @@ class Harness:
         output = self.scheduler.schedule() if timer is None else timer.schedule()
         self._observe_pins()
         step = execute(output, self.scheduler.requests, self.calls, FILLER)
-        seconds = step.seconds(self.cost)
-        index = -1
-        if output.total_num_scheduled_tokens > 0:
-            if start > last_end:  # the first step after an idle spell
-                seconds += wake_after(self.cost, last_end, start)
-            index = self.stats.steps
-            self.stats.steps += 1
-            self.stats.busy_s += seconds
-        self.stats.preemptions += len(output.preempted_req_ids)
+        seconds, index = book_step(step, output, self.cost, self.stats, last_end, start)
         for request_id in output.num_scheduled_tokens:
             entry = self.calls[request_id]
             if entry.admitted is None:

@@ -103,5 +103,14 @@ def test_a_measurement_reads_back_from_its_json() -> None:
     assert samples_from_json(one.to_json()) == one
     broken = one.to_json()
     del broken["prefill"]
-    with pytest.raises(EngineFitError, match=r"m\.json: missing or invalid field 'prefill'"):
+    with pytest.raises(
+        EngineFitError, match=r"m\.json: missing or invalid field 'prefill' \(absent\)"
+    ):
         samples_from_json(broken, "m.json")
+    # a field that does not parse is named, and why (the wake's points are pairs)
+    for bad in ([[0.1]], [[0.1, 0.02]], [["x", [0.01]]]):
+        broken = {**one.to_json(), "wake": bad}
+        with pytest.raises(
+            EngineFitError, match=r"m\.json: missing or invalid field 'wake' \(.+\)$"
+        ):
+            samples_from_json(broken, "m.json")

@@ -52,6 +52,12 @@ def test_with_ample_memory_every_call_is_as_in_the_fast_backend(swe: Workload, p
         for name in ("arrival", "admitted", "first_token", "finish"):
             assert getattr(v, name) == pytest.approx(getattr(c, name), rel=1e-12, abs=1e-9)
     assert sum(c.hit_tokens for c in got.calls) > 0
+    # the engine's figures as the fast backend's: its steps, busy time and longest step
+    ours_stats, fast_stats = got.engine.stats, fast.engine.stats
+    assert ours_stats.steps == fast_stats.steps
+    assert ours_stats.busy_s == pytest.approx(fast_stats.busy_s, rel=1e-9)
+    assert ours_stats.longest_step_s == pytest.approx(fast_stats.longest_step_s, rel=1e-12)
+    assert ours_stats.longest_step_s > 0
 
 
 def test_records_agree_with_vllms_own_counts(swe: Workload) -> None:

@@ -61,7 +61,10 @@ def summarize(
         "programs": len(finished),
         "programs_cut_short": sum(1 for p in programs if p.cut_short or not p.done),
         "llm_calls": len(ok),
-        "rejected_calls": sum(1 for r in records if not r.ok),
+        # the server refused them (HTTP 4xx), or they failed there (HTTP 5xx, a lost
+        # connection, the run's time limit): either way the program stops there
+        "rejected_calls": sum(1 for r in records if refused(r)),
+        "failed_calls": sum(1 for r in records if not r.ok and not refused(r)),
         "truncated_calls": sum(1 for r in records if r.clipped),
         "jct_mean_s": _mean(jct),
         "jct_p50_s": percentile(jct, 50),
@@ -86,6 +89,33 @@ def summarize(
         "server": _server(info, records, programs, samples, (before, after, delta), reset)
         | {"warnings": list(warnings_)},
     }
+
+
+def refused(record: LiveCallRecord) -> bool:
+    """Whether the server refused the call (an HTTP 4xx answer): it took the request for
+    one it cannot serve, as the simulator's engine rejects a call too long for it."""
+    status = record.http_status
+    return status is not None and 400 <= status < 500
+
+
+def failures_warning(url: str, records: Sequence[LiveCallRecord], calls: int) -> str | None:
+    """One line for the calls that did not end well (None: every call sent ended well):
+    how many, the first error, and what it does to the figures."""
+    bad = [r for r in records if not r.ok]
+    if not bad:
+        return None
+    kinds = [
+        f"{n:,} {what}"
+        for n, what in (
+            (sum(1 for r in bad if refused(r)), "refused by the server"),
+            (sum(1 for r in bad if not refused(r)), "failed"),
+        )
+        if n
+    ]
+    return (
+        f"{url}: {' and '.join(kinds)} of {calls:,} calls (first: {bad[0].error}); their "
+        "programs stop there and are left out of JCT (every error: the JSON's server.errors)"
+    )
 
 
 def _pins(delta: dict[str, float | None]) -> dict[str, int] | None:

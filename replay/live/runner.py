@@ -21,7 +21,7 @@ from typing import Any
 from replay.live.aiperf import write_records
 from replay.live.driver import LiveRun, Progress, drain, emit
 from replay.live.records import ProgramRecord
-from replay.live.result import summarize
+from replay.live.result import failures_warning, summarize
 from replay.live.sampler import Sampler
 from replay.live.trimming import cap_pauses, first_programs
 from replay.live.vllm_bench import benchmark_result, result_name
@@ -127,6 +127,9 @@ def run_live(
         _drive(state, work, programs, timing, max_live, t0)
     wall = time.perf_counter() - t0
     after = prom.counters(prom.parse_metrics(client.text(url, "/metrics")))
+    failures = failures_warning(url, state.records, work.calls)
+    if failures is not None:
+        note(failures)
     state.warnings[:0] = run_warnings
 
     result = summarize(

@@ -92,10 +92,11 @@ def live_replay(ctx: TuneContext, params: PolicyParams, timing: Load, label: str
     except ServerError as exc:
         raise TuneError(str(exc)) from None
     where = f"live run of {label} ({load_json(timing)}, seed {timing.seed})"
-    if result["rejected_calls"] or result["programs_cut_short"]:
+    failed = result["rejected_calls"] + result["failed_calls"]
+    if failed or result["programs_cut_short"]:
         errors = "; ".join(result["server"]["errors"][:2]) or "the run's time limit"
         raise IncompleteRun(
-            f"{where}: {result['rejected_calls']} call(s) failed, "
+            f"{where}: {failed} call(s) failed, "
             f"{result['programs_cut_short']} program(s) cut short ({errors})"
         )
     if result["jct_mean_s"] is None:

@@ -55,7 +55,8 @@ def replay_table(
         console.print(
             "* evaluation only: reads what no engine can know, or has memory no engine has"
         )
-    rejected = max((r["rejected_calls"] for r in results), default=0)
+    # a live run's failed calls were told as it ended (with the server's first error)
+    rejected = max((r["rejected_calls"] for r in results if not r.get("live")), default=0)
     if rejected:
         console.print(f"[yellow]{rejected_line(rejected, calls, truncate)}[/]")
 

@@ -1,0 +1,122 @@
+"""A live run's calls that the server refuses (HTTP 4xx) or fails (HTTP 5xx) are counted
+apart (``rejected_calls``, ``failed_calls``) and told as the run ends with the server's
+first error, never as calls too long for the model (the live client clips those to the
+server's limit before sending): `replay --live` against a stub of vLLM's API that refuses
+one call and fails another. Regression: both were counted as rejected, and replay printed
+"rejected (longer than the model or the KV cache) … --truncate clips them instead"."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.http_stub import serving
+from tests.live.traces import agent_trace
+from ttlctl.cli import app
+
+#: (program, turn) -> the HTTP status the stub answers that call with
+ANSWERS = {("prog-1", 1): 500, ("prog-2", 0): 400}
+PROGRAMS, CALLS = 4, 3
+
+
+class _Vllm(BaseHTTPRequestHandler):
+    """What `replay --live` asks of a vLLM server, each call answered at once."""
+
+    turns: ClassVar[dict[str, int]] = {}
+    lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _json(self, doc: object) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/v1/models":
+            self._json({"data": [{"id": "stub", "max_model_len": 4096}]})
+        elif self.path == "/version":
+            self._json({"version": "0.32.0"})
+        elif self.path == "/metrics":
+            info = 'block_size="16",num_gpu_blocks="512",enable_prefix_caching="True"'
+            text = f"vllm:cache_config_info{{{info}}} 1.0\n".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+        else:
+            self.send_error(404)
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+        if self.path == "/reset_prefix_cache":
+            self._json({})
+        elif self.path == "/detokenize":  # a vocabulary of 1,000 ids
+            self._json({"prompt": "x" if body["tokens"][0] < 1000 else ""})
+        elif self.path == "/v1/completions":
+            program = body["vllm_xargs"]["program_id"]
+            with self.lock:
+                turn = self.turns.get(program, 0)
+                self.turns[program] = turn + 1
+            status = ANSWERS.get((program, turn))
+            if status is not None:
+                self.send_error(status, "the stub's answer to this call")
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            n = body["max_tokens"]
+            chunk = {
+                "choices": [{"token_ids": [7] * n}],
+                "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": n},
+            }
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+        else:
+            self.send_error(404)
+
+
+@pytest.fixture()
+def url() -> Iterator[str]:
+    _Vllm.turns = {}
+    with serving(_Vllm) as base:
+        yield base
+
+
+def test_refused_and_failed_calls_are_counted_apart_and_told(url: str, tmp_path: Path) -> None:
+    trace = agent_trace(
+        tmp_path / "t.parquet", programs=PROGRAMS, calls=CALLS, pause_s=(0.01, 0.02)
+    )
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(
+        app,
+        ["replay", str(trace), "--policy", "vllm", "--live", url, "--json", str(out)],
+        env={"COLUMNS": "400"},
+    )
+    assert res.exit_code == 0, res.output
+    (r,) = json.loads(out.read_text())["results"]
+    # prog-1 stops after its failed second call, prog-2 at its refused first
+    assert (r["rejected_calls"], r["failed_calls"]) == (1, 1)
+    assert (r["llm_calls"], r["programs"], r["programs_cut_short"]) == (
+        PROGRAMS * CALLS - 3 - 2, PROGRAMS - 2, 2,
+    )  # fmt: skip
+    told = [line for line in res.output.splitlines() if "refused by the server" in line]
+    assert len(told) == 1, res.output
+    line = told[0]
+    assert f"1 refused by the server and 1 failed of {PROGRAMS * CALLS} calls" in line, line
+    assert "HTTP 4" in line or "HTTP 5" in line, line  # the first error, as the server said
+    assert "left out of JCT" in line, line
+    assert "--truncate" not in res.output and "longer than the model" not in res.output
+    warnings = r["server"]["warnings"]
+    assert any("refused by the server" in w for w in warnings), warnings
+    assert len(r["server"]["errors"]) == 2, r["server"]["errors"]

@@ -59,6 +59,11 @@ class CostModel(Protocol):
         :meth:`step_s` (an engine settling after an idle spell)."""
         ...
 
+    def new_shape_s(self, tokens: int) -> float:
+        """What a step of ``tokens`` scheduled tokens costs beyond :meth:`step_s` the first
+        time the engine runs that size (its kernels built for it)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ProfileCostModel:
@@ -150,6 +155,9 @@ class ProfileCostModel:
     def wake_s(self, idle_s: float) -> float:
         return self.profile.wake_s(idle_s)
 
+    def new_shape_s(self, tokens: int) -> float:
+        return self.profile.new_shape_s(tokens)
+
 
 @dataclass(frozen=True, slots=True)
 class ConstantCostModel:
@@ -189,6 +197,9 @@ class ConstantCostModel:
         )
 
     def wake_s(self, idle_s: float) -> float:
+        return 0.0
+
+    def new_shape_s(self, tokens: int) -> float:
         return 0.0
 
 

@@ -25,7 +25,10 @@ shape. :func:`fit_samples` turns one or several such measurements into a
   two numbers of new tokens neither is set (the profile prices as before);
 - at each idle gap the median of every extra a call after that idle spell took beyond the
   same call on a busy engine (:mod:`profiles.server_wake`), never below 0:
-  ``Profile.wake``, idle ascending (empty where nothing was timed).
+  ``Profile.wake``, idle ascending (empty where nothing was timed);
+- through every (length, extra) of a prompt of a length new to the engine
+  (:mod:`profiles.server_new_shape`) a least-squares line, written at the shortest and the
+  longest length, never below 0: ``Profile.new_shape`` (:func:`fitted_new_shape`).
 
 One measurement gives exactly the profile ``measure_engine`` has always written. Several
 (of the same server configuration: model, KV bytes per token, context window, tokens
@@ -89,6 +92,12 @@ WAKE_TIMING = (
     "untimed call of the same shape (which follows the prefix's prefill), then again after "
     "an idle gap; extra = the idle call's less the busy call's, pairs round robin over the "
     "gaps, median per gap, clamped at 0"
+)
+NEW_SHAPE_TIMING = (
+    "client-side TTFT of streamed /v1/completions (max_tokens=1) of a fresh prompt of a "
+    "length drawn at random (not one the other phases send), less the median TTFT of two "
+    "more fresh prompts of that length sent right after; a least-squares line through "
+    "every (length, extra), at the shortest and the longest length, clamped at 0"
 )
 #: what a measurement written before a term (a cached prefix's, the wake) was timed says
 NOT_TIMED = "not measured (a measurement taken before ttlctl timed it)"
@@ -156,6 +165,22 @@ def pooled_cached_points(samples: Sequence[EngineSamples]) -> list[tuple[int, in
     return [(p, c, ttft) for (p, c), ttft in timed]
 
 
+def fitted_new_shape(samples: Sequence[EngineSamples]) -> list[tuple[float, float]]:
+    """``Profile.new_shape``: a least-squares line through every measurement's (length,
+    extra) of a new step size, written at the shortest and the longest length, never
+    below 0 (one length: its extra; none: no points)."""
+    timed = sorted(p for s in samples for p in s.new_shape)
+    if not timed:
+        return []
+    xs = [float(n) for n, _ in timed]
+    ys = [extra for _, extra in timed]
+    lo, hi = xs[0], xs[-1]
+    if hi == lo:
+        return [(lo, max(statistics.median(ys), 0.0))]
+    slope, intercept = statistics.linear_regression(xs, ys)
+    return [(x, max(intercept + slope * x, 0.0)) for x in (lo, hi)]
+
+
 def pooled_wake(samples: Sequence[EngineSamples]) -> list[tuple[float, float]]:
     """(idle seconds, median extra seconds) of the calls after an idle spell, each median
     over every measurement's extras at that gap, clamped at 0, idle ascending."""
@@ -188,6 +213,7 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
         else None
     )
     wake = pooled_wake(ordered)
+    new_shape = fitted_new_shape(ordered)
     urls = list(dict.fromkeys(s.url for s in ordered))
     sources: dict[tuple[int, int], set[str]] = {}
     for s in ordered:
@@ -219,6 +245,9 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
         "wake_timing": WAKE_TIMING
         if wake
         else next((s.wake_note for s in ordered if s.wake_note), NOT_TIMED),
+        "new_shape_timing": NEW_SHAPE_TIMING
+        if new_shape
+        else next((s.new_shape_note for s in ordered if s.new_shape_note), NOT_TIMED),
         "decode_timing": DECODE_TIMING,
         "decode_from": [
             [sq, kv, " + ".join(sorted(sources[sq, kv]))] for sq, kv, _ in decode_points
@@ -242,6 +271,7 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
                 "max_rel_error": None if cfit is None else cfit.max_rel_error,
             },
             "wake": {"points": [list(p) for p in wake]},
+            "new_shape": {"points": [list(p) for s in ordered for p in s.new_shape]},
         },
     }
     budgets = {s.step_budget for s in ordered}
@@ -279,6 +309,7 @@ def fit_samples(samples: Sequence[EngineSamples]) -> Profile:
         decode=Decode(dfit.step_s, dfit.per_seq_s, dfit.per_kv_token_s),
         source=source,
         wake=tuple(wake),
+        new_shape=tuple(new_shape),
     )
 
 

@@ -104,6 +104,11 @@ class EngineSamples:
     #: the note)
     wake: tuple[tuple[float, tuple[float, ...]], ...] = ()
     wake_note: str = ""
+    #: (prompt length, extra seconds) of a fresh prompt of a length the engine had not run
+    #: beyond the same length again (:mod:`profiles.server_new_shape`; empty: not timed, and
+    #: why in the note)
+    new_shape: tuple[tuple[int, float], ...] = ()
+    new_shape_note: str = ""
     #: the server's ``max_num_batched_tokens`` (None: it did not say)
     step_budget: int | None = None
 
@@ -136,6 +141,8 @@ class EngineSamples:
             "cached_prefill_note": self.cached_prefill_note,
             "wake": [[idle, list(extras)] for idle, extras in self.wake],
             "wake_note": self.wake_note,
+            "new_shape": [[n, extra] for n, extra in self.new_shape],
+            "new_shape_note": self.new_shape_note,
             "step_budget": self.step_budget,
         }
 
@@ -178,6 +185,8 @@ def samples_from_json(data: Mapping[str, Any], where: str = "measurement") -> En
         cached_prefill_note=read("cached_prefill_note", str, ""),
         wake=read("wake", lambda v: tuple((float(idle), timings(x)) for idle, x in v), ()),
         wake_note=read("wake_note", str, ""),
+        new_shape=read("new_shape", lambda v: tuple((int(n), float(x)) for n, x in v), ()),
+        new_shape_note=read("new_shape_note", str, ""),
         step_budget=read("step_budget", _optional_int, None),
     )
 

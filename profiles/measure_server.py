@@ -35,6 +35,11 @@ What a live server can tell from outside, timed on the client:
   each gap's extras (idle less busy, never below 0) is ``Profile.wake``, which the
   simulator charges to the first step after an idle spell. It sleeps about
   ``sum(IDLE_GAPS) × max(repeats, 5)`` seconds.
+- a new step size (:mod:`profiles.server_new_shape`): a fresh prompt of a length the
+  engine has not run, timed (TTFT) against fresh prompts of the same length right after,
+  at eight lengths drawn at random between the shortest and the longest context; a line
+  through the extras is ``Profile.new_shape``, which the simulator charges to the first
+  step of each size on an engine that has not run it.
 - reload: NOT measured. A server exposes no host-to-device copy, so the profile
   carries a labelled default (:data:`profiles.engine_fit.DEFAULT_RELOAD`), and ``source`` says so.
 
@@ -66,11 +71,12 @@ from typing import Any
 from profiles.engine_fit import fit_samples
 from profiles.engine_timings import EngineSamples
 from profiles.schema import Profile
-from profiles.server_cached import measure_cached_prefill
+from profiles.server_cached import NEW_TOKENS, measure_cached_prefill
 from profiles.server_decode import measure_decode
+from profiles.server_new_shape import measure_new_shape
 from profiles.server_stream import Sender
 from profiles.server_target import ServerMeasureError, contexts_to_time, probe_target
-from profiles.server_wake import measure_wake
+from profiles.server_wake import measure_wake, wake_prefix
 from ttlctl.server.client import normalise_url
 from ttlctl.server.vocab import token_pool
 
@@ -108,7 +114,8 @@ def measure_engine(
     KV bytes per token and the vocabulary for random prompts. ``contexts``
     default to :func:`profiles.grid.engine_contexts` up to ``max_model_len −
     output_tokens − 16``. ``progress(phase, done, total)`` is called as measurements finish
-    (phases ``"prefill"``, ``"cached prefill"``, ``"decode"`` and ``"wake"``). Raises
+    (phases ``"prefill"``, ``"cached prefill"``, ``"decode"``, ``"wake"`` and ``"new
+    sizes"``). Raises
     :class:`ServerMeasureError` or :class:`~ttlctl.server.client.ServerError`, each a
     one-line message naming the URL, when the server cannot be used. The timings
     themselves: :func:`measure_samples`; this is their fit
@@ -155,6 +162,8 @@ def measure_samples(
     cached = measure_cached_prefill(sender, ctxs, repeats, report)
     decode = measure_decode(sender, target, ctxs, output_tokens, repeats, report)
     wake = measure_wake(sender, ctxs, repeats, report)
+    avoid = [*ctxs, *NEW_TOKENS, wake_prefix(ctxs)]  # the other phases' step sizes
+    new_shape = measure_new_shape(sender, ctxs, avoid, report)
     return EngineSamples(
         url=target.url,
         model=target.model,
@@ -177,6 +186,8 @@ def measure_samples(
         cached_prefill_note=cached.note,
         wake=wake.points,
         wake_note=wake.note,
+        new_shape=new_shape.points,
+        new_shape_note=new_shape.note,
         step_budget=target.step_budget,
     )
 

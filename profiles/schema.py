@@ -32,6 +32,10 @@ process reads the profile inside the policy bundle.
   an idle spell run slower for a while (caches and clocks settling); the simulator charges
   it to the first step after each idle spell. Absent: nothing (every step priced as on a
   warm engine);
+- ``new_shape`` (optional, written only when measured): what a step costs on top the first
+  time the engine runs a step of that many scheduled tokens, as ``[tokens, extra seconds]``
+  points (:meth:`Profile.new_shape_s`, :mod:`profiles.new_shape`): the engine builds its
+  kernels for each new step size once. Absent: nothing;
 - ``source``: how it was obtained (``measured``, ``roofline``, ``published``) and
   from what, so that every figure can be traced.
 
@@ -52,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
+from profiles.new_shape import NEW_SHAPE_SHAPE, new_shape_s
 from profiles.wake import WAKE_SHAPE, wake_points, wake_s
 from ttlctl.errors import TtlctlError
 
@@ -105,6 +110,8 @@ class ProfileDoc(TypedDict):
     #: [idle seconds, extra seconds] of a call after an idle spell (absent: none; written
     #: only when measured)
     wake: NotRequired[list[list[float]]]
+    #: [tokens, extra seconds] of a step of a size the engine had not run (absent: none)
+    new_shape: NotRequired[list[list[float]]]
     #: how it was obtained: ``kind`` (measured, roofline, published …) and what the
     #: profiler recorded (free-form: each profiler writes its own keys)
     source: dict[str, Any]
@@ -171,12 +178,20 @@ class Profile:
     #: (idle seconds, extra seconds) a call after an idle spell of that length was measured
     #: to cost beyond the same call on a busy engine, idle ascending (empty: none)
     wake: tuple[tuple[float, float], ...] = ()
+    #: (tokens, extra seconds) a step of that many tokens was measured to cost on top the
+    #: first time the engine ran that size, tokens ascending (empty: none)
+    new_shape: tuple[tuple[float, float], ...] = ()
 
     def wake_s(self, idle_s: float) -> float:
         """What the first step after ``idle_s`` seconds with nothing to run costs beyond its
         price on a busy engine: linear between the measured points and from (0, 0), the last
         point's beyond it (0 without points)."""
         return wake_s(self.wake, idle_s)
+
+    def new_shape_s(self, tokens: int) -> float:
+        """What a step of ``tokens`` scheduled tokens costs on top the first time the engine
+        runs that size (:func:`profiles.new_shape.new_shape_s`; 0 without points)."""
+        return new_shape_s(self.new_shape, tokens)
 
     def prefill_s(self, tokens: float) -> float:
         """The fitted quadratic at ``tokens``; a rebuild's price is :meth:`rebuild_prefill_s`."""
@@ -268,6 +283,8 @@ class Profile:
             doc["prefill"]["per_context_pair_s"] = pre.per_context_pair_s
         if self.wake:
             doc["wake"] = [[x, y] for x, y in self.wake]
+        if self.new_shape:
+            doc["new_shape"] = [[x, y] for x, y in self.new_shape]
         return doc
 
 
@@ -310,7 +327,8 @@ def from_json(data: Any, where: str = "profile") -> Profile:
                 float(dec["step_s"]), float(dec["per_seq_s"]), float(dec["per_kv_token_s"])
             ),
             source=source,
-            wake=_wake(data.get("wake"), where),
+            wake=_points(data.get("wake"), where, "wake", WAKE_SHAPE),
+            new_shape=_points(data.get("new_shape"), where, "new_shape", NEW_SHAPE_SHAPE),
         )
     except ProfileError:
         raise  # already one line naming the field
@@ -341,12 +359,13 @@ def from_json(data: Any, where: str = "profile") -> Profile:
     return profile
 
 
-def _wake(raw: Any, where: str) -> tuple[tuple[float, float], ...]:
-    """The ``wake`` field's points, or a :class:`ProfileError` naming it."""
+def _points(raw: Any, where: str, name: str, shape: str) -> tuple[tuple[float, float], ...]:
+    """The points of the field ``name`` (``wake``, ``new_shape``: the same shape), or a
+    :class:`ProfileError` naming it."""
     points = wake_points(raw)
     if points is None:
         got = json.dumps(raw, default=str)[:80]
-        raise ProfileError(f"{where}: wake must be {WAKE_SHAPE} (got {got})")
+        raise ProfileError(f"{where}: {name} must be {shape} (got {got})")
     return points
 
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
 from replay.step_plan import StepPlan
-from replay.step_price import price_step, wake_after
+from replay.step_price import new_size_extra, price_step, step_tokens, wake_after
 
 
 @dataclass(slots=True)
@@ -123,6 +123,8 @@ class AsyncSimScheduler(SimScheduler):
         seconds, _ = price_step(plan, self.cost)
         if begin > self._last_end:  # the first step after an idle spell
             seconds += wake_after(self.cost, self._last_end, begin)
+        if self._sizes is not None:
+            seconds += new_size_extra(self.cost, self._sizes, step_tokens(plan))
         self._last_end = begin + seconds
         sampled = self._update_after_schedule(plan)
         self._account(seconds)

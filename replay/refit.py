@@ -33,7 +33,6 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -143,7 +142,7 @@ def refit(
         "loads": [load_json(t) for t in ctx.loads],
         "load_source": part.load_source,
         "seeds": list(settings.seeds),
-        "engine": asdict(ctx.config.engine),
+        "engine": ctx.config.engine.to_json(),
         "offload_tokens": replay_config.offload_tokens,
         "truncate": replay_config.truncate,
         "settings_from": recorded_from,

@@ -168,4 +168,4 @@ def engines_doc(part: Part) -> list[dict[str, Any]]:
 
 
 def _engine_json(engine: SimSchedulerConfig) -> dict[str, Any]:
-    return {k: getattr(engine, k) for k in engine.__dataclass_fields__}
+    return engine.to_json()

@@ -243,7 +243,7 @@ def replay_doc(
         if req.bundle is None or bundle_doc is None
         else {"path": str(req.bundle), "sha256": bundle_doc["sha256"]},
         "config": {
-            "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
+            "engine": engine.to_json(),
             "offload_tokens": req.offload_tokens,
             "jps": req.load.jps,
             "concurrency": req.load.concurrency,

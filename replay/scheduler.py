@@ -53,7 +53,7 @@ from replay.scheduler_config import SimSchedulerConfig
 from replay.scheduler_stats import Stats
 from replay.step_apply import advance
 from replay.step_plan import ScheduledRequest, StepPlan
-from replay.step_price import price_step, wake_after
+from replay.step_price import new_size_extra, price_step, step_tokens, wake_after
 from ttlctl.engine.pins import PinTable
 from ttlctl.engine.source import TauSource
 
@@ -127,6 +127,10 @@ class SimScheduler:
     #: when the last step that computed something ended (-inf: none yet): a step that
     #: starts later pays the engine's wake (:func:`~replay.step_price.wake_after`)
     _last_end: float = -math.inf
+    #: the step sizes it has run (None: every size; ``config.sizes_run``): a new one pays
+    #: :func:`~replay.step_price.new_size_extra`, and no run of decode steps is merged at a
+    #: new batch size (its first step is priced as one step)
+    _sizes: set[int] | None = field(init=False, default=None)
     #: (time, pinned blocks) at each change seen by :meth:`tick`
     timeline: list[tuple[float, int]] = field(default_factory=list)
     _last_sampled: int = 0
@@ -147,6 +151,8 @@ class SimScheduler:
         cls = RunPool if self.config.pool == "runs" else BlockPool
         self.pool = cls(self.config.num_blocks, self.config.block_size)
         self.decoders = DecodeSet(self.config.block_size, self.pool)
+        if self.config.sizes_run is not None:
+            self._sizes = set(self.config.sizes_run)
         source = self.policy.tau_source(self)
         if source is not None:
             self.pinning = Pinning(source, self.pool, self.touch_order)
@@ -313,6 +319,7 @@ class SimScheduler:
             not self._prefilling
             and self.decoders.members
             and (not self.waiting or self._head_stays_blocked())
+            and self._size_run(len(self.decoders.members))
         ):
             run_s, run_finished = self._merge_decodes(now, horizon)
             if run_s > 0:
@@ -325,6 +332,8 @@ class SimScheduler:
         duration, decode_only = price_step(plan, self.cost)
         if now > self._last_end:  # the first step after an idle spell
             duration += wake_after(self.cost, self._last_end, now)
+        if self._sizes is not None:
+            duration += new_size_extra(self.cost, self._sizes, step_tokens(plan))
         end = now + duration
         self._account(duration)
         self.stats.steps += 1
@@ -447,6 +456,8 @@ class SimScheduler:
         duration, _ = price_step(plan, self.cost)
         if now > self._last_end:  # the first step after an idle spell
             duration += wake_after(self.cost, self._last_end, now)
+        if self._sizes is not None:
+            duration += new_size_extra(self.cost, self._sizes, step_tokens(plan))
         end = now + duration
         self._account(duration)
         self.tick(end)
@@ -689,12 +700,20 @@ class SimScheduler:
             return None
         if self.waiting and not self._head_stays_blocked():
             return None
+        if not self._size_run(len(self.decoders.members)):
+            return None  # a new batch size: its first step is taken (and priced) alone
         run = self._decode_run(now, horizon)
         if run is None:
             return None
         d, seqs, kv = self.decoders, run.seqs, run.kv_tokens
         self._planned = (plan_key(d, self.pool, len(self.waiting), now, horizon, seqs, kv), run)
         return now + run.seconds
+
+    def _size_run(self, tokens: int) -> bool:
+        """Whether the engine has run a step of ``tokens`` scheduled tokens (a run of decode
+        steps is merged only at a batch size it has run: the first step of a new one pays
+        :func:`~replay.step_price.new_size_extra`, taken alone)."""
+        return self._sizes is None or tokens in self._sizes
 
     def _decode_run(self, now: float, horizon: float) -> DecodeRun | None:
         """The merged run from ``now`` (None: none; every running request must decode).

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from ttlctl.errors import ConfigError
 
@@ -36,6 +37,11 @@ class SimSchedulerConfig:
     #: admit a waiting request only if its whole prompt fits (vLLM 0.32's
     #: ``scheduler_reserve_full_isl``, on by default), not just its first chunk
     reserve_full_prompt: bool = True
+    #: the step sizes (scheduled tokens) the engine ran before the replay: each other size
+    #: pays the cost model's ``new_shape_s`` the first time it runs
+    #: (:func:`replay.step_price.new_size_extra`). None: every size, an engine that has
+    #: served for long (a replay's default); a set: one just started and warmed with those
+    sizes_run: frozenset[int] | None = None
 
     def __post_init__(self) -> None:
         if self.kv_tokens < self.block_size or self.block_size <= 0:
@@ -44,6 +50,20 @@ class SimSchedulerConfig:
             raise ConfigError("--max-num-batched-tokens and --max-num-seqs must be positive")
         if self.pool not in ("runs", "blocks"):
             raise ConfigError("pool must be 'runs' or 'blocks'")
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings as JSON (``sizes_run`` as ascending sizes, and only when set)."""
+        doc: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        sizes = doc.pop("sizes_run")
+        if sizes is not None:
+            doc["sizes_run"] = sorted(sizes)
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SimSchedulerConfig:
+        """The settings :meth:`to_json` wrote."""
+        sizes = doc.get("sizes_run")
+        return cls(**{**doc, "sizes_run": None if sizes is None else frozenset(sizes)})
 
     @property
     def num_blocks(self) -> int:

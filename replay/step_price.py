@@ -1,5 +1,6 @@
 """A step's price: its seconds from the cost model (the model runner's part of a step),
-and what a step that starts after the engine sat idle pays on top (:func:`wake_after`)."""
+what a step that starts after the engine sat idle pays on top (:func:`wake_after`), and
+what the first step of a size the engine has not run pays on top (:func:`new_size_extra`)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,21 @@ def wake_after(cost: CostModel, last_end: float, start: float) -> float:
     :meth:`~profiles.cost.CostModel.wake_s` of the idle spell, 0 when it starts as the
     step before it ends. Every backend charges a wake through this rule."""
     return cost.wake_s(start - last_end) if start > last_end else 0.0
+
+
+def step_tokens(plan: StepPlan) -> int:
+    """The tokens the step of ``plan`` schedules (vLLM's ``total_num_scheduled_tokens``):
+    its prefill chunks and one a decode."""
+    return plan.num_decodes_in_set + sum(n for _, n, _, _ in plan.scheduled)
+
+
+def new_size_extra(cost: CostModel, sizes: set[int], tokens: int) -> float:
+    """What a step of ``tokens`` scheduled tokens pays on top of its price on an engine that
+    has run the step sizes ``sizes``: the cost model's
+    :meth:`~profiles.cost.CostModel.new_shape_s` the first time (``tokens`` is then added to
+    ``sizes``), 0 after. An engine that has served for long has run every size and keeps no
+    set (the caller asks only with one). Every backend charges a new size through this rule."""
+    if tokens in sizes or tokens <= 0:
+        return 0.0
+    sizes.add(tokens)
+    return cost.new_shape_s(tokens)

@@ -20,6 +20,7 @@ policy's server starts (continuum's cold-start bundle carries that profile).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from replay.validation.servers import LIVE_POLICIES, Sources
 from replay.validation.sim_side import SimSide
 from replay.validation.sizing import check_kv_tokens, same_servers, sim_engine_config
 from replay.validation.stats import merge_runs
+from replay.validation.warmup import warm_sizes
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 
@@ -160,12 +162,18 @@ def validate(
         for name, rep in each_told(live_runs(names, repeats), runs_done):
             session.run(name, rep)
         live = {name: merge_runs(session.runs[name]) for name in names}
+        info = same_servers(session.infos)
         engine = sim_engine_config(
-            same_servers(session.infos),
+            info,
             kv_tokens=kv_tokens,
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
         )
+        if not sources.urls:  # every server started fresh and warmed (not one given)
+            engine = replace(
+                engine,
+                sizes_run=warm_sizes(info.max_model_len, engine.block_size, max_num_batched_tokens),
+            )
         assert session.profile is not None  # pooled after the first policy's last run
         side = SimSide(
             replicas=1,

@@ -145,7 +145,7 @@ def fleet_document(
             profile_source=profile_source,
             measurements=[m.to_json() for m in measured],
         ),
-        "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
+        "engine": engine.to_json(),
         #: the servers started with vLLM's async scheduling, and the simulated replicas
         #: scheduling as it does
         "async_scheduling": side.async_scheduling,

@@ -155,7 +155,7 @@ def _parsed(path: Path, doc: dict[str, Any], sim: dict[str, Any]) -> Recorded:
         policies=[str(p) for p in doc["policies"]],
         repeats=int(settings["repeats"]),
         programs=int(doc["programs"]),
-        engine=SimSchedulerConfig(**doc["engine"]),
+        engine=SimSchedulerConfig.from_json(doc["engine"]),
         async_scheduling=_flag(settings["async_scheduling"], "async_scheduling"),
         backend="fast" if fleet is not None else str(settings["backend"]),
         idle_gap_cap_s=None if sim["idle_gap_cap_s"] is None else float(sim["idle_gap_cap_s"]),

@@ -117,7 +117,7 @@ def server_document(
         **judged,
         "live": dict(live),
         "bundle": None if bundle is None else str(bundle.resolve()),
-        "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
+        "engine": engine.to_json(),
         "servers": dict(servers),
         "server_info": dict(server_info),
         "work_dir": str(work_dir),

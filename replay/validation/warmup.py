@@ -12,6 +12,11 @@ tokens in all), a prefill over a cached prefix, and batches of a few
 requests decoding together. The replicas warm at once, each from a worker thread of its own,
 and their prefix caches are emptied afterwards by the caller, as before every live run.
 
+A warm-up cannot run every step size: on the 55M test model in bfloat16, a length new to
+the engine still cost 14–42 ms more than the same length again after 75 new lengths
+(docs/results.md). That cost is priced instead (``Profile.new_shape``), and the simulator's
+engines start having run the warm-up's sizes (:func:`warm_sizes`).
+
 The requests go to each replica directly, without a session header: the router never
 sees them, and the replicas' arrival files (:mod:`ttlctl.server.arrivals`) leave them
 out of the live placement.
@@ -59,6 +64,25 @@ def lengths(max_model_len: int | None) -> list[int]:
     window = min(max_model_len or 2048, LONGEST + PREFILL_OUTPUT + 1)
     top = max(16, window - PREFILL_OUTPUT - 1)
     return sorted({max(16, round(top * (i + 1) / PREFILLS)) for i in range(PREFILLS)}, reverse=True)
+
+
+def warm_sizes(max_model_len: int | None, block_size: int, budget: int) -> frozenset[int]:
+    """The step sizes (scheduled tokens) a replica's warm-up makes its engine run, as near
+    as the requests tell (a batch's steps depend on when each of its requests joins):
+    each prefill of :func:`lengths`, the new tokens of the prefill on a cached prefix,
+    the short prompts prefilled one to :data:`BATCH` at a time, alone or beside the
+    batch's decodes, and decode batches of 1 to :data:`BATCH`; none above ``budget``
+    (the engine's ``max_num_batched_tokens``). The simulator's engines start having run
+    these (``SimSchedulerConfig.sizes_run``): each other size pays the first time."""
+    sizes = lengths(max_model_len)
+    short = sizes[-1]
+    base = sizes[len(sizes) // 2]
+    prompt = base + min(64, short)
+    cached = min(base // block_size, (prompt - 1) // block_size) * block_size
+    made = set(sizes) | {prompt - cached} | set(range(1, BATCH + 1))
+    for k in range(1, BATCH + 1):
+        made |= {k * short + d for d in range(BATCH - k + 1)}
+    return frozenset(n for n in made if n <= budget)
 
 
 def _warm_one(

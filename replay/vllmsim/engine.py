@@ -96,12 +96,16 @@ class VllmEngine:
     #: the calls the current :meth:`step` finished
     _finished: list[SimRequest] = field(default_factory=list)
     _applied: int = -1
+    #: the step sizes it has run (None: every size; ``config.sizes_run``)
+    _sizes: set[int] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         scheduler = self.built.scheduler
         self.pool = KvEvents(scheduler, self.book, self.config)
         self.pinning = _Pinning(scheduler.ttl) if self.plugin else None
         self._batch = BatchQueue(2 if self.async_scheduling else 1)
+        if self.config.sizes_run is not None:
+            self._sizes = set(self.config.sizes_run)
         if self.plugin:
             scheduler.ttl_clock = self._clock
 
@@ -191,7 +195,7 @@ class VllmEngine:
         output = scheduler.schedule()
         self._observe_pins()
         step = execute(output, scheduler.requests, live, FILLER)
-        seconds, index = book_step(step, output, self.cost, stats, last_end, start)
+        seconds, index = book_step(step, output, self.cost, stats, last_end, start, self._sizes)
         for request_id in output.num_scheduled_tokens:
             req = live[request_id].req
             if req.admitted is None:

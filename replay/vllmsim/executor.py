@@ -26,7 +26,7 @@ from vllm.v1.outputs import ModelRunnerOutput
 
 from profiles.cost import CostModel
 from replay.scheduler_stats import Stats
-from replay.step_price import wake_after
+from replay.step_price import new_size_extra, wake_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,19 +53,25 @@ def book_step(
     stats: Stats,
     last_end: float,
     start: float,
+    sizes: set[int] | None,
 ) -> tuple[float, int]:
     """The step's seconds and its index among the engine's computing steps (−1: it computed
     nothing), booked into ``stats``: its count, busy seconds and longest step, and the
     requests it preempted. A computing step that starts after the engine's last one ended
     (``start > last_end``: the engine sat idle) also pays the wake
-    (:func:`replay.step_price.wake_after`). One booking for both drivers of vLLM's scheduler
-    (a single engine's :mod:`replay.vllmsim.harness`, a fleet replica's
+    (:func:`replay.step_price.wake_after`), and one of a size not in ``sizes`` (the step
+    sizes the engine has run; None: every size) the new size's
+    (:func:`replay.step_price.new_size_extra`). One booking for both drivers of vLLM's
+    scheduler (a single engine's :mod:`replay.vllmsim.harness`, a fleet replica's
     :mod:`replay.vllmsim.engine`)."""
     seconds = step.seconds(cost)
     index = -1
-    if scheduled.total_num_scheduled_tokens > 0:
+    tokens = scheduled.total_num_scheduled_tokens
+    if tokens > 0:
         if start > last_end:  # the first step after an idle spell
             seconds += wake_after(cost, last_end, start)
+        if sizes is not None:
+            seconds += new_size_extra(cost, sizes, tokens)
         index = stats.steps
         stats.steps += 1
         stats.busy_s += seconds

@@ -98,6 +98,8 @@ class Harness:
         self.figures = EngineFigures(config.engine)
         self.stats = self.figures.stats
         self.streams = Streams()
+        #: the step sizes the engine has run (None: every size; ``sizes_run``)
+        self.sizes = None if config.engine.sizes_run is None else set(config.engine.sizes_run)
         self.calls: dict[str, SentCall] = {}
         self.records: list[VllmCall] = []
         self.rejected = self.truncated = self.aborted = 0
@@ -205,7 +207,7 @@ class Harness:
         output = self.scheduler.schedule() if timer is None else timer.schedule()
         self._observe_pins()
         step = execute(output, self.scheduler.requests, self.calls, FILLER)
-        seconds, index = book_step(step, output, self.cost, self.stats, last_end, start)
+        seconds, index = book_step(step, output, self.cost, self.stats, last_end, start, self.sizes)
         for request_id in output.num_scheduled_tokens:
             entry = self.calls[request_id]
             if entry.admitted is None:

@@ -18,11 +18,12 @@ import pytest
 
 from profiles import server_wake
 from profiles.decode_pace import FROM_SERVER
-from profiles.engine_fit import WAKE_TIMING
+from profiles.engine_fit import NEW_SHAPE_TIMING, WAKE_TIMING
 from profiles.measure_server import measure_engine
 from profiles.models import PRESETS, kv_bytes_per_token
-from profiles.schema import from_json
+from profiles.schema import Profile, from_json
 from profiles.server_cached import NEW_TOKENS, NO_ROOM, cached_plan
+from profiles.server_new_shape import NEW_SHAPE_SIZES
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import measure_policy_server
 from tests.http_stub import serving
@@ -125,9 +126,20 @@ def test_measure_engine_profiles_a_live_server(vllm_server: OwnedServer, tmp_pat
     # progress reached the end of every phase
     assert ("prefill", len(CONTEXTS) * 2, len(CONTEXTS) * 2) in calls
     phases = list(dict.fromkeys(phase for phase, _, _ in calls))
-    assert phases == ["prefill", "cached prefill", "decode", "wake"]
+    assert phases == ["prefill", "cached prefill", "decode", "wake", "new sizes"]
     pairs = len(SHORT_GAPS) * SHORT_PAIRS
-    assert calls[-1] == ("wake", pairs, pairs)
+    assert ("wake", pairs, pairs) in calls
+    assert calls[-1] == ("new sizes", NEW_SHAPE_SIZES, NEW_SHAPE_SIZES)
+
+    # a step size new to the engine: eight lengths timed new and again, a line through
+    # their extras written at the shortest and the longest, never below 0
+    timed = src["fit"]["new_shape"]["points"]
+    assert len(timed) == NEW_SHAPE_SIZES
+    assert all(min(CONTEXTS) < n < max(CONTEXTS) and n not in CONTEXTS for n, _ in timed)
+    assert [n for n, _ in profile.new_shape] == [timed[0][0], timed[-1][0]]
+    assert all(extra >= 0 for _, extra in profile.new_shape)
+    assert src["new_shape_timing"] == NEW_SHAPE_TIMING
+    print(f"new sizes: {timed} -> {profile.new_shape}")
 
     # round trip through the profile's JSON
     again = from_json(json.loads(json.dumps(profile.to_json())))
@@ -192,6 +204,10 @@ class _Stub(BaseHTTPRequestHandler):
     prefill_s_per_token: ClassVar[float] = 2e-6
     wake_s: ClassVar[float] = 0.0
     after_prefill_s: ClassVar[float] = 0.0
+    #: what a prompt of a length the stub has not seen takes on top (vLLM's engine builds
+    #: its kernels for each new step size once)
+    new_size_s: ClassVar[float] = 0.0
+    seen: ClassVar[set[int]] = set()
     #: whether the last call generated one token (a prefill alone)
     last_one_token: ClassVar[bool] = False
     #: the max_num_batched_tokens /server_info tells (None: no /server_info, not dev mode)
@@ -231,6 +247,9 @@ class _Stub(BaseHTTPRequestHandler):
         idle = time.monotonic() - type(self).last_end > IDLE_AFTER_S
         slow = self.wake_s if idle else self.after_prefill_s if self.last_one_token else 0.0
         type(self).last_one_token = body["max_tokens"] == 1
+        if len(body["prompt"]) not in self.seen:
+            self.seen.add(len(body["prompt"]))
+            slow += self.new_size_s
         time.sleep(self.prefill_s_per_token * len(body["prompt"]) + slow)
         for i in range(min(self.tokens, body["max_tokens"])):
             usage = {"completion_tokens": i + 1}
@@ -244,7 +263,7 @@ class _Stub(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def stub() -> Iterator[tuple[str, type[_Stub]]]:
-    handler = type("Handler", (_Stub,), {})
+    handler = type("Handler", (_Stub,), {"seen": set()})
     with serving(handler) as url:
         yield url, handler
 
@@ -275,6 +294,33 @@ def test_stub_without_reset_warns_once_and_profiles(stub: tuple[str, type[_Stub]
     assert [idle for idle, _ in profile.wake] == list(SHORT_GAPS)
     for _, extra in profile.wake:
         assert extra == pytest.approx(handler.wake_s, abs=0.4 * handler.wake_s)
+
+
+def test_a_new_step_size_is_timed_against_the_same_size_again(
+    stub: tuple[str, type[_Stub]],
+) -> None:
+    """A prompt of a length the stub has not seen takes 30 ms more: each length drawn is
+    timed new and then twice again, so the fitted extra is the stub's at both ends (give or
+    take a loaded machine's scheduling); without it, about 0."""
+    url, handler = stub
+    handler.tokens = 1000
+
+    def measured(new_size_s: float, repeats: int) -> Profile:
+        handler.new_size_s = new_size_s
+        with pytest.warns(RuntimeWarning, match="reset_prefix_cache"):
+            return measure_engine(
+                url, model_config=PRESETS["tiny"], contexts=[64, 256, 1024],
+                repeats=repeats, output_tokens=6,
+            )  # fmt: skip
+
+    profile = measured(0.03, repeats=3)
+    assert len(profile.new_shape) == 2
+    for _, extra in profile.new_shape:
+        assert extra == pytest.approx(0.03, abs=0.012)
+    # the prefill fit prices a length run before (the median of three), not a new one
+    for c, ttft in profile.prefill.points:
+        assert ttft < 0.03 + handler.prefill_s_per_token * c, c
+    assert all(extra < 0.012 for _, extra in measured(0.0, repeats=1).new_shape)
 
 
 def test_default_grid_reaches_the_longest_prompt_the_server_takes(

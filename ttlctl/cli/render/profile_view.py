@@ -92,6 +92,9 @@ def profile_table(console: Console, doc: ProfileDoc) -> None:
     )
     if p.wake:
         console.print(f"after idle: {wake_text(p.wake)}", highlight=False)
+    if p.new_shape:
+        sizes = ", ".join(f"{n:,.0f} tokens +{extra * 1000:,.1f} ms" for n, extra in p.new_shape)
+        console.print(f"a step size new to the engine: {sizes}", highlight=False)
 
 
 def wake_text(points: Sequence[tuple[float, float]]) -> str:

@@ -27,8 +27,9 @@ shape. :func:`fit_samples` turns one or several such measurements into a
   same call on a busy engine (:mod:`profiles.server_wake`), never below 0:
   ``Profile.wake``, idle ascending (empty where nothing was timed);
 - through every (length, extra) of a prompt of a length new to the engine
-  (:mod:`profiles.server_new_shape`) a least-squares line, written at the shortest and the
-  longest length, never below 0: ``Profile.new_shape`` (:func:`fitted_new_shape`).
+  (:mod:`profiles.server_new_shape`) a Theil–Sen line (medians of slopes: robust to a call
+  a neighbour slowed), written at the shortest and the longest length, never below 0:
+  ``Profile.new_shape`` (:func:`fitted_new_shape`).
 
 One measurement gives exactly the profile ``measure_engine`` has always written. Several
 (of the same server configuration: model, KV bytes per token, context window, tokens
@@ -96,8 +97,9 @@ WAKE_TIMING = (
 NEW_SHAPE_TIMING = (
     "client-side TTFT of streamed /v1/completions (max_tokens=1) of a fresh prompt of a "
     "length drawn at random (not one the other phases send), less the median TTFT of two "
-    "more fresh prompts of that length sent right after; a least-squares line through "
-    "every (length, extra), at the shortest and the longest length, clamped at 0"
+    "more fresh prompts of that length sent right after; a Theil-Sen line (the median of "
+    "the pairwise slopes, then the median intercept) through every (length, extra), at the "
+    "shortest and the longest length, clamped at 0"
 )
 #: what a measurement written before a term (a cached prefix's, the wake) was timed says
 NOT_TIMED = "not measured (a measurement taken before ttlctl timed it)"
@@ -166,18 +168,24 @@ def pooled_cached_points(samples: Sequence[EngineSamples]) -> list[tuple[int, in
 
 
 def fitted_new_shape(samples: Sequence[EngineSamples]) -> list[tuple[float, float]]:
-    """``Profile.new_shape``: a least-squares line through every measurement's (length,
-    extra) of a new step size, written at the shortest and the longest length, never
-    below 0 (one length: its extra; none: no points)."""
+    """``Profile.new_shape``: a line through every measurement's (length, extra) of a new
+    step size, by Theil and Sen (the median of the slopes between every two lengths, and the
+    median of what each point then leaves for the intercept: one call caught by a neighbour's
+    burst moves it little, where least squares followed it), written at the shortest and the
+    longest length, never below 0 (one length: the median extra; none: no points)."""
     timed = sorted(p for s in samples for p in s.new_shape)
     if not timed:
         return []
-    xs = [float(n) for n, _ in timed]
-    ys = [extra for _, extra in timed]
-    lo, hi = xs[0], xs[-1]
+    lo, hi = float(timed[0][0]), float(timed[-1][0])
     if hi == lo:
-        return [(lo, max(statistics.median(ys), 0.0))]
-    slope, intercept = statistics.linear_regression(xs, ys)
+        return [(lo, max(statistics.median(x for _, x in timed), 0.0))]
+    slope = statistics.median(
+        (y2 - y1) / (x2 - x1)
+        for i, (x1, y1) in enumerate(timed)
+        for x2, y2 in timed[i + 1 :]
+        if x2 != x1
+    )
+    intercept = statistics.median(y - slope * x for x, y in timed)
     return [(x, max(intercept + slope * x, 0.0)) for x in (lo, hi)]
 
 

@@ -15,7 +15,7 @@ the profile's other phases send; for each, a fresh prompt of that length (``max_
 1), then :data:`SEEN_AFTER` more fresh prompts of the same length at once; the length's
 extra is the first TTFT less the median of the others (a length the engine had run reads
 about 0, which is then true of that engine). :func:`profiles.engine_fit.fit_samples`
-fits a line through every (length, extra) and writes it at the shortest and the longest
+fits a Theil–Sen line through every (length, extra) and writes it at the shortest and the longest
 length, never below 0 (``Profile.new_shape``).
 """
 

@@ -28,7 +28,7 @@ from profiles.router_calibration import calibrate
 from replay.validation.fleet import validate_fleet
 from replay.validation.servers import Sources
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS
-from replay.validation.warmup import BATCH, BATCHES, PREFILLS
+from replay.validation.warmup import BATCH, BATCHES, PREFILLS, lengths, warm_sizes
 from replay.workload import load
 from tests.live.servers import FLAGS, server_env
 from tests.live.traces import agent_trace
@@ -118,6 +118,13 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     assert taken["samples"]["url"] == first and len(taken["samples"]["prefill"]) >= 3
     blocks, block = doc["server_info"]["num_gpu_blocks"], doc["engine"]["block_size"]
     assert block == 32 and doc["engine"]["kv_tokens"] == (blocks - 1) * block
+    # the simulated engines start having run the warm-up's step sizes (each fleet is fresh
+    # and warmed): each other size pays the measured profile's new_shape once
+    budget = doc["engine"]["max_num_batched_tokens"]
+    mml = doc["server_info"]["max_model_len"]
+    assert doc["engine"]["sizes_run"] == sorted(warm_sizes(mml, block, budget))
+    assert set(lengths(mml)) <= set(doc["engine"]["sizes_run"])
+    assert "new_shape_timing" in taken["doc"]["source"]
     by = {c["metric"]: c for c in row["compare"]}
     assert by["returned_share"]["error"] == 0.0
     # compared by the mean over perturbed arrival timings, within the draws' range; the

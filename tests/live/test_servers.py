@@ -238,6 +238,9 @@ def test_validate_two_running_servers(servers: Servers, tmp_path: Path) -> None:
     ])  # fmt: skip
     assert "the 2 measurements, each fitted alone" in res.output
     assert doc["engine"]["kv_tokens"] == 8192 - BLOCK and doc["engine"]["block_size"] == BLOCK
+    # servers given by URL may have served for long: the simulated engine has run every
+    # step size, and no new size is charged
+    assert "sizes_run" not in doc["engine"]
     assert doc["ranking"]["same"] in (True, False)
     # re-simulated from its own document, nothing started live: the same code priced as
     # recorded (the two measurements fitted again from their timings and pooled, the

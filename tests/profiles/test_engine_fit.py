@@ -114,3 +114,20 @@ def test_a_measurement_reads_back_from_its_json() -> None:
             EngineFitError, match=r"m\.json: missing or invalid field 'wake' \(.+\)$"
         ):
             samples_from_json(broken, "m.json")
+
+
+def test_a_new_size_line_keeps_its_course_past_one_slowed_call() -> None:
+    """``Profile.new_shape`` is a Theil–Sen line through the (length, extra) timings of
+    every measurement: one call a neighbour slowed by 170 ms leaves it within a few ms of
+    the others' line (least squares put 106 ms at the longest length); pooled measurements
+    fit as one; without timings, no points."""
+    base = samples(1, "2026-12-04T13:00:00+00:00")
+    clean = ((300, 0.020), (600, 0.025), (900, 0.030), (1500, 0.040))
+    one = replace(base, new_shape=(*clean[:3], (1200, 0.200), clean[3]))
+    (lo, at_lo), (hi, at_hi) = fit_samples([one]).new_shape
+    assert (lo, hi) == (300, 1500)
+    assert at_lo == pytest.approx(0.020, abs=0.003) and at_hi == pytest.approx(0.040, abs=0.003)
+    halves = [replace(base, new_shape=clean[:2]), replace(base, new_shape=clean[2:])]
+    (x0, y0), (x1, y1) = fit_samples(halves).new_shape
+    assert (x0, x1) == (300, 1500) and (y0, y1) == pytest.approx((0.020, 0.040), abs=1e-9)
+    assert fit_samples([base]).new_shape == ()

@@ -96,10 +96,10 @@ WAKE_TIMING = (
 )
 NEW_SHAPE_TIMING = (
     "client-side TTFT of streamed /v1/completions (max_tokens=1) of a fresh prompt of a "
-    "length drawn at random (not one the other phases send), less the median TTFT of two "
-    "more fresh prompts of that length sent right after; a Theil-Sen line (the median of "
-    "the pairwise slopes, then the median intercept) through every (length, extra), at the "
-    "shortest and the longest length, clamped at 0"
+    "length drawn at random (not a prompt length the other phases send), less the median "
+    "TTFT of two more fresh prompts of that length sent right after; a Theil-Sen line "
+    "(the median of the pairwise slopes, then the median intercept) through every (length, "
+    "extra), at the shortest and the longest length, clamped at 0"
 )
 #: what a measurement written before a term (a cached prefix's, the wake) was timed says
 NOT_TIMED = "not measured (a measurement taken before ttlctl timed it)"

@@ -71,7 +71,7 @@ from typing import Any
 from profiles.engine_fit import fit_samples
 from profiles.engine_timings import EngineSamples
 from profiles.schema import Profile
-from profiles.server_cached import NEW_TOKENS, measure_cached_prefill
+from profiles.server_cached import NEW_TOKENS, cached_plan, measure_cached_prefill
 from profiles.server_decode import measure_decode
 from profiles.server_new_shape import measure_new_shape
 from profiles.server_stream import Sender
@@ -162,7 +162,8 @@ def measure_samples(
     cached = measure_cached_prefill(sender, ctxs, repeats, report)
     decode = measure_decode(sender, target, ctxs, output_tokens, repeats, report)
     wake = measure_wake(sender, ctxs, repeats, report)
-    avoid = [*ctxs, *NEW_TOKENS, wake_prefix(ctxs)]  # the other phases' step sizes
+    # the other phases' prompt lengths (their steps may still take other sizes: rare)
+    avoid = [*ctxs, *cached_plan(ctxs), *NEW_TOKENS, wake_prefix(ctxs)]
     new_shape = measure_new_shape(sender, ctxs, avoid, report)
     return EngineSamples(
         url=target.url,

@@ -3,14 +3,15 @@ first time the engine runs a step of that many tokens, as ``[tokens, extra secon
 points (measured by ``ttlctl profile --engine``, :mod:`profiles.server_new_shape`).
 
 Measured on vLLM's CPU engine (the 55M test model, ``--enforce-eager``): a prefill of a
-fresh prompt of a length the engine had not run took 15–40 ms longer than the same length
-again (75 lengths from 300 to 1,700 tokens, each run three times; no decay after 75 new
-lengths), the extra growing a little with the length; a repeat of a length, even with a
+fresh prompt of a length the engine had not run took 18–65 ms longer than the same length
+twice again (15 lengths from 301 to 1,711 tokens, engine-timed), then 14–42 ms (60 more
+lengths, client-timed; no decay from the first to the last), the extra growing a little with
+the length; a repeat of a length, even with a
 different prompt, ran at its usual price. The engine builds its compute kernels for each
 new step size once. A step's size is its scheduled tokens, whatever mix of prefill chunks
 and decodes makes them. An engine that has served for long has run most sizes; one just
 started has not. The simulator charges it once per size per engine
-(:func:`replay.step_price.new_shape`), on engines that are told which sizes they have run.
+(:func:`replay.step_price.new_size_extra`), on engines that are told which sizes they have run.
 
 Standard library only, as :mod:`profiles.schema`, which reads the points with
 :func:`~profiles.wake.wake_points` (the same shape) and prices a size with

@@ -3,7 +3,7 @@
 
 vLLM's engine builds its compute kernels for each new step size (scheduled tokens) once:
 on its CPU engine with the 55M test model a fresh prompt of a length it had not run took
-15–40 ms longer to prefill than the same length again, with another fresh prompt
+14–65 ms longer to prefill than the same length again, with another fresh prompt
 (:mod:`profiles.new_shape`). A fit of prefills timed several times at each length (the
 median of the repeats) prices the repeats, and never sees it; an agent's steps are of
 every size, most of them new to a server just started.
@@ -11,8 +11,10 @@ every size, most of them new to a server just started.
 Timed here: :data:`NEW_SHAPE_SIZES` prompt lengths, drawn at random (without a seed: the
 engine must not have run them, and a fixed list would be run by the measurement before)
 between the shortest and the longest context the profile times, none of them a context
-the profile's other phases send; for each, a fresh prompt of that length (``max_tokens``
-1), then :data:`SEEN_AFTER` more fresh prompts of the same length at once; the length's
+the profile's other phases send as a context (a step of the same size from another phase
+is possible, if rare: that length then reads about 0); for each, a fresh prompt of that
+length (``max_tokens`` 1), then :data:`SEEN_AFTER` more fresh prompts of the same length,
+one after the other; the length's
 extra is the first TTFT less the median of the others (a length the engine had run reads
 about 0, which is then true of that engine). :func:`profiles.engine_fit.fit_samples`
 fits a Theil–Sen line through every (length, extra) and writes it at the shortest and the longest

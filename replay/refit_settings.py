@@ -141,8 +141,8 @@ def replay_settings(doc: Bundle, settings: RefitSettings) -> tuple[ReplayConfig,
             recorded, source = found, where
             break
     known = {f.name for f in fields(SimSchedulerConfig)}
-    engine = SimSchedulerConfig(
-        **{k: v for k, v in recorded.get("engine", {}).items() if k in known}
+    engine = SimSchedulerConfig.from_json(
+        {k: v for k, v in recorded.get("engine", {}).items() if k in known}
     )
     given: dict[str, Any] = {
         "kv_tokens": settings.kv_tokens,

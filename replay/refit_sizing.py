@@ -19,7 +19,7 @@ the fast simulator schedules synchronously, which the note says when it matters.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from replay.scheduler import SimSchedulerConfig
@@ -164,7 +164,7 @@ def _shape(engine: SimSchedulerConfig) -> str:
 
 def as_json(sized: Sized) -> dict[str, Any]:
     """The replay document's record of one engine."""
-    engine = {f.name: getattr(sized.engine, f.name) for f in fields(sized.engine)}
+    engine = sized.engine.to_json()
     return {
         "replica": sized.replica,
         "engine": engine,

@@ -92,10 +92,11 @@ def summarize(
 
 
 def refused(record: LiveCallRecord) -> bool:
-    """Whether the server refused the call (an HTTP 4xx answer): it took the request for
-    one it cannot serve, as the simulator's engine rejects a call too long for it."""
+    """Whether the server refused the call (an HTTP 4xx answer other than 408, a timeout,
+    and 429, too many requests: both say "later", not "never"): it took the request for one
+    it cannot serve, as the simulator's engine rejects a call too long for it."""
     status = record.http_status
-    return status is not None and 400 <= status < 500
+    return status is not None and 400 <= status < 500 and status not in (408, 429)
 
 
 def failures_warning(url: str, records: Sequence[LiveCallRecord], calls: int) -> str | None:

@@ -182,7 +182,7 @@ class TuneContext:
             "loads": [load_json(t) for t in self.loads],
             "seeds": list(self.seeds),
             "p95_max_s": self.p95_max_s,
-            "engine": {k: getattr(engine, k) for k in engine.__dataclass_fields__},
+            "engine": engine.to_json(),
             "offload_tokens": self.config.offload_tokens,
             "truncate": self.config.truncate,
         }

@@ -71,9 +71,10 @@ def warm_sizes(max_model_len: int | None, block_size: int, budget: int) -> froze
     as the requests tell (a batch's steps depend on when each of its requests joins):
     each prefill of :func:`lengths`, the new tokens of the prefill on a cached prefix,
     the short prompts prefilled one to :data:`BATCH` at a time, alone or beside the
-    batch's decodes, and decode batches of 1 to :data:`BATCH`; none above ``budget``
-    (the engine's ``max_num_batched_tokens``). The simulator's engines start having run
-    these (``SimSchedulerConfig.sizes_run``): each other size pays the first time."""
+    batch's decodes, and decode batches of 1 to :data:`BATCH`; a size above ``budget``
+    (the engine's ``max_num_batched_tokens``) as its chunks (the budget, then the rest).
+    The simulator's engines start having run these (``SimSchedulerConfig.sizes_run``):
+    each other size pays the first time."""
     sizes = lengths(max_model_len)
     short = sizes[-1]
     base = sizes[len(sizes) // 2]
@@ -82,7 +83,9 @@ def warm_sizes(max_model_len: int | None, block_size: int, budget: int) -> froze
     made = set(sizes) | {prompt - cached} | set(range(1, BATCH + 1))
     for k in range(1, BATCH + 1):
         made |= {k * short + d for d in range(BATCH - k + 1)}
-    return frozenset(n for n in made if n <= budget)
+    # a prompt longer than the budget is prefilled in chunks of it, then the rest
+    chunks = {budget for n in made if n > budget} | {n % budget for n in made if n > budget}
+    return frozenset(n for n in made | chunks if 0 < n <= budget)
 
 
 def _warm_one(

@@ -22,7 +22,7 @@ from tests.live.traces import agent_trace
 from ttlctl.cli import app
 
 #: (program, turn) -> the HTTP status the stub answers that call with
-ANSWERS = {("prog-1", 1): 500, ("prog-2", 0): 400}
+ANSWERS = {("prog-1", 1): 500, ("prog-2", 0): 400, ("prog-3", 2): 429}
 PROGRAMS, CALLS = 4, 3
 
 
@@ -105,18 +105,19 @@ def test_refused_and_failed_calls_are_counted_apart_and_told(url: str, tmp_path:
     )
     assert res.exit_code == 0, res.output
     (r,) = json.loads(out.read_text())["results"]
-    # prog-1 stops after its failed second call, prog-2 at its refused first
-    assert (r["rejected_calls"], r["failed_calls"]) == (1, 1)
+    # prog-1 stops after its failed second call, prog-2 at its refused first, prog-3 at
+    # its third, answered "too many requests" (a failure, not a refusal: try later)
+    assert (r["rejected_calls"], r["failed_calls"]) == (1, 2)
     assert (r["llm_calls"], r["programs"], r["programs_cut_short"]) == (
-        PROGRAMS * CALLS - 3 - 2, PROGRAMS - 2, 2,
+        PROGRAMS * CALLS - 3 - 2 - 1, PROGRAMS - 3, 3,
     )  # fmt: skip
     told = [line for line in res.output.splitlines() if "refused by the server" in line]
     assert len(told) == 1, res.output
     line = told[0]
-    assert f"1 refused by the server and 1 failed of {PROGRAMS * CALLS} calls" in line, line
+    assert f"1 refused by the server and 2 failed of {PROGRAMS * CALLS} calls" in line, line
     assert "HTTP 4" in line or "HTTP 5" in line, line  # the first error, as the server said
     assert "left out of JCT" in line, line
     assert "--truncate" not in res.output and "longer than the model" not in res.output
     warnings = r["server"]["warnings"]
     assert any("refused by the server" in w for w in warnings), warnings
-    assert len(r["server"]["errors"]) == 2, r["server"]["errors"]
+    assert len(r["server"]["errors"]) == 3, r["server"]["errors"]

@@ -22,6 +22,7 @@ from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.step_price import new_size_extra
 from replay.synth import synth
+from replay.validation.warmup import lengths, warm_sizes
 from replay.vllmsim.run import run as vllm_run
 from replay.workload import AgentProgram, Call, Workload, from_frame
 
@@ -119,3 +120,14 @@ def test_vllms_scheduler_charges_new_sizes_as_the_fast_backend() -> None:
         Load(concurrency=3),
     )  # fmt: skip
     assert got.engine.stats.busy_s > plain.engine.stats.busy_s
+
+
+def test_the_warm_up_sizes_are_within_the_step_budget_as_chunks() -> None:
+    """validate's engines start having run the warm-up's sizes: its prefills (a prompt
+    longer than the step budget as its chunks: the budget, then the rest), the batches'
+    decodes 1 to 4, and nothing above the budget."""
+    whole = warm_sizes(2048, 32, 8192)
+    assert set(lengths(2048)) <= whole and {1, 2, 3, 4} <= whole
+    chunked = warm_sizes(2048, 32, 512)
+    assert max(chunked) == 512
+    assert {n % 512 for n in lengths(2048) if n > 512 and n % 512} <= chunked

@@ -51,8 +51,8 @@ def new_lengths(ctxs: Sequence[int], avoid: Sequence[int], rng: random.Random) -
     """:data:`NEW_SHAPE_SIZES` distinct lengths between ``min(ctxs)`` and ``max(ctxs)``,
     none in ``avoid`` (what the measurement's other phases send), ascending (fewer where
     the span is short)."""
-    lo, hi = min(ctxs), max(ctxs)
-    choices = [n for n in range(lo + 1, hi) if n not in set(avoid)]
+    lo, hi, taken = min(ctxs), max(ctxs), set(avoid)
+    choices = [n for n in range(lo + 1, hi) if n not in taken]
     return sorted(rng.sample(choices, min(NEW_SHAPE_SIZES, len(choices))))
 
 
@@ -61,10 +61,10 @@ def measure_new_shape(
     ctxs: Sequence[int],
     avoid: Sequence[int],
     report: Callable[[str, int, int], None],
-    rng: random.Random | None = None,
 ) -> NewShape:
-    """Each length of :func:`new_lengths` timed new, then again (the module's docstring)."""
-    lengths = new_lengths(ctxs, avoid, rng or random.Random())
+    """Each length of :func:`new_lengths` timed new, then again (the module's docstring;
+    drawn with the sender's unseeded generator)."""
+    lengths = new_lengths(ctxs, avoid, sender.rng)
     if not lengths:
         return NewShape((), NO_ROOM)
     points: list[tuple[int, float]] = []

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
 from replay.step_plan import StepPlan
-from replay.step_price import new_size_extra, price_step, step_tokens, wake_after
+from replay.step_price import price_step
 
 
 @dataclass(slots=True)
@@ -121,10 +121,7 @@ class AsyncSimScheduler(SimScheduler):
         if not plan.scheduled:
             return _InFlight([], 0.0, -1, plan.preempted)
         seconds, _ = price_step(plan, self.cost)
-        if begin > self._last_end:  # the first step after an idle spell
-            seconds += wake_after(self.cost, self._last_end, begin)
-        if self._sizes is not None:
-            seconds += new_size_extra(self.cost, self._sizes, step_tokens(plan))
+        seconds += self._on_top(plan, begin)
         self._last_end = begin + seconds
         sampled = self._update_after_schedule(plan)
         self._account(seconds)

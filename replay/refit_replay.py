@@ -27,7 +27,6 @@ from replay.policies import PolicySpec
 from replay.progress import RunsDone
 from replay.refit_settings import RefitSettings, default_load
 from replay.refit_sizing import Sized, by_replica, replicas, size
-from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.tune.context import TuneContext, load_json
 from replay.tune.judge import replay_held_back
@@ -154,7 +153,7 @@ def engines_doc(part: Part) -> list[dict[str, Any]]:
     return [
         {
             "replica": sized.replica,
-            "engine": _engine_json(sized.engine),
+            "engine": sized.engine.to_json(),
             "sized_from_log": sized.from_log,
             "programs": programs,
             "calls": calls,
@@ -165,7 +164,3 @@ def engines_doc(part: Part) -> list[dict[str, Any]]:
         }
         for sized, (programs, calls) in zip(part.engines, part.served, strict=True)
     ]
-
-
-def _engine_json(engine: SimSchedulerConfig) -> dict[str, Any]:
-    return engine.to_json()

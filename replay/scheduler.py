@@ -330,10 +330,7 @@ class SimScheduler:
         if not plan.scheduled and not plan.num_decodes_in_set:
             return 0.0, [], False  # nothing runs
         duration, decode_only = price_step(plan, self.cost)
-        if now > self._last_end:  # the first step after an idle spell
-            duration += wake_after(self.cost, self._last_end, now)
-        if self._sizes is not None:
-            duration += new_size_extra(self.cost, self._sizes, step_tokens(plan))
+        duration += self._on_top(plan, now)
         end = now + duration
         self._account(duration)
         self.stats.steps += 1
@@ -454,10 +451,7 @@ class SimScheduler:
         if not plan.scheduled:
             return 0.0, [], plan.preempted
         duration, _ = price_step(plan, self.cost)
-        if now > self._last_end:  # the first step after an idle spell
-            duration += wake_after(self.cost, self._last_end, now)
-        if self._sizes is not None:
-            duration += new_size_extra(self.cost, self._sizes, step_tokens(plan))
+        duration += self._on_top(plan, now)
         end = now + duration
         self._account(duration)
         self.tick(end)
@@ -708,6 +702,16 @@ class SimScheduler:
         d, seqs, kv = self.decoders, run.seqs, run.kv_tokens
         self._planned = (plan_key(d, self.pool, len(self.waiting), now, horizon, seqs, kv), run)
         return now + run.seconds
+
+    def _on_top(self, plan: StepPlan, start: float) -> float:
+        """What the step of ``plan``, starting at ``start``, pays on top of its price: the
+        wake after an idle spell (:func:`~replay.step_price.wake_after`) and, on an engine
+        that keeps the sizes it has run, a new size's cost
+        (:func:`~replay.step_price.new_size_extra`). Read before the step is applied."""
+        extra = wake_after(self.cost, self._last_end, start) if start > self._last_end else 0.0
+        if self._sizes is not None:
+            extra += new_size_extra(self.cost, self._sizes, step_tokens(plan))
+        return extra
 
     def _size_run(self, tokens: int) -> bool:
         """Whether the engine has run a step of ``tokens`` scheduled tokens (a run of decode

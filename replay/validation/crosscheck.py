@@ -20,7 +20,6 @@ policy's server starts (continuum's cold-start bundle carries that profile).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from replay.validation.servers import LIVE_POLICIES, Sources
 from replay.validation.sim_side import SimSide
 from replay.validation.sizing import check_kv_tokens, same_servers, sim_engine_config
 from replay.validation.stats import merge_runs
-from replay.validation.warmup import warm_sizes
+from replay.validation.warmup import warmed_engine
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 
@@ -170,10 +169,7 @@ def validate(
             max_num_batched_tokens=max_num_batched_tokens,
         )
         if not sources.urls:  # every server started fresh and warmed (not one given)
-            engine = replace(
-                engine,
-                sizes_run=warm_sizes(info.max_model_len, engine.block_size, max_num_batched_tokens),
-            )
+            engine = warmed_engine(engine, info.max_model_len)
         assert session.profile is not None  # pooled after the first policy's last run
         side = SimSide(
             replicas=1,

@@ -45,7 +45,6 @@ The document keeps each measurement (its source, time, own fit and timings).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +67,7 @@ from replay.validation.servers import LIVE_POLICIES, Sources
 from replay.validation.sim_side import SimSide
 from replay.validation.sizing import check_kv_tokens, sim_engine_config
 from replay.validation.timings import DRAWS, Timings
-from replay.validation.warmup import warm_sizes
+from replay.validation.warmup import warmed_engine
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
 from ttlctl.server.facts import ServerInfo
@@ -232,10 +231,7 @@ def validate_fleet(
         max_num_batched_tokens=max_num_batched_tokens,
     )
     # every live fleet is started fresh and warmed: its engines have run the warm-up's sizes
-    engine = replace(
-        engine,
-        sizes_run=warm_sizes(info.max_model_len, engine.block_size, max_num_batched_tokens),
-    )
+    engine = warmed_engine(engine, info.max_model_len)
     say(
         f"simulating {len(runs)} fleets"
         + (", each on its repeat's profile and on the pooled one" if len(own) > 1 else "")

@@ -15,7 +15,7 @@ and their prefix caches are emptied afterwards by the caller, as before every li
 A warm-up cannot run every step size: on the 55M test model in bfloat16, a length new to
 the engine still cost 14–42 ms more than the same length again after 75 new lengths
 (docs/results.md). That cost is priced instead (``Profile.new_shape``), and the simulator's
-engines start having run the warm-up's sizes (:func:`warm_sizes`).
+engines start having run the warm-up's sizes (:func:`warmed_engine`).
 
 The requests go to each replica directly, without a session header: the router never
 sees them, and the replicas' arrival files (:mod:`ttlctl.server.arrivals`) leave them
@@ -28,9 +28,10 @@ import random
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from replay.scheduler_config import SimSchedulerConfig
 from replay.validation.error import ValidateError
 from replay.validation.prompts import id_span, random_prompt
 from ttlctl.server import client
@@ -64,6 +65,13 @@ def lengths(max_model_len: int | None) -> list[int]:
     window = min(max_model_len or 2048, LONGEST + PREFILL_OUTPUT + 1)
     top = max(16, window - PREFILL_OUTPUT - 1)
     return sorted({max(16, round(top * (i + 1) / PREFILLS)) for i in range(PREFILLS)}, reverse=True)
+
+
+def warmed_engine(engine: SimSchedulerConfig, max_model_len: int | None) -> SimSchedulerConfig:
+    """``engine`` as a server started fresh and warmed has it: having run the warm-up's step
+    sizes (:func:`warm_sizes`), each other size paying its cost the first time."""
+    sizes = warm_sizes(max_model_len, engine.block_size, engine.max_num_batched_tokens)
+    return replace(engine, sizes_run=sizes)
 
 
 def warm_sizes(max_model_len: int | None, block_size: int, budget: int) -> frozenset[int]:

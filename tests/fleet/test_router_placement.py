@@ -22,7 +22,7 @@ from replay.fleet.routers import RouterSettings, make_router
 from replay.fleet.routers.base import RoutedCall
 from replay.fleet.routers.consistent_hash import ConsistentHash
 from tests.fleet.views import idle
-from tests.http_stub import serving
+from tests.http_stub import json_reply, serving
 from tests.router_bin import router_or_skip
 from ttlctl.server import router
 from ttlctl.server.owned import OwnedServer
@@ -36,28 +36,21 @@ def _worker(seen: list[str], lock: threading.Lock) -> type[BaseHTTPRequestHandle
         def log_message(self, format: str, *args: object) -> None:
             return None
 
-        def _send(self, doc: object) -> None:
-            body = json.dumps(doc).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
         def do_GET(self) -> None:
-            self._send({"object": "list", "data": [{"id": "m", "object": "model"}]})
+            json_reply(self, {"object": "list", "data": [{"id": "m", "object": "model"}]})
 
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with lock:
                 seen.append(self.headers.get("x-session-id") or "")
-            self._send(
+            json_reply(
+                self,
                 {
                     "id": "c",
                     "object": "text_completion",
                     "choices": [{"index": 0, "text": "x", "finish_reason": "length"}],
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                }
+                },
             )
 
     return Worker

@@ -17,7 +17,7 @@ from typing import ClassVar
 import pytest
 from typer.testing import CliRunner
 
-from tests.http_stub import serving
+from tests.http_stub import json_reply, serving
 from tests.live.traces import agent_trace
 from ttlctl.cli import app
 
@@ -35,19 +35,11 @@ class _Vllm(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def _json(self, doc: object) -> None:
-        body = json.dumps(doc).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
     def do_GET(self) -> None:
         if self.path == "/v1/models":
-            self._json({"data": [{"id": "stub", "max_model_len": 4096}]})
+            json_reply(self, {"data": [{"id": "stub", "max_model_len": 4096}]})
         elif self.path == "/version":
-            self._json({"version": "0.32.0"})
+            json_reply(self, {"version": "0.32.0"})
         elif self.path == "/metrics":
             info = 'block_size="16",num_gpu_blocks="512",enable_prefix_caching="True"'
             text = f"vllm:cache_config_info{{{info}}} 1.0\n".encode()
@@ -61,9 +53,9 @@ class _Vllm(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
         if self.path == "/reset_prefix_cache":
-            self._json({})
+            json_reply(self, {})
         elif self.path == "/detokenize":  # a vocabulary of 1,000 ids
-            self._json({"prompt": "x" if body["tokens"][0] < 1000 else ""})
+            json_reply(self, {"prompt": "x" if body["tokens"][0] < 1000 else ""})
         elif self.path == "/v1/completions":
             program = body["vllm_xargs"]["program_id"]
             with self.lock:

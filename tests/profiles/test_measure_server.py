@@ -26,7 +26,7 @@ from profiles.server_cached import NEW_TOKENS, NO_ROOM, cached_plan
 from profiles.server_new_shape import NEW_SHAPE_SIZES
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import measure_policy_server
-from tests.http_stub import serving
+from tests.http_stub import json_reply, serving
 from tests.live.servers import MODEL_NAME
 from tests.profiles.replay_one import check_replays_its_points
 from tests.vllm_server import free_port
@@ -218,28 +218,20 @@ class _Stub(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def _json(self, code: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def do_GET(self) -> None:
         if self.path == "/v1/models":
-            self._json(200, {"data": [{"id": "org/Stub-Model", "max_model_len": 2048}]})
+            json_reply(self, {"data": [{"id": "org/Stub-Model", "max_model_len": 2048}]})
         elif self.path == "/server_info?config_format=json" and self.step_budget is not None:
             config = {"scheduler_config": {"max_num_batched_tokens": self.step_budget}}
-            self._json(200, {"vllm_config": config, "vllm_env": {}})
+            json_reply(self, {"vllm_config": config, "vllm_env": {}})
         else:
-            self._json(404, {"detail": "Not Found"})
+            json_reply(self, {"detail": "Not Found"}, 404)
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
         if self.path != "/v1/completions":
-            self._json(404, {"detail": "Not Found"})
+            json_reply(self, {"detail": "Not Found"}, 404)
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")

@@ -113,8 +113,9 @@ def failures_warning(url: str, records: Sequence[LiveCallRecord], calls: int) ->
         )
         if n
     ]
+    first = (bad[0].error or "").removeprefix(f"{url}: ")  # the line names the server once
     return (
-        f"{url}: {' and '.join(kinds)} of {calls:,} calls (first: {bad[0].error}); their "
+        f"{url}: {' and '.join(kinds)} of {calls:,} calls (first: {first}); their "
         "programs stop there and are left out of JCT (every error: the JSON's server.errors)"
     )
 

@@ -126,6 +126,7 @@ def live_run(
         )
         for url in made.urls.values():
             reset_prefix_cache(url)
+        fleet.check_running()  # the warm-up went to the replicas, not through the router
         say(f"{which}: live replay of {counted(len(fleets.work.programs), 'program')}")
         before = {r: _scraped(u, fleets.warn) for r, u in made.urls.items()}
         # each server leads a process group of its own (its pid is its id)
@@ -152,6 +153,7 @@ def live_run(
                 # calls); each replica's own figures are read directly, before and after
                 sample_every_s=0.0,
             )
+        fleet.check_running()  # a run that did not go through the router measured nothing
         engines = {
             r: engine_delta(before[r], _scraped(u, fleets.warn)) for r, u in made.urls.items()
         }

@@ -109,6 +109,7 @@ def test_refused_and_failed_calls_are_counted_apart_and_told(url: str, tmp_path:
     assert f"1 refused by the server and 2 failed of {PROGRAMS * CALLS} calls" in line, line
     assert "HTTP 4" in line or "HTTP 5" in line, line  # the first error, as the server said
     assert "left out of JCT" in line, line
+    assert line.count(url) == 1, line  # the server named once, not again in its error
     assert "--truncate" not in res.output and "longer than the model" not in res.output
     warnings = r["server"]["warnings"]
     assert any("refused by the server" in w for w in warnings), warnings

@@ -4,6 +4,7 @@ processes started and stopped as one (ttlctl/server/router.py, arrivals.py, flee
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from tests.live.traces import agent_trace
 from ttlctl.cli import app
 from ttlctl.errors import TtlctlError
 from ttlctl.server import arrivals, router
+from ttlctl.server.client import ServerError
 from ttlctl.server.fleet import ROUTER_TRIES, OwnedFleet
 from ttlctl.server.owned import OwnedServer, ServerStartError
 from ttlctl.server.process import free_port, group_alive
@@ -40,10 +42,12 @@ STUB = textwrap.dedent(
 )
 
 
-def _stub(tmp_path: Path, name: str, *, fails: bool = False, exits: str = "") -> OwnedServer:
+def _stub(
+    tmp_path: Path, name: str, *, fails: bool = False, exits: str = "", port: int | None = None
+) -> OwnedServer:
     """A stub that answers /health; ``fails``: one that exits 3 at once; ``exits``: Python
-    run instead (a process that says something and exits)."""
-    port = free_port()
+    run instead (a process that says something and exits); ``port``: given, not free."""
+    port = free_port() if port is None else port
     script = tmp_path / "stub.py"
     script.write_text(STUB)
     if exits:
@@ -174,6 +178,48 @@ def test_a_router_whose_port_was_taken_starts_again_on_fresh_ports(tmp_path: Pat
     with pytest.raises(ServerStartError, match="exited with code 1"):
         always.start()
     assert always.port_retries == ROUTER_TRIES - 1
+
+
+def test_free_ports_are_never_handed_out_twice() -> None:
+    """The ports a command gives its servers and router are told before any binds one;
+    regression: the system offered a replica's port again for the router, which found
+    that replica answering its health check, then failed to bind (a live run went to one
+    replica, not through the router)."""
+    ports = [free_port() for _ in range(500)]
+    assert len(set(ports)) == len(ports)
+
+
+def test_a_router_whose_port_a_replica_holds_is_not_taken_for_started(tmp_path: Path) -> None:
+    replicas = [_stub(tmp_path, f"replica r{i}") for i in (1, 2)]
+    held = replicas[1].port
+    made: list[OwnedServer] = []
+
+    def fresh() -> OwnedServer:
+        made.append(_stub(tmp_path, "router2"))
+        return made[-1]
+
+    # before: the replica answered the router's health check and the fleet's URL was its
+    with OwnedFleet(replicas, _stub(tmp_path, "vllm-router", port=held), fresh_router=fresh) as f:
+        assert f.port_retries == 1 and f.router is made[0]
+        assert f.url == made[0].url != replicas[1].url
+    alone = OwnedFleet(replicas, _stub(tmp_path, "vllm-router", port=held))
+    with pytest.raises(ServerStartError, match=f"vllm-router: port {held} is taken"):
+        alone.start()
+    assert not any(s.pid for s in replicas)  # nothing left running
+
+
+def test_a_fleet_tells_when_its_router_has_exited(tmp_path: Path) -> None:
+    replicas = [_stub(tmp_path, f"replica r{i}") for i in (1, 2)]
+    with OwnedFleet(replicas, _stub(tmp_path, "vllm-router")) as fleet:
+        fleet.check_running()  # all running: nothing to tell
+        pid = fleet.router.pid
+        assert pid is not None
+        os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while fleet.router.exited() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(ServerError, match=r"vllm-router exited with code -9 .*log: "):
+            fleet.check_running()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

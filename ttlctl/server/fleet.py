@@ -14,7 +14,11 @@ The router's port is chosen free when the fleet is made, but the router starts o
 the replicas are up, a minute later on a CPU, and meanwhile any process on the machine
 (the replicas' own connections among them) may take that port: vllm-router then exits
 with "Address already in use". Given ``fresh_router`` (a router like the first on newly
-chosen ports), the fleet then starts that one instead, up to :data:`ROUTER_TRIES` in all.
+chosen ports), the fleet then starts that one instead, up to :data:`ROUTER_TRIES` in all;
+so too when the port is found taken before the router starts (a server listening there
+would answer the router's health check in its place). :meth:`OwnedFleet.check_running`
+tells a caller whether every process still runs (a run through a router that exited did
+not go through the fleet).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
+from ttlctl.server.client import ServerError
 from ttlctl.server.owned import OwnedServer, ServerStartError
+from ttlctl.server.process import port_taken
 
 #: router starts tried when its port was taken meanwhile (each on fresh ports)
 ROUTER_TRIES = 3
@@ -62,6 +68,7 @@ class OwnedFleet:
             for replica in self.replicas:
                 replica.wait_ready()
             self._start_router()
+            self.check_running()
         except BaseException:
             self.stop()
             raise
@@ -69,15 +76,33 @@ class OwnedFleet:
 
     def _start_router(self) -> None:
         for attempt in range(1, ROUTER_TRIES + 1):
-            try:
-                self.router.start()
-                return
-            except ServerStartError as exc:
-                taken = PORT_TAKEN in self.router.log_tail(lines=20)
-                if self.fresh_router is None or attempt == ROUTER_TRIES or not taken:
-                    raise exc from None
-                self.router = self.fresh_router()
-                self.port_retries += 1
+            last = self.fresh_router is None or attempt == ROUTER_TRIES
+            port = self.router.port
+            if port is not None and port_taken(port):
+                # whatever listens there would answer the router's health check for it
+                if last:
+                    raise ServerStartError(
+                        f"{self.router.name}: port {port} is taken by another process"
+                    )
+            else:
+                try:
+                    self.router.start()
+                    return
+                except ServerStartError as exc:
+                    if last or PORT_TAKEN not in self.router.log_tail(lines=20):
+                        raise exc from None
+            assert self.fresh_router is not None
+            self.router = self.fresh_router()
+            self.port_retries += 1
+
+    def check_running(self) -> None:
+        """:class:`~ttlctl.server.client.ServerError` when the router or a replica has exited
+        since it started (one line: which, its exit code, its log's last): calls sent to
+        the fleet's URL since then did not go through the fleet."""
+        for server in (self.router, *self.replicas):
+            problem = server.exited()
+            if problem is not None:
+                raise ServerError(problem)
 
     def stop(self) -> None:
         """Stop the router, then each replica (every stop runs even if one fails)."""

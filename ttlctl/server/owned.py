@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -69,6 +70,20 @@ class OwnedServer:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    @property
+    def port(self) -> int | None:
+        """The port of its URL (None: the URL names none)."""
+        return urllib.parse.urlsplit(self.url).port
+
+    def exited(self) -> str | None:
+        """None while the started process runs; else one line: how it ended and its log's
+        last (a server that answered its health check may still exit: a router whose
+        port another server held heard that server answer for it, then failed to bind)."""
+        code = self._proc.poll() if self._proc is not None else None
+        if code is None:
+            return None
+        return f"{self.name} exited with code {code} (log: {self.log_path}): {self.log_tail()}"
 
     def start(self) -> str:
         """Start the server and wait until it is healthy; its URL.

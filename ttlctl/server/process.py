@@ -26,11 +26,42 @@ from pathlib import Path
 KILL_WAIT_S = 5.0
 
 
+#: the ports :func:`free_port` handed out in this process, never handed out again: the
+#: servers and the router one command starts are each given a port before any of them
+#: binds one, and the system may offer a port again while nothing listens on it (a
+#: router given its replica's port found that replica answering its health check)
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    """A TCP port on 127.0.0.1 that was free a moment ago and that this process was not
+    given before."""
+    held: list[socket.socket] = []  # kept bound while looking, so each offer is new
+    try:
+        while True:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(s)
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
+    finally:
+        for s in held:
+            s.close()
+
+
+def port_taken(port: int) -> bool:
+    """Whether a process listens on ``port`` of 127.0.0.1 now (a server given that port
+    could not bind it: probed as a server binds, with ``SO_REUSEADDR``, so a closed
+    connection's lingering port does not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
 
 
 def launch(

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.bundles import write_bundle
+from tests.child_signals import terminal_defaults
 from tests.live.servers import FLAGS, healthy, server_env
 from tests.live.traces import agent_trace
 from tests.vllm_server import STARTUP_S
@@ -106,6 +107,7 @@ def ttlctl(args: list[str], work: Path, mark: str) -> subprocess.Popen[bytes]:
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
+            preexec_fn=terminal_defaults,
             cwd=work,
         )
 

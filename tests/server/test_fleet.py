@@ -19,6 +19,7 @@ from replay.validation.fleet import validate_fleet
 from replay.validation.fleet_placement import check_placement
 from replay.validation.servers import Sources
 from replay.workload import load
+from tests.child_signals import terminal_defaults
 from tests.live.traces import agent_trace
 from ttlctl.cli import app
 from ttlctl.errors import TtlctlError
@@ -243,7 +244,12 @@ def test_a_signal_stops_the_whole_fleet(tmp_path: Path, signum: int) -> None:
             """
         )
     )
-    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=terminal_defaults,
+    )
     assert owner.stdout is not None
     pids = json.loads(owner.stdout.readline())
     assert all(group_alive(p) for p in pids)

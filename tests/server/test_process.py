@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.child_signals import terminal_defaults
 from ttlctl.server import signals
 from ttlctl.server.owned import OwnedServer, ServerStartError, failure_line
 from ttlctl.server.process import free_port, group_alive, group_members, launch, stop_group
@@ -154,7 +155,11 @@ def test_a_signal_to_the_owner_stops_the_server(tmp_path: Path, signum: int) -> 
     env = {**os.environ, "PYTHONPATH": str(REPO), "LOG": str(tmp_path / "s.log"),
            "URL": f"http://127.0.0.1:{port}"}  # fmt: skip
     owner = subprocess.Popen(
-        [sys.executable, "-c", OWNER, *cmd], stdout=subprocess.PIPE, env=env, cwd=REPO
+        [sys.executable, "-c", OWNER, *cmd],
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=REPO,
+        preexec_fn=terminal_defaults,
     )
     assert owner.stdout is not None
     pgid = int(owner.stdout.readline())

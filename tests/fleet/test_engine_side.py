@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from replay.validation.engine_metrics import (
 )
 from replay.validation.engine_side import beside_routed, pooled_engines
 from ttlctl.server import prom
+from ttlctl.server.process import free_port
 
 # what a vLLM 0.32 replica's /metrics holds for these histograms (trimmed)
 METRICS = """\
@@ -84,9 +84,7 @@ def test_delta_without_requests_without_the_optional_series_and_without_a_side()
 
 
 def test_scrape_of_a_replica_that_does_not_answer_names_it() -> None:
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     url = f"http://127.0.0.1:{port}"
     with pytest.raises(ScrapeFailed, match=str(port)):
         scrape(url)

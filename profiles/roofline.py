@@ -9,7 +9,10 @@ Model (dense bf16 transformer, tensor parallel over ``tp`` GPUs):
 - prefill of c tokens: ``(2·P·c + 2·L·d·c²) / (tp · peak · mfu) + overhead``
   (matmuls over the weights, plus causal attention QKᵀ and AV: 2·L·d·c² FLOPs
   with d = heads × head_dim), a whole prefill-only step (``prefill.includes_step``:
-  the overhead is the step's fixed cost; the replay adds no weight read on top);
+  the overhead is the step's fixed cost; the replay adds no weight read on top).
+  ``mfu`` is the device's measured prefill utilisation where one was measured
+  (:attr:`Device.prefill_mfu`, with where it comes from), else the assumed
+  :data:`MFU`;
 - decode step: weights and KV read from HBM once per step:
   ``weight_bytes/(tp·hbm·eff)`` + ``per_kv_token = kv_bytes/(tp·hbm·eff)`` +
   ``per_seq = 2·P/(tp·peak·mfu)``;
@@ -36,6 +39,10 @@ class Device:
     memory_gb: float
     host_link_gb_s: float  # effective pinned host-to-device bandwidth
     datasheet: str
+    #: prefill model-FLOPs utilisation measured on this device (None: the assumed MFU)
+    prefill_mfu: float | None = None
+    #: how and when prefill_mfu was measured
+    prefill_mfu_measured: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +62,29 @@ class Model:
         return 2 * self.layers * self.kv_heads * self.head_dim * 2  # bf16
 
 
+#: the H200's measured prefill (docs/benchmarks.md, "The shipped H200 figures on an H200")
+H200_PREFILL = (
+    "median of 14 prefills of Llama-3.1-8B (random weights, bf16, 1k-131k tokens, two runs) "
+    "on one H200 through eager torch with SDPA attention (bench/gpu_profile_check.py --torch, "
+    "2026-12-04): 0.56-0.62 of the datasheet peak; vLLM's prefill runs the same matrix "
+    "products. The H100 (the same compute) keeps the assumed utilisation: not measured"
+)
+
 DEVICES = {
     d.name: d
     for d in (
         Device("A100", 312.0, 2.039, 80, 24.0, "NVIDIA A100 80GB SXM datasheet; PCIe 4.0 x16"),
         Device("H100", 989.0, 3.35, 80, 50.0, "NVIDIA H100 SXM datasheet; PCIe 5.0 x16"),
-        Device("H200", 989.0, 4.8, 141, 50.0, "NVIDIA H200 SXM datasheet; PCIe 5.0 x16"),
+        Device(
+            "H200",
+            989.0,
+            4.8,
+            141,
+            50.0,
+            "NVIDIA H200 SXM datasheet; PCIe 5.0 x16",
+            prefill_mfu=0.58,
+            prefill_mfu_measured=H200_PREFILL,
+        ),
         Device("B200", 2250.0, 8.0, 192, 55.0, "NVIDIA B200 (HGX) datasheet; PCIe 5.0 x16"),
     )
 }
@@ -107,10 +131,12 @@ def tensor_parallel(model: Model, device: Device) -> int:
 def profile(model: Model, device: Device) -> Profile:
     tp = tensor_parallel(model, device)
     flops = tp * device.bf16_tflops * 1e12 * MFU
+    prefill_mfu = MFU if device.prefill_mfu is None else device.prefill_mfu
+    prefill_flops = tp * device.bf16_tflops * 1e12 * prefill_mfu
     hbm = tp * device.hbm_tb_s * 1e12 * HBM_EFF
     d = model.heads * model.head_dim
-    b = 2 * model.params_b * 1e9 / flops
-    q = 2 * model.layers * d / flops
+    b = 2 * model.params_b * 1e9 / prefill_flops
+    q = 2 * model.layers * d / prefill_flops
     points = tuple(
         (c, PREFILL_OVERHEAD_S + b * c + q * c * c) for c in GRID if c <= model.max_context
     )
@@ -132,6 +158,7 @@ def profile(model: Model, device: Device) -> Profile:
             "how": "profiles/roofline.py: datasheet peak × utilisation, see its docstring",
             "assumptions": {
                 "mfu": MFU,
+                "prefill_mfu": prefill_mfu,
                 "hbm_efficiency": HBM_EFF,
                 "prefill_overhead_s": PREFILL_OVERHEAD_S,
                 "reload_latency_s": RELOAD_LATENCY_S,
@@ -140,6 +167,7 @@ def profile(model: Model, device: Device) -> Profile:
             },
             "device_datasheet": device.datasheet,
             "model_card": model.card,
+            **({"prefill_mfu_measured": device.prefill_mfu_measured} if device.prefill_mfu else {}),
             **({"notes": model.notes} if model.notes else {}),
         },
     )

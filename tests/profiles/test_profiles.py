@@ -107,6 +107,28 @@ def test_roofline_orders_devices_sensibly() -> None:
     assert h100.reload_s(32768) < h100.prefill_s(32768) / 10
 
 
+def test_the_shipped_rooflines_are_what_roofline_writes() -> None:
+    for model in roofline.MODELS.values():
+        for device in roofline.DEVICES.values():
+            made = roofline.profile(model, device)
+            assert load(shipped.DATA / f"{made.name}.json") == made, made.name
+
+
+def test_a_measured_prefill_utilisation_moves_prefill_only() -> None:
+    m = roofline.MODELS["Llama-3.1-8B"]
+    h100, h200 = (roofline.profile(m, roofline.DEVICES[d]) for d in ("H100", "H200"))
+    measured = roofline.DEVICES["H200"].prefill_mfu
+    assert measured is not None and roofline.DEVICES["H100"].prefill_mfu is None
+    # the same peak: prefill above the step's fixed cost scales by the utilisations' ratio
+    for c in (1024, 32768, 131072):
+        above = [p.prefill_s(c) - roofline.PREFILL_OVERHEAD_S for p in (h100, h200)]
+        assert above[1] == pytest.approx(above[0] * roofline.MFU / measured, rel=1e-12)
+    assert h200.decode.per_seq_s == h100.decode.per_seq_s  # decode keeps the assumption
+    assert h200.source["assumptions"]["prefill_mfu"] == measured
+    assert "gpu_profile_check" in h200.source["prefill_mfu_measured"]
+    assert "prefill_mfu_measured" not in h100.source
+
+
 def test_profile_errors_name_the_problem(tmp_path: Path) -> None:
     path = tmp_path / "p.json"
     path.write_text("{")

@@ -15,7 +15,8 @@ not the values), then:
 - **decode**: single-token steps on top of the KV cache a batched prefill left,
   for a few (batch, KV length) pairs, fitted by :func:`profiles.fitmath.fit_decode`;
 - **reload**: host-to-device copies of KV-sized buffers
-  (:func:`profiles.reload_copy.measure_reload`).
+  (:func:`profiles.reload_copy.measure_reload`), timed first, before the model is built
+  (that module says why).
 
 Every timing is the median of at least ``repeats`` runs after a warm-up; quick
 ones are repeated until they fill :data:`~profiles.torch_bench.MIN_TIMING_S`, so that
@@ -23,7 +24,7 @@ other processes on a shared machine move the median little (the timing:
 :mod:`profiles.torch_bench`; the device, the dtype, the contexts and the model's config,
 checked before anything is timed: :mod:`profiles.torch_setup`, whose
 :class:`~profiles.torch_setup.MeasureError` is every refusal). ``progress(stage, done,
-total)`` is called with the stages ``build``, ``prefill``, ``decode`` and ``reload``.
+total)`` is called with the stages ``reload``, ``build``, ``prefill`` and ``decode``.
 
 The profile's ``max_context`` is the model's limit (``max_position_embeddings``);
 ``max_context=`` only bounds the measured grid, which ``prefill.points`` keeps.
@@ -125,6 +126,9 @@ def measure(
             "or use a shipped roofline profile"
         )
 
+    # -- reload: before the model, away from the slow copies that follow a large free --------
+    reload, reload_notes = measure_reload(torch, dev, kv_bytes, repeats, report)
+
     # -- build the model (random weights, seeded) ---------------------------------------
     import transformers  # heavy (2 s): only when a model is built
 
@@ -207,11 +211,8 @@ def measure(
                 [p[0] for p in dpoints], [p[0] * p[1] for p in dpoints], [p[2] for p in dpoints]
             )
     finally:
-        bench.model = None  # free the weights before the copies
+        bench.model = None  # free the weights
         bench.release()
-
-    # -- reload -------------------------------------------------------------------------
-    reload, reload_notes = measure_reload(torch, dev, kv_bytes, repeats, report)
 
     source: dict[str, Any] = {
         "kind": "measured",

@@ -90,7 +90,7 @@ def measure_vllm(
     ``max_context``). ``enforce_eager`` defaults to True on a CPU and False
     (CUDA graphs, torch.compile) on a GPU. ``where`` names the model in errors
     (default ``name``). ``progress(stage, done, total)`` is called with the
-    stages ``engine``, ``prefill``, ``decode`` and ``reload``. Raises
+    stages ``reload``, ``engine``, ``prefill`` and ``decode``. Raises
     :class:`VllmMeasureError` (a ``ValueError``) with a one-line message.
     """
     where = where or name
@@ -120,6 +120,15 @@ def measure_vllm(
                 f"{where}: vLLM runs this model as a {runner} model, not a causal LM"
             )
 
+    import torch
+
+    cuda = kind == "cuda"
+    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    # the copies first, before the engine takes the device's memory: copies just after a
+    # large free run slow for a while (profiles.reload_copy); the fit is per byte, the
+    # sizes only sample it (the config's KV bytes per token size them)
+    reload, reload_notes = measure_reload(torch, dev, plan.kv_bytes_config, repeats, report)
+
     with tempfile.TemporaryDirectory(prefix="ttlctl-profile-") as folder:
         (Path(folder) / "config.json").write_text(json.dumps(config))
         report("engine", 0, 1)
@@ -136,11 +145,6 @@ def measure_vllm(
                 raise
             raise VllmMeasureError(f"{where}: out of {kind} memory while measuring") from None
 
-    import torch
-
-    cuda = kind == "cuda"
-    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-    reload, reload_notes = measure_reload(torch, dev, measured["kv_bytes"], repeats, report)
     measured.update(
         device=torch.cuda.get_device_name(dev) if cuda else host.cpu_name(),
         torch=str(torch.__version__),

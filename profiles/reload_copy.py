@@ -6,7 +6,12 @@ kv_bytes_per_token`` bytes. :func:`measure_reload` copies buffers of
 CPU, where there is no host tier, a plain memory copy; the returned notes say
 so), each the median of a fixed number of runs after a warm-up, and fits
 ``latency + bytes / bandwidth`` (:func:`fit_reload`). Buffers are capped to a
-share of the memory available. torch is passed in by the caller (who has
+share of the memory available. Callers time it before they build a model: on an
+H200, just after a large block of device memory was freed (a model deleted, the
+cache emptied) copies ran slow for a while, a 2 MiB copy 1.1 ms against 0.05 ms
+and a 128 MiB one 5.6 ms against 2.4, which read as a 1 ms latency; with 16 or
+116 GiB held, or a model resident after a forward pass (as in a serving engine),
+they ran as in a fresh process (docs/benchmarks.md). torch is passed in by the caller (who has
 imported it already), so importing this module stays cheap.
 """
 

@@ -129,6 +129,8 @@ def test_progress_reports_every_stage(measured: tuple[Profile, Calls]) -> None:
         last = [c for c in calls if c[0] == stage][-1]
         assert last[1] == last[2]
     assert ("prefill", len(GRID), len(GRID)) in calls
+    # the copies before the model is built (profiles/reload_copy.py says why)
+    assert stages.index("reload") < stages.index("build") < stages.index("prefill")
 
 
 def test_auto_picks_the_cpu_and_dtype_is_honoured() -> None:

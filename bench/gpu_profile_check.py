@@ -1,5 +1,6 @@
-"""The prepared GPU check: measure Llama-3.1-8B (random weights) through vLLM on CUDA, 1k-32k
-tokens, and compare it with the shipped H200 roofline profile.
+"""The prepared GPU check: measure Llama-3.1-8B (random weights; ``--model qwen3-8b``:
+Qwen3-8B) through vLLM on CUDA, 1k-32k tokens, and compare it with the shipped H200
+roofline profile.
 
 One command on a GPU machine, from the repo root (needs vllm, torch, numpy, scipy)::
 
@@ -50,14 +51,18 @@ def main() -> None:
     parser.add_argument(
         "--max-context", type=int, default=32768, help="largest context timed (up to 131072)"
     )
-    parser.add_argument("--shipped", default="llama-3.1-8b-h200")
+    parser.add_argument(
+        "--model", default="llama-3.1-8b", choices=("llama-3.1-8b", "qwen3-8b"), help="a preset"
+    )
+    parser.add_argument("--shipped", default=None, help="the shipped profile (MODEL-h200)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dry-run", action="store_true", help="the tiny model on the CPU")
     parser.add_argument(
         "--torch", action="store_true", help="eager transformers instead of vLLM (no vLLM needed)"
     )
     args = parser.parse_args()
-    model, device, shipped_name = "llama-3.1-8b", "cuda", args.shipped
+    model, device = args.model, "cuda"
+    shipped_name = args.shipped or f"{model}-h200"
     grid = [c for c in (1024 << k for k in range(8)) if c <= args.max_context]
     if args.dry_run:
         model, device, shipped_name, grid = "tiny", "cpu", "tiny-cpu", [128, 512, 1024, 2047]

@@ -66,8 +66,9 @@ class Model:
 H200_PREFILL = (
     "median of 14 prefills of Llama-3.1-8B (random weights, bf16, 1k-131k tokens, two runs) "
     "on one H200 through eager torch with SDPA attention (bench/gpu_profile_check.py --torch, "
-    "2026-12-04): 0.56-0.62 of the datasheet peak; vLLM's prefill runs the same matrix "
-    "products. The H100 (the same compute) keeps the assumed utilisation: not measured"
+    "2026-12-04): 0.56-0.62 of the datasheet peak (Qwen3-8B, 2k-32k, read 0.54-0.55); "
+    "vLLM's prefill runs the same matrix products. The H100 (the same compute) keeps the "
+    "assumed utilisation: not measured"
 )
 
 DEVICES = {

@@ -11,7 +11,7 @@ apart, each captured in a CUDA graph so that no launch overhead is counted (vLLM
 replays its decode steps as CUDA graphs):
 
 - **weights**: the step's matrix products, layer by layer (QKV, output, gate-up, down) and
-  the LM head, over ``seqs`` rows, each layer's weights a buffer of its own (16 GB in all,
+  the LM head, over ``seqs`` rows, each layer's weights a buffer of its own (15 GB in all,
   far past the L2): against ``step_s + per_seq_s·seqs``;
 - **attention**: one query token per sequence against its KV, every layer: the query
   heads that share a KV head go in as that head's rows of queries

@@ -49,7 +49,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("."))
     parser.add_argument(
-        "--max-context", type=int, default=32768, help="largest context timed (up to 131072)"
+        "--max-context",
+        type=int,
+        default=32768,
+        help="largest context timed (up to 131072, and the model's limit)",
     )
     parser.add_argument(
         "--model", default="llama-3.1-8b", choices=("llama-3.1-8b", "qwen3-8b"), help="a preset"
@@ -63,7 +66,8 @@ def main() -> None:
     args = parser.parse_args()
     model, device = args.model, "cuda"
     shipped_name = args.shipped or f"{model}-h200"
-    grid = [c for c in (1024 << k for k in range(8)) if c <= args.max_context]
+    limit = min(args.max_context, int(PRESETS[model]["max_position_embeddings"]))
+    grid = [c for c in (1024 << k for k in range(8)) if c <= limit]
     if args.dry_run:
         model, device, shipped_name, grid = "tiny", "cpu", "tiny-cpu", [128, 512, 1024, 2047]
     start = time.perf_counter()

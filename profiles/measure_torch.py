@@ -126,13 +126,14 @@ def measure(
             "or use a shipped roofline profile"
         )
 
+    import transformers  # heavy (2 s): only when a model is built
+
+    transformers_config = hf_config(config)  # a config it cannot build: refused first
+
     # -- reload: before the model, away from the slow copies that follow a large free --------
     reload, reload_notes = measure_reload(torch, dev, kv_bytes, repeats, report)
 
     # -- build the model (random weights, seeded) ---------------------------------------
-    import transformers  # heavy (2 s): only when a model is built
-
-    transformers_config = hf_config(config)
     torch.manual_seed(seed)
     if cuda:
         torch.cuda.manual_seed_all(seed)

@@ -24,7 +24,9 @@ not the values) and driven step by step (:mod:`profiles.vllm_steps`):
   + per_kv_token·kv_tokens`` (:func:`profiles.fitmath.fit_decode`).
 - **KV bytes per token** from the engine's own KV cache spec (the config's
   formula is kept beside it in ``source``);
-- **reload**: torch host-to-device copies (:mod:`profiles.reload_copy`).
+- **reload**: torch host-to-device copies (:mod:`profiles.reload_copy`), timed first,
+  before the engine takes the device's memory (that module says why), in buffers sized
+  by the config's KV bytes per token (the fit is per byte: the sizes only sample it).
 
 ``source`` names the engine (``vllm``), its version and distribution, the
 device kind (``cpu_profile`` on a CPU) and the flags that change step times

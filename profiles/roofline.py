@@ -44,6 +44,13 @@ class Device:
     #: how and when prefill_mfu was measured
     prefill_mfu_measured: str = ""
 
+    def __post_init__(self) -> None:
+        if self.prefill_mfu is not None:
+            if not 0.0 < self.prefill_mfu <= 1.0:
+                raise ValueError(f"{self.name}: prefill_mfu {self.prefill_mfu} is not in (0, 1]")
+            if not self.prefill_mfu_measured:
+                raise ValueError(f"{self.name}: a measured prefill_mfu says how it was measured")
+
 
 @dataclass(frozen=True, slots=True)
 class Model:
@@ -66,7 +73,7 @@ class Model:
 H200_PREFILL = (
     "median of 14 prefills of Llama-3.1-8B (random weights, bf16, 1k-131k tokens, two runs) "
     "on one H200 through eager torch with SDPA attention (bench/gpu_profile_check.py --torch, "
-    "2026-12-04): 0.56-0.62 of the datasheet peak (Qwen3-8B, 2k-32k, read 0.54-0.55); "
+    "2026-12-04): 0.56-0.62 of the datasheet peak (Qwen3-8B, 2k-32k, read 0.53-0.55); "
     "vLLM's prefill runs the same matrix products. The H100 (the same compute) keeps the "
     "assumed utilisation: not measured"
 )
@@ -114,7 +121,9 @@ MODELS = {
     )
 }
 
-MFU = 0.45  # prefill model-FLOPs utilisation typical of vLLM on large batches
+#: model-FLOPs utilisation typical of vLLM on large batches: prefill's where the device has
+#: none measured (Device.prefill_mfu), and decode's per-sequence products on every device
+MFU = 0.45
 HBM_EFF = 0.8
 PREFILL_OVERHEAD_S = 0.004
 RELOAD_LATENCY_S = 50e-6
@@ -168,7 +177,11 @@ def profile(model: Model, device: Device) -> Profile:
             },
             "device_datasheet": device.datasheet,
             "model_card": model.card,
-            **({"prefill_mfu_measured": device.prefill_mfu_measured} if device.prefill_mfu else {}),
+            **(
+                {"prefill_mfu_measured": device.prefill_mfu_measured}
+                if device.prefill_mfu is not None
+                else {}
+            ),
             **({"notes": model.notes} if model.notes else {}),
         },
     )

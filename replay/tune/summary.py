@@ -20,8 +20,7 @@ from replay.tune.space import fleet_defaults, fleet_of, paper_defaults, params_o
 from replay.tune.storage import Storage
 from replay.tune.workers import METRIC
 from ttlctl.server.facts import ServerInfo
-
-SUMMARY_SCHEMA = "ttlctl.tune/1"
+from ttlctl.summary_name import SUMMARY_SCHEMA
 
 
 def summary_doc(

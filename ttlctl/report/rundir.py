@@ -20,6 +20,7 @@ from ttlctl import bundle_doc
 from ttlctl.report import files
 from ttlctl.report.files import BUNDLE, FILES, SUMMARY, ReportError
 from ttlctl.report.markup import is_num
+from ttlctl.summary_name import SUMMARY_FAMILY
 from ttlctl.trace import io as trace_io
 
 #: the most frequent tools get a plot (and their own τ* curve)
@@ -111,7 +112,7 @@ def _tune_summary(doc: dict[str, Any]) -> dict[str, Any]:
     schema = doc.get("schema")
     if schema is None and "schema_version" in doc:
         raise ValueError("a bundle, not tune's summary (a bundle's summary is NAME.tune.json)")
-    if schema is not None and not (isinstance(schema, str) and schema.startswith("ttlctl.tune/")):
+    if schema is not None and not (isinstance(schema, str) and schema.startswith(SUMMARY_FAMILY)):
         raise ValueError(f"not tune's summary: schema {json.dumps(schema)}")
     return doc
 

@@ -1,5 +1,6 @@
-"""The prepared GPU checks (bench/gpu_profile_check.py --torch, bench/gpu_decode_check.py) in
-their CPU dry runs: the same code that a lent GPU runs, kept working between loans."""
+"""The prepared GPU checks (bench/gpu_profile_check.py --torch, bench/gpu_decode_check.py,
+bench/gpu_chunk_check.py) in their CPU dry runs: the same code that a lent GPU runs, kept
+working between loans."""
 
 from __future__ import annotations
 
@@ -50,3 +51,20 @@ def test_the_decode_check_times_weights_and_attention_against_the_shipped_decode
     for seqs, _, shipped_ms, _ in weights:  # the shipped side is the profile's own price
         price = (tiny.step_s + tiny.per_seq_s * int(seqs)) * 1e3
         assert float(shipped_ms) == pytest.approx(price, abs=5e-4)
+
+
+def test_the_chunk_check_prices_each_chunking_as_the_profile_does() -> None:
+    out = _run("bench/gpu_chunk_check.py", "--dry-run", "--repeats", "1")
+    rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+$", out, re.M)
+    assert [(int(t), int(c)) for t, c, _, _ in rows] == [
+        (512, 512),
+        (512, 256),
+        (512, 128),
+        (1024, 1024),
+        (1024, 256),
+    ]
+    tiny = load(REPO / "profiles" / "data" / "tiny-cpu.json")
+    for total, chunk, measured, shipped in rows:
+        one = total == chunk
+        price = tiny.rebuild_prefill_s(int(total), None if one else int(chunk))
+        assert float(shipped) == pytest.approx(price, abs=5e-5) and float(measured) > 0

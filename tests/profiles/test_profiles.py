@@ -177,6 +177,10 @@ def test_cli_profile_list_and_errors(tmp_path: Path) -> None:
     runner = CliRunner()
     res = runner.invoke(app, ["profile", "--list"])
     assert res.exit_code == 0 and "llama-3.1-8b-h100" in res.output and "roofline" in res.output
+    # the profiles whose prefill utilisation was measured on their GPU are marked, the others not
+    rows = {line.split()[1]: line for line in res.output.splitlines() if line.startswith("│")}
+    assert "roofline*" in rows["llama-3.1-8b-h200"] and "roofline*" not in rows["llama-3.1-8b-h100"]
+    assert "roofline*: its prefill utilisation measured" in " ".join(res.output.split())
     res = runner.invoke(app, ["profile", "-o", str(tmp_path / "p.json"), "--model", "nope"])
     assert res.exit_code == 2 and "no such config.json or preset" in res.output
     res = runner.invoke(app, ["profile", "-o", str(tmp_path / "p.json"), "--contexts", "1,x"])

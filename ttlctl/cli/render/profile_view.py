@@ -36,7 +36,7 @@ def shipped_table(console: Console) -> None:
             p.model,
             _gpus(p.device, p.source),
             p.device,
-            str(p.source.get("kind", "?")),
+            str(p.source.get("kind", "?")) + ("*" if "prefill_mfu_measured" in p.source else ""),
             f"{p.kv_bytes_per_token:,}",
             f"{p.prefill_s(8192):.3f} s",
             f"{p.prefill_s(32768):.3f} s",
@@ -44,7 +44,8 @@ def shipped_table(console: Console) -> None:
     show(console, table)
     console.print(
         "a name says the model and the GPU kind; GPUs: how many the model is served on "
-        "(tensor parallel). Use one with --profile NAME; measure your own with "
+        "(tensor parallel); roofline*: its prefill utilisation measured on that GPU "
+        "(source.prefill_mfu_measured). Use one with --profile NAME; measure your own with "
         "`ttlctl profile -o profile.json`",
         highlight=False,
     )

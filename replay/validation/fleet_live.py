@@ -23,6 +23,7 @@ from profiles.router_calibration import RouterCalibration
 from replay.live import run_live
 from replay.policy_runs import Load
 from replay.validation.engine_metrics import ScrapeFailed, engine_delta, scrape
+from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured, measurable, measure_replica
 from replay.validation.fleet_routers import router_setup
 from replay.validation.fleet_rows import LiveRun
@@ -33,6 +34,7 @@ from replay.workload import Workload
 from ttlctl.nouns import counted
 from ttlctl.server import arrivals, router
 from ttlctl.server.cache import reset_prefix_cache
+from ttlctl.server.client import ServerError
 from ttlctl.server.cpu_time import cpu_used
 from ttlctl.server.facts import ServerInfo, probe
 
@@ -67,6 +69,10 @@ class LiveFleets:
     #: ``--kv-tokens`` (None: the replicas' own)
     kv_tokens: int | None
     warn: Callable[[str], None] | None
+
+
+#: how long a failed call's fleet is watched for a process that is still dying
+DYING_S = 2.0
 
 
 def live_run(
@@ -110,66 +116,73 @@ def live_run(
     fleet = made.fleet
     say(f"{which}: starting {counted(fleets.replicas, 'replica')} and vllm-router")
     with fleet:
-        groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
-        if info is None:
-            info = probe(next(iter(made.urls.values())))
-            kv_tokens_of(info, fleets.kv_tokens)  # a KV that holds no block: refused now
-            if fleets.measuring:  # measured after the runs: asked now
-                measurable(info.url, "a replica", fleets.model_config)
-        say(f"{which}: warming the replicas up")
-        warm = warmed(
-            list(made.urls.values()),
-            info.model,
-            max_model_len=info.max_model_len,
-            vocab_size=fleets.vocab_size,
-            seed=fleets.seed,
-        )
-        for url in made.urls.values():
-            reset_prefix_cache(url)
-        fleet.check_running()  # the warm-up went to the replicas, not through the router
-        say(f"{which}: live replay of {counted(len(fleets.work.programs), 'program')}")
-        before = {r: _scraped(u, fleets.warn) for r, u in made.urls.items()}
-        # each server leads a process group of its own (its pid is its id)
-        cpu_groups: dict[str, int | None] = {
-            r: server.pid
-            for r, u in made.urls.items()
-            for server in fleet.replicas
-            if server.url == u
-        }
-        cpu_groups["router"] = fleet.router.pid
-        with cpu_used(cpu_groups) as cpu_s:
-            result = run_live(
-                fleet.url,
-                fleets.work,
-                name,
-                timing=fleets.timing,
-                seed=fleets.seed,
-                timeout_s=fleets.timeout_s,
-                vocab_size=fleets.vocab_size,
-                warn=fleets.warn,
-                # no gauges read through the router during the run: vllm-router forwards
-                # GET /metrics to a worker by the routing policy, so a poll every half
-                # second moved round_robin's placement (its counter is shared with the
-                # calls); each replica's own figures are read directly, before and after
-                sample_every_s=0.0,
-            )
-        fleet.check_running()  # a run that did not go through the router measured nothing
-        engines = {
-            r: engine_delta(before[r], _scraped(u, fleets.warn)) for r, u in made.urls.items()
-        }
-        if measure:
-            say(f"{which}: measuring a replica's profile")
-            measurement = measure_replica(
+        try:
+            groups = [s.pid for s in (*fleet.replicas, fleet.router) if s.pid is not None]
+            if info is None:
+                info = probe(next(iter(made.urls.values())))
+                kv_tokens_of(info, fleets.kv_tokens)  # a KV that holds no block: refused now
+                if fleets.measuring:  # measured after the runs: asked now
+                    measurable(info.url, "a replica", fleets.model_config)
+            say(f"{which}: warming the replicas up")
+            warm = warmed(
                 list(made.urls.values()),
-                model=info.model,
-                policy=name,
-                repeat=rep + 1,
-                cpu_sets=fleets.cpu_sets,
-                gpu_sets=fleets.gpu_sets,
-                model_config=fleets.model_config,
+                info.model,
+                max_model_len=info.max_model_len,
                 vocab_size=fleets.vocab_size,
+                seed=fleets.seed,
             )
-        say(f"{which}: stopping the fleet")
+            for url in made.urls.values():
+                reset_prefix_cache(url)
+            fleet.check_running()  # the warm-up went to the replicas, not through the router
+            say(f"{which}: live replay of {counted(len(fleets.work.programs), 'program')}")
+            before = {r: _scraped(u, fleets.warn) for r, u in made.urls.items()}
+            # each server leads a process group of its own (its pid is its id)
+            cpu_groups: dict[str, int | None] = {
+                r: server.pid
+                for r, u in made.urls.items()
+                for server in fleet.replicas
+                if server.url == u
+            }
+            cpu_groups["router"] = fleet.router.pid
+            with cpu_used(cpu_groups) as cpu_s:
+                result = run_live(
+                    fleet.url,
+                    fleets.work,
+                    name,
+                    timing=fleets.timing,
+                    seed=fleets.seed,
+                    timeout_s=fleets.timeout_s,
+                    vocab_size=fleets.vocab_size,
+                    warn=fleets.warn,
+                    # no gauges read through the router during the run: vllm-router forwards
+                    # GET /metrics to a worker by the routing policy, so a poll every half
+                    # second moved round_robin's placement (its counter is shared with the
+                    # calls); each replica's own figures are read directly, before and after
+                    sample_every_s=0.0,
+                )
+            fleet.check_running()  # a run that did not go through the router measured nothing
+            engines = {
+                r: engine_delta(before[r], _scraped(u, fleets.warn)) for r, u in made.urls.items()
+            }
+            if measure:
+                say(f"{which}: measuring a replica's profile")
+                measurement = measure_replica(
+                    list(made.urls.values()),
+                    model=info.model,
+                    policy=name,
+                    repeat=rep + 1,
+                    cpu_sets=fleets.cpu_sets,
+                    gpu_sets=fleets.gpu_sets,
+                    model_config=fleets.model_config,
+                    vocab_size=fleets.vocab_size,
+                )
+            say(f"{which}: stopping the fleet")
+        except (ValidateError, ServerError):
+            # a warm-up, a live run or a measurement that failed because a replica or the
+            # router died (a refused connection, say): told as that process's exit (a
+            # ServerError naming it and its log), which a later repeat survives
+            fleet.check_running(wait_s=DYING_S)
+            raise
     order = arrivals.read(made.arrivals)
     logged = live_worker_order(fleet.router.log_path, list(made.urls.values()))
     run = LiveRun(

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -221,6 +222,22 @@ def test_a_fleet_tells_when_its_router_has_exited(tmp_path: Path) -> None:
             time.sleep(0.05)
         with pytest.raises(ServerError, match=r"vllm-router exited with code -9 .*log: "):
             fleet.check_running()
+
+
+def test_a_fleet_asked_after_a_failed_call_waits_for_a_dying_process(tmp_path: Path) -> None:
+    """A call that failed because the router is dying can be seen before the router can be
+    reaped: asked with ``wait_s``, the fleet looks again until then."""
+    replicas = [_stub(tmp_path, f"replica r{i}") for i in (1, 2)]
+    with OwnedFleet(replicas, _stub(tmp_path, "vllm-router")) as fleet:
+        start = time.monotonic()
+        fleet.check_running(wait_s=0.3)  # all running: told so once the wait is over
+        assert time.monotonic() - start >= 0.3
+        pid = fleet.router.pid
+        assert pid is not None
+        threading.Timer(0.2, os.killpg, (pid, signal.SIGKILL)).start()
+        with pytest.raises(ServerError, match=r"vllm-router exited with code -9"):
+            fleet.check_running(wait_s=10.0)  # dies during the wait
+        assert time.monotonic() - start < 10.0
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

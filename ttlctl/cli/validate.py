@@ -31,6 +31,7 @@ from ttlctl.cli.options import (
 )
 from ttlctl.cli.router_options import Replicas, Routers
 from ttlctl.cli.stage_bar import StageBar
+from ttlctl.nouns import counted
 
 #: register with ``app.command("validate", context_settings=CONTEXT_SETTINGS)``: the
 #: arguments after ``--`` go to the servers validate starts
@@ -260,10 +261,12 @@ def validate(
 
 def _stopped(doc: dict[str, Any], where: str) -> None:
     """A fleet validation that a failed fleet stopped after whole repeats: its one-line
-    error (exit 2), once what it kept is out."""
+    error (exit 2), once what it kept is out. A re-simulation of such a document keeps the
+    record and succeeds."""
     stopped = doc.get("stopped")
-    if stopped:
+    if stopped and "resimulated" not in doc:
+        kept = counted(int(doc["repeats"]), "whole repeat")
         fail(
-            f"{stopped['run']}: {stopped['error']}; the {doc['repeats']} whole repeat(s) of "
-            f"{stopped['repeats_asked']} before it are {where}"
+            f"{stopped['run']}: {stopped['error']}; kept {kept} of "
+            f"{stopped['repeats_asked']} ({where})"
         )

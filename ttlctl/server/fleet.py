@@ -23,6 +23,7 @@ not go through the fleet).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
@@ -95,14 +96,21 @@ class OwnedFleet:
             self.router = self.fresh_router()
             self.port_retries += 1
 
-    def check_running(self) -> None:
+    def check_running(self, wait_s: float = 0.0) -> None:
         """:class:`~ttlctl.server.client.ServerError` when the router or a replica has exited
         since it started (one line: which, its exit code, its log's last): calls sent to
-        the fleet's URL since then did not go through the fleet."""
-        for server in (self.router, *self.replicas):
-            problem = server.exited()
-            if problem is not None:
-                raise ServerError(problem)
+        the fleet's URL since then did not go through the fleet. ``wait_s``: asked after a
+        call failed, a process may still be dying (its sockets close before it can be
+        reaped): look again until that long has passed before answering that all run."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            for server in (self.router, *self.replicas):
+                problem = server.exited()
+                if problem is not None:
+                    raise ServerError(problem)
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
 
     def stop(self) -> None:
         """Stop the router, then each replica (every stop runs even if one fails)."""

@@ -24,6 +24,7 @@ from ttlctl.cli import (
     export,
     fit,
     help_panel,
+    help_prose,
     ingest,
     parsing,
     profile,
@@ -37,8 +38,10 @@ from ttlctl.cli import (
 )
 from ttlctl.cli.kit import ClickException, err, out, print_warning, usage_line
 
-# every option name printed whole in --help, at any width (help_panel says why)
+# every option name printed whole in --help, at any width (help_panel says why), and the
+# help's prose flowed to the width (help_prose says why)
 help_panel.install()
+help_prose.install()
 
 #: (name, command function or group, click context settings), in pipeline order
 COMMANDS: tuple[tuple[str, Callable[..., Any] | typer.Typer, dict[str, Any] | None], ...] = (

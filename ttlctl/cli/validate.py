@@ -179,7 +179,9 @@ def validate(
     within 10%, the same ranking) on the means and on each run; a profile measured here
     is then measured in each repeat: with --replicas each repeat's runs are priced by
     that repeat's measurement (the K pooled into one beside it), else the K pooled
-    into one price every run.
+    into one price every run. A fleet whose replica or router fails in a later repeat
+    stops the validation there: the whole repeats before it are shown and written (the
+    JSON's `stopped` says what stopped it), then the error (exit 2).
 
     --resimulate RECORDED.json re-prices a validation's recorded live runs (a single
     server's or, with --replicas, a fleet's) with this ttlctl's simulator, starting

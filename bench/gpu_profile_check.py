@@ -71,27 +71,16 @@ def main() -> None:
     if args.dry_run:
         model, device, shipped_name, grid = "tiny", "cpu", "tiny-cpu", [128, 512, 1024, 2047]
     start = time.perf_counter()
-    measured: Profile
-    if args.torch:
-        measured = measure_torch(
-            model,
-            PRESETS[model],
-            device=device,
-            contexts=grid,
-            repeats=args.repeats,
-            progress=_progress,
-        )
-        engine = "torch"
-    else:
-        measured = measure_vllm(
-            model,
-            PRESETS[model],
-            device=device,
-            contexts=grid,
-            repeats=args.repeats,
-            progress=_progress,
-        )
-        engine = "vllm"
+    engine = "torch" if args.torch else "vllm"
+    measure = measure_torch if args.torch else measure_vllm
+    measured: Profile = measure(
+        model,
+        PRESETS[model],
+        device=device,
+        contexts=grid,
+        repeats=args.repeats,
+        progress=_progress,
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"{measured.name}-{engine}.json"
     out.write_text(json.dumps(measured.to_json(), indent=1))

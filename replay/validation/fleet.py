@@ -233,8 +233,9 @@ def validate_fleet(
                     f"{name} behind {policy} (run {rep + 1}) failed: keeping the "
                     f"{counted(rep, 'whole repeat')} before it"
                 )
+                # the failed repeat's runs that ended go; it has no measurement (a repeat's
+                # comes with its last run, and by_repeat checks there is one a repeat kept)
                 runs = [r for r in runs if r.repeat < rep]
-                measured = [m for m in measured if m.repeat <= rep]
                 repeats = rep
                 break
             runs.append(run)

@@ -96,3 +96,16 @@ class Served:
 class Servers:
     stock: OwnedServer
     ttl: Served
+
+
+def serving(model: Path) -> list[int]:
+    """Live processes whose command line names the model (a replica's API server)."""
+    found = []
+    for pid, _, _ in live_processes():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(model) in cmdline:
+            found.append(pid)
+    return found

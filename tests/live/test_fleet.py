@@ -30,27 +30,14 @@ from replay.validation.servers import Sources
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS
 from replay.validation.warmup import BATCH, BATCHES, PREFILLS, lengths, warm_sizes
 from replay.workload import load
-from tests.live.servers import FLAGS, server_env
+from tests.live.servers import FLAGS, server_env, serving
 from tests.live.traces import agent_trace
 from tests.router_bin import router_or_skip
 from tests.vllm_server import STARTUP_S
 from ttlctl.cli import app
 from ttlctl.server import cpus, router
 from ttlctl.server.command import base_command
-from ttlctl.server.process import group_alive, live_processes
-
-
-def _serving(model: Path) -> list[int]:
-    """Live processes whose command line names the model (a replica's API server)."""
-    found = []
-    for pid, _, _ in live_processes():
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if str(model) in cmdline:
-            found.append(pid)
-    return found
+from ttlctl.server.process import group_alive
 
 
 def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> None:
@@ -183,7 +170,7 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
     groups = fleet["process_groups"]
     assert len(groups) == 3  # two replicas and the router, each a process group
     assert not any(group_alive(g) for g in groups)
-    assert _serving(tiny_model) == []
+    assert serving(tiny_model) == []
     # the document as --json writes it, re-simulated from its arrivals files by the same
     # code: its own judged part back, to the last digit (no second fleet started)
     recorded = tmp_path / "recorded.json"

@@ -25,7 +25,7 @@ from replay.validation.fleet import validate_fleet
 from replay.validation.servers import Sources
 from replay.validation.sizing import CPU_MAX_NUM_BATCHED_TOKENS, CPU_MAX_NUM_SEQS
 from replay.workload import load
-from tests.live.servers import FLAGS, server_env
+from tests.live.servers import FLAGS, server_env, serving
 from tests.live.traces import agent_trace
 from tests.router_bin import router_or_skip
 from tests.vllm_server import STARTUP_S
@@ -48,19 +48,6 @@ def _routers(binary: str) -> list[int]:
         # names itself "vllm::router" once it runs
         names = [Path(a.decode(errors="replace")).name for a in argv[:2]]
         if Path(binary).name in names or names[0] == "vllm::router":
-            found.append(pid)
-    return found
-
-
-def _serving(model: Path) -> list[int]:
-    """Live processes whose command line names the model (a replica's API server)."""
-    found = []
-    for pid, _, _ in live_processes():
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if str(model) in cmdline:
             found.append(pid)
     return found
 
@@ -129,7 +116,7 @@ def test_a_fleet_that_dies_in_a_later_repeat_keeps_the_repeats_before(
     for fleet in doc["fleets"]["vllm"].values():
         for group in fleet["process_groups"]:
             assert not group_alive(group)
-    assert _routers(binary) == [] and _serving(tiny_model) == []  # the second fleet's too
+    assert _routers(binary) == [] and serving(tiny_model) == []  # the second fleet's too
 
 
 def test_the_command_says_what_stopped_it_once_the_repeats_are_out(

@@ -12,6 +12,10 @@ Figures, each against a baseline from the same run (nothing here asserts on spee
   the 16-replica fleet over one engine's (goal: at least 80%); each is replayed
   ``--repeat`` times (3), one engine and the fleet in turn, and the fastest of each
   counts (on a machine shared with other jobs a single run reads up to 20% slow);
+- scaling: the same fleet's calls per CPU-second over one replica's behind the same
+  router (replayed in the same turns), which carries the whole load on one engine: what
+  adding replicas costs, apart from what a router and its event loop cost at all (no
+  goal; the speed goal above counts both);
 - memory: the replay's peak Python allocations (``tracemalloc``, the workload already
   built) with 1, 4 and 16 replicas, per replica (goal: linear in the replicas); a fresh
   process's peak RSS (``ru_maxrss``) is printed beside it, for scale.
@@ -91,6 +95,14 @@ def peak_rss_mb(programs: int, replicas: int, router: str) -> float:
     return float(res.stdout.strip().splitlines()[-1])
 
 
+def row(label: str, figures: dict[str, Any]) -> None:
+    """One replay's line: its calls per CPU-second, calls and CPU seconds."""
+    print(
+        f"{label:<28}{figures['calls_per_cpu_s']:>9,.0f} calls/CPU-s "
+        f"({figures['calls']:,} calls, {figures['cpu_s']:.1f} s)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--programs", type=int, default=PROGRAMS)
@@ -105,26 +117,29 @@ def main() -> None:
         f"{KV_TOKENS:,} KV tokens and {PER_ENGINE} live programs per engine",
         flush=True,
     )
-    ones, fleets = [], []
-    for _ in range(max(1, args.repeat)):  # in turn, so a busy spell slows both
+    ones, singles, fleets = [], [], []
+    for _ in range(max(1, args.repeat)):  # in turn, so a busy spell slows each
         ones.append(replay(work, 0, args.router))
+        singles.append(replay(work, 1, args.router))
         fleets.append(replay(work, args.replicas, args.router))
     one = min(ones, key=lambda r: r["cpu_s"])
+    single = min(singles, key=lambda r: r["cpu_s"])
     fleet = min(fleets, key=lambda r: r["cpu_s"])
+    scaling = fleet["calls_per_cpu_s"] / single["calls_per_cpu_s"]
     ratio = fleet["calls_per_cpu_s"] / one["calls_per_cpu_s"]
     runs = [f["calls_per_cpu_s"] / o["calls_per_cpu_s"] for o, f in zip(ones, fleets, strict=True)]
-    print(
-        f"one engine:                 {one['calls_per_cpu_s']:>9,.0f} calls/CPU-s "
-        f"({one['calls']:,} calls, {one['cpu_s']:.1f} s)"
-    )
-    print(
-        f"{args.replicas} replicas ({args.router}): {fleet['calls_per_cpu_s']:>9,.0f} calls/CPU-s "
-        f"({fleet['calls']:,} calls, {fleet['cpu_s']:.1f} s)"
-    )
+    row("one engine:", one)
+    row(f"1 replica ({args.router}):", single)
+    row(f"{args.replicas} replicas ({args.router}):", fleet)
     print(
         f"fleet / one engine: {ratio:.2f}, fastest of {len(runs)} each (goal >= "
         f"{SPEED_GOAL:.2f}: {'met' if ratio >= SPEED_GOAL else 'NOT met'}); run by run: "
         + ", ".join(f"{r:.2f}" for r in runs)
+    )
+    print(
+        f"{args.replicas} replicas / 1 replica behind {args.router}: {scaling:.2f} (the cost of "
+        f"the replicas themselves; 1 replica / one engine: "
+        f"{single['calls_per_cpu_s'] / one['calls_per_cpu_s']:.2f}, the router and the loop's)"
     )
     memory = {}
     for n in (1, 4, args.replicas):
@@ -145,8 +160,10 @@ def main() -> None:
             json.dump(
                 {
                     "one": one,
+                    "single": single,
                     "fleet": fleet,
                     "ratio": ratio,
+                    "scaling": scaling,
                     "ratios": runs,
                     "rss_mb": memory,
                     "base_rss_mb": base,

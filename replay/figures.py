@@ -17,6 +17,7 @@ from fitting.percentile import percentile
 from replay.fleet.records import FleetRouter, MissReasons, ReplicaResult
 from replay.math_utils import cdiv
 from replay.sim import ProgramRun, SimCallRecord
+from ttlctl import gap
 from ttlctl.jsonio import FileRef
 
 
@@ -241,8 +242,9 @@ def timeline(outcome: Replayed, block_size: int, points: int = 400) -> PinnedTim
 
 
 def gap_closed(result: PolicyResult, vllm: PolicyResult, unlimited: PolicyResult) -> float | None:
-    """Share of the mean-JCT gap from vLLM to unlimited KV that a policy closes."""
-    a, b, x = vllm.get("jct_mean_s"), unlimited.get("jct_mean_s"), result.get("jct_mean_s")
-    if a is None or b is None or x is None or abs(a - b) < 1e-12:
-        return None
-    return float((a - x) / (a - b))
+    """Share of the mean-JCT gap from vLLM to unlimited KV that a policy closes (None:
+    no gap to share, :func:`ttlctl.gap.closed`)."""
+    share = gap.closed(
+        vllm.get("jct_mean_s"), unlimited.get("jct_mean_s"), result.get("jct_mean_s")
+    )
+    return None if share is None else float(share)

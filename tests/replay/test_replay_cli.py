@@ -102,6 +102,22 @@ def test_replay_all_policies_json(tmp_path: Path) -> None:
     assert doc["trace"]["sha256"] and doc["config"]["engine"]["kv_tokens"] == 20000
     assert "continuum" in res.output and "gap closed" in res.output
     assert "* evaluation only" in res.output  # oracle and unlimited-kv are starred
+    assert "no gap closed" not in res.output
+
+
+def test_no_gap_closed_where_memory_does_not_limit_the_load(tmp_path: Path) -> None:
+    """With KV for every context, vLLM is as fast as unlimited KV: no share of a gap is
+    given (a dash and null), and a line under the table says why."""
+    trace = _trace(tmp_path / "t.parquet", [_growing(4) for _ in range(6)])
+    out = tmp_path / "r.json"
+    args = ["replay", str(trace), "--kv-tokens", "2000000", "--json", str(out)]
+    for name in ("vllm", "continuum", "unlimited-kv"):
+        args += ["--policy", name]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    results = json.loads(out.read_text())["results"]
+    assert [r["gap_closed"] for r in results] == [None, None, None]
+    assert "no gap closed: unlimited KV is not 1% faster than vLLM" in " ".join(res.output.split())
 
 
 def test_the_evaluation_only_footnote_only_under_a_starred_row(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from replay.figures import PolicyResult
+from ttlctl import gap
 from ttlctl.report.markup import absent, kv, note, pct, table
 from ttlctl.report.png import figure, img, label
 from ttlctl.report.rundir import RunInputs
@@ -159,6 +160,8 @@ def section(run: RunInputs) -> str:
             rows,
         ),
     ]
+    if gap.no_gap(results):
+        parts.append(note(gap.NO_GAP[0].upper() + gap.NO_GAP[1:] + "."))
     config = run.replay.get("config")
     if isinstance(config, dict):
         parts.append("<p>Replay configuration:</p>" + kv(config))

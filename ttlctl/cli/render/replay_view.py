@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from ttlctl import gap
 from ttlctl.cli.render.cells import dash, show
 from ttlctl.nouns import counted
 from ttlctl.percent import share
@@ -51,6 +52,8 @@ def replay_table(
             dash(r.get("sim_calls_per_s"), ",.0f"),
         )
     show(console, table)
+    if gap.no_gap(results):
+        console.print(gap.NO_GAP)
     if any(r.get("evaluation_only") for r in results):
         console.print(
             "* evaluation only: reads what no engine can know, or has memory no engine has"

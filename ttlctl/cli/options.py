@@ -128,7 +128,12 @@ IdleGapCap = Annotated[
 
 # ---- the simulated engine ------------------------------------------------------------
 
-KvTokens = Annotated[int, typer.Option("--kv-tokens", min=1, help="KV cache size in tokens.")]
+KvTokens = Annotated[
+    int,
+    typer.Option(
+        "--kv-tokens", min=1, help="KV cache size in tokens (each replica's, with --replicas)."
+    ),
+]
 BlockSize = Annotated[
     int,
     typer.Option("--block-size", min=1, help="KV block size in tokens (vLLM's --block-size)."),

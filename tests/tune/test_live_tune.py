@@ -210,6 +210,12 @@ def test_live_tune_swaps_each_trials_bundle_in(
     [
         (["--live", "http://127.0.0.1:9"], "--live needs --live-bundle PATH"),
         (["--live-bundle", "BUNDLE"], "--live-bundle goes with --live URL"),
+        # regression: these three were read by no one without --live, silently
+        (["--live-programs", "4"], "--live-programs goes with --live URL"),
+        (["--live-check-seconds", "9"], "--live-check-seconds goes with --live URL"),
+        (["--live-timeout-seconds", "5"], "--live-timeout-seconds goes with --live URL"),
+        # given at their defaults they are still given
+        (["--live-programs", "8"], "--live-programs goes with --live URL"),
         (
             ["--live", "http://127.0.0.1:9", "--live-bundle", "BUNDLE", "--workers", "2"],
             "--workers must be 1",

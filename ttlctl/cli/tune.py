@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from ttlctl.cli import render
 from ttlctl.cli.kit import (
+    UserError,
     check_outputs,
     err,
     given,
@@ -172,6 +173,8 @@ def tune(
         served = None if live_bundle is None or same_path(live_bundle, output) else live_bundle
         check_outputs(live_bundle, inputs=inputs)
         refuse_repeats((served, summary or summary_path(output), study_file))
+        if live is None:
+            refuse_stray_live(ctx, live_programs, live_check_s, live_timeout)
         to_stdout = summary is not None and str(summary) == "-"
         request = TuneRequest(
             trace=trace,
@@ -267,3 +270,24 @@ def _announce(session: TuneSession) -> None:
             "the plugin has loaded it)",
             highlight=False,
         )
+
+
+#: the live study's options (the parameter, its flag), each of which needs --live
+LIVE_ONLY = (
+    ("live_programs", "--live-programs"),
+    ("live_check_s", "--live-check-seconds"),
+    ("live_timeout", "--live-timeout-seconds"),
+)
+
+
+def refuse_stray_live(ctx: typer.Context, *values: object) -> None:
+    """Refuse a live study's option given without --live (as --live-bundle is): the
+    study would replay in the simulator and never read it."""
+    names = dict(LIVE_ONLY)
+    stray = given(ctx, **dict(zip(names, values, strict=True)))
+    for name, value in stray.items():
+        if value is not None:
+            raise UserError(
+                f"{names[name]} goes with --live URL (a live study); without --live each "
+                "trial replays in the simulator"
+            )

@@ -59,6 +59,7 @@ from typing import Any, NotRequired, TypedDict
 from profiles.new_shape import NEW_SHAPE_SHAPE, new_shape_s
 from profiles.wake import WAKE_SHAPE, wake_points, wake_s
 from ttlctl.errors import TtlctlError
+from ttlctl.filekind import binary_kind
 
 SCHEMA = "ttlctl.profile/1"
 
@@ -371,9 +372,14 @@ def _points(raw: Any, where: str, name: str, shape: str) -> tuple[tuple[float, f
 
 def load(path: Path) -> Profile:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read ({exc.strerror})") from None
+    kind = binary_kind(raw[:16])
+    if kind is not None:
+        raise ProfileError(f"{path}: {kind}, not a profile's JSON")
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ProfileError(f"{path}: byte {exc.start}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:

@@ -36,6 +36,7 @@ from replay.validation.fleet_profile import Measured
 from replay.validation.sim_record import workload_fingerprint
 from replay.validation.timings import Timings
 from replay.workload import Workload
+from ttlctl.filekind import binary_kind
 
 #: what every validation document needs for its simulated side beyond the rows (top-level
 #: keys) ...
@@ -94,10 +95,17 @@ def read_document(path: Path) -> dict[str, Any]:
     """The JSON document at ``path``; :class:`ValidateError` (one line) if it is missing or
     not a JSON object."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ValidateError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except OSError as exc:
+        raise ValidateError(f"{path}: not a readable JSON document ({exc})") from None
+    kind = binary_kind(raw[:16])
+    if kind is not None:
+        raise ValidateError(f"{path}: {kind}, not a validate document (JSON)")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
         raise ValidateError(f"{path}: not a readable JSON document ({exc})") from None
     if not isinstance(doc, dict):
         raise ValidateError(f"{path}: not a validate document (not a JSON object)")

@@ -128,23 +128,24 @@ IdleGapCap = Annotated[
 
 # ---- the simulated engine ------------------------------------------------------------
 
-KvTokens = Annotated[
-    int,
-    typer.Option(
-        "--kv-tokens", min=1, help="KV cache size in tokens (each replica's, with --replicas)."
-    ),
-]
-BlockSize = Annotated[
-    int,
-    typer.Option("--block-size", min=1, help="KV block size in tokens (vLLM's --block-size)."),
-]
+#: the engine's sizes: each flag's help, by its parameter's flag
+_KV_HELP = "KV cache size in tokens (each replica's, with --replicas)."
+_BLOCK_HELP = "KV block size in tokens (vLLM's --block-size)."
+_BUDGET_HELP = "Token budget per step (vLLM's --max-num-batched-tokens)."
+_SEQS_HELP = "Most requests running at once (vLLM's --max-num-seqs)."
+_LEN_HELP = "Longest request the engine accepts (vLLM's --max-model-len)."
+
+
+def _logged(default: int) -> str:
+    """The default shown for a size that a trace's engine log states (``tune``,
+    ``refit``): the flag's default applies only where the log does not state it."""
+    return f"{default}, or as the engine log states it"
+
+
+KvTokens = Annotated[int, typer.Option("--kv-tokens", min=1, help=_KV_HELP)]
+BlockSize = Annotated[int, typer.Option("--block-size", min=1, help=_BLOCK_HELP)]
 MaxNumBatchedTokens = Annotated[
-    int,
-    typer.Option(
-        "--max-num-batched-tokens",
-        min=1,
-        help="Token budget per step (vLLM's --max-num-batched-tokens).",
-    ),
+    int, typer.Option("--max-num-batched-tokens", min=1, help=_BUDGET_HELP)
 ]
 EngineBudget = Annotated[
     int | None,
@@ -156,19 +157,31 @@ EngineBudget = Annotated[
         "budget the bundle's profile was measured with.",
     ),
 ]
-MaxNumSeqs = Annotated[
+MaxNumSeqs = Annotated[int, typer.Option("--max-num-seqs", min=1, help=_SEQS_HELP)]
+MaxModelLen = Annotated[int, typer.Option("--max-model-len", min=1, help=_LEN_HELP)]
+#: the same sizes where a trace's engine log sets them unless given (tune, refit)
+LoggedKvTokens = Annotated[
+    int, typer.Option("--kv-tokens", min=1, help=_KV_HELP, show_default=_logged(KV_TOKENS))
+]
+LoggedBlockSize = Annotated[
+    int, typer.Option("--block-size", min=1, help=_BLOCK_HELP, show_default=_logged(BLOCK_SIZE))
+]
+LoggedMaxNumBatchedTokens = Annotated[
     int,
     typer.Option(
-        "--max-num-seqs", min=1, help="Most requests running at once (vLLM's --max-num-seqs)."
+        "--max-num-batched-tokens",
+        min=1,
+        help=_BUDGET_HELP,
+        show_default=_logged(MAX_NUM_BATCHED_TOKENS),
     ),
 ]
-MaxModelLen = Annotated[
+LoggedMaxNumSeqs = Annotated[
     int,
-    typer.Option(
-        "--max-model-len",
-        min=1,
-        help="Longest request the engine accepts (vLLM's --max-model-len).",
-    ),
+    typer.Option("--max-num-seqs", min=1, help=_SEQS_HELP, show_default=_logged(MAX_NUM_SEQS)),
+]
+LoggedMaxModelLen = Annotated[
+    int,
+    typer.Option("--max-model-len", min=1, help=_LEN_HELP, show_default=_logged(MAX_MODEL_LEN)),
 ]
 OffloadTokens = Annotated[
     int, typer.Option("--offload-tokens", min=0, help="CPU offload tier in tokens (0: none).")

@@ -15,14 +15,14 @@ from ttlctl.cli.options import (
     MAX_MODEL_LEN,
     MAX_NUM_BATCHED_TOKENS,
     MAX_NUM_SEQS,
-    BlockSize,
     ConcurrencyLoads,
     InputFormat,
     JpsLoads,
     JsonTo,
-    MaxModelLen,
-    MaxNumBatchedTokens,
-    MaxNumSeqs,
+    LoggedBlockSize,
+    LoggedMaxModelLen,
+    LoggedMaxNumBatchedTokens,
+    LoggedMaxNumSeqs,
     QueueDelay,
 )
 from ttlctl.cli.stage_bar import StageBar
@@ -81,10 +81,10 @@ def refit(
             "recorded in the bundle (its tuning or last refit), else 600,000."
         ),
     ] = None,
-    block_size: BlockSize = BLOCK_SIZE,
-    max_num_seqs: MaxNumSeqs = MAX_NUM_SEQS,
-    max_num_batched_tokens: MaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,
-    max_model_len: MaxModelLen = MAX_MODEL_LEN,
+    block_size: LoggedBlockSize = BLOCK_SIZE,
+    max_num_seqs: LoggedMaxNumSeqs = MAX_NUM_SEQS,
+    max_num_batched_tokens: LoggedMaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,
+    max_model_len: LoggedMaxModelLen = MAX_MODEL_LEN,
     offload_tokens: Annotated[
         int | None,
         typer.Option(help="CPU offload tier in tokens. Default: as recorded, else 0."),

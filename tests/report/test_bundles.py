@@ -94,3 +94,24 @@ def test_several_bundles_without_bundle_json_ask_which(tmp_path: Path, sample_ru
         assert "not used" not in output
     code, output, _ = _report(run, "--bundle", "b4.json")
     assert code == 2 and "--bundle b4.json: no such file" in output
+
+
+def test_a_named_bundle_that_is_not_one_is_refused(tmp_path: Path, sample_run: Path) -> None:
+    """Regression: `--bundle fit.json` (or a truncated bundle) wrote the page, exit 0, with
+    a warning that the file was not used; the one input named on the command line is now
+    refused in one line, and no page is written. A damaged bundle the folder merely holds
+    stays a note on the page."""
+    run = tmp_path / "run"
+    shutil.copytree(sample_run, run)
+    out = run.parent / f"{run.name}.html"
+    code, output, _ = _report(run, "--bundle", "fit.json")
+    assert code == 2 and output.count("\n") == 1, output
+    assert output.startswith("error: --bundle fit.json: ") and "not a ttlctl bundle" in output
+    assert not out.exists()
+    (run / "bundle.json").write_text('{"schema_version": 1, "poli', encoding="utf-8")
+    code, output, _ = _report(run, "--bundle", "bundle.json")
+    assert code == 2 and output.startswith("error: --bundle bundle.json: "), output
+    code, output, page = _report(run)
+    assert code == 0, output
+    assert "warning: bundle.json not used: " in output, output
+    assert "<td>bundle.json</td><td>unreadable: " in page

@@ -122,7 +122,9 @@ def load(
 ) -> RunInputs:
     """Read each role's file found in ``root`` (:func:`ttlctl.report.files.names`: the
     bundle ``bundle``, or the one ``root`` holds, with its summary); :class:`ReportError`
-    when ``root`` holds none of them, or as :func:`~ttlctl.report.files.names` says. The
+    when ``root`` holds none of them, when the bundle ``bundle`` names cannot be read as
+    one, or as :func:`~ttlctl.report.files.names` says (another file that cannot be read
+    is a note on the page). The
     bundle's policy prices a miss in steps of ``max_num_batched_tokens`` (the serving
     engine's budget; None: the one the bundle's profile was measured with), as
     :func:`ttlctl.bundle.policy_from` does."""
@@ -135,6 +137,9 @@ def load(
             _read(run, role, path)
         except Exception as exc:  # a damaged input is a note in the page, not a crash
             run.problems[role] = (str(exc).splitlines() or [type(exc).__name__])[0]
+    if bundle is not None and BUNDLE in run.problems:
+        # the one input named on the command line: refused, not a note
+        raise ReportError(f"--bundle {bundle}: {run.problems[BUNDLE]}")
     if run.bundle is not None:
         try:
             run.policy = bundle_mod.policy_from(run.bundle, max_num_batched_tokens)

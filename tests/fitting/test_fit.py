@@ -92,6 +92,22 @@ def test_fit_cli_writes_json_and_plots(synthetic_trace: Path, tmp_path: Path) ->
     assert all((plots / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in pngs)
 
 
+def test_fit_cli_says_when_the_bootstrap_drew_fewer_resamples(
+    synthetic_trace: Path, tmp_path: Path
+) -> None:
+    """Regression: --bootstrap beyond the draws' bound (2·10⁷ programs in all: 133,333
+    resamples of 150 programs) was cut without a word; the fit.json recorded the cut."""
+    out = tmp_path / "fit.json"
+    args = ["fit", str(synthetic_trace), "-o", str(out), "--bootstrap"]
+    res = CliRunner().invoke(app, [*args, "133334"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["eta"]["bootstrap"] == 133_333
+    line = " ".join(res.output.split())
+    assert "η's interval from 133,333 resamples, not the 133,334 asked" in line, line
+    res = CliRunner().invoke(app, [*args, "133333"])
+    assert res.exit_code == 0 and "resamples, not the" not in res.output, res.output
+
+
 def test_fit_cli_refuses_a_non_trace(tmp_path: Path) -> None:
     bogus = tmp_path / "x.parquet"
     bogus.write_text("hello")

@@ -38,6 +38,13 @@ def fit_table(console: Console, fit: FitDoc) -> None:
         highlight=False,
     )
     console.print(f"η = {value}{ci} over {counted(eta['programs'], 'program')}; K = {fit['k']}")
+    asked, drawn = fit["config"]["bootstrap"], eta["bootstrap"]
+    if ci and 0 < drawn < asked:
+        console.print(
+            f"η's interval from {drawn:,} resamples, not the {asked:,} asked: with "
+            f"{eta['programs']:,} programs the bootstrap draws at most 2·10⁷ programs in all",
+            highlight=False,
+        )
     table = Table(title="pause after each call, by tool")
     for col, justify in (
         ("tool", "left"),

@@ -111,8 +111,8 @@ def size(
     if missing:
         notes.append(
             (
-                f"the log{_of(replica)} does not state its engine's size (written by an "
-                "older plugin)"
+                f"the log{_of(replica)} does not state its engine's size (not an engine "
+                "log, or one written by an older plugin)"
                 if not logged
                 else f"the log's engine{_of(replica)} does not state every size"
             )

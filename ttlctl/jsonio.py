@@ -6,6 +6,13 @@ beside the target (a unique name, so two writers never share one), flushed to di
 given the usual file mode and renamed over the target. A reader sees the old file
 or the new one, never half of one; a failed write leaves no temporary file behind.
 
+A symbolic link is followed: its target is replaced so, and the link kept. A path that
+exists and is not a regular file (a named pipe, a device, a socket) is refused, never
+renamed over (which would put a plain file where it was: as root, a device node of
+/dev): an output is written whole before it appears, and some commands read back what
+they wrote (ingest summarises its trace), neither of which a pipe or a device allows.
+Standard output is ``-`` where a flag takes it (``--json -``).
+
 A path that cannot be written is an :class:`OutputError` naming it (never the temporary
 file); :func:`check_writable` and :func:`check_folder` find it before any work starts.
 
@@ -18,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,15 +52,15 @@ def replacing(path: Path) -> Iterator[Path]:
 
     Whoever writes the temporary file must have closed it when the block ends; it is
     then synced to disk and renamed. On an exception it is removed and ``path`` is
-    left as it was.
+    left as it was. A symbolic link's target is written (the link kept); a path that is
+    no regular file is refused (:func:`landing`).
     """
-    if path.is_dir():
-        raise OutputError(f"{path}: is a directory, not a file to write")
+    shown, path = path, landing(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise OutputError(f"{path}: cannot write here ({_why(exc)})") from None
+        raise OutputError(f"{shown}: cannot write here ({_why(exc)})") from None
     os.close(fd)
     tmp = Path(name)
     try:
@@ -66,7 +74,7 @@ def replacing(path: Path) -> Iterator[Path]:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         if exc.filename in (name, str(path)):  # the temporary file's or the rename's
-            raise OutputError(f"{path}: cannot write ({_why(exc)})") from None
+            raise OutputError(f"{shown}: cannot write ({_why(exc)})") from None
         raise
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -77,14 +85,51 @@ def _why(exc: OSError) -> str:
     return (exc.strerror or type(exc).__name__).lower()
 
 
+def landing(path: Path) -> Path:
+    """The file that writing ``path`` replaces: ``path``, or the file a symbolic link
+    names (made if it does not exist), so that the link is kept. Refused, as an
+    :class:`OutputError` naming ``path``: a directory, and anything else that is no
+    regular file (a named pipe, a device, a socket), which replacing would destroy."""
+    try:
+        mode = path.stat().st_mode  # through links: what a write would reach
+    except FileNotFoundError:  # a new file, or a link to one
+        mode = None
+    except OSError as exc:  # a link that loops, a path under a file ...
+        if not path.is_symlink():
+            return path  # the write says why, naming it
+        raise OutputError(f"{path}: cannot follow this link ({_why(exc)})") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise OutputError(f"{path}: is a directory, not a file to write")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise OutputError(
+            f"{path}: is {_kind(mode)}, not a regular file; outputs are written whole and "
+            "renamed into place, which would replace it (give a file's path)"
+        )
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _kind(mode: int) -> str:
+    """What a path that is no regular file nor directory is, in words."""
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
 def check_writable(path: Path) -> None:
     """Refuse an output file that cannot be written, before any work: a directory, a
-    path under a file, a folder without write permission. The folder is probed by
-    making and removing a file in it (permission bits say nothing for root, nor on a
-    read-only mount); nothing is created or left behind."""
-    if path.is_dir():
-        raise OutputError(f"{path}: is a directory, not a file to write")
-    _probe(_existing_ancestor(path.parent, path), path)
+    named pipe, a device or another path that is no regular file (:func:`landing`), a
+    path under a file, a folder without write permission. A symbolic link is checked
+    where it leads. The folder is probed by making and removing a file in it
+    (permission bits say nothing for root, nor on a read-only mount); nothing is created
+    or left behind."""
+    target = landing(path)
+    _probe(_existing_ancestor(target.parent, path), path)
 
 
 def check_folder(path: Path) -> None:

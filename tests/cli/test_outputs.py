@@ -4,7 +4,10 @@ temporary file), exit 2, and nothing is written or left behind."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -35,14 +38,21 @@ def _commands(i: dict[str, Path], to: str, ok: Path) -> dict[str, list[str]]:
     }  # fmt: skip
 
 
-@pytest.mark.parametrize("where", ["a folder", "under a file"])
+@pytest.mark.parametrize("where", ["a folder", "under a file", "a named pipe"])
 def test_an_output_that_cannot_be_written_stops_every_command_first(
     small_inputs: dict[str, Path], tmp_path: Path, where: str
 ) -> None:
+    """Regression (a named pipe): every command exited 0 having renamed a plain file over
+    the pipe (as root, ``-o /dev/full`` replaced the device node the same way)."""
     folder = tmp_path / "existdir"
     folder.mkdir()
     (tmp_path / "afile").write_text("x")
-    target = folder if where == "a folder" else tmp_path / "afile" / "out.json"
+    os.mkfifo(tmp_path / "pipe")
+    target = {
+        "a folder": folder,
+        "under a file": tmp_path / "afile" / "out.json",
+        "a named pipe": tmp_path / "pipe",
+    }[where]
     before = sorted(p.name for p in tmp_path.rglob("*"))
     for name, args in _commands(small_inputs, str(target), tmp_path).items():
         res = CliRunner().invoke(app, args)
@@ -51,6 +61,40 @@ def test_an_output_that_cannot_be_written_stops_every_command_first(
         assert line.startswith(f"error: {target}: "), (name, line)
         assert ".tmp" not in line and "Traceback" not in res.output, name
         assert sorted(p.name for p in tmp_path.rglob("*")) == before, name
+        assert stat.S_ISFIFO((tmp_path / "pipe").stat().st_mode), name
+        if where == "a named pipe":
+            assert line == (
+                f"error: {target}: is a named pipe, not a regular file; outputs are written "
+                "whole and renamed into place, which would replace it (give a file's path)"
+            ), name
+
+
+def test_an_output_that_is_a_link_replaces_the_file_it_names(
+    small_inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Regression: `ingest --json LINK` renamed a plain file over the link, leaving the
+    file it named as it was; now the file is written (atomically) and the link kept. A
+    link that loops is refused in one line, before the trace is written."""
+    trace = str(small_inputs["trace"])
+    (tmp_path / "real.json").write_text("old")
+    (tmp_path / "link.json").symlink_to("real.json")
+    (tmp_path / "dangling.json").symlink_to("made/new.json")
+    for link in ("link.json", "dangling.json"):
+        out = tmp_path / f"{link}.parquet"
+        res = CliRunner().invoke(
+            app, ["ingest", trace, "-o", str(out), "--json", str(tmp_path / link)]
+        )
+        assert res.exit_code == 0, res.output
+        assert (tmp_path / link).is_symlink()
+        assert json.loads((tmp_path / link).read_text())["summary"]["calls"] > 0
+    (tmp_path / "loop.json").symlink_to("loop.json")
+    out = tmp_path / "t.parquet"
+    res = CliRunner().invoke(
+        app, ["ingest", trace, "-o", str(out), "--json", str(out.parent / "loop.json")]
+    )
+    assert res.exit_code == 2 and not out.exists()
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"error: {tmp_path / 'loop.json'}: cannot follow this link (")
 
 
 def test_fit_checks_the_plot_folder_before_writing_the_fit(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ttlctl.jsonio import file_sha256, replacing, write_atomic, write_json
+from ttlctl.jsonio import OutputError, file_sha256, replacing, write_atomic, write_json
 
 
 def _mode(path: Path) -> int:
@@ -62,3 +62,25 @@ def test_file_sha256(tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"abc")
     assert file_sha256(path) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_a_link_is_written_through_and_kept(tmp_path: Path) -> None:
+    """Regression: the rename put a plain file where the link was and left the file it
+    named as it was; now that file is replaced (atomically) and the link stays."""
+    (tmp_path / "real.json").write_text("old")
+    (tmp_path / "link.json").symlink_to("real.json")
+    write_json({"a": 1}, tmp_path / "link.json")
+    assert (tmp_path / "link.json").is_symlink()
+    assert json.loads((tmp_path / "real.json").read_text()) == {"a": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "real.json"]
+
+
+def test_a_named_pipe_is_refused_never_replaced(tmp_path: Path) -> None:
+    """Regression: the writer renamed a plain file over a named pipe (and, as root, over
+    a device such as /dev/full); now it refuses before writing anything."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    with pytest.raises(OutputError, match=rf"^{pipe}: is a named pipe, not a regular file"):
+        write_atomic("x", pipe)
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]

@@ -138,18 +138,19 @@ def check_outputs(
     inputs: tuple[Path | None, ...] = (),
 ) -> None:
     """Refuse, before the work starts, output files and folders that cannot be written
-    (None: not asked for; '-': stdout), and an output file that is one of the command's
+    (None: not asked for; '-': stdout; a named pipe or a device: see
+    :func:`~ttlctl.jsonio.landing`), and an output file that is one of the command's
     ``inputs`` (writing it would destroy what the command reads). Every command that
     writes calls it first."""
     read = {path.resolve() for path in inputs if path is not None and path.is_file()}
     for path in files:
         if path is not None and str(path) != "-":
+            check_writable(path)  # first: a link that loops is refused, not resolved
             if path.resolve() in read:
                 raise OutputError(
                     f"{path}: is an input of this command; writing it would destroy it "
                     "(give another path)"
                 )
-            check_writable(path)
     for folder in folders:
         if folder is not None:
             check_folder(folder)

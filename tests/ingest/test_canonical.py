@@ -225,6 +225,40 @@ def test_an_empty_folder_is_an_empty_trace_only_when_allowed(
     assert report.files == [] and report.skipped == [str(folder / "README.md")]
 
 
+def test_outputs_left_in_a_folder_read_are_skipped_when_it_is_read_again(
+    tmp_path: Path,
+) -> None:
+    """`ingest logs -o logs/trace.parquet`, run twice, reads the logs both times.
+    Regression: the second run read the first run's trace.parquet (and its rejects and
+    --json files) as logs: `duplicate (program, turn)`, exit 2; with --skip-bad
+    --allow-empty it replaced the trace with an empty one."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    _jsonl(folder / "run.jsonl", _good_rows())
+    out = folder / "trace.parquet"
+    args = ["ingest", str(folder), "-o", str(out), "--json", str(folder / "s.json")]
+    lenient = ["--skip-bad", "--allow-empty"]
+    for flags in ([], [], lenient, lenient):  # the last reads the rejects file left
+        res = CliRunner().invoke(app, [*args, *flags])
+        assert res.exit_code == 0, res.output
+        assert trace_io.read(out).height == len(_good_rows())
+        report = json.loads((folder / "s.json").read_text())["ingest"]
+        assert [f["path"] for f in report["files"]] == [str(folder / "run.jsonl")]
+    assert report["outputs_skipped"] == [
+        str(folder / name) for name in ("s.json", "trace.parquet", "trace.parquet.rejects.jsonl")
+    ]
+    (folder / "s.json").unlink()  # not an output of the next run: it would be read
+    res = CliRunner().invoke(app, ["ingest", str(folder), "-o", str(out)])
+    assert "skipped 2 files this command writes (not read as logs): " in res.stderr
+    (folder / "run.jsonl").unlink()
+    res = CliRunner().invoke(app, ["ingest", str(folder), "-o", str(out), "--json", "-"])
+    assert res.exit_code == 2
+    assert res.stderr.strip().endswith(
+        "no log files to ingest (only this command's own outputs, skipped)"
+    ), res.stderr
+    assert trace_io.read(out).height == len(_good_rows())
+
+
 def test_streaming_path_matches_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rows = [_call(f"p{p}", t) for p in range(50) for t in range(7)]
     rows[40]["tool_s"] = -3.0  # one bad program

@@ -72,6 +72,7 @@ def ingest(
                 skip_bad=skip_bad,
                 progress=update,
                 allow_empty=allow_empty,
+                also_written=() if json_out is None or str(json_out) == "-" else (json_out,),
             )
         summary = summarize(trace_io.scan(output))
     if json_out is not None:

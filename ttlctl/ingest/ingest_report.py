@@ -27,7 +27,10 @@ class FileReport:
 class IngestReport:
     output: str
     files: list[FileReport] = field(default_factory=list)
+    #: documentation files in a folder read, not read
     skipped: list[str] = field(default_factory=list)
+    #: the command's own outputs in a folder read (an earlier run's), not read
+    outputs_skipped: list[str] = field(default_factory=list)
     records: int = 0
     rows: int = 0
     rejected: int = 0

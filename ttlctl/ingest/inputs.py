@@ -1,16 +1,19 @@
 """Which files an ingest reads: the files and folders named, folders walked, documentation
-skipped.
+and the command's own outputs skipped.
 
 A folder is walked whole, in name order, less hidden files and folders; a file in it that is
 documentation (a README, a LICENSE, a ``.md`` …, gzip or not) is listed as skipped, never
-read. A file reached twice (a folder and a file or folder inside it) is read once. A path
-that does not exist is an :class:`~ttlctl.ingest.rejects.IngestError`.
+read; so is one of the command's own outputs (its trace, rejects file or ``--json``, written
+into the folder by an earlier run), which would otherwise be read as a log of its own. A
+file reached twice (a folder and a file or folder inside it) is read once. A path that does
+not exist is an :class:`~ttlctl.ingest.rejects.IngestError`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from ttlctl.ingest.rawfile import GZIP_SUFFIX
 from ttlctl.ingest.rejects import IngestError
@@ -20,11 +23,22 @@ NOT_LOGS = ("license", "licence", "readme", "notice", "copying", "authors")
 NOT_LOG_SUFFIXES = (".md", ".rst", ".txt", ".html", ".py", ".sh")
 
 
-def expand(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
-    """(files to read, documentation files skipped) for the given files and directories;
-    a file reached twice (a folder and a file or folder inside it) is read once."""
-    files: list[Path] = []
-    skipped: list[Path] = []
+class Found(NamedTuple):
+    """What :func:`expand` found: the files to read, and those skipped."""
+
+    files: list[Path]
+    #: documentation files in a folder walked
+    docs: list[Path]
+    #: the command's own outputs in a folder walked
+    outputs: list[Path]
+
+
+def expand(paths: Iterable[Path], outputs: Iterable[Path] = ()) -> Found:
+    """The files to read in the given files and directories, and those skipped in a
+    directory walked (documentation, and ``outputs``: the command's own); a file reached
+    twice (a folder and a file or folder inside it) is read once."""
+    found = Found([], [], [])
+    ours = {path.resolve() for path in outputs}
     seen: set[Path] = set()
 
     def add(file: Path, to: list[Path]) -> None:
@@ -39,12 +53,19 @@ def expand(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
                 rel_parts = child.relative_to(path).parts
                 if any(part.startswith(".") for part in rel_parts):
                     continue
-                add(child, skipped if _is_doc(child) else files)
+                add(child, _kind(child, ours, found))
         elif path.exists():
-            add(path, files)
+            add(path, found.files)
         else:
             raise IngestError(path, None, "no such file or directory")
-    return files, skipped
+    return found
+
+
+def _kind(child: Path, ours: set[Path], found: Found) -> list[Path]:
+    """The list of ``found`` a file in a directory walked belongs to."""
+    if child.resolve() in ours:
+        return found.outputs
+    return found.docs if _is_doc(child) else found.files
 
 
 def _is_doc(path: Path) -> bool:

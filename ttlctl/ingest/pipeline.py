@@ -45,6 +45,7 @@ def ingest(
     skip_bad: bool = False,
     progress: ProgressFn | None = None,
     allow_empty: bool = False,
+    also_written: Iterable[Path] = (),
 ) -> IngestReport:
     """Read every file, validate, write the canonical trace to ``output``.
 
@@ -55,18 +56,26 @@ def ingest(
     whitespace), which ``allow_empty`` reads as no calls (format "empty"). The trace and the rejects
     file each appear whole, and only when the run succeeds. Large gzip data is
     decompressed to temporary files next to ``output`` (:mod:`ttlctl.ingest.spool`),
-    removed before this returns or raises.
+    removed before this returns or raises. A folder walked is read less this run's outputs
+    (``output``, its rejects file, and ``also_written``: the caller's, such as ``--json``):
+    an earlier run's, left in the folder, are skipped and listed, not read as logs.
     """
     paths = list(paths)
     fixed = None if fmt == "auto" else lookup.get(fmt)  # a wrong --format before any file
     streaming_limit()  # and a wrong size variable: its own error, not a file's
     env_bytes("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES, least=1)
-    files, skipped = expand(paths)
-    report = IngestReport(output=str(output), skipped=[str(p) for p in skipped])
-    if not files and not allow_empty:  # allowed: an empty trace, as for a file with no calls
-        raise IngestError(", ".join(str(p) for p in paths) or ".", None, "no log files to ingest")
-
     rejects_path = rejects_path_for(output)
+    files, docs, ours = expand(paths, outputs=(output, rejects_path, *also_written))
+    report = IngestReport(
+        output=str(output),
+        skipped=[str(p) for p in docs],
+        outputs_skipped=[str(p) for p in ours],
+    )
+    if not files and not allow_empty:  # allowed: an empty trace, as for a file with no calls
+        where = ", ".join(str(p) for p in paths) or "."
+        also = " (only this command's own outputs, skipped)" if ours else ""
+        raise IngestError(where, None, f"no log files to ingest{also}")
+
     output.parent.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         stack.enter_context(spooled(output.parent))  # left last: the frames scan its files

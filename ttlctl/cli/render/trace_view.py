@@ -107,6 +107,10 @@ def ingest_report(console: Console, report: IngestReport) -> None:
     if report.skipped:
         names = ", ".join(report.skipped[:5]) + (" …" if len(report.skipped) > 5 else "")
         console.print(f"skipped {counted(len(report.skipped), 'documentation file')}: {names}")
+    if report.outputs_skipped:
+        names = ", ".join(report.outputs_skipped)
+        files = counted(len(report.outputs_skipped), "file")
+        console.print(f"skipped {files} this command writes (not read as logs): {names}")
     mode = " (streaming)" if report.streamed else ""
     console.print(
         f"{counted(report.records, 'record')} → {counted(report.rows, 'call')} written to "

@@ -21,6 +21,7 @@ from sqlalchemy.engine import make_url
 
 from replay.tune.context import TuneContext, TuneError
 from replay.tune.sqlite_lock import begin_immediate, engine_kwargs
+from ttlctl.filekind import binary_kind
 from ttlctl.jsonio import check_writable
 
 
@@ -62,6 +63,7 @@ class Storage:
             database = self.target.split(":///", 1)[-1].split("?", 1)[0]
             if database and database != ":memory:":
                 check_writable(Path(database))  # one line naming it, not sqlite3's words
+                refuse_not_sqlite(Path(database), self.shown())
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
         try:
             with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.8
@@ -89,12 +91,7 @@ class Storage:
         if path.is_dir():
             raise TuneError(f"{path}: is a directory, not a journal file")
         if path.is_file():
-            with path.open("rb") as fh:
-                if fh.read(16) == b"SQLite format 3\x00":
-                    raise TuneError(
-                        f"{path}: is a SQLite database, not a journal file; "
-                        f"pass it as a URL: sqlite:///{path.resolve()}"
-                    )
+            refuse_not_journal(path)
         check_writable(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(str(path)))
@@ -122,6 +119,57 @@ class Storage:
             "best_trial": f"optuna best-trial --study-name {study} --storage {path} "
             "--storage-class JournalFileBackend -f json",
         }
+
+
+#: what --storage takes, said where a file given is none of it
+_TAKES = "--storage takes a journal file tune wrote, a new path, or a URL"
+#: the most of a journal's first line read to tell it is one (a record is far shorter)
+_FIRST_LINE_BYTES = 1 << 20
+
+
+def refuse_not_journal(path: Path) -> None:
+    """Refuse an existing file that is not an Optuna journal (Optuna would fail on it
+    with a traceback, or append to someone's file): a SQLite database (named as the URL
+    to give), another binary file, or text whose first line is no journal record. An
+    empty file is a new journal. Nothing is written."""
+    with path.open("rb") as fh:
+        first = fh.readline(_FIRST_LINE_BYTES)
+    if first.startswith(b"SQLite format 3\x00"):
+        raise TuneError(
+            f"{path}: is a SQLite database, not a journal file; "
+            f"pass it as a URL: sqlite:///{path.resolve()}"
+        )
+    kind = binary_kind(first)
+    if kind is not None:
+        raise TuneError(f"{path}: {kind}, not an Optuna journal file; {_TAKES}")
+    if first and not _is_journal_record(first):
+        raise TuneError(
+            f"{path}: not an Optuna journal file (line 1 is no journal record); {_TAKES}"
+        )
+
+
+def _is_journal_record(line: bytes) -> bool:
+    """Whether ``line`` is one of Optuna's journal records: a JSON object with an op_code."""
+    try:
+        record = json.loads(line)
+    except ValueError:  # not JSON, or not UTF-8
+        return False
+    return isinstance(record, dict) and "op_code" in record
+
+
+def refuse_not_sqlite(database: Path, shown: str) -> None:
+    """Refuse a SQLite URL's existing file that is no SQLite database (an empty file is a
+    new one): sqlite3 would say 'file is not a database' and name nothing."""
+    if not database.is_file():
+        return
+    with database.open("rb") as fh:
+        head = fh.read(16)
+    if head and head != b"SQLite format 3\x00":
+        kind = binary_kind(head)
+        raise TuneError(
+            f"{database}: {kind + ', ' if kind else ''}not a SQLite database; --storage "
+            f"{shown} needs one, or a path where none is yet"
+        )
 
 
 #: what SQLite and Optuna's journal file write beside the study's file

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -12,6 +13,8 @@ from optuna.trial import TrialState
 
 from replay.tune import Storage
 from replay.tune.storage import RUN_ATTR, removed_if_unused, this_run
+from tests.cli.refusal import refused
+from tests.tune.inputs import PROFILE
 
 OTHER_RUN = "another-host:4242"
 #: the tests play a run's trials with ask and tell, not optimize
@@ -77,3 +80,47 @@ def test_a_failed_first_run_keeps_a_file_another_tune_command_uses(
     _failed_run(storage, (TrialState.FAIL, this_run()), (state, OTHER_RUN))
     assert path.is_file()
     assert optuna.get_all_study_names(storage.open()) == ["s"]
+
+
+@pytest.mark.parametrize(
+    ("content", "url", "why"),
+    [
+        (
+            b'{\n "schema": 1\n}\n',
+            False,
+            "not an Optuna journal file (line 1 is no journal record)",
+        ),
+        (b"a,b\n1,2\n", False, "not an Optuna journal file (line 1 is no journal record)"),
+        (b"PAR1\x15\x04", False, "a Parquet file (a trace?), not an Optuna journal file"),
+        (b'{"a": 1}\n', True, "not a SQLite database"),
+    ],
+    ids=["json", "csv", "parquet", "json as sqlite"],
+)
+def test_a_storage_file_that_is_no_study_is_refused_untouched(
+    tune_inputs: dict[str, Any], tmp_path: Path, content: bytes, url: bool, why: str
+) -> None:
+    """Regression: an existing JSON or CSV file given as --storage stopped tune with a
+    72-line traceback (Optuna's journal reader's JSONDecodeError); a JSON file as a SQLite
+    URL named no file ('file is not a database'). Now one line naming the file and
+    --storage, exit 2, the file as it was and nothing written."""
+    given = tmp_path / "mine.json"
+    given.write_bytes(content)
+    out = tmp_path / "out" / "bundle.json"
+    storage = f"sqlite:///{given}" if url else str(given)
+    args = ["tune", str(tune_inputs["trace"]), "--fit", str(tune_inputs["fit"]), "--profile",
+            PROFILE, "--trials", "1", "--seeds", "1", "--holdout-seeds", "1",
+            "--concurrency", "6", "--storage", storage, "-o", str(out)]  # fmt: skip
+    line = refused(args, out, f"error: {given}: ")
+    assert why in line and f"--storage {storage if url else ''}" in line, line
+    assert given.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.json"]
+
+
+def test_an_empty_file_or_a_journal_is_a_storage(tmp_path: Path) -> None:
+    """An empty file is a new journal; a journal Optuna wrote is opened as before."""
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    assert optuna.get_all_study_names(Storage(str(empty)).open()) == []
+    journal = tmp_path / "study.log"
+    optuna.create_study(storage=Storage(str(journal)).open(), study_name="s")
+    assert optuna.get_all_study_names(Storage(str(journal)).open()) == ["s"]

@@ -238,6 +238,34 @@ def test_every_float_option_says_nan_is_not_a_number() -> None:
         assert res.exit_code == 2 and said in res.stderr, res.stderr
 
 
+def test_every_path_option_refuses_an_empty_path_naming_the_flag(tmp_path: Path) -> None:
+    """Regression: `ingest small.jsonl -o ''` said 'error: .: is a directory, not a file to
+    write' (an empty path is '.'), naming neither the flag nor the slip. Every path option
+    and argument (one item of a list too) now says the path is empty, naming the flag."""
+    checked = 0
+    for name, command in _commands().items():
+        ctx = typer.Context(command)
+        for param in command.params:
+            annotation = param.type_descriptor.annotation
+            if annotation is not Path and annotation != list[Path]:
+                continue
+            checked += 1
+            value = ["a", ""] if annotation == list[Path] else ""
+            with pytest.raises(typer.BadParameter) as info:
+                param.process_value(ctx, value)
+            assert info.value.message == "the path is empty", (name, param.name)
+    assert checked >= 20
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("")
+    res = CliRunner().invoke(app, ["ingest", str(trace), "-o", ""])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == (
+        "error: ttlctl ingest: invalid value for '-o' / '--output': the path is empty "
+        "(see `ttlctl ingest --help`)"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["t.jsonl"]
+
+
 def test_an_old_spelling_still_works_with_a_warning(tmp_path: Path) -> None:
     assert parsing.renamed(["fit", "t", "--abandon-s=5", "--", "--abandon-s"], print) == [
         "fit", "t", "--abandon-seconds=5", "--", "--abandon-s",

@@ -71,15 +71,17 @@ def _leaves(group: Any) -> Iterator[Any]:
 
 class PipelineOrder(TyperGroup):
     """The root: lists the commands in :data:`COMMANDS`' order (typer puts groups
-    last); every float option takes finite numbers only; a renamed flag's old spelling
-    is rewritten with a warning (:data:`~ttlctl.cli.parsing.RENAMED`); a usage error
-    (a missing option, a bad value) is one line on stderr, exit 2, like every other."""
+    last); every float option takes finite numbers only, every path option a path that
+    is not empty; a renamed flag's old spelling is rewritten with a warning
+    (:data:`~ttlctl.cli.parsing.RENAMED`); a usage error (a missing option, a bad value)
+    is one line on stderr, exit 2, like every other."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for command in _leaves(self):
             for param in command.params:
                 parsing.finite_floats(param)
+                parsing.non_empty_paths(param)
 
     def list_commands(self, ctx: Any) -> list[str]:  # typer's own click Context
         return [name for name, _, _ in COMMANDS if name in self.commands]

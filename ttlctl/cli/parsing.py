@@ -1,14 +1,16 @@
 """How every command reads its flags, wherever they are declared: a float is finite
-(:func:`finite_floats`, nan and ±inf refused in one line), and a renamed flag's old spelling
-is still taken for a while (:data:`RENAMED`, rewritten by :func:`renamed` with a warning).
+(:func:`finite_floats`, nan and ±inf refused in one line), a path is not empty
+(:func:`non_empty_paths`), and a renamed flag's old spelling is still taken for a while
+(:data:`RENAMED`, rewritten by :func:`renamed` with a warning).
 
-The root command (:class:`ttlctl.cli.PipelineOrder`) applies both to every command.
+The root command (:class:`ttlctl.cli.PipelineOrder`) applies them to every command.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, get_args
 
 import typer
@@ -55,10 +57,35 @@ def finite_floats(param: Any) -> None:
     param.process_value = checked
 
 
-def _takes_floats(param: Any) -> bool:
-    """Whether a parameter is a float or a list of floats (typer strips ``| None``)."""
+def non_empty_paths(param: Any) -> None:
+    """Make a path parameter refuse an empty value, or an empty item of it: ``Path('')``
+    is '.', so ``-o ''`` was taken for the current folder ('.: is a directory') and an
+    empty input for the folder to read."""
+    if not _takes(param, Path):
+        return
+    parse = param.process_value
+
+    def checked(ctx: Any, value: Any) -> Any:
+        if any(item == "" for item in _items(value)):
+            raise typer.BadParameter("the path is empty", ctx=ctx, param=param)
+        return parse(ctx, value)
+
+    param.process_value = checked
+
+
+def _items(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _takes(param: Any, kind: type) -> bool:
+    """Whether a parameter is a ``kind`` or a list of them (typer strips ``| None``)."""
     annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
-    return annotation is float or get_args(annotation) == (float,)
+    return annotation is kind or get_args(annotation) == (kind,)
+
+
+def _takes_floats(param: Any) -> bool:
+    """Whether a parameter is a float or a list of floats."""
+    return _takes(param, float)
 
 
 def _as_floats(value: Any) -> list[Any]:

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiles.schema import Profile, ProfileError
+from profiles.schema import Profile, ProfileError, coefficient_problem
 
 #: the router's ``prefill_cost_model.decode_throughput_alpha`` under ttlctl's additive step
 ADDITIVE_STEP_ALPHA = 0.0
@@ -201,16 +201,6 @@ class RouterCalibration:
         ]
 
 
-def _checked(where: str, field: str, value: float, *, positive: bool = False) -> float:
-    if not math.isfinite(value) or value < 0 or (positive and value <= 0):
-        need = "> 0" if positive else ">= 0"
-        raise RouterCalibrationError(
-            f"{where}: {field} is {value!r}; vllm-router's Program scheduling "
-            f"needs it finite and {need}"
-        )
-    return value
-
-
 def calibrate(
     profile: Profile,
     *,
@@ -225,12 +215,12 @@ def calibrate(
     """
     name = profile.name
     where = str(source) if source is not None else f"profile {name}"
+    problem = coefficient_problem(profile)  # a profile's own rule, as loading applies it
     dec = profile.decode
-    if dec.step_s == 0 and dec.per_seq_s == 0 and dec.per_kv_token_s == 0:
-        raise RouterCalibrationError(
-            f"{where}: no decode fit (decode.step_s, per_seq_s and per_kv_token_s are "
-            "all 0); measure one with `ttlctl profile`"
-        )
+    if problem is None and dec.step_s <= 0:
+        problem = f"decode.step_s is {dec.step_s!r}; vllm-router's Program scheduling needs it > 0"
+    if problem is not None:
+        raise RouterCalibrationError(f"{where}: {problem}")
     pre = profile.prefill
     alpha = ADDITIVE_STEP_ALPHA if decode_throughput_alpha is None else decode_throughput_alpha
     if not (math.isfinite(alpha) and 0.0 <= alpha <= 1.0):
@@ -240,22 +230,15 @@ def calibrate(
     return RouterCalibration(
         profile=name,
         prefill=PrefillCostModel(
-            intercept_seconds=_checked(
-                where,
-                "prefill.a" if pre.includes_step else "prefill.a + decode.step_s",
-                profile.prefill_fixed_s,
-            ),
-            linear_seconds_per_1k_tokens=_checked(where, "prefill.b", pre.b) * TOKENS_PER_UNIT,
-            quadratic_seconds_per_1k_tokens_squared=_checked(where, "prefill.q", pre.q)
-            * TOKENS_PER_UNIT**2,
+            intercept_seconds=profile.prefill_fixed_s,
+            linear_seconds_per_1k_tokens=pre.b * TOKENS_PER_UNIT,
+            quadratic_seconds_per_1k_tokens_squared=pre.q * TOKENS_PER_UNIT**2,
             decode_throughput_alpha=alpha,
         ),
         decode=DecodeThroughputModel(
-            fixed_step_seconds=_checked(where, "decode.step_s", dec.step_s, positive=True),
-            batch_step_seconds_per_request=_checked(where, "decode.per_seq_s", dec.per_seq_s),
-            context_step_seconds_per_token=_checked(
-                where, "decode.per_kv_token_s", dec.per_kv_token_s
-            ),
+            fixed_step_seconds=dec.step_s,
+            batch_step_seconds_per_request=dec.per_seq_s,
+            context_step_seconds_per_token=dec.per_kv_token_s,
         ),
         alpha_measured=decode_throughput_alpha is not None,
     )

@@ -290,13 +290,15 @@ class Profile:
 
 
 def from_json(data: Any, where: str = "profile") -> Profile:
-    """Validate and build; :class:`ProfileError` names the first problem."""
+    """Validate and build; :class:`ProfileError` names the first problem and its field."""
     if not isinstance(data, dict):
         raise ProfileError(f"{where}: not a JSON object")
     if data.get("schema") != SCHEMA:
         raise ProfileError(f"{where}: schema is {data.get('schema')!r}, expected {SCHEMA!r}")
     for part in ("prefill", "reload", "decode"):
-        if part in data and not isinstance(data[part], dict):
+        if part not in data:
+            raise ProfileError(f"{where}: {part} is missing")
+        if not isinstance(data[part], dict):
             # not a Python message ("'NoneType' object is not subscriptable")
             raise ProfileError(f"{where}: {part} must be an object, got {data[part]!r}")
     try:
@@ -311,21 +313,26 @@ def from_json(data: Any, where: str = "profile") -> Profile:
             name=str(data["name"]),
             device=str(data["device"]),
             model=str(data["model"]),
-            kv_bytes_per_token=int(data["kv_bytes_per_token"]),
-            max_context=int(data["max_context"]),
+            kv_bytes_per_token=_count(data, "kv_bytes_per_token", where),
+            max_context=_count(data, "max_context", where),
             prefill=Prefill(
-                float(pre["a"]),
-                float(pre["b"]),
-                float(pre["q"]),
+                _number(pre, "prefill", "a", where),
+                _number(pre, "prefill", "b", where),
+                _number(pre, "prefill", "q", where),
                 tuple((int(t), float(s)) for t, s in pre.get("points", [])),
-                None if pre.get("rmse_s") is None else float(pre["rmse_s"]),
+                _optional(pre, "prefill", "rmse_s", where),
                 includes_step,
-                float(pre.get("per_cached_token_s") or 0.0),
-                None if pre.get("per_context_pair_s") is None else float(pre["per_context_pair_s"]),
+                _optional(pre, "prefill", "per_cached_token_s", where) or 0.0,
+                _optional(pre, "prefill", "per_context_pair_s", where),
             ),
-            reload=Reload(float(rel["bandwidth_bytes_per_s"]), float(rel["latency_s"])),
+            reload=Reload(
+                _number(rel, "reload", "bandwidth_bytes_per_s", where),
+                _number(rel, "reload", "latency_s", where),
+            ),
             decode=Decode(
-                float(dec["step_s"]), float(dec["per_seq_s"]), float(dec["per_kv_token_s"])
+                _number(dec, "decode", "step_s", where),
+                _number(dec, "decode", "per_seq_s", where),
+                _number(dec, "decode", "per_kv_token_s", where),
             ),
             source=source,
             wake=_points(data.get("wake"), where, "wake", WAKE_SHAPE),
@@ -335,29 +342,91 @@ def from_json(data: Any, where: str = "profile") -> Profile:
         raise  # already one line naming the field
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ProfileError(f"{where}: missing or invalid field {exc}") from None
-    numbers = [
-        profile.prefill.a,
-        profile.prefill.b,
-        profile.prefill.q,
-        profile.prefill.per_cached_token_s,
-        profile.reload.bandwidth_bytes_per_s,
-        profile.reload.latency_s,
-        profile.decode.step_s,
-        profile.decode.per_seq_s,
-        profile.decode.per_kv_token_s,
-    ]
-    if not all(math.isfinite(v) for v in numbers):
-        raise ProfileError(f"{where}: non-finite coefficient")
-    if profile.kv_bytes_per_token <= 0 or profile.reload.bandwidth_bytes_per_s <= 0:
-        raise ProfileError(f"{where}: kv_bytes_per_token and bandwidth must be positive")
-    if profile.max_context <= 0:
-        raise ProfileError(f"{where}: max_context must be positive")
-    pair = profile.prefill.per_context_pair_s
-    if pair is not None and not (math.isfinite(pair) and pair >= 0):
-        raise ProfileError(f"{where}: prefill.per_context_pair_s must be finite and not negative")
-    if profile.prefill.per_cached_token_s < 0:
-        raise ProfileError(f"{where}: prefill.per_cached_token_s must not be negative")
+    problem = coefficient_problem(profile)
+    if problem is not None:
+        raise ProfileError(f"{where}: {problem}")
     return profile
+
+
+#: what a coefficient must be: finite, finite and >= 0, or finite and > 0
+_FINITE, _COST, _POSITIVE = "finite", "finite and >= 0", "finite and > 0"
+
+
+def coefficient_problem(profile: Profile) -> str | None:
+    """THE rule for a profile's numbers, the first one broken in words naming its field
+    (None: every price it makes is a time).
+
+    Each coefficient is finite; a cost is not negative (prefill ``b``, ``q``,
+    ``per_cached_token_s``, ``per_context_pair_s``, the reload's latency, the decode
+    terms, and a prefill step's fixed cost :attr:`Profile.prefill_fixed_s`, named
+    ``prefill.a`` or, when the fit leaves the step out, ``prefill.a + decode.step_s``);
+    the reload's bandwidth, ``kv_bytes_per_token`` and ``max_context`` are positive; and
+    neither fit is all zeros (a step that costs nothing would never end a simulation).
+    Loading a profile applies it (:func:`from_json`), and so does what turns a profile
+    built in code into another tool's terms (:mod:`profiles.router_calibration`).
+    """
+    pre, rel, dec = profile.prefill, profile.reload, profile.decode
+    fixed = "prefill.a" if pre.includes_step else "prefill.a + decode.step_s"
+    rules: list[tuple[str, float, str]] = [
+        ("kv_bytes_per_token", profile.kv_bytes_per_token, _POSITIVE),
+        ("max_context", profile.max_context, _POSITIVE),
+        ("prefill.a", pre.a, _FINITE),
+        ("decode.step_s", dec.step_s, _COST),
+        (fixed, profile.prefill_fixed_s, _COST),
+        ("prefill.b", pre.b, _COST),
+        ("prefill.q", pre.q, _COST),
+        ("prefill.per_cached_token_s", pre.per_cached_token_s, _COST),
+        ("prefill.rmse_s", 0.0 if pre.rmse_s is None else pre.rmse_s, _COST),
+        ("reload.bandwidth_bytes_per_s", rel.bandwidth_bytes_per_s, _POSITIVE),
+        ("reload.latency_s", rel.latency_s, _COST),
+        ("decode.per_seq_s", dec.per_seq_s, _COST),
+        ("decode.per_kv_token_s", dec.per_kv_token_s, _COST),
+    ]
+    if pre.per_context_pair_s is not None:
+        rules.append(("prefill.per_context_pair_s", pre.per_context_pair_s, _COST))
+    for name, value, need in rules:
+        low = not math.isfinite(value) or (need != _FINITE and value < 0)
+        if low or (need == _POSITIVE and value <= 0):
+            return f"{name} is {value!r}; a profile needs it {need}"
+    if pre.a == pre.b == pre.q == 0:
+        return "no prefill fit (prefill.a, b and q are all 0): a prefill would cost nothing"
+    if dec.step_s == dec.per_seq_s == dec.per_kv_token_s == 0:
+        return (
+            "no decode fit (decode.step_s, per_seq_s and per_kv_token_s are all 0); "
+            "measure one with `ttlctl profile`"
+        )
+    return None
+
+
+def _number(part: dict[str, Any], name: str, key: str, where: str) -> float:
+    """``part[key]``, a number, as a float; a :class:`ProfileError` naming ``name.key``
+    when it is missing or not a number (text, true)."""
+    value = _optional(part, name, key, where)
+    if value is None:
+        raise ProfileError(f"{where}: {name}.{key} is missing")
+    return value
+
+
+def _optional(part: dict[str, Any], name: str, key: str, where: str) -> float | None:
+    """``part[key]`` as a float, None when absent or null; a :class:`ProfileError` naming
+    ``name.key`` when it is not a number."""
+    value = part.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ProfileError(f"{where}: {name}.{key} is {json.dumps(value)[:40]}, not a number")
+    return float(value)
+
+
+def _count(data: dict[str, Any], key: str, where: str) -> int:
+    """``data[key]``, a whole number, or a :class:`ProfileError` naming it."""
+    value = data.get(key)
+    if value is None:
+        raise ProfileError(f"{where}: {key} is missing")
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole:
+        raise ProfileError(f"{where}: {key} is {json.dumps(value)[:40]}, not a whole number")
+    return int(value)
 
 
 def _points(raw: Any, where: str, name: str, shape: str) -> tuple[tuple[float, float], ...]:

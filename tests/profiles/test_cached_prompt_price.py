@@ -65,10 +65,10 @@ def test_the_terms_are_read_written_and_checked() -> None:
     nulls["prefill"] |= {"per_cached_token_s": None, "per_context_pair_s": None}
     assert from_json(nulls).prefill == plain.prefill
     for field, bad, match in (
-        ("per_cached_token_s", -1e-6, "must not be negative"),
-        ("per_cached_token_s", math.inf, "non-finite"),
-        ("per_context_pair_s", -1e-9, "per_context_pair_s must be finite and not negative"),
-        ("per_context_pair_s", math.nan, "per_context_pair_s must be finite and not negative"),
+        ("per_cached_token_s", -1e-6, r"prefill\.per_cached_token_s is -1e-06; .* >= 0$"),
+        ("per_cached_token_s", math.inf, r"prefill\.per_cached_token_s is inf; .*finite"),
+        ("per_context_pair_s", -1e-9, r"prefill\.per_context_pair_s is -1e-09; .* >= 0$"),
+        ("per_context_pair_s", math.nan, r"prefill\.per_context_pair_s is nan; .*finite"),
     ):
         wrong = json.loads(json.dumps(doc))
         wrong["prefill"][field] = bad

@@ -150,7 +150,7 @@ def test_profile_errors_name_the_problem(tmp_path: Path) -> None:
         from_json({**good, "schema": "other"})
     broken = json.loads(json.dumps(good))
     del broken["prefill"]["q"]
-    with pytest.raises(ProfileError, match="missing or invalid field"):
+    with pytest.raises(ProfileError, match=r"^profile: prefill\.q is missing$"):
         from_json(broken)
     # a part that is not an object is named, not a Python TypeError's words
     with pytest.raises(ProfileError, match=r"^p: decode must be an object, got None$"):

@@ -66,6 +66,16 @@ class EtaSums:
         return eta_from_sums(self.n, self.s1, self.s2, self.sxy)
 
 
+#: how far past ±1 an estimate may lie from rounding alone (a correlation computed from sums)
+ROUNDING = 1e-9
+
+
+def in_range(value: float) -> bool:
+    """Whether ``value`` is an η an estimate can be: a correlation, in [−1, 1] give or take
+    :data:`ROUNDING` (what a fit document's ``eta.value`` is checked against)."""
+    return math.isfinite(value) and abs(value) <= 1.0 + ROUNDING
+
+
 def clamp(value: float) -> float:
     """η is a correlation: keep it in [−1, 1] against rounding (not finite: the default)."""
     return max(-1.0, min(1.0, value)) if math.isfinite(value) else DEFAULT_ETA
@@ -78,6 +88,8 @@ def fitted(fit: FitDoc) -> float | None:
 
 
 def from_fit(fit: FitDoc) -> float:
-    """The η a fit document estimated, clamped; :data:`DEFAULT_ETA` when it has none."""
+    """The η a fit document estimated, clamped against rounding (a document read through
+    :func:`ttlctl.bundle_check.check_fit` has none further out); :data:`DEFAULT_ETA` when
+    it has none."""
     value = fitted(fit)
     return DEFAULT_ETA if value is None else clamp(float(value))

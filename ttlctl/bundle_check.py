@@ -1,19 +1,22 @@
 """The check of a bundle document: every field present, the schema version, the seal,
 and the content (the fit's CDFs, the profile, every policy parameter, the provenance and
 the optional router section). :func:`verify` raises :class:`BundleError` saying why (one
-line); :func:`check_fit` checks a fit's CDFs as a bundle's (``bundle build``'s fit file).
+line); :func:`check_fit` checks a fit's CDFs, K and η as a bundle's (``bundle build``'s
+fit file).
 
 Standard library only: the engine checks every bundle it reads.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from itertools import pairwise
 from typing import Any
 
 from fitting import FIT_SCHEMA
+from fitting.eta import in_range as eta_in_range
 from fitting.policy_params import PolicyParams
 from profiles import schema as profile_schema
 from ttlctl.bundle_doc import REQUIRED, SCHEMA_VERSION, BundleError, checksum
@@ -93,9 +96,10 @@ def _check_router(router: Any, *, settings: bool) -> None:
 
 
 def check_fit(fit: Any) -> None:
-    """A fit document's schema and CDFs, as a bundle carries them."""
+    """A fit document's schema, K, η and CDFs, as a bundle carries them."""
     if not isinstance(fit, dict) or fit.get("schema") != FIT_SCHEMA:
         raise BundleError(f"fit: schema is not {FIT_SCHEMA!r}")
+    _check_k_and_eta(fit)
     tools = fit.get("tools")
     if not isinstance(tools, dict):
         raise BundleError("fit: tools must be an object")
@@ -107,6 +111,27 @@ def check_fit(fit: Any) -> None:
         if not isinstance(cdf, dict):
             raise BundleError(f"fit.{where}: missing cdf")
         _check_cdf(cdf, f"fit.{where}.cdf")
+
+
+def _check_k_and_eta(fit: Mapping[str, Any]) -> None:
+    """The fit's ``k`` (a count of samples) and ``eta.value`` (a correlation, or null),
+    when present: a damaged value is refused, named as the document's field (not as the
+    ``--k`` or ``--eta`` it stands in for, nor clamped into range)."""
+    k = fit.get("k")
+    if "k" in fit and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+        raise BundleError(f"fit.k is {json.dumps(k)}; K counts samples: a whole number >= 0")
+    eta = fit.get("eta")
+    if eta is None:
+        return
+    if not isinstance(eta, dict):
+        raise BundleError(f"fit.eta is {json.dumps(eta)[:40]}, not an object")
+    value = eta.get("value")
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not eta_in_range(value):
+        raise BundleError(
+            f"fit.eta.value is {json.dumps(value)[:40]}; η is a correlation, in [-1, 1]"
+        )
 
 
 def _check_cdf(cdf: Mapping[str, Any], where: str) -> None:

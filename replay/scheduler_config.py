@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -44,12 +46,10 @@ class SimSchedulerConfig:
     sizes_run: frozenset[int] | None = None
 
     def __post_init__(self) -> None:
-        if self.kv_tokens < self.block_size or self.block_size <= 0:
-            raise ConfigError("--kv-tokens must hold at least one block (--block-size tokens)")
-        if self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
-            raise ConfigError("--max-num-batched-tokens and --max-num-seqs must be positive")
-        if self.pool not in ("runs", "blocks"):
-            raise ConfigError("pool must be 'runs' or 'blocks'")
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        problem = _range_problem(values, _FLAG_OF.__getitem__)
+        if problem is not None:
+            raise ConfigError(problem)
 
     def to_json(self) -> dict[str, Any]:
         """The settings as JSON (``sizes_run`` as ascending sizes, and only when set)."""
@@ -60,11 +60,70 @@ class SimSchedulerConfig:
         return doc
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> SimSchedulerConfig:
-        """The settings :meth:`to_json` wrote."""
+    def from_json(cls, doc: dict[str, Any], where: str = "engine") -> SimSchedulerConfig:
+        """The settings :meth:`to_json` wrote; :class:`ConfigError` naming ``where.key``
+        for a setting it does not have or one of the wrong type (a size that is not a
+        whole number, a switch that is not true or false)."""
+        for key, value in doc.items():
+            problem = _type_problem(key, value)
+            if problem is not None:
+                raise ConfigError(f"{where}.{key} is {json.dumps(value)[:40]}; {problem}")
         sizes = doc.get("sizes_run")
-        return cls(**{**doc, "sizes_run": None if sizes is None else frozenset(sizes)})
+        settings = {**doc, "sizes_run": None if sizes is None else frozenset(sizes)}
+        defaults = {f.name: f.default for f in fields(cls)}
+        problem = _range_problem({**defaults, **settings}, lambda key: f"{where}.{key}")
+        if problem is not None:  # said with the document's fields, not the flags
+            raise ConfigError(problem)
+        return cls(**settings)
 
     @property
     def num_blocks(self) -> int:
         return self.kv_tokens // self.block_size
+
+
+#: each setting's flag, as the commands spell it (pool: no flag)
+_FLAG_OF = {
+    "kv_tokens": "--kv-tokens",
+    "block_size": "--block-size",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "max_num_seqs": "--max-num-seqs",
+    "pool": "pool",
+}
+
+
+def _range_problem(values: Mapping[str, Any], name: Callable[[str], str]) -> str | None:
+    """The settings' ranges, THE rule (None: kept); ``name`` says each setting (its flag on
+    the command line, its field in a document)."""
+    if values["kv_tokens"] < values["block_size"] or values["block_size"] <= 0:
+        return f"{name('kv_tokens')} must hold at least one block ({name('block_size')} tokens)"
+    if values["max_num_batched_tokens"] <= 0 or values["max_num_seqs"] <= 0:
+        return f"{name('max_num_batched_tokens')} and {name('max_num_seqs')} must be positive"
+    if values["pool"] not in ("runs", "blocks"):
+        return f"{name('pool')} must be 'runs' or 'blocks'"
+    return None
+
+
+#: the settings that are whole numbers (sizes), and those that are switches
+_SIZES = frozenset(
+    {"kv_tokens", "block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len"}
+)
+_SWITCHES = frozenset({"fast", "reserve_full_prompt"})
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _type_problem(key: str, value: Any) -> str | None:
+    """What is wrong with ``value`` as the setting ``key`` in a document (None: its type
+    is right; the ranges: :func:`_range_problem`)."""
+    if key in _SIZES:
+        return None if _whole(value) else "a size, a whole number"
+    if key in _SWITCHES:
+        return None if isinstance(value, bool) else "a switch, true or false"
+    if key == "pool":
+        return None if isinstance(value, str) else "'runs' or 'blocks'"
+    if key == "sizes_run":
+        ok = value is None or (isinstance(value, list) and all(_whole(v) for v in value))
+        return None if ok else "the step sizes run, whole numbers"
+    return "not a setting of the simulated engine"

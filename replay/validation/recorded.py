@@ -19,7 +19,8 @@ paths from the current directory.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,9 @@ from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured
 from replay.validation.sim_record import workload_fingerprint
 from replay.validation.timings import Timings
+from replay.vllmsim.backend import BACKENDS
 from replay.workload import Workload
+from ttlctl.errors import ConfigError
 from ttlctl.filekind import binary_kind
 
 #: what every validation document needs for its simulated side beyond the rows (top-level
@@ -136,10 +139,15 @@ def read_recorded(path: Path) -> Recorded:
             f"{path}: lacks {', '.join(missing)}, which re-simulating needs (a document "
             "written before validate recorded them cannot be re-simulated)"
         )
+    unwritten = non_finite(doc)
+    if unwritten is not None:  # validate writes strict JSON: never NaN nor Infinity
+        raise ValidateError(f"{path}: {unwritten}, which validate never writes; damaged?")
     try:
         return _parsed(path, doc, sim)
     except ValidateError:
         raise
+    except ConfigError as exc:  # one line naming the field already
+        raise ValidateError(f"{path}: {exc}") from None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise damaged(path, doc, exc) from None
 
@@ -148,6 +156,23 @@ def damaged(path: Path, doc: Mapping[str, Any], exc: Exception) -> ValidateError
     """The one-line refusal of a document damaged where ``exc`` was raised reading it."""
     kind = "fleet" if "replicas" in doc else "single-server"
     return ValidateError(f"{path}: damaged {kind} document ({type(exc).__name__}: {exc})")
+
+
+def non_finite(value: Any, where: str = "") -> str | None:
+    """The first NaN or ±Infinity in a JSON value, as ``field is NaN`` (None: none): Python
+    reads them, but they are not JSON, and a document written back with one fails."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where or 'the document'} is {json.dumps(value)}"
+    items: Iterable[tuple[str, Any]] = ()
+    if isinstance(value, dict):
+        items = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    for field, inner in items:
+        found = non_finite(inner, field)
+        if found is not None:
+            return found
+    return None
 
 
 def _parsed(path: Path, doc: dict[str, Any], sim: dict[str, Any]) -> Recorded:
@@ -163,10 +188,10 @@ def _parsed(path: Path, doc: dict[str, Any], sim: dict[str, Any]) -> Recorded:
         policies=[str(p) for p in doc["policies"]],
         repeats=int(settings["repeats"]),
         programs=int(doc["programs"]),
-        engine=SimSchedulerConfig.from_json(doc["engine"]),
+        engine=SimSchedulerConfig.from_json(doc["engine"], "engine"),
         async_scheduling=_flag(settings["async_scheduling"], "async_scheduling"),
-        backend="fast" if fleet is not None else str(settings["backend"]),
-        idle_gap_cap_s=None if sim["idle_gap_cap_s"] is None else float(sim["idle_gap_cap_s"]),
+        backend="fast" if fleet is not None else _backend(settings["backend"]),
+        idle_gap_cap_s=_cap(sim["idle_gap_cap_s"], "simulation.idle_gap_cap_s"),
         load=Load(**sim["load"]),
         workload=dict(sim["workload"]),
         trace=None if trace is None else Path(trace),
@@ -186,6 +211,24 @@ def _fleet(doc: Mapping[str, Any], sim: Mapping[str, Any]) -> RecordedFleet:
         timings=Timings(**sim["timings"]),
         settings={r: RouterSettings(**s) for r, s in sim["router_settings"].items()},
     )
+
+
+def _backend(value: Any) -> str:
+    """A single server's ``config.backend``: one of the simulators (:data:`BACKENDS`)."""
+    if value not in BACKENDS:
+        raise ConfigError(
+            f"config.backend is {json.dumps(value)[:40]}, not one of {', '.join(BACKENDS)}"
+        )
+    return str(value)
+
+
+def _cap(value: Any, key: str) -> float | None:
+    """A recorded pause cap: null (none) or seconds above 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{key} is {json.dumps(value)[:40]}, not seconds above 0 nor null")
+    return float(value)
 
 
 def _flag(value: Any, key: str) -> bool:

@@ -223,6 +223,32 @@ def _variant(tmp_path: Path, name: str, doc: dict[str, Any]) -> Path:
     return path
 
 
+@pytest.mark.parametrize(
+    ("part", "key", "value", "said"),
+    [
+        ("config", "idle_gap_cap_s", float("nan"), "config.idle_gap_cap_s is NaN, which validate"),
+        ("config", "backend", "bogus", 'config.backend is "bogus", not one of fast, vllm'),
+        ("engine", "kv_tokens", "abc", 'engine.kv_tokens is "abc"; a size, a whole number'),
+        ("engine", "kv_tokens", -5, "engine.kv_tokens must hold at least one block (engine.bl"),
+        ("simulation", "idle_gap_cap_s", -1, "simulation.idle_gap_cap_s is -1, not seconds"),
+    ],
+)
+def test_a_damaged_field_is_refused_naming_the_file_and_the_field(
+    recorded: Path, tmp_path: Path, part: str, key: str, value: Any, said: str
+) -> None:
+    """Regression: a NaN config.idle_gap_cap_s re-simulated without a word, and with
+    ``--json`` ended in a traceback (NaN is not JSON); config.backend "bogus" read "--backend
+    must be one of fast, vllm" (no --backend was given, and the file went unnamed); engine
+    kv_tokens "abc" read "damaged single-server document (TypeError: '<' not supported …)"
+    and -5 "--kv-tokens must hold at least one block", naming no field."""
+    doc = json.loads(recorded.read_text())
+    bad = _variant(tmp_path, "bad", {**doc, part: {**doc[part], key: value}})
+    out = tmp_path / "out.json"
+    text = refused(["--resimulate", str(bad), "--json", str(out)])
+    assert text.startswith(f"error: {bad}: {said}"), text
+    assert not out.exists()
+
+
 def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_path: Path) -> None:
     doc = json.loads(recorded.read_text())
     # a document written before validate recorded its simulation
@@ -245,7 +271,7 @@ def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_p
     assert f"{nulled}: damaged document (its bundle {doc['bundle']} has no SHA-256" in text
     damaged = _variant(tmp_path, "damaged", {**doc, "engine": {**doc["engine"], "no_such": 1}})
     text = refused(["--resimulate", str(damaged)])
-    assert f"{damaged}: damaged single-server document (TypeError" in text
+    assert f"{damaged}: engine.no_such is 1; not a setting of the simulated engine" in text
     liveless = _variant(tmp_path, "liveless", {**doc, "live": {"vllm": doc["live"]["vllm"]}})
     text = refused(["--resimulate", str(liveless)])
     assert f"{liveless}: damaged single-server document (no live runs of continuum)" in text

@@ -23,7 +23,7 @@ from replay.fleet.routers import AS_LOGGED, RouterSettings
 from replay.fleet.run import runner as fleet_runner
 from replay.live import cap_pauses, check_result_flags, live_results
 from replay.policies import PolicySpec
-from replay.policy_flags import unread
+from replay.policy_flags import listed, unread
 from replay.policy_runs import Load, expand, run_all
 from replay.progress import CallsDone
 from replay.scheduler import SimSchedulerConfig
@@ -78,15 +78,10 @@ class ReplayRequest:
     policy_options: frozenset[str] = frozenset()
 
 
-def _asked(given: Sequence[str]) -> list[str]:
-    """The names ``--policy`` was given, comma lists split."""
-    return [n.strip() for p in given for n in p.split(",") if n.strip()]
-
-
 def policy_names(given: Sequence[str], backend: str) -> list[str]:
     """The policies asked for (comma lists split); ``all`` on the vllm backend: those
     vLLM's scheduler runs."""
-    names = _asked(given)
+    names = listed(given)
     every = names == ["all"]
     names = expand(names)
     if every and backend == "vllm":
@@ -97,7 +92,7 @@ def policy_names(given: Sequence[str], backend: str) -> list[str]:
 def left_out(given: Sequence[str], backend: str) -> str | None:
     """The line saying which of ``all``'s policies ``backend`` does not run, and why
     (None when it runs every one asked)."""
-    names = _asked(given)
+    names = listed(given)
     if names != ["all"] or backend != "vllm":
         return None
     left = [n for n in expand(names) if n in UNMAPPED]

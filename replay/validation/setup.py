@@ -21,6 +21,7 @@ from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
 from replay.live import check_result_flags
 from replay.loads import one_load
+from replay.policy_flags import listed
 from replay.policy_runs import Load
 from replay.progress import RunsDone
 from replay.validation.crosscheck import validate
@@ -99,7 +100,7 @@ def _server_doc(
     warn: Callable[[str], None] | None,
 ) -> dict[str, Any]:
     """One server per policy: each policy live, then simulated and compared."""
-    names = _names(req.policies, "vllm,continuum")
+    names = _names(req.policies, "vllm,continuum", "--policy")
     check_request(req.backend, names, async_scheduling=req.async_scheduling)
     prof = resolve(req.profile)[0] if req.profile is not None else None
     workload = _workload(trace)
@@ -169,9 +170,10 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, (list, tuple)) else value
 
 
-def _names(policies: Sequence[str], default: str) -> list[str]:
-    names = [n.strip() for p in (policies or [default]) for n in p.split(",")]
-    return [n for n in names if n]
+def _names(given: Sequence[str], default: str, flag: str) -> list[str]:
+    """The names ``flag`` lists (:func:`~replay.policy_flags.listed`), ``default`` when
+    it was not given."""
+    return listed(given, flag) if given else default.split(",")
 
 
 def _fleet_doc(
@@ -200,8 +202,8 @@ def _fleet_doc(
         workload,
         sources(req, base),
         replicas=req.replicas,
-        routers=_names(req.routers, "cache_aware"),
-        policies=_names(req.policies, "vllm"),
+        routers=_names(req.routers, "cache_aware", "--router"),
+        policies=_names(req.policies, "vllm", "--policy"),
         bundle=req.bundle,
         calibration=calibrate(prof, source=prof_path) if prof is not None else None,
         profile=prof,

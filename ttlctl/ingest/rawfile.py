@@ -10,12 +10,17 @@ Damaged gzip data (a truncated or corrupt file) is a bad file, named with why
 (:class:`~ttlctl.ingest.spool.GzipDamage`). During an ingest, gzip data that decompresses
 to more than the streaming threshold (:mod:`ttlctl.ingest.limits`) is decompressed to a
 temporary file that polars scans out of core (:mod:`ttlctl.ingest.spool`).
+
+A UTF-8 byte-order mark (:data:`BOM`) that opens a file's data, as Windows tools write one,
+is not part of the text: every function here leaves it out, so each format detects and reads
+a file with one as it does the same file without.
 """
 
 from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -28,6 +33,8 @@ SNIFF_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 #: The suffix of a gzip file's name that :func:`logical` drops.
 GZIP_SUFFIX = ".gz"
+#: The UTF-8 byte-order mark some tools (Windows' among them) write first; not text.
+BOM = b"\xef\xbb\xbf"
 
 
 def is_gzip(path: Path) -> bool:
@@ -45,29 +52,54 @@ def logical(path: Path) -> Path:
     return path
 
 
+def unmarked(data: bytes) -> bytes:
+    """``data`` less the byte-order mark that opens it, if one does."""
+    return data[len(BOM) :] if data.startswith(BOM) else data
+
+
+def _unmarked_chunks(data: Iterable[bytes]) -> Iterator[bytes]:
+    """Chunks of a file's data, less the byte-order mark that opens the first, if one does."""
+    first = True
+    for chunk in data:
+        yield unmarked(chunk) if first else chunk
+        first = False
+
+
+def _plain_chunks(path: Path, size: int = SNIFF_BYTES) -> Iterator[bytes]:
+    with path.open("rb") as fh:
+        yield from iter(lambda: fh.read(size), b"")
+
+
 def read_bytes(path: Path) -> bytes:
-    """The file's bytes, decompressed when it holds gzip data; :class:`GzipDamage` when
-    that data is truncated or corrupt."""
+    """The file's bytes, decompressed when it holds gzip data, less a byte-order mark that
+    opens them; :class:`GzipDamage` when gzip data is truncated or corrupt."""
     if not is_gzip(path):
-        return path.read_bytes()
+        return unmarked(path.read_bytes())
     data = b"".join(chunks(path))
     spool = active()
     if spool is not None:
         spool.sizes[path] = len(data)
-    return data
+    return unmarked(data)
 
 
 def source(path: Path) -> Path | IO[bytes]:
-    """What polars reads the file from: its path; for gzip data, its decompressed bytes,
-    or during an ingest, when they are more than the streaming threshold, the path of a
-    temporary file holding them (:mod:`ttlctl.ingest.spool`). :class:`GzipDamage` when
-    the data is damaged."""
-    if not is_gzip(path):
-        return path
+    """What polars reads the file from: its path; for gzip data, or a file a byte-order mark
+    opens, its bytes (decompressed, less the mark), or during an ingest, when they are more
+    than the streaming threshold, the path of a temporary file holding them
+    (:mod:`ttlctl.ingest.spool`). :class:`GzipDamage` when gzip data is damaged."""
+    gzipped = is_gzip(path)
+    if not gzipped:
+        with path.open("rb") as fh:
+            if fh.read(len(BOM)) != BOM:
+                return path
     spool = active()
     if spool is None:
         return io.BytesIO(read_bytes(path))
-    return spool.source(path, streaming_limit())
+
+    def data(size: int) -> Iterator[bytes]:
+        return _unmarked_chunks(chunks(path, size) if gzipped else _plain_chunks(path, size))
+
+    return spool.source(path, streaming_limit(), data)
 
 
 def size(path: Path) -> int:
@@ -91,7 +123,7 @@ def head_bytes(path: Path) -> bytes:
     with path.open("rb") as fh:
         head = fh.read(SNIFF_BYTES)
     if not head.startswith(GZIP_MAGIC):
-        return head
+        return unmarked(head)
     out = bytearray()
     try:
         for chunk in chunks(path, SNIFF_BYTES):
@@ -100,17 +132,15 @@ def head_bytes(path: Path) -> bytes:
                 break
     except GzipDamage:
         pass  # damaged: what decompressed so far is the head
-    return bytes(out[:SNIFF_BYTES])
+    return unmarked(bytes(out[:SNIFF_BYTES]))
 
 
 def is_blank(path: Path) -> bool:
-    """Whether the file holds nothing but whitespace, once decompressed: an empty log (no
-    records, not a bad one). Read up to its first other byte. Damaged gzip data is not
-    blank: reading it says why."""
+    """Whether the file holds nothing but whitespace (after a byte-order mark), once
+    decompressed: an empty log (no records, not a bad one). Read up to its first other byte.
+    Damaged gzip data is not blank: reading it says why."""
     try:
-        if is_gzip(path):
-            return not any(chunk.strip() for chunk in chunks(path, SNIFF_BYTES))
-        with path.open("rb") as fh:
-            return not any(chunk.strip() for chunk in iter(lambda: fh.read(SNIFF_BYTES), b""))
+        data = chunks(path, SNIFF_BYTES) if is_gzip(path) else _plain_chunks(path)
+        return not any(chunk.strip() for chunk in _unmarked_chunks(data))
     except GzipDamage:
         return False

@@ -23,9 +23,10 @@ import os
 import shutil
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import partial
 from pathlib import Path
 from typing import IO
 
@@ -76,12 +77,16 @@ class Spool:
         #: decompressed bytes handed to polars in memory so far (the limit bounds them all)
         self.in_memory = 0
 
-    def source(self, path: Path, limit: int) -> Path | IO[bytes]:
+    def source(
+        self, path: Path, limit: int, data: Callable[[int], Iterable[bytes]] | None = None
+    ) -> Path | IO[bytes]:
         """The gzip file's data for polars: in memory while this ingest's gzip data held
         in memory (this file's with the others') stays within ``limit`` bytes, else the
         path of a temporary file holding it (decompressed once per ingest).
         :class:`GzipDamage` when the data is damaged, :class:`SpoolError` when the
-        temporary file cannot be written (a full disk)."""
+        temporary file cannot be written (a full disk). ``data``: given a chunk size, the
+        file's data as polars is to read it, in chunks, when not its decompressed bytes as
+        they are (a plain file less its byte-order mark: :func:`ttlctl.ingest.rawfile.source`)."""
         if path in self.files:
             return self.files[path]
         held = io.BytesIO()
@@ -90,7 +95,7 @@ class Spool:
         out: IO[bytes] | None = None
         spilling = False
         try:
-            for chunk in chunks(path, CHUNK_BYTES):
+            for chunk in (data or partial(chunks, path))(CHUNK_BYTES):
                 total += len(chunk)
                 if out is not None:
                     out.write(chunk)

@@ -1,7 +1,8 @@
 """A log file's text and the JSON in it: a whole document or JSON lines.
 
 The helpers reject, with a reason naming where it broke, what cannot be read: an empty,
-binary, non-UTF-8 or damaged gzip file (:func:`read_text`), a document or line that does
+binary, non-UTF-8 (named by the line: :func:`not_utf8`) or damaged gzip file
+(:func:`read_text`), a document or line that does
 not parse as JSON (truncated when it is cut short, else malformed), a line that is not an
 object. The bytes come through :mod:`ttlctl.ingest.rawfile`, so gzip data reads as its text.
 """
@@ -35,8 +36,16 @@ def read_text(path: Path, sink: RejectSink) -> str | None:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        sink.reject(path, f"byte {exc.start}", "not UTF-8 text", records=1)
+        sink.reject(path, *not_utf8(data, exc.start), records=1)
         return None
+
+
+def not_utf8(data: bytes, at: int) -> tuple[str, str]:
+    """Where text stops being UTF-8 at byte ``at`` of ``data``, and why, as a reject names
+    them: (``line N``, ``not UTF-8 text: 0xNN at byte B of the line``)."""
+    start = data.rfind(b"\n", 0, at) + 1
+    line = data.count(b"\n", 0, start) + 1
+    return f"line {line}", f"not UTF-8 text: 0x{data[at]:02x} at byte {at - start + 1} of the line"
 
 
 def load_json(path: Path, sink: RejectSink) -> Any | None:

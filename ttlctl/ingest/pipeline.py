@@ -18,6 +18,7 @@ import polars as pl
 from ttlctl.ingest import lookup
 from ttlctl.ingest.ingest_report import FileReport, IngestReport
 from ttlctl.ingest.inputs import expand
+from ttlctl.ingest.jsontext import not_utf8
 from ttlctl.ingest.limits import env_bytes, streaming, streaming_limit
 from ttlctl.ingest.rawfile import head_bytes, is_blank, is_gzip, read_bytes, size
 from ttlctl.ingest.reader import GroupReader, Parsed, Reader
@@ -97,7 +98,7 @@ def ingest(
                 continue
             reader = fixed or lookup.detect(path)
             if reader is None:
-                sink.reject(path, None, _unrecognised(path))
+                sink.reject(path, *_unrecognised(path))
                 report.files.append(FileReport(str(path), "unrecognised", 1))
                 continue
             recognised.append(path)
@@ -144,22 +145,23 @@ def ingest(
     return report
 
 
-def _unrecognised(path: Path) -> str:
-    """Why no reader took ``path`` (a file with more than whitespace in it): damaged gzip
-    data, text that is not UTF-8, or an unknown format."""
+def _unrecognised(path: Path) -> tuple[str | None, str]:
+    """Why no reader took ``path`` (a file with more than whitespace in it), and where if
+    somewhere (the record): damaged gzip data, text that is not UTF-8 (the line), or an
+    unknown format."""
     if is_gzip(path):
         try:
             read_bytes(path)
         except GzipDamage as exc:
-            return str(exc)
+            return None, str(exc)
     head = head_bytes(path)
     if not head.startswith(b"PAR1"):
         try:
             head.decode("utf-8")
         except UnicodeDecodeError as exc:
             if exc.end < len(head):  # not a character cut by the end of the head
-                return f"byte {exc.start}: not UTF-8 text"
-    return "unrecognised format: not a log ttlctl can read (name one with --format)"
+                return not_utf8(head, exc.start)
+    return None, "unrecognised format: not a log ttlctl can read (name one with --format)"
 
 
 def _refuse_empty(paths: list[Path], sink: RejectSink) -> Callable[[int], None]:

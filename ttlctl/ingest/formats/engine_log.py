@@ -62,6 +62,11 @@ retried task). A call that arrives after its program's last call (one tagged
 log uses), counted (:attr:`Parsed.reused`, the ingest report's ``reused_ids``).
 Untagged requests whose ids repeat across files are told apart the same way.
 
+A bad request line (a value out of range, a field missing) is a row with a reason: it is
+placed among its program's calls by its arrival (last, before the call tagged ``is_last``,
+when its arrival is unknown: :mod:`.engine_log_programs`), and validation rejects its
+program whole, naming it as the cause.
+
 Aborted calls (``finish_reason`` ``abort``: the client went away, or cancelled) are
 kept as calls with the tokens they produced (``output_tokens`` 0 when aborted before
 the first token; their prefill was spent) and counted (:attr:`Parsed.aborted`, the
@@ -92,7 +97,7 @@ from typing import Any
 
 from ttlctl.ingest.fields import RecordError, number, tokens
 from ttlctl.ingest.formats.engine_log_facts import Engines, parse_facts
-from ttlctl.ingest.formats.engine_log_programs import as_programs
+from ttlctl.ingest.formats.engine_log_programs import UNPLACED, as_programs
 from ttlctl.ingest.formats.rotated import Part, carry_over, log_of
 from ttlctl.ingest.jsontext import first_object_line, iter_jsonl
 from ttlctl.ingest.reader import GroupParsed, Parsed, frame_from_rows
@@ -180,11 +185,15 @@ class EngineLogReader:
 
 
 def _row(obj: dict[str, Any], record: str, lineno: int) -> dict[str, Any]:
-    row: dict[str, Any] = {"_record": record, "_line": lineno}
+    """A request line as a row; a bad one carries ``_reason``, and is placed among its
+    program's calls by its arrival when that much of it could be read."""
+    row: dict[str, Any] = {"_record": record, "_line": lineno, "_sort": UNPLACED}
     try:
         arrival = number(obj.get("arrival_unix_s"), "arrival_unix_s")
+        assert arrival is not None
+        row["_sort"] = arrival
         finish = number(obj.get("finish_unix_s"), "finish_unix_s")
-        assert arrival is not None and finish is not None
+        assert finish is not None
         if finish < arrival:
             raise RecordError(f"finish before arrival: {finish} < {arrival}")
         row.update(
@@ -193,7 +202,6 @@ def _row(obj: dict[str, Any], record: str, lineno: int) -> dict[str, Any]:
             input_tokens=tokens(obj.get("prompt_tokens"), "prompt_tokens"),
             output_tokens=tokens(obj.get("output_tokens"), "output_tokens"),
             _finish=finish,
-            _sort=arrival,
         )
         tool = obj.get("tool")
         row["tool"] = None if tool in (None, "") else str(tool)
@@ -204,7 +212,6 @@ def _row(obj: dict[str, Any], record: str, lineno: int) -> dict[str, Any]:
             row["is_last"] = bool(last)
     except RecordError as exc:
         row["_reason"] = str(exc)
-        row["_sort"] = float("inf")
     return row
 
 

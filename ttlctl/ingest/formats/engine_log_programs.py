@@ -16,6 +16,8 @@ from typing import Any
 
 #: the program id of an untagged request: ``request:<request_id>``
 UNTAGGED = "request:"
+#: the ``_sort`` (arrival) of a bad record whose arrival could not be read
+UNPLACED = float("inf")
 
 
 def as_programs(
@@ -57,13 +59,21 @@ def as_programs(
 
 def _runs(calls: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """A program's calls (sorted by arrival) cut after each call tagged ``is_last``: each
-    part is one run of the program (its id used again after it ended)."""
+    part is one run of the program (its id used again after it ended).
+
+    A bad record whose arrival is unknown (sorted last) joins the last run, before the call
+    that ends it: a bad record rejects its program whole, and its place must not make a
+    good call look out of order (``is_last`` on a call that is no longer the last).
+    """
     runs: list[list[dict[str, Any]]] = [[]]
-    for row in calls:
-        # a bad record (sorted last: its arrival may be unknown) stays in the run before it
-        if runs[-1] and runs[-1][-1].get("is_last") is True and "_reason" not in row:
+    unplaced = [row for row in calls if row["_sort"] == UNPLACED]
+    for row in calls[: len(calls) - len(unplaced)]:
+        if runs[-1] and runs[-1][-1].get("is_last") is True:
             runs.append([])
         runs[-1].append(row)
+    last = runs[-1]
+    at = len(last) - 1 if last and last[-1].get("is_last") is True else len(last)
+    last[at:at] = unplaced
     return runs
 
 
@@ -92,12 +102,14 @@ def _number(program: str, calls: list[dict[str, Any]]) -> bool:
 def _close_in_flight(program: str, calls: list[dict[str, Any]]) -> int:
     """End a program the log cut short at its last logged call; 1 if it was in flight.
 
-    A program with a bad record is left alone: validation rejects it whole.
+    A program with a bad record is ended too, so that its good calls break no rule (only
+    its bad record is a reason), but not counted: validation rejects it whole.
     """
     last = calls[-1]
-    if last.get("is_last") is True or any("_reason" in row for row in calls):
+    if last.get("is_last") is True:
         return 0
     last["is_last"] = True
     last["tool"] = None  # the tool it waits on, and the pause after it, are unknown
     last.pop("gap_s", None)
-    return 0 if program.startswith(UNTAGGED) else 1
+    bad = any("_reason" in row for row in calls)
+    return 0 if bad or program.startswith(UNTAGGED) else 1

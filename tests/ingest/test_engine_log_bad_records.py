@@ -1,0 +1,95 @@
+"""An engine log's bad records: each rejects its program whole under one reason, its own,
+and the program's other calls name it as the cause; no call of a rejected program is given
+a reason it does not have (the place the bad record took among the calls)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ingest.badinput import ingest_skipping_bad
+from tests.ingest.test_engine_log import _req, _write
+from ttlctl.ingest.pipeline import ingest
+from ttlctl.ingest.rejects import IngestError
+
+
+def _reasons(rows: list[dict[str, Any]], tmp_path: Path) -> dict[str, str]:
+    """The rejects of a --skip-bad ingest of ``rows``, reason by line."""
+    src = _write(tmp_path / "engine.jsonl", rows)
+    _, _, rejects = ingest_skipping_bad([src], tmp_path / "t.parquet", "engine-log")
+    return {r["record"]: r["reason"] for r in rejects}
+
+
+def _program(**bad: Any) -> list[dict[str, Any]]:
+    """Program p of three calls, the second with ``bad`` fields, the last tagged is_last;
+    q, a good program, between them."""
+    return [
+        _req("r1", "p", 0.0, 1.0, tool="grep"),
+        _req("r2", "p", 2.0, 3.0, tool="bash", **bad),
+        _req("q1", "q", 2.5, 3.5, is_last=True),
+        _req("r3", "p", 4.0, 5.0, is_last=True),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ({"prompt_tokens": -7}, "negative prompt_tokens: -7"),
+        ({"arrival_unix_s": None}, "missing arrival_unix_s"),
+        ({"arrival_unix_s": "soon"}, "non-numeric arrival_unix_s: 'soon'"),
+    ],
+)
+def test_a_bad_call_is_its_programs_one_reason(
+    bad: dict[str, Any], reason: str, tmp_path: Path
+) -> None:
+    """Regression: a bad record mid-program was sorted after the program's last call, so that
+    call read "is_last is true on turn 1, which is not the program's last" (false), and the
+    others "rejected with its program: p has a bad record (line 4)" (the last call, not the
+    cause)."""
+    because = "rejected with its program: p has a bad record (line 2)"
+    assert _reasons(_program(**bad), tmp_path) == {
+        "line 1": because,
+        "line 2": reason,
+        "line 4": because,
+    }
+
+
+def test_a_bad_call_of_a_program_in_flight_is_its_one_reason(tmp_path: Path) -> None:
+    """A program in flight (no is_last) with a bad record mid-program is ended at its last
+    call as a good one is, so that call's tool does not read "tool named after the
+    program's last call" now that the bad record is placed by its arrival."""
+    rows = [
+        _req("r1", "p", 0.0, 1.0, tool="grep"),
+        _req("r2", "p", 2.0, 3.0, tool="bash", output_tokens=-1),
+        _req("r3", "p", 4.0, 5.0, tool="pytest"),  # waiting on pytest when the log was read
+        _req("q1", "q", 0.5, 1.5, is_last=True),
+    ]
+    because = "rejected with its program: p has a bad record (line 2)"
+    assert _reasons(rows, tmp_path) == {
+        "line 1": because,
+        "line 2": "negative output_tokens: -1",
+        "line 3": because,
+    }
+    report = ingest([tmp_path / "engine.jsonl"], tmp_path / "t.parquet", skip_bad=True)
+    assert report.in_flight == 0  # p is rejected, not counted in flight
+
+
+def test_a_bad_call_after_its_program_ended_is_the_next_run_of_its_id(tmp_path: Path) -> None:
+    """A bad record that arrived after its program's last call belongs to the id's next run
+    (p#2). Regression: it joined the ended program, whose last call then read "is_last is
+    true on turn 1, which is not the program's last", and took it down."""
+    rows = [
+        _req("r1", "p", 0.0, 1.0, tool="grep"),
+        _req("r2", "p", 2.0, 3.0, is_last=True),
+        _req("s1", "p", 9.0, 10.0, prompt_tokens=-3),
+    ]
+    assert _reasons(rows, tmp_path) == {"line 3": "negative prompt_tokens: -3"}
+
+
+def test_strict_ingest_names_the_bad_call(tmp_path: Path) -> None:
+    src = _write(tmp_path / "engine.jsonl", _program(prompt_tokens=-7))
+    with pytest.raises(IngestError) as info:
+        ingest([src], tmp_path / "t.parquet")
+    assert (info.value.record, info.value.reason) == ("line 2", "negative prompt_tokens: -7")

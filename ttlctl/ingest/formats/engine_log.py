@@ -62,6 +62,11 @@ retried task). A call that arrives after its program's last call (one tagged
 log uses), counted (:attr:`Parsed.reused`, the ingest report's ``reused_ids``).
 Untagged requests whose ids repeat across files are told apart the same way.
 
+A request logged twice (its ``request_id`` and ``arrival_unix_s`` on a line before, in
+its log's files) is a bad record, ``duplicate request: …``, naming the line it repeats
+(:mod:`.engine_log_repeats`); the first line stands. An id alone may repeat (a client's own
+ids), and two replicas may each serve a request of one id: those are calls each.
+
 A bad request line (a value out of range, a field missing) is a row with a reason: it is
 placed among its program's calls by its arrival (last, before the call tagged ``is_last``,
 when its arrival is unknown: :mod:`.engine_log_programs`), and validation rejects its
@@ -83,7 +88,8 @@ client that never sends ``is_last: 1`` makes every tagged program count here. Un
 one-call programs (``request:<request_id>``) are not counted.
 
 This module reads the lines; the engine records are kept by
-:mod:`ttlctl.ingest.formats.engine_log_facts`, the calls made programs by
+:mod:`ttlctl.ingest.formats.engine_log_facts`, requests logged twice found by
+:mod:`ttlctl.ingest.formats.engine_log_repeats`, the calls made programs by
 :mod:`ttlctl.ingest.formats.engine_log_programs`, a rotated log's parts joined by
 :mod:`.rotated`.
 """
@@ -98,6 +104,7 @@ from typing import Any
 from ttlctl.ingest.fields import RecordError, number, tokens
 from ttlctl.ingest.formats.engine_log_facts import Engines, parse_facts
 from ttlctl.ingest.formats.engine_log_programs import UNPLACED, as_programs
+from ttlctl.ingest.formats.engine_log_repeats import Requests
 from ttlctl.ingest.formats.rotated import Part, carry_over, log_of
 from ttlctl.ingest.jsontext import first_object_line, iter_jsonl
 from ttlctl.ingest.reader import GroupParsed, Parsed, frame_from_rows
@@ -124,6 +131,7 @@ class EngineLogReader:
     def read_group(self, paths: Sequence[Path], sink: RejectSink) -> GroupParsed:
         """All the files' calls as one log: programs merged across files by arrival."""
         engines = Engines()
+        requests = Requests()
         calls: list[tuple[str | None, str | None, dict[str, Any]]] = []
         records: list[int] = []
         aborted = 0
@@ -155,6 +163,13 @@ class EngineLogReader:
                     sink.reject(path, record, "missing request_id and program_id")
                     continue
                 row = _row(obj, record, lineno)
+                if request_id not in (None, "") and row["_sort"] != UNPLACED:
+                    repeat = requests.repeat(
+                        logs[index], str(request_id), row["_sort"], path, lineno
+                    )
+                    if repeat is not None:
+                        sink.reject(path, record, repeat)
+                        continue
                 aborted += str(obj.get("finish_reason")) == ABORT
                 row["_file"] = str(path)
                 row["_order"] = (index, lineno)

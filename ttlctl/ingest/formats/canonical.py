@@ -17,6 +17,7 @@ from typing import IO
 
 import polars as pl
 
+from ttlctl.ingest.formats.csv_fields import RAGGED, ragged
 from ttlctl.ingest.jsontext import iter_jsonl
 from ttlctl.ingest.limits import streaming
 from ttlctl.ingest.rawfile import SNIFF_BYTES, head_bytes, logical, size, source
@@ -78,11 +79,28 @@ class CanonicalReader:
             frame = pl.scan_parquet(src).with_row_index("_row", offset=1)
             record = pl.format("row {}", pl.col("_row"))
         elif logical(path).suffix.lower() in CSV_SUFFIXES or not head.lstrip().startswith(b"{"):
-            frame = pl.scan_csv(src, infer_schema=False).with_row_index("_row", offset=2)
+            frame = _scan_csv(src)
             record = pl.format("line {}", pl.col("_row"))
         else:
             return _read_jsonl(path, src, sink)
         return _finish(frame, record, path)
+
+
+def _scan_csv(src: Path | IO[bytes]) -> pl.LazyFrame:
+    """The CSV's records as text, each with its row index (``line N``: the first after the
+    header is 2) and, when its number of fields is not the header's, why (``_ragged``)."""
+    frame = pl.scan_csv(src, infer_schema=False, truncate_ragged_lines=True)
+    names = frame.collect_schema().names()
+    if not isinstance(src, Path):
+        src.seek(0)
+    bad = ragged(src, names, first_row=2)  # (polars read the header from src: start again)
+    frame = frame.with_row_index("_row", offset=2)
+    if not bad.height:
+        return frame
+    why = pl.col("_row").replace_strict(
+        bad["_row"], bad[RAGGED], default=None, return_dtype=pl.String
+    )
+    return frame.with_columns(why.alias(RAGGED))
 
 
 def _has_required(names: object) -> bool:
@@ -200,12 +218,14 @@ def _finish(frame: pl.LazyFrame, record: pl.Expr, path: Path) -> Parsed:
             .then(pl.format("{}: {}", pl.lit(text), pl.col(text.split(" ", 1)[1]).cast(pl.String)))
             .otherwise(reason)
         )
+    if RAGGED in names:  # a CSV record of the wrong width: first, its values may be shifted
+        reason = pl.coalesce(pl.col(RAGGED), reason)
     out = frame.with_columns(
         reason.alias(REASON),
         record.alias(SOURCE_RECORD),
         pl.lit(str(path)).alias(SOURCE_FILE),
     ).with_columns(casts)
-    return Parsed(out, records=None)
+    return Parsed(out.drop(RAGGED, strict=False), records=None)
 
 
 def _int_list(raw: pl.Expr) -> pl.Expr:

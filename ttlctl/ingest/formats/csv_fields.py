@@ -1,0 +1,69 @@
+"""A CSV file's records whose number of fields is not the header's.
+
+polars reads a record with fewer fields than the header padded with nulls (silently), and
+one with more is an error for the whole file. This finds them, so that each is a bad
+record of its own, named by its line: the file's lines scanned as text (columnar, out of
+core), the separators outside quotes counted. A quoted field may hold a newline: a line
+that starts inside quotes (an odd number of quotes before it) goes on with the record
+before it. A blank line is left to the reader (it reads as a row of nulls).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import IO
+
+import polars as pl
+
+#: the reason's opening words, as the count by reason groups it
+WRONG_WIDTH = "wrong number of fields"
+#: the column of :func:`ragged`'s reason
+RAGGED = "_ragged"
+
+_LINE = pl.col("line")
+_QUOTES = _LINE.str.count_matches('"', literal=True)
+#: a quoted part (or one left open at the line's end) of a line, its separators not counted
+_QUOTED = r'"[^"]*("|$)'
+
+
+def ragged(src: Path | IO[bytes], names: list[str], first_row: int) -> pl.DataFrame:
+    """The records of the CSV ``src`` (header ``names``) with other than ``len(names)``
+    fields: ``_row`` (the reader's row index: the first record after the header is
+    ``first_row``) and :data:`RAGGED`, the reason."""
+    inside = ((_QUOTES.cum_sum() - _QUOTES) % 2) == 1  # the line starts inside quotes
+    unquoted = pl.when(inside).then(pl.lit('"') + _LINE).otherwise(_LINE)
+    lines = (
+        pl.scan_lines(src, name="line")
+        .with_columns(_inside=inside)
+        .with_columns(
+            _record=(~pl.col("_inside")).cum_sum() - 1,
+            _commas=unquoted.str.replace_all(_QUOTED, "").str.count_matches(",", literal=True),
+            _spans=pl.col("_inside") | pl.col("_inside").shift(-1).fill_null(False),
+            _blank=_LINE.str.strip_chars() == "",
+        )
+    )
+    width = len(names)
+    odd = lines.filter(
+        (pl.col("_record") > 0)
+        & ~pl.col("_blank")
+        & (pl.col("_spans") | (pl.col("_commas") + 1 != width))
+    ).collect(engine="streaming")
+    fields = (
+        odd.group_by("_record", maintain_order=True)
+        .agg(pl.col("_commas").sum() + 1)
+        .filter(pl.col("_commas") != width)
+    )
+    return fields.select(
+        (pl.col("_record") - 1 + first_row).cast(pl.get_index_type()).alias("_row"),
+        pl.Series(RAGGED, [_why(n, names) for n in fields["_commas"]], dtype=pl.String),
+    )
+
+
+def _why(fields: int, names: list[str]) -> str:
+    """The reason a record of ``fields`` fields is bad, naming what it lacks."""
+    said = f"{WRONG_WIDTH}: {fields} where the header has {len(names)}"
+    if fields > len(names):
+        return said
+    missing = names[fields:]
+    gone = missing[0] if len(missing) == 1 else f"{missing[0]} to {missing[-1]}"
+    return f"{said} ({gone} missing)"

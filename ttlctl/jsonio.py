@@ -90,6 +90,11 @@ def landing(path: Path) -> Path:
     names (made if it does not exist), so that the link is kept. Refused, as an
     :class:`OutputError` naming ``path``: a directory, and anything else that is no
     regular file (a named pipe, a device, a socket), which replacing would destroy."""
+    if _a_stream(path):
+        raise OutputError(
+            f"{path}: names a process's open stream (standard output, a descriptor), not a "
+            f"file; outputs are written whole and renamed into place ({_STDOUT})"
+        )
     try:
         mode = path.stat().st_mode  # through links: what a write would reach
     except FileNotFoundError:  # a new file, or a link to one
@@ -103,9 +108,28 @@ def landing(path: Path) -> Path:
     if mode is not None and not stat.S_ISREG(mode):
         raise OutputError(
             f"{path}: is {_kind(mode)}, not a regular file; outputs are written whole and "
-            "renamed into place, which would replace it (give a file's path)"
+            f"renamed into place, which would replace it (give a file's path; {_STDOUT})"
         )
     return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+#: where a standard stream is asked for instead
+_STDOUT = "for standard output give -, where the flag takes it"
+#: paths that name a process's open files, not files: /dev/stdout leads through
+#: /proc/self/fd/1 to whatever the shell redirected it to, which a rename would replace
+_STREAM_PATHS = ("/dev/stdout", "/dev/stderr", "/dev/stdin", "/dev/fd/", "/proc/")
+
+
+def _a_stream(path: Path) -> bool:
+    """Whether ``path``, or a link on the way from it, names a process's open stream."""
+    here = os.path.abspath(path)
+    for _ in range(40):  # as many links as the system follows
+        if here.startswith(_STREAM_PATHS) or here in ("/dev/fd", "/proc"):
+            return True
+        if not os.path.islink(here):
+            return False
+        here = os.path.abspath(os.path.join(os.path.dirname(here), os.readlink(here)))
+    return False  # a loop: the caller's stat says so
 
 
 def _kind(mode: int) -> str:

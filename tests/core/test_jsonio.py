@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
 import pytest
 
-from ttlctl.jsonio import OutputError, file_sha256, replacing, write_atomic, write_json
+from ttlctl.jsonio import (
+    OutputError,
+    check_writable,
+    file_sha256,
+    replacing,
+    write_atomic,
+    write_json,
+)
 
 
 def _mode(path: Path) -> int:
@@ -84,3 +92,20 @@ def test_a_named_pipe_is_refused_never_replaced(tmp_path: Path) -> None:
         write_atomic("x", pipe)
     assert stat.S_ISFIFO(pipe.stat().st_mode)
     assert [p.name for p in tmp_path.iterdir()] == ["pipe"]
+
+
+@pytest.mark.parametrize("name", ["/dev/stdout", "/dev/stderr", "/dev/fd/1", "/proc/self/fd/1"])
+def test_a_standard_stream_is_refused_before_anything_is_written(name: str) -> None:
+    """Regression: `--json /dev/stdout >> all.jsonl` renamed a new file over all.jsonl
+    (/dev/stdout leads through /proc/self/fd/1 to the redirect's file), exit 0, its
+    contents gone. Refused, pointing at `-` (only checked: nothing is written here)."""
+    with pytest.raises(OutputError, match=r"names a process's open stream.*give -"):
+        check_writable(Path(name))
+
+
+def test_a_link_to_a_standard_stream_is_refused(tmp_path: Path) -> None:
+    link = tmp_path / "out.json"
+    link.symlink_to("/dev/stdout")
+    with pytest.raises(OutputError, match=re.escape(f"{link}: names a process's open stream")):
+        check_writable(link)
+    assert link.is_symlink() and os.readlink(link) == "/dev/stdout"

@@ -65,7 +65,8 @@ def test_an_output_that_cannot_be_written_stops_every_command_first(
         if where == "a named pipe":
             assert line == (
                 f"error: {target}: is a named pipe, not a regular file; outputs are written "
-                "whole and renamed into place, which would replace it (give a file's path; for standard output give -, where the flag takes it)"
+                "whole and renamed into place, which would replace it (give a file's path; "
+                "for standard output give -, where the flag takes it)"
             ), name
 
 

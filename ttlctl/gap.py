@@ -30,9 +30,10 @@ def closed(vllm_s: float | None, unlimited_s: float | None, policy_s: float | No
     None: a figure is missing, or the gap is under :data:`MIN_GAP`."""
     if vllm_s is None or unlimited_s is None or policy_s is None:
         return None
-    if vllm_s - unlimited_s < MIN_GAP * vllm_s:
+    gap = vllm_s - unlimited_s
+    if not (gap > 0 and gap >= MIN_GAP * vllm_s):  # NaN fails both
         return None
-    return (vllm_s - policy_s) / (vllm_s - unlimited_s)
+    return (vllm_s - policy_s) / gap
 
 
 def no_gap(results: Sequence[Mapping[str, Any]]) -> bool:

@@ -223,11 +223,12 @@ def _backend(value: Any) -> str:
 
 
 def _cap(value: Any, key: str) -> float | None:
-    """A recorded pause cap: null (none) or seconds above 0."""
+    """A recorded pause cap: null (none) or seconds, 0 or more (as
+    --trace-idle-gap-cap-seconds takes it: 0 sets every pause to 0)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(f"{key} is {json.dumps(value)[:40]}, not seconds above 0 nor null")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ConfigError(f"{key} is {json.dumps(value)[:40]}, not seconds (0 or more) nor null")
     return float(value)
 
 

@@ -33,6 +33,12 @@ def test_no_share_of_a_gap_under_the_least() -> None:
     assert gap.closed(100.0, 100.0 * (1 - gap.MIN_GAP) - 1e-6, 100.0) == 0.0
 
 
+def test_no_share_of_no_time_nor_of_nan() -> None:
+    assert gap.closed(0.0, 0.0, 0.0) is None  # was a ZeroDivisionError
+    assert gap.closed(float("nan"), 6.0, 8.0) is None
+    assert gap.closed(10.0, float("nan"), 8.0) is None
+
+
 def test_a_missing_figure_has_no_share() -> None:
     assert gap.closed(None, 6.0, 8.0) is None
     assert gap.closed(10.0, None, 8.0) is None

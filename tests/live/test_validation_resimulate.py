@@ -249,6 +249,20 @@ def test_a_damaged_field_is_refused_naming_the_file_and_the_field(
     assert not out.exists()
 
 
+def test_a_pause_cap_of_zero_is_read(recorded: Path, tmp_path: Path) -> None:
+    """Regression: --trace-idle-gap-cap-seconds takes 0 (every pause set to 0) and validate
+    records it as given, but re-simulating refused such a document ("not seconds above 0").
+    Edited in here, the cap is read; what then refuses it is the recorded workload's
+    fingerprint (its runs were made with another cap), as for any edit of the load."""
+    doc = json.loads(recorded.read_text())
+    sim = {**doc["simulation"], "idle_gap_cap_s": 0}
+    text = refused(["--resimulate", str(_variant(tmp_path, "zero", {**doc, "simulation": sim}))])
+    assert "pauses capped at 0 s are not those" in text and "idle_gap_cap_s" not in text, text
+    sim["idle_gap_cap_s"] = -0.5
+    text = refused(["--resimulate", str(_variant(tmp_path, "neg", {**doc, "simulation": sim}))])
+    assert "simulation.idle_gap_cap_s is -0.5, not seconds (0 or more) nor null" in text, text
+
+
 def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_path: Path) -> None:
     doc = json.loads(recorded.read_text())
     # a document written before validate recorded its simulation

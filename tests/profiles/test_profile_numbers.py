@@ -34,7 +34,7 @@ def _changed(part: str, values: dict[str, Any]) -> dict[str, Any]:
         ("prefill", {"b": -1.0}, r"prefill\.b is -1\.0; .*>= 0$"),
         ("prefill", {"q": math.inf}, r"prefill\.q is inf; .*finite"),
         ("prefill", {"rmse_s": -0.5}, r"prefill\.rmse_s is -0\.5; "),
-        ("prefill", {"a": 0.0, "b": 0.0, "q": 0.0}, r"no prefill fit \(prefill\.a, b and q"),
+        ("prefill", {"a": 0.0, "b": 0.0, "q": 0.0}, r"no prefill fit \(prefill\.a, prefill\.b"),
         ("decode", {"step_s": -1.0}, r"decode\.step_s is -1\.0; .*>= 0$"),
         ("decode", {"per_seq_s": math.nan}, r"decode\.per_seq_s is nan; "),
         ("decode", {"step_s": 0, "per_seq_s": 0, "per_kv_token_s": 0}, r"no decode fit \("),
@@ -71,6 +71,19 @@ def test_a_field_that_is_not_a_number_is_named(
     float: 'x'", naming no field; true was read as 1.0 and 1.5 tokens as 1."""
     with pytest.raises(ProfileError, match=f"^p.json: {message}"):
         from_json(_changed(part, values), "p.json")
+
+
+def test_a_prefill_fit_on_top_of_the_decode_step_may_find_nothing_more() -> None:
+    """Regression: a vLLM profile fits its prefill steps on top of decode.step_s
+    (includes_step false); where no step took longer than that the fit is all zeros, and
+    the profile ttlctl profile wrote was refused on reading back ("a prefill would cost
+    nothing", where each step costs decode.step_s). Without the step, it is refused."""
+    doc = _changed("prefill", {"a": 0.0, "b": 0.0, "q": 0.0, "includes_step": False})
+    assert doc["decode"]["step_s"] > 0
+    assert from_json(doc, "p.json").prefill_fixed_s == doc["decode"]["step_s"]
+    doc["decode"] |= {"step_s": 0.0}
+    with pytest.raises(ProfileError, match=r"no prefill fit \(prefill\.a \+ decode\.step_s"):
+        from_json(doc, "p.json")
 
 
 def test_a_missing_part_is_named() -> None:

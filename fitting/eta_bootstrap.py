@@ -36,11 +36,18 @@ class EtaEstimate:
         }
 
 
+#: the programs the bootstrap draws in all, at most (its resamples are cut to fit) ...
+MAX_DRAWS = 20_000_000
+#: ... unless that leaves fewer resamples than this
+MIN_RESAMPLES = 200
+
+
 def estimate(lengths: Any, *, bootstrap: int = 1000, seed: int = 0) -> EtaEstimate:
     """η over programs of the given lengths, with a 95% percentile bootstrap interval.
 
     Programs are resampled with replacement; the number of resamples shrinks for
-    very many programs so that the work stays under ~2·10⁷ gathers.
+    very many programs so that at most :data:`MAX_DRAWS` programs are drawn in all (but
+    never below :data:`MIN_RESAMPLES` resamples, nor above ``bootstrap``).
     """
     n_calls = np.asarray(lengths, dtype=np.int64)
     m = np.clip(n_calls - 1, 0, None).astype(np.float64)
@@ -51,7 +58,7 @@ def estimate(lengths: Any, *, bootstrap: int = 1000, seed: int = 0) -> EtaEstima
     programs = int(n_calls.size)
     if value is None or programs < 2 or bootstrap <= 0:
         return EtaEstimate(value, None, None, programs, int(m.sum()), 0)
-    reps = int(min(bootstrap, max(200, 20_000_000 // programs)))
+    reps = int(min(bootstrap, max(MIN_RESAMPLES, MAX_DRAWS // programs)))
     rng = np.random.default_rng(seed)
     stats = np.stack([m, s1, s2, sxy])
     draws = np.empty(reps)

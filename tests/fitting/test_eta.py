@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fitting import eta_bootstrap
 from fitting.eta import DEFAULT_ETA, EtaSums, clamp, from_fit
 from fitting.eta_bootstrap import estimate
 
@@ -71,3 +72,14 @@ def test_clamp_and_the_eta_of_a_fit() -> None:
     assert from_fit({"eta": {"value": 1.2}}) == 1.0
     assert from_fit({"eta": {"value": -0.3}}) == -0.3
     assert from_fit({"eta": {"value": None}}) == from_fit({}) == DEFAULT_ETA
+
+
+def test_the_bootstrap_bounds_its_draws_but_keeps_a_floor_of_resamples(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lengths = [2, 3, 5, 8, 13] * 20  # 100 programs
+    monkeypatch.setattr(eta_bootstrap, "MAX_DRAWS", 30_000)  # 300 resamples of 100
+    assert eta_bootstrap.estimate(lengths, bootstrap=1_000).bootstrap == 300
+    assert eta_bootstrap.estimate(lengths, bootstrap=250).bootstrap == 250  # as asked
+    monkeypatch.setattr(eta_bootstrap, "MAX_DRAWS", 1_000)  # 10 resamples: the floor
+    assert eta_bootstrap.estimate(lengths, bootstrap=1_000).bootstrap == eta_bootstrap.MIN_RESAMPLES

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from fitting import eta_bootstrap
 from fitting.fit import FitConfig, fit_trace
 from ttlctl.cli import app
 from ttlctl.trace import io as trace_io
@@ -93,18 +94,19 @@ def test_fit_cli_writes_json_and_plots(synthetic_trace: Path, tmp_path: Path) ->
 
 
 def test_fit_cli_says_when_the_bootstrap_drew_fewer_resamples(
-    synthetic_trace: Path, tmp_path: Path
+    synthetic_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Regression: --bootstrap beyond the draws' bound (2·10⁷ programs in all: 133,333
+    """Regression: --bootstrap beyond the draws' bound (here 150,000 programs in all: 1,000
     resamples of 150 programs) was cut without a word; the fit.json recorded the cut."""
+    monkeypatch.setattr(eta_bootstrap, "MAX_DRAWS", 150_000)
     out = tmp_path / "fit.json"
     args = ["fit", str(synthetic_trace), "-o", str(out), "--bootstrap"]
-    res = CliRunner().invoke(app, [*args, "133334"])
+    res = CliRunner().invoke(app, [*args, "1001"])
     assert res.exit_code == 0, res.output
-    assert json.loads(out.read_text())["eta"]["bootstrap"] == 133_333
+    assert json.loads(out.read_text())["eta"]["bootstrap"] == 1_000
     line = " ".join(res.output.split())
-    assert "η's interval from 133,333 resamples, not the 133,334 asked" in line, line
-    res = CliRunner().invoke(app, [*args, "133333"])
+    assert "η's interval from 1,000 resamples, not the 1,001 asked" in line, line
+    res = CliRunner().invoke(app, [*args, "1000"])
     assert res.exit_code == 0 and "resamples, not the" not in res.output, res.output
 
 

@@ -106,11 +106,11 @@ def test_a_named_bundle_that_is_not_one_is_refused(tmp_path: Path, sample_run: P
     out = run.parent / f"{run.name}.html"
     code, output, _ = _report(run, "--bundle", "fit.json")
     assert code == 2 and output.count("\n") == 1, output
-    assert output.startswith("error: --bundle fit.json: ") and "not a ttlctl bundle" in output
+    assert output.startswith(f"error: --bundle: {run / 'fit.json'}: not a ttlctl bundle"), output
     assert not out.exists()
     (run / "bundle.json").write_text('{"schema_version": 1, "poli', encoding="utf-8")
     code, output, _ = _report(run, "--bundle", "bundle.json")
-    assert code == 2 and output.startswith("error: --bundle bundle.json: "), output
+    assert code == 2 and output.startswith(f"error: --bundle: {run / 'bundle.json'}: "), output
     code, output, page = _report(run)
     assert code == 0, output
     assert "warning: bundle.json not used: " in output, output

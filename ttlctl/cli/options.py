@@ -139,7 +139,7 @@ _LEN_HELP = "Longest request the engine accepts (vLLM's --max-model-len)."
 def _logged(default: int) -> str:
     """The default shown for a size that a trace's engine log states (``tune``,
     ``refit``): the flag's default applies only where the log does not state it."""
-    return f"{default}, or as the engine log states it"
+    return f"{default} unless the engine log, or refit's bundle, states it"
 
 
 KvTokens = Annotated[int, typer.Option("--kv-tokens", min=1, help=_KV_HELP)]

@@ -139,7 +139,7 @@ def load(
             run.problems[role] = (str(exc).splitlines() or [type(exc).__name__])[0]
     if bundle is not None and BUNDLE in run.problems:
         # the one input named on the command line: refused, not a note
-        raise ReportError(f"--bundle {bundle}: {run.problems[BUNDLE]}")
+        raise ReportError(f"--bundle: {run.problems[BUNDLE]}")  # the problem names the file
     if run.bundle is not None:
         try:
             run.policy = bundle_mod.policy_from(run.bundle, max_num_batched_tokens)

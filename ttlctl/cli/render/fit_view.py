@@ -42,7 +42,7 @@ def fit_table(console: Console, fit: FitDoc) -> None:
     if ci and 0 < drawn < asked:
         console.print(
             f"η's interval from {drawn:,} resamples, not the {asked:,} asked: with "
-            f"{eta['programs']:,} programs the bootstrap draws at most 2·10⁷ programs in all",
+            f"{eta['programs']:,} programs the bootstrap bounds its draws",
             highlight=False,
         )
     table = Table(title="pause after each call, by tool")

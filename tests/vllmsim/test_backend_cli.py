@@ -63,7 +63,10 @@ def test_vllm_backend_json_has_the_fast_keys_and_names_the_backend(trace: Path) 
             "Scheduler" if r["policy"] in ("vllm", "unlimited-kv") else "TTLScheduler"
         )
     by = {r["policy"]: r for r in ours["results"]}
-    assert by["vllm"]["gap_closed"] == 0.0 and by["unlimited-kv"]["gap_closed"] == 1.0
+    # six programs, three at a time, in 12k tokens: unlimited KV is 0.06% faster than vLLM,
+    # no gap to share (ttlctl.gap), on either backend
+    assert by["unlimited-kv"]["jct_mean_s"] < by["vllm"]["jct_mean_s"]
+    assert [r["gap_closed"] for r in ours["results"] + fast["results"]] == [None] * 13
     assert by["program-fcfs"]["pins"]["made"] == 0 and by["static-ttl"]["pins"]["made"] > 0
 
 

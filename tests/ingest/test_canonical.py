@@ -89,6 +89,7 @@ BAD_CASES = [
     ("duplicate", _call("a", 1), "duplicate (program, turn)"),
     ("gap", _call("a", 4), "missing turn"),
     ("negative tool_s", _call("a", 2, tool="x", tool_s=-1.0), "negative tool_s"),
+    ("empty prompt", _call("a", 2, input_tokens=0), "input_tokens is 0: an empty prompt"),
     ("non-numeric tokens", _call("a", 2, input_tokens="lots"), "invalid input_tokens"),
     ("fractional tokens", _call("a", 2, output_tokens=1.5), "invalid output_tokens"),
     (

@@ -235,6 +235,20 @@ def test_history_missing_or_short(tmp_path: Path) -> None:
         assert len(inputs) == 3 and inputs == sorted(inputs), program
     full = trace.filter(pl.col("program_id") == "short")["input_tokens"].to_list()
     assert full[0] == 200  # system + task: 800 chars
+    # without a history the first prompt is unseen: 1 token, not an empty prompt (a bad record)
+    assert trace.filter(pl.col("program_id") == "bare")["input_tokens"][0] == 1
+
+
+def test_an_unseen_prompt_keeps_the_runs_total(tmp_path: Path) -> None:
+    stats = {"tokens_sent": 1001, "tokens_received": 97, "api_calls": 3}
+    bare = _write(
+        tmp_path / "bare.traj",
+        _doc([("ls", 0.1), ("cat a", 0.1), ("submit", None)], stats, with_history=False),
+    )
+    out = tmp_path / "out.parquet"
+    ingest([bare], out, fmt=FORMAT)
+    inputs = trace_io.read(out).sort("turn")["input_tokens"].to_list()
+    assert inputs[0] == 1 and sum(inputs) == 1001
 
 
 # ---------------------------------------------------------------- bad input

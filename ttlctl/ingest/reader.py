@@ -4,7 +4,7 @@ A reader (one module per format in :mod:`ttlctl.ingest.formats`) turns one file
 into canonical rows plus the two bookkeeping columns ``_file`` and ``_record``
 (where the row came from, for error messages). Records it cannot turn into a row
 go to the :class:`~ttlctl.ingest.rejects.RejectSink` with a reason; the common
-validation (:mod:`ttlctl.ingest.rules`) checks the rows it did produce.
+validation (:mod:`ttlctl.trace.rules`) checks the rows it did produce.
 
 What readers build on lives beside this module: a file's bytes, gzip or not
 (:mod:`ttlctl.ingest.rawfile`), its text and JSON (:mod:`ttlctl.ingest.jsontext`), a

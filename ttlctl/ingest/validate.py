@@ -1,7 +1,7 @@
 """Check every row an ingest read against the common rules and write the canonical trace.
 
 All files' rows are combined into one frame (wall clocks rebased to the earliest absolute
-arrival), checked by :mod:`ttlctl.ingest.rules`, the bad rows reported (strict: the first,
+arrival), checked by :mod:`ttlctl.trace.rules`, the bad rows reported (strict: the first,
 closest to the root cause, raises; lenient: each is rejected), and the good ones written.
 Above the streaming threshold the rows are checked out of core: hash-partitioned by program
 into buckets that each fit in memory (TTLCTL_BUCKET_BYTES), so every program is checked
@@ -17,11 +17,11 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest import rules
 from ttlctl.ingest.limits import env_bytes
 from ttlctl.ingest.reader import Parsed
 from ttlctl.ingest.rejects import IngestError, RejectSink
 from ttlctl.trace import io as trace_io
+from ttlctl.trace import rules
 from ttlctl.trace.columns import SOURCE_COLUMNS, SOURCE_FILE, SOURCE_RECORD, conform
 
 #: Rows of input checked in memory at once when streaming (override TTLCTL_BUCKET_BYTES).

@@ -53,8 +53,10 @@ SOURCE_ROW: Final = "_row"
 #: Set by a reader on a row whose record was bad (validation rejects its program).
 REASON: Final = "_reason"
 
+#: The metadata key of the trace version (checked on read: ttlctl.trace.io).
+VERSION_KEY: Final = "ttlctl.trace_version"
 #: Written into the Parquet file's key-value metadata.
-PARQUET_METADATA: Final = {"ttlctl.trace_version": str(TRACE_VERSION)}
+PARQUET_METADATA: Final = {VERSION_KEY: str(TRACE_VERSION)}
 #: The metadata key of the engines' facts (JSON list; docs/trace-format.md, "Engine facts").
 ENGINES_KEY: Final = "ttlctl.engines"
 

@@ -13,7 +13,15 @@ import polars as pl
 
 from ttlctl.errors import TtlctlError
 from ttlctl.jsonio import replacing
-from ttlctl.trace.columns import ENGINES_KEY, PARQUET_METADATA, REQUIRED, conform
+from ttlctl.trace import rules
+from ttlctl.trace.columns import (
+    ENGINES_KEY,
+    PARQUET_METADATA,
+    REQUIRED,
+    TRACE_VERSION,
+    VERSION_KEY,
+    conform,
+)
 
 
 def write(
@@ -67,8 +75,80 @@ class TraceError(TtlctlError, ValueError):
     """A file that is not a readable canonical trace; the message names it."""
 
 
-def scan(path: Path) -> pl.LazyFrame:
-    """A canonical trace written by :func:`write` (or any Parquet with its columns)."""
+def scan(path: Path, *, checked: bool = True) -> pl.LazyFrame:
+    """A canonical trace written by :func:`write` (or any Parquet with its columns).
+
+    The file is checked first, and a :class:`TraceError` names what is wrong: not a
+    Parquet file, a missing column, a damaged page, a trace version this ttlctl does not
+    read, and (``checked``, the default) a row that breaks the trace's rules
+    (:func:`check_rows`, on the columns the rules read: the rows are not kept, so memory
+    stays that of the check and of what the caller collects). ``checked=False`` is for a
+    trace just written by ingest, which applied the same rules to every row it wrote.
+    """
+    _check_file(path)
+    frame = conform(pl.scan_parquet(path), keep_source=False)
+    if checked:
+        check_rows(path, frame)
+    return frame
+
+
+def read(path: Path) -> pl.DataFrame:
+    """The whole trace in memory, checked as :func:`scan` checks it."""
+    _check_file(path, pages=False)
+    frame = _decoded(path, conform(pl.scan_parquet(path), keep_source=False))
+    check_rows(path, frame)
+    return frame
+
+
+def _decoded(path: Path, frame: pl.LazyFrame) -> pl.DataFrame:
+    """``frame`` collected. Collecting decodes every page it reads, so a damaged one shows
+    here and :func:`unreadable`'s pass over the file is needed only when it fails (it
+    then says why); otherwise the failure is a value of the wrong type (:func:`_collected`)."""
+    try:
+        with _stderr_silenced():  # a damaged page's panic, as in unreadable()
+            return frame.collect()
+    except (pl.exceptions.PanicException, pl.exceptions.PolarsError, OSError):
+        pass
+    damage = unreadable(path)
+    if damage is not None:
+        raise TraceError(f"{path}: damaged Parquet, truncated or corrupted ({damage})")
+    return _collected(path, frame)
+
+
+def check_rows(path: Path, frame: pl.LazyFrame | pl.DataFrame) -> None:
+    """A :class:`TraceError` naming the first row of ``frame`` (the trace at ``path``) that
+    breaks the rules ingest applies to what it writes (:mod:`ttlctl.trace.rules`): a null
+    where a value is required, a token count or a time out of range, reuse beyond the
+    prompt, turns that repeat or skip. ``row N`` counts from 1 in file order, as ingest's
+    reject of a Parquet record does. Vectorised: a few columnar passes over the rows."""
+    try:
+        broken = rules.first_broken(frame)
+    except (pl.exceptions.InvalidOperationError, pl.exceptions.ComputeError) as exc:
+        raise _not_of_its_type(path, exc) from None
+    if broken is not None:
+        row, reason = broken
+        raise TraceError(f"{path}: row {row}: {reason}")
+
+
+def _collected(path: Path, frame: pl.LazyFrame) -> pl.DataFrame:
+    """``frame`` collected; a column whose values do not cast to its canonical type (text
+    where a count belongs) is a :class:`TraceError` naming the file."""
+    try:
+        return frame.collect()
+    except (pl.exceptions.InvalidOperationError, pl.exceptions.ComputeError) as exc:
+        raise _not_of_its_type(path, exc) from None
+
+
+def _not_of_its_type(path: Path, exc: Exception) -> TraceError:
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    return TraceError(
+        f"{path}: not a canonical trace: a column's values are not of its type ({lines[0][:200]})"
+    )
+
+
+def _check_file(path: Path, *, pages: bool = True) -> None:
+    """What :func:`scan` checks before reading rows: a Parquet file, the required
+    columns, a trace version this ttlctl reads, and (``pages``) every page readable."""
     if path.is_dir():
         raise TraceError(
             f"{path}: is a directory, not a Parquet trace (make one from the logs in it with "
@@ -89,10 +169,35 @@ def scan(path: Path) -> pl.LazyFrame:
     missing = [c for c in REQUIRED if c not in names]
     if missing:
         raise TraceError(f"{path}: not a canonical trace: missing column(s) {', '.join(missing)}")
-    damage = unreadable(path)
+    version = unknown_version(path)
+    if version is not None:
+        raise TraceError(f"{path}: {version}")
+    damage = unreadable(path) if pages else None
     if damage is not None:
         raise TraceError(f"{path}: damaged Parquet, truncated or corrupted ({damage})")
-    return conform(pl.scan_parquet(path), keep_source=False)
+
+
+def unknown_version(source: Path | IO[bytes]) -> str | None:
+    """Why this ttlctl does not read the Parquet trace at ``source`` (a path, or a buffer),
+    by the trace version in its metadata (:data:`VERSION_KEY`); None when it does. A file
+    without one (Parquet another tool wrote with the canonical columns) is read as the
+    current version, as is one whose metadata cannot be read (:func:`unreadable` says why)."""
+    try:
+        version = pl.read_parquet_metadata(source).get(VERSION_KEY)
+    except (OSError, pl.exceptions.PolarsError):
+        return None
+    if version is None or version.strip() == str(TRACE_VERSION):
+        return None
+    if version.strip().isdigit() and int(version) > TRACE_VERSION:
+        return (
+            f"trace version {int(version)}, newer than this ttlctl reads "
+            f"(version {TRACE_VERSION}): read it with the ttlctl that wrote it, or ingest its "
+            "logs again with this one"
+        )
+    return (
+        f"unknown trace version {version[:40]!r} (its {VERSION_KEY} metadata): this ttlctl "
+        f"reads version {TRACE_VERSION}"
+    )
 
 
 def unreadable(path: Path | IO[bytes]) -> str | None:
@@ -122,7 +227,3 @@ def _stderr_silenced() -> Iterator[None]:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
-
-
-def read(path: Path) -> pl.DataFrame:
-    return scan(path).collect()

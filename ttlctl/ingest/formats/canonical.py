@@ -76,6 +76,10 @@ class CanonicalReader:
             if damage is not None:
                 sink.reject(path, None, f"damaged Parquet, truncated or corrupted: {damage}")
                 return Parsed(pl.LazyFrame(), records=1)
+            version = trace_io.unknown_version(src)
+            if version is not None:
+                sink.reject(path, None, version)
+                return Parsed(pl.LazyFrame(), records=1)
             frame = pl.scan_parquet(src).with_row_index("_row", offset=1)
             record = pl.format("row {}", pl.col("_row"))
         elif logical(path).suffix.lower() in CSV_SUFFIXES or not head.lstrip().startswith(b"{"):

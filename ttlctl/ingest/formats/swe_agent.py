@@ -33,7 +33,9 @@ Column mapping:
   (largest-remainder rounding); likewise the outputs with ``tokens_received``.
   Without totals (or with 0, as in demonstrations) the raw chars / 4 is kept. The
   full history overstates what a windowed prompt held; the scaling corrects the
-  total, not the per-call shape.
+  total, not the per-call shape. An input estimate of 0 (a file without the history
+  before the call) is raised to 1 token, taken from the largest when scaled: the model
+  read a prompt, and an empty one is a bad record.
 - ``reused_tokens``: null (canonical default: previous input + output, capped).
 - ``tool``: the first program of ``action`` (SWE-agent commands such as ``edit``,
   ``open``, ``find_file``, ``submit``, or a shell command, read with the same rule

@@ -86,8 +86,25 @@ def scale_tokens(rows: list[dict[str, Any]], info: Any) -> None:
             total = None
         raw = [row[chars] / CHARS_PER_TOKEN for row in rows]
         values = _apportion(raw, total) if total else [round(x) for x in raw]
+        if column == "input_tokens":
+            values = _at_least_one(values, keep_sum=bool(total))
         for row, value in zip(rows, values, strict=True):
             row[column] = value
+
+
+def _at_least_one(values: list[int], *, keep_sum: bool) -> list[int]:
+    """Every prompt at least 1 token: the model read one, and an empty prompt is a bad
+    record (vLLM refuses it). An estimate of 0 (a call whose history the file does not
+    hold) becomes 1, taken from the largest estimate when ``keep_sum`` (the run's total)."""
+    out = list(values)
+    for i, value in enumerate(out):
+        if value >= 1:
+            continue
+        out[i] = 1
+        largest = max(range(len(out)), key=out.__getitem__)
+        if keep_sum and out[largest] > 1:
+            out[largest] -= 1
+    return out
 
 
 def _apportion(weights: list[float], total: int) -> list[int]:

@@ -1,4 +1,5 @@
-"""Checks every ingested row against the canonical trace's rules.
+"""The canonical trace's rules (docs/trace-format.md), checked on every row ingest writes
+and on every trace read back (:func:`first_broken`, from :mod:`ttlctl.trace.io`).
 
 Row rules (a value out of range) and program rules (turns 0..n-1, no duplicate,
 arrivals in turn order, ``is_last`` on the last turn) are polars expressions over
@@ -56,6 +57,11 @@ def _value_rules() -> list[Rule]:
         Rule(pl.col("output_tokens").is_null(), msg("missing output_tokens"), 1),
         Rule(
             neg("input_tokens"), pl.format("negative input_tokens: {}", pl.col("input_tokens")), 1
+        ),
+        Rule(
+            pl.col("input_tokens") == 0,
+            msg("input_tokens is 0: an empty prompt, which vLLM refuses"),
+            1,
         ),
         Rule(
             neg("output_tokens"),
@@ -160,7 +166,8 @@ def _grouped(frame: pl.DataFrame) -> bool:
         return True
     stats = frame.select(
         runs=(~_SAME).sum(),
-        programs=_PROG.n_unique(),
+        # every program has a run start: the same count as over all rows, on fewer
+        programs=_PROG.filter(~_SAME).n_unique(),
         backwards=(_SAME & (pl.col("turn") <= pl.col("turn").shift(1))).any(),
         null_turn=pl.col("turn").is_null().any(),
     ).row(0, named=True)
@@ -254,3 +261,56 @@ def split(checked: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.DataFrame]:
         pl.when(pl.col(CODE) != 0).then(pl.col(RANK)).otherwise(3).cast(pl.Int8).alias(RANK),
     )
     return good, rejected
+
+
+#: The columns the rules read.
+COLUMNS = (
+    "program_id",
+    "turn",
+    "arrival_s",
+    "input_tokens",
+    "output_tokens",
+    "reused_tokens",
+    "tool",
+    "tool_s",
+    "gap_s",
+    "llm_s",
+    "is_last",
+    "prefix_hashes",
+    "prefix_block_tokens",
+)
+#: Of :data:`COLUMNS`, those the rules read only for being null or not.
+NULLNESS_ONLY = ("tool", "prefix_hashes")
+
+
+def first_broken(frame: pl.LazyFrame | pl.DataFrame) -> tuple[int, str] | None:
+    """The row that breaks a rule, closest to the root cause, and why; None when none does.
+
+    For a canonical trace read back (:mod:`ttlctl.trace.io`): ``frame`` has the canonical
+    columns, and the row is numbered from 1 in its order. A bad value ranks before a broken
+    program order, then the first such row. The same rules as ingest's, so a trace ingest
+    wrote always passes. Columnar: the only rows formatted are the bad ones.
+    """
+    rows = (
+        frame.lazy()
+        .select(
+            *(c for c in COLUMNS if c not in NULLNESS_ONLY),
+            # a boolean, null where the value is, stands in for the names and lists
+            *(pl.when(pl.col(c).is_not_null()).then(True).alias(c) for c in NULLNESS_ONLY),
+        )
+        .with_row_index(SOURCE_ROW, offset=1)
+        .with_columns(pl.lit(None, dtype=pl.String).alias(REASON))  # no reader's reason
+        .collect()
+    )
+    flagged = check(rows).filter(pl.col(CODE) != 0).collect()
+    if flagged.height == 0:
+        return None
+    head = (
+        _messages(flagged.lazy())
+        .sort(RANK, SOURCE_ROW)
+        .select(SOURCE_ROW, REASON)
+        .head(1)
+        .collect(engine="in-memory")
+        .row(0)
+    )
+    return int(head[0]), str(head[1])

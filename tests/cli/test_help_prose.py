@@ -51,3 +51,45 @@ def test_a_kept_paragraph_keeps_its_lines() -> None:
 def test_a_typer_without_the_function_keeps_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(rich_utils, help_prose.TYPER_PROSE)
     assert help_prose.install() is False
+
+
+def command_rows(help_text: str) -> dict[str, list[str]]:
+    """The Commands panel's rows: each command's description, as printed lines."""
+    rows: dict[str, list[str]] = {}
+    inside, name = False, ""
+    for line in help_text.splitlines():
+        if line.startswith("╭─ Commands"):
+            inside = True
+        elif inside and line.startswith("╰"):
+            break
+        elif inside:
+            cells = line.strip("│ ").split(None, 1)
+            if not line.startswith("│  "):  # a command's name opens its row
+                name, text = cells[0], cells[1] if len(cells) > 1 else ""
+                rows[name] = [text.strip()]
+            else:
+                rows[name].append(line.strip("│ ").strip())
+    return rows
+
+
+@pytest.mark.parametrize("group", [[], ["bundle"]], ids=["ttlctl", "bundle"])
+def test_a_group_lists_each_command_on_full_lines(group: list[str]) -> None:
+    """Regression: `ttlctl --help` listed profile's and tune's summaries with their
+    docstrings' line breaks: "…through vLLM on this device (or a" / "live vLLM server).",
+    at any width."""
+    res = CliRunner().invoke(app, [*group, "--help"], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    rows = command_rows(res.output)
+    assert len(rows) >= (10 if not group else 5), rows
+    for name, lines in rows.items():
+        for line in lines[:-1]:
+            assert len(line) > 50, (name, lines)
+
+
+def test_a_summary_is_the_first_paragraph_on_one_line() -> None:
+    doc = """Measure what prefill costs (or a
+    live server).
+
+    More."""
+    assert help_prose.summary(doc) == "Measure what prefill costs (or a live server)."
+    assert help_prose.summary(None) is None

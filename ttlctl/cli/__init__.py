@@ -124,7 +124,9 @@ for _name, _command, _settings in COMMANDS:
     if isinstance(_command, typer.Typer):
         app.add_typer(_command, name=_name)
     else:
-        app.command(_name, context_settings=_settings)(_command)
+        app.command(
+            _name, context_settings=_settings, short_help=help_prose.summary(_command.__doc__)
+        )(_command)
 
 
 def _version(value: bool) -> None:

@@ -7,11 +7,13 @@ joined each paragraph's lines), so a docstring written to 88 columns printed at 
 a line of text, then a line of one word, in turn. :func:`install` replaces that function
 with :func:`flowed`: each paragraph's lines joined by spaces, except a paragraph that
 starts with ``\\b`` (click's mark for "keep my lines"), whose lines stay as written. Where
-typer has no such function (another version), its own stays.
+typer has no such function (another version), its own stays. A command's line in its
+group's list is its docstring's first paragraph on one line (:func:`summary`).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from typer import rich_utils
@@ -29,6 +31,16 @@ def flowed(paragraphs: list[str], markup_mode: Any = None) -> str:
         p.removeprefix(KEEP).lstrip("\n") if p.startswith(KEEP) else " ".join(p.split("\n"))
         for p in paragraphs
     )
+
+
+def summary(docstring: str | None) -> str | None:
+    """A command's line in its group's list (click's ``short_help``): its docstring's
+    first paragraph on one line (typer lists it with the docstring's line breaks, so a
+    summary wrapped in the source broke mid-sentence at any width)."""
+    if not docstring:
+        return None
+    first = inspect.cleandoc(docstring).split("\n\n", 1)[0]
+    return " ".join(first.split())
 
 
 def install() -> bool:

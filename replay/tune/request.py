@@ -15,6 +15,16 @@ from replay.tune.context import TuneError
 SAMPLER_SEED_MAX = 2**32 - 1
 #: the plugin's TTLCTL_BUNDLE_CHECK_S default (ttlctl/engine/watch.py)
 DEFAULT_CHECK_S = 2.0
+#: a live study's programs per run, and its runs' time limit, by default
+LIVE_PROGRAMS = 8
+LIVE_TIMEOUT_S = 900.0
+#: the live study's options (their flags), which go with --live only
+LIVE_ONLY = {
+    "live_bundle": "--live-bundle",
+    "live_programs": "--live-programs",
+    "live_check_s": "--live-check-seconds",
+    "live_timeout_s": "--live-timeout-seconds",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +59,10 @@ class TuneRequest:
     heartbeat_s: int = 60
     live: str | None = None
     live_bundle: Path | None = None
-    live_programs: int = 8
-    live_check_s: float = DEFAULT_CHECK_S
-    live_timeout_s: float = 900.0
+    #: a live study's settings; None: not given (the defaults above: :meth:`live_run`)
+    live_programs: int | None = None
+    live_check_s: float | None = None
+    live_timeout_s: float | None = None
     idle_gap_cap_s: float | None = None
     backend: str = "fast"
     async_scheduling: bool = False
@@ -62,6 +73,16 @@ class TuneRequest:
     #: the replicas' URLs as vllm-router is given them (``--worker-urls``), in replica
     #: order: the hashing routers place programs by them (None: ``http://replica-I``)
     worker_urls: tuple[str, ...] | None = None
+
+
+def live_run(req: TuneRequest) -> tuple[int, float, float]:
+    """A live study's programs per run, the plugin's reload check (s) and the runs' time
+    limit (s): as given, else the defaults."""
+    return (
+        LIVE_PROGRAMS if req.live_programs is None else req.live_programs,
+        DEFAULT_CHECK_S if req.live_check_s is None else req.live_check_s,
+        LIVE_TIMEOUT_S if req.live_timeout_s is None else req.live_timeout_s,
+    )
 
 
 def check(req: TuneRequest) -> None:
@@ -95,8 +116,12 @@ def check_live(req: TuneRequest) -> None:
     """The live options' rules, each refusal one line."""
     bundle = req.live_bundle
     if req.live is None:
-        if bundle is not None:
-            raise TuneError("--live-bundle goes with --live URL (the server that reloads it)")
+        for name, flag in LIVE_ONLY.items():
+            if getattr(req, name) is not None:
+                raise TuneError(
+                    f"{flag} goes with --live URL (a live study; without --live each trial "
+                    "replays in the simulator)"
+                )
         return
     if bundle is None:
         raise TuneError(
@@ -109,7 +134,8 @@ def check_live(req: TuneRequest) -> None:
         )
     if req.workers != 1:
         raise TuneError("--live runs one trial at a time (one server): --workers must be 1")
-    if req.live_programs < 1:
+    programs, check_s, timeout_s = live_run(req)
+    if programs < 1:
         raise TuneError("--live-programs must be >= 1")
-    if not req.live_check_s >= 0 or not req.live_timeout_s > 0:
+    if not check_s >= 0 or not timeout_s > 0:
         raise TuneError("--live-check-seconds must be >= 0 and --live-timeout-seconds positive")

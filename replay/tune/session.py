@@ -27,7 +27,7 @@ from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.tune.context import LiveTarget, TuneContext, TuneError
 from replay.tune.opening import check_study
-from replay.tune.request import TuneRequest, check
+from replay.tune.request import TuneRequest, check, live_run
 from replay.tune.shipped_bundle import tuned_bundle
 from replay.tune.storage import Storage, default_storage, default_study_name
 from replay.tune.study import tune
@@ -121,8 +121,9 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
     workload = cap_pauses(load(req.trace), req.idle_gap_cap_s)
     if not workload.programs:
         raise TuneError(f"{req.trace}: no programs to replay")
+    live_programs, check_s, timeout_s = live_run(req)
     loads = req.loads or default_loads(
-        len(workload.programs), req.live_programs if req.live is not None else None
+        len(workload.programs), live_programs if req.live is not None else None
     )
     target = None
     if req.live is not None:
@@ -130,9 +131,9 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         target = LiveTarget(
             url=req.live,
             bundle=req.live_bundle,
-            programs=req.live_programs,
-            check_s=req.live_check_s,
-            timeout_s=req.live_timeout_s,
+            programs=live_programs,
+            check_s=check_s,
+            timeout_s=timeout_s,
             warn=warn,
         )
     engine, sizing = engine_size(req, trace_io.engines(req.trace), warn)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
 
 from ttlctl.cli import render
 from ttlctl.cli.kit import (
-    UserError,
     check_outputs,
     err,
     given,
@@ -173,8 +172,6 @@ def tune(
         served = None if live_bundle is None or same_path(live_bundle, output) else live_bundle
         check_outputs(live_bundle, inputs=inputs)
         refuse_repeats((served, summary or summary_path(output), study_file))
-        if live is None:
-            refuse_stray_live(ctx, live_programs, live_check_s, live_timeout)
         to_stdout = summary is not None and str(summary) == "-"
         request = TuneRequest(
             trace=trace,
@@ -206,9 +203,9 @@ def tune(
             heartbeat_s=heartbeat,
             live=live,
             live_bundle=live_bundle,
-            live_programs=live_programs,
-            live_check_s=live_check_s,
-            live_timeout_s=live_timeout,
+            # None where not given: the request knows the defaults, and refuses any of them
+            # without --live
+            **live_given(ctx, live_programs, live_check_s, live_timeout),
             idle_gap_cap_s=idle_gap_cap,
             backend=backend,
             async_scheduling=async_scheduling,
@@ -264,7 +261,7 @@ def _announce(session: TuneSession) -> None:
         err.print(escape(session.sizing), highlight=False)
     if ctx.live is not None:
         err.print(
-            f"live: each replay is one run of {req.live_programs} program(s) against "
+            f"live: each replay is one run of {ctx.live.programs} program(s) against "
             f"{escape(req.live or '')}, after its bundle is written to "
             f"{escape(str(req.live_bundle))} (then {ctx.live.wait_s:g} s and one request, so "
             "the plugin has loaded it)",
@@ -272,22 +269,14 @@ def _announce(session: TuneSession) -> None:
         )
 
 
-#: the live study's options (the parameter, its flag), each of which needs --live
-LIVE_ONLY = (
-    ("live_programs", "--live-programs"),
-    ("live_check_s", "--live-check-seconds"),
-    ("live_timeout", "--live-timeout-seconds"),
-)
-
-
-def refuse_stray_live(ctx: typer.Context, *values: object) -> None:
-    """Refuse a live study's option given without --live (as --live-bundle is): the
-    study would replay in the simulator and never read it."""
-    names = dict(LIVE_ONLY)
-    stray = given(ctx, **dict(zip(names, values, strict=True)))
-    for name, value in stray.items():
-        if value is not None:
-            raise UserError(
-                f"{names[name]} goes with --live URL (a live study); without --live each "
-                "trial replays in the simulator"
-            )
+def live_given(
+    ctx: typer.Context, programs: int, check_s: float, timeout_s: float
+) -> dict[str, Any]:
+    """The live study's settings as the request takes them: each as given, None where
+    left at its default."""
+    shown = given(ctx, live_programs=programs, live_check_s=check_s, live_timeout=timeout_s)
+    return {
+        "live_programs": shown["live_programs"],
+        "live_check_s": shown["live_check_s"],
+        "live_timeout_s": shown["live_timeout"],
+    }

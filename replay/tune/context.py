@@ -57,6 +57,13 @@ LIVE_RELOAD_RULE = (
 )
 
 
+#: a live study's defaults: programs per run, the plugin's TTLCTL_BUNDLE_CHECK_S
+#: (ttlctl/engine/watch.py) and a run's time limit
+LIVE_PROGRAMS = 8
+DEFAULT_CHECK_S = 2.0
+LIVE_TIMEOUT_S = 900.0
+
+
 @dataclass(frozen=True, slots=True)
 class LiveTarget:
     """A vLLM server running the TTL scheduler, and the bundle file it reloads."""
@@ -65,12 +72,12 @@ class LiveTarget:
     #: the file the server was started with as TTLCTL_BUNDLE (``ttlctl serve --bundle``)
     bundle: Path
     #: programs each live run replays: the trace's programs [offset, offset + programs)
-    programs: int = 8
+    programs: int = LIVE_PROGRAMS
     offset: int = 0
-    #: the server's TTLCTL_BUNDLE_CHECK_S (the plugin's default: 2 s)
-    check_s: float = 2.0
+    #: the server's TTLCTL_BUNDLE_CHECK_S (the plugin's default)
+    check_s: float = DEFAULT_CHECK_S
     #: one live run stops after this (programs still running are cut short)
-    timeout_s: float = 900.0
+    timeout_s: float = LIVE_TIMEOUT_S
     #: the served model's name (filled in by :func:`tune` from ``/v1/models``)
     model: str | None = None
     #: each warning of a live run (None: :func:`warnings.warn`)

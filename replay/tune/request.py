@@ -9,15 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from replay.policy_runs import Load
-from replay.tune.context import TuneError
+from replay.tune.context import DEFAULT_CHECK_S, LIVE_PROGRAMS, LIVE_TIMEOUT_S, TuneError
 
 #: the largest seed of Optuna's TPE sampler (numpy's RandomState takes 0 … 2**32 − 1)
 SAMPLER_SEED_MAX = 2**32 - 1
-#: the plugin's TTLCTL_BUNDLE_CHECK_S default (ttlctl/engine/watch.py)
-DEFAULT_CHECK_S = 2.0
-#: a live study's programs per run, and its runs' time limit, by default
-LIVE_PROGRAMS = 8
-LIVE_TIMEOUT_S = 900.0
 #: the live study's options (their flags), which go with --live only
 LIVE_ONLY = {
     "live_bundle": "--live-bundle",

@@ -156,9 +156,9 @@ def test_a_profile_program_scheduling_cannot_take_is_refused_before_the_study(
         ],
     )  # fmt: skip
     assert res.exit_code == 2 and "Traceback" not in res.output
+    # (any command refuses it now, as it loads the profile: the rule is a profile's)
     assert res.stderr.strip().splitlines() == [
-        f"error: {negative}: prefill.q is -1e-10; vllm-router's Program scheduling needs it "
-        "finite and >= 0"
+        f"error: {negative}: prefill.q is -1e-10; a profile needs it finite and >= 0"
     ]
 
 

@@ -67,3 +67,24 @@ def test_quoted_separators_and_newlines_are_inside_their_field(tmp_path: Path) -
     assert (report.rows, report.rejected) == (5, 0)
     trace = trace_io.read(tmp_path / "o.parquet").filter(pl.col("program_id") == "q")
     assert trace["tool"].to_list() == ["a,b", 'two\nlines, and "quotes"', None]
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
+def test_a_blank_line_is_no_record(packed: bool, tmp_path: Path) -> None:
+    """Regression: polars reads a blank line as a row of nulls, which was refused as "line
+    N: missing program_id" (strict ingest stopped). A blank line is no record: the rows
+    around it keep their lines (a bad record after it is named by its own line), and one
+    inside a quoted field stays in that field."""
+    src = _csv(
+        tmp_path,
+        '\nq,0,0.5,100,5,"a\n\nb",1.0,false\n\nq,1,3.0,120,5,,,true\n\n',
+        packed=packed,
+    )
+    report = ingest([src], tmp_path / "o.parquet")
+    assert (report.rows, report.rejected) == (4, 0)
+    trace = trace_io.read(tmp_path / "o.parquet").filter(pl.col("program_id") == "q")
+    assert trace["tool"].to_list() == ["a\n\nb", None]
+    bad = _csv(tmp_path, "\n\nq,0,0.5,100,5\n", packed=packed)
+    with pytest.raises(IngestError) as info:
+        ingest([bad], tmp_path / "o.parquet")
+    assert info.value.record == "line 6"  # header 1, p's two 2–3, blanks 4–5

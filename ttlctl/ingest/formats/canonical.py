@@ -17,7 +17,7 @@ from typing import IO
 
 import polars as pl
 
-from ttlctl.ingest.formats.csv_fields import RAGGED, ragged
+from ttlctl.ingest.formats.csv_fields import BLANK, RAGGED, ragged
 from ttlctl.ingest.jsontext import iter_jsonl
 from ttlctl.ingest.limits import streaming
 from ttlctl.ingest.rawfile import SNIFF_BYTES, head_bytes, logical, size, source
@@ -92,13 +92,18 @@ class CanonicalReader:
 
 def _scan_csv(src: Path | IO[bytes]) -> pl.LazyFrame:
     """The CSV's records as text, each with its row index (``line N``: the first after the
-    header is 2) and, when its number of fields is not the header's, why (``_ragged``)."""
+    header is 2) and, when its number of fields is not the header's, why (``_ragged``);
+    a blank line is no record."""
     frame = pl.scan_csv(src, infer_schema=False, truncate_ragged_lines=True)
     names = frame.collect_schema().names()
     if not isinstance(src, Path):
         src.seek(0)
     bad = ragged(src, names, first_row=2)  # (polars read the header from src: start again)
     frame = frame.with_row_index("_row", offset=2)
+    blank = bad.filter(pl.col(RAGGED) == BLANK)
+    if blank.height:  # no records: polars' rows of nulls for blank lines go
+        frame = frame.filter(~pl.col("_row").is_in(blank["_row"].implode()))
+        bad = bad.filter(pl.col(RAGGED) != BLANK)
     if not bad.height:
         return frame
     why = pl.col("_row").replace_strict(

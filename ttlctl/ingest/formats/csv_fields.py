@@ -5,7 +5,8 @@ one with more is an error for the whole file. This finds them, so that each is a
 record of its own, named by its line: the file's lines scanned as text (columnar, out of
 core), the separators outside quotes counted. A quoted field may hold a newline: a line
 that starts inside quotes (an odd number of quotes before it) goes on with the record
-before it. A blank line is left to the reader (it reads as a row of nulls).
+before it. A blank line (outside quotes) is no record: it is listed as :data:`BLANK`, for
+the reader to drop the row of nulls polars makes of it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import polars as pl
 WRONG_WIDTH = "wrong number of fields"
 #: the column of :func:`ragged`'s reason
 RAGGED = "_ragged"
+#: :func:`ragged`'s reason for a blank line: no record (polars reads it as a row of nulls)
+BLANK = "blank line"
 
 _LINE = pl.col("line")
 _QUOTES = _LINE.str.count_matches('"', literal=True)
@@ -28,8 +31,8 @@ _QUOTED = r'"[^"]*("|$)'
 
 def ragged(src: Path | IO[bytes], names: list[str], first_row: int) -> pl.DataFrame:
     """The records of the CSV ``src`` (header ``names``) with other than ``len(names)``
-    fields: ``_row`` (the reader's row index: the first record after the header is
-    ``first_row``) and :data:`RAGGED`, the reason."""
+    fields, and its blank lines: ``_row`` (the reader's row index: the first record after
+    the header is ``first_row``) and :data:`RAGGED`, the reason (:data:`BLANK`: no record)."""
     inside = ((_QUOTES.cum_sum() - _QUOTES) % 2) == 1  # the line starts inside quotes
     unquoted = pl.when(inside).then(pl.lit('"') + _LINE).otherwise(_LINE)
     lines = (
@@ -45,18 +48,28 @@ def ragged(src: Path | IO[bytes], names: list[str], first_row: int) -> pl.DataFr
     width = len(names)
     odd = lines.filter(
         (pl.col("_record") > 0)
-        & ~pl.col("_blank")
-        & (pl.col("_spans") | (pl.col("_commas") + 1 != width))
+        & (
+            (pl.col("_blank") & ~pl.col("_inside"))
+            | (~pl.col("_blank") & (pl.col("_spans") | (pl.col("_commas") + 1 != width)))
+        )
     ).collect(engine="streaming")
+    blank = odd.filter(pl.col("_blank") & ~pl.col("_inside"))
     fields = (
-        odd.group_by("_record", maintain_order=True)
+        odd.filter(~pl.col("_blank"))
+        .group_by("_record", maintain_order=True)
         .agg(pl.col("_commas").sum() + 1)
         .filter(pl.col("_commas") != width)
     )
-    return fields.select(
-        (pl.col("_record") - 1 + first_row).cast(pl.get_index_type()).alias("_row"),
-        pl.Series(RAGGED, [_why(n, names) for n in fields["_commas"]], dtype=pl.String),
-    )
+    row = (pl.col("_record") - 1 + first_row).cast(pl.get_index_type()).alias("_row")
+    return pl.concat(
+        [
+            fields.select(
+                row,
+                pl.Series(RAGGED, [_why(n, names) for n in fields["_commas"]], dtype=pl.String),
+            ),
+            blank.select(row, pl.lit(BLANK, dtype=pl.String).alias(RAGGED)),
+        ]
+    ).sort("_row")
 
 
 def _why(fields: int, names: list[str]) -> str:

@@ -7,6 +7,7 @@ import inspect
 import io
 import re
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -208,26 +209,32 @@ def test_a_usage_error_is_one_line_naming_the_flag(args: list[str], flag: str) -
     assert "Traceback" not in res.output
 
 
+def _options_of(kind: type) -> Iterator[tuple[str, typer.Context, Any, bool]]:
+    """Every command's parameters of type ``kind`` or a list of them: (command, a context
+    of it, the parameter, whether it takes a list)."""
+    for name, command in _commands().items():
+        ctx = typer.Context(command)
+        for param in command.params:
+            annotation = param.type_descriptor.annotation
+            if annotation is kind or annotation == list[kind]:  # type: ignore[valid-type]
+                yield name, ctx, param, annotation != kind
+
+
 def test_every_float_option_says_nan_is_not_a_number() -> None:
     """`--queue-delay-seconds nan` said "Input should be greater than or equal to 0": a float
     option with a range refused nan for its range, as if it were a number below it. Every
     float option says nan is not a number and ±inf is not a finite one; a number out of
     range still names the range, and an int option keeps its own words."""
     checked = 0
-    for name, command in _commands().items():
-        ctx = typer.Context(command)
-        for param in command.params:
-            annotation = param.type_descriptor.annotation
-            if annotation is not float and annotation != list[float]:
-                continue
-            checked += 1
-            for word, said in [("nan", "nan is not a number"), ("NaN", "nan is not a number"),
-                               ("inf", "inf is not a finite number"),
-                               ("-inf", "-inf is not a finite number")]:  # fmt: skip
-                value = [word] if annotation == list[float] else word
-                with pytest.raises(typer.BadParameter) as info:
-                    param.process_value(ctx, value)
-                assert info.value.message == said, (name, param.name, word)
+    for name, ctx, param, many in _options_of(float):
+        checked += 1
+        for word, said in [("nan", "nan is not a number"), ("NaN", "nan is not a number"),
+                           ("inf", "inf is not a finite number"),
+                           ("-inf", "-inf is not a finite number")]:  # fmt: skip
+            value = [word] if many else word
+            with pytest.raises(typer.BadParameter) as info:
+                param.process_value(ctx, value)
+            assert info.value.message == said, (name, param.name, word)
     assert checked >= 20
     query = ["bundle", "query", "b.json", "--tool", "nan", "--context-tokens"]
     for args, said in [
@@ -243,17 +250,12 @@ def test_every_path_option_refuses_an_empty_path_naming_the_flag(tmp_path: Path)
     write' (an empty path is '.'), naming neither the flag nor the slip. Every path option
     and argument (one item of a list too) now says the path is empty, naming the flag."""
     checked = 0
-    for name, command in _commands().items():
-        ctx = typer.Context(command)
-        for param in command.params:
-            annotation = param.type_descriptor.annotation
-            if annotation is not Path and annotation != list[Path]:
-                continue
-            checked += 1
-            value = ["a", ""] if annotation == list[Path] else ""
-            with pytest.raises(typer.BadParameter) as info:
-                param.process_value(ctx, value)
-            assert info.value.message == "the path is empty", (name, param.name)
+    for name, ctx, param, many in _options_of(Path):
+        checked += 1
+        value = ["a", ""] if many else ""
+        with pytest.raises(typer.BadParameter) as info:
+            param.process_value(ctx, value)
+        assert info.value.message == "the path is empty", (name, param.name)
     assert checked >= 20
     trace = tmp_path / "t.jsonl"
     trace.write_text("")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -9,6 +10,7 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from fitting.fit_doc import CdfDoc, FitDoc, ToolFit
+from ttlctl.jsonio import write_atomic
 
 
 def _safe(name: str) -> str:
@@ -50,7 +52,9 @@ def draw_cdf(ax: Any, entry: ToolFit, everything: ToolFit | None) -> float:
 
 
 def plot_fit(fit: FitDoc, out_dir: Path) -> list[Path]:
-    """Write ``<tool>.png`` per tool (and ``global.png``); returns the paths."""
+    """Write ``<tool>.png`` per tool (and ``global.png``); returns the paths. Each file is
+    written whole or not at all (:func:`~ttlctl.jsonio.write_atomic`, as every output), and
+    carries no software version, so that the same fit draws the same bytes."""
     # pyplot and its Agg backend only when plots are drawn (importing this module is light)
     import matplotlib
 
@@ -83,7 +87,9 @@ def plot_fit(fit: FitDoc, out_dir: Path) -> list[Path]:
             stem += "_"
         used.add(stem)
         path = out_dir / f"{stem}.png"
-        fig.savefig(path)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", metadata={"Software": None})
         plt.close(fig)
+        write_atomic(png.getvalue(), path)
         written.append(path)
     return written

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from fitting import eta_bootstrap
 from fitting.fit import FitConfig, fit_trace
 from ttlctl.cli import app
+from ttlctl.jsonio import OutputError
 from ttlctl.trace import io as trace_io
 
 
@@ -135,6 +136,33 @@ def test_plot_names_from_untrusted_tools(tmp_path: Path) -> None:
     paths = plot_fit(fit, tmp_path / "p")
     assert all(p.parent == tmp_path / "p" for p in paths)
     assert len(paths) == 3
+
+
+def test_plots_are_written_whole_and_the_same_each_time(tmp_path: Path) -> None:
+    """The fit's PNGs go through the atomic writer, as every output: a PNG that is a link
+    is written through (the link kept), no temporary file is left, and the same fit draws
+    the same bytes (no software version in the file). Regression: matplotlib wrote each
+    file in place (a stopped fit left half a PNG; a folder in the way was a traceback)."""
+    from ttlctl.plots import plot_fit
+
+    entry = {"n": 3, "cdf": {"n": 3, "x": [1.0, 2.0], "p": [0.5, 1.0]}, "exponential": None}
+    fit = {"global": entry, "tools": {"grep": entry}}
+    folder, target = tmp_path / "p", tmp_path / "elsewhere.png"
+    folder.mkdir()
+    target.write_bytes(b"old")
+    (folder / "grep.png").symlink_to(target)
+    first = {p.name: p.read_bytes() for p in plot_fit(fit, folder)}
+    assert sorted(first) == ["global.png", "grep.png"]
+    assert (folder / "grep.png").is_symlink() and target.read_bytes() == first["grep.png"]
+    assert first["grep.png"].startswith(b"\x89PNG")
+    assert sorted(p.name for p in folder.iterdir()) == ["global.png", "grep.png"]
+    assert b"Matplotlib" not in first["grep.png"]  # no version: the bytes are the fit's
+    again = {p.name: p.read_bytes() for p in plot_fit(fit, folder)}
+    assert again == first
+    (folder / "global.png").unlink()
+    (folder / "global.png").mkdir()  # the writer's own refusal, naming the path
+    with pytest.raises(OutputError, match=r"global\.png: is a directory, not a file to write"):
+        plot_fit(fit, folder)
 
 
 def test_eta_interval_does_not_depend_on_row_order(synthetic_trace: Path) -> None:

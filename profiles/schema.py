@@ -59,7 +59,7 @@ from typing import Any, NotRequired, TypedDict
 from profiles.new_shape import NEW_SHAPE_SHAPE, new_shape_s
 from profiles.wake import WAKE_SHAPE, wake_points, wake_s
 from ttlctl.errors import TtlctlError
-from ttlctl.filekind import binary_kind
+from ttlctl.filekind import not_json_text
 
 SCHEMA = "ttlctl.profile/1"
 
@@ -448,9 +448,9 @@ def load(path: Path) -> Profile:
         raw = path.read_bytes()
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read ({exc.strerror})") from None
-    kind = binary_kind(raw[:16])
-    if kind is not None:
-        raise ProfileError(f"{path}: {kind}, not a profile's JSON")
+    problem = not_json_text(raw[:16], "a profile's JSON")
+    if problem is not None:
+        raise ProfileError(f"{path}: {problem}")
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

@@ -22,7 +22,7 @@ from fitting.policy_params import PolicyParams
 from profiles import schema as profile_schema
 from ttlctl.bundle_check import check_fit, verify
 from ttlctl.bundle_doc import Bundle, BundleError, BundleParts, RouterDoc
-from ttlctl.filekind import binary_kind
+from ttlctl.filekind import not_json_text
 
 
 def _load_json(path: Path, hint: str = "") -> Any:
@@ -36,9 +36,9 @@ def _load_json(path: Path, hint: str = "") -> Any:
         raise BundleError(f"{path}: is a directory") from None
     except OSError as exc:
         raise BundleError(f"{path}: cannot read ({(exc.strerror or str(exc)).lower()})") from None
-    kind = binary_kind(raw[:16])
-    if kind is not None:
-        raise BundleError(f"{path}: {kind}, not JSON")
+    problem = not_json_text(raw[:16], "JSON")
+    if problem is not None:
+        raise BundleError(f"{path}: {problem}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -1,6 +1,8 @@
-"""What a file that should be JSON text is, when its first bytes say it is something else
-(a trace in Parquet given as a fit, a compressed file): so that the error names the mix-up
-instead of calling the file damaged. Imports nothing (the engine's bundle reader uses it).
+"""What a file that should be UTF-8 text (JSON, a log) is, when its first bytes say it is
+something else: a binary file (a trace in Parquet given as a fit, a compressed file), or text
+in another encoding (UTF-16 or UTF-32, known by its byte-order mark: what Windows PowerShell's
+``>`` writes). So the error names the mix-up instead of calling the file damaged or binary.
+Imports nothing (the engine's bundle reader uses it).
 """
 
 from __future__ import annotations
@@ -16,6 +18,17 @@ MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG", "a PNG image"),
 )
 
+#: byte-order mark -> the encoding of the text it opens (iconv's name, which reads the
+#: mark for the byte order). UTF-32 LE's mark (FF FE 00 00) starts with UTF-16 LE's (FF FE):
+#: it is tried first. (Text in UTF-16 LE that opens with a NUL character would read as
+#: UTF-32 LE: a log does not.)
+WIDE_MARKS: tuple[tuple[bytes, str], ...] = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+
 
 def binary_kind(head: bytes) -> str | None:
     """What a file starting with ``head`` is, if its leading bytes say (None: they do not)."""
@@ -23,3 +36,29 @@ def binary_kind(head: bytes) -> str | None:
         if head.startswith(magic):
             return kind
     return None
+
+
+def wide_text(head: bytes) -> str | None:
+    """Why a file starting with ``head`` is not read as UTF-8 text when a UTF-16 or UTF-32
+    byte-order mark opens it: the encoding and the mark, and how to convert it (None: no
+    such mark). ttlctl reads UTF-8 only and does not transcode: the file is named instead,
+    wherever it is given (an ingest's log, a fit, a profile, a bundle)."""
+    for mark, encoding in WIDE_MARKS:
+        if head.startswith(mark):
+            shown = " ".join(f"{byte:02X}" for byte in mark)
+            return (
+                f"{encoding} text (byte-order mark {shown}): convert it to UTF-8, "
+                f"e.g. `iconv -f {encoding} -t UTF-8`"
+            )
+    return None
+
+
+def not_json_text(head: bytes, expected: str) -> str | None:
+    """Why a file starting with ``head`` cannot be the ``expected`` (e.g. ``JSON``) it was
+    given as, when its first bytes say: text in UTF-16 or UTF-32 (:func:`wide_text`), or
+    ``<a binary kind>, not <expected>`` (:func:`binary_kind`); None when they say nothing."""
+    wide = wide_text(head)
+    if wide is not None:
+        return wide
+    kind = binary_kind(head)
+    return None if kind is None else f"{kind}, not {expected}"

@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 
 from replay.tune.context import TuneContext, TuneError
 from replay.tune.sqlite_lock import begin_immediate, engine_kwargs
-from ttlctl.filekind import binary_kind
+from ttlctl.filekind import binary_kind, not_json_text
 from ttlctl.jsonio import check_writable
 
 
@@ -139,9 +139,9 @@ def refuse_not_journal(path: Path) -> None:
             f"{path}: is a SQLite database, not a journal file; "
             f"pass it as a URL: sqlite:///{path.resolve()}"
         )
-    kind = binary_kind(first)
-    if kind is not None:
-        raise TuneError(f"{path}: {kind}, not an Optuna journal file; {_TAKES}")
+    problem = not_json_text(first, "an Optuna journal file")
+    if problem is not None:
+        raise TuneError(f"{path}: {problem}; {_TAKES}")
     if first and not _is_journal_record(first):
         raise TuneError(
             f"{path}: not an Optuna journal file (line 1 is no journal record); {_TAKES}"

@@ -39,7 +39,7 @@ from replay.validation.timings import Timings
 from replay.vllmsim.backend import BACKENDS
 from replay.workload import Workload
 from ttlctl.errors import ConfigError
-from ttlctl.filekind import binary_kind
+from ttlctl.filekind import not_json_text
 
 #: what every validation document needs for its simulated side beyond the rows (top-level
 #: keys) ...
@@ -103,9 +103,9 @@ def read_document(path: Path) -> dict[str, Any]:
         raise ValidateError(f"{path}: no such file") from None
     except OSError as exc:
         raise ValidateError(f"{path}: not a readable JSON document ({exc})") from None
-    kind = binary_kind(raw[:16])
-    if kind is not None:
-        raise ValidateError(f"{path}: {kind}, not a validate document (JSON)")
+    problem = not_json_text(raw[:16], "a validate document (JSON)")
+    if problem is not None:
+        raise ValidateError(f"{path}: {problem}")
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:

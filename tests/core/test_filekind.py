@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ttlctl.cli import app
-from ttlctl.filekind import binary_kind
+from ttlctl.filekind import binary_kind, wide_text
 
 
 def test_binary_kind_by_leading_bytes() -> None:
@@ -47,3 +47,52 @@ def test_a_parquet_file_given_as_json_is_named(
     line = " ".join(res.output.split())
     assert f"{parquet}: a Parquet file (a trace?), {what}" in line, line
     assert "damaged" not in line and "Traceback" not in res.output
+
+
+def test_wide_text_by_byte_order_mark() -> None:
+    """UTF-32 LE's mark (FF FE 00 00) begins with UTF-16 LE's (FF FE): it is told first."""
+    text = '{"schema": 1}'
+    assert wide_text(text.encode("utf-32-le")) is None  # no mark: nothing said
+    assert wide_text(text.encode("utf-8")) is None
+    assert wide_text(b"\xef\xbb\xbf" + text.encode()) is None  # UTF-8's mark: UTF-8 text
+    for codec, mark in [
+        ("utf-16-le", "FF FE"),
+        ("utf-16-be", "FE FF"),
+        ("utf-32-le", "FF FE 00 00"),
+        ("utf-32-be", "00 00 FE FF"),
+    ]:
+        family = codec[:6].upper()
+        assert wide_text(("\ufeff" + text).encode(codec)) == (
+            f"{family} text (byte-order mark {mark}): convert it to UTF-8, "
+            f"e.g. `iconv -f {family} -t UTF-8`"
+        )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bundle", "build", "--fit", "P", "--profile", "tiny-cpu", "-o", "OUT"],
+        ["bundle", "verify", "P"],
+        ["replay", "T", "--profile", "P", "--policy", "vllm"],
+        ["validate", "--resimulate", "P"],
+    ],
+    ids=["fit", "bundle", "profile", "validate-document"],
+)
+@pytest.mark.parametrize("codec", ["utf-16", "utf-32"])
+def test_a_json_file_in_utf16_or_utf32_is_named_with_its_encoding(
+    parquet: Path, tmp_path: Path, args: list[str], codec: str
+) -> None:
+    """A fit, bundle, profile or validate document saved by Windows PowerShell (``>``:
+    UTF-16 LE with its mark). Regression: 'line 1: not UTF-8 text (byte 0); damaged?',
+    'byte 0: not UTF-8 text', 'not a readable JSON document ('utf-8' codec can't …)'."""
+    doc = tmp_path / "doc.json"
+    doc.write_bytes('{"schema": "whatever"}\n'.encode(codec))  # Python writes the mark
+    out = tmp_path / "b.json"
+    args = [{"P": str(doc), "T": str(parquet), "OUT": str(out)}.get(a, a) for a in args]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    line = " ".join(res.output.split())
+    family = codec.upper()
+    assert f"{doc}: {family} text (byte-order mark " in line, line
+    assert f"convert it to UTF-8, e.g. `iconv -f {family} -t UTF-8`" in line, line
+    assert "Traceback" not in res.output and not out.exists()

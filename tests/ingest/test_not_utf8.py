@@ -37,7 +37,8 @@ def test_an_undetected_file_that_is_not_utf8_is_counted_under_its_reason(
     (tmp_path / "good.jsonl").write_text(
         GOOD.replace('"tool": "bash", "gap_s": 1.0', '"is_last": true')
     )
-    (tmp_path / "garbage.jsonl").write_bytes(b"\xff\xfe garbage\n")
+    # (not FF FE: that is UTF-16's byte-order mark, named as such: test_wide_text.py)
+    (tmp_path / "garbage.jsonl").write_bytes(b"\xff\xfd garbage\n")
     report = ingest([tmp_path], tmp_path / "out" / "t.parquet", skip_bad=True)
     assert report.rejected_by_reason == {"not UTF-8 text": 1}
     (reject,) = read_rejects(report.rejects_path)

@@ -93,8 +93,13 @@ def test_a_failed_first_run_keeps_a_file_another_tune_command_uses(
         (b"a,b\n1,2\n", False, "not an Optuna journal file (line 1 is no journal record)"),
         (b"PAR1\x15\x04", False, "a Parquet file (a trace?), not an Optuna journal file"),
         (b'{"a": 1}\n', True, "not a SQLite database"),
+        (
+            '{"op_code": 0}\n'.encode("utf-16"),
+            False,
+            "UTF-16 text (byte-order mark FF FE): convert it to UTF-8",
+        ),
     ],
-    ids=["json", "csv", "parquet", "json as sqlite"],
+    ids=["json", "csv", "parquet", "json as sqlite", "utf-16"],
 )
 def test_a_storage_file_that_is_no_study_is_refused_untouched(
     tune_inputs: dict[str, Any], tmp_path: Path, content: bytes, url: bool, why: str

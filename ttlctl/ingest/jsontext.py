@@ -1,7 +1,8 @@
 """A log file's text and the JSON in it: a whole document or JSON lines.
 
 The helpers reject, with a reason naming where it broke, what cannot be read: an empty,
-binary, non-UTF-8 (named by the line: :func:`not_utf8`) or damaged gzip file
+binary, UTF-16 or UTF-32 (named by its byte-order mark: :func:`ttlctl.filekind.wide_text`),
+otherwise non-UTF-8 (named by the line: :func:`not_utf8`) or damaged gzip file
 (:func:`read_text`), a document or line that does
 not parse as JSON (truncated when it is cut short, else malformed), a line that is not an
 object. The bytes come through :mod:`ttlctl.ingest.rawfile`, so gzip data reads as its text.
@@ -14,13 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ttlctl.filekind import wide_text
 from ttlctl.ingest.rawfile import SNIFF_BYTES, read_bytes
 from ttlctl.ingest.rejects import RejectSink
 from ttlctl.ingest.spool import GzipDamage
 
 
 def read_text(path: Path, sink: RejectSink) -> str | None:
-    """The file's text, or None after rejecting an empty, binary or damaged gzip file."""
+    """The file's text, or None after rejecting an empty, binary, UTF-16/UTF-32 (its NUL
+    bytes are not binary data: the byte-order mark says what it is), non-UTF-8 or damaged
+    gzip file."""
     try:
         data = read_bytes(path)
     except GzipDamage as exc:
@@ -29,6 +33,10 @@ def read_text(path: Path, sink: RejectSink) -> str | None:
     # an ingest passes over a blank file first (rawfile.is_blank); this guards a reader alone
     if not data.strip():
         sink.reject(path, None, "empty file", records=1)
+        return None
+    wide = wide_text(data)
+    if wide is not None:
+        sink.reject(path, None, wide, records=1)
         return None
     if b"\x00" in data[:SNIFF_BYTES]:
         sink.reject(path, None, "binary data, not a text log", records=1, raw=data[:200])

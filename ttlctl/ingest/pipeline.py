@@ -15,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
+from ttlctl.filekind import wide_text
 from ttlctl.ingest import lookup
 from ttlctl.ingest.ingest_report import FileReport, IngestReport
 from ttlctl.ingest.inputs import expand
@@ -147,14 +148,17 @@ def ingest(
 
 def _unrecognised(path: Path) -> tuple[str | None, str]:
     """Why no reader took ``path`` (a file with more than whitespace in it), and where if
-    somewhere (the record): damaged gzip data, text that is not UTF-8 (the line), or an
-    unknown format."""
+    somewhere (the record): damaged gzip data, UTF-16 or UTF-32 text (its byte-order mark),
+    text that is not UTF-8 (the line), or an unknown format."""
     if is_gzip(path):
         try:
             read_bytes(path)
         except GzipDamage as exc:
             return None, str(exc)
     head = head_bytes(path)
+    wide = wide_text(head)
+    if wide is not None:
+        return None, wide
     if not head.startswith(b"PAR1"):
         try:
             head.decode("utf-8")

@@ -13,7 +13,8 @@ temporary file that polars scans out of core (:mod:`ttlctl.ingest.spool`).
 
 A UTF-8 byte-order mark (:data:`BOM`) that opens a file's data, as Windows tools write one,
 is not part of the text: every function here leaves it out, so each format detects and reads
-a file with one as it does the same file without.
+a file with one as it does the same file without. A UTF-16 or UTF-32 mark is kept: such a file
+is not UTF-8 text, and the readers name it by its mark (:func:`ttlctl.filekind.wide_text`).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import IO
 
 import polars as pl
 
+from ttlctl.filekind import wide_text
 from ttlctl.ingest.formats.csv_fields import BLANK, RAGGED, ragged
 from ttlctl.ingest.jsontext import iter_jsonl
 from ttlctl.ingest.limits import streaming
@@ -70,6 +71,10 @@ class CanonicalReader:
         head = sniffed[: len(PARQUET_MAGIC)]
         if len(sniffed) < SNIFF_BYTES and not sniffed.strip():  # nothing but blanks
             sink.reject(path, None, "empty file")
+            return Parsed(pl.LazyFrame(), records=1)
+        wide = wide_text(sniffed)  # polars would read its NUL bytes as damaged CSV or JSON
+        if wide is not None:
+            sink.reject(path, None, wide)
             return Parsed(pl.LazyFrame(), records=1)
         if head == PARQUET_MAGIC:
             damage = trace_io.unreadable(src)

@@ -211,7 +211,8 @@ def _facts(replica: str | None, kv_blocks: int = 63, **more: Any) -> dict[str, A
 
 def _two_replicas(tmp_path: Path, names: tuple[str | None, str | None]) -> list[Path]:
     """Program p runs turns 0 and 2 on the first replica and turn 1 on the second; each
-    replica also has a program of its own and an untagged request with the same id."""
+    replica also has a program of its own and an untagged request with the same id (at
+    another time: the same id at the same arrival is the same request, a duplicate)."""
     a = [
         _facts(names[0], kv_blocks=63),
         _req("a1", "p", 0.0, 1.0, tool="grep", is_last=False),
@@ -223,7 +224,7 @@ def _two_replicas(tmp_path: Path, names: tuple[str | None, str | None]) -> list[
         _facts(names[1], kv_blocks=127),
         _req("b1", "p", 3.0, 4.0, tool="bash", is_last=False),
         _req("b2", "only-b", 1.0, 2.0, is_last=True),
-        _req("dup", None, 2.0, 2.5),
+        _req("dup", None, 2.25, 2.75),
     ]
     return [_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)]
 

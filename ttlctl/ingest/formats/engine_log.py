@@ -54,7 +54,7 @@ end of the log's older parts: :mod:`.rotated`); when none is named,
 the path as given of the log the file is part of: its name less logrotate's
 suffixes ``.N`` and ``.gz`` (``engine.jsonl``, ``engine.jsonl.1`` and
 ``engine.jsonl.2.gz`` are one log, one replica). When all the files are parts of
-one log, null (as for one file).
+one log (a copy of it aside: below), null (as for one file).
 
 Program ids used again: agent frameworks reuse session ids (a resumed session, a
 retried task). A call that arrives after its program's last call (one tagged
@@ -63,9 +63,12 @@ log uses), counted (:attr:`Parsed.reused`, the ingest report's ``reused_ids``).
 Untagged requests whose ids repeat across files are told apart the same way.
 
 A request logged twice (its ``request_id`` and ``arrival_unix_s`` on a line before, in
-its log's files) is a bad record, ``duplicate request: …``, naming the line it repeats
-(:mod:`.engine_log_repeats`); the first line stands. An id alone may repeat (a client's own
-ids), and two replicas may each serve a request of one id: those are calls each.
+any of the files: its log's, a copy of the log, another replica's) is a bad record,
+``duplicate request: …``, naming the line it repeats (:mod:`.engine_log_repeats`); the first
+line read stands. An id alone may repeat (a client's own ids, on one replica or two): those
+arrive at other times, and are calls each. A log each of whose requests is a duplicate (a
+copy) is no replica: the others are named as without it (:func:`.engine_log_facts.log_names`),
+and its engine records, under which no call was kept, are left out.
 
 A bad request line (a value out of range, a field missing) is a row with a reason: it is
 placed among its program's calls by its arrival (last, before the call tagged ``is_last``,
@@ -102,7 +105,7 @@ from pathlib import Path
 from typing import Any
 
 from ttlctl.ingest.fields import RecordError, number, tokens
-from ttlctl.ingest.formats.engine_log_facts import Engines, parse_facts
+from ttlctl.ingest.formats.engine_log_facts import Engines, Unnamed, log_names, parse_facts
 from ttlctl.ingest.formats.engine_log_programs import UNPLACED, as_programs
 from ttlctl.ingest.formats.engine_log_repeats import Requests
 from ttlctl.ingest.formats.rotated import Part, carry_over, log_of
@@ -136,8 +139,11 @@ class EngineLogReader:
         records: list[int] = []
         aborted = 0
         logs = [str(log_of(p)) for p in paths]
-        # the replica of a file whose engine names none: its log (None: one log in all)
-        unnamed = logs if len(set(logs)) > 1 else [None] * len(paths)
+        # the replica of a file whose engine names none: its log's, named once all are read
+        unnamed = [Unnamed(log) for log in logs]
+        # per log: its calls, and its requests that repeat one read before (a copy: none kept)
+        kept: dict[str, int] = dict.fromkeys(logs, 0)
+        repeated: dict[str, int] = dict.fromkeys(logs, 0)
         parts = [Part(path) for path in paths]
         for index, path in enumerate(paths):
             before, made = sink.count, 0
@@ -164,11 +170,10 @@ class EngineLogReader:
                     continue
                 row = _row(obj, record, lineno)
                 if request_id not in (None, "") and row["_sort"] != UNPLACED:
-                    repeat = requests.repeat(
-                        logs[index], str(request_id), row["_sort"], path, lineno
-                    )
+                    repeat = requests.repeat(str(request_id), row["_sort"], path, lineno)
                     if repeat is not None:
                         sink.reject(path, record, repeat)
+                        repeated[logs[index]] += 1
                         continue
                 aborted += str(obj.get("finish_reason")) == ABORT
                 row["_file"] = str(path)
@@ -182,8 +187,14 @@ class EngineLogReader:
                 calls.append((tagged, None if tagged else str(request_id), row))
                 made += 1
             records.append(made + sink.count - before)
+            kept[logs[index]] += made
             parts[index].last = in_force
         carry_over(parts)
+        names = log_names(logs, copies={log for log, n in repeated.items() if n and not kept[log]})
+        engines.settle(names)
+        for _, _, row in calls:
+            if isinstance(row["replica"], Unnamed):
+                row["replica"] = names.get(row["replica"].log)
         rows, in_flight, reused = as_programs(calls)
         parsed = Parsed(
             frame_from_rows(rows, None),

@@ -5,10 +5,16 @@ documented in :mod:`ttlctl.ingest.formats.engine_log`). :func:`parse_facts` chec
 (a bad one raises :class:`~ttlctl.ingest.fields.RecordError`); :class:`Engines` keeps the
 distinct ones, each with the calls logged under it and where it was first seen, as the
 trace's metadata holds them.
+
+A replica no engine record names is named by its log, or null when the calls are all of one
+log; which logs count is known only once every file is read (a log each of whose requests is
+a duplicate of one read before, a copy, is none: :func:`log_names`), so the reader gives such
+calls and records an :class:`Unnamed` replica until :meth:`Engines.settle`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,18 +38,37 @@ FACTS: dict[str, type] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Unnamed:
+    """The replica of a call or engine record of ``log`` that no engine record names, until
+    :meth:`Engines.settle` names it (its log, or null)."""
+
+    log: str
+
+
+def log_names(logs: Sequence[str], copies: Collection[str]) -> dict[str, str | None]:
+    """What an unnamed replica of each log is called: the log (its path as given) when the
+    calls are of several logs, else null (one file, or one log's rotated parts). A copy (a log
+    each of whose requests was read before in another) is not one of them, and is left out."""
+    replicas = [log for log in dict.fromkeys(logs) if log not in copies]
+    several = len(replicas) > 1
+    return {log: log if several else None for log in replicas}
+
+
 @dataclass
 class Engines:
-    """The distinct engine records seen, per replica, with the calls logged under each."""
+    """The distinct engine records seen, per replica, with the calls logged under each.
+    While files are read, a replica no record names is :class:`Unnamed`; after
+    :meth:`settle`, each entry's ``replica`` is a name or None."""
 
     entries: list[dict[str, Any]] = field(default_factory=list)
     _by_key: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
 
     def add(
-        self, facts: dict[str, Any], path: Path, lineno: int, unnamed: str | None
+        self, facts: dict[str, Any], path: Path, lineno: int, unnamed: Unnamed
     ) -> dict[str, Any]:
         facts = dict(facts, replica=self.replica(facts, unnamed))
-        key = tuple(sorted(facts.items()))
+        key = tuple(sorted(facts.items(), key=_by_name))
         entry = self._by_key.get(key)
         if entry is None:
             entry = dict(facts, file=str(path), line=lineno, calls=0)
@@ -52,10 +77,37 @@ class Engines:
         return entry
 
     @staticmethod
-    def replica(facts: dict[str, Any] | None, unnamed: str | None) -> str | None:
-        """The replica the engine record names, else ``unnamed`` (the file's log)."""
+    def replica(facts: dict[str, Any] | None, unnamed: Unnamed) -> str | Unnamed:
+        """The replica the engine record (its facts, or its entry) names, else ``unnamed``
+        (the file's log); an entry's own :class:`Unnamed` is kept."""
         named = facts.get("replica") if facts is not None else None
+        if isinstance(named, Unnamed):
+            return named
         return str(named) if named else unnamed
+
+    def settle(self, names: Mapping[str, str | None]) -> None:
+        """Name each :class:`Unnamed` replica by ``names`` (:func:`log_names`), merging the
+        entries that are then alike (their calls summed, the first's file and line kept).
+        A copy's own entry (its log not in ``names``), under which no call was logged, is
+        left out: its requests, and so its engine, were read in another file."""
+        kept: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for entry in self.entries:
+            replica = entry["replica"]
+            if isinstance(replica, Unnamed):
+                if replica.log not in names and not entry["calls"]:
+                    continue
+                entry["replica"] = names.get(replica.log)
+            key = tuple(sorted(((k, v) for k, v in entry.items() if k in FACTS), key=_by_name))
+            first = kept.setdefault(key, entry)
+            if first is not entry:
+                first["calls"] += entry["calls"]
+        self.entries = list(kept.values())
+        self._by_key = {}
+
+
+def _by_name(item: tuple[str, Any]) -> str:
+    """A fact's sort key: its name (its value may be an :class:`Unnamed`, not comparable)."""
+    return item[0]
 
 
 def parse_facts(obj: dict[str, Any]) -> dict[str, Any]:

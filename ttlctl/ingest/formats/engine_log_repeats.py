@@ -1,12 +1,16 @@
-"""Requests an engine log holds twice: a line that repeats one read before it.
+"""Requests an engine log holds twice: a line that repeats one read before it, in any of
+the files read together.
 
-The plugin writes one line per request, when it finishes; in one engine's log (its file and
-its rotated parts: :func:`ttlctl.ingest.formats.rotated.log_of`) a request is known by its
+The plugin writes one line per request, when it finishes; a request is known by its
 ``request_id`` and its ``arrival_unix_s`` (the engine's clock when it received it). A second
-line with both the same (a line written or pasted in again, a part given twice) is the same
-request again, not another call. An id alone may repeat: clients that set their own (vLLM's
+line with both the same (a line written or pasted in again, a rotated part given twice, a
+copy of a log under another name, the same log given from two folders) is the same request
+again, not another call: the first line read stands (the files are read in the order given,
+a folder's in name order). An id alone may repeat: clients that set their own (vLLM's
 ``X-Request-Id``) reuse them, for a retry too, and those are calls each; they arrive at other
-times. The logs of two replicas are two engines: a request each served is a call each.
+times, on one replica or on two. Two replicas' requests are not logged at the same arrival
+under one id (each engine stamps the arrival of what it received), so the files of a fleet
+keep each its own calls.
 """
 
 from __future__ import annotations
@@ -18,16 +22,15 @@ from pathlib import Path
 
 @dataclass
 class Requests:
-    """The requests read so far, by log, each with where its line is."""
+    """The requests read so far, in every file, each with where its line is."""
 
-    _where: dict[tuple[str, str, float], tuple[Path, int]] = field(default_factory=dict)
+    _where: dict[tuple[str, float], tuple[Path, int]] = field(default_factory=dict)
 
-    def repeat(
-        self, log: str, request_id: str, arrival: float, path: Path, lineno: int
-    ) -> str | None:
-        """Why the line at ``path``:``lineno`` of ``log`` is a duplicate (a reject reason),
-        or None when its request is new to that log (then remembered)."""
-        first = self._where.setdefault((log, request_id, arrival), (path, lineno))
+    def repeat(self, request_id: str, arrival: float, path: Path, lineno: int) -> str | None:
+        """Why the line at ``path``:``lineno`` is a duplicate (a reject reason naming the
+        line it repeats: its file too when another), or None when its request is new (then
+        remembered)."""
+        first = self._where.setdefault((request_id, arrival), (path, lineno))
         if first == (path, lineno):
             return None
         where = f"line {first[1]}" if first[0] == path else f"{first[0]}, line {first[1]}"

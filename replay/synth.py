@@ -15,7 +15,8 @@ bfcl        6.3 ± 2.3      1,923 ± 2,133 ms          93k ± 69k
 as a canonical trace (``ttlctl.trace.columns.COLUMNS``, one row per LLM call). The
 workloads' figures and tool tables, and the distributions solved from them, are
 :mod:`replay.synth_workloads`'s; a trace scaled to a small context window is
-:mod:`replay.fit_context`'s.
+:mod:`replay.fit_context`'s; the memory a trace takes to build (``ttlctl synth`` refuses a
+``--programs`` beyond the machine's) is :mod:`replay.synth_memory`'s.
 
 Distributions, per program (all seeded by ``numpy.random.SeedSequence([seed, crc32(workload)])``):
 
@@ -92,7 +93,7 @@ import zlib
 import numpy as np
 import polars as pl
 
-from replay.synth_workloads import WORKLOADS, solved_tools, turns_distribution
+from replay.synth_workloads import solved_tools, spec_of, turns_distribution
 from ttlctl.errors import ConfigError
 from ttlctl.trace.columns import COLUMNS
 
@@ -116,11 +117,7 @@ def _lognormal(rng: np.random.Generator, mean: float, cv: float, size: int) -> n
 def synth(workload: str, programs: int, seed: int) -> pl.DataFrame:
     """``programs`` synthetic agent programs of ``workload`` (``swe-bench`` or ``bfcl``)
     as a canonical trace, sorted by program and turn. Deterministic for a seed."""
-    spec = WORKLOADS.get(workload)
-    if spec is None:
-        raise ConfigError(
-            f"--workload: unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}"
-        )
+    spec = spec_of(workload)
     if programs < 1:
         raise ConfigError(f"--programs must be at least 1, not {programs}")
     if seed < 0:

@@ -15,6 +15,8 @@ from functools import cache
 import numpy as np
 from scipy.optimize import root
 
+from ttlctl.errors import ConfigError
+
 
 @dataclass(frozen=True, slots=True)
 class Tool:
@@ -92,6 +94,17 @@ WORKLOADS: dict[str, Spec] = {
         ),
     ),
 }
+
+
+def spec_of(workload: str) -> Spec:
+    """The workload named ``workload``; :class:`~ttlctl.errors.ConfigError` naming
+    ``--workload`` for another name."""
+    spec = WORKLOADS.get(workload)
+    if spec is None:
+        raise ConfigError(
+            f"--workload: unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}"
+        )
+    return spec
 
 
 def solved_tools(spec: Spec) -> tuple[Tool, ...]:

@@ -37,15 +37,20 @@ def synth(
     """Draw agent programs with the Continuum paper's per-program statistics.
 
     Program starts are left to the replay (--jps or --concurrency): every program's
-    first call arrives at 0.
+    first call arrives at 0. --programs more than the machine's free memory can build is
+    refused before any is drawn.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
+    from profiles import host
     from replay.fit_context import fit_context, programs_over
     from replay.synth import synth as draw
+    from replay.synth_memory import check_fits
     from ttlctl.trace import io as trace_io
 
     with user_errors():
         check_outputs(output)
+        # the machine's free memory, read here once: the library compares, and reads nothing
+        check_fits(workload, programs, host.available_bytes(), scaled=max_context is not None)
         frame = draw(workload, programs, seed)
         scaled = ""
         if max_context is not None:

@@ -391,9 +391,7 @@ def coefficient_problem(profile: Profile) -> str | None:
     if profile.prefill_fixed_s == pre.b == pre.q == 0:
         # prefill.a with the step's fixed cost when it excludes it (a fit of steps on top
         # of decode.step_s may find nothing more, and its a, b, q are then all 0)
-        return (
-            f"no prefill fit ({fixed}, prefill.b and q are all 0): a prefill would cost nothing"
-        )
+        return f"no prefill fit ({fixed}, prefill.b and q are all 0): a prefill would cost nothing"
     if dec.step_s == dec.per_seq_s == dec.per_kv_token_s == 0:
         return (
             "no decode fit (decode.step_s, per_seq_s and per_kv_token_s are all 0); "

@@ -8,11 +8,11 @@ locally. Weights are always random: profiling times the shapes, not the values.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ttlctl.errors import TtlctlError
+from ttlctl.jsonfile import JsonFileError, read_json_object
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "float8_e4m3fn": 1}
 
@@ -109,13 +109,9 @@ def load_config(ref: str | Path) -> tuple[str, dict[str, Any]]:
             f"{ref}: no such config.json or preset (presets: {', '.join(sorted(PRESETS))})"
         )
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ModelConfigError(f"{path}: line {exc.lineno}: not valid JSON") from None
-    except UnicodeDecodeError as exc:
-        raise ModelConfigError(f"{path}: byte {exc.start}: not UTF-8 text") from None
-    if not isinstance(config, dict):
-        raise ModelConfigError(f"{path}: not a JSON object")
+        config = read_json_object(path, "a model's config.json")
+    except JsonFileError as exc:
+        raise ModelConfigError(str(exc)) from None
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads"):
         if not isinstance(config.get(key), int):
             raise ModelConfigError(f"{path}: {key} missing or not an integer")

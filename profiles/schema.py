@@ -59,7 +59,7 @@ from typing import Any, NotRequired, TypedDict
 from profiles.new_shape import NEW_SHAPE_SHAPE, new_shape_s
 from profiles.wake import WAKE_SHAPE, wake_points, wake_s
 from ttlctl.errors import TtlctlError
-from ttlctl.filekind import not_json_text
+from ttlctl.jsonfile import JsonFileError, read_json_object
 
 SCHEMA = "ttlctl.profile/1"
 
@@ -442,17 +442,10 @@ def _points(raw: Any, where: str, name: str, shape: str) -> tuple[tuple[float, f
 
 
 def load(path: Path) -> Profile:
+    """The profile in the JSON file at ``path``; :class:`ProfileError` names the file and
+    the problem (:func:`ttlctl.jsonfile.read_json_object`, then the document's own rules)."""
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot read ({exc.strerror})") from None
-    problem = not_json_text(raw[:16], "a profile's JSON")
-    if problem is not None:
-        raise ProfileError(f"{path}: {problem}")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ProfileError(f"{path}: byte {exc.start}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+        data = read_json_object(path, "a profile's JSON")
+    except JsonFileError as exc:
+        raise ProfileError(str(exc)) from None
     return from_json(data, str(path))

@@ -9,7 +9,6 @@ engine process imports this module, so it must not pull in numpy, polars or torc
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -22,41 +21,24 @@ from fitting.policy_params import PolicyParams
 from profiles import schema as profile_schema
 from ttlctl.bundle_check import check_fit, verify
 from ttlctl.bundle_doc import Bundle, BundleError, BundleParts, RouterDoc
-from ttlctl.filekind import not_json_text
+from ttlctl.jsonfile import JsonFileError, read_json_object
 
 
-def _load_json(path: Path, hint: str = "") -> Any:
-    """The JSON value in ``path``; :class:`BundleError` names the file and the problem
-    (``hint`` follows the message of a file that is not JSON)."""
+def _load_json(path: Path, what: str, hint: str = "") -> dict[str, Any]:
+    """The JSON object in ``path`` (:func:`ttlctl.jsonfile.read_json_object`);
+    :class:`BundleError` names the file and the problem (``hint`` follows the message of a
+    file whose bytes are not UTF-8 JSON)."""
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise BundleError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise BundleError(f"{path}: is a directory") from None
-    except OSError as exc:
-        raise BundleError(f"{path}: cannot read ({(exc.strerror or str(exc)).lower()})") from None
-    problem = not_json_text(raw[:16], "JSON")
-    if problem is not None:
-        raise BundleError(f"{path}: {problem}")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise BundleError(
-            f"{path}: line {line}: not UTF-8 text (byte {exc.start}){hint or '; damaged?'}"
-        ) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BundleError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg}){hint}") from None
+        return read_json_object(path, what)
+    except JsonFileError as exc:
+        raise BundleError(f"{exc}{hint}" if exc.damaged else str(exc)) from None
 
 
 def read(path: Path, *, router_settings: bool = True) -> Bundle:
     """Load and verify; :class:`BundleError` names the file and the problem.
     ``router_settings=False``: the router section's settings are not typed against the
     router's flags (the engine's read: it serves the policy and never uses them)."""
-    doc = _load_json(path, "; truncated or edited?")
+    doc = _load_json(path, "a bundle", "; truncated or edited?")
     try:
         verify(doc, router_settings=router_settings)
     except BundleError as exc:
@@ -67,9 +49,7 @@ def read(path: Path, *, router_settings: bool = True) -> Bundle:
 def read_fit(path: Path) -> FitDoc:
     """A fit document (``ttlctl fit``'s ``fit.json``) to build a bundle from, its CDFs
     checked as a bundle's are; :class:`BundleError` names the file and the problem."""
-    doc = _load_json(path)
-    if not isinstance(doc, dict):
-        raise BundleError(f"{path}: not a JSON object")
+    doc = _load_json(path, "a fit")
     try:
         check_fit(doc)
     except BundleError as exc:

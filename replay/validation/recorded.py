@@ -39,7 +39,7 @@ from replay.validation.timings import Timings
 from replay.vllmsim.backend import BACKENDS
 from replay.workload import Workload
 from ttlctl.errors import ConfigError
-from ttlctl.filekind import not_json_text
+from ttlctl.jsonfile import JsonFileError, read_json_object
 
 #: what every validation document needs for its simulated side beyond the rows (top-level
 #: keys) ...
@@ -96,23 +96,11 @@ class Recorded:
 
 def read_document(path: Path) -> dict[str, Any]:
     """The JSON document at ``path``; :class:`ValidateError` (one line) if it is missing or
-    not a JSON object."""
+    not a JSON object (:func:`ttlctl.jsonfile.read_json_object`)."""
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ValidateError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise ValidateError(f"{path}: not a readable JSON document ({exc})") from None
-    problem = not_json_text(raw[:16], "a validate document (JSON)")
-    if problem is not None:
-        raise ValidateError(f"{path}: {problem}")
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ValidateError(f"{path}: not a readable JSON document ({exc})") from None
-    if not isinstance(doc, dict):
-        raise ValidateError(f"{path}: not a validate document (not a JSON object)")
-    return doc
+        return read_json_object(path, "a validate document")
+    except JsonFileError as exc:
+        raise ValidateError(str(exc)) from None
 
 
 def read_recorded(path: Path) -> Recorded:

@@ -9,7 +9,6 @@ their ``--config`` file before any server starts; every refusal is a one-line
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 from replay.validation.error import ValidateError
 from replay.validation.servers import LIVE_POLICIES, Sources, check_base
 from replay.validation.validate_request import ValidateRequest
+from ttlctl.jsonfile import JsonFileError, read_json_object
 from ttlctl.server import vllm_config
 from ttlctl.server.command import (
     ASYNC_SCHEDULING,
@@ -60,10 +60,9 @@ def local_config(model: str) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValidateError(f"{path}: not a readable JSON config ({exc})") from None
-    return doc if isinstance(doc, dict) else None
+        return read_json_object(path, "a model's config.json")
+    except JsonFileError as exc:
+        raise ValidateError(str(exc)) from None
 
 
 #: vLLM flags validate sets on the servers it starts, with the simulator's values

@@ -436,7 +436,10 @@ def test_bundle_build_refuses_a_fit_that_is_not_one(tmp_path: Path) -> None:
     assert f"{bad}: fit.tools['grep']: missing cdf" in res.stderr
     bad.write_text("[1, 2]")
     res = CliRunner().invoke(app, [*build, "-o", str(tmp_path / "b.json")])
-    assert res.exit_code == 2 and f"{bad}: not a JSON object" in res.stderr
+    assert (
+        res.exit_code == 2
+        and f"{bad}: not a fit: the top level is a list, not an object" in res.stderr
+    )
     assert not (tmp_path / "b.json").exists()
 
 

@@ -32,9 +32,9 @@ def parquet(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("args", "what"),
     [
-        (["bundle", "build", "--fit", "P", "--profile", "tiny-cpu", "-o", "OUT"], "not JSON"),
+        (["bundle", "build", "--fit", "P", "--profile", "tiny-cpu", "-o", "OUT"], "not a fit"),
         (["replay", "P", "--profile", "P", "--policy", "vllm"], "not a profile's JSON"),
-        (["validate", "--resimulate", "P"], "not a validate document (JSON)"),
+        (["validate", "--resimulate", "P"], "not a validate document"),
     ],
 )
 def test_a_parquet_file_given_as_json_is_named(

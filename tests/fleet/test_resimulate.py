@@ -204,7 +204,7 @@ def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_p
     assert str(missing) in refused(["--resimulate", str(missing)])
     broken = tmp_path / "broken.json"
     broken.write_text('{"replicas": 2, ')
-    assert "not a readable JSON document" in refused(["--resimulate", str(broken)])
+    assert "line 1 column 17: not valid JSON" in refused(["--resimulate", str(broken)])
     neither = tmp_path / "neither.json"  # neither a fleet's nor a single server's
     neither.write_text(json.dumps({"policies": ["vllm"], "trace": doc["trace"]}))
     assert "not a validate document" in refused(["--resimulate", str(neither)])

@@ -360,7 +360,7 @@ def test_validate_cli_argument_errors(tmp_path: Path) -> None:
         ([str(trace), "--", "--max-model-len", "8"], "need --model or --engine-cmd"),
         ([str(tmp_path / "missing.parquet"), "--model", "m"], "no such file"),
         ([str(trace), "--model", "m", "--repeats", "0"], "--repeats must be at least 1"),
-        ([str(trace), "--model", str(bad_model)], "config.json: not a readable JSON config"),
+        ([str(trace), "--model", str(bad_model)], "config.json: line 1 column 2: not valid JSON"),
     ]
     for args, message in cases:
         res = runner.invoke(app, args)

@@ -184,7 +184,9 @@ def test_a_local_model_folder_gives_its_config(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text('{"hidden_size": 64}')
     assert local_config(str(tmp_path)) == {"hidden_size": 64}
     (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(TtlctlError, match=rf"^{tmp_path / 'config.json'}: not a readable JSON"):
+    with pytest.raises(
+        TtlctlError, match=rf"^{tmp_path / 'config.json'}: line 1 column 2: not valid JSON"
+    ):
         local_config(str(tmp_path))
 
 
@@ -194,7 +196,7 @@ def test_validate_says_a_bad_config_in_one_line(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["validate", str(trace), "--model", str(tmp_path)])
     assert res.exit_code == 2
     (line,) = res.stderr.strip().splitlines()
-    assert line.startswith(f"error: {tmp_path / 'config.json'}: not a readable JSON config")
+    assert line.startswith(f"error: {tmp_path / 'config.json'}: line 1 column 2: not valid JSON")
 
 
 def _refused(args: list[str]) -> str:

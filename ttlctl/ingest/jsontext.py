@@ -2,7 +2,7 @@
 
 The helpers reject, with a reason naming where it broke, what cannot be read: an empty,
 binary, UTF-16 or UTF-32 (named by its byte-order mark: :func:`ttlctl.filekind.wide_text`),
-otherwise non-UTF-8 (named by the line: :func:`not_utf8`) or damaged gzip file
+otherwise non-UTF-8 (named by the line: :func:`ttlctl.jsonfile.not_utf8`) or damaged gzip file
 (:func:`read_text`), a document or line that does
 not parse as JSON (truncated when it is cut short, else malformed), a line that is not an
 object. The bytes come through :mod:`ttlctl.ingest.rawfile`, so gzip data reads as its text.
@@ -19,6 +19,7 @@ from ttlctl.filekind import wide_text
 from ttlctl.ingest.rawfile import SNIFF_BYTES, read_bytes
 from ttlctl.ingest.rejects import RejectSink
 from ttlctl.ingest.spool import GzipDamage
+from ttlctl.jsonfile import not_utf8
 
 
 def read_text(path: Path, sink: RejectSink) -> str | None:
@@ -46,14 +47,6 @@ def read_text(path: Path, sink: RejectSink) -> str | None:
     except UnicodeDecodeError as exc:
         sink.reject(path, *not_utf8(data, exc.start), records=1)
         return None
-
-
-def not_utf8(data: bytes, at: int) -> tuple[str, str]:
-    """Where text stops being UTF-8 at byte ``at`` of ``data``, and why, as a reject names
-    them: (``line N``, ``not UTF-8 text: 0xNN at byte B of the line``)."""
-    start = data.rfind(b"\n", 0, at) + 1
-    line = data.count(b"\n", 0, start) + 1
-    return f"line {line}", f"not UTF-8 text: 0x{data[at]:02x} at byte {at - start + 1} of the line"
 
 
 def load_json(path: Path, sink: RejectSink) -> Any | None:

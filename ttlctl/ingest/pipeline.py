@@ -19,13 +19,13 @@ from ttlctl.filekind import wide_text
 from ttlctl.ingest import lookup
 from ttlctl.ingest.ingest_report import FileReport, IngestReport
 from ttlctl.ingest.inputs import expand
-from ttlctl.ingest.jsontext import not_utf8
 from ttlctl.ingest.limits import env_bytes, streaming, streaming_limit
 from ttlctl.ingest.rawfile import head_bytes, is_blank, is_gzip, read_bytes, size
 from ttlctl.ingest.reader import GroupReader, Parsed, Reader
 from ttlctl.ingest.rejects import IngestError, RejectSink
 from ttlctl.ingest.spool import GzipDamage, spooled
 from ttlctl.ingest.validate import DEFAULT_BUCKET_BYTES, has_rows, validate_and_write
+from ttlctl.jsonfile import not_utf8
 from ttlctl.jsonio import replacing
 
 #: A file of nothing but whitespace: the format it is reported as, its reject reason (as

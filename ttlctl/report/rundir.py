@@ -17,6 +17,7 @@ from fitting.policy import Decision, TTLPolicy
 from replay.figures import PolicyResult, ReplayDoc
 from ttlctl import bundle as bundle_mod
 from ttlctl import bundle_doc
+from ttlctl.jsonfile import read_json_object
 from ttlctl.report import files
 from ttlctl.report.files import BUNDLE, FILES, SUMMARY, ReportError
 from ttlctl.report.markup import is_num
@@ -85,10 +86,7 @@ def ranked_tools(fit: FitDoc) -> list[tuple[str, ToolFit]]:
 
 
 def _object(path: Path) -> dict[str, Any]:
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(doc, dict):
-        raise ValueError("not a JSON object")
-    return doc
+    return read_json_object(path, "a JSON document")
 
 
 def _read(run: RunInputs, role: str, path: Path) -> None:

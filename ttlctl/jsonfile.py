@@ -1,0 +1,103 @@
+"""Reading a JSON document from a file (a fit, a profile, a bundle, a validate or replay
+document, a model's ``config.json``): one reader, so that every command names a file it
+cannot read the same way, in one line that starts with the file's path:
+
+- ``no such file``, ``is a directory``, ``cannot read (<why>)``;
+- what the file is when its first bytes say it is no UTF-8 text at all
+  (:func:`ttlctl.filekind.not_json_text`: a Parquet trace, a compressed file, UTF-16 text);
+- ``line N: not UTF-8 text: 0xNN at byte B of the line`` (:func:`not_utf8`, which ingest's
+  readers use for a log's bad byte too);
+- ``line N column C: not valid JSON (<the parser's reason>)``;
+- ``not <what>: the top level is a list, not an object`` (:func:`read_json_object`).
+
+The callers raise their own error class with this message (a bundle's
+:class:`~ttlctl.bundle_doc.BundleError`, a profile's, validate's), so that each command's
+errors stay what its callers catch. Imports only the bottom of the package (the engine's
+bundle reader uses it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ttlctl.errors import TtlctlError
+from ttlctl.filekind import not_json_text
+
+#: the leading bytes that say what a file is (the longest mark: SQLite's 16)
+HEAD_BYTES = 16
+
+
+class JsonFileError(TtlctlError, ValueError):
+    """A file that is not a readable JSON document; the message names it and where.
+    ``damaged``: the file is there and is text, but its bytes are not UTF-8 or not JSON
+    (cut short or edited, where a caller can say more)."""
+
+    def __init__(self, message: str, *, damaged: bool = False) -> None:
+        super().__init__(message)
+        self.damaged = damaged
+
+
+def read_json(path: Path, what: str) -> Any:
+    """The JSON value in the file at ``path``, which should be ``what`` (e.g. ``a fit``,
+    said where the file turns out to be something else); :class:`JsonFileError` names the
+    file and the problem."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise JsonFileError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise JsonFileError(f"{path}: is a directory, not {what}") from None
+    except OSError as exc:
+        why = (exc.strerror or type(exc).__name__).lower()
+        raise JsonFileError(f"{path}: cannot read ({why})") from None
+    problem = not_json_text(raw[:HEAD_BYTES], what)
+    if problem is not None:
+        raise JsonFileError(f"{path}: {problem}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where, why = not_utf8(raw, exc.start)
+        raise JsonFileError(f"{path}: {where}: {why}", damaged=True) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise JsonFileError(
+            f"{path}: line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg})",
+            damaged=True,
+        ) from None
+    except RecursionError:
+        raise JsonFileError(f"{path}: not valid JSON (nesting too deep)", damaged=True) from None
+
+
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """Like :func:`read_json`, for a document that must be a JSON object."""
+    doc = read_json(path, what)
+    if not isinstance(doc, dict):
+        raise JsonFileError(
+            f"{path}: not {what}: the top level is {_a(type(doc).__name__)}, not an object"
+        )
+    return doc
+
+
+def not_utf8(data: bytes, at: int) -> tuple[str, str]:
+    """Where text stops being UTF-8 at byte ``at`` of ``data``, and why: (``line N``,
+    ``not UTF-8 text: 0xNN at byte B of the line``)."""
+    start = data.rfind(b"\n", 0, at) + 1
+    line = data.count(b"\n", 0, start) + 1
+    return f"line {line}", f"not UTF-8 text: 0x{data[at]:02x} at byte {at - start + 1} of the line"
+
+
+#: a JSON value's Python type, in words
+_JSON_NAMES = {
+    "list": "a list",
+    "str": "a string",
+    "int": "a number",
+    "float": "a number",
+    "bool": "a boolean",
+}
+
+
+def _a(name: str) -> str:
+    return _JSON_NAMES.get(name, "null" if name == "NoneType" else f"a {name}")

@@ -24,9 +24,10 @@ of two), over the same block pool and pin rules as :class:`SimScheduler`:
 
 As vLLM's ``AsyncScheduler`` subclasses its ``Scheduler``, :class:`AsyncSimScheduler`
 changes only what async changes: the decision is the synchronous one
-(:meth:`SimScheduler._schedule_requests`, which skips a request whose last token is in
-flight) and so is the price (:func:`~replay.step_price.price_step`); what differs is when
-the decision's effects land (:meth:`~AsyncSimScheduler._update_after_schedule` at once,
+(:meth:`~replay.sched_reference.ReferencePath._schedule_requests`, which skips a request
+whose last token is in flight) and so is the price (:func:`~replay.step_price.price_step`);
+what differs is when the decision's effects land
+(:meth:`~AsyncSimScheduler._update_after_schedule` at once,
 :meth:`~AsyncSimScheduler._update_from_output` two steps on) and what a preemption keeps
 cached.
 
@@ -112,9 +113,10 @@ class AsyncSimScheduler(SimScheduler):
 
     def _schedule(self, now: float, begin: float) -> _InFlight:
         """vLLM's ``schedule()`` with the previous step still in flight: the synchronous
-        decision (:meth:`SimScheduler._schedule_requests`, skipping a request whose last
-        token is in flight), priced as it is (with the engine's wake when it begins, at ``begin``,
-        after an idle spell), then :meth:`_update_after_schedule`."""
+        decision (:meth:`~replay.sched_reference.ReferencePath._schedule_requests`,
+        skipping a request whose last token is in flight), priced as it is (with the
+        engine's wake when it begins, at ``begin``, after an idle spell), then
+        :meth:`_update_after_schedule`."""
         self.tick(now)
         self.expire_pins(now)
         plan = self._schedule_requests(now)

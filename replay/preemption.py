@@ -1,6 +1,6 @@
 """vLLM's running loop when blocks run short, for a step decided in aggregate.
 
-The fast path (:meth:`replay.scheduler.SimScheduler._schedule_fast`) knows every running
+The fast path (:meth:`replay.sched_fast.FastPath._schedule_fast`) knows every running
 request's block needs up front. When they exceed the free blocks, :func:`preempt_until_fits`
 walks the requests that need blocks in running order; while one's need exceeds what is
 free, the tail of the running list is preempted (recompute). A request that preempts

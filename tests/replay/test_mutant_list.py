@@ -20,7 +20,10 @@ def test_the_list_covers_each_part() -> None:
     assert len({m.name for m in MUTANTS}) == len(MUTANTS)
     assert all(m.original != m.replacement for m in MUTANTS)
     assert {
-        "replay/scheduler.py",
+        "replay/sched_fast.py",
+        "replay/sched_admit.py",
+        "replay/sched_leave.py",
+        "replay/sched_pins.py",
         "replay/decoders.py",
         "replay/kv/run_pool.py",
         "replay/kv/block_pool.py",

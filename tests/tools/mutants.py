@@ -70,13 +70,13 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "running blocks: one block short (ceil as floor)",
-        "replay/scheduler.py",
+        "replay/sched_fast.py",
         "need = max(0, cdiv(r.num_computed_tokens + num_new_tokens, bs) - r.blocks)",
         "need = max(0, (r.num_computed_tokens + num_new_tokens) // bs - r.blocks)",
     ),
     Mutant(
         "max_num_seqs off by one",
-        "replay/scheduler.py",
+        "replay/sched_admit.py",
         "while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:",
         "while waiting and budget > 0 and len(self.running) <= self.config.max_num_seqs:",
     ),
@@ -88,14 +88,14 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "preemption caches one block too many",
-        "replay/scheduler.py",
+        "replay/sched_leave.py",
         'only the tokens already known)."""\n        return req.num_computed_tokens\n',
         'only the tokens already known)."""\n'
         "        return req.num_computed_tokens + self.config.block_size\n",
     ),
     Mutant(
         "pinned block-seconds count one block more",
-        "replay/scheduler.py",
+        "replay/sched_pins.py",
         "self.stats.pinned_block_seconds += pinned * (now - self.clock)",
         "self.stats.pinned_block_seconds += (pinned + (pinned > 0)) * (now - self.clock)",
     ),
@@ -239,7 +239,7 @@ MUTANTS: tuple[Mutant, ...] = (
 
 
 #: the tree as it is: the suites must pass on it, or no figure means anything
-BASELINE = Mutant("none (the tree as it is)", "replay/scheduler.py", "class SimScheduler:", "")
+BASELINE = Mutant("none (the tree as it is)", "replay/scheduler.py", "class SimScheduler(", "")
 
 
 def check_list(root: Path = REPO) -> list[str]:

@@ -1,7 +1,7 @@
 """The pin rules, free of vLLM: learn, decide, pin, expire, hand over, yield.
 
 One implementation for the vLLM plugin (:mod:`ttlctl.engine.scheduler` maps vLLM's
-events onto it) and for the simulator (``replay/scheduler.py`` maps its own), so that
+events onto it) and for the simulator (``replay/pinning.py`` maps its own), so that
 what was tuned in replay is what runs. Only where τ comes from differs by policy
 (:class:`~ttlctl.engine.source.TauSource`: the bundle's policy, a constant, the
 oracle's true pauses, InferCept's formula). The rules:

@@ -1,0 +1,91 @@
+"""Merged decode runs: the simulator's own, not vLLM's (splitwise-sim's trick).
+
+When a step is decode-only and the waiting head cannot be admitted (or nothing waits),
+nothing can change until an event arrives, a request finishes or a block runs short:
+the following decode steps, each exactly as vLLM would take it, are taken together as
+one event (:func:`~replay.decode_run.plan_decode_run` says how many, and
+:func:`~replay.decode_run.run_seconds` what they cost). No run is merged at a batch size
+the engine has not run (its first step pays the new size's cost, taken alone). A fleet
+replica asks first when its run would end (:meth:`~DecodeRuns.merge_end`) and keeps the
+plan for the step that takes it.
+"""
+
+from __future__ import annotations
+
+from replay.decode_run import DecodeRun, plan_decode_run, plan_key, run_seconds
+from replay.request import SimRequest
+from replay.sched_state import SchedulerState
+
+
+class DecodeRuns(SchedulerState):
+    """Merged decode runs (a part of :class:`~replay.scheduler.SimScheduler`)."""
+
+    __slots__ = ()
+
+    def _merge_decodes(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
+        """Take the coming decode-only steps together (as many as :func:`plan_decode_run`
+        says; a request finishing in the last finishes at the run's end); returns
+        (seconds, finished). Nothing else can change meanwhile: the waiting head was
+        blocked (the pool only shrinks, and the valve had nothing left to release) or
+        nothing waits, and no step before the last one finishes anything."""
+        run = self._decode_run(now, horizon)
+        if run is None:
+            return 0.0, []
+        decoders = self.decoders
+        if run.blocks:
+            self.pool.take(run.blocks)
+        total, longest = run_seconds(self.cost, run)
+        decoders.decode_steps += run.steps
+        stats = self.stats
+        stats.steps += run.steps
+        stats.busy_s += total
+        if longest > stats.longest_step_s:
+            stats.longest_step_s = longest
+        end = now + total
+        self.tick(end)
+        if run.first_finish > decoders.decode_steps:
+            return total, []
+        return total, self._finish_all([], end)
+
+    def merge_end(self, now: float, horizon: float) -> float | None:
+        """When the run of decode steps that :meth:`~replay.scheduler.SimScheduler.step`
+        from ``now`` would open with ends, before ``horizon``
+        (:meth:`~replay.sched_pins.PinClock.next_expiry`, or earlier) or where it must stop
+        (None: the step would not open with one, or ``horizon`` is due at ``now``: a pin
+        the step expires first may let the waiting head in). Changes nothing. A fleet
+        replay waits until then unless a call is routed here before (replay.fleet)."""
+        if self._prefilling or not self.decoders.members:
+            return None
+        if horizon <= now:  # no run (a pin due at ``now`` is at or past the horizon)
+            return None
+        if self.waiting and not self._head_stays_blocked():
+            return None
+        if not self._size_run(len(self.decoders.members)):
+            return None  # a new batch size: its first step is taken (and priced) alone
+        run = self._decode_run(now, horizon)
+        if run is None:
+            return None
+        d, seqs, kv = self.decoders, run.seqs, run.kv_tokens
+        self._planned = (plan_key(d, self.pool, len(self.waiting), now, horizon, seqs, kv), run)
+        return now + run.seconds
+
+    def _size_run(self, tokens: int) -> bool:
+        """Whether the engine has run a step of ``tokens`` scheduled tokens (a run of decode
+        steps is merged only at a batch size it has run: the first step of a new one pays
+        :func:`~replay.step_price.new_size_extra`, taken alone)."""
+        return self._sizes is None or tokens in self._sizes
+
+    def _decode_run(self, now: float, horizon: float) -> DecodeRun | None:
+        """The merged run from ``now`` (None: none; every running request must decode).
+        A plan :meth:`merge_end` made from the same state is taken instead of planning
+        again (a fleet replica waits on it)."""
+        planned = self._planned
+        if planned is not None:
+            self._planned = None
+            d, seqs = self.decoders, len(self.decoders.members)
+            key = plan_key(d, self.pool, len(self.waiting), now, horizon, seqs, d.kv_tokens())
+            if planned[0] == key and seqs == len(self.running):
+                return planned[1]
+        if len(self.decoders.members) != len(self.running):
+            return None
+        return plan_decode_run(self.decoders, self.cost, self.pool.free_blocks, now, horizon)

@@ -1,4 +1,5 @@
-"""What this machine is, for profile measurement: the CPU's name and the memory available.
+"""What this machine is, for profile measurement: the CPU's name and the memory available
+(the host's, or the room left in this process's memory control group where one caps it).
 
 Linux ``/proc`` first, portable fallbacks after; standard library only.
 """
@@ -22,7 +23,17 @@ def cpu_name() -> str:
 
 
 def available_bytes() -> int:
-    """Host memory available to a new allocation (``MemAvailable``); 0 when unknown."""
+    """Memory available to a new allocation: the host's (``MemAvailable``), or less where
+    this process's control group caps it (a container, a CI job: :func:`cgroup_room`); 0
+    when unknown."""
+    host = _host_available()
+    room = cgroup_room(CGROUP_ROOT, _read(SELF_CGROUP))
+    if room is None:
+        return host
+    return room if host <= 0 else min(host, room)
+
+
+def _host_available() -> int:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
@@ -33,3 +44,74 @@ def available_bytes() -> int:
         return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
         return 0
+
+
+#: where the control groups are mounted, and the file naming this process's groups
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+SELF_CGROUP = Path("/proc/self/cgroup")
+#: a cgroup v1 limit this high is no limit (the kernel's "unlimited", rounded to pages)
+_UNLIMITED = 1 << 60
+
+
+def cgroup_room(root: Path, self_cgroup: str | None) -> int | None:
+    """Bytes this process's memory control group still has room for: its limit less its
+    working set (what it uses less the file cache it could drop, as the kernel's and
+    Kubernetes' own figures count it); None when no group caps the memory (or none is
+    found). ``self_cgroup``: the text of ``/proc/self/cgroup``; ``root``: where the
+    groups are mounted. cgroup v2 (``memory.max``, ``memory.current``) and v1
+    (``memory.limit_in_bytes``, ``memory.usage_in_bytes``) alike, read at the group's
+    own path or, inside a container's namespace, at the mount's top."""
+    if not self_cgroup:
+        return None
+    for line in self_cgroup.splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and not controllers:  # v2: one unified hierarchy
+            found = _room(root, path, "", "memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):  # v1: the memory controller's hierarchy
+            found = _room(
+                root,
+                path,
+                "memory",
+                "memory.limit_in_bytes",
+                "memory.usage_in_bytes",
+                "total_inactive_file",
+            )
+        else:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def _room(root: Path, path: str, mount: str, limit: str, usage: str, cache: str) -> int | None:
+    """The room in the group at ``path`` under ``root / mount`` (or at the mount's top)."""
+    for folder in (root / mount / path.lstrip("/"), root / mount):
+        cap = _read(folder / limit)
+        if cap is None:
+            continue
+        cap = cap.strip()
+        if cap == "max" or not cap.isdigit() or int(cap) >= _UNLIMITED:
+            return None
+        used = _number(_read(folder / usage))
+        if used is None:
+            return None
+        dropped = 0
+        for line in (_read(folder / "memory.stat") or "").splitlines():
+            key, _, value = line.partition(" ")
+            if key == cache and value.strip().isdigit():
+                dropped = int(value)
+        return max(0, int(cap) - max(0, used - dropped))
+    return None
+
+
+def _read(path: Path | str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _number(text: str | None) -> int | None:
+    text = (text or "").strip()
+    return int(text) if text.isdigit() else None

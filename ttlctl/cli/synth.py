@@ -37,8 +37,8 @@ def synth(
     """Draw agent programs with the Continuum paper's per-program statistics.
 
     Program starts are left to the replay (--jps or --concurrency): every program's
-    first call arrives at 0. --programs more than the machine's free memory can build is
-    refused before any is drawn.
+    first call arrives at 0. --programs more than the machine's free memory (or a
+    container's limit) can build is refused before any is drawn.
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     from profiles import host

@@ -72,19 +72,60 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
             f"{router['name']}: not modelled: {', '.join(left_out)} (the real router "
             "runs them as its settings say; docs/replay.md)"
         )
-    per = Table(title="per replica")
+    per = Table(title=per_replica_title(len(results[0]["per_replica"])))
     for col in ("policy", "replica", "calls", "engine busy (s)", "prefix hits", "preemptions"):
         per.add_column(col, justify="right" if col not in ("policy", "replica") else "left")
     labels = replica_labels(results[0]["per_replica"])  # as-logged: the trace's names
     for r in results:
-        for i, (label, p) in enumerate(zip(labels, r["per_replica"], strict=True)):
+        replicas = r["per_replica"]
+        rows = shown_replicas(replicas)
+        for n, row in enumerate(rows):
+            last = n == len(rows) - 1
+            policy = r["policy"] if n == 0 else ""
+            if isinstance(row, str):  # the replicas left out
+                per.add_row(policy, row, "", "", "", "", end_section=last)
+                continue
+            p = replicas[row]
             per.add_row(
-                r["policy"] if i == 0 else "",
-                escape(label),
+                policy,
+                escape(labels[row]),
                 f"{p['llm_calls']:,}",
                 f"{p['engine_busy_s']:,.0f}",
                 share(p["prefix_hit_rate"]),
                 f"{p['preemptions']:,}",
-                end_section=i == len(labels) - 1,
+                end_section=last,
             )
     show(console, per)
+
+
+#: a fleet of more replicas than this shows the busiest and the least busy of those that
+#: served calls (half of this each), and counts the rest
+MAX_REPLICA_ROWS = 24
+
+
+def per_replica_title(replicas: int) -> str:
+    if replicas <= MAX_REPLICA_ROWS:
+        return "per replica"
+    return f"per replica: the busiest and the least busy of {replicas:,} (--json has each one)"
+
+
+def shown_replicas(per_replica: Sequence[Mapping[str, Any]]) -> list[int | str]:
+    """The rows of one policy's replicas, in order: each replica's index in a fleet of up
+    to :data:`MAX_REPLICA_ROWS`; in a larger one the replicas that served calls (the
+    busiest half of that number by engine busy time, a line counting those between, the
+    least busy half), then a line counting those that served none."""
+    count = len(per_replica)
+    if count <= MAX_REPLICA_ROWS:
+        return list(range(count))
+    active = sorted(
+        (i for i in range(count) if per_replica[i]["llm_calls"]),
+        key=lambda i: (-per_replica[i]["engine_busy_s"], i),
+    )
+    half = MAX_REPLICA_ROWS // 2
+    rows: list[int | str] = list(active)
+    if len(active) > MAX_REPLICA_ROWS:
+        rows = [*active[:half], f"… {len(active) - 2 * half:,} more", *active[-half:]]
+    idle = count - len(active)
+    if idle:
+        rows.append(f"… {idle:,} served no call")
+    return rows

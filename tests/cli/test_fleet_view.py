@@ -1,0 +1,64 @@
+"""``replay --replicas N``'s per-replica table at any fleet size: every replica up to
+``MAX_REPLICA_ROWS``; past that the busiest and the least busy of those that served calls,
+and a count of the rest. Regression: a 10,000-replica replay printed a 10,000-row table
+(9,936 rows of zeros)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from ttlctl.cli import app
+from ttlctl.cli.render.fleet_view import MAX_REPLICA_ROWS, shown_replicas
+
+
+def _replicas(busy: list[float]) -> list[dict[str, float]]:
+    return [{"engine_busy_s": b, "llm_calls": 1 if b else 0} for b in busy]
+
+
+def test_a_small_fleet_shows_every_replica_in_order() -> None:
+    busy = [3.0, 0.0, 5.0] + [1.0] * (MAX_REPLICA_ROWS - 3)
+    assert shown_replicas(_replicas(busy)) == list(range(MAX_REPLICA_ROWS))
+
+
+def test_a_large_fleet_shows_its_busiest_and_least_busy() -> None:
+    busy = [float(i % 50) for i in range(1000)]  # 20 idle (busy 0), 980 that served
+    rows = shown_replicas(_replicas(busy))
+    half = MAX_REPLICA_ROWS // 2
+    assert len(rows) == MAX_REPLICA_ROWS + 2
+    assert rows[half] == f"… {980 - MAX_REPLICA_ROWS:,} more"
+    assert rows[-1] == "… 20 served no call"
+    top, bottom = rows[:half], rows[half + 1 : -1]
+    assert [busy[i] for i in top] == [49.0] * half  # the busiest, ties by index
+    assert top == sorted(top) and top[0] == 49
+    assert [busy[i] for i in bottom] == [1.0] * half  # the least busy that served calls
+
+
+def test_a_large_fleet_of_few_busy_replicas_lists_those_and_counts_the_idle() -> None:
+    busy = [0.0] * 100
+    busy[7], busy[3] = 2.0, 9.0
+    assert shown_replicas(_replicas(busy)) == [3, 7, "… 98 served no call"]
+
+
+def test_the_cli_table_of_a_large_fleet(tmp_path: Path) -> None:
+    trace, out = tmp_path / "t.parquet", tmp_path / "replay.json"
+    runner = CliRunner()
+    res = runner.invoke(app, ["synth", "--workload", "bfcl", "--programs", "40", "-o", str(trace)])
+    assert res.exit_code == 0, res.output
+    replicas = MAX_REPLICA_ROWS + 76
+    args = ["replay", str(trace), "--profile", "llama-3.1-8b-h100", "--policy", "vllm"]
+    args += ["--replicas", str(replicas), "--router", "consistent-hash", "--concurrency", "40"]
+    res = runner.invoke(app, [*args, "--no-timing", "--json", str(out)], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    (result,) = json.loads(out.read_text())["results"]
+    served = sum(1 for p in result["per_replica"] if p["llm_calls"])
+    assert MAX_REPLICA_ROWS < served < replicas  # 40 programs hashed over 100 replicas
+    text = res.output
+    assert f"per replica: the busiest and the least busy of {replicas}" in text
+    assert f"… {replicas - served} served no call" in text
+    assert f"… {served - MAX_REPLICA_ROWS} more" in text
+    table = text[text.index("per replica") :]
+    rows = [line for line in table.splitlines() if line.startswith("│")]
+    assert len(rows) == MAX_REPLICA_ROWS + 2

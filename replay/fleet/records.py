@@ -1,5 +1,6 @@
-"""The shapes a fleet replay adds to each policy's record in ``replay.json``, and how a
-table names one of its replicas (:func:`replica_labels`)."""
+"""The shapes a fleet replay adds to each policy's record in ``replay.json``, how a
+table names one of its replicas (:func:`replica_labels`) and which of a large fleet's
+replicas a table shows (:func:`shown_replicas`: the command line's and the report's)."""
 
 from __future__ import annotations
 
@@ -63,3 +64,38 @@ def replica_labels(per_replica: Sequence[Mapping[str, Any]]) -> list[str]:
         str(rep["name"]) if "name" in rep else index.format(rep.get("replica"))
         for rep in per_replica
     ]
+
+
+#: a fleet of more replicas than this is shown by the busiest and the least busy of those
+#: that served calls (half of this each), the rest counted
+MAX_REPLICA_ROWS = 24
+
+
+def shown_replicas(per_replica: Sequence[Mapping[str, Any]]) -> list[int | str]:
+    """The rows of one policy's replicas, in order: each replica's index in a fleet of up
+    to :data:`MAX_REPLICA_ROWS`; in a larger one the replicas that served calls (the
+    busiest half of that number by engine-busy seconds, a line counting those between,
+    the least busy half), then a line counting those that served none. Read defensively
+    (the report reads edited files): a figure that is no number counts as 0."""
+    count = len(per_replica)
+    if count <= MAX_REPLICA_ROWS:
+        return list(range(count))
+
+    def figure(i: int, key: str) -> float:
+        value = per_replica[i].get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        return 0.0
+
+    active = sorted(
+        (i for i in range(count) if figure(i, "llm_calls") > 0),
+        key=lambda i: (-figure(i, "engine_busy_s"), i),
+    )
+    half = MAX_REPLICA_ROWS // 2
+    rows: list[int | str] = list(active)
+    if len(active) > MAX_REPLICA_ROWS:
+        rows = [*active[:half], f"… {len(active) - 2 * half:,} more", *active[-half:]]
+    idle = count - len(active)
+    if idle:
+        rows.append(f"… {idle:,} served no call")
+    return rows

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from replay.fleet.records import MAX_REPLICA_ROWS, shown_replicas
 from ttlctl.cli import app
-from ttlctl.cli.render.fleet_view import MAX_REPLICA_ROWS, shown_replicas
 
 
 def _replicas(busy: list[float]) -> list[dict[str, float]]:

@@ -112,3 +112,37 @@ def test_many_policies_keep_their_names_apart_and_their_colours_their_own() -> N
     assert [t.get_text() for t in misses.get_xticklabels()] == policies
     for a, b in pairwise(boxes):
         assert not a.overlaps(b), "two policy names are drawn over each other"
+
+
+def test_a_large_fleet_draws_a_line_per_policy_at_one_width(tmp_path: Path) -> None:
+    """Past MAX_REPLICA_ROWS replicas the load panel is a line per policy over the replicas
+    ranked busiest first, and the page's tables show the busiest and the least busy of the
+    replicas that served calls. Regression: a bar per replica made a 1,000-replica fleet's
+    figure 50,700 pixels wide (matplotlib refuses one past 65,535: 1,300 replicas of two
+    policies failed the section), and the tables held a row per replica."""
+    busy = [float(i % 97) for i in range(5000)]  # 52 replicas idle (busy 0)
+    results = [
+        result("vllm", busy, {"routed_elsewhere": 3}),
+        result("continuum", busy[::-1], {"expired": 2}),
+    ]
+    for r in results:
+        for p in r["per_replica"]:
+            p["llm_calls"] = 1 if p["engine_busy_s"] else 0
+    fig = chart(results)
+    assert fig.get_size_inches()[0] < 15
+    load = fig.axes[0]
+    assert not bars(load)
+    lines = load.get_lines()
+    assert [list(line.get_ydata()) for line in lines] == [sorted(busy, reverse=True)] * 2
+    assert list(lines[0].get_xdata()) == list(range(1, 5001))
+    assert load.get_xlabel() == "replicas, busiest first"
+    (tmp_path / "replay.json").write_text(
+        json.dumps({"results": [{**r, "router": {"name": "round-robin", "replicas": 5000}}
+                                for r in results]})
+    )  # fmt: skip
+    page = build_report(tmp_path)
+    assert "vllm: per replica: the busiest and the least busy" in page
+    assert page.count("… 5,000 more") == 0 and page.count("… 4,924 more") == 2
+    assert page.count("… 52 served no call") == 2
+    section = page[page.index("vllm: per replica") :]
+    assert section.count("<tr>") == 2 * (24 + 2 + 1)  # rows, the two counts and the header

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replay.fleet.records import replica_labels
+from replay.fleet.records import replica_labels, shown_replicas
 from ttlctl.nouns import counted
 from ttlctl.report.fleet_chart import MISSES, chart, record, replicas_of
 from ttlctl.report.markup import absent, e, note, pct, table
@@ -63,23 +63,28 @@ def section(run: RunInputs) -> str:
     per = []
     for r in results:
         reps = replicas_of(r)
-        per.append(f"<h3>{e(r.get('policy'))}: per replica</h3>")
+        labels = replica_labels(reps)  # as-logged: the trace's names
+        rows = shown_replicas(reps)
+        some = "" if len(rows) == len(reps) else ": the busiest and the least busy"
+        per.append(f"<h3>{e(r.get('policy'))}: per replica{some}</h3>")
         per.append(
             table(
                 ("replica", "calls", "busy s", "JCT mean s", "TTFT mean s", "prefix hits",
                  "preemptions", "pins made"),
                 (
-                    (
-                        label,  # as-logged: the trace's name
-                        p.get("llm_calls"),
-                        p.get("engine_busy_s"),
-                        p.get("jct_mean_s"),
-                        p.get("ttft_mean_s"),
-                        pct(p.get("prefix_hit_rate")),
-                        p.get("preemptions"),
-                        p.get("pins_made"),
+                    (row, "", "", "", "", "", "", "")
+                    if isinstance(row, str)  # the replicas left out, counted
+                    else (
+                        labels[row],
+                        reps[row].get("llm_calls"),
+                        reps[row].get("engine_busy_s"),
+                        reps[row].get("jct_mean_s"),
+                        reps[row].get("ttft_mean_s"),
+                        pct(reps[row].get("prefix_hit_rate")),
+                        reps[row].get("preemptions"),
+                        reps[row].get("pins_made"),
                     )
-                    for p, label in zip(reps, replica_labels(reps), strict=True)
+                    for row in rows
                 ),
             )
         )  # fmt: skip

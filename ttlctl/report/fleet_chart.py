@@ -1,7 +1,11 @@
 """The "Fleet" section's chart, two panels side by side:
 
 - each replica's engine-busy seconds, a bar per policy beside the others (an even fleet
-  has bars of one height; the busiest replica sets load max/mean);
+  has bars of one height; the busiest replica sets load max/mean); past
+  :data:`~replay.fleet.records.MAX_REPLICA_ROWS` replicas, a line per policy over the
+  replicas ranked busiest first (a fleet of any size in a figure of one width: a bar per
+  replica made a 1,000-replica fleet's figure 50,700 pixels wide, and matplotlib refuses
+  one past 65,535);
 - why follow-up calls missed the cache, a stacked bar per policy: routed elsewhere,
   never pinned, expired, released by the valve, evicted (the round-robin row of a pinning
   policy shows its waste as the "routed elsewhere" part).
@@ -17,7 +21,7 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from replay.fleet.records import replica_labels
+from replay.fleet.records import MAX_REPLICA_ROWS, replica_labels
 from ttlctl.report.markup import is_num
 from ttlctl.report.png import figure, label
 
@@ -58,6 +62,9 @@ def record(value: Any) -> Mapping[str, Any]:
 
 def _busy(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
     reps = replicas_of(results[0])
+    if len(reps) > MAX_REPLICA_ROWS:
+        _ranked(ax, results)
+        return
     labels = [label(name, 12) for name in replica_labels(reps)]
     width = GROUP_WIDTH / len(results)
     for k, result in enumerate(results):
@@ -68,6 +75,22 @@ def _busy(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
     ax.set_xlabel("replica")
     ax.set_ylabel("engine busy (s)")
     ax.set_title("each replica's load")
+    ax.margins(y=0.15)
+    ax.legend(fontsize="small", loc="upper right", ncols=min(len(results), 4))
+
+
+def _ranked(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
+    """Each policy's replicas' engine-busy seconds, busiest first, as a line."""
+    for k, result in enumerate(results):
+        busy = sorted((number(p.get("engine_busy_s")) for p in replicas_of(result)), reverse=True)
+        ranks = range(1, len(busy) + 1)
+        ax.step(
+            ranks, busy, where="mid", label=label(result.get("policy", "?"), 20), color=f"C{k % 10}"
+        )
+    ax.set_xlabel("replicas, busiest first")
+    ax.set_ylabel("engine busy (s)")
+    ax.set_title("each replica's load")
+    ax.set_ylim(bottom=0)
     ax.margins(y=0.15)
     ax.legend(fontsize="small", loc="upper right", ncols=min(len(results), 4))
 
@@ -101,7 +124,8 @@ def chart(results: Sequence[Mapping[str, Any]]) -> Figure:
     replicas = len(replicas_of(results[0]))
     # the right panel: room for a bar per policy (a third of an inch each at least)
     right = max(4.5, 0.45 * len(results) + 2.5)
-    left = max(6.0, 0.25 * replicas * len(results) + 2.5)
+    bars = replicas if replicas <= MAX_REPLICA_ROWS else 0  # else a line per policy
+    left = max(6.0, 0.25 * bars * len(results) + 2.5)
     fig = figure(left + right, 5.0 if len(results) > UPRIGHT_NAMES else 4.0)
     busy, misses = fig.subplots(1, 2, gridspec_kw={"width_ratios": [left, right]})
     _busy(busy, results)

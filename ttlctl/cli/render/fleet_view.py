@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from replay.fleet.records import replica_labels
+from replay.fleet.records import MAX_REPLICA_ROWS, replica_labels, shown_replicas
 from ttlctl.cli.render.cells import dash, show
 from ttlctl.nouns import counted
 from ttlctl.percent import share
@@ -98,34 +98,7 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
     show(console, per)
 
 
-#: a fleet of more replicas than this shows the busiest and the least busy of those that
-#: served calls (half of this each), and counts the rest
-MAX_REPLICA_ROWS = 24
-
-
 def per_replica_title(replicas: int) -> str:
     if replicas <= MAX_REPLICA_ROWS:
         return "per replica"
     return f"per replica: the busiest and the least busy of {replicas:,} (--json has each one)"
-
-
-def shown_replicas(per_replica: Sequence[Mapping[str, Any]]) -> list[int | str]:
-    """The rows of one policy's replicas, in order: each replica's index in a fleet of up
-    to :data:`MAX_REPLICA_ROWS`; in a larger one the replicas that served calls (the
-    busiest half of that number by engine busy time, a line counting those between, the
-    least busy half), then a line counting those that served none."""
-    count = len(per_replica)
-    if count <= MAX_REPLICA_ROWS:
-        return list(range(count))
-    active = sorted(
-        (i for i in range(count) if per_replica[i]["llm_calls"]),
-        key=lambda i: (-per_replica[i]["engine_busy_s"], i),
-    )
-    half = MAX_REPLICA_ROWS // 2
-    rows: list[int | str] = list(active)
-    if len(active) > MAX_REPLICA_ROWS:
-        rows = [*active[:half], f"… {len(active) - 2 * half:,} more", *active[-half:]]
-    idle = count - len(active)
-    if idle:
-        rows.append(f"… {idle:,} served no call")
-    return rows

@@ -59,6 +59,7 @@ from typing import Any, NotRequired, TypedDict
 from profiles.new_shape import NEW_SHAPE_SHAPE, new_shape_s
 from profiles.wake import WAKE_SHAPE, wake_points, wake_s
 from ttlctl.errors import TtlctlError
+from ttlctl.filekind import PROFILE, document_kind
 from ttlctl.jsonfile import JsonFileError, read_json_object
 
 SCHEMA = "ttlctl.profile/1"
@@ -294,6 +295,11 @@ def from_json(data: Any, where: str = "profile") -> Profile:
     if not isinstance(data, dict):
         raise ProfileError(f"{where}: not a JSON object")
     if data.get("schema") != SCHEMA:
+        kind = document_kind(data)
+        if kind not in (None, PROFILE):  # a bundle, a fit … given as the profile
+            raise ProfileError(f"{where}: not a device profile but {kind}")
+        if "schema" not in data:  # not "schema is None" (Python's word for a missing key)
+            raise ProfileError(f"{where}: not a device profile: no schema field ({SCHEMA!r})")
         raise ProfileError(f"{where}: schema is {data.get('schema')!r}, expected {SCHEMA!r}")
     for part in ("prefill", "reload", "decode"):
         if part not in data:

@@ -21,6 +21,7 @@ from fitting.policy_params import PolicyParams
 from profiles import schema as profile_schema
 from ttlctl.bundle_doc import REQUIRED, SCHEMA_VERSION, BundleError, checksum
 from ttlctl.errors import TtlctlError
+from ttlctl.filekind import BUNDLE, FIT, document_kind
 from ttlctl.router_doc import check_settings
 
 MAX_CDF_POINTS = 1024
@@ -34,6 +35,14 @@ def verify(doc: Any, *, router_settings: bool = True) -> None:
         raise BundleError("not a ttlctl bundle (not a JSON object)")
     missing = [k for k in REQUIRED if k not in doc]
     if missing:
+        kind = document_kind(doc)
+        if kind == FIT:
+            raise BundleError(
+                f"not a ttlctl bundle but {kind}: `ttlctl bundle build --fit FIT --profile P "
+                "-o bundle.json` makes a bundle from it"
+            )
+        if kind not in (None, BUNDLE):
+            raise BundleError(f"not a ttlctl bundle but {kind}")
         raise BundleError(f"not a ttlctl bundle: missing {', '.join(missing)}")
     if doc["schema_version"] != SCHEMA_VERSION:
         raise BundleError(

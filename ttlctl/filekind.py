@@ -62,3 +62,38 @@ def not_json_text(head: bytes, expected: str) -> str | None:
         return wide
     kind = binary_kind(head)
     return None if kind is None else f"{kind}, not {expected}"
+
+
+#: what each of ttlctl's own JSON documents is, as :func:`document_kind` names it
+FIT = "a fit (what `ttlctl fit` writes)"
+PROFILE = "a device profile (what `ttlctl profile` writes)"
+TUNE_SUMMARY = "a tuning summary (what `ttlctl tune` writes beside its bundle)"
+REFIT_REPORT = "a refit report (what `ttlctl refit --json` writes)"
+BUNDLE = "a policy bundle (what `ttlctl bundle build` and `ttlctl tune` write)"
+REPLAY_RESULTS = "a replay's results (what `ttlctl replay --json` writes)"
+
+#: a ttlctl document's ``schema`` (its prefix, any version) -> what the document is
+SCHEMAS: tuple[tuple[str, str], ...] = (
+    ("ttlctl.fit/", FIT),
+    ("ttlctl.profile/", PROFILE),
+    ("ttlctl.tune/", TUNE_SUMMARY),
+    ("ttlctl.refit/", REFIT_REPORT),
+)
+
+
+def document_kind(doc: object) -> str | None:
+    """Which of ttlctl's own JSON documents ``doc`` (a parsed JSON value) is, one of the
+    kinds above, said to a user who gave it where another belongs (a fit as the trace, a
+    bundle as the profile); None when it is none of them (or not an object)."""
+    if not isinstance(doc, dict):
+        return None
+    schema = doc.get("schema")
+    if isinstance(schema, str):
+        for prefix, kind in SCHEMAS:
+            if schema.startswith(prefix):
+                return kind
+    if "schema_version" in doc and "sha256" in doc and "policy" in doc:
+        return BUNDLE
+    if isinstance(doc.get("results"), list) and isinstance(doc.get("config"), dict):
+        return REPLAY_RESULTS
+    return None

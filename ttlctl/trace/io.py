@@ -12,6 +12,7 @@ from typing import IO, Any
 import polars as pl
 
 from ttlctl.errors import TtlctlError
+from ttlctl.filekind import document_kind
 from ttlctl.jsonio import replacing
 from ttlctl.trace import rules
 from ttlctl.trace.columns import (
@@ -159,6 +160,12 @@ def _check_file(path: Path, *, pages: bool = True) -> None:
     with path.open("rb") as fh:
         magic = fh.read(4)
     if magic != b"PAR1":
+        kind = _ttlctl_document(path)
+        if kind is not None:  # not a log to ingest: the hint below would lead nowhere
+            raise TraceError(
+                f"{path}: not a Parquet trace but {kind}; give the trace that `ttlctl "
+                "ingest` or `ttlctl synth` writes"
+            )
         raise TraceError(
             f"{path}: not a Parquet trace (make one with `ttlctl ingest {path} -o trace.parquet`)"
         )
@@ -175,6 +182,22 @@ def _check_file(path: Path, *, pages: bool = True) -> None:
     damage = unreadable(path) if pages else None
     if damage is not None:
         raise TraceError(f"{path}: damaged Parquet, truncated or corrupted ({damage})")
+
+
+#: the largest file read whole to tell whether it is one of ttlctl's JSON documents
+DOCUMENT_BYTES = 64 << 20
+
+
+def _ttlctl_document(path: Path) -> str | None:
+    """Which of ttlctl's JSON documents (a fit, a bundle, a profile …) the file at
+    ``path`` is (:func:`ttlctl.filekind.document_kind`), or None: not JSON, too large to
+    be one, unreadable, or another JSON document (a log, which ingest reads)."""
+    try:
+        if path.stat().st_size > DOCUMENT_BYTES:
+            return None
+        return document_kind(json.loads(path.read_bytes()))
+    except (OSError, ValueError, RecursionError):
+        return None
 
 
 def unknown_version(source: Path | IO[bytes]) -> str | None:

@@ -166,7 +166,7 @@ def other_bundle(tune: dict[str, Any] | None, bundle: bundle_doc.Bundle, path: P
     if _same_file(ref.get("path"), path):
         return (
             f"the summary of an earlier {path.name} (sha256 {sha[:12]}…): {path.name} was "
-            f"replaced since (by refit, or another build), {now}"
+            f"replaced since (by refit, a rollback or another build), {now}"
         )
     return (
         f"the summary of another bundle ({ref.get('path')}, sha256 {sha[:12]}…), "

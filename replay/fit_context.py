@@ -36,10 +36,17 @@ def fit_context(frame: pl.DataFrame, limit: int, min_output: int = 4) -> pl.Data
         _f=(pl.lit(float(limit)) / total.max().over("program_id")).clip(upper_bound=1.0),
         **{f"_{c}": pl.col(c) for c in tokens},
     )
-    out = pl.max_horizontal((pl.col("_output_tokens") * pl.col("_f")).round(), pl.lit(min_output))
+    # the output at least min_output tokens, and one token short of the window at most,
+    # which leaves the prompt a token (limit > min_output); the prompt never rounded to 0
+    # (an empty prompt is no call: vLLM refuses it, and so does every reader of the trace)
+    out = pl.min_horizontal(
+        pl.max_horizontal((pl.col("_output_tokens") * pl.col("_f")).round(), pl.lit(min_output)),
+        pl.lit(limit - 1),
+    )
     work = work.with_columns(_out=out.cast(pl.Int64))
-    inp = pl.min_horizontal(
-        (pl.col("_input_tokens") * pl.col("_f")).round(), limit - pl.col("_out")
+    inp = pl.max_horizontal(
+        pl.min_horizontal((pl.col("_input_tokens") * pl.col("_f")).round(), limit - pl.col("_out")),
+        pl.lit(1),
     )
     work = work.with_columns(_in=inp.cast(pl.Int64))
     previous = (pl.col("_in") + pl.col("_out")).shift(1).over("program_id")

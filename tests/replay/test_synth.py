@@ -202,6 +202,35 @@ def test_fit_context_scales_programs_into_a_small_window(tmp_path: Path, limit: 
         fit_context(frame, 4)
 
 
+@pytest.mark.parametrize("limit", [5, 10, 20, 40])
+def test_fit_context_never_empties_a_prompt(tmp_path: Path, limit: int) -> None:
+    """Regression: `synth --max-context 10` (or 20, 40) rounded a small scaled prompt to
+    0 tokens, and every command then refused the trace it wrote ('row 1: input_tokens is
+    0: an empty prompt'); a call almost all output could take the whole window as output.
+    Every scaled call keeps a prompt of at least one token within the window."""
+    frame = synth("bfcl", 50, 0)
+    first = frame.filter(pl.col("program_id") == frame["program_id"][0]).head(1)
+    mostly_output = first.with_columns(
+        input_tokens=pl.lit(1, dtype=first["input_tokens"].dtype),
+        output_tokens=pl.lit(999, dtype=first["output_tokens"].dtype),
+        reused_tokens=pl.lit(0, dtype=first["reused_tokens"].dtype),
+        program_id=pl.lit("mostly-output"),
+        is_last=pl.lit(True),
+        tool=pl.lit(None, dtype=first["tool"].dtype),
+        tool_s=pl.lit(None, dtype=first["tool_s"].dtype),
+        gap_s=pl.lit(None, dtype=first["gap_s"].dtype),
+    )
+    frame = pl.concat([frame, mostly_output.select(frame.columns)])
+    scaled = fit_context(frame, limit)
+    assert scaled["input_tokens"].min() >= 1
+    assert (scaled["input_tokens"] + scaled["output_tokens"]).max() <= limit
+    assert scaled["output_tokens"].min() >= 4
+    src = tmp_path / "scaled.parquet"
+    trace_io.write(scaled.lazy(), src)
+    report = ingest([src], tmp_path / "back.parquet", fmt="canonical")  # strict
+    assert report.rows == scaled.height and report.rejected == 0
+
+
 def test_cli_max_context(tmp_path: Path) -> None:
     out = tmp_path / "t.parquet"
     args = ["synth", "--workload", "swe-bench", "--programs", "8", "--max-context", "1900"]

@@ -41,7 +41,7 @@ demo: install
 		-o $(DEMO)/contended/bundle.json
 	$(BIN)/ttlctl replay $(DEMO)/contended/trace.parquet --policy vllm --policy program-fcfs \
 		--policy continuum --policy unlimited-kv --bundle $(DEMO)/contended/bundle.json \
-		--concurrency 32 --kv-tokens 600000 --json $(DEMO)/contended/replay.json
+		--concurrency 32 --kv-tokens 600000 --truncate --json $(DEMO)/contended/replay.json
 	$(BIN)/ttlctl report $(DEMO)/contended -o $(DEMO)/contended/report.html
 	@echo "demo: open $(DEMO)/report.html (the shipped logs) and $(DEMO)/contended/report.html (a contended load)"
 

@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from profiles.schema import load  # noqa: E402
+from profiles.profile_read import load  # noqa: E402
 
 #: (cached tokens, new tokens) timed
 POINTS = ((512, 128), (1024, 128), (1792, 32), (1792, 64), (1792, 128), (1792, 224))

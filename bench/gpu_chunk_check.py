@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from profiles.models import PRESETS  # noqa: E402
-from profiles.schema import load  # noqa: E402
+from profiles.profile_read import load  # noqa: E402
 from profiles.torch_setup import hf_config  # noqa: E402
 
 #: (context, its chunk sizes): one pass (the context itself) first

@@ -39,7 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from profiles.models import PRESETS, head_dim  # noqa: E402
-from profiles.schema import Profile, load  # noqa: E402
+from profiles.profile_read import load  # noqa: E402
+from profiles.schema import Profile  # noqa: E402
 
 SEQS: tuple[int, ...] = (1, 8, 32, 128)
 #: (sequences, KV tokens each) of the attention timings

@@ -37,7 +37,8 @@ sys.path.insert(0, str(REPO))
 from profiles.measure_torch import measure as measure_torch  # noqa: E402
 from profiles.measure_vllm import measure_vllm  # noqa: E402
 from profiles.models import PRESETS  # noqa: E402
-from profiles.schema import Profile, load  # noqa: E402
+from profiles.profile_read import load  # noqa: E402
+from profiles.schema import Profile  # noqa: E402
 
 
 def _progress(stage: str, done: int, total: int) -> None:

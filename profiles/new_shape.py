@@ -13,9 +13,9 @@ and decodes makes them. An engine that has served for long has run most sizes; o
 started has not. The simulator charges it once per size per engine
 (:func:`replay.step_price.new_size_extra`), on engines that are told which sizes they have run.
 
-Standard library only, as :mod:`profiles.schema`, which reads the points with
-:func:`~profiles.wake.wake_points` (the same shape) and prices a size with
-:func:`new_shape_s`.
+Standard library only, as :mod:`profiles.schema`, which prices a size with
+:func:`new_shape_s`, and :mod:`profiles.profile_read`, which reads the points with
+:func:`~profiles.wake.wake_points` (the same shape).
 """
 
 from __future__ import annotations

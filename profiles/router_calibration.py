@@ -46,7 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiles.schema import Profile, ProfileError, coefficient_problem
+from profiles.profile_read import ProfileError, coefficient_problem
+from profiles.schema import Profile
 
 #: the router's ``prefill_cost_model.decode_throughput_alpha`` under ttlctl's additive step
 ADDITIVE_STEP_ALPHA = 0.0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiles.schema import Profile, ProfileError, load
+from profiles.profile_read import ProfileError, load
+from profiles.schema import Profile
 
 DATA = Path(__file__).parent / "data"
 

@@ -2,8 +2,9 @@
 costs beyond the same call on a busy engine, as ``[idle seconds, extra seconds]`` points
 (measured by ``ttlctl profile --engine``, :mod:`profiles.server_wake`).
 
-Standard library only, as :mod:`profiles.schema`, which reads the points with
-:func:`wake_points` and prices an idle spell with :func:`wake_s`.
+Standard library only, as :mod:`profiles.schema`, which prices an idle spell with
+:func:`wake_s`, and :mod:`profiles.profile_read`, which reads the points with
+:func:`wake_points`.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from profiles import schema
+from profiles import profile_read, schema
 from ttlctl.cli import app
 
 
@@ -20,7 +20,7 @@ def slower(profile: schema.Profile, factor: float) -> schema.Profile:
     data["prefill"] |= {k: data["prefill"][k] * factor for k in ("a", "b", "q")}
     data["prefill"]["points"] = [[n, s * factor] for n, s in data["prefill"]["points"]]
     data["decode"] = {k: v * factor for k, v in data["decode"].items()}
-    return schema.from_json(data)
+    return profile_read.from_json(data)
 
 
 def refused(args: list[str]) -> str:

@@ -3,7 +3,7 @@ the online policy it describes (:func:`policy_from`); the engine's door, which n
 raises (:func:`load_policy`). What a bundle holds is :mod:`ttlctl.bundle_doc`, how it is
 checked :mod:`ttlctl.bundle_check`, how it is made :mod:`ttlctl.bundle_make`.
 
-Standard library only (with :mod:`fitting.policy` and :mod:`profiles.schema`): the
+Standard library only (with :mod:`fitting.policy` and :mod:`profiles.profile_read`): the
 engine process imports this module, so it must not pull in numpy, polars or torch.
 """
 
@@ -18,7 +18,7 @@ from fitting.durations import priors_from_fit
 from fitting.fit_doc import FitDoc
 from fitting.policy import TTLPolicy
 from fitting.policy_params import PolicyParams
-from profiles import schema as profile_schema
+from profiles import profile_read
 from ttlctl.bundle_check import check_fit, verify
 from ttlctl.bundle_doc import Bundle, BundleError, BundleParts, RouterDoc
 from ttlctl.filekind import FIT, document_kind
@@ -72,7 +72,7 @@ def policy_from(doc: BundleParts, chunk: int | None = None) -> TTLPolicy:
     measured budget (one step when it records none), for a bundle read with no engine.
     """
     params = PolicyParams.from_json(doc["policy"])
-    profile = profile_schema.from_json(doc["profile"])
+    profile = profile_read.from_json(doc["profile"])
     tools, everything = priors_from_fit(doc["fit"])
     budget = chunk if chunk is not None and chunk > 0 else None
     return TTLPolicy.create(params, partial(profile.rebuild_s, chunk=budget), tools, everything)

@@ -18,7 +18,7 @@ from typing import Any
 from fitting import FIT_SCHEMA
 from fitting.eta import in_range as eta_in_range
 from fitting.policy_params import PolicyParams
-from profiles import schema as profile_schema
+from profiles import profile_read
 from ttlctl.bundle_doc import REQUIRED, SCHEMA_VERSION, BundleError, checksum
 from ttlctl.errors import TtlctlError
 from ttlctl.filekind import BUNDLE, FIT, document_kind
@@ -65,7 +65,7 @@ def verify(doc: Any, *, router_settings: bool = True) -> None:
     if absent:  # a bundle states every parameter: none is left to a default
         raise BundleError(f"policy: missing {', '.join(absent)}")
     try:
-        profile_schema.from_json(doc["profile"], "profile")
+        profile_read.from_json(doc["profile"], "profile")
         PolicyParams.from_json(doc["policy"])
     except (ValueError, TypeError) as exc:
         raise BundleError(str(exc)) from None

@@ -14,7 +14,7 @@ import numpy as np
 from fitting.eta import from_fit as eta_from_fit
 from fitting.fit_doc import FitDoc
 from fitting.policy_params import PolicyParams
-from profiles import schema as profile_schema
+from profiles import profile_read
 from profiles.cost import ProfileCostModel
 from profiles.schema import ProfileDoc
 from replay.figures import PolicyResult
@@ -179,7 +179,7 @@ class TuneContext:
         return [replace(load, seed=s) for s in self.seeds for load in self.loads]
 
     def cost(self) -> ProfileCostModel:
-        return ProfileCostModel(profile_schema.from_json(self.profile))
+        return ProfileCostModel(profile_read.from_json(self.profile))
 
     def fingerprint(self) -> dict[str, Any]:
         """What the objective's values depend on, besides the inputs' content."""

@@ -27,8 +27,8 @@ from typing import Any
 
 from profiles.engine_fit import fit_samples
 from profiles.engine_timings import samples_from_json
+from profiles.profile_read import from_json as profile_from_json
 from profiles.schema import Profile
-from profiles.schema import from_json as profile_from_json
 from replay.fleet.routers import RouterSettings
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig

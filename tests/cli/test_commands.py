@@ -318,7 +318,7 @@ def test_a_table_to_a_pipe_takes_its_width_or_columns() -> None:
         cmd, env={**env, "COLUMNS": "60"}, capture_output=True, text=True, check=True
     ).stdout
     from profiles import shipped
-    from profiles.schema import load
+    from profiles.profile_read import load
 
     numbers = []
     for name in shipped.names():

@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from profiles import models, schema
+from profiles import models, profile_read
 from replay.validation import recorded, server_sources
 from ttlctl import bundle
 from ttlctl.errors import TtlctlError
@@ -25,7 +25,7 @@ from ttlctl.report import rundir
 READERS: dict[str, tuple[str, Callable[[Path], Any]]] = {
     "bundle": ("a bundle", bundle.read),
     "fit": ("a fit", bundle.read_fit),
-    "profile": ("a profile's JSON", schema.load),
+    "profile": ("a profile's JSON", profile_read.load),
     "validate document": ("a validate document", recorded.read_document),
     "model config": ("a model's config.json", models.load_config),
     "model folder": ("a model's config.json", lambda p: server_sources.local_config(str(p.parent))),

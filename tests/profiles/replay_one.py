@@ -10,7 +10,8 @@ from pathlib import Path
 import polars as pl
 from typer.testing import CliRunner
 
-from profiles.schema import Profile, load
+from profiles.profile_read import load
+from profiles.schema import Profile
 from ttlctl.cli import app
 from ttlctl.trace.io import write
 

@@ -22,7 +22,8 @@ import pytest
 from typer.testing import CliRunner
 
 from profiles.cost import ProfileCostModel
-from profiles.schema import Profile, ProfileError, from_json
+from profiles.profile_read import ProfileError, from_json
+from profiles.schema import Profile
 from replay.request import SimRequest
 from replay.step_price import first_chunk_cached
 from tests.profiles.made import quadratic_profile

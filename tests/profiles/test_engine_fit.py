@@ -19,7 +19,8 @@ import pytest
 from profiles.engine_fit import fit_samples, pooled_points
 from profiles.engine_timings import EngineFitError, samples_from_json
 from profiles.fitmath import fit_decode, fit_quadratic
-from profiles.schema import Decode, from_json
+from profiles.profile_read import from_json
+from profiles.schema import Decode
 from tests.profiles.engine_samples import CONTEXTS, SHAPES, samples, ttft
 
 

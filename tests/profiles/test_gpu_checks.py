@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from profiles.schema import load
+from profiles.profile_read import load
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -21,7 +21,8 @@ from profiles.decode_pace import FROM_SERVER
 from profiles.engine_fit import NEW_SHAPE_TIMING, WAKE_TIMING
 from profiles.measure_server import measure_engine
 from profiles.models import PRESETS, kv_bytes_per_token
-from profiles.schema import Profile, from_json
+from profiles.profile_read import from_json
+from profiles.schema import Profile
 from profiles.server_cached import NEW_TOKENS, NO_ROOM, cached_plan
 from profiles.server_new_shape import NEW_SHAPE_SIZES
 from replay.validation.error import ValidateError

@@ -26,8 +26,9 @@ pytest.importorskip("transformers")
 from profiles.grid import default_contexts
 from profiles.measure_torch import measure
 from profiles.models import PRESETS
+from profiles.profile_read import from_json
 from profiles.reload_copy import fit_reload
-from profiles.schema import Profile, from_json
+from profiles.schema import Profile
 from profiles.torch_setup import MeasureError
 from tests.profiles.replay_one import check_replays_its_points
 from ttlctl.cli import app

@@ -22,7 +22,8 @@ vllm = pytest.importorskip("vllm")  # imported here, not first inside a CliRunne
 
 from profiles import models  # noqa: E402
 from profiles.measure_vllm import measure_vllm  # noqa: E402
-from profiles.schema import Profile, from_json  # noqa: E402
+from profiles.profile_read import from_json  # noqa: E402
+from profiles.schema import Profile  # noqa: E402
 from tests.profiles.replay_one import check_replays_its_points  # noqa: E402
 from tests.vllm_server import vllm_cache_root  # noqa: E402
 from ttlctl.cli import app  # noqa: E402

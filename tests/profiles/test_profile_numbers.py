@@ -1,5 +1,5 @@
 """A profile's numbers are checked where it is read: one rule
-(:func:`profiles.schema.coefficient_problem`) for every command that loads one."""
+(:func:`profiles.profile_read.coefficient_problem`) for every command that loads one."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from profiles.schema import ProfileError, from_json, load
+from profiles.profile_read import ProfileError, from_json, load
 from profiles.shipped import DATA
 
 

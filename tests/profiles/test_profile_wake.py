@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from profiles import shipped
-from profiles.schema import ProfileError, from_json
+from profiles.profile_read import ProfileError, from_json
 
 POINTS = [[0.1, 0.01], [1.0, 0.016]]
 

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from profiles import fitmath, models, roofline, shipped
 from profiles.cost import ConstantCostModel, ProfileCostModel
-from profiles.schema import ProfileDoc, ProfileError, from_json, load
+from profiles.profile_read import ProfileError, from_json, load
+from profiles.schema import ProfileDoc
 from profiles.vllm_plan import parse_contexts
 from tests.documents import conforms
 from ttlctl.cli import app

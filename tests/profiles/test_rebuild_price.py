@@ -17,7 +17,7 @@ import pytest
 from fitting.policy_params import PolicyParams
 from profiles import shipped
 from profiles.cost import ConstantCostModel, ProfileCostModel, rebuild_pricer
-from profiles.schema import ProfileError, from_json, load
+from profiles.profile_read import ProfileError, from_json, load
 from tests.profiles.made import quadratic_profile
 from tests.profiles.replay_one import check_replays_its_points, one_call_ttft
 from ttlctl import __version__, bundle_make

@@ -13,7 +13,7 @@ import pytest
 
 from profiles.engine_fit import NOT_TIMED, WAKE_TIMING, fit_samples
 from profiles.engine_timings import EngineSamples, samples_from_json
-from profiles.schema import from_json
+from profiles.profile_read import from_json
 from profiles.server_wake import NO_ROOM, wake_prefix
 from tests.profiles.engine_samples import samples
 

@@ -12,7 +12,7 @@ import pytest
 
 from profiles.cost import ProfileCostModel
 from profiles.new_shape import new_shape_s
-from profiles.schema import from_json
+from profiles.profile_read import from_json
 from profiles.shipped import resolve
 from replay.fleet.routers import RouterSettings
 from replay.fleet.run import FleetSpec, runner

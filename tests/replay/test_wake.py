@@ -21,7 +21,8 @@ import pytest
 from typer.testing import CliRunner
 
 from profiles.cost import ConstantCostModel, ProfileCostModel
-from profiles.schema import Profile, from_json
+from profiles.profile_read import from_json
+from profiles.schema import Profile
 from replay.step_price import wake_after
 from tests.profiles.made import quadratic_profile
 from ttlctl.cli import app

@@ -14,7 +14,7 @@ import polars as pl
 import typer
 from typer.testing import CliRunner
 
-from profiles import schema as profile_schema
+from profiles import profile_read
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
 from tests.tune.inputs import KV_TOKENS, PROFILE
@@ -195,7 +195,7 @@ def test_tune_program_scheduling_and_print_its_router_flags(
     assert config["program_scheduling_enable_key"] == "auto"
     assert config["max_acting_ttl_seconds"] == best["max_acting_ttl_seconds"]
     # calibrated from the bundle's profile: all seven coefficients, the profile's
-    profile = profile_schema.from_json(doc["profile"])
+    profile = profile_read.from_json(doc["profile"])
     assert {k: config[k] for k in ("prefill_cost_model", "decode_throughput_model")} == (
         calibrate(profile).to_json()
     )

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from fitting.policy_params import DEFAULT_VALVE
-from profiles import schema as profile_schema
+from profiles import profile_read
 from ttlctl import bundle, bundle_history, bundle_make, hints, router_flags
 from ttlctl.cli import render
 from ttlctl.cli.kit import UserError, check_outputs, err, out, print_warning, user_errors
@@ -154,7 +154,7 @@ def query(
                 )
             doc = bundle.read(path)
             args = router_flags.vllm_router_args(
-                bundle.router_of(doc, path), profile_schema.from_json(doc["profile"])
+                bundle.router_of(doc, path), profile_read.from_json(doc["profile"])
             )
         # unquoted: the JSON has no spaces, and `$(ttlctl bundle query …)` passes each
         # word as it is (quotes would reach the router)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from profiles import schema as profile_schema
+from profiles import profile_read
 from ttlctl.report.files import BUNDLE
 from ttlctl.report.markup import absent, e, kv
 from ttlctl.report.png import figure, img, label
@@ -26,7 +26,7 @@ def budget_note(run: RunInputs) -> str:
             "--max-num-batched-tokens, as given)"
         )
     assert run.bundle is not None
-    measured = profile_schema.from_json(run.bundle["profile"]).chunk_tokens
+    measured = profile_read.from_json(run.bundle["profile"]).chunk_tokens
     if measured is None:
         return "in one step (the bundle's profile records no budget)"
     return (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from profiles import schema as profile_schema
+from profiles import profile_read
 from profiles.cost import ProfileCostModel
 
 #: (label, prompt tokens, decode sequences, their KV tokens) of the times each measured
@@ -23,7 +23,7 @@ def _predicted(doc: dict[str, Any], tokens: int, seqs: int, kv: int) -> float:
     """Milliseconds a profile document predicts for a prefill of ``tokens`` (``seqs`` 0)
     or a decode step of ``seqs`` sequences over ``kv`` KV tokens (the cost model's own
     terms)."""
-    cost = ProfileCostModel(profile_schema.from_json(doc))
+    cost = ProfileCostModel(profile_read.from_json(doc))
     if seqs == 0:
         return 1e3 * cost.profile.prefill_s(tokens)
     return 1e3 * cost.decode_s(seqs, kv)

@@ -9,8 +9,9 @@ from rich.console import Console
 from rich.table import Table
 
 from profiles import shipped
+from profiles.profile_read import from_json, load
 from profiles.router_calibration import RouterCalibration
-from profiles.schema import ProfileDoc, from_json, load
+from profiles.schema import ProfileDoc
 from ttlctl.cli.render.cells import show
 
 

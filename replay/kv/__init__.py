@@ -51,7 +51,10 @@ correspond to):
 - :mod:`~replay.kv.interface`: what the simulator asks of a pool (:class:`KVPool`),
   the shared keys of a call, a pin's record, :class:`OutOfBlocks`;
 - :mod:`~replay.kv.run_pool`: :class:`RunPool`, runs of consecutive blocks as one
-  entry (what the simulator runs);
+  entry (what the simulator runs), assembled from parts: its free list
+  (:mod:`~replay.kv.run_free`), prefix lookup (:mod:`~replay.kv.run_lookup`), shared
+  copies (:mod:`~replay.kv.run_shared`) and pins (:mod:`~replay.kv.run_pins`), on what
+  they share (:mod:`~replay.kv.run_state`);
 - :mod:`~replay.kv.block_pool`: :class:`BlockPool`, every block on its own (the
   reference, vLLM's ``block_pool.py`` with ``kv_cache_utils.py``'s free queue).
 """

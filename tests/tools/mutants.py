@@ -121,15 +121,15 @@ MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ the pools
     Mutant(
         "run pool: free-list order (the partial block last, not first)",
-        "replay/kv/run_pool.py",
+        "replay/kv/run_free.py",
         "            self._prepend(lo + full, lo + blocks)  # the partial last block: reused first",
         "            self._append(None, lo + full, lo + blocks)",
     ),
     Mutant(
         "run pool: room check off by one",
-        "replay/kv/run_pool.py",
-        "        return new <= self._free - hit\n\n    def admit",
-        "        return new < self._free - hit\n\n    def admit",
+        "replay/kv/run_lookup.py",
+        "        return new <= self._free - hit\n\n    def _ids",
+        "        return new < self._free - hit\n\n    def _ids",
     ),
     Mutant(
         "block pool: new blocks from the tail of the free list",

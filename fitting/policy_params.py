@@ -74,15 +74,21 @@ class PolicyParams:
         if self.t_window < 1:
             raise ValueError(f"t_window must be >= 1, got {self.t_window}")
         if self.history_cap < 1 or self.refresh_every < 1:
-            raise ValueError("history_cap and refresh_every must be >= 1")
+            raise ValueError(
+                "history_cap and refresh_every must be >= 1, got "
+                f"{self.history_cap} and {self.refresh_every}"
+            )
         if self.valve not in VALVES:
             raise ValueError(f"valve must be one of {', '.join(VALVES)}, got {self.valve!r}")
         if not 0.0 < self.pin_cap <= 1.0:
             raise ValueError(f"pin_cap must be in (0, 1], got {self.pin_cap}")
         if self.cold_start_ttl_s is not None and not self.cold_start_ttl_s >= 0:
-            raise ValueError("cold_start_ttl_s must be >= 0")
+            raise ValueError(f"cold_start_ttl_s must be >= 0, got {self.cold_start_ttl_s}")
         if self.prior_weight_cap < 0 or self.abandon_s <= 0:
-            raise ValueError("prior_weight_cap >= 0 and abandon_s > 0")
+            raise ValueError(
+                "prior_weight_cap must be >= 0 and abandon_s > 0, got "
+                f"{self.prior_weight_cap} and {self.abandon_s}"
+            )
 
     def to_json(self) -> PolicyDoc:
         return {

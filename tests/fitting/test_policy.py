@@ -123,12 +123,23 @@ def test_eta_learned_online_when_asked() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad",
-    [{"eta": 2.0}, {"valve": "sometimes"}, {"pin_cap": 0.0}, {"k": -1}, {"t_window": 0}],
+    ("bad", "said"),
+    [
+        ({"eta": 2.0}, "eta must be in [-1, 1], got 2.0"),
+        ({"valve": "sometimes"}, "got 'sometimes'"),
+        ({"pin_cap": 0.0}, "pin_cap must be in (0, 1], got 0.0"),
+        ({"k": -1}, "k must be >= 0, got -1"),
+        ({"t_window": 0}, "t_window must be >= 1, got 0"),
+        ({"cold_start_ttl_s": -1.5}, "cold_start_ttl_s must be >= 0, got -1.5"),
+        ({"refresh_every": 0}, "history_cap and refresh_every must be >= 1, got 1024 and 0"),
+        ({"abandon_s": 0.0}, "prior_weight_cap must be >= 0 and abandon_s > 0, got 1024 and 0.0"),
+    ],
 )
-def test_params_validate(bad: dict[str, object]) -> None:
-    with pytest.raises(ValueError):
+def test_params_validate(bad: dict[str, object], said: str) -> None:
+    """Each refusal names the value given (the flag's message is made from it)."""
+    with pytest.raises(ValueError) as caught:
         PolicyParams(**bad)  # type: ignore[arg-type]
+    assert said in str(caught.value)
 
 
 def test_params_round_trip_and_reject_unknown() -> None:

@@ -16,7 +16,7 @@ import numpy as np
 from fitting.percentile import percentile
 from replay.fleet.records import FleetRouter, MissReasons, ReplicaResult
 from replay.math_utils import cdiv
-from replay.sim import ProgramRun, SimCallRecord
+from replay.sim_outcome import ProgramRun, SimCallRecord
 from ttlctl import gap
 from ttlctl.jsonio import FileRef
 
@@ -151,9 +151,10 @@ class ReplayDoc(TypedDict):
 
 
 class Replayed(Protocol):
-    """What the figures are read from: :class:`replay.sim.Outcome` (the fast backend)
-    or the vLLM backend's outcome. ``engine`` has ``stats`` (``replay.scheduler.Stats``),
-    ``config.block_size`` and ``timeline`` ((time, pinned blocks) at each change)."""
+    """What the figures are read from: :class:`replay.sim_outcome.Outcome` (the fast
+    backend) or the vLLM backend's outcome. ``engine`` has ``stats``
+    (``replay.scheduler.Stats``), ``config.block_size`` and ``timeline`` ((time, pinned
+    blocks) at each change)."""
 
     @property
     def calls(self) -> Sequence[SimCallRecord]: ...

@@ -12,7 +12,8 @@ from replay.figures import PolicyResult
 from replay.policies import BOUNDS, NAMES, PolicySpec, make
 from replay.progress import CallsDone
 from replay.scheduler import SimSchedulerConfig
-from replay.sim import Outcome, ReplayConfig, simulate
+from replay.sim import ReplayConfig, simulate
+from replay.sim_outcome import Outcome
 from replay.workload import Workload, poisson_starts, retimed
 from ttlctl.errors import ConfigError
 

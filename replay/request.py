@@ -7,7 +7,7 @@ bookkeeping (tokens computed and generated, blocks held, preemptions, when it wa
 admitted, produced its first token and finished). Never a pause's length or how
 many calls the program has left: the policies read requests.
 
-Invariants (checked by ``--check`` replays, ``replay.sim``): ``num_computed_tokens`` ≤
+Invariants (checked by ``--check`` replays, ``replay.invariants``): ``num_computed_tokens`` ≤
 ``num_tokens`` = ``prompt`` + tokens sampled so far (``generated``, while it runs;
 at finish ``num_computed_tokens`` = ``prompt + output − 1``: the last sampled token is never
 computed); a running request holds ``blocks`` = ⌈``num_computed_tokens`` / block size⌉ blocks

@@ -99,7 +99,7 @@ class Policy(Protocol):
 class SimScheduler(FastPath, ReferencePath, Admission, DecodeRuns, Leaving, PinClock):
     """vLLM's scheduler over the block pool, for one replay.
 
-    Invariants (checked after every step of a ``--check`` replay, ``replay.sim``):
+    Invariants (checked after every step of a ``--check`` replay, ``replay.invariants``):
     blocks are conserved (free + held by running requests + held by pins = the pool's
     blocks); no two waiting requests share a queue key; ``running`` is in ``run_seq``
     order and every running request holds its blocks, a waiting one none;

@@ -8,6 +8,9 @@ latencies (TTFT, queueing, JCT) count from when it was sent, as a client and
 vLLM's own ``arrival_time`` do; the scheduler and the policy see it when it
 reaches them. Deterministic for a seed; reads no clock
 (``wall_s`` is measured by the caller, outside the simulation).
+
+What a replay returns is :mod:`replay.sim_outcome`'s; with ``check`` set, every step is
+held to :func:`replay.invariants.check_invariants`.
 """
 
 from __future__ import annotations
@@ -20,18 +23,15 @@ from typing import Any
 from profiles.cost import CostModel
 from replay.async_sched import AsyncSimScheduler
 from replay.collector import replay_collector
-from replay.math_utils import cdiv
+from replay.invariants import SimulationError, check_invariants
 from replay.offload import OffloadTier
 from replay.progress import CallsDone, CallTally
 from replay.request import SimRequest
 from replay.scheduler import Policy, SimScheduler, SimSchedulerConfig
-from replay.workload import AgentProgram, Call, Workload
+from replay.sim_outcome import Outcome, ProgramRun, SimCallRecord
+from replay.workload import Call, Workload
 
 ARRIVAL = 0
-
-
-class SimulationError(RuntimeError):
-    """The simulation broke an invariant or could not make progress (a bug)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,76 +42,11 @@ class ReplayConfig:
     offload_tokens: int = 0
     #: clip a call's prompt to fit the model length and the KV cache instead of rejecting it
     truncate: bool = False
-    #: check invariants after every step (slower)
+    #: check invariants after every step (slower; :mod:`replay.invariants`)
     check: bool = False
     #: vLLM's ``--async-scheduling``: step N+1 is scheduled before step N's output is
     #: applied (:class:`replay.async_sched.AsyncSimScheduler`)
     async_scheduling: bool = False
-
-
-@dataclass(slots=True)
-class ProgramRun:
-    program: AgentProgram
-    start: float
-    next_turn: int = 0
-    #: when the program's first call was sent (its JCT counts from here)
-    first_arrival: float | None = None
-    #: when that call reached the scheduler (the key of program-level FCFS)
-    program_start: float | None = None
-    #: the request id of the program's first call (its arrival order)
-    first_rid: int = 0
-    last_finish: float | None = None
-    done: bool = False
-    cut_short: bool = False
-
-
-@dataclass(slots=True)
-class SimCallRecord:
-    program: str
-    turn: int
-    #: when the call was sent (vLLM's arrival_time)
-    arrival: float
-    admitted: float
-    first_token: float
-    finish: float
-    prompt: int
-    output: int
-    hit_tokens: int
-    preemptions: int
-    #: the engine step the call was first admitted in and the one it finished in (0-based,
-    #: counting the steps that computed something; a merged run of decode steps counts
-    #: each of its steps), as the vLLM backend counts vLLM's steps
-    admitted_step: int = -1
-    finish_step: int = -1
-
-    @classmethod
-    def of(cls, req: SimRequest, now: float, finish_step: int) -> SimCallRecord:
-        """The record of ``req``, finished at ``now`` in engine step ``finish_step``."""
-        assert req.admitted is not None and req.first_token is not None
-        return cls(
-            req.program,
-            req.turn,
-            req.arrival if req.sent is None else req.sent,
-            req.admitted,
-            req.first_token,
-            now,
-            req.prompt,
-            req.output,
-            req.hit_tokens,
-            req.preemptions,
-            req.admitted_step,
-            finish_step,
-        )
-
-
-@dataclass(slots=True)
-class Outcome:
-    calls: list[SimCallRecord]
-    programs: list[ProgramRun]
-    rejected_calls: int
-    truncated_calls: int
-    engine: SimScheduler
-    end: float
 
 
 def fits_engine(call: Call, config: ReplayConfig) -> tuple[Call | None, bool]:
@@ -288,75 +223,8 @@ def _simulate(
             if len(records) >= tell_at:
                 tell_at = tally.told_at(len(records), len(records) + rejected)
         if config.check:
-            _check(engine, now)
+            check_invariants(engine, now)
     engine.tick(now)
     engine.pin_counters()
     tally.end(len(records) + rejected)
     return Outcome(records, runs, rejected, truncated, engine, now)
-
-
-def _check(engine: SimScheduler, now: float) -> None:
-    """The invariants stated on :class:`SimScheduler`, :class:`SimRequest`, the pool and
-    the pin rules (``--check``)."""
-
-    def fail(what: str) -> None:
-        raise SimulationError(f"invariant broken at t={now}: {what}")
-
-    pool: Any = engine.pool
-    pool.check()
-    bs = engine.config.block_size
-    for req in engine.running:
-        engine.decoders.sync(req)
-    # a shared block is counted by each request and pin that holds it
-    held = sum(r.blocks for r in engine.running) + engine.pinned_blocks - pool.overlap()
-    if held + pool.free_blocks != engine.config.num_blocks:
-        fail(
-            f"blocks not conserved: running+pinned {held} + free {pool.free_blocks} "
-            f"!= {engine.config.num_blocks}"
-        )
-    seqs = [r.run_seq for r in engine.running]
-    if seqs != sorted(seqs):
-        fail("the running list is out of order")
-    if engine.clock > now + 1e-9 * max(1.0, now):  # the same sums, in another order
-        fail(f"the engine's clock {engine.clock} ran ahead of the replay's")
-    decoding = {
-        r.rid
-        for r in engine.running
-        if r.num_computed_tokens >= r.prompt and r.num_tokens - r.num_computed_tokens == 1
-    }
-    prefilling = {r.rid for r in engine._prefilling}
-    members = set(engine.decoders.members)
-    # a request recomputing after a preemption may end a chunk one token short of its
-    # stream: it decodes that token as a prefill chunk of one, and joins the set after
-    if engine.config.fast and not (members <= decoding and decoding <= members | prefilling):
-        fail("the decode set is not the running requests with one token to compute")
-    if engine.config.fast and members & prefilling:
-        fail("a request is both decoding and prefilling")
-    for req in engine.running:
-        if req.admitted is not None and req.admitted < req.arrival:
-            fail(f"request {req.rid} ran before it arrived")
-        if (
-            not req.num_computed_tokens <= req.num_tokens
-            or cdiv(req.num_computed_tokens, bs) != req.blocks
-        ):
-            fail(f"request {req.rid}: {req.num_computed_tokens} computed, {req.blocks} blocks")
-        if req.hit_tokens % bs or (req.hit_tokens and req.hit_tokens >= req.prompt):
-            fail(f"request {req.rid} hit {req.hit_tokens} of {req.prompt}")
-    for req in engine.waiting:
-        if req.blocks:
-            fail(f"waiting request {req.rid} holds {req.blocks} blocks")
-        if engine.waiting_programs.get(req.program) is not req:
-            fail(f"waiting request {req.rid} is not its program's")
-    if len(engine.waiting_programs) != len(engine.waiting):
-        fail("waiting_programs does not match the queue")
-    if len({r.qkey for r in engine.waiting}) != len(engine.waiting):
-        # the queue puts new and re-keyed requests in place one by one (as a stable sort
-        # would only when no two keys tie)
-        fail("two waiting requests share a queue key")
-    if engine.pinning is not None:
-        retention = engine.pinning.retention
-        retention.check()
-        running = {r.program for r in engine.running}
-        pinned = set(retention.pins.pins)
-        if running & pinned:
-            fail(f"pinned programs run: {sorted(running & pinned)}")

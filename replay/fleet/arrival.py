@@ -7,7 +7,8 @@ from replay.fleet.parts import Fleet, make_tuple
 from replay.fleet.replica import Replica
 from replay.fleet.routers.base import RoutedCall
 from replay.request import SimRequest
-from replay.sim import ProgramRun, fits_engine
+from replay.sim import fits_engine
+from replay.sim_outcome import ProgramRun
 
 
 def arrive(

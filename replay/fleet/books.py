@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from replay.fleet.routers.base import RoutedCall
-from replay.sim import ProgramRun, SimCallRecord
+from replay.sim_outcome import ProgramRun, SimCallRecord
 
 
 class CallRoute(NamedTuple):

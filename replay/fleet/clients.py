@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 
 from replay.fleet.events import EventQueue
-from replay.sim import ProgramRun
+from replay.sim_outcome import ProgramRun
 from replay.workload import Workload
 
 

@@ -19,7 +19,7 @@ import math
 from itertools import count
 
 from replay.fleet.replica import Replica
-from replay.sim import ProgramRun
+from replay.sim_outcome import ProgramRun
 
 
 class EventQueue:

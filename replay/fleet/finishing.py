@@ -5,7 +5,7 @@ from __future__ import annotations
 from replay.fleet.parts import Fleet
 from replay.fleet.replica import Replica
 from replay.request import SimRequest
-from replay.sim import SimCallRecord
+from replay.sim_outcome import SimCallRecord
 
 
 def finish(fleet: Fleet, rep: Replica, req: SimRequest, now: float) -> None:

@@ -31,7 +31,7 @@ from replay.fleet.engine import Engine
 from replay.fleet.loop import FleetOutcome
 from replay.fleet.records import FleetRouter, MissReasons, ReplicaResult
 from replay.scheduler import SimSchedulerConfig, Stats
-from replay.sim import ProgramRun, SimCallRecord
+from replay.sim_outcome import ProgramRun, SimCallRecord
 from replay.workload import Workload
 
 MISS_REASONS = (

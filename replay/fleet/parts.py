@@ -14,7 +14,8 @@ from replay.fleet.routers.base import HoldingRouter, RoutedCall, Router
 from replay.fleet.streams import Streams
 from replay.fleet.view import FleetState
 from replay.progress import CallTally
-from replay.sim import ProgramRun, ReplayConfig
+from replay.sim import ReplayConfig
+from replay.sim_outcome import ProgramRun
 
 #: a named tuple made from its fields without its generated ``__new__`` (a Python
 #: function: one frame fewer per call routed and per route kept)

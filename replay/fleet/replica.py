@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from replay.fleet.engine import Engine
 from replay.fleet.routers.base import RoutedCall
 from replay.request import SimRequest
-from replay.sim import ProgramRun, ReplayConfig
+from replay.sim import ReplayConfig
+from replay.sim_outcome import ProgramRun
 
 
 @dataclass(slots=True)

@@ -17,9 +17,9 @@ from replay.fleet.arrival import arrive
 from replay.fleet.finishing import finish
 from replay.fleet.parts import Fleet
 from replay.fleet.replica import Replica
+from replay.invariants import SimulationError, check_invariants
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
-from replay.sim import SimulationError, _check
 
 
 def took(
@@ -48,7 +48,7 @@ def check(rep: Replica, end: float) -> None:
     has its own)."""
     engine = rep.engine
     if isinstance(engine, SimScheduler):
-        _check(engine, end)
+        check_invariants(engine, end)
 
 
 def run_deferred(fleet: Fleet, rep: Replica, horizon: float, *, wake: bool = True) -> None:

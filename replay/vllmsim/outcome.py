@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from replay.scheduler import SimSchedulerConfig, Stats
-from replay.sim import ProgramRun, SimCallRecord
+from replay.sim_outcome import ProgramRun, SimCallRecord
 
 
 @dataclass(slots=True)

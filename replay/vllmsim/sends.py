@@ -14,7 +14,7 @@ import math
 from collections import deque
 from typing import Any
 
-from replay.sim import ProgramRun
+from replay.sim_outcome import ProgramRun
 from replay.workload import Workload
 
 ARRIVAL = 0

@@ -12,7 +12,7 @@ from typing import Any
 from vllm.sampling_params import SamplingParams
 from vllm.v1.request import Request
 
-from replay.sim import ProgramRun
+from replay.sim_outcome import ProgramRun
 from replay.vllmsim.outcome import VllmCall
 from replay.workload import Call
 

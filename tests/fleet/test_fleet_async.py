@@ -14,7 +14,8 @@ from replay.fleet.run import FleetSpec, simulate_fleet_one
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, simulate_one
 from replay.scheduler import SimSchedulerConfig
-from replay.sim import ReplayConfig, SimCallRecord
+from replay.sim import ReplayConfig
+from replay.sim_outcome import SimCallRecord
 from tests.replay.test_equivalence import workload as seeded_workload
 
 COST = ConstantCostModel()

@@ -12,7 +12,7 @@ import pytest
 from replay.fleet.books import CallRoute
 from replay.fleet.metrics import miss_reasons
 from replay.scheduler import SimSchedulerConfig
-from replay.sim import SimCallRecord
+from replay.sim_outcome import SimCallRecord
 from replay.workload import AgentProgram, Call, Workload
 
 BS = 16

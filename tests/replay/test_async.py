@@ -16,7 +16,8 @@ from profiles.cost import ConstantCostModel
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, simulate_one
 from replay.scheduler import SimSchedulerConfig
-from replay.sim import Outcome, ReplayConfig
+from replay.sim import ReplayConfig
+from replay.sim_outcome import Outcome
 from replay.workload import AgentProgram, Call, Workload
 from tests.replay.test_equivalence import workload as seeded_workload
 from tests.replay.test_replay_cli import _growing, _trace

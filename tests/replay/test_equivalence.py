@@ -25,7 +25,8 @@ from replay.policies import NAMES, PolicySpec, make
 from replay.policy_runs import Load, prepare, run_all, run_one, unlimited_kv_tokens
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler, SimSchedulerConfig
-from replay.sim import Outcome, ReplayConfig, simulate
+from replay.sim import ReplayConfig, simulate
+from replay.sim_outcome import Outcome
 from replay.workload import AgentProgram, Call, Workload
 
 REPO = Path(__file__).resolve().parents[2]

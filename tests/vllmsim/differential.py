@@ -45,7 +45,8 @@ from replay.policies import PolicySpec
 from replay.policy_runs import Load, simulate_one
 from replay.scheduler import SimSchedulerConfig
 from replay.scheduler_stats import Stats
-from replay.sim import Outcome, ReplayConfig
+from replay.sim import ReplayConfig
+from replay.sim_outcome import Outcome
 from replay.vllmsim.outcome import Outcome as VllmOutcome
 from replay.vllmsim.run import run
 from replay.workload import AgentProgram, Call, SharedPrefix, Workload

@@ -47,7 +47,7 @@ from replay.fleet.parts import Fleet
 from replay.fleet.routers import RouterSettings
 from replay.fleet.run import FleetSpec, simulate_fleet_one
 from replay.fleet.view import FleetState
-from replay.sim import ProgramRun
+from replay.sim_outcome import ProgramRun
 from replay.vllmsim.fleet import simulate
 from tests.vllmsim.differential import METRICS, REL_TIME, Case, Diff, pin_counts
 

@@ -18,7 +18,8 @@ from replay.fleet.run import FleetSpec, simulate_fleet_one
 from replay.policies import PolicySpec
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
-from replay.sim import ReplayConfig, SimCallRecord
+from replay.sim import ReplayConfig
+from replay.sim_outcome import SimCallRecord
 from replay.vllmsim.backend import BackendError
 from replay.vllmsim.fleet import simulate
 from replay.vllmsim.run import run

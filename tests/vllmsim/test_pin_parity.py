@@ -31,7 +31,8 @@ from profiles.shipped import resolve
 from replay.policies import PolicySpec
 from replay.policy_runs import Load, simulate_one
 from replay.scheduler import SimScheduler, SimSchedulerConfig
-from replay.sim import Outcome, ReplayConfig
+from replay.sim import ReplayConfig
+from replay.sim_outcome import Outcome
 from replay.vllmsim.outcome import Outcome as VllmOutcome
 from replay.vllmsim.run import run
 from replay.workload import AgentProgram, Call, Workload

@@ -7,6 +7,10 @@ Imports nothing (the engine's bundle reader uses it).
 
 from __future__ import annotations
 
+#: The UTF-8 byte-order mark some tools (Windows' among them) write first: not text. UTF-8
+#: text that opens with it is read without it, by ingest and by every JSON reader alike.
+UTF8_BOM = b"\xef\xbb\xbf"
+
 #: leading bytes -> what a file starting with them is
 MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"PAR1", "a Parquet file (a trace?)"),
@@ -97,3 +101,17 @@ def document_kind(doc: object) -> str | None:
     if isinstance(doc.get("results"), list) and isinstance(doc.get("config"), dict):
         return REPLAY_RESULTS
     return None
+
+
+def unmarked(data: bytes) -> bytes:
+    """``data`` less the UTF-8 byte-order mark that opens it, if one does."""
+    return data[len(UTF8_BOM) :] if data.startswith(UTF8_BOM) else data
+
+
+def not_utf8(data: bytes, at: int) -> tuple[str, str]:
+    """Where text stops being UTF-8 at byte ``at`` of ``data``, and why, as an error or a
+    rejected record names them: (``line N``, ``not UTF-8 text: 0xNN at byte B of the
+    line``). One rule for a log's bad byte (ingest) and a JSON document's."""
+    start = data.rfind(b"\n", 0, at) + 1
+    line = data.count(b"\n", 0, start) + 1
+    return f"line {line}", f"not UTF-8 text: 0x{data[at]:02x} at byte {at - start + 1} of the line"

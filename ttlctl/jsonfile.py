@@ -5,8 +5,8 @@ cannot read the same way, in one line that starts with the file's path:
 - ``no such file``, ``is a directory``, ``cannot read (<why>)``;
 - what the file is when its first bytes say it is no UTF-8 text at all
   (:func:`ttlctl.filekind.not_json_text`: a Parquet trace, a compressed file, UTF-16 text);
-- ``line N: not UTF-8 text: 0xNN at byte B of the line`` (:func:`not_utf8`, which ingest's
-  readers use for a log's bad byte too);
+- ``line N: not UTF-8 text: 0xNN at byte B of the line``
+  (:func:`ttlctl.filekind.not_utf8`, which ingest's readers use for a log's bad byte too);
 - ``line N column C: not valid JSON (<the parser's reason>)``;
 - ``not <what>: the top level is a list, not an object`` (:func:`read_json_object`).
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ttlctl.errors import TtlctlError
-from ttlctl.filekind import not_json_text
+from ttlctl.filekind import not_json_text, not_utf8, unmarked
 
 #: the leading bytes that say what a file is (the longest mark: SQLite's 16)
 HEAD_BYTES = 16
@@ -55,6 +55,7 @@ def read_json(path: Path, what: str) -> Any:
     problem = not_json_text(raw[:HEAD_BYTES], what)
     if problem is not None:
         raise JsonFileError(f"{path}: {problem}")
+    raw = unmarked(raw)  # a UTF-8 byte-order mark, as ingest reads one
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -69,6 +70,8 @@ def read_json(path: Path, what: str) -> Any:
         ) from None
     except RecursionError:
         raise JsonFileError(f"{path}: not valid JSON (nesting too deep)", damaged=True) from None
+    except ValueError as exc:  # a number too long for int(), …: the parser's own words
+        raise JsonFileError(f"{path}: not valid JSON ({exc})", damaged=True) from None
 
 
 def read_json_object(path: Path, what: str) -> dict[str, Any]:
@@ -79,14 +82,6 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
             f"{path}: not {what}: the top level is {_a(type(doc).__name__)}, not an object"
         )
     return doc
-
-
-def not_utf8(data: bytes, at: int) -> tuple[str, str]:
-    """Where text stops being UTF-8 at byte ``at`` of ``data``, and why: (``line N``,
-    ``not UTF-8 text: 0xNN at byte B of the line``)."""
-    start = data.rfind(b"\n", 0, at) + 1
-    line = data.count(b"\n", 0, start) + 1
-    return f"line {line}", f"not UTF-8 text: 0x{data[at]:02x} at byte {at - start + 1} of the line"
 
 
 #: a JSON value's Python type, in words

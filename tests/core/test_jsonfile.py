@@ -18,7 +18,8 @@ from profiles import models, profile_read
 from replay.validation import recorded, server_sources
 from ttlctl import bundle
 from ttlctl.errors import TtlctlError
-from ttlctl.jsonfile import JsonFileError, not_utf8, read_json, read_json_object
+from ttlctl.filekind import not_utf8
+from ttlctl.jsonfile import JsonFileError, read_json, read_json_object
 from ttlctl.report import rundir
 
 #: what each reader calls the document it wants, and how it is called on a file
@@ -52,14 +53,20 @@ def _write(path: Path, case: str) -> str:
     if case == "deep":
         path.write_text("[" * 100_000 + "]" * 100_000)
         return "not valid JSON (nesting too deep)"
+    if case == "long number":  # Python's int() limit: a ValueError, not a JSONDecodeError
+        path.write_text('{"a": ' + "9" * 5000 + "}")
+        return (
+            "not valid JSON (Exceeds the limit (4300 digits) for integer string conversion: "
+            "value has 5000 digits; use sys.set_int_max_str_digits() to increase the limit)"
+        )
     assert case == "a list"
     path.write_text("[1, 2]")
     return "not {what}: the top level is a list, not an object"
 
 
-DAMAGED = {"parquet", "utf-16", "bad byte", "cut short", "deep", "a list"}
+DAMAGED = {"parquet", "utf-16", "bad byte", "cut short", "deep", "long number", "a list"}
 #: the bundle's reader adds what a bundle's damage most likely is (it is sealed)
-HINTS = {("bundle", "bad byte"), ("bundle", "cut short"), ("bundle", "deep")}
+HINTS = {(r, c) for r in ("bundle",) for c in ("bad byte", "cut short", "deep", "long number")}
 
 
 @pytest.mark.parametrize("case", sorted(DAMAGED))
@@ -111,3 +118,15 @@ def test_a_bad_byte_is_named_by_its_line_and_its_place_in_it() -> None:
         "not UTF-8 text: 0xff at byte 8 of the line",
     )
     assert not_utf8(b"\x80", 0) == ("line 1", "not UTF-8 text: 0x80 at byte 1 of the line")
+
+
+def test_a_utf8_byte_order_mark_is_read_as_ingest_reads_it(tmp_path: Path) -> None:
+    """A document saved with a UTF-8 mark (Windows PowerShell 5.1's ``-Encoding utf8``)
+    reads as without it, as a log does at ingest. Regression: 'line 1 column 1: not valid
+    JSON (Unexpected UTF-8 BOM …)', and for a bundle '; truncated or edited?'."""
+    path = tmp_path / "doc.json"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"a": 1}')
+    assert read_json_object(path, "a fit") == {"a": 1}
+    path.write_bytes(b'\xef\xbb\xbf{\n "a": "\xff"}')  # a bad byte is found past the mark
+    with pytest.raises(JsonFileError, match=r": line 2: not UTF-8 text: 0xff at byte 8 "):
+        read_json(path, "a fit")

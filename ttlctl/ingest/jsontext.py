@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ttlctl.filekind import wide_text
+from ttlctl.filekind import not_utf8, wide_text
 from ttlctl.ingest.rawfile import SNIFF_BYTES, read_bytes
 from ttlctl.ingest.rejects import RejectSink
 from ttlctl.ingest.spool import GzipDamage
-from ttlctl.jsonfile import not_utf8
 
 
 def read_text(path: Path, sink: RejectSink) -> str | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from ttlctl.filekind import wide_text
+from ttlctl.filekind import not_utf8, wide_text
 from ttlctl.ingest import lookup
 from ttlctl.ingest.ingest_report import FileReport, IngestReport
 from ttlctl.ingest.inputs import expand
@@ -25,7 +25,6 @@ from ttlctl.ingest.reader import GroupReader, Parsed, Reader
 from ttlctl.ingest.rejects import IngestError, RejectSink
 from ttlctl.ingest.spool import GzipDamage, spooled
 from ttlctl.ingest.validate import DEFAULT_BUCKET_BYTES, has_rows, validate_and_write
-from ttlctl.jsonfile import not_utf8
 from ttlctl.jsonio import replacing
 
 #: A file of nothing but whitespace: the format it is reported as, its reject reason (as

@@ -11,10 +11,11 @@ Damaged gzip data (a truncated or corrupt file) is a bad file, named with why
 to more than the streaming threshold (:mod:`ttlctl.ingest.limits`) is decompressed to a
 temporary file that polars scans out of core (:mod:`ttlctl.ingest.spool`).
 
-A UTF-8 byte-order mark (:data:`BOM`) that opens a file's data, as Windows tools write one,
-is not part of the text: every function here leaves it out, so each format detects and reads
-a file with one as it does the same file without. A UTF-16 or UTF-32 mark is kept: such a file
-is not UTF-8 text, and the readers name it by its mark (:func:`ttlctl.filekind.wide_text`).
+A UTF-8 byte-order mark (:data:`ttlctl.filekind.UTF8_BOM`) that opens a file's data, as
+Windows tools write one, is not part of the text (as for every JSON document ttlctl reads):
+every function here leaves it out, so each format detects and reads a file with one as it
+does the same file without. A UTF-16 or UTF-32 mark is kept: such a file is not UTF-8 text,
+and the readers name it by its mark (:func:`ttlctl.filekind.wide_text`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
+from ttlctl.filekind import UTF8_BOM, unmarked
 from ttlctl.ingest.limits import streaming_limit
 from ttlctl.ingest.spool import GzipDamage, active, chunks
 
@@ -34,8 +36,6 @@ SNIFF_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 #: The suffix of a gzip file's name that :func:`logical` drops.
 GZIP_SUFFIX = ".gz"
-#: The UTF-8 byte-order mark some tools (Windows' among them) write first; not text.
-BOM = b"\xef\xbb\xbf"
 
 
 def is_gzip(path: Path) -> bool:
@@ -51,11 +51,6 @@ def logical(path: Path) -> Path:
     if name.lower().endswith(GZIP_SUFFIX) and len(name) > len(GZIP_SUFFIX) and is_gzip(path):
         return path.with_name(name[: -len(GZIP_SUFFIX)])
     return path
-
-
-def unmarked(data: bytes) -> bytes:
-    """``data`` less the byte-order mark that opens it, if one does."""
-    return data[len(BOM) :] if data.startswith(BOM) else data
 
 
 def _unmarked_chunks(data: Iterable[bytes]) -> Iterator[bytes]:
@@ -91,7 +86,7 @@ def source(path: Path) -> Path | IO[bytes]:
     gzipped = is_gzip(path)
     if not gzipped:
         with path.open("rb") as fh:
-            if fh.read(len(BOM)) != BOM:
+            if fh.read(len(UTF8_BOM)) != UTF8_BOM:
                 return path
     spool = active()
     if spool is None:

@@ -54,55 +54,55 @@ _UNLIMITED = 1 << 60
 
 
 def cgroup_room(root: Path, self_cgroup: str | None) -> int | None:
-    """Bytes this process's memory control group still has room for: its limit less its
-    working set (what it uses less the file cache it could drop, as the kernel's and
-    Kubernetes' own figures count it); None when no group caps the memory (or none is
-    found). ``self_cgroup``: the text of ``/proc/self/cgroup``; ``root``: where the
-    groups are mounted. cgroup v2 (``memory.max``, ``memory.current``) and v1
-    (``memory.limit_in_bytes``, ``memory.usage_in_bytes``) alike, read at the group's
-    own path or, inside a container's namespace, at the mount's top."""
+    """Bytes this process's memory control groups still have room for: the least, over its
+    group and every group above it that sets a limit, of the limit less the group's working
+    set (what it uses less the file cache it could drop, as the kernel's and Kubernetes' own
+    figures count it); None when no group caps the memory (or none is found). A limit may sit
+    above the process's own group (a Slurm job's, a systemd slice's, a Kubernetes pod's), so
+    each level up to the mount's top is read. ``self_cgroup``: the text of
+    ``/proc/self/cgroup``; ``root``: where the groups are mounted. cgroup v2
+    (``memory.max``, ``memory.current``) and v1 (``memory.limit_in_bytes``,
+    ``memory.usage_in_bytes``) alike; inside a container's namespace the process's path
+    names no folder and the mount's top is its group."""
     if not self_cgroup:
         return None
+    rooms: list[int] = []
     for line in self_cgroup.splitlines():
         hierarchy, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
         if hierarchy == "0" and not controllers:  # v2: one unified hierarchy
-            found = _room(root, path, "", "memory.max", "memory.current", "inactive_file")
+            files = ("memory.max", "memory.current", "inactive_file")
+            top = root
         elif "memory" in controllers.split(","):  # v1: the memory controller's hierarchy
-            found = _room(
-                root,
-                path,
-                "memory",
-                "memory.limit_in_bytes",
-                "memory.usage_in_bytes",
-                "total_inactive_file",
-            )
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+            top = root / "memory"
         else:
             continue
-        if found is not None:
-            return found
-    return None
+        folder = top / path.strip("/")
+        while True:
+            room = _room(folder, *files)
+            if room is not None:
+                rooms.append(room)
+            if folder == top:
+                break
+            folder = folder.parent
+    return min(rooms) if rooms else None
 
 
-def _room(root: Path, path: str, mount: str, limit: str, usage: str, cache: str) -> int | None:
-    """The room in the group at ``path`` under ``root / mount`` (or at the mount's top)."""
-    for folder in (root / mount / path.lstrip("/"), root / mount):
-        cap = _read(folder / limit)
-        if cap is None:
-            continue
-        cap = cap.strip()
-        if cap == "max" or not cap.isdigit() or int(cap) >= _UNLIMITED:
-            return None
-        used = _number(_read(folder / usage))
-        if used is None:
-            return None
-        dropped = 0
-        for line in (_read(folder / "memory.stat") or "").splitlines():
-            key, _, value = line.partition(" ")
-            if key == cache and value.strip().isdigit():
-                dropped = int(value)
-        return max(0, int(cap) - max(0, used - dropped))
-    return None
+def _room(folder: Path, limit: str, usage: str, cache: str) -> int | None:
+    """The room in the group at ``folder`` (None: no such group, or it sets no limit)."""
+    cap = _number(_read(folder / limit))
+    if cap is None or cap >= _UNLIMITED:  # "max" (v2) is no number; v1's unlimited is huge
+        return None
+    used = _number(_read(folder / usage))
+    if used is None:
+        return None
+    dropped = 0
+    for line in (_read(folder / "memory.stat") or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key == cache and value.strip().isdigit():
+            dropped = int(value)
+    return max(0, cap - max(0, used - dropped))
 
 
 def _read(path: Path | str) -> str | None:

@@ -76,3 +76,21 @@ def test_available_bytes_is_the_smaller_of_host_and_group(
     assert host.available_bytes() == GIB // 2
     (groups / "memory.max").write_text("max\n")
     assert host.available_bytes() == GIB // 2
+
+
+def test_a_limit_above_the_process_group_counts(tmp_path: Path) -> None:
+    """A Slurm job, a systemd slice or a Kubernetes pod sets the limit on a group above the
+    process's own, whose limit is "max". Regression: only the own group was read."""
+    _group(tmp_path / "job_7", memory_max=f"{2 * GIB}\n", memory_current=f"{GIB}\n")
+    _group(tmp_path / "job_7" / "step_0", memory_max="max\n", memory_current=f"{GIB // 2}\n")
+    _group(tmp_path, memory_max="max\n", memory_current=f"{64 * GIB}\n")
+    assert host.cgroup_room(tmp_path, "0::/job_7/step_0\n") == GIB
+    # the tightest level wins: the own group's limit below the job's
+    (tmp_path / "job_7" / "step_0" / "memory.max").write_text(f"{GIB}\n")
+    assert host.cgroup_room(tmp_path, "0::/job_7/step_0\n") == GIB // 2
+    v1 = tmp_path / "v1"
+    _group(v1 / "memory" / "slice", memory_limit_in_bytes=f"{3 * GIB}\n",
+           memory_usage_in_bytes=f"{GIB}\n")  # fmt: skip
+    _group(v1 / "memory" / "slice" / "unit", memory_limit_in_bytes="9223372036854771712\n",
+           memory_usage_in_bytes="0\n")  # fmt: skip
+    assert host.cgroup_room(v1, "4:memory:/slice/unit\n") == 2 * GIB

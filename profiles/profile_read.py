@@ -19,7 +19,7 @@ from profiles.new_shape import NEW_SHAPE_SHAPE
 from profiles.schema import SCHEMA, Decode, Prefill, Profile, Reload
 from profiles.wake import WAKE_SHAPE, wake_points
 from ttlctl.errors import TtlctlError
-from ttlctl.filekind import PROFILE, document_kind
+from ttlctl.filekind import PROFILE, mistaken
 from ttlctl.jsonfile import JsonFileError, read_json_object
 
 
@@ -32,9 +32,9 @@ def from_json(data: Any, where: str = "profile") -> Profile:
     if not isinstance(data, dict):
         raise ProfileError(f"{where}: not a JSON object")
     if data.get("schema") != SCHEMA:
-        kind = document_kind(data)
-        if kind not in (None, PROFILE):  # a bundle, a fit … given as the profile
-            raise ProfileError(f"{where}: not a device profile but {kind}")
+        wrong = mistaken(data, PROFILE, "a device profile")  # a bundle, a fit … given
+        if wrong is not None:
+            raise ProfileError(f"{where}: {wrong}")
         if "schema" not in data:  # not "schema is None" (Python's word for a missing key)
             raise ProfileError(f"{where}: not a device profile: no schema field ({SCHEMA!r})")
         raise ProfileError(f"{where}: schema is {data.get('schema')!r}, expected {SCHEMA!r}")

@@ -21,7 +21,7 @@ from fitting.policy_params import PolicyParams
 from profiles import profile_read
 from ttlctl.bundle_check import check_fit, verify
 from ttlctl.bundle_doc import Bundle, BundleError, BundleParts, RouterDoc
-from ttlctl.filekind import FIT, document_kind
+from ttlctl.filekind import FIT, mistaken
 from ttlctl.jsonfile import JsonFileError, read_json_object
 
 
@@ -51,9 +51,9 @@ def read_fit(path: Path) -> FitDoc:
     """A fit document (``ttlctl fit``'s ``fit.json``) to build a bundle from, its CDFs
     checked as a bundle's are; :class:`BundleError` names the file and the problem."""
     doc = _load_json(path, "a fit")
-    kind = document_kind(doc)
-    if kind not in (None, FIT):  # a bundle, a profile … given as the fit
-        raise BundleError(f"{path}: not a fit but {kind}")
+    wrong = mistaken(doc, FIT, "a fit")  # a bundle, a profile … given as the fit
+    if wrong is not None:
+        raise BundleError(f"{path}: {wrong}")
     try:
         check_fit(doc)
     except BundleError as exc:

@@ -21,7 +21,7 @@ from fitting.policy_params import PolicyParams
 from profiles import profile_read
 from ttlctl.bundle_doc import REQUIRED, SCHEMA_VERSION, BundleError, checksum
 from ttlctl.errors import TtlctlError
-from ttlctl.filekind import BUNDLE, FIT, document_kind
+from ttlctl.filekind import BUNDLE, FIT, document_kind, mistaken
 from ttlctl.router_doc import check_settings
 
 MAX_CDF_POINTS = 1024
@@ -41,8 +41,9 @@ def verify(doc: Any, *, router_settings: bool = True) -> None:
                 f"not a ttlctl bundle but {kind}: `ttlctl bundle build --fit FIT --profile P "
                 "-o bundle.json` makes a bundle from it"
             )
-        if kind not in (None, BUNDLE):
-            raise BundleError(f"not a ttlctl bundle but {kind}")
+        wrong = mistaken(doc, BUNDLE, "a ttlctl bundle")
+        if wrong is not None:
+            raise BundleError(wrong)
         raise BundleError(f"not a ttlctl bundle: missing {', '.join(missing)}")
     if doc["schema_version"] != SCHEMA_VERSION:
         raise BundleError(

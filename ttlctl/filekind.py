@@ -103,6 +103,14 @@ def document_kind(doc: object) -> str | None:
     return None
 
 
+def mistaken(doc: object, expected: str, said: str) -> str | None:
+    """``not <said> but <what doc is>`` when ``doc`` is another of ttlctl's documents than
+    ``expected`` (one of the kinds above: a bundle given as the fit, a fit as the profile);
+    None when it is ``expected`` or none of them. One phrase for every reader."""
+    kind = document_kind(doc)
+    return None if kind is None or kind == expected else f"not {said} but {kind}"
+
+
 def unmarked(data: bytes) -> bytes:
     """``data`` less the UTF-8 byte-order mark that opens it, if one does."""
     return data[len(UTF8_BOM) :] if data.startswith(UTF8_BOM) else data

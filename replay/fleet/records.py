@@ -93,9 +93,15 @@ def shown_replicas(per_replica: Sequence[Mapping[str, Any]]) -> list[int | str]:
     )
     half = MAX_REPLICA_ROWS // 2
     rows: list[int | str] = list(active)
-    if len(active) > MAX_REPLICA_ROWS:
+    if len(active) > MAX_REPLICA_ROWS + 1:  # a line counting one replica would save none
         rows = [*active[:half], f"… {len(active) - 2 * half:,} more", *active[-half:]]
     idle = count - len(active)
     if idle:
         rows.append(f"… {idle:,} served no call")
     return rows
+
+
+def every_replica(rows: Sequence[int | str], per_replica: Sequence[Any]) -> bool:
+    """Whether :func:`shown_replicas`' ``rows`` list each replica of ``per_replica`` (the
+    tables then say nothing of a selection)."""
+    return len(rows) == len(per_replica) and all(isinstance(r, int) for r in rows)

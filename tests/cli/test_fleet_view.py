@@ -10,7 +10,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from replay.fleet.records import MAX_REPLICA_ROWS, shown_replicas
+from replay.fleet.records import MAX_REPLICA_ROWS, every_replica, shown_replicas
 from ttlctl.cli import app
 
 
@@ -62,3 +62,14 @@ def test_the_cli_table_of_a_large_fleet(tmp_path: Path) -> None:
     table = text[text.index("per replica") :]
     rows = [line for line in table.splitlines() if line.startswith("│")]
     assert len(rows) == MAX_REPLICA_ROWS + 2
+
+
+def test_one_replica_over_the_rows_is_listed_not_counted() -> None:
+    """A line counting one replica would save no row: 25 replicas that served calls are
+    all listed (busiest first), and the tables say they list every replica."""
+    per = _replicas([float(b) for b in range(1, MAX_REPLICA_ROWS + 2)])
+    rows = shown_replicas(per)
+    assert sorted(rows) == list(range(MAX_REPLICA_ROWS + 1))  # type: ignore[type-var]
+    assert every_replica(rows, per)
+    per.append({"engine_busy_s": 0.0, "llm_calls": 0})
+    assert not every_replica(shown_replicas(per), per)  # the idle one is counted

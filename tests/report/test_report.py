@@ -213,11 +213,12 @@ def test_a_bundle_named_tune_json_is_not_read_as_tunes_summary(
     assert res.exit_code == 0, res.output
     warned = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
     assert len(warned) == 1 and "tune.json" in warned[0], res.stderr
-    assert "a bundle, not tune's summary" in warned[0]
+    assert "not tune's summary but a policy bundle" in warned[0]
+    assert "(a bundle's summary is NAME.tune.json)" in warned[0]
     page = out.read_text(encoding="utf-8")
     assert "0 trial(s)" not in page
     fit = json.loads((sample_run / "bundle.json").read_text(encoding="utf-8"))["fit"]
     (tmp_path / "tune.json").write_text(json.dumps(fit), encoding="utf-8")  # ttlctl.fit/1
     res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(out)])
     assert res.exit_code == 0, res.output
-    assert 'not tune\'s summary: schema "ttlctl.fit/1"' in res.stderr
+    assert "not tune's summary but a fit (what `ttlctl fit` writes)" in res.stderr

@@ -16,7 +16,8 @@ from fitting.fit_doc import FitDoc, ToolFit
 from fitting.policy import Decision, TTLPolicy
 from replay.figures import PolicyResult, ReplayDoc
 from ttlctl import bundle as bundle_mod
-from ttlctl import bundle_doc
+from ttlctl import bundle_doc, filekind
+from ttlctl.filekind import mistaken
 from ttlctl.jsonfile import read_json_object
 from ttlctl.report import files
 from ttlctl.report.files import BUNDLE, FILES, SUMMARY, ReportError
@@ -85,10 +86,6 @@ def ranked_tools(fit: FitDoc) -> list[tuple[str, ToolFit]]:
     return sorted(entries, key=lambda kv: (-int(kv[1].get("n") or 0), kv[0]))
 
 
-def _object(path: Path) -> dict[str, Any]:
-    return read_json_object(path, "a JSON document")
-
-
 def _read(run: RunInputs, role: str, path: Path) -> None:
     if role == "trace.parquet":
         run.trace = trace_io.read(path)
@@ -98,18 +95,21 @@ def _read(run: RunInputs, role: str, path: Path) -> None:
         run.bundle = bundle_mod.read(path)
     elif role == "replay.json":
         # as `ttlctl replay --json` writes it; the sections read it defensively
-        run.replay = cast(ReplayDoc, _object(path))
+        run.replay = cast(ReplayDoc, read_json_object(path, filekind.REPLAY_RESULTS))
     elif role == SUMMARY:
-        run.tune = _tune_summary(_object(path))
+        run.tune = _tune_summary(read_json_object(path, filekind.TUNE_SUMMARY))
 
 
 def _tune_summary(doc: dict[str, Any]) -> dict[str, Any]:
     """``doc`` when it may be ``ttlctl tune``'s summary (schema ``ttlctl.tune/…``, or none:
     read as it is); ValueError when it is a bundle (``tune -o run/tune.json`` writes one
     there) or another ttlctl document."""
+    wrong = mistaken(doc, filekind.TUNE_SUMMARY, "tune's summary")
+    if wrong is not None:  # tune -o run/tune.json writes a bundle there
+        bundle = filekind.document_kind(doc) == filekind.BUNDLE
+        hint = " (a bundle's summary is NAME.tune.json)" if bundle else ""
+        raise ValueError(wrong + hint)
     schema = doc.get("schema")
-    if schema is None and "schema_version" in doc:
-        raise ValueError("a bundle, not tune's summary (a bundle's summary is NAME.tune.json)")
     if schema is not None and not (isinstance(schema, str) and schema.startswith(SUMMARY_FAMILY)):
         raise ValueError(f"not tune's summary: schema {json.dumps(schema)}")
     return doc

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from replay.fleet.records import MAX_REPLICA_ROWS, replica_labels, shown_replicas
+from replay.fleet.records import every_replica, replica_labels, shown_replicas
 from ttlctl.cli.render.cells import dash, show
 from ttlctl.nouns import counted
 from ttlctl.percent import share
@@ -72,13 +72,16 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
             f"{router['name']}: not modelled: {', '.join(left_out)} (the real router "
             "runs them as its settings say; docs/replay.md)"
         )
-    per = Table(title=per_replica_title(len(results[0]["per_replica"])))
+    shown = [shown_replicas(r["per_replica"]) for r in results]
+    every = all(
+        every_replica(rows, r["per_replica"]) for rows, r in zip(shown, results, strict=True)
+    )
+    per = Table(title=per_replica_title(len(results[0]["per_replica"]), every))
     for col in ("policy", "replica", "calls", "engine busy (s)", "prefix hits", "preemptions"):
         per.add_column(col, justify="right" if col not in ("policy", "replica") else "left")
     labels = replica_labels(results[0]["per_replica"])  # as-logged: the trace's names
-    for r in results:
+    for r, rows in zip(results, shown, strict=True):
         replicas = r["per_replica"]
-        rows = shown_replicas(replicas)
         for n, row in enumerate(rows):
             last = n == len(rows) - 1
             policy = r["policy"] if n == 0 else ""
@@ -98,7 +101,11 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
     show(console, per)
 
 
-def per_replica_title(replicas: int) -> str:
-    if replicas <= MAX_REPLICA_ROWS:
+def per_replica_title(replicas: int, every: bool) -> str:
+    """The per-replica table's title (``every``: it lists each replica)."""
+    if every:
         return "per replica"
-    return f"per replica: the busiest and the least busy of {replicas:,} (--json has each one)"
+    return (
+        f"per replica: the busiest and the least busy of {replicas:,} that served calls, "
+        "the rest counted (--json has each one)"
+    )

@@ -1,13 +1,12 @@
 """The simulator's invariants, checked after every step with ``--check``
-(``ReplayConfig.check``), and the error a broken one raises.
+(``ReplayConfig.check``); a broken one raises :class:`~replay.sim_error.SimulationError`.
 
 :func:`check_invariants` holds one engine (:class:`~replay.scheduler.SimScheduler`, in
 the single-engine loop :func:`replay.sim.simulate` and on each replica of the fleet's,
 :mod:`replay.fleet.stepping`) to what its classes state: block conservation counting each
 holder of a shared block, the running list's order, a clock never ahead of the replay's,
 the decode set, each request's blocks and hit, the waiting queue's keys, and no pinned
-program running. :class:`SimulationError` is what any part of the simulation raises when
-it finds itself broken (a bug, never the user's input).
+program running.
 """
 
 from __future__ import annotations
@@ -16,10 +15,7 @@ from typing import Any
 
 from replay.math_utils import cdiv
 from replay.scheduler import SimScheduler
-
-
-class SimulationError(RuntimeError):
-    """The simulation broke an invariant or could not make progress (a bug)."""
+from replay.sim_error import SimulationError
 
 
 def check_invariants(engine: SimScheduler, now: float) -> None:

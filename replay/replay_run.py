@@ -21,7 +21,6 @@ from replay.figures import PolicyResult, ReplayDoc
 from replay.fleet.asked import fleet_for
 from replay.fleet.routers import AS_LOGGED, RouterSettings
 from replay.fleet.run import runner as fleet_runner
-from replay.invariants import SimulationError
 from replay.live import cap_pauses, check_result_flags, live_results
 from replay.policies import PolicySpec
 from replay.policy_flags import listed, unread
@@ -29,6 +28,7 @@ from replay.policy_runs import Load, expand, run_all
 from replay.progress import CallsDone
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
+from replay.sim_error import SimulationError
 from replay.vllmsim.backend import UNMAPPED, check_request, runner
 from replay.workload import load
 from ttlctl import __version__

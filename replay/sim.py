@@ -23,11 +23,12 @@ from typing import Any
 from profiles.cost import CostModel
 from replay.async_sched import AsyncSimScheduler
 from replay.collector import replay_collector
-from replay.invariants import SimulationError, check_invariants
+from replay.invariants import check_invariants
 from replay.offload import OffloadTier
 from replay.progress import CallsDone, CallTally
 from replay.request import SimRequest
 from replay.scheduler import Policy, SimScheduler, SimSchedulerConfig
+from replay.sim_error import SimulationError
 from replay.sim_outcome import Outcome, ProgramRun, SimCallRecord
 from replay.workload import Call, Workload
 

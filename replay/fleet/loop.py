@@ -40,11 +40,11 @@ from replay.fleet.routing import route, router_due
 from replay.fleet.stepping import step
 from replay.fleet.streams import Streams
 from replay.fleet.view import FleetState
-from replay.invariants import SimulationError
 from replay.offload import OffloadTier
 from replay.progress import CallsDone, CallTally
 from replay.scheduler import Policy, SimScheduler, SimSchedulerConfig
 from replay.sim import ReplayConfig
+from replay.sim_error import SimulationError
 from replay.sim_outcome import ProgramRun, SimCallRecord
 from replay.workload import Workload
 

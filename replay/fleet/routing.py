@@ -7,7 +7,7 @@ from __future__ import annotations
 from replay.fleet.parts import Fleet, make_tuple
 from replay.fleet.routers.base import HOLD, RoutedCall
 from replay.fleet.stepping import run_deferred
-from replay.invariants import SimulationError
+from replay.sim_error import SimulationError
 from replay.sim_outcome import ProgramRun
 
 

@@ -17,9 +17,10 @@ from replay.fleet.arrival import arrive
 from replay.fleet.finishing import finish
 from replay.fleet.parts import Fleet
 from replay.fleet.replica import Replica
-from replay.invariants import SimulationError, check_invariants
+from replay.invariants import check_invariants
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler
+from replay.sim_error import SimulationError
 
 
 def took(

@@ -18,7 +18,7 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from replay.invariants import SimulationError
+from replay.sim_error import SimulationError
 from replay.tune.context import IncompleteRun, TuneContext
 from replay.tune.failures import TrialError, WorkerFailure, workers_error
 from replay.tune.space import objective

@@ -43,8 +43,8 @@ from vllm.v1.core.kv_cache_utils import (
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.structured_output import StructuredOutputManager
 
-from replay.invariants import SimulationError
 from replay.scheduler import SimSchedulerConfig
+from replay.sim_error import SimulationError
 from replay.vllmsim.backend import BackendError
 
 #: what ``--scheduler-cls`` names to run the plugin

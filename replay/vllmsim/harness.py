@@ -37,9 +37,9 @@ from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.request import RequestStatus
 
 from profiles.cost import CostModel
-from replay.invariants import SimulationError
 from replay.progress import CallsDone, CallTally
 from replay.sim import ReplayConfig, fits_engine
+from replay.sim_error import SimulationError
 from replay.sim_outcome import ProgramRun
 from replay.vllmsim.batch_queue import BatchQueue, Queued
 from replay.vllmsim.build import Built

@@ -12,11 +12,11 @@ from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
 from replay.fleet.routers import RouterSettings
 from replay.fleet.run import FleetSpec, simulate_fleet_one
-from replay.invariants import SimulationError
 from replay.policies import PolicySpec
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
+from replay.sim_error import SimulationError
 from replay.synth import synth
 from replay.workload import from_frame
 from ttlctl.errors import ConfigError

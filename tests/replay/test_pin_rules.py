@@ -12,10 +12,10 @@ import pytest
 from fitting.policy import TTLPolicy
 from fitting.policy_params import PolicyParams
 from profiles.cost import ConstantCostModel
-from replay.invariants import SimulationError
 from replay.policies import PolicySpec, make
 from replay.scheduler import SimScheduler, SimSchedulerConfig
 from replay.sim import ReplayConfig, simulate
+from replay.sim_error import SimulationError
 from replay.workload import AgentProgram, Call, Workload
 from ttlctl.engine.retention import OK, Retention
 from ttlctl.engine.source import PolicySource

@@ -20,3 +20,18 @@ def test_an_engine_has_no_dict(kind: type[SimScheduler]) -> None:
     with pytest.raises(AttributeError):
         setattr(engine, "_prefiling", [])  # noqa: B010 (a name no field has)
     engine._prefilling = []  # a field is assigned as before
+
+
+def test_every_method_is_the_parts_own() -> None:
+    """Each method is defined once, in the scheduler or one part: two parts defining the
+    same name would leave one silently unused (the first in the method resolution wins).
+    The async engine's overrides are its own, on purpose, and not counted."""
+    seen: dict[str, str] = {}
+    for cls in SimScheduler.__mro__[:-1]:
+        for name, value in vars(cls).items():
+            if callable(value) or isinstance(value, property | staticmethod | classmethod):
+                assert name not in seen or name.startswith("__"), (name, seen.get(name), cls)
+                seen[name] = cls.__name__
+    parts = {"_step_fast", "_step_reference", "_admit_waiting", "_finish", "merge_end", "tick"}
+    assert parts <= set(seen)
+    assert len({seen[name] for name in parts}) == len(parts)  # six parts, one each

@@ -12,8 +12,9 @@ from polars.testing import assert_frame_equal
 
 from tests.ingest.canonical_files import canonical_trace_file
 from tests.ingest.test_gzip import SAMPLES
+from ttlctl.filekind import UTF8_BOM
 from ttlctl.ingest.pipeline import ingest
-from ttlctl.ingest.rawfile import BOM, head_bytes, is_blank, read_bytes
+from ttlctl.ingest.rawfile import head_bytes, is_blank, read_bytes
 from ttlctl.ingest.rejects import IngestError
 from ttlctl.trace import io as trace_io
 
@@ -21,7 +22,7 @@ from ttlctl.trace import io as trace_io
 def _marked(src: Path, dest_dir: Path, *, packed: bool = False) -> Path:
     """A copy of ``src`` that a byte-order mark opens (gzipped when ``packed``)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
-    data = BOM + src.read_bytes()
+    data = UTF8_BOM + src.read_bytes()
     out = dest_dir / (src.name + (".gz" if packed else ""))
     out.write_bytes(gzip.compress(data, mtime=0) if packed else data)
     return out
@@ -65,10 +66,10 @@ def test_a_canonical_trace_with_a_byte_order_mark_reads_as_without(
 
 def test_the_mark_is_left_out_of_every_read(tmp_path: Path) -> None:
     src = tmp_path / "x.jsonl"
-    src.write_bytes(BOM + b'{"a": 1}\n')
+    src.write_bytes(UTF8_BOM + b'{"a": 1}\n')
     assert read_bytes(src) == head_bytes(src) == b'{"a": 1}\n'
     only = tmp_path / "only.jsonl"
-    only.write_bytes(BOM + b"\n\n")
+    only.write_bytes(UTF8_BOM + b"\n\n")
     assert is_blank(only)  # a mark and blank lines: an empty file, not a bad one
     with pytest.raises(IngestError, match="empty file"):
         ingest([only], tmp_path / "t.parquet")

@@ -17,7 +17,6 @@ from fitting.policy import Decision, TTLPolicy
 from replay.figures import PolicyResult, ReplayDoc
 from ttlctl import bundle as bundle_mod
 from ttlctl import bundle_doc, filekind
-from ttlctl.filekind import mistaken
 from ttlctl.jsonfile import read_json_object
 from ttlctl.report import files
 from ttlctl.report.files import BUNDLE, FILES, SUMMARY, ReportError
@@ -104,7 +103,7 @@ def _tune_summary(doc: dict[str, Any]) -> dict[str, Any]:
     """``doc`` when it may be ``ttlctl tune``'s summary (schema ``ttlctl.tune/…``, or none:
     read as it is); ValueError when it is a bundle (``tune -o run/tune.json`` writes one
     there) or another ttlctl document."""
-    wrong = mistaken(doc, filekind.TUNE_SUMMARY, "tune's summary")
+    wrong = filekind.mistaken(doc, filekind.TUNE_SUMMARY, "tune's summary")
     if wrong is not None:  # tune -o run/tune.json writes a bundle there
         bundle = filekind.document_kind(doc) == filekind.BUNDLE
         hint = " (a bundle's summary is NAME.tune.json)" if bundle else ""

@@ -28,11 +28,16 @@ StorageUrl = Annotated[
         "or a journal-file path (created if new). Default: a SQLite file next to -o.",
     ),
 ]
+#: ``--study-name`` too: the optuna CLI's name for it, which the closing `optuna best-trial`
+#: line prints, so the flag users copy from there is taken here as well
 Study = Annotated[
     str | None,
     typer.Option(
-        help="Study name (resumed if it exists). Default: derived from the inputs' hashes "
-        "and the settings, so rerunning the same command resumes the same study."
+        "--study",
+        "--study-name",
+        help="Study name (resumed if it exists; Optuna's --study-name). Default: derived from "
+        "the inputs' hashes and the settings, so rerunning the same command resumes the same "
+        "study.",
     ),
 ]
 Workers = Annotated[int, typer.Option(help="Worker processes on this machine, all on one study.")]

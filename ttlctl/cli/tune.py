@@ -128,7 +128,7 @@ def tune(
     held-back seeds; if the best policy does not beat stock vLLM there, the bundle
     written never pins (program FCFS only) unless --force. The study's summary goes to
     tune.json next to -o (NAME.tune.json when -o is not bundle.json; --json PATH: there;
-    --json -: on stdout instead of the table).
+    --json -: next to -o as well, and on stdout instead of the table).
 
     With --live URL --live-bundle PATH each load × seed of a trial is one live run of
     --live-programs programs against the server, after the trial's bundle was written to

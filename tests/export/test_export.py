@@ -131,3 +131,20 @@ def test_several_tool_events_give_one_tool_only_when_they_agree(tmp_path: Path) 
     path.write_text(json.dumps(line | {"tool_events": {"tool_class": "grep"}}) + "\n")
     res = CliRunner().invoke(app, ["ingest", str(path), "-o", str(tmp_path / "bad.parquet")])
     assert res.exit_code == 2 and "invalid tool_events: not a list of objects" in res.output
+
+
+def test_trace_block_size_is_block_size_by_dynamos_name(tmp_path: Path) -> None:
+    """`--trace-block-size 64` (Dynamo's flag) writes what `--block-size 64` writes: 64-token
+    hash_ids blocks, not the default 512."""
+    trace = _trace(tmp_path / "t.parquet")
+    written = {}
+    for flag in ("--block-size", "--trace-block-size"):
+        out = tmp_path / f"{flag.strip('-')}.jsonl"
+        res = CliRunner().invoke(
+            app, ["export", str(trace), "--to", "mooncake", "-o", str(out), flag, "64"]
+        )
+        assert res.exit_code == 0, res.output
+        assert "64-token blocks" in res.output
+        written[flag] = out.read_text()
+    assert written["--trace-block-size"] == written["--block-size"]
+    assert len(json.loads(written["--block-size"].splitlines()[0])["hash_ids"]) == 16

@@ -15,8 +15,15 @@ def export(
     trace: Annotated[Path, typer.Argument(help="Canonical trace (Parquet).")],
     to: Annotated[str, typer.Option("--to", help="mooncake or agentic-mooncake.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="JSONL to write.")],
+    # --trace-block-size: Dynamo's name for the same number, where vLLM's --block-size is
+    # the KV cache's (16), not the trace's
     block_size: Annotated[
-        int, typer.Option(help="Tokens per hash_ids block (Mooncake 512, Weka 64).")
+        int,
+        typer.Option(
+            "--block-size",
+            "--trace-block-size",
+            help="Tokens per hash_ids block (Mooncake 512, Weka 64), not vLLM's KV block size.",
+        ),
     ] = 512,
 ) -> None:
     """Write the trace as Mooncake JSONL (or Dynamo's agentic Mooncake) for other replayers."""

@@ -28,7 +28,8 @@ COLUMNS: Final[dict[str, pl.DataType]] = {
     "is_last": pl.Boolean(),
 }
 
-#: Optional columns ttlctl adds beyond the contract; kept when present.
+#: Optional columns beyond trace v1 (docs/trace-format.md); kept when present, and a
+#: trace without them stays valid.
 #: ``parent_program_id`` links a sub-agent's program to the program that spawned it.
 #: ``prefix_hashes`` / ``prefix_block_tokens``: the call's leading prompt blocks that other
 #: programs share (a product's system prompt and tools), as chained block hashes of

@@ -1,6 +1,7 @@
 """The shapes a fleet replay adds to each policy's record in ``replay.json``, how a
 table names one of its replicas (:func:`replica_labels`) and which of a large fleet's
-replicas a table shows (:func:`shown_replicas`: the command line's and the report's)."""
+replicas a table shows (:func:`shown_replicas`: the command line's and the report's) and
+how its title says so (:func:`shown_phrase`)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,29 @@ def replica_labels(per_replica: Sequence[Mapping[str, Any]]) -> list[str]:
 MAX_REPLICA_ROWS = 24
 
 
+def _figure(rep: Mapping[str, Any], key: str) -> float:
+    """A replica's figure for ranking: 0 when it is no number (the report reads edited
+    files)."""
+    value = rep.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return 0.0
+
+
+def _served(per_replica: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The replicas that served calls, busiest (engine-busy seconds) first, ties by index."""
+    return sorted(
+        (i for i, rep in enumerate(per_replica) if _figure(rep, "llm_calls") > 0),
+        key=lambda i: (-_figure(per_replica[i], "engine_busy_s"), i),
+    )
+
+
+def _elides(served: int) -> bool:
+    """Whether the replicas that served calls are too many to list (a line counting one
+    replica would save no row)."""
+    return served > MAX_REPLICA_ROWS + 1
+
+
 def shown_replicas(per_replica: Sequence[Mapping[str, Any]]) -> list[int | str]:
     """The rows of one policy's replicas, in order: each replica's index in a fleet of up
     to :data:`MAX_REPLICA_ROWS`; in a larger one the replicas that served calls (the
@@ -80,20 +104,10 @@ def shown_replicas(per_replica: Sequence[Mapping[str, Any]]) -> list[int | str]:
     count = len(per_replica)
     if count <= MAX_REPLICA_ROWS:
         return list(range(count))
-
-    def figure(i: int, key: str) -> float:
-        value = per_replica[i].get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        return 0.0
-
-    active = sorted(
-        (i for i in range(count) if figure(i, "llm_calls") > 0),
-        key=lambda i: (-figure(i, "engine_busy_s"), i),
-    )
+    active = _served(per_replica)
     half = MAX_REPLICA_ROWS // 2
     rows: list[int | str] = list(active)
-    if len(active) > MAX_REPLICA_ROWS + 1:  # a line counting one replica would save none
+    if _elides(len(active)):
         rows = [*active[:half], f"… {len(active) - 2 * half:,} more", *active[-half:]]
     idle = count - len(active)
     if idle:
@@ -101,7 +115,21 @@ def shown_replicas(per_replica: Sequence[Mapping[str, Any]]) -> list[int | str]:
     return rows
 
 
-def every_replica(rows: Sequence[int | str], per_replica: Sequence[Any]) -> bool:
-    """Whether :func:`shown_replicas`' ``rows`` list each replica of ``per_replica`` (the
-    tables then say nothing of a selection)."""
-    return len(rows) == len(per_replica) and all(isinstance(r, int) for r in rows)
+def shown_phrase(fleets: Sequence[Sequence[Mapping[str, Any]]]) -> str:
+    """What :func:`shown_replicas` shows of each policy's ``per_replica`` (one list per
+    policy, one fleet), in words for a table's title; "" when it lists every replica in
+    order. Said of every policy at once, so it names no count that differs between them
+    (how many replicas served calls)."""
+    count = max((len(reps) for reps in fleets), default=0)
+    if count <= MAX_REPLICA_ROWS:
+        return ""
+    served = [len(_served(reps)) for reps in fleets]
+    half = MAX_REPLICA_ROWS // 2
+    if any(_elides(n) for n in served):
+        return (
+            f"of {count:,}, the {half} busiest and the {half} least busy of those that "
+            "served calls, the rest counted"
+        )
+    if any(n < len(reps) for n, reps in zip(served, fleets, strict=True)):
+        return f"of {count:,}, those that served calls, busiest first, the rest counted"
+    return f"of {count:,}, busiest first"

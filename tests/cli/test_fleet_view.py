@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rich.console import Console
 from typer.testing import CliRunner
 
-from replay.fleet.records import MAX_REPLICA_ROWS, every_replica, shown_replicas
+from replay.fleet.records import MAX_REPLICA_ROWS, shown_phrase, shown_replicas
 from ttlctl.cli import app
+from ttlctl.cli.render.fleet_view import MISS_LABELS, fleet_tables
 
 
 def _replicas(busy: list[float]) -> list[dict[str, float]]:
@@ -56,7 +58,10 @@ def test_the_cli_table_of_a_large_fleet(tmp_path: Path) -> None:
     served = sum(1 for p in result["per_replica"] if p["llm_calls"])
     assert MAX_REPLICA_ROWS < served < replicas  # 40 programs hashed over 100 replicas
     text = res.output
-    assert f"per replica: the busiest and the least busy of {replicas}" in text
+    assert (
+        f"per replica: of {replicas}, the 12 busiest and the 12 least busy of those that "
+        "served calls, the rest counted (--json has each one)"
+    ) in text
     assert f"… {replicas - served} served no call" in text
     assert f"… {served - MAX_REPLICA_ROWS} more" in text
     table = text[text.index("per replica") :]
@@ -66,10 +71,53 @@ def test_the_cli_table_of_a_large_fleet(tmp_path: Path) -> None:
 
 def test_one_replica_over_the_rows_is_listed_not_counted() -> None:
     """A line counting one replica would save no row: 25 replicas that served calls are
-    all listed (busiest first), and the tables say they list every replica."""
+    all listed (busiest first), and the tables' titles say so."""
     per = _replicas([float(b) for b in range(1, MAX_REPLICA_ROWS + 2)])
     rows = shown_replicas(per)
-    assert sorted(rows) == list(range(MAX_REPLICA_ROWS + 1))  # type: ignore[type-var]
-    assert every_replica(rows, per)
+    assert rows == list(range(MAX_REPLICA_ROWS, -1, -1))
+    assert shown_phrase([per]) == "of 25, busiest first"
     per.append({"engine_busy_s": 0.0, "llm_calls": 0})
-    assert not every_replica(shown_replicas(per), per)  # the idle one is counted
+    assert shown_replicas(per)[-1] == "… 1 served no call"  # the idle one is counted
+    assert shown_phrase([per]) == "of 26, those that served calls, busiest first, the rest counted"
+    assert shown_phrase([per[:MAX_REPLICA_ROWS]]) == ""  # every replica, in order
+
+
+def _fleet(policy: str, per_replica: list[dict[str, float]]) -> dict[str, object]:
+    """A fleet's result with what the tables read."""
+    for i, rep in enumerate(per_replica):
+        rep.update(replica=i, prefix_hit_rate=0.5, preemptions=0)
+    return {
+        "policy": policy,
+        "router": {"name": "sticky-least-loaded", "replicas": len(per_replica), "settings": {}},
+        "load_balance": 1.0,
+        "returned_share": 1.0,
+        "pins": {"made": 0},
+        "pins_wasted": 0,
+        "pins_wasted_share": None,
+        "miss_reasons": dict.fromkeys(MISS_LABELS, 0),
+        "per_replica": per_replica,
+    }
+
+
+def test_a_large_fleet_of_few_busy_replicas_is_titled_as_it_is_shown() -> None:
+    """30 replicas of which 12 served calls: the table lists those 12 and counts the 18
+    idle, and the line under it says so. Regression: its title read "the busiest and the
+    least busy of 30 that served calls", a count of replicas that had not, and a selection
+    of the busy that was none."""
+    busy = [0.0] * 30
+    for i in range(12):
+        busy[2 * i] = 0.3 + i / 10  # replica 22 the busiest: 1.4 s
+    console = Console(record=True, width=200)
+    fleet_tables(console, [_fleet("vllm", _replicas(busy))])
+    text = console.export_text()
+    assert (
+        "per replica: of 30, those that served calls, busiest first, the rest counted "
+        "(--json has each one)"
+    ) in text
+    table = text[text.index("per replica") :].splitlines()
+    rows = [line.split("│")[2:4] for line in table if line.startswith("│")]
+    assert len(rows) == 13
+    assert [r[0].strip() for r in rows[:2]] == ["22", "20"] and rows[0][1].strip() == "1"
+    assert rows[-1][0].strip() == "… 18 served no call"
+    # engine-busy seconds with a decimal: a short replay's replicas do not all read 0 or 1
+    assert "│             1.4 │" in text and "│             0.3 │" in text

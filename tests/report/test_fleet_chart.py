@@ -141,7 +141,10 @@ def test_a_large_fleet_draws_a_line_per_policy_at_one_width(tmp_path: Path) -> N
                                 for r in results]})
     )  # fmt: skip
     page = build_report(tmp_path)
-    assert "vllm: per replica: the busiest and the least busy" in page
+    assert (
+        "vllm: per replica: of 5,000, the 12 busiest and the 12 least busy of those that "
+        "served calls, the rest counted"
+    ) in page
     assert page.count("… 5,000 more") == 0 and page.count("… 4,924 more") == 2
     assert page.count("… 52 served no call") == 2
     section = page[page.index("vllm: per replica") :]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replay.fleet.records import every_replica, replica_labels, shown_replicas
+from replay.fleet.records import replica_labels, shown_phrase, shown_replicas
 from ttlctl.nouns import counted
 from ttlctl.report.fleet_chart import MISSES, chart, record, replicas_of
 from ttlctl.report.markup import absent, e, note, pct, table
@@ -65,8 +65,8 @@ def section(run: RunInputs) -> str:
         reps = replicas_of(r)
         labels = replica_labels(reps)  # as-logged: the trace's names
         rows = shown_replicas(reps)
-        some = "" if every_replica(rows, reps) else ": the busiest and the least busy"
-        per.append(f"<h3>{e(r.get('policy'))}: per replica{some}</h3>")
+        shown = shown_phrase([reps])
+        per.append(f"<h3>{e(r.get('policy'))}: per replica{': ' + shown if shown else ''}</h3>")
         per.append(
             table(
                 ("replica", "calls", "busy s", "JCT mean s", "TTFT mean s", "prefix hits",

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from replay.fleet.records import every_replica, replica_labels, shown_replicas
+from replay.fleet.records import replica_labels, shown_phrase, shown_replicas
 from ttlctl.cli.render.cells import dash, show
 from ttlctl.nouns import counted
 from ttlctl.percent import share
@@ -73,10 +73,7 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
             "runs them as its settings say; docs/replay.md)"
         )
     shown = [shown_replicas(r["per_replica"]) for r in results]
-    every = all(
-        every_replica(rows, r["per_replica"]) for rows, r in zip(shown, results, strict=True)
-    )
-    per = Table(title=per_replica_title(len(results[0]["per_replica"]), every))
+    per = Table(title="per replica")
     for col in ("policy", "replica", "calls", "engine busy (s)", "prefix hits", "preemptions"):
         per.add_column(col, justify="right" if col not in ("policy", "replica") else "left")
     labels = replica_labels(results[0]["per_replica"])  # as-logged: the trace's names
@@ -93,19 +90,12 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
                 policy,
                 escape(labels[row]),
                 f"{p['llm_calls']:,}",
-                f"{p['engine_busy_s']:,.0f}",
+                f"{p['engine_busy_s']:,.1f}",
                 share(p["prefix_hit_rate"]),
                 f"{p['preemptions']:,}",
                 end_section=last,
             )
     show(console, per)
-
-
-def per_replica_title(replicas: int, every: bool) -> str:
-    """The per-replica table's title (``every``: it lists each replica)."""
-    if every:
-        return "per replica"
-    return (
-        f"per replica: the busiest and the least busy of {replicas:,} that served calls, "
-        "the rest counted (--json has each one)"
-    )
+    selection = shown_phrase([r["per_replica"] for r in results])
+    if selection:  # under the table, as the misses' line: a title wraps at its width
+        console.print(f"per replica: {selection} (--json has each one)")

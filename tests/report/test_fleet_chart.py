@@ -60,6 +60,18 @@ def test_each_bar_is_a_figure_of_the_document() -> None:
     assert [t.get_text() for t in misses.get_legend().get_texts()] == [m for _, m in MISSES]
 
 
+def test_the_misses_axis_starts_at_0_and_clears_the_tallest_stack() -> None:
+    """Regression: the stacked bars' bottoms are sticky edges, which defeat the axis
+    margin: the tallest stack (167 calls) touched the frame, and a fleet without a miss
+    drew an axis from -0.06 to 0.06."""
+    tall = {"never_pinned": 160, "routed_elsewhere": 7}
+    _, misses = chart([result("vllm", [1.0], tall), result("b", [1.0], {"expired": 1})]).axes
+    bottom, top = misses.get_ylim()
+    assert bottom == 0 and top > 167 * 1.05
+    _, none = chart([result("vllm", [1.0], {}), result("b", [1.0], {})]).axes
+    assert none.get_ylim() == (0.0, 1.0)
+
+
 def test_an_edited_document_draws_what_it_can() -> None:
     results: list[dict[str, Any]] = [
         {"policy": "vllm", "per_replica": [{"engine_busy_s": "x"}, None, {}], "miss_reasons": 3},

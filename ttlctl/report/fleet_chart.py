@@ -114,7 +114,10 @@ def _misses(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
         bottoms = [b + c for b, c in zip(bottoms, counts, strict=True)]
     ax.set_xticks(range(len(names)), names, rotation=90 if len(names) > UPRIGHT_NAMES else 0)
     ax.set_ylabel("follow-up calls that missed")
-    ax.margins(y=0.1)
+    # set, not margins: the stacked bars' bottoms are sticky edges, so the tallest stack
+    # would touch the frame, and a fleet with no misses would get an axis below 0
+    tallest = max(bottoms, default=0.0)
+    ax.set_ylim(0.0, 1.1 * tallest if tallest > 0 else 1.0)
     ax.set_title("why follow-up calls missed the cache")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
 

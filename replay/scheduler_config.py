@@ -95,7 +95,11 @@ def _range_problem(values: Mapping[str, Any], name: Callable[[str], str]) -> str
     """The settings' ranges, THE rule (None: kept); ``name`` says each setting (its flag on
     the command line, its field in a document)."""
     if values["kv_tokens"] < values["block_size"] or values["block_size"] <= 0:
-        return f"{name('kv_tokens')} must hold at least one block ({name('block_size')} tokens)"
+        kv, block = name("kv_tokens"), name("block_size")
+        return (
+            f"{kv} must hold at least one block ({block} tokens): "
+            f"{kv} {values['kv_tokens']} with {block} {values['block_size']}"
+        )
     if values["max_num_batched_tokens"] <= 0 or values["max_num_seqs"] <= 0:
         return f"{name('max_num_batched_tokens')} and {name('max_num_seqs')} must be positive"
     if values["pool"] not in ("runs", "blocks"):

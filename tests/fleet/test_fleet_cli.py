@@ -151,7 +151,11 @@ PROGRAM_SCHEDULING = [
             ["--replicas", "2", "--router", "kv-aware", KV_TTL, "0"],
             "--kv-aware-session-affinity-ttl-secs: 0 is out of range (1..31536000)",
         ),
-        (["--replicas", "2", "--kv-tokens", "8"], "must hold at least one block"),
+        (
+            ["--replicas", "2", "--kv-tokens", "8"],
+            "error: --kv-tokens must hold at least one block (--block-size tokens): "
+            "--kv-tokens 8 with --block-size 16",
+        ),
         (
             ["--replicas", "2", "--backend", "vllm", "--policy", "oracle"],
             "policy oracle does not map onto vLLM's scheduler",

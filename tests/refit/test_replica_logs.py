@@ -103,7 +103,7 @@ def test_refit_replays_the_fleet_as_logged(logs: dict[str, Path], tmp_path: Path
     assert "replay sized from the engine log (replica r-small): 640 KV tokens" in result.stdout
     # the console says what the replay does: every call where it ran, one load over the
     # fleet (not each program on one replica, nor the load once per replica)
-    assert "on 2 replicas, each call on the replica that served it at " in result.stdout
+    assert "on 2 replicas, each call on the replica that served it, at " in result.stdout
     assert "programs at a time over the fleet" in result.stdout
     assert "replica r-small: 12 calls, 3 programs started there\n" in result.stdout
     assert "served most" not in result.stdout

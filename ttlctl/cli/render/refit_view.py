@@ -111,7 +111,8 @@ def _jct(console: Console, report: dict[str, Any]) -> None:
         + (
             ""
             if len(engines) == 1
-            else f" on {len(engines)} replicas, each call on the replica that served it"
+            # the comma: "the replica that served it at 9 programs at a time" read as one
+            else f" on {len(engines)} replicas, each call on the replica that served it,"
         )
         + f" at {_loads(rep['loads'])}"
         + (" over the fleet" if len(engines) > 1 else "")

@@ -3,7 +3,8 @@
 Whole percents, except where rounding would lie: a share strictly between 0 and 1 that
 would round to ``0%`` or ``100%`` keeps one decimal (``0.1%``, ``99.7%``), and one closer
 still reads ``<0.1%`` or ``>99.9%``. So a count that is not nothing never reads as nothing
-(2 pins wasted of 3,600), nor one short of all as all. No share (``None``, not a number, or
+(2 pins wasted of 3,600), nor one short of all as all. A negative share (a gap a policy
+widened) is written so too: ``-0.4%`` or ``-<0.1%``, never ``-0%``. No share (``None``, not a number, or
 infinite) is a dash. Nothing is imported, so the command line and the HTML report (which
 must not import each other) both write shares with it.
 """
@@ -21,6 +22,9 @@ def share(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return NONE
     whole = f"{value:.0%}"
+    if value < 0 and whole == "-0%":
+        tenth = f"{value:.1%}"
+        return "-<0.1%" if tenth == "-0.0%" else tenth
     if value > 0 and whole == "0%":
         tenth = f"{value:.1%}"
         return "<0.1%" if tenth == "0.0%" else tenth

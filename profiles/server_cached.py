@@ -8,7 +8,7 @@ the server still reads every prompt token and the engine hashes every block of i
 computes a request's block hashes when it arrives), and the new tokens attend over a
 cached prefix through the paged KV cache, not as a fresh prompt's tokens attend over each
 other, at a cost of its own per pair (on vLLM's CPU engine with the 55M test model, a
-fraction of what the fresh-prompt quadratic says at long prompts; docs/results.md).
+fraction of what the fresh-prompt quadratic says at long prompts; docs/results-log.md).
 
 Timed here: for a few prefix lengths (:func:`cached_plan`: shares of the longest prompt
 the profile times, less the most :data:`NEW_TOKENS`) and each number of new tokens, the

@@ -17,7 +17,7 @@ tokens generating :data:`WAKE_OUTPUT`); at once the "busy" call, the same shape;
 call right after a long prefill runs slow too (its first steps, as after an idle spell):
 timed at once after the prefix's prefill, the busy call read several milliseconds long and
 the extras that much short (on vLLM's CPU engine with the test model, median extras after
-0.1 s and 1 s idle of −4 and 11 ms against 6 and 19 ms with the warm call: results.md).
+0.1 s and 1 s idle of −4 and 11 ms against 6 and 19 ms with the warm call: docs/results-log.md).
 Each call is timed end to end on the client (sent to the stream's end:
 :attr:`~profiles.decode_pace.Stream.total_s`) and the pair's extra is the idle call's time
 less the busy call's. Each gap of :data:`IDLE_GAPS` gets ``max(repeats, WAKE_MIN_PAIRS)``
@@ -40,7 +40,7 @@ WAKE_NEW = 64
 #: tokens each timed call generates (the first decode steps after an idle spell are slow too)
 WAKE_OUTPUT = 8
 #: the idle gaps timed (seconds): read when :func:`measure_wake` runs. The wake grows
-#: from 0.1 s to 1 s idle and no further (measured to 5 s: results.md)
+#: from 0.1 s to 1 s idle and no further (measured to 5 s: docs/results-log.md)
 IDLE_GAPS: tuple[float, ...] = (0.1, 0.3, 1.0)
 #: the fewest pairs a gap gets, whatever the profile's repeats: read when it runs
 WAKE_MIN_PAIRS = 5

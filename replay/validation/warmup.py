@@ -14,7 +14,7 @@ and their prefix caches are emptied afterwards by the caller, as before every li
 
 A warm-up cannot run every step size: on the 55M test model in bfloat16, a length new to
 the engine still cost 14–42 ms more than the same length again after 75 new lengths
-(docs/results.md). That cost is priced instead (``Profile.new_shape``), and the simulator's
+(docs/results-log.md). That cost is priced instead (``Profile.new_shape``), and the simulator's
 engines start having run the warm-up's sizes (:func:`warmed_engine`).
 
 The requests go to each replica directly, without a session header: the router never

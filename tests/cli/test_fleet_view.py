@@ -12,8 +12,14 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from replay.fleet.records import MAX_REPLICA_ROWS, shown_phrase, shown_replicas
+from replay.fleet.routers import RouterSettings
 from ttlctl.cli import app
-from ttlctl.cli.render.fleet_view import MISS_LABELS, fleet_tables
+from ttlctl.cli.render.fleet_view import (
+    MISS_LABELS,
+    SETTINGS_PHRASE_MAX,
+    fleet_tables,
+    router_settings,
+)
 
 
 def _replicas(busy: list[float]) -> list[dict[str, float]]:
@@ -121,3 +127,20 @@ def test_a_large_fleet_of_few_busy_replicas_is_titled_as_it_is_shown() -> None:
     assert rows[-1][0].strip() == "… 18 served no call"
     # engine-busy seconds with a decimal: a short replay's replicas do not all read 0 or 1
     assert "│             1.4 │" in text and "│             0.3 │" in text
+
+
+def test_a_long_settings_phrase_names_only_what_differs_from_the_routers_defaults() -> None:
+    """Program scheduling's two dozen settings made a 900-character title: past the limit
+    the title names the settings that differ from the router's defaults, and says the rest
+    are at them; a short phrase (cache-aware's three) still names every value."""
+    stock = RouterSettings("program-scheduling").resolved()
+    phrase = router_settings({"name": "program-scheduling", "settings": stock})
+    assert phrase == "all at the router's defaults; --json has each"
+    changed = {**stock, "max_segment_rounds": 3, "calibration": "reference"}
+    phrase = router_settings({"name": "program-scheduling", "settings": changed})
+    assert phrase.startswith("max_segment_rounds=3, calibration=reference, the rest at")
+    assert len(phrase) <= SETTINGS_PHRASE_MAX
+    short = RouterSettings("cache-aware", cache_threshold=0.5).resolved()
+    assert router_settings({"name": "cache-aware", "settings": short}) == (
+        "cache_threshold=0.5, balance_abs_threshold=64, balance_rel_threshold=1.5"
+    )

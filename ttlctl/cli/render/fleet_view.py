@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from replay.fleet.records import replica_labels, shown_phrase, shown_replicas
+from replay.fleet.routers import RouterSettings
 from ttlctl.cli.render.cells import dash, show
 from ttlctl.nouns import counted
 from ttlctl.percent import share
@@ -24,10 +25,29 @@ MISS_LABELS = {
 }
 
 
+#: a settings phrase longer than this names only the settings that differ from the
+#: router's defaults (Program scheduling has two dozen: the title ran to 900 characters)
+SETTINGS_PHRASE_MAX = 120
+
+
+def _phrases(settings: Mapping[str, Any]) -> list[str]:
+    return [f"{k}={'off' if v is None else v}" for k, v in settings.items()]
+
+
 def router_settings(router: Mapping[str, Any]) -> str:
-    """The router's settings in one phrase, and how many replica URLs --worker-urls gave
-    (the hashing routers place programs by them); "no settings" when neither."""
-    parts = [f"{k}={'off' if v is None else v}" for k, v in router["settings"].items()]
+    """The router's settings in one phrase (past :data:`SETTINGS_PHRASE_MAX` characters,
+    those that differ from the router's defaults, the rest said to be at them), and how
+    many replica URLs --worker-urls gave (the hashing routers place programs by them);
+    "no settings" when neither."""
+    settings = router["settings"]
+    parts = _phrases(settings)
+    if len(", ".join(parts)) > SETTINGS_PHRASE_MAX:
+        defaults = RouterSettings(router["name"]).resolved()
+        changed = {k: v for k, v in settings.items() if k not in defaults or defaults[k] != v}
+        parts = [
+            *_phrases(changed),
+            f"{'the rest' if changed else 'all'} at the router's defaults; --json has each",
+        ]
     urls = router.get("worker_urls")
     if urls:
         parts.append(f"{counted(len(urls), 'worker URL')} from --worker-urls")

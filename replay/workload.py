@@ -33,18 +33,29 @@ the fleet routers compare:
   same keys for different tokens, which a router's overlap estimate then overrates.
   Both backends hit a program's own blocks only while its shared keys stay the same
   (the own blocks follow the shared ones in vLLM's hash chain).
+
+A workload built in code (:class:`AgentProgram`, :class:`Call`, :func:`from_frame` on a frame
+that never went through :mod:`ttlctl.trace.io`) is held to the values the trace's rules
+allow (``ttlctl/trace/rules.py``): each :class:`AgentProgram` checks its start and its calls
+once, when it is made, and a bad one is a :class:`WorkloadError` naming the program and the
+turn. Unchecked, a NaN pause or start made the replay loop forever, a negative pause sent a
+call before its predecessor finished, an infinite one ended the replay at infinity, a
+negative prompt crashed the KV pool deep inside a step. The replay's own loop checks nothing.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from ttlctl.errors import TtlctlError
 from ttlctl.trace import io as trace_io
 from ttlctl.trace.prefix import shared_keys
 from ttlctl.trace.reuse import reuse
@@ -52,6 +63,11 @@ from ttlctl.trace.reuse import reuse
 #: a block of a prompt: ``((trace hash, trace block size), end token)`` for a shared block,
 #: ``(program_id, index)`` for the program's own (see the module docstring)
 BlockKey = tuple[tuple[int, int] | str, int]
+
+
+class WorkloadError(TtlctlError, ValueError):
+    """A program's start or call out of the trace's range (a workload built in code): one
+    line naming the program and the turn, and the value."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +130,26 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class AgentProgram:
+    """One program: its first arrival and its calls in turn order. Always holds what the
+    trace's rules hold (checked here, once): ``start_s`` finite and >= 0, and each call's
+    ``input_tokens`` >= 1, ``output_tokens`` >= 0, ``reused_tokens`` from 0 to
+    ``input_tokens`` (whole numbers) and ``pause_s`` finite and >= 0. So the simulator, the
+    fleet and the live driver never meet a NaN or a negative value in their loops."""
+
     program_id: str
     #: first arrival, from the trace (re-timed by the replay options)
     start_s: float
     calls: tuple[Call, ...]
+
+    def __post_init__(self) -> None:
+        if not _seconds(self.start_s):
+            raise WorkloadError(
+                f"program {self.program_id!r}: {_bad_seconds('start_s', self.start_s)}"
+            )
+        for turn, call in enumerate(self.calls):
+            problem = _call_problem(call)
+            if problem is not None:
+                raise WorkloadError(f"program {self.program_id!r}, turn {turn}: {problem}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +161,59 @@ class Workload:
         return sum(len(p.calls) for p in self.programs)
 
 
+def _seconds(value: object) -> bool:
+    """``value`` a finite number of seconds >= 0 (NaN fails the comparison)."""
+    return (
+        isinstance(value, Real) and not isinstance(value, bool) and 0.0 <= float(value) < math.inf
+    )
+
+
+def _bad_seconds(name: str, value: object) -> str:
+    """Why ``value`` is no ``name`` (:func:`_seconds` said it is not), as the trace's rules
+    say it."""
+    if not isinstance(value, Real) or isinstance(value, bool):
+        return f"{name} is {value!r}, not a number"
+    return (
+        f"non-finite {name}: {value}" if not math.isfinite(value) else f"negative {name}: {value}"
+    )
+
+
+def _call_problem(call: Call) -> str | None:
+    """Why ``call`` breaks the trace's rules, in their words (None: it does not). The
+    common case, plain ints and a float, is one comparison chain; the rest is spelled out."""
+    inp, out, reused, pause = (
+        call.input_tokens,
+        call.output_tokens,
+        call.reused_tokens,
+        call.pause_s,
+    )
+    if (
+        type(inp) is int
+        and type(out) is int
+        and type(reused) is int
+        and type(pause) is float
+        and 0 <= reused <= inp
+        and inp > 0
+        and out >= 0
+        and 0.0 <= pause < math.inf
+    ):
+        return None
+    for name, value in (("input_tokens", inp), ("output_tokens", out), ("reused_tokens", reused)):
+        if not isinstance(value, Integral) or isinstance(value, bool):
+            return f"{name} is {value!r}, not a whole number"
+        if value < 0:
+            return f"negative {name}: {value}"
+    if inp == 0:
+        return "input_tokens is 0: an empty prompt, which vLLM refuses"
+    if reused > inp:
+        return f"reused_tokens exceeds input_tokens: {reused} > {inp}"
+    return None if _seconds(pause) else _bad_seconds("pause_s", pause)
+
+
 def from_frame(frame: pl.DataFrame) -> Workload:
-    """Programs from canonical rows (sorted by program, turn)."""
+    """Programs from canonical rows (sorted by program, turn). A value out of the trace's
+    range (a frame built in code: one read from a file was checked on read) is a
+    :class:`WorkloadError` naming the program and the turn."""
     # a null reused_tokens filled with the format's default (ttlctl.trace.reuse)
     frame = frame.sort(["program_id", "turn"]).with_columns(reuse())
     programs: list[AgentProgram] = []
@@ -142,21 +225,43 @@ def from_frame(frame: pl.DataFrame) -> Workload:
         calls: list[Call] = []
         start = rows["arrival_s"][0]
         for r in rows.iter_rows(named=True):
-            reused = r["reused_tokens"]
-            pause = r["tool_s"] if r["tool_s"] is not None else r["gap_s"]
-            calls.append(
-                Call(
-                    int(r["input_tokens"]),
-                    max(1, int(r["output_tokens"])),
-                    int(min(reused, r["input_tokens"])),
-                    r["tool"],
-                    float(pause) if pause is not None else 0.0,
-                    _prefix(r, interned) if has_prefix else None,
-                )
-            )
+            try:
+                calls.append(_call(r, _prefix(r, interned) if has_prefix else None))
+            except WorkloadError as e:
+                raise WorkloadError(f"program {str(pid)!r}, turn {r['turn']}: {e}") from None
         programs.append(AgentProgram(str(pid), float(start or 0.0), tuple(calls)))
     programs.sort(key=lambda p: (p.start_s, p.program_id))
     return Workload(tuple(programs))
+
+
+def _call(row: dict[str, Any], prefix: SharedPrefix | None) -> Call:
+    """A frame's row as a call: the pause is ``tool_s``, else ``gap_s``, else 0; an output
+    of 0 tokens is taken as 1 (replay generates at least one). Out-of-range values are left
+    for :class:`AgentProgram` to refuse (a negative output is not raised to 1)."""
+    output = _count(row, "output_tokens")
+    pause = row["tool_s"] if row["tool_s"] is not None else row["gap_s"]
+    return Call(
+        _count(row, "input_tokens"),
+        max(1, output) if output >= 0 else output,
+        _count(row, "reused_tokens"),
+        row["tool"],
+        float(pause) if pause is not None else 0.0,
+        prefix,
+    )
+
+
+def _count(row: dict[str, Any], name: str) -> int:
+    """A token count from a row: an int, or a whole float (a Float64 column built in code);
+    :class:`WorkloadError` for a null, NaN or fraction (``int()`` would fail without naming
+    the row, or truncate)."""
+    value = row[name]
+    if type(value) is int:
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise WorkloadError(
+        f"missing {name}" if value is None else f"{name} is {value!r}, not a whole number"
+    )
 
 
 def _prefix(

@@ -1,0 +1,150 @@
+"""A workload built in code (``AgentProgram``, ``Call``, ``from_frame`` on a frame that never
+went through the trace reader) is held to the trace's rules when it is made: a bad value is
+one ``WorkloadError`` (a ``ValueError`` and a ``TtlctlError``) naming the program, the turn
+and the value. Regressions: a NaN pause or start made ``simulate`` loop forever, an infinite
+one ended the replay at infinity, a negative pause sent a call before its predecessor
+finished, a negative prompt crashed the KV pool (``hit -1 for p``) deep in a step, a float
+prompt crashed the decoders; ``from_frame`` raised a bare ``cannot convert float NaN to
+integer`` and raised a negative output to 1 without a word."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+from profiles.cost import ConstantCostModel
+from replay.policies.simple import VLLM
+from replay.sim import ReplayConfig, simulate
+from replay.workload import AgentProgram, Call, Workload, WorkloadError, from_frame
+from ttlctl.errors import TtlctlError
+
+NAN, INF = float("nan"), float("inf")
+
+
+def program(start: Any = 0.0, **second: Any) -> AgentProgram:
+    """Program ``p``: a good turn 0, then turn 1 with the values given (else good ones)."""
+    values = {"inp": 200, "out": 10, "reused": 110, "pause": 0.0, **second}
+    turn1 = Call(values["inp"], values["out"], values["reused"], None, values["pause"])
+    return AgentProgram("p", start, (Call(100, 10, 0, "t", 0.5), turn1))
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ({"pause": NAN}, "non-finite pause_s: nan"),
+        ({"pause": INF}, "non-finite pause_s: inf"),
+        ({"pause": -5.0}, "negative pause_s: -5.0"),
+        ({"pause": "1"}, "pause_s is '1', not a number"),
+        ({"inp": -5, "reused": 0}, "negative input_tokens: -5"),
+        ({"inp": 0, "reused": 0}, "input_tokens is 0: an empty prompt, which vLLM refuses"),
+        ({"inp": NAN}, "input_tokens is nan, not a whole number"),
+        ({"inp": 200.5}, "input_tokens is 200.5, not a whole number"),
+        ({"out": -1}, "negative output_tokens: -1"),
+        ({"out": NAN}, "output_tokens is nan, not a whole number"),
+        ({"reused": -4}, "negative reused_tokens: -4"),
+        ({"reused": 201}, "reused_tokens exceeds input_tokens: 201 > 200"),
+        ({"reused": True}, "reused_tokens is True, not a whole number"),
+    ],
+)
+def test_a_bad_call_is_refused_naming_program_turn_and_value(
+    values: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(WorkloadError) as info:
+        program(**values)
+    assert str(info.value) == f"program 'p', turn 1: {problem}"
+    # the project's error for bad input (one line, exit 2 at the CLI) and a ValueError
+    assert isinstance(info.value, TtlctlError) and isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("start", "problem"),
+    [
+        (NAN, "non-finite start_s: nan"),
+        (INF, "non-finite start_s: inf"),
+        (-3.0, "negative start_s: -3.0"),
+        (None, "start_s is None, not a number"),
+    ],
+)
+def test_a_bad_start_is_refused_naming_the_program(start: Any, problem: str) -> None:
+    with pytest.raises(WorkloadError) as info:
+        program(start)
+    assert str(info.value) == f"program 'p': {problem}"
+
+
+def test_values_the_trace_allows_are_kept() -> None:
+    """An output of 0 tokens, a pause or start of 0 given as an int, numpy's integers and
+    floats (a frame's values taken one by one), a reuse equal to the prompt: all valid."""
+    made = AgentProgram(
+        "p",
+        0,
+        (
+            Call(100, 0, 0, "t", 0),
+            Call(np.int64(200), np.int64(10), np.int64(200), None, np.float64(1.5)),
+        ),
+    )
+    assert made.calls[1].pause_s == 1.5
+
+
+def test_a_nan_pause_is_refused_before_the_replay_instead_of_hanging_it() -> None:
+    """Regression: ``simulate`` looped forever on this workload (a NaN event time)."""
+    with pytest.raises(WorkloadError, match="turn 0: non-finite pause_s: nan"):
+        Workload(
+            (AgentProgram("p", 0.0, (Call(100, 10, 0, "t", NAN), Call(100, 10, 0, None, 0.0))),)
+        )
+    good = Workload((program(),))
+    outcome = simulate(good, VLLM(), ConstantCostModel(), ReplayConfig(check=True))
+    assert [(c.program, c.turn) for c in outcome.calls] == [("p", 0), ("p", 1)]
+
+
+def frame(**second: Any) -> pl.DataFrame:
+    """Canonical columns for program ``p``, two turns; turn 1's values as given."""
+    columns: dict[str, list[Any]] = {
+        "program_id": ["p", "p"],
+        "turn": [0, 1],
+        "arrival_s": [0.0, 1.0],
+        "input_tokens": [100, 200],
+        "output_tokens": [10, 10],
+        "reused_tokens": [0, 110],
+        "tool": ["t", None],
+        "tool_s": [0.5, None],
+        "gap_s": [1.0, None],
+    }
+    for name, value in second.items():
+        columns[name] = [columns[name][0], value]
+    return pl.DataFrame(columns, strict=False)
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ({"input_tokens": NAN}, "input_tokens is nan, not a whole number"),
+        ({"input_tokens": 200.5}, "input_tokens is 200.5, not a whole number"),
+        ({"output_tokens": None}, "missing output_tokens"),
+        ({"output_tokens": -3}, "negative output_tokens: -3"),  # was raised to 1, unsaid
+        ({"reused_tokens": NAN}, "reused_tokens is nan, not a whole number"),
+        ({"reused_tokens": 300}, "reused_tokens exceeds input_tokens: 300 > 200"),
+        ({"tool_s": NAN}, "non-finite pause_s: nan"),
+        ({"gap_s": -1.0}, "negative pause_s: -1.0"),
+    ],
+)
+def test_from_frame_refuses_a_frame_built_in_code_naming_program_and_turn(
+    values: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(WorkloadError) as info:
+        from_frame(frame(**values))
+    assert str(info.value) == f"program 'p', turn 1: {problem}"
+
+
+def test_from_frame_refuses_a_nan_arrival_and_keeps_whole_floats() -> None:
+    bad = frame().with_columns(pl.Series("arrival_s", [NAN, 1.0]))
+    with pytest.raises(WorkloadError) as info:
+        from_frame(bad)
+    assert str(info.value) == "program 'p': non-finite start_s: nan"
+    # a Float64 column of whole counts reads as the ints; an output of 0 as 1 (as ever)
+    floats = frame(output_tokens=0).with_columns(pl.col("input_tokens").cast(pl.Float64))
+    (made,) = from_frame(floats).programs
+    assert [(c.input_tokens, c.output_tokens) for c in made.calls] == [(100, 10), (200, 1)]
+    assert all(type(c.input_tokens) is int for c in made.calls)

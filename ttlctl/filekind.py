@@ -1,7 +1,9 @@
 """What a file that should be UTF-8 text (JSON, a log) is, when its first bytes say it is
 something else: a binary file (a trace in Parquet given as a fit, a compressed file), or text
 in another encoding (UTF-16 or UTF-32, known by its byte-order mark: what Windows PowerShell's
-``>`` writes). So the error names the mix-up instead of calling the file damaged or binary.
+``>`` writes; UTF-16 without one, known by its NUL bytes: what a converter told the byte order
+writes, ``iconv -t UTF-16LE``, Python's ``utf-16-le``, Java's ``UTF-16LE``). So the error
+names the mix-up instead of calling the file damaged, binary or of an unknown format.
 Imports nothing (the engine's bundle reader uses it).
 """
 
@@ -44,9 +46,10 @@ def binary_kind(head: bytes) -> str | None:
 
 def wide_text(head: bytes) -> str | None:
     """Why a file starting with ``head`` is not read as UTF-8 text when a UTF-16 or UTF-32
-    byte-order mark opens it: the encoding and the mark, and how to convert it (None: no
-    such mark). ttlctl reads UTF-8 only and does not transcode: the file is named instead,
-    wherever it is given (an ingest's log, a fit, a profile, a bundle)."""
+    byte-order mark opens it, or when it is UTF-16 without one (:func:`unmarked_utf16`):
+    the encoding (and the mark), and how to convert it (None: neither). ttlctl reads UTF-8
+    only and does not transcode: the file is named instead, wherever it is given (an
+    ingest's log, a fit, a profile, a bundle)."""
     for mark, encoding in WIDE_MARKS:
         if head.startswith(mark):
             shown = " ".join(f"{byte:02X}" for byte in mark)
@@ -54,6 +57,43 @@ def wide_text(head: bytes) -> str | None:
                 f"{encoding} text (byte-order mark {shown}): convert it to UTF-8, "
                 f"e.g. `iconv -f {encoding} -t UTF-8`"
             )
+    order = unmarked_utf16(head) if binary_kind(head) is None else None
+    if order is None:
+        return None
+    # iconv's plain UTF-16 takes an unmarked text as big-endian: the order is named
+    code = "UTF-16LE" if order == "little" else "UTF-16BE"
+    return (
+        f"UTF-16 text without a byte-order mark ({order}-endian): convert it to UTF-8, "
+        f"e.g. `iconv -f {code} -t UTF-8`"
+    )
+
+
+#: the leading bytes :func:`unmarked_utf16` judges by (a few KB: cheap on any file)
+UTF16_SNIFF_BYTES = 4096
+#: the bytes no text is made of: the ASCII control characters but tab, newline and return
+_CONTROLS = bytes(b for b in range(32) if b not in b"\t\n\r") + b"\x7f"
+
+
+def unmarked_utf16(head: bytes) -> str | None:
+    """``little`` or ``big`` when ``head`` (a file's first bytes, of which the first
+    :data:`UTF16_SNIFF_BYTES` are judged) is UTF-16 text without a byte-order mark; None
+    when it is not. JSON, JSON lines and CSV are mostly ASCII (keys, punctuation, digits),
+    which UTF-16 writes as the character's byte and a NUL, in that order (little-endian)
+    or the other. So in the one byte order: the characters' bytes are almost never NUL
+    (1 in 16 allowed: U+0100 and the like) and at least a quarter of the characters read
+    are printable ASCII (or tab, newline, return; the rest may be any script). UTF-8 text
+    has no NUL byte and reads as no ASCII in UTF-16; UTF-32's ASCII has NULs on both
+    sides; binary data's NULs pair with control bytes or none: none of them pass."""
+    units = min(len(head), UTF16_SNIFF_BYTES) // 2
+    if units < 2:
+        return None
+    sample = head[: 2 * units]
+    for codec, order, chars in (("utf-16-le", "little", 0), ("utf-16-be", "big", 1)):
+        if 16 * sample[chars::2].count(0) > units:
+            continue
+        text = sample.decode(codec, errors="replace").encode("ascii", errors="ignore")
+        if 4 * len(text.translate(None, _CONTROLS)) >= units:
+            return order
     return None
 
 

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from ttlctl.errors import TtlctlError
-from ttlctl.filekind import not_json_text, not_utf8, unmarked
+from ttlctl.filekind import UTF16_SNIFF_BYTES, not_json_text, not_utf8, unmarked
 
-#: the leading bytes that say what a file is (the longest mark: SQLite's 16)
-HEAD_BYTES = 16
+#: the leading bytes that say what a file is: its mark (the longest: SQLite's 16), or for
+#: UTF-16 without one, its NUL bytes (a few KB)
+HEAD_BYTES = UTF16_SNIFF_BYTES
 
 
 class JsonFileError(TtlctlError, ValueError):

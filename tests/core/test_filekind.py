@@ -96,3 +96,35 @@ def test_a_json_file_in_utf16_or_utf32_is_named_with_its_encoding(
     assert f"{doc}: {family} text (byte-order mark " in line, line
     assert f"convert it to UTF-8, e.g. `iconv -f {family} -t UTF-8`" in line, line
     assert "Traceback" not in res.output and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bundle", "build", "--fit", "P", "--profile", "tiny-cpu", "-o", "OUT"],
+        ["bundle", "verify", "P"],
+        ["replay", "T", "--profile", "P", "--policy", "vllm"],
+    ],
+    ids=["fit", "bundle", "profile"],
+)
+@pytest.mark.parametrize(
+    ("codec", "order", "iconv"),
+    [("utf-16-le", "little", "UTF-16LE"), ("utf-16-be", "big", "UTF-16BE")],
+)
+def test_a_json_file_in_utf16_without_a_mark_is_named_with_its_byte_order(
+    parquet: Path, tmp_path: Path, args: list[str], codec: str, order: str, iconv: str
+) -> None:
+    """A document in UTF-16 with no byte-order mark (Python's ``utf-16-le`` and ``-be``
+    write none), told by its NUL bytes. Regression: 'line 1 column 1: not valid JSON
+    (Expecting value); truncated or edited?' (a big-endian file's NULs are valid UTF-8)."""
+    doc = tmp_path / "doc.json"
+    doc.write_bytes('{"schema": "whatever"}\n'.encode(codec))
+    out = tmp_path / "b.json"
+    args = [{"P": str(doc), "T": str(parquet), "OUT": str(out)}.get(a, a) for a in args]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (
+        f"error: {doc}: UTF-16 text without a byte-order mark ({order}-endian): convert it "
+        f"to UTF-8, e.g. `iconv -f {iconv} -t UTF-8`"
+    ), res.output
+    assert not out.exists()

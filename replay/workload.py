@@ -154,7 +154,22 @@ class AgentProgram:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
+    """Programs, each id once (the simulator and the fleet key their books by program id:
+    two programs of one id would share pins, streams and records without a word)."""
+
     programs: tuple[AgentProgram, ...]
+
+    def __post_init__(self) -> None:
+        ids = {p.program_id for p in self.programs}
+        if len(ids) != len(self.programs):
+            seen: set[str] = set()
+            for p in self.programs:
+                if p.program_id in seen:
+                    raise WorkloadError(
+                        f"program {p.program_id!r} appears twice: a workload's program ids "
+                        "must be unique"
+                    )
+                seen.add(p.program_id)
 
     @property
     def calls(self) -> int:

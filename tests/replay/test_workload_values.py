@@ -148,3 +148,10 @@ def test_from_frame_refuses_a_nan_arrival_and_keeps_whole_floats() -> None:
     (made,) = from_frame(floats).programs
     assert [(c.input_tokens, c.output_tokens) for c in made.calls] == [(100, 10), (200, 1)]
     assert all(type(c.input_tokens) is int for c in made.calls)
+
+
+def test_a_program_id_given_twice_is_refused() -> None:
+    """Two programs of one id would share the simulator's pins, streams and records."""
+    with pytest.raises(WorkloadError, match="program 'p' appears twice"):
+        Workload((program(), program(start=1.0)))
+    assert len(Workload((program(),)).programs) == 1

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ttlctl.engine.facts import ENV_REPLICA
 from ttlctl.server import command, cpus, gpus, router
 from ttlctl.server.arrivals import ENV as ARRIVALS_ENV
 from ttlctl.server.arrivals import MIDDLEWARE as ARRIVALS
@@ -157,6 +158,7 @@ def policy_fleet(
         port = free_port()
         cmd = [*server_command(sources.base_cmd, policy, port), "--middleware", ARRIVALS]
         env = server_environment(sources.env or os.environ, policy, bundle, work_dir, rtag)
+        env[ENV_REPLICA] = name  # its engine log names it, as `ttlctl serve --replica` does
         arrivals[name] = work_dir / f"{policy}{rtag}-arrivals.jsonl"
         arrivals[name].unlink(missing_ok=True)
         env[ARRIVALS_ENV] = str(arrivals[name].resolve())

@@ -3,4 +3,5 @@ saying what to install when the command line's packages are missing)."""
 
 from ttlctl.launcher import main
 
-main()
+if __name__ == "__main__":
+    main()

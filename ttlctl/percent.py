@@ -4,7 +4,8 @@ Whole percents, except where rounding would lie: a share strictly between 0 and 
 would round to ``0%`` or ``100%`` keeps one decimal (``0.1%``, ``99.7%``), and one closer
 still reads ``<0.1%`` or ``>99.9%``. So a count that is not nothing never reads as nothing
 (2 pins wasted of 3,600), nor one short of all as all. A negative share (a gap a policy
-widened) is written so too: ``-0.4%`` or ``-<0.1%``, never ``-0%``. No share (``None``, not a number, or
+widened) is written so too: ``-0.4%`` or ``-<0.1%``, never ``-0%``. No share (``None``, not a
+number, or
 infinite) is a dash. Nothing is imported, so the command line and the HTML report (which
 must not import each other) both write shares with it.
 """

@@ -17,7 +17,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "examples").glob("*/README.md")),
+]
 CODE = ("ttlctl", "fitting", "replay", "profiles", "bench", "tests")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 CITED = re.compile(r"(?<![\w/.])docs/[\w.-]+\.md\b")
@@ -79,6 +83,28 @@ def test_a_page_the_code_cites_exists() -> None:
         if cited not in OUTSIDE and not (ROOT / cited).exists()
     ]
     assert missing == []
+
+
+#: a file or folder of this repository named in a page's code span (`examples/fleet/`,
+#: `samples/SOURCES.md`): the places a reader is told to look in
+NAMED = re.compile(r"`((?:samples|examples|bench|deploy|docs|tests/data)/[\w./-]*)`")
+
+
+def unnamed(page: Path) -> list[str]:
+    """The repository paths the page names in code spans that do not exist (a glob or a
+    placeholder in capitals is no path)."""
+    return [
+        path
+        for path in NAMED.findall(page.read_text())
+        if not re.search(r"[*A-Z]", path) and path not in OUTSIDE and not (ROOT / path).exists()
+    ]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_repository_path_a_page_names_exists(page: Path) -> None:
+    """Regression: validate.md sent readers to `samples/fleet-engine-logs/`, a folder that
+    never existed (the logs are in `examples/fleet/`)."""
+    assert unnamed(page) == []
 
 
 def test_a_broken_anchor_is_caught(tmp_path: Path) -> None:

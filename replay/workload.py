@@ -57,6 +57,7 @@ import polars as pl
 
 from ttlctl.errors import TtlctlError
 from ttlctl.trace import io as trace_io
+from ttlctl.trace.columns import REQUIRED, all_columns
 from ttlctl.trace.prefix import shared_keys
 from ttlctl.trace.reuse import reuse
 
@@ -229,6 +230,7 @@ def from_frame(frame: pl.DataFrame) -> Workload:
     """Programs from canonical rows (sorted by program, turn). A value out of the trace's
     range (a frame built in code: one read from a file was checked on read) is a
     :class:`WorkloadError` naming the program and the turn."""
+    frame = _with_optional_columns(frame)
     # a null reused_tokens filled with the format's default (ttlctl.trace.reuse)
     frame = frame.sort(["program_id", "turn"]).with_columns(reuse())
     programs: list[AgentProgram] = []
@@ -247,6 +249,20 @@ def from_frame(frame: pl.DataFrame) -> Workload:
         programs.append(AgentProgram(str(pid), float(start or 0.0), tuple(calls)))
     programs.sort(key=lambda p: (p.start_s, p.program_id))
     return Workload(tuple(programs))
+
+
+def _with_optional_columns(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with the trace's optional columns it lacks as nulls, as the trace reader
+    conforms a file (a frame built in code may leave them out); a required one missing is a
+    :class:`WorkloadError` naming it. Present columns are left as they are (their values are
+    checked as the programs are made)."""
+    missing = [name for name in REQUIRED if name not in frame.columns]
+    if missing:
+        raise WorkloadError(f"the frame has no {', '.join(missing)} column (a trace requires it)")
+    absent = [(n, t) for n, t in all_columns().items() if n not in frame.columns]
+    if not absent:
+        return frame
+    return frame.with_columns(pl.lit(None, dtype=t).alias(n) for n, t in absent)
 
 
 def _call(row: dict[str, Any], prefix: SharedPrefix | None) -> Call:

@@ -155,3 +155,18 @@ def test_a_program_id_given_twice_is_refused() -> None:
     with pytest.raises(WorkloadError, match="program 'p' appears twice"):
         Workload((program(), program(start=1.0)))
     assert len(Workload((program(),)).programs) == 1
+
+
+def test_from_frame_takes_a_frame_of_the_required_columns_alone() -> None:
+    """The trace's optional columns are optional in code too (a frame without
+    ``reused_tokens`` raised polars' ColumnNotFoundError); a required one missing is named."""
+    frame = pl.DataFrame(
+        {"program_id": ["p", "p"], "turn": [0, 1], "input_tokens": [100, 150],
+         "output_tokens": [10, 5]}
+    )  # fmt: skip
+    (prog,) = from_frame(frame).programs
+    assert [c.input_tokens for c in prog.calls] == [100, 150]
+    assert prog.calls[1].reused_tokens == 110  # the format's default: previous input + output
+    assert prog.start_s == 0.0 and prog.calls[0].pause_s == 0.0
+    with pytest.raises(WorkloadError, match="no input_tokens column"):
+        from_frame(frame.drop("input_tokens"))

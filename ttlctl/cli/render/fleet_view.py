@@ -10,7 +10,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from replay.fleet.records import replica_labels, shown_phrase, shown_replicas
-from replay.fleet.routers import RouterSettings
 from ttlctl.cli.render.cells import dash, show
 from ttlctl.nouns import counted
 from ttlctl.percent import share
@@ -42,6 +41,11 @@ def router_settings(router: Mapping[str, Any]) -> str:
     settings = router["settings"]
     parts = _phrases(settings)
     if len(", ".join(parts)) > SETTINGS_PHRASE_MAX:
+        # here, not at the top: the serving install (typer and rich, no polars) imports
+        # this package for `bundle` and `serve`, and the router models import the workload
+        # (polars); a fleet replay being rendered has them
+        from replay.fleet.routers import RouterSettings
+
         defaults = RouterSettings(router["name"]).resolved()
         changed = {k: v for k, v in settings.items() if k not in defaults or defaults[k] != v}
         parts = [

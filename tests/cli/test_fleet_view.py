@@ -145,3 +145,16 @@ def test_a_long_settings_phrase_names_only_what_differs_from_the_routers_default
         f"{k}={v}" for k, v in short.items()
     )
     assert "cache_threshold=0.5" in router_settings({"name": "cache-aware", "settings": short})
+
+
+def test_the_rows_line_speaks_per_policy_when_the_policies_rows_are_chosen_differently() -> None:
+    """One policy whose 30 replicas all served calls (cut to the busiest and least busy)
+    beside one whose calls reached 12: one line for both would misstate one of them."""
+    cut = _fleet("vllm", _replicas([1.0 + i / 10 for i in range(30)]))
+    few = _fleet("continuum", _replicas([1.0 if i < 12 else 0.0 for i in range(30)]))
+    console = Console(record=True, width=300)
+    fleet_tables(console, [cut, few])
+    text = console.export_text()
+    want_cut, want_few = shown_phrase([cut["per_replica"]]), shown_phrase([few["per_replica"]])
+    assert want_cut != want_few and "12 busiest" in want_cut
+    assert f"per replica: vllm: {want_cut}; continuum: {want_few} (--json has each one)" in text

@@ -120,6 +120,17 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
                 end_section=last,
             )
     show(console, per)
-    selection = shown_phrase([r["per_replica"] for r in results])
-    if selection:  # under the table, as the misses' line: a title wraps at its width
-        console.print(f"per replica: {selection} (--json has each one)")
+    # under the table, as the misses' line (a title wraps at its width); said once when
+    # every policy's rows are chosen alike, else per policy (one cut to the busiest and
+    # least busy, another listed whole: a line for all would misstate one of them)
+    phrases = [shown_phrase([r["per_replica"]]) for r in results]
+    if any(phrases):
+        each = (
+            phrases[0]
+            if len(set(phrases)) == 1
+            else "; ".join(
+                f"{r['policy']}: {p or 'every replica, in order'}"
+                for r, p in zip(results, phrases, strict=True)
+            )
+        )
+        console.print(f"per replica: {each} (--json has each one)")

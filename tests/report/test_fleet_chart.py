@@ -146,6 +146,8 @@ def test_a_large_fleet_draws_a_line_per_policy_at_one_width(tmp_path: Path) -> N
     assert not bars(load)
     lines = load.get_lines()
     assert [list(line.get_ydata()) for line in lines] == [sorted(busy, reverse=True)] * 2
+    # equal loads, one line over the other: their dashes differ, so both show
+    assert lines[0].get_linestyle() != lines[1].get_linestyle()
     assert list(lines[0].get_xdata()) == list(range(1, 5001))
     assert load.get_xlabel() == "replicas, busiest first"
     (tmp_path / "replay.json").write_text(

@@ -79,13 +79,24 @@ def _busy(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
     ax.legend(fontsize="small", loc="upper right", ncols=min(len(results), 4))
 
 
+#: the load lines' dashes, one per policy in turn
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
 def _ranked(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
     """Each policy's replicas' engine-busy seconds, busiest first, as a line."""
     for k, result in enumerate(results):
         busy = sorted((number(p.get("engine_busy_s")) for p in replicas_of(result)), reverse=True)
         ranks = range(1, len(busy) + 1)
         ax.step(
-            ranks, busy, where="mid", label=label(result.get("policy", "?"), 20), color=f"C{k % 10}"
+            ranks,
+            busy,
+            where="mid",
+            label=label(result.get("policy", "?"), 20),
+            color=f"C{k % 10}",
+            # policies of equal loads draw one line over another: each its own dash, so
+            # the one beneath shows through
+            linestyle=LINE_STYLES[k % len(LINE_STYLES)],
         )
     ax.set_xlabel("replicas, busiest first")
     ax.set_ylabel("engine busy (s)")

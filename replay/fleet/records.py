@@ -115,21 +115,19 @@ def shown_replicas(per_replica: Sequence[Mapping[str, Any]]) -> list[int | str]:
     return rows
 
 
-def shown_phrase(fleets: Sequence[Sequence[Mapping[str, Any]]]) -> str:
-    """What :func:`shown_replicas` shows of each policy's ``per_replica`` (one list per
-    policy, one fleet), in words for a table's title; "" when it lists every replica in
-    order. Said of every policy at once, so it names no count that differs between them
-    (how many replicas served calls)."""
-    count = max((len(reps) for reps in fleets), default=0)
+def shown_phrase(per_replica: Sequence[Mapping[str, Any]]) -> str:
+    """What :func:`shown_replicas` shows of one policy's ``per_replica``, in words for a
+    table's title or the line under it; "" when it lists every replica in order."""
+    count = len(per_replica)
     if count <= MAX_REPLICA_ROWS:
         return ""
-    served = [len(_served(reps)) for reps in fleets]
+    served = len(_served(per_replica))
     half = MAX_REPLICA_ROWS // 2
-    if any(_elides(n) for n in served):
+    if _elides(served):
         return (
             f"of {count:,}, the {half} busiest and the {half} least busy of those that "
             "served calls, the rest counted"
         )
-    if any(n < len(reps) for n, reps in zip(served, fleets, strict=True)):
+    if served < count:
         return f"of {count:,}, those that served calls, busiest first, the rest counted"
     return f"of {count:,}, busiest first"

@@ -81,11 +81,11 @@ def test_one_replica_over_the_rows_is_listed_not_counted() -> None:
     per = _replicas([float(b) for b in range(1, MAX_REPLICA_ROWS + 2)])
     rows = shown_replicas(per)
     assert rows == list(range(MAX_REPLICA_ROWS, -1, -1))
-    assert shown_phrase([per]) == "of 25, busiest first"
+    assert shown_phrase(per) == "of 25, busiest first"
     per.append({"engine_busy_s": 0.0, "llm_calls": 0})
     assert shown_replicas(per)[-1] == "… 1 served no call"  # the idle one is counted
-    assert shown_phrase([per]) == "of 26, those that served calls, busiest first, the rest counted"
-    assert shown_phrase([per[:MAX_REPLICA_ROWS]]) == ""  # every replica, in order
+    assert shown_phrase(per) == "of 26, those that served calls, busiest first, the rest counted"
+    assert shown_phrase(per[:MAX_REPLICA_ROWS]) == ""  # every replica, in order
 
 
 def _fleet(policy: str, per_replica: list[dict[str, float]]) -> dict[str, object]:
@@ -155,6 +155,6 @@ def test_the_rows_line_speaks_per_policy_when_the_policies_rows_are_chosen_diffe
     console = Console(record=True, width=300)
     fleet_tables(console, [cut, few])
     text = console.export_text()
-    want_cut, want_few = shown_phrase([cut["per_replica"]]), shown_phrase([few["per_replica"]])
+    want_cut, want_few = shown_phrase(cut["per_replica"]), shown_phrase(few["per_replica"])
     assert want_cut != want_few and "12 busiest" in want_cut
     assert f"per replica: vllm: {want_cut}; continuum: {want_few} (--json has each one)" in text

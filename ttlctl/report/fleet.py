@@ -65,7 +65,7 @@ def section(run: RunInputs) -> str:
         reps = replicas_of(r)
         labels = replica_labels(reps)  # as-logged: the trace's names
         rows = shown_replicas(reps)
-        shown = shown_phrase([reps])
+        shown = shown_phrase(reps)
         per.append(f"<h3>{e(r.get('policy'))}: per replica{': ' + shown if shown else ''}</h3>")
         per.append(
             table(

@@ -123,7 +123,7 @@ def fleet_tables(console: Console, results: Sequence[Mapping[str, Any]]) -> None
     # under the table, as the misses' line (a title wraps at its width); said once when
     # every policy's rows are chosen alike, else per policy (one cut to the busiest and
     # least busy, another listed whole: a line for all would misstate one of them)
-    phrases = [shown_phrase([r["per_replica"]]) for r in results]
+    phrases = [shown_phrase(r["per_replica"]) for r in results]
     if any(phrases):
         each = (
             phrases[0]

@@ -7,16 +7,15 @@ not a text log" (its NUL bytes)."""
 
 from __future__ import annotations
 
-import gzip
 import os
+from functools import partial
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from tests.ingest.canonical_files import canonical_trace_file
+from tests.ingest.recoded import ingest_cli, recoded_copy
 from tests.ingest.test_gzip import SAMPLES
-from ttlctl.cli import app
 from ttlctl.filekind import unmarked_utf16
 
 #: Python's codec (which writes no mark) -> the byte order the reason names, iconv's name
@@ -31,18 +30,14 @@ def _reason(codec: str) -> str:
     )
 
 
-def _unmarked_copy(src: Path, dest: Path, codec: str, *, packed: bool = False) -> Path:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    data = src.read_text(encoding="utf-8").encode(codec)
+def _unmarked(text: str, codec: str) -> bytes:
+    data = text.encode(codec)
     assert not data.startswith((b"\xff\xfe", b"\xfe\xff"))  # no mark
-    dest.write_bytes(gzip.compress(data, mtime=0) if packed else data)
-    return dest
+    return data
 
 
-def _ingest(*args: object) -> tuple[int, str]:
-    res = CliRunner().invoke(app, ["ingest", *(str(a) for a in args)])
-    assert "Traceback" not in res.output
-    return res.exit_code, res.output
+def _unmarked_copy(src: Path, dest: Path, codec: str, *, packed: bool = False) -> Path:
+    return recoded_copy(src, dest, partial(_unmarked, codec=codec), packed=packed)
 
 
 @pytest.mark.parametrize("codec", sorted(ORDERS))
@@ -52,7 +47,7 @@ def test_each_format_names_an_unmarked_utf16_file(fmt: str, codec: str, tmp_path
     bad = _unmarked_copy(SAMPLES[fmt], tmp_path / "logs" / SAMPLES[fmt].name, codec)
     out = tmp_path / "t.parquet"
     for named in ([], ["--format", fmt]):
-        code, text = _ingest(bad, "-o", out, *named)
+        code, text = ingest_cli(bad, "-o", out, *named)
         assert code == 2, text
         assert text.strip() == f"error: {bad}: {_reason(codec)}", text
         assert not out.exists()
@@ -68,7 +63,7 @@ def test_an_unmarked_utf16_canonical_trace_is_named(
     name = plain.name + (".gz" if packed else "")
     bad = _unmarked_copy(plain, tmp_path / "wide" / name, codec, packed=packed)
     for named in ([], ["--format", "canonical"]):
-        code, text = _ingest(bad, "-o", tmp_path / "t.parquet", *named)
+        code, text = ingest_cli(bad, "-o", tmp_path / "t.parquet", *named)
         assert code == 2, text
         assert f"error: {bad}: {_reason(codec)}" in " ".join(text.split()), text
 

@@ -7,17 +7,16 @@ under its encoding and written with the rejects. It read "binary data, not a tex
 
 from __future__ import annotations
 
-import gzip
 import shutil
+from functools import partial
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from tests.ingest.badinput import read_rejects
 from tests.ingest.canonical_files import canonical_trace_file
+from tests.ingest.recoded import ingest_cli, recoded_copy
 from tests.ingest.test_gzip import SAMPLES
-from ttlctl.cli import app
 
 #: Python's codec -> the byte-order mark the file starts with, as the reason shows it
 ENCODINGS = {
@@ -46,16 +45,13 @@ def _reason(codec: str) -> str:
 
 def _wide_copy(src: Path, dest: Path, codec: str, *, packed: bool = False) -> Path:
     """``src``'s text written to ``dest`` in ``codec`` (gzipped when ``packed``)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    data = _encoded(src.read_text(encoding="utf-8"), codec)
-    dest.write_bytes(gzip.compress(data, mtime=0) if packed else data)
-    return dest
+    return recoded_copy(src, dest, partial(_encoded, codec=codec), packed=packed)
 
 
 def _ingest(*args: object) -> tuple[int, str]:
-    res = CliRunner().invoke(app, ["ingest", *(str(a) for a in args)])
-    assert "Traceback" not in res.output
-    return res.exit_code, " ".join(res.output.split())
+    """:func:`ingest_cli`, its output on one line (a reason wraps at the console's width)."""
+    code, output = ingest_cli(*args)
+    return code, " ".join(output.split())
 
 
 @pytest.mark.parametrize("codec", sorted(ENCODINGS))

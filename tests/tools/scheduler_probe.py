@@ -20,15 +20,21 @@ it runs three sequential probes and prints one line each:
 Its use is running the plugin against vLLM sources that cannot be installed
 here, e.g. the CUDA wheel's Python files on a CPU machine::
 
-    VLLM_TARGET_DEVICE=cpu PYTHONPATH=/path/to/unpacked-wheel \\
-        python -m tests.tools.scheduler_probe
+    VLLM_TARGET_DEVICE=cpu PYTHONPATH=/path/to/repo:/path/to/unpacked-wheel \\
+        python -m tests.tools.scheduler_probe [--async]
 
-(the scheduler imports nothing compiled). Exit status 0 when every probe holds.
+(the scheduler imports nothing compiled). It runs on vLLM 0.32, 0.33 and 0.34
+alike: the ``ModelRunnerOutput`` it hands back carries only the fields the
+running vLLM declares, and vLLM is told Triton is present while the config is
+built (0.34's CPU platform refuses an x86 CPU without it; see
+:func:`_triton_claimed`). A vLLM the plugin is not yet written for also needs
+``TTLCTL_VLLM_VERSION_CHECK=warn``. Exit status 0 when every probe holds.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -79,6 +85,27 @@ def _model(folder: Path) -> Path:
     return folder
 
 
+@contextmanager
+def _triton_claimed() -> Iterator[None]:
+    """vLLM told Triton is installed while it validates the config.
+
+    From 0.34 the CPU platform's ``check_and_update_config`` refuses an x86 CPU
+    without Triton (0.32 and 0.33 only warn), since the CPU model runner needs
+    triton-cpu's kernels. The probe runs no kernel and no model runner, only the
+    scheduler, so the refusal does not apply to it. vLLM reads the flag from
+    ``vllm.triton_utils`` at the call (on x86 nothing else the config reads
+    changes with it), and it is put back as soon as the config is built.
+    """
+    import vllm.triton_utils as triton_utils
+
+    had = triton_utils.HAS_TRITON
+    triton_utils.HAS_TRITON = True
+    try:
+        yield
+    finally:
+        triton_utils.HAS_TRITON = had
+
+
 class Probe:
     """vLLM's scheduler with the plugin, stepped by hand."""
 
@@ -101,7 +128,8 @@ class Probe:
             async_scheduling=async_scheduling,
             scheduler_cls="ttlctl.engine.TTLScheduler",
         )
-        config = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched)
+        with _triton_claimed():
+            config = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched)
         # the CPU platform turns async scheduling off; the scheduler itself runs it
         config.scheduler_config.async_scheduling = async_scheduling
         kv = KVCacheConfig(
@@ -151,15 +179,17 @@ class Probe:
             ids.append(rid)
             done = request is not None and request.num_computed_tokens >= request.num_tokens
             sampled.append([7] if done or request is None else [])
-        return ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=sampled,
-        )
+        fields: dict[str, Any] = {"req_ids": ids, "sampled_token_ids": sampled}
+        # vLLM 0.34 dropped req_id_to_index: its scheduler indexes req_ids itself
+        if "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}:
+            fields["req_id_to_index"] = {r: i for i, r in enumerate(ids)}
+        return ModelRunnerOutput(**fields)
 
     def _note(self, sched_out: Any) -> None:
+        # the first admission only: from 0.34 (and with the V2 model runner before)
+        # a request resumed after a preemption is listed among the new ones too
         for new in sched_out.scheduled_new_reqs:
-            self.cached[new.req_id] = int(new.num_computed_tokens)
+            self.cached.setdefault(new.req_id, int(new.num_computed_tokens))
 
     def run(self, limit: int = 500) -> None:
         """Step until nothing is left."""

@@ -18,7 +18,7 @@ requests scheduled for the first time found in the prefix cache.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from vllm.v1.core.sched.output import SchedulerOutput
@@ -117,12 +117,21 @@ def execute(
             sampled.append([ids[index] if 0 <= index < len(ids) else filler])
         else:
             sampled.append([])
-    output = ModelRunnerOutput(
-        req_ids=req_ids,
-        req_id_to_index={r: i for i, r in enumerate(req_ids)},
-        sampled_token_ids=sampled,
-    )
+    output = runner_output(req_ids, sampled)
     return Step(output, chunks, decodes, kv, first_scheduled_cached(scheduled, requests))
+
+
+#: 0.32 and 0.33 also take each request's index in ``req_ids``; 0.34 derives it
+INDEXED = "req_id_to_index" in {f.name for f in fields(ModelRunnerOutput)}
+
+
+def runner_output(req_ids: list[str], sampled: list[list[int]]) -> ModelRunnerOutput:
+    """What a model runner returns for a step: the requests run, in order, and the token
+    each sampled (none for a partial prefill)."""
+    if INDEXED:
+        index = {r: i for i, r in enumerate(req_ids)}
+        return ModelRunnerOutput(req_ids=req_ids, req_id_to_index=index, sampled_token_ids=sampled)
+    return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled)  # type: ignore[call-arg]
 
 
 def first_scheduled_cached(scheduled: SchedulerOutput, requests: Mapping[str, Any]) -> int:

@@ -24,12 +24,22 @@ from tests.tools import vllm_hooks
 from ttlctl.engine import compat, hooks
 from ttlctl.engine.hooks import CALL, KEYWORD, OVERRIDE, POSITIONAL, VAR_KEYWORD, WRAP, Hook, Param
 
-ACCEPTED = ["0.32.0", "0.33.0", "0.33.1", "0.33.0rc1", "0.32.1.dev3+gabc", "0.32.0+cpu", "v0.33.2"]
-REFUSED = ["0.34.0", "0.34.0rc1", "0.31.2", "0.31.0", "0.3.3", "0.330.0", "1.33.0", "unknown", ""]
+ACCEPTED = [
+    "0.32.0",
+    "0.33.0",
+    "0.33.1",
+    "0.33.0rc1",
+    "0.32.1.dev3+gabc",
+    "0.32.0+cpu",
+    "v0.33.2",
+    "0.34.0",
+    "0.34.1rc2",
+]
+REFUSED = ["0.35.0", "0.35.0rc1", "0.31.2", "0.31.0", "0.3.3", "0.340.0", "1.34.0", "unknown", ""]
 
 
 @pytest.mark.parametrize("version", ACCEPTED)
-def test_gate_accepts_032_and_033_releases_prereleases_and_local_builds(version: str) -> None:
+def test_gate_accepts_032_to_034_releases_prereleases_and_local_builds(version: str) -> None:
     compat.check(version, mode="")
 
 
@@ -39,7 +49,7 @@ def test_gate_refuses_other_versions_in_one_line_unless_asked_to_warn(version: s
         compat.check(version, mode="")
     message = str(refused.value)
     assert "\n" not in message and f"found vLLM {version}." in message
-    assert "0.32.x and 0.33.x" in message and "vllm>=0.32,<0.34" in message
+    assert "0.32.x, 0.33.x and 0.34.x" in message and "vllm>=0.32,<0.35" in message
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         compat.check(version, mode="warn")
@@ -48,11 +58,11 @@ def test_gate_refuses_other_versions_in_one_line_unless_asked_to_warn(version: s
 
 def test_gate_reads_the_escape_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(compat.ENV, "WARN")
-    with pytest.warns(RuntimeWarning, match=r"0\.34\.0"):
-        compat.check("0.34.0")
+    with pytest.warns(RuntimeWarning, match=r"0\.35\.0"):
+        compat.check("0.35.0")
     monkeypatch.setenv(compat.ENV, "")
     with pytest.raises(compat.UnsupportedVLLM):
-        compat.check("0.34.0")
+        compat.check("0.35.0")
 
 
 def _params(*spec: str) -> list[Param]:
@@ -113,7 +123,7 @@ def test_the_check_names_the_hook_it_cannot_find_in_one_line() -> None:
         Hook("fake", "Queue", "add_request", OVERRIDE, ("request",)),
         Hook("fake", "Queue", "pop_request", OVERRIDE),
     )
-    found = list(compat.problems(table, (("fake", "Queue"),), load=lambda name: module))
+    found = list(compat.problems(table, (("fake", "Queue"),), load=lambda name: module, of=(0, 32)))
     assert found == [
         "no Pool.touch(blocks) in fake",
         "Manager.allocate_slots in fake has (request, num_new_tokens); "
@@ -131,11 +141,37 @@ def _vllm() -> Path:
     return Path(spec.origin).parent
 
 
+def test_a_release_is_checked_for_its_own_hooks_and_an_unsupported_one_for_the_nearest() -> None:
+    """A hook only some releases have is asked of those alone (0.34 bounds a prefix hit
+    by a request method 0.32 and 0.33 lack; they have an attribute 0.34 dropped)."""
+
+    class Request:
+        def bounded(self, bound: int) -> int: ...
+
+    module = types.SimpleNamespace(Request=Request)
+    table = (
+        Hook("fake", "Request", "bounded", CALL, ("bound",), releases=((0, 34),)),
+        Hook("fake", "Request", "limit", CALL, releases=((0, 32), (0, 33))),
+    )
+    found = {
+        r: list(compat.problems(table, (), load=lambda n: module, of=r)) for r in [(0, 32), (0, 34)]
+    }
+    assert found == {(0, 32): ["no Request.limit() in fake"], (0, 34): []}
+    nearest = {"0.33.1": (0, 33), "0.34.0+cu129": (0, 34), "0.35.0": (0, 34), "0.31.2": (0, 32)}
+    assert {v: compat.hooks_release(v) for v in nearest} == nearest
+    assert compat.hooks_release("?") == compat.SUPPORTED[-1]
+    every = {h.name for h in hooks.HOOKS}
+    assert {"skip_reading_prefix_cache", "get_max_cache_hit_length"} <= every
+    names = {r: {h.name for h in hooks.for_release(r)} for r in compat.SUPPORTED}
+    assert "get_max_cache_hit_length" in names[(0, 34)] - names[(0, 33)]
+    assert "skip_reading_prefix_cache" in (names[(0, 32)] & names[(0, 33)]) - names[(0, 34)]
+
+
 def test_every_hook_holds_on_the_installed_vllm() -> None:
     _vllm()
-    assert list(compat.problems()) == []
     version = compat.check_installed()
     assert compat.supported(version)
+    assert list(compat.problems(of=compat.hooks_release(version))) == []
 
 
 def test_a_vllm_without_one_hook_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -153,20 +189,20 @@ def test_a_vllm_without_one_hook_is_refused_naming_it(monkeypatch: pytest.Monkey
     def load(name: str) -> Any:
         return moved if name == hooks.SCHEDULER else importlib.import_module(name)
 
-    found = list(compat.problems(load=load))
+    found = list(compat.problems(load=load, of=(0, 32)))
     assert found == [
         "Scheduler.add_request in vllm.v1.core.sched.scheduler has (request, streaming=...); "
         "the plugin overrides it as (request)",
         "no Scheduler._free_blocks(request) in vllm.v1.core.sched.scheduler",
     ]
-    monkeypatch.setattr(compat, "problems", lambda: iter(found))
+    monkeypatch.setattr(compat, "problems", lambda **_: iter(found))
     with pytest.raises(compat.UnsupportedVLLM) as refused:
-        compat.check_hooks("0.34.0", mode="")
+        compat.check_hooks("0.35.0", mode="")
     message = str(refused.value)
-    assert "\n" not in message and message.startswith("ttlctl.engine cannot use vLLM 0.34.0: ")
+    assert "\n" not in message and message.startswith("ttlctl.engine cannot use vLLM 0.35.0: ")
     assert "Scheduler.add_request" in message and "(and 1 more)" in message
     with pytest.warns(RuntimeWarning, match="Scheduler.add_request"):
-        assert compat.check_hooks("0.34.0", mode="warn") == found
+        assert compat.check_hooks("0.35.0", mode="warn") == found
 
 
 def test_the_table_matches_the_plugins_own_overrides() -> None:

@@ -32,7 +32,7 @@ from vllm.v1.kv_cache_interface import (
 )
 from vllm.v1.request import Request, RequestStatus
 
-from ttlctl.engine.hitmemo import ENV, HitMemo, why_not
+from ttlctl.engine.hitmemo import ENV, REQUEST_BOUNDS, HitMemo, why_not
 
 BS = 4
 
@@ -82,11 +82,10 @@ class Cache:
         assert memo is not None, why
         self.memo = memo
 
-    def request(self, tokens: list[int]) -> Request:
+    def request(self, tokens: list[int], **params: Any) -> Request:
         self.n += 1
-        return Request(
-            f"r{self.n}", list(tokens), SamplingParams(max_tokens=8), None, block_hasher=HASHER
-        )
+        sampling = SamplingParams(max_tokens=8, **params)
+        return Request(f"r{self.n}", list(tokens), sampling, None, block_hasher=HASHER)
 
     def look(self, request: Request) -> tuple[list[Any], int]:
         """The memo's answer, checked against vLLM's own lookup on the same state."""
@@ -261,9 +260,8 @@ def test_what_is_left_to_vllm() -> None:
     c = Cache()
     a = c.request(tokens(1, 4 * BS))
     assert c.admit(a)
-    skip = c.request(tokens(1, 4 * BS + 1))
-    skip.skip_reading_prefix_cache = True  # prompt logprobs: vLLM skips the lookup
-    assert c.look(skip)[1] == 0
+    skip = c.request(tokens(1, 4 * BS + 1), skip_reading_prefix_cache=True)
+    assert c.look(skip)[1] == 0  # (prompt logprobs set it by default): vLLM skips the lookup
     assert c.memo.stats.passed == 1 and len(c.memo) == 0
     events = manager(enable_kv_cache_events=True)
     memo, _ = HitMemo.install(events, None, {})
@@ -273,6 +271,25 @@ def test_what_is_left_to_vllm() -> None:
     events.get_computed_blocks(r)
     assert memo.stats.passed == 1
     assert HitMemo.install(manager(), None, {ENV: "0"}) == (None, f"{ENV}=0")
+
+
+def test_a_request_that_caps_its_own_hit_is_cut_where_vllm_cuts_it() -> None:
+    """vLLM 0.34 lets a request cap its prefix hit (prompt logprobs scored from row k on
+    reuse at most k cached tokens): a memo extended by blocks cached since stops there.
+    0.32 and 0.33 read the whole cache for such a request (no cap)."""
+    c = Cache()
+    assert c.admit(c.request(tokens(1, 2 * BS)))
+    capped = c.request(
+        tokens(1, 6 * BS + 1),
+        prompt_logprobs=1,
+        prompt_logprob_start=3 * BS + 1,
+        skip_reading_prefix_cache=False,
+    )
+    assert c.look(capped)[1] == 2 * BS and len(c.memo) == 1  # waiting, remembered
+    assert c.admit(c.request(tokens(1, 5 * BS)))  # caches blocks 2 to 4 of the same prefix
+    # c.look compares the memo's answer with vLLM's own lookup, block by block
+    assert c.look(capped)[1] == (3 * BS if REQUEST_BOUNDS else 5 * BS)
+    assert c.memo.stats.reused == 1 and c.memo.stats.extended == 1
 
 
 @pytest.mark.parametrize(
@@ -382,8 +399,8 @@ def test_off_on_a_vllm_it_was_not_read_against(monkeypatch: pytest.MonkeyPatch) 
 
     from ttlctl.engine import hitmemo
 
-    monkeypatch.setattr(vllm, "__version__", "0.34.0")
-    assert "found 0.34.0" in str(why_not(manager(), None))
+    monkeypatch.setattr(vllm, "__version__", "0.35.0")
+    assert "found 0.35.0" in str(why_not(manager(), None))
     monkeypatch.undo()
     monkeypatch.setattr(hitmemo, "_lookup_signature", lambda: ("request", "new_flag"))
     assert "new_flag" in str(why_not(manager(), None))

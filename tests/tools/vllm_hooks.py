@@ -7,9 +7,11 @@ or a wheel unpacked with ``unzip vllm-X.whl 'vllm/*.py' -d SRC`` (a CUDA wheel
 cannot be installed on a CPU machine, but its Python files can be read). The
 check uses ``ast`` only, so it needs neither vLLM's compiled extensions nor torch.
 
-For each source it prints one line per hook of :data:`ttlctl.engine.hooks.HOOKS`
-(found with a signature the plugin can use, or why not, judged by
-:func:`ttlctl.engine.hooks.mismatch`, the rule the import-time check applies),
+For each source it prints one line per hook of :data:`ttlctl.engine.hooks.HOOKS` that
+its release must have (:func:`ttlctl.engine.compat.hooks_release`: a release the plugin
+does not support is read as the nearest one that it does), found with a signature the
+plugin can use, or why not, judged by :func:`ttlctl.engine.hooks.mismatch`, the rule
+the import-time check applies;
 the abstract-method checks (``RequestQueue`` against ``ProgramQueue``;
 ``SchedulerInterface`` against ``Scheduler``, so the plugin inherits every
 interface method), the call sites the scheduler's docstring cites with their
@@ -28,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ttlctl.engine import hooks
+from ttlctl.engine import compat, hooks
 from ttlctl.engine.hooks import Hook, Param
 
 ENGINE_CORE = "vllm.v1.engine.core"
@@ -316,12 +318,14 @@ def zero_token_head(src: Sources) -> list[str]:
 #: prefix-hit memo (``ttlctl.engine.hitmemo``) seeing it: entries are added anywhere in
 #: ``BlockPool`` (an addition never changes a lookup's answer: it goes after), removed
 #: only in ``_remove_cached_block_hashes`` (which the memo wraps), and the map replaced
-#: only when the pool is made or its prefix cache reset (also wrapped)
+#: (0.32, 0.33) or emptied in place (0.34: ``clear``) only when the pool is made or its
+#: prefix cache reset (also wrapped)
 CACHE_MAP = "cached_block_hash_to_block"
 MAP_READS = frozenset({"get_one_block", "contain", "__len__"})
 MAP_REMOVES_IN = "BlockPool._remove_cached_block_hashes"
 MAP_ADDS_IN = "BlockPool."
 MAP_REPLACED_IN = frozenset({"BlockPool.__init__", "BlockPool.reset_prefix_cache"})
+MAP_CLEARED_BY = "clear"
 
 
 def _scopes(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
@@ -368,6 +372,8 @@ def cache_map_writes(src: Sources) -> tuple[list[str], list[str]]:
                 op = node.func.attr
                 if op == "insert":
                     ok = in_pool and scope.startswith(MAP_ADDS_IN)
+                elif op == MAP_CLEARED_BY:
+                    ok = in_pool and scope in MAP_REPLACED_IN
                 else:
                     ok = in_pool and op == "pop" and scope == MAP_REMOVES_IN
                 if not ok or op != "insert":
@@ -378,7 +384,9 @@ def cache_map_writes(src: Sources) -> tuple[list[str], list[str]]:
 def report(root: Path) -> tuple[list[str], int]:
     """The lines to print for one source folder and the number of failures."""
     src = Sources(root)
-    lines = [f"vLLM {src.version()} at {src.package}"]
+    version = src.version()
+    table = hooks.for_release(compat.hooks_release(version))
+    lines = [f"vLLM {version} at {src.package}"]
     failures = 0
 
     def line(ok: bool, what: str, where: str) -> None:
@@ -386,7 +394,7 @@ def report(root: Path) -> tuple[list[str], int]:
         failures += not ok
         lines.append(f"{'ok  ' if ok else 'FAIL'}  {what:<72} {where}".rstrip())
 
-    for hook in hooks.HOOKS:
+    for hook in table:
         why, where = check_hook(src, hook)
         line(why is None, f"{hook.use:<9} {hook.label}" + (f": {why}" if why else ""), where)
     for module, name in hooks.COMPLETE:
@@ -423,7 +431,7 @@ def report(root: Path) -> tuple[list[str], int]:
     lines.append(
         f"note  waiting loop, request granted 0 tokens: {src.relative(hooks.SCHEDULER)}: {zero}"
     )
-    total = len(hooks.HOOKS) + len(hooks.COMPLETE) + 2 + len(SITES)
+    total = len(table) + len(hooks.COMPLETE) + 2 + len(SITES)
     lines.append(f"{total - failures}/{total} found" + (f", {failures} not" if failures else ""))
     return lines, failures
 

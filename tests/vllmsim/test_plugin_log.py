@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import vllm
 from vllm.config import KVTransferConfig
 from vllm.sampling_params import SamplingParams
 from vllm.v1.request import Request
@@ -43,7 +44,7 @@ def test_the_log_starts_with_the_engines_facts(tmp_path: Path) -> None:
     assert (f["max_num_seqs"], f["max_num_batched_tokens"], f["max_model_len"]) == (8, 512, 512)
     assert f["async_scheduling"] is False and f["prefix_caching"] is True
     assert f["bundle_sha256"] == served["sha256"] and f["replica"] == "r-7"
-    assert f["vllm_version"].startswith(("0.32", "0.33")) and f["model"]
+    assert f["vllm_version"] == vllm.__version__ and f["model"]
     d.add("A", "a", 40, 2)
     d.update(d.schedule())
     d.update(d.schedule())
@@ -141,3 +142,19 @@ def test_a_bad_max_programs_warns_once_naming_the_value(
     assert len(warned) == (cap != 7)
     if warned:
         assert repr(value) in warned[0] and f"{DEFAULT_CAP:,}" in warned[0]
+
+
+def test_vllms_cache_aware_admission_window_is_named_as_moot_under_a_policy(
+    tmp_path: Path,
+) -> None:
+    """vLLM 0.34's ``--cache-aware-admission-window`` reorders the waiting queue by
+    removing and prepending requests; the program queue puts them back in the policy's
+    order, so the plugin says the window only costs lookups. ``cache_aware_window`` is the
+    window as 0.34's scheduler applies it (0 where it does not: FCFS and prefix caching
+    only); earlier versions lack it, which counts as 0."""
+    d = driver(tmp_path, static_params(5.0), blocks=8)
+    assert not [w for w in d.sched.ttl_warnings if "admission-window" in w]
+    d.sched.cache_aware_window = 4
+    d.sched._ttl_install_queue()
+    warned = [w for w in d.sched.ttl_warnings if "admission-window" in w]
+    assert len(warned) == 1 and "--cache-aware-admission-window 4 has no effect" in warned[0]

@@ -47,8 +47,17 @@ def pool_state(pool: Any, *, full: bool) -> Any:
         return blocks
     free = tuple(b.block_id for b in pool.free_block_queue.get_all_free_blocks())
     cache = []
-    for key, found in pool.cached_block_hash_to_block._cache.items():
-        ids = (found.block_id,) if hasattr(found, "block_id") else tuple(found)
+    cached = pool.cached_block_hash_to_block
+    # 0.32 and 0.33 map a hash to a block or a dict of them, 0.34 to a block id (several
+    # kept apart, in ``_dup_ids``)
+    several = getattr(cached, "_dup_ids", {})
+    for key, found in cached._cache.items():
+        if key in several:
+            ids = tuple(several[key])
+        elif isinstance(found, int):
+            ids = (found,)
+        else:
+            ids = (found.block_id,) if hasattr(found, "block_id") else tuple(found)
         cache.append((key, ids))
     return blocks, free, tuple(cache)
 
@@ -61,7 +70,7 @@ def step_of(output: Any) -> Any:
         tuple(cached.req_ids),
         tuple(cached.new_block_ids),
         tuple(cached.num_computed_tokens),
-        tuple(sorted(cached.resumed_req_ids)),
+        tuple(sorted(getattr(cached, "resumed_req_ids", ()))),  # (not in 0.34)
         tuple(sorted(output.preempted_req_ids or ())),
         tuple(sorted(output.finished_req_ids)),
     )

@@ -9,8 +9,8 @@ Load it with ``--scheduler-cls ttlctl.engine.TTLScheduler`` (in process:
 
 One concept per module:
 
-- :mod:`.compat`: the vLLM versions this plugin is written against (0.32.x and
-  0.33.x), and the import-time check of the hooks it uses;
+- :mod:`.compat`: the vLLM versions this plugin is written against (0.32.x, 0.33.x
+  and 0.34.x), and the import-time check of the hooks it uses;
 - :mod:`.hooks`: those hooks, as data (which class, which name, how it is used);
 - :mod:`.tags`: what a request says about itself (``vllm_xargs``, session id);
 - :mod:`.programs`: bounded per-program bookkeeping (first arrival, last finish);

@@ -4,12 +4,13 @@ The scheduler hooks (:data:`ttlctl.engine.hooks.HOOKS`: ``Scheduler.schedule``,
 ``add_request``, ``_free_request``, ``_free_blocks``,
 ``KVCacheManager.allocate_slots``/``pop_blocks_for_free``, ``BlockPool.free_blocks``,
 the ``RequestQueue`` methods...) are not a public interface: vLLM says so when it
-loads a custom scheduler class. The plugin is read against vLLM 0.32.x and 0.33.x
-(pre-releases and local builds of those included) and refuses other versions; at
-import it also checks, with ``inspect``, that each hook exists on the installed
-vLLM with a signature the plugin can use, and names the first one it cannot. A
+loads a custom scheduler class. The plugin is read against vLLM 0.32.x, 0.33.x and
+0.34.x (pre-releases and local builds of those included) and refuses other versions;
+at import it also checks, with ``inspect``, that each hook of the installed release
+exists with a signature the plugin can use, and names the first one it cannot. A
 mismatch raises :class:`UnsupportedVLLM` unless ``TTLCTL_VLLM_VERSION_CHECK=warn``
-asks for a warning instead.
+asks for a warning instead (the hooks of the nearest supported release are then
+checked).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ttlctl.engine import hooks
-from ttlctl.engine.hooks import Hook, Param
+from ttlctl.engine.hooks import Hook, Param, Release
 
 #: (major, minor) of the vLLM releases the plugin was read against
-SUPPORTED: tuple[tuple[int, int], ...] = ((0, 32), (0, 33))
+SUPPORTED: tuple[Release, ...] = ((0, 32), (0, 33), (0, 34))
 ENV = "TTLCTL_VLLM_VERSION_CHECK"
 _RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:[.+\-a-z]|$)", re.IGNORECASE)
 _KINDS = {
@@ -42,7 +43,7 @@ class UnsupportedVLLM(ImportError):
     """The installed vLLM is not one the plugin was written against."""
 
 
-def release(version: str) -> tuple[int, int] | None:
+def release(version: str) -> Release | None:
     """``(major, minor)`` of a version string (``0.33.0rc1`` -> (0, 33)); None if unreadable."""
     match = _RELEASE.match(version.strip())
     return (int(match.group(1)), int(match.group(2))) if match else None
@@ -53,7 +54,17 @@ def supported(version: str) -> bool:
 
 
 def supported_text() -> str:
-    return " and ".join(f"{a}.{b}.x" for a, b in SUPPORTED)
+    *first, last = (f"{a}.{b}.x" for a, b in SUPPORTED)
+    return f"{', '.join(first)} and {last}" if first else last
+
+
+def hooks_release(version: str) -> Release:
+    """The release whose hooks ``version`` is checked against: its own if supported,
+    else the nearest supported one (an older vLLM the oldest, anything else the newest)."""
+    found = release(version)
+    if found in SUPPORTED:
+        return found
+    return SUPPORTED[0] if found is not None and found < SUPPORTED[0] else SUPPORTED[-1]
 
 
 def _refuse(message: str, mode: str | None) -> None:
@@ -92,13 +103,16 @@ def problems(
     table: tuple[Hook, ...] = hooks.HOOKS,
     complete: tuple[tuple[str, str], ...] = hooks.COMPLETE,
     load: Callable[[str], Any] = importlib.import_module,
+    *,
+    of: Release,
 ) -> Iterator[str]:
-    """Each hook of ``table`` the importable vLLM lacks or has with an unusable signature.
+    """Each hook of ``table`` that release ``of`` must have and the importable vLLM lacks
+    or has with an unusable signature.
 
     Instance attributes (``attribute`` hooks) are not visible on a class and are
     left to the static check over vLLM's sources.
     """
-    for hook in table:
+    for hook in hooks.for_release(of, table):
         if hook.use == hooks.ATTRIBUTE:
             continue
         try:
@@ -137,7 +151,7 @@ def problems(
 
 def check_hooks(version: str, mode: str | None = None) -> list[str]:
     """Raise (or warn) naming the first hook the installed vLLM lacks; returns all found."""
-    found = list(problems())
+    found = list(problems(of=hooks_release(version)))
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         _refuse(

@@ -10,12 +10,16 @@ when that answer still is what vLLM would find:
 
 - the lookup is a pure function of the request's block hashes, the length bound and
   the cache map (a block hash -> the first block cached under it). A remembered hit is
-  the blocks found for the first ``k`` hashes and, past them, a miss or the bound;
+  the blocks found for the first ``k`` hashes and, past them, a miss or the bound. The
+  bound is the request's tokens less one, or less if the caller passes one; 0.34 also
+  caps it at the request's own limit (prompt logprobs are scored from a given row,
+  ``Request.get_max_cache_hit_length``), which the memo asks the request for;
 - the map's answer for a hash changes only when the block it gives loses that hash
   (a new block with the same hash goes after it). Every loss goes through
   ``BlockPool._remove_cached_block_hashes`` (eviction by ``get_new_blocks`` and
   ``evict_blocks``, a partial block promoted, hashes moved to a copy), wrapped here to
-  log the block; ``BlockPool.reset_prefix_cache`` drops every memo;
+  log the block; ``BlockPool.reset_prefix_cache`` (which replaces the map, or empties
+  it in place in 0.34) drops every memo;
 - a memo is used only if none of its blocks is logged since it was made or checked,
   and the request's first ``k`` hashes equal the remembered ones (a streaming update
   truncates and re-hashes them in place). The probe then resumes at hash ``k``, so a
@@ -25,13 +29,14 @@ when that answer still is what vLLM would find:
   request, several KV cache groups or any manager but full attention, EAGLE/MTP,
   context parallelism, hashes at a finer grain than blocks, a KV connector, KV events
   reported in full, a call shape the wrapper does not know, and any vLLM but the
-  versions this was read against (0.32, 0.33: ``compat.SUPPORTED``) or one whose
+  versions this was read against (0.32 to 0.34: ``compat.SUPPORTED``) or one whose
   ``get_computed_blocks`` takes other parameters.
 
 ``ttlctl.engine.hooks`` lists the vLLM methods and attributes used here, so that a
 version that renames them fails the import-time check; ``tests/tools/vllm_hooks.py``
 also checks, in the sources, that the cache map loses entries only in
-``_remove_cached_block_hashes`` and is replaced only by ``reset_prefix_cache``.
+``_remove_cached_block_hashes`` and is replaced or emptied only by
+``reset_prefix_cache``.
 
 The lookup has no other side effect (prefix-cache stats are recorded by the scheduler
 at admission). A memo is dropped when its request is admitted or finishes; at most
@@ -50,6 +55,7 @@ import vllm
 from vllm.v1.core.kv_cache_coordinator import UnitaryKVCacheCoordinator
 from vllm.v1.core.kv_cache_manager import KVCacheManager
 from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager
+from vllm.v1.request import Request
 
 from ttlctl.engine import compat
 
@@ -63,8 +69,11 @@ _INCREMENTAL = "incremental"
 
 
 #: the parameters (after ``self``) of ``KVCacheManager.get_computed_blocks`` the memo
-#: was written against: vLLM 0.32 has the first, 0.33 the second
+#: was written against: vLLM 0.32 has the first, 0.33 and 0.34 the second
 LOOKUP_SIGNATURES = (("request",), ("request", "max_cache_hit_length"))
+#: the request bounds its own hit (0.34: ``Request.get_max_cache_hit_length``, a hook
+#: of that release in :data:`ttlctl.engine.hooks.HOOKS`)
+REQUEST_BOUNDS = hasattr(Request, "get_max_cache_hit_length")
 
 
 def _lookup_signature() -> tuple[str, ...]:
@@ -292,8 +301,9 @@ class HitMemo:
 
 
 def _bound(request: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
-    """The hit's length bound in tokens, as vLLM computes it (0.33 may pass it as
-    ``max_cache_hit_length``); None for a call shape the wrapper does not know."""
+    """The hit's length bound in tokens, as vLLM computes it (0.33 and 0.34 may pass one
+    as ``max_cache_hit_length``; 0.34 lets the request lower it: :data:`REQUEST_BOUNDS`);
+    None for a call shape the wrapper does not know."""
     value = None
     if args:
         if len(args) > 1 or kwargs:
@@ -303,6 +313,8 @@ def _bound(request: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int |
         if set(kwargs) != {"max_cache_hit_length"}:
             return None
         value = kwargs["max_cache_hit_length"]
-    if value is None:
-        return int(request.num_tokens) - 1
-    return int(value) if isinstance(value, int) else None
+    if value is not None and not isinstance(value, int):
+        return None
+    if REQUEST_BOUNDS:
+        return int(request.get_max_cache_hit_length(value))
+    return int(request.num_tokens) - 1 if value is None else value

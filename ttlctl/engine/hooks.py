@@ -16,6 +16,10 @@ version must keep for the plugin to work on it. A hook is used in one of five wa
 - ``attribute``: an instance attribute vLLM sets; it cannot be seen on the
   class, so only the static check over vLLM's sources looks for it.
 
+A hook that only some releases have names them (``releases``; none: every supported
+release): a version is checked against the hooks of its release
+(:func:`for_release`).
+
 Two checks read this table: :func:`ttlctl.engine.compat.check_hooks` with
 ``inspect`` on the installed vLLM at import, and ``tests/tools/vllm_hooks.py``
 with ``ast`` on a folder of vLLM sources (a version that cannot be installed
@@ -45,6 +49,9 @@ KV_CACHE_UTILS = "vllm.v1.core.kv_cache_utils"
 REQUEST = "vllm.v1.request"
 SCHEDULER_CONFIG = "vllm.config.scheduler"
 
+#: a vLLM release, (major, minor)
+Release = tuple[int, int]
+
 
 @dataclass(frozen=True, slots=True)
 class Hook:
@@ -54,6 +61,8 @@ class Hook:
     use: str
     params: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
+    #: the releases that have it (empty: every one)
+    releases: tuple[Release, ...] = ()
 
     @property
     def label(self) -> str:
@@ -76,14 +85,14 @@ class Param:
     default: bool = False
 
 
-def _hook(module: str, use: str, spec: str) -> Hook:
+def _hook(module: str, use: str, spec: str, releases: tuple[Release, ...] = ()) -> Hook:
     """``"Owner.name(a, b, kw=, ...)"``: ``a, b`` lead, ``kw`` anywhere, ``...`` passed through."""
     head, _, args = spec.partition("(")
     owner, name = head.split(".", 1)
     parts = [a.strip() for a in args.rstrip(")").split(",") if a.strip() not in ("", "...")]
     params = tuple(a for a in parts if not a.endswith("="))
     keywords = tuple(a[:-1] for a in parts if a.endswith("="))
-    return Hook(module, owner, name, use, params, keywords)
+    return Hook(module, owner, name, use, params, keywords, releases)
 
 
 def _each(module: str, use: str, *specs: str) -> list[Hook]:
@@ -105,6 +114,8 @@ HOOKS: tuple[Hook, ...] = (
     _hook(SCHEDULER, ATTRIBUTE, "Scheduler.scheduler_config"),
     *_each(SCHEDULER, ATTRIBUTE, "Scheduler.running", "Scheduler.waiting"),
     *_each(SCHEDULER, ATTRIBUTE, "Scheduler.requests", "Scheduler.policy"),
+    # 0.34's cache-aware admission window as applied (the plugin warns that it is moot)
+    _hook(SCHEDULER, ATTRIBUTE, "Scheduler.cache_aware_window", ((0, 34),)),
     _hook(ASYNC_SCHEDULER, WRAP, "AsyncScheduler.__init__(...)"),
     # the admission hook, wrapped on the instance; reads the waiting path's prefix hit
     _hook(
@@ -198,13 +209,23 @@ HOOKS: tuple[Hook, ...] = (
                 "session_id",
                 "block_hashes",
                 "num_tokens",
-                "skip_reading_prefix_cache",
             )
         ),
     ),
+    # the lookup's length bound (ttlctl.engine.hitmemo): the request's tokens less one,
+    # unless it skips the cache (0.32, 0.33); 0.34 also bounds it by the request's own
+    # limit (prompt logprobs are scored from a row on), which the memo asks it for
+    _hook(REQUEST, ATTRIBUTE, "Request.skip_reading_prefix_cache", ((0, 32), (0, 33))),
+    _hook(REQUEST, CALL, "Request.get_max_cache_hit_length(bound)", ((0, 34),)),
     _hook(SCHEDULER_CONFIG, MEMBER, "SchedulerConfig.async_scheduling"),
     _hook(SCHEDULER_CONFIG, MEMBER, "SchedulerConfig.max_num_batched_tokens"),
 )
+
+
+def for_release(release: Release, table: Sequence[Hook] = HOOKS) -> tuple[Hook, ...]:
+    """The hooks of ``table`` that ``release`` must have."""
+    return tuple(h for h in table if not h.releases or release in h.releases)
+
 
 #: classes the plugin subclasses whole: every abstract method must be a hook above
 #: (a new one would make ProgramQueue abstract, and fail only when a policy loads)

@@ -173,6 +173,16 @@ class TTLSetup:
             queue.add_request(request)
         self.waiting = queue
         self._ttl_queue = queue
+        # vLLM 0.34's --cache-aware-admission-window, as its scheduler applies it (0 unless
+        # FCFS with prefix caching): it reorders the window by removing and prepending
+        # requests, which this queue puts back in the policy's order
+        window = getattr(self, "cache_aware_window", 0)
+        if isinstance(window, int) and window > 0:
+            self._ttl_warn(
+                f"ttlctl: --cache-aware-admission-window {window} has no effect while a TTL "
+                "policy orders the waiting queue (the program queue keeps its own order); it "
+                "only costs a prefix lookup per request in the window each step: set it to 0"
+            )
 
     # ------------------------------------------------------------ queue order
 

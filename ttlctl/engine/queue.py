@@ -1,6 +1,6 @@
 """vLLM's waiting queue in the order of the priority tuple of docs/method.md.
 
-vLLM (0.32 and 0.33 alike) keeps waiting requests in a ``RequestQueue``
+vLLM (0.32 to 0.34 alike) keeps waiting requests in a ``RequestQueue``
 (``vllm/v1/core/sched/request_queue.py``): a deque for FCFS (preempted requests
 are ``prepend_request``-ed to the front) or a heap on ``(priority, arrival)``.
 The scheduler only peeks, pops, prepends (preemption, skipped requests),

@@ -1,4 +1,4 @@
-"""The glue: vLLM 0.32's and 0.33's ``Scheduler`` with KV-cache TTL pins.
+"""The glue: vLLM 0.32's to 0.34's ``Scheduler`` with KV-cache TTL pins.
 
 ``--scheduler-cls ttlctl.engine.TTLScheduler`` (or ``LLM(scheduler_cls=TTLScheduler)``).
 When vLLM runs with async scheduling, ``TTLScheduler`` builds a
@@ -6,40 +6,42 @@ When vLLM runs with async scheduling, ``TTLScheduler`` builds a
 plugin does not turn async scheduling off. The rules are in
 :mod:`ttlctl.engine.retention`, the plugin's state and the callbacks that read it in
 :mod:`ttlctl.engine.plugin_setup`; this module only maps vLLM's events onto them.
-Hooks, as ``file:line`` of 0.32.0 / 0.33.0 (``vllm/v1/core/sched/scheduler.py``
+Hooks, as ``file:line`` of 0.32.0 / 0.33.0 / 0.34.0 (``vllm/v1/core/sched/scheduler.py``
 unless named; ``tests/tools/vllm_hooks.py SRC`` prints them for a source tree,
 and :mod:`ttlctl.engine.hooks` lists every name the plugin relies on):
 
-- ``schedule`` (591 / 699): first poll the bundle file and release expired pins;
-- ``add_request`` (2616 / 2931): record the arrival (pause learned, program FCFS
+- ``schedule`` (591 / 699 / 716): first poll the bundle file and release expired pins;
+- ``add_request`` (2616 / 2931 / 3065): record the arrival (pause learned, program FCFS
   key), after expiring pins (an idle engine does not step, so pins that expired
   while it was idle go at the next arrival);
 - ``KVCacheManager.allocate_slots``, wrapped on the instance: the waiting path
-  (1256 / 1435) calls it with the prefix hit from ``_get_local_prefix_cache_hit``
-  (558 / 664) while the pinned blocks still hold their references, so nothing can
+  (1256 / 1435 / 1497) calls it with the prefix hit from ``_get_local_prefix_cache_hit``
+  (558 / 664 / 681) while the pinned blocks still hold their references, so nothing can
   evict them; a success is the admission: the pin is released (handed over)
   right after ``touch`` took the new request's references. A failure is the
   valve's cue: release pins in the valve's order and retry. The running path
-  (778 / 914) is left alone (vLLM preempts, like the simulator). The wrapper
+  (778 / 914 / 930) is left alone (vLLM preempts, like the simulator). The wrapper
   tells the paths apart by the request's status, not its place in the queue: a
   waiting request granted 0 tokens (encoder budget, MTP lookahead) ends admission
-  in 0.32 (1217) and is requeued in 0.33 (1394), so 0.33 may call it for the
-  requests behind such a head, with the same arguments;
-- ``_free_request`` (2714 / 3031, every finish, aborts included via
-  ``finish_requests`` 2649 / 2964): learn, decide τ, write the engine log; when a KV
+  in 0.32 (1217) and is requeued from 0.33 (1394 / 1456), so 0.33 and 0.34 may call
+  it for the requests behind such a head, with the same arguments;
+- ``_free_request`` (2714 / 3031 / 3170, every finish, aborts included via
+  ``finish_requests`` 2649 / 2964 / 3100): learn, decide τ, write the engine log; when a KV
   connector delays the free (``_free_blocks`` is not called) the pin is not made and
   counted ``deferred``;
-- ``_free_blocks`` (2746 / 3064): pin instead of free: ``pop_blocks_for_free``
-  (``kv_cache_manager.py`` 651 / 660) keeps the references,
+- ``_free_blocks`` (2746 / 3064 / 3204): pin instead of free: ``pop_blocks_for_free``
+  (``kv_cache_manager.py`` 651 / 660 / 681) keeps the references,
   ``BlockPool.free_blocks`` returns them later, exactly vLLM's deferred-free path
-  (``_free_request_blocks`` 2766 / 3084); 0.33's ``pop_blocks_for_free`` leaves
+  (``_free_request_blocks`` 2766 / 3084 / 3224); 0.33's and 0.34's ``pop_blocks_for_free`` leave
   out leading null blocks (a sliding window's skipped prefix), so a pin there
   holds only blocks with KV; when vLLM defers the free
   (``_request_blocks_can_be_freed`` false: a consumer KV connector under async
   scheduling) the plugin leaves it to vLLM, unpinned, and counts it ``deferred``;
-- ``Scheduler.waiting`` (223 / 232) is a :class:`~ttlctl.engine.queue.ProgramQueue`
-  while a policy is loaded (both versions make the same queue calls);
-- ``reset_prefix_cache`` (2840 / 3184): pins are released first (a reset needs
+- ``Scheduler.waiting`` (223 / 232 / 230) is a :class:`~ttlctl.engine.queue.ProgramQueue`
+  while a policy is loaded (the three versions make the same queue calls; 0.34's
+  ``--cache-aware-admission-window`` reorders it by removing and prepending requests,
+  which the program queue puts back in its own order: see :mod:`ttlctl.engine.plugin_setup`);
+- ``reset_prefix_cache`` (2840 / 3184 / 3324): pins are released first (a reset needs
   every block free).
 """
 

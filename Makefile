@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := build/demo
 
-.PHONY: install test demo bench lint clean mutants
+.PHONY: install test demo bench lint clean mutants vllm-check
 
 install: $(STAMP)
 
@@ -52,6 +52,13 @@ bench: install
 # equivalence suites: prints how many were caught (tests/tools/mutants.py, docs/testing.md)
 mutants: install
 	$(BIN)/python -m tests.tools.mutants
+
+# a vLLM release that cannot be installed here (a CUDA wheel), checked on its own Python
+# files: the plugin's hooks, the scheduler probe, the prefix-hit memo and the differential
+# suite against its scheduler (tests/tools/vllm_release.py, docs/testing.md)
+VLLM ?= 0.34.0
+vllm-check: install
+	$(BIN)/python -m tests.tools.vllm_release $(VLLM)
 
 # ruff, mypy --strict, and the layer contracts of pyproject.toml (docs/architecture.md)
 lint: install

@@ -15,7 +15,8 @@ from ttlctl.errors import ConfigError
 # (:func:`replay.validation.crosscheck.validate`, ``validate_fleet``).
 #: the simulated KV cache, in tokens
 KV_TOKENS = 600_000
-#: vLLM's ``--block-size`` default
+#: vLLM's ``--block-size`` default up to 0.33 (0.34 on a GPU takes 64 where its attention
+#: backend allows: docs/deploy.md, "vLLM 0.34")
 BLOCK_SIZE = 16
 #: vLLM 0.32's ``--max-num-batched-tokens`` and ``--max-num-seqs`` on a GPU (its CPU
 #: server's are 128 and 2,048: ``replay.validation.sizing``)

@@ -34,7 +34,6 @@ built (0.34's CPU platform refuses an x86 CPU without it; see
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -171,7 +170,8 @@ class Probe:
         )
 
     def _output(self, sched_out: Any) -> Any:
-        from vllm.v1.outputs import ModelRunnerOutput
+        # what --backend vllm's stand-in executor returns, for whichever vLLM runs
+        from replay.vllmsim.executor import runner_output
 
         ids, sampled = [], []
         for rid in sched_out.num_scheduled_tokens:
@@ -179,11 +179,7 @@ class Probe:
             ids.append(rid)
             done = request is not None and request.num_computed_tokens >= request.num_tokens
             sampled.append([7] if done or request is None else [])
-        fields: dict[str, Any] = {"req_ids": ids, "sampled_token_ids": sampled}
-        # vLLM 0.34 dropped req_id_to_index: its scheduler indexes req_ids itself
-        if "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}:
-            fields["req_id_to_index"] = {r: i for i, r in enumerate(ids)}
-        return ModelRunnerOutput(**fields)
+        return runner_output(ids, sampled)
 
     def _note(self, sched_out: Any) -> None:
         # the first admission only: from 0.34 (and with the V2 model runner before)

@@ -54,7 +54,10 @@ class Refused(Exception):
 def parser() -> Iterator[argparse.ArgumentParser]:
     """vLLM's serve parser, raising :class:`Refused` where it would print and exit."""
     pytest.importorskip("vllm", reason="vLLM's own parser is the reference (engine extra)")
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    try:  # 0.33 and 0.34
+        from vllm.entrypoints.common.cli_args import make_arg_parser
+    except ImportError:  # 0.32
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     class Strict(FlexibleArgumentParser):  # type: ignore[misc]

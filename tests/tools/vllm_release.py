@@ -18,8 +18,10 @@ installed one on ``PYTHONPATH``:
   bundle, the valve admits a big call);
 - pytest on ``tests/engine/test_compat.py`` (the static check of these sources included:
   ``TTLCTL_VLLM_SOURCES``), ``tests/engine/test_hitmemo.py`` (the prefix-hit memo on the
-  release's real manager and pool) and ``tests/vllmsim`` (the fast simulator against the
-  release's scheduler, call by call, and ``replay --backend vllm``).
+  release's real manager and pool), ``tests/server/test_vllm_parser.py`` (how ``serve`` and
+  ``validate`` read vLLM's flags, against the release's own parser) and ``tests/vllmsim``
+  (the fast simulator against the release's scheduler, call by call, and ``replay
+  --backend vllm``).
 
 ``tests/tools/claim_triton`` is on the path too (vLLM 0.34's CPU platform refuses an x86
 CPU without Triton when a config is built; nothing here runs a kernel). It prints one
@@ -43,7 +45,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 CLAIM = Path(__file__).resolve().parent / "claim_triton"
 CACHE = Path.home() / ".cache" / "ttlctl" / "vllm-sources"
-TESTS = ("tests/engine/test_compat.py", "tests/engine/test_hitmemo.py", "tests/vllmsim")
+TESTS = (
+    "tests/engine/test_compat.py",
+    "tests/engine/test_hitmemo.py",
+    "tests/server/test_vllm_parser.py",
+    "tests/vllmsim",
+)
 
 
 class FetchError(Exception):
@@ -61,7 +68,7 @@ def checks(python: str) -> list[Check]:
         Check("hooks (static)", (python, "-m", "tests.tools.vllm_hooks", "{src}")),
         Check("scheduler probe, sync", (python, "-m", "tests.tools.scheduler_probe")),
         Check("scheduler probe, async", (python, "-m", "tests.tools.scheduler_probe", "--async")),
-        Check("pytest " + " ".join(TESTS), (python, "-m", "pytest", "-q", "-x", *TESTS)),
+        Check("pytest " + ", ".join(TESTS), (python, "-m", "pytest", "-q", "-x", *TESTS)),
     ]
 
 

@@ -1,8 +1,9 @@
 """Which vLLM option one argument sets, as vLLM's serve parser reads it.
 
-The parser is vLLM 0.32's ``FlexibleArgumentParser`` (vllm/utils/argparse_utils.py) with
-the serve options (``make_arg_parser``, vllm/entrypoints/launchers/cli_args.py), on
-Python's ``argparse``:
+The parser is vLLM's ``FlexibleArgumentParser`` (vllm/utils/argparse_utils.py) with the
+serve options (``make_arg_parser``: vllm/entrypoints/launchers/cli_args.py in 0.32,
+vllm/entrypoints/common/cli_args.py from 0.33; tests/server/test_vllm_parser.py reads each
+through vLLM's own), on Python's ``argparse``:
 
 - ``--x=1`` names ``--x``;
 - a long name's underscores are dashes up to its first dot (``--scheduler_cls`` is

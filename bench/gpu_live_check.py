@@ -2,7 +2,7 @@
 vLLM with the TTL scheduler, and an agent trace replayed live under ``vllm`` and
 ``continuum`` against the simulator (``ttlctl validate``).
 
-On a GPU machine, from the repo root (needs vLLM 0.32 or 0.33 with CUDA, and this
+On a GPU machine, from the repo root (needs vLLM 0.32, 0.33 or 0.34 with CUDA, and this
 project's dependencies: polars, numpy, scipy, typer, rich, tokenizers; a fleet also
 vllm-router)::
 

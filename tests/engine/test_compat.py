@@ -288,6 +288,9 @@ class BlockPool:
 
     def _remove_cached_block_hashes(self, block):
         return self.cached_block_hash_to_block.pop(block.block_hash, block.block_id)
+
+    def reset_prefix_cache(self):
+        self.cached_block_hash_to_block.clear()
 """
     (core / "block_pool.py").write_text(pool)
     src = vllm_hooks.Sources(tmp_path)
@@ -295,14 +298,17 @@ class BlockPool:
     assert [w.split()[1:] for w in removes] == [
         ["BlockPool.__init__", "replaces"],
         ["BlockPool._remove_cached_block_hashes", "pop"],
+        ["BlockPool.reset_prefix_cache", "clear"],  # 0.34 empties the map in place
     ]
     assert other == []
     evicts = "\n    def evict(self, h, i):\n        self.cached_block_hash_to_block.pop(h, i)\n"
-    (core / "block_pool.py").write_text(pool + evicts)
+    wipes = "\n    def wipe(self):\n        self.cached_block_hash_to_block.clear()\n"
+    (core / "block_pool.py").write_text(pool + evicts + wipes)
     drop = "def drop(pool):\n    pool.cached_block_hash_to_block = None\n"
     (core / "offload.py").write_text(drop)
     removes, other = vllm_hooks.cache_map_writes(src)
     assert other == [
-        "v1/core/block_pool.py:16 BlockPool.evict pop",
+        "v1/core/block_pool.py:19 BlockPool.evict pop",
+        "v1/core/block_pool.py:22 BlockPool.wipe clear",
         "v1/core/offload.py:2 drop replaces",
     ]

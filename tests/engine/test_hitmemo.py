@@ -32,6 +32,7 @@ from vllm.v1.kv_cache_interface import (
 )
 from vllm.v1.request import Request, RequestStatus
 
+from ttlctl.engine import hitmemo
 from ttlctl.engine.hitmemo import ENV, REQUEST_BOUNDS, HitMemo, why_not
 
 BS = 4
@@ -292,6 +293,40 @@ def test_a_request_that_caps_its_own_hit_is_cut_where_vllm_cuts_it() -> None:
     assert c.memo.stats.reused == 1 and c.memo.stats.extended == 1
 
 
+class _Capping:
+    """A request as vLLM 0.34 makes one: it caps its own hit (``get_max_cache_hit_length``:
+    the least of its tokens less one, its own limit and the bound given)."""
+
+    num_tokens = 40
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.asked: list[int | None] = []
+
+    def get_max_cache_hit_length(self, bound: int | None = None) -> int:
+        self.asked.append(bound)
+        return min(x for x in (self.num_tokens - 1, self.limit, bound) if x is not None)
+
+
+@pytest.mark.parametrize("capping", [False, True])
+def test_the_bound_is_vllms_for_every_call_shape(
+    monkeypatch: pytest.MonkeyPatch, capping: bool
+) -> None:
+    """0.32 and 0.33 bound a hit by the request's tokens less one or the bound passed; 0.34
+    asks the request, passing the bound on (``REQUEST_BOUNDS``, read from vLLM's class: the
+    installed vLLM runs one branch, ``make vllm-check`` the other on vLLM's own request)."""
+    monkeypatch.setattr(hitmemo, "REQUEST_BOUNDS", capping)
+    r = _Capping(limit=12)
+    shapes = [((), {}), ((20,), {}), ((), {"max_cache_hit_length": 7}), ((None,), {})]
+    got = [hitmemo._bound(r, args, kwargs) for args, kwargs in shapes]
+    assert got == ([12, 12, 7, 12] if capping else [39, 20, 7, 39])
+    assert r.asked == ([None, 20, 7, None] if capping else [])
+    # shapes the wrapper does not know go to vLLM's own lookup (None), the request unasked
+    for args, kwargs in [(("x",), {}), ((1, 2), {}), ((), {"other": 3}), ((1,), {"x": 1})]:
+        assert hitmemo._bound(r, args, kwargs) is None
+    assert len(r.asked) == (4 if capping else 0)
+
+
 @pytest.mark.parametrize(
     ("make", "why"),
     [
@@ -396,8 +431,6 @@ def test_random_walk_every_lookup_is_vllms(
 
 def test_off_on_a_vllm_it_was_not_read_against(monkeypatch: pytest.MonkeyPatch) -> None:
     import vllm
-
-    from ttlctl.engine import hitmemo
 
     monkeypatch.setattr(vllm, "__version__", "0.35.0")
     assert "found 0.35.0" in str(why_not(manager(), None))

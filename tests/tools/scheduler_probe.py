@@ -27,7 +27,7 @@ here, e.g. the CUDA wheel's Python files on a CPU machine::
 alike: the ``ModelRunnerOutput`` it hands back carries only the fields the
 running vLLM declares, and vLLM is told Triton is present while the config is
 built (0.34's CPU platform refuses an x86 CPU without it; see
-:func:`_triton_claimed`). A vLLM the plugin is not yet written for also needs
+:mod:`tests.tools.triton_claim`). A vLLM the plugin is not yet written for also needs
 ``TTLCTL_VLLM_VERSION_CHECK=warn``. Exit status 0 when every probe holds.
 """
 
@@ -42,6 +42,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from tests.tools.triton_claim import claimed
 
 BLOCK = 32
 BLOCKS = 64  # one is vLLM's null block: 63 hold KV
@@ -84,27 +86,6 @@ def _model(folder: Path) -> Path:
     return folder
 
 
-@contextmanager
-def _triton_claimed() -> Iterator[None]:
-    """vLLM told Triton is installed while it validates the config.
-
-    From 0.34 the CPU platform's ``check_and_update_config`` refuses an x86 CPU
-    without Triton (0.32 and 0.33 only warn), since the CPU model runner needs
-    triton-cpu's kernels. The probe runs no kernel and no model runner, only the
-    scheduler, so the refusal does not apply to it. vLLM reads the flag from
-    ``vllm.triton_utils`` at the call (on x86 nothing else the config reads
-    changes with it), and it is put back as soon as the config is built.
-    """
-    import vllm.triton_utils as triton_utils
-
-    had = triton_utils.HAS_TRITON
-    triton_utils.HAS_TRITON = True
-    try:
-        yield
-    finally:
-        triton_utils.HAS_TRITON = had
-
-
 class Probe:
     """vLLM's scheduler with the plugin, stepped by hand."""
 
@@ -127,7 +108,7 @@ class Probe:
             async_scheduling=async_scheduling,
             scheduler_cls="ttlctl.engine.TTLScheduler",
         )
-        with _triton_claimed():
+        with claimed():  # 0.34's CPU platform refuses x86 without Triton; no kernel runs
             config = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched)
         # the CPU platform turns async scheduling off; the scheduler itself runs it
         config.scheduler_config.async_scheduling = async_scheduling
@@ -170,7 +151,8 @@ class Probe:
         )
 
     def _output(self, sched_out: Any) -> Any:
-        # what --backend vllm's stand-in executor returns, for whichever vLLM runs
+        # what --backend vllm's stand-in executor returns, for whichever vLLM runs (imported
+        # here as vLLM is everywhere in this tool: once the environment is set for it)
         from replay.vllmsim.executor import runner_output
 
         ids, sampled = [], []

@@ -9,7 +9,8 @@ check uses ``ast`` only, so it needs neither vLLM's compiled extensions nor torc
 
 For each source it prints one line per hook of :data:`ttlctl.engine.hooks.HOOKS` that
 its release must have (:func:`ttlctl.engine.compat.hooks_release`: a release the plugin
-does not support is read as the nearest one that it does), found with a signature the
+does not support is read as the nearest one that it does, an unreadable version as the
+newest), found with a signature the
 plugin can use, or why not, judged by :func:`ttlctl.engine.hooks.mismatch`, the rule
 the import-time check applies;
 the abstract-method checks (``RequestQueue`` against ``ProgramQueue``;

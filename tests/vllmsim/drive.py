@@ -61,6 +61,12 @@ class Driver:
     def add(self, rid: str, program: str, prompt: int, output: int, *, last: bool = False) -> None:
         ids = list(range(self._next_id, self._next_id + prompt))
         self._next_id += prompt
+        self.add_ids(rid, program, ids, output, last=last)
+
+    def add_ids(
+        self, rid: str, program: str, ids: list[int], output: int, *, last: bool = False
+    ) -> None:
+        """A call whose prompt is ``ids`` (prompts that share a prefix share its blocks)."""
         self.calls[rid] = _Outputs(list(range(self._next_id, self._next_id + output)))
         self._next_id += output
         xargs: dict[str, Any] = {"program_id": program, "is_last": int(last)}

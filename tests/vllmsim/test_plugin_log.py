@@ -158,3 +158,34 @@ def test_vllms_cache_aware_admission_window_is_named_as_moot_under_a_policy(
     d.sched._ttl_install_queue()
     warned = [w for w in d.sched.ttl_warnings if "admission-window" in w]
     assert len(warned) == 1 and "--cache-aware-admission-window 4 has no effect" in warned[0]
+
+
+def test_vllms_reordering_of_the_window_leaves_the_program_queue_and_its_pins(
+    tmp_path: Path,
+) -> None:
+    """vLLM 0.34's reordering itself (``Scheduler._reorder_waiting_by_cached_prefix``) on the
+    plugin's queue: a call whose prefix is cached stays behind an earlier program's, and the
+    pin it finds stays (run by ``make vllm-check``; earlier vLLMs have no such reordering)."""
+    d = driver(tmp_path, static_params(5.0), blocks=64, async_scheduling=False)
+    reorder = getattr(d.sched, "_reorder_waiting_by_cached_prefix", None)
+    if reorder is None:
+        pytest.skip("this vLLM has no cache-aware admission (0.34 on)")
+    prompt = list(range(1, 65))
+    d.add_ids("x0", "x", prompt, 2, last=False)
+    for _ in range(4):
+        d.update(d.schedule())
+    pins = dict(d.sched.ttl.pins.pins)
+    assert list(pins) == ["x"]
+    d.add_ids("y0", "y", list(range(500, 548)), 2)
+    d.add_ids("x1", "x", prompt + list(range(700, 716)), 2)
+    d.add_ids("z0", "z", prompt + list(range(800, 816)), 2)
+    cached = {
+        r.request_id: d.sched.kv_cache_manager.get_num_cached_tokens(r) for r in d.sched.waiting
+    }
+    assert cached == {"x1": 64, "y0": 0, "z0": 64}
+    before = [r.request_id for r in d.sched.waiting]
+    assert before == ["x1", "y0", "z0"]  # the pinned program's call first, then by arrival
+    d.sched.cache_aware_window, d.sched.cache_aware_threshold = 4, 0.0
+    reorder()
+    assert [r.request_id for r in d.sched.waiting] == before
+    assert dict(d.sched.ttl.pins.pins) == pins

@@ -181,7 +181,8 @@ class TTLSetup:
             self._ttl_warn(
                 f"ttlctl: --cache-aware-admission-window {window} has no effect while a TTL "
                 "policy orders the waiting queue (the program queue keeps its own order); it "
-                "only costs a prefix lookup per request in the window each step: set it to 0"
+                "only costs a prefix lookup per request in the window at each step the cache is "
+                "past --cache-aware-admission-threshold: set it to 0"
             )
 
     # ------------------------------------------------------------ queue order

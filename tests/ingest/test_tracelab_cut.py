@@ -50,3 +50,18 @@ def test_a_file_of_no_rounds_is_still_not_tracelab(tmp_path: Path) -> None:
     assert_strict_error(
         [path], path, "tracelab", tmp_path / "t.parquet", None, "not a TraceLab round trace"
     )
+
+
+def test_a_json_document_named_tracelab_is_not_tracelab_rather_than_cut(
+    samples: Path, tmp_path: Path
+) -> None:
+    # a pretty-printed JSON document (a mini-swe-agent trajectory) read with --format tracelab:
+    # every line fails, the last (its closing brace, no newline after it) among them; that is a
+    # file of another format, not one cut short at its last line. Regression: the error named
+    # the last line, "line 1118: truncated JSON: the last line looks cut short".
+    doc = samples / "mini-swe-agent" / "django__django-16485.traj.json"
+    path = tmp_path / "run.traj.json"
+    path.write_text(doc.read_text().rstrip("\n"))
+    assert_strict_error(
+        [path], path, "tracelab", tmp_path / "t.parquet", None, "not a TraceLab round trace"
+    )

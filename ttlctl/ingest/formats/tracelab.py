@@ -105,8 +105,11 @@ class TraceLabReader:
             o is not None and ("round_index" in o or "timing_events" in o) for _, o, _ in lines
         ):
             # no round read: a last line cut short is said to be (as every JSON-lines reader
-            # says it), not taken for a file of another format
-            where, why = cut_short or (
+            # says it), not taken for a file of another format; but only when it is the one
+            # unreadable line: a file whose other lines do not parse either (a pretty-printed
+            # JSON document, whose last line is its closing brace) is another format, not cut
+            unreadable = sum(1 for _, o, _ in lines if o is None)
+            where, why = (cut_short if unreadable == 1 else None) or (
                 None,
                 "not a TraceLab round trace: no line has round_index or timing_events",
             )

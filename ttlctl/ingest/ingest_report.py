@@ -31,6 +31,9 @@ class IngestReport:
     skipped: list[str] = field(default_factory=list)
     #: the command's own outputs in a folder read (an earlier run's), not read
     outputs_skipped: list[str] = field(default_factory=list)
+    #: entries of a folder read that are not files (a broken link, a link to a folder, a
+    #: pipe), not read: ``path (what it is)``
+    others_skipped: list[str] = field(default_factory=list)
     records: int = 0
     rows: int = 0
     rejected: int = 0

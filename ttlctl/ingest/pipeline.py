@@ -66,15 +66,18 @@ def ingest(
     streaming_limit()  # and a wrong size variable: its own error, not a file's
     env_bytes("TTLCTL_BUCKET_BYTES", DEFAULT_BUCKET_BYTES, least=1)
     rejects_path = rejects_path_for(output)
-    files, docs, ours = expand(paths, outputs=(output, rejects_path, *also_written))
+    files, docs, ours, others = expand(paths, outputs=(output, rejects_path, *also_written))
     report = IngestReport(
         output=str(output),
         skipped=[str(p) for p in docs],
         outputs_skipped=[str(p) for p in ours],
+        others_skipped=[f"{p} ({what})" for p, what in others],
     )
     if not files and not allow_empty:  # allowed: an empty trace, as for a file with no calls
         where = ", ".join(str(p) for p in paths) or "."
         also = " (only this command's own outputs, skipped)" if ours else ""
+        if others:  # a folder of links, say: what is there and why it was not read
+            also += "; not files, not read: " + ", ".join(report.others_skipped)
         raise IngestError(where, None, f"no log files to ingest{also}")
 
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -111,6 +111,10 @@ def ingest_report(console: Console, report: IngestReport) -> None:
         names = ", ".join(report.outputs_skipped)
         files = counted(len(report.outputs_skipped), "file")
         console.print(f"skipped {files} this command writes (not read as logs): {names}")
+    if report.others_skipped:
+        names = ", ".join(report.others_skipped)
+        entries = counted(len(report.others_skipped), "entry", "entries")
+        console.print(f"skipped {entries} that are not files (not read): {names}")
     mode = " (streaming)" if report.streamed else ""
     console.print(
         f"{counted(report.records, 'record')} → {counted(report.rows, 'call')} written to "

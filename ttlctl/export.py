@@ -104,6 +104,8 @@ def rows(trace: pl.DataFrame, fmt: str, block_size: int = 512) -> list[dict[str,
                         if prev["tool_s"] is not None:
                             event["duration_ms"] = round(prev["tool_s"] * 1000)
                         line["tool_events"] = [event]
+                    else:  # no tool ran (a person spoke): said, so it reads back as none
+                        line["tool_events"] = []
             out.append(line)
             # the next call's prefix: this prompt's full blocks (a partial last block
             # changes once the output fills it), then the output's

@@ -110,6 +110,46 @@ def test_agentic_mooncake_round_trips_the_tools(tmp_path: Path) -> None:
         assert back["gap_s"].to_list() == [0.25, 0.25, None, 0.25, None], fmt
 
 
+def test_a_call_no_tool_followed_round_trips_as_no_tool(tmp_path: Path) -> None:
+    """A call followed by a person's message, not a tool (tool null, gap_s its pause):
+    agentic Mooncake says so with an empty ``tool_events`` and reads back as no tool, where
+    it came back as "unknown" (a tool fit would then model); a line without the field is
+    still an unknown pause."""
+    trace = _trace(tmp_path / "t.parquet")
+    frame = trace_io.read(trace).with_columns(  # a person speaks after a's turn 1
+        pl.when((pl.col("program_id") == "a") & (pl.col("turn") == 1))
+        .then(pl.lit(None, dtype=pl.String))
+        .otherwise(pl.col("tool"))
+        .alias("tool"),
+        pl.when((pl.col("program_id") == "a") & (pl.col("turn") == 1))
+        .then(pl.lit(None, dtype=pl.Float64))
+        .otherwise(pl.col("tool_s"))
+        .alias("tool_s"),
+    )
+    trace_io.write(frame.lazy(), trace)
+    out = tmp_path / "x.jsonl"
+    res = CliRunner().invoke(
+        app, ["export", str(trace), "--to", "agentic-mooncake", "-o", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [line.get("tool_events") for line in lines[:3]] == [
+        None,
+        [{"tool_class": "grep", "duration_ms": 250}],
+        [],
+    ]
+    assert lines[2]["tool_wait_ms"] == 300  # the person's pause: gap_s
+    ingest([out], tmp_path / "back.parquet", fmt="mooncake")
+    back = trace_io.read(tmp_path / "back.parquet").sort("program_id", "turn")
+    assert back["tool"].to_list() == ["grep", None, None, "grep", None]
+    assert back["gap_s"].to_list()[:2] == [0.25, 0.3]
+    del lines[2]["tool_events"]  # as a writer that leaves the field out: unknown
+    out.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    ingest([out], tmp_path / "unsaid.parquet", fmt="mooncake")
+    unsaid = trace_io.read(tmp_path / "unsaid.parquet").sort("program_id", "turn")
+    assert unsaid["tool"].to_list() == ["grep", "unknown", None, "grep", None]
+
+
 def test_several_tool_events_give_one_tool_only_when_they_agree(tmp_path: Path) -> None:
     """Several events before a request: their tool when they all name one, no duration
     (events may overlap); a malformed tool_events is the line's reject, named."""

@@ -41,8 +41,9 @@ Canonical columns, per request:
   request has no ``hash_ids``.
 - ``tool``: on every call another call of its program follows, the tool the next
   line's ``tool_events`` (agentic Mooncake, as ``ttlctl export`` and Dynamo write it)
-  name: the ``tool_class`` of its events when they all name one, else ``"unknown"``
-  (the pause is an unknown tool or user); null on the last call.
+  name: the ``tool_class`` of its events when they all name one; null when the list is
+  empty (no tool ran: a person spoke, as ``ttlctl export`` writes a call with no tool);
+  else ``"unknown"`` (the pause is an unknown tool or user); null on the last call.
 - ``tool_s``: that tool's ``duration_ms`` / 1000 when the next line has one event with a
   duration; else null (not recorded: events run together have no one duration).
 - ``llm_s``: null (not recorded).
@@ -164,7 +165,8 @@ def _parse(obj: dict[str, Any], lineno: int, *, need_timestamp: bool) -> Mooncak
     delay = duration(obj.get("delay"), "delay")
     if delay is None:
         delay = duration(obj.get("delay_ms"), "delay_ms")
-    tool, tool_s = _tool_events(obj.get("tool_events"))
+    events = obj.get("tool_events")
+    tool, tool_s = _tool_events(events)
     return MooncakeRequest(
         lineno=lineno,
         timestamp_ms=ts,
@@ -174,6 +176,7 @@ def _parse(obj: dict[str, Any], lineno: int, *, need_timestamp: bool) -> Mooncak
         delay_s=None if delay is None else delay / 1000.0,
         tool_before=tool,
         tool_before_s=tool_s,
+        no_tool_before=events == [],
     )
 
 

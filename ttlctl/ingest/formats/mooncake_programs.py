@@ -31,6 +31,8 @@ class MooncakeRequest:
     #: measured duration (s); None when the line names none
     tool_before: str | None = None
     tool_before_s: float | None = None
+    #: the line's ``tool_events`` is an empty list: no tool ran before it (a person spoke)
+    no_tool_before: bool = False
 
 
 @dataclass

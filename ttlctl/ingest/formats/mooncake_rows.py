@@ -3,9 +3,9 @@
 Per request: its arrival (``timestamp`` ms → s), tokens, the tokens reused from the
 program's previous request (shared leading ``hash_ids`` × 512), the leading blocks other
 programs carry too (``prefix_hashes``), and, when another request of its program follows,
-``tool`` (the next request's ``tool_events``, else "unknown"), ``tool_s`` (their measured
-duration) and ``gap_s`` (the next turn's ``delay``, else the arrivals' difference: an upper
-bound). :mod:`ttlctl.ingest.formats.mooncake` documents each column.
+``tool`` (the next request's ``tool_events``, none where they list none, else "unknown"),
+``tool_s`` (their measured duration) and ``gap_s`` (the next turn's ``delay``, else the
+arrivals' difference: an upper bound). :mod:`ttlctl.ingest.formats.mooncake` documents each column.
 """
 
 from __future__ import annotations
@@ -92,8 +92,9 @@ def _base_row(
 
 def _link(row: dict[str, Any], this: MooncakeRequest, nxt: MooncakeRequest) -> None:
     """Fill tool, tool_s and gap_s of ``row`` (for ``this``), which ``nxt`` follows: the
-    tool ``nxt``'s ``tool_events`` name as run before it, else "unknown"."""
-    row["tool"] = nxt.tool_before or "unknown"
+    tool ``nxt``'s ``tool_events`` name as run before it, none where they list none, else
+    "unknown"."""
+    row["tool"] = None if nxt.no_tool_before else nxt.tool_before or "unknown"
     if nxt.tool_before_s is not None:
         row["tool_s"] = nxt.tool_before_s
     if nxt.delay_s is not None:

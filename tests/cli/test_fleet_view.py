@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from replay.fleet.records import MAX_REPLICA_ROWS, shown_phrase, shown_replicas
 from replay.fleet.routers import RouterSettings
+from tests.cli.fleet_result import fleet_result
 from ttlctl.cli import app
 from ttlctl.cli.render.fleet_view import (
-    MISS_LABELS,
     SETTINGS_PHRASE_MAX,
     fleet_tables,
     router_settings,
@@ -50,7 +50,7 @@ def test_a_large_fleet_of_few_busy_replicas_lists_those_and_counts_the_idle() ->
     assert shown_replicas(_replicas(busy)) == [3, 7, "… 98 served no call"]
 
 
-def test_the_cli_table_of_a_large_fleet(tmp_path: Path) -> None:
+def test_the_cli_table_of_a_largefleet_result(tmp_path: Path) -> None:
     trace, out = tmp_path / "t.parquet", tmp_path / "replay.json"
     runner = CliRunner()
     res = runner.invoke(app, ["synth", "--workload", "bfcl", "--programs", "40", "-o", str(trace)])
@@ -88,23 +88,6 @@ def test_one_replica_over_the_rows_is_listed_not_counted() -> None:
     assert shown_phrase(per[:MAX_REPLICA_ROWS]) == ""  # every replica, in order
 
 
-def _fleet(policy: str, per_replica: list[dict[str, float]]) -> dict[str, object]:
-    """A fleet's result with what the tables read."""
-    for i, rep in enumerate(per_replica):
-        rep.update(replica=i, prefix_hit_rate=0.5, preemptions=0)
-    return {
-        "policy": policy,
-        "router": {"name": "sticky-least-loaded", "replicas": len(per_replica), "settings": {}},
-        "load_balance": 1.0,
-        "returned_share": 1.0,
-        "pins": {"made": 0},
-        "pins_wasted": 0,
-        "pins_wasted_share": None,
-        "miss_reasons": dict.fromkeys(MISS_LABELS, 0),
-        "per_replica": per_replica,
-    }
-
-
 def test_a_large_fleet_of_few_busy_replicas_is_titled_as_it_is_shown() -> None:
     """30 replicas of which 12 served calls: the table lists those 12 and counts the 18
     idle, and the line under it says so. Regression: its title read "the busiest and the
@@ -114,7 +97,7 @@ def test_a_large_fleet_of_few_busy_replicas_is_titled_as_it_is_shown() -> None:
     for i in range(12):
         busy[2 * i] = 0.3 + i / 10  # replica 22 the busiest: 1.4 s
     console = Console(record=True, width=200)
-    fleet_tables(console, [_fleet("vllm", _replicas(busy))])
+    fleet_tables(console, [fleet_result("vllm", _replicas(busy))])
     text = console.export_text()
     assert (
         "per replica: of 30, those that served calls, busiest first, the rest counted "
@@ -150,8 +133,8 @@ def test_a_long_settings_phrase_names_only_what_differs_from_the_routers_default
 def test_the_rows_line_speaks_per_policy_when_the_policies_rows_are_chosen_differently() -> None:
     """One policy whose 30 replicas all served calls (cut to the busiest and least busy)
     beside one whose calls reached 12: one line for both would misstate one of them."""
-    cut = _fleet("vllm", _replicas([1.0 + i / 10 for i in range(30)]))
-    few = _fleet("continuum", _replicas([1.0 if i < 12 else 0.0 for i in range(30)]))
+    cut = fleet_result("vllm", _replicas([1.0 + i / 10 for i in range(30)]))
+    few = fleet_result("continuum", _replicas([1.0 if i < 12 else 0.0 for i in range(30)]))
     console = Console(record=True, width=300)
     fleet_tables(console, [cut, few])
     text = console.export_text()

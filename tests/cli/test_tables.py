@@ -8,6 +8,7 @@ import io
 from rich.console import Console
 from rich.table import Table
 
+from tests.cli.fleet_result import fleet_result
 from ttlctl.cli.render.cells import show
 from ttlctl.cli.render.fleet_view import MISS_LABELS, fleet_tables
 from ttlctl.cli.render.replay_view import replay_table
@@ -169,22 +170,9 @@ def test_the_replay_table_shows_prefix_hits_as_the_per_replica_table_does() -> N
 
 
 def test_a_program_scheduling_fleet_names_what_the_model_leaves_out() -> None:
-    replica = {"llm_calls": 4, "engine_busy_s": 2.0, "prefix_hit_rate": 0.5, "preemptions": 0}
-    result = {
-        "policy": "vllm",
-        "router": {
-            "name": "program-scheduling",
-            "replicas": 2,
-            "settings": {"enable_batch_gain_admission": True},
-        },
-        "load_balance": 1.0,
-        "returned_share": 1.0,
-        "pins": {"made": 0},
-        "pins_wasted": 0,
-        "pins_wasted_share": None,
-        "miss_reasons": dict.fromkeys(MISS_LABELS, 0),
-        "per_replica": [replica, replica],
-    }
+    replicas = [{"llm_calls": 4, "engine_busy_s": 2.0} for _ in range(2)]
+    settings = {"enable_batch_gain_admission": True}
+    result = fleet_result("vllm", replicas, "program-scheduling", settings)
     for name, shown in (("program-scheduling", True), ("cache-aware", False)):
         console = Console(record=True, width=200)
         fleet_tables(console, [{**result, "router": {**result["router"], "name": name}}])

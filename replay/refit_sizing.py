@@ -12,8 +12,10 @@ without the facts (an older plugin) gets one line naming the flags to give.
 
 What is sized (:data:`SIZE_FLAGS`): the KV cache in tokens (the usable blocks × the
 block size), the block size, ``max_num_seqs``, ``max_num_batched_tokens`` and
-``max_model_len``. The log also says whether the engine ran vLLM's async scheduling;
-the fast simulator schedules synchronously, which the note says when it matters.
+``max_model_len``; the running batch's cap is ``max_num_active_seqs`` where the engine set
+it below ``max_num_seqs``. The log also says whether the engine ran vLLM's async scheduling
+(the fast simulator schedules synchronously) and the scheduler settings no replay models
+(:mod:`replay.engine_settings`): a note says each that is not vLLM's default.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from replay.engine_settings import admitted
+from replay.engine_settings import notes as unmodelled_notes
 from replay.scheduler import SimSchedulerConfig
 
 #: the engine's sizes a log states, and the flag that sets each
@@ -67,8 +71,8 @@ def stated(
     if not entries:
         return {}, None
     best = max(entries, key=lambda e: int(e.get("calls") or 0))
-    sizes = {k: int(best[k]) for k in SIZE_FLAGS if isinstance(best.get(k), int) and best[k] > 0}
-    distinct = {tuple(e.get(k) for k in SIZE_FLAGS) for e in entries}
+    sizes = _sizes(best)
+    distinct = {tuple(sorted(_sizes(e).items())) for e in entries}
     note = None
     if len(distinct) > 1:
         note = (
@@ -76,6 +80,16 @@ def stated(
             f"the one that served most calls ({int(best.get('calls') or 0):,})"
         )
     return sizes, note
+
+
+def _sizes(entry: Mapping[str, Any]) -> dict[str, int]:
+    """The sizes one engine record states; its ``max_num_seqs`` is the running batch's cap
+    (:func:`replay.engine_settings.admitted`: ``max_num_active_seqs`` where set below it)."""
+    out = {k: int(entry[k]) for k in SIZE_FLAGS if isinstance(entry.get(k), int) and entry[k] > 0}
+    cap = admitted(entry)
+    if cap is not None:
+        out["max_num_seqs"] = cap
+    return out
 
 
 def size(
@@ -129,6 +143,17 @@ def size(
         line = f"replay engine{_of(replica)} (the flags given, else {base_source}): {shown}"
     else:
         line = f"replay engine{_of(replica)} ({base_source}): {shown}"
+    capped = sorted(
+        {a for e in entries if (a := admitted(e)) is not None and a != e.get("max_num_seqs")}
+    )
+    if capped and given.get("max_num_seqs") is None:
+        notes.append(
+            f"the log's engine{_of(replica)} admitted at most "
+            f"{', '.join(f'{a:,}' for a in capped)} requests into its running batch "
+            "(--max-num-active-seqs; its --max-num-seqs sized only the model runner): the "
+            "replay's max_num_seqs"
+        )
+    notes.extend(unmodelled_notes(entries, f"the log's engine{_of(replica)}"))
     if any(e.get("async_scheduling") for e in entries):
         notes.append(
             f"the log's engine{_of(replica)} ran vLLM's async scheduling; the fast simulator "

@@ -264,6 +264,31 @@ def test_replicas_without_names_are_told_apart_by_file(tmp_path: Path) -> None:
     assert one.engines[0]["replica"] is None
 
 
+def test_the_schedulers_other_settings_are_kept_with_the_facts(tmp_path: Path) -> None:
+    """The settings no replay models (``replay.engine_settings``) reach the trace as the
+    plugin wrote them (a setting that may be off, 0, is a value; a share, a float); a line
+    without them (an older plugin) keeps them null."""
+    more = {
+        "scheduling_policy": "fcfs",
+        "long_prefill_token_threshold": 0,
+        "prefill_schedule_interval": 1,
+        "cache_aware_admission_window": 0,
+        "cache_aware_admission_threshold": 1,
+        "max_num_inflight_kv_loads": 2,
+        "kv_connector": "NixlConnector",
+    }
+    src = _write(tmp_path / "engine.jsonl", [_facts("r", **more), *_log()])
+    ingest([src], tmp_path / "t.parquet")
+    (engine,) = trace_io.engines(tmp_path / "t.parquet")
+    assert {k: engine[k] for k in more} == more
+    assert isinstance(engine["cache_aware_admission_threshold"], float)
+    assert engine["max_num_active_seqs"] is None and engine["max_num_queued_reqs"] is None
+    old = _write(tmp_path / "old.jsonl", [_facts("r"), *_log()])
+    ingest([old], tmp_path / "old.parquet")
+    (engine,) = trace_io.engines(tmp_path / "old.parquet")
+    assert all(engine[k] is None for k in more)
+
+
 def test_a_log_without_facts_keeps_no_engines(tmp_path: Path) -> None:
     src = _write(tmp_path / "engine.jsonl", _log())
     assert ingest([src], tmp_path / "t.parquet").engines == []
@@ -285,6 +310,13 @@ def test_a_bad_engine_record_is_a_bad_record(tmp_path: Path) -> None:
         ({"kv_blocks": 1, "kv_tokens": 8}, "kv_tokens 8 is not kv_blocks × block_size (1 × 32)"),
         ({"kv_blocks": None, "kv_tokens": 8}, "kv_tokens 8 hold no block of 32 tokens"),
         ({"max_num_seqs": 0}, "max_num_seqs must be at least 1: 0"),
+        ({"max_num_active_seqs": 0}, "max_num_active_seqs must be at least 1: 0"),
+        ({"prefill_schedule_interval": 0}, "prefill_schedule_interval must be at least 1: 0"),
+        ({"long_prefill_token_threshold": -1}, "long_prefill_token_threshold must be at least 0"),
+        ({"cache_aware_admission_window": 1.5}, "cache_aware_admission_window is not a whole"),
+        ({"cache_aware_admission_threshold": 1.5}, "cache_aware_admission_threshold must be from"),
+        ({"cache_aware_admission_threshold": "half"}, "cache_aware_admission_threshold is not a"),
+        ({"cache_aware_admission_threshold": True}, "cache_aware_admission_threshold is not a"),
     ],
 )
 def test_an_engine_that_could_not_run_is_a_bad_record(

@@ -121,6 +121,53 @@ def test_a_deferred_free_is_not_pinned_but_counted_and_logged(
     assert call["pin_skipped"] == "deferred" and call["ttl_s"] == 0.0
 
 
+def test_the_facts_name_the_schedulers_other_settings_and_its_connector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The settings a replay does not model are stated as vLLM holds them (the defaults
+    here: FCFS, no active-batch or queue cap, no prefill cap, prefill every step), and the
+    KV connector by its name; a setting the installed release lacks is null."""
+    log = tmp_path / "engine.jsonl"
+    driver(tmp_path, static_params(5.0), blocks=40, env={"TTLCTL_LOG": str(log)})
+    plain = _lines(log)[0]
+    assert plain["scheduling_policy"] == "fcfs" and plain["kv_connector"] is None
+    assert plain["max_num_active_seqs"] is None and plain["max_num_queued_reqs"] is None
+    assert plain["long_prefill_token_threshold"] == 0
+    assert plain["prefill_schedule_interval"] == 1
+    has_window = hasattr(vllm.config.SchedulerConfig, "cache_aware_admission_window")
+    assert (plain["cache_aware_admission_window"] == 0) is has_window
+    assert (plain["cache_aware_admission_threshold"] == 0.5) is has_window
+    assert plain["max_num_inflight_kv_loads"] is None
+    # with a connector and an asynchronous-load cap (vLLM 0.34's; set by hand on an older
+    # release, whose scheduler ignores it): named, and warned of under a policy
+    made = build_mod.vllm_config
+    _with_consumer_connector(monkeypatch, Path(tempfile.mkdtemp(dir=tmp_path)))
+    with_connector = build_mod.vllm_config
+
+    def with_loads(engine: Any, *, async_scheduling: bool, plugin: bool) -> Any:
+        config = with_connector(engine, async_scheduling=async_scheduling, plugin=plugin)
+        config.scheduler_config.max_num_inflight_kv_loads = 3
+        config.scheduler_config.long_prefill_token_threshold = 256
+        return config
+
+    monkeypatch.setattr(build_mod, "vllm_config", with_loads)
+    log2 = tmp_path / "engine2.jsonl"
+    d = driver(tmp_path, static_params(5.0), blocks=40, env={"TTLCTL_LOG": str(log2)})
+    f = _lines(log2)[0]
+    assert f["kv_connector"] == "ExampleConnector" and f["max_num_inflight_kv_loads"] == 3
+    assert f["long_prefill_token_threshold"] == 256
+    warned = [w for w in d.sched.ttl_warnings if "inflight-kv-loads" in w]
+    assert len(warned) == 1 and "--max-num-inflight-kv-loads 3" in warned[0]
+    assert "outside the program queue" in warned[0]
+    # the same cap without a connector loads nothing asynchronously: no warning
+    monkeypatch.setattr(build_mod, "vllm_config", made)
+    d = driver(tmp_path, static_params(5.0), blocks=40)
+    assert d.sched.connector is None
+    d.sched.scheduler_config.max_num_inflight_kv_loads = 3
+    d.sched._ttl_install_queue()
+    assert not [w for w in d.sched.ttl_warnings if "inflight-kv-loads" in w]
+
+
 @pytest.mark.parametrize("value", ["abc", "-1", "nan"])
 def test_a_bad_bundle_check_interval_warns_once_and_the_engine_serves(
     tmp_path: Path, value: str

@@ -40,6 +40,27 @@ class EngineFacts:
     #: the sha256 of the bundle in force (None: no bundle, stock behaviour)
     bundle_sha256: str | None
     replica: str | None
+    # the scheduler's other settings, which a replay does not model (it says so when one is
+    # not vLLM's default: :mod:`replay.engine_settings`); None: the default, the release
+    # lacks the setting, or an older plugin wrote the line
+    #: ``fcfs`` or ``priority``
+    scheduling_policy: str | None = None
+    #: admission into the running batch (None: ``max_num_seqs``)
+    max_num_active_seqs: int | None = None
+    #: waiting and running requests the engine takes before it refuses (None: no limit)
+    max_num_queued_reqs: int | None = None
+    #: a prefill chunk's cap per request and step (0: none)
+    long_prefill_token_threshold: int | None = None
+    #: prefill admitted once every N steps (1: every step)
+    prefill_schedule_interval: int | None = None
+    #: vLLM 0.34's cache-aware admission: the waiting requests looked at (0: off) and the
+    #: KV usage from which it applies
+    cache_aware_admission_window: int | None = None
+    cache_aware_admission_threshold: float | None = None
+    #: vLLM 0.34's cap on asynchronous KV loads (None: loads start only for a free slot)
+    max_num_inflight_kv_loads: int | None = None
+    #: the KV connector's name (None: none)
+    kv_connector: str | None = None
 
     @property
     def kv_tokens(self) -> int | None:

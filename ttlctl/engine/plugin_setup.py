@@ -142,6 +142,15 @@ class TTLSetup:
         def whole(x: Any) -> int | None:
             return int(x) if isinstance(x, int) and not isinstance(x, bool) else None
 
+        def setting(name: str) -> int | None:
+            return whole(getattr(sched, name, None))
+
+        threshold = getattr(sched, "cache_aware_admission_threshold", None)
+        transfer = getattr(config, "kv_transfer_config", None)
+        connector = getattr(transfer, "kv_connector", None) if transfer is not None else None
+        if connector is None and getattr(self, "connector", None) is not None:
+            connector = type(self.connector).__name__
+
         return EngineFacts(
             vllm_version=VLLM_VERSION,
             model=str(served or getattr(model, "model", "") or "") or None,
@@ -154,6 +163,19 @@ class TTLSetup:
             prefix_caching=bool(self.cache_config.enable_prefix_caching),
             bundle_sha256=str(doc["sha256"]) if doc is not None else None,
             replica=self._ttl_replica,
+            scheduling_policy=str(getattr(sched, "policy", "") or "") or None,
+            max_num_active_seqs=setting("max_num_active_seqs"),
+            max_num_queued_reqs=setting("max_num_queued_reqs"),
+            long_prefill_token_threshold=setting("long_prefill_token_threshold"),
+            prefill_schedule_interval=setting("prefill_schedule_interval"),
+            cache_aware_admission_window=setting("cache_aware_admission_window"),
+            cache_aware_admission_threshold=(
+                float(threshold)
+                if isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
+                else None
+            ),
+            max_num_inflight_kv_loads=setting("max_num_inflight_kv_loads"),
+            kv_connector=str(connector) if connector else None,
         )
 
     def _ttl_write_facts(self) -> None:
@@ -183,6 +205,16 @@ class TTLSetup:
                 "policy orders the waiting queue (the program queue keeps its own order); it "
                 "only costs a prefix lookup per request in the window at each step the cache is "
                 "past --cache-aware-admission-threshold: set it to 0"
+            )
+        # vLLM 0.34's --max-num-inflight-kv-loads with a connector: a request the connector
+        # may load asynchronously waits in the scheduler's own second queue, not this one
+        loads = getattr(getattr(self, "scheduler_config", None), "max_num_inflight_kv_loads", None)
+        if self.connector is not None and isinstance(loads, int) and loads > 0:
+            self._ttl_warn(
+                f"ttlctl: --max-num-inflight-kv-loads {loads}: the requests the KV connector "
+                "loads asynchronously wait in vLLM's own queue, outside the program queue, so "
+                "they are not ordered by program and a pin can expire while its call waits "
+                "there; leave the option unset to keep every request in the policy's order"
             )
 
     # ------------------------------------------------------------ queue order

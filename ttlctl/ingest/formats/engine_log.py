@@ -30,14 +30,15 @@ the plugin when it starts, when the facts change (a new bundle) and atop a file 
 found empty: ``at_unix_s``, ``vllm_version``, ``model``, ``block_size``,
 ``kv_blocks`` (usable blocks), ``kv_tokens`` (their tokens), ``max_num_seqs``,
 ``max_num_batched_tokens``, ``max_model_len``, ``async_scheduling``,
-``prefix_caching``, ``bundle_sha256`` and ``replica`` (``TTLCTL_REPLICA``, or
-null). It is not a call: it applies to the request lines after it, up to the next
-one, in its file and on into the newer parts of its log (:mod:`.rotated`).
-Ingest keeps each distinct one in the trace's metadata
-(:func:`ttlctl.trace.io.engines`), with ``calls``, the calls logged under it, and
-``file``/``line``, where it was first seen; ``replica`` there is the same name as
-in the trace's ``replica`` column. A bad one is a bad record (``bad engine
-record: …``).
+``prefix_caching``, ``bundle_sha256``, ``replica`` (``TTLCTL_REPLICA``, or
+null), and the scheduler's other settings with the KV connector's name
+(:data:`.engine_log_facts.FACTS`; null: vLLM's default). It is not a call: it
+applies to the request lines after it, up to the next one, in its file and on
+into the newer parts of its log (:mod:`.rotated`). Ingest keeps each distinct one
+in the trace's metadata (:func:`ttlctl.trace.io.engines`), with ``calls``, the
+calls logged under it, and ``file``/``line``, where it was first seen;
+``replica`` there is the same name as in the trace's ``replica`` column. A bad
+one is a bad record (``bad engine record: …``).
 
 Mapping to the canonical trace: a program's requests sorted by arrival are its
 turns; ``arrival_s`` is ``arrival_unix_s`` (absolute clock, rebased by ingest);

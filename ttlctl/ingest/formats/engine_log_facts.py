@@ -21,7 +21,7 @@ from typing import Any
 
 from ttlctl.ingest.fields import RecordError
 
-#: the facts an engine record carries, with their type (bool, int or str; all nullable)
+#: the facts an engine record carries, with their type (bool, int, float or str; all nullable)
 FACTS: dict[str, type] = {
     "vllm_version": str,
     "model": str,
@@ -35,7 +35,22 @@ FACTS: dict[str, type] = {
     "prefix_caching": bool,
     "bundle_sha256": str,
     "replica": str,
+    # the scheduler's other settings (null: vLLM's default, or a release without it)
+    "scheduling_policy": str,
+    "max_num_active_seqs": int,
+    "max_num_queued_reqs": int,
+    "long_prefill_token_threshold": int,
+    "prefill_schedule_interval": int,
+    "cache_aware_admission_window": int,
+    "cache_aware_admission_threshold": float,
+    "max_num_inflight_kv_loads": int,
+    "kv_connector": str,
 }
+#: the whole-number facts that may be 0 (a setting that is off), where every other one is a
+#: size of at least 1 (an engine of no KV block, no sequence or no token budget does not start)
+MAY_BE_ZERO = frozenset(
+    {"max_num_queued_reqs", "long_prefill_token_threshold", "cache_aware_admission_window"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +135,15 @@ def parse_facts(obj: dict[str, Any]) -> dict[str, Any]:
         if value is not None:
             if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
                 raise RecordError(f"{key} is not a whole number: {value!r}"[:120])
-            if kind is int and value < 1:
-                # every whole-number fact is a size: an engine of no KV block, no sequence
-                # or no token budget does not start
-                raise RecordError(f"{key} must be at least 1: {value!r}")
+            least = 0 if key in MAY_BE_ZERO else 1
+            if kind is int and value < least:
+                raise RecordError(f"{key} must be at least {least}: {value!r}")
+            if kind is float:
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise RecordError(f"{key} is not a number: {value!r}"[:120])
+                if not 0.0 <= value <= 1.0:  # the one such fact is a share of the KV cache
+                    raise RecordError(f"{key} must be from 0 to 1: {value!r}")
+                value = float(value)
             if kind is bool and not isinstance(value, bool):
                 raise RecordError(f"{key} is not true or false: {value!r}"[:120])
             if kind is str:

@@ -1,0 +1,113 @@
+"""replay/engine_settings.py: a logged engine's scheduler settings that no replay models are
+said, one line each, and its running batch's cap (``max_num_active_seqs``) sizes the replay."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from replay.engine_settings import UNMODELLED, admitted, notes
+from replay.refit_sizing import SIZE_FLAGS, size
+from replay.scheduler import SimSchedulerConfig
+
+NONE: dict[str, int | None] = dict.fromkeys(SIZE_FLAGS)
+
+
+def facts(calls: int = 1, **more: Any) -> dict[str, Any]:
+    doc = {"replica": None, "kv_tokens": 4096, "block_size": 32, "max_num_seqs": 8,
+           "max_num_batched_tokens": 2048, "max_model_len": 1024, "calls": calls,
+           "bundle_sha256": None}  # fmt: skip
+    return doc | more
+
+
+#: each setting at vLLM's default, as the plugin states it on vLLM 0.34
+DEFAULTS: dict[str, Any] = {
+    "scheduling_policy": "fcfs",
+    "max_num_active_seqs": None,
+    "max_num_queued_reqs": None,
+    "long_prefill_token_threshold": 0,
+    "prefill_schedule_interval": 1,
+    "cache_aware_admission_window": 0,
+    "cache_aware_admission_threshold": 0.5,
+    "max_num_inflight_kv_loads": None,
+    "kv_connector": None,
+}
+
+#: a value other than the default for each setting no replay models, and its flag
+ODD: dict[str, tuple[Any, str]] = {
+    "scheduling_policy": ("priority", "--scheduling-policy priority"),
+    "max_num_queued_reqs": (64, "--max-num-queued-reqs 64"),
+    "long_prefill_token_threshold": (512, "--long-prefill-token-threshold 512"),
+    "prefill_schedule_interval": (4, "--prefill-schedule-interval 4"),
+    "cache_aware_admission_window": (16, "--cache-aware-admission-window 16"),
+    "max_num_inflight_kv_loads": (2, "--max-num-inflight-kv-loads 2"),
+    "kv_connector": ("NixlConnector", "--kv-transfer-config NixlConnector"),
+}
+
+
+def test_every_unmodelled_setting_has_an_odd_value_here() -> None:
+    assert {s.fact for s in UNMODELLED} == set(ODD)
+
+
+def test_the_defaults_and_an_older_plugins_facts_say_nothing() -> None:
+    assert notes([facts(**DEFAULTS)], "the log's engine") == []
+    assert notes([facts()], "the log's engine") == []  # no such facts: null, the default
+    sized = size(NONE, [facts(**DEFAULTS)], SimSchedulerConfig(), "defaults")
+    assert sized.notes == () and sized.engine.max_num_seqs == 8
+
+
+@pytest.mark.parametrize("fact", sorted(ODD))
+def test_a_setting_off_its_default_is_said_once_by_its_flag(fact: str) -> None:
+    value, flag = ODD[fact]
+    entries = [facts(**DEFAULTS), facts(**(DEFAULTS | {fact: value}))]
+    sized = size(NONE, entries, SimSchedulerConfig(), "defaults", "r1")
+    said = [n for n in sized.notes if "does not model" in n]
+    assert said == [n for n in notes(entries, "the log's engine (replica r1)")]
+    (line,) = said
+    assert line.startswith(f"the log's engine (replica r1) ran {flag}, which the simulator")
+
+
+def test_two_values_of_one_setting_are_both_named() -> None:
+    entries = [facts(long_prefill_token_threshold=256), facts(long_prefill_token_threshold=512)]
+    (line,) = notes(entries, "E")
+    assert line.startswith("E ran --long-prefill-token-threshold 256, 512,")
+
+
+def test_cache_aware_admission_under_a_bundle_is_not_said() -> None:
+    """The plugin's program queue undoes vLLM 0.34's reordering while a bundle is loaded, so
+    an engine that had one replays as modelled; a stock engine (no bundle) did reorder."""
+    window = {"cache_aware_admission_window": 16}
+    assert notes([facts(**window, bundle_sha256="ab" * 32)], "E") == []
+    (line,) = notes([facts(**window)], "E")
+    assert "--cache-aware-admission-window 16" in line and "arrival order" in line
+
+
+@pytest.mark.parametrize(("active", "cap"), [(None, 8), (4, 4), (8, 8), (16, 8), (0, 8), (True, 8)])
+def test_the_running_batchs_cap_is_max_num_active_seqs_below_max_num_seqs(
+    active: Any, cap: int
+) -> None:
+    """vLLM admits into the running batch up to ``max_num_active_seqs`` where it is set
+    (``--max-num-seqs`` then sizes only the model runner): the simulator's max_num_seqs."""
+    assert admitted(facts(max_num_active_seqs=active)) == cap
+    sized = size(NONE, [facts(max_num_active_seqs=active)], SimSchedulerConfig(), "d")
+    assert sized.engine.max_num_seqs == cap
+    said = [n for n in sized.notes if "--max-num-active-seqs" in n]
+    assert bool(said) == (cap != 8)
+    if said:
+        assert said[0].startswith(f"the log's engine admitted at most {cap} requests")
+
+
+def test_a_flag_given_is_compared_with_the_running_batchs_cap() -> None:
+    sized = size(
+        NONE | {"max_num_seqs": 4}, [facts(max_num_active_seqs=4)], SimSchedulerConfig(), "d"
+    )
+    assert sized.engine.max_num_seqs == 4
+    assert not [n for n in sized.notes if "max-num" in n]
+    assert admitted({"max_num_seqs": None, "max_num_active_seqs": 4}) is None
+
+
+def test_an_engine_that_changed_its_cap_changed_size() -> None:
+    entries = [facts(3), facts(9, max_num_active_seqs=2)]
+    sized = size(NONE, entries, SimSchedulerConfig(), "d")
+    assert sized.engine.max_num_seqs == 2 and "changed size (2 sizes)" in sized.notes[0]

@@ -37,8 +37,12 @@ def admission_plan(
     offload: OffloadTier | None,
     config: SimSchedulerConfig,
     budget: int,
+    cap: int = 0,
 ) -> AdmissionPlan:
-    """What admitting ``req`` under a token ``budget`` takes now; changes nothing."""
+    """What admitting ``req`` under a token ``budget`` takes now, its first chunk at most
+    ``cap`` tokens (0: no cap; vLLM's ``--long-prefill-token-threshold``, as
+    :meth:`~replay.scheduler_config.SimSchedulerConfig.prefill_cap` sets it for the
+    step); changes nothing."""
     bs = config.block_size
     reusable = req.num_tokens if req.preemptions else req.reusable
     # full blocks only (a partial one never hits); the shared ones from any program
@@ -50,7 +54,10 @@ def admission_plan(
     if offload is not None:
         tier = offload.prefix(req.program, reusable, req.num_tokens - 1, req.shared)
         loaded = max(0, tier - hit)
-    num_new_tokens = max(1, min(req.num_tokens - hit - loaded, budget))
+    rest = req.num_tokens - hit - loaded
+    if 0 < cap < rest:
+        rest = cap
+    num_new_tokens = max(1, min(rest, budget))
     need = cdiv(hit + loaded + num_new_tokens, bs) - hit_blocks
     must_fit = need
     if config.reserve_full_prompt:

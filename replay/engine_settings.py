@@ -7,9 +7,12 @@ its default; a replay of a log whose engine ran another value replays another sc
 each such value gets one line (:func:`notes`), naming the setting as vLLM's flag and what the
 replay does instead. Null is vLLM's default (or a release without the setting: the same).
 
-``max_num_active_seqs`` is not among them: it is vLLM's admission cap into the running batch
-(``--max-num-seqs`` only sizes the model runner then), which is what the simulators' own
-``max_num_seqs`` is, so the sizing takes it (:func:`admitted`).
+Two are not among them, being modelled: ``max_num_active_seqs`` is vLLM's admission cap into
+the running batch (``--max-num-seqs`` only sizes the model runner then), which is what the
+simulators' own ``max_num_seqs`` is, so the sizing takes it (:func:`admitted`); and the
+prefill chunk cap (``long_prefill_token_threshold``, adaptive or not), which the simulators
+apply (:meth:`replay.scheduler_config.SimSchedulerConfig.prefill_cap`) and the sizing takes
+(:func:`prefill_cap`).
 """
 
 from __future__ import annotations
@@ -50,12 +53,6 @@ UNMODELLED: tuple[Unmodelled, ...] = (
         "--max-num-queued-reqs",
         lambda v: v is None,
         "refused requests past that many waiting and running; the replay queues every call",
-    ),
-    Unmodelled(
-        "long_prefill_token_threshold",
-        "--long-prefill-token-threshold",
-        _off,
-        "capped each request's prefill per step; the replay gives a prefill the whole token budget",
     ),
     Unmodelled(
         "prefill_schedule_interval",
@@ -121,3 +118,12 @@ def admitted(entry: Mapping[str, Any]) -> int | None:
 def _whole(value: Any) -> int | None:
     ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
     return int(value) if ok else None
+
+
+def prefill_cap(entry: Mapping[str, Any]) -> tuple[int, bool] | None:
+    """The prefill chunk cap an engine's facts state (the threshold, whether adaptive); None
+    when they state none (an older plugin: the default, no cap)."""
+    threshold = entry.get("long_prefill_token_threshold")
+    if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 0:
+        return None
+    return threshold, entry.get("long_prefill_token_threshold_adaptive") is True

@@ -10,12 +10,14 @@ for lack of contention. So the replay takes the log's size by default and says s
 one line; a flag given wins, and one that disagrees with the log is reported; a log
 without the facts (an older plugin) gets one line naming the flags to give.
 
-What is sized (:data:`SIZE_FLAGS`): the KV cache in tokens (the usable blocks × the
-block size), the block size, ``max_num_seqs``, ``max_num_batched_tokens`` and
-``max_model_len``; the running batch's cap is ``max_num_active_seqs`` where the engine set
-it below ``max_num_seqs``. The log also says whether the engine ran vLLM's async scheduling
-(the fast simulator schedules synchronously) and the scheduler settings no replay models
-(:mod:`replay.engine_settings`): a note says each that is not vLLM's default.
+What is sized (:data:`SIZE_FLAGS`): the KV cache in tokens (the usable blocks × the block
+size), the block size, ``max_num_seqs``, ``max_num_batched_tokens`` and ``max_model_len``;
+the running batch's cap is ``max_num_active_seqs`` where the engine set it below
+``max_num_seqs``, and the prefill chunk cap (``--long-prefill-token-threshold``) is the
+log's (no flag sets it here; ``ttlctl replay`` has one). The log also says whether the
+engine ran vLLM's async scheduling (the fast simulator schedules synchronously) and the
+scheduler settings no replay models (:mod:`replay.engine_settings`): a note says each that
+is not vLLM's default.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from replay.engine_settings import admitted
+from replay.engine_settings import admitted, prefill_cap
 from replay.engine_settings import notes as unmodelled_notes
 from replay.scheduler import SimSchedulerConfig
 
@@ -70,9 +72,9 @@ def stated(
     with another size; entries that differ only in other facts, a new bundle, are one size)."""
     if not entries:
         return {}, None
-    best = max(entries, key=lambda e: int(e.get("calls") or 0))
+    best = _busiest(entries)
     sizes = _sizes(best)
-    distinct = {tuple(sorted(_sizes(e).items())) for e in entries}
+    distinct = {(tuple(sorted(_sizes(e).items())), prefill_cap(e)) for e in entries}
     note = None
     if len(distinct) > 1:
         note = (
@@ -80,6 +82,11 @@ def stated(
             f"the one that served most calls ({int(best.get('calls') or 0):,})"
         )
     return sizes, note
+
+
+def _busiest(entries: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The entry that served most calls (the first of those that tie)."""
+    return max(entries, key=lambda e: int(e.get("calls") or 0))
 
 
 def _sizes(entry: Mapping[str, Any]) -> dict[str, int]:
@@ -118,6 +125,14 @@ def size(
         elif theirs is not None:
             values[key] = theirs
     engine = replace(base, **values)
+    cap = prefill_cap(_busiest(entries)) if entries else None
+    if cap is not None:
+        threshold, adaptive = cap
+        engine = replace(
+            engine,
+            long_prefill_token_threshold=min(threshold, engine.max_model_len),
+            long_prefill_token_threshold_adaptive=adaptive,
+        )
     shown = _shape(engine)
     from_log = any(given.get(k) is None and k in logged for k in SIZE_FLAGS)
     # what neither a flag nor the log gives: the base's
@@ -180,11 +195,15 @@ def _of(replica: str | None) -> str:
 
 
 def _shape(engine: SimSchedulerConfig) -> str:
-    return (
+    shown = (
         f"{engine.kv_tokens:,} KV tokens in blocks of {engine.block_size}, "
         f"max_num_seqs {engine.max_num_seqs}, max_num_batched_tokens "
         f"{engine.max_num_batched_tokens:,}, max_model_len {engine.max_model_len:,}"
     )
+    if engine.long_prefill_token_threshold:
+        adaptive = " (adaptive)" if engine.long_prefill_token_threshold_adaptive else ""
+        shown += f", long_prefill_token_threshold {engine.long_prefill_token_threshold:,}{adaptive}"
+    return shown
 
 
 def as_json(sized: Sized) -> dict[str, Any]:

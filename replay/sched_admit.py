@@ -26,11 +26,14 @@ class Admission(SchedulerState):
 
     __slots__ = ()
 
-    def _admit_waiting(self, budget: int, now: float) -> tuple[list[ScheduledRequest], float, bool]:
+    def _admit_waiting(
+        self, budget: int, now: float, cap: int = 0
+    ) -> tuple[list[ScheduledRequest], float, bool]:
         """Admit waiting requests in the policy's order while budget, seats and memory
-        allow; the first that does not fit (after the valve, which releases pins in the
-        pin rules' order, retrying after each, when pins hold blocks: with the ``head``
-        valve always, with ``stall-only`` only when nothing runs) stops admission.
+        allow, each computing at most ``cap`` tokens of its prompt in this step (0: no
+        cap); the first that does not fit (after the valve, which releases pins in the pin
+        rules' order, retrying after each, when pins hold blocks: with the ``head`` valve
+        always, with ``stall-only`` only when nothing runs) stops admission.
 
         Returns (the requests admitted, reload seconds, whether a waiting head was left
         blocked).
@@ -44,7 +47,7 @@ class Admission(SchedulerState):
             if head is self._stuck and pool.changes == self._stuck_changes:
                 admit = None  # nothing made room since it last failed: it fails again
             else:
-                admit = self._try_admit(head, budget, now)
+                admit = self._try_admit(head, budget, now, cap)
             pinning = self.pinning
             if (
                 admit is None
@@ -53,7 +56,7 @@ class Admission(SchedulerState):
             ):
                 # the valve: release pins one at a time, retrying after each
                 for _ in pinning.valve(head, stalled=not self.running):
-                    admit = self._try_admit(head, budget, now)
+                    admit = self._try_admit(head, budget, now, cap)
                     if admit is not None:
                         break
             if admit is None:
@@ -89,11 +92,13 @@ class Admission(SchedulerState):
         plan = admission_plan(req, self.pool, self.offload, self.config, budget)
         return self.pool.room_for(req.program, plan.hit_blocks, plan.must_fit, req.shared)
 
-    def _try_admit(self, req: SimRequest, budget: int, now: float) -> tuple[int, float] | None:
+    def _try_admit(
+        self, req: SimRequest, budget: int, now: float, cap: int = 0
+    ) -> tuple[int, float] | None:
         """Admit ``req`` if its blocks fit; returns (tokens its first step computes,
         seconds to reload its prefix from the offload tier), or None."""
         bs = self.config.block_size
-        plan = admission_plan(req, self.pool, self.offload, self.config, budget)
+        plan = admission_plan(req, self.pool, self.offload, self.config, budget, cap)
         hit_blocks, loaded, num_new_tokens, need, must_fit = plan
         hit = hit_blocks * bs
         if not self.pool.room_for(req.program, hit_blocks, must_fit, req.shared):

@@ -86,12 +86,17 @@ class FastPath(SchedulerState):
         scheduled: list[ScheduledRequest] = []
         num_new_blocks = 0
         demand = 0
+        # a prefill's chunk cap (0: none), set as the step starts
+        cap = self.config.prefill_cap(len(self.running) + len(self.waiting))
         for r in prefilling:
-            demand += r.num_tokens - r.num_computed_tokens
+            rest = r.num_tokens - r.num_computed_tokens
+            demand += cap if 0 < cap < rest else rest
         if num_decodes + demand <= budget:
             # every running request gets all it asks for: no need to walk the list
             for r in prefilling:
                 num_new_tokens = r.num_tokens - r.num_computed_tokens
+                if 0 < cap < num_new_tokens:
+                    num_new_tokens = cap
                 need = cdiv(r.num_computed_tokens + num_new_tokens, bs) - r.blocks
                 if need < 0:
                     need = 0
@@ -105,7 +110,10 @@ class FastPath(SchedulerState):
                 if r.decoding:
                     budget -= 1
                     continue
-                num_new_tokens = min(r.num_tokens - r.num_computed_tokens, budget)
+                num_new_tokens = r.num_tokens - r.num_computed_tokens
+                if 0 < cap < num_new_tokens:
+                    num_new_tokens = cap
+                num_new_tokens = min(num_new_tokens, budget)
                 need = max(0, cdiv(r.num_computed_tokens + num_new_tokens, bs) - r.blocks)
                 scheduled.append((r, num_new_tokens, r.num_computed_tokens, need))
                 num_new_blocks += need
@@ -135,7 +143,7 @@ class FastPath(SchedulerState):
 
         reload_s, blocked_head = 0.0, False
         if not preempted and self.waiting:  # vLLM admits nothing in a step that preempted
-            admitted, reload_s, blocked_head = self._admit_waiting(budget, now)
+            admitted, reload_s, blocked_head = self._admit_waiting(budget, now, cap)
             scheduled.extend(admitted)
         # the decode set's members: fewer if the step preempted some
         num_decodes, kv_tokens = len(decoders.members), decoders.kv_tokens()

@@ -3,13 +3,15 @@ running requests as vLLM runs it (``vllm/v1/core/sched/scheduler.py``, "First, s
 the RUNNING requests"), then its waiting loop (:mod:`replay.sched_admit`), priced and
 applied (:func:`~replay.step_apply.advance`).
 
-Each running request in running order asks for its remaining tokens (chunked to the
-token budget); when the blocks it needs are not free, the tail of the running list is
-preempted (vLLM's ``self.running.pop()`` and ``_preempt_request``) until it fits or is
-itself preempted. It is the path ``fast=False`` takes for every step, the one the fast
-path (:mod:`replay.sched_fast`) falls back on for a step it cannot take in aggregate,
-and the decision async scheduling reuses (:class:`~replay.async_sched.AsyncSimScheduler`
-skips a request whose last token a step in flight samples, as vLLM's loop does).
+Each running request in running order asks for its remaining tokens (chunked to the token
+budget, and to ``--long-prefill-token-threshold`` where set:
+:meth:`~replay.scheduler_config.SimSchedulerConfig.prefill_cap`); when the blocks it needs
+are not free, the tail of the running list is preempted (vLLM's ``self.running.pop()`` and
+``_preempt_request``) until it fits or is itself preempted. It is the path ``fast=False``
+takes for every step, the one the fast path (:mod:`replay.sched_fast`) falls back on for a
+step it cannot take in aggregate, and the decision async scheduling reuses
+(:class:`~replay.async_sched.AsyncSimScheduler` skips a request whose last token a step in
+flight samples, as vLLM's loop does).
 """
 
 from __future__ import annotations
@@ -60,10 +62,15 @@ class ReferencePath(SchedulerState):
         preempted = False
         running = self.running
         pool = self.pool
+        # a prefill's chunk cap (0: none), set as the step starts
+        cap = self.config.prefill_cap(len(running) + len(self.waiting))
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            num_new_tokens = min(req.num_tokens - req.num_computed_tokens, budget)
+            num_new_tokens = req.num_tokens - req.num_computed_tokens
+            if 0 < cap < num_new_tokens:
+                num_new_tokens = cap
+            num_new_tokens = min(num_new_tokens, budget)
             if num_new_tokens <= 0 or self._last_token_in_flight(req):
                 i += 1  # nothing to compute before its last token arrives
                 continue
@@ -87,7 +94,7 @@ class ReferencePath(SchedulerState):
             break
         reload_s, blocked_head = 0.0, False
         if not preempted:
-            admitted, reload_s, blocked_head = self._admit_waiting(budget, now)
+            admitted, reload_s, blocked_head = self._admit_waiting(budget, now, cap)
             scheduled.extend(admitted)
         return StepPlan(scheduled, 0, 0, reload_s, preempted, blocked_head)
 

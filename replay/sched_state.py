@@ -90,7 +90,7 @@ class SchedulerState:
 
         # admission (replay.sched_admit)
         def _admit_waiting(
-            self, budget: int, now: float
+            self, budget: int, now: float, cap: int = 0
         ) -> tuple[list[ScheduledRequest], float, bool]: ...
         def _head_stays_blocked(self) -> bool: ...
 

@@ -40,6 +40,12 @@ class SimSchedulerConfig:
     #: admit a waiting request only if its whole prompt fits (vLLM 0.32's
     #: ``scheduler_reserve_full_isl``, on by default), not just its first chunk
     reserve_full_prompt: bool = True
+    #: a prefill chunk's cap per request and step, vLLM's ``--long-prefill-token-threshold``
+    #: (0: none); it applies only while more than one request runs or waits
+    long_prefill_token_threshold: int = 0
+    #: vLLM's ``--long-prefill-token-threshold-adaptive``: the cap is never below the token
+    #: budget's fair share (the budget over the requests running and waiting)
+    long_prefill_token_threshold_adaptive: bool = False
     #: the step sizes (scheduled tokens) the engine ran before the replay: each other size
     #: pays the cost model's ``new_shape_s`` the first time it runs
     #: (:func:`replay.step_price.new_size_extra`). None: every size, an engine that has
@@ -53,11 +59,16 @@ class SimSchedulerConfig:
             raise ConfigError(problem)
 
     def to_json(self) -> dict[str, Any]:
-        """The settings as JSON (``sizes_run`` as ascending sizes, and only when set)."""
+        """The settings as JSON (``sizes_run`` as ascending sizes, and only when set; the
+        prefill cap only when on, so that a document of an engine without one reads as
+        before it was modelled)."""
         doc: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         sizes = doc.pop("sizes_run")
         if sizes is not None:
             doc["sizes_run"] = sorted(sizes)
+        for key in _SHOWN_WHEN_ON:
+            if not doc[key]:
+                del doc[key]
         return doc
 
     @classmethod
@@ -81,6 +92,18 @@ class SimSchedulerConfig:
     def num_blocks(self) -> int:
         return self.kv_tokens // self.block_size
 
+    def prefill_cap(self, num_eligible: int) -> int:
+        """A prefill's tokens per step at most (0: no cap) in a step that starts with
+        ``num_eligible`` requests running and waiting, as vLLM's ``schedule()`` sets it: the
+        threshold, only when another request could be starved, floored at the budget's
+        fair share when adaptive."""
+        cap = self.long_prefill_token_threshold
+        if cap <= 0 or num_eligible <= 1:
+            return 0
+        if self.long_prefill_token_threshold_adaptive:
+            return max(cap, self.max_num_batched_tokens // num_eligible)
+        return cap
+
 
 #: each setting's flag, as the commands spell it (pool: no flag)
 _FLAG_OF = {
@@ -88,6 +111,8 @@ _FLAG_OF = {
     "block_size": "--block-size",
     "max_num_batched_tokens": "--max-num-batched-tokens",
     "max_num_seqs": "--max-num-seqs",
+    "max_model_len": "--max-model-len",
+    "long_prefill_token_threshold": "--long-prefill-token-threshold",
     "pool": "pool",
 }
 
@@ -103,6 +128,13 @@ def _range_problem(values: Mapping[str, Any], name: Callable[[str], str]) -> str
         )
     if values["max_num_batched_tokens"] <= 0 or values["max_num_seqs"] <= 0:
         return f"{name('max_num_batched_tokens')} and {name('max_num_seqs')} must be positive"
+    threshold = values["long_prefill_token_threshold"]
+    if threshold < 0 or threshold > values["max_model_len"]:
+        # vLLM refuses a threshold past the model's length as well
+        return (
+            f"{name('long_prefill_token_threshold')} must be from 0 (no cap) to "
+            f"{name('max_model_len')} ({values['max_model_len']:,}), not {threshold:,}"
+        )
     if values["pool"] not in ("runs", "blocks"):
         return f"{name('pool')} must be 'runs' or 'blocks'"
     return None
@@ -110,9 +142,20 @@ def _range_problem(values: Mapping[str, Any], name: Callable[[str], str]) -> str
 
 #: the settings that are whole numbers (sizes), and those that are switches
 _SIZES = frozenset(
-    {"kv_tokens", "block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len"}
+    {
+        "kv_tokens",
+        "block_size",
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "max_model_len",
+        "long_prefill_token_threshold",
+    }
 )
-_SWITCHES = frozenset({"fast", "reserve_full_prompt"})
+_SWITCHES = frozenset({"fast", "reserve_full_prompt", "long_prefill_token_threshold_adaptive"})
+
+
+#: the settings :meth:`SimSchedulerConfig.to_json` leaves out at their default (off)
+_SHOWN_WHEN_ON = ("long_prefill_token_threshold", "long_prefill_token_threshold_adaptive")
 
 
 def _whole(value: Any) -> bool:

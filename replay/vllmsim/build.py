@@ -128,6 +128,10 @@ def vllm_config(engine: SimSchedulerConfig, *, async_scheduling: bool, plugin: b
                     is_encoder_decoder=False,
                     enable_chunked_prefill=True,
                     scheduler_reserve_full_isl=engine.reserve_full_prompt,
+                    long_prefill_token_threshold=engine.long_prefill_token_threshold,
+                    long_prefill_token_threshold_adaptive=(
+                        engine.long_prefill_token_threshold_adaptive
+                    ),
                     scheduler_cls=PLUGIN if plugin else None,
                 ),
             )
@@ -145,6 +149,10 @@ def vllm_config(engine: SimSchedulerConfig, *, async_scheduling: bool, plugin: b
         "max_num_batched_tokens": (sched.max_num_batched_tokens, engine.max_num_batched_tokens),
         "max_num_seqs": (sched.max_num_seqs, engine.max_num_seqs),
         "max_model_len": (config.model_config.max_model_len, engine.max_model_len),
+        "long_prefill_token_threshold": (
+            sched.long_prefill_token_threshold,
+            engine.long_prefill_token_threshold,
+        ),
     }
     changed = {k: v for k, v in wanted.items() if v[0] != v[1]}
     if changed:

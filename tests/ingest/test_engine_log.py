@@ -271,6 +271,7 @@ def test_the_schedulers_other_settings_are_kept_with_the_facts(tmp_path: Path) -
     more = {
         "scheduling_policy": "fcfs",
         "long_prefill_token_threshold": 0,
+        "long_prefill_token_threshold_adaptive": True,
         "prefill_schedule_interval": 1,
         "cache_aware_admission_window": 0,
         "cache_aware_admission_threshold": 1,

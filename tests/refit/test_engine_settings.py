@@ -1,5 +1,6 @@
 """replay/engine_settings.py: a logged engine's scheduler settings that no replay models are
-said, one line each, and its running batch's cap (``max_num_active_seqs``) sizes the replay."""
+said, one line each; its running batch's cap (``max_num_active_seqs``) and its prefill chunk
+cap (``long_prefill_token_threshold``) size the replay."""
 
 from __future__ import annotations
 
@@ -38,7 +39,6 @@ DEFAULTS: dict[str, Any] = {
 ODD: dict[str, tuple[Any, str]] = {
     "scheduling_policy": ("priority", "--scheduling-policy priority"),
     "max_num_queued_reqs": (64, "--max-num-queued-reqs 64"),
-    "long_prefill_token_threshold": (512, "--long-prefill-token-threshold 512"),
     "prefill_schedule_interval": (4, "--prefill-schedule-interval 4"),
     "cache_aware_admission_window": (16, "--cache-aware-admission-window 16"),
     "max_num_inflight_kv_loads": (2, "--max-num-inflight-kv-loads 2"),
@@ -69,9 +69,33 @@ def test_a_setting_off_its_default_is_said_once_by_its_flag(fact: str) -> None:
 
 
 def test_two_values_of_one_setting_are_both_named() -> None:
-    entries = [facts(long_prefill_token_threshold=256), facts(long_prefill_token_threshold=512)]
+    entries = [facts(prefill_schedule_interval=2), facts(prefill_schedule_interval=4)]
     (line,) = notes(entries, "E")
-    assert line.startswith("E ran --long-prefill-token-threshold 256, 512,")
+    assert line.startswith("E ran --prefill-schedule-interval 2, 4,")
+
+
+@pytest.mark.parametrize("adaptive", [False, True, None])
+def test_the_logs_prefill_cap_is_replayed_and_shown(adaptive: bool | None) -> None:
+    """The simulators apply vLLM's prefill chunk cap: the log's is the replay's (the busiest
+    engine's), said in the engine's line; none stated (an older plugin) is no cap."""
+    logged = facts(long_prefill_token_threshold=512, long_prefill_token_threshold_adaptive=adaptive)
+    sized = size(NONE, [logged], SimSchedulerConfig(), "defaults")
+    assert sized.engine.long_prefill_token_threshold == 512
+    assert sized.engine.long_prefill_token_threshold_adaptive is (adaptive is True)
+    shown = "long_prefill_token_threshold 512" + (" (adaptive)" if adaptive else "")
+    assert sized.line.endswith(shown) and not [n for n in sized.notes if "prefill" in n]
+    plain = size(NONE, [facts()], SimSchedulerConfig(), "defaults")
+    assert plain.engine.long_prefill_token_threshold == 0 and "long_prefill" not in plain.line
+    # past a smaller --max-model-len given: no prompt is longer, so no cap is lost
+    short = size(NONE | {"max_model_len": 256}, [logged], SimSchedulerConfig(), "defaults")
+    assert short.engine.long_prefill_token_threshold == 256
+
+
+def test_an_engine_that_changed_its_prefill_cap_changed_size() -> None:
+    entries = [facts(3, long_prefill_token_threshold=0), facts(9, long_prefill_token_threshold=64)]
+    sized = size(NONE, entries, SimSchedulerConfig(), "d")
+    assert sized.engine.long_prefill_token_threshold == 64
+    assert "changed size (2 sizes)" in sized.notes[0]
 
 
 def test_cache_aware_admission_under_a_bundle_is_not_said() -> None:

@@ -293,19 +293,21 @@ def test_the_replay_is_sized_as_the_log_states_and_a_flag_wins(
 def test_the_engines_batch_cap_sizes_the_replay_and_unmodelled_settings_are_said(
     world: dict[str, Path], tmp_path: Path
 ) -> None:
-    """A log whose engine capped its running batch (``--max-num-active-seqs``) is replayed
-    at that cap; a scheduler setting the simulator does not model is warned of by its flag."""
+    """A log whose engine capped its running batch (``--max-num-active-seqs``) and its
+    prefill chunks (``--long-prefill-token-threshold``) is replayed with both; a scheduler
+    setting the simulator does not model is warned of by its flag."""
     facts = {"block_size": 32, "kv_blocks": 2000, "max_num_seqs": 48, "max_num_active_seqs": 12,
              "max_num_batched_tokens": 4096, "max_model_len": 65_536, "replica": None,
-             "long_prefill_token_threshold": 512, "prefill_schedule_interval": 1}  # fmt: skip
+             "long_prefill_token_threshold": 512, "prefill_schedule_interval": 4}  # fmt: skip
     log = _with_facts(world["today"], tmp_path / "today.jsonl", **facts)
     served = copy_of(world["stale"], tmp_path / "srv")
     base = ["refit", log, "--bundle", served, "--dry-run", "--seeds", "1", "--concurrency", "8"]
     result = run(*base, "--json", "-")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["replay"]["engine"]["max_num_seqs"] == 12
+    engine = json.loads(result.stdout)["replay"]["engine"]
+    assert (engine["max_num_seqs"], engine["long_prefill_token_threshold"]) == (12, 512)
     said = [x for x in result.stderr.splitlines() if "does not model" in x]
-    assert len(said) == 1 and "ran --long-prefill-token-threshold 512" in said[0], result.stderr
+    assert len(said) == 1 and "ran --prefill-schedule-interval 4" in said[0], result.stderr
     assert "admitted at most 12 requests" in result.stderr
 
 

@@ -252,3 +252,41 @@ def test_result_dir_and_label_need_save_result(
     else:
         assert line == f"error: {args[-2]} needs --save-result"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
+
+
+def test_a_prefill_chunk_cap_is_replayed_as_vllm_caps_it(tmp_path: Path) -> None:
+    """``--long-prefill-token-threshold`` (vLLM's): long prompts prefill in chunks of the cap
+    while other calls run, so the replay takes more steps; the engine's record says so; a
+    cap past the model's length is refused, naming the flag."""
+    trace = _trace(tmp_path / "t.parquet", [[{"input": 3000, "output": 1}] for _ in range(4)])
+
+    def replay(*more: str) -> dict[str, Any]:
+        out = tmp_path / "r.json"
+        args = ["replay", str(trace), "--policy", "vllm", "--concurrency", "4"]
+        res = CliRunner().invoke(app, [*args, "--json", str(out), *more])
+        assert res.exit_code == 0, res.output
+        return dict(json.loads(out.read_text()))
+
+    plain = replay()
+    capped = replay("--long-prefill-token-threshold", "256")
+    adaptive = replay(
+        "--long-prefill-token-threshold", "256", "--long-prefill-token-threshold-adaptive"
+    )
+    assert "long_prefill_token_threshold" not in plain["config"]["engine"]
+    engine = capped["config"]["engine"]
+    assert engine["long_prefill_token_threshold"] == 256
+    assert "long_prefill_token_threshold_adaptive" not in engine
+    assert adaptive["config"]["engine"]["long_prefill_token_threshold_adaptive"] is True
+    steps = [d["results"][0]["engine_steps"] for d in (plain, capped, adaptive)]
+    # four prompts of 3,000 tokens at once (one output token each): two steps uncapped (a
+    # budget of 8,192), twelve capped at 256 (3,000 / 256, rounded up), two again
+    # where adaptive floors the cap at the budget's share (8192 // 4 = 2,048)
+    assert steps == [2, 12, 2], steps
+    res = CliRunner().invoke(
+        app,
+        ["replay", str(trace), "--policy", "vllm", "--long-prefill-token-threshold", "999999"],
+    )
+    assert res.exit_code == 2
+    assert "--long-prefill-token-threshold must be from 0 (no cap) to --max-model-len" in (
+        res.output
+    )

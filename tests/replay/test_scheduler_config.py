@@ -22,6 +22,8 @@ def test_every_setting_is_read_back_as_written() -> None:
         pool="blocks",
         fast=False,
         reserve_full_prompt=False,
+        long_prefill_token_threshold=512,
+        long_prefill_token_threshold_adaptive=True,
         sizes_run=frozenset({1, 64}),
     )
     changed = {f.name for f in fields(config) if getattr(config, f.name) != f.default}
@@ -32,3 +34,51 @@ def test_every_setting_is_read_back_as_written() -> None:
 def test_a_setting_of_the_wrong_type_is_named() -> None:
     with pytest.raises(ConfigError, match=r'^engine\.fast is "yes"; a switch, true or false$'):
         SimSchedulerConfig.from_json({"fast": "yes"})
+
+
+def test_the_prefill_cap_is_left_out_of_the_document_while_off() -> None:
+    """A document of an engine without the cap reads as one written before it was modelled
+    (bundles, replay results), and one without the keys reads as no cap."""
+    doc = SimSchedulerConfig().to_json()
+    assert "long_prefill_token_threshold" not in doc
+    assert "long_prefill_token_threshold_adaptive" not in doc
+    assert SimSchedulerConfig.from_json(doc) == SimSchedulerConfig()
+    on = SimSchedulerConfig(long_prefill_token_threshold=256).to_json()
+    assert on["long_prefill_token_threshold"] == 256
+    assert "long_prefill_token_threshold_adaptive" not in on
+
+
+@pytest.mark.parametrize(
+    ("threshold", "adaptive", "eligible", "cap"),
+    [
+        (0, False, 5, 0),  # off
+        (0, True, 5, 0),  # adaptive alone caps nothing
+        (512, False, 1, 0),  # the only request: nobody to starve
+        (512, False, 2, 512),
+        (512, True, 2, 4096),  # 8192 // 2: the budget's fair share is larger
+        (512, True, 16, 512),  # 8192 // 16 = 512
+        (512, True, 64, 512),  # the share is smaller: the threshold holds
+        (100, True, 3, 2730),
+    ],
+)
+def test_a_prefill_is_capped_as_vllm_caps_it(
+    threshold: int, adaptive: bool, eligible: int, cap: int
+) -> None:
+    """vLLM's ``schedule()``: the threshold applies only with more than one request running
+    or waiting, and adaptive floors it at ``max_num_batched_tokens`` // their number."""
+    config = SimSchedulerConfig(
+        max_num_batched_tokens=8192,
+        long_prefill_token_threshold=threshold,
+        long_prefill_token_threshold_adaptive=adaptive,
+    )
+    assert config.prefill_cap(eligible) == cap
+
+
+@pytest.mark.parametrize("threshold", [-1, 16_385])
+def test_a_threshold_outside_the_model_length_is_refused(threshold: int) -> None:
+    with pytest.raises(ConfigError, match=r"^--long-prefill-token-threshold must be from 0"):
+        SimSchedulerConfig(max_model_len=16_384, long_prefill_token_threshold=threshold)
+    with pytest.raises(ConfigError, match=r"^engine\.long_prefill_token_threshold must be"):
+        SimSchedulerConfig.from_json(
+            {"max_model_len": 16_384, "long_prefill_token_threshold": threshold}
+        )

@@ -86,7 +86,8 @@ class Case:
             f"{self.spec.name} valve={self.spec.valve} cap={self.spec.pin_cap} "
             f"ttl={self.spec.ttl_s} bundle={self.bundle} | blocks={e.num_blocks} "
             f"bs={e.block_size} budget={e.max_num_batched_tokens} seqs={e.max_num_seqs} "
-            f"reserve={e.reserve_full_prompt} | "
+            f"reserve={e.reserve_full_prompt} long_prefill={e.long_prefill_token_threshold}"
+            f"{'~' if e.long_prefill_token_threshold_adaptive else ''} | "
             f"{self.load} | starts={[p.start_s for p in self.workload.programs]} calls={calls}"
         )
 
@@ -239,6 +240,21 @@ def cases(
     engine = draw(engines(work))
     spec, which = draw(specs(bundles))
     return Case(work, ReplayConfig(engine=engine), draw(loads), spec, which)
+
+
+@st.composite
+def capped(draw: st.DrawFn, case: Case) -> Case:
+    """``case`` with a prefill chunk cap (vLLM's ``--long-prefill-token-threshold``, from a
+    few tokens to past the token budget; adaptive or not)."""
+    engine = case.config.engine
+    threshold = draw(st.sampled_from([1, 5, 16, 24, 40, 100, 300]))
+    adaptive = draw(st.booleans())
+    engine = replace(
+        engine,
+        long_prefill_token_threshold=threshold,
+        long_prefill_token_threshold_adaptive=adaptive,
+    )
+    return replace(case, config=replace(case.config, engine=engine))
 
 
 # ---------------------------------------------------------------------- both backends

@@ -47,6 +47,7 @@ from tests.vllmsim.differential import (
     Case,
     Tally,
     boundary_cases,
+    capped,
     cases,
     compare,
     continuum_bundles,
@@ -98,6 +99,29 @@ def test_random_workloads_call_by_call(bundles: dict[str, Any], pressure: bool) 
     @given(st.data())
     def one(data: st.DataObject) -> None:
         check(data.draw(cases(bundles, pressure=pressure)), tally)
+
+    one()
+    if tally is not None and REPORT:
+        tally.merge_into(Path(REPORT))
+
+
+@pytest.mark.parametrize("pressure", [False, True], ids=["mixed", "pressure"])
+def test_a_prefill_chunk_cap_call_by_call(bundles: dict[str, Any], pressure: bool) -> None:
+    """vLLM's ``--long-prefill-token-threshold`` (adaptive or not): every prefill chunk,
+    running or admitted, at most the cap while another request runs or waits."""
+    tally = Tally() if REPORT else None
+
+    @settings(
+        max_examples=max(1, EXAMPLES // 2 if not pressure else EXAMPLES // 4),
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.data())
+    def one(data: st.DataObject) -> None:
+        case = data.draw(cases(bundles, pressure=pressure, shared=not pressure))
+        check(data.draw(capped(case)), tally)
 
     one()
     if tally is not None and REPORT:

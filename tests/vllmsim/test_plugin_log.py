@@ -133,6 +133,7 @@ def test_the_facts_name_the_schedulers_other_settings_and_its_connector(
     assert plain["scheduling_policy"] == "fcfs" and plain["kv_connector"] is None
     assert plain["max_num_active_seqs"] is None and plain["max_num_queued_reqs"] is None
     assert plain["long_prefill_token_threshold"] == 0
+    assert plain["long_prefill_token_threshold_adaptive"] is False
     assert plain["prefill_schedule_interval"] == 1
     has_window = hasattr(vllm.config.SchedulerConfig, "cache_aware_admission_window")
     assert (plain["cache_aware_admission_window"] == 0) is has_window

@@ -159,6 +159,22 @@ EngineBudget = Annotated[
 ]
 MaxNumSeqs = Annotated[int, typer.Option("--max-num-seqs", min=1, help=_SEQS_HELP)]
 MaxModelLen = Annotated[int, typer.Option("--max-model-len", min=1, help=_LEN_HELP)]
+LongPrefillTokenThreshold = Annotated[
+    int,
+    typer.Option(
+        "--long-prefill-token-threshold",
+        min=0,
+        help="A prefill's tokens per step at most while another request runs or waits "
+        "(vLLM's --long-prefill-token-threshold; 0: no cap).",
+    ),
+]
+LongPrefillAdaptive = Annotated[
+    bool,
+    typer.Option(
+        "--long-prefill-token-threshold-adaptive",
+        help="Never cap a prefill below the token budget's fair share (vLLM's flag).",
+    ),
+]
 #: the same sizes where a trace's engine log sets them unless given (tune, refit)
 LoggedKvTokens = Annotated[
     int, typer.Option("--kv-tokens", min=1, help=_KV_HELP, show_default=_logged(KV_TOKENS))

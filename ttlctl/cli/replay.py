@@ -37,6 +37,8 @@ from ttlctl.cli.options import (
     JsonTo,
     KvTokens,
     Label,
+    LongPrefillAdaptive,
+    LongPrefillTokenThreshold,
     MaxModelLen,
     MaxNumBatchedTokens,
     MaxNumSeqs,
@@ -112,6 +114,8 @@ def replay(
     max_num_batched_tokens: MaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,
     max_num_seqs: MaxNumSeqs = MAX_NUM_SEQS,
     max_model_len: MaxModelLen = MAX_MODEL_LEN,
+    long_prefill_token_threshold: LongPrefillTokenThreshold = 0,
+    long_prefill_token_threshold_adaptive: LongPrefillAdaptive = False,
     valve: Annotated[
         str | None,
         typer.Option(
@@ -201,6 +205,8 @@ def replay(
                 max_num_batched_tokens=max_num_batched_tokens,
                 max_num_seqs=max_num_seqs,
                 max_model_len=max_model_len,
+                long_prefill_token_threshold=long_prefill_token_threshold,
+                long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
                 fast=not per_token,
             ),
             profile=profile,

@@ -40,9 +40,10 @@ class EngineFacts:
     #: the sha256 of the bundle in force (None: no bundle, stock behaviour)
     bundle_sha256: str | None
     replica: str | None
-    # the scheduler's other settings, which a replay does not model (it says so when one is
-    # not vLLM's default: :mod:`replay.engine_settings`); None: the default, the release
-    # lacks the setting, or an older plugin wrote the line
+    # the scheduler's other settings (a replay sized from the log takes the running batch's
+    # cap and the prefill cap, and says which others it does not model:
+    # :mod:`replay.engine_settings`); None: the default, the release lacks the setting, or
+    # an older plugin wrote the line
     #: ``fcfs`` or ``priority``
     scheduling_policy: str | None = None
     #: admission into the running batch (None: ``max_num_seqs``)
@@ -51,6 +52,8 @@ class EngineFacts:
     max_num_queued_reqs: int | None = None
     #: a prefill chunk's cap per request and step (0: none)
     long_prefill_token_threshold: int | None = None
+    #: the cap floored at the token budget's fair share
+    long_prefill_token_threshold_adaptive: bool | None = None
     #: prefill admitted once every N steps (1: every step)
     prefill_schedule_interval: int | None = None
     #: vLLM 0.34's cache-aware admission: the waiting requests looked at (0: off) and the

@@ -146,6 +146,7 @@ class TTLSetup:
             return whole(getattr(sched, name, None))
 
         threshold = getattr(sched, "cache_aware_admission_threshold", None)
+        adaptive = getattr(sched, "long_prefill_token_threshold_adaptive", None)
         transfer = getattr(config, "kv_transfer_config", None)
         connector = getattr(transfer, "kv_connector", None) if transfer is not None else None
         if connector is None and getattr(self, "connector", None) is not None:
@@ -167,6 +168,7 @@ class TTLSetup:
             max_num_active_seqs=setting("max_num_active_seqs"),
             max_num_queued_reqs=setting("max_num_queued_reqs"),
             long_prefill_token_threshold=setting("long_prefill_token_threshold"),
+            long_prefill_token_threshold_adaptive=adaptive if isinstance(adaptive, bool) else None,
             prefill_schedule_interval=setting("prefill_schedule_interval"),
             cache_aware_admission_window=setting("cache_aware_admission_window"),
             cache_aware_admission_threshold=(

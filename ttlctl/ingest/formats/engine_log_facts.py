@@ -40,6 +40,7 @@ FACTS: dict[str, type] = {
     "max_num_active_seqs": int,
     "max_num_queued_reqs": int,
     "long_prefill_token_threshold": int,
+    "long_prefill_token_threshold_adaptive": bool,
     "prefill_schedule_interval": int,
     "cache_aware_admission_window": int,
     "cache_aware_admission_threshold": float,

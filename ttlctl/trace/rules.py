@@ -26,6 +26,9 @@ CODE = "_code"
 #: Column ranking a rejected row's reason: 0 the reader's, 1 a value, 2 program order,
 #: 3 rejected only because a sibling row is bad.
 RANK = "_rank"
+#: Column: where the first row of a duplicate's (program, turn) is ("line 3", "a.jsonl,
+#: line 3", "row 5"), for its reason: a copy read from two files is found in either.
+FIRST_COPY = "_first_copy"
 
 _PROG = pl.col("program_id")
 _SAME = (_PROG.shift(1) == _PROG).fill_null(False)
@@ -114,7 +117,11 @@ def _program_rules() -> list[Rule]:
     return [
         Rule(
             _SAME & (turn == _PREV_TURN),
-            pl.format("duplicate (program, turn): turn {} appears twice", turn),
+            pl.format(
+                "duplicate (program, turn): turn {} appears twice (first at {})",
+                turn,
+                pl.col(FIRST_COPY),
+            ),
             2,
         ),
         Rule(
@@ -233,15 +240,19 @@ def split(checked: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.DataFrame]:
             }
         )
     # messages are formatted in memory: few rows, and polars 2.1's streaming engine
-    # panics on string-valued when/then chains
-    rows = _messages(checked.filter(in_bad)).collect(engine="in-memory")
-    rows = rows.with_columns(
+    # panics on string-valued when/then chains. A bad program's rows are all here, in
+    # turn order, so the first of a (program, turn) is its first copy read.
+    placed = checked.filter(in_bad).with_columns(
         pl.coalesce(pl.col(SOURCE_RECORD), pl.format("line {}", pl.col(SOURCE_ROW)))
+    )
+    first = [pl.col(c).first().over("program_id", "turn") for c in (SOURCE_FILE, SOURCE_RECORD)]
+    rows = _messages(placed.with_columns(_place(*first).alias(FIRST_COPY))).collect(
+        engine="in-memory"
     )
     first_bad = (
         rows.filter(pl.col(CODE) != 0)
         .group_by("program_id", maintain_order=True)
-        .agg(pl.col(SOURCE_RECORD).first().alias("_first_bad"))
+        .agg(pl.col(SOURCE_FILE, SOURCE_RECORD).first().name.prefix("_bad"))
     )
     rejected = rows.join(
         first_bad, on="program_id", how="left", nulls_equal=True, maintain_order="left"
@@ -253,7 +264,7 @@ def split(checked: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.DataFrame]:
             pl.format(
                 "rejected with its program: {} has a bad record ({})",
                 pl.col("program_id"),
-                pl.col("_first_bad"),
+                _place(pl.col(f"_bad{SOURCE_FILE}"), pl.col(f"_bad{SOURCE_RECORD}")),
             ),
         ).alias("reason"),
         "program_id",
@@ -261,6 +272,16 @@ def split(checked: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.DataFrame]:
         pl.when(pl.col(CODE) != 0).then(pl.col(RANK)).otherwise(3).cast(pl.Int8).alias(RANK),
     )
     return good, rejected
+
+
+def _place(file: pl.Expr, record: pl.Expr) -> pl.Expr:
+    """Where another row of the input is, seen from this row's: its record, and its file
+    when that is another (the style of a duplicate request's reason)."""
+    return (
+        pl.when(file.eq_missing(pl.col(SOURCE_FILE)))
+        .then(record)
+        .otherwise(pl.format("{}, {}", file, record))
+    )
 
 
 #: The columns the rules read.
@@ -305,8 +326,15 @@ def first_broken(frame: pl.LazyFrame | pl.DataFrame) -> tuple[int, str] | None:
     flagged = check(rows).filter(pl.col(CODE) != 0).collect()
     if flagged.height == 0:
         return None
+    keys = ["program_id", "turn"]
+    firsts = (  # where each flagged (program, turn) first appears: only on a bad trace
+        rows.lazy()
+        .join(flagged.lazy().select(keys).unique(), on=keys, how="semi", nulls_equal=True)
+        .group_by(keys)
+        .agg(pl.format("row {}", pl.col(SOURCE_ROW).min()).alias(FIRST_COPY))
+    )
     head = (
-        _messages(flagged.lazy())
+        _messages(flagged.lazy().join(firsts, on=keys, how="left", nulls_equal=True))
         .sort(RANK, SOURCE_ROW)
         .select(SOURCE_ROW, REASON)
         .head(1)

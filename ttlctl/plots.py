@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 from pathlib import Path
@@ -10,13 +11,43 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from fitting.fit_doc import CdfDoc, FitDoc, ToolFit
-from ttlctl.jsonio import write_atomic
+from ttlctl.jsonio import write_atomic, write_json
+
+#: The file beside the PNGs that names each one's tool (a name may not survive as a file).
+INDEX = "index.json"
+#: The stem of the all-tools plot.
+GLOBAL = "global"
 
 
 def _safe(name: str) -> str:
-    """A file name from an untrusted tool name."""
+    """A file name from an untrusted tool name: portable characters only, 80 at most."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "tool"
     return cleaned[:80]
+
+
+def file_names(tools: list[str]) -> dict[str, str]:
+    """Each tool's PNG file, given the tools sorted (``global.png`` is all tools').
+
+    A name that is a safe file name as it is keeps it (``grep.png``). One that is not
+    (``git/commit``, ``ünïcode``, 200 characters), or whose file is taken already (a tool
+    named ``global``; ``bash`` after ``Bash``, one file on macOS and Windows, whose file
+    names ignore case), gets 8 hex digits of the name's SHA-256 after its safe form and a
+    ``~`` (``git_commit~2ab6e9bb.png``), a character no safe form holds: no two names share
+    a file, whatever the file system, and a name gets the same file in every fit that holds
+    the same tools. :data:`INDEX` maps the files back to their tools."""
+    taken = {GLOBAL}
+    files: dict[str, str] = {}
+    for name in tools:
+        stem, digits = _safe(name), 8
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+        tagged = stem != name or stem.casefold() in taken
+        while tagged and f"{stem}~{digest[:digits]}".casefold() in taken:
+            digits += 8  # two names' first 8 digits alike: more of the hash tells them apart
+        if tagged:
+            stem = f"{stem}~{digest[:digits]}"
+        taken.add(stem.casefold())
+        files[name] = f"{stem}.png"
+    return files
 
 
 def _is_num(value: object) -> TypeGuard[float]:
@@ -52,9 +83,10 @@ def draw_cdf(ax: Any, entry: ToolFit, everything: ToolFit | None) -> float:
 
 
 def plot_fit(fit: FitDoc, out_dir: Path) -> list[Path]:
-    """Write ``<tool>.png`` per tool (and ``global.png``); returns the paths. Each file is
-    written whole or not at all (:func:`~ttlctl.jsonio.write_atomic`, as every output), and
-    carries no software version, so that the same fit draws the same bytes."""
+    """Write ``<tool>.png`` per tool (and ``global.png``), named by :func:`file_names`, and
+    :data:`INDEX` (``{"global": file, "tools": {tool: file}}``); returns the PNGs' paths.
+    Each file is written whole or not at all (:func:`~ttlctl.jsonio.write_atomic`, as every
+    output), and carries no software version, so that the same fit draws the same bytes."""
     # pyplot and its Agg backend only when plots are drawn (importing this module is light)
     import matplotlib
 
@@ -63,15 +95,19 @@ def plot_fit(fit: FitDoc, out_dir: Path) -> list[Path]:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     everything = fit["global"]  # None only in a bundle's empty fit
-    head = [("global", everything)] if everything is not None else []
-    entries = [*head, *sorted(fit["tools"].items())]
+    tools = [(name, entry) for name, entry in sorted(fit["tools"].items()) if entry["n"] != 0]
+    files = file_names([name for name, _ in tools])
+    # (title, entry, file, the all-tools CDF drawn beside it)
+    drawn: list[tuple[str, ToolFit, str, ToolFit | None]] = [
+        (name, entry, files[name], everything) for name, entry in tools
+    ]
+    has_global = everything is not None and everything["n"] != 0
+    if everything is not None and has_global:
+        drawn.insert(0, (GLOBAL, everything, f"{GLOBAL}.png", None))
     written: list[Path] = []
-    used: set[str] = set()
-    for name, entry in entries:
-        if entry["n"] == 0:
-            continue
+    for name, entry, file, beside in drawn:
         fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
-        upper = draw_cdf(ax, entry, everything if name != "global" else None)
+        upper = draw_cdf(ax, entry, beside)
         ax.set_xscale("symlog", linthresh=max(upper / 1000, 1e-3))
         ax.set_xlim(0, upper)
         ax.set_ylim(0, 1.02)
@@ -82,14 +118,11 @@ def plot_fit(fit: FitDoc, out_dir: Path) -> list[Path]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
         fig.tight_layout()
-        stem = _safe(name)
-        while stem in used:
-            stem += "_"
-        used.add(stem)
-        path = out_dir / f"{stem}.png"
+        path = out_dir / file
         png = io.BytesIO()
         fig.savefig(png, format="png", metadata={"Software": None})
         plt.close(fig)
         write_atomic(png.getvalue(), path)
         written.append(path)
+    write_json({GLOBAL: f"{GLOBAL}.png" if has_global else None, "tools": files}, out_dir / INDEX)
     return written

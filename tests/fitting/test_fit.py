@@ -89,8 +89,12 @@ def test_fit_cli_writes_json_and_plots(synthetic_trace: Path, tmp_path: Path) ->
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     assert set(doc["tools"]) == {"grep", "pytest", "web"}
-    pngs = sorted(p.name for p in plots.iterdir())
+    pngs = sorted(p.name for p in plots.glob("*.png"))
     assert pngs == ["global.png", "grep.png", "pytest.png", "web.png"]
+    assert json.loads((plots / "index.json").read_text()) == {
+        "global": "global.png",
+        "tools": {"grep": "grep.png", "pytest": "pytest.png", "web": "web.png"},
+    }
     assert all((plots / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in pngs)
 
 
@@ -155,7 +159,7 @@ def test_plots_are_written_whole_and_the_same_each_time(tmp_path: Path) -> None:
     assert sorted(first) == ["global.png", "grep.png"]
     assert (folder / "grep.png").is_symlink() and target.read_bytes() == first["grep.png"]
     assert first["grep.png"].startswith(b"\x89PNG")
-    assert sorted(p.name for p in folder.iterdir()) == ["global.png", "grep.png"]
+    assert sorted(p.name for p in folder.iterdir()) == ["global.png", "grep.png", "index.json"]
     assert b"Matplotlib" not in first["grep.png"]  # no version: the bytes are the fit's
     again = {p.name: p.read_bytes() for p in plot_fit(fit, folder)}
     assert again == first

@@ -63,14 +63,16 @@ def fit(
                 ttlctl_version=__version__,
                 allow_empty=allow_empty,
             )
-        plots = []
+        plots, wrote = [], f"wrote {output}"
         if plot is not None:
-            from ttlctl.plots import plot_fit  # matplotlib: only when plots are asked for
+            # matplotlib: only when plots are asked for
+            from ttlctl.plots import INDEX, plot_fit
 
             with err.status("plotting…"):
                 plots = plot_fit(doc, plot)
+            wrote += f" and {len(plots)} plot(s) in {plot} (each one's tool: {plot / INDEX})"
         write_json(doc, output)  # last: a fit.json is there only if all went well
         if json_out is not None and write_doc(doc, json_out):
             return
     render.fit_table(out, doc)
-    err.print(f"wrote {output}" + (f" and {len(plots)} plot(s) in {plot}" if plot else ""))
+    err.print(wrote)

@@ -45,6 +45,10 @@ CASES: dict[str, tuple[Callable[[pl.DataFrame], pl.DataFrame], str]] = {
     "infinite llm_s": (_set("llm_s", float("inf")), "row 2: non-finite llm_s: inf"),
     "null input_tokens": (_set("input_tokens", None), "row 2: missing input_tokens"),
     "null program_id": (_set("program_id", None, row=5), "row 6: missing program_id"),
+    "blank tool": (
+        _set("tool", " ", row=1),
+        'row 2: empty tool name: null is no tool, "unknown" a tool whose name is not known',
+    ),
     "negative input_tokens": (
         _set("input_tokens", -300),
         "row 2: negative input_tokens: -300",

@@ -1,5 +1,5 @@
 """A record's fields coerced to the values of a row: numbers, whole numbers, durations,
-token counts, epoch seconds.
+token counts, epoch seconds, tool names.
 
 Each helper raises :class:`RecordError` (its message the reject reason: what is wrong with
 which field) when the value cannot be one; a reader catches it and rejects the record.
@@ -71,6 +71,15 @@ def epoch(value: Any, field: str) -> float:
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=UTC)
     return stamp.timestamp()
+
+
+def tool_name(value: Any) -> str | None:
+    """A tool's name as a log gives it: the text without the blanks around it; None when it
+    is not text or is blank. A blank name names no tool: where one ran, the reader writes
+    ``"unknown"``, as for no name at all (a canonical trace refuses a blank ``tool``)."""
+    if not isinstance(value, str):
+        return None
+    return value.strip() or None
 
 
 def _short(value: Any, limit: int = 60) -> str:

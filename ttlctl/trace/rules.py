@@ -30,6 +30,9 @@ RANK = "_rank"
 #: line 3", "row 5"), for its reason: a copy read from two files is found in either.
 FIRST_COPY = "_first_copy"
 
+#: Column: a call's tool name where it may be blank, else null (:func:`_maybe_blank`).
+TOOL_NAME = "_tool_name"
+
 _PROG = pl.col("program_id")
 _SAME = (_PROG.shift(1) == _PROG).fill_null(False)
 _PREV_TURN = pl.col("_prev_turn")
@@ -45,6 +48,14 @@ class Rule:
     rank: int
 
 
+def _maybe_blank(tool: pl.Expr) -> pl.Expr:
+    """``tool`` where it is empty or starts with a space, a control character or a character
+    beyond ASCII (every blank does: Unicode's spaces are not ASCII), else null. The rule
+    strips only these, few of millions: a cheap comparison on every row (about 5 ms on 2M
+    calls) where stripping every name cost 25 ms."""
+    return pl.when((tool < "!") | (tool >= "\u0080")).then(tool)
+
+
 def _value_rules() -> list[Rule]:
     def neg(name: str) -> pl.Expr:
         return pl.col(name) < 0
@@ -54,6 +65,11 @@ def _value_rules() -> list[Rule]:
 
     rules = [
         Rule(_PROG.is_null() | (_PROG == ""), msg("missing program_id"), 1),
+        Rule(
+            pl.col(TOOL_NAME).str.strip_chars() == "",
+            msg('empty tool name: null is no tool, "unknown" a tool whose name is not known'),
+            1,
+        ),
         Rule(pl.col("turn").is_null(), msg("missing turn"), 1),
         Rule(neg("turn"), pl.format("negative turn: {}", pl.col("turn")), 1),
         Rule(pl.col("input_tokens").is_null(), msg("missing input_tokens"), 1),
@@ -193,6 +209,8 @@ def check(frame: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
         ordered = frame.lazy()
     else:
         ordered = frame.lazy().sort(["program_id", "turn"], nulls_last=True, maintain_order=True)
+    if TOOL_NAME not in ordered.collect_schema().names():
+        ordered = ordered.with_columns(_maybe_blank(pl.col("tool")).alias(TOOL_NAME))
     annotated = ordered.with_columns(
         pl.col("turn").shift(1).alias("_prev_turn"),
         pl.col("arrival_s").forward_fill().shift(1).alias("_prev_arrival"),
@@ -226,7 +244,7 @@ def split(checked: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.DataFrame]:
     flagged = checked.filter(pl.col(CODE) != 0)
     bad_programs = flagged.select("program_id").unique().collect()["program_id"]
     in_bad = pl.col("program_id").is_in(bad_programs.implode(), nulls_equal=True)
-    helpers = ["_prev_turn", "_prev_arrival", "_last", CODE, SOURCE_ROW]
+    helpers = ["_prev_turn", "_prev_arrival", "_last", CODE, SOURCE_ROW, TOOL_NAME]
     good = checked.filter(~in_bad).drop(*helpers, REASON)
     if bad_programs.len() == 0:
         return good, pl.DataFrame(
@@ -300,7 +318,8 @@ COLUMNS = (
     "prefix_hashes",
     "prefix_block_tokens",
 )
-#: Of :data:`COLUMNS`, those the rules read only for being null or not.
+#: Of :data:`COLUMNS`, those the rules read only for being null or not (and a tool's name,
+#: where it may be blank: :data:`TOOL_NAME`).
 NULLNESS_ONLY = ("tool", "prefix_hashes")
 
 
@@ -318,6 +337,7 @@ def first_broken(frame: pl.LazyFrame | pl.DataFrame) -> tuple[int, str] | None:
             *(c for c in COLUMNS if c not in NULLNESS_ONLY),
             # a boolean, null where the value is, stands in for the names and lists
             *(pl.when(pl.col(c).is_not_null()).then(True).alias(c) for c in NULLNESS_ONLY),
+            _maybe_blank(pl.col("tool")).alias(TOOL_NAME),
         )
         .with_row_index(SOURCE_ROW, offset=1)
         .with_columns(pl.lit(None, dtype=pl.String).alias(REASON))  # no reader's reason

@@ -11,7 +11,8 @@ key                   meaning
 ``program_id``        from the client's ``vllm_xargs``/``X-Session-ID``; null for
                       untagged traffic, which becomes a one-call program
                       ``request:<request_id>``
-``tool``              the tool the agent said it is about to call, or null
+``tool``              the tool the agent said it is about to call, or null (a
+                      blank one: null)
 ``is_last``           the client's ``is_last`` tag, or null
 ``arrival_unix_s``    when the engine received the request (epoch seconds)
 ``first_token_unix_s`` when its first token was produced, or null
@@ -105,7 +106,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ttlctl.ingest.fields import RecordError, number, tokens
+from ttlctl.ingest.fields import RecordError, number, tokens, tool_name
 from ttlctl.ingest.formats.engine_log_facts import Engines, Unnamed, log_names, parse_facts
 from ttlctl.ingest.formats.engine_log_programs import UNPLACED, as_programs
 from ttlctl.ingest.formats.engine_log_repeats import Requests
@@ -231,7 +232,7 @@ def _row(obj: dict[str, Any], record: str, lineno: int) -> dict[str, Any]:
             _finish=finish,
         )
         tool = obj.get("tool")
-        row["tool"] = None if tool in (None, "") else str(tool)
+        row["tool"] = None if tool is None else tool_name(str(tool))
         last = obj.get("is_last")
         if last is not None:
             if last not in (True, False, 0, 1):

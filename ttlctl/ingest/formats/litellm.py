@@ -31,8 +31,8 @@ Mapping (one row per line, in file order):
   added end with ``tool`` results, the tool is the name of the first
   ``tool_calls`` entry of the assistant message added (this call's own answer),
   matched by ``tool_call_id``, falling back to the tool calls in this call's
-  ``response``, else ``"unknown"``. Several parallel tool calls: the log has no
-  per-tool duration, so the first one is named (the rule shared with the
+  ``response`` (a blank name is none), else ``"unknown"``. Several parallel tool
+  calls: the log has no per-tool duration, so the first one is named (the rule shared with the
   tracelab and trtllm-scaffolding readers is "the longest-running tool, the
   first one when durations are unknown"). Null when the next call follows a
   user message (a user pause), when the history was reset, when the next
@@ -76,7 +76,7 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.fields import RecordError, epoch, tokens
+from ttlctl.ingest.fields import RecordError, epoch, tokens, tool_name
 from ttlctl.ingest.formats.litellm_tools import response_tool_names, tool_calls
 from ttlctl.ingest.jsontext import bad_json_line, cut_line, first_object_line, read_text
 from ttlctl.ingest.pyrepr import as_object
@@ -226,8 +226,8 @@ def _tool_after(added: list[Any], response_tools: list[str]) -> str:
     for msg in added:
         if _role(msg) in _TOOL_ROLES and isinstance(msg, dict):
             name = ids.get(str(msg.get("tool_call_id")))
-            if name is None and isinstance(msg.get("name"), str) and msg["name"]:
-                name = msg["name"]
+            if name is None:
+                name = tool_name(msg.get("name"))
             if name:
                 return name
     if ordered:

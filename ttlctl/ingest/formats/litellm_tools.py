@@ -13,11 +13,13 @@ import json
 import re
 from typing import Any
 
+from ttlctl.ingest.fields import tool_name
 from ttlctl.ingest.pyrepr import as_object
 
 
 def tool_calls(value: Any) -> list[tuple[str | None, str | None]]:
-    """(id, function name) of each entry of a ``tool_calls`` list in any form."""
+    """(id, function name) of each entry of a ``tool_calls`` list in any form (a blank
+    name: None)."""
     if isinstance(value, str):
         value = as_object(value)
     if not isinstance(value, list):
@@ -35,9 +37,7 @@ def tool_calls(value: Any) -> list[tuple[str | None, str | None]]:
         if name is None:
             name = item.get("name")
         call_id = item.get("id")
-        out.append(
-            (None if call_id is None else str(call_id), name if isinstance(name, str) else None)
-        )
+        out.append((None if call_id is None else str(call_id), tool_name(name)))
     return out
 
 
@@ -69,7 +69,7 @@ def response_tool_names(response: Any, raw: Any) -> list[str]:
         walk(response, 0)
     if not names and raw is not None:
         text = raw if isinstance(raw, str) else json.dumps(raw, default=str)
-        names = _FUNCTION_NAME.findall(text)
+        names = [n for n in map(tool_name, _FUNCTION_NAME.findall(text)) if n]
     return names
 
 

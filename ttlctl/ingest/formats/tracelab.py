@@ -26,7 +26,7 @@ Mapping (one row per line):
   LONGEST-RUNNING one (largest ``tool_wall_latency_ms``, else ``result_at`` −
   ``emitted_at``; ties and unknown durations: the lowest ``tool_index``), because
   that tool is the one the pause before the next call waits for. A tool without
-  a name is ``"unknown"``; a round with no tools whose next round starts with
+  a name (or a blank one) is ``"unknown"``; a round with no tools whose next round starts with
   ``tool_result`` events gets ``"unknown"``. Null when no tool ran (the next
   round follows a user message) and on the session's last round (a trailing
   tool call of a truncated session is not followed by any call).
@@ -58,7 +58,7 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.fields import RecordError, duration, epoch, integer, tokens
+from ttlctl.ingest.fields import RecordError, duration, epoch, integer, tokens, tool_name
 from ttlctl.ingest.jsontext import bad_json_line, cut_line, first_object_line, read_text
 from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
@@ -229,8 +229,7 @@ def _tools(tools: list[Any]) -> tuple[str, float | None]:
     for pos, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise RecordError(f"bad tools[{pos}]: not an object")
-        name = tool.get("tool_name")
-        names.append(name if isinstance(name, str) and name else "unknown")
+        names.append(tool_name(tool.get("tool_name")) or "unknown")
         latency_ms = duration(
             tool.get("tool_wall_latency_ms"), f"tools[{pos}].tool_wall_latency_ms"
         )

@@ -31,9 +31,9 @@ Mapping (one row per assistant message):
   the row names the LONGEST-RUNNING one (largest ``duration_ms``; ties and
   unknown durations: the first), the rule shared with the tracelab reader.
   Without ``tool_call`` events, the first name of the message's own
-  ``tool_calls`` list when another call follows. Null on the program's last call
-  (the trailing ``complete_task``-style call ends the job and is followed by no
-  call) and when no tool ran.
+  ``tool_calls`` list when another call follows. A blank name is ``"unknown"``.
+  Null on the program's last call (the trailing ``complete_task``-style call ends
+  the job and is followed by no call) and when no tool ran.
 - ``tool_s``: the sum of those tools' ``duration_ms`` (they run one after the
   other), except that tool calls dispatched together as the ``children`` of one
   ``parallel_start`` count as their longest. Null when any duration is missing.
@@ -65,7 +65,7 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.fields import RecordError, duration, tokens
+from ttlctl.ingest.fields import RecordError, duration, tokens, tool_name
 from ttlctl.ingest.jsontext import load_json
 from ttlctl.ingest.rawfile import logical
 from ttlctl.ingest.reader import Parsed, frame_from_rows
@@ -216,7 +216,8 @@ class _Builder:
         self.prev[program] = row
         self.rows.append(row)
         declared = event.get("tool_calls")
-        names = [n for n in declared if isinstance(n, str)] if isinstance(declared, list) else []
+        listed = declared if isinstance(declared, list) else []
+        names = [tool_name(n) or "unknown" for n in listed if isinstance(n, str)]
         pending = _Pending(row, names)
         self.pending[path] = pending
         self.all_pending.append(pending)
@@ -238,8 +239,7 @@ class _Builder:
         pending = self.pending.get(path)
         if pending is None:
             return  # a tool before any call on its branch: not in any call's pause
-        name = event.get("tool_name")
-        name = name if isinstance(name, str) and name else "unknown"
+        name = tool_name(event.get("tool_name")) or "unknown"
         try:
             ms = duration(event.get("duration_ms"), "duration_ms")
         except RecordError as exc:

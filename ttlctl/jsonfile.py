@@ -3,6 +3,7 @@ document, a model's ``config.json``): one reader, so that every command names a 
 cannot read the same way, in one line that starts with the file's path:
 
 - ``no such file``, ``is a directory``, ``cannot read (<why>)``;
+- ``empty file``: nothing in it but blanks (as ingest names an empty log);
 - what the file is when its first bytes say it is no UTF-8 text at all
   (:func:`ttlctl.filekind.not_json_text`: a Parquet trace, a compressed file, UTF-16 text);
 - ``line N: not UTF-8 text: 0xNN at byte B of the line``
@@ -62,6 +63,8 @@ def read_json(path: Path, what: str) -> Any:
     except UnicodeDecodeError as exc:
         where, why = not_utf8(raw, exc.start)
         raise JsonFileError(f"{path}: {where}: {why}", damaged=True) from None
+    if not text.strip():  # JSON's parser would say "line 1 column 1: Expecting value"
+        raise JsonFileError(f"{path}: empty file")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -16,6 +16,7 @@ import pytest
 
 from profiles import models, profile_read
 from replay.validation import recorded, server_sources
+from tests.cli.refusal import refused
 from ttlctl import bundle
 from ttlctl.errors import TtlctlError
 from ttlctl.filekind import not_utf8
@@ -59,12 +60,19 @@ def _write(path: Path, case: str) -> str:
             "not valid JSON (Exceeds the limit (4300 digits) for integer string conversion: "
             "value has 5000 digits; use sys.set_int_max_str_digits() to increase the limit)"
         )
+    if case == "empty":
+        path.write_bytes(b"")
+        return "empty file"
+    if case == "blank":  # a byte-order mark and blank lines: as ingest says of a log
+        path.write_bytes(b"\xef\xbb\xbf \n\t\n")
+        return "empty file"
     assert case == "a list"
     path.write_text("[1, 2]")
     return "not {what}: the top level is a list, not an object"
 
 
 DAMAGED = {"parquet", "utf-16", "bad byte", "cut short", "deep", "long number", "a list"}
+DAMAGED |= {"empty", "blank"}  # regression: "line 1 column 1: not valid JSON (Expecting value)"
 #: the bundle's reader adds what a bundle's damage most likely is (it is sealed)
 HINTS = {(r, c) for r in ("bundle",) for c in ("bad byte", "cut short", "deep", "long number")}
 
@@ -82,6 +90,16 @@ def test_every_reader_names_the_same_damage_the_same_way(
     with pytest.raises(TtlctlError) as caught:
         read(path)
     assert str(caught.value) == said
+
+
+@pytest.mark.parametrize("command", [["bundle", "verify"], ["bundle", "inspect"]])
+def test_a_command_given_an_empty_file_says_so(tmp_path: Path, command: list[str]) -> None:
+    """As ingest does of an empty log: one line, exit 2. Regression: bundle verify said
+    'line 1 column 1: not valid JSON (Expecting value); truncated or edited?'."""
+    empty = tmp_path / "bundle.json"
+    empty.write_bytes(b"")
+    line = refused([*command, str(empty)], tmp_path / "none", "error:")
+    assert line == f"error: {empty}: empty file"
 
 
 def test_the_report_notes_a_damaged_input_as_the_reader_says(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from ttlctl.engine.programs import ProgramBook
 from ttlctl.engine.retention import ABORTED, OK, Retention
 from ttlctl.engine.source import PolicySource
 from ttlctl.engine.watch import BundleWatcher
+from ttlctl.ingest import fields
 
 
 def policy(**params: Any) -> TTLPolicy:
@@ -60,6 +61,14 @@ def test_tags_from_xargs_and_session() -> None:
     assert tags.parse(None) == tags.Tags(None, None, None)
     assert tags.parse({"is_last": "false"}).is_last is False
     assert tags.parse({"is_last": "maybe"}).is_last is None
+
+
+@pytest.mark.parametrize("tool", ["bash", " bash ", "\tgrep\n", "", "   ", "web search"])
+def test_a_tools_name_is_read_as_the_engine_logs_reader_reads_it(tool: str) -> None:
+    """The plugin looks up a tool's τ by the name the bundle was fitted on, and the bundle
+    is fitted on the names ingest reads from the engine log: blanks around a name are not
+    part of it, and a blank name is no tool, on both sides."""
+    assert tags.parse({"program_id": "p", "tool": tool}).tool == fields.tool_name(tool)
 
 
 def test_program_book_is_bounded_by_cap_and_idle_time() -> None:

@@ -48,10 +48,19 @@ def _text(value: Any) -> str | None:
     return text if text else None
 
 
+def _tool(value: Any) -> str | None:
+    """A tool's name without the blanks around it; a blank one names no tool (as ingest
+    reads the engine log: a bundle fitted on ``bash`` is asked for ``bash``, not
+    `` bash``)."""
+    if value is None:
+        return None
+    return str(value).strip() or None
+
+
 def parse(extra_args: Mapping[str, Any] | None, session_id: str | None = None) -> Tags:
     args = extra_args or {}
     program = _text(args.get("program_id")) or _text(session_id)
-    return Tags(program, _text(args.get("tool")), parse_flag(args.get("is_last")))
+    return Tags(program, _tool(args.get("tool")), parse_flag(args.get("is_last")))
 
 
 def of_request(request: Any) -> Tags:

@@ -12,7 +12,7 @@ the running batch (``--max-num-seqs`` only sizes the model runner then), which i
 simulators' own ``max_num_seqs`` is, so the sizing takes it (:func:`admitted`); and the
 prefill chunk cap (``long_prefill_token_threshold``, adaptive or not), which the simulators
 apply (:meth:`replay.scheduler_config.SimSchedulerConfig.prefill_cap`) and the sizing takes
-(:func:`prefill_cap`).
+(:func:`logged_prefill_cap`).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def _whole(value: Any) -> int | None:
     return int(value) if ok else None
 
 
-def prefill_cap(entry: Mapping[str, Any]) -> tuple[int, bool] | None:
+def logged_prefill_cap(entry: Mapping[str, Any]) -> tuple[int, bool] | None:
     """The prefill chunk cap an engine's facts state (the threshold, whether adaptive); None
     when they state none (an older plugin: the default, no cap)."""
     threshold = entry.get("long_prefill_token_threshold")

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from replay.engine_settings import admitted, prefill_cap
+from replay.engine_settings import admitted, logged_prefill_cap
 from replay.engine_settings import notes as unmodelled_notes
 from replay.scheduler import SimSchedulerConfig
 
@@ -74,7 +74,7 @@ def stated(
         return {}, None
     best = _busiest(entries)
     sizes = _sizes(best)
-    distinct = {(tuple(sorted(_sizes(e).items())), prefill_cap(e)) for e in entries}
+    distinct = {(tuple(sorted(_sizes(e).items())), logged_prefill_cap(e)) for e in entries}
     note = None
     if len(distinct) > 1:
         note = (
@@ -125,7 +125,7 @@ def size(
         elif theirs is not None:
             values[key] = theirs
     engine = replace(base, **values)
-    cap = prefill_cap(_busiest(entries)) if entries else None
+    cap = logged_prefill_cap(_busiest(entries)) if entries else None
     if cap is not None:
         threshold, adaptive = cap
         engine = replace(

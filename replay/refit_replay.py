@@ -65,6 +65,8 @@ def plan(
         "max_num_seqs": settings.max_num_seqs,
         "max_num_batched_tokens": settings.max_num_batched_tokens,
         "max_model_len": settings.max_model_len,
+        "long_prefill_token_threshold": settings.long_prefill_token_threshold,
+        "long_prefill_token_threshold_adaptive": settings.long_prefill_token_threshold_adaptive,
     }
     facts = replicas(engines)
     names = _replicas_in(frame)

@@ -54,6 +54,8 @@ class RefitSettings:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None
+    long_prefill_token_threshold: int | None = None
+    long_prefill_token_threshold_adaptive: bool | None = None
     offload_tokens: int | None = None
     truncate: bool | None = None
     #: T (s) assumed for the τ* columns of the report (0: a fresh engine's)
@@ -75,6 +77,8 @@ def checked_settings(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     max_model_len: int | None = None,
+    long_prefill_token_threshold: int | None = None,
+    long_prefill_token_threshold_adaptive: bool | None = None,
     offload_tokens: int | None = None,
     truncate: bool | None = None,
     queue_delay_s: float = 0.0,
@@ -95,6 +99,8 @@ def checked_settings(
             raise ConfigError(f"{flag} must be positive")
     if offload_tokens is not None and offload_tokens < 0:
         raise ConfigError("--offload-tokens must be >= 0")
+    if long_prefill_token_threshold is not None and long_prefill_token_threshold < 0:
+        raise ConfigError("--long-prefill-token-threshold must be >= 0")
     if not queue_delay_s >= 0:
         raise ConfigError("--queue-delay-seconds must be >= 0")
     return RefitSettings(
@@ -108,6 +114,8 @@ def checked_settings(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
         offload_tokens=offload_tokens,
         truncate=truncate,
         queue_delay_s=queue_delay_s,

@@ -13,8 +13,8 @@ without the facts (an older plugin) gets one line naming the flags to give.
 What is sized (:data:`SIZE_FLAGS`): the KV cache in tokens (the usable blocks × the block
 size), the block size, ``max_num_seqs``, ``max_num_batched_tokens`` and ``max_model_len``;
 the running batch's cap is ``max_num_active_seqs`` where the engine set it below
-``max_num_seqs``, and the prefill chunk cap (``--long-prefill-token-threshold``) is the
-log's (no flag sets it here; ``ttlctl replay`` has one). The log also says whether the
+``max_num_seqs``, and the prefill chunk cap (``--long-prefill-token-threshold``, adaptive
+or not) is the flag's, else the log's. The log also says whether the
 engine ran vLLM's async scheduling (the fast simulator schedules synchronously) and the
 scheduler settings no replay models (:mod:`replay.engine_settings`): a note says each that
 is not vLLM's default.
@@ -38,6 +38,11 @@ SIZE_FLAGS: dict[str, str] = {
     "max_num_batched_tokens": "--max-num-batched-tokens",
     "max_model_len": "--max-model-len",
 }
+
+
+#: the prefill chunk cap's flag (``given``'s key ``long_prefill_token_threshold``; its
+#: switch: ``long_prefill_token_threshold_adaptive``)
+PREFILL_FLAG = "--long-prefill-token-threshold"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,15 +129,7 @@ def size(
                 )
         elif theirs is not None:
             values[key] = theirs
-    engine = replace(base, **values)
-    cap = logged_prefill_cap(_busiest(entries)) if entries else None
-    if cap is not None:
-        threshold, adaptive = cap
-        engine = replace(
-            engine,
-            long_prefill_token_threshold=min(threshold, engine.max_model_len),
-            long_prefill_token_threshold_adaptive=adaptive,
-        )
+    engine = _with_prefill_cap(replace(base, **values), given, entries, notes, replica)
     shown = _shape(engine)
     from_log = any(given.get(k) is None and k in logged for k in SIZE_FLAGS)
     # what neither a flag nor the log gives: the base's
@@ -175,6 +172,37 @@ def size(
             "replays it scheduling synchronously"
         )
     return Sized(engine, line, replica, tuple(notes), from_log)
+
+
+def _with_prefill_cap(
+    engine: SimSchedulerConfig,
+    given: Mapping[str, int | None],
+    entries: Sequence[Mapping[str, Any]],
+    notes: list[str],
+    replica: str | None,
+) -> SimSchedulerConfig:
+    """``engine`` with the prefill chunk cap: the flags' (``given``; None: not given),
+    else the log's (no longer than ``max_model_len``: a longer cap caps no prompt), else
+    ``engine``'s own (the bundle's record, or none); a flag that disagrees with the log is
+    noted in ``notes``."""
+    threshold = given.get("long_prefill_token_threshold")
+    adaptive = given.get("long_prefill_token_threshold_adaptive")
+    logged = logged_prefill_cap(_busiest(entries)) if entries else None
+    if logged is not None and threshold is not None and threshold != logged[0]:
+        notes.append(
+            f"{PREFILL_FLAG} {threshold:,} disagrees with the log's engine{_of(replica)} "
+            f"({logged[0]:,}): the flag wins"
+        )
+    if threshold is None and logged is not None:
+        threshold = min(logged[0], engine.max_model_len)
+        if adaptive is None:
+            adaptive = logged[1]
+    changes: dict[str, Any] = {}
+    if threshold is not None:
+        changes["long_prefill_token_threshold"] = threshold
+    if adaptive is not None:
+        changes["long_prefill_token_threshold_adaptive"] = bool(adaptive)
+    return replace(engine, **changes) if changes else engine
 
 
 def by_replica(

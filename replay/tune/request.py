@@ -46,6 +46,10 @@ class TuneRequest:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None
+    #: vLLM's prefill chunk cap and its adaptive floor; None: as the trace's engine log
+    #: states it (one replica), else none
+    long_prefill_token_threshold: int | None = None
+    long_prefill_token_threshold_adaptive: bool | None = None
     offload_tokens: int = 0
     truncate: bool = False
     force: bool = False

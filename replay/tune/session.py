@@ -215,6 +215,8 @@ def engine_size(
         "max_num_seqs": req.max_num_seqs,
         "max_num_batched_tokens": req.max_num_batched_tokens,
         "max_model_len": req.max_model_len,
+        "long_prefill_token_threshold": req.long_prefill_token_threshold,
+        "long_prefill_token_threshold_adaptive": req.long_prefill_token_threshold_adaptive,
     }
     base = SimSchedulerConfig()
     by_replica = replicas(engines)

@@ -68,6 +68,8 @@ def test_every_shared_option_reads_the_same_in_every_command() -> None:
         "--max-num-seqs": ("replay", "tune", "refit", "validate"),
         "--max-num-batched-tokens": ("profile", "replay", "tune", "refit", "validate"),
         "--max-model-len": ("replay", "tune", "refit"),
+        "--long-prefill-token-threshold": ("replay", "tune", "refit"),
+        "--long-prefill-token-threshold-adaptive": ("replay", "tune", "refit"),
         "--offload-tokens": ("replay", "tune"),
         "--truncate": ("replay", "tune"),
         "--trace-idle-gap-cap-seconds": ("replay", "tune", "validate"),
@@ -107,6 +109,8 @@ def test_the_shared_defaults_are_the_libraries() -> None:
     assert engine.max_num_batched_tokens == options.MAX_NUM_BATCHED_TOKENS
     assert engine.max_num_seqs == options.MAX_NUM_SEQS
     assert engine.max_model_len == options.MAX_MODEL_LEN
+    assert engine.long_prefill_token_threshold == 0  # the flags' default: no cap
+    assert engine.long_prefill_token_threshold_adaptive is False
     assert ReplayConfig().offload_tokens == options.OFFLOAD_TOKENS
     engine = SimSchedulerConfig()
     assert (

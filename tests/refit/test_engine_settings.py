@@ -135,3 +135,25 @@ def test_an_engine_that_changed_its_cap_changed_size() -> None:
     entries = [facts(3), facts(9, max_num_active_seqs=2)]
     sized = size(NONE, entries, SimSchedulerConfig(), "d")
     assert sized.engine.max_num_seqs == 2 and "changed size (2 sizes)" in sized.notes[0]
+
+
+def test_a_flag_given_wins_over_the_logs_prefill_cap_and_is_noted() -> None:
+    logged = facts(long_prefill_token_threshold=512, long_prefill_token_threshold_adaptive=True)
+    given = NONE | {"long_prefill_token_threshold": 128}
+    sized = size(given, [logged], SimSchedulerConfig(), "defaults")
+    assert sized.engine.long_prefill_token_threshold == 128
+    assert sized.engine.long_prefill_token_threshold_adaptive is False  # the flag's, not given
+    assert sized.notes == (
+        "--long-prefill-token-threshold 128 disagrees with the log's engine (512): the flag wins",
+    )
+    # the switch alone: the log's threshold, floored adaptively as the flag asks
+    switch = NONE | {"long_prefill_token_threshold_adaptive": True}
+    plain = facts(long_prefill_token_threshold=512)
+    sized = size(switch, [plain], SimSchedulerConfig(), "defaults")
+    assert sized.engine.long_prefill_token_threshold == 512
+    assert sized.engine.long_prefill_token_threshold_adaptive is True
+    # no log: the flag's, else the base's (a bundle's record)
+    base = SimSchedulerConfig(long_prefill_token_threshold=64)
+    assert size(NONE, [], base, "the bundle").engine.long_prefill_token_threshold == 64
+    over = size(given, [], base, "the bundle")
+    assert over.engine.long_prefill_token_threshold == 128

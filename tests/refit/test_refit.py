@@ -309,6 +309,12 @@ def test_the_engines_batch_cap_sizes_the_replay_and_unmodelled_settings_are_said
     said = [x for x in result.stderr.splitlines() if "does not model" in x]
     assert len(said) == 1 and "ran --prefill-schedule-interval 4" in said[0], result.stderr
     assert "admitted at most 12 requests" in result.stderr
+    given = run(*base, "--long-prefill-token-threshold", "128", "--json", "-")
+    assert given.exit_code == 0, given.output
+    assert json.loads(given.stdout)["replay"]["engine"]["long_prefill_token_threshold"] == 128
+    assert "--long-prefill-token-threshold 128 disagrees with the log's engine (512)" in (
+        given.stderr
+    )
 
 
 def test_many_tools_are_cut_short_on_the_console(

@@ -67,3 +67,29 @@ def test_the_engine_is_sized_as_the_traces_engine_log_states() -> None:
     assert "tune replays 3 replica(s) of one size (--replicas)" in warned[-1]
     assert "one engine" not in warned[-1]
     assert engine_size(_request(), [], warned.append) == (SimSchedulerConfig(), None)
+
+
+def test_the_prefill_cap_is_the_flags_else_the_engine_logs() -> None:
+    """vLLM's --long-prefill-token-threshold: tune takes the flag, else what one replica's
+    engine log states; on a trace of several replicas, the flag (or none)."""
+    facts = {"replica": None, "kv_tokens": 4096, "block_size": 32, "max_num_seqs": 8,
+             "max_num_batched_tokens": 2048, "max_model_len": 1024, "calls": 10,
+             "long_prefill_token_threshold": 256}  # fmt: skip
+    warned: list[str] = []
+    engine, line = engine_size(_request(), [facts], warned.append)
+    assert engine.long_prefill_token_threshold == 256 and line is not None
+    assert line.endswith("long_prefill_token_threshold 256") and warned == []
+    engine, _ = engine_size(
+        _request(long_prefill_token_threshold=64, long_prefill_token_threshold_adaptive=True),
+        [facts],
+        warned.append,
+    )
+    assert engine.long_prefill_token_threshold == 64
+    assert engine.long_prefill_token_threshold_adaptive is True
+    assert warned == ["--long-prefill-token-threshold 64 disagrees with the log's engine (256): "
+                      "the flag wins"]  # fmt: skip
+    two = [facts, dict(facts, replica="b")]
+    engine, _ = engine_size(_request(long_prefill_token_threshold=64), two, warned.append)
+    assert engine.long_prefill_token_threshold == 64
+    engine, _ = engine_size(_request(), two, warned.append)
+    assert engine.long_prefill_token_threshold == 0

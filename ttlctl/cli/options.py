@@ -168,6 +168,16 @@ LongPrefillTokenThreshold = Annotated[
         "(vLLM's --long-prefill-token-threshold; 0: no cap).",
     ),
 ]
+LoggedLongPrefillTokenThreshold = Annotated[
+    int,
+    typer.Option(
+        "--long-prefill-token-threshold",
+        min=0,
+        help="A prefill's tokens per step at most while another request runs or waits "
+        "(vLLM's --long-prefill-token-threshold; 0: no cap).",
+        show_default=_logged(0),
+    ),
+]
 LongPrefillAdaptive = Annotated[
     bool,
     typer.Option(

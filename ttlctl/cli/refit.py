@@ -20,9 +20,11 @@ from ttlctl.cli.options import (
     JpsLoads,
     JsonTo,
     LoggedBlockSize,
+    LoggedLongPrefillTokenThreshold,
     LoggedMaxModelLen,
     LoggedMaxNumBatchedTokens,
     LoggedMaxNumSeqs,
+    LongPrefillAdaptive,
     QueueDelay,
 )
 from ttlctl.cli.stage_bar import StageBar
@@ -85,6 +87,8 @@ def refit(
     max_num_seqs: LoggedMaxNumSeqs = MAX_NUM_SEQS,
     max_num_batched_tokens: LoggedMaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,
     max_model_len: LoggedMaxModelLen = MAX_MODEL_LEN,
+    long_prefill_token_threshold: LoggedLongPrefillTokenThreshold = 0,
+    long_prefill_token_threshold_adaptive: LongPrefillAdaptive = False,
     offload_tokens: Annotated[
         int | None,
         typer.Option(help="CPU offload tier in tokens. Default: as recorded, else 0."),
@@ -154,6 +158,8 @@ def refit(
                 max_num_seqs=max_num_seqs,
                 max_num_batched_tokens=max_num_batched_tokens,
                 max_model_len=max_model_len,
+                long_prefill_token_threshold=long_prefill_token_threshold,
+                long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
             ),
             offload_tokens=offload_tokens,
             truncate=truncate,

@@ -14,6 +14,7 @@ from tests.report.pages import SECTIONS, check_png, parse, png_bytes
 from tests.report.runs import tune_doc
 from ttlctl.cli import report as report_cli
 from ttlctl.report import MAX_TOOL_PLOTS, ReportError, build_report
+from ttlctl.summary_name import SUMMARY_SCHEMA
 
 
 def test_all_sections_and_plots(sample_run: Path, sample_page: str) -> None:
@@ -222,3 +223,32 @@ def test_a_bundle_named_tune_json_is_not_read_as_tunes_summary(
     res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert "not tune's summary but a fit (what `ttlctl fit` writes)" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("copied", "kind"),
+    [
+        ("fit.json", "a fit (what `ttlctl fit` writes)"),
+        ("bundle.json", "a policy bundle"),
+        ("tune.json", "a tuning summary"),
+    ],
+)
+def test_another_document_copied_in_as_replay_json_is_named(
+    tmp_path: Path, sample_run: Path, copied: str, kind: str
+) -> None:
+    """Regression: a fit (or a bundle, or tune's summary) copied in as replay.json was listed
+    as 'read' and its section said 'replay.json holds no results', exit 0 without a word; it
+    is a note naming what the file is, and a warning, as tune.json's mix-ups are."""
+    if copied == "tune.json":  # as tune writes it, with its schema
+        doc = tune_doc() | {"schema": SUMMARY_SCHEMA}
+        (tmp_path / "replay.json").write_text(json.dumps(doc), encoding="utf-8")
+    else:
+        shutil.copy(sample_run / copied, tmp_path / "replay.json")
+    out = tmp_path / "report.html"
+    res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    warned = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warned) == 1, res.stderr
+    assert warned[0].startswith(f"warning: replay.json not used: not a replay's results but {kind}")
+    page = out.read_text(encoding="utf-8")
+    assert "holds no results" not in page and "not a replay&#x27;s results but" in page

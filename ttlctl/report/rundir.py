@@ -94,9 +94,21 @@ def _read(run: RunInputs, role: str, path: Path) -> None:
         run.bundle = bundle_mod.read(path)
     elif role == "replay.json":
         # as `ttlctl replay --json` writes it; the sections read it defensively
-        run.replay = cast(ReplayDoc, read_json_object(path, filekind.REPLAY_RESULTS))
+        run.replay = cast(
+            ReplayDoc, _replay_results(read_json_object(path, filekind.REPLAY_RESULTS))
+        )
     elif role == SUMMARY:
         run.tune = _tune_summary(read_json_object(path, filekind.TUNE_SUMMARY))
+
+
+def _replay_results(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` when it may be ``ttlctl replay --json``'s results; ValueError when it is
+    another of ttlctl's documents (a fit, a bundle, tune's summary copied in as
+    replay.json), which the page would otherwise list as read and holding no results."""
+    wrong = filekind.mistaken(doc, filekind.REPLAY_RESULTS, "a replay's results")
+    if wrong is not None:
+        raise ValueError(wrong)
+    return doc
 
 
 def _tune_summary(doc: dict[str, Any]) -> dict[str, Any]:

@@ -210,6 +210,38 @@ def test_cli_profile_list_refuses_what_it_would_drop(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--block-size", "7"], "--block-size"),
+        (["--cuda-graphs"], "--cuda-graphs"),
+        (["--enforce-eager"], "--enforce-eager"),
+        (["--max-num-batched-tokens", "64"], "--max-num-batched-tokens"),
+        (["--engine", "http://127.0.0.1:9"], "--engine"),
+        (
+            ["--block-size", "16", "--max-num-batched-tokens", "8192"],
+            "--block-size, --max-num-batched-tokens",
+        ),
+    ],
+)
+def test_cli_profile_torch_refuses_vllms_engine_flags(
+    tmp_path: Path, extra: list[str], named: str
+) -> None:
+    """Regression: `profile --torch` took vLLM's engine flags and dropped them without a word
+    (a --block-size of 7, --cuda-graphs on a CPU, a budget of 64 tokens the profile then did
+    not record; with --engine it profiled the server instead, exit 0): refused, one line,
+    before anything is timed."""
+    out = tmp_path / "p.json"
+    args = ["profile", "--torch", "--device", "cpu", "--contexts", "16,32,64", "-o", str(out)]
+    res = CliRunner().invoke(app, [*args, *extra])
+    assert res.exit_code == 2, (extra, res.output)
+    assert res.stderr.strip() == (
+        "error: --torch times Hugging Face transformers in eager torch, not vLLM's engine; "
+        f"it takes no {named}"
+    ), res.stderr
+    assert not out.exists()
+
+
 def test_a_fit_refused_is_a_user_error() -> None:
     """Too few or unusable timings: a TtlctlError (one line, exit 2 from the CLI)."""
     with pytest.raises(TtlctlError, match="at least 3"):

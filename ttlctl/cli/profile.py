@@ -15,7 +15,16 @@ from profiles.router_calibration import calibrate
 from profiles.schema import Profile
 from profiles.vllm_plan import parse_contexts
 from ttlctl.cli import render
-from ttlctl.cli.kit import UserError, check_outputs, err, out, progress_bar, user_errors, write_doc
+from ttlctl.cli.kit import (
+    UserError,
+    check_outputs,
+    err,
+    given,
+    out,
+    progress_bar,
+    user_errors,
+    write_doc,
+)
 from ttlctl.cli.options import MAX_NUM_BATCHED_TOKENS, JsonTo, MaxNumBatchedTokens
 from ttlctl.cli.router_options import AsRouter, DecodeThroughputAlpha, ProfileToShow
 from ttlctl.jsonio import write_atomic, write_json
@@ -25,6 +34,7 @@ ROUTER = "vllm-router"
 
 
 def profile(
+    ctx: typer.Context,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -97,11 +107,11 @@ def profile(
                 "--as": as_target,
                 "--decode-throughput-alpha": decode_throughput_alpha,
             }
-            given = [flag for flag, value in extra.items() if value is not None]
-            if given:
+            named = [flag for flag, value in extra.items() if value is not None]
+            if named:
                 raise UserError(
                     f"--list shows the shipped profiles' table and writes nothing; it takes "
-                    f"no {', '.join(given)}"
+                    f"no {', '.join(named)}"
                 )
             render.shipped_table(out)
         return
@@ -127,6 +137,20 @@ def profile(
     if output is None:
         raise typer.BadParameter("-o/--output is required (or use --list, or --profile with --as)")
     with user_errors():
+        if torch_eager:  # vLLM's engine flags, which eager torch would drop without a word
+            budget = given(ctx, max_num_batched_tokens=max_num_batched_tokens)
+            vllm_only = {
+                "--engine": engine,
+                "--block-size": block_size,
+                ("--enforce-eager" if enforce_eager else "--cuda-graphs"): enforce_eager,
+                "--max-num-batched-tokens": budget["max_num_batched_tokens"],
+            }
+            dropped = [flag for flag, value in vllm_only.items() if value is not None]
+            if dropped:
+                raise UserError(
+                    "--torch times Hugging Face transformers in eager torch, not vLLM's "
+                    f"engine; it takes no {', '.join(dropped)}"
+                )
         check_outputs(output, json_out)
         grid = parse_contexts(contexts)
         name, config = load_config(model)

@@ -252,3 +252,37 @@ def test_another_document_copied_in_as_replay_json_is_named(
     assert warned[0].startswith(f"warning: replay.json not used: not a replay's results but {kind}")
     page = out.read_text(encoding="utf-8")
     assert "holds no results" not in page and "not a replay&#x27;s results but" in page
+
+
+def test_a_replay_json_of_another_trace_or_bundle_is_said(tmp_path: Path, sample_run: Path) -> None:
+    """Regression: a replay.json made from another trace or bundle (README's walk: tune
+    replaces bundle.json after the first replay; or one copied from another run) was shown
+    as the run's JCTs with only a 'no' in the Inputs table, exit 0 without a word. It is
+    still shown (stock vLLM's row does not depend on the bundle), under a note, and a
+    warning names what it was made from."""
+    for name in ("trace.parquet", "bundle.json"):
+        shutil.copy(sample_run / name, tmp_path / name)
+    replay = json.loads((sample_run / "replay.json").read_text(encoding="utf-8"))
+    replay["bundle"] = {"path": "other/bundle.json", "sha256": "e" * 64}
+    (tmp_path / "replay.json").write_text(json.dumps(replay), encoding="utf-8")
+    out = tmp_path / "report.html"
+    res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    warned = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert warned == [
+        "warning: replay.json made from another bundle (other/bundle.json, sha256 eeeeeeeeeeee…) "
+        "than bundle.json: its figures are not this run's (`ttlctl replay … --json` again "
+        "writes this run's)"
+    ], res.stderr
+    jct = out.read_text(encoding="utf-8").split('id="jct"')[1].split("</section>")[0]
+    assert "made from another bundle" in jct and "continuum" in jct
+    replay["trace"] = {"path": "other/trace.parquet", "sha256": "d" * 64}
+    (tmp_path / "replay.json").write_text(json.dumps(replay), encoding="utf-8")
+    res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(out)])
+    assert "made from another trace (other/trace.parquet, sha256 dddddddddddd…) and another " in (
+        res.stderr
+    )
+    # the run's own replay: no word
+    shutil.copy(sample_run / "replay.json", tmp_path / "replay.json")
+    res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(out)])
+    assert res.exit_code == 0 and "warning" not in res.stderr, res.stderr

@@ -60,6 +60,8 @@ def report(
         )
     for role, problem in (run.problems | run.set_aside).items():  # on the page; said here too
         print_warning(f"{run.names[role]} not used: {problem}")
+    for role, caveat in run.caveats.items():
+        print_warning(f"{run.names[role]} {caveat}")
     missing = [name for role, name in run.names.items() if role not in run.paths]
     note = f" (not in this run: {', '.join(missing)})" if missing else ""
     err.print(f"wrote {output}{note}", markup=False, highlight=False)

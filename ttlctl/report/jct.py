@@ -149,7 +149,9 @@ def section(run: RunInputs) -> str:
         for r in results
     ]
     headers = ("policy", "eval-only", "JCT mean", "p50", "p95", "p99")
-    parts = [
+    caveat = run.caveats.get("replay.json")
+    parts = [note(f"replay.json {caveat}")] if caveat is not None else []
+    parts += [
         "<p>Above: mean JCT per policy (bars, on a scale of the means) and the median "
         "(dots); below: the median, mean, p95 and p99 on a log scale. Hatched grey bars "
         "are evaluation-only bounds (they read what no engine can know). Gap closed: "

@@ -18,6 +18,7 @@ from replay.figures import PolicyResult, ReplayDoc
 from ttlctl import bundle as bundle_mod
 from ttlctl import bundle_doc, filekind
 from ttlctl.jsonfile import read_json_object
+from ttlctl.jsonio import file_sha256, names_file
 from ttlctl.report import files
 from ttlctl.report.files import BUNDLE, FILES, SUMMARY, ReportError
 from ttlctl.report.markup import is_num
@@ -43,6 +44,9 @@ class RunInputs:
     #: files read but not shown, by role, with why (a tune.json of another bundle:
     #: :func:`other_bundle`)
     set_aside: dict[str, str] = field(default_factory=dict)
+    #: files shown, with what they do not share with the run, by role (a replay.json of
+    #: another trace or bundle: :func:`other_replay`)
+    caveats: dict[str, str] = field(default_factory=dict)
     trace: pl.DataFrame | None = None
     fit: FitDoc | None = None
     #: where the fit came from: fit.json, or the bundle's own fit (``b2.json (its fit)``)
@@ -160,7 +164,42 @@ def load(
         if other is not None:
             run.set_aside[SUMMARY] = other
             run.tune = None
+    caveat = other_replay(run)
+    if caveat is not None:
+        run.caveats["replay.json"] = caveat
     return run
+
+
+def other_replay(run: RunInputs) -> str | None:
+    """What ``run``'s replay.json was made from that is not the run's own trace.parquet or
+    bundle (its recorded hash is another's: a replay of the built bundle before tune
+    replaced it, or one copied in from another run), or None. It is still shown (stock
+    vLLM's row does not depend on the bundle); the page and a warning say so."""
+    if run.replay is None:
+        return None
+    others = []
+    trace = run.paths.get("trace.parquet")
+    own_trace = file_sha256(trace) if trace is not None and run.trace is not None else None
+    if names_file(run.replay.get("trace"), own_trace) is False:
+        others.append(f"another trace ({_recorded(run.replay.get('trace'))})")
+    ref = run.replay.get("bundle")
+    sha = ref.get("sha256") if isinstance(ref, dict) else None
+    if run.bundle is not None and isinstance(sha, str):
+        own = {run.bundle.get("sha256"), file_sha256(run.paths[BUNDLE])}
+        if sha not in own:
+            others.append(f"another bundle ({_recorded(ref)}) than {run.names[BUNDLE]}")
+    if not others:
+        return None
+    return (
+        f"made from {' and '.join(others)}: its figures are not this run's "
+        "(`ttlctl replay … --json` again writes this run's)"
+    )
+
+
+def _recorded(ref: Any) -> str:
+    """A document's record of a file, as a warning names it: its path and hash."""
+    ref = ref if isinstance(ref, dict) else {}
+    return f"{ref.get('path')}, sha256 {str(ref.get('sha256'))[:12]}…"
 
 
 def other_bundle(tune: dict[str, Any] | None, bundle: bundle_doc.Bundle, path: Path) -> str | None:

@@ -102,6 +102,7 @@ def measure_engine(
     *,
     model_config: dict[str, Any] | None = None,
     contexts: Sequence[int] | None = None,
+    max_context: int | None = None,
     repeats: int = 3,
     output_tokens: int = 32,
     timeout_s: float = 60.0,
@@ -113,10 +114,10 @@ def measure_engine(
     accepted). ``model_config`` (a Hugging Face ``config.json`` as a dict) gives
     KV bytes per token and the vocabulary for random prompts. ``contexts``
     default to :func:`profiles.grid.engine_contexts` up to ``max_model_len −
-    output_tokens − 16``. ``progress(phase, done, total)`` is called as measurements finish
-    (phases ``"prefill"``, ``"cached prefill"``, ``"decode"``, ``"wake"`` and ``"new
-    sizes"``). Raises
-    :class:`ServerMeasureError` or :class:`~ttlctl.server.client.ServerError`, each a
+    output_tokens − 16`` (and ``max_context``, which also bounds ``contexts``).
+    ``progress(phase, done, total)`` is called as measurements finish (phases
+    ``"prefill"``, ``"cached prefill"``, ``"decode"``, ``"wake"`` and ``"new sizes"``).
+    Raises :class:`ServerMeasureError` or :class:`~ttlctl.server.client.ServerError`, each a
     one-line message naming the URL, when the server cannot be used. The timings
     themselves: :func:`measure_samples`; this is their fit
     (:func:`profiles.engine_fit.fit_samples`).
@@ -127,6 +128,7 @@ def measure_engine(
                 url,
                 model_config=model_config,
                 contexts=contexts,
+                max_context=max_context,
                 repeats=repeats,
                 output_tokens=output_tokens,
                 timeout_s=timeout_s,
@@ -141,6 +143,7 @@ def measure_samples(
     *,
     model_config: dict[str, Any] | None = None,
     contexts: Sequence[int] | None = None,
+    max_context: int | None = None,
     repeats: int = 3,
     output_tokens: int = 32,
     timeout_s: float = 60.0,
@@ -154,7 +157,7 @@ def measure_samples(
         raise ServerMeasureError("output_tokens must be at least 4 (decode needs token gaps)")
     report: Progress = progress or (lambda phase, done, total: None)
     target = probe_target(normalise_url(url), model_config, timeout_s)
-    ctxs = contexts_to_time(target, contexts, output_tokens)
+    ctxs = contexts_to_time(target, contexts, output_tokens, max_context)
     vocab = int(model_config.get("vocab_size") or 0) if model_config else 0
     pool = token_pool(target.url, target.model, vocab or None, timeout_s)
     sender = Sender(target, pool, timeout_s)

@@ -81,11 +81,15 @@ def probe_target(url: str, model_config: dict[str, Any] | None, timeout_s: float
 
 
 def contexts_to_time(
-    target: Target, contexts: Sequence[int] | None, output_tokens: int
+    target: Target,
+    contexts: Sequence[int] | None,
+    output_tokens: int,
+    max_context: int | None = None,
 ) -> list[int]:
-    """The prompt lengths prefill is timed at: ``contexts``, checked against the server,
-    or the default grid up to what the server takes (and up to its step budget, when it
-    tells it: each timed prefill one step)."""
+    """The prompt lengths prefill is timed at: ``contexts``, checked against the server
+    and ``max_context``, or the default grid up to what the server takes (and up to its
+    step budget, when it tells it: each timed prefill one step; and up to ``max_context``,
+    which keeps the prompts of a server that does not tell its budget within it)."""
     url, max_model_len, kv_capacity = target.url, target.max_model_len, target.kv_capacity
     budget = target.step_budget
     limit = (max_model_len or 0) - output_tokens - CONTEXT_MARGIN
@@ -93,6 +97,8 @@ def contexts_to_time(
         limit = min(limit, kv_capacity - output_tokens - CONTEXT_MARGIN)
     if budget is not None:
         limit = min(limit, budget)
+    if max_context is not None:
+        limit = min(limit, max_context)
     if contexts is None:
         if max_model_len <= 0:
             raise ServerMeasureError(
@@ -104,6 +110,8 @@ def contexts_to_time(
         for c in ctxs:
             if c < 1:
                 raise ServerMeasureError(f"{url}: context lengths must be positive, got {c}")
+            if max_context is not None and c > max_context:
+                raise ServerMeasureError(f"{url}: context {c} is over max_context {max_context}")
             if max_model_len > 0 and c + output_tokens > max_model_len:
                 raise ServerMeasureError(
                     f"{url}: context {c} + {output_tokens} output tokens does not fit "

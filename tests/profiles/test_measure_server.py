@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from typer.testing import CliRunner
 
 from profiles import server_wake
 from profiles.decode_pace import FROM_SERVER
@@ -31,6 +32,7 @@ from tests.http_stub import json_reply, serving
 from tests.live.servers import MODEL_NAME
 from tests.profiles.replay_one import check_replays_its_points
 from tests.vllm_server import free_port
+from ttlctl.cli import app
 from ttlctl.server.facts import step_budget
 from ttlctl.server.owned import OwnedServer
 
@@ -352,6 +354,29 @@ def test_the_grid_stays_within_the_servers_step_budget(stub: tuple[str, type[_St
     assert url in str(info.value) and "\n" not in str(info.value)
     handler.step_budget = None
     assert step_budget(url) is None
+
+
+def test_max_context_bounds_the_prompts_of_a_server_profiled_from_the_command_line(
+    stub: tuple[str, type[_Stub]], tmp_path: Path
+) -> None:
+    """Regression: `profile --engine URL --max-context N`, which commands.md advises for a
+    server that does not tell its step budget, was dropped without a word: the server was
+    timed up to its longest prompt (2,000 tokens here). The default grid now stops at N, and
+    a --contexts value over it is refused (one line naming the URL), as with --torch."""
+    url, handler = stub
+    handler.tokens = 1000
+    out = tmp_path / "p.json"
+    args = ["profile", "--engine", url, "--model", "tiny", "--repeats", "1", "-o", str(out)]
+    with pytest.warns(RuntimeWarning, match="reset_prefix_cache"):
+        res = CliRunner().invoke(app, [*args, "--max-context", "700"])
+    assert res.exit_code == 0, res.output
+    points = json.loads(out.read_text(encoding="utf-8"))["prefill"]["points"]
+    assert [c for c, _ in points] == [64, 128, 256, 512, 700]
+    out.unlink()
+    res = CliRunner().invoke(app, [*args, "--max-context", "700", "--contexts", "64,256,1024"])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == f"error: {url}: context 1024 is over max_context 700"
+    assert not out.exists()
 
 
 def test_stub_without_tokens_names_the_url(stub: tuple[str, type[_Stub]]) -> None:

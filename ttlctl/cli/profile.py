@@ -168,6 +168,7 @@ def profile(
                     engine,
                     model_config=config,
                     contexts=grid,
+                    max_context=max_context,
                     repeats=repeats,
                     progress=progress,
                 )

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ttlctl.errors import TtlctlError
+from ttlctl.filekind import mistaken
 from ttlctl.jsonfile import JsonFileError, read_json_object
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "float8_e4m3fn": 1}
@@ -97,6 +98,10 @@ class ModelConfigError(TtlctlError, ValueError):
     pass
 
 
+#: what ``--model`` names, as an error says it is not
+CONFIG = "a model's config.json"
+
+
 def load_config(ref: str | Path) -> tuple[str, dict[str, Any]]:
     """(name, config) from a preset name, a config.json, or a folder holding one."""
     if str(ref) in PRESETS:
@@ -109,9 +114,12 @@ def load_config(ref: str | Path) -> tuple[str, dict[str, Any]]:
             f"{ref}: no such config.json or preset (presets: {', '.join(sorted(PRESETS))})"
         )
     try:
-        config = read_json_object(path, "a model's config.json")
+        config = read_json_object(path, CONFIG)
     except JsonFileError as exc:
         raise ModelConfigError(str(exc)) from None
+    wrong = mistaken(config, CONFIG, CONFIG)  # a fit, a profile … given as the model
+    if wrong is not None:
+        raise ModelConfigError(f"{path}: {wrong}")
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads"):
         if not isinstance(config.get(key), int):
             raise ModelConfigError(f"{path}: {key} missing or not an integer")

@@ -242,6 +242,24 @@ def test_cli_profile_torch_refuses_vllms_engine_flags(
     assert not out.exists()
 
 
+def test_cli_profile_names_another_ttlctl_document_given_as_the_model(tmp_path: Path) -> None:
+    """Regression: a shipped profile (or a fit, a bundle) given as --model was refused as
+    '…: hidden_size missing or not an integer', as if a config.json were damaged; it is named
+    as what it is, the way --fit and --profile name one given in their place."""
+    out = tmp_path / "p.json"
+    shipped_profile = shipped.DATA / "llama-3.1-8b-h100.json"
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps({"schema": "ttlctl.fit/1", "tools": {}}), encoding="utf-8")
+    for given, kind in [
+        (shipped_profile, "a device profile (what `ttlctl profile` writes)"),
+        (fit, "a fit (what `ttlctl fit` writes)"),
+    ]:
+        res = CliRunner().invoke(app, ["profile", "--torch", "-o", str(out), "--model", str(given)])
+        assert res.exit_code == 2, res.output
+        assert res.stderr.strip() == f"error: {given}: not a model's config.json but {kind}"
+    assert not out.exists()
+
+
 def test_a_fit_refused_is_a_user_error() -> None:
     """Too few or unusable timings: a TtlctlError (one line, exit 2 from the CLI)."""
     with pytest.raises(TtlctlError, match="at least 3"):

@@ -242,6 +242,35 @@ def test_cli_profile_torch_refuses_vllms_engine_flags(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--device", "cpu"], "--device"),
+        (["--dtype", "float16"], "--dtype"),
+        (["--block-size", "16"], "--block-size"),
+        (["--enforce-eager"], "--enforce-eager"),
+        (["--max-num-batched-tokens", "64"], "--max-num-batched-tokens"),
+        (["--block-size", "32", "--cuda-graphs"], "--block-size, --cuda-graphs"),
+    ],
+)
+def test_cli_profile_engine_refuses_the_settings_of_an_engine_it_does_not_start(
+    tmp_path: Path, extra: list[str], named: str
+) -> None:
+    """Regression: `profile --engine URL` took the flags that set up an engine it starts
+    (device, dtype, block size, graphs, token budget) and dropped them without a word, so a
+    user believed the server was measured at those settings: refused, one line, before the
+    server is asked anything (nothing listens on the URL)."""
+    out = tmp_path / "p.json"
+    args = ["profile", "--engine", "http://127.0.0.1:9", "--contexts", "16,32,64", "-o", str(out)]
+    res = CliRunner().invoke(app, [*args, *extra])
+    assert res.exit_code == 2, (extra, res.output)
+    assert res.stderr.strip() == (
+        "error: --engine measures the server as it was started (give vLLM's settings to the "
+        f"server); it takes no {named}"
+    ), res.stderr
+    assert not out.exists()
+
+
 def test_cli_profile_names_another_ttlctl_document_given_as_the_model(tmp_path: Path) -> None:
     """Regression: a shipped profile (or a fit, a bundle) given as --model was refused as
     '…: hidden_size missing or not an integer', as if a config.json were damaged; it is named

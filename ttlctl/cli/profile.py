@@ -151,6 +151,21 @@ def profile(
                     "--torch times Hugging Face transformers in eager torch, not vLLM's "
                     f"engine; it takes no {', '.join(dropped)}"
                 )
+        if engine is not None and not torch_eager:  # settings of an engine it does not start
+            shown = given(ctx, device=device, max_num_batched_tokens=max_num_batched_tokens)
+            engine_own = {
+                "--device": shown["device"],
+                "--dtype": dtype,
+                "--block-size": block_size,
+                ("--enforce-eager" if enforce_eager else "--cuda-graphs"): enforce_eager,
+                "--max-num-batched-tokens": shown["max_num_batched_tokens"],
+            }
+            dropped = [flag for flag, value in engine_own.items() if value is not None]
+            if dropped:
+                raise UserError(
+                    "--engine measures the server as it was started (give vLLM's settings to "
+                    f"the server); it takes no {', '.join(dropped)}"
+                )
         check_outputs(output, json_out)
         grid = parse_contexts(contexts)
         name, config = load_config(model)

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from profiles import shipped
+from profiles.fit_quality import misfits
 from profiles.models import load_config
 from profiles.router_calibration import calibrate
 from profiles.schema import Profile
@@ -21,6 +22,7 @@ from ttlctl.cli.kit import (
     err,
     given,
     out,
+    print_warning,
     progress_bar,
     user_errors,
     write_doc,
@@ -152,13 +154,13 @@ def profile(
                     f"engine; it takes no {', '.join(dropped)}"
                 )
         if engine is not None and not torch_eager:  # settings of an engine it does not start
-            shown = given(ctx, device=device, max_num_batched_tokens=max_num_batched_tokens)
+            set_here = given(ctx, device=device, max_num_batched_tokens=max_num_batched_tokens)
             engine_own = {
-                "--device": shown["device"],
+                "--device": set_here["device"],
                 "--dtype": dtype,
                 "--block-size": block_size,
                 ("--enforce-eager" if enforce_eager else "--cuda-graphs"): enforce_eager,
-                "--max-num-batched-tokens": shown["max_num_batched_tokens"],
+                "--max-num-batched-tokens": set_here["max_num_batched_tokens"],
             }
             dropped = [flag for flag, value in engine_own.items() if value is not None]
             if dropped:
@@ -218,6 +220,13 @@ def profile(
                     progress=progress,
                 )
         write_json(result.to_json(), output)
+        for model, miss in misfits(result.source):
+            print_warning(
+                f"the {model} model misses one of its own timings by {miss:.0%}: the timings "
+                "look stretched by other work on this machine, and a replay priced on this "
+                "profile would misprice its steps; measure again on a quiet machine (or with "
+                "more --repeats)"
+            )
         if json_out is not None and write_doc(result.to_json(), json_out):
             return
     err.print(f"wrote {output}")

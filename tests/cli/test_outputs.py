@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from profiles.shipped import DATA
 from ttlctl.cli import app
+from ttlctl.cli.kit import STDOUT_REFUSED
 from ttlctl.jsonio import OutputError, check_folder, check_writable, write_json
 
 
@@ -108,6 +109,43 @@ def test_fit_checks_the_plot_folder_before_writing_the_fit(
     )
     assert res.exit_code == 2 and f"{tmp_path / 'plots'}: not a directory" in res.stderr
     assert not out.exists()
+
+
+def test_dash_is_stdout_only_where_the_flag_takes_it(
+    small_inputs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: `-o -` (stdout, as `--json -` is) wrote a file named '-' in the current
+    folder and said "wrote ... to -" (every command's -o, refit's --trace, tune's
+    --live-bundle). Now each is refused first, one line, nothing written; --json - and
+    `profile --profile P --as vllm-router -o -` still print to stdout."""
+    monkeypatch.chdir(tmp_path)
+    trace, fit = str(small_inputs["trace"]), str(small_inputs["fit"])
+    served = str(tmp_path / "served.json")
+    build = ["bundle", "build", "--fit", fit, "--profile", "llama-3.1-8b-h100", "-o", served]
+    assert CliRunner().invoke(app, build).exit_code == 0
+    tune = ["tune", trace, "--fit", fit, "--profile", "llama-3.1-8b-h100", "--trials", "1"]
+    cases = {
+        **{name: args for name, args in _commands(small_inputs, "-", tmp_path).items()
+           if "--json" not in args},
+        "refit -o": ["refit", trace, "--bundle", served, "-o", "-"],
+        "refit --trace": ["refit", trace, "--bundle", served, "--trace", "-"],
+        "tune --live-bundle": [*tune, "-o", str(tmp_path / "b.json"), "--live",
+                               "http://127.0.0.1:9", "--live-bundle", "-"],
+    }  # fmt: skip
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for name, args in cases.items():
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, (name, res.output)
+        (line,) = res.stderr.strip().splitlines()
+        assert line == f"error: {STDOUT_REFUSED}", (name, line)
+        assert sorted(p.name for p in tmp_path.iterdir()) == before, name
+    # where '-' is stdout, it still is
+    res = CliRunner().invoke(app, ["fit", trace, "-o", str(tmp_path / "f.json"), "--json", "-"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["schema"] == "ttlctl.fit/1"
+    shown = ["profile", "--profile", "llama-3.1-8b-h100", "--as", "vllm-router", "-o", "-"]
+    res = CliRunner().invoke(app, shown)
+    assert res.exit_code == 0 and res.stdout.strip(), res.output
+    assert not (tmp_path / "-").exists()
 
 
 def test_one_path_named_for_two_outputs_is_refused_first(

@@ -49,7 +49,7 @@ def fit(
     from ttlctl.trace import io as trace_io
 
     with user_errors():
-        check_outputs(output, json_out, folders=(plot,), inputs=(trace,))
+        check_outputs(output, streams=(json_out,), folders=(plot,), inputs=(trace,))
         config = FitConfig(
             min_samples=min_samples, abandon_s=abandon_s, bootstrap=bootstrap, seed=seed
         )

@@ -59,8 +59,8 @@ def ingest(
     with user_errors():
         check_outputs(
             output,
-            json_out,
             rejects_path_for(output) if skip_bad else None,
+            streams=(json_out,),
             inputs=tuple(paths),
         )
         progress, update = _file_progress()

@@ -132,18 +132,30 @@ def usage_line(exc: ClickException) -> str:
     return f"error: {path}: {message[:1].lower()}{message[1:]} (see `{path} --help`)"
 
 
+#: why '-' is refused where an output is a file (:func:`check_outputs`)
+STDOUT_REFUSED = (
+    "-: this output is a file, not standard output (- means stdout only where the flag "
+    "says so, as --json - does); give a file's path"
+)
+
+
 def check_outputs(
     *files: Path | None,
+    streams: tuple[Path | None, ...] = (),
     folders: tuple[Path | None, ...] = (),
     inputs: tuple[Path | None, ...] = (),
 ) -> None:
     """Refuse, before the work starts, output files and folders that cannot be written
-    (None: not asked for; '-': stdout; a named pipe or a device: see
-    :func:`~ttlctl.jsonio.landing`), and an output file that is one of the command's
-    ``inputs`` (writing it would destroy what the command reads). Every command that
-    writes calls it first."""
+    (None: not asked for; a named pipe or a device: see :func:`~ttlctl.jsonio.landing`),
+    and an output file that is one of the command's ``inputs`` (writing it would destroy
+    what the command reads). ``files`` are written as files, so '-' is refused there
+    (:data:`STDOUT_REFUSED`): it would be a file named '-' in the current folder, reported
+    as written "to -"; ``streams`` (``--json PATH|-``) take '-' for stdout. Every command
+    that writes calls it first."""
+    if any(path is not None and str(path) == "-" for path in files):
+        raise OutputError(STDOUT_REFUSED)
     read = {path.resolve() for path in inputs if path is not None and path.is_file()}
-    for path in files:
+    for path in (*files, *streams):
         if path is not None and str(path) != "-":
             check_writable(path)  # first: a link that loops is refused, not resolved
             if path.resolve() in read:
@@ -154,7 +166,7 @@ def check_outputs(
     for folder in folders:
         if folder is not None:
             check_folder(folder)
-    refuse_repeats((*files, *folders))
+    refuse_repeats((*files, *streams, *folders))
 
 
 def same_path(a: Path, b: Path) -> bool:

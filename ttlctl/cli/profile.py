@@ -133,7 +133,8 @@ def profile(
                     "-o FILE writes the router's value"
                 )
             shown, read = shipped.resolve(profile_ref)
-            check_outputs(output, inputs=(read,))  # -o the profile itself: refused
+            # -o - is stdout here; -o the profile itself: refused
+            check_outputs(streams=(output,), inputs=(read,))
             _as_router(shown, decode_throughput_alpha, output, read)
             return
     if output is None:
@@ -168,7 +169,7 @@ def profile(
                     "--engine measures the server as it was started (give vLLM's settings to "
                     f"the server); it takes no {', '.join(dropped)}"
                 )
-        check_outputs(output, json_out)
+        check_outputs(output, streams=(json_out,))
         grid = parse_contexts(contexts)
         name, config = load_config(model)
         bar = progress_bar("profiling")

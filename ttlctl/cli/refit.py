@@ -140,10 +140,15 @@ def refit(
 
     with user_errors():
         # the bundle is read and replaced by design; a log given as an output is refused
-        check_outputs(None if dry_run else (output or bundle), trace, json_out, inputs=tuple(logs))
+        check_outputs(
+            None if dry_run else (output or bundle),
+            trace,
+            streams=(json_out,),
+            inputs=tuple(logs),
+        )
         # ... but only by the new bundle: --json or --trace over it is refused (with
         # --dry-run it was written over the bundle said to be kept)
-        check_outputs(trace, json_out, inputs=(bundle,))
+        check_outputs(trace, streams=(json_out,), inputs=(bundle,))
         settings = checked_settings(
             fmt=fmt,
             skip_bad=skip_bad,

@@ -186,7 +186,7 @@ def replay(
 
     with user_errors():
         check_outputs(
-            json_out,
+            streams=(json_out,),
             folders=(result_dir if save_result else None,),
             inputs=(trace, bundle, Path(profile)),
         )

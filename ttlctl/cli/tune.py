@@ -171,7 +171,7 @@ def tune(
     with user_errors():
         inputs = (trace, fit, Path(profile))
         study_file = Storage(storage or default_storage(output)).file  # the study's, written
-        check_outputs(output, summary or summary_path(output), study_file, inputs=inputs)
+        check_outputs(output, study_file, streams=(summary or summary_path(output),), inputs=inputs)
         # may be -o (the server then serves the bundle written), no other output
         served = None if live_bundle is None or same_path(live_bundle, output) else live_bundle
         check_outputs(live_bundle, inputs=inputs)

@@ -230,7 +230,9 @@ def validate(
     given = (trace, bundle, resimulate, Path(profile) if profile else None)
     with user_errors():
         check_outputs(
-            json_out, folders=(work_dir, result_dir if save_result else None), inputs=given
+            streams=(json_out,),
+            folders=(work_dir, result_dir if save_result else None),
+            inputs=given,
         )
         shown = StageBar.make("re-simulating" if resimulate else "validating")
         with shown.bar:
@@ -239,7 +241,7 @@ def validate(
             )
         # the trace read: with --resimulate, the one the document names, unless TRACE
         read = doc["resimulated"]["trace"] if "resimulated" in doc else doc["trace"]
-        check_outputs(json_out, inputs=(Path(read),))
+        check_outputs(streams=(json_out,), inputs=(Path(read),))
         if json_out is not None and write_doc(doc, json_out, as_text=True):
             _stopped(doc, "on stdout")
             return

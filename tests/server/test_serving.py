@@ -3,6 +3,7 @@ check, the Prometheus folder and the ``--print-command`` line."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.bundles import write_bundle
+from tests.conftest import make_trace
 from ttlctl.cli import app
 from ttlctl.errors import TtlctlError
 from ttlctl.server import serving
@@ -146,3 +148,44 @@ def test_a_log_that_is_the_bundle_or_a_folder_is_refused(tmp_path: Path) -> None
         assert res.exit_code == 2, res.output
         assert says in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert bundle.read_bytes() == before
+
+
+def test_a_log_that_is_another_file_is_refused_an_engine_log_is_taken(tmp_path: Path) -> None:
+    """Regression: `--log trace.parquet` (or a fit, a Mooncake export, notes) was taken,
+    and the engine would have appended its JSON lines to the file, damaging it; with
+    --print-command the line was printed. An existing engine log, or an empty file, is
+    taken as before."""
+    bundle = write_bundle(tmp_path / "bundle.json")
+    trace = make_trace(tmp_path / "trace.parquet", programs=2)
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps({"schema": "ttlctl.fit/1", "tools": {}}, indent=1))
+    mooncake = tmp_path / "m.jsonl"
+    mooncake.write_text('{"session_id": "a", "input_length": 3, "hash_ids": [0]}\n')
+    wide = tmp_path / "wide.jsonl"
+    wide.write_bytes(ENGINE_LINE.encode("utf-16"))
+    for log, says in (
+        (trace, "a Parquet file (a trace?), not an engine log; the engine appends"),
+        (fit, "a fit (what `ttlctl fit` writes), not an engine log; the engine appends"),
+        (mooncake, 'not an engine log (its first line has no "schema": "ttlctl.engine-log/1")'),
+        (wide, "not an engine log as the engine writes it (UTF-8) but UTF-16 text"),
+    ):
+        before = log.read_bytes()
+        res = CliRunner().invoke(
+            app, ["serve", "m", "--bundle", str(bundle), "--log", str(log), "--print-command"]
+        )
+        assert res.exit_code == 2, res.output
+        (line,) = res.stderr.strip().splitlines()
+        assert line.startswith(f"error: --log {log}: {says}"), line
+        assert log.read_bytes() == before
+    engine_log = tmp_path / "engine.jsonl"
+    engine_log.write_text(ENGINE_LINE)
+    (tmp_path / "empty.jsonl").write_text("")
+    for log in (engine_log, tmp_path / "empty.jsonl", tmp_path / "new.jsonl"):
+        serving.check_log(log, bundle, starting=True)
+
+
+#: an engine log's first line, as the plugin writes it
+ENGINE_LINE = (
+    '{"schema": "ttlctl.engine-log/1", "kind": "engine", "at_unix_s": 1796437241.6, '
+    '"block_size": 32, "kv_blocks": 255}\n'
+)

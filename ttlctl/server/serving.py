@@ -13,6 +13,7 @@ or a temporary one removed when the server exits.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shlex
 import shutil
@@ -24,6 +25,7 @@ from pathlib import Path
 from ttlctl.bundle import read
 from ttlctl.bundle_doc import BundleError
 from ttlctl.errors import TtlctlError
+from ttlctl.filekind import binary_kind, document_kind, unmarked, wide_text
 from ttlctl.server import command, vllm_config
 from ttlctl.server.command import SCHEDULER_CLS
 
@@ -33,6 +35,13 @@ OWN_FLAGS = ("--model", "--scheduler-cls")
 DEFAULTED_FLAGS = ("--host", "--port")
 #: the ``PROMETHEUS_MULTIPROC_DIR`` ``--print-command`` shows when none is asked for
 PRINTED_METRICS_DIR = Path(tempfile.gettempdir()) / "ttlctl-prom"
+#: what every engine log line's ``schema`` starts with (ttlctl.engine.enginelog.SCHEMA's
+#: name, any version; not imported: the engine is a layer above)
+ENGINE_LOG_SCHEMA = "ttlctl.engine-log/"
+#: the leading bytes of an existing ``--log`` judged (an engine log's lines are under 1 KB)
+LOG_SNIFF_BYTES = 65_536
+#: a file up to this size that is not JSON lines is read whole to name what it is (a fit)
+LOG_DOCUMENT_BYTES = 16 * 1024 * 1024
 #: the environment ``--print-command`` shows, in this order (when set)
 SHOWN_ENV = (
     "TTLCTL_BUNDLE",
@@ -101,7 +110,8 @@ def check_replica(replica: str | None) -> None:
 
 def check_log(log: Path | None, bundle: Path | None, *, starting: bool) -> None:
     """:class:`ServeError` for a ``--log`` the engine cannot append its lines to: the
-    bundle (each line would damage it) or a folder; and, when ``starting`` the server, a
+    bundle (each line would damage it), a folder, another kind of file
+    (:func:`not_an_engine_log`: a trace, a fit); and, when ``starting`` the server, a
     log whose folder does not exist or that cannot be appended to (the plugin would only
     warn once, in the server's output, and serve without a log). Appending is what is
     checked: a log made beforehand in a folder the server cannot write to is taken."""
@@ -111,6 +121,12 @@ def check_log(log: Path | None, bundle: Path | None, *, starting: bool) -> None:
         raise ServeError(f"--log {log}: is the bundle; the engine log needs a file of its own")
     if log.is_dir():
         raise ServeError(f"--log {log}: is a folder, not a file to append to")
+    other = not_an_engine_log(log)
+    if other is not None:
+        raise ServeError(
+            f"--log {log}: {other}; the engine appends a line per request to it, which would "
+            "damage it (give the engine log's own path)"
+        )
     if not starting:
         return
     if not log.parent.is_dir():
@@ -118,6 +134,50 @@ def check_log(log: Path | None, bundle: Path | None, *, starting: bool) -> None:
     if not os.access(log if log.exists() else log.parent, os.W_OK):
         where = "the file" if log.exists() else f"its folder {log.parent}"
         raise ServeError(f"--log {log}: cannot be appended to ({where} is not writable)")
+
+
+def not_an_engine_log(log: Path) -> str | None:
+    """Why an existing, non-empty ``log`` is not an engine log the plugin can append to
+    (a Parquet trace, a fit, other text), judged by its first line; None when it is one,
+    empty, absent or unreadable (the append check says why). A first line that does not
+    end in the bytes judged is not judged."""
+    try:
+        with log.open("rb") as file:
+            head = file.read(LOG_SNIFF_BYTES)
+    except OSError:
+        return None
+    kind = binary_kind(head)
+    if kind is not None:
+        return f"{kind}, not an engine log"
+    wide = wide_text(head)  # json would read it: the engine writes UTF-8
+    if wide is not None:
+        return f"not an engine log as the engine writes it (UTF-8) but {wide}"
+    if not head.strip():
+        return None
+    text = unmarked(head).lstrip()
+    first, newline, _ = text.partition(b"\n")
+    if not newline and len(head) == LOG_SNIFF_BYTES:
+        return None
+    try:
+        record = json.loads(first)
+    except ValueError:
+        record = None
+    if isinstance(record, dict) and str(record.get("schema", "")).startswith(ENGINE_LOG_SCHEMA):
+        return None
+    kind = document_kind(record) or _document_kind(log)
+    if kind is not None:
+        return f"{kind}, not an engine log"
+    return f'not an engine log (its first line has no "schema": "{ENGINE_LOG_SCHEMA}1")'
+
+
+def _document_kind(path: Path) -> str | None:
+    """Which of ttlctl's JSON documents a small file holds whole (None: none, or large)."""
+    try:
+        if path.stat().st_size > LOG_DOCUMENT_BYTES:
+            return None
+        return document_kind(json.loads(unmarked(path.read_bytes())))
+    except (OSError, ValueError):
+        return None
 
 
 def require_vllm() -> None:

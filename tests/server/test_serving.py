@@ -127,6 +127,18 @@ def test_serve_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path) -> 
         assert len(got) == 1 and got[0].startswith(f"error: {line}"), res.stderr
 
 
+def test_an_empty_model_is_refused(tmp_path: Path) -> None:
+    """Regression: `ttlctl serve '' …` printed `--model ''` with --print-command (and would
+    have started vLLM so, to fail in the server's output)."""
+    bundle = write_bundle(tmp_path / "bundle.json")
+    for model in ("", "  "):
+        res = CliRunner().invoke(app, ["serve", model, "--bundle", str(bundle), "--print-command"])
+        assert res.exit_code == 2, res.output
+        assert res.stdout == ""
+        (line,) = res.stderr.strip().splitlines()
+        assert line == f"error: MODEL {model!r}: give the model's name or folder"
+
+
 def test_a_metrics_folder_holding_an_earlier_servers_files_is_warned_of(tmp_path: Path) -> None:
     assert serving.stale_metrics(tmp_path) is None
     assert serving.stale_metrics(tmp_path / "none") is None

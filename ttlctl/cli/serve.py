@@ -110,6 +110,7 @@ def serve(
     Clients tag requests with vllm_xargs (program_id, tool, is_last) or X-Session-ID.
     """
     with user_errors():
+        serving.check_model(model)
         serving.check_replica(replica)
         serving.check_log(log, bundle, starting=not print_command)
         warning = serving.check_bundle(bundle, allow_stock)

@@ -97,6 +97,14 @@ def check_bundle(bundle: Path | None, allow_stock: bool) -> str | None:
     return f"{problem}: serving as stock vLLM (no pins), as --allow-stock asks"
 
 
+def check_model(model: str) -> None:
+    """:class:`ServeError` for an empty MODEL (or only spaces): vLLM would be started with
+    ``--model ''`` and fail after its start-up, in the server's output, and
+    ``--print-command`` would print that line as if it could run."""
+    if not model.strip():
+        raise ServeError(f"MODEL {model!r}: give the model's name or folder")
+
+
 def check_replica(replica: str | None) -> None:
     """:class:`ServeError` for an empty ``--replica`` (or only spaces): the engine reads it
     as no name (``TTLCTL_REPLICA`` stripped), so the server would serve unnamed while the

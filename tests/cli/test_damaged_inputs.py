@@ -213,3 +213,22 @@ def test_a_folder_given_for_a_trace_is_said_to_be_one(tmp_path: Path) -> None:
         assert line.startswith(f"error: {logs}: is a directory, not a Parquet trace"), line
         assert f"`ttlctl ingest {logs} -o trace.parquet`" in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"]
+
+
+def test_an_empty_trace_is_said_to_be_empty(tmp_path: Path) -> None:
+    """Regression: an empty (or blank) file given as the trace was "not a Parquet trace
+    (make one with `ttlctl ingest empty.parquet -o trace.parquet`)", a hint that led to
+    ingest's "empty file"; it says so itself now, as the JSON readers do."""
+    for name, data in (("empty.parquet", b""), ("blank.parquet", b"\xef\xbb\xbf \n\n")):
+        trace = tmp_path / name
+        trace.write_bytes(data)
+        for args in (
+            ["fit", str(trace), "-o", str(tmp_path / "out" / "f.json")],
+            ["export", str(trace), "--to", "mooncake", "-o", str(tmp_path / "out" / "m.jsonl")],
+            ["replay", str(trace), "--policy", "vllm"],
+        ):
+            res = CliRunner().invoke(app, args)
+            assert res.exit_code == 2, (args, res.output)
+            (line,) = res.stderr.strip().splitlines()
+            assert line == f"error: {trace}: empty file", line
+    assert not (tmp_path / "out").exists()

@@ -12,7 +12,7 @@ from typing import IO, Any
 import polars as pl
 
 from ttlctl.errors import TtlctlError
-from ttlctl.filekind import document_kind
+from ttlctl.filekind import document_kind, unmarked
 from ttlctl.jsonio import replacing
 from ttlctl.trace import rules
 from ttlctl.trace.columns import (
@@ -158,8 +158,11 @@ def _check_file(path: Path, *, pages: bool = True) -> None:
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
     with path.open("rb") as fh:
-        magic = fh.read(4)
-    if magic != b"PAR1":
+        head = fh.read(BLANK_BYTES + 1)
+    if not head.startswith(b"PAR1"):
+        if len(head) <= BLANK_BYTES and not unmarked(head).strip():
+            # as ingest and the JSON readers say it: the ingest hint would lead nowhere
+            raise TraceError(f"{path}: empty file")
         kind = _ttlctl_document(path)
         if kind is not None:  # not a log to ingest: the hint below would lead nowhere
             raise TraceError(
@@ -184,6 +187,8 @@ def _check_file(path: Path, *, pages: bool = True) -> None:
         raise TraceError(f"{path}: damaged Parquet, truncated or corrupted ({damage})")
 
 
+#: the largest file that may be blank (spaces, newlines, a byte-order mark): an empty file
+BLANK_BYTES = 4096
 #: the largest file read whole to tell whether it is one of ttlctl's JSON documents
 DOCUMENT_BYTES = 64 << 20
 

@@ -16,7 +16,7 @@ service records, else the defaults.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +159,7 @@ def replay_settings(doc: Bundle, settings: RefitSettings) -> tuple[ReplayConfig,
         "max_num_batched_tokens": settings.max_num_batched_tokens,
         "max_model_len": settings.max_model_len,
     }
-    engine = replace(engine, **{k: v for k, v in given.items() if v is not None})
+    engine = engine.resized(**{k: v for k, v in given.items() if v is not None})
     config = ReplayConfig(
         engine=engine,
         offload_tokens=_given(settings.offload_tokens, recorded.get("offload_tokens"), 0),

@@ -129,7 +129,7 @@ def size(
                 )
         elif theirs is not None:
             values[key] = theirs
-    engine = _with_prefill_cap(replace(base, **values), given, entries, notes, replica)
+    engine = _with_prefill_cap(base.resized(**values), given, entries, notes, replica)
     shown = _shape(engine)
     from_log = any(given.get(k) is None and k in logged for k in SIZE_FLAGS)
     # what neither a flag nor the log gives: the base's

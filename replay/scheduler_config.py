@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ttlctl.errors import ConfigError
@@ -91,6 +91,19 @@ class SimSchedulerConfig:
     @property
     def num_blocks(self) -> int:
         return self.kv_tokens // self.block_size
+
+    def resized(self, **sizes: Any) -> SimSchedulerConfig:
+        """These settings with ``sizes`` (a flag's or an engine log's) in place. A prefill
+        cap kept from these past a new, shorter ``max_model_len`` (a bundle's record of an
+        engine with a longer one) is cut to it, where the settings would be refused as
+        naming a threshold nobody gave: no prompt is longer, so it caps none either way."""
+        length = sizes.get("max_model_len", self.max_model_len)
+        if (
+            "long_prefill_token_threshold" not in sizes
+            and self.long_prefill_token_threshold > length
+        ):
+            sizes["long_prefill_token_threshold"] = length
+        return replace(self, **sizes)
 
     def prefill_cap(self, num_eligible: int) -> int:
         """A prefill's tokens per step at most (0: no cap) in a step that starts with

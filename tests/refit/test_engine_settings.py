@@ -11,6 +11,7 @@ import pytest
 from replay.engine_settings import UNMODELLED, admitted, notes
 from replay.refit_sizing import SIZE_FLAGS, size
 from replay.scheduler import SimSchedulerConfig
+from ttlctl.errors import ConfigError
 
 NONE: dict[str, int | None] = dict.fromkeys(SIZE_FLAGS)
 
@@ -157,3 +158,31 @@ def test_a_flag_given_wins_over_the_logs_prefill_cap_and_is_noted() -> None:
     assert size(NONE, [], base, "the bundle").engine.long_prefill_token_threshold == 64
     over = size(given, [], base, "the bundle")
     assert over.engine.long_prefill_token_threshold == 128
+
+
+def test_a_recorded_prefill_cap_past_a_shorter_logged_model_is_cut_not_refused() -> None:
+    """The bundle's record (the base) capped prefills at 2,048 on a long model; the log's
+    engine serves a 1,024-token model and states no cap (an older plugin) or none (0): the
+    record's cap is cut to the model's length (it caps no prompt either way), or replaced by
+    the log's, where the sizing stopped on '--long-prefill-token-threshold must be from 0
+    (no cap) to --max-model-len (1,024), not 2,048', a flag nobody gave."""
+    base = SimSchedulerConfig(max_model_len=32_768, long_prefill_token_threshold=2048)
+    older = size(NONE, [facts()], base, "the bundle's last refit")
+    assert older.engine.max_model_len == 1024
+    assert older.engine.long_prefill_token_threshold == 1024
+    off = size(NONE, [facts(long_prefill_token_threshold=0)], base, "the bundle's last refit")
+    assert off.engine.long_prefill_token_threshold == 0
+    # a flag's threshold past the model's length is still refused, naming the flags
+    with pytest.raises(ConfigError, match=r"^--long-prefill-token-threshold must be from 0"):
+        size(NONE | {"long_prefill_token_threshold": 2048}, [facts()], base, "b")
+
+
+def test_a_shorter_max_model_len_given_cuts_the_recorded_prefill_cap() -> None:
+    """``resized``: a size given over a record keeps the record's cap only as far as the
+    new length (a flag's own threshold is checked as given)."""
+    base = SimSchedulerConfig(max_model_len=32_768, long_prefill_token_threshold=2048)
+    assert base.resized(max_model_len=1024).long_prefill_token_threshold == 1024
+    assert base.resized(max_model_len=4096).long_prefill_token_threshold == 2048
+    assert base.resized(kv_tokens=9_000).long_prefill_token_threshold == 2048
+    with pytest.raises(ConfigError, match=r"--max-model-len \(1,024\), not 2,048$"):
+        base.resized(max_model_len=1024, long_prefill_token_threshold=2048)

@@ -134,6 +134,10 @@ _BLOCK_HELP = "KV block size in tokens (vLLM's --block-size)."
 _BUDGET_HELP = "Token budget per step (vLLM's --max-num-batched-tokens)."
 _SEQS_HELP = "Most requests running at once (vLLM's --max-num-seqs)."
 _LEN_HELP = "Longest request the engine accepts (vLLM's --max-model-len)."
+_PREFILL_CAP_HELP = (
+    "A prefill's tokens per step at most while another request runs or waits "
+    "(vLLM's --long-prefill-token-threshold; 0: no cap)."
+)
 
 
 def _logged(default: int) -> str:
@@ -164,8 +168,7 @@ LongPrefillTokenThreshold = Annotated[
     typer.Option(
         "--long-prefill-token-threshold",
         min=0,
-        help="A prefill's tokens per step at most while another request runs or waits "
-        "(vLLM's --long-prefill-token-threshold; 0: no cap).",
+        help=_PREFILL_CAP_HELP,
     ),
 ]
 LoggedLongPrefillTokenThreshold = Annotated[
@@ -173,8 +176,7 @@ LoggedLongPrefillTokenThreshold = Annotated[
     typer.Option(
         "--long-prefill-token-threshold",
         min=0,
-        help="A prefill's tokens per step at most while another request runs or waits "
-        "(vLLM's --long-prefill-token-threshold; 0: no cap).",
+        help=_PREFILL_CAP_HELP,
         show_default=_logged(0),
     ),
 ]

@@ -7,12 +7,9 @@ its default; a replay of a log whose engine ran another value replays another sc
 each such value gets one line (:func:`notes`), naming the setting as vLLM's flag and what the
 replay does instead. Null is vLLM's default (or a release without the setting: the same).
 
-Two are not among them, being modelled: ``max_num_active_seqs`` is vLLM's admission cap into
-the running batch (``--max-num-seqs`` only sizes the model runner then), which is what the
-simulators' own ``max_num_seqs`` is, so the sizing takes it (:func:`admitted`); and the
-prefill chunk cap (``long_prefill_token_threshold``, adaptive or not), which the simulators
-apply (:meth:`replay.scheduler_config.SimSchedulerConfig.prefill_cap`) and the sizing takes
-(:func:`logged_prefill_cap`).
+The settings the simulators do model (the running batch's cap, the prefill chunk cap, the
+whole-prompt reservation) are not among them: the sizing takes those from the log
+(:mod:`replay.logged_settings`).
 """
 
 from __future__ import annotations
@@ -29,14 +26,21 @@ class Unmodelled:
 
     fact: str
     flag: str
-    is_default: Callable[[Any], bool]
+    #: whether a value (of the engine record given beside it) is vLLM's default
+    is_default: Callable[[Any, Mapping[str, Any]], bool]
     did: str
     #: the plugin undoes it while a bundle is loaded (an engine with one replays as modelled)
     moot_under_bundle: bool = False
+    #: the flag is said with the value the engine ran (a switch's flag says it alone)
+    with_value: bool = True
 
 
-def _off(value: Any) -> bool:
+def _off(value: Any, entry: Mapping[str, Any]) -> bool:
     return value is None or value == 0
+
+
+def _unset(value: Any, entry: Mapping[str, Any]) -> bool:
+    return value is None
 
 
 #: the settings, in the order their lines are given
@@ -44,20 +48,20 @@ UNMODELLED: tuple[Unmodelled, ...] = (
     Unmodelled(
         "scheduling_policy",
         "--scheduling-policy",
-        lambda v: v in (None, "fcfs"),
+        lambda v, e: v in (None, "fcfs"),
         "ordered its waiting requests by their priority; the replay's trace has none, and a "
         "stock engine replays in arrival order",
     ),
     Unmodelled(
         "max_num_queued_reqs",
         "--max-num-queued-reqs",
-        lambda v: v is None,
+        _unset,
         "refused requests past that many waiting and running; the replay queues every call",
     ),
     Unmodelled(
         "prefill_schedule_interval",
         "--prefill-schedule-interval",
-        lambda v: v in (None, 1),
+        lambda v, e: v in (None, 1),
         "admitted prefill only every that many steps; the replay admits it at every step",
     ),
     Unmodelled(
@@ -71,14 +75,41 @@ UNMODELLED: tuple[Unmodelled, ...] = (
     Unmodelled(
         "max_num_inflight_kv_loads",
         "--max-num-inflight-kv-loads",
-        lambda v: v is None,
+        _unset,
         "started asynchronous KV loads while the batch was full; the replay loads a call's KV "
         "when it is admitted",
     ),
     Unmodelled(
+        "enable_chunked_prefill",
+        "--no-enable-chunked-prefill",
+        lambda v, e: v is not False,
+        "scheduled a prompt only whole, in one step; the replay chunks a long prompt across steps",
+        with_value=False,
+    ),
+    Unmodelled(
+        "max_num_scheduled_tokens",
+        "--max-num-scheduled-tokens",
+        lambda v, e: v is None or v == e.get("max_num_batched_tokens"),
+        "scheduled at most that many tokens a step; the replay schedules up to "
+        "--max-num-batched-tokens",
+    ),
+    Unmodelled(
+        "watermark",
+        "--watermark",
+        _off,
+        "kept that share of its KV blocks free when admitting; the replay admits into every "
+        "free block",
+    ),
+    Unmodelled(
+        "max_num_queued_tokens",
+        "--max-num-queued-tokens",
+        _unset,
+        "refused requests past that many prompt tokens in prefill; the replay queues every call",
+    ),
+    Unmodelled(
         "kv_connector",
         "--kv-transfer-config",
-        lambda v: v is None,
+        _unset,
         "moved KV through a connector; the replay models one only as a CPU offload tier, and "
         "only when given one (--offload-tokens)",
     ),
@@ -90,40 +121,18 @@ def notes(entries: Sequence[Mapping[str, Any]], of: str) -> list[str]:
     than vLLM's default; ``of``: how the lines name the engine (``the log's engine`` …)."""
     out: list[str] = []
     for setting in UNMODELLED:
-        values = [
-            e.get(setting.fact)
-            for e in entries
-            if not (setting.moot_under_bundle and e.get("bundle_sha256"))
-        ]
-        odd = list(dict.fromkeys(v for v in values if not setting.is_default(v)))
+        odd = list(
+            dict.fromkeys(
+                e.get(setting.fact)
+                for e in entries
+                if not (setting.moot_under_bundle and e.get("bundle_sha256"))
+                and not setting.is_default(e.get(setting.fact), e)
+            )
+        )
         if odd:
-            shown = ", ".join(str(v) for v in odd)
+            shown = f" {', '.join(str(v) for v in odd)}" if setting.with_value else ""
             out.append(
-                f"{of} ran {setting.flag} {shown}, which the simulator does not model: the "
+                f"{of} ran {setting.flag}{shown}, which the simulator does not model: the "
                 f"engine {setting.did}"
             )
     return out
-
-
-def admitted(entry: Mapping[str, Any]) -> int | None:
-    """The running batch's cap an engine's facts state: ``max_num_active_seqs`` where it is
-    set below ``max_num_seqs`` (vLLM then admits at most that many), else ``max_num_seqs``;
-    None when neither is a whole number."""
-    seqs, active = _whole(entry.get("max_num_seqs")), _whole(entry.get("max_num_active_seqs"))
-    if seqs is None:
-        return None
-    return active if active is not None and active < seqs else seqs
-
-
-def _whole(value: Any) -> int | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    return int(value) if ok else None
-
-
-def logged_prefill_cap(entry: Mapping[str, Any]) -> tuple[int, bool] | None:
-    """The prefill chunk cap an engine's facts state (the threshold, whether adaptive); None
-    when they state none (an older plugin: the default, no cap)."""
-    threshold = entry.get("long_prefill_token_threshold")
-    if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 0:
-        return None
-    return threshold, entry.get("long_prefill_token_threshold_adaptive") is True

@@ -14,7 +14,8 @@ What is sized (:data:`SIZE_FLAGS`): the KV cache in tokens (the usable blocks ×
 size), the block size, ``max_num_seqs``, ``max_num_batched_tokens`` and ``max_model_len``;
 the running batch's cap is ``max_num_active_seqs`` where the engine set it below
 ``max_num_seqs``, and the prefill chunk cap (``--long-prefill-token-threshold``, adaptive
-or not) is the flag's, else the log's. The log also says whether the
+or not) is the flag's, else the log's, as is the whole-prompt reservation
+(:mod:`replay.logged_settings`). The log also says whether the
 engine ran vLLM's async scheduling (the fast simulator schedules synchronously) and the
 scheduler settings no replay models (:mod:`replay.engine_settings`): a note says each that
 is not vLLM's default.
@@ -23,11 +24,11 @@ is not vLLM's default.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from replay.engine_settings import admitted, logged_prefill_cap
 from replay.engine_settings import notes as unmodelled_notes
+from replay.logged_settings import admitted, as_logged, scheduling_key
 from replay.scheduler import SimSchedulerConfig
 
 #: the engine's sizes a log states, and the flag that sets each
@@ -38,11 +39,6 @@ SIZE_FLAGS: dict[str, str] = {
     "max_num_batched_tokens": "--max-num-batched-tokens",
     "max_model_len": "--max-model-len",
 }
-
-
-#: the prefill chunk cap's flag (``given``'s key ``long_prefill_token_threshold``; its
-#: switch: ``long_prefill_token_threshold_adaptive``)
-PREFILL_FLAG = "--long-prefill-token-threshold"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +75,7 @@ def stated(
         return {}, None
     best = _busiest(entries)
     sizes = _sizes(best)
-    distinct = {(tuple(sorted(_sizes(e).items())), logged_prefill_cap(e)) for e in entries}
+    distinct = {(tuple(sorted(_sizes(e).items())), scheduling_key(e)) for e in entries}
     note = None
     if len(distinct) > 1:
         note = (
@@ -105,7 +101,7 @@ def _sizes(entry: Mapping[str, Any]) -> dict[str, int]:
 
 
 def size(
-    given: Mapping[str, int | None],
+    given: Mapping[str, int | bool | None],
     entries: Sequence[Mapping[str, Any]],
     base: SimSchedulerConfig,
     base_source: str,
@@ -129,9 +125,15 @@ def size(
                 )
         elif theirs is not None:
             values[key] = theirs
-    engine = _with_prefill_cap(base.resized(**values), given, entries, notes, replica)
+    engine, disagree, scheduled = as_logged(
+        base.resized(**values),
+        given,
+        _busiest(entries) if entries else None,
+        f"the log's engine{_of(replica)}",
+    )
+    notes.extend(disagree)
     shown = _shape(engine)
-    from_log = any(given.get(k) is None and k in logged for k in SIZE_FLAGS)
+    from_log = scheduled or any(given.get(k) is None and k in logged for k in SIZE_FLAGS)
     # what neither a flag nor the log gives: the base's
     missing = [f for k, f in SIZE_FLAGS.items() if given.get(k) is None and k not in logged]
     if missing:
@@ -174,41 +176,10 @@ def size(
     return Sized(engine, line, replica, tuple(notes), from_log)
 
 
-def _with_prefill_cap(
-    engine: SimSchedulerConfig,
-    given: Mapping[str, int | None],
-    entries: Sequence[Mapping[str, Any]],
-    notes: list[str],
-    replica: str | None,
-) -> SimSchedulerConfig:
-    """``engine`` with the prefill chunk cap: the flags' (``given``; None: not given),
-    else the log's (no longer than ``max_model_len``: a longer cap caps no prompt), else
-    ``engine``'s own (the bundle's record, or none); a flag that disagrees with the log is
-    noted in ``notes``."""
-    threshold = given.get("long_prefill_token_threshold")
-    adaptive = given.get("long_prefill_token_threshold_adaptive")
-    logged = logged_prefill_cap(_busiest(entries)) if entries else None
-    if logged is not None and threshold is not None and threshold != logged[0]:
-        notes.append(
-            f"{PREFILL_FLAG} {threshold:,} disagrees with the log's engine{_of(replica)} "
-            f"({logged[0]:,}): the flag wins"
-        )
-    if threshold is None and logged is not None:
-        threshold = min(logged[0], engine.max_model_len)
-        if adaptive is None:
-            adaptive = logged[1]
-    changes: dict[str, Any] = {}
-    if threshold is not None:
-        changes["long_prefill_token_threshold"] = threshold
-    if adaptive is not None:
-        changes["long_prefill_token_threshold_adaptive"] = bool(adaptive)
-    return replace(engine, **changes) if changes else engine
-
-
 def by_replica(
     names: Sequence[str],
     engines: Sequence[Mapping[str, Any]],
-    given: Mapping[str, int | None],
+    given: Mapping[str, int | bool | None],
     base: SimSchedulerConfig,
     base_source: str,
 ) -> list[Sized]:
@@ -231,6 +202,8 @@ def _shape(engine: SimSchedulerConfig) -> str:
     if engine.long_prefill_token_threshold:
         adaptive = " (adaptive)" if engine.long_prefill_token_threshold_adaptive else ""
         shown += f", long_prefill_token_threshold {engine.long_prefill_token_threshold:,}{adaptive}"
+    if not engine.reserve_full_prompt:
+        shown += ", admitting on a prompt's first chunk (no whole-prompt reservation)"
     return shown
 
 

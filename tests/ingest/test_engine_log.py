@@ -277,6 +277,11 @@ def test_the_schedulers_other_settings_are_kept_with_the_facts(tmp_path: Path) -
         "cache_aware_admission_threshold": 1,
         "max_num_inflight_kv_loads": 2,
         "kv_connector": "NixlConnector",
+        "scheduler_reserve_full_isl": False,
+        "enable_chunked_prefill": True,
+        "max_num_scheduled_tokens": 1024,
+        "watermark": 0.05,
+        "max_num_queued_tokens": 0,
     }
     src = _write(tmp_path / "engine.jsonl", [_facts("r", **more), *_log()])
     ingest([src], tmp_path / "t.parquet")
@@ -318,6 +323,9 @@ def test_a_bad_engine_record_is_a_bad_record(tmp_path: Path) -> None:
         ({"cache_aware_admission_threshold": 1.5}, "cache_aware_admission_threshold must be from"),
         ({"cache_aware_admission_threshold": "half"}, "cache_aware_admission_threshold is not a"),
         ({"cache_aware_admission_threshold": True}, "cache_aware_admission_threshold is not a"),
+        ({"watermark": -0.1}, "watermark must be from 0 to 1"),
+        ({"max_num_scheduled_tokens": 0}, "max_num_scheduled_tokens must be at least 1: 0"),
+        ({"enable_chunked_prefill": "yes"}, "enable_chunked_prefill is not true or false"),
     ],
 )
 def test_an_engine_that_could_not_run_is_a_bad_record(

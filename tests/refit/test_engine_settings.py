@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from replay.engine_settings import UNMODELLED, admitted, notes
+from replay.engine_settings import UNMODELLED, notes
+from replay.logged_settings import admitted
 from replay.refit_sizing import SIZE_FLAGS, size
 from replay.scheduler import SimSchedulerConfig
 from ttlctl.errors import ConfigError
@@ -34,6 +35,11 @@ DEFAULTS: dict[str, Any] = {
     "cache_aware_admission_threshold": 0.5,
     "max_num_inflight_kv_loads": None,
     "kv_connector": None,
+    "scheduler_reserve_full_isl": True,
+    "enable_chunked_prefill": True,
+    "max_num_scheduled_tokens": None,
+    "watermark": 0.0,
+    "max_num_queued_tokens": None,
 }
 
 #: a value other than the default for each setting no replay models, and its flag
@@ -44,6 +50,10 @@ ODD: dict[str, tuple[Any, str]] = {
     "cache_aware_admission_window": (16, "--cache-aware-admission-window 16"),
     "max_num_inflight_kv_loads": (2, "--max-num-inflight-kv-loads 2"),
     "kv_connector": ("NixlConnector", "--kv-transfer-config NixlConnector"),
+    "enable_chunked_prefill": (False, "--no-enable-chunked-prefill"),
+    "max_num_scheduled_tokens": (1024, "--max-num-scheduled-tokens 1024"),
+    "watermark": (0.05, "--watermark 0.05"),
+    "max_num_queued_tokens": (100_000, "--max-num-queued-tokens 100000"),
 }
 
 
@@ -143,9 +153,16 @@ def test_a_flag_given_wins_over_the_logs_prefill_cap_and_is_noted() -> None:
     given = NONE | {"long_prefill_token_threshold": 128}
     sized = size(given, [logged], SimSchedulerConfig(), "defaults")
     assert sized.engine.long_prefill_token_threshold == 128
-    assert sized.engine.long_prefill_token_threshold_adaptive is False  # the flag's, not given
+    assert sized.engine.long_prefill_token_threshold_adaptive is True  # the log's: not given
     assert sized.notes == (
         "--long-prefill-token-threshold 128 disagrees with the log's engine (512): the flag wins",
+    )
+    off = given | {"long_prefill_token_threshold_adaptive": False}
+    sized = size(off, [logged], SimSchedulerConfig(), "defaults")
+    assert sized.engine.long_prefill_token_threshold_adaptive is False
+    assert sized.notes[-1] == (
+        "--long-prefill-token-threshold-adaptive off disagrees with the log's engine (on): "
+        "the flag wins"
     )
     # the switch alone: the log's threshold, floored adaptively as the flag asks
     switch = NONE | {"long_prefill_token_threshold_adaptive": True}
@@ -186,3 +203,32 @@ def test_a_shorter_max_model_len_given_cuts_the_recorded_prefill_cap() -> None:
     assert base.resized(kv_tokens=9_000).long_prefill_token_threshold == 2048
     with pytest.raises(ConfigError, match=r"--max-model-len \(1,024\), not 2,048$"):
         base.resized(max_model_len=1024, long_prefill_token_threshold=2048)
+
+
+def test_the_max_num_scheduled_tokens_equal_to_the_budget_is_the_default() -> None:
+    same = facts(max_num_scheduled_tokens=2048)  # the record's max_num_batched_tokens
+    assert notes([same], "E") == []
+
+
+@pytest.mark.parametrize("reserve", [True, False, None])
+def test_the_logs_whole_prompt_reservation_is_replayed(reserve: bool | None) -> None:
+    """vLLM's --scheduler-reserve-full-isl (on by default): with it off, admission asks room
+    for a prompt's first chunk only, which the simulators model (``reserve_full_prompt``)."""
+    sized = size(NONE, [facts(scheduler_reserve_full_isl=reserve)], SimSchedulerConfig(), "d")
+    assert sized.engine.reserve_full_prompt is (reserve is not False)
+    assert ("no whole-prompt reservation" in sized.line) is (reserve is False)
+    restarted = [
+        facts(3, scheduler_reserve_full_isl=True),
+        facts(9, scheduler_reserve_full_isl=False),
+    ]
+    sized = size(NONE, restarted, SimSchedulerConfig(), "d")
+    assert "changed size (2 sizes)" in sized.notes[0] and not sized.engine.reserve_full_prompt
+
+
+def test_a_cap_only_the_log_gives_is_said_to_come_from_it() -> None:
+    """Every size given by a flag, the prefill cap from the log: the line says the log sized
+    the replay (flags given win), not that the flags did."""
+    every = {k: v for k, v in zip(SIZE_FLAGS, (4096, 32, 8, 2048, 1024), strict=True)}
+    sized = size(every, [facts(long_prefill_token_threshold=256)], SimSchedulerConfig(), "d")
+    assert sized.line.startswith("replay sized from the engine log: ")
+    assert sized.line.endswith("(flags given win)")

@@ -86,8 +86,11 @@ def test_the_prefill_cap_is_the_flags_else_the_engine_logs() -> None:
     )
     assert engine.long_prefill_token_threshold == 64
     assert engine.long_prefill_token_threshold_adaptive is True
-    assert warned == ["--long-prefill-token-threshold 64 disagrees with the log's engine (256): "
-                      "the flag wins"]  # fmt: skip
+    assert warned == [
+        "--long-prefill-token-threshold 64 disagrees with the log's engine (256): the flag wins",
+        "--long-prefill-token-threshold-adaptive on disagrees with the log's engine (off): "
+        "the flag wins",
+    ]
     two = [facts, dict(facts, replica="b")]
     engine, _ = engine_size(_request(long_prefill_token_threshold=64), two, warned.append)
     assert engine.long_prefill_token_threshold == 64

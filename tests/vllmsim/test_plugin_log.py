@@ -139,6 +139,9 @@ def test_the_facts_name_the_schedulers_other_settings_and_its_connector(
     assert (plain["cache_aware_admission_window"] == 0) is has_window
     assert (plain["cache_aware_admission_threshold"] == 0.5) is has_window
     assert plain["max_num_inflight_kv_loads"] is None
+    assert plain["scheduler_reserve_full_isl"] is True and plain["enable_chunked_prefill"] is True
+    assert plain["max_num_scheduled_tokens"] in (None, 512)  # unset, or the token budget
+    assert plain["watermark"] == 0.0 and plain["max_num_queued_tokens"] is None
     # with a connector and an asynchronous-load cap (vLLM 0.34's; set by hand on an older
     # release, whose scheduler ignores it): named, and warned of under a policy
     made = build_mod.vllm_config

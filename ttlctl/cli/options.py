@@ -180,11 +180,23 @@ LoggedLongPrefillTokenThreshold = Annotated[
         show_default=_logged(0),
     ),
 ]
+_ADAPTIVE_HELP = (
+    "Never cap a prefill below the token budget's fair share (vLLM's flag: the budget over "
+    "the requests running and waiting)."
+)
 LongPrefillAdaptive = Annotated[
     bool,
     typer.Option(
-        "--long-prefill-token-threshold-adaptive",
-        help="Never cap a prefill below the token budget's fair share (vLLM's flag).",
+        "--long-prefill-token-threshold-adaptive/--no-long-prefill-token-threshold-adaptive",
+        help=_ADAPTIVE_HELP,
+    ),
+]
+LoggedLongPrefillAdaptive = Annotated[
+    bool,
+    typer.Option(
+        "--long-prefill-token-threshold-adaptive/--no-long-prefill-token-threshold-adaptive",
+        help=_ADAPTIVE_HELP,
+        show_default="off unless the engine log, or refit's bundle, states it",
     ),
 ]
 #: the same sizes where a trace's engine log sets them unless given (tune, refit)

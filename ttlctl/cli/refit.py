@@ -20,11 +20,11 @@ from ttlctl.cli.options import (
     JpsLoads,
     JsonTo,
     LoggedBlockSize,
+    LoggedLongPrefillAdaptive,
     LoggedLongPrefillTokenThreshold,
     LoggedMaxModelLen,
     LoggedMaxNumBatchedTokens,
     LoggedMaxNumSeqs,
-    LongPrefillAdaptive,
     QueueDelay,
 )
 from ttlctl.cli.stage_bar import StageBar
@@ -88,7 +88,7 @@ def refit(
     max_num_batched_tokens: LoggedMaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,
     max_model_len: LoggedMaxModelLen = MAX_MODEL_LEN,
     long_prefill_token_threshold: LoggedLongPrefillTokenThreshold = 0,
-    long_prefill_token_threshold_adaptive: LongPrefillAdaptive = False,
+    long_prefill_token_threshold_adaptive: LoggedLongPrefillAdaptive = False,
     offload_tokens: Annotated[
         int | None,
         typer.Option(help="CPU offload tier in tokens. Default: as recorded, else 0."),

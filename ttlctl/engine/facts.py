@@ -64,6 +64,16 @@ class EngineFacts:
     max_num_inflight_kv_loads: int | None = None
     #: the KV connector's name (None: none)
     kv_connector: str | None = None
+    #: admission checks that the whole prompt fits, not just its first chunk
+    scheduler_reserve_full_isl: bool | None = None
+    #: prompts longer than the token budget are split into chunks across steps
+    enable_chunked_prefill: bool | None = None
+    #: the tokens a step may schedule, where below ``max_num_batched_tokens`` (None: those)
+    max_num_scheduled_tokens: int | None = None
+    #: the share of KV blocks admission keeps free (0: none)
+    watermark: float | None = None
+    #: prompt tokens in prefill past which the server refuses requests (None: no limit)
+    max_num_queued_tokens: int | None = None
 
     @property
     def kv_tokens(self) -> int | None:
@@ -86,3 +96,74 @@ def replica_name(env: Any) -> str | None:
     """The replica named by ``TTLCTL_REPLICA`` (stripped; empty: none)."""
     name = str(env.get(ENV_REPLICA) or "").strip()
     return name or None
+
+
+def configured(
+    config: Any,
+    cache_config: Any,
+    *,
+    num_gpu_blocks: int,
+    connector: Any,
+    vllm_version: str,
+    bundle_sha256: str | None,
+    replica: str | None,
+) -> EngineFacts:
+    """The facts of an engine configured by vLLM's ``VllmConfig`` ``config`` (read by name:
+    a setting its release lacks, or of an unexpected type, is None) and ``cache_config``, with
+    ``num_gpu_blocks`` KV blocks (the null block among them) and the scheduler's KV
+    ``connector`` (None: none; named by the config's ``kv_transfer_config``, else its class)."""
+    sched = getattr(config, "scheduler_config", None)
+    model = getattr(config, "model_config", None)
+    served = getattr(model, "served_model_name", None)
+    if isinstance(served, (list, tuple)):
+        served = served[0] if served else None
+    transfer = getattr(config, "kv_transfer_config", None)
+    named = getattr(transfer, "kv_connector", None) if transfer is not None else None
+    if named is None and connector is not None:
+        named = type(connector).__name__
+
+    def setting(name: str) -> int | None:
+        return _whole(getattr(sched, name, None))
+
+    def switch(name: str) -> bool | None:
+        value = getattr(sched, name, None)
+        return value if isinstance(value, bool) else None
+
+    def share(name: str) -> float | None:
+        value = getattr(sched, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        return None
+
+    return EngineFacts(
+        vllm_version=vllm_version,
+        model=str(served or getattr(model, "model", "") or "") or None,
+        block_size=_whole(getattr(cache_config, "block_size", None)),
+        kv_blocks=num_gpu_blocks - 1,  # the null block never holds KV
+        max_num_seqs=setting("max_num_seqs"),
+        max_num_batched_tokens=setting("max_num_batched_tokens"),
+        max_model_len=_whole(getattr(model, "max_model_len", None)),
+        async_scheduling=bool(getattr(sched, "async_scheduling", False)),
+        prefix_caching=bool(getattr(cache_config, "enable_prefix_caching", False)),
+        bundle_sha256=bundle_sha256,
+        replica=replica,
+        scheduling_policy=str(getattr(sched, "policy", "") or "") or None,
+        max_num_active_seqs=setting("max_num_active_seqs"),
+        max_num_queued_reqs=setting("max_num_queued_reqs"),
+        long_prefill_token_threshold=setting("long_prefill_token_threshold"),
+        long_prefill_token_threshold_adaptive=switch("long_prefill_token_threshold_adaptive"),
+        prefill_schedule_interval=setting("prefill_schedule_interval"),
+        cache_aware_admission_window=setting("cache_aware_admission_window"),
+        cache_aware_admission_threshold=share("cache_aware_admission_threshold"),
+        max_num_inflight_kv_loads=setting("max_num_inflight_kv_loads"),
+        kv_connector=str(named) if named else None,
+        scheduler_reserve_full_isl=switch("scheduler_reserve_full_isl"),
+        enable_chunked_prefill=switch("enable_chunked_prefill"),
+        max_num_scheduled_tokens=setting("max_num_scheduled_tokens"),
+        watermark=share("watermark"),
+        max_num_queued_tokens=setting("max_num_queued_tokens"),
+    )
+
+
+def _whole(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None

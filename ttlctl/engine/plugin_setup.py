@@ -30,7 +30,7 @@ from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from ttlctl.engine.bundle_series import BundleSeries  # noqa: E402
 from ttlctl.engine.counters import Counters  # noqa: E402
 from ttlctl.engine.enginelog import ENV_LOG, EngineLog  # noqa: E402
-from ttlctl.engine.facts import EngineFacts, replica_name  # noqa: E402
+from ttlctl.engine.facts import EngineFacts, configured, replica_name  # noqa: E402
 from ttlctl.engine.hitmemo import HitMemo  # noqa: E402
 from ttlctl.engine.programs import DEFAULT_CAP  # noqa: E402
 from ttlctl.engine.queue import ProgramQueue  # noqa: E402
@@ -130,54 +130,15 @@ class TTLSetup:
 
     def _ttl_facts(self) -> EngineFacts:
         """The engine as configured (what a replay of its log must be sized like)."""
-        config = getattr(self, "vllm_config", None)
-        sched = getattr(config, "scheduler_config", None)
-        model = getattr(config, "model_config", None)
-        served = getattr(model, "served_model_name", None)
-        if isinstance(served, (list, tuple)):
-            served = served[0] if served else None
         doc = self.ttl_watcher.doc if self.ttl.policy is not None else None
-        blocks = int(self.kv_cache_manager.block_pool.num_gpu_blocks)
-
-        def whole(x: Any) -> int | None:
-            return int(x) if isinstance(x, int) and not isinstance(x, bool) else None
-
-        def setting(name: str) -> int | None:
-            return whole(getattr(sched, name, None))
-
-        threshold = getattr(sched, "cache_aware_admission_threshold", None)
-        adaptive = getattr(sched, "long_prefill_token_threshold_adaptive", None)
-        transfer = getattr(config, "kv_transfer_config", None)
-        connector = getattr(transfer, "kv_connector", None) if transfer is not None else None
-        if connector is None and getattr(self, "connector", None) is not None:
-            connector = type(self.connector).__name__
-
-        return EngineFacts(
+        return configured(
+            getattr(self, "vllm_config", None),
+            self.cache_config,
+            num_gpu_blocks=int(self.kv_cache_manager.block_pool.num_gpu_blocks),
+            connector=getattr(self, "connector", None),
             vllm_version=VLLM_VERSION,
-            model=str(served or getattr(model, "model", "") or "") or None,
-            block_size=whole(getattr(self.cache_config, "block_size", None)),
-            kv_blocks=blocks - 1,  # the null block never holds KV
-            max_num_seqs=whole(getattr(sched, "max_num_seqs", None)),
-            max_num_batched_tokens=whole(getattr(sched, "max_num_batched_tokens", None)),
-            max_model_len=whole(getattr(model, "max_model_len", None)),
-            async_scheduling=bool(getattr(sched, "async_scheduling", False)),
-            prefix_caching=bool(self.cache_config.enable_prefix_caching),
             bundle_sha256=str(doc["sha256"]) if doc is not None else None,
             replica=self._ttl_replica,
-            scheduling_policy=str(getattr(sched, "policy", "") or "") or None,
-            max_num_active_seqs=setting("max_num_active_seqs"),
-            max_num_queued_reqs=setting("max_num_queued_reqs"),
-            long_prefill_token_threshold=setting("long_prefill_token_threshold"),
-            long_prefill_token_threshold_adaptive=adaptive if isinstance(adaptive, bool) else None,
-            prefill_schedule_interval=setting("prefill_schedule_interval"),
-            cache_aware_admission_window=setting("cache_aware_admission_window"),
-            cache_aware_admission_threshold=(
-                float(threshold)
-                if isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
-                else None
-            ),
-            max_num_inflight_kv_loads=setting("max_num_inflight_kv_loads"),
-            kv_connector=str(connector) if connector else None,
         )
 
     def _ttl_write_facts(self) -> None:

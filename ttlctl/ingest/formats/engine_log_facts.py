@@ -46,11 +46,21 @@ FACTS: dict[str, type] = {
     "cache_aware_admission_threshold": float,
     "max_num_inflight_kv_loads": int,
     "kv_connector": str,
+    "scheduler_reserve_full_isl": bool,
+    "enable_chunked_prefill": bool,
+    "max_num_scheduled_tokens": int,
+    "watermark": float,
+    "max_num_queued_tokens": int,
 }
 #: the whole-number facts that may be 0 (a setting that is off), where every other one is a
 #: size of at least 1 (an engine of no KV block, no sequence or no token budget does not start)
 MAY_BE_ZERO = frozenset(
-    {"max_num_queued_reqs", "long_prefill_token_threshold", "cache_aware_admission_window"}
+    {
+        "max_num_queued_reqs",
+        "max_num_queued_tokens",
+        "long_prefill_token_threshold",
+        "cache_aware_admission_window",
+    }
 )
 
 
@@ -142,7 +152,7 @@ def parse_facts(obj: dict[str, Any]) -> dict[str, Any]:
             if kind is float:
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise RecordError(f"{key} is not a number: {value!r}"[:120])
-                if not 0.0 <= value <= 1.0:  # the one such fact is a share of the KV cache
+                if not 0.0 <= value <= 1.0:  # each such fact is a share of the KV cache
                     raise RecordError(f"{key} must be from 0 to 1: {value!r}")
                 value = float(value)
             if kind is bool and not isinstance(value, bool):

@@ -1,0 +1,100 @@
+"""The scheduler settings of a logged engine that the simulators model, beside its sizes.
+
+An engine log states them (:class:`ttlctl.engine.facts.EngineFacts`) and a replay sized from
+the log takes them (:func:`replay.refit_sizing.size`):
+
+- the running batch's cap (:func:`admitted`): vLLM admits into the running batch up to
+  ``max_num_active_seqs`` where that is set below ``max_num_seqs``, which then only sizes the
+  model runner; the simulators' ``max_num_seqs`` is that cap;
+- the prefill chunk cap (:func:`logged_prefill_cap`: ``--long-prefill-token-threshold`` and
+  its adaptive floor), where a flag given wins, reported when it disagrees;
+- the whole-prompt reservation (``--scheduler-reserve-full-isl``, on by default): whether
+  admission asks room for the whole prompt or only its first chunk.
+
+Those the simulators do not model are said instead (:mod:`replay.engine_settings`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from replay.scheduler_config import SimSchedulerConfig
+
+#: the prefill cap's flags, by the key of a ``given`` mapping (None: not given)
+PREFILL_FLAGS = {
+    "long_prefill_token_threshold": "--long-prefill-token-threshold",
+    "long_prefill_token_threshold_adaptive": "--long-prefill-token-threshold-adaptive",
+}
+
+
+def admitted(entry: Mapping[str, Any]) -> int | None:
+    """The running batch's cap an engine's facts state: ``max_num_active_seqs`` where it is
+    set below ``max_num_seqs`` (vLLM then admits at most that many), else ``max_num_seqs``;
+    None when neither is a whole number."""
+    seqs, active = _whole(entry.get("max_num_seqs")), _whole(entry.get("max_num_active_seqs"))
+    if seqs is None:
+        return None
+    return active if active is not None and active < seqs else seqs
+
+
+def logged_prefill_cap(entry: Mapping[str, Any]) -> tuple[int, bool] | None:
+    """The prefill chunk cap an engine's facts state (the threshold, whether adaptive); None
+    when they state none (an older plugin: the default, no cap)."""
+    threshold = entry.get("long_prefill_token_threshold")
+    if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 0:
+        return None
+    return threshold, entry.get("long_prefill_token_threshold_adaptive") is True
+
+
+def logged_reserve(entry: Mapping[str, Any]) -> bool | None:
+    """Whether the engine reserved room for a whole prompt at admission; None: not stated."""
+    value = entry.get("scheduler_reserve_full_isl")
+    return value if isinstance(value, bool) else None
+
+
+def scheduling_key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What tells one engine's modelled scheduler settings from another's (an engine
+    restarted with another prefill cap or reservation is another engine to replay)."""
+    return logged_prefill_cap(entry), logged_reserve(entry)
+
+
+def as_logged(
+    engine: SimSchedulerConfig,
+    given: Mapping[str, int | bool | None],
+    entry: Mapping[str, Any] | None,
+    of: str,
+) -> tuple[SimSchedulerConfig, list[str], bool]:
+    """``engine`` with the modelled settings of the engine record ``entry`` (None: no log):
+    the prefill cap as the flags give it (``given``), else as logged (no longer than
+    ``max_model_len``: a longer cap caps no prompt), else ``engine``'s own; the reservation
+    as logged. Returns the engine, a note per flag that disagrees with the log (``of``
+    names the log's engine), and whether the log changed anything."""
+    notes: list[str] = []
+    changes: dict[str, Any] = {}
+    from_log = False
+    logged = logged_prefill_cap(entry) if entry is not None else None
+    for i, (key, flag) in enumerate(PREFILL_FLAGS.items()):
+        mine = given.get(key)
+        theirs = None if logged is None else logged[i]
+        if mine is not None:
+            changes[key] = mine if i == 0 else bool(mine)
+            if theirs is not None and theirs != mine:
+                shown = f"{mine:,}" if i == 0 else ("on" if mine else "off")
+                was = f"{theirs:,}" if i == 0 else ("on" if theirs else "off")
+                notes.append(f"{flag} {shown} disagrees with {of} ({was}): the flag wins")
+        elif theirs is not None:
+            value = min(theirs, engine.max_model_len) if i == 0 else theirs
+            from_log = from_log or value != getattr(engine, key)
+            changes[key] = value
+    reserve = logged_reserve(entry) if entry is not None else None
+    if reserve is not None:
+        from_log = from_log or reserve != engine.reserve_full_prompt
+        changes["reserve_full_prompt"] = reserve
+    return (replace(engine, **changes) if changes else engine), notes, from_log
+
+
+def _whole(value: Any) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return int(value) if ok else None

@@ -93,3 +93,15 @@ def test_an_engine_log_s_blank_tool_tag_is_no_tag(tmp_path: Path) -> None:
     ingest([src], tmp_path / "out.parquet", fmt="engine-log")
     assert trace_io.read(tmp_path / "out.parquet")["tool"].null_count() > 0
     assert trace_io.read(tmp_path / "out.parquet")["tool"].drop_nulls().to_list() == []
+
+
+def test_blanks_around_a_canonical_tool_name_are_not_part_of_it(tmp_path: Path) -> None:
+    """As the engine and the log readers read a name: the bundle fitted on the trace is then
+    asked for the name the engine looks up (``bash``, not ``bash ``)."""
+    rows = [_call("a", 0, " bash "), _call("a", 1, "grep\t"), _call("a", 2, None)]
+    src = tmp_path / "t.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = ingest([src], tmp_path / "out.parquet")
+    assert (report.rows, report.rejected) == (3, 0)
+    trace = trace_io.read(tmp_path / "out.parquet").sort("turn")
+    assert trace["tool"].to_list() == ["bash", "grep", None]

@@ -31,9 +31,11 @@ PARQUET_EXPANSION = 6
 
 
 def combine(parsed: list[tuple[Parsed, bool]]) -> pl.LazyFrame:
-    """All files' rows in one frame, wall clocks rebased to the earliest absolute arrival."""
-    relative = [conform(p.frame) for p, absolute in parsed if not absolute and has_rows(p)]
-    absolute = [conform(p.frame) for p, absolute in parsed if absolute and has_rows(p)]
+    """All files' rows in one frame, wall clocks rebased to the earliest absolute arrival,
+    each tool's name without the blanks around it (as the log readers and the engine read a
+    name: ``bash `` is ``bash``; a blank one is then empty, which the rules refuse)."""
+    relative = [_named(p.frame) for p, absolute in parsed if not absolute and has_rows(p)]
+    absolute = [_named(p.frame) for p, absolute in parsed if absolute and has_rows(p)]
     if absolute:
         origin = pl.concat([f.select(pl.col("arrival_s").min()) for f in absolute]).min()
         start = origin.collect().item()
@@ -43,6 +45,10 @@ def combine(parsed: list[tuple[Parsed, bool]]) -> pl.LazyFrame:
     if not frames:
         return conform(pl.LazyFrame()).clear()
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
+
+
+def _named(frame: pl.LazyFrame) -> pl.LazyFrame:
+    return conform(frame).with_columns(pl.col("tool").str.strip_chars())
 
 
 def has_rows(one: Parsed) -> bool:

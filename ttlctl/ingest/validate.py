@@ -21,7 +21,7 @@ from ttlctl.ingest.limits import env_bytes
 from ttlctl.ingest.reader import Parsed
 from ttlctl.ingest.rejects import IngestError, RejectSink
 from ttlctl.trace import io as trace_io
-from ttlctl.trace import rules
+from ttlctl.trace import rules, verdicts
 from ttlctl.trace.columns import SOURCE_COLUMNS, SOURCE_FILE, SOURCE_RECORD, conform
 
 #: Rows of input checked in memory at once when streaming (override TTLCTL_BUCKET_BYTES).
@@ -69,7 +69,7 @@ def validate_and_write(
     frame = combine(parsed)
     if streaming:
         return _validate_in_buckets(frame, output, sink, engines, refuse_empty)
-    good, bad = rules.split(rules.check(frame.collect()).collect().lazy())
+    good, bad = verdicts.split(rules.check(frame.collect()).collect().lazy())
     _report(bad, sink)
     if refuse_empty is not None and not good.select(pl.len()).collect().item():
         refuse_empty(bad.height)
@@ -114,7 +114,7 @@ def _validate_in_buckets(
         key = pl.col("program_id").hash(seed=0) % buckets
         for bucket in range(buckets):
             rows = source.filter(key == bucket).collect(engine="streaming")
-            good, bad = rules.split(rules.check(rows).collect().lazy())
+            good, bad = verdicts.split(rules.check(rows).collect().lazy())
             _report(bad, sink)
             rejected += bad.height
             good.drop(*SOURCE_COLUMNS).collect().write_parquet(parts / f"{bucket:05d}.parquet")

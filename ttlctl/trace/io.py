@@ -14,7 +14,7 @@ import polars as pl
 from ttlctl.errors import TtlctlError
 from ttlctl.filekind import document_kind, unmarked
 from ttlctl.jsonio import replacing
-from ttlctl.trace import rules
+from ttlctl.trace import verdicts
 from ttlctl.trace.columns import (
     ENGINES_KEY,
     PARQUET_METADATA,
@@ -123,7 +123,7 @@ def check_rows(path: Path, frame: pl.LazyFrame | pl.DataFrame) -> None:
     prompt, turns that repeat or skip. ``row N`` counts from 1 in file order, as ingest's
     reject of a Parquet record does. Vectorised: a few columnar passes over the rows."""
     try:
-        broken = rules.first_broken(frame)
+        broken = verdicts.first_broken(frame)
     except (pl.exceptions.InvalidOperationError, pl.exceptions.ComputeError) as exc:
         raise _not_of_its_type(path, exc) from None
     if broken is not None:

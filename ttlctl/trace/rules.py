@@ -1,5 +1,5 @@
 """The canonical trace's rules (docs/trace-format.md), checked on every row ingest writes
-and on every trace read back (:func:`first_broken`, from :mod:`ttlctl.trace.io`).
+and on every trace read back (what they say of a frame: :mod:`ttlctl.trace.verdicts`).
 
 Row rules (a value out of range) and program rules (turns 0..n-1, no duplicate,
 arrivals in turn order, ``is_last`` on the last turn) are polars expressions over
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from ttlctl.trace.columns import REASON, SOURCE_FILE, SOURCE_RECORD, SOURCE_ROW
+from ttlctl.trace.columns import REASON
 
 #: Slack allowed between a recorded gap and the tool time inside it (clock rounding).
 GAP_TOLERANCE_S = 1e-3
@@ -30,7 +30,7 @@ RANK = "_rank"
 #: line 3", "row 5"), for its reason: a copy read from two files is found in either.
 FIRST_COPY = "_first_copy"
 
-#: Column: a call's tool name where it may be blank, else null (:func:`_maybe_blank`).
+#: Column: a call's tool name where it may be blank, else null (:func:`maybe_blank`).
 TOOL_NAME = "_tool_name"
 
 _PROG = pl.col("program_id")
@@ -48,7 +48,7 @@ class Rule:
     rank: int
 
 
-def _maybe_blank(tool: pl.Expr) -> pl.Expr:
+def maybe_blank(tool: pl.Expr) -> pl.Expr:
     """``tool`` where it is empty or starts with a space, a control character or a character
     beyond ASCII (every blank does: Unicode's spaces are not ASCII), else null. The rule
     strips only these, few of millions: a cheap comparison on every row (about 5 ms on 2M
@@ -210,7 +210,7 @@ def check(frame: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     else:
         ordered = frame.lazy().sort(["program_id", "turn"], nulls_last=True, maintain_order=True)
     if TOOL_NAME not in ordered.collect_schema().names():
-        ordered = ordered.with_columns(_maybe_blank(pl.col("tool")).alias(TOOL_NAME))
+        ordered = ordered.with_columns(maybe_blank(pl.col("tool")).alias(TOOL_NAME))
     annotated = ordered.with_columns(
         pl.col("turn").shift(1).alias("_prev_turn"),
         pl.col("arrival_s").forward_fill().shift(1).alias("_prev_arrival"),
@@ -225,7 +225,7 @@ def check(frame: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     )
 
 
-def _messages(bad: pl.LazyFrame) -> pl.LazyFrame:
+def messages(bad: pl.LazyFrame) -> pl.LazyFrame:
     """Reason text and rank for rows that break a rule (a small frame)."""
     text: pl.Expr = pl.col(REASON)
     rank: pl.Expr = pl.lit(0)
@@ -233,132 +233,3 @@ def _messages(bad: pl.LazyFrame) -> pl.LazyFrame:
         text = pl.when(pl.col(CODE) == number).then(rule.message).otherwise(text)
         rank = pl.when(pl.col(CODE) == number).then(rule.rank).otherwise(rank)
     return bad.with_columns(text.alias(REASON), rank.cast(pl.Int8).alias(RANK))
-
-
-def split(checked: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.DataFrame]:
-    """(good rows, rejected rows with ``reason``) from :func:`check`'s output.
-
-    The rejected rows are collected (they are few, or the input is bad anyway);
-    the good rows stay lazy so that they can be streamed to the output.
-    """
-    flagged = checked.filter(pl.col(CODE) != 0)
-    bad_programs = flagged.select("program_id").unique().collect()["program_id"]
-    in_bad = pl.col("program_id").is_in(bad_programs.implode(), nulls_equal=True)
-    helpers = ["_prev_turn", "_prev_arrival", "_last", CODE, SOURCE_ROW, TOOL_NAME]
-    good = checked.filter(~in_bad).drop(*helpers, REASON)
-    if bad_programs.len() == 0:
-        return good, pl.DataFrame(
-            schema={
-                SOURCE_FILE: pl.String,
-                SOURCE_RECORD: pl.String,
-                "reason": pl.String,
-                "program_id": pl.String,
-                "turn": pl.Int32,
-                RANK: pl.Int8,
-            }
-        )
-    # messages are formatted in memory: few rows, and polars 2.1's streaming engine
-    # panics on string-valued when/then chains. A bad program's rows are all here, in
-    # turn order, so the first of a (program, turn) is its first copy read.
-    placed = checked.filter(in_bad).with_columns(
-        pl.coalesce(pl.col(SOURCE_RECORD), pl.format("line {}", pl.col(SOURCE_ROW)))
-    )
-    first = [pl.col(c).first().over("program_id", "turn") for c in (SOURCE_FILE, SOURCE_RECORD)]
-    rows = _messages(placed.with_columns(_place(*first).alias(FIRST_COPY))).collect(
-        engine="in-memory"
-    )
-    first_bad = (
-        rows.filter(pl.col(CODE) != 0)
-        .group_by("program_id", maintain_order=True)
-        .agg(pl.col(SOURCE_FILE, SOURCE_RECORD).first().name.prefix("_bad"))
-    )
-    rejected = rows.join(
-        first_bad, on="program_id", how="left", nulls_equal=True, maintain_order="left"
-    ).select(
-        SOURCE_FILE,
-        SOURCE_RECORD,
-        pl.coalesce(
-            pl.col(REASON),
-            pl.format(
-                "rejected with its program: {} has a bad record ({})",
-                pl.col("program_id"),
-                _place(pl.col(f"_bad{SOURCE_FILE}"), pl.col(f"_bad{SOURCE_RECORD}")),
-            ),
-        ).alias("reason"),
-        "program_id",
-        "turn",
-        pl.when(pl.col(CODE) != 0).then(pl.col(RANK)).otherwise(3).cast(pl.Int8).alias(RANK),
-    )
-    return good, rejected
-
-
-def _place(file: pl.Expr, record: pl.Expr) -> pl.Expr:
-    """Where another row of the input is, seen from this row's: its record, and its file
-    when that is another (the style of a duplicate request's reason)."""
-    return (
-        pl.when(file.eq_missing(pl.col(SOURCE_FILE)))
-        .then(record)
-        .otherwise(pl.format("{}, {}", file, record))
-    )
-
-
-#: The columns the rules read.
-COLUMNS = (
-    "program_id",
-    "turn",
-    "arrival_s",
-    "input_tokens",
-    "output_tokens",
-    "reused_tokens",
-    "tool",
-    "tool_s",
-    "gap_s",
-    "llm_s",
-    "is_last",
-    "prefix_hashes",
-    "prefix_block_tokens",
-)
-#: Of :data:`COLUMNS`, those the rules read only for being null or not (and a tool's name,
-#: where it may be blank: :data:`TOOL_NAME`).
-NULLNESS_ONLY = ("tool", "prefix_hashes")
-
-
-def first_broken(frame: pl.LazyFrame | pl.DataFrame) -> tuple[int, str] | None:
-    """The row that breaks a rule, closest to the root cause, and why; None when none does.
-
-    For a canonical trace read back (:mod:`ttlctl.trace.io`): ``frame`` has the canonical
-    columns, and the row is numbered from 1 in its order. A bad value ranks before a broken
-    program order, then the first such row. The same rules as ingest's, so a trace ingest
-    wrote always passes. Columnar: the only rows formatted are the bad ones.
-    """
-    rows = (
-        frame.lazy()
-        .select(
-            *(c for c in COLUMNS if c not in NULLNESS_ONLY),
-            # a boolean, null where the value is, stands in for the names and lists
-            *(pl.when(pl.col(c).is_not_null()).then(True).alias(c) for c in NULLNESS_ONLY),
-            _maybe_blank(pl.col("tool")).alias(TOOL_NAME),
-        )
-        .with_row_index(SOURCE_ROW, offset=1)
-        .with_columns(pl.lit(None, dtype=pl.String).alias(REASON))  # no reader's reason
-        .collect()
-    )
-    flagged = check(rows).filter(pl.col(CODE) != 0).collect()
-    if flagged.height == 0:
-        return None
-    keys = ["program_id", "turn"]
-    firsts = (  # where each flagged (program, turn) first appears: only on a bad trace
-        rows.lazy()
-        .join(flagged.lazy().select(keys).unique(), on=keys, how="semi", nulls_equal=True)
-        .group_by(keys)
-        .agg(pl.format("row {}", pl.col(SOURCE_ROW).min()).alias(FIRST_COPY))
-    )
-    head = (
-        _messages(flagged.lazy().join(firsts, on=keys, how="left", nulls_equal=True))
-        .sort(RANK, SOURCE_ROW)
-        .select(SOURCE_ROW, REASON)
-        .head(1)
-        .collect(engine="in-memory")
-        .row(0)
-    )
-    return int(head[0]), str(head[1])

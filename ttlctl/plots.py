@@ -31,7 +31,8 @@ def file_names(tools: list[str]) -> dict[str, str]:
     A name that is a safe file name as it is keeps it (``grep.png``). One that is not
     (``git/commit``, ``ünïcode``, 200 characters), or whose file is taken already (a tool
     named ``global``; ``bash`` after ``Bash``, one file on macOS and Windows, whose file
-    names ignore case), gets 8 hex digits of the name's SHA-256 after its safe form and a
+    names ignore case), or that Windows keeps for a device (``con``, ``nul``, ``com1`` …),
+    gets 8 hex digits of the name's SHA-256 after its safe form and a
     ``~`` (``git_commit~2ab6e9bb.png``), a character no safe form holds: no two names share
     a file, whatever the file system, and a name gets the same file in every fit that holds
     the same tools. :data:`INDEX` maps the files back to their tools."""
@@ -40,7 +41,7 @@ def file_names(tools: list[str]) -> dict[str, str]:
     for name in tools:
         stem, digits = _safe(name), 8
         digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
-        tagged = stem != name or stem.casefold() in taken
+        tagged = stem != name or stem.casefold() in taken or _reserved(stem)
         while tagged and f"{stem}~{digest[:digits]}".casefold() in taken:
             digits += 8  # two names' first 8 digits alike: more of the hash tells them apart
         if tagged:
@@ -48,6 +49,23 @@ def file_names(tools: list[str]) -> dict[str, str]:
         taken.add(stem.casefold())
         files[name] = f"{stem}.png"
     return files
+
+
+#: names Windows keeps for devices, whatever the extension (``con.png`` opens the console)
+_DEVICES = frozenset(
+    {
+        "con",
+        "prn",
+        "aux",
+        "nul",
+        *(f"com{i}" for i in range(1, 10)),
+        *(f"lpt{i}" for i in range(1, 10)),
+    }
+)
+
+
+def _reserved(stem: str) -> bool:
+    return stem.split(".", 1)[0].casefold() in _DEVICES
 
 
 def _is_num(value: object) -> TypeGuard[float]:

@@ -76,3 +76,12 @@ def test_each_tool_has_its_own_file_and_the_index_maps_it_back(tmp_path: Path) -
         assert len(digits) == 8 and set(digits) <= set("0123456789abcdef"), files[tool]
     # a tagged name's file is its own: the same in a fit without the others
     assert file_names(["git/commit", "日本"]) == {t: files[t] for t in ("git/commit", "日本")}
+
+
+def test_a_name_windows_keeps_for_a_device_gets_its_hash() -> None:
+    """``con.png``, ``NUL.png`` or ``com1.tar.png`` name a device on Windows, not a file: such
+    a tool's file is its hashed form; a name that only starts like one keeps its own."""
+    files = file_names(sorted(["con", "NUL", "com1.tar", "console", "lpt9", "lpt10"]))
+    for device in ("con", "NUL", "com1.tar", "lpt9"):
+        assert files[device].startswith(f"{device}~") and files[device].endswith(".png")
+    assert files["console"] == "console.png" and files["lpt10"] == "lpt10.png"

@@ -41,6 +41,10 @@ USED: tuple[tuple[Any, tuple[str, ...]], ...] = (
 )  # fmt: skip
 
 
+#: the widest a pair of names (``--x / --no-x``) prints on one line
+NAMES_WIDTH = 40
+
+
 def names_cell(param: Any, ctx: Any) -> Text:
     """A parameter's names (``--check / --no-check``, ``--help, -h``; an argument's
     display name), highlighted as typer does, with its type on the next line."""
@@ -53,10 +57,12 @@ def names_cell(param: Any, ctx: Any) -> Text:
         ordered = sorted(param.opts, key=lambda o: not o.startswith("--"))  # long ones first
         names = rich_utils.highlighter(Text(", ".join(ordered)))
         if param.secondary_opts:
-            names.append(" / ")
-            names.append_text(
-                rich_utils.negative_highlighter(Text(", ".join(param.secondary_opts)))
-            )
+            negative = ", ".join(param.secondary_opts)
+            # a pair too long for one line (vLLM's --long-prefill-token-threshold-adaptive /
+            # --no-…: 84 characters) takes two, or the column would leave the help no room
+            one_line = len(names.plain) + 3 + len(negative) <= NAMES_WIDTH
+            names.append(" / " if one_line else " /\n")
+            names.append_text(rich_utils.negative_highlighter(Text(negative)))
     names.no_wrap = True
     kind = param.display_type_rich(ctx=ctx)
     span = param._get_number_range_help_str()

@@ -145,13 +145,17 @@ def rollback(path: Path) -> Restored:
     """Put the newest kept bundle back over ``path`` (atomically) and take it out of the
     history; the bundle it replaces is kept as ``rolled-back.json``. A
     :class:`~ttlctl.bundle_doc.BundleError` when there is nothing to roll back to (naming
-    ``path`` as missing when neither it nor a history exists), or when the kept bundle
-    does not verify (then nothing is changed). A served file removed since is restored
-    from its history all the same."""
+    ``path`` as missing when neither it nor a history exists, and saying what it is when
+    it is no bundle: a folder, a trace, a fit), or when the kept bundle does not verify
+    (then nothing is changed). A served file removed since is restored from its history
+    all the same."""
+    if path.is_dir():  # `rollback DIR`: not a bundle whose history is empty
+        raise BundleError(f"{path}: is a directory, not a bundle")
     kept = entries(path)
     if not kept and not path.exists():  # a typo, not a bundle without a history
         raise BundleError(f"{path}: no such file")
     if not kept:
+        bundle.read(path)  # a trace or a fit given by mistake: said so, not "no history"
         raise BundleError(
             f"{path}: no earlier bundle to roll back to ({folder(path)} holds none: "
             "tune, refit and bundle build keep the bundle they replace there)"

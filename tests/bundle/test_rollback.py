@@ -91,6 +91,24 @@ def test_rollback_errors(tmp_path: Path) -> None:
     assert path.read_bytes() == served and entry.path.exists()  # nothing changed
 
 
+def test_rollback_of_something_not_a_bundle_says_what_it_is(tmp_path: Path) -> None:
+    """Regression: `bundle rollback DIR` (or a trace) said "no earlier bundle to roll back
+    to (DIR.history holds none …)", as if it were a bundle without a history."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    trace = tmp_path / "trace.parquet"
+    trace.write_bytes(b"PAR1" + bytes(64) + b"PAR1")
+    for path, said in [
+        (folder, f"{folder}: is a directory, not a bundle"),
+        (trace, f"{trace}: a Parquet file (a trace?), not a bundle"),
+    ]:
+        res = run("bundle", "rollback", path)
+        assert res.exit_code == 2, res.output
+        assert res.stderr.strip() == f"error: {said}", res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "trace.parquet"]
+    assert list(folder.iterdir()) == []  # nothing made
+
+
 def test_rollback_restores_a_removed_bundle_from_its_history(tmp_path: Path) -> None:
     path = tmp_path / "bundle.json"
     bundle_history.replace(doc(1.0), path)

@@ -62,6 +62,37 @@ def test_a_metrics_folder_that_cannot_be_made_is_one_line(tmp_path: Path) -> Non
         pass
 
 
+def test_print_command_checks_and_shows_the_metrics_folder_as_a_start_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: `serve --print-command --metrics-dir prom` printed
+    PROMETHEUS_MULTIPROC_DIR=prom (relative) beside an absolute TTLCTL_BUNDLE and
+    TTLCTL_LOG, and took a --metrics-dir that is a file (the bundle itself) that a start
+    refuses. The line now names the folder absolute; a file in its way is refused, in the
+    words a start uses, and nothing is made."""
+    bundle = write_bundle(tmp_path / "bundle.json")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    head = ["serve", "m", "--bundle", "bundle.json", "--log", "e.jsonl"]
+    res = CliRunner().invoke(app, [*head, "--metrics-dir", "prom", "--print-command"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith(
+        f"TTLCTL_BUNDLE={bundle} TTLCTL_LOG={tmp_path / 'e.jsonl'} "
+        f"PROMETHEUS_MULTIPROC_DIR={tmp_path / 'prom'} "
+    ), res.stdout
+    for given, why in [
+        ("bundle.json", "not a folder"),
+        ("bundle.json/p", "bundle.json is not a folder"),
+    ]:
+        for mode in (["--print-command"], []):
+            res = CliRunner().invoke(app, [*head, "--metrics-dir", given, *mode])
+            assert res.exit_code == 2, res.output
+            assert res.stdout == ""
+            said = f"error: --metrics-dir {given}: cannot make the folder ({why})"
+            assert res.stderr.strip() == said, (mode, res.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle.json"]
+
+
 def test_an_engine_log_without_its_folder_or_on_the_bundle_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

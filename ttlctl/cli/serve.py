@@ -113,6 +113,7 @@ def serve(
         serving.check_model(model)
         serving.check_replica(replica)
         serving.check_log(log, bundle, starting=not print_command)
+        serving.check_metrics_dir(metrics_dir, os.environ)
         warning = serving.check_bundle(bundle, allow_stock)
         cmd = serving.build_command(model, host=host, port=port, extra=list(ctx.args))
         if not print_command:

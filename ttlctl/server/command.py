@@ -140,9 +140,10 @@ def server_environment(
     """The server's environment: ``base`` with the bundle (or none: an inherited
     ``TTLCTL_BUNDLE`` is dropped), the engine log, ``VLLM_SERVER_DEV_MODE=1``
     (``POST /reset_prefix_cache``) and ``PROMETHEUS_MULTIPROC_DIR`` (the plugin's
-    counters on ``/metrics``). ``local``: a server ttlctl starts for its own runs, so
-    its engine's sockets stay on loopback, it sends no usage statistics, and its log
-    is unbuffered (unless ``base`` says otherwise)."""
+    counters on ``/metrics``); the three paths absolute, so that ``--print-command``'s
+    line means the same files wherever it is run. ``local``: a server ttlctl starts for
+    its own runs, so its engine's sockets stay on loopback, it sends no usage
+    statistics, and its log is unbuffered (unless ``base`` says otherwise)."""
     env = dict(base)
     env.pop("TTLCTL_BUNDLE", None)
     if bundle is not None:
@@ -152,7 +153,7 @@ def server_environment(
     if dev_mode:
         env["VLLM_SERVER_DEV_MODE"] = "1"
     if metrics_dir is not None:
-        env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(Path(metrics_dir).resolve())
     if local:
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
         env.setdefault("VLLM_HOST_IP", "127.0.0.1")

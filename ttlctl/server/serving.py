@@ -203,6 +203,29 @@ def chosen_metrics_dir(given: Path | None, environ: Mapping[str, str]) -> Path |
     return given or (Path(inherited) if inherited else None)
 
 
+def check_metrics_dir(given: Path | None, environ: Mapping[str, str]) -> None:
+    """:class:`ServeError` for a ``PROMETHEUS_MULTIPROC_DIR`` a start could not make: the
+    path, or a folder above it, is a file (the bundle, a log). Checked with
+    ``--print-command`` too, as ``--log`` is; a folder that does not exist yet is taken (a
+    start makes it; the printed command may be meant for another machine)."""
+    chosen = chosen_metrics_dir(given, environ)
+    if chosen is None:
+        return
+    for where in (chosen, *chosen.parents):
+        if where.exists():
+            if not where.is_dir():
+                why = "not a folder" if where == chosen else f"{where} is not a folder"
+                raise ServeError(
+                    f"{_metrics_origin(given)} {chosen}: cannot make the folder ({why})"
+                )
+            return
+
+
+def _metrics_origin(given: Path | None) -> str:
+    """Where the ``PROMETHEUS_MULTIPROC_DIR`` came from, as an error names it."""
+    return "--metrics-dir" if given is not None else "PROMETHEUS_MULTIPROC_DIR"
+
+
 def printed_metrics_dir(given: Path | None, environ: Mapping[str, str]) -> tuple[Path, str | None]:
     """The ``PROMETHEUS_MULTIPROC_DIR`` ``--print-command`` shows (a command started without
     it loses the ``ttlctl:*`` series): the one asked for, else :data:`PRINTED_METRICS_DIR`,
@@ -227,9 +250,10 @@ def metrics_dir(given: Path | None, environ: Mapping[str, str]) -> Iterator[Path
         try:
             chosen.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            origin = "--metrics-dir" if given is not None else "PROMETHEUS_MULTIPROC_DIR"
             why = "not a folder" if isinstance(exc, FileExistsError) else exc.strerror
-            raise ServeError(f"{origin} {chosen}: cannot make the folder ({why})") from None
+            raise ServeError(
+                f"{_metrics_origin(given)} {chosen}: cannot make the folder ({why})"
+            ) from None
         yield chosen
         return
     own = Path(tempfile.mkdtemp(prefix="ttlctl-prom-"))

@@ -99,6 +99,13 @@ BOUNDS: dict[str, Bounds] = {
 }
 
 
+def clamps(engine: str) -> bool:
+    """Whether ``engine`` bounds the duration it is given (Dynamo does; SGLang and
+    TensorRT-LLM, in what we read, take any), so that a hint may be clamped at all."""
+    b = _bounds(engine)
+    return b.min_s is not None or b.max_s is not None
+
+
 def requested_ttl_s(engine: str, ttl_s: float) -> float:
     """The duration the hint asks for: τ* rounded up to the engine's step (0: no hint)."""
     if ttl_s <= 0:

@@ -344,6 +344,14 @@ def test_cli_build_inspect_verify_query(fit_doc: dict[str, Any], tmp_path: Path)
         "error: --refuse-clamped goes with --as ENGINE (an engine's hint, which it may clamp); "
         "the plain answer is τ* itself"
     )
+    # nor with an engine that never clamps (it was taken without a word, exit 0)
+    for engine in ("sglang", "trtllm"):
+        res = runner.invoke(app, [*query, "--as", engine, "--refuse-clamped"])
+        assert res.exit_code == 2 and res.stdout == "", res.output
+        assert res.stderr.strip() == (
+            "error: --refuse-clamped goes with --as dynamo (an engine that clamps the TTL); "
+            f"--as {engine} takes τ* as it is, so nothing would be refused"
+        )
     assert hinted["dynamo"] == {"nvext": {"cache_control": {"type": "ephemeral", "ttl": "1"}}}
     assert hinted["sglang"] == {"retention_seconds": round(answer["ttl_s"], 3)}
     trt = hinted["trtllm"]["kv_cache_retention_config"]

@@ -128,7 +128,8 @@ def query(
         bool,
         typer.Option(
             "--refuse-clamped",
-            help="With --as: exit 2 instead of warning when the engine's clamp changes τ*.",
+            help="With --as dynamo (the engine that clamps the TTL): exit 2 instead of "
+            "warning when the clamp changes τ*.",
         ),
     ] = False,
     max_num_batched_tokens: EngineBudget = None,
@@ -171,6 +172,12 @@ def query(
             raise UserError(
                 "--refuse-clamped goes with --as ENGINE (an engine's hint, which it may "
                 "clamp); the plain answer is τ* itself"
+            )
+        if refuse_clamped and as_engine is not None and not hints.clamps(as_engine):
+            clamping = " or ".join(e for e in hints.SHAPES if hints.clamps(e))
+            raise UserError(
+                f"--refuse-clamped goes with --as {clamping} (an engine that clamps the TTL); "
+                f"--as {as_engine} takes τ* as it is, so nothing would be refused"
             )
         doc = bundle.read(path)
         policy = bundle.policy_from(doc, max_num_batched_tokens)

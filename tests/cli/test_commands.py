@@ -272,6 +272,39 @@ def test_every_path_option_refuses_an_empty_path_naming_the_flag(tmp_path: Path)
     assert [p.name for p in tmp_path.iterdir()] == ["t.jsonl"]
 
 
+def test_a_text_option_naming_a_file_refuses_an_empty_one(tmp_path: Path) -> None:
+    """Regression: `--profile ''` said '.: is a directory, not a profile's JSON', report's
+    `--bundle ''` said '--bundle : no such file in RUN_DIR', and `validate --model ''`
+    started a server that failed on the empty name. Every --profile, --model and report's
+    --bundle (text: a file, or a name in its place) says the path is empty, as a path
+    option does; another text option is left to its own check."""
+    named = {}
+    for name, ctx, param, _ in _options_of(str):
+        if not parsing.NAMES_A_FILE.isdisjoint(param.opts):
+            with pytest.raises(typer.BadParameter) as info:
+                param.process_value(ctx, "")
+            assert info.value.message == "the path is empty", (name, param.name)
+            named[name, param.opts[0]] = param.process_value(ctx, "tiny-cpu")
+        elif param.opts == ["--tool"]:
+            assert param.process_value(ctx, "") == ""
+    assert named == dict.fromkeys(
+        [("profile", "--model"), ("profile", "--profile"), ("replay", "--profile"),
+         ("tune", "--profile"), ("validate", "--model"), ("validate", "--profile"),
+         ("report", "--bundle"), ("bundle build", "--profile")],
+        "tiny-cpu",
+    )  # fmt: skip
+    out = tmp_path / "b.json"
+    res = CliRunner().invoke(
+        app, ["bundle", "build", "--fit", "f.json", "--profile", "", "-o", str(out)]
+    )
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == (
+        "error: ttlctl bundle build: invalid value for '--profile': the path is empty "
+        "(see `ttlctl bundle build --help`)"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_old_spelling_still_works_with_a_warning(tmp_path: Path) -> None:
     assert parsing.renamed(["fit", "t", "--abandon-s=5", "--", "--abandon-s"], print) == [
         "fit", "t", "--abandon-seconds=5", "--", "--abandon-s",

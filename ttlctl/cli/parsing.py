@@ -57,11 +57,22 @@ def finite_floats(param: Any) -> None:
     param.process_value = checked
 
 
+#: the text options that name a file, or a name in its place: ``--profile`` (a
+#: profile.json or a shipped profile), ``--model`` (a config.json, its folder, a preset or
+#: a model to serve), report's ``--bundle`` (a file of RUN_DIR). Text, not a ``Path``,
+#: because a name is not resolved against the current folder; empty, they are refused as
+#: an empty path is.
+NAMES_A_FILE = frozenset({"--profile", "--model", "--bundle"})
+
+
 def non_empty_paths(param: Any) -> None:
-    """Make a path parameter refuse an empty value, or an empty item of it: ``Path('')``
-    is '.', so ``-o ''`` was taken for the current folder ('.: is a directory') and an
-    empty input for the folder to read."""
-    if not _takes(param, Path):
+    """Make a path parameter (or a text one that names a file: :data:`NAMES_A_FILE`)
+    refuse an empty value, or an empty item of it: ``Path('')`` is '.', so ``-o ''`` was
+    taken for the current folder ('.: is a directory') and an empty input for the folder
+    to read; ``--profile ''`` was read as '.' too, and report's ``--bundle ''`` said
+    "--bundle : no such file"."""
+    names_a_file = _takes(param, str) and not NAMES_A_FILE.isdisjoint(param.opts)
+    if not (_takes(param, Path) or names_a_file):
         return
     parse = param.process_value
 

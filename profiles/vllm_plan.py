@@ -41,16 +41,21 @@ class VllmMeasureError(TtlctlError, ValueError):
 
 def parse_contexts(text: str | None) -> list[int] | None:
     """``--contexts``: comma-separated lengths, sorted and unique (None: the default grid).
-    A :class:`~ttlctl.errors.ConfigError` when they are not integers, or fewer than 3
-    positive ones (a quadratic is fitted). Every profiler takes this grid."""
+    A :class:`~ttlctl.errors.ConfigError` when they are not integers, one is under 1 token
+    (named: a length of 0 is no context to time), or fewer than 3 distinct ones (a
+    quadratic is fitted). Every profiler takes this grid."""
     if text is None:
         return None
     try:
         values = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
         raise ConfigError(f"--contexts: not a comma-separated list of integers: {text!r}") from None
-    if len(values) < 3 or values[0] <= 0:
-        raise ConfigError("--contexts needs at least 3 positive lengths (a quadratic is fitted)")
+    if values and values[0] < 1:
+        raise ConfigError(f"--contexts: {values[0]} is not a length (a length is at least 1 token)")
+    if len(values) < 3:
+        raise ConfigError(
+            f"--contexts needs at least 3 distinct lengths (a quadratic is fitted), got {values}"
+        )
     return values
 
 

@@ -302,5 +302,13 @@ def test_contexts_parse_to_a_sorted_grid_or_a_one_line_error() -> None:
     assert parse_contexts("4096, 1024,2048,1024,") == [1024, 2048, 4096]
     with pytest.raises(TtlctlError, match="not a comma-separated list of integers: '1k,2k'"):
         parse_contexts("1k,2k")
-    with pytest.raises(TtlctlError, match="at least 3 positive lengths"):
-        parse_contexts("0,1,2")
+    with pytest.raises(TtlctlError, match=r"^--contexts needs at least 3 distinct lengths "
+                       r"\(a quadratic is fitted\), got \[1, 2\]$"):  # fmt: skip
+        parse_contexts("2,1,2")
+    # a length under 1 is named (it said "needs at least 3 positive lengths" of 3 lengths)
+    for text, bad in [("0,128,256", 0), ("128,-5,256,512", -5)]:
+        with pytest.raises(TtlctlError) as info:
+            parse_contexts(text)
+        assert (
+            str(info.value) == f"--contexts: {bad} is not a length (a length is at least 1 token)"
+        )

@@ -109,6 +109,11 @@ def load_config(ref: str | Path) -> tuple[str, dict[str, Any]]:
     path = Path(ref)
     if path.is_dir():
         path = path / "config.json"
+        if not path.is_file():  # a folder that is not a model's (a run's, the wrong level)
+            raise ModelConfigError(
+                f"{ref}: the folder holds no config.json (give a model's folder, its "
+                "config.json or a preset)"
+            )
     if not path.is_file():
         raise ModelConfigError(
             f"{ref}: no such config.json or preset (presets: {', '.join(sorted(PRESETS))})"

@@ -79,8 +79,16 @@ def test_kv_bytes_from_a_config_file_without_head_dim(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(config))
     _, loaded = models.load_config(tmp_path)
     assert models.kv_bytes_per_token(loaded) == 2 * 32 * 32 * 128 * 2
-    with pytest.raises(models.ModelConfigError):
+    with pytest.raises(models.ModelConfigError, match=r"no such config\.json or preset"):
         models.load_config(tmp_path / "nope")
+    # a folder without one says so (it said "no such config.json or preset")
+    (tmp_path / "run").mkdir()
+    with pytest.raises(models.ModelConfigError) as info:
+        models.load_config(tmp_path / "run")
+    assert str(info.value) == (
+        f"{tmp_path / 'run'}: the folder holds no config.json (give a model's folder, its "
+        "config.json or a preset)"
+    )
 
 
 def test_every_shipped_profile_loads_and_round_trips() -> None:

@@ -92,6 +92,7 @@ def validate(
     kv_tokens: int | None = None,
     max_num_seqs: int = MAX_NUM_SEQS,
     max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
+    prefill_cap: tuple[int, bool] = (0, False),
     timing: Load | None = None,
     seed: int = 0,
     max_programs: int | None = 8,
@@ -167,6 +168,7 @@ def validate(
             kv_tokens=kv_tokens,
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
+            prefill_cap=prefill_cap,
         )
         if not sources.urls:  # every server started fresh and warmed (not one given)
             engine = warmed_engine(engine, info.max_model_len)

@@ -66,15 +66,21 @@ def local_config(model: str) -> dict[str, Any] | None:
 
 
 #: vLLM flags validate sets on the servers it starts, with the simulator's values
-SIZED_BY_VALIDATE = ("--max-num-seqs", "--max-num-batched-tokens")
+SIZED_BY_VALIDATE = (
+    "--max-num-seqs",
+    "--max-num-batched-tokens",
+    "--long-prefill-token-threshold",
+    "--long-prefill-token-threshold-adaptive",
+    "--no-long-prefill-token-threshold-adaptive",
+)
 #: the vLLM option validate's ``--model MODEL`` sets on the servers it starts (validate
 #: reads MODEL's config.json as the served model's)
 SET_BY_MODEL = ("--model",)
 
 
 def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
-    """The started servers' ``--max-num-seqs``, ``--max-num-batched-tokens`` and
-    scheduling mode: the simulator's, so both run the same engine; refused in the vLLM
+    """The started servers' ``--max-num-seqs``, ``--max-num-batched-tokens``, prefill chunk
+    cap and scheduling mode: the simulator's, so both run the same engine; refused in the vLLM
     arguments and in the file their ``--config`` names (read as vLLM reads them:
     underscores, abbreviations)."""
     own = (*SIZED_BY_VALIDATE, *ASYNC_SCHEDULING)
@@ -95,11 +101,19 @@ def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
                     f"synchronous): remove it from {place}"
                 )
     check_one_engine(args)  # several engines in one server are not one simulated
+    capped = (
+        ["--long-prefill-token-threshold", str(req.long_prefill_token_threshold)]
+        if req.long_prefill_token_threshold
+        else []
+    )
+    if req.long_prefill_token_threshold_adaptive:
+        capped.append("--long-prefill-token-threshold-adaptive")
     return [
         "--max-num-seqs",
         str(req.max_num_seqs),
         "--max-num-batched-tokens",
         str(req.max_num_batched_tokens),
+        *capped,
         scheduling_flag(req.async_scheduling),
     ]
 

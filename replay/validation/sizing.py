@@ -109,14 +109,18 @@ def sim_engine_config(
     kv_tokens: int | None,
     max_num_seqs: int,
     max_num_batched_tokens: int,
+    prefill_cap: tuple[int, bool] = (0, False),
 ) -> SimSchedulerConfig:
-    """The simulator's :class:`~replay.scheduler.SimSchedulerConfig` sized like the server."""
+    """The simulator's :class:`~replay.scheduler.SimSchedulerConfig` sized like the server
+    (``prefill_cap``: vLLM's ``--long-prefill-token-threshold`` and whether adaptive)."""
     return SimSchedulerConfig(
         kv_tokens=kv_tokens_of(info, kv_tokens),
         block_size=info.block_size or BLOCK_SIZE,
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
         max_model_len=info.max_model_len or DEFAULT_MAX_MODEL_LEN,
+        long_prefill_token_threshold=prefill_cap[0],
+        long_prefill_token_threshold_adaptive=prefill_cap[1],
     )
 
 

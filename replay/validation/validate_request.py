@@ -41,6 +41,10 @@ class ValidateRequest:
     #: the simulator's and the started servers' (``--url`` servers: theirs, as given)
     max_num_seqs: int = _ENGINE.max_num_seqs
     max_num_batched_tokens: int = _ENGINE.max_num_batched_tokens
+    #: the simulator's and the started servers' prefill chunk cap (vLLM's
+    #: ``--long-prefill-token-threshold``; 0: none) and its adaptive floor
+    long_prefill_token_threshold: int = 0
+    long_prefill_token_threshold_adaptive: bool = False
     jps: float | None = None
     concurrency: int | None = None
     seed: int = 0

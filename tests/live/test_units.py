@@ -317,7 +317,12 @@ def test_sim_engine_config_is_sized_like_the_server() -> None:
     e = validate.sim_engine_config(
         server_info(), kv_tokens=4096, max_num_seqs=8, max_num_batched_tokens=512
     )
-    assert e.kv_tokens == 4096
+    assert e.kv_tokens == 4096 and e.long_prefill_token_threshold == 0
+    e = validate.sim_engine_config(
+        server_info(), kv_tokens=None, max_num_seqs=8, max_num_batched_tokens=512,
+        prefill_cap=(128, True),
+    )  # fmt: skip
+    assert (e.long_prefill_token_threshold, e.long_prefill_token_threshold_adaptive) == (128, True)
     with pytest.raises(validate.ValidateError, match="cache_config_info"):
         validate.sim_engine_config(
             server_info(num_gpu_blocks=None, kv_tokens=None),

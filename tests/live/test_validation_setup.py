@@ -62,9 +62,26 @@ def test_a_server_comes_from_one_command(tmp_path: Path) -> None:
         "--no-async-scheduling",
     ]
     for extra in (["--max-num-seqs", "4"], ["--max-num-batched-tokens=64"], ["--max_num_seqs"],
-                  ["--max-num-se", "4"], ["--max_num_batched=64"]):  # fmt: skip
+                  ["--max-num-se", "4"], ["--max_num_batched=64"],
+                  ["--long-prefill-token-threshold", "512"],
+                  ["--long-prefill-token-threshold-adaptive"],
+                  ["--no-long-prefill-token-threshold-adaptive"]):  # fmt: skip
         with pytest.raises(ValidateError, match=r"is set by validate .*before `--`"):
             server_base(ValidateRequest(trace, model="m", extra=extra))
+    # a prefill chunk cap: the servers started with it, as the simulator runs
+    capped = ValidateRequest(
+        trace,
+        model="m",
+        long_prefill_token_threshold=256,
+        long_prefill_token_threshold_adaptive=True,
+    )
+    base, _ = server_base(capped)
+    assert base is not None and base[-4:] == [
+        "--long-prefill-token-threshold",
+        "256",
+        "--long-prefill-token-threshold-adaptive",
+        "--no-async-scheduling",
+    ]
 
 
 def test_a_wrappers_flags_are_not_read_as_vllms(tmp_path: Path) -> None:

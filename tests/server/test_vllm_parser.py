@@ -85,7 +85,10 @@ def test_no_vllm_option_is_a_proper_prefix_of_a_name_ttlctl_reads(
     options = parser._option_string_actions
     for name in READ_BY_TTLCTL:
         assert name in options, f"{name} is no longer an option of vLLM's serve parser"
-        shorter = [o for o in options if name.startswith(o) and o != name]
+        # a shorter name ttlctl reads too is matched exactly first (option_set), as vLLM does
+        shorter = [
+            o for o in options if name.startswith(o) and o != name and o not in READ_BY_TTLCTL
+        ]
         assert shorter == [], f"{shorter} would be taken exactly where ttlctl reads {name}"
 
 
@@ -100,6 +103,10 @@ def test_vllm_takes_each_prefix_of_a_name_as_that_option_or_refuses_it(
         start = 3 if name.startswith("--") else 2
         for end in range(start, len(name)):
             prefix = name[:end]
+            if prefix in READ_BY_TTLCTL:  # another name ttlctl reads: matched exactly, below
+                assert option_set(prefix, READ_BY_TTLCTL) == prefix
+                assert _taken(parser, prefix) is parser._option_string_actions[prefix]
+                continue
             forms = (prefix, f"{prefix}=1") if name.startswith("--") else (prefix,)
             for token in forms:
                 taken = _taken(parser, token)

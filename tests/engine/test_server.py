@@ -82,6 +82,9 @@ def test_server_pins_by_xargs_and_session_header(tiny_model: Path, tmp_path: Pat
         env=env,
         scheduler_cls="ttlctl.engine.TTLScheduler",
         work_dir=tmp_path / "server",
+        # scheduler settings the engine log states (neither binds here: no prompt is as long,
+        # no queue as deep)
+        extra_args=["--long-prefill-token-threshold", "1000", "--max-num-queued-reqs", "1000"],
     ) as server:
         a, s, u = prompt(390), prompt(390), prompt(390)
         assert complete(server, a, xargs={"program_id": "A", "tool": "bash"}) == 0
@@ -107,6 +110,10 @@ def test_server_pins_by_xargs_and_session_header(tiny_model: Path, tmp_path: Pat
     assert facts["kind"] == "engine" and facts["replica"] == "replica-1"
     assert facts["bundle_sha256"] == json.loads(bundle.read_text())["sha256"]
     assert facts["max_model_len"] == 1024 and facts["block_size"] == 32
+    # as the server's own command line set them (ttlctl.engine.facts.configured)
+    assert (facts["long_prefill_token_threshold"], facts["max_num_queued_reqs"]) == (1000, 1000)
+    assert facts["scheduling_policy"] == "fcfs" and facts["scheduler_reserve_full_isl"] is True
+    assert facts["kv_connector"] is None and facts["enable_chunked_prefill"] is True
     assert len(lines) == 18 and all("kind" not in x for x in lines)
     assert {x["program_id"] for x in lines} == {"A", "S", None}
     last_a = [x for x in lines if x["program_id"] == "A"][-1]

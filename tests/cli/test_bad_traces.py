@@ -67,7 +67,7 @@ CASES: dict[str, tuple[Callable[[pl.DataFrame], pl.DataFrame], str]] = {
     ),
     "duplicate row": (
         lambda f: pl.concat([f, f.slice(4, 1)]),
-        "row 21: duplicate (program, turn): turn 0 appears twice (first at row 5)",
+        "row 21: duplicate (program, turn): turn 0 appears again (first at row 5)",
     ),
     "missing turn": (
         lambda f: f.filter(pl.int_range(pl.len()) != 1),

@@ -41,7 +41,7 @@ def test_a_program_in_two_files_names_both_copies(tmp_path: Path) -> None:
     with pytest.raises(IngestError) as info:
         ingest([first, second], tmp_path / "out.parquet")
     assert str(info.value) == (
-        f"{second}: line 3: duplicate (program, turn): turn 0 appears twice "
+        f"{second}: line 3: duplicate (program, turn): turn 0 appears again "
         f"(first at {first}, line 1)"
     )
 
@@ -49,7 +49,7 @@ def test_a_program_in_two_files_names_both_copies(tmp_path: Path) -> None:
     assert (report.rows, report.rejected) == (2, 4)
     rejects = Path(report.rejects_path or "").read_text().splitlines()
     reasons = {(r["file"], r["record"]): r["reason"] for r in map(json.loads, rejects)}
-    duplicate = "duplicate (program, turn): turn {} appears twice (first at {}, line {})"
+    duplicate = "duplicate (program, turn): turn {} appears again (first at {}, line {})"
     echo = f"rejected with its program: p has a bad record ({second}, line 3)"
     assert reasons == {
         (str(first), "line 1"): echo,
@@ -64,5 +64,17 @@ def test_a_program_twice_in_one_file_names_the_first_line(tmp_path: Path) -> Non
     with pytest.raises(IngestError) as info:
         ingest([src], tmp_path / "out.parquet")
     assert str(info.value) == (
-        f"{src}: line 5: duplicate (program, turn): turn 0 appears twice (first at line 1)"
+        f"{src}: line 5: duplicate (program, turn): turn 0 appears again (first at line 1)"
     )
+
+
+def test_every_later_copy_names_the_first(tmp_path: Path) -> None:
+    """A third copy is no 'twice': each later copy says it appears again, and where first."""
+    rows = [*_program("p"), *_program("p"), *_program("p"), *_program("q")]
+    src = _jsonl(tmp_path / "t.jsonl", rows)
+    report = ingest([src], tmp_path / "out.parquet", skip_bad=True)
+    rejects = Path(report.rejects_path or "").read_text().splitlines()
+    reasons = {r["record"]: r["reason"] for r in map(json.loads, rejects)}
+    again = "duplicate (program, turn): turn {} appears again (first at line {})"
+    assert reasons["line 3"] == reasons["line 5"] == again.format(0, 1)
+    assert reasons["line 4"] == reasons["line 6"] == again.format(1, 2)

@@ -134,7 +134,7 @@ def _program_rules() -> list[Rule]:
         Rule(
             _SAME & (turn == _PREV_TURN),
             pl.format(
-                "duplicate (program, turn): turn {} appears twice (first at {})",
+                "duplicate (program, turn): turn {} appears again (first at {})",
                 turn,
                 pl.col(FIRST_COPY),
             ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import re
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -142,5 +143,22 @@ def plot_fit(fit: FitDoc, out_dir: Path) -> list[Path]:
         plt.close(fig)
         write_atomic(png.getvalue(), path)
         written.append(path)
+    before = _indexed(out_dir / INDEX)
     write_json({GLOBAL: f"{GLOBAL}.png" if has_global else None, "tools": files}, out_dir / INDEX)
+    for stale in before - {path.name for path in written}:
+        (out_dir / stale).unlink(missing_ok=True)  # an earlier fit's tool this one lacks
     return written
+
+
+def _indexed(index: Path) -> set[str]:
+    """The PNGs an earlier :func:`plot_fit` listed in its :data:`INDEX` (only those: the
+    folder's other files are the user's); none when there is none, or it is unreadable."""
+    try:
+        doc = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    if not isinstance(doc, dict):
+        return set()
+    tools = doc.get("tools")
+    names = [doc.get(GLOBAL), *(tools.values() if isinstance(tools, dict) else ())]
+    return {n for n in names if isinstance(n, str) and n.endswith(".png") and Path(n).name == n}

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from ttlctl.cli import app
 from ttlctl.ingest.pipeline import ingest
-from ttlctl.plots import file_names
+from ttlctl.plots import file_names, plot_fit
 
 TOOLS = [
     "git/commit",
@@ -85,3 +85,19 @@ def test_a_name_windows_keeps_for_a_device_gets_its_hash() -> None:
     for device in ("con", "NUL", "com1.tar", "lpt9"):
         assert files[device].startswith(f"{device}~") and files[device].endswith(".png")
     assert files["console"] == "console.png" and files["lpt10"] == "lpt10.png"
+
+
+def test_a_fit_drawn_again_into_the_folder_leaves_no_earlier_tools_plot(tmp_path: Path) -> None:
+    """The folder holds what its index lists: an earlier fit's PNG of a tool this fit lacks
+    is removed; files the index never listed (the user's) stay."""
+    trace, folder = _trace(tmp_path), tmp_path / "plots"
+    args = ["fit", str(trace), "-o", str(tmp_path / "fit.json"), "--plot", str(folder)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    (folder / "notes.png").write_bytes(b"mine")
+    doc = json.loads((tmp_path / "fit.json").read_text())
+    doc["tools"] = {t: e for t, e in doc["tools"].items() if t in ("grep", "Bash")}
+    plot_fit(doc, folder)
+    index = json.loads((folder / "index.json").read_text())
+    assert sorted(index["tools"]) == ["Bash", "grep"]
+    kept = sorted(p.name for p in folder.iterdir())
+    assert kept == ["Bash.png", "global.png", "grep.png", "index.json", "notes.png"]

@@ -260,6 +260,9 @@ def test_every_path_option_refuses_an_empty_path_naming_the_flag(tmp_path: Path)
         with pytest.raises(typer.BadParameter) as info:
             param.process_value(ctx, value)
         assert info.value.message == "the path is empty", (name, param.name)
+        with pytest.raises(typer.BadParameter) as info:
+            param.process_value(ctx, ["a", "  "] if many else " \t")
+        assert info.value.message == "the path is blank", (name, param.name)
     assert checked >= 20
     trace = tmp_path / "t.jsonl"
     trace.write_text("")

@@ -67,7 +67,8 @@ NAMES_A_FILE = frozenset({"--profile", "--model", "--bundle"})
 
 def non_empty_paths(param: Any) -> None:
     """Make a path parameter (or a text one that names a file: :data:`NAMES_A_FILE`)
-    refuse an empty value, or an empty item of it: ``Path('')`` is '.', so ``-o ''`` was
+    refuse an empty value, or an empty item of it, and one of blanks only (no file is
+    meant so): ``Path('')`` is '.', so ``-o ''`` was
     taken for the current folder ('.: is a directory') and an empty input for the folder
     to read; ``--profile ''`` was read as '.' too, and report's ``--bundle ''`` said
     "--bundle : no such file"."""
@@ -77,8 +78,11 @@ def non_empty_paths(param: Any) -> None:
     parse = param.process_value
 
     def checked(ctx: Any, value: Any) -> Any:
-        if any(item == "" for item in _items(value)):
+        items = [item for item in _items(value) if isinstance(item, str)]
+        if any(item == "" for item in items):
             raise typer.BadParameter("the path is empty", ctx=ctx, param=param)
+        if any(not item.strip() for item in items):  # a name of only blanks: a slip too
+            raise typer.BadParameter("the path is blank", ctx=ctx, param=param)
         return parse(ctx, value)
 
     param.process_value = checked

@@ -13,7 +13,9 @@ from typer.testing import CliRunner
 from tests.report.pages import SECTIONS, check_png, parse, png_bytes
 from tests.report.runs import tune_doc
 from ttlctl.cli import report as report_cli
-from ttlctl.report import MAX_TOOL_PLOTS, ReportError, build_report
+from ttlctl.jsonio import file_sha256
+from ttlctl.report import MAX_TOOL_PLOTS, ReportError, build_report, rundir
+from ttlctl.report.provenance import section as provenance_section
 from ttlctl.summary_name import SUMMARY_SCHEMA
 
 
@@ -286,3 +288,19 @@ def test_a_replay_json_of_another_trace_or_bundle_is_said(tmp_path: Path, sample
     shutil.copy(sample_run / "replay.json", tmp_path / "replay.json")
     res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(out)])
     assert res.exit_code == 0 and "warning" not in res.stderr, res.stderr
+
+
+def test_a_bundles_trace_fitted_is_checked_against_the_runs_trace(sample_run: Path) -> None:
+    """A tuned bundle records the trace its fit was made from (``trace_fitted``, beside
+    ``trace``): the Inputs table compares it with the run's trace, where it showed "—"."""
+    run = rundir.load(sample_run)
+    assert run.bundle is not None
+    trace_sha = file_sha256(sample_run / "trace.parquet")
+    provenance = dict(run.bundle.get("provenance") or {})
+    provenance["trace_fitted"] = {"path": "trace.parquet", "sha256": trace_sha, "calls": 1}
+    run.bundle = {**run.bundle, "provenance": provenance}
+    row = provenance_section(run).split("trace_fitted", 1)[1].split("</tr>", 1)[0]
+    assert row.rstrip().endswith("<td>yes</td>"), row
+    provenance["trace_fitted"] = {"path": "other.parquet", "sha256": "0" * 64}
+    row = provenance_section(run).split("trace_fitted", 1)[1].split("</tr>", 1)[0]
+    assert row.rstrip().endswith("<td>no</td>"), row

@@ -39,7 +39,9 @@ def section(run: RunInputs) -> str:
         f"<p>The run directory's files (report by ttlctl {e(__version__)}):</p>",
         table(("file", "status", "bytes", "sha256"), rows),
     ]
-    own = {"trace": hashes.get("trace.parquet"), "fit": hashes.get("fit.json")}
+    trace = hashes.get("trace.parquet")
+    # a bundle's trace_fitted is the trace its fit was made from: this run's trace too
+    own = {"trace": trace, "trace_fitted": trace, "fit": hashes.get("fit.json")}
     bundle_ids = {hashes.get(BUNDLE), run.bundle and run.bundle.get("sha256")} - {None}
     docs: tuple[tuple[str, Mapping[str, Any] | None], ...] = (
         ("fit.json", run.fit if run.fit_source == "fit.json" else None),

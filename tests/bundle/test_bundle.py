@@ -532,3 +532,24 @@ def test_query_and_inspect_say_a_context_beyond_the_profiles_limit(
     assert "8,000, 32,000, 128,000 tokens are beyond" in line and "(2,048 tokens)" in line
     res = CliRunner().invoke(app, ["bundle", "inspect", str(bundle_file)])  # 131,072: all within
     assert res.exit_code == 0 and "warning" not in res.stderr
+
+
+def test_offload_on_a_cpu_profiles_bundle_says_there_is_no_host_tier(
+    fit_doc: dict[str, Any], tmp_path: Path
+) -> None:
+    """A CPU profile's reload is a memory copy (no host tier): `--offload` prices a reload at
+    it, which inspect and query now say; a GPU profile's bundle says nothing of it."""
+    fit_path = tmp_path / "fit.json"
+    fit_path.write_text(json.dumps(fit_doc))
+    said = "--offload: the bundle's profile was measured on a CPU, which has no host tier"
+    tool = next(iter(fit_doc["tools"]))
+    for profile, warned in (("tiny-cpu", True), ("llama-3.1-8b-h100", False)):
+        out = tmp_path / f"{profile}.json"
+        build = ["bundle", "build", "--fit", str(fit_path), "--profile", profile, "-o", str(out)]
+        assert CliRunner().invoke(app, build).exit_code == 0
+        query = ["bundle", "query", str(out), "--tool", tool, "--context-tokens", "1000"]
+        for args in (["bundle", "inspect", str(out), "--offload"], [*query, "--offload"]):
+            res = CliRunner().invoke(app, args)
+            assert res.exit_code == 0, res.output
+            assert (said in res.stderr) is warned, (args, res.stderr)
+        assert said not in CliRunner().invoke(app, query).stderr  # no --offload: nothing

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -96,6 +97,7 @@ def inspect(
     beyond = beyond_limit(doc["profile"], CONTEXTS)
     if beyond is not None:
         print_warning(beyond)
+    _warn_no_host_tier(doc, offload)
 
 
 @app.command()
@@ -191,7 +193,19 @@ def query(
         print_warning(f"--context-tokens {beyond}")
     if note is not None:
         print_warning(note)
+    _warn_no_host_tier(doc, offload)
     sys.stdout.write(json.dumps(answer) + "\n")
+
+
+def _warn_no_host_tier(doc: Mapping[str, Any], offload: bool) -> None:
+    """``--offload`` on a bundle whose profile was measured on a CPU: there is no host tier
+    there, and the profile's reload is a plain memory copy (``ttlctl profile`` says so)."""
+    source = doc["profile"].get("source") if isinstance(doc.get("profile"), Mapping) else None
+    if offload and isinstance(source, Mapping) and source.get("cpu_profile") is True:
+        print_warning(
+            "--offload: the bundle's profile was measured on a CPU, which has no host tier: "
+            "a reload is priced at its memory copy, not at a host-to-device copy"
+        )
 
 
 def _check_as(as_engine: str | None) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replay.engine_settings import notes as unmodelled_notes
-from replay.logged_settings import admitted, as_logged, scheduling_key
+from replay.logged_settings import PREFILL_FLAGS, admitted, as_logged, scheduling_key
 from replay.scheduler import SimSchedulerConfig
 
 #: the engine's sizes a log states, and the flag that sets each
@@ -149,7 +149,8 @@ def size(
         )
     if from_log:
         line = f"replay sized from the engine log{_of(replica)}: {shown}"
-        if any(given.get(k) is not None for k in SIZE_FLAGS):
+        # a prefill cap flag wins too (the line shows its value, not the log's)
+        if any(given.get(k) is not None for k in (*SIZE_FLAGS, *PREFILL_FLAGS)):
             line += " (flags given win)"
     elif not missing:
         line = f"replay engine{_of(replica)} as the flags give it: {shown}"

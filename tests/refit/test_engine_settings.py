@@ -232,3 +232,13 @@ def test_a_cap_only_the_log_gives_is_said_to_come_from_it() -> None:
     sized = size(every, [facts(long_prefill_token_threshold=256)], SimSchedulerConfig(), "d")
     assert sized.line.startswith("replay sized from the engine log: ")
     assert sized.line.endswith("(flags given win)")
+
+
+def test_a_prefill_cap_flag_over_a_logged_size_says_the_flags_win() -> None:
+    """Every size from the log, the prefill cap from a flag: the line (which shows the flag's
+    cap) says flags given win, where it read as if the log had stated that cap."""
+    given = NONE | {"long_prefill_token_threshold": 128}
+    sized = size(given, [facts()], SimSchedulerConfig(), "d")
+    assert sized.line.startswith("replay sized from the engine log: ")
+    assert sized.line.endswith("long_prefill_token_threshold 128 (flags given win)")
+    assert not size(NONE, [facts()], SimSchedulerConfig(), "d").line.endswith("win)")

@@ -92,7 +92,7 @@ def _busiest(entries: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
 
 def _sizes(entry: Mapping[str, Any]) -> dict[str, int]:
     """The sizes one engine record states; its ``max_num_seqs`` is the running batch's cap
-    (:func:`replay.engine_settings.admitted`: ``max_num_active_seqs`` where set below it)."""
+    (:func:`replay.logged_settings.admitted`: ``max_num_active_seqs`` where set below it)."""
     out = {k: int(entry[k]) for k in SIZE_FLAGS if isinstance(entry.get(k), int) and entry[k] > 0}
     cap = admitted(entry)
     if cap is not None:

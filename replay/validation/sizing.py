@@ -113,13 +113,16 @@ def sim_engine_config(
 ) -> SimSchedulerConfig:
     """The simulator's :class:`~replay.scheduler.SimSchedulerConfig` sized like the server
     (``prefill_cap``: vLLM's ``--long-prefill-token-threshold`` and whether adaptive)."""
+    max_model_len = info.max_model_len or DEFAULT_MAX_MODEL_LEN
     return SimSchedulerConfig(
         kv_tokens=kv_tokens_of(info, kv_tokens),
         block_size=info.block_size or BLOCK_SIZE,
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
-        max_model_len=info.max_model_len or DEFAULT_MAX_MODEL_LEN,
-        long_prefill_token_threshold=prefill_cap[0],
+        max_model_len=max_model_len,
+        # a cap past the server's length caps no prompt (a --url server's, known only
+        # after its runs: cut to it rather than refused then)
+        long_prefill_token_threshold=min(prefill_cap[0], max_model_len),
         long_prefill_token_threshold_adaptive=prefill_cap[1],
     )
 

@@ -323,6 +323,11 @@ def test_sim_engine_config_is_sized_like_the_server() -> None:
         prefill_cap=(128, True),
     )  # fmt: skip
     assert (e.long_prefill_token_threshold, e.long_prefill_token_threshold_adaptive) == (128, True)
+    e = validate.sim_engine_config(  # past the server's max_model_len (2,048): cut to it
+        server_info(), kv_tokens=None, max_num_seqs=8, max_num_batched_tokens=512,
+        prefill_cap=(4096, False),
+    )  # fmt: skip
+    assert e.long_prefill_token_threshold == 2048
     with pytest.raises(validate.ValidateError, match="cache_config_info"):
         validate.sim_engine_config(
             server_info(num_gpu_blocks=None, kv_tokens=None),

@@ -86,6 +86,11 @@ def as_logged(
                 notes.append(f"{flag} {shown} disagrees with {of} ({was}): the flag wins")
         elif theirs is not None:
             value = min(theirs, engine.max_model_len) if i == 0 else theirs
+            if value != theirs:
+                notes.append(
+                    f"{of} capped prefills at {theirs:,} tokens, past the replay's "
+                    f"max_model_len: replayed at {value:,} (no prompt is longer)"
+                )
             from_log = from_log or value != getattr(engine, key)
             changes[key] = value
     reserve = logged_reserve(entry) if entry is not None else None

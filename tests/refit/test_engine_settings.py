@@ -100,6 +100,10 @@ def test_the_logs_prefill_cap_is_replayed_and_shown(adaptive: bool | None) -> No
     # past a smaller --max-model-len given: no prompt is longer, so no cap is lost
     short = size(NONE | {"max_model_len": 256}, [logged], SimSchedulerConfig(), "defaults")
     assert short.engine.long_prefill_token_threshold == 256
+    assert (
+        "the log's engine capped prefills at 512 tokens, past the replay's max_model_len: "
+        "replayed at 256 (no prompt is longer)"
+    ) in short.notes
 
 
 def test_an_engine_that_changed_its_prefill_cap_changed_size() -> None:

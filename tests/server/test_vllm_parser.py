@@ -46,6 +46,10 @@ READ_BY_TTLCTL = (
 )
 
 
+#: the names ttlctl reads in one list, each matched exactly before any abbreviation
+NAMES_READ_TOGETHER = (SIZED_BY_VALIDATE,)
+
+
 class Refused(Exception):
     """vLLM's parser refused the arguments (its ``error``, which would exit)."""
 
@@ -85,10 +89,10 @@ def test_no_vllm_option_is_a_proper_prefix_of_a_name_ttlctl_reads(
     options = parser._option_string_actions
     for name in READ_BY_TTLCTL:
         assert name in options, f"{name} is no longer an option of vLLM's serve parser"
-        # a shorter name ttlctl reads too is matched exactly first (option_set), as vLLM does
-        shorter = [
-            o for o in options if name.startswith(o) and o != name and o not in READ_BY_TTLCTL
-        ]
+        # a shorter name read beside it, in the same list, is matched exactly first
+        # (option_set), as vLLM does; a list ttlctl reads a name in alone could not
+        beside = next((group for group in NAMES_READ_TOGETHER if name in group), ())
+        shorter = [o for o in options if name.startswith(o) and o != name and o not in beside]
         assert shorter == [], f"{shorter} would be taken exactly where ttlctl reads {name}"
 
 
@@ -103,8 +107,9 @@ def test_vllm_takes_each_prefix_of_a_name_as_that_option_or_refuses_it(
         start = 3 if name.startswith("--") else 2
         for end in range(start, len(name)):
             prefix = name[:end]
-            if prefix in READ_BY_TTLCTL:  # another name ttlctl reads: matched exactly, below
-                assert option_set(prefix, READ_BY_TTLCTL) == prefix
+            beside = next((group for group in NAMES_READ_TOGETHER if name in group), ())
+            if prefix in beside:  # a name read in the same list: matched exactly
+                assert option_set(prefix, beside) == prefix
                 assert _taken(parser, prefix) is parser._option_string_actions[prefix]
                 continue
             forms = (prefix, f"{prefix}=1") if name.startswith("--") else (prefix,)

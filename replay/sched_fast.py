@@ -87,9 +87,7 @@ class FastPath(SchedulerState):
         num_new_blocks = 0
         demand = 0
         # a prefill's chunk cap (0: none), set as the step starts
-        cap = 0
-        if self.config.long_prefill_token_threshold:
-            cap = self.config.prefill_cap(len(self.running) + len(self.waiting))
+        cap = self._prefill_cap()
         for r in prefilling:
             rest = r.num_tokens - r.num_computed_tokens
             demand += cap if 0 < cap < rest else rest

@@ -63,9 +63,7 @@ class ReferencePath(SchedulerState):
         running = self.running
         pool = self.pool
         # a prefill's chunk cap (0: none), set as the step starts
-        cap = 0
-        if self.config.long_prefill_token_threshold:
-            cap = self.config.prefill_cap(len(running) + len(self.waiting))
+        cap = self._prefill_cap()
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]

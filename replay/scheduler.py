@@ -225,6 +225,14 @@ class SimScheduler(FastPath, ReferencePath, Admission, DecodeRuns, Leaving, PinC
             self._moved.clear()
         return waiting
 
+    def _prefill_cap(self) -> int:
+        """This step's cap on a prefill's tokens (0: none), counted as the step starts
+        (:meth:`~replay.scheduler_config.SimSchedulerConfig.prefill_cap`); no count is
+        taken without a threshold."""
+        if not self.config.long_prefill_token_threshold:
+            return 0
+        return self.config.prefill_cap(len(self.running) + len(self.waiting))
+
     @property
     def idle(self) -> bool:
         return not self.running and not self.waiting

@@ -4,6 +4,7 @@ profiles; ``--torch`` keeps the old eager-torch timing, labelled as not vLLM."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -109,12 +110,7 @@ def profile(
                 "--as": as_target,
                 "--decode-throughput-alpha": decode_throughput_alpha,
             }
-            named = [flag for flag, value in extra.items() if value is not None]
-            if named:
-                raise UserError(
-                    f"--list shows the shipped profiles' table and writes nothing; it takes "
-                    f"no {', '.join(named)}"
-                )
+            _refuse_given(extra, "--list shows the shipped profiles' table and writes nothing")
             render.shipped_table(out)
         return
     with user_errors():
@@ -148,12 +144,10 @@ def profile(
                 ("--enforce-eager" if enforce_eager else "--cuda-graphs"): enforce_eager,
                 "--max-num-batched-tokens": budget["max_num_batched_tokens"],
             }
-            dropped = [flag for flag, value in vllm_only.items() if value is not None]
-            if dropped:
-                raise UserError(
-                    "--torch times Hugging Face transformers in eager torch, not vLLM's "
-                    f"engine; it takes no {', '.join(dropped)}"
-                )
+            _refuse_given(
+                vllm_only,
+                "--torch times Hugging Face transformers in eager torch, not vLLM's engine",
+            )
         if engine is not None and not torch_eager:  # settings of an engine it does not start
             set_here = given(ctx, device=device, max_num_batched_tokens=max_num_batched_tokens)
             engine_own = {
@@ -163,12 +157,11 @@ def profile(
                 ("--enforce-eager" if enforce_eager else "--cuda-graphs"): enforce_eager,
                 "--max-num-batched-tokens": set_here["max_num_batched_tokens"],
             }
-            dropped = [flag for flag, value in engine_own.items() if value is not None]
-            if dropped:
-                raise UserError(
-                    "--engine measures the server as it was started (give vLLM's settings to "
-                    f"the server); it takes no {', '.join(dropped)}"
-                )
+            _refuse_given(
+                engine_own,
+                "--engine measures the server as it was started (give vLLM's settings to "
+                "the server)",
+            )
         check_outputs(output, streams=(json_out,))
         grid = parse_contexts(contexts)
         name, config = load_config(model)
@@ -236,6 +229,14 @@ def profile(
             _as_router(result, decode_throughput_alpha, None)
         return
     render.profile_table(out, result.to_json())
+
+
+def _refuse_given(flags: Mapping[str, object], why: str) -> None:
+    """One line naming each of ``flags`` given (not None), after ``why`` the command
+    mode takes none of them, where they would be dropped without a word."""
+    named = [flag for flag, value in flags.items() if value is not None]
+    if named:
+        raise UserError(f"{why}; it takes no {', '.join(named)}")
 
 
 def _as_router(

@@ -67,6 +67,30 @@ LARGE = int(os.environ.get("TTLCTL_DIFF_LARGE", "4"))
 SEED = int(os.environ.get("TTLCTL_DIFF_SEED") or secrets.randbits(32))
 
 
+def _check_drawn(
+    examples: int, drawn: st.SearchStrategy[Case], *, async_scheduling: bool = ASYNC
+) -> None:
+    """``examples`` cases of ``drawn`` (derandomized: the same cases every run), each
+    replayed on both backends and compared call by call (:func:`check`); with
+    ``TTLCTL_DIFF_REPORT``, tallied into that file instead of asserted."""
+    tally = Tally() if REPORT else None
+
+    @settings(
+        max_examples=examples,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(drawn)
+    def one(case: Case) -> None:
+        check(case, tally, async_scheduling=async_scheduling)
+
+    one()
+    if tally is not None and REPORT:
+        tally.merge_into(Path(REPORT))
+
+
 @pytest.fixture(scope="module")
 def bundles(fit_doc: dict[str, Any]) -> dict[str, Any]:
     return continuum_bundles(fit_doc, COST)
@@ -87,45 +111,19 @@ def test_random_workloads_call_by_call(bundles: dict[str, Any], pressure: bool) 
     """Mixed cases (one in three under pressure), and cases all under pressure (every
     program at once, a policy that pins, a cache that holds a few contexts: preemptions,
     evictions of pinned programs' blocks, the valve)."""
-    tally = Tally() if REPORT else None
-
-    @settings(
-        max_examples=EXAMPLES if not pressure else max(1, EXAMPLES // 4),
-        derandomize=True,
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    _check_drawn(
+        EXAMPLES if not pressure else max(1, EXAMPLES // 4), cases(bundles, pressure=pressure)
     )
-    @given(st.data())
-    def one(data: st.DataObject) -> None:
-        check(data.draw(cases(bundles, pressure=pressure)), tally)
-
-    one()
-    if tally is not None and REPORT:
-        tally.merge_into(Path(REPORT))
 
 
 @pytest.mark.parametrize("pressure", [False, True], ids=["mixed", "pressure"])
 def test_a_prefill_chunk_cap_call_by_call(bundles: dict[str, Any], pressure: bool) -> None:
     """vLLM's ``--long-prefill-token-threshold`` (adaptive or not): every prefill chunk,
     running or admitted, at most the cap while another request runs or waits."""
-    tally = Tally() if REPORT else None
-
-    @settings(
-        max_examples=max(1, EXAMPLES // 2 if not pressure else EXAMPLES // 4),
-        derandomize=True,
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    _check_drawn(
+        max(1, EXAMPLES // 2 if not pressure else EXAMPLES // 4),
+        cases(bundles, pressure=pressure, shared=not pressure).flatmap(capped),
     )
-    @given(st.data())
-    def one(data: st.DataObject) -> None:
-        case = data.draw(cases(bundles, pressure=pressure, shared=not pressure))
-        check(data.draw(capped(case)), tally)
-
-    one()
-    if tally is not None and REPORT:
-        tally.merge_into(Path(REPORT))
 
 
 @pytest.mark.parametrize("pressure", [False, True], ids=["mixed", "pressure"])
@@ -133,65 +131,23 @@ def test_random_workloads_with_shared_prefixes(bundles: dict[str, Any], pressure
     """The same, with programs whose prompts start with prefixes other programs share (a
     tree of chained hashes, trace blocks of 8 to 64 tokens): vLLM's prefix cache finds
     them through the tokens, the fast backend through the keys."""
-    tally = Tally() if REPORT else None
-
-    @settings(
-        max_examples=max(1, EXAMPLES // 2 if not pressure else EXAMPLES // 4),
-        derandomize=True,
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    _check_drawn(
+        max(1, EXAMPLES // 2 if not pressure else EXAMPLES // 4),
+        cases(bundles, pressure=pressure, shared=True),
     )
-    @given(st.data())
-    def one(data: st.DataObject) -> None:
-        check(data.draw(cases(bundles, pressure=pressure, shared=True)), tally)
-
-    one()
-    if tally is not None and REPORT:
-        tally.merge_into(Path(REPORT))
 
 
 @pytest.mark.skipif(ASYNC and not REPORT, reason="async is measured (TTLCTL_DIFF_REPORT)")
 def test_large_cases(bundles: dict[str, Any]) -> None:
     """Contexts up to 32k tokens, up to 32 programs sharing a product's prefix, pauses at
     τ and just around it, a cache that holds a few contexts (``differential.large_cases``)."""
-    tally = Tally() if REPORT else None
-
-    @settings(
-        max_examples=LARGE,
-        derandomize=True,
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-    @given(st.data())
-    def one(data: st.DataObject) -> None:
-        check(data.draw(large_cases(bundles)), tally)
-
-    one()
-    if tally is not None and REPORT:
-        tally.merge_into(Path(REPORT))
+    _check_drawn(LARGE, large_cases(bundles))
 
 
 @pytest.mark.skipif(ASYNC and not REPORT, reason="async is measured (TTLCTL_DIFF_REPORT)")
 def test_block_boundaries() -> None:
     """Prompts and outputs at block boundaries on a tight cache (``boundary_cases``)."""
-    tally = Tally() if REPORT else None
-
-    @settings(
-        max_examples=max(1, EXAMPLES // 2),
-        derandomize=True,
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-    @given(st.data())
-    def one(data: st.DataObject) -> None:
-        check(data.draw(boundary_cases()), tally)
-
-    one()
-    if tally is not None and REPORT:
-        tally.merge_into(Path(REPORT))
+    _check_drawn(max(1, EXAMPLES // 2), boundary_cases())
 
 
 @pytest.mark.skipif(ASYNC, reason="async is measured (TTLCTL_DIFF_REPORT)")
@@ -273,19 +229,8 @@ def test_shared_trace_slices(
 def test_async_scheduling_call_by_call(bundles: dict[str, Any], pressure: bool) -> None:
     """vLLM's async scheduling (step N+1 scheduled before step N's output is applied)
     on both backends: the same agreement, call by call, as synchronous scheduling."""
-    tally = Tally() if REPORT else None
-
-    @settings(
-        max_examples=max(1, EXAMPLES // 4 if not pressure else EXAMPLES // 8),
-        derandomize=True,
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    _check_drawn(
+        max(1, EXAMPLES // 4 if not pressure else EXAMPLES // 8),
+        cases(bundles, pressure=pressure),
+        async_scheduling=True,
     )
-    @given(st.data())
-    def one(data: st.DataObject) -> None:
-        check(data.draw(cases(bundles, pressure=pressure)), tally, async_scheduling=True)
-
-    one()
-    if tally is not None and REPORT:
-        tally.merge_into(Path(REPORT))

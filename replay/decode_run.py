@@ -12,7 +12,6 @@ from typing import NamedTuple
 
 from profiles.cost import CostModel
 from replay.decoders import DecodeSet
-from replay.kv import KVPool
 
 
 class DecodeRun(NamedTuple):
@@ -81,13 +80,3 @@ def run_seconds(cost: CostModel, run: DecodeRun) -> tuple[float, float]:
         cost.decode_s(seqs, kv_tokens), cost.decode_s(seqs, kv_tokens + seqs * (run.steps - 1))
     )
     return run.seconds, longest
-
-
-def plan_key(
-    decoders: DecodeSet, pool: KVPool, waiting: int, now: float, horizon: float, seqs: int, kv: int
-) -> tuple[float, ...]:
-    """What a run's plan from ``now`` to ``horizon`` reads (``seqs`` and ``kv``: the
-    decode set's members and :meth:`~replay.decoders.DecodeSet.kv_tokens`): the same key,
-    the same plan (a fleet replica plans its run when it starts waiting and takes it
-    unchanged)."""
-    return (now, horizon, decoders.decode_steps, seqs, kv, pool.free_blocks, pool.changes, waiting)

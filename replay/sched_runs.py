@@ -6,15 +6,16 @@ the following decode steps, each exactly as vLLM would take it, are taken togeth
 one event (:func:`~replay.decode_run.plan_decode_run` says how many, and
 :func:`~replay.decode_run.run_seconds` what they cost). No run is merged at a batch size
 the engine has not run (its first step pays the new size's cost, taken alone). A fleet
-replica asks first when its run would end (:meth:`~DecodeRuns.merge_end`) and keeps the
-plan for the step that takes it.
+replica plans its run first (:meth:`~DecodeRuns.merge_end`, which says when it would end)
+and, when no call cut it short, takes that plan as it is (:meth:`~DecodeRuns.take_run`).
 """
 
 from __future__ import annotations
 
-from replay.decode_run import DecodeRun, plan_decode_run, plan_key, run_seconds
+from replay.decode_run import DecodeRun, plan_decode_run, run_seconds
 from replay.request import SimRequest
 from replay.sched_state import SchedulerState
+from replay.sim_error import SimulationError
 
 
 class DecodeRuns(SchedulerState):
@@ -31,6 +32,24 @@ class DecodeRuns(SchedulerState):
         run = self._decode_run(now, horizon)
         if run is None:
             return 0.0, []
+        return self._apply_run(run, now)
+
+    def take_run(self, start: float) -> tuple[float, list[SimRequest]]:
+        """Take the run :meth:`merge_end` planned from ``start``, whole: the replica waited
+        on it to its end and nothing reached the engine meanwhile, so the plan is what
+        :meth:`~replay.scheduler.SimScheduler.step` would take (no pin falls due before
+        its horizon, and the state it read is unchanged); returns (seconds, finished)."""
+        planned, self._planned = self._planned, None
+        if planned is None or planned[0] != start:
+            raise SimulationError(f"no run of decode steps was planned from t={start:.6f} s")
+        self.tick(start)
+        duration, finished = self._apply_run(planned[1], start)
+        self._last_end = start + duration
+        return duration, finished
+
+    def _apply_run(self, run: DecodeRun, now: float) -> tuple[float, list[SimRequest]]:
+        """Apply ``run`` from ``now``: its blocks, steps and seconds; the requests that
+        finish in its last step finish at its end (returned with its seconds)."""
         decoders = self.decoders
         if run.blocks:
             self.pool.take(run.blocks)
@@ -52,8 +71,9 @@ class DecodeRuns(SchedulerState):
         from ``now`` would open with ends, before ``horizon``
         (:meth:`~replay.sched_pins.PinClock.next_expiry`, or earlier) or where it must stop
         (None: the step would not open with one, or ``horizon`` is due at ``now``: a pin
-        the step expires first may let the waiting head in). Changes nothing. A fleet
-        replay waits until then unless a call is routed here before (replay.fleet)."""
+        the step expires first may let the waiting head in). Changes nothing but the plan
+        it keeps: a fleet replica waits until then unless a call is routed here before
+        (:mod:`replay.fleet.stepping`), and takes the plan (:meth:`take_run`) if none was."""
         if self._prefilling or not self.decoders.members:
             return None
         if horizon <= now:  # no run (a pin due at ``now`` is at or past the horizon)
@@ -65,8 +85,7 @@ class DecodeRuns(SchedulerState):
         run = self._decode_run(now, horizon)
         if run is None:
             return None
-        d, seqs, kv = self.decoders, run.seqs, run.kv_tokens
-        self._planned = (plan_key(d, self.pool, len(self.waiting), now, horizon, seqs, kv), run)
+        self._planned = (now, run)
         return now + run.seconds
 
     def _size_run(self, tokens: int) -> bool:
@@ -76,16 +95,7 @@ class DecodeRuns(SchedulerState):
         return self._sizes is None or tokens in self._sizes
 
     def _decode_run(self, now: float, horizon: float) -> DecodeRun | None:
-        """The merged run from ``now`` (None: none; every running request must decode).
-        A plan :meth:`merge_end` made from the same state is taken instead of planning
-        again (a fleet replica waits on it)."""
-        planned = self._planned
-        if planned is not None:
-            self._planned = None
-            d, seqs = self.decoders, len(self.decoders.members)
-            key = plan_key(d, self.pool, len(self.waiting), now, horizon, seqs, d.kv_tokens())
-            if planned[0] == key and seqs == len(self.running):
-                return planned[1]
+        """The merged run from ``now`` (None: none; every running request must decode)."""
         if len(self.decoders.members) != len(self.running):
             return None
         return plan_decode_run(self.decoders, self.cost, self.pool.free_blocks, now, horizon)

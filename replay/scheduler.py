@@ -152,10 +152,9 @@ class SimScheduler(FastPath, ReferencePath, Admission, DecodeRuns, Leaving, PinC
     #: :meth:`~replay.sched_admit.Admission._admit_waiting`)
     _stuck: SimRequest | None = None
     _stuck_changes: int = -1
-    #: the plan :meth:`~replay.sched_runs.DecodeRuns.merge_end` made, keyed by what it read
-    #: (the next :meth:`~replay.sched_runs.DecodeRuns._decode_run` from the same state
-    #: takes it instead of planning again)
-    _planned: tuple[tuple[float, ...], DecodeRun] | None = None
+    #: the run of decode steps :meth:`~replay.sched_runs.DecodeRuns.merge_end` planned, and
+    #: from when (:meth:`~replay.sched_runs.DecodeRuns.take_run` takes it; a step drops it)
+    _planned: tuple[float, DecodeRun] | None = None
 
     def __post_init__(self) -> None:
         cls = RunPool if self.config.pool == "runs" else BlockPool
@@ -242,6 +241,7 @@ class SimScheduler(FastPath, ReferencePath, Admission, DecodeRuns, Leaving, PinC
     def step(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:
         """One engine step from ``now`` (plus merged decode steps up to ``horizon``).
         Returns (duration, finished requests); a duration of 0: nothing could run."""
+        self._planned = None  # a run planned from the state before this step is stale
         if not self.config.fast:
             duration, finished, _ = self._step_reference(now)
             if duration > 0:

@@ -3,9 +3,10 @@ engine step, whose requests finish at its end event (the router sees a response 
 when it ends, never before).
 
 A replica that has only decode steps to take and nothing it can admit waits: its run of
-decode steps (:meth:`~replay.scheduler.SimScheduler.merge_end`) is taken when a call is
-routed to it (every step that starts before the call, as one engine's run stops before
-its next arrival) or at the run's end. With one replica a normal step may also run into
+decode steps, planned when it starts waiting (:meth:`~replay.scheduler.SimScheduler.merge_end`),
+is taken when a call is routed to it (every step that starts before the call, as one
+engine's run stops before its next arrival) or, as planned, at the run's end
+(:meth:`~replay.scheduler.SimScheduler.take_run`). With one replica a normal step may also run into
 decode steps up to the next send, as one engine's step does (every send is known then).
 """
 
@@ -54,11 +55,16 @@ def check(rep: Replica, end: float) -> None:
 
 def run_deferred(fleet: Fleet, rep: Replica, horizon: float, *, wake: bool = True) -> None:
     """Take the waiting run of decode steps: every step that starts before ``horizon``
-    (``wake``: queue its end event; else it ends at the event being handled)."""
+    (``wake``: queue its end event; else it ends at the event being handled). Up to its
+    own horizon the run is the one planned (taken as it is); a call routed here cuts it
+    short (the engine plans again, up to the call)."""
     start = rep.deferred_from
     assert start is not None
     rep.deferred_from = None
-    duration, finished = rep.engine.step(start, horizon)
+    if horizon == rep.deferred_horizon:
+        duration, finished = rep.engine.take_run(start)
+    else:
+        duration, finished = rep.engine.step(start, horizon)
     if duration <= 0:
         raise SimulationError(f"replica {rep.index}: a planned run of decode steps did not run")
     took(fleet, rep, start, duration, finished, wake=wake)

@@ -47,6 +47,7 @@ from vllm.v1.request import Request
 from profiles.cost import CostModel
 from replay.request import SimRequest
 from replay.scheduler import SimSchedulerConfig, Stats
+from replay.sim_error import SimulationError
 from replay.vllmsim.batch_queue import BatchQueue, Queued
 from replay.vllmsim.build import Built
 from replay.vllmsim.executor import book_step, execute
@@ -248,6 +249,9 @@ class VllmEngine:
 
     def merge_end(self, now: float, horizon: float) -> float | None:
         return None  # vLLM schedules every step (the module docstring)
+
+    def take_run(self, start: float) -> tuple[float, list[SimRequest]]:
+        raise SimulationError("vLLM's scheduler plans no run of decode steps to take")
 
     def applied_step(self) -> int:
         """The step whose output was applied last (async: the step after it is in

@@ -34,16 +34,27 @@ class DecodeRuns(SchedulerState):
             return 0.0, []
         return self._apply_run(run, now)
 
-    def take_run(self, start: float) -> tuple[float, list[SimRequest]]:
-        """Take the run :meth:`merge_end` planned from ``start``, whole: the replica waited
-        on it to its end and nothing reached the engine meanwhile, so the plan is what
-        :meth:`~replay.scheduler.SimScheduler.step` would take (no pin falls due before
-        its horizon, and the state it read is unchanged); returns (seconds, finished)."""
+    def take_run(self, start: float, horizon: float) -> tuple[float, list[SimRequest]]:
+        """Take the run :meth:`merge_end` planned from ``start``: whole when the replica
+        waited on it to its end, else its steps that start before ``horizon`` (a call
+        routed here then; after ``start``). Nothing reached the engine meanwhile, so this
+        is what :meth:`~replay.scheduler.SimScheduler.step` would take from ``start`` to
+        ``horizon`` (no pin falls due before the plan's horizon, and the state the plan
+        read is unchanged), without deciding again; returns (seconds, finished)."""
         planned, self._planned = self._planned, None
         if planned is None or planned[0] != start:
             raise SimulationError(f"no run of decode steps was planned from t={start:.6f} s")
+        _, until, run = planned
+        if horizon < until:
+            cut = plan_decode_run(self.decoders, self.cost, self.pool.free_blocks, start, horizon)
+            if cut is None:
+                raise SimulationError(
+                    f"no decode step starts between t={start:.6f} s and {horizon:.6f} s"
+                )
+            run = cut
         self.tick(start)
-        duration, finished = self._apply_run(planned[1], start)
+        self.expire_pins(start)  # none is due (stale entries go), as in the step
+        duration, finished = self._apply_run(run, start)
         self._last_end = start + duration
         return duration, finished
 
@@ -85,7 +96,7 @@ class DecodeRuns(SchedulerState):
         run = self._decode_run(now, horizon)
         if run is None:
             return None
-        self._planned = (now, run)
+        self._planned = (now, horizon, run)
         return now + run.seconds
 
     def _size_run(self, tokens: int) -> bool:

@@ -74,7 +74,7 @@ class SchedulerState:
         _prefilling: list[SimRequest]
         _stuck: SimRequest | None
         _stuck_changes: int
-        _planned: tuple[float, DecodeRun] | None
+        _planned: tuple[float, float, DecodeRun] | None
 
         # the queue and the step (replay.scheduler)
         def _enqueue(self, req: SimRequest) -> None: ...

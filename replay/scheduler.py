@@ -152,9 +152,10 @@ class SimScheduler(FastPath, ReferencePath, Admission, DecodeRuns, Leaving, PinC
     #: :meth:`~replay.sched_admit.Admission._admit_waiting`)
     _stuck: SimRequest | None = None
     _stuck_changes: int = -1
-    #: the run of decode steps :meth:`~replay.sched_runs.DecodeRuns.merge_end` planned, and
-    #: from when (:meth:`~replay.sched_runs.DecodeRuns.take_run` takes it; a step drops it)
-    _planned: tuple[float, DecodeRun] | None = None
+    #: the run of decode steps :meth:`~replay.sched_runs.DecodeRuns.merge_end` planned: from
+    #: when, up to which horizon, and the run (:meth:`~replay.sched_runs.DecodeRuns.take_run`
+    #: takes it; a step drops it)
+    _planned: tuple[float, float, DecodeRun] | None = None
 
     def __post_init__(self) -> None:
         cls = RunPool if self.config.pool == "runs" else BlockPool

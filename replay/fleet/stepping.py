@@ -55,14 +55,14 @@ def check(rep: Replica, end: float) -> None:
 
 def run_deferred(fleet: Fleet, rep: Replica, horizon: float, *, wake: bool = True) -> None:
     """Take the waiting run of decode steps: every step that starts before ``horizon``
-    (``wake``: queue its end event; else it ends at the event being handled). Up to its
-    own horizon the run is the one planned (taken as it is); a call routed here cuts it
-    short (the engine plans again, up to the call)."""
+    (``wake``: queue its end event; else it ends at the event being handled): the run
+    planned, whole or cut short by a call routed here. A call routed at the instant the
+    wait began leaves no step of it: the engine steps from there as it would have."""
     start = rep.deferred_from
     assert start is not None
     rep.deferred_from = None
-    if horizon == rep.deferred_horizon:
-        duration, finished = rep.engine.take_run(start)
+    if horizon > start:
+        duration, finished = rep.engine.take_run(start, horizon)
     else:
         duration, finished = rep.engine.step(start, horizon)
     if duration <= 0:

@@ -1,5 +1,6 @@
 """A fleet replica's run of decode steps: planned when it starts waiting
-(``merge_end``), taken as planned at its end (``take_run``) when no call cut it short.
+(``merge_end``), taken as planned at its end (``take_run``), or its head when a call cuts it
+short.
 Taking the plan is exactly what a step from the same state takes; a plan is only taken
 from the state it was made in."""
 
@@ -49,7 +50,7 @@ def test_the_planned_run_is_the_step_from_the_same_state() -> None:
     assert again == now
     end = planned.merge_end(now, math.inf)
     assert end is not None and end > now
-    taken, finished = planned.take_run(now)
+    taken, finished = planned.take_run(now, math.inf)
     duration, finished_too = stepped.step(now, math.inf)
     assert taken == duration == end - now
     assert [r.program for r in finished] == [r.program for r in finished_too] == ["b"]
@@ -60,13 +61,31 @@ def test_the_planned_run_is_the_step_from_the_same_state() -> None:
 def test_a_plan_is_taken_only_from_where_it_was_made() -> None:
     engine, now = decoding_engine()
     with pytest.raises(SimulationError, match="no run of decode steps was planned"):
-        engine.take_run(now)
+        engine.take_run(now, math.inf)
     assert engine.merge_end(now, math.inf) is not None
     with pytest.raises(SimulationError, match="planned from t="):
-        engine.take_run(now + 0.5)
+        engine.take_run(now + 0.5, math.inf)
     # a step taken meanwhile (a call cut the wait short) drops the plan
     assert engine.merge_end(now, math.inf) is not None
     duration, _ = engine.step(now, now + 1e-9)  # the run's first step only
     assert duration > 0
     with pytest.raises(SimulationError, match="no run of decode steps was planned"):
-        engine.take_run(now + duration)
+        engine.take_run(now + duration, math.inf)
+
+
+@pytest.mark.parametrize("share", [0.05, 0.3, 0.77, 1.0])
+def test_a_call_cuts_the_plan_where_a_step_would_stop(share: float) -> None:
+    """A call routed to the replica while it waits: the steps of the plan that start
+    before the call are taken, as a step up to the call takes them."""
+    planned, now = decoding_engine()
+    stepped, _ = decoding_engine()
+    end = planned.merge_end(now, math.inf)
+    assert end is not None
+    cut = now + share * (end - now)
+    taken, finished = planned.take_run(now, cut)
+    duration, finished_too = stepped.step(now, cut)
+    assert taken == duration and now + taken >= cut
+    assert [r.program for r in finished] == [r.program for r in finished_too]
+    assert state(planned) == state(stepped)
+    if share < 1.0:
+        assert taken < end - now and not finished  # short of the finish that ended the plan

@@ -39,7 +39,8 @@ class FastPath(SchedulerState):
         self.tick(now)
         self.expire_pins(now)
         if (
-            not self._prefilling
+            horizon > now  # else no decode step can be merged (a fleet's replicas step so)
+            and not self._prefilling
             and self.decoders.members
             and (not self.waiting or self._head_stays_blocked())
             and self._size_run(len(self.decoders.members))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from replay.fleet.parts import Fleet, make_tuple
 from replay.fleet.routers.base import HOLD, RoutedCall
-from replay.fleet.stepping import run_deferred
+from replay.fleet.stepping import cut_run
 from replay.sim_error import SimulationError
 from replay.sim_outcome import ProgramRun
 
@@ -32,7 +32,8 @@ def route(fleet: Fleet, run: ProgramRun, sent: float) -> None:
         fleet.held[pid] = (run, sent, call)
     else:
         dispatch(fleet, run, sent, call, target, sent)
-    release(fleet, sent)
+    if fleet.holding is not None:
+        release(fleet, sent)
 
 
 def release(fleet: Fleet, now: float) -> None:
@@ -80,8 +81,7 @@ def dispatch(
     if rep.deferred_from is not None:
         # its waiting run of decode steps stops before this call (as one engine's
         # stops before its next arrival)
-        horizon = rep.deferred_horizon
-        run_deferred(fleet, rep, now if now < horizon else horizon)
+        cut_run(fleet, rep, now)
     rep.inbox.append((run, sent, call, previous, expiry))
     if not rep.busy:
         wake = rep.wake

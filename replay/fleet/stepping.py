@@ -3,11 +3,13 @@ engine step, whose requests finish at its end event (the router sees a response 
 when it ends, never before).
 
 A replica that has only decode steps to take and nothing it can admit waits: its run of
-decode steps, planned when it starts waiting (:meth:`~replay.scheduler.SimScheduler.merge_end`),
-is taken when a call is routed to it (every step that starts before the call, as one
-engine's run stops before its next arrival) or, as planned, at the run's end
-(:meth:`~replay.scheduler.SimScheduler.take_run`). With one replica a normal step may also run into
-decode steps up to the next send, as one engine's step does (every send is known then).
+decode steps, planned when it starts waiting
+(:meth:`~replay.scheduler.SimScheduler.merge_end`), is taken when a call is routed to it
+(every step that starts before the call, as one engine's run stops before its next
+arrival: :func:`cut_run`) or, as planned, at the run's end
+(:meth:`~replay.scheduler.SimScheduler.take_run`). With one replica a normal step may
+also run into decode steps up to the next send, as one engine's step does (every send is
+known then).
 """
 
 from __future__ import annotations
@@ -19,30 +21,8 @@ from replay.fleet.finishing import finish
 from replay.fleet.parts import Fleet
 from replay.fleet.replica import Replica
 from replay.invariants import check_invariants
-from replay.request import SimRequest
 from replay.scheduler import SimScheduler
 from replay.sim_error import SimulationError
-
-
-def took(
-    fleet: Fleet,
-    rep: Replica,
-    start: float,
-    duration: float,
-    finished: list[SimRequest],
-    *,
-    wake: bool = True,
-) -> None:
-    """A step (or a run of decode steps) from ``start`` was taken: its requests finish
-    at its end, when its end event comes (``wake``: queue it; else the event being
-    handled is that end)."""
-    rep.now = end = start + duration
-    if rep.checked:
-        check(rep, end)
-    rep.pending = finished
-    rep.busy = True
-    if wake:
-        fleet.queue.wake(rep, end)
 
 
 def check(rep: Replica, end: float) -> None:
@@ -53,33 +33,47 @@ def check(rep: Replica, end: float) -> None:
         check_invariants(engine, end)
 
 
-def run_deferred(fleet: Fleet, rep: Replica, horizon: float, *, wake: bool = True) -> None:
-    """Take the waiting run of decode steps: every step that starts before ``horizon``
-    (``wake``: queue its end event; else it ends at the event being handled): the run
-    planned, whole or cut short by a call routed here. A call routed at the instant the
-    wait began leaves no step of it: the engine steps from there as it would have."""
+def cut_run(fleet: Fleet, rep: Replica, at: float) -> None:
+    """A call is routed to ``rep`` at ``at`` while it waits on its run of decode steps:
+    the steps of the run that start before the call are taken (the whole run when its
+    horizon comes first), and the replica is busy until they end, when the call reaches
+    its scheduler. A call routed at the instant the wait began leaves no step of the
+    run: the engine steps from there as it would have."""
     start = rep.deferred_from
     assert start is not None
     rep.deferred_from = None
+    horizon = at if at < rep.deferred_horizon else rep.deferred_horizon
     if horizon > start:
         duration, finished = rep.engine.take_run(start, horizon)
     else:
         duration, finished = rep.engine.step(start, horizon)
     if duration <= 0:
         raise SimulationError(f"replica {rep.index}: a planned run of decode steps did not run")
-    took(fleet, rep, start, duration, finished, wake=wake)
+    # its requests finish at its end, when its end event comes
+    rep.now = end = start + duration
+    if rep.checked:
+        check(rep, end)
+    rep.pending = finished
+    rep.busy = True
+    fleet.queue.wake(rep, end)
 
 
 def step(fleet: Fleet, rep: Replica, t: float) -> None:
     """The replica's step event at ``t``."""
     queue = fleet.queue
     sends = queue.sends
-    if rep.deferred_from is not None:  # its run of decode steps ends undisturbed
-        # it ends now (this is the end event it queued): its calls finish at once
-        run_deferred(fleet, rep, rep.deferred_horizon, wake=False)
+    start = rep.deferred_from
+    if start is not None:  # its run of decode steps ends undisturbed, now (the end
+        # event it queued): taken as planned, its calls finish at once
+        rep.deferred_from = None
+        duration, finished = rep.engine.take_run(start, rep.deferred_horizon)
+        rep.now = start + duration
         if rep.now != t:
             raise SimulationError(f"replica {rep.index}: a run of decode steps moved its end")
-    finished = rep.pending
+        if rep.checked:
+            check(rep, t)
+    else:
+        finished = rep.pending
     if finished:
         # the step ended: its calls finish now; the replica steps again once the calls
         # sent at this instant are routed (sends come before steps)
@@ -150,7 +144,7 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
             if expiry < math.inf and expiry > now:
                 queue.wake(rep, expiry)
             return
-        # the step is taken: its requests finish at its end event (as :func:`took`)
+        # the step is taken: its requests finish at its end event (as :func:`cut_run`'s)
         rep.now = end = now + duration
         if rep.checked:
             check(rep, end)

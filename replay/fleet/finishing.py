@@ -8,20 +8,29 @@ from replay.request import SimRequest
 from replay.sim_outcome import SimCallRecord
 
 
-def finish(fleet: Fleet, rep: Replica, req: SimRequest, now: float) -> None:
-    """``req`` (served by ``rep``) finishes at ``now``."""
+def finish(fleet: Fleet, rep: Replica, finished: list[SimRequest], now: float) -> None:
+    """The requests ``finished`` (served by ``rep``, in one step or run of decode steps)
+    finish at ``now``, in order."""
     books = fleet.books
+    routed, records, replicas, last_pin = (
+        books.routed,
+        books.records,
+        books.call_replicas,
+        books.last_pin,
+    )
     index = rep.index
-    run, call = books.routed.pop(req.rid)
-    books.records.append(SimCallRecord.of(req, now, rep.engine.applied_step()))
-    books.call_replicas.append(index)
-    expiry = rep.pin_expiry(req.program)
-    if expiry is not None:
-        books.last_pin[req.program] = expiry
-    fleet.view.done(index, call)
-    completes = fleet.completes
-    if completes is not None:
-        completes.completed(index, call, now)
-    if fleet.holding is not None:
-        fleet.router_changed(now)
-    fleet.clients.answered(run, req.turn, now)
+    step = rep.engine.applied_step()  # the step whose output finished them all
+    view, completes, clients = fleet.view, fleet.completes, fleet.clients
+    for req in finished:
+        run, call = routed.pop(req.rid)
+        records.append(SimCallRecord.of(req, now, step))
+        replicas.append(index)
+        expiry = rep.pin_expiry(req.program)
+        if expiry is not None:
+            last_pin[req.program] = expiry
+        view.done(index, call)
+        if completes is not None:
+            completes.completed(index, call, now)
+        if fleet.holding is not None:
+            fleet.router_changed(now)
+        clients.answered(run, req.turn, now)

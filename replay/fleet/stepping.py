@@ -79,8 +79,7 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
         # sent at this instant are routed (sends come before steps)
         rep.pending = []
         rep.unreported = True
-        for req in finished:
-            finish(fleet, rep, req, t)
+        finish(fleet, rep, finished, t)
         books, tally = fleet.books, fleet.tally
         if len(books.records) >= tally.next_at:
             tally.told_at(len(books.records), len(books.records) + books.rejected)

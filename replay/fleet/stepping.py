@@ -92,13 +92,8 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
         rep.now = now = t
     rep.wake = None
     engine = rep.engine
-    inbox = rep.inbox
-    if inbox:
-        for run, sent, call, previous, expiry in inbox:
-            engine.tick(now)
-            # pins expire first, as vLLM's add_request does
-            arrive(fleet, rep, run, now, sent, call, previous, expiry)
-        inbox.clear()
+    if rep.inbox:
+        arrive(fleet, rep, now)
     if sends and sends[0][0] <= now:
         # a call refused on arrival ended its program and started the next one now:
         # route it first (one engine's replay takes it before stepping too)

@@ -79,7 +79,7 @@ class AsyncSimScheduler(SimScheduler):
     def applied_step(self) -> int:
         return self._applied
 
-    def merge_end(self, now: float, horizon: float) -> float | None:
+    def merge_end(self, now: float) -> float | None:
         return None  # no merged decode runs: every step is taken one by one
 
     def step(self, now: float, horizon: float) -> tuple[float, list[SimRequest]]:

@@ -12,6 +12,8 @@ and, when no call cut it short, takes that plan as it is (:meth:`~DecodeRuns.tak
 
 from __future__ import annotations
 
+import math
+
 from replay.decode_run import DecodeRun, plan_decode_run, run_seconds
 from replay.request import SimRequest
 from replay.sched_state import SchedulerState
@@ -34,11 +36,12 @@ class DecodeRuns(SchedulerState):
             return 0.0, []
         return self._apply_run(run, now)
 
-    def take_run(self, start: float, horizon: float) -> tuple[float, list[SimRequest]]:
+    def take_run(self, start: float, horizon: float = math.inf) -> tuple[float, list[SimRequest]]:
         """Take the run :meth:`merge_end` planned from ``start``: whole when the replica
-        waited on it to its end, else its steps that start before ``horizon`` (a call
-        routed here then; after ``start``). Nothing reached the engine meanwhile, so this
-        is what :meth:`~replay.scheduler.SimScheduler.step` would take from ``start`` to
+        waited on it to its end (or ``horizon`` is no earlier than the plan's), else its
+        steps that start before ``horizon`` (a call routed here then; after ``start``).
+        Nothing reached the engine meanwhile, so this is what
+        :meth:`~replay.scheduler.SimScheduler.step` would take from ``start`` to
         ``horizon`` (no pin falls due before the plan's horizon, and the state the plan
         read is unchanged), without deciding again; returns (seconds, finished)."""
         planned, self._planned = self._planned, None
@@ -77,16 +80,17 @@ class DecodeRuns(SchedulerState):
             return total, []
         return total, self._finish_all([], end)
 
-    def merge_end(self, now: float, horizon: float) -> float | None:
+    def merge_end(self, now: float) -> float | None:
         """When the run of decode steps that :meth:`~replay.scheduler.SimScheduler.step`
-        from ``now`` would open with ends, before ``horizon``
-        (:meth:`~replay.sched_pins.PinClock.next_expiry`, or earlier) or where it must stop
-        (None: the step would not open with one, or ``horizon`` is due at ``now``: a pin
-        the step expires first may let the waiting head in). Changes nothing but the plan
-        it keeps: a fleet replica waits until then unless a call is routed here before
-        (:mod:`replay.fleet.stepping`), and takes the plan (:meth:`take_run`) if none was."""
+        from ``now`` would open with ends, before the next pin expiry
+        (:meth:`~replay.sched_pins.PinClock.next_expiry`, the run's horizon) or where it
+        must stop (None: the step would not open with one, or a pin is due at ``now``:
+        the step expires it first, which may let the waiting head in). Changes nothing but
+        the plan it keeps: a fleet replica waits until then unless a call is routed here
+        before (:mod:`replay.fleet.stepping`), and takes the plan (:meth:`take_run`)."""
         if self._prefilling or not self.decoders.members:
             return None
+        horizon = self.next_expiry()
         if horizon <= now:  # no run (a pin due at ``now`` is at or past the horizon)
             return None
         if self.waiting and not self._head_stays_blocked():

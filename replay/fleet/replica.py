@@ -3,7 +3,6 @@ stands on the fleet's clock."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from replay.fleet.engine import Engine
@@ -41,8 +40,6 @@ class Replica:
     #: a run of decode steps waits from this time (None: none): it is taken when a call
     #: is routed here (up to the call) or at its natural end, whichever comes first
     deferred_from: float | None = None
-    #: that run's horizon (the next pin expiry)
-    deferred_horizon: float = math.inf
     #: its engine is the fast synchronous one, which returns after a step that only
     #: preempted (the async and vLLM's engines take the next step themselves)
     retakes: bool = False

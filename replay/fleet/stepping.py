@@ -42,11 +42,10 @@ def cut_run(fleet: Fleet, rep: Replica, at: float) -> None:
     start = rep.deferred_from
     assert start is not None
     rep.deferred_from = None
-    horizon = at if at < rep.deferred_horizon else rep.deferred_horizon
-    if horizon > start:
-        duration, finished = rep.engine.take_run(start, horizon)
+    if at > start:
+        duration, finished = rep.engine.take_run(start, at)
     else:
-        duration, finished = rep.engine.step(start, horizon)
+        duration, finished = rep.engine.step(start, at)
     if duration <= 0:
         raise SimulationError(f"replica {rep.index}: a planned run of decode steps did not run")
     # its requests finish at its end, when its end event comes
@@ -66,7 +65,7 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
     if start is not None:  # its run of decode steps ends undisturbed, now (the end
         # event it queued): taken as planned, its calls finish at once
         rep.deferred_from = None
-        duration, finished = rep.engine.take_run(start, rep.deferred_horizon)
+        duration, finished = rep.engine.take_run(start)
         rep.now = start + duration
         if rep.now != t:
             raise SimulationError(f"replica {rep.index}: a run of decode steps moved its end")
@@ -106,13 +105,11 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
                 engine.expire_pins(now)
                 engine.tick(now)  # the change is on the timeline at once
             return  # an idle engine does not step: pins due later stay until the next call
-        horizon = engine.next_expiry()
-        end = engine.merge_end(now, horizon)
+        end = engine.merge_end(now)
         if end is not None:
             # decode steps only, and nothing can be admitted: wait for a call routed
             # here (the run then stops before it) or the run's end
             rep.deferred_from = now
-            rep.deferred_horizon = horizon
             queue.wake(rep, end)
             return
         # a step, and the decode steps it may run into up to the next call that can
@@ -123,8 +120,10 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
         # next boundary plans one that waits for the next call routed here.
         if fleet.several:
             horizon = now
-        elif sends and sends[0][0] < horizon:
-            horizon = sends[0][0]
+        else:
+            horizon = engine.next_expiry()
+            if sends and sends[0][0] < horizon:
+                horizon = sends[0][0]
         stats = engine.stats
         preempted = stats.preemptions
         duration, finished = engine.step(now, horizon)

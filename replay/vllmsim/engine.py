@@ -247,10 +247,12 @@ class VllmEngine:
             default=float("inf"),
         )
 
-    def merge_end(self, now: float, horizon: float) -> float | None:
+    def merge_end(self, now: float) -> float | None:
         return None  # vLLM schedules every step (the module docstring)
 
-    def take_run(self, start: float, horizon: float) -> tuple[float, list[SimRequest]]:
+    def take_run(
+        self, start: float, horizon: float = float("inf")
+    ) -> tuple[float, list[SimRequest]]:
         raise SimulationError("vLLM's scheduler plans no run of decode steps to take")
 
     def applied_step(self) -> int:

@@ -48,7 +48,7 @@ def test_the_planned_run_is_the_step_from_the_same_state() -> None:
     planned, now = decoding_engine()
     stepped, again = decoding_engine()
     assert again == now
-    end = planned.merge_end(now, math.inf)
+    end = planned.merge_end(now)
     assert end is not None and end > now
     taken, finished = planned.take_run(now, math.inf)
     duration, finished_too = stepped.step(now, math.inf)
@@ -62,11 +62,11 @@ def test_a_plan_is_taken_only_from_where_it_was_made() -> None:
     engine, now = decoding_engine()
     with pytest.raises(SimulationError, match="no run of decode steps was planned"):
         engine.take_run(now, math.inf)
-    assert engine.merge_end(now, math.inf) is not None
+    assert engine.merge_end(now) is not None
     with pytest.raises(SimulationError, match="planned from t="):
         engine.take_run(now + 0.5, math.inf)
     # a step taken meanwhile (a call cut the wait short) drops the plan
-    assert engine.merge_end(now, math.inf) is not None
+    assert engine.merge_end(now) is not None
     duration, _ = engine.step(now, now + 1e-9)  # the run's first step only
     assert duration > 0
     with pytest.raises(SimulationError, match="no run of decode steps was planned"):
@@ -79,7 +79,7 @@ def test_a_call_cuts_the_plan_where_a_step_would_stop(share: float) -> None:
     before the call are taken, as a step up to the call takes them."""
     planned, now = decoding_engine()
     stepped, _ = decoding_engine()
-    end = planned.merge_end(now, math.inf)
+    end = planned.merge_end(now)
     assert end is not None
     cut = now + share * (end - now)
     taken, finished = planned.take_run(now, cut)

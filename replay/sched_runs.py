@@ -7,7 +7,8 @@ one event (:func:`~replay.decode_run.plan_decode_run` says how many, and
 :func:`~replay.decode_run.run_seconds` what they cost). No run is merged at a batch size
 the engine has not run (its first step pays the new size's cost, taken alone). A fleet
 replica plans its run first (:meth:`~DecodeRuns.merge_end`, which says when it would end)
-and, when no call cut it short, takes that plan as it is (:meth:`~DecodeRuns.take_run`).
+and takes that plan as it is (:meth:`~DecodeRuns.take_run`): whole at its end, or the steps
+that start before a call routed to it meanwhile.
 """
 
 from __future__ import annotations
@@ -45,8 +46,13 @@ class DecodeRuns(SchedulerState):
         ``horizon`` (no pin falls due before the plan's horizon, and the state the plan
         read is unchanged), without deciding again; returns (seconds, finished)."""
         planned, self._planned = self._planned, None
-        if planned is None or planned[0] != start:
-            raise SimulationError(f"no run of decode steps was planned from t={start:.6f} s")
+        if planned is None:
+            raise SimulationError("no run of decode steps is planned (none, or dropped since)")
+        if planned[0] != start:
+            raise SimulationError(
+                f"the run of decode steps was planned from t={planned[0]:.6f} s, "
+                f"not t={start:.6f} s"
+            )
         _, until, run = planned
         if horizon < until:
             cut = plan_decode_run(self.decoders, self.cost, self.pool.free_blocks, start, horizon)
@@ -55,8 +61,9 @@ class DecodeRuns(SchedulerState):
                     f"no decode step starts between t={start:.6f} s and {horizon:.6f} s"
                 )
             run = cut
+        # as the step would: the pinned memory integrated to ``start`` (no pin is due then:
+        # the plan's horizon is the next expiry, later than ``start``, so none expires)
         self.tick(start)
-        self.expire_pins(start)  # none is due (stale entries go), as in the step
         duration, finished = self._apply_run(run, start)
         self._last_end = start + duration
         return duration, finished
@@ -85,9 +92,10 @@ class DecodeRuns(SchedulerState):
         from ``now`` would open with ends, before the next pin expiry
         (:meth:`~replay.sched_pins.PinClock.next_expiry`, the run's horizon) or where it
         must stop (None: the step would not open with one, or a pin is due at ``now``:
-        the step expires it first, which may let the waiting head in). Changes nothing but
-        the plan it keeps: a fleet replica waits until then unless a call is routed here
-        before (:mod:`replay.fleet.stepping`), and takes the plan (:meth:`take_run`)."""
+        the step expires it first, which may let the waiting head in). Changes no result:
+        it keeps the plan (and may put the waiting queue in order, as any step would); a
+        fleet replica waits until then unless a call is routed here before
+        (:mod:`replay.fleet.stepping`), and takes the plan (:meth:`take_run`)."""
         if self._prefilling or not self.decoders.members:
             return None
         horizon = self.next_expiry()

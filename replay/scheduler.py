@@ -176,7 +176,9 @@ class SimScheduler(FastPath, ReferencePath, Admission, DecodeRuns, Leaving, PinC
     # ------------------------------------------------------------ queue
 
     def add(self, req: SimRequest, now: float) -> None:
-        """A call reaches the scheduler (call :meth:`~replay.sched_pins.PinClock.tick` first)."""
+        """A call reaches the scheduler (call :meth:`~replay.sched_pins.PinClock.tick` first);
+        a run of decode steps planned before it is dropped (the step after it decides)."""
+        self._planned = None
         if self.pinning is not None:
             self.pinning.arrive(req, now, self.waiting_programs.__contains__)
         self.policy.on_arrival(req, self, now)

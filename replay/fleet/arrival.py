@@ -5,8 +5,10 @@ from __future__ import annotations
 from replay.fleet.books import CallRoute
 from replay.fleet.parts import Fleet, make_tuple
 from replay.fleet.replica import Replica
+from replay.fleet.routers.base import RoutedCall
 from replay.request import SimRequest
 from replay.sim import fits_engine
+from replay.sim_outcome import ProgramRun
 
 
 def arrive(fleet: Fleet, rep: Replica, at: float) -> None:
@@ -18,22 +20,12 @@ def arrive(fleet: Fleet, rep: Replica, at: float) -> None:
     index = rep.index
     block_size = config.engine.block_size
     for run, sent, routed_call, previous, previous_pin_expiry in rep.inbox:
-        engine.tick(at)  # pins expire first, as vLLM's add_request does
+        engine.tick(at)
         pid = run.program.program_id
         turn = run.next_turn
         call, clipped = fits_engine(run.program.calls[turn], config)
         if call is None:
-            # the engine refuses it (longer than the model or the cache): the agent stops
-            books.routes[(pid, turn)] = make_tuple(
-                CallRoute, (index, previous, previous_pin_expiry, False, at)
-            )
-            books.rejected += len(run.program.calls) - turn
-            run.cut_short = True
-            view.done(index, routed_call)
-            if fleet.completes is not None:
-                fleet.completes.completed(index, routed_call, at)
-            fleet.router_changed(at)
-            fleet.clients.end(run, at)
+            refuse(fleet, index, run, routed_call, previous, previous_pin_expiry, at)
             continue
         books.truncated += clipped
         rid = books.rid
@@ -61,7 +53,8 @@ def arrive(fleet: Fleet, rep: Replica, at: float) -> None:
         view.arrived(routed_call, req)
         streams.held(pid, index, turn)
         books.rid = rid + 1
-        engine.add(req, at)  # expires due pins first, then parks the program's own
+        # expires due pins first (as vLLM's add_request), then parks the program's own
+        engine.add(req, at)
         held = (
             previous_pin_expiry is not None
             and previous == index
@@ -71,3 +64,29 @@ def arrive(fleet: Fleet, rep: Replica, at: float) -> None:
             CallRoute, (index, previous, previous_pin_expiry, held, at)
         )
     rep.inbox.clear()
+
+
+def refuse(
+    fleet: Fleet,
+    index: int,
+    run: ProgramRun,
+    routed_call: RoutedCall,
+    previous: int | None,
+    previous_pin_expiry: float | None,
+    at: float,
+) -> None:
+    """Replica ``index``'s engine refuses the program's next call at ``at`` (longer than
+    the model or the cache): the agent stops, its calls left are rejected, and the router
+    sees the call end."""
+    books = fleet.books
+    turn = run.next_turn
+    books.routes[(run.program.program_id, turn)] = make_tuple(
+        CallRoute, (index, previous, previous_pin_expiry, False, at)
+    )
+    books.rejected += len(run.program.calls) - turn
+    run.cut_short = True
+    fleet.view.done(index, routed_call)
+    if fleet.completes is not None:
+        fleet.completes.completed(index, routed_call, at)
+    fleet.router_changed(at)
+    fleet.clients.end(run, at)

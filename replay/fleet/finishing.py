@@ -12,7 +12,7 @@ def finish(fleet: Fleet, rep: Replica, finished: list[SimRequest], now: float) -
     """The requests ``finished`` (served by ``rep``, in one step or run of decode steps)
     finish at ``now``, in order."""
     books = fleet.books
-    routed, records, replicas, last_pin = (
+    routed, records, call_replicas, last_pin = (
         books.routed,
         books.records,
         books.call_replicas,
@@ -24,7 +24,7 @@ def finish(fleet: Fleet, rep: Replica, finished: list[SimRequest], now: float) -
     for req in finished:
         run, call = routed.pop(req.rid)
         records.append(SimCallRecord.of(req, now, step))
-        replicas.append(index)
+        call_replicas.append(index)
         expiry = rep.pin_expiry(req.program)
         if expiry is not None:
             last_pin[req.program] = expiry

@@ -5,7 +5,7 @@ Program scheduling's request pool) sends them later: :func:`release`."""
 from __future__ import annotations
 
 from replay.fleet.parts import Fleet, make_tuple
-from replay.fleet.routers.base import HOLD, RoutedCall
+from replay.fleet.routers.base import HOLD, HoldingRouter, RoutedCall
 from replay.fleet.stepping import cut_run
 from replay.sim_error import SimulationError
 from replay.sim_outcome import ProgramRun
@@ -33,14 +33,12 @@ def route(fleet: Fleet, run: ProgramRun, sent: float) -> None:
     else:
         dispatch(fleet, run, sent, call, target, sent)
     if fleet.holding is not None:
-        release(fleet, sent)
+        release(fleet, fleet.holding, sent)
 
 
-def release(fleet: Fleet, now: float) -> None:
-    """The retained calls the router sends at ``now``, and its next wake."""
-    holding = fleet.holding
-    if holding is None:
-        return
+def release(fleet: Fleet, holding: HoldingRouter, now: float) -> None:
+    """The retained calls ``holding`` (the fleet's router) sends at ``now``, and its next
+    wake."""
     for session, target in holding.released():
         run, sent, call = fleet.held.pop(session)
         dispatch(fleet, run, sent, call, target, now)
@@ -59,7 +57,7 @@ def router_due(fleet: Fleet, now: float) -> None:
     if fleet.router_wake == now:
         fleet.router_wake = None
         holding.tick(now, fleet.view)
-    release(fleet, now)
+    release(fleet, holding, now)
 
 
 def dispatch(

@@ -62,8 +62,9 @@ def step(fleet: Fleet, rep: Replica, t: float) -> None:
     queue = fleet.queue
     sends = queue.sends
     start = rep.deferred_from
-    if start is not None:  # its run of decode steps ends undisturbed, now (the end
-        # event it queued): taken as planned, its calls finish at once
+    if start is not None:
+        # its run of decode steps ends undisturbed, now (the end event it queued): taken
+        # as planned, its calls finish at once
         rep.deferred_from = None
         duration, finished = rep.engine.take_run(start)
         rep.now = start + duration

@@ -253,3 +253,64 @@ def test_an_output_that_is_an_input_is_refused(
         assert line.startswith("error: ") and "is an input of this command" in line, (name, line)
         assert {p: p.read_bytes() for p in before} == before, name
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "served.json"]
+
+
+#: each command's -o format, and a name that says another
+_MISNAMED = {"Parquet": "out.jsonl", "JSON": "out.parquet", "JSONL": "out.json", "HTML": "out.csv"}
+_WRITES = {
+    "ingest": "Parquet",
+    "ingest --skip-bad": "Parquet",
+    "fit": "JSON",
+    "tune": "JSON",
+    "bundle build": "JSON",
+    "synth": "Parquet",
+    "export": "JSONL",
+    "report": "HTML",
+    "profile": "JSON",
+}
+
+
+def test_an_output_named_for_another_format_is_refused_first(
+    small_inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Regression: `synth -o trace.jsonl` wrote Parquet into a file named .jsonl (and the
+    next command that reads it by its name, `ingest trace.jsonl`, failed on it). A suffix
+    that names another format ttlctl knows is refused first, one line naming the flag and
+    the path, exit 2, nothing written; refit's --trace alike."""
+    trace, fit = str(small_inputs["trace"]), str(small_inputs["fit"])
+    served = str(tmp_path / "served.json")
+    build = ["bundle", "build", "--fit", fit, "--profile", "llama-3.1-8b-h100", "-o", served]
+    assert CliRunner().invoke(app, build).exit_code == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    cases = {
+        name: (args, _WRITES[name])
+        for fmt in _MISNAMED
+        for name, args in _commands(small_inputs, str(tmp_path / _MISNAMED[fmt]), tmp_path).items()
+        if _WRITES.get(name) == fmt
+    }
+    cases["refit -o"] = (
+        ["refit", trace, "--bundle", served, "-o", str(tmp_path / "b.yaml")],
+        "JSON",
+    )
+    cases["refit --trace"] = (
+        ["refit", trace, "--bundle", served, "--dry-run", "--trace", str(tmp_path / "t.csv")],
+        "Parquet",
+    )
+    assert len(cases) == len(_WRITES) + 2
+    for name, (args, fmt) in cases.items():
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, (name, res.output)
+        (line,) = res.stderr.strip().splitlines()
+        assert f": this is written as {fmt}, but its name says " in line, (name, line)
+        assert line.startswith("error: -o " if "--trace" not in name else "error: --trace "), line
+        assert sorted(p.name for p in tmp_path.iterdir()) == before, name
+
+
+def test_a_name_of_the_format_or_of_none_is_taken(tmp_path: Path) -> None:
+    """`.pq` is Parquet too; a name without a suffix, or one no format claims, is the
+    user's choice."""
+    for name in ("t.pq", "t.PARQUET", "trace", "t.v2"):
+        args = ["synth", "--workload", "bfcl", "--programs", "2", "-o", str(tmp_path / name)]
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, (name, res.output)
+        assert (tmp_path / name).stat().st_size > 0

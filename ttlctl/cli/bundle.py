@@ -15,7 +15,15 @@ from fitting.policy_params import DEFAULT_VALVE
 from profiles import profile_read
 from ttlctl import bundle, bundle_history, bundle_make, hints, router_flags
 from ttlctl.cli import render
-from ttlctl.cli.kit import UserError, check_outputs, err, out, print_warning, user_errors
+from ttlctl.cli.kit import (
+    UserError,
+    check_format,
+    check_outputs,
+    err,
+    out,
+    print_warning,
+    user_errors,
+)
 from ttlctl.cli.options import EngineBudget, FitFile, Profile, QueueDelay
 from ttlctl.context_limit import beyond_limit
 from ttlctl.nouns import counted
@@ -56,6 +64,7 @@ def build(
     """Combine a fit, a profile and the policy's parameters into one sealed bundle."""
     with user_errors():
         check_outputs(output, inputs=(fit, Path(profile)))
+        check_format(output, "JSON")
         doc = bundle_make.from_files(
             bundle_make.BuildRequest(
                 fit=fit,

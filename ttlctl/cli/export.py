@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ttlctl.cli.kit import check_outputs, err, user_errors
+from ttlctl.cli.kit import check_format, check_outputs, err, user_errors
 from ttlctl.nouns import counted
 
 
@@ -34,6 +34,7 @@ def export(
     with user_errors():
         export_mod.check(to, block_size)
         check_outputs(output, inputs=(trace,))
+        check_format(output, "JSONL")
         frame = trace_io.read(trace)
         lines = export_mod.rows(frame, to, block_size)
         export_mod.write(lines, output)

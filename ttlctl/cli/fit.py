@@ -10,7 +10,7 @@ import typer
 
 from ttlctl import __version__
 from ttlctl.cli import render
-from ttlctl.cli.kit import check_outputs, err, out, user_errors, write_doc
+from ttlctl.cli.kit import check_format, check_outputs, err, out, user_errors, write_doc
 from ttlctl.cli.options import JsonTo
 from ttlctl.jsonio import file_sha256, write_json
 
@@ -50,6 +50,7 @@ def fit(
 
     with user_errors():
         check_outputs(output, streams=(json_out,), folders=(plot,), inputs=(trace,))
+        check_format(output, "JSON")
         config = FitConfig(
             min_samples=min_samples, abandon_s=abandon_s, bootstrap=bootstrap, seed=seed
         )

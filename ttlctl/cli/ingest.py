@@ -11,7 +11,15 @@ import typer
 from rich.progress import Progress
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import check_outputs, err, out, progress_bar, user_errors, write_doc
+from ttlctl.cli.kit import (
+    check_format,
+    check_outputs,
+    err,
+    out,
+    progress_bar,
+    user_errors,
+    write_doc,
+)
 from ttlctl.cli.options import AllowEmpty, InputFormat, JsonTo
 
 
@@ -63,6 +71,7 @@ def ingest(
             streams=(json_out,),
             inputs=tuple(paths),
         )
+        check_format(output, "Parquet")
         progress, update = _file_progress()
         with progress:
             report = run_ingest(

@@ -139,6 +139,36 @@ STDOUT_REFUSED = (
 )
 
 
+#: the formats ttlctl writes its files in, each with the suffixes that name it
+FORMATS: dict[str, tuple[str, ...]] = {
+    "Parquet": (".parquet", ".pq"),
+    "JSON": (".json",),
+    "JSONL": (".jsonl", ".ndjson"),
+    "HTML": (".html", ".htm"),
+    # written by none of ttlctl's commands: named only to refuse an output called so
+    "CSV": (".csv", ".tsv"),
+    "YAML": (".yaml", ".yml"),
+}
+
+
+def check_format(path: Path | None, written: str, flag: str = "-o") -> None:
+    """Refuse an output file whose suffix names another format than the one it is written
+    in (``written``, a key of :data:`FORMATS`): ``-o trace.jsonl`` would get Parquet, and
+    the next command to read it by its name would fail on it. A suffix that names no
+    format, or none, is left alone (None: not asked for)."""
+    if path is None:
+        return
+    suffix = path.suffix.lower()
+    if suffix in FORMATS[written]:
+        return
+    for name, suffixes in FORMATS.items():
+        if suffix in suffixes:
+            raise OutputError(
+                f"{flag} {path}: this is written as {written}, but its name says {name} "
+                f"(name it {path.with_suffix(FORMATS[written][0]).name})"
+            )
+
+
 def check_outputs(
     *files: Path | None,
     streams: tuple[Path | None, ...] = (),

@@ -19,6 +19,7 @@ from profiles.vllm_plan import parse_contexts
 from ttlctl.cli import render
 from ttlctl.cli.kit import (
     UserError,
+    check_format,
     check_outputs,
     err,
     given,
@@ -163,6 +164,7 @@ def profile(
                 "the server)",
             )
         check_outputs(output, streams=(json_out,))
+        check_format(output, "JSON")
         grid = parse_contexts(contexts)
         name, config = load_config(model)
         bar = progress_bar("profiling")

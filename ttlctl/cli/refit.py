@@ -9,7 +9,15 @@ from typing import Annotated
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import check_outputs, given, out, print_warning, user_errors, write_doc
+from ttlctl.cli.kit import (
+    check_format,
+    check_outputs,
+    given,
+    out,
+    print_warning,
+    user_errors,
+    write_doc,
+)
 from ttlctl.cli.options import (
     BLOCK_SIZE,
     MAX_MODEL_LEN,
@@ -149,6 +157,8 @@ def refit(
         # ... but only by the new bundle: --json or --trace over it is refused (with
         # --dry-run it was written over the bundle said to be kept)
         check_outputs(trace, streams=(json_out,), inputs=(bundle,))
+        check_format(output, "JSON")
+        check_format(trace, "Parquet", "--trace")
         settings = checked_settings(
             fmt=fmt,
             skip_bad=skip_bad,

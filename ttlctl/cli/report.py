@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ttlctl.cli.kit import check_outputs, err, print_warning, user_errors
+from ttlctl.cli.kit import check_format, check_outputs, err, print_warning, user_errors
 from ttlctl.cli.options import EngineBudget
 
 
@@ -48,6 +48,7 @@ def report(
     with user_errors():
         names = report_mod.names(run_dir, bundle)
         check_outputs(output, inputs=tuple(run_dir / name for name in names.values()))
+        check_format(output, "HTML")
         with err.status("building the report…"):
             run = report_mod.load(run_dir, max_num_batched_tokens, bundle)
             page = report_mod.render(run)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ttlctl.cli.kit import check_outputs, out, user_errors
+from ttlctl.cli.kit import check_format, check_outputs, out, user_errors
 from ttlctl.nouns import counted
 
 
@@ -49,6 +49,7 @@ def synth(
 
     with user_errors():
         check_outputs(output)
+        check_format(output, "Parquet")
         # the machine's free memory, read here once: the library compares, and reads nothing
         check_fits(workload, programs, host.available_bytes(), scaled=max_context is not None)
         frame = draw(workload, programs, seed)

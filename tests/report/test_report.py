@@ -146,6 +146,24 @@ def test_cli_names_an_unreadable_input(tmp_path: Path, sample_run: Path) -> None
     assert "not valid JSON" in warned[0] and "replay.json" not in warned[0]
 
 
+def test_cli_names_an_input_that_is_a_folder(tmp_path: Path, sample_run: Path) -> None:
+    """Regression: a folder named tune.json was listed as "not in this run", as if the run
+    had no tuning. Now it is said to be a folder (a warning, and its row on the page), and
+    not listed as absent."""
+    shutil.copy(sample_run / "replay.json", tmp_path / "replay.json")
+    (tmp_path / "tune.json").mkdir()
+    out = tmp_path / "report.html"
+    res = CliRunner().invoke(_app(), [str(tmp_path), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    warned = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert warned == [
+        f"warning: tune.json not used: {tmp_path / 'tune.json'} is a folder, not a file to read"
+    ], res.stderr
+    (wrote,) = [line for line in res.stderr.splitlines() if line.startswith("wrote ")]
+    assert "not in this run" in wrote and "tune.json" not in wrote
+    assert "is a folder, not a file to read" in out.read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("case", ["absent", "empty", "file", "output-is-dir"])
 def test_cli_errors_are_one_line(tmp_path: Path, sample_run: Path, case: str) -> None:
     run, out = tmp_path / "run", tmp_path / "r.html"

@@ -63,6 +63,10 @@ def report(
         print_warning(f"{run.names[role]} not used: {problem}")
     for role, caveat in run.caveats.items():
         print_warning(f"{run.names[role]} {caveat}")
-    missing = [name for role, name in run.names.items() if role not in run.paths]
+    missing = [
+        name
+        for role, name in run.names.items()
+        if role not in run.paths and role not in run.problems
+    ]
     note = f" (not in this run: {', '.join(missing)})" if missing else ""
     err.print(f"wrote {output}{note}", markup=False, highlight=False)

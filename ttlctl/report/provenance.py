@@ -28,7 +28,8 @@ def section(run: RunInputs) -> str:
     for role in FILES:
         path = run.paths.get(role)
         if path is None:
-            rows.append((run.names[role], "not in this run", None, None))
+            status = f"unreadable: {run.problems[role]}" if role in run.problems else None
+            rows.append((run.names[role], status or "not in this run", None, None))
             continue
         hashes[role] = file_sha256(path)
         status = f"unreadable: {run.problems[role]}" if role in run.problems else "read"

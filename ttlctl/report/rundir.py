@@ -143,6 +143,10 @@ def load(
     :func:`ttlctl.bundle.policy_from` does."""
     run = RunInputs(root, names=files.names(root, bundle), engine_budget=max_num_batched_tokens)
     run.paths = {role: root / name for role, name in run.names.items() if (root / name).is_file()}
+    for role, name in run.names.items():
+        if role not in run.paths and (root / name).exists():  # a folder, say, of that name
+            kind = "a folder" if (root / name).is_dir() else "not a regular file"
+            run.problems[role] = f"{root / name} is {kind}, not a file to read"
     if not run.paths:
         raise ReportError(f"{root}: none of {', '.join(FILES)}; nothing to report")
     for role, path in run.paths.items():

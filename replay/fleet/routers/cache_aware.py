@@ -48,21 +48,35 @@ class PromptTree:
     #: program -> the worker and the prompt of its last insert, and that prompt's tokens:
     #: the tree only grows, so that worker holds every run of that prompt in full (a
     #: prompt that starts with it, sent to the same worker, adds nothing for those runs)
-    _last_worker: dict[str, int] = field(default_factory=dict)
-    _last_prompt: dict[str, Runs] = field(default_factory=dict)
-    _last_tokens: dict[str, int] = field(default_factory=dict)
+    _last: dict[str, tuple[int, Runs, int]] = field(default_factory=dict)
 
-    def insert(self, prompt: Runs, worker: int, program: str | None = None) -> None:
+    def known_prefix(self, prompt: Runs, program: str | None) -> tuple[int, int, int]:
+        """(runs, worker, tokens) of the program's last prompt when ``prompt`` starts with
+        it, else (0, -1, 0)."""
+        last = None if program is None else self._last.get(program)
+        if last is not None:
+            worker, known, tokens = last
+            if prompt[: len(known)] == known:
+                return len(known), worker, tokens
+        return 0, -1, 0
+
+    def insert(
+        self,
+        prompt: Runs,
+        worker: int,
+        program: str | None = None,
+        known: tuple[int, int, int] | None = None,
+    ) -> None:
+        """Teach ``worker``'s tree ``prompt`` (``known``: what :meth:`known_prefix` says of it,
+        when the caller has asked already)."""
         runs = self._runs
         tokens = 0  # the prompt's, counted as its runs are taught
+        whole = prompt
         if program is not None:
-            known = self._last_prompt.get(program)
-            same = self._last_worker.get(program) == worker
-            self._last_worker[program] = worker
-            self._last_prompt[program] = prompt
-            if same and known is not None and prompt[: len(known)] == known:
-                tokens = self._last_tokens[program]
-                prompt = prompt[len(known) :]
+            skip, own, own_tokens = self.known_prefix(prompt, program) if known is None else known
+            if skip and own == worker:
+                tokens = own_tokens
+                prompt = prompt[skip:]
         for cid, n in prompt:
             tokens += n
             held = runs.get(cid)
@@ -77,21 +91,24 @@ class PromptTree:
             elif held.get(worker, 0) < n:
                 held[worker] = n
         if program is not None:
-            self._last_tokens[program] = tokens
+            self._last[program] = (worker, whole, tokens)
 
-    def longest_match(self, prompt: Runs, program: str | None = None) -> tuple[int, int]:
+    def longest_match(
+        self, prompt: Runs, program: str | None = None, known: tuple[int, int, int] | None = None
+    ) -> tuple[int, int]:
         """(tokens matched, worker) of the worker sharing the longest prefix (the lowest
         index of those tied); (0, -1) when none shares any. Given the prompt's
         ``program``, the runs it repeats of the program's last prompt are not walked
-        once only that prompt's worker still matches: that worker holds them in full."""
+        once only that prompt's worker still matches: that worker holds them in full
+        (``known``: what :meth:`known_prefix` says of the prompt, when the caller has asked)."""
         runs = self._runs
         # the program's last prompt, if this one starts with it: (its length, worker, tokens)
-        known_runs, own, own_tokens = 0, -1, 0
-        if program is not None:
-            known = self._last_prompt.get(program)
-            if known is not None and prompt[: len(known)] == known:
-                known_runs = len(known)
-                own, own_tokens = self._last_worker[program], self._last_tokens[program]
+        if program is None:
+            known_runs, own, own_tokens = 0, -1, 0
+        else:
+            known_runs, own, own_tokens = (
+                self.known_prefix(prompt, program) if known is None else known
+            )
         best, best_worker = 0, -1
         # the workers that held every run so far in full: each has matched ``so_far``
         alive: list[int] | None = None  # None: every worker (the first run)
@@ -156,11 +173,15 @@ class CacheAware(Stateless):
         return high - low > self.balance_abs_threshold and high > low * self.balance_rel_threshold
 
     def route(self, call: RoutedCall, view: FleetView, now: float) -> int:
+        tree = self.tree
         if self.imbalanced(view):
             worker = least_loaded(view)
         else:
-            matched, tenant = self.tree.longest_match(call.prompt, call.program)
+            known = tree.known_prefix(call.prompt, call.program)  # asked once, for both
+            matched, tenant = tree.longest_match(call.prompt, call.program, known)
             rate = matched / call.prompt_tokens if call.prompt_tokens else 0.0
             worker = tenant if rate > self.cache_threshold else least_loaded(view)
-        self.tree.insert(call.prompt, worker, call.program)
+            tree.insert(call.prompt, worker, call.program, known)
+            return worker
+        tree.insert(call.prompt, worker, call.program)
         return worker

@@ -72,6 +72,35 @@ def fits_engine(call: Call, config: ReplayConfig) -> tuple[Call | None, bool]:
     )
 
 
+def arriving(
+    run: ProgramRun, call: Call, rid: int, at: float, sent: float, reusable: int, block_size: int
+) -> SimRequest:
+    """The program's next call (``call``: as the engine takes it, :func:`fits_engine`), sent
+    at ``sent``, as request ``rid`` reaching the scheduler at ``at`` with ``reusable``
+    tokens of its prompt repeating the program's stream there; a program's first call
+    stamps its start (the single-engine replay and a fleet's replicas alike)."""
+    turn = run.next_turn
+    if run.program_start is None:
+        run.first_arrival = sent
+        run.program_start = at
+        run.first_rid = rid
+    return SimRequest(
+        rid=rid,
+        program=run.program.program_id,
+        turn=turn,
+        arrival=at,
+        program_start=run.program_start,
+        prompt=call.input_tokens,
+        output=call.output_tokens,
+        reusable=reusable,
+        tool=call.tool,
+        is_last=turn == len(run.program.calls) - 1,
+        program_seq=run.first_rid,
+        sent=sent,
+        shared=call.shared_keys(block_size),
+    )
+
+
 def simulate(
     workload: Workload,
     policy: Policy,
@@ -134,25 +163,8 @@ def _simulate(
             end_program(run, at)
             return
         truncated += clipped
-        if run.program_start is None:
-            run.first_arrival = sent
-            run.program_start = at
-            run.first_rid = rid
-        req = SimRequest(
-            rid=rid,
-            program=run.program.program_id,
-            turn=turn,
-            arrival=at,
-            program_start=run.program_start,
-            prompt=call.input_tokens,
-            output=call.output_tokens,
-            reusable=call.reused_tokens if turn else 0,
-            tool=call.tool,
-            is_last=turn == len(run.program.calls) - 1,
-            program_seq=run.first_rid,
-            sent=sent,
-            shared=call.shared_keys(config.engine.block_size),
-        )
+        reusable = call.reused_tokens if turn else 0
+        req = arriving(run, call, rid, at, sent, reusable, config.engine.block_size)
         requests[rid] = (run, req)
         rid += 1
         engine.add(req, at)

@@ -6,8 +6,7 @@ from replay.fleet.books import CallRoute
 from replay.fleet.parts import Fleet, make_tuple
 from replay.fleet.replica import Replica
 from replay.fleet.routers.base import RoutedCall
-from replay.request import SimRequest
-from replay.sim import fits_engine
+from replay.sim import arriving, fits_engine
 from replay.sim_outcome import ProgramRun
 
 
@@ -29,26 +28,8 @@ def arrive(fleet: Fleet, rep: Replica, at: float) -> None:
             continue
         books.truncated += clipped
         rid = books.rid
-        if run.program_start is None:
-            run.first_arrival = sent
-            run.program_start = at
-            run.first_rid = rid
         reuse = min(streams.reusable(index, routed_call), call.reused_tokens) if turn else 0
-        req = SimRequest(
-            rid=rid,
-            program=pid,
-            turn=turn,
-            arrival=at,
-            program_start=run.program_start,
-            prompt=call.input_tokens,
-            output=call.output_tokens,
-            reusable=reuse,
-            tool=call.tool,
-            is_last=turn == len(run.program.calls) - 1,
-            program_seq=run.first_rid,
-            sent=sent,
-            shared=call.shared_keys(block_size),
-        )
+        req = arriving(run, call, rid, at, sent, reuse, block_size)
         books.routed[rid] = (run, routed_call)
         view.arrived(routed_call, req)
         streams.held(pid, index, turn)

@@ -94,13 +94,6 @@ UNMODELLED: tuple[Unmodelled, ...] = (
         "--max-num-batched-tokens",
     ),
     Unmodelled(
-        "watermark",
-        "--watermark",
-        _off,
-        "kept that share of its KV blocks free when admitting; the replay admits into every "
-        "free block",
-    ),
-    Unmodelled(
         "max_num_queued_tokens",
         "--max-num-queued-tokens",
         _unset,

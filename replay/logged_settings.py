@@ -9,7 +9,9 @@ the log takes them (:func:`replay.refit_sizing.size`):
 - the prefill chunk cap (:func:`logged_prefill_cap`: ``--long-prefill-token-threshold`` and
   its adaptive floor), where a flag given wins, reported when it disagrees;
 - the whole-prompt reservation (``--scheduler-reserve-full-isl``, on by default): whether
-  admission asks room for the whole prompt or only its first chunk.
+  admission asks room for the whole prompt or only its first chunk;
+- the watermark (``--watermark``, 0 by default): the share of the blocks admission keeps
+  free while another request runs.
 
 Those the simulators do not model are said instead (:mod:`replay.engine_settings`).
 """
@@ -54,10 +56,20 @@ def logged_reserve(entry: Mapping[str, Any]) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+def logged_watermark(entry: Mapping[str, Any]) -> float | None:
+    """The share of blocks the engine kept free at admission; None: not stated (or not a
+    share vLLM takes)."""
+    value = entry.get("watermark")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 <= value < 1 else None
+
+
 def scheduling_key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
     """What tells one engine's modelled scheduler settings from another's (an engine
-    restarted with another prefill cap or reservation is another engine to replay)."""
-    return logged_prefill_cap(entry), logged_reserve(entry)
+    restarted with another prefill cap, reservation or watermark is another engine to
+    replay)."""
+    return logged_prefill_cap(entry), logged_reserve(entry), logged_watermark(entry)
 
 
 def as_logged(
@@ -69,8 +81,8 @@ def as_logged(
     """``engine`` with the modelled settings of the engine record ``entry`` (None: no log):
     the prefill cap as the flags give it (``given``), else as logged (no longer than
     ``max_model_len``: a longer cap caps no prompt), else ``engine``'s own; the reservation
-    as logged. Returns the engine, a note per flag that disagrees with the log (``of``
-    names the log's engine), and whether the log changed anything."""
+    and the watermark as logged. Returns the engine, a note per flag that disagrees with the
+    log (``of`` names the log's engine), and whether the log changed anything."""
     notes: list[str] = []
     changes: dict[str, Any] = {}
     from_log = False
@@ -97,6 +109,10 @@ def as_logged(
     if reserve is not None:
         from_log = from_log or reserve != engine.reserve_full_prompt
         changes["reserve_full_prompt"] = reserve
+    watermark = logged_watermark(entry) if entry is not None else None
+    if watermark is not None:
+        from_log = from_log or watermark != engine.watermark
+        changes["watermark"] = watermark
     return (replace(engine, **changes) if changes else engine), notes, from_log
 
 

@@ -205,6 +205,8 @@ def _shape(engine: SimSchedulerConfig) -> str:
         shown += f", long_prefill_token_threshold {engine.long_prefill_token_threshold:,}{adaptive}"
     if not engine.reserve_full_prompt:
         shown += ", admitting on a prompt's first chunk (no whole-prompt reservation)"
+    if engine.watermark:
+        shown += f", watermark {engine.watermark:g} ({engine.watermark_blocks:,} blocks kept free)"
     return shown
 
 

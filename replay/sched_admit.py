@@ -7,10 +7,14 @@ Waiting requests are taken in the policy's order while the token budget,
 ``allocate_slots``), allocated while its program's pin still holds the hit's blocks and
 handed over after (the plugin's wrapper of ``allocate_slots``, :mod:`replay.pinning`).
 The first request that does not fit, after the pin rules' valve released what it may,
-stops admission (head-of-line). With the whole prompt reserved
-(``reserve_full_prompt``), a head that failed is remembered with the pool's ``changes``
-then: until the pool frees blocks or hands a pin over, it fails again without being
-planned (:meth:`~Admission._head_stays_blocked`, which a merged decode run relies on).
+stops admission (head-of-line). With ``--watermark`` (:attr:`~replay.scheduler_config.
+SimSchedulerConfig.watermark_blocks`), a request fits only if that many blocks stay free
+after it while another request runs (this step's admissions included), as vLLM's
+``allocate_slots`` asks of a waiting or preempted request when ``self.running`` is not
+empty. With the whole prompt reserved (``reserve_full_prompt``), a head that failed is
+remembered with the pool's ``changes`` then: until the pool frees blocks or hands a pin
+over (or, when the watermark applied, nothing runs), it fails again without being planned
+(:meth:`~Admission._head_stays_blocked`, which a merged decode run relies on).
 """
 
 from __future__ import annotations
@@ -44,10 +48,9 @@ class Admission(SchedulerState):
         pool = self.pool
         while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             head = waiting[0]
-            if head is self._stuck and pool.changes == self._stuck_changes:
-                admit = None  # nothing made room since it last failed: it fails again
-            else:
-                admit = self._try_admit(head, budget, now, cap)
+            # nothing made room since it last failed: it fails again
+            stuck = head is self._stuck and self._still_stuck(head)
+            admit = None if stuck else self._try_admit(head, budget, now, cap)
             pinning = self.pinning
             if (
                 admit is None
@@ -63,8 +66,10 @@ class Admission(SchedulerState):
                 if self.config.reserve_full_prompt:
                     # whether the whole prompt fits depends only on the free blocks (fewer
                     # since: handing blocks out is all that happens without a change) and
-                    # the program's pin (the blocks it could share), not on the budget
+                    # the program's pin (the blocks it could share), not on the budget;
+                    # under the watermark, also on whether anything runs
                     self._stuck, self._stuck_changes = head, pool.changes
+                    self._stuck_kept = bool(self._kept_free and self.running)
                 return admitted, reload_s, True
             num_new_tokens, loaded_s = admit
             self._dequeue_head(head)
@@ -81,16 +86,33 @@ class Admission(SchedulerState):
         if self.pool.changes != self._stuck_changes:
             return False
         head = self._sorted_waiting()[0]  # as admission would order the queue first
-        if head is not self._stuck:
+        if not self._still_stuck(head):
             return False
         pinning = self.pinning
         return pinning is None or not pinning.retention.valve_releases(head.program, False)
+
+    def _still_stuck(self, head: SimRequest) -> bool:
+        """Whether ``head`` is the head that last failed and nothing changed since that
+        could let it in: the pool's blocks, or (it failed under the watermark) that
+        something runs."""
+        return (
+            head is self._stuck
+            and self.pool.changes == self._stuck_changes
+            and (not self._stuck_kept or bool(self.running))
+        )
+
+    def _kept(self) -> int:
+        """The blocks an admission must leave free now: the watermark's while a request
+        runs, else none."""
+        return self._kept_free if self.running else 0
 
     def fits(self, req: SimRequest, budget: int | None = None) -> bool:
         """Whether ``req`` could be admitted now (memory only)."""
         budget = budget or self.config.max_num_batched_tokens
         plan = admission_plan(req, self.pool, self.offload, self.config, budget)
-        return self.pool.room_for(req.program, plan.hit_blocks, plan.must_fit, req.shared)
+        return self.pool.room_for(
+            req.program, plan.hit_blocks, plan.must_fit + self._kept(), req.shared
+        )
 
     def _try_admit(
         self, req: SimRequest, budget: int, now: float, cap: int = 0
@@ -101,7 +123,7 @@ class Admission(SchedulerState):
         plan = admission_plan(req, self.pool, self.offload, self.config, budget, cap)
         hit_blocks, loaded, num_new_tokens, need, must_fit = plan
         hit = hit_blocks * bs
-        if not self.pool.room_for(req.program, hit_blocks, must_fit, req.shared):
+        if not self.pool.room_for(req.program, hit_blocks, must_fit + self._kept(), req.shared):
             return None
         # allocated while the program's pin still holds its blocks; handed over after
         self.pool.admit(req.program, hit_blocks, need, req.shared)

@@ -74,6 +74,8 @@ class SchedulerState:
         _prefilling: list[SimRequest]
         _stuck: SimRequest | None
         _stuck_changes: int
+        _stuck_kept: bool
+        _kept_free: int
         _planned: tuple[float, float, DecodeRun] | None
 
         # the queue and the step (replay.scheduler)

@@ -152,6 +152,10 @@ class SimScheduler(FastPath, ReferencePath, Admission, DecodeRuns, Leaving, PinC
     #: :meth:`~replay.sched_admit.Admission._admit_waiting`)
     _stuck: SimRequest | None = None
     _stuck_changes: int = -1
+    #: it failed while the watermark applied (something ran): once nothing runs, it may fit
+    _stuck_kept: bool = False
+    #: the blocks admission keeps free while a request runs (vLLM's ``--watermark``)
+    _kept_free: int = field(init=False, default=0)
     #: the run of decode steps :meth:`~replay.sched_runs.DecodeRuns.merge_end` planned: from
     #: when, up to which horizon, and the run (:meth:`~replay.sched_runs.DecodeRuns.take_run`
     #: takes it; a step drops it)
@@ -161,6 +165,7 @@ class SimScheduler(FastPath, ReferencePath, Admission, DecodeRuns, Leaving, PinC
         cls = RunPool if self.config.pool == "runs" else BlockPool
         self.pool = cls(self.config.num_blocks, self.config.block_size)
         self.decoders = DecodeSet(self.config.block_size, self.pool)
+        self._kept_free = self.config.watermark_blocks
         if self.config.sizes_run is not None:
             self._sizes = set(self.config.sizes_run)
         source = self.policy.tau_source(self)

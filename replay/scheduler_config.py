@@ -46,6 +46,9 @@ class SimSchedulerConfig:
     #: vLLM's ``--long-prefill-token-threshold-adaptive``: the cap is never below the token
     #: budget's fair share (the budget over the requests running and waiting)
     long_prefill_token_threshold_adaptive: bool = False
+    #: vLLM's ``--watermark``: the share of the KV blocks that admitting a waiting request
+    #: keeps free while another request runs (0: none; :attr:`watermark_blocks`)
+    watermark: float = 0.0
     #: the step sizes (scheduled tokens) the engine ran before the replay: each other size
     #: pays the cost model's ``new_shape_s`` the first time it runs
     #: (:func:`replay.step_price.new_size_extra`). None: every size, an engine that has
@@ -92,6 +95,13 @@ class SimSchedulerConfig:
     def num_blocks(self) -> int:
         return self.kv_tokens // self.block_size
 
+    @property
+    def watermark_blocks(self) -> int:
+        """The free blocks admission keeps while a request runs: vLLM's
+        ``int(watermark × num_blocks)``, whose block count takes in its null block (one
+        more than :attr:`num_blocks`, the blocks that hold KV)."""
+        return int(self.watermark * (self.num_blocks + 1)) if self.watermark else 0
+
     def resized(self, **sizes: Any) -> SimSchedulerConfig:
         """These settings with ``sizes`` (a flag's or an engine log's) in place. A prefill
         cap kept from these past a new, shorter ``max_model_len`` (a bundle's record of an
@@ -126,6 +136,7 @@ _FLAG_OF = {
     "max_num_seqs": "--max-num-seqs",
     "max_model_len": "--max-model-len",
     "long_prefill_token_threshold": "--long-prefill-token-threshold",
+    "watermark": "--watermark",
     "pool": "pool",
 }
 
@@ -148,6 +159,8 @@ def _range_problem(values: Mapping[str, Any], name: Callable[[str], str]) -> str
             f"{name('long_prefill_token_threshold')} must be from 0 (no cap) to "
             f"{name('max_model_len')} ({values['max_model_len']:,}), not {threshold:,}"
         )
+    if not 0 <= values["watermark"] < 1:  # vLLM's range
+        return f"{name('watermark')} must be a share from 0 to below 1, not {values['watermark']:g}"
     if values["pool"] not in ("runs", "blocks"):
         return f"{name('pool')} must be 'runs' or 'blocks'"
     return None
@@ -168,7 +181,11 @@ _SWITCHES = frozenset({"fast", "reserve_full_prompt", "long_prefill_token_thresh
 
 
 #: the settings :meth:`SimSchedulerConfig.to_json` leaves out at their default (off)
-_SHOWN_WHEN_ON = ("long_prefill_token_threshold", "long_prefill_token_threshold_adaptive")
+_SHOWN_WHEN_ON = (
+    "long_prefill_token_threshold",
+    "long_prefill_token_threshold_adaptive",
+    "watermark",
+)
 
 
 def _whole(value: Any) -> bool:
@@ -182,6 +199,9 @@ def _type_problem(key: str, value: Any) -> str | None:
         return None if _whole(value) else "a size, a whole number"
     if key in _SWITCHES:
         return None if isinstance(value, bool) else "a switch, true or false"
+    if key == "watermark":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else "a share, a number from 0 to below 1"
     if key == "pool":
         return None if isinstance(value, str) else "'runs' or 'blocks'"
     if key == "sizes_run":

@@ -93,6 +93,7 @@ def validate(
     max_num_seqs: int = MAX_NUM_SEQS,
     max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
     prefill_cap: tuple[int, bool] = (0, False),
+    watermark: float = 0.0,
     timing: Load | None = None,
     seed: int = 0,
     max_programs: int | None = 8,
@@ -169,6 +170,7 @@ def validate(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             prefill_cap=prefill_cap,
+            watermark=watermark,
         )
         if not sources.urls:  # every server started fresh and warmed (not one given)
             engine = warmed_engine(engine, info.max_model_len)

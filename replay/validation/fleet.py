@@ -104,6 +104,7 @@ def validate_fleet(
     max_num_seqs: int = MAX_NUM_SEQS,
     max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
     prefill_cap: tuple[int, bool] = (0, False),
+    watermark: float = 0.0,
     router_extra: Sequence[str] = (),
     cpus_per_replica: int | None = None,
     gpus_per_replica: int | None = None,
@@ -253,6 +254,7 @@ def validate_fleet(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         prefill_cap=prefill_cap,
+        watermark=watermark,
     )
     # every live fleet is started fresh and warmed: its engines have run the warm-up's sizes
     engine = warmed_engine(engine, info.max_model_len)

@@ -72,6 +72,7 @@ SIZED_BY_VALIDATE = (
     "--long-prefill-token-threshold",
     "--long-prefill-token-threshold-adaptive",
     "--no-long-prefill-token-threshold-adaptive",
+    "--watermark",
 )
 #: the vLLM option validate's ``--model MODEL`` sets on the servers it starts (validate
 #: reads MODEL's config.json as the served model's)
@@ -80,9 +81,9 @@ SET_BY_MODEL = ("--model",)
 
 def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
     """The started servers' ``--max-num-seqs``, ``--max-num-batched-tokens``, prefill chunk
-    cap and scheduling mode: the simulator's, so both run the same engine; refused in the vLLM
-    arguments and in the file their ``--config`` names (read as vLLM reads them:
-    underscores, abbreviations)."""
+    cap, watermark and scheduling mode: the simulator's, so both run the same engine;
+    refused in the vLLM arguments and in the file their ``--config`` names (read as vLLM
+    reads them: underscores, abbreviations)."""
     own = (*SIZED_BY_VALIDATE, *ASYNC_SCHEDULING)
     for config, tokens in vllm_config.read(args, own).origins():
         place = "the vLLM arguments" if config is None else f"{config} (--config)"
@@ -108,6 +109,8 @@ def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
     )
     if req.long_prefill_token_threshold_adaptive:
         capped.append("--long-prefill-token-threshold-adaptive")
+    if req.watermark:
+        capped += ["--watermark", str(req.watermark)]
     return [
         "--max-num-seqs",
         str(req.max_num_seqs),

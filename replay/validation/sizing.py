@@ -110,9 +110,11 @@ def sim_engine_config(
     max_num_seqs: int,
     max_num_batched_tokens: int,
     prefill_cap: tuple[int, bool] = (0, False),
+    watermark: float = 0.0,
 ) -> SimSchedulerConfig:
     """The simulator's :class:`~replay.scheduler.SimSchedulerConfig` sized like the server
-    (``prefill_cap``: vLLM's ``--long-prefill-token-threshold`` and whether adaptive)."""
+    (``prefill_cap``: vLLM's ``--long-prefill-token-threshold`` and whether adaptive;
+    ``watermark``: vLLM's ``--watermark``)."""
     max_model_len = info.max_model_len or DEFAULT_MAX_MODEL_LEN
     return SimSchedulerConfig(
         kv_tokens=kv_tokens_of(info, kv_tokens),
@@ -124,6 +126,7 @@ def sim_engine_config(
         # after its runs: cut to it rather than refused then)
         long_prefill_token_threshold=min(prefill_cap[0], max_model_len),
         long_prefill_token_threshold_adaptive=prefill_cap[1],
+        watermark=watermark,
     )
 
 

@@ -45,6 +45,8 @@ class ValidateRequest:
     #: ``--long-prefill-token-threshold``; 0: none) and its adaptive floor
     long_prefill_token_threshold: int = 0
     long_prefill_token_threshold_adaptive: bool = False
+    #: the simulator's and the started servers' watermark (vLLM's ``--watermark``; 0: none)
+    watermark: float = 0.0
     jps: float | None = None
     concurrency: int | None = None
     seed: int = 0

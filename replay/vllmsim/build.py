@@ -132,6 +132,7 @@ def vllm_config(engine: SimSchedulerConfig, *, async_scheduling: bool, plugin: b
                     long_prefill_token_threshold_adaptive=(
                         engine.long_prefill_token_threshold_adaptive
                     ),
+                    watermark=engine.watermark,
                     scheduler_cls=PLUGIN if plugin else None,
                 ),
             )
@@ -153,6 +154,7 @@ def vllm_config(engine: SimSchedulerConfig, *, async_scheduling: bool, plugin: b
             sched.long_prefill_token_threshold,
             engine.long_prefill_token_threshold,
         ),
+        "watermark": (sched.watermark, engine.watermark),
     }
     changed = {k: v for k, v in wanted.items() if v[0] != v[1]}
     if changed:

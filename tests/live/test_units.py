@@ -328,6 +328,10 @@ def test_sim_engine_config_is_sized_like_the_server() -> None:
         prefill_cap=(4096, False),
     )  # fmt: skip
     assert e.long_prefill_token_threshold == 2048
+    e = validate.sim_engine_config(
+        server_info(), kv_tokens=None, max_num_seqs=8, max_num_batched_tokens=512, watermark=0.1
+    )
+    assert e.watermark == 0.1 and e.watermark_blocks == 25  # 0.1 x (255 + vLLM's null block)
     with pytest.raises(validate.ValidateError, match="cache_config_info"):
         validate.sim_engine_config(
             server_info(num_gpu_blocks=None, kv_tokens=None),

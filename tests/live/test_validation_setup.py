@@ -65,7 +65,8 @@ def test_a_server_comes_from_one_command(tmp_path: Path) -> None:
                   ["--max-num-se", "4"], ["--max_num_batched=64"],
                   ["--long-prefill-token-threshold", "512"],
                   ["--long-prefill-token-threshold-adaptive"],
-                  ["--no-long-prefill-token-threshold-adaptive"]):  # fmt: skip
+                  ["--no-long-prefill-token-threshold-adaptive"], ["--watermark", "0.1"],
+                  ["--watermark=0.1"]):  # fmt: skip
         with pytest.raises(ValidateError, match=r"is set by validate .*before `--`"):
             server_base(ValidateRequest(trace, model="m", extra=extra))
     # a prefill chunk cap: the servers started with it, as the simulator runs
@@ -82,6 +83,9 @@ def test_a_server_comes_from_one_command(tmp_path: Path) -> None:
         "--long-prefill-token-threshold-adaptive",
         "--no-async-scheduling",
     ]
+    # a watermark: the servers keep it as the simulator does
+    base, _ = server_base(ValidateRequest(trace, model="m", watermark=0.05))
+    assert base is not None and base[-3:] == ["--watermark", "0.05", "--no-async-scheduling"]
 
 
 def test_a_wrappers_flags_are_not_read_as_vllms(tmp_path: Path) -> None:

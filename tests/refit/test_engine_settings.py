@@ -52,7 +52,6 @@ ODD: dict[str, tuple[Any, str]] = {
     "kv_connector": ("NixlConnector", "--kv-transfer-config NixlConnector"),
     "enable_chunked_prefill": (False, "--no-enable-chunked-prefill"),
     "max_num_scheduled_tokens": (1024, "--max-num-scheduled-tokens 1024"),
-    "watermark": (0.05, "--watermark 0.05"),
     "max_num_queued_tokens": (100_000, "--max-num-queued-tokens 100000"),
 }
 
@@ -104,6 +103,23 @@ def test_the_logs_prefill_cap_is_replayed_and_shown(adaptive: bool | None) -> No
         "the log's engine capped prefills at 512 tokens, past the replay's max_model_len: "
         "replayed at 256 (no prompt is longer)"
     ) in short.notes
+
+
+def test_the_logs_watermark_is_replayed_and_shown() -> None:
+    """The simulators keep vLLM's watermark free at admission: the log's is the replay's,
+    said in the engine's line (with the blocks it keeps: a 5% of 128 blocks + vLLM's null
+    block); none stated, or a value vLLM refuses, is none; a restart with another is
+    another size."""
+    sized = size(NONE, [facts(watermark=0.05)], SimSchedulerConfig(), "defaults")
+    assert sized.engine.watermark == 0.05 and sized.engine.watermark_blocks == 6
+    assert sized.line.endswith("watermark 0.05 (6 blocks kept free)")
+    assert not [n for n in sized.notes if "watermark" in n]
+    for plain in (facts(), facts(watermark=1.5), facts(watermark=True)):
+        sized = size(NONE, [plain], SimSchedulerConfig(), "defaults")
+        assert sized.engine.watermark == 0.0 and "watermark" not in sized.line
+    entries = [facts(3, watermark=0.0), facts(9, watermark=0.1)]
+    sized = size(NONE, entries, SimSchedulerConfig(), "d")
+    assert sized.engine.watermark == 0.1 and "changed size (2 sizes)" in sized.notes[0]
 
 
 def test_an_engine_that_changed_its_prefill_cap_changed_size() -> None:

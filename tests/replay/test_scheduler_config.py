@@ -24,6 +24,7 @@ def test_every_setting_is_read_back_as_written() -> None:
         reserve_full_prompt=False,
         long_prefill_token_threshold=512,
         long_prefill_token_threshold_adaptive=True,
+        watermark=0.05,
         sizes_run=frozenset({1, 64}),
     )
     changed = {f.name for f in fields(config) if getattr(config, f.name) != f.default}
@@ -82,3 +83,30 @@ def test_a_threshold_outside_the_model_length_is_refused(threshold: int) -> None
         SimSchedulerConfig.from_json(
             {"max_model_len": 16_384, "long_prefill_token_threshold": threshold}
         )
+
+
+def test_the_watermark_is_a_share_below_one_left_out_while_off() -> None:
+    """vLLM's range (0 to below 1); a document without it reads as none (written before it
+    was modelled), one with it keeps it."""
+    assert "watermark" not in SimSchedulerConfig().to_json()
+    assert SimSchedulerConfig(watermark=0.1).to_json()["watermark"] == 0.1
+    for share in (-0.01, 1.0):
+        with pytest.raises(ConfigError, match=r"^--watermark must be a share from 0 to below 1"):
+            SimSchedulerConfig(watermark=share)
+    with pytest.raises(ConfigError, match=r'^engine\.watermark is "a"; a share'):
+        SimSchedulerConfig.from_json({"watermark": "a"})
+    with pytest.raises(ConfigError, match=r"^engine\.watermark must be a share"):
+        SimSchedulerConfig.from_json({"watermark": 1})
+
+
+@pytest.mark.parametrize(
+    ("kv_blocks", "share", "kept"),
+    [(99, 0.0, 0), (99, 0.01, 1), (98, 0.01, 0), (1000, 0.05, 50), (299, 0.34, 102)],
+)
+def test_the_watermark_counts_the_null_block_as_vllm_does(
+    kv_blocks: int, share: float, kept: int
+) -> None:
+    """vLLM keeps ``int(watermark × num_blocks)`` free, its block count taking in the null
+    block: one more than the blocks that hold KV (99 of them at 1%: 100 × 0.01 = 1)."""
+    config = SimSchedulerConfig(kv_tokens=kv_blocks * 16, block_size=16, watermark=share)
+    assert config.watermark_blocks == kept

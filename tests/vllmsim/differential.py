@@ -87,7 +87,8 @@ class Case:
             f"ttl={self.spec.ttl_s} bundle={self.bundle} | blocks={e.num_blocks} "
             f"bs={e.block_size} budget={e.max_num_batched_tokens} seqs={e.max_num_seqs} "
             f"reserve={e.reserve_full_prompt} long_prefill={e.long_prefill_token_threshold}"
-            f"{'~' if e.long_prefill_token_threshold_adaptive else ''} | "
+            f"{'~' if e.long_prefill_token_threshold_adaptive else ''} "
+            f"watermark={e.watermark:g} | "
             f"{self.load} | starts={[p.start_s for p in self.workload.programs]} calls={calls}"
         )
 
@@ -254,6 +255,16 @@ def capped(draw: st.DrawFn, case: Case) -> Case:
         long_prefill_token_threshold=threshold,
         long_prefill_token_threshold_adaptive=adaptive,
     )
+    return replace(case, config=replace(case.config, engine=engine))
+
+
+@st.composite
+def watermarked(draw: st.DrawFn, case: Case) -> Case:
+    """``case`` under vLLM's ``--watermark``: from a block or two of the cache kept free
+    to a third of it (a share below one block keeps none)."""
+    engine = case.config.engine
+    share = draw(st.sampled_from([0.01, 0.05, 0.1, 0.2, 0.34]))
+    engine = replace(engine, watermark=share)
     return replace(case, config=replace(case.config, engine=engine))
 
 

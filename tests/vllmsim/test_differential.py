@@ -54,6 +54,7 @@ from tests.vllmsim.differential import (
     large_cases,
     run_both,
     shared_slice,
+    watermarked,
 )
 from ttlctl.ingest.pipeline import ingest
 
@@ -123,6 +124,17 @@ def test_a_prefill_chunk_cap_call_by_call(bundles: dict[str, Any], pressure: boo
     _check_drawn(
         max(1, EXAMPLES // 2 if not pressure else EXAMPLES // 4),
         cases(bundles, pressure=pressure, shared=not pressure).flatmap(capped),
+    )
+
+
+@pytest.mark.parametrize("pressure", [False, True], ids=["mixed", "pressure"])
+def test_a_watermark_call_by_call(bundles: dict[str, Any], pressure: bool) -> None:
+    """vLLM's ``--watermark``: a waiting request is admitted only if that share of the
+    blocks stays free after it while another request runs (this step's admissions
+    included); the valve releases pins for it as vLLM's ``allocate_slots`` asks."""
+    _check_drawn(
+        max(1, EXAMPLES // 2 if not pressure else EXAMPLES // 4),
+        cases(bundles, pressure=pressure, shared=not pressure).flatmap(watermarked),
     )
 
 

@@ -180,6 +180,11 @@ LoggedLongPrefillTokenThreshold = Annotated[
         show_default=_logged(0),
     ),
 ]
+_WATERMARK_HELP = (
+    "The share of the KV blocks that admitting a waiting request keeps free while another "
+    "request runs (vLLM's --watermark; 0: none)."
+)
+Watermark = Annotated[float, typer.Option("--watermark", help=_WATERMARK_HELP)]
 _ADAPTIVE_HELP = (
     "Never cap a prefill below the token budget's fair share (vLLM's flag: the budget over "
     "the requests running and waiting)."

@@ -49,6 +49,7 @@ from ttlctl.cli.options import (
     Seed,
     Trace,
     Truncate,
+    Watermark,
 )
 from ttlctl.cli.router_options import (
     BalanceAbsThreshold,
@@ -116,6 +117,7 @@ def replay(
     max_model_len: MaxModelLen = MAX_MODEL_LEN,
     long_prefill_token_threshold: LongPrefillTokenThreshold = 0,
     long_prefill_token_threshold_adaptive: LongPrefillAdaptive = False,
+    watermark: Watermark = 0.0,
     valve: Annotated[
         str | None,
         typer.Option(
@@ -207,6 +209,7 @@ def replay(
                 max_model_len=max_model_len,
                 long_prefill_token_threshold=long_prefill_token_threshold,
                 long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
+                watermark=watermark,
                 fast=not per_token,
             ),
             profile=profile,

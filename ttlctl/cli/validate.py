@@ -30,6 +30,7 @@ from ttlctl.cli.options import (
     SaveResult,
     Seed,
     ValidateTrace,
+    Watermark,
 )
 from ttlctl.cli.router_options import Replicas, Routers
 from ttlctl.cli.stage_bar import StageBar
@@ -102,6 +103,7 @@ def validate(
     max_num_batched_tokens: MaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,
     long_prefill_token_threshold: LongPrefillTokenThreshold = 0,
     long_prefill_token_threshold_adaptive: LongPrefillAdaptive = False,
+    watermark: Watermark = 0.0,
     jps: Jps = None,
     concurrency: Concurrency = None,
     seed: Seed = 0,
@@ -214,6 +216,7 @@ def validate(
         max_num_batched_tokens=max_num_batched_tokens,
         long_prefill_token_threshold=long_prefill_token_threshold,
         long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
+        watermark=watermark,
         jps=jps,
         concurrency=concurrency,
         seed=seed,

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from profiles.shipped import DATA
 from ttlctl.cli import app
-from ttlctl.cli.kit import STDOUT_REFUSED
+from ttlctl.cli.kit import FOLDER_REFUSED, STDOUT_REFUSED
 from ttlctl.jsonio import OutputError, check_folder, check_writable, write_json
 
 
@@ -146,6 +146,28 @@ def test_dash_is_stdout_only_where_the_flag_takes_it(
     res = CliRunner().invoke(app, shown)
     assert res.exit_code == 0 and res.stdout.strip(), res.output
     assert not (tmp_path / "-").exists()
+
+
+def test_dash_is_no_output_folder(
+    small_inputs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: `fit --plot -` drew its PNGs into a folder named '-' and said "17
+    plot(s) in -"; a folder an output is written in (fit's --plot, validate's --work-dir
+    and --result-dir) is refused as '-' first, as every output file is."""
+    monkeypatch.chdir(tmp_path)
+    trace = str(small_inputs["trace"])
+    cases = {
+        "fit --plot": ["fit", trace, "-o", str(tmp_path / "f.json"), "--plot", "-"],
+        "validate --work-dir": ["validate", trace, "--engine-cmd", "false", "--work-dir", "-"],
+        "validate --result-dir": ["validate", trace, "--engine-cmd", "false", "--save-result",
+                                  "--result-dir", "-"],
+    }  # fmt: skip
+    for name, args in cases.items():
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, (name, res.output)
+        (line,) = res.stderr.strip().splitlines()
+        assert line == f"error: {FOLDER_REFUSED}", (name, line)
+        assert list(tmp_path.iterdir()) == [], name
 
 
 def test_one_path_named_for_two_outputs_is_refused_first(

@@ -137,6 +137,11 @@ STDOUT_REFUSED = (
     "-: this output is a file, not standard output (- means stdout only where the flag "
     "says so, as --json - does); give a file's path"
 )
+#: '-' given for an output folder: see :data:`STDOUT_REFUSED`
+FOLDER_REFUSED = (
+    "-: this output is a folder, not standard output (- means stdout only where the flag "
+    "says so, as --json - does); give a folder's path"
+)
 
 
 #: the formats ttlctl writes its files in, each with the suffixes that name it
@@ -180,10 +185,12 @@ def check_outputs(
     and an output file that is one of the command's ``inputs`` (writing it would destroy
     what the command reads). ``files`` are written as files, so '-' is refused there
     (:data:`STDOUT_REFUSED`): it would be a file named '-' in the current folder, reported
-    as written "to -"; ``streams`` (``--json PATH|-``) take '-' for stdout. Every command
-    that writes calls it first."""
+    as written "to -"; ``streams`` (``--json PATH|-``) take '-' for stdout; ``folders``
+    refuse '-' too (:data:`FOLDER_REFUSED`). Every command that writes calls it first."""
     if any(path is not None and str(path) == "-" for path in files):
         raise OutputError(STDOUT_REFUSED)
+    if any(folder is not None and str(folder) == "-" for folder in folders):
+        raise OutputError(FOLDER_REFUSED)
     read = {path.resolve() for path in inputs if path is not None and path.is_file()}
     for path in (*files, *streams):
         if path is not None and str(path) != "-":

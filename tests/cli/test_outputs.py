@@ -328,6 +328,43 @@ def test_an_output_named_for_another_format_is_refused_first(
         assert sorted(p.name for p in tmp_path.iterdir()) == before, name
 
 
+def test_a_json_output_named_for_another_format_is_refused_first(
+    small_inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Regression: `fit … --json fit.parquet` wrote the JSON document into a file named
+    .parquet (only -o and refit's --trace were checked). Every command's --json, and the
+    router's value of `profile --as vllm-router -o`, is refused first by its name, one line
+    naming the flag, exit 2, nothing written."""
+    trace, fit = str(small_inputs["trace"]), str(small_inputs["fit"])
+    served = str(tmp_path / "served.json")
+    build = ["bundle", "build", "--fit", fit, "--profile", "llama-3.1-8b-h100", "-o", served]
+    assert CliRunner().invoke(app, build).exit_code == 0
+    bad = str(tmp_path / "out.parquet")
+    cases = {
+        **{name: args for name, args in _commands(small_inputs, bad, tmp_path).items()
+           if "--json" in args},
+        "tune --json": ["tune", trace, "--fit", fit, "--profile", "llama-3.1-8b-h100",
+                        "-o", str(tmp_path / "b.json"), "--json", bad],
+        "refit --json": ["refit", trace, "--bundle", served, "--json", bad],
+        "validate --json": ["validate", trace, "--engine-cmd", "false", "--json", bad],
+        "profile --json": ["profile", "-o", str(tmp_path / "p.json"), "--json", bad],
+        "profile --as -o": ["profile", "--profile", "llama-3.1-8b-h100", "--as", "vllm-router",
+                            "-o", bad],
+    }  # fmt: skip
+    assert len(cases) == 8
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for name, args in cases.items():
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, (name, res.output)
+        (line,) = res.stderr.strip().splitlines()
+        flag = "-o" if name.endswith("-o") else "--json"
+        assert line == (
+            f"error: {flag} {bad}: this is written as JSON, but its name says Parquet "
+            "(name it out.json)"
+        ), (name, line)
+        assert sorted(p.name for p in tmp_path.iterdir()) == before, name
+
+
 def test_a_name_of_the_format_or_of_none_is_taken(tmp_path: Path) -> None:
     """`.pq` is Parquet too; a name without a suffix, or one no format claims, is the
     user's choice."""

@@ -51,6 +51,7 @@ def fit(
     with user_errors():
         check_outputs(output, streams=(json_out,), folders=(plot,), inputs=(trace,))
         check_format(output, "JSON")
+        check_format(json_out, "JSON", "--json")
         config = FitConfig(
             min_samples=min_samples, abandon_s=abandon_s, bootstrap=bootstrap, seed=seed
         )

@@ -72,6 +72,7 @@ def ingest(
             inputs=tuple(paths),
         )
         check_format(output, "Parquet")
+        check_format(json_out, "JSON", "--json")
         progress, update = _file_progress()
         with progress:
             report = run_ingest(

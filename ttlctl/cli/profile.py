@@ -132,6 +132,7 @@ def profile(
             shown, read = shipped.resolve(profile_ref)
             # -o - is stdout here; -o the profile itself: refused
             check_outputs(streams=(output,), inputs=(read,))
+            check_format(output, "JSON")  # the router's value is a JSON object
             _as_router(shown, decode_throughput_alpha, output, read)
             return
     if output is None:
@@ -165,6 +166,7 @@ def profile(
             )
         check_outputs(output, streams=(json_out,))
         check_format(output, "JSON")
+        check_format(json_out, "JSON", "--json")
         grid = parse_contexts(contexts)
         name, config = load_config(model)
         bar = progress_bar("profiling")

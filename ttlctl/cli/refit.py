@@ -159,6 +159,7 @@ def refit(
         check_outputs(trace, streams=(json_out,), inputs=(bundle,))
         check_format(output, "JSON")
         check_format(trace, "Parquet", "--trace")
+        check_format(json_out, "JSON", "--json")
         settings = checked_settings(
             fmt=fmt,
             skip_bad=skip_bad,

@@ -11,6 +11,7 @@ import typer
 from ttlctl.cli import render
 from ttlctl.cli.kit import (
     UserError,
+    check_format,
     check_outputs,
     err,
     given,
@@ -192,6 +193,7 @@ def replay(
             folders=(result_dir if save_result else None,),
             inputs=(trace, bundle, Path(profile)),
         )
+        check_format(json_out, "JSON", "--json")
         if router is not None and len(router) > 1:
             raise UserError(
                 f"--router: replay takes one router, got {len(router)} "

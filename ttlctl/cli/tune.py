@@ -174,6 +174,7 @@ def tune(
         study_file = Storage(storage or default_storage(output)).file  # the study's, written
         check_outputs(output, study_file, streams=(summary or summary_path(output),), inputs=inputs)
         check_format(output, "JSON")
+        check_format(summary, "JSON", "--json")
         # may be -o (the server then serves the bundle written), no other output
         served = None if live_bundle is None or same_path(live_bundle, output) else live_bundle
         check_outputs(live_bundle, inputs=inputs)

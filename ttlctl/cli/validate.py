@@ -8,7 +8,16 @@ from typing import Annotated, Any
 import typer
 
 from ttlctl.cli import render
-from ttlctl.cli.kit import check_outputs, err, fail, out, print_warning, user_errors, write_doc
+from ttlctl.cli.kit import (
+    check_format,
+    check_outputs,
+    err,
+    fail,
+    out,
+    print_warning,
+    user_errors,
+    write_doc,
+)
 from ttlctl.cli.options import (
     BACKEND,
     MAX_NUM_BATCHED_TOKENS,
@@ -243,6 +252,7 @@ def validate(
             folders=(work_dir, result_dir if save_result else None),
             inputs=given,
         )
+        check_format(json_out, "JSON", "--json")
         shown = StageBar.make("re-simulating" if resimulate else "validating")
         with shown.bar:
             doc = validation_doc(

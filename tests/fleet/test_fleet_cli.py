@@ -4,6 +4,7 @@ naming the flag)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -414,6 +415,35 @@ def test_worker_urls_take_the_schemes_vllm_router_takes() -> None:
     assert worker_urls(2, grpc) == grpc
     with pytest.raises(ConfigError, match=r"^--worker-urls: 'ftp://a:1' is not a worker URL"):
         worker_urls(2, ("ftp://a:1", "http://b:2"))
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://a:99999", "its port is not a number from 0 to 65535"),
+        ("http://a:abc", "its port is not a number from 0 to 65535"),
+        ("http://:8000", "no host"),
+        ("http://a b:1", "a character a host name cannot hold"),
+        ("http://a<b:1", "a character a host name cannot hold"),
+    ],
+)
+def test_worker_urls_refuse_what_vllm_routers_url_parser_refuses(url: str, why: str) -> None:
+    """vllm-router 0.1.17 stops at start on each of these ("Invalid URL format: invalid port
+    number", "empty host", "invalid international domain name"); a placement hashed from
+    one would be no fleet's. The URLs it starts with are taken as given."""
+    said = rf"^--worker-urls: {re.escape(repr(url))} is not a worker URL \({re.escape(why)}\)"
+    with pytest.raises(ConfigError, match=said):
+        worker_urls(2, (url, "http://b:2"))
+    taken = ("http://a:0", "http://[::1]:65535", "https://user@a:1/v1")
+    assert worker_urls(3, taken) == taken
+
+
+def test_worker_urls_of_one_kind() -> None:
+    """vllm-router refuses grpc:// and http:// workers in one pool ("mixed worker schemes
+    are not supported"); http:// beside https:// it takes."""
+    with pytest.raises(ConfigError, match=r"^--worker-urls: grpc:// and http\(s\):// workers"):
+        worker_urls(2, ("http://a:1", "grpc://b:2"))
+    assert worker_urls(2, ("http://a:1", "https://b:2")) == ("http://a:1", "https://b:2")
 
 
 @pytest.mark.parametrize("command", ["replay", "tune"])

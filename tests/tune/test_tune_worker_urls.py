@@ -163,8 +163,9 @@ def test_a_study_refuses_other_urls(tune_inputs: dict[str, Any], tmp_path: Path)
         ),
         (
             ["--replicas", "2", "--worker-urls", "notaurl", "--worker-urls", FLEET_A[1]],
-            "error: --worker-urls: 'notaurl' is not a worker URL; give each as vllm-router is "
-            "given it, http://HOST:PORT (or https://, grpc://)",
+            "error: --worker-urls: 'notaurl' is not a worker URL (its scheme is not http, "
+            "https or grpc); give each as vllm-router is given it, http://HOST:PORT (or "
+            "https://, grpc://)",
         ),
         (
             ["--replicas", "2", *_urls((FLEET_A[0], FLEET_A[0]))],

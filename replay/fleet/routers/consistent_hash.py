@@ -36,6 +36,9 @@ VIRTUAL_NODES_PER_WORKER = 160
 #: the schemes vllm-router 0.1.17 takes in a worker URL ("URL must start with http://,
 #: https://, or grpc://")
 WORKER_SCHEMES = ("http", "https", "grpc")
+#: what a URL's host name cannot hold (the WHATWG URL standard's forbidden domain code
+#: points, the ones vllm-router's parser refuses; whitespace is refused apart)
+FORBIDDEN_HOST_CHARACTERS = frozenset("#%/:<>?@[\\]^|")
 
 
 def replica_url(index: int) -> str:
@@ -60,14 +63,39 @@ def worker_urls(replicas: int, given: Sequence[str] | None = None) -> tuple[str,
     if len(set(urls)) != len(urls):
         raise ConfigError("--worker-urls: a URL is given twice")
     for url in urls:
-        parts = urlsplit(url)
-        if parts.scheme not in WORKER_SCHEMES or not parts.netloc:
+        problem = _url_problem(url)
+        if problem is not None:
             # vllm-router refuses it; a placement hashed from it would be no fleet's
             raise ConfigError(
-                f"--worker-urls: {url!r} is not a worker URL; give each as vllm-router is "
-                "given it, http://HOST:PORT (or https://, grpc://)"
+                f"--worker-urls: {url!r} is not a worker URL ({problem}); give each as "
+                "vllm-router is given it, http://HOST:PORT (or https://, grpc://)"
             )
+    if len({urlsplit(url).scheme == "grpc" for url in urls}) > 1:
+        raise ConfigError(
+            "--worker-urls: grpc:// and http(s):// workers in one fleet; vllm-router takes "
+            "one kind (grpc:// workers take token ids, http:// ones text)"
+        )
     return urls
+
+
+def _url_problem(url: str) -> str | None:
+    """Why vllm-router 0.1.17 would refuse ``url`` as a worker (its URL parser: a scheme it
+    takes, a host, a port 0 to 65535), or None."""
+    parts = urlsplit(url)
+    if parts.scheme not in WORKER_SCHEMES:
+        return "its scheme is not http, https or grpc"
+    host = parts.hostname
+    if not host:
+        return "no host"
+    if not parts.netloc.rpartition("@")[2].startswith("[") and any(
+        c in FORBIDDEN_HOST_CHARACTERS or c.isspace() for c in host
+    ):
+        return "a character a host name cannot hold"
+    try:
+        parts.port  # noqa: B018 (read for the ValueError it raises)
+    except ValueError:
+        return "its port is not a number from 0 to 65535"
+    return None
 
 
 def session_key(session: str) -> str:

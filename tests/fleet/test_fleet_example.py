@@ -7,12 +7,14 @@ returned to their previous call's replica."""
 from __future__ import annotations
 
 import json
+import re
 from itertools import pairwise
 from pathlib import Path
 
 import polars as pl
 from typer.testing import CliRunner
 
+from profiles.models import PRESETS
 from ttlctl.cli import app
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet"
@@ -65,3 +67,17 @@ def test_the_fleet_example_reads_as_one_fleet_and_replays_as_logged(tmp_path: Pa
     assert {p["name"]: p["llm_calls"] for p in result["per_replica"]} == by_replica
     assert result["returned_share"] == returned / follow_ups
     assert result["miss_reasons"]["routed_elsewhere"] <= follow_ups - returned
+
+
+def test_the_examples_validate_command_names_a_model_vllm_can_load() -> None:
+    """``validate --model`` goes to vLLM as its ``--model``: a folder or a Hugging Face name.
+    A ``ttlctl profile`` preset name there (``tiny``) sends vLLM looking for a model of that
+    name online, and the fleet fails to start; the README names the folder and how it is
+    written."""
+    readme = (EXAMPLE / "README.md").read_text()
+    command = re.search(r"^ttlctl validate .*?(?=^\S|^```)", readme, flags=re.M | re.S)
+    assert command is not None
+    model = re.search(r"--model (\S+)", command.group(0))
+    assert model is not None
+    assert model.group(1) not in PRESETS, model.group(1)
+    assert f"build_tiny_model({model.group(1)})" in readme

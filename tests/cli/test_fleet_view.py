@@ -118,7 +118,9 @@ def test_a_long_settings_phrase_names_only_what_differs_from_the_routers_default
     are at them; a short phrase (cache-aware's three) still names every value."""
     stock = RouterSettings("program-scheduling").resolved()
     phrase = router_settings({"name": "program-scheduling", "settings": stock})
-    assert phrase == "all at the router's defaults; --json has each"
+    # the replay's default calibration is the profile's, not the router's reference one:
+    # the title says which it ran on, whichever
+    assert phrase == "calibration=profile, the rest at the router's defaults; --json has each"
     changed = {**stock, "max_segment_rounds": 3, "calibration": "reference"}
     phrase = router_settings({"name": "program-scheduling", "settings": changed})
     assert phrase.startswith("max_segment_rounds=3, calibration=reference, the rest at")

@@ -27,6 +27,10 @@ MISS_LABELS = {
 #: a settings phrase longer than this names only the settings that differ from the
 #: router's defaults (Program scheduling has two dozen: the title ran to 900 characters)
 SETTINGS_PHRASE_MAX = 120
+#: settings a shortened phrase names whatever their value: Program scheduling's
+#: ``calibration`` is ttlctl's choice of the router's coefficients, and its default
+#: (``profile``, the replay's profile) is not the router's own (its reference ones)
+NAMED_ALWAYS = frozenset({"calibration"})
 
 
 def _phrases(settings: Mapping[str, Any]) -> list[str]:
@@ -47,7 +51,11 @@ def router_settings(router: Mapping[str, Any]) -> str:
         from replay.fleet.routers import RouterSettings
 
         defaults = RouterSettings(router["name"]).resolved()
-        changed = {k: v for k, v in settings.items() if k not in defaults or defaults[k] != v}
+        changed = {
+            k: v
+            for k, v in settings.items()
+            if k in NAMED_ALWAYS or k not in defaults or defaults[k] != v
+        }
         parts = [
             *_phrases(changed),
             f"{'the rest' if changed else 'all'} at the router's defaults; --json has each",

@@ -181,6 +181,20 @@ PROGRAM_SCHEDULING = [
             [*PROGRAM_SCHEDULING, '{"hash_virtual_nodes": 3.5}'],
             "hash_virtual_nodes must be a whole number > 0, got 3.5",
         ),
+        # Python's JSON reader takes NaN and Infinity (and reads 1e400 as infinity); JSON
+        # and vllm-router do not, and the replay's --json would have carried them
+        (
+            [*PROGRAM_SCHEDULING, '{"paused_retention_ttl_seconds": NaN}'],
+            "--program-scheduling-config-json: not JSON (NaN is not a JSON number)",
+        ),
+        (
+            [*PROGRAM_SCHEDULING, '{"cross_rank_headroom_ratio": Infinity}'],
+            "--program-scheduling-config-json: not JSON (Infinity is not a JSON number)",
+        ),
+        (
+            [*PROGRAM_SCHEDULING, '{"max_acting_ttl_seconds": 1e400}'],
+            "--program-scheduling-config-json: 1e400 is out of range for a number",
+        ),
         (
             [*PROGRAM_SCHEDULING, '{"decode_throughput_model": {"fixed_step_seconds": -1}}'],
             "decode_throughput_model.fixed_step_seconds must be a number ≥ 0, got -1",

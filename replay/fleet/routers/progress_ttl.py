@@ -95,7 +95,11 @@ class ProgramSchedulingConfig:
         """The config and the calibration objects given with it (``prefill_cost_model``,
         ``decode_throughput_model``: returned apart, they override the calibration)."""
         try:
-            doc = json.loads(text) if isinstance(text, str) else dict(text)
+            doc = (
+                json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+                if isinstance(text, str)
+                else dict(text)
+            )
         except json.JSONDecodeError as e:
             raise ConfigError(f"{FLAG}: not JSON ({e.msg} at column {e.colno})") from None
         if not isinstance(doc, dict):
@@ -114,6 +118,20 @@ class ProgramSchedulingConfig:
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _no_constant(name: str) -> float:
+    """Python's JSON reader takes NaN and Infinity, JSON does not: vllm-router stops at
+    start on them, and a replay's --json would carry them."""
+    raise ConfigError(f"{FLAG}: not JSON ({name} is not a JSON number)")
+
+
+def _finite(text: str) -> float:
+    """A JSON number too large for a float (``1e400``) reads as infinity: refused."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ConfigError(f"{FLAG}: {text} is out of range for a number")
+    return value
 
 
 #: the config's switches: JSON booleans (a string such as "false" would read as true)

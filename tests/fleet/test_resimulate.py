@@ -253,14 +253,19 @@ def test_an_output_that_is_an_input_is_refused_and_left_as_it_was(
     recorded: Path, tmp_path: Path
 ) -> None:
     """`--json` naming the recorded document, or the trace it names (given as TRACE or
-    not), would replace it with the new document: refused in one line, nothing written."""
+    not), would replace it with the new document: refused in one line, nothing written (the
+    trace not given, its Parquet name is refused first, as any --json named for another
+    format is)."""
     trace = Path(json.loads(recorded.read_text())["trace"])
     before = {p: p.read_bytes() for p in (recorded, trace)}
-    for args in (
-        ["--resimulate", str(recorded), "--json", str(recorded)],
-        [str(trace), "--resimulate", str(recorded), "--json", str(trace)],
-        ["--resimulate", str(recorded), "--json", str(trace)],
+    for args, said in (
+        (["--resimulate", str(recorded), "--json", str(recorded)], "is an input of this command"),
+        (
+            [str(trace), "--resimulate", str(recorded), "--json", str(trace)],
+            "is an input of this command",
+        ),
+        (["--resimulate", str(recorded), "--json", str(trace)], "its name says Parquet"),
     ):
         text = refused(args)
-        assert "is an input of this command" in text, (args, text)
+        assert said in text, (args, text)
         assert {p: p.read_bytes() for p in (recorded, trace)} == before, args

@@ -74,14 +74,14 @@ def scheduling_key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def as_logged(
     engine: SimSchedulerConfig,
-    given: Mapping[str, int | bool | None],
+    given: Mapping[str, float | None],
     entry: Mapping[str, Any] | None,
     of: str,
 ) -> tuple[SimSchedulerConfig, list[str], bool]:
     """``engine`` with the modelled settings of the engine record ``entry`` (None: no log):
-    the prefill cap as the flags give it (``given``), else as logged (no longer than
-    ``max_model_len``: a longer cap caps no prompt), else ``engine``'s own; the reservation
-    and the watermark as logged. Returns the engine, a note per flag that disagrees with the
+    the prefill cap and the watermark as the flags give them (``given``), else as logged (the
+    cap no longer than ``max_model_len``: a longer cap caps no prompt), else ``engine``'s
+    own; the reservation as logged. Returns the engine, a note per flag that disagrees with the
     log (``of`` names the log's engine), and whether the log changed anything."""
     notes: list[str] = []
     changes: dict[str, Any] = {}
@@ -110,7 +110,12 @@ def as_logged(
         from_log = from_log or reserve != engine.reserve_full_prompt
         changes["reserve_full_prompt"] = reserve
     watermark = logged_watermark(entry) if entry is not None else None
-    if watermark is not None:
+    mine = given.get("watermark")
+    if mine is not None:
+        changes["watermark"] = mine
+        if watermark is not None and watermark != mine:
+            notes.append(f"--watermark {mine:g} disagrees with {of} ({watermark:g}): the flag wins")
+    elif watermark is not None:
         from_log = from_log or watermark != engine.watermark
         changes["watermark"] = watermark
     return (replace(engine, **changes) if changes else engine), notes, from_log

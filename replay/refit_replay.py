@@ -67,6 +67,7 @@ def plan(
         "max_model_len": settings.max_model_len,
         "long_prefill_token_threshold": settings.long_prefill_token_threshold,
         "long_prefill_token_threshold_adaptive": settings.long_prefill_token_threshold_adaptive,
+        "watermark": settings.watermark,
     }
     facts = replicas(engines)
     names = _replicas_in(frame)

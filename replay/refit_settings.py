@@ -56,6 +56,8 @@ class RefitSettings:
     max_model_len: int | None = None
     long_prefill_token_threshold: int | None = None
     long_prefill_token_threshold_adaptive: bool | None = None
+    #: vLLM's ``--watermark`` (None: the engine log's, else the bundle's record)
+    watermark: float | None = None
     offload_tokens: int | None = None
     truncate: bool | None = None
     #: T (s) assumed for the τ* columns of the report (0: a fresh engine's)
@@ -79,6 +81,7 @@ def checked_settings(
     max_model_len: int | None = None,
     long_prefill_token_threshold: int | None = None,
     long_prefill_token_threshold_adaptive: bool | None = None,
+    watermark: float | None = None,
     offload_tokens: int | None = None,
     truncate: bool | None = None,
     queue_delay_s: float = 0.0,
@@ -101,6 +104,8 @@ def checked_settings(
         raise ConfigError("--offload-tokens must be >= 0")
     if long_prefill_token_threshold is not None and long_prefill_token_threshold < 0:
         raise ConfigError("--long-prefill-token-threshold must be >= 0")
+    if watermark is not None and not 0 <= watermark < 1:
+        raise ConfigError(f"--watermark must be a share from 0 to below 1, not {watermark:g}")
     if not queue_delay_s >= 0:
         raise ConfigError("--queue-delay-seconds must be >= 0")
     return RefitSettings(
@@ -116,6 +121,7 @@ def checked_settings(
         max_model_len=max_model_len,
         long_prefill_token_threshold=long_prefill_token_threshold,
         long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
+        watermark=watermark,
         offload_tokens=offload_tokens,
         truncate=truncate,
         queue_delay_s=queue_delay_s,

@@ -101,7 +101,7 @@ def _sizes(entry: Mapping[str, Any]) -> dict[str, int]:
 
 
 def size(
-    given: Mapping[str, int | bool | None],
+    given: Mapping[str, float | None],
     entries: Sequence[Mapping[str, Any]],
     base: SimSchedulerConfig,
     base_source: str,
@@ -150,7 +150,7 @@ def size(
     if from_log:
         line = f"replay sized from the engine log{_of(replica)}: {shown}"
         # a prefill cap flag wins too (the line shows its value, not the log's)
-        if any(given.get(k) is not None for k in (*SIZE_FLAGS, *PREFILL_FLAGS)):
+        if any(given.get(k) is not None for k in (*SIZE_FLAGS, *PREFILL_FLAGS, "watermark")):
             line += " (flags given win)"
     elif not missing:
         line = f"replay engine{_of(replica)} as the flags give it: {shown}"
@@ -180,7 +180,7 @@ def size(
 def by_replica(
     names: Sequence[str],
     engines: Sequence[Mapping[str, Any]],
-    given: Mapping[str, int | bool | None],
+    given: Mapping[str, float | None],
     base: SimSchedulerConfig,
     base_source: str,
 ) -> list[Sized]:

@@ -50,6 +50,8 @@ class TuneRequest:
     #: states it (one replica), else none
     long_prefill_token_threshold: int | None = None
     long_prefill_token_threshold_adaptive: bool | None = None
+    #: vLLM's ``--watermark`` (None: the engine log's, else none)
+    watermark: float | None = None
     offload_tokens: int = 0
     truncate: bool = False
     force: bool = False

@@ -209,7 +209,7 @@ def engine_size(
     """The simulated engine: the flags given, else (a trace made from the engine log of one
     replica) the size the log states, else the simulator's defaults; and the line that
     says where it came from (None: the trace states no size)."""
-    given: dict[str, int | None] = {
+    given: dict[str, float | None] = {
         "kv_tokens": req.kv_tokens,
         "block_size": req.block_size,
         "max_num_seqs": req.max_num_seqs,
@@ -217,6 +217,7 @@ def engine_size(
         "max_model_len": req.max_model_len,
         "long_prefill_token_threshold": req.long_prefill_token_threshold,
         "long_prefill_token_threshold_adaptive": req.long_prefill_token_threshold_adaptive,
+        "watermark": req.watermark,
     }
     base = SimSchedulerConfig()
     by_replica = replicas(engines)

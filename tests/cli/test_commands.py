@@ -70,7 +70,7 @@ def test_every_shared_option_reads_the_same_in_every_command() -> None:
         "--max-model-len": ("replay", "tune", "refit"),
         "--long-prefill-token-threshold": ("replay", "tune", "refit", "validate"),
         "--long-prefill-token-threshold-adaptive": ("replay", "tune", "refit", "validate"),
-        "--watermark": ("replay", "validate"),
+        "--watermark": ("replay", "tune", "refit", "validate"),
         "--offload-tokens": ("replay", "tune"),
         "--truncate": ("replay", "tune"),
         "--trace-idle-gap-cap-seconds": ("replay", "tune", "validate"),

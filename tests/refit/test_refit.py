@@ -374,6 +374,8 @@ def test_refit_options_out_of_range_are_config_errors_naming_them() -> None:
         ({"offload_tokens": -1}, "--offload-tokens"),
         ({"queue_delay_s": float("nan")}, "--queue-delay-seconds"),
         ({"jps": [0.0]}, "--jps"),
+        ({"watermark": 1.0}, "--watermark"),
+        ({"watermark": -0.5}, "--watermark"),
     ):
         with pytest.raises(ConfigError, match=f"^{name}"):
             checked_settings(**kwargs)  # type: ignore[arg-type]

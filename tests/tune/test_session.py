@@ -69,6 +69,24 @@ def test_the_engine_is_sized_as_the_traces_engine_log_states() -> None:
     assert engine_size(_request(), [], warned.append) == (SimSchedulerConfig(), None)
 
 
+def test_the_watermark_is_the_flags_else_the_engine_logs() -> None:
+    """vLLM's --watermark: tune takes the flag (a disagreeing log said), else what one
+    replica's engine log states; on a trace of several replicas, the flag (or none)."""
+    facts = {"replica": None, "kv_tokens": 4096, "block_size": 32, "max_num_seqs": 8,
+             "max_num_batched_tokens": 2048, "max_model_len": 1024, "calls": 10,
+             "watermark": 0.05}  # fmt: skip
+    warned: list[str] = []
+    engine, line = engine_size(_request(), [facts], warned.append)
+    assert engine.watermark == 0.05 and warned == []
+    assert line is not None and line.endswith("watermark 0.05 (6 blocks kept free)")
+    engine, line = engine_size(_request(watermark=0.2), [facts], warned.append)
+    assert engine.watermark == 0.2 and line is not None and "(flags given win)" in line
+    assert warned == ["--watermark 0.2 disagrees with the log's engine (0.05): the flag wins"]
+    two = [facts, dict(facts, replica="b")]
+    assert engine_size(_request(watermark=0.2), two, warned.append)[0].watermark == 0.2
+    assert engine_size(_request(), two, warned.append)[0].watermark == 0.0
+
+
 def test_the_prefill_cap_is_the_flags_else_the_engine_logs() -> None:
     """vLLM's --long-prefill-token-threshold: tune takes the flag, else what one replica's
     engine log states; on a trace of several replicas, the flag (or none)."""

@@ -185,6 +185,9 @@ _WATERMARK_HELP = (
     "request runs (vLLM's --watermark; 0: none)."
 )
 Watermark = Annotated[float, typer.Option("--watermark", help=_WATERMARK_HELP)]
+LoggedWatermark = Annotated[
+    float, typer.Option("--watermark", help=_WATERMARK_HELP, show_default=_logged(0))
+]
 _ADAPTIVE_HELP = (
     "Never cap a prefill below the token budget's fair share (vLLM's flag: the budget over "
     "the requests running and waiting)."

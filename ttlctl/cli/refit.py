@@ -33,6 +33,7 @@ from ttlctl.cli.options import (
     LoggedMaxModelLen,
     LoggedMaxNumBatchedTokens,
     LoggedMaxNumSeqs,
+    LoggedWatermark,
     QueueDelay,
 )
 from ttlctl.cli.stage_bar import StageBar
@@ -97,6 +98,7 @@ def refit(
     max_model_len: LoggedMaxModelLen = MAX_MODEL_LEN,
     long_prefill_token_threshold: LoggedLongPrefillTokenThreshold = 0,
     long_prefill_token_threshold_adaptive: LoggedLongPrefillAdaptive = False,
+    watermark: LoggedWatermark = 0.0,
     offload_tokens: Annotated[
         int | None,
         typer.Option(help="CPU offload tier in tokens. Default: as recorded, else 0."),
@@ -176,6 +178,7 @@ def refit(
                 max_model_len=max_model_len,
                 long_prefill_token_threshold=long_prefill_token_threshold,
                 long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
+                watermark=watermark,
             ),
             offload_tokens=offload_tokens,
             truncate=truncate,

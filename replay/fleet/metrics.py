@@ -179,11 +179,10 @@ def fleet_result(
     )
     result = summarize(merged, policy, evaluation_only=evaluation_only, wall_s=wall_s)
     replicas = replica_results(outcome)
-    names = router.get("replica_names") or []
-    for rep in replicas:
-        name = names[rep["replica"]] if rep["replica"] < len(names) else None
-        if name is not None:
-            rep["name"] = name
+    names = router.get("replica_names")
+    if names is not None:  # as-logged: every replica says its name, null for one beyond them
+        for rep in replicas:
+            rep["name"] = names[rep["replica"]] if rep["replica"] < len(names) else None
     busy = [r["engine_busy_s"] for r in replicas]
     mean_busy = sum(busy) / len(busy)
     made = sum(e.stats.pins_made for e in outcome.engines)

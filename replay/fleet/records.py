@@ -23,8 +23,9 @@ class FleetRouter(TypedDict):
 
 class ReplicaResult(TypedDict):
     replica: int
-    #: the trace's name of the replica (``as-logged``; absent: none)
-    name: NotRequired[str]
+    #: the trace's name of the replica (``as-logged``, null for a replica beyond the
+    #: trace's names, as in ``replica_names``; absent with any other router)
+    name: NotRequired[str | None]
     llm_calls: int
     #: programs whose first call this replica served, and their mean JCT
     programs_started: int
@@ -59,10 +60,10 @@ def replica_labels(per_replica: Sequence[Mapping[str, Any]]) -> list[str]:
     """How a table names each entry of a ``per_replica`` list: by the trace's ``name``
     (as-logged), else by its index; in a fleet with names, an index is written ``#i``,
     since a name may be a number (names ``1`` and ``2`` are replicas 0 and 1, and a third,
-    unnamed replica is ``#2``)."""
-    index = "#{}" if any("name" in rep for rep in per_replica) else "{}"
+    unnamed replica is ``#2``, whether its ``name`` is null or, in an older file, absent)."""
+    index = "#{}" if any(rep.get("name") is not None for rep in per_replica) else "{}"
     return [
-        str(rep["name"]) if "name" in rep else index.format(rep.get("replica"))
+        index.format(rep.get("replica")) if rep.get("name") is None else str(rep["name"])
         for rep in per_replica
     ]
 

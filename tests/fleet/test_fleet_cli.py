@@ -303,7 +303,8 @@ def test_an_as_logged_fleet_is_shown_by_the_traces_replica_names(tmp_path: Path)
     conforms(doc, ReplayDoc)
     assert doc["fleet"]["replica_names"] == ["east", "west", None]
     per = doc["results"][0]["per_replica"]
-    assert [(p["replica"], p.get("name")) for p in per] == [(0, "east"), (1, "west"), (2, None)]
+    # every replica carries its name, null for the idle one beyond the names (as replica_names)
+    assert [(p["replica"], p["name"]) for p in per] == [(0, "east"), (1, "west"), (2, None)]
     logged = frame.group_by("replica").len()
     calls = dict(zip(logged["replica"], logged["len"], strict=True))
     # each name's figures are the calls the trace logged on it
@@ -315,8 +316,9 @@ def test_an_as_logged_fleet_is_shown_by_the_traces_replica_names(tmp_path: Path)
 def test_replica_names_that_are_numbers_stay_apart_from_indices() -> None:
     """Names 1 and 2 are replicas 0 and 1: a third, unnamed replica is #2, not a second 2;
     a fleet without names is shown by its indices alone."""
-    named = [{"replica": 0, "name": "1"}, {"replica": 1, "name": "2"}, {"replica": 2}]
+    named = [{"replica": 0, "name": "1"}, {"replica": 1, "name": "2"}, {"replica": 2, "name": None}]
     assert replica_labels(named) == ["1", "2", "#2"]
+    assert replica_labels([*named[:2], {"replica": 2}]) == ["1", "2", "#2"]  # an older file's
     assert replica_labels([{"replica": 0}, {"replica": 1}]) == ["0", "1"]
 
 

@@ -18,7 +18,7 @@ from profiles.cost import ProfileCostModel
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
 from replay.figures import PolicyResult, ReplayDoc
-from replay.fleet.asked import fleet_for
+from replay.fleet.asked import default_urls_note, fleet_for
 from replay.fleet.routers import AS_LOGGED, RouterSettings
 from replay.fleet.run import runner as fleet_runner
 from replay.live import cap_pauses, check_result_flags, live_results
@@ -155,6 +155,13 @@ def replay_doc(
         async_scheduling=req.async_scheduling,
         worker_urls=req.worker_urls,
     )
+    hashed = (
+        None
+        if fleet is None
+        else default_urls_note((fleet.router,), fleet.replicas, fleet.worker_urls)
+    )
+    if hashed is not None:
+        notes.append(hashed)
     if fleet is not None and fleet.router.name == AS_LOGGED:
         # a replica restarted at another size has two records: count the replicas
         sized = {e.get("replica") for e in trace_io.engines(req.trace) if e.get("kv_tokens")}

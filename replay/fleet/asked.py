@@ -7,9 +7,11 @@ A router or its flags without ``--replicas`` are refused by the flag given
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from replay.fleet.routers import AS_LOGGED, RouterSettings, replica_order
+from replay.fleet.routers.consistent_hash import default_urls
 from replay.fleet.run import FleetSpec, logged_replicas
 from ttlctl.errors import ConfigError
 from ttlctl.nouns import counted
@@ -101,4 +103,26 @@ def fleet_for(
         backend=backend,
         async_scheduling=async_scheduling,
         worker_urls=worker_urls,
+    )
+
+
+def default_urls_note(
+    routers: Sequence[RouterSettings], replicas: int, worker_urls: Sequence[str] | None
+) -> str | None:
+    """The line saying that a router among ``routers`` places programs by hashing the
+    default worker URLs (``http://replica-0``, …) for want of ``--worker-urls``: where a
+    program lands then is where it would on a fleet of those URLs, not necessarily on the
+    real one. None: the URLs are given, one replica (nowhere else to go), or no router
+    that hashes them."""
+    if worker_urls is not None or replicas < 2:
+        return None
+    hashing = list(dict.fromkeys(r.name for r in routers if r.hashes_urls()))
+    if not hashing:
+        return None
+    urls = default_urls(replicas)
+    shown = f"{urls[0]}, {urls[1]}" if replicas == 2 else f"{urls[0]} … {urls[-1]}"
+    return (
+        f"--router {', '.join(hashing)}: the placement hashes the default worker URLs "
+        f"{shown}; --worker-urls (the replicas' URLs as vllm-router is given them) places "
+        "programs as the real fleet's router does"
     )

@@ -18,7 +18,7 @@ from fitting.fit_doc import FitDoc
 from profiles.router_calibration import calibrate
 from profiles.schema import ProfileDoc
 from profiles.shipped import resolve
-from replay.fleet.asked import fleet_for
+from replay.fleet.asked import default_urls_note, fleet_for
 from replay.fleet.routers import AS_LOGGED, RouterSettings, router_name
 from replay.live import cap_pauses
 from replay.policy_runs import Load
@@ -175,6 +175,11 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
     elsewhere = fitted_elsewhere(req, fit_doc, inputs["trace"])
     if elsewhere is not None and warn is not None:  # legitimate (fit on one split, tune on
         warn(elsewhere)  # another), but said: the report flags it too
+    if fleet is not None and warn is not None:  # said once here, not by each trial
+        searched = [RouterSettings(r) for r in req.routers] or [fleet.router]
+        hashed = default_urls_note(searched, fleet.replicas, fleet.worker_urls)
+        if hashed is not None:
+            warn(hashed)
     return TuneSession(
         request=req,
         context=ctx,

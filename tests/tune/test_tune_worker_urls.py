@@ -137,6 +137,7 @@ def test_a_study_refuses_other_urls(tune_inputs: dict[str, Any], tmp_path: Path)
         res = _tune(tune_inputs, tmp_path / "bundle.json", *_urls(urls), "--trials", "1")
         assert res.exit_code == 0, res.output
         names.append(json.loads((tmp_path / "tune.json").read_text())["study"]["name"])
+        assert "default worker URLs" not in res.stderr  # the URLs given: nothing to say
     assert names[0] != names[1]
     res = _tune(
         tune_inputs,
@@ -152,6 +153,22 @@ def test_a_study_refuses_other_urls(tune_inputs: dict[str, Any], tmp_path: Path)
     errors = res.stderr.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith("error: study "), res.stderr
     assert "here: fleet.worker_urls)" in errors[0] and "pick another --study" in errors[0]
+
+
+def test_without_urls_tune_says_once_which_urls_place_the_programs(
+    tune_inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """Behind consistent-hash without --worker-urls, the study places programs by the
+    default URLs: one warning line says so and names the flag, once per run however many
+    trials replay (and with several routers searched, beside ones that do not hash)."""
+    res = _tune(tune_inputs, tmp_path / "bundle.json", "--trials", "3", "--router", "cache-aware")
+    assert res.exit_code == 0, res.output
+    said = [line for line in res.stderr.splitlines() if "default worker URLs" in line]
+    assert said == [
+        "warning: --router consistent-hash: the placement hashes the default worker URLs "
+        "http://replica-0, http://replica-1; --worker-urls (the replicas' URLs as vllm-router "
+        "is given them) places programs as the real fleet's router does"
+    ], res.stderr
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,10 @@ AS_LOGGED = "as-logged"
 router_name = ttlctl_name
 
 
+#: the routers whose placement hashes the workers' URLs (``worker_urls``); Program
+#: scheduling does too when it binds programs by ``consistent_hash``, its default
+URL_HASHING = ("consistent-hash", "sticky-least-loaded")
+
 #: a setting's value (Program scheduling's config has strings and booleans too)
 Setting = float | int | str | None
 
@@ -123,6 +127,14 @@ class RouterSettings:
         """Program scheduling's config (defaults filled) and the calibration objects given
         in its JSON."""
         return ProgramSchedulingConfig.from_json(self.program_scheduling_config_json or "{}")
+
+    def hashes_urls(self) -> bool:
+        """Whether where this router sends a program depends on the workers' URLs (it
+        hashes them, as the real router hashes the URLs it is given): then a replay without
+        the real fleet's URLs places programs as no real fleet of other URLs would."""
+        if self.name == PROGRAM_SCHEDULING:
+            return self.program_scheduling()[0].binding_strategy == "consistent_hash"
+        return self.name in URL_HASHING
 
     def resolved(self) -> dict[str, Setting]:
         """The settings this router takes, with the real router's defaults filled in

@@ -23,6 +23,7 @@ from rich.progress import (
 )
 from rich.table import Column
 
+from ttlctl.cli.misplaced import misplaced
 from ttlctl.errors import TtlctlError
 
 try:  # typer 0.29 on carries its own copy of click, whose errors its commands raise
@@ -123,8 +124,10 @@ def write_doc(doc: Any, to: Path, *, as_text: bool = False) -> bool:
 
 def usage_line(exc: ClickException) -> str:
     """A usage error (missing option, bad value, unknown command) as one line naming the
-    command and where its help is, instead of typer's box."""
-    message = " ".join(exc.format_message().split()).rstrip(".")
+    command and where its help is, instead of typer's box; an option of another command
+    says which commands take it (:func:`~ttlctl.cli.misplaced.misplaced`), not click's
+    nearest spelling of this one's."""
+    message = " ".join((misplaced(exc) or exc.format_message()).split()).rstrip(".")
     ctx = getattr(exc, "ctx", None)
     if ctx is None:
         return f"error: {message}"

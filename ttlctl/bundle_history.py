@@ -28,6 +28,8 @@ from pathlib import Path
 
 from ttlctl import bundle, bundle_make
 from ttlctl.bundle_doc import Bundle, BundleError
+from ttlctl.filekind import BUNDLE, mistaken
+from ttlctl.jsonfile import JsonFileError, read_json_object
 from ttlctl.jsonio import OutputError, write_atomic
 
 #: bundles kept per served file (the newest ones)
@@ -155,11 +157,18 @@ def rollback(path: Path) -> Restored:
     if not kept and not path.exists():  # a typo, not a bundle without a history
         raise BundleError(f"{path}: no such file")
     if not kept:
-        bundle.read(path)  # a trace or a fit given by mistake: said so, not "no history"
-        raise BundleError(
-            f"{path}: no earlier bundle to roll back to ({folder(path)} holds none: "
+        none_kept = (
+            f"no earlier bundle to roll back to ({folder(path)} holds none: "
             "tune, refit and bundle build keep the bundle they replace there)"
         )
+        try:
+            bundle.read(path)  # a trace or a fit given by mistake: said so, not "no history"
+        except BundleError as exc:
+            if not _damaged_bundle(path):
+                raise
+            # the case a rollback is for, but there is nothing to restore: both said
+            raise BundleError(f"{exc}; and {none_kept}") from None
+        raise BundleError(f"{path}: {none_kept}")
     newest = kept[-1]
     doc = bundle.read(newest.path)  # names the entry when it is damaged; nothing changed
     replaced: Path | None = folder(path) / ROLLED_BACK
@@ -183,6 +192,17 @@ def rollback(path: Path) -> Restored:
             f"history ({exc}); remove it before rolling back further"
         ) from None
     return Restored(bundle=doc, replaced=replaced, left=len(kept) - 1)
+
+
+def _damaged_bundle(path: Path) -> bool:
+    """Whether ``path``, which the bundle reader refused, is a bundle damaged or edited
+    (its bytes not JSON, or a JSON object of no other ttlctl kind), not another file given
+    by mistake (a trace, a fit, a profile)."""
+    try:
+        doc = read_json_object(path, "a bundle")
+    except JsonFileError as exc:
+        return exc.damaged
+    return mistaken(doc, BUNDLE, "a bundle") is None
 
 
 def _short_sha(data: bytes) -> str:

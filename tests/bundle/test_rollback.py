@@ -91,6 +91,28 @@ def test_rollback_errors(tmp_path: Path) -> None:
     assert path.read_bytes() == served and entry.path.exists()  # nothing changed
 
 
+def test_rollback_of_a_damaged_bundle_without_history_says_both(tmp_path: Path) -> None:
+    """A damaged or edited bundle is what a rollback is for: with no history, the error
+    says what is wrong with it and that there is nothing to restore (exit 2, nothing made)."""
+    path = tmp_path / "bundle.json"
+    path.write_text('{"broken')
+    res = run("bundle", "rollback", path)
+    assert res.exit_code == 2, res.output
+    said = res.stderr.strip()
+    assert said.startswith(f"error: {path}: line 1 column") and "not valid JSON" in said
+    assert said.endswith(
+        f"truncated or edited?; and no earlier bundle to roll back to ({path}.history holds "
+        "none: tune, refit and bundle build keep the bundle they replace there)"
+    ), said
+    bundle_history.replace(doc(1.0), path)  # a sealed bundle, then edited: its checksum fails
+    for entry in bundle_history.entries(path):
+        entry.path.unlink()
+    path.write_text(path.read_text().replace('"eta": 1.0', '"eta": 2.0'))
+    res = run("bundle", "rollback", path)
+    assert res.exit_code == 2 and "and no earlier bundle to roll back to" in res.stderr, res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle.json", "bundle.json.history"]
+
+
 def test_rollback_of_something_not_a_bundle_says_what_it_is(tmp_path: Path) -> None:
     """Regression: `bundle rollback DIR` (or a trace) said "no earlier bundle to roll back
     to (DIR.history holds none …)", as if it were a bundle without a history."""

@@ -69,8 +69,10 @@ def stated(
     entries: Sequence[Mapping[str, Any]], replica: str | None = None
 ) -> tuple[dict[str, int], str | None]:
     """The sizes one replica's facts state (those of the entry that served most calls), and
-    a note naming the replica when its entries disagree on them (the engine was restarted
-    with another size; entries that differ only in other facts, a new bundle, are one size)."""
+    a note naming the replica when its entries disagree on them or on the modelled scheduler
+    settings (the engine was restarted with another size, or only with another prefill cap,
+    reservation or watermark: said so; entries that differ only in other facts, a new bundle,
+    are one engine)."""
     if not entries:
         return {}, None
     best = _busiest(entries)
@@ -78,9 +80,15 @@ def stated(
     distinct = {(tuple(sorted(_sizes(e).items())), scheduling_key(e)) for e in entries}
     note = None
     if len(distinct) > 1:
+        resized = len({shape for shape, _ in distinct}) > 1
+        changed = (
+            f"changed size ({len(distinct)} sizes)"
+            if resized
+            else f"changed its prefill cap, reservation or watermark ({len(distinct)} settings)"
+        )
         note = (
-            f"the log's engine{_of(replica)} changed size ({len(distinct)} sizes): sized as "
-            f"the one that served most calls ({int(best.get('calls') or 0):,})"
+            f"the log's engine{_of(replica)} {changed}: sized as the one that served most "
+            f"calls ({int(best.get('calls') or 0):,})"
         )
     return sizes, note
 

@@ -119,14 +119,23 @@ def test_the_logs_watermark_is_replayed_and_shown() -> None:
         assert sized.engine.watermark == 0.0 and "watermark" not in sized.line
     entries = [facts(3, watermark=0.0), facts(9, watermark=0.1)]
     sized = size(NONE, entries, SimSchedulerConfig(), "d")
-    assert sized.engine.watermark == 0.1 and "changed size (2 sizes)" in sized.notes[0]
+    assert sized.engine.watermark == 0.1
+    assert "changed its prefill cap, reservation or watermark (2 settings)" in sized.notes[0]
 
 
-def test_an_engine_that_changed_its_prefill_cap_changed_size() -> None:
+def test_an_engine_that_changed_its_prefill_cap_is_said_so() -> None:
+    """A restart with only another cap is another engine to replay, said as a change of
+    its settings, not of its size; with another size too, as a change of size."""
     entries = [facts(3, long_prefill_token_threshold=0), facts(9, long_prefill_token_threshold=64)]
     sized = size(NONE, entries, SimSchedulerConfig(), "d")
     assert sized.engine.long_prefill_token_threshold == 64
-    assert "changed size (2 sizes)" in sized.notes[0]
+    assert sized.notes[0] == (
+        "the log's engine changed its prefill cap, reservation or watermark (2 settings): "
+        "sized as the one that served most calls (9)"
+    )
+    entries.append(facts(1, max_num_seqs=4, long_prefill_token_threshold=64))
+    sized = size(NONE, entries, SimSchedulerConfig(), "d")
+    assert "changed size (3 sizes)" in sized.notes[0]
 
 
 def test_cache_aware_admission_under_a_bundle_is_not_said() -> None:
@@ -242,7 +251,8 @@ def test_the_logs_whole_prompt_reservation_is_replayed(reserve: bool | None) -> 
         facts(9, scheduler_reserve_full_isl=False),
     ]
     sized = size(NONE, restarted, SimSchedulerConfig(), "d")
-    assert "changed size (2 sizes)" in sized.notes[0] and not sized.engine.reserve_full_prompt
+    assert "changed its prefill cap, reservation or watermark" in sized.notes[0]
+    assert not sized.engine.reserve_full_prompt
 
 
 def test_a_cap_only_the_log_gives_is_said_to_come_from_it() -> None:

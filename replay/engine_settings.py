@@ -8,7 +8,7 @@ each such value gets one line (:func:`notes`), naming the setting as vLLM's flag
 replay does instead. Null is vLLM's default (or a release without the setting: the same).
 
 The settings the simulators do model (the running batch's cap, the prefill chunk cap, the
-whole-prompt reservation) are not among them: the sizing takes those from the log
+whole-prompt reservation, the watermark) are not among them: the sizing takes those from the log
 (:mod:`replay.logged_settings`).
 """
 

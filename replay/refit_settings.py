@@ -27,6 +27,7 @@ from fitting.policy_params import PolicyParams
 from replay.loads import load_list
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
+from replay.scheduler_config import watermark_problem
 from replay.sim import ReplayConfig
 from replay.tune.session import default_loads
 from replay.workload import Workload
@@ -104,8 +105,9 @@ def checked_settings(
         raise ConfigError("--offload-tokens must be >= 0")
     if long_prefill_token_threshold is not None and long_prefill_token_threshold < 0:
         raise ConfigError("--long-prefill-token-threshold must be >= 0")
-    if watermark is not None and not 0 <= watermark < 1:
-        raise ConfigError(f"--watermark must be a share from 0 to below 1, not {watermark:g}")
+    problem = None if watermark is None else watermark_problem(watermark)
+    if problem is not None:
+        raise ConfigError(problem)
     if not queue_delay_s >= 0:
         raise ConfigError("--queue-delay-seconds must be >= 0")
     return RefitSettings(

@@ -14,8 +14,8 @@ What is sized (:data:`SIZE_FLAGS`): the KV cache in tokens (the usable blocks ×
 size), the block size, ``max_num_seqs``, ``max_num_batched_tokens`` and ``max_model_len``;
 the running batch's cap is ``max_num_active_seqs`` where the engine set it below
 ``max_num_seqs``, and the prefill chunk cap (``--long-prefill-token-threshold``, adaptive
-or not) is the flag's, else the log's, as is the whole-prompt reservation
-(:mod:`replay.logged_settings`). The log also says whether the
+or not) and the watermark are the flag's, else the log's, and the whole-prompt reservation
+the log's (:mod:`replay.logged_settings`). The log also says whether the
 engine ran vLLM's async scheduling (the fast simulator schedules synchronously) and the
 scheduler settings no replay models (:mod:`replay.engine_settings`): a note says each that
 is not vLLM's default.

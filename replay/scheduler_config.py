@@ -159,11 +159,21 @@ def _range_problem(values: Mapping[str, Any], name: Callable[[str], str]) -> str
             f"{name('long_prefill_token_threshold')} must be from 0 (no cap) to "
             f"{name('max_model_len')} ({values['max_model_len']:,}), not {threshold:,}"
         )
-    if not 0 <= values["watermark"] < 1:  # vLLM's range
-        return f"{name('watermark')} must be a share from 0 to below 1, not {values['watermark']:g}"
+    problem = watermark_problem(values["watermark"], name("watermark"))
+    if problem is not None:
+        return problem
     if values["pool"] not in ("runs", "blocks"):
         return f"{name('pool')} must be 'runs' or 'blocks'"
     return None
+
+
+def watermark_problem(share: float, name: str = "--watermark") -> str | None:
+    """What is wrong with ``share`` as vLLM's ``--watermark`` (None: in vLLM's range, 0 to
+    below 1; a server would refuse to start with another): THE rule, for the commands that
+    check it before building an engine (refit, validate) and for :class:`SimSchedulerConfig`."""
+    if 0 <= share < 1:
+        return None
+    return f"{name} must be a share from 0 to below 1, not {share:g}"
 
 
 #: the settings that are whole numbers (sizes), and those that are switches

@@ -24,6 +24,7 @@ from replay.loads import one_load
 from replay.policy_flags import listed
 from replay.policy_runs import Load
 from replay.progress import RunsDone
+from replay.scheduler_config import watermark_problem
 from replay.validation.crosscheck import validate
 from replay.validation.error import ValidateError
 from replay.validation.fleet import TIMING_DRAWS, validate_fleet
@@ -56,6 +57,9 @@ def validation_doc(
         raise ValidateError("--programs must be at least 1")
     if req.repeats < 1:
         raise ValidateError("--repeats must be at least 1")
+    problem = watermark_problem(req.watermark)  # the servers would refuse it at start
+    if problem is not None:
+        raise ValidateError(problem)
     # refused before a server starts: every run (or every start) would time out at once
     for flag, seconds in (
         ("--timeout-seconds", req.timeout_s),

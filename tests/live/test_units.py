@@ -374,6 +374,19 @@ def test_validate_cli_argument_errors(tmp_path: Path) -> None:
         ([str(trace), "--", "--max-model-len", "8"], "need --model or --engine-cmd"),
         ([str(tmp_path / "missing.parquet"), "--model", "m"], "no such file"),
         ([str(trace), "--model", "m", "--repeats", "0"], "--repeats must be at least 1"),
+        (  # a watermark vLLM refuses: before any server starts (or any --url server's runs)
+            [
+                str(trace),
+                "--url",
+                "vllm=http://x:1",
+                "--url",
+                "continuum=http://x:2",
+                "--watermark",
+                "1",
+            ],
+            "--watermark must be a share from 0 to below 1, not 1",
+        ),
+        ([str(trace), "--model", "m", "--watermark", "nan"], "--watermark must be a share"),
         ([str(trace), "--model", str(bad_model)], "config.json: line 1 column 2: not valid JSON"),
     ]
     for args, message in cases:

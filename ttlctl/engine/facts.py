@@ -41,9 +41,10 @@ class EngineFacts:
     bundle_sha256: str | None
     replica: str | None
     # the scheduler's other settings (a replay sized from the log takes the running batch's
-    # cap, the prefill cap and the whole-prompt reservation: :mod:`replay.logged_settings`,
-    # and says which others it does not model: :mod:`replay.engine_settings`); None: the
-    # default, the release lacks the setting, or an older plugin wrote the line
+    # cap, the prefill cap, the whole-prompt reservation and the watermark:
+    # :mod:`replay.logged_settings`, and says which others it does not model:
+    # :mod:`replay.engine_settings`); None: the default, the release lacks the setting, or
+    # an older plugin wrote the line
     #: ``fcfs`` or ``priority``
     scheduling_policy: str | None = None
     #: admission into the running batch (None: ``max_num_seqs``)

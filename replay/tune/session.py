@@ -137,6 +137,16 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
             warn=warn,
         )
     engine, sizing = engine_size(req, trace_io.engines(req.trace), warn)
+    # one name per router: vllm-router's spelling (kv_aware) and ttlctl's (kv-aware) are one
+    # router, not two choices of the study; a router given twice is searched once, said so
+    named = [router_name(r) for r in req.routers]
+    routers = tuple(dict.fromkeys(named))
+    twice = [r for r in routers if named.count(r) > 1]
+    if twice and warn is not None:
+        warn(
+            f"--router {', '.join(twice)} given more than once (in either spelling): the "
+            "study searches each router once"
+        )
     ctx = TuneContext(
         workload=workload,
         fit=fit_doc,
@@ -154,9 +164,7 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         backend=req.backend,
         async_scheduling=req.async_scheduling,
         fleet=fleet,
-        # one name per router: vllm-router's spelling (kv_aware) and ttlctl's (kv-aware)
-        # are one router, not two choices of the study
-        routers=tuple(dict.fromkeys(router_name(r) for r in req.routers)),
+        routers=routers,
     )
     inputs = {
         "trace": file_sha256(req.trace),

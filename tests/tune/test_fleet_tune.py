@@ -77,10 +77,15 @@ def test_one_router_in_two_spellings_is_one_router(
     tune_inputs: dict[str, Any], tmp_path: Path
 ) -> None:
     """vllm-router's spelling and ttlctl's name one router: the study does not search a
-    choice between them."""
+    choice between them (said in one warning line)."""
     out = tmp_path / "bundle.json"
     res = _tune(tune_inputs, out, "--router", "kv_aware", "--router", "kv-aware", "--force")
     assert res.exit_code == 0, res.output
+    said = [line for line in res.stderr.splitlines() if "given more than once" in line]
+    assert said == [
+        "warning: --router kv-aware given more than once (in either spelling): the study "
+        "searches each router once"
+    ], res.stderr
     trials = json.loads((tmp_path / "tune.json").read_text())["trials"]
     assert trials and all("router" not in t["params"] for t in trials)
     assert all("kv_aware_session_affinity_ttl_secs" in t["params"] for t in trials)

@@ -80,10 +80,10 @@ def stated(
     distinct = {(tuple(sorted(_sizes(e).items())), scheduling_key(e)) for e in entries}
     note = None
     if len(distinct) > 1:
-        resized = len({shape for shape, _ in distinct}) > 1
+        shapes = len({shape for shape, _ in distinct})
         changed = (
-            f"changed size ({len(distinct)} sizes)"
-            if resized
+            f"changed size ({shapes} sizes)"
+            if shapes > 1
             else f"changed its prefill cap, reservation or watermark ({len(distinct)} settings)"
         )
         note = (

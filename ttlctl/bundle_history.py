@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ttlctl import bundle, bundle_make
 from ttlctl.bundle_doc import Bundle, BundleError
-from ttlctl.filekind import BUNDLE, mistaken
+from ttlctl.filekind import BUNDLE, document_kind
 from ttlctl.jsonfile import JsonFileError, read_json_object
 from ttlctl.jsonio import OutputError, write_atomic
 
@@ -196,13 +196,13 @@ def rollback(path: Path) -> Restored:
 
 def _damaged_bundle(path: Path) -> bool:
     """Whether ``path``, which the bundle reader refused, is a bundle damaged or edited
-    (its bytes not JSON, or a JSON object of no other ttlctl kind), not another file given
-    by mistake (a trace, a fit, a profile)."""
+    (its bytes not JSON, or a bundle's document that does not verify), not another file
+    given by mistake (a trace, a fit, a profile, any other JSON)."""
     try:
         doc = read_json_object(path, "a bundle")
     except JsonFileError as exc:
         return exc.damaged
-    return mistaken(doc, BUNDLE, "a bundle") is None
+    return document_kind(doc) == BUNDLE
 
 
 def _short_sha(data: bytes) -> str:

@@ -111,6 +111,10 @@ def test_rollback_of_a_damaged_bundle_without_history_says_both(tmp_path: Path) 
     res = run("bundle", "rollback", path)
     assert res.exit_code == 2 and "and no earlier bundle to roll back to" in res.stderr, res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle.json", "bundle.json.history"]
+    other = tmp_path / "ingest.json"  # some other JSON (an ingest report): no bundle at all
+    other.write_text('{"files": [], "records": 3}')
+    res = run("bundle", "rollback", other)
+    assert res.exit_code == 2 and "no earlier bundle" not in res.stderr, res.stderr
 
 
 def test_rollback_of_something_not_a_bundle_says_what_it_is(tmp_path: Path) -> None:

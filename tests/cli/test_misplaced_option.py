@@ -56,6 +56,19 @@ def test_an_option_of_another_command_names_the_commands_that_take_it(
     assert "Possible options" not in line
 
 
+def test_a_near_spelling_of_this_commands_option_is_kept() -> None:
+    """``refit --seed``: refit's own ``--seeds`` is the likelier slip, so click's near
+    suggestion stays, before the commands that take ``--seed``; an unrelated one
+    (``--live-bundle`` for ``--pin-queue-bound``) is dropped (above)."""
+    assert _error(["refit", "log.jsonl", "--bundle", "b.json", "--seed", "3"]) == (
+        "error: ttlctl refit: no such option: --seed (Possible options: --seeds); --seed is an "
+        "option of `ttlctl fit`, `ttlctl replay`, `ttlctl tune`, `ttlctl validate` and "
+        "`ttlctl synth` (see `ttlctl refit --help`)"
+    )
+    line = _error(["replay", "t.parquet", "--replica", "2"])
+    assert "(Possible options: --replicas); --replica is an option of `ttlctl serve`" in line
+
+
 def test_an_option_no_command_takes_keeps_clicks_answer() -> None:
     assert _error(["tune", "t.parquet", "--live-bundel", "x"]) == (
         "error: ttlctl tune: no such option: --live-bundel (Possible options: --live, "

@@ -441,6 +441,8 @@ def test_worker_urls_take_the_schemes_vllm_router_takes() -> None:
         ("http://:8000", "no host"),
         ("http://a b:1", "a character a host name cannot hold"),
         ("http://a<b:1", "a character a host name cannot hold"),
+        ("http://[::1", "its host is no valid IPv6 address in brackets"),
+        ("http://[abc]:80", "its host is no valid IPv6 address in brackets"),
     ],
 )
 def test_worker_urls_refuse_what_vllm_routers_url_parser_refuses(url: str, why: str) -> None:

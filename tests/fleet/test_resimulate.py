@@ -269,3 +269,18 @@ def test_an_output_that_is_an_input_is_refused_and_left_as_it_was(
         text = refused(args)
         assert said in text, (args, text)
         assert {p: p.read_bytes() for p in (recorded, trace)} == before, args
+
+
+def test_the_trace_a_recorded_document_names_is_no_output(recorded: Path, tmp_path: Path) -> None:
+    """The trace not given as TRACE but named by the recorded document, under a name of no
+    format ttlctl knows (so the --json name check lets it by): `--json` naming it is still
+    refused as an input, and it is left as it was."""
+    doc = json.loads(recorded.read_text())
+    trace = tmp_path / "trace.data"
+    trace.write_bytes(Path(doc["trace"]).read_bytes())
+    moved = tmp_path / "moved.json"
+    moved.write_text(json.dumps(doc | {"trace": str(trace)}))
+    before = trace.read_bytes()
+    text = refused(["--resimulate", str(moved), "--json", str(trace)])
+    assert "is an input of this command" in text, text
+    assert trace.read_bytes() == before

@@ -150,6 +150,9 @@ def test_serve_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path) -> 
         # an empty name was dropped without a word: the server ran unnamed
         (["--replica", "", "--print-command"], "--replica '': give this server's name"),
         (["--replica", "  ", "--print-command"], "--replica '  ': give this server's name"),
+        # '-' is no stdout here: a file or folder named '-' was made in the current folder
+        (["--log", "-", "--print-command"], "--log -: the engine log is a file"),
+        (["--metrics-dir", "-", "--print-command"], "--metrics-dir -: this is a folder"),
     ]:
         res = CliRunner().invoke(app, [*head, *args])
         assert res.exit_code == 2, res.output

@@ -2,21 +2,30 @@
 (``tune --pin-queue-bound``, a replay-only router flag; ``validate --worker-urls``): the
 usage error names the commands that take it.
 
-Click answers an unknown option with its closest spelling among the command's own options
-("Possible options: --live-bundle"), which for a flag of another command is a different
-flag altogether: the slip is the command, not the spelling. An option no command takes
-keeps click's answer.
+Click answers an unknown option with its closest spellings among the command's own options
+("Possible options: --live-bundle"), which for a flag of another command is often a
+different flag altogether: the slip is the command, not the spelling. Those of click's
+suggestions that are near spellings of the option (:data:`NEAR`: ``--seeds`` for ``refit
+--seed``, where ``--seed`` is another command's) are kept before the commands that take
+it. An option no command takes keeps click's answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from difflib import SequenceMatcher
 from typing import Any
 
 try:  # typer 0.29 on carries its own copy of click, whose errors its commands raise
     from typer._click.exceptions import NoSuchOption as NoSuchOption
 except ImportError:  # pragma: no cover - older typer runs on click itself
     from click.exceptions import NoSuchOption as NoSuchOption  # type: ignore[assignment,no-redef]
+
+
+#: how alike (difflib's ratio) a suggestion of click's must be to the option to be kept:
+#: ``--seeds`` for ``--seed`` (0.92), ``--timeout-seconds`` for ``--live-timeout-seconds``
+#: (0.87), not ``--live-bundle`` for ``--pin-queue-bound`` (0.6)
+NEAR = 0.8
 
 
 def _leaves(group: Any, path: str) -> Iterator[tuple[str, Any]]:
@@ -59,4 +68,10 @@ def misplaced(exc: Exception) -> str | None:
     ]
     if not owners:
         return None
-    return f"no such option: {option}; {option} is an option of {_listed(owners)}"
+    near = sorted(p for p in exc.possibilities or () if _alike(option, p) >= NEAR)
+    suggest = f" (Possible options: {', '.join(near)})" if near else ""
+    return f"no such option: {option}{suggest}; {option} is an option of {_listed(owners)}"
+
+
+def _alike(option: str, other: str) -> float:
+    return SequenceMatcher(None, option, other).ratio()

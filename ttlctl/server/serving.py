@@ -125,6 +125,11 @@ def check_log(log: Path | None, bundle: Path | None, *, starting: bool) -> None:
     checked: a log made beforehand in a folder the server cannot write to is taken."""
     if log is None:
         return
+    if str(log) == "-":  # no stdout here: the engine would append to a file named '-'
+        raise ServeError(
+            "--log -: the engine log is a file the engine appends to, not standard output; "
+            "give a file's path"
+        )
     if bundle is not None and log.resolve() == bundle.resolve():
         raise ServeError(f"--log {log}: is the bundle; the engine log needs a file of its own")
     if log.is_dir():
@@ -208,6 +213,8 @@ def check_metrics_dir(given: Path | None, environ: Mapping[str, str]) -> None:
     path, or a folder above it, is a file (the bundle, a log). Checked with
     ``--print-command`` too, as ``--log`` is; a folder that does not exist yet is taken (a
     start makes it; the printed command may be meant for another machine)."""
+    if given is not None and str(given) == "-":  # a folder named '-', not stdout
+        raise ServeError("--metrics-dir -: this is a folder, not standard output; give its path")
     chosen = chosen_metrics_dir(given, environ)
     if chosen is None:
         return

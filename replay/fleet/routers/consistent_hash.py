@@ -81,10 +81,13 @@ def worker_urls(replicas: int, given: Sequence[str] | None = None) -> tuple[str,
 def _url_problem(url: str) -> str | None:
     """Why vllm-router 0.1.17 would refuse ``url`` as a worker (its URL parser: a scheme it
     takes, a host, a port 0 to 65535), or None."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:  # a bracketed host that is no IPv6 address, or unclosed
+        return "its host is no valid IPv6 address in brackets"
     if parts.scheme not in WORKER_SCHEMES:
         return "its scheme is not http, https or grpc"
-    host = parts.hostname
     if not host:
         return "no host"
     if not parts.netloc.rpartition("@")[2].startswith("[") and any(

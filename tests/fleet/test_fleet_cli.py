@@ -179,7 +179,7 @@ PROGRAM_SCHEDULING = [
         ),
         (
             [*PROGRAM_SCHEDULING, '{"hash_virtual_nodes": 3.5}'],
-            "hash_virtual_nodes must be a whole number > 0, got 3.5",
+            "hash_virtual_nodes must be a whole number from 1 to 4294967295, got 3.5",
         ),
         # Python's JSON reader takes NaN and Infinity (and reads 1e400 as infinity); JSON
         # and vllm-router do not, and the replay's --json would have carried them
@@ -197,7 +197,17 @@ PROGRAM_SCHEDULING = [
         ),
         (
             [*PROGRAM_SCHEDULING, '{"decode_throughput_model": {"fixed_step_seconds": -1}}'],
-            "decode_throughput_model.fixed_step_seconds must be a number ≥ 0, got -1",
+            "decode_throughput_model.fixed_step_seconds must be a number > 0, got -1",
+        ),
+        # fields the model does not act on are still held to vllm-router's ranges: it
+        # refuses these at start (the 0.1.17 binary, validate_program_scheduling)
+        (
+            [*PROGRAM_SCHEDULING, '{"cross_rank_headroom_ratio": -5}'],
+            "--program-scheduling-config-json: cross_rank_headroom_ratio must be ≥ 1, got -5",
+        ),
+        (
+            [*PROGRAM_SCHEDULING, '{"paused_retention_ttl_seconds": -1}'],
+            "--program-scheduling-config-json: paused_retention_ttl_seconds must be > 0, got -1",
         ),
         (
             ["--replicas", "2", "--router", "consistent-hash", "--worker-urls", "http://a:1"],

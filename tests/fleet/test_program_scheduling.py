@@ -194,14 +194,14 @@ def test_config_refusals_name_the_field() -> None:
     cases = {
         '{"global_queue": true}': "global_queue true",
         '{"program_scheduling_enable_key": "vllm_xargs.agentic_context"}': "must be auto",
-        '{"program_scheduling_enable_key": "header"}': "must be auto here, not 'header'",
-        '{"stats_window_size": "a"}': "stats_window_size takes a number, got 'a'",
-        '{"stats_window_size": true}': "stats_window_size takes a number, got True",
-        '{"stats_window_size": 0}': "stats_window_size must be > 0, got 0",
+        '{"program_scheduling_enable_key": "header"}': "takes auto or vllm_xargs.* not 'header'",
+        '{"stats_window_size": "a"}': "stats_window_size must be a whole number .*, got 'a'",
+        '{"stats_window_size": true}': "stats_window_size must be a whole number .*, got True",
+        '{"stats_window_size": 0}': "stats_window_size must be a whole number from 1 to .*, got 0",
         # a count is a whole number, as the router's unsigned fields are (3.5 used to reach
         # the hash ring's range() as a TypeError; 1.5 windows were taken)
-        '{"hash_virtual_nodes": 3.5}': "hash_virtual_nodes must be a whole number > 0, got 3.5",
-        '{"stats_window_size": 1.5}': "stats_window_size must be a whole number > 0, got 1.5",
+        '{"hash_virtual_nodes": 3.5}': "hash_virtual_nodes must be a whole .* 4294967295, got 3.5",
+        '{"stats_window_size": 1.5}': "stats_window_size must be a whole number .*, got 1.5",
         '{"max_active_programs_per_target": 2.0}': "max_active_programs_per_target must be a whole",
         '{"max_segment_rounds": 1.5}': "max_segment_rounds must be a whole number",
         # a calibration model that is not an object is refused where the config is read
@@ -215,7 +215,7 @@ def test_config_refusals_name_the_field() -> None:
         '{"global_queue": "false"}': "global_queue takes true or false, got 'false'",
         '{"enable_batch_gain_admission": 0}': "enable_batch_gain_admission takes true or false",
         '{"decode_buffer_tokens": true}': "decode_buffer_tokens must be a whole number",
-        '{"token_capacity_per_target": true}': "token_capacity_per_target must be a whole",
+        '{"token_capacity_per_target": true}': "token_capacity_per_target must be null or a whole",
         '{"max_acting_ttl": 3}': "unknown field 'max_acting_ttl'",
         '{"binding_strategy": "cache_aware"}': "not modelled",
         '{"low_watermark_ratio": 1.2}': "low_watermark_ratio",
@@ -230,6 +230,141 @@ def test_config_refusals_name_the_field() -> None:
     with pytest.raises(ConfigError, match="the cache-aware router does not take it"):
         RouterSettings("cache-aware", program_scheduling_config_json="{}")
     assert ProgramSchedulingConfig().to_json()["max_acting_ttl_seconds"] == 10.0
+
+
+#: each field at and just past its bounds, and whether the installed vllm-router 0.1.17
+#: starts with it (True) or refuses it at start (False), as seen on the binary; the last
+#: item is what ttlctl's refusal names
+ROUTER_VERDICTS: list[tuple[dict[str, Any], bool, str]] = [
+    ({"cross_rank_headroom_ratio": -5}, False, "cross_rank_headroom_ratio must be ≥ 1"),
+    ({"cross_rank_headroom_ratio": 0.99}, False, "cross_rank_headroom_ratio must be ≥ 1"),
+    ({"cross_rank_headroom_ratio": 1}, True, ""),
+    ({"cross_rank_headroom_ratio": 1e300}, True, ""),
+    ({"metrics_interval_seconds": 0}, False, "metrics_interval_seconds must be > 0"),
+    ({"metrics_interval_seconds": 1e-320}, True, ""),
+    ({"queue_timeout_seconds": 0}, False, "queue_timeout_seconds must be > 0"),
+    ({"queue_timeout_seconds": 300}, True, ""),
+    ({"queue_timeout_seconds": 299}, False, "must not exceed queue_timeout_seconds, got 300"),
+    ({"force_resume_timeout_seconds": 0}, False, "force_resume_timeout_seconds must be > 0"),
+    ({"force_resume_timeout_seconds": 600}, True, ""),
+    ({"force_resume_timeout_seconds": 600.5}, False, "must not exceed queue_timeout_seconds"),
+    ({"paused_retention_ttl_seconds": -1}, False, "paused_retention_ttl_seconds must be > 0"),
+    ({"paused_retention_ttl_seconds": 0}, False, "paused_retention_ttl_seconds must be > 0"),
+    ({"paused_retention_ttl_seconds": 0.5}, True, ""),
+    ({"shared_prefix_freshness_warmup_seconds": -1}, False, "warmup_seconds must be ≥ 0"),
+    ({"shared_prefix_freshness_warmup_seconds": 0}, True, ""),
+    ({"shared_prefix_freshness_kv_turnovers": 0}, False, "kv_turnovers must be > 0"),
+    ({"shared_prefix_freshness_kv_turnovers": 0.5}, True, ""),
+    ({"max_acting_ttl_seconds": -1}, False, "max_acting_ttl_seconds must be ≥ 0"),
+    ({"max_acting_ttl_seconds": 0}, True, ""),
+    ({"max_acting_ttl_seconds": 10**400}, False, "max_acting_ttl_seconds is out of range"),
+    ({"high_watermark_ratio": 1.0001}, False, "0 < low_watermark_ratio ≤ high_watermark_ratio ≤ 1"),
+    ({"high_watermark_ratio": 0.5}, False, "got low 1.0, high 0.5"),
+    ({"high_watermark_ratio": 0.7, "low_watermark_ratio": 0.5}, True, ""),
+    ({"low_watermark_ratio": 0}, False, "0 < low_watermark_ratio"),
+    ({"low_watermark_ratio": 1e-300}, True, ""),
+    ({"hash_virtual_nodes": 0}, False, "hash_virtual_nodes must be a whole number from 1"),
+    ({"hash_virtual_nodes": 2**32 - 1}, True, ""),
+    ({"hash_virtual_nodes": 2**32}, False, "hash_virtual_nodes must be a whole number"),
+    ({"hash_virtual_nodes": 2.0}, False, "hash_virtual_nodes must be a whole number"),
+    ({"max_active_programs_per_target": 0}, True, ""),
+    ({"max_active_programs_per_target": 2**64 - 1}, True, ""),
+    ({"max_active_programs_per_target": 2**64}, False, "max_active_programs_per_target must"),
+    ({"stats_window_size": 0}, False, "stats_window_size must be a whole number from 1"),
+    ({"max_segment_rounds": 0}, False, "max_segment_rounds must be a whole number from 1"),
+    ({"admission_waiting_request_threshold": 0}, True, ""),
+    ({"admission_waiting_request_threshold": -1}, False, "threshold must be a whole number"),
+    ({"decode_buffer_tokens": 0}, True, ""),
+    ({"decode_buffer_tokens": -1}, False, "decode_buffer_tokens must be a whole number"),
+    ({"token_capacity_per_target": 0}, False, "token_capacity_per_target must be null or"),
+    ({"token_capacity_per_target": None}, True, ""),
+    ({"token_capacity_per_target": 1}, True, ""),
+    ({"token_capacity_per_target": 1.5}, False, "token_capacity_per_target must be null or"),
+    ({"token_capacity_per_dp_rank": 100}, True, ""),
+    (
+        {"token_capacity_per_target": 100, "token_capacity_per_dp_rank": 100},
+        False,
+        "are one field",
+    ),
+    ({"resume_order": "lru"}, False, "resume_order takes mru or fcfs, not 'lru'"),
+    ({"resume_order": "fcfs"}, True, ""),
+    ({"binding_strategy": "random"}, False, "binding_strategy takes consistent_hash, "),
+    ({"program_scheduling_enable_key": "off"}, False, "program_scheduling_enable_key takes"),
+    ({"prefill_cost_model": {"decode_throughput_alpha": 1}}, True, ""),
+    (
+        {"prefill_cost_model": {"decode_throughput_alpha": 1.01}},
+        False,
+        "prefill_cost_model.decode_throughput_alpha must be a number from 0 to 1, got 1.01",
+    ),
+    ({"prefill_cost_model": {"intercept_seconds": 0}}, True, ""),
+    ({"prefill_cost_model": {"intercept_seconds": -0.1}}, False, "intercept_seconds must be"),
+    (
+        {"decode_throughput_model": {"fixed_step_seconds": 0}},
+        False,
+        "decode_throughput_model.fixed_step_seconds must be a number > 0, got 0",
+    ),
+    ({"decode_throughput_model": {"fixed_step_seconds": 1e-9}}, True, ""),
+]
+
+
+def _ttlctl_takes(config: dict[str, Any]) -> tuple[bool, str]:
+    text = json.dumps({"program_scheduling_enable_key": "auto", **config})
+    try:
+        RouterSettings("program-scheduling", program_scheduling_config_json=text)
+    except ConfigError as e:
+        return False, str(e)
+    return True, ""
+
+
+@pytest.mark.parametrize(("config", "taken", "why"), ROUTER_VERDICTS)
+def test_the_config_takes_what_the_router_takes(
+    config: dict[str, Any], taken: bool, why: str
+) -> None:
+    """Every field is held to the range vllm-router 0.1.17 holds it to at start, the
+    fields the model does not act on too (cross_rank_headroom_ratio -5 and
+    paused_retention_ttl_seconds -1 were taken, the router refuses them), and nothing the
+    router takes is refused (max_active_programs_per_target 0 was)."""
+    took, message = _ttlctl_takes(config)
+    assert took == taken, message
+    assert why in message
+    assert "\n" not in message
+
+
+def test_the_installed_router_agrees_on_each_range() -> None:
+    """The table above against the installed vllm-router: it refuses at start exactly the
+    configs ttlctl refuses (the enable key given as ``auto``, which the replay needs)."""
+    differ = []
+    for config, _, _ in ROUTER_VERDICTS:
+        took, _ = _ttlctl_takes(config)
+        text = json.dumps({"program_scheduling_enable_key": "auto", **config})
+        log = _router_start(text)
+        router_took = "Waiting for" in log and "Error starting router" not in log
+        if router_took != took:
+            differ.append((text, took, log[-300:]))
+    assert not differ
+
+
+def test_unmodelled_router_fields_are_named_as_such() -> None:
+    """vllm-router has ``pd`` and ``prediction_profile`` (it reads them): refused as not
+    modelled, not as fields it lacks; its alias of the token capacity is the same field."""
+    for key in ("pd", "prediction_profile"):
+        with pytest.raises(ConfigError, match=f"{key} .* is not modelled"):
+            RouterSettings(
+                "program-scheduling", program_scheduling_config_json=f'{{"{key}": {{}}}}'
+            )
+    aliased = router(1, token_capacity_per_dp_rank=1_000)
+    assert aliased.config.token_capacity_per_target == 1_000
+
+
+def test_no_count_bound_when_max_active_programs_is_zero() -> None:
+    """0 is the router's auto sizing: it admitted 8 programs' first calls at once on one
+    worker; the model bounds nothing by count (1 holds the second program back)."""
+    view = waiting([0])
+    r = router(1, max_active_programs_per_target=0, admission_waiting_request_threshold=0)
+    assert all(r.route(call(f"p{i}"), view, 0.0) == 0 for i in range(8))
+    one = router(1, max_active_programs_per_target=1, admission_waiting_request_threshold=0)
+    assert one.route(call("p0"), view, 0.0) == 0
+    assert one.route(call("p1"), view, 0.0) == HOLD
 
 
 def test_calibration_from_the_profile_or_the_reference() -> None:

@@ -18,7 +18,7 @@ other call is *retained* in the router's queue of its rank and admitted when the
 passes the gates, in resume order (force-resume deadline passed first, then most recently
 finished first — ``mru`` — or first queued — ``fcfs``): the rank's last polled
 ``vllm:num_requests_waiting`` below ``admission_waiting_request_threshold`` (0: off),
-fewer than ``max_active_programs_per_target`` active programs, and, with
+fewer than ``max_active_programs_per_target`` active programs (0: no such bound), and, with
 ``token_capacity_per_target``, the active programs' private tokens (prompt +
 ``decode_buffer_tokens``) plus the candidate's within ``low_watermark_ratio`` × capacity.
 A call waiting past ``force_resume_timeout_seconds`` passes every gate. Expired TTLs
@@ -45,7 +45,12 @@ Deliberate differences:
 - ``consistent_hash`` binding hashes the session as the ``consistent_hash`` policy does
   (:class:`~replay.fleet.routers.consistent_hash.HashRing`: ``fbi_hash``,
   ``hash_virtual_nodes`` nodes per worker, over the workers' URLs when given);
-- the program's last call is not known to the router (no terminate signal), as live.
+- the program's last call is not known to the router (no terminate signal), as live;
+- ``max_active_programs_per_target`` 0, which the 0.1.17 router takes as "auto sizing",
+  is no count bound: started with it in front of one stand-in worker, the router admitted
+  8 programs' first calls at once, with and without a ``token_capacity_per_target``
+  (with 1 it held the second until its force-resume deadline); how it sizes past that
+  is not known.
 """
 
 from __future__ import annotations
@@ -253,7 +258,8 @@ class ProgramScheduling:
         threshold = cfg.admission_waiting_request_threshold
         if threshold > 0 and rank.waiting >= threshold:
             return False
-        if rank.active >= cfg.max_active_programs_per_target:
+        bound = cfg.max_active_programs_per_target
+        if bound and rank.active >= bound:  # 0: the router's "auto sizing", no bound seen
             return False
         cap = cfg.token_capacity_per_target
         if cap is None:

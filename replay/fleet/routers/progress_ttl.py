@@ -3,7 +3,9 @@
 The config is ``--program-scheduling-config-json``'s object, field for field: names and
 defaults from vllm-project/router ``docs/program_scheduling.md`` ("Configuration
 reference", commit 14d6d81), each name checked present in the vllm-router 0.1.17 wheel
-(``vllm_router_rs.abi3.so``). The maths follows ``src/program_scheduling/policy.rs``
+(``vllm_router_rs.abi3.so``); what the router refuses at start is
+:mod:`replay.fleet.routers.program_scheduling_rules`'s, and this module refuses besides
+what the model does not run. The maths follows ``src/program_scheduling/policy.rs``
 (``ProgressTtlPolicyMath``, commit 1aa3500): the cache-miss impact and the acting TTL
 fitted to a rank's window of tool-call intervals (a log-normal fit, the TTL that
 maximises ``P(T < d)·C − E[T; T < d] − d·P(T ≥ d)`` over 0, 0.05 s, the cap and 32
@@ -27,6 +29,7 @@ from profiles.router_calibration import (
     PrefillCostModel,
     RouterCalibration,
 )
+from replay.fleet.routers.program_scheduling_rules import coefficient_refusal, router_refusal
 from ttlctl.errors import ConfigError
 
 FLAG = "--program-scheduling-config-json"
@@ -49,8 +52,15 @@ REFERENCE_DECODE = DecodeThroughputModel(
 #: ``vllm_xargs.agentic_context`` and would leave every replayed call to ``--policy``
 ENABLE_KEY = "auto"
 BINDING_STRATEGIES = ("consistent_hash", "program_round_robin", "least_program_count")
-RESUME_ORDERS = ("mru", "fcfs")
 CALIBRATIONS = ("profile", "reference")
+#: the router's own name of ``token_capacity_per_target``, which it takes as an alias
+#: (both given: its reader stops on a duplicate field)
+CAPACITY_ALIAS = "token_capacity_per_dp_rank"
+#: fields vllm-router 0.1.17 has that the replay does not model (its reader takes them)
+UNMODELLED = {
+    "pd": "prefill/decode-disaggregated Program scheduling",
+    "prediction_profile": "return-time and output-length prediction profiles",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +118,16 @@ class ProgramSchedulingConfig:
         calibration = {
             k: doc.pop(k) for k in ("prefill_cost_model", "decode_throughput_model") if k in doc
         }
+        if CAPACITY_ALIAS in doc:
+            if "token_capacity_per_target" in doc:
+                raise ConfigError(
+                    f"{FLAG}: token_capacity_per_target and {CAPACITY_ALIAS} are one field "
+                    "(vllm-router takes either name, not both)"
+                )
+            doc["token_capacity_per_target"] = doc.pop(CAPACITY_ALIAS)
         for key in doc:
+            if key in UNMODELLED:
+                raise ConfigError(f"{FLAG}: {key} ({UNMODELLED[key]}) is not modelled")
             if key not in known:
                 raise ConfigError(
                     f"{FLAG}: unknown field {key!r} (vllm-router 0.1.17 has no such field)"
@@ -134,49 +153,12 @@ def _finite(text: str) -> float:
     return value
 
 
-#: the config's switches: JSON booleans (a string such as "false" would read as true)
-_SWITCHES = ("binding_only", "global_queue", "enable_batch_gain_admission")
-#: the config's fields that take a number (the whole-number ones are checked below)
-_NUMBERS = (
-    "cross_rank_headroom_ratio",
-    "metrics_interval_seconds",
-    "queue_timeout_seconds",
-    "force_resume_timeout_seconds",
-    "paused_retention_ttl_seconds",
-    "shared_prefix_freshness_warmup_seconds",
-    "shared_prefix_freshness_kv_turnovers",
-    "max_acting_ttl_seconds",
-    "high_watermark_ratio",
-    "low_watermark_ratio",
-)
-
-#: the positive fields that count (the router's are unsigned integers: 1.5 or 2.0 is refused)
-_COUNTS = (
-    "hash_virtual_nodes",
-    "max_active_programs_per_target",
-    "stats_window_size",
-    "max_segment_rounds",
-)
-
-
-def _first_mistyped(cfg: ProgramSchedulingConfig) -> str | None:
-    """A switch that is not a boolean or a number field that is not a number, or None."""
-    for key in _SWITCHES:
-        value = getattr(cfg, key)
-        if not isinstance(value, bool):
-            return f"{key} takes true or false, got {value!r}"
-    for key in _NUMBERS:
-        value = getattr(cfg, key)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return f"{key} takes a number, got {value!r}"
-    return None
-
-
 def _first_bad(cfg: ProgramSchedulingConfig) -> str | None:
-    """What the router's validation (or the model) refuses, or None."""
-    mistyped = _first_mistyped(cfg)
-    if mistyped is not None:
-        return mistyped
+    """What vllm-router refuses (:mod:`~replay.fleet.routers.program_scheduling_rules`),
+    then what it takes but the model does not run, or None."""
+    refused = router_refusal(cfg.to_json())
+    if refused is not None:
+        return refused
     if cfg.program_scheduling_enable_key != ENABLE_KEY:
         return (
             f"program_scheduling_enable_key must be auto here, not "
@@ -184,8 +166,6 @@ def _first_bad(cfg: ProgramSchedulingConfig) -> str | None:
             "(vllm-router also takes vllm_xargs.agentic_context, which they do not carry, "
             "so every call would skip Program scheduling)"
         )
-    if cfg.resume_order not in RESUME_ORDERS:
-        return f"resume_order takes {' or '.join(RESUME_ORDERS)}, not {cfg.resume_order!r}"
     if cfg.binding_strategy not in BINDING_STRATEGIES:
         return (
             f"binding_strategy {cfg.binding_strategy!r} is not modelled "
@@ -195,33 +175,6 @@ def _first_bad(cfg: ProgramSchedulingConfig) -> str | None:
         return (
             "global_queue true (cross-rank resume) is not modelled; the router's default is false"
         )
-    positive = {
-        "hash_virtual_nodes": cfg.hash_virtual_nodes,
-        "max_active_programs_per_target": cfg.max_active_programs_per_target,
-        "metrics_interval_seconds": cfg.metrics_interval_seconds,
-        "queue_timeout_seconds": cfg.queue_timeout_seconds,
-        "force_resume_timeout_seconds": cfg.force_resume_timeout_seconds,
-        "stats_window_size": cfg.stats_window_size,
-        "max_segment_rounds": cfg.max_segment_rounds,
-    }
-    for key, value in positive.items():
-        if not (isinstance(value, int | float) and not isinstance(value, bool)):
-            return f"{key} takes a number, got {value!r}"
-        if not (math.isfinite(value) and value > 0):
-            return f"{key} must be > 0, got {value!r}"
-        if key in _COUNTS and not isinstance(value, int):
-            return f"{key} must be a whole number > 0, got {value!r}"
-    for key in ("admission_waiting_request_threshold", "decode_buffer_tokens"):
-        value = getattr(cfg, key)
-        if isinstance(value, bool) or not (isinstance(value, int) and value >= 0):
-            return f"{key} must be a whole number ≥ 0, got {value!r}"
-    if not (math.isfinite(cfg.max_acting_ttl_seconds) and cfg.max_acting_ttl_seconds >= 0):
-        return f"max_acting_ttl_seconds must be ≥ 0, got {cfg.max_acting_ttl_seconds!r}"
-    cap = cfg.token_capacity_per_target
-    if cap is not None and (isinstance(cap, bool) or not (isinstance(cap, int) and cap > 0)):
-        return f"token_capacity_per_target must be a whole number > 0 or null, got {cap!r}"
-    if not 0 < cfg.low_watermark_ratio <= cfg.high_watermark_ratio:
-        return "low_watermark_ratio must be > 0 and ≤ high_watermark_ratio"
     return None
 
 
@@ -239,7 +192,8 @@ def calibration_of(
 
 def _overridden(model: Any, given: Mapping[str, Any], name: str) -> dict[str, Any]:
     """``model``'s coefficients with those the config's object ``name`` gives, each checked
-    (a known field, a number ≥ 0: the router takes no negative coefficient)."""
+    (a known field, in the router's range: finite and ≥ 0, ``decode_throughput_alpha`` at
+    most 1, ``fixed_step_seconds`` above 0)."""
     obj = given.get(name, {})
     if not isinstance(obj, Mapping):
         raise ConfigError(f"{FLAG}: {name} takes a JSON object")
@@ -249,13 +203,9 @@ def _overridden(model: Any, given: Mapping[str, Any], name: str) -> dict[str, An
             raise ConfigError(
                 f"{FLAG}: unknown field '{name}.{key}' (vllm-router 0.1.17 has no such field)"
             )
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value < 0
-        ):
-            raise ConfigError(f"{FLAG}: {name}.{key} must be a number ≥ 0, got {value!r}")
+        refused = coefficient_refusal(name, key, value)
+        if refused is not None:
+            raise ConfigError(f"{FLAG}: {refused}")
         out[key] = float(value)
     return out
 

@@ -195,6 +195,11 @@ PROGRAM_SCHEDULING = [
             [*PROGRAM_SCHEDULING, '{"max_acting_ttl_seconds": 1e400}'],
             "--program-scheduling-config-json: 1e400 is out of range for a number",
         ),
+        (  # an integer longer than Python reads (4,300 digits): refused, not a traceback
+            [*PROGRAM_SCHEDULING, '{"hash_virtual_nodes": 1' + "0" * 5000 + "}"],
+            "--program-scheduling-config-json: 100000000000000000000000… (5,001 digits) is out "
+            "of range for a number",
+        ),
         (
             [*PROGRAM_SCHEDULING, '{"decode_throughput_model": {"fixed_step_seconds": -1}}'],
             "decode_throughput_model.fixed_step_seconds must be a number > 0, got -1",

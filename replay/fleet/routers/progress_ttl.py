@@ -106,7 +106,7 @@ class ProgramSchedulingConfig:
         ``decode_throughput_model``: returned apart, they override the calibration)."""
         try:
             doc = (
-                json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+                json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_whole)
                 if isinstance(text, str)
                 else dict(text)
             )
@@ -151,6 +151,16 @@ def _finite(text: str) -> float:
     if not math.isfinite(value):
         raise ConfigError(f"{FLAG}: {text} is out of range for a number")
     return value
+
+
+def _whole(text: str) -> int:
+    """A JSON integer of more digits than Python reads (4,300) is refused, where the reader
+    raised (no field takes a number that long; shorter ones are checked by range)."""
+    try:
+        return int(text)
+    except ValueError:
+        shown = f"{text[:24]}… ({len(text):,} digits)"
+        raise ConfigError(f"{FLAG}: {shown} is out of range for a number") from None
 
 
 def _first_bad(cfg: ProgramSchedulingConfig) -> str | None:

@@ -18,6 +18,7 @@ comparison's).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -26,7 +27,12 @@ from hypothesis import strategies as st
 
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
-from tests.vllmsim.differential import cases, continuum_bundles
+from replay.policies import PolicySpec
+from replay.policy_runs import Load
+from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig
+from replay.workload import AgentProgram, Call, Workload
+from tests.vllmsim.differential import Case, cases, continuum_bundles
 from tests.vllmsim.fleet_differential import (
     FleetCase,
     ViewLog,
@@ -77,6 +83,29 @@ def test_fleets_agree_call_by_call(bundles: dict[str, Any], pressure: bool, shar
 
     one()
     assert sum(seen) > 0  # calls were compared
+
+
+def test_a_fleet_under_a_watermark_agrees_call_by_call() -> None:
+    """vLLM's ``--watermark`` on every replica: four one-call programs of 6-block prompts,
+    two per replica (round-robin), 12 blocks each. Keeping 3 blocks free (a quarter of 13,
+    vLLM's null block counted) while a request runs, each replica's second program waits
+    for its first to finish, where without the watermark both start at once; the fast
+    fleet and vLLM's schedulers agree call by call either way."""
+    work = Workload(
+        tuple(AgentProgram(p, 0.0, (Call(96, 16, 0, None, 0.0),)) for p in ("a", "b", "c", "d"))
+    )
+    engine = SimSchedulerConfig(kv_tokens=12 * 16, block_size=16, max_model_len=2048)
+    admitted = {}
+    for share in (0.0, 0.25):
+        config = ReplayConfig(engine=replace(engine, watermark=share))
+        fc = FleetCase(Case(work, config, Load(), PolicySpec("vllm")), 2, "round-robin")
+        assert check(fc) == 4
+        fast, _ = run_fleets(fc, COST)
+        admitted[share] = {r.program: (r.admitted_step, r.finish_step) for r in fast.calls}
+    assert all(step == 0 for step, _ in admitted[0.0].values())
+    waited = admitted[0.25]
+    assert waited["a"][0] == waited["b"][0] == 0
+    assert waited["c"][0] > waited["a"][1] and waited["d"][0] > waited["b"][1]
 
 
 @pytest.mark.parametrize("pressure", [False, True], ids=["mixed", "pressure"])

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from replay.scheduler_config import SimSchedulerConfig
+from replay.scheduler_config import SimSchedulerConfig, watermark_problem
 
 #: the prefill cap's flags, by the key of a ``given`` mapping (None: not given)
 PREFILL_FLAGS = {
@@ -62,7 +62,7 @@ def logged_watermark(entry: Mapping[str, Any]) -> float | None:
     value = entry.get("watermark")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if 0 <= value < 1 else None
+    return float(value) if watermark_problem(value) is None else None
 
 
 def scheduling_key(entry: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -113,11 +113,10 @@ def router_refusal(values: Mapping[str, Any]) -> str | None:
 def coefficient_refusal(name: str, key: str, value: Any) -> str | None:
     """Why the router refuses ``value`` as ``name.key`` (a calibration coefficient), or None."""
     low, low_taken, high = COEFFICIENTS[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
-        return f"{name}.{key} must be a number {_range(low, low_taken, high)}, got {value!r}"
-    if value < low or (value == low and not low_taken) or (high is not None and value > high):
-        return f"{name}.{key} must be a number {_range(low, low_taken, high)}, got {value!r}"
-    return None
+    numeric = not isinstance(value, bool) and isinstance(value, int | float) and _finite(value)
+    if numeric and _within(value, low, low_taken, high):
+        return None
+    return f"{name}.{key} must be a number {_range(low, low_taken, high)}, got {value!r}"
 
 
 def _number_problem(key: str, value: Any, lowest: tuple[float, bool] | None) -> str | None:
@@ -128,9 +127,16 @@ def _number_problem(key: str, value: Any, lowest: tuple[float, bool] | None) -> 
     if lowest is None:
         return None
     low, taken = lowest
-    if value < low or (value == low and not taken):
+    if not _within(value, low, taken, None):
         return f"{key} must be {_range(low, taken, None)}, got {value!r}"
     return None
+
+
+def _within(value: float, low: float, low_taken: bool, high: float | None) -> bool:
+    """Whether ``value`` is in the router's range: above ``low`` (or at it, if taken) and
+    at most ``high`` (None: no upper bound)."""
+    above = value > low or (value == low and low_taken)
+    return above and (high is None or value <= high)
 
 
 def _range(low: float, taken: bool, high: float | None) -> str:

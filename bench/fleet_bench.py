@@ -10,8 +10,9 @@ Figures, each against a baseline from the same run (nothing here asserts on spee
 
 - speed: simulated LLM calls per CPU-second (``time.process_time`` around the replay) of
   the 16-replica fleet over one engine's (goal: at least 80%); each is replayed
-  ``--repeat`` times (3), one engine and the fleet in turn, and the fastest of each
-  counts (on a machine shared with other jobs a single run reads up to 20% slow);
+  ``--repeat`` times (3), one engine, one replica and the fleet in turn (the order
+  rotating from turn to turn), and the fastest of each counts (on a machine shared with
+  other jobs a single run reads up to 20% slow);
 - scaling: the same fleet's calls per CPU-second over one replica's behind the same
   router (replayed in the same turns), which carries the whole load on one engine: what
   adding replicas costs, apart from what a router and its event loop cost at all (no
@@ -117,11 +118,17 @@ def main() -> None:
         f"{KV_TOKENS:,} KV tokens and {PER_ENGINE} live programs per engine",
         flush=True,
     )
-    ones, singles, fleets = [], [], []
-    for _ in range(max(1, args.repeat)):  # in turn, so a busy spell slows each
-        ones.append(replay(work, 0, args.router))
-        singles.append(replay(work, 1, args.router))
-        fleets.append(replay(work, args.replicas, args.router))
+    ones: list[dict[str, Any]] = []
+    singles: list[dict[str, Any]] = []
+    fleets: list[dict[str, Any]] = []
+    kinds = [(ones, 0), (singles, 1), (fleets, args.replicas)]
+    for turn in range(max(1, args.repeat)):
+        # in turn, so that a busy spell slows each; the order rotates, so that none always
+        # follows the same one (a replay runs up to 5% slower after another that left the
+        # heap fragmented: the fleet after the single replica's, whose 1,000 programs
+        # queue on one engine)
+        for results, replicas in kinds[turn % 3 :] + kinds[: turn % 3]:
+            results.append(replay(work, replicas, args.router))
     one = min(ones, key=lambda r: r["cpu_s"])
     single = min(singles, key=lambda r: r["cpu_s"])
     fleet = min(fleets, key=lambda r: r["cpu_s"])

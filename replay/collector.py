@@ -14,8 +14,10 @@ in a 16-replica fleet's, whose records per call and per replica are more.
 once it is built (``freeze_gc_heap`` in ``vllm/utils/gc_utils.py``, called from
 ``vllm/v1/engine/core.py``, vLLM 0.32: everything that exists then is frozen):
 
-- what exists when the replay starts (the workload, the engines as built) is frozen:
-  no collection traverses it;
+- what exists when the replay starts (the workload) is frozen: no collection traverses
+  it; what the replay builds before its loop (the engines, the programs' runs, a
+  fleet's prompts: on the fleet bench, about 45k prompt and run tuples) is frozen with
+  it once built (:func:`freeze_built`);
 - a young collection runs every :data:`YOUNG_THRESHOLD` net allocations instead of 700,
   so that most of the loop's short-lived objects are freed before one runs (the
   replay's peak allocations stay within 0.5 MB of the default's).
@@ -40,7 +42,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["YOUNG_THRESHOLD", "replay_collector"]
+__all__ = ["YOUNG_THRESHOLD", "freeze_built", "replay_collector"]
 
 #: net allocations between two young collections during a replay (Python's default: 700)
 YOUNG_THRESHOLD = 50_000
@@ -79,3 +81,16 @@ def replay_collector() -> Iterator[None]:
                 gc.set_threshold(*found)
                 if froze:
                     gc.unfreeze()
+
+
+def freeze_built() -> None:
+    """What a replay built before its loop (a fleet's prompts, its engines and runs) is
+    frozen with the workload, when the regime froze it: built inside the regime (a
+    young collection every :data:`YOUNG_THRESHOLD`) and frozen once built, it is
+    traversed by no collection, as what the regime found was (built before it, under
+    the default thresholds, it would be traversed by a young collection every 700
+    allocations instead). Outside a replay, or where a caller had frozen the heap, it
+    does nothing (the regime froze nothing then, and freezes nothing now)."""
+    with _lock:
+        if _depth > 0 and _found[1]:
+            gc.freeze()

@@ -22,7 +22,7 @@ from typing import Any
 
 from profiles.cost import CostModel
 from replay.async_sched import AsyncSimScheduler
-from replay.collector import replay_collector
+from replay.collector import freeze_built, replay_collector
 from replay.invariants import check_invariants
 from replay.offload import OffloadTier
 from replay.progress import CallsDone, CallTally
@@ -146,6 +146,7 @@ def _simulate(
             push(run.start, ARRIVAL, run)
         pending = []
 
+    freeze_built()  # the engine and the runs: built, they live as long as the loop
     records: list[SimCallRecord] = []
     rejected = truncated = 0
     rid = 0

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from profiles.cost import CostModel
 from replay.async_sched import AsyncSimScheduler
-from replay.collector import replay_collector
+from replay.collector import freeze_built, replay_collector
 from replay.fleet.books import Books, CallRoute
 from replay.fleet.clients import Clients
 from replay.fleet.engine import Engine
@@ -165,6 +165,7 @@ def _drive(
         completes=None if _stateless(router) else router,
         tally=tally,
     )
+    freeze_built()  # the prompts, engines and runs: built, they live as long as the loop
     sends, steps = queue.sends, queue.steps
     pop = heapq.heappop
     while True:

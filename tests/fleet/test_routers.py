@@ -88,14 +88,17 @@ def test_cache_aware_tree_skipping_a_known_prefix_learns_what_a_full_insert_does
     # each program's prompts grow, get cut back and move between workers; the tree that
     # skips the runs of the program's previous prompt (same worker) must equal the tree
     # that inserts every run, and match alike, also when the match skips the runs of the
-    # program's last prompt (runs of no tokens included: an empty output's)
+    # program's last prompt (runs of no tokens included: an empty output's), whether the
+    # first run is shared with other programs or the program's own (held by one worker
+    # until the program moves: the match then starts past its last prompt at once)
     rng = np.random.default_rng(7)
     skipping, full = PromptTree(), PromptTree()
     prompts: dict[str, Runs] = {}
+    firsts = {f"p{i}": (0, 50) if i % 2 else (10 + i, int(rng.integers(0, 30))) for i in range(6)}
     cid = 100
-    for _ in range(400):
+    for _ in range(800):
         program = f"p{rng.integers(6)}"
-        prompt = prompts.get(program, ((0, 50),))  # a shared first run
+        prompt = prompts.get(program, (firsts[program],))
         if rng.random() < 0.2:
             prompt = truncated(prompt, int(rng.integers(1, tokens(prompt) + 1)))
         cid += 1

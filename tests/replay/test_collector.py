@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from replay.collector import YOUNG_THRESHOLD, replay_collector
+from replay.collector import YOUNG_THRESHOLD, freeze_built, replay_collector
 
 
 @pytest.fixture(autouse=True)
@@ -75,3 +75,35 @@ def test_a_collector_switched_off_by_threshold_stays_off() -> None:
         assert gc.get_threshold() == (0, *before[1:])
     finally:
         gc.set_threshold(*before)
+
+
+def _collected(objects: list[object]) -> list[bool]:
+    """Whether a collection would traverse each of ``objects`` (frozen ones it would not)."""
+    seen = {id(o) for o in gc.get_objects()}
+    return [id(o) in seen for o in objects]
+
+
+def test_what_a_replay_builds_before_its_loop_is_frozen_with_the_workload() -> None:
+    with replay_collector():
+        built = [[], {"k": []}]  # the replay's engines, runs and prompts
+        assert _collected(built) == [True, True]  # young: the next collection would look
+        freeze_built()
+        assert _collected(built) == [False, False]
+        in_loop = [[]]  # what the loop makes afterwards is collected as before
+        assert _collected(in_loop) == [True]
+    assert gc.get_freeze_count() == 0  # thawed with the rest when the replay ends
+    assert _collected(built) == [True, True]
+
+
+def test_freeze_built_does_nothing_outside_a_replay_or_under_a_callers_freeze() -> None:
+    loose = [[]]
+    freeze_built()  # no replay under way
+    assert gc.get_freeze_count() == 0 and _collected(loose) == [True]
+    gc.freeze()  # a caller froze the heap: the regime freezes nothing, now or later
+    try:
+        with replay_collector():
+            built = [[]]
+            freeze_built()
+            assert _collected(built) == [True]
+    finally:
+        gc.unfreeze()

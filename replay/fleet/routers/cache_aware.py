@@ -114,6 +114,11 @@ class PromptTree:
         alive: list[int] | None = None  # None: every worker (the first run)
         so_far = 0
         i, length = 0, len(prompt)
+        if known_runs and own_tokens > 0 and runs[prompt[0][0]].__class__ is tuple:
+            # ``own`` alone holds the first run, and it holds the last prompt in full:
+            # where the walk below stands once past the last prompt's runs
+            best, best_worker, so_far = own_tokens, own, own_tokens
+            alive, i = [own], known_runs
         while i < length:
             cid, n = prompt[i]
             i += 1
@@ -169,7 +174,10 @@ class CacheAware(Stateless):
 
     def imbalanced(self, view: FleetView) -> bool:
         loads = view.loads()
-        high, low = max(loads), min(loads)
+        high = max(loads)
+        if high <= self.balance_abs_threshold:  # no load is far enough above any (>= 0)
+            return False
+        low = min(loads)
         return high - low > self.balance_abs_threshold and high > low * self.balance_rel_threshold
 
     def route(self, call: RoutedCall, view: FleetView, now: float) -> int:

@@ -111,6 +111,9 @@ def as_logged(
         changes["reserve_full_prompt"] = reserve
     watermark = logged_watermark(entry) if entry is not None else None
     mine = given.get("watermark")
+    refused = _refused_watermark(entry) if entry is not None and mine is None else None
+    if refused is not None:
+        notes.append(f"{of} states watermark {refused:g}, which vLLM refuses: replayed without one")
     if mine is not None:
         changes["watermark"] = mine
         if watermark is not None and watermark != mine:
@@ -119,6 +122,15 @@ def as_logged(
         from_log = from_log or watermark != engine.watermark
         changes["watermark"] = watermark
     return (replace(engine, **changes) if changes else engine), notes, from_log
+
+
+def _refused_watermark(entry: Mapping[str, Any]) -> float | None:
+    """A watermark the facts state as a number outside vLLM's range (an edited log: vLLM
+    would not start with it), else None."""
+    value = entry.get("watermark")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if watermark_problem(value) is not None else None
 
 
 def _whole(value: Any) -> int | None:

@@ -114,9 +114,19 @@ def test_the_logs_watermark_is_replayed_and_shown() -> None:
     assert sized.engine.watermark == 0.05 and sized.engine.watermark_blocks == 6
     assert sized.line.endswith("watermark 0.05 (6 blocks kept free)")
     assert not [n for n in sized.notes if "watermark" in n]
-    for plain in (facts(), facts(watermark=1.5), facts(watermark=True)):
+    for plain in (facts(), facts(watermark=1.5), facts(watermark=1.0), facts(watermark=True)):
         sized = size(NONE, [plain], SimSchedulerConfig(), "defaults")
         assert sized.engine.watermark == 0.0 and "watermark" not in sized.line
+        # a number vLLM would refuse (an edited log) is said; none stated is not
+        refused = [n for n in sized.notes if "watermark" in n]
+        stated = plain.get("watermark")
+        if isinstance(stated, float):
+            assert refused == [
+                f"the log's engine states watermark {stated:g}, which vLLM refuses: "
+                "replayed without one"
+            ]
+        else:
+            assert refused == []
     entries = [facts(3, watermark=0.0), facts(9, watermark=0.1)]
     sized = size(NONE, entries, SimSchedulerConfig(), "d")
     assert sized.engine.watermark == 0.1

@@ -113,6 +113,36 @@ def test_cache_aware_tree_skipping_a_known_prefix_learns_what_a_full_insert_does
     assert skipping._runs == full._runs
 
 
+def _walked_and_skipped(sent: list[tuple[Runs, int]], query: Runs) -> tuple[object, object]:
+    """``query``'s match after program p sent ``sent`` (prompt, worker) in order: by the
+    walk over every run, and by the walk that skips p's last prompt."""
+    tree = PromptTree()
+    for prompt, worker in sent:
+        tree.insert(prompt, worker, "p")
+    return tree.longest_match(query), tree.longest_match(query, "p")
+
+
+def test_cache_aware_match_past_a_moved_programs_last_prompt_with_an_empty_first_run():
+    # p's first run has no tokens; sent to worker 0 first, it stays worker 0's alone when
+    # p moves to worker 1 (a run of no tokens adds no second holder), so "one worker holds
+    # the first run" does not make it p's last worker: the walk follows worker 0 (5 tokens)
+    first, second = ((10, 0), (101, 5)), ((10, 0), (101, 5), (102, 3))
+    walked, skipped = _walked_and_skipped([(first, 0), (second, 1)], (*second, (103, 4)))
+    assert walked == (5, 0)
+    assert skipped == walked
+
+
+def test_cache_aware_match_past_a_moved_programs_last_prompt_with_an_empty_run_inside():
+    # the same, inside the prompt: run 2 (no tokens) leaves worker 0 alone, run 3 (no
+    # tokens) is worker 1's alone, so the walk stops there for worker 0; the match that
+    # skips p's last prompt (worker 0's, taken to hold all of it) reads 7 tokens
+    p1 = ((1, 5), (2, 0))
+    p2, p3 = (*p1, (3, 0)), (*p1, (3, 0), (4, 2))
+    walked, skipped = _walked_and_skipped([(p1, 0), (p2, 1), (p3, 0)], (*p3, (5, 1)))
+    assert walked == (5, 0)
+    assert skipped == walked
+
+
 def test_cache_aware_balances_only_when_both_thresholds_are_crossed():
     def learnt(**kw: float) -> CacheAware:
         r = CacheAware(**kw)  # type: ignore[arg-type]

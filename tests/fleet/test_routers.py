@@ -123,23 +123,23 @@ def _walked_and_skipped(sent: list[tuple[Runs, int]], query: Runs) -> tuple[obje
 
 
 def test_cache_aware_match_past_a_moved_programs_last_prompt_with_an_empty_first_run():
-    # p's first run has no tokens; sent to worker 0 first, it stays worker 0's alone when
-    # p moves to worker 1 (a run of no tokens adds no second holder), so "one worker holds
-    # the first run" does not make it p's last worker: the walk follows worker 0 (5 tokens)
+    # p's first run has no tokens; sent to worker 0, then to worker 1 as p moves: both hold
+    # it (a run of no tokens was sent all the same), so the walk and the match that starts
+    # past p's last prompt (worker 1's) agree on worker 1's 8 tokens
     first, second = ((10, 0), (101, 5)), ((10, 0), (101, 5), (102, 3))
     walked, skipped = _walked_and_skipped([(first, 0), (second, 1)], (*second, (103, 4)))
-    assert walked == (5, 0)
+    assert walked == (8, 1)
     assert skipped == walked
 
 
 def test_cache_aware_match_past_a_moved_programs_last_prompt_with_an_empty_run_inside():
-    # the same, inside the prompt: run 2 (no tokens) leaves worker 0 alone, run 3 (no
-    # tokens) is worker 1's alone, so the walk stops there for worker 0; the match that
-    # skips p's last prompt (worker 0's, taken to hold all of it) reads 7 tokens
+    # the same, inside the prompt: run 2 (no tokens) is worker 0's alone, run 3 (no tokens)
+    # was sent to worker 1, then to worker 0 with p's last prompt: worker 0 holds all of
+    # that prompt, and the walk and the match that skips it agree on its 7 tokens
     p1 = ((1, 5), (2, 0))
     p2, p3 = (*p1, (3, 0)), (*p1, (3, 0), (4, 2))
     walked, skipped = _walked_and_skipped([(p1, 0), (p2, 1), (p3, 0)], (*p3, (5, 1)))
-    assert walked == (5, 0)
+    assert walked == (7, 0)
     assert skipped == walked
 
 

@@ -86,9 +86,9 @@ class PromptTree:
                 if held[0] == worker:
                     if held[1] < n:
                         runs[cid] = (worker, n)
-                elif n > 0:  # a second worker (as a dictionary would take it)
+                else:  # a second worker, also for a run of no tokens: it was sent it
                     runs[cid] = {held[0]: held[1], worker: n}
-            elif held.get(worker, 0) < n:
+            elif held.get(worker, -1) < n:
                 held[worker] = n
         if program is not None:
             self._last[program] = (worker, whole, tokens)

@@ -124,7 +124,7 @@ def main() -> None:
     kinds = [(ones, 0), (singles, 1), (fleets, args.replicas)]
     for turn in range(max(1, args.repeat)):
         # in turn, so that a busy spell slows each; the order rotates, so that none always
-        # follows the same one (a replay runs up to 5% slower after another that left the
+        # follows the same one (a replay runs 5-10% slower after another that left the
         # heap fragmented: the fleet after the single replica's, whose 1,000 programs
         # queue on one engine)
         for results, replicas in kinds[turn % 3 :] + kinds[: turn % 3]:

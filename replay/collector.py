@@ -90,7 +90,10 @@ def freeze_built() -> None:
     traversed by no collection, as what the regime found was (built before it, under
     the default thresholds, it would be traversed by a young collection every 700
     allocations instead). Outside a replay, or where a caller had frozen the heap, it
-    does nothing (the regime froze nothing then, and freezes nothing now)."""
+    does nothing (the regime froze nothing then, and freezes nothing now). What it
+    freezes stays frozen until the last replay under way ends, as the workload does: the
+    set-up's own leftovers among it (and, with replays under way at once, another replay's
+    objects) are freed then, not before."""
     with _lock:
         if _depth > 0 and _found[1]:
             gc.freeze()

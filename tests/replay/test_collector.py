@@ -7,7 +7,17 @@ from collections.abc import Iterator
 
 import pytest
 
+from profiles.cost import ProfileCostModel
+from profiles.shipped import resolve
 from replay.collector import YOUNG_THRESHOLD, freeze_built, replay_collector
+from replay.fleet.routers import RouterSettings
+from replay.fleet.run import FleetSpec, runner
+from replay.policies import PolicySpec
+from replay.policy_runs import Load, run_one
+from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig
+from replay.synth import synth
+from replay.workload import from_frame
 
 
 @pytest.fixture(autouse=True)
@@ -96,8 +106,10 @@ def test_what_a_replay_builds_before_its_loop_is_frozen_with_the_workload() -> N
 
 
 def test_freeze_built_does_nothing_outside_a_replay_or_under_a_callers_freeze() -> None:
+    with replay_collector():
+        pass  # a replay ran before, froze the heap and thawed it
     loose = [[]]
-    freeze_built()  # no replay under way
+    freeze_built()  # no replay under way now
     assert gc.get_freeze_count() == 0 and _collected(loose) == [True]
     gc.freeze()  # a caller froze the heap: the regime freezes nothing, now or later
     try:
@@ -107,3 +119,23 @@ def test_freeze_built_does_nothing_outside_a_replay_or_under_a_callers_freeze() 
             assert _collected(built) == [True]
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize("replicas", [0, 2])
+def test_each_replay_loop_freezes_what_it_built_before_it(replicas: int) -> None:
+    """One engine's loop and the fleet's call :func:`freeze_built` once set up: inside a
+    regime already frozen, the replay's engines, runs (and a fleet's prompts) join the
+    frozen objects by the time the loop tells its progress (frozen objects only leave as
+    they are freed, so without the call the count could only fall)."""
+    work = from_frame(synth("swe-bench", 6, 1))
+    cost = ProfileCostModel(resolve("llama-3.1-8b-h100")[0])
+    config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=600_000))
+    run = run_one if replicas == 0 else runner(FleetSpec(replicas, RouterSettings("round-robin")))
+    seen: list[int] = []
+    with replay_collector():
+        base = gc.get_freeze_count()
+        run(
+            work, PolicySpec("vllm"), cost, config, Load(concurrency=4), timed=False,
+            progress=lambda done, total: seen.append(gc.get_freeze_count()),
+        )  # fmt: skip
+    assert seen and min(seen) > base + 100

@@ -20,6 +20,7 @@ from profiles.shipped import resolve
 from replay.figures import PolicyResult, ReplayDoc
 from replay.fleet.asked import default_urls_note, fleet_for
 from replay.fleet.routers import AS_LOGGED, RouterSettings
+from replay.fleet.run import replicas_named
 from replay.fleet.run import runner as fleet_runner
 from replay.live import cap_pauses, check_result_flags, live_results
 from replay.policies import PolicySpec
@@ -183,6 +184,14 @@ def replay_doc(
     workload = cap_pauses(load(req.trace), req.idle_gap_cap_s)
     if not workload.programs:
         raise ConfigError(f"{req.trace}: no programs to replay")
+    # a fleet's trace without --replicas is replayed on one engine: said, as tune says it
+    # (read once load has checked the trace)
+    ran_on = replicas_named(req.trace) if fleet is None and req.live is None else 0
+    if ran_on > 1:
+        notes.append(
+            f"the trace's calls ran on {ran_on} replicas: replay replays one engine; "
+            f"--replicas {ran_on} --router as-logged replays each call where it ran"
+        )
     config = ReplayConfig(
         engine=req.engine, offload_tokens=req.offload_tokens, truncate=req.truncate, check=req.check
     )

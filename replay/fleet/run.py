@@ -111,6 +111,16 @@ def logged_replicas(trace: Path) -> dict[tuple[str, int], str]:
     return replicas_of(frame)
 
 
+def replicas_named(trace: Path) -> int:
+    """How many replicas the trace's ``replica`` column names (0 without the column): one
+    column scanned, so a replay of one engine can say that its trace came from a fleet
+    without reading the trace twice."""
+    if REPLICA_COLUMN not in pl.read_parquet_schema(trace):
+        return 0
+    names = pl.scan_parquet(trace).select(pl.col(REPLICA_COLUMN).drop_nulls().n_unique())
+    return int(names.collect().item())
+
+
 def replicas_of(frame: pl.DataFrame) -> dict[tuple[str, int], str]:
     """A trace's ``replica`` column by (program, turn) (calls without one left out)."""
     if REPLICA_COLUMN not in frame.columns:

@@ -376,6 +376,27 @@ def test_as_logged_on_a_replica_column_that_names_none(tmp_path: Path) -> None:
     assert "has no 'replica' column" not in res.output
 
 
+def test_a_fleets_trace_replayed_without_replicas_says_it_is_one_engine(tmp_path: Path) -> None:
+    """A trace whose calls ran on several replicas, replayed without --replicas, is replayed
+    on one engine: a warning says so and names the flags that replay it where it ran (tune
+    says the same); a trace of one named replica, or with --replicas, gets no such line."""
+    fleet = logged_trace(tmp_path, ["a", None, "b", "c"])
+    res = CliRunner().invoke(app, ["replay", str(fleet), "--policy", "vllm"])
+    assert res.exit_code == 0, res.output
+    assert (
+        "the trace's calls ran on 3 replicas: replay replays one engine; "
+        "--replicas 3 --router as-logged replays each call where it ran"
+    ) in res.output
+    as_logged = ["--replicas", "3", "--router", "as-logged"]
+    res = CliRunner().invoke(app, ["replay", str(fleet), "--policy", "vllm", *as_logged])
+    assert res.exit_code == 0, res.output
+    assert "calls ran on" not in res.output
+    one = logged_trace(tmp_path / "one", ["a"])
+    res = CliRunner().invoke(app, ["replay", str(one), "--policy", "vllm"])
+    assert res.exit_code == 0, res.output
+    assert "calls ran on" not in res.output
+
+
 def test_as_logged_refuses_worker_urls(tmp_path: Path) -> None:
     trace = logged_trace(tmp_path, ["a", "b"])
     res = CliRunner().invoke(

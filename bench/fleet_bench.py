@@ -139,9 +139,9 @@ def main() -> None:
     row(f"1 replica ({args.router}):", single)
     row(f"{args.replicas} replicas ({args.router}):", fleet)
     print(
-        f"fleet / one engine: {ratio:.2f}, fastest of {len(runs)} each (goal >= "
+        f"fleet / one engine: {ratio:.3f}, fastest of {len(runs)} each (goal >= "
         f"{SPEED_GOAL:.2f}: {'met' if ratio >= SPEED_GOAL else 'NOT met'}); run by run: "
-        + ", ".join(f"{r:.2f}" for r in runs)
+        + ", ".join(f"{r:.3f}" for r in runs)
     )
     print(
         f"{args.replicas} replicas / 1 replica behind {args.router}: {scaling:.2f} (the cost of "

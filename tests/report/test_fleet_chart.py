@@ -163,3 +163,36 @@ def test_a_large_fleet_draws_a_line_per_policy_at_one_width(tmp_path: Path) -> N
     assert page.count("… 52 served no call") == 2
     section = page[page.index("vllm: per replica") :]
     assert section.count("<tr>") == 2 * (24 + 2 + 1)  # rows, the two counts and the header
+
+
+EIGHT = ("vllm", "program-fcfs", "static-ttl", "continuum", "infercept", "autellix", "oracle",
+         "unlimited-kv")  # fmt: skip
+
+
+def test_the_chart_fits_the_page_and_its_legends_hide_no_bar(tmp_path: Path) -> None:
+    """Regression: the chart grew a quarter inch per bar, so 4 replicas of `--policy all`
+    drew 1,660 pixels and 16 drew 4,060, which the page (1,240 pixels wide) showed shrunk
+    to 30%, text and all; and the load panel's legend, inside it, hid the tallest bars (the
+    one replica of a fleet of one, the last replicas of sixteen)."""
+    for replicas in (1, 4, 16):
+        results = [
+            result(p, [900.0 - 10 * k] * replicas, {"never_pinned": 40 + k})
+            for k, p in enumerate(EIGHT)
+        ]
+        fig = chart(results)
+        assert fig.get_size_inches()[0] * fig.dpi <= 1240, replicas
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        for ax in fig.axes:  # each legend beside its panel, over no bar
+            legend = ax.get_legend().get_window_extent(renderer)
+            assert legend.x0 >= ax.get_window_extent(renderer).x1 - 1, replicas
+            for patch in ax.patches:
+                assert not legend.overlaps(patch.get_window_extent(renderer)), replicas
+    router = {"name": "cache-aware", "settings": {}, "replicas": 16}
+    doc = {"results": [{**r, "router": router} for r in results]}
+    (tmp_path / "replay.json").write_text(json.dumps(doc))
+    page = build_report(tmp_path)
+    fleet = page[page.index('id="fleet"') :]
+    width = int(fleet[fleet.index(' width="') + 8 :].split('"')[0])
+    assert width <= 1240

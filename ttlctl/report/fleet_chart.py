@@ -1,4 +1,5 @@
-"""The "Fleet" section's chart, two panels side by side:
+"""The "Fleet" section's chart, two panels side by side (one above the other where side
+by side would pass the page's width), each legend beside its panel:
 
 - each replica's engine-busy seconds, a bar per policy beside the others (an even fleet
   has bars of one height; the busiest replica sets load max/mean); past
@@ -23,7 +24,7 @@ from matplotlib.figure import Figure
 
 from replay.fleet.records import MAX_REPLICA_ROWS, replica_labels
 from ttlctl.report.markup import is_num
-from ttlctl.report.png import figure, label
+from ttlctl.report.png import PAGE_INCHES, figure, label
 
 #: (miss_reasons key, legend) in the stacking order, bottom up
 MISSES = (
@@ -42,6 +43,13 @@ MISS_HATCHES = ("", "//", "..", "xx", "\\\\")
 UPRIGHT_NAMES = 3
 #: the bars of one replica take this much of its slot
 GROUP_WIDTH = 0.8
+#: the load panel: inches per bar (a policy's at one replica) and for the rest (its
+#: axis labels and the legend beside it)
+BAR_INCHES = 0.12
+LOAD_FRAME_INCHES = 3.0
+#: the misses panel: inches per policy's stack and for the rest (the legend beside it)
+STACK_INCHES = 0.35
+MISS_FRAME_INCHES = 2.6
 
 
 def number(value: Any) -> float:
@@ -75,8 +83,14 @@ def _busy(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
     ax.set_xlabel("replica")
     ax.set_ylabel("engine busy (s)")
     ax.set_title("each replica's load")
-    ax.margins(y=0.15)
-    ax.legend(fontsize="small", loc="upper right", ncols=min(len(results), 4))
+    ax.margins(y=0.05)
+    _legend_beside(ax)
+
+
+def _legend_beside(ax: Axes) -> None:
+    """The legend right of the panel, not in it: inside, it hid the tallest bars (of a
+    fleet of one replica, or of the last replicas of sixteen)."""
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
 #: the load lines' dashes, one per policy in turn
@@ -102,8 +116,8 @@ def _ranked(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
     ax.set_ylabel("engine busy (s)")
     ax.set_title("each replica's load")
     ax.set_ylim(bottom=0)
-    ax.margins(y=0.15)
-    ax.legend(fontsize="small", loc="upper right", ncols=min(len(results), 4))
+    ax.margins(y=0.05)
+    _legend_beside(ax)
 
 
 def _misses(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
@@ -134,14 +148,21 @@ def _misses(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
 
 
 def chart(results: Sequence[Mapping[str, Any]]) -> Figure:
-    """The fleet chart (see the module docstring) of results that share one fleet."""
+    """The fleet chart (see the module docstring) of results that share one fleet: the
+    panels side by side where they fit the page's width, else one above the other, each
+    of the page's width (a wider figure is shrunk to the page, its text with it: 16
+    replicas of 8 policies drew 4,060 pixels, shown at 30%)."""
     replicas = len(replicas_of(results[0]))
-    # the right panel: room for a bar per policy (a third of an inch each at least)
-    right = max(4.5, 0.45 * len(results) + 2.5)
-    bars = replicas if replicas <= MAX_REPLICA_ROWS else 0  # else a line per policy
-    left = max(6.0, 0.25 * bars * len(results) + 2.5)
-    fig = figure(left + right, 5.0 if len(results) > UPRIGHT_NAMES else 4.0)
-    busy, misses = fig.subplots(1, 2, gridspec_kw={"width_ratios": [left, right]})
+    bars = replicas * len(results) if replicas <= MAX_REPLICA_ROWS else 0  # else lines
+    left = max(6.0, BAR_INCHES * bars + LOAD_FRAME_INCHES)
+    right = max(4.5, STACK_INCHES * len(results) + MISS_FRAME_INCHES)
+    tall = 5.0 if len(results) > UPRIGHT_NAMES else 4.0  # room for names on end
+    if left + right <= PAGE_INCHES:
+        fig = figure(left + right, tall)
+        busy, misses = fig.subplots(1, 2, gridspec_kw={"width_ratios": [left, right]})
+    else:
+        fig = figure(PAGE_INCHES, 4.0 + tall)
+        busy, misses = fig.subplots(2, 1, gridspec_kw={"height_ratios": [4.0, tall]})
     _busy(busy, results)
     _misses(misses, results)
     return fig

@@ -13,6 +13,9 @@ from ttlctl.report.markup import e
 
 #: plot labels longer than this are cut (with …)
 LABEL_CHARS = 48
+#: the page's column (``max-width:1240px`` in :data:`~ttlctl.report.markup.CSS`) at the
+#: figures' 100 dpi: a wider figure is shrunk to it, its text with it
+PAGE_INCHES = 12.4
 
 
 def figure(width: float, height: float) -> Figure:

@@ -8,6 +8,8 @@ import math
 from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ttlctl.report.files import SUMMARY
 from ttlctl.report.markup import absent, e, is_num, kv, note, ratio
@@ -15,7 +17,10 @@ from ttlctl.report.png import figure, img, label
 from ttlctl.report.rundir import RunInputs
 
 
-def _history(trials: list[dict[str, Any]], maximize: bool) -> str:
+def history_chart(trials: list[dict[str, Any]], maximize: bool) -> Figure | None:
+    """Each completed trial's value and the best so far, by trial number (whole numbers
+    on the axis: a study of 4 trials had ticks at 0.5, 1.5 …); None when no trial
+    completed with a value."""
     done = [
         (int(t["number"]) if is_num(t.get("number")) else i, float(t["value"]))
         for i, t in enumerate(trials)
@@ -24,7 +29,7 @@ def _history(trials: list[dict[str, Any]], maximize: bool) -> str:
         and str(t.get("state", "COMPLETE")).upper() == "COMPLETE"
     ]
     if not done:
-        return note("No completed trial with a value.")
+        return None
     done.sort()
     nums = [n for n, _ in done]
     vals = [v for _, v in done]
@@ -33,10 +38,19 @@ def _history(trials: list[dict[str, Any]], maximize: bool) -> str:
     ax = fig.subplots()
     ax.scatter(nums, vals, s=14, color="C0", label="trial value")
     ax.step(nums, best, where="post", color="C3", lw=1.6, label="best so far")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("trial")
     ax.set_ylabel("objective (mean JCT, s)")
+    ax.set_title("each trial's objective and the best so far", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    return fig
+
+
+def _history(trials: list[dict[str, Any]], maximize: bool) -> str:
+    fig = history_chart(trials, maximize)
+    if fig is None:
+        return note("No completed trial with a value.")
     return img(fig, "Optuna optimisation history")
 
 
@@ -57,6 +71,7 @@ def _importance(importance: Any, why_not: Any, quantile: Any = None) -> str:
     ax = fig.subplots()
     ax.barh([label(k, 32) for k, _ in pairs], [v for _, v in pairs], color="C2")
     ax.set_xlabel("importance")
+    ax.set_title("parameter importance", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     chart = img(fig, "parameter importance")
     if not is_num(quantile):

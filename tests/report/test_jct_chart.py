@@ -64,3 +64,14 @@ def test_the_page_shows_the_skewed_replay(tmp_path: Path) -> None:
     (image,) = parse(section).all("img")
     _, height = check_png(png_bytes(image["src"]))
     assert height > 600  # two panels, one above the other
+
+
+def test_the_tails_legend_names_only_what_is_drawn() -> None:
+    """Regression: a replay of 80 programs (no p99: too few) had p99 in the tail panel's
+    legend and title, with no p99 marker anywhere."""
+    results = skewed_replay()["results"]
+    for r in results:
+        r["jct_p99_s"] = None
+    tail = chart(results).axes[1]
+    assert [t.get_text() for t in tail.get_legend().get_texts()] == ["p95", "mean", "p50"]
+    assert tail.get_title() == "the tail: p50, mean and p95"

@@ -196,3 +196,25 @@ def test_the_chart_fits_the_page_and_its_legends_hide_no_bar(tmp_path: Path) -> 
     fleet = page[page.index('id="fleet"') :]
     width = int(fleet[fleet.index(' width="') + 8 :].split('"')[0])
     assert width <= 1240
+
+
+def test_several_policies_fold_their_per_replica_tables(tmp_path: Path) -> None:
+    """Up to two policies, each per-replica table stands open under its name; with more,
+    each folds (eight policies of sixteen replicas were 128 rows between the sections) and
+    a note says how to open them; every row is still in the page."""
+    for count in (2, 3):
+        results = [result(p, [10.0 + k, 20.0, 30.0], {"expired": 1}) for k, p in
+                   enumerate(EIGHT[:count])]  # fmt: skip
+        router = {"name": "round-robin", "settings": {}, "replicas": 3}
+        (tmp_path / "replay.json").write_text(
+            json.dumps({"results": [{**r, "router": router} for r in results]})
+        )
+        page = build_report(tmp_path)
+        opened = page.count("<details open><summary>")
+        folded = page.count("<details><summary>")
+        assert (opened, folded) == ((2, 0) if count == 2 else (0, 3))
+        assert ("click a policy to open its table" in page) == (count == 3)
+        for p in EIGHT[:count]:
+            assert f"<summary>{p}: per replica</summary><table>" in page
+        section = page[page.index("<h3>Per replica</h3>") :]
+        assert section.count("<tr>") == count * (3 + 1)  # every replica's row, and a header

@@ -15,6 +15,9 @@ from ttlctl.report.markup import absent, e, note, pct, table
 from ttlctl.report.png import img
 from ttlctl.report.rundir import RunInputs
 
+#: up to this many policies the per-replica tables stand open; more fold
+OPEN_TABLES = 2
+
 
 def section(run: RunInputs) -> str:
     if run.replay is None:
@@ -61,12 +64,16 @@ def section(run: RunInputs) -> str:
         ),
     )
     per = []
+    # a table per policy: several policies' tables fold (each opens on a click), so that
+    # eight policies of sixteen replicas are not 128 rows between the sections
+    folded = len(results) > OPEN_TABLES
     for r in results:
         reps = replicas_of(r)
         labels = replica_labels(reps)  # as-logged: the trace's names
         rows = shown_replicas(reps)
         shown = shown_phrase(reps)
-        per.append(f"<h3>{e(r.get('policy'))}: per replica{': ' + shown if shown else ''}</h3>")
+        heading = f"{e(r.get('policy'))}: per replica{': ' + shown if shown else ''}"
+        per.append(f"<details{'' if folded else ' open'}><summary>{heading}</summary>")
         per.append(
             table(
                 ("replica", "calls", "busy s", "JCT mean s", "TTFT mean s", "prefix hits",
@@ -87,6 +94,7 @@ def section(run: RunInputs) -> str:
                     for row in rows
                 ),
             )
+            + "</details>"
         )  # fmt: skip
     return (
         head
@@ -106,5 +114,8 @@ def section(run: RunInputs) -> str:
             "released the pin sooner) or within τ after the valve released it; or its pin "
             "was held when it came but the blocks were gone when it was admitted."
         )
+        + "<h3>Per replica</h3>"
+        + (note(f"One table per policy ({len(results)}): click a policy to open its table.")
+           if folded else "")
         + "".join(per)
-    )
+    )  # fmt: skip

@@ -26,6 +26,7 @@ code,.mono{font-family:"DejaVu Sans Mono",monospace;font-size:12px;word-break:br
 .grid{display:flex;flex-wrap:wrap;gap:10px}
 figure{margin:0}figcaption{font-size:12px;color:#444;max-width:520px;word-break:break-all}
 img{max-width:100%;height:auto;border:1px solid #eee}
+details{margin:6px 0}summary{font-weight:bold;cursor:pointer;margin:4px 0}
 """
 #: nothing but inline styles and data: images
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"

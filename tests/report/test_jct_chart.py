@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
+from itertools import pairwise
 from pathlib import Path
 
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.patches import Rectangle
 
 from tests.report.pages import check_png, parse, png_bytes
@@ -75,3 +78,55 @@ def test_the_tails_legend_names_only_what_is_drawn() -> None:
     tail = chart(results).axes[1]
     assert [t.get_text() for t in tail.get_legend().get_texts()] == ["p95", "mean", "p50"]
     assert tail.get_title() == "the tail: p50, mean and p95"
+
+
+def _four_replicas() -> list[dict[str, object]]:
+    """A replay of four replicas as the report drew it: medians above, at and below the
+    means (continuum's 249 over 234), the tails within one decade (200 to 610 s)."""
+    rows = (
+        ("vllm", 447.0, 445.0, 610.0),
+        ("program-fcfs", 326.0, 330.0, 435.0),
+        ("continuum", 234.0, 249.0, 311.0),
+        ("oracle", 214.0, 219.0, 281.0),
+        ("unlimited-kv", 201.0, 203.0, 262.0),
+    )
+    return [
+        {"policy": p, "jct_mean_s": mean, "jct_p50_s": p50, "jct_p95_s": p95}
+        for p, mean, p50, p95 in rows
+    ]
+
+
+def test_a_means_label_clears_its_median_dot() -> None:
+    """Regression: the label stood 2 points above the bar, so a median above the mean (or
+    a hair below it) drew its dot on the label ("234" under continuum's dot at 249)."""
+    fig = chart(_four_replicas())
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    top = fig.axes[0]
+    (dots,) = top.collections
+    radius = math.sqrt(dots.get_sizes()[0]) / 2 * fig.dpi / 72
+    centres = top.transData.transform(dots.get_offsets())
+    labels = sorted(top.texts, key=lambda t: t.get_window_extent(renderer).x0)
+    assert len(labels) == len(centres)
+    for text, (x, y) in zip(labels, centres, strict=True):
+        box = text.get_window_extent(renderer)
+        assert box.x0 < x < box.x1, text.get_text()
+        assert box.y0 >= y + radius, f"{text.get_text()} lies under its median's dot"
+        assert box.y1 <= top.get_window_extent(renderer).y1, "a label passes the frame"
+
+
+def test_the_tail_axis_has_ticks_to_read_values_by() -> None:
+    """Regression: a tail within one decade (200 to 610 s) was labelled 200 and 500 only."""
+    fig = chart(_four_replicas())
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    tail = fig.axes[1]
+    low, high = tail.get_ylim()
+    shown = [t for t in tail.get_yticklabels() if low <= t.get_position()[1] <= high]
+    assert len(shown) >= 4, [t.get_text() for t in shown]
+    assert all(t.get_text() for t in shown)
+    boxes = sorted((t.get_window_extent(renderer) for t in shown), key=lambda b: b.y0)
+    for a, b in pairwise(boxes):
+        assert not a.overlaps(b), "two tick labels are drawn over each other"

@@ -22,13 +22,14 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from replay.figures import PolicyResult
 from ttlctl import gap
 from ttlctl.report.markup import absent, kv, note, pct, table
 from ttlctl.report.png import figure, img, label
 from ttlctl.report.rundir import RunInputs
+from ttlctl.report.ticks import log_ticks
 
 #: the linear panel's top: this much above the largest mean or median
 HEADROOM = 1.15
@@ -40,6 +41,12 @@ TAIL_MARKS = (
     ("jct_p99_s", "p99", "^", "C3"),
 )
 BOUND_GREY = "#cfcfcf"
+#: the median dot's area (points²), and how far (points) a mean's label stands above
+#: the bar or the dot, whichever is higher: the dot's radius and 2 points more
+DOT_AREA = 18.0
+LABEL_LIFT = math.sqrt(DOT_AREA) / 2 + 2.0
+#: the tail's log axis: neighbouring ticks at least this share of it apart
+TICKS_APART = 0.1
 
 
 def _value(result: PolicyResult, key: str) -> float | None:
@@ -63,12 +70,14 @@ def _means(ax: Axes, results: Sequence[PolicyResult], names: list[str]) -> None:
     dots = [(x, m) for x, m in zip(xs, medians, strict=True) if m is not None]
     if dots:
         px, py = [x for x, _ in dots], [m for _, m in dots]
-        ax.scatter(px, py, marker="o", color="k", s=18, zorder=3)
-    for x, mean in zip(xs, means, strict=True):
+        ax.scatter(px, py, marker="o", color="k", s=DOT_AREA, zorder=3)
+    for x, mean, median in zip(xs, means, medians, strict=True):
         text = "—" if mean is None else f"{mean:,.3g}" if mean < 1000 else f"{mean:,.0f}"
+        # above the bar and above its dot: a median above the mean (continuum's 249 over
+        # 234) or just below it put the dot on the label
         ax.annotate(
-            text, (x, mean or 0.0), xytext=(0, 2), textcoords="offset points",
-            ha="center", va="bottom", fontsize=7,
+            text, (x, max(mean or 0.0, median or 0.0)), xytext=(0, LABEL_LIFT),
+            textcoords="offset points", ha="center", va="bottom", fontsize=7,
         )  # fmt: skip
     top = max([v for v in (*means, *medians) if v is not None], default=1.0)
     ax.set_ylim(0, top * HEADROOM)
@@ -100,7 +109,13 @@ def _tails(ax: Axes, results: Sequence[PolicyResult], names: list[str]) -> None:
             ax.scatter(px, py, marker=marker, color=colour, s=22, zorder=3)
             drawn.append(mark)
     ax.set_yscale("log")
-    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    values = [v for r in results for key, *_ in TAIL_MARKS if (v := _value(r, key))]
+    if values:
+        # a span of under a decade had two labels (200 and 500): ticks to read values by
+        low, high = min(values), max(values)
+        pad = max((high / low) ** 0.05, 1.05)
+        ax.set_ylim(low / pad, high * pad)
+        ax.yaxis.set_major_locator(FixedLocator(log_ticks(low / pad, high * pad, TICKS_APART)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.6g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlim(-0.5, len(results) - 0.5)

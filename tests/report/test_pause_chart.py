@@ -1,0 +1,64 @@
+"""The pause CDFs can be read: the legend hides no curve, τ* markers of one value are one
+line that names every context, and the pause axis has ticks to read values by."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from ttlctl.report.pauses import MARKER_CONTEXTS, chart
+from ttlctl.report.png import tokens
+from ttlctl.report.rundir import MAX_TOOL_PLOTS, load, ranked_tools
+
+
+def test_the_pause_charts_hide_nothing_and_read_their_values(sample_run: Path) -> None:
+    """Regression: the legend, in the lower right, covered the empirical curve; τ* markers
+    of equal values drew one over the other (the 1k and 8k markers showed as one, in the
+    8k's colour, the 1k's named in the legend but not seen); the pause axis was labelled
+    "0", 10⁻¹ and 10⁰."""
+    run = load(sample_run)
+    assert run.fit is not None and run.policy is not None
+    merged = 0
+    for name, entry in ranked_tools(run.fit)[:MAX_TOOL_PLOTS]:
+        fig = chart(run, name, entry, run.fit.get("global"))
+        assert fig is not None
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        (ax,) = fig.axes
+        legend = ax.get_legend().get_window_extent(renderer)
+        frame = ax.get_window_extent(renderer)
+        # no point of any curve or marker under the legend
+        for line in ax.get_lines():
+            points = line.get_transform().transform(line.get_xydata())
+            inside = points[
+                (points[:, 0] >= frame.x0) & (points[:, 0] <= frame.x1)
+                & (points[:, 1] >= frame.y0) & (points[:, 1] <= frame.y1)
+            ]  # fmt: skip
+            covered = (
+                (inside[:, 0] >= legend.x0) & (inside[:, 0] <= legend.x1)
+                & (inside[:, 1] >= legend.y0) & (inside[:, 1] <= legend.y1)
+            )  # fmt: skip
+            assert not np.any(covered), f"{name}: the legend covers {line.get_label()}"
+        # one line per τ*, each context named once
+        taus = [line for line in ax.get_lines() if line.get_label().startswith("τ*")]
+        xs = [line.get_xdata()[0] for line in taus]
+        assert len(set(xs)) == len(xs), f"{name}: two τ* markers drawn at one place"
+        named = [
+            c for line in taus for c in line.get_label().split(" @ ")[1].split(" = ")[0].split(", ")
+        ]
+        assert sorted(named, key=lambda c: float(c.rstrip("k"))) == [
+            tokens(c) for c in MARKER_CONTEXTS
+        ], name
+        merged += len(taus) < len(MARKER_CONTEXTS)
+        # ticks to read pauses by, their labels apart
+        low, high = ax.get_xlim()
+        shown = [t for t in ax.get_xticklabels() if low <= t.get_position()[0] <= high]
+        assert len([t for t in shown if t.get_text() != "0"]) >= 4, (name, shown)
+        boxes = [t.get_window_extent(renderer) for t in shown]
+        for a, b in pairwise(boxes):
+            assert not a.overlaps(b), f"{name}: two tick labels run into each other"
+    assert merged, "no tool of the samples has two contexts of one τ*: the test tests nothing"

@@ -218,3 +218,38 @@ def test_several_policies_fold_their_per_replica_tables(tmp_path: Path) -> None:
             assert f"<summary>{p}: per replica</summary><table>" in page
         section = page[page.index("<h3>Per replica</h3>") :]
         assert section.count("<tr>") == count * (3 + 1)  # every replica's row, and a header
+
+
+def _labels_apart(fig: Any, ax: Any) -> None:
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels()]
+    for a, b in pairwise(boxes):
+        assert not a.overlaps(b), "two tick labels are drawn over each other"
+
+
+def test_names_that_fit_upright_stand_upright() -> None:
+    """Regression: past 12 replicas the load panel stood the replica numbers on end, and
+    past 3 policies the misses panel its policy names, though 16 numbers and 8 names fit
+    upright on a panel of the page's width."""
+    results = [
+        result(p, [900.0 - 10 * k] * 16, {"never_pinned": 40 + k}) for k, p in enumerate(EIGHT)
+    ]
+    fig = chart(results)
+    busy, misses = fig.axes
+    assert [t.get_text() for t in busy.get_xticklabels()] == [str(i) for i in range(16)]
+    for ax in (busy, misses):
+        assert {t.get_rotation() for t in ax.get_xticklabels()} == {0.0}
+        _labels_apart(fig, ax)
+    # names too wide for their slots still stand on end, apart
+    for r in results:
+        for p in r["per_replica"]:
+            p["name"] = f"gpu-node-{p['replica']:02d}.rack"
+    fig = chart(results)
+    busy, misses = fig.axes
+    assert {t.get_rotation() for t in busy.get_xticklabels()} == {90.0}
+    _labels_apart(fig, busy)
+    # side by side, eight names share a narrow panel: on end
+    fig = chart([result(p, [1.0], {}) for p in EIGHT])
+    assert {t.get_rotation() for t in fig.axes[1].get_xticklabels()} == {90.0}

@@ -19,8 +19,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from matplotlib import rcParams
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
+from matplotlib.textpath import TextToPath
 
 from replay.fleet.records import MAX_REPLICA_ROWS, replica_labels
 from ttlctl.report.markup import is_num
@@ -39,8 +42,6 @@ MISSES = (
 #: C0, C1, …: with ten policies every palette colour is one)
 MISS_COLOURS = ("#404040", "#808080", "#b0b0b0", "#dcdcdc", "#ffffff")
 MISS_HATCHES = ("", "//", "..", "xx", "\\\\")
-#: more policies than this: the right panel's policy names stand on end
-UPRIGHT_NAMES = 3
 #: the bars of one replica take this much of its slot
 GROUP_WIDTH = 0.8
 #: the load panel: inches per bar (a policy's at one replica) and for the rest (its
@@ -50,6 +51,8 @@ LOAD_FRAME_INCHES = 3.0
 #: the misses panel: inches per policy's stack and for the rest (the legend beside it)
 STACK_INCHES = 0.35
 MISS_FRAME_INCHES = 2.6
+#: replica names stand upright where each has this much room beside its width
+LABEL_GAP_INCHES = 0.1
 
 
 def number(value: Any) -> float:
@@ -68,7 +71,19 @@ def record(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _busy(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
+def upright(labels: Sequence[str], axis_inches: float) -> bool:
+    """Whether ``labels``, one per slot of an axis ``axis_inches`` wide, fit upright: the
+    widest, at the tick labels' size, with :data:`LABEL_GAP_INCHES` to spare. (A count
+    alone stood 16 replica numbers on end on a panel of the page's width.)"""
+    if not labels:
+        return True
+    size = FontProperties(size=rcParams["xtick.labelsize"])
+    paths = TextToPath()
+    widest = max(paths.get_text_width_height_descent(t, size, ismath=False)[0] for t in labels)
+    return widest / 72 + LABEL_GAP_INCHES <= axis_inches / len(labels)
+
+
+def _busy(ax: Axes, results: Sequence[Mapping[str, Any]], panel_inches: float) -> None:
     reps = replicas_of(results[0])
     if len(reps) > MAX_REPLICA_ROWS:
         _ranked(ax, results)
@@ -79,7 +94,8 @@ def _busy(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
         busy = [number(p.get("engine_busy_s")) for p in replicas_of(result)]
         xs = [i - GROUP_WIDTH / 2 + (k + 0.5) * width for i in range(len(busy))]
         ax.bar(xs, busy, width, label=label(result.get("policy", "?"), 20), color=f"C{k % 10}")
-    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 12 else 0)
+    stand = not upright(labels, panel_inches - LOAD_FRAME_INCHES)
+    ax.set_xticks(range(len(labels)), labels, rotation=90 if stand else 0)
     ax.set_xlabel("replica")
     ax.set_ylabel("engine busy (s)")
     ax.set_title("each replica's load")
@@ -120,8 +136,12 @@ def _ranked(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
     _legend_beside(ax)
 
 
-def _misses(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
-    names = [label(r.get("policy", "?"), 20) for r in results]
+def _names(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [label(r.get("policy", "?"), 20) for r in results]
+
+
+def _misses(ax: Axes, results: Sequence[Mapping[str, Any]], stand: bool) -> None:
+    names = _names(results)
     bottoms = [0.0] * len(results)
     for j, (key, legend) in enumerate(MISSES):
         counts = [number(record(r.get("miss_reasons")).get(key)) for r in results]
@@ -137,7 +157,7 @@ def _misses(ax: Axes, results: Sequence[Mapping[str, Any]]) -> None:
             linewidth=0.5,
         )
         bottoms = [b + c for b, c in zip(bottoms, counts, strict=True)]
-    ax.set_xticks(range(len(names)), names, rotation=90 if len(names) > UPRIGHT_NAMES else 0)
+    ax.set_xticks(range(len(names)), names, rotation=90 if stand else 0)
     ax.set_ylabel("follow-up calls that missed")
     # set, not margins: the stacked bars' bottoms are sticky edges, so the tallest stack
     # would touch the frame, and a fleet with no misses would get an axis below 0
@@ -156,13 +176,15 @@ def chart(results: Sequence[Mapping[str, Any]]) -> Figure:
     bars = replicas * len(results) if replicas <= MAX_REPLICA_ROWS else 0  # else lines
     left = max(6.0, BAR_INCHES * bars + LOAD_FRAME_INCHES)
     right = max(4.5, STACK_INCHES * len(results) + MISS_FRAME_INCHES)
-    tall = 5.0 if len(results) > UPRIGHT_NAMES else 4.0  # room for names on end
-    if left + right <= PAGE_INCHES:
+    side = left + right <= PAGE_INCHES
+    stand = not upright(_names(results), (right if side else PAGE_INCHES) - MISS_FRAME_INCHES)
+    tall = 5.0 if stand else 4.0  # room for names on end
+    if side:
         fig = figure(left + right, tall)
         busy, misses = fig.subplots(1, 2, gridspec_kw={"width_ratios": [left, right]})
     else:
         fig = figure(PAGE_INCHES, 4.0 + tall)
         busy, misses = fig.subplots(2, 1, gridspec_kw={"height_ratios": [4.0, tall]})
-    _busy(busy, results)
-    _misses(misses, results)
+    _busy(busy, results, left if side else PAGE_INCHES)
+    _misses(misses, results, stand)
     return fig

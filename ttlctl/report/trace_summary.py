@@ -10,6 +10,9 @@ from ttlctl.report.markup import absent, note, table
 from ttlctl.report.rundir import RunInputs
 from ttlctl.trace.summary import summarize
 
+#: the timing columns a trace may leave empty (docs/trace-format.md)
+OPTIONAL = ("tool_s", "gap_s", "llm_s")
+
 
 def section(run: RunInputs) -> str:
     if run.trace is None:
@@ -33,6 +36,18 @@ def section(run: RunInputs) -> str:
         f"{tok['input']:,}, output {tok['output']:,}, reused {tok['reused']:,}.</p>",
         table(("quantity", "count", "p50", "p90", "p99", "mean"), rows),
     ]
+    # a column no call has (a synthetic trace records no latency) is a row of dashes:
+    # say why, once
+    missing = [column for column in OPTIONAL if s[column]["count"] == 0]
+    if missing and s["calls"]:
+        one = len(missing) == 1
+        columns = ", ".join(missing[:-1]) + " and " + missing[-1] if not one else missing[0]
+        parts.append(
+            note(
+                f"{columns} {'is' if one else 'are'} not in this trace (no call records "
+                f"{'it' if one else 'them'}): {'its row is' if one else 'their rows are'} empty."
+            )
+        )
     tools = s["tools"]
     if tools["distinct"]:
         parts.append(

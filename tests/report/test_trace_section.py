@@ -1,0 +1,30 @@
+"""The trace section says why a timing row is empty: the column is not in the trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from ttlctl.report import build_report
+from ttlctl.trace import io as trace_io
+
+
+def _trace_section(run: Path, frame: pl.DataFrame) -> str:
+    trace_io.write(frame.lazy(), run / "trace.parquet")
+    page = build_report(run)
+    return page.split('id="trace"')[1].split("</section>")[0]
+
+
+def test_a_column_no_call_has_is_said_to_be_absent(sample_run: Path, tmp_path: Path) -> None:
+    """Regression: on a synthetic trace (no latencies) the llm_s row was a row of "—" with
+    count 0, and nothing said why."""
+    frame = trace_io.read(sample_run / "trace.parquet")
+    timed = frame.with_columns(pl.lit(1.5).alias("llm_s"))
+    assert "not in this trace" not in _trace_section(tmp_path, timed)
+    synthetic = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("llm_s"))
+    section = _trace_section(tmp_path, synthetic)
+    assert "llm_s is not in this trace (no call records it): its row is empty." in section
+    untimed = synthetic.with_columns(pl.lit(None, dtype=pl.Float64).alias("tool_s"))
+    section = _trace_section(tmp_path, untimed)
+    assert "tool_s and llm_s are not in this trace (no call records them)" in section

@@ -5,6 +5,7 @@ held-back evaluation. Read defensively: any key may be missing or odd."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ttlctl.report.files import SUMMARY
-from ttlctl.report.markup import absent, e, is_num, kv, note, ratio
+from ttlctl.report.markup import absent, e, is_num, kv, note, num, ratio
 from ttlctl.report.png import figure, img, label
 from ttlctl.report.rundir import RunInputs
 
@@ -103,13 +104,41 @@ def section(run: RunInputs) -> str:
     ]
     best_doc = tune.get("best")
     if isinstance(best_doc, dict):
-        flat = {k: v for k, v in best_doc.items() if k != "params"}
-        if isinstance(best_doc.get("params"), dict):
-            flat.update({f"params.{k}": v for k, v in best_doc["params"].items()})
-        parts.append("<p>Best trial:</p>" + kv(flat))
+        parts.append("<p>Best trial:</p>" + kv(dict(flat(best_doc))))
     held = tune.get("held_back")
     if isinstance(held, dict):
         # the gains as tune prints them, all alike (0.9998 and 1.0 are 1.000x and 1.000x)
         shown = {k: ratio(v) if str(k).startswith("gain_") else v for k, v in held.items()}
-        parts.append("<p>Held-back evaluation:</p>" + kv(shown))
+        parts.append("<p>Held-back evaluation:</p>" + kv(dict(flat(shown))))
     return "".join(parts)
+
+
+def flat(doc: dict[str, Any], prefix: str = "", depth: int = 0) -> Iterator[tuple[str, Any]]:
+    """A summary's rows: nested records as dotted keys (``policy.eta``), a router as one
+    phrase (``cache-aware, 4 replicas: cache_threshold 0.3, …``), so that the best trial's
+    policy and router read in full where a table cell cut their JSON at 200 characters;
+    lists, and records nested deeper than three, stay as they are."""
+    for key, value in doc.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and _is_router(value):
+            yield name, router_phrase(value)
+        elif isinstance(value, dict) and value and depth < 3:
+            yield from flat(value, f"{name}.", depth + 1)
+        else:
+            yield name, value
+
+
+def _is_router(value: dict[str, Any]) -> bool:
+    return isinstance(value.get("name"), str) and isinstance(value.get("settings"), dict)
+
+
+def router_phrase(router: dict[str, Any]) -> str:
+    """A router's description (name, replicas, settings, and anything else it holds, such
+    as its workers' URLs) in one line."""
+    replicas = router.get("replicas")
+    head = str(router["name"]) + (f", {num(replicas)} replicas" if is_num(replicas) else "")
+    settings = ", ".join(f"{k} {num(v)}" for k, v in router["settings"].items())
+    rest = "".join(
+        f"; {k} {num(v)}" for k, v in router.items() if k not in ("name", "replicas", "settings")
+    )
+    return head + (f": {settings}" if settings else "") + rest

@@ -15,6 +15,7 @@ from tests.report.pages import check_png, parse, png_bytes
 from tests.report.runs import skewed_replay
 from ttlctl.report import build_report
 from ttlctl.report.jct import chart
+from ttlctl.report.ticks import log_ticks
 
 
 def _bars(ax: Axes) -> list[Rectangle]:
@@ -130,3 +131,19 @@ def test_the_tail_axis_has_ticks_to_read_values_by() -> None:
     boxes = sorted((t.get_window_extent(renderer) for t in shown), key=lambda b: b.y0)
     for a, b in pairwise(boxes):
         assert not a.overlaps(b), "two tick labels are drawn over each other"
+
+
+def test_the_tail_axis_survives_figures_at_the_ends_of_the_floats() -> None:
+    """Regression: an edited replay.json's p50 of 1e-300 under a mean of 1e300 overflowed
+    the ratio of the two (log_ticks raised OverflowError), and a p95 of 1.7e308 padded by
+    5% was inf ("Axis limits cannot be NaN or Inf"): the JCT section was a note."""
+    assert all(1e-300 <= t <= 1e300 for t in log_ticks(1e-300, 1e300, 0.1))
+    assert len(log_ticks(1e-300, 1e300, 0.1)) >= 4
+    for extreme in ({"jct_p50_s": 1e-300, "jct_mean_s": 1e300}, {"jct_p95_s": 1.7e308}):
+        results = [{**r, **extreme} if i == 0 else r for i, r in enumerate(_four_replicas())]
+        fig = chart(results)
+        FigureCanvasAgg(fig).draw()
+        low, high = fig.axes[1].get_ylim()
+        assert low > 0 and math.isfinite(high)
+        shown = [v for r in results for v in r.values() if isinstance(v, float)]
+        assert low <= min(shown) and max(shown) <= high

@@ -16,6 +16,7 @@ Evaluation-only bounds (they read what no engine can know) are hatched grey bars
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 
 from matplotlib.axes import Axes
@@ -113,9 +114,13 @@ def _tails(ax: Axes, results: Sequence[PolicyResult], names: list[str]) -> None:
     if values:
         # a span of under a decade had two labels (200 and 500): ticks to read values by
         low, high = min(values), max(values)
-        pad = max((high / low) ** 0.05, 1.05)
-        ax.set_ylim(low / pad, high * pad)
-        ax.yaxis.set_major_locator(FixedLocator(log_ticks(low / pad, high * pad, TICKS_APART)))
+        # in decades, and the limits kept finite and positive: of an edited replay.json's
+        # 1e-300 and 1e300 the ratio overflowed, and 1.7e308 padded was inf (no chart)
+        span = math.log10(high) - math.log10(low)
+        pad = 10 ** max(0.05 * span, math.log10(1.05))
+        bottom, top = low / pad or low, min(high * pad, sys.float_info.max)
+        ax.set_ylim(bottom, top)
+        ax.yaxis.set_major_locator(FixedLocator(log_ticks(bottom, top, TICKS_APART)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.6g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlim(-0.5, len(results) - 0.5)

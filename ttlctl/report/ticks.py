@@ -37,7 +37,7 @@ def _decade_ticks(lo: float, hi: float, mantissas: tuple[int, ...]) -> list[floa
 
 def _closest(ticks: list[float]) -> float:
     """The smallest gap between neighbouring ticks, in decades (inf for one tick)."""
-    gaps = [math.log10(b / a) for a, b in pairwise(ticks)]
+    gaps = [math.log10(b) - math.log10(a) for a, b in pairwise(ticks)]
     return min(gaps, default=math.inf)
 
 
@@ -45,7 +45,8 @@ def log_ticks(lo: float, hi: float, apart: float) -> list[float]:
     """Ticks within [lo, hi] (both > 0) of a log axis on which neighbours are at least
     ``apart`` of the span ``log10(hi / lo)`` apart: the densest set of :data:`MANTISSAS`
     that keeps them so; evenly spaced ticks where that gives fewer than :data:`LEAST`."""
-    span = math.log10(hi / lo) if hi > lo else 0.0
+    # logs apart, not of the ratio: 1e300 / 1e-300 overflows to inf (and ceil(inf) raises)
+    span = math.log10(hi) - math.log10(lo) if hi > lo else 0.0
     ticks: list[float] = []
     for mantissas in MANTISSAS:
         ticks = _decade_ticks(lo, hi, mantissas)

@@ -147,3 +147,12 @@ def test_the_tail_axis_survives_figures_at_the_ends_of_the_floats() -> None:
         assert low > 0 and math.isfinite(high)
         shown = [v for r in results for v in r.values() if isinstance(v, float)]
         assert low <= min(shown) and max(shown) <= high
+
+
+def test_a_huge_means_label_stays_short() -> None:
+    """Regression: a mean of 1e300 (an edited replay.json) was labelled in 301 digits,
+    wider than the page: the figure's layout collapsed."""
+    results = [{**r, "jct_mean_s": 1e300} if i == 0 else r for i, r in enumerate(_four_replicas())]
+    labels = [t.get_text() for t in chart(results).axes[0].texts]
+    assert labels[0] == "1e+300"
+    assert labels[1:] == ["326", "234", "214", "201"]  # the others as before

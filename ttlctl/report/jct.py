@@ -73,7 +73,13 @@ def _means(ax: Axes, results: Sequence[PolicyResult], names: list[str]) -> None:
         px, py = [x for x, _ in dots], [m for _, m in dots]
         ax.scatter(px, py, marker="o", color="k", s=DOT_AREA, zorder=3)
     for x, mean, median in zip(xs, means, medians, strict=True):
-        text = "—" if mean is None else f"{mean:,.3g}" if mean < 1000 else f"{mean:,.0f}"
+        # whole seconds up to millions; past that as 1.2e+09 (an edited 1e300 was written
+        # out in 301 digits, wider than the page, and the layout collapsed)
+        text = (
+            "—" if mean is None
+            else f"{mean:,.3g}" if mean < 1000 or mean >= 1e7
+            else f"{mean:,.0f}"
+        )  # fmt: skip
         # above the bar and above its dot: a median above the mean (continuum's 249 over
         # 234) or just below it put the dot on the label
         ax.annotate(

@@ -59,4 +59,6 @@ def log_ticks(lo: float, hi: float, apart: float) -> list[float]:
         spaced = [float(v) for v in even.tick_values(lo, hi) if lo <= v <= hi and v > 0]
         if len(spaced) > len(ticks) and _closest(spaced) >= apart * span:
             ticks = spaced
+        elif not ticks:  # no two ticks far enough apart: one, mid-axis (2.37 to 2.417 s)
+            ticks = [spaced[len(spaced) // 2]] if spaced else [lo]
     return ticks

@@ -127,7 +127,8 @@ def main() -> None:
         # follows the same one (a replay runs 5-10% slower after another that left the
         # heap fragmented: the fleet after the single replica's, whose 1,000 programs
         # queue on one engine)
-        for results, replicas in kinds[turn % 3 :] + kinds[: turn % 3]:
+        first = turn % len(kinds)
+        for results, replicas in kinds[first:] + kinds[:first]:
             results.append(replay(work, replicas, args.router))
     one = min(ones, key=lambda r: r["cpu_s"])
     single = min(singles, key=lambda r: r["cpu_s"])

@@ -59,10 +59,16 @@ def logged_reserve(entry: Mapping[str, Any]) -> bool | None:
 def logged_watermark(entry: Mapping[str, Any]) -> float | None:
     """The share of blocks the engine kept free at admission; None: not stated (or not a
     share vLLM takes)."""
+    value = _stated_watermark(entry)
+    return value if value is not None and watermark_problem(value) is None else None
+
+
+def _stated_watermark(entry: Mapping[str, Any]) -> float | None:
+    """The watermark the facts state as a number, in vLLM's range or not (None: none)."""
     value = entry.get("watermark")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if watermark_problem(value) is None else None
+    return float(value)
 
 
 def scheduling_key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -111,9 +117,9 @@ def as_logged(
         changes["reserve_full_prompt"] = reserve
     watermark = logged_watermark(entry) if entry is not None else None
     mine = given.get("watermark")
-    refused = _refused_watermark(entry) if entry is not None and mine is None else None
-    if refused is not None:
-        notes.append(f"{of} states watermark {refused:g}, which vLLM refuses: replayed without one")
+    stated = _stated_watermark(entry) if entry is not None and mine is None else None
+    if stated is not None and watermark_problem(stated) is not None:  # an edited log
+        notes.append(f"{of} states watermark {stated:g}, which vLLM refuses: replayed without one")
     if mine is not None:
         changes["watermark"] = mine
         if watermark is not None and watermark != mine:
@@ -122,15 +128,6 @@ def as_logged(
         from_log = from_log or watermark != engine.watermark
         changes["watermark"] = watermark
     return (replace(engine, **changes) if changes else engine), notes, from_log
-
-
-def _refused_watermark(entry: Mapping[str, Any]) -> float | None:
-    """A watermark the facts state as a number outside vLLM's range (an edited log: vLLM
-    would not start with it), else None."""
-    value = entry.get("watermark")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if watermark_problem(value) is not None else None
 
 
 def _whole(value: Any) -> int | None:

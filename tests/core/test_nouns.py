@@ -9,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from ttlctl.cli import app
-from ttlctl.nouns import counted
+from ttlctl.nouns import counted, listed
 from ttlctl.report import trace_summary
 from ttlctl.report.rundir import load
 
@@ -60,3 +60,10 @@ def test_the_summaries_say_one_program_and_one_call(tmp_path: Path) -> None:
     res = runner.invoke(app, ["synth", "--workload", "bfcl", "--programs", "1", "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert " of 1 bfcl program (seed 0) to " in res.stdout
+
+
+def test_words_are_listed_as_english_lists_them() -> None:
+    assert listed([]) == ""
+    assert listed(["llm_s"]) == "llm_s"
+    assert listed(["gap_s", "llm_s"]) == "gap_s and llm_s"
+    assert listed(["p50", "mean", "p95"]) == "p50, mean and p95"

@@ -27,6 +27,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from replay.figures import PolicyResult
 from ttlctl import gap
+from ttlctl.nouns import listed
 from ttlctl.report.markup import absent, kv, note, pct, table
 from ttlctl.report.png import figure, img, label
 from ttlctl.report.rundir import RunInputs
@@ -132,9 +133,7 @@ def _tails(ax: Axes, results: Sequence[PolicyResult], names: list[str]) -> None:
     ax.set_xlim(-0.5, len(results) - 0.5)
     ax.set_xticks(xs, names, rotation=30, ha="right")
     ax.set_ylabel("JCT (s), log scale")
-    names = [name for _, name, *_ in drawn]
-    listed = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
-    ax.set_title(f"the tail: {listed}", fontsize=9)
+    ax.set_title(f"the tail: {listed([mark for _, mark, *_ in drawn])}", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     handles = [_marker(m, c, name) for _, name, m, c in reversed(drawn)]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ttlctl.nouns import counted
+from ttlctl.nouns import counted, listed
 from ttlctl.report.markup import absent, note, table
 from ttlctl.report.rundir import RunInputs
 from ttlctl.trace.summary import summarize
@@ -41,10 +41,9 @@ def section(run: RunInputs) -> str:
     missing = [column for column in OPTIONAL if s[column]["count"] == 0]
     if missing and s["calls"]:
         one = len(missing) == 1
-        columns = ", ".join(missing[:-1]) + " and " + missing[-1] if not one else missing[0]
         parts.append(
             note(
-                f"{columns} {'is' if one else 'are'} not in this trace (no call records "
+                f"{listed(missing)} {'is' if one else 'are'} not in this trace (no call records "
                 f"{'it' if one else 'them'}): {'its row is' if one else 'their rows are'} empty."
             )
         )

@@ -4,6 +4,7 @@ a reason it does not have (the place the bad record took among the calls)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +94,56 @@ def test_strict_ingest_names_the_bad_call(tmp_path: Path) -> None:
     with pytest.raises(IngestError) as info:
         ingest([src], tmp_path / "t.parquet")
     assert (info.value.record, info.value.reason) == ("line 2", "negative prompt_tokens: -7")
+
+
+def _broken(rows: list[dict[str, Any]], line: int, keep: int, path: Path) -> Path:
+    """``rows`` written as a log whose ``line`` (1-based) keeps only its first ``keep``
+    characters (malformed JSON; cut short when it is the last line)."""
+    lines = [json.dumps(r) for r in rows]
+    lines[line - 1] = lines[line - 1][:keep]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_line_that_does_not_parse_but_names_its_program_rejects_it_whole(
+    tmp_path: Path,
+) -> None:
+    """Regression: under --skip-bad a malformed line was rejected alone, and its program
+    kept its other calls, renumbered: a call short, and the pause before the lost call
+    spanning it (the fit then read that as a tool's pause)."""
+    rows = _program()
+    cut = json.dumps(rows[1]).index('"tool"')  # past program_id, before the rest
+    src = _broken(rows, 2, cut, tmp_path / "engine.jsonl")
+    report, frame, rejects = ingest_skipping_bad([src], tmp_path / "t.parquet", "engine-log")
+    assert sorted(frame["program_id"].unique()) == ["q"]
+    because = "rejected with its program: p has a bad record (line 2)"
+    reasons = {r["record"]: r["reason"] for r in rejects}
+    assert reasons["line 1"] == because and reasons["line 4"] == because
+    assert reasons["line 2"].startswith("malformed JSON")
+    assert report.records == 4 and report.rejected == 3
+
+
+def test_a_line_cut_before_its_program_is_rejected_alone(tmp_path: Path) -> None:
+    """A line that no longer names its program (cut before ``program_id``) cannot reject
+    it: it is rejected alone, as before."""
+    rows = _program()
+    cut = json.dumps(rows[1]).index('"program_id"')
+    src = _broken(rows, 2, cut, tmp_path / "engine.jsonl")
+    _, frame, rejects = ingest_skipping_bad([src], tmp_path / "t.parquet", "engine-log")
+    assert sorted(frame["program_id"].unique()) == ["p", "q"]
+    assert [(r["record"], r["reason"][:14]) for r in rejects] == [("line 2", "malformed JSON")]
+
+
+def test_a_broken_line_on_another_replica_rejects_its_program(tmp_path: Path) -> None:
+    """Two replicas' logs: the program's broken line in one rejects its calls in both."""
+    rows = _program()
+    first = _write(tmp_path / "a.jsonl", [rows[0], rows[2]])
+    cut = json.dumps(rows[3]).index('"is_last"')
+    second = _broken([rows[1], rows[3]], 2, cut, tmp_path / "b.jsonl")
+    _, frame, rejects = ingest_skipping_bad([first, second], tmp_path / "t.parquet", "engine-log")
+    assert sorted(frame["program_id"].unique()) == ["q"]
+    assert sorted(Path(r["file"]).name + ":" + r["record"] for r in rejects) == [
+        "a.jsonl:line 1",
+        "b.jsonl:line 1",
+        "b.jsonl:line 2",
+    ]

@@ -11,7 +11,8 @@ object. The bytes come through :mod:`ttlctl.ingest.rawfile`, so gzip data reads 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,10 +95,15 @@ def bad_json_line(exc: json.JSONDecodeError, *, cut: bool) -> str:
     return f"malformed JSON: {exc.msg}"
 
 
-def iter_jsonl(path: Path, sink: RejectSink) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_jsonl(
+    path: Path, sink: RejectSink, broken: Callable[[int, str, str], bool] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (line number, object) for each JSON-object line; reject the others.
 
-    Blank lines are not records and are passed over.
+    Blank lines are not records and are passed over. ``broken``, given, is first told
+    (line number, line, reason) of each line that does not parse: when it returns True
+    the caller has taken the line (a reader that can still tell its program rejects that
+    program whole: :func:`salvaged_string`), and it is not rejected here.
     """
     text = read_text(path, sink)
     if text is None:
@@ -110,7 +116,8 @@ def iter_jsonl(path: Path, sink: RejectSink) -> Iterator[tuple[int, dict[str, An
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             reason = bad_json_line(exc, cut=lineno == cut)
-            sink.reject(path, f"line {lineno}", reason, raw=line)
+            if broken is None or not broken(lineno, line, reason):
+                sink.reject(path, f"line {lineno}", reason, raw=line)
             continue
         except RecursionError:
             sink.reject(path, f"line {lineno}", "malformed JSON: nesting too deep")
@@ -119,6 +126,20 @@ def iter_jsonl(path: Path, sink: RejectSink) -> Iterator[tuple[int, dict[str, An
             sink.reject(path, f"line {lineno}", "not a JSON object", raw=line)
             continue
         yield lineno, obj
+
+
+def salvaged_string(line: str, key: str) -> str | None:
+    """The string value of ``key`` in a line that does not parse as JSON, when the line
+    still holds it whole (a line cut short after it, or broken elsewhere), else None (a
+    null, a number, a value cut short, no such key). The first occurrence counts."""
+    found = re.search(r'"' + re.escape(key) + r'"\s*:\s*("(?:[^"\\]|\\.)*")', line)
+    if found is None:
+        return None
+    try:
+        value = json.loads(found.group(1))
+    except json.JSONDecodeError:  # a bad escape
+        return None
+    return value if isinstance(value, str) else None
 
 
 def first_object_line(head: bytes) -> bytes | None:

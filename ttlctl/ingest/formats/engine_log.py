@@ -75,7 +75,9 @@ and its engine records, under which no call was kept, are left out.
 A bad request line (a value out of range, a field missing) is a row with a reason: it is
 placed among its program's calls by its arrival (last, before the call tagged ``is_last``,
 when its arrival is unknown: :mod:`.engine_log_programs`), and validation rejects its
-program whole, naming it as the cause.
+program whole, naming it as the cause. So is a line that does not parse as JSON (cut
+short, malformed) when it still names its ``program_id`` (its arrival unknown); one that
+does not (cut before it) is rejected alone, its program, if it had one, read without it.
 
 Aborted calls (``finish_reason`` ``abort``: the client went away, or cancelled) are
 kept as calls with the tokens they produced (``output_tokens`` 0 when aborted before
@@ -92,7 +94,8 @@ so far count as a whole program (the fit's η sees them shorter than they will b
 client that never sends ``is_last: 1`` makes every tagged program count here. Untagged
 one-call programs (``request:<request_id>``) are not counted.
 
-This module reads the lines; the engine records are kept by
+This module reads a group of files; their lines are read by
+:mod:`ttlctl.ingest.formats.engine_log_lines`, the engine records kept by
 :mod:`ttlctl.ingest.formats.engine_log_facts`, requests logged twice found by
 :mod:`ttlctl.ingest.formats.engine_log_repeats`, the calls made programs by
 :mod:`ttlctl.ingest.formats.engine_log_programs`, a rotated log's parts joined by
@@ -101,25 +104,18 @@ This module reads the lines; the engine records are kept by
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from ttlctl.ingest.fields import RecordError, number, tokens, tool_name
-from ttlctl.ingest.formats.engine_log_facts import Engines, Unnamed, log_names, parse_facts
-from ttlctl.ingest.formats.engine_log_programs import UNPLACED, as_programs
-from ttlctl.ingest.formats.engine_log_repeats import Requests
-from ttlctl.ingest.formats.rotated import Part, carry_over, log_of
-from ttlctl.ingest.jsontext import first_object_line, iter_jsonl
+from ttlctl.ingest.formats.engine_log_facts import Unnamed, log_names
+from ttlctl.ingest.formats.engine_log_lines import SCHEMA, Group, LogFile
+from ttlctl.ingest.formats.engine_log_programs import as_programs
+from ttlctl.ingest.formats.rotated import carry_over
+from ttlctl.ingest.jsontext import first_object_line
 from ttlctl.ingest.reader import GroupParsed, Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
 
-SCHEMA = "ttlctl.engine-log/1"
-#: the ``kind`` of an engine-facts line (ttlctl.engine.facts.KIND; not imported: vLLM side)
-ENGINE = "engine"
-#: the ``finish_reason`` of a request the engine aborted (vLLM's; the client went away)
-ABORT = "abort"
+__all__ = ["READER", "SCHEMA", "EngineLogReader"]
 
 
 class EngineLogReader:
@@ -135,119 +131,32 @@ class EngineLogReader:
 
     def read_group(self, paths: Sequence[Path], sink: RejectSink) -> GroupParsed:
         """All the files' calls as one log: programs merged across files by arrival."""
-        engines = Engines()
-        requests = Requests()
-        calls: list[tuple[str | None, str | None, dict[str, Any]]] = []
+        group = Group(paths)
         records: list[int] = []
-        aborted = 0
-        logs = [str(log_of(p)) for p in paths]
-        # the replica of a file whose engine names none: its log's, named once all are read
-        unnamed = [Unnamed(log) for log in logs]
-        # per log: its calls, and its requests that repeat one read before (a copy: none kept)
-        kept: dict[str, int] = dict.fromkeys(logs, 0)
-        repeated: dict[str, int] = dict.fromkeys(logs, 0)
-        parts = [Part(path) for path in paths]
         for index, path in enumerate(paths):
-            before, made = sink.count, 0
-            in_force: dict[str, Any] | None = None
-            for lineno, obj in iter_jsonl(path, sink):
-                record = f"line {lineno}"
-                if obj.get("schema") != SCHEMA:
-                    sink.reject(path, record, f"not an engine-log record: {_schema_said(obj)}")
-                    continue
-                kind = obj.get("kind")
-                if kind == ENGINE:
-                    try:
-                        in_force = engines.add(parse_facts(obj), path, lineno, unnamed[index])
-                    except RecordError as exc:
-                        sink.reject(path, record, f"bad engine record: {exc}")
-                    continue
-                if kind is not None:
-                    sink.reject(path, record, f"not an engine-log record: kind is {kind!r}")
-                    continue
-                request_id = obj.get("request_id")
-                program = obj.get("program_id")
-                if program in (None, "") and request_id in (None, ""):
-                    sink.reject(path, record, "missing request_id and program_id")
-                    continue
-                row = _row(obj, record, lineno)
-                if request_id not in (None, "") and row["_sort"] != UNPLACED:
-                    repeat = requests.repeat(str(request_id), row["_sort"], path, lineno)
-                    if repeat is not None:
-                        sink.reject(path, record, repeat)
-                        repeated[logs[index]] += 1
-                        continue
-                aborted += str(obj.get("finish_reason")) == ABORT
-                row["_file"] = str(path)
-                row["_order"] = (index, lineno)
-                row["replica"] = engines.replica(in_force, unnamed[index])
-                if in_force is not None:
-                    in_force["calls"] += 1
-                else:  # its record may be in force from the log's earlier part: below
-                    parts[index].unplaced.append(row)
-                tagged = None if program in (None, "") else str(program)
-                calls.append((tagged, None if tagged else str(request_id), row))
-                made += 1
+            before = sink.count
+            made = LogFile(group, index, path).read(sink)
             records.append(made + sink.count - before)
-            kept[logs[index]] += made
-            parts[index].last = in_force
-        carry_over(parts)
-        names = log_names(logs, copies={log for log, n in repeated.items() if n and not kept[log]})
-        engines.settle(names)
-        for _, _, row in calls:
+        carry_over(group.parts)
+        copies = {log for log, n in group.repeated.items() if n and not group.kept[log]}
+        names = log_names(group.logs, copies=copies)
+        group.engines.settle(names)
+        for _, _, row in group.calls:
             if isinstance(row["replica"], Unnamed):
                 row["replica"] = names.get(row["replica"].log)
-        rows, in_flight, reused = as_programs(calls)
+        rows, in_flight, reused = as_programs(group.calls)
         parsed = Parsed(
             frame_from_rows(rows, None),
             records=sum(records),
             absolute_time=True,
             in_flight=sum(in_flight.values()),
-            engines=tuple(engines.entries),
+            engines=tuple(group.engines.entries),
             reused=reused,
-            aborted=aborted,
+            aborted=group.aborted,
         )
         return GroupParsed(
             parsed, records=records, in_flight=[in_flight.get(str(p), 0) for p in paths]
         )
 
 
-def _row(obj: dict[str, Any], record: str, lineno: int) -> dict[str, Any]:
-    """A request line as a row; a bad one carries ``_reason``, and is placed among its
-    program's calls by its arrival when that much of it could be read."""
-    row: dict[str, Any] = {"_record": record, "_line": lineno, "_sort": UNPLACED}
-    try:
-        arrival = number(obj.get("arrival_unix_s"), "arrival_unix_s")
-        assert arrival is not None
-        row["_sort"] = arrival
-        finish = number(obj.get("finish_unix_s"), "finish_unix_s")
-        assert finish is not None
-        if finish < arrival:
-            raise RecordError(f"finish before arrival: {finish} < {arrival}")
-        row.update(
-            arrival_s=arrival,
-            llm_s=finish - arrival,
-            input_tokens=tokens(obj.get("prompt_tokens"), "prompt_tokens"),
-            output_tokens=tokens(obj.get("output_tokens"), "output_tokens"),
-            _finish=finish,
-        )
-        tool = obj.get("tool")
-        row["tool"] = None if tool is None else tool_name(str(tool))
-        last = obj.get("is_last")
-        if last is not None:
-            if last not in (True, False, 0, 1):
-                raise RecordError(f"invalid is_last: {last!r}")
-            row["is_last"] = bool(last)
-    except RecordError as exc:
-        row["_reason"] = str(exc)
-    return row
-
-
 READER = EngineLogReader()
-
-
-def _schema_said(obj: dict[str, Any]) -> str:
-    """What a line's schema is, in JSON's words (null, not Python's None)."""
-    if "schema" not in obj:
-        return f"no schema (an engine log's lines have {json.dumps(SCHEMA)})"
-    return f"schema is {json.dumps(obj['schema'])}, not {json.dumps(SCHEMA)}"

@@ -59,7 +59,13 @@ from typing import Any
 import polars as pl
 
 from ttlctl.ingest.fields import RecordError, duration, epoch, integer, tokens, tool_name
-from ttlctl.ingest.jsontext import bad_json_line, cut_line, first_object_line, read_text
+from ttlctl.ingest.jsontext import (
+    bad_json_line,
+    cut_line,
+    first_object_line,
+    read_text,
+    salvaged_string,
+)
 from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
 
@@ -122,13 +128,13 @@ class TraceLabReader:
                 # A broken line whose session can still be read: reject that session
                 # whole rather than let it come out with a hole.
                 raw = raw_lines[lineno]
-                found = _SESSION_RE.search(raw)
-                if found is None:
+                session = salvaged_string(raw, "session_id")
+                if not session:
                     sink.reject(path, where, broken, raw=raw)
                     continue
                 turn = _ROUND_RE.search(raw)
                 row: dict[str, Any] = {
-                    "program_id": found.group(1),
+                    "program_id": session,
                     "turn": int(turn.group(1)) if turn else None,
                     "_record": where,
                     "_reason": broken,
@@ -152,7 +158,6 @@ class TraceLabReader:
         return Parsed(frame_from_rows(rows, path), records=len(lines), absolute_time=True)
 
 
-_SESSION_RE = re.compile(r'"session_id"\s*:\s*"((?:[^"\\]|\\.)+)"')
 _ROUND_RE = re.compile(r'"round_index"\s*:\s*(\d+)')
 
 

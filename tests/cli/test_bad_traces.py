@@ -49,6 +49,15 @@ CASES: dict[str, tuple[Callable[[pl.DataFrame], pl.DataFrame], str]] = {
         _set("tool", " ", row=1),
         'row 2: empty tool name: null is no tool, "unknown" a tool whose name is not known',
     ),
+    "blank replica": (
+        lambda f: f.with_columns(
+            pl.when(pl.int_range(pl.len()) == 1)
+            .then(pl.lit(" "))
+            .otherwise(pl.lit("r1"))
+            .alias("replica")
+        ),
+        "row 2: empty replica name: null is no replica (a call whose replica is not known)",
+    ),
     "negative input_tokens": (
         _set("input_tokens", -300),
         "row 2: negative input_tokens: -300",

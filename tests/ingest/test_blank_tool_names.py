@@ -105,3 +105,22 @@ def test_blanks_around_a_canonical_tool_name_are_not_part_of_it(tmp_path: Path) 
     assert (report.rows, report.rejected) == (3, 0)
     trace = trace_io.read(tmp_path / "out.parquet").sort("turn")
     assert trace["tool"].to_list() == ["bash", "grep", None]
+
+
+REPLICA_REASON = "empty replica name: null is no replica (a call whose replica is not known)"
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\u3000"])
+def test_a_blank_replica_in_a_canonical_input_is_a_bad_value(tmp_path: Path, blank: str) -> None:
+    """As a blank tool is: null says the replica is not known; a blank says nothing. Blanks
+    around a name are not part of it (``" r1 "`` is ``r1``)."""
+    rows = [_call("a", 0, "bash") | {"replica": " r1 "}, _call("a", 1, None) | {"replica": "r1"}]
+    rows += [_call("b", 0, "bash") | {"replica": blank}, _call("b", 1, None)]
+    src = tmp_path / "t.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(IngestError) as info:
+        ingest([src], tmp_path / "out.parquet")
+    assert str(info.value) == f"{src}: line 3: {REPLICA_REASON}"
+    report = ingest([src], tmp_path / "out.parquet", skip_bad=True)
+    assert report.rejected_by_reason == {"empty replica name": 1, "rejected with its program": 1}
+    assert trace_io.read(tmp_path / "out.parquet")["replica"].to_list() == ["r1", "r1"]

@@ -326,6 +326,9 @@ def test_a_bad_engine_record_is_a_bad_record(tmp_path: Path) -> None:
         ({"watermark": -0.1}, "watermark must be from 0 to 1"),
         ({"max_num_scheduled_tokens": 0}, "max_num_scheduled_tokens must be at least 1: 0"),
         ({"enable_chunked_prefill": "yes"}, "enable_chunked_prefill is not true or false"),
+        ({"replica": ["x"]}, "replica is not text: ['x']"),
+        ({"replica": 3}, "replica is not text: 3"),
+        ({"model": {"name": "tiny"}}, "model is not text: {'name': 'tiny'}"),
     ],
 )
 def test_an_engine_that_could_not_run_is_a_bad_record(
@@ -414,3 +417,15 @@ def test_rotated_parts_of_an_unnamed_log_are_one_replica(tmp_path: Path) -> None
         "x.jsonl",
         "x",
     ]
+
+
+@pytest.mark.parametrize(("named", "replica"), [(" r1 ", "r1"), ("   ", None), ("", None)])
+def test_a_replica_is_named_without_the_blanks_around_it(
+    tmp_path: Path, named: str, replica: str | None
+) -> None:
+    """As the plugin reads ``TTLCTL_REPLICA`` (stripped; a blank one names none). Regression:
+    ``" r1 "`` was a replica apart from ``r1``, and ``"   "`` one named by blanks."""
+    src = _write(tmp_path / "engine.jsonl", [_facts(named), *_log()])
+    ingest([src], tmp_path / "t.parquet")
+    assert set(trace_io.read(tmp_path / "t.parquet")["replica"].to_list()) == {replica}
+    assert [e["replica"] for e in trace_io.engines(tmp_path / "t.parquet")] == [replica]

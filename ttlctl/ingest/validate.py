@@ -32,8 +32,9 @@ PARQUET_EXPANSION = 6
 
 def combine(parsed: list[tuple[Parsed, bool]]) -> pl.LazyFrame:
     """All files' rows in one frame, wall clocks rebased to the earliest absolute arrival,
-    each tool's name without the blanks around it (as the log readers and the engine read a
-    name: ``bash `` is ``bash``; a blank one is then empty, which the rules refuse)."""
+    each tool's and replica's name without the blanks around it (as the log readers and
+    the engine read a name: ``bash `` is ``bash``; a blank one is then empty, which the
+    rules refuse)."""
     relative = [_named(p.frame) for p, absolute in parsed if not absolute and has_rows(p)]
     absolute = [_named(p.frame) for p, absolute in parsed if absolute and has_rows(p)]
     if absolute:
@@ -48,7 +49,9 @@ def combine(parsed: list[tuple[Parsed, bool]]) -> pl.LazyFrame:
 
 
 def _named(frame: pl.LazyFrame) -> pl.LazyFrame:
-    return conform(frame).with_columns(pl.col("tool").str.strip_chars())
+    return conform(frame).with_columns(
+        pl.col("tool").str.strip_chars(), pl.col("replica").str.strip_chars()
+    )
 
 
 def has_rows(one: Parsed) -> bool:

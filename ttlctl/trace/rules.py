@@ -70,6 +70,11 @@ def _value_rules() -> list[Rule]:
             msg('empty tool name: null is no tool, "unknown" a tool whose name is not known'),
             1,
         ),
+        Rule(
+            pl.col("replica").str.strip_chars() == "",
+            msg("empty replica name: null is no replica (a call whose replica is not known)"),
+            1,
+        ),
         Rule(pl.col("turn").is_null(), msg("missing turn"), 1),
         Rule(neg("turn"), pl.format("negative turn: {}", pl.col("turn")), 1),
         Rule(pl.col("input_tokens").is_null(), msg("missing input_tokens"), 1),

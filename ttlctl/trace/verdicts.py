@@ -109,13 +109,16 @@ def first_broken(frame: pl.LazyFrame | pl.DataFrame) -> tuple[int, str] | None:
     program order, then the first such row. The same rules as ingest's, so a trace ingest
     wrote always passes. Columnar: the only rows formatted are the bad ones.
     """
+    lazy = frame.lazy()
+    # the optional replica column (a rule reads it: a blank name), null where absent
+    replica = "replica" in lazy.collect_schema().names()
     rows = (
-        frame.lazy()
-        .select(
+        lazy.select(
             *(c for c in COLUMNS if c not in NULLNESS_ONLY),
             # a boolean, null where the value is, stands in for the names and lists
             *(pl.when(pl.col(c).is_not_null()).then(True).alias(c) for c in NULLNESS_ONLY),
             maybe_blank(pl.col("tool")).alias(TOOL_NAME),
+            pl.col("replica") if replica else pl.lit(None, dtype=pl.String).alias("replica"),
         )
         .with_row_index(SOURCE_ROW, offset=1)
         .with_columns(pl.lit(None, dtype=pl.String).alias(REASON))  # no reader's reason

@@ -158,7 +158,12 @@ def parse_facts(obj: dict[str, Any]) -> dict[str, Any]:
             if kind is bool and not isinstance(value, bool):
                 raise RecordError(f"{key} is not true or false: {value!r}"[:120])
             if kind is str:
-                value = str(value)
+                if not isinstance(value, str):
+                    raise RecordError(f"{key} is not text: {value!r}"[:120])
+                if key == "replica":
+                    # as the plugin reads TTLCTL_REPLICA (ttlctl.engine.facts.replica_name):
+                    # the name without the blanks around it; a blank one names none
+                    value = value.strip() or None
         out[key] = value
     blocks, size, tokens = out["kv_blocks"], out["block_size"], out["kv_tokens"]
     if blocks is not None and size is not None:

@@ -29,7 +29,7 @@ from replay.refit_settings import RefitSettings, default_load
 from replay.refit_sizing import Sized, by_replica, replicas, size
 from replay.sim import ReplayConfig
 from replay.tune.context import TuneContext, load_json
-from replay.tune.judge import replay_held_back
+from replay.tune.judge import HeldReplays, replay_held_back
 from replay.workload import from_frame
 from ttlctl.errors import ConfigError
 
@@ -145,9 +145,9 @@ def _replicas_in(frame: pl.DataFrame) -> list[str]:
 
 def replay(
     part: Part, specs: Mapping[str, PolicySpec], done: RunsDone | None = None
-) -> tuple[dict[str, list[float]], dict[str, list[float | None]]]:
-    """Each policy on every load × seed: each replay's mean JCT and its p95; ``done`` is
-    told the replays done of all of them."""
+) -> HeldReplays:
+    """Each policy on every load × seed: each replay's mean JCT and its p95, and the calls
+    the replays rejected; ``done`` is told the replays done of all of them."""
     return replay_held_back(part.ctx, specs, done=done)
 
 

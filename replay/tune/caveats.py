@@ -8,7 +8,9 @@ prints beside it (tune.json's ``guard.caveats``).
 - **cold start only**: the shipped policy pins, but its fit holds no more than K pauses
   in all, so every τ* it gives (for every tool) is the cold-start one (ln B, or the fixed
   ``cold_start_ttl_s``) until the engine has learned more than K pauses online: the
-  fitted distributions are not used yet.
+  fitted distributions are not used yet;
+- **calls rejected**: the held-back replays rejected calls (longer than the model or the KV
+  cache): their programs stopped there, and the JCTs compared are of the calls that ran.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from fitting.fit_doc import FitDoc
 from fitting.policy import SOURCE_COLD
 from fitting.policy_params import PolicyParams
 from profiles.schema import ProfileDoc
+from replay.rejected import held_back_line
 from ttlctl import bundle
 
 #: the context at which the cold-start check asks the policy (the source of τ* does not
@@ -33,9 +36,15 @@ def caveats(
     shipped: PolicyParams,
     fit: FitDoc,
     profile: ProfileDoc,
+    *,
+    calls: int = 0,
+    truncate: bool = False,
 ) -> list[str]:
-    """The warnings that go with a verdict (empty when there is nothing to say)."""
+    """The warnings that go with a verdict (empty when there is nothing to say);
+    ``calls``: a held-back replay's, ``truncate``: whether the replays clipped prompts."""
     out = []
+    if held.get("rejected_calls"):
+        out.append(held_back_line(held["rejected_calls"], calls, truncate))
     noise = _noise(held, verdict)
     if noise:
         out.append(noise)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -50,11 +50,31 @@ def held_back(
     stock vLLM as :func:`stock_fleet` places it (``cache-aware``, or the logged placement)."""
     specs = {name: continuum(ctx, p) for name, p in policies.items()} | {"vllm": PolicySpec("vllm")}
     routed = {**(fleets or {}), "vllm": stock_fleet(ctx)}
-    by, p95 = replay_held_back(ctx, specs, routed)
-    out = held_figures(ctx, by, p95, ("default", "vllm"), "vllm")
+    replays = replay_held_back(ctx, specs, routed)
+    by = replays.by
+    out = held_figures(ctx, by, replays.p95, ("default", "vllm"), "vllm") | replays.refused()
     if ctx.fleet is not None:
         out["routers"] = {name: (routed.get(name) or ctx.fleet).describe() for name in specs}
     return out, by
+
+
+class HeldReplays(NamedTuple):
+    """What the held-back replays of several policies give (:func:`replay_held_back`)."""
+
+    #: each replay's mean JCT, and its p95, by policy name
+    by: dict[str, list[float]]
+    p95: dict[str, list[float | None]]
+    #: the most calls one replay rejected (longer than the model or its engine's KV cache:
+    #: the same for every policy on one engine), and the most programs it cut short so
+    rejected_calls: int = 0
+    programs_cut_short: int = 0
+
+    def refused(self) -> dict[str, int]:
+        """The held-back figures' ``rejected_calls`` and ``programs_cut_short``."""
+        return {
+            "rejected_calls": self.rejected_calls,
+            "programs_cut_short": self.programs_cut_short,
+        }
 
 
 def replay_held_back(
@@ -62,18 +82,22 @@ def replay_held_back(
     specs: Mapping[str, PolicySpec],
     fleets: Mapping[str, FleetSpec | None] | None = None,
     done: RunsDone | None = None,
-) -> tuple[dict[str, list[float]], dict[str, list[float | None]]]:
+) -> HeldReplays:
     """Each policy on every load × seed of ``ctx`` in the simulator (on a fleet: behind
     its router in ``fleets``, default the study's): each replay's mean JCT and its p95,
-    by policy name. ``done`` is told the replays done of all of them."""
+    by policy name, and the calls the replays rejected. ``done`` is told the replays done
+    of all of them."""
     by: dict[str, list[float]] = {name: [] for name in specs}
     p95: dict[str, list[float | None]] = {name: [] for name in specs}
+    rejected = cut = 0
     runs = [(timing, name, spec) for timing in ctx.replays() for name, spec in specs.items()]
     for timing, name, spec in each_told(runs, done):
         r = replay_once(ctx, spec, timing, (fleets or {}).get(name))
         by[name].append(jct_mean(r))
         p95[name].append(r["jct_p95_s"])
-    return by, p95
+        rejected = max(rejected, r["rejected_calls"])
+        cut = max(cut, r["programs_cut_short"])
+    return HeldReplays(by, p95, rejected, cut)
 
 
 def held_back_live(

@@ -64,7 +64,15 @@ def summary_doc(
         verdict = guard(held, force, baseline="never-pin", min_gain=min_gain)
     shipped = tuned if verdict["shipped"] == "tuned" else never
     shipped_fleet = tuned_fleet if verdict["shipped"] == "tuned" else ctx.fleet
-    verdict["caveats"] = caveats(held, verdict, shipped, ctx.fit, ctx.profile)
+    verdict["caveats"] = caveats(
+        held,
+        verdict,
+        shipped,
+        ctx.fit,
+        ctx.profile,
+        calls=ctx.replayed().calls,
+        truncate=ctx.config.truncate,
+    )
     return {
         "schema": SUMMARY_SCHEMA,
         "mode": "simulator" if ctx.live is None else "live",

@@ -255,6 +255,26 @@ def test_refit_on_the_shipped_engine_log_sample(tmp_path: Path) -> None:
     assert report["replay"]["engines"][0]["sized_from_log"] is False
 
 
+def test_calls_the_replayed_engine_rejects_are_said(tmp_path: Path) -> None:
+    """Regression: an engine too small for the log's longest calls cut their programs short
+    in every replay, and refit judged what was left without a word (replay says it)."""
+    served = served_from(SAMPLE, tmp_path / "srv")
+    args = ["refit", SAMPLE, "--bundle", served, "--dry-run", "--kv-tokens", "2400"]
+    result = run(*args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(run(*args, "--json", "-").stdout)
+    held = report["held_back"]
+    assert held["rejected_calls"] > 0 and held["programs_cut_short"] > 0
+    line = f"held-back replays: {held['rejected_calls']} of 19 calls rejected (longer than"
+    assert line in " ".join(result.stdout.split())
+    whole = json.loads(run("refit", SAMPLE, "--bundle", served, "--dry-run", "--json", "-").stdout)
+    assert (whole["held_back"]["rejected_calls"], whole["held_back"]["programs_cut_short"]) == (
+        0,
+        0,
+    )
+    assert "rejected" not in run("refit", SAMPLE, "--bundle", served, "--dry-run").stdout
+
+
 def _with_facts(log: Path, to: Path, **facts: Any) -> Path:
     """The log as a plugin that states its engine's facts writes it."""
     head = {"schema": "ttlctl.engine-log/1", "kind": "engine", "at_unix_s": 0.0}

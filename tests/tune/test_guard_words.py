@@ -118,6 +118,8 @@ def test_tune_min_gain_and_what_it_replaced(tune_inputs: dict[str, Any], tmp_pat
     summary = json.loads((tmp_path / "tune.json").read_text())
     verdict = summary["guard"]
     assert verdict["shipped"] == "tuned" and verdict["min_gain"] == 1.0
+    held = summary["held_back"]  # every call fits: none rejected, nothing said of it
+    assert (held["rejected_calls"], held["programs_cut_short"]) == (0, 0)
     for caveat in verdict["caveats"]:  # whatever tune found, it printed
         assert caveat[:40] in " ".join(first.output.split())
     assert bundle_history.entries(out) == [] and "rollback" not in first.output
@@ -154,3 +156,36 @@ def test_the_verdicts_group_thousands_as_the_tables_do() -> None:
     assert "mean JCT 1,778.35 s vs 1,999.00 s" in live["message"]
     refit = {"new_jct_mean_s": 1778.35, "old_jct_mean_s": 2345.5, "vllm_jct_mean_s": 3000.0}
     assert "mean JCT 1,778.35 s vs 2,345.50 s" in guard(refit, False, baseline="old")["message"]
+
+
+def test_calls_rejected_in_the_held_back_replays_are_said(tune_inputs: dict[str, Any]) -> None:
+    fit, profile = tune_inputs["ctx"].fit, tune_inputs["ctx"].profile
+    clear = _held([90.0, 91.0, 89.0], [100.0, 100.0, 100.0])
+    verdict = guard(clear, False)
+    assert caveats(clear | {"rejected_calls": 0}, verdict, PolicyParams(k=10), fit, profile) == []
+    refused = clear | {"rejected_calls": 7, "programs_cut_short": 3}
+    (said,) = caveats(refused, verdict, PolicyParams(k=10), fit, profile, calls=120)
+    assert said.startswith("held-back replays: 7 of 120 calls rejected (longer than"), said
+    assert said.endswith("the JCTs compared are of the calls that ran"), said
+    (clipped,) = caveats(refused, verdict, PolicyParams(k=10), fit, profile, calls=120,
+                         truncate=True)  # fmt: skip
+    assert "--truncate clips only prompts" in clipped and "instead" not in clipped
+
+
+def test_tune_says_the_calls_its_engine_rejects(
+    tune_inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """Regression: an engine too small for the trace's longest calls cut their programs
+    short in every replay, and tune judged what was left without a word (replay says it)."""
+    out = tmp_path / "bundle.json"
+    args = _args(tune_inputs, out, "--max-model-len", "6000")
+    args[args.index("--trials") + 1] = "2"
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "tune.json").read_text())
+    held = summary["held_back"]
+    assert held["rejected_calls"] > 0 and 0 < held["programs_cut_short"] <= 20
+    calls = tune_inputs["ctx"].workload.calls
+    line = f"held-back replays: {held['rejected_calls']} of {calls} calls rejected"
+    assert any(c.startswith(line) for c in summary["guard"]["caveats"]), summary["guard"]
+    assert line in " ".join(res.output.split())

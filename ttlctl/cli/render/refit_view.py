@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from replay.rejected import held_back_line
 from ttlctl.cli.render.cells import dash, secs, show
 from ttlctl.nouns import counted
 
@@ -120,6 +121,12 @@ def _jct(console: Console, report: dict[str, Any]) -> None:
         + f", seeds {rep['seeds']}{', truncate' if rep['truncate'] else ''}",
         highlight=False,
     )
+    rejected = report["held_back"].get("rejected_calls")
+    if rejected:
+        console.print(
+            f"[yellow]{escape(held_back_line(rejected, rep['calls'], rep['truncate']))}[/]",
+            highlight=False,
+        )
     table = Table(title="replayed JCT on the held-back seeds")
     for col in ("policy", "JCT mean (s)", "JCT p95 (s)", "vs vLLM"):
         table.add_column(col, justify="left" if col == "policy" else "right")

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from replay.rejected import rejected_line
 from ttlctl import gap
 from ttlctl.cli.render.cells import dash, show
-from ttlctl.nouns import counted
 from ttlctl.percent import share
 
 if TYPE_CHECKING:
@@ -62,18 +62,3 @@ def replay_table(
     rejected = max((r["rejected_calls"] for r in results if not r.get("live")), default=0)
     if rejected:
         console.print(f"[yellow]{rejected_line(rejected, calls, truncate)}[/]")
-
-
-def rejected_line(rejected: int, calls: int, truncate: bool) -> str:
-    """Why calls were rejected, and what to do; --truncate is suggested only when not given
-    (it clips prompts, never the output: a call whose output alone does not fit stays out)."""
-    head = f"{rejected:,} of {counted(calls, 'call')} rejected"
-    if truncate:
-        return (
-            f"{head} (the output alone is longer than the model or the KV cache; --truncate "
-            "clips only prompts): their programs stop there"
-        )
-    return (
-        f"{head} (longer than the model or the KV cache): their programs stop there; "
-        "--truncate clips them instead"
-    )

@@ -127,9 +127,10 @@ def refit(
     fleet = "" if ctx.fleet is None else f" on {counted(ctx.fleet.replicas, 'replica')} as logged"
     say(f"replaying old, new and stock vLLM{fleet} ({len(ctx.replays())} replays each)")
     replays = replay_part(part, specs, replays_done)
-    held = held_figures(
-        ctx, replays.by, replays.p95, ("old", "vllm"), "old", candidate="new"
-    ) | replays.refused()
+    held = (
+        held_figures(ctx, replays.by, replays.p95, ("old", "vllm"), "old", candidate="new")
+        | replays.refused()
+    )
     engines = engines_doc(part)
     # -o elsewhere: the verdict names that file, not the served bundle, as what it writes
     elsewhere = None if output is None or output.resolve() == bundle_path.resolve() else output

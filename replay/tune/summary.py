@@ -11,11 +11,12 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from replay.fleet.run import FleetSpec
 from replay.tune.caveats import caveats
 from replay.tune.context import LIVE_BASELINE_NOTE, LIVE_RELOAD_RULE, TuneContext, TuneError
 from replay.tune.guard import guard
 from replay.tune.importance import importance_record
-from replay.tune.judge import held_back, held_back_live
+from replay.tune.judge import held_back, held_back_live, stock_fleet
 from replay.tune.space import fleet_defaults, fleet_of, paper_defaults, params_of
 from replay.tune.storage import Storage
 from replay.tune.workers import METRIC
@@ -63,7 +64,12 @@ def summary_doc(
         held, by_replay = held_back_live(held_ctx, policies)
         verdict = guard(held, force, baseline="never-pin", min_gain=min_gain)
     shipped = tuned if verdict["shipped"] == "tuned" else never
-    shipped_fleet = tuned_fleet if verdict["shipped"] == "tuned" else ctx.fleet
+    shipped_fleet = shipped_router(verdict, ctx, tuned_fleet)
+    if shipped_fleet is not None and shipped_fleet not in (ctx.fleet, tuned_fleet):
+        verdict["message"] += (
+            f"; the bundle's router is the stock stack's ({shipped_fleet.router.name} with "
+            "vllm-router's defaults)"
+        )
     verdict["caveats"] = caveats(
         held,
         verdict,
@@ -132,6 +138,20 @@ def _trial_json(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
         out["jct_mean_s_by_replay"] = t.user_attrs.get("jct_mean_s_by_replay")
         out["live_runs"] = t.user_attrs["live_runs"]
     return out
+
+
+def shipped_router(
+    verdict: Mapping[str, Any], ctx: TuneContext, tuned: FleetSpec | None
+) -> FleetSpec | None:
+    """The router the shipped bundle records (None: one engine): the tuned one with the
+    tuned policy; with the never-pin fallback, the study's router it was judged behind,
+    unless it lost to stock vLLM too (the verdict then says to serve without a bundle):
+    the stock stack's router, so that the bundle never starts a router that lost."""
+    if verdict["shipped"] == "tuned":
+        return tuned
+    if verdict.get("never_pin_beats_vllm") is False:
+        return stock_fleet(ctx)
+    return ctx.fleet
 
 
 def live_doc(ctx: TuneContext, server: ServerInfo | None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,9 @@ from typer.testing import CliRunner
 from profiles import profile_read
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
+from replay.fleet.routers import RouterSettings
+from replay.fleet.run import FleetSpec
+from replay.tune.summary import shipped_router
 from tests.tune.inputs import KV_TOKENS, PROFILE
 from ttlctl import bundle, bundle_check, bundle_doc
 from ttlctl.cli import app as ttlctl_app
@@ -228,3 +232,25 @@ def test_tune_on_the_logged_placement(tune_inputs: dict[str, Any], tmp_path: Pat
     )
     q = CliRunner().invoke(ttlctl_app, ["bundle", "query", str(out), "--as", "vllm-router"])
     assert q.exit_code == 2 and "tuned on the placement its trace recorded" in q.output
+
+
+def test_a_fallback_bundle_never_records_a_router_that_lost(tune_inputs: dict[str, Any]) -> None:
+    """The router the shipped bundle records: the tuned one with the tuned policy; with the
+    never-pin fallback, the study's router it was judged behind, unless never-pin lost to
+    stock vLLM too: then stock's (cache-aware with its defaults), which `bundle query --as
+    vllm-router` then prints. Regression: that bundle carried the study's router (there
+    consistent-hash), which lost to stock, and the query printed it."""
+    study = FleetSpec(2, RouterSettings("consistent-hash"))
+    tuned = FleetSpec(2, RouterSettings("sticky-least-loaded"))
+    ctx = replace(tune_inputs["ctx"], fleet=study)
+    assert shipped_router({"shipped": "tuned"}, ctx, tuned) == tuned
+    fallback = {"shipped": "never-pin", "never_pin_beats_vllm": True}
+    assert shipped_router(fallback, ctx, tuned) == study
+    lost = {"shipped": "never-pin", "never_pin_beats_vllm": False}
+    assert shipped_router(lost, ctx, tuned) == FleetSpec(2, RouterSettings("cache-aware"))
+    live = {"shipped": "never-pin", "never_pin_beats_vllm": None}  # live: stock not measured
+    assert shipped_router(live, ctx, tuned) == study
+    placed = {("p000", 0): "r1", ("p001", 0): "r2"}
+    logged = replace(ctx, fleet=FleetSpec(2, RouterSettings("as-logged"), placed))
+    assert shipped_router(lost, logged, tuned) == logged.fleet  # stock's placement: the log's
+    assert shipped_router(lost, tune_inputs["ctx"], None) is None  # one engine

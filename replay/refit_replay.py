@@ -78,8 +78,9 @@ def plan(
     fleet = by_replica(names, engines, given, base.engine, base_source)
     sizes = {s.engine.block_size for s in fleet}
     if len(sizes) > 1:
+        stated = ", ".join(f"{s.replica} {s.engine.block_size}" for s in fleet)
         raise ConfigError(
-            f"the replicas' engine logs state different block sizes ({sorted(sizes)}): "
+            f"the replicas' engine logs state different block sizes ({stated}): "
             "give --block-size to replay them as one fleet"
         )
     spec = FleetSpec(

@@ -147,3 +147,14 @@ def test_a_broken_line_on_another_replica_rejects_its_program(tmp_path: Path) ->
         "b.jsonl:line 1",
         "b.jsonl:line 2",
     ]
+
+
+def test_a_tagged_line_without_its_request_id_is_a_bad_record(tmp_path: Path) -> None:
+    """The plugin writes a request id on every line; without one, a request logged twice
+    (a copy of the log, another replica's) cannot be told. Regression: such a line was a
+    call, and the same line in two replicas' logs made two calls of its program."""
+    assert _reasons(_program(request_id=None), tmp_path) == {
+        "line 1": "rejected with its program: p has a bad record (line 2)",
+        "line 2": "missing request_id",
+        "line 4": "rejected with its program: p has a bad record (line 2)",
+    }

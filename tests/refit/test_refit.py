@@ -515,3 +515,24 @@ def test_force_with_output_elsewhere_says_what_it_writes(
     assert elsewhere.is_file() and listing(served.parent) == before
     # over the served bundle the words were true, and stay
     assert message("--force").endswith("replacing it anyway, as asked (--force)")
+
+
+def test_replicas_of_different_block_sizes_are_named_with_theirs(tmp_path: Path) -> None:
+    """Two replicas' logs that state different block sizes: refit cannot replay them as one
+    fleet, and says which replica states which (it printed the sizes alone)."""
+    served = served_from(SAMPLE, tmp_path / "srv")
+    lines = SAMPLE.read_text().splitlines(keepends=True)
+    logs = []
+    for i, (name, block) in enumerate((("alpha", 16), ("zeta", 32))):
+        part = tmp_path / f"{name}.part"
+        part.write_text("".join(lines[i::2]))
+        facts = {"block_size": block, "kv_blocks": 4000, "replica": name}
+        logs.append(_with_facts(part, tmp_path / f"{name}.jsonl", **facts))
+    result = run("refit", *logs, "--bundle", served, "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "error: the replicas' engine logs state different block sizes (alpha 16, zeta 32): "
+        "give --block-size to replay them as one fleet"
+    )
+    given = run("refit", *logs, "--bundle", served, "--dry-run", "--block-size", "16")
+    assert given.exit_code == 0, given.output

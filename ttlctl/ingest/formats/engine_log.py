@@ -72,7 +72,8 @@ arrive at other times, and are calls each. A log each of whose requests is a dup
 copy) is no replica: the others are named as without it (:func:`.engine_log_facts.log_names`),
 and its engine records, under which no call was kept, are left out.
 
-A bad request line (a value out of range, a field missing) is a row with a reason: it is
+A bad request line (a value out of range, a field missing, ``request_id`` included) is a
+row with a reason: it is
 placed among its program's calls by its arrival (last, before the call tagged ``is_last``,
 when its arrival is unknown: :mod:`.engine_log_programs`), and validation rejects its
 program whole, naming it as the cause. So is a line that does not parse as JSON (cut

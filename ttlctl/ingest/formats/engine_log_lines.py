@@ -97,6 +97,10 @@ class LogFile:
                 sink.reject(path, record, "missing request_id and program_id")
                 continue
             row = _row(obj, record, lineno)
+            if request_id in (None, "") and "_reason" not in row:
+                # every line the plugin writes has one: without it, a request logged twice
+                # (a copy of the log, another replica's) could not be told
+                row["_reason"] = "missing request_id"
             if request_id not in (None, "") and row["_sort"] != UNPLACED:
                 repeat = group.requests.repeat(str(request_id), row["_sort"], path, lineno)
                 if repeat is not None:

@@ -112,12 +112,15 @@ def run_trials(
 class _OneLineFailures(logging.Filter):
     """Optuna's report of a trial failed by one of ttlctl's errors, without its traceback:
     one line when the study goes on (:data:`TRIAL_FAILS`), nothing when the error stops it
-    (the :class:`TrialError` says it); and no "failed with value None" after either."""
+    (the :class:`TrialError` says it); and no "failed with value None" after either. A
+    trial the user's Ctrl-C stopped is not reported (the command says it was interrupted)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if exc is None:
             return not record.getMessage().endswith("failed with value None.")
+        if isinstance(exc, KeyboardInterrupt):
+            return False
         if not isinstance(exc, (TtlctlError, SimulationError)):
             return True  # a bug: its traceback stays
         record.exc_info, record.exc_text = None, None

@@ -107,6 +107,23 @@ def test_a_trial_that_fails_alone_is_one_line_and_the_study_goes_on(
     assert "1 program(s) cut short" in failed[0].getMessage()
 
 
+def test_a_trial_the_user_interrupts_is_not_reported_with_a_traceback(
+    tmp_path: Path, optuna_log: list[logging.LogRecord]
+) -> None:
+    """Ctrl-C in a one-worker study: Optuna logs the trial as failed by KeyboardInterrupt,
+    with its traceback, before the command says it was interrupted (a walker's find):
+    nothing is logged of it."""
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+
+    def interrupted(trial: optuna.Trial) -> float:
+        raise KeyboardInterrupt
+
+    with one_line_failures(), pytest.raises(KeyboardInterrupt):
+        study.optimize(interrupted, n_trials=1, catch=TRIAL_FAILS)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL]
+    assert [r for r in optuna_log if r.levelno >= logging.WARNING] == []
+
+
 def test_a_killed_worker_is_not_blamed_on_a_trial_that_failed_alone(
     tune_inputs: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -128,6 +128,37 @@ def test_force_resume_passes_every_gate_after_its_timeout() -> None:
     assert r.released() == [("a", 0)]
 
 
+def test_the_next_metrics_tick_is_after_now_at_every_tick() -> None:
+    """Regression: at a tick that ``now / interval`` rounds below (4.3 / 0.1 is 42.99…) the
+    router asked to wake at that same instant, and a replay at a 0.1 s interval never
+    ended. Each tick's successor is the next tick, and a poll happens at each."""
+    for interval in (0.1, 0.3, 0.001, 1.0, 0.7):
+        # retained throughout: no force-resume deadline within the ticks asked
+        late = {"force_resume_timeout_seconds": 1e6, "queue_timeout_seconds": 1e6}
+        r, view = router(1, metrics_interval_seconds=interval, **late), waiting([1])
+        assert r.route(call("a"), view, 0.0) == HOLD
+        for k in range(0, 2000, 7):
+            at = k * interval
+            wake = r.next_wake(at)
+            assert wake is not None and at < wake <= at + interval * (1 + 1e-9), (interval, k)
+        polls = r._tick_index(0.0)
+        for k in range(1, 200):
+            r.tick(k * interval, view)  # a poll at each tick: none is read as the one before
+            assert r._poll == polls + k, (interval, k)
+
+
+def test_a_metrics_interval_below_the_models_floor_is_refused() -> None:
+    """vllm-router takes any positive interval; the model runs each tick as an event while
+    calls are retained, so it refuses intervals under 1 ms, naming the field (one line)."""
+    for tiny in (1e-320, 0.0005):
+        with pytest.raises(ConfigError) as caught:
+            router(1, metrics_interval_seconds=tiny)
+        message = str(caught.value)
+        assert "metrics_interval_seconds below 0.001 is not modelled" in message
+        assert "vllm-router takes it" in message and "\n" not in message
+    assert router(1, metrics_interval_seconds=0.001).config.metrics_interval_seconds == 0.001
+
+
 LONG = 40_000
 
 
@@ -241,7 +272,7 @@ ROUTER_VERDICTS: list[tuple[dict[str, Any], bool, str]] = [
     ({"cross_rank_headroom_ratio": 1}, True, ""),
     ({"cross_rank_headroom_ratio": 1e300}, True, ""),
     ({"metrics_interval_seconds": 0}, False, "metrics_interval_seconds must be > 0"),
-    ({"metrics_interval_seconds": 1e-320}, True, ""),
+    ({"metrics_interval_seconds": 0.001}, True, ""),
     ({"queue_timeout_seconds": 0}, False, "queue_timeout_seconds must be > 0"),
     ({"queue_timeout_seconds": 300}, True, ""),
     ({"queue_timeout_seconds": 299}, False, "must not exceed queue_timeout_seconds, got 300"),
@@ -427,6 +458,15 @@ def test_one_replica_that_never_retains_is_the_single_engine(workload, cost, pol
         workload, spec, cost, CONFIG, LOAD, timed=False
     )
     assert {k: fleet[k] for k in single} == single
+
+
+def test_a_retaining_fleet_at_a_tenth_of_a_second_ends(workload, cost):
+    """A metrics interval of 0.1 s (the replay hung on a tick that rounds low)."""
+    settings = ps({"metrics_interval_seconds": 0.1})
+    out = runner(FleetSpec(2, settings))(
+        workload, PolicySpec("vllm"), cost, CONFIG, LOAD, timed=False
+    )
+    assert out["llm_calls"] == workload.calls
 
 
 def test_a_retaining_fleet_serves_every_call_once_and_is_deterministic(workload, cost):

@@ -182,8 +182,7 @@ class ProgramScheduling:
         """When the router next looks at its queues on its own (None: nothing retained)."""
         if not any(r.queue for r in self._ranks):
             return None
-        interval = self.config.metrics_interval_seconds
-        tick = (math.floor(now / interval) + 1) * interval
+        tick = (self._tick_index(now) + 1) * self.config.metrics_interval_seconds
         force = min(
             (self._programs[s].force_deadline or math.inf) for r in self._ranks for s in r.queue
         )
@@ -217,12 +216,19 @@ class ProgramScheduling:
         assert self._ring is not None
         return self._ring.owner(session)
 
-    def _last_tick(self, now: float) -> float:
+    def _tick_index(self, now: float) -> int:
+        """The last metrics tick at or before ``now``: the largest k with k × interval ≤ now
+        (``now / interval`` may round below a tick's own k: 4.3 / 0.1 is 42.99…, and the
+        router then asked to wake at 4.3 again, at 4.3, without end)."""
         interval = self.config.metrics_interval_seconds
-        return math.floor(now / interval) * interval
+        k = math.floor(now / interval)
+        return k + 1 if (k + 1) * interval <= now else k
+
+    def _last_tick(self, now: float) -> float:
+        return self._tick_index(now) * self.config.metrics_interval_seconds
 
     def _observe(self, view: FleetView, now: float) -> None:
-        poll = math.floor(now / self.config.metrics_interval_seconds)
+        poll = self._tick_index(now)
         if poll > self._poll:
             self._poll = poll
             for r, rank in enumerate(self._ranks):

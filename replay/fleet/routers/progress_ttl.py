@@ -32,6 +32,10 @@ from profiles.router_calibration import (
 from replay.fleet.routers.program_scheduling_rules import coefficient_refusal, router_refusal
 from ttlctl.errors import ConfigError
 
+#: the shortest metrics interval the model runs (s): each tick is an event of the replay
+#: while the router retains calls, so an hour of retained calls at 1 ms is 3.6M events;
+#: vllm-router takes any positive interval
+MODEL_TICK_FLOOR_S = 1e-3
 FLAG = "--program-scheduling-config-json"
 
 #: the router's built-in coefficients (policy.rs ``Default`` impls)
@@ -184,6 +188,12 @@ def _first_bad(cfg: ProgramSchedulingConfig) -> str | None:
     if cfg.global_queue:
         return (
             "global_queue true (cross-rank resume) is not modelled; the router's default is false"
+        )
+    if cfg.metrics_interval_seconds < MODEL_TICK_FLOOR_S:
+        return (
+            f"metrics_interval_seconds below {MODEL_TICK_FLOOR_S:g} is not modelled, got "
+            f"{cfg.metrics_interval_seconds!r}: each metrics tick is an event of the replay "
+            "while calls are retained (vllm-router takes it; its default is 1)"
         )
     return None
 

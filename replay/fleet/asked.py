@@ -12,7 +12,7 @@ from pathlib import Path
 
 from replay.fleet.routers import AS_LOGGED, RouterSettings, replica_order
 from replay.fleet.routers.consistent_hash import default_urls
-from replay.fleet.run import FleetSpec, logged_replicas
+from replay.fleet.run import FleetSpec, check_replicas, logged_replicas
 from ttlctl.errors import ConfigError
 from ttlctl.nouns import counted
 
@@ -87,8 +87,7 @@ def fleet_for(
         if worker_urls is not None:
             raise ConfigError("--worker-urls needs --replicas N")
         return None
-    if replicas < 1:
-        raise ConfigError(f"--replicas must be at least 1, got {replicas}")
+    check_replicas(replicas)
     if live:
         raise ConfigError(
             "--replicas with --live is not supported: start the servers and the router, "

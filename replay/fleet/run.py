@@ -37,6 +37,20 @@ from ttlctl.trace import io as trace_io
 
 #: the trace column naming the replica that served a call (engine logs from a fleet)
 REPLICA_COLUMN = "replica"
+#: the most replicas one replay takes (one process holds every replica's engine: 100,000
+#: replay in seconds on a small trace; far more run out of memory)
+MAX_REPLICAS = 100_000
+
+
+def check_replicas(replicas: int) -> None:
+    """``--replicas`` in range (a one-line error otherwise)."""
+    if replicas < 1:
+        raise ConfigError(f"--replicas must be at least 1, got {replicas}")
+    if replicas > MAX_REPLICAS:
+        raise ConfigError(
+            f"--replicas must be at most {MAX_REPLICAS:,} (one process replays them all), "
+            f"got {replicas:,}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +73,7 @@ class FleetSpec:
     worker_urls: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.replicas < 1:
-            raise ConfigError(f"--replicas must be at least 1, got {self.replicas}")
+        check_replicas(self.replicas)
         if self.engines is not None and len(self.engines) != self.replicas:
             raise ConfigError(
                 f"{counted(len(self.engines), 'engine size')} given for "

@@ -116,6 +116,9 @@ PROGRAM_SCHEDULING = [
     ("args", "message"),
     [
         (["--replicas", "0"], "--replicas must be at least 1"),
+        # far more than one process holds: an OverflowError or MemoryError traceback before
+        (["--replicas", "99999999999999999999"], "--replicas must be at most 100,000"),
+        (["--replicas", "100001"], "--replicas must be at most 100,000 (one process"),
         (["--replicas", "2", "--router", "nope"], "--router: unknown router 'nope'"),
         # an empty name is refused as tune refuses it, not taken for the default router
         (["--replicas", "2", "--router", ""], "--router: unknown router ''"),

@@ -242,3 +242,17 @@ def test_the_fleet_tells_kv_aware_when_a_response_begins(workload, cost, monkeyp
     # call is placed, and those prefills leave at the first chunk
     assert watch.at_first_chunk > watch.at_end > 0
     assert watch.inner._placed == {} and set(watch.inner._prefilling.values()) == {0}
+
+
+def test_programs_started_per_replica_count_those_cut_short(workload, cost):
+    """A call too long for the engine cuts its program short: the replica it started on
+    counts it among ``programs_started`` (not among the JCTs), so the replicas' sum is the
+    fleet's ``programs`` plus ``programs_cut_short``, as docs/replay.md says."""
+    longest = max(c.input_tokens + c.output_tokens for p in workload.programs for c in p.calls)
+    small = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=longest // 2 // 16 * 16))
+    r = runner(FleetSpec(3, RouterSettings("round-robin")))(
+        workload, PolicySpec("vllm"), cost, small, LOAD, timed=False
+    )
+    assert r["programs_cut_short"] > 0 and r["rejected_calls"] > 0
+    started = sum(p["programs_started"] for p in r["per_replica"])
+    assert started == r["programs"] + r["programs_cut_short"] == len(workload.programs)

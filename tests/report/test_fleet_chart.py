@@ -72,6 +72,15 @@ def test_the_misses_axis_starts_at_0_and_clears_the_tallest_stack() -> None:
     assert none.get_ylim() == (0.0, 1.0)
 
 
+def test_the_misses_axis_ticks_whole_calls() -> None:
+    """A count axis: a fleet whose one miss is its tallest stack was ticked 0.0, 0.2 … 1.0."""
+    for tallest in ({"expired": 1}, {}, {"routed_elsewhere": 3}):
+        _, misses = chart([result("vllm", [1.0], tallest)]).axes
+        FigureCanvasAgg(misses.figure).draw()
+        ticks = [t for t in misses.get_yticks() if 0 <= t <= misses.get_ylim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), (tallest, ticks)
+
+
 def test_an_edited_document_draws_what_it_can() -> None:
     results: list[dict[str, Any]] = [
         {"policy": "vllm", "per_replica": [{"engine_busy_s": "x"}, None, {}], "miss_reasons": 3},

@@ -24,6 +24,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import TextToPath
+from matplotlib.ticker import MaxNLocator
 
 from replay.fleet.records import MAX_REPLICA_ROWS, replica_labels
 from ttlctl.report.markup import is_num
@@ -163,6 +164,7 @@ def _misses(ax: Axes, results: Sequence[Mapping[str, Any]], stand: bool) -> None
     # would touch the frame, and a fleet with no misses would get an axis below 0
     tallest = max(bottoms, default=0.0)
     ax.set_ylim(0.0, 1.1 * tallest if tallest > 0 else 1.0)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: no 0.2 of a call
     ax.set_title("why follow-up calls missed the cache")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
 

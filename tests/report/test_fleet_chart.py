@@ -262,3 +262,23 @@ def test_names_that_fit_upright_stand_upright() -> None:
     # side by side, eight names share a narrow panel: on end
     fig = chart([result(p, [1.0], {}) for p in EIGHT])
     assert {t.get_rotation() for t in fig.axes[1].get_xticklabels()} == {90.0}
+
+
+def test_each_per_replica_column_reads_at_one_precision(tmp_path: Path) -> None:
+    """Regression: the TTFT column read 0.53 beside 0.553 (three significant digits, the
+    trailing zero dropped); each column now has the command line's precision."""
+    r = result("vllm", [1234.5, 20.0, 3.25], {})
+    for rep, ttft, jct in zip(r["per_replica"], (0.53, 0.553, 1.5), (99.5, 1500.25, 0.5)):
+        rep.update(ttft_mean_s=ttft, jct_mean_s=jct, pins_made=1200, preemptions=0)
+    router = {"name": "round-robin", "settings": {}, "replicas": 3}
+    (tmp_path / "replay.json").write_text(json.dumps({"results": [{**r, "router": router}]}))
+    section = build_report(tmp_path)
+    section = section[section.index("<h3>Per replica</h3>") :]
+    cells = [row.split('<td class="n">')[1:] for row in section.split("<tr>")[2:5]]
+    got = [[c.split("</td>")[0] for c in row] for row in cells]
+    assert [row[1:4] for row in got] == [
+        ["1,234.5", "99.50", "0.530"],
+        ["20.0", "1,500.25", "0.553"],
+        ["3.2", "0.50", "1.500"],
+    ]
+    assert [row[-1] for row in got] == ["1,200"] * 3

@@ -93,6 +93,8 @@ def section(run: RunInputs) -> str:
                     )
                     for row in rows
                 ),
+                # each column at one precision, as the command line prints them
+                (None, ",", ",.1f", ",.2f", ",.3f", None, ",", ","),
             )
             + "</details>"
         )  # fmt: skip

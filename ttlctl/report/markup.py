@@ -75,15 +75,32 @@ def pct(value: Any) -> str:
     return share(value) if isinstance(value, (int, float)) else NONE
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    formats: Sequence[str | None] | None = None,
+) -> str:
+    """An HTML table; ``formats``: per column, a format spec for its numbers (None: as
+    :func:`num` shows a value), so that a column of seconds reads at one precision."""
     head = "".join(f"<th>{e(h)}</th>" for h in headers)
+    specs = list(formats or ())
     body = []
     for row in rows:
         cells = "".join(
-            f'<td class="n">{e(num(v))}</td>' if is_num(v) else f"<td>{e(num(v))}</td>" for v in row
+            f'<td class="n">{e(_shown(v, specs[i] if i < len(specs) else None))}</td>'
+            if is_num(v)
+            else f"<td>{e(num(v))}</td>"
+            for i, v in enumerate(row)
         )
         body.append(f"<tr>{cells}</tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _shown(value: float, spec: str | None) -> str:
+    """A number as its column shows it (``spec``), else as :func:`num` does."""
+    if spec is None or not math.isfinite(value):
+        return num(value)
+    return format(value, spec)
 
 
 def kv(mapping: Mapping[str, Any]) -> str:

@@ -18,7 +18,7 @@ from profiles.cost import ProfileCostModel
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
 from replay.figures import PolicyResult, ReplayDoc
-from replay.fleet.asked import default_urls_note, fleet_for
+from replay.fleet.asked import default_urls_note, fleet_for, tuned_elsewhere
 from replay.fleet.routers import AS_LOGGED, RouterSettings
 from replay.fleet.run import replicas_named
 from replay.fleet.run import runner as fleet_runner
@@ -173,6 +173,10 @@ def replay_doc(
                 "not by the logs: `ttlctl refit` replays them as logged, each its own size"
             )
     bundle_doc = bundle_mod.read(req.bundle) if req.bundle is not None else None
+    if fleet is not None and bundle_doc is not None and "continuum" in names:
+        other = tuned_elsewhere(bundle_doc, fleet)
+        if other is not None:
+            notes.append(f"--bundle {req.bundle}: {other}")
     prof, prof_path = resolve(req.profile)
     if (
         fleet is not None

@@ -7,8 +7,9 @@ A router or its flags without ``--replicas`` are refused by the flag given
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from replay.fleet.routers import AS_LOGGED, RouterSettings, replica_order
 from replay.fleet.routers.consistent_hash import default_urls
@@ -125,3 +126,30 @@ def default_urls_note(
         f"{shown}; --worker-urls (the replicas' URLs as vllm-router is given them) places "
         "programs as the real fleet's router does"
     )
+
+
+def tuned_elsewhere(bundle: Mapping[str, Any], fleet: FleetSpec) -> str | None:
+    """What to say when the bundle was tuned behind another router (or other settings of
+    it) than the one this replay routes with; None when it was not, or names none."""
+    tuned = bundle.get("router")
+    if not isinstance(tuned, Mapping):
+        return None
+    asked = fleet.describe()
+    if tuned.get("name") == asked["name"] and tuned.get("settings") == asked["settings"]:
+        return None
+    return (
+        f"tuned behind {_router_words(tuned)}, replayed behind {_router_words(asked)}: give "
+        f"--router {tuned.get('name')} and its settings to replay it as tuned"
+    )
+
+
+def _router_words(router: Mapping[str, Any]) -> str:
+    """A router and its settings, as a note names them: ``kv-aware (… 42, …)``."""
+    settings = ", ".join(f"{k} {v}" for k, v in dict(router.get("settings") or {}).items())
+    if len(settings) > SETTINGS_SHOWN:  # Program scheduling's config: hundreds of characters
+        settings = settings[: SETTINGS_SHOWN - 1] + "…"
+    return str(router.get("name")) + (f" ({settings})" if settings else "")
+
+
+#: the characters of a router's settings a note shows
+SETTINGS_SHOWN = 160

@@ -1,0 +1,76 @@
+"""A bundle tuned behind one router, replayed on a fleet behind another: replay says so
+(its --router defaults to cache-aware, whatever the bundle was tuned behind), and says
+nothing when the router and its settings are the bundle's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from fitting.policy_params import PolicyParams
+from profiles.shipped import resolve
+from replay.fleet.asked import tuned_elsewhere
+from replay.fleet.routers import RouterSettings
+from replay.fleet.run import FleetSpec
+from replay.synth import synth
+from ttlctl import bundle_make
+from ttlctl.cli import app
+
+KV_AWARE = {"kv_aware_session_affinity_ttl_secs": 42, "router_temperature": 0.0}
+
+
+def _bundle(router: Any) -> Any:
+    profile = resolve("llama-3.1-8b-h100")[0].to_json()
+    return bundle_make.assemble(bundle_make.empty_fit(), profile, PolicyParams(), {}, router)
+
+
+def test_the_note_names_both_routers_and_what_to_give() -> None:
+    tuned = _bundle({"name": "kv-aware", "settings": KV_AWARE, "replicas": 2})
+    said = tuned_elsewhere(tuned, FleetSpec(2))
+    assert said == (
+        "tuned behind kv-aware (kv_aware_session_affinity_ttl_secs 42, router_temperature 0.0), "
+        "replayed behind cache-aware (cache_threshold 0.3, balance_abs_threshold 64, "
+        "balance_rel_threshold 1.5): give --router kv-aware and its settings to replay it as "
+        "tuned"
+    )
+    asked = FleetSpec(2, RouterSettings("kv-aware", kv_aware_session_affinity_ttl_secs=42))
+    assert tuned_elsewhere(tuned, asked) is None
+    other_ttl = FleetSpec(2, RouterSettings("kv-aware", kv_aware_session_affinity_ttl_secs=60))
+    assert tuned_elsewhere(tuned, other_ttl) is not None  # other settings of the same router
+    assert tuned_elsewhere(_bundle(None), FleetSpec(2)) is None  # the bundle names none
+    # Program scheduling's settings run to hundreds of characters: the note cuts them
+    ps = tuned_elsewhere(tuned, FleetSpec(2, RouterSettings("program-scheduling")))
+    assert ps is not None and "replayed behind program-scheduling (" in ps and "…)" in ps
+    assert len(ps) < 400
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("note")
+    trace = root / "swe.parquet"
+    synth("swe-bench", 6, 2).write_parquet(trace)
+    bundle = root / "bundle.json"
+    bundle_make.write(_bundle({"name": "kv-aware", "settings": KV_AWARE, "replicas": 2}), bundle)
+    return trace, bundle
+
+
+def _warnings(files: tuple[Path, Path], *args: str) -> list[str]:
+    trace, bundle = files
+    res = CliRunner().invoke(
+        app,
+        ["replay", str(trace), "--policy", "continuum", "--bundle", str(bundle),
+         "--concurrency", "4", "--kv-tokens", "200000", "--no-timing", *args],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return [line for line in res.stderr.splitlines() if "tuned behind" in line]
+
+
+def test_replay_warns_once_behind_another_router(files: tuple[Path, Path]) -> None:
+    (line,) = _warnings(files, "--replicas", "2")
+    assert line.startswith(f"warning: --bundle {files[1]}: tuned behind kv-aware"), line
+    same = ["--router", "kv-aware", "--kv-aware-session-affinity-ttl-secs", "42"]
+    assert _warnings(files, "--replicas", "2", *same) == []
+    assert _warnings(files) == []  # one engine: no router to speak of

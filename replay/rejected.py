@@ -23,8 +23,8 @@ def rejected_line(rejected: int, calls: int, truncate: bool) -> str:
 
 def held_back_line(rejected: int, calls: int, truncate: bool) -> str:
     """:func:`rejected_line` of the held-back replays that judge a policy (the most one
-    replay rejected): the verdict weighs only the calls that ran."""
+    replay rejected): the verdict weighs only the programs that ran to their end."""
     return (
         f"held-back replays: {rejected_line(rejected, calls, truncate)}; the JCTs compared "
-        "are of the calls that ran"
+        "are of the programs that ran to their end"
     )

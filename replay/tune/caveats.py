@@ -10,7 +10,8 @@ prints beside it (tune.json's ``guard.caveats``).
   ``cold_start_ttl_s``) until the engine has learned more than K pauses online: the
   fitted distributions are not used yet;
 - **calls rejected**: the held-back replays rejected calls (longer than the model or the KV
-  cache): their programs stopped there, and the JCTs compared are of the calls that ran.
+  cache): their programs stopped there, and the JCTs compared are of the programs that ran
+  to their end.
 """
 
 from __future__ import annotations

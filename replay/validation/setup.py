@@ -19,6 +19,7 @@ from typing import Any
 
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
+from replay.fleet.run import MAX_REPLICAS
 from replay.live import check_result_flags
 from replay.loads import one_load
 from replay.policy_flags import listed
@@ -197,6 +198,11 @@ def _fleet_doc(
         raise ValidateError("--router needs --replicas N (the fleet's size)")
     if req.replicas < 1:
         raise ValidateError(f"--replicas must be at least 1, not {req.replicas}")
+    if req.replicas > MAX_REPLICAS:  # a live fleet starts a server per replica
+        raise ValidateError(
+            f"--replicas must be at most {MAX_REPLICAS:,} (a server per replica), "
+            f"not {req.replicas:,}"
+        )
     if req.backend != "fast":
         raise ValidateError(
             "--replicas simulates each replica with the fast backend: --backend does not apply"

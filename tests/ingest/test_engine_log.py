@@ -429,3 +429,18 @@ def test_a_replica_is_named_without_the_blanks_around_it(
     ingest([src], tmp_path / "t.parquet")
     assert set(trace_io.read(tmp_path / "t.parquet")["replica"].to_list()) == {replica}
     assert [e["replica"] for e in trace_io.engines(tmp_path / "t.parquet")] == [replica]
+
+
+def test_a_replica_named_by_its_log_path_is_named_alike_in_column_and_metadata(
+    tmp_path: Path,
+) -> None:
+    """Unnamed replicas are named by their logs' paths, without the blanks around them as
+    every replica name is: the calls' column and the engines' metadata name them alike.
+    Regression (a second reader's find): the column was stripped and the metadata not, so
+    refit sized the replica ``alpha.jsonl `` from the defaults."""
+    a, b = _two_replicas(tmp_path, (None, None))
+    spaced = a.rename(tmp_path / "a.jsonl ")
+    ingest([spaced, b], tmp_path / "t.parquet")
+    column = set(trace_io.read(tmp_path / "t.parquet")["replica"].to_list())
+    metadata = {e["replica"] for e in trace_io.engines(tmp_path / "t.parquet")}
+    assert column == metadata == {str(tmp_path / "a.jsonl"), str(b)}

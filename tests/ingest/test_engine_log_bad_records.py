@@ -158,3 +158,63 @@ def test_a_tagged_line_without_its_request_id_is_a_bad_record(tmp_path: Path) ->
         "line 2": "missing request_id",
         "line 4": "rejected with its program: p has a bad record (line 2)",
     }
+
+
+@pytest.mark.parametrize("copy_first", [False, True], ids=["log first", "copy first"])
+def test_a_copy_taken_while_its_last_line_was_written_is_still_a_copy(
+    tmp_path: Path, copy_first: bool
+) -> None:
+    """A log and its copy, whose last line is cut (copied mid-write): the cut line repeats
+    the log's whole one (its request id, of its program), so it is a duplicate, the copy is
+    no replica (read first, the copy's whole lines stand, as any first line read does), and
+    no program is rejected, whichever file is read first. Regression (a second reader's
+    find): the cut line rejected its program, intact in the log."""
+    rows = [_req("r1", "p", 0.0, 1.0, tool="grep"), _req("q1", "q", 0.5, 1.5, is_last=True),
+            _req("r2", "p", 2.0, 3.0, is_last=True)]  # fmt: skip
+    log = _write(tmp_path / "engine.jsonl", rows)
+    for cut_at in ('"tool"', '"first_token_unix_s"'):  # before, after its arrival
+        copy = _broken(rows, 3, json.dumps(rows[2]).index(cut_at), tmp_path / "copy.jsonl")
+        files = [copy, log] if copy_first else [log, copy]
+        _, frame, rejects = ingest_skipping_bad(files, tmp_path / "t.parquet", "engine-log")
+        assert sorted(frame.select("program_id", "turn").rows()) == [("p", 0), ("p", 1), ("q", 0)]
+        if not copy_first:  # the copy's every request is the log's: one log, no names
+            assert frame["replica"].null_count() == frame.height
+        assert all(r["reason"].startswith("duplicate request") for r in rejects), rejects
+        assert len(rejects) == 3
+
+
+def test_a_broken_line_of_an_id_used_again_rejects_its_own_run(tmp_path: Path) -> None:
+    """p runs r1-r3 (is_last), then again (s1, s2): r2's line, cut before its arrival,
+    takes the place of the line before it of p in its file, so it rejects p's first run,
+    and the second (p#2) is kept whole. Regression: it went to the last run, rejecting the
+    intact p#2 and leaving p a call short."""
+    rows = [
+        _req("r1", "p", 0.0, 1.0, tool="grep"),
+        _req("r2", "p", 2.0, 3.0, tool="bash"),
+        _req("r3", "p", 4.0, 5.0, is_last=True),
+        _req("s1", "p", 10.0, 11.0, tool="grep"),
+        _req("s2", "p", 12.0, 13.0, is_last=True),
+    ]
+    src = _broken(rows, 2, json.dumps(rows[1]).index('"tool"'), tmp_path / "engine.jsonl")
+    _, frame, rejects = ingest_skipping_bad([src], tmp_path / "t.parquet", "engine-log")
+    assert sorted(frame.select("program_id", "turn").rows()) == [("p#2", 0), ("p#2", 1)]
+    because = "rejected with its program: p has a bad record (line 2)"
+    assert {r["record"]: r["reason"] for r in rejects} == {
+        "line 1": because,
+        "line 2": rejects[1]["reason"],
+        "line 3": because,
+    }
+    assert rejects[1]["reason"].startswith("malformed JSON")
+
+
+def test_a_broken_line_naming_a_numeric_program_rejects_it(tmp_path: Path) -> None:
+    """A good line's numeric program_id is read as its text; a broken line's is too."""
+    rows = [
+        _req("r1", 7, 0.0, 1.0, tool="grep"),
+        _req("r2", 7, 2.0, 3.0, tool="bash"),
+        _req("r3", 7, 4.0, 5.0, is_last=True),
+        _req("q1", "q", 0.5, 1.5, is_last=True),
+    ]
+    src = _broken(rows, 2, json.dumps(rows[1]).index('"tool"'), tmp_path / "engine.jsonl")
+    _, frame, _ = ingest_skipping_bad([src], tmp_path / "t.parquet", "engine-log")
+    assert frame["program_id"].to_list() == ["q"]

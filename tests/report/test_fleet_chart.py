@@ -268,7 +268,8 @@ def test_each_per_replica_column_reads_at_one_precision(tmp_path: Path) -> None:
     """Regression: the TTFT column read 0.53 beside 0.553 (three significant digits, the
     trailing zero dropped); each column now has the command line's precision."""
     r = result("vllm", [1234.5, 20.0, 3.25], {})
-    for rep, ttft, jct in zip(r["per_replica"], (0.53, 0.553, 1.5), (99.5, 1500.25, 0.5)):
+    values = zip(r["per_replica"], (0.53, 0.553, 1.5), (99.5, 1500.25, 0.5), strict=True)
+    for rep, ttft, jct in values:
         rep.update(ttft_mean_s=ttft, jct_mean_s=jct, pins_made=1200, preemptions=0)
     router = {"name": "round-robin", "settings": {}, "replicas": 3}
     (tmp_path / "replay.json").write_text(json.dumps({"results": [{**r, "router": router}]}))

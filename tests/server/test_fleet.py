@@ -304,6 +304,11 @@ def test_validate_without_the_router_is_one_line_and_exit_2(
         app, ["validate", str(trace), "--replicas", "0", "--model", str(tmp_path)]
     )
     assert res.exit_code == 2 and "--replicas must be at least 1, not 0" in res.stderr
+    # far too many: refused before a server starts (it made a work folder per replica)
+    huge = ["validate", str(trace), "--replicas", "99999999999999999999", "--model", str(tmp_path)]
+    res = CliRunner().invoke(app, [*huge, "--work-dir", str(tmp_path / "huge")])
+    assert res.exit_code == 2 and "--replicas must be at most 100,000" in res.stderr
+    assert not (tmp_path / "huge").exists() or not any((tmp_path / "huge").iterdir())
     res = CliRunner().invoke(
         app,
         ["validate", str(trace), "--replicas", "2", "--router", "round_robin", "--repeats", "0",

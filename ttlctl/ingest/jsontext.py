@@ -128,18 +128,34 @@ def iter_jsonl(
         yield lineno, obj
 
 
-def salvaged_string(line: str, key: str) -> str | None:
-    """The string value of ``key`` in a line that does not parse as JSON, when the line
-    still holds it whole (a line cut short after it, or broken elsewhere), else None (a
-    null, a number, a value cut short, no such key). The first occurrence counts."""
-    found = re.search(r'"' + re.escape(key) + r'"\s*:\s*("(?:[^"\\]|\\.)*")', line)
+def salvaged(line: str, key: str) -> str | int | float | None:
+    """The value of ``key`` in a line that does not parse as JSON, when the line still
+    holds it whole (a line cut short after it, or broken elsewhere): a string, or a number
+    that a comma, a brace or the line's end follows (a number cut short may read as a
+    smaller one: ``17640`` of ``1764000000.0``, so one that ends the text is not taken);
+    else None (a null, a value cut short, no such key). The first occurrence counts."""
+    found = re.search(
+        r'"'
+        + re.escape(key)
+        + r'"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?=\s*[,}]))',
+        line,
+    )
     if found is None:
         return None
     try:
         value = json.loads(found.group(1))
     except json.JSONDecodeError:  # a bad escape
         return None
-    return value if isinstance(value, str) else None
+    return value if isinstance(value, (str, int, float)) else None
+
+
+def salvaged_id(line: str, key: str) -> str | None:
+    """:func:`salvaged`'s value of an id (a program's, a request's, a session's): text, or
+    a whole number read as its text, as a good line's is; None for anything else or empty."""
+    value = salvaged(line, key)
+    if isinstance(value, float) or value == "" or value is None:
+        return None
+    return str(value)
 
 
 def first_object_line(head: bytes) -> bytes | None:

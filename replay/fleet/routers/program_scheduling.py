@@ -222,7 +222,11 @@ class ProgramScheduling:
         router then asked to wake at 4.3 again, at 4.3, without end)."""
         interval = self.config.metrics_interval_seconds
         k = math.floor(now / interval)
-        return k + 1 if (k + 1) * interval <= now else k
+        while (k + 1) * interval <= now:
+            k += 1
+        while k > 0 and k * interval > now:
+            k -= 1
+        return k
 
     def _last_tick(self, now: float) -> float:
         return self._tick_index(now) * self.config.metrics_interval_seconds

@@ -133,11 +133,11 @@ class EngineLogReader:
     def read_group(self, paths: Sequence[Path], sink: RejectSink) -> GroupParsed:
         """All the files' calls as one log: programs merged across files by arrival."""
         group = Group(paths)
-        records: list[int] = []
-        for index, path in enumerate(paths):
-            before = sink.count
-            made = LogFile(group, index, path).read(sink)
-            records.append(made + sink.count - before)
+        files = [LogFile(group, index, path) for index, path in enumerate(paths)]
+        for file in files:
+            file.read(sink)
+        group.settle_broken(sink)
+        records = [file.records for file in files]
         carry_over(group.parts)
         copies = {log for log, n in group.repeated.items() if n and not group.kept[log]}
         names = log_names(group.logs, copies=copies)

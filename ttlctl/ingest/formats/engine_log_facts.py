@@ -78,7 +78,8 @@ def log_names(logs: Sequence[str], copies: Collection[str]) -> dict[str, str | N
     each of whose requests was read before in another) is not one of them, and is left out."""
     replicas = [log for log in dict.fromkeys(logs) if log not in copies]
     several = len(replicas) > 1
-    return {log: log if several else None for log in replicas}
+    # without the blanks around it, as a trace's replica names are (its column is read so)
+    return {log: log.strip() if several else None for log in replicas}
 
 
 @dataclass

@@ -7,7 +7,9 @@ a bad record that rejects its program whole), each engine line the facts in forc
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,7 @@ from ttlctl.ingest.formats.engine_log_facts import Engines, Unnamed, parse_facts
 from ttlctl.ingest.formats.engine_log_programs import UNPLACED
 from ttlctl.ingest.formats.engine_log_repeats import Requests
 from ttlctl.ingest.formats.rotated import Part, log_of
-from ttlctl.ingest.jsontext import iter_jsonl, salvaged_string
+from ttlctl.ingest.jsontext import iter_jsonl, salvaged, salvaged_id
 from ttlctl.ingest.rejects import RejectSink
 
 SCHEMA = "ttlctl.engine-log/1"
@@ -48,6 +50,11 @@ class Group:
     kept: dict[str, int] = field(init=False)
     repeated: dict[str, int] = field(init=False)
     parts: list[Part] = field(init=False)
+    #: lines that do not parse but name their program, decided once every file is read
+    #: (:meth:`settle_broken`)
+    broken: list[Broken] = field(default_factory=list)
+    #: (program, request id) of each whole tagged line -> where the first is
+    whole: dict[tuple[str, str], tuple[Path, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.logs = [str(log_of(p)) for p in self.paths]
@@ -55,6 +62,72 @@ class Group:
         self.kept = dict.fromkeys(self.logs, 0)
         self.repeated = dict.fromkeys(self.logs, 0)
         self.parts = [Part(path) for path in self.paths]
+
+    def settle_broken(self, sink: RejectSink) -> None:
+        """Each line that does not parse but names its program, now that every file is
+        read: a copy of a request read whole in any file (its id and arrival: a log copied
+        while its last line was being written) is a duplicate, rejected alone; any other is
+        a bad record of its program, which rejects the program whole. One whose arrival was
+        cut off takes the place of the line before it in its file of the same program (its
+        previous call there), so that a program id used again rejects the run it was in."""
+        before: dict[tuple[int, str], list[tuple[int, float]]] = {}
+        for program, _, row in self.calls:
+            if program is not None and row["_sort"] != UNPLACED:
+                before.setdefault((row["_order"][0], program), []).append(
+                    (row["_line"], row["_sort"])
+                )
+        for lines in before.values():
+            lines.sort()
+        for b in self.broken:
+            path = b.file.path
+            copy = self._copy_of(b)
+            if copy is not None:
+                sink.reject(path, f"line {b.lineno}", copy)
+                self.repeated[self.logs[b.file.index]] += 1
+                b.file.rejected += 1
+                continue
+            at = b.arrival
+            if at is None:
+                earlier = before.get((b.file.index, b.program), [])
+                k = bisect.bisect_left(earlier, (b.lineno, -math.inf))
+                at = earlier[k - 1][1] if k else UNPLACED
+            row = {"_record": f"line {b.lineno}", "_line": b.lineno, "_sort": at,
+                   "_reason": b.reason}  # fmt: skip
+            b.file.keep(row, b.program, b.request_id, b.in_force)
+            self.kept[self.logs[b.file.index]] += 1
+        self.broken = []
+
+    def _copy_of(self, b: Broken) -> str | None:
+        """Why ``b`` is a copy of a line read whole (None: it is not): its request id and
+        arrival are a whole line's; or, its arrival cut off, its request id is a whole line's
+        of its program (an id alone may repeat, on other programs: a client's own ids)."""
+        if b.request_id is None:
+            return None
+        if b.arrival is not None:
+            return self.requests.cut_copy(b.request_id, b.arrival, b.file.path)
+        first = self.whole.get((b.program, b.request_id))
+        if first is None:
+            return None
+        where = f"line {first[1]}" if first[0] == b.file.path else f"{first[0]}, line {first[1]}"
+        return (
+            f"duplicate request: request_id {json.dumps(b.request_id)} of program "
+            f"{json.dumps(b.program)} is logged already ({where}), whole"
+        )
+
+
+@dataclass
+class Broken:
+    """A line of ``file`` that does not parse but names its program (and, where the line
+    still holds them, its request id and arrival)."""
+
+    file: LogFile
+    lineno: int
+    reason: str
+    program: str
+    request_id: str | None
+    arrival: float | None
+    #: the engine record in force at the line
+    in_force: dict[str, Any] | None
 
 
 @dataclass
@@ -68,11 +141,14 @@ class LogFile:
     in_force: dict[str, Any] | None = None
     #: rows made (calls and bad records of a program)
     made: int = 0
+    #: lines rejected (as a record of no program, or a duplicate)
+    rejected: int = 0
 
     def read(self, sink: RejectSink) -> int:
         """Read the file's lines (rejecting what is no record of a program); returns the
         rows made."""
         group, path = self.group, self.path
+        before = sink.count
         for lineno, obj in iter_jsonl(path, sink, self.broken):
             record = f"line {lineno}"
             if obj.get("schema") != SCHEMA:
@@ -108,31 +184,57 @@ class LogFile:
                     group.repeated[group.logs[self.index]] += 1
                     continue
             group.aborted += str(obj.get("finish_reason")) == ABORT
-            self.keep(row, None if program in (None, "") else str(program), request_id)
+            tagged = None if program in (None, "") else str(program)
+            if tagged is not None and request_id not in (None, ""):
+                group.whole.setdefault((tagged, str(request_id)), (path, lineno))
+            self.keep(row, tagged, request_id, self.in_force)
         group.kept[group.logs[self.index]] += self.made
         group.parts[self.index].last = self.in_force
+        self.rejected += sink.count - before
         return self.made
 
+    @property
+    def records(self) -> int:
+        """The file's records, rows made and lines rejected (once :meth:`Group.settle_broken`
+        has decided the lines that do not parse)."""
+        return self.made + self.rejected
+
     def broken(self, lineno: int, line: str, reason: str) -> bool:
-        """A line that does not parse: a bad record of its program when the line still
-        names it (the program is then rejected whole, not left with a hole where the call
-        was), else rejected alone (False)."""
-        program = salvaged_string(line, "program_id")
-        if not program:
+        """A line that does not parse: when it still names its program, kept to be decided
+        once every file is read (:meth:`Group.settle_broken`: the program is not left with
+        a hole where the call was), else rejected alone (False)."""
+        program = salvaged_id(line, "program_id")
+        if program is None:
             return False
-        bad = {"_record": f"line {lineno}", "_line": lineno, "_sort": UNPLACED, "_reason": reason}
-        self.keep(bad, program, None)
+        arrival = salvaged(line, "arrival_unix_s")
+        self.group.broken.append(
+            Broken(
+                self,
+                lineno,
+                reason,
+                program,
+                salvaged_id(line, "request_id"),
+                None if isinstance(arrival, str) or arrival is None else float(arrival),
+                self.in_force,
+            )
+        )
         return True
 
-    def keep(self, row: dict[str, Any], program: str | None, request_id: object) -> None:
+    def keep(
+        self,
+        row: dict[str, Any],
+        program: str | None,
+        request_id: object,
+        facts: dict[str, Any] | None,
+    ) -> None:
         """A request line's row: a call of ``program`` (None: untagged, ``request_id``'s own
-        program), or a bad record of it."""
+        program), or a bad record of it; ``facts``: the engine record in force at its line."""
         group = self.group
         row["_file"] = str(self.path)
         row["_order"] = (self.index, row["_line"])
-        row["replica"] = group.engines.replica(self.in_force, group.unnamed[self.index])
-        if self.in_force is not None:
-            self.in_force["calls"] += 1
+        row["replica"] = group.engines.replica(facts, group.unnamed[self.index])
+        if facts is not None:
+            facts["calls"] += 1
         else:  # its record may be in force from the log's earlier part (rotated.carry_over)
             group.parts[self.index].unplaced.append(row)
         group.calls.append((program, None if program else str(request_id), row))

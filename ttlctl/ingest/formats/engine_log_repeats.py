@@ -33,8 +33,21 @@ class Requests:
         first = self._where.setdefault((request_id, arrival), (path, lineno))
         if first == (path, lineno):
             return None
-        where = f"line {first[1]}" if first[0] == path else f"{first[0]}, line {first[1]}"
-        return (
-            f"duplicate request: request_id {json.dumps(request_id)}, arrived at {arrival}, "
-            f"is logged already ({where})"
-        )
+        return _logged_already(request_id, arrival, path, first)
+
+    def cut_copy(self, request_id: str, arrival: float, path: Path) -> str | None:
+        """Why a line that does not parse, but still names ``request_id`` and its
+        ``arrival``, is a copy of one read whole (in any file: a log copied while its last
+        line was being written), or None when no whole line holds that request."""
+        first = self._where.get((request_id, arrival))
+        if first is None:
+            return None
+        return _logged_already(request_id, arrival, path, first) + ", whole"
+
+
+def _logged_already(request_id: str, arrival: float, path: Path, first: tuple[Path, int]) -> str:
+    where = f"line {first[1]}" if first[0] == path else f"{first[0]}, line {first[1]}"
+    return (
+        f"duplicate request: request_id {json.dumps(request_id)}, arrived at {arrival}, "
+        f"is logged already ({where})"
+    )

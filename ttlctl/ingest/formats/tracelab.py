@@ -64,7 +64,7 @@ from ttlctl.ingest.jsontext import (
     cut_line,
     first_object_line,
     read_text,
-    salvaged_string,
+    salvaged_id,
 )
 from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
@@ -128,7 +128,7 @@ class TraceLabReader:
                 # A broken line whose session can still be read: reject that session
                 # whole rather than let it come out with a hole.
                 raw = raw_lines[lineno]
-                session = salvaged_string(raw, "session_id")
+                session = salvaged_id(raw, "session_id")
                 if not session:
                     sink.reject(path, where, broken, raw=raw)
                     continue

@@ -364,3 +364,23 @@ def test_cli(samples: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["ingest", str(bad), "-o", str(out), "--format", FORMAT])
     assert result.exit_code == 2
     assert bad.name in result.output
+
+
+def test_a_line_that_does_not_parse_is_its_named_sessions(tmp_path: Path) -> None:
+    """Two sessions interleaved in one log; session A's third line cut short after its
+    ``session_id``: A is rejected whole, B kept whole. Regression (a second reader's find):
+    the broken line was filed under the file's program, and A kept a hole."""
+    a, b = _session(4), _session(4)
+    records = [x for pair in zip(a, b, strict=True) for x in pair]
+    sessions = ["A", "B"] * 4
+    lines = [json.dumps({"session_id": s, **r}) for s, r in zip(sessions, records, strict=True)]
+    lines[4] = lines[4][: lines[4].index('"request"')]
+    src = tmp_path / "log.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    _, trace, rejects = ingest_skipping_bad([src], tmp_path / "l.parquet", "litellm")
+    assert trace["program_id"].unique().to_list() == ["B"] and trace.height == 4
+    reasons = {r["record"]: r["reason"] for r in rejects}
+    assert reasons["line 5"].startswith("malformed JSON")
+    assert {reasons[f"line {n}"] for n in (1, 3, 7)} == {
+        "rejected with its program: A has a bad record (line 5)"
+    }

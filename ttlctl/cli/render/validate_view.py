@@ -117,8 +117,8 @@ def _spread(counts: dict[str, int] | None) -> str:
 
 def _placements(runs: list[dict[str, Any]]) -> str:
     """Each run's calls per replica, live; where the simulation on the trace's timing
-    placed them otherwise, its counts beside them (``sim …``), and how many it placed
-    alike."""
+    placed them otherwise, its counts beside them (``sim …``), and in how many runs it put
+    as many calls on each replica (a count per replica: not which programs went where)."""
     placed, simulated, alike = [], 0, 0
     for r in runs:
         live, sim = r.get("calls_per_replica"), r.get("sim_calls_per_replica")
@@ -129,7 +129,8 @@ def _placements(runs: list[dict[str, Any]]) -> str:
     if not simulated:
         return text
     of = counted(simulated, "run")
-    return f"{text}; simulated on the trace's timing, placed alike in {alike} of {of}"
+    # counts alike: the same calls on each replica, not always the same programs
+    return f"{text}; simulated on the trace's timing, as many calls per replica in {alike} of {of}"
 
 
 def _drawn(doc: dict[str, Any]) -> dict[str, Any] | None:

@@ -70,6 +70,7 @@ from replay.validation.timings import DRAWS, Timings
 from replay.validation.warmup import warmed_engine
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
+from ttlctl import bundle_make
 from ttlctl.nouns import counted
 from ttlctl.server.client import ServerError
 from ttlctl.server.facts import ServerInfo
@@ -175,8 +176,14 @@ def validate_fleet(
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
     if not work.programs:
         raise ValidateError("no programs to validate with")
-    if "continuum" in names and bundle is None:
-        raise ValidateError("continuum in a fleet needs --bundle")
+    # continuum without --bundle: a cold-start bundle (no fit), as on one server; it
+    # carries a profile, which a fleet measures only after its runs
+    cold = "continuum" in names and bundle is None
+    if cold and profile is None:
+        raise ValidateError(
+            "continuum in a fleet needs --bundle or --profile (a cold-start bundle carries "
+            "a profile; a fleet's is measured after its runs)"
+        )
     # a damaged bundle: refused before anything starts
     bundle_doc = bundle_mod.read(bundle) if bundle is not None else None
     profile_source = "given" if profile is not None else None
@@ -187,6 +194,13 @@ def validate_fleet(
     # (``validate --resimulate``)
     with work_dirs.work_dir(work_dir, "ttlctl-validate-fleet-") as work_dir:
         work_dir.mkdir(parents=True, exist_ok=True)
+        if cold:
+            assert profile is not None
+            bundle = work_dir / "cold-start-bundle.json"
+            bundle_doc = bundle_make.cold_start(
+                profile.to_json(), "ttlctl validate (cold start: no fit)"
+            )
+            bundle_make.write(bundle_doc, bundle)
         runs: list[LiveRun] = []
         measured: list[Measured] = []
         fleets = LiveFleets(

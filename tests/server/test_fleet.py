@@ -16,12 +16,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from profiles.shipped import resolve
 from replay.validation.fleet import validate_fleet
 from replay.validation.fleet_placement import check_placement
 from replay.validation.servers import Sources
 from replay.workload import load
 from tests.child_signals import terminal_defaults
 from tests.live.traces import agent_trace
+from ttlctl import bundle as bundle_file
 from ttlctl.cli import app
 from ttlctl.errors import TtlctlError
 from ttlctl.server import arrivals, router
@@ -418,6 +420,29 @@ def test_a_fleet_refused_for_its_arguments_leaves_no_work_folder(
                 bundle=bundle,
             )
     assert list(temp.iterdir()) == []
+
+
+def test_continuum_in_a_fleet_without_a_bundle_starts_cold(tmp_path: Path) -> None:
+    """As on one server: with --profile, continuum's replicas get a cold-start bundle (no
+    fit) written in the work folder before any replica starts (here a replica that exits at
+    once: the error is its own). Regression (a walker's find): the fleet refused, though the
+    docs said continuum gets a cold-start bundle without --bundle."""
+    router.binary()  # the fleet checks its router first (tests/router_bin.py)
+    work = load(agent_trace(tmp_path / "t.parquet", programs=2, calls=2))
+    profile = resolve("llama-3.1-8b-h100")[0]
+    fails = Sources(base_cmd=[sys.executable, "-c", "import sys; sys.exit(3)"])
+    with pytest.raises(ServerError, match="exited with code 3"):
+        validate_fleet(
+            work,
+            fails,
+            replicas=2,
+            routers=["consistent_hash"],
+            policies=["continuum"],
+            profile=profile,
+            work_dir=tmp_path / "w",
+        )
+    cold = bundle_file.read(tmp_path / "w" / "cold-start-bundle.json")
+    assert cold["fit"]["tools"] == {} and cold["profile"] == profile.to_json()
 
 
 def test_cpus_and_gpus_per_replica_go_together() -> None:

@@ -161,6 +161,28 @@ def test_the_same_code_gives_the_recorded_rows_ranking_and_goal_back(recorded: P
     assert "consistent_hash" in printed and "re-simulated from" in printed
 
 
+def test_a_replica_no_call_reached_is_0_in_the_document_and_absent_from_its_arrivals(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """validate records a replica no session call reached at 0 (as the simulated counts
+    do); its arrivals files name no call of it. Regression (a second reader's find): the
+    check that the files are the document's read the two as different counts."""
+    doc = json.loads(recorded.read_text())
+    runs = [run for row in doc["rows"]["vllm"].values() for run in row["runs"]]
+    assert len(runs) == REPEATS * len(ROUTERS)
+    for run in runs:
+        run["calls_per_replica"] = {**run["calls_per_replica"], "r9": 0}
+    edited = tmp_path / "zeros.json"
+    edited.write_text(json.dumps(doc))
+    again = resimulate(edited)
+    assert again["rows"].keys() == doc["rows"].keys()
+    for run in runs:  # a count that differs is still refused
+        run["calls_per_replica"]["r9"] = 1
+    edited.write_text(json.dumps(doc))
+    with pytest.raises(ValidateError, match="arrivals files give calls per replica"):
+        resimulate(edited)
+
+
 def test_a_profile_given_prices_every_run(recorded: Path, tmp_path: Path) -> None:
     doc = json.loads(recorded.read_text())
     fast = resolve("tiny-cpu")[0]

@@ -166,9 +166,11 @@ def test_a_copy_taken_while_its_last_line_was_written_is_still_a_copy(
 ) -> None:
     """A log and its copy, whose last line is cut (copied mid-write): the cut line repeats
     the log's whole one (its request id, of its program), so it is a duplicate, the copy is
-    no replica (read first, the copy's whole lines stand, as any first line read does), and
-    no program is rejected, whichever file is read first. Regression (a second reader's
-    find): the cut line rejected its program, intact in the log."""
+    no replica when the log is read first, and no program is rejected whichever file is read
+    first (read first, the copy's whole lines stand, as any first line read does, and the
+    log's own last line makes it a replica apart: a partial copy sorting first, as before).
+    Regression (a second reader's find): the cut line rejected its program, intact in the
+    log."""
     rows = [_req("r1", "p", 0.0, 1.0, tool="grep"), _req("q1", "q", 0.5, 1.5, is_last=True),
             _req("r2", "p", 2.0, 3.0, is_last=True)]  # fmt: skip
     log = _write(tmp_path / "engine.jsonl", rows)
@@ -218,3 +220,65 @@ def test_a_broken_line_naming_a_numeric_program_rejects_it(tmp_path: Path) -> No
     src = _broken(rows, 2, json.dumps(rows[1]).index('"tool"'), tmp_path / "engine.jsonl")
     _, frame, _ = ingest_skipping_bad([src], tmp_path / "t.parquet", "engine-log")
     assert frame["program_id"].to_list() == ["q"]
+
+
+def _cut_rows(rows: list[dict[str, Any]], line: int, key: str, path: Path) -> Path:
+    """``rows`` as a log whose ``line`` is cut just before ``key``."""
+    return _broken(rows, line, json.dumps(rows[line - 1]).index(f'"{key}"'), path)
+
+
+def test_a_cut_line_is_no_copy_of_a_line_of_its_own_log(tmp_path: Path) -> None:
+    """A client's retry under its own request id (c1 twice), the retry's line cut before its
+    arrival: in its own log the id is no proof of a copy, so the line is a bad record and
+    rejects p whole. Regression (a second reader's find): it was rejected alone as a
+    duplicate of the first c1, and p kept a hole."""
+    rows = [
+        _req("c1", "p", 0.0, 1.0, tool="grep"),
+        _req("c1", "p", 2.0, 3.0, tool="bash"),
+        _req("c2", "p", 4.0, 5.0, is_last=True),
+        _req("q1", "q", 0.5, 1.5, is_last=True),
+    ]
+    src = _cut_rows(rows, 2, "tool", tmp_path / "engine.jsonl")
+    _, frame, rejects = ingest_skipping_bad([src], tmp_path / "t.parquet", "engine-log")
+    assert frame["program_id"].to_list() == ["q"]
+    assert not any(r["reason"].startswith("duplicate") for r in rejects)
+
+
+def test_a_cut_line_in_a_rotated_part_takes_its_place_after_the_older_part(
+    tmp_path: Path,
+) -> None:
+    """p's first call in engine.jsonl.1, its second (cut before its arrival) and third
+    (is_last) in engine.jsonl, then p again: the cut line follows p's call in the older
+    part, so it rejects p's first run, and p#2 is kept whole."""
+    rows = [_req("r1", "p", 0.0, 1.0, tool="grep"), _req("r2", "p", 2.0, 3.0, tool="bash"),
+            _req("r3", "p", 4.0, 5.0, is_last=True), _req("s1", "p", 10.0, 11.0, tool="grep"),
+            _req("s2", "p", 12.0, 13.0, is_last=True)]  # fmt: skip
+    older = _write(tmp_path / "engine.jsonl.1", rows[:1])
+    newer = _cut_rows(rows[1:], 1, "tool", tmp_path / "engine.jsonl")
+    _, frame, _ = ingest_skipping_bad([newer, older], tmp_path / "t.parquet", "engine-log")
+    assert sorted(frame.select("program_id", "turn").rows()) == [("p#2", 0), ("p#2", 1)]
+
+
+def test_a_cut_lines_is_last_ends_its_run(tmp_path: Path) -> None:
+    """A line cut after ``"is_last": true`` (written before the arrival): it ends p's first
+    run, so only that run is rejected; p#2 and q are kept."""
+    rows = [_req("r1", "p", 0.0, 1.0, tool="grep"), _req("r2", "p", 2.0, 3.0, is_last=True),
+            _req("s1", "p", 10.0, 11.0, tool="grep"), _req("s2", "p", 12.0, 13.0, is_last=True),
+            _req("q1", "q", 14.0, 15.0, is_last=True)]  # fmt: skip
+    src = _cut_rows(rows, 2, "arrival_unix_s", tmp_path / "engine.jsonl")
+    _, frame, _ = ingest_skipping_bad([src], tmp_path / "t.parquet", "engine-log")
+    kept = sorted(frame.select("program_id", "turn").rows())
+    assert kept == [("p#2", 0), ("p#2", 1), ("q", 0)]
+
+
+def test_a_log_and_its_copy_cut_alike_give_the_log_alone(tmp_path: Path) -> None:
+    """The log and its copy both end in the same cut line: the copy's is a duplicate of the
+    log's (read first), and the copy is no replica."""
+    rows = [_req("r1", "p", 0.0, 1.0, tool="grep"), _req("q1", "q", 0.5, 1.5, is_last=True),
+            _req("r2", "p", 2.0, 3.0, is_last=True)]  # fmt: skip
+    log = _cut_rows(rows, 3, "tool", tmp_path / "engine.jsonl")
+    copy = _cut_rows(rows, 3, "tool", tmp_path / "engine.copy.jsonl")
+    _, alone, _ = ingest_skipping_bad([log], tmp_path / "a.parquet", "engine-log")
+    _, both, rejects = ingest_skipping_bad([log, copy], tmp_path / "b.parquet", "engine-log")
+    assert both.equals(alone)
+    assert sum(r["reason"].endswith("cut short there too") for r in rejects) == 1

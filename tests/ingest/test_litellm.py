@@ -384,3 +384,21 @@ def test_a_line_that_does_not_parse_is_its_named_sessions(tmp_path: Path) -> Non
     assert {reasons[f"line {n}"] for n in (1, 3, 7)} == {
         "rejected with its program: A has a bad record (line 5)"
     }
+
+
+def test_a_broken_lines_session_is_its_top_level_key(tmp_path: Path) -> None:
+    """A line's session is its top-level ``session_id``/``litellm_session_id``, as a good
+    line's is: the same key inside the request body names nothing. Regression (a second
+    reader's find): a broken line whose body carried a nested id was filed under that id,
+    and the file's program kept a hole."""
+    recs = _session(4)
+    for r in recs:
+        r["request"] = {**r.get("request", {}), "litellm_session_id": "nested"}
+    lines = [json.dumps(r) for r in recs]
+    cut = lines[2].index("nested") + len("nested") + 2
+    lines[2] = lines[2][:cut]
+    src = tmp_path / "log.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    report = ingest([src], tmp_path / "l.parquet", skip_bad=True, fmt="litellm", allow_empty=True)
+    assert report.rows == 0 and report.rejected == 4  # the file's one program, whole
+    assert report.rejected_by_reason["rejected with its program"] == 3

@@ -103,7 +103,7 @@ def iter_jsonl(
     Blank lines are not records and are passed over. ``broken``, given, is first told
     (line number, line, reason) of each line that does not parse: when it returns True
     the caller has taken the line (a reader that can still tell its program rejects that
-    program whole: :func:`salvaged_string`), and it is not rejected here.
+    program whole: :func:`salvaged`), and it is not rejected here.
     """
     text = read_text(path, sink)
     if text is None:
@@ -128,32 +128,57 @@ def iter_jsonl(
         yield lineno, obj
 
 
-def salvaged(line: str, key: str) -> str | int | float | None:
-    """The value of ``key`` in a line that does not parse as JSON, when the line still
-    holds it whole (a line cut short after it, or broken elsewhere): a string, or a number
-    that a comma, a brace or the line's end follows (a number cut short may read as a
-    smaller one: ``17640`` of ``1764000000.0``, so one that ends the text is not taken);
-    else None (a null, a value cut short, no such key). The first occurrence counts."""
-    found = re.search(
-        r'"'
-        + re.escape(key)
-        + r'"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?=\s*[,}]))',
-        line,
+def salvaged(line: str, key: str) -> str | int | float | bool | None:
+    """The value of the top-level ``key`` of a line that does not parse as JSON, when the
+    line still holds it whole (a line cut short after it, or broken elsewhere): a string,
+    ``true``/``false``, or a number that a comma, a brace or blanks then one of them
+    follow (a number cut short may read as a smaller one: ``17640`` of ``1764000000.0``,
+    so one that ends the text is not taken); else None (a null, a value cut short, no such
+    key at the top level: the same key inside a nested object is not the line's). The
+    first top-level occurrence counts."""
+    pattern = (
+        r'"' + re.escape(key) + r'"\s*:\s*("(?:[^"\\]|\\.)*"|true|false'
+        r"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?=\s*[,}]))"
     )
-    if found is None:
-        return None
-    try:
-        value = json.loads(found.group(1))
-    except json.JSONDecodeError:  # a bad escape
-        return None
-    return value if isinstance(value, (str, int, float)) else None
+    for found in re.finditer(pattern, line):
+        if _depth(line, found.start()) != 1:
+            continue
+        try:
+            value = json.loads(found.group(1))
+        except json.JSONDecodeError:  # a bad escape
+            return None
+        return value if isinstance(value, (str, int, float, bool)) else None
+    return None
+
+
+def _depth(text: str, end: int) -> int:
+    """How many objects and arrays are open at ``end`` of ``text`` (strings skipped; 0 at
+    the start, 1 inside a line's top-level object), or -1 where ``end`` is inside a
+    string."""
+    depth, in_string, escaped = 0, False, False
+    for ch in text[:end]:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+    return -1 if in_string else depth
 
 
 def salvaged_id(line: str, key: str) -> str | None:
-    """:func:`salvaged`'s value of an id (a program's, a request's, a session's): text, or
-    a whole number read as its text, as a good line's is; None for anything else or empty."""
+    """:func:`salvaged`'s value of an id (a program's, a request's, a session's): text,
+    or a number read as its text, as a good line's is (``7``, ``7.0``); None for anything
+    else (``true``, an empty text)."""
     value = salvaged(line, key)
-    if isinstance(value, float) or value == "" or value is None:
+    if value is None or isinstance(value, bool) or value == "":
         return None
     return str(value)
 

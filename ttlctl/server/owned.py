@@ -161,6 +161,10 @@ class OwnedServer:
         self.stop()
 
 
+#: what vLLM's exceptions say when they point to a root cause logged before them
+POINTS_BACK = ("see root cause above", "see stack trace for root cause")
+
+
 def failure_line(lines: Sequence[str]) -> str:
     """The line of a log that says why its process stopped: the last exception raised
     (``ValueError: …``, less what the process put before it; not one that points to a
@@ -171,5 +175,5 @@ def failure_line(lines: Sequence[str]) -> str:
     # vLLM's API server ends with "RuntimeError: Engine core initialization failed. See
     # root cause above.", its engine core with "Exception: WorkerProc initialization failed
     # … See stack trace for root cause.": the cause is the exception before them
-    causes = [r for r in raised if "root cause" not in r.lower()]
+    causes = [r for r in raised if not any(p in r.lower() for p in POINTS_BACK)]
     return (causes or raised or lines)[-1]

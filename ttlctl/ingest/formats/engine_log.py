@@ -77,8 +77,10 @@ row with a reason: it is
 placed among its program's calls by its arrival (last, before the call tagged ``is_last``,
 when its arrival is unknown: :mod:`.engine_log_programs`), and validation rejects its
 program whole, naming it as the cause. So is a line that does not parse as JSON (cut
-short, malformed) when it still names its ``program_id`` (its arrival unknown); one that
-does not (cut before it) is rejected alone, its program, if it had one, read without it.
+short, malformed) when it still names its ``program_id``, unless it is a copy of a request
+read elsewhere (a duplicate, rejected alone); one that does not name it (cut before it) is
+rejected alone, its program, if it had one, read without it
+(:meth:`.engine_log_lines.Group.settle_broken` has the rules).
 
 Aborted calls (``finish_reason`` ``abort``: the client went away, or cancelled) are
 kept as calls with the tokens they produced (``output_tokens`` 0 when aborted before

@@ -19,7 +19,7 @@ from ttlctl.ingest.fields import RecordError, number, tokens, tool_name
 from ttlctl.ingest.formats.engine_log_facts import Engines, Unnamed, parse_facts
 from ttlctl.ingest.formats.engine_log_programs import UNPLACED
 from ttlctl.ingest.formats.engine_log_repeats import Requests
-from ttlctl.ingest.formats.rotated import Part, log_of
+from ttlctl.ingest.formats.rotated import Part, log_of, rotations
 from ttlctl.ingest.jsontext import iter_jsonl, salvaged, salvaged_id
 from ttlctl.ingest.rejects import RejectSink
 
@@ -65,54 +65,90 @@ class Group:
 
     def settle_broken(self, sink: RejectSink) -> None:
         """Each line that does not parse but names its program, now that every file is
-        read: a copy of a request read whole in any file (its id and arrival: a log copied
-        while its last line was being written) is a duplicate, rejected alone; any other is
-        a bad record of its program, which rejects the program whole. One whose arrival was
-        cut off takes the place of the line before it in its file of the same program (its
-        previous call there), so that a program id used again rejects the run it was in."""
-        before: dict[tuple[int, str], list[tuple[int, float]]] = {}
-        for program, _, row in self.calls:
-            if program is not None and row["_sort"] != UNPLACED:
-                before.setdefault((row["_order"][0], program), []).append(
-                    (row["_line"], row["_sort"])
-                )
-        for lines in before.values():
-            lines.sort()
+        read. A copy of a request read elsewhere is a duplicate, rejected alone: a whole
+        line of its request id and arrival in any file, or, its arrival cut off, a whole
+        line of its request id and program in another file (a log copied while its last
+        line was being written; in its own file, one id may be a client's retry or the id
+        of a program run again), or the same broken line read first in another file (the
+        log and its copy cut alike). Any other is a bad record of its program, which rejects
+        the program whole: placed by its arrival, or, that cut off, right after the line
+        before it of its program in its log (its previous call there), so that a program
+        id used again rejects the run it was in; a salvaged ``is_last`` ends its run."""
+        before = self._positions()
+        first_cut: dict[tuple[str, str, float | None], tuple[Path, int]] = {}
         for b in self.broken:
             path = b.file.path
-            copy = self._copy_of(b)
+            copy = self._copy_of(b, first_cut)
             if copy is not None:
                 sink.reject(path, f"line {b.lineno}", copy)
                 self.repeated[self.logs[b.file.index]] += 1
                 b.file.rejected += 1
                 continue
+            if b.request_id is not None:
+                first_cut.setdefault((b.program, b.request_id, b.arrival), (path, b.lineno))
             at = b.arrival
             if at is None:
-                earlier = before.get((b.file.index, b.program), [])
-                k = bisect.bisect_left(earlier, (b.lineno, -math.inf))
+                earlier = before.get((self.logs[b.file.index], b.program), [])
+                place = _place(b.file.path, b.file.index, b.lineno)
+                k = bisect.bisect_left(earlier, (place, -math.inf))
                 at = earlier[k - 1][1] if k else UNPLACED
-            row = {"_record": f"line {b.lineno}", "_line": b.lineno, "_sort": at,
-                   "_reason": b.reason}  # fmt: skip
+            row: dict[str, Any] = {"_record": f"line {b.lineno}", "_line": b.lineno,
+                                   "_sort": at, "_reason": b.reason}  # fmt: skip
+            if b.is_last is not None:
+                row["is_last"] = b.is_last
             b.file.keep(row, b.program, b.request_id, b.in_force)
             self.kept[self.logs[b.file.index]] += 1
         self.broken = []
 
-    def _copy_of(self, b: Broken) -> str | None:
-        """Why ``b`` is a copy of a line read whole (None: it is not): its request id and
-        arrival are a whole line's; or, its arrival cut off, its request id is a whole line's
-        of its program (an id alone may repeat, on other programs: a client's own ids)."""
+    def _positions(
+        self,
+    ) -> dict[tuple[str, str], list[tuple[tuple[int, int, int], float]]]:
+        """Per (log, program): the places of its whole lines in the log (oldest rotated
+        part first: :func:`_place`) with their arrivals, in the log's order."""
+        before: dict[tuple[str, str], list[tuple[tuple[int, int, int], float]]] = {}
+        for program, _, row in self.calls:
+            if program is not None and row["_sort"] != UNPLACED:
+                index, lineno = row["_order"]
+                before.setdefault((self.logs[index], program), []).append(
+                    (_place(self.paths[index], index, lineno), row["_sort"])
+                )
+        for lines in before.values():
+            lines.sort()
+        return before
+
+    def _copy_of(
+        self, b: Broken, first_cut: dict[tuple[str, str, float | None], tuple[Path, int]]
+    ) -> str | None:
+        """Why ``b`` is a copy of a line read elsewhere (:meth:`settle_broken`), or None."""
         if b.request_id is None:
             return None
+        path = b.file.path
         if b.arrival is not None:
-            return self.requests.cut_copy(b.request_id, b.arrival, b.file.path)
-        first = self.whole.get((b.program, b.request_id))
-        if first is None:
-            return None
-        where = f"line {first[1]}" if first[0] == b.file.path else f"{first[0]}, line {first[1]}"
-        return (
-            f"duplicate request: request_id {json.dumps(b.request_id)} of program "
-            f"{json.dumps(b.program)} is logged already ({where}), whole"
-        )
+            copy = self.requests.cut_copy(b.request_id, b.arrival, path)
+            if copy is not None:
+                return copy
+        if b.arrival is None:
+            whole = self.whole.get((b.program, b.request_id))
+            if whole is not None and whole[0] != path:
+                return _copy_words(b, whole, path, "whole")
+        cut = first_cut.get((b.program, b.request_id, b.arrival))
+        if cut is not None and cut[0] != path:
+            return _copy_words(b, cut, path, "cut short there too")
+        return None
+
+
+def _place(path: Path, index: int, lineno: int) -> tuple[int, int, int]:
+    """Where a line is in its log: its part's age (the oldest rotated part first), its
+    file in the order given, the line."""
+    return (-rotations(path), index, lineno)
+
+
+def _copy_words(b: Broken, first: tuple[Path, int], path: Path, how: str) -> str:
+    where = f"line {first[1]}" if first[0] == path else f"{first[0]}, line {first[1]}"
+    return (
+        f"duplicate request: request_id {json.dumps(b.request_id)} of program "
+        f"{json.dumps(b.program)} is logged already ({where}), {how}"
+    )
 
 
 @dataclass
@@ -126,6 +162,8 @@ class Broken:
     program: str
     request_id: str | None
     arrival: float | None
+    #: its ``is_last`` tag, where the line still holds it
+    is_last: bool | None
     #: the engine record in force at the line
     in_force: dict[str, Any] | None
 
@@ -207,6 +245,7 @@ class LogFile:
         if program is None:
             return False
         arrival = salvaged(line, "arrival_unix_s")
+        last = salvaged(line, "is_last")
         self.group.broken.append(
             Broken(
                 self,
@@ -214,7 +253,8 @@ class LogFile:
                 reason,
                 program,
                 salvaged_id(line, "request_id"),
-                None if isinstance(arrival, str) or arrival is None else float(arrival),
+                _number_or_none(arrival),
+                bool(last) if last in (True, False, 0, 1) else None,
                 self.in_force,
             )
         )
@@ -277,3 +317,10 @@ def _schema_said(obj: dict[str, Any]) -> str:
     if "schema" not in obj:
         return f"no schema (an engine log's lines have {json.dumps(SCHEMA)})"
     return f"schema is {json.dumps(obj['schema'])}, not {json.dumps(SCHEMA)}"
+
+
+def _number_or_none(value: object) -> float | None:
+    """A salvaged arrival as a number (None: not one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)

@@ -282,3 +282,19 @@ def test_a_log_and_its_copy_cut_alike_give_the_log_alone(tmp_path: Path) -> None
     _, both, rejects = ingest_skipping_bad([log, copy], tmp_path / "b.parquet", "engine-log")
     assert both.equals(alone)
     assert sum(r["reason"].endswith("cut short there too") for r in rejects) == 1
+
+
+def test_a_cut_line_is_no_copy_of_a_line_of_its_logs_older_part(tmp_path: Path) -> None:
+    """A log's rotated parts are one log: a retry under one id, its line cut in the newer
+    part, the first in the older one, is a bad record (p rejected), not a copy."""
+    rows = [
+        _req("c1", "p", 0.0, 1.0, tool="grep"),
+        _req("c1", "p", 2.0, 3.0, tool="bash"),
+        _req("c2", "p", 4.0, 5.0, is_last=True),
+        _req("q1", "q", 0.5, 1.5, is_last=True),
+    ]
+    older = _write(tmp_path / "engine.jsonl.1", [rows[0], rows[3]])
+    newer = _cut_rows(rows[1:3], 1, "tool", tmp_path / "engine.jsonl")
+    _, frame, rejects = ingest_skipping_bad([older, newer], tmp_path / "t.parquet", "engine-log")
+    assert frame["program_id"].to_list() == ["q"]
+    assert not any(r["reason"].startswith("duplicate") for r in rejects)

@@ -67,9 +67,9 @@ class Group:
         """Each line that does not parse but names its program, now that every file is
         read. A copy of a request read elsewhere is a duplicate, rejected alone: a whole
         line of its request id and arrival in any file, or, its arrival cut off, a whole
-        line of its request id and program in another file (a log copied while its last
-        line was being written; in its own file, one id may be a client's retry or the id
-        of a program run again), or the same broken line read first in another file (the
+        line of its request id and program in another log (a log copied while its last
+        line was being written; in its own log, one id may be a client's retry or the id
+        of a program run again), or the same broken line read first in another log (the
         log and its copy cut alike). Any other is a bad record of its program, which rejects
         the program whole: placed by its arrival, or, that cut off, right after the line
         before it of its program in its log (its previous call there), so that a program
@@ -127,12 +127,14 @@ class Group:
             copy = self.requests.cut_copy(b.request_id, b.arrival, path)
             if copy is not None:
                 return copy
+        # another log (not another part of its own: a rotated log is one log)
+        log = self.logs[b.file.index]
         if b.arrival is None:
             whole = self.whole.get((b.program, b.request_id))
-            if whole is not None and whole[0] != path:
+            if whole is not None and str(log_of(whole[0])) != log:
                 return _copy_words(b, whole, path, "whole")
         cut = first_cut.get((b.program, b.request_id, b.arrival))
-        if cut is not None and cut[0] != path:
+        if cut is not None and str(log_of(cut[0])) != log:
             return _copy_words(b, cut, path, "cut short there too")
         return None
 

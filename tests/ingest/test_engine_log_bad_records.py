@@ -183,6 +183,11 @@ def test_a_copy_taken_while_its_last_line_was_written_is_still_a_copy(
             assert frame["replica"].null_count() == frame.height
         assert all(r["reason"].startswith("duplicate request") for r in rejects), rejects
         assert len(rejects) == 3
+        # the cut line's reject says it is a copy, and why it did not parse
+        (cut,) = [
+            r["reason"] for r in rejects if Path(r["file"]) == copy and r["record"] == "line 3"
+        ]
+        assert cut.endswith(")") and "(malformed JSON" in cut, cut
 
 
 def test_a_broken_line_of_an_id_used_again_rejects_its_own_run(tmp_path: Path) -> None:
@@ -281,7 +286,7 @@ def test_a_log_and_its_copy_cut_alike_give_the_log_alone(tmp_path: Path) -> None
     _, alone, _ = ingest_skipping_bad([log], tmp_path / "a.parquet", "engine-log")
     _, both, rejects = ingest_skipping_bad([log, copy], tmp_path / "b.parquet", "engine-log")
     assert both.equals(alone)
-    assert sum(r["reason"].endswith("cut short there too") for r in rejects) == 1
+    assert sum("cut short there too (malformed JSON" in r["reason"] for r in rejects) == 1
 
 
 def test_a_cut_line_is_no_copy_of_a_line_of_its_logs_older_part(tmp_path: Path) -> None:

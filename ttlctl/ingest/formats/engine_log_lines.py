@@ -80,7 +80,8 @@ class Group:
             path = b.file.path
             copy = self._copy_of(b, first_cut)
             if copy is not None:
-                sink.reject(path, f"line {b.lineno}", copy)
+                # the duplicate, and why the line did not parse (a copy cut short)
+                sink.reject(path, f"line {b.lineno}", f"{copy} ({b.reason})")
                 self.repeated[self.logs[b.file.index]] += 1
                 b.file.rejected += 1
                 continue

@@ -70,7 +70,6 @@ from replay.validation.timings import DRAWS, Timings
 from replay.validation.warmup import warmed_engine
 from replay.workload import Workload
 from ttlctl import bundle as bundle_mod
-from ttlctl import bundle_make
 from ttlctl.nouns import counted
 from ttlctl.server.client import ServerError
 from ttlctl.server.facts import ServerInfo
@@ -196,11 +195,7 @@ def validate_fleet(
         work_dir.mkdir(parents=True, exist_ok=True)
         if cold:
             assert profile is not None
-            bundle = work_dir / "cold-start-bundle.json"
-            bundle_doc = bundle_make.cold_start(
-                profile.to_json(), "ttlctl validate (cold start: no fit)"
-            )
-            bundle_make.write(bundle_doc, bundle)
+            bundle, bundle_doc = work_dirs.cold_start_bundle(work_dir, profile.to_json())
         runs: list[LiveRun] = []
         measured: list[Measured] = []
         fleets = LiveFleets(

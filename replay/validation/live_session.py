@@ -21,8 +21,8 @@ from replay.validation.server_doc import measured_on
 from replay.validation.servers import Sources, policy_server
 from replay.validation.sizing import kv_tokens_of
 from replay.validation.warmup import Warmed, warmed
+from replay.validation.work_dir import cold_start_bundle
 from replay.workload import Workload
-from ttlctl import bundle_make
 from ttlctl.bundle_doc import Bundle
 from ttlctl.nouns import counted
 from ttlctl.server.facts import ServerInfo, probe
@@ -145,11 +145,7 @@ class LiveSession:
                 "continuum alone needs --bundle or --profile (the cold-start "
                 "bundle carries a profile, measured on the vllm server otherwise)"
             )
-        self.bundle_path = self.work_dir / "cold-start-bundle.json"
-        self.bundle_doc = bundle_make.cold_start(
-            self.profile.to_json(), "ttlctl validate (cold start: no fit)"
-        )
-        bundle_make.write(self.bundle_doc, self.bundle_path)
+        self.bundle_path, self.bundle_doc = cold_start_bundle(self.work_dir, self.profile.to_json())
 
     def _measure_profile(self, name: str, rep: int, which: str, info: ServerInfo) -> None:
         """After run ``rep`` of ``name``, on its server: a measurement if one is due, and

@@ -15,6 +15,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from profiles.schema import ProfileDoc
+from ttlctl import bundle_make
+from ttlctl.bundle_doc import Bundle
+
 
 @contextmanager
 def work_dir(given: Path | None, prefix: str) -> Iterator[Path]:
@@ -30,3 +34,13 @@ def work_dir(given: Path | None, prefix: str) -> Iterator[Path]:
         if not any(made.iterdir()):
             made.rmdir()
         raise
+
+
+def cold_start_bundle(folder: Path, profile: ProfileDoc) -> tuple[Path, Bundle]:
+    """The bundle continuum runs on without ``--bundle`` (no fit, ``profile``'s prices),
+    written in the work dir ``folder``: its path and document (one server's and a fleet's
+    alike)."""
+    path = folder / "cold-start-bundle.json"
+    doc = bundle_make.cold_start(profile, "ttlctl validate (cold start: no fit)")
+    bundle_make.write(doc, path)
+    return path, doc

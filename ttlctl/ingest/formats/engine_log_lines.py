@@ -18,7 +18,7 @@ from typing import Any
 from ttlctl.ingest.fields import RecordError, number, tokens, tool_name
 from ttlctl.ingest.formats.engine_log_facts import Engines, Unnamed, parse_facts
 from ttlctl.ingest.formats.engine_log_programs import UNPLACED
-from ttlctl.ingest.formats.engine_log_repeats import Requests
+from ttlctl.ingest.formats.engine_log_repeats import Requests, logged_at
 from ttlctl.ingest.formats.rotated import Part, log_of, rotations
 from ttlctl.ingest.jsontext import iter_jsonl, salvaged, salvaged_id
 from ttlctl.ingest.rejects import RejectSink
@@ -124,13 +124,13 @@ class Group:
         if b.request_id is None:
             return None
         path = b.file.path
+        # another log (not another part of its own: a rotated log is one log)
+        log = self.logs[b.file.index]
         if b.arrival is not None:
             copy = self.requests.cut_copy(b.request_id, b.arrival, path)
             if copy is not None:
                 return copy
-        # another log (not another part of its own: a rotated log is one log)
-        log = self.logs[b.file.index]
-        if b.arrival is None:
+        else:
             whole = self.whole.get((b.program, b.request_id))
             if whole is not None and str(log_of(whole[0])) != log:
                 return _copy_words(b, whole, path, "whole")
@@ -147,10 +147,9 @@ def _place(path: Path, index: int, lineno: int) -> tuple[int, int, int]:
 
 
 def _copy_words(b: Broken, first: tuple[Path, int], path: Path, how: str) -> str:
-    where = f"line {first[1]}" if first[0] == path else f"{first[0]}, line {first[1]}"
     return (
         f"duplicate request: request_id {json.dumps(b.request_id)} of program "
-        f"{json.dumps(b.program)} is logged already ({where}), {how}"
+        f"{json.dumps(b.program)} is logged already ({logged_at(first, path)}), {how}"
     )
 
 

@@ -46,8 +46,12 @@ class Requests:
 
 
 def _logged_already(request_id: str, arrival: float, path: Path, first: tuple[Path, int]) -> str:
-    where = f"line {first[1]}" if first[0] == path else f"{first[0]}, line {first[1]}"
     return (
         f"duplicate request: request_id {json.dumps(request_id)}, arrived at {arrival}, "
-        f"is logged already ({where})"
+        f"is logged already ({logged_at(first, path)})"
     )
+
+
+def logged_at(first: tuple[Path, int], path: Path) -> str:
+    """Where the line a line of ``path`` repeats is: its line, and its file when another."""
+    return f"line {first[1]}" if first[0] == path else f"{first[0]}, line {first[1]}"

@@ -370,6 +370,11 @@ def test_cli_build_inspect_verify_query(fit_doc: dict[str, Any], tmp_path: Path)
     res = runner.invoke(app, [*query, "--as", "vllm-router"])
     assert res.exit_code == 2 and "drop --tool, --context-tokens" in res.stderr
     assert res.stdout == ""
+    # a T given at its default value is given all the same
+    res = runner.invoke(
+        app, ["bundle", "query", str(out), "--as", "vllm-router", "--queue-delay-seconds", "0"]
+    )
+    assert res.exit_code == 2 and res.stderr.strip().endswith("drop --queue-delay-seconds")
 
     out.write_text(out.read_text().replace('"stall-only"', '"head"'))
     res = runner.invoke(app, ["bundle", "verify", str(out)])

@@ -80,7 +80,8 @@ def test_every_shared_option_reads_the_same_in_every_command() -> None:
         "--result-dir": ("replay", "validate"),
         "--label": ("replay", "validate"),
         "--json": ("ingest", "fit", "profile", "replay", "tune", "validate", "refit"),
-        "--queue-delay-seconds": ("refit", "bundle inspect"),
+        "--queue-delay-seconds": ("refit", "bundle inspect", "bundle query"),
+        "--offload": ("bundle inspect", "bundle query"),
         "--fit": ("tune", "bundle build"),
         "--format": ("ingest", "refit"),
     }

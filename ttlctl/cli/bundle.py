@@ -20,11 +20,12 @@ from ttlctl.cli.kit import (
     check_format,
     check_outputs,
     err,
+    given,
     out,
     print_warning,
     user_errors,
 )
-from ttlctl.cli.options import EngineBudget, FitFile, Profile, QueueDelay
+from ttlctl.cli.options import EngineBudget, FitFile, Offload, Profile, QueueDelay
 from ttlctl.context_limit import beyond_limit
 from ttlctl.nouns import counted
 
@@ -95,7 +96,7 @@ def verify(path: Annotated[Path, typer.Argument(help="Bundle to check.")]) -> No
 def inspect(
     path: Annotated[Path, typer.Argument(help="Bundle to show.")],
     queue_delay: QueueDelay = 0.0,
-    offload: Annotated[bool, typer.Option(help="Price a miss as a reload, not a prefill.")] = False,
+    offload: Offload = False,
     max_num_batched_tokens: EngineBudget = None,
 ) -> None:
     """A readable table: tools, samples, median, p90, and τ* at 1k/8k/32k/128k tokens."""
@@ -111,6 +112,7 @@ def inspect(
 
 @app.command()
 def query(
+    ctx: typer.Context,
     path: Annotated[Path, typer.Argument(help="Bundle.")],
     tool: Annotated[
         str | None, typer.Option("--tool", help="Tool the agent is about to call.")
@@ -118,11 +120,8 @@ def query(
     context_tokens: Annotated[
         int | None, typer.Option("--context-tokens", help="KV tokens held.")
     ] = None,
-    queue_delay: Annotated[
-        float | None,
-        typer.Option("--queue-delay-seconds", min=0.0, help="T (s); default 0 (no history)."),
-    ] = None,
-    offload: Annotated[bool, typer.Option("--offload", help="A host tier holds the KV.")] = False,
+    queue_delay: QueueDelay = 0.0,
+    offload: Offload = False,
     as_engine: Annotated[
         str | None,
         typer.Option(
@@ -149,20 +148,21 @@ def query(
     with user_errors():
         _check_as(as_engine)
     if as_engine == "vllm-router":
+        delay_given = given(ctx, queue_delay=queue_delay)["queue_delay"] is not None
         with user_errors():
             per_request = {
                 "--tool": tool is not None,
                 "--context-tokens": context_tokens is not None,
-                "--queue-delay-seconds": queue_delay is not None,
+                "--queue-delay-seconds": delay_given,
                 "--offload": offload,
                 "--refuse-clamped": refuse_clamped,
                 "--max-num-batched-tokens": max_num_batched_tokens is not None,
             }
-            given = [flag for flag, on in per_request.items() if on]
-            if given:
+            extra = [flag for flag, on in per_request.items() if on]
+            if extra:
                 raise UserError(
                     "--as vllm-router prints the bundle's router flags, not a request's τ*: "
-                    f"drop {', '.join(given)}"
+                    f"drop {', '.join(extra)}"
                 )
             doc = bundle.read(path)
             args = router_flags.vllm_router_args(

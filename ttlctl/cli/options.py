@@ -294,6 +294,11 @@ QueueDelay = Annotated[
     typer.Option(
         "--queue-delay-seconds",
         min=0.0,
-        help="T (s) assumed for the τ* columns (0: a fresh engine's).",
+        help="T, the queueing delay (s) τ* is priced with (0: a fresh engine's, no history "
+        "of queueing).",
     ),
+]
+Offload = Annotated[
+    bool,
+    typer.Option("--offload", help="Price a miss as a reload from a host tier, not a prefill."),
 ]

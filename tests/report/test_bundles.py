@@ -115,3 +115,25 @@ def test_a_named_bundle_that_is_not_one_is_refused(tmp_path: Path, sample_run: P
     assert code == 0, output
     assert "warning: bundle.json not used: " in output, output
     assert "<td>bundle.json</td><td>unreadable: " in page
+
+
+def test_a_folder_of_bundles_without_summaries_points_at_bundle(
+    tmp_path: Path, sample_run: Path
+) -> None:
+    """Bundles copied into a folder under other names, with no summary beside them: the
+    refusal names them and --bundle (the report reads one when named). Regression: it said
+    only "nothing to report", though `--bundle a.json` reports it."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("a.json", "b.json"):
+        shutil.copy(sample_run / "bundle.json", run / name)
+    code, output, _ = _report(run)
+    assert code == 2
+    (line,) = output.strip().splitlines()
+    assert "nothing to report" in line and "--bundle NAME: a.json, b.json" in line, line
+    code, output, page = _report(run, "--bundle", "a.json")
+    assert code == 0 and "<td>a.json</td><td>read</td>" in page, output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, output, _ = _report(empty)
+    assert code == 2 and "--bundle" not in output, output

@@ -130,6 +130,16 @@ def _tune_summary(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _unnamed(root: Path) -> str:
+    """A hint for a folder whose JSON files go by other names: a bundle among them is read
+    when named (``--bundle``; one found by its summary beside it needs no name)."""
+    found = sorted(p.name for p in root.glob("*.json") if p.is_file())
+    if not found:
+        return ""
+    shown = found[:3] + ([f"{len(found) - 3} more"] if len(found) > 3 else [])
+    return f" (a bundle under another name is read with --bundle NAME: {', '.join(shown)})"
+
+
 def load(
     root: Path, max_num_batched_tokens: int | None = None, bundle: str | None = None
 ) -> RunInputs:
@@ -148,7 +158,7 @@ def load(
             kind = "a folder" if (root / name).is_dir() else "not a regular file"
             run.problems[role] = f"{root / name} is {kind}, not a file to read"
     if not run.paths:
-        raise ReportError(f"{root}: none of {', '.join(FILES)}; nothing to report")
+        raise ReportError(f"{root}: none of {', '.join(FILES)}; nothing to report" + _unnamed(root))
     for role, path in run.paths.items():
         try:
             _read(run, role, path)

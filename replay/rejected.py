@@ -1,5 +1,6 @@
-"""What a replay says of the calls its engine rejected (longer than the model or the KV
-cache): one line, for ``replay`` and for the verdicts of ``tune`` and ``refit``."""
+"""What a replay says of the calls its engine rejected (a prompt that reaches the model's
+length, a call longer than the KV cache: :func:`replay.sim.fits_engine`): one line, for
+``replay`` and for the verdicts of ``tune`` and ``refit``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ def rejected_line(rejected: int, calls: int, truncate: bool) -> str:
             "clips only prompts): their programs stop there"
         )
     return (
-        f"{head} (longer than the model or the KV cache): their programs stop there; "
+        f"{head} (a prompt that reaches the model's length, or a call longer than the KV "
+        "cache): their programs stop there; "
         "--truncate clips them instead"
     )
 

@@ -51,12 +51,36 @@ class ReplayConfig:
 
 
 def fits_engine(call: Call, config: ReplayConfig) -> tuple[Call | None, bool]:
-    """The call as the engine will see it: as is, truncated, or None (rejected)."""
+    """The call as the engine will see it: as is, truncated, or None (rejected).
+
+    As vLLM 0.32 takes it: a prompt of ``max_model_len`` tokens or more is refused
+    (``InputProcessor._validate_prompt_len``); a shorter one whose output would run past
+    ``max_model_len`` is served with its output cut there (the OpenAI server lowers
+    ``max_tokens`` to ``max_model_len`` − prompt: ``get_max_tokens``). A call longer than
+    the whole cache, which vLLM never meets (it refuses to start with a ``max_model_len``
+    its cache cannot hold), is refused. With ``truncate`` the prompt is clipped instead,
+    keeping the output, as a live run's client clips it (:func:`replay.live.trimming.clip`)."""
     e = config.engine
-    limit = min(e.max_model_len, e.num_blocks * e.block_size)
+    cache = e.num_blocks * e.block_size
+    limit = min(e.max_model_len, cache)
     if call.input_tokens + call.output_tokens <= limit:
         return call, False
-    if not config.truncate or call.output_tokens >= limit:
+    if not config.truncate:
+        if call.input_tokens < e.max_model_len <= cache:
+            out = e.max_model_len - call.input_tokens
+            return (
+                Call(
+                    call.input_tokens,
+                    out,
+                    call.reused_tokens,
+                    call.tool,
+                    call.pause_s,
+                    call.prefix,
+                ),
+                True,
+            )
+        return None, False
+    if call.output_tokens >= limit:
         return None, False
     keep = limit - call.output_tokens
     return (
@@ -158,7 +182,8 @@ def _simulate(
         turn = run.next_turn
         call, clipped = fits_engine(run.program.calls[turn], config)
         if call is None:
-            # the engine refuses it (longer than the model or the cache): the agent stops
+            # the engine refuses it (its prompt reaches the model's length, or it is longer
+            # than the cache): the agent stops
             rejected += len(run.program.calls) - turn
             run.cut_short = True
             end_program(run, at)

@@ -157,7 +157,8 @@ class Harness:
         program = run.program
         call, clipped = fits_engine(program.calls[turn], self.config)
         if call is None:
-            # longer than the model or the KV cache: the frontend refuses it, the agent stops
+            # its prompt reaches the model's length, or it is longer than the KV cache: the
+            # frontend refuses it, the agent stops
             self.rejected += len(program.calls) - turn
             run.cut_short = True
             self._end_program(run)

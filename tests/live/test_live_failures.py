@@ -3,7 +3,7 @@ apart (``rejected_calls``, ``failed_calls``) and told as the run ends with the s
 first error, never as calls too long for the model (the live client clips those to the
 server's limit before sending): `replay --live` against a stub of vLLM's API that refuses
 one call and fails another. Regression: both were counted as rejected, and replay printed
-"rejected (longer than the model or the KV cache) … --truncate clips them instead"."""
+"rejected (a prompt that reaches the model's length, or …) … --truncate clips them instead"."""
 
 from __future__ import annotations
 

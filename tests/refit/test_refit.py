@@ -265,7 +265,7 @@ def test_calls_the_replayed_engine_rejects_are_said(tmp_path: Path) -> None:
     report = json.loads(run(*args, "--json", "-").stdout)
     held = report["held_back"]
     assert held["rejected_calls"] > 0 and held["programs_cut_short"] > 0
-    line = f"held-back replays: {held['rejected_calls']} of 19 calls rejected (longer than"
+    line = f"held-back replays: {held['rejected_calls']} of 19 calls rejected (a prompt that"
     assert line in " ".join(result.stdout.split())
     whole = json.loads(run("refit", SAMPLE, "--bundle", served, "--dry-run", "--json", "-").stdout)
     assert (whole["held_back"]["rejected_calls"], whole["held_back"]["programs_cut_short"]) == (

@@ -165,7 +165,7 @@ def test_calls_rejected_in_the_held_back_replays_are_said(tune_inputs: dict[str,
     assert caveats(clear | {"rejected_calls": 0}, verdict, PolicyParams(k=10), fit, profile) == []
     refused = clear | {"rejected_calls": 7, "programs_cut_short": 3}
     (said,) = caveats(refused, verdict, PolicyParams(k=10), fit, profile, calls=120)
-    assert said.startswith("held-back replays: 7 of 120 calls rejected (longer than"), said
+    assert said.startswith("held-back replays: 7 of 120 calls rejected (a prompt that"), said
     assert said.endswith("the JCTs compared are of the programs that ran to their end"), said
     (clipped,) = caveats(refused, verdict, PolicyParams(k=10), fit, profile, calls=120,
                          truncate=True)  # fmt: skip

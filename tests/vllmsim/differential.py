@@ -268,6 +268,23 @@ def watermarked(draw: st.DrawFn, case: Case) -> Case:
     return replace(case, config=replace(case.config, engine=engine))
 
 
+@st.composite
+def model_length_cut(draw: st.DrawFn, case: Case) -> Case:
+    """``case`` under a ``--max-model-len`` below its longest calls: a prompt that reaches
+    it is refused (its program stops), a shorter one whose output runs past it is served
+    with its output cut there (:func:`replay.sim.fits_engine`, as vLLM takes them)."""
+    engine = case.config.engine
+    sizes = sorted(
+        {c.input_tokens + c.output_tokens for p in case.workload.programs for c in p.calls}
+    )
+    smallest_prompt = min(c.input_tokens for p in case.workload.programs for c in p.calls)
+    low = smallest_prompt + 1  # at least one call is not refused
+    high = max(low, sizes[-1] - 1)
+    limit = draw(st.integers(low, high))
+    engine = replace(engine, max_model_len=min(limit, engine.num_blocks * engine.block_size))
+    return replace(case, config=replace(case.config, engine=engine))
+
+
 # ---------------------------------------------------------------------- both backends
 
 

@@ -52,6 +52,7 @@ from tests.vllmsim.differential import (
     compare,
     continuum_bundles,
     large_cases,
+    model_length_cut,
     run_both,
     shared_slice,
     watermarked,
@@ -136,6 +137,13 @@ def test_a_watermark_call_by_call(bundles: dict[str, Any], pressure: bool) -> No
         max(1, EXAMPLES // 2 if not pressure else EXAMPLES // 4),
         cases(bundles, pressure=pressure, shared=not pressure).flatmap(watermarked),
     )
+
+
+def test_calls_past_max_model_len_call_by_call(bundles: dict[str, Any]) -> None:
+    """A ``--max-model-len`` below the longest calls: refused prompts stop their programs,
+    outputs cut at the model length are served, and the calls after them repeat the
+    shorter stream, alike on both backends."""
+    _check_drawn(max(1, EXAMPLES // 4), cases(bundles).flatmap(model_length_cut))
 
 
 @pytest.mark.parametrize("pressure", [False, True], ids=["mixed", "pressure"])

@@ -236,7 +236,12 @@ OffloadTokens = Annotated[
 ]
 Truncate = Annotated[
     bool,
-    typer.Option("--truncate", help="Clip prompts that do not fit instead of rejecting the call."),
+    typer.Option(
+        "--truncate",
+        help="Clip the prompt of a call that does not fit, keeping its output (as a live "
+        "run's client does); without: as vLLM, a prompt that reaches --max-model-len is "
+        "refused and an output past it cut.",
+    ),
 ]
 Backend = Annotated[
     str,

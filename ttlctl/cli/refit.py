@@ -107,8 +107,9 @@ def refit(
         bool | None,
         typer.Option(
             "--truncate/--no-truncate",
-            help="Clip prompts that do not fit instead of rejecting the call. Default: as "
-            "recorded, else no.",
+            help="Clip the prompt of a call that does not fit, keeping its output (without: "
+            "as vLLM, a prompt that reaches --max-model-len refused, an output past it cut). "
+            "Default: as recorded, else no.",
         ),
     ] = None,
     queue_delay: QueueDelay = 0.0,

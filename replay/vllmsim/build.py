@@ -46,12 +46,18 @@ from vllm.v1.structured_output import StructuredOutputManager
 from replay.scheduler import SimSchedulerConfig
 from replay.sim_error import SimulationError
 from replay.vllmsim.backend import BackendError
+from ttlctl.engine.enginelog import ENV_LOG
+from ttlctl.engine.facts import ENV_REPLICA
+from ttlctl.engine.plugin_setup import ENV_PROGRAM_CAP
+from ttlctl.engine.watch import ENV_BUNDLE, ENV_EVERY
 
 #: what ``--scheduler-cls`` names to run the plugin
 PLUGIN = "ttlctl.engine.TTLScheduler"
-ENV_BUNDLE = "TTLCTL_BUNDLE"
-#: read by the plugin at construction; the harness runs it without an engine log
-ENV_LOG = "TTLCTL_LOG"
+#: the server settings the plugin reads from its environment at construction: a replay
+#: sets each itself (the bundle, no engine log, the rest at their defaults), so that a
+#: variable left in the user's shell from serving (``TTLCTL_MAX_PROGRAMS`` …) does not
+#: change a replay
+SERVER_SETTINGS = (ENV_BUNDLE, ENV_EVERY, ENV_LOG, ENV_PROGRAM_CAP, ENV_REPLICA)
 #: a small Llama: the scheduler reads only lengths from the model config
 _MODEL = {
     "architectures": ["LlamaForCausalLM"],
@@ -186,7 +192,8 @@ def build(
     )
     scheduler_block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, config)
     cls = config.scheduler_config.get_scheduler_cls()
-    variables: dict[str, str | None] = {ENV_BUNDLE: str(bundle) if bundle else None, ENV_LOG: None}
+    variables: dict[str, str | None] = dict.fromkeys(SERVER_SETTINGS)
+    variables[ENV_BUNDLE] = str(bundle) if bundle else None
     variables.update(env or {})
     with _env(variables):
         scheduler: Any = cls(

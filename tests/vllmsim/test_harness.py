@@ -155,3 +155,25 @@ def test_unlimited_kv_never_preempts(swe: Workload) -> None:
     )
     assert got["preemptions"] == 0 and got["llm_calls"] == swe.calls
     assert got["evaluation_only"] is True and got["async_scheduling"] is True
+
+
+def test_the_plugins_server_settings_in_the_shell_do_not_change_a_replay(
+    swe: Workload, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a ``TTLCTL_MAX_PROGRAMS`` left in the user's shell from serving reached
+    the plugin a ``--backend vllm`` replay builds (the program book held one program: other
+    pins, other JCTs), unrecorded; the fast backend ignored it."""
+    config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=60_000))
+    spec = PolicySpec("static-ttl", ttl_s=3.0)
+    load = Load(concurrency=5)
+    clean = VllmRunner()(swe, spec, COST, config, load)
+    for name, value in (
+        ("TTLCTL_MAX_PROGRAMS", "1"),
+        ("TTLCTL_BUNDLE_CHECK_S", "0"),
+        ("TTLCTL_REPLICA", "r9"),
+    ):
+        monkeypatch.setenv(name, value)
+    shell = VllmRunner()(swe, spec, COST, config, load)
+    for key in ("jct_mean_s", "prefix_hit_rate", "pinned_token_seconds", "pins"):
+        assert shell[key] == clean[key], key
+    assert clean["pins"]["made"] > 0

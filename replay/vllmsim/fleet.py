@@ -79,6 +79,17 @@ def simulate(
             "--backend vllm with replicas of different sizes does not take --truncate "
             "(its calls truncated on one replica would not be checked against the fast fleet)"
         )
+    lengths = {size.max_model_len for size in sizes}
+    if len(lengths) > 1 and any(
+        c.input_tokens + c.output_tokens > min(lengths) for p in work.programs for c in p.calls
+    ):
+        # the same parting without --truncate: an output cut at a short replica's model
+        # length, the program's next call on a replica that takes longer calls
+        raise BackendError(
+            "--backend vllm with replicas of different --max-model-len does not take calls "
+            f"longer than the shortest ({min(lengths):,} tokens: their outputs cut on one "
+            "replica would not be checked against the fast fleet)"
+        )
     # one bundle for every replica, as each server loads the same file (each plugin prices
     # a miss in steps of its own engine's budget)
     doc = bundle_for(spec, cost)

@@ -120,3 +120,26 @@ def test_replicas_of_different_sizes_refuse_truncate() -> None:
     fleet = FleetSpec(2, engines=(small, ENGINE), backend="vllm")
     with pytest.raises(BackendError, match="different sizes does not take --truncate"):
         simulate(workload(0), PolicySpec("vllm"), COST, CONFIG, Load(concurrency=4), fleet)
+
+
+def test_replicas_of_different_model_lengths_refuse_calls_past_the_shortest() -> None:
+    """An output cut at one replica's model length and its program's next call on a
+    replica that takes longer calls part the fast fleet and vLLM's (as --truncate does):
+    refused when a call is that long, taken when none is."""
+    work = workload(0)
+    longest = max(c.input_tokens + c.output_tokens for p in work.programs for c in p.calls)
+    config = replace(CONFIG, truncate=False)
+    short = replace(ENGINE, max_model_len=longest - 1)
+    fleet = FleetSpec(2, engines=(short, ENGINE), backend="vllm")
+    with pytest.raises(BackendError, match="different --max-model-len does not take calls"):
+        simulate(work, PolicySpec("vllm"), COST, config, Load(concurrency=4), fleet)
+    roomy = replace(ENGINE, max_model_len=longest)
+    fleet = FleetSpec(
+        2, engines=(roomy, replace(ENGINE, max_model_len=longest + 1)), backend="vllm"
+    )
+    got = simulate(work, PolicySpec("vllm"), COST, config, Load(concurrency=4), fleet)
+    fast, _, _ = simulate_fleet_one(
+        work, PolicySpec("vllm"), COST, config, Load(concurrency=4), replace(fleet, backend="fast")
+    )
+    assert got.outcome.rejected_calls == fast.rejected_calls  # longer than the cache
+    assert len(got.outcome.calls) == len(fast.calls) > 0

@@ -48,7 +48,9 @@ class FitConfig:
 
 
 def pauses(trace: pl.LazyFrame) -> pl.DataFrame:
-    """One row per call followed by a named tool: ``tool``, ``pause_s``, ``measured``."""
+    """One row per call followed by a named tool: ``tool``, ``pause_s``, ``measured``; in
+    the order of those columns, not the trace's rows (a fit's sums, and so its checksum, do
+    not depend on how the trace's rows were ordered)."""
     return (
         trace.filter(pl.col("tool").is_not_null())
         .select(
@@ -57,6 +59,7 @@ def pauses(trace: pl.LazyFrame) -> pl.DataFrame:
             pl.col("tool_s").is_not_null().alias("measured"),
         )
         .filter(pl.col("pause_s").is_not_null())
+        .sort("tool", "pause_s", "measured")
         .collect()
     )
 

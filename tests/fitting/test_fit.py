@@ -169,9 +169,11 @@ def test_plots_are_written_whole_and_the_same_each_time(tmp_path: Path) -> None:
         plot_fit(fit, folder)
 
 
-def test_eta_interval_does_not_depend_on_row_order(synthetic_trace: Path) -> None:
+def test_the_fit_does_not_depend_on_row_order(synthetic_trace: Path) -> None:
     """The bootstrap resamples programs by index: the same seed must give the same interval
-    however the trace's rows (and so polars' groups) come in."""
+    however the trace's rows (and so polars' groups) come in; and the whole document is the
+    same to the last digit. Regression: the pauses were summed in the rows' order, so a
+    shuffled trace moved means and KS p-values in their last digits (and the checksum)."""
 
     frame = trace_io.scan(synthetic_trace).collect()
     docs = [
@@ -181,6 +183,7 @@ def test_eta_interval_does_not_depend_on_row_order(synthetic_trace: Path) -> Non
     intervals = {(d["eta"]["ci_low"], d["eta"]["ci_high"]) for d in docs}
     assert len(intervals) == 1
     assert docs[0]["eta"]["ci_low"] is not None
+    assert all(d == docs[0] for d in docs[1:])
 
 
 def test_the_fit_pngs_and_the_report_draw_a_cdf_one_way(

@@ -82,6 +82,18 @@ CASES: dict[str, tuple[Callable[[pl.DataFrame], pl.DataFrame], str]] = {
         lambda f: f.filter(pl.int_range(pl.len()) != 1),
         "row 2: missing turn: turn 2 follows turn 0",
     ),
+    # a count stored as a float that is not a whole number: refused as ingest refuses it
+    # (the cast to the count's integer type cut it: 2700.5 read as 2700, turn 1.5 as 1)
+    "fractional input_tokens": (
+        lambda f: _set("input_tokens", 2700.5)(
+            f.with_columns(pl.col("input_tokens").cast(pl.Float64))
+        ),
+        "row 2: invalid input_tokens: 2700.5",
+    ),
+    "fractional turn": (
+        lambda f: _set("turn", 1.5)(f.with_columns(pl.col("turn").cast(pl.Float64))),
+        "row 2: invalid turn: 1.5",
+    ),
     # a bad value ranks before the broken program order it may cause, as in ingest
     "both": (
         lambda f: _set("tool_s", -1.0, row=9)(f.filter(pl.int_range(pl.len()) != 1)),

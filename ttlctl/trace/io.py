@@ -21,6 +21,7 @@ from ttlctl.trace.columns import (
     REQUIRED,
     TRACE_VERSION,
     VERSION_KEY,
+    all_columns,
     conform,
 )
 
@@ -87,8 +88,10 @@ def scan(path: Path, *, checked: bool = True) -> pl.LazyFrame:
     trace just written by ingest, which applied the same rules to every row it wrote.
     """
     _check_file(path)
-    frame = conform(pl.scan_parquet(path), keep_source=False)
+    raw = pl.scan_parquet(path)
+    frame = conform(raw, keep_source=False)
     if checked:
+        check_whole_counts(path, raw)
         check_rows(path, frame)
     return frame
 
@@ -96,7 +99,9 @@ def scan(path: Path, *, checked: bool = True) -> pl.LazyFrame:
 def read(path: Path) -> pl.DataFrame:
     """The whole trace in memory, checked as :func:`scan` checks it."""
     _check_file(path, pages=False)
-    frame = _decoded(path, conform(pl.scan_parquet(path), keep_source=False))
+    raw = pl.scan_parquet(path)
+    frame = _decoded(path, conform(raw, keep_source=False))
+    check_whole_counts(path, raw)
     check_rows(path, frame)
     return frame
 
@@ -129,6 +134,33 @@ def check_rows(path: Path, frame: pl.LazyFrame | pl.DataFrame) -> None:
     if broken is not None:
         row, reason = broken
         raise TraceError(f"{path}: row {row}: {reason}")
+
+
+def check_whole_counts(path: Path, raw: pl.LazyFrame) -> None:
+    """A :class:`TraceError` naming the first row of the Parquet trace at ``path`` (``raw``:
+    its columns as stored) whose count, stored as a float, is not a whole number: the cast
+    to the canonical integer type would cut 12228.7 to 12228 where ingest refuses it (the
+    same words: ``row N: invalid input_tokens: 12228.7``)."""
+    schema = raw.collect_schema()
+    floats = [
+        name
+        for name, dtype in all_columns().items()
+        if dtype.is_integer() and name in schema and schema[name].is_float()
+    ]
+    if not floats:
+        return
+    rows = raw.select(floats).with_row_index("row", offset=1)
+    for name in floats:
+        value = pl.col(name)
+        broken = (
+            rows.filter(value.is_not_null() & (~value.is_finite() | (value != value.floor())))
+            .select("row", name)
+            .head(1)
+            .collect()
+        )
+        if broken.height:
+            row, bad = broken.row(0)
+            raise TraceError(f"{path}: row {row}: invalid {name}: {bad!r}")
 
 
 def _collected(path: Path, frame: pl.LazyFrame) -> pl.DataFrame:

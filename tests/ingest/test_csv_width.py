@@ -88,3 +88,26 @@ def test_a_blank_line_is_no_record(packed: bool, tmp_path: Path) -> None:
     with pytest.raises(IngestError) as info:
         ingest([bad], tmp_path / "o.parquet")
     assert info.value.record == "line 6"  # header 1, p's two 2–3, blanks 4–5
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
+def test_a_quote_that_never_closes_refuses_the_file_naming_its_line(
+    packed: bool, tmp_path: Path
+) -> None:
+    """Regression: 'q,"1,…' (a quote opened, never closed) ended ingest in polars' traceback
+    ("could not parse … not properly escaped"), with or without --skip-bad. The rest of
+    the file cannot be read as CSV: the file is one bad record, named by the opening line."""
+    src = _csv(
+        tmp_path,
+        'q,0,0.5,100,5,bash,1.0,false\nq,"1,3.0,120,5,,,true\nr,0,1.0,9,1,,,true\n',
+        packed=packed,
+    )
+    with pytest.raises(IngestError) as info:
+        ingest([src], tmp_path / "o.parquet")
+    assert info.value.record == "line 5"
+    assert info.value.reason.startswith("a quoted field opens here and no quote closes it")
+    other = tmp_path / "other.csv"
+    other.write_text(HEADER + P.replace("p,", "s,"))
+    report, trace, _ = ingest_skipping_bad([src, other], tmp_path / "o.parquet", "auto")
+    assert trace["program_id"].unique().to_list() == ["s"]
+    assert report.rejected == 1

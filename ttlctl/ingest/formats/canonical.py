@@ -18,7 +18,7 @@ from typing import IO
 import polars as pl
 
 from ttlctl.filekind import wide_text
-from ttlctl.ingest.formats.csv_fields import BLANK, RAGGED, ragged
+from ttlctl.ingest.formats.csv_fields import BLANK, RAGGED, ragged, unclosed_quote
 from ttlctl.ingest.jsontext import iter_jsonl
 from ttlctl.ingest.limits import streaming
 from ttlctl.ingest.rawfile import SNIFF_BYTES, head_bytes, logical, size, source
@@ -88,6 +88,17 @@ class CanonicalReader:
             frame = pl.scan_parquet(src).with_row_index("_row", offset=1)
             record = pl.format("row {}", pl.col("_row"))
         elif logical(path).suffix.lower() in CSV_SUFFIXES or not head.lstrip().startswith(b"{"):
+            opened = unclosed_quote(src)
+            if not isinstance(src, Path):
+                src.seek(0)
+            if opened is not None:  # polars cannot read past it: the file is refused whole
+                sink.reject(
+                    path,
+                    f"line {opened}",
+                    'a quoted field opens here and no quote closes it (an unbalanced "): the '
+                    "rest of the file cannot be read",
+                )
+                return Parsed(pl.LazyFrame(), records=1)
             frame = _scan_csv(src)
             record = pl.format("line {}", pl.col("_row"))
         else:

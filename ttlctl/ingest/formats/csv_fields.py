@@ -80,3 +80,29 @@ def _why(fields: int, names: list[str]) -> str:
     missing = names[fields:]
     gone = missing[0] if len(missing) == 1 else f"{missing[0]} to {missing[-1]}"
     return f"{said} ({gone} missing)"
+
+
+def unclosed_quote(src: Path | IO[bytes]) -> int | None:
+    """The line (1-based, the header's is 1) of the CSV ``src`` that opens a quoted field no
+    quote closes before the file ends, or None when every quote closes: polars cannot
+    read past it (the rest of the file would be one field), so the reader refuses the
+    file, naming that line."""
+    lines = (
+        pl.scan_lines(src, name="line")
+        .with_row_index("_line", offset=1)
+        .with_columns(_after=_QUOTES.cum_sum() % 2 == 1)  # inside quotes at the line's end
+    )
+    ends = (
+        lines.select(
+            pl.col("_after").last().alias("open"),
+            # the last line that ends inside quotes and starts outside them opened the field
+            pl.col("_line")
+            .filter(pl.col("_after") & ~pl.col("_after").shift(1).fill_null(False))
+            .last()
+            .alias("at"),
+        )
+        .collect(engine="streaming")
+        .row(0)
+    )
+    opened, at = ends
+    return int(at) if opened else None

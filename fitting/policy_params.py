@@ -18,6 +18,9 @@ VALVES = ("head", "stall-only")
 #: the valve a bundle gets unless told otherwise: stall-only won every trace of the live
 #: comparison in docs/results.md (the paper's rule is ``head``)
 DEFAULT_VALVE = "stall-only"
+#: the longest T window and per-tool history a policy keeps (a window is a deque of that
+#: many samples: ten million is far past any trace, and far below what Python can size)
+WINDOW_MAX = 10_000_000
 
 
 class PolicyDoc(TypedDict):
@@ -73,6 +76,9 @@ class PolicyParams:
             raise ValueError(f"k must be >= 0, got {self.k}")
         if self.t_window < 1:
             raise ValueError(f"t_window must be >= 1, got {self.t_window}")
+        for name, window in (("t_window", self.t_window), ("history_cap", self.history_cap)):
+            if window > WINDOW_MAX:
+                raise ValueError(f"{name} must be at most {WINDOW_MAX:,}, got {window}")
         if self.history_cap < 1 or self.refresh_every < 1:
             raise ValueError(
                 "history_cap and refresh_every must be >= 1, got "

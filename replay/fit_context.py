@@ -8,10 +8,15 @@ import polars as pl
 
 from ttlctl.errors import ConfigError
 
+#: a window at least this long fits every call a trace can hold (its counts are 64-bit, and
+#: the scale factor a float): a longer ``--max-context`` is read as this one
+_ENDLESS = 2**53
+
 
 def programs_over(frame: pl.DataFrame, limit: int) -> int:
     """How many programs have a call (prompt + output) longer than ``limit`` tokens: those
     :func:`fit_context` scales."""
+    limit = min(limit, _ENDLESS)
     longest = frame.group_by("program_id").agg(
         (pl.col("input_tokens") + pl.col("output_tokens")).max().alias("longest")
     )
@@ -30,6 +35,7 @@ def fit_context(frame: pl.DataFrame, limit: int, min_output: int = 4) -> pl.Data
     (``bench/fit_window.py`` applies it to ingested real traces)."""
     if limit <= min_output:
         raise ConfigError(f"--max-context must be above {min_output} tokens, not {limit}")
+    limit = min(limit, _ENDLESS)
     tokens = ("input_tokens", "output_tokens", "reused_tokens")
     total = pl.col("input_tokens") + pl.col("output_tokens")
     work = frame.sort("program_id", "turn").with_columns(

@@ -121,6 +121,8 @@ def check_fit(fit: Any) -> None:
         if not isinstance(cdf, dict):
             raise BundleError(f"fit.{where}: missing cdf")
         _check_cdf(cdf, f"fit.{where}.cdf")
+    if "global" not in fit:  # without it every tool's τ would fall back on the cold start
+        raise BundleError("fit: missing global (the all-tools fit every fit document has)")
 
 
 def _check_k_and_eta(fit: Mapping[str, Any]) -> None:

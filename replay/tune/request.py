@@ -86,6 +86,18 @@ def live_run(req: TuneRequest) -> tuple[int, float, float]:
     )
 
 
+#: the most of each count tune takes: far past any study, and short of what a list of
+#: workers or of seeds can hold (a count of 10**20 overflowed or hung)
+COUNT_MAX = {
+    "--trials": 1_000_000,
+    "--workers": 1_024,
+    "--seeds": 10_000,
+    "--holdout-seeds": 10_000,
+}
+#: the longest heartbeat Optuna's timestamps take with room (a day)
+HEARTBEAT_MAX_S = 86_400
+
+
 def check(req: TuneRequest) -> None:
     """The options' rules, each refusal one line."""
     counts = {
@@ -97,12 +109,17 @@ def check(req: TuneRequest) -> None:
     for flag, count in counts.items():
         if count < 1:
             raise TuneError(f"{flag} must be >= 1, not {count}")
+        if count > COUNT_MAX[flag]:
+            raise TuneError(f"{flag} must be at most {COUNT_MAX[flag]:,}, not {count:,}")
     if not 0 <= req.seed <= SAMPLER_SEED_MAX:
         raise TuneError(
             f"--seed must be in 0 … {SAMPLER_SEED_MAX} (the TPE sampler's seeds), not {req.seed}"
         )
-    if req.heartbeat_s < 1:
-        raise TuneError("--heartbeat-seconds must be >= 1")
+    if not 1 <= req.heartbeat_s <= HEARTBEAT_MAX_S:
+        raise TuneError(
+            f"--heartbeat-seconds must be in 1 … {HEARTBEAT_MAX_S:,} (a day), "
+            f"not {req.heartbeat_s:g}"
+        )
     if not (math.isfinite(req.min_gain) and req.min_gain >= 1.0):
         raise TuneError(
             f"--min-gain must be a ratio of at least 1 (1.05: 5% faster than the baseline), "

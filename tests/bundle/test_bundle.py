@@ -440,13 +440,22 @@ def test_bundle_build_writes_a_bundle_doc(fit_doc: dict[str, Any], tmp_path: Pat
     assert doc["sha256"] == bundle_doc.checksum(doc)
 
 
-def test_bundle_build_refuses_a_fit_that_is_not_one(tmp_path: Path) -> None:
+def test_bundle_build_refuses_a_fit_that_is_not_one(
+    fit_doc: dict[str, Any], tmp_path: Path
+) -> None:
     bad = tmp_path / "fit.json"
     bad.write_text(json.dumps({"schema": "ttlctl.fit/1", "tools": {"grep": {"n": 3}}}))
     build = ["bundle", "build", "--fit", str(bad), "--profile", "llama-3.1-8b-h100"]
     res = CliRunner().invoke(app, [*build, "-o", str(tmp_path / "b.json")])
     assert res.exit_code == 2
     assert f"{bad}: fit.tools['grep']: missing cdf" in res.stderr
+    # a fit without its all-tools entry: refused (it was taken, and every tool, trusted or
+    # not, read its τ from the cold start)
+    doc = {key: value for key, value in fit_doc.items() if key != "global"}
+    bad.write_text(json.dumps(doc))
+    res = CliRunner().invoke(app, [*build, "-o", str(tmp_path / "b.json")])
+    assert res.exit_code == 2
+    assert f"{bad}: fit: missing global (the all-tools fit" in res.stderr
     bad.write_text("[1, 2]")
     res = CliRunner().invoke(app, [*build, "-o", str(tmp_path / "b.json")])
     assert (

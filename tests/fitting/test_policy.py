@@ -130,6 +130,9 @@ def test_eta_learned_online_when_asked() -> None:
         ({"pin_cap": 0.0}, "pin_cap must be in (0, 1], got 0.0"),
         ({"k": -1}, "k must be >= 0, got -1"),
         ({"t_window": 0}, "t_window must be >= 1, got 0"),
+        # a window is a deque of that many samples: 2**63 overflowed Python's size
+        ({"t_window": 2**63}, "t_window must be at most 10,000,000, got 9223372036854775808"),
+        ({"history_cap": 10_000_001}, "history_cap must be at most 10,000,000, got 10000001"),
         ({"cold_start_ttl_s": -1.5}, "cold_start_ttl_s must be >= 0, got -1.5"),
         ({"refresh_every": 0}, "history_cap and refresh_every must be >= 1, got 1024 and 0"),
         ({"abandon_s": 0.0}, "prior_weight_cap must be >= 0 and abandon_s > 0, got 1024 and 0.0"),

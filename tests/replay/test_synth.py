@@ -261,6 +261,10 @@ def test_cli_max_context_says_how_many_programs_it_scaled(tmp_path: Path) -> Non
     assert 0 < over < 20
     res = CliRunner().invoke(_app(), [*args, "--max-context", str(limit)])
     assert f"(seed 0, {over} programs scaled to {limit:,} tokens)" in res.stdout, res.stdout
+    # a window past what a count holds scales nothing (it overflowed polars' integers)
+    res = CliRunner().invoke(_app(), [*args, "--max-context", str(10**20)])
+    assert res.exit_code == 0 and "none scaled" in res.stdout, res.output
+    assert trace_io.read(out).sort("program_id", "turn").select(list(COLUMNS)).equals(drawn)
 
 
 def test_fit_context_keeps_a_null_reused_prefix_null(tmp_path: Path) -> None:

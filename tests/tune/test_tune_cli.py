@@ -146,6 +146,11 @@ def test_guard_ships_a_never_pin_bundle_unless_forced(
         (("--trials", "0"), "error: --trials must be >= 1, not 0"),
         (("--seeds", "0"), "error: --seeds must be >= 1, not 0"),
         (("--holdout-seeds", "-2"), "error: --holdout-seeds must be >= 1, not -2"),
+        # counts far past any study: refused (they overflowed, or built a list of workers
+        # until the machine gave out)
+        (("--seeds", "99999999999999999999"), "error: --seeds must be at most 10,000, not"),
+        (("--workers", "99999999999999999999"), "error: --workers must be at most 1,024, not"),
+        (("--heartbeat-seconds", "99999999999999999999"), "must be in 1 … 86,400 (a day)"),
         (("--jps", "-1"), "must be positive"),
     ],
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -272,6 +273,33 @@ def test_another_document_copied_in_as_replay_json_is_named(
     assert warned[0].startswith(f"warning: replay.json not used: not a replay's results but {kind}")
     page = out.read_text(encoding="utf-8")
     assert "holds no results" not in page and "not a replay&#x27;s results but" in page
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (lambda d: d["results"][1].update(jct_mean_s="abc"), 'results[1].jct_mean_s is "abc"'),
+        (lambda d: d["results"][0].update(jct_p95_s=-1.0), "results[0].jct_p95_s is -1.0"),
+        (lambda d: d["results"][0].update(prefix_hit_rate=1.5), "prefix_hit_rate is 1.5"),
+        (lambda d: d.update(results={}), "results is dict, not a list"),
+    ],
+    ids=["text", "negative", "share past 1", "not a list"],
+)
+def test_an_edited_figure_in_replay_json_is_a_note_and_a_warning(
+    tmp_path: Path, sample_run: Path, edit: Any, said: str
+) -> None:
+    """Regression: a replay.json whose jct_mean_s read "abc" or -1.0 was drawn as it was
+    ("continuum abc", "-1.00"), exit 0 without a word; `results: {}` passed alike."""
+    run = tmp_path / "run"
+    shutil.copytree(sample_run, run)
+    doc = json.loads((run / "replay.json").read_text(encoding="utf-8"))
+    edit(doc)
+    (run / "replay.json").write_text(json.dumps(doc), encoding="utf-8")
+    res = CliRunner().invoke(_app(), [str(run), "-o", str(tmp_path / "r.html")])
+    assert res.exit_code == 0, res.output
+    warned = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warned) == 1 and warned[0].startswith("warning: replay.json not used: "), res.stderr
+    assert said in warned[0], warned[0]
 
 
 def test_a_replay_json_of_another_trace_or_bundle_is_said(tmp_path: Path, sample_run: Path) -> None:

@@ -112,7 +112,37 @@ def _replay_results(doc: dict[str, Any]) -> dict[str, Any]:
     wrong = filekind.mistaken(doc, filekind.REPLAY_RESULTS, "a replay's results")
     if wrong is not None:
         raise ValueError(wrong)
+    results = doc.get("results")
+    if results is not None and not isinstance(results, list):
+        raise ValueError(f"results is {type(results).__name__}, not a list (one entry per policy)")
+    for i, result in enumerate(results or []):
+        problem = _figure_problem(result) if isinstance(result, dict) else "not an object"
+        if problem is not None:
+            raise ValueError(f"results[{i}]{problem}")
     return doc
+
+
+#: the figures of a replay's result the page draws or tabulates: seconds and counts are
+#: numbers >= 0, the hit rate a share (gap closed is a share too, and may be negative: a
+#: policy slower than stock vLLM)
+_AT_LEAST_ZERO = (
+    "jct_mean_s", "jct_p50_s", "jct_p95_s", "jct_p99_s", "ttft_mean_s", "ttft_p95_s",
+    "queue_mean_s", "preemptions", "pinned_token_seconds", "llm_calls", "programs",
+)  # fmt: skip
+
+
+def _figure_problem(result: dict[str, Any]) -> str | None:
+    """What is wrong with a figure of one result (None: nothing): a value the page would
+    show as it is, "abc" or -1.00, where ``ttlctl replay`` writes none such."""
+    checks = [(key, 0.0, math.inf) for key in _AT_LEAST_ZERO]
+    checks += [("prefix_hit_rate", 0.0, 1.0), ("gap_closed", -math.inf, math.inf)]
+    for key, low, high in checks:
+        value = result.get(key)
+        if value is None:
+            continue
+        if not is_num(value) or not math.isfinite(value) or not low <= value <= high:
+            return f".{key} is {json.dumps(value)}: not what `ttlctl replay` writes (edited?)"
+    return None
 
 
 def _tune_summary(doc: dict[str, Any]) -> dict[str, Any]:

@@ -61,3 +61,18 @@ def ingest_skipping_bad(
     rejects = read_rejects(report.rejects_path)
     assert sum(r["records"] for r in rejects) == report.rejected, label
     return report, trace_io.read(out), rejects
+
+
+def assert_cli_error_line(path: Path, fmt: str, out: Path, record: str, reason: str) -> None:
+    """``ttlctl ingest`` (no --skip-bad) stops on ``path`` with exit code 2 and one line,
+    ``error: FILE: RECORD: REASON…``, writing nothing."""
+    from typer.testing import CliRunner
+
+    from ttlctl.cli import app
+
+    result = CliRunner().invoke(app, ["ingest", str(path), "-o", str(out), "--format", fmt])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith(f"error: {path}: {record}: {reason}"), lines[0]
+    assert not out.exists()

@@ -17,7 +17,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tests.ingest.badinput import assert_strict_errors, ingest_skipping_bad
+from tests.ingest.badinput import (
+    assert_cli_error_line,
+    assert_strict_errors,
+    ingest_skipping_bad,
+)
 from ttlctl.cli import app
 from ttlctl.ingest.formats.mini_swe_agent import READER
 from ttlctl.ingest.formats.shell_program import first_program
@@ -425,3 +429,68 @@ def test_cli(samples: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["ingest", str(bad), "-o", str(out), "--format", FORMAT])
     assert result.exit_code == 2
     assert "broken_run.traj.json" in result.output
+
+
+# ---------------------------------------------------------------- roles
+
+
+def _nth(messages: list[dict[str, Any]], role: str, n: int) -> int:
+    return [i for i, m in enumerate(messages) if m["role"] == role][n]
+
+
+def _role_cases() -> dict[str, tuple[str, Any, str]]:
+    """name -> (role of the message changed, its change, reason expected)."""
+    responses_item = {"type": "function_call_output", "call_id": "c1", "output": "x"}
+    return {
+        "missing role": ("assistant", lambda m: m.pop("role"), "missing role"),
+        "misspelt role": (
+            "assistant",
+            lambda m: m.update(role="asistant"),
+            "unknown role: 'asistant' (expected system, user, assistant, tool, exit)",
+        ),
+        "non-string role": ("assistant", lambda m: m.update(role=3), "non-string role: 3"),
+        "user message without a role": ("user", lambda m: m.pop("role"), "missing role"),
+        "Responses API item": (
+            "user",
+            lambda m: (m.clear(), m.update(responses_item)),
+            "missing role: an OpenAI Responses API item",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_role_cases()))
+def test_bad_role_is_a_bad_record(case: str, samples: Path, tmp_path: Path) -> None:
+    """A message with no role, or one the format has not, is never passed over: its call
+    would vanish unseen. Its program is rejected whole, every message counted."""
+    role, change, reason = _role_cases()[case]
+    doc = json.loads((samples / FORMAT / SAMPLE_FILES[1]).read_text())
+    calls = sum(m["role"] == "assistant" for m in doc["messages"])
+    index = _nth(doc["messages"], role, 3)
+    change(doc["messages"][index])
+    bad = _write(tmp_path / "bad.traj.json", doc)
+    record = f"messages[{index}]"
+    assert_cli_error_line(bad, FORMAT, tmp_path / "strict.parquet", record, reason)
+
+    good = samples / FORMAT / SAMPLE_FILES[0]
+    good_doc = json.loads(good.read_text())
+    report, trace, rejects = ingest_skipping_bad([bad, good], tmp_path / "t.parquet", FORMAT)
+    assert trace["program_id"].unique().to_list() == [good_doc["instance_id"]]
+    assert report.rows == sum(m["role"] == "assistant" for m in good_doc["messages"])
+    # every call of the bad program, and the bad message in a call's place when it was none
+    assert report.rejected == calls + (role != "assistant")
+    own = [r for r in rejects if r["record"] == record]
+    assert len(own) == 1 and own[0]["reason"].startswith(reason), own
+    others = [r for r in rejects if r["record"] != record]
+    assert all(r["reason"].startswith("rejected with its program") for r in others)
+
+
+def test_every_role_of_the_format_is_read(tmp_path: Path) -> None:
+    """v2's tool results (role ``tool``) and closing ``exit`` message are not calls and
+    not bad records."""
+    msgs = _messages([(100, 10, "ls"), (120, 5, "echo")])
+    msgs.insert(3, {"role": "tool", "content": "out", "tool_call_id": "c1"})
+    msgs.append({"role": "exit", "content": "", "extra": {"exit_status": "Submitted"}})
+    path = _traj(tmp_path / "v2.traj.json", msgs, trajectory_format="mini-swe-agent-1.1")
+    report = ingest([path], tmp_path / "o.parquet", fmt=FORMAT)
+    assert report.rejected == 0
+    assert report.rows == 2

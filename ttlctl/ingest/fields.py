@@ -1,5 +1,5 @@
 """A record's fields coerced to the values of a row: numbers, whole numbers, durations,
-token counts, epoch seconds, tool names.
+token counts, epoch seconds, labels (roles, event types), tool names.
 
 Each helper raises :class:`RecordError` (its message the reject reason: what is wrong with
 which field) when the value cannot be one; a reader catches it and rejects the record.
@@ -8,6 +8,7 @@ which field) when the value cannot be one; a reader catches it and rejects the r
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
@@ -71,6 +72,20 @@ def epoch(value: Any, field: str) -> float:
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=UTC)
     return stamp.timestamp()
+
+
+def label(value: Any, field: str, known: Collection[str]) -> str:
+    """One of a format's ``known`` values for ``field`` (a message's role, an event's type):
+    RecordError when it is missing or blank, not a string, or another value, so that a
+    record a reader selects by it is never passed over unread (a misspelt ``"asistant"``
+    would drop the call it holds)."""
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        raise RecordError(f"missing {field}")
+    if not isinstance(value, str):
+        raise RecordError(f"non-string {field}: {_short(value)}")
+    if value not in known:
+        raise RecordError(f"unknown {field}: {_short(value)} (expected {', '.join(known)})")
+    return value
 
 
 def tool_name(value: Any) -> str | None:

@@ -41,7 +41,10 @@ Column mapping (one row per assistant message; ``_record`` is ``messages[i]``):
 
 Bad records: an assistant message without ``extra.response``, ``created`` or
 ``usage``, or with missing/non-numeric/negative token counts, gives a row with
-``_reason`` (its program is then rejected whole). A file that is not JSON, not an
+``_reason`` (its program is then rejected whole). So does a message that is not an
+object or whose ``role`` is missing, not a string or none of :data:`ROLES` (it takes a
+call's place: it may have been one). A role-less OpenAI Responses API item (v2's
+response models) is such a record too: that layout is not read. A file that is not JSON, not an
 object, has no ``messages`` list or no assistant message is rejected as one record.
 v2 format errors, which mini-swe-agent stores only as a user message (no assistant
 message, no usage), are not seen as calls.
@@ -57,12 +60,16 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.fields import RecordError, number, tokens
+from ttlctl.ingest.fields import RecordError, label, number, tokens
 from ttlctl.ingest.formats.shell_program import first_program
 from ttlctl.ingest.jsontext import load_json_object
 from ttlctl.ingest.rawfile import logical
 from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
+
+#: The roles a trajectory's messages have: the chat's, and v2's closing ``exit`` message
+#: (exit status and submission). Any other role (or none) is a bad record.
+ROLES = ("system", "user", "assistant", "tool", "exit")
 
 #: Blocks mini-swe-agent executes: v1 ```bash, v2 text mode ```mswea_bash_command.
 DEFAULT_ACTION_RE = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.DOTALL)
@@ -94,10 +101,12 @@ class MiniSweAgentReader:
         if not isinstance(messages, list):
             sink.reject(path, None, "not a mini-swe-agent trajectory: no messages list")
             return Parsed(pl.LazyFrame(), records=1)
+        # an assistant message is a call; a message the reader cannot place (not an object,
+        # its role missing or unknown) takes a call's place too, as a bad record
         calls = [
             i
             for i, m in enumerate(messages)
-            if not isinstance(m, dict) or m.get("role") == "assistant"
+            if not isinstance(m, dict) or m.get("role") == "assistant" or _bad_role(m)
         ]
         if not calls:
             sink.reject(path, None, "no LLM calls: no assistant message in messages")
@@ -154,6 +163,7 @@ def _call(
     message = messages[index]
     if not isinstance(message, dict):
         raise RecordError("malformed message: not a JSON object")
+    _role(message)
     extra = message.get("extra")
     response = extra.get("response") if isinstance(extra, dict) else None
     if not isinstance(response, dict):
@@ -174,6 +184,26 @@ def _call(
         row["tool"] = _tool(message, action_re)
         row["tool_s"] = _v2_tool_s(messages, index, next_index)
     return row
+
+
+def _role(message: dict[str, Any]) -> str:
+    """The message's role, one of :data:`ROLES`; RecordError otherwise."""
+    role = message.get("role")
+    if role is None and (message.get("object") == "response" or "type" in message):
+        # mini-swe-agent's Responses API models store the response object and its
+        # function_call_output items, which have no role: another format, not read here
+        raise RecordError(
+            "missing role: an OpenAI Responses API item, not a chat message (not read)"
+        )
+    return label(role, "role", ROLES)
+
+
+def _bad_role(message: dict[str, Any]) -> bool:
+    try:
+        _role(message)
+    except RecordError:
+        return True
+    return False
 
 
 def _tool(message: dict[str, Any], action_re: re.Pattern[str]) -> str:

@@ -15,9 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pytest
 from typer.testing import CliRunner
 
-from tests.ingest.badinput import assert_strict_errors, ingest_skipping_bad
+from tests.ingest.badinput import (
+    assert_cli_error_line,
+    assert_strict_errors,
+    ingest_skipping_bad,
+)
 from ttlctl.cli import app
 from ttlctl.ingest.formats.mini_swe_agent import READER as MINI_READER
 from ttlctl.ingest.formats.swe_agent import READER
@@ -375,3 +380,95 @@ def test_cli(samples: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["ingest", str(bad), "-o", str(out), "--format", FORMAT])
     assert result.exit_code == 2
     assert "broken_run.traj" in result.output
+
+
+# ---------------------------------------------------------------- roles
+
+#: name -> (sample, role of the history message changed, its change, reason expected)
+ROLE_CASES: dict[str, tuple[str, str, Any, str]] = {
+    "steps, missing role": (TESTREPO, "assistant", lambda m: m.pop("role"), "missing role"),
+    "steps, misspelt role": (
+        TESTREPO,
+        "assistant",
+        lambda m: m.update(role="assitant"),
+        "unknown role: 'assitant' (expected system, user, assistant, tool)",
+    ),
+    "steps, non-string role": (
+        TESTREPO,
+        "assistant",
+        lambda m: m.update(role=["assistant"]),
+        "non-string role: ['assistant']",
+    ),
+    "steps, tool message without a role": (
+        TESTREPO,
+        "tool",
+        lambda m: m.pop("role"),
+        "missing role",
+    ),
+    "history, missing role": (
+        HISTORY_ONLY,
+        "assistant",
+        lambda m: m.pop("role"),
+        "missing role",
+    ),
+    "history, misspelt role": (
+        HISTORY_ONLY,
+        "assistant",
+        lambda m: m.update(role="Assistant"),
+        "unknown role: 'Assistant'",
+    ),
+    "history, non-string role": (
+        HISTORY_ONLY,
+        "assistant",
+        lambda m: m.update(role=3),
+        "non-string role: 3",
+    ),
+    "history, tool message without a role": (
+        HISTORY_ONLY,
+        "tool",
+        lambda m: m.pop("role"),
+        "missing role",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ROLE_CASES))
+def test_bad_role_is_a_bad_record(case: str, samples: Path, tmp_path: Path) -> None:
+    """A history message with no role, or one SWE-agent has not, is never passed over
+    (in a history-only file its call would vanish unseen, in a stepped one the matching
+    and the estimates would go wrong unseen). Its program is rejected whole, every record
+    counted."""
+    sample, role, change, reason = ROLE_CASES[case]
+    doc = json.loads((samples / FORMAT / sample).read_text())
+    history = doc["history"]
+    index = [i for i, m in enumerate(history) if m["role"] == role][1]
+    calls = len(doc.get("trajectory") or [m for m in history if m["role"] == "assistant"])
+    change(history[index])
+    bad = _write(tmp_path / "bad.traj", doc)
+    record = f"history[{index}]"
+    assert_cli_error_line(bad, FORMAT, tmp_path / "strict.parquet", record, reason)
+
+    good = samples / FORMAT / EDITED
+    report, trace, rejects = ingest_skipping_bad([bad, good], tmp_path / "t.parquet", FORMAT)
+    assert trace["program_id"].unique().to_list() == [_program(good)]
+    assert report.rows == len(json.loads(good.read_text())["trajectory"])
+    # every call of the bad program, and the bad message when it took no call's place
+    took_a_call = "trajectory" not in doc and role == "assistant"
+    assert report.rejected == calls + (not took_a_call)
+    own = [r for r in rejects if r["record"] == record]
+    assert len(own) == 1 and own[0]["reason"].startswith(reason), own
+    others = [r for r in rejects if r["record"] != record]
+    assert all(r["reason"].startswith("rejected with its program") for r in others)
+
+
+def test_history_message_not_an_object_with_steps(samples: Path, tmp_path: Path) -> None:
+    doc = json.loads((samples / FORMAT / TESTREPO).read_text())
+    doc["history"][3] = "oops"
+    bad = _write(tmp_path / "bad.traj", doc)
+    assert_cli_error_line(
+        bad, FORMAT, tmp_path / "o.parquet", "history[3]", "malformed message: not a JSON object"
+    )
+    good = samples / FORMAT / EDITED
+    report, trace, _ = ingest_skipping_bad([bad, good], tmp_path / "t.parquet", FORMAT)
+    assert trace["program_id"].unique().to_list() == [_program(good)]
+    assert report.rejected == len(doc["trajectory"]) + 1

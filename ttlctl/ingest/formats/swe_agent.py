@@ -52,7 +52,11 @@ Column mapping:
 
 Bad records: a step that is not an object, or whose ``execution_time`` is
 non-numeric or negative, gives a row with ``_reason`` (the program is rejected
-whole); so does a non-numeric or negative ``tokens_sent``/``tokens_received``. A
+whole); so does a non-numeric or negative ``tokens_sent``/``tokens_received``, and a
+history message that is not an object or whose ``role`` is missing, not a string or none
+of :data:`ROLES` (``_record`` ``history[i]``: a row of its own, with no turn, when the
+calls are steps; in a history-only file it takes a call's place, as it may have been
+one). A
 file that is not JSON, not an object, whose ``trajectory``/``history`` is not a
 list, or that has no step and no assistant message is rejected as one record.
 """
@@ -66,7 +70,7 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.fields import RecordError, duration
+from ttlctl.ingest.fields import RecordError, duration, label
 from ttlctl.ingest.formats.shell_program import first_program
 from ttlctl.ingest.formats.swe_agent_tokens import (
     message_len,
@@ -79,6 +83,9 @@ from ttlctl.ingest.jsontext import load_json_object
 from ttlctl.ingest.rawfile import logical
 from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
+
+#: The roles of SWE-agent's history messages; any other (or none) is a bad record.
+ROLES = ("system", "user", "assistant", "tool")
 
 #: How many history assistant messages a step may skip when matched by action.
 _LOOKAHEAD = 2
@@ -164,6 +171,7 @@ def _from_steps(steps: list[Any], history: list[Any]) -> list[dict[str, Any]]:
     assistants = [
         i for i, m in enumerate(history) if isinstance(m, dict) and m.get("role") == "assistant"
     ]
+    bad = _bad_messages(history)
     before_first = prefix[assistants[0]] if assistants else prefix[-1]
 
     rows: list[dict[str, Any]] = []
@@ -200,7 +208,30 @@ def _from_steps(steps: list[Any], history: list[Any]) -> list[dict[str, Any]]:
         if turn != last_turn:
             row["tool"] = _tool_name(action, message)
             row["tool_s"] = tool_s
+    # a history message the reader cannot read may be a call's answer or the prompt of one:
+    # a bad record of its own (no turn: it is no step), which rejects the program
+    for index, reason in bad:
+        record = f"history[{index}]"
+        rows.append({"_record": record, "_reason": reason, "_in_chars": 0, "_out_chars": 0})
     return rows
+
+
+def _bad_messages(history: list[Any]) -> list[tuple[int, str]]:
+    """(index, reason) of each history message that is not an object with a known role."""
+    bad = []
+    for index, message in enumerate(history):
+        try:
+            _role(message)
+        except RecordError as exc:
+            bad.append((index, str(exc)))
+    return bad
+
+
+def _role(message: Any) -> str:
+    """A history message's role, one of :data:`ROLES`; RecordError otherwise."""
+    if not isinstance(message, dict):
+        raise RecordError("malformed message: not a JSON object")
+    return label(message.get("role"), "role", ROLES)
 
 
 def _match(action: Any, history: list[Any], assistants: list[int], cursor: int) -> int | None:
@@ -224,8 +255,13 @@ def _from_history(history: list[Any]) -> list[dict[str, Any]]:
     """History-only file: one row per assistant message (non-objects are bad records)."""
     rows: list[dict[str, Any]] = []
     size = 0
+    # an assistant message is a call; one the reader cannot read (not an object, its role
+    # missing or unknown) takes a call's place as a bad record: it may have been one
+    bad = dict(_bad_messages(history))
     calls = [
-        i for i, m in enumerate(history) if not isinstance(m, dict) or m.get("role") == "assistant"
+        i
+        for i, m in enumerate(history)
+        if i in bad or (isinstance(m, dict) and m.get("role") == "assistant")
     ]
     last = calls[-1] if calls else -1
     call_set = set(calls)
@@ -241,8 +277,8 @@ def _from_history(history: list[Any]) -> list[dict[str, Any]]:
         }
         rows.append(row)
         size += row["_out_chars"]
-        if not isinstance(message, dict):
-            row["_reason"] = "malformed message: not a JSON object"
+        if index in bad:
+            row["_reason"] = bad[index]
         elif index != last:
             row["tool"] = _tool_name(message.get("action"), message)
     return rows

@@ -16,7 +16,11 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from tests.ingest.badinput import assert_strict_error, ingest_skipping_bad
+from tests.ingest.badinput import (
+    assert_cli_error_line,
+    assert_strict_error,
+    ingest_skipping_bad,
+)
 from ttlctl.cli import app
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.trace import io as trace_io
@@ -266,3 +270,146 @@ def test_cli(samples: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["ingest", str(bad), "-o", str(out), "--format", FORMAT])
     assert result.exit_code == 2
     assert bad.name in result.output
+
+
+# ---------------------------------------------------------------- event types and roles
+
+#: name -> (index of the sample's event changed, its change, reason expected)
+KIND_CASES: dict[str, tuple[int, Any, str]] = {
+    "call without a role": (5, lambda e: e.pop("role"), "missing role"),
+    "call with a misspelt event_type": (
+        5,
+        lambda e: e.update(event_type="mesage"),
+        "unknown event_type: 'mesage' (expected message, tool_call, parallel_start, "
+        "parallel_end, drop_kv_cache)",
+    ),
+    "call with a non-string role": (5, lambda e: e.update(role=1), "non-string role: 1"),
+    "call with a misspelt role": (
+        5,
+        lambda e: e.update(role="assistent"),
+        "unknown role: 'assistent' (expected system, user, assistant, tool)",
+    ),
+    "tool call without event_type": (6, lambda e: e.pop("event_type"), "missing event_type"),
+    "tool call with a non-string event_type": (
+        6,
+        lambda e: e.update(event_type=7),
+        "non-string event_type: 7",
+    ),
+    "user message with a misspelt role": (1, lambda e: e.update(role="usr"), "unknown role"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KIND_CASES))
+def test_bad_event_kind_is_a_bad_record(case: str, samples: Path, tmp_path: Path) -> None:
+    """An event of no known type, or a message of no known role, is never passed over (a
+    call would vanish, a tool's pause be lost, unseen): it takes a call's place, a bad
+    record, and its program is rejected whole with every record counted."""
+    index, change, reason = KIND_CASES[case]
+    doc = json.loads((samples / FORMAT / SAMPLE).read_text())
+    doc["trace_id"] = "bad"
+    calls = sum(e.get("role") == "assistant" for e in doc["events"])
+    was_a_call = doc["events"][index].get("role") == "assistant"
+    change(doc["events"][index])
+    bad = tmp_path / "bad.trace.json"
+    bad.write_text(json.dumps(doc))
+    record = f"events[{index}]"
+    assert_cli_error_line(bad, FORMAT, tmp_path / "strict.parquet", record, reason)
+
+    good = samples / FORMAT / SAMPLE
+    report, trace, rejects = ingest_skipping_bad([bad, good], tmp_path / "t.parquet", FORMAT)
+    assert trace["program_id"].unique().to_list() == [json.loads(good.read_text())["trace_id"]]
+    assert report.rows == calls
+    assert report.rejected == calls + (not was_a_call)
+    own = [r for r in rejects if r["record"] == record]
+    assert len(own) == 1 and own[0]["reason"].startswith(reason), own
+    others = [r for r in rejects if r["record"] != record]
+    assert all(r["reason"].startswith("rejected with its program") for r in others)
+
+
+def test_event_not_an_object_rejects_the_trace(samples: Path, tmp_path: Path) -> None:
+    """An event that is not an object names no branch or conversation: the trace is
+    rejected whole, one reject standing for its calls and that event."""
+    doc = json.loads((samples / FORMAT / SAMPLE).read_text())
+    doc["trace_id"] = "bad"
+    calls = sum(e.get("role") == "assistant" for e in doc["events"])
+    doc["events"][5] = "oops"
+    bad = tmp_path / "bad.trace.json"
+    bad.write_text(json.dumps(doc))
+    reason = "malformed event: not a JSON object"
+    assert_cli_error_line(bad, FORMAT, tmp_path / "strict.parquet", "events[5]", reason)
+    good = samples / FORMAT / SAMPLE
+    report, trace, rejects = ingest_skipping_bad([bad, good], tmp_path / "t.parquet", FORMAT)
+    assert trace["program_id"].unique().to_list() == [json.loads(good.read_text())["trace_id"]]
+    assert report.rejected == calls  # the 3 calls left, and the event in a call's place
+    assert [(r["record"], r["records"]) for r in rejects] == [("events[5]", calls)]
+    assert rejects[0]["reason"].startswith(reason)
+
+
+def test_bad_event_in_another_conversations_pause(tmp_path: Path) -> None:
+    """A bad event after a call of conversation 1 may be a tool of that call's pause:
+    that program is rejected too, not written with no tool."""
+    doc = {
+        "trace_id": "job",
+        "events": [
+            _call([], 0, 100),
+            _call([], 1, 50),
+            {"event_type": "tool_cal", "branch_path": [], "tool_name": "x", "duration_ms": 5},
+            _call([], 1, 80),
+            _call([], 0, 200),
+            _call([], 2, 30),
+        ],
+    }
+    path = tmp_path / "job.trace.json"
+    path.write_text(json.dumps(doc))
+    report, trace, rejects = ingest_skipping_bad([path], tmp_path / "t.parquet", FORMAT)
+    assert trace["program_id"].to_list() == ["job/c2"]
+    assert report.rejected == 5  # 4 calls and the bad event
+    by_record = {r["record"]: r["reason"] for r in rejects}
+    assert by_record["events[2]"].startswith("unknown event_type: 'tool_cal'")
+    assert by_record["events[1]"].startswith("unknown event_type: 'tool_cal'")
+    assert by_record["events[1]"].endswith("(events[2])")
+
+
+def test_bad_event_among_parallel_children(tmp_path: Path) -> None:
+    doc = {
+        "trace_id": "job",
+        "events": [
+            _call([], 0, 100),
+            {
+                "event_type": "parallel_start",
+                "branch_path": [],
+                "children": [_tool([], "grep", 10.0), {"branch_path": [], "tool_name": "x"}],
+            },
+            _call([], 0, 200),
+        ],
+    }
+    path = tmp_path / "job.trace.json"
+    path.write_text(json.dumps(doc))
+    record = "events[1].children[1]"
+    assert_cli_error_line(path, FORMAT, tmp_path / "o.parquet", record, "missing event_type")
+
+
+def test_every_event_type_and_role_is_read(tmp_path: Path) -> None:
+    """The event types and roles TensorRT-LLM writes are read, none a bad record."""
+    doc = {
+        "trace_id": "job",
+        "events": [
+            _msg("system", [], 0, tokens=10),
+            _msg("user", [], 0, tokens=10),
+            _call([], 0, 100),
+            _tool([], "shell", 20.0),
+            _msg("tool", [], 0, tokens=5),
+            {"event_type": "drop_kv_cache", "branch_path": []},
+            {"event_type": "parallel_start", "branch_path": [], "num_branches": 1},
+            _call([0], 0, 40),
+            {"event_type": "parallel_end", "branch_path": []},
+            _call([], 0, 200),
+        ],
+    }
+    path = tmp_path / "job.trace.json"
+    path.write_text(json.dumps(doc))
+    report = ingest([path], tmp_path / "o.parquet", fmt=FORMAT)
+    assert report.rejected == 0
+    assert report.rows == 3
+    trace = trace_io.read(tmp_path / "o.parquet").filter(pl.col("program_id") == "job")
+    assert trace.sort("turn")["tool"].to_list() == ["shell", None]

@@ -50,10 +50,15 @@ Mapping (one row per assistant message):
 Tool calls on a branch before its first assistant message are not part of any
 call's pause on that branch and are left out of the rows (they are not LLM
 calls). Bad records (a row with a reason, the program rejected whole): missing
-or non-numeric tokens, negative or non-numeric ``duration_ms``. A document that
-is not an object with an ``events`` list is rejected whole. The compact and the
-full trace of one run share their ``trace_id``: ingest one of them, not both (the
-second would repeat every turn and be rejected as duplicates).
+or non-numeric tokens, negative or non-numeric ``duration_ms``; an event whose
+``event_type`` is missing, not a string or none of :data:`EVENT_TYPES`, or a message
+whose ``role`` is none of :data:`ROLES` (it may have been a call, or a tool in a call's
+pause: it takes a call's place in the program of its branch and conversation, and the
+branch's last call, when in another program, is rejected with it). An event that is not
+an object has no branch: the trace is rejected whole, as one reject standing for all its
+records. A document that is not an object with an ``events`` list is rejected whole.
+The compact and the full trace of one run share their ``trace_id``: ingest one of
+them, not both (the second would repeat every turn and be rejected as duplicates).
 """
 
 from __future__ import annotations
@@ -65,11 +70,16 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.fields import RecordError, duration, tokens, tool_name
+from ttlctl.ingest.fields import RecordError, duration, label, tokens, tool_name
 from ttlctl.ingest.jsontext import load_json
 from ttlctl.ingest.rawfile import logical
 from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
+
+#: The event types of a trace (TensorRT-LLM ``execution_trace.TraceEvent``) and the roles of
+#: its messages; any other (or none) is a bad record.
+EVENT_TYPES = ("message", "tool_call", "parallel_start", "parallel_end", "drop_kv_cache")
+ROLES = ("system", "user", "assistant", "tool")
 
 _EVENTS_KEY = re.compile(rb'"events"\s*:\s*\[')
 
@@ -107,6 +117,18 @@ class TrtllmScaffoldingReader:
             )
         builder = _Builder(str(trace_id))
         builder.walk(doc["events"], "events")
+        if builder.unplaced:
+            # which branch, program and call the event was of is not known: none of the
+            # trace's programs can be trusted whole, so the trace is rejected whole
+            loc, reason = builder.unplaced[0]
+            records = builder.records + len(builder.unplaced)
+            sink.reject(
+                path,
+                loc,
+                f"{reason} (its program is not known: the trace is rejected)",
+                records=records,
+            )
+            return Parsed(pl.LazyFrame(), records=records)
         if builder.records == 0:
             sink.reject(path, None, "no assistant messages: not an LLM call trace")
             return Parsed(pl.LazyFrame(), records=1)
@@ -136,6 +158,8 @@ class _Builder:
         #: per branch: the last assistant call's pending tools
         self.pending: dict[tuple[str, ...], _Pending] = {}
         self.all_pending: list[_Pending] = []
+        #: (record, reason) of events that are not objects: no branch, no program
+        self.unplaced: list[tuple[str, str]] = []
 
     def program(self, path: tuple[str, ...], conv: int | str) -> str:
         if not path and conv == self.first_conv.setdefault(path, conv):
@@ -145,35 +169,54 @@ class _Builder:
 
     def walk(self, events: list[Any], where: str) -> None:
         for index, event in enumerate(events):
-            loc = f"{where}[{index}]"
-            if not isinstance(event, dict):
-                continue
-            kind = event.get("event_type")
-            if kind == "parallel_start" and isinstance(event.get("children"), list):
-                self._children(event["children"], f"{loc}.children")
-            elif kind == "message" and event.get("role") == "assistant":
-                self._assistant(event, loc)
-            elif kind == "tool_call":
-                self._tool(event, loc, together=None)
+            self._event(event, f"{where}[{index}]", together=None)
 
     def _children(self, children: list[Any], where: str) -> None:
         """Events dispatched together: their tool calls form one parallel step."""
         group: dict[tuple[str, ...], list[tuple[str, float | None]]] = {}
         for index, child in enumerate(children):
-            loc = f"{where}[{index}]"
-            if not isinstance(child, dict):
-                continue
-            kind = child.get("event_type")
-            if kind == "tool_call":
-                self._tool(child, loc, together=group)
-            elif kind == "message" and child.get("role") == "assistant":
-                self._assistant(child, loc)
-            elif kind == "parallel_start" and isinstance(child.get("children"), list):
-                self._children(child["children"], f"{loc}.children")
+            self._event(child, f"{where}[{index}]", together=group)
         for path, step in group.items():
             pending = self.pending.get(path)
             if pending is not None:
                 pending.steps.append(step)
+
+    def _event(
+        self,
+        event: Any,
+        loc: str,
+        together: dict[tuple[str, ...], list[tuple[str, float | None]]] | None,
+    ) -> None:
+        if not isinstance(event, dict):
+            self.unplaced.append((loc, "malformed event: not a JSON object"))
+            return
+        try:
+            kind = label(event.get("event_type"), "event_type", EVENT_TYPES)
+            role = label(event.get("role"), "role", ROLES) if kind == "message" else None
+        except RecordError as exc:
+            self._bad(event, loc, str(exc))
+            return
+        if kind == "parallel_start" and isinstance(event.get("children"), list):
+            self._children(event["children"], f"{loc}.children")
+        elif role == "assistant":
+            self._assistant(event, loc)
+        elif kind == "tool_call":
+            self._tool(event, loc, together)
+
+    def _bad(self, event: dict[str, Any], loc: str, reason: str) -> None:
+        """An event of unknown kind or role: it may have been a call, or a tool in the
+        pause of the branch's last call. It takes a call's place in the program of its
+        branch and conversation, as a bad record; that last call, when in another
+        program (another conversation), gets the reason too. Both programs are rejected."""
+        path = self._branch(event)
+        before = self.pending.get(path)
+        row = self._assistant(event, loc, reason=reason)
+        if (
+            before is not None
+            and before.row["program_id"] != row["program_id"]
+            and "_reason" not in before.row
+        ):
+            before.row["_reason"] = f"{reason} ({loc})"
 
     def _branch(self, event: dict[str, Any]) -> tuple[str, ...]:
         path = event.get("branch_path") or []
@@ -181,7 +224,10 @@ class _Builder:
             return (str(path),)
         return tuple(str(p) for p in path)
 
-    def _assistant(self, event: dict[str, Any], loc: str) -> None:
+    def _assistant(
+        self, event: dict[str, Any], loc: str, reason: str | None = None
+    ) -> dict[str, Any]:
+        """The row of an assistant message (of a bad event, with its ``reason``)."""
         self.records += 1
         path = self._branch(event)
         conv = event.get("conversation_id")
@@ -200,6 +246,8 @@ class _Builder:
         if turn == 0:
             row["arrival_s"] = 0.0
         try:
+            if reason is not None:
+                raise RecordError(reason)
             row["input_tokens"] = tokens(event.get("prompt_tokens"), "prompt_tokens")
             row["output_tokens"] = tokens(event.get("completion_tokens"), "completion_tokens")
             reasoning = tokens(event.get("reasoning_tokens"), "reasoning_tokens", required=False)
@@ -221,6 +269,7 @@ class _Builder:
         pending = _Pending(row, names)
         self.pending[path] = pending
         self.all_pending.append(pending)
+        return row
 
     def _parent(self, path: tuple[str, ...]) -> str | None:
         for cut in range(len(path) - 1, -1, -1) if path else ():

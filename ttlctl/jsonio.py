@@ -14,10 +14,11 @@ they wrote (ingest summarises its trace), neither of which a pipe or a device al
 Standard output is ``-`` where a flag takes it (``--json -``).
 
 A path that cannot be written is an :class:`OutputError` naming it (never the temporary
-file); :func:`check_writable` and :func:`check_folder` find it before any work starts.
+file); :func:`check_writable` and :func:`check_folder` find it before any work starts, a
+path with too long a name among them (:mod:`ttlctl.pathname`).
 
-Standard library only (and :mod:`ttlctl.errors`): the engine side imports it (through
-:mod:`ttlctl.bundle`).
+Standard library only (and :mod:`ttlctl.errors`, :mod:`ttlctl.pathname`): the engine side
+imports it (through :mod:`ttlctl.bundle`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from ttlctl.errors import TtlctlError
+from ttlctl.pathname import TOO_LONG, too_long
 
 
 class OutputError(TtlctlError):
@@ -89,18 +91,20 @@ def landing(path: Path) -> Path:
     """The file that writing ``path`` replaces: ``path``, or the file a symbolic link
     names (made if it does not exist), so that the link is kept. Refused, as an
     :class:`OutputError` naming ``path``: a directory, and anything else that is no
-    regular file (a named pipe, a device, a socket), which replacing would destroy."""
+    regular file (a named pipe, a device, a socket), which replacing would destroy; a
+    path with too long a name (:func:`refuse_too_long`)."""
     if _a_stream(path):
         raise OutputError(
             f"{path}: names a process's open stream (standard output, a descriptor), not a "
             f"file; outputs are written whole and renamed into place ({_STDOUT})"
         )
+    refuse_too_long(path)
     try:
         mode = path.stat().st_mode  # through links: what a write would reach
     except FileNotFoundError:  # a new file, or a link to one
         mode = None
     except OSError as exc:  # a link that loops, a path under a file ...
-        if not path.is_symlink():
+        if not os.path.islink(path):
             return path  # the write says why, naming it
         raise OutputError(f"{path}: cannot follow this link ({_why(exc)})") from None
     if mode is not None and stat.S_ISDIR(mode):
@@ -158,9 +162,18 @@ def check_writable(path: Path) -> None:
 
 def check_folder(path: Path) -> None:
     """Refuse an output folder that cannot be written (see :func:`check_writable`)."""
+    refuse_too_long(path)
     if path.exists() and not path.is_dir():
         raise OutputError(f"{path}: not a directory")
     _probe(_existing_ancestor(path, path), path)
+
+
+def refuse_too_long(path: Path) -> None:
+    """Refuse an output whose path the system refuses for its length (a name in it longer
+    than its file system takes: :func:`ttlctl.pathname.too_long`), in the words a failed
+    write uses, before pathlib's checks raise on it."""
+    if too_long(path):
+        raise OutputError(f"{path}: cannot write here ({TOO_LONG})")
 
 
 def _existing_ancestor(folder: Path, path: Path) -> Path:

@@ -31,6 +31,7 @@ try:  # typer 0.29 on carries its own copy of click, whose errors its commands r
 except ImportError:  # pragma: no cover - older typer runs on click itself
     from click import ClickException as ClickException  # type: ignore[assignment,no-redef]
 from ttlctl.jsonio import OutputError, check_folder, check_writable, write_json
+from ttlctl.pathname import TOO_LONG, name_too_long
 
 #: results for people (tables); machine output is written to sys.stdout directly
 out = Console(soft_wrap=True)
@@ -58,7 +59,9 @@ def fail(message: str) -> NoReturn:
 def user_errors() -> Iterator[None]:
     """The one place a user's error becomes one line on stderr and exit code 2: every
     :class:`~ttlctl.errors.TtlctlError` (the libraries' and :class:`UserError`), and a
-    file that is missing, unreadable or a directory."""
+    file that is missing, unreadable or a directory, or whose path the system refuses for
+    its length (:mod:`ttlctl.pathname`: an input, pathlib's ``is_file`` and the like
+    raise on it wherever it is read; outputs are refused so by :func:`check_outputs`)."""
     try:
         yield
     except TtlctlError as exc:
@@ -69,6 +72,10 @@ def user_errors() -> Iterator[None]:
         fail(f"{exc.filename}: is a directory")
     except FileNotFoundError as exc:
         fail(f"{exc.filename}: no such file")
+    except OSError as exc:
+        if not name_too_long(exc) or exc.filename is None:
+            raise
+        fail(f"{exc.filename}: cannot read ({TOO_LONG})")
 
 
 def print_warning(message: str) -> None:

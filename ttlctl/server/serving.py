@@ -26,6 +26,7 @@ from ttlctl.bundle import read
 from ttlctl.bundle_doc import BundleError
 from ttlctl.errors import TtlctlError
 from ttlctl.filekind import binary_kind, document_kind, unmarked, wide_text
+from ttlctl.pathname import TOO_LONG, too_long
 from ttlctl.server import command, vllm_config
 from ttlctl.server.command import SCHEDULER_CLS
 
@@ -130,6 +131,8 @@ def check_log(log: Path | None, bundle: Path | None, *, starting: bool) -> None:
             "--log -: the engine log is a file the engine appends to, not standard output; "
             "give a file's path"
         )
+    if too_long(log):  # before pathlib's checks, which raise on it
+        raise ServeError(f"--log {log}: cannot write here ({TOO_LONG})")
     if bundle is not None and log.resolve() == bundle.resolve():
         raise ServeError(f"--log {log}: is the bundle; the engine log needs a file of its own")
     if log.is_dir():
@@ -218,6 +221,8 @@ def check_metrics_dir(given: Path | None, environ: Mapping[str, str]) -> None:
     chosen = chosen_metrics_dir(given, environ)
     if chosen is None:
         return
+    if too_long(chosen):  # before pathlib's checks, which raise on it
+        raise ServeError(f"{_metrics_origin(given)} {chosen}: cannot write here ({TOO_LONG})")
     for where in (chosen, *chosen.parents):
         if where.exists():
             if not where.is_dir():

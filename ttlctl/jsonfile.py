@@ -9,6 +9,9 @@ cannot read the same way, in one line that starts with the file's path:
 - ``line N: not UTF-8 text: 0xNN at byte B of the line``
   (:func:`ttlctl.filekind.not_utf8`, which ingest's readers use for a log's bad byte too);
 - ``line N column C: not valid JSON (<the parser's reason>)``;
+- ``duplicate key "K" at the top level`` or ``… in a.b[2]``: a key given twice in one object,
+  of which JSON's parser would silently keep the last (an edit: a bundle's ``policy``
+  written again above the sealed one would pass its checks);
 - ``not <what>: the top level is a list, not an object`` (:func:`read_json_object`).
 
 The callers raise their own error class with this message (a bundle's
@@ -66,7 +69,9 @@ def read_json(path: Path, what: str) -> Any:
     if not text.strip():  # JSON's parser would say "line 1 column 1: Expecting value"
         raise JsonFileError(f"{path}: empty file")
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique)
+    except _Duplicate:
+        raise JsonFileError(f"{path}: {_duplicate(text)}", damaged=True) from None
     except json.JSONDecodeError as exc:
         raise JsonFileError(
             f"{path}: line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg})",
@@ -76,6 +81,63 @@ def read_json(path: Path, what: str) -> Any:
         raise JsonFileError(f"{path}: not valid JSON (nesting too deep)", damaged=True) from None
     except ValueError as exc:  # a number too long for int(), …: the parser's own words
         raise JsonFileError(f"{path}: not valid JSON ({exc})", damaged=True) from None
+
+
+class _Duplicate(Exception):
+    """A key given twice in one object (:func:`_unique`)."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's pairs as a dict; :class:`_Duplicate` when a key comes twice."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        raise _Duplicate
+    return doc
+
+
+class _Marked(dict[str, Any]):
+    """An object read with a duplicate key: the first such key (:func:`_duplicate`)."""
+
+    twice: str = ""
+
+
+def _marking(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            marked = _Marked(pairs)
+            marked.twice = key
+            return marked
+        seen.add(key)
+    return dict(pairs)
+
+
+def _duplicate(text: str) -> str:
+    """Where ``text`` (a JSON document with a duplicate key) has one, in words: the key,
+    and the path to its object (``policy.tools.grep``, ``results[3]``) or the top level.
+    Read again, marking the objects (only on this error: the usual read does not pay)."""
+    todo: list[tuple[str, Any]] = [("", json.loads(text, object_pairs_hook=_marking))]
+    while todo:  # depth first, in document order, without recursion (any nesting depth)
+        where, value = todo.pop()
+        if isinstance(value, _Marked):
+            at = f"in {where}" if where else "at the top level"
+            return f"duplicate key {json.dumps(value.twice, ensure_ascii=False)} {at}"
+        if isinstance(value, dict):
+            items = [(_member(where, k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            items = [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            continue
+        todo.extend(reversed(items))
+    return "duplicate key"  # not reached: the first read found one
+
+
+def _member(where: str, key: str) -> str:
+    """The path to ``key`` of the object at ``where``: ``where.key``, or ``where["a key"]``
+    for a key that is no plain name (a tool called ``web.search``)."""
+    if key.isidentifier():
+        return f"{where}.{key}" if where else key
+    return f"{where}[{json.dumps(key, ensure_ascii=False)}]"
 
 
 def read_json_object(path: Path, what: str) -> dict[str, Any]:

@@ -66,15 +66,23 @@ def _write(path: Path, case: str) -> str:
     if case == "blank":  # a byte-order mark and blank lines: as ingest says of a log
         path.write_bytes(b"\xef\xbb\xbf \n\t\n")
         return "empty file"
+    if case == "duplicate key":  # JSON's parser keeps the last silently: an edit unseen
+        path.write_text('{"a": 1, "b": [0, {"c": 1, "web.search": 2, "web.search": 3}]}')
+        return 'duplicate key "web.search" in b[1]'
     assert case == "a list"
     path.write_text("[1, 2]")
     return "not {what}: the top level is a list, not an object"
 
 
 DAMAGED = {"parquet", "utf-16", "bad byte", "cut short", "deep", "long number", "a list"}
+DAMAGED |= {"duplicate key"}  # regression: the last of the two was taken, silently
 DAMAGED |= {"empty", "blank"}  # regression: "line 1 column 1: not valid JSON (Expecting value)"
 #: the bundle's reader adds what a bundle's damage most likely is (it is sealed)
-HINTS = {(r, c) for r in ("bundle",) for c in ("bad byte", "cut short", "deep", "long number")}
+HINTS = {
+    (r, c)
+    for r in ("bundle",)
+    for c in ("bad byte", "cut short", "deep", "long number", "duplicate key")
+}
 
 
 @pytest.mark.parametrize("case", sorted(DAMAGED))
@@ -148,3 +156,28 @@ def test_a_utf8_byte_order_mark_is_read_as_ingest_reads_it(tmp_path: Path) -> No
     path.write_bytes(b'\xef\xbb\xbf{\n "a": "\xff"}')  # a bad byte is found past the mark
     with pytest.raises(JsonFileError, match=r": line 2: not UTF-8 text: 0xff at byte 8 "):
         read_json(path, "a fit")
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('{"a": 1, "a": 1}', 'duplicate key "a" at the top level'),
+        ('{"p": {"t": {"g": {"x": 1, "y": 2, "x": 3}}}}', 'duplicate key "x" in p.t.g'),
+        ('[{"a": 1}, {"b": [{"é": 0, "é": 1}]}]', 'duplicate key "é" in [1].b[0]'),
+        ('{"a": {"k": 1, "k": 1}, "b": {"z": 1, "z": 1}}', 'duplicate key "k" in a'),
+    ],
+)
+def test_a_duplicate_key_is_named_with_its_place(tmp_path: Path, text: str, said: str) -> None:
+    """Any object at any depth; the first in the document named, with the path to it."""
+    path = tmp_path / "doc.json"
+    path.write_text(text)
+    with pytest.raises(JsonFileError) as caught:
+        read_json(path, "a fit")
+    assert str(caught.value) == f"{path}: {said}"
+    assert caught.value.damaged
+
+
+def test_the_same_key_in_different_objects_is_no_duplicate(tmp_path: Path) -> None:
+    path = tmp_path / "doc.json"
+    path.write_text('{"a": {"k": 1}, "b": {"k": 2}, "k": [{"k": 3}, {"k": 4}]}')
+    assert read_json(path, "a fit") == json.loads(path.read_text())

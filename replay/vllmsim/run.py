@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -40,6 +41,7 @@ def run(
     observer: Observer | None = None,
     timed_calls: bool = False,
     progress: CallsDone | None = None,
+    plugin_env: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Replay ``workload`` under ``spec`` on vLLM's scheduler (see :mod:`replay.vllmsim`).
 
@@ -47,7 +49,9 @@ def run(
     plugin may pin it, and the program never comes back); ``observer``: called after
     every ``schedule()`` and ``update_from_output()``; ``timed_calls``: measure the
     wall time of each of those calls (``Outcome.timings``); ``progress``: told the calls
-    done now and then (:mod:`replay.progress`).
+    done now and then (:mod:`replay.progress`); ``plugin_env``: the plugin's server settings
+    (tests: a small program book, a bundle checked at once), which a replay otherwise sets
+    to their defaults whatever the shell holds (:func:`~replay.vllmsim.build.build`).
     """
     check(
         "vllm",
@@ -64,7 +68,7 @@ def run(
         if doc is not None:
             path = Path(folder) / "bundle.json"
             bundle_make.write(doc, path)
-        built = build(cfg.engine, async_scheduling=async_scheduling, bundle=path)
+        built = build(cfg.engine, async_scheduling=async_scheduling, bundle=path, env=plugin_env)
         harness = Harness(
             built,
             work,

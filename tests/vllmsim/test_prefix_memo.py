@@ -38,6 +38,9 @@ from tests.vllmsim.stress import Checker, setup
 from tests.vllmsim.test_stress import cases
 from ttlctl.engine.hitmemo import ENV
 
+#: the plugin's program book stays within 4 programs (its server setting)
+PLUGIN_ENV = {"TTLCTL_MAX_PROGRAMS": "4"}
+
 
 def pool_state(pool: Any, *, full: bool) -> Any:
     """Each block's references and cache hash; with ``full``, the free queue's order and
@@ -159,6 +162,7 @@ def replay(
             async_scheduling=async_scheduling,
             untagged_last=untagged,
             observer=recorder,
+            plugin_env=PLUGIN_ENV,
         )
     (built,) = built_ones
     sched = built.scheduler
@@ -182,11 +186,6 @@ def assert_same(on: Run, off: Run) -> None:
     assert on.stats == off.stats
     assert on.pool == off.pool
     assert on.recorder.seen == off.recorder.seen
-
-
-@pytest.fixture(autouse=True)
-def _plugin_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TTLCTL_MAX_PROGRAMS", "4")
 
 
 def test_random_tight_workloads_replay_alike_with_and_without_the_memo() -> None:

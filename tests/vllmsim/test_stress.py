@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -67,6 +66,7 @@ def replay(case: dict[str, object], checker: Checker, async_scheduling: bool = T
         async_scheduling=async_scheduling,
         untagged_last=case["untagged"],  # type: ignore[arg-type]
         observer=checker,
+        plugin_env=PLUGIN_ENV,
     )
     done = {(c.program, c.turn) for c in outcome.calls}
     assert len(done) == len(outcome.calls)
@@ -75,10 +75,9 @@ def replay(case: dict[str, object], checker: Checker, async_scheduling: bool = T
         check_end(outcome.end, checker.harness.scheduler, max(ttl_s, 1.0) + 60.0, len(programs))
 
 
-@pytest.fixture(autouse=True)
-def _plugin_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TTLCTL_BUNDLE_CHECK_S", "0")  # a replaced bundle loads at once
-    monkeypatch.setenv("TTLCTL_MAX_PROGRAMS", "4")  # the program book stays within 4
+#: the plugin's server settings: a replaced bundle loads at once, the program book stays
+#: within 4 programs
+PLUGIN_ENV = {"TTLCTL_BUNDLE_CHECK_S": "0", "TTLCTL_MAX_PROGRAMS": "4"}
 
 
 @settings(

@@ -63,7 +63,7 @@ def simulate_one(
     """The fast backend's outcome of one policy (per-call records included) and the wall
     seconds ``simulate`` took; ``progress``: told the calls done now and then."""
     work = prepare(workload, timing)
-    pauses = {(p.program_id, i): c.pause_s for p in work.programs for i, c in enumerate(p.calls)}
+    pauses = work.pauses()
     cfg = replace(config, concurrency=timing.concurrency)
     cfg = replace(cfg, engine=sized_engine(spec, work, cfg, cfg.engine))
 

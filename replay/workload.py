@@ -176,6 +176,14 @@ class Workload:
     def calls(self) -> int:
         return sum(len(p.calls) for p in self.programs)
 
+    def pauses(self) -> dict[tuple[str, int], float]:
+        """Each call's true pause before its program's next call, by (program, turn): what
+        the evaluation-only oracle reads. A program's last call has none (the oracle tells
+        the last call by this, not by the client's ``is_last`` tag: ``--client-tags``)."""
+        return {
+            (p.program_id, i): c.pause_s for p in self.programs for i, c in enumerate(p.calls[:-1])
+        }
+
 
 def _seconds(value: object) -> bool:
     """``value`` a finite number of seconds >= 0 (NaN fails the comparison)."""

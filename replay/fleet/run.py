@@ -158,7 +158,7 @@ def simulate_fleet_one(
     """The fleet's outcome of one policy, the workload as replayed and the wall seconds;
     ``progress``: told the calls done now and then."""
     work = prepare(workload, timing)
-    pauses = {(p.program_id, i): c.pause_s for p in work.programs for i, c in enumerate(p.calls)}
+    pauses = work.pauses()
     cfg = replace(
         config,
         concurrency=timing.concurrency,

@@ -107,9 +107,11 @@ class Autellix:
 @dataclass(slots=True)
 class Oracle(NoHooks, Observes):
     """EVALUATION ONLY: reads each pause's true length and whether a call is the
-    last, and pins exactly when keeping the context pays: when the pause is
-    shorter than what losing the context would cost (rebuilding it, plus the mean
-    queueing delay that returning programs without a pin have suffered so far).
+    last (``pauses``: :meth:`replay.workload.Workload.pauses`, which has no pause after a
+    program's last call, whatever the client tags), and pins exactly when keeping the
+    context pays: when the pause is shorter than what losing the context would cost
+    (rebuilding it, plus the mean queueing delay that returning programs without a pin
+    have suffered so far).
     Stall-only valve by default (the best in the reference model of docs/method.md), no
     pin cap unless one is given (``--pin-cap``, as for the other TTL policies)."""
 

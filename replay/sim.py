@@ -22,6 +22,8 @@ from typing import Any
 
 from profiles.cost import CostModel
 from replay.async_sched import AsyncSimScheduler
+from replay.client_tags import FULL, tagged
+from replay.client_tags import check as check_tags
 from replay.collector import freeze_built, replay_collector
 from replay.invariants import check_invariants
 from replay.offload import OffloadTier
@@ -48,6 +50,11 @@ class ReplayConfig:
     #: vLLM's ``--async-scheduling``: step N+1 is scheduled before step N's output is
     #: applied (:class:`replay.async_sched.AsyncSimScheduler`)
     async_scheduling: bool = False
+    #: what the clients tag each call with (``--client-tags``: :mod:`replay.client_tags`)
+    client_tags: str = FULL
+
+    def __post_init__(self) -> None:
+        check_tags(self.client_tags)
 
 
 def fits_engine(call: Call, config: ReplayConfig) -> tuple[Call | None, bool]:
@@ -97,13 +104,22 @@ def fits_engine(call: Call, config: ReplayConfig) -> tuple[Call | None, bool]:
 
 
 def arriving(
-    run: ProgramRun, call: Call, rid: int, at: float, sent: float, reusable: int, block_size: int
+    run: ProgramRun,
+    call: Call,
+    rid: int,
+    at: float,
+    sent: float,
+    reusable: int,
+    block_size: int,
+    tags: str,
 ) -> SimRequest:
     """The program's next call (``call``: as the engine takes it, :func:`fits_engine`), sent
     at ``sent``, as request ``rid`` reaching the scheduler at ``at`` with ``reusable``
-    tokens of its prompt repeating the program's stream there; a program's first call
+    tokens of its prompt repeating the program's stream there, tagged as a client tagging
+    as ``tags`` tags it (:func:`replay.client_tags.tagged`); a program's first call
     stamps its start (the single-engine replay and a fleet's replicas alike)."""
     turn = run.next_turn
+    tool, is_last = tagged(call.tool, turn == len(run.program.calls) - 1, tags)
     if run.program_start is None:
         run.first_arrival = sent
         run.program_start = at
@@ -117,8 +133,8 @@ def arriving(
         prompt=call.input_tokens,
         output=call.output_tokens,
         reusable=reusable,
-        tool=call.tool,
-        is_last=turn == len(run.program.calls) - 1,
+        tool=tool,
+        is_last=is_last,
         program_seq=run.first_rid,
         sent=sent,
         shared=call.shared_keys(block_size),
@@ -190,7 +206,9 @@ def _simulate(
             return
         truncated += clipped
         reusable = call.reused_tokens if turn else 0
-        req = arriving(run, call, rid, at, sent, reusable, config.engine.block_size)
+        req = arriving(
+            run, call, rid, at, sent, reusable, config.engine.block_size, config.client_tags
+        )
         requests[rid] = (run, req)
         rid += 1
         engine.add(req, at)

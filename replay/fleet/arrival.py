@@ -29,7 +29,7 @@ def arrive(fleet: Fleet, rep: Replica, at: float) -> None:
         books.truncated += clipped
         rid = books.rid
         reuse = min(streams.reusable(index, routed_call), call.reused_tokens) if turn else 0
-        req = arriving(run, call, rid, at, sent, reuse, block_size)
+        req = arriving(run, call, rid, at, sent, reuse, block_size, config.client_tags)
         books.routed[rid] = (run, routed_call)
         view.arrived(routed_call, req)
         streams.held(pid, index, turn)

@@ -8,7 +8,8 @@ recorded input length. A call whose prompt starts with blocks other programs sha
 keys in every program (seeded per key), and repeats its own stream after them only when
 call ``k-1`` started with the same keys, as the simulator's backends do. ``max_tokens`` is
 the recorded output, with ``ignore_eos``.
-Requests carry ``vllm_xargs`` (``program_id``, ``tool``, ``is_last``) and the
+Requests carry ``vllm_xargs`` (``program_id``, ``tool``, ``is_last``, as the run's
+``client_tags`` says a client tags them: :func:`replay.client_tags.vllm_xargs`) and the
 ``X-Session-ID: <program_id>`` header. The next call is sent when the previous one
 has finished plus the recorded pause. :func:`drain` runs the programs, at most a
 number at once, and stops them at the run's deadline or on Ctrl-C (or any exception
@@ -26,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from replay.client_tags import FULL, vllm_xargs
 from replay.live.records import LiveCallRecord, ProgramRecord
 from replay.live.trimming import clip
 from replay.workload import AgentProgram
@@ -72,6 +74,9 @@ class LiveRun:
     warned: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
     say: Callable[[str], None] | None = None
+    #: what each call is tagged with (``--client-tags``: :mod:`replay.client_tags`); the
+    #: records keep the trace's tool and last call
+    client_tags: str = FULL
 
     def warn(self, key: str, message: str) -> None:
         with self.lock:
@@ -175,9 +180,6 @@ class LiveRun:
     def _body(
         self, prompt: list[int], out: int, program_id: str, tool: str | None, is_last: bool
     ) -> dict[str, Any]:
-        xargs: dict[str, Any] = {"program_id": program_id, "is_last": int(is_last)}
-        if tool and not is_last:
-            xargs["tool"] = tool
         return {
             "model": self.info.model,
             "prompt": prompt,
@@ -188,7 +190,7 @@ class LiveRun:
             "stream": True,
             "stream_options": {"include_usage": True},
             "return_token_ids": True,
-            "vllm_xargs": xargs,
+            "vllm_xargs": vllm_xargs(program_id, tool, is_last, self.client_tags),
         }
 
     def _check_answer(

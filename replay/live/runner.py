@@ -18,6 +18,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from replay.client_tags import FULL
+from replay.client_tags import check as check_tags
 from replay.live.aiperf import write_records
 from replay.live.driver import LiveRun, Progress, drain, emit
 from replay.live.records import ProgramRecord
@@ -65,6 +67,7 @@ def run_live(
     label: str | None = None,
     records_path: Path | None = None,
     warn: Warn | None = None,
+    client_tags: str = FULL,
 ) -> dict[str, Any]:
     """Replay ``workload`` against the vLLM server at ``url``; the simulator's result keys.
 
@@ -86,10 +89,12 @@ def run_live(
     AIPerf's shape); ``records_path`` writes those records alone. The paths
     written are under ``"files"``. Each warning (a server flag that is off, …) is
     given once to ``warn`` (default: :func:`warnings.warn`) and kept under
-    ``server.warnings``. Raises :class:`~ttlctl.server.client.ServerError` when the
+    ``server.warnings``. ``client_tags``: what each call is tagged with
+    (:mod:`replay.client_tags`). Raises :class:`~ttlctl.server.client.ServerError` when the
     server cannot be used.
     """
     timing = timing or Load()
+    check_tags(client_tags)
     if timeout_s <= 0 or request_timeout_s <= 0 or max_live < 1:
         raise ValueError("timeout_s, request_timeout_s and max_live must be positive")
     work = cap_pauses(first_programs(workload, max_programs), idle_gap_cap_s)
@@ -121,6 +126,7 @@ def run_live(
         progress=progress,
         total_calls=work.calls,
         say=warn,
+        client_tags=client_tags,
     )
     programs = [ProgramRecord(p.program_id, len(p.calls)) for p in work.programs]
     with Sampler(url, sample_every_s) as sampler:
@@ -234,12 +240,14 @@ def live_results(
     label: str | None = None,
     progress: PolicyProgress | None = None,
     warn: Warn | None = None,
+    client_tags: str = FULL,
 ) -> list[dict[str, Any]]:
     """``ttlctl replay --live URL``: the one policy the server runs, as a list of results.
 
     The policy lives in the server (stock vLLM, or ``ttlctl serve`` with a bundle),
     so exactly one ``--policy`` names it. Raises :class:`LiveError` otherwise.
-    ``progress``: told (the policy, calls done, calls) as :func:`run_live` tells them.
+    ``progress``: told (the policy, calls done, calls) as :func:`run_live` tells them;
+    ``client_tags``: what each call is tagged with (:mod:`replay.client_tags`).
     """
     names = list(dict.fromkeys(policies))
     if len(names) != 1:
@@ -261,5 +269,6 @@ def live_results(
             label=label,
             progress=None if progress is None else partial(progress, names[0]),
             warn=warn,
+            client_tags=client_tags,
         )
     ]

@@ -37,7 +37,6 @@ whichever replica it lands (one stream per program, fleet-wide).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +44,7 @@ from vllm.sampling_params import SamplingParams
 from vllm.v1.request import Request
 
 from profiles.cost import CostModel
+from replay.client_tags import FULL, vllm_xargs
 from replay.request import SimRequest
 from replay.scheduler import SimSchedulerConfig, Stats
 from replay.sim_error import SimulationError
@@ -82,6 +82,9 @@ class VllmEngine:
     plugin: bool
     #: vLLM's ``--async-scheduling`` (``built`` holds its ``AsyncScheduler``)
     async_scheduling: bool = False
+    #: what the clients tag each call with (``--client-tags``; the fleet loop's requests
+    #: are tagged so already: :func:`replay.sim.arriving`)
+    client_tags: str = FULL
     stats: Stats = field(default_factory=Stats)
     timeline: list[tuple[float, int]] = field(default_factory=list)
     #: the plugin's counters at the end (empty for vLLM's own scheduler)
@@ -152,9 +155,7 @@ class VllmEngine:
         self.now = now
         prompt = self.book.prompt(req.program, req.turn, self.config)
         assert prompt is not None  # the loop refused it on arrival otherwise
-        xargs: dict[str, Hashable] = {"program_id": req.program, "is_last": int(req.is_last)}
-        if req.tool and not req.is_last:
-            xargs["tool"] = req.tool
+        xargs = vllm_xargs(req.program, req.tool, req.is_last, self.client_tags)
         request = Request(
             request_id=str(req.rid),
             prompt_token_ids=prompt.tokens,

@@ -102,7 +102,7 @@ def simulate(
         built = [build(e, async_scheduling=async_scheduling, bundle=path) for e in sizes]
         book = TokenBook(work, cfg, built[0].hasher)
         engines = [
-            VllmEngine(b, e, cost, book, doc is not None, async_scheduling)
+            VllmEngine(b, e, cost, book, doc is not None, async_scheduling, cfg.client_tags)
             for b, e in zip(built, sizes, strict=True)
         ]
         schedulers: list[Engine] = list(engines)

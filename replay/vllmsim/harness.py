@@ -179,6 +179,7 @@ class Harness:
             pid,
             is_last=turn == len(program.calls) - 1,
             untagged_last=pid in self.untagged_last,
+            tags=self.config.client_tags,
             sent=sent,
             hasher=self.hasher,
         )

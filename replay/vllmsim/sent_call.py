@@ -12,6 +12,7 @@ from typing import Any
 from vllm.sampling_params import SamplingParams
 from vllm.v1.request import Request
 
+from replay.client_tags import vllm_xargs
 from replay.sim_outcome import ProgramRun
 from replay.vllmsim.outcome import VllmCall
 from replay.workload import Call
@@ -25,19 +26,19 @@ def call_request(
     *,
     is_last: bool,
     untagged_last: bool,
+    tags: str,
     sent: float,
     hasher: Callable[[Any], list[Any]],
 ) -> Request:
     """The vLLM ``Request`` of ``call`` sent at ``sent``: ``extra_args`` name its program,
     whether it is the last call (``untagged_last``: a client that does not say, so its
-    last call looks like one more tool call) and its tool."""
-    xargs: dict[str, Any] = {"program_id": program_id, "is_last": int(is_last)}
+    last call looks like one more tool call, of the tool ``unknown``) and its tool, as a
+    client tagging as ``tags`` says them (:func:`replay.client_tags.vllm_xargs`)."""
     tool = call.tool
     if is_last and untagged_last:
-        xargs["is_last"] = 0
+        is_last = False
         tool = tool or "unknown"
-    if tool and not xargs["is_last"]:
-        xargs["tool"] = tool
+    xargs = vllm_xargs(program_id, tool, is_last, tags)
     return Request(
         request_id=request_id,
         prompt_token_ids=prompt,

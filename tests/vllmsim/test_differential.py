@@ -146,6 +146,17 @@ def test_calls_past_max_model_len_call_by_call(bundles: dict[str, Any]) -> None:
     _check_drawn(max(1, EXAMPLES // 4), cases(bundles).flatmap(model_length_cut))
 
 
+@pytest.mark.parametrize("tags", ["tool", "none"])
+def test_clients_that_tag_less_call_by_call(bundles: dict[str, Any], tags: str) -> None:
+    """``--client-tags tool`` (no call says it is the last) and ``none`` (no tool either):
+    both backends send each call the same tags (vLLM's through its ``vllm_xargs``), so
+    continuum and static-ttl pin the last calls too, alike, and learn no tool's pauses."""
+    _check_drawn(
+        max(1, EXAMPLES // 4),
+        cases(bundles).map(lambda c: replace(c, config=replace(c.config, client_tags=tags))),
+    )
+
+
 @pytest.mark.parametrize("pressure", [False, True], ids=["mixed", "pressure"])
 def test_random_workloads_with_shared_prefixes(bundles: dict[str, Any], pressure: bool) -> None:
     """The same, with programs whose prompts start with prefixes other programs share (a

@@ -85,6 +85,31 @@ def test_fleets_agree_call_by_call(bundles: dict[str, Any], pressure: bool, shar
     assert sum(seen) > 0  # calls were compared
 
 
+@pytest.mark.parametrize("tags", ["tool", "none"])
+def test_fleets_of_clients_that_tag_less_agree_call_by_call(
+    bundles: dict[str, Any], tags: str
+) -> None:
+    """``--client-tags tool`` and ``none``: the fleet loop's requests are tagged so on
+    both sides (each vLLM replica is sent the same ``vllm_xargs``)."""
+    seen: list[int] = []
+
+    @settings(
+        max_examples=max(1, EXAMPLES // 8),
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.data())
+    def one(data: st.DataObject) -> None:
+        fc = data.draw(fleet_cases(cases(bundles, pressure=True)))
+        case = replace(fc.case, config=replace(fc.case.config, client_tags=tags))
+        seen.append(check(replace(fc, case=case)))
+
+    one()
+    assert sum(seen) > 0  # calls were compared
+
+
 def test_a_fleet_under_a_watermark_agrees_call_by_call() -> None:
     """vLLM's ``--watermark`` on every replica: four one-call programs of 6-block prompts,
     two per replica (round-robin), 12 blocks each. Keeping 3 blocks free (a quarter of 13,

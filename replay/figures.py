@@ -131,6 +131,8 @@ class ReplaySettings(TypedDict):
     static_ttl_s: float
     live: str | None
     trace_idle_gap_cap_seconds: float | None
+    #: what the replayed clients tagged each call with (``replay.client_tags``)
+    client_tags: str
 
 
 class ReplayDoc(TypedDict):

@@ -17,6 +17,8 @@ from fitting.policy_params import VALVES
 from profiles.cost import ProfileCostModel
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
+from replay.client_tags import FULL
+from replay.client_tags import check as check_tags
 from replay.figures import PolicyResult, ReplayDoc
 from replay.fleet.asked import default_urls_note, fleet_for, tuned_elsewhere
 from replay.fleet.routers import AS_LOGGED, RouterSettings
@@ -70,6 +72,8 @@ class ReplayRequest:
     label: str | None = None
     backend: str = "fast"
     async_scheduling: bool = False
+    #: what the replayed clients tag each call with (``--client-tags``)
+    client_tags: str = FULL
     #: a fleet: this many engines behind ``router`` (None: one engine)
     replicas: int | None = None
     router: RouterSettings | None = None
@@ -123,6 +127,7 @@ def replay_doc(
     live one; ``warn``: told each warning, once every check has passed (a refused run says
     only its error)."""
     names = policy_names(req.policies, req.backend)
+    check_tags(req.client_tags)
     if req.valve is not None and req.valve not in VALVES:
         raise ConfigError(f"--valve must be one of {', '.join(VALVES)}, got {req.valve!r}")
     if req.pin_cap is not None and not 0 < req.pin_cap <= 1:
@@ -197,7 +202,11 @@ def replay_doc(
             f"--replicas {ran_on} --router as-logged replays each call where it ran"
         )
     config = ReplayConfig(
-        engine=req.engine, offload_tokens=req.offload_tokens, truncate=req.truncate, check=req.check
+        engine=req.engine,
+        offload_tokens=req.offload_tokens,
+        truncate=req.truncate,
+        check=req.check,
+        client_tags=req.client_tags,
     )
     specs = [
         PolicySpec(n, bundle=bundle_doc, ttl_s=req.ttl_s, valve=req.valve, pin_cap=req.pin_cap)
@@ -224,6 +233,7 @@ def replay_doc(
                     label=req.label,
                     progress=live_progress,
                     warn=warn,
+                    client_tags=req.client_tags,
                 ),
             )
         else:
@@ -270,6 +280,7 @@ def replay_doc(
             "static_ttl_s": req.ttl_s,
             "live": req.live,
             "trace_idle_gap_cap_seconds": req.idle_gap_cap_s,
+            "client_tags": req.client_tags,
         },
         "results": results,
     }

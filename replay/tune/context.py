@@ -17,6 +17,7 @@ from fitting.policy_params import PolicyParams
 from profiles import profile_read
 from profiles.cost import ProfileCostModel
 from profiles.schema import ProfileDoc
+from replay.client_tags import FULL
 from replay.figures import PolicyResult
 from replay.fleet.run import FleetSpec
 from replay.fleet.run import runner as fleet_runner
@@ -200,6 +201,8 @@ class TuneContext:
             out["backend"] = self.backend
         if self.backend != "fast" or self.async_scheduling:
             out["async_scheduling"] = self.async_scheduling
+        if self.config.client_tags != FULL:
+            out["client_tags"] = self.config.client_tags
         if self.live is not None:
             out["live"] = self.live.fingerprint()
         if self.fleet is not None:

@@ -88,6 +88,7 @@ def live_replay(ctx: TuneContext, params: PolicyParams, timing: Load, label: str
             seed=timing.seed,
             timeout_s=live.timeout_s,
             warn=live.warn,
+            client_tags=ctx.config.client_tags,
         )
     except ServerError as exc:
         raise TuneError(str(exc)) from None

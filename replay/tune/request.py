@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from replay.client_tags import FULL
+from replay.client_tags import check as check_tags
 from replay.policy_runs import Load
 from replay.tune.context import DEFAULT_CHECK_S, LIVE_PROGRAMS, LIVE_TIMEOUT_S, TuneError
 
@@ -67,6 +69,9 @@ class TuneRequest:
     idle_gap_cap_s: float | None = None
     backend: str = "fast"
     async_scheduling: bool = False
+    #: what the replayed clients tag each call with (``--client-tags``:
+    #: :mod:`replay.client_tags`)
+    client_tags: str = FULL
     #: a fleet: this many replicas behind the first of ``routers`` (more routers: the
     #: router itself is searched among them)
     replicas: int | None = None
@@ -125,6 +130,7 @@ def check(req: TuneRequest) -> None:
             f"--min-gain must be a ratio of at least 1 (1.05: 5% faster than the baseline), "
             f"not {req.min_gain:g}"
         )
+    check_tags(req.client_tags)
     check_live(req)
     if req.idle_gap_cap_s is not None and req.idle_gap_cap_s < 0:
         raise TuneError("--trace-idle-gap-cap-seconds must be >= 0")

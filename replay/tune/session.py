@@ -155,6 +155,7 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
             engine=engine,
             offload_tokens=req.offload_tokens,
             truncate=req.truncate,
+            client_tags=req.client_tags,
         ),
         loads=tuple(loads),
         seeds=tuple(range(req.seeds)),

@@ -93,7 +93,8 @@ def summary_doc(
             "seed": seed,
         },
         "direction": "minimize",
-        "objective": ctx.fingerprint() | {"eta_fitted": ctx.eta_fitted},
+        "objective": ctx.fingerprint()
+        | {"client_tags": ctx.config.client_tags, "eta_fitted": ctx.eta_fitted},
         "counts": {s.name.lower(): sum(t.state == s for t in trials) for s in TrialState},
         "ran_now": ran,
         "elapsed_s": elapsed_s,

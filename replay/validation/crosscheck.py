@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles.schema import Profile
+from replay.client_tags import FULL
 from replay.live import cap_pauses, first_programs
 from replay.policy_runs import Load
 from replay.progress import RunsDone, each_told
@@ -111,11 +112,14 @@ def validate(
     warn: Callable[[str], None] | None = None,
     backend: str = "fast",
     async_scheduling: bool = False,
+    client_tags: str = FULL,
 ) -> dict[str, Any]:
     """Run ``workload`` (its first ``max_programs``) in the simulator and live, per policy.
 
     ``backend``: the simulator (``fast``, or ``vllm``: vLLM's own scheduler in
-    process, see :mod:`replay.vllmsim`), with ``async_scheduling`` on either.
+    process, see :mod:`replay.vllmsim`), with ``async_scheduling`` on either;
+    ``client_tags``: what the live client and the simulated ones tag each call with
+    (:mod:`replay.client_tags`).
     ``progress`` is told each step as it starts, ``runs_done`` the live runs done of all.
 
     Returns ``{"rows": {policy: [...]}, "sim": {...}, "live": {...}, "ranking":
@@ -159,6 +163,7 @@ def validate(
             label=label,
             say=progress or _quiet,
             warn=warn,
+            client_tags=client_tags,
         )
         for name, rep in each_told(live_runs(names, repeats), runs_done):
             session.run(name, rep)
@@ -182,6 +187,7 @@ def validate(
             timing=session.timing,
             bundle=session.bundle_doc,
             async_scheduling=async_scheduling,
+            client_tags=client_tags,
         )
         return server_document(
             work,
@@ -204,6 +210,7 @@ def validate(
                 "repeats": repeats,
                 "backend": backend,
                 "async_scheduling": async_scheduling,
+                "client_tags": client_tags,
             },
             say=session.say,
         )

@@ -50,6 +50,7 @@ from typing import Any
 
 from profiles.router_calibration import RouterCalibration
 from profiles.schema import Profile
+from replay.client_tags import FULL
 from replay.live import cap_pauses, first_programs
 from replay.policy_runs import Load
 from replay.progress import RunsDone, each_told
@@ -109,6 +110,7 @@ def validate_fleet(
     cpus_per_replica: int | None = None,
     gpus_per_replica: int | None = None,
     async_scheduling: bool = False,
+    client_tags: str = FULL,
     timing: Load | None = None,
     seed: int = 0,
     repeats: int = 1,
@@ -141,7 +143,8 @@ def validate_fleet(
     ``gpus_per_replica``: each replica on that many GPUs of its own
     (:mod:`ttlctl.server.gpus`; vLLM's parallel sizes after ``--`` must use them all),
     measured the same way. ``async_scheduling``: the simulated replicas schedule as vLLM's
-    async scheduling does (the caller starts the servers with it).
+    async scheduling does (the caller starts the servers with it). ``client_tags``: what
+    the live client and the simulated ones tag each call with (:mod:`replay.client_tags`).
 
     Raises :class:`ValidateError` (bad arguments), a
     :class:`~ttlctl.server.router.RouterError` (no ``vllm-router``, or a policy it
@@ -218,6 +221,7 @@ def validate_fleet(
             measuring=profile is None,
             kv_tokens=kv_tokens,
             warn=warn,
+            client_tags=client_tags,
         )
         stopped: dict[str, Any] | None = None
         for rep, name, policy in each_told(fleet_runs(repeats, names, routers), runs_done):
@@ -279,6 +283,7 @@ def validate_fleet(
         bundle=bundle_doc,
         settings=sim_settings(routers, calibration, program_scheduling_json),
         async_scheduling=async_scheduling,
+        client_tags=client_tags,
     )
     doc = fleet_document(
         runs,

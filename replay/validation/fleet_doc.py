@@ -149,6 +149,8 @@ def fleet_document(
         #: the servers started with vLLM's async scheduling, and the simulated replicas
         #: scheduling as it does
         "async_scheduling": side.async_scheduling,
+        #: what the live client and the simulated ones tagged each call with
+        "client_tags": side.client_tags,
         "server_info": server_info,
         "bundle": None if bundle is None else str(bundle.resolve()),
         #: each replica's CPUs (None: unpinned, every replica on every CPU)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles.router_calibration import RouterCalibration
+from replay.client_tags import FULL
 from replay.live import run_live
 from replay.policy_runs import Load
 from replay.validation.engine_metrics import ScrapeFailed, engine_delta, scrape
@@ -69,6 +70,8 @@ class LiveFleets:
     #: ``--kv-tokens`` (None: the replicas' own)
     kv_tokens: int | None
     warn: Callable[[str], None] | None
+    #: what the live client tags each call with (``--client-tags``)
+    client_tags: str = FULL
 
 
 #: how long a failed call's fleet is watched for a process that is still dying
@@ -154,6 +157,7 @@ def live_run(
                     timeout_s=fleets.timeout_s,
                     vocab_size=fleets.vocab_size,
                     warn=fleets.warn,
+                    client_tags=fleets.client_tags,
                     # no gauges read through the router during the run: vllm-router forwards
                     # GET /metrics to a worker by the routing policy, so a poll every half
                     # second moved round_robin's placement (its counter is shared with the

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles.schema import Profile
+from replay.client_tags import FULL
 from replay.live import run_live
 from replay.policy_runs import Load
 from replay.validation.error import ValidateError
@@ -62,6 +63,8 @@ class LiveSession:
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     infos: dict[str, ServerInfo] = field(default_factory=dict)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: what the live client tags each call with (``--client-tags``)
+    client_tags: str = FULL
 
     def run(self, name: str, rep: int) -> None:
         """Run ``name`` live once (run ``rep``), in a server started for it if needs be."""
@@ -178,4 +181,5 @@ class LiveSession:
             label=f"{self.label}-{name}{tag}" if self.label else None,
             vocab_size=self._vocab(),
             warn=self.warn,
+            client_tags=self.client_tags,
         )

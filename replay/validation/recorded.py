@@ -29,6 +29,7 @@ from profiles.engine_fit import fit_samples
 from profiles.engine_timings import samples_from_json
 from profiles.profile_read import from_json as profile_from_json
 from profiles.schema import Profile
+from replay.client_tags import CLIENT_TAGS, FULL
 from replay.fleet.routers import RouterSettings
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
@@ -78,6 +79,9 @@ class Recorded:
     async_scheduling: bool
     #: the simulator the policies ran on (a fleet's: always ``fast``)
     backend: str
+    #: what the clients tagged each call with (``--client-tags``; a document from before
+    #: validate recorded it: ``full``, the only tagging there was)
+    client_tags: str
     idle_gap_cap_s: float | None
     load: Load
     #: :func:`~replay.validation.sim_record.workload_fingerprint` of the programs replayed
@@ -179,6 +183,10 @@ def _parsed(path: Path, doc: dict[str, Any], sim: dict[str, Any]) -> Recorded:
         engine=SimSchedulerConfig.from_json(doc["engine"], "engine"),
         async_scheduling=_flag(settings["async_scheduling"], "async_scheduling"),
         backend="fast" if fleet is not None else _backend(settings["backend"]),
+        client_tags=_client_tags(
+            settings.get("client_tags", FULL),
+            "client_tags" if fleet is not None else "config.client_tags",
+        ),
         idle_gap_cap_s=_cap(sim["idle_gap_cap_s"], "simulation.idle_gap_cap_s"),
         load=Load(**sim["load"]),
         workload=dict(sim["workload"]),
@@ -218,6 +226,14 @@ def _cap(value: Any, key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
         raise ConfigError(f"{key} is {json.dumps(value)[:40]}, not seconds (0 or more) nor null")
     return float(value)
+
+
+def _client_tags(value: Any, key: str) -> str:
+    """The recorded ``client_tags`` (at ``key``): one of
+    :data:`~replay.client_tags.CLIENT_TAGS`."""
+    if value not in CLIENT_TAGS:
+        raise ConfigError(f"{key} is {json.dumps(value)[:40]}, not one of {', '.join(CLIENT_TAGS)}")
+    return str(value)
 
 
 def _flag(value: Any, key: str) -> bool:

@@ -75,6 +75,7 @@ def resimulate(
         bundle=_bundle(rec),
         settings={} if rec.fleet is None else rec.fleet.settings,
         async_scheduling=rec.async_scheduling,
+        client_tags=rec.client_tags,
     )
     if rec.fleet is None:
         judged = judged_policies(

@@ -19,6 +19,7 @@ from typing import Any
 
 from profiles.router_calibration import calibrate
 from profiles.shipped import resolve
+from replay.client_tags import check as check_tags
 from replay.fleet.run import MAX_REPLICAS
 from replay.live import check_result_flags
 from replay.loads import one_load
@@ -53,6 +54,7 @@ def validation_doc(
     if req.trace is None:
         raise ValidateError("give TRACE, the trace to validate with (or --resimulate RECORDED)")
     timing = one_load(req.jps, req.concurrency, req.seed)
+    check_tags(req.client_tags)
     check_result_flags(req.save_result, req.result_dir, req.label)
     if req.programs < 1:
         raise ValidateError("--programs must be at least 1")
@@ -136,6 +138,7 @@ def _server_doc(
         warn=warn,
         backend=req.backend,
         async_scheduling=req.async_scheduling,
+        client_tags=req.client_tags,
     )
 
 
@@ -228,6 +231,7 @@ def _fleet_doc(
         cpus_per_replica=req.cpus_per_replica,
         gpus_per_replica=req.gpus_per_replica,
         async_scheduling=req.async_scheduling,
+        client_tags=req.client_tags,
         timing=timing,
         timing_draws=TIMING_DRAWS if req.timing_draws is None else req.timing_draws,
         seed=req.seed,

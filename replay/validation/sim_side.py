@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from profiles.cost import ProfileCostModel
 from profiles.schema import Profile
+from replay.client_tags import FULL
 from replay.fleet.routers import RouterSettings
 from replay.policies import PolicySpec
 from replay.policy_runs import Load
@@ -42,6 +43,8 @@ class SimSide:
     settings: Mapping[str, RouterSettings] = field(default_factory=dict)
     #: every replica with vLLM's async scheduling (as the live servers were told)
     async_scheduling: bool = False
+    #: what the clients tag each call with, as the live client did (``--client-tags``)
+    client_tags: str = FULL
 
     def cost(self) -> ProfileCostModel:
         """The profile as the simulator's cost model."""
@@ -51,7 +54,10 @@ class SimSide:
         """The replay's settings: each engine sized as the live replicas; a prompt too
         long for the model's length or the KV cache clipped to fit, not refused."""
         return ReplayConfig(
-            engine=self.engine, truncate=True, async_scheduling=self.async_scheduling
+            engine=self.engine,
+            truncate=True,
+            async_scheduling=self.async_scheduling,
+            client_tags=self.client_tags,
         )
 
     def spec(self, policy: str) -> PolicySpec:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from replay.client_tags import FULL
 from replay.scheduler import SimSchedulerConfig
 
 #: the simulator's defaults, which the servers validate starts get too
@@ -59,6 +60,9 @@ class ValidateRequest:
     label: str | None = None
     backend: str = "fast"
     async_scheduling: bool = False
+    #: what the live client and the simulated clients tag each call with
+    #: (``--client-tags``: :mod:`replay.client_tags`)
+    client_tags: str = FULL
     #: a fleet: this many replicas behind vllm-router (None: one server per policy)
     replicas: int | None = None
     #: vllm-router's ``--policy`` values, one fleet each

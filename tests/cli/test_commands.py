@@ -76,6 +76,7 @@ def test_every_shared_option_reads_the_same_in_every_command() -> None:
         "--trace-idle-gap-cap-seconds": ("replay", "tune", "validate"),
         "--backend": ("replay", "tune", "validate"),
         "--async-scheduling": ("replay", "tune", "validate"),
+        "--client-tags": ("replay", "tune", "validate"),
         "--save-result": ("replay", "validate"),
         "--result-dir": ("replay", "validate"),
         "--label": ("replay", "validate"),
@@ -114,6 +115,8 @@ def test_the_shared_defaults_are_the_libraries() -> None:
     assert engine.long_prefill_token_threshold == 0  # the flags' default: no cap
     assert engine.long_prefill_token_threshold_adaptive is False
     assert ReplayConfig().offload_tokens == options.OFFLOAD_TOKENS
+    assert ReplayConfig().client_tags == options.CLIENT_TAGS_DEFAULT == "full"
+    assert ValidateRequest().client_tags == options.CLIENT_TAGS_DEFAULT
     engine = SimSchedulerConfig()
     assert (
         engine.block_size,
@@ -137,6 +140,30 @@ def test_the_shared_defaults_are_the_libraries() -> None:
     commands = _commands()
     profile = {p.name: p for p in commands["replay"].params}["profile"]
     assert profile.default == "llama-3.1-8b-h100"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["replay", "T", "--policy", "vllm"],
+        ["tune", "T", "--fit", "T", "--profile", "tiny-cpu", "-o", "OUT"],
+        ["validate", "T", "--url", "vllm=http://127.0.0.1:9"],
+    ],
+    ids=["replay", "tune", "validate"],
+)
+def test_a_client_tags_value_not_among_the_choices_is_one_line(
+    command: list[str], tmp_path: Path
+) -> None:
+    """Refused alike by every command that takes it, before anything runs (exit 2)."""
+    trace = tmp_path / "t.parquet"
+    trace.write_bytes(b"PAR1")
+    out = str(tmp_path / "b.json")
+    args = [str(trace) if a == "T" else out if a == "OUT" else a for a in command]
+    res = CliRunner().invoke(app, [*args, "--client-tags", "partial"])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == (
+        "error: --client-tags must be one of full, tool, none, got 'partial'"
+    ), res.stderr
 
 
 #: help that speaks of a time in seconds

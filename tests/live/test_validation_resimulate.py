@@ -66,7 +66,13 @@ def _measured(repeat: int) -> Measured:
     )
 
 
-def _recorded(tmp_path: Path, *, async_scheduling: bool = False, backend: str = "fast") -> Path:
+def _recorded(
+    tmp_path: Path,
+    *,
+    async_scheduling: bool = False,
+    backend: str = "fast",
+    client_tags: str = "full",
+) -> Path:
     """A two-policy, two-repeat validation's document, its profile measured twice on the
     vllm server and pooled, continuum run with a bundle."""
     trace = agent_trace(tmp_path / "trace.parquet", programs=5, calls=3, first=200, growth=64)
@@ -84,6 +90,7 @@ def _recorded(tmp_path: Path, *, async_scheduling: bool = False, backend: str = 
         timing=timing,
         bundle=bundle_mod.read(bundle),
         async_scheduling=async_scheduling,
+        client_tags=client_tags,
     )
     live = {p: merge_runs([_live_run(p, rep) for rep in (0, 1)]) for p in POLICIES}
     doc = server_document(
@@ -107,6 +114,7 @@ def _recorded(tmp_path: Path, *, async_scheduling: bool = False, backend: str = 
             "repeats": 2,
             "backend": backend,
             "async_scheduling": async_scheduling,
+            "client_tags": client_tags,
         },
         say=lambda message: None,
     )
@@ -228,6 +236,7 @@ def _variant(tmp_path: Path, name: str, doc: dict[str, Any]) -> Path:
     [
         ("config", "idle_gap_cap_s", float("nan"), "config.idle_gap_cap_s is NaN, which validate"),
         ("config", "backend", "bogus", 'config.backend is "bogus", not one of fast, vllm'),
+        ("config", "client_tags", "all", 'config.client_tags is "all", not one of full, tool, '),
         ("engine", "kv_tokens", "abc", 'engine.kv_tokens is "abc"; a size, a whole number'),
         ("engine", "kv_tokens", -5, "engine.kv_tokens must hold at least one block (engine.bl"),
         ("simulation", "idle_gap_cap_s", -1, "simulation.idle_gap_cap_s is -1, not seconds"),
@@ -247,6 +256,22 @@ def test_a_damaged_field_is_refused_naming_the_file_and_the_field(
     text = refused(["--resimulate", str(bad), "--json", str(out)])
     assert text.startswith(f"error: {bad}: {said}"), text
     assert not out.exists()
+
+
+def test_the_recorded_client_tags_are_the_simulated_clients(tmp_path: Path) -> None:
+    """A validation whose clients tagged nothing is re-simulated with clients that tag
+    nothing (its own rows back, which full tags would not give); a document from before
+    validate recorded the tags is read as full, the only tagging there was."""
+    full = json.loads(_recorded(tmp_path / "full").read_text())
+    recorded = _recorded(tmp_path / "none", client_tags="none")
+    doc = json.loads(recorded.read_text())
+    assert doc["config"]["client_tags"] == "none"
+    assert doc["sim"]["continuum"]["pins"] != full["sim"]["continuum"]["pins"]
+    again = resimulate(recorded)
+    assert all(again[key] == doc[key] for key in JUDGED)
+    older = {**full, "config": {k: v for k, v in full["config"].items() if k != "client_tags"}}
+    path = _variant(tmp_path, "older", older)
+    assert all(resimulate(path)[key] == full[key] for key in JUDGED)
 
 
 def test_a_pause_cap_of_zero_is_read(recorded: Path, tmp_path: Path) -> None:

@@ -25,6 +25,8 @@ from typing import Annotated
 
 import typer
 
+from replay.client_tags import CLIENT_TAGS, FULL
+
 # the simulated KV cache and engine's size, as vLLM's flags (``SimSchedulerConfig``)
 from replay.scheduler_config import BLOCK_SIZE as BLOCK_SIZE
 from replay.scheduler_config import KV_TOKENS as KV_TOKENS
@@ -36,6 +38,8 @@ from replay.scheduler_config import MAX_NUM_SEQS as MAX_NUM_SEQS
 OFFLOAD_TOKENS = 0
 #: the fast simulator
 BACKEND = "fast"
+#: the clients tag every call as the trace says (``ReplayConfig.client_tags``)
+CLIENT_TAGS_DEFAULT = FULL
 
 
 # ---- the inputs ----------------------------------------------------------------------
@@ -259,6 +263,16 @@ AsyncScheduling = Annotated[
         help="vLLM's async scheduling (step N+1 is scheduled before step N's output is "
         "applied; vLLM's default on GPUs): the vLLM backend runs vLLM's AsyncScheduler, "
         "the fast one models it (with --replicas: on every replica).",
+    ),
+]
+ClientTags = Annotated[
+    str,
+    typer.Option(
+        "--client-tags",
+        help=f"What the replayed clients tag each call with ({'|'.join(CLIENT_TAGS)}): full, "
+        "the tool the trace says follows it and is_last on a program's last call; tool, "
+        "the tool but never is_last; none, the program alone (a client that knows neither "
+        "before the model answers).",
     ),
 ]
 

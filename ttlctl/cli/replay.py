@@ -23,6 +23,7 @@ from ttlctl.cli.kit import (
 from ttlctl.cli.options import (
     BACKEND,
     BLOCK_SIZE,
+    CLIENT_TAGS_DEFAULT,
     KV_TOKENS,
     MAX_MODEL_LEN,
     MAX_NUM_BATCHED_TOKENS,
@@ -31,6 +32,7 @@ from ttlctl.cli.options import (
     AsyncScheduling,
     Backend,
     BlockSize,
+    ClientTags,
     Concurrency,
     ContinuumBundle,
     IdleGapCap,
@@ -168,6 +170,7 @@ def replay(
     label: Label = None,
     backend: Backend = BACKEND,
     async_scheduling: AsyncScheduling = False,
+    client_tags: ClientTags = CLIENT_TAGS_DEFAULT,
     replicas: FleetReplicas = None,
     router: RouterName = None,
     worker_urls: WorkerUrls = None,
@@ -231,6 +234,7 @@ def replay(
             label=label,
             backend=backend,
             async_scheduling=async_scheduling,
+            client_tags=client_tags,
             replicas=replicas,
             worker_urls=tuple(worker_urls) if worker_urls else None,
             router=router_settings(

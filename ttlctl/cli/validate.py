@@ -20,10 +20,12 @@ from ttlctl.cli.kit import (
 )
 from ttlctl.cli.options import (
     BACKEND,
+    CLIENT_TAGS_DEFAULT,
     MAX_NUM_BATCHED_TOKENS,
     MAX_NUM_SEQS,
     AsyncScheduling,
     Backend,
+    ClientTags,
     Concurrency,
     ContinuumBundle,
     IdleGapCap,
@@ -135,6 +137,7 @@ def validate(
     json_out: JsonTo = None,
     backend: Backend = BACKEND,
     async_scheduling: AsyncScheduling = False,
+    client_tags: ClientTags = CLIENT_TAGS_DEFAULT,
     replicas: Replicas = None,
     router: Routers = None,
     timing_draws: Annotated[
@@ -238,6 +241,7 @@ def validate(
         label=label,
         backend=backend,
         async_scheduling=async_scheduling,
+        client_tags=client_tags,
         replicas=replicas,
         routers=router or [],
         cpus_per_replica=cpus_per_replica,

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from profiles.cost import CostModel
 from replay.async_sched import AsyncSimScheduler
 from replay.client_tags import FULL, tagged
 from replay.client_tags import check as check_tags
+from replay.clip import clip
 from replay.collector import freeze_built, replay_collector
 from replay.invariants import check_invariants
 from replay.offload import OffloadTier
@@ -65,42 +66,20 @@ def fits_engine(call: Call, config: ReplayConfig) -> tuple[Call | None, bool]:
     ``max_model_len`` is served with its output cut there (the OpenAI server lowers
     ``max_tokens`` to ``max_model_len`` − prompt: ``get_max_tokens``). A call longer than
     the whole cache, which vLLM never meets (it refuses to start with a ``max_model_len``
-    its cache cannot hold), is refused. With ``truncate`` the prompt is clipped instead,
-    keeping the output, as a live run's client clips it (:func:`replay.live.trimming.clip`)."""
+    its cache cannot hold), is refused. With ``truncate`` the call is clipped to fit
+    instead, as a live run's client clips it (:func:`replay.clip.clip`: the prompt
+    shortened, an output that alone does not fit halved): never refused."""
     e = config.engine
     cache = e.num_blocks * e.block_size
     limit = min(e.max_model_len, cache)
     if call.input_tokens + call.output_tokens <= limit:
         return call, False
-    if not config.truncate:
-        if call.input_tokens < e.max_model_len <= cache:
-            out = e.max_model_len - call.input_tokens
-            return (
-                Call(
-                    call.input_tokens,
-                    out,
-                    call.reused_tokens,
-                    call.tool,
-                    call.pause_s,
-                    call.prefix,
-                ),
-                True,
-            )
-        return None, False
-    if call.output_tokens >= limit:
-        return None, False
-    keep = limit - call.output_tokens
-    return (
-        Call(
-            keep,
-            call.output_tokens,
-            min(call.reused_tokens, keep),
-            call.tool,
-            call.pause_s,
-            call.prefix,
-        ),
-        True,
-    )
+    if config.truncate:
+        return clip(call, limit)
+    if call.input_tokens < e.max_model_len <= cache:
+        cut = replace(call, output_tokens=e.max_model_len - call.input_tokens)
+        return cut, True
+    return None, False
 
 
 def arriving(

@@ -1,14 +1,15 @@
 """What of a workload a live run sends: the first programs, pauses capped, calls clipped.
 
 A server takes requests up to its ``max_model_len`` (and its KV cache); a trace's
-longer calls are clipped to fit (:func:`clip`), keeping the output and shortening
-the prompt, and counted as truncated.
+longer calls are clipped to fit (:func:`clip`: the prompt shortened, an output that alone
+does not fit halved, as a replay's ``--truncate`` clips them), and counted as truncated.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from replay.clip import clip as clip_call
 from replay.workload import Call, Workload
 
 
@@ -32,11 +33,11 @@ def first_programs(workload: Workload, n: int | None) -> Workload:
 
 
 def clip(call: Call, limit: int | None) -> tuple[int, int, bool]:
-    """(input, output) tokens of a call as sent to a server that takes ``limit`` tokens,
-    and whether it was clipped."""
-    inp, out = call.input_tokens, max(1, call.output_tokens)
-    if limit is None or inp + out <= limit:
-        return inp, out, False
-    if out >= limit:
-        out = max(1, limit // 2)
-    return max(1, min(inp, limit - out)), out, True
+    """(input, output) tokens of a call as sent to a server that takes ``limit`` tokens
+    (None: any), and whether it was clipped (:func:`replay.clip.clip`, the rule of a
+    replay's ``--truncate`` too); at least one output token is asked for."""
+    sent = replace(call, output_tokens=max(1, call.output_tokens))
+    if limit is None:
+        return sent.input_tokens, sent.output_tokens, False
+    kept, clipped = clip_call(sent, limit)
+    return kept.input_tokens, kept.output_tokens, clipped

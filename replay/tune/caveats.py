@@ -39,13 +39,12 @@ def caveats(
     profile: ProfileDoc,
     *,
     calls: int = 0,
-    truncate: bool = False,
 ) -> list[str]:
     """The warnings that go with a verdict (empty when there is nothing to say);
-    ``calls``: a held-back replay's, ``truncate``: whether the replays clipped prompts."""
+    ``calls``: a held-back replay's."""
     out = []
     if held.get("rejected_calls"):
-        out.append(held_back_line(held["rejected_calls"], calls, truncate))
+        out.append(held_back_line(held["rejected_calls"], calls))
     noise = _noise(held, verdict)
     if noise:
         out.append(noise)

@@ -77,7 +77,6 @@ def summary_doc(
         ctx.fit,
         ctx.profile,
         calls=ctx.replayed().calls,
-        truncate=ctx.config.truncate,
     )
     return {
         "schema": SUMMARY_SCHEMA,

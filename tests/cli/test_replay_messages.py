@@ -1,9 +1,9 @@
-"""What replay says about the calls it rejects: --truncate is suggested only when it is not
-given; given, the line says why calls are still rejected (their output alone does not fit,
-and --truncate clips only prompts). One engine and a fleet alike."""
+"""What replay says about the calls it rejects, and --truncate, which clips every call to fit
+(none is then rejected for its length). One engine and a fleet alike."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -35,10 +35,17 @@ def test_rejected_calls_suggest_truncate_only_without_it(trace: Path, fleet: lis
 
 
 @pytest.mark.parametrize("fleet", [[], ["--replicas", "2"]], ids=["one engine", "fleet"])
-def test_with_truncate_the_line_says_why_calls_are_still_rejected(
-    trace: Path, fleet: list[str]
+def test_with_truncate_no_call_is_rejected_for_its_length(
+    tmp_path: Path, trace: Path, fleet: list[str]
 ) -> None:
-    line = _rejected_line(trace, "--truncate", *fleet)
-    assert "clips them instead" not in line, line
-    assert "the output alone is longer than the model or the KV cache" in line, line
-    assert "--truncate clips only prompts" in line, line
+    """--truncate clips each call as a live run's client does (replay.clip): an output that
+    alone does not fit is halved, the prompt takes the rest. Regression: such a call was
+    refused ("the output alone is longer …"), where the live client sends it halved, and
+    where without --truncate the replay now serves a prompt that fits with its output cut."""
+    out = tmp_path / "r.json"
+    args = ["replay", str(trace), "--policy", "vllm", "--kv-tokens", "96", "--truncate"]
+    res = CliRunner().invoke(app, [*args, *fleet, "--no-timing", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "rejected" not in res.output
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["rejected_calls"] == 0 and result["truncated_calls"] == result["llm_calls"] > 0

@@ -167,9 +167,6 @@ def test_calls_rejected_in_the_held_back_replays_are_said(tune_inputs: dict[str,
     (said,) = caveats(refused, verdict, PolicyParams(k=10), fit, profile, calls=120)
     assert said.startswith("held-back replays: 7 of 120 calls rejected (a prompt that"), said
     assert said.endswith("the JCTs compared are of the programs that ran to their end"), said
-    (clipped,) = caveats(refused, verdict, PolicyParams(k=10), fit, profile, calls=120,
-                         truncate=True)  # fmt: skip
-    assert "--truncate clips only prompts" in clipped and "instead" not in clipped
 
 
 def test_tune_says_the_calls_its_engine_rejects(

@@ -9,6 +9,7 @@ from vllm.entrypoints.serve.utils.api_utils import get_max_tokens
 from vllm.exceptions import VLLMValidationError
 from vllm.v1.engine.input_processor import InputProcessor
 
+from replay.live.trimming import clip
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig, fits_engine
 from replay.vllmsim.build import quiet_vllm, vllm_config
@@ -50,13 +51,26 @@ def test_a_call_past_the_model_length_as_vllm_takes_it(prompt: int, output: int)
     assert cut == (served < output)
 
 
-def test_truncate_clips_the_prompt_as_a_live_client_does() -> None:
-    """``--truncate``: the prompt is clipped to fit, the output kept (what a live run's
-    client sends: :func:`replay.live.trimming.clip`); a call longer than the whole cache
-    is refused without it (vLLM refuses to start with a model length its cache cannot
-    hold, so it never meets one)."""
+@pytest.mark.parametrize(
+    ("prompt", "output", "sent"),
+    [(300, 40, (216, 40)), (100, 300, (100, 128)), (200, 256, (128, 128)), (100, 50, (100, 50))],
+)
+def test_truncate_clips_as_a_live_client_does(
+    prompt: int, output: int, sent: tuple[int, int]
+) -> None:
+    """``--truncate``: the call is clipped to fit, the prompt shortened and an output that
+    alone does not fit halved, exactly what a live run's client sends
+    (:func:`replay.live.trimming.clip`): never refused for its length."""
     engine = SimSchedulerConfig(kv_tokens=64 * 16, block_size=16, max_model_len=MODEL_LEN)
-    call, cut = fits_engine(Call(300, 40, 0, None, 0.0), ReplayConfig(engine=engine, truncate=True))
-    assert call is not None and cut and (call.input_tokens, call.output_tokens) == (216, 40)
+    raw = Call(prompt, output, min(prompt, 90), "bash", 1.0)
+    call, cut = fits_engine(raw, ReplayConfig(engine=engine, truncate=True))
+    assert call is not None and (call.input_tokens, call.output_tokens) == sent
+    assert cut == (sent != (prompt, output)) and call.reused_tokens <= call.input_tokens
+    assert clip(raw, MODEL_LEN) == (*sent, cut)
+
+
+def test_a_call_longer_than_the_cache_is_refused_without_truncate() -> None:
+    """vLLM refuses to start with a model length its cache cannot hold, so it never meets
+    such a call: the replay refuses it."""
     small = SimSchedulerConfig(kv_tokens=8 * 16, block_size=16, max_model_len=MODEL_LEN)
     assert fits_engine(Call(100, 50, 0, None, 0.0), ReplayConfig(engine=small)) == (None, False)

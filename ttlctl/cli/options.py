@@ -242,9 +242,9 @@ Truncate = Annotated[
     bool,
     typer.Option(
         "--truncate",
-        help="Clip the prompt of a call that does not fit, keeping its output (as a live "
-        "run's client does); without: as vLLM, a prompt that reaches --max-model-len is "
-        "refused and an output past it cut.",
+        help="Clip a call that does not fit, as a live run's client does (the prompt "
+        "shortened, an output that alone does not fit halved); without: as vLLM, a prompt "
+        "that reaches --max-model-len is refused and an output past it cut.",
     ),
 ]
 Backend = Annotated[

@@ -107,8 +107,8 @@ def refit(
         bool | None,
         typer.Option(
             "--truncate/--no-truncate",
-            help="Clip the prompt of a call that does not fit, keeping its output (without: "
-            "as vLLM, a prompt that reaches --max-model-len refused, an output past it cut). "
+            help="Clip a call that does not fit, as a live run's client does (without: as "
+            "vLLM, a prompt that reaches --max-model-len refused, an output past it cut). "
             "Default: as recorded, else no.",
         ),
     ] = None,

@@ -272,9 +272,7 @@ def replay(
             )
         if json_out is not None and write_doc(doc, json_out):
             return
-    render.replay_table(
-        out, doc["results"], doc["trace"]["calls"], truncate=doc["config"]["truncate"]
-    )
+    render.replay_table(out, doc["results"], doc["trace"]["calls"])
     if doc.get("fleet"):
         render.fleet_tables(out, doc["results"])
     if json_out is not None:

@@ -124,7 +124,7 @@ def _jct(console: Console, report: dict[str, Any]) -> None:
     rejected = report["held_back"].get("rejected_calls")
     if rejected:
         console.print(
-            f"[yellow]{escape(held_back_line(rejected, rep['calls'], rep['truncate']))}[/]",
+            f"[yellow]{escape(held_back_line(rejected, rep['calls']))}[/]",
             highlight=False,
         )
     table = Table(title="replayed JCT on the held-back seeds")

@@ -16,9 +16,7 @@ if TYPE_CHECKING:
     from replay.figures import PolicyResult
 
 
-def replay_table(
-    console: Console, results: list[PolicyResult], calls: int, *, truncate: bool = False
-) -> None:
+def replay_table(console: Console, results: list[PolicyResult], calls: int) -> None:
     table = Table(title="replay: mean JCT and the share of the vLLM → unlimited-KV gap closed")
     for col in (
         "policy",
@@ -61,4 +59,4 @@ def replay_table(
     # a live run's failed calls were told as it ended (with the server's first error)
     rejected = max((r["rejected_calls"] for r in results if not r.get("live")), default=0)
     if rejected:
-        console.print(f"[yellow]{rejected_line(rejected, calls, truncate)}[/]")
+        console.print(f"[yellow]{rejected_line(rejected, calls)}[/]")

@@ -12,6 +12,17 @@ from ttlctl.errors import ConfigError
 #: share no engine, and far rarer ones (``--jps 1e-300``: arrivals near 1e300 s) lose the
 #: calls' seconds to float precision (every JCT 0.00)
 MIN_JPS = 1e-6
+#: the most seeds a command replays each load with (tune's --seeds and --holdout-seeds,
+#: refit's --seeds): far past any study, short of a list too long to build
+SEEDS_MAX = 10_000
+
+
+def check_seeds(flag: str, seeds: int) -> None:
+    """A count of seeds: at least one, at most :data:`SEEDS_MAX`."""
+    if seeds < 1:
+        raise ConfigError(f"{flag} must be >= 1, not {seeds}")
+    if seeds > SEEDS_MAX:
+        raise ConfigError(f"{flag} must be at most {SEEDS_MAX:,}, not {seeds:,}")
 
 
 def check_jps(jps: float) -> None:

@@ -24,7 +24,7 @@ import polars as pl
 
 from fitting.fit import FitConfig
 from fitting.policy_params import PolicyParams
-from replay.loads import load_list
+from replay.loads import check_seeds, load_list
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.scheduler_config import watermark_problem
@@ -90,8 +90,7 @@ def checked_settings(
 ) -> RefitSettings:
     """:class:`RefitSettings` from ``ttlctl refit``'s options (``seeds``: how many held-back
     seeds); an option out of range is a :class:`~ttlctl.errors.ConfigError` naming it."""
-    if seeds < 1:
-        raise ConfigError("--seeds must be >= 1")
+    check_seeds("--seeds", seeds)
     for flag, value in (
         ("--kv-tokens", kv_tokens),
         ("--block-size", block_size),

@@ -121,7 +121,9 @@ def check_fit(fit: Any) -> None:
         if not isinstance(cdf, dict):
             raise BundleError(f"fit.{where}: missing cdf")
         _check_cdf(cdf, f"fit.{where}.cdf")
-    if "global" not in fit:  # without it every tool's τ would fall back on the cold start
+    # without it every tool's τ would fall back on the cold start; null only in the fit of
+    # nothing (no tool: bundle_make.empty_fit, a cold-start bundle)
+    if "global" not in fit or (fit["global"] is None and tools):
         raise BundleError("fit: missing global (the all-tools fit every fit document has)")
 
 

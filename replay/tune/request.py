@@ -10,6 +10,7 @@ from pathlib import Path
 
 from replay.client_tags import FULL
 from replay.client_tags import check as check_tags
+from replay.loads import SEEDS_MAX
 from replay.policy_runs import Load
 from replay.tune.context import DEFAULT_CHECK_S, LIVE_PROGRAMS, LIVE_TIMEOUT_S, TuneError
 
@@ -96,8 +97,8 @@ def live_run(req: TuneRequest) -> tuple[int, float, float]:
 COUNT_MAX = {
     "--trials": 1_000_000,
     "--workers": 1_024,
-    "--seeds": 10_000,
-    "--holdout-seeds": 10_000,
+    "--seeds": SEEDS_MAX,
+    "--holdout-seeds": SEEDS_MAX,
 }
 #: the longest heartbeat Optuna's timestamps take with room (a day)
 HEARTBEAT_MAX_S = 86_400

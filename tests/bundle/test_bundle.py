@@ -456,6 +456,9 @@ def test_bundle_build_refuses_a_fit_that_is_not_one(
     res = CliRunner().invoke(app, [*build, "-o", str(tmp_path / "b.json")])
     assert res.exit_code == 2
     assert f"{bad}: fit: missing global (the all-tools fit" in res.stderr
+    bad.write_text(json.dumps(fit_doc | {"global": None}))  # null beside tools: the same
+    res = CliRunner().invoke(app, [*build, "-o", str(tmp_path / "b.json")])
+    assert res.exit_code == 2 and f"{bad}: fit: missing global" in res.stderr
     bad.write_text("[1, 2]")
     res = CliRunner().invoke(app, [*build, "-o", str(tmp_path / "b.json")])
     assert (

@@ -90,6 +90,20 @@ CASES: dict[str, tuple[Callable[[pl.DataFrame], pl.DataFrame], str]] = {
         ),
         "row 2: invalid input_tokens: 2700.5",
     ),
+    "fractional counts in two columns": (  # the first row, not the first column's
+        lambda f: _set("input_tokens", 2700.5, row=9)(
+            _set("output_tokens", 300.5, row=2)(
+                f.with_columns(pl.col("input_tokens", "output_tokens").cast(pl.Float64))
+            )
+        ),
+        "row 3: invalid output_tokens: 300.5",
+    ),
+    "a whole count past 64 bits": (
+        lambda f: _set("input_tokens", 1e30)(
+            f.with_columns(pl.col("input_tokens").cast(pl.Float64))
+        ),
+        "row 2: invalid input_tokens: 1e+30",
+    ),
     "fractional turn": (
         lambda f: _set("turn", 1.5)(f.with_columns(pl.col("turn").cast(pl.Float64))),
         "row 2: invalid turn: 1.5",

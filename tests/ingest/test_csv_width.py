@@ -105,7 +105,7 @@ def test_a_quote_that_never_closes_refuses_the_file_naming_its_line(
     with pytest.raises(IngestError) as info:
         ingest([src], tmp_path / "o.parquet")
     assert info.value.record == "line 5"
-    assert info.value.reason.startswith("a quoted field opens here and no quote closes it")
+    assert info.value.reason.startswith("a quote here is never closed")
     other = tmp_path / "other.csv"
     other.write_text(HEADER + P.replace("p,", "s,"))
     report, trace, _ = ingest_skipping_bad([src, other], tmp_path / "o.parquet", "auto")

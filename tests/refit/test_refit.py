@@ -390,6 +390,8 @@ def test_settings_come_from_the_served_bundle(world: dict[str, Path]) -> None:
 def test_refit_options_out_of_range_are_config_errors_naming_them() -> None:
     for kwargs, name in (
         ({"seeds": 0}, "--seeds"),
+        # as tune's --seeds (it overflowed, or built a list until memory gave out)
+        ({"seeds": 10**20}, "--seeds must be at most 10,000"),
         ({"kv_tokens": 0}, "--kv-tokens"),
         ({"offload_tokens": -1}, "--offload-tokens"),
         ({"queue_delay_s": float("nan")}, "--queue-delay-seconds"),

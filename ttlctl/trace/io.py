@@ -100,8 +100,8 @@ def read(path: Path) -> pl.DataFrame:
     """The whole trace in memory, checked as :func:`scan` checks it."""
     _check_file(path, pages=False)
     raw = pl.scan_parquet(path)
+    check_whole_counts(path, raw)  # before the cast, which cuts or refuses them
     frame = _decoded(path, conform(raw, keep_source=False))
-    check_whole_counts(path, raw)
     check_rows(path, frame)
     return frame
 
@@ -138,9 +138,10 @@ def check_rows(path: Path, frame: pl.LazyFrame | pl.DataFrame) -> None:
 
 def check_whole_counts(path: Path, raw: pl.LazyFrame) -> None:
     """A :class:`TraceError` naming the first row of the Parquet trace at ``path`` (``raw``:
-    its columns as stored) whose count, stored as a float, is not a whole number: the cast
-    to the canonical integer type would cut 12228.7 to 12228 where ingest refuses it (the
-    same words: ``row N: invalid input_tokens: 12228.7``)."""
+    its columns as stored) with a count, stored as a float, that is no whole number a count
+    holds: the cast to the canonical integer type would cut 12228.7 to 12228 (or fail on
+    1e30) where ingest refuses it, in the same words (``row N: invalid input_tokens:
+    12228.7``; the row's first such column in the canonical order)."""
     schema = raw.collect_schema()
     floats = [
         name
@@ -149,18 +150,29 @@ def check_whole_counts(path: Path, raw: pl.LazyFrame) -> None:
     ]
     if not floats:
         return
-    rows = raw.select(floats).with_row_index("row", offset=1)
-    for name in floats:
+
+    def broken(name: str) -> pl.Expr:
         value = pl.col(name)
-        broken = (
-            rows.filter(value.is_not_null() & (~value.is_finite() | (value != value.floor())))
-            .select("row", name)
-            .head(1)
-            .collect()
+        return value.is_not_null() & (
+            ~value.is_finite() | (value != value.floor()) | (value.abs() >= 2.0**63)
         )
-        if broken.height:
-            row, bad = broken.row(0)
-            raise TraceError(f"{path}: row {row}: invalid {name}: {bad!r}")
+
+    try:
+        with _stderr_silenced():  # a damaged page's panic, as in unreadable()
+            first = (
+                raw.select(floats)
+                .with_row_index("row", offset=1)
+                .filter(pl.any_horizontal([broken(name) for name in floats]))
+                .head(1)
+                .collect()
+            )
+    except (pl.exceptions.PanicException, pl.exceptions.PolarsError, OSError):
+        return  # a damaged file: the read that follows says so
+    if not first.height:
+        return
+    row = first.row(0, named=True)
+    name = next(n for n in floats if first.select(broken(n)).item())
+    raise TraceError(f"{path}: row {row['row']}: invalid {name}: {row[name]!r}")
 
 
 def _collected(path: Path, frame: pl.LazyFrame) -> pl.DataFrame:

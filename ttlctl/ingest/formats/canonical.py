@@ -95,8 +95,8 @@ class CanonicalReader:
                 sink.reject(
                     path,
                     f"line {opened}",
-                    'a quoted field opens here and no quote closes it (an unbalanced "): the '
-                    "rest of the file cannot be read",
+                    'a quote here is never closed (an unbalanced "): the rest of the file '
+                    "cannot be read",
                 )
                 return Parsed(pl.LazyFrame(), records=1)
             frame = _scan_csv(src)

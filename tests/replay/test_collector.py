@@ -138,4 +138,6 @@ def test_each_replay_loop_freezes_what_it_built_before_it(replicas: int) -> None
             work, PolicySpec("vllm"), cost, config, Load(concurrency=4), timed=False,
             progress=lambda done, total: seen.append(gc.get_freeze_count()),
         )  # fmt: skip
-    assert seen and min(seen) > base + 100
+    # at least the programs' runs joined (the engine's parts too; how many more depends on
+    # what a replay builds, not on this regime)
+    assert seen and min(seen) >= base + len(work.programs)

@@ -10,7 +10,11 @@ from the start:
   definitions: :meth:`replay.workload.Call.shared_keys`), one run per engine block keyed
   as the backends key it;
 - then the program's own stream, as the replay models it: call k's prompt repeats the
-  first ``reused_tokens`` of call k−1's prompt and output, then carries fresh tokens.
+  first ``reused_tokens`` of call k−1's prompt and output, then carries fresh tokens;
+  a call whose shared keys differ from call k−1's repeats none of it (its stream
+  followed other tokens: as :mod:`replay.vllmsim.tokens` builds vLLM's prompts, and the
+  pools hit a program's own blocks only under the same shared keys), so a replica that
+  held an older turn's stream finds none of it reused past such a change.
   Unlike the ``(program, block index)`` keys of :meth:`~replay.workload.Call.block_keys`,
   the runs tell a rewritten history from the one it replaced, and a prompt of thousands
   of blocks stays a few runs long.
@@ -89,15 +93,20 @@ def program_prompts(program: AgentProgram, ids: count[int], block_size: int) -> 
     previous: Runs = ()  # the program's own stream, from its first token
     held = 0  # its tokens
     empty_runs = False  # an output of no tokens is in the stream (a run of length 0)
+    keys: tuple[Hashable, ...] = ()  # the previous call's shared keys
     for turn, call in enumerate(program.calls):
-        reused = min(call.reused_tokens, held) if turn else 0
+        shared = call.shared_keys(block_size)
+        # a call whose shared keys are not its predecessor's repeats none of its stream
+        # (that stream followed other tokens: the pools, vLLM's token streams and the live
+        # driver hit none of it either)
+        reused = min(call.reused_tokens, held) if turn and shared == keys else 0
+        keys = shared
         # all of it: the same runs (truncating would drop a trailing empty one)
         own = previous if reused == held and not empty_runs else truncated(previous, reused)
         fresh = call.input_tokens - reused
         if fresh > 0:
             own = (*own, (next(ids), fresh))
         held = max(reused, call.input_tokens) + call.output_tokens
-        shared = call.shared_keys(block_size)
         if shared or empty_runs:
             head = tuple((key, block_size) for key in shared)
             prompt = head + skipped(own, len(shared) * block_size)  # (drops empty runs)

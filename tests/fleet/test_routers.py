@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from itertools import count
+
 import numpy as np
 import pytest
 
-from replay.fleet.prompts import Runs, common_prefix, tokens, truncated
+from replay.fleet.prompts import Runs, common_prefix, program_prompts, tokens, truncated
 from replay.fleet.routers import RouterSettings, make_router
 from replay.fleet.routers.base import RoutedCall
 from replay.fleet.routers.cache_aware import CacheAware, PromptTree
@@ -18,6 +20,7 @@ from replay.fleet.routers.power_of_two import PowerOfTwo
 from replay.fleet.routers.round_robin import RoundRobin
 from replay.fleet.routers.sticky_least_loaded import StickyLeastLoaded
 from replay.fleet.run import FleetSpec
+from replay.workload import AgentProgram, Call, SharedPrefix
 from tests.fleet.views import View
 from ttlctl.errors import ConfigError
 
@@ -32,6 +35,28 @@ def test_runs_share_prefixes_as_content():
     assert common_prefix(a, ((1, 60),)) == 60
     assert common_prefix(a, ((4, 100),)) == 0
     assert truncated(a, 130) == ((1, 100), (2, 30))
+
+
+def test_a_call_that_changes_its_shared_keys_repeats_none_of_the_older_stream():
+    """As vLLM's token streams (``replay.vllmsim.tokens``) and the pools have it: past a
+    change of shared keys a program's prompt repeats nothing of its stream before it, so a
+    replica that held an older turn finds none of it reused (the fleet differential's
+    draw: turn 4 on the replica of turn 2 hit 64 tokens on the fast fleet, none on vLLM's)."""
+    shared = SharedPrefix((1,), 64)
+    calls = (
+        Call(72, 1, 0, None, 0.0),
+        Call(74, 1, 73, None, 0.0),
+        Call(76, 1, 75, None, 0.0),
+        Call(78, 1, 77, None, 0.0, shared),  # 4 shared keys at 16
+        Call(80, 1, 79, None, 0.0, SharedPrefix((1,), 8)),  # none at 16
+        Call(82, 1, 81, None, 0.0, SharedPrefix((1,), 8)),
+    )
+    book = program_prompts(AgentProgram("p", 0.0, calls), count(), 16)
+    assert common_prefix(book.prompts[2], book.stream(1)) == 75
+    assert common_prefix(book.prompts[3], book.stream(2)) == 0  # the keys came
+    assert common_prefix(book.prompts[4], book.stream(2)) == 0  # and went: a new stream
+    assert common_prefix(book.prompts[4], book.stream(3)) == 0
+    assert common_prefix(book.prompts[5], book.stream(4)) == 81  # the same keys again
 
 
 def test_round_robin_cycles():

@@ -62,16 +62,20 @@ def check(fc: FleetCase, *, async_scheduling: bool = False) -> int:
     return calls
 
 
-@pytest.mark.parametrize(
-    ("pressure", "shared"),
-    [(False, False), (True, False), (False, True)],
-    ids=["mixed", "pressure", "shared"],
-)
-def test_fleets_agree_call_by_call(bundles: dict[str, Any], pressure: bool, shared: bool) -> None:
+def agree(
+    examples: int,
+    drawn: st.SearchStrategy[FleetCase],
+    *,
+    async_scheduling: bool = False,
+    tags: str | None = None,
+) -> None:
+    """``examples`` fleet cases of ``drawn`` (derandomized: the same every run), each
+    replayed on both fleets and compared call by call (:func:`check`); ``tags``: the
+    clients tag so (``--client-tags``). Some calls were compared: not a vacuous pass."""
     seen: list[int] = []
 
     @settings(
-        max_examples=max(1, EXAMPLES // (2 if not pressure else 4)),
+        max_examples=max(1, examples),
         derandomize=True,
         deadline=None,
         database=None,
@@ -79,10 +83,27 @@ def test_fleets_agree_call_by_call(bundles: dict[str, Any], pressure: bool, shar
     )
     @given(st.data())
     def one(data: st.DataObject) -> None:
-        seen.append(check(data.draw(fleet_cases(cases(bundles, pressure=pressure, shared=shared)))))
+        fc = data.draw(drawn)
+        if tags is not None:
+            fc = replace(
+                fc, case=replace(fc.case, config=replace(fc.case.config, client_tags=tags))
+            )
+        seen.append(check(fc, async_scheduling=async_scheduling))
 
     one()
     assert sum(seen) > 0  # calls were compared
+
+
+@pytest.mark.parametrize(
+    ("pressure", "shared"),
+    [(False, False), (True, False), (False, True)],
+    ids=["mixed", "pressure", "shared"],
+)
+def test_fleets_agree_call_by_call(bundles: dict[str, Any], pressure: bool, shared: bool) -> None:
+    agree(
+        EXAMPLES // (2 if not pressure else 4),
+        fleet_cases(cases(bundles, pressure=pressure, shared=shared)),
+    )
 
 
 @pytest.mark.parametrize("tags", ["tool", "none"])
@@ -91,23 +112,7 @@ def test_fleets_of_clients_that_tag_less_agree_call_by_call(
 ) -> None:
     """``--client-tags tool`` and ``none``: the fleet loop's requests are tagged so on
     both sides (each vLLM replica is sent the same ``vllm_xargs``)."""
-    seen: list[int] = []
-
-    @settings(
-        max_examples=max(1, EXAMPLES // 8),
-        derandomize=True,
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-    @given(st.data())
-    def one(data: st.DataObject) -> None:
-        fc = data.draw(fleet_cases(cases(bundles, pressure=True)))
-        case = replace(fc.case, config=replace(fc.case.config, client_tags=tags))
-        seen.append(check(replace(fc, case=case)))
-
-    one()
-    assert sum(seen) > 0  # calls were compared
+    agree(EXAMPLES // 8, fleet_cases(cases(bundles, pressure=True)), tags=tags)
 
 
 def test_a_fleet_under_a_watermark_agrees_call_by_call() -> None:
@@ -138,19 +143,4 @@ def test_async_fleets_agree_call_by_call(bundles: dict[str, Any], pressure: bool
     """With async scheduling on every replica (vLLM's ``AsyncScheduler`` and the engine
     core's batch queue of two; the fast fleet's ``AsyncSimScheduler``), under the same
     bounds."""
-    seen: list[int] = []
-
-    @settings(
-        max_examples=max(1, EXAMPLES // 4),
-        derandomize=True,
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-    @given(st.data())
-    def one(data: st.DataObject) -> None:
-        fc = data.draw(fleet_cases(cases(bundles, pressure=pressure)))
-        seen.append(check(fc, async_scheduling=True))
-
-    one()
-    assert sum(seen) > 0  # calls were compared
+    agree(EXAMPLES // 4, fleet_cases(cases(bundles, pressure=pressure)), async_scheduling=True)

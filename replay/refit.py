@@ -148,6 +148,7 @@ def refit(
         "engine": ctx.config.engine.to_json(),
         "offload_tokens": replay_config.offload_tokens,
         "truncate": replay_config.truncate,
+        "client_tags": replay_config.client_tags,
         "settings_from": recorded_from,
         "engines": engines,
         # the logs of several replicas: the fleet replayed (its router: as-logged)

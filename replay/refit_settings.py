@@ -24,6 +24,7 @@ import polars as pl
 
 from fitting.fit import FitConfig
 from fitting.policy_params import PolicyParams
+from replay.client_tags import FULL
 from replay.loads import check_seeds, load_list
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
@@ -171,6 +172,9 @@ def replay_settings(doc: Bundle, settings: RefitSettings) -> tuple[ReplayConfig,
         engine=engine,
         offload_tokens=_given(settings.offload_tokens, recorded.get("offload_tokens"), 0),
         truncate=bool(_given(settings.truncate, recorded.get("truncate"), False)),
+        # the clients the bundle was tuned for (refit takes no option: the engine log says
+        # nothing of what they tag)
+        client_tags=_given(None, recorded.get("client_tags"), FULL),
     )
     return config, source
 

@@ -104,6 +104,10 @@ CASES: dict[str, tuple[Callable[[pl.DataFrame], pl.DataFrame], str]] = {
         ),
         "row 2: invalid input_tokens: 1e+30",
     ),
+    "a whole turn past 32 bits": (
+        lambda f: _set("turn", 3e9)(f.with_columns(pl.col("turn").cast(pl.Float64))),
+        "row 2: invalid turn: 3000000000.0",
+    ),
     "fractional turn": (
         lambda f: _set("turn", 1.5)(f.with_columns(pl.col("turn").cast(pl.Float64))),
         "row 2: invalid turn: 1.5",

@@ -383,6 +383,12 @@ def test_settings_come_from_the_served_bundle(world: dict[str, Path]) -> None:
     )
     config, _ = replay_settings(tuned, RefitSettings(kv_tokens=50_000, truncate=False))
     assert (config.engine.kv_tokens, config.truncate) == (50_000, False)
+    assert config.client_tags == "full"  # a bundle tuned before the tags were recorded
+    # the clients the bundle was tuned for: refit's replays tag as they do (they replayed
+    # with every tag, whatever tune had replayed with)
+    objective = tuned["provenance"]["tuning"]["objective"] | {"client_tags": "none"}
+    tagged = dict(tuned, provenance={"tuning": {"objective": objective}})
+    assert replay_settings(tagged, RefitSettings())[0].client_tags == "none"
     cold = dict(doc, fit=bundle_make.empty_fit(), policy=dict(doc["policy"], k=7))
     assert fit_config(cold).min_samples == 7
 

@@ -143,18 +143,22 @@ def check_whole_counts(path: Path, raw: pl.LazyFrame) -> None:
     1e30) where ingest refuses it, in the same words (``row N: invalid input_tokens:
     12228.7``; the row's first such column in the canonical order)."""
     schema = raw.collect_schema()
+    columns = all_columns()
     floats = [
         name
-        for name, dtype in all_columns().items()
+        for name, dtype in columns.items()
         if dtype.is_integer() and name in schema and schema[name].is_float()
     ]
     if not floats:
         return
 
     def broken(name: str) -> pl.Expr:
-        value = pl.col(name)
+        value, dtype = pl.col(name), columns[name]
         return value.is_not_null() & (
-            ~value.is_finite() | (value != value.floor()) | (value.abs() >= 2.0**63)
+            ~value.is_finite()
+            | (value != value.floor())
+            | (value > dtype.max())  # past the column's integer type (turn: 32 bits)
+            | (value < dtype.min())
         )
 
     try:

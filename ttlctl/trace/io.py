@@ -153,23 +153,16 @@ def check_whole_counts(path: Path, raw: pl.LazyFrame) -> None:
         return
 
     def broken(name: str) -> pl.Expr:
-        value, dtype = pl.col(name), columns[name]
+        value = pl.col(name)
+        low, high = _integer_bounds(columns[name])  # the column's type's (turn: 32 bits)
         return value.is_not_null() & (
-            ~value.is_finite()
-            | (value != value.floor())
-            | (value > dtype.max())  # past the column's integer type (turn: 32 bits)
-            | (value < dtype.min())
+            ~value.is_finite() | (value != value.floor()) | (value > high) | (value < low)
         )
 
+    bad = pl.any_horizontal([broken(name) for name in floats])
     try:
         with _stderr_silenced():  # a damaged page's panic, as in unreadable()
-            first = (
-                raw.select(floats)
-                .with_row_index("row", offset=1)
-                .filter(pl.any_horizontal([broken(name) for name in floats]))
-                .head(1)
-                .collect()
-            )
+            first = raw.select(floats).with_row_index("row", offset=1).filter(bad).head(1).collect()
     except (pl.exceptions.PanicException, pl.exceptions.PolarsError, OSError):
         return  # a damaged file: the read that follows says so
     if not first.height:
@@ -177,6 +170,13 @@ def check_whole_counts(path: Path, raw: pl.LazyFrame) -> None:
     row = first.row(0, named=True)
     name = next(n for n in floats if first.select(broken(n)).item())
     raise TraceError(f"{path}: row {row['row']}: invalid {name}: {row[name]!r}")
+
+
+def _integer_bounds(dtype: pl.DataType) -> tuple[int, int]:
+    """The least and the greatest value of the integer type ``dtype``."""
+    integer: Any = dtype  # polars gives an integer type's bounds as expressions
+    low, high = pl.select(integer.min().alias("low"), integer.max().alias("high")).row(0)
+    return int(low), int(high)
 
 
 def _collected(path: Path, frame: pl.LazyFrame) -> pl.DataFrame:

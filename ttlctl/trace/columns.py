@@ -66,6 +66,15 @@ def all_columns() -> dict[str, pl.DataType]:
     return {**COLUMNS, **EXTRA_COLUMNS}
 
 
+def whole_count(value: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    """``value`` (a float) as the integer type ``dtype`` of its count column, null where it
+    is no whole number that type holds (NaN, infinite, a fraction, out of its range): the one
+    rule ingest applies to a count given as text or float, and the trace reader to a count
+    column stored as floats."""
+    whole = value.is_finite() & (value == value.floor())
+    return pl.when(whole).then(value).otherwise(None).cast(dtype, strict=False)
+
+
 def empty(with_source: bool = False) -> pl.DataFrame:
     """An empty frame with the canonical schema."""
     schema = dict(all_columns())

@@ -23,6 +23,7 @@ from ttlctl.trace.columns import (
     VERSION_KEY,
     all_columns,
     conform,
+    whole_count,
 )
 
 
@@ -152,12 +153,8 @@ def check_whole_counts(path: Path, raw: pl.LazyFrame) -> None:
     if not floats:
         return
 
-    def broken(name: str) -> pl.Expr:
-        value = pl.col(name)
-        low, high = _integer_bounds(columns[name])  # the column's type's (turn: 32 bits)
-        return value.is_not_null() & (
-            ~value.is_finite() | (value != value.floor()) | (value > high) | (value < low)
-        )
+    def broken(name: str) -> pl.Expr:  # a value, but no count of its column's type
+        return pl.col(name).is_not_null() & whole_count(pl.col(name), columns[name]).is_null()
 
     bad = pl.any_horizontal([broken(name) for name in floats])
     try:
@@ -170,13 +167,6 @@ def check_whole_counts(path: Path, raw: pl.LazyFrame) -> None:
     row = first.row(0, named=True)
     name = next(n for n in floats if first.select(broken(n)).item())
     raise TraceError(f"{path}: row {row['row']}: invalid {name}: {row[name]!r}")
-
-
-def _integer_bounds(dtype: pl.DataType) -> tuple[int, int]:
-    """The least and the greatest value of the integer type ``dtype``."""
-    integer: Any = dtype  # polars gives an integer type's bounds as expressions
-    low, high = pl.select(integer.min().alias("low"), integer.max().alias("high")).row(0)
-    return int(low), int(high)
 
 
 def _collected(path: Path, frame: pl.LazyFrame) -> pl.DataFrame:

@@ -33,6 +33,7 @@ from ttlctl.trace.columns import (
     SOURCE_RECORD,
     SOURCE_ROW,
     all_columns,
+    whole_count,
 )
 
 PARQUET_MAGIC = b"PAR1"
@@ -221,9 +222,7 @@ def _finish(frame: pl.LazyFrame, record: pl.Expr, path: Path) -> Parsed:
                 .otherwise(None)
             )
         elif dtype.is_integer():
-            as_float = raw.str.strip_chars().cast(pl.Float64, strict=False)
-            whole = as_float.is_finite() & (as_float == as_float.floor())
-            value = pl.when(whole).then(as_float).otherwise(None).cast(dtype, strict=False)
+            value = whole_count(raw.str.strip_chars().cast(pl.Float64, strict=False), dtype)
         elif dtype.is_float():
             value = raw.str.strip_chars().cast(pl.Float64, strict=False)
         elif isinstance(dtype, pl.List):

@@ -112,6 +112,20 @@ CASES: dict[str, tuple[Callable[[pl.DataFrame], pl.DataFrame], str]] = {
         lambda f: _set("turn", 1.5)(f.with_columns(pl.col("turn").cast(pl.Float64))),
         "row 2: invalid turn: 1.5",
     ),
+    # a count stored as text that is no number: the first row with one, named with its
+    # value (was polars' words, which named the column and no row)
+    "text in input_tokens": (
+        lambda f: _set("input_tokens", "x1", row=6)(
+            _set("output_tokens", "3x", row=3)(
+                f.with_columns(pl.col("input_tokens", "output_tokens").cast(pl.String))
+            )
+        ),
+        "row 4: invalid output_tokens: '3x' (not Int64)",
+    ),
+    "text in turn": (
+        lambda f: _set("turn", "1.5")(f.with_columns(pl.col("turn").cast(pl.String))),
+        "row 2: invalid turn: '1.5' (not Int32)",
+    ),
     # a bad value ranks before the broken program order it may cause, as in ingest
     "both": (
         lambda f: _set("tool_s", -1.0, row=9)(f.filter(pl.int_range(pl.len()) != 1)),

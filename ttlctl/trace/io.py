@@ -179,10 +179,47 @@ def _collected(path: Path, frame: pl.LazyFrame) -> pl.DataFrame:
 
 
 def _not_of_its_type(path: Path, exc: Exception) -> TraceError:
+    """The error for a column whose values do not cast to its canonical type: naming the
+    first such row and value (:func:`first_uncast`), else what polars said."""
+    found = first_uncast(path)
+    if found is not None:
+        row, name, value = found
+        return TraceError(
+            f"{path}: row {row}: invalid {name}: {value!r} (not {all_columns()[name]})"
+        )
     lines = str(exc).strip().splitlines() or [type(exc).__name__]
     return TraceError(
         f"{path}: not a canonical trace: a column's values are not of its type ({lines[0][:200]})"
     )
+
+
+def first_uncast(path: Path) -> tuple[int, str, Any] | None:
+    """(row, column, value) of the Parquet trace at ``path``'s first row (from 1, in file
+    order) holding a value that does not cast to its column's canonical type (text where a
+    count belongs), the row's first such column in the canonical order; None when there is
+    none that a cast can point at (a column of a type that never converts, a list's
+    items, a file that cannot be read so: the caller then says what polars said)."""
+    raw = pl.scan_parquet(path)
+    columns = all_columns()
+    try:
+        schema = raw.collect_schema()
+    except (pl.exceptions.PolarsError, OSError):
+        return None
+    found: tuple[int, str, Any] | None = None
+    for name, dtype in columns.items():
+        if name not in schema or schema[name] == dtype:
+            continue
+        value = pl.col(name)
+        broken = value.is_not_null() & value.cast(dtype, strict=False).is_null()
+        try:
+            with _stderr_silenced():  # a damaged page's panic, as in unreadable()
+                first = raw.select(name).with_row_index("row", offset=1).filter(broken).head(1)
+                hit = first.collect()
+        except (pl.exceptions.PanicException, pl.exceptions.PolarsError, OSError):
+            continue  # no value of this type converts: polars' own words name the column
+        if hit.height and (found is None or hit["row"][0] < found[0]):
+            found = (int(hit["row"][0]), name, hit[name][0])
+    return found
 
 
 def _check_file(path: Path, *, pages: bool = True) -> None:

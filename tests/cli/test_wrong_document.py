@@ -4,7 +4,8 @@ bundle as the profile, the profile as the bundle) is named for what it is.
 Regression: `ttlctl replay fit.json` said 'not a Parquet trace (make one with `ttlctl
 ingest fit.json -o trace.parquet`)', a hint that ends in 'unrecognised format'; `--profile
 bundle.json` said "schema is None, expected 'ttlctl.profile/1'" (Python's word for a
-missing key); `bundle verify fit.json` listed the bundle's eight fields as missing.
+missing key); `bundle verify fit.json` listed the bundle's eight fields as missing; `ingest
+bundle.json` called it an "unrecognised format".
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def documents(small_inputs: dict[str, Path], tmp_path_factory: pytest.TempPathFa
         "PROFILE": DATA / "tiny-cpu.json",
         "REPLAY": replay,
         "OUT": root / "out.json",
+        "OUTPUT_TRACE": root / "out.parquet",
     }
 
 
@@ -65,6 +67,10 @@ def test_each_document_is_known_by_its_fields(documents: dict[str, Path]) -> Non
         (["replay", "TRACE", "--policy", "vllm", "--profile", "FIT"],
          "FIT: not a device profile but a fit"),
         (["bundle", "verify", "FIT"], "FIT: not a ttlctl bundle but a fit"),
+        (["ingest", "BUNDLE", "-o", "OUTPUT_TRACE"],
+         "BUNDLE: not agent or engine logs but a policy bundle"),
+        (["ingest", "REPLAY", "-o", "OUTPUT_TRACE"],
+         "REPLAY: not agent or engine logs but a replay's results"),
         (["bundle", "inspect", "PROFILE"], "PROFILE: not a ttlctl bundle but a device profile"),
         (["replay", "TRACE", "--policy", "continuum", "--bundle", "FIT"],
          "FIT: not a ttlctl bundle but a fit"),

@@ -9,13 +9,14 @@ to account for the records it saw, then all rows checked and written
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from pathlib import Path
 
 import polars as pl
 
-from ttlctl.filekind import not_utf8, wide_text
+from ttlctl.filekind import document_kind, not_utf8, wide_text
 from ttlctl.ingest import lookup
 from ttlctl.ingest.ingest_report import FileReport, IngestReport
 from ttlctl.ingest.inputs import expand
@@ -167,7 +168,28 @@ def _unrecognised(path: Path) -> tuple[str | None, str]:
         except UnicodeDecodeError as exc:
             if exc.end < len(head):  # not a character cut by the end of the head
                 return not_utf8(head, exc.start)
+    kind = _own_document(path)
+    if kind is not None:
+        return None, f"not agent or engine logs but {kind}"
     return None, "unrecognised format: not a log ttlctl can read (name one with --format)"
+
+
+#: the largest file :func:`_own_document` parses to say which of ttlctl's documents it is
+#: (ttlctl's own JSON documents are far smaller; a larger file is called unrecognised)
+OWN_DOCUMENT_BYTES = 64 * 2**20
+
+
+def _own_document(path: Path) -> str | None:
+    """Which of ttlctl's own JSON documents (a fit, a bundle, a replay's results…) the
+    file at ``path`` is, when it is one (:func:`~ttlctl.filekind.document_kind`), so that
+    the error names the mix-up; None otherwise."""
+    if size(path) > OWN_DOCUMENT_BYTES:
+        return None
+    try:
+        doc = json.loads(read_bytes(path))
+    except (ValueError, OSError, GzipDamage):
+        return None
+    return document_kind(doc)
 
 
 def _refuse_empty(paths: list[Path], sink: RejectSink) -> Callable[[int], None]:

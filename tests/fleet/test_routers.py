@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import count
 
 import numpy as np
@@ -12,11 +13,12 @@ from replay.fleet.prompts import Runs, common_prefix, program_prompts, tokens, t
 from replay.fleet.routers import RouterSettings, make_router
 from replay.fleet.routers.base import RoutedCall
 from replay.fleet.routers.cache_aware import CacheAware, PromptTree
-from replay.fleet.routers.consistent_hash import ConsistentHash
-from replay.fleet.routers.furc import fbi_hash, murmur64a
+from replay.fleet.routers.consistent_hash import ConsistentHash, HashRing, default_urls, session_key
+from replay.fleet.routers.furc import fbi_hash, furc, murmur64a
 from replay.fleet.routers.kv_aware import KvAware
 from replay.fleet.routers.pin_aware import PinAware
 from replay.fleet.routers.power_of_two import PowerOfTwo
+from replay.fleet.routers.random_pick import RandomPick
 from replay.fleet.routers.round_robin import RoundRobin
 from replay.fleet.routers.sticky_least_loaded import StickyLeastLoaded
 from replay.fleet.run import FleetSpec
@@ -372,3 +374,129 @@ def test_kv_aware_drops_a_pending_prefill_at_its_first_output_chunk():
     assert r._prefilling == {0: 0, 1: 1600}
     r.completed(1, b, 2.5)  # ended before a first chunk was seen: off at its end
     assert r._prefilling == {0: 0, 1: 0}
+
+
+def test_random_draws_each_replica_alike_whatever_the_load() -> None:
+    r = RandomPick(np.random.default_rng(0))
+    v = View([50, 0, 0])
+    picks = Counter(r.route(call("p", ((1, 10),)), v, 0.0) for _ in range(600))
+    assert sorted(picks) == [0, 1, 2]
+    assert all(150 < picks[i] < 250 for i in range(3))  # 200 each, give or take
+
+
+def test_power_of_two_keeps_the_first_draw_on_a_tie() -> None:
+    # vllm-router's power_of_two.rs: ``if load1 <= load2 { idx1 } else { idx2 }``
+    v = View([3, 3, 3, 3])
+    for seed in range(20):
+        first = int(np.random.default_rng(seed).integers(4))
+        assert PowerOfTwo(np.random.default_rng(seed)).route(call("p", ((1, 10),)), v, 0.0) == first
+
+
+def test_the_ring_takes_the_first_node_at_or_after_the_key_and_wraps_around() -> None:
+    # at: swe-094207's key hashes to node 98 of the default two-replica ring exactly
+    # (FurcHash's 2²³−1 buckets); that node is replica 0's, the next one replica 1's
+    ring = HashRing(default_urls(2))
+    at = ring._points.index(fbi_hash(session_key("swe-094207")))
+    assert ring._owners[at] == 0 and ring._owners[at + 1] == 1
+    assert ring.owner("swe-094207") == 0
+    # after the last node: around to the first
+    sparse = HashRing(default_urls(2), virtual_nodes=1)
+    assert sparse._owners[0] != sparse._owners[-1]
+    late = next(
+        s for s in (f"s{i}" for i in range(1000))
+        if fbi_hash(session_key(s)) > sparse._points[-1]
+    )  # fmt: skip
+    assert sparse.owner(late) == sparse._owners[0]
+
+
+def test_two_workers_nodes_at_one_hash_go_to_the_later_worker() -> None:
+    # replica-10's node 9 and replica-30's node 123 hash alike: a BTreeMap insert, the
+    # later worker's node replaces the earlier one's
+    node = fbi_hash("http://replica-10:9")
+    assert node == fbi_hash("http://replica-30:123")
+    ring = HashRing(default_urls(31))
+    assert ring._owners[ring._points.index(node)] == 30
+
+
+def test_furc_puts_a_key_in_one_of_m_buckets_and_moves_it_only_to_a_new_one() -> None:
+    for i in range(200):
+        key = f"k{i}".encode()
+        for m in range(1, 40):
+            bucket = furc(key, m)
+            assert 0 <= bucket < m
+            # consistent: one bucket more moves keys only into the new bucket
+            assert furc(key, m + 1) in (bucket, m)
+
+
+def test_sticky_least_loaded_expires_a_session_unseen_for_its_expiration() -> None:
+    # sticky_least_loaded.rs: each request refreshes its session's last access; a sweep
+    # drops sessions with ``now − last_access >= expiration`` and their worker's count
+    r, v = StickyLeastLoaded(), View([0, 0])
+    assert r.route(call("a", ((1, 10),)), v, 0.0) == 1
+    assert r.route(call("b", ((2, 10),)), v, 0.0) == 0
+    r.route(call("a", ((1, 10),), 1), v, 3600.0)  # a seen again
+    # 7,200 s after b's last request: b expires, a (seen 3,600 s ago) stays; replica 0
+    # then holds no session, and c goes there, though its rendezvous weight is replica 1's
+    assert r.route(call("c2", ((3, 10),)), v, 7200.0) == 0
+    assert set(r._sessions) == {"a", "c2"}
+
+
+def test_pin_aware_leaves_a_home_over_its_bound_for_the_cache_else_the_least_loaded() -> None:
+    r = PinAware(pin_queue_bound=4)
+    c = call("a", ((1, 100),), 1)
+    # the bound counts beyond the least loaded replica: 10 − 6 ≤ 4, home
+    assert r.route(c, View([10, 6], previous={"a": 0}), 0.0) == 0
+    # over the bound: not home, though home holds the most of the prompt
+    assert r.route(c, View([9, 0, 0], previous={"a": 0}, cached={0: 100, 2: 32}), 0.0) == 2
+    # nothing cached elsewhere: the first least loaded replica
+    assert r.route(c, View([9, 1, 1], previous={"a": 0}), 0.0) == 1
+
+
+def test_cache_aware_threshold_and_balance_bounds_are_strict() -> None:
+    # a match rate of exactly --cache-threshold is not above it: the least loaded
+    r = CacheAware()
+    r.route(call("a", ((1, 300),)), View([0, 0]), 0.0)  # learnt by worker 0
+    assert r.route(call("b", ((1, 300), (2, 700))), View([1, 0]), 1.0) == 1  # 300/1000
+    # max − min exactly --balance-abs-threshold is balanced: the match wins
+    r = CacheAware()
+    r.route(call("a", ((1, 1000),)), View([0, 0]), 0.0)
+    assert r.route(call("a", ((1, 1000), (2, 10)), 1), View([96, 32]), 1.0) == 0
+
+
+def test_prompt_tree_counts_what_each_worker_was_sent_of_a_run() -> None:
+    tree = PromptTree()
+    tree.insert(((1, 100),), 0)
+    # a run held in part matches that part only
+    assert tree.longest_match(((1, 300),)) == (100, 0)
+    tree.insert(((1, 300),), 0)  # the same worker sent more of it: it holds more
+    assert tree.longest_match(((1, 300),)) == (300, 0)
+    shared = PromptTree()
+    shared.insert(((1, 100),), 0)
+    shared.insert(((1, 100),), 1)
+    shared.insert(((1, 300),), 1)  # held by two workers, one sent more
+    assert shared.longest_match(((1, 300),)) == (300, 1)
+
+
+def test_prompt_tree_tie_goes_to_the_lower_worker() -> None:
+    tree = PromptTree()
+    tree.insert(((1, 100),), 1)
+    tree.insert(((1, 100),), 0)
+    assert tree.longest_match(((1, 100), (2, 5))) == (100, 0)
+    # also once one worker alone walks on through runs of no tokens
+    tree = PromptTree()
+    tree.insert(((1, 10),), 0)
+    tree.insert(((1, 10), (2, 0), (3, 0)), 1)
+    assert tree.longest_match(((1, 10), (2, 0), (3, 5))) == (10, 0)
+
+
+def test_kv_aware_counts_the_prefill_the_chosen_worker_has_to_do() -> None:
+    r = KvAware(np.random.default_rng(0), block_size=16)
+    # a goes to replica 1, which holds 1,280 of its 1,600 tokens: 320 pending there
+    assert r.route(call("a", ((1, 1600),)), View([0, 0], cached={1: 1280}), 0.0) == 1
+    assert r.costs(call("b", ((2, 1600),)), View([0, 1]))[0] == [1600.0, (1600 + 320) * 2.0]
+
+
+def test_kv_aware_costs_of_zero_pick_by_prefill_then_batch() -> None:
+    for temperature in (0.0, 20.0):
+        r = KvAware(np.random.default_rng(0), router_temperature=temperature)
+        assert all(r.pick([0.0, 0.0], [0, 0], View([3, 1])) == 1 for _ in range(20))

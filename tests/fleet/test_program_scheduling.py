@@ -10,6 +10,7 @@ import math
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.synth import synth
 from replay.workload import Workload, from_frame
-from tests.fleet.views import waiting
+from tests.fleet.views import View, waiting
 from ttlctl import router_flags
 from ttlctl.errors import ConfigError
 from ttlctl.server.process import free_port
@@ -571,3 +572,103 @@ def test_a_retaining_router_with_waiting_decode_runs_matches_step_by_step(
         assert fast[key] == slow[key], key
     for key in ("jct_mean_s", "ttft_mean_s", "prefix_hit_rate", "engine_busy_s"):
         assert fast[key] == pytest.approx(slow[key], rel=1e-9), key
+
+
+# ---------------------------------------------------------------- found by a mutation audit
+
+
+def test_defaults_are_the_routers() -> None:
+    # vllm-project/router docs/program_scheduling.md, "Configuration reference" (the
+    # enable key is the replay's: auto)
+    assert ProgramSchedulingConfig().to_json() == {
+        "program_scheduling_enable_key": "auto",
+        "binding_only": False,
+        "global_queue": False,
+        "resume_order": "mru",
+        "cross_rank_headroom_ratio": 1.2,
+        "binding_strategy": "consistent_hash",
+        "hash_virtual_nodes": 160,
+        "token_capacity_per_target": None,
+        "max_active_programs_per_target": 64,
+        "metrics_interval_seconds": 1.0,
+        "admission_waiting_request_threshold": 1,
+        "queue_timeout_seconds": 600.0,
+        "force_resume_timeout_seconds": 300.0,
+        "paused_retention_ttl_seconds": 1800.0,
+        "shared_prefix_freshness_warmup_seconds": 100.0,
+        "shared_prefix_freshness_kv_turnovers": 2.0,
+        "decode_buffer_tokens": 100,
+        "max_acting_ttl_seconds": 10.0,
+        "high_watermark_ratio": 1.0,
+        "low_watermark_ratio": 1.0,
+        "max_segment_rounds": 14,
+        "stats_window_size": 100,
+        "enable_batch_gain_admission": True,
+    }
+
+
+def test_the_acting_ttl_candidates_start_at_50_ms() -> None:
+    # half the calls come back within 0.12 s, the rest after 20 s, and a miss costs 1 s:
+    # the best TTL catches the quick half and no more, well under 0.5 s (the candidates
+    # run from 0.05 s to the cap)
+    ttl = fitted_acting_ttl([0.08, 0.1, 0.12, 20.0, 30.0, 40.0], 6, 10.0, 1.0)
+    assert 0.05 <= ttl < 0.5
+
+
+def test_token_capacity_takes_a_call_that_fills_it_exactly() -> None:
+    r = router(1, token_capacity_per_target=1_000, decode_buffer_tokens=100,
+               admission_waiting_request_threshold=0)  # fmt: skip
+    view = waiting([0])
+    assert r.route(call("a", 400), view, 0.0) == 0
+    assert r.route(call("b", 400), view, 0.0) == 0  # 500 + 500 = 1000
+
+
+def _acting(r: ProgramScheduling, view: View) -> float:
+    """Program a active on rank 0 with a TTL (a window of one interval); its deadline."""
+    assert r.route(call("a", LONG, 0), view, 0.0) == 0
+    r.completed(0, call("a", LONG, 0), 1.0)  # no interval yet: TTL 0, paused
+    assert r.route(call("a", LONG, 1), view, 3.0) == 0  # interval 2 s: window full
+    r.completed(0, call("a", LONG, 1), 4.5)
+    return 4.5 + r.acting_ttl_s(0, LONG)
+
+
+def test_a_call_between_ticks_finds_an_expired_ttl_still_acting() -> None:
+    r = router(1, max_active_programs_per_target=1, stats_window_size=1,
+               admission_waiting_request_threshold=0)  # fmt: skip
+    view = waiting([0])
+    deadline = _acting(r, view)
+    assert deadline > 4.5 and deadline != math.floor(deadline)
+    # past a's deadline but before the next tick: only the ticks pause programs
+    assert r.route(call("b", LONG), view, deadline + 0.01) == HOLD
+    r.tick(float(math.ceil(deadline)), view)
+    assert r.released() == [("b", 0)]
+
+
+def test_an_acting_programs_bigger_call_takes_more_of_the_capacity() -> None:
+    r = router(1, token_capacity_per_target=100_000, decode_buffer_tokens=0,
+               stats_window_size=1, admission_waiting_request_threshold=0)  # fmt: skip
+    view = waiting([0])
+    deadline = _acting(r, view)
+    assert r.route(call("a", 70_000, 2), view, 5.0) == 0  # acting: straight on
+    assert deadline > 5.0
+    assert r.route(call("b", LONG), view, 5.5) == HOLD  # 70,000 + 40,000 > 100,000
+
+
+def test_least_program_count_binding_spreads_programs() -> None:
+    r = router(3, binding_strategy="least_program_count", admission_waiting_request_threshold=0)
+    view = waiting([0, 0, 0])
+    ranks = [r.route(call(f"p{i}"), view, 0.0) for i in range(6)]
+    assert sorted(Counter(ranks).values()) == [2, 2, 2]
+
+
+def test_a_forced_call_is_resumed_before_others() -> None:
+    # docs/program_scheduling.md: "Resume first selects expired force-resume deadlines"
+    r = router(1, token_capacity_per_target=1_000, decode_buffer_tokens=0,
+               force_resume_timeout_seconds=5.0, admission_waiting_request_threshold=0)  # fmt: skip
+    view = waiting([0])
+    assert r.route(call("x", 900), view, 0.0) == 0
+    assert r.route(call("a", 500), view, 0.0) == HOLD
+    assert r.route(call("b", 600), view, 4.0) == HOLD
+    r.completed(0, call("x", 900), 5.0)  # x paused; a is due, b is not
+    # a first; then b does not fit (500 + 600 > 1000)
+    assert r.released() == [("a", 0)]

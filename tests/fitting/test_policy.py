@@ -156,3 +156,63 @@ def test_disabled_policy_never_pins() -> None:
     policy = TTLPolicy.create(PolicyParams(pins=False), rebuild, {"t": prior([0.1] * 500)})
     d = policy.decide("t", 1e7)
     assert d.ttl_s == 0.0 and d.source == "disabled" and d.benefit_s > 0
+
+
+def test_the_prior_counts_as_at_most_prior_weight_cap_samples() -> None:
+    """A large fit is counted as ``prior_weight_cap`` samples so that new data can move it
+    (docs/method.md: "counted as at most 1,024 samples"): 100 pauses of 0.4 s against a
+    prior of 2,000 pauses of 30 s weighed as 50 give P(0.4) = 100/150, worth a pin at B = 5 s
+    (uncapped, 100/2,100 would not be)."""
+    params = PolicyParams(k=10, refresh_every=1, prior_weight_cap=50)
+    policy = TTLPolicy.create(params, rebuild, {"t": prior([30.0] * 2000)}, prior([30.0] * 2000))
+    for _ in range(100):
+        policy.observe_pause("t", 0.4)
+    assert policy.decide("t", 5e6).ttl_s == pytest.approx(0.4)
+
+
+def test_a_prior_of_exactly_k_records_is_built_on_the_first_observation() -> None:
+    """A CDF becomes trusted with more than K records: a prior of exactly K is not (it is
+    not built at creation), so the observation that takes it past K builds its hull with
+    that observation in it."""
+    params = PolicyParams(k=4)
+    policy = TTLPolicy.create(params, rebuild, {"t": prior([10.0] * 4)}, prior([10.0] * 4))
+    assert policy.tools["t"].built == 0
+    policy.observe_pause("t", 0.5)
+    # P(0.5) = 1/5 at B = 5 s: 1 − 0.5 > 0, while τ = 10 s never pays
+    d = policy.decide("t", 5e6)
+    assert (d.source, d.ttl_s) == (SOURCE_TOOL, 0.5)
+
+
+def test_a_pause_of_exactly_abandon_s_is_learned() -> None:
+    """Only a pause *longer* than ``abandon_s`` is an abandoned program."""
+    policy = TTLPolicy.create(PolicyParams(abandon_s=600), rebuild)
+    assert policy.observe_pause("t", 600.0)
+    assert not policy.observe_pause("t", 600.0 + 1e-9)
+    assert policy.records == 1
+
+
+def test_the_benefit_weighs_t_by_eta_whether_or_not_pins_are_on() -> None:
+    """B = T·η + PrefillReload(context), as ``bundle query``/``inspect`` report it, also
+    for a policy with pins off."""
+    for pins in (True, False):
+        policy = TTLPolicy.create(PolicyParams(eta=0.25, pins=pins, k=0), rebuild)
+        policy.observe_queue_delay(4.0)
+        assert policy.benefit(2e6) == pytest.approx(4.0 * 0.25 + 2.0)
+        assert policy.benefit(2e6, eta=-0.5) == pytest.approx(4.0 * -0.5 + 2.0)
+    off = TTLPolicy.create(PolicyParams(eta=0.25, pins=False), rebuild)
+    off.observe_queue_delay(4.0)
+    assert off.decide("t", 2e6).benefit_s == pytest.approx(4.0 * 0.25 + 2.0)
+
+
+@pytest.mark.parametrize("with_prior", [False, True])
+def test_repeated_zero_pauses_count_at_tau_zero(with_prior: bool) -> None:
+    """A pause of 0 s is a sample like any other, and repeats of one value weigh together:
+    four of 0 s and one of 5 s make P(0) = 0.8, so at B = 10 s not pinning (value 8) beats
+    τ = 5 s (value 5). Counted once, P(0) would be 0.2 and τ = 5 s would win."""
+    z = Prior((0.0, 5.0), (0.5, 1.0), 4)
+    priors = ({"t": z}, z) if with_prior else ({}, None)
+    policy = TTLPolicy.create(PolicyParams(k=3, refresh_every=1), rebuild, *priors)
+    for s in (0.0, 0.0, 0.0, 0.0, 5.0):
+        policy.observe_pause("t", s)
+    d = policy.decide("t", 10e6)
+    assert (d.source, d.ttl_s) == (SOURCE_TOOL, 0.0)

@@ -9,6 +9,7 @@ floating slopes and a floating cross product decide wrongly.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from fractions import Fraction
@@ -246,3 +247,13 @@ def test_a_hull_keeps_its_vertices_and_one_guard_band_per_edge() -> None:
     for j in range(edges):
         neg = -(Fraction(h.p[j + 1]) - Fraction(h.p[j])) / (Fraction(h.x[j + 1]) - Fraction(h.x[j]))
         assert any(h.guards[1 + 2 * i] <= neg <= h.guards[2 + 2 * i] for i in range(edges))
+
+
+def test_an_infinite_benefit_takes_the_last_vertex_inside_a_guard_band() -> None:
+    """B = inf: only the largest P counts, so τ* is the last vertex. With an edge's slope
+    so small that its guard band straddles 0, −1/B = −0.0 falls inside the band and the
+    exact search answers (as B = 1e308, finite, does)."""
+    h = hull.build([1.0, 1e300], [0.5, 1.0])
+    assert h.guards[-2] < 0.0 < h.guards[-1]  # the last edge's band holds −1/inf
+    assert hull.best(h, math.inf)[0] == 1e300
+    assert hull.best(h, 1e308)[0] == 1e300

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from fitting.durations import Prior
+from fitting.eta import EtaSums
 from fitting.policy import TTLPolicy
 from fitting.policy_params import PolicyParams
 from tests.bundles import write_bundle
@@ -17,8 +19,9 @@ from ttlctl.engine import tags
 from ttlctl.engine.counters import Counters
 from ttlctl.engine.enginelog import EngineLog, Record
 from ttlctl.engine.facts import EngineFacts
+from ttlctl.engine.pins import Pin, PinTable
 from ttlctl.engine.programs import ProgramBook
-from ttlctl.engine.retention import ABORTED, OK, Retention
+from ttlctl.engine.retention import ABORTED, FAILED, OK, Retention
 from ttlctl.engine.source import PolicySource
 from ttlctl.engine.watch import BundleWatcher
 from ttlctl.ingest import fields
@@ -441,3 +444,168 @@ def test_program_queue_orders_by_the_priority_tuple_and_freezes_within_a_step() 
     assert q.peek_request() is p
     q.remove_requests([p, a])
     assert list(q) == [b] and not q.has_program("mid") and len(q) == 1
+
+
+def test_a_program_learns_each_pause_once_and_reports_its_number_of_calls() -> None:
+    """A call that arrives while its program's previous call is still in flight measures no
+    pause (none finished since the last one was measured); the program's end reports how
+    many calls it made (η learns from it)."""
+    pol = policy(cold_start_ttl_s=5.0, k=0)
+    r, _ = retention(pol)
+    r.arrive("a1", tags.Tags("A", "grep", None), now=0.0)
+    r.finish("a1", OK, 1000, now=1.0)
+    r.forget("a1")
+    r.arrive("a2", tags.Tags("A", "grep", None), now=3.5)
+    r.arrive("a3", tags.Tags("A", None, True), now=5.0)  # a2 still in flight
+    assert list(pol.tools["grep"].recent) == [2.5] and pol.records == 1
+    r.admitted("a3", now=5.5, cached_tokens=0)  # it did not come back from a pause
+    assert len(pol.delays) == 0
+    r.finish("a2", OK, 10, now=6.0)
+    r.finish("a3", OK, 10, now=7.0)
+    three = EtaSums()
+    three.add(3)
+    assert (pol.eta_sums.n, pol.eta_sums.s1, pol.eta_sums.s2, pol.eta_sums.sxy) == (
+        three.n,
+        three.s1,
+        three.s2,
+        three.sxy,
+    )
+
+
+def test_only_a_return_without_a_pin_reports_its_queueing_delay_and_only_once() -> None:
+    """T is the mean delay of programs that came back *without* their context; a pinned
+    return reports none, and a call admitted again after a preemption reports its delay
+    only at its first admission."""
+    pol = policy(cold_start_ttl_s=10.0, k=0)
+    r, _ = retention(pol)
+    r.arrive("a1", tags.Tags("A", "t", None), now=0.0)
+    assert r.pin("a1", [1, 2], r.finish("a1", OK, 32, now=0.0), now=0.0)
+    r.forget("a1")
+    r.arrive("a2", tags.Tags("A", "t", None), now=1.0)  # its pin is live
+    r.admitted("a2", now=3.0, cached_tokens=32)
+    assert r.counters.hit == 1 and len(pol.delays) == 0
+    r.arrive("b1", tags.Tags("B", "t", None), now=0.0)
+    r.finish("b1", OK, 32, now=0.0)  # not pinned
+    r.forget("b1")
+    r.arrive("b2", tags.Tags("B", "t", None), now=1.0)
+    r.admitted("b2", now=2.0, cached_tokens=0)
+    r.admitted("b2", now=5.0, cached_tokens=0)  # preempted, admitted again
+    assert list(pol.delays) == [1.0]
+
+
+def test_the_last_call_drops_a_pin_its_program_still_holds() -> None:
+    """Two calls in flight: the earlier one finishes (and is pinned) after the last call
+    was admitted; the last call's finish ends the program and drops that pin."""
+    r, pool = retention(policy(cold_start_ttl_s=10.0))
+    r.arrive("a", tags.Tags("P", "t", None), now=0.0)
+    r.arrive("b", tags.Tags("P", None, True), now=0.5)
+    r.admitted("b", now=0.6, cached_tokens=0)
+    assert r.pin("a", [1, 2, 3], r.finish("a", OK, 32, now=1.0), now=1.0)
+    assert r.finish("b", OK, 32, now=2.0) == 0.0
+    assert "P" not in r.pins and r.counters.dropped == 1 and pool.freed == 3
+    r.check()
+
+
+def test_a_failed_call_is_neither_pinned_nor_counted_as_a_finish() -> None:
+    r, _ = retention(policy(cold_start_ttl_s=10.0))
+    r.arrive("a", tags.Tags("P", "t", None), now=0.0)
+    assert r.finish("a", FAILED, 32, now=1.0) == 0.0
+    entry = r.book.get("P")
+    assert entry is not None and entry.last_finish is None
+
+
+def test_a_pinned_call_records_its_ttl_for_the_engine_log() -> None:
+    r, _ = retention(policy(cold_start_ttl_s=2.5))
+    r.arrive("a", tags.Tags("P", "t", None), now=0.0)
+    assert r.live["a"].ttl_s == 0.0
+    assert r.pin("a", [1], r.finish("a", OK, 32, now=1.0), now=1.0)
+    assert r.live["a"].ttl_s == 2.5
+
+
+def test_the_program_book_forgets_after_the_policys_abandon_s() -> None:
+    """The book's idle limit is the policy's ``abandon_s``: a program idle longer is a new
+    program when it comes back (its first arrival is the new call's)."""
+    r, _ = retention(policy(cold_start_ttl_s=2.0, abandon_s=600.0))
+    assert r.book.idle_s == 600.0
+    r.arrive("a", tags.Tags("P", "t", None), now=0.0)
+    r.finish("a", OK, 32, now=1.0)
+    r.forget("a")
+    assert r.arrive("b", tags.Tags("P", "t", None), now=700.0).program_start == 700.0
+
+
+def test_the_program_book_drops_the_least_recently_seen_and_keeps_idle_s_itself() -> None:
+    book = ProgramBook(cap=2, idle_s=60.0)
+    book.arrive("A", now=0.0)
+    book.arrive("B", now=1.0)
+    book.arrive("A", now=2.0)  # A seen again: B is now the least recently seen
+    book.arrive("C", now=3.0)
+    book.prune(now=3.0)
+    assert "A" in book and "B" not in book and "C" in book
+    # idle for exactly idle_s is not idle *longer* than it
+    book.prune(now=62.0)
+    assert "A" in book
+
+
+def test_a_stalled_engine_releases_the_heads_own_pin_when_it_is_the_only_one() -> None:
+    """Nothing running, and the only pin is the queue head's program's: it goes (last,
+    and here first), or the engine waits forever."""
+    for valve in ("head", "stall-only"):
+        r, _ = retention(policy(cold_start_ttl_s=10.0, valve=valve))
+        r.arrive("h", tags.Tags("head", None, None), now=0.0)
+        r.pin("h", [0], r.finish("h", OK, 32, now=0.0), now=0.0)
+        assert list(r.valve_order("head", stalled=True)) == ["head"]
+        assert list(r.valve_order("head", stalled=False)) == []
+
+
+def test_the_queue_key_breaks_a_tie_in_program_start_by_the_programs_first_arrival() -> None:
+    """Two programs started at the same instant: their calls go in the order the programs
+    first arrived, whatever order the calls themselves arrived in."""
+    r, _ = retention(policy(cold_start_ttl_s=10.0))
+    for name in ("zeta", "alpha"):  # zeta's program arrives first
+        r.arrive(name, tags.Tags(name, None, None), now=0.0)
+        r.finish(name, OK, 32, now=0.0)  # no pin
+        r.forget(name)
+    alpha = r.arrive("alpha-1", tags.Tags("alpha", None, None), now=1.0)
+    zeta = r.arrive("zeta-1", tags.Tags("zeta", None, None), now=1.0)
+    assert r.key(zeta, preempted=False) < r.key(alpha, preempted=False)
+
+
+def test_the_policy_source_asks_for_the_calls_tool_and_prices_a_miss_as_a_reload() -> None:
+    """τ comes from the call's tool's CDF (more than K of its own), and a source for an
+    engine with an offload tier prices a miss as a reload (here a tenth of a prefill)."""
+    fast = Prior((0.2,), (1.0,), 500)
+    slow = Prior((30.0,), (1.0,), 1000)
+    pol = TTLPolicy.create(
+        PolicyParams(k=10),
+        lambda tokens, offload: tokens / 1e6 / (10 if offload else 1),
+        {"fast": fast},
+        slow,
+    )
+    for offload, want in ((False, 0.2), (True, 0.0)):  # B = 1 s, then 0.1 s
+        r = Retention(PolicySource(pol, offload=offload), free=lambda b: None, capacity_blocks=100)
+        r.arrive("a", tags.Tags("P", "fast", None), now=0.0)
+        assert r.finish("a", OK, 1_000_000, now=0.0) == want
+
+
+def test_a_pin_is_due_at_its_expiry_and_the_heap_stays_bounded_around_a_parked_pin() -> None:
+    """A pin is due at ``now == expiry``; releases compact the lazy heap to at most
+    2·pins + 64 entries, and a parked pin stays off it (then expires once unparked)."""
+    table = PinTable(free=lambda blocks: None)
+    table.add(Pin("x", [0], expiry=5.0, created=0.0, program_start=0.0, ttl_s=5.0))
+    assert not table.any_due(4.999) and table.any_due(5.0)
+    r, _ = retention(policy(cold_start_ttl_s=10.0))
+    for i in range(200):
+        r.arrive(f"r{i}", tags.Tags(f"p{i}", "t", None), now=0.0)
+        r.pin(f"r{i}", [0], r.finish(f"r{i}", OK, 32, now=0.0), now=0.0)
+        r.forget(f"r{i}")
+    parked = r.pins.get("p0")
+    assert parked is not None
+    r.pins.park(parked)  # its call arrived (the simulator parks at once)
+    for i in range(1, 151):
+        r.release(f"p{i}", "hit")
+    r.check()
+    assert len(r.pins) == 50 and len(r.pins._heap) <= 2 * 50 + 64
+    r.unpark("p0")
+    assert r.expire(now=11.0, waiting=lambda program: False) == 50
+    assert not r.pins
+    r.check()

@@ -9,7 +9,7 @@ from prometheus_client import REGISTRY
 from ttlctl.engine.bundle_series import BundleSeries
 from ttlctl.engine.counters import Counters
 from ttlctl.engine.prom import ProcessSeries
-from ttlctl.series import BUNDLE_ACTIVE, PINNED_BLOCKS
+from ttlctl.series import BUNDLE_ACTIVE, PINNED_BLOCKS, PINNED_PROGRAMS
 
 
 def test_the_plugins_series_are_made_once_and_shared() -> None:
@@ -28,3 +28,17 @@ def test_names_taken_by_another_owner_give_none() -> None:
 
     Counters()  # the plugin's own series hold the name first
     assert ProcessSeries(make).get() is None and made == [1]
+
+
+def test_the_pin_gauges_move_by_the_change_not_the_value() -> None:
+    """``pinned_blocks``/``pinned_programs`` are set as deltas on the process's shared
+    series: 4 blocks then 1 block held leaves the gauge 1 above where it started."""
+    before = REGISTRY.get_sample_value(PINNED_BLOCKS) or 0.0
+    before_p = REGISTRY.get_sample_value(PINNED_PROGRAMS) or 0.0
+    c = Counters()
+    c.pinned(4, 2)
+    c.pinned(1, 1)
+    assert REGISTRY.get_sample_value(PINNED_BLOCKS) == before + 1
+    assert REGISTRY.get_sample_value(PINNED_PROGRAMS) == before_p + 1
+    c.pinned(0, 0)
+    assert REGISTRY.get_sample_value(PINNED_BLOCKS) == before

@@ -570,3 +570,30 @@ def test_offload_on_a_cpu_profiles_bundle_says_there_is_no_host_tier(
             assert res.exit_code == 0, res.output
             assert (said in res.stderr) is warned, (args, res.stderr)
         assert said not in CliRunner().invoke(app, query).stderr  # no --offload: nothing
+
+
+def test_build_takes_k_from_the_fit_and_forwards_every_knob(
+    fit_doc: dict[str, Any], tmp_path: Path
+) -> None:
+    """K is the fit's (``--min-samples``) unless ``--k`` is given; ``--learn-eta`` reaches
+    the policy; T averages the last 100 delays by default (docs/method.md)."""
+    fit_path = tmp_path / "fit.json"
+    fit_path.write_text(json.dumps({**fit_doc, "k": 7}))
+    req = bundle_make.BuildRequest(fit=fit_path, profile="llama-3.1-8b-h100")
+    assert bundle_make.from_files(req)["policy"]["k"] == 7
+    doc = bundle_make.from_files(
+        bundle_make.BuildRequest(
+            fit=fit_path, profile="llama-3.1-8b-h100", k=3, learn_eta=True, t_window=5
+        )
+    )
+    assert (doc["policy"]["k"], doc["policy"]["learn_eta"], doc["policy"]["t_window"]) == (
+        3,
+        True,
+        5,
+    )
+    out = tmp_path / "b.json"
+    base = ["bundle", "build", "--fit", str(fit_path), "--profile", "llama-3.1-8b-h100"]
+    res = CliRunner().invoke(app, [*base, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    policy = json.loads(out.read_text())["policy"]
+    assert (policy["k"], policy["t_window"], policy["learn_eta"]) == (7, 100, False)

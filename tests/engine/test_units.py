@@ -609,3 +609,24 @@ def test_a_pin_is_due_at_its_expiry_and_the_heap_stays_bounded_around_a_parked_p
     assert r.expire(now=11.0, waiting=lambda program: False) == 50
     assert not r.pins
     r.check()
+
+
+def test_the_program_queue_says_when_a_programs_last_waiting_call_leaves() -> None:
+    """The queue calls ``on_empty`` once a program has no call waiting (however the call
+    left: one by one or in a batch), which unparks the program's pin."""
+    pytest.importorskip("vllm")
+    from ttlctl.engine.queue import ProgramQueue
+
+    @dataclass(eq=False)
+    class Req:
+        program: str
+
+    emptied: list[str] = []
+    q = ProgramQueue(lambda r: (0.0,), lambda r: r.program, on_empty=emptied.append)  # type: ignore[attr-defined]
+    a, b, c = Req("P"), Req("P"), Req("Q")
+    for r in (a, b, c):
+        q.add_request(r)  # type: ignore[arg-type]
+    q.remove_request(a)  # type: ignore[arg-type]
+    assert emptied == [] and q.has_program("P")
+    q.remove_requests([b, c])  # type: ignore[list-item]
+    assert sorted(emptied) == ["P", "Q"] and not q.has_program("P")

@@ -74,6 +74,17 @@ def test_a_tools_name_is_read_as_the_engine_logs_reader_reads_it(tool: str) -> N
     assert tags.parse({"program_id": "p", "tool": tool}).tool == fields.tool_name(tool)
 
 
+def test_a_new_program_at_the_cap_never_takes_the_book_past_it() -> None:
+    """Regression: an arrival pruned before it added its program, so a new program at the
+    cap left the book one over it (Retention.check's invariant broken) until a finish."""
+    r, _ = retention(None, cap=2)
+    for i, name in enumerate("ABC"):
+        r.arrive(name, tags.Tags(name, None, None), now=float(i))
+        assert len(r.book) <= 2
+        r.check()
+    assert "A" not in r.book and "C" in r.book
+
+
 def test_program_book_is_bounded_by_cap_and_idle_time() -> None:
     book = ProgramBook(cap=1000, idle_s=60.0)
     for i in range(5000):
@@ -538,8 +549,8 @@ def test_the_program_book_drops_the_least_recently_seen_and_keeps_idle_s_itself(
     book.arrive("A", now=0.0)
     book.arrive("B", now=1.0)
     book.arrive("A", now=2.0)  # A seen again: B is now the least recently seen
-    book.arrive("C", now=3.0)
-    book.prune(now=3.0)
+    book.arrive("C", now=3.0)  # one program too many: B makes room as C arrives
+    assert len(book) == 2 and book.dropped == 1
     assert "A" in book and "B" not in book and "C" in book
     # idle for exactly idle_s is not idle *longer* than it
     book.prune(now=62.0)

@@ -69,9 +69,14 @@ class ProgramBook:
 
     def arrive(self, program: str, now: float, seq: int = 0) -> Arrival:
         """A call of ``program`` arrived (``seq``: its arrival order): returns its entry
-        and the previous finish."""
+        and the previous finish. Idle entries go first (a program idle longer than
+        ``idle_s`` arrives as a new one), then, once it is in, the least recently seen
+        beyond ``cap``."""
+        programs = self._programs
         self.prune(now)
         entry = self._touch(program, now, seq)
+        if len(programs) > self.cap:  # a new program: the least recently seen makes room
+            self.prune(now)
         entry.calls += 1
         previous = None
         if entry.last_finish is not None:

@@ -256,3 +256,22 @@ def test_programs_started_per_replica_count_those_cut_short(workload, cost):
     assert r["programs_cut_short"] > 0 and r["rejected_calls"] > 0
     started = sum(p["programs_started"] for p in r["per_replica"])
     assert started == r["programs"] + r["programs_cut_short"] == len(workload.programs)
+
+
+def test_truncated_calls_are_counted_on_every_replica(workload, cost):
+    """With ``truncate`` a call longer than ``max_model_len`` is clipped, not refused, and
+    counted in ``truncated_calls``: on one replica or three, as many as the workload's calls
+    past the limit, as the single engine counts them."""
+    lengths = [c.input_tokens + c.output_tokens for p in workload.programs for c in p.calls]
+    limit = int(np.percentile(lengths, 85))
+    over = sum(n > limit for n in lengths)
+    assert over > 1
+    config = replace(CONFIG, engine=replace(CONFIG.engine, max_model_len=limit), truncate=True)
+    single = run_one(workload, PolicySpec("vllm"), cost, config, LOAD, timed=False)
+    assert single["truncated_calls"] == over and single["rejected_calls"] == 0
+    for replicas in (1, 3):
+        r = runner(FleetSpec(replicas, RouterSettings("round-robin")))(
+            workload, PolicySpec("vllm"), cost, config, LOAD, timed=False
+        )
+        assert r["truncated_calls"] == over, replicas
+        assert r["rejected_calls"] == 0 and r["llm_calls"] == len(lengths), replicas

@@ -632,15 +632,19 @@ def _acting(r: ProgramScheduling, view: View) -> float:
     return 4.5 + r.acting_ttl_s(0, LONG)
 
 
-def test_a_call_between_ticks_finds_an_expired_ttl_still_acting() -> None:
+def test_a_call_between_ticks_pauses_an_expired_ttl_as_it_arrives() -> None:
+    """vllm-router 0.1.17 runs its arrival decisions on every call
+    (``scheduler_admission.rs``, ``acquire_synced``: ``run_request_arrival_decisions``): a
+    TTL due by the call's arrival pauses then, not at the next metrics tick."""
     r = router(1, max_active_programs_per_target=1, stats_window_size=1,
                admission_waiting_request_threshold=0)  # fmt: skip
     view = waiting([0])
     deadline = _acting(r, view)
     assert deadline > 4.5 and deadline != math.floor(deadline)
-    # past a's deadline but before the next tick: only the ticks pause programs
-    assert r.route(call("b", LONG), view, deadline + 0.01) == HOLD
-    r.tick(float(math.ceil(deadline)), view)
+    # before a's deadline: a still acts, b waits
+    assert r.route(call("b", LONG), view, deadline - 0.01) == HOLD
+    # past it, between ticks: c's arrival pauses a and admits the longest waiting, b
+    assert r.route(call("c", LONG), view, deadline + 0.01) == HOLD
     assert r.released() == [("b", 0)]
 
 

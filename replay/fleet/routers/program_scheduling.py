@@ -3,7 +3,9 @@
 
 Ported from vllm-project/router ``src/program_scheduling/scheduler_admission.rs``
 (``acquire``, ``schedule_rank_local``, ``local_resume_cmp``, ``rank_admission_plan``,
-``commit_admission``, ``pause_idle``; commit 02b9331), ``scheduler_lifecycle.rs``
+``commit_admission``, ``pause_idle``; commit 02b9331; ``acquire_synced`` as in the 0.1.17
+release, whose every arrival runs ``run_request_arrival_decisions``: the other programs'
+TTLs due by then pause and the queues are tried), ``scheduler_lifecycle.rs``
 (``complete``, ``run_periodic_decisions``, ``expire_acting_ttls``; commit 02b9331),
 ``policy.rs`` (:mod:`replay.fleet.routers.progress_ttl`) and ``docs/program_scheduling.md``
 (commit 14d6d81); config names and defaults as the 0.1.17 wheel takes them.
@@ -122,7 +124,8 @@ class ProgramScheduling:
         """The call's rank, or :data:`HOLD` (retained; :meth:`released` gives it later)."""
         cfg = self.config
         self._observe(view, now)
-        # a call's arrival runs no periodic decisions: only the ticks before it have paused
+        # the metrics ticks before the call have paused the TTLs due by then (the model
+        # ticks only while calls are retained: the ticks since are caught up here)
         self._expire(self._last_tick(now))
         prog = self._programs.get(call.session)
         if prog is None:
@@ -139,12 +142,13 @@ class ProgramScheduling:
                 rank.used_tokens += tokens - prog.tokens
                 prog.tokens = tokens
             prog.in_flight, prog.acting_deadline = True, None
+            self._arrival_decisions(now)
             return prog.rank
         prog.tokens = tokens
         prog.queued_at = now
         prog.force_deadline = now + cfg.force_resume_timeout_seconds
         rank.queue.append(call.session)
-        self._schedule(now)
+        self._arrival_decisions(now)
         for i, (session, at) in enumerate(self._ready):
             if session == call.session:
                 del self._ready[i]
@@ -170,6 +174,14 @@ class ProgramScheduling:
         queues are tried."""
         if view is not None:
             self._observe(view, now)
+        self._expire(now)
+        self._schedule(now)
+
+    def _arrival_decisions(self, now: float) -> None:
+        """What a call's arrival runs once the call is the router's (0.1.17's
+        ``run_request_arrival_decisions``): the other programs' TTLs due by ``now`` pause
+        (the arriving one is reasoning, not acting: its own does not), the queues are
+        tried; the calls admitted go out with the arriving one."""
         self._expire(now)
         self._schedule(now)
 

@@ -119,8 +119,12 @@ def test_the_waiting_gate_retains_a_call_until_a_poll_sees_the_engine_drained() 
     assert r.next_wake(1.0) is None
 
 
-def test_force_resume_passes_every_gate_after_its_timeout() -> None:
-    r, view = router(1, force_resume_timeout_seconds=5.0), waiting([3])
+def test_force_resume_passes_the_count_gate_after_its_timeout() -> None:
+    """Past its force-resume deadline a call passes the count (and token) gates
+    (scheduler_admission.rs ``rank_admission_plan``: ``forced``)."""
+    r = router(1, force_resume_timeout_seconds=5.0, max_active_programs_per_target=1)
+    view = waiting([0])
+    assert r.route(call("x"), view, 0.0) == 0  # x active: the count gate is closed
     assert r.route(call("a"), view, 0.0) == HOLD
     assert r.next_wake(4.5) == 5.0
     r.tick(4.0, view)
@@ -388,12 +392,8 @@ def test_unmodelled_router_fields_are_named_as_such() -> None:
     assert aliased.config.token_capacity_per_target == 1_000
 
 
-def test_no_count_bound_when_max_active_programs_is_zero() -> None:
-    """0 is the router's auto sizing: it admitted 8 programs' first calls at once on one
-    worker; the model bounds nothing by count (1 holds the second program back)."""
+def test_a_count_bound_of_one_holds_the_second_program() -> None:
     view = waiting([0])
-    r = router(1, max_active_programs_per_target=0, admission_waiting_request_threshold=0)
-    assert all(r.route(call(f"p{i}"), view, 0.0) == 0 for i in range(8))
     one = router(1, max_active_programs_per_target=1, admission_waiting_request_threshold=0)
     assert one.route(call("p0"), view, 0.0) == 0
     assert one.route(call("p1"), view, 0.0) == HOLD
@@ -451,11 +451,12 @@ def ps(config: dict[str, Any] | None = None, calibration: str | None = None) -> 
 
 @pytest.mark.parametrize("policy", ["vllm", "continuum"])
 def test_one_replica_that_never_retains_is_the_single_engine(workload, cost, policy):
-    # no waiting gate, no token capacity, 64 active programs > 12 at a time: every call
-    # is admitted at once, so the router changes nothing
+    # the waiting gate opened (0 is the router's 1: a threshold no queue reaches), no
+    # token capacity, 64 active programs > 12 at a time: every call is admitted at once,
+    # so the router changes nothing
     spec = PolicySpec(policy)
     single = run_one(workload, spec, cost, CONFIG, LOAD, timed=False)
-    fleet = runner(FleetSpec(1, ps({"admission_waiting_request_threshold": 0})))(
+    fleet = runner(FleetSpec(1, ps({"admission_waiting_request_threshold": 10_000})))(
         workload, spec, cost, CONFIG, LOAD, timed=False
     )
     assert {k: fleet[k] for k in single} == single
@@ -482,11 +483,23 @@ def test_a_retaining_fleet_serves_every_call_once_and_is_deterministic(workload,
     assert a["router"]["settings"]["calibration"] == "profile"
 
 
+def test_calls_past_their_force_deadline_behind_the_waiting_gate_are_all_served(workload, cost):
+    """A forced call still waits for its engine's queue (the gate holds it past its
+    deadline, woken at the metrics ticks): with a deadline of 0.5 s many calls pass it
+    while their replica has a queue, and the replay still serves each call once and ends
+    (a wake asked for at the instant itself would never end)."""
+    settings = ps({"force_resume_timeout_seconds": 0.5})
+    run = runner(FleetSpec(2, settings))
+    out = run(workload, PolicySpec("vllm"), cost, CONFIG, Load(concurrency=24), timed=False)
+    assert out["llm_calls"] == workload.calls
+    assert out == run(workload, PolicySpec("vllm"), cost, CONFIG, Load(concurrency=24), timed=False)
+
+
 def test_retaining_calls_costs_them_router_queue_time(workload, cost):
     """The default gate (one waiting request closes a rank) holds calls back: their JCT,
     measured from the send, includes the router's queue."""
     spec = PolicySpec("vllm")
-    opened = runner(FleetSpec(2, ps({"admission_waiting_request_threshold": 0})))(
+    opened = runner(FleetSpec(2, ps({"admission_waiting_request_threshold": 10_000})))(
         workload, spec, cost, CONFIG, Load(concurrency=24), timed=False
     )
     gated = runner(FleetSpec(2, ps()))(
@@ -676,3 +689,92 @@ def test_a_forced_call_is_resumed_before_others() -> None:
     r.completed(0, call("x", 900), 5.0)  # x paused; a is due, b is not
     # a first; then b does not fit (500 + 600 > 1000)
     assert r.released() == [("a", 0)]
+
+
+# ---------------------------------------------------------------- the 0.1.17 source audit
+# Each test states a rule of the vllm-router 0.1.17 sdist (src/program_scheduling/) that the
+# model, ported from an earlier commit, had not followed.
+
+
+def test_a_waiting_threshold_of_zero_is_the_routers_one() -> None:
+    """``ProgramSchedulerConfig::from_program_config`` (scheduler_state.rs:146-153): outside
+    PD mode an ``admission_waiting_request_threshold`` of 0 becomes 1 (the serde default is
+    0 too, "auto"), so one waiting request still closes the rank."""
+    r = router(1, admission_waiting_request_threshold=0)
+    assert r.route(call("a"), waiting([1]), 0.0) == HOLD
+
+
+def test_max_active_programs_zero_is_the_routers_64() -> None:
+    """scheduler_state.rs:139-145: outside PD mode ``max_active_programs_per_target`` 0 is
+    64 (the historical cap), and ``rank_admission_plan`` admits while count + 1 <= 64."""
+    r, view = router(1, max_active_programs_per_target=0), waiting([0])
+    assert all(r.route(call(f"p{i}"), view, 0.0) == 0 for i in range(64))
+    assert r.route(call("p64"), view, 0.0) == HOLD
+
+
+def test_a_forced_resume_still_waits_for_the_engines_queue() -> None:
+    """scheduler_admission.rs:738-749 returns None on waiting >= threshold whatever
+    ``forced`` is (the router's own test ``backend_waiting_gate_also_blocks_forced_resume``);
+    forced passes only the count and token gates. Past its force deadline the call keeps
+    waiting (its wait loop wakes every metrics interval) until the engine's queue drains or
+    ``queue_timeout_seconds`` fails it."""
+    r, view = router(1, force_resume_timeout_seconds=5.0), waiting([3])
+    assert r.route(call("a"), view, 0.0) == HOLD
+    r.tick(5.0, view)
+    r.tick(6.0, view)
+    assert r.released() == []
+
+
+def test_least_program_count_counts_only_live_programs() -> None:
+    """scheduler.rs:574-577: a target's ``accounted_programs`` are its programs that are
+    Active or Reasoning (a call retained); a program paused between calls (its TTL run
+    out, Paused and Acting) is not counted. binding/mod.rs:283-285: the least count, ties
+    to the smallest target id."""
+    r = router(2, binding_strategy="least_program_count")
+    view = waiting([0, 0])
+    assert r.route(call("p0"), view, 0.0) == 0
+    r.completed(0, call("p0"), 1.0)  # TTL 0 (no intervals yet): p0 paused at once
+    # neither replica has a live program: the tie goes to replica-0
+    assert r.route(call("p1"), view, 2.0) == 0
+
+
+def test_program_round_robin_follows_the_sorted_worker_urls() -> None:
+    """binding/mod.rs:112-113 sorts the candidates by ``target_id`` (the worker URL,
+    router.rs:726) before ``RoundRobinBinding`` indexes them (and ``least_program_count``
+    breaks ties on it): ``http://h:10000`` sorts before ``http://h:9000``."""
+    settings = RouterSettings(
+        "program-scheduling",
+        program_scheduling_config_json=json.dumps({"binding_strategy": "program_round_robin"}),
+        program_scheduling_calibration="reference",
+    )
+    r = make_router(settings, 2, seed=0, block_size=16,
+                    worker_urls=["http://h:9000", "http://h:10000"])  # fmt: skip
+    view = waiting([0, 0])
+    assert [r.route(call(f"p{i}"), view, 0.0) for i in range(3)] == [1, 0, 1]
+
+
+def test_a_program_idle_past_the_paused_retention_is_bound_afresh() -> None:
+    """scheduler_lifecycle.rs:579-645: each periodic tick releases a paused, idle program
+    whose pause is ``paused_retention_ttl_seconds`` (1800) old: its decision state and its
+    binding go, so its next call is a new generation, bound by the strategy again."""
+    r = router(3, binding_strategy="program_round_robin")
+    view = waiting([0, 0, 0])
+    assert r.route(call("p0"), view, 0.0) == 0
+    r.completed(0, call("p0"), 1.0)  # paused at 1.0
+    assert r.route(call("p1"), view, 2.0) == 1
+    # released at the first tick at or past 1801; bound again, to the next in turn
+    assert r.route(call("p0", turn=1), view, 1803.0) == 2
+
+
+def test_a_released_program_gives_no_interval_sample() -> None:
+    """scheduler_admission.rs:118-140: the interval is sampled only from the program's
+    live decision state (``last_request_finished_at``); one released after
+    ``paused_retention_ttl_seconds`` has none, so its next call adds no 1802 s interval."""
+    r = router(1, stats_window_size=2)
+    view = waiting([0])
+    assert r.route(call("a", LONG, 0), view, 0.0) == 0
+    r.completed(0, call("a", LONG, 0), 1.0)
+    assert r.route(call("a", LONG, 1), view, 1803.0) == 0  # released: no sample
+    r.completed(0, call("a", LONG, 1), 1804.0)
+    assert r.route(call("a", LONG, 2), view, 1806.0) == 0  # a 2 s interval: one sample
+    assert r.acting_ttl_s(0, LONG) == 0.0  # the window (2) is not full

@@ -19,13 +19,18 @@ by ``prefill_cost_model``). A call of an active program goes straight to its ran
 other call is *retained* in the router's queue of its rank and admitted when the rank
 passes the gates, in resume order (force-resume deadline passed first, then most recently
 finished first — ``mru`` — or first queued — ``fcfs``): the rank's last polled
-``vllm:num_requests_waiting`` below ``admission_waiting_request_threshold`` (0: off),
-fewer than ``max_active_programs_per_target`` active programs (0: no such bound), and, with
-``token_capacity_per_target``, the active programs' private tokens (prompt +
-``decode_buffer_tokens``) plus the candidate's within ``low_watermark_ratio`` × capacity.
-A call waiting past ``force_resume_timeout_seconds`` passes every gate. Expired TTLs
-pause their programs (releasing their tokens) on a call's end and at each metrics tick
-(every ``metrics_interval_seconds``), when the queues are tried again too.
+``vllm:num_requests_waiting`` below ``admission_waiting_request_threshold`` (0: 1, as the
+router reads it outside PD mode), fewer than ``max_active_programs_per_target`` active
+programs (0: 64, likewise), and, with ``token_capacity_per_target``, the active programs'
+private tokens (prompt + ``decode_buffer_tokens``) plus the candidate's within
+``low_watermark_ratio`` × capacity. A call waiting past ``force_resume_timeout_seconds``
+passes the count and token gates, not the waiting one. Expired TTLs pause their programs
+(releasing their tokens) on a call's arrival or end and at each metrics tick (every
+``metrics_interval_seconds``), when the queues are tried again too; a program paused for
+``paused_retention_ttl_seconds`` is released (its next call is bound afresh, as a new
+program's). Bindings count over the workers sorted by URL (``program_round_robin``; ties of
+``least_program_count``, which counts a replica's live programs: acting, or with a call
+in flight or retained).
 
 It reads what the real router reads: its own records, the request (prompt size, session)
 and each engine's waiting count as vLLM's metrics export it. ``binding_only`` binds and
@@ -40,19 +45,23 @@ Deliberate differences:
   (as the router's until its request window fills), the miss impact prices the whole
   prompt;
 - the force-resume deadline is the fixed ``force_resume_timeout_seconds`` (the router may
-  shorten it from measured throughput); ``queue_timeout_seconds`` (600 s, after the force
-  deadline) never fires;
+  shorten it from measured throughput); ``queue_timeout_seconds`` (600 s from the call's
+  arrival) is not modelled: a call the engine's waiting count keeps out that long fails in
+  the router, and the model holds it on;
+- with ``token_capacity_per_target``, the tokens in use are the router's own count (prompt
+  + buffer of each active program); the router, given a fresh poll of the engine's
+  ``vllm:kv_cache_usage_perc``, starts from that instead (scaled by its live programs over
+  the running requests, plus the acting programs' tokens and its changes since the poll),
+  and prices a prompt from its bytes (a learned tokens-per-byte) where the model knows its
+  tokens;
 - the waiting count a poll reads is the engine's at the router's first event after the
   poll time, not at the poll instant;
 - ``consistent_hash`` binding hashes the session as the ``consistent_hash`` policy does
   (:class:`~replay.fleet.routers.consistent_hash.HashRing`: ``fbi_hash``,
   ``hash_virtual_nodes`` nodes per worker, over the workers' URLs when given);
 - the program's last call is not known to the router (no terminate signal), as live;
-- ``max_active_programs_per_target`` 0, which the 0.1.17 router takes as "auto sizing",
-  is no count bound: started with it in front of one stand-in worker, the router admitted
-  8 programs' first calls at once, with and without a ``token_capacity_per_target``
-  (with 1 it held the second until its force-resume deadline); how it sizes past that
-  is not known.
+- PD mode (``--vllm-pd-disaggregation``), where 0 sizes the bounds from the prefill
+  permits, is not modelled.
 """
 
 from __future__ import annotations
@@ -77,6 +86,9 @@ class _Program:
     #: private tokens counted in its rank's usage while active
     tokens: int = 0
     acting_deadline: float | None = None
+    #: when it last paused between calls (its TTL ran out): a program paused that long
+    #: (``paused_retention_ttl_seconds``) is released
+    paused_at: float | None = None
     last_finished: float | None = None
     queued_at: float | None = None
     force_deadline: float | None = None
@@ -113,10 +125,15 @@ class ProgramScheduling:
     _poll: int = -1
     _bound: int = 0
     _ring: HashRing | None = None
+    #: the replicas in the order of their workers' URLs (the router sorts the binding's
+    #: candidates by them: round robin counts over that order, ties go to the first)
+    _by_url: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         self._ranks = [_Rank(self.config.stats_window_size) for _ in range(self.replicas)]
-        self._ring = HashRing(worker_urls(self.replicas, self.urls), self.config.hash_virtual_nodes)
+        urls = worker_urls(self.replicas, self.urls)
+        self._ring = HashRing(urls, self.config.hash_virtual_nodes)
+        self._by_url = tuple(sorted(range(self.replicas), key=lambda r: urls[r]))
 
     # ------------------------------------------------------------ the router's events
 
@@ -124,9 +141,12 @@ class ProgramScheduling:
         """The call's rank, or :data:`HOLD` (retained; :meth:`released` gives it later)."""
         cfg = self.config
         self._observe(view, now)
-        # the metrics ticks before the call have paused the TTLs due by then (the model
-        # ticks only while calls are retained: the ticks since are caught up here)
-        self._expire(self._last_tick(now))
+        # the metrics ticks before the call have paused the TTLs due by then and released
+        # the programs paused long enough (the model ticks only while calls are retained:
+        # the ticks since are caught up here)
+        last_tick = self._last_tick(now)
+        self._expire(last_tick)
+        self._release_paused(last_tick)
         prog = self._programs.get(call.session)
         if prog is None:
             prog = self._programs[call.session] = _Program(self._bind(call.session, view))
@@ -175,6 +195,7 @@ class ProgramScheduling:
         if view is not None:
             self._observe(view, now)
         self._expire(now)
+        self._release_paused(now)
         self._schedule(now)
 
     def _arrival_decisions(self, now: float) -> None:
@@ -182,6 +203,7 @@ class ProgramScheduling:
         ``run_request_arrival_decisions``): the other programs' TTLs due by ``now`` pause
         (the arriving one is reasoning, not acting: its own does not), the queues are
         tried; the calls admitted go out with the arriving one."""
+        self._release_paused(now)
         self._expire(now)
         self._schedule(now)
 
@@ -195,10 +217,18 @@ class ProgramScheduling:
         if not any(r.queue for r in self._ranks):
             return None
         tick = (self._tick_index(now) + 1) * self.config.metrics_interval_seconds
+        # a call wakes at its force-resume deadline; once past it (the engine's queue still
+        # closes the gate) at the metrics ticks, as the others
         force = min(
-            (self._programs[s].force_deadline or math.inf) for r in self._ranks for s in r.queue
+            (
+                deadline
+                for r in self._ranks
+                for s in r.queue
+                if (deadline := self._programs[s].force_deadline) is not None and deadline > now
+            ),
+            default=math.inf,
         )
-        return min(tick, max(force, now))
+        return min(tick, force)
 
     def retained(self) -> int:
         return sum(len(r.queue) for r in self._ranks)
@@ -216,15 +246,19 @@ class ProgramScheduling:
         )  # fmt: skip
 
     def _bind(self, session: str, view: FleetView) -> int:
+        """A new program's home (the router sorts the candidates by their URLs first)."""
         strategy = self.config.binding_strategy
         if strategy == "program_round_robin":
             self._bound += 1
-            return (self._bound - 1) % self.replicas
+            return self._by_url[(self._bound - 1) % self.replicas]
         if strategy == "least_program_count":
+            # the live programs: acting, or with a call in flight or retained (the
+            # router's Active or Reasoning); one paused between calls is not counted
             counts = [0] * self.replicas
             for p in self._programs.values():
-                counts[p.rank] += 1
-            return counts.index(min(counts))
+                if p.active or p.in_flight or p.queued_at is not None:
+                    counts[p.rank] += 1
+            return min(self._by_url, key=lambda r: counts[r])  # ties: the first URL
         assert self._ring is not None
         return self._ring.owner(session)
 
@@ -251,6 +285,8 @@ class ProgramScheduling:
                 rank.waiting = view.waiting_requests(r)
 
     def _expire(self, upto: float) -> None:
+        """Pause the programs whose acting TTL ran out by ``upto``, each at the first
+        metrics tick at or past its deadline, or at ``upto`` if sooner."""
         for prog in self._programs.values():
             if (
                 prog.active
@@ -259,9 +295,33 @@ class ProgramScheduling:
                 and prog.acting_deadline <= upto
             ):
                 rank = self._ranks[prog.rank]
+                prog.paused_at = min(upto, self._tick_at_or_after(prog.acting_deadline))
                 prog.active, prog.acting_deadline = False, None
                 rank.active -= 1
                 rank.used_tokens -= prog.tokens
+
+    def _release_paused(self, upto: float) -> None:
+        """Forget the programs paused between calls for ``paused_retention_ttl_seconds``
+        by ``upto`` (0.1.17's ``release_expired_paused``): the binding and the records go,
+        so a later call is a new program's (bound afresh, no interval sampled)."""
+        ttl = self.config.paused_retention_ttl_seconds
+        gone = [
+            session
+            for session, prog in self._programs.items()
+            if not prog.active
+            and not prog.in_flight
+            and prog.queued_at is None
+            and prog.paused_at is not None
+            and upto - prog.paused_at >= ttl
+        ]
+        for session in gone:
+            del self._programs[session]
+
+    def _tick_at_or_after(self, t: float) -> float:
+        """The first metrics tick at or after ``t``."""
+        k = self._tick_index(t)
+        interval = self.config.metrics_interval_seconds
+        return k * interval if k * interval >= t else (k + 1) * interval
 
     def _order(self, session: str, now: float) -> tuple[object, ...]:
         p = self._programs[session]
@@ -273,15 +333,19 @@ class ProgramScheduling:
         return (not forced, queued, session)
 
     def _admits(self, prog: _Program, rank: _Rank, now: float) -> bool:
+        """The gates, as 0.1.17's ``rank_admission_plan`` takes them: the engine's waiting
+        count first (a call past its force-resume deadline waits for it too), then,
+        unless forced, the count of active programs and the token capacity. Outside PD
+        mode the router reads 0 as its historical defaults: a threshold of 1, a bound of
+        64 (``ProgramSchedulerConfig::from_program_config``)."""
         cfg = self.config
-        forced = prog.force_deadline is not None and prog.force_deadline <= now
-        if forced:
-            return True
-        threshold = cfg.admission_waiting_request_threshold
-        if threshold > 0 and rank.waiting >= threshold:
+        threshold = cfg.admission_waiting_request_threshold or 1
+        if rank.waiting >= threshold:
             return False
-        bound = cfg.max_active_programs_per_target
-        if bound and rank.active >= bound:  # 0: the router's "auto sizing", no bound seen
+        if prog.force_deadline is not None and prog.force_deadline <= now:
+            return True
+        bound = cfg.max_active_programs_per_target or 64
+        if rank.active >= bound:
             return False
         cap = cfg.token_capacity_per_target
         if cap is None:

@@ -49,6 +49,10 @@ def test_replace_keeps_a_short_history(tmp_path: Path) -> None:
     assert len(entries) == bundle_history.KEEP  # the oldest went
     kept_ttls = [bundle.read(e.path)["policy"]["cold_start_ttl_s"] for e in entries]
     assert kept_ttls == [4.0, 5.0, 6.0, 7.0, 8.0]
+    # numbered on from the newest kept, not by how many are left: after the pruning a count
+    # would give the next entry the newest one's number, and rollback (newest = highest)
+    # could restore the wrong one
+    assert [e.seq for e in entries] == [4, 5, 6, 7, 8]
     # the same bytes twice are kept once
     assert bundle_history.keep(path) == bundle_history.keep(path)
     assert len(bundle_history.entries(path)) == bundle_history.KEEP
@@ -63,6 +67,7 @@ def test_rollback_restores_the_previous_bundle_atomically(tmp_path: Path) -> Non
     res = run("bundle", "rollback", path)
     assert res.exit_code == 0, res.output
     assert "rolled" in res.output and second["sha256"][:12] in res.output
+    assert "1 earlier one(s) left" in " ".join(res.output.split())
     assert bundle.read(path) == second and os.stat(path).st_ino != inode  # a rename
     rolled = bundle_history.folder(path) / bundle_history.ROLLED_BACK
     assert bundle.read(rolled) == third  # what was taken out of service is kept

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import subprocess
@@ -87,6 +88,65 @@ def test_resealed_but_invalid_content_is_refused(bundle_file: Path) -> None:
     bad_policy["policy"]["pin_cap"] = 7
     with pytest.raises(bundle_doc.BundleError, match="pin_cap"):
         bundle_check.verify(bundle_doc.seal(bad_policy))
+
+
+@pytest.mark.parametrize(
+    ("cdf", "said"),
+    [
+        ({"x": [-1.0, 2.0], "p": [0.5, 1.0], "n": 2}, "x must be non-negative"),
+        ({"x": [1.0, 1.0], "p": [0.5, 1.0], "n": 2}, "x must be non-negative and strictly"),
+        ({"x": [1.0, 2.0], "p": [0.0, 1.0], "n": 2}, "p must increase strictly to 1"),
+        ({"x": [1.0, 2.0], "p": [0.5, 0.9], "n": 2}, "p must increase strictly to 1"),
+        ({"x": [1.0], "p": [1.0], "n": -1}, "n must be positive exactly when there are points"),
+        ({"x": [], "p": [], "n": 3}, "n must be positive exactly when there are points"),
+        ({"x": [1.0, 2.0], "p": [1.0], "n": 2}, "x and p must have the same length"),
+        (
+            {
+                "x": [float(i) for i in range(1025)],
+                "p": [(i + 1) / 1025 for i in range(1025)],
+                "n": 9,
+            },
+            "at most 1024",
+        ),
+    ],
+)
+def test_a_cdf_that_breaks_a_documented_rule_is_refused(
+    bundle_file: Path, cdf: dict[str, Any], said: str
+) -> None:
+    """docs/bundle.md: each CDF has matching x and p lists of at most 1,024 points, x
+    non-negative and increasing, p increasing to 1 (n > 0 exactly when there are points)."""
+    doc = json.loads(json.dumps(bundle.read(bundle_file)))
+    doc["fit"]["tools"]["grep"]["cdf"] = cdf
+    with pytest.raises(bundle_doc.BundleError, match=said):
+        bundle_check.verify(bundle_doc.seal(doc))
+
+
+def test_a_cdf_of_exactly_1024_points_is_taken(bundle_file: Path) -> None:
+    doc = json.loads(json.dumps(bundle.read(bundle_file)))
+    xs = [float(i) for i in range(1024)]
+    doc["fit"]["tools"]["grep"]["cdf"] = {
+        "x": xs,
+        "p": [(i + 1) / 1024 for i in range(1024)],
+        "n": 5,
+    }
+    bundle_check.verify(bundle_doc.seal(doc))
+
+
+def test_a_router_section_needs_at_least_one_replica(bundle_file: Path) -> None:
+    doc = bundle.read(bundle_file)
+    router = {"name": "program-scheduling", "settings": {}, "replicas": 0}
+    with pytest.raises(bundle_doc.BundleError, match="replicas"):
+        bundle_check.verify(bundle_doc.seal({**doc, "router": router}), router_settings=False)
+
+
+def test_the_checksum_is_of_the_documented_canonical_json() -> None:
+    """docs/bundle.md: every field but sha256, keys sorted, no spaces, UTF-8 (a bundle
+    sealed by one ttlctl verifies in another, and by hand): the bytes written out here, not
+    the function's own output."""
+    doc = {"sha256": "x", "b": 1, "created": "now", "a": {"y": "é", "x": [1, 2.5]}}
+    canonical = '{"a":{"x":[1,2.5],"y":"é"},"b":1,"created":"now"}'.encode()
+    assert bundle_doc.canonical_bytes(doc) == canonical
+    assert bundle_doc.checksum(doc) == hashlib.sha256(canonical).hexdigest()
 
 
 def test_the_router_sections_refusal_names_what_it_takes(bundle_file: Path) -> None:

@@ -22,6 +22,7 @@ def _build(fit: Path, out: Path) -> list[str]:
     ("change", "said"),
     [
         ({"k": -3}, "fit.k is -3; K counts samples: a whole number >= 0"),
+        ({"k": -1}, "fit.k is -1; "),
         ({"k": 2.5}, "fit.k is 2.5; "),
         ({"k": True}, "fit.k is true; "),
         ({"eta": {"value": 5.0}}, "fit.eta.value is 5.0; η is a correlation, in [-1, 1]"),

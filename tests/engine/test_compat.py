@@ -84,6 +84,8 @@ def test_signature_rules_for_overrides_wraps_and_calls() -> None:
     # a new parameter, even with a default, may be passed by vLLM's callers
     assert "overrides it as (request)" in str(hooks.mismatch(override, _params("request", "x=")))
     assert hooks.mismatch(override, _params("req")) is not None
+    # the same name made keyword-only: the override's positional call to it would fail
+    assert "overrides it as (request)" in str(hooks.mismatch(override, _params("*request")))
     wrap = Hook("m", "KVCacheManager", "allocate_slots", WRAP, ("request",), ("hit",))
     assert hooks.mismatch(wrap, _params("request", "n", "hit=", "*more")) is None
     assert hooks.mismatch(wrap, _params("request", "n", "*hit")) is None  # keyword-only is fine

@@ -66,6 +66,30 @@ def test_tags_from_xargs_and_session() -> None:
     assert tags.parse({"is_last": "maybe"}).is_last is None
 
 
+@dataclass
+class _Params:
+    extra_args: Any
+
+
+@dataclass
+class _Request:
+    sampling_params: Any
+    session_id: str | None = None
+
+
+def test_a_requests_tags_come_from_its_xargs_and_its_session_header() -> None:
+    """docs/deploy.md: without ``program_id`` the ``X-Session-ID`` header (vLLM's
+    ``request.session_id``) stands in for it; with neither, no program."""
+    by_header = tags.of_request(_Request(_Params({"tool": "bash"}), session_id="job-42"))
+    assert by_header == tags.Tags("job-42", "bash", None)
+    both = _Request(_Params({"program_id": "p", "is_last": "true"}), session_id="job-42")
+    assert tags.of_request(both) == tags.Tags("p", None, True)
+    assert tags.of_request(_Request(None, session_id="s")).program == "s"
+    assert tags.of_request(_Request(_Params(None))) == tags.Tags(None, None, None)
+    # an empty header is no header: not one program shared by every call that sends it
+    assert tags.parse({"program_id": ""}, session_id="") == tags.Tags(None, None, None)
+
+
 @pytest.mark.parametrize("tool", ["bash", " bash ", "\tgrep\n", "", "   ", "web search"])
 def test_a_tools_name_is_read_as_the_engine_logs_reader_reads_it(tool: str) -> None:
     """The plugin looks up a tool's τ by the name the bundle was fitted on, and the bundle
@@ -291,6 +315,40 @@ def test_watcher_reloads_keeps_policy_on_damage_and_warns_once(tmp_path: Path) -
     assert w.poll(now=112.0) and w.policy.params.cold_start_ttl_s == 7.0 and w.reloads == 1
 
 
+def test_the_watcher_sees_a_new_file_of_the_same_size_and_time(tmp_path: Path) -> None:
+    """A file swapped in by a rename (a ConfigMap update, ``bundle rollback``) with the
+    size and modification time of the one it replaces is still a new file: the watcher
+    looks at the inode too."""
+    path = write_bundle(tmp_path / "b.json", cold_start_ttl_s=3.0)
+    w = BundleWatcher.from_env({"TTLCTL_BUNDLE": str(path)}, [].append, lambda m: None)
+    new = write_bundle(tmp_path / "new.json", cold_start_ttl_s=7.0)
+    assert new.stat().st_size == path.stat().st_size
+    old = path.stat()
+    os.utime(new, ns=(old.st_atime_ns, old.st_mtime_ns))
+    new.rename(path)
+    assert path.stat().st_ino != old.st_ino and path.stat().st_mtime_ns == old.st_mtime_ns
+    assert w.poll(now=100.0) and w.policy is not None
+    assert w.policy.params.cold_start_ttl_s == 7.0 and w.reloads == 1
+
+
+def test_a_watcher_checks_at_the_end_of_its_interval(tmp_path: Path) -> None:
+    """``TTLCTL_BUNDLE_CHECK_S`` is the time between checks: a change is seen at it."""
+    path = write_bundle(tmp_path / "b.json", cold_start_ttl_s=3.0)
+    env = {"TTLCTL_BUNDLE": str(path), "TTLCTL_BUNDLE_CHECK_S": "5"}
+    w = BundleWatcher.from_env(env, [].append, lambda m: None)
+    assert not w.poll(now=100.0)
+    write_bundle(path, cold_start_ttl_s=7.0)
+    assert not w.poll(now=104.0)
+    assert w.poll(now=105.0) and w.reloads == 1
+
+
+def test_an_empty_bundle_variable_is_no_bundle_not_a_refused_one() -> None:
+    warned: list[str] = []
+    w = BundleWatcher.from_env({"TTLCTL_BUNDLE": ""}, warned.append, lambda m: None)
+    assert w.path is None and w.policy is None and w.refused == 0 and len(warned) == 1
+    assert "TTLCTL_BUNDLE unset" in warned[0]
+
+
 @pytest.mark.parametrize(
     ("value", "every_s", "warns"),
     [
@@ -395,6 +453,27 @@ def test_engine_log_reopens_a_renamed_or_removed_file(tmp_path: Path) -> None:
     log.write(Record("c", "p", None, None, 5.0, None, 6.0, 10, 1, None, "length", 0.0))
     assert [json.loads(x).get("request_id") for x in path.read_text().splitlines()] == [None, "c"]
     assert log.errors == 0
+    log.close()
+
+
+def test_engine_log_follows_a_rename_when_a_new_file_is_created_at_the_path(
+    tmp_path: Path,
+) -> None:
+    """logrotate's ``create`` (on in most distributions' logrotate.conf): the file is renamed
+    and a new empty one made at the path before the plugin's next line, which must go
+    there (the path names another file), the engine's facts first."""
+    path = tmp_path / "engine.jsonl"
+    log = EngineLog(str(path), [].append)
+    facts = EngineFacts("0.32.0", "m", 32, 63, 8, 512, 1024, False, True, "ab" * 32, "r1")
+    log.write_facts(facts)
+    log.write(Record("a", "p", None, None, 1.0, None, 2.0, 10, 1, None, "length", 0.0))
+    path.rename(tmp_path / "engine.jsonl.1")
+    path.touch()
+    log.write(Record("b", "p", None, None, 3.0, None, 4.0, 10, 1, None, "length", 0.0))
+    old = [json.loads(x) for x in (tmp_path / "engine.jsonl.1").read_text().splitlines()]
+    new = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [x.get("request_id") for x in old] == [None, "a"]
+    assert [x.get("kind") for x in new] == ["engine", None] and new[1]["request_id"] == "b"
     log.close()
 
 

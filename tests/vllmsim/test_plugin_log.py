@@ -240,3 +240,35 @@ def test_vllms_reordering_of_the_window_leaves_the_program_queue_and_its_pins(
     reorder()
     assert [r.request_id for r in d.sched.waiting] == before
     assert dict(d.sched.ttl.pins.pins) == pins
+
+
+def test_a_call_whose_first_token_is_its_last_logs_its_first_token(tmp_path: Path) -> None:
+    """A one-token answer: its first token and its finish come in the same step (vLLM frees
+    the request inside ``update_from_output``), and the log line still has a first token."""
+    log = tmp_path / "engine.jsonl"
+    d = driver(
+        tmp_path,
+        static_params(5.0),
+        blocks=40,
+        async_scheduling=False,
+        env={"TTLCTL_LOG": str(log)},
+    )
+    d.add("A", "a", 40, 1)
+    d.update(d.schedule())
+    call = _lines(log)[-1]
+    assert call["request_id"] == "A" and call["output_tokens"] == 1
+    assert call["first_token_unix_s"] is not None
+    assert call["arrival_unix_s"] <= call["first_token_unix_s"] <= call["finish_unix_s"]
+
+
+def test_a_prefix_cache_reset_releases_every_pin_first(tmp_path: Path) -> None:
+    """docs/deploy.md: the plugin releases every pin before a prefix-cache reset (vLLM's
+    reset needs every block free, and refuses otherwise); the pins count as dropped."""
+    d = driver(tmp_path, static_params(5.0), blocks=40, async_scheduling=False)
+    d.add("A", "a", 40, 2)
+    for _ in range(3):
+        d.update(d.schedule())
+    assert list(d.sched.ttl.pins.pins) == ["a"]
+    assert d.sched.reset_prefix_cache() is True
+    stats = d.sched.ttl_stats()
+    assert not d.sched.ttl.pins.pins and stats["dropped"] == 1 and stats["pinned_blocks"] == 0

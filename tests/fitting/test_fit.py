@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 from typer.testing import CliRunner
@@ -234,3 +235,78 @@ def test_an_out_of_range_setting_names_its_flag_alone(
     assert line.startswith("error: ") and "\n" not in line, line
     assert f"{flag} must" in line and line.endswith(f"not {value}"), line
     assert not any(other in line for other in others), line
+
+
+def test_the_fit_s_boundaries_counts_and_statistics_are_the_documented_ones() -> None:
+    """docs/commands.md (`ttlctl fit`): pauses *longer* than --abandon-seconds are set aside
+    (one of exactly that length is kept), a tool is trusted with *more* than K samples, the
+    `measured` count is of the pauses kept, `input.pauses` counts every pause (the abandoned
+    too), p50/p90/p99 are numpy's linear percentiles, and the exponential's `ks` and
+    `ks_pvalue` are scipy's KS statistic and p-value, in that order. All-zero pauses have
+    no exponential fit (None, not a rate of inf)."""
+    from scipy import stats
+
+    rows: list[dict[str, Any]] = []
+
+    def pause(tool: str, tool_s: float | None, gap_s: float) -> None:
+        rows.append({"program_id": "p", "tool": tool, "tool_s": tool_s, "gap_s": gap_s})
+
+    for s in (1.0, 2.0, 10.0):  # 10.0 is exactly --abandon-seconds: kept
+        pause("a", s, s)
+    pause("a", 11.0, 11.0)  # abandoned, and measured: in no `measured` count
+    for s in (1.0, 2.0, 3.0, 4.0):
+        pause("b", None, s)
+    hundred = [0.001 * i * i for i in range(100)]  # 0 … 9.8 s
+    for s in hundred:
+        pause("c", None, s)
+    pause("z", 0.0, 0.0)
+    pause("z", 0.0, 0.0)
+    rows.append({"program_id": "p", "tool": None, "tool_s": None, "gap_s": None})
+    doc = fit_trace(pl.DataFrame(rows), FitConfig(min_samples=3, abandon_s=10.0, bootstrap=0))
+
+    tools = doc["tools"]
+    assert (tools["a"]["n"], tools["a"]["measured"], tools["a"]["trusted"]) == (3, 3, False)
+    assert tools["a"]["max_s"] == 10.0
+    assert (tools["b"]["n"], tools["b"]["measured"], tools["b"]["trusted"]) == (4, 0, True)
+    assert doc["global"]["n"] == 3 + 4 + 100 + 2 and doc["global"]["measured"] == 3 + 2
+    assert doc["input"]["pauses"] == 3 + 1 + 4 + 100 + 2 and doc["input"]["abandoned_pauses"] == 1
+
+    c = tools["c"]
+    values = np.asarray(hundred)
+    for key, p in (("p50_s", 50), ("p90_s", 90), ("p99_s", 99)):
+        assert c[key] == pytest.approx(float(np.percentile(values, p)), rel=1e-12), key
+    test = stats.kstest(values, "expon", args=(0.0, values.mean()))
+    exp = c["exponential"]
+    assert exp is not None and exp["mean_s"] == pytest.approx(values.mean())
+    assert exp["ks"] == pytest.approx(test.statistic) and exp["ks_pvalue"] == pytest.approx(
+        test.pvalue
+    )
+    assert exp["ks"] != pytest.approx(exp["ks_pvalue"])  # the two are told apart here
+    assert tools["z"]["exponential"] is None
+    assert tools["b"]["p99_s"] is None  # a p99 of 4 samples says little: None
+
+
+def test_a_percentile_needs_its_documented_number_of_samples() -> None:
+    """fitting.percentile: a p99 needs 100 samples, a p90 10, a median 2: at that count it
+    is a number, one fewer is None."""
+    from fitting.percentile import percentile
+
+    for p, need in ((99, 100), (90, 10), (50, 2)):
+        assert percentile(np.arange(float(need)), p) == pytest.approx(
+            float(np.percentile(np.arange(float(need)), p))
+        ), p
+        assert percentile(np.arange(float(need - 1)), p) is None, p
+
+
+def test_up_to_max_points_distinct_durations_are_kept_exactly() -> None:
+    """fitting.cdf: "Up to 1,024 distinct durations are kept exactly", whatever the steps
+    between them: here exactly MAX_POINTS durations with uneven heights (most of the mass on
+    the first), which the greedy compression would thin if it ran."""
+    from fitting import cdf as cdf_mod
+
+    samples = np.r_[np.zeros(3000), np.arange(1.0, float(cdf_mod.MAX_POINTS))]
+    full = cdf_mod.empirical(samples)
+    assert len(full.x) == cdf_mod.MAX_POINTS
+    assert cdf_mod.compress(full) == full
+    more = cdf_mod.empirical(np.r_[samples, float(cdf_mod.MAX_POINTS)])
+    assert len(cdf_mod.compress(more).x) <= cdf_mod.MAX_POINTS < len(more.x)

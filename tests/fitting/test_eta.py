@@ -83,3 +83,30 @@ def test_the_bootstrap_bounds_its_draws_but_keeps_a_floor_of_resamples(
     assert eta_bootstrap.estimate(lengths, bootstrap=250).bootstrap == 250  # as asked
     monkeypatch.setattr(eta_bootstrap, "MAX_DRAWS", 1_000)  # 10 resamples: the floor
     assert eta_bootstrap.estimate(lengths, bootstrap=1_000).bootstrap == eta_bootstrap.MIN_RESAMPLES
+
+
+def test_the_interval_is_the_95_percent_percentile_bootstrap_over_every_program() -> None:
+    """The interval is the 2.5th and 97.5th percentiles of η over resamples of the programs
+    drawn with replacement (any program, the last included), the count of resamples kept in
+    ``bootstrap``. Two programs of 3 and 10 calls: a resample is {3, 3} or {10, 10} (η = 1,
+    fixed length) or one of each (η of the pair, half the draws), so the interval is exactly
+    [η, 1]; a bootstrap that never drew the last program would say [1, 1]."""
+    est = estimate([3, 10], bootstrap=1000, seed=5)
+    assert est.value is not None and est.value < 0.9
+    assert est.ci_low == pytest.approx(est.value) and est.ci_high == pytest.approx(1.0)
+    assert est.bootstrap == 1000
+
+    lengths = np.random.default_rng(6).integers(1, 30, 40)
+    est = estimate(lengths, bootstrap=300, seed=11)
+    idx = np.random.default_rng(11).integers(0, lengths.size, size=(300, lengths.size))
+    draws = [_pairs_eta(lengths[row]) for row in idx]
+    low, high = np.quantile(draws, [0.025, 0.975])
+    assert (est.ci_low, est.ci_high) == (pytest.approx(low), pytest.approx(high))
+
+
+def test_no_estimate_draws_no_resample() -> None:
+    """Where η is undefined, or the bootstrap is off, there is no interval and the fit
+    records no resample drawn (``eta.bootstrap`` 0: what the CLI's line compares)."""
+    for lengths, asked in (([2, 2, 2], 100), ([1, 1], 100), ([3, 5, 8], 0)):
+        est = estimate(lengths, bootstrap=asked)
+        assert (est.ci_low, est.ci_high, est.bootstrap) == (None, None, 0), lengths

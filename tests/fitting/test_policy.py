@@ -216,3 +216,23 @@ def test_repeated_zero_pauses_count_at_tau_zero(with_prior: bool) -> None:
         policy.observe_pause("t", s)
     d = policy.decide("t", 10e6)
     assert (d.source, d.ttl_s) == (SOURCE_TOOL, 0.0)
+
+
+def test_params_accept_every_value_at_their_documented_bounds() -> None:
+    """The other side of test_params_validate: each bound its refusal states is itself
+    allowed (k >= 0, t_window >= 1, at most 10,000,000, pin_cap in (0, 1], eta in [-1, 1],
+    cold_start_ttl_s >= 0, prior_weight_cap >= 0, history_cap and refresh_every >= 1)."""
+    from fitting.policy_params import WINDOW_MAX
+
+    for ok in (
+        {"k": 0},
+        {"t_window": 1},
+        {"t_window": WINDOW_MAX, "history_cap": WINDOW_MAX},
+        {"pin_cap": 1.0},
+        {"eta": -1.0},
+        {"eta": 1.0},
+        {"cold_start_ttl_s": 0.0},
+        {"prior_weight_cap": 0},
+        {"history_cap": 1, "refresh_every": 1},
+    ):
+        assert PolicyParams(**ok).to_json().items() >= ok.items(), ok  # type: ignore[arg-type]

@@ -99,6 +99,17 @@ BAD_CASES = [
     ),
     ("out of order", _call("a", 2, arrival_s=1.0), "out-of-order turns"),
     ("reuse too large", _call("a", 2, reused_tokens=10**6), "reused_tokens exceeds"),
+    (
+        "gap just past the slack",
+        _call("a", 2, tool="x", tool_s=5.0, gap_s=4.998),
+        "gap_s shorter than tool_s",
+    ),
+    ("tool after the last call", _call("a", 2, tool="x"), "tool named after the program's last"),
+    (
+        "is_last false on the last call",
+        _call("a", 2, is_last=False),
+        "is_last is false on turn 2, which is the program's last",
+    ),
 ]
 
 
@@ -126,6 +137,36 @@ def test_bad_rows_strict_and_skip(
     assert len(lines) == 3
     assert any(reason in x["reason"] for x in lines)
     assert all(x["file"] == str(src) for x in lines)
+
+
+def test_values_at_the_rules_bounds_are_good(tmp_path: Path) -> None:
+    """The other side of BAD_CASES (docs/trace-format.md, "The rules every trace obeys"):
+    a gap within 1 ms below its tool time (the slack for clock rounding), two turns
+    arriving at the same instant (only an earlier arrival is out of order), reused_tokens
+    equal to input_tokens, an output of 0 tokens and a tool of 0 s are all kept."""
+    rows = [
+        _call("a", 0, tool="bash", tool_s=1.5, gap_s=1.4995),
+        _call("a", 1, arrival_s=0.0, reused_tokens=200, output_tokens=0, tool="x", tool_s=0.0),
+        _call("a", 2, arrival_s=0.0, gap_s=0.0),
+    ]
+    report = ingest([_jsonl(tmp_path / "t.jsonl", rows)], tmp_path / "out.parquet")
+    assert (report.rows, report.rejected) == (3, 0)
+    assert trace_io.read(tmp_path / "out.parquet")["reused_tokens"].to_list() == [None, 200, None]
+
+
+def test_an_arrival_before_an_earlier_turn_s_is_out_of_order_across_a_missing_one(
+    tmp_path: Path,
+) -> None:
+    """arrival_s may be null after turn 0, but arrivals stay in turn order: a turn that
+    arrives before the last arrival recorded is out of order even when the turn just
+    before it has none."""
+    rows = [
+        _call("a", 0, arrival_s=10.0),
+        _call("a", 1, arrival_s=None),
+        _call("a", 2, arrival_s=5.0),
+    ]
+    with pytest.raises(IngestError, match=r"line 3: out-of-order turns: turn 2 arrives at 5\.0 s"):
+        ingest([_jsonl(tmp_path / "t.jsonl", rows)], tmp_path / "out.parquet")
 
 
 def test_truncated_jsonl_line_is_rejected_alone(tmp_path: Path) -> None:

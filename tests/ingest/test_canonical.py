@@ -310,9 +310,46 @@ def test_streaming_path_matches_in_memory(tmp_path: Path, monkeypatch: pytest.Mo
     streamed = ingest([src], tmp_path / "stream.parquet", skip_bad=True)
     assert streamed.streamed and not mem.streamed
     assert (streamed.rows, streamed.rejected) == (mem.rows, mem.rejected) == (343, 7)
+    assert streamed.records == mem.records == 350  # records = written + rejected
     a = trace_io.read(tmp_path / "mem.parquet").sort(["program_id", "turn"])
     b = trace_io.read(tmp_path / "stream.parquet").sort(["program_id", "turn"])
     assert a.equals(b)
+
+    # buckets far smaller than the input: many of them, each program whole in one
+    from ttlctl.ingest import validate
+
+    checked: list[int] = []
+    real = validate.rules.check
+
+    def counting(frame: Any) -> Any:
+        checked.append(frame.height)
+        return real(frame)
+
+    monkeypatch.setattr(validate.rules, "check", counting)
+    monkeypatch.setenv("TTLCTL_BUCKET_BYTES", "100")
+    buckets = ingest([src], tmp_path / "buckets.parquet", skip_bad=True)
+    assert len(checked) > 1 and sum(checked) == 350, checked
+    assert (buckets.rows, buckets.rejected, buckets.records) == (343, 7, 350)
+    c = trace_io.read(tmp_path / "buckets.parquet").sort(["program_id", "turn"])
+    assert a.equals(c)
+
+
+def test_a_reject_standing_for_several_records_counts_them_all_by_reason() -> None:
+    """The count by reason ingest prints adds up to the records rejected, a reject that
+    stands for several records (``records``) counting each; ``raw`` is kept whole up to
+    2,000 characters and clipped with an ellipsis past it."""
+    from ttlctl.ingest.rejects import RejectSink
+
+    stream = io.StringIO()
+    sink = RejectSink(skip_bad=True, stream=stream)
+    sink.reject("a.json", None, "unreadable as x: boom", records=3)
+    sink.reject("a.json", "line 2", "negative tool_s: -1", raw="y" * 2000)
+    sink.reject("a.json", "line 3", "negative tool_s: -2", raw="z" * 2001)
+    assert sink.count == 5 and sum(sink.by_reason.values()) == 5
+    assert sink.by_reason == {"unreadable as x": 3, "negative tool_s": 2}
+    lines = [json.loads(x) for x in stream.getvalue().splitlines()]
+    assert [x["records"] for x in lines] == [3, 1, 1]
+    assert lines[1]["raw"] == "y" * 2000 and lines[2]["raw"] == "z" * 2000 + "…"
 
 
 def test_cli_ingest_json_and_errors(tmp_path: Path) -> None:

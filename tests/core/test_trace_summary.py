@@ -66,3 +66,26 @@ def test_unrecorded_reuse_is_the_replays_figure_not_zero() -> None:
         "reused 340 recorded, 210 assumed for 1 call that records none (previous input + output)"
     )
     assert _line(_trace([0, 90])).endswith("reused 90")
+
+
+def test_the_assumed_reuse_is_capped_at_the_call_s_own_prompt() -> None:
+    """docs/trace-format.md: a null reused_tokens is "the previous call's input + output,
+    capped at this call's input" (a prompt shorter than the history: a reset), in the
+    summary and in the replay alike."""
+    trace = conform(
+        pl.LazyFrame(
+            {
+                "program_id": ["p", "p"],
+                "turn": [0, 1],
+                "input_tokens": [500, 120],
+                "output_tokens": [40, 10],
+                "reused_tokens": [None, None],
+                "tool": ["bash", None],
+            },
+            schema_overrides={"reused_tokens": pl.Int64},
+        ),
+        keep_source=False,
+    )
+    replayed = from_frame(trace.collect()).programs[0].calls
+    assert [c.reused_tokens for c in replayed] == [0, 120]
+    assert summarize(trace)["tokens"]["reused_assumed"] == 120

@@ -241,3 +241,13 @@ def test_a_bucket_of_no_bytes_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
     assert res.stderr.strip() == (
         "error: TTLCTL_BUCKET_BYTES='0': expected a whole number of bytes, at least 1"
     ), res.stderr
+
+
+def test_only_an_input_larger_than_the_threshold_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/trace-format.md: "When the input is larger than 2 GiB (TTLCTL_STREAMING_BYTES)":
+    an input of exactly the threshold stays in memory."""
+    from ttlctl.ingest.limits import DEFAULT_STREAMING_BYTES, streaming
+
+    assert not streaming(DEFAULT_STREAMING_BYTES) and streaming(DEFAULT_STREAMING_BYTES + 1)
+    monkeypatch.setenv("TTLCTL_STREAMING_BYTES", "1000")
+    assert not streaming(1000) and streaming(1001)

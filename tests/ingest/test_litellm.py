@@ -402,3 +402,26 @@ def test_a_broken_lines_session_is_its_top_level_key(tmp_path: Path) -> None:
     report = ingest([src], tmp_path / "l.parquet", skip_bad=True, fmt="litellm", allow_empty=True)
     assert report.rows == 0 and report.rejected == 4  # the file's one program, whole
     assert report.rejected_by_reason["rejected with its program"] == 3
+
+
+def test_a_naive_timestamp_is_utc_and_a_token_count_is_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`arrival_s`: `timestamp` (UTC when naive), whatever the machine's time zone (a log
+    mixing naive and zoned stamps must not shift by the local offset); prompt_tokens and
+    completion_tokens are whole numbers (1.5 is a bad record, not a count of 1)."""
+    import time
+
+    from ttlctl.ingest.fields import RecordError, epoch, tokens
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        assert epoch("2024-01-01T00:00:00", "timestamp") == 1704067200.0
+        assert epoch("2024-01-01T09:00:00+09:00", "timestamp") == 1704067200.0
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert tokens(12.0, "prompt_tokens") == 12
+    with pytest.raises(RecordError, match=r"non-integer prompt_tokens: 1\.5"):
+        tokens(1.5, "prompt_tokens")

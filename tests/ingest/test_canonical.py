@@ -159,13 +159,15 @@ def test_an_arrival_before_an_earlier_turn_s_is_out_of_order_across_a_missing_on
 ) -> None:
     """arrival_s may be null after turn 0, but arrivals stay in turn order: a turn that
     arrives before the last arrival recorded is out of order even when the turn just
-    before it has none."""
+    before it has none; the error names the turn whose arrival it is before (turn 0's, not
+    turn 1's, which has none)."""
     rows = [
         _call("a", 0, arrival_s=10.0),
         _call("a", 1, arrival_s=None),
         _call("a", 2, arrival_s=5.0),
     ]
-    with pytest.raises(IngestError, match=r"line 3: out-of-order turns: turn 2 arrives at 5\.0 s"):
+    said = r"line 3: out-of-order turns: turn 2 arrives at 5\.0 s, before turn 0 at 10\.0 s"
+    with pytest.raises(IngestError, match=said):
         ingest([_jsonl(tmp_path / "t.jsonl", rows)], tmp_path / "out.parquet")
 
 

@@ -37,6 +37,8 @@ _PROG = pl.col("program_id")
 _SAME = (_PROG.shift(1) == _PROG).fill_null(False)
 _PREV_TURN = pl.col("_prev_turn")
 _PREV_ARRIVAL = pl.col("_prev_arrival")
+#: the turn whose arrival ``_PREV_ARRIVAL`` is (the last earlier row with one)
+_PREV_ARRIVAL_TURN = pl.col("_prev_arrival_turn")
 _LAST = pl.col("_last")
 
 
@@ -162,7 +164,7 @@ def _program_rules() -> list[Rule]:
                 "out-of-order turns: turn {} arrives at {} s, before turn {} at {} s",
                 turn,
                 pl.col("arrival_s").round(3),
-                _PREV_TURN,
+                _PREV_ARRIVAL_TURN,
                 _PREV_ARRIVAL.round(3),
             ),
             2,
@@ -219,6 +221,11 @@ def check(frame: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     annotated = ordered.with_columns(
         pl.col("turn").shift(1).alias("_prev_turn"),
         pl.col("arrival_s").forward_fill().shift(1).alias("_prev_arrival"),
+        pl.when(pl.col("arrival_s").is_not_null())
+        .then(pl.col("turn"))
+        .forward_fill()
+        .shift(1)
+        .alias("_prev_arrival_turn"),
         (_PROG.shift(-1) != _PROG).fill_null(True).alias("_last"),
     )
     code: pl.Expr = pl.lit(0, dtype=pl.Int16)

@@ -22,7 +22,15 @@ def split(checked: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.DataFrame]:
     flagged = checked.filter(pl.col(CODE) != 0)
     bad_programs = flagged.select("program_id").unique().collect()["program_id"]
     in_bad = pl.col("program_id").is_in(bad_programs.implode(), nulls_equal=True)
-    helpers = ["_prev_turn", "_prev_arrival", "_last", CODE, SOURCE_ROW, TOOL_NAME]
+    helpers = [
+        "_prev_turn",
+        "_prev_arrival",
+        "_prev_arrival_turn",
+        "_last",
+        CODE,
+        SOURCE_ROW,
+        TOOL_NAME,
+    ]
     good = checked.filter(~in_bad).drop(*helpers, REASON)
     if bad_programs.len() == 0:
         return good, pl.DataFrame(

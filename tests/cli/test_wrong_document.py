@@ -107,3 +107,14 @@ def test_a_json_object_without_a_schema_as_the_profile_says_so(
     )
     assert res.exit_code == 2
     assert "None" not in res.output and "no schema field" in res.output, res.output
+
+
+def test_deeply_nested_json_given_to_ingest_is_unrecognised(tmp_path: Path) -> None:
+    """Nesting past Python's recursion limit is no ttlctl document: ingest calls the file
+    unrecognised (as before it looked for its own documents), not a RecursionError."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000, encoding="utf-8")
+    res = CliRunner().invoke(app, ["ingest", str(deep), "-o", str(tmp_path / "out.parquet")])
+    assert not isinstance(res.exception, RecursionError), res.exception
+    assert res.exit_code != 0
+    assert "unrecognised format" in " ".join(res.output.split())

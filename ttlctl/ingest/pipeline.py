@@ -187,7 +187,7 @@ def _own_document(path: Path) -> str | None:
         return None
     try:
         doc = json.loads(read_bytes(path))
-    except (ValueError, OSError, GzipDamage):
+    except (ValueError, OSError, GzipDamage, RecursionError):  # nesting too deep: none of them
         return None
     return document_kind(doc)
 

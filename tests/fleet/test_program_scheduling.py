@@ -778,3 +778,34 @@ def test_a_released_program_gives_no_interval_sample() -> None:
     r.completed(0, call("a", LONG, 1), 1804.0)
     assert r.route(call("a", LONG, 2), view, 1806.0) == 0  # a 2 s interval: one sample
     assert r.acting_ttl_s(0, LONG) == 0.0  # the window (2) is not full
+
+
+class _CountingDict(dict):  # type: ignore[type-arg]
+    """A dict that counts the full passes over its items."""
+
+    passes = 0
+
+    def items(self):  # type: ignore[no-untyped-def]
+        type(self).passes += 1
+        return super().items()
+
+
+def test_an_arrival_looks_for_releases_only_once_one_is_due() -> None:
+    """Every arrival runs the release check (twice: the ticks caught up, the arrival's own
+    decisions), so a pass over all the programs known there made each call O(programs):
+    +100% of a 1,000-program replay's wall time. With no pause as old as
+    ``paused_retention_ttl_seconds`` the check passes over none; once one is, it is
+    released as before."""
+    r = router(2)
+    view = waiting([0, 0])
+    for i in range(50):
+        rank = r.route(call(f"old{i}"), view, float(i))
+        r.completed(rank, call(f"old{i}"), i + 0.5)  # TTL 0: each pauses
+    counting = _CountingDict(r._programs)
+    r._programs = counting
+    _CountingDict.passes = 0
+    r.route(call("new"), view, 100.0)
+    assert _CountingDict.passes == 0
+    r.route(call("old0", turn=1), view, 1802.0)  # old0 paused at 1.0: released by the tick at 1801
+    assert _CountingDict.passes > 0
+    assert "old0" in r._programs and r._programs["old0"].last_finished is None  # anew

@@ -128,6 +128,10 @@ class ProgramScheduling:
     #: the replicas in the order of their workers' URLs (the router sorts the binding's
     #: candidates by them: round robin counts over that order, ties go to the first)
     _by_url: tuple[int, ...] = ()
+    #: no program releasable by :meth:`_release_paused` paused before this (inf: none), so
+    #: that an arrival passes over the programs only once a pause is that old (a pause
+    #: resumed since leaves it early, never late: the next pass sets it again)
+    _earliest_paused: float = math.inf
 
     def __post_init__(self) -> None:
         self._ranks = [_Rank(self.config.stats_window_size) for _ in range(self.replicas)]
@@ -296,6 +300,8 @@ class ProgramScheduling:
             ):
                 rank = self._ranks[prog.rank]
                 prog.paused_at = min(upto, self._tick_at_or_after(prog.acting_deadline))
+                if prog.paused_at < self._earliest_paused:
+                    self._earliest_paused = prog.paused_at
                 prog.active, prog.acting_deadline = False, None
                 rank.active -= 1
                 rank.used_tokens -= prog.tokens
@@ -305,6 +311,8 @@ class ProgramScheduling:
         by ``upto`` (0.1.17's ``release_expired_paused``): the binding and the records go,
         so a later call is a new program's (bound afresh, no interval sampled)."""
         ttl = self.config.paused_retention_ttl_seconds
+        if upto - self._earliest_paused < ttl:  # none is due: a later pause is due later
+            return
         gone = [
             session
             for session, prog in self._programs.items()
@@ -316,6 +324,17 @@ class ProgramScheduling:
         ]
         for session in gone:
             del self._programs[session]
+        self._earliest_paused = min(
+            (
+                p.paused_at
+                for p in self._programs.values()
+                if p.paused_at is not None
+                and not p.active
+                and not p.in_flight
+                and p.queued_at is None
+            ),
+            default=math.inf,
+        )
 
     def _tick_at_or_after(self, t: float) -> float:
         """The first metrics tick at or after ``t``."""

@@ -809,3 +809,18 @@ def test_an_arrival_looks_for_releases_only_once_one_is_due() -> None:
     r.route(call("old0", turn=1), view, 1802.0)  # old0 paused at 1.0: released by the tick at 1801
     assert _CountingDict.passes > 0
     assert "old0" in r._programs and r._programs["old0"].last_finished is None  # anew
+
+
+def test_binding_only_programs_pause_and_are_released_as_the_others() -> None:
+    """0.1.17 with ``binding_only``: a call is admitted at home at once
+    (``activate_binding_only``), its completion starts the acting TTL and the periodic
+    decisions pause it and release it once paused ``paused_retention_ttl_seconds``
+    (``scheduler_lifecycle.rs``), so the program's next call is bound afresh."""
+    r = router(3, binding_only=True, binding_strategy="program_round_robin",
+               paused_retention_ttl_seconds=1.0)  # fmt: skip
+    view = waiting([5, 5, 5])  # no gate applies: binding only
+    assert r.route(call("A"), view, 0.0) == 0
+    r.completed(0, call("A"), 1.0)  # TTL 0 (no intervals): paused at 1.0
+    assert r.route(call("B"), view, 2.0) == 1
+    r.completed(1, call("B"), 3.0)
+    assert r.route(call("A", turn=1), view, 100.0) == 2  # A released: bound again, in turn

@@ -34,7 +34,8 @@ in flight or retained).
 
 It reads what the real router reads: its own records, the request (prompt size, session)
 and each engine's waiting count as vLLM's metrics export it. ``binding_only`` binds and
-forwards without admission, as the router does.
+forwards without admission, as the router does (its programs still act for a TTL after a
+call, pause when it runs out and are released once paused long enough).
 
 Deliberate differences:
 
@@ -158,8 +159,11 @@ class ProgramScheduling:
         if prog.last_finished is not None:
             rank.push_interval(now - prog.last_finished)
         tokens = call.prompt_tokens + cfg.decode_buffer_tokens
-        if cfg.binding_only:
-            prog.in_flight = True
+        if cfg.binding_only:  # admitted at home at once, charged no tokens
+            if not prog.active:
+                prog.active = True
+                rank.active += 1
+            prog.in_flight, prog.acting_deadline = True, None
             return prog.rank
         if prog.active:  # still acting: the call continues its segment on its rank
             if tokens > prog.tokens:
@@ -183,15 +187,16 @@ class ProgramScheduling:
         prog = self._programs[call.session]
         prog.in_flight = False
         prog.last_finished = now
-        if not self.config.binding_only:
-            impact = self.cache_miss_impact_s(call.prompt_tokens)
-            rank = self._ranks[prog.rank]
-            ttl = fitted_acting_ttl(
-                rank.intervals, self.config.stats_window_size,
-                self.config.max_acting_ttl_seconds, impact,
-            )  # fmt: skip
-            prog.acting_deadline = now + ttl
-            self.tick(now)
+        # its acting TTL starts (with binding_only too: such a program still pauses when it
+        # runs out, and is released once paused long enough)
+        impact = self.cache_miss_impact_s(call.prompt_tokens)
+        rank = self._ranks[prog.rank]
+        ttl = fitted_acting_ttl(
+            rank.intervals, self.config.stats_window_size,
+            self.config.max_acting_ttl_seconds, impact,
+        )  # fmt: skip
+        prog.acting_deadline = now + ttl
+        self.tick(now)
 
     def tick(self, now: float, view: FleetView | None = None) -> None:
         """The periodic decisions (also run on each call's end): expired TTLs pause, the

@@ -14,6 +14,7 @@ import pytest
 import vllm
 from vllm.config import KVTransferConfig
 from vllm.sampling_params import SamplingParams
+from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.request import Request
 
 from replay.vllmsim import build as build_mod
@@ -272,3 +273,47 @@ def test_a_prefix_cache_reset_releases_every_pin_first(tmp_path: Path) -> None:
     assert d.sched.reset_prefix_cache() is True
     stats = d.sched.ttl_stats()
     assert not d.sched.ttl.pins.pins and stats["dropped"] == 1 and stats["pinned_blocks"] == 0
+
+
+def test_vllms_priority_policy_orders_the_program_queue_as_vllm_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/deploy.md: ``--scheduling-policy priority`` is honoured. With no pin to tell
+    the calls apart, the program queue puts a later call of a smaller priority before an
+    earlier one of a larger priority, as vLLM's own priority queue (``Request.__lt__``) does,
+    and the step admits them in that order."""
+    made = build_mod.vllm_config
+
+    def with_priority(engine: Any, *, async_scheduling: bool, plugin: bool) -> Any:
+        config = made(engine, async_scheduling=async_scheduling, plugin=plugin)
+        config.scheduler_config.policy = "priority"
+        return config
+
+    monkeypatch.setattr(build_mod, "vllm_config", with_priority)
+    d = driver(tmp_path, static_params(5.0), blocks=40, async_scheduling=False)
+    assert d.sched.policy == SchedulingPolicy.PRIORITY and d.sched.ttl.policy is not None
+    requests: list[Request] = []
+    for rid, program, priority in [("x0", "x", 1), ("y0", "y", 0), ("z0", "z", 1)]:
+        d.now += 1.0
+        d.calls[rid] = _Outputs([20_000, 20_001])
+        params = SamplingParams(
+            max_tokens=2, ignore_eos=True, extra_args={"program_id": program, "tool": "bash"}
+        )
+        ids = list(range(d._next_id, d._next_id + 32))
+        d._next_id += 32
+        request = Request(
+            rid,
+            ids,
+            params,
+            None,
+            arrival_time=d.now,
+            priority=priority,
+            block_hasher=d.built.hasher,
+        )
+        requests.append(request)
+        d.sched.add_request(request)
+    vllms = [r.request_id for r in sorted(requests)]  # vLLM's priority queue's order
+    assert vllms == ["y0", "x0", "z0"]
+    assert [r.request_id for r in d.sched.waiting] == vllms
+    out, _ = d.schedule()
+    assert [r.req_id for r in out.scheduled_new_reqs] == vllms

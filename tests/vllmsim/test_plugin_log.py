@@ -317,3 +317,28 @@ def test_vllms_priority_policy_orders_the_program_queue_as_vllm_would(
     assert [r.request_id for r in d.sched.waiting] == vllms
     out, _ = d.schedule()
     assert [r.req_id for r in out.scheduled_new_reqs] == vllms
+
+
+def test_the_pin_cap_is_a_share_of_the_blocks_that_hold_kv_not_of_the_null_block(
+    tmp_path: Path,
+) -> None:
+    """The pins may hold ``pin_cap`` of vLLM's usable blocks, ``num_gpu_blocks − 1`` (block
+    0 is vLLM's null block and never holds KV): with 30 usable blocks and a cap of 0.75 a
+    pin may hold 22.5 blocks, so a call of 22 blocks is pinned and one of 23 refused (counting
+    the null block, 0.75 × 31 = 23.25, would pin it)."""
+    d = driver(tmp_path, static_params(5.0, pin_cap=0.75), blocks=30, async_scheduling=False)
+    pool = d.sched.kv_cache_manager.block_pool
+    assert pool.num_gpu_blocks == d.built.num_gpu_blocks == 31
+    assert d.sched.ttl.capacity_blocks == pool.num_gpu_blocks - 1 == 30
+    d.add("A", "a", 360, 2)  # 23 blocks at its finish
+    for _ in range(4):
+        d.update(d.schedule())
+    stats = d.sched.ttl_stats()
+    assert stats["refused"] == 1 and stats["made"] == 0 and not d.sched.ttl.pins.pins
+    d.add("B", "b", 345, 2)  # 22 blocks
+    for _ in range(4):
+        d.update(d.schedule())
+    stats = d.sched.ttl_stats()
+    assert (
+        stats["made"] == 1 and stats["pinned_blocks"] == 22 and list(d.sched.ttl.pins.pins) == ["b"]
+    )

@@ -5,6 +5,7 @@ facts (issue 22), the pins vLLM's deferred frees prevent, and a bad
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 from collections import deque
 from pathlib import Path
@@ -342,3 +343,40 @@ def test_the_pin_cap_is_a_share_of_the_blocks_that_hold_kv_not_of_the_null_block
     assert (
         stats["made"] == 1 and stats["pinned_blocks"] == 22 and list(d.sched.ttl.pins.pins) == ["b"]
     )
+
+
+def test_prefix_caching_off_is_warned_once_and_no_pin_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/troubleshooting.md ("Prefix caching is off"): the engine logs ``ttlctl: prefix
+    caching is off, so pins cannot help: none are made`` once, and a finished call is not
+    pinned."""
+    made = build_mod.vllm_config
+
+    def without_caching(engine: Any, *, async_scheduling: bool, plugin: bool) -> Any:
+        config = made(engine, async_scheduling=async_scheduling, plugin=plugin)
+        config.cache_config.enable_prefix_caching = False
+        return config
+
+    monkeypatch.setattr(build_mod, "vllm_config", without_caching)
+    said = "ttlctl: prefix caching is off, so pins cannot help: none are made"
+    logged: list[str] = []
+    handler = logging.Handler(logging.WARNING)  # the plugin's warnings (the driver quiets vLLM)
+    handler.emit = lambda record: logged.append(record.getMessage())  # type: ignore[method-assign]
+    engine_logger = logging.getLogger("vllm.ttlctl.engine")
+    level = engine_logger.level
+    engine_logger.addHandler(handler)
+    engine_logger.setLevel(logging.WARNING)
+    try:
+        d = driver(tmp_path, static_params(5.0), blocks=40, async_scheduling=False)
+    finally:
+        engine_logger.removeHandler(handler)
+        engine_logger.setLevel(level)
+    assert d.sched.cache_config.enable_prefix_caching is False
+    assert d.sched.ttl.policy is not None and d.sched.ttl.policy.params.pins
+    assert [w for w in d.sched.ttl_warnings if "prefix caching" in w] == [said]
+    assert logged.count(said) == 1
+    d.add("A", "a", 40, 2)
+    for _ in range(3):
+        d.update(d.schedule())
+    assert d.sched.ttl_stats()["made"] == 0 and not d.sched.ttl.pins.pins

@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 import vllm
 from vllm.config import KVTransferConfig
+from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import ExampleConnector
 from vllm.sampling_params import SamplingParams
 from vllm.v1.core.sched.request_queue import SchedulingPolicy
+from vllm.v1.outputs import KVConnectorOutput
 from vllm.v1.request import Request
 
 from replay.vllmsim import build as build_mod
@@ -379,4 +381,62 @@ def test_prefix_caching_off_is_warned_once_and_no_pin_is_made(
     d.add("A", "a", 40, 2)
     for _ in range(3):
         d.update(d.schedule())
+    assert d.sched.ttl_stats()["made"] == 0 and not d.sched.ttl.pins.pins
+
+
+class DelayedFreeConnector(ExampleConnector):
+    """vLLM's ExampleConnector, but it takes on freeing every finished request's blocks
+    (``request_finished`` returns True: still sending; the blocks go when the worker reports
+    the request in ``finished_sending``), as a producer connector does."""
+
+    def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, Any]:
+        return True, None
+
+
+def test_a_free_the_kv_connector_delays_is_not_pinned_but_counted_and_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other deferred free (ttlctl/engine/scheduler.py ``_free_request``): the KV
+    connector's ``request_finished`` keeps the blocks, so vLLM does not free them at the
+    finish: no pin, counted ``deferred`` and noted on the call's log line; when the connector
+    is done vLLM frees them itself, still unpinned."""
+    made = build_mod.vllm_config
+
+    def with_connector(engine: Any, *, async_scheduling: bool, plugin: bool) -> Any:
+        config = made(engine, async_scheduling=async_scheduling, plugin=plugin)
+        config.kv_transfer_config = KVTransferConfig(
+            kv_connector=DelayedFreeConnector.__name__,
+            kv_connector_module_path=__name__,
+            kv_role="kv_both",
+            kv_connector_extra_config={"shared_storage_path": str(tmp_path / "kv")},
+        )
+        config.scheduler_config.disable_hybrid_kv_cache_manager = True  # the connector's need
+        return config
+
+    monkeypatch.setattr(build_mod, "vllm_config", with_connector)
+    log = tmp_path / "engine.jsonl"
+    d = driver(
+        tmp_path,
+        static_params(5.0),
+        blocks=40,
+        async_scheduling=False,
+        env={"TTLCTL_LOG": str(log)},
+    )
+    assert isinstance(d.sched.connector, DelayedFreeConnector) and not d.sched.defer_block_free
+    pool = d.sched.kv_cache_manager.block_pool
+    free = pool.get_num_free_blocks()
+    d.add("A", "a", 40, 2)
+    for _ in range(2):
+        d.update(d.schedule())
+    stats = d.sched.ttl_stats()
+    assert stats["deferred"] == 1 and stats["made"] == 0 and not d.sched.ttl.pins.pins
+    assert "A" in d.sched.requests and pool.get_num_free_blocks() == free - 3  # still held
+    call = _lines(log)[-1]
+    assert call["request_id"] == "A" and call["output_tokens"] == 2
+    assert call["pin_skipped"] == "deferred" and call["ttl_s"] == 0.0
+    # the connector is done: vLLM frees the blocks, and the plugin does not pin them now
+    out, step = d.schedule()
+    step.output.kv_connector_output = KVConnectorOutput(finished_sending={"A"})
+    d.update((out, step))
+    assert "A" not in d.sched.requests and pool.get_num_free_blocks() == free
     assert d.sched.ttl_stats()["made"] == 0 and not d.sched.ttl.pins.pins

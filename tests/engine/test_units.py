@@ -434,15 +434,22 @@ def test_engine_log_states_the_engines_facts_first_on_change_and_after_a_truncat
     assert lines[0]["bundle_sha256"] == "cd" * 32
 
 
-def test_engine_log_reopens_a_renamed_or_removed_file(tmp_path: Path) -> None:
-    """logrotate's default rotation renames the file: the next line goes to a new file at
-    the path (the engine's facts first), not on into the renamed one."""
-    path = tmp_path / "engine.jsonl"
+def _rotated_log(path: Path) -> EngineLog:
+    """An engine log at ``path`` with the engine's facts and call ``a`` written, then the
+    file renamed to ``<path>.1`` (as logrotate does)."""
     log = EngineLog(str(path), [].append)
     facts = EngineFacts("0.32.0", "m", 32, 63, 8, 512, 1024, False, True, "ab" * 32, "r1")
     log.write_facts(facts)
     log.write(Record("a", "p", None, None, 1.0, None, 2.0, 10, 1, None, "length", 0.0))
-    path.rename(tmp_path / "engine.jsonl.1")
+    path.rename(path.with_name(path.name + ".1"))
+    return log
+
+
+def test_engine_log_reopens_a_renamed_or_removed_file(tmp_path: Path) -> None:
+    """logrotate's default rotation renames the file: the next line goes to a new file at
+    the path (the engine's facts first), not on into the renamed one."""
+    path = tmp_path / "engine.jsonl"
+    log = _rotated_log(path)
     log.write(Record("b", "p", None, None, 3.0, None, 4.0, 10, 1, None, "length", 0.0))
     old = [json.loads(x) for x in (tmp_path / "engine.jsonl.1").read_text().splitlines()]
     new = [json.loads(x) for x in path.read_text().splitlines()]
@@ -463,11 +470,7 @@ def test_engine_log_follows_a_rename_when_a_new_file_is_created_at_the_path(
     and a new empty one made at the path before the plugin's next line, which must go
     there (the path names another file), the engine's facts first."""
     path = tmp_path / "engine.jsonl"
-    log = EngineLog(str(path), [].append)
-    facts = EngineFacts("0.32.0", "m", 32, 63, 8, 512, 1024, False, True, "ab" * 32, "r1")
-    log.write_facts(facts)
-    log.write(Record("a", "p", None, None, 1.0, None, 2.0, 10, 1, None, "length", 0.0))
-    path.rename(tmp_path / "engine.jsonl.1")
+    log = _rotated_log(path)
     path.touch()
     log.write(Record("b", "p", None, None, 3.0, None, 4.0, 10, 1, None, "length", 0.0))
     old = [json.loads(x) for x in (tmp_path / "engine.jsonl.1").read_text().splitlines()]

@@ -246,17 +246,20 @@ def test_vllms_reordering_of_the_window_leaves_the_program_queue_and_its_pins(
     assert dict(d.sched.ttl.pins.pins) == pins
 
 
+def _logged_sync(tmp_path: Path) -> tuple[Driver, Path]:
+    """A synchronous scheduler with the plugin (5 s pins, 40 blocks) logging to a file."""
+    log = tmp_path / "engine.jsonl"
+    d = driver(
+        tmp_path, static_params(5.0), blocks=40, async_scheduling=False,
+        env={"TTLCTL_LOG": str(log)},
+    )  # fmt: skip
+    return d, log
+
+
 def test_a_call_whose_first_token_is_its_last_logs_its_first_token(tmp_path: Path) -> None:
     """A one-token answer: its first token and its finish come in the same step (vLLM frees
     the request inside ``update_from_output``), and the log line still has a first token."""
-    log = tmp_path / "engine.jsonl"
-    d = driver(
-        tmp_path,
-        static_params(5.0),
-        blocks=40,
-        async_scheduling=False,
-        env={"TTLCTL_LOG": str(log)},
-    )
+    d, log = _logged_sync(tmp_path)
     d.add("A", "a", 40, 1)
     d.update(d.schedule())
     call = _lines(log)[-1]
@@ -414,14 +417,7 @@ def test_a_free_the_kv_connector_delays_is_not_pinned_but_counted_and_logged(
         return config
 
     monkeypatch.setattr(build_mod, "vllm_config", with_connector)
-    log = tmp_path / "engine.jsonl"
-    d = driver(
-        tmp_path,
-        static_params(5.0),
-        blocks=40,
-        async_scheduling=False,
-        env={"TTLCTL_LOG": str(log)},
-    )
+    d, log = _logged_sync(tmp_path)
     assert isinstance(d.sched.connector, DelayedFreeConnector) and not d.sched.defer_block_free
     pool = d.sched.kv_cache_manager.block_pool
     free = pool.get_num_free_blocks()

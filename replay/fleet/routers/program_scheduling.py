@@ -94,6 +94,12 @@ class _Program:
     queued_at: float | None = None
     force_deadline: float | None = None
 
+    @property
+    def live(self) -> bool:
+        """Acting, or with a call in flight or retained (the router's Active or Reasoning);
+        not a program paused between calls."""
+        return self.active or self.in_flight or self.queued_at is not None
+
 
 @dataclass(slots=True)
 class _Rank:
@@ -261,11 +267,10 @@ class ProgramScheduling:
             self._bound += 1
             return self._by_url[(self._bound - 1) % self.replicas]
         if strategy == "least_program_count":
-            # the live programs: acting, or with a call in flight or retained (the
-            # router's Active or Reasoning); one paused between calls is not counted
+            # the live programs; one paused between calls is not counted
             counts = [0] * self.replicas
             for p in self._programs.values():
-                if p.active or p.in_flight or p.queued_at is not None:
+                if p.live:
                     counts[p.rank] += 1
             return min(self._by_url, key=lambda r: counts[r])  # ties: the first URL
         assert self._ring is not None
@@ -318,27 +323,17 @@ class ProgramScheduling:
         ttl = self.config.paused_retention_ttl_seconds
         if upto - self._earliest_paused < ttl:  # none is due: a later pause is due later
             return
-        gone = [
-            session
-            for session, prog in self._programs.items()
-            if not prog.active
-            and not prog.in_flight
-            and prog.queued_at is None
-            and prog.paused_at is not None
-            and upto - prog.paused_at >= ttl
-        ]
-        for session in gone:
-            del self._programs[session]
+        # the programs paused between calls, and since when
+        paused = {
+            s: p.paused_at
+            for s, p in self._programs.items()
+            if p.paused_at is not None and not p.live
+        }
+        for session, at in paused.items():
+            if upto - at >= ttl:
+                del self._programs[session]
         self._earliest_paused = min(
-            (
-                p.paused_at
-                for p in self._programs.values()
-                if p.paused_at is not None
-                and not p.active
-                and not p.in_flight
-                and p.queued_at is None
-            ),
-            default=math.inf,
+            (at for at in paused.values() if upto - at < ttl), default=math.inf
         )
 
     def _tick_at_or_after(self, t: float) -> float:

@@ -46,7 +46,7 @@ def eta_from_sums(n: float, s1: float, s2: float, sxy: float) -> float | None:
 
 @dataclass(slots=True)
 class EtaSums:
-    """Running sums over finished programs, with an optional prior weight."""
+    """Running sums over finished programs (one program at a time, as each ends)."""
 
     n: float = 0.0
     s1: float = 0.0
@@ -54,12 +54,12 @@ class EtaSums:
     sxy: float = 0.0
     programs: int = 0
 
-    def add(self, n_calls: int, weight: float = 1.0) -> None:
+    def add(self, n_calls: int) -> None:
         m, s1, s2, sxy = _program_sums(n_calls)
-        self.n += weight * m
-        self.s1 += weight * s1
-        self.s2 += weight * s2
-        self.sxy += weight * sxy
+        self.n += m
+        self.s1 += s1
+        self.s2 += s2
+        self.sxy += sxy
         self.programs += 1
 
     def eta(self) -> float | None:

@@ -59,6 +59,20 @@ def test_undefined_cases() -> None:
     assert estimate([2, 2, 2]).value is None  # every pair is (1, 1)
 
 
+def test_one_program_has_an_eta_but_no_interval() -> None:
+    """One program of five calls: its pairs give η, but resampling one program gives the
+    same sums every time, so no interval is claimed and no resample is drawn."""
+    est = estimate([5])
+    assert est.value is not None and est.value == estimate([5, 5], bootstrap=0).value
+    assert (est.ci_low, est.ci_high, est.programs, est.pairs, est.bootstrap) == (
+        None,
+        None,
+        1,
+        4,
+        0,
+    )
+
+
 def test_bootstrap_is_seeded() -> None:
     lengths = np.random.default_rng(4).integers(2, 30, 200)
     a, b = estimate(lengths, seed=7), estimate(lengths, seed=7)

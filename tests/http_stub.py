@@ -16,13 +16,16 @@ class _Server(ThreadingHTTPServer):
 
 
 @contextmanager
-def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    """Serve ``handler`` on a free local port in a thread; yields its base URL."""
-    server = _Server(("127.0.0.1", 0), handler)
+def serving(
+    handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1", port: int = 0
+) -> Iterator[str]:
+    """Serve ``handler`` on ``host``:``port`` (0: a free port) in a thread; yields its
+    base URL."""
+    server = _Server((host, port), handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://{host}:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

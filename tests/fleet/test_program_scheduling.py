@@ -23,6 +23,7 @@ from profiles.shipped import resolve
 from replay.fleet.routers import RouterSettings, make_router
 from replay.fleet.routers.base import HOLD, RoutedCall
 from replay.fleet.routers.consistent_hash import ConsistentHash
+from replay.fleet.routers.furc import fbi_hash
 from replay.fleet.routers.program_scheduling import ProgramScheduling
 from replay.fleet.routers.progress_ttl import (
     REFERENCE_PREFILL,
@@ -751,6 +752,29 @@ def test_program_round_robin_follows_the_sorted_worker_urls() -> None:
                     worker_urls=["http://h:9000", "http://h:10000"])  # fmt: skip
     view = waiting([0, 0])
     assert [r.route(call(f"p{i}"), view, 0.0) for i in range(3)] == [1, 0, 1]
+
+
+def test_consistent_hash_binding_builds_the_ring_over_the_sorted_urls() -> None:
+    """binding/mod.rs ``ConsistentHashBinding::ring`` inserts each candidate's nodes in
+    ``target_id`` order into a ``BTreeMap``: of two workers' nodes at one hash the later
+    URL's stays, whatever the order of ``--worker-urls``. Node 86 of
+    ``http://127.0.0.1:41000`` and node 66 of ``http://127.0.0.1:41129`` share a hash;
+    the sessions whose key falls just before it (c20, c57, c116) went to the :41129 stub
+    behind the installed vllm-router 0.1.17 given the URLs either way round (the model
+    given them :41129 first sent them to :41000 before it sorted them)."""
+    a, b = "http://127.0.0.1:41000", "http://127.0.0.1:41129"
+    assert fbi_hash(f"{a}:86") == fbi_hash(f"{b}:66")
+    settings = RouterSettings(
+        "program-scheduling",
+        program_scheduling_config_json="{}",
+        program_scheduling_calibration="reference",
+    )
+    view = waiting([0, 0])
+    for urls in ([a, b], [b, a]):
+        r = make_router(settings, 2, seed=0, block_size=16, worker_urls=urls)
+        placed = {urls[r.route(call(s), view, 0.0)] for s in ["c20", "c57", "c116"]}
+        assert placed == {b}
+        assert urls[r.route(call("o1"), view, 0.0)] == a  # elsewhere on the ring
 
 
 def test_a_program_idle_past_the_paused_retention_is_bound_afresh() -> None:

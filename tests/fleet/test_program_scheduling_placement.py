@@ -1,15 +1,18 @@
 """The ``program-scheduling`` model places programs where the real ``vllm-router`` 0.1.17
-does with ``--enable-program-scheduling``: the real binary in front of three stub workers
-(HTTP servers that answer a completion at once, note the ``X-Session-ID`` of each call in
-arrival order and serve a ``/metrics`` text with a ``vllm:num_requests_waiting`` the test
-sets; no vLLM), calls sent one after another, and the worker of each call, in the order
-the workers got them, compared with the model's for the same worker URLs, the model driven
-as the fleet drives it (``make_router``, ``route``, ``completed``, ``next_wake`` and
-``tick``; on a clock of its own, where the test's pauses are as long as the real ones).
+does with ``--enable-program-scheduling``: the real binary in front of stub workers (three,
+or two on loopback addresses chosen for their URLs' hashes; HTTP servers that answer a
+completion at once, note the ``X-Session-ID`` of each call in arrival order and serve a
+``/metrics`` text with a ``vllm:num_requests_waiting`` the test sets; no vLLM), calls sent
+one after another, and the worker of each call, in the order the workers got them,
+compared with the model's for the same worker URLs, the model driven as the fleet drives
+it (``make_router``, ``route``, ``completed``, ``next_wake`` and ``tick``; on a clock of
+its own, where the test's pauses are as long as the real ones).
 
 What is checked is what placement shows without a race: each binding strategy the model
 has (``program_round_robin``, ``least_program_count``, ``consistent_hash``) on the first
-calls of many programs; a program's later calls going home while bound; the release of
+calls of many programs (``consistent_hash``'s ring over the URLs sorted, down to which
+worker keeps a virtual node two workers' URLs hash alike: the later URL's, given the URLs
+in any order); a program's later calls going home while bound; the release of
 programs paused past ``paused_retention_ttl_seconds`` (their next call bound afresh);
 which programs ``least_program_count`` counts (acting, or with a call in flight or
 retained; not those paused between calls, as every program is while its worker's window
@@ -24,12 +27,14 @@ cannot run."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import threading
 import time
 import urllib.request
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -37,11 +42,14 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from replay.fleet.routers import RouterSettings, make_router
 from replay.fleet.routers.base import HOLD, RoutedCall
+from replay.fleet.routers.consistent_hash import VIRTUAL_NODES_PER_WORKER, session_key
+from replay.fleet.routers.furc import fbi_hash
 from replay.fleet.routers.program_scheduling import ProgramScheduling
 from tests.fleet.views import View, waiting
 from tests.http_stub import json_reply, serving
@@ -130,16 +138,21 @@ def _worker(
 
 
 @contextmanager
-def _fleet(tmp_path: Path, name: str, config: dict[str, Any]) -> Iterator[_Live]:
+def _fleet(
+    tmp_path: Path,
+    name: str,
+    config: dict[str, Any],
+    addresses: list[tuple[str, int]] = [("127.0.0.1", 0)] * 3,
+) -> Iterator[_Live]:
     """The real router with Program scheduling (``config`` over the enable key the replay
-    needs) in front of three stubs."""
+    needs) in front of a stub at each of ``addresses`` (host, port; 0: a free one)."""
     command = router_or_skip()
     lock = threading.Lock()
     arrivals: list[tuple[str, str]] = []
-    stubs = [_Stub() for _ in range(3)]
+    stubs = [_Stub() for _ in addresses]
     with ExitStack() as stack:
-        for stub in stubs:
-            stub.url = stack.enter_context(serving(_worker(stub, arrivals, lock)))
+        for stub, (host, port) in zip(stubs, addresses, strict=True):
+            stub.url = stack.enter_context(serving(_worker(stub, arrivals, lock), host, port))
         port, prometheus = free_port(), free_port()
         front = OwnedServer(
             router.router_command(
@@ -519,3 +532,64 @@ def test_the_count_bound_retains_a_program_behind_an_acting_one_until_force_resu
     model.poll()
     assert _named(real, urls) == ["A@0", "A@0", "X@1", "Y@2", "X@1", "P@0"]
     assert _named(model.placed, urls) == _named(real, urls)
+
+
+def test_consistent_hash_binding_gives_a_shared_hash_to_the_later_url(tmp_path: Path) -> None:
+    """The router builds the binding's ring over its workers sorted by URL, so of two
+    workers' virtual nodes at one hash the later URL's stays, whatever the order of
+    ``--worker-urls``: two stubs on loopback addresses whose URLs share a node's hash
+    (found afresh each run), and sessions whose key falls just before it, go where the
+    model sends them given the URLs either way round."""
+    port_a, port_b = free_port(), free_port()
+    url_a, url_b, point = _colliding_urls(port_a, port_b)
+    sessions = [*_keys_just_before(point, (url_a, url_b), 3), "o1", "o2", "o3"]
+    addresses = [_host_port(url_a), _host_port(url_b)]
+    with _fleet(tmp_path, "collision", {}, addresses) as live:
+        for session in sessions:
+            _send(live.url, session)
+        real = dict(live.arrivals)
+    later = max(url_a, url_b)
+    assert all(real[s] == later for s in sessions[:3])
+    for urls in ([url_a, url_b], [url_b, url_a]):
+        model = _Model.of({}, urls)
+        for session in sessions:
+            model.call(session)
+        assert dict(model.placed) == real
+
+
+def _colliding_urls(port_a: int, port_b: int) -> tuple[str, str, int]:
+    """Two worker URLs on loopback addresses (``127.0.0.k``), one on each port, with a
+    virtual node each at one hash, and that hash (about 20 addresses tried each)."""
+    seen: tuple[dict[int, str], dict[int, str]] = ({}, {})
+    for k in range(1, 255):
+        for side, port in enumerate((port_a, port_b)):
+            url = f"http://127.0.0.{k}:{port}"
+            for i in range(VIRTUAL_NODES_PER_WORKER):
+                point = fbi_hash(f"{url}:{i}")
+                other = seen[1 - side].get(point)
+                if other is not None:
+                    pair = (url, other) if side == 0 else (other, url)
+                    return pair[0], pair[1], point
+                seen[side][point] = url
+    raise AssertionError("no two loopback URLs share a node's hash")
+
+
+def _keys_just_before(point: int, urls: tuple[str, ...], count: int) -> list[str]:
+    """``count`` sessions whose key the ring over ``urls`` places at node ``point``: the
+    first node at or after the key's hash, wrapping around."""
+    points = sorted({fbi_hash(f"{u}:{i}") for u in urls for i in range(VIRTUAL_NODES_PER_WORKER)})
+    found = []
+    for i in itertools.count():
+        session = f"k{i}"
+        at = bisect_left(points, fbi_hash(session_key(session))) % len(points)
+        if points[at] == point:
+            found.append(session)
+            if len(found) == count:
+                break
+    return found
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    return parts.hostname, parts.port

@@ -59,7 +59,10 @@ Deliberate differences:
   poll time, not at the poll instant;
 - ``consistent_hash`` binding hashes the session as the ``consistent_hash`` policy does
   (:class:`~replay.fleet.routers.consistent_hash.HashRing`: ``fbi_hash``,
-  ``hash_virtual_nodes`` nodes per worker, over the workers' URLs when given);
+  ``hash_virtual_nodes`` nodes per worker, over the workers' URLs when given), the ring
+  built over the URLs sorted as the router builds it (``ConsistentHashBinding``: of two
+  workers' nodes at one hash the later URL's stays, whatever order the URLs are given
+  in; the policy's ring keeps its own worker order's instead);
 - the program's last call is not known to the router (no terminate signal), as live;
 - PD mode (``--vllm-pd-disaggregation``), where 0 sizes the bounds from the prefill
   permits, is not modelled.
@@ -143,8 +146,11 @@ class ProgramScheduling:
     def __post_init__(self) -> None:
         self._ranks = [_Rank(self.config.stats_window_size) for _ in range(self.replicas)]
         urls = worker_urls(self.replicas, self.urls)
-        self._ring = HashRing(urls, self.config.hash_virtual_nodes)
         self._by_url = tuple(sorted(range(self.replicas), key=lambda r: urls[r]))
+        # the ring over the URLs sorted, as the router builds it from its sorted candidates:
+        # of two workers' nodes at one hash the later URL's stays (its owners index _by_url)
+        sorted_urls = tuple(urls[r] for r in self._by_url)
+        self._ring = HashRing(sorted_urls, self.config.hash_virtual_nodes)
 
     # ------------------------------------------------------------ the router's events
 
@@ -274,7 +280,7 @@ class ProgramScheduling:
                     counts[p.rank] += 1
             return min(self._by_url, key=lambda r: counts[r])  # ties: the first URL
         assert self._ring is not None
-        return self._ring.owner(session)
+        return self._by_url[self._ring.owner(session)]
 
     def _tick_index(self, now: float) -> int:
         """The last metrics tick at or before ``now``: the largest k with k × interval ≤ now

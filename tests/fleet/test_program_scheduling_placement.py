@@ -36,7 +36,7 @@ import time
 import urllib.request
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
@@ -65,6 +65,8 @@ PROMPT = [1, 2, 3]
 STEP_S = 0.005
 #: seconds a wait for the real router may take before the test gives up
 PATIENCE_S = 15.0
+#: the stubs' addresses unless a test chooses them: three on free local ports
+THREE_STUBS = (("127.0.0.1", 0),) * 3
 
 
 @dataclass
@@ -142,7 +144,7 @@ def _fleet(
     tmp_path: Path,
     name: str,
     config: dict[str, Any],
-    addresses: list[tuple[str, int]] = [("127.0.0.1", 0)] * 3,
+    addresses: Sequence[tuple[str, int]] = THREE_STUBS,
 ) -> Iterator[_Live]:
     """The real router with Program scheduling (``config`` over the enable key the replay
     needs) in front of a stub at each of ``addresses`` (host, port; 0: a free one)."""

@@ -56,7 +56,11 @@ Deliberate differences:
   and prices a prompt from its bytes (a learned tokens-per-byte) where the model knows its
   tokens;
 - the waiting count a poll reads is the engine's at the router's first event after the
-  poll time, not at the poll instant;
+  poll time, not at the poll instant; the model polls from time 0, where the router polls
+  once it has had a Program request (its first call passes the waiting gate unread, seen
+  behind the real router with an engine reporting 2 waiting) and reads a poll only while
+  it is fresh (3 intervals): a replay's engines start with nothing waiting and every tick
+  polls them, so no replayed call differs;
 - ``consistent_hash`` binding hashes the session as the ``consistent_hash`` policy does
   (:class:`~replay.fleet.routers.consistent_hash.HashRing`: ``fbi_hash``,
   ``hash_virtual_nodes`` nodes per worker, over the workers' URLs when given), the ring

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from tests.router_fork import FREE_PORT
 from ttlctl.server import router
+
+__all__ = ["FREE_PORT", "router_or_skip", "router_outputs"]
 
 
 def router_or_skip() -> str:
@@ -23,3 +29,36 @@ def router_or_skip() -> str:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
         pytest.skip(f"{command} --help exited {done.returncode}: {' '.join(tail)}")
     return command
+
+
+def router_outputs(
+    command: str,
+    runs: list[list[str]],
+    *,
+    merge_stderr: bool,
+    until: list[str],
+    timeout_s: float = 60,
+) -> list[str]:
+    """What ``command`` (the installed ``vllm-router``) writes on stdout (and stderr, when
+    ``merge_stderr``) when started with each argument list of ``runs``, up to its first
+    line holding one of ``until`` (``[""]``: its first line), or all it wrote before it
+    exited or ``timeout_s`` ran out. An argument ``{free_port}`` is a port free at that
+    start. The console script's Python imports the launcher once
+    and forks a child per start (tests/router_fork.py): the same parser and Rust validation,
+    without the half-second import each time."""
+    job = {"runs": runs, "merge_stderr": merge_stderr, "until": until, "timeout_s": timeout_s}
+    done = subprocess.run(
+        [*_interpreter(command), str(Path(__file__).with_name("router_fork.py"))],
+        input=json.dumps(job), capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    out: list[str] = json.loads(done.stdout)
+    return out
+
+
+def _interpreter(command: str) -> list[str]:
+    """The Python of the ``vllm-router`` console script ``command`` (its ``#!`` line)."""
+    with open(command, "rb") as script:
+        first = script.readline().decode(errors="replace")
+    if not first.startswith("#!") or "python" not in first:
+        pytest.fail(f"{command} is not the Python console script of vllm_router: {first!r}")
+    return shlex.split(first[2:])

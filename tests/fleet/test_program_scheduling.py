@@ -39,6 +39,7 @@ from replay.sim import ReplayConfig
 from replay.synth import synth
 from replay.workload import Workload, from_frame
 from tests.fleet.views import View, waiting
+from tests.router_bin import FREE_PORT, router_outputs
 from ttlctl import router_flags
 from ttlctl.errors import ConfigError
 from ttlctl.server.process import free_port
@@ -370,11 +371,16 @@ def test_the_config_takes_what_the_router_takes(
 def test_the_installed_router_agrees_on_each_range() -> None:
     """The table above against the installed vllm-router: it refuses at start exactly the
     configs ttlctl refuses (the enable key given as ``auto``, which the replay needs)."""
+    texts = [
+        json.dumps({"program_scheduling_enable_key": "auto", **config})
+        for config, _, _ in ROUTER_VERDICTS
+    ]
+    logs = router_outputs(
+        _router_command(), [_router_args(text) for text in texts], merge_stderr=True, until=WATCHED
+    )
     differ = []
-    for config, _, _ in ROUTER_VERDICTS:
+    for (config, _, _), text, log in zip(ROUTER_VERDICTS, texts, logs, strict=True):
         took, _ = _ttlctl_takes(config)
-        text = json.dumps({"program_scheduling_enable_key": "auto", **config})
-        log = _router_start(text)
         router_took = "Waiting for" in log and "Error starting router" not in log
         if router_took != took:
             differ.append((text, took, log[-300:]))
@@ -520,19 +526,33 @@ def test_reference_and_calibrated_runs_are_both_available(workload, cost):
         )
 
 
-def _router_start(config: str) -> str:
-    """What the installed vllm-router says when started with ``config``: its validation
-    error, or its wait for the (absent) worker once the config passed."""
+#: what vllm-router says once its config passed (it waits for the absent worker), or not
+WATCHED = ["Waiting for", "Error starting router"]
+
+
+def _router_command() -> str:
     command = shutil.which("vllm-router") or str(Path(sys.executable).parent / "vllm-router")
     if not Path(command).exists():
         pytest.skip("vllm-router is not installed (pip install vllm-router)")
-    port, metrics = str(free_port()), str(free_port())
+    return command
+
+
+def _router_args(config: str, port: str = FREE_PORT, metrics: str = FREE_PORT) -> list[str]:
+    """vllm-router's arguments to start Program scheduling with ``config`` (on ports free
+    at its start, by default: router_outputs picks them)."""
+    # metrics on a port of their own: a router elsewhere on the host may hold the
+    # default (29000), and then this one exits with "Address already in use"
+    return ["--host", "127.0.0.1", "--port", port, "--worker-urls", "http://127.0.0.1:9",
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", metrics,
+            "--enable-program-scheduling", "--program-scheduling-config-json", config]  # fmt: skip
+
+
+def _router_start(config: str) -> str:
+    """What the installed vllm-router, its console script started, says when started with
+    ``config``: its validation error, or its wait for the (absent) worker once the config
+    passed."""
     proc = subprocess.Popen(
-        # metrics on a port of their own: a router elsewhere on the host may hold the
-        # default (29000), and then this one exits with "Address already in use"
-        [command, "--host", "127.0.0.1", "--port", port, "--worker-urls", "http://127.0.0.1:9",
-         "--prometheus-host", "127.0.0.1", "--prometheus-port", metrics,
-         "--enable-program-scheduling", "--program-scheduling-config-json", config],
+        [_router_command(), *_router_args(config, str(free_port()), str(free_port()))],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     seen: list[str] = []
@@ -540,7 +560,7 @@ def _router_start(config: str) -> str:
         assert proc.stdout is not None
         for line in proc.stdout:
             seen.append(line)
-            if "Waiting for" in line or "Error starting router" in line:
+            if any(word in line for word in WATCHED):
                 break
     finally:
         proc.kill()

@@ -7,8 +7,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import math
-import subprocess
-import threading
 import typing
 from typing import Any
 
@@ -20,7 +18,7 @@ from replay.fleet.routers import TAKES, RouterSettings, make_router
 from replay.fleet.routers.cache_aware import CacheAware
 from replay.fleet.routers.kv_aware import KvAware
 from replay.fleet.routers.pin_aware import PinAware
-from tests.router_bin import router_or_skip
+from tests.router_bin import FREE_PORT, router_or_skip, router_outputs
 from ttlctl.cli import replay as replay_cli
 from ttlctl.errors import ConfigError, TtlctlError
 from ttlctl.router_doc import (
@@ -33,7 +31,6 @@ from ttlctl.router_doc import (
     flag_name,
     ttlctl_name,
 )
-from ttlctl.server.process import free_port
 
 #: every (router, setting, flag) of the table
 TABLE = [(name, key, flag) for name, flags in SETTINGS.items() for key, flag in flags.items()]
@@ -153,40 +150,50 @@ def test_the_table_is_vllm_routers_parser() -> None:
 VLLM_FLAGS = [(name, key, flag) for name, key, flag in TABLE if flag.vllm_router]
 
 
-def router_starts(binary: str, policy: str, key: str, value: float) -> bool:
-    """Whether vllm-router gets past its own checks (its parser's, then its Rust config
-    validation at start) with ``--KEY VALUE``: it writes its first line on stdout once
-    it starts serving, and exits 1 with nothing on stdout when it refuses."""
-    command = [binary, "--host", "127.0.0.1", "--port", str(free_port())]
+def router_probes(flag: Flag) -> list[float]:
+    """The table's ends of ``flag`` and a value just beyond each, and 2**64."""
+    step = 1 if flag.integer else 0.01
+    probes: list[float] = [flag.low, flag.low - step, 2**64]
+    if not math.isinf(flag.high):
+        probes += [flag.high, flag.high + step]
+    return [int(value) if flag.integer else round(value, 6) for value in probes]
+
+
+def router_args(policy: str, key: str, value: float) -> list[str]:
+    """vllm-router's arguments to start with ``--policy policy --KEY VALUE``, on a port
+    free at its start (router_outputs picks it)."""
+    command = ["--host", "127.0.0.1", "--port", FREE_PORT]
     command += ["--worker-urls", "http://127.0.0.1:9", "--policy", policy]
-    command += [flag_name(key), str(value)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    watchdog = threading.Timer(60, proc.kill)
-    watchdog.start()
-    try:
-        started = bool(proc.stdout and proc.stdout.readline())
-    finally:
-        watchdog.cancel()
-        proc.kill()
-        proc.wait()
-    return started
+    return [*command, flag_name(key), str(value)]
+
+
+def policy_of(name: str) -> str:
+    return next(p for p in POLICIES if ttlctl_name(p) == name)
+
+
+@pytest.fixture(scope="module")
+def router_started() -> dict[tuple[str, str, float], bool]:
+    """Whether vllm-router gets past its own checks (its parser's, then its Rust config
+    validation at start) with ``--KEY VALUE``, for each probe of each flag: it writes its
+    first line on stdout once it starts serving, and exits 1 with nothing on stdout when it
+    refuses. All the starts are forked from one import of its launcher (router_outputs)."""
+    binary = router_or_skip()
+    probes = [(name, key, value) for name, key, flag in VLLM_FLAGS for value in router_probes(flag)]
+    runs = [router_args(policy_of(name), key, value) for name, key, value in probes]
+    firsts = router_outputs(binary, runs, merge_stderr=False, until=[""])
+    return {probe: bool(first) for probe, first in zip(probes, firsts, strict=True)}
 
 
 @pytest.mark.parametrize(
     ("name", "key", "flag"), VLLM_FLAGS, ids=[f"{n}.{k}" for n, k, _ in VLLM_FLAGS]
 )
-def test_the_real_router_takes_what_the_table_takes(name: str, key: str, flag: Flag) -> None:
+def test_the_real_router_takes_what_the_table_takes(
+    name: str, key: str, flag: Flag, router_started: dict[tuple[str, str, float], bool]
+) -> None:
     """vllm-router 0.1.17 run as the oracle of each range: it starts with the table's
     ends and refuses a value just beyond each (some only when it starts, past its
     parser: balance_rel_threshold under 1), and it and the table agree on 2**64 (an
     integer its Rust side cannot hold)."""
-    binary = router_or_skip()
-    policy = next(p for p in POLICIES if ttlctl_name(p) == name)
-    step = 1 if flag.integer else 0.01
-    probes: list[float] = [flag.low, flag.low - step, 2**64]
-    if not math.isinf(flag.high):
-        probes += [flag.high, flag.high + step]
-    for value in probes:
-        value = int(value) if flag.integer else round(value, 6)
+    for value in router_probes(flag):
         taken = flag.refusal(value) is None
-        assert router_starts(binary, policy, key, value) == taken, (key, value, taken)
+        assert router_started[(name, key, value)] == taken, (key, value, taken)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import subprocess
@@ -17,18 +18,28 @@ __all__ = ["FREE_PORT", "router_or_skip", "router_outputs"]
 
 def router_or_skip() -> str:
     """The ``vllm-router`` command; the test is skipped, saying why, where it cannot run."""
+    command, why = _router_found()
+    if command is None:
+        pytest.skip(why)
+    return command
+
+
+@functools.cache
+def _router_found() -> tuple[str | None, str]:
+    """(the ``vllm-router`` command, "") or (None, why it cannot run here): looked up once a
+    session, as its ``--help`` takes half a second to start."""
     try:
         command = router.binary()
     except router.RouterError as exc:
-        pytest.skip(str(exc))
+        return None, str(exc)
     try:
         done = subprocess.run([command, "--help"], capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"{command} cannot run here: {exc}")
+        return None, f"{command} cannot run here: {exc}"
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
-        pytest.skip(f"{command} --help exited {done.returncode}: {' '.join(tail)}")
-    return command
+        return None, f"{command} --help exited {done.returncode}: {' '.join(tail)}"
+    return command, ""
 
 
 def router_outputs(

@@ -54,14 +54,16 @@ def router_outputs(
     ``merge_stderr``) when started with each argument list of ``runs``, up to its first
     line holding one of ``until`` (``[""]``: its first line), or all it wrote before it
     exited or ``timeout_s`` ran out. An argument ``{free_port}`` is a port free at that
-    start. The console script's Python imports the launcher once
-    and forks a child per start (tests/router_fork.py): the same parser and Rust validation,
-    without the half-second import each time."""
+    start. The console script's Python imports the launcher once and forks a child per start
+    (tests/router_fork.py): the same parser and Rust validation, without the half-second
+    import each time."""
     job = {"runs": runs, "merge_stderr": merge_stderr, "until": until, "timeout_s": timeout_s}
     done = subprocess.run(
         [*_interpreter(command), str(Path(__file__).with_name("router_fork.py"))],
-        input=json.dumps(job), capture_output=True, text=True, check=True,
+        input=json.dumps(job), capture_output=True, text=True,
     )  # fmt: skip
+    if done.returncode != 0:
+        pytest.fail(f"tests/router_fork.py exited {done.returncode}: {done.stderr[-2000:]}")
     out: list[str] = json.loads(done.stdout)
     return out
 

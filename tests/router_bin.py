@@ -13,21 +13,30 @@ import pytest
 from tests.router_fork import FREE_PORT
 from ttlctl.server import router
 
-__all__ = ["FREE_PORT", "router_or_skip", "router_outputs"]
+__all__ = ["FREE_PORT", "router_help", "router_or_skip", "router_outputs"]
 
 
 def router_or_skip() -> str:
     """The ``vllm-router`` command; the test is skipped, saying why, where it cannot run."""
-    command, why = _router_found()
+    return _router_or_skip()[0]
+
+
+def router_help() -> str:
+    """What ``vllm-router --help`` printed (skipped as :func:`router_or_skip` is)."""
+    return _router_or_skip()[1]
+
+
+def _router_or_skip() -> tuple[str, str]:
+    command, text = _router_found()
     if command is None:
-        pytest.skip(why)
-    return command
+        pytest.skip(text)
+    return command, text
 
 
 @functools.cache
 def _router_found() -> tuple[str | None, str]:
-    """(the ``vllm-router`` command, "") or (None, why it cannot run here): looked up once a
-    session, as its ``--help`` takes half a second to start."""
+    """(the ``vllm-router`` command, its ``--help``) or (None, why it cannot run here):
+    looked up once a session, as its ``--help`` takes half a second to start."""
     try:
         command = router.binary()
     except router.RouterError as exc:
@@ -39,7 +48,7 @@ def _router_found() -> tuple[str | None, str]:
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
         return None, f"{command} --help exited {done.returncode}: {' '.join(tail)}"
-    return command, ""
+    return command, done.stdout.decode(errors="replace")
 
 
 def router_outputs(

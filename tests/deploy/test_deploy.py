@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests import deploy_kit as kit
-from tests.router_bin import router_or_skip
+from tests.router_bin import router_help, router_or_skip
 from ttlctl.engine import compat
 from ttlctl.server.command import SCHEDULER_CLS
 from ttlctl.server.process import free_port
@@ -178,10 +178,8 @@ def test_the_install_line_is_the_light_install() -> None:
 
 
 def test_the_router_flags_exist() -> None:
-    command = router_or_skip()  # found beside this Python too: `make test` runs it unactivated
-    help_text = subprocess.run(
-        [command, "--help"], capture_output=True, text=True, timeout=60
-    ).stdout
+    # found beside this Python too: `make test` runs it unactivated
+    help_text = router_help()
     (router,) = kit.containers("vllm-router")
     args = router["args"]
     for flag in (a for a in args if a.startswith("--")):

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -50,6 +50,16 @@ def measured() -> tuple[Profile, Calls]:
         progress=lambda stage, done, total: calls.append((stage, done, total)),
     )
     return profile, calls
+
+
+@pytest.fixture(scope="module")
+def cli_auto(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
+    """``ttlctl profile --torch --device auto --dtype float32`` on three small contexts, once
+    (a measurement takes seconds): its result and the profile it wrote."""
+    out = tmp_path_factory.mktemp("cli-auto") / "p.json"
+    args = ["profile", "--torch", "-o", str(out), "--device", "auto", "--dtype", "float32"]
+    res = CliRunner().invoke(app, [*args, "--contexts", "16,32,64", "--repeats", "1"])
+    return res, out
 
 
 def test_round_trips_through_json(measured: tuple[Profile, Calls]) -> None:
@@ -134,14 +144,16 @@ def test_progress_reports_every_stage(measured: tuple[Profile, Calls]) -> None:
     assert stages.index("reload") < stages.index("build") < stages.index("prefill")
 
 
-def test_auto_picks_the_cpu_and_dtype_is_honoured() -> None:
+def test_auto_picks_the_cpu_and_dtype_is_honoured(cli_auto: tuple[Result, Path]) -> None:
+    """``--device auto`` on a host without a GPU measures on the CPU, in the ``--dtype``
+    given (the command line's measurement, which the test below reads too)."""
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("auto would pick the GPU here")
-    profile = measure(
-        "tiny", PRESETS["tiny"], device="auto", contexts=[16, 32, 64], repeats=1, dtype="float32"
-    )
+    res, out = cli_auto
+    assert res.exit_code == 0, res.output
+    profile = from_json(json.loads(out.read_text()))
     assert profile.source["device_kind"] == "cpu" and profile.name == "tiny-cpu"
     assert profile.source["dtype"] == "float32"
     assert profile.kv_bytes_per_token == 2 * 2 * 2 * 64 * 4
@@ -202,10 +214,8 @@ def test_import_is_cheap() -> None:
     assert out.strip() == "False"
 
 
-def test_cli_times_eager_torch_only_when_asked_and_says_so(tmp_path: Path) -> None:
-    out = tmp_path / "p.json"
-    args = ["profile", "--torch", "-o", str(out), "--device", "cpu", "--contexts", "16,32,64"]
-    res = CliRunner().invoke(app, [*args, "--repeats", "1"])
+def test_cli_times_eager_torch_only_when_asked_and_says_so(cli_auto: tuple[Result, Path]) -> None:
+    res, out = cli_auto
     assert res.exit_code == 0, res.output
     src = json.loads(out.read_text())["source"]
     assert src["engine"] == "torch-eager" and "not the vLLM engine" in src["not_vllm"]

@@ -69,8 +69,10 @@ def router_outputs(
     job = {"runs": runs, "merge_stderr": merge_stderr, "until": until, "timeout_s": timeout_s}
     done = subprocess.run(
         [*_interpreter(command), str(Path(__file__).with_name("router_fork.py"))],
-        input=json.dumps(job), capture_output=True, text=True,
-    )  # fmt: skip
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.fail(f"tests/router_fork.py exited {done.returncode}: {done.stderr[-2000:]}")
     out: list[str] = json.loads(done.stdout)

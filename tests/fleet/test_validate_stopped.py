@@ -4,7 +4,7 @@ before it: the bookkeeping, on recorded runs.
 Each fleet's live run is one recorded as validate records it (the same runs as
 tests/fleet/test_resimulate.py: arrivals files, figures, URLs), handed back in place of
 starting a fleet; one of them fails as a dead router makes it fail (a ServerError). The
-real fleet, and the router killed mid-run, are tests/live/test_fleet_stopped.py.
+real fleet, and the router killed mid-run, are tests/live/test_fleet.py.
 """
 
 from __future__ import annotations

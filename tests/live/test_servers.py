@@ -30,6 +30,7 @@ from replay.policies import PolicySpec
 from replay.policy_runs import Load, run_one
 from replay.sim import ReplayConfig
 from replay.workload import AgentProgram, Call, Workload, load
+from tests.live.leftovers import assert_nothing_left, marked
 from tests.live.servers import Servers, children, healthy
 from tests.live.traces import agent_trace
 from ttlctl.cli import validate as validate_cli
@@ -260,7 +261,8 @@ def test_validate_two_running_servers(servers: Servers, tmp_path: Path) -> None:
 
 
 def test_serve_stops_with_its_server_on_sigterm(servers: Servers) -> None:
-    """Last: stops the TTL server (``ttlctl serve`` forwards SIGTERM to vLLM's process group)."""
+    """Last: stops the TTL server (``ttlctl serve`` forwards SIGTERM to vLLM's process
+    group), and no process of it is left (as tests/live/test_strays.py checks SIGINT)."""
     served = servers.ttl
     assert healthy(served.url)
     log = served.log.read_text(errors="replace")
@@ -268,6 +270,9 @@ def test_serve_stops_with_its_server_on_sigterm(servers: Servers) -> None:
     loaded = re.search(r"TTLScheduler on vLLM (\S+),", log)
     assert loaded is not None and compat.supported(loaded.group(1)) and "serving with bundle" in log
     (group,) = children(served.proc.pid)
+    running = marked(served.mark)
+    pgids = {p.pgid for p in running if p.pid != served.proc.pid}
+    assert any(p.cmdline.startswith("VLLM::EngineCore") for p in running), running
     os.kill(served.proc.pid, signal.SIGTERM)
     code = served.proc.wait(timeout=60)
     assert code in (0, 128 + signal.SIGTERM), code
@@ -276,3 +281,5 @@ def test_serve_stops_with_its_server_on_sigterm(servers: Servers) -> None:
         time.sleep(0.1)
     assert not group_alive(group)
     assert not healthy(served.url)
+    # nothing of it left: no process with its marker, in its groups, naming its port or model
+    assert_nothing_left(served.mark, pgids, [f"--port {served.port}", str(served.model)])

@@ -79,10 +79,21 @@ def router_outputs(
     return out
 
 
+#: how pip's ``/bin/sh`` launcher's second line starts (written where the interpreter's path
+#: is too long for ``#!`` or holds a space): ``'''exec' PYTHON "$0" "$@"``
+SH_EXEC = "'''exec' "
+
+
 def _interpreter(command: str) -> list[str]:
-    """The Python of the ``vllm-router`` console script ``command`` (its ``#!`` line)."""
+    """The Python of the ``vllm-router`` console script ``command``: its ``#!`` line, or
+    the ``exec`` line of pip's ``/bin/sh`` launcher (:data:`SH_EXEC`)."""
     with open(command, "rb") as script:
         first = script.readline().decode(errors="replace")
-    if not first.startswith("#!") or "python" not in first:
-        pytest.fail(f"{command} is not the Python console script of vllm_router: {first!r}")
-    return shlex.split(first[2:])
+        second = script.readline().decode(errors="replace")
+    if first.startswith("#!") and "python" in first:
+        return shlex.split(first[2:])
+    if first.strip() == "#!/bin/sh" and second.startswith(SH_EXEC):
+        words = shlex.split(second.removeprefix(SH_EXEC))
+        if words[-2:] == ["$0", "$@"]:
+            return words[:-2]
+    pytest.fail(f"{command} is not the Python console script of vllm_router: {first!r}")

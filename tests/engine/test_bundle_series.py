@@ -3,13 +3,11 @@ stock vLLM), from the watcher's counts."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
@@ -111,7 +109,6 @@ def _shown(prom: Path) -> dict[str, float]:
     }
 
 
-@pytest.mark.skipif(importlib.util.find_spec("prometheus_client") is None, reason="no vLLM")
 def test_the_servers_gauge_is_0_while_any_live_engine_core_serves_stock(tmp_path: Path) -> None:
     """Several engine cores behind one ``/metrics`` (multiprocess mode): the bundle gauge
     shows the lowest of the live processes' (``livemin``), so one core that fell back to

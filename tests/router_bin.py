@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shlex
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.router_fork import FREE_PORT
 from ttlctl.server import router
+from ttlctl.server.owned import OwnedServer
 
-__all__ = ["FREE_PORT", "router_help", "router_or_skip", "router_outputs"]
+__all__ = [
+    "FREE_PORT",
+    "router_help",
+    "router_or_skip",
+    "router_outputs",
+    "send_session_call",
+    "started_router",
+]
 
 
 def router_or_skip() -> str:
@@ -49,6 +59,32 @@ def _router_found() -> tuple[str | None, str]:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
         return None, f"{command} --help exited {done.returncode}: {' '.join(tail)}"
     return command, done.stdout.decode(errors="replace")
+
+
+def started_router(command: list[str], port: int, log: Path, name: str) -> OwnedServer:
+    """The real router run as ``command`` (listening on ``port``, its output in ``log``), to
+    enter as a context: started once it answers, stopped, with what it started, on exit."""
+    return OwnedServer(
+        command,
+        dict(os.environ),
+        log,
+        f"http://127.0.0.1:{port}",
+        startup_timeout_s=60.0,
+        name=f"vllm-router ({name})",
+    )
+
+
+def send_session_call(url: str, session: str, prompt: list[int], timeout_s: float) -> None:
+    """One completion of one token for ``prompt`` through the router at ``url``, as a call
+    of ``session`` (its ``X-Session-ID``); answered 200."""
+    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 1}).encode()
+    request = urllib.request.Request(
+        f"{url}/v1/completions",
+        data=body,
+        headers={"Content-Type": "application/json", "X-Session-ID": session},
+    )
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        assert response.status == 200
 
 
 def router_outputs(

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 import threading
 import time
@@ -53,9 +52,8 @@ from replay.fleet.routers.furc import fbi_hash
 from replay.fleet.routers.program_scheduling import ProgramScheduling
 from tests.fleet.views import View, waiting
 from tests.http_stub import json_reply, serving
-from tests.router_bin import router_or_skip
+from tests.router_bin import router_or_skip, send_session_call, started_router
 from ttlctl.server import router
-from ttlctl.server.owned import OwnedServer
 from ttlctl.server.process import free_port
 
 #: the stub's prompt and what it reports of it (the router prices a miss from the usage)
@@ -156,7 +154,7 @@ def _fleet(
         for stub, (host, port) in zip(stubs, addresses, strict=True):
             stub.url = stack.enter_context(serving(_worker(stub, arrivals, lock), host, port))
         port, prometheus = free_port(), free_port()
-        front = OwnedServer(
+        front = started_router(
             router.router_command(
                 [s.url for s in stubs],
                 port=port,
@@ -165,11 +163,9 @@ def _fleet(
                 command=command,
                 prometheus_port=prometheus,
             ),
-            dict(os.environ),
+            port,
             tmp_path / f"{name}-router.log",
-            f"http://127.0.0.1:{port}",
-            startup_timeout_s=60.0,
-            name=f"vllm-router ({name})",
+            name,
         )
         stack.enter_context(front)
         yield _Live(front.url, f"http://127.0.0.1:{prometheus}/metrics", stubs, arrivals)
@@ -180,14 +176,7 @@ def _config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _send(url: str, session: str) -> None:
-    body = json.dumps({"model": "m", "prompt": PROMPT, "max_tokens": 1}).encode()
-    request = urllib.request.Request(
-        f"{url}/v1/completions",
-        data=body,
-        headers={"Content-Type": "application/json", "X-Session-ID": session},
-    )
-    with urllib.request.urlopen(request, timeout=PATIENCE_S) as response:
-        assert response.status == 200
+    send_session_call(url, session, PROMPT, PATIENCE_S)
 
 
 def _wait_for(what: str, done: Callable[[], bool]) -> None:

@@ -7,10 +7,7 @@ Skipped only where vllm-router cannot run."""
 
 from __future__ import annotations
 
-import json
-import os
 import threading
-import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler
@@ -23,9 +20,8 @@ from replay.fleet.routers.base import RoutedCall
 from replay.fleet.routers.consistent_hash import ConsistentHash
 from tests.fleet.views import idle
 from tests.http_stub import json_reply, serving
-from tests.router_bin import router_or_skip
+from tests.router_bin import router_or_skip, send_session_call, started_router
 from ttlctl.server import router
-from ttlctl.server.owned import OwnedServer
 from ttlctl.server.process import free_port
 
 SESSIONS = [f"swe-{i:06d}" for i in range(20)] + [f"tau-{i}" for i in range(20)]
@@ -68,29 +64,20 @@ def _fleet(
     with ExitStack() as stack:
         urls = [stack.enter_context(serving(_worker(seen[i], lock))) for i in range(workers)]
         port = free_port()
-        front = OwnedServer(
+        front = started_router(
             router.router_command(
                 urls, port=port, policy=policy, command=command, prometheus_port=free_port()
             ),
-            dict(os.environ),
+            port,
             tmp_path / f"{policy}-router.log",
-            f"http://127.0.0.1:{port}",
-            startup_timeout_s=60.0,
-            name=f"vllm-router ({policy})",
+            policy,
         )
         stack.enter_context(front)
         yield front.url, urls, seen
 
 
 def _send(url: str, session: str) -> None:
-    body = json.dumps({"model": "m", "prompt": [1, 2, 3], "max_tokens": 1}).encode()
-    request = urllib.request.Request(
-        f"{url}/v1/completions",
-        data=body,
-        headers={"Content-Type": "application/json", "X-Session-ID": session},
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        assert response.status == 200
+    send_session_call(url, session, [1, 2, 3], 30.0)
 
 
 def _placement(seen: list[list[str]]) -> dict[str, int]:

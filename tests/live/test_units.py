@@ -189,6 +189,7 @@ def _records() -> tuple[list[LiveCallRecord], list[ProgramRecord]]:
     a1 = LiveCallRecord("a", 1, None, True, 2_000_000_000, 11.0, end_s=11.2, first_token_s=11.05)
     a1.chunk_s = [11.05, 11.2]
     a1.prompt_tokens, a1.output_tokens, a1.cached_tokens = 200, 5, 96
+    a1.reused_tokens, a1.requested_output, a1.clipped = 105, 8, True
     b0 = LiveCallRecord(
         "b", 0, "bash", False, 1_500_000_000, 10.5, error="HTTP 400", http_status=400
     )
@@ -257,6 +258,37 @@ def test_benchmark_result_and_aiperf_records(tmp_path: Path) -> None:
         "error_isl": {"value": 50, "unit": "tokens"}
     }
     assert lines[2]["metrics"]["cached_tokens"]["value"] == 96
+
+
+def test_aiperf_records_name_each_call_and_give_its_figures_in_ms(tmp_path: Path) -> None:
+    """AIPerf's ``profile_export.jsonl``: one session number per program, the request id
+    (program, turn), the first-token and end times in ns, the figures AIPerf computes
+    (latency, ITL = (latency − TTFT) / (output − 1), 1 / ITL per user) and ttlctl's own."""
+    records, _ = _records()
+    path = tmp_path / "records.jsonl"
+    live.write_records(path, records, "continuum")
+    a0, b0, a1 = (json.loads(x) for x in path.read_text().splitlines())
+    assert [x["metadata"]["session_num"] for x in (a0, b0, a1)] == [0, 1, 0]
+    meta = a1["metadata"]
+    assert (meta["x_request_id"], meta["x_correlation_id"], meta["conversation_id"]) == (
+        "a:1", "a", "a",
+    )  # fmt: skip
+    assert meta["request_start_ns"] == 2_000_000_000
+    assert meta["request_ack_ns"] == 2_050_000_000 and meta["request_end_ns"] == 2_200_000_000
+    m = {k: v["value"] for k, v in a0["metrics"].items()}
+    assert m["request_latency"] == pytest.approx(500.0)
+    assert m["inter_token_latency"] == pytest.approx(100.0)  # (500 − 100) / (5 − 1)
+    assert m["output_token_throughput_per_user"] == pytest.approx(10.0)
+    assert (m["input_sequence_length"], m["output_sequence_length"]) == (100, 5)
+    assert m["output_token_count"] == 5 and m["cached_tokens"] == 0  # none cached is told
+    assert a1["metrics"]["input_sequence_length"]["value"] == 200
+    assert a1["metrics"]["inter_token_latency"]["value"] == pytest.approx(37.5)  # 150 / 4
+    assert a1["metrics"]["output_sequence_length"]["value"] == 5  # sent, not asked for
+    assert a1["ttlctl"] == {
+        "policy": "continuum", "tool": None, "is_last": True, "reused_tokens": 105,
+        "cached_tokens": 96, "clipped": True,
+    }  # fmt: skip
+    assert b0["error"] == {"code": 400, "type": "LiveReplayError", "message": "HTTP 400"}
 
 
 def test_live_results_wants_one_policy() -> None:

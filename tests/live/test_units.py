@@ -182,6 +182,30 @@ def test_cap_pauses_and_first_programs() -> None:
     assert live.first_programs(w, None) is w
 
 
+def test_streamed_chunks_tell_the_first_token_the_ids_and_the_usage() -> None:
+    """A chunk with tokens (ids, or text from a server that returns none) is timed; the
+    first one is the first token; the usage chunk sets the prompt, output and cached
+    tokens; a call is done (``ok``) only once it ended, and has no TPOT with one token."""
+    r = LiveCallRecord("p", 0, None, True, 0, 1.0)
+    generated: list[int] = []
+    r.take({"choices": [{"token_ids": [5, 6]}]}, 1.2, generated)
+    r.take({"choices": [{"text": "x"}]}, 1.3, generated)
+    r.take({"choices": [{"token_ids": []}]}, 1.35, generated)
+    usage = {"prompt_tokens": 90, "completion_tokens": 3}
+    r.take({"choices": [], "usage": usage | {"prompt_tokens_details": {"cached_tokens": 64}}},
+           1.4, generated)  # fmt: skip
+    assert generated == [5, 6]
+    assert r.first_token_s == 1.2 and r.chunk_s == [1.2, 1.3]
+    assert (r.prompt_tokens, r.output_tokens, r.cached_tokens) == (90, 3, 64)
+    assert r.ttft_s == pytest.approx(0.2)
+    assert not r.ok and r.tpot_s is None
+    r.end_s = 1.5
+    assert r.ok and r.tpot_s == pytest.approx((0.5 - 0.2) / 2)
+    one = LiveCallRecord("p", 1, None, True, 0, 2.0, end_s=2.5, first_token_s=2.1)
+    one.output_tokens = 1
+    assert one.tpot_s is None
+
+
 def _records() -> tuple[list[LiveCallRecord], list[ProgramRecord]]:
     a0 = LiveCallRecord("a", 0, "bash", False, 1_000_000_000, 10.0, end_s=10.5, first_token_s=10.1)
     a0.chunk_s = [10.1, 10.3, 10.5]

@@ -315,6 +315,32 @@ def test_aiperf_records_name_each_call_and_give_its_figures_in_ms(tmp_path: Path
     assert b0["error"] == {"code": 400, "type": "LiveReplayError", "message": "HTTP 400"}
 
 
+def test_benchmark_result_throughputs_and_lists_are_vllms(tmp_path: Path) -> None:
+    """``vllm bench serve``'s figures: throughputs over the ended calls, the stats of the
+    per-chunk ITL (not TPOT), a list entry per call sent (failed ones too), ttlctl's own
+    result less its files and timeline; the file named ``{label}-{rate}jps-{model}``."""
+    records, _ = _records()
+    result = {"policy": "vllm", "files": {}, "pinned_timeline": {}, "config": {"jps": 2.5,
+              "concurrency": 4}}  # fmt: skip
+    doc = live.benchmark_result(result, records, server_info(model="org/tiny/"), "lbl")
+    assert doc["request_throughput"] == pytest.approx(2 / 1.2)
+    assert doc["output_throughput"] == pytest.approx(10 / 1.2)
+    assert doc["total_token_throughput"] == pytest.approx(310 / 1.2)
+    assert (doc["request_rate"], doc["max_concurrency"]) == (2.5, 4)
+    assert doc["mean_itl_ms"] == pytest.approx((200 + 200 + 150) / 3)
+    assert doc["median_itl_ms"] == pytest.approx(200.0)
+    assert doc["ttfts"] == pytest.approx([0.1, 0.05, None])
+    assert doc["latencies"] == pytest.approx([0.5, 0.2, None])
+    assert doc["errors"] == ["", "", "HTTP 400"]
+    assert (doc["input_lens"], doc["output_lens"]) == ([100, 200, 50], [5, 5, 0])
+    assert doc["ttlctl"] == {"policy": "vllm", "config": {"jps": 2.5, "concurrency": 4}}
+    name = live.result_name(doc, Load(jps=2.5))
+    assert name.startswith("lbl-2.5jps-tiny-") and name.endswith(".json")
+    assert live.result_name(doc, Load(jps=2.5, concurrency=3)).startswith(
+        "lbl-2.5jps-concurrency3-tiny-"
+    )
+
+
 def test_live_results_wants_one_policy() -> None:
     w = Workload((AgentProgram("p", 0.0, (Call(10, 1, 0, None, 0.0),)),))
     with pytest.raises(live.LiveError, match="one --policy"):

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -159,3 +159,115 @@ def test_counts_from_two_threads_are_told_in_order() -> None:
     while len(told) < 2 and time.perf_counter() < deadline:
         time.sleep(0.01)
     assert told == [1, 2], told
+
+
+class _Recording(BaseHTTPRequestHandler):
+    """Answers every call with its ``max_tokens`` ids of 7 (program ``noids``: text, no
+    ids; ``nousage``: no usage) and no cached tokens; keeps each request's
+    ``X-Session-ID`` and body."""
+
+    seen: ClassVar[list[tuple[str | None, dict[str, Any]]]] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Recording.seen.append((self.headers.get("X-Session-ID"), body))
+        n = body["max_tokens"]
+        ids = body["vllm_xargs"]["program_id"] != "noids"
+        choice = {"token_ids": [7] * n} if ids else {"text": "x" * n}
+        usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n}
+        if body["vllm_xargs"]["program_id"] == "nousage":
+            usage = {}
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        chunk = {"choices": [choice], "usage": usage}
+        self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+
+
+def _drain_one(
+    program: AgentProgram, start_at: float, max_model_len: int = 4096
+) -> tuple[LiveRun, ProgramRecord, list[tuple[str | None, dict[str, Any]]]]:
+    """``program`` sent to a fresh recording stub from ``start_at``: the run, the
+    program's record and the requests sent."""
+    _Recording.seen = []
+    with serving(_Recording) as base:
+        state = LiveRun(
+            url=base,
+            info=server_info(url=base, max_model_len=max_model_len, block_size=16),
+            pool=list(range(10, 60)),
+            seed=0,
+            nonce="n",
+            timeout_request_s=10.0,
+            deadline=time.perf_counter() + 30.0,
+            stop=threading.Event(),
+            progress=None,
+            total_calls=len(program.calls),
+            say=lambda message: None,
+        )
+        record = ProgramRecord(program.program_id, len(program.calls))
+        drain(state, [(program, start_at, record)], workers=1)
+    return state, record, _Recording.seen
+
+
+def test_each_call_repeats_the_previous_prompt_and_output_after_its_pause() -> None:
+    """Call 1 starts with call 0's prompt and the ids the server generated, is sent the
+    recorded pause after call 0 ended, asks for exactly the recorded output (ignore_eos,
+    ids streamed back) under the program's X-Session-ID; no pause after the last call;
+    the program's record spans its first send to its last end, its late start told."""
+    calls = (Call(100, 2, 0, "bash", 0.2), Call(150, 3, 102, None, 1.0))
+    program = AgentProgram("p", 0.0, calls)
+    t0 = time.perf_counter()
+    state, prog, seen = _drain_one(program, start_at=t0 - 1.0)
+    assert time.perf_counter() - t0 < 0.9  # the last call's pause is not waited
+    (h0, b0), (h1, b1) = seen
+    assert h0 == h1 == "p"
+    assert (b0["max_tokens"], b0["min_tokens"], b1["max_tokens"], b1["min_tokens"]) == (2, 2, 3, 3)
+    assert b0["ignore_eos"] is True and b0["return_token_ids"] is True
+    assert len(b0["prompt"]) == 100 and len(b1["prompt"]) == 150
+    assert b1["prompt"][:102] == b0["prompt"] + [7, 7]
+    r0, r1 = sorted(state.records, key=lambda r: r.turn)
+    assert (r0.is_last, r1.is_last, r0.reused_tokens, r1.reused_tokens) == (False, True, 0, 102)
+    assert (r0.output_tokens, r1.output_tokens) == (2, 3)
+    assert r0.end_s is not None and r1.start_s - r0.end_s >= 0.2
+    assert abs(r0.start_ns - time.time_ns()) < 60 * 10**9  # the wall clock, for AIPerf
+    assert (prog.first_send_s, prog.last_finish_s) == (r0.start_s, r1.end_s)
+    assert prog.done and not prog.cut_short and prog.sent == 2
+    assert prog.late_start_s >= 1.0  # started a second after its time
+    assert [w for w in state.warnings if "cached_tokens" in w], state.warnings  # none given
+
+
+def test_a_program_started_early_waits_and_is_not_late() -> None:
+    program = AgentProgram("p", 0.0, (Call(100, 2, 0, None, 0.0),))
+    t0 = time.perf_counter()
+    _, prog, _ = _drain_one(program, start_at=t0 + 0.2)
+    assert prog.late_start_s == 0.0 and prog.first_send_s is not None
+    assert prog.first_send_s - t0 >= 0.2
+
+
+def test_a_clipped_prompt_repeats_no_more_than_it_holds() -> None:
+    """A server of 100 tokens: call 1 (150 + 3) is clipped to a 97-token prompt, which
+    repeats 97 of call 0's 98 + 2 tokens, not all 100 of them."""
+    calls = (Call(100, 2, 0, "bash", 0.0), Call(150, 3, 102, None, 0.0))
+    state, prog, seen = _drain_one(AgentProgram("p", 0.0, calls), time.perf_counter(), 100)
+    assert [len(b["prompt"]) + b["max_tokens"] for _, b in seen] == [100, 100]
+    r1 = max(state.records, key=lambda r: r.turn)
+    assert r1.clipped and r1.reused_tokens == 97 and prog.done
+
+
+def test_a_server_without_token_ids_is_told_and_later_prompts_still_have_their_length() -> None:
+    calls = (Call(100, 4, 0, "bash", 0.0), Call(150, 3, 104, None, 0.0))
+    state, prog, seen = _drain_one(AgentProgram("noids", 0.0, calls), time.perf_counter())
+    assert [len(b["prompt"]) for _, b in seen] == [100, 150]
+    assert seen[1][1]["prompt"][:100] == seen[0][1]["prompt"]
+    assert [w for w in state.warnings if "return_token_ids" in w], state.warnings
+    r1 = max(state.records, key=lambda r: r.turn)
+    assert r1.reused_tokens == 104 and prog.done  # 4 ids stand for the output not streamed
+
+
+def test_the_output_is_the_ids_streamed_when_no_usage_tells_it() -> None:
+    program = AgentProgram("nousage", 0.0, (Call(100, 4, 0, None, 0.0),))
+    state, prog, _ = _drain_one(program, time.perf_counter())
+    assert [r.output_tokens for r in state.records] == [4] and prog.done

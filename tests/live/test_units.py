@@ -168,6 +168,9 @@ def test_clip_keeps_the_output_and_shortens_the_prompt() -> None:
     assert live.clip(Call(2100, 10, 0, None, 0.0), 2048) == (2038, 10, True)
     assert live.clip(Call(100, 3000, 0, None, 0.0), 2048) == (100, 1024, True)
     assert live.clip(Call(5000, 10, 0, None, 0.0), None) == (5000, 10, False)
+    # a call recorded with no output asks for one token, with a limit or without
+    assert live.clip(Call(100, 0, 0, None, 0.0), 2048) == (100, 1, False)
+    assert live.clip(Call(100, 0, 0, None, 0.0), None) == (100, 1, False)
     assert server_info(kv_tokens=1024).token_limit() == 1024
     assert server_info(max_model_len=None, kv_tokens=None).token_limit() is None
 

@@ -15,6 +15,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from fitting.percentile import percentile
 from replay import live
 from replay import validation as validate
 from replay.live import LiveCallRecord, ProgramRecord
@@ -24,7 +25,7 @@ from tests.bundles import write_bundle
 from tests.live.server_info import server_info
 from ttlctl.cli import serve as serve_cli
 from ttlctl.cli import validate as validate_cli
-from ttlctl.series import PINNED_BLOCKS
+from ttlctl.series import PIN_COUNTERS, PINNED_BLOCKS
 from ttlctl.server import prom, serving
 from ttlctl.server.client import ServerError
 from ttlctl.server.command import CommandError, base_command
@@ -252,6 +253,55 @@ def test_summarize_has_the_simulators_keys_from_server_counters() -> None:
         "preemptions", "pinned_token_seconds", "wall_s", "sim_calls_per_s",
     }  # fmt: skip
     assert sim_keys <= set(r)
+
+
+def test_summarize_percentiles_makespan_gauges_and_pins_of_a_hundred_programs() -> None:
+    """JCT (first send to last end, a late start not counted) of the programs that ran
+    to their end, its p50/p95/p99 and TTFT's p95 by the shared percentile rule; makespan
+    from the first send; the pins named as the simulator names them, only from a server
+    with the TTL series; the pinned timeline in tokens from the first sample; the gauges'
+    maxima; late starts over a quarter second."""
+    programs: list[ProgramRecord] = []
+    records: list[LiveCallRecord] = []
+    for i in range(1, 101):
+        start, jct = float(i), i * i / 100
+        programs.append(
+            ProgramRecord(f"p{i}", 1, start, start + jct, done=True, late_start_s=0.5 * (i % 2))
+        )
+        r = LiveCallRecord(f"p{i}", 0, None, True, 0, start, start + jct, start + i / 1000)
+        r.clipped = i <= 3
+        records.append(r)
+    programs.append(ProgramRecord("stopped", 3, 0.5, 0.9))  # ended, not done: not a JCT
+    pins = {name: float(k + 1) for k, name in enumerate(PIN_COUNTERS)}
+    after = prom.counters({prom.pin_counter_total(n): v for n, v in pins.items()})
+    before = prom.counters({prom.pin_counter_total(n): 0.0 for n in pins})
+    samples = [
+        (5.0, {PINNED_BLOCKS: 1.0, prom.KV_USAGE: 0.2, prom.WAITING: 3.0}),
+        (6.0, {PINNED_BLOCKS: 2.0, prom.KV_USAGE: 0.7, prom.WAITING: 1.0}),
+        (6.5, {prom.KV_USAGE: 0.4}),
+    ]
+    info = server_info(ttl_metrics=True)
+    r = live.summarize("continuum", records, programs, info, before, after, samples,
+                       wall_s=1.0, reset=False)  # fmt: skip
+    jct = [i * i / 100 for i in range(1, 101)]
+    assert (r["programs"], r["programs_cut_short"], r["truncated_calls"]) == (100, 1, 3)
+    assert r["jct_mean_s"] == pytest.approx(sum(jct) / 100)
+    assert (r["jct_p50_s"], r["jct_p95_s"], r["jct_p99_s"]) == pytest.approx(
+        (percentile(jct, 50), percentile(jct, 95), percentile(jct, 99))
+    )
+    assert r["ttft_p95_s"] == pytest.approx(percentile([i / 1000 for i in range(1, 101)], 95))
+    assert r["makespan_s"] == pytest.approx(100 + 100.0 - 0.5)
+    assert r["pins"] == {
+        "made": 1, "hit": 2, "expired": 3, "released_under_pressure": 4, "dropped": 5,
+        "refused": 6, "deferred": 7,
+    }  # fmt: skip
+    assert r["pinned_timeline"] == {"t_s": [0.0, 1.0], "pinned_tokens": [32.0, 64.0]}
+    server = r["server"]
+    assert (server["kv_cache_usage_max"], server["num_requests_waiting_max"]) == (0.7, 3.0)
+    assert server["late_starts"] == 50 and server["metrics_samples"] == 3
+    stock = live.summarize("vllm", records, programs, server_info(), before, after, samples,
+                           wall_s=1.0, reset=False)  # fmt: skip
+    assert stock["pins"] is None
 
 
 def test_benchmark_result_and_aiperf_records(tmp_path: Path) -> None:

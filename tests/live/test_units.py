@@ -7,9 +7,11 @@ import importlib.util
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import typer
@@ -19,9 +21,11 @@ from fitting.percentile import percentile
 from replay import live
 from replay import validation as validate
 from replay.live import LiveCallRecord, ProgramRecord
+from replay.live.sampler import Sampler
 from replay.policy_runs import Load
 from replay.workload import AgentProgram, Call, Workload
 from tests.bundles import write_bundle
+from tests.http_stub import serving as stub_serving
 from tests.live.server_info import server_info
 from ttlctl.cli import serve as serve_cli
 from ttlctl.cli import validate as validate_cli
@@ -392,6 +396,48 @@ def test_benchmark_result_throughputs_and_lists_are_vllms(tmp_path: Path) -> Non
     assert live.result_name(doc, Load(jps=2.5, concurrency=3)).startswith(
         "lbl-2.5jps-concurrency3-tiny-"
     )
+
+
+class _Metrics(BaseHTTPRequestHandler):
+    """``/metrics``: a server error to the first read, then the three gauges and a counter."""
+
+    reads: ClassVar[list[float]] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        _Metrics.reads.append(time.perf_counter())
+        if len(_Metrics.reads) == 1:
+            self.send_error(500)
+            return
+        body = (
+            f"{PINNED_BLOCKS} 3\n{prom.KV_USAGE} 0.5\n{prom.WAITING} 2\n{prom.QUERIES} 9\n"
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_the_sampler_keeps_the_gauges_of_each_read_that_answered() -> None:
+    """A read that fails is skipped, not kept empty; only the gauges are kept, each with
+    the time of its read; a period of 0 reads nothing."""
+    _Metrics.reads = []
+    with stub_serving(_Metrics) as url:
+        with Sampler(url, 0.0) as none:
+            time.sleep(0.05)
+        assert none.samples == [] and _Metrics.reads == []
+        with Sampler(url, 0.02) as sampler:
+            deadline = time.perf_counter() + 5.0
+            while len(_Metrics.reads) < 3 and time.perf_counter() < deadline:
+                time.sleep(0.01)
+    samples = list(sampler.samples)
+    gauges = {PINNED_BLOCKS: 3.0, prom.KV_USAGE: 0.5, prom.WAITING: 2.0}
+    assert len(samples) == len(_Metrics.reads) - 1 and samples
+    assert all(values == gauges for _, values in samples)
+    times = [t for t, _ in samples]
+    assert times == sorted(times) and times[0] < _Metrics.reads[1]
 
 
 def test_live_results_wants_one_policy() -> None:

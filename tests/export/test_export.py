@@ -6,9 +6,12 @@ import json
 from pathlib import Path
 
 import polars as pl
+import pytest
 from typer.testing import CliRunner
 
+from ttlctl import export
 from ttlctl.cli import app
+from ttlctl.errors import ConfigError
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.trace import io as trace_io
 
@@ -188,3 +191,32 @@ def test_trace_block_size_is_block_size_by_dynamos_name(tmp_path: Path) -> None:
         written[flag] = out.read_text()
     assert written["--trace-block-size"] == written["--block-size"]
     assert len(json.loads(written["--block-size"].splitlines()[0])["hash_ids"]) == 16
+
+
+def test_hash_ids_keep_the_reused_full_blocks_in_turn_order() -> None:
+    """Blocks of 10 tokens, the calls given out of turn order: each call keeps the ids of
+    the full blocks its reused tokens cover (a null reused_tokens: the previous prompt and
+    output), of the previous call's prompt then output, and the pause before it (a
+    person's gap_s when no tool ran) as its delay."""
+    row = {"program_id": "z", "arrival_s": None, "prefix_hashes": None}
+    frame = pl.DataFrame(
+        [
+            row | {"turn": 2, "input_tokens": 60, "output_tokens": 1, "reused_tokens": 25,
+                   "tool": None, "tool_s": None, "gap_s": None},
+            row | {"turn": 0, "input_tokens": 23, "output_tokens": 20, "reused_tokens": None,
+                   "tool": None, "tool_s": None, "gap_s": 2.0, "arrival_s": 0.0},
+            row | {"turn": 1, "input_tokens": 45, "output_tokens": 5, "reused_tokens": None,
+                   "tool": "grep", "tool_s": 0.5, "gap_s": 0.7},
+        ]
+    )  # fmt: skip
+    lines = export.rows(frame, "mooncake", block_size=10)
+    # z:0's prompt: 0 1 2 (a partial third); its stream: 0 1, then 3 4 for its output
+    # z:1 reuses 23 + 20 = 43 tokens: 4 blocks of the stream; z:2 reuses 25: 2 blocks
+    assert [line["hash_ids"] for line in lines] == [
+        [0, 1, 2], [0, 1, 3, 4, 5], [0, 1, 7, 8, 9, 10],
+    ]  # fmt: skip
+    assert [line.get("delay") for line in lines] == [None, 2000, 500]
+    assert lines[0]["timestamp"] == 0 and "timestamp" not in lines[1]
+    for bad in (0, -64):
+        with pytest.raises(ConfigError, match="--block-size must be positive"):
+            export.check("mooncake", bad)

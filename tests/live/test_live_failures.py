@@ -7,6 +7,7 @@ one call and fails another. Regression: both were counted as rejected, and repla
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections.abc import Iterator
@@ -17,6 +18,9 @@ from typing import ClassVar
 import pytest
 from typer.testing import CliRunner
 
+from replay.live import run_live
+from replay.policy_runs import Load
+from replay.workload import AgentProgram, Call, Workload
 from tests.http_stub import json_reply, serving
 from tests.live.traces import agent_trace
 from ttlctl.cli import app
@@ -114,3 +118,44 @@ def test_refused_and_failed_calls_are_counted_apart_and_told(url: str, tmp_path:
     warnings = r["server"]["warnings"]
     assert any("refused by the server" in w for w in warnings), warnings
     assert len(r["server"]["errors"]) == 3, r["server"]["errors"]
+
+
+def _one_call_programs(starts: list[float]) -> Workload:
+    return Workload(
+        tuple(
+            AgentProgram(f"own-{k}", s, (Call(100, 2, 0, None, 0.0),)) for k, s in enumerate(starts)
+        )
+    )
+
+
+def test_run_live_keeps_the_start_times_and_saves_vllms_files(url: str, tmp_path: Path) -> None:
+    """Programs start at their trace offsets; `--save-result` writes vLLM's result named
+    ``ttlctl-<policy>-trace-<model>-…`` with the AIPerf records beside it; a policy other
+    than vllm on a server without the TTL series is told pins are not measured."""
+    told: list[str] = []
+    result = run_live(url, _one_call_programs([5.0, 5.3]), "continuum", save_result=True,
+                      result_dir=tmp_path, warn=told.append)  # fmt: skip
+    saved = Path(result["files"]["result"])
+    assert saved.parent == tmp_path and saved.name.startswith("ttlctl-continuum-trace-stub-")
+    assert result["files"]["records"] == str(saved.with_suffix(".profile_export.jsonl"))
+    lines = [json.loads(x) for x in Path(result["files"]["records"]).read_text().splitlines()]
+    starts = [x["metadata"]["request_start_ns"] for x in lines]
+    assert len(starts) == 2 and starts[1] - starts[0] >= 0.25e9
+    assert [w for w in told if "no ttlctl:pins_*" in w], told
+
+
+def test_run_live_of_a_closed_population_runs_that_many_at_once(url: str, tmp_path: Path) -> None:
+    """``concurrency=1``: each program is sent once the one before it ended, trace times
+    or not."""
+    path = tmp_path / "r.jsonl"
+    work = _one_call_programs([0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="max_live must be positive"):
+        run_live(url, work, "vllm", max_live=0)
+    result = run_live(
+        url, work, "vllm", timing=Load(concurrency=1), records_path=path, warn=lambda m: None
+    )
+    assert result["config"]["concurrency"] == 1 and result["llm_calls"] == 3
+    meta = [json.loads(x)["metadata"] for x in path.read_text().splitlines()]
+    assert len(meta) == 3
+    for before, after in itertools.pairwise(meta):
+        assert after["request_start_ns"] >= before["request_end_ns"]

@@ -29,7 +29,7 @@ from tests.http_stub import serving as stub_serving
 from tests.live.server_info import server_info
 from ttlctl.cli import serve as serve_cli
 from ttlctl.cli import validate as validate_cli
-from ttlctl.series import PIN_COUNTERS, PINNED_BLOCKS
+from ttlctl.series import PIN_COUNTERS, PINNED_BLOCKS, pin_counter_total
 from ttlctl.server import prom, serving
 from ttlctl.server.client import ServerError
 from ttlctl.server.command import CommandError, base_command
@@ -268,17 +268,17 @@ def test_summarize_percentiles_makespan_gauges_and_pins_of_a_hundred_programs() 
     programs: list[ProgramRecord] = []
     records: list[LiveCallRecord] = []
     for i in range(1, 101):
-        start, jct = float(i), i * i / 100
+        start, span = float(i), i * i / 100
         programs.append(
-            ProgramRecord(f"p{i}", 1, start, start + jct, done=True, late_start_s=0.5 * (i % 2))
+            ProgramRecord(f"p{i}", 1, start, start + span, done=True, late_start_s=0.5 * (i % 2))
         )
-        r = LiveCallRecord(f"p{i}", 0, None, True, 0, start, start + jct, start + i / 1000)
-        r.clipped = i <= 3
-        records.append(r)
+        call = LiveCallRecord(f"p{i}", 0, None, True, 0, start, start + span, start + i / 1000)
+        call.clipped = i <= 3
+        records.append(call)
     programs.append(ProgramRecord("stopped", 3, 0.5, 0.9))  # ended, not done: not a JCT
     pins = {name: float(k + 1) for k, name in enumerate(PIN_COUNTERS)}
-    after = prom.counters({prom.pin_counter_total(n): v for n, v in pins.items()})
-    before = prom.counters({prom.pin_counter_total(n): 0.0 for n in pins})
+    after = prom.counters({pin_counter_total(n): v for n, v in pins.items()})
+    before = prom.counters({pin_counter_total(n): 0.0 for n in pins})
     samples = [
         (5.0, {PINNED_BLOCKS: 1.0, prom.KV_USAGE: 0.2, prom.WAITING: 3.0}),
         (6.0, {PINNED_BLOCKS: 2.0, prom.KV_USAGE: 0.7, prom.WAITING: 1.0}),

@@ -26,7 +26,8 @@ def test_programs_with_the_same_prefix_send_the_same_leading_ids() -> None:
     a = AgentProgram("a", 0.0, (Call(60, 4, 0, None, 0.0, TOOLS),))
     b = AgentProgram("b", 0.0, (Call(70, 4, 0, None, 0.0, TOOLS),))
     c = AgentProgram("c", 0.0, (Call(70, 4, 0, None, 0.0, SharedPrefix((11, 99), 16)),))
-    pa, _ = run.prompt(a, 0, [], 60)
+    pa, reused = run.prompt(a, 0, [], 60)
+    assert reused == 0  # a first call repeats nothing, its last call's keys the same or not
     pb, _ = run.prompt(b, 0, [], 70)
     pc, _ = run.prompt(c, 0, [], 70)
     assert len(pa) == 60 and len(pb) == 70

@@ -79,8 +79,10 @@ def benchmark_result(
     doc.update(_stats_ms([r.e2el_s for r in ok if r.e2el_s is not None], "e2el"))
     doc["input_lens"] = [r.prompt_tokens for r in records]
     doc["output_lens"] = [r.output_tokens for r in records]
-    doc["ttfts"] = [r.ttft_s for r in records]
-    doc["latencies"] = [r.e2el_s for r in records]
+    # 0.0 where a call has none (no first token; failed), as vLLM's RequestFuncOutput
+    # leaves them: its readers sum and plot these lists as numbers
+    doc["ttfts"] = [r.ttft_s if r.ttft_s is not None else 0.0 for r in records]
+    doc["latencies"] = [r.e2el_s if r.e2el_s is not None else 0.0 for r in records]
     doc["errors"] = [r.error or "" for r in records]
     doc["ttlctl"] = {k: v for k, v in result.items() if k not in ("files", "pinned_timeline")}
     return doc

@@ -220,3 +220,34 @@ def test_hash_ids_keep_the_reused_full_blocks_in_turn_order() -> None:
     for bad in (0, -64):
         with pytest.raises(ConfigError, match="--block-size must be positive"):
             export.check("mooncake", bad)
+
+
+def test_shared_blocks_lead_and_a_program_keeps_its_own_only_under_the_same_keys() -> None:
+    """A shared prefix of two 10-token blocks: the same leading ids in every program; a
+    call keeps its program's ids after them only when the call before had the same
+    shared blocks; a prompt shorter than the prefix takes only the shared blocks it holds
+    whole (its partial block is its own)."""
+    row = {"arrival_s": None, "tool": None, "tool_s": None, "gap_s": None,
+           "prefix_block_tokens": 10}  # fmt: skip
+    calls = [  # (program, turn, input, output, reused, prefix_hashes)
+        ("z", 0, 35, 5, None, [1, 2]),
+        ("z", 1, 50, 5, 40, [1, 2]),
+        ("z", 2, 50, 5, 50, [1, 9]),
+        ("z", 3, 15, 5, 10, [1, 2]),
+        ("zy", 0, 30, 5, None, [1, 2]),
+    ]
+    frame = pl.DataFrame(
+        [
+            row | {"program_id": p, "turn": t, "input_tokens": i, "output_tokens": o,
+                   "reused_tokens": r, "prefix_hashes": h}
+            for p, t, i, o, r, h in calls
+        ]
+    )  # fmt: skip
+    lines = export.rows(frame, "mooncake", block_size=10)
+    assert [line["hash_ids"] for line in lines] == [
+        [0, 1, 2, 3],  # shared 0 1, then its own
+        [0, 1, 2, 4, 5],  # same keys: z:0's own 2 and output 4 kept
+        [0, 6, 7, 8, 9],  # one key in common, then none of its own stream
+        [0, 10],  # 15 tokens: the first shared block only
+        [0, 1, 12],  # another program: the same shared ids (11: z:3's output)
+    ]

@@ -271,3 +271,52 @@ def test_the_output_is_the_ids_streamed_when_no_usage_tells_it() -> None:
     program = AgentProgram("nousage", 0.0, (Call(100, 4, 0, None, 0.0),))
     state, prog, _ = _drain_one(program, time.perf_counter())
     assert [r.output_tokens for r in state.records] == [4] and prog.done
+
+
+class _Slow(BaseHTTPRequestHandler):
+    """Streams one token every 0.1 s for 2 s."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        try:
+            for _ in range(20):
+                chunk = {"choices": [{"token_ids": [7]}]}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+                time.sleep(0.1)
+            self.wfile.write(b"data: [DONE]\n\n")
+        except OSError:  # the client stopped reading
+            pass
+
+
+def test_a_call_still_streaming_at_the_deadline_is_stopped_there() -> None:
+    """The deadline passes while a call streams: the call stops at the next chunk (an
+    error that says so, its program cut short), not when the stream ends."""
+    program = AgentProgram("p", 0.0, (Call(100, 20, 0, None, 0.0),))
+    with serving(_Slow) as base:
+        state = LiveRun(
+            url=base,
+            info=server_info(url=base, max_model_len=4096, block_size=16),
+            pool=list(range(10, 60)),
+            seed=0,
+            nonce="n",
+            timeout_request_s=10.0,
+            deadline=time.perf_counter() + 0.3,
+            stop=threading.Event(),
+            progress=None,
+            total_calls=1,
+            say=lambda message: None,
+        )
+        record = ProgramRecord("p", 1)
+        t0 = time.perf_counter()
+        drain(state, [(program, t0, record)], workers=1)
+        took = time.perf_counter() - t0
+    (call,) = state.records
+    assert call.error is not None and call.error.startswith("stopped"), call.error
+    assert record.cut_short and took < 1.5

@@ -7,6 +7,7 @@ one call and fails another. Regression: both were counted as rejected, and repla
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import threading
@@ -159,3 +160,33 @@ def test_run_live_of_a_closed_population_runs_that_many_at_once(url: str, tmp_pa
     assert len(meta) == 3
     for before, after in itertools.pairwise(meta):
         assert after["request_start_ns"] >= before["request_end_ns"]
+
+
+class _NoReset(_Vllm):
+    """A server not in dev mode (no reset route) that keeps each prompt sent."""
+
+    prompts: ClassVar[list[list[int]]] = []
+
+    def do_POST(self) -> None:
+        if self.path == "/reset_prefix_cache":
+            self.send_error(404)
+            return
+        if self.path == "/v1/completions":
+            length = int(self.headers["Content-Length"])
+            raw = self.rfile.read(length)
+            _NoReset.prompts.append(json.loads(raw)["prompt"])
+            self.rfile = io.BytesIO(raw)
+        super().do_POST()
+
+
+def test_runs_on_a_server_that_cannot_reset_its_cache_send_fresh_prompts() -> None:
+    """Without the reset route, each run's fresh tokens take a nonce of their own, so
+    that a run cannot hit on what an earlier one left in the cache (and it is told)."""
+    _NoReset.prompts, _Vllm.turns = [], {}
+    told: list[str] = []
+    with serving(_NoReset) as base:
+        for _ in range(2):
+            run_live(base, _one_call_programs([0.0]), "vllm", warn=told.append)
+    first, second = _NoReset.prompts
+    assert len(first) == len(second) == 100 and first != second
+    assert [w for w in told if "/reset_prefix_cache is not available" in w], told

@@ -14,6 +14,7 @@ from optuna.trial import FixedTrial
 from fitting.policy_params import PolicyParams
 from replay.policy_runs import Load, run_one
 from replay.tune import (
+    LiveTarget,
     Storage,
     TuneContext,
     TuneError,
@@ -26,6 +27,9 @@ from replay.tune import (
     params_of,
     shuffled,
 )
+from replay.tune.judge import held_figures
+from replay.tune.space import _score
+from replay.workload import Workload
 
 
 def _ctx(inputs: dict[str, Any]) -> TuneContext:
@@ -190,3 +194,72 @@ def test_storage_targets(tmp_path: Path) -> None:
         Storage(str(db)).open()
     with pytest.raises(TuneError, match="cannot open"):
         Storage("nosuchdialect://x/y").open()
+
+
+def test_a_trial_is_not_pruned_after_its_last_seed(tune_inputs: dict[str, Any]) -> None:
+    """Pruning saves the seeds still to replay: after the last one the trial has its value
+    and completes, whatever the pruner would say."""
+    ctx = replace(_ctx(tune_inputs), seeds=(0,))
+    trial = _Pruned(paper_defaults(ctx.eta_fitted))
+    value = objective(trial, ctx)
+    assert [s for s, _ in trial.reported] == [0]
+    assert trial.reported[0][1] == pytest.approx(value)
+
+
+def test_a_p95_limit_is_not_met_by_a_replay_without_a_p95(tune_inputs: dict[str, Any]) -> None:
+    """docs/tuning.md: a trial is infeasible when its mean p95 JCT exceeds the limit, "it
+    needs at least 20 finished programs per replay to have a p95": a replay without one
+    fails the trial rather than leave it unconstrained (feasible)."""
+    ctx = replace(_ctx(tune_inputs), p95_max_s=60.0)
+    with pytest.raises(TuneError, match="too few programs finished for a p95"):
+        _score(FixedTrial({}), ctx, [10.0, 11.0], [12.0, None])
+    free = FixedTrial({})
+    assert _score(free, _ctx(tune_inputs), [10.0, 11.0], [12.0, None]) == 10.5
+    assert "jct_p95_s" not in free.user_attrs
+
+
+def test_trial_zeros_eta_is_the_fits_kept_in_the_search_space() -> None:
+    """Trial 0 runs the fit's η, clamped to the searched −1 … 1 (a correlation's rounding)."""
+    assert paper_defaults(1.0 + 1e-9)["eta"] == 1.0
+    assert paper_defaults(-1.5)["eta"] == -1.0
+    assert paper_defaults(0.25)["eta"] == 0.25
+
+
+def test_within_noise_is_two_standard_errors_of_the_paired_difference() -> None:
+    """docs/tuning.md: a win within noise is one within two standard errors of the paired
+    per-replay difference (the sample's: n − 1)."""
+    p = paired([11.0, 13.2], [10.0, 10.0])  # differences 1 and 3.2: mean 2.1, sem 1.1
+    assert p["diff_s"] == pytest.approx(2.1)
+    assert p["diff_sem_s"] == pytest.approx(1.1)
+    assert p["within_noise"] is True  # 2.1 ≤ 2 × 1.1
+    assert paired([12.0, 15.0], [10.0, 10.0])["within_noise"] is False  # 3.5 > 2 × 1.5
+    assert paired([11.0], [10.0])["within_noise"] is None  # one replay: its noise unknown
+
+
+def test_held_back_p95_is_none_unless_every_replay_has_one(tune_inputs: dict[str, Any]) -> None:
+    """A policy's held-back p95 is the mean of its replays' p95s only when each has one
+    (20 finished programs); otherwise None, not the mean of the replays that had one."""
+    ctx = _ctx(tune_inputs)
+    by = {"tuned": [10.0, 12.0, 14.0, 16.0], "vllm": [20.0, 20.0, 20.0, 20.0]}
+    p95: dict[str, list[float | None]] = {
+        "tuned": [30.0, 32.0, 34.0, 36.0],
+        "vllm": [40.0, None, 40.0, 40.0],
+    }
+    out = held_figures(ctx, by, p95, ("vllm",), "vllm")
+    assert out["tuned_jct_p95_s"] == 33.0 and out["vllm_jct_p95_s"] is None
+    assert out["tuned_jct_mean_s"] == 13.0 and out["gain_vs_vllm"] == pytest.approx(20 / 13)
+
+
+def test_a_p95_limit_needs_twenty_programs_and_live_waits_for_the_bundle(
+    tune_inputs: dict[str, Any],
+) -> None:
+    """docs/tuning.md: a p95 limit needs at least 20 programs (the trace here has 20); a
+    live study waits max(2 × check_s, 2 s) after writing a bundle (LIVE_RELOAD_RULE)."""
+    ctx = _ctx(tune_inputs)
+    assert len(ctx.workload.programs) == 20
+    assert replace(ctx, p95_max_s=60.0).p95_max_s == 60.0
+    fewer = Workload(ctx.workload.programs[:19])
+    with pytest.raises(TuneError, match="at least 20 programs"):
+        replace(ctx, workload=fewer, p95_max_s=60.0)
+    waits = {c: LiveTarget("http://h:1", Path("b.json"), check_s=c).wait_s for c in (0, 0.5, 3)}
+    assert waits == {0: 2.0, 0.5: 2.0, 3: 6.0}

@@ -66,6 +66,10 @@ def test_tune_a_fleet_searches_the_router(tune_inputs: dict[str, Any], tmp_path:
     assert held["routers"]["vllm"]["name"] == "cache-aware"
     assert held["routers"]["vllm"]["settings"]["balance_abs_threshold"] == 64
     assert held["routers"]["tuned"] == best["router"]
+    # the paper's default and never-pin run behind the study's router, not the tuned one
+    assert held["routers"]["default"] == held["routers"]["never-pin"]
+    assert held["routers"]["default"]["name"] == "pin-aware"
+    assert held["routers"]["default"]["settings"] == {"pin_queue_bound": 8}
     # the bundle records the router it was tuned behind (forced: the tuned one)
     assert doc["router"] == best["router"]
     # the study is in the SQLite file, with the router among its params

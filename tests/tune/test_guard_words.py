@@ -186,3 +186,45 @@ def test_tune_says_the_calls_its_engine_rejects(
     line = f"held-back replays: {held['rejected_calls']} of {calls} calls rejected"
     assert any(c.startswith(line) for c in summary["guard"]["caveats"]), summary["guard"]
     assert line in " ".join(res.output.split())
+
+
+def test_a_gain_of_exactly_min_gain_ships_and_forced_means_overridden() -> None:
+    """docs/tuning.md: "stock's mean JCT / the tuned one's ≥ R": a gain of exactly R is
+    enough; ``forced`` is said only when --force shipped a policy that did not win."""
+    exact = {"tuned_jct_mean_s": 80.0, "vllm_jct_mean_s": 100.0, "never_pin_jct_mean_s": 99.0}
+    assert guard(exact, force=False, min_gain=1.25)["shipped"] == "tuned"
+    assert guard(exact, force=False, min_gain=1.26)["shipped"] == "never-pin"
+    won = guard(exact, force=True, min_gain=1.25)
+    assert won["shipped"] == "tuned" and not won["forced"]
+    live = {"tuned_jct_mean_s": 80.0, "never_pin_jct_mean_s": 100.0}
+    assert guard(live, False, baseline="never-pin", min_gain=1.25)["shipped"] == "tuned"
+    assert not guard(live, True, baseline="never-pin", min_gain=1.25)["forced"]
+
+
+def test_the_fallback_is_judged_against_stock_vllm_not_the_paper_default() -> None:
+    """The guard's baseline is stock vLLM (simulator): the paper's default winning or losing
+    changes nothing; program FCFS is told apart from stock vLLM too."""
+    held = {
+        "tuned_jct_mean_s": 90.0,
+        "vllm_jct_mean_s": 100.0,
+        "never_pin_jct_mean_s": 95.0,
+        "default_jct_mean_s": 80.0,  # better than tuned: not the guard's concern
+    }
+    verdict = guard(held, force=False)
+    assert verdict["shipped"] == "tuned" and verdict["beats_vllm"]
+    assert verdict["never_pin_beats_vllm"] is True
+    lost = guard({**held, "tuned_jct_mean_s": 101.0, "default_jct_mean_s": 200.0}, force=False)
+    assert lost["shipped"] == "never-pin" and lost["never_pin_beats_vllm"] is True
+    assert "without a bundle" not in lost["message"]  # program FCFS does beat stock vLLM
+
+
+def test_refit_replaces_the_bundle_only_if_it_beats_the_old_one() -> None:
+    """``refit``: the refitted bundle against the bundle in service (not stock vLLM); a tie
+    keeps the old one and says it is a tie."""
+    held = {"new_jct_mean_s": 95.0, "old_jct_mean_s": 90.0, "vllm_jct_mean_s": 100.0}
+    kept = guard(held, force=False, baseline="old")
+    assert kept["shipped"] == "old" and not kept["beats_baseline"] and kept["beats_vllm"]
+    tie = guard({**held, "new_jct_mean_s": 90.0}, force=False, baseline="old")
+    assert tie["shipped"] == "old" and "a tie" in tie["message"]
+    better = guard({**held, "new_jct_mean_s": 85.0}, force=False, baseline="old")
+    assert better["shipped"] == "new" and not better["forced"]

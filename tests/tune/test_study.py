@@ -19,6 +19,7 @@ from replay.tune import (
     first_trials,
     tune,
 )
+from replay.tune.summary import provenance_of
 from ttlctl.cli.render import tune_table
 
 TRIALS = 8
@@ -72,6 +73,9 @@ def test_summary(tune_inputs: dict[str, Any], tmp_path: Path) -> None:
     assert [t["number"] for t in trials] == list(range(TRIALS))
     assert [t["params"] for t in trials[:2]] == first_trials(ctx.eta_fitted)
     assert s["default"]["number"] == 0 and s["default"]["value"] == trials[0]["value"]
+    # a trial's steps are the seeds it reported after (all of them, unless pruned)
+    assert all(t["steps"] == len(ctx.seeds) for t in trials if t["state"] == "COMPLETE")
+    assert {t["steps"] for t in trials if t["state"] == "PRUNED"} <= {1}
     assert s["best"]["value"] <= s["default"]["value"]
     assert s["counts"]["complete"] + s["counts"]["pruned"] == TRIALS
     held = s["held_back"]
@@ -89,6 +93,9 @@ def test_summary(tune_inputs: dict[str, Any], tmp_path: Path) -> None:
     assert s["shipped"]["policy"] == s["best"]["policy"]
     # 8 trials are far too few for importances: none, and the reason, one line
     assert s["importance"] is None
+    # the bundle's provenance keeps the judgement, not the trial list
+    kept = provenance_of(s)
+    assert kept["held_back"] == held and kept["guard"] == s["guard"] and "trials" not in kept
     complete = s["counts"]["complete"]
     assert s["importance_note"].startswith(f"not computed from {complete} completed trial(s)")
 
@@ -132,3 +139,19 @@ def test_stale_trial_of_a_dead_worker_is_retried(
     retried = optuna.load_study(study_name="study", storage=storage.open()).get_trials()
     copies = [t for t in retried if t.system_attrs.get("failed_trial") == dead.number]
     assert len(copies) == 1 and copies[0].state == optuna.trial.TrialState.COMPLETE
+
+
+def test_held_back_seeds_are_never_tuning_seeds(
+    tune_inputs: dict[str, Any], tmp_path: Path
+) -> None:
+    """The held-back comparison is on seeds no trial saw: seeds shared with the tuning's,
+    none at all, or no trials or workers are refused before a study is made."""
+    ctx: TuneContext = tune_inputs["ctx"]  # tuning seeds 0 and 1
+    target = tmp_path / "refused.log"
+    for holdout in [(1, 100), ()]:
+        with pytest.raises(TuneError, match="held-back seeds must be given and differ"):
+            tune(ctx, storage=Storage(str(target)), study_name="s", trials=1, holdout_seeds=holdout)
+    for trials, workers in [(0, 1), (1, 0)]:
+        with pytest.raises(TuneError, match="trials and workers must be at least 1"):
+            tune(ctx, storage=Storage(str(target)), study_name="s", trials=trials, workers=workers)
+    assert not target.exists()

@@ -129,3 +129,58 @@ def test_an_empty_file_or_a_journal_is_a_storage(tmp_path: Path) -> None:
     journal = tmp_path / "study.log"
     optuna.create_study(storage=Storage(str(journal)).open(), study_name="s")
     assert optuna.get_all_study_names(Storage(str(journal)).open()) == ["s"]
+
+
+def test_a_sqlite_study_beats_hearts_retries_twice_and_waits_60_s_for_its_turn(
+    tmp_path: Path,
+) -> None:
+    """docs/tuning.md: workers send heartbeats every ``--heartbeat-seconds`` (60), a dead
+    worker's trial is failed after twice that and run again (twice at most); on SQLite a
+    worker waits up to 60 s for the others' turn, sqlite3 beginning no transaction itself
+    (``BEGIN IMMEDIATE`` is begun for it: replay/tune/sqlite_lock.py)."""
+    opened = Storage(f"sqlite:///{tmp_path / 's.db'}").open()
+    assert isinstance(opened, optuna.storages.RDBStorage)
+    assert opened.heartbeat_interval == 60 and opened.grace_period is None  # Optuna: 2 × 60
+    retry = opened.heartbeat_stale_trial_callback
+    assert isinstance(retry, optuna.storages.RetryHeartbeatStaleTrialCallback)
+    assert retry._max_retry == 2
+    connection = opened.engine.raw_connection()
+    try:
+        assert connection.execute("PRAGMA busy_timeout").fetchone() == (60_000,)
+        assert connection.isolation_level is None
+    finally:
+        connection.close()
+    assert Storage(":memory:").file == Path(":memory:")  # a path: a journal file
+    assert Storage("sqlite:///:memory:").file is None  # nothing on disk to remove or keep
+
+
+def test_a_failed_run_keeps_a_study_file_that_was_there_before(
+    new_file: tuple[Storage, Path],
+) -> None:
+    """A file that existed (a user's storage, a resumed study) is never removed, even with
+    nothing of anyone's in it."""
+    storage, path = new_file
+    optuna.create_study(storage=storage.open(), study_name="before")
+    _failed_run(storage, (TrialState.FAIL, this_run()))
+    assert path.is_file()
+    assert sorted(optuna.get_all_study_names(storage.open())) == ["before", "s"]
+
+
+def test_a_started_trial_that_names_no_command_is_someone_elses(
+    new_file: tuple[Storage, Path],
+) -> None:
+    """Only an enqueued trial that never started is nobody's: a trial that ran without
+    naming its command (another tool, an older ttlctl) keeps the file."""
+    storage, path = new_file
+    _failed_run(storage, (TrialState.FAIL, this_run()), (TrialState.RUNNING, None))
+    assert path.is_file()
+
+
+def test_a_study_file_that_cannot_be_read_is_kept(new_file: tuple[Storage, Path]) -> None:
+    """Whether anyone uses a file that cannot be read back is unknown: it is kept."""
+    storage, path = new_file
+    with pytest.raises(RuntimeError, match="the run failed"), removed_if_unused(storage):
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"a,b\n1,2\n")  # neither a journal nor a SQLite database
+        raise RuntimeError("the run failed")
+    assert path.read_bytes() == b"a,b\n1,2\n"

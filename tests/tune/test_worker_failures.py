@@ -94,6 +94,12 @@ def test_one_failure_is_told_as_before() -> None:
             f"3 of 4 tune workers failed; the first: trial 2: {NO_PROGRAM} (seed 0); the "
             "others' errors: on stderr above, in the study (each trial's `error` attribute)",
         ),
+        (  # trials stopped by different errors are not alike
+            [_trial(0, 2), _trial(1, 3, "a p95 limit needs 20 programs")],
+            4,
+            f"2 of 4 tune workers failed; the first: trial 2: {NO_PROGRAM} (seed 0); the "
+            "other's error: in the study (each trial's `error` attribute)",
+        ),
         (
             [WorkerFailure.exited(0, 1), WorkerFailure.exited(1, 1)],
             2,

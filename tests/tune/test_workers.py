@@ -22,7 +22,15 @@ import pytest
 
 from replay.fleet.run import FleetSpec
 from replay.scheduler_config import SimSchedulerConfig
-from replay.tune import IncompleteRun, Storage, TuneContext, TuneError, first_trials, tune
+from replay.tune import (
+    IncompleteRun,
+    LiveTarget,
+    Storage,
+    TuneContext,
+    TuneError,
+    first_trials,
+    tune,
+)
 from replay.tune.opening import open_study
 from replay.tune.storage import RUN_ATTR, this_run
 from replay.tune.workers import (
@@ -30,12 +38,17 @@ from replay.tune.workers import (
     STOPPED_ATTR,
     TRIAL_FAILS,
     TrialError,
+    finished_trials,
     one_line_failures,
+    pruner,
     run_workers,
+    sampler,
+    worker_seed,
 )
 from tests.tune.inputs import KV_TOKENS
 
-TRIALS = 10
+#: odd: two workers take shares of 5 and 4 (none of the trials asked for is lost)
+TRIALS = 9
 
 
 def _two_workers(ctx: TuneContext, storage: Storage, name: str) -> dict[str, Any]:
@@ -157,3 +170,32 @@ def test_a_killed_worker_is_not_blamed_on_a_trial_that_failed_alone(
     assert str(caught.value) == (
         f"worker 0 exited with code {-signal.SIGKILL} (its error is printed above)"
     )
+
+
+def test_sampler_seeds_and_pruner_of_each_worker(tune_inputs: dict[str, Any]) -> None:
+    """Worker 0 samples with ``--seed`` itself (one worker: the same trials as a run in
+    this process); the others with seeds of their own, distinct across workers and
+    machines' ``--seed``s. A trial is pruned after 5 finished trials (docs/tuning.md);
+    a live one never. The TPE sampler's random start: a quarter of --trials, 3 … 10."""
+    assert worker_seed(7, 0) == 7
+    seeds = {worker_seed(s, i) for s in (0, 1) for i in range(1, 9)} | {0, 1}
+    assert len(seeds) == 18
+    ctx: TuneContext = tune_inputs["ctx"]
+    median = pruner(ctx)
+    assert isinstance(median, optuna.pruners.MedianPruner)
+    assert median._n_startup_trials == 5 and median._n_warmup_steps == 0
+    live = replace(ctx, live=LiveTarget("http://localhost:1", Path("b.json")))
+    assert isinstance(pruner(live), optuna.pruners.NopPruner)
+    startup = {n: sampler(0, n)._n_startup_trials for n in (1, 12, 20, 40, 400)}
+    assert startup == {1: 3, 12: 3, 20: 5, 40: 10, 400: 10}
+
+
+def test_pruned_trials_count_toward_trials() -> None:
+    """docs/tuning.md: ``--trials`` counts finished trials, pruned ones too (a resumed
+    study runs only the ones still missing)."""
+    study = optuna.create_study()
+    study.tell(study.ask({"x": optuna.distributions.FloatDistribution(0, 1)}), 1.0)
+    study.tell(study.ask(), state=optuna.trial.TrialState.PRUNED)
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
+    study.ask()  # running
+    assert finished_trials(study) == 2

@@ -3,15 +3,18 @@ line that names every context, and the pause axis has ticks to read values by.""
 
 from __future__ import annotations
 
+import copy
 from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+from ttlctl import bundle
 from ttlctl.report.pauses import MARKER_CONTEXTS, chart
 from ttlctl.report.png import tokens
 from ttlctl.report.rundir import MAX_TOOL_PLOTS, load, ranked_tools
+from ttlctl.report.tau import section as tau_section
 
 
 def test_the_pause_charts_hide_nothing_and_read_their_values(sample_run: Path) -> None:
@@ -62,3 +65,22 @@ def test_the_pause_charts_hide_nothing_and_read_their_values(sample_run: Path) -
         for a, b in pairwise(boxes):
             assert not a.overlaps(b), f"{name}: two tick labels run into each other"
     assert merged, "no tool of the samples has two contexts of one τ*: the test tests nothing"
+
+
+def test_the_tau_section_counts_every_tool_on_its_own_curve(sample_run: Path) -> None:
+    """Regression: of 30 tools, 15 with more than K pauses, the section said 18 used the
+    all-tools curve: it counted the tools drawn (at most 12) as those with their own CDF."""
+    run = load(sample_run)
+    assert run.bundle is not None and run.fit is not None
+    doc = copy.deepcopy(dict(run.bundle))
+    tools = doc["fit"]["tools"]
+    name, entry = ranked_tools(doc["fit"])[0]
+    k = doc["fit"]["k"]
+    assert entry["n"] > k
+    tools.update({f"{name}-{i}": copy.deepcopy(entry) for i in range(MAX_TOOL_PLOTS + 2)})
+    run.policy, run.fit = bundle.policy_from(doc), doc["fit"]
+    ranked = ranked_tools(run.fit)
+    shared = sum(int(e["n"]) <= k for _, e in ranked)
+    assert len(ranked) - shared > MAX_TOOL_PLOTS
+    said = f"use the all-tools curve ({shared} of {len(ranked)})"
+    assert said in tau_section(run)

@@ -42,7 +42,9 @@ def section(run: RunInputs) -> str:
     t_ref = run.queue_delay_s
     tvals = [0.0] if t_ref == 0 else [0.0, t_ref]
     ranked = [name for name, _ in ranked_tools(run.fit)] if run.fit is not None else []
-    own = [n for n in ranked if run.decide(n, 1000.0, 0.0).source == "tool"][:MAX_TOOL_PLOTS]
+    # the tools with their own CDF, all counted; the most frequent drawn
+    uses_own = [n for n in ranked if run.decide(n, 1000.0, 0.0).source == "tool"]
+    own = uses_own[:MAX_TOOL_PLOTS]
     fig = figure(5.6 * len(tvals) + 0.6, 4.2)
     axes = fig.subplots(1, len(tvals), squeeze=False)[0]
     for ax, t in zip(axes, tvals, strict=True):
@@ -77,7 +79,7 @@ def section(run: RunInputs) -> str:
     parts = [
         f"<p>τ* = argmax P(τ)·B − τ with B = T·η + reload(context); η = {params.eta:.3g}, "
         f"K = {params.k}. Tools with at most K pauses use the all-tools curve "
-        f"({len(ranked) - len(own)} of {len(ranked)}). The reload is a rebuild priced "
+        f"({len(ranked) - len(uses_own)} of {len(ranked)}). The reload is a rebuild priced "
         f"{e(budget_note(run))}.</p>",
         img(fig, "tau* against context length"),
         "<p>The bundle's policy parameters:</p>",

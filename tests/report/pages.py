@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 from dataclasses import dataclass, field
+from html import unescape
 from html.parser import HTMLParser
 
 from PIL import Image
@@ -60,3 +62,17 @@ def check_png(data: bytes) -> tuple[int, int]:
     colours = image.convert("RGB").getcolors(maxcolors=1 << 20)
     assert colours is None or len(colours) > 8, "a blank plot"
     return width, height
+
+
+def section(text: str, sid: str) -> str:
+    """The HTML of the page's section ``sid``."""
+    return text.split(f'<section id="{sid}">', 1)[1].split("</section>", 1)[0]
+
+
+def rows(html_text: str) -> list[list[str]]:
+    """The cells of each body row of the tables in ``html_text``, as text (unescaped)."""
+    return [
+        [unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+        for row in html_text.split("<tr>")[1:]
+        if "<td" in row
+    ]

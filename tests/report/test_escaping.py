@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 from pathlib import Path
 
 from tests.report.pages import SECTIONS, check_png, parse, png_bytes
@@ -14,6 +15,8 @@ from tests.report.runs import (
     EVIL_TOOL,
     MATH_TOOL,
 )
+from ttlctl.report import build_report
+from ttlctl.report.png import label
 
 #: every tag the page may contain
 ALLOWED_TAGS = {
@@ -52,3 +55,28 @@ def test_nothing_from_the_network(evil_page: str) -> None:
     for needle in ("http://", "https://", "url(", "@import", "<link", "//cdn"):
         assert needle not in lowered
     assert "content-security-policy" in lowered and "default-src 'none'" in evil_page
+
+
+def test_a_fleets_router_policy_and_replica_names_are_escaped(tmp_path: Path) -> None:
+    """The Fleet section writes the router's name and settings, each policy's name (its
+    tables' rows and its per-replica heading) and the replicas' names from replay.json."""
+    router = {"name": EVIL_TOOL, "settings": {EVIL_PARAM: EVIL_PROGRAM}, "replicas": 2}
+    per_replica = [{"replica": EVIL_PARAM, "llm_calls": 3}, {"replica": 1, "llm_calls": 4}]
+    result = {"policy": EVIL_POLICY, "router": router, "per_replica": per_replica}
+    (tmp_path / "replay.json").write_text(json.dumps({"results": [result]}), encoding="utf-8")
+    text = build_report(tmp_path)
+    fleet = text.split('<section id="fleet">')[1].split("</section>")[0]
+    assert "could not be drawn" not in fleet
+    page = parse(text)
+    assert {tag for tag, _ in page.tags} <= ALLOWED_TAGS | {"h3", "details", "summary"}
+    assert not [a for _, attrs in page.tags for a in attrs if a.startswith("on")]
+    for said in (EVIL_TOOL, EVIL_POLICY, f"{EVIL_PARAM} = {EVIL_PROGRAM}"):
+        assert html.escape(said, quote=True) in fleet, said
+
+
+def test_a_plot_label_is_one_short_line_without_mathtext() -> None:
+    """A tool or policy name in a plot: ``$`` escaped (``$\\frac{x}{0}$`` was drawn as a
+    fraction), control characters as spaces, a long name cut."""
+    assert label(MATH_TOOL) == MATH_TOOL.replace("$", r"\$")
+    assert label("a\nb\tc") == "a b c"
+    assert label("x" * 60, 20) == "x" * 19 + "…"

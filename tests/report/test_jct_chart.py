@@ -6,15 +6,18 @@ import json
 import math
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.patches import Rectangle
 
-from tests.report.pages import check_png, parse, png_bytes
+from tests.report.pages import check_png, parse, png_bytes, rows, section
 from tests.report.runs import skewed_replay
+from ttlctl import gap
 from ttlctl.report import build_report
 from ttlctl.report.jct import chart
+from ttlctl.report.markup import num, pct
 from ttlctl.report.ticks import log_ticks
 
 
@@ -48,6 +51,15 @@ def test_means_fill_their_own_axis_and_the_tail_has_a_log_axis() -> None:
     low, high = tail.get_ylim()
     assert low <= min(r["jct_p50_s"] for r in results)
     assert high >= max(r["jct_p99_s"] for r in results)
+    # each policy's bar and median dot at its own place, from its own figures
+    assert [b.get_height() for b in sorted(_bars(top), key=Rectangle.get_x)] == means
+    (dots,) = top.collections
+    medians = [(i, r["jct_p50_s"]) for i, r in enumerate(results)]
+    assert [tuple(p) for p in dots.get_offsets()] == medians
+    # the tail's marks, each from its own key: p50, mean, p95, p99
+    keys = ("jct_p50_s", "jct_mean_s", "jct_p95_s", "jct_p99_s")
+    want = [[(i, r[k]) for i, r in enumerate(results)] for k in keys]
+    assert [[tuple(p) for p in c.get_offsets()] for c in tail.collections] == want
 
 
 def test_a_replay_without_jct_figures_draws_the_means_alone() -> None:
@@ -68,6 +80,9 @@ def test_the_page_shows_the_skewed_replay(tmp_path: Path) -> None:
     (image,) = parse(section).all("img")
     _, height = check_png(png_bytes(image["src"]))
     assert height > 600  # two panels, one above the other
+    # the table: each figure in its column, the gap closed as a percent, no no-gap note
+    assert rows(section.split("Replay configuration")[0]) == _table(skewed_replay()["results"])
+    assert "No gap closed" not in section
 
 
 def test_the_tails_legend_names_only_what_is_drawn() -> None:
@@ -156,3 +171,33 @@ def test_a_huge_means_label_stays_short() -> None:
     labels = [t.get_text() for t in chart(results).axes[0].texts]
     assert labels[0] == "1e+300"
     assert labels[1:] == ["326", "234", "214", "201"]  # the others as before
+
+
+def _table(results: list[dict[str, Any]]) -> list[list[str]]:
+    """The JCT table's rows as they should read: a row per result, in its order, each
+    figure from its own key (seconds as they are, the hit rate and gap closed as percents)."""
+    return [
+        [
+            r["policy"],
+            "bound" if r.get("evaluation_only") else "",
+            *(num(r.get(k)) for k in ("jct_mean_s", "jct_p50_s", "jct_p95_s", "jct_p99_s")),
+            pct(r.get("prefix_hit_rate")),
+            num(r.get("preemptions")),
+            num(r.get("pinned_token_seconds")),
+            pct(r.get("gap_closed")),
+        ]
+        for r in results
+    ]
+
+
+def test_each_policys_row_reads_its_own_figures(sample_run: Path, sample_page: str) -> None:
+    """The samples' replay: no gap to close (unlimited KV is not faster), which a note says."""
+    replay = json.loads((sample_run / "replay.json").read_text(encoding="utf-8"))
+    results = replay["results"]
+    jct = section(sample_page, "jct")
+    assert rows(jct.split("Replay configuration")[0]) == _table(results)
+    assert any(r.get("evaluation_only") for r in results)
+    assert gap.no_gap(results) and "No gap closed: unlimited KV is not " in jct
+    # and the settings it was replayed with
+    shown = rows(jct.split("<p>Replay configuration:</p>")[1])
+    assert shown == [[key, num(value)] for key, value in replay["config"].items()]

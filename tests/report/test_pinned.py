@@ -6,8 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
+
+from matplotlib.axes import Axes
 
 from ttlctl.report import build_report
+from ttlctl.report.pinned import section
+from ttlctl.report.rundir import load
 
 
 def replay(replicas: int | None) -> dict[str, Any]:
@@ -38,3 +43,23 @@ def test_one_engine_and_a_fleet_of_one_say_nothing_of_replicas(tmp_path: Path) -
     for replicas in (None, 1):
         section = pinned(tmp_path, replicas)
         assert "KV occupied by pins over time" in section and "replicas" not in section
+
+
+def test_a_policy_without_pins_is_named_and_hours_are_hours(tmp_path: Path) -> None:
+    """A replay longer than two hours reads its time axis in hours; a policy with no pin
+    (stock vLLM) is named under the chart rather than drawn as a flat line."""
+    doc = replay(None)
+    doc["results"][0]["pinned_timeline"]["t_s"] = [0.0, 3600.0, 9000.0]
+    timeline = {"t_s": [0.0, 9000.0], "pinned_tokens": [0, 0]}
+    doc["results"].append({"policy": "vllm", "pinned_timeline": timeline})
+    (tmp_path / "replay.json").write_text(json.dumps(doc))
+    run = load(tmp_path)
+    with (
+        patch.object(Axes, "set_xlabel") as xlabel,
+        patch.object(Axes, "step", autospec=True, side_effect=Axes.step) as step,
+    ):
+        text = section(run)
+    xlabel.assert_called_once_with("simulated time (h)")
+    (call,) = step.call_args_list  # continuum's line alone
+    assert list(call.args[1]) == [0.0, 1.0, 2.5]  # (self, x, y)
+    assert "No pins (or no timeline): vllm" in text

@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tests.report.pages import SECTIONS, check_png, parse, png_bytes
+from tests.report.pages import SECTIONS, check_png, parse, png_bytes, rows, section
 from tests.report.runs import tune_doc
 from ttlctl.cli import report as report_cli
 from ttlctl.jsonio import file_sha256
@@ -196,6 +196,8 @@ def test_a_tune_json_of_another_bundle_is_set_aside(tmp_path: Path, sample_run: 
     assert "run/b2.json" in warned[0]
     page = out.read_text(encoding="utf-8")
     assert "Best trial:" not in page and "tune.json not used: the summary of another" in page
+    status = next(r[1] for r in rows(section(page, "inputs")) if r[0] == "tune.json")
+    assert status.startswith("not used: the summary of another bundle (run/b2.json"), status
     # its own summary is shown
     sha = json.loads((tmp_path / "bundle.json").read_text(encoding="utf-8"))["sha256"]
     own = tune_doc() | {"bundle": {"path": "run/bundle.json", "sha256": sha}}
@@ -350,3 +352,20 @@ def test_a_bundles_trace_fitted_is_checked_against_the_runs_trace(sample_run: Pa
     provenance["trace_fitted"] = {"path": "other.parquet", "sha256": "0" * 64}
     row = provenance_section(run).split("trace_fitted", 1)[1].split("</tr>", 1)[0]
     assert row.rstrip().endswith("<td>no</td>"), row
+    # replay.json's record of its bundle: this run's bundle.json, or another
+    assert run.replay is not None
+    for sha, match in ((run.bundle["sha256"], "yes"), ("e" * 64, "no")):
+        run.replay = {**run.replay, "bundle": {"path": "bundle.json", "sha256": sha}}
+        got = [r for r in rows(provenance_section(run)) if r[:2] == ["replay.json", "bundle"]]
+        assert got == [["replay.json", "bundle", "bundle.json", sha, match]]
+
+
+def test_the_inputs_table_reads_each_files_size_and_hash(
+    sample_run: Path, sample_page: str
+) -> None:
+    got = rows(section(sample_page, "inputs").split("What each input says")[0])
+    want = [
+        [name, "read", f"{(sample_run / name).stat().st_size:,}", file_sha256(sample_run / name)]
+        for name in ("trace.parquet", "fit.json", "bundle.json", "replay.json", "tune.json")
+    ]
+    assert got == want

@@ -6,8 +6,11 @@ from pathlib import Path
 
 import polars as pl
 
+from tests.report.pages import rows, section
 from ttlctl.report import build_report
+from ttlctl.report.markup import num
 from ttlctl.trace import io as trace_io
+from ttlctl.trace.summary import summarize
 
 
 def _trace_section(run: Path, frame: pl.DataFrame) -> str:
@@ -28,3 +31,24 @@ def test_a_column_no_call_has_is_said_to_be_absent(sample_run: Path, tmp_path: P
     untimed = synthetic.with_columns(pl.lit(None, dtype=pl.Float64).alias("tool_s"))
     section = _trace_section(tmp_path, untimed)
     assert "tool_s and llm_s are not in this trace (no call records them)" in section
+
+
+def test_the_figures_are_the_traces_own(sample_run: Path, sample_page: str) -> None:
+    """The counts and quantiles in their columns, the reused tokens, the tools' calls, and
+    the programs with the most calls first."""
+    frame = trace_io.read(sample_run / "trace.parquet")
+    s = summarize(frame.lazy())
+    text = section(sample_page, "trace")
+    tok = s["tokens"]
+    assert (
+        f"tokens: input {tok['input']:,}, output {tok['output']:,}, reused {tok['reused']:,}."
+    ) in text
+    assert tok["reused"] != tok["input"]
+    st = s["calls_per_program"]
+    want = ["calls per program", *(num(st[k]) for k in ("count", "p50", "p90", "p99", "mean"))]
+    assert rows(text)[0] == want and st["p90"] != st["p99"]
+    tools = s["tools"]
+    assert f"{tools['calls_with_tool']:,} calls (the " in text
+    calls = frame.group_by("program_id").len()["len"].sort(descending=True).to_list()
+    programs = rows(text.split("Programs with the most calls")[1])
+    assert [int(r[1]) for r in programs] == calls[:5] and calls[0] > calls[-1]

@@ -5,11 +5,16 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
+from unittest.mock import patch
 
+import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+from tests.report.runs import tune_doc
 from ttlctl.report.page import build_report
-from ttlctl.report.tuning import history_chart
+from ttlctl.report.rundir import RunInputs
+from ttlctl.report.tuning import history_chart, section
 
 
 def test_a_short_studys_trials_are_ticked_by_whole_numbers() -> None:
@@ -63,3 +68,28 @@ def test_the_best_trial_and_held_back_tables_show_policy_and_router_in_full(
     for row in ("router", "routers.tuned", "routers.vllm"):
         assert f"<tr><td>{row}</td><td>{html.escape(phrase)}</td></tr>" in page
     assert "<td>1.250x</td>" in page
+
+
+def test_the_studys_counts_direction_and_importance_are_said(tmp_path: Path) -> None:
+    """The trials by state, the direction, the importance bars least to most important (the
+    most on top) with the quantile they were taken of, or why there are none."""
+    tune = tune_doc() | {"importance_quantile": 0.1}
+    run = RunInputs(tmp_path, tune=tune)
+    with patch.object(Axes, "barh", autospec=True, side_effect=Axes.barh) as barh:
+        text = section(run)
+    assert "20 trial(s) (COMPLETE: 19, FAIL: 1); objective minimised." in text
+    (call,) = barh.call_args_list
+    assert list(call.args[1]) == ["valve", "pin_cap", "eta"] and list(call.args[2]) == [
+        0.1, 0.2, 0.7
+    ]  # fmt: skip
+    assert "what the top 10% of the completed trials share" in text
+    run = RunInputs(tmp_path, tune=tune | {"direction": "maximize", "importance": {}})
+    run.tune["importance_note"] = "fewer than 10 completed trials"
+    text = section(run)
+    assert "objective maximised." in text
+    assert "Parameter importance: fewer than 10 completed trials." in text
+    fig = history_chart(tune["trials"], maximize=True)
+    assert fig is not None
+    (best,) = fig.axes[0].get_lines()
+    done = [t["value"] for t in tune["trials"] if t["value"] is not None]
+    assert list(best.get_ydata()) == list(np.maximum.accumulate(done))

@@ -187,6 +187,23 @@ class _Recording(BaseHTTPRequestHandler):
         self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
 
 
+def _stub_run(base: str, max_model_len: int, deadline_s: float, total_calls: int) -> LiveRun:
+    """A live run's state against the stub at ``base``, its deadline ``deadline_s`` away."""
+    return LiveRun(
+        url=base,
+        info=server_info(url=base, max_model_len=max_model_len, block_size=16),
+        pool=list(range(10, 60)),
+        seed=0,
+        nonce="n",
+        timeout_request_s=10.0,
+        deadline=time.perf_counter() + deadline_s,
+        stop=threading.Event(),
+        progress=None,
+        total_calls=total_calls,
+        say=lambda message: None,
+    )
+
+
 def _drain_one(
     program: AgentProgram, start_at: float, max_model_len: int = 4096
 ) -> tuple[LiveRun, ProgramRecord, list[tuple[str | None, dict[str, Any]]]]:
@@ -194,19 +211,7 @@ def _drain_one(
     program's record and the requests sent."""
     _Recording.seen = []
     with serving(_Recording) as base:
-        state = LiveRun(
-            url=base,
-            info=server_info(url=base, max_model_len=max_model_len, block_size=16),
-            pool=list(range(10, 60)),
-            seed=0,
-            nonce="n",
-            timeout_request_s=10.0,
-            deadline=time.perf_counter() + 30.0,
-            stop=threading.Event(),
-            progress=None,
-            total_calls=len(program.calls),
-            say=lambda message: None,
-        )
+        state = _stub_run(base, max_model_len, 30.0, len(program.calls))
         record = ProgramRecord(program.program_id, len(program.calls))
         drain(state, [(program, start_at, record)], workers=1)
     return state, record, _Recording.seen
@@ -300,19 +305,7 @@ def test_a_call_still_streaming_at_the_deadline_is_stopped_there() -> None:
     error that says so, its program cut short), not when the stream ends."""
     program = AgentProgram("p", 0.0, (Call(100, 20, 0, None, 0.0),))
     with serving(_Slow) as base:
-        state = LiveRun(
-            url=base,
-            info=server_info(url=base, max_model_len=4096, block_size=16),
-            pool=list(range(10, 60)),
-            seed=0,
-            nonce="n",
-            timeout_request_s=10.0,
-            deadline=time.perf_counter() + 0.3,
-            stop=threading.Event(),
-            progress=None,
-            total_calls=1,
-            say=lambda message: None,
-        )
+        state = _stub_run(base, 4096, 0.3, 1)
         record = ProgramRecord("p", 1)
         t0 = time.perf_counter()
         drain(state, [(program, t0, record)], workers=1)

@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,3 +86,19 @@ def assert_nothing_left(mark: str, pgids: set[int], needles: list[str]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p.pid, signal.SIGKILL)
     assert not left, left
+
+
+def stop_leaves_nothing(
+    proc: subprocess.Popen[bytes], sig: signal.Signals, mark: str, needles: list[str]
+) -> None:
+    """``ttlctl serve`` (``proc``, its environment marked ``mark``) with its engine core
+    running, stopped by ``sig``: within :data:`GONE_S` of its exit nothing of it is left
+    (:func:`assert_nothing_left`: its marker, its process groups, ``needles``), and it
+    exited 0 or as the signal tells."""
+    running = marked(mark)
+    pgids = {p.pgid for p in running if p.pid != proc.pid}
+    assert any(p.cmdline.startswith("VLLM::EngineCore") for p in running), running
+    proc.send_signal(sig)
+    code = proc.wait(timeout=60)
+    assert_nothing_left(mark, pgids, needles)
+    assert code in (0, 128 + sig), code

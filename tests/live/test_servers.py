@@ -11,7 +11,6 @@ document (``validate --resimulate``) and gets every judged key back exactly.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import time
@@ -30,7 +29,7 @@ from replay.policies import PolicySpec
 from replay.policy_runs import Load, run_one
 from replay.sim import ReplayConfig
 from replay.workload import AgentProgram, Call, Workload, load
-from tests.live.leftovers import assert_nothing_left, marked
+from tests.live.leftovers import stop_leaves_nothing
 from tests.live.servers import Servers, children, healthy
 from tests.live.traces import agent_trace
 from ttlctl.cli import validate as validate_cli
@@ -270,14 +269,9 @@ def test_serve_stops_with_its_server_on_sigterm(servers: Servers) -> None:
     loaded = re.search(r"TTLScheduler on vLLM (\S+),", log)
     assert loaded is not None and compat.supported(loaded.group(1)) and "serving with bundle" in log
     (group,) = children(served.proc.pid)
-    running = marked(served.mark)
-    pgids = {p.pgid for p in running if p.pid != served.proc.pid}
-    assert any(p.cmdline.startswith("VLLM::EngineCore") for p in running), running
-    os.kill(served.proc.pid, signal.SIGTERM)
-    code = served.proc.wait(timeout=60)
     # nothing of it left within seconds of its exit (what is left is killed, then named): no
     # process with its marker, in its groups, naming its port or model
-    assert_nothing_left(served.mark, pgids, [f"--port {served.port}", str(served.model)])
-    assert code in (0, 128 + signal.SIGTERM), code
+    needles = [f"--port {served.port}", str(served.model)]
+    stop_leaves_nothing(served.proc, signal.SIGTERM, served.mark, needles)
     assert not group_alive(group)
     assert not healthy(served.url)

@@ -25,7 +25,14 @@ import pytest
 
 from tests.bundles import write_bundle
 from tests.child_signals import terminal_defaults
-from tests.live.leftovers import MARK, Proc, assert_nothing_left, marked, mentions
+from tests.live.leftovers import (
+    MARK,
+    Proc,
+    assert_nothing_left,
+    marked,
+    mentions,
+    stop_leaves_nothing,
+)
 from tests.live.servers import FLAGS, healthy, server_env
 from tests.live.traces import agent_trace
 from tests.vllm_server import STARTUP_S
@@ -109,13 +116,7 @@ def test_serve_stopped_by_sigint_leaves_no_process(serve: Serve) -> None:
     """SIGINT (^C) to ``ttlctl serve``; SIGTERM is test_servers.py's last test."""
     proc, mark, port = serve.proc, serve.mark, serve.port
     wait_for(lambda: healthy(f"http://127.0.0.1:{port}"), proc, serve.work, "a healthy server")
-    running = marked(mark)
-    pgids = {p.pgid for p in running if p.pid != proc.pid}
-    assert any(p.cmdline.startswith("VLLM::EngineCore") for p in running), running
-    proc.send_signal(signal.SIGINT)
-    code = proc.wait(timeout=60)
-    assert_nothing_left(mark, pgids, [f"--port {port}", str(serve.model)])
-    assert code in (0, 128 + signal.SIGINT), code
+    stop_leaves_nothing(proc, signal.SIGINT, mark, [f"--port {port}", str(serve.model)])
 
 
 def test_validate_stops_its_servers_after_a_timeout_and_on_sigterm(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.report.pages import section
 from ttlctl import bundle
 from ttlctl.cli import app
 from ttlctl.report import build_report
@@ -57,8 +58,8 @@ def test_the_page_says_which_budget_and_differs(sample_run: Path, tmp_path: Path
     assert out[None] == build_report(run)  # the default is the library's default
     assert "in one step (the bundle&#x27;s profile records no budget)" in out[None]
     assert "in steps of 256 tokens (the serving engine&#x27;s" in out[SMALL]
-    section = [page.split('id="tau"')[1].split("</section>")[0] for page in out.values()]
-    assert section[0] != section[1]  # the τ* curves drawn differ
+    drawn = [section(page, "tau") for page in out.values()]
+    assert drawn[0] != drawn[1]  # the τ* curves drawn differ
 
 
 @pytest.mark.parametrize("bad", ["0", "-5", "many"])

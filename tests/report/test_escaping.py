@@ -6,7 +6,7 @@ import html
 import json
 from pathlib import Path
 
-from tests.report.pages import SECTIONS, check_png, parse, png_bytes
+from tests.report.pages import SECTIONS, check_png, parse, png_bytes, section
 from tests.report.runs import (
     EVIL_DIR,
     EVIL_PARAM,
@@ -65,7 +65,7 @@ def test_a_fleets_router_policy_and_replica_names_are_escaped(tmp_path: Path) ->
     result = {"policy": EVIL_POLICY, "router": router, "per_replica": per_replica}
     (tmp_path / "replay.json").write_text(json.dumps({"results": [result]}), encoding="utf-8")
     text = build_report(tmp_path)
-    fleet = text.split('<section id="fleet">')[1].split("</section>")[0]
+    fleet = section(text, "fleet")
     assert "could not be drawn" not in fleet
     page = parse(text)
     assert {tag for tag, _ in page.tags} <= ALLOWED_TAGS | {"h3", "details", "summary"}

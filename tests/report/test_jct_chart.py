@@ -76,13 +76,13 @@ def test_the_page_shows_the_skewed_replay(tmp_path: Path) -> None:
     (tmp_path / "replay.json").write_text(json.dumps(skewed_replay()), encoding="utf-8")
     text = build_report(tmp_path)
     assert "could not be drawn" not in text
-    section = text.split('id="jct"')[1].split("</section>")[0]
-    (image,) = parse(section).all("img")
+    jct = section(text, "jct")
+    (image,) = parse(jct).all("img")
     _, height = check_png(png_bytes(image["src"]))
     assert height > 600  # two panels, one above the other
     # the table: each figure in its column, the gap closed as a percent, no no-gap note
-    assert rows(section.split("Replay configuration")[0]) == _table(skewed_replay()["results"])
-    assert "No gap closed" not in section
+    assert rows(jct.split("Replay configuration")[0]) == _table(skewed_replay()["results"])
+    assert "No gap closed" not in jct
 
 
 def test_the_tails_legend_names_only_what_is_drawn() -> None:

@@ -324,7 +324,7 @@ def test_a_replay_json_of_another_trace_or_bundle_is_said(tmp_path: Path, sample
         "than bundle.json: its figures are not this run's (`ttlctl replay … --json` again "
         "writes this run's)"
     ], res.stderr
-    jct = out.read_text(encoding="utf-8").split('id="jct"')[1].split("</section>")[0]
+    jct = section(out.read_text(encoding="utf-8"), "jct")
     assert "made from another bundle" in jct and "continuum" in jct
     replay["trace"] = {"path": "other/trace.parquet", "sha256": "d" * 64}
     (tmp_path / "replay.json").write_text(json.dumps(replay), encoding="utf-8")

@@ -16,7 +16,7 @@ from ttlctl.trace.summary import summarize
 def _trace_section(run: Path, frame: pl.DataFrame) -> str:
     trace_io.write(frame.lazy(), run / "trace.parquet")
     page = build_report(run)
-    return page.split('id="trace"')[1].split("</section>")[0]
+    return section(page, "trace")
 
 
 def test_a_column_no_call_has_is_said_to_be_absent(sample_run: Path, tmp_path: Path) -> None:

@@ -39,3 +39,12 @@ def json_reply(handler: BaseHTTPRequestHandler, doc: object, code: int = 200) ->
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+def stream_reply(handler: BaseHTTPRequestHandler, chunk: object) -> None:
+    """Answer ``handler``'s completion request as an OpenAI stream of one ``chunk`` then
+    ``[DONE]`` (HTTP 200, server-sent events)."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.end_headers()
+    handler.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())

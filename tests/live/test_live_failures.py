@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from replay.live import run_live
 from replay.policy_runs import Load
 from replay.workload import AgentProgram, Call, Workload
-from tests.http_stub import json_reply, serving
+from tests.http_stub import json_reply, serving, stream_reply
 from tests.live.traces import agent_trace
 from ttlctl.cli import app
 
@@ -70,15 +70,12 @@ class _Vllm(BaseHTTPRequestHandler):
             if status is not None:
                 self.send_error(status, "the stub's answer to this call")
                 return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
             n = body["max_tokens"]
             chunk = {
                 "choices": [{"token_ids": [7] * n}],
                 "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": n},
             }
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+            stream_reply(self, chunk)
         else:
             self.send_error(404)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
@@ -18,7 +18,7 @@ from replay.live import runner
 from replay.live.driver import LiveRun, drain
 from replay.live.records import ProgramRecord
 from replay.workload import AgentProgram, Call, Workload
-from tests.http_stub import serving
+from tests.http_stub import serving, stream_reply
 from tests.live.server_info import server_info
 
 #: the (program, turn) the stub answers with a server error
@@ -36,14 +36,11 @@ class _Completions(BaseHTTPRequestHandler):
         if (xargs["program_id"], turn) == FAILS:
             self.send_error(500)
             return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
         chunk = {
             "choices": [{"token_ids": [7] * body["max_tokens"]}],
             "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": 2},
         }
-        self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+        stream_reply(self, chunk)
 
 
 @pytest.fixture(scope="module")
@@ -59,29 +56,45 @@ def _program(name: str, calls: int, pause_s: float = 0.0) -> AgentProgram:
     return AgentProgram(name, 0.0, turns)
 
 
+def _stub_run(
+    base: str,
+    max_model_len: int,
+    deadline_s: float,
+    total_calls: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> LiveRun:
+    """A live run's state against the stub at ``base`` (16-token blocks, 512 of them), its
+    deadline ``deadline_s`` away, told its progress when ``progress`` is given."""
+    return LiveRun(
+        url=base,
+        info=server_info(url=base, max_model_len=max_model_len, block_size=16, num_gpu_blocks=512),
+        pool=list(range(10, 60)),
+        seed=0,
+        nonce="n",
+        timeout_request_s=10.0,
+        deadline=time.perf_counter() + deadline_s,
+        stop=threading.Event(),
+        progress=progress,
+        total_calls=total_calls,
+        say=lambda message: None,
+    )
+
+
 def _run(
     url: str, programs: list[AgentProgram], deadline_s: float, stopped: bool = False
 ) -> list[tuple[int, int]]:
     """Drain ``programs`` one at a time (``stopped``: a run stopped before a worker took
     any, as by Ctrl-C); the counts told."""
     told: list[tuple[int, int]] = []
-    info = server_info(url=url, max_model_len=4096, block_size=16, num_gpu_blocks=512)
-    stop = threading.Event()
-    if stopped:
-        stop.set()
-    state = LiveRun(
-        url=url,
-        info=info,
-        pool=list(range(10, 60)),
-        seed=0,
-        nonce="n",
-        timeout_request_s=10.0,
-        deadline=time.perf_counter() + deadline_s,
-        stop=stop,
+    state = _stub_run(
+        url,
+        4096,
+        deadline_s,
+        sum(len(p.calls) for p in programs),
         progress=lambda done, total: told.append((done, total)),
-        total_calls=sum(len(p.calls) for p in programs),
-        say=lambda message: None,
     )
+    if stopped:
+        state.stop.set()
     jobs = [(p, None, ProgramRecord(p.program_id, len(p.calls))) for p in programs]
     drain(state, jobs, workers=1)
     return told
@@ -180,28 +193,7 @@ class _Recording(BaseHTTPRequestHandler):
         usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n}
         if body["vllm_xargs"]["program_id"] == "nousage":
             usage = {}
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        chunk = {"choices": [choice], "usage": usage}
-        self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
-
-
-def _stub_run(base: str, max_model_len: int, deadline_s: float, total_calls: int) -> LiveRun:
-    """A live run's state against the stub at ``base``, its deadline ``deadline_s`` away."""
-    return LiveRun(
-        url=base,
-        info=server_info(url=base, max_model_len=max_model_len, block_size=16),
-        pool=list(range(10, 60)),
-        seed=0,
-        nonce="n",
-        timeout_request_s=10.0,
-        deadline=time.perf_counter() + deadline_s,
-        stop=threading.Event(),
-        progress=None,
-        total_calls=total_calls,
-        say=lambda message: None,
-    )
+        stream_reply(self, {"choices": [choice], "usage": usage})
 
 
 def _drain_one(

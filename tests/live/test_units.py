@@ -399,6 +399,22 @@ def test_benchmark_result_throughputs_and_lists_are_vllms(tmp_path: Path) -> Non
     )
 
 
+def test_a_failed_calls_entries_are_vllms_own_defaults() -> None:
+    """What the result writes for a call with no first token and no end (failed) is what
+    the installed vLLM's ``RequestFuncOutput`` holds for one, as ``vllm bench serve``
+    writes its ``ttfts`` and ``latencies`` from it."""
+    vllm_bench = pytest.importorskip(
+        "vllm.benchmarks.lib.endpoint_request_func", reason="vLLM is not installed"
+    )
+    records, _ = _records()
+    doc = live.benchmark_result({"policy": "vllm"}, records, server_info(), "lbl")
+    failed = [i for i, error in enumerate(doc["errors"]) if error]
+    assert failed, doc["errors"]
+    unset = vllm_bench.RequestFuncOutput()
+    for i in failed:
+        assert (doc["ttfts"][i], doc["latencies"][i]) == (unset.ttft, unset.latency)
+
+
 class _Metrics(BaseHTTPRequestHandler):
     """``/metrics``: a server error to the first read, then the three gauges and a counter."""
 

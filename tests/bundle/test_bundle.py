@@ -19,6 +19,8 @@ from profiles.shipped import resolve
 from replay.fleet.routers import ROUTERS, TAKES, RouterSettings
 from ttlctl import bundle, bundle_check, bundle_doc, bundle_make, router_doc
 from ttlctl.cli import app
+from ttlctl.cli.bundle import CONTEXTS
+from ttlctl.cli.render.cells import secs
 from ttlctl.jsonio import file_sha256
 from ttlctl.server import serving
 
@@ -582,6 +584,34 @@ def test_query_and_inspect_price_a_miss_in_the_serving_engines_budget(bundle_fil
         assert res.exit_code == 0, res.output
         shown[budget] = res.output
     assert shown["256"] != shown["8192"]
+
+
+def test_inspect_prices_b_with_the_queue_delay_it_is_given(bundle_file: Path) -> None:
+    """Regression: inspect's "benefit B" line ignored --queue-delay-seconds (it priced B
+    with the policy's own T, 0 in a bundle), where the τ* columns beside it and `bundle
+    query` take it: the line is B as query answers it for a tool the fit has not seen."""
+    runner = CliRunner()
+    lines = {}
+    for delay in ("0", "2", "100"):
+        res = runner.invoke(
+            app,
+            ["bundle", "inspect", str(bundle_file), "--queue-delay-seconds", delay],
+            env={"COLUMNS": "400"},
+        )
+        assert res.exit_code == 0, res.output
+        (line,) = [x for x in res.stdout.splitlines() if x.startswith("benefit B of a kept")]
+        lines[delay] = line
+        want = []
+        for context in CONTEXTS:
+            query = ["bundle", "query", str(bundle_file), "--tool", "never-seen-tool"]
+            res = runner.invoke(
+                app,
+                [*query, "--context-tokens", str(context), "--queue-delay-seconds", delay],
+            )
+            assert res.exit_code == 0, res.output
+            want.append(f"{context // 1000}k: {secs(json.loads(res.stdout)['benefit_s'])}")
+        assert line.endswith(": " + ", ".join(want)), (line, want)
+    assert len(set(lines.values())) == 3, lines
 
 
 def test_query_and_inspect_say_a_context_beyond_the_profiles_limit(

@@ -65,7 +65,7 @@ def bundle_table(
             decisions[-1].source,
         )
     g = fit.get("global") or {"n": 0}
-    decisions = [
+    others = [
         policy.decide(None, c, offload=offload, queue_delay_s=queue_delay) for c in contexts
     ]
     table.add_row(
@@ -73,13 +73,13 @@ def bundle_table(
         f"{g['n']:,}",
         secs(g.get("p50_s")),
         secs(g.get("p90_s")),
-        *[secs(d.ttl_s) for d in decisions],
-        decisions[-1].source,
+        *[secs(d.ttl_s) for d in others],
+        others[-1].source,
         style="italic",
     )
     show(console, table)
+    # B as the decisions above price it: T from --queue-delay-seconds, η 1 in cold start
     benefit = ", ".join(
-        f"{c // 1000}k: {secs(policy.benefit(c, offload, policy.eta) + queue_delay * 0)}"
-        for c in contexts
+        f"{c // 1000}k: {secs(d.benefit_s)}" for c, d in zip(contexts, others, strict=True)
     )
     console.print(f"benefit B of a kept context (rebuild cost + T·η): {benefit}")

@@ -21,7 +21,11 @@ One concept per module:
 - :mod:`.watch`: the bundle, reloaded when its file changes;
 - :mod:`.enginelog`: the per-request log;
 - :mod:`.facts`: the engine's facts the log states (size, vLLM, bundle, replica);
-- :mod:`.metrics`: the counters (attributes and Prometheus);
+- :mod:`.source`: where τ comes from (the one thing the TTL policies differ in);
+- :mod:`.calls`: what the rules keep about one call between its arrival and its finish;
+- :mod:`.hitmemo`: a waiting request's prefix hit, remembered while nothing it read changed;
+- :mod:`.counters`: the counters (attributes, and Prometheus series through :mod:`.prom`);
+- :mod:`.bundle_series`: the bundle's series (reloads, refusals, a policy in force);
 - :mod:`.plugin_setup`: the plugin's state on vLLM's scheduler, built at its start;
 - :mod:`.scheduler`: the glue: vLLM's ``Scheduler`` hooks.
 

@@ -17,6 +17,12 @@ class RecordError(ValueError):
     """A record that cannot become a row; the message is the reject reason."""
 
 
+#: The largest whole number a trace's columns hold: a count (``input_tokens`` …, Int64) and
+#: a turn or a block size (Int32; :data:`ttlctl.trace.columns.COLUMNS`).
+COUNT_MAX = 2**63 - 1
+TURN_MAX = 2**31 - 1
+
+
 def number(value: Any, field: str, *, required: bool = True) -> float | None:
     """A finite float from a number or numeric string; RecordError otherwise."""
     if value is None or (isinstance(value, str) and value.strip() == ""):
@@ -34,14 +40,20 @@ def number(value: Any, field: str, *, required: bool = True) -> float | None:
     return out
 
 
-def integer(value: Any, field: str, *, required: bool = True) -> int | None:
-    """A whole number from an int, integral float or numeric string."""
+def integer(value: Any, field: str, *, required: bool = True, most: int = COUNT_MAX) -> int | None:
+    """A whole number from an int, integral float or numeric string, from ``-most - 1`` to
+    ``most`` (what the column it fills holds: a count's by default)."""
     out = number(value, field, required=required)
     if out is None:
         return None
     if out != int(out):
         raise RecordError(f"non-integer {field}: {_short(value)}")
-    return int(out)
+    whole = int(out)
+    if whole > most:
+        raise RecordError(f"out-of-range {field}: {_short(value)} (at most {most:,})")
+    if whole < -most - 1:
+        raise RecordError(f"out-of-range {field}: {_short(value)} (at least {-most - 1:,})")
+    return whole
 
 
 def duration(value: Any, field: str, *, required: bool = False) -> float | None:

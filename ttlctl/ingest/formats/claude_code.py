@@ -67,7 +67,7 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.fields import RecordError, integer
+from ttlctl.ingest.fields import TURN_MAX, RecordError, integer
 from ttlctl.ingest.formats.claude_code_walker import Walker
 from ttlctl.ingest.jsontext import load_json_object
 from ttlctl.ingest.rawfile import logical
@@ -101,7 +101,9 @@ class ClaudeCodeReader:
             sink.reject(path, None, 'not a claude-code trace: no "requests" list')
             return Parsed(pl.LazyFrame(), records=1)
         try:
-            block_size = integer(doc.get("block_size", DEFAULT_BLOCK_SIZE), "block_size")
+            block_size = integer(
+                doc.get("block_size", DEFAULT_BLOCK_SIZE), "block_size", most=TURN_MAX
+            )
         except RecordError as exc:
             sink.reject(path, "block_size", str(exc))
             return Parsed(pl.LazyFrame(), records=1)

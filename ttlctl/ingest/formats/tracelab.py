@@ -58,7 +58,15 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.fields import RecordError, duration, epoch, integer, tokens, tool_name
+from ttlctl.ingest.fields import (
+    TURN_MAX,
+    RecordError,
+    duration,
+    epoch,
+    integer,
+    tokens,
+    tool_name,
+)
 from ttlctl.ingest.jsontext import (
     bad_json_line,
     cut_line,
@@ -166,7 +174,7 @@ def _clip_obj(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fill(row: dict[str, Any], obj: dict[str, Any]) -> None:
-    turn = integer(obj.get("round_index"), "round_index")
+    turn = integer(obj.get("round_index"), "round_index", most=TURN_MAX)
     row["turn"] = turn
     row["input_tokens"] = tokens(obj.get("input_tokens_total"), "input_tokens_total")
     row["output_tokens"] = tokens(obj.get("output_tokens"), "output_tokens")

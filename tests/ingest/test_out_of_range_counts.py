@@ -1,0 +1,88 @@
+"""A whole number past what its trace column holds (a token count past 64 bits, a turn or a
+block size past 32) is a bad record of its reader, named by file and record with exit code
+2, as the canonical reader names one ("invalid input_tokens"): it used to reach polars as a
+row and end ingest in a traceback (OverflowError, exit code 1)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ingest.badinput import assert_cli_error_line
+
+T0 = 1_764_000_000.0
+ASSISTANT = {"role": "assistant", "branch_path": [], "conversation_id": 0}
+#: format -> (file name, its records, the bad record, the reason the error starts with)
+CASES: dict[str, tuple[str, list[dict[str, Any]], str, str]] = {
+    "engine-log": (
+        "engine.jsonl",
+        [{"schema": "ttlctl.engine-log/1", "request_id": "r1", "program_id": "p",
+          "arrival_unix_s": T0, "finish_unix_s": T0 + 1, "prompt_tokens": 1e20,
+          "output_tokens": 5, "is_last": True}],
+        "line 1",
+        "out-of-range prompt_tokens: 1e+20",
+    ),
+    "mooncake": (
+        "m.jsonl",
+        [{"timestamp": 0, "input_length": 1e20, "output_length": 5, "hash_ids": [1]}],
+        "line 1",
+        "out-of-range input_length: 1e+20",
+    ),
+    "tracelab": (
+        "t.jsonl",
+        [{"session_id": "s", "round_index": 3e9, "input_tokens_total": 100,
+          "output_tokens": 5, "timing_events": [], "tools": []}],
+        "line 1",
+        "out-of-range round_index: 3000000000.0 (at most 2,147,483,647)",
+    ),
+    "litellm": (
+        "l.jsonl",
+        [{"timestamp": "2026-04-23T17:42:10+00:00", "prompt_tokens": 1e20,
+          "completion_tokens": 5, "request": {"messages": []}, "response": {}}],
+        "line 1",
+        "out-of-range prompt_tokens: 1e+20",
+    ),
+    "trtllm-scaffolding": (
+        "x.trace.json",
+        [{"trace_id": "x", "events": [ASSISTANT | {"event_type": "message",
+          "prompt_tokens": 1e20, "completion_tokens": 5}]}],
+        "events[0]",
+        "out-of-range prompt_tokens: 1e+20",
+    ),
+    "mini-swe-agent": (
+        "r.traj.json",
+        [{"messages": [{"role": "user", "content": "task"}, {"role": "assistant",
+          "content": "x", "extra": {"response": {"created": 1_700_000_000,
+          "usage": {"prompt_tokens": 1e20, "completion_tokens": 5}}}}]}],
+        "messages[1]",
+        "out-of-range prompt_tokens: 1e+20",
+    ),
+    "swe-agent": (
+        "r.traj",
+        [{"trajectory": [{"action": "ls", "observation": "o", "response": "r"}],
+          "history": [], "info": {"model_stats": {"tokens_sent": 1e20}}}],
+        "trajectory[0]",
+        "out-of-range tokens_sent: 1e+20",
+    ),
+    "claude-code": (
+        "c.json",
+        [{"id": "c", "block_size": 3e9, "tool_tokens": 4e9,
+          "requests": [{"t": 0, "in": 100, "out": 10}]}],
+        "block_size",
+        "out-of-range block_size: 3000000000.0",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", sorted(CASES))
+def test_a_number_past_its_column_is_a_bad_record(tmp_path: Path, fmt: str) -> None:
+    name, records, record, reason = CASES[fmt]
+    path = tmp_path / name
+    if name.endswith(".jsonl"):
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    else:
+        path.write_text(json.dumps(records[0]))
+    assert_cli_error_line(path, fmt, tmp_path / "t.parquet", record, reason)

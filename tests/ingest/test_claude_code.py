@@ -349,6 +349,8 @@ def _bad_cases(tmp_path: Path, samples: Path) -> dict[str, tuple[Path, str, str 
     )
     bs = _write(tmp_path / "bs.json", [_req(0.0, 100, [1])], block_size="big")
     cases["bad block_size"] = (bs, "non-numeric block_size", "block_size")
+    zero = _write(tmp_path / "bs0.json", [_req(0.0, 100, [1])], block_size=0)
+    cases["block_size 0"] = (zero, "invalid block_size: 0", "block_size")
     return cases
 
 
@@ -387,3 +389,16 @@ def test_cli(samples: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["ingest", str(bad), "-o", str(out), "--format", "weka"])
     assert result.exit_code == 2
     assert "broken_session.json" in result.output
+
+
+def test_tool_definitions_of_one_block_and_reuse_within_the_prompt(tmp_path: Path) -> None:
+    """tool_tokens of exactly one block are one shared block on each top-level call; a call
+    whose blocks all repeat the previous call's, its prompt ending inside the last one,
+    reuses its whole prompt, no more."""
+    requests = [_req(0.0, 100, [1, 2]), _req(5.0, 100, [1, 2], stop="end_turn")]
+    out = tmp_path / "out.parquet"
+    ingest([_write(tmp_path / "t.json", requests, tool_tokens=64)], out, fmt=FORMAT)
+    trace = trace_io.read(out).sort("turn")
+    assert trace["reused_tokens"].to_list() == [0, 100]
+    assert [len(h) for h in trace["prefix_hashes"].to_list()] == [1, 1]
+    assert trace["prefix_block_tokens"].to_list() == [64, 64]

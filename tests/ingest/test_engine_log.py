@@ -444,3 +444,26 @@ def test_a_replica_named_by_its_log_path_is_named_alike_in_column_and_metadata(
     column = set(trace_io.read(tmp_path / "t.parquet")["replica"].to_list())
     metadata = {e["replica"] for e in trace_io.engines(tmp_path / "t.parquet")}
     assert column == metadata == {str(tmp_path / "a.jsonl"), str(b)}
+
+
+def test_a_call_finished_as_it_arrived_and_calls_that_overlap_are_kept(tmp_path: Path) -> None:
+    """A call that finishes at its arrival (an abort before its first step) takes 0 s, not a
+    bad record; a client's next call sent before this one finished pauses 0 s, not a
+    negative gap."""
+    rows = [
+        _req("r1", "p", 0.0, 0.0, tool="grep"),
+        _req("r2", "p", 5.0, 9.0, tool="grep"),
+        _req("r3", "p", 8.0, 10.0, is_last=True),
+    ]
+    ingest([_write(tmp_path / "engine.jsonl", rows)], tmp_path / "t.parquet")
+    trace = trace_io.read(tmp_path / "t.parquet")
+    assert trace["llm_s"].to_list() == pytest.approx([0.0, 4.0, 2.0])
+    assert trace["gap_s"].to_list() == [5.0, 0.0, None]
+
+
+def test_an_engine_of_one_kv_block_is_kept(tmp_path: Path) -> None:
+    """kv_tokens of exactly one block (the least an engine runs with) is no bad record."""
+    src = _write(tmp_path / "engine.jsonl", [_facts("r", kv_blocks=1), *_log()])
+    ingest([src], tmp_path / "t.parquet")
+    (engine,) = trace_io.engines(tmp_path / "t.parquet")
+    assert (engine["kv_blocks"], engine["kv_tokens"]) == (1, 32)

@@ -215,6 +215,14 @@ def test_parse_repr_objects_and_strings() -> None:
     assert as_object("not ( a repr") is None
     with pytest.raises(ValueError):
         parse_repr("Foo(a=1")
+    with pytest.raises(ValueError, match="trailing text"):  # one value, not its head
+        parse_repr("Foo(a=1) Bar(b=2)")
+    # adjacent literals are one string, as Python reads them; positional arguments are kept
+    assert parse_repr("Foo('ab' 'cd', 3, k=4)") == {
+        "__type__": "Foo",
+        "k": 4,
+        "__args__": ["abcd", 3],
+    }
 
 
 def _session(n_calls: int = 4) -> list[dict[str, Any]]:
@@ -425,3 +433,36 @@ def test_a_naive_timestamp_is_utc_and_a_token_count_is_whole(
     assert tokens(12.0, "prompt_tokens") == 12
     with pytest.raises(RecordError, match=r"non-integer prompt_tokens: 1\.5"):
         tokens(1.5, "prompt_tokens")
+
+
+def test_a_tool_result_of_an_unnamed_call_is_named_by_the_answer_then_the_response(
+    tmp_path: Path,
+) -> None:
+    """Tool results whose call ids no call names: the tool is the first the added assistant
+    message called; without one, the first this call's response asked for."""
+    recs = _session()
+    for rec in recs[1:]:
+        msgs = rec["request"]["messages"]
+        msgs[3]["tool_call_id"] = msgs[4]["tool_call_id"] = "zz"
+    ingest([_write(tmp_path / "s.jsonl", recs)], tmp_path / "t.parquet", fmt=FORMAT)
+    assert trace_io.read(tmp_path / "t.parquet").sort("turn")["tool"][0] == "lookup"
+    for rec in recs[1:]:
+        rec["request"]["messages"][2]["tool_calls"] = []
+    asked = {"id": "c9", "type": "function", "function": {"name": "search", "arguments": "{}"}}
+    recs[0]["response"] = {"choices": [{"message": {"tool_calls": [asked]}}]}
+    ingest([_write(tmp_path / "s.jsonl", recs)], tmp_path / "t.parquet", fmt=FORMAT)
+    assert trace_io.read(tmp_path / "t.parquet").sort("turn")["tool"][0] == "search"
+
+
+def test_calls_of_one_timestamp_pause_0_s_and_a_blank_session_is_the_files(
+    tmp_path: Path,
+) -> None:
+    """Two calls logged in the same microsecond: a gap of 0 s, not an unknown one. A blank
+    session_id names no session: the line is the file's program, as one without it."""
+    recs = _session()
+    recs[1]["timestamp"] = recs[0]["timestamp"]
+    recs[2]["session_id"] = ""
+    ingest([_write(tmp_path / "s.jsonl", recs)], tmp_path / "t.parquet", fmt=FORMAT)
+    trace = trace_io.read(tmp_path / "t.parquet").sort("turn")
+    assert trace["program_id"].unique().to_list() == ["s"]
+    assert trace["gap_s"].to_list()[:2] == pytest.approx([0.0, 6.0])

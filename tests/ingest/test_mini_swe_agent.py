@@ -494,3 +494,41 @@ def test_every_role_of_the_format_is_read(tmp_path: Path) -> None:
     report = ingest([path], tmp_path / "o.parquet", fmt=FORMAT)
     assert report.rejected == 0
     assert report.rows == 2
+
+
+def test_v2_actions_name_the_tool_and_a_skewed_clock_pauses_0_s(tmp_path: Path) -> None:
+    """v2's ``extra.actions[0].command`` is the command run (the text holds no block); an
+    observation stamped before its answer (the clock stepped back) pauses 0 s, not a
+    negative time. An ``instance_id`` with blanks around it names the program without them."""
+    msgs = _messages([(100, 10, None), (150, 12, None)])
+    msgs[2]["extra"] |= {"actions": [{"command": "pytest -q"}], "timestamp": 1000.5}
+    msgs[3]["extra"] = {"timestamp": 1000.25}
+    path = _traj(tmp_path / "v2.traj.json", msgs, instance_id=" repo__x-1 ")
+    out = tmp_path / "out.parquet"
+    ingest([path], out, fmt=FORMAT)
+    trace = trace_io.read(out).sort("turn")
+    assert trace["program_id"].to_list() == ["repo__x-1"] * 2
+    assert trace["tool"].to_list() == ["pytest", None]
+    assert trace["tool_s"].to_list() == [0.0, None]
+
+
+def test_the_models_action_regex_is_honoured(tmp_path: Path) -> None:
+    """A custom ``action_regex`` under ``info.config.model`` (where the model's settings
+    keep it) reads the command, as one under ``agent`` does."""
+    msgs = _messages([(100, 10, None), (150, 12, None)])
+    msgs[2]["content"] = "THOUGHT: x\n<cmd>grep -r foo</cmd>"
+    info = {"config": {"model": {"action_regex": "<cmd>(.*?)</cmd>"}}}
+    out = tmp_path / "out.parquet"
+    ingest([_traj(tmp_path / "r.traj.json", msgs, info=info)], out, fmt=FORMAT)
+    assert trace_io.read(out).sort("turn")["tool"].to_list() == ["grep", None]
+
+
+def test_created_0_is_a_time_and_a_name_of_only_a_suffix_is_kept(tmp_path: Path) -> None:
+    """``created`` 0 (a server that leaves the clock unset) is a time, not a negative one; a
+    file named ``.traj.json`` with no instance_id is the program ``.traj``, not a blank id."""
+    msgs = _messages([(100, 10, "ls"), (150, 12, None)], start=0)
+    out = tmp_path / "out.parquet"
+    ingest([_traj(tmp_path / ".traj.json", msgs)], out, fmt=FORMAT)
+    trace = trace_io.read(out).sort("turn")
+    assert trace["program_id"].to_list() == [".traj"] * 2
+    assert trace["arrival_s"].to_list() == [0.0, 3.0]

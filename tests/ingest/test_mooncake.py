@@ -491,3 +491,38 @@ def test_a_line_that_does_not_parse_but_names_its_session_rejects_it(tmp_path: P
         == reasons["line 4"]
         == ("rejected with its program: s-a has a bad record (line 3)")
     )
+
+
+def test_equal_timestamps_are_taken_in_file_order(tmp_path: Path) -> None:
+    """Lines of one timestamp are taken as the file orders them: the second continues the
+    first's program (it is longer and its hash_ids extend the first's key), not the reverse."""
+    path = _write(tmp_path / "tie.jsonl", [_line(0, 600, [1, 2]), _line(0, 1100, [1, 2, 3])])
+    out = tmp_path / "out.parquet"
+    ingest([path], out, fmt=FORMAT)
+    assert _programs_by_input(trace_io.read(out)) == [[600, 1100]]
+
+
+def test_a_hash_id_past_64_bits_is_kept_by_its_digest(tmp_path: Path) -> None:
+    """A shared integer hash id of 2**63, one past a 64-bit integer, is kept by its digest
+    (as a string id is); the largest that fits, 2**63 - 1, as it is."""
+    big, top = 1 << 63, (1 << 63) - 1
+    path = _write(
+        tmp_path / "big.jsonl", [_line(0, 1100, [big, top, 5]), _line(9, 1100, [big, top, 6])]
+    )
+    out = tmp_path / "out.parquet"
+    ingest([path], out, fmt=FORMAT)
+    hashes = trace_io.read(out)["prefix_hashes"].to_list()
+    assert hashes[0] == hashes[1]
+    assert hashes[0][1] == top and hashes[0][0] not in (big, top)
+    assert -(1 << 63) <= hashes[0][0] < (1 << 63)
+
+
+def test_tool_events_name_a_tool_only_when_every_event_names_it(tmp_path: Path) -> None:
+    """An event naming no tool_class beside one naming grep: the pause is an unknown tool,
+    not grep (the events do not all name one)."""
+    first = {"session_id": "s", "timestamp": 0, "input_length": 100, "output_length": 10}
+    events = [{"tool_class": "grep"}, {"duration_ms": 5}]
+    second = first | {"timestamp": 1000, "input_length": 200, "tool_events": events}
+    path = _write(tmp_path / "t.jsonl", [json.dumps(first), json.dumps(second)])
+    ingest([path], tmp_path / "t.parquet", fmt=FORMAT)
+    assert trace_io.read(tmp_path / "t.parquet").sort("turn")["tool"].to_list() == ["unknown", None]

@@ -472,3 +472,55 @@ def test_history_message_not_an_object_with_steps(samples: Path, tmp_path: Path)
     report, trace, _ = ingest_skipping_bad([bad, good], tmp_path / "t.parquet", FORMAT)
     assert trace["program_id"].unique().to_list() == [_program(good)]
     assert report.rejected == len(doc["trajectory"]) + 1
+
+
+def test_a_step_missing_from_the_history_grows_by_the_observation(tmp_path: Path) -> None:
+    """A step the history lacks is estimated as the previous call's prompt + its answer +
+    its observation; its answer is its response, the action counted once when the response
+    holds it."""
+    doc = _doc([("ls", None), ("cat a", None), ("submit", None)])
+    doc["history"] = doc["history"][:-2]  # saved before the last step
+    out = tmp_path / "out.parquet"
+    ingest([_write(tmp_path / "short.traj", doc)], out, fmt=FORMAT)
+    trace = trace_io.read(out).sort("turn")
+    # 800 (system + task), + 20 ("ls" answer) + 200; + 23 ("cat a" answer) + 200, by 4
+    assert trace["input_tokens"].to_list() == [200, 255, 311]
+    assert trace["output_tokens"][2] == 6  # its response, 24 characters, holds "submit"
+
+
+def test_a_step_matches_an_answer_two_past_its_place(tmp_path: Path) -> None:
+    """The history holds two answers no step has (one of another action, one naming none)
+    before the second step's: the step is matched to its own, two past the next, not to
+    the one naming no action."""
+    doc = _doc([("ls", None), ("cat a", None)])
+    extra = [
+        {"role": "assistant", "content": "n" * 400, "action": "x1"},
+        {"role": "user", "content": "o" * 200},
+        {"role": "assistant", "content": "m" * 400},
+        {"role": "user", "content": "o" * 200},
+    ]
+    doc["history"][4:4] = extra
+    out = tmp_path / "out.parquet"
+    ingest([_write(tmp_path / "extra.traj", doc)], out, fmt=FORMAT)
+    # 800 + 20 + 200, then the two answers and their observations: 2220 characters
+    assert trace_io.read(out).sort("turn")["input_tokens"].to_list() == [200, 555]
+
+
+def test_totals_split_by_largest_remainder_the_first_on_ties(tmp_path: Path) -> None:
+    """Scaled to totals of 4 tokens: the prompts (800, 1020, 1240 characters) take 1, 1, 2
+    (the total kept); three equal answers take 2, 1, 1 (a tie: the first)."""
+    stats = {"tokens_sent": 4, "tokens_received": 4}
+    out = tmp_path / "out.parquet"
+    ingest([_write(tmp_path / "r.traj", _doc([("ls", 1.0)] * 3, stats))], out, fmt=FORMAT)
+    trace = trace_io.read(out).sort("turn")
+    assert trace["input_tokens"].to_list() == [1, 1, 2]
+    assert trace["output_tokens"].to_list() == [2, 1, 1]
+
+
+def test_a_total_too_small_for_every_prompt_gives_each_one_token(tmp_path: Path) -> None:
+    """tokens_sent 1 over three calls: each prompt is at least 1 token (an empty one is a bad
+    record), so the total cannot be kept; none is taken below 1 to keep it."""
+    bare = _doc([("ls", 0.1), ("cat a", 0.1), ("submit", None)], {"tokens_sent": 1}, False)
+    out = tmp_path / "out.parquet"
+    ingest([_write(tmp_path / "bare.traj", bare)], out, fmt=FORMAT)
+    assert trace_io.read(out).sort("turn")["input_tokens"].to_list() == [1, 1, 1]

@@ -346,3 +346,17 @@ def test_cli(samples: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["ingest", str(bad), "-o", str(out), "--format", FORMAT])
     assert result.exit_code == 2
     assert bad.name in result.output
+
+
+def test_a_tie_goes_to_the_lowest_tool_index_and_an_instant_answer_takes_0_s(
+    tmp_path: Path,
+) -> None:
+    """Tools of equal time listed out of their tool_index order: the lowest tool_index names
+    the pause, not the first listed. A round answered at its input's timestamp took 0 s."""
+    rounds = _session()
+    rounds[0]["tools"].reverse()  # b (index 1) listed first
+    rounds[2]["timing_events"] = [_event("tool_result", 7.5), _event("text", 7.5)]
+    ingest([_write(tmp_path / "s.jsonl", rounds)], tmp_path / "t.parquet", fmt=FORMAT)
+    trace = trace_io.read(tmp_path / "t.parquet").sort("turn")
+    assert trace["tool"][0] == "a"
+    assert trace["llm_s"][2] == 0.0

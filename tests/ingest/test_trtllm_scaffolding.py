@@ -413,3 +413,16 @@ def test_every_event_type_and_role_is_read(tmp_path: Path) -> None:
     assert report.rows == 3
     trace = trace_io.read(tmp_path / "o.parquet").filter(pl.col("program_id") == "job")
     assert trace.sort("turn")["tool"].to_list() == ["shell", None]
+
+
+def test_reasoning_past_the_completion_leaves_the_context_as_it_was(tmp_path: Path) -> None:
+    """A call reporting more reasoning tokens than completion tokens added nothing to the
+    context: the next call reuses the previous prompt whole, not less."""
+    doc = {"trace_id": "r", "events": [_call([], 0, 120, reasoning_tokens=15), _call([], 0, 400)]}
+    src = tmp_path / "r.trace.json"
+    src.write_text(json.dumps(doc))
+    ingest([src], tmp_path / "t.parquet", fmt=FORMAT)
+    assert trace_io.read(tmp_path / "t.parquet").sort("turn")["reused_tokens"].to_list() == [
+        None,
+        120,
+    ]

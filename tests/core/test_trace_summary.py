@@ -89,3 +89,22 @@ def test_the_assumed_reuse_is_capped_at_the_call_s_own_prompt() -> None:
     replayed = from_frame(trace.collect()).programs[0].calls
     assert [c.reused_tokens for c in replayed] == [0, 120]
     assert summarize(trace)["tokens"]["reused_assumed"] == 120
+
+
+def test_a_tools_pause_is_its_tool_s_else_its_gap() -> None:
+    """What `ttlctl fit` fits: a call's pause is its tool_s, else its gap_s; a tool with
+    neither has no pause, and is not among the tools with one."""
+    frame = pl.LazyFrame(
+        {
+            "program_id": ["p"] * 4,
+            "turn": [0, 1, 2, 3],
+            "input_tokens": [100, 200, 300, 400],
+            "output_tokens": [10] * 4,
+            "tool": ["bash", "grep", "sed", None],
+            "tool_s": [1.0, None, None, None],
+            "gap_s": [2.0, 3.0, None, None],
+        }
+    )
+    tools = summarize(conform(frame, keep_source=False))["tools"]
+    assert tools["distinct"] == tools["calls_with_tool"] == 3
+    assert tools["calls_with_pause"] == tools["distinct_with_pause"] == 2

@@ -386,6 +386,11 @@ def test_load_json_names_truncation_and_deep_nesting(tmp_path: Path) -> None:
     cut.write_text('{"requests": [{"t": "0.0", "in": "12')  # cut inside a string
     with pytest.raises(IngestError, match="truncated JSON"):
         load_json(cut, RejectSink(skip_bad=False))
+    # a whole document (it ends with its closing bracket, of a list too) broken inside
+    broken = tmp_path / "broken.json"
+    broken.write_text('[{"t": 0.0},, {"t": 1.0}]')
+    with pytest.raises(IngestError, match="malformed JSON"):
+        load_json(broken, RejectSink(skip_bad=False))
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
     stream = io.StringIO()
@@ -393,3 +398,46 @@ def test_load_json_names_truncation_and_deep_nesting(tmp_path: Path) -> None:
     assert load_json(deep, sink) is None
     assert sink.count == 1
     assert json.loads(stream.getvalue())["reason"] == "malformed JSON: nesting too deep"
+
+
+@pytest.mark.parametrize(("suffix", "record"), [("csv", "line 4"), ("parquet", "row 3")])
+def test_a_bad_row_is_named_by_its_line_or_row(tmp_path: Path, suffix: str, record: str) -> None:
+    """The third row, bad: a CSV's line 4 (its header is line 1), a Parquet file's row 3 (from
+    1, as a trace read back names its rows)."""
+    rows = _good_rows()
+    rows[2] = _call("a", 2, tool="x", tool_s=-1.0)
+    frame, src = pl.DataFrame(rows), tmp_path / f"t.{suffix}"
+    if suffix == "csv":
+        frame.write_csv(src)
+    else:
+        frame.write_parquet(src)
+    with pytest.raises(IngestError) as info:
+        ingest([src], tmp_path / "out.parquet")
+    assert (info.value.file, info.value.record) == (str(src), record)
+    assert info.value.reason.startswith("negative tool_s")
+
+
+def test_csv_booleans_as_numbers_and_blank_values(tmp_path: Path) -> None:
+    """is_last written as 1.0 / 0.0 (a float column's true and false) reads as true and false;
+    a value of blanks is no value (null), not an invalid one."""
+    src = tmp_path / "t.csv"
+    src.write_text(
+        "program_id,turn,arrival_s,input_tokens,output_tokens,tool,tool_s,is_last\n"
+        "a,0,0,100,10,bash, ,0.0\n"
+        "a,1,10,200,10,,,1.0\n"
+    )
+    ingest([src], tmp_path / "out.parquet")
+    trace = trace_io.read(tmp_path / "out.parquet")
+    assert trace["is_last"].to_list() == [False, True]
+    assert trace["tool_s"].to_list() == [None, None]
+
+
+def test_every_record_rejected_names_the_first_bad_one_not_its_programs_echo(
+    tmp_path: Path,
+) -> None:
+    """With --skip-bad and nothing left to write, the error names the first bad record (turn
+    1's), not the good turn 0 rejected with its program ahead of it."""
+    src = _jsonl(tmp_path / "t.jsonl", [_call("a", 0), _call("a", 1, tool_s=-1.0)])
+    with pytest.raises(IngestError) as info:
+        ingest([src], tmp_path / "out.parquet", skip_bad=True)
+    assert f"the first: {src}: line 2: negative tool_s" in info.value.reason

@@ -89,6 +89,8 @@ def test_an_empty_file_beside_a_log(tmp_path: Path) -> None:
     skipped = ingest([empty, good], tmp_path / "s.parquet", skip_bad=True)
     assert (skipped.records, skipped.rows, skipped.rejected) == (3, 2, 1)
     assert skipped.rejected_by_reason == {"empty file": 1}
+    # the empty file's own entry counts its one rejected record (--json shows it)
+    assert [(f.format, f.records) for f in skipped.files] == [("empty", 1), ("canonical", None)]
 
 
 @pytest.mark.parametrize(

@@ -65,9 +65,7 @@ def bundle_table(
             decisions[-1].source,
         )
     g = fit.get("global") or {"n": 0}
-    others = [
-        policy.decide(None, c, offload=offload, queue_delay_s=queue_delay) for c in contexts
-    ]
+    others = [policy.decide(None, c, offload=offload, queue_delay_s=queue_delay) for c in contexts]
     table.add_row(
         "(any other tool)",
         f"{g['n']:,}",

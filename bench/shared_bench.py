@@ -8,7 +8,7 @@ call shares ~780 blocks with other programs. Baseline: the same calls with no sh
 prefix (``Call.prefix`` None), replayed in the same run.
 
 Figure: simulated calls per CPU-second (``time.process_time`` around
-``replay.policy_runs.simulate_one``; best of ``--repeat``) of vllm and program-fcfs,
+``replay.policy_runs.simulate_one``; best of ``--repeat``) of vllm, program-fcfs and continuum,
 Llama-3.1-8B/H100, ``--kv-tokens`` KV tokens, a closed population of
 ``CONCURRENCY`` programs; the ratio unshared / shared is the cost of sharing (the pool
 holds a shared block once and walks a call's shared blocks on admit, step and finish).

@@ -19,9 +19,11 @@ Knobs (environment):
 - ``TTLCTL_DIFF_SEED``: the seed of the fresh cases (default: a new one each run, printed
   when a case fails; set it to replay that run);
 - ``TTLCTL_DIFF_TIMELINE=1``: compare the pin timelines too (``differential.py``);
-- ``TTLCTL_DIFF_ASYNC=1``: every test with async scheduling on both backends (vLLM's
-  ``AsyncScheduler``; the fast backend's ``replay.async_sched``). Without it, a smaller
-  set of random cases runs async as well (``test_async_scheduling_call_by_call``).
+- ``TTLCTL_DIFF_ASYNC=1``: the tests with async scheduling on both backends (vLLM's
+  ``AsyncScheduler``; the fast backend's ``replay.async_sched``), but for the fresh-seed
+  cases, and the large and block-boundary ones unless ``TTLCTL_DIFF_REPORT`` is set.
+  Without it, a smaller set of random cases runs async as well
+  (``test_async_scheduling_call_by_call``).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from replay import validation as validate
 from replay.live import LiveCallRecord, ProgramRecord
 from replay.live.sampler import Sampler
 from replay.policy_runs import Load
+from replay.validation.sizing import kv_tokens_of, same_servers
 from replay.workload import AgentProgram, Call, Workload
 from tests.bundles import write_bundle
 from tests.http_stub import serving as stub_serving
@@ -549,6 +550,21 @@ def test_sim_engine_config_is_sized_like_the_server() -> None:
         with pytest.raises(validate.ValidateError) as refused:
             validate.sim_engine_config(info, kv_tokens=kv, max_num_seqs=1, max_num_batched_tokens=1)
         assert str(refused.value).startswith(line)
+
+
+def test_one_usable_kv_block_is_enough_and_servers_must_agree_on_their_length() -> None:
+    # two blocks, one of them vLLM's null block: one block of KV to simulate
+    assert kv_tokens_of(server_info(num_gpu_blocks=2), None) == 32
+    assert kv_tokens_of(server_info(num_gpu_blocks=None, kv_tokens=32), None) == 32
+    first = server_info()
+    assert same_servers({"vllm": first, "continuum": server_info(url="http://h:2")}) is first
+    for other in (
+        server_info(max_model_len=4096),
+        server_info(block_size=16),
+        server_info(kv_tokens=4096),
+    ):
+        with pytest.raises(validate.ValidateError, match="the servers differ"):
+            same_servers({"vllm": first, "continuum": other})
 
 
 def test_validate_cli_argument_errors(tmp_path: Path) -> None:

@@ -264,6 +264,8 @@ def test_kv_memory_is_left_to_the_server_where_the_arguments_do_not_tell(
         ([*small, "-tp", "2"], tiny),  # each GPU holds a share of the KV heads
         ([*small, "--pipeline_parallel_size=2"], tiny),
         ([*small, "--kv-cache-dtype", "nvfp4"], tiny),  # a dtype ttlctl does not know
+        # DeepSeek MLA's fp8 layout is not a byte a value: 8K is left to the server too
+        ([*small[:3], "8K", "--kv-cache-dtype", "fp8_ds_mla"], tiny),
         ([*small, "--hf-overrides", '{"num_hidden_layers": 1}'], tiny),
         (small, {**tiny, "kv_lora_rank": 512}),  # MLA's latent KV
         (small, {**tiny, "sliding_window": 4096}),

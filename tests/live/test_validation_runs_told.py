@@ -12,12 +12,15 @@ from typing import Any
 
 import pytest
 
+from profiles.shipped import resolve
 from replay.progress import each_told
 from replay.validation import crosscheck
+from replay.validation.error import ValidateError
 from replay.validation.fleet import fleet_runs
 from replay.validation.live_session import LiveSession
 from replay.validation.servers import Sources
 from replay.workload import AgentProgram, Call, Workload
+from tests.live.server_info import server_info
 from tests.terminal_env import cli_env
 
 
@@ -65,6 +68,80 @@ def test_validate_tells_each_live_run_done(monkeypatch: pytest.MonkeyPatch, tmp_
         )
     assert ran == [("vllm", 0), ("vllm", 1), ("continuum", 0)]
     assert told == [(0, 4), (1, 4), (2, 4)]
+
+
+_TWO = {"vllm": "http://127.0.0.1:1", "continuum": "http://127.0.0.1:2"}
+_ONE_PROGRAM = Workload(
+    (AgentProgram("p0", 0.0, (Call(10, 1, 0, "bash", 1.0), Call(20, 1, 11, None, 0.0))),)
+)
+
+
+@pytest.mark.parametrize(
+    ("urls", "asked", "message"),
+    [
+        (_TWO, {"repeats": 0}, "repeats must be at least 1, not 0"),
+        (
+            {"vllm": _TWO["vllm"]},
+            {"policies": ["vllm", "continuum"]},
+            r"no server for continuum: give --url continuum=URL",
+        ),
+    ],
+)
+def test_validate_refuses_before_any_live_run(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    urls: dict[str, str],
+    asked: dict[str, Any],
+    message: str,
+) -> None:
+    ran: list[tuple[str, int]] = []
+    monkeypatch.setattr(LiveSession, "run", lambda self, name, rep: ran.append((name, rep)))
+    with pytest.raises(ValidateError, match=message):
+        crosscheck.validate(_ONE_PROGRAM, Sources(urls=urls), work_dir=tmp_path, **asked)
+    assert ran == []
+
+
+def test_validate_runs_the_policies_in_its_own_order(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """vllm before continuum however they are asked (continuum's cold-start bundle needs
+    the profile measured after the first policy's runs)."""
+    ran: list[tuple[str, int]] = []
+
+    def run(self: LiveSession, name: str, rep: int) -> None:
+        ran.append((name, rep))
+        raise _Stop
+
+    monkeypatch.setattr(LiveSession, "run", run)
+    with pytest.raises(_Stop):
+        crosscheck.validate(
+            _ONE_PROGRAM, Sources(urls=_TWO), policies=["continuum", "vllm"], work_dir=tmp_path
+        )
+    assert ran == [("vllm", 0)]
+
+
+def test_a_validation_on_given_servers_records_its_settings_and_a_cold_engine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Servers given by URL are not warmed by validate: the simulated engine starts having
+    run no step size; the document's config keeps the pause cap asked."""
+
+    def run(self: LiveSession, name: str, rep: int) -> None:
+        self.infos[name] = server_info()
+        self.runs.setdefault(name, []).append({"jct_mean_s": 1.0, "prefix_hit_rate": 0.5})
+
+    monkeypatch.setattr(LiveSession, "run", run)
+    doc = crosscheck.validate(
+        _ONE_PROGRAM,
+        Sources(urls=_TWO),
+        policies=["vllm"],
+        profile=resolve("tiny-cpu")[0],
+        idle_gap_cap_s=0.5,
+        work_dir=tmp_path,
+    )
+    assert "sizes_run" not in doc["engine"]
+    assert doc["config"]["idle_gap_cap_s"] == 0.5
+    assert doc["simulation"]["idle_gap_cap_s"] == 0.5
 
 
 def test_a_fleets_live_runs_in_order() -> None:

@@ -81,3 +81,36 @@ def test_goals_are_met_within_their_bounds_and_unknown_without_a_figure() -> Non
     assert validate.goals(rows) == {"jct_within_10pct": True, "hit_rate_within_5_points": False}
     rows = validate.compare({"jct_mean_s": 11.5}, {"jct_mean_s": 10.0, "prefix_hit_rate": 0.5})
     assert validate.goals(rows) == {"jct_within_10pct": False, "hit_rate_within_5_points": None}
+
+
+def test_live_range_is_the_runs_least_and_greatest_in_any_order() -> None:
+    """--repeats: a row's live range is [min, max] of the runs, whichever ran first."""
+    runs = [
+        {"jct_mean_s": 14.0, "jct_p95_s": 30.0, "ttft_mean_s": 2.0, "prefix_hit_rate": 0.35,
+         "preemptions": 2},
+        {"jct_mean_s": 9.0, "jct_p95_s": 20.0, "ttft_mean_s": 1.0, "prefix_hit_rate": 0.25,
+         "preemptions": 0},
+        {"jct_mean_s": 10.0, "jct_p95_s": 25.0, "ttft_mean_s": 3.0, "prefix_hit_rate": 0.30,
+         "preemptions": 1},
+    ]  # fmt: skip
+    spread = validate.merge_runs(runs)["live_range"]
+    assert spread["jct_mean_s"] == [9.0, 14.0]
+    assert spread["ttft_mean_s"] == [1.0, 3.0]
+    assert spread["preemptions"] == [0.0, 2.0]
+
+
+def test_a_tie_and_a_goal_hold_at_their_bound() -> None:
+    """Mean JCTs exactly 2% apart tie (stats.TIE, "within"); a mean JCT off by exactly
+    10% meets its goal (docs: within 10%)."""
+    assert validate.ranking({"vllm": {"jct_mean_s": 1.02}, "continuum": {"jct_mean_s": 1.0}}) == [
+        ["continuum", "vllm"]
+    ]
+    rows = validate.compare({"jct_mean_s": 11.0}, {"jct_mean_s": 10.0})
+    assert validate.goals(rows)["jct_within_10pct"] is True
+    rows = validate.compare({"jct_mean_s": 9.0}, {"jct_mean_s": 10.0})
+    assert validate.goals(rows)["jct_within_10pct"] is True
+
+
+def test_a_hit_rate_goal_is_missed_by_a_simulator_too_low_as_by_one_too_high() -> None:
+    rows = validate.compare({"prefix_hit_rate": 0.40}, {"prefix_hit_rate": 0.50})
+    assert validate.goals(rows)["hit_rate_within_5_points"] is False

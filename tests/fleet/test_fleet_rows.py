@@ -19,6 +19,7 @@ from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured, by_repeat
 from replay.validation.fleet_rows import LiveRun, simulate_runs
 from replay.validation.fleet_runs import goal_repriced, merge_fleet_runs
+from replay.validation.fleet_sim import simulate_timings
 from replay.validation.sim_side import SimSide
 from replay.validation.timings import Timings
 from replay.workload import Workload, from_frame
@@ -133,3 +134,59 @@ def test_each_measurement_is_its_repeat_counted_from_zero_as_the_runs_are() -> N
         by_repeat([_measured(1, fast), _measured(3, slow)], 2)
     with pytest.raises(ValidateError, match="got repeats 1, 1"):
         by_repeat([_measured(1, fast), _measured(1, slow)], 2)
+
+
+def _side(**engine: int) -> SimSide:
+    sized = SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048, **engine)
+    return SimSide(replicas=2, profile=resolve("tiny-cpu")[0], engine=sized, timing=Load())
+
+
+def _row(work: Workload, side: SimSide, timings: Timings, run: LiveRun) -> dict[str, Any]:
+    return simulate_runs([run], work, side, {}, timings).rows["vllm"][run.router][0]
+
+
+def test_a_run_is_compared_and_judged_by_its_perturbed_timings_mean() -> None:
+    """With draws, ``compare`` (and the goal) is the draws' mean; ``compare_one_timing``
+    the trace's own timing; the live hit rate is the client's."""
+    work, side, timings = _work(), _side(), Timings(draws=1)
+    row = _row(work, side, timings, _run(work, 0, "cache_aware", 10.0))
+    drawn = simulate_timings(
+        work, side, timings, policy="vllm", router="cache_aware", worker_urls=URLS
+    )
+    assert drawn is not None and row["sim_timings"] == drawn["timings"]
+    mean, one = _jct(row["compare"])["sim"], _jct(row["compare_one_timing"])["sim"]
+    assert mean == pytest.approx(drawn["jct_mean_s"]) and mean != one
+    assert row["hit_rate"] == 0.4
+    # a live mean JCT within 10% of the lower figure and not of the higher
+    row = _row(work, side, timings, _run(work, 0, "cache_aware", (mean + one) / 2 / 1.1))
+    assert row["jct_within_10pct"] is (mean < one)
+
+
+def test_simulated_replica_i_is_the_live_routers_i_th_worker() -> None:
+    """The worker order the live router reported places the simulated calls, not the
+    order the replicas are listed in."""
+    work, side, timings = _work(), _side(), Timings(draws=0)
+    run = _run(work, 0, "round_robin", 10.0)
+    row = _row(work, side, timings, run)
+    swapped = LiveRun(0, "vllm", "round_robin", run.result, run.order,
+                      {**run.fleet, "worker_order": URLS[::-1]})  # fmt: skip
+    calls = row["sim_calls_per_replica"]
+    assert calls["r1"] != calls["r2"]
+    assert _row(work, side, timings, swapped)["sim_calls_per_replica"] == {
+        "r1": calls["r2"],
+        "r2": calls["r1"],
+    }
+
+
+def test_steps_compare_while_every_prompt_fits_the_step_budget() -> None:
+    """A prompt of exactly max_num_batched_tokens is one step: steps still compare; one
+    token over, it is chunked and they do not."""
+    work, timings = _work(), Timings(draws=0)
+    longest = max(c.input_tokens for p in work.programs for c in p.calls)
+    for budget, comparable in ((longest, True), (longest - 1, False)):
+        row = _row(
+            work, _side(max_num_batched_tokens=budget), timings, _run(work, 0, "cache_aware", 10.0)
+        )
+        engines = row["engines_as_routed"]
+        assert engines is not None
+        assert {e["steps_comparable"] for e in engines.values()} == {comparable}

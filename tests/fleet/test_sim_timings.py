@@ -32,7 +32,7 @@ def test_a_draw_moves_starts_and_pauses_within_bounds_and_nothing_else() -> None
     assert one == perturbed(work, timings, 1)  # the same for a seed and a draw
     assert one != perturbed(work, timings, 2)
     assert one != perturbed(work, Timings(draws=4, pause_rel=0.05, start_s=0.02, seed=4), 1)
-    moved = 0
+    moved = shorter = 0
     for a, b in zip(work.programs, one.programs, strict=True):
         assert a.program_id == b.program_id and len(a.calls) == len(b.calls)
         assert a.start_s <= b.start_s <= a.start_s + 0.02
@@ -44,7 +44,14 @@ def test_a_draw_moves_starts_and_pauses_within_bounds_and_nothing_else() -> None
             )
             assert abs(d.pause_s - c.pause_s) <= 0.05 * c.pause_s + 1e-12
             moved += d.pause_s != c.pause_s
+            shorter += d.pause_s < c.pause_s
     assert moved > 0
+    assert 0 < shorter < moved  # a pause is scaled by 1 ± pause_rel: shortened or lengthened
+
+
+def test_the_default_perturbation_is_the_documented_one() -> None:
+    """docs/validate.md: 32 draws, each pause × 1 ± 2%, each start + 0–10 ms."""
+    assert Timings().to_json() == {"draws": 32, "pause_rel": 0.02, "start_s": 0.01, "seed": 0}
 
 
 def _side() -> SimSide:

@@ -167,6 +167,20 @@ def test_simulated_program_scheduling_is_set_as_the_live_router() -> None:
     assert calibrated.program_scheduling()[1]  # the profile's calibration objects, as live
 
 
+@pytest.mark.skipif("program-scheduling" not in ROUTERS, reason="no Program scheduling model")
+def test_the_simulated_router_runs_on_the_settings_the_live_one_had() -> None:
+    """The side's settings for a live router reach its model (here the reference
+    calibration, where the model's own default is the profile's)."""
+    work = from_frame(fit_context(synth("swe-bench", 2, 0), 1900))
+    side = replace(_side(), settings=sim_settings(["program_scheduling"], None, None))
+    sim, _ = simulate_fleets(work, side, policies=["vllm"], routers=["program_scheduling"])
+    result = sim["vllm"]["program_scheduling"]
+    assert result is not None
+    assert result["router"]["settings"]["calibration"] == "reference"
+    default, _ = simulate_fleets(work, _side(), policies=["vllm"], routers=["program_scheduling"])
+    assert default["vllm"]["program_scheduling"]["router"]["settings"]["calibration"] == "profile"
+
+
 def test_the_simulated_fleet_places_programs_by_the_live_replicas_urls() -> None:
     """Each live fleet has ports of its own; the simulated fleet beside it hashes the same
     URLs, so consistent_hash and Program scheduling's binding place every program on the

@@ -39,3 +39,6 @@ def test_k_measurements_pool_into_one_profile_said_so() -> None:
     # unpinned replicas are not kept busy: no count of their requests
     idle = [_measured(k, 0) for k in (1, 2)]
     assert "served" not in pooled(idle)[1]
+    # kept busy, a neighbour may finish no request during a short measurement: still said
+    some = [_measured(1, 0), _measured(2, 3)]
+    assert "(the other replicas served 0, 3 requests meanwhile)" in pooled(some)[1]

@@ -23,7 +23,7 @@ from replay.live import cap_pauses, first_programs
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.validation.error import ValidateError
-from replay.validation.fleet_doc import fleet_document
+from replay.validation.fleet_doc import fleet_document, judged_runs
 from replay.validation.fleet_profile import Measured, by_repeat, pooled
 from replay.validation.fleet_rows import LiveRun
 from replay.validation.resimulate import resimulate
@@ -306,3 +306,25 @@ def test_the_trace_a_recorded_document_names_is_no_output(recorded: Path, tmp_pa
     text = refused(["--resimulate", str(moved), "--json", str(trace)])
     assert "is an input of this command" in text, text
     assert trace.read_bytes() == before
+
+
+def test_one_repeats_document_keeps_each_run_as_it_is(tmp_path: Path) -> None:
+    """--repeats 1: the document's live runs, simulations and fleets are each run's own,
+    not lists of one, and one profile priced them."""
+    trace = agent_trace(tmp_path / "trace.parquet", programs=2, calls=3, first=200, growth=64)
+    work = first_programs(load(trace), 2)
+    run = _live_run(tmp_path, work, 0, "round_robin", 8100)
+    side = SimSide(
+        replicas=2,
+        profile=resolve("tiny-cpu")[0],
+        engine=SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048),
+        timing=Load(seed=0),
+    )
+    doc = judged_runs(
+        [run], work, side, {}, Timings(draws=0), policies=["vllm"], routers=["round_robin"],
+        repeats=1, profile_source="given", measurements=[],
+    )  # fmt: skip
+    assert doc["live"] == {"vllm": {"round_robin": run.result}}
+    assert doc["fleets"] == {"vllm": {"round_robin": run.fleet}}
+    assert isinstance(doc["sim"]["vllm"]["round_robin"], dict)
+    assert doc["profile"]["pricing"] == "one"

@@ -30,7 +30,7 @@ from replay.validation.fleet_profile import Measured, pooled
 from replay.validation.resimulate import resimulate
 from replay.validation.server_doc import measured_on, server_document
 from replay.validation.sim_side import SimSide
-from replay.validation.stats import merge_runs
+from replay.validation.stats import merge_runs, ranking
 from replay.workload import load
 from tests.bundles import write_bundle
 from tests.live.traces import agent_trace
@@ -340,3 +340,11 @@ def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_p
     assert f"its bundle {bundle} is missing" in refused(["--resimulate", str(recorded)])
     bundle.write_bytes(kept)
     assert resimulate(recorded)["rows"] == doc["rows"]
+
+
+def test_each_side_is_ranked_by_its_own_figures(recorded: Path) -> None:
+    """The document's sim ranking is the simulated runs', its live ranking the live runs'
+    (here the simulator ties the policies where live continuum is faster)."""
+    doc = json.loads(recorded.read_text())
+    assert doc["ranking"]["sim"] == ranking(doc["sim"]) == [["continuum", "vllm"]]
+    assert doc["ranking"]["live"] == ranking(doc["live"]) == [["continuum"], ["vllm"]]

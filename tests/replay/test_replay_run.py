@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from replay.loads import load_list, one_load
+from replay.loads import SEEDS_MAX, check_seeds, load_list, one_load
 from replay.policy_runs import Load
 from replay.replay_run import ReplayRequest, policy_names, replay_doc
 from replay.scheduler import SimSchedulerConfig
@@ -22,6 +22,15 @@ def test_one_load_and_its_refusals() -> None:
     assert load_list([2.0], [3]) == (Load(jps=2.0), Load(concurrency=3))
     with pytest.raises(ConfigError, match="positive"):
         load_list([], [0])
+
+
+def test_a_count_of_seeds_runs_from_1_to_seeds_max() -> None:
+    check_seeds("--seeds", 1)
+    check_seeds("--holdout-seeds", SEEDS_MAX)
+    with pytest.raises(ConfigError, match="--seeds must be >= 1, not 0"):
+        check_seeds("--seeds", 0)
+    with pytest.raises(ConfigError, match="--holdout-seeds must be at most 10,000, not 10,001"):
+        check_seeds("--holdout-seeds", SEEDS_MAX + 1)
 
 
 def test_policy_names_split_and_expand() -> None:

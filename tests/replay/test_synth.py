@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import zlib
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 import typer
@@ -115,6 +118,26 @@ def test_seeded() -> None:
     assert a.equals(synth("swe-bench", 200, 3))
     assert not a.equals(synth("swe-bench", 200, 4))
     assert not synth("bfcl", 200, 3).equals(synth("bfcl", 200, 4))
+
+
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_seeded_by_the_seed_and_the_workloads_name(workload: str) -> None:
+    """replay/synth.py: every draw comes from ``SeedSequence([seed, crc32(workload)])``, its
+    first the programs' turns (so a seed draws another stream per workload)."""
+    spec = WORKLOADS[workload]
+    rng = np.random.default_rng(np.random.SeedSequence([7, zlib.crc32(workload.encode())]))
+    support, probs = turns_distribution(spec.turns_mean, spec.turns_sd)
+    turns = rng.choice(support, size=50, p=probs)
+    frame = synth(workload, 50, 7)
+    drawn = frame.group_by("program_id", maintain_order=True).len()["len"].to_list()
+    assert drawn == turns.tolist()
+
+
+def test_the_turns_run_from_2_to_the_mean_plus_8_sd() -> None:
+    for spec in WORKLOADS.values():
+        support, probs = turns_distribution(spec.turns_mean, spec.turns_sd)
+        top = math.ceil(spec.turns_mean + 8 * spec.turns_sd)
+        assert support.tolist() == list(range(2, top + 1)) and len(probs) == len(support)
 
 
 def test_bad_arguments() -> None:

@@ -50,6 +50,18 @@ def test_a_trace_beyond_the_memory_is_refused_naming_programs() -> None:
         check_fits("swe-bench", fit + 1, 16 * GIB)
 
 
+def test_the_programs_said_to_fit_are_rounded_down() -> None:
+    """5.8 programs' memory: 5 fit, and the message says 5 (a swe-bench program takes
+    10.9 calls of PEAK_BYTES_PER_CALL bytes)."""
+    program = round(10.9 * PEAK_BYTES_PER_CALL)
+    available = 5 * program + program * 4 // 5
+    with pytest.raises(ConfigError, match="at most about 5 programs fit"):
+        check_fits("swe-bench", 100, available)
+    check_fits("swe-bench", 5, available)
+    with pytest.raises(ConfigError):
+        check_fits("swe-bench", 6, available)
+
+
 def test_unknown_memory_checks_nothing_and_a_bad_workload_is_named() -> None:
     check_fits("bfcl", 10**12, 0)  # the machine's figure not known: not refused here
     with pytest.raises(ConfigError, match="--workload: unknown workload 'swe'"):

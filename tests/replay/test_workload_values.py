@@ -18,7 +18,14 @@ import pytest
 from profiles.cost import ConstantCostModel
 from replay.policies.simple import VLLM
 from replay.sim import ReplayConfig, simulate
-from replay.workload import AgentProgram, Call, Workload, WorkloadError, from_frame
+from replay.workload import (
+    AgentProgram,
+    Call,
+    Workload,
+    WorkloadError,
+    from_frame,
+    poisson_starts,
+)
 from ttlctl.errors import TtlctlError
 
 NAN, INF = float("nan"), float("inf")
@@ -170,3 +177,27 @@ def test_from_frame_takes_a_frame_of_the_required_columns_alone() -> None:
     assert prog.start_s == 0.0 and prog.calls[0].pause_s == 0.0
     with pytest.raises(WorkloadError, match="no input_tokens column"):
         from_frame(frame.drop("input_tokens"))
+
+
+def test_a_pause_is_the_tool_time_else_the_gap_else_nothing() -> None:
+    """replay/workload.py: ``tool_s`` when measured, else ``gap_s``, else 0."""
+
+    def first(f: pl.DataFrame) -> float:
+        return from_frame(f).programs[0].calls[0].pause_s
+
+    assert first(frame()) == 0.5  # tool_s 0.5 beside a gap of 1.0
+    untimed = frame().with_columns(pl.Series("tool_s", [None, None], dtype=pl.Float64))
+    assert first(untimed) == 1.0
+    assert first(untimed.with_columns(pl.Series("gap_s", [None, None], dtype=pl.Float64))) == 0.0
+
+
+def test_the_true_pauses_end_before_each_programs_last_call() -> None:
+    """What the oracle reads: a pause after every call but the last, which has none."""
+    assert Workload((program(pause=0.0),)).pauses() == {("p", 0): 0.5}
+
+
+def test_poisson_starts_follow_the_seed() -> None:
+    starts = poisson_starts(5, 2.0, 0)
+    assert starts == poisson_starts(5, 2.0, 0)
+    assert starts != poisson_starts(5, 2.0, 1)
+    assert starts == sorted(starts) and starts[0] > 0

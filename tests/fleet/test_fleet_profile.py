@@ -4,9 +4,16 @@ so in words, each kept with its own fit; one measurement is that measurement's p
 
 from __future__ import annotations
 
+import threading
+import warnings
+
 from profiles.engine_fit import fit_samples
-from replay.validation.fleet_profile import Measured, pooled
+from profiles.models import PRESETS
+from replay.validation.fleet_profile import Measured, measure_replica, pooled
+from tests.fleet.test_neighbours import _replica
+from tests.http_stub import serving
 from tests.profiles.engine_samples import samples
+from tests.profiles.test_measure_server import _Stub
 
 
 def _measured(k: int, served: int) -> Measured:
@@ -42,3 +49,29 @@ def test_k_measurements_pool_into_one_profile_said_so() -> None:
     # kept busy, a neighbour may finish no request during a short measurement: still said
     some = [_measured(1, 0), _measured(2, 3)]
     assert "(the other replicas served 0, 3 requests meanwhile)" in pooled(some)[1]
+
+
+def test_the_other_replicas_are_kept_busy_only_where_each_has_devices_of_its_own() -> None:
+    """A replica measured on its CPUs: its neighbour serves a steady load meanwhile, and the
+    measurement says how much; unpinned, nobody is kept busy (a stub server is measured,
+    its neighbour a stub that answers each completion at once)."""
+    engine = type("Engine", (_Stub,), {"seen": set(), "tokens": 1000})
+    bodies: list[dict[str, object]] = []
+    neighbour = _replica(bodies, threading.Lock())
+    # the stub cannot reset its prefix cache: measure_samples warns
+    with serving(engine) as url, serving(neighbour) as other, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        pinned = measure_replica(
+            [url, other], model="m", policy="vllm", repeat=1, cpu_sets=[[0], [1]],
+            model_config=dict(PRESETS["tiny"]), vocab_size=1000,
+        )  # fmt: skip
+        served = len(bodies)
+        unpinned = measure_replica(
+            [url, other], model="m", policy="vllm", repeat=2, cpu_sets=None,
+            model_config=dict(PRESETS["tiny"]), vocab_size=1000,
+        )  # fmt: skip
+    assert pinned.served == served > 0
+    assert pinned.source.endswith(f"while 1 other replica(s) served {served} requests")
+    assert "pinned to CPUs 0" in pinned.source
+    assert unpinned.served == 0 and len(bodies) == served
+    assert unpinned.source == f"measured from vllm's replica at {url}"

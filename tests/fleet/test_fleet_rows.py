@@ -134,6 +134,8 @@ def test_each_measurement_is_its_repeat_counted_from_zero_as_the_runs_are() -> N
         by_repeat([_measured(1, fast), _measured(3, slow)], 2)
     with pytest.raises(ValidateError, match="got repeats 1, 1"):
         by_repeat([_measured(1, fast), _measured(1, slow)], 2)
+    with pytest.raises(ValidateError, match="got repeats 1, 2, 2"):  # one repeat twice
+        by_repeat([_measured(1, fast), _measured(2, slow), _measured(2, fast)], 2)
 
 
 def _side(**engine: int) -> SimSide:

@@ -23,7 +23,7 @@ from replay.live import cap_pauses, first_programs
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.validation.error import ValidateError
-from replay.validation.fleet_doc import fleet_document, judged_runs
+from replay.validation.fleet_doc import fleet_document
 from replay.validation.fleet_profile import Measured, by_repeat, pooled
 from replay.validation.fleet_rows import LiveRun
 from replay.validation.resimulate import resimulate
@@ -149,7 +149,7 @@ def test_the_same_code_gives_the_recorded_rows_ranking_and_goal_back(recorded: P
     runs = REPEATS * len(ROUTERS)
     assert told == [(done, runs) for done in range(runs + 1)]
     # per repeat, with the pooled profile beside it: a real second pricing was redone
-    assert doc["profile"]["pricing"] == "per repeat"
+    assert doc["profile"]["pricing"] == "per repeat" and doc["timing_draws"] == 2
     assert doc["goal"]["vllm"]["pooled_profile"] is not None
     assert again["resimulated"]["from"] == str(recorded.resolve())
     assert again["resimulated"]["profile"] == "recorded"
@@ -308,9 +308,9 @@ def test_the_trace_a_recorded_document_names_is_no_output(recorded: Path, tmp_pa
     assert trace.read_bytes() == before
 
 
-def test_one_repeats_document_keeps_each_run_as_it_is(tmp_path: Path) -> None:
+def test_one_repeats_document_keeps_each_run_as_it_is_and_resimulates(tmp_path: Path) -> None:
     """--repeats 1: the document's live runs, simulations and fleets are each run's own,
-    not lists of one, and one profile priced them."""
+    not lists of one, one profile priced them, and the document re-simulates to itself."""
     trace = agent_trace(tmp_path / "trace.parquet", programs=2, calls=3, first=200, growth=64)
     work = first_programs(load(trace), 2)
     run = _live_run(tmp_path, work, 0, "round_robin", 8100)
@@ -320,11 +320,17 @@ def test_one_repeats_document_keeps_each_run_as_it_is(tmp_path: Path) -> None:
         engine=SimSchedulerConfig(kv_tokens=4064, block_size=32, max_model_len=2048),
         timing=Load(seed=0),
     )
-    doc = judged_runs(
+    doc = fleet_document(
         [run], work, side, {}, Timings(draws=0), policies=["vllm"], routers=["round_robin"],
-        repeats=1, profile_source="given", measurements=[],
+        repeats=1, profile_source="given", measured=[], server_info={"model": "tiny"},
+        bundle=None, cpu_sets=None, work_dir=tmp_path, idle_gap_cap_s=None,
     )  # fmt: skip
     assert doc["live"] == {"vllm": {"round_robin": run.result}}
     assert doc["fleets"] == {"vllm": {"round_robin": run.fleet}}
     assert isinstance(doc["sim"]["vllm"]["round_robin"], dict)
     assert doc["profile"]["pricing"] == "one"
+    recorded = tmp_path / "recorded.json"
+    recorded.write_text(json.dumps({**doc, "trace": str(trace)}))
+    again = json.loads(json.dumps(resimulate(recorded)))
+    for key in JUDGED:
+        assert again[key] == json.loads(json.dumps(doc[key])), key

@@ -117,6 +117,18 @@ def test_simulated_fleets_route_as_their_routers() -> None:
     assert again == sim  # deterministic for a seed
 
 
+def test_a_prompt_past_the_servers_length_is_clipped_not_refused() -> None:
+    """The simulated replicas are as long as the live ones: a longer prompt is clipped to
+    fit, as the live client clips it, and every call is still simulated."""
+    work = from_frame(fit_context(synth("swe-bench", 2, 0), 1900))
+    side = _side()
+    short = replace(side, engine=replace(side.engine, max_model_len=1024))
+    assert max(c.input_tokens for p in work.programs for c in p.calls) > 1024
+    sim, _ = simulate_fleets(work, short, policies=["vllm"], routers=["round_robin"])
+    result = sim["vllm"]["round_robin"]
+    assert result is not None and result["llm_calls"] == work.calls
+
+
 def test_async_scheduling_reaches_every_simulated_replica() -> None:
     """validate --replicas --async-scheduling: each simulated replica schedules a step
     ahead, as the fleet replay's --async-scheduling does (the same figures)."""

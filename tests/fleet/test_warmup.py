@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler
+
 import pytest
 
 from replay.validation import warmup
 from replay.validation.error import ValidateError
 from replay.validation.warmup import LONGEST, PREFILL_OUTPUT, PREFILLS, lengths, warmed
+from tests.http_stub import json_reply, serving
 from ttlctl.server.process import free_port
 
 
@@ -49,3 +54,22 @@ def test_an_error_in_a_replicas_warm_up_is_raised_not_lost(monkeypatch: pytest.M
     assert sorted(calls) == ["http://h:1", "http://h:2"]
     got = warmed(["http://h:1", "http://h:3"], "m", max_model_len=256, vocab_size=1000)
     assert got.requests == 22 and got.seconds >= 0
+
+
+def test_the_requests_said_served_are_those_each_replica_answered() -> None:
+    lock = threading.Lock()
+    bodies: list[dict[str, object]] = []
+
+    class Replica(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            return None
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with lock:
+                bodies.append(body)
+            json_reply(self, {"choices": [{"text": "x"}]})
+
+    with serving(Replica) as url:
+        got = warmed([url], "m", max_model_len=256, vocab_size=1000, timeout_s=30.0)
+    assert got.requests == len(bodies) == len(lengths(256)) + 2 + warmup.BATCHES * warmup.BATCH

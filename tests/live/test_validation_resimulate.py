@@ -29,9 +29,10 @@ from replay.scheduler import SimSchedulerConfig
 from replay.validation.fleet_profile import Measured, pooled
 from replay.validation.resimulate import resimulate
 from replay.validation.server_doc import measured_on, server_document
+from replay.validation.sim_record import workload_fingerprint
 from replay.validation.sim_side import SimSide
 from replay.validation.stats import merge_runs, ranking
-from replay.workload import load
+from replay.workload import load, retimed
 from tests.bundles import write_bundle
 from tests.live.traces import agent_trace
 from tests.profiles.engine_samples import samples
@@ -348,3 +349,16 @@ def test_each_side_is_ranked_by_its_own_figures(recorded: Path) -> None:
     doc = json.loads(recorded.read_text())
     assert doc["ranking"]["sim"] == ranking(doc["sim"]) == [["continuum", "vllm"]]
     assert doc["ranking"]["live"] == ranking(doc["live"]) == [["continuum"], ["vllm"]]
+
+
+def test_the_fingerprint_holds_each_programs_start(tmp_path: Path) -> None:
+    """A trace whose programs start at other times is not the one replayed."""
+    trace = agent_trace(tmp_path / "trace.parquet", programs=2, calls=3, first=200, growth=64)
+    work = first_programs(load(trace), 2)
+    moved = retimed(work, [p.start_s + 1.0 for p in work.programs])
+    assert workload_fingerprint(moved)["sha256"] != workload_fingerprint(work)["sha256"]
+
+
+def test_the_document_counts_the_programs_and_calls_replayed(recorded: Path) -> None:
+    doc = json.loads(recorded.read_text())
+    assert (doc["programs"], doc["calls"]) == (4, 12)  # the trace's first 4, 3 calls each

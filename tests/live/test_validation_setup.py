@@ -320,3 +320,7 @@ def test_a_temporary_work_dir_written_in_is_kept_and_a_given_one_never_removed(
     with pytest.raises(ValidateError), work_dir(given, "v-") as used:
         raise ValidateError("refused")
     assert used == given.resolve() and given.is_dir()
+    # a relative one is named absolute: the document's paths read from anywhere
+    monkeypatch.chdir(tmp_path)
+    with work_dir(Path("given"), "v-") as used:
+        assert used == given.resolve() and used.is_absolute()

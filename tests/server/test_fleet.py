@@ -347,6 +347,9 @@ def test_program_scheduling_is_consistent_hash_with_the_profiles_calibration() -
     from replay.validation.fleet_routers import router_setup
 
     assert router_setup("round_robin", None, None) == ("round_robin", None)
+    # another router takes the Program scheduling config given as it is
+    given = '{"program_scheduling_enable_key": "always"}'
+    assert router_setup("cache_aware", None, given) == ("cache_aware", given)
     policy, value = router_setup("program_scheduling", None, None)
     assert policy == "consistent_hash" and value is not None
     assert json.loads(value) == {"program_scheduling_enable_key": "auto"}

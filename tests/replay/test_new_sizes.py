@@ -128,6 +128,9 @@ def test_the_warm_up_sizes_are_within_the_step_budget_as_chunks() -> None:
     decodes 1 to 4, and nothing above the budget."""
     whole = warm_sizes(2048, 32, 8192)
     assert set(lengths(2048)) <= whole and {1, 2, 3, 4} <= whole
+    # the short prompts prefilled 1 to 4 at a time, beside the batch's other decodes
+    short = min(lengths(2048))
+    assert {k * short + d for k in range(1, 5) for d in range(5 - k)} <= whole
     chunked = warm_sizes(2048, 32, 512)
     assert max(chunked) == 512
     assert {n % 512 for n in lengths(2048) if n > 512 and n % 512} <= chunked

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +13,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from replay import synth as synth_module
 from replay.fit_context import fit_context
 from replay.synth import synth
-from replay.synth_workloads import WORKLOADS, solved_tools, turns_distribution
+from replay.synth_workloads import WORKLOADS, Tool, solved_tools, turns_distribution
 from replay.workload import from_frame
 from ttlctl.cli import synth as synth_cli
+from ttlctl.errors import ConfigError
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.trace import io as trace_io
 from ttlctl.trace.columns import COLUMNS
@@ -140,13 +143,57 @@ def test_the_turns_run_from_2_to_the_mean_plus_8_sd() -> None:
         assert support.tolist() == list(range(2, top + 1)) and len(probs) == len(support)
 
 
+@pytest.mark.parametrize(("workload", "output_mean"), [("swe-bench", 283.3), ("bfcl", 170.0)])
+def test_outputs_and_tool_results_are_drawn_as_documented(
+    workload: str, output_mean: float
+) -> None:
+    """replay/synth.py: outputs lognormal, median 250 or 150 and sigma 0.5 (means about 283
+    and 170); each tool result at least 16 tokens plus its share, the same in
+    expectation at every turn (rounding only adds a few tokens to the last one): here the
+    first and the last of each program of three calls or more."""
+    frame = synth(workload, PROGRAMS, 1)
+    assert _close(float(frame["output_tokens"].mean()), output_mean, 0.03)  # type: ignore[arg-type]
+    grown = pl.col("input_tokens").shift(-1).over("program_id") - pl.col("input_tokens")
+    results = frame.with_columns(
+        result=grown - pl.col("output_tokens"),
+        last_turn=pl.col("turn").max().over("program_id"),
+    ).filter(~pl.col("is_last"))
+    assert int(results["result"].min()) >= 16  # type: ignore[arg-type]  # "a minimum of 16"
+    longer = results.filter(pl.col("last_turn") >= 2)
+    first = longer.filter(pl.col("turn") == 0)["result"].mean()
+    last = longer.filter(pl.col("turn") == pl.col("last_turn") - 1)["result"].mean()
+    assert _close(float(last), float(first), 0.15)  # type: ignore[arg-type]
+
+
+def test_the_tool_tables_are_the_documented_ones() -> None:
+    """Each tool's weight, mean, cv and result weight as replay/synth.py's tables give
+    them (the solved tool's mean and cv to the table's rounding)."""
+    doc = synth_module.__doc__ or ""
+    for spec in WORKLOADS.values():
+        for tool, solved in zip(spec.tools, solved_tools(spec), strict=True):
+            (row,) = [line for line in doc.splitlines() if line.split()[:1] == [tool.name]]
+            numbers = [float(x) for x in row.replace("≈", "").split()[1:5]]
+            assert numbers[0] == tool.weight and numbers[3] == tool.result_weight, row
+            assert solved.mean_s is not None and solved.cv is not None
+            assert numbers[1] == round(solved.mean_s, 2 if tool.mean_s is not None else 1), row
+            assert numbers[2] == round(solved.cv, 1), row
+
+
+def test_a_tool_table_that_cannot_reach_the_papers_figures_is_refused() -> None:
+    """The solved tool's mean must come out above 0 (here exactly 0)."""
+    tools = (Tool("a", 0.5, 1.0, 0.5, 1.0), Tool("b", 0.5, None, None, 1.0))
+    spec = replace(WORKLOADS["bfcl"], tool_mean_s=0.5, tool_sd_s=1.0, tools=tools)
+    with pytest.raises(ValueError, match="cannot reach the paper's mean and sd"):
+        solved_tools(spec)
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="unknown workload"):
         synth("nope", 10, 0)
     with pytest.raises(ValueError, match="at least 1"):
         synth("bfcl", 0, 0)
-    with pytest.raises(ValueError, match="non-negative"):
-        synth("bfcl", 10, -1)
+    with pytest.raises(ConfigError, match=r"^--seed must be non-negative, not -1$"):
+        synth("bfcl", 10, -1)  # named before numpy's own refusal of a negative seed
 
 
 @pytest.mark.parametrize("workload", ["swe-bench", "bfcl"])

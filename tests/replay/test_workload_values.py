@@ -201,3 +201,10 @@ def test_poisson_starts_follow_the_seed() -> None:
     assert starts == poisson_starts(5, 2.0, 0)
     assert starts != poisson_starts(5, 2.0, 1)
     assert starts == sorted(starts) and starts[0] > 0
+
+
+def test_from_frame_orders_the_programs_by_their_start() -> None:
+    """The programs by start, then id (validate and the live replay take the first N)."""
+    late = frame().with_columns(pl.lit("a").alias("program_id"), pl.Series("arrival_s", [5.0, 6.0]))
+    both = pl.concat([late, frame().with_columns(pl.lit("b").alias("program_id"))])
+    assert [p.program_id for p in from_frame(both).programs] == ["b", "a"]

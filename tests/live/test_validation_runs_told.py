@@ -120,11 +120,12 @@ def test_validate_runs_the_policies_in_its_own_order(
     assert ran == [("vllm", 0)]
 
 
-def test_a_validation_on_given_servers_records_its_settings_and_a_cold_engine(
+def test_a_validation_on_given_servers_records_its_settings_and_charges_no_new_size(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Servers given by URL are not warmed by validate: the simulated engine starts having
-    run no step size; the document's config keeps the pause cap asked."""
+    """Servers given by URL are not warmed by validate and may have served for long: the
+    simulated engine charges no step size as new (no ``sizes_run``, docs/validate.md); the
+    document's config keeps the pause cap asked."""
 
     def run(self: LiveSession, name: str, rep: int) -> None:
         self.infos[name] = server_info()

@@ -72,7 +72,10 @@ def memory_bytes(text: str) -> int | None:
     text = text.strip()
     found = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text)
     if found is None:
-        return int(text) if re.fullmatch(r"[+-]?\d+", text) else None
+        try:  # vLLM's own int(): a sign, underscores between digits ("16_384")
+            return int(text)
+        except ValueError:
+            return None
     number, suffix = found.groups()
     if suffix in _DECIMAL:
         return int(float(number) * _DECIMAL[suffix])

@@ -192,7 +192,13 @@ def _model(folder: Path, **config: Any) -> Path:
 def test_memory_is_read_as_vllm_reads_it() -> None:
     assert memory_bytes("8M") == 8 * 2**20 and memory_bytes("8m") == 8_000_000
     assert memory_bytes("25.6k") == 25_600 and memory_bytes(" 4096 ") == 4096
-    for refused_by_vllm in ("1.5M", "8MB", "", "lots"):
+    # a plain number is Python's int(), underscores and all (vLLM takes 16_384 as 16384)
+    assert memory_bytes("16_384") == 16_384 and memory_bytes("+4096") == 4096
+    with pytest.raises(ValidateError, match="--kv-cache-memory-bytes 16_384 holds no KV block"):
+        check_kv_memory(
+            ["--block-size", "32", "--kv-cache-memory-bytes", "16_384"], PRESETS["tiny"]
+        )
+    for refused_by_vllm in ("1.5M", "8MB", "", "lots", "1__0", "_10", "0x10"):
         assert memory_bytes(refused_by_vllm) is None
 
 

@@ -306,9 +306,14 @@ def _count(row: dict[str, Any], name: str) -> int:
 def _prefix(
     row: dict[str, Any], interned: dict[tuple[tuple[int, ...], int], SharedPrefix]
 ) -> SharedPrefix | None:
-    """The row's shared prefix, one object for equal ones (their keys are cached)."""
+    """The row's shared prefix, one object for equal ones (their keys are cached);
+    :class:`WorkloadError` for hashes without a positive block size, as the trace's rules
+    say it."""
     hashes, block = row["prefix_hashes"], row["prefix_block_tokens"]
-    if not hashes or not block:
+    if hashes is not None and (block is None or block <= 0):
+        shown = "null" if block is None else block
+        raise WorkloadError(f"prefix_hashes need a positive prefix_block_tokens: {shown}")
+    if not hashes:
         return None
     key = (tuple(hashes), int(block))
     prefix = interned.get(key)

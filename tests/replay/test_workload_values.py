@@ -208,3 +208,24 @@ def test_from_frame_orders_the_programs_by_their_start() -> None:
     late = frame().with_columns(pl.lit("a").alias("program_id"), pl.Series("arrival_s", [5.0, 6.0]))
     both = pl.concat([late, frame().with_columns(pl.lit("b").alias("program_id"))])
     assert [p.program_id for p in from_frame(both).programs] == ["b", "a"]
+
+
+@pytest.mark.parametrize(("block", "shown"), [(None, "null"), (0, "0")])
+def test_shared_hashes_without_a_block_size_are_refused_as_the_trace_rules_refuse_them(
+    block: int | None, shown: str
+) -> None:
+    """A frame built in code is held to the trace's rules: hashes of a shared prefix need
+    its block size (they were dropped without a word, the calls replayed sharing nothing)."""
+    shared = frame().with_columns(
+        pl.Series("prefix_hashes", [[1, 2], None], dtype=pl.List(pl.Int64)),
+        pl.Series("prefix_block_tokens", [block, None], dtype=pl.Int32),
+    )
+    with pytest.raises(WorkloadError) as info:
+        from_frame(shared)
+    assert str(info.value) == (
+        f"program 'p', turn 0: prefix_hashes need a positive prefix_block_tokens: {shown}"
+    )
+    (made,) = from_frame(
+        shared.with_columns(pl.lit(16, pl.Int32).alias("prefix_block_tokens"))
+    ).programs
+    assert made.calls[0].prefix is not None and made.calls[1].prefix is None

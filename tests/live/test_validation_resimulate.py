@@ -241,6 +241,8 @@ def _variant(tmp_path: Path, name: str, doc: dict[str, Any]) -> Path:
         ("engine", "kv_tokens", "abc", 'engine.kv_tokens is "abc"; a size, a whole number'),
         ("engine", "kv_tokens", -5, "engine.kv_tokens must hold at least one block (engine.bl"),
         ("simulation", "idle_gap_cap_s", -1, "simulation.idle_gap_cap_s is -1, not seconds"),
+        ("config", "idle_gap_cap_s", float("-inf"), "config.idle_gap_cap_s is -Infinity, whi"),
+        ("config", "async_scheduling", 1, "damaged single-server document (ValueError: async_sc"),
     ],
 )
 def test_a_damaged_field_is_refused_naming_the_file_and_the_field(
@@ -295,6 +297,10 @@ def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_p
     old = _variant(tmp_path, "old", {k: v for k, v in doc.items() if k != "simulation"})
     text = refused(["--resimulate", str(old)])
     assert text.startswith(f"error: {old}: lacks simulation, which re-simulating needs"), text
+    older = _variant(
+        tmp_path, "older", {k: v for k, v in doc.items() if k not in ("simulation", "live")}
+    )
+    assert f"{older}: lacks simulation, live, which" in refused(["--resimulate", str(older)])
     assert "written before validate recorded them cannot be re-simulated" in text
     config = {k: v for k, v in doc["config"].items() if k != "backend"}
     backendless = _variant(tmp_path, "backendless", {**doc, "config": config})
@@ -315,6 +321,9 @@ def test_what_cannot_be_resimulated_is_refused_in_one_line(recorded: Path, tmp_p
     liveless = _variant(tmp_path, "liveless", {**doc, "live": {"vllm": doc["live"]["vllm"]}})
     text = refused(["--resimulate", str(liveless)])
     assert f"{liveless}: damaged single-server document (no live runs of continuum)" in text
+    listed = _variant(tmp_path, "listed", {**doc, "live": {**doc["live"], "vllm": []}})
+    text = refused(["--resimulate", str(listed)])
+    assert f"{listed}: damaged single-server document (no live runs of vllm)" in text
     # options of a live run: the document says how its runs went
     for extra, flag in (
         (["--url", "vllm=http://127.0.0.1:1"], "--url"),
@@ -362,3 +371,12 @@ def test_the_fingerprint_holds_each_programs_start(tmp_path: Path) -> None:
 def test_the_document_counts_the_programs_and_calls_replayed(recorded: Path) -> None:
     doc = json.loads(recorded.read_text())
     assert (doc["programs"], doc["calls"]) == (4, 12)  # the trace's first 4, 3 calls each
+
+
+def test_a_relative_trace_given_is_recorded_absolute(
+    recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = json.loads(recorded.read_text())
+    monkeypatch.chdir(Path(doc["trace"]).parent)
+    again = resimulate(recorded, trace=Path(Path(doc["trace"]).name))
+    assert again["resimulated"]["trace"] == str(Path(doc["trace"]).resolve())

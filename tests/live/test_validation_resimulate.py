@@ -26,6 +26,7 @@ from profiles.shipped import resolve
 from replay.live import cap_pauses, first_programs
 from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
+from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured, pooled
 from replay.validation.resimulate import resimulate
 from replay.validation.server_doc import measured_on, server_document
@@ -380,3 +381,10 @@ def test_a_relative_trace_given_is_recorded_absolute(
     monkeypatch.chdir(Path(doc["trace"]).parent)
     again = resimulate(recorded, trace=Path(Path(doc["trace"]).name))
     assert again["resimulated"]["trace"] == str(Path(doc["trace"]).resolve())
+
+
+def test_a_trace_given_that_is_no_file_is_refused(recorded: Path, tmp_path: Path) -> None:
+    with pytest.raises(
+        ValidateError, match=f"^{tmp_path}: no such trace \\(named by {recorded}\\)$"
+    ):
+        resimulate(recorded, trace=tmp_path)  # a folder

@@ -12,13 +12,14 @@ import pytest
 from typer.testing import CliRunner
 
 from replay.validation.error import ValidateError
+from replay.validation.fleet_placement import replica_cpus
 from replay.validation.server_sources import local_config, parse_urls, server_base
 from replay.validation.validate_request import ValidateRequest
 from replay.validation.work_dir import work_dir
 from tests.live.traces import agent_trace
 from ttlctl.cli import app
 from ttlctl.errors import TtlctlError
-from ttlctl.server import command, gpus
+from ttlctl.server import command, cpus, gpus
 from ttlctl.server.command import cpu_build_installed
 
 
@@ -267,6 +268,13 @@ def test_a_replicas_placement_is_at_least_1(
     args = [str(trace), "--model", "m", "--replicas", "2", "--router", "round_robin"]
     assert _refused([*args, *placement]) == f"error: {message}"
     assert list(temp.iterdir()) == []
+
+
+def test_each_replica_is_pinned_to_as_many_cpus_as_asked() -> None:
+    mine = cpus.available_cpus()
+    assert replica_cpus(1, len(mine)) == (tuple(mine),)
+    assert replica_cpus(len(mine), 1) == tuple((c,) for c in mine)
+    assert replica_cpus(2, None) is None  # unpinned
 
 
 def test_a_fleets_save_result_is_refused_not_ignored(

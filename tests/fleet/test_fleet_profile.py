@@ -7,13 +7,16 @@ from __future__ import annotations
 import threading
 import warnings
 
+import pytest
+
+from profiles import server_wake
 from profiles.engine_fit import fit_samples
 from profiles.models import PRESETS
 from replay.validation.fleet_profile import Measured, measure_replica, pooled
 from tests.fleet.test_neighbours import _replica
 from tests.http_stub import serving
 from tests.profiles.engine_samples import samples
-from tests.profiles.test_measure_server import _Stub
+from tests.profiles.test_measure_server import SHORT_GAPS, SHORT_PAIRS, _Stub
 
 
 def _measured(k: int, served: int) -> Measured:
@@ -51,10 +54,15 @@ def test_k_measurements_pool_into_one_profile_said_so() -> None:
     assert "(the other replicas served 0, 3 requests meanwhile)" in pooled(some)[1]
 
 
-def test_the_other_replicas_are_kept_busy_only_where_each_has_devices_of_its_own() -> None:
+def test_the_other_replicas_are_kept_busy_only_where_each_has_devices_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A replica measured on its CPUs: its neighbour serves a steady load meanwhile, and the
     measurement says how much; unpinned, nobody is kept busy (a stub server is measured,
-    its neighbour a stub that answers each completion at once)."""
+    its neighbour a stub that answers each completion at once; the wake timed at the
+    short gaps of the server measurement's own tests)."""
+    monkeypatch.setattr(server_wake, "IDLE_GAPS", SHORT_GAPS)
+    monkeypatch.setattr(server_wake, "WAKE_MIN_PAIRS", SHORT_PAIRS)
     engine = type("Engine", (_Stub,), {"seen": set(), "tokens": 1000})
     bodies: list[dict[str, object]] = []
     neighbour = _replica(bodies, threading.Lock())

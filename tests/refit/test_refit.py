@@ -8,7 +8,9 @@ log it was fitted from changes nothing and keeps it.
 
 from __future__ import annotations
 
+import copy
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -22,20 +24,27 @@ from typer.testing import CliRunner
 from fitting.policy_params import PolicyParams
 from replay.policy_runs import Load
 from replay.refit import RefitError, refit
+from replay.refit_changes import tool_changes
+from replay.refit_replay import engines_doc, plan
 from replay.refit_settings import (
     HELD_BACK_FROM,
     RefitSettings,
     checked_settings,
+    default_load,
     fit_config,
     replay_settings,
 )
+from replay.sim import ReplayConfig
+from replay.workload import from_frame
 from tests.documents import conforms
 from tests.refit.logs import cut, engine_lines, swe_trace, write_log
 from ttlctl import bundle, bundle_doc, bundle_history, bundle_make
 from ttlctl.cli import app, render
 from ttlctl.cli.kit import out
 from ttlctl.errors import ConfigError
+from ttlctl.ingest import pipeline
 from ttlctl.jsonio import file_sha256
+from ttlctl.trace import io as trace_io
 
 PROGRAMS = 60
 #: last month's tools were this much faster than today's
@@ -231,6 +240,12 @@ def test_a_bad_log_is_one_line_naming_file_and_line(world: dict[str, Path], tmp_
     rejects = kept.with_name("trace.parquet.rejects.jsonl")
     assert kept.is_file() and f"all rejects: {rejects}" in with_trace.stdout
     assert len(rejects.read_text().splitlines()) == ingest["rejected"]
+    # the report shows the first five of them, in the order they were rejected
+    first = [json.loads(x) for x in rejects.read_text().splitlines()[:5]]
+    assert ingest["rejected"] > 5
+    assert ingest["rejects_shown"] == [
+        {k: r[k] for k in ("file", "record", "reason")} for r in first
+    ]
 
 
 def test_refit_on_the_shipped_engine_log_sample(tmp_path: Path) -> None:
@@ -544,3 +559,133 @@ def test_replicas_of_different_block_sizes_are_named_with_theirs(tmp_path: Path)
     )
     given = run("refit", *logs, "--bundle", served, "--dry-run", "--block-size", "16")
     assert given.exit_code == 0, given.output
+
+
+def test_a_refit_of_several_logs_keeps_the_served_records_and_names_every_log(
+    world: dict[str, Path], tmp_path: Path
+) -> None:
+    """The new bundle carries the served bundle's ``tuning`` and ``profile`` records; its fit's
+    input names each log and the SHA-256 of their SHA-256s (hex, in the order read); ``-o``
+    naming the served file by another path replaces it, and the verdict says so."""
+    fresh = bundle.read(world["fresh"])
+    tuning = {"study": "nightly", "trials": 40}
+    profile = {"path": "/srv/profile.json", "sha256": "ab" * 32}
+    served = tmp_path / "srv" / "bundle.json"
+    served.parent.mkdir()
+    tuned = bundle_make.build(
+        fresh["fit"],
+        fresh["profile"],
+        PolicyParams.from_json(fresh["policy"]),
+        created=fresh["created"],
+        ttlctl_version=fresh["ttlctl_version"],
+        provenance={"tuning": tuning, "profile": profile, "made_by": "a test"},
+    )
+    served.write_text(json.dumps(tuned))
+    records = [json.loads(x) for x in world["today"].read_text().splitlines()]
+    early = sorted({r["program_id"] for r in records})[: PROGRAMS // 2]
+    parts = [
+        write_log(tmp_path / name, [r for r in records if (r["program_id"] in early) == first])
+        for name, first in (("a.jsonl", True), ("b.jsonl", False))
+    ]
+    same = served.parent / ".." / "srv" / "bundle.json"  # the served file, spelled otherwise
+    result = run("refit", *parts, "--bundle", served, *LOAD, "--force", "-o", same, "--json", "-")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["action"] == "replaced"
+    assert report["guard"]["message"].endswith("replacing it anyway, as asked (--force)")
+    new = bundle.read(served)
+    assert new["provenance"].get("tuning") == tuning
+    assert new["provenance"].get("profile") == profile
+    assert "made_by" not in new["provenance"]
+    shas = [file_sha256(p) for p in parts]
+    assert new["fit"]["input"]["path"] == f"{parts[0]}, {parts[1]}"
+    assert new["fit"]["input"]["sha256"] == hashlib.sha256("".join(shas).encode()).hexdigest()
+
+
+def test_the_last_refits_record_comes_before_the_tuning_and_a_flag_of_0_is_given(
+    world: dict[str, Path],
+) -> None:
+    """The engine, offload tier and truncation of the replays: a flag given (0 and
+    ``--no-truncate`` too), else the served bundle's last refit, else its tuning."""
+    doc = bundle.read(world["stale"])
+    last = {"engine": {"kv_tokens": 111_000}, "offload_tokens": 5_000, "truncate": True}
+    tuned = {"engine": {"kv_tokens": 222_000}, "offload_tokens": 7_000, "truncate": False}
+    both = dict(doc, provenance={"refit": {"replay": last}, "tuning": {"objective": tuned}})
+    config, source = replay_settings(both, RefitSettings())
+    assert (config.engine.kv_tokens, config.offload_tokens, config.truncate) == (
+        111_000,
+        5_000,
+        True,
+    )
+    assert source == "the bundle's last refit"
+    config, _ = replay_settings(both, RefitSettings(offload_tokens=0, truncate=False))
+    assert (config.offload_tokens, config.truncate) == (0, False)
+    settings = checked_settings(long_prefill_token_threshold=0, offload_tokens=0)
+    assert (settings.long_prefill_token_threshold, settings.offload_tokens) == (0, 0)
+    with pytest.raises(ConfigError, match=r"^--long-prefill-token-threshold must be >= 0"):
+        checked_settings(long_prefill_token_threshold=-1)
+
+
+def test_the_tools_table_is_each_fits_pauses_and_tau_at_the_delay_given(tmp_path: Path) -> None:
+    """Each row: the fit's pause count, p50 and p90 and the policy's τ* at 1k, 8k, 32k and
+    128k tokens with T = ``--queue-delay-seconds``; the tools with most pauses in the new
+    fit first (then in the served one)."""
+    served = served_from(SAMPLE, tmp_path / "srv")
+    doc = bundle.read(served)
+    args = ["refit", SAMPLE, "--bundle", served, "--dry-run", "--json", "-"]
+    got = run(*args, "--queue-delay-seconds", "20")
+    assert got.exit_code == 0, got.output
+    report = json.loads(got.stdout)
+    assert report["contexts"] == [1_000, 8_000, 32_000, 128_000]
+    assert report["queue_delay_s"] == 20.0
+    policy = bundle.policy_from(doc, report["replay"]["engine"]["max_num_batched_tokens"])
+    fit = doc["fit"]
+    for row in report["tools"]:
+        entry = fit["global"] if row["tool"] is None else fit["tools"][row["tool"]]
+        shown = (row["old"]["n"], row["old"]["p50_s"], row["old"]["p90_s"])
+        assert shown == (entry["n"], entry["p50_s"], entry["p90_s"]), row["tool"]
+        want = [
+            policy.decide(row["tool"], c, offload=False, queue_delay_s=20.0)
+            for c in report["contexts"]
+        ]
+        assert row["old"]["tau_s"] == [d.ttl_s for d in want], row["tool"]
+    at_0 = json.loads(run(*args).stdout)["tools"]
+    assert [r["old"]["tau_s"] for r in at_0] != [r["old"]["tau_s"] for r in report["tools"]]
+    # the order: most pauses in the new fit first, the served fit's counts breaking ties
+    fewest = report["tools"][-2]["tool"]
+    more = copy.deepcopy(fit)
+    more["tools"][fewest]["n"] = 1_000
+    rows = tool_changes(doc, dict(doc, fit=more))  # type: ignore[arg-type]
+    assert [r["tool"] for r in rows][:1] == [fewest]
+
+
+def test_the_replay_keeps_the_offload_tier_and_counts_the_logs_calls(tmp_path: Path) -> None:
+    """One engine's replay: the offload tier and truncation of the settings it was given,
+    the log's programs and calls; its default load is at least one program, however sparse
+    the log."""
+    served = bundle.read(served_from(SAMPLE, tmp_path / "srv"))
+    trace = tmp_path / "trace.parquet"
+    report = pipeline.ingest([SAMPLE], trace)
+    frame = trace_io.read(trace)
+    base = ReplayConfig(offload_tokens=4_096, truncate=True)
+    part = plan(frame, report.engines, RefitSettings(), base, "x", served["fit"], served["profile"])
+    assert (part.ctx.config.offload_tokens, part.ctx.config.truncate) == (4_096, True)
+    (engine,) = engines_doc(part)
+    assert (engine["programs"], engine["calls"]) == (5, 19)
+    # a day between programs: on average almost none runs, and the replay still runs one
+    day = (pl.col("program_id").rank("dense") * 86_400.0).cast(pl.Float64)
+    sparse = frame.with_columns(pl.col("arrival_s") + day)
+    loads, note = default_load(sparse, from_frame(sparse))
+    assert loads == [Load(concurrency=1)]
+    assert note == "the log's mean concurrency, 0.00 programs running at once"
+
+
+def test_a_dry_runs_json_over_the_served_bundle_is_refused(tmp_path: Path) -> None:
+    """The served bundle is read, and replaced only by the new bundle: ``--json`` naming it
+    is refused (exit 2), dry run or not, and the bundle is left as it was."""
+    served = served_from(SAMPLE, tmp_path / "srv")
+    before = listing(served.parent)
+    for extra in (("--dry-run",), ()):
+        result = run("refit", SAMPLE, "--bundle", served, *extra, "--json", served)
+        assert result.exit_code == 2, result.output
+        assert listing(served.parent) == before

@@ -103,3 +103,23 @@ def test_facts_without_sizes_are_not_called_the_flags() -> None:
         "the log's engine does not state every size: the replay uses the defaults for "
         "--max-model-len; give them as the server had them",
     )
+
+
+def test_every_size_given_is_the_flags_line_whatever_the_log_states() -> None:
+    """The log sized the replay only where it gave a value the replay took: with every size
+    given, the line is the flags' unless the log's watermark was taken; a watermark flag alone
+    over the log's sizes says the flags win (the line shows the flag's); a size of 0 is none
+    stated."""
+    every = {k: v for k, v in zip(SIZE_FLAGS, (4096, 32, 8, 2048, 1024), strict=True)}
+    flags = size(every, [facts(None, 8192)], SimSchedulerConfig(), "d")
+    assert not flags.from_log and flags.line.startswith("replay engine as the flags give it")
+    marked_log = size(every, [facts(None, 8192, watermark=0.05)], SimSchedulerConfig(), "d")
+    assert marked_log.from_log and marked_log.engine.watermark == 0.05
+    assert marked_log.line.startswith("replay sized from the engine log: ")
+    marked = size(NONE | {"watermark": 0.1}, [facts(None, 8192)], SimSchedulerConfig(), "d")
+    assert marked.engine.watermark == 0.1 and marked.line.endswith("(flags given win)")
+    zero = size(NONE, [facts(None, 0)], SimSchedulerConfig(kv_tokens=77_000), "the defaults")
+    assert zero.engine.kv_tokens == 77_000
+    assert zero.notes[-1].endswith(
+        "the replay uses the defaults for --kv-tokens; give them as the server had them"
+    )

@@ -10,6 +10,7 @@ import warnings
 import pytest
 
 from profiles.decode_pace import (
+    BURSTY_TOKENS_PER_BURST,
     FROM_SERVER,
     BatchPace,
     Stream,
@@ -18,8 +19,9 @@ from profiles.decode_pace import (
     itl_delta,
     stream_paces,
 )
-from profiles.engine_fit import DECODE_FLOOR, fit_samples
+from profiles.engine_fit import DECODE_FLOOR, check_decode_floor, fit_samples
 from profiles.engine_timings import STREAM, DecodePoint, EngineFitError, samples_from_json
+from profiles.fitmath import DecodeFit, QuadraticFit
 from profiles.server_decode import decode_point, warn_streamed
 from tests.profiles.engine_samples import SHAPES, samples
 from ttlctl.server.prom import parse_metrics
@@ -75,6 +77,21 @@ def test_batch_pace_leaves_out_the_peers_prefill() -> None:
         False,
     )
     assert stream_paces([a]) == ([pytest.approx(0.515)], True)
+
+
+def test_two_tokens_a_burst_is_bursty() -> None:
+    """Streams that brought ``BURSTY_TOKENS_PER_BURST`` tokens a burst on average (or more)
+    were held back; fewer, they came token by token."""
+    for per_burst, bursty in ((BURSTY_TOKENS_PER_BURST, True), (1.9, False)):
+        assert BatchPace((0.01,), True, None, "", per_burst).bursty is bursty
+
+
+def test_the_window_holds_the_chunk_that_opens_it() -> None:
+    """The window runs from the last stream's second token to the first stream's end, both
+    chunks in it: a stream with only those two chunks inside still has its pace."""
+    steady = regular(0.0, 10, 0.01)  # 0.00 … 0.09
+    late = Stream(0.0, ((0.05, 1), (0.06, 2), (0.09, 3), (0.2, 4)), None)
+    assert batch_paces([steady, late]) == pytest.approx([0.01, 0.03])
 
 
 def test_itl_delta_reads_the_histogram_sum_and_count() -> None:
@@ -186,6 +203,14 @@ def test_a_decode_step_below_the_floor_is_refused() -> None:
             with pytest.raises(EngineFitError, match="decode was not timed"):
                 fit_samples([flat])
     fit_samples([good])  # a real server's figures pass
+
+
+def test_a_decode_step_at_the_floor_itself_passes() -> None:
+    """Refused is a step *under* the floor: one of exactly ``DECODE_FLOOR`` × a one-token
+    prefill (1 s here) is a profile."""
+    prefill = QuadraticFit(a=0.5, b=0.25, q=0.25, rmse_s=0.0, max_rel_error=0.0)
+    at = DecodeFit(step_s=DECODE_FLOOR, per_seq_s=0.0, per_kv_token_s=0.0, max_rel_error=0.0)
+    check_decode_floor(prefill, at, [(1, 64, DECODE_FLOOR)], ["http://127.0.0.1:8101"])
 
 
 def test_the_floor_doubts_streamed_timings_only() -> None:

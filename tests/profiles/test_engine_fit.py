@@ -132,3 +132,34 @@ def test_a_new_size_line_keeps_its_course_past_one_slowed_call() -> None:
     (x0, y0), (x1, y1) = fit_samples(halves).new_shape
     assert (x0, x1) == (300, 1500) and (y0, y1) == pytest.approx((0.020, 0.040), abs=1e-9)
     assert fit_samples([base]).new_shape == ()
+
+
+def test_a_new_size_timed_at_one_length_is_its_median_extra_never_below_0() -> None:
+    """Every new-size call of one length: one point, the median extra; calls that ran
+    faster than the length's repeats (a busy neighbour slowed the repeats) cost nothing."""
+    base = samples(1, "2026-12-04T13:00:00+00:00")
+    one = replace(base, new_shape=((600, 0.03), (600, 0.01), (600, 0.02)))
+    assert fit_samples([one]).new_shape == ((600.0, 0.02),)
+    faster = replace(base, new_shape=((600, -0.01), (600, -0.02), (600, 0.005)))
+    assert fit_samples([faster]).new_shape == ((600.0, 0.0),)
+
+
+def test_pooled_measurements_keep_a_step_budget_only_when_all_told_the_same() -> None:
+    """``source.flags`` (the profile's ``chunk_tokens``) is the step budget the servers
+    told, one for all; measurements that told different ones, or some none, record none."""
+    a = replace(samples(1, "2026-12-01T10:00:00+00:00"), step_budget=2048)
+    b = replace(samples(2, "2026-12-01T11:00:00+00:00"), step_budget=2048)
+    assert fit_samples([a, b]).chunk_tokens == 2048
+    for other in (4096, None):
+        assert "flags" not in fit_samples([a, replace(b, step_budget=other)]).source
+
+
+def test_pooled_measurements_are_in_the_order_they_were_taken() -> None:
+    """By when they were taken, not by URL: the profile's time is the last one's, and its
+    URLs and the measurements listed go in that order."""
+    early = samples(1, "2026-12-01T10:00:00+00:00", url="http://b:8000")
+    late = samples(2, "2026-12-01T11:00:00+00:00", url="http://a:8000")
+    source = fit_samples([late, early]).source
+    assert source["created"] == "2026-12-01T11:00:00+00:00"
+    assert source["url"] == ["http://b:8000", "http://a:8000"]
+    assert [m["url"] for m in source["pooled"]["taken"]] == ["http://b:8000", "http://a:8000"]

@@ -206,6 +206,14 @@ def test_fit_reload_recovers_latency_and_bandwidth() -> None:
     assert err < 1e-6
 
 
+def test_copies_that_ran_no_slower_as_they_grew_bound_the_bandwidth_by_the_largest() -> None:
+    """No time grew with the size (a copy slowed by a page fault, then faster ones): no
+    slope to fit, so the bandwidth is the largest copy's and the latency 0, not a division
+    by nothing."""
+    bandwidth, latency, _ = fit_reload([1e4, 1e6, 1e8], [2e-3, 1e-3, 1e-3])
+    assert (bandwidth, latency) == pytest.approx((1e11, 0.0))
+
+
 def test_import_is_cheap() -> None:
     code = "import sys, profiles.measure_torch; print('torch' in sys.modules)"
     out = subprocess.run(

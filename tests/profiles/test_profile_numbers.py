@@ -86,6 +86,16 @@ def test_a_prefill_fit_on_top_of_the_decode_step_may_find_nothing_more() -> None
         from_json(doc, "p.json")
 
 
+def test_a_step_fits_negative_intercept_prices_no_prefill_below_nothing() -> None:
+    """A fit on top of decode.step_s may find ``a`` below 0 (its steps' fixed cost is
+    ``a + step_s``, not negative): the quadratic it states, read as seconds, is never under
+    0, however short the prompt."""
+    doc = _changed("prefill", {"a": -0.002, "b": 1e-6, "q": 0.0, "includes_step": False})
+    profile = from_json(doc, "p.json")
+    assert profile.prefill_fixed_s >= 0
+    assert profile.prefill_s(10) == 0.0 and profile.prefill_s(4000) == pytest.approx(0.002)
+
+
 def test_a_missing_part_is_named() -> None:
     """Regression: a profile without ``decode`` read "missing or invalid field 'decode'"."""
     doc = _doc()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -41,6 +42,15 @@ def test_quadratic_fit_never_goes_negative() -> None:
         fitmath.fit_quadratic([1, 2], [0.1, 0.2])
     with pytest.raises(ValueError):
         fitmath.fit_quadratic([1, 2, 3], [0.1, -0.2, 0.3])
+
+
+def test_quadratic_fit_weighs_each_point_by_its_relative_error() -> None:
+    """Timings 5% off either way at every length: fitted on relative error, the shortest
+    prefills miss by about as much as the longest (least squares on seconds would leave the
+    short ones 18% off to follow the long ones)."""
+    tokens = np.array([1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072])
+    noisy = (0.004 + 2e-5 * tokens + 3e-10 * tokens**2) * np.array([1.05, 0.95] * 4)
+    assert fitmath.fit_quadratic(tokens, noisy).max_rel_error < 0.07
 
 
 def test_decode_fit_recovers_linear_model() -> None:
@@ -176,10 +186,27 @@ def test_cost_model_chunks_add_up() -> None:
     assert cost.prefill_s(30000, 2048) > cost.prefill_s(0, 2048)  # later chunks attend to more
     assert cost.step_s([], 0, 0) == 0.0
     assert cost.step_s([(0, 512)], 8, 8000) > cost.step_s([(0, 512)], 0, 0)
+    # a reload copies the context's KV bytes over the host link, after its latency
+    kv_bytes = 32768 * p.kv_bytes_per_token
+    copy_s = p.reload.latency_s + kv_bytes / p.reload.bandwidth_bytes_per_s
+    assert cost.reload_s(32768) == p.reload_s(32768) == pytest.approx(copy_s, rel=1e-12)
     const = ConstantCostModel()
     assert const.step_s([(0, 100)], 0, 0) == pytest.approx(100 * 1e-4 + 0.02)
     steps = [const.step_s([(c, min(100, 250 - c))], 0, 0) for c in (0, 100, 200)]
     assert const.rebuild_s(250, 100) == pytest.approx(sum(steps))
+
+
+@pytest.mark.parametrize("kv_term", [True, False])
+def test_a_decode_run_is_its_steps_and_fits_the_steps_within(kv_term: bool) -> None:
+    """``decode_run_s`` is the sum of its steps, the KV growing by one token a sequence each
+    step, and ``decode_steps_within`` the most of them that fit, with a KV term or none."""
+    p = load(shipped.DATA / "llama-3.1-8b-h100.json")
+    if not kv_term:
+        p = dataclasses.replace(p, decode=dataclasses.replace(p.decode, per_kv_token_s=0.0))
+    cost = ProfileCostModel(p)
+    steps = [cost.decode_s(4, 1000 + 4 * i) for i in range(11)]
+    assert cost.decode_run_s(4, 1000, 10) == pytest.approx(sum(steps[:10]), rel=1e-12)
+    assert cost.decode_steps_within(4, 1000, sum(steps[:10]) + steps[10] / 2) == 10
 
 
 def test_cli_profile_list_and_errors(tmp_path: Path) -> None:

@@ -112,6 +112,13 @@ def test_a_better_fit_replaces_the_served_bundle_atomically(
     jct = report["jct"]
     assert jct["new"]["mean_s"] < 0.95 * jct["old"]["mean_s"]  # clearly better
     assert jct["new"]["mean_s"] < jct["vllm"]["mean_s"]
+    held = report["held_back"]
+    assert jct == {
+        name: {"mean_s": held[f"{name}_jct_mean_s"], "p95_s": held[f"{name}_jct_p95_s"]}
+        for name in ("old", "new", "vllm")
+    }
+    # the η the kept policy serves with (the served bundle's), beside each fit's own
+    assert report["fit"]["policy_eta"] == old["policy"]["eta"] != report["fit"]["new"]["eta"]
     # replaced by a rename (a new inode), nothing left beside it but what it replaced
     assert os.stat(served).st_ino != before.st_ino
     assert sorted(p.name for p in served.parent.iterdir()) == ["bundle.json", "bundle.json.history"]

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 pytest.importorskip("vllm")
@@ -18,7 +19,7 @@ from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
 from replay.fleet.run import simulate_fleet_one
 from replay.policies import PolicySpec
-from replay.refit_replay import plan
+from replay.refit_replay import engines_doc, plan
 from replay.refit_settings import RefitSettings
 from replay.sim import ReplayConfig
 from tests.refit.test_refit import run, served_from
@@ -175,3 +176,29 @@ def test_the_same_programs_run_again_refit_as_new_programs(tmp_path: Path) -> No
     assert (ingest["programs"], ingest["calls"]) == (2 * PROGRAMS, 2 * PROGRAMS * TURNS)
     text = run("ingest", *logs.values(), "-o", tmp_path / "t.parquet").output
     assert f"{PROGRAMS} program id(s) used again" in text
+
+
+def test_a_replica_counts_the_programs_whose_first_call_it_served(
+    logs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Each replica's line counts the programs that started there (their first call the log
+    places), not those that ended there, and every call it served."""
+    trace = tmp_path / "t.parquet"
+    assert run("ingest", *logs.values(), "-o", trace).exit_code == 0
+    profile = resolve("llama-3.1-8b-h100")[0].to_json()
+    settings = RefitSettings(trace=trace, seeds=(1,))
+
+    def served(first: str | None, second: str) -> dict[str | None, tuple[int, int]]:
+        """Each program's first call on ``first``, its second on ``second``, the rest on
+        r-small."""
+        turn = pl.col("turn")
+        where = pl.when(turn == 0).then(pl.lit(first)).when(turn == 1).then(pl.lit(second))
+        frame = trace_io.read(trace).with_columns(replica=where.otherwise(pl.lit("r-small")))
+        part = plan(frame, trace_io.engines(trace), settings, ReplayConfig(), "d", {}, profile)  # type: ignore[arg-type]
+        return {e["replica"]: (e["programs"], e["calls"]) for e in engines_doc(part)}
+
+    rest = PROGRAMS * (TURNS - 1)
+    assert served("r-big", "r-small") == {"r-big": (PROGRAMS, PROGRAMS), "r-small": (0, rest)}
+    # a first call the log does not place: the program started where its next one ran
+    unplaced = served(None, "r-big")
+    assert unplaced == {"r-big": (PROGRAMS, PROGRAMS), "r-small": (0, rest - PROGRAMS)}

@@ -49,8 +49,11 @@ def fit_reload(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[float
     w = 1.0 / y
     coef, _ = nnls(design * w[:, None], y * w)
     latency, per_byte = (coef / scale).tolist()
-    if per_byte <= 0.0:  # every copy took the same time: bound the bandwidth by the largest
-        per_byte = float(y[np.argmax(x)] / x.max())
+    largest = float(y[np.argmax(x)])
+    if per_byte * x.max() <= 1e-9 * largest:
+        # no copy took longer as it grew (times flat, the slope a rounding's, or falling):
+        # bound the bandwidth by the largest copy's, not by a slope of nothing
+        per_byte = largest / float(x.max())
         latency = 0.0
     pred = latency + per_byte * x
     return 1.0 / per_byte, float(latency), float(np.max(np.abs(pred - y) / y))

@@ -212,6 +212,10 @@ def test_copies_that_ran_no_slower_as_they_grew_bound_the_bandwidth_by_the_large
     by nothing."""
     bandwidth, latency, _ = fit_reload([1e4, 1e6, 1e8], [2e-3, 1e-3, 1e-3])
     assert (bandwidth, latency) == pytest.approx((1e11, 0.0))
+    # the same for times that did not change at all: the fit's slope is a rounding's
+    # (about 1e-27 s a byte, a bandwidth of ~1e27 B/s) before it is taken as none
+    bandwidth, latency, _ = fit_reload([1e4, 1e6, 1e8], [1e-3, 1e-3, 1e-3])
+    assert (bandwidth, latency) == pytest.approx((1e11, 0.0))
 
 
 def test_import_is_cheap() -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from profiles.cost import ConstantCostModel
 from replay.policies import PolicySpec, make
+from replay.policies.common import fcfs_key
 from replay.policies.simple import VLLM, ProgramFCFS
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler, SimSchedulerConfig
@@ -306,6 +307,18 @@ def test_preempted_requests_go_first(pool: str, policy: type) -> None:
     assert d.step() == {"A": 1, "B": 1}  # A grows: C is preempted, E is not admitted
     assert d.requests["C"].preempted
     assert d.waiting == ["C", "E"]
+
+
+def test_vllms_queue_puts_the_latest_preempted_request_first() -> None:
+    """vLLM prepends each preempted request to the waiting queue: the one preempted last
+    goes first, then the earlier one, then the requests never preempted by arrival (ties
+    by request id)."""
+    early, late = request(0, "A", 8, 1), request(1, "B", 8, 1)
+    for seq, req in enumerate((early, late), 1):
+        req.preempted, req.preempt_seq = True, seq
+    fresh, tied = request(2, "C", 8, 1, arrival=0.5), request(3, "D", 8, 1, arrival=0.5)
+    keys = [fcfs_key(r) for r in (late, early, fresh, tied)]
+    assert keys == sorted(keys) and len(set(keys)) == 4
 
 
 # ------------------------------------------------------------------ pins, end to end

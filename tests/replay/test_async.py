@@ -70,6 +70,8 @@ def test_a_call_sent_during_a_step_waits_one_step_more() -> None:
     by = {c.program: c for c in sync.calls}, {c.program: c for c in asyn.calls}
     assert by[1]["b"].admitted_step == by[0]["b"].admitted_step + 1
     assert by[1]["b"].finish > by[0]["b"].finish
+    # its record's arrival is when it was sent (its TTFT and JCT count from there)
+    assert by[0]["b"].arrival == by[1]["b"].arrival == 0.05
     assert by[1]["a"].admitted_step == by[0]["a"].admitted_step == 0
     # a's tokens are the same; it decodes one step fewer alone before b joins
     assert sync.engine.stats.steps == asyn.engine.stats.steps

@@ -85,6 +85,42 @@ def test_without_shared_blocks_the_tier_is_the_per_program_lru() -> None:
     assert t.prefix("big", 11 * BS, 20 * BS) == 0 and t.used_tokens == 8 * BS
 
 
+def test_a_stream_as_large_as_the_tier_is_stored() -> None:
+    t = tier(capacity=4 * BS)
+    t.store("a", 4 * BS)
+    assert t.used_tokens == 4 * BS and t.prefix("a", 4 * BS, 10 * BS) == 4 * BS
+
+
+def test_a_stream_stores_only_the_shared_blocks_it_holds() -> None:
+    """A stream of 2 blocks whose prompt's keys name 4 stores the first 2 of them."""
+    t = tier()
+    t.store("a", 2 * BS, KEYS)
+    assert t.used_tokens == 2 * BS
+    assert t.prefix("c", 0, 10 * BS, KEYS) == 2 * BS
+
+
+def test_a_lookup_touches_only_the_shared_blocks_within_its_cap() -> None:
+    """A call capped at one block loads (and so refreshes) s0 alone: s1 stays the least
+    recently used and is evicted next, leaving s0 and the last stored."""
+    t = tier(capacity=3 * BS)
+    t.store("a", 2 * BS, KEYS[:2])  # s0, s1
+    t.store("b", 1 * BS, (("u", 0),))
+    assert t.prefix("c", 0, 1 * BS, KEYS[:2]) == 1 * BS  # s0 touched
+    t.store("d", 1 * BS, (("v", 0),))  # one block too many: s1 goes
+    assert t.prefix("c", 0, 10 * BS, KEYS[:2]) == 1 * BS
+    assert t.prefix("e", 0, 10 * BS, (("u", 0),)) == 1 * BS
+
+
+def test_a_programs_own_stream_loads_only_after_the_shared_blocks_it_followed() -> None:
+    """a's own 2 blocks followed s0; a call of a that starts with another shared block,
+    stored by b, loads that block but not a's own stream (its hashes chain on s0)."""
+    t = tier()
+    t.store("a", 3 * BS, KEYS[:1])
+    t.store("b", 1 * BS, (("u", 0),))
+    assert t.prefix("a", 3 * BS, 10 * BS, KEYS[:1]) == 3 * BS
+    assert t.prefix("a", 3 * BS, 10 * BS, (("u", 0),)) == 1 * BS
+
+
 #: two products' prefixes of 4 blocks of 32 tokens, the first 2 in common
 PRODUCTS = (SharedPrefix((1, 2, 3, 4), 32), SharedPrefix((1, 2, 5, 6), 32))
 

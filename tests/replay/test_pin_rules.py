@@ -83,20 +83,23 @@ def test_check_mode_catches_a_lost_block(monkeypatch: pytest.MonkeyPatch) -> Non
         simulate(work, make(PolicySpec("vllm"), {}, lambda t, o: 0.0), COST, cfg)
 
 
-def test_a_step_that_only_preempts_is_followed_by_another_at_once() -> None:
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_step_that_only_preempts_is_followed_by_another_at_once(async_scheduling: bool) -> None:
     """A's pin (τ 100 s, stall-only) holds 6 of 10 blocks; B, alone, grows until it needs
     a block that is not free and preempts itself: that step schedules nothing. The next
     step follows at once (vLLM's engine core loops while it has requests): B is the head
     with nothing running, so the valve releases A's pin and B resumes. Regression: the
     replay took that empty step for a stall and stopped (or, with events left, waited
-    for the next one)."""
+    for the next one). The same under async scheduling, whose empty step that preempted
+    is followed by another at once too."""
     work = Workload(
         (
             AgentProgram("A", 0.0, (Call(90, 1, 0, "t", 500.0), Call(100, 1, 91, None, 0.0))),
             AgentProgram("B", 0.1, (Call(48, 40, 0, None, 0.0),)),
         )
     )
-    cfg = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=16 * 10, block_size=16), check=True)
+    engine = SimSchedulerConfig(kv_tokens=16 * 10, block_size=16)
+    cfg = ReplayConfig(engine=engine, check=True, async_scheduling=async_scheduling)
     out = simulate(work, _static(100.0, "stall-only"), COST, cfg)
     calls = {(c.program, c.turn): c for c in out.calls}
     stats = out.engine.stats

@@ -118,6 +118,20 @@ def test_refused_and_failed_calls_are_counted_apart_and_told(url: str, tmp_path:
     assert len(r["server"]["errors"]) == 3, r["server"]["errors"]
 
 
+def test_a_live_run_names_no_backend_and_warns_of_no_policy_option(
+    url: str, tmp_path: Path
+) -> None:
+    """The server runs its own policy: a policy option is not said to change nothing (the
+    simulator's warning), and the document names no backend (null: ``ReplayDoc``)."""
+    trace = agent_trace(tmp_path / "t.parquet", programs=1, calls=2, pause_s=(0.01, 0.02))
+    out = tmp_path / "r.json"
+    args = ["replay", str(trace), "--policy", "vllm", "--live", url, "--ttl-seconds", "5"]
+    res = CliRunner().invoke(app, [*args, "--json", str(out)], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    assert "--ttl-seconds" not in res.output
+    assert json.loads(out.read_text())["backend"] is None
+
+
 def _one_call_programs(starts: list[float]) -> Workload:
     return Workload(
         tuple(

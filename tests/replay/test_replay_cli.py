@@ -96,6 +96,8 @@ def test_replay_all_policies_json(tmp_path: Path) -> None:
         assert keys <= set(r)
         assert r["programs"] == 12 and r["llm_calls"] == 72
         assert r["jct_p99_s"] is None  # 12 programs: too few for a p99
+    # the two bounds, and only they (docs/replay.md, "Policies")
+    assert [r["evaluation_only"] for r in doc["results"]] == [False] * 6 + [True] * 2
     by = {r["policy"]: r for r in doc["results"]}
     assert by["unlimited-kv"]["preemptions"] == 0
     assert by["vllm"]["gap_closed"] == 0.0 and by["unlimited-kv"]["gap_closed"] == 1.0

@@ -6,11 +6,18 @@ from pathlib import Path
 
 import pytest
 
+from profiles.cost import ConstantCostModel
 from replay.loads import SEEDS_MAX, check_seeds, load_list, one_load
-from replay.policy_runs import Load
+from replay.policies import PolicySpec
+from replay.policies.continuum import Continuum
+from replay.policy_runs import Load, prepare, simulate_one, sized_engine
 from replay.replay_run import ReplayRequest, policy_names, replay_doc
 from replay.scheduler import SimSchedulerConfig
+from replay.sim import ReplayConfig
+from replay.workload import AgentProgram, Call, Workload
+from tests.bundles import write_bundle
 from tests.tune.inputs import KV_TOKENS, PROFILE, write_trace
+from ttlctl import bundle as bundle_mod
 from ttlctl.errors import ConfigError
 
 
@@ -61,3 +68,55 @@ def test_replay_doc_records_what_made_it(tmp_path: Path) -> None:
     assert replay_doc(req) == doc  # the same request, the same document
     with pytest.raises(ConfigError, match="--valve"):
         replay_doc(ReplayRequest(trace, ["vllm"], Load(), SimSchedulerConfig(), valve="x"))
+
+
+def test_unlimited_kv_holds_every_programs_largest_call_at_once() -> None:
+    """64 programs of an 18-token call (two blocks each, a block being whole) start
+    together on an engine of 16 blocks: unlimited-kv widens it so that none is preempted;
+    an engine already larger is never narrowed, and other policies keep theirs."""
+    work = Workload(
+        tuple(AgentProgram(f"p{i}", 0.0, (Call(16, 2, 0, None, 0.0),)) for i in range(64))
+    )
+    config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=16 * 16))
+    outcome, _ = simulate_one(work, PolicySpec("unlimited-kv"), ConstantCostModel(), config, Load())
+    assert len(outcome.calls) == 64 and outcome.engine.stats.preemptions == 0
+    large = SimSchedulerConfig(kv_tokens=10**6)
+    assert sized_engine(PolicySpec("unlimited-kv"), work, config, large) == large
+    assert sized_engine(PolicySpec("vllm"), work, config, config.engine) == config.engine
+
+
+def test_poisson_starts_follow_the_seed() -> None:
+    work = Workload(
+        tuple(AgentProgram(f"p{i}", 0.0, (Call(16, 2, 0, None, 0.0),)) for i in range(8))
+    )
+    starts = [[p.start_s for p in prepare(work, Load(jps=1.0, seed=s)).programs] for s in (1, 1, 2)]
+    assert starts[0] == starts[1] != starts[2]
+
+
+def test_a_replayed_continuum_prices_a_miss_in_the_engines_steps(tmp_path: Path) -> None:
+    """The bundle's policy in a replay prices a rebuild in steps of the engine's
+    ``max_num_batched_tokens``, as the plugin does on a server sized so."""
+    doc = bundle_mod.read(write_bundle(tmp_path / "b.json"))
+    work = Workload((AgentProgram("p", 0.0, (Call(16, 2, 0, None, 0.0),)),))
+    config = ReplayConfig(engine=SimSchedulerConfig(max_num_batched_tokens=64))
+    spec = PolicySpec("continuum", bundle=doc)
+    outcome, _ = simulate_one(work, spec, ConstantCostModel(), config, Load())
+    policy = outcome.engine.policy
+    assert isinstance(policy, Continuum)
+    priced = policy.ttl.rebuild_s(4096, False)
+    assert priced == bundle_mod.policy_from(doc, 64).rebuild_s(4096, False)
+    assert priced != bundle_mod.policy_from(doc, None).rebuild_s(4096, False)
+
+
+def test_a_pin_cap_of_the_whole_cache_is_taken(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "t.parquet", programs=2)
+    req = ReplayRequest(
+        trace,
+        ["static-ttl"],
+        Load(),
+        SimSchedulerConfig(kv_tokens=KV_TOKENS),
+        profile=PROFILE,
+        pin_cap=1.0,
+        timed=False,
+    )
+    assert replay_doc(req)["config"]["pin_cap"] == 1.0

@@ -85,6 +85,20 @@ def test_a_threshold_outside_the_model_length_is_refused(threshold: int) -> None
         )
 
 
+def test_a_threshold_as_long_as_the_model_is_kept() -> None:
+    config = SimSchedulerConfig(max_model_len=16_384, long_prefill_token_threshold=16_384)
+    assert config.long_prefill_token_threshold == 16_384
+
+
+def test_a_kept_threshold_past_a_shorter_model_length_is_cut_to_it() -> None:
+    """``resized``: a bundle's record of an engine with a longer model length, sized by a
+    flag's shorter one, caps no prompt either way; a threshold given with it is kept."""
+    recorded = SimSchedulerConfig(long_prefill_token_threshold=100_000)
+    assert recorded.resized(max_model_len=4096).long_prefill_token_threshold == 4096
+    given = recorded.resized(max_model_len=4096, long_prefill_token_threshold=512)
+    assert given.long_prefill_token_threshold == 512
+
+
 def test_the_watermark_is_a_share_below_one_left_out_while_off() -> None:
     """vLLM's range (0 to below 1); a document without it reads as none (written before it
     was modelled), one with it keeps it."""

@@ -337,6 +337,24 @@ def test_cli_max_context_says_how_many_programs_it_scaled(tmp_path: Path) -> Non
     assert trace_io.read(out).sort("program_id", "turn").select(list(COLUMNS)).equals(drawn)
 
 
+def test_fit_context_keeps_a_reused_prefix_within_the_previous_scaled_call() -> None:
+    """Scaled by 0.1, the first call (24 + 44 tokens) rounds to 2 + 4 and the second's
+    68 reused tokens to 7: cut to the 6 the first call's stream now holds."""
+    frame = pl.DataFrame(
+        {
+            "program_id": ["p", "p"],
+            "turn": [0, 1],
+            "input_tokens": [24, 9956],
+            "output_tokens": [44, 44],
+            "reused_tokens": [0, 68],
+        }
+    )
+    scaled = fit_context(frame, 1000).sort("turn")
+    assert scaled["input_tokens"].to_list() == [2, 996]
+    assert scaled["output_tokens"].to_list() == [4, 4]
+    assert scaled["reused_tokens"].to_list() == [0, 6]
+
+
 def test_fit_context_keeps_a_null_reused_prefix_null(tmp_path: Path) -> None:
     """A real trace's null reused_tokens (the canonical default: the previous prompt +
     output, capped at this prompt) stays null when scaled: turn 0 must not come out

@@ -395,6 +395,10 @@ def test_a_fleets_trace_replayed_without_replicas_says_it_is_one_engine(tmp_path
     res = CliRunner().invoke(app, ["replay", str(fleet), "--policy", "vllm", *as_logged])
     assert res.exit_code == 0, res.output
     assert "calls ran on" not in res.output
+    two = logged_trace(tmp_path / "two", ["a", "b"])
+    res = CliRunner().invoke(app, ["replay", str(two), "--policy", "vllm"])
+    assert res.exit_code == 0, res.output
+    assert "the trace's calls ran on 2 replicas" in res.output
     one = logged_trace(tmp_path / "one", ["a"])
     res = CliRunner().invoke(app, ["replay", str(one), "--policy", "vllm"])
     assert res.exit_code == 0, res.output

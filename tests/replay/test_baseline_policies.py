@@ -162,6 +162,18 @@ def test_autellix_orders_preempted_then_level_then_program_start() -> None:
     assert pol.key(old, engine) < pol.key(new, engine)
 
 
+def test_autellix_promotes_a_starved_request_when_another_is_admitted() -> None:
+    """An admission moves Autellix's clock on: OLD (level 2) has waited past 60 s by then,
+    so it goes to the top level and, having started first, before NEW."""
+    pol, engine = _autellix()
+    _served(pol, engine, "OLD", 20_000)
+    engine.add(_req(1, "OLD", arrival=0.0), 0.0)
+    engine.add(_req(2, "NEW", arrival=1.0), 1.0)
+    assert [r.program for r in engine._sorted_waiting()] == ["NEW", "OLD"]
+    pol.on_admit(_req(3, "X", arrival=61.0), engine, 61.0)
+    assert [r.program for r in engine._sorted_waiting()] == ["OLD", "NEW"]
+
+
 # ------------------------------------------------------------------ the oracle
 
 
@@ -190,6 +202,13 @@ def test_the_oracle_adds_the_mean_queueing_delay_to_the_rebuild() -> None:
     rebuild is still shorter than rebuild + their mean (0.3 s), so it is pinned."""
     assert _oracle_stats(REBUILD_A + 0.2).pins_made == 0
     assert _made_hit_expired(_oracle_stats(REBUILD_A + 0.2, (0.2, 0.4))) == (1, 1, 0)
+
+
+def test_the_oracles_mean_queueing_is_of_the_last_100_delays() -> None:
+    """100 delays of 10 s, then 10 of none: the mean of the last 100 is 9 s, so a pause
+    half a second past the rebuild is pinned."""
+    delays = (10.0,) * 100 + (0.0,) * 10
+    assert _made_hit_expired(_oracle_stats(REBUILD_A + 0.5, delays)) == (1, 1, 0)
 
 
 def test_the_oracle_with_an_offload_tier_prices_a_lost_context_as_a_reload() -> None:

@@ -22,3 +22,8 @@ def test_a_clipped_prompt_keeps_no_longer_a_reused_prefix() -> None:
 def test_an_output_that_alone_reaches_the_limit_is_halved() -> None:
     kept, clipped = clip(Call(50, 300, 0, None, 0.0), 256)
     assert clipped and (kept.input_tokens, kept.output_tokens) == (50, 128)
+
+
+def test_a_prompt_clipped_to_nothing_keeps_a_token() -> None:
+    kept, clipped = clip(Call(50, 300, 0, None, 0.0), 1)
+    assert clipped and (kept.input_tokens, kept.output_tokens) == (1, 1)

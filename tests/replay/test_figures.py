@@ -10,6 +10,7 @@ from statistics import mean
 
 import pytest
 
+from fitting.percentile import percentile
 from profiles.cost import ConstantCostModel
 from replay.figures import summarize, timeline
 from replay.policies import PolicySpec
@@ -72,3 +73,31 @@ def test_the_pinned_timeline_keeps_each_slices_peak_and_ends_at_the_replays_end(
         "t_s": [0.0, 3.0, outcome.end],
         "pinned_tokens": [5 * 16, 4 * 16, 4 * 16],
     }
+
+
+def test_the_percentiles_and_the_refused_pins_are_read_off_the_records() -> None:
+    """40 programs of two calls of growing sizes under a pin cap of 1% of the cache: the
+    JCT and TTFT percentiles are numpy's of the records, and every pin is refused."""
+    work = Workload(
+        tuple(
+            AgentProgram(
+                f"p{i}",
+                0.01 * i,
+                (Call(16 * (i % 7 + 1), 2, 0, "t", 0.01), Call(16 * (i % 7 + 2), 2, 0, None, 0.0)),
+            )
+            for i in range(40)
+        )
+    )
+    engine = SimSchedulerConfig(kv_tokens=16 * 400, block_size=16)
+    spec = PolicySpec("static-ttl", pin_cap=0.001)
+    outcome, _ = simulate_one(work, spec, ConstantCostModel(), ReplayConfig(engine=engine), Load())
+    r = summarize(outcome, "static-ttl", evaluation_only=False, wall_s=None)
+    jct = [p.last_finish - p.first_arrival for p in outcome.programs]  # type: ignore[operator]
+    ttft = [c.first_token - c.arrival for c in outcome.calls]
+    for q in (50, 95, 99):
+        assert r[f"jct_p{q}_s"] == percentile(jct, q)  # type: ignore[literal-required]
+    assert r["jct_p95_s"] is not None and r["ttft_p95_s"] == percentile(ttft, 95) is not None
+    stats = outcome.engine.stats
+    assert r["pins"] is not None and stats.pins_refused == 40 and stats.pins_made == 0
+    assert (r["pins"].get("refused"), r["pins"].get("held_at_end")) == (40, 0)
+    assert r["sim_calls_per_s"] is None

@@ -63,6 +63,26 @@ def test_valve_and_pin_cap_reach_the_policy_over_its_default(
     assert stats.pins_refused == (1 if pins == REFUSED else 0)
 
 
+@pytest.mark.parametrize(("pause", "hit"), [(0.045, True), (0.075, False)])
+def test_static_ttl_pins_for_the_ttl_seconds_given(pause: float, hit: bool) -> None:
+    """``--ttl-seconds 0.06``: A back 45 ms after its call finds its pin, 75 ms after
+    finds it expired (an idle engine expires it at the arrival)."""
+    a = AgentProgram("A", 0.0, (Call(1000, 1, 0, "t", pause), Call(1100, 1, 1001, None, 0.0)))
+    policy = make(PolicySpec("static-ttl", ttl_s=0.06), {}, lambda tokens, offload: 0.0)
+    cfg = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=16 * 80, block_size=16), check=True)
+    stats = simulate(Workload((a,)), policy, ConstantCostModel(), cfg).engine.stats
+    assert (stats.pins_made, stats.pins_hit, stats.pins_expired) == (1, int(hit), int(not hit))
+
+
+@pytest.mark.parametrize(("pause", "hit"), [(1.9, True), (2.1, False)])
+def test_static_ttls_ttl_is_two_seconds_by_default(pause: float, hit: bool) -> None:
+    a = AgentProgram("A", 0.0, (Call(1000, 1, 0, "t", pause), Call(1100, 1, 1001, None, 0.0)))
+    policy = make(PolicySpec("static-ttl"), {}, lambda tokens, offload: 0.0)
+    cfg = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=16 * 80, block_size=16), check=True)
+    stats = simulate(Workload((a,)), policy, ConstantCostModel(), cfg).engine.stats
+    assert (stats.pins_hit, stats.pins_expired) == (int(hit), int(not hit))
+
+
 def test_continuum_prices_a_miss_as_a_reload_with_an_offload_tier() -> None:
     """A cold-start continuum pins A's context for ln B: B = 20 s to rebuild without a host
     tier (a pin), 0.5 s to reload with one (ln B < 0: none)."""

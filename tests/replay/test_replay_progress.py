@@ -96,6 +96,14 @@ def test_a_tally_tells_about_tells_times_and_never_a_count_twice() -> None:
     assert TELLS <= len(counts) <= TELLS + 2
 
 
+def test_the_next_tell_counts_finished_calls_not_refused_ones() -> None:
+    """The loops compare ``next_at`` with the calls finished: a tell at 10 finished (30
+    done, 20 of them refused) is next due 5 finished calls on, at 15."""
+    told: list[int] = []
+    tally = CallTally(lambda done, _: told.append(done), 5 * TELLS)
+    assert tally.told_at(10, 30) == 15 and told == [30]
+
+
 def test_without_a_callback_the_loops_never_reach_next_at() -> None:
     tally = CallTally(None, 10)
     assert tally.next_at > 10**15

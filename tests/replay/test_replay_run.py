@@ -10,7 +10,7 @@ from profiles.cost import ConstantCostModel
 from replay.loads import SEEDS_MAX, check_seeds, load_list, one_load
 from replay.policies import PolicySpec
 from replay.policies.continuum import Continuum
-from replay.policy_runs import Load, prepare, simulate_one, sized_engine
+from replay.policy_runs import Load, prepare, run_all, simulate_one, sized_engine
 from replay.replay_run import ReplayRequest, policy_names, replay_doc
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
@@ -47,6 +47,8 @@ def test_policy_names_split_and_expand() -> None:
     assert set(policy_names(["all"], "vllm")) < set(every)
     with pytest.raises(ConfigError, match="unknown policy"):
         policy_names(["nope"], "fast")
+    with pytest.raises(ConfigError, match="unknown policy 'all'"):  # all stands alone
+        policy_names(["all,vllm"], "fast")
 
 
 def test_replay_doc_records_what_made_it(tmp_path: Path) -> None:
@@ -120,3 +122,12 @@ def test_a_pin_cap_of_the_whole_cache_is_taken(tmp_path: Path) -> None:
         timed=False,
     )
     assert replay_doc(req)["config"]["pin_cap"] == 1.0
+
+
+def test_run_all_tells_each_policy_as_it_starts_then_done() -> None:
+    work = Workload((AgentProgram("p", 0.0, (Call(16, 2, 0, None, 0.0),)),))
+    told: list[tuple[str, int, int]] = []
+    specs = [PolicySpec("vllm"), PolicySpec("program-fcfs")]
+    config = ReplayConfig(engine=SimSchedulerConfig())
+    run_all(work, specs, ConstantCostModel(), config, Load(), progress=lambda *t: told.append(t))
+    assert told == [("vllm", 0, 2), ("program-fcfs", 1, 2), ("done", 2, 2)]

@@ -85,6 +85,17 @@ def test_a_threshold_outside_the_model_length_is_refused(threshold: int) -> None
         )
 
 
+def test_a_kv_cache_of_one_block_is_taken() -> None:
+    assert SimSchedulerConfig(kv_tokens=16, block_size=16).num_blocks == 1
+
+
+@pytest.mark.parametrize("key", ["kv_tokens", "watermark"])
+def test_a_switch_is_no_size_nor_share(key: str) -> None:
+    """JSON's true is no number, though Python's bool is an int."""
+    with pytest.raises(ConfigError, match=rf"^engine\.{key} is true; a "):
+        SimSchedulerConfig.from_json({key: True})
+
+
 def test_a_threshold_as_long_as_the_model_is_kept() -> None:
     config = SimSchedulerConfig(max_model_len=16_384, long_prefill_token_threshold=16_384)
     assert config.long_prefill_token_threshold == 16_384

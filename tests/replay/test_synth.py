@@ -355,6 +355,19 @@ def test_fit_context_keeps_a_reused_prefix_within_the_previous_scaled_call() -> 
     assert scaled["reused_tokens"].to_list() == [0, 6]
 
 
+def test_fit_context_reads_an_endless_window_as_one_every_call_fits() -> None:
+    frame = pl.DataFrame(
+        {
+            "program_id": ["p"],
+            "turn": [0],
+            "input_tokens": [50],
+            "output_tokens": [9],
+            "reused_tokens": [0],
+        }
+    )
+    assert fit_context(frame, 10**40).equals(frame)
+
+
 def test_fit_context_keeps_a_null_reused_prefix_null(tmp_path: Path) -> None:
     """A real trace's null reused_tokens (the canonical default: the previous prompt +
     output, capped at this prompt) stays null when scaled: turn 0 must not come out

@@ -75,3 +75,17 @@ def test_the_tune_table_groups_thousands_of_seconds() -> None:
     assert [row[1:3] for row in shown] == [
         [f"{SLOW * n:,.2f}", f"{SLOW * n * 2:,.2f}"] for n in (1, 2, 3, 4)
     ], shown
+
+
+def test_an_evaluation_only_policy_is_starred_and_the_star_explained() -> None:
+    result = {
+        "policy": "unlimited-kv", "programs": 2, "llm_calls": 4, "jct_mean_s": 1.0,
+        "jct_p50_s": 1.0, "jct_p95_s": 1.0, "ttft_mean_s": 0.1, "prefix_hit_rate": 0.5,
+        "preemptions": 0, "pinned_token_seconds": 0.0, "gap_closed": None,
+        "sim_calls_per_s": 10.0, "rejected_calls": 0,
+    }  # fmt: skip
+    console = Console(record=True, width=400)
+    replay_table(console, [{**result, "policy": "vllm"}, {**result, "evaluation_only": True}], 8)
+    text = console.export_text()
+    assert [row[0] for row in cells(text.splitlines())] == ["vllm", "unlimited-kv *"]
+    assert "* evaluation only: reads what no engine can know" in text

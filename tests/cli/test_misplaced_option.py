@@ -77,3 +77,12 @@ def test_an_option_no_command_takes_keeps_clicks_answer() -> None:
     assert _error(["replay", "t.parquet", "--bogus", "4"]) == (
         "error: ttlctl replay: no such option: --bogus (see `ttlctl replay --help`)"
     )
+
+
+def test_a_usage_error_is_clicks_message_without_its_full_stop() -> None:
+    """click ends its messages with a full stop ("No such command 'nope'."): the one line
+    drops it before the help's pointer, and lowers its first letter."""
+    assert _error(["nope"]) == "error: ttlctl: no such command 'nope' (see `ttlctl --help`)"
+    assert _error(["bundle", "build"]) == (
+        "error: ttlctl bundle build: missing option '--fit' (see `ttlctl bundle build --help`)"
+    )

@@ -373,3 +373,43 @@ def test_a_name_of_the_format_or_of_none_is_taken(tmp_path: Path) -> None:
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 0, (name, res.output)
         assert (tmp_path / name).stat().st_size > 0
+
+
+def test_a_suffix_in_capitals_names_its_format_too(tmp_path: Path) -> None:
+    """`-o T.JSONL` is as much JSON lines as `t.jsonl`: refused for Parquet, nothing written."""
+    out = tmp_path / "T.JSONL"
+    args = ["synth", "--workload", "bfcl", "--programs", "2", "-o", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == (
+        f"error: -o {out}: this is written as Parquet, but its name says JSONL (name it T.parquet)"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_json_to_stdout_is_sorted_and_indented_as_the_file_is(
+    small_inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """`--json -` prints the document the file would hold: keys sorted, one-space indent."""
+    args = ["fit", str(small_inputs["trace"]), "--bootstrap", "5", "-o", str(tmp_path / "f.json")]
+    res = CliRunner().invoke(app, [*args, "--json", "-"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert list(doc) == sorted(doc) and len(doc) > 1
+    assert res.stdout == json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def test_a_link_and_the_file_it_names_are_one_output(
+    small_inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """`fit -o f.json --json link.json` where link.json names f.json: both writes would
+    land in one file, the second replacing the first; refused first, nothing written."""
+    fit = tmp_path / "f.json"
+    link = tmp_path / "link.json"
+    link.symlink_to(fit)
+    res = CliRunner().invoke(
+        app, ["fit", str(small_inputs["trace"]), "-o", str(fit), "--json", str(link)]
+    )
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == f"error: {link}: named for two outputs; give each its own path"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json"] and not fit.exists()

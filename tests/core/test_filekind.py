@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ttlctl.cli import app
-from ttlctl.filekind import binary_kind, wide_text
+from ttlctl.filekind import binary_kind, unmarked_utf16, wide_text
 
 
 def test_binary_kind_by_leading_bytes() -> None:
@@ -128,3 +128,11 @@ def test_a_json_file_in_utf16_without_a_mark_is_named_with_its_byte_order(
         f"to UTF-8, e.g. `iconv -f {iconv} -t UTF-8`"
     ), res.output
     assert not out.exists()
+
+
+def test_utf16_without_a_mark_may_have_one_nul_character_byte_in_16() -> None:
+    """Characters such as U+0100 put a NUL in the character's byte: one in 16 of them is
+    still text in that byte order, one more is not."""
+    for codec, order in (("utf-16-le", "little"), ("utf-16-be", "big")):
+        assert unmarked_utf16(("a" * 30 + "ĀĀ").encode(codec)) == order
+        assert unmarked_utf16(("a" * 29 + "ĀĀĀ").encode(codec)) is None

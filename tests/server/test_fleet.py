@@ -3,6 +3,7 @@ processes started and stopped as one (ttlctl/server/router.py, arrivals.py, flee
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -456,3 +457,40 @@ def test_cpus_and_gpus_per_replica_go_together() -> None:
     check_placement(None, 2)
     with pytest.raises(TtlctlError, match=r"^--cpus-per-replica must be at least 1, not 0$"):
         check_placement(0, 1)
+
+
+def test_the_worker_order_is_the_last_ready_lines() -> None:
+    """A log that holds two starts (the same file written again) gives the last order."""
+    log = (
+        'Router ready | workers: ["http://127.0.0.1:1", "http://127.0.0.1:2"]\n'
+        "INFO shutting down\n"
+        'Router ready | workers: ["http://127.0.0.1:2", "http://127.0.0.1:1"]\n'
+    )
+    assert router.worker_order(log) == ["http://127.0.0.1:2", "http://127.0.0.1:1"]
+
+
+def test_the_arrivals_middleware_records_posted_calls_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run as vLLM's server runs it, on Starlette's requests: a call POSTed to a completion
+    path is one line (its session, its path); a GET there, or a POST elsewhere (the
+    router's /tokenize), is served and not recorded."""
+    requests = pytest.importorskip("starlette.requests")
+    path = tmp_path / "arrivals.jsonl"
+    monkeypatch.setenv(arrivals.ENV, str(path))
+
+    async def served(request: object) -> str:
+        return "served"
+
+    for method, where in (
+        ("GET", "/v1/completions"),
+        ("POST", "/tokenize"),
+        ("POST", "/v1/chat/completions"),
+    ):
+        scope = {"type": "http", "method": method, "path": where, "query_string": b"",
+                 "headers": [(b"x-session-id", b"job-42")]}  # fmt: skip
+        assert asyncio.run(arrivals.record(requests.Request(scope), served)) == "served"
+    (line,) = path.read_text().splitlines()
+    doc = json.loads(line)
+    assert (doc["session"], doc["path"]) == ("job-42", "/v1/chat/completions")
+    assert abs(doc["t"] - time.time()) < 60

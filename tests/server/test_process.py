@@ -271,3 +271,36 @@ def test_a_server_that_dies_of_an_exception_is_reported_by_it(tmp_path: Path) ->
 )
 def test_the_failure_line_of_a_log(lines: list[str], line: str) -> None:
     assert failure_line(lines) == line
+
+
+#: argv[1]: a file the child writes once it handles SIGTERM, argv[2]: one it writes on SIGTERM
+TERM_CHILD = r"""
+import pathlib, signal, subprocess, sys, time
+child = (
+    "import pathlib, signal, sys, time\n"
+    "def done(*a):\n"
+    "    pathlib.Path(sys.argv[2]).write_text('term')\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, done)\n"
+    "pathlib.Path(sys.argv[1]).write_text('ready')\n"
+    "time.sleep(300)\n"
+)
+subprocess.Popen([sys.executable, "-c", child, *sys.argv[1:]])
+time.sleep(300)
+"""
+
+
+def test_stop_group_sends_sigterm_to_every_member_first(tmp_path: Path) -> None:
+    """The whole group gets SIGTERM (vLLM's EngineCore shuts down on it), not the leader
+    alone with SIGKILL for the rest once the grace period is over."""
+    ready, termed = tmp_path / "ready", tmp_path / "termed"
+    proc = launch([sys.executable, "-c", TERM_CHILD, str(ready), str(termed)], dict(os.environ))
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.exists()
+    started = time.monotonic()
+    stop_group(proc, grace_s=20.0)
+    assert termed.read_text() == "term"
+    assert time.monotonic() - started < 10  # gone on SIGTERM, not at the grace's end
+    assert not group_alive(proc.pid)

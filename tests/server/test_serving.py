@@ -235,3 +235,34 @@ ENGINE_LINE = (
     '{"schema": "ttlctl.engine-log/1", "kind": "engine", "at_unix_s": 1796437241.6, '
     '"block_size": 32, "kv_blocks": 255}\n'
 )
+
+
+def test_an_engine_log_whose_first_line_outruns_the_bytes_judged_is_taken(
+    tmp_path: Path,
+) -> None:
+    """A first line longer than the bytes read (a long prompt's record) is not judged: its
+    start does not parse as JSON, yet the file may well be an engine log."""
+    log = tmp_path / "engine.jsonl"
+    line = ENGINE_LINE.rstrip("}\n") + ', "note": "' + "x" * serving.LOG_SNIFF_BYTES + '"}\n'
+    log.write_text(line)
+    assert serving.not_an_engine_log(log) is None
+    serving.check_log(log, None, starting=True)
+
+
+def test_the_options_serve_sets_are_refused_after_the_double_dash() -> None:
+    """MODEL and the TTL scheduler are serve's: given again to vLLM (abbreviated too),
+    one line naming the flag, exit 2, nothing printed."""
+    for extra, flag in (
+        (["--model", "x"], "--model"),
+        (["--scheduler-cls", "a.B"], "--scheduler-cls"),
+        (["--scheduler-c=a.B"], "--scheduler-c (abbreviates --scheduler-cls)"),
+    ):
+        res = CliRunner().invoke(
+            app, ["serve", "m", "--allow-stock", "--print-command", "--", *extra]
+        )
+        assert res.exit_code == 2, res.output
+        assert res.stdout == ""
+        assert res.stderr.strip() == (
+            f"error: {flag} is set by ttlctl serve (MODEL and the TTL scheduler); remove it "
+            "from the vLLM arguments"
+        )

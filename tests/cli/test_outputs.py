@@ -413,3 +413,22 @@ def test_a_link_and_the_file_it_names_are_one_output(
     assert res.exit_code == 2, res.output
     assert res.stderr.strip() == f"error: {link}: named for two outputs; give each its own path"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json"] and not fit.exists()
+
+
+def test_an_output_that_is_a_link_to_an_input_is_refused(
+    small_inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """`ingest trace.parquet -o link.parquet`, the link naming the trace: writing through
+    it would replace the trace; refused first, the trace left as it was."""
+    trace = tmp_path / "trace.parquet"
+    trace.write_bytes(small_inputs["trace"].read_bytes())
+    link = tmp_path / "link.parquet"
+    link.symlink_to(trace)
+    before = trace.read_bytes()
+    res = CliRunner().invoke(app, ["ingest", str(trace), "-o", str(link)])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == (
+        f"error: {link}: is an input of this command; writing it would destroy it "
+        "(give another path)"
+    )
+    assert trace.read_bytes() == before

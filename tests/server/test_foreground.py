@@ -44,3 +44,36 @@ def test_run_foreground_forwards_sigterm_to_the_server() -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 7
     assert time.monotonic() - t0 < 10
+
+
+def test_a_second_signal_kills_a_server_that_ignores_the_first() -> None:
+    """Ctrl-C twice: a server stuck in its shutdown (here: one that ignores SIGTERM) is
+    killed by the second signal, not left to the grace period."""
+    child = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    parent = (
+        "import os, sys; from ttlctl.server.foreground import run_foreground; "
+        f"sys.exit(run_foreground([sys.executable, '-c', {child!r}], dict(os.environ)))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", parent],
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"ready"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert proc.poll() is None  # the first is ignored
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 128 + signal.SIGKILL
+        assert time.monotonic() - t0 < 10
+    finally:
+        if proc.poll() is None:  # a failure here leaves no ttlctl behind
+            proc.kill()
+            proc.wait()

@@ -266,3 +266,14 @@ def test_the_options_serve_sets_are_refused_after_the_double_dash() -> None:
             f"error: {flag} is set by ttlctl serve (MODEL and the TTL scheduler); remove it "
             "from the vLLM arguments"
         )
+
+
+def test_print_command_shows_the_replicas_name(tmp_path: Path) -> None:
+    """`--replica r1 --print-command`: the line carries TTLCTL_REPLICA, or the server it
+    starts would log unnamed."""
+    bundle = write_bundle(tmp_path / "bundle.json")
+    res = CliRunner().invoke(
+        app, ["serve", "m", "--bundle", str(bundle), "--replica", "r1", "--print-command"]
+    )
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith(f"TTLCTL_BUNDLE={bundle} TTLCTL_REPLICA=r1 "), res.stdout

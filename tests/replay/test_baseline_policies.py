@@ -205,10 +205,13 @@ def test_the_oracle_adds_the_mean_queueing_delay_to_the_rebuild() -> None:
 
 
 def test_the_oracles_mean_queueing_is_of_the_last_100_delays() -> None:
-    """100 delays of 10 s, then 10 of none: the mean of the last 100 is 9 s, so a pause
-    half a second past the rebuild is pinned."""
-    delays = (10.0,) * 100 + (0.0,) * 10
-    assert _made_hit_expired(_oracle_stats(REBUILD_A + 0.5, delays)) == (1, 1, 0)
+    """10 delays of none, then 100 of 10 s: the mean of the last 100 is 10 s (of all 110,
+    9.09 s; of the first 100, 9 s; of the last 101, 9.9 s), so a pause 9.95 s past the
+    rebuild is pinned; with 99 of 10 s the last 100 hold one of none (9.9 s), and it is not."""
+    last_100 = (0.0,) * 10 + (10.0,) * 100
+    assert _made_hit_expired(_oracle_stats(REBUILD_A + 9.95, last_100)) == (1, 1, 0)
+    one_short = (0.0,) * 10 + (10.0,) * 99
+    assert _oracle_stats(REBUILD_A + 9.95, one_short).pins_made == 0
 
 
 def test_the_oracle_with_an_offload_tier_prices_a_lost_context_as_a_reload() -> None:

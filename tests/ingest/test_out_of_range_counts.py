@@ -86,3 +86,14 @@ def test_a_number_past_its_column_is_a_bad_record(tmp_path: Path, fmt: str) -> N
     else:
         path.write_text(json.dumps(records[0]))
     assert_cli_error_line(path, fmt, tmp_path / "t.parquet", record, reason)
+
+
+def test_a_broken_line_of_a_round_past_its_column_rejects_its_session(tmp_path: Path) -> None:
+    """TraceLab: a line that does not parse but names its session and a round_index past
+    32 bits is that session's bad record (malformed JSON), not a row polars cannot hold."""
+    good = {"session_id": "s", "round_index": 0, "input_tokens_total": 100,
+            "output_tokens": 5, "timing_events": [], "tools": []}  # fmt: skip
+    path = tmp_path / "t.jsonl"
+    broken = '{"session_id": "s", "round_index": 99999999999, "input_tokens_total": 1\n'
+    path.write_text(json.dumps(good) + "\n" + broken + json.dumps(good | {"round_index": 1}))
+    assert_cli_error_line(path, "tracelab", tmp_path / "t.parquet", "line 2", "malformed JSON")

@@ -141,9 +141,11 @@ class TraceLabReader:
                     sink.reject(path, where, broken, raw=raw)
                     continue
                 turn = _ROUND_RE.search(raw)
+                index = int(turn.group(1)) if turn else None
                 row: dict[str, Any] = {
                     "program_id": session,
-                    "turn": int(turn.group(1)) if turn else None,
+                    # past its column: no turn (the session is rejected whole either way)
+                    "turn": index if index is not None and index <= TURN_MAX else None,
                     "_record": where,
                     "_reason": broken,
                 }

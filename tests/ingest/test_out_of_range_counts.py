@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from tests.ingest.badinput import assert_cli_error_line
+from ttlctl.ingest.pipeline import ingest
+from ttlctl.trace import io as trace_io
 
 T0 = 1_764_000_000.0
 ASSISTANT = {"role": "assistant", "branch_path": [], "conversation_id": 0}
@@ -97,3 +99,45 @@ def test_a_broken_line_of_a_round_past_its_column_rejects_its_session(tmp_path: 
     broken = '{"session_id": "s", "round_index": 99999999999, "input_tokens_total": 1\n'
     path.write_text(json.dumps(good) + "\n" + broken + json.dumps(good | {"round_index": 1}))
     assert_cli_error_line(path, "tracelab", tmp_path / "t.parquet", "line 2", "malformed JSON")
+
+
+def _engine_log(path: Path, **fields: Any) -> Path:
+    record = CASES["engine-log"][1][0] | {"prompt_tokens": 100} | fields
+    path.write_text(json.dumps(record) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("prompt_tokens", 10**400), ("arrival_unix_s", 10**400), ("finish_unix_s", -(10**400))],
+    ids=["count", "seconds", "negative"],
+)
+def test_a_whole_number_past_a_floats_range_is_a_bad_record(
+    tmp_path: Path, field: str, value: int
+) -> None:
+    """JSON bounds no number: one past a float's range is out of range too, not a traceback
+    (OverflowError, exit code 1)."""
+    path = _engine_log(tmp_path / "engine.jsonl", **{field: value})
+    reason = f"out-of-range {field}: {str(value)[:59]}"
+    assert_cli_error_line(path, "engine-log", tmp_path / "t.parquet", "line 1", reason)
+
+
+def test_a_timestamp_past_a_floats_range_is_a_bad_record(tmp_path: Path) -> None:
+    """The same for an epoch time given as a number (LiteLLM's timestamp)."""
+    record = CASES["litellm"][1][0] | {"prompt_tokens": 100, "timestamp": 10**400}
+    path = tmp_path / "l.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    reason = f"out-of-range timestamp: {str(10**400)[:59]}"
+    assert_cli_error_line(path, "litellm", tmp_path / "t.parquet", "line 1", reason)
+
+
+def test_the_largest_count_a_column_holds_is_kept(tmp_path: Path) -> None:
+    """2**63 - 1 is taken as it is (through a float it read as 2**63, refused as past the
+    limit it equals); one more is refused."""
+    top = 2**63 - 1
+    out = tmp_path / "t.parquet"
+    ingest([_engine_log(tmp_path / "top.jsonl", prompt_tokens=top)], out, fmt="engine-log")
+    assert trace_io.read(out)["input_tokens"].to_list() == [top]
+    path = _engine_log(tmp_path / "past.jsonl", prompt_tokens=top + 1)
+    reason = f"out-of-range prompt_tokens: {top + 1} (at most {top:,})"
+    assert_cli_error_line(path, "engine-log", tmp_path / "past.parquet", "line 1", reason)

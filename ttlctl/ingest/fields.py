@@ -33,6 +33,8 @@ def number(value: Any, field: str, *, required: bool = True) -> float | None:
         raise RecordError(f"non-numeric {field}: {value!r}")
     try:
         out = float(value)
+    except OverflowError:  # a whole number past a float's range (JSON has no bound)
+        raise RecordError(f"out-of-range {field}: {_short(value)}") from None
     except (TypeError, ValueError):
         raise RecordError(f"non-numeric {field}: {_short(value)}") from None
     if not math.isfinite(out):
@@ -43,12 +45,15 @@ def number(value: Any, field: str, *, required: bool = True) -> float | None:
 def integer(value: Any, field: str, *, required: bool = True, most: int = COUNT_MAX) -> int | None:
     """A whole number from an int, integral float or numeric string, from ``-most - 1`` to
     ``most`` (what the column it fills holds: a count's by default)."""
-    out = number(value, field, required=required)
-    if out is None:
-        return None
-    if out != int(out):
-        raise RecordError(f"non-integer {field}: {_short(value)}")
-    whole = int(out)
+    if isinstance(value, int) and not isinstance(value, bool):
+        whole = value  # as it is: through a float, 2**63 - 1 would read as 2**63
+    else:
+        out = number(value, field, required=required)
+        if out is None:
+            return None
+        if out != int(out):
+            raise RecordError(f"non-integer {field}: {_short(value)}")
+        whole = int(out)
     if whole > most:
         raise RecordError(f"out-of-range {field}: {_short(value)} (at most {most:,})")
     if whole < -most - 1:
@@ -74,7 +79,10 @@ def tokens(value: Any, field: str, *, required: bool = True) -> int | None:
 def epoch(value: Any, field: str) -> float:
     """Epoch seconds from an ISO 8601 string (naive: UTC) or a number."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # a whole number past a float's range
+            raise RecordError(f"out-of-range {field}: {_short(value)}") from None
     if not isinstance(value, str):
         raise RecordError(f"bad {field}: {value!r}"[:120])
     try:

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from tests.ingest.badinput import assert_strict_errors, ingest_skipping_bad
 from ttlctl.cli import app
+from ttlctl.ingest.formats.claude_code import tool_hashes
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.trace import io as trace_io
 
@@ -402,3 +403,19 @@ def test_tool_definitions_of_one_block_and_reuse_within_the_prompt(tmp_path: Pat
     assert trace["reused_tokens"].to_list() == [0, 100]
     assert [len(h) for h in trace["prefix_hashes"].to_list()] == [1, 1]
     assert trace["prefix_block_tokens"].to_list() == [64, 64]
+
+
+def test_a_tool_set_of_more_blocks_than_any_call_is_hashed_as_far_as_the_calls_go(
+    tmp_path: Path,
+) -> None:
+    """tool_tokens of 64e9 (a billion blocks, which ingest used to hash every one of, never
+    ending): each call gets the blocks of its own prompt, the same hashes as a smaller
+    count would name by the same size."""
+    tools = 64 * 10**9
+    requests = [_req(0.0, 100, [1, 2]), _req(5.0, 200, [1, 2, 3, 4], stop="end_turn")]
+    out = tmp_path / "out.parquet"
+    ingest([_write(tmp_path / "t.json", requests, tool_tokens=tools)], out, fmt=FORMAT)
+    hashes = trace_io.read(out).sort("turn")["prefix_hashes"].to_list()
+    assert hashes == [tool_hashes(tools, 64, 1), tool_hashes(tools, 64, 3)]
+    assert tool_hashes(tools, 64, 3)[:1] == tool_hashes(tools, 64, 1)
+    assert tool_hashes(1000, 64, 3) == tool_hashes(1000, 64)[:3]

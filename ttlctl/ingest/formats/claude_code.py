@@ -124,10 +124,12 @@ class ClaudeCodeReader:
         return Parsed(frame_from_rows(rows, path), records=len(rows) + walker.rejected)
 
 
-def tool_hashes(tool_tokens: int, block_size: int) -> list[int]:
-    """Chained hashes of the tool definitions' full blocks, named by their size."""
+def tool_hashes(tool_tokens: int, block_size: int, most: int | None = None) -> list[int]:
+    """Chained hashes of the tool definitions' full blocks, named by their size (the first
+    ``most`` of them: a call holds no more than its own blocks)."""
+    blocks = tool_tokens // block_size
     out = []
-    for i in range(tool_tokens // block_size):
+    for i in range(blocks if most is None else min(blocks, most)):
         text = f"claude-code/tools/{tool_tokens}/{block_size}/{i}".encode()
         digest = hashlib.blake2b(text, digest_size=8).digest()
         out.append(int.from_bytes(digest, "little", signed=True))
@@ -136,7 +138,13 @@ def tool_hashes(tool_tokens: int, block_size: int) -> list[int]:
 
 def _tool_prefix(rows: list[dict[str, Any]], program: str, tools: int, block_size: int) -> None:
     """The shared tool definitions on each top-level call (module docstring)."""
-    hashes = tool_hashes(tools, block_size)
+    longest = max(
+        (int(r.get("input_tokens") or 0) for r in rows if r["program_id"] == program),
+        default=0,
+    )
+    # as many as the longest call holds: tool_tokens is the document's word, and a huge one
+    # would hash blocks no call reaches (64e9 tokens: 1e9 of them, ingest never ending)
+    hashes = tool_hashes(tools, block_size, longest // block_size)
     for row in rows:
         if row["program_id"] != program or "_reason" in row:
             continue

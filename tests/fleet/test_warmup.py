@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import threading
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from replay.validation import warmup
 from replay.validation.error import ValidateError
 from replay.validation.warmup import LONGEST, PREFILL_OUTPUT, PREFILLS, lengths, warmed
-from tests.http_stub import json_reply, serving
+from tests.fleet.test_neighbours import _replica
+from tests.http_stub import serving
 from ttlctl.server.process import free_port
 
 
@@ -57,19 +56,7 @@ def test_an_error_in_a_replicas_warm_up_is_raised_not_lost(monkeypatch: pytest.M
 
 
 def test_the_requests_said_served_are_those_each_replica_answered() -> None:
-    lock = threading.Lock()
     bodies: list[dict[str, object]] = []
-
-    class Replica(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            return None
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with lock:
-                bodies.append(body)
-            json_reply(self, {"choices": [{"text": "x"}]})
-
-    with serving(Replica) as url:
+    with serving(_replica(bodies, threading.Lock())) as url:
         got = warmed([url], "m", max_model_len=256, vocab_size=1000, timeout_s=30.0)
     assert got.requests == len(bodies) == len(lengths(256)) + 2 + warmup.BATCHES * warmup.BATCH

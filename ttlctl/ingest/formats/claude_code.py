@@ -139,7 +139,11 @@ def tool_hashes(tool_tokens: int, block_size: int, most: int | None = None) -> l
 def _tool_prefix(rows: list[dict[str, Any]], program: str, tools: int, block_size: int) -> None:
     """The shared tool definitions on each top-level call (module docstring)."""
     longest = max(
-        (int(r.get("input_tokens") or 0) for r in rows if r["program_id"] == program),
+        (
+            int(r.get("input_tokens") or 0)
+            for r in rows
+            if r["program_id"] == program and "_reason" not in r
+        ),
         default=0,
     )
     # as many as the longest call holds: tool_tokens is the document's word, and a huge one

@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from replay.workload import from_frame
 from ttlctl.export import rows as export_rows
 from ttlctl.ingest.formats.claude_code import tool_hashes
 from ttlctl.ingest.pipeline import ingest
@@ -105,6 +106,22 @@ def test_bad_prefix_values_are_rejected(
     )
     with pytest.raises(IngestError, match=reason):
         ingest([src], tmp_path / "out.parquet")
+
+
+def test_an_empty_list_of_hashes_shares_nothing_but_still_needs_its_block_size(
+    tmp_path: Path,
+) -> None:
+    """An empty list says nothing is shared, as a null does, given with a positive
+    ``prefix_block_tokens`` (trace-format.md); without one it is refused as any list is."""
+    head = "program_id,turn,arrival_s,input_tokens,output_tokens,prefix_hashes,prefix_block_tokens"
+    src = tmp_path / "in.csv"
+    src.write_text(f'{head}\na,0,0,100,5,"[]",16\n')
+    ingest([src], tmp_path / "out.parquet")
+    (program,) = from_frame(pl.read_parquet(tmp_path / "out.parquet")).programs
+    assert program.calls[0].prefix is None
+    src.write_text(f'{head}\na,0,0,100,5,"[]",\n')
+    with pytest.raises(IngestError, match="prefix_hashes need a positive prefix_block_tokens"):
+        ingest([src], tmp_path / "refused.parquet")
 
 
 def test_old_traces_without_the_columns_read_as_null(tmp_path: Path) -> None:

@@ -479,6 +479,28 @@ def test_the_tau_table_prices_a_miss_in_the_replayed_engines_budget(tmp_path: Pa
     assert taus[64] != taus[8192]
 
 
+def _served_as(
+    doc: dict[str, Any],
+    path: Path,
+    provenance: dict[str, Any],
+    router: bundle_doc.RouterDoc | None = None,
+) -> Path:
+    """``doc``'s fit, profile and policy rebuilt as a bundle with ``provenance`` (and the
+    ``router`` it was tuned behind), written to ``path`` (its folder made): the served one."""
+    path.parent.mkdir(parents=True)
+    rebuilt = bundle_make.build(
+        doc["fit"],
+        doc["profile"],
+        PolicyParams.from_json(doc["policy"]),
+        created=doc["created"],
+        ttlctl_version=doc["ttlctl_version"],
+        provenance=provenance,
+        router=router,
+    )
+    path.write_text(json.dumps(rebuilt))
+    return path
+
+
 def test_the_router_the_policy_was_tuned_behind_is_kept(
     world: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -495,18 +517,7 @@ def test_the_router_the_policy_was_tuned_behind_is_kept(
         },
         "replicas": 2,
     }
-    served = tmp_path / "srv" / "bundle.json"
-    served.parent.mkdir()
-    tuned = bundle_make.build(
-        stale["fit"],
-        stale["profile"],
-        PolicyParams.from_json(stale["policy"]),
-        created=stale["created"],
-        ttlctl_version=stale["ttlctl_version"],
-        provenance=stale["provenance"],
-        router=router,
-    )
-    served.write_text(json.dumps(tuned))
+    served = _served_as(stale, tmp_path / "srv" / "bundle.json", stale["provenance"], router)
     flags = run("bundle", "query", served, "--as", "vllm-router")
     assert flags.exit_code == 0, flags.output
     result = run("refit", world["today"], "--bundle", served, *LOAD, "--json", "-")
@@ -577,17 +588,8 @@ def test_a_refit_of_several_logs_keeps_the_served_records_and_names_every_log(
     fresh = bundle.read(world["fresh"])
     tuning = {"study": "nightly", "trials": 40}
     profile = {"path": "/srv/profile.json", "sha256": "ab" * 32}
-    served = tmp_path / "srv" / "bundle.json"
-    served.parent.mkdir()
-    tuned = bundle_make.build(
-        fresh["fit"],
-        fresh["profile"],
-        PolicyParams.from_json(fresh["policy"]),
-        created=fresh["created"],
-        ttlctl_version=fresh["ttlctl_version"],
-        provenance={"tuning": tuning, "profile": profile, "made_by": "a test"},
-    )
-    served.write_text(json.dumps(tuned))
+    made = {"tuning": tuning, "profile": profile, "made_by": "a test"}
+    served = _served_as(fresh, tmp_path / "srv" / "bundle.json", made)
     records = [json.loads(x) for x in world["today"].read_text().splitlines()]
     early = sorted({r["program_id"] for r in records})[: PROGRAMS // 2]
     parts = [

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.ingest.badinput import assert_cli_error_line
+from ttlctl.cli import app
 from ttlctl.ingest.pipeline import ingest
 from ttlctl.trace import io as trace_io
 
@@ -141,3 +143,40 @@ def test_the_largest_count_a_column_holds_is_kept(tmp_path: Path) -> None:
     path = _engine_log(tmp_path / "past.jsonl", prompt_tokens=top + 1)
     reason = f"out-of-range prompt_tokens: {top + 1} (at most {top:,})"
     assert_cli_error_line(path, "engine-log", tmp_path / "past.parquet", "line 1", reason)
+
+
+#: a whole number longer than Python's int() reads (its limit is 4,300 digits)
+LONG = "7" * 5000
+
+
+@pytest.mark.parametrize("fmt", [None, *sorted(CASES)])
+def test_a_number_too_long_to_read_is_malformed_json(tmp_path: Path, fmt: str | None) -> None:
+    """A whole number past the 4,300 digits Python's int() reads raised a ValueError of its
+    own, not a JSON error: format detection ended in a traceback (exit code 1) and a reader
+    said "unreadable"; it is malformed JSON, named by file and record (None: detected). The
+    long number takes the place of each case's number past its column."""
+    name, records, _, _ = CASES[fmt or "mooncake"]
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    past = next(n for n in ("1e+20", "3000000000.0") if n in text)
+    path = tmp_path / name
+    # a JSON-lines log also holds a good line (one whose every line is bad is no such log)
+    good = text.replace(past, "100", 1) if name.endswith(".jsonl") else ""
+    path.write_text(good + text.replace(past, LONG, 1))
+    args = ["ingest", str(path), "-o", str(tmp_path / "t.parquet")]
+    result = CliRunner().invoke(app, [*args, *([] if fmt is None else ["--format", fmt])])
+    assert result.exit_code == 2, result.output
+    (line,) = [x for x in result.output.splitlines() if x.strip()]
+    assert line.startswith(f"error: {path}: "), line
+    assert "malformed JSON: a whole number of 5,000 digits, too long to read" in line, line
+    assert not (tmp_path / "t.parquet").exists()
+
+
+def test_a_broken_line_of_a_round_too_long_to_read_rejects_its_session(tmp_path: Path) -> None:
+    """TraceLab: the salvaged round of a line that does not parse is read only when it could
+    be a turn (ten digits): a 5,000-digit one ended the read in int()'s ValueError."""
+    good = {"session_id": "s", "round_index": 0, "input_tokens_total": 100,
+            "output_tokens": 5, "timing_events": [], "tools": []}  # fmt: skip
+    path = tmp_path / "t.jsonl"
+    broken = '{"session_id": "s", "round_index": ' + LONG + ', "input_tokens_total": 1\n'
+    path.write_text(json.dumps(good) + "\n" + broken + json.dumps(good | {"round_index": 1}))
+    assert_cli_error_line(path, "tracelab", tmp_path / "t.parquet", "line 2", "malformed JSON")

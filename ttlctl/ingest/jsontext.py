@@ -21,6 +21,29 @@ from ttlctl.ingest.rawfile import SNIFF_BYTES, read_bytes
 from ttlctl.ingest.rejects import RejectSink
 from ttlctl.ingest.spool import GzipDamage
 
+#: a whole number longer than Python's int() reads (its digit limit: 4,300 by default)
+_LONG_NUMBER = re.compile(r"\d{4301,}")
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads``, but a whole number too long for Python's int() (a ValueError of its
+    own, not a :class:`json.JSONDecodeError`) is a JSONDecodeError naming where it starts,
+    so that every reader rejects it as malformed JSON as it does any other bad number."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:
+        doc = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+        found = _LONG_NUMBER.search(doc)
+        if found is None:
+            raise
+        raise json.JSONDecodeError(
+            f"a whole number of {len(found.group()):,} digits, too long to read",
+            doc,
+            found.start(),
+        ) from None
+
 
 def read_text(path: Path, sink: RejectSink) -> str | None:
     """The file's text, or None after rejecting an empty, binary, UTF-16/UTF-32 (its NUL
@@ -55,7 +78,7 @@ def load_json(path: Path, sink: RejectSink) -> Any | None:
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return loads(text)
     except json.JSONDecodeError as exc:
         # a complete document ends with its closing bracket; one cut short does not
         tail = text.rstrip()[-1:]
@@ -113,7 +136,7 @@ def iter_jsonl(
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads(line)
         except json.JSONDecodeError as exc:
             reason = bad_json_line(exc, cut=lineno == cut)
             if broken is None or not broken(lineno, line, reason):
@@ -144,8 +167,8 @@ def salvaged(line: str, key: str) -> str | int | float | bool | None:
         if _depth(line, found.start()) != 1:
             continue
         try:
-            value = json.loads(found.group(1))
-        except json.JSONDecodeError:  # a bad escape
+            value = loads(found.group(1))
+        except json.JSONDecodeError:  # a bad escape, a number too long
             return None
         return value if isinstance(value, (str, int, float, bool)) else None
     return None

@@ -19,7 +19,7 @@ import polars as pl
 
 from ttlctl.filekind import wide_text
 from ttlctl.ingest.formats.csv_fields import BLANK, RAGGED, ragged, unclosed_quote
-from ttlctl.ingest.jsontext import iter_jsonl
+from ttlctl.ingest.jsontext import iter_jsonl, loads
 from ttlctl.ingest.limits import streaming
 from ttlctl.ingest.rawfile import SNIFF_BYTES, head_bytes, logical, size, source
 from ttlctl.ingest.reader import Parsed
@@ -56,7 +56,7 @@ class CanonicalReader:
             return _has_required(c.strip().strip('"') for c in first.split(","))
         if first.startswith("{"):
             try:
-                obj = json.loads(first)
+                obj = loads(first)
             except json.JSONDecodeError:
                 return False
             return isinstance(obj, dict) and _has_required(obj.keys())

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ttlctl.ingest.fields import RecordError, duration, number, tokens
+from ttlctl.ingest.jsontext import loads
 from ttlctl.ingest.rejects import RejectSink
 
 SUBAGENT = "subagent"
@@ -156,7 +157,7 @@ def _hash_ids(value: Any) -> list[Any] | None:
         return None
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = loads(value)
         except json.JSONDecodeError:
             raise RecordError(f"invalid hash_ids: {value[:40]!r}") from None
     if not isinstance(value, list):

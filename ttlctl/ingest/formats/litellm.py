@@ -83,6 +83,7 @@ from ttlctl.ingest.jsontext import (
     bad_json_line,
     cut_line,
     first_object_line,
+    loads,
     read_text,
     salvaged,
 )
@@ -118,7 +119,7 @@ class LiteLLMReader:
         cut = cut_line(text)
         for lineno, line in lines:
             try:
-                obj = json.loads(line)
+                obj = loads(line)
             except json.JSONDecodeError as exc:
                 objs.append((lineno, None, bad_json_line(exc, cut=lineno == cut)))
                 session = _salvaged_session(line)

@@ -62,7 +62,7 @@ import polars as pl
 
 from ttlctl.ingest.fields import RecordError, label, number, tokens
 from ttlctl.ingest.formats.shell_program import first_program
-from ttlctl.ingest.jsontext import load_json_object
+from ttlctl.ingest.jsontext import load_json_object, loads
 from ttlctl.ingest.rawfile import logical
 from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
@@ -239,7 +239,7 @@ def _tool_call_command(call: Any) -> str | None:
     arguments = function.get("arguments")
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            arguments = loads(arguments)
         except json.JSONDecodeError:
             arguments = None
     if isinstance(arguments, dict) and isinstance(arguments.get("command"), str):

@@ -71,6 +71,7 @@ from ttlctl.ingest.jsontext import (
     bad_json_line,
     cut_line,
     first_object_line,
+    loads,
     read_text,
     salvaged_id,
 )
@@ -103,7 +104,7 @@ class TraceLabReader:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = loads(line)
             except json.JSONDecodeError as exc:
                 lines.append((lineno, None, bad_json_line(exc, cut=lineno == cut)))
                 raw_lines[lineno] = line
@@ -168,7 +169,8 @@ class TraceLabReader:
         return Parsed(frame_from_rows(rows, path), records=len(lines), absolute_time=True)
 
 
-_ROUND_RE = re.compile(r'"round_index"\s*:\s*(\d+)')
+#: a round's index in a line that does not parse (ten digits at most: past 32 bits it is no turn)
+_ROUND_RE = re.compile(r'"round_index"\s*:\s*(\d{1,10})(?!\d)')
 
 
 def _clip_obj(obj: dict[str, Any]) -> dict[str, Any]:

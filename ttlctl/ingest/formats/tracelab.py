@@ -141,12 +141,9 @@ class TraceLabReader:
                 if not session:
                     sink.reject(path, where, broken, raw=raw)
                     continue
-                turn = _ROUND_RE.search(raw)
-                index = int(turn.group(1)) if turn else None
                 row: dict[str, Any] = {
                     "program_id": session,
-                    # past its column: no turn (the session is rejected whole either way)
-                    "turn": index if index is not None and index <= TURN_MAX else None,
+                    "turn": _salvaged_round(raw),
                     "_record": where,
                     "_reason": broken,
                 }
@@ -169,8 +166,19 @@ class TraceLabReader:
         return Parsed(frame_from_rows(rows, path), records=len(lines), absolute_time=True)
 
 
-#: a round's index in a line that does not parse (ten digits at most: past 32 bits it is no turn)
-_ROUND_RE = re.compile(r'"round_index"\s*:\s*(\d{1,10})(?!\d)')
+_ROUND_RE = re.compile(r'"round_index"\s*:\s*(\d+)')
+
+
+def _salvaged_round(raw: str) -> int | None:
+    """The round a line that does not parse names, read as a parsed line's is (None: none,
+    or one no turn holds: the session is rejected whole either way)."""
+    found = _ROUND_RE.search(raw)
+    if found is None:
+        return None
+    try:
+        return integer(found.group(1), "round_index", most=TURN_MAX)
+    except RecordError:
+        return None
 
 
 def _clip_obj(obj: dict[str, Any]) -> dict[str, Any]:

@@ -138,22 +138,16 @@ def tool_hashes(tool_tokens: int, block_size: int, most: int | None = None) -> l
 
 def _tool_prefix(rows: list[dict[str, Any]], program: str, tools: int, block_size: int) -> None:
     """The shared tool definitions on each top-level call (module docstring)."""
-    longest = max(
-        (
-            int(r.get("input_tokens") or 0)
-            for r in rows
-            if r["program_id"] == program and "_reason" not in r
-        ),
-        default=0,
-    )
-    # as many as the longest call holds: tool_tokens is the document's word, and a huge one
-    # would hash blocks no call reaches (64e9 tokens: 1e9 of them, ingest never ending)
-    hashes = tool_hashes(tools, block_size, longest // block_size)
-    for row in rows:
-        if row["program_id"] != program or "_reason" in row:
-            continue
-        n = min(len(hashes), int(row.get("input_tokens") or 0) // block_size)
-        if n:
+    calls = [
+        (row, int(row.get("input_tokens") or 0) // block_size)
+        for row in rows
+        if row["program_id"] == program and "_reason" not in row
+    ]
+    # only as many blocks as the longest call holds: tool_tokens is the document's word, and
+    # a huge one would hash blocks no call reaches (64e9 tokens: 1e9 of them, no end)
+    hashes = tool_hashes(tools, block_size, max((n for _, n in calls), default=0))
+    for row, n in calls:
+        if n and hashes:
             row["prefix_hashes"] = hashes[:n]
             row["prefix_block_tokens"] = block_size
 

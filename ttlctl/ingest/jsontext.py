@@ -25,7 +25,7 @@ from ttlctl.ingest.spool import GzipDamage
 _LONG_NUMBER = re.compile(r"\d{4301,}")
 
 
-def loads(text: str | bytes) -> Any:
+def loads(text: str) -> Any:
     """``json.loads``, but a whole number too long for Python's int() (a ValueError of its
     own, not a :class:`json.JSONDecodeError`) is a JSONDecodeError naming where it starts,
     so that every reader rejects it as malformed JSON as it does any other bad number."""
@@ -34,13 +34,12 @@ def loads(text: str | bytes) -> Any:
     except json.JSONDecodeError:
         raise
     except ValueError:
-        doc = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
-        found = _LONG_NUMBER.search(doc)
+        found = _LONG_NUMBER.search(text)
         if found is None:
             raise
         raise json.JSONDecodeError(
             f"a whole number of {len(found.group()):,} digits, too long to read",
-            doc,
+            text,
             found.start(),
         ) from None
 

@@ -5,6 +5,7 @@ warm-up and live run (replay.validation.sizing.kv_tokens_of)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -200,6 +201,20 @@ def test_memory_is_read_as_vllm_reads_it() -> None:
         )
     for refused_by_vllm in ("1.5M", "8MB", "", "lots", "1__0", "_10", "0x10"):
         assert memory_bytes(refused_by_vllm) is None
+
+
+def test_memory_is_read_as_the_installed_vllms_own_parser_reads_it() -> None:
+    """Held to the installed vLLM's ``human_readable_int`` itself, not to a reading of it:
+    the same value for every string it takes, None for every one it refuses."""
+    argparse_utils = pytest.importorskip("vllm.utils.argparse_utils")
+    texts = ("8M", "8m", "25.6k", " 4096 ", "16_384", "+4096", "-5", "1K", "2G", "2.5G",
+             "1.5M", "8MB", "", "lots", "1__0", "_10", "0x10", "1e3", "1_0k", "7")  # fmt: skip
+    for text in texts:
+        try:
+            want: int | None = argparse_utils.human_readable_int(text)
+        except (ValueError, TypeError, argparse.ArgumentTypeError):
+            want = None
+        assert memory_bytes(text) == want, text
 
 
 @pytest.mark.parametrize(

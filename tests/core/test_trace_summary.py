@@ -108,3 +108,40 @@ def test_a_tools_pause_is_its_tool_s_else_its_gap() -> None:
     tools = summarize(conform(frame, keep_source=False))["tools"]
     assert tools["distinct"] == tools["calls_with_tool"] == 3
     assert tools["calls_with_pause"] == tools["distinct_with_pause"] == 2
+
+
+def _huge(inputs: list[int], outputs: list[int]) -> pl.LazyFrame:
+    n = len(inputs)
+    frame = pl.LazyFrame(
+        {
+            "program_id": ["p"] * n,
+            "turn": list(range(n)),
+            "input_tokens": inputs,
+            "output_tokens": outputs,
+            "reused_tokens": [None] * n,
+            "tool": [None] * n,
+        },
+        schema_overrides={"reused_tokens": pl.Int64},
+    )
+    return conform(frame, keep_source=False)
+
+
+def test_token_totals_past_64_bits_are_exact() -> None:
+    """A column holds counts up to 2**63 - 1 (ingest takes them); the totals are their
+    sums, not a 64-bit sum wrapped negative."""
+    top = 2**63 - 1
+    tokens = summarize(_huge([top, top], [top, 5]))["tokens"]
+    assert tokens["input"] == 2 * top
+    assert tokens["output"] == top + 5
+    assert "tokens: input 18,446,744,073,709,551,614" in _line(_huge([top, top], [top, 5]))
+
+
+def test_the_assumed_reuse_of_counts_near_the_limit_is_the_calls_input() -> None:
+    """The previous call's input + output past 64 bits is still at least this call's input:
+    the assumed reuse is the input (a wrapped sum made it negative), in the replay and in
+    the summary alike."""
+    top = 2**63 - 1
+    trace = _huge([top - 10, 1_000], [100, 5])
+    replayed = from_frame(trace.collect()).programs[0].calls
+    assert [c.reused_tokens for c in replayed] == [0, 1_000]
+    assert summarize(trace)["tokens"]["reused_assumed"] == 1_000

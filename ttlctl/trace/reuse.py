@@ -14,14 +14,22 @@ import polars as pl
 
 def assumed_reuse() -> pl.Expr:
     """Each row's default reuse: the previous call's input + output in its program (by
-    turn; 0 for the first), at most this call's input."""
-    previous = (
-        (pl.col("input_tokens") + pl.col("output_tokens"))
-        .shift(1)
-        .over("program_id", order_by="turn")
+    turn; 0 for the first), at most this call's input. Taken as the previous input plus
+    what of the previous output fits below this input, so that no sum passes this input:
+    two counts near a column's 64-bit limit would wrap negative."""
+
+    def previous(column: str) -> pl.Expr:
+        return pl.col(column).shift(1).over("program_id", order_by="turn")
+
+    inp = pl.col("input_tokens")
+    room = inp - previous("input_tokens")  # what this input holds past the previous one
+    capped = (
+        pl.when(room <= 0)
+        .then(inp)
+        .otherwise(previous("input_tokens") + pl.min_horizontal(previous("output_tokens"), room))
         .fill_null(0)
     )
-    return pl.min_horizontal(previous, pl.col("input_tokens"))
+    return pl.min_horizontal(capped, inp)
 
 
 def reuse() -> pl.Expr:

@@ -10,6 +10,8 @@ from fitting.percentile import percentile
 from ttlctl.trace.reuse import assumed_reuse
 
 PERCENTILES = (50, 90, 99)
+#: the token columns the summary sums
+_TOTALLED = ("input_tokens", "output_tokens", "reused_tokens")
 
 
 def percentiles(values: pl.Series) -> dict[str, Any]:
@@ -37,10 +39,13 @@ def summarize(trace: pl.LazyFrame, top_tools: int = 15) -> dict[str, Any]:
         "llm_s",
     ).collect()
     per_program = frame.group_by("program_id").len()["len"]
+    # token totals in 128 bits: a column holds counts up to 2**63 - 1, and their sum wraps
+    total = {c: int(frame[c].cast(pl.Int128).sum()) for c in _TOTALLED}
     # what the replay takes where reuse is not recorded (ttlctl.trace.reuse)
     assumed = (
         frame.with_columns(assumed_reuse().alias("assumed"))
         .filter(pl.col("reused_tokens").is_null())["assumed"]
+        .cast(pl.Int128)
         .sum()
     )
     tools = (
@@ -60,11 +65,11 @@ def summarize(trace: pl.LazyFrame, top_tools: int = 15) -> dict[str, Any]:
         "calls": frame.height,
         "calls_per_program": percentiles(per_program),
         "tokens": {
-            "input": int(frame["input_tokens"].sum()),
-            "output": int(frame["output_tokens"].sum()),
+            "input": total["input_tokens"],
+            "output": total["output_tokens"],
             # over the calls whose reader knows it; null means "the default applies"
             # (previous input + output), not 0 — those calls are counted apart
-            "reused": int(frame["reused_tokens"].sum()),
+            "reused": total["reused_tokens"],
             "reused_unknown_calls": int(frame["reused_tokens"].null_count()),
             # over those calls: the reuse the replay assumes for them
             "reused_assumed": int(assumed or 0),

@@ -203,3 +203,49 @@ def test_o_the_profile_read_is_refused(tmp_path: Path) -> None:
     assert res.exit_code == 2, res.output
     assert "is an input of this command" in res.stderr
     assert mine.read_text() == before
+
+
+def test_the_calibrations_own_models_price_as_the_routers_formulas() -> None:
+    """``PrefillCostModel`` and ``DecodeThroughputModel`` are the router's formulas on
+    their own fields: the cold prefill (0 for no tokens, as the router has it), the miss
+    and the decode throughput of a batch holding ``C`` context tokens in all."""
+    calib = calibrate(shipped.resolve("llama-3.1-8b-h100")[0], decode_throughput_alpha=0.25)
+    cfg = calib.to_json()
+    assert calib.prefill.prefill_seconds(0) == 0.0
+    for tokens in (1, 1_000, 50_000):
+        cold = router_prefill_seconds(cfg, tokens)
+        assert calib.prefill.prefill_seconds(tokens) == pytest.approx(cold, rel=1e-12)
+        assert calib.prefill.cache_miss_impact_seconds(tokens) == pytest.approx(cold * 1.75)
+    for batch, context in ((1, 1_000), (4, 200_000), (32, 64_000)):
+        assert calib.decode.decode_throughput(batch, context) == pytest.approx(
+            router_decode_throughput(cfg, batch, context), rel=1e-12
+        )
+
+
+def test_the_flag_value_keeps_the_calibration_over_the_fields_merged_in() -> None:
+    """``extra`` is merged in first: its other Program-scheduling fields stay, and the
+    profile's two models are the ones the router reads."""
+    calib = calibrate(shipped.resolve("tiny-cpu")[0])
+    stale = {"decode_throughput_model": {"fixed_step_seconds": 9.0}, "ttl_seconds": 30}
+    doc = json.loads(calib.flag_value(stale))
+    assert doc == {"ttl_seconds": 30, **calib.to_json()}
+
+
+def test_an_alpha_of_1_is_taken_and_named_as_given() -> None:
+    """The router takes a share in [0, 1]: 1 (a prefill costs decode nothing) is one; the
+    rows say a given alpha came from the flag, and the default from the additive step."""
+    profile = shipped.resolve("tiny-cpu")[0]
+    whole = calibrate(profile, decode_throughput_alpha=1.0)
+    assert whole.prefill.decode_throughput_alpha == 1.0
+    alpha = {r.field: r.source for r in whole.rows()}["prefill_cost_model.decode_throughput_alpha"]
+    assert alpha == "given (--decode-throughput-alpha)"
+    default = {r.field: r.source for r in calibrate(profile).rows()}
+    assert "additive step" in default["prefill_cost_model.decode_throughput_alpha"]
+
+
+def test_a_refusal_names_the_profiles_file_when_given() -> None:
+    profile = _with(shipped.resolve("tiny-cpu")[0], decode=Decode(0.0, 1e-5, 1e-7))
+    with pytest.raises(RouterCalibrationError, match=r"^/p/x\.json: decode\.step_s"):
+        calibrate(profile, source="/p/x.json")
+    with pytest.raises(RouterCalibrationError, match=r"^profile tiny-cpu: decode\.step_s"):
+        calibrate(profile)

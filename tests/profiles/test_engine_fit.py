@@ -16,9 +16,15 @@ from dataclasses import replace
 
 import pytest
 
-from profiles.engine_fit import fit_samples, pooled_points
+from profiles.engine_fit import (
+    DECODE_FLOOR,
+    check_decode_floor,
+    fit_samples,
+    pooled_points,
+    profile_name,
+)
 from profiles.engine_timings import EngineFitError, samples_from_json
-from profiles.fitmath import fit_decode, fit_quadratic
+from profiles.fitmath import DecodeFit, QuadraticFit, fit_decode, fit_quadratic
 from profiles.profile_read import from_json
 from profiles.schema import Decode
 from tests.profiles.engine_samples import CONTEXTS, SHAPES, samples, ttft
@@ -163,3 +169,74 @@ def test_pooled_measurements_are_in_the_order_they_were_taken() -> None:
     assert source["created"] == "2026-12-01T11:00:00+00:00"
     assert source["url"] == ["http://b:8000", "http://a:8000"]
     assert [m["url"] for m in source["pooled"]["taken"]] == ["http://b:8000", "http://a:8000"]
+
+
+def test_the_profiles_name_is_the_model_id_or_a_paths_last_component_made_safe() -> None:
+    assert profile_name("Org/Model-7B") == "engine-org-model-7b"
+    assert profile_name("Org/Model!") == "engine-org-model"
+    assert profile_name("/models/Tiny55M/") == "engine-tiny55m"
+    assert profile_name("~/models/Tiny55M") == "engine-tiny55m"
+    assert profile_name("./Tiny 55M") == "engine-tiny-55m"
+    assert profile_name("!!!") == "engine-model"
+
+
+def test_measurements_that_generated_different_decode_tokens_are_refused() -> None:
+    a = samples(1, "2026-12-02T03:30:00+00:00")
+    b = replace(samples(2, "2026-12-02T03:31:00+00:00"), decode_output_tokens=32)
+    with pytest.raises(EngineFitError, match=r"decode_output_tokens 16 at .* against 32"):
+        fit_samples([a, b])
+
+
+def test_a_point_with_no_timing_is_left_out() -> None:
+    one = samples(1, "2026-12-02T03:30:00+00:00")
+    untimed = replace(one, prefill=(*one.prefill, (1536, ())))
+    prefill, _decode = pooled_points([untimed])
+    assert [c for c, _ in prefill] == list(CONTEXTS)
+    assert fit_samples([untimed]).prefill == fit_samples([one]).prefill
+
+
+def test_a_new_size_line_is_never_below_0_at_either_end() -> None:
+    """A line that falls below 0 by the longest length is written as 0 there."""
+    base = samples(1, "2026-12-04T13:00:00+00:00")
+    falling = replace(base, new_shape=((300, 0.03), (600, 0.02), (900, 0.01), (1500, -0.01)))
+    (lo, at_lo), (hi, at_hi) = fit_samples([falling]).new_shape
+    assert (lo, hi) == (300, 1500)
+    assert at_lo == pytest.approx(0.03) and at_hi == 0.0
+
+
+def test_a_new_size_length_timed_twice_is_no_slope() -> None:
+    """Two measurements timing one length: the slopes are those between different
+    lengths only."""
+    base = samples(1, "2026-12-04T13:00:00+00:00")
+    a = replace(base, new_shape=((300, 0.020), (900, 0.030)))
+    b = replace(base, new_shape=((300, 0.022), (1500, 0.040)))
+    (lo, _), (hi, at_hi) = fit_samples([a, b]).new_shape
+    assert (lo, hi) == (300, 1500) and at_hi > 0.03
+
+
+def test_pooled_measurements_sum_their_counts_and_keep_a_reset_only_if_all_did() -> None:
+    a = replace(samples(1, "2026-12-01T10:00:00+00:00"), decode_batches_without_common_window=2)
+    b = replace(samples(2, "2026-12-01T11:00:00+00:00"), decode_batches_without_common_window=3)
+    source = fit_samples([a, b]).source
+    assert source["decode_batches_without_common_window"] == 5
+    assert source["prefix_cache_reset"] is True
+    source = fit_samples([a, replace(b, prefix_cache_reset=False)]).source
+    assert source["prefix_cache_reset"] is False
+
+
+def test_an_unknown_model_length_is_the_longest_context_timed() -> None:
+    one = replace(samples(1, "2026-12-02T03:30:00+00:00"), max_model_len=0)
+    assert fit_samples([one]).max_context == max(CONTEXTS)
+    assert fit_samples([samples(1, "2026-12-02T03:30:00+00:00")]).max_context == 2048
+
+
+def test_the_decode_floor_is_checked_at_one_sequence_at_its_shortest_kv() -> None:
+    """The cheapest measured point is one sequence (then its shortest KV), not the
+    shortest KV of any batch."""
+    prefill = QuadraticFit(0.010, 0.0, 0.0, 0.0, 0.0)  # a one-token prefill of 10 ms
+    per_seq = 0.6 * DECODE_FLOOR * 0.010  # one sequence under the floor, four above
+    decode = DecodeFit(0.0, per_seq, 0.0, 0.0)
+    points = [(1, 5000, 0.0), (4, 100, 0.0)]
+    with pytest.raises(EngineFitError, match=r"1 sequence\(s\) at 5000 KV tokens"):
+        check_decode_floor(prefill, decode, points, ["http://x"])
+    check_decode_floor(prefill, DecodeFit(0.0, 2 * per_seq, 0.0, 0.0), points, ["http://x"])

@@ -49,3 +49,13 @@ def test_a_model_that_misses_its_own_timings_is_named(
 
 def test_a_profile_without_fit_notes_has_nothing_to_say() -> None:
     assert misfits({}) == [] and misfits({"fit": "n/a"}) == []
+
+
+def test_a_noisy_prefill_on_a_cached_prefix_is_named() -> None:
+    """A live server's cached-prefix fit is one of the models checked, in its place."""
+    fit = {
+        "prefill": {"max_rel_error": 0.01},
+        "cached_prefill": {"points": [], "max_rel_error": 0.45},
+        "decode": {"max_rel_error": 0.3},
+    }
+    assert misfits({"fit": fit}) == [("decode step", 0.3), ("prefill on a cached prefix", 0.45)]

@@ -347,3 +347,29 @@ def test_contexts_parse_to_a_sorted_grid_or_a_one_line_error() -> None:
         assert (
             str(info.value) == f"--contexts: {bad} is not a length (a length is at least 1 token)"
         )
+
+
+def test_a_shipped_name_resolves_to_its_file_and_the_names_are_sorted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--profile NAME`` finds ``profiles/data/NAME.json`` from any directory; the list
+    of names is in order."""
+    monkeypatch.chdir(tmp_path)
+    profile, path = shipped.resolve("llama-3.1-8b-h100")
+    assert path == shipped.DATA / "llama-3.1-8b-h100.json" and profile.name == "llama-3.1-8b-h100"
+    names = shipped.names()
+    assert names == sorted(names) and "tiny-cpu" in names
+
+
+def test_a_device_may_be_measured_at_its_whole_peak() -> None:
+    """``prefill_mfu`` is a share in (0, 1]: 1 is one."""
+    device = roofline.Device("X", 1.0, 1.0, 1, 1.0, "d", prefill_mfu=1.0, prefill_mfu_measured="m")
+    assert device.prefill_mfu == 1.0
+
+
+def test_tensor_parallel_is_the_fewest_gpus_holding_the_weights_at_60_percent() -> None:
+    """Weights of exactly 60% of the memory fit (≤ 60% use); a little more takes two GPUs."""
+    device = roofline.Device("X", 100.0, 1.0, 80, 10.0, "d")
+    for params_b, tp in ((24.0, 1), (24.5, 2), (48.0, 2), (96.0, 4), (500.0, 8)):
+        model = roofline.Model("M", params_b, 1, 1, 1, 1, 1024, "card")
+        assert roofline.tensor_parallel(model, device) == tp, params_b

@@ -121,3 +121,14 @@ def test_without_vllm_the_cli_says_so_in_one_line(
     assert res.exit_code == 2
     (line,) = res.output.strip().splitlines()
     assert "vLLM is not installed" in line and "--torch" in line
+
+
+def test_a_short_models_grid_reaches_down_to_16_tokens_and_to_its_limit() -> None:
+    """Powers of two from 1,024 up to the limit; below that, smaller powers of two down
+    to 16 until there are four points (a power of two equal to the limit is one)."""
+    from profiles.grid import default_contexts
+
+    assert default_contexts(100) == [16, 32, 64]
+    assert default_contexts(512) == [64, 128, 256, 512]
+    assert default_contexts(2048) == [256, 512, 1024, 2048]
+    assert default_contexts(8) == []

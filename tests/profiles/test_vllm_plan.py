@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from profiles import fitmath, models
 from profiles.cost import ProfileCostModel
 from profiles.grid import engine_contexts
-from profiles.vllm_plan import VllmMeasureError, decode_tokens, make_plan
+from profiles.vllm_plan import KV_MARGIN, VllmMeasureError, decode_tokens, make_plan
 from tests.profiles.made import quadratic_profile
 from ttlctl.cli import app
 from ttlctl.errors import TtlctlError
@@ -132,3 +132,58 @@ def test_a_short_models_grid_reaches_down_to_16_tokens_and_to_its_limit() -> Non
     assert default_contexts(512) == [64, 128, 256, 512]
     assert default_contexts(2048) == [256, 512, 1024, 2048]
     assert default_contexts(8) == []
+
+
+def test_a_partial_step_of_prompts_is_a_step() -> None:
+    """The first sequence of a batch decodes while the others prefill, one step per
+    ``budget`` tokens of prompts: one token past a whole step is one step (and one token)
+    more."""
+    for batch, budget in ((1, 8192), (4, 2048), (8, 16)):
+        whole = budget // batch * batch
+        assert decode_tokens(batch, whole // batch + 1, budget) > decode_tokens(
+            batch, whole // batch, budget
+        )
+
+
+def test_the_smallest_limits_and_step_budget_are_taken() -> None:
+    """A context limit of 16 tokens and a step budget of 16 are the least taken; 15 is
+    refused."""
+    tiny = models.PRESETS["tiny"]
+    plan = make_plan(tiny, "cpu", 0, where="tiny", contexts=[4, 8, 16], max_context=16)
+    assert plan.contexts == (4, 8, 16)
+    with pytest.raises(VllmMeasureError, match="too short"):
+        make_plan(tiny, "cpu", 0, where="tiny", contexts=[4, 8, 15], max_context=15)
+    assert make_plan(tiny, "cpu", 0, where="tiny", max_num_batched_tokens=16).decode
+    with pytest.raises(VllmMeasureError, match="at least 16"):
+        make_plan(tiny, "cpu", 0, where="tiny", max_num_batched_tokens=15)
+
+
+def test_fewer_than_three_decode_points_are_refused() -> None:
+    """The decode step is fitted on three terms: two points are too few."""
+    tiny = models.PRESETS["tiny"]
+    with pytest.raises(VllmMeasureError, match="only 2 decode points fit"):
+        make_plan(tiny, "cpu", 0, where="tiny", decode_batches=(1,))
+
+
+def test_the_engine_takes_every_decode_batch_and_each_blocks_kv() -> None:
+    """``max_num_seqs`` holds the largest batch (256 at least); with a KV block larger
+    than the cache's granule, every sequence holds whole blocks and the cache holds them
+    with its margin."""
+    tiny = models.PRESETS["tiny"]
+    kv = models.kv_bytes_per_token(tiny)
+    big = make_plan(tiny, "cuda", 0, where="tiny", decode_batches=(1, 300), max_context=64)
+    assert (300, 16) in big.decode and big.engine_args("/m", 0)["max_num_seqs"] == 300
+    assert make_plan(tiny, "cpu", 0, where="tiny").engine_args("/m", 0)["max_num_seqs"] == 256
+    for kind in ("cpu", "cuda"):
+        block = 1024
+        plan = make_plan(tiny, kind, 0, where="tiny", block_size=block)
+        budget = plan.max_num_batched_tokens
+        for b, c in plan.decode:
+            blocks = -(-(c + decode_tokens(b, c, budget)) // block)
+            assert plan.kv_cache_bytes >= KV_MARGIN * b * blocks * block * kv, (kind, b, c)
+
+
+def test_short_dtype_names_are_the_dtypes() -> None:
+    tiny = models.PRESETS["tiny"]
+    for short, name in (("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32")):
+        assert make_plan(tiny, "cpu", 0, where="tiny", dtype=short).dtype == name

@@ -94,3 +94,35 @@ def test_a_limit_above_the_process_group_counts(tmp_path: Path) -> None:
     _group(v1 / "memory" / "slice" / "unit", memory_limit_in_bytes="9223372036854771712\n",
            memory_usage_in_bytes="0\n")  # fmt: skip
     assert host.cgroup_room(v1, "4:memory:/slice/unit\n") == 2 * GIB
+
+
+def test_an_unknown_host_figure_leaves_the_groups_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host's figure is 0 when unknown: the group's room is then the answer."""
+    groups = tmp_path / "groups"
+    _group(groups, memory_max=f"{GIB}\n", memory_current="0\n")
+    (tmp_path / "self").write_text("0::/\n")
+    monkeypatch.setattr(host, "CGROUP_ROOT", groups)
+    monkeypatch.setattr(host, "SELF_CGROUP", tmp_path / "self")
+    monkeypatch.setattr(host, "_host_available", lambda: 0)
+    assert host.available_bytes() == GIB
+
+
+def test_a_v1_limit_at_the_kernels_unlimited_is_no_limit(tmp_path: Path) -> None:
+    _group(
+        tmp_path / "memory",
+        memory_limit_in_bytes=f"{1 << 60}\n",
+        memory_usage_in_bytes=f"{GIB}\n",
+    )
+    assert host.cgroup_room(tmp_path, "4:memory:/\n") is None
+
+
+def test_the_hosts_figure_is_memavailable_in_bytes() -> None:
+    """``/proc/meminfo`` counts in kB of 1,024 bytes."""
+    meminfo = Path("/proc/meminfo")
+    if not meminfo.exists():
+        pytest.skip("no /proc/meminfo")
+    line = next(x for x in meminfo.read_text().splitlines() if x.startswith("MemAvailable:"))
+    kib = int(line.split()[1])
+    assert host._host_available() == pytest.approx(kib * 1024, rel=0.005)

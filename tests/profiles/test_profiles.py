@@ -373,3 +373,19 @@ def test_tensor_parallel_is_the_fewest_gpus_holding_the_weights_at_60_percent() 
     for params_b, tp in ((24.0, 1), (24.5, 2), (48.0, 2), (96.0, 4), (500.0, 8)):
         model = roofline.Model("M", params_b, 1, 1, 1, 1, 1024, "card")
         assert roofline.tensor_parallel(model, device) == tp, params_b
+
+
+def test_a_config_is_named_by_its_folder_and_a_head_dim_of_0_is_derived(tmp_path: Path) -> None:
+    """``--model`` given a folder or its config.json names the model by the folder; a
+    ``head_dim`` that is no size (0) leaves hidden size ÷ heads."""
+    config = {"hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 0}
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    for ref in (folder, folder / "config.json"):
+        name, loaded = models.load_config(ref)
+        assert name == "my-model"
+        assert models.head_dim(loaded) == 64
+        assert models.kv_bytes_per_token(loaded) == 2 * 2 * 8 * 64 * 2
+        # no max_position_embeddings: Hugging Face's LlamaConfig default
+        assert models.max_context(loaded) == 2048

@@ -107,3 +107,17 @@ def test_a_missing_part_is_named() -> None:
 def test_every_shipped_profile_keeps_the_rule() -> None:
     for path in sorted(DATA.glob("*.json")):
         assert load(path).name == path.stem
+
+
+def test_the_cached_prefix_terms_are_read_and_held_to_the_rule() -> None:
+    """``prefill.per_cached_token_s`` and ``per_context_pair_s`` are read from the file,
+    and a negative pair term is refused like every other cost; a whole number written
+    as a float (2048.0) is a whole number."""
+    profile = from_json(
+        _changed("prefill", {"per_cached_token_s": 2e-6, "per_context_pair_s": 3e-11})
+    )
+    assert profile.prefill.per_cached_token_s == 2e-6
+    assert profile.prefill.per_context_pair_s == 3e-11
+    with pytest.raises(ProfileError, match=r"^p.json: prefill\.per_context_pair_s is -1e-11; "):
+        from_json(_changed("prefill", {"per_context_pair_s": -1e-11}), "p.json")
+    assert from_json(_changed("", {"max_context": 2048.0})).max_context == 2048

@@ -92,3 +92,15 @@ def test_a_refusal_inside_the_fields_is_not_wrapped_again() -> None:
     with pytest.raises(ProfileError) as err:
         from_json(doc, where="p.json")
     assert str(err.value) == "p.json: prefill.includes_step must be true or false"
+
+
+def test_no_idle_spell_and_no_step_cost_nothing_extra() -> None:
+    """``wake_s``: 0 without an idle spell, even where a point is measured at 0 s idle;
+    ``new_shape_s``: a step of no tokens is no new size."""
+    from profiles.new_shape import new_shape_s
+    from profiles.wake import wake_s
+
+    assert wake_s(((0.0, 0.5), (10.0, 1.0)), 0.0) == 0.0
+    assert wake_s(((0.0, 0.5), (10.0, 1.0)), 5.0) == pytest.approx(0.75)
+    assert new_shape_s(((300.0, 0.02), (1500.0, 0.04)), 0) == 0.0
+    assert new_shape_s(((300.0, 0.02), (1500.0, 0.04)), 100) == 0.02

@@ -240,3 +240,40 @@ def test_the_decode_floor_is_checked_at_one_sequence_at_its_shortest_kv() -> Non
     with pytest.raises(EngineFitError, match=r"1 sequence\(s\) at 5000 KV tokens"):
         check_decode_floor(prefill, decode, points, ["http://x"])
     check_decode_floor(prefill, DecodeFit(0.0, 2 * per_seq, 0.0, 0.0), points, ["http://x"])
+
+
+def test_every_field_reads_back_and_an_older_document_reads_with_the_defaults() -> None:
+    """Every field set away from its default survives the JSON; a document written before
+    the later fields (only the required ones) reads back with the dataclass's defaults."""
+    base = samples(3, "2026-12-02T03:30:00+00:00")
+    full = replace(
+        base,
+        kv_capacity=None,
+        version=None,
+        decode_batches_without_common_window=2,
+        prefix_cache_reset=False,
+        max_cached_tokens_seen=64,
+        cached_prefill_note="no prefix cache",
+        wake=((1.0, (0.01, 0.02)),),
+        wake_note="w",
+        new_shape=((300, 0.02),),
+        new_shape_note="n",
+        step_budget=2048,
+    )
+    assert samples_from_json(full.to_json()) == full
+    required = [
+        "url",
+        "model",
+        "max_model_len",
+        "kv_bytes_per_token",
+        "kv_bytes_from",
+        "created",
+        "repeats",
+        "output_tokens",
+        "decode_output_tokens",
+        "prefill",
+        "decode",
+    ]
+    old = {k: v for k, v in base.to_json().items() if k in required}
+    defaults = replace(base, kv_capacity=None, version=None, max_cached_tokens_seen=0)
+    assert samples_from_json(old) == defaults

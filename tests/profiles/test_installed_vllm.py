@@ -36,3 +36,23 @@ def test_installed_vllm_is_its_version_and_distribution(
 def test_the_backends_vllm_version_is_the_version_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="9.8.7"))
     assert backend.vllm_version() == "9.8.7"
+
+
+def test_a_config_listing_a_causal_lm_among_its_architectures_is_taken() -> None:
+    """One causal-LM architecture among several is enough; none is refused."""
+    both = {"architectures": ["LlamaModel", "LlamaForCausalLM"], "hidden_size": 256}
+    vllm_checks.check_config(both, "cuda", "m")  # cuda: no CPU head-size check here
+    with pytest.raises(vllm_checks.VllmMeasureError, match="not a causal LM"):
+        vllm_checks.check_config({"architectures": ["BertModel"]}, "cuda", "m")
+
+
+def test_the_device_is_read_in_any_case() -> None:
+    """``--device CPU`` is ``cpu`` (and ``Auto`` this vLLM's platform)."""
+    pytest.importorskip("vllm")
+    from vllm.platforms import current_platform
+
+    have = str(current_platform.device_type)
+    if have != "cpu":
+        pytest.skip("a CPU vLLM build is checked here")
+    assert vllm_checks.vllm_platform(" CPU ", "m") == "cpu"
+    assert vllm_checks.vllm_platform("Auto", "m") == "cpu"

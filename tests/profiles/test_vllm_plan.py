@@ -187,3 +187,39 @@ def test_short_dtype_names_are_the_dtypes() -> None:
     tiny = models.PRESETS["tiny"]
     for short, name in (("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32")):
         assert make_plan(tiny, "cpu", 0, where="tiny", dtype=short).dtype == name
+
+
+def test_a_gpu_measurement_is_no_cpu_profile() -> None:
+    """``source.cpu_profile`` is true on a CPU only (docs/commands.md), and the profile is
+    named by the device kind; fitted without vLLM from timings made to a known step price."""
+    pytest.importorskip("vllm")
+    from profiles.schema import Reload
+    from profiles.vllm_fit import fitted_profile
+
+    tiny = models.PRESETS["tiny"]
+    budget = 512
+    steps = [
+        (ctx, n, STEP + A + B * n + Q * ((ctx + n) ** 2 - ctx**2))
+        for c in (128, 512, 1024, 2047)
+        for ctx, n in _chunks(c, budget)
+    ]
+    points = [(128, steps[0][2])]  # 128 tokens: one step
+    decode = [(b, kv, STEP + 1e-4 * b + 1e-7 * kv) for b, kv in ((1, 200), (4, 900), (8, 300))]
+    notes = {"reload": "r", "reload_points": [], "reload_max_rel_error": 0.0}
+    for kind in ("cpu", "cuda"):
+        plan = make_plan(tiny, kind, 0, where="tiny", max_num_batched_tokens=budget)
+        measured = {
+            "decode": decode,
+            "steps": steps,
+            "points": points,
+            "flags": {"max_num_batched_tokens": budget},
+            "device": kind,
+            "kv_bytes": models.kv_bytes_per_token(tiny),
+            "torch": "t",
+            "threads": 1,
+            "cached_tokens_seen": 0,
+        }
+        profile = fitted_profile("tiny", tiny, plan, measured, Reload(1e9, 1e-5), notes, 1, 0)
+        assert profile.name == f"tiny-{kind}"
+        assert profile.source["cpu_profile"] is (kind == "cpu")
+        assert profile.source["device_kind"] == kind

@@ -35,7 +35,7 @@ def available_bytes() -> int:
 
 def _host_available() -> int:
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in MEMINFO.read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
@@ -48,6 +48,8 @@ def _host_available() -> int:
 
 #: where the control groups are mounted, and the file naming this process's groups
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: the host's memory figures (``MemAvailable``, in kB of 1,024 bytes)
+MEMINFO = Path("/proc/meminfo")
 SELF_CGROUP = Path("/proc/self/cgroup")
 #: a cgroup v1 limit this high is no limit (the kernel's "unlimited", rounded to pages)
 _UNLIMITED = 1 << 60

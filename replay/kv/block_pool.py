@@ -70,10 +70,11 @@ class BlockPool:
             return pin.full if pin.shared < 0 else 0
         if program in self._owned:
             return 0
-        n = 0
+        s = len(self._base.get(program, ()))  # its own blocks follow its shared ones
+        n = s
         while (program, n) in self._by_hash:
             n += 1
-        return n
+        return n - s
 
     def prefix_hit(self, program: str, keys: Keys, reusable: int, cap: int) -> int:
         s = len(keys)

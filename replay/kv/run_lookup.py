@@ -23,7 +23,10 @@ class PrefixLookup(RunPoolState):
         if pin is not None:
             return pin.full if pin.shared < 0 else 0
         rid = self._cached.get(program)
-        return self._runs[rid].hi if rid is not None else 0
+        if rid is None:
+            return 0
+        run = self._runs[rid]
+        return run.hi - run.lo  # its own blocks (the run starts after its shared ones)
 
     def prefix_hit(self, program: str, keys: Keys, reusable: int, cap: int) -> int:
         if not keys:

@@ -592,6 +592,7 @@ def _compare_shared(fast: RunPool, ref: BlockPool, loose: int) -> None:
     assert fast.overlap() == ref.overlap()
     for p in PROGRAMS:
         assert fast.held(p) == ref.held(p), p
+        assert fast.cached_prefix(p) == ref.cached_prefix(p), p
         for keys in KEY_SETS:
             for reusable in (0, 4, 100):
                 got = fast.prefix_hit(p, keys, reusable, 100)
@@ -647,3 +648,83 @@ def test_run_pool_equals_block_pool_with_shared_prefixes(
     for step in sequence:
         _apply_shared(fast, ref, model, step)
         _compare_shared(fast, ref, sum(model.loose.values()))
+
+
+# ------------------------------------------------------------------ single answers, both pools
+# (the mutation audit of 2026-12-06: each case states one rule of replay/kv/interface.py)
+
+
+@pool_classes
+def test_a_partial_shared_hit_is_capped_too(cls: type) -> None:
+    """prefix_hit is "at most ``cap``" also when only some of the call's shared keys are
+    cached: Y's first two blocks are cached (A computed X), the cap is one block."""
+    pool = cls(20, 4)
+    pool.admit("A", 0, 5, X)
+    pool.cache_full("A", 5)
+    assert pool.prefix_hit("B", Y, 100, 100) == 2
+    assert pool.prefix_hit("B", Y, 100, 1) == 1
+    assert pool.prefix_hit("B", Y, 100, 0) == 0
+
+
+@pool_classes
+def test_room_counts_only_the_hit_shared_blocks_as_taken(cls: type) -> None:
+    """room_for: ``new`` blocks free plus the ``hit`` blocks that sit in the free list. A
+    hit of one of X's three cached (free) blocks takes one off the free list: 7 more fit
+    in 8, not 8; the two shared blocks past the hit are free blocks like any other."""
+    pool = cls(8, 4)
+    pool.admit("A", 0, 3, X)
+    pool.release("A", 3)
+    assert pool.free_blocks == 8 and pool.prefix_hit("B", X, 0, 100) == 3
+    assert pool.room_for("B", 1, 7, X) and not pool.room_for("B", 1, 8, X)
+    assert pool.room_for("B", 0, 8, X)
+    pool.admit("B", 1, 7, X)
+    assert (pool.free_blocks, pool.held("B")) == (0, 8)
+
+
+@pool_classes
+def test_changes_counts_what_can_let_a_waiting_call_fit(cls: type) -> None:
+    """``KVPool.changes``: bumped by admit (it may hand a pin over), release, unpin and a
+    cache_full that caches shared blocks (a waiting call may hit them now); not by the
+    calls that hand free blocks out (grow, take, assign, grow_batch), by pin, nor by a
+    cache_full that caches nothing new."""
+
+    def bumps(call: object, *args: object) -> int:
+        before = pool.changes
+        call(*args)  # type: ignore[operator]
+        return pool.changes - before
+
+    pool = cls(16, 4)
+    assert bumps(pool.admit, "A", 0, 4, X) == 1
+    assert bumps(pool.cache_full, "A", 2) == 1
+    assert bumps(pool.cache_full, "A", 2) == 0  # nothing new
+    assert bumps(pool.grow, "A", 1) == 0
+    assert bumps(pool.take, 2) == 0
+    assert bumps(pool.assign, "A", 2) == 0
+    assert bumps(pool.grow_batch, [("A", 1)]) == 0
+    assert bumps(pool.pin, "A", 5) == 1  # X[2] is full now: cached (cache_full's bump)
+    assert bumps(pool.unpin, "A") == 1
+    assert bumps(pool.admit, "B", 0, 2) == 1
+    assert bumps(pool.pin, "B", 2) == 0  # no shared blocks: pin keeps the blocks in place
+    assert bumps(pool.admit, "B", 2, 1) == 1  # the handover
+    assert bumps(pool.unpin, "B") == 1
+    assert bumps(pool.release, "B", 3) == 1
+
+
+@pool_classes
+def test_the_cached_prefix_after_shared_keys_counts_the_programs_own_blocks(cls: type) -> None:
+    """cached_prefix: "leading blocks of the program's stream that a new call could hit
+    now (a pin's full blocks, or its cached blocks in the free list)". A program whose
+    stream follows the three shared blocks of X has 2 full blocks of its own, pinned or
+    freed alike (found by the audit: the run pool counted the shared blocks too, 5, and
+    the block pool none, 0)."""
+    pool = cls(16, 4)
+    pool.admit("A", 0, 6, X)
+    pool.pin("A", 5)
+    assert pool.cached_prefix("A") == 2
+    pool.unpin("A")
+    assert pool.cached_prefix("A") == 2
+    assert pool.prefix_hit("A", X, 100, 100) == 5
+    pool.admit("B", 0, 11)  # A's partial block and the 10 never used: nothing evicted
+    assert (pool.cached_prefix("A"), pool.evicted_blocks()) == (2, 0)
+    pool.grow("B", 1)  # A's last own block
+    assert (pool.cached_prefix("A"), pool.evicted_blocks()) == (1, 1)

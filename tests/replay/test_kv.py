@@ -728,3 +728,95 @@ def test_the_cached_prefix_after_shared_keys_counts_the_programs_own_blocks(cls:
     assert (pool.cached_prefix("A"), pool.evicted_blocks()) == (2, 0)
     pool.grow("B", 1)  # A's last own block
     assert (pool.cached_prefix("A"), pool.evicted_blocks()) == (1, 1)
+
+
+@pool_classes
+def test_a_long_shared_prefix_is_freed_and_hit_again_block_by_block(cls: type) -> None:
+    """A call whose prompt starts with 600 shared blocks (a long system prompt: 9,600 tokens
+    at 16 a block) frees them together; another program's call hits them all, then, once
+    some are evicted from the high end, those before."""
+    keys = tuple(("long", i) for i in range(600))
+    pool = cls(700, 16)
+    pool.admit("A", 0, 601, keys)
+    pool.release("A", 600)
+    pool.check()
+    assert (pool.free_blocks, pool.prefix_hit("B", keys, 0, 1000)) == (700, 600)
+    pool.admit("C", 0, 1 + 99 + 300)  # A's partial block, the 99 never used, 300 copies
+    pool.check()
+    assert (pool.prefix_hit("B", keys, 0, 1000), pool.evicted_blocks()) == (300, 300)
+    pool.admit("B", 300, 0, keys)
+    pool.check()
+    assert (pool.free_blocks, pool.held("B")) == (0, 300)
+    pool.release("B", 300)
+    assert (pool.free_blocks, pool.prefix_hit("D", keys, 0, 1000)) == (300, 300)
+
+
+@pool_classes
+def test_blocks_handed_out_to_the_last_free_one_and_no_further(cls: type) -> None:
+    """grow, take and grow_batch hand out every free block, and raise OutOfBlocks past the
+    last, taking nothing; take's blocks are the running requests' once assigned."""
+    pool = cls(10, 4)
+    pool.admit("A", 0, 1)
+    pool.admit("B", 0, 1)
+    pool.grow_batch([("A", 3), ("B", 2)])
+    assert (pool.free_blocks, pool.held("A"), pool.held("B")) == (3, 4, 3)
+    with pytest.raises(OutOfBlocks):
+        pool.grow_batch([("A", 2), ("B", 2)])
+    with pytest.raises(OutOfBlocks):
+        pool.take(4)
+    with pytest.raises(OutOfBlocks):
+        pool.grow("A", 4)
+    assert pool.free_blocks == 3
+    pool.take(2)
+    with pytest.raises(ValueError):
+        pool.assign("B", 3)
+    pool.assign("B", 2)
+    pool.grow("A", 1)
+    assert (pool.free_blocks, pool.held("A"), pool.held("B")) == (0, 5, 5)
+    pool.release("B", 0)
+    pool.grow_batch([("A", 5)])
+    assert (pool.free_blocks, pool.held("A")) == (0, 10)
+    conserved(pool, ["A", "B"])
+
+
+@pool_classes
+def test_a_shared_block_held_by_three_is_freed_after_the_third(cls: type) -> None:
+    """A shared copy is referenced by every request that holds it and goes to the free
+    list when the last lets go: X's three blocks held by A, B and C count twice beyond
+    the first (overlap) while all three run, then once, then not at all."""
+    pool = cls(12, 4)
+    pool.admit("A", 0, 3, X)
+    pool.cache_full("A", 3)
+    pool.admit("B", 3, 1, X)
+    pool.admit("C", 3, 1, X)
+    assert (pool.free_blocks, pool.overlap()) == (7, 6)
+    pool.release("A", 3)
+    pool.check()
+    assert (pool.free_blocks, pool.overlap(), pool.held("B")) == (7, 3, 4)
+    pool.release("B", 3)
+    pool.check()
+    assert (pool.free_blocks, pool.overlap(), pool.held("C")) == (8, 0, 4)
+    pool.release("C", 3)
+    assert (pool.free_blocks, pool.overlap(), pool.prefix_hit("D", X, 0, 100)) == (12, 0, 3)
+    pool.check()
+
+
+@pool_classes
+def test_after_the_oldest_copy_is_evicted_a_hit_takes_the_next_oldest(cls: type) -> None:
+    """A hit takes the oldest copy still cached: A, B and C compute X[0] at once (three
+    copies, A's the oldest, then B's, then C's) and free them so that the free list reads
+    A's, C's, O's own block, B's. Evicting A's copy leaves B's the oldest: D's hit takes
+    B's from the end of the list, and the next block handed out is C's copy, not O's."""
+    pool = cls(4, 4)
+    for p in "ABC":
+        pool.admit(p, 0, 1, X[:1])
+        pool.cache_full(p, 1)
+    pool.admit("O", 0, 1)
+    for p in "ACOB":
+        pool.release(p, 1)
+    pool.admit("E", 0, 1)  # A's copy
+    assert (pool.evicted_blocks(), pool.prefix_hit("D", X[:1], 0, 100)) == (1, 1)
+    pool.admit("D", 1, 0, X[:1])
+    pool.grow("E", 1)  # C's copy
+    assert (pool.cached_prefix("O"), pool.evicted_blocks(), pool.free_blocks) == (1, 2, 1)
+    pool.check()

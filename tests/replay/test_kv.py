@@ -820,3 +820,30 @@ def test_after_the_oldest_copy_is_evicted_a_hit_takes_the_next_oldest(cls: type)
     pool.grow("E", 1)  # C's copy
     assert (pool.cached_prefix("O"), pool.evicted_blocks(), pool.free_blocks) == (1, 2, 1)
     pool.check()
+
+
+@pool_classes
+def test_a_release_caches_at_most_the_blocks_the_request_held(cls: type) -> None:
+    """release and pin cache "the first ``full``" of the request's blocks: a ``full`` past
+    what it holds caches them all and makes no more, with or without shared keys."""
+    pool = cls(10, 4)
+    pool.admit("A", 0, 2)
+    pool.release("A", 5)
+    assert (pool.free_blocks, pool.cached_prefix("A")) == (10, 2)
+    pool.admit("B", 0, 4, X)
+    pool.release("B", 9)
+    assert (pool.free_blocks, pool.prefix_hit("B", X, 100, 100)) == (10, 4)
+    pool.admit("C", 0, 2)
+    pool.pin("C", 5)
+    assert (pool.free_blocks, pool.held("C"), pool.cached_prefix("C")) == (8, 2, 2)
+    pool.unpin("C")
+    assert (pool.free_blocks, pool.cached_prefix("C")) == (10, 2)
+    pool.check()
+
+
+def test_a_run_pool_needs_blocks_of_some_size() -> None:
+    """The run pool refuses a pool without blocks or with blocks of no tokens."""
+    for num_blocks, block_size in ((0, 16), (-1, 16), (4, 0)):
+        with pytest.raises(ValueError, match="must be positive"):
+            RunPool(num_blocks, block_size)
+    RunPool(1, 1).check()

@@ -847,3 +847,26 @@ def test_a_run_pool_needs_blocks_of_some_size() -> None:
         with pytest.raises(ValueError, match="must be positive"):
             RunPool(num_blocks, block_size)
     RunPool(1, 1).check()
+
+
+@pool_classes
+def test_evicting_shared_copies_down_to_a_hit_one(cls: type) -> None:
+    """C caches X[0], then A computes all of X (a second copy of X[0]); both go. B's hit on
+    X[:2] takes the oldest copy of each: C's X[0] and A's X[1], from the middle of what A
+    freed. Handing out blocks then evicts A's X[2], skips the hit X[1], then evicts A's
+    X[0] (C's is held): the hit stays two blocks long. The run pool's runs stay well
+    formed (its :meth:`check`: a run's holes lie inside it)."""
+    pool = cls(4, 4)
+    pool.admit("C", 0, 1, X[:1])
+    pool.cache_full("C", 1)
+    pool.admit("A", 0, 3, X)
+    pool.release("C", 1)
+    pool.release("A", 3)
+    pool.admit("B", 2, 0, X[:2])
+    assert (pool.free_blocks, pool.overlap()) == (2, 0)
+    pool.grow("B", 1)
+    pool.check()
+    assert (pool.prefix_hit("D", X, 0, 100), pool.evicted_blocks(), pool.free_blocks) == (2, 1, 1)
+    pool.grow("B", 1)
+    pool.check()
+    assert (pool.prefix_hit("D", X, 0, 100), pool.evicted_blocks(), pool.free_blocks) == (2, 2, 0)

@@ -870,3 +870,21 @@ def test_evicting_shared_copies_down_to_a_hit_one(cls: type) -> None:
     pool.grow("B", 1)
     pool.check()
     assert (pool.prefix_hit("D", X, 0, 100), pool.evicted_blocks(), pool.free_blocks) == (2, 2, 0)
+
+
+@pool_classes
+def test_a_hit_on_the_last_copies_a_holder_freed(cls: type) -> None:
+    """As above, but B's hit is on all of X: C's X[0], then A's X[1] and X[2], the end of
+    what A freed. A's X[0] is the one block left free, evicted next; B's hit stays whole."""
+    pool = cls(4, 4)
+    pool.admit("C", 0, 1, X[:1])
+    pool.cache_full("C", 1)
+    pool.admit("A", 0, 3, X)
+    pool.release("C", 1)
+    pool.release("A", 3)
+    pool.admit("B", 3, 0, X)
+    pool.check()
+    assert (pool.free_blocks, pool.held("B"), pool.prefix_hit("D", X, 0, 100)) == (1, 3, 3)
+    pool.grow("B", 1)
+    pool.check()
+    assert (pool.free_blocks, pool.evicted_blocks(), pool.prefix_hit("D", X, 0, 100)) == (0, 1, 3)

@@ -1,0 +1,173 @@
+"""The vLLM backend's own rules, one at a time: what a replay's record counts, the bundle a
+replay policy runs with, and the plugin's counters as the fast backend's figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from fitting.policy_params import PolicyParams
+from profiles.cost import ProfileCostModel
+from profiles.shipped import resolve
+from replay.policies import PolicySpec
+from replay.policies.simple import STATIC_TTL_VALVE
+from replay.policy_runs import Load, run_one
+from replay.scheduler import SimSchedulerConfig, Stats
+from replay.sim import ReplayConfig
+from replay.vllmsim.bundles import bundle_for
+from replay.vllmsim.outcome import put_plugin_counters
+from replay.vllmsim.run import VllmRunner, record, run
+from replay.workload import AgentProgram, Call, Workload
+from tests.vllmsim.stress import workload
+
+COST = ProfileCostModel(resolve("llama-3.1-8b-h100")[0])
+
+
+def test_the_plugins_counters_become_the_fast_backends_pin_figures() -> None:
+    """``put_plugin_counters``: the plugin's pins made, hit, expired, released, dropped,
+    held (``pinned_programs``) and refused, each into the figure of its own name."""
+    names = ("made", "hit", "expired", "released", "dropped", "pinned_programs", "refused")
+    counters = {name: 10 + i for i, name in enumerate(names)}
+    stats = Stats()
+    put_plugin_counters(stats, counters)
+    got = (
+        stats.pins_made,
+        stats.pins_hit,
+        stats.pins_expired,
+        stats.pins_released,
+        stats.pins_dropped,
+        stats.pins_held,
+        stats.pins_refused,
+    )
+    assert got == tuple(counters[name] for name in names)
+
+
+def _params(spec: PolicySpec) -> PolicyParams:
+    doc = bundle_for(spec, COST)
+    assert doc is not None
+    return PolicyParams.from_json(doc["policy"])
+
+
+def test_static_ttl_bundle_pins_as_the_fast_backends_static_ttl() -> None:
+    """static-ttl: a cold start that never ends at τ, with the fast backend's defaults
+    (valve ``head``, pin cap 1.0) unless asked otherwise."""
+    params = _params(PolicySpec("static-ttl", ttl_s=3.5))
+    assert params.cold_start_ttl_s == 3.5 and params.pins
+    assert (params.valve, params.pin_cap) == (STATIC_TTL_VALVE, 1.0)
+    params = _params(PolicySpec("static-ttl", ttl_s=3.5, valve="stall-only", pin_cap=0.25))
+    assert (params.valve, params.pin_cap) == ("stall-only", 0.25)
+
+
+def test_continuum_bundle_takes_the_valve_and_pin_cap_asked() -> None:
+    """continuum: ``--valve`` and ``--pin-cap`` replace the policy's, each on its own."""
+    cold = _params(PolicySpec("continuum"))
+    assert cold == PolicyParams()
+    assert _params(PolicySpec("continuum", pin_cap=0.3)) == PolicyParams(pin_cap=0.3)
+    assert _params(PolicySpec("continuum", valve="head")) == PolicyParams(valve="head")
+
+
+def test_program_fcfs_bundle_pins_nothing() -> None:
+    assert _params(PolicySpec("program-fcfs")).pins is False
+    assert bundle_for(PolicySpec("vllm"), COST) is None
+    assert bundle_for(PolicySpec("unlimited-kv"), COST) is None
+
+
+def test_a_program_refused_at_its_first_call_has_every_call_rejected() -> None:
+    """A call the engine refuses stops its program: that call and every later one are
+    rejected, as in the fast backend (three calls here, not one)."""
+    long_calls = (
+        Call(5000, 20, 0, "bash", 0.5),
+        Call(5100, 20, 5020, "bash", 0.5),
+        Call(5200, 20, 5140, None, 0.0),
+    )
+    work = Workload(
+        (
+            AgentProgram("a", 0.0, long_calls),
+            AgentProgram("b", 0.1, (Call(300, 10, 0, None, 0.0),)),
+        )
+    )
+    config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=2048, block_size=16))
+    fast = run_one(work, PolicySpec("vllm"), COST, config, Load())
+    ours = VllmRunner()(work, PolicySpec("vllm"), COST, config, Load())
+    for key in ("llm_calls", "rejected_calls", "programs_cut_short"):
+        assert ours[key] == fast[key], key
+    assert (ours["rejected_calls"], ours["programs_cut_short"]) == (3, 1)
+
+
+@dataclass
+class _AbortFirst:
+    """Aborts program p0's first call as soon as it is in flight."""
+
+    done: bool = False
+
+    def scheduled(self, harness: Any, output: Any) -> None:
+        pass
+
+    def updated(self, harness: Any) -> None:
+        for rid, call in list(harness.calls.items()):
+            if not self.done and (call.run.program.program_id, call.turn) == ("p0", 0):
+                self.done = True
+                harness.abort(rid)
+
+
+def test_the_record_counts_the_aborted_calls() -> None:
+    work = workload([[(64, 8, 0.5)] * 3, [(64, 8, 0.5)] * 2])
+    config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=100_000, block_size=16))
+    got = run(work, PolicySpec("vllm"), COST, config, Load(), observer=_AbortFirst())
+    result = record(got, "vllm")
+    assert result["aborted_calls"] == got.aborted_calls == 1
+    assert result["llm_calls"] == 2 and result["programs_cut_short"] == 1
+
+
+def test_async_scheduling_reaches_the_fast_runner() -> None:
+    """``--backend fast --async-scheduling`` runs the fast backend's model of async
+    scheduling (``backend.runner``): a contended replay's times change with it."""
+    from replay.vllmsim.backend import runner
+    from tests.replay.test_equivalence import workload as contended
+
+    engine = SimSchedulerConfig(kv_tokens=16 * 60, max_num_batched_tokens=256, max_num_seqs=8)
+    config = ReplayConfig(engine=engine, truncate=True)
+    work, spec, load = contended(0), PolicySpec("vllm"), Load(concurrency=6)
+    sync = runner("fast")(work, spec, COST, config, load, timed=False)
+    asyn = runner("fast", async_scheduling=True)(work, spec, COST, config, load, timed=False)
+    model = run_one(work, spec, COST, replace(config, async_scheduling=True), load, timed=False)
+    assert asyn["jct_mean_s"] == model["jct_mean_s"] != sync["jct_mean_s"]
+
+
+def test_a_prompt_has_the_calls_length_whatever_it_repeats() -> None:
+    """``Streams.prompt``: the call's ``length`` tokens, even when the shared blocks or the
+    reuse asked for cover more than that."""
+    from replay.vllmsim.tokens import Streams
+
+    s = Streams()
+    first = s.prompt("p", 0, 40)
+    s.finished("p", first + s.fresh(10))
+    assert s.prompt("p", 50, 30) == first[:30]  # reused past the length: the length
+    assert len(s.prompt("q", 0, 20, ("k1", "k2"), block_size=16)) == 20  # 2 keys, 20 tokens
+
+
+def test_streams_share_blocks_by_key_and_reuse_only_the_same_keys() -> None:
+    """Every program whose prompt starts with the same keys sends the same ids; the rest
+    are fresh ids that occur nowhere else; a program's stream is repeated only when its
+    previous call had the same keys, and not after it is forgotten."""
+    from replay.vllmsim.tokens import FIRST_ID, Streams
+
+    s = Streams()
+    a = s.prompt("a", 0, 40, ("k",), block_size=16)
+    b = s.prompt("b", 0, 40, ("k",), block_size=16)
+    assert a[:16] == b[:16] and not set(a[16:]) & set(b)
+    assert min(a + b) >= FIRST_ID and len(set(a) | set(b)) == 16 + 24 + 24
+    stream = a + s.fresh(8)  # prompt + output
+    s.finished("a", stream)
+    again = s.prompt("a", 48, 60, ("k",), block_size=16)
+    assert again[:48] == stream and not set(again[48:]) & set(a + b + stream)
+    s.finished("a", again)
+    other = s.prompt("a", 60, 70, ("j",), block_size=16)  # other keys: nothing repeated
+    assert not set(other[16:]) & set(again)
+    s.finished("a", other)
+    unshared = s.prompt("a", 70, 80)  # no keys now, the previous call had some
+    assert not set(unshared) & set(other)
+    plain = s.prompt("c", 0, 30)
+    s.finished("c", plain)
+    s.forget("c")
+    assert not set(s.prompt("c", 30, 40)) & set(plain)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import pytest
+
 from fitting.policy_params import PolicyParams
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
@@ -171,3 +173,68 @@ def test_streams_share_blocks_by_key_and_reuse_only_the_same_keys() -> None:
     s.finished("c", plain)
     s.forget("c")
     assert not set(s.prompt("c", 30, 40)) & set(plain)
+
+
+@dataclass
+class _Steps:
+    """Counts the harness's ``schedule()`` and ``update_from_output()`` calls."""
+
+    schedules: int = 0
+    updates: int = 0
+
+    def scheduled(self, harness: Any, output: Any) -> None:
+        self.schedules += 1
+
+    def updated(self, harness: Any) -> None:
+        self.updates += 1
+
+
+def test_timed_calls_time_each_call_and_each_steps_lookups() -> None:
+    """``timed_calls``: one entry per ``schedule()`` and per ``update_from_output()``; the
+    step's virtual price (their sum the engine's busy seconds); and the prefix-cache
+    lookups of each ``schedule()`` alone: a call's first step looks it up, its decode
+    steps (nothing waiting) spend exactly 0 s there."""
+    work = Workload((AgentProgram("a", 0.0, (Call(40, 6, 0, None, 0.0),)),))
+    config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=4096, block_size=16))
+    steps = _Steps()
+    got = run(work, PolicySpec("vllm"), COST, config, Load(), observer=steps, timed_calls=True)
+    t = got.timings
+    assert t is not None and steps.schedules == 7 == steps.updates  # 6 steps, 1 empty
+    for series in (t.schedule_s, t.schedule_cpu_s, t.step_s, t.lookup_s):
+        assert len(series) == steps.schedules
+    assert len(t.update_s) == len(t.update_cpu_s) == steps.updates
+    assert sum(t.step_s) == pytest.approx(got.engine.stats.busy_s) and t.step_s[-1] == 0.0
+    assert 0 < t.lookup_s[0] <= t.schedule_s[0]
+    assert t.lookup_s[1:] == [0.0] * 6
+
+
+def test_an_untagged_last_call_only_changes_the_last_call() -> None:
+    """``call_request(untagged_last=True)``: the last call says no ``is_last`` and names
+    the tool ``unknown``; a call that is not the last is tagged as any other."""
+    from replay.client_tags import FULL
+    from replay.vllmsim.sent_call import call_request
+
+    def xargs(tool: str | None, *, is_last: bool, untagged_last: bool) -> Any:
+        call = Call(32, 4, 0, tool, 0.0)
+        request = call_request(
+            "0",
+            list(range(1000, 1032)),
+            call,
+            "p",
+            is_last=is_last,
+            untagged_last=untagged_last,
+            tags=FULL,
+            sent=1.5,
+            hasher=lambda r: [],
+        )
+        assert request.arrival_time == 1.5 and request.sampling_params.max_tokens == 4
+        return request.sampling_params.extra_args
+
+    last = xargs(None, is_last=True, untagged_last=True)
+    assert last == {"program_id": "p", "is_last": 0, "tool": "unknown"}
+    assert xargs("bash", is_last=True, untagged_last=True)["tool"] == "bash"
+    for tool in (None, "bash"):
+        assert xargs(tool, is_last=False, untagged_last=True) == xargs(
+            tool, is_last=False, untagged_last=False
+        )
+    assert xargs(None, is_last=False, untagged_last=False) == {"program_id": "p", "is_last": 0}

@@ -71,3 +71,24 @@ def test_a_call_counts_from_its_send() -> None:
     assert arrival_time == 0.25
     assert 0.5 == req.admitted < req.first_token < req.finish
     assert req.generated == 6 and eng.stats.prompt_tokens == 40
+
+
+def test_a_fleets_record_sums_each_plugins_counters() -> None:
+    """``fleet.record``: the plugin's counters summed over the replicas (each its own
+    plugin), the backend and its scheduler named."""
+    from replay.fleet.routers import RouterSettings
+    from replay.fleet.run import FleetSpec
+    from replay.policies import PolicySpec
+    from replay.policy_runs import Load
+    from replay.vllmsim.fleet import record, simulate
+    from tests.replay.test_equivalence import workload
+
+    engine = SimSchedulerConfig(kv_tokens=BS * 200, max_num_batched_tokens=256, max_num_seqs=8)
+    fleet = FleetSpec(2, RouterSettings("round-robin"), backend="vllm")
+    spec = PolicySpec("static-ttl", ttl_s=1.0)
+    ran = simulate(workload(0), spec, COST, ReplayConfig(engine=engine), Load(concurrency=6), fleet)
+    result = record(ran, spec.name, fleet, timed=False)
+    each = [e.plugin_counters for e in ran.engines]
+    assert all(c["made"] > 0 for c in each) and each[0] != each[1]
+    assert result["plugin_counters"] == {k: each[0][k] + each[1][k] for k in each[0]}
+    assert (result["backend"], result["scheduler"]) == ("vllm", "TTLScheduler")

@@ -20,12 +20,13 @@ COST = ProfileCostModel(resolve("llama-3.1-8b-h100")[0])
 BS = 16
 
 
-def _replica(work: Workload, **engine: Any) -> VllmEngine:
-    config = SimSchedulerConfig(kv_tokens=BS * 100, block_size=BS, **engine)
+def _replica(work: Workload, *, async_scheduling: bool = False) -> VllmEngine:
+    config = SimSchedulerConfig(kv_tokens=BS * 100, block_size=BS)
     cfg = ReplayConfig(engine=config)
     with quiet_vllm():
-        built = build(config, async_scheduling=False, bundle=None)
-    return VllmEngine(built, config, COST, TokenBook(work, cfg, built.hasher), False)
+        built = build(config, async_scheduling=async_scheduling, bundle=None)
+    book = TokenBook(work, cfg, built.hasher)
+    return VllmEngine(built, config, COST, book, False, async_scheduling)
 
 
 def _serve(eng: VllmEngine, run: ProgramRun, rid: int, at: float, sent: float) -> Any:

@@ -238,3 +238,13 @@ def test_an_untagged_last_call_only_changes_the_last_call() -> None:
             tool, is_last=False, untagged_last=False
         )
     assert xargs(None, is_last=False, untagged_last=False) == {"program_id": "p", "is_last": 0}
+
+
+def test_progress_is_told_at_every_finished_call_of_a_small_trace() -> None:
+    """``replay.progress.CallTally``: a trace of fewer than ``TELLS`` calls is told at every
+    call finished, the count rising by one each time to the trace's calls."""
+    work = workload([[(64, 8, 0.5)] * 3, [(64, 8, 0.5)] * 3])
+    config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=100_000, block_size=16))
+    told: list[tuple[int, int]] = []
+    run(work, PolicySpec("vllm"), COST, config, Load(), progress=lambda d, t: told.append((d, t)))
+    assert told == [(n, 6) for n in range(1, 7)]

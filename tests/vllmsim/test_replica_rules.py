@@ -93,3 +93,31 @@ def test_a_fleets_record_sums_each_plugins_counters() -> None:
     assert all(c["made"] > 0 for c in each) and each[0] != each[1]
     assert result["plugin_counters"] == {k: each[0][k] + each[1][k] for k in each[0]}
     assert (result["backend"], result["scheduler"]) == ("vllm", "TTLScheduler")
+
+
+def test_a_vllm_fleets_random_router_draws_from_the_loads_seed() -> None:
+    """The router is the fast fleet's, seeded by the load's ``--seed`` (``fleet_router``):
+    a random router sends each call to the replica the fast fleet sends it to."""
+    from replay.fleet.routers import RouterSettings
+    from replay.fleet.run import FleetSpec, simulate_fleet_one
+    from replay.policies import PolicySpec
+    from replay.policy_runs import Load
+    from replay.vllmsim.fleet import simulate
+    from tests.replay.test_equivalence import workload
+
+    engine = SimSchedulerConfig(kv_tokens=BS * 400, max_num_batched_tokens=256, max_num_seqs=8)
+    config, spec = ReplayConfig(engine=engine), PolicySpec("vllm")
+    fleet = FleetSpec(3, RouterSettings("random"))
+    placed = {}
+    for seed in (5, 6):
+        load = Load(concurrency=6, seed=seed)
+        fast, _, _ = simulate_fleet_one(workload(0), spec, COST, config, load, fleet)
+        ours = simulate(workload(0), spec, COST, config, load, fleet).outcome
+
+        def where(outcome: Any) -> dict[tuple[str, int], int]:
+            pairs = zip(outcome.calls, outcome.call_replicas, strict=True)
+            return {(c.program, c.turn): i for c, i in pairs}
+
+        placed[seed] = where(ours)
+        assert placed[seed] == where(fast)
+    assert placed[5] != placed[6]

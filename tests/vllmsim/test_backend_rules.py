@@ -3,7 +3,7 @@ replay policy runs with, and the plugin's counters as the fast backend's figures
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -248,3 +248,68 @@ def test_progress_is_told_at_every_finished_call_of_a_small_trace() -> None:
     told: list[tuple[int, int]] = []
     run(work, PolicySpec("vllm"), COST, config, Load(), progress=lambda d, t: told.append((d, t)))
     assert told == [(n, 6) for n in range(1, 7)]
+
+
+def test_sends_come_by_time_then_a_send_before_an_abort_then_in_order() -> None:
+    """``Sends``: in order of time, then kind (a send before an abort at the same time),
+    then sequence; nothing due before its time."""
+    from replay.vllmsim.sends import ABORT, ARRIVAL, Sends
+
+    sends = Sends()
+    sends.push(1.0, ABORT, "abort-1")
+    sends.push(1.0, ARRIVAL, "send-1")
+    sends.push(0.5, ABORT, "abort-0.5")
+    sends.push(1.0, ARRIVAL, "send-2")
+    assert sends.next_at() == 0.5 and sends.due(0.4) is None
+    got = []
+    while (event := sends.due(1.0)) is not None:
+        got.append(event[2])
+    assert got == ["abort-0.5", "send-1", "send-2", "abort-1"]
+
+
+@dataclass
+class _AbortWhenScheduled:
+    """Aborts program p0's first call in the ``schedule()`` that first runs it, and
+    notes every request each later ``schedule()`` runs."""
+
+    rid: str | None = None
+    later: list[str] = field(default_factory=list)
+
+    def scheduled(self, harness: Any, output: Any) -> None:
+        if self.rid is not None:
+            self.later += list(output.num_scheduled_tokens)
+            return
+        for rid in output.num_scheduled_tokens:
+            call = harness.calls[rid]
+            if (call.run.program.program_id, call.turn) == ("p0", 0):
+                self.rid = rid
+                harness.abort(rid)
+
+    def updated(self, harness: Any) -> None:
+        pass
+
+
+def test_an_abort_reaches_the_scheduler_before_its_next_schedule_under_async() -> None:
+    """Async scheduling schedules step N+1 before step N's output is applied; the engine
+    core reads its input queue in between, so a call aborted at a step boundary is not in
+    the next step vLLM schedules (``BatchQueue.turn``'s ``between``)."""
+    work = workload([[(64, 8, 0.5)] * 2, [(64, 8, 0.5)] * 2])
+    config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=100_000, block_size=16))
+    seen = _AbortWhenScheduled()
+    got = run(work, PolicySpec("vllm"), COST, config, Load(), async_scheduling=True, observer=seen)
+    assert got.aborted_calls == 1 and seen.rid is not None
+    assert seen.later and seen.rid not in seen.later
+
+
+def test_with_a_concurrency_cap_a_program_starts_when_one_ends() -> None:
+    """``Sends.start``: with a cap, the first ``concurrency`` programs start at 0 and each of
+    the others when one ends (its run's ``start``, as the fast backend's runs say)."""
+    work = workload([[(64, 8, 0.5)] * 2 for _ in range(3)])
+    for program in work.programs:
+        assert program.start_s == 0.0
+    work = Workload(tuple(replace(p, start_s=4.0 + i) for i, p in enumerate(work.programs)))
+    config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=100_000, block_size=16))
+    got = run(work, PolicySpec("vllm"), COST, config, Load(concurrency=1))
+    runs = got.programs
+    assert [r.start for r in runs] == [0.0, runs[0].last_finish, runs[1].last_finish]
+    assert [r.first_arrival for r in runs] == [r.start for r in runs]

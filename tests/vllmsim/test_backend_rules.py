@@ -313,3 +313,39 @@ def test_with_a_concurrency_cap_a_program_starts_when_one_ends() -> None:
     runs = got.programs
     assert [r.start for r in runs] == [0.0, runs[0].last_finish, runs[1].last_finish]
     assert [r.first_arrival for r in runs] == [r.start for r in runs]
+
+
+@dataclass
+class _OutputIds:
+    """Checks, after each output applied, that every live call's output so far is its own
+    output ids in order (the stand-in executor's samples)."""
+
+    checked: int = 0
+
+    def scheduled(self, harness: Any, output: Any) -> None:
+        pass
+
+    def updated(self, harness: Any) -> None:
+        for entry in harness.calls.values():
+            got = list(entry.request.output_token_ids)
+            assert got == entry.outputs[: len(got)]
+            self.checked += len(got)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_each_call_samples_its_own_output_ids_in_order(async_scheduling: bool) -> None:
+    """``executor.execute``: a step that reaches the end of a request's known tokens
+    samples the call's next output id (index ``c + n − prompt``), never a filler."""
+    work = workload([[(64, 8, 0.0)] * 2, [(40, 5, 0.0)] * 2])
+    config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=100_000, block_size=16))
+    seen = _OutputIds()
+    run(
+        work,
+        PolicySpec("vllm"),
+        COST,
+        config,
+        Load(),
+        observer=seen,
+        async_scheduling=async_scheduling,
+    )
+    assert seen.checked > 10

@@ -23,4 +23,6 @@ if importlib.util.find_spec("vllm") is None:  # an install without the engine ex
         "test_fleet_cli.py",
         "test_fleet_one_replica.py",
         "test_progress.py",
+        "test_backend_rules.py",
+        "test_replica_rules.py",
     ]

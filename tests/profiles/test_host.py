@@ -62,14 +62,21 @@ def test_a_group_over_its_limit_has_no_room(tmp_path: Path) -> None:
     assert host.cgroup_room(tmp_path, "0::/\n") == 0
 
 
-def test_available_bytes_is_the_smaller_of_host_and_group(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _in_a_group_of_1_gib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This process in a (v2) control group limited to 1 GiB, none of it used: the
+    group's folder."""
     groups = tmp_path / "groups"
     _group(groups, memory_max=f"{GIB}\n", memory_current="0\n")
     (tmp_path / "self").write_text("0::/\n")
     monkeypatch.setattr(host, "CGROUP_ROOT", groups)
     monkeypatch.setattr(host, "SELF_CGROUP", tmp_path / "self")
+    return groups
+
+
+def test_available_bytes_is_the_smaller_of_host_and_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    groups = _in_a_group_of_1_gib(tmp_path, monkeypatch)
     monkeypatch.setattr(host, "_host_available", lambda: 16 * GIB)
     assert host.available_bytes() == GIB
     monkeypatch.setattr(host, "_host_available", lambda: GIB // 2)
@@ -100,11 +107,7 @@ def test_an_unknown_host_figure_leaves_the_groups_room(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The host's figure is 0 when unknown: the group's room is then the answer."""
-    groups = tmp_path / "groups"
-    _group(groups, memory_max=f"{GIB}\n", memory_current="0\n")
-    (tmp_path / "self").write_text("0::/\n")
-    monkeypatch.setattr(host, "CGROUP_ROOT", groups)
-    monkeypatch.setattr(host, "SELF_CGROUP", tmp_path / "self")
+    _in_a_group_of_1_gib(tmp_path, monkeypatch)
     monkeypatch.setattr(host, "_host_available", lambda: 0)
     assert host.available_bytes() == GIB
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profiles.cost import ConstantCostModel
-from replay.kv import BlockPool, OutOfBlocks, RunPool
+from replay.kv import BlockPool, KVPool, OutOfBlocks, RunPool
 from replay.policies.simple import VLLM
 from replay.request import SimRequest
 from replay.scheduler import SimScheduler, SimSchedulerConfig
@@ -849,6 +849,18 @@ def test_a_run_pool_needs_blocks_of_some_size() -> None:
     RunPool(1, 1).check()
 
 
+def _two_copies_of_the_first_block_freed(cls: type) -> KVPool:
+    """A pool of four blocks where C cached X[0], then A computed all of X (a second copy of
+    X[0]), and both released theirs: C's copy first."""
+    pool = cls(4, 4)
+    pool.admit("C", 0, 1, X[:1])
+    pool.cache_full("C", 1)
+    pool.admit("A", 0, 3, X)
+    pool.release("C", 1)
+    pool.release("A", 3)
+    return pool
+
+
 @pool_classes
 def test_evicting_shared_copies_down_to_a_hit_one(cls: type) -> None:
     """C caches X[0], then A computes all of X (a second copy of X[0]); both go. B's hit on
@@ -856,12 +868,7 @@ def test_evicting_shared_copies_down_to_a_hit_one(cls: type) -> None:
     freed. Handing out blocks then evicts A's X[2], skips the hit X[1], then evicts A's
     X[0] (C's is held): the hit stays two blocks long. The run pool's runs stay well
     formed (its :meth:`check`: a run's holes lie inside it)."""
-    pool = cls(4, 4)
-    pool.admit("C", 0, 1, X[:1])
-    pool.cache_full("C", 1)
-    pool.admit("A", 0, 3, X)
-    pool.release("C", 1)
-    pool.release("A", 3)
+    pool = _two_copies_of_the_first_block_freed(cls)
     pool.admit("B", 2, 0, X[:2])
     assert (pool.free_blocks, pool.overlap()) == (2, 0)
     pool.grow("B", 1)
@@ -876,12 +883,7 @@ def test_evicting_shared_copies_down_to_a_hit_one(cls: type) -> None:
 def test_a_hit_on_the_last_copies_a_holder_freed(cls: type) -> None:
     """As above, but B's hit is on all of X: C's X[0], then A's X[1] and X[2], the end of
     what A freed. A's X[0] is the one block left free, evicted next; B's hit stays whole."""
-    pool = cls(4, 4)
-    pool.admit("C", 0, 1, X[:1])
-    pool.cache_full("C", 1)
-    pool.admit("A", 0, 3, X)
-    pool.release("C", 1)
-    pool.release("A", 3)
+    pool = _two_copies_of_the_first_block_freed(cls)
     pool.admit("B", 3, 0, X)
     pool.check()
     assert (pool.free_blocks, pool.held("B"), pool.prefix_hit("D", X, 0, 100)) == (1, 3, 3)

@@ -114,3 +114,19 @@ def driver(
     d = Driver(built)
     built.scheduler.ttl_clock = lambda: d.now
     return d
+
+
+@dataclass
+class AbortFirst:
+    """A harness observer that aborts program p0's first call as soon as it is in flight."""
+
+    done: bool = False
+
+    def scheduled(self, harness: Any, output: Any) -> None:
+        pass
+
+    def updated(self, harness: Any) -> None:
+        for rid, call in list(harness.calls.items()):
+            if not self.done and (call.run.program.program_id, call.turn) == ("p0", 0):
+                self.done = True
+                harness.abort(rid)

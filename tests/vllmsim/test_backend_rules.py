@@ -20,6 +20,7 @@ from replay.vllmsim.bundles import bundle_for
 from replay.vllmsim.outcome import put_plugin_counters
 from replay.vllmsim.run import VllmRunner, record, run
 from replay.workload import AgentProgram, Call, Workload
+from tests.vllmsim.drive import AbortFirst
 from tests.vllmsim.stress import workload
 
 COST = ProfileCostModel(resolve("llama-3.1-8b-h100")[0])
@@ -96,26 +97,10 @@ def test_a_program_refused_at_its_first_call_has_every_call_rejected() -> None:
     assert (ours["rejected_calls"], ours["programs_cut_short"]) == (3, 1)
 
 
-@dataclass
-class _AbortFirst:
-    """Aborts program p0's first call as soon as it is in flight."""
-
-    done: bool = False
-
-    def scheduled(self, harness: Any, output: Any) -> None:
-        pass
-
-    def updated(self, harness: Any) -> None:
-        for rid, call in list(harness.calls.items()):
-            if not self.done and (call.run.program.program_id, call.turn) == ("p0", 0):
-                self.done = True
-                harness.abort(rid)
-
-
 def test_the_record_counts_the_aborted_calls() -> None:
     work = workload([[(64, 8, 0.5)] * 3, [(64, 8, 0.5)] * 2])
     config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=100_000, block_size=16))
-    got = run(work, PolicySpec("vllm"), COST, config, Load(), observer=_AbortFirst())
+    got = run(work, PolicySpec("vllm"), COST, config, Load(), observer=AbortFirst())
     result = record(got, "vllm")
     assert result["aborted_calls"] == got.aborted_calls == 1
     assert result["llm_calls"] == 2 and result["programs_cut_short"] == 1

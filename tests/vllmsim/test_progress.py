@@ -4,9 +4,7 @@ fleet (the fast fleet's loop over vLLM's schedulers); the document is unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,6 +18,7 @@ from replay.sim import ReplayConfig
 from replay.vllmsim.run import run
 from tests.replay.test_replay_progress import assert_rising_to_the_calls, request, told
 from tests.tune.inputs import write_trace
+from tests.vllmsim.drive import AbortFirst
 from tests.vllmsim.stress import workload
 
 COST = ProfileCostModel(resolve("llama-3.1-8b-h100")[0])
@@ -43,21 +42,6 @@ def test_an_aborted_call_counts_its_programs_later_calls_done() -> None:
     so they are done then, and the count still ends at the workload's calls (it ended one
     short per later call: the harness counted the aborted call alone)."""
     work = workload([[(64, 8, 0.5)] * 4, [(64, 8, 0.5)] * 2])
-
-    @dataclass
-    class AbortFirst:
-        """Aborts program p0's first call as soon as it is in flight."""
-
-        done: bool = False
-
-        def scheduled(self, harness: Any, output: Any) -> None:
-            pass
-
-        def updated(self, harness: Any) -> None:
-            for rid, call in list(harness.calls.items()):
-                if not self.done and (call.run.program.program_id, call.turn) == ("p0", 0):
-                    self.done = True
-                    harness.abort(rid)
 
     told_counts: list[tuple[int, int]] = []
     config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=100_000, block_size=16))

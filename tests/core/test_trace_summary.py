@@ -4,6 +4,7 @@ know it; the canonical default applies) is counted apart, not summed as 0."""
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from rich.console import Console
 
 from replay.workload import from_frame
@@ -110,38 +111,55 @@ def test_a_tools_pause_is_its_tool_s_else_its_gap() -> None:
     assert tools["calls_with_pause"] == tools["distinct_with_pause"] == 2
 
 
-def _huge(inputs: list[int], outputs: list[int]) -> pl.LazyFrame:
+def _huge(
+    inputs: list[int], outputs: list[int], reused: list[int | None] | None = None, programs: int = 1
+) -> pl.LazyFrame:
+    """``programs`` programs, each with these calls."""
     n = len(inputs)
     frame = pl.LazyFrame(
         {
-            "program_id": ["p"] * n,
-            "turn": list(range(n)),
-            "input_tokens": inputs,
-            "output_tokens": outputs,
-            "reused_tokens": [None] * n,
-            "tool": [None] * n,
+            "program_id": [f"p{i}" for i in range(programs) for _ in range(n)],
+            "turn": list(range(n)) * programs,
+            "input_tokens": inputs * programs,
+            "output_tokens": outputs * programs,
+            "reused_tokens": (reused or [None] * n) * programs,
+            "tool": [None] * n * programs,
         },
         schema_overrides={"reused_tokens": pl.Int64},
     )
     return conform(frame, keep_source=False)
 
 
+TOP = 2**63 - 1  # the largest count a column holds (ingest takes it)
+
+
 def test_token_totals_past_64_bits_are_exact() -> None:
-    """A column holds counts up to 2**63 - 1 (ingest takes them); the totals are their
-    sums, not a 64-bit sum wrapped negative."""
-    top = 2**63 - 1
-    tokens = summarize(_huge([top, top], [top, 5]))["tokens"]
-    assert tokens["input"] == 2 * top
-    assert tokens["output"] == top + 5
-    assert "tokens: input 18,446,744,073,709,551,614" in _line(_huge([top, top], [top, 5]))
+    """The totals are the sums of the counts, input, output and recorded reuse alike, not a
+    64-bit sum wrapped negative."""
+    trace = _huge([TOP, TOP], [TOP, 5], reused=[0, TOP], programs=2)
+    tokens = summarize(trace)["tokens"]
+    assert tokens["input"] == 4 * TOP
+    assert tokens["output"] == 2 * (TOP + 5)
+    assert tokens["reused"] == 2 * TOP
+    assert "tokens: input 36,893,488,147,419,103,228" in _line(trace)
 
 
-def test_the_assumed_reuse_of_counts_near_the_limit_is_the_calls_input() -> None:
+@pytest.mark.parametrize(
+    ("inputs", "outputs"),
+    [
+        ([TOP - 10, 1_000], [100, 5]),  # the previous input alone passes this one
+        ([5, 1_000], [TOP, 0]),  # the previous output does: input + output past 64 bits
+    ],
+)
+def test_the_assumed_reuse_past_64_bits_is_the_calls_input(
+    inputs: list[int], outputs: list[int]
+) -> None:
     """The previous call's input + output past 64 bits is still at least this call's input:
     the assumed reuse is the input (a wrapped sum made it negative), in the replay and in
-    the summary alike."""
-    top = 2**63 - 1
-    trace = _huge([top - 10, 1_000], [100, 5])
+    the summary alike, and the summary's total of it is exact."""
+    trace = _huge(inputs, outputs)
     replayed = from_frame(trace.collect()).programs[0].calls
     assert [c.reused_tokens for c in replayed] == [0, 1_000]
     assert summarize(trace)["tokens"]["reused_assumed"] == 1_000
+    both = _huge([TOP - 1, TOP], [TOP, 0], programs=2)  # each assumes TOP for its second call
+    assert summarize(both)["tokens"]["reused_assumed"] == 2 * TOP

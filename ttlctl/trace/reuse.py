@@ -11,25 +11,21 @@ from __future__ import annotations
 
 import polars as pl
 
+#: the largest count a trace's column holds (Int64)
+_COUNT_MAX = 2**63 - 1
+
 
 def assumed_reuse() -> pl.Expr:
     """Each row's default reuse: the previous call's input + output in its program (by
-    turn; 0 for the first), at most this call's input. Taken as the previous input plus
-    what of the previous output fits below this input, so that no sum passes this input:
-    two counts near a column's 64-bit limit would wrap negative."""
-
-    def previous(column: str) -> pl.Expr:
-        return pl.col(column).shift(1).over("program_id", order_by="turn")
-
-    inp = pl.col("input_tokens")
-    room = inp - previous("input_tokens")  # what this input holds past the previous one
-    capped = (
-        pl.when(room <= 0)
-        .then(inp)
-        .otherwise(previous("input_tokens") + pl.min_horizontal(previous("output_tokens"), room))
-        .fill_null(0)
-    )
-    return pl.min_horizontal(capped, inp)
+    turn; 0 for the first), at most this call's input. The sum saturates at the columns'
+    largest count instead of wrapping negative (two counts near the 64-bit limit); at most
+    this input, the result is the same."""
+    inp, out = pl.col("input_tokens"), pl.col("output_tokens")
+    room = pl.lit(_COUNT_MAX) - inp  # what a sum may add to this input without wrapping
+    # a null output stays null (as in a plain sum): neither branch is taken then
+    added = pl.when(out <= room).then(out).when(out > room).then(room)
+    previous = (inp + added).shift(1).over("program_id", order_by="turn").fill_null(0)
+    return pl.min_horizontal(previous, inp)
 
 
 def reuse() -> pl.Expr:

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from replay.workload import from_frame
 from ttlctl.cli.render.trace_view import trace_summary
-from ttlctl.trace.columns import conform
+from ttlctl.trace.columns import COLUMNS, COUNT_MAX, EXTRA_COLUMNS, TURN_MAX, conform
 from ttlctl.trace.summary import summarize
 
 
@@ -163,3 +163,15 @@ def test_the_assumed_reuse_past_64_bits_is_the_calls_input(
     assert summarize(trace)["tokens"]["reused_assumed"] == 1_000
     both = _huge([TOP - 1, TOP], [TOP, 0], programs=2)  # each assumes TOP for its second call
     assert summarize(both)["tokens"]["reused_assumed"] == 2 * TOP
+
+
+def test_the_largest_counts_are_the_columns_types_largest() -> None:
+    """Ingest refuses a count past ``COUNT_MAX`` and a turn or block size past ``TURN_MAX``,
+    and the default reuse saturates at ``COUNT_MAX``: each is what its columns hold."""
+    counts = ("input_tokens", "output_tokens", "reused_tokens")
+    for name, most in [*((c, COUNT_MAX) for c in counts), ("turn", TURN_MAX)]:
+        dtype = {**COLUMNS, **EXTRA_COLUMNS}[name]
+        assert pl.Series([most], dtype=dtype).item() == most
+        with pytest.raises(TypeError):  # past the type: polars will not build it
+            pl.Series([most + 1], dtype=dtype)
+    assert EXTRA_COLUMNS["prefix_block_tokens"] == COLUMNS["turn"]

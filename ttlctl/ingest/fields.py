@@ -12,15 +12,11 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
+from ttlctl.trace.columns import COUNT_MAX
+
 
 class RecordError(ValueError):
     """A record that cannot become a row; the message is the reject reason."""
-
-
-#: The largest whole number a trace's columns hold: a count (``input_tokens`` …, Int64) and
-#: a turn or a block size (Int32; :data:`ttlctl.trace.columns.COLUMNS`).
-COUNT_MAX = 2**63 - 1
-TURN_MAX = 2**31 - 1
 
 
 def number(value: Any, field: str, *, required: bool = True) -> float | None:

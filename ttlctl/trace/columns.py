@@ -28,6 +28,11 @@ COLUMNS: Final[dict[str, pl.DataType]] = {
     "is_last": pl.Boolean(),
 }
 
+#: The largest whole number a count column holds (``input_tokens`` …, Int64), and a turn
+#: or a block size (Int32): read off those types.
+COUNT_MAX: Final[int] = pl.select(pl.Int64.max()).item()
+TURN_MAX: Final[int] = pl.select(pl.Int32.max()).item()
+
 #: Optional columns beyond trace v1 (docs/trace-format.md); kept when present, and a
 #: trace without them stays valid.
 #: ``parent_program_id`` links a sub-agent's program to the program that spawned it.

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-#: the largest count a trace's column holds (Int64)
-_COUNT_MAX = 2**63 - 1
+from ttlctl.trace.columns import COUNT_MAX
 
 
 def assumed_reuse() -> pl.Expr:
@@ -21,7 +20,7 @@ def assumed_reuse() -> pl.Expr:
     largest count instead of wrapping negative (two counts near the 64-bit limit); at most
     this input, the result is the same."""
     inp, out = pl.col("input_tokens"), pl.col("output_tokens")
-    room = pl.lit(_COUNT_MAX) - inp  # what a sum may add to this input without wrapping
+    room = pl.lit(COUNT_MAX) - inp  # what a sum may add to this input without wrapping
     # a null output stays null (as in a plain sum): neither branch is taken then
     added = pl.when(out <= room).then(out).when(out > room).then(room)
     previous = (inp + added).shift(1).over("program_id", order_by="turn").fill_null(0)

@@ -67,12 +67,13 @@ from typing import Any
 
 import polars as pl
 
-from ttlctl.ingest.fields import TURN_MAX, RecordError, integer
+from ttlctl.ingest.fields import RecordError, integer
 from ttlctl.ingest.formats.claude_code_walker import Walker
 from ttlctl.ingest.jsontext import load_json_object
 from ttlctl.ingest.rawfile import logical
 from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
+from ttlctl.trace.columns import TURN_MAX
 
 DEFAULT_BLOCK_SIZE = 64
 

@@ -59,7 +59,6 @@ from typing import Any
 import polars as pl
 
 from ttlctl.ingest.fields import (
-    TURN_MAX,
     RecordError,
     duration,
     epoch,
@@ -77,6 +76,7 @@ from ttlctl.ingest.jsontext import (
 )
 from ttlctl.ingest.reader import Parsed, frame_from_rows
 from ttlctl.ingest.rejects import RejectSink
+from ttlctl.trace.columns import TURN_MAX
 
 INPUT_EVENTS = ("user_message", "tool_result")
 ASSISTANT_EVENTS = ("reasoning", "text", "tool_call", "usage_report")

@@ -13,13 +13,17 @@ from ttlctl.errors import ConfigError
 _ENDLESS = 2**53
 
 
+def _call_tokens() -> pl.Expr:
+    """Each call's prompt + output, summed in 128 bits (two counts near the columns' 64-bit
+    limit would wrap negative, and the call would read as short)."""
+    return pl.col("input_tokens").cast(pl.Int128) + pl.col("output_tokens")
+
+
 def programs_over(frame: pl.DataFrame, limit: int) -> int:
     """How many programs have a call (prompt + output) longer than ``limit`` tokens: those
     :func:`fit_context` scales."""
     limit = min(limit, _ENDLESS)
-    longest = frame.group_by("program_id").agg(
-        (pl.col("input_tokens") + pl.col("output_tokens")).max().alias("longest")
-    )
+    longest = frame.group_by("program_id").agg(_call_tokens().max().alias("longest"))
     return int((longest["longest"] > limit).sum())
 
 
@@ -37,7 +41,7 @@ def fit_context(frame: pl.DataFrame, limit: int, min_output: int = 4) -> pl.Data
         raise ConfigError(f"--max-context must be above {min_output} tokens, not {limit}")
     limit = min(limit, _ENDLESS)
     tokens = ("input_tokens", "output_tokens", "reused_tokens")
-    total = pl.col("input_tokens") + pl.col("output_tokens")
+    total = _call_tokens()
     work = frame.sort("program_id", "turn").with_columns(
         _f=(pl.lit(float(limit)) / total.max().over("program_id")).clip(upper_bound=1.0),
         **{f"_{c}": pl.col(c) for c in tokens},

@@ -14,7 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 from replay import synth as synth_module
-from replay.fit_context import fit_context
+from replay.fit_context import fit_context, programs_over
 from replay.synth import synth
 from replay.synth_workloads import WORKLOADS, Tool, solved_tools, turns_distribution
 from replay.workload import from_frame
@@ -353,6 +353,25 @@ def test_fit_context_keeps_a_reused_prefix_within_the_previous_scaled_call() -> 
     assert scaled["input_tokens"].to_list() == [2, 996]
     assert scaled["output_tokens"].to_list() == [4, 4]
     assert scaled["reused_tokens"].to_list() == [0, 6]
+
+
+def test_fit_context_sees_a_call_past_64_bits_as_long() -> None:
+    """A call whose prompt + output passes the counts' 64-bit range is the longest of its
+    program, and is scaled (a wrapped sum read it as negative: the program counted as
+    fitting and the call was left whole)."""
+    frame = pl.DataFrame(
+        {
+            "program_id": ["p", "p"],
+            "turn": [0, 1],
+            "input_tokens": [2**63 - 11, 1_000],
+            "output_tokens": [100, 5],
+            "reused_tokens": [0, 0],
+        }
+    )
+    assert programs_over(frame, 2048) == 1
+    scaled = fit_context(frame, 2048).sort("turn")
+    assert scaled["input_tokens"].to_list() == [2044, 1]
+    assert scaled["output_tokens"].to_list() == [4, 4]
 
 
 def test_fit_context_reads_an_endless_window_as_one_every_call_fits() -> None:

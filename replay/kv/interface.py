@@ -22,10 +22,13 @@ class KVPool(Protocol):
     block_size: int
     num_blocks: int
     #: bumped by every call that can let a waiting call fit: those that free blocks
-    #: (release, unpin) or hand a pin over (admit). Not by the ones handing free blocks
-    #: out (they only take room, never a pin's blocks), nor by :meth:`pin`: it keeps a
-    #: finished call's blocks where they were, and only its own program's prefix changes,
-    #: a program that has no call waiting (a program's calls run one at a time)
+    #: (release, unpin), hand a pin over (admit) or cache shared blocks another program's
+    #: call may hit (:meth:`cache_full`, also the one :meth:`pin` does for its call's last
+    #: full shared blocks).
+    #: Not by the ones handing free blocks out (they only take room, never a pin's
+    #: blocks), nor by :meth:`pin` otherwise: it keeps a finished call's blocks where
+    #: they were, and only its own program's prefix changes, a program that has no call
+    #: waiting (a program's calls run one at a time)
     changes: int
 
     @property
@@ -36,8 +39,10 @@ class KVPool(Protocol):
         ...
 
     def cached_prefix(self, program: str) -> int:
-        """Leading blocks of the program's stream that a new call could hit now (a pin's
-        full blocks, or its cached blocks in the free list)."""
+        """Leading blocks of the program's own stream that a new call could hit now (a
+        pin's full blocks, or its cached blocks in the free list). For a program whose
+        prompts start with shared keys, its own blocks after them, whether or not the
+        shared ones are still cached (what a call hits then is :meth:`prefix_hit`'s)."""
         ...
 
     def prefix_hit(self, program: str, keys: Keys, reusable: int, cap: int) -> int:

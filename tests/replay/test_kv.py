@@ -684,9 +684,9 @@ def test_room_counts_only_the_hit_shared_blocks_as_taken(cls: type) -> None:
 @pool_classes
 def test_changes_counts_what_can_let_a_waiting_call_fit(cls: type) -> None:
     """``KVPool.changes``: bumped by admit (it may hand a pin over), release, unpin and a
-    cache_full that caches shared blocks (a waiting call may hit them now); not by the
-    calls that hand free blocks out (grow, take, assign, grow_batch), by pin, nor by a
-    cache_full that caches nothing new."""
+    cache_full that caches shared blocks (a waiting call may hit them now), pin only
+    through the cache_full it does; not by the calls that hand free blocks out (grow,
+    take, assign, grow_batch), nor by a cache_full that caches nothing new."""
 
     def bumps(call: object, *args: object) -> int:
         before = pool.changes
@@ -712,8 +712,8 @@ def test_changes_counts_what_can_let_a_waiting_call_fit(cls: type) -> None:
 
 @pool_classes
 def test_the_cached_prefix_after_shared_keys_counts_the_programs_own_blocks(cls: type) -> None:
-    """cached_prefix: "leading blocks of the program's stream that a new call could hit
-    now (a pin's full blocks, or its cached blocks in the free list)". A program whose
+    """cached_prefix: "leading blocks of the program's own stream that a new call could
+    hit now (a pin's full blocks, or its cached blocks in the free list)". A program whose
     stream follows the three shared blocks of X has 2 full blocks of its own, pinned or
     freed alike (found by the audit: the run pool counted the shared blocks too, 5, and
     the block pool none, 0)."""

@@ -54,7 +54,7 @@ def test_kv_events_say_the_blocks_vllms_lookup_then_finds() -> None:
     eng = _replica(work)
     run = ProgramRun(work.programs[0], 0.0)
     first, _ = _serve(eng, run, 0, 0.0, 0.0)
-    said = eng.pool.prefix_hit("p", (), 3 * BS, cap=100)
+    said = eng.pool.prefix_hit("p", (), 3, cap=100)  # reusable: in blocks
     second, _ = _serve(eng, run, 1, first.finish, first.finish)
     assert second.hit_tokens == 2 * BS
     assert said == second.hit_tokens // BS

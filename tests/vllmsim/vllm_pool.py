@@ -136,6 +136,9 @@ class VllmPool:
         return len({id(b) for b in s.owned} | {id(b) for b in s.pin or ()})
 
     def cached_prefix(self, program: str) -> int:
+        """The stream's leading cached blocks, shared keys included: vLLM's lookup knows no
+        program's own blocks, so this matches the pools' figure only for a program without
+        shared keys (the only one the simulator asks; the suites compare ``prefix_hit``)."""
         s = self._stream(program)
         if s.owned:
             return 0

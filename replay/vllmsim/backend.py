@@ -104,6 +104,19 @@ def check(
     vllm_version()
 
 
+def check_outputs(workload: Workload) -> None:
+    """:class:`BackendError` naming the first call of no output tokens: vLLM serves at least
+    one (``SamplingParams`` refuses ``max_tokens`` 0). The trace readers raise such a call
+    to one token; only a workload built in code has one, which the fast backend runs."""
+    for program in workload.programs:
+        for turn, call in enumerate(program.calls):
+            if call.output_tokens < 1:
+                raise BackendError(
+                    f"program {program.program_id} turn {turn} asks for "
+                    f"{call.output_tokens} output tokens: --backend vllm serves at least one"
+                )
+
+
 def check_request(
     backend: str,
     policies: Iterable[str],

@@ -30,7 +30,7 @@ from replay.policies import BOUNDS, PolicySpec
 from replay.policy_runs import Load, prepare
 from replay.progress import CallsDone
 from replay.sim import ReplayConfig
-from replay.vllmsim.backend import BackendError, check
+from replay.vllmsim.backend import BackendError, check, check_outputs
 from replay.vllmsim.build import build, quiet_vllm
 from replay.vllmsim.bundles import bundle_for
 from replay.vllmsim.engine import VllmEngine
@@ -68,6 +68,7 @@ def simulate(
         async_scheduling=async_scheduling,
         offload_tokens=config.offload_tokens,
     )
+    check_outputs(workload)
     work = prepare(workload, timing)
     cfg = replace(config, concurrency=timing.concurrency, async_scheduling=async_scheduling)
     sizes, cfg = replica_engines(fleet, spec, work, cfg)

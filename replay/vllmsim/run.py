@@ -20,7 +20,7 @@ from replay.policies import BOUNDS, PolicySpec
 from replay.policy_runs import Load, prepare, sized_engine
 from replay.progress import CallsDone
 from replay.sim import ReplayConfig
-from replay.vllmsim.backend import check, vllm_version
+from replay.vllmsim.backend import check, check_outputs, vllm_version
 from replay.vllmsim.build import build, quiet_vllm
 from replay.vllmsim.bundles import bundle_for
 from replay.vllmsim.harness import Harness, Observer
@@ -59,6 +59,7 @@ def run(
         async_scheduling=async_scheduling,
         offload_tokens=config.offload_tokens,
     )
+    check_outputs(workload)
     work = prepare(workload, timing)
     cfg = replace(config, concurrency=timing.concurrency)
     cfg = replace(cfg, engine=sized_engine(spec, work, cfg, cfg.engine))

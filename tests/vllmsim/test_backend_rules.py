@@ -11,12 +11,15 @@ import pytest
 from fitting.policy_params import PolicyParams
 from profiles.cost import ProfileCostModel
 from profiles.shipped import resolve
+from replay.fleet.run import FleetSpec
 from replay.policies import PolicySpec
 from replay.policies.simple import STATIC_TTL_VALVE
 from replay.policy_runs import Load, run_one
 from replay.scheduler import SimSchedulerConfig, Stats
 from replay.sim import ReplayConfig
+from replay.vllmsim.backend import BackendError
 from replay.vllmsim.bundles import bundle_for
+from replay.vllmsim.fleet import simulate
 from replay.vllmsim.outcome import put_plugin_counters
 from replay.vllmsim.run import VllmRunner, record, run
 from replay.workload import AgentProgram, Call, Workload
@@ -334,3 +337,21 @@ def test_each_call_samples_its_own_output_ids_in_order(async_scheduling: bool) -
         async_scheduling=async_scheduling,
     )
     assert seen.checked > 10
+
+
+def test_a_call_of_no_output_tokens_is_refused_by_name_where_the_fast_backend_runs_it() -> None:
+    """vLLM serves at least one output token (``SamplingParams`` refuses ``max_tokens`` 0):
+    a workload built in code with such a call is refused before vLLM is built, one line
+    naming the program and turn, on one engine and on a fleet; the fast backend runs it."""
+    calls = (Call(40, 6, 0, "bash", 0.5), Call(60, 0, 46, None, 0.0))
+    work = Workload(
+        (AgentProgram("a", 0.0, (Call(40, 6, 0, None, 0.0),)), AgentProgram("z", 0.1, calls))
+    )
+    config = ReplayConfig(engine=SimSchedulerConfig(kv_tokens=16 * 64))
+    spec, load = PolicySpec("vllm"), Load(concurrency=2)
+    with pytest.raises(BackendError, match=r"^program z turn 1 asks for 0 output tokens"):
+        run(work, spec, COST, config, load)
+    with pytest.raises(BackendError, match=r"^program z turn 1 asks for 0 output tokens"):
+        simulate(work, spec, COST, config, load, FleetSpec(2, backend="vllm"))
+    fast = run_one(work, spec, COST, config, load)
+    assert (fast["llm_calls"], fast["rejected_calls"]) == (3, 0)

@@ -61,7 +61,7 @@ from replay.validation.fleet_doc import fleet_document
 from replay.validation.fleet_live import LiveFleets, live_run
 from replay.validation.fleet_placement import check_placement, replica_cpus, replica_gpus
 from replay.validation.fleet_profile import Measured, by_repeat, pooled
-from replay.validation.fleet_routers import check_router, sim_settings
+from replay.validation.fleet_routers import BUNDLE, bundle_router, check_router, sim_settings
 from replay.validation.fleet_rows import LiveRun
 from replay.validation.kv_memory import check_kv_memory
 from replay.validation.servers import LIVE_POLICIES, Sources
@@ -188,6 +188,13 @@ def validate_fleet(
         )
     # a damaged bundle: refused before anything starts
     bundle_doc = bundle_mod.read(bundle) if bundle is not None else None
+    tuned = None
+    if BUNDLE in routers:  # the router the bundle was tuned behind, and its settings
+        if bundle is None or bundle_doc is None:
+            raise ValidateError(
+                "--router bundle is the router --bundle was tuned behind: give --bundle"
+            )
+        tuned = bundle_router(bundle_doc, bundle)
     profile_source = "given" if profile is not None else None
     info: ServerInfo | None = None
     # made only once the arguments are known good: bad input leaves no folder behind, nor
@@ -222,6 +229,7 @@ def validate_fleet(
             kv_tokens=kv_tokens,
             warn=warn,
             client_tags=client_tags,
+            tuned=tuned,
         )
         stopped: dict[str, Any] | None = None
         for rep, name, policy in each_told(fleet_runs(repeats, names, routers), runs_done):
@@ -281,7 +289,7 @@ def validate_fleet(
         engine=engine,
         timing=timing or Load(seed=seed),
         bundle=bundle_doc,
-        settings=sim_settings(routers, calibration, program_scheduling_json),
+        settings=sim_settings(routers, calibration, program_scheduling_json, tuned),
         async_scheduling=async_scheduling,
         client_tags=client_tags,
     )

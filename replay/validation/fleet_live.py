@@ -26,7 +26,7 @@ from replay.policy_runs import Load
 from replay.validation.engine_metrics import ScrapeFailed, engine_delta, scrape
 from replay.validation.error import ValidateError
 from replay.validation.fleet_profile import Measured, measurable, measure_replica
-from replay.validation.fleet_routers import router_setup
+from replay.validation.fleet_routers import BundleRouter, router_setup
 from replay.validation.fleet_rows import LiveRun
 from replay.validation.servers import Sources, policy_fleet
 from replay.validation.sizing import kv_tokens_of
@@ -72,6 +72,8 @@ class LiveFleets:
     warn: Callable[[str], None] | None
     #: what the live client tags each call with (``--client-tags``)
     client_tags: str = FULL
+    #: the bundle's router (``--router bundle``; None: not asked)
+    tuned: BundleRouter | None = None
 
 
 #: how long a failed call's fleet is watched for a process that is still dying
@@ -100,8 +102,8 @@ def live_run(
         f" (run {rep + 1} of {fleets.repeats})" if fleets.repeats > 1 else ""
     )
     tag = f"-{policy}" + (f"-{rep + 1}" if fleets.repeats > 1 else "")
-    request_policy, scheduling = router_setup(
-        policy, fleets.calibration, fleets.program_scheduling_json
+    request_policy, scheduling, flags = router_setup(
+        policy, fleets.calibration, fleets.program_scheduling_json, fleets.tuned
     )
     made = policy_fleet(
         fleets.sources,
@@ -112,7 +114,7 @@ def live_run(
         replicas=fleets.replicas,
         router_policy=request_policy,
         program_scheduling_json=scheduling,
-        router_extra=fleets.router_extra,
+        router_extra=(*fleets.router_extra, *flags),
         cpu_sets=fleets.cpu_sets,
         gpu_sets=fleets.gpu_sets,
     )

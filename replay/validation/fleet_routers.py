@@ -1,15 +1,31 @@
 """The routers ``validate --replicas N --router R`` takes, and how each is set up live
-(vllm-router's ``--policy`` and Program scheduling config) and simulated (the same
-Program scheduling config, on the same calibration).
+(vllm-router's ``--policy``, Program scheduling config and other flags) and simulated (the
+same settings, Program scheduling on the same calibration).
+
+``--router bundle`` is the router ``--bundle`` was tuned behind (its ``router`` section:
+:mod:`ttlctl.router_flags`): started with the flags ``ttlctl bundle query --as
+vllm-router`` prints (Program scheduling over ``consistent_hash``, as
+:data:`PROGRAM_SCHEDULING` is) and simulated with the same settings, so that a tuned stack
+runs live as it would ship.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from profiles import profile_read
 from profiles.router_calibration import RouterCalibration
 from replay.fleet.routers import RouterSettings
+from replay.validation.error import ValidateError
+from ttlctl import router_flags
+from ttlctl.bundle_doc import Bundle
+from ttlctl.errors import ConfigError
+from ttlctl.router_doc import PROGRAM_SCHEDULING as PROGRAM_SCHEDULING_MODEL
+from ttlctl.router_doc import SETTINGS, ttlctl_name
 from ttlctl.server import router
 
 #: ``--router`` for vllm-router's own Program scheduling: ``consistent_hash`` underneath
@@ -18,8 +34,59 @@ from ttlctl.server import router
 PROGRAM_SCHEDULING = router.PROGRAM_SCHEDULING
 #: the request-level policy under Program scheduling
 PROGRAM_SCHEDULING_POLICY = "consistent_hash"
-#: what ``validate --router`` takes: vllm-router's ``--policy`` values and Program scheduling
-ROUTERS = router.LIVE_ROUTERS
+#: ``--router`` for the router the bundle was tuned behind, with its settings
+BUNDLE = "bundle"
+#: what ``validate --router`` takes: vllm-router's ``--policy`` values, Program scheduling
+#: and the bundle's router
+ROUTERS = (*router.LIVE_ROUTERS, BUNDLE)
+
+
+@dataclass(frozen=True, slots=True)
+class BundleRouter:
+    """The router a bundle was tuned behind, as ``--router bundle`` starts and simulates it."""
+
+    #: vllm-router's ``--policy``
+    policy: str
+    #: ``--program-scheduling-config-json`` (None: Program scheduling off)
+    scheduling: str | None
+    #: its other flags (``--balance-abs-threshold 12`` …)
+    flags: tuple[str, ...]
+    #: the same router as the simulator runs it
+    settings: RouterSettings
+
+
+def bundle_router(doc: Bundle, path: Path) -> BundleRouter:
+    """The router of ``doc`` (read from ``path``)'s ``router`` section; a
+    :class:`ValidateError` naming the file when it has none, or one vllm-router lacks
+    (``pin-aware``, ``as-logged``)."""
+    section = doc.get("router")
+    if section is None:
+        raise ValidateError(
+            f"--router bundle: {path} records no router (`ttlctl tune --replicas N` records "
+            "the one it tuned behind)"
+        )
+    try:
+        args = router_flags.vllm_router_args(section, profile_read.from_json(doc["profile"]))
+    except ConfigError as exc:
+        raise ValidateError(f"--router bundle: {path}: {exc}") from None
+    name = ttlctl_name(section["name"])
+    given = dict(section.get("settings", {}))
+    if name == PROGRAM_SCHEDULING_MODEL:
+        config = args[args.index("--program-scheduling-config-json") + 1]
+        calibration = str(given.get("calibration", "profile"))
+        settings = RouterSettings(
+            name,
+            program_scheduling_config_json=config,
+            program_scheduling_calibration=calibration,
+        )
+        return BundleRouter(PROGRAM_SCHEDULING_POLICY, config, (), settings)
+    flags = SETTINGS.get(name, {})
+    typed: dict[str, Any] = {
+        key: int(value) if key in flags and flags[key].integer and value is not None else value
+        for key, value in given.items()
+    }
+    settings = RouterSettings(name, **typed)
+    return BundleRouter(args[1], None, tuple(args[2:]), settings)
 
 
 def check_router(name: str) -> str:
@@ -37,27 +104,37 @@ def check_router(name: str) -> str:
 
 
 def router_setup(
-    router: str, calibration: RouterCalibration | None, program_scheduling_json: str | None
-) -> tuple[str, str | None]:
-    """The router's ``--policy`` and ``--program-scheduling-config-json`` for ``router``."""
+    router: str,
+    calibration: RouterCalibration | None,
+    program_scheduling_json: str | None,
+    tuned: BundleRouter | None = None,
+) -> tuple[str, str | None, tuple[str, ...]]:
+    """The router's ``--policy``, ``--program-scheduling-config-json`` and other flags for
+    ``router`` (``tuned``: the bundle's router, for :data:`BUNDLE`)."""
+    if router == BUNDLE:
+        assert tuned is not None
+        return tuned.policy, tuned.scheduling or program_scheduling_json, tuned.flags
     if router != PROGRAM_SCHEDULING:
-        return router, program_scheduling_json
+        return router, program_scheduling_json, ()
     auto = {"program_scheduling_enable_key": "auto"}
     value = calibration.flag_value(auto) if calibration is not None else json.dumps(auto)
-    return PROGRAM_SCHEDULING_POLICY, value
+    return PROGRAM_SCHEDULING_POLICY, value, ()
 
 
 def sim_settings(
     routers: Sequence[str],
     calibration: RouterCalibration | None,
     program_scheduling_json: str | None,
+    tuned: BundleRouter | None = None,
 ) -> dict[str, RouterSettings]:
     """The simulated Program scheduling set as the live router is: the same config JSON,
-    on the profile's calibration when the live one is calibrated, else the reference one."""
+    on the profile's calibration when the live one is calibrated, else the reference one;
+    and the bundle's router (``tuned``) with its settings."""
+    out = {BUNDLE: tuned.settings} if tuned is not None and BUNDLE in routers else {}
     if PROGRAM_SCHEDULING not in routers:
-        return {}
+        return out
     value = router_setup(PROGRAM_SCHEDULING, calibration, program_scheduling_json)[1]
-    return {
+    return out | {
         PROGRAM_SCHEDULING: RouterSettings(
             "program-scheduling",
             program_scheduling_config_json=value,

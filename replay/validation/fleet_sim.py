@@ -163,7 +163,9 @@ def simulate_fleets(
     out: dict[str, dict[str, PolicyResult | None]] = {}
     notes: dict[str, str] = {}
     for router in routers:
-        name, why = sim_router(router)
+        given = side.settings.get(router)
+        # a router set by its settings (the bundle's) is simulated by its own model
+        name, why = (given.name, None) if given is not None else sim_router(router)
         if why is not None:
             notes[router] = why
         for policy in policies:

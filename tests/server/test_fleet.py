@@ -330,9 +330,9 @@ def test_validate_without_the_router_is_one_line_and_exit_2(
          "--model", str(tmp_path)],
     )  # fmt: skip
     assert res.exit_code == 2 and "--router takes cache_aware" in res.stderr
-    # the refusal names every router validate takes, Program scheduling too, and the
-    # router's spelling of replay's (round-robin)
-    assert "kv_aware, program_scheduling; not 'least_load'" in res.stderr
+    # the refusal names every router validate takes, Program scheduling and the bundle's
+    # too, and the router's spelling of replay's (round-robin)
+    assert "kv_aware, program_scheduling, bundle; not 'least_load'" in res.stderr
     res = CliRunner().invoke(
         app,
         ["validate", str(trace), "--replicas", "2", "--router", "round-robin",
@@ -347,15 +347,15 @@ def test_program_scheduling_is_consistent_hash_with_the_profiles_calibration() -
     from profiles.router_calibration import calibrate
     from replay.validation.fleet_routers import router_setup
 
-    assert router_setup("round_robin", None, None) == ("round_robin", None)
+    assert router_setup("round_robin", None, None) == ("round_robin", None, ())
     # another router takes the Program scheduling config given as it is
     given = '{"program_scheduling_enable_key": "always"}'
-    assert router_setup("cache_aware", None, given) == ("cache_aware", given)
-    policy, value = router_setup("program_scheduling", None, None)
-    assert policy == "consistent_hash" and value is not None
+    assert router_setup("cache_aware", None, given) == ("cache_aware", given, ())
+    policy, value, flags = router_setup("program_scheduling", None, None)
+    assert policy == "consistent_hash" and value is not None and flags == ()
     assert json.loads(value) == {"program_scheduling_enable_key": "auto"}
     cal = calibrate(shipped.resolve("tiny-cpu")[0])
-    _, value = router_setup("program_scheduling", cal, None)
+    _, value, _ = router_setup("program_scheduling", cal, None)
     assert value is not None
     doc = json.loads(value)
     assert doc["program_scheduling_enable_key"] == "auto"

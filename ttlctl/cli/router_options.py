@@ -49,7 +49,9 @@ Routers = Annotated[
         help="vllm-router's --policy for the fleet: cache_aware (its default), round_robin, "
         "random, power_of_two, consistent_hash, sticky_least_loaded, kv_aware; or "
         "program_scheduling (its Program scheduling over consistent_hash, calibrated by "
-        "--profile when given). Repeat for several.",
+        "--profile when given); or bundle (the router --bundle was tuned behind, with its "
+        "settings: the flags `ttlctl bundle query --as vllm-router` prints). Repeat for "
+        "several.",
     ),
 ]
 

@@ -1,0 +1,217 @@
+"""``validate --replicas N --router bundle``: the router a bundle was tuned behind, started
+live with the flags ``bundle query --as vllm-router`` prints and simulated with the same
+settings (the live fleets here are recorded runs handed back in place of starting one, as in
+tests/fleet/test_validate_stopped.py; a real fleet is tests/live/test_fleet.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import replay.validation.fleet as fleet_mod
+import replay.validation.fleet_live as fleet_live
+from profiles import shipped
+from profiles.router_calibration import calibrate
+from replay.validation.error import ValidateError
+from replay.validation.fleet import validate_fleet
+from replay.validation.fleet_live import LiveFleets, live_run
+from replay.validation.fleet_routers import BUNDLE, bundle_router, router_setup, sim_settings
+from replay.validation.servers import Sources
+from replay.workload import load
+from tests.fleet.test_resimulate import _live_run
+from tests.live.server_info import server_info
+from tests.live.traces import agent_trace
+from ttlctl import bundle, bundle_doc, bundle_make, router_flags
+from ttlctl.bundle_doc import Bundle
+from ttlctl.cli import app
+from ttlctl.server.client import ServerError
+
+PROFILE = shipped.resolve("tiny-cpu")[0]
+CACHE_AWARE = {
+    "name": "cache-aware",
+    "settings": {"balance_abs_threshold": 12, "balance_rel_threshold": 1.3, "cache_threshold": 0.4},
+    "replicas": 2,
+}
+
+
+def _bundle(tmp_path: Path, router: dict[str, Any] | None) -> tuple[Path, Bundle]:
+    """A cold-start bundle of the tiny CPU profile, with ``router`` as its router section."""
+    doc = bundle_make.cold_start(PROFILE.to_json(), "test")
+    if router is not None:
+        doc = bundle_doc.seal({**doc, "router": router})
+    path = tmp_path / "bundle.json"
+    bundle_make.write(doc, path)
+    return path, bundle.read(path)
+
+
+def test_the_bundles_router_starts_with_the_printed_flags_and_is_simulated_alike(
+    tmp_path: Path,
+) -> None:
+    """Live: the ``--policy`` and flags `bundle query --as vllm-router` prints; simulated:
+    the same router model on the same settings (12, 1.3, 0.4, where the defaults are 64,
+    1.5, 0.3)."""
+    path, doc = _bundle(tmp_path, CACHE_AWARE)
+    printed = router_flags.vllm_router_args(CACHE_AWARE, PROFILE)
+    tuned = bundle_router(doc, path)
+    policy, scheduling, flags = router_setup(BUNDLE, None, None, tuned)
+    assert ["--policy", policy, *flags] == printed and scheduling is None
+    assert flags  # the tuned values reach the router, not its defaults
+    settings = sim_settings(["cache_aware", BUNDLE], None, None, tuned)
+    assert list(settings) == [BUNDLE]  # cache_aware stays on its defaults
+    assert settings[BUNDLE].name == "cache-aware"
+    assert settings[BUNDLE].resolved() == CACHE_AWARE["settings"]
+
+
+def test_a_bundle_tuned_behind_program_scheduling_runs_it_over_consistent_hash(
+    tmp_path: Path,
+) -> None:
+    router = {
+        "name": "program-scheduling",
+        "settings": {"token_capacity_per_target": 60_000, "calibration": "profile"},
+        "replicas": 2,
+    }
+    path, doc = _bundle(tmp_path, router)
+    printed = router_flags.vllm_router_args(router, PROFILE)
+    policy, scheduling, flags = router_setup(BUNDLE, None, None, bundle_router(doc, path))
+    # validate's pairing, as --router program_scheduling has it
+    assert (policy, flags) == ("consistent_hash", ())
+    assert scheduling == printed[printed.index("--program-scheduling-config-json") + 1]
+    settings = bundle_router(doc, path).settings
+    config, calibration = settings.program_scheduling()
+    assert config.token_capacity_per_target == 60_000
+    assert calibration == calibrate(PROFILE).to_json()  # the bundle profile's, as live
+    assert settings.resolved()["calibration"] == "profile"
+
+
+@pytest.mark.parametrize(
+    ("router", "message"),
+    [
+        (None, "records no router"),
+        ({"name": "pin-aware", "settings": {"pin_queue_bound": 8}, "replicas": 2},
+         "pin-aware is ttlctl's own router"),
+    ],
+)  # fmt: skip
+def test_a_bundle_whose_router_vllm_router_cannot_run_is_refused_naming_the_file(
+    tmp_path: Path, router: dict[str, Any] | None, message: str
+) -> None:
+    path, doc = _bundle(tmp_path, router)
+    with pytest.raises(ValidateError, match=message) as caught:
+        bundle_router(doc, path)
+    assert str(caught.value).startswith(f"--router bundle: {path}")
+
+
+def _trace(tmp_path: Path) -> Path:
+    return agent_trace(tmp_path / "t.parquet", programs=5, calls=3, first=200, growth=64)
+
+
+def test_validate_runs_the_bundles_router_beside_the_stock_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each live fleet behind ``bundle`` is started with the bundle's router (the fleets'
+    shared setup carries it), and its simulated twin runs that router's model on the
+    bundle's settings; the document records them for ``--resimulate``."""
+    path, _ = _bundle(tmp_path, CACHE_AWARE)
+    routers = ["cache_aware", BUNDLE]
+    started: list[tuple[str, Any]] = []
+
+    def recorded(
+        fleets: Any, rep: int, name: str, policy: str, *, info: Any, measure: bool, say: Any
+    ) -> tuple[Any, Any, Any]:
+        started.append((policy, router_setup(policy, None, None, fleets.tuned)))
+        run = _live_run(
+            fleets.work_dir, fleets.work, rep, policy, 8100 + 10 * routers.index(policy)
+        )
+        return replace(run, policy=name), info or server_info(), None
+
+    monkeypatch.setattr(fleet_mod, "live_run", recorded)
+    doc = validate_fleet(
+        load(_trace(tmp_path)),
+        Sources(base_cmd=["vllm", "serve", "m"]),
+        replicas=2,
+        routers=routers,
+        policies=["continuum"],
+        bundle=path,
+        timing_draws=0,
+        max_programs=4,
+        idle_gap_cap_s=0.5,
+        profile=PROFILE,
+        work_dir=tmp_path / "work",
+    )
+    printed = router_flags.vllm_router_args(CACHE_AWARE, PROFILE)
+    assert started == [
+        ("cache_aware", ("cache_aware", None, ())),
+        (BUNDLE, ("cache_aware", None, tuple(printed[2:]))),
+    ]
+    stored = doc["simulation"]["router_settings"][BUNDLE]
+    assert stored == {"name": "cache-aware", **CACHE_AWARE["settings"]}
+    simulated = doc["sim"]["continuum"]
+    assert simulated[BUNDLE]["router"]["name"] == "cache-aware"
+    assert simulated[BUNDLE]["router"]["settings"] == CACHE_AWARE["settings"]
+    assert simulated["cache_aware"]["router"]["settings"]["balance_abs_threshold"] == 64
+
+
+def test_the_live_fleet_is_given_the_bundles_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """:func:`live_run` hands the bundle router's ``--policy`` and flags to the fleet it
+    starts, after any flags every router is given."""
+    path, doc = _bundle(tmp_path, CACHE_AWARE)
+    asked: dict[str, Any] = {}
+
+    def policy_fleet(*args: Any, **kwargs: Any) -> Any:
+        asked.update(kwargs)
+        raise ServerError("not started here")
+
+    monkeypatch.setattr(fleet_live, "policy_fleet", policy_fleet)
+    fleets = LiveFleets(
+        sources=Sources(base_cmd=["vllm", "serve", "m"]),
+        bundle=path,
+        work_dir=tmp_path,
+        replicas=2,
+        repeats=1,
+        calibration=None,
+        program_scheduling_json=None,
+        router_extra=("--request-timeout-secs", "60"),
+        cpu_sets=None,
+        gpu_sets=None,
+        work=load(_trace(tmp_path)),
+        timing=None,
+        seed=0,
+        timeout_s=60.0,
+        vocab_size=None,
+        model_config=None,
+        measuring=False,
+        kv_tokens=None,
+        warn=None,
+        tuned=bundle_router(doc, path),
+    )
+    with pytest.raises(ServerError, match="not started here"):
+        live_run(fleets, 0, "continuum", BUNDLE, info=None, measure=False, say=lambda m: None)
+    printed = router_flags.vllm_router_args(CACHE_AWARE, PROFILE)
+    assert asked["router_policy"] == "cache_aware"
+    assert asked["router_extra"] == ("--request-timeout-secs", "60", *printed[2:])
+    assert asked["program_scheduling_json"] is None
+
+
+def test_router_bundle_without_a_bundle_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    trace = _trace(tmp_path)
+    res = CliRunner().invoke(
+        app,
+        ["validate", str(trace), "--replicas", "2", "--router", "bundle", "--profile",
+         "tiny-cpu", "--model", "m"],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "--router bundle is the router --bundle was tuned behind: give --bundle" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    path, _ = _bundle(tmp_path, None)
+    res = CliRunner().invoke(
+        app,
+        ["validate", str(trace), "--replicas", "2", "--router", "bundle", "--bundle", str(path),
+         "--policy", "continuum", "--profile", "tiny-cpu", "--model", "m"],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert f"--router bundle: {path} records no router" in res.stderr

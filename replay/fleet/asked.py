@@ -130,26 +130,54 @@ def default_urls_note(
 
 def tuned_elsewhere(bundle: Mapping[str, Any], fleet: FleetSpec) -> str | None:
     """What to say when the bundle was tuned behind another router (or other settings of
-    it) than the one this replay routes with; None when it was not, or names none."""
+    it) than the one this replay routes with; None when it was not, or names none. Behind
+    the same router, the settings that differ are named, each with both values; behind
+    another, both routers with their settings (past :data:`SETTINGS_SHOWN` characters,
+    those off the router's defaults)."""
     tuned = bundle.get("router")
     if not isinstance(tuned, Mapping):
         return None
     asked = fleet.describe()
-    if tuned.get("name") == asked["name"] and tuned.get("settings") == asked["settings"]:
+    mine = dict(tuned.get("settings") or {})
+    if tuned.get("name") == asked["name"] and mine == asked["settings"]:
         return None
-    return (
-        f"tuned behind {_router_words(tuned)}, replayed behind {_router_words(asked)}: give "
-        f"--router {tuned.get('name')} and its settings to replay it as tuned"
-    )
+    give = f"give --router {tuned.get('name')} and its settings to replay it as tuned"
+    if tuned.get("name") == asked["name"]:
+        theirs = asked["settings"]
+        keys = [k for k in dict.fromkeys([*mine, *theirs]) if mine.get(k) != theirs.get(k)]
+        was = ", ".join(f"{k} {_value(mine.get(k))}" for k in keys)
+        now = ", ".join(f"{k} {_value(theirs.get(k))}" for k in keys)
+        return f"tuned behind {asked['name']} with {was}, replayed with {now}: {give}"
+    return f"tuned behind {_router_words(tuned)}, replayed behind {_router_words(asked)}: {give}"
+
+
+def _value(value: Any) -> str:
+    """A setting as a note writes it: ``off`` for none (the router's own default, as the
+    fleet table says), ``true``/``false``, numbers and text as they are."""
+    if value is None:
+        return "off"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _router_words(router: Mapping[str, Any]) -> str:
-    """A router and its settings, as a note names them: ``kv-aware (… 42, …)``."""
-    settings = ", ".join(f"{k} {v}" for k, v in dict(router.get("settings") or {}).items())
-    if len(settings) > SETTINGS_SHOWN:  # Program scheduling's config: hundreds of characters
-        settings = settings[: SETTINGS_SHOWN - 1] + "…"
-    return str(router.get("name")) + (f" ({settings})" if settings else "")
+    """A router and its settings, as a note names them: ``kv-aware (… 42, …)``; past
+    :data:`SETTINGS_SHOWN` characters, only those off the router's defaults."""
+    settings = dict(router.get("settings") or {})
+    words = ", ".join(f"{k} {_value(v)}" for k, v in settings.items())
+    if len(words) > SETTINGS_SHOWN:  # Program scheduling's config: hundreds of characters
+        try:
+            defaults = RouterSettings(str(router.get("name"))).resolved()
+        except ConfigError:  # a name no router model has: nothing to tell apart
+            defaults = {}
+        changed = {k: v for k, v in settings.items() if k not in defaults or defaults[k] != v}
+        words = ", ".join(
+            [f"{k} {_value(v)}" for k, v in changed.items()]
+            + [f"{'the rest' if changed else 'all'} at the router's defaults"]
+        )
+    return str(router.get("name")) + (f" ({words})" if words else "")
 
 
-#: the characters of a router's settings a note shows
+#: the characters of a router's settings a note shows whole
 SETTINGS_SHOWN = 160

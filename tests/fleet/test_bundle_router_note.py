@@ -38,13 +38,47 @@ def test_the_note_names_both_routers_and_what_to_give() -> None:
     )
     asked = FleetSpec(2, RouterSettings("kv-aware", kv_aware_session_affinity_ttl_secs=42))
     assert tuned_elsewhere(tuned, asked) is None
+    # other settings of the same router: the one that differs, with both values
     other_ttl = FleetSpec(2, RouterSettings("kv-aware", kv_aware_session_affinity_ttl_secs=60))
-    assert tuned_elsewhere(tuned, other_ttl) is not None  # other settings of the same router
+    assert tuned_elsewhere(tuned, other_ttl) == (
+        "tuned behind kv-aware with kv_aware_session_affinity_ttl_secs 42, replayed with "
+        "kv_aware_session_affinity_ttl_secs 60: give --router kv-aware and its settings to "
+        "replay it as tuned"
+    )
+    # no session affinity (the router's default) reads "off", as the fleet table says
+    plain = tuned_elsewhere(tuned, FleetSpec(2, RouterSettings("kv-aware")))
+    assert plain is not None and "replayed with kv_aware_session_affinity_ttl_secs off" in plain
     assert tuned_elsewhere(_bundle(None), FleetSpec(2)) is None  # the bundle names none
-    # Program scheduling's settings run to hundreds of characters: the note cuts them
+    # Program scheduling's settings run to hundreds of characters: the note names those
+    # off the router's defaults
     ps = tuned_elsewhere(tuned, FleetSpec(2, RouterSettings("program-scheduling")))
-    assert ps is not None and "replayed behind program-scheduling (" in ps and "…)" in ps
-    assert len(ps) < 400
+    assert ps is not None
+    assert "replayed behind program-scheduling (all at the router's defaults): give" in ps
+
+
+def test_behind_the_same_program_scheduling_the_setting_that_differs_is_named() -> None:
+    """Regression: both configs were cut at 160 characters, the same defaults in two
+    orders, and the one setting that differed was never shown (nor booleans as JSON)."""
+    tuned_settings = RouterSettings(
+        "program-scheduling", program_scheduling_config_json='{"max_acting_ttl_seconds": 10}'
+    )
+    tuned = _bundle(
+        {"name": "program-scheduling", "settings": tuned_settings.resolved(), "replicas": 2}
+    )
+    asked = RouterSettings(
+        "program-scheduling", program_scheduling_config_json='{"max_acting_ttl_seconds": 20}'
+    )
+    said = tuned_elsewhere(tuned, FleetSpec(2, asked))
+    assert said == (
+        "tuned behind program-scheduling with max_acting_ttl_seconds 10, replayed with "
+        "max_acting_ttl_seconds 20: give --router program-scheduling and its settings to "
+        "replay it as tuned"
+    )
+    other = _bundle({"name": "program-scheduling", "settings": asked.resolved(), "replicas": 2})
+    away = tuned_elsewhere(other, FleetSpec(2))
+    assert away is not None and "tuned behind program-scheduling (max_acting_ttl_seconds 20" in away
+    assert "the rest at the router's defaults), replayed behind cache-aware" in away
+    assert "False" not in away and "None" not in away
 
 
 @pytest.fixture(scope="module")

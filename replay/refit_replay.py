@@ -78,9 +78,13 @@ def plan(
     fleet = by_replica(names, engines, given, base.engine, base_source)
     sizes = {s.engine.block_size for s in fleet}
     if len(sizes) > 1:
-        stated = ", ".join(f"{s.replica} {s.engine.block_size}" for s in fleet)
+        stated = ", ".join(
+            f"{s.replica} {s.engine.block_size}"
+            + ("" if s.block_source.startswith("the log's") else f" ({s.block_source})")
+            for s in fleet
+        )
         raise ConfigError(
-            f"the replicas' engine logs state different block sizes ({stated}): "
+            f"the replicas' engines have different block sizes ({stated}): "
             "give --block-size to replay them as one fleet"
         )
     spec = FleetSpec(

@@ -167,7 +167,15 @@ def replay_settings(doc: Bundle, settings: RefitSettings) -> tuple[ReplayConfig,
         "max_num_batched_tokens": settings.max_num_batched_tokens,
         "max_model_len": settings.max_model_len,
     }
-    engine = engine.resized(**{k: v for k, v in given.items() if v is not None})
+    sizes = {k: v for k, v in given.items() if v is not None}
+    if (
+        settings.block_size is None
+        and sizes.get("kv_tokens", engine.block_size) < engine.block_size
+    ):
+        # the block size is the engine log's, read later: the replay's sizing checks the
+        # flag against it (:func:`~replay.refit_sizing.size`), not against this record's
+        del sizes["kv_tokens"]
+    engine = engine.resized(**sizes)
     config = ReplayConfig(
         engine=engine,
         offload_tokens=_given(settings.offload_tokens, recorded.get("offload_tokens"), 0),

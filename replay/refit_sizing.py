@@ -30,6 +30,7 @@ from typing import Any
 from replay.engine_settings import notes as unmodelled_notes
 from replay.logged_settings import PREFILL_FLAGS, admitted, as_logged, scheduling_key
 from replay.scheduler import SimSchedulerConfig
+from ttlctl.errors import ConfigError
 
 #: the engine's sizes a log states, and the flag that sets each
 SIZE_FLAGS: dict[str, str] = {
@@ -54,6 +55,8 @@ class Sized:
     notes: tuple[str, ...] = ()
     #: whether the size is the log's (at least one value was taken from it)
     from_log: bool = False
+    #: where its block size came from: ``--block-size``, its log, or the base's source
+    block_source: str = "defaults"
 
 
 def replicas(engines: Sequence[Mapping[str, Any]]) -> dict[str | None, list[Mapping[str, Any]]]:
@@ -133,6 +136,19 @@ def size(
                 )
         elif theirs is not None:
             values[key] = theirs
+    if given.get("block_size") is not None:
+        block_source = "--block-size"
+    elif "block_size" in logged:
+        block_source = f"the log's engine{_of(replica)}"
+    else:
+        block_source = f"its log states none: {base_source}"
+    kv, block = values.get("kv_tokens"), values.get("block_size", base.block_size)
+    if given.get("kv_tokens") is not None and kv is not None and kv < block:
+        # said here, where the block size is known and where it came from
+        raise ConfigError(
+            f"--kv-tokens must hold at least one block: --kv-tokens {kv:,} with a block size "
+            f"of {block} ({block_source})"
+        )
     engine, disagree, scheduled = as_logged(
         base.resized(**values),
         given,
@@ -182,7 +198,7 @@ def size(
             f"the log's engine{_of(replica)} ran vLLM's async scheduling; the fast simulator "
             "replays it scheduling synchronously"
         )
-    return Sized(engine, line, replica, tuple(notes), from_log)
+    return Sized(engine, line, replica, tuple(notes), from_log, block_source)
 
 
 def by_replica(

@@ -572,11 +572,32 @@ def test_replicas_of_different_block_sizes_are_named_with_theirs(tmp_path: Path)
     result = run("refit", *logs, "--bundle", served, "--dry-run")
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines()[-1] == (
-        "error: the replicas' engine logs state different block sizes (alpha 16, zeta 32): "
+        "error: the replicas' engines have different block sizes (alpha 16, zeta 32): "
         "give --block-size to replay them as one fleet"
     )
     given = run("refit", *logs, "--bundle", served, "--dry-run", "--block-size", "16")
     assert given.exit_code == 0, given.output
+    # a log that states no block size (an older plugin's): its size is said to be the
+    # default, not the log's (it was blamed for a 16 it never stated)
+    quiet = tmp_path / "quiet.jsonl"
+    quiet.write_text("".join(lines[0::2]))
+    result = run("refit", logs[1], quiet, "--bundle", served, "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        f"error: the replicas' engines have different block sizes ({quiet} 16 (its log "
+        "states none: defaults), zeta 32): give --block-size to replay them as one fleet"
+    )
+    # --kv-tokens below a block: checked against the block size the replica has, and
+    # named with where it came from (it named a --block-size 16 nobody gave)
+    result = run("refit", logs[1], "--bundle", served, "--dry-run", "--kv-tokens", "20")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "error: --kv-tokens must hold at least one block: --kv-tokens 20 with a block size "
+        "of 32 (the log's engine (replica zeta))"
+    )
+    fits = run("refit", logs[1], "--bundle", served, "--dry-run", "--kv-tokens", "20",
+               "--block-size", "16")  # fmt: skip
+    assert "must hold at least one block" not in fits.output
 
 
 def test_a_refit_of_several_logs_keeps_the_served_records_and_names_every_log(

@@ -147,7 +147,7 @@ _PREFILL_CAP_HELP = (
 def _logged(default: int) -> str:
     """The default shown for a size that a trace's engine log states (``tune``,
     ``refit``): the flag's default applies only where the log does not state it."""
-    return f"{default} unless the engine log, or refit's bundle, states it"
+    return f"{default} unless the engine log (in refit, or the served bundle) states it"
 
 
 KvTokens = Annotated[int, typer.Option("--kv-tokens", min=1, help=_KV_HELP)]
@@ -208,12 +208,18 @@ LoggedLongPrefillAdaptive = Annotated[
     typer.Option(
         "--long-prefill-token-threshold-adaptive/--no-long-prefill-token-threshold-adaptive",
         help=_ADAPTIVE_HELP,
-        show_default="off unless the engine log, or refit's bundle, states it",
+        show_default="off unless the engine log states it (refit: or the served bundle records it)",
     ),
 ]
 #: the same sizes where a trace's engine log sets them unless given (tune, refit)
 LoggedKvTokens = Annotated[
-    int, typer.Option("--kv-tokens", min=1, help=_KV_HELP, show_default=_logged(KV_TOKENS))
+    int,
+    typer.Option(
+        "--kv-tokens",
+        min=1,
+        help=_KV_HELP,
+        show_default=f"{KV_TOKENS} unless the engine log states it",
+    ),
 ]
 LoggedBlockSize = Annotated[
     int, typer.Option("--block-size", min=1, help=_BLOCK_HELP, show_default=_logged(BLOCK_SIZE))

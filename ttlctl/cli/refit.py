@@ -88,8 +88,9 @@ def refit(
     kv_tokens: Annotated[
         int | None,
         typer.Option(
-            help="KV cache size in tokens. Default: as the engine log states it, else as "
-            "recorded in the bundle (its tuning or last refit), else 600,000."
+            help="KV cache size in tokens (each replica's, with several replicas' logs). "
+            "Default: as the engine log states it, else as recorded in the bundle (its tuning "
+            "or last refit), else 600,000."
         ),
     ] = None,
     block_size: LoggedBlockSize = BLOCK_SIZE,

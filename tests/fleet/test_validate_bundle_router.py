@@ -5,6 +5,7 @@ tests/fleet/test_validate_stopped.py; a real fleet is tests/live/test_fleet.py).
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from replay.validation.error import ValidateError
 from replay.validation.fleet import validate_fleet
 from replay.validation.fleet_live import LiveFleets, live_run
 from replay.validation.fleet_routers import BUNDLE, bundle_router, router_setup, sim_settings
+from replay.validation.resimulate import resimulate
 from replay.validation.servers import Sources
 from replay.workload import load
 from tests.fleet.test_resimulate import _live_run
@@ -128,8 +130,9 @@ def test_validate_runs_the_bundles_router_beside_the_stock_one(
         return replace(run, policy=name), info or server_info(), None
 
     monkeypatch.setattr(fleet_mod, "live_run", recorded)
+    trace = _trace(tmp_path)
     doc = validate_fleet(
-        load(_trace(tmp_path)),
+        load(trace),
         Sources(base_cmd=["vllm", "serve", "m"]),
         replicas=2,
         routers=routers,
@@ -152,6 +155,11 @@ def test_validate_runs_the_bundles_router_beside_the_stock_one(
     assert simulated[BUNDLE]["router"]["name"] == "cache-aware"
     assert simulated[BUNDLE]["router"]["settings"] == CACHE_AWARE["settings"]
     assert simulated["cache_aware"]["router"]["settings"]["balance_abs_threshold"] == 64
+    # --resimulate reads the bundle's router back from the document: the same figures
+    recorded = tmp_path / "recorded.json"
+    recorded.write_text(json.dumps({**doc, "trace": str(trace)}))
+    again = json.loads(json.dumps(resimulate(recorded)))
+    assert again["sim"] == json.loads(json.dumps(doc["sim"]))
 
 
 def test_the_live_fleet_is_given_the_bundles_flags(

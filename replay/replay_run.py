@@ -178,7 +178,7 @@ def replay_doc(
                 "not by the logs: `ttlctl refit` replays them as logged, each its own size"
             )
     bundle_doc = bundle_mod.read(req.bundle) if req.bundle is not None else None
-    if fleet is not None and bundle_doc is not None and "continuum" in names:
+    if bundle_doc is not None and "continuum" in names:
         other = tuned_elsewhere(bundle_doc, fleet)
         if other is not None:
             notes.append(f"--bundle {req.bundle}: {other}")

@@ -128,27 +128,51 @@ def default_urls_note(
     )
 
 
-def tuned_elsewhere(bundle: Mapping[str, Any], fleet: FleetSpec) -> str | None:
-    """What to say when the bundle was tuned behind another router (or other settings of
-    it) than the one this replay routes with; None when it was not, or names none. Behind
-    the same router, the settings that differ are named, each with both values; behind
-    another, both routers with their settings (past :data:`SETTINGS_SHOWN` characters,
-    those off the router's defaults)."""
+def tuned_elsewhere(bundle: Mapping[str, Any], fleet: FleetSpec | None) -> str | None:
+    """What to say when the bundle was tuned for a fleet other than the one this replay
+    runs (None: one engine): another router, other settings of it, another replica count;
+    None when it was not, or names none. Behind the same router, the settings that differ
+    are named, each with both values; behind another, both routers with their settings
+    (past :data:`SETTINGS_SHOWN` characters, those off the router's defaults)."""
     tuned = bundle.get("router")
     if not isinstance(tuned, Mapping):
         return None
+    # a read bundle's section has an integer count >= 1 (bundle verify)
+    name, replicas = tuned.get("name"), int(tuned.get("replicas", 1))
+    if fleet is None:
+        return (
+            f"tuned for {counted(replicas, 'replica')} behind {_router_words(tuned)}, "
+            f"replayed on one engine: give --replicas {replicas} --router {name} and its "
+            "settings to replay it as tuned"
+        )
     asked = fleet.describe()
     mine = dict(tuned.get("settings") or {})
-    if tuned.get("name") == asked["name"] and mine == asked["settings"]:
-        return None
-    give = f"give --router {tuned.get('name')} and its settings to replay it as tuned"
-    if tuned.get("name") == asked["name"]:
+    other_count = replicas != fleet.replicas
+    count = f" on {replicas}" if other_count else ""
+    give = (
+        f"give {f'--replicas {replicas} ' if other_count else ''}--router {name} and its "
+        "settings to replay it as tuned"
+    )
+    if name == asked["name"] and mine == asked["settings"]:
+        if not other_count:
+            return None
+        return (
+            f"tuned on {counted(replicas, 'replica')}, replayed on {fleet.replicas}: "
+            f"give --replicas {replicas} to replay it as tuned"
+        )
+    if name == asked["name"]:
         theirs = asked["settings"]
         keys = [k for k in dict.fromkeys([*mine, *theirs]) if mine.get(k) != theirs.get(k)]
         was = ", ".join(f"{k} {_value(mine.get(k))}" for k in keys)
         now = ", ".join(f"{k} {_value(theirs.get(k))}" for k in keys)
-        return f"tuned behind {asked['name']} with {was}, replayed with {now}: {give}"
-    return f"tuned behind {_router_words(tuned)}, replayed behind {_router_words(asked)}: {give}"
+        return (
+            f"tuned behind {name} with {was}{count}, replayed with {now}"
+            f"{f' on {fleet.replicas}' if other_count else ''}: {give}"
+        )
+    return (
+        f"tuned behind {_router_words(tuned)}{count}, replayed behind {_router_words(asked)}"
+        f"{f' on {fleet.replicas}' if other_count else ''}: {give}"
+    )
 
 
 def _value(value: Any) -> str:

@@ -99,7 +99,7 @@ def _warnings(files: tuple[Path, Path], *args: str) -> list[str]:
          "--concurrency", "4", "--kv-tokens", "200000", "--no-timing", *args],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
-    return [line for line in res.stderr.splitlines() if "tuned behind" in line]
+    return [line for line in res.stderr.splitlines() if ": tuned " in line]
 
 
 def test_replay_warns_once_behind_another_router(files: tuple[Path, Path]) -> None:
@@ -107,4 +107,32 @@ def test_replay_warns_once_behind_another_router(files: tuple[Path, Path]) -> No
     assert line.startswith(f"warning: --bundle {files[1]}: tuned behind kv-aware"), line
     same = ["--router", "kv-aware", "--kv-aware-session-affinity-ttl-secs", "42"]
     assert _warnings(files, "--replicas", "2", *same) == []
-    assert _warnings(files) == []  # one engine: no router to speak of
+    # another replica count, or one engine: said too (nothing was said before)
+    (line,) = _warnings(files, "--replicas", "3", *same)
+    assert line.endswith(
+        "tuned on 2 replicas, replayed on 3: give --replicas 2 to replay it as tuned"
+    )
+    (line,) = _warnings(files)
+    assert "tuned for 2 replicas behind kv-aware (kv_aware_session_affinity_ttl_secs 42" in line
+    assert line.endswith(
+        "replayed on one engine: give --replicas 2 --router kv-aware and its settings to "
+        "replay it as tuned"
+    )
+
+
+def test_another_router_on_another_count_names_both() -> None:
+    tuned = _bundle({"name": "kv-aware", "settings": KV_AWARE, "replicas": 2})
+    said = tuned_elsewhere(tuned, FleetSpec(4))
+    assert said is not None
+    assert said.startswith("tuned behind kv-aware (kv_aware_session_affinity_ttl_secs 42, ")
+    assert "router_temperature 0.0) on 2, replayed behind cache-aware (" in said
+    assert said.endswith(
+        "balance_rel_threshold 1.5) on 4: give --replicas 2 --router kv-aware and its settings "
+        "to replay it as tuned"
+    )
+    other = FleetSpec(4, RouterSettings("kv-aware", kv_aware_session_affinity_ttl_secs=60))
+    assert tuned_elsewhere(tuned, other) == (
+        "tuned behind kv-aware with kv_aware_session_affinity_ttl_secs 42 on 2, replayed with "
+        "kv_aware_session_affinity_ttl_secs 60 on 4: give --replicas 2 --router kv-aware and "
+        "its settings to replay it as tuned"
+    )

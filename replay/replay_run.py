@@ -178,7 +178,8 @@ def replay_doc(
                 "not by the logs: `ttlctl refit` replays them as logged, each its own size"
             )
     bundle_doc = bundle_mod.read(req.bundle) if req.bundle is not None else None
-    if bundle_doc is not None and "continuum" in names:
+    # --live: the URL may be a router in front of a fleet, which this replay cannot see
+    if bundle_doc is not None and "continuum" in names and (fleet is not None or req.live is None):
         other = tuned_elsewhere(bundle_doc, fleet)
         if other is not None:
             notes.append(f"--bundle {req.bundle}: {other}")

@@ -53,7 +53,16 @@ def program_scheduling_json(settings: Mapping[str, Any], profile: Profile | None
             given.setdefault(obj, {})[field] = value
         else:
             doc[key] = value
-    if settings.get("calibration", "profile") == "profile":
+    # the replayed model's key (every call with an X-Session-ID opts in), where the router's
+    # own default would opt in none of them; a tuned section always names it
+    doc.setdefault("program_scheduling_enable_key", "auto")
+    calibration = settings.get("calibration") or "profile"  # null: the default, as replay's
+    if calibration not in ("profile", "reference"):
+        raise ConfigError(
+            f"--as vllm-router: the router's calibration takes profile or reference, not "
+            f"{calibration!r}"
+        )
+    if calibration == "profile":
         if profile is None:
             raise ConfigError(
                 "--as vllm-router: Program scheduling's calibration needs the profile"

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from replay.fleet.routers import AS_LOGGED, RouterSettings, replica_order
+from replay.fleet.routers import AS_LOGGED, RouterSettings, replica_order, router_name
 from replay.fleet.routers.consistent_hash import default_urls
 from replay.fleet.run import FleetSpec, check_replicas, logged_replicas
 from ttlctl.errors import ConfigError
@@ -137,8 +137,9 @@ def tuned_elsewhere(bundle: Mapping[str, Any], fleet: FleetSpec | None) -> str |
     tuned = bundle.get("router")
     if not isinstance(tuned, Mapping):
         return None
-    # a read bundle's section has an integer count >= 1 (bundle verify)
-    name, replicas = tuned.get("name"), int(tuned.get("replicas", 1))
+    # a read bundle's section has an integer count >= 1 (bundle verify); its name in either
+    # spelling (kv_aware is kv-aware)
+    name, replicas = router_name(str(tuned.get("name"))), int(tuned.get("replicas", 1))
     if fleet is None:
         return (
             f"tuned for {counted(replicas, 'replica')} behind {_router_words(tuned)}, "
@@ -146,7 +147,7 @@ def tuned_elsewhere(bundle: Mapping[str, Any], fleet: FleetSpec | None) -> str |
             "settings to replay it as tuned"
         )
     asked = fleet.describe()
-    mine = dict(tuned.get("settings") or {})
+    mine = _resolved(tuned)
     other_count = replicas != fleet.replicas
     count = f" on {replicas}" if other_count else ""
     give = (
@@ -173,6 +174,16 @@ def tuned_elsewhere(bundle: Mapping[str, Any], fleet: FleetSpec | None) -> str |
         f"tuned behind {_router_words(tuned)}{count}, replayed behind {_router_words(asked)}"
         f"{f' on {fleet.replicas}' if other_count else ''}: {give}"
     )
+
+
+def _resolved(router: Mapping[str, Any]) -> dict[str, Any]:
+    """A router section's settings with the router's defaults filled in, as a replay's are
+    described (a section that leaves one out means the default); as written when they do
+    not make a router (a hand-edited section: compared as they are)."""
+    try:
+        return RouterSettings.from_section(router).resolved()
+    except ConfigError:
+        return dict(router.get("settings") or {})
 
 
 def _value(value: Any) -> str:

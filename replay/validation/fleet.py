@@ -195,6 +195,12 @@ def validate_fleet(
                 "--router bundle is the router --bundle was tuned behind: give --bundle"
             )
         tuned = bundle_router(bundle_doc, bundle)
+        tuned_on = int(bundle_doc["router"].get("replicas", replicas))
+        if warn is not None and tuned_on != replicas:
+            warn(
+                f"--router bundle: {bundle} was tuned for {counted(tuned_on, 'replica')}; "
+                f"this fleet has {replicas}"
+            )
     profile_source = "given" if profile is not None else None
     info: ServerInfo | None = None
     # made only once the arguments are known good: bad input leaves no folder behind, nor

@@ -15,7 +15,6 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from profiles import profile_read
 from profiles.router_calibration import RouterCalibration
@@ -25,7 +24,7 @@ from ttlctl import router_flags
 from ttlctl.bundle_doc import Bundle
 from ttlctl.errors import ConfigError
 from ttlctl.router_doc import PROGRAM_SCHEDULING as PROGRAM_SCHEDULING_MODEL
-from ttlctl.router_doc import SETTINGS, ttlctl_name
+from ttlctl.router_doc import ttlctl_name
 from ttlctl.server import router
 
 #: ``--router`` for vllm-router's own Program scheduling: ``consistent_hash`` underneath
@@ -57,8 +56,8 @@ class BundleRouter:
 
 def bundle_router(doc: Bundle, path: Path) -> BundleRouter:
     """The router of ``doc`` (read from ``path``)'s ``router`` section; a
-    :class:`ValidateError` naming the file when it has none, or one vllm-router lacks
-    (``pin-aware``, ``as-logged``)."""
+    :class:`ValidateError` naming the file when it has none, one vllm-router lacks
+    (``pin-aware``, ``as-logged``), or a setting the router or its model would refuse."""
     section = doc.get("router")
     if section is None:
         raise ValidateError(
@@ -67,25 +66,22 @@ def bundle_router(doc: Bundle, path: Path) -> BundleRouter:
         )
     try:
         args = router_flags.vllm_router_args(section, profile_read.from_json(doc["profile"]))
+        if ttlctl_name(section["name"]) == PROGRAM_SCHEDULING_MODEL:
+            # simulated on the JSON the live router is given: the bundle profile's
+            # calibration, as live (not the profile that prices the simulated engines)
+            config = args[args.index("--program-scheduling-config-json") + 1]
+            calibration = dict(section.get("settings", {})).get("calibration")
+            settings = RouterSettings(
+                PROGRAM_SCHEDULING_MODEL,
+                program_scheduling_config_json=config,
+                program_scheduling_calibration=None if calibration is None else str(calibration),
+            )
+            return BundleRouter(PROGRAM_SCHEDULING_POLICY, config, (), settings)
+        settings = RouterSettings.from_section(section)
     except ConfigError as exc:
-        raise ValidateError(f"--router bundle: {path}: {exc}") from None
-    name = ttlctl_name(section["name"])
-    given = dict(section.get("settings", {}))
-    if name == PROGRAM_SCHEDULING_MODEL:
-        config = args[args.index("--program-scheduling-config-json") + 1]
-        calibration = str(given.get("calibration", "profile"))
-        settings = RouterSettings(
-            name,
-            program_scheduling_config_json=config,
-            program_scheduling_calibration=calibration,
-        )
-        return BundleRouter(PROGRAM_SCHEDULING_POLICY, config, (), settings)
-    flags = SETTINGS.get(name, {})
-    typed: dict[str, Any] = {
-        key: int(value) if key in flags and flags[key].integer and value is not None else value
-        for key, value in given.items()
-    }
-    settings = RouterSettings(name, **typed)
+        why = str(exc).removeprefix("--as vllm-router: ")
+        why = why.removeprefix("--program-scheduling-config-json: ")  # the section's field
+        raise ValidateError(f"--router bundle: {path}: {why}") from None
     return BundleRouter(args[1], None, tuple(args[2:]), settings)
 
 

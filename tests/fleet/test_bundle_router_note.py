@@ -4,6 +4,7 @@ nothing when the router and its settings are the bundle's."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +137,48 @@ def test_another_router_on_another_count_names_both() -> None:
         "kv_aware_session_affinity_ttl_secs 60 on 4: give --replicas 2 --router kv-aware and "
         "its settings to replay it as tuned"
     )
+
+
+def test_the_same_router_in_either_spelling_or_at_its_defaults_is_no_other_router() -> None:
+    """Regression: a section naming ``kv_aware`` (vllm-router's spelling, which the bundle
+    takes), or leaving settings at their defaults, read as another router, its missing
+    settings as "off"."""
+    spelled = _bundle({"name": "kv_aware", "settings": KV_AWARE, "replicas": 2})
+    asked = FleetSpec(2, RouterSettings("kv-aware", kv_aware_session_affinity_ttl_secs=42))
+    assert tuned_elsewhere(spelled, asked) is None
+    assert tuned_elsewhere(spelled, replace(asked, replicas=3)) == (
+        "tuned on 2 replicas, replayed on 3: give --replicas 2 to replay it as tuned"
+    )
+    partial = _bundle(
+        {"name": "cache-aware", "settings": {"balance_abs_threshold": 12}, "replicas": 2}
+    )
+    twelve = FleetSpec(2, RouterSettings("cache-aware", balance_abs_threshold=12))
+    assert tuned_elsewhere(partial, twelve) is None
+    said = tuned_elsewhere(partial, FleetSpec(2))
+    assert said == (
+        "tuned behind cache-aware with balance_abs_threshold 12, replayed with "
+        "balance_abs_threshold 64: give --router cache-aware and its settings to replay it "
+        "as tuned"
+    )
+    ps = _bundle({"name": "program-scheduling", "settings": {"stats_window_size": 9},
+                  "replicas": 2})  # fmt: skip
+    other = RouterSettings(
+        "program-scheduling", program_scheduling_config_json='{"stats_window_size": 10}'
+    )
+    assert tuned_elsewhere(ps, FleetSpec(2, other)) == (
+        "tuned behind program-scheduling with stats_window_size 9, replayed with "
+        "stats_window_size 10: give --router program-scheduling and its settings to replay it "
+        "as tuned"
+    )
+
+
+def test_a_live_replay_says_nothing_of_the_fleet(files: tuple[Path, Path]) -> None:
+    """--live may point at a router in front of a fleet, and --replicas does not go with
+    it: no note that advises it."""
+    trace, bundle = files
+    res = CliRunner().invoke(
+        app,
+        ["replay", str(trace), "--live", "http://127.0.0.1:9", "--policy", "continuum",
+         "--bundle", str(bundle), "--no-timing"],
+    )  # fmt: skip
+    assert "tuned for 2 replicas" not in res.output + res.stderr

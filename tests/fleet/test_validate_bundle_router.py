@@ -87,6 +87,10 @@ def test_a_bundle_tuned_behind_program_scheduling_runs_it_over_consistent_hash(
     assert config.token_capacity_per_target == 60_000
     assert calibration == calibrate(PROFILE).to_json()  # the bundle profile's, as live
     assert settings.resolved()["calibration"] == "profile"
+    # a section that leaves the enable key out: every call with an X-Session-ID opts in, as
+    # the model assumes (vllm-router's own default would opt in none of them)
+    assert json.loads(scheduling)["program_scheduling_enable_key"] == "auto"
+    assert config.program_scheduling_enable_key == "auto"
 
 
 @pytest.mark.parametrize(
@@ -104,6 +108,43 @@ def test_a_bundle_whose_router_vllm_router_cannot_run_is_refused_naming_the_file
     with pytest.raises(ValidateError, match=message) as caught:
         bundle_router(doc, path)
     assert str(caught.value).startswith(f"--router bundle: {path}")
+    assert "--as vllm-router" not in str(caught.value)  # bundle query's flag, not validate's
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"binding_strategy": "least_loaded"}, ": binding_strategy takes consistent_hash"),
+        ({"calibration": "Profile"}, "calibration takes profile or reference, not 'Profile'"),
+        ({"no_such_field": 1}, "no_such_field"),
+    ],
+)
+def test_a_program_scheduling_setting_the_router_refuses_is_refused_naming_the_file(
+    tmp_path: Path, settings: dict[str, Any], message: str
+) -> None:
+    """Regression: such a section (which `bundle verify` takes: vllm-router reads the JSON
+    itself) was refused naming --program-scheduling-config-json or
+    --program-scheduling-calibration, flags validate does not have, and not the file."""
+    router = {"name": "program-scheduling", "settings": settings, "replicas": 2}
+    path, doc = _bundle(tmp_path, router)
+    with pytest.raises(ValidateError, match=message) as caught:
+        bundle_router(doc, path)
+    said = str(caught.value)
+    assert said.startswith(f"--router bundle: {path}: ") and "--program-scheduling" not in said
+
+
+def test_a_null_calibration_is_the_profiles_on_both_sides(tmp_path: Path) -> None:
+    """null in the section is the default (the bundle profile's calibration), live and
+    simulated alike (it read as the text 'None' and was refused)."""
+    router = {"name": "program-scheduling", "settings": {"calibration": None}, "replicas": 2}
+    path, doc = _bundle(tmp_path, router)
+    tuned = bundle_router(doc, path)
+    assert tuned.scheduling is not None
+    assert (
+        json.loads(tuned.scheduling)["prefill_cost_model"]
+        == calibrate(PROFILE).to_json()["prefill_cost_model"]
+    )
+    assert tuned.settings.resolved()["calibration"] == "profile"
 
 
 def _trace(tmp_path: Path) -> Path:
@@ -131,6 +172,7 @@ def test_validate_runs_the_bundles_router_beside_the_stock_one(
 
     monkeypatch.setattr(fleet_mod, "live_run", recorded)
     trace = _trace(tmp_path)
+    warned: list[str] = []
     doc = validate_fleet(
         load(trace),
         Sources(base_cmd=["vllm", "serve", "m"]),
@@ -143,7 +185,9 @@ def test_validate_runs_the_bundles_router_beside_the_stock_one(
         idle_gap_cap_s=0.5,
         profile=PROFILE,
         work_dir=tmp_path / "work",
+        warn=warned.append,
     )
+    assert warned == []  # tuned for the 2 replicas it runs on
     printed = router_flags.vllm_router_args(CACHE_AWARE, PROFILE)
     assert started == [
         ("cache_aware", ("cache_aware", None, ())),
@@ -223,3 +267,33 @@ def test_router_bundle_without_a_bundle_is_one_line_and_exit_2(tmp_path: Path) -
     )  # fmt: skip
     assert res.exit_code == 2, res.output
     assert f"--router bundle: {path} records no router" in res.stderr
+
+
+def test_a_bundle_tuned_for_another_replica_count_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = _bundle(tmp_path, {**CACHE_AWARE, "replicas": 4})
+
+    def recorded(
+        fleets: Any, rep: int, name: str, policy: str, *, info: Any, measure: bool, say: Any
+    ) -> tuple[Any, Any, Any]:
+        run = _live_run(fleets.work_dir, fleets.work, rep, policy, 8100)
+        return replace(run, policy=name), info or server_info(), None
+
+    monkeypatch.setattr(fleet_mod, "live_run", recorded)
+    warned: list[str] = []
+    validate_fleet(
+        load(_trace(tmp_path)),
+        Sources(base_cmd=["vllm", "serve", "m"]),
+        replicas=2,
+        routers=[BUNDLE],
+        policies=["continuum"],
+        bundle=path,
+        timing_draws=0,
+        max_programs=4,
+        idle_gap_cap_s=0.5,
+        profile=PROFILE,
+        work_dir=tmp_path / "work",
+        warn=warned.append,
+    )
+    assert warned == [f"--router bundle: {path} was tuned for 4 replicas; this fleet has 2"]

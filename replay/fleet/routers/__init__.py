@@ -11,7 +11,8 @@ the file it follows and its deliberate differences."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -126,6 +127,41 @@ class RouterSettings:
             raise ConfigError(
                 f"--program-scheduling-calibration takes {' or '.join(CALIBRATIONS)}, not {cal!r}"
             )
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any]) -> RouterSettings:
+        """The router a bundle's ``router`` section names, with its settings (the inverse of
+        :meth:`resolved`: Program scheduling's config fields, ``obj.field`` calibration
+        fields and ``calibration``); :class:`~ttlctl.errors.ConfigError` for a setting
+        the router would refuse. Integer flags written as 30.0 are taken as 30."""
+        name = router_name(str(section.get("name")))
+        settings = dict(section.get("settings") or {})
+        if name == PROGRAM_SCHEDULING:
+            doc: dict[str, Any] = {}
+            for key, value in settings.items():
+                if key == "calibration":
+                    continue
+                if "." in key:
+                    obj, field = key.split(".", 1)
+                    doc.setdefault(obj, {})[field] = value
+                else:
+                    doc[key] = value
+            cal = settings.get("calibration")
+            return cls(
+                name,
+                program_scheduling_config_json=json.dumps(doc),
+                program_scheduling_calibration=None if cal is None else str(cal),
+            )
+        flags = SETTINGS.get(name, {})
+        typed: dict[str, Any] = {
+            key: int(value) if key in flags and flags[key].integer and value is not None else value
+            for key, value in settings.items()
+        }
+        try:
+            return cls(name, **typed)
+        except TypeError:  # a key no router takes (RouterSettings has no such field)
+            unknown = next(k for k in typed if k not in {f.name for f in fields(cls)})
+            raise ConfigError(f"the {name} router does not take {unknown}") from None
 
     def program_scheduling(self) -> tuple[ProgramSchedulingConfig, dict[str, Any]]:
         """Program scheduling's config (defaults filled) and the calibration objects given

@@ -152,6 +152,25 @@ def json_text(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+def program_scheduling_fields(
+    settings: Mapping[str, Any],
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A ``program-scheduling`` section's settings as its config JSON's fields and the
+    calibration objects' fields it gives (``obj.field`` keys, as ``resolved()`` writes
+    them); ``calibration`` (ttlctl's choice of coefficients) is neither."""
+    fields: dict[str, Any] = {}
+    objects: dict[str, dict[str, Any]] = {}
+    for key, value in settings.items():
+        if key == "calibration":
+            continue
+        if "." in key:
+            obj, field = key.split(".", 1)
+            objects.setdefault(obj, {})[field] = value
+        else:
+            fields[key] = value
+    return fields, objects
+
+
 def ttlctl_name(name: str) -> str:
     """ttlctl's name of a router given in either spelling (``cache_aware``, ``cache-aware``)."""
     return name.replace("_", "-")

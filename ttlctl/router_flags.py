@@ -21,7 +21,7 @@ from profiles.router_calibration import calibrate
 from profiles.schema import Profile
 from ttlctl.errors import ConfigError
 from ttlctl.router_doc import POLICIES as VLLM_POLICIES
-from ttlctl.router_doc import SETTINGS, flag_name, ttlctl_name
+from ttlctl.router_doc import SETTINGS, flag_name, program_scheduling_fields, ttlctl_name
 
 #: ttlctl's name -> vllm-router's ``--policy``
 POLICIES = {ttlctl_name(policy): policy for policy in VLLM_POLICIES}
@@ -43,16 +43,7 @@ def program_scheduling_json(settings: Mapping[str, Any], profile: Profile | None
     """``--program-scheduling-config-json``'s value for a ``program-scheduling`` router's
     settings: its config fields, the profile's calibration (when the settings say
     ``calibration: profile``), and the calibration fields the settings gave, which win."""
-    doc: dict[str, Any] = {}
-    given: dict[str, dict[str, Any]] = {}
-    for key, value in settings.items():
-        if key == "calibration":
-            continue
-        if "." in key:
-            obj, field = key.split(".", 1)
-            given.setdefault(obj, {})[field] = value
-        else:
-            doc[key] = value
+    doc, given = program_scheduling_fields(settings)
     # the replayed model's key (every call with an X-Session-ID opts in), where the router's
     # own default would opt in none of them; a tuned section always names it
     doc.setdefault("program_scheduling_enable_key", "auto")

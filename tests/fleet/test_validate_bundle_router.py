@@ -151,23 +151,23 @@ def _trace(tmp_path: Path) -> Path:
     return agent_trace(tmp_path / "t.parquet", programs=5, calls=3, first=200, growth=64)
 
 
-def test_validate_runs_the_bundles_router_beside_the_stock_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each live fleet behind ``bundle`` is started with the bundle's router (the fleets'
-    shared setup carries it), and its simulated twin runs that router's model on the
-    bundle's settings; the document records them for ``--resimulate``."""
-    path, _ = _bundle(tmp_path, CACHE_AWARE)
-    routers = ["cache_aware", BUNDLE]
+def _validated(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    bundle_path: Path,
+    routers: list[str],
+) -> tuple[dict[str, Any], list[tuple[str, Any]], list[str], Path]:
+    """``validate_fleet`` of continuum behind ``routers`` on 2 replicas, each live run a
+    recorded one handed back: the document, each fleet's router setup as started, the
+    warnings, and the trace."""
     started: list[tuple[str, Any]] = []
 
     def recorded(
         fleets: Any, rep: int, name: str, policy: str, *, info: Any, measure: bool, say: Any
     ) -> tuple[Any, Any, Any]:
         started.append((policy, router_setup(policy, None, None, fleets.tuned)))
-        run = _live_run(
-            fleets.work_dir, fleets.work, rep, policy, 8100 + 10 * routers.index(policy)
-        )
+        port = 8100 + 10 * routers.index(policy)
+        run = _live_run(fleets.work_dir, fleets.work, rep, policy, port)
         return replace(run, policy=name), info or server_info(), None
 
     monkeypatch.setattr(fleet_mod, "live_run", recorded)
@@ -179,7 +179,7 @@ def test_validate_runs_the_bundles_router_beside_the_stock_one(
         replicas=2,
         routers=routers,
         policies=["continuum"],
-        bundle=path,
+        bundle=bundle_path,
         timing_draws=0,
         max_programs=4,
         idle_gap_cap_s=0.5,
@@ -187,6 +187,17 @@ def test_validate_runs_the_bundles_router_beside_the_stock_one(
         work_dir=tmp_path / "work",
         warn=warned.append,
     )
+    return doc, started, warned, trace
+
+
+def test_validate_runs_the_bundles_router_beside_the_stock_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each live fleet behind ``bundle`` is started with the bundle's router (the fleets'
+    shared setup carries it), and its simulated twin runs that router's model on the
+    bundle's settings; the document records them for ``--resimulate``."""
+    path, _ = _bundle(tmp_path, CACHE_AWARE)
+    doc, started, warned, trace = _validated(tmp_path, monkeypatch, path, ["cache_aware", BUNDLE])
     assert warned == []  # tuned for the 2 replicas it runs on
     printed = router_flags.vllm_router_args(CACHE_AWARE, PROFILE)
     assert started == [
@@ -273,27 +284,5 @@ def test_a_bundle_tuned_for_another_replica_count_is_said(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, _ = _bundle(tmp_path, {**CACHE_AWARE, "replicas": 4})
-
-    def recorded(
-        fleets: Any, rep: int, name: str, policy: str, *, info: Any, measure: bool, say: Any
-    ) -> tuple[Any, Any, Any]:
-        run = _live_run(fleets.work_dir, fleets.work, rep, policy, 8100)
-        return replace(run, policy=name), info or server_info(), None
-
-    monkeypatch.setattr(fleet_mod, "live_run", recorded)
-    warned: list[str] = []
-    validate_fleet(
-        load(_trace(tmp_path)),
-        Sources(base_cmd=["vllm", "serve", "m"]),
-        replicas=2,
-        routers=[BUNDLE],
-        policies=["continuum"],
-        bundle=path,
-        timing_draws=0,
-        max_programs=4,
-        idle_gap_cap_s=0.5,
-        profile=PROFILE,
-        work_dir=tmp_path / "work",
-        warn=warned.append,
-    )
+    _, _, warned, _ = _validated(tmp_path, monkeypatch, path, [BUNDLE])
     assert warned == [f"--router bundle: {path} was tuned for 4 replicas; this fleet has 2"]

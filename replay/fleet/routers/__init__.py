@@ -36,7 +36,14 @@ from replay.fleet.routers.random_pick import RandomPick
 from replay.fleet.routers.round_robin import RoundRobin
 from replay.fleet.routers.sticky_least_loaded import StickyLeastLoaded
 from ttlctl.errors import ConfigError
-from ttlctl.router_doc import PROGRAM_SCHEDULING, ROUTERS, SETTINGS, flag_name, ttlctl_name
+from ttlctl.router_doc import (
+    PROGRAM_SCHEDULING,
+    ROUTERS,
+    SETTINGS,
+    flag_name,
+    program_scheduling_fields,
+    ttlctl_name,
+)
 
 __all__ = [
     "AS_LOGGED",
@@ -137,15 +144,8 @@ class RouterSettings:
         name = router_name(str(section.get("name")))
         settings = dict(section.get("settings") or {})
         if name == PROGRAM_SCHEDULING:
-            doc: dict[str, Any] = {}
-            for key, value in settings.items():
-                if key == "calibration":
-                    continue
-                if "." in key:
-                    obj, field = key.split(".", 1)
-                    doc.setdefault(obj, {})[field] = value
-                else:
-                    doc[key] = value
+            config, objects = program_scheduling_fields(settings)
+            doc = {**config, **objects}
             cal = settings.get("calibration")
             return cls(
                 name,

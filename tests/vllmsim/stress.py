@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from vllm.v1.request import RequestStatus
 
 from fitting.policy_params import PolicyParams
@@ -24,6 +25,13 @@ from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.workload import AgentProgram, Call, Workload
 from tests.vllmsim.drive import write_bundle
+
+#: drawn runs of the vLLM backend: each takes its time (no deadline), the same draws every run
+DRAWN = settings(
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def program_of(request: Any) -> str | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 
 from replay.fleet.run import FleetSpec
 from replay.vllmsim.engine import VllmEngine
@@ -23,7 +23,7 @@ from replay.vllmsim.fleet import simulate
 from replay.vllmsim.harness import Harness
 from replay.vllmsim.run import run
 from tests.vllmsim.drive import COST
-from tests.vllmsim.stress import setup
+from tests.vllmsim.stress import DRAWN, setup
 from tests.vllmsim.test_stress import PLUGIN_ENV, cases
 
 
@@ -31,12 +31,7 @@ def _never(*args: Any, **kwargs: Any) -> None:
     raise AssertionError("vLLM's scheduler stalled: the harness waited after an empty step")
 
 
-@settings(
-    max_examples=15,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(DRAWN, max_examples=15)
 @given(case=cases())
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_one_engine_never_waits_after_an_empty_step(
@@ -50,12 +45,7 @@ def test_one_engine_never_waits_after_an_empty_step(
     assert outcome.calls  # the run went through
 
 
-@settings(
-    max_examples=10,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(DRAWN, max_examples=10)
 @given(case=cases())
 def test_a_replica_never_takes_a_step_of_no_time_with_calls_in_it(
     monkeypatch: pytest.MonkeyPatch, case: dict[str, object]

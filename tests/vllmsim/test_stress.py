@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.vllmsim.run import run
 from tests.vllmsim.drive import COST, static_params
-from tests.vllmsim.stress import Checker, check_end, setup
+from tests.vllmsim.stress import DRAWN, Checker, check_end, setup
 
 calls = st.lists(
     st.tuples(
@@ -80,12 +80,7 @@ def replay(case: dict[str, object], checker: Checker, async_scheduling: bool = T
 PLUGIN_ENV = {"TTLCTL_BUNDLE_CHECK_S": "0", "TTLCTL_MAX_PROGRAMS": "4"}
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(DRAWN, max_examples=25)
 @given(case=cases())
 def test_async_plugin_keeps_no_pin_past_its_ttl_and_stays_bounded(case: dict[str, object]) -> None:
     swap_at = case["swap_at"]

@@ -26,6 +26,13 @@ from typing import Any
 from ttlctl.errors import TtlctlError
 
 PROGRAM_SCHEDULING = "program-scheduling"
+#: Program scheduling's enable key that opts a request with an ``X-Session-ID`` header (what
+#: a replay sends) into it; the router's default takes only ``vllm_xargs.agentic_context``
+#: and would leave every replayed call to ``--policy``
+ENABLE_KEY = "auto"
+#: the coefficients Program scheduling runs on: ``profile`` (calibrated from a profile,
+#: ttlctl's default) or ``reference`` (the router's own)
+CALIBRATIONS = ("profile", "reference")
 #: what a real router does that ttlctl's model of it leaves out (the deliberate differences
 #: its module in ``replay.fleet.routers`` lists), named where a replay shows the router
 NOT_MODELLED: dict[str, tuple[str, ...]] = {

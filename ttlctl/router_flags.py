@@ -20,8 +20,15 @@ from typing import Any
 from profiles.router_calibration import calibrate
 from profiles.schema import Profile
 from ttlctl.errors import ConfigError
+from ttlctl.router_doc import (
+    CALIBRATIONS,
+    ENABLE_KEY,
+    SETTINGS,
+    flag_name,
+    program_scheduling_fields,
+    ttlctl_name,
+)
 from ttlctl.router_doc import POLICIES as VLLM_POLICIES
-from ttlctl.router_doc import SETTINGS, flag_name, program_scheduling_fields, ttlctl_name
 
 #: ttlctl's name -> vllm-router's ``--policy``
 POLICIES = {ttlctl_name(policy): policy for policy in VLLM_POLICIES}
@@ -46,12 +53,12 @@ def program_scheduling_json(settings: Mapping[str, Any], profile: Profile | None
     doc, given = program_scheduling_fields(settings)
     # the replayed model's key (every call with an X-Session-ID opts in), where the router's
     # own default would opt in none of them; a tuned section always names it
-    doc.setdefault("program_scheduling_enable_key", "auto")
+    doc.setdefault("program_scheduling_enable_key", ENABLE_KEY)
     calibration = settings.get("calibration") or "profile"  # null: the default, as replay's
-    if calibration not in ("profile", "reference"):
+    if calibration not in CALIBRATIONS:
         raise ConfigError(
-            f"--as vllm-router: the router's calibration takes profile or reference, not "
-            f"{calibration!r}"
+            f"--as vllm-router: the router's calibration takes {' or '.join(CALIBRATIONS)}, "
+            f"not {calibration!r}"
         )
     if calibration == "profile":
         if profile is None:

@@ -23,8 +23,8 @@ from replay.validation.error import ValidateError
 from ttlctl import router_flags
 from ttlctl.bundle_doc import Bundle
 from ttlctl.errors import ConfigError
+from ttlctl.router_doc import ENABLE_KEY, ttlctl_name
 from ttlctl.router_doc import PROGRAM_SCHEDULING as PROGRAM_SCHEDULING_MODEL
-from ttlctl.router_doc import ttlctl_name
 from ttlctl.server import router
 
 #: ``--router`` for vllm-router's own Program scheduling: ``consistent_hash`` underneath
@@ -112,7 +112,7 @@ def router_setup(
         return tuned.policy, tuned.scheduling or program_scheduling_json, tuned.flags
     if router != PROGRAM_SCHEDULING:
         return router, program_scheduling_json, ()
-    auto = {"program_scheduling_enable_key": "auto"}
+    auto = {"program_scheduling_enable_key": ENABLE_KEY}
     value = calibration.flag_value(auto) if calibration is not None else json.dumps(auto)
     return PROGRAM_SCHEDULING_POLICY, value, ()
 

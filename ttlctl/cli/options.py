@@ -144,7 +144,7 @@ _PREFILL_CAP_HELP = (
 )
 
 
-def _logged(default: int) -> str:
+def _logged(default: int | str) -> str:
     """The default shown for a size that a trace's engine log states (``tune``,
     ``refit``): the flag's default applies only where the log does not state it."""
     return f"{default} unless the engine log (in refit, or the served bundle) states it"
@@ -208,7 +208,7 @@ LoggedLongPrefillAdaptive = Annotated[
     typer.Option(
         "--long-prefill-token-threshold-adaptive/--no-long-prefill-token-threshold-adaptive",
         help=_ADAPTIVE_HELP,
-        show_default="off unless the engine log states it (refit: or the served bundle records it)",
+        show_default=_logged("off"),
     ),
 ]
 #: the same sizes where a trace's engine log sets them unless given (tune, refit)

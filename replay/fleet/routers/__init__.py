@@ -27,19 +27,17 @@ from replay.fleet.routers.kv_aware import KvAware
 from replay.fleet.routers.pin_aware import PinAware
 from replay.fleet.routers.power_of_two import PowerOfTwo
 from replay.fleet.routers.program_scheduling import ProgramScheduling
-from replay.fleet.routers.progress_ttl import (
-    CALIBRATIONS,
-    ProgramSchedulingConfig,
-    calibration_of,
-)
+from replay.fleet.routers.progress_ttl import ProgramSchedulingConfig, calibration_of
 from replay.fleet.routers.random_pick import RandomPick
 from replay.fleet.routers.round_robin import RoundRobin
 from replay.fleet.routers.sticky_least_loaded import StickyLeastLoaded
-from ttlctl.errors import ConfigError
+from ttlctl.errors import ConfigError, TtlctlError
 from ttlctl.router_doc import (
+    CALIBRATIONS,
     PROGRAM_SCHEDULING,
     ROUTERS,
     SETTINGS,
+    check_settings,
     flag_name,
     program_scheduling_fields,
     ttlctl_name,
@@ -152,16 +150,16 @@ class RouterSettings:
                 program_scheduling_config_json=json.dumps(doc),
                 program_scheduling_calibration=None if cal is None else str(cal),
             )
+        try:  # the bundle reader's check: a key the router does not take, a bad value
+            check_settings(name, settings)
+        except TtlctlError as exc:
+            raise ConfigError(str(exc)) from None
         flags = SETTINGS.get(name, {})
         typed: dict[str, Any] = {
             key: int(value) if key in flags and flags[key].integer and value is not None else value
             for key, value in settings.items()
         }
-        try:
-            return cls(name, **typed)
-        except TypeError:  # a key no router takes (RouterSettings has no such field)
-            unknown = next(k for k in typed if k not in {f.name for f in fields(cls)})
-            raise ConfigError(f"the {name} router does not take {unknown}") from None
+        return cls(name, **typed)
 
     def program_scheduling(self) -> tuple[ProgramSchedulingConfig, dict[str, Any]]:
         """Program scheduling's config (defaults filled) and the calibration objects given

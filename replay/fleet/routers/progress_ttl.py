@@ -31,6 +31,7 @@ from profiles.router_calibration import (
 )
 from replay.fleet.routers.program_scheduling_rules import coefficient_refusal, router_refusal
 from ttlctl.errors import ConfigError
+from ttlctl.router_doc import ENABLE_KEY
 
 #: the shortest metrics interval the model runs (s): each tick is an event of the replay
 #: while the router retains calls, so an hour of retained calls at 1 ms is 3.6M events;
@@ -51,12 +52,7 @@ REFERENCE_DECODE = DecodeThroughputModel(
     context_step_seconds_per_token=1.420458414996201e-7,
 )
 
-#: the enable key that opts a request with an ``X-Session-ID`` header (what the replay
-#: sends) into Program scheduling; the router's default takes only
-#: ``vllm_xargs.agentic_context`` and would leave every replayed call to ``--policy``
-ENABLE_KEY = "auto"
 BINDING_STRATEGIES = ("consistent_hash", "program_round_robin", "least_program_count")
-CALIBRATIONS = ("profile", "reference")
 #: the router's own name of ``token_capacity_per_target``, which it takes as an alias
 #: (both given: its reader stops on a duplicate field)
 CAPACITY_ALIAS = "token_capacity_per_dp_rank"

@@ -107,7 +107,11 @@ class AsyncSimScheduler(SimScheduler):
             if done.index >= 0:
                 return now - start, finished
             # a step that scheduled nothing and preempted nothing changed nothing: wait
-            # for what can (one that only preempted is followed by another at once)
+            # for what can (one that only preempted is followed by another at once, as
+            # vLLM's engine core schedules again; here that step is only ever an empty
+            # one at the same instant: a step that only preempted left nothing running
+            # but requests whose last token was in flight, applied before the next step,
+            # which so preempts nothing, and schedules nothing twice on one state)
             if not done.preempted and not self.idle and all(q.index < 0 for q in queue):
                 return now - start, []
 

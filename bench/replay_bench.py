@@ -13,8 +13,11 @@ shared and noisy); nothing here asserts on speed:
   fast simulator (``SimSchedulerConfig(fast=True)``: runs of decode-only steps taken as one
   event) against the same simulator stepping one decode token at a time
   (``fast=False``), as a ratio; both must give the same results.
-- memory: peak RSS (``ru_maxrss``) of a fresh process that builds the workload and
-  replays it, against a fresh process that only builds the workload.
+- memory: peak RSS of a fresh process that builds the workload and replays it, against
+  a fresh process that only builds the workload (``VmHWM`` of ``/proc/self/status``, the
+  process's own peak: on Linux ``ru_maxrss`` keeps the peak of the process it was forked
+  from across ``exec``, so each child would read this process's peak; ``ru_maxrss`` only
+  where there is no ``/proc``).
 - the vLLM backend (``--backend vllm``: vLLM's own scheduler and KV cache manager in
   process, ``replay.vllmsim``) beside the fast one, on the first ``--vllm-programs``
   programs only (it steps every decode token through vLLM's Python scheduler: the
@@ -95,6 +98,16 @@ def replay(work: Workload, policy: str, fast: bool) -> dict[str, Any]:
 
 
 def max_rss_mb() -> float:
+    """This process's peak RSS in MB: ``VmHWM`` where there is ``/proc`` (its own peak),
+    else ``ru_maxrss``, which on Linux also holds the peak of the process it was forked
+    from (kept across ``exec``): a child of a large process reads the parent's peak."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 1024 / (1024 if sys.platform == "darwin" else 1)  # bytes on macOS, KiB on Linux
 
@@ -230,7 +243,7 @@ def main() -> None:
 
     base_mb = peak_mb(setup, None)
     print(
-        f"memory: peak RSS of a fresh process (ru_maxrss), fast simulator; "
+        f"memory: peak RSS of a fresh process (VmHWM), fast simulator; "
         f"this process so far {max_rss_mb():,.0f} MB"
     )
     print(f"  {'workload only':22s} {base_mb:7,.0f} MB  (baseline)")
@@ -269,13 +282,11 @@ def vllm_backend(work: Workload) -> None:
         fast: dict[str, Any] | None = None
         for backend in ("fast", "vllm"):
             gc.collect()
-            r = runner(backend)(work, spec, cost, config, timing)
-            fast = fast or r
-            note = (
-                "  (baseline)"
-                if r is fast
-                else f"  {r['sim_calls_per_s'] / fast['sim_calls_per_s']:.4f}x"
-            )
+            r: dict[str, Any] = dict(runner(backend)(work, spec, cost, config, timing))
+            if fast is None:
+                fast, note = r, "  (baseline)"
+            else:
+                note = f"  {r['sim_calls_per_s'] / fast['sim_calls_per_s']:.4f}x"
             print(
                 f"  {policy:10s} {backend:8s} {r['wall_s']:8.2f} {r['sim_calls_per_s']:9,.1f}"
                 f" {r['engine_steps']:9,d} {r['jct_mean_s']:11.1f} {r['preemptions']:8,d}"

@@ -1,7 +1,12 @@
-"""``make bench``: every benchmark, each printing ratios against a baseline from the same run."""
+"""``make bench``: every benchmark, each printing ratios against a baseline from the same run.
+
+Runs each of :data:`BENCHES` with its defaults, in turn (docs/benchmarks.md); a bench's
+own options (fewer programs, ``--repeat``) are for running it alone.
+"""
 
 from __future__ import annotations
 
+import argparse
 import runpy
 import sys
 from pathlib import Path
@@ -17,6 +22,9 @@ BENCHES = [
 ]
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(
+        description=__doc__, epilog="benchmarks: " + ", ".join(BENCHES)
+    ).parse_args()
     here = Path(__file__).parent
     for name in BENCHES:
         print(f"== {name}", flush=True)

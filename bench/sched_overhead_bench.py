@@ -127,9 +127,9 @@ def main() -> None:
         f"step time {PROFILE} prices"
     )
     print(
-        f"  {'scheduler':19s} {'steps':>7s} {'sched ms':>8s} {'lookup':>7s} {'update':>7s} "
-        f"{'mean ms':>7s} {'p50':>6s} {'p99':>6s} {'ratio':>6s} {'step ms':>7s} {'share':>6s} "
-        f"{'cpu':>6s} {'w/o lk':>6s} {'JCT s':>7s} {'hits':>4s} {'wall s':>6s}"
+        f"  {'scheduler':19s} {'steps':>7s} {'empty':>5s} {'sched ms':>8s} {'lookup':>7s} "
+        f"{'update':>7s} {'mean ms':>7s} {'p50':>6s} {'p99':>6s} {'ratio':>6s} {'step ms':>7s} "
+        f"{'share':>6s} {'cpu':>6s} {'w/o lk':>6s} {'JCT s':>7s} {'hits':>4s} {'wall s':>6s}"
     )
     base: dict[str, Any] | None = None
     for name, spec in SCHEDULERS.items():
@@ -141,13 +141,15 @@ def main() -> None:
             ok = "yes" if r["share"] <= SHARE_GOAL else "NO"
             note = f"  goal share <= {SHARE_GOAL:.0%}: {ok}"
         print(
-            f"  {name:19s} {r['steps']:7,d} {r['schedule_ms']:8.3f} {r['lookup_ms']:7.3f} "
-            f"{r['update_ms']:7.3f} {r['mean_ms']:7.3f} {r['p50_ms']:6.2f} {r['p99_ms']:6.2f} "
-            f"{ratio:5.2f}x {r['step_ms']:7.1f} {r['share']:6.2%} {r['cpu_share']:6.2%} "
-            f"{r['rest_share']:6.2%} {r['jct']:7.1f} {r['hit']:4.0%} {r['wall_s']:6.0f}" + note,
+            f"  {name:19s} {r['steps']:7,d} {r['empty']:5,d} {r['schedule_ms']:8.3f} "
+            f"{r['lookup_ms']:7.3f} {r['update_ms']:7.3f} {r['mean_ms']:7.3f} "
+            f"{r['p50_ms']:6.2f} {r['p99_ms']:6.2f} {ratio:5.2f}x {r['step_ms']:7.1f} "
+            f"{r['share']:6.2%} {r['cpu_share']:6.2%} {r['rest_share']:6.2%} {r['jct']:7.1f} "
+            f"{r['hit']:4.0%} {r['wall_s']:6.0f}" + note,
             flush=True,
         )
     print(
+        "  steps: those that scheduled work; empty: those that did not, left out of the rest;\n"
         "  sched/update: wall ms per step; lookup: of sched, vLLM's prefix-cache lookup of "
         "waiting requests;\n  share: (sched + update) / priced step time (wall; cpu: thread "
         "CPU time; w/o lk: wall without the lookup)"

@@ -19,7 +19,7 @@ Figures, each against a baseline from the same run (nothing here asserts on spee
   goal; the speed goal above counts both);
 - memory: the replay's peak Python allocations (``tracemalloc``, the workload already
   built) with 1, 4 and 16 replicas, per replica (goal: linear in the replicas); a fresh
-  process's peak RSS (``VmHWM`` of ``/proc/self/status``: on Linux ``ru_maxrss`` keeps
+  process's own peak RSS (``replay_bench.max_rss_mb``: ``VmHWM``, as ``ru_maxrss`` keeps
   the peak of the process it was forked from across ``exec``) is printed beside it, for
   scale.
 """
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -88,20 +87,6 @@ def traced_peak_mb(work: Workload, replicas: int, router: str) -> float:
         tracemalloc.stop()
 
 
-def own_peak_rss_mb() -> float:
-    """This process's own peak RSS in MB (``VmHWM``; ``ru_maxrss`` where there is no
-    ``/proc``, which on Linux also holds the peak of the process it was forked from)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024  # kB
-    except OSError:
-        pass
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / 1024 / (1024 if sys.platform == "darwin" else 1)  # bytes on macOS, KiB on Linux
-
-
 def peak_rss_mb(programs: int, replicas: int, router: str) -> float:
     """Peak RSS of a fresh process (replicas < 0: it only builds the workload); it imports
     this file by its folder, so that it runs from any working directory."""
@@ -110,7 +95,7 @@ def peak_rss_mb(programs: int, replicas: int, router: str) -> float:
         f"import sys; sys.argv=['x']; sys.path.insert(0, {here!r}); import fleet_bench as b; "
         f"w = b.workload({programs}); "
         + (f"b.replay(w, {replicas}, {router!r}); " if replicas >= 0 else "")
-        + "print(b.own_peak_rss_mb())"
+        + "from replay_bench import max_rss_mb; print(max_rss_mb())"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(res.stdout.strip().splitlines()[-1])

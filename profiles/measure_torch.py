@@ -46,12 +46,13 @@ from profiles.reload_copy import measure_reload
 from profiles.schema import Decode, Prefill, Profile
 from profiles.torch_bench import DECODE_MAX_STEPS, Bench
 from profiles.torch_setup import (
+    TORCH_DTYPES,
     MeasureError,
-    cpu_bf16_works,
     free_bytes,
     hf_config,
     resolve_contexts,
     resolve_device,
+    resolve_dtype,
 )
 
 #: share of the available memory the weights may take before we refuse
@@ -62,13 +63,31 @@ DECODE_BATCHES_CUDA = (1, 4, 16)
 DECODE_BATCHES_CPU = (1, 4, 16)
 #: on a CPU, batch × KV length of one decode measurement is capped (prefilling it takes time)
 DECODE_CPU_TOKENS = 8192
-TORCH_DTYPES = ("bfloat16", "float16", "float32")
+
+__all__ = ["TORCH_DTYPES", "MeasureError", "decode_pairs", "measure"]
 
 Progress = Callable[[str, int, int], None]
 
 
 def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
+
+
+def decode_pairs(
+    kv_small: int, kv_last: int, model_limit: int, cuda: bool
+) -> list[tuple[int, int]]:
+    """The (batch, KV length) decode points of a measurement whose prefill points run
+    from ``kv_small`` to ``kv_last`` tokens: each batch at the smallest context and at a
+    longer one (at most 8× it, leaving room for the decode steps), on a CPU only those of
+    at most :data:`DECODE_CPU_TOKENS` tokens (before memory rules out more)."""
+    room = model_limit - DECODE_MAX_STEPS - 2  # decode steps append tokens
+    kv_mid = max(kv_small, min(kv_last, 8 * kv_small, room))
+    return [
+        (b, kv)
+        for b in (DECODE_BATCHES_CUDA if cuda else DECODE_BATCHES_CPU)
+        for kv in sorted({kv_small, kv_mid})
+        if cuda or b * kv <= DECODE_CPU_TOKENS
+    ]
 
 
 def measure(
@@ -81,6 +100,7 @@ def measure(
     repeats: int = 3,
     dtype: str | None = None,
     seed: int = 0,
+    where: str | None = None,
     progress: Progress | None = None,
 ) -> Profile:
     """Measure prefill, decode and reload of ``config``'s model on ``device``.
@@ -89,8 +109,10 @@ def measure(
     ``cuda`` or ``cuda:N``. Each timing is the median of at least ``repeats``
     runs after a warm-up. Raises :class:`MeasureError` (a ``ValueError``) when
     the device is missing, the weights would not fit in half its memory, or the
-    arguments cannot give a fit.
+    arguments cannot give a fit (or the model is no causal LM with a KV cache). ``where``
+    names the model in errors (default ``name``).
     """
+    where = where or name
     import torch  # heavy and optional: importing this module stays cheap
 
     report: Progress = progress or (lambda stage, done, total: None)
@@ -101,16 +123,18 @@ def measure(
     dev = resolve_device(torch, device)
     cuda = dev.type == "cuda"
     kind = "cuda" if cuda else "cpu"
-    if dtype is None:
-        dtype_name = "bfloat16" if cuda or cpu_bf16_works(torch) else "float32"
-    else:
-        dtype_name = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype)
-        if dtype_name not in TORCH_DTYPES:
-            raise MeasureError(f"dtype {dtype!r}: expected one of {', '.join(TORCH_DTYPES)}")
+    dtype_name = resolve_dtype(torch, config, dtype, cuda)
     elem = models.DTYPE_BYTES[dtype_name]
 
     model_limit = models.max_context(config)
     grid = resolve_contexts(contexts, model_limit, max_context)
+    fit = decode_pairs(grid[0], grid[-1], model_limit, cuda)
+    if len(fit) < 3:  # refused now, not after every prefill is timed
+        raise MeasureError(
+            f"contexts from {grid[0]} tokens leave {len(fit)} decode point(s), 3 needed "
+            f"(a CPU decodes at most {DECODE_CPU_TOKENS} tokens a batch); give a smaller "
+            "first context"
+        )
     kv_bytes = models.kv_bytes_per_token(config, dtype_name)
 
     # -- will the weights fit? ----------------------------------------------------------
@@ -118,17 +142,17 @@ def measure(
     weight_bytes = n_params * elem
     available = free_bytes(torch, dev)
     if available > 0 and weight_bytes > WEIGHTS_MEMORY_SHARE * available:
-        where = torch.cuda.get_device_name(dev) if cuda else "host memory"
+        on = torch.cuda.get_device_name(dev) if cuda else "host memory"
         raise MeasureError(
-            f"{name}: about {_gb(weight_bytes)} of {dtype_name} weights "
+            f"{where}: about {_gb(weight_bytes)} of {dtype_name} weights "
             f"({n_params / 1e9:.2f} B parameters) exceeds {WEIGHTS_MEMORY_SHARE:.0%} of the "
-            f"{_gb(available)} available on {kind} ({where}); measure it on a bigger device "
+            f"{_gb(available)} available on {kind} ({on}); measure it on a bigger device "
             "or use a shipped roofline profile"
         )
 
     import transformers  # heavy (2 s): only when a model is built
 
-    transformers_config = hf_config(config)  # a config it cannot build: refused first
+    transformers_config = hf_config(config, where)  # a config it cannot build: refused first
 
     # -- reload: before the model, away from the slow copies that follow a large free --------
     reload, reload_notes = measure_reload(torch, dev, kv_bytes, repeats, report)
@@ -138,11 +162,26 @@ def measure(
     if cuda:
         torch.cuda.manual_seed_all(seed)
     report("build", 0, 1)
-    with torch.device(dev):
-        model = transformers.AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
-            transformers_config, dtype=getattr(torch, dtype_name)
-        )
+    # quiet while building: its advice on a model refused just below would be a second line
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    try:
+        with torch.device(dev):
+            model = transformers.AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
+                transformers_config, dtype=getattr(torch, dtype_name)
+            )
+    finally:
+        transformers.logging.set_verbosity(verbosity)
     model.eval()
+    with torch.inference_mode():  # a model that keeps no KV cache cannot be timed decoding
+        probe = model(input_ids=torch.zeros((1, 2), dtype=torch.long, device=dev), use_cache=True)
+    if getattr(probe, "past_key_values", None) is None:
+        del model, probe
+        raise MeasureError(
+            f"{where}: transformers builds model_type {transformers_config.model_type!r} "
+            "without a KV cache (not a causal decoder); nothing to time decoding"
+        )
+    del probe
     report("build", 1, 1)
     attention = str(getattr(model.config, "_attn_implementation", None) or "default")
     bench = Bench(torch, model, dev, repeats, seed)
@@ -179,21 +218,16 @@ def measure(
                 report("prefill", i + 1, len(grid))
             if len(points) < 3:
                 raise MeasureError(
-                    f"{name}: only {len(points)} prefill point(s) measured "
+                    f"{where}: only {len(points)} prefill point(s) measured "
                     f"({notes.get('prefill_stopped', '')}); give smaller contexts"
                 )
             quad = fitmath.fit_quadratic([p[0] for p in points], [p[1] for p in points])
 
             # -- decode -------------------------------------------------------------------
-            kv_small = points[0][0]
-            room = model_limit - DECODE_MAX_STEPS - 2  # decode steps append tokens
-            kv_mid = max(kv_small, min(points[-1][0], 8 * kv_small, room))
             pairs = [
                 (b, kv)
-                for b in (DECODE_BATCHES_CUDA if cuda else DECODE_BATCHES_CPU)
-                for kv in sorted({kv_small, kv_mid})
-                if (cuda or b * kv <= DECODE_CPU_TOKENS)
-                and prefill_bytes(b * kv, kv) <= work_budget
+                for b, kv in decode_pairs(points[0][0], points[-1][0], model_limit, cuda)
+                if prefill_bytes(b * kv, kv) <= work_budget
             ]
             dpoints: list[tuple[int, float, float]] = []
             report("decode", 0, len(pairs))
@@ -207,7 +241,7 @@ def measure(
                     bench.release()
                 report("decode", j + 1, len(pairs))
             if len(dpoints) < 3:
-                raise MeasureError(f"{name}: only {len(dpoints)} decode point(s) measured")
+                raise MeasureError(f"{where}: only {len(dpoints)} decode point(s) measured")
             dfit = fitmath.fit_decode(
                 [p[0] for p in dpoints], [p[0] * p[1] for p in dpoints], [p[2] for p in dpoints]
             )
@@ -244,7 +278,7 @@ def measure(
     }
     for v in (quad.a, quad.b, quad.q, reload.bandwidth_bytes_per_s, reload.latency_s):
         if not math.isfinite(v):
-            raise MeasureError(f"{name}: the fit gave a non-finite coefficient ({v})")
+            raise MeasureError(f"{where}: the fit gave a non-finite coefficient ({v})")
     return Profile(
         name=f"{name}-{kind}",
         device=torch.cuda.get_device_name(dev) if cuda else _cpu_name(),

@@ -1,8 +1,8 @@
 """What an eager-torch profile (:mod:`profiles.measure_torch`) is set up with before anything
 is timed: the prompt lengths to time (:func:`resolve_contexts`), the device
 (:func:`resolve_device`) and its free memory (:func:`free_bytes`), whether bfloat16 runs on
-this CPU (:func:`cpu_bf16_works`), and the transformers config the model is built from
-(:func:`hf_config`).
+this CPU (:func:`cpu_bf16_works`), the dtype timed (:func:`resolve_dtype`), and the
+transformers config the model is built from (:func:`hf_config`).
 
 Each refusal is a :class:`MeasureError` (a ``ValueError``) saying why and what to do. torch
 comes in as an argument and transformers is imported inside :func:`hf_config`, so importing
@@ -17,6 +17,8 @@ from typing import Any
 from profiles import host
 from profiles.grid import default_contexts
 from ttlctl.errors import TtlctlError
+
+TORCH_DTYPES = ("bfloat16", "float16", "float32")
 
 
 class MeasureError(TtlctlError, ValueError):
@@ -95,9 +97,32 @@ def cpu_bf16_works(torch: Any) -> bool:
         return False
 
 
-def hf_config(config: dict[str, Any]) -> Any:
+def resolve_dtype(torch: Any, config: dict[str, Any], dtype: str | None, cuda: bool) -> str:
+    """The dtype to time in: ``dtype`` (``--dtype``; ``bf16``, ``fp16`` and ``fp32`` are
+    its short names), else the config's (``torch_dtype``, else bfloat16), as the vLLM
+    profiler takes it. bfloat16 by default on a CPU where it does not run
+    (:func:`cpu_bf16_works`) is float32."""
+    if dtype is None:
+        name = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
+        if name not in TORCH_DTYPES:
+            raise MeasureError(
+                f"dtype {name!r} (the config's torch_dtype): expected one of "
+                f"{', '.join(TORCH_DTYPES)}; give --dtype"
+            )
+        if name == "bfloat16" and not cuda and not cpu_bf16_works(torch):
+            return "float32"
+        return name
+    name = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype)
+    if name not in TORCH_DTYPES:
+        raise MeasureError(f"dtype {dtype!r}: expected one of {', '.join(TORCH_DTYPES)}")
+    return name
+
+
+def hf_config(config: dict[str, Any], where: str = "config.json") -> Any:
     """The transformers config of ``config.json`` (a Llama-shaped one without a
-    ``model_type`` is taken as Llama)."""
+    ``model_type`` is taken as Llama), refused (a :class:`MeasureError` naming ``where``,
+    the model as given) when transformers does not know its ``model_type`` or builds no
+    causal LM of it (``AutoModelForCausalLM``)."""
     import transformers  # heavy (2 s): only when a model is built
 
     kwargs = {
@@ -120,8 +145,20 @@ def hf_config(config: dict[str, Any]) -> Any:
         if "Llama" in archs:
             model_type = "llama"
         else:
-            raise MeasureError("config.json has no model_type (and is not Llama-shaped)")
+            raise MeasureError(f"{where}: config.json has no model_type (and is not Llama-shaped)")
+    version = transformers.__version__
+    if str(model_type) not in transformers.CONFIG_MAPPING:  # its error lists every type known
+        raise MeasureError(f"{where}: transformers {version} knows no model_type {model_type!r}")
     try:
-        return transformers.AutoConfig.for_model(str(model_type), **kwargs)
+        built = transformers.AutoConfig.for_model(str(model_type), **kwargs)
     except (ValueError, KeyError) as exc:
-        raise MeasureError(f"transformers cannot build model_type {model_type!r}: {exc}") from None
+        line = " ".join(str(exc).split())[:300]
+        raise MeasureError(
+            f"{where}: transformers cannot build model_type {model_type!r}: {line}"
+        ) from None
+    if type(built) not in transformers.MODEL_FOR_CAUSAL_LM_MAPPING:
+        raise MeasureError(
+            f"{where}: model_type {model_type!r} is not a causal LM in transformers "
+            f"{version} (AutoModelForCausalLM builds none; expected e.g. llama)"
+        )
+    return built

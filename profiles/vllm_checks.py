@@ -13,12 +13,25 @@ stays cheap.
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 from typing import Any
 
 from profiles import host, models
 from profiles.vllm_plan import VllmMeasureError
 
 CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+#: torch's logger that warns, as vLLM's CPU attention is imported without triton (which
+#: ``make install`` removes: troubleshooting.md), "Triton not available": a second line
+#: above every refusal, and above the progress bar
+TRITON_LOGGER = "torch._library.triton"
+
+
+def quiet_torch_triton() -> None:
+    """Silence :data:`TRITON_LOGGER`'s warning (its errors still show), unless a level
+    was set for it."""
+    logger = logging.getLogger(TRITON_LOGGER)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.ERROR)
 
 
 def installed_vllm() -> tuple[str, str]:
@@ -39,6 +52,7 @@ def vllm_platform(device: str, where: str) -> str:
     want = device.strip().lower()
     if want not in ("auto", "cpu", "cuda"):
         raise VllmMeasureError(f"--device {device}: expected auto, cpu or cuda")
+    quiet_torch_triton()  # before vLLM (and torch) are imported
     try:
         from vllm.platforms import current_platform
     except ImportError as exc:

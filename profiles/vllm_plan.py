@@ -32,6 +32,8 @@ DECODE_SPARE_STEPS = 8
 KV_GRANULE = 256
 #: headroom on the KV cache beyond what the measurements hold
 KV_MARGIN = 1.25
+#: the engine's ``max_num_seqs`` is this at least (the replay's default), or the largest batch
+MAX_NUM_SEQS = 256
 DTYPES = ("bfloat16", "float16", "float32")
 
 
@@ -82,6 +84,11 @@ class Plan:
     kv_bytes_config: int
     parameters: int
 
+    @property
+    def max_num_seqs(self) -> int:
+        """The engine's ``max_num_seqs``: :data:`MAX_NUM_SEQS`, or the largest decode batch."""
+        return max(MAX_NUM_SEQS, *(b for b, _ in self.decode))
+
     def engine_args(self, model: str, seed: int) -> dict[str, Any]:
         """vLLM ``EngineArgs`` of the measurement (random weights, no tokenizer)."""
         return {
@@ -94,7 +101,7 @@ class Plan:
             "enable_prefix_caching": True,
             "enable_chunked_prefill": True,
             "max_num_batched_tokens": self.max_num_batched_tokens,
-            "max_num_seqs": max(256, *(b for b, _ in self.decode)),
+            "max_num_seqs": self.max_num_seqs,
             "kv_cache_memory_bytes": self.kv_cache_bytes,
             "enforce_eager": self.enforce_eager,
             "async_scheduling": False,
@@ -145,10 +152,14 @@ def make_plan(
     decode_batches: Sequence[int] | None = None,
 ) -> Plan:
     """The measurement of ``config``'s model on ``kind`` (``cpu``/``cuda``) with
-    ``free_bytes`` available (0: unknown, not checked)."""
+    ``free_bytes`` available (0: unknown, not checked). A step budget under the engine's
+    ``max_num_seqs`` (:attr:`Plan.max_num_seqs`) is refused here: vLLM refuses it."""
     budget = int(max_num_batched_tokens)
-    if budget < 16:
-        raise VllmMeasureError(f"max_num_batched_tokens must be at least 16, got {budget}")
+    if budget < MAX_NUM_SEQS:  # vLLM refuses a budget under max_num_seqs (below)
+        raise VllmMeasureError(
+            f"max_num_batched_tokens must be at least {MAX_NUM_SEQS} (vLLM takes no step "
+            f"budget under its max_num_seqs, {MAX_NUM_SEQS}), got {budget}"
+        )
     dtype_name = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(
         dtype or "", dtype or str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
     )
@@ -171,6 +182,12 @@ def make_plan(
     if len(decode) < 3:
         raise VllmMeasureError(
             f"{where}: only {len(decode)} decode points fit; give longer contexts"
+        )
+    seqs = max(MAX_NUM_SEQS, *(b for b, _ in decode))
+    if budget < seqs:  # vLLM's own check, after the copies are timed, in a pydantic dump
+        raise VllmMeasureError(
+            f"max_num_batched_tokens must be at least {seqs} (vLLM takes no step budget "
+            f"under its max_num_seqs, {seqs} here), got {budget}"
         )
 
     granule = max(KV_GRANULE, block_size or 0)

@@ -231,3 +231,100 @@ def test_cli_times_eager_torch_only_when_asked_and_says_so(cli_auto: tuple[Resul
     assert res.exit_code == 0, res.output
     src = json.loads(out.read_text())["source"]
     assert src["engine"] == "torch-eager" and "not the vLLM engine" in src["not_vllm"]
+
+
+def _config_file(tmp_path: Path, **changes: object) -> Path:
+    path = tmp_path / "model" / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps({**PRESETS["tiny"], **changes}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"model_type": "t5", "architectures": ["T5ForConditionalGeneration"]},
+            "model_type 't5' is not a causal LM in transformers",
+        ),
+        ({"model_type": "nonesuch"}, "knows no model_type 'nonesuch'"),
+        (
+            {"model_type": "bert", "architectures": ["BertLMHeadModel"]},
+            "builds model_type 'bert' without a KV cache",
+        ),
+    ],
+)
+def test_a_model_that_is_no_causal_decoder_is_refused_in_one_line_before_any_prefill(
+    tmp_path: Path, changes: dict[str, object], message: str
+) -> None:
+    """Regression: `profile --torch` with a T5 config ended in transformers' ValueError
+    traceback (exit 1) after timing the copies, with a BERT one in an AttributeError
+    traceback (exit 1) after timing every prefill, and an unknown model_type was one line
+    of some 15,000 characters listing every type transformers knows. Each is one short
+    line naming the --model given, exit 2, before a prefill is timed."""
+    path = _config_file(tmp_path, **changes)
+    calls: Calls = []
+    with pytest.raises(MeasureError, match=message) as refused:
+        measure(
+            "model",
+            json.loads(path.read_text()),
+            device="cpu",
+            contexts=[16, 32, 64],
+            repeats=1,
+            where=str(path),
+            progress=lambda stage, done, total: calls.append((stage, done, total)),
+        )
+    assert str(refused.value).startswith(f"{path}: ") and len(str(refused.value)) < 300
+    assert "prefill" not in [stage for stage, _, _ in calls]
+    out = tmp_path / "p.json"
+    args = ["profile", "--torch", "--device", "cpu", "--contexts", "16,32,64", "--repeats", "1"]
+    res = CliRunner().invoke(app, [*args, "--model", str(path), "-o", str(out)])
+    assert res.exit_code == 2, res.output
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"error: {path}: ") and message in line
+    assert not out.exists()
+
+
+def test_the_default_dtype_is_the_configs() -> None:
+    """Regression: docs/commands.md says "`--dtype` defaults to the model config's
+    (`torch_dtype`, else bfloat16)" (and --help "default: the config's"), but `--torch`
+    timed a float32 model in bfloat16, with bfloat16's KV bytes per token."""
+    config = {**PRESETS["tiny"], "torch_dtype": "float32"}
+    profile = measure("tiny", config, device="cpu", contexts=[16, 32, 64], repeats=1)
+    assert profile.source["dtype"] == "float32"
+    assert profile.kv_bytes_per_token == 2 * 2 * 2 * 64 * 4
+    fp8 = {**PRESETS["tiny"], "torch_dtype": "float8_e4m3fn"}  # eager torch times no fp8
+    with pytest.raises(MeasureError, match=r"'float8_e4m3fn' \(the config's torch_dtype\)"):
+        measure("tiny", fp8, device="cpu", contexts=[16, 32, 64])
+
+
+def test_contexts_that_leave_too_few_decode_points_are_refused_before_any_timing() -> None:
+    """Regression: contexts from 2,030 tokens leave a CPU two decode points (batch ×
+    context ≤ 8,192), which `profile --torch` found only after timing every prefill
+    ('only 2 decode point(s) measured', no hint): refused first, saying what to change."""
+    calls: Calls = []
+    with pytest.raises(MeasureError, match=r"leave 2 decode point.*give a smaller first context"):
+        measure(
+            "tiny",
+            PRESETS["tiny"],
+            device="cpu",
+            contexts=[2030, 2040, 2048],
+            progress=lambda stage, done, total: calls.append((stage, done, total)),
+        )
+    assert calls == []
+
+
+def test_a_refusal_names_the_model_as_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: `profile --torch --model DIR/config.json` named the model in its
+    refusals by its folder's name (`big:`), not the --model given, as the vLLM path does."""
+    monkeypatch.setattr("profiles.host.available_bytes", lambda: 16_000_000_000)
+    path = _config_file(tmp_path, **PRESETS["llama-3.1-70b"])
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(
+        app, ["profile", "--torch", "--device", "cpu", "--model", str(path), "-o", str(out)]
+    )
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(f"error: {path}: about 141."), res.stderr
+    assert not out.exists()

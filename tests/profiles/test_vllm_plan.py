@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -145,16 +146,25 @@ def test_a_partial_step_of_prompts_is_a_step() -> None:
 
 
 def test_the_smallest_limits_and_step_budget_are_taken() -> None:
-    """A context limit of 16 tokens and a step budget of 16 are the least taken; 15 is
-    refused."""
+    """A context limit of 16 tokens is the least taken, 15 refused; a step budget of the
+    engine's max_num_seqs (256, or the largest decode batch) is the least taken, one token
+    less refused. Regression: a budget from 16 to 255 was planned, then refused by vLLM
+    (max_num_batched_tokens under max_num_seqs) after the copies were timed, in a pydantic
+    dump naming no flag."""
     tiny = models.PRESETS["tiny"]
     plan = make_plan(tiny, "cpu", 0, where="tiny", contexts=[4, 8, 16], max_context=16)
     assert plan.contexts == (4, 8, 16)
     with pytest.raises(VllmMeasureError, match="too short"):
         make_plan(tiny, "cpu", 0, where="tiny", contexts=[4, 8, 15], max_context=15)
-    assert make_plan(tiny, "cpu", 0, where="tiny", max_num_batched_tokens=16).decode
-    with pytest.raises(VllmMeasureError, match="at least 16"):
-        make_plan(tiny, "cpu", 0, where="tiny", max_num_batched_tokens=15)
+    plan = make_plan(tiny, "cpu", 0, where="tiny", max_num_batched_tokens=256)
+    assert plan.decode and plan.engine_args("/m", 0)["max_num_seqs"] == 256
+    for budget in (16, 255):
+        with pytest.raises(VllmMeasureError, match=rf"at least 256 .*got {budget}$"):
+            make_plan(tiny, "cpu", 0, where="tiny", max_num_batched_tokens=budget)
+    big: dict[str, Any] = {"decode_batches": (1, 300), "max_context": 64}
+    assert make_plan(tiny, "cuda", 0, where="tiny", max_num_batched_tokens=300, **big).decode
+    with pytest.raises(VllmMeasureError, match=r"at least 300 .*got 299$"):
+        make_plan(tiny, "cuda", 0, where="tiny", max_num_batched_tokens=299, **big)
 
 
 def test_fewer_than_three_decode_points_are_refused() -> None:

@@ -198,6 +198,7 @@ def profile(
                     max_context=max_context,
                     repeats=repeats,
                     dtype=dtype,
+                    where=model,
                     progress=progress,
                 )
             else:

@@ -23,6 +23,8 @@ from profiles.router_calibration import RouterCalibrationError, calibrate
 from profiles.schema import Decode, Prefill, Profile
 from ttlctl.cli import app
 
+ROUTER = "vllm-router"
+
 #: the router's built-in coefficients (its Default impls) and what its start-up warning
 #: prints for them: 13.931349609649255 s for a 50,000-token cold prefill and
 #: 98.22818889962356 tokens/s for 4 requests holding 200,000 context tokens
@@ -249,3 +251,42 @@ def test_a_refusal_names_the_profiles_file_when_given() -> None:
         calibrate(profile, source="/p/x.json")
     with pytest.raises(RouterCalibrationError, match=r"^profile tiny-cpu: decode\.step_s"):
         calibrate(profile)
+
+
+def test_the_start_hint_reads_the_profile_given_with_the_alpha_given(tmp_path: Path) -> None:
+    """Regression: the "start the router with: … $(ttlctl profile --profile NAME --as
+    vllm-router)" line named the profile by the name inside it, so for a profile file
+    (named tiny-cpu, as every profile of the test model is) it read the shipped tiny-cpu,
+    other coefficients than those just printed; and it dropped --decode-throughput-alpha.
+    The hint's command prints what the command itself printed."""
+    mine = tmp_path / "measured.json"
+    doc = shipped.resolve("tiny-cpu")[0].to_json()
+    doc["decode"]["step_s"] *= 2  # not the shipped profile's figures
+    mine.write_text(json.dumps(doc))
+    args = ["profile", "--profile", str(mine), "--as", "vllm-router"]
+    res = CliRunner().invoke(app, [*args, "--decode-throughput-alpha", "0.5"])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.stderr.split())
+    hint = said[said.index("start the router with:") :]
+    assert f"$(ttlctl profile --profile {mine} --as vllm-router --decode-throughput-alpha 0.5)" in (
+        hint
+    ), hint
+    # the hint's own command prints the same value
+    again = CliRunner().invoke(app, [*args, "--decode-throughput-alpha", "0.5"])
+    assert again.stdout == res.stdout
+    shipped_hint = CliRunner().invoke(app, ["profile", "--profile", "tiny-cpu", "--as", ROUTER])
+    assert "--profile tiny-cpu --as vllm-router)" in " ".join(shipped_hint.stderr.split())
+
+
+def test_json_to_stdout_with_as_is_refused_before_measuring(tmp_path: Path) -> None:
+    """Regression: `profile -o p.json --json - --as vllm-router` measured, printed the
+    profile's JSON on stdout and exit 0 without the router's value (--as dropped without
+    a word): both would write stdout; refused in one line before anything is timed."""
+    out = tmp_path / "p.json"
+    args = ["profile", "--torch", "--device", "cpu", "--contexts", "16,32,64", "-o", str(out)]
+    res = CliRunner().invoke(app, [*args, "--json", "-", "--as", ROUTER])
+    assert res.exit_code == 2, res.output
+    assert res.stdout == ""
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("error: --json - and --as vllm-router both write stdout"), line
+    assert not out.exists()

@@ -133,7 +133,7 @@ def profile(
             # -o - is stdout here; -o the profile itself: refused
             check_outputs(streams=(output,), inputs=(read,))
             check_format(output, "JSON")  # the router's value is a JSON object
-            _as_router(shown, decode_throughput_alpha, output, read)
+            _as_router(shown, decode_throughput_alpha, output, read, ref=profile_ref)
             return
     if output is None:
         raise typer.BadParameter("-o/--output is required (or use --list, or --profile with --as)")
@@ -165,6 +165,11 @@ def profile(
                 "the server)",
             )
         check_outputs(output, streams=(json_out,))
+        if as_target is not None and json_out is not None and str(json_out) == "-":
+            raise UserError(
+                f"--json - and --as {ROUTER} both write stdout (the profile, the router's "
+                "value); give --json a file"
+            )
         check_format(output, "JSON")
         check_format(json_out, "JSON", "--json")
         grid = parse_contexts(contexts)
@@ -231,7 +236,7 @@ def profile(
     err.print(f"wrote {output}")
     if as_target is not None:
         with user_errors():
-            _as_router(result, decode_throughput_alpha, None)
+            _as_router(result, decode_throughput_alpha, None, ref=str(output))
         return
     render.profile_table(out, result.to_json())
 
@@ -245,12 +250,19 @@ def _refuse_given(flags: Mapping[str, object], why: str) -> None:
 
 
 def _as_router(
-    profile: Profile, alpha: float | None, to: Path | None, source: Path | None = None
+    profile: Profile,
+    alpha: float | None,
+    to: Path | None,
+    source: Path | None = None,
+    *,
+    ref: str,
 ) -> None:
     """The flag's value on stdout (one line, for a shell's ``$(…)``) or in the file ``to``
-    ('-': stdout), its meaning on stderr; a refusal names ``source`` (the profile's file)."""
+    ('-': stdout), its meaning on stderr; a refusal names ``source`` (the profile's file).
+    ``ref`` is the profile as ``--profile`` reads it back (the argument given, or the file
+    just written), which the router's command line on stderr names."""
     cal = calibrate(profile, decode_throughput_alpha=alpha, source=source)
-    render.router_calibration(err, cal)
+    render.router_calibration(err, cal, ref)
     if to is None or str(to) == "-":
         sys.stdout.write(cal.flag_value() + "\n")
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -104,8 +105,11 @@ def wake_text(points: Sequence[tuple[float, float]]) -> str:
     return ", ".join(f"{idle:g} s +{extra * 1000:,.1f} ms" for idle, extra in points)
 
 
-def router_calibration(console: Console, cal: RouterCalibration) -> None:
-    """Each of the router's coefficients: its value and unit, and the profile term it is."""
+def router_calibration(console: Console, cal: RouterCalibration, ref: str | None = None) -> None:
+    """Each of the router's coefficients: its value and unit, and the profile term it is;
+    then the router's command line, whose ``ttlctl profile --profile REF --as vllm-router``
+    prints the same value: ``ref`` is the profile as given (a file, or a shipped name; by
+    default the profile's name), with the ``--decode-throughput-alpha`` given."""
     table = Table(
         title=f"vllm-router Program scheduling from profile {cal.profile} "
         "(--program-scheduling-config-json)"
@@ -117,8 +121,11 @@ def router_calibration(console: Console, cal: RouterCalibration) -> None:
     for row in cal.rows():
         table.add_row(row.field, f"{row.value:.6g}", row.unit, row.source)
     show(console, table)
+    alpha = cal.prefill.decode_throughput_alpha
+    given = f" --decode-throughput-alpha {alpha!r}" if cal.alpha_measured else ""
     console.print(
         "start the router with: vllm-router --enable-program-scheduling "
         '--program-scheduling-config-json "$(ttlctl profile --profile '
-        f'{cal.profile} --as vllm-router)" …'
+        f'{shlex.quote(ref or cal.profile)} --as vllm-router{given})" …',
+        markup=False,  # a path's [brackets] are text
     )

@@ -46,6 +46,18 @@ def resolve_contexts(
                 f"(model max_position_embeddings {model_limit}"
                 + (f", max_context {max_context})" if max_context is not None else ")")
             )
+    if len(grid) < 3 and contexts is None:  # the default grid: what set its limit is named
+        by_flag = max_context is not None and int(max_context) < model_limit
+        bound = (
+            f"--max-context {max_context}"
+            if by_flag
+            else f"the model's max_position_embeddings {model_limit}"
+        )
+        raise MeasureError(
+            f"{bound} leaves the default grid (powers of two from 16 tokens) {grid}: the "
+            "prefill quadratic needs at least 3 distinct contexts; give "
+            + ("a larger --max-context or --contexts" if by_flag else "--contexts")
+        )
     if len(grid) < 3:
         raise MeasureError(
             f"the prefill quadratic needs at least 3 distinct contexts, got {grid} "

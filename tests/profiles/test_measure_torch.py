@@ -328,3 +328,14 @@ def test_a_refusal_names_the_model_as_given(
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith(f"error: {path}: about 141."), res.stderr
     assert not out.exists()
+
+
+def test_a_max_context_too_short_for_the_default_grid_is_named() -> None:
+    """Regression: `profile --torch --max-context 40` was refused as "the prefill quadratic
+    needs at least 3 distinct contexts, got [16, 32] (limit 40 tokens)", naming neither
+    the flag that set the limit nor what to give instead."""
+    with pytest.raises(MeasureError, match=r"^--max-context 40 leaves the default grid .*"):
+        measure("tiny", PRESETS["tiny"], device="cpu", max_context=40)
+    short = {**PRESETS["tiny"], "max_position_embeddings": 40}
+    with pytest.raises(MeasureError, match=r"max_position_embeddings 40 .*give --contexts$"):
+        measure("tiny", short, device="cpu")

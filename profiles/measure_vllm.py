@@ -101,7 +101,7 @@ def measure_vllm(
     if repeats < 1:
         raise VllmMeasureError(f"repeats must be at least 1, got {repeats}")
     kind = vllm_platform(device, where)
-    check_config(config, kind, where)
+    check_config(config, kind, where, block_size)
     plan = make_plan(
         config,
         kind,

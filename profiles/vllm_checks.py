@@ -79,9 +79,12 @@ def vllm_platform(device: str, where: str) -> str:
     return want
 
 
-def check_config(config: dict[str, Any], kind: str, where: str) -> None:
+def check_config(
+    config: dict[str, Any], kind: str, where: str, block_size: int | None = None
+) -> None:
     """Refuse a config vLLM cannot run here as a causal LM (no architectures, not a causal
-    LM, on a CPU a head size its attention lacks)."""
+    LM, on a CPU a head size its attention lacks), and on a CPU a ``--block-size`` its
+    attention takes no kernel of (:func:`cpu_block_sizes`)."""
     archs = config.get("architectures")
     if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
         raise VllmMeasureError(
@@ -102,6 +105,30 @@ def check_config(config: dict[str, Any], kind: str, where: str) -> None:
                 f"{where}: head_dim {head} is not supported by vLLM's CPU attention "
                 f"(supported: {', '.join(map(str, sizes))})"
             )
+        refused = block_size is not None and cpu_block_sizes(CPUAttentionBackend, block_size)
+        if refused:  # vLLM says so too, but after the copies, as the engine starts
+            raise VllmMeasureError(
+                f"--block-size {block_size}: vLLM's CPU attention needs {refused}"
+            )
+
+
+def cpu_block_sizes(backend: Any, block_size: int) -> str | None:
+    """None when ``backend``'s kernels take ``block_size`` (or it does not say which they
+    take), else what they take in words (``a multiple of 32``). As vLLM picks a kernel
+    block size, a cache block is taken when one of the sizes the backend lists (``n``, or
+    vLLM's ``MultipleOf(n)``) divides it."""
+    sizes = getattr(backend, "get_supported_kernel_block_sizes", None)
+    if sizes is None:
+        return None
+    taken: list[str] = []
+    for size in sizes():
+        n = size if isinstance(size, int) else getattr(size, "base", None)
+        if not isinstance(n, int) or n <= 0:
+            return None  # a kind of size this check does not know: vLLM decides
+        if block_size % n == 0:
+            return None
+        taken.append(f"a multiple of {n}")
+    return " or ".join(taken) if taken else None
 
 
 def free_bytes(kind: str) -> int:

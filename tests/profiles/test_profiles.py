@@ -389,3 +389,19 @@ def test_a_config_is_named_by_its_folder_and_a_head_dim_of_0_is_derived(tmp_path
         assert models.kv_bytes_per_token(loaded) == 2 * 2 * 8 * 64 * 2
         # no max_position_embeddings: Hugging Face's LlamaConfig default
         assert models.max_context(loaded) == 2048
+
+
+@pytest.mark.parametrize("size", ["0", "-32"])
+def test_cli_profile_refuses_a_block_size_under_1_before_anything(
+    tmp_path: Path, size: str
+) -> None:
+    """Regression: `profile --block-size 0` (or -32) timed the copies, then failed in vLLM's
+    pydantic dump ("1 validation error for CacheConfig block_size …"), not naming the flag:
+    refused as replay's --block-size is (at least 1), before anything is timed."""
+    out = tmp_path / "p.json"
+    args = ["profile", "--device", "cpu", "--contexts", "16,32,64", "-o", str(out)]
+    res = CliRunner().invoke(app, [*args, f"--block-size={size}"])
+    assert res.exit_code == 2, res.output
+    (line,) = res.stderr.strip().splitlines()
+    assert "invalid value for '--block-size'" in line and "greater than or equal to 1" in line
+    assert not out.exists()

@@ -68,7 +68,8 @@ def profile(
     repeats: Annotated[int, typer.Option(min=1, help="Timed runs per point (median kept).")] = 3,
     max_num_batched_tokens: MaxNumBatchedTokens = MAX_NUM_BATCHED_TOKENS,
     block_size: Annotated[
-        int | None, typer.Option(help="vLLM KV block size (default: vLLM's for the device).")
+        int | None,
+        typer.Option(min=1, help="vLLM KV block size (default: vLLM's for the device)."),
     ] = None,
     enforce_eager: Annotated[
         bool | None,

@@ -78,9 +78,11 @@ def decode_pairs(
 ) -> list[tuple[int, int]]:
     """The (batch, KV length) decode points of a measurement whose prefill points run
     from ``kv_small`` to ``kv_last`` tokens: each batch at the smallest context and at a
-    longer one (at most 8× it, leaving room for the decode steps), on a CPU only those of
-    at most :data:`DECODE_CPU_TOKENS` tokens (before memory rules out more)."""
+    longer one (at most 8× it), each leaving room in the model's length for the decode
+    steps, on a CPU only those of at most :data:`DECODE_CPU_TOKENS` tokens (before memory
+    rules out more)."""
     room = model_limit - DECODE_MAX_STEPS - 2  # decode steps append tokens
+    kv_small = max(1, min(kv_small, room))  # past the model's length a learned position fails
     kv_mid = max(kv_small, min(kv_last, 8 * kv_small, room))
     return [
         (b, kv)

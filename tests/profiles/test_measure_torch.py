@@ -339,3 +339,24 @@ def test_a_max_context_too_short_for_the_default_grid_is_named() -> None:
     short = {**PRESETS["tiny"], "max_position_embeddings": 40}
     with pytest.raises(MeasureError, match=r"max_position_embeddings 40 .*give --contexts$"):
         measure("tiny", short, device="cpu")
+
+
+def test_decode_stays_within_the_models_length() -> None:
+    """Regression: contexts up to a model's limit decoded from the smallest of them past
+    the limit (a prompt of 100 tokens and up to 34 steps in a model of 128 positions):
+    GPT-2's learned positions ended the measurement in an IndexError traceback (exit 1)
+    after every prefill was timed. Each decode point leaves room for its steps."""
+    gpt2 = {
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 128,
+        "vocab_size": 1000,
+        "torch_dtype": "float32",
+    }
+    profile = measure("gpt2", gpt2, device="cpu", contexts=[100, 110, 120], repeats=1)
+    assert [c for c, _ in profile.prefill.points] == [100, 110, 120]
+    for batch, kv, _ in profile.source["decode_points"]:
+        assert kv < 128, (batch, kv)

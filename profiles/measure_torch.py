@@ -74,14 +74,15 @@ def _gb(n: float) -> str:
 
 
 def decode_pairs(
-    kv_small: int, kv_last: int, model_limit: int, cuda: bool
+    kv_small: int, kv_last: int, model_limit: int, cuda: bool, repeats: int = 1
 ) -> list[tuple[int, int]]:
     """The (batch, KV length) decode points of a measurement whose prefill points run
     from ``kv_small`` to ``kv_last`` tokens: each batch at the smallest context and at a
     longer one (at most 8× it), each leaving room in the model's length for the decode
-    steps, on a CPU only those of at most :data:`DECODE_CPU_TOKENS` tokens (before memory
-    rules out more)."""
-    room = model_limit - DECODE_MAX_STEPS - 2  # decode steps append tokens
+    steps (a warm-up, then :data:`~profiles.torch_bench.DECODE_MAX_STEPS` or ``repeats``,
+    whichever is more), on a CPU only those of at most :data:`DECODE_CPU_TOKENS` tokens
+    (before memory rules out more)."""
+    room = model_limit - max(DECODE_MAX_STEPS, repeats) - 2  # decode steps append tokens
     kv_small = max(1, min(kv_small, room))  # past the model's length a learned position fails
     kv_mid = max(kv_small, min(kv_last, 8 * kv_small, room))
     return [
@@ -130,7 +131,7 @@ def measure(
 
     model_limit = models.max_context(config)
     grid = resolve_contexts(contexts, model_limit, max_context)
-    fit = decode_pairs(grid[0], grid[-1], model_limit, cuda)
+    fit = decode_pairs(grid[0], grid[-1], model_limit, cuda, repeats)
     if len(fit) < 3:  # refused now, not after every prefill is timed
         raise MeasureError(
             f"contexts from {grid[0]} tokens leave {len(fit)} decode point(s), 3 needed "
@@ -228,7 +229,7 @@ def measure(
             # -- decode -------------------------------------------------------------------
             pairs = [
                 (b, kv)
-                for b, kv in decode_pairs(points[0][0], points[-1][0], model_limit, cuda)
+                for b, kv in decode_pairs(points[0][0], points[-1][0], model_limit, cuda, repeats)
                 if prefill_bytes(b * kv, kv) <= work_budget
             ]
             dpoints: list[tuple[int, float, float]] = []

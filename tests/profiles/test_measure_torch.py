@@ -343,9 +343,10 @@ def test_a_max_context_too_short_for_the_default_grid_is_named() -> None:
 
 def test_decode_stays_within_the_models_length() -> None:
     """Regression: contexts up to a model's limit decoded from the smallest of them past
-    the limit (a prompt of 100 tokens and up to 34 steps in a model of 128 positions):
-    GPT-2's learned positions ended the measurement in an IndexError traceback (exit 1)
-    after every prefill was timed. Each decode point leaves room for its steps."""
+    the limit (a prompt of 100 tokens and up to 34 steps in a model of 128 positions), and
+    --repeats over 32 took more steps than the room left: GPT-2's learned positions ended
+    the measurement in an IndexError traceback (exit 1) after every prefill was timed.
+    Each decode point leaves room for its steps."""
     gpt2 = {
         "model_type": "gpt2",
         "architectures": ["GPT2LMHeadModel"],
@@ -360,3 +361,6 @@ def test_decode_stays_within_the_models_length() -> None:
     assert [c for c, _ in profile.prefill.points] == [100, 110, 120]
     for batch, kv, _ in profile.source["decode_points"]:
         assert kv < 128, (batch, kv)
+    # more repeats than the 32 decode steps a point takes at most: as many steps more
+    many = measure("gpt2", gpt2, device="cpu", contexts=[32, 64, 100], repeats=40)
+    assert len(many.source["decode_points"]) >= 3

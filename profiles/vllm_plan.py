@@ -157,8 +157,8 @@ def make_plan(
     budget = int(max_num_batched_tokens)
     if budget < MAX_NUM_SEQS:  # vLLM refuses a budget under max_num_seqs (below)
         raise VllmMeasureError(
-            f"max_num_batched_tokens must be at least {MAX_NUM_SEQS} (vLLM takes no step "
-            f"budget under its max_num_seqs, {MAX_NUM_SEQS}), got {budget}"
+            f"--max-num-batched-tokens {budget}: vLLM takes no step budget under its "
+            f"max_num_seqs ({MAX_NUM_SEQS}); give at least {MAX_NUM_SEQS}"
         )
     dtype_name = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(
         dtype or "", dtype or str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
@@ -186,8 +186,8 @@ def make_plan(
     seqs = max(MAX_NUM_SEQS, *(b for b, _ in decode))
     if budget < seqs:  # vLLM's own check, after the copies are timed, in a pydantic dump
         raise VllmMeasureError(
-            f"max_num_batched_tokens must be at least {seqs} (vLLM takes no step budget "
-            f"under its max_num_seqs, {seqs} here), got {budget}"
+            f"--max-num-batched-tokens {budget}: vLLM takes no step budget under its "
+            f"max_num_seqs ({seqs}: the largest decode batch); give at least {seqs}"
         )
 
     granule = max(KV_GRANULE, block_size or 0)

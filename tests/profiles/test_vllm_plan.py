@@ -96,7 +96,7 @@ def test_plan_refuses_with_one_line() -> None:
         ({"contexts": [64, 128, 2048]}, "exceed the limit of 2047"),
         ({"contexts": [64, 128, 256], "max_context": 128}, "exceed"),
         ({"dtype": "int8"}, "dtype"),
-        ({"max_num_batched_tokens": 8}, "max_num_batched_tokens"),
+        ({"max_num_batched_tokens": 8}, "--max-num-batched-tokens 8"),
     ]
     for kwargs, message in cases:
         with pytest.raises(VllmMeasureError, match=message) as err:
@@ -159,11 +159,11 @@ def test_the_smallest_limits_and_step_budget_are_taken() -> None:
     plan = make_plan(tiny, "cpu", 0, where="tiny", max_num_batched_tokens=256)
     assert plan.decode and plan.engine_args("/m", 0)["max_num_seqs"] == 256
     for budget in (16, 255):
-        with pytest.raises(VllmMeasureError, match=rf"at least 256 .*got {budget}$"):
+        with pytest.raises(VllmMeasureError, match=rf"^--max-num-batched-tokens {budget}: .*256"):
             make_plan(tiny, "cpu", 0, where="tiny", max_num_batched_tokens=budget)
     big: dict[str, Any] = {"decode_batches": (1, 300), "max_context": 64}
     assert make_plan(tiny, "cuda", 0, where="tiny", max_num_batched_tokens=300, **big).decode
-    with pytest.raises(VllmMeasureError, match=r"at least 300 .*got 299$"):
+    with pytest.raises(VllmMeasureError, match=r"^--max-num-batched-tokens 299: .*at least 300$"):
         make_plan(tiny, "cuda", 0, where="tiny", max_num_batched_tokens=299, **big)
 
 

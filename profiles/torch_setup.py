@@ -126,7 +126,7 @@ def resolve_dtype(torch: Any, config: dict[str, Any], dtype: str | None, cuda: b
         return name
     name = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype)
     if name not in TORCH_DTYPES:
-        raise MeasureError(f"dtype {dtype!r}: expected one of {', '.join(TORCH_DTYPES)}")
+        raise MeasureError(f"--dtype {dtype}: expected one of {', '.join(TORCH_DTYPES)}")
     return name
 
 

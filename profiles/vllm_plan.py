@@ -164,7 +164,8 @@ def make_plan(
         dtype or "", dtype or str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
     )
     if dtype_name not in DTYPES:
-        raise VllmMeasureError(f"dtype {dtype_name!r}: expected one of {', '.join(DTYPES)}")
+        named = f"--dtype {dtype}" if dtype else f"dtype {dtype_name!r} (the config's torch_dtype)"
+        raise VllmMeasureError(f"{named}: expected one of {', '.join(DTYPES)}")
     model_limit = models.max_context(config)
     grid = _grid(contexts, model_limit, max_context, where)
 

@@ -182,7 +182,7 @@ def test_cuda_without_a_gpu_is_a_clear_error() -> None:
         ({"contexts": [64, 128, 4096]}, "exceed"),
         ({"contexts": [64, 128, 256], "max_context": 128}, "exceed"),
         ({"device": "tpu"}, "expected auto, cpu"),
-        ({"dtype": "int8"}, "dtype"),
+        ({"dtype": "int8"}, "^--dtype int8: expected one of"),
         ({"repeats": 0}, "repeats"),
     ],
 )

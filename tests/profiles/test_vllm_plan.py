@@ -95,7 +95,7 @@ def test_plan_refuses_with_one_line() -> None:
         ({"contexts": [64, 128]}, "at least 3"),
         ({"contexts": [64, 128, 2048]}, "exceed the limit of 2047"),
         ({"contexts": [64, 128, 256], "max_context": 128}, "exceed"),
-        ({"dtype": "int8"}, "dtype"),
+        ({"dtype": "int8"}, "^--dtype int8: expected one of"),
         ({"max_num_batched_tokens": 8}, "--max-num-batched-tokens 8"),
     ]
     for kwargs, message in cases:

@@ -237,7 +237,8 @@ def measure(
             for j, (b, kv) in enumerate(pairs):
                 try:
                     mean_kv, seconds = bench.decode(b, kv)
-                    dpoints.append((b, mean_kv, seconds))
+                    # the batch's KV tokens, as the vLLM path records them (and the fit reads)
+                    dpoints.append((b, b * mean_kv, seconds))
                 except oom:
                     notes.setdefault("decode_skipped", []).append([b, kv])
                 finally:
@@ -246,7 +247,7 @@ def measure(
             if len(dpoints) < 3:
                 raise MeasureError(f"{where}: only {len(dpoints)} decode point(s) measured")
             dfit = fitmath.fit_decode(
-                [p[0] for p in dpoints], [p[0] * p[1] for p in dpoints], [p[2] for p in dpoints]
+                [p[0] for p in dpoints], [p[1] for p in dpoints], [p[2] for p in dpoints]
             )
     finally:
         bench.model = None  # free the weights

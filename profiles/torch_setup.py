@@ -32,19 +32,19 @@ def resolve_contexts(
     or ``max_context`` below it), or the default grid up to it; at least 3."""
     limit = model_limit if max_context is None else min(model_limit, int(max_context))
     if limit < 1:
-        raise MeasureError(f"max_context must be positive, got {max_context}")
+        raise MeasureError(f"--max-context must be positive, got {max_context}")
     if contexts is None:
         grid = default_contexts(limit)
     else:
         grid = sorted({int(c) for c in contexts})
         if any(c < 1 for c in grid):
-            raise MeasureError(f"contexts must be positive token counts, got {list(contexts)}")
+            raise MeasureError(f"--contexts must be positive token counts, got {list(contexts)}")
         over = [c for c in grid if c > limit]
         if over:
             raise MeasureError(
-                f"contexts {over} exceed the limit of {limit} tokens "
+                f"--contexts {over} exceed the limit of {limit} tokens "
                 f"(model max_position_embeddings {model_limit}"
-                + (f", max_context {max_context})" if max_context is not None else ")")
+                + (f", --max-context {max_context})" if max_context is not None else ")")
             )
     if len(grid) < 3 and contexts is None:  # the default grid: what set its limit is named
         by_flag = max_context is not None and int(max_context) < model_limit

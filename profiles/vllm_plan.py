@@ -123,12 +123,12 @@ def _grid(
         raise VllmMeasureError(f"{where}: a context limit of {limit} tokens is too short to time")
     grid = engine_contexts(limit) if contexts is None else sorted({int(c) for c in contexts})
     if any(c < 1 for c in grid):
-        raise VllmMeasureError(f"contexts must be positive token counts, got {grid}")
+        raise VllmMeasureError(f"--contexts must be positive token counts, got {grid}")
     if grid and grid[-1] > limit:
         raise VllmMeasureError(
-            f"contexts {[c for c in grid if c > limit]} exceed the limit of {limit} tokens "
+            f"--contexts {[c for c in grid if c > limit]} exceed the limit of {limit} tokens "
             f"(the model's {model_limit} less the sampled token"
-            + (f", or max_context {max_context})" if max_context is not None else ")")
+            + (f", or --max-context {max_context})" if max_context is not None else ")")
         )
     if len(grid) < 3:
         raise VllmMeasureError(

@@ -29,7 +29,7 @@ from profiles.models import PRESETS
 from profiles.profile_read import from_json
 from profiles.reload_copy import fit_reload
 from profiles.schema import Profile
-from profiles.torch_setup import MeasureError
+from profiles.torch_setup import MeasureError, resolve_contexts
 from tests.profiles.replay_one import check_replays_its_points
 from ttlctl.cli import app
 
@@ -368,3 +368,17 @@ def test_decode_stays_within_the_models_length() -> None:
     # more repeats than the 32 decode steps a point takes at most: as many steps more
     many = measure("gpt2", gpt2, device="cpu", contexts=[32, 64, 100], repeats=40)
     assert len(many.source["decode_points"]) >= 3
+
+
+def test_a_context_refusal_names_the_flags() -> None:
+    """The torch path's context refusals name `--contexts` and `--max-context`, the flags a
+    user gives (they named the ideas: "contexts [4096] exceed the limit …")."""
+    cases = [
+        (([16, 32, 4096], 2048, None), r"^--contexts \[4096\] exceed the limit of 2048 tokens"),
+        (([16, 32, 600], 2048, 512), r", --max-context 512\)$"),
+        (([0, 16, 32], 2048, None), r"^--contexts must be positive"),
+        ((None, 2048, 0), r"^--max-context must be positive"),
+    ]
+    for args, message in cases:
+        with pytest.raises(MeasureError, match=message):
+            resolve_contexts(*args)

@@ -93,8 +93,9 @@ def test_plan_refuses_with_one_line() -> None:
     tiny = models.PRESETS["tiny"]
     cases = [
         ({"contexts": [64, 128]}, "at least 3"),
-        ({"contexts": [64, 128, 2048]}, "exceed the limit of 2047"),
-        ({"contexts": [64, 128, 256], "max_context": 128}, "exceed"),
+        ({"contexts": [64, 128, 2048]}, r"^--contexts \[2048\] exceed the limit of 2047"),
+        ({"contexts": [64, 128, 256], "max_context": 128}, r"exceed .*, or --max-context 128\)"),
+        ({"contexts": [0, 64, 128]}, "^--contexts must be positive"),
         ({"dtype": "int8"}, "^--dtype int8: expected one of"),
         ({"max_num_batched_tokens": 8}, "--max-num-batched-tokens 8"),
     ]

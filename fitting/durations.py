@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import truediv
 
@@ -46,10 +46,12 @@ class Durations:
     prior_points: list[tuple[float, float]] | None = None
     #: the recent samples the hull is due to be built from (None: built)
     _due: tuple[float, ...] | None = None
+    #: the prior's records plus those observed: kept with ``observed`` (set once from the
+    #: prior, then counted by :meth:`add`), a plain attribute since every decision reads it
+    records: int = field(init=False, default=0)
 
-    @property
-    def records(self) -> int:
-        return (self.prior.n if self.prior else 0) + self.observed
+    def __post_init__(self) -> None:
+        self.records = (self.prior.n if self.prior else 0) + self.observed
 
     @property
     def hull(self) -> hull_mod.Hull:
@@ -64,7 +66,7 @@ class Durations:
         missed ``min(refresh_every, built)`` samples since its last build."""
         self.recent.append(seconds)
         self.observed += 1
-        records = self.records
+        self.records = records = self.records + 1
         if records > k and records - self.built >= min(refresh_every, self.built):
             self.rebuild()
 

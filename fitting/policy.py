@@ -70,6 +70,24 @@ class Decision:
         return {"ttl_s": self.ttl_s, "source": self.source, "benefit_s": self.benefit_s}
 
 
+_new_object = object.__new__
+_set_ttl = vars(Decision)["ttl_s"].__set__
+_set_source = vars(Decision)["source"].__set__
+_set_benefit = vars(Decision)["benefit_s"].__set__
+
+
+def _decision(ttl_s: float, source: str, benefit_s: float) -> Decision:
+    """``Decision(ttl_s, source, benefit_s)``, the same object made faster: each decision
+    makes one, and a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__`` (about 380 ns for the three on CPython 3.11, a third of a
+    decision); the slots' own setters cost about 220."""
+    d = _new_object(Decision)
+    _set_ttl(d, ttl_s)
+    _set_source(d, source)
+    _set_benefit(d, benefit_s)
+    return d
+
+
 @dataclass(slots=True)
 class TTLPolicy:
     """The online TTL policy (see the module docstring)."""
@@ -177,22 +195,28 @@ class TTLPolicy:
         ``queue_delay_s`` overrides T (for what-if queries); by default the
         policy's own running mean is used.
         """
+        # the engine asks this for every finished call: attributes read once, η and the
+        # record count read directly where the properties would only add calls
+        params = self.params
         t = self.queue_delay_s if queue_delay_s is None else queue_delay_s
-        if not self.params.pins:
-            return Decision(0.0, SOURCE_OFF, t * self.eta + self.rebuild_s(context_tokens, offload))
-        if self.records <= self.params.k:
+        if not params.pins:
+            benefit = t * self.eta + self.rebuild_s(context_tokens, offload)
+            return _decision(0.0, SOURCE_OFF, benefit)
+        everything = self.everything
+        k = params.k
+        if everything is None or everything.records <= k:
             benefit = t * 1.0 + self.rebuild_s(context_tokens, offload)  # η = 1 in cold start
-            if self.params.cold_start_ttl_s is not None:
-                return Decision(self.params.cold_start_ttl_s, SOURCE_COLD, benefit)
-            return Decision(hull_mod.cold_start(benefit), SOURCE_COLD, benefit)
-        benefit = t * self.eta + self.rebuild_s(context_tokens, offload)
+            if params.cold_start_ttl_s is not None:
+                return _decision(params.cold_start_ttl_s, SOURCE_COLD, benefit)
+            return _decision(hull_mod.cold_start(benefit), SOURCE_COLD, benefit)
+        eta = self.eta if params.learn_eta else params.eta
+        benefit = t * eta + self.rebuild_s(context_tokens, offload)
         durations = self.tools.get(tool) if tool is not None else None
-        if durations is not None and durations.records > self.params.k:
+        if durations is not None and durations.records > k:
             tau, _ = hull_mod.best(durations.hull, benefit)
-            return Decision(tau, SOURCE_TOOL, benefit)
-        assert self.everything is not None
-        tau, _ = hull_mod.best(self.everything.hull, benefit)
-        return Decision(tau, SOURCE_GLOBAL, benefit)
+            return _decision(tau, SOURCE_TOOL, benefit)
+        tau, _ = hull_mod.best(everything.hull, benefit)
+        return _decision(tau, SOURCE_GLOBAL, benefit)
 
     def refresh_all(self) -> None:
         """Rebuild every trusted hull that misses samples (for tests and between replays)."""

@@ -236,3 +236,33 @@ def test_params_accept_every_value_at_their_documented_bounds() -> None:
         {"history_cap": 1, "refresh_every": 1},
     ):
         assert PolicyParams(**ok).to_json().items() >= ok.items(), ok  # type: ignore[arg-type]
+
+
+def test_a_decision_is_the_frozen_dataclass_its_fields_say() -> None:
+    """decide builds its Decision without the dataclass's __init__: the same value, equal,
+    hashing alike, frozen, its repr and JSON the constructor's."""
+    import dataclasses
+
+    from fitting import policy as policy_mod
+
+    made = policy_mod._decision(0.5, SOURCE_TOOL, 5.0)
+    built = policy_mod.Decision(0.5, SOURCE_TOOL, 5.0)
+    assert type(made) is policy_mod.Decision
+    assert made == built and hash(made) == hash(built) and repr(made) == repr(built)
+    assert made.to_json() == built.to_json() == dataclasses.asdict(built)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.ttl_s = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("with_prior", [False, True])
+def test_records_count_the_prior_and_every_pause_learned(with_prior: bool) -> None:
+    """Durations.records is kept as pauses are learned (decide reads it, not a sum)."""
+    p = prior([0.5, 1.0, 2.0]) if with_prior else None
+    policy = TTLPolicy.create(PolicyParams(k=2, history_cap=2), rebuild, {"t": p} if p else {}, p)
+    base = p.n if p else 0
+    for i, seconds in enumerate([1.0, -1.0, 2.0, math.inf, 3.0, 1e9]):
+        policy.observe_pause("t", seconds)
+        learned = [1, 1, 2, 2, 3, 3][i]
+        d = policy.tools["t"]
+        assert d.records == base + d.observed == base + learned
+        assert policy.records == base + learned

@@ -46,7 +46,6 @@ from profiles.reload_copy import measure_reload
 from profiles.schema import Decode, Prefill, Profile
 from profiles.torch_bench import DECODE_MAX_STEPS, Bench
 from profiles.torch_setup import (
-    TORCH_DTYPES,
     MeasureError,
     free_bytes,
     hf_config,
@@ -64,13 +63,20 @@ DECODE_BATCHES_CPU = (1, 4, 16)
 #: on a CPU, batch × KV length of one decode measurement is capped (prefilling it takes time)
 DECODE_CPU_TOKENS = 8192
 
-__all__ = ["TORCH_DTYPES", "MeasureError", "decode_pairs", "measure"]
+__all__ = ["MeasureError", "decode_pairs", "decode_room", "measure"]
 
 Progress = Callable[[str, int, int], None]
 
 
 def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
+
+
+def decode_room(model_limit: int, repeats: int) -> int:
+    """The longest prompt a decode point may take: the model's length less its steps (a
+    warm-up, then :data:`~profiles.torch_bench.DECODE_MAX_STEPS` or ``repeats``, whichever
+    is more) and one spare (past the model's length a learned position fails)."""
+    return model_limit - max(DECODE_MAX_STEPS, repeats) - 2
 
 
 def decode_pairs(
@@ -82,8 +88,8 @@ def decode_pairs(
     steps (a warm-up, then :data:`~profiles.torch_bench.DECODE_MAX_STEPS` or ``repeats``,
     whichever is more), on a CPU only those of at most :data:`DECODE_CPU_TOKENS` tokens
     (before memory rules out more)."""
-    room = model_limit - max(DECODE_MAX_STEPS, repeats) - 2  # decode steps append tokens
-    kv_small = max(1, min(kv_small, room))  # past the model's length a learned position fails
+    room = decode_room(model_limit, repeats)  # decode steps append tokens
+    kv_small = max(1, min(kv_small, room))
     kv_mid = max(kv_small, min(kv_last, 8 * kv_small, room))
     return [
         (b, kv)
@@ -126,15 +132,25 @@ def measure(
     dev = resolve_device(torch, device)
     cuda = dev.type == "cuda"
     kind = "cuda" if cuda else "cpu"
-    dtype_name = resolve_dtype(torch, config, dtype, cuda)
+    dtype_name = resolve_dtype(torch, config, dtype, cuda, where)
     elem = models.DTYPE_BYTES[dtype_name]
 
     model_limit = models.max_context(config)
     grid = resolve_contexts(contexts, model_limit, max_context)
+    if decode_room(model_limit, repeats) < 1:  # a decode point would run past the model's length
+        raise MeasureError(
+            f"{where}: its {model_limit} positions leave no room to time a decode step (a "
+            f"prompt, a warm-up and up to {max(DECODE_MAX_STEPS, repeats)} timed steps)"
+            + (
+                f"; give --repeats {model_limit - 3} at most"
+                if decode_room(model_limit, 1) >= 1
+                else ""
+            )
+        )
     fit = decode_pairs(grid[0], grid[-1], model_limit, cuda, repeats)
     if len(fit) < 3:  # refused now, not after every prefill is timed
         raise MeasureError(
-            f"contexts from {grid[0]} tokens leave {len(fit)} decode point(s), 3 needed "
+            f"--contexts from {grid[0]} tokens leave {len(fit)} decode point(s), 3 needed "
             f"(a CPU decodes at most {DECODE_CPU_TOKENS} tokens a batch); give a smaller "
             "first context"
         )

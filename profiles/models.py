@@ -16,6 +16,10 @@ from ttlctl.filekind import mistaken
 from ttlctl.jsonfile import JsonFileError, read_json_object
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "float8_e4m3fn": 1}
+#: what a profiler (vLLM's or eager torch's) times a model in
+DTYPES = ("bfloat16", "float16", "float32")
+#: ``--dtype``'s short names
+DTYPE_SHORT = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 _LLAMA = {
     "architectures": ["LlamaForCausalLM"],
@@ -145,6 +149,24 @@ def kv_bytes_per_token(config: dict[str, Any], dtype: str | None = None) -> int:
     if name not in DTYPE_BYTES:
         raise ModelConfigError(f"unknown dtype {name!r}")
     return 2 * int(config["num_hidden_layers"]) * kv_heads * head_dim(config) * DTYPE_BYTES[name]
+
+
+def profile_dtype(config: dict[str, Any], dtype: str | None, where: str) -> str:
+    """The dtype a profiler times ``config``'s model in: ``dtype`` (``--dtype``, short names
+    taken), else the config's (``torch_dtype``, else ``dtype``, else bfloat16); one of
+    :data:`DTYPES`, or a :class:`ModelConfigError` naming the flag, or ``where`` (the model
+    as given) and the config's key."""
+    expected = f"expected one of {', '.join(DTYPES)}"
+    if dtype is not None:
+        name = DTYPE_SHORT.get(dtype, dtype)
+        if name not in DTYPES:
+            raise ModelConfigError(f"--dtype {dtype}: {expected}")
+        return name
+    key = next((k for k in ("torch_dtype", "dtype") if config.get(k)), None)
+    name = str(config[key]) if key else "bfloat16"
+    if name not in DTYPES:
+        raise ModelConfigError(f"{where}: {key} {name!r}: {expected}; give --dtype")
+    return name
 
 
 def max_context(config: dict[str, Any]) -> int:

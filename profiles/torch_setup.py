@@ -14,11 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from profiles import host
+from profiles import host, models
 from profiles.grid import default_contexts
 from ttlctl.errors import TtlctlError
-
-TORCH_DTYPES = ("bfloat16", "float16", "float32")
 
 
 class MeasureError(TtlctlError, ValueError):
@@ -109,24 +107,18 @@ def cpu_bf16_works(torch: Any) -> bool:
         return False
 
 
-def resolve_dtype(torch: Any, config: dict[str, Any], dtype: str | None, cuda: bool) -> str:
-    """The dtype to time in: ``dtype`` (``--dtype``; ``bf16``, ``fp16`` and ``fp32`` are
-    its short names), else the config's (``torch_dtype``, else bfloat16), as the vLLM
-    profiler takes it. bfloat16 by default on a CPU where it does not run
-    (:func:`cpu_bf16_works`) is float32."""
-    if dtype is None:
-        name = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
-        if name not in TORCH_DTYPES:
-            raise MeasureError(
-                f"dtype {name!r} (the config's torch_dtype): expected one of "
-                f"{', '.join(TORCH_DTYPES)}; give --dtype"
-            )
-        if name == "bfloat16" and not cuda and not cpu_bf16_works(torch):
-            return "float32"
-        return name
-    name = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype)
-    if name not in TORCH_DTYPES:
-        raise MeasureError(f"--dtype {dtype}: expected one of {', '.join(TORCH_DTYPES)}")
+def resolve_dtype(
+    torch: Any, config: dict[str, Any], dtype: str | None, cuda: bool, where: str
+) -> str:
+    """The dtype to time in, as the vLLM profiler takes it (:func:`profiles.models.profile_dtype`:
+    ``--dtype``, else the config's, else bfloat16); bfloat16 by default on a CPU where it
+    does not run (:func:`cpu_bf16_works`) is float32."""
+    try:
+        name = models.profile_dtype(config, dtype, where)
+    except models.ModelConfigError as exc:
+        raise MeasureError(str(exc)) from None
+    if dtype is None and name == "bfloat16" and not cuda and not cpu_bf16_works(torch):
+        return "float32"
     return name
 
 

@@ -12,8 +12,10 @@ stays cheap.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from profiles import host, models
@@ -26,12 +28,18 @@ CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 TRITON_LOGGER = "torch._library.triton"
 
 
-def quiet_torch_triton() -> None:
-    """Silence :data:`TRITON_LOGGER`'s warning (its errors still show), unless a level
-    was set for it."""
+@contextlib.contextmanager
+def quiet_torch_triton() -> Iterator[None]:
+    """Within it, :data:`TRITON_LOGGER`'s warning is silenced (its errors still show),
+    unless a level was set for it; its level is put back after."""
     logger = logging.getLogger(TRITON_LOGGER)
-    if logger.level == logging.NOTSET:
+    level = logger.level
+    if level == logging.NOTSET:
         logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def installed_vllm() -> tuple[str, str]:
@@ -52,7 +60,6 @@ def vllm_platform(device: str, where: str) -> str:
     want = device.strip().lower()
     if want not in ("auto", "cpu", "cuda"):
         raise VllmMeasureError(f"--device {device}: expected auto, cpu or cuda")
-    quiet_torch_triton()  # before vLLM (and torch) are imported
     try:
         from vllm.platforms import current_platform
     except ImportError as exc:
@@ -96,7 +103,8 @@ def check_config(
             f"{where}: architectures {archs} is not a causal LM (expected e.g. LlamaForCausalLM)"
         )
     if kind == "cpu":
-        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+        with quiet_torch_triton():  # torch warns as the CPU attention's kernels load
+            from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
         sizes = list(CPUAttentionBackend.get_supported_head_sizes())
         head = models.head_dim(config)

@@ -32,9 +32,9 @@ DECODE_SPARE_STEPS = 8
 KV_GRANULE = 256
 #: headroom on the KV cache beyond what the measurements hold
 KV_MARGIN = 1.25
-#: the engine's ``max_num_seqs`` is this at least (the replay's default), or the largest batch
+#: the engine's ``max_num_seqs`` (the replay's default), or the step budget where that is
+#: less (vLLM takes no budget under ``max_num_seqs``), or the largest decode batch
 MAX_NUM_SEQS = 256
-DTYPES = ("bfloat16", "float16", "float32")
 
 
 class VllmMeasureError(TtlctlError, ValueError):
@@ -86,8 +86,8 @@ class Plan:
 
     @property
     def max_num_seqs(self) -> int:
-        """The engine's ``max_num_seqs``: :data:`MAX_NUM_SEQS`, or the largest decode batch."""
-        return max(MAX_NUM_SEQS, *(b for b, _ in self.decode))
+        """The engine's ``max_num_seqs``: :func:`max_num_seqs` of the plan's budget."""
+        return max_num_seqs(self.max_num_batched_tokens, self.decode)
 
     def engine_args(self, model: str, seed: int) -> dict[str, Any]:
         """vLLM ``EngineArgs`` of the measurement (random weights, no tokenizer)."""
@@ -108,6 +108,14 @@ class Plan:
             "seed": seed,
             "disable_log_stats": True,
         }
+
+
+def max_num_seqs(budget: int, decode: Sequence[tuple[int, int]]) -> int:
+    """The engine's ``max_num_seqs`` for a step budget of ``budget`` tokens and the
+    (batch, context) ``decode`` points: :data:`MAX_NUM_SEQS`, or ``budget`` where that is
+    less (as a server of that budget is started: vLLM refuses a budget under
+    ``max_num_seqs``), but never under the largest decode batch."""
+    return max([min(MAX_NUM_SEQS, budget), *(b for b, _ in decode)])
 
 
 def _gb(n: float) -> str:
@@ -152,20 +160,15 @@ def make_plan(
     decode_batches: Sequence[int] | None = None,
 ) -> Plan:
     """The measurement of ``config``'s model on ``kind`` (``cpu``/``cuda``) with
-    ``free_bytes`` available (0: unknown, not checked). A step budget under the engine's
-    ``max_num_seqs`` (:attr:`Plan.max_num_seqs`) is refused here: vLLM refuses it."""
+    ``free_bytes`` available (0: unknown, not checked). A step budget under the largest
+    decode batch is refused here (:func:`max_num_seqs`): vLLM refuses it."""
     budget = int(max_num_batched_tokens)
-    if budget < MAX_NUM_SEQS:  # vLLM refuses a budget under max_num_seqs (below)
-        raise VllmMeasureError(
-            f"--max-num-batched-tokens {budget}: vLLM takes no step budget under its "
-            f"max_num_seqs ({MAX_NUM_SEQS}); give at least {MAX_NUM_SEQS}"
-        )
-    dtype_name = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(
-        dtype or "", dtype or str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
-    )
-    if dtype_name not in DTYPES:
-        named = f"--dtype {dtype}" if dtype else f"dtype {dtype_name!r} (the config's torch_dtype)"
-        raise VllmMeasureError(f"{named}: expected one of {', '.join(DTYPES)}")
+    if budget < 1:
+        raise VllmMeasureError(f"--max-num-batched-tokens {budget}: expected at least 1")
+    try:
+        dtype_name = models.profile_dtype(config, dtype, where)
+    except models.ModelConfigError as exc:
+        raise VllmMeasureError(str(exc)) from None
     model_limit = models.max_context(config)
     grid = _grid(contexts, model_limit, max_context, where)
 
@@ -184,11 +187,12 @@ def make_plan(
         raise VllmMeasureError(
             f"{where}: only {len(decode)} decode points fit; give longer contexts"
         )
-    seqs = max(MAX_NUM_SEQS, *(b for b, _ in decode))
+    seqs = max_num_seqs(budget, decode)
     if budget < seqs:  # vLLM's own check, after the copies are timed, in a pydantic dump
         raise VllmMeasureError(
-            f"--max-num-batched-tokens {budget}: vLLM takes no step budget under its "
-            f"max_num_seqs ({seqs}: the largest decode batch); give at least {seqs}"
+            f"--max-num-batched-tokens {budget}: under the largest decode batch ({seqs} "
+            f"sequences), and vLLM takes no step budget under its max_num_seqs; give at "
+            f"least {seqs}"
         )
 
     granule = max(KV_GRANULE, block_size or 0)

@@ -6,6 +6,7 @@ returning a pair and the other a string; each name now means one thing."""
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import sys
 import types
 
@@ -78,3 +79,21 @@ def test_a_block_size_is_taken_where_a_kernel_size_listed_divides_it() -> None:
     )
     assert vllm_checks.cpu_block_sizes(backend("odd"), 7) is None
     assert vllm_checks.cpu_block_sizes(types.SimpleNamespace(), 7) is None
+
+
+def test_the_checks_leave_torchs_triton_logger_as_they_found_it() -> None:
+    """Regression: the device check set torch's "Triton not available" logger to ERROR
+    for the rest of the process (a check with a side effect on every later user of
+    torch); it is quiet only while vLLM's CPU attention is imported, where it warns."""
+    pytest.importorskip("vllm")
+    from vllm.platforms import current_platform
+
+    if str(current_platform.device_type) != "cpu":
+        pytest.skip("a CPU vLLM build is checked here")
+    from profiles.models import PRESETS
+
+    logger = logging.getLogger(vllm_checks.TRITON_LOGGER)
+    level = logger.level
+    kind = vllm_checks.vllm_platform("cpu", "m")
+    vllm_checks.check_config(PRESETS["tiny"], kind, "m", 128)
+    assert logger.level == level

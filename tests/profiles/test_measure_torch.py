@@ -298,7 +298,7 @@ def test_the_default_dtype_is_the_configs() -> None:
     assert profile.source["dtype"] == "float32"
     assert profile.kv_bytes_per_token == 2 * 2 * 2 * 64 * 4
     fp8 = {**PRESETS["tiny"], "torch_dtype": "float8_e4m3fn"}  # eager torch times no fp8
-    with pytest.raises(MeasureError, match=r"'float8_e4m3fn' \(the config's torch_dtype\)"):
+    with pytest.raises(MeasureError, match=r"^tiny: torch_dtype 'float8_e4m3fn': .*give --dtype$"):
         measure("tiny", fp8, device="cpu", contexts=[16, 32, 64])
 
 
@@ -382,3 +382,70 @@ def test_a_context_refusal_names_the_flags() -> None:
     for args, message in cases:
         with pytest.raises(MeasureError, match=message):
             resolve_contexts(*args)
+
+
+def test_a_configs_dtype_refused_names_the_model_given_as_the_vllm_profile_does(
+    tmp_path: Path,
+) -> None:
+    """Regression: a config.json whose dtype neither profiler times was refused as "dtype
+    'float8_e4m3fn' (the config's torch_dtype): …", naming no file (every other refusal of
+    the config names the --model given), and by the vLLM profile without the "give
+    --dtype" of eager torch's: one rule (profiles.models.profile_dtype), one message,
+    naming the file and the config's key (transformers 5 writes ``dtype``)."""
+    path = _config_file(tmp_path, torch_dtype=None, dtype="float8_e4m3fn")
+    args = ["profile", "--device", "cpu", "--contexts", "16,32,64", "--model", str(path)]
+    for mode in (["--torch"], []):
+        out = tmp_path / "p.json"
+        res = CliRunner().invoke(app, [*args, *mode, "-o", str(out)])
+        assert res.exit_code == 2, res.output
+        (line,) = res.stderr.strip().splitlines()
+        assert line == (
+            f"error: {path}: dtype 'float8_e4m3fn': expected one of bfloat16, float16, "
+            "float32; give --dtype"
+        ), mode
+        assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("limit", "repeats", "message"),
+    [
+        (
+            128,
+            130,
+            r"its 128 positions leave no room .* up to 130 timed steps\); give --repeats 125",
+        ),
+        (32, 1, r"its 32 positions leave no room .* up to 32 timed steps\)$"),
+    ],
+)
+def test_a_model_too_short_for_the_decode_steps_is_refused_before_any_timing(
+    limit: int, repeats: int, message: str
+) -> None:
+    """Regression: a decode point takes a prompt, a warm-up and up to 32 (or --repeats)
+    steps; where the model's length left no room for them (GPT-2's learned positions: 128
+    with --repeats 130, or 32 with any), the prompt was cut to 1 token and the steps still
+    ran past the length: an IndexError traceback after every prefill was timed."""
+    gpt2 = {
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "max_position_embeddings": limit,
+        "vocab_size": 1000,
+        "torch_dtype": "float32",
+    }
+    calls: Calls = []
+    with pytest.raises(MeasureError, match=rf"^gpt2: {message}"):
+        measure(
+            "gpt2",
+            gpt2,
+            device="cpu",
+            contexts=[4, 8, 16],
+            repeats=repeats,
+            progress=lambda stage, done, total: calls.append((stage, done, total)),
+        )
+    assert calls == []
+    # the longest --repeats the hint names is measured
+    if repeats > 32:
+        profile = measure("gpt2", gpt2, device="cpu", contexts=[4, 8, 16], repeats=limit - 3)
+        assert all(kv < limit for _, kv, _ in profile.source["decode_points"])

@@ -148,10 +148,12 @@ def test_a_partial_step_of_prompts_is_a_step() -> None:
 
 def test_the_smallest_limits_and_step_budget_are_taken() -> None:
     """A context limit of 16 tokens is the least taken, 15 refused; a step budget of the
-    engine's max_num_seqs (256, or the largest decode batch) is the least taken, one token
-    less refused. Regression: a budget from 16 to 255 was planned, then refused by vLLM
-    (max_num_batched_tokens under max_num_seqs) after the copies were timed, in a pydantic
-    dump naming no flag."""
+    largest decode batch is the least taken, one token less refused, and the engine's
+    max_num_seqs is 256 or the budget where that is less (vLLM takes no budget under its
+    max_num_seqs, as a server of that budget is started). Regression: a budget from 16 to
+    255 was first planned with max_num_seqs 256 and refused by vLLM after the copies were
+    timed, then refused outright, though vLLM runs such a budget with a max_num_seqs no
+    larger."""
     tiny = models.PRESETS["tiny"]
     plan = make_plan(tiny, "cpu", 0, where="tiny", contexts=[4, 8, 16], max_context=16)
     assert plan.contexts == (4, 8, 16)
@@ -159,11 +161,17 @@ def test_the_smallest_limits_and_step_budget_are_taken() -> None:
         make_plan(tiny, "cpu", 0, where="tiny", contexts=[4, 8, 15], max_context=15)
     plan = make_plan(tiny, "cpu", 0, where="tiny", max_num_batched_tokens=256)
     assert plan.decode and plan.engine_args("/m", 0)["max_num_seqs"] == 256
-    for budget in (16, 255):
-        with pytest.raises(VllmMeasureError, match=rf"^--max-num-batched-tokens {budget}: .*256"):
-            make_plan(tiny, "cpu", 0, where="tiny", max_num_batched_tokens=budget)
+    for budget in (16, 64, 255):  # the CPU's largest decode batch is 16
+        plan = make_plan(tiny, "cpu", 0, where="tiny", max_num_batched_tokens=budget)
+        assert plan.engine_args("/m", 0)["max_num_seqs"] == budget
+        assert plan.engine_args("/m", 0)["max_num_batched_tokens"] == budget
+    with pytest.raises(VllmMeasureError, match=r"^--max-num-batched-tokens 15: .*at least 16$"):
+        make_plan(tiny, "cpu", 0, where="tiny", max_num_batched_tokens=15)
+    with pytest.raises(VllmMeasureError, match=r"^--max-num-batched-tokens 31: .*at least 32$"):
+        make_plan(tiny, "cuda", 0, where="tiny", max_num_batched_tokens=31)
     big: dict[str, Any] = {"decode_batches": (1, 300), "max_context": 64}
-    assert make_plan(tiny, "cuda", 0, where="tiny", max_num_batched_tokens=300, **big).decode
+    plan = make_plan(tiny, "cuda", 0, where="tiny", max_num_batched_tokens=300, **big)
+    assert plan.engine_args("/m", 0)["max_num_seqs"] == 300
     with pytest.raises(VllmMeasureError, match=r"^--max-num-batched-tokens 299: .*at least 300$"):
         make_plan(tiny, "cuda", 0, where="tiny", max_num_batched_tokens=299, **big)
 

@@ -345,22 +345,28 @@ def test_a_max_context_too_short_for_the_default_grid_is_named() -> None:
         measure("tiny", short, device="cpu")
 
 
+def small_gpt2(positions: int) -> dict[str, object]:
+    """A two-layer GPT-2 config of ``positions`` learned positions (a position past them
+    fails in the model: an IndexError)."""
+    return {
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "max_position_embeddings": positions,
+        "vocab_size": 1000,
+        "torch_dtype": "float32",
+    }
+
+
 def test_decode_stays_within_the_models_length() -> None:
     """Regression: contexts up to a model's limit decoded from the smallest of them past
     the limit (a prompt of 100 tokens and up to 34 steps in a model of 128 positions), and
     --repeats over 32 took more steps than the room left: GPT-2's learned positions ended
     the measurement in an IndexError traceback (exit 1) after every prefill was timed.
     Each decode point leaves room for its steps."""
-    gpt2 = {
-        "model_type": "gpt2",
-        "architectures": ["GPT2LMHeadModel"],
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "max_position_embeddings": 128,
-        "vocab_size": 1000,
-        "torch_dtype": "float32",
-    }
+    gpt2 = small_gpt2(128)
     profile = measure("gpt2", gpt2, device="cpu", contexts=[100, 110, 120], repeats=1)
     assert [c for c, _ in profile.prefill.points] == [100, 110, 120]
     for batch, kv, _ in profile.source["decode_points"]:  # the batch's KV tokens
@@ -424,16 +430,7 @@ def test_a_model_too_short_for_the_decode_steps_is_refused_before_any_timing(
     steps; where the model's length left no room for them (GPT-2's learned positions: 128
     with --repeats 130, or 32 with any), the prompt was cut to 1 token and the steps still
     ran past the length: an IndexError traceback after every prefill was timed."""
-    gpt2 = {
-        "model_type": "gpt2",
-        "architectures": ["GPT2LMHeadModel"],
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "max_position_embeddings": limit,
-        "vocab_size": 1000,
-        "torch_dtype": "float32",
-    }
+    gpt2 = small_gpt2(limit)
     calls: Calls = []
     with pytest.raises(MeasureError, match=rf"^gpt2: {message}"):
         measure(

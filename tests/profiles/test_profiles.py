@@ -405,3 +405,20 @@ def test_cli_profile_refuses_a_block_size_under_1_before_anything(
     (line,) = res.stderr.strip().splitlines()
     assert "invalid value for '--block-size'" in line and "greater than or equal to 1" in line
     assert not out.exists()
+
+
+def test_a_shipped_profiles_decode_points_are_the_batchs_kv_its_fit_prices() -> None:
+    """``source.decode_points`` holds (batch, the batch's KV tokens, seconds), as both
+    profilers now write it (docs/testing.md) and the decode fit reads it. Regression: the
+    shipped tiny-cpu, measured by ``--torch`` before that, held a sequence's mean KV: read
+    as the batch's, its own fit missed its points by 51% (its recorded error is 3%)."""
+    checked = []
+    for name in shipped.names():
+        profile = shipped.resolve(name)[0]
+        dec = profile.decode
+        for batch, kv, seconds in profile.source.get("decode_points") or ():
+            bound = float(profile.source["fit"]["decode_max_rel_error"])
+            priced = dec.step_s + dec.per_seq_s * batch + dec.per_kv_token_s * kv
+            assert abs(priced - seconds) / seconds <= bound * (1 + 1e-9), (name, batch, kv)
+            checked.append(name)
+    assert "tiny-cpu" in checked

@@ -93,8 +93,8 @@ def test_the_router_prices_the_profiles_measured_points_as_the_profile_does(name
             profile.rebuild_prefill_s(tokens), rel=1e-12
         )
     dec = profile.decode
-    for batch, kv_mean, _seconds in profile.source.get("decode_points") or [(4, 2e5, 0.0)]:
-        kv = round(kv_mean)  # the router counts whole tokens
+    for batch, batch_kv, _seconds in profile.source.get("decode_points") or [(4, 2e5, 0.0)]:
+        kv = round(batch_kv)  # the batch's KV tokens; the router counts whole tokens
         step = dec.step_s + dec.per_seq_s * batch + dec.per_kv_token_s * kv
         assert router_decode_throughput(cfg, int(batch), kv) == pytest.approx(
             batch / step, rel=1e-12

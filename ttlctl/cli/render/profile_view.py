@@ -105,11 +105,11 @@ def wake_text(points: Sequence[tuple[float, float]]) -> str:
     return ", ".join(f"{idle:g} s +{extra * 1000:,.1f} ms" for idle, extra in points)
 
 
-def router_calibration(console: Console, cal: RouterCalibration, ref: str | None = None) -> None:
+def router_calibration(console: Console, cal: RouterCalibration, ref: str) -> None:
     """Each of the router's coefficients: its value and unit, and the profile term it is;
     then the router's command line, whose ``ttlctl profile --profile REF --as vllm-router``
-    prints the same value: ``ref`` is the profile as given (a file, or a shipped name; by
-    default the profile's name), with the ``--decode-throughput-alpha`` given."""
+    prints the same value: ``ref`` is the profile as given (a file, or a shipped name),
+    with the ``--decode-throughput-alpha`` given."""
     table = Table(
         title=f"vllm-router Program scheduling from profile {cal.profile} "
         "(--program-scheduling-config-json)"
@@ -126,6 +126,6 @@ def router_calibration(console: Console, cal: RouterCalibration, ref: str | None
     console.print(
         "start the router with: vllm-router --enable-program-scheduling "
         '--program-scheduling-config-json "$(ttlctl profile --profile '
-        f'{shlex.quote(ref or cal.profile)} --as vllm-router{given})" …',
+        f'{shlex.quote(ref)} --as vllm-router{given})" …',
         markup=False,  # a path's [brackets] are text
     )

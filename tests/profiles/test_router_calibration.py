@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -271,8 +272,11 @@ def test_the_start_hint_reads_the_profile_given_with_the_alpha_given(tmp_path: P
     assert f"$(ttlctl profile --profile {mine} --as vllm-router --decode-throughput-alpha 0.5)" in (
         hint
     ), hint
-    # the hint's own command prints the same value
-    again = CliRunner().invoke(app, [*args, "--decode-throughput-alpha", "0.5"])
+    # the hint's own command, as a shell splits it, prints the same value
+    command = shlex.split(hint[hint.index("$(") + 2 : hint.index(")")])
+    assert command[0] == "ttlctl", command
+    again = CliRunner().invoke(app, command[1:])
+    assert again.exit_code == 0, again.output
     assert again.stdout == res.stdout
     shipped_hint = CliRunner().invoke(app, ["profile", "--profile", "tiny-cpu", "--as", ROUTER])
     assert "--profile tiny-cpu --as vllm-router)" in " ".join(shipped_hint.stderr.split())

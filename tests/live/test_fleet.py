@@ -147,6 +147,11 @@ def validated(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Val
     return Validated(doc, said, killed, binary, trace, pinned)
 
 
+def measured_terms(doc: dict[str, Any]) -> dict[str, Any]:
+    """The measured profile's priced terms (all but its ``source``), for a failure's message."""
+    return {k: v for k, v in doc["profile"]["doc"].items() if k != "source"}
+
+
 def test_two_replicas_behind_vllm_router(
     validated: Validated, tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -234,7 +239,9 @@ def test_two_replicas_behind_vllm_router(
             # one step per call at least (each prefills), and the same schedule's count
             # within a quarter (the live runs here matched within 3%)
             assert rep["engine_steps"]["live"] >= rep["llm_calls"]["live"], name
-            assert abs(rep["engine_steps"]["error"]) < 0.25, rep
+            # (on a miss, the measured profile's terms beside it: a timing taken under load
+            # prices the simulation off, the usual cause)
+            assert abs(rep["engine_steps"]["error"]) < 0.25, (rep, measured_terms(doc))
             assert rep["ttft_mean_s"]["live"] > 0 and rep["ttft_mean_s"]["sim"] > 0
             # and after the first token, each call's decode (its /metrics; the simulation's)
             assert rep["decode_mean_s"]["live"] > 0 and rep["decode_mean_s"]["sim"] > 0

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -93,10 +94,16 @@ def landing(path: Path) -> Path:
     :class:`OutputError` naming ``path``: a directory, and anything else that is no
     regular file (a named pipe, a device, a socket), which replacing would destroy; a
     path with too long a name (:func:`refuse_too_long`)."""
-    if _a_stream(path):
+    reached = _stream_kind(path)
+    if reached == "stream":
         raise OutputError(
             f"{path}: names a process's open stream (standard output, a descriptor), not a "
             f"file; outputs are written whole and renamed into place ({_STDOUT})"
+        )
+    if reached == "proc":
+        raise OutputError(
+            f"{path}: is under /proc, the kernel's view of its processes, not a file to write "
+            f"(give a file's path; {_STDOUT})"
         )
     refuse_too_long(path)
     try:
@@ -121,19 +128,25 @@ def landing(path: Path) -> Path:
 _STDOUT = "for standard output give -, where the flag takes it"
 #: paths that name a process's open files, not files: /dev/stdout leads through
 #: /proc/self/fd/1 to whatever the shell redirected it to, which a rename would replace
-_STREAM_PATHS = ("/dev/stdout", "/dev/stderr", "/dev/stdin", "/dev/fd/", "/proc/")
+_STREAM_PATHS = ("/dev/stdout", "/dev/stderr", "/dev/stdin", "/dev/fd/")
+#: a process's descriptors under /proc (``/proc/self/fd/1``, ``/proc/123/fd/4``)
+_PROC_FD = re.compile(r"/proc/[^/]+/fd(/|$)")
 
 
-def _a_stream(path: Path) -> bool:
-    """Whether ``path``, or a link on the way from it, names a process's open stream."""
+def _stream_kind(path: Path) -> str | None:
+    """Whether ``path``, or a link on the way from it, names a process's open stream
+    (``"stream"``: a standard stream or a descriptor) or something else under /proc
+    (``"proc"``); None: neither."""
     here = os.path.abspath(path)
     for _ in range(40):  # as many links as the system follows
-        if here.startswith(_STREAM_PATHS) or here in ("/dev/fd", "/proc"):
-            return True
+        if here.startswith(_STREAM_PATHS) or here == "/dev/fd" or _PROC_FD.match(here):
+            return "stream"
+        if here == "/proc" or here.startswith("/proc/"):
+            return "proc"
         if not os.path.islink(here):
-            return False
+            return None
         here = os.path.abspath(os.path.join(os.path.dirname(here), os.readlink(here)))
-    return False  # a loop: the caller's stat says so
+    return None  # a loop: the caller's stat says so
 
 
 def _kind(mode: int) -> str:

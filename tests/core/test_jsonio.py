@@ -109,3 +109,17 @@ def test_a_link_to_a_standard_stream_is_refused(tmp_path: Path) -> None:
     with pytest.raises(OutputError, match=re.escape(f"{link}: names a process's open stream")):
         check_writable(link)
     assert link.is_symlink() and os.readlink(link) == "/dev/stdout"
+
+
+@pytest.mark.parametrize("name", ["/proc/123/fd/4", "/proc/thread-self/fd/2"])
+def test_any_process_descriptor_is_a_stream(name: str) -> None:
+    with pytest.raises(OutputError, match=r"names a process's open stream.*give -"):
+        check_writable(Path(name))
+
+
+@pytest.mark.parametrize("name", ["/proc/sys/kernel/hostname", "/proc/self/status", "/proc"])
+def test_other_proc_paths_are_refused_as_the_kernels(name: str) -> None:
+    """Regression: any path under /proc was refused as "names a process's open stream
+    (standard output, a descriptor)", a file like /proc/self/status too: said as what it is."""
+    with pytest.raises(OutputError, match=rf"^{re.escape(name)}: is under /proc, the kernel's"):
+        check_writable(Path(name))

@@ -109,6 +109,13 @@ OUTPUT_SIGMA = 0.5
 FINAL_CONTEXT_MAX_X = 8
 
 
+def program_ids(prefix: str, programs: int) -> list[str]:
+    """The ids of ``programs`` programs: ``prefix-000000`` on, zero-padded to six digits or
+    to the largest id's (``programs − 1``), so that they sort as they are numbered."""
+    width = max(6, len(str(programs - 1)))
+    return [f"{prefix}-{i:0{width}d}" for i in range(programs)]
+
+
 def _lognormal(rng: np.random.Generator, mean: float, cv: float, size: int) -> np.ndarray:
     s2 = math.log1p(cv * cv)
     return rng.lognormal(math.log(mean) - s2 / 2, math.sqrt(s2), size)
@@ -181,12 +188,9 @@ def synth(workload: str, programs: int, seed: int) -> pl.DataFrame:
     prompt = first[prog] + before
     reused = np.where(turn == 0, 0, prompt - np.roll(result, 1))
 
-    width = max(6, len(str(programs - 1)))
     frame = pl.DataFrame(
         {
-            "program_id": pl.Series(
-                [f"{spec.prefix}-{i:0{width}d}" for i in range(programs)]
-            ).gather(prog),
+            "program_id": pl.Series(program_ids(spec.prefix, programs)).gather(prog),
             "turn": turn,
             "arrival_s": np.where(turn == 0, 0.0, np.nan),
             "input_tokens": prompt,

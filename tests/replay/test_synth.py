@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from replay import synth as synth_module
 from replay.fit_context import fit_context, programs_over
-from replay.synth import synth
+from replay.synth import program_ids, synth
 from replay.synth_workloads import WORKLOADS, Tool, solved_tools, turns_distribution
 from replay.workload import from_frame
 from ttlctl.cli import synth as synth_cli
@@ -428,3 +428,13 @@ def test_fit_context_keeps_a_null_reused_prefix_null(tmp_path: Path) -> None:
     assert "wrote 4 calls, scaled to 2,000 tokens" in done.stdout
     written = trace_io.read(dst).sort("program_id", "turn")
     assert written.select(scaled.columns).equals(scaled)
+
+
+def test_program_ids_sort_as_numbered_with_the_fewest_digits() -> None:
+    """Six digits up to 10⁶ programs (ids to 999999), seven from one more: the width is the
+    largest id's, not the count's (10⁶ programs would take seven)."""
+    assert program_ids("swe", 3) == ["swe-000000", "swe-000001", "swe-000002"]
+    assert program_ids("swe", 10**6)[-1] == "swe-999999"
+    ids = program_ids("swe", 10**6 + 1)
+    assert ids[-1] == "swe-1000000" and ids[0] == "swe-0000000"
+    assert ids == sorted(ids)

@@ -147,10 +147,10 @@ def measure(
                 else ""
             )
         )
-    fit = decode_pairs(grid[0], grid[-1], model_limit, cuda, repeats)
-    if len(fit) < 3:  # refused now, not after every prefill is timed
+    planned = decode_pairs(grid[0], grid[-1], model_limit, cuda, repeats)
+    if len(planned) < 3:  # refused now, not after every prefill is timed
         raise MeasureError(
-            f"--contexts from {grid[0]} tokens leave {len(fit)} decode point(s), 3 needed "
+            f"--contexts from {grid[0]} tokens leave {len(planned)} decode point(s), 3 needed "
             f"(a CPU decodes at most {DECODE_CPU_TOKENS} tokens a batch); give a smaller "
             "first context"
         )

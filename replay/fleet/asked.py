@@ -149,7 +149,8 @@ def tuned_elsewhere(bundle: Mapping[str, Any], fleet: FleetSpec | None) -> str |
     asked = fleet.describe()
     mine = _resolved(tuned)
     other_count = replicas != fleet.replicas
-    count = f" on {replicas}" if other_count else ""
+    tuned_count = f" on {replicas}" if other_count else ""
+    now_count = f" on {fleet.replicas}" if other_count else ""
     give = (
         f"give {f'--replicas {replicas} ' if other_count else ''}--router {name} and its "
         "settings to replay it as tuned"
@@ -167,12 +168,11 @@ def tuned_elsewhere(bundle: Mapping[str, Any], fleet: FleetSpec | None) -> str |
         was = ", ".join(f"{k} {_value(mine.get(k))}" for k in keys)
         now = ", ".join(f"{k} {_value(theirs.get(k))}" for k in keys)
         return (
-            f"tuned behind {name} with {was}{count}, replayed with {now}"
-            f"{f' on {fleet.replicas}' if other_count else ''}: {give}"
+            f"tuned behind {name} with {was}{tuned_count}, replayed with {now}{now_count}: {give}"
         )
     return (
-        f"tuned behind {_router_words(tuned)}{count}, replayed behind {_router_words(asked)}"
-        f"{f' on {fleet.replicas}' if other_count else ''}: {give}"
+        f"tuned behind {_router_words(tuned)}{tuned_count}, replayed behind {_router_words(asked)}"
+        f"{now_count}: {give}"
     )
 
 

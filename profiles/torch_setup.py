@@ -149,7 +149,11 @@ def hf_config(config: dict[str, Any], where: str = "config.json") -> Any:
         if "Llama" in archs:
             model_type = "llama"
         else:
-            raise MeasureError(f"{where}: config.json has no model_type (and is not Llama-shaped)")
+            # ``where`` is the --model given, often the config.json itself: not named twice
+            raise MeasureError(
+                f"{where}: the config has no model_type, and its architectures "
+                f"({archs or 'none'}) are not Llama's: add the model_type"
+            )
     version = transformers.__version__
     if str(model_type) not in transformers.CONFIG_MAPPING:  # its error lists every type known
         raise MeasureError(f"{where}: transformers {version} knows no model_type {model_type!r}")

@@ -15,10 +15,11 @@ from typing import Any
 
 from profiles import models
 from profiles.grid import engine_contexts
+from ttlctl import vllm_defaults
 from ttlctl.errors import ConfigError, TtlctlError
 
 #: the replay's default step budget (``ttlctl replay --max-num-batched-tokens``)
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+DEFAULT_MAX_NUM_BATCHED_TOKENS = vllm_defaults.MAX_NUM_BATCHED_TOKENS
 #: weights plus KV cache may take this share of the memory available
 MEMORY_SHARE = 0.6
 DECODE_BATCHES = {"cpu": (1, 4, 16), "cuda": (1, 8, 32)}
@@ -34,7 +35,7 @@ KV_GRANULE = 256
 KV_MARGIN = 1.25
 #: the engine's ``max_num_seqs`` (the replay's default), or the step budget where that is
 #: less (vLLM takes no budget under ``max_num_seqs``), or the largest decode batch
-MAX_NUM_SEQS = 256
+MAX_NUM_SEQS = vllm_defaults.MAX_NUM_SEQS
 
 
 class VllmMeasureError(TtlctlError, ValueError):

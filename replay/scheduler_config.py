@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from ttlctl import vllm_defaults
 from ttlctl.errors import ConfigError
 
 # The simulated engine's default size, read by :class:`SimSchedulerConfig`, by the
@@ -18,10 +19,10 @@ KV_TOKENS = 600_000
 #: vLLM's ``--block-size`` default up to 0.33 (0.34 on a GPU takes 64 where its attention
 #: backend allows: docs/deploy.md, "vLLM 0.34")
 BLOCK_SIZE = 16
-#: vLLM 0.32's ``--max-num-batched-tokens`` and ``--max-num-seqs`` on a GPU (its CPU
-#: server's are 128 and 2,048: ``replay.validation.sizing``)
-MAX_NUM_BATCHED_TOKENS = 8192
-MAX_NUM_SEQS = 256
+#: ``--max-num-batched-tokens`` and ``--max-num-seqs``: vLLM's on a GPU
+#: (:mod:`ttlctl.vllm_defaults`, which the profiler's engine reads too)
+MAX_NUM_BATCHED_TOKENS = vllm_defaults.MAX_NUM_BATCHED_TOKENS
+MAX_NUM_SEQS = vllm_defaults.MAX_NUM_SEQS
 #: ``--max-model-len``
 MAX_MODEL_LEN = 131_072
 

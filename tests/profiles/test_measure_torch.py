@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -253,6 +254,11 @@ def _config_file(tmp_path: Path, **changes: object) -> Path:
         ),
         ({"model_type": "nonesuch"}, "knows no model_type 'nonesuch'"),
         (
+            {"model_type": None, "architectures": ["GPT2LMHeadModel"]},
+            "the config has no model_type, and its architectures (GPT2LMHeadModel) are not "
+            "Llama's: add the model_type",
+        ),
+        (
             {"model_type": "bert", "architectures": ["BertLMHeadModel"]},
             "builds model_type 'bert' without a KV cache",
         ),
@@ -268,7 +274,7 @@ def test_a_model_that_is_no_causal_decoder_is_refused_in_one_line_before_any_pre
     line naming the --model given, exit 2, before a prefill is timed."""
     path = _config_file(tmp_path, **changes)
     calls: Calls = []
-    with pytest.raises(MeasureError, match=message) as refused:
+    with pytest.raises(MeasureError, match=re.escape(message)) as refused:
         measure(
             "model",
             json.loads(path.read_text()),

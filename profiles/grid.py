@@ -1,10 +1,13 @@
-"""The context lengths a profiler measures prefill at by default.
+"""The context lengths a profiler measures prefill at: by default, and the rule a grid given
+must meet.
 
 Standard library only: the light paths (``ttlctl --help``, planning a vLLM profile)
 import it without numpy or scipy.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 #: the smallest context a default grid reaches down to
 MIN_CONTEXT = 16
@@ -42,3 +45,22 @@ def engine_contexts(limit: int) -> list[int]:
     if grid and limit >= grid[-1] * 5 // 4:
         grid.append(limit)
     return grid
+
+
+def contexts_fault(grid: Sequence[int], limit: int, bound: str) -> str | None:
+    """What is wrong with ``grid`` (sorted, each once) as the prefill contexts to time
+    within ``limit`` tokens, in one line naming ``--contexts`` (``bound``: what sets the
+    limit, as the user knows it); None when nothing is. The rule of both in-process
+    profilers (eager torch, vLLM's engine): positive lengths, none over the limit, and at
+    least three (the prefill's quadratic has three coefficients)."""
+    if any(c < 1 for c in grid):
+        return f"--contexts must be positive token counts, got {list(grid)}"
+    over = [c for c in grid if c > limit]
+    if over:
+        return f"--contexts {over} exceed the limit of {limit} tokens ({bound})"
+    if len(grid) < 3:
+        return (
+            f"the prefill quadratic needs at least 3 distinct contexts, got {list(grid)} "
+            f"(limit {limit} tokens)"
+        )
+    return None

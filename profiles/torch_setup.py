@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from profiles import host, models
-from profiles.grid import default_contexts
+from profiles.grid import contexts_fault, default_contexts
 from ttlctl.errors import TtlctlError
 
 
@@ -31,20 +31,17 @@ def resolve_contexts(
     limit = model_limit if max_context is None else min(model_limit, int(max_context))
     if limit < 1:
         raise MeasureError(f"--max-context must be positive, got {max_context}")
-    if contexts is None:
-        grid = default_contexts(limit)
-    else:
+    if contexts is not None:
         grid = sorted({int(c) for c in contexts})
-        if any(c < 1 for c in grid):
-            raise MeasureError(f"--contexts must be positive token counts, got {list(contexts)}")
-        over = [c for c in grid if c > limit]
-        if over:
-            raise MeasureError(
-                f"--contexts {over} exceed the limit of {limit} tokens "
-                f"(model max_position_embeddings {model_limit}"
-                + (f", --max-context {max_context})" if max_context is not None else ")")
-            )
-    if len(grid) < 3 and contexts is None:  # the default grid: what set its limit is named
+        bound = f"model max_position_embeddings {model_limit}" + (
+            f", --max-context {max_context}" if max_context is not None else ""
+        )
+        fault = contexts_fault(grid, limit, bound)
+        if fault is not None:
+            raise MeasureError(fault)
+        return grid
+    grid = default_contexts(limit)
+    if len(grid) < 3:  # the default grid: what set its limit is named
         by_flag = max_context is not None and int(max_context) < model_limit
         bound = (
             f"--max-context {max_context}"
@@ -55,11 +52,6 @@ def resolve_contexts(
             f"{bound} leaves the default grid (powers of two from 16 tokens) {grid}: the "
             "prefill quadratic needs at least 3 distinct contexts; give "
             + ("a larger --max-context or --contexts" if by_flag else "--contexts")
-        )
-    if len(grid) < 3:
-        raise MeasureError(
-            f"the prefill quadratic needs at least 3 distinct contexts, got {grid} "
-            f"(limit {limit} tokens)"
         )
     return grid
 

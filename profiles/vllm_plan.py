@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiles import models
-from profiles.grid import engine_contexts
+from profiles.grid import contexts_fault, engine_contexts
 from ttlctl import vllm_defaults
 from ttlctl.errors import ConfigError, TtlctlError
 
@@ -131,18 +131,12 @@ def _grid(
     if limit < 16:
         raise VllmMeasureError(f"{where}: a context limit of {limit} tokens is too short to time")
     grid = engine_contexts(limit) if contexts is None else sorted({int(c) for c in contexts})
-    if any(c < 1 for c in grid):
-        raise VllmMeasureError(f"--contexts must be positive token counts, got {grid}")
-    if grid and grid[-1] > limit:
-        raise VllmMeasureError(
-            f"--contexts {[c for c in grid if c > limit]} exceed the limit of {limit} tokens "
-            f"(the model's {model_limit} less the sampled token"
-            + (f", or --max-context {max_context})" if max_context is not None else ")")
-        )
-    if len(grid) < 3:
-        raise VllmMeasureError(
-            f"the prefill quadratic needs at least 3 distinct contexts, got {grid}"
-        )
+    bound = f"the model's {model_limit} less the sampled token" + (
+        f", or --max-context {max_context}" if max_context is not None else ""
+    )
+    fault = contexts_fault(grid, limit, bound)
+    if fault is not None:
+        raise VllmMeasureError(fault)
     return grid
 
 

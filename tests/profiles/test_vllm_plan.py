@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from profiles import fitmath, models
 from profiles.cost import ProfileCostModel
 from profiles.grid import engine_contexts
+from profiles.torch_setup import MeasureError, resolve_contexts
 from profiles.vllm_plan import KV_MARGIN, VllmMeasureError, decode_tokens, make_plan
 from tests.profiles.made import quadratic_profile
 from ttlctl.cli import app
@@ -105,6 +106,27 @@ def test_plan_refuses_with_one_line() -> None:
         assert "\n" not in str(err.value) and isinstance(err.value, TtlctlError)
     with pytest.raises(VllmMeasureError, match=r"141\.\d GB .* 16\.0 GB available on cpu"):
         make_plan(models.PRESETS["llama-3.1-70b"], "cpu", 16_000_000_000, where="70b")
+
+
+def test_both_in_process_profilers_refuse_a_given_grid_by_one_rule() -> None:
+    """Eager torch's and vLLM's profilers refuse the same faults of a --contexts given in
+    the same words (they were two copies of the rule, worded apart: vLLM's named no
+    limit when too few contexts were given); only what sets each one's limit differs."""
+    tiny = models.PRESETS["tiny"]  # 2,048 positions: torch's limit, vLLM's 2,047
+    for grid, message in [
+        ([0, 16, 32], r"^--contexts must be positive token counts, got \[0, 16, 32\]$"),
+        ([16, 32], r"^the prefill quadratic needs at least 3 distinct contexts, got \[16, 32\] "),
+        ([16, 32, 9000], r"^--contexts \[9000\] exceed the limit of 204[78] tokens \("),
+    ]:
+        with pytest.raises(MeasureError, match=message) as torch_says:
+            resolve_contexts(grid, 2048, None)
+        with pytest.raises(VllmMeasureError, match=message) as vllm_says:
+            make_plan(tiny, "cpu", 0, where="tiny", contexts=grid)
+        if "9000" not in message:  # the same line, but for the limit each names
+            said = [str(e.value).partition(" (limit")[0] for e in (torch_says, vllm_says)]
+            assert said[0] == said[1]
+    with pytest.raises(VllmMeasureError, match=r"got \[16, 32\] \(limit 2047 tokens\)$"):
+        make_plan(tiny, "cpu", 0, where="tiny", contexts=[16, 32])
 
 
 def test_import_is_cheap() -> None:

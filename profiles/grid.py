@@ -47,12 +47,16 @@ def engine_contexts(limit: int) -> list[int]:
     return grid
 
 
-def contexts_fault(grid: Sequence[int], limit: int, bound: str) -> str | None:
+def contexts_fault(
+    grid: Sequence[int], limit: int, model_bound: str, max_context: int | None
+) -> str | None:
     """What is wrong with ``grid`` (sorted, each once) as the prefill contexts to time
-    within ``limit`` tokens, in one line naming ``--contexts`` (``bound``: what sets the
-    limit, as the user knows it); None when nothing is. The rule of both in-process
-    profilers (eager torch, vLLM's engine): positive lengths, none over the limit, and at
-    least three (the prefill's quadratic has three coefficients)."""
+    within ``limit`` tokens, in one line naming ``--contexts`` (``model_bound``: what the
+    model allows, as the user knows it, and ``--max-context`` where given: the limit is
+    the lower); None when nothing is. The rule of both in-process profilers (eager torch,
+    vLLM's engine): positive lengths, none over the limit, and at least three (the
+    prefill's quadratic has three coefficients)."""
+    bound = model_bound + ("" if max_context is None else f", or --max-context {max_context}")
     if any(c < 1 for c in grid):
         return f"--contexts must be positive token counts, got {list(grid)}"
     over = [c for c in grid if c > limit]

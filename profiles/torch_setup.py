@@ -33,10 +33,8 @@ def resolve_contexts(
         raise MeasureError(f"--max-context must be positive, got {max_context}")
     if contexts is not None:
         grid = sorted({int(c) for c in contexts})
-        bound = f"model max_position_embeddings {model_limit}" + (
-            f", --max-context {max_context}" if max_context is not None else ""
-        )
-        fault = contexts_fault(grid, limit, bound)
+        model_bound = f"model max_position_embeddings {model_limit}"
+        fault = contexts_fault(grid, limit, model_bound, max_context)
         if fault is not None:
             raise MeasureError(fault)
         return grid

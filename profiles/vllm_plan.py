@@ -131,10 +131,8 @@ def _grid(
     if limit < 16:
         raise VllmMeasureError(f"{where}: a context limit of {limit} tokens is too short to time")
     grid = engine_contexts(limit) if contexts is None else sorted({int(c) for c in contexts})
-    bound = f"the model's {model_limit} less the sampled token" + (
-        f", or --max-context {max_context}" if max_context is not None else ""
-    )
-    fault = contexts_fault(grid, limit, bound)
+    model_bound = f"the model's {model_limit} less the sampled token"
+    fault = contexts_fault(grid, limit, model_bound, max_context)
     if fault is not None:
         raise VllmMeasureError(fault)
     return grid

@@ -187,13 +187,15 @@ def growth_verdict(in_memory: float, streaming: float) -> str:
     """What the two paths' growth from N to 4N calls says of the streaming path's memory."""
     if in_memory < BASELINE_GROWTH_MIN:
         return (
-            f"(the in-memory path grew only {in_memory:.2f}x: at this size the interpreter's "
-            "own memory dominates, and says nothing of bounded memory; give --calls 1000000)"
+            f"(the in-memory peak grew only {in_memory:.2f}x: at this size the interpreter's "
+            "own memory dominates both paths, so this run cannot judge bounded memory; give a "
+            "larger --calls, by default 1,000,000)"
         )
     verdict = "met" if streaming <= STREAMING_GROWTH_GOAL else "NOT met"
     return (
-        f"(bounded memory, the streaming path's growth at most {STREAMING_GROWTH_GOAL}x while "
-        f"the input grows 4x and the in-memory path's peak {in_memory:.2f}x: {verdict})"
+        f"(bounded memory: streaming growth {streaming:.2f}x, goal <= "
+        f"{STREAMING_GROWTH_GOAL}x, while the input grows 4x and the in-memory peak "
+        f"{in_memory:.2f}x: {verdict})"
     )
 
 

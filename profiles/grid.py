@@ -7,7 +7,7 @@ import it without numpy or scipy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 #: the smallest context a default grid reaches down to
 MIN_CONTEXT = 16
@@ -47,24 +47,61 @@ def engine_contexts(limit: int) -> list[int]:
     return grid
 
 
+def limit_bound(limit: int, model_bound: str, max_context: int | None) -> str:
+    """What sets a profiler's context ``limit``, as the user knows it: ``--max-context``
+    where it is the lower, else ``model_bound`` (the model's length, in its words)."""
+    if max_context is not None and int(max_context) == limit:
+        return f"--max-context {max_context}"
+    return model_bound
+
+
 def contexts_fault(
     grid: Sequence[int], limit: int, model_bound: str, max_context: int | None
 ) -> str | None:
-    """What is wrong with ``grid`` (sorted, each once) as the prefill contexts to time
-    within ``limit`` tokens, in one line naming ``--contexts`` (``model_bound``: what the
-    model allows, as the user knows it, and ``--max-context`` where given: the limit is
-    the lower); None when nothing is. The rule of both in-process profilers (eager torch,
-    vLLM's engine): positive lengths, none over the limit, and at least three (the
-    prefill's quadratic has three coefficients)."""
-    bound = model_bound + ("" if max_context is None else f", or --max-context {max_context}")
+    """What is wrong with ``grid`` (sorted, each once), the ``--contexts`` given, as the
+    prefill contexts to time within ``limit`` tokens, in one line (``model_bound`` and
+    ``max_context``: see :func:`limit_bound`); None when nothing is. The rule of both
+    in-process profilers (eager torch, vLLM's engine): positive lengths, none over the
+    limit, and at least three (the prefill's quadratic has three coefficients)."""
     if any(c < 1 for c in grid):
         return f"--contexts must be positive token counts, got {list(grid)}"
     over = [c for c in grid if c > limit]
     if over:
+        bound = limit_bound(limit, model_bound, max_context)
         return f"--contexts {over} exceed the limit of {limit} tokens ({bound})"
     if len(grid) < 3:
-        return (
-            f"the prefill quadratic needs at least 3 distinct contexts, got {list(grid)} "
-            f"(limit {limit} tokens)"
-        )
+        return f"--contexts {list(grid)}: the prefill quadratic needs at least 3 distinct contexts"
     return None
+
+
+def default_grid_fault(
+    grid: Sequence[int], limit: int, model_bound: str, max_context: int | None
+) -> str | None:
+    """What is wrong with the default ``grid`` up to ``limit`` (fewer than three contexts),
+    naming what set the limit and what to give instead; None when nothing is."""
+    if len(grid) >= 3:
+        return None
+    bound = limit_bound(limit, model_bound, max_context)
+    by_flag = bound.startswith("--max-context")
+    return (
+        f"{bound} leaves the default grid {list(grid)}: the prefill quadratic needs at "
+        "least 3 distinct contexts; give "
+        + ("a larger --max-context or --contexts" if by_flag else "--contexts")
+    )
+
+
+def grid_to_time(
+    contexts: Sequence[int] | None,
+    limit: int,
+    model_bound: str,
+    max_context: int | None,
+    default: Callable[[int], list[int]],
+) -> tuple[list[int], str | None]:
+    """(the prefill contexts to time, what is wrong with them or None): the ``--contexts``
+    given (sorted, each once) or, with none, the profiler's ``default`` grid up to
+    ``limit``; judged by :func:`contexts_fault` or :func:`default_grid_fault`."""
+    if contexts is None:
+        grid = default(limit)
+        return grid, default_grid_fault(grid, limit, model_bound, max_context)
+    grid = sorted({int(c) for c in contexts})
+    return grid, contexts_fault(grid, limit, model_bound, max_context)

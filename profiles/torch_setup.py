@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from profiles import host, models
-from profiles.grid import contexts_fault, default_contexts
+from profiles.grid import default_contexts, grid_to_time
 from ttlctl.errors import TtlctlError
 
 
@@ -31,26 +31,10 @@ def resolve_contexts(
     limit = model_limit if max_context is None else min(model_limit, int(max_context))
     if limit < 1:
         raise MeasureError(f"--max-context must be positive, got {max_context}")
-    if contexts is not None:
-        grid = sorted({int(c) for c in contexts})
-        model_bound = f"model max_position_embeddings {model_limit}"
-        fault = contexts_fault(grid, limit, model_bound, max_context)
-        if fault is not None:
-            raise MeasureError(fault)
-        return grid
-    grid = default_contexts(limit)
-    if len(grid) < 3:  # the default grid: what set its limit is named
-        by_flag = max_context is not None and int(max_context) < model_limit
-        bound = (
-            f"--max-context {max_context}"
-            if by_flag
-            else f"the model's max_position_embeddings {model_limit}"
-        )
-        raise MeasureError(
-            f"{bound} leaves the default grid (powers of two from 16 tokens) {grid}: the "
-            "prefill quadratic needs at least 3 distinct contexts; give "
-            + ("a larger --max-context or --contexts" if by_flag else "--contexts")
-        )
+    model_bound = f"the model's max_position_embeddings {model_limit}"
+    grid, fault = grid_to_time(contexts, limit, model_bound, max_context, default_contexts)
+    if fault is not None:
+        raise MeasureError(fault)
     return grid
 
 
@@ -140,9 +124,10 @@ def hf_config(config: dict[str, Any], where: str = "config.json") -> Any:
             model_type = "llama"
         else:
             # ``where`` is the --model given, often the config.json itself: not named twice
+            kind = f"its architectures ({archs}) are not Llama's" if archs else "no architectures"
             raise MeasureError(
-                f"{where}: the config has no model_type, and its architectures "
-                f"({archs or 'none'}) are not Llama's: add the model_type"
+                f'{where}: the config has no model_type, and {kind}: add "model_type" '
+                '(e.g. "llama")'
             )
     version = transformers.__version__
     if str(model_type) not in transformers.CONFIG_MAPPING:  # its error lists every type known

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiles import models
-from profiles.grid import contexts_fault, engine_contexts
+from profiles.grid import engine_contexts, grid_to_time
 from ttlctl import vllm_defaults
 from ttlctl.errors import ConfigError, TtlctlError
 
@@ -130,9 +130,8 @@ def _grid(
     limit = model_limit - 1 if max_context is None else min(model_limit - 1, int(max_context))
     if limit < 16:
         raise VllmMeasureError(f"{where}: a context limit of {limit} tokens is too short to time")
-    grid = engine_contexts(limit) if contexts is None else sorted({int(c) for c in contexts})
-    model_bound = f"the model's {model_limit} less the sampled token"
-    fault = contexts_fault(grid, limit, model_bound, max_context)
+    model_bound = f"the model's {model_limit} positions less the sampled token"
+    grid, fault = grid_to_time(contexts, limit, model_bound, max_context, engine_contexts)
     if fault is not None:
         raise VllmMeasureError(fault)
     return grid

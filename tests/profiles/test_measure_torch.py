@@ -256,7 +256,11 @@ def _config_file(tmp_path: Path, **changes: object) -> Path:
         (
             {"model_type": None, "architectures": ["GPT2LMHeadModel"]},
             "the config has no model_type, and its architectures (GPT2LMHeadModel) are not "
-            "Llama's: add the model_type",
+            'Llama\'s: add "model_type" (e.g. "llama")',
+        ),
+        (
+            {"model_type": None, "architectures": None},
+            'the config has no model_type, and no architectures: add "model_type" (e.g. "llama")',
         ),
         (
             {"model_type": "bert", "architectures": ["BertLMHeadModel"]},
@@ -387,7 +391,7 @@ def test_a_context_refusal_names_the_flags() -> None:
     user gives (they named the ideas: "contexts [4096] exceed the limit …")."""
     cases = [
         (([16, 32, 4096], 2048, None), r"^--contexts \[4096\] exceed the limit of 2048 tokens"),
-        (([16, 32, 600], 2048, 512), r", or --max-context 512\)$"),
+        (([16, 32, 600], 2048, 512), r" \(--max-context 512\)$"),
         (([0, 16, 32], 2048, None), r"^--contexts must be positive"),
         ((None, 2048, 0), r"^--max-context must be positive"),
     ]

@@ -95,7 +95,7 @@ def test_plan_refuses_with_one_line() -> None:
     cases = [
         ({"contexts": [64, 128]}, "at least 3"),
         ({"contexts": [64, 128, 2048]}, r"^--contexts \[2048\] exceed the limit of 2047"),
-        ({"contexts": [64, 128, 256], "max_context": 128}, r"exceed .*, or --max-context 128\)"),
+        ({"contexts": [64, 128, 256], "max_context": 128}, r"exceed .* \(--max-context 128\)$"),
         ({"contexts": [0, 64, 128]}, "^--contexts must be positive"),
         ({"dtype": "int8"}, "^--dtype int8: expected one of"),
         ({"max_num_batched_tokens": 8}, "--max-num-batched-tokens 8"),
@@ -108,25 +108,43 @@ def test_plan_refuses_with_one_line() -> None:
         make_plan(models.PRESETS["llama-3.1-70b"], "cpu", 16_000_000_000, where="70b")
 
 
-def test_both_in_process_profilers_refuse_a_given_grid_by_one_rule() -> None:
-    """Eager torch's and vLLM's profilers refuse the same faults of a --contexts given in
-    the same words (they were two copies of the rule, worded apart: vLLM's named no
-    limit when too few contexts were given); only what sets each one's limit differs."""
+def test_both_in_process_profilers_refuse_a_grid_by_one_rule() -> None:
+    """Eager torch's and vLLM's profilers refuse the same faults of their grid in the same
+    words (they were two copies of the rule, worded apart: vLLM's named no flag when
+    --max-context left its default grid under three contexts); only what sets each one's
+    limit (vLLM leaves the sampled token's place) and its default grid (vLLM's also times
+    the limit itself) differ."""
     tiny = models.PRESETS["tiny"]  # 2,048 positions: torch's limit, vLLM's 2,047
-    for grid, message in [
-        ([0, 16, 32], r"^--contexts must be positive token counts, got \[0, 16, 32\]$"),
-        ([16, 32], r"^the prefill quadratic needs at least 3 distinct contexts, got \[16, 32\] "),
-        ([16, 32, 9000], r"^--contexts \[9000\] exceed the limit of 204[78] tokens \("),
-    ]:
+    cases: list[tuple[list[int] | None, int | None, str]] = [
+        ([0, 16, 32], None, r"^--contexts must be positive token counts, got \[0, 16, 32\]$"),
+        (
+            [16, 32],
+            None,
+            r"^--contexts \[16, 32\]: the prefill quadratic needs at least 3 distinct contexts$",
+        ),
+        ([16, 32, 9000], None, r"^--contexts \[9000\] exceed the limit of 204[78] tokens "),
+        # a --max-context above the model's length does not set the limit: not named
+        ([16, 32, 9000], 4096, r"tokens \(the model's (max_position_embeddings )?2048[^-]*\)$"),
+        (
+            [16, 32, 600],
+            512,
+            r"^--contexts \[600\] exceed the limit of 512 tokens "
+            r"\(--max-context 512\)$",
+        ),
+        (
+            None,
+            20,
+            r"^--max-context 20 leaves the default grid \[16(, 20)?\]: the prefill quadratic "
+            r"needs at least 3 distinct contexts; give a larger --max-context or --contexts$",
+        ),
+    ]
+    for grid, max_context, message in cases:
         with pytest.raises(MeasureError, match=message) as torch_says:
-            resolve_contexts(grid, 2048, None)
+            resolve_contexts(grid, 2048, max_context)
         with pytest.raises(VllmMeasureError, match=message) as vllm_says:
-            make_plan(tiny, "cpu", 0, where="tiny", contexts=grid)
-        if "9000" not in message:  # the same line, but for the limit each names
-            said = [str(e.value).partition(" (limit")[0] for e in (torch_says, vllm_says)]
-            assert said[0] == said[1]
-    with pytest.raises(VllmMeasureError, match=r"got \[16, 32\] \(limit 2047 tokens\)$"):
-        make_plan(tiny, "cpu", 0, where="tiny", contexts=[16, 32])
+            make_plan(tiny, "cpu", 0, where="tiny", contexts=grid, max_context=max_context)
+        if "204" not in message and grid is not None:  # the same line but for the limit
+            assert str(torch_says.value) == str(vllm_says.value)
 
 
 def test_import_is_cheap() -> None:

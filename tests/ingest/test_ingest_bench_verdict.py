@@ -3,24 +3,13 @@ where the in-memory path's growth shows the input's weight."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
-
-def _bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "ingest_bench.py"
-    spec = importlib.util.spec_from_file_location("ingest_bench", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.bench_script import bench_script
 
 
 def test_the_memory_verdict_is_read_off_the_figures() -> None:
     """Regression: the line said "the streaming path's growth stays near 1x" whatever the
     run measured (at --calls 20000 beside a streaming growth of 1.74x)."""
-    verdict = _bench().growth_verdict
+    verdict = bench_script("ingest_bench").growth_verdict
     assert verdict(3.41, 1.18).endswith(
         "streaming growth 1.18x, goal <= 1.5x, while the input "
         "grows 4x and the in-memory peak 3.41x: met)"

@@ -3,7 +3,6 @@ statistics of validate: test_validation_stats.py; the door: tests/server)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -25,6 +24,7 @@ from replay.live.sampler import Sampler
 from replay.policy_runs import Load
 from replay.validation.sizing import kv_tokens_of, same_servers
 from replay.workload import AgentProgram, Call, Workload
+from tests.bench_script import bench_script
 from tests.bundles import write_bundle
 from tests.http_stub import serving as stub_serving
 from tests.live.server_info import server_info
@@ -612,12 +612,7 @@ def test_validate_cli_argument_errors(tmp_path: Path) -> None:
 
 def _gpu_live_check() -> Any:
     """bench/gpu_live_check.py, loaded as a module (bench/ is no package)."""
-    path = Path(__file__).resolve().parents[2] / "bench" / "gpu_live_check.py"
-    spec = importlib.util.spec_from_file_location("gpu_live_check", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("gpu_live_check")
 
 
 def test_gpu_live_check_writes_a_servable_model_folder_without_weights(tmp_path: Path) -> None:

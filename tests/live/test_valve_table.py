@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.bench_script import bench_script
+
 
 def _module() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "valve_table.py"
-    spec = importlib.util.spec_from_file_location("valve_table", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["valve_table"] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("valve_table")
 
 
 def _doc(policy: str, sim: float, live: list[float]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiles import models
-from profiles.grid import engine_contexts, grid_to_time
+from profiles.grid import MIN_CONTEXT, engine_contexts, grid_to_time, limit_bound
 from ttlctl import vllm_defaults
 from ttlctl.errors import ConfigError, TtlctlError
 
@@ -128,9 +128,12 @@ def _grid(
 ) -> list[int]:
     # a prompt leaves one token of the model's length for the token it samples
     limit = model_limit - 1 if max_context is None else min(model_limit - 1, int(max_context))
-    if limit < 16:
-        raise VllmMeasureError(f"{where}: a context limit of {limit} tokens is too short to time")
     model_bound = f"the model's {model_limit} positions less the sampled token"
+    if limit < MIN_CONTEXT:
+        raise VllmMeasureError(
+            f"{where}: {limit_bound(limit, model_bound, max_context)} leaves a context limit "
+            f"of {limit} tokens, too short to time (at least {MIN_CONTEXT})"
+        )
     grid, fault = grid_to_time(contexts, limit, model_bound, max_context, engine_contexts)
     if fault is not None:
         raise VllmMeasureError(fault)

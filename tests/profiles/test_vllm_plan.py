@@ -97,6 +97,7 @@ def test_plan_refuses_with_one_line() -> None:
         ({"contexts": [64, 128, 2048]}, r"^--contexts \[2048\] exceed the limit of 2047"),
         ({"contexts": [64, 128, 256], "max_context": 128}, r"exceed .* \(--max-context 128\)$"),
         ({"contexts": [0, 64, 128]}, "^--contexts must be positive"),
+        ({"max_context": 8}, r"^tiny: --max-context 8 leaves a context limit of 8 tokens, too "),
         ({"dtype": "int8"}, "^--dtype int8: expected one of"),
         ({"max_num_batched_tokens": 8}, "--max-num-batched-tokens 8"),
     ]
@@ -197,8 +198,11 @@ def test_the_smallest_limits_and_step_budget_are_taken() -> None:
     tiny = models.PRESETS["tiny"]
     plan = make_plan(tiny, "cpu", 0, where="tiny", contexts=[4, 8, 16], max_context=16)
     assert plan.contexts == (4, 8, 16)
-    with pytest.raises(VllmMeasureError, match="too short"):
+    with pytest.raises(VllmMeasureError, match=r"--max-context 15 .* too short .*least 16\)$"):
         make_plan(tiny, "cpu", 0, where="tiny", contexts=[4, 8, 15], max_context=15)
+    short = {**tiny, "max_position_embeddings": 10}  # the model's length sets it: named
+    with pytest.raises(VllmMeasureError, match=r"^tiny: the model's 10 positions less the "):
+        make_plan(short, "cpu", 0, where="tiny")
     plan = make_plan(tiny, "cpu", 0, where="tiny", max_num_batched_tokens=256)
     assert plan.decode and plan.engine_args("/m", 0)["max_num_seqs"] == 256
     for budget in (16, 64, 255):  # the CPU's largest decode batch is 16

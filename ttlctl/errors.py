@@ -19,3 +19,14 @@ class TtlctlError(Exception):
 
 class ConfigError(TtlctlError, ValueError):
     """A setting out of range or unknown; the message names it."""
+
+
+class FlagError(ConfigError):
+    """The value of one flag refused: the message is ``FLAG: WHY``; ``why`` alone is for a
+    caller whose user gave that value another way (a bundle's router section, which
+    ``validate --router bundle`` names instead of the flag)."""
+
+    def __init__(self, flag: str, why: str) -> None:
+        super().__init__(f"{flag}: {why}")
+        self.flag = flag
+        self.why = why

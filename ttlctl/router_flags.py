@@ -19,7 +19,7 @@ from typing import Any
 
 from profiles.router_calibration import calibrate
 from profiles.schema import Profile
-from ttlctl.errors import ConfigError
+from ttlctl.errors import FlagError
 from ttlctl.router_doc import (
     CALIBRATIONS,
     ENABLE_KEY,
@@ -36,6 +36,9 @@ POLICIES = {ttlctl_name(policy): policy for policy in VLLM_POLICIES}
 NOT_FLAGS = frozenset(
     key for flags in SETTINGS.values() for key, flag in flags.items() if not flag.vllm_router
 )
+
+#: the flag of `ttlctl bundle query` whose output these are (its refusals name it)
+AS_FLAG = "--as vllm-router"
 
 PIN_AWARE = (
     "pin-aware is ttlctl's own router and vllm-router has no policy like it (one that "
@@ -56,15 +59,13 @@ def program_scheduling_json(settings: Mapping[str, Any], profile: Profile | None
     doc.setdefault("program_scheduling_enable_key", ENABLE_KEY)
     calibration = settings.get("calibration") or "profile"  # null: the default, as replay's
     if calibration not in CALIBRATIONS:
-        raise ConfigError(
-            f"--as vllm-router: the router's calibration takes {' or '.join(CALIBRATIONS)}, "
-            f"not {calibration!r}"
+        raise FlagError(
+            AS_FLAG,
+            f"the router's calibration takes {' or '.join(CALIBRATIONS)}, not {calibration!r}",
         )
     if calibration == "profile":
         if profile is None:
-            raise ConfigError(
-                "--as vllm-router: Program scheduling's calibration needs the profile"
-            )
+            raise FlagError(AS_FLAG, "Program scheduling's calibration needs the profile")
         doc |= calibrate(profile).to_json()
     for obj, fields in given.items():
         doc[obj] = {**doc.get(obj, {}), **fields}
@@ -81,18 +82,17 @@ def vllm_router_args(router: Mapping[str, Any], profile: Profile | None = None) 
         config = program_scheduling_json(router.get("settings", {}), profile)
         return ["--enable-program-scheduling", "--program-scheduling-config-json", config]
     if name == "pin-aware":
-        raise ConfigError(f"--as vllm-router: {PIN_AWARE}")
+        raise FlagError(AS_FLAG, PIN_AWARE)
     if name == "as-logged":
-        raise ConfigError(
-            "--as vllm-router: the bundle was tuned on the placement its trace recorded "
+        raise FlagError(
+            AS_FLAG,
+            "the bundle was tuned on the placement its trace recorded "
             "(as-logged), not behind a router: it names no flags; keep the routing that "
-            "placed those calls"
+            "placed those calls",
         )
     policy = POLICIES.get(name)
     if policy is None:
-        raise ConfigError(
-            f"--as vllm-router: the bundle's router {name!r} is not a policy of vllm-router"
-        )
+        raise FlagError(AS_FLAG, f"the bundle's router {name!r} is not a policy of vllm-router")
     args = ["--policy", policy]
     flags = SETTINGS.get(name, {})
     for key, value in sorted(router.get("settings", {}).items()):

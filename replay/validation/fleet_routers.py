@@ -22,7 +22,7 @@ from replay.fleet.routers import RouterSettings
 from replay.validation.error import ValidateError
 from ttlctl import router_flags
 from ttlctl.bundle_doc import Bundle
-from ttlctl.errors import ConfigError
+from ttlctl.errors import ConfigError, FlagError
 from ttlctl.router_doc import ENABLE_KEY, ttlctl_name
 from ttlctl.router_doc import PROGRAM_SCHEDULING as PROGRAM_SCHEDULING_MODEL
 from ttlctl.server import router
@@ -79,8 +79,8 @@ def bundle_router(doc: Bundle, path: Path) -> BundleRouter:
             return BundleRouter(PROGRAM_SCHEDULING_POLICY, config, (), settings)
         settings = RouterSettings.from_section(section)
     except ConfigError as exc:
-        why = str(exc).removeprefix("--as vllm-router: ")
-        why = why.removeprefix("--program-scheduling-config-json: ")  # the section's field
+        # the section gave the value, not the flag the shared builders name
+        why = exc.why if isinstance(exc, FlagError) else str(exc)
         raise ValidateError(f"--router bundle: {path}: {why}") from None
     return BundleRouter(args[1], None, tuple(args[2:]), settings)
 

@@ -30,7 +30,7 @@ from profiles.router_calibration import (
     RouterCalibration,
 )
 from replay.fleet.routers.program_scheduling_rules import coefficient_refusal, router_refusal
-from ttlctl.errors import ConfigError
+from ttlctl.errors import FlagError
 from ttlctl.router_doc import ENABLE_KEY
 
 #: the shortest metrics interval the model runs (s): each tick is an event of the replay
@@ -96,7 +96,7 @@ class ProgramSchedulingConfig:
     def __post_init__(self) -> None:
         bad = _first_bad(self)
         if bad is not None:
-            raise ConfigError(f"{FLAG}: {bad}")
+            raise FlagError(FLAG, f"{bad}")
 
     @classmethod
     def from_json(
@@ -111,26 +111,27 @@ class ProgramSchedulingConfig:
                 else dict(text)
             )
         except json.JSONDecodeError as e:
-            raise ConfigError(f"{FLAG}: not JSON ({e.msg} at column {e.colno})") from None
+            raise FlagError(FLAG, f"not JSON ({e.msg} at column {e.colno})") from None
         if not isinstance(doc, dict):
-            raise ConfigError(f"{FLAG}: takes a JSON object")
+            raise FlagError(FLAG, "takes a JSON object")
         known = {f.name: f for f in fields(cls)}
         calibration = {
             k: doc.pop(k) for k in ("prefill_cost_model", "decode_throughput_model") if k in doc
         }
         if CAPACITY_ALIAS in doc:
             if "token_capacity_per_target" in doc:
-                raise ConfigError(
-                    f"{FLAG}: token_capacity_per_target and {CAPACITY_ALIAS} are one field "
-                    "(vllm-router takes either name, not both)"
+                raise FlagError(
+                    FLAG,
+                    f"token_capacity_per_target and {CAPACITY_ALIAS} are one field "
+                    "(vllm-router takes either name, not both)",
                 )
             doc["token_capacity_per_target"] = doc.pop(CAPACITY_ALIAS)
         for key in doc:
             if key in UNMODELLED:
-                raise ConfigError(f"{FLAG}: {key} ({UNMODELLED[key]}) is not modelled")
+                raise FlagError(FLAG, f"{key} ({UNMODELLED[key]}) is not modelled")
             if key not in known:
-                raise ConfigError(
-                    f"{FLAG}: unknown field {key!r} (vllm-router 0.1.17 has no such field)"
+                raise FlagError(
+                    FLAG, f"unknown field {key!r} (vllm-router 0.1.17 has no such field)"
                 )
         calibration_of(calibration, None)  # each object's fields checked here, not mid-replay
         return cls(**doc), calibration
@@ -142,14 +143,14 @@ class ProgramSchedulingConfig:
 def _no_constant(name: str) -> float:
     """Python's JSON reader takes NaN and Infinity, JSON does not: vllm-router stops at
     start on them, and a replay's --json would carry them."""
-    raise ConfigError(f"{FLAG}: not JSON ({name} is not a JSON number)")
+    raise FlagError(FLAG, f"not JSON ({name} is not a JSON number)")
 
 
 def _finite(text: str) -> float:
     """A JSON number too large for a float (``1e400``) reads as infinity: refused."""
     value = float(text)
     if not math.isfinite(value):
-        raise ConfigError(f"{FLAG}: {text} is out of range for a number")
+        raise FlagError(FLAG, f"{text} is out of range for a number")
     return value
 
 
@@ -160,7 +161,7 @@ def _whole(text: str) -> int:
         return int(text)
     except ValueError:
         shown = f"{text[:24]}… ({len(text):,} digits)"
-        raise ConfigError(f"{FLAG}: {shown} is out of range for a number") from None
+        raise FlagError(FLAG, f"{shown} is out of range for a number") from None
 
 
 def _first_bad(cfg: ProgramSchedulingConfig) -> str | None:
@@ -212,16 +213,16 @@ def _overridden(model: Any, given: Mapping[str, Any], name: str) -> dict[str, An
     most 1, ``fixed_step_seconds`` above 0)."""
     obj = given.get(name, {})
     if not isinstance(obj, Mapping):
-        raise ConfigError(f"{FLAG}: {name} takes a JSON object")
+        raise FlagError(FLAG, f"{name} takes a JSON object")
     out = _as_dict(model)
     for key, value in obj.items():
         if key not in out:
-            raise ConfigError(
-                f"{FLAG}: unknown field '{name}.{key}' (vllm-router 0.1.17 has no such field)"
+            raise FlagError(
+                FLAG, f"unknown field '{name}.{key}' (vllm-router 0.1.17 has no such field)"
             )
         refused = coefficient_refusal(name, key, value)
         if refused is not None:
-            raise ConfigError(f"{FLAG}: {refused}")
+            raise FlagError(FLAG, f"{refused}")
         out[key] = float(value)
     return out
 

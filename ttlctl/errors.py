@@ -30,3 +30,9 @@ class FlagError(ConfigError):
         super().__init__(f"{flag}: {why}")
         self.flag = flag
         self.why = why
+
+
+def os_reason(exc: OSError) -> str:
+    """An operating-system error as ttlctl's one-line messages quote it: its ``strerror``
+    in lower case ("no such file or directory"), else the exception's class name."""
+    return (exc.strerror or type(exc).__name__).lower()

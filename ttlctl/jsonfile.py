@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ttlctl.errors import TtlctlError
+from ttlctl.errors import TtlctlError, os_reason
 from ttlctl.filekind import UTF16_SNIFF_BYTES, not_json_text, not_utf8, unmarked
 
 #: the leading bytes that say what a file is: its mark (the longest: SQLite's 16), or for
@@ -55,8 +55,7 @@ def read_json(path: Path, what: str) -> Any:
     except IsADirectoryError:
         raise JsonFileError(f"{path}: is a directory, not {what}") from None
     except OSError as exc:
-        why = (exc.strerror or type(exc).__name__).lower()
-        raise JsonFileError(f"{path}: cannot read ({why})") from None
+        raise JsonFileError(f"{path}: cannot read ({os_reason(exc)})") from None
     problem = not_json_text(raw[:HEAD_BYTES], what)
     if problem is not None:
         raise JsonFileError(f"{path}: {problem}")

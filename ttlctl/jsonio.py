@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypedDict
 
-from ttlctl.errors import TtlctlError
+from ttlctl.errors import TtlctlError, os_reason
 from ttlctl.pathname import TOO_LONG, too_long
 
 
@@ -63,7 +63,7 @@ def replacing(path: Path) -> Iterator[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise OutputError(f"{shown}: cannot write here ({_why(exc)})") from None
+        raise OutputError(f"{shown}: cannot write here ({os_reason(exc)})") from None
     os.close(fd)
     tmp = Path(name)
     try:
@@ -77,15 +77,11 @@ def replacing(path: Path) -> Iterator[Path]:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         if exc.filename in (name, str(path)):  # the temporary file's or the rename's
-            raise OutputError(f"{shown}: cannot write ({_why(exc)})") from None
+            raise OutputError(f"{shown}: cannot write ({os_reason(exc)})") from None
         raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-def _why(exc: OSError) -> str:
-    return (exc.strerror or type(exc).__name__).lower()
 
 
 def landing(path: Path) -> Path:
@@ -113,7 +109,7 @@ def landing(path: Path) -> Path:
     except OSError as exc:  # a link that loops, a path under a file ...
         if not os.path.islink(path):
             return path  # the write says why, naming it
-        raise OutputError(f"{path}: cannot follow this link ({_why(exc)})") from None
+        raise OutputError(f"{path}: cannot follow this link ({os_reason(exc)})") from None
     if mode is not None and stat.S_ISDIR(mode):
         raise OutputError(f"{path}: is a directory, not a file to write")
     if mode is not None and not stat.S_ISREG(mode):
@@ -203,7 +199,7 @@ def _probe(folder: Path, path: Path) -> None:
     try:
         fd, name = tempfile.mkstemp(prefix=".ttlctl-probe.", dir=folder)
     except OSError as exc:
-        raise OutputError(f"{path}: cannot write in {folder} ({_why(exc)})") from None
+        raise OutputError(f"{path}: cannot write in {folder} ({os_reason(exc)})") from None
     os.close(fd)
     os.unlink(name)
 

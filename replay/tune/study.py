@@ -17,6 +17,7 @@ from replay.tune.opening import open_study
 from replay.tune.storage import Storage, removed_if_unused
 from replay.tune.summary import summary_doc
 from replay.tune.workers import finished_trials, run_trials, run_workers, worker_name
+from ttlctl.errors import os_reason
 from ttlctl.jsonio import write_atomic
 from ttlctl.nouns import counted
 from ttlctl.server import signals
@@ -78,7 +79,7 @@ def tune(
         original = live.bundle.read_bytes()
     except OSError as exc:
         raise TuneError(
-            f"{live.bundle}: cannot read the server's bundle ({exc.strerror or exc}); "
+            f"{live.bundle}: cannot read the server's bundle ({os_reason(exc)}); "
             "give --live-bundle the file the server was started with"
         ) from None
     try:

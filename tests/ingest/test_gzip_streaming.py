@@ -194,7 +194,7 @@ def test_a_temporary_file_that_cannot_be_written_is_one_error(
     res = CliRunner().invoke(app, ["ingest", str(packed), "-o", str(out)])
     assert res.exit_code == 2, res.output
     lines = [line for line in res.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and "No space left on device" in res.output, res.output
+    assert len(lines) == 1 and "no space left on device" in res.output, res.output
     assert str(packed) in res.output.replace("\n", "") and "Traceback" not in res.output
     assert spills and not any(p.exists() for p in spills)
 

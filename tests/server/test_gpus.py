@@ -274,7 +274,7 @@ def test_validate_refuses_a_placement_it_cannot_do(
     res = CliRunner().invoke(app, [*fleet, "--", "--config", str(tmp_path / "none.yaml")])
     assert res.exit_code == 2, res.output
     assert res.stderr.strip().splitlines() == [
-        f"error: --config {tmp_path / 'none.yaml'}: cannot read it (No such file or directory)"
+        f"error: --config {tmp_path / 'none.yaml'}: cannot read it (no such file or directory)"
     ]
     assert not (tmp_path / "w").exists()
     # a GPU in MIG mode with no MIG device yet, named by index or UUID: refused before

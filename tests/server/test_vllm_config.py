@@ -75,7 +75,7 @@ def _refused(args: list[str]) -> str:
 def test_a_file_vllm_could_not_read_is_one_line_naming_it(tmp_path: Path) -> None:
     missing = tmp_path / "missing.yaml"
     assert _refused(["--config", str(missing)]) == (
-        f"--config {missing}: cannot read it (No such file or directory)"
+        f"--config {missing}: cannot read it (no such file or directory)"
     )
     assert _refused(["--config", str(tmp_path)]).startswith(f"--config {tmp_path}: ")
     text = tmp_path / "c.json"

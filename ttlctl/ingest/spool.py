@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO
 
-from ttlctl.errors import TtlctlError
+from ttlctl.errors import TtlctlError, os_reason
 
 #: Decompressed bytes read at once.
 CHUNK_BYTES = 1024**2
@@ -111,9 +111,7 @@ class Spool:
             if not spilling:  # the input itself (gzip's own errors are GzipDamage)
                 raise
             where = target.parent if target is not None else self.directory
-            raise SpoolError(
-                f"{path}: cannot decompress into {where}: {exc.strerror or exc}"
-            ) from None
+            raise SpoolError(f"{path}: cannot decompress into {where}: {os_reason(exc)}") from None
         except BaseException:
             self._discard(out, target)
             raise

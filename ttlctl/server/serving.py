@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ttlctl.bundle import read
 from ttlctl.bundle_doc import BundleError
-from ttlctl.errors import TtlctlError
+from ttlctl.errors import TtlctlError, os_reason
 from ttlctl.filekind import binary_kind, document_kind, unmarked, wide_text
 from ttlctl.pathname import TOO_LONG, too_long
 from ttlctl.server import command, vllm_config
@@ -262,7 +262,7 @@ def metrics_dir(given: Path | None, environ: Mapping[str, str]) -> Iterator[Path
         try:
             chosen.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            why = "not a folder" if isinstance(exc, FileExistsError) else exc.strerror
+            why = "not a folder" if isinstance(exc, FileExistsError) else os_reason(exc)
             raise ServeError(
                 f"{_metrics_origin(given)} {chosen}: cannot make the folder ({why})"
             ) from None

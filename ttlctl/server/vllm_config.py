@@ -33,7 +33,7 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ttlctl.errors import TtlctlError
+from ttlctl.errors import TtlctlError, os_reason
 from ttlctl.server.vllm_options import gathered, option_name, option_set, shown
 
 #: vLLM's option that names a config file of options
@@ -129,7 +129,7 @@ def load(path: str) -> Any:
         with open(path, encoding="utf-8") as fh:
             return yaml.safe_load(fh)
     except OSError as exc:
-        raise VllmConfigError(f"{where}: cannot read it ({exc.strerror})") from None
+        raise VllmConfigError(f"{where}: cannot read it ({os_reason(exc)})") from None
     except UnicodeDecodeError as exc:
         raise VllmConfigError(f"{where}: not text ({exc.reason})") from None
     except yaml.YAMLError as exc:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ttlctl import bundle, bundle_make
 from ttlctl.bundle_doc import Bundle, BundleError
+from ttlctl.errors import os_reason
 from ttlctl.filekind import BUNDLE, document_kind
 from ttlctl.jsonfile import JsonFileError, read_json_object
 from ttlctl.jsonio import OutputError, write_atomic
@@ -101,7 +102,7 @@ def _add(path: Path, previous: bytes) -> tuple[Path, bool]:
     try:
         write_atomic(previous, entry)
     except (OSError, OutputError) as exc:
-        raise BundleError(f"{entry}: cannot keep the bundle replaced: {exc}") from None
+        raise BundleError(f"{entry}: cannot keep the bundle replaced: {_reason(exc)}") from None
     return entry, True
 
 
@@ -119,7 +120,7 @@ def current(path: Path) -> bytes | None:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise BundleError(f"{path}: cannot read the bundle it replaces: {exc}") from None
+        raise BundleError(f"{path}: cannot read the bundle it replaces: {os_reason(exc)}") from None
 
 
 def replace(doc: Bundle, path: Path, previous: bytes | None = None) -> Path | None:
@@ -177,19 +178,21 @@ def rollback(path: Path) -> Restored:
     except FileNotFoundError:
         replaced = None
     except OSError as exc:
-        raise BundleError(f"{path}: cannot read the bundle in service: {exc}") from None
+        raise BundleError(f"{path}: cannot read the bundle in service: {os_reason(exc)}") from None
     try:
         if replaced is not None:
             write_atomic(current, replaced)
         write_atomic(newest.path.read_bytes(), path)
     except (OSError, OutputError) as exc:  # the served file is as it was (a rename or not)
-        raise BundleError(f"{path}: cannot roll back to {newest.path.name}: {exc}") from None
+        raise BundleError(
+            f"{path}: cannot roll back to {newest.path.name}: {_reason(exc)}"
+        ) from None
     try:
         newest.path.unlink()
     except OSError as exc:  # restored, but a second rollback would restore it again
         raise BundleError(
             f"{path}: rolled back to {newest.path.name}, but cannot take it out of the "
-            f"history ({exc}); remove it before rolling back further"
+            f"history ({os_reason(exc)}); remove it before rolling back further"
         ) from None
     return Restored(bundle=doc, replaced=replaced, left=len(kept) - 1)
 
@@ -216,3 +219,9 @@ def _short_sha(data: bytes) -> str:
     if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha):
         return sha[:12]
     return "unsealed"
+
+
+def _reason(exc: OSError | OutputError) -> str:
+    """Why a write failed: an output refused says it in full (it names its path), an OS
+    error as every message quotes one (:func:`~ttlctl.errors.os_reason`)."""
+    return str(exc) if isinstance(exc, OutputError) else os_reason(exc)

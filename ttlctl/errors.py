@@ -31,8 +31,15 @@ class FlagError(ConfigError):
         self.flag = flag
         self.why = why
 
+    def __reduce__(self) -> tuple[type[FlagError], tuple[str, str]]:
+        # made again from its two parts (pickled across processes, copied)
+        return (type(self), (self.flag, self.why))
+
 
 def os_reason(exc: OSError) -> str:
     """An operating-system error as ttlctl's one-line messages quote it: its ``strerror``
-    in lower case ("no such file or directory"), else the exception's class name."""
-    return (exc.strerror or type(exc).__name__).lower()
+    in lower case ("no such file or directory"); one raised without an errno says what it
+    was given, else its class's name."""
+    if exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__

@@ -111,6 +111,23 @@ def test_a_bundle_whose_router_vllm_router_cannot_run_is_refused_naming_the_file
     assert "--as vllm-router" not in str(caught.value)  # bundle query's flag, not validate's
 
 
+def test_a_bundle_profile_the_router_cannot_be_calibrated_from_is_refused_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    """Regression: a Program-scheduling bundle whose profile has no decode step (which the
+    bundle's checks take) escaped as "profile tiny-cpu: decode.step_s is 0.0; …", naming
+    neither the bundle nor --router bundle."""
+    profile = PROFILE.to_json()
+    profile["decode"] = {**profile["decode"], "step_s": 0.0}
+    doc = bundle_make.cold_start(profile, "test")
+    router = {"name": "program-scheduling", "settings": {}, "replicas": 2}
+    path = tmp_path / "bundle.json"
+    bundle_make.write(bundle_doc.seal({**doc, "router": router}), path)
+    with pytest.raises(ValidateError, match=r"decode\.step_s is 0\.0; vllm-router") as caught:
+        bundle_router(bundle.read(path), path)
+    assert str(caught.value).startswith(f"--router bundle: {path}: profile tiny-cpu: ")
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [

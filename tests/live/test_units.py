@@ -103,7 +103,7 @@ def test_serve_cli_refuses_what_vllm_would_read_as_its_own_options(
         (["--dtype", "half", "--config", str(cfg)],
          f"--scheduler-cls {owner}; remove it from {cfg} (--config)"),
         (["--config", str(missing)],
-         f"--config {missing}: cannot read it (No such file or directory)"),
+         f"--config {missing}: cannot read it (no such file or directory)"),
     ]:  # fmt: skip
         res = CliRunner().invoke(app, ["model-dir", "--allow-stock", "--", *extra])
         assert res.exit_code == 2, res.output

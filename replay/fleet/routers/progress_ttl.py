@@ -96,7 +96,7 @@ class ProgramSchedulingConfig:
     def __post_init__(self) -> None:
         bad = _first_bad(self)
         if bad is not None:
-            raise FlagError(FLAG, f"{bad}")
+            raise FlagError(FLAG, bad)
 
     @classmethod
     def from_json(
@@ -222,7 +222,7 @@ def _overridden(model: Any, given: Mapping[str, Any], name: str) -> dict[str, An
             )
         refused = coefficient_refusal(name, key, value)
         if refused is not None:
-            raise FlagError(FLAG, f"{refused}")
+            raise FlagError(FLAG, refused)
         out[key] = float(value)
     return out
 

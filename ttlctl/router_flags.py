@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from profiles.router_calibration import calibrate
+from profiles.router_calibration import RouterCalibrationError, calibrate
 from profiles.schema import Profile
 from ttlctl.errors import FlagError
 from ttlctl.router_doc import (
@@ -66,7 +66,10 @@ def program_scheduling_json(settings: Mapping[str, Any], profile: Profile | None
     if calibration == "profile":
         if profile is None:
             raise FlagError(AS_FLAG, "Program scheduling's calibration needs the profile")
-        doc |= calibrate(profile).to_json()
+        try:
+            doc |= calibrate(profile).to_json()
+        except RouterCalibrationError as exc:  # "profile NAME: …": the bundle's, say so
+            raise FlagError(AS_FLAG, f"the bundle's {exc}") from None
     for obj, fields in given.items():
         doc[obj] = {**doc.get(obj, {}), **fields}
     return json.dumps(doc, separators=(",", ":"))

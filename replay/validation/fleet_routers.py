@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profiles import profile_read
-from profiles.router_calibration import RouterCalibration, RouterCalibrationError
+from profiles.router_calibration import RouterCalibration
 from replay.fleet.routers import RouterSettings
 from replay.validation.error import ValidateError
 from ttlctl import router_flags
@@ -78,9 +78,8 @@ def bundle_router(doc: Bundle, path: Path) -> BundleRouter:
             )
             return BundleRouter(PROGRAM_SCHEDULING_POLICY, config, (), settings)
         settings = RouterSettings.from_section(section)
-    except (ConfigError, RouterCalibrationError) as exc:
-        # the section gave the value, not the flag the shared builders name; a profile the
-        # router cannot be calibrated from is the bundle's
+    except ConfigError as exc:
+        # the section gave the value, not the flag the shared builders name
         why = exc.why if isinstance(exc, FlagError) else str(exc)
         raise ValidateError(f"--router bundle: {path}: {why}") from None
     return BundleRouter(args[1], None, tuple(args[2:]), settings)

@@ -125,7 +125,12 @@ def test_a_bundle_profile_the_router_cannot_be_calibrated_from_is_refused_naming
     bundle_make.write(bundle_doc.seal({**doc, "router": router}), path)
     with pytest.raises(ValidateError, match=r"decode\.step_s is 0\.0; vllm-router") as caught:
         bundle_router(bundle.read(path), path)
-    assert str(caught.value).startswith(f"--router bundle: {path}: profile tiny-cpu: ")
+    said = f"--router bundle: {path}: the bundle's profile tiny-cpu: decode.step_s is 0.0"
+    assert str(caught.value).startswith(said)
+    # bundle query names its flag and whose profile it is
+    res = CliRunner().invoke(app, ["bundle", "query", str(path), "--as", "vllm-router"])
+    assert res.exit_code == 2
+    assert res.stderr.startswith("error: --as vllm-router: the bundle's profile tiny-cpu: ")
 
 
 @pytest.mark.parametrize(

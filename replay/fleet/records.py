@@ -19,6 +19,8 @@ class FleetRouter(TypedDict):
     replicas: int
     worker_urls: NotRequired[list[str]]
     replica_names: NotRequired[list[str | None]]
+    #: ``kv-aware`` credited no call with its cached prefix (only where off)
+    prefix_credit: NotRequired[bool]
 
 
 class ReplicaResult(TypedDict):

@@ -71,6 +71,10 @@ class FleetSpec:
     #: each replica's URL as the real router is given it (``--worker-urls``), in replica
     #: order: the hashing routers place sessions by them (None: ``http://replica-I``)
     worker_urls: tuple[str, ...] | None = None
+    #: whether ``kv-aware`` credits the calls with their cached prefix: off where the
+    #: clients' requests carry fields the real router does not credit
+    #: (:mod:`replay.fleet.routers.kv_credit`: ``validate``'s live client's do)
+    prefix_credit: bool = True
 
     def __post_init__(self) -> None:
         check_replicas(self.replicas)
@@ -100,6 +104,8 @@ class FleetSpec:
         }
         if self.worker_urls is not None:
             out["worker_urls"] = list(self.worker_urls)
+        if not self.prefix_credit and self.router.name == "kv-aware":
+            out["prefix_credit"] = False
         if self.router.name == AS_LOGGED and self.logged is not None:
             names = replica_order(self.logged.values())
             out["replica_names"] = [
@@ -210,6 +216,7 @@ def fleet_router(fleet: FleetSpec, cost: CostModel, *, seed: int, block_size: in
         logged_replicas=replica_order(fleet.logged.values()) if fleet.logged else (),
         calibration=router_calibration(fleet.router, cost),
         worker_urls=fleet.worker_urls,
+        prefix_credit=fleet.prefix_credit,
     )
 
 

@@ -180,18 +180,9 @@ class LiveRun:
     def _body(
         self, prompt: list[int], out: int, program_id: str, tool: str | None, is_last: bool
     ) -> dict[str, Any]:
-        return {
-            "model": self.info.model,
-            "prompt": prompt,
-            "max_tokens": out,
-            "min_tokens": out,
-            "ignore_eos": True,
-            "temperature": 0.0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "return_token_ids": True,
-            "vllm_xargs": vllm_xargs(program_id, tool, is_last, self.client_tags),
-        }
+        return request_body(
+            self.info.model, prompt, out, vllm_xargs(program_id, tool, is_last, self.client_tags)
+        )
 
     def _check_answer(
         self, program: AgentProgram, turn: int, record: LiveCallRecord, generated: list[int]
@@ -292,3 +283,21 @@ def _join(state: LiveRun, targets: list[Callable[[], None]]) -> None:
         raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def request_body(model: str, prompt: list[int], out: int, xargs: dict[str, Any]) -> dict[str, Any]:
+    """The ``/v1/completions`` body of a live call: ``prompt`` as token ids, exactly ``out``
+    tokens generated (``ignore_eos``), streamed, the answer's token ids returned (the next
+    call's prompt repeats them), tagged with ``xargs`` (``vllm_xargs``)."""
+    return {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": out,
+        "min_tokens": out,
+        "ignore_eos": True,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
+        "vllm_xargs": xargs,
+    }

@@ -61,7 +61,14 @@ from replay.validation.fleet_doc import fleet_document
 from replay.validation.fleet_live import LiveFleets, live_run
 from replay.validation.fleet_placement import check_placement, replica_cpus, replica_gpus
 from replay.validation.fleet_profile import Measured, by_repeat, pooled
-from replay.validation.fleet_routers import BUNDLE, bundle_router, check_router, sim_settings
+from replay.validation.fleet_routers import (
+    BUNDLE,
+    bundle_router,
+    check_events_flag,
+    check_router,
+    router_setup,
+    sim_settings,
+)
 from replay.validation.fleet_rows import LiveRun
 from replay.validation.kv_memory import check_kv_memory
 from replay.validation.servers import LIVE_POLICIES, Sources
@@ -201,6 +208,10 @@ def validate_fleet(
                 f"--router bundle: {bundle} was tuned for {counted(tuned_on, 'replica')}; "
                 f"this fleet has {replicas}"
             )
+    check_events_flag(
+        [router_setup(r, calibration, program_scheduling_json, tuned)[0] for r in routers],
+        sources.vllm_args(),
+    )
     profile_source = "given" if profile is not None else None
     info: ServerInfo | None = None
     # made only once the arguments are known good: bad input leaves no folder behind, nor

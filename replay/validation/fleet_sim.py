@@ -11,7 +11,9 @@ Program scheduling is simulated only where a ``program-scheduling`` router model
 (:func:`sim_router`). What every simulation of one validation shares (the replicas'
 count, sizing and profile, the load, the bundle, the routers' settings) is one
 :class:`~replay.validation.sim_side.SimSide`; the policy, the router and the live
-fleet's URLs are each simulation's own arguments.
+fleet's URLs are each simulation's own arguments. Behind ``kv_aware`` the simulated router
+credits the calls with their cached prefix only where the live one would credit the live
+client's requests (:func:`live_prefix_credit`: it does not).
 
 The compared figures (:data:`FLEET_COMPARED`): mean JCT and TTFT, errors relative,
 ``(simulated − live) / live``; prefix-hit rate and the share of follow-up calls that
@@ -34,9 +36,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from replay.client_tags import vllm_xargs
 from replay.figures import PolicyResult
 from replay.fleet.routers import AS_LOGGED, ROUTERS, RouterSettings, router_name
+from replay.fleet.routers.kv_credit import completion_credited
 from replay.fleet.run import FleetSpec, runner
+from replay.live.driver import request_body
 from replay.validation.sim_side import SimSide
 from replay.validation.stats import JCT_GOAL, TIE, ranking, same_ranking
 from replay.validation.timings import Timings, perturbed
@@ -50,6 +55,16 @@ FLEET_COMPARED = (
     ("hit_rate", "prefix_hit_rate", "prefix hit rate", "points"),
     ("returned_share", "returned_share", "returned share", "points"),
 )
+
+
+def live_prefix_credit(client_tags: str) -> bool:
+    """Whether vllm-router's ``kv_aware`` credits the live client's calls (tagged as
+    ``client_tags`` says) with their cached prefix: the live client's request body
+    (:func:`replay.live.driver.request_body`) judged by the router's rule
+    (:mod:`replay.fleet.routers.kv_credit`). It is not, today: the simulated router
+    prices the calls as the live one does."""
+    xargs = vllm_xargs("program", "tool", False, client_tags)
+    return completion_credited(request_body("model", [0], 1, xargs))
 
 
 def sim_router(router: str, models: Sequence[str] = ROUTERS) -> tuple[str | None, str | None]:
@@ -178,6 +193,7 @@ def simulate_fleets(
                     side.replicas,
                     side.router_settings(router, name),
                     worker_urls=None if urls is None else tuple(urls),
+                    prefix_credit=live_prefix_credit(config.client_tags),
                 )
             )
             out.setdefault(policy, {})[router] = run(

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ttlctl.engine.facts import ENV_REPLICA
-from ttlctl.server import command, cpus, gpus, router
+from ttlctl.server import command, cpus, gpus, kv_events, router
 from ttlctl.server.arrivals import ENV as ARRIVALS_ENV
 from ttlctl.server.arrivals import MIDDLEWARE as ARRIVALS
+from ttlctl.server.client import ServerError
+from ttlctl.server.facts import probe
 from ttlctl.server.fleet import OwnedFleet
 from ttlctl.server.owned import OwnedServer
 from ttlctl.server.process import free_port
@@ -140,6 +142,8 @@ def policy_fleet(
     ``cpu_sets``: replica ``i`` runs on ``cpu_sets[i]`` only (:mod:`ttlctl.server.cpus`;
     None: every replica may use every CPU); ``gpu_sets``: replica ``i`` sees
     ``gpu_sets[i]`` only (:mod:`ttlctl.server.gpus`; None: the environment's GPUs).
+    Behind ``kv_aware`` each replica publishes its KV events and the router reads them
+    (:mod:`ttlctl.server.kv_events`; the router is made once the replicas are up).
     :class:`~ttlctl.server.router.RouterError`: no router, or a policy it lacks."""
     assert sources.base_cmd is not None
     if replicas < 1:
@@ -152,11 +156,17 @@ def policy_fleet(
     binary = router.binary()
     servers: list[OwnedServer] = []
     arrivals: dict[str, Path] = {}
+    #: replica URL -> the port its KV events are published on (kv_aware reads them)
+    event_ports: dict[str, int] = {}
     for i in range(1, replicas + 1):
         name = f"r{i}"
         rtag = f"{tag}-{name}"
         port = free_port()
+        url = f"http://127.0.0.1:{port}"
         cmd = [*server_command(sources.base_cmd, policy, port), "--middleware", ARRIVALS]
+        if kv_events.needs_events(router_policy):
+            event_ports[url] = events = free_port()
+            cmd += kv_events.engine_args(events)
         env = server_environment(sources.env or os.environ, policy, bundle, work_dir, rtag)
         env[ENV_REPLICA] = name  # its engine log names it, as `ttlctl serve --replica` does
         arrivals[name] = work_dir / f"{policy}{rtag}-arrivals.jsonl"
@@ -172,7 +182,7 @@ def policy_fleet(
                 cmd,
                 env,
                 work_dir / f"{policy}{rtag}-server.log",
-                f"http://127.0.0.1:{port}",
+                url,
                 startup_timeout_s=sources.startup_timeout_s,
                 name=f"replica {name} ({policy})",
             )
@@ -189,6 +199,7 @@ def policy_fleet(
                 extra=router_extra,
                 command=binary,
                 prometheus_port=free_port(),  # its own: another router may hold the default
+                kv_event_sources=event_sources(event_ports, servers[0].url),
             ),
             dict(sources.env or os.environ),
             work_dir / f"{policy}{tag}-router.log",
@@ -198,4 +209,22 @@ def policy_fleet(
         )
 
     urls = {f"r{i}": s.url for i, s in enumerate(servers, 1)}
-    return Fleet(OwnedFleet(servers, front(), fresh_router=front), arrivals, urls)
+    # a router reading KV events is made once the replicas say their block size
+    first = None if event_ports else front()
+    return Fleet(OwnedFleet(servers, first, fresh_router=front), arrivals, urls)
+
+
+def event_sources(ports: Mapping[str, int], url: str) -> list[str]:
+    """vllm-router's flags reading the KV events each replica publishes (``ports``: its
+    URL → its port; none: no flags), with the block size and model the replica at ``url``
+    says it has (every replica of a fleet runs the same command). A
+    :class:`~ttlctl.server.client.ServerError` when it does not say its block size."""
+    if not ports:
+        return []
+    info = probe(url)
+    if not info.block_size:
+        raise ServerError(
+            f"{url}: the replica does not say its KV block size (vllm:cache_config_info), "
+            "which vllm-router's kv_aware needs to read its KV events"
+        )
+    return kv_events.router_args(ports, info.block_size, info.model)

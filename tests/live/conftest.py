@@ -40,7 +40,7 @@ from ttlctl.server.owned import OwnedServer
 from ttlctl.server.process import free_port
 
 if importlib.util.find_spec("vllm") is None:  # an install without the engine extra
-    collect_ignore = ["test_servers.py", "test_strays.py", "test_fleet.py"]
+    collect_ignore = ["test_servers.py", "test_strays.py", "test_fleet.py", "test_kv_events.py"]
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,13 @@ from typer.testing import CliRunner
 
 from profiles.models import PRESETS
 from replay.validation.error import ValidateError
+from replay.validation.fleet_routers import check_events_flag
 from replay.validation.kv_memory import check_kv_memory, memory_bytes
 from replay.validation.sizing import check_kv_tokens, given_block_size
 from tests.http_stub import serving
 from tests.live.traces import agent_trace
 from ttlctl.cli import app
+from ttlctl.server.command import CommandError
 from ttlctl.server.owned import OwnedServer
 
 
@@ -372,3 +374,42 @@ def test_a_started_server_whose_kv_holds_no_block_is_refused_and_stopped(
     assert len(list(pids.iterdir())) == (2 if fleet else 1)  # they did start
     assert _running(f"STUB_OTHERS={others}") == []
     assert not others.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "line"),
+    [
+        (
+            ["--kv-events-config", "{}"],
+            "--kv-events-config is set by validate behind kv_aware (each replica publishes "
+            "its KV events to the router); remove it from the engine command",
+        ),
+        # as vLLM reads it: an abbreviation
+        (
+            ["--kv-events-c={}"],
+            "--kv-events-c (abbreviates --kv-events-config) is set by validate behind "
+            "kv_aware (each replica publishes its KV events to the router); remove it from "
+            "the engine command",
+        ),
+    ],
+)
+def test_a_kv_aware_fleets_events_are_validates_to_wire(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: list[str], line: str
+) -> None:
+    """Behind kv_aware validate tells each replica where to publish its KV events: an
+    engine command that says it too is refused before anything starts."""
+    trace = agent_trace(tmp_path / "t.parquet", programs=2, calls=2)
+    work = tmp_path / "w"
+    started = _no_server_starts(monkeypatch)
+    args = [str(trace), "--model", "m", "--work-dir", str(work), "--profile", "llama-3.1-8b-h100",
+            "--replicas", "2", "--router", "kv_aware", "--", *extra]  # fmt: skip
+    assert _refused(args) == f"error: {line}"
+    assert started == [] and not work.exists()
+
+
+def test_an_engine_command_publishing_its_own_events_is_taken_behind_other_routers() -> None:
+    """Only kv_aware reads the events: behind any other router the flag is the user's."""
+    check_events_flag(["cache_aware", "consistent_hash"], ["--kv-events-config", "{}"])
+    check_events_flag(["kv_aware"], None)  # no engine command: validate starts no replica
+    with pytest.raises(CommandError, match=r"^--kv-events-config is set by validate"):
+        check_events_flag(["cache_aware", "kv_aware"], ["--kv-events-config", "{}"])

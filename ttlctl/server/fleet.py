@@ -18,7 +18,9 @@ chosen ports), the fleet then starts that one instead, up to :data:`ROUTER_TRIES
 so too when the port is found taken before the router starts (a server listening there
 would answer the router's health check in its place). :meth:`OwnedFleet.check_running`
 tells a caller whether every process still runs (a run through a router that exited did
-not go through the fleet).
+not go through the fleet). A fleet made with no router makes its first with
+``fresh_router`` once the replicas are up, for a router whose flags need what the
+replicas say of themselves (their KV block size: :mod:`ttlctl.server.kv_events`).
 """
 
 from __future__ import annotations
@@ -43,17 +45,32 @@ class OwnedFleet:
     def __init__(
         self,
         replicas: Sequence[OwnedServer],
-        router: OwnedServer,
+        router: OwnedServer | None,
         *,
         fresh_router: Callable[[], OwnedServer] | None = None,
     ) -> None:
+        """``router`` None: ``fresh_router`` makes it once the replicas are up (a router
+        whose command needs what the replicas say of themselves)."""
         if not replicas:
             raise ValueError("a fleet needs at least one replica")
+        if router is None and fresh_router is None:
+            raise ValueError("a fleet needs its router, or a way to make one")
         self.replicas = list(replicas)
-        self.router = router
+        self._router = router
         self.fresh_router = fresh_router
         #: router starts that found their port taken (each retried on fresh ports)
         self.port_retries = 0
+
+    @property
+    def router(self) -> OwnedServer:
+        """The router (made by ``fresh_router`` when the fleet started, if not given)."""
+        if self._router is None:
+            raise RuntimeError("the fleet's router is made once its replicas are up")
+        return self._router
+
+    @router.setter
+    def router(self, router: OwnedServer) -> None:
+        self._router = router
 
     @property
     def url(self) -> str:
@@ -76,6 +93,9 @@ class OwnedFleet:
         return self.url
 
     def _start_router(self) -> None:
+        if self._router is None:
+            assert self.fresh_router is not None
+            self._router = self.fresh_router()
         for attempt in range(1, ROUTER_TRIES + 1):
             last = self.fresh_router is None or attempt == ROUTER_TRIES
             port = self.router.port
@@ -104,7 +124,7 @@ class OwnedFleet:
         reaped): look again until that long has passed before answering that all run."""
         deadline = time.monotonic() + wait_s
         while True:
-            for server in (self.router, *self.replicas):
+            for server in (*self._made_router(), *self.replicas):
                 problem = server.exited()
                 if problem is not None:
                     raise ServerError(problem)
@@ -114,7 +134,7 @@ class OwnedFleet:
 
     def stop(self) -> None:
         """Stop the router, then each replica (every stop runs even if one fails)."""
-        servers = [self.router, *reversed(self.replicas)]
+        servers = [*self._made_router(), *reversed(self.replicas)]
 
         def stop_from(i: int) -> None:
             if i == len(servers):
@@ -125,6 +145,10 @@ class OwnedFleet:
                 stop_from(i + 1)
 
         stop_from(0)
+
+    def _made_router(self) -> list[OwnedServer]:
+        """The router, if made yet."""
+        return [] if self._router is None else [self._router]
 
     def __enter__(self) -> OwnedFleet:
         self.start()

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ttlctl import router_doc
+from ttlctl.server import kv_events
 from ttlctl.server.client import ServerError
 
 #: the router's command, as ``pip install vllm-router`` installs it
@@ -90,14 +91,17 @@ def router_command(
     extra: Sequence[str] = (),
     command: str | None = None,
     prometheus_port: int | None = None,
+    kv_event_sources: Sequence[str] = (),
 ) -> list[str]:
     """``vllm-router`` on 127.0.0.1:``port`` in front of ``worker_urls`` with ``policy``;
     Program scheduling on with ``program_scheduling_json`` (its config object), its
     metrics on 127.0.0.1:``prometheus_port`` (None: the router's default, 29000, which a
     second router on the host fails to bind at start; ``extra`` naming
-    ``--prometheus-port`` wins), then ``extra`` router flags verbatim."""
+    ``--prometheus-port`` wins), the replicas' KV event sources
+    (:func:`ttlctl.server.kv_events.router_args`; ``extra`` may not set them then), then
+    ``extra`` router flags verbatim."""
     given = {a.split("=", 1)[0] for a in extra}
-    for flag in OWN_FLAGS:
+    for flag in (*OWN_FLAGS, *(kv_events.ROUTER_FLAGS if kv_event_sources else ())):
         if flag in given:
             raise RouterError(f"{flag} is set by ttlctl; remove it from the router's flags")
     cmd = [
@@ -119,7 +123,7 @@ def router_command(
         ]
     if prometheus_port is not None and "--prometheus-port" not in given:
         cmd += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(prometheus_port)]
-    return cmd + list(extra)
+    return cmd + list(kv_event_sources) + list(extra)
 
 
 def plain(text: str) -> str:

@@ -200,13 +200,16 @@ def make_router(
     logged_replicas: Sequence[str] = (),
     calibration: RouterCalibration | None = None,
     worker_urls: Sequence[str] | None = None,
+    prefix_credit: bool = True,
 ) -> Router:
     """A fresh router (no state survives between replays). ``calibration``: the replay's
     profile as Program scheduling's calibration (None: the router's reference one).
     ``worker_urls``: the replicas' URLs as the real router is given them, in replica
     order; the routers that hash them (``consistent-hash``, ``sticky-least-loaded``,
     Program scheduling's ``consistent_hash`` binding) then place sessions as it does
-    (None: :func:`~replay.fleet.routers.consistent_hash.default_urls`)."""
+    (None: :func:`~replay.fleet.routers.consistent_hash.default_urls`). ``prefix_credit``:
+    whether ``kv-aware`` credits calls with their cached prefix (off for clients whose
+    requests it does not credit: :mod:`~replay.fleet.routers.kv_credit`)."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xF1EE7]))
     s = settings.resolved()
     name = settings.name
@@ -231,6 +234,7 @@ def make_router(
             block_size=block_size,
             router_temperature=float(s["router_temperature"] or 0.0),
             kv_aware_session_affinity_ttl_secs=None if ttl is None else float(ttl),
+            prefix_credit=prefix_credit,
         )
     if name == "sticky-least-loaded":
         return StickyLeastLoaded(urls=worker_urls)

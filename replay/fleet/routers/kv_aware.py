@@ -32,6 +32,11 @@ first). Here that is the end of the step that made the call's first token
 (:meth:`~replay.fleet.routers.base.FleetView.output_started`), looked at whenever the
 router places a call.
 
+A request whose body carries a field the real router does not model (``vllm_xargs``,
+``return_token_ids``: ttlctl's live client sends both) is credited with no cached prefix
+anywhere (:mod:`replay.fleet.routers.kv_credit`): with ``prefix_credit`` off the model
+prices every call so.
+
 Deliberate differences: KV events reach the router at once (the real ones cross a ZMQ
 socket, milliseconds late), and so does the first chunk; the affinity table's bound
 (10,000 sessions, idle ones evicted LRU at capacity) is not modelled; the offloaded tiers'
@@ -71,6 +76,9 @@ class KvAware:
     # vllm-router's defaults (ttlctl.router_doc's table; the TTL's is None, no affinity)
     router_temperature: float = default_of("kv-aware", "router_temperature")
     kv_aware_session_affinity_ttl_secs: float | None = None
+    #: whether the calls are credited with their cached prefix (False: the clients'
+    #: requests carry fields the real router does not model: :mod:`~.kv_credit`)
+    prefix_credit: bool = True
     name: str = "kv-aware"
     _bindings: dict[str, _Binding] = field(default_factory=dict)
     #: worker -> prefill tokens of its requests whose output has not begun
@@ -81,9 +89,12 @@ class KvAware:
 
     def new_prefill_tokens(self, call: RoutedCall, view: FleetView, replica: int) -> int:
         """The prompt tokens ``replica`` would compute: the prompt less the credited
-        prefix (full cached blocks, never the block holding the last token)."""
+        prefix (full cached blocks, never the block holding the last token; none without
+        :attr:`prefix_credit`)."""
         bs = self.block_size
         prompt = call.prompt_tokens
+        if not self.prefix_credit:
+            return prompt
         blocks = min(view.cached_tokens(replica, call) // bs, (prompt - 1) // bs)
         credited = min(blocks * bs, prompt - 1)
         return prompt - max(0, credited)

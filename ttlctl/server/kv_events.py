@@ -1,0 +1,74 @@
+"""KV events from vLLM replicas to vllm-router's ``kv_aware`` policy, on one machine.
+
+``kv_aware`` scores each replica by the prompt tokens it would have to prefill there, less
+the blocks that replica's KV cache holds of the prompt. It learns what each cache holds
+only from the replica's own KV events (``BlockStored``, ``BlockRemoved``,
+``AllBlocksCleared``), which vLLM publishes over ZeroMQ when started with
+``--kv-events-config``. Without them the router sees no cached block anywhere, and picks by
+load and prompt size alone: not the router ttlctl simulates (whose ``kv-aware`` reads each
+replica's block pool).
+
+Three facts of the two programs, read in their sources, shape the wiring:
+
+- vLLM's publisher (``vllm.distributed.kv_events.ZmqEventPublisher``) binds its endpoint
+  only when it holds a wildcard (``*``), ``::`` or is an ``ipc://``/``inproc://`` one, and
+  connects to any other;
+- vllm-router 0.1.17 subscribes (connects) to ``--kv-event-source WORKER_URL=ENDPOINT``,
+  which must be ``tcp://HOST:PORT``;
+- vLLM 0.32 serves ``/kv_event_sources`` but no ``/get_server_info``, from which the router
+  would read the KV block size, so a static source needs ``--kv-event-block-size`` and
+  ``--kv-event-model`` (the router refuses to start without the model).
+
+So each replica's publisher binds ``tcp://[::ffff:127.0.0.1]:PORT``: IPv4's loopback
+written as an IPv4-mapped IPv6 address, which vLLM binds (it has ``::``) and ZeroMQ listens
+on as 127.0.0.1 only (a wildcard would publish every prompt's token ids on every
+interface); the router connects to ``tcp://127.0.0.1:PORT``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+#: vllm-router's ``--policy`` that reads KV events
+POLICY = "kv_aware"
+#: vLLM's option that turns its KV events on
+ENGINE_FLAG = "--kv-events-config"
+#: vllm-router's options for static KV event sources
+SOURCE_FLAG = "--kv-event-source"
+BLOCK_SIZE_FLAG = "--kv-event-block-size"
+MODEL_FLAG = "--kv-event-model"
+ROUTER_FLAGS = (SOURCE_FLAG, BLOCK_SIZE_FLAG, MODEL_FLAG)
+
+
+def needs_events(policy: str) -> bool:
+    """Whether a router started with ``--policy policy`` reads the replicas' KV events."""
+    return policy == POLICY
+
+
+def bind_endpoint(port: int) -> str:
+    """Where a replica's publisher binds: 127.0.0.1 only, in a spelling vLLM binds."""
+    return f"tcp://[::ffff:127.0.0.1]:{port}"
+
+
+def engine_args(port: int) -> list[str]:
+    """vLLM's ``--kv-events-config`` publishing the block pool's events on ``port``."""
+    config = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": bind_endpoint(port),
+        "topic": "",
+    }
+    return [ENGINE_FLAG, json.dumps(config, separators=(",", ":"))]
+
+
+def router_args(ports: Mapping[str, int], block_size: int, model: str) -> list[str]:
+    """vllm-router's flags subscribing to each replica's events: ``ports`` maps a worker URL
+    to its publisher's port; ``block_size``: the replicas' KV block size; ``model``: the
+    model they serve (the router's cache identity for them)."""
+    if block_size < 1:
+        raise ValueError(f"a KV block size is a positive number of tokens, not {block_size}")
+    out: list[str] = []
+    for url, port in ports.items():
+        out += [SOURCE_FLAG, f"{url}=tcp://127.0.0.1:{port}"]
+    return [*out, BLOCK_SIZE_FLAG, str(block_size), MODEL_FLAG, model]

@@ -28,6 +28,7 @@ from ttlctl.cli.kit import (
 from ttlctl.cli.options import EngineBudget, FitFile, Offload, Profile, QueueDelay
 from ttlctl.context_limit import beyond_limit
 from ttlctl.nouns import counted
+from ttlctl.server import kv_events
 
 app = typer.Typer(
     help="Build, inspect, verify, query and roll back policy bundles.", no_args_is_help=True
@@ -171,6 +172,8 @@ def query(
         # unquoted: the JSON has no spaces, and `$(ttlctl bundle query …)` passes each
         # word as it is (quotes would reach the router)
         sys.stdout.write(" ".join(args) + "\n")
+        if "--policy" in args and kv_events.needs_events(args[args.index("--policy") + 1]):
+            print_warning(kv_events.deploy_note())
         return
     with user_errors():
         if tool is None or context_tokens is None:

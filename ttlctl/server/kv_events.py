@@ -46,9 +46,13 @@ def needs_events(policy: str) -> bool:
     return policy == POLICY
 
 
+#: IPv4's loopback in the spelling vLLM binds (it has ``::``) and ZeroMQ listens on as 127.0.0.1
+LOOPBACK = "[::ffff:127.0.0.1]"
+
+
 def bind_endpoint(port: int) -> str:
     """Where a replica's publisher binds: 127.0.0.1 only, in a spelling vLLM binds."""
-    return f"tcp://[::ffff:127.0.0.1]:{port}"
+    return f"tcp://{LOOPBACK}:{port}"
 
 
 def engine_args(port: int) -> list[str]:
@@ -72,3 +76,14 @@ def router_args(ports: Mapping[str, int], block_size: int, model: str) -> list[s
     for url, port in ports.items():
         out += [SOURCE_FLAG, f"{url}=tcp://127.0.0.1:{port}"]
     return [*out, BLOCK_SIZE_FLAG, str(block_size), MODEL_FLAG, model]
+
+
+def deploy_note() -> str:
+    """What a router started with ``--policy kv_aware`` needs beside its policy's flags."""
+    return (
+        f"kv_aware sees no cached block without each replica's KV events: start each replica "
+        f"with {ENGINE_FLAG} publishing on a bound endpoint (tcp://*:PORT, or "
+        f"tcp://{LOOPBACK}:PORT on one host) and give the router "
+        f"{SOURCE_FLAG} URL=tcp://HOST:PORT per replica, {BLOCK_SIZE_FLAG} and {MODEL_FLAG} "
+        "(docs/deploy.md)"
+    )

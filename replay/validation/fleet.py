@@ -64,14 +64,13 @@ from replay.validation.fleet_profile import Measured, by_repeat, pooled
 from replay.validation.fleet_routers import (
     BUNDLE,
     bundle_router,
-    check_events_flag,
     check_router,
     router_setup,
     sim_settings,
 )
 from replay.validation.fleet_rows import LiveRun
 from replay.validation.kv_memory import check_kv_memory
-from replay.validation.servers import LIVE_POLICIES, Sources
+from replay.validation.servers import LIVE_POLICIES, Sources, check_events_flag
 from replay.validation.sim_side import SimSide
 from replay.validation.sizing import check_kv_tokens, sim_engine_config
 from replay.validation.timings import DRAWS, Timings

@@ -25,7 +25,7 @@ from ttlctl.bundle_doc import Bundle
 from ttlctl.errors import ConfigError, FlagError
 from ttlctl.router_doc import ENABLE_KEY, ttlctl_name
 from ttlctl.router_doc import PROGRAM_SCHEDULING as PROGRAM_SCHEDULING_MODEL
-from ttlctl.server import command, kv_events, router
+from ttlctl.server import router
 
 #: ``--router`` for vllm-router's own Program scheduling: ``consistent_hash`` underneath
 #: (its documented pairing), Program scheduling on for every call with an ``X-Session-ID``
@@ -97,20 +97,6 @@ def check_router(name: str) -> str:
     spelled = name.replace("-", "_")
     hint = f" (vllm-router's spelling: {spelled})" if spelled in ROUTERS else ""
     raise router.RouterError(f"--router takes {', '.join(ROUTERS)}; not {name!r}{hint}")
-
-
-def check_events_flag(policies: Sequence[str], args: Sequence[str] | None) -> None:
-    """Behind ``kv_aware`` (one of the routers' ``policies``) validate tells each replica
-    where to publish its KV events (:mod:`ttlctl.server.kv_events`): a
-    :class:`~ttlctl.server.command.CommandError` when the replicas' vLLM ``args`` set
-    ``--kv-events-config`` themselves."""
-    if args is not None and any(kv_events.needs_events(p) for p in policies):
-        command.refuse(
-            args,
-            (kv_events.ENGINE_FLAG,),
-            "validate behind kv_aware (each replica publishes its KV events to the router)",
-            "the engine command",
-        )
 
 
 def router_setup(

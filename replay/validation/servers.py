@@ -61,6 +61,20 @@ def check_base(base: Sequence[str]) -> None:
     )
 
 
+def check_events_flag(policies: Sequence[str], args: Sequence[str] | None) -> None:
+    """Behind ``kv_aware`` (one of the routers' ``policies``) validate tells each replica
+    where to publish its KV events (:mod:`ttlctl.server.kv_events`): a
+    :class:`~ttlctl.server.command.CommandError` when the replicas' vLLM ``args`` set
+    ``--kv-events-config`` themselves (as vLLM's parser reads them, as :func:`check_base`)."""
+    if args is not None and any(kv_events.needs_events(p) for p in policies):
+        command.refuse(
+            args,
+            (kv_events.ENGINE_FLAG,),
+            "validate behind kv_aware (each replica publishes its KV events to the router)",
+            "the engine command",
+        )
+
+
 def server_command(base: Sequence[str], policy: str, port: int) -> list[str]:
     """The command of ``policy``'s server: ``base`` (:func:`check_base`, on its vLLM
     arguments: :func:`~ttlctl.server.command.vllm_arguments`) plus the TTL scheduler
@@ -153,6 +167,7 @@ def policy_fleet(
     if gpu_sets is not None and len(gpu_sets) != replicas:
         raise RouterError(f"{len(gpu_sets)} GPU sets for {replicas} replicas")
     router.check_policy(router_policy)
+    router.check_extra(router_extra, events=kv_events.needs_events(router_policy))
     binary = router.binary()
     servers: list[OwnedServer] = []
     arrivals: dict[str, Path] = {}
@@ -188,6 +203,13 @@ def policy_fleet(
             )
         )
 
+    subscribed: list[str] = []  # the router's KV event flags, asked of the replicas once
+
+    def sources_of() -> list[str]:
+        if event_ports and not subscribed:
+            subscribed.extend(event_sources(event_ports, servers[0].url))
+        return subscribed
+
     def front() -> OwnedServer:  # on ports free now (another try takes new ones)
         port = free_port()
         return OwnedServer(
@@ -199,7 +221,7 @@ def policy_fleet(
                 extra=router_extra,
                 command=binary,
                 prometheus_port=free_port(),  # its own: another router may hold the default
-                kv_event_sources=event_sources(event_ports, servers[0].url),
+                kv_event_sources=sources_of(),
             ),
             dict(sources.env or os.environ),
             work_dir / f"{policy}{tag}-router.log",
@@ -224,7 +246,7 @@ def event_sources(ports: Mapping[str, int], url: str) -> list[str]:
     info = probe(url)
     if not info.block_size:
         raise ServerError(
-            f"{url}: the replica does not say its KV block size (vllm:cache_config_info), "
+            f"{url}: the replica's /metrics gives no KV block size (vllm:cache_config_info), "
             "which vllm-router's kv_aware needs to read its KV events"
         )
     return kv_events.router_args(ports, info.block_size, info.model)

@@ -308,3 +308,22 @@ def test_a_bundle_tuned_for_another_replica_count_is_said(
     path, _ = _bundle(tmp_path, {**CACHE_AWARE, "replicas": 4})
     _, _, warned, _ = _validated(tmp_path, monkeypatch, path, [BUNDLE])
     assert warned == [f"--router bundle: {path} was tuned for 4 replicas; this fleet has 2"]
+
+
+def test_a_bundle_tuned_behind_kv_aware_runs_with_its_replicas_events(tmp_path: Path) -> None:
+    """`--router bundle` of a kv-aware bundle is kv_aware live: validate wires the replicas'
+    KV events, so an engine command that publishes its own is refused, before anything
+    starts."""
+    kv = {"name": "kv-aware", "settings": {"kv_aware_session_affinity_ttl_secs": 60}, "replicas": 2}
+    path, doc = _bundle(tmp_path, kv)
+    assert router_setup(BUNDLE, None, None, bundle_router(doc, path))[0] == "kv_aware"
+    trace = _trace(tmp_path)
+    res = CliRunner().invoke(
+        app,
+        ["validate", str(trace), "--replicas", "2", "--router", "bundle", "--bundle", str(path),
+         "--policy", "continuum", "--profile", "tiny-cpu", "--model", "m", "--work-dir",
+         str(tmp_path / "w"), "--", "--kv-events-config", "{}"],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith("error: --kv-events-config is set by validate behind kv_aware")
+    assert not (tmp_path / "w").exists()

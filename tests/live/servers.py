@@ -113,3 +113,21 @@ def serving(model: Path) -> list[int]:
         if str(model) in cmdline:
             found.append(pid)
     return found
+
+
+#: a stand-in for the vLLM server validate starts (tests/live/stub_engine.py)
+STUB = Path(__file__).with_name("stub_engine.py")
+
+
+def running_with(marker: str) -> list[int]:
+    """Live processes (not zombies) started with ``marker`` in their environment."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            environ = (entry / "environ").read_bytes() if entry.name.isdigit() else b""
+            stat = (entry / "stat").read_text() if environ else ""
+        except OSError:
+            continue
+        if marker.encode() in environ.split(b"\0") and stat[stat.rfind(")") + 2] not in "ZX":
+            found.append(int(entry.name))
+    return found

@@ -4,9 +4,10 @@
 One replica of the tiny model running the TTL scheduler behind the real vllm-router
 (``kv_aware``, its debug log on): a token prompt sent twice in a bare body is credited
 with its cached blocks the second time, which the router can know only from the
-replica's events (its first send stored them); the same prompt in the body ttlctl's live
-client sends (``vllm_xargs``, ``return_token_ids``) is credited nothing, as
-:mod:`replay.fleet.routers.kv_credit` says, so validate simulates kv_aware without credit.
+replica's events (its first send stored them); a prompt in a body with ``vllm_xargs`` or
+``return_token_ids`` (alone, or both, as ttlctl's live client sends them) is credited
+nothing, as :mod:`replay.fleet.routers.kv_credit` says, so validate simulates kv_aware
+without credit.
 """
 
 from __future__ import annotations
@@ -57,20 +58,25 @@ def test_kv_aware_reads_the_replicas_events_and_credits_only_bodies_it_models(
         router_extra=("--log-level", "debug"),
     )  # fmt: skip
     rng = random.Random(7)
-    bare = [rng.randrange(3, 1000) for _ in range(300)]  # 9 full blocks of 32, and 12
-    tagged = [rng.randrange(3, 1000) for _ in range(300)]
     xargs = vllm_xargs("p1", "bash", False, FULL)
-    live_body = request_body(MODEL_NAME, tagged, 4, xargs) | {"stream": False}
-    live_body.pop("stream_options")
-    assert not completion_credited(live_body)
+    plain = {"model": MODEL_NAME, "max_tokens": 4, "ignore_eos": True}
+    live = request_body(MODEL_NAME, [], 4, xargs) | {"stream": False}
+    live.pop("stream_options")
+    bodies = [  # each with a prompt of its own: 9 full blocks of 32, and 12 tokens
+        plain,
+        plain | {"vllm_xargs": xargs},
+        plain | {"return_token_ids": True},
+        live,  # what the live client sends (not streamed here)
+    ]
+    assert [completion_credited(b) for b in bodies] == [True, False, False, False]
     with made.fleet as fleet:
-        for body in (
-            {"model": MODEL_NAME, "prompt": bare, "max_tokens": 4, "ignore_eos": True},
-            live_body,
-        ):
+        for body in bodies:
+            prompt = [rng.randrange(3, 1000) for _ in range(300)]
             for _ in range(2):
-                _send(fleet.url, body)
+                _send(fleet.url, body | {"prompt": prompt})
                 time.sleep(1.0)  # the step's events reach the router meanwhile
         log = router.plain(fleet.router.log_path.read_text(errors="replace"))
     decisions = [(int(n), int(c)) for n, c in _DECISION.findall(log)]
-    assert decisions[:4] == [(300, 0), (300, 288), (300, 0), (300, 0)], json.dumps(decisions)
+    # the bare body's second send credited 9 blocks; neither field, alone or together, any
+    expected = [(300, 0), (300, 288)] + [(300, 0)] * 6
+    assert decisions[:8] == expected, json.dumps(decisions)

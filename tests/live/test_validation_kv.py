@@ -18,10 +18,11 @@ from typer.testing import CliRunner
 
 from profiles.models import PRESETS
 from replay.validation.error import ValidateError
-from replay.validation.fleet_routers import check_events_flag
 from replay.validation.kv_memory import check_kv_memory, memory_bytes
+from replay.validation.servers import check_events_flag
 from replay.validation.sizing import check_kv_tokens, given_block_size
 from tests.http_stub import serving
+from tests.live.servers import STUB, running_with
 from tests.live.traces import agent_trace
 from ttlctl.cli import app
 from ttlctl.server.command import CommandError
@@ -329,24 +330,6 @@ def test_kv_memory_is_left_to_the_server_where_the_arguments_do_not_tell(
         check_kv_memory(["--config", str(cfg)], tiny)
 
 
-#: a stand-in for the vLLM server validate starts (tests/live/stub_engine.py)
-STUB = Path(__file__).with_name("stub_engine.py")
-
-
-def _running(marker: str) -> list[int]:
-    """Live processes (not zombies) started with ``marker`` in their environment."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            environ = (entry / "environ").read_bytes() if entry.name.isdigit() else b""
-            stat = (entry / "stat").read_text() if environ else ""
-        except OSError:
-            continue
-        if marker.encode() in environ.split(b"\0") and stat[stat.rfind(")") + 2] not in "ZX":
-            found.append(int(entry.name))
-    return found
-
-
 @pytest.mark.parametrize("fleet", [[], ["--replicas", "2", "--router", "round_robin"]])
 def test_a_started_server_whose_kv_holds_no_block_is_refused_and_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fleet: list[str]
@@ -372,7 +355,7 @@ def test_a_started_server_whose_kv_holds_no_block_is_refused_and_stopped(
         line,
     ), line
     assert len(list(pids.iterdir())) == (2 if fleet else 1)  # they did start
-    assert _running(f"STUB_OTHERS={others}") == []
+    assert running_with(f"STUB_OTHERS={others}") == []
     assert not others.exists()
 
 

@@ -494,3 +494,36 @@ def test_the_arrivals_middleware_records_posted_calls_only(
     doc = json.loads(line)
     assert (doc["session"], doc["path"]) == ("job-42", "/v1/chat/completions")
     assert abs(doc["t"] - time.time()) < 60
+
+
+def test_a_router_made_once_the_replicas_are_up_is_retried_as_a_given_one(
+    tmp_path: Path,
+) -> None:
+    """A fleet made without its router (one whose flags need what the replicas say) makes
+    it when they answer: then, not before; a taken port retried on a fresh one as a given
+    router's is; a replica that exited meanwhile is said, and the router never made."""
+    replicas = [_stub(tmp_path, f"replica r{i}") for i in (1, 2)]
+    made: list[OwnedServer] = []
+
+    def fresh() -> OwnedServer:
+        assert all(r.pid is not None for r in replicas)  # made once they run
+        made.append(_taken(tmp_path, "vllm-router") if not made else _stub(tmp_path, "router2"))
+        return made[-1]
+
+    fleet = OwnedFleet(replicas, None, fresh_router=fresh)
+    with pytest.raises(RuntimeError, match="made once its replicas are up"):
+        fleet.url  # noqa: B018
+    with fleet:
+        assert len(made) == 2 and fleet.port_retries == 1 and fleet.router is made[1]
+    assert not any(group_alive(s.pid or -1) for s in (*replicas, *made))
+    dying = [_stub(tmp_path, "replica r1", exits="import time; time.sleep(1.5)")]
+    asked: list[OwnedServer] = []  # the factory would ask the dead replica what it is
+    late = OwnedFleet(
+        dying, None, fresh_router=lambda: asked.append(_stub(tmp_path, "x")) or asked[0]
+    )
+    late.replicas[0].wait_ready = lambda: time.sleep(3.0)  # type: ignore[method-assign]
+    with pytest.raises(ServerError, match="replica r1"):
+        late.start()
+    assert asked == []
+    with pytest.raises(ValueError, match="its router, or a way to make one"):
+        OwnedFleet(replicas, None)

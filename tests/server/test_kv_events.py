@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import zmq
 
 from replay.validation.servers import Fleet, Sources, policy_fleet
-from tests.live.test_validation_kv import STUB, _running
+from tests.live.servers import STUB, running_with
 from tests.router_bin import router_or_skip
 from ttlctl.server import kv_events, router
 from ttlctl.server.client import ServerError
@@ -24,8 +23,10 @@ from ttlctl.server.process import free_port
 def test_vllm_binds_the_publisher_on_loopback_only() -> None:
     """vLLM takes the config, binds (not connects to) its endpoint, and ZeroMQ listens on
     127.0.0.1 there, where the router's tcp://127.0.0.1:PORT reaches it."""
-    from vllm.config import KVEventsConfig  # the engine's own classes
-    from vllm.distributed.kv_events import ZmqEventPublisher
+    zmq = pytest.importorskip("zmq", reason="pyzmq comes with vLLM (the engine extra)")
+    config_mod = pytest.importorskip("vllm.config", reason="needs vLLM (the engine extra)")
+    events_mod = pytest.importorskip("vllm.distributed.kv_events")
+    KVEventsConfig, ZmqEventPublisher = config_mod.KVEventsConfig, events_mod.ZmqEventPublisher
 
     port = free_port()
     flag, value = kv_events.engine_args(port)
@@ -117,7 +118,7 @@ def test_a_kv_aware_fleet_wires_each_replica_to_the_router(
         log = router.plain(fleet.router.log_path.read_text())
         for url in urls:
             assert f'using configured static KV event sources worker_url="{url}"' in log
-    assert _running(f"STUB_OTHERS={others}") == []
+    assert running_with(f"STUB_OTHERS={others}") == []
 
 
 def test_a_replica_that_does_not_say_its_block_size_stops_the_fleet(
@@ -125,6 +126,6 @@ def test_a_replica_that_does_not_say_its_block_size_stops_the_fleet(
 ) -> None:
     router_or_skip()
     made, others = _stub_fleet(tmp_path, monkeypatch, 'num_gpu_blocks="64"')
-    with pytest.raises(ServerError, match=r"does not say its KV block size .*kv_aware"):
+    with pytest.raises(ServerError, match=r"/metrics gives no KV block size .*kv_aware"):
         made.fleet.start()
-    assert _running(f"STUB_OTHERS={others}") == []
+    assert running_with(f"STUB_OTHERS={others}") == []

@@ -95,6 +95,7 @@ class OwnedFleet:
     def _start_router(self) -> None:
         if self._router is None:
             assert self.fresh_router is not None
+            self.check_running()  # a replica that exited is said as such, not as what it lacks
             self._router = self.fresh_router()
         for attempt in range(1, ROUTER_TRIES + 1):
             last = self.fresh_router is None or attempt == ROUTER_TRIES

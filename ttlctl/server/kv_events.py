@@ -22,7 +22,11 @@ Three facts of the two programs, read in their sources, shape the wiring:
 So each replica's publisher binds ``tcp://[::ffff:127.0.0.1]:PORT``: IPv4's loopback
 written as an IPv4-mapped IPv6 address, which vLLM binds (it has ``::``) and ZeroMQ listens
 on as 127.0.0.1 only (a wildcard would publish every prompt's token ids on every
-interface); the router connects to ``tcp://127.0.0.1:PORT``.
+interface); the router connects to ``tcp://127.0.0.1:PORT``. Not covered: a replica with
+``--data-parallel-size`` above 1 publishes its other ranks on the ports after its own, which
+the router is not given; and an event port, picked free when the fleet is made, is bound a
+minute later (once the model is loaded), so another process may take it meanwhile, as it may
+a replica's own HTTP port (the replica then fails to start, said as such).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from collections.abc import Mapping
 
 #: vllm-router's ``--policy`` that reads KV events
 POLICY = "kv_aware"
+#: IPv4's loopback in the spelling vLLM binds (it has ``::``) and ZeroMQ listens on as 127.0.0.1
+LOOPBACK = "[::ffff:127.0.0.1]"
 #: vLLM's option that turns its KV events on
 ENGINE_FLAG = "--kv-events-config"
 #: vllm-router's options for static KV event sources
@@ -44,10 +50,6 @@ ROUTER_FLAGS = (SOURCE_FLAG, BLOCK_SIZE_FLAG, MODEL_FLAG)
 def needs_events(policy: str) -> bool:
     """Whether a router started with ``--policy policy`` reads the replicas' KV events."""
     return policy == POLICY
-
-
-#: IPv4's loopback in the spelling vLLM binds (it has ``::``) and ZeroMQ listens on as 127.0.0.1
-LOOPBACK = "[::ffff:127.0.0.1]"
 
 
 def bind_endpoint(port: int) -> str:
@@ -84,6 +86,8 @@ def deploy_note() -> str:
         f"kv_aware sees no cached block without each replica's KV events: start each replica "
         f"with {ENGINE_FLAG} publishing on a bound endpoint (tcp://*:PORT, or "
         f"tcp://{LOOPBACK}:PORT on one host) and give the router "
-        f"{SOURCE_FLAG} URL=tcp://HOST:PORT per replica, {BLOCK_SIZE_FLAG} and {MODEL_FLAG} "
-        "(docs/deploy.md)"
+        f"{SOURCE_FLAG} URL=tcp://HOST:PORT per replica, {BLOCK_SIZE_FLAG} and {MODEL_FLAG}; "
+        "and it credits a /v1/completions request with its cached prefix only when it "
+        "models every field of its body (one with vllm_xargs gets none: tag by the "
+        "X-Session-ID header alone to keep it; docs/deploy.md)"
     )

@@ -82,6 +82,16 @@ def check_policy(policy: str) -> str:
     return policy
 
 
+def check_extra(extra: Sequence[str], *, events: bool = False) -> set[str]:
+    """The flags ``extra`` (router flags given verbatim) names; :class:`RouterError` for one
+    ttlctl sets itself (:data:`OWN_FLAGS`, and with ``events`` the KV event sources')."""
+    given = {a.split("=", 1)[0] for a in extra}
+    for flag in (*OWN_FLAGS, *(kv_events.ROUTER_FLAGS if events else ())):
+        if flag in given:
+            raise RouterError(f"{flag} is set by ttlctl; remove it from the router's flags")
+    return given
+
+
 def router_command(
     worker_urls: Sequence[str],
     *,
@@ -100,10 +110,7 @@ def router_command(
     ``--prometheus-port`` wins), the replicas' KV event sources
     (:func:`ttlctl.server.kv_events.router_args`; ``extra`` may not set them then), then
     ``extra`` router flags verbatim."""
-    given = {a.split("=", 1)[0] for a in extra}
-    for flag in (*OWN_FLAGS, *(kv_events.ROUTER_FLAGS if kv_event_sources else ())):
-        if flag in given:
-            raise RouterError(f"{flag} is set by ttlctl; remove it from the router's flags")
+    given = check_extra(extra, events=bool(kv_event_sources))
     cmd = [
         command or binary(),
         "--host",

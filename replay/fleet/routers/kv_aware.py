@@ -32,7 +32,7 @@ first). Here that is the end of the step that made the call's first token
 (:meth:`~replay.fleet.routers.base.FleetView.output_started`), looked at whenever the
 router places a call.
 
-A request whose body carries a field the real router does not model (``vllm_xargs``,
+A request whose body carries a field the real router does not allow (``vllm_xargs``,
 ``return_token_ids``: ttlctl's live client sends both) is credited with no cached prefix
 anywhere (:mod:`replay.fleet.routers.kv_credit`): with ``prefix_credit`` off the model
 prices every call so.

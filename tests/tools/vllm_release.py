@@ -19,7 +19,9 @@ installed one on ``PYTHONPATH``:
 - pytest on ``tests/engine/test_compat.py`` (the static check of these sources included:
   ``TTLCTL_VLLM_SOURCES``), ``tests/engine/test_hitmemo.py`` (the prefix-hit memo on the
   release's real manager and pool), ``tests/server/test_vllm_parser.py`` (how ``serve`` and
-  ``validate`` read vLLM's flags, against the release's own parser) and ``tests/vllmsim``
+  ``validate`` read vLLM's flags, against the release's own parser), the release's KV-event
+  publisher binding the endpoint a live ``kv_aware`` fleet gives it
+  (``tests/server/test_kv_events.py``) and ``tests/vllmsim``
   (the fast simulator against the release's scheduler, call by call, and ``replay
   --backend vllm``).
 
@@ -49,6 +51,7 @@ TESTS = (
     "tests/engine/test_compat.py",
     "tests/engine/test_hitmemo.py",
     "tests/server/test_vllm_parser.py",
+    "tests/server/test_kv_events.py::test_vllm_binds_the_publisher_on_loopback_only",
     "tests/vllmsim",
 )
 

@@ -77,7 +77,7 @@ class KvAware:
     router_temperature: float = default_of("kv-aware", "router_temperature")
     kv_aware_session_affinity_ttl_secs: float | None = None
     #: whether the calls are credited with their cached prefix (False: the clients'
-    #: requests carry fields the real router does not model: :mod:`~.kv_credit`)
+    #: requests carry fields the real router does not allow: :mod:`~.kv_credit`)
     prefix_credit: bool = True
     name: str = "kv-aware"
     _bindings: dict[str, _Binding] = field(default_factory=dict)

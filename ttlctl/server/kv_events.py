@@ -87,7 +87,8 @@ def deploy_note() -> str:
         f"with {ENGINE_FLAG} publishing on a bound endpoint (tcp://*:PORT, or "
         f"tcp://{LOOPBACK}:PORT on one host) and give the router "
         f"{SOURCE_FLAG} URL=tcp://HOST:PORT per replica, {BLOCK_SIZE_FLAG} and {MODEL_FLAG}; "
-        "and it credits a /v1/completions request with its cached prefix only when it "
-        "models every field of its body (one with vllm_xargs gets none: tag by the "
-        "X-Session-ID header alone to keep it; docs/deploy.md)"
+        "and it credits a chat request only where the replica renders it (vLLM's "
+        "--enable-scale-out), a /v1/completions one only when it models every field of its "
+        "body (one with vllm_xargs gets none: tag by the X-Session-ID header alone to keep "
+        "it; docs/deploy.md)"
     )

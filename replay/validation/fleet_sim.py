@@ -177,6 +177,7 @@ def simulate_fleets(
     config = side.config()
     out: dict[str, dict[str, PolicyResult | None]] = {}
     notes: dict[str, str] = {}
+    credit = live_prefix_credit(config.client_tags)  # one live client for every fleet
     for router in routers:
         given = side.settings.get(router)
         # a router set by its settings (the bundle's) is simulated by its own model
@@ -193,7 +194,7 @@ def simulate_fleets(
                     side.replicas,
                     side.router_settings(router, name),
                     worker_urls=None if urls is None else tuple(urls),
-                    prefix_credit=live_prefix_credit(config.client_tags),
+                    prefix_credit=credit,
                 )
             )
             out.setdefault(policy, {})[router] = run(

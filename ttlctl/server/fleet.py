@@ -68,10 +68,6 @@ class OwnedFleet:
             raise RuntimeError("the fleet's router is made once its replicas are up")
         return self._router
 
-    @router.setter
-    def router(self, router: OwnedServer) -> None:
-        self._router = router
-
     @property
     def url(self) -> str:
         return self.router.url
@@ -114,7 +110,7 @@ class OwnedFleet:
                     if last or PORT_TAKEN not in self.router.log_tail(lines=20):
                         raise exc from None
             assert self.fresh_router is not None
-            self.router = self.fresh_router()
+            self._router = self.fresh_router()
             self.port_retries += 1
 
     def check_running(self, wait_s: float = 0.0) -> None:

@@ -20,7 +20,7 @@ from profiles.shipped import resolve
 from replay.client_tags import FULL
 from replay.client_tags import check as check_tags
 from replay.figures import PolicyResult, ReplayDoc
-from replay.fleet.asked import default_urls_note, fleet_for, tuned_elsewhere
+from replay.fleet.asked import credit_note, default_urls_note, fleet_for, tuned_elsewhere
 from replay.fleet.routers import AS_LOGGED, RouterSettings
 from replay.fleet.run import replicas_named
 from replay.fleet.run import runner as fleet_runner
@@ -79,6 +79,9 @@ class ReplayRequest:
     router: RouterSettings | None = None
     #: each replica's URL as the real router is given it (None: the default names)
     worker_urls: tuple[str, ...] | None = None
+    #: whether ``kv-aware`` credits the calls with their cached prefix
+    #: (``--no-prefix-credit``: :attr:`replay.fleet.run.FleetSpec.prefix_credit`)
+    prefix_credit: bool = True
     #: the policy options given (``--bundle``, ``--valve``, ``--pin-cap``, ``--ttl-seconds``):
     #: one that no asked policy reads is warned of (:mod:`replay.policy_flags`)
     policy_options: frozenset[str] = frozenset()
@@ -160,14 +163,17 @@ def replay_doc(
         live=req.live is not None,
         async_scheduling=req.async_scheduling,
         worker_urls=req.worker_urls,
+        prefix_credit=req.prefix_credit,
     )
-    hashed = (
-        None
-        if fleet is None
-        else default_urls_note((fleet.router,), fleet.replicas, fleet.worker_urls)
-    )
-    if hashed is not None:
-        notes.append(hashed)
+    if fleet is not None:
+        notes.extend(
+            note
+            for note in (
+                default_urls_note((fleet.router,), fleet.replicas, fleet.worker_urls),
+                credit_note((fleet.router,), fleet),
+            )
+            if note is not None
+        )
     if fleet is not None and fleet.router.name == AS_LOGGED:
         # a replica restarted at another size has two records: count the replicas
         sized = {e.get("replica") for e in trace_io.engines(req.trace) if e.get("kv_tokens")}

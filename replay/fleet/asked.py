@@ -13,6 +13,7 @@ from typing import Any
 
 from replay.fleet.routers import AS_LOGGED, RouterSettings, replica_order, router_name
 from replay.fleet.routers.consistent_hash import default_urls
+from replay.fleet.routers.kv_aware import KV_AWARE
 from replay.fleet.run import FleetSpec, check_replicas, logged_replicas
 from ttlctl.errors import ConfigError
 from ttlctl.nouns import counted
@@ -80,13 +81,19 @@ def fleet_for(
     live: bool = False,
     async_scheduling: bool = False,
     worker_urls: tuple[str, ...] | None = None,
+    prefix_credit: bool = True,
+    searched: Sequence[str] = (),
 ) -> FleetSpec | None:
-    """The fleet a command was asked for (None: one engine, no router), checked."""
+    """The fleet a command was asked for (None: one engine, no router), checked.
+    ``searched``: the routers a study chooses among (empty: ``router`` alone), which
+    ``prefix_credit`` off needs ``kv-aware`` among."""
     if replicas is None:
         if router is not None:
             raise needs_replicas(router.name, None, trace)
         if worker_urls is not None:
             raise ConfigError("--worker-urls needs --replicas N")
+        if not prefix_credit:
+            raise ConfigError(f"{NO_PREFIX_CREDIT} needs --replicas N")
         return None
     check_replicas(replicas)
     if live:
@@ -95,6 +102,8 @@ def fleet_for(
             "and point --live at the router"
         )
     router = router or RouterSettings()
+    if not prefix_credit:
+        check_credited_router([router_name(r) for r in searched] or [router.name])
     logged = logged_replicas(trace) if router.name == AS_LOGGED else None
     return FleetSpec(
         replicas,
@@ -103,6 +112,41 @@ def fleet_for(
         backend=backend,
         async_scheduling=async_scheduling,
         worker_urls=worker_urls,
+        prefix_credit=prefix_credit,
+    )
+
+
+#: the flag that turns the simulated ``kv-aware``'s prefix credit off
+NO_PREFIX_CREDIT = "--no-prefix-credit"
+
+
+def check_credited_router(names: Sequence[str]) -> None:
+    """``--no-prefix-credit`` refused (one line) unless ``kv-aware`` is among the routers
+    ``names``: no other router's placement depends on the request's body."""
+    if KV_AWARE in names:
+        return
+    which = (
+        f"the {names[0]} router does not take it"
+        if len(names) == 1
+        else f"none of the routers searched ({', '.join(names)}) takes it"
+    )
+    raise ConfigError(
+        f"{NO_PREFIX_CREDIT}: {which} (it models requests that {KV_AWARE} does not credit "
+        "with their cached prefix)"
+    )
+
+
+def credit_note(routers: Sequence[RouterSettings], fleet: FleetSpec) -> str | None:
+    """The line saying that ``kv-aware`` is simulated crediting every call with its cached
+    prefix, which vllm-router does only for some clients' requests, and how to model the
+    others (None: credit off, or no ``kv-aware`` among ``routers``)."""
+    if not fleet.prefix_credit or all(r.name != KV_AWARE for r in routers):
+        return None
+    return (
+        f"--router {KV_AWARE}: every call is credited with the prefix its replica caches, as "
+        "vllm-router credits chat requests to replicas run with --enable-scale-out and "
+        "/v1/completions bodies it models; give --no-prefix-credit for clients it does not "
+        "credit (completions with vllm_xargs, chat without --enable-scale-out)"
     )
 
 

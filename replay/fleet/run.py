@@ -25,6 +25,7 @@ from replay.fleet.routers import AS_LOGGED, RouterSettings, make_router, replica
 from replay.fleet.routers.as_logged import fitted_order
 from replay.fleet.routers.base import Router
 from replay.fleet.routers.consistent_hash import worker_urls
+from replay.fleet.routers.kv_aware import KV_AWARE
 from replay.policies import BOUNDS, PolicySpec, make
 from replay.policy_runs import Load, prepare, sized_engine
 from replay.progress import CallsDone
@@ -104,7 +105,7 @@ class FleetSpec:
         }
         if self.worker_urls is not None:
             out["worker_urls"] = list(self.worker_urls)
-        if not self.prefix_credit and self.router.name == "kv-aware":
+        if not self.prefix_credit and self.router.name == KV_AWARE:
             out["prefix_credit"] = False
         if self.router.name == AS_LOGGED and self.logged is not None:
             names = replica_order(self.logged.values())

@@ -211,10 +211,13 @@ class TuneContext:
                 "router": self.fleet.router.name,
                 "routers": list(self.searched_routers()),
             }
-            # only when given (the hashing routers place programs by them), so studies
-            # on the default URLs keep their names
+            # only when given (the hashing routers place programs by them; kv-aware
+            # credits no call without the prefix credit), so studies on the default URLs
+            # and the credit keep their names
             if self.fleet.worker_urls is not None:
                 out["fleet"]["worker_urls"] = list(self.fleet.worker_urls)
+            if not self.fleet.prefix_credit:
+                out["fleet"]["prefix_credit"] = False
         return out
 
     def searched_routers(self) -> tuple[str, ...]:

@@ -80,6 +80,9 @@ class TuneRequest:
     #: the replicas' URLs as vllm-router is given them (``--worker-urls``), in replica
     #: order: the hashing routers place programs by them (None: ``http://replica-I``)
     worker_urls: tuple[str, ...] | None = None
+    #: whether ``kv-aware`` credits the calls with their cached prefix
+    #: (``--no-prefix-credit``: :attr:`replay.fleet.run.FleetSpec.prefix_credit`)
+    prefix_credit: bool = True
 
 
 def live_run(req: TuneRequest) -> tuple[int, float, float]:

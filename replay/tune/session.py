@@ -18,7 +18,7 @@ from fitting.fit_doc import FitDoc
 from profiles.router_calibration import calibrate
 from profiles.schema import ProfileDoc
 from profiles.shipped import resolve
-from replay.fleet.asked import default_urls_note, fleet_for
+from replay.fleet.asked import credit_note, default_urls_note, fleet_for
 from replay.fleet.routers import AS_LOGGED, RouterSettings, router_name
 from replay.live import cap_pauses
 from replay.policy_runs import Load
@@ -103,6 +103,8 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         live=req.live is not None,
         async_scheduling=req.async_scheduling,
         worker_urls=req.worker_urls,
+        prefix_credit=req.prefix_credit,
+        searched=req.routers,
     )
     for name in req.routers:
         RouterSettings(name)  # an unknown one: refused, one line
@@ -186,9 +188,12 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         warn(elsewhere)  # another), but said: the report flags it too
     if fleet is not None and warn is not None:  # said once here, not by each trial
         searched = [RouterSettings(r) for r in req.routers] or [fleet.router]
-        hashed = default_urls_note(searched, fleet.replicas, fleet.worker_urls)
-        if hashed is not None:
-            warn(hashed)
+        for note in (
+            default_urls_note(searched, fleet.replicas, fleet.worker_urls),
+            credit_note(searched, fleet),
+        ):
+            if note is not None:
+                warn(note)
     return TuneSession(
         request=req,
         context=ctx,

@@ -36,9 +36,16 @@ def tuned_bundle(
 def router_section(router: Mapping[str, Any] | None) -> bundle_doc.RouterDoc | None:
     """The bundle's ``router`` section from the shipped fleet's record: the router and
     its settings, what ``bundle query --as vllm-router`` prints as the router's flags,
-    and the replicas. The replicas' URLs (``--worker-urls``) stay in the tuning's record
-    (tune.json, the bundle's ``provenance.tuning``): vllm-router is given them apart from
-    those flags, by whoever starts the fleet, and a refit carries this section on."""
+    and the replicas. The replicas' URLs (``--worker-urls``) and the clients' prefix credit
+    (``--no-prefix-credit``) stay in the tuning's record (tune.json, the bundle's
+    ``provenance.tuning``): vllm-router is given the URLs apart from those flags, by whoever
+    starts the fleet, the credit is the clients' (no flag of the router's), and a refit
+    carries this section on."""
     if router is None:
         return None
-    return {k: v for k, v in router.items() if k != "worker_urls"}  # type: ignore[return-value]
+    kept = {k: v for k, v in router.items() if k not in TUNING_ONLY}
+    return kept  # type: ignore[return-value]
+
+
+#: the fleet record's keys kept in the tuning's record only, not the bundle's router section
+TUNING_ONLY = frozenset(("worker_urls", "prefix_credit"))

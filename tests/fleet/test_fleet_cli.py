@@ -166,6 +166,18 @@ PROGRAM_SCHEDULING = [
             "policy oracle does not map onto vLLM's scheduler",
         ),
         (["--worker-urls", "http://a:1"], "--worker-urls needs --replicas N"),
+        (["--no-prefix-credit"], "error: --no-prefix-credit needs --replicas N"),
+        # only kv-aware's placement depends on whether the request is credited: the
+        # default router (cache-aware) refuses it as a router refuses a flag it lacks
+        (
+            ["--replicas", "2", "--no-prefix-credit"],
+            "--no-prefix-credit: the cache-aware router does not take it (it models requests "
+            "that kv-aware does not credit with their cached prefix)",
+        ),
+        (
+            ["--replicas", "2", "--router", "pin-aware", "--no-prefix-credit"],
+            "--no-prefix-credit: the pin-aware router does not take it",
+        ),
         # replay takes one router (tune searches over several): a second is refused
         (
             ["--replicas", "2", "--router", "kv-aware", "--router", "cache-aware"],
@@ -290,6 +302,39 @@ def test_replay_a_fleet_placed_by_the_routers_worker_urls(trace: Path, tmp_path:
         calls[ring.owner(p.program_id)] += len(p.calls)
     per = {r["replica"]: r["llm_calls"] for r in doc["results"][0]["per_replica"]}
     assert [per[0], per[1]] == calls
+
+
+def test_replay_behind_kv_aware_without_the_prefix_credit(trace: Path, tmp_path: Path) -> None:
+    """--no-prefix-credit: kv-aware places every call as if no replica cached any of it (as
+    vllm-router does a request whose body it does not model), so fewer calls return to
+    the replica that holds their prefix; the JSON and the fleet's table say so, and the
+    note that the credit is on is said only where it is."""
+    runs = {}
+    for credit in ("", "--no-prefix-credit"):
+        out = tmp_path / f"r{credit}.json"
+        res = CliRunner().invoke(
+            app,
+            [
+                "replay", str(trace), "--policy", "continuum", "--replicas", "2",
+                "--router", "kv_aware", "--concurrency", "6", "--kv-tokens", "200000",
+                "--no-timing", "--json", str(out), *([credit] if credit else []),
+            ],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        runs[credit] = (" ".join(res.output.split()), json.loads(out.read_text()))
+    (on_text, on), (off_text, off) = runs[""], runs["--no-prefix-credit"]
+    conforms(off, ReplayDoc)
+    assert "prefix_credit" not in on["fleet"]
+    assert off["fleet"]["prefix_credit"] is False
+    assert off["results"][0]["router"] == off["fleet"]
+    assert "no call credited with its cached prefix)" in off_text
+    assert "no call credited" not in on_text
+    note = "warning: --router kv-aware: every call is credited with the prefix its replica caches"
+    assert note in on_text and "give --no-prefix-credit for clients it does not credit" in on_text
+    assert note not in off_text
+    credited, uncredited = on["results"][0], off["results"][0]
+    assert uncredited["returned_share"] < credited["returned_share"]
+    assert uncredited["prefix_hit_rate"] < credited["prefix_hit_rate"]
 
 
 def test_an_as_logged_fleet_is_shown_by_the_traces_replica_names(tmp_path: Path) -> None:

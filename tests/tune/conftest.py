@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from fitting.fit import FitConfig, fit_trace
@@ -14,6 +16,7 @@ from replay.policy_runs import Load
 from replay.scheduler import SimSchedulerConfig
 from replay.sim import ReplayConfig
 from replay.tune import TuneContext
+from replay.tune.context import shuffled
 from replay.workload import load
 from tests.tune.inputs import KV_TOKENS, PROFILE, write_trace
 from ttlctl.trace import io as trace_io
@@ -61,3 +64,21 @@ def optuna_log() -> Iterator[list[logging.LogRecord]]:
         yield handler.records
     finally:
         logger.removeHandler(handler)
+
+
+@pytest.fixture(scope="session")
+def in_tune_order(tune_inputs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The trace with its programs in the order tune's seed 0 starts them (a replay starts
+    them by first arrival; with --concurrency every one still starts when a slot frees)."""
+    order = [p.program_id for p in shuffled(load(tune_inputs["trace"]), 0).programs]
+    rank = {pid: float(i) for i, pid in enumerate(order)}
+    frame = pl.read_parquet(tune_inputs["trace"]).with_columns(
+        pl.when(pl.col("turn") == 0)
+        .then(pl.col("program_id").replace_strict(rank, return_dtype=pl.Float64) * 1e-3)
+        .otherwise(None)
+        .alias("arrival_s")
+    )
+    path = tmp_path_factory.mktemp("ordered") / "trace.parquet"
+    frame.write_parquet(path)
+    assert [p.program_id for p in load(path).programs] == order
+    return path

@@ -10,14 +10,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import pytest
 import typer
 from typer.testing import CliRunner
 
-from replay.tune.context import shuffled
 from replay.tune.storage import differing
-from replay.workload import load
 from tests.tune.inputs import KV_TOKENS, PROFILE
 from ttlctl import bundle
 from ttlctl.cli import app as ttlctl_app
@@ -63,24 +60,6 @@ def _replay(trace: Path, bundle_file: Path, urls: tuple[str, ...], out: Path) ->
     assert res.exit_code == 0, res.output
     result: dict[str, Any] = json.loads(out.read_text())["results"][0]
     return result
-
-
-@pytest.fixture(scope="module")
-def in_tune_order(tune_inputs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The trace with its programs in the order tune's seed 0 starts them (a replay starts
-    them by first arrival; with --concurrency every one still starts when a slot frees)."""
-    order = [p.program_id for p in shuffled(load(tune_inputs["trace"]), 0).programs]
-    rank = {pid: float(i) for i, pid in enumerate(order)}
-    frame = pl.read_parquet(tune_inputs["trace"]).with_columns(
-        pl.when(pl.col("turn") == 0)
-        .then(pl.col("program_id").replace_strict(rank, return_dtype=pl.Float64) * 1e-3)
-        .otherwise(None)
-        .alias("arrival_s")
-    )
-    path = tmp_path_factory.mktemp("ordered") / "trace.parquet"
-    frame.write_parquet(path)
-    assert [p.program_id for p in load(path).programs] == order
-    return path
 
 
 @pytest.mark.parametrize(

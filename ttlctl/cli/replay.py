@@ -60,6 +60,7 @@ from ttlctl.cli.router_options import (
     CacheThreshold,
     FleetReplicas,
     KvAwareSessionAffinityTtlSecs,
+    NoPrefixCredit,
     PinQueueBound,
     ProgramSchedulingCalibration,
     ProgramSchedulingConfigJson,
@@ -179,6 +180,7 @@ def replay(
     balance_rel_threshold: BalanceRelThreshold = None,
     kv_aware_session_affinity_ttl_secs: KvAwareSessionAffinityTtlSecs = None,
     router_temperature: RouterTemperature = None,
+    no_prefix_credit: NoPrefixCredit = False,
     pin_queue_bound: PinQueueBound = None,
     program_scheduling_config_json: ProgramSchedulingConfigJson = None,
     program_scheduling_calibration: ProgramSchedulingCalibration = None,
@@ -237,6 +239,7 @@ def replay(
             client_tags=client_tags,
             replicas=replicas,
             worker_urls=tuple(worker_urls) if worker_urls else None,
+            prefix_credit=not no_prefix_credit,
             router=router_settings(
                 router[0] if router else None,
                 replicas=replicas,

@@ -161,6 +161,17 @@ ProgramSchedulingCalibration = Annotated[
         "reference (the router's built-in ones).",
     ),
 ]
+NoPrefixCredit = Annotated[
+    bool,
+    typer.Option(
+        "--no-prefix-credit",
+        help="kv-aware: the clients send requests that vllm-router's kv_aware does not "
+        "credit with their cached prefix (a /v1/completions body with a field it does not "
+        "model, vllm_xargs among them; a chat request to replicas without vLLM's "
+        "--enable-scale-out): it places them by prompt size and load alone. Default: every "
+        "call is credited.",
+    ),
+]
 RouterNames = Annotated[
     list[str] | None,
     typer.Option(

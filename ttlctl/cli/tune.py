@@ -57,7 +57,7 @@ from ttlctl.cli.options import (
     Trace,
     Truncate,
 )
-from ttlctl.cli.router_options import FleetReplicas, RouterNames, WorkerUrls
+from ttlctl.cli.router_options import FleetReplicas, NoPrefixCredit, RouterNames, WorkerUrls
 from ttlctl.cli.tune_options import (
     Force,
     Heartbeat,
@@ -126,6 +126,7 @@ def tune(
     replicas: FleetReplicas = None,
     router: RouterNames = None,
     worker_urls: WorkerUrls = None,
+    no_prefix_credit: NoPrefixCredit = False,
 ) -> None:
     """Tune η, K, the T window, the pressure valve, the pin cap and a cold-start override
     by replay (objective: mean JCT), then write the best bundle.
@@ -163,7 +164,9 @@ def tune(
     flags). --worker-urls gives every replay of the study (trials in worker processes and
     the held-back comparison too) the replicas' URLs as vllm-router is given them: the
     hashing routers place each program by them. tune.json and the bundle's provenance
-    record them; the router is given them apart from its flags.
+    record them; the router is given them apart from its flags. --no-prefix-credit
+    models clients whose requests kv-aware does not credit with their cached prefix
+    (recorded in tune.json and the provenance too, not in the router's flags).
     """
     # imported when the command runs: `ttlctl --help` and the light commands stay light
     import optuna
@@ -228,6 +231,7 @@ def tune(
             replicas=replicas,
             routers=tuple(router or ()),
             worker_urls=tuple(worker_urls) if worker_urls else None,
+            prefix_credit=not no_prefix_credit,
         )
         session = tuning.prepare(request, warn=once(print_warning))
         _announce(session)

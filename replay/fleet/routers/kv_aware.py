@@ -54,6 +54,9 @@ import numpy as np
 from replay.fleet.routers.base import FleetView, RoutedCall
 from ttlctl.router_doc import default_of
 
+#: the router's name in ttlctl (vllm-router's ``kv_aware``)
+KV_AWARE = "kv-aware"
+
 
 @dataclass(slots=True)
 class _Binding:
@@ -74,12 +77,12 @@ class KvAware:
     rng: np.random.Generator
     block_size: int = 16
     # vllm-router's defaults (ttlctl.router_doc's table; the TTL's is None, no affinity)
-    router_temperature: float = default_of("kv-aware", "router_temperature")
+    router_temperature: float = default_of(KV_AWARE, "router_temperature")
     kv_aware_session_affinity_ttl_secs: float | None = None
     #: whether the calls are credited with their cached prefix (False: the clients'
     #: requests carry fields the real router does not allow: :mod:`~.kv_credit`)
     prefix_credit: bool = True
-    name: str = "kv-aware"
+    name: str = KV_AWARE
     _bindings: dict[str, _Binding] = field(default_factory=dict)
     #: worker -> prefill tokens of its requests whose output has not begun
     _prefilling: dict[int, int] = field(default_factory=dict)

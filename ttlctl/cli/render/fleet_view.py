@@ -40,8 +40,8 @@ def _phrases(settings: Mapping[str, Any]) -> list[str]:
 def router_settings(router: Mapping[str, Any]) -> str:
     """The router's settings in one phrase (past :data:`SETTINGS_PHRASE_MAX` characters,
     those that differ from the router's defaults, the rest said to be at them), and how
-    many replica URLs --worker-urls gave (the hashing routers place programs by them);
-    "no settings" when neither."""
+    many replica URLs --worker-urls gave (the hashing routers place programs by them),
+    and ``kv-aware``'s credit where it is off; "no settings" when none of them."""
     settings = router["settings"]
     parts = _phrases(settings)
     if len(", ".join(parts)) > SETTINGS_PHRASE_MAX:
@@ -63,6 +63,8 @@ def router_settings(router: Mapping[str, Any]) -> str:
     urls = router.get("worker_urls")
     if urls:
         parts.append(f"{counted(len(urls), 'worker URL')} from --worker-urls")
+    if router.get("prefix_credit") is False:
+        parts.append("no call credited with its cached prefix")
     return ", ".join(parts) or "no settings"
 
 

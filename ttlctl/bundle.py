@@ -110,6 +110,18 @@ def open_policy(path: Path, chunk: int | None = None) -> tuple[TTLPolicy, Bundle
         raise BundleError(f"{path}: {exc}") from None
 
 
+def tuned_prefix_credit(doc: Bundle) -> bool | None:
+    """Whether the study that shipped ``doc`` behind ``kv-aware`` credited every call with
+    its cached prefix (``tune --no-prefix-credit``: False); None where the bundle records no
+    such study (built, or tuned behind another router)."""
+    tuning = doc.get("provenance", {}).get("tuning")
+    shipped = tuning.get("shipped") if isinstance(tuning, dict) else None
+    router = shipped.get("router") if isinstance(shipped, dict) else None
+    if not isinstance(router, dict) or router.get("name") != "kv-aware":
+        return None
+    return router.get("prefix_credit") is not False
+
+
 def router_of(doc: Bundle, path: Path | str) -> RouterDoc:
     """The router section of a bundle; :class:`BundleError` when it has none."""
     router = doc.get("router")

@@ -294,6 +294,7 @@ def test_vllm_routers_spelling_of_a_router_is_the_same_router(
     # the flags a policy's settings do not give: said beside them
     assert res.stderr.startswith("warning: kv_aware sees no cached block without each replica's")
     assert "--kv-event-source URL=tcp://HOST:PORT per replica" in " ".join(res.stderr.split())
+    assert "this bundle was tuned" not in res.stderr  # no study recorded: nothing said of one
     path = _with_router(bundle_file, tmp_path, "cache_aware", **CACHE_AWARE)
     res = CliRunner().invoke(app, ["bundle", "query", str(path), "--as", "vllm-router"])
     assert res.exit_code == 0 and res.stderr == ""

@@ -59,6 +59,9 @@ def test_a_study_without_the_credit(
     assert "prefix_credit" not in doc["router"] and doc["router"]["name"] == "kv-aware"
     q = CliRunner().invoke(ttlctl_app, ["bundle", "query", str(out), "--as", "vllm-router"])
     assert q.exit_code == 0 and "prefix" not in q.stdout, q.output
+    # the deployment note says how the bundle was tuned
+    said = " ".join(q.stderr.split())
+    assert said.endswith("; this bundle was tuned with no call credited (tune --no-prefix-credit)")
     # the best trial's value (one load, one seed: that replay's mean JCT) is `ttlctl
     # replay --no-prefix-credit` of the bundle it shipped, the programs started in tune's
     # order, to the last digit
@@ -97,6 +100,10 @@ def test_the_credit_names_another_study(tune_inputs: dict[str, Any], tmp_path: P
         said = [line for line in res.stderr.splitlines() if line.startswith(NOTE)]
         assert len(said) == (0 if extra else 1), res.stderr
         names.append(json.loads((tmp_path / "tune.json").read_text())["study"]["name"])
+        q = CliRunner().invoke(ttlctl_app, ["bundle", "query", str(out), "--as", "vllm-router"])
+        assert q.exit_code == 0, q.output
+        tuned = "no call credited" if extra else "every call credited: for clients the router"
+        assert f"this bundle was tuned with {tuned}" in " ".join(q.stderr.split())
     assert names[0] != names[1]
     res = _tune(tune_inputs, out, "--router", "kv-aware", "--study", names[0], "--no-prefix-credit")
     assert res.exit_code == 2, res.output

@@ -173,7 +173,7 @@ def query(
         # word as it is (quotes would reach the router)
         sys.stdout.write(" ".join(args) + "\n")
         if "--policy" in args and kv_events.needs_events(args[args.index("--policy") + 1]):
-            print_warning(kv_events.deploy_note())
+            print_warning(kv_events.deploy_note(bundle.tuned_prefix_credit(doc)))
         return
     with user_errors():
         if tool is None or context_tokens is None:

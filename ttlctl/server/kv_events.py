@@ -80,8 +80,16 @@ def router_args(ports: Mapping[str, int], block_size: int, model: str) -> list[s
     return [*out, BLOCK_SIZE_FLAG, str(block_size), MODEL_FLAG, model]
 
 
-def deploy_note() -> str:
-    """What a router started with ``--policy kv_aware`` needs beside its policy's flags."""
+def deploy_note(tuned_credit: bool | None = None) -> str:
+    """What a router started with ``--policy kv_aware`` needs beside its policy's flags;
+    ``tuned_credit``: whether the bundle's study credited every call with its cached prefix
+    (None: no study behind ``kv-aware`` recorded), said at the end."""
+    tail = {
+        None: "",
+        True: "; this bundle was tuned with every call credited: for clients the router does "
+        "not credit, tune with --no-prefix-credit",
+        False: "; this bundle was tuned with no call credited (tune --no-prefix-credit)",
+    }[tuned_credit]
     return (
         f"kv_aware sees no cached block without each replica's KV events: start each replica "
         f"with {ENGINE_FLAG} publishing on a bound endpoint (tcp://*:PORT, or "
@@ -90,5 +98,5 @@ def deploy_note() -> str:
         "and it credits a chat request only where the replica renders it (vLLM's "
         "--enable-scale-out), a /v1/completions one only when it models every field of its "
         "body (one with vllm_xargs gets none: tag by the X-Session-ID header alone to keep "
-        "it; docs/deploy.md)"
+        "it; docs/deploy.md)" + tail
     )

@@ -47,3 +47,15 @@ def write_trace(path: Path, programs: int = 20, seed: int = 7) -> Path:
             prompt += output + int(rng.integers(200, 900))
     trace_io.write(pl.DataFrame(rows).lazy(), path)
     return path
+
+
+def fleet_study(inputs: dict[str, Any], out: Path, *extra: str) -> list[str]:
+    """``tune``'s arguments for a small study of ``inputs`` (the ``tune_inputs`` fixture's)
+    on two replicas, one seed and one held-back seed, its SQLite storage beside ``out``
+    (the bundle), then ``extra``."""
+    return [
+        "tune", str(inputs["trace"]), "--fit", str(inputs["fit"]), "--profile", PROFILE,
+        "--concurrency", "8", "--kv-tokens", str(KV_TOKENS), "--seeds", "1",
+        "--holdout-seeds", "1", "--replicas", "2",
+        "--storage", f"sqlite:///{out.parent / 'study.db'}", "-o", str(out), *extra,
+    ]  # fmt: skip

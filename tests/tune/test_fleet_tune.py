@@ -21,7 +21,7 @@ from profiles.shipped import resolve
 from replay.fleet.routers import RouterSettings
 from replay.fleet.run import FleetSpec
 from replay.tune.summary import shipped_router
-from tests.tune.inputs import KV_TOKENS, PROFILE
+from tests.tune.inputs import PROFILE, fleet_study
 from ttlctl import bundle, bundle_check, bundle_doc
 from ttlctl.cli import app as ttlctl_app
 from ttlctl.cli import tune as tune_cli
@@ -32,15 +32,7 @@ app.command("noop")(lambda: None)
 
 
 def _tune(inputs: dict[str, Any], out: Path, *extra: str) -> Any:
-    return CliRunner().invoke(
-        app,
-        [
-            "tune", str(inputs["trace"]), "--fit", str(inputs["fit"]), "--profile", PROFILE,
-            "--concurrency", "8", "--kv-tokens", str(KV_TOKENS), "--trials", "4",
-            "--seeds", "1", "--holdout-seeds", "1", "--replicas", "2",
-            "--storage", f"sqlite:///{out.parent / 'study.db'}", "-o", str(out), *extra,
-        ],
-    )  # fmt: skip
+    return CliRunner().invoke(app, fleet_study(inputs, out, "--trials", "4", *extra))
 
 
 def test_tune_a_fleet_searches_the_router(tune_inputs: dict[str, Any], tmp_path: Path) -> None:

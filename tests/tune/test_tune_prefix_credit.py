@@ -13,7 +13,7 @@ from typing import Any
 import typer
 from typer.testing import CliRunner
 
-from tests.tune.inputs import KV_TOKENS, PROFILE
+from tests.tune.inputs import KV_TOKENS, PROFILE, fleet_study
 from ttlctl import bundle
 from ttlctl.cli import app as ttlctl_app
 from ttlctl.cli import tune as tune_cli
@@ -26,16 +26,7 @@ NOTE = "warning: --router kv-aware: every call is credited with the prefix its r
 
 
 def _tune(inputs: dict[str, Any], out: Path, *extra: str) -> Any:
-    return CliRunner().invoke(
-        app,
-        [
-            "tune", str(inputs["trace"]), "--fit", str(inputs["fit"]), "--profile", PROFILE,
-            "--concurrency", "8", "--kv-tokens", str(KV_TOKENS), "--seeds", "1",
-            "--holdout-seeds", "1", "--replicas", "2", "--trials", "1",
-            "--storage", f"sqlite:///{out.parent / 'study.db'}", "-o", str(out), "--force",
-            *extra,
-        ],
-    )  # fmt: skip
+    return CliRunner().invoke(app, fleet_study(inputs, out, "--trials", "1", "--force", *extra))
 
 
 def test_a_study_without_the_credit(

@@ -15,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from replay.tune.storage import differing
-from tests.tune.inputs import KV_TOKENS, PROFILE
+from tests.tune.inputs import KV_TOKENS, PROFILE, fleet_study
 from ttlctl import bundle
 from ttlctl.cli import app as ttlctl_app
 from ttlctl.cli import tune as tune_cli
@@ -35,15 +35,8 @@ def _urls(urls: tuple[str, ...] | list[str]) -> list[str]:
 
 def _tune(inputs: dict[str, Any], out: Path, *extra: str) -> Any:
     return CliRunner().invoke(
-        app,
-        [
-            "tune", str(inputs["trace"]), "--fit", str(inputs["fit"]), "--profile", PROFILE,
-            "--concurrency", "8", "--kv-tokens", str(KV_TOKENS), "--seeds", "1",
-            "--holdout-seeds", "1", "--replicas", "2", "--router", "consistent-hash",
-            "--storage", f"sqlite:///{out.parent / 'study.db'}", "-o", str(out), "--force",
-            *extra,
-        ],
-    )  # fmt: skip
+        app, fleet_study(inputs, out, "--router", "consistent-hash", "--force", *extra)
+    )
 
 
 def _replay(trace: Path, bundle_file: Path, urls: tuple[str, ...], out: Path) -> dict[str, Any]:

@@ -9,7 +9,7 @@ engine process imports this module, so it must not pull in numpy, polars or torc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
@@ -23,6 +23,7 @@ from ttlctl.bundle_check import check_fit, verify
 from ttlctl.bundle_doc import Bundle, BundleError, BundleParts, RouterDoc
 from ttlctl.filekind import FIT, mistaken
 from ttlctl.jsonfile import JsonFileError, read_json_object
+from ttlctl.router_doc import KV_AWARE, ttlctl_name
 
 
 def _load_json(path: Path, what: str, hint: str = "") -> dict[str, Any]:
@@ -110,14 +111,15 @@ def open_policy(path: Path, chunk: int | None = None) -> tuple[TTLPolicy, Bundle
         raise BundleError(f"{path}: {exc}") from None
 
 
-def tuned_prefix_credit(doc: Bundle) -> bool | None:
+def tuned_prefix_credit(doc: Mapping[str, Any]) -> bool | None:
     """Whether the study that shipped ``doc`` behind ``kv-aware`` credited every call with
     its cached prefix (``tune --no-prefix-credit``: False); None where the bundle records no
     such study (built, or tuned behind another router)."""
-    tuning = doc.get("provenance", {}).get("tuning")
-    shipped = tuning.get("shipped") if isinstance(tuning, dict) else None
-    router = shipped.get("router") if isinstance(shipped, dict) else None
-    if not isinstance(router, dict) or router.get("name") != "kv-aware":
+    provenance = doc.get("provenance")
+    tuning = provenance.get("tuning") if isinstance(provenance, Mapping) else None
+    shipped = tuning.get("shipped") if isinstance(tuning, Mapping) else None
+    router = shipped.get("router") if isinstance(shipped, Mapping) else None
+    if not isinstance(router, Mapping) or ttlctl_name(str(router.get("name"))) != KV_AWARE:
         return None
     return router.get("prefix_credit") is not False
 

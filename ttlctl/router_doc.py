@@ -26,6 +26,8 @@ from typing import Any
 from ttlctl.errors import TtlctlError
 
 PROGRAM_SCHEDULING = "program-scheduling"
+#: ttlctl's name of vllm-router's ``kv_aware`` policy
+KV_AWARE = "kv-aware"
 #: Program scheduling's enable key that opts a request with an ``X-Session-ID`` header (what
 #: a replay sends) into it; the router's default takes only ``vllm_xargs.agentic_context``
 #: and would leave every replayed call to ``--policy``

@@ -13,10 +13,11 @@ from typing import Any
 
 from replay.fleet.routers import AS_LOGGED, RouterSettings, replica_order, router_name
 from replay.fleet.routers.consistent_hash import default_urls
-from replay.fleet.routers.kv_aware import KV_AWARE
 from replay.fleet.run import FleetSpec, check_replicas, logged_replicas
+from ttlctl.bundle import tuned_prefix_credit
 from ttlctl.errors import ConfigError
 from ttlctl.nouns import counted
+from ttlctl.router_doc import KV_AWARE
 
 
 def router_settings(
@@ -103,7 +104,8 @@ def fleet_for(
         )
     router = router or RouterSettings()
     if not prefix_credit:
-        check_credited_router([router_name(r) for r in searched] or [router.name])
+        names = dict.fromkeys(router_name(r) for r in searched)  # in order, each once
+        check_credited_router(list(names) or [router.name])
     logged = logged_replicas(trace) if router.name == AS_LOGGED else None
     return FleetSpec(
         replicas,
@@ -131,16 +133,17 @@ def check_credited_router(names: Sequence[str]) -> None:
         else f"none of the routers searched ({', '.join(names)}) takes it"
     )
     raise ConfigError(
-        f"{NO_PREFIX_CREDIT}: {which} (it models requests that {KV_AWARE} does not credit "
-        "with their cached prefix)"
+        f"{NO_PREFIX_CREDIT}: {which} (only {KV_AWARE} places a request by whether it "
+        f"credits its cached prefix); give --router {KV_AWARE}"
     )
 
 
 def credit_note(routers: Sequence[RouterSettings], fleet: FleetSpec) -> str | None:
     """The line saying that ``kv-aware`` is simulated crediting every call with its cached
     prefix, which vllm-router does only for some clients' requests, and how to model the
-    others (None: credit off, or no ``kv-aware`` among ``routers``)."""
-    if not fleet.prefix_credit or all(r.name != KV_AWARE for r in routers):
+    others (None: credit off, one replica (nowhere else to go), or no ``kv-aware`` among
+    ``routers``)."""
+    if not fleet.prefix_credit or fleet.replicas < 2 or all(r.name != KV_AWARE for r in routers):
         return None
     return (
         f"--router {KV_AWARE}: every call is credited with the prefix its replica caches, as "
@@ -177,29 +180,36 @@ def tuned_elsewhere(bundle: Mapping[str, Any], fleet: FleetSpec | None) -> str |
     runs (None: one engine): another router, other settings of it, another replica count;
     None when it was not, or names none. Behind the same router, the settings that differ
     are named, each with both values; behind another, both routers with their settings
-    (past :data:`SETTINGS_SHOWN` characters, those off the router's defaults)."""
+    (past :data:`SETTINGS_SHOWN` characters, those off the router's defaults). Behind
+    ``kv-aware``, whether the study credited the calls with their cached prefix
+    (``--no-prefix-credit``, recorded with the tuning) counts as one of the settings."""
     tuned = bundle.get("router")
     if not isinstance(tuned, Mapping):
         return None
     # a read bundle's section has an integer count >= 1 (bundle verify); its name in either
     # spelling (kv_aware is kv-aware)
     name, replicas = router_name(str(tuned.get("name"))), int(tuned.get("replicas", 1))
+    credit = tuned_prefix_credit(bundle) if name == KV_AWARE else None
+    uncredited = f" {NO_PREFIX_CREDIT}" if credit is False else ""
     if fleet is None:
         return (
             f"tuned for {counted(replicas, 'replica')} behind {_router_words(tuned)}, "
-            f"replayed on one engine: give --replicas {replicas} --router {name} and its "
-            "settings to replay it as tuned"
+            f"replayed on one engine: give --replicas {replicas} --router {name}{uncredited} "
+            "and its settings to replay it as tuned"
         )
     asked = fleet.describe()
     mine = _resolved(tuned)
+    theirs = dict(asked["settings"])
+    if credit is not None and name == asked["name"]:
+        mine["prefix_credit"], theirs["prefix_credit"] = credit, fleet.prefix_credit
     other_count = replicas != fleet.replicas
     tuned_count = f" on {replicas}" if other_count else ""
     now_count = f" on {fleet.replicas}" if other_count else ""
     give = (
-        f"give {f'--replicas {replicas} ' if other_count else ''}--router {name} and its "
-        "settings to replay it as tuned"
+        f"give {f'--replicas {replicas} ' if other_count else ''}--router {name}{uncredited} "
+        "and its settings to replay it as tuned"
     )
-    if name == asked["name"] and mine == asked["settings"]:
+    if name == asked["name"] and mine == theirs:
         if not other_count:
             return None
         return (
@@ -207,7 +217,6 @@ def tuned_elsewhere(bundle: Mapping[str, Any], fleet: FleetSpec | None) -> str |
             f"give --replicas {replicas} to replay it as tuned"
         )
     if name == asked["name"]:
-        theirs = asked["settings"]
         keys = [k for k in dict.fromkeys([*mine, *theirs]) if mine.get(k) != theirs.get(k)]
         was = ", ".join(f"{k} {_value(mine.get(k))}" for k in keys)
         now = ", ".join(f"{k} {_value(theirs.get(k))}" for k in keys)

@@ -25,7 +25,6 @@ from replay.fleet.routers import AS_LOGGED, RouterSettings, make_router, replica
 from replay.fleet.routers.as_logged import fitted_order
 from replay.fleet.routers.base import Router
 from replay.fleet.routers.consistent_hash import worker_urls
-from replay.fleet.routers.kv_aware import KV_AWARE
 from replay.policies import BOUNDS, PolicySpec, make
 from replay.policy_runs import Load, prepare, sized_engine
 from replay.progress import CallsDone
@@ -34,6 +33,7 @@ from replay.sim import ReplayConfig
 from replay.workload import Workload
 from ttlctl.errors import ConfigError
 from ttlctl.nouns import counted
+from ttlctl.router_doc import KV_AWARE
 from ttlctl.trace import io as trace_io
 
 #: the trace column naming the replica that served a call (engine logs from a fleet)

@@ -95,6 +95,8 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         offload_tokens=req.offload_tokens,
         fast_only={"--live": req.live is not None},
     )
+    for name in req.routers:
+        RouterSettings(name)  # an unknown one: refused, one line
     fleet = fleet_for(
         req.trace,
         req.replicas,
@@ -106,8 +108,6 @@ def prepare(req: TuneRequest, *, warn: Callable[[str], None] | None = None) -> T
         prefix_credit=req.prefix_credit,
         searched=req.routers,
     )
-    for name in req.routers:
-        RouterSettings(name)  # an unknown one: refused, one line
     names = {router_name(r) for r in req.routers}
     if AS_LOGGED in names and len(names) > 1:
         raise TuneError(

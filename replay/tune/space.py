@@ -17,6 +17,7 @@ from replay.fleet.routers import RouterSettings
 from replay.fleet.run import FleetSpec
 from replay.tune.context import TuneContext, TuneError, continuum, jct_mean, replay_once
 from replay.tune.live_trial import live_brief, live_replay
+from ttlctl.router_doc import KV_AWARE
 
 PAPER_K = 100
 PAPER_T_WINDOW = 100
@@ -57,7 +58,7 @@ def suggest_fleet(trial: optuna.trial.BaseTrial, ctx: TuneContext) -> FleetSpec 
             "balance_abs_threshold", 1, 1024, log=True
         )
         settings["balance_rel_threshold"] = trial.suggest_float("balance_rel_threshold", 1.0, 8.0)
-    elif name == "kv-aware":
+    elif name == KV_AWARE:
         settings["kv_aware_session_affinity_ttl_secs"] = trial.suggest_int(
             "kv_aware_session_affinity_ttl_secs", 1, 3600, log=True
         )

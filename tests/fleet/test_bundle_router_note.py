@@ -18,6 +18,7 @@ from replay.fleet.routers import RouterSettings
 from replay.fleet.run import FleetSpec
 from replay.synth import synth
 from ttlctl import bundle_make
+from ttlctl.bundle import tuned_prefix_credit
 from ttlctl.cli import app
 
 KV_AWARE = {"kv_aware_session_affinity_ttl_secs": 42, "router_temperature": 0.0}
@@ -182,3 +183,61 @@ def test_a_live_replay_says_nothing_of_the_fleet(files: tuple[Path, Path]) -> No
          "--bundle", str(bundle), "--no-timing"],
     )  # fmt: skip
     assert "tuned for 2 replicas" not in res.output + res.stderr
+
+
+def _tuned(router: dict[str, Any], shipped: dict[str, Any] | None) -> Any:
+    """A bundle whose router section is ``router`` and whose tuning record shipped behind
+    ``shipped`` (None: no tuning record, as a built bundle)."""
+    doc = _bundle(router)
+    if shipped is not None:
+        doc["provenance"]["tuning"] = {"shipped": {"router": shipped}}
+    return doc
+
+
+def test_a_study_without_the_credit_is_replayed_as_tuned_only_without_it() -> None:
+    """The credit is recorded with the tuning, not in the router section: a bundle tuned with
+    --no-prefix-credit replayed with the credit (or the reverse) is said to differ there,
+    and the flags to give name it."""
+    section = {"name": "kv-aware", "settings": KV_AWARE, "replicas": 2}
+    uncredited = _tuned(section, {**section, "prefix_credit": False})
+    same = RouterSettings("kv-aware", kv_aware_session_affinity_ttl_secs=42)
+    assert tuned_elsewhere(uncredited, FleetSpec(2, same, prefix_credit=False)) is None
+    assert tuned_elsewhere(uncredited, FleetSpec(2, same)) == (
+        "tuned behind kv-aware with prefix_credit false, replayed with prefix_credit true: "
+        "give --router kv-aware --no-prefix-credit and its settings to replay it as tuned"
+    )
+    away = tuned_elsewhere(uncredited, None)
+    assert away is not None and away.endswith(
+        "give --replicas 2 --router kv-aware --no-prefix-credit and its settings to replay it "
+        "as tuned"
+    )
+    other = tuned_elsewhere(uncredited, FleetSpec(2))  # behind cache-aware: the flag named
+    assert other is not None and "--router kv-aware --no-prefix-credit and its" in other
+    credited = _tuned(section, section)
+    assert tuned_elsewhere(credited, FleetSpec(2, same)) is None
+    assert tuned_elsewhere(credited, FleetSpec(2, same, prefix_credit=False)) == (
+        "tuned behind kv-aware with prefix_credit true, replayed with prefix_credit false: "
+        "give --router kv-aware and its settings to replay it as tuned"
+    )
+    # no tuning record (a built bundle, or one from before the flag): nothing to compare
+    assert tuned_elsewhere(_tuned(section, None), FleetSpec(2, same, prefix_credit=False)) is None
+
+
+@pytest.mark.parametrize(
+    ("tuning", "credit"),
+    [
+        (None, None),
+        ({}, None),
+        ({"shipped": None}, None),
+        ({"shipped": {"router": None}}, None),
+        ({"shipped": {"router": "kv-aware"}}, None),
+        ({"shipped": {"router": {"name": "cache-aware", "prefix_credit": False}}}, None),
+        ({"shipped": {"router": {"name": "kv-aware"}}}, True),
+        ({"shipped": {"router": {"name": "kv_aware", "prefix_credit": False}}}, False),
+    ],
+)
+def test_the_tuned_credit_is_read_from_any_provenance(tuning: Any, credit: bool | None) -> None:
+    doc = _bundle(None)
+    if tuning is not None:
+        doc["provenance"]["tuning"] = tuning
+    assert tuned_prefix_credit(doc) is credit

@@ -171,8 +171,8 @@ PROGRAM_SCHEDULING = [
         # default router (cache-aware) refuses it as a router refuses a flag it lacks
         (
             ["--replicas", "2", "--no-prefix-credit"],
-            "--no-prefix-credit: the cache-aware router does not take it (it models requests "
-            "that kv-aware does not credit with their cached prefix)",
+            "--no-prefix-credit: the cache-aware router does not take it (only kv-aware places "
+            "a request by whether it credits its cached prefix); give --router kv-aware",
         ),
         (
             ["--replicas", "2", "--router", "pin-aware", "--no-prefix-credit"],
@@ -311,7 +311,8 @@ def test_replay_behind_kv_aware_without_the_prefix_credit(trace: Path, tmp_path:
     note that the credit is on is said only where it is."""
     runs = {}
     for credit in ("", "--no-prefix-credit"):
-        out = tmp_path / f"r{credit}.json"
+        (tmp_path / (credit or "on")).mkdir()
+        out = tmp_path / (credit or "on") / "replay.json"
         res = CliRunner().invoke(
             app,
             [
@@ -332,6 +333,9 @@ def test_replay_behind_kv_aware_without_the_prefix_credit(trace: Path, tmp_path:
     note = "warning: --router kv-aware: every call is credited with the prefix its replica caches"
     assert note in on_text and "give --no-prefix-credit for clients it does not credit" in on_text
     assert note not in off_text
+    page = build_report(tmp_path / "--no-prefix-credit")
+    assert "; no call credited with its cached prefix (<code>--no-prefix-credit</code>)" in page
+    assert "no call credited" not in build_report(tmp_path / "on")
     credited, uncredited = on["results"][0], off["results"][0]
     assert uncredited["returned_share"] < credited["returned_share"]
     assert uncredited["prefix_hit_rate"] < credited["prefix_hit_rate"]

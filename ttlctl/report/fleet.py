@@ -40,6 +40,11 @@ def section(run: RunInputs) -> str:
             if isinstance(settings, dict) and settings
             else ""
         )
+        + (
+            "; no call credited with its cached prefix (<code>--no-prefix-credit</code>)"
+            if router.get("prefix_credit") is False
+            else ""
+        )
         + "</p>"
     )
     outcome = table(

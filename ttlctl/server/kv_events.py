@@ -88,7 +88,8 @@ def deploy_note(tuned_credit: bool | None = None) -> str:
         None: "",
         True: "; this bundle was tuned with every call credited: for clients the router does "
         "not credit, tune with --no-prefix-credit",
-        False: "; this bundle was tuned with no call credited (tune --no-prefix-credit)",
+        False: "; this bundle was tuned with no call credited (tune --no-prefix-credit): for "
+        "clients the router credits, tune without it",
     }[tuned_credit]
     return (
         f"kv_aware sees no cached block without each replica's KV events: start each replica "

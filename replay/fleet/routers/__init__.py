@@ -34,6 +34,7 @@ from replay.fleet.routers.sticky_least_loaded import StickyLeastLoaded
 from ttlctl.errors import ConfigError, TtlctlError
 from ttlctl.router_doc import (
     CALIBRATIONS,
+    KV_AWARE,
     PROGRAM_SCHEDULING,
     ROUTERS,
     SETTINGS,
@@ -227,7 +228,7 @@ def make_router(
             balance_abs_threshold=int(s["balance_abs_threshold"] or 0),
             balance_rel_threshold=float(s["balance_rel_threshold"] or 0.0),
         )
-    if name == "kv-aware":
+    if name == KV_AWARE:
         ttl = s["kv_aware_session_affinity_ttl_secs"]
         return KvAware(
             rng,

@@ -52,10 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from replay.fleet.routers.base import FleetView, RoutedCall
-from ttlctl.router_doc import default_of
-
-#: the router's name in ttlctl (vllm-router's ``kv_aware``)
-KV_AWARE = "kv-aware"
+from ttlctl.router_doc import KV_AWARE, default_of
 
 
 @dataclass(slots=True)

@@ -211,9 +211,9 @@ class TuneContext:
                 "router": self.fleet.router.name,
                 "routers": list(self.searched_routers()),
             }
-            # only when given (the hashing routers place programs by them; kv-aware
-            # credits no call without the prefix credit), so studies on the default URLs
-            # and the credit keep their names
+            # each only where it departs from the default (the URLs given: the hashing
+            # routers place programs by them; the credit off: kv-aware places calls
+            # otherwise), so studies on the defaults keep their names
             if self.fleet.worker_urls is not None:
                 out["fleet"]["worker_urls"] = list(self.fleet.worker_urls)
             if not self.fleet.prefix_credit:

@@ -33,6 +33,10 @@ def tuned_bundle(
     )
 
 
+#: the fleet record's keys kept in the tuning's record only, not the bundle's router section
+TUNING_ONLY = frozenset(("worker_urls", "prefix_credit"))
+
+
 def router_section(router: Mapping[str, Any] | None) -> bundle_doc.RouterDoc | None:
     """The bundle's ``router`` section from the shipped fleet's record: the router and
     its settings, what ``bundle query --as vllm-router`` prints as the router's flags,
@@ -45,7 +49,3 @@ def router_section(router: Mapping[str, Any] | None) -> bundle_doc.RouterDoc | N
         return None
     kept = {k: v for k, v in router.items() if k not in TUNING_ONLY}
     return kept  # type: ignore[return-value]
-
-
-#: the fleet record's keys kept in the tuning's record only, not the bundle's router section
-TUNING_ONLY = frozenset(("worker_urls", "prefix_credit"))

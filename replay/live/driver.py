@@ -10,8 +10,9 @@ call ``k-1`` started with the same keys, as the simulator's backends do. ``max_t
 the recorded output, with ``ignore_eos``.
 Requests carry ``vllm_xargs`` (``program_id``, ``tool``, ``is_last``, as the run's
 ``client_tags`` says a client tags them: :func:`replay.client_tags.vllm_xargs`) and the
-``X-Session-ID: <program_id>`` header. The next call is sent when the previous one
-has finished plus the recorded pause. :func:`drain` runs the programs, at most a
+``X-Session-ID: <program_id>`` header; under ``session`` the header alone, and the
+answer's ids come back in ``logprobs`` (:func:`request_body`). The next call is sent when
+the previous one has finished plus the recorded pause. :func:`drain` runs the programs, at most a
 number at once, and stops them at the run's deadline or on Ctrl-C (or any exception
 in the main thread, :class:`~ttlctl.server.signals.Terminated` included).
 """
@@ -27,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from replay.client_tags import FULL, vllm_xargs
+from replay.client_tags import FULL, SESSION, in_body, vllm_xargs
 from replay.live.records import LiveCallRecord, ProgramRecord
 from replay.live.trimming import clip
 from replay.workload import AgentProgram
@@ -180,8 +181,8 @@ class LiveRun:
     def _body(
         self, prompt: list[int], out: int, program_id: str, tool: str | None, is_last: bool
     ) -> dict[str, Any]:
-        return request_body(
-            self.info.model, prompt, out, vllm_xargs(program_id, tool, is_last, self.client_tags)
+        return live_body(
+            self.info.model, prompt, out, (program_id, tool, is_last), self.client_tags
         )
 
     def _check_answer(
@@ -189,9 +190,14 @@ class LiveRun:
     ) -> list[int]:
         """Warn (once) about a server flag that is off; the ids the next call repeats."""
         if not generated and record.output_tokens:
+            how = (
+                "as logprobs: start it with --return-tokens-as-token-ids"
+                if self.client_tags == SESSION
+                else "(return_token_ids)"
+            )
             self.warn(
                 "token_ids",
-                f"{self.url}: the server does not return token ids (return_token_ids); "
+                f"{self.url}: the server does not return token ids {how}; "
                 "later prompts repeat only the previous prompt, not its output",
             )
             generated = self.fresh(program.program_id, -turn - 1, record.output_tokens)
@@ -285,11 +291,16 @@ def _join(state: LiveRun, targets: list[Callable[[], None]]) -> None:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def request_body(model: str, prompt: list[int], out: int, xargs: dict[str, Any]) -> dict[str, Any]:
+def request_body(
+    model: str, prompt: list[int], out: int, xargs: dict[str, Any] | None
+) -> dict[str, Any]:
     """The ``/v1/completions`` body of a live call: ``prompt`` as token ids, exactly ``out``
     tokens generated (``ignore_eos``), streamed, the answer's token ids returned (the next
-    call's prompt repeats them), tagged with ``xargs`` (``vllm_xargs``)."""
-    return {
+    call's prompt repeats them), tagged with ``xargs`` (``vllm_xargs``). ``xargs`` None (a
+    client tagging by its ``X-Session-ID`` header alone): neither field, so that
+    vllm-router's ``kv_aware`` credits the body; the ids come back in ``logprobs`` instead
+    (``token_id:N`` from a server started with ``--return-tokens-as-token-ids``)."""
+    body: dict[str, Any] = {
         "model": model,
         "prompt": prompt,
         "max_tokens": out,
@@ -298,6 +309,18 @@ def request_body(model: str, prompt: list[int], out: int, xargs: dict[str, Any])
         "temperature": 0.0,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "return_token_ids": True,
-        "vllm_xargs": xargs,
     }
+    if xargs is None:
+        return body | {"logprobs": 0}
+    return body | {"return_token_ids": True, "vllm_xargs": xargs}
+
+
+def live_body(
+    model: str, prompt: list[int], out: int, call: tuple[str, str | None, bool], mode: str
+) -> dict[str, Any]:
+    """The body a live client tagging as ``mode`` sends for ``call`` (its program, the tool
+    that follows it, whether it is the program's last): :func:`request_body`, its tags in
+    the body or (``session``) in the header alone."""
+    if not in_body(mode):
+        return request_body(model, prompt, out, None)
+    return request_body(model, prompt, out, vllm_xargs(*call, mode))

@@ -47,6 +47,8 @@ class LiveCallRecord:
                 self.prompt_tokens = usage["prompt_tokens"]
         for choice in chunk.get("choices") or ():
             ids = choice.get("token_ids")
+            if not isinstance(ids, list):
+                ids = logprob_ids(choice.get("logprobs"))
             n = len(ids) if isinstance(ids, list) else (1 if choice.get("text") else 0)
             if isinstance(ids, list):
                 generated.extend(int(t) for t in ids)
@@ -94,3 +96,21 @@ class ProgramRecord:
     late_start_s: float = 0.0
     #: its calls sent so far (the rest, when it is cut short, are never sent)
     sent: int = 0
+
+
+#: how a server started with ``--return-tokens-as-token-ids`` writes a token in ``logprobs``
+TOKEN_ID_PREFIX = "token_id:"
+
+
+def logprob_ids(logprobs: Any) -> list[int] | None:
+    """The token ids of a completion chunk's ``logprobs`` (``tokens`` written
+    ``token_id:N``), or None where it has none or writes them as text."""
+    tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
+    if not isinstance(tokens, list) or not tokens:
+        return None
+    if not all(isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX) for t in tokens):
+        return None
+    try:
+        return [int(t[len(TOKEN_ID_PREFIX) :]) for t in tokens]
+    except ValueError:
+        return None

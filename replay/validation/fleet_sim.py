@@ -13,7 +13,7 @@ count, sizing and profile, the load, the bundle, the routers' settings) is one
 :class:`~replay.validation.sim_side.SimSide`; the policy, the router and the live
 fleet's URLs are each simulation's own arguments. Behind ``kv_aware`` the simulated router
 credits the calls with their cached prefix only where the live one would credit the live
-client's requests (:func:`live_prefix_credit`: it does not).
+client's requests (:func:`live_prefix_credit`: only a client tagging by its header alone).
 
 The compared figures (:data:`FLEET_COMPARED`): mean JCT and TTFT, errors relative,
 ``(simulated − live) / live``; prefix-hit rate and the share of follow-up calls that
@@ -36,12 +36,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from replay.client_tags import vllm_xargs
 from replay.figures import PolicyResult
 from replay.fleet.routers import AS_LOGGED, ROUTERS, RouterSettings, router_name
 from replay.fleet.routers.kv_credit import completion_credited
 from replay.fleet.run import FleetSpec, runner
-from replay.live.driver import request_body
+from replay.live.driver import live_body
 from replay.validation.sim_side import SimSide
 from replay.validation.stats import JCT_GOAL, TIE, ranking, same_ranking
 from replay.validation.timings import Timings, perturbed
@@ -60,11 +59,10 @@ FLEET_COMPARED = (
 def live_prefix_credit(client_tags: str) -> bool:
     """Whether vllm-router's ``kv_aware`` credits the live client's calls (tagged as
     ``client_tags`` says) with their cached prefix: the live client's request body
-    (:func:`replay.live.driver.request_body`) judged by the router's rule
-    (:mod:`replay.fleet.routers.kv_credit`). It is not, today: the simulated router
-    prices the calls as the live one does."""
-    xargs = vllm_xargs("program", "tool", False, client_tags)
-    return completion_credited(request_body("model", [0], 1, xargs))
+    (:func:`replay.live.driver.live_body`) judged by the router's rule
+    (:mod:`replay.fleet.routers.kv_credit`): only under ``session`` (the header alone).
+    The simulated router prices the calls as the live one does."""
+    return completion_credited(live_body("model", [0], 1, ("program", "tool", False), client_tags))
 
 
 def sim_router(router: str, models: Sequence[str] = ROUTERS) -> tuple[str | None, str | None]:

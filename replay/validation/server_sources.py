@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from replay.client_tags import in_body
 from replay.validation.error import ValidateError
 from replay.validation.servers import LIVE_POLICIES, Sources, check_base
 from replay.validation.validate_request import ValidateRequest
@@ -29,6 +30,10 @@ from ttlctl.server.command import (
 )
 from ttlctl.server.gpus import check_one_engine
 from ttlctl.server.vllm_options import option_set, shown
+
+#: vLLM's flag that writes each token in ``logprobs`` as ``token_id:N`` (what a live client
+#: tagging by its ``X-Session-ID`` header alone reads its answer's ids from)
+TOKEN_IDS_AS_LOGPROBS = "--return-tokens-as-token-ids"
 
 
 def parse_urls(items: Sequence[str]) -> dict[str, str]:
@@ -111,6 +116,8 @@ def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
         capped.append("--long-prefill-token-threshold-adaptive")
     if req.watermark:
         capped += ["--watermark", str(req.watermark)]
+    # a client tagging by the header alone reads its answers' token ids from logprobs
+    ids = [] if in_body(req.client_tags) else [TOKEN_IDS_AS_LOGPROBS]
     return [
         "--max-num-seqs",
         str(req.max_num_seqs),
@@ -118,6 +125,7 @@ def _sizing(req: ValidateRequest, args: Sequence[str]) -> list[str]:
         str(req.max_num_batched_tokens),
         *capped,
         scheduling_flag(req.async_scheduling),
+        *ids,
     ]
 
 

@@ -9,7 +9,11 @@ a replica that has already served a live run, and a production replica has serve
 hours: so before each live run every replica serves :data:`PREFILLS` prefills of fresh
 random prompts whose lengths span its context window (about six windows' worth of
 tokens in all), a prefill over a cached prefix, and batches of a few
-requests decoding together. The replicas warm at once, each from a worker thread of its own,
+requests decoding together. The first prefill asks for its sampled tokens' logprobs: a vLLM
+server's first such request pays a one-time cost (1.9 s against 0.04 s the next time on
+the 55M test model, a run's first call up to 20 s late on two replicas), and a live client
+tagging by its ``X-Session-ID`` header alone reads its answers' token ids from them
+(:mod:`replay.client_tags`). The replicas warm at once, each from a worker thread of its own,
 and their prefix caches are emptied afterwards by the caller, as before every live run.
 
 A warm-up cannot run every step size: on the 55M test model in bfloat16, a length new to
@@ -102,13 +106,15 @@ def _warm_one(
     """One replica's warm-up; the count of requests it served."""
     rng = random.Random(seed)
 
-    def complete(prompt: list[int], max_tokens: int) -> None:
+    def complete(prompt: list[int], max_tokens: int, logprobs: bool = False) -> None:
         body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True}
+        if logprobs:
+            body["logprobs"] = 0
         client.json_answer(url, "/v1/completions", body, method="POST", timeout_s=timeout_s)
 
     served = 0
-    for n in sizes:
-        complete(random_prompt(rng, n, span), PREFILL_OUTPUT)
+    for i, n in enumerate(sizes):  # the first asks for its tokens' logprobs (the module)
+        complete(random_prompt(rng, n, span), PREFILL_OUTPUT, logprobs=i == 0)
         served += 1
     # a prefill over a cached prefix: the prompt again with a few new tokens after it
     base = random_prompt(rng, sizes[len(sizes) // 2], span)

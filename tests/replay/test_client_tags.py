@@ -1,4 +1,4 @@
-"""``--client-tags full|tool|none``: what the replayed clients tag each call with.
+"""``--client-tags full|tool|none|session``: what the replayed clients tag each call with.
 
 The rule's table (:mod:`replay.client_tags`), a fast replay in which clients that tag
 nothing change continuum's pins and mean JCT while ``full`` is the default's replay byte
@@ -53,11 +53,17 @@ def test_the_xargs_each_client_sends() -> None:
     assert vllm_xargs("p", "grep", True, "tool") == {"program_id": "p", "tool": "grep"}
     for tool, last in (("grep", False), (None, True)):
         assert vllm_xargs("p", tool, last, "none") == {"program_id": "p"}
+        # the header's session: what the engine's plugin reads, the program alone
+        assert vllm_xargs("p", tool, last, "session") == {"program_id": "p"}
+        assert tagged(tool, last, "session") == tagged(tool, last, "none") == (None, False)
 
 
 def test_an_unknown_mode_is_refused() -> None:
-    assert CLIENT_TAGS == ("full", "tool", "none") and ReplayConfig().client_tags == "full"
-    with pytest.raises(ConfigError, match=r"--client-tags must be one of full, tool, none"):
+    assert CLIENT_TAGS == ("full", "tool", "none", "session")
+    assert ReplayConfig().client_tags == "full"
+    with pytest.raises(
+        ConfigError, match=r"--client-tags must be one of full, tool, none, session"
+    ):
         check("partial")
     with pytest.raises(ConfigError):
         tagged("grep", False, "Full")
@@ -117,5 +123,5 @@ def test_a_bad_value_is_one_line_and_exit_2(trace: Path) -> None:
     )
     assert res.exit_code == 2
     assert res.stderr.strip() == (
-        "error: --client-tags must be one of full, tool, none, got 'partial'"
+        "error: --client-tags must be one of full, tool, none, session, got 'partial'"
     ), res.stderr

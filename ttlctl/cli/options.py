@@ -278,7 +278,10 @@ ClientTags = Annotated[
         help=f"What the replayed clients tag each call with ({'|'.join(CLIENT_TAGS)}): full, "
         "the tool the trace says follows it and is_last on a program's last call; tool, "
         "the tool but never is_last; none, the program alone (a client that knows neither "
-        "before the model answers).",
+        "before the model answers); session, the program by the X-Session-ID header alone "
+        "(live: no vllm_xargs in the body, which vllm-router's kv_aware then credits; the "
+        "answer's token ids read from logprobs, which needs the server's "
+        "--return-tokens-as-token-ids).",
     ),
 ]
 

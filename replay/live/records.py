@@ -47,9 +47,17 @@ class LiveCallRecord:
                 self.prompt_tokens = usage["prompt_tokens"]
         for choice in chunk.get("choices") or ():
             ids = choice.get("token_ids")
+            logprobs = choice.get("logprobs")
             if not isinstance(ids, list):
-                ids = logprob_ids(choice.get("logprobs"))
-            n = len(ids) if isinstance(ids, list) else (1 if choice.get("text") else 0)
+                ids = logprob_ids(logprobs)
+            tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
+            n = (
+                len(ids)
+                if isinstance(ids, list)
+                else len(tokens)
+                if isinstance(tokens, list)
+                else (1 if choice.get("text") else 0)
+            )
             if isinstance(ids, list):
                 generated.extend(int(t) for t in ids)
             if n:

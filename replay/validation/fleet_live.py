@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles.router_calibration import RouterCalibration
-from replay.client_tags import FULL
+from replay.client_tags import FULL, in_body
 from replay.live import run_live
 from replay.policy_runs import Load
 from replay.validation.engine_metrics import ScrapeFailed, engine_delta, scrape
@@ -135,6 +135,7 @@ def live_run(
                 max_model_len=info.max_model_len,
                 vocab_size=fleets.vocab_size,
                 seed=fleets.seed,
+                logprobs=not in_body(fleets.client_tags),
             )
             for url in made.urls.values():
                 reset_prefix_cache(url)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles.schema import Profile
-from replay.client_tags import FULL
+from replay.client_tags import FULL, in_body
 from replay.live import run_live
 from replay.policy_runs import Load
 from replay.validation.error import ValidateError
@@ -111,6 +111,7 @@ class LiveSession:
             max_model_len=info.max_model_len,
             vocab_size=self._vocab(),
             seed=self.seed,
+            logprobs=not in_body(self.client_tags),
         )
 
     def _given(self, name: str, rep: int) -> str:

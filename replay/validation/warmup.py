@@ -9,12 +9,13 @@ a replica that has already served a live run, and a production replica has serve
 hours: so before each live run every replica serves :data:`PREFILLS` prefills of fresh
 random prompts whose lengths span its context window (about six windows' worth of
 tokens in all), a prefill over a cached prefix, and batches of a few
-requests decoding together. The first prefill asks for its sampled tokens' logprobs: a vLLM
+requests decoding together. Before a live client that tags by its ``X-Session-ID`` header
+alone (``--client-tags session``: it reads its answers' token ids from ``logprobs``,
+:mod:`replay.client_tags`), the first prefill asks for its sampled tokens' logprobs: a vLLM
 server's first such request pays a one-time cost (1.9 s against 0.04 s the next time on
-the 55M test model, a run's first call up to 20 s late on two replicas), and a live client
-tagging by its ``X-Session-ID`` header alone reads its answers' token ids from them
-(:mod:`replay.client_tags`). The replicas warm at once, each from a worker thread of its own,
-and their prefix caches are emptied afterwards by the caller, as before every live run.
+the 55M test model; a run's first calls were up to 20 s late on two replicas without it).
+The replicas warm at once, each from a worker thread of its own, and their prefix caches
+are emptied afterwards by the caller, as before every live run.
 
 A warm-up cannot run every step size: on the 55M test model in bfloat16, a length new to
 the engine still cost 14–42 ms more than the same length again after 75 new lengths
@@ -101,7 +102,13 @@ def warm_sizes(max_model_len: int | None, block_size: int, budget: int) -> froze
 
 
 def _warm_one(
-    url: str, model: str, sizes: Sequence[int], span: int, seed: int, timeout_s: float
+    url: str,
+    model: str,
+    sizes: Sequence[int],
+    span: int,
+    seed: int,
+    timeout_s: float,
+    logprobs: bool,
 ) -> int:
     """One replica's warm-up; the count of requests it served."""
     rng = random.Random(seed)
@@ -113,8 +120,8 @@ def _warm_one(
         client.json_answer(url, "/v1/completions", body, method="POST", timeout_s=timeout_s)
 
     served = 0
-    for i, n in enumerate(sizes):  # the first asks for its tokens' logprobs (the module)
-        complete(random_prompt(rng, n, span), PREFILL_OUTPUT, logprobs=i == 0)
+    for i, n in enumerate(sizes):  # the first may ask for its tokens' logprobs (the module)
+        complete(random_prompt(rng, n, span), PREFILL_OUTPUT, logprobs=logprobs and i == 0)
         served += 1
     # a prefill over a cached prefix: the prompt again with a few new tokens after it
     base = random_prompt(rng, sizes[len(sizes) // 2], span)
@@ -138,15 +145,18 @@ def warmed(
     vocab_size: int | None,
     seed: int = 0,
     timeout_s: float = 300.0,
+    logprobs: bool = False,
 ) -> Warmed:
     """Warm every replica at ``urls`` at once (see the module); :class:`ValidateError`
-    naming the replica if one fails (any error of its thread is raised here)."""
+    naming the replica if one fails (any error of its thread is raised here).
+    ``logprobs``: the first prefill asks for its tokens' logprobs (a live client that
+    reads its answers' ids from them follows)."""
     sizes = lengths(max_model_len)
     span = id_span(vocab_size)
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, len(urls))) as pool:
         futures = [
-            pool.submit(_warm_one, url, model, sizes, span, seed * 1000 + i, timeout_s)
+            pool.submit(_warm_one, url, model, sizes, span, seed * 1000 + i, timeout_s, logprobs)
             for i, url in enumerate(urls)
         ]
         counts: list[int] = []

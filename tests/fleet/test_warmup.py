@@ -60,3 +60,14 @@ def test_the_requests_said_served_are_those_each_replica_answered() -> None:
     with serving(_replica(bodies, threading.Lock())) as url:
         got = warmed([url], "m", max_model_len=256, vocab_size=1000, timeout_s=30.0)
     assert got.requests == len(bodies) == len(lengths(256)) + 2 + warmup.BATCHES * warmup.BATCH
+    assert all("logprobs" not in b for b in bodies)
+
+
+def test_before_a_client_reading_logprobs_the_first_prefill_asks_for_them() -> None:
+    """vLLM's first logprobs request pays a one-time cost: paid in the warm-up before a
+    client tagging by its header alone (it reads its answers' ids from logprobs), once."""
+    bodies: list[dict[str, object]] = []
+    with serving(_replica(bodies, threading.Lock())) as url:
+        got = warmed([url], "m", max_model_len=256, vocab_size=1000, timeout_s=30.0, logprobs=True)
+    assert got.requests == len(bodies)
+    assert [b.get("logprobs") for b in bodies] == [0] + [None] * (len(bodies) - 1)

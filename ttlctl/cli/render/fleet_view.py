@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from replay.fleet.records import replica_labels, shown_phrase, shown_replicas
+from replay.fleet.records import credit_phrase, replica_labels, shown_phrase, shown_replicas
 from ttlctl.cli.render.cells import dash, show
 from ttlctl.nouns import counted
 from ttlctl.percent import share
@@ -63,8 +63,9 @@ def router_settings(router: Mapping[str, Any]) -> str:
     urls = router.get("worker_urls")
     if urls:
         parts.append(f"{counted(len(urls), 'worker URL')} from --worker-urls")
-    if router.get("prefix_credit") is False:
-        parts.append("no call credited with its cached prefix")
+    uncredited = credit_phrase(router)
+    if uncredited is not None:
+        parts.append(uncredited)
     return ", ".join(parts) or "no settings"
 
 

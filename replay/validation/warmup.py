@@ -113,15 +113,15 @@ def _warm_one(
     """One replica's warm-up; the count of requests it served."""
     rng = random.Random(seed)
 
-    def complete(prompt: list[int], max_tokens: int, logprobs: bool = False) -> None:
+    def complete(prompt: list[int], max_tokens: int, with_logprobs: bool = False) -> None:
         body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True}
-        if logprobs:
+        if with_logprobs:
             body["logprobs"] = 0
         client.json_answer(url, "/v1/completions", body, method="POST", timeout_s=timeout_s)
 
     served = 0
     for i, n in enumerate(sizes):  # the first may ask for its tokens' logprobs (the module)
-        complete(random_prompt(rng, n, span), PREFILL_OUTPUT, logprobs=logprobs and i == 0)
+        complete(random_prompt(rng, n, span), PREFILL_OUTPUT, with_logprobs=logprobs and i == 0)
         served += 1
     # a prefill over a cached prefix: the prompt again with a few new tokens after it
     base = random_prompt(rng, sizes[len(sizes) // 2], span)
